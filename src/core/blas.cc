@@ -1,0 +1,135 @@
+// Loads OpenBLAS at run time after choosing its kernels (see blas.h for why), and forwards calls.
+#include "tandem/core/blas.h"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <mutex>
+#include <string_view>
+
+#include "tandem/core/env.h"
+#include "tandem/core/error.h"
+
+#ifndef TANDEM_BLAS_LIBRARY
+#define TANDEM_BLAS_LIBRARY "libopenblas.so.0"
+#endif
+
+namespace tandem::blas {
+namespace {
+
+// CBLAS enum values, fixed by the CBLAS standard.
+constexpr int kRowMajor = 101, kNoTrans = 111, kTrans = 112;
+
+using SgemmFn = void (*)(int, int, int, int, int, int, float, const float*, int, const float*, int,
+                         float, float*, int);
+using CorenameFn = char* (*)();
+using GetThreadsFn = int (*)();
+using SetThreadsFn = void (*)(int);
+
+struct Library {
+  std::string path;
+  SgemmFn sgemm = nullptr;
+  CorenameFn corename = nullptr;
+  GetThreadsFn get_threads = nullptr;
+  SetThreadsFn set_threads = nullptr;
+};
+
+void* symbol(void* handle, const char* name, const std::string& path) {
+  void* s = dlsym(handle, name);
+  if (s == nullptr) user_error("BLAS library {} has no symbol {}", path, name);
+  return s;
+}
+
+// Chooses the kernels through the environment, which OpenBLAS reads when it is loaded. Never
+// overrides a user's own OPENBLAS_CORETYPE.
+bool choose_kernels() {
+  const char* kernels = preferred_kernels();
+  if (kernels != nullptr) setenv("OPENBLAS_CORETYPE", kernels, /*overwrite=*/0);
+  return true;
+}
+
+// Done during static initialisation too, while the process is still single-threaded, because
+// setenv races with getenv on other threads.
+[[maybe_unused]] const bool kKernelsChosen = choose_kernels();
+
+Library load() {
+  choose_kernels();
+  // TANDEM_BLAS_LIBRARY picks another CBLAS build; the one found at configure time comes next,
+  // then the runtime soname (the configure-time path is the -dev symlink, absent on a runtime-only
+  // machine).
+  const std::string chosen = env_str("TANDEM_BLAS_LIBRARY", "");
+  std::string tried;
+  for (const std::string& path : {chosen, std::string(TANDEM_BLAS_LIBRARY), std::string("libopenblas.so.0")}) {
+    if (path.empty()) continue;
+    void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
+    if (h == nullptr) {
+      tried += fmt::format("\n  {}: {}", path, dlerror());
+      continue;
+    }
+    Library lib;
+    lib.path = path;
+    lib.sgemm = reinterpret_cast<SgemmFn>(symbol(h, "cblas_sgemm", path));
+    lib.corename = reinterpret_cast<CorenameFn>(dlsym(h, "openblas_get_corename"));
+    lib.get_threads = reinterpret_cast<GetThreadsFn>(dlsym(h, "openblas_get_num_threads"));
+    lib.set_threads = reinterpret_cast<SetThreadsFn>(dlsym(h, "openblas_set_num_threads"));
+    return lib;
+  }
+  user_error("could not load a CBLAS library (run scripts/install-deps.sh to install OpenBLAS):{}",
+             tried);
+}
+
+const Library& library() {
+  static const Library lib = load();
+  return lib;
+}
+
+}  // namespace
+
+bool cpu_has_avx512() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+}
+
+void sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
+           const float* b, int ldb, float beta, float* c, int ldc) {
+  library().sgemm(kRowMajor, trans_a ? kTrans : kNoTrans, trans_b ? kTrans : kNoTrans, m, n, k,
+                  alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+std::string kernel_name() {
+  const Library& lib = library();
+  return lib.corename != nullptr ? std::string(lib.corename()) : std::string("unknown");
+}
+
+const char* preferred_kernels() {
+  if (cpu_has_avx512()) return "SkylakeX";
+  if (cpu_has_avx2_fma()) return "Haswell";
+  return nullptr;
+}
+
+bool cpu_has_avx2_fma() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+
+bool using_generic_kernels_on_capable_cpu() {
+  if (preferred_kernels() == nullptr) return false;
+  const std::string k = kernel_name();
+  return k == "Prescott" || k == "Core2" || k == "Penryn" || k == "Dunnington" || k == "Nehalem" ||
+         k == "Atom" || k == "Katmai" || k == "Coppermine" || k == "Northwood" || k == "Banias";
+}
+
+std::string library_path() { return library().path; }
+
+int num_threads() {
+  const Library& lib = library();
+  return lib.get_threads != nullptr ? lib.get_threads() : 1;
+}
+
+void set_num_threads(int n) {
+  const Library& lib = library();
+  if (lib.set_threads != nullptr) lib.set_threads(n);
+}
+
+}  // namespace tandem::blas
