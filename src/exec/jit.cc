@@ -59,13 +59,6 @@ std::string resolve_cxx(const JitOptions& o) {
   return env_str("CXX", "c++");
 }
 
-std::string resolve_cache_dir(const JitOptions& o) {
-  if (!o.cache_dir.empty()) return o.cache_dir;
-  std::string dir = env_str("TANDEM_CACHE_DIR", "");
-  if (!dir.empty()) return dir;
-  return env_str("HOME", "/tmp") + "/.cache/tandem";
-}
-
 // What the compiler is and what -march=native means on this machine: the compiler's version line
 // and its cc1 command line for an empty input (which spells out the resolved -march and -mtune).
 const std::string& compiler_identity(const std::string& cxx) {
@@ -140,6 +133,13 @@ void* JitModule::symbol(const std::string& name) const {
   return s;
 }
 
+std::string jit_cache_dir(const JitOptions& o) {
+  if (!o.cache_dir.empty()) return o.cache_dir;
+  std::string dir = env_str("TANDEM_CACHE_DIR", "");
+  if (!dir.empty()) return dir;
+  return env_str("HOME", "/tmp") + "/.cache/tandem";
+}
+
 std::string jit_cache_key(const std::string& source, const JitOptions& options) {
   const auto flags = options.flags.empty() ? default_jit_flags() : options.flags;
   return key_of(source, resolve_cxx(options), flags);
@@ -158,7 +158,7 @@ std::shared_ptr<JitModule> jit_compile(const std::string& source, const JitOptio
   }
 
   // Sharded by the key's first two digits, so no folder grows huge.
-  const fs::path dir = fs::path(resolve_cache_dir(options)) / key.substr(0, 2);
+  const fs::path dir = fs::path(jit_cache_dir(options)) / key.substr(0, 2);
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) user_error("cannot create the JIT cache folder {}: {}", dir.string(), ec.message());

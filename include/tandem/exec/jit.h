@@ -49,6 +49,9 @@ std::shared_ptr<JitModule> jit_compile(const std::string& source, const JitOptio
 // The cache key jit_compile would use: 32 hex digits.
 std::string jit_cache_key(const std::string& source, const JitOptions& options = {});
 
+// The cache folder jit_compile would use.
+std::string jit_cache_dir(const JitOptions& options = {});
+
 // Counters for this process, so tests can check that a second run compiles nothing.
 struct JitStats {
   int64_t compiles = 0;
