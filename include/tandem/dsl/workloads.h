@@ -1,0 +1,46 @@
+// The paper's four workloads as DSL programs, in one library-visible place so that the examples,
+// the tests, the autotuner and the `tandem` command all build the same programs.
+//
+// The names a caller binds:
+//   adam, lamb  symbol N; inputs g (the gradient, grad_dtype [N] Local: each rank its own),
+//               w, m, v (f32 [N] Replicated: weights and first and second moments, updated in
+//               place); scalars lr, beta1, beta2, eps, weight_decay, step (1 for the first step)
+//               and grad_scale (1/ranks averages the summed gradient; also undoes loss scaling).
+//   megatron_layer  symbols B (tokens), K (input features), H (output features); inputs
+//               x (dtype [B, K] Sliced(1): this rank's columns), w (dtype [K, H] Sliced(0): the
+//               matching rows), bias (dtype [H] Replicated), residual (dtype [B, H] Replicated);
+//               scalar seed (dropout's key); output out (dtype [B, H] Replicated).
+//   pipeline_stage  2 groups: group 0 runs megatron_layer on its ranks (same names) and sends
+//               `out` to group 1, whose rank i receives it from rank i of group 0 as output h.
+#pragma once
+
+#include <string_view>
+#include <vector>
+
+#include "tandem/dsl/ir.h"
+
+namespace tandem::dsl::workloads {
+
+// AdamW (Loshchilov & Hutter), data parallel:
+//   g1 = grad_scale * f32(AllReduce(Sum, g))
+//   m1 = beta1 m + (1 - beta1) g1,   v1 = beta2 v + (1 - beta2) g1^2
+//   w1 = w - lr (m1 / (1 - beta1^step) / (sqrt(v1 / (1 - beta2^step)) + eps) + weight_decay w)
+Program adam(DType grad_dtype = DType::BF16);
+
+// LAMB (You et al.): Adam's direction r = mhat / (sqrt(vhat) + eps) + weight_decay w, scaled per
+// tensor by the trust ratio ||w|| / ||r|| (1 where either norm is 0): w1 = w - lr * trust * r.
+Program lamb(DType grad_dtype = DType::BF16);
+
+// Megatron's row-parallel layer: out = dropout(AllReduce(Sum, x @ w) + bias, p) + residual.
+// x @ w is Partial: each rank multiplies its K-slice, and the AllReduce sums the parts.
+Program megatron_layer(DType dtype = DType::F32, double dropout_p = 0.1);
+
+// The layer above on group 0, its output handed to group 1 (pipeline parallelism).
+Program pipeline_stage(DType dtype = DType::F32, double dropout_p = 0.1);
+
+// The workloads by name, for the command line and the autotuner.
+std::vector<std::string_view> names();
+// The named workload with its default dtypes; an unknown name is a UserError listing names().
+Program by_name(std::string_view name);
+
+}  // namespace tandem::dsl::workloads

@@ -1,0 +1,118 @@
+// The four workload programs, written with the builder exactly as a user would.
+#include "tandem/dsl/workloads.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "tandem/core/error.h"
+#include "tandem/dsl/builder.h"
+
+namespace tandem::dsl::workloads {
+namespace {
+
+// The moments and the bias-corrected Adam direction, shared by Adam and LAMB. Returns the
+// direction r = mhat / (sqrt(vhat) + eps) + weight_decay * w and leaves m and v updated.
+Expr adam_direction(Program& p, DType grad_dtype) {
+  const Expr beta1 = p.scalar("beta1");
+  const Expr beta2 = p.scalar("beta2");
+  const Expr eps = p.scalar("eps");
+  const Expr weight_decay = p.scalar("weight_decay");
+  const Expr step = p.scalar("step");
+  const Expr grad_scale = p.scalar("grad_scale");
+
+  const Expr g = p.input(grad_dtype, {"N"}, Local, "g");  // each rank's own gradient
+  const Expr w = p.input(F32, {"N"}, Replicated, "w");     // the same on every rank
+  const Expr m = p.input(F32, {"N"}, Replicated, "m");
+  const Expr v = p.input(F32, {"N"}, Replicated, "v");
+
+  // Sum the ranks' gradients in their own dtype (half the bytes on the wire for bf16/f16),
+  // then compute in f32 as mixed-precision training does.
+  const Expr g_sum = AllReduce(Sum, g).named("g_sum");
+  const Expr g_wide = grad_dtype == F32 ? g_sum : cast(g_sum, F32);
+  const Expr g1 = (grad_scale * g_wide).named("g1");
+
+  // C++ does not order the evaluation of an operator's two operands, so each line below has at
+  // most one compound operand: the stages then come out in the same order on every compiler.
+  const Expr m_decayed = beta1 * m;
+  const Expr m1 = update(m, m_decayed + (1 - beta1) * g1).named("m1");  // beta1 m + (1 - beta1) g1
+  const Expr v_decayed = beta2 * v;
+  const Expr v1 = update(v, v_decayed + (1 - beta2) * g1 * g1).named("v1");  // beta2 v + (1 - beta2) g1^2
+  // Bias correction: scalars, computed once per step on every rank.
+  const Expr bc1 = (1 - pow(beta1, step)).named("bc1");
+  const Expr bc2 = (1 - pow(beta2, step)).named("bc2");
+  const Expr mhat = (m1 / bc1).named("mhat");
+  const Expr vhat = (v1 / bc2).named("vhat");
+  const Expr decay = weight_decay * w;  // decoupled weight decay (AdamW), from the old weights
+  return (mhat / (sqrt(vhat) + eps) + decay).named("r");
+}
+
+// The row-parallel layer on `group`; returns its output.
+Expr megatron_body(Program& p, DType dtype, double dropout_p, int group) {
+  const Expr x = p.input(dtype, {"B", "K"}, Sliced(1), "x", group);        // this rank's columns of x
+  const Expr w = p.input(dtype, {"K", "H"}, Sliced(0), "w", group);        // the matching rows of w
+  const Expr bias = p.input(dtype, {"H"}, Replicated, "bias", group);
+  const Expr residual = p.input(dtype, {"B", "H"}, Replicated, "residual", group);
+  const Expr seed = p.scalar("seed");
+
+  const Expr y = matmul(x, w).named("y");       // Partial: each rank's product of its K-slice
+  const Expr z = AllReduce(Sum, y).named("z");  // the full product, on every rank
+  const Expr a = (z + bias).named("a");         // bias [H] broadcasts over the B rows
+  const Expr d = dropout(a, dropout_p, seed).named("d");
+  return (d + residual).named("out");
+}
+
+}  // namespace
+
+Program adam(DType grad_dtype) {
+  Program p("adam");
+  const Expr lr = p.scalar("lr");
+  const Expr r = adam_direction(p, grad_dtype);
+  const Expr w = Expr(&p, *p.find("w"));
+  update(w, w - lr * r).named("w1");
+  return p;
+}
+
+Program lamb(DType grad_dtype) {
+  Program p("lamb");
+  const Expr lr = p.scalar("lr");
+  const Expr r = adam_direction(p, grad_dtype);
+  const Expr w = Expr(&p, *p.find("w"));
+  // The trust ratio needs whole-tensor norms: under a sliced schedule these become a local sum
+  // of squares and a cross-rank reduction.
+  const Expr w_norm = norm(w).named("w_norm");
+  const Expr r_norm = norm(r).named("r_norm");
+  const Expr ratio = w_norm / r_norm;
+  const Expr r_positive = r_norm > 0;
+  const Expr w_positive = w_norm > 0;
+  const Expr trust = select(w_positive, select(r_positive, ratio, 1.0), 1.0).named("trust");
+  update(w, w - lr * trust * r).named("w1");
+  return p;
+}
+
+Program megatron_layer(DType dtype, double dropout_p) {
+  Program p("megatron_layer");
+  p.output(megatron_body(p, dtype, dropout_p, 0), "out");
+  return p;
+}
+
+Program pipeline_stage(DType dtype, double dropout_p) {
+  Program p("pipeline_stage", 2);
+  const Expr out = megatron_body(p, dtype, dropout_p, 0);
+  p.output(out, "out");
+  // Rank i of group 0 hands its copy of the activations to rank i of group 1.
+  const Expr sent = Send(out, 1).named("out_to_next");
+  p.output(Recv(sent).named("h"), "h");
+  return p;
+}
+
+std::vector<std::string_view> names() { return {"adam", "lamb", "megatron_layer", "pipeline_stage"}; }
+
+Program by_name(std::string_view name) {
+  if (name == "adam") return adam();
+  if (name == "lamb") return lamb();
+  if (name == "megatron_layer") return megatron_layer();
+  if (name == "pipeline_stage") return pipeline_stage();
+  user_error("unknown workload '{}'; the workloads are: {}", name, fmt::join(names(), ", "));
+}
+
+}  // namespace tandem::dsl::workloads
