@@ -1,0 +1,339 @@
+// The GPT-2 model: its configuration, its parameters in one flat f32 buffer with GPT-2's names,
+// its saved activations as named buffers the caller allocates, and the forward and backward
+// passes run stage by stage (embedding, block 0 .. L-1, final) with a hook between stages.
+//
+// Memory model (designed for the out-of-core planner):
+// - Parameters and gradients are two ParameterSets with the same layout: one flat buffer, each
+//   tensor a named view, each block's 12 tensors contiguous (so a pipeline stage or a swapped
+//   block is one slice).
+// - Every activation a backward pass reads is a named buffer ("h.3.ln_1.out", "h.3.attn.softmax",
+//   ...) held in a Buffers<Kind> value: an array of Tensor views indexed by an enum. Who
+//   allocates them and where they live is the caller's choice (GPTActivations allocates all of
+//   them through one Allocator; a planner may bind each to an arena offset, swap it out, or drop
+//   it and recompute the whole block). No layer owns memory.
+// - Scratch that lives only inside one stage (projection outputs, intermediate gradients,
+//   attention scratch) is a Workspace, allocated once and shared by every stage. Forward and
+//   backward allocate nothing.
+// - The forward pass of a block, run again on the same input, parameters and StepRng, writes
+//   bitwise the same buffers (dropout masks come from the counter-based RNG, never from state),
+//   so recomputing a dropped block is exact.
+//
+// Dropout (GPT-2's embd, attn and resid pdrop, all config.dropout): each site draws its mask with
+// key dropout_key(seed, step, layer, site) at the element's index in the global batch (see
+// layers.h), so data-, tensor- and pipeline-parallel runs draw the masks a single rank would.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "tandem/core/allocator.h"
+#include "tandem/core/shape.h"
+#include "tandem/core/tensor.h"
+#include "tandem/nn/layers.h"
+
+namespace tandem::nn {
+
+// ---------------------------------------------------------------------------------------------
+// Configuration.
+struct GPTConfig {
+  int vocab_size = 256;     // byte-level by default
+  int n_layers = 4;
+  int n_heads = 4;
+  int d_model = 256;
+  int seq_len = 128;        // the context length the model is trained at
+  int max_positions = 128;  // rows of wpe; no batch may be longer (GPT-2's n_positions)
+  float dropout = 0.0f;     // GPT-2's embd_pdrop = attn_pdrop = resid_pdrop
+
+  int head_size() const { return d_model / n_heads; }
+  // Throws UserError naming the first bad field and what it must be.
+  void validate() const;
+  bool operator==(const GPTConfig&) const = default;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Parameters. Names and shapes are GPT-2's (HF transformers' GPT2Model state dict, where the
+// embeddings are "wte.weight" and "wpe.weight"): wte (V, C), wpe (P, C), then per block
+// h.{i}.ln_1.weight (C), .bias (C), h.{i}.attn.c_attn.weight (C, 3C), .bias (3C),
+// h.{i}.attn.c_proj.weight (C, C), .bias (C), h.{i}.ln_2.weight, .bias, h.{i}.mlp.c_fc.weight
+// (C, 4C), .bias (4C), h.{i}.mlp.c_proj.weight (4C, C), .bias (C), then ln_f.weight, ln_f.bias.
+// Linear weights are (in, out) as HF's Conv1D stores them: they load into PyTorch unchanged.
+struct ParamSpec {
+  std::string name;
+  Shape shape;
+  int64_t offset = 0;  // in floats, into the flat buffer
+  int64_t numel() const { return shape.numel(); }
+};
+
+// Every tensor in GPT-2's order, which is also the flat buffer's order.
+std::vector<ParamSpec> gpt_parameter_specs(const GPTConfig& config);
+int64_t gpt_num_parameters(const GPTConfig& config);
+
+// Raw views of the tensors each stage uses (weights, or their gradients).
+struct EmbeddingParams {
+  float* wte;  // (V, C)
+  float* wpe;  // (P, C)
+};
+struct BlockParams {
+  float* ln_1_w;       // (C)
+  float* ln_1_b;       // (C)
+  float* c_attn_w;     // (C, 3C)
+  float* c_attn_b;     // (3C)
+  float* attn_proj_w;  // (C, C)
+  float* attn_proj_b;  // (C)
+  float* ln_2_w;       // (C)
+  float* ln_2_b;       // (C)
+  float* c_fc_w;       // (C, 4C)
+  float* c_fc_b;       // (4C)
+  float* mlp_proj_w;   // (4C, C)
+  float* mlp_proj_b;   // (C)
+};
+struct FinalParams {
+  float* ln_f_w;  // (C)
+  float* ln_f_b;  // (C)
+  float* wte;     // (V, C), the tied LM head
+};
+
+// One flat f32 buffer with a named view per tensor; used for weights and for gradients alike.
+class ParameterSet {
+ public:
+  // Zero-filled, from `alloc`.
+  explicit ParameterSet(const GPTConfig& config, Allocator& alloc = host_allocator());
+
+  const GPTConfig& config() const { return config_; }
+  Tensor flat() const { return flat_; }  // (N)
+  int64_t size() const { return flat_.numel(); }
+  const std::vector<ParamSpec>& specs() const { return specs_; }
+  // The tensor called `name`, in its GPT-2 shape; UserError if there is none.
+  Tensor operator[](std::string_view name) const;
+  // (name, view) for every tensor, in order.
+  std::vector<std::pair<std::string, Tensor>> named() const;
+
+  EmbeddingParams embedding() const;
+  BlockParams block(int layer) const;
+  FinalParams final_stage() const;
+  // Block `layer`'s 12 tensors as one contiguous 1-D view.
+  Tensor block_flat(int layer) const;
+
+  void zero() const;
+
+ private:
+  float* at(size_t spec_index) const;
+
+  GPTConfig config_;
+  Tensor flat_;
+  std::vector<ParamSpec> specs_;
+};
+
+// GPT-2's initialisation: weights N(0, 0.02), the two residual projections (attn.c_proj.weight,
+// mlp.c_proj.weight) N(0, 0.02 / sqrt(2 * n_layers)), biases 0, LayerNorm weights 1. Element i
+// of the flat buffer draws random_normal(seed, i), so every rank initialises identically and a
+// tensor-parallel shard takes the values of the full tensor's elements.
+void gpt_init(const ParameterSet& params, uint64_t seed);
+
+// ---------------------------------------------------------------------------------------------
+// Saved activations. Each stage's buffers are named by an enum; Buffers<Kind> holds one Tensor
+// view per enumerator. The full name of a buffer is its stage prefix ("embed.", "h.{i}.", none
+// for the final stage) and its suffix.
+
+enum class EmbeddingAct : int { Out, kCount };
+enum class BlockAct : int {
+  Ln1Out,      // (B, T, C)      ln_1.out
+  Ln1Mean,     // (B, T)         ln_1.mean
+  Ln1Rstd,     // (B, T)         ln_1.rstd
+  Qkv,         // (B, T, 3C)     attn.c_attn.out
+  AttSoftmax,  // (B, NH, T, T)  attn.softmax (before dropout)
+  AttY,        // (B, T, C)      attn.y: heads merged, the input of attn.c_proj
+  Resid1,      // (B, T, C)      resid_1: x + attention branch
+  Ln2Out,      // (B, T, C)      ln_2.out
+  Ln2Mean,     // (B, T)         ln_2.mean
+  Ln2Rstd,     // (B, T)         ln_2.rstd
+  FcOut,       // (B, T, 4C)     mlp.c_fc.out
+  GeluOut,     // (B, T, 4C)     mlp.gelu.out
+  Out,         // (B, T, C)      out: resid_1 + MLP branch; the next stage's input
+  kCount
+};
+enum class FinalAct : int {
+  LnfOut,   // (B, T, C)  ln_f.out
+  LnfMean,  // (B, T)     ln_f.mean
+  LnfRstd,  // (B, T)     ln_f.rstd
+  Probs,    // (B, T, V)  lm_head.probs: softmax of the logits
+  Losses,   // (B, T)     lm_head.losses: per-token cross-entropy
+  kCount
+};
+
+std::string_view act_suffix(EmbeddingAct k);
+std::string_view act_suffix(BlockAct k);
+std::string_view act_suffix(FinalAct k);
+Shape act_shape(const GPTConfig& c, EmbeddingAct k, int B, int T);
+Shape act_shape(const GPTConfig& c, BlockAct k, int B, int T);
+Shape act_shape(const GPTConfig& c, FinalAct k, int B, int T);
+
+template <typename Kind>
+inline constexpr int kNumActs = static_cast<int>(Kind::kCount);
+
+// One stage's saved buffers (views; copies share storage).
+template <typename Kind>
+struct Buffers {
+  std::array<Tensor, static_cast<size_t>(Kind::kCount)> buf;
+
+  Tensor& operator[](Kind k) { return buf[static_cast<size_t>(k)]; }
+  const Tensor& operator[](Kind k) const { return buf[static_cast<size_t>(k)]; }
+  float* ptr(Kind k) const { return buf[static_cast<size_t>(k)].template data_as<float>(); }
+};
+using EmbeddingActivations = Buffers<EmbeddingAct>;
+using BlockActivations = Buffers<BlockAct>;
+using FinalActivations = Buffers<FinalAct>;
+
+struct ActivationSpec {
+  std::string name;
+  Shape shape;
+  size_t bytes() const { return static_cast<size_t>(shape.numel()) * sizeof(float); }
+};
+
+// The buffers a block saves for its backward pass, in the order its forward writes them.
+std::vector<ActivationSpec> block_activation_specs(const GPTConfig& c, int layer, int B, int T);
+// Every saved buffer of the model: embedding, blocks, final.
+std::vector<ActivationSpec> gpt_activation_specs(const GPTConfig& c, int B, int T);
+
+// Allocates one stage's buffers from `alloc`.
+EmbeddingActivations allocate_embedding_activations(const GPTConfig& c, int B, int T,
+                                                    Allocator& alloc = host_allocator());
+BlockActivations allocate_block_activations(const GPTConfig& c, int B, int T,
+                                            Allocator& alloc = host_allocator());
+FinalActivations allocate_final_activations(const GPTConfig& c, int B, int T,
+                                            Allocator& alloc = host_allocator());
+
+// All of a model's saved buffers, resident, for one (B, T): the in-core case.
+class GPTActivations {
+ public:
+  GPTActivations(const GPTConfig& config, int B, int T, Allocator& alloc = host_allocator());
+
+  const GPTConfig& config() const { return config_; }
+  int batch() const { return B_; }
+  int seq() const { return T_; }
+  // The input of block `layer`: the embedding's output for block 0, else block layer-1's Out.
+  // The final stage's input is block_input(n_layers).
+  const float* block_input(int layer) const;
+  // (full name, view) of every buffer, in forward order.
+  std::vector<std::pair<std::string, Tensor>> named() const;
+
+  EmbeddingActivations embedding;
+  std::vector<BlockActivations> blocks;
+  FinalActivations head;
+
+ private:
+  GPTConfig config_;
+  int B_, T_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Scratch shared by every stage; nothing in it survives from one stage to the next except the
+// residual gradient that gpt_backward threads through the blocks.
+class Workspace {
+ public:
+  Workspace(const GPTConfig& config, int B, int T, Allocator& alloc = host_allocator());
+  static std::vector<ActivationSpec> specs(const GPTConfig& config, int B, int T);
+
+  float* btc(int i) const;   // (B, T, C), i in {0, 1}
+  float* bt3c() const;       // (B, T, 3C)
+  float* bt4c(int i) const;  // (B, T, 4C), i in {0, 1}
+  float* attention() const;  // attention_scratch_floats(T)
+  float* dlogits() const;    // (B, T, V)
+  float* dresidual() const;  // (B, T, C): d(loss)/d(residual stream) during gpt_backward
+  int batch() const { return B_; }
+  int seq() const { return T_; }
+
+ private:
+  std::vector<Tensor> bufs_;
+  int B_, T_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Randomness of one step. Dropout is applied when training and config.dropout > 0.
+struct StepRng {
+  uint64_t seed = 0;
+  uint64_t step = 0;
+  // Index of this batch's first sequence in the global batch (data parallelism, micro-batches):
+  // dropout masks are drawn by global index, so shards draw what one rank would.
+  int64_t sample_offset = 0;
+  bool training = true;
+};
+
+enum class DropoutSite : uint32_t { Embedding = 0, Attention = 1, AttnResidual = 2, MlpResidual = 3 };
+
+// The RNG key of one dropout site at one step: Philox of (step, layer + 1, site) under `seed`.
+// layer is -1 for the embedding.
+uint64_t dropout_key(uint64_t seed, uint64_t step, int layer, DropoutSite site);
+// The Dropout of a (B, T, C) site (embedding, residual): index offset sample_offset * T * C.
+Dropout site_dropout(const GPTConfig& c, const StepRng& rng, int layer, DropoutSite site, int T);
+// The AttentionDropout of block `layer` (all heads of the model).
+AttentionDropout attention_dropout(const GPTConfig& c, const StepRng& rng, int layer);
+
+// ---------------------------------------------------------------------------------------------
+// Stages. Each runs one part of the model on explicit buffers; gpt_forward and gpt_backward are
+// these in order. Gradients (dw, dx) are accumulated. B and T are the batch's; the Workspace must
+// be for the same (B, T).
+
+// embed.out (B, T, C) = dropout(wte[tokens] + wpe[t]); tokens (B, T) must be in [0, V).
+void embedding_forward(const GPTConfig& c, const EmbeddingParams& w, const EmbeddingActivations& a,
+                       const int32_t* tokens, int B, int T, const StepRng& rng);
+// dw += backward for dout (B, T, C), the gradient of embed.out.
+void embedding_backward(const GPTConfig& c, const EmbeddingParams& dw, const float* dout,
+                        const int32_t* tokens, Workspace& ws, int B, int T, const StepRng& rng);
+
+// Block `layer` on input x (B, T, C): writes every buffer of `a`, Out last.
+void block_forward(const GPTConfig& c, int layer, const BlockParams& w, const BlockActivations& a,
+                   const float* x, Workspace& ws, int B, int T, const StepRng& rng);
+// dres (B, T, C): on entry d(loss)/d(a.Out), on return d(loss)/d(x). dw += the block's
+// parameter gradients. Reads x and a's buffers; writes neither.
+void block_backward(const GPTConfig& c, int layer, const BlockParams& w, const BlockParams& dw,
+                    const BlockActivations& a, const float* x, float* dres, Workspace& ws, int B,
+                    int T, const StepRng& rng);
+
+// ln_f, the tied LM head and the loss on x (B, T, C). Returns the mean loss over the B * T
+// tokens, or NaN when targets is null (then only probabilities are computed).
+float final_forward(const GPTConfig& c, const FinalParams& w, const FinalActivations& a,
+                    const float* x, const int32_t* targets, int B, int T);
+// dw += and dx (B, T, C) += the gradients of dloss * (mean loss).
+void final_backward(const GPTConfig& c, const FinalParams& w, const FinalParams& dw,
+                    const FinalActivations& a, const float* x, const int32_t* targets, float dloss,
+                    float* dx, Workspace& ws, int B, int T);
+
+// ---------------------------------------------------------------------------------------------
+// The whole model.
+struct Batch {
+  const int32_t* tokens = nullptr;   // (B, T)
+  const int32_t* targets = nullptr;  // (B, T); may be null for forward without a loss
+  int B = 0;
+  int T = 0;
+};
+
+enum class Pass { Forward, Backward };
+enum class Stage { Embedding, Block, Final };
+// Passed to the hook before (after == false) and after each stage. layer is the block's index
+// (-1 for the embedding, n_layers for the final stage). The hook may rebind the buffers of the
+// stage about to run (GPTActivations' members): they are read after the "before" call.
+struct LayerEvent {
+  Pass pass;
+  Stage stage;
+  int layer;
+  bool after;
+};
+using LayerHook = std::function<void(const LayerEvent&)>;
+
+// Checks the batch (sizes, tokens and targets in [0, V)), runs every stage, returns the mean loss
+// (NaN without targets).
+float gpt_forward(const ParameterSet& params, GPTActivations& acts, Workspace& ws,
+                  const Batch& batch, const StepRng& rng, const LayerHook& hook = {});
+// grads += d(dloss * mean loss)/d(params), from the buffers gpt_forward saved. dloss scales the
+// loss, e.g. 1 / (number of micro-batches) under gradient accumulation.
+void gpt_backward(const ParameterSet& params, const ParameterSet& grads, GPTActivations& acts,
+                  Workspace& ws, const Batch& batch, const StepRng& rng, float dloss = 1.0f,
+                  const LayerHook& hook = {});
+
+}  // namespace tandem::nn

@@ -1,0 +1,138 @@
+// GPT-2's layers as pairs of free functions, x_forward / x_backward, over raw f32 pointers with
+// explicit sizes (llm.c's style), so that a tensor-parallel shard is only other sizes and pointers.
+//
+// Conventions every kernel here keeps:
+// - Row-major, contiguous, shapes in the comment beside each argument: (B, T, C) and so on.
+// - Every gradient output is ACCUMULATED: d<name> += ..., for parameters and inputs alike, so
+//   gradients add up across micro-batches and across the two uses of a tied or residual tensor.
+//   Callers zero what must start at zero.
+// - Outputs never alias inputs unless the comment says that they may.
+// - Linear weights are in GPT-2's Conv1D layout (in, out): out = inp @ weight + bias, so a
+//   checkpoint's c_attn.weight of shape (C, 3C) is used as is, without a transpose.
+// - Deterministic: the same call on the same inputs gives bitwise the same result, whatever the
+//   addresses of the buffers, so a recomputed forward equals the first one.
+// Naive reference kernels for each of these, templated on the scalar type, are in reference.h.
+#pragma once
+
+#include <cstdint>
+
+namespace tandem::nn {
+
+inline constexpr float kLayerNormEps = 1e-5f;
+
+// ---------------------------------------------------------------------------------------------
+// Dropout. The keep decision for an element is dropout_keep(key, index, p) from core/rng.h, where
+// `index` is the element's position in the full, unsharded tensor of the whole global batch; no
+// mask is stored, the backward pass (and a recomputed forward) draws the same one again. Kept
+// elements are multiplied by scale() = 1 / (1 - p) (a multiply, not a divide, so that every
+// implementation rounds alike).
+struct Dropout {
+  float p = 0.0f;            // probability of dropping; 0 makes dropout the identity
+  uint64_t key = 0;          // per step and site, see dropout_key in gpt.h
+  int64_t index_offset = 0;  // global index of this buffer's element 0 (sample offset * T * C)
+
+  bool active() const { return p > 0.0f; }
+  float scale() const { return 1.0f / (1.0f - p); }
+};
+
+// out (n) = inp (n) * mask * scale. out may equal inp.
+void dropout_forward(float* out, const float* inp, int64_t n, const Dropout& d);
+// dinp (n) += dout (n) * mask * scale.
+void dropout_backward(float* dinp, const float* dout, int64_t n, const Dropout& d);
+// mask (n) = keep ? scale : 0 for elements index_offset .. index_offset + n - 1 (bitwise the same
+// as calling dropout_keep per element; vectorised over Philox blocks).
+void dropout_mask(float* mask, int64_t n, const Dropout& d);
+
+// ---------------------------------------------------------------------------------------------
+// Encoder: token plus learned position embedding.
+// out (B, T, C) = wte[inp[b, t]] (V, C) + wpe[t] (maxT, C). Tokens must be in [0, V): the model
+// checks them once, the kernel does not.
+void encoder_forward(float* out, const int32_t* inp, const float* wte, const float* wpe, int B,
+                     int T, int C);
+// dwte (V, C) += scatter of dout by token; dwpe (maxT, C) += dout summed over the batch.
+void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* inp, int B, int T,
+                      int C);
+
+// ---------------------------------------------------------------------------------------------
+// LayerNorm over the last dimension, eps kLayerNormEps; mean and rstd are saved for backward.
+// out (N, C), mean (N), rstd (N) from inp (N, C), weight (C), bias (C).
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, int N, int C);
+// dinp (N, C), dweight (C), dbias (C) += ...
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                        const float* inp, const float* weight, const float* mean, const float* rstd,
+                        int N, int C);
+
+// ---------------------------------------------------------------------------------------------
+// Linear with optional bias, through BLAS. For Megatron-style tensor parallelism a
+// column-parallel shard is (IC, OC / tp) with its (OC / tp) bias; a row-parallel shard is
+// (IC / tp, OC) fed with the (N, IC / tp) input shard and called with bias == nullptr, the bias
+// being added once after the AllReduce.
+// out (N, OC) = inp (N, IC) @ weight (IC, OC) + bias (OC); bias may be null.
+void linear_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
+                    int IC, int OC);
+// dinp (N, IC) += dout @ weight^T; dweight (IC, OC) += inp^T @ dout; dbias (OC) += sum of dout
+// rows. dinp and dbias may be null (not wanted).
+void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                     const float* inp, const float* weight, int N, int IC, int OC);
+
+// ---------------------------------------------------------------------------------------------
+// Causal self-attention over NH heads of size HS (C_local = NH * HS), the input being the fused
+// QKV projection laid out as GPT-2's c_attn writes it: qkv[b, t] = [q (NH*HS) | k | v]. Under
+// tensor parallelism NH is the rank's own heads and qkv its column shard in the same layout.
+// Per head: att = softmax(q k^T / sqrt(HS), causal), att is saved, y = dropout(att) @ v.
+struct AttentionDropout {
+  float p = 0.0f;
+  uint64_t key = 0;
+  // Global position of this call's (b = 0, h = 0) among all samples and heads: element
+  // (b, h, i, j) draws index ((sample_offset + b) * n_heads_total + head_offset + h) * T * T +
+  // i * T + j, so a head shard and a batch shard draw the mask the whole model would.
+  int64_t sample_offset = 0;
+  int head_offset = 0;
+  int n_heads_total = 0;  // 0: NH (no head sharding)
+
+  bool active() const { return p > 0.0f; }
+};
+
+// Floats of scratch attention_forward and attention_backward need: 2 * T * T.
+int64_t attention_scratch_floats(int T);
+
+// out (B, T, NH*HS), att (B, NH, T, T) (softmax; zero above the diagonal), from qkv
+// (B, T, 3*NH*HS). scratch: attention_scratch_floats(T).
+void attention_forward(float* out, float* att, float* scratch, const float* qkv, int B, int T,
+                       int NH, int HS, const AttentionDropout& drop);
+// dqkv (B, T, 3*NH*HS) += ... from dout (B, T, NH*HS), qkv and the saved att.
+void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                        const float* att, int B, int T, int NH, int HS,
+                        const AttentionDropout& drop);
+
+// ---------------------------------------------------------------------------------------------
+// GELU, GPT-2's tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+// out (n) = gelu(inp (n)).
+void gelu_forward(float* out, const float* inp, int64_t n);
+// dinp (n) += gelu'(inp) * dout.
+void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n);
+
+// ---------------------------------------------------------------------------------------------
+// Residual add. out (n) = inp1 (n) + inp2 (n); out may equal inp1 or inp2.
+void residual_forward(float* out, const float* inp1, const float* inp2, int64_t n);
+// dinp1 (n) += dout; dinp2 (n) += dout.
+void residual_backward(float* dinp1, float* dinp2, const float* dout, int64_t n);
+
+// ---------------------------------------------------------------------------------------------
+// LM head tied to the token embedding: logits (N, V) = inp (N, C) @ wte^T, wte (V, C).
+void lm_head_forward(float* logits, const float* inp, const float* wte, int N, int C, int V);
+// dinp (N, C) += dlogits @ wte; dwte (V, C) += dlogits^T @ inp.
+void lm_head_backward(float* dinp, float* dwte, const float* dlogits, const float* inp,
+                      const float* wte, int N, int C, int V);
+
+// Softmax cross-entropy, fused: probs (N, V) = softmax(logits (N, V)) per row, losses (N) =
+// -log probs[target]. probs may equal logits (in place). targets may be null: probs only.
+void crossentropy_forward(float* losses, float* probs, const float* logits, const int32_t* targets,
+                          int N, int V);
+// dlogits (N, V) += (probs - onehot(target)) * dloss, dloss being d(total loss)/d(losses[n]),
+// 1 / N for a mean over N tokens.
+void crossentropy_backward(float* dlogits, const float* probs, const int32_t* targets, float dloss,
+                           int N, int V);
+
+}  // namespace tandem::nn

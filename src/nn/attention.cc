@@ -1,0 +1,143 @@
+// Causal multi-head self-attention over a fused QKV input: per-head GEMMs through BLAS, softmax
+// saved for the backward pass, attention dropout drawn from the counter-based RNG.
+#include <algorithm>
+#include <cmath>
+
+#include "tandem/core/blas.h"
+#include "tandem/nn/layers.h"
+#include "vec.h"
+
+namespace tandem::nn {
+namespace {
+
+// Query rows are processed in chunks of this many: a chunk's keys stop at its last row, so the
+// GEMMs skip most of the masked upper triangle (for T = 128, 62% of the full square's work)
+// while each call stays large enough for BLAS to run at speed.
+constexpr int kCausalRows = 32;
+
+// The global RNG index of element (b, h, 0, 0).
+int64_t head_index_base(const AttentionDropout& d, int b, int h, int NH, int T) {
+  const int64_t heads = d.n_heads_total > 0 ? d.n_heads_total : NH;
+  return ((d.sample_offset + b) * heads + d.head_offset + h) * static_cast<int64_t>(T) * T;
+}
+
+// row (n) <- softmax(row) in place, n >= 1.
+void softmax_row(float* __restrict row, int n) {
+  const float m = detail::lane_max(row, n);
+  for (int j = 0; j < n; ++j) row[j] = detail::exp_approx(row[j] - m);
+  const float inv = 1.0f / detail::lane_sum(row, n);
+  for (int j = 0; j < n; ++j) row[j] *= inv;
+}
+
+// pd (n) <- att (n) * dropout mask of row i, drawn at indices base + i * T + j.
+void dropped_row(float* __restrict pd, const float* __restrict att, int n, int i, int T,
+                 int64_t base, const AttentionDropout& drop) {
+  dropout_mask(pd, n, Dropout{drop.p, drop.key, base + static_cast<int64_t>(i) * T});
+  for (int j = 0; j < n; ++j) pd[j] *= att[j];
+}
+
+}  // namespace
+
+int64_t attention_scratch_floats(int T) { return 2 * static_cast<int64_t>(T) * T; }
+
+// out (B, T, NH*HS), att (B, NH, T, T) <- qkv (B, T, 3*NH*HS)
+void attention_forward(float* out, float* att, float* scratch, const float* qkv, int B, int T,
+                       int NH, int HS, const AttentionDropout& drop) {
+  const int C = NH * HS, C3 = 3 * C;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  float* pdrop = scratch;  // (T, T) the dropped probabilities of one head
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < NH; ++h) {
+      const float* q = qkv + static_cast<int64_t>(b) * T * C3 + h * HS;  // (T, HS), row stride 3C
+      const float* k = q + C;
+      const float* v = q + 2 * C;
+      float* a = att + (static_cast<int64_t>(b) * NH + h) * T * T;  // (T, T)
+      float* y = out + static_cast<int64_t>(b) * T * C + h * HS;     // (T, HS), row stride C
+      const int64_t base = drop.active() ? head_index_base(drop, b, h, NH, T) : 0;
+      for (int i0 = 0; i0 < T; i0 += kCausalRows) {
+        const int i1 = std::min(T, i0 + kCausalRows);
+        const int rows = i1 - i0;
+        // preatt[i0:i1, 0:i1] (rows, i1) = q[i0:i1] @ k[0:i1]^T * scale
+        blas::sgemm(false, true, rows, i1, HS, scale, q + static_cast<int64_t>(i0) * C3, C3, k, C3,
+                    0.0f, a + static_cast<int64_t>(i0) * T, T);
+        for (int i = i0; i < i1; ++i) {
+          float* row = a + static_cast<int64_t>(i) * T;
+          softmax_row(row, i + 1);
+          std::fill(row + i + 1, row + T, 0.0f);  // causal mask: the saved att is exactly zero
+          if (drop.active()) {
+            float* pd = pdrop + static_cast<int64_t>(i) * T;
+            dropped_row(pd, row, i + 1, i, T, base, drop);
+            std::fill(pd + i + 1, pd + i1, 0.0f);
+          }
+        }
+        const float* p = drop.active() ? pdrop : a;
+        // y[i0:i1] (rows, HS) = p[i0:i1, 0:i1] @ v[0:i1]
+        blas::sgemm(false, false, rows, HS, i1, 1.0f, p + static_cast<int64_t>(i0) * T, T, v, C3,
+                    0.0f, y + static_cast<int64_t>(i0) * C, C);
+      }
+    }
+}
+
+// dqkv (B, T, 3*NH*HS) += backward of attention_forward for dout (B, T, NH*HS)
+void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                        const float* att, int B, int T, int NH, int HS,
+                        const AttentionDropout& drop) {
+  const int C = NH * HS, C3 = 3 * C;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  float* datt = scratch;                                 // (T, T) d(att), then d(preatt)
+  float* pdrop = scratch + static_cast<int64_t>(T) * T;  // (T, T) the dropped probabilities
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < NH; ++h) {
+      const int64_t off = static_cast<int64_t>(b) * T * C3 + h * HS;
+      const float* q = qkv + off;
+      const float* k = q + C;
+      const float* v = q + 2 * C;
+      float* dq = dqkv + off;
+      float* dk = dq + C;
+      float* dv = dq + 2 * C;
+      const float* a = att + (static_cast<int64_t>(b) * NH + h) * T * T;
+      const float* dy = dout + static_cast<int64_t>(b) * T * C + h * HS;
+      const int64_t base = drop.active() ? head_index_base(drop, b, h, NH, T) : 0;
+      for (int i0 = 0; i0 < T; i0 += kCausalRows) {
+        const int i1 = std::min(T, i0 + kCausalRows);
+        const int rows = i1 - i0;
+        float* dc = datt + static_cast<int64_t>(i0) * T;
+        // d(dropped att)[i0:i1, 0:i1] = dy[i0:i1] @ v[0:i1]^T
+        blas::sgemm(false, true, rows, i1, HS, 1.0f, dy + static_cast<int64_t>(i0) * C, C, v, C3,
+                    0.0f, dc, T);
+        const float* p = a;
+        if (drop.active()) {
+          for (int i = i0; i < i1; ++i) {
+            float* pd = pdrop + static_cast<int64_t>(i) * T;
+            float* d = datt + static_cast<int64_t>(i) * T;
+            // The mask once, for both uses: d(att) = d(dropped) * mask; dropped = att * mask.
+            dropout_mask(pd, i + 1, Dropout{drop.p, drop.key, base + static_cast<int64_t>(i) * T});
+            for (int j = 0; j <= i; ++j) d[j] *= pd[j];
+            const float* ar = a + static_cast<int64_t>(i) * T;
+            for (int j = 0; j <= i; ++j) pd[j] *= ar[j];
+            std::fill(pd + i + 1, pd + i1, 0.0f);
+          }
+          p = pdrop;
+        }
+        // dv[0:i1] (i1, HS) += p[i0:i1, 0:i1]^T @ dy[i0:i1]
+        blas::sgemm(true, false, i1, HS, rows, 1.0f, p + static_cast<int64_t>(i0) * T, T,
+                    dy + static_cast<int64_t>(i0) * C, C, 1.0f, dv, C3);
+        // Softmax backward per row: dpre_j = att_j (datt_j - sum_k att_k datt_k), zero above i.
+        for (int i = i0; i < i1; ++i) {
+          const float* ar = a + static_cast<int64_t>(i) * T;
+          float* __restrict d = datt + static_cast<int64_t>(i) * T;
+          const float dot = detail::lane_dot(ar, d, i + 1);
+          for (int j = 0; j <= i; ++j) d[j] = ar[j] * (d[j] - dot);
+          std::fill(d + i + 1, d + i1, 0.0f);
+        }
+        // dq[i0:i1] += dpre[i0:i1, 0:i1] @ k[0:i1] * scale
+        blas::sgemm(false, false, rows, HS, i1, scale, dc, T, k, C3, 1.0f,
+                    dq + static_cast<int64_t>(i0) * C3, C3);
+        // dk[0:i1] += dpre[i0:i1, 0:i1]^T @ q[i0:i1] * scale
+        blas::sgemm(true, false, i1, HS, rows, scale, dc, T, q + static_cast<int64_t>(i0) * C3, C3,
+                    1.0f, dk, C3);
+      }
+    }
+}
+
+}  // namespace tandem::nn

@@ -1,0 +1,38 @@
+// GELU with GPT-2's tanh approximation, forward and backward, vectorised through tanh_approx.
+#include "vec.h"
+#include "tandem/nn/layers.h"
+
+namespace tandem::nn {
+namespace {
+constexpr float kSqrt2OverPi = 0.7978845608028654f;
+constexpr float kCubic = 0.044715f;
+}  // namespace
+
+// out (n) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+void gelu_forward(float* out, const float* inp, int64_t n) {
+  float* __restrict o = out;
+  const float* __restrict x = inp;
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    const float u = kSqrt2OverPi * (v + kCubic * v * v * v);
+    o[i] = 0.5f * v * (1.0f + detail::tanh_approx(u));
+  }
+}
+
+// dinp (n) += gelu'(inp) * dout
+void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) {
+  float* __restrict dx = dinp;
+  const float* __restrict x = inp;
+  const float* __restrict g = dout;
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    const float u = kSqrt2OverPi * (v + kCubic * v * v * v);
+    const float th = detail::tanh_approx(u);
+    const float sech2 = 1.0f - th * th;
+    const float local = 0.5f * (1.0f + th) +
+                        0.5f * v * sech2 * kSqrt2OverPi * (1.0f + 3.0f * kCubic * v * v);
+    dx[i] += local * g[i];
+  }
+}
+
+}  // namespace tandem::nn

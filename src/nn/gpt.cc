@@ -1,0 +1,463 @@
+// The GPT model's saved-activation buffers, workspace, stages and whole forward/backward passes.
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "tandem/core/error.h"
+#include "tandem/core/rng.h"
+#include "tandem/nn/gpt.h"
+
+namespace tandem::nn {
+namespace {
+
+void zero(float* p, int64_t n) { std::memset(p, 0, static_cast<size_t>(n) * sizeof(float)); }
+
+template <typename Kind>
+Buffers<Kind> allocate(const GPTConfig& c, int B, int T, Allocator& alloc) {
+  Buffers<Kind> a;
+  for (int i = 0; i < kNumActs<Kind>; ++i) {
+    const Kind k = static_cast<Kind>(i);
+    a[k] = Tensor::empty(DType::F32, act_shape(c, k, B, T), alloc);
+  }
+  return a;
+}
+
+template <typename Kind>
+void append_specs(std::vector<ActivationSpec>& out, const GPTConfig& c, const std::string& prefix,
+                  int B, int T) {
+  for (int i = 0; i < kNumActs<Kind>; ++i) {
+    const Kind k = static_cast<Kind>(i);
+    out.push_back({prefix + std::string(act_suffix(k)), act_shape(c, k, B, T)});
+  }
+}
+
+template <typename Kind>
+void append_named(std::vector<std::pair<std::string, Tensor>>& out, const Buffers<Kind>& a,
+                  const std::string& prefix) {
+  for (int i = 0; i < kNumActs<Kind>; ++i) {
+    const Kind k = static_cast<Kind>(i);
+    out.emplace_back(prefix + std::string(act_suffix(k)), a[k]);
+  }
+}
+
+std::string block_prefix(int layer) { return "h." + std::to_string(layer) + "."; }
+
+// Every buffer defined and shaped for (B, T): a mismatch is the caller binding the wrong buffer.
+template <typename Kind>
+void check_buffers(const GPTConfig& c, const Buffers<Kind>& a, const std::string& prefix, int B,
+                   int T) {
+  for (int i = 0; i < kNumActs<Kind>; ++i) {
+    const Kind k = static_cast<Kind>(i);
+    const Shape want = act_shape(c, k, B, T);
+    if (a[k].dtype() != DType::F32 || a[k].numel() != want.numel() ||
+        (a[k].data() == nullptr && want.numel() > 0))
+      user_error("activation buffer {}{} is {}{}; the stage needs f32{}", prefix, act_suffix(k),
+                 a[k].str(), a[k].data() == nullptr ? " (unbound)" : "", want.str());
+  }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Names and shapes.
+
+std::string_view act_suffix(EmbeddingAct) { return "out"; }
+
+std::string_view act_suffix(BlockAct k) {
+  switch (k) {
+    case BlockAct::Ln1Out: return "ln_1.out";
+    case BlockAct::Ln1Mean: return "ln_1.mean";
+    case BlockAct::Ln1Rstd: return "ln_1.rstd";
+    case BlockAct::Qkv: return "attn.c_attn.out";
+    case BlockAct::AttSoftmax: return "attn.softmax";
+    case BlockAct::AttY: return "attn.y";
+    case BlockAct::Resid1: return "resid_1";
+    case BlockAct::Ln2Out: return "ln_2.out";
+    case BlockAct::Ln2Mean: return "ln_2.mean";
+    case BlockAct::Ln2Rstd: return "ln_2.rstd";
+    case BlockAct::FcOut: return "mlp.c_fc.out";
+    case BlockAct::GeluOut: return "mlp.gelu.out";
+    case BlockAct::Out: return "out";
+    case BlockAct::kCount: break;
+  }
+  internal_error("bad BlockAct");
+}
+
+std::string_view act_suffix(FinalAct k) {
+  switch (k) {
+    case FinalAct::LnfOut: return "ln_f.out";
+    case FinalAct::LnfMean: return "ln_f.mean";
+    case FinalAct::LnfRstd: return "ln_f.rstd";
+    case FinalAct::Probs: return "lm_head.probs";
+    case FinalAct::Losses: return "lm_head.losses";
+    case FinalAct::kCount: break;
+  }
+  internal_error("bad FinalAct");
+}
+
+Shape act_shape(const GPTConfig& c, EmbeddingAct, int B, int T) { return {B, T, c.d_model}; }
+
+Shape act_shape(const GPTConfig& c, BlockAct k, int B, int T) {
+  const int64_t C = c.d_model;
+  switch (k) {
+    case BlockAct::Ln1Mean:
+    case BlockAct::Ln1Rstd:
+    case BlockAct::Ln2Mean:
+    case BlockAct::Ln2Rstd: return {B, T};
+    case BlockAct::Qkv: return {B, T, 3 * C};
+    case BlockAct::AttSoftmax: return {B, c.n_heads, T, T};
+    case BlockAct::FcOut:
+    case BlockAct::GeluOut: return {B, T, 4 * C};
+    case BlockAct::Ln1Out:
+    case BlockAct::AttY:
+    case BlockAct::Resid1:
+    case BlockAct::Ln2Out:
+    case BlockAct::Out: return {B, T, C};
+    case BlockAct::kCount: break;
+  }
+  internal_error("bad BlockAct");
+}
+
+Shape act_shape(const GPTConfig& c, FinalAct k, int B, int T) {
+  switch (k) {
+    case FinalAct::LnfOut: return {B, T, c.d_model};
+    case FinalAct::LnfMean:
+    case FinalAct::LnfRstd:
+    case FinalAct::Losses: return {B, T};
+    case FinalAct::Probs: return {B, T, c.vocab_size};
+    case FinalAct::kCount: break;
+  }
+  internal_error("bad FinalAct");
+}
+
+std::vector<ActivationSpec> block_activation_specs(const GPTConfig& c, int layer, int B, int T) {
+  std::vector<ActivationSpec> out;
+  append_specs<BlockAct>(out, c, block_prefix(layer), B, T);
+  return out;
+}
+
+std::vector<ActivationSpec> gpt_activation_specs(const GPTConfig& c, int B, int T) {
+  std::vector<ActivationSpec> out;
+  append_specs<EmbeddingAct>(out, c, "embed.", B, T);
+  for (int l = 0; l < c.n_layers; ++l) append_specs<BlockAct>(out, c, block_prefix(l), B, T);
+  append_specs<FinalAct>(out, c, "", B, T);
+  return out;
+}
+
+EmbeddingActivations allocate_embedding_activations(const GPTConfig& c, int B, int T,
+                                                    Allocator& alloc) {
+  return allocate<EmbeddingAct>(c, B, T, alloc);
+}
+BlockActivations allocate_block_activations(const GPTConfig& c, int B, int T, Allocator& alloc) {
+  return allocate<BlockAct>(c, B, T, alloc);
+}
+FinalActivations allocate_final_activations(const GPTConfig& c, int B, int T, Allocator& alloc) {
+  return allocate<FinalAct>(c, B, T, alloc);
+}
+
+GPTActivations::GPTActivations(const GPTConfig& config, int B, int T, Allocator& alloc)
+    : config_(config), B_(B), T_(T) {
+  config.validate();
+  if (B < 1 || T < 1 || T > config.max_positions)
+    user_error("GPT activations for batch {} x sequence {}: need batch >= 1 and 1 <= sequence <= "
+               "max_positions ({})",
+               B, T, config.max_positions);
+  embedding = allocate<EmbeddingAct>(config, B, T, alloc);
+  blocks.reserve(static_cast<size_t>(config.n_layers));
+  for (int l = 0; l < config.n_layers; ++l) blocks.push_back(allocate<BlockAct>(config, B, T, alloc));
+  head = allocate<FinalAct>(config, B, T, alloc);
+}
+
+const float* GPTActivations::block_input(int layer) const {
+  TANDEM_CHECK(layer >= 0 && layer <= config_.n_layers, "block_input({}) of {} layers", layer,
+               config_.n_layers);
+  return layer == 0 ? embedding.ptr(EmbeddingAct::Out)
+                    : blocks[static_cast<size_t>(layer - 1)].ptr(BlockAct::Out);
+}
+
+std::vector<std::pair<std::string, Tensor>> GPTActivations::named() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  append_named(out, embedding, "embed.");
+  for (int l = 0; l < config_.n_layers; ++l)
+    append_named(out, blocks[static_cast<size_t>(l)], block_prefix(l));
+  append_named(out, head, "");
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Workspace: btc0, btc1, bt3c, bt4c0, bt4c1, attention, dlogits, dresidual.
+
+std::vector<ActivationSpec> Workspace::specs(const GPTConfig& c, int B, int T) {
+  const int64_t C = c.d_model;
+  return {{"ws.btc0", {B, T, C}},     {"ws.btc1", {B, T, C}},
+          {"ws.bt3c", {B, T, 3 * C}}, {"ws.bt4c0", {B, T, 4 * C}},
+          {"ws.bt4c1", {B, T, 4 * C}}, {"ws.attention", {attention_scratch_floats(T)}},
+          {"ws.dlogits", {B, T, c.vocab_size}}, {"ws.dresidual", {B, T, C}}};
+}
+
+Workspace::Workspace(const GPTConfig& config, int B, int T, Allocator& alloc) : B_(B), T_(T) {
+  config.validate();
+  for (const ActivationSpec& s : specs(config, B, T))
+    bufs_.push_back(Tensor::empty(DType::F32, s.shape, alloc));
+}
+
+float* Workspace::btc(int i) const { return bufs_[static_cast<size_t>(i)].data_as<float>(); }
+float* Workspace::bt3c() const { return bufs_[2].data_as<float>(); }
+float* Workspace::bt4c(int i) const { return bufs_[3 + static_cast<size_t>(i)].data_as<float>(); }
+float* Workspace::attention() const { return bufs_[5].data_as<float>(); }
+float* Workspace::dlogits() const { return bufs_[6].data_as<float>(); }
+float* Workspace::dresidual() const { return bufs_[7].data_as<float>(); }
+
+// ---------------------------------------------------------------------------------------------
+// Dropout keys.
+
+uint64_t dropout_key(uint64_t seed, uint64_t step, int layer, DropoutSite site) {
+  // A tag in the last counter word keeps these keys apart from any other use of the seed.
+  constexpr uint32_t kDropoutTag = 0x44524f50u;  // "DROP"
+  const auto r = philox4x32(seed, {static_cast<uint32_t>(step), static_cast<uint32_t>(step >> 32),
+                                   static_cast<uint32_t>(layer + 1),
+                                   kDropoutTag ^ static_cast<uint32_t>(site)});
+  return static_cast<uint64_t>(r[0]) | (static_cast<uint64_t>(r[1]) << 32);
+}
+
+Dropout site_dropout(const GPTConfig& c, const StepRng& rng, int layer, DropoutSite site, int T) {
+  if (!rng.training || c.dropout <= 0.0f) return {};
+  return {c.dropout, dropout_key(rng.seed, rng.step, layer, site),
+          rng.sample_offset * static_cast<int64_t>(T) * c.d_model};
+}
+
+AttentionDropout attention_dropout(const GPTConfig& c, const StepRng& rng, int layer) {
+  if (!rng.training || c.dropout <= 0.0f) return {};
+  AttentionDropout d;
+  d.p = c.dropout;
+  d.key = dropout_key(rng.seed, rng.step, layer, DropoutSite::Attention);
+  d.sample_offset = rng.sample_offset;
+  d.head_offset = 0;
+  d.n_heads_total = c.n_heads;
+  return d;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Stages.
+
+void embedding_forward(const GPTConfig& c, const EmbeddingParams& w, const EmbeddingActivations& a,
+                       const int32_t* tokens, int B, int T, const StepRng& rng) {
+  check_buffers(c, a, "embed.", B, T);
+  float* out = a.ptr(EmbeddingAct::Out);  // (B, T, C)
+  encoder_forward(out, tokens, w.wte, w.wpe, B, T, c.d_model);
+  const Dropout drop = site_dropout(c, rng, -1, DropoutSite::Embedding, T);
+  if (drop.active()) dropout_forward(out, out, static_cast<int64_t>(B) * T * c.d_model, drop);
+}
+
+void embedding_backward(const GPTConfig& c, const EmbeddingParams& dw, const float* dout,
+                        const int32_t* tokens, Workspace& ws, int B, int T, const StepRng& rng) {
+  const int64_t n = static_cast<int64_t>(B) * T * c.d_model;
+  const Dropout drop = site_dropout(c, rng, -1, DropoutSite::Embedding, T);
+  const float* denc = dout;  // (B, T, C) d(wte[tokens] + wpe)
+  if (drop.active()) {
+    float* d = ws.btc(0);
+    zero(d, n);
+    dropout_backward(d, dout, n, drop);
+    denc = d;
+  }
+  encoder_backward(dw.wte, dw.wpe, denc, tokens, B, T, c.d_model);
+}
+
+void block_forward(const GPTConfig& c, int layer, const BlockParams& w, const BlockActivations& a,
+                   const float* x, Workspace& ws, int B, int T, const StepRng& rng) {
+  check_buffers(c, a, block_prefix(layer), B, T);
+  const int C = c.d_model, NH = c.n_heads, HS = c.head_size(), N = B * T;
+  const int64_t n = static_cast<int64_t>(N) * C;
+  float* proj = ws.btc(0);  // (B, T, C) a projection's output before dropout and residual
+  const AttentionDropout attn_drop = attention_dropout(c, rng, layer);
+  const Dropout attn_resid_drop = site_dropout(c, rng, layer, DropoutSite::AttnResidual, T);
+  const Dropout mlp_resid_drop = site_dropout(c, rng, layer, DropoutSite::MlpResidual, T);
+  using K = BlockAct;
+
+  // resid_1 = x + dropout(attn.c_proj(attention(attn.c_attn(ln_1(x)))))
+  layernorm_forward(a.ptr(K::Ln1Out), a.ptr(K::Ln1Mean), a.ptr(K::Ln1Rstd), x, w.ln_1_w, w.ln_1_b,
+                    N, C);                                                        // (B, T, C)
+  linear_forward(a.ptr(K::Qkv), a.ptr(K::Ln1Out), w.c_attn_w, w.c_attn_b, N, C, 3 * C);  // (B, T, 3C)
+  attention_forward(a.ptr(K::AttY), a.ptr(K::AttSoftmax), ws.attention(), a.ptr(K::Qkv), B, T, NH,
+                    HS, attn_drop);                                               // (B, T, C)
+  linear_forward(proj, a.ptr(K::AttY), w.attn_proj_w, w.attn_proj_b, N, C, C);   // (B, T, C)
+  if (attn_resid_drop.active()) dropout_forward(proj, proj, n, attn_resid_drop);
+  residual_forward(a.ptr(K::Resid1), x, proj, n);                                 // (B, T, C)
+
+  // out = resid_1 + dropout(mlp.c_proj(gelu(mlp.c_fc(ln_2(resid_1)))))
+  layernorm_forward(a.ptr(K::Ln2Out), a.ptr(K::Ln2Mean), a.ptr(K::Ln2Rstd), a.ptr(K::Resid1),
+                    w.ln_2_w, w.ln_2_b, N, C);                                    // (B, T, C)
+  linear_forward(a.ptr(K::FcOut), a.ptr(K::Ln2Out), w.c_fc_w, w.c_fc_b, N, C, 4 * C);  // (B, T, 4C)
+  gelu_forward(a.ptr(K::GeluOut), a.ptr(K::FcOut), 4 * n);                        // (B, T, 4C)
+  linear_forward(proj, a.ptr(K::GeluOut), w.mlp_proj_w, w.mlp_proj_b, N, 4 * C, C);  // (B, T, C)
+  if (mlp_resid_drop.active()) dropout_forward(proj, proj, n, mlp_resid_drop);
+  residual_forward(a.ptr(K::Out), a.ptr(K::Resid1), proj, n);                     // (B, T, C)
+}
+
+void block_backward(const GPTConfig& c, int layer, const BlockParams& w, const BlockParams& dw,
+                    const BlockActivations& a, const float* x, float* dres, Workspace& ws, int B,
+                    int T, const StepRng& rng) {
+  check_buffers(c, a, block_prefix(layer), B, T);
+  const int C = c.d_model, NH = c.n_heads, HS = c.head_size(), N = B * T;
+  const int64_t n = static_cast<int64_t>(N) * C;
+  float* dproj_buf = ws.btc(0);  // (B, T, C) d(projection output) when dropout is on
+  float* dc = ws.btc(1);         // (B, T, C) d(ln_*.out) or d(attn.y)
+  float* dqkv = ws.bt3c();       // (B, T, 3C)
+  float* dgelu = ws.bt4c(0);     // (B, T, 4C) d(mlp.gelu.out)
+  float* dfc = ws.bt4c(1);       // (B, T, 4C) d(mlp.c_fc.out)
+  const AttentionDropout attn_drop = attention_dropout(c, rng, layer);
+  const Dropout attn_resid_drop = site_dropout(c, rng, layer, DropoutSite::AttnResidual, T);
+  const Dropout mlp_resid_drop = site_dropout(c, rng, layer, DropoutSite::MlpResidual, T);
+  using K = BlockAct;
+
+  // The residual's identity path needs no kernel: dres, d(out) on entry, is already part of
+  // d(resid_1), and the ln_2 branch's input gradient is accumulated onto it in place (likewise
+  // ln_1 onto d(x)). What reaches each projection is dropout's backward of dres.
+  auto projection_grad = [&](const Dropout& drop) -> const float* {
+    if (!drop.active()) return dres;
+    zero(dproj_buf, n);
+    dropout_backward(dproj_buf, dres, n, drop);
+    return dproj_buf;
+  };
+
+  // MLP half: out = resid_1 + dropout(mlp.c_proj(gelu(mlp.c_fc(ln_2(resid_1)))))
+  const float* dmlp = projection_grad(mlp_resid_drop);  // (B, T, C)
+  zero(dgelu, 4 * n);
+  linear_backward(dgelu, dw.mlp_proj_w, dw.mlp_proj_b, dmlp, a.ptr(K::GeluOut), w.mlp_proj_w, N,
+                  4 * C, C);
+  zero(dfc, 4 * n);
+  gelu_backward(dfc, a.ptr(K::FcOut), dgelu, 4 * n);
+  zero(dc, n);
+  linear_backward(dc, dw.c_fc_w, dw.c_fc_b, dfc, a.ptr(K::Ln2Out), w.c_fc_w, N, C, 4 * C);
+  layernorm_backward(dres, dw.ln_2_w, dw.ln_2_b, dc, a.ptr(K::Resid1), w.ln_2_w, a.ptr(K::Ln2Mean),
+                     a.ptr(K::Ln2Rstd), N, C);  // dres is now d(resid_1)
+
+  // Attention half: resid_1 = x + dropout(attn.c_proj(attention(attn.c_attn(ln_1(x)))))
+  const float* dattn = projection_grad(attn_resid_drop);  // (B, T, C)
+  zero(dc, n);
+  linear_backward(dc, dw.attn_proj_w, dw.attn_proj_b, dattn, a.ptr(K::AttY), w.attn_proj_w, N, C,
+                  C);
+  zero(dqkv, 3 * n);
+  attention_backward(dqkv, ws.attention(), dc, a.ptr(K::Qkv), a.ptr(K::AttSoftmax), B, T, NH, HS,
+                     attn_drop);
+  zero(dc, n);
+  linear_backward(dc, dw.c_attn_w, dw.c_attn_b, dqkv, a.ptr(K::Ln1Out), w.c_attn_w, N, C, 3 * C);
+  layernorm_backward(dres, dw.ln_1_w, dw.ln_1_b, dc, x, w.ln_1_w, a.ptr(K::Ln1Mean),
+                     a.ptr(K::Ln1Rstd), N, C);  // dres is now d(x)
+}
+
+float final_forward(const GPTConfig& c, const FinalParams& w, const FinalActivations& a,
+                    const float* x, const int32_t* targets, int B, int T) {
+  check_buffers(c, a, "", B, T);
+  const int C = c.d_model, V = c.vocab_size, N = B * T;
+  using K = FinalAct;
+  layernorm_forward(a.ptr(K::LnfOut), a.ptr(K::LnfMean), a.ptr(K::LnfRstd), x, w.ln_f_w, w.ln_f_b,
+                    N, C);                                              // (B, T, C)
+  lm_head_forward(a.ptr(K::Probs), a.ptr(K::LnfOut), w.wte, N, C, V);  // (B, T, V) logits
+  crossentropy_forward(a.ptr(K::Losses), a.ptr(K::Probs), a.ptr(K::Probs), targets, N, V);
+  if (targets == nullptr) return std::numeric_limits<float>::quiet_NaN();
+  // The mean in double, in token order: deterministic and no drift over many tokens.
+  double sum = 0.0;
+  const float* losses = a.ptr(K::Losses);
+  for (int i = 0; i < N; ++i) sum += losses[i];
+  return static_cast<float>(sum / N);
+}
+
+void final_backward(const GPTConfig& c, const FinalParams& w, const FinalParams& dw,
+                    const FinalActivations& a, const float* x, const int32_t* targets, float dloss,
+                    float* dx, Workspace& ws, int B, int T) {
+  check_buffers(c, a, "", B, T);
+  const int C = c.d_model, V = c.vocab_size, N = B * T;
+  using K = FinalAct;
+  float* dlogits = ws.dlogits();  // (B, T, V)
+  float* dlnf = ws.btc(1);        // (B, T, C)
+  zero(dlogits, static_cast<int64_t>(N) * V);
+  crossentropy_backward(dlogits, a.ptr(K::Probs), targets, dloss / static_cast<float>(N), N, V);
+  zero(dlnf, static_cast<int64_t>(N) * C);
+  lm_head_backward(dlnf, dw.wte, dlogits, a.ptr(K::LnfOut), w.wte, N, C, V);
+  layernorm_backward(dx, dw.ln_f_w, dw.ln_f_b, dlnf, x, w.ln_f_w, a.ptr(K::LnfMean),
+                     a.ptr(K::LnfRstd), N, C);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The whole model.
+
+namespace {
+
+void check_batch(const ParameterSet& params, const GPTActivations& acts, const Workspace& ws,
+                 const Batch& batch, bool need_targets) {
+  const GPTConfig& c = params.config();
+  if (!(acts.config() == c))
+    user_error("GPT activations were allocated for another model configuration");
+  if (batch.tokens == nullptr) user_error("GPT batch has no tokens");
+  if (need_targets && batch.targets == nullptr)
+    user_error("GPT backward needs the batch's targets");
+  if (batch.B != acts.batch() || batch.T != acts.seq() || batch.B != ws.batch() ||
+      batch.T != ws.seq())
+    user_error("GPT batch is {} x {} but the activations are for {} x {} and the workspace for "
+               "{} x {}",
+               batch.B, batch.T, acts.batch(), acts.seq(), ws.batch(), ws.seq());
+  const int64_t n = static_cast<int64_t>(batch.B) * batch.T;
+  for (int64_t i = 0; i < n; ++i) {
+    if (batch.tokens[i] < 0 || batch.tokens[i] >= c.vocab_size)
+      user_error("GPT batch token {} at position {} is outside the vocabulary [0, {})",
+                 batch.tokens[i], i, c.vocab_size);
+    if (batch.targets != nullptr && (batch.targets[i] < 0 || batch.targets[i] >= c.vocab_size))
+      user_error("GPT batch target {} at position {} is outside the vocabulary [0, {})",
+                 batch.targets[i], i, c.vocab_size);
+  }
+}
+
+void call(const LayerHook& hook, Pass pass, Stage stage, int layer, bool after) {
+  if (hook) hook(LayerEvent{pass, stage, layer, after});
+}
+
+}  // namespace
+
+float gpt_forward(const ParameterSet& params, GPTActivations& acts, Workspace& ws,
+                  const Batch& batch, const StepRng& rng, const LayerHook& hook) {
+  check_batch(params, acts, ws, batch, false);
+  const GPTConfig& c = params.config();
+  const int B = batch.B, T = batch.T;
+  call(hook, Pass::Forward, Stage::Embedding, -1, false);
+  embedding_forward(c, params.embedding(), acts.embedding, batch.tokens, B, T, rng);
+  call(hook, Pass::Forward, Stage::Embedding, -1, true);
+  for (int l = 0; l < c.n_layers; ++l) {
+    call(hook, Pass::Forward, Stage::Block, l, false);
+    block_forward(c, l, params.block(l), acts.blocks[static_cast<size_t>(l)], acts.block_input(l),
+                  ws, B, T, rng);
+    call(hook, Pass::Forward, Stage::Block, l, true);
+  }
+  call(hook, Pass::Forward, Stage::Final, c.n_layers, false);
+  const float loss = final_forward(c, params.final_stage(), acts.head, acts.block_input(c.n_layers),
+                                   batch.targets, B, T);
+  call(hook, Pass::Forward, Stage::Final, c.n_layers, true);
+  return loss;
+}
+
+void gpt_backward(const ParameterSet& params, const ParameterSet& grads, GPTActivations& acts,
+                  Workspace& ws, const Batch& batch, const StepRng& rng, float dloss,
+                  const LayerHook& hook) {
+  check_batch(params, acts, ws, batch, true);
+  if (!(grads.config() == params.config()))
+    user_error("GPT gradients were allocated for another model configuration");
+  const GPTConfig& c = params.config();
+  const int B = batch.B, T = batch.T;
+  float* dres = ws.dresidual();  // (B, T, C) d(loss)/d(residual stream), walking backwards
+  zero(dres, static_cast<int64_t>(B) * T * c.d_model);
+  call(hook, Pass::Backward, Stage::Final, c.n_layers, false);
+  final_backward(c, params.final_stage(), grads.final_stage(), acts.head,
+                 acts.block_input(c.n_layers), batch.targets, dloss, dres, ws, B, T);
+  call(hook, Pass::Backward, Stage::Final, c.n_layers, true);
+  for (int l = c.n_layers - 1; l >= 0; --l) {
+    call(hook, Pass::Backward, Stage::Block, l, false);
+    block_backward(c, l, params.block(l), grads.block(l), acts.blocks[static_cast<size_t>(l)],
+                   acts.block_input(l), dres, ws, B, T, rng);
+    call(hook, Pass::Backward, Stage::Block, l, true);
+  }
+  call(hook, Pass::Backward, Stage::Embedding, -1, false);
+  embedding_backward(c, grads.embedding(), dres, batch.tokens, ws, B, T, rng);
+  call(hook, Pass::Backward, Stage::Embedding, -1, true);
+}
+
+}  // namespace tandem::nn

@@ -1,0 +1,156 @@
+// The GPT configuration's checks, the parameter layout with GPT-2's names, and initialisation.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "tandem/core/error.h"
+#include "tandem/core/rng.h"
+#include "tandem/nn/gpt.h"
+
+namespace tandem::nn {
+namespace {
+
+constexpr int kTensorsPerBlock = 12;
+constexpr int kEmbeddingTensors = 2;  // wte, wpe
+
+int64_t block_floats(const GPTConfig& c) {
+  const int64_t C = c.d_model;
+  return 2 * C + (C * 3 * C + 3 * C) + (C * C + C) + 2 * C + (C * 4 * C + 4 * C) + (4 * C * C + C);
+}
+
+bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+}  // namespace
+
+void GPTConfig::validate() const {
+  if (vocab_size < 1) user_error("GPT config: vocab_size is {}; it must be at least 1", vocab_size);
+  if (n_layers < 0) user_error("GPT config: n_layers is {}; it must be 0 or more", n_layers);
+  if (n_heads < 1) user_error("GPT config: n_heads is {}; it must be at least 1", n_heads);
+  if (d_model < 1) user_error("GPT config: d_model is {}; it must be at least 1", d_model);
+  if (d_model % n_heads != 0)
+    user_error("GPT config: d_model ({}) must be divisible by n_heads ({})", d_model, n_heads);
+  if (seq_len < 1) user_error("GPT config: seq_len is {}; it must be at least 1", seq_len);
+  if (max_positions < seq_len)
+    user_error("GPT config: max_positions ({}) must be at least seq_len ({})", max_positions,
+               seq_len);
+  if (!(dropout >= 0.0f && dropout < 1.0f))
+    user_error("GPT config: dropout is {}; it must be in [0, 1)", dropout);
+}
+
+std::vector<ParamSpec> gpt_parameter_specs(const GPTConfig& c) {
+  c.validate();
+  const int64_t C = c.d_model;
+  std::vector<ParamSpec> specs;
+  specs.reserve(kEmbeddingTensors + static_cast<size_t>(c.n_layers) * kTensorsPerBlock + 2);
+  int64_t offset = 0;
+  auto add = [&](std::string name, Shape shape) {
+    const int64_t n = shape.numel();
+    specs.push_back({std::move(name), std::move(shape), offset});
+    offset += n;
+  };
+  add("wte", {c.vocab_size, C});
+  add("wpe", {c.max_positions, C});
+  for (int i = 0; i < c.n_layers; ++i) {
+    const std::string h = "h." + std::to_string(i) + ".";
+    add(h + "ln_1.weight", {C});
+    add(h + "ln_1.bias", {C});
+    add(h + "attn.c_attn.weight", {C, 3 * C});
+    add(h + "attn.c_attn.bias", {3 * C});
+    add(h + "attn.c_proj.weight", {C, C});
+    add(h + "attn.c_proj.bias", {C});
+    add(h + "ln_2.weight", {C});
+    add(h + "ln_2.bias", {C});
+    add(h + "mlp.c_fc.weight", {C, 4 * C});
+    add(h + "mlp.c_fc.bias", {4 * C});
+    add(h + "mlp.c_proj.weight", {4 * C, C});
+    add(h + "mlp.c_proj.bias", {C});
+  }
+  add("ln_f.weight", {C});
+  add("ln_f.bias", {C});
+  return specs;
+}
+
+int64_t gpt_num_parameters(const GPTConfig& c) {
+  c.validate();
+  const int64_t C = c.d_model;
+  return static_cast<int64_t>(c.vocab_size) * C + static_cast<int64_t>(c.max_positions) * C +
+         c.n_layers * block_floats(c) + 2 * C;
+}
+
+ParameterSet::ParameterSet(const GPTConfig& config, Allocator& alloc)
+    : config_(config), specs_(gpt_parameter_specs(config)) {
+  flat_ = Tensor::zeros(DType::F32, Shape{gpt_num_parameters(config)}, alloc);
+  TANDEM_CHECK(specs_.back().offset + specs_.back().numel() == flat_.numel(),
+               "parameter layout covers {} of {} floats",
+               specs_.back().offset + specs_.back().numel(), flat_.numel());
+}
+
+float* ParameterSet::at(size_t spec_index) const {
+  return flat_.data_as<float>() + specs_[spec_index].offset;
+}
+
+Tensor ParameterSet::operator[](std::string_view name) const {
+  for (size_t i = 0; i < specs_.size(); ++i)
+    if (specs_[i].name == name) return Tensor::view_of(at(i), DType::F32, specs_[i].shape);
+  user_error("GPT has no parameter called '{}' (names are GPT-2's: wte, wpe, h.0.ln_1.weight, "
+             "h.0.attn.c_attn.weight, ..., ln_f.bias; this model has layers 0..{})",
+             name, config_.n_layers - 1);
+}
+
+std::vector<std::pair<std::string, Tensor>> ParameterSet::named() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  out.reserve(specs_.size());
+  for (size_t i = 0; i < specs_.size(); ++i)
+    out.emplace_back(specs_[i].name, Tensor::view_of(at(i), DType::F32, specs_[i].shape));
+  return out;
+}
+
+EmbeddingParams ParameterSet::embedding() const { return {at(0), at(1)}; }
+
+BlockParams ParameterSet::block(int layer) const {
+  if (layer < 0 || layer >= config_.n_layers)
+    user_error("GPT block {} does not exist: the model has layers 0..{}", layer,
+               config_.n_layers - 1);
+  const size_t s = kEmbeddingTensors + static_cast<size_t>(layer) * kTensorsPerBlock;
+  return {at(s + 0), at(s + 1), at(s + 2), at(s + 3),  at(s + 4),  at(s + 5),
+          at(s + 6), at(s + 7), at(s + 8), at(s + 9), at(s + 10), at(s + 11)};
+}
+
+FinalParams ParameterSet::final_stage() const {
+  const size_t s = specs_.size() - 2;
+  return {at(s), at(s + 1), at(0)};
+}
+
+Tensor ParameterSet::block_flat(int layer) const {
+  (void)block(layer);  // checks the index
+  const size_t s = kEmbeddingTensors + static_cast<size_t>(layer) * kTensorsPerBlock;
+  return flat_.flat_slice(specs_[s].offset, block_floats(config_));
+}
+
+void ParameterSet::zero() const {
+  if (flat_.nbytes() > 0) std::memset(flat_.data(), 0, flat_.nbytes());
+}
+
+void gpt_init(const ParameterSet& params, uint64_t seed) {
+  const GPTConfig& c = params.config();
+  const float std_base = 0.02f;
+  const float std_resid = 0.02f / std::sqrt(2.0f * static_cast<float>(std::max(c.n_layers, 1)));
+  float* flat = params.flat().data_as<float>();
+  for (const ParamSpec& s : params.specs()) {
+    float* p = flat + s.offset;
+    const bool layernorm = s.name.find("ln_") != std::string::npos;
+    if (layernorm || ends_with(s.name, ".bias")) {
+      const float v = layernorm && ends_with(s.name, ".weight") ? 1.0f : 0.0f;
+      for (int64_t i = 0; i < s.numel(); ++i) p[i] = v;
+      continue;
+    }
+    const bool residual_projection = ends_with(s.name, "c_proj.weight");
+    const float sd = residual_projection ? std_resid : std_base;
+    for (int64_t i = 0; i < s.numel(); ++i)
+      p[i] = sd * random_normal(seed, static_cast<uint64_t>(s.offset + i));
+  }
+}
+
+}  // namespace tandem::nn

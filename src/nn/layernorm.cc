@@ -1,0 +1,83 @@
+// LayerNorm forward and backward over the last dimension, saving mean and rstd.
+#include <cmath>
+
+#include "vec.h"
+#include "tandem/nn/layers.h"
+
+namespace tandem::nn {
+
+using detail::kLanes;
+
+// out (N, C), mean (N), rstd (N) = layernorm(inp (N, C)) * weight (C) + bias (C)
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, int N, int C) {
+  const float* __restrict w = weight;
+  const float* __restrict bi = bias;
+  for (int n = 0; n < N; ++n) {
+    const float* __restrict x = inp + static_cast<int64_t>(n) * C;
+    float* __restrict o = out + static_cast<int64_t>(n) * C;
+    const float m = detail::lane_sum(x, C) / static_cast<float>(C);
+    // Two passes (mean, then squared deviations): no cancellation for rows with a large mean.
+    float acc[kLanes] = {};
+    int i = 0;
+    for (; i + kLanes <= C; i += kLanes)
+      for (int k = 0; k < kLanes; ++k) {
+        const float dev = x[i + k] - m;
+        acc[k] += dev * dev;
+      }
+    float var = 0.0f;
+    for (int k = 0; k < kLanes; ++k) var += acc[k];
+    for (; i < C; ++i) var += (x[i] - m) * (x[i] - m);
+    const float s = 1.0f / std::sqrt(var / static_cast<float>(C) + kLayerNormEps);
+    for (int j = 0; j < C; ++j) o[j] = (x[j] - m) * s * w[j] + bi[j];
+    mean[n] = m;
+    rstd[n] = s;
+  }
+}
+
+// dinp (N, C), dweight (C), dbias (C) += backward of layernorm_forward for dout (N, C).
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                        const float* inp, const float* weight, const float* mean, const float* rstd,
+                        int N, int C) {
+  const float* __restrict w = weight;
+  float* __restrict dw = dweight;
+  float* __restrict db = dbias;
+  for (int n = 0; n < N; ++n) {
+    const float* __restrict x = inp + static_cast<int64_t>(n) * C;
+    const float* __restrict g = dout + static_cast<int64_t>(n) * C;
+    float* __restrict dx = dinp + static_cast<int64_t>(n) * C;
+    const float m = mean[n], s = rstd[n];
+    // The two row means the input gradient needs: mean(w * g) and mean(w * g * norm).
+    float acc_g[kLanes] = {}, acc_gn[kLanes] = {};
+    int i = 0;
+    for (; i + kLanes <= C; i += kLanes)
+      for (int k = 0; k < kLanes; ++k) {
+        const float norm = (x[i + k] - m) * s;
+        const float dnorm = w[i + k] * g[i + k];
+        acc_g[k] += dnorm;
+        acc_gn[k] += dnorm * norm;
+      }
+    float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
+    for (int k = 0; k < kLanes; ++k) {
+      dnorm_mean += acc_g[k];
+      dnorm_norm_mean += acc_gn[k];
+    }
+    for (; i < C; ++i) {
+      const float norm = (x[i] - m) * s;
+      const float dnorm = w[i] * g[i];
+      dnorm_mean += dnorm;
+      dnorm_norm_mean += dnorm * norm;
+    }
+    dnorm_mean /= static_cast<float>(C);
+    dnorm_norm_mean /= static_cast<float>(C);
+    for (int j = 0; j < C; ++j) {
+      const float norm = (x[j] - m) * s;
+      const float dnorm = w[j] * g[j];
+      db[j] += g[j];
+      dw[j] += norm * g[j];
+      dx[j] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+    }
+  }
+}
+
+}  // namespace tandem::nn

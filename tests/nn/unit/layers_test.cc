@@ -1,0 +1,426 @@
+// Every layer's forward and backward against its naive reference run in double, and the
+// reference's backward against central finite differences, on small odd sizes.
+//
+// The chain of checks for each layer:
+//   1. f32 forward  ~ double reference forward       (rtol 1e-5 of max|out|: f32 rounding over
+//      sums of at most a few dozen terms stays near 1e-6; the exp/tanh approximations add 2e-7)
+//   2. double reference backward ~ finite differences (rtol 1e-6: central differences in double
+//      with h = 1e-5 are accurate to about 1e-10 here)
+//   3. f32 backward ~ double reference backward      (rtol 2e-5 of max|grad|, as 1 with one more
+//      GEMM or reduction in the chain)
+//   4. calling the f32 backward twice doubles every gradient (gradients accumulate).
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "nn/nn_test_util.h"
+#include "tandem/nn/layers.h"
+#include "tandem/nn/reference.h"
+
+namespace tandem::nn {
+namespace {
+
+using namespace tandem::nn::testing;
+using Vecs = std::vector<std::vector<double>>;
+using Vecs32 = std::vector<std::vector<float>>;
+
+struct LayerCase {
+  std::string name;
+  Vecs inputs;
+  std::vector<bool> differentiable;
+  std::function<std::vector<double>(const Vecs&)> ref_forward;
+  std::function<std::vector<float>(const Vecs32&)> fast_forward;
+  // Backward into zeroed gradient buffers (one per input, empty when not differentiable).
+  std::function<Vecs(const Vecs&, const std::vector<double>&)> ref_backward;
+  // The same, the kernel called `repeats` times on the same buffers.
+  std::function<Vecs32(const Vecs32&, const std::vector<float>&, int repeats)> fast_backward;
+  double fwd_rtol = 1e-5;
+  double bwd_rtol = 2e-5;
+  size_t fd_points = 160;  // finite-difference checks per input
+};
+
+Vecs32 to_f32(const Vecs& v) {
+  Vecs32 out;
+  for (const auto& x : v) out.push_back(testing::to_f32(x));
+  return out;
+}
+
+void check_layer(const LayerCase& c) {
+  SCOPED_TRACE(c.name);
+  const Vecs32 in32 = to_f32(c.inputs);
+  const std::vector<double> out_ref = c.ref_forward(c.inputs);
+  EXPECT_TRUE(all_close(c.name + " forward", c.fast_forward(in32), out_ref, c.fwd_rtol));
+
+  const std::vector<double> g = uniform(out_ref.size(), 99);  // the cotangent d(loss)/d(out)
+  const Vecs dref = c.ref_backward(c.inputs, g);
+  const Vecs32 d32 = c.fast_backward(in32, testing::to_f32(g), 1);
+  const Vecs32 d32x2 = c.fast_backward(in32, testing::to_f32(g), 2);
+  ASSERT_EQ(dref.size(), c.inputs.size());
+  ASSERT_EQ(d32.size(), c.inputs.size());
+  for (size_t i = 0; i < c.inputs.size(); ++i) {
+    if (!c.differentiable[i]) continue;
+    const std::string what = c.name + " d(input " + std::to_string(i) + ")";
+    // The reference backward against finite differences of the reference forward.
+    const std::vector<size_t> idx = spread(c.inputs[i].size(), c.fd_points);
+    const auto loss = [&](const std::vector<double>& x) {
+      Vecs in = c.inputs;
+      in[i] = x;
+      return dot(c.ref_forward(in), g);
+    };
+    const std::vector<double> fd = finite_difference(loss, c.inputs[i], idx);
+    EXPECT_TRUE(all_close(what + " reference vs finite differences", pick(dref[i], idx), fd, 1e-6,
+                          1e-9));
+    // The optimised backward against the reference, every element.
+    EXPECT_TRUE(all_close(what + " f32 vs reference", d32[i], dref[i], c.bwd_rtol, 1e-7));
+    std::vector<double> twice(dref[i].size());
+    for (size_t k = 0; k < twice.size(); ++k) twice[k] = 2.0 * d32[i][k];
+    EXPECT_TRUE(all_close(what + " accumulates", d32x2[i], twice, 1e-6, 1e-9));
+  }
+}
+
+TEST(Layers, Encoder) {
+  const int B = 2, T = 5, C = 7, V = 11, P = 6;
+  const std::vector<int32_t> tok = {3, 0, 10, 3, 3, 7, 1, 10, 2, 5};  // repeats on purpose
+  LayerCase c;
+  c.name = "encoder";
+  c.inputs = {uniform(V * C, 1), uniform(P * C, 2)};
+  c.differentiable = {true, true};
+  c.ref_forward = [&](const Vecs& in) {
+    std::vector<double> out(B * T * C);
+    ref::encoder_forward(out.data(), tok.data(), in[0].data(), in[1].data(), B, T, C);
+    return out;
+  };
+  c.fast_forward = [&](const Vecs32& in) {
+    std::vector<float> out(B * T * C);
+    encoder_forward(out.data(), tok.data(), in[0].data(), in[1].data(), B, T, C);
+    return out;
+  };
+  c.ref_backward = [&](const Vecs& in, const std::vector<double>& g) {
+    Vecs d = {std::vector<double>(in[0].size()), std::vector<double>(in[1].size())};
+    ref::encoder_backward(d[0].data(), d[1].data(), g.data(), tok.data(), B, T, C);
+    return d;
+  };
+  c.fast_backward = [&](const Vecs32& in, const std::vector<float>& g, int repeats) {
+    Vecs32 d = {std::vector<float>(in[0].size()), std::vector<float>(in[1].size())};
+    for (int r = 0; r < repeats; ++r)
+      encoder_backward(d[0].data(), d[1].data(), g.data(), tok.data(), B, T, C);
+    return d;
+  };
+  check_layer(c);
+}
+
+// C = 37: two full lanes of 16 plus a tail, so both paths of the split reductions run.
+TEST(Layers, LayerNorm) {
+  const int N = 7, C = 37;
+  LayerCase c;
+  c.name = "layernorm";
+  std::vector<double> x = uniform(N * C, 3, -2.0, 2.0);
+  for (int i = 0; i < C; ++i) x[2 * C + i] += 50.0;  // a row with a large mean
+  c.inputs = {x, uniform(C, 4, 0.5, 1.5), uniform(C, 5)};
+  c.differentiable = {true, true, true};
+  c.ref_forward = [&](const Vecs& in) {
+    std::vector<double> out(N * C), mean(N), rstd(N);
+    ref::layernorm_forward(out.data(), mean.data(), rstd.data(), in[0].data(), in[1].data(),
+                           in[2].data(), N, C);
+    return out;
+  };
+  c.fast_forward = [&](const Vecs32& in) {
+    std::vector<float> out(N * C), mean(N), rstd(N);
+    layernorm_forward(out.data(), mean.data(), rstd.data(), in[0].data(), in[1].data(),
+                      in[2].data(), N, C);
+    return out;
+  };
+  c.ref_backward = [&](const Vecs& in, const std::vector<double>& g) {
+    std::vector<double> out(N * C), mean(N), rstd(N);
+    ref::layernorm_forward(out.data(), mean.data(), rstd.data(), in[0].data(), in[1].data(),
+                           in[2].data(), N, C);
+    Vecs d = {std::vector<double>(N * C), std::vector<double>(C), std::vector<double>(C)};
+    ref::layernorm_backward(d[0].data(), d[1].data(), d[2].data(), g.data(), in[0].data(),
+                            in[1].data(), mean.data(), rstd.data(), N, C);
+    return d;
+  };
+  c.fast_backward = [&](const Vecs32& in, const std::vector<float>& g, int repeats) {
+    std::vector<float> out(N * C), mean(N), rstd(N);
+    layernorm_forward(out.data(), mean.data(), rstd.data(), in[0].data(), in[1].data(),
+                      in[2].data(), N, C);
+    Vecs32 d = {std::vector<float>(N * C), std::vector<float>(C), std::vector<float>(C)};
+    for (int r = 0; r < repeats; ++r)
+      layernorm_backward(d[0].data(), d[1].data(), d[2].data(), g.data(), in[0].data(),
+                         in[1].data(), mean.data(), rstd.data(), N, C);
+    return d;
+  };
+  // The large-mean row loses about log2(50) bits to cancellation in f32 (x - mean).
+  c.fwd_rtol = 3e-5;
+  c.bwd_rtol = 5e-5;
+  check_layer(c);
+}
+
+void linear_case(bool with_bias) {
+  const int N = 5, IC = 7, OC = 11;
+  LayerCase c;
+  c.name = with_bias ? "linear" : "linear without bias";
+  c.inputs = {uniform(N * IC, 6), uniform(IC * OC, 7), uniform(OC, 8)};
+  c.differentiable = {true, true, with_bias};
+  c.ref_forward = [&](const Vecs& in) {
+    std::vector<double> out(N * OC);
+    ref::linear_forward(out.data(), in[0].data(), in[1].data(), with_bias ? in[2].data() : nullptr,
+                        N, IC, OC);
+    return out;
+  };
+  c.fast_forward = [&](const Vecs32& in) {
+    std::vector<float> out(N * OC);
+    linear_forward(out.data(), in[0].data(), in[1].data(), with_bias ? in[2].data() : nullptr, N,
+                   IC, OC);
+    return out;
+  };
+  c.ref_backward = [&](const Vecs& in, const std::vector<double>& g) {
+    Vecs d = {std::vector<double>(N * IC), std::vector<double>(IC * OC), std::vector<double>(OC)};
+    ref::linear_backward(d[0].data(), d[1].data(), with_bias ? d[2].data() : nullptr, g.data(),
+                         in[0].data(), in[1].data(), N, IC, OC);
+    return d;
+  };
+  c.fast_backward = [&](const Vecs32& in, const std::vector<float>& g, int repeats) {
+    Vecs32 d = {std::vector<float>(N * IC), std::vector<float>(IC * OC), std::vector<float>(OC)};
+    for (int r = 0; r < repeats; ++r)
+      linear_backward(d[0].data(), d[1].data(), with_bias ? d[2].data() : nullptr, g.data(),
+                      in[0].data(), in[1].data(), N, IC, OC);
+    return d;
+  };
+  check_layer(c);
+}
+
+TEST(Layers, Linear) { linear_case(true); }
+TEST(Layers, LinearWithoutBiasForRowParallel) { linear_case(false); }
+
+// T = 37 spans two of the kernel's 32-row causal chunks.
+void attention_case(float p) {
+  const int B = 2, T = 37, NH = 2, HS = 3, C = NH * HS;
+  AttentionDropout drop;
+  drop.p = p;
+  drop.key = 1234;
+  LayerCase c;
+  c.name = p > 0 ? "attention with dropout" : "attention";
+  c.inputs = {uniform(B * T * 3 * C, 9, -2.0, 2.0)};
+  c.differentiable = {true};
+  c.ref_forward = [&](const Vecs& in) {
+    std::vector<double> out(B * T * C), att(B * NH * T * T);
+    ref::attention_forward(out.data(), att.data(), in[0].data(), B, T, NH, HS, drop);
+    return out;
+  };
+  c.fast_forward = [&](const Vecs32& in) {
+    std::vector<float> out(B * T * C), att(B * NH * T * T), scratch(attention_scratch_floats(T));
+    attention_forward(out.data(), att.data(), scratch.data(), in[0].data(), B, T, NH, HS, drop);
+    return out;
+  };
+  c.ref_backward = [&](const Vecs& in, const std::vector<double>& g) {
+    std::vector<double> out(B * T * C), att(B * NH * T * T);
+    ref::attention_forward(out.data(), att.data(), in[0].data(), B, T, NH, HS, drop);
+    Vecs d = {std::vector<double>(in[0].size())};
+    ref::attention_backward(d[0].data(), g.data(), in[0].data(), att.data(), B, T, NH, HS, drop);
+    return d;
+  };
+  c.fast_backward = [&](const Vecs32& in, const std::vector<float>& g, int repeats) {
+    std::vector<float> out(B * T * C), att(B * NH * T * T), scratch(attention_scratch_floats(T));
+    attention_forward(out.data(), att.data(), scratch.data(), in[0].data(), B, T, NH, HS, drop);
+    Vecs32 d = {std::vector<float>(in[0].size())};
+    for (int r = 0; r < repeats; ++r)
+      attention_backward(d[0].data(), scratch.data(), g.data(), in[0].data(), att.data(), B, T,
+                         NH, HS, drop);
+    return d;
+  };
+  check_layer(c);
+}
+
+TEST(Layers, Attention) { attention_case(0.0f); }
+TEST(Layers, AttentionWithDropout) { attention_case(0.25f); }
+
+TEST(Layers, AttentionSavesCausalSoftmax) {
+  const int B = 1, T = 9, NH = 3, HS = 4, C = NH * HS;
+  const std::vector<float> qkv = testing::to_f32(uniform(B * T * 3 * C, 10, -3.0, 3.0));
+  std::vector<float> out(B * T * C), att(B * NH * T * T, -1.0f), scratch(attention_scratch_floats(T));
+  attention_forward(out.data(), att.data(), scratch.data(), qkv.data(), B, T, NH, HS, {});
+  for (int h = 0; h < NH; ++h)
+    for (int i = 0; i < T; ++i) {
+      double row = 0.0;
+      for (int j = 0; j < T; ++j) {
+        const float a = att[(h * T + i) * T + j];
+        if (j > i) EXPECT_EQ(a, 0.0f) << "head " << h << " row " << i << " col " << j;
+        else EXPECT_GT(a, 0.0f);
+        row += a;
+      }
+      EXPECT_NEAR(row, 1.0, 1e-6) << "head " << h << " row " << i;
+    }
+}
+
+TEST(Layers, Gelu) {
+  const int64_t n = 53;
+  LayerCase c;
+  c.name = "gelu";
+  c.inputs = {uniform(n, 11, -6.0, 6.0)};
+  c.differentiable = {true};
+  c.ref_forward = [&](const Vecs& in) {
+    std::vector<double> out(n);
+    ref::gelu_forward(out.data(), in[0].data(), n);
+    return out;
+  };
+  c.fast_forward = [&](const Vecs32& in) {
+    std::vector<float> out(n);
+    gelu_forward(out.data(), in[0].data(), n);
+    return out;
+  };
+  c.ref_backward = [&](const Vecs& in, const std::vector<double>& g) {
+    Vecs d = {std::vector<double>(n)};
+    ref::gelu_backward(d[0].data(), in[0].data(), g.data(), n);
+    return d;
+  };
+  c.fast_backward = [&](const Vecs32& in, const std::vector<float>& g, int repeats) {
+    Vecs32 d = {std::vector<float>(n)};
+    for (int r = 0; r < repeats; ++r) gelu_backward(d[0].data(), in[0].data(), g.data(), n);
+    return d;
+  };
+  check_layer(c);
+}
+
+TEST(Layers, Dropout) {
+  const int64_t n = 101;
+  const Dropout drop{0.3f, 777, 5};  // an offset that is not a multiple of 4 (Philox blocks)
+  LayerCase c;
+  c.name = "dropout";
+  c.inputs = {uniform(n, 12)};
+  c.differentiable = {true};
+  c.ref_forward = [&](const Vecs& in) {
+    std::vector<double> out(n);
+    ref::dropout_forward(out.data(), in[0].data(), n, drop);
+    return out;
+  };
+  c.fast_forward = [&](const Vecs32& in) {
+    std::vector<float> out(n);
+    dropout_forward(out.data(), in[0].data(), n, drop);
+    return out;
+  };
+  c.ref_backward = [&](const Vecs&, const std::vector<double>& g) {
+    Vecs d = {std::vector<double>(n)};
+    ref::dropout_backward(d[0].data(), g.data(), n, drop);
+    return d;
+  };
+  c.fast_backward = [&](const Vecs32&, const std::vector<float>& g, int repeats) {
+    Vecs32 d = {std::vector<float>(n)};
+    for (int r = 0; r < repeats; ++r) dropout_backward(d[0].data(), g.data(), n, drop);
+    return d;
+  };
+  check_layer(c);
+}
+
+TEST(Layers, Residual) {
+  const int64_t n = 29;
+  LayerCase c;
+  c.name = "residual";
+  c.inputs = {uniform(n, 13), uniform(n, 14)};
+  c.differentiable = {true, true};
+  c.ref_forward = [&](const Vecs& in) {
+    std::vector<double> out(n);
+    ref::residual_forward(out.data(), in[0].data(), in[1].data(), n);
+    return out;
+  };
+  c.fast_forward = [&](const Vecs32& in) {
+    std::vector<float> out(n);
+    residual_forward(out.data(), in[0].data(), in[1].data(), n);
+    return out;
+  };
+  c.ref_backward = [&](const Vecs&, const std::vector<double>& g) {
+    Vecs d = {std::vector<double>(n), std::vector<double>(n)};
+    ref::residual_backward(d[0].data(), d[1].data(), g.data(), n);
+    return d;
+  };
+  c.fast_backward = [&](const Vecs32&, const std::vector<float>& g, int repeats) {
+    Vecs32 d = {std::vector<float>(n), std::vector<float>(n)};
+    for (int r = 0; r < repeats; ++r) residual_backward(d[0].data(), d[1].data(), g.data(), n);
+    return d;
+  };
+  check_layer(c);
+}
+
+TEST(Layers, TiedLmHead) {
+  const int N = 6, C = 5, V = 13;
+  LayerCase c;
+  c.name = "lm_head";
+  c.inputs = {uniform(N * C, 15), uniform(V * C, 16)};
+  c.differentiable = {true, true};
+  c.ref_forward = [&](const Vecs& in) {
+    std::vector<double> out(N * V);
+    ref::lm_head_forward(out.data(), in[0].data(), in[1].data(), N, C, V);
+    return out;
+  };
+  c.fast_forward = [&](const Vecs32& in) {
+    std::vector<float> out(N * V);
+    lm_head_forward(out.data(), in[0].data(), in[1].data(), N, C, V);
+    return out;
+  };
+  c.ref_backward = [&](const Vecs& in, const std::vector<double>& g) {
+    Vecs d = {std::vector<double>(N * C), std::vector<double>(V * C)};
+    ref::lm_head_backward(d[0].data(), d[1].data(), g.data(), in[0].data(), in[1].data(), N, C, V);
+    return d;
+  };
+  c.fast_backward = [&](const Vecs32& in, const std::vector<float>& g, int repeats) {
+    Vecs32 d = {std::vector<float>(N * C), std::vector<float>(V * C)};
+    for (int r = 0; r < repeats; ++r)
+      lm_head_backward(d[0].data(), d[1].data(), g.data(), in[0].data(), in[1].data(), N, C, V);
+    return d;
+  };
+  check_layer(c);
+}
+
+// The loss is a weighted sum of per-token losses here, so the cotangent of every token is the
+// same scalar dloss, as crossentropy_backward takes it: the harness's random cotangent is
+// replaced by that constant.
+TEST(Layers, CrossEntropy) {
+  const int N = 7, V = 19;
+  const std::vector<int32_t> targets = {0, 18, 5, 5, 11, 2, 17};
+  const double dloss = 1.0 / N;
+  const Vecs inputs = {uniform(N * V, 17, -4.0, 4.0)};
+  const auto ref_losses = [&](const std::vector<double>& logits) {
+    std::vector<double> losses(N), probs(N * V);
+    ref::crossentropy_forward(losses.data(), probs.data(), logits.data(), targets.data(), N, V);
+    return losses;
+  };
+  // Forward: losses and probabilities (the fast kernel in place, as the model runs it).
+  std::vector<float> probs32 = testing::to_f32(inputs[0]);
+  std::vector<float> losses32(N);
+  crossentropy_forward(losses32.data(), probs32.data(), probs32.data(), targets.data(), N, V);
+  std::vector<double> probs(N * V), losses(N);
+  ref::crossentropy_forward(losses.data(), probs.data(), inputs[0].data(), targets.data(), N, V);
+  EXPECT_TRUE(all_close("crossentropy losses", losses32, losses, 1e-6));
+  EXPECT_TRUE(all_close("crossentropy probs", probs32, probs, 1e-6));
+  // Backward against finite differences of the mean loss.
+  std::vector<double> dref(N * V);
+  ref::crossentropy_backward(dref.data(), probs.data(), targets.data(), dloss, N, V);
+  const auto mean_loss = [&](const std::vector<double>& x) {
+    double s = 0.0;
+    for (double l : ref_losses(x)) s += l * dloss;
+    return s;
+  };
+  const std::vector<size_t> all = spread(N * V, N * V);
+  EXPECT_TRUE(all_close("crossentropy reference vs finite differences", dref,
+                        finite_difference(mean_loss, inputs[0], all), 1e-6, 1e-9));
+  std::vector<float> d32(N * V, 0.0f);
+  crossentropy_backward(d32.data(), probs32.data(), targets.data(), static_cast<float>(dloss), N,
+                        V);
+  EXPECT_TRUE(all_close("crossentropy f32 vs reference", d32, dref, 1e-5, 1e-8));
+}
+
+TEST(Layers, CrossEntropyWithoutTargetsGivesProbabilities) {
+  const int N = 3, V = 300;  // V above the lanes, odd
+  std::vector<float> logits = testing::to_f32(uniform(N * V, 18, -30.0, 30.0));
+  std::vector<float> probs(N * V);
+  crossentropy_forward(nullptr, probs.data(), logits.data(), nullptr, N, V);
+  for (int n = 0; n < N; ++n) {
+    double s = 0.0;
+    for (int v = 0; v < V; ++v) s += probs[n * V + v];
+    EXPECT_NEAR(s, 1.0, 1e-5);
+  }
+}
+
+}  // namespace
+}  // namespace tandem::nn
