@@ -3,7 +3,8 @@
 // once, against this interface (Gloo's split of algorithm from transport).
 //
 // Every collective goes through one entry point, `run(CollectiveDesc)`, which validates the call
-// (the same way for every backend) and dispatches to the backend's algorithm.
+// (the same way for every backend) and dispatches to the backend's algorithm. Point-to-point calls
+// likewise go through `isend`/`irecv`, which check the peer and tag before the backend sees them.
 //
 // Remainders: a buffer of n elements over p ranks is partitioned so that rank r owns
 // Partition::count(n, p, r) elements starting at Partition::offset(n, p, r); the first n % p
@@ -13,9 +14,26 @@
 // The fused-collective mechanism: reduce_scatter and all_reduce take a ChunkHook that runs on
 // each chunk of this rank's part once that chunk is fully reduced, before it is gathered. This is
 // how a fused optimizer step or a fused epilogue (bias, dropout, residual) runs inside the
-// collective, chunk by chunk, while the chunk is still in cache.
+// collective, chunk by chunk, while the chunk is still in cache. Each element of the part is seen
+// by exactly one hook call; chunks are at most chunk_bytes() long and arrive in ascending order.
+//
+// Rounding: f32 reduces in f32. bf16 and f16 are loaded as f32, combined in f32 and rounded back
+// (to nearest even) once per reduction step: the ring algorithm rounds after each of its p - 1
+// steps; the thread backend's direct algorithm combines all p inputs in f32 and rounds once.
+// max and min propagate NaN. The result is identical on every rank (each part is reduced once,
+// then copied), and identical from run to run for the same algorithm and rank count.
+//
+// Errors: misuse is a UserError whose message names the call, the rank and what was expected
+// ("reduce_scatter on rank 1 of 3: ..."). Mismatches between ranks (sizes, dtypes, ops, roots, or
+// different collectives) are detected where the backend can do it cheaply: always on the thread
+// backend, and on MPI unless TANDEM_COMM_VERIFY=0.
+//
+// Threads: one Communicator is used by one thread at a time (like an MPI communicator under
+// MPI_THREAD_SERIALIZED); different communicators, including those from split(), may be used
+// concurrently from different threads.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -26,8 +44,12 @@
 
 namespace tandem::comm {
 
+namespace detail {
+class Ring;
+}
+
 enum class ReduceOp : uint8_t { Sum, Prod, Max, Min };
-std::string_view reduce_op_name(ReduceOp op);
+std::string_view reduce_op_name(ReduceOp op);  // "sum", "prod", "max", "min"
 
 struct Partition {
   static int64_t count(int64_t n, int p, int r) { return n / p + (r < n % p ? 1 : 0); }
@@ -37,9 +59,12 @@ struct Partition {
 // Runs on a fully reduced chunk: `chunk` views elements [offset, offset + chunk.numel()) of the
 // whole (unpartitioned) buffer, so the hook can index companion tensors (weights, moments) by
 // the same offsets. It may modify `chunk` in place; what it leaves there is what is gathered.
+// A hook that throws aborts the collective (on the thread backend: the whole group).
 using ChunkHook = std::function<void(const Tensor& chunk, int64_t offset)>;
 
-// Completion handle of an asynchronous send or receive.
+// Completion handle of an asynchronous send or receive. Destroying an incomplete request: a send
+// still goes out (the thread backend keeps a copy of its bytes; on MPI the tensor must then stay
+// alive until the message is received), a receive is cancelled.
 class Request {
  public:
   class State {
@@ -60,30 +85,49 @@ class Request {
 };
 
 enum class CollectiveKind : uint8_t { AllReduce, ReduceScatter, AllGather, Broadcast };
-std::string_view collective_name(CollectiveKind kind);
+std::string_view collective_name(CollectiveKind kind);  // "all_reduce", "reduce_scatter", ...
+
+// Which algorithm runs a collective. Auto lets the backend choose (thread: Direct; mpi: Ring).
+// Ring is the chunk-pipelined ring over isend/irecv that every backend has; Direct is the thread
+// backend's shared-memory algorithm (every rank reads its peers' buffers); asking a backend
+// without shared memory for Direct is a UserError.
+enum class CollectiveAlgo : uint8_t { Auto, Ring, Direct };
+std::string_view collective_algo_name(CollectiveAlgo algo);  // "auto", "ring", "direct"
 
 // The descriptor every collective call is turned into before it is validated and dispatched.
 struct CollectiveDesc {
   CollectiveKind kind;
   ReduceOp op = ReduceOp::Sum;
-  Tensor send;     // AllReduce, Broadcast: the buffer (in place). ReduceScatter: the whole input.
+  Tensor send{};   // AllReduce, Broadcast: the buffer (in place). ReduceScatter: the whole input.
                    // AllGather: this rank's part.
-  Tensor recv;     // ReduceScatter: this rank's part. AllGather: the whole output.
+  Tensor recv{};   // ReduceScatter: this rank's part. AllGather: the whole output.
+                   // In place is allowed: recv (RS) or send (AG) may be exactly this rank's part
+                   // of the other buffer; any other overlap is an error.
   int root = 0;    // Broadcast
-  ChunkHook hook;  // AllReduce, ReduceScatter
+  ChunkHook hook{};  // AllReduce, ReduceScatter
+  CollectiveAlgo algo = CollectiveAlgo::Auto;
 };
+
+// Tags of point-to-point messages are in [0, kMaxUserTag]; tags above are tandem's own.
+inline constexpr int kMaxUserTag = 32766;
 
 class Communicator {
  public:
-  virtual ~Communicator() = default;
+  Communicator();
+  virtual ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
 
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual std::string_view backend() const = 0;  // "thread" or "mpi"
 
-  // Point to point. The tensor must stay alive and untouched until the request completes.
-  virtual Request isend(const Tensor& t, int peer, int tag) = 0;
-  virtual Request irecv(const Tensor& t, int peer, int tag) = 0;
+  // Point to point, by bytes (the receive buffer must have exactly the bytes sent). The tensor
+  // must stay alive and untouched until the request completes. Messages between one pair of
+  // ranks with one tag arrive in the order they were sent. A peer out of [0, size()) or a tag
+  // out of [0, kMaxUserTag] is a UserError. Sending to oneself is allowed.
+  Request isend(const Tensor& t, int peer, int tag);
+  Request irecv(const Tensor& t, int peer, int tag);
   void send(const Tensor& t, int peer, int tag) { isend(t, peer, tag).wait(); }
   void recv(const Tensor& t, int peer, int tag) { irecv(t, peer, tag).wait(); }
 
@@ -100,17 +144,33 @@ class Communicator {
   void run(const CollectiveDesc& desc);
 
   // Ranks with the same color form a new group, ordered by (key, old rank). Collective over
-  // this group.
+  // this group. A negative color leaves the caller out: it gets nullptr.
   virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
 
  protected:
-  // The backend's algorithm for a validated collective. The default runs the ring algorithms
-  // of comm/ring over isend/irecv; a backend overrides it with something faster.
+  // The backend's transport, called with a checked peer and tag (tags above kMaxUserTag come
+  // from tandem's own algorithms).
+  virtual Request post_send(const Tensor& t, int peer, int tag) = 0;
+  virtual Request post_recv(const Tensor& t, int peer, int tag) = 0;
+
+  // The backend's algorithm for a validated collective on a group of two or more ranks. The
+  // default runs the ring algorithms of comm/ring over post_send/post_recv; a backend overrides
+  // it with something faster.
   virtual void execute(const CollectiveDesc& desc);
+
+  // The ring algorithms, for a backend's execute() to fall back on.
+  void execute_ring(const CollectiveDesc& desc);
+
+ private:
+  friend class detail::Ring;
+  std::unique_ptr<detail::Ring> ring_;  // staging buffers, allocated on first use and kept
 };
 
-// The chunk size, in bytes, collective algorithms pipeline at (TANDEM_COMM_CHUNK_BYTES).
-// Tests shrink it so that the multi-chunk paths run on small inputs.
+// The chunk size, in bytes, collective algorithms pipeline at (TANDEM_COMM_CHUNK_BYTES, default
+// 256 KiB: a chunk of every input fits in L2 while it is reduced). Tests shrink it so that the
+// multi-chunk paths run on small inputs. set_chunk_bytes(0) returns to the default. A chunk is
+// never less than one element. Process-wide; set it only while no collective runs.
+inline constexpr size_t kDefaultChunkBytes = size_t{256} << 10;
 size_t chunk_bytes();
 void set_chunk_bytes(size_t bytes);
 

@@ -1,0 +1,70 @@
+// The MPI backend: ranks are MPI processes (OpenMPI, one machine or many). It moves bytes with
+// MPI_Isend/MPI_Irecv and runs every collective with tandem's ring algorithms (not MPI's own
+// collectives, which bench/collectives measures it against).
+//
+// Two ways in: mpi_world() initialises MPI itself when nobody has (and then finalises it at exit),
+// and mpi_wrap() uses a communicator the caller owns (tandem neither frees it nor finalises MPI).
+// Either way tandem works on a duplicate of the communicator, so its messages never match the
+// caller's, and errors come back as exceptions rather than aborting the job.
+//
+// Waiting polls MPI_Test and backs off to sched_yield and short sleeps, so ranks that outnumber
+// cores do not burn the cores their peers need. A rank that throws and exits ends the job:
+// mpirun stops the other ranks.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstddef>
+#include <memory>
+
+#include "tandem/comm/communicator.h"
+
+namespace tandem::comm {
+
+class MpiCommunicator final : public Communicator {
+ public:
+  // Works on a duplicate of `comm` (freed by the destructor; `comm` itself is left alone).
+  explicit MpiCommunicator(MPI_Comm comm);
+  ~MpiCommunicator() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string_view backend() const override { return "mpi"; }
+  void barrier() override;
+  std::unique_ptr<Communicator> split(int color, int key) override;
+
+  // The duplicate tandem communicates on.
+  MPI_Comm mpi_comm() const { return comm_; }
+
+ protected:
+  Request post_send(const Tensor& t, int peer, int tag) override;
+  Request post_recv(const Tensor& t, int peer, int tag) override;
+  void execute(const CollectiveDesc& desc) override;
+
+ private:
+  struct Adopt {};
+  MpiCommunicator(MPI_Comm owned, Adopt);  // takes ownership of `owned` without duplicating
+  void verify(const CollectiveDesc& desc);
+
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0;
+  int size_ = 1;
+};
+
+// MPI_COMM_WORLD, initialising MPI (MPI_THREAD_SERIALIZED) if it is not initialised yet; MPI is
+// then finalised at exit. A process launched without mpirun is a world of one rank.
+std::unique_ptr<Communicator> mpi_world();
+
+// The caller's communicator (duplicated; the caller keeps ownership and finalises MPI itself).
+// MPI must be initialised: calling this before MPI_Init is a UserError.
+std::unique_ptr<Communicator> mpi_wrap(MPI_Comm comm);
+
+// Whether this process was started by mpirun/mpiexec (OpenMPI, MPICH or a PMI launcher).
+bool launched_by_mpirun();
+
+// Messages larger than this many bytes are sent as several MPI messages (MPI counts are int).
+// Default: 1 GiB. Tests lower it so that the split path runs on small tensors.
+size_t mpi_max_message_bytes();
+void set_mpi_max_message_bytes(size_t bytes);
+
+}  // namespace tandem::comm

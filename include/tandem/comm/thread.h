@@ -1,0 +1,32 @@
+// The thread backend: ranks are threads of this process sharing memory, started by run_ranks().
+//
+// Collectives read peers' buffers directly (the Direct algorithm): for reduce_scatter and
+// all_reduce, rank r reduces its part by reading every peer's input, runs the hook chunk by chunk
+// while the chunk is in cache, and publishes it; peers copy each published chunk into their own
+// buffer (all_gather) soon after, often from the shared cache. Nothing is copied through queues.
+// Point-to-point is a rendezvous: whichever side arrives second copies the bytes straight from the
+// sender's tensor into the receiver's.
+//
+// Waiting ranks spin briefly, then yield and sleep on a futex, so four ranks on two cores do not
+// steal the cores from the ranks they wait for.
+//
+// Failure: a rank whose function throws (or whose hook throws inside a collective) aborts the
+// group; every rank waiting in a collective or on a request wakes and throws, and run_ranks
+// rethrows the first failure, its message naming the rank. A rank that returns while its peers
+// wait for it in a collective or a receive makes them fail too, instead of waiting forever.
+#pragma once
+
+#include <functional>
+
+#include "tandem/comm/communicator.h"
+
+namespace tandem::comm {
+
+// Runs fn(comm) on n threads, one per rank of a new group of n ranks, and returns when all have
+// returned. If any rank threw, rethrows the first failure: a tandem UserError or InternalError
+// whose message names the rank is rethrown as is; any other std::exception becomes an exception
+// of the same family (UserError, InternalError, else std::runtime_error) prefixed with
+// "rank R of N: ". n < 1 is a UserError.
+void run_ranks(int n, const std::function<void(Communicator&)>& fn);
+
+}  // namespace tandem::comm

@@ -1,0 +1,248 @@
+// The one entry point every collective and point-to-point call goes through: argument checks with
+// messages that name the call, the rank and what was expected; the one-rank case; dispatch to the
+// backend's algorithm; and the settings shared by every backend.
+#include "tandem/comm/communicator.h"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+
+#include "ring.h"
+#include "tandem/core/env.h"
+#include "tandem/core/error.h"
+
+namespace tandem::comm {
+
+std::string_view reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return "sum";
+    case ReduceOp::Prod: return "prod";
+    case ReduceOp::Max: return "max";
+    case ReduceOp::Min: return "min";
+  }
+  return "?";
+}
+
+std::string_view collective_name(CollectiveKind kind) {
+  switch (kind) {
+    case CollectiveKind::AllReduce: return "all_reduce";
+    case CollectiveKind::ReduceScatter: return "reduce_scatter";
+    case CollectiveKind::AllGather: return "all_gather";
+    case CollectiveKind::Broadcast: return "broadcast";
+  }
+  return "?";
+}
+
+std::string_view collective_algo_name(CollectiveAlgo algo) {
+  switch (algo) {
+    case CollectiveAlgo::Auto: return "auto";
+    case CollectiveAlgo::Ring: return "ring";
+    case CollectiveAlgo::Direct: return "direct";
+  }
+  return "?";
+}
+
+// ---- Settings --------------------------------------------------------------------------------
+
+namespace {
+
+std::atomic<size_t> g_chunk_override{0};
+
+size_t env_chunk_bytes() {
+  static const size_t bytes = [] {
+    const int64_t v = env_int("TANDEM_COMM_CHUNK_BYTES", static_cast<int64_t>(kDefaultChunkBytes));
+    if (v < 1)
+      user_error("TANDEM_COMM_CHUNK_BYTES={} is not a chunk size: expected a positive number of "
+                 "bytes (default {})",
+                 v, kDefaultChunkBytes);
+    return static_cast<size_t>(v);
+  }();
+  return bytes;
+}
+
+// TANDEM_COMM_DEBUG=1 prints every collective as it is dispatched.
+bool debug_enabled() {
+  static const bool on = env_int("TANDEM_COMM_DEBUG", 0) != 0;
+  return on;
+}
+
+}  // namespace
+
+size_t chunk_bytes() {
+  const size_t o = g_chunk_override.load(std::memory_order_relaxed);
+  return o != 0 ? o : env_chunk_bytes();
+}
+
+void set_chunk_bytes(size_t bytes) { g_chunk_override.store(bytes, std::memory_order_relaxed); }
+
+// ---- Validation ------------------------------------------------------------------------------
+
+namespace {
+
+bool overlaps(const Tensor& a, const Tensor& b) {
+  const auto* a0 = static_cast<const char*>(a.data());
+  const auto* b0 = static_cast<const char*>(b.data());
+  return a.nbytes() > 0 && b.nbytes() > 0 && a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes();
+}
+
+void validate(const CollectiveDesc& d, int r, int p, std::string_view backend) {
+  const std::string at = fmt::format("{} on rank {} of {}", collective_name(d.kind), r, p);
+  const bool reducing =
+      d.kind == CollectiveKind::AllReduce || d.kind == CollectiveKind::ReduceScatter;
+  const bool in_place = d.kind == CollectiveKind::AllReduce || d.kind == CollectiveKind::Broadcast;
+  const char* send_role = in_place ? "buffer" : "input";
+
+  if (!d.send.defined()) user_error("{}: the {} tensor is undefined", at, send_role);
+  if (in_place) {
+    if (d.recv.defined() && d.recv.data() != d.send.data())
+      user_error("{}: {} works in place: pass the buffer as `send` and leave `recv` empty", at,
+                 collective_name(d.kind));
+  } else {
+    if (!d.recv.defined()) user_error("{}: the output tensor is undefined", at);
+    if (d.send.dtype() != d.recv.dtype())
+      user_error("{}: the input is {} but the output is {}; both must have the same dtype", at,
+                 dtype_name(d.send.dtype()), dtype_name(d.recv.dtype()));
+  }
+  if (!reducing && d.hook)
+    user_error("{}: {} takes no chunk hook (only all_reduce and reduce_scatter run one)", at,
+               collective_name(d.kind));
+
+  if (d.kind == CollectiveKind::ReduceScatter) {
+    const int64_t n = d.send.numel();
+    const int64_t want = Partition::count(n, p, r), off = Partition::offset(n, p, r);
+    if (d.recv.numel() != want)
+      user_error("{}: the output has {} elements but this rank's part of the {}-element input is "
+                 "{} elements (elements [{}, {}))",
+                 at, d.recv.numel(), n, want, off, off + want);
+    const char* part = static_cast<const char*>(d.send.data()) + off * dtype_size(d.send.dtype());
+    if (overlaps(d.send, d.recv) && d.recv.data() != part)
+      user_error("{}: the output overlaps the input but is not this rank's part of it (elements "
+                 "[{}, {})); pass separate buffers, or exactly that part to reduce in place",
+                 at, off, off + want);
+  }
+  if (d.kind == CollectiveKind::AllGather) {
+    const int64_t n = d.recv.numel();
+    const int64_t want = Partition::count(n, p, r), off = Partition::offset(n, p, r);
+    if (d.send.numel() != want)
+      user_error("{}: the input has {} elements but this rank's part of the {}-element output is "
+                 "{} elements (elements [{}, {}))",
+                 at, d.send.numel(), n, want, off, off + want);
+    const char* part = static_cast<const char*>(d.recv.data()) + off * dtype_size(d.recv.dtype());
+    if (overlaps(d.send, d.recv) && d.send.data() != part)
+      user_error("{}: the input overlaps the output but is not this rank's part of it (elements "
+                 "[{}, {})); pass separate buffers, or exactly that part to gather in place",
+                 at, off, off + want);
+  }
+  if (d.kind == CollectiveKind::Broadcast && (d.root < 0 || d.root >= p))
+    user_error("{}: root {} is out of range; the group has ranks 0 to {}", at, d.root, p - 1);
+  if (d.algo == CollectiveAlgo::Direct && backend != "thread")
+    user_error("{}: the direct algorithm needs ranks that share memory (the thread backend); "
+               "this communicator's backend is {}",
+               at, backend);
+}
+
+// A group of one: nothing moves, but the output is still written and the hook still runs chunk
+// by chunk, exactly as it would on more ranks.
+void run_alone(const CollectiveDesc& d) {
+  const size_t esize = dtype_size(d.send.dtype());
+  const int64_t ce = std::max<int64_t>(1, static_cast<int64_t>(chunk_bytes() / esize));
+  auto run_hook = [&](const Tensor& t) {
+    if (!d.hook) return;
+    for (int64_t b = 0; b < t.numel(); b += ce) d.hook(t.flat_slice(b, std::min(ce, t.numel() - b)), b);
+  };
+  switch (d.kind) {
+    case CollectiveKind::AllReduce: run_hook(d.send); break;
+    case CollectiveKind::ReduceScatter:
+    case CollectiveKind::AllGather:
+      if (d.recv.data() != d.send.data() && d.send.nbytes() > 0)
+        std::memcpy(d.recv.data(), d.send.data(), d.send.nbytes());
+      if (d.kind == CollectiveKind::ReduceScatter) run_hook(d.recv);
+      break;
+    case CollectiveKind::Broadcast: break;
+  }
+}
+
+void check_p2p(const char* what, const Tensor& t, int peer, int tag, int r, int p) {
+  if (!t.defined()) user_error("{} on rank {} of {}: the tensor is undefined", what, r, p);
+  if (peer < 0 || peer >= p)
+    user_error("{} on rank {} of {}: peer {} is out of range; the group has ranks 0 to {}", what, r,
+               p, peer, p - 1);
+  if (tag < 0 || tag > kMaxUserTag)
+    user_error("{} on rank {} of {}: tag {} is out of range; tags are 0 to {}", what, r, p, tag,
+               kMaxUserTag);
+}
+
+}  // namespace
+
+// ---- Communicator ----------------------------------------------------------------------------
+
+Communicator::Communicator() = default;
+Communicator::~Communicator() = default;
+
+Request Communicator::isend(const Tensor& t, int peer, int tag) {
+  check_p2p("isend", t, peer, tag, rank(), size());
+  return post_send(t, peer, tag);
+}
+
+Request Communicator::irecv(const Tensor& t, int peer, int tag) {
+  check_p2p("irecv", t, peer, tag, rank(), size());
+  return post_recv(t, peer, tag);
+}
+
+void Communicator::all_reduce(const Tensor& buf, ReduceOp op, const ChunkHook& hook) {
+  CollectiveDesc d{CollectiveKind::AllReduce};
+  d.op = op;
+  d.send = buf;
+  d.hook = hook;
+  run(d);
+}
+
+void Communicator::reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp op,
+                                  const ChunkHook& hook) {
+  CollectiveDesc d{CollectiveKind::ReduceScatter};
+  d.op = op;
+  d.send = in;
+  d.recv = out;
+  d.hook = hook;
+  run(d);
+}
+
+void Communicator::all_gather(const Tensor& in, const Tensor& out) {
+  CollectiveDesc d{CollectiveKind::AllGather};
+  d.send = in;
+  d.recv = out;
+  run(d);
+}
+
+void Communicator::broadcast(const Tensor& buf, int root) {
+  CollectiveDesc d{CollectiveKind::Broadcast};
+  d.send = buf;
+  d.root = root;
+  run(d);
+}
+
+void Communicator::run(const CollectiveDesc& desc) {
+  validate(desc, rank(), size(), backend());
+  if (debug_enabled())
+    fmt::print(stderr, "tandem comm: {} rank {}/{} {} {} {} root={} algo={} chunk={}B hook={}\n",
+               backend(), rank(), size(), collective_name(desc.kind), reduce_op_name(desc.op),
+               desc.send.str(), desc.root, collective_algo_name(desc.algo), chunk_bytes(),
+               static_cast<bool>(desc.hook));
+  if (size() == 1) {
+    run_alone(desc);
+    return;
+  }
+  execute(desc);
+}
+
+void Communicator::execute(const CollectiveDesc& desc) { execute_ring(desc); }
+
+void Communicator::execute_ring(const CollectiveDesc& desc) {
+  if (ring_ == nullptr) ring_ = std::make_unique<detail::Ring>(*this);
+  ring_->run(desc);
+}
+
+}  // namespace tandem::comm

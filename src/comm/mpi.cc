@@ -1,0 +1,309 @@
+// The MPI backend: bytes over MPI_Isend/MPI_Irecv on a private duplicate of the communicator,
+// collectives by the ring algorithms, and waits that poll MPI_Test with a backoff.
+#include "tandem/comm/mpi.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <climits>
+#include <cstdlib>
+#include <thread>
+#include <vector>
+
+#include "checks.h"
+#include "tandem/core/env.h"
+#include "tandem/core/error.h"
+#include "wait.h"
+
+namespace tandem::comm {
+namespace {
+
+std::atomic<size_t> g_max_message{size_t{1} << 30};
+bool g_initialized_by_tandem = false;
+
+bool mpi_finalized() {
+  int f = 0;
+  MPI_Finalized(&f);
+  return f != 0;
+}
+
+std::string mpi_error_text(int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(code, text, &len);
+  return std::string(text, static_cast<size_t>(len));
+}
+
+void check_mpi(int rc, const std::string& where, const char* call) {
+  if (rc != MPI_SUCCESS) user_error("{}: {} failed: {}", where, call, mpi_error_text(rc));
+}
+
+// Ranks of this job on this machine, to know whether they outnumber its cores.
+int local_ranks() {
+  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "PMI_LOCAL_SIZE"}) {
+    const char* s = std::getenv(v);
+    if (s != nullptr && std::atoi(s) > 0) return std::atoi(s);
+  }
+  return 1;
+}
+
+// Polls `done` (which calls MPI_Test: MPI makes progress only inside MPI calls) until it returns
+// true. Polls hard at first; then yields; a long wait, or any wait when ranks outnumber cores,
+// ends in short sleeps, so a waiting rank leaves its core to the rank it waits for.
+template <typename Done>
+void backoff_wait(Done&& done) {
+  static const bool oversubscribed = [] {
+    const unsigned cores = std::thread::hardware_concurrency();
+    return cores != 0 && static_cast<unsigned>(local_ranks()) > cores;
+  }();
+  using clock = std::chrono::steady_clock;
+  const auto start = clock::now();
+  const auto sleep_after = oversubscribed ? std::chrono::microseconds(200)
+                                          : std::chrono::microseconds(5000);
+  for (int i = 0; !done(); ++i) {
+    if (i < 64) continue;
+    const auto waited = clock::now() - start;
+    if (waited < std::chrono::microseconds(20) && !oversubscribed) {
+      detail::cpu_relax();
+    } else if (waited < sleep_after) {
+      sched_yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+  }
+}
+
+// A message split into pieces of at most mpi_max_message_bytes() (MPI counts are int).
+std::vector<std::pair<char*, int>> pieces_of(void* data, size_t bytes) {
+  const size_t max = std::max<size_t>(1, std::min<size_t>(mpi_max_message_bytes(), INT_MAX));
+  std::vector<std::pair<char*, int>> out;
+  char* p = static_cast<char*>(data);
+  if (bytes == 0) out.emplace_back(p, 0);
+  for (size_t done = 0; done < bytes; done += max)
+    out.emplace_back(p + done, static_cast<int>(std::min(max, bytes - done)));
+  return out;
+}
+
+class MpiRequest final : public Request::State {
+ public:
+  MpiRequest(std::string where, bool is_recv, size_t bytes, std::string what)
+      : where_(std::move(where)), is_recv_(is_recv), bytes_(bytes), what_(std::move(what)) {}
+
+  ~MpiRequest() override {
+    if (done_ || mpi_finalized()) return;
+    // Abandoned: a receive can be cancelled; a send is left to complete on its own.
+    for (MPI_Request& r : reqs_) {
+      if (r == MPI_REQUEST_NULL) continue;
+      if (is_recv_) MPI_Cancel(&r);
+      MPI_Request_free(&r);
+    }
+  }
+
+  std::vector<MPI_Request>& requests() { return reqs_; }
+
+  bool test() override {
+    if (done_) return true;
+    int flag = 0;
+    statuses_.resize(reqs_.size());
+    const int rc = MPI_Testall(static_cast<int>(reqs_.size()), reqs_.data(), &flag,
+                               statuses_.data());
+    if (rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS)
+      user_error("{}: MPI_Testall failed: {}", where_, mpi_error_text(rc));
+    if (!flag && rc == MPI_SUCCESS) return false;
+    done_ = true;
+    size_t got = 0;
+    for (const MPI_Status& st : statuses_) {
+      if (rc == MPI_ERR_IN_STATUS && st.MPI_ERROR != MPI_SUCCESS) {
+        if (st.MPI_ERROR == MPI_ERR_TRUNCATE)
+          user_error("{}: the message is larger than the receive buffer {} ({} bytes); sizes "
+                     "must match exactly",
+                     where_, what_, bytes_);
+        user_error("{}: {}", where_, mpi_error_text(st.MPI_ERROR));
+      }
+      if (!is_recv_) continue;
+      int count = 0;
+      MPI_Get_count(&st, MPI_BYTE, &count);
+      got += static_cast<size_t>(count);
+    }
+    if (is_recv_ && got != bytes_)
+      user_error("{}: received {} bytes into {} ({} bytes); sizes must match exactly", where_, got,
+                 what_, bytes_);
+    return true;
+  }
+
+  void wait() override {
+    backoff_wait([&] { return test(); });
+  }
+
+ private:
+  std::string where_;
+  bool is_recv_;
+  size_t bytes_;
+  std::string what_;
+  bool done_ = false;
+  std::vector<MPI_Request> reqs_;
+  std::vector<MPI_Status> statuses_;
+};
+
+void finalize_at_exit() {
+  int init = 0;
+  MPI_Initialized(&init);
+  if (g_initialized_by_tandem && init && !mpi_finalized()) MPI_Finalize();
+}
+
+// TANDEM_COMM_VERIFY=0 turns off the cross-rank agreement check of every collective.
+bool env_verify() {
+  static const bool on = env_int("TANDEM_COMM_VERIFY", 1) != 0;
+  return on;
+}
+
+}  // namespace
+
+size_t mpi_max_message_bytes() { return g_max_message.load(std::memory_order_relaxed); }
+void set_mpi_max_message_bytes(size_t bytes) {
+  g_max_message.store(bytes == 0 ? size_t{1} << 30 : bytes, std::memory_order_relaxed);
+}
+
+bool launched_by_mpirun() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"})
+    if (std::getenv(v) != nullptr) return true;
+  return false;
+}
+
+MpiCommunicator::MpiCommunicator(MPI_Comm comm) {
+  int init = 0;
+  MPI_Initialized(&init);
+  if (!init || mpi_finalized())
+    user_error("MpiCommunicator: MPI is not initialised (or already finalised); call MPI_Init "
+               "first, or use tandem::comm::mpi_world() to let tandem do it");
+  if (comm == MPI_COMM_NULL) user_error("MpiCommunicator: the communicator is MPI_COMM_NULL");
+  check_mpi(MPI_Comm_dup(comm, &comm_), "MpiCommunicator", "MPI_Comm_dup");
+  MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(comm_, &rank_);
+  MPI_Comm_size(comm_, &size_);
+}
+
+MpiCommunicator::MpiCommunicator(MPI_Comm owned, Adopt) : comm_(owned) {
+  MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(comm_, &rank_);
+  MPI_Comm_size(comm_, &size_);
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  if (comm_ != MPI_COMM_NULL && !mpi_finalized()) MPI_Comm_free(&comm_);
+}
+
+void MpiCommunicator::barrier() {
+  const std::string where = fmt::format("barrier on rank {} of {}", rank_, size_);
+  MPI_Request req;
+  check_mpi(MPI_Ibarrier(comm_, &req), where, "MPI_Ibarrier");
+  backoff_wait([&] {
+    int flag = 0;
+    check_mpi(MPI_Test(&req, &flag, MPI_STATUS_IGNORE), where, "MPI_Test");
+    return flag != 0;
+  });
+}
+
+std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) {
+  MPI_Comm child = MPI_COMM_NULL;
+  check_mpi(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &child),
+            fmt::format("split on rank {} of {}", rank_, size_), "MPI_Comm_split");
+  if (child == MPI_COMM_NULL) return nullptr;
+  return std::unique_ptr<Communicator>(new MpiCommunicator(child, Adopt{}));
+}
+
+Request MpiCommunicator::post_send(const Tensor& t, int peer, int tag) {
+  std::string where = fmt::format("send on rank {} of {} to rank {} (tag {})", rank_, size_, peer,
+                                  tag);
+  auto st = std::make_shared<MpiRequest>(where, false, t.nbytes(), t.str());
+  for (auto [p, n] : pieces_of(t.data(), t.nbytes())) {
+    MPI_Request r;
+    check_mpi(MPI_Isend(p, n, MPI_BYTE, peer, tag, comm_, &r), where, "MPI_Isend");
+    st->requests().push_back(r);
+  }
+  return Request(std::move(st));
+}
+
+Request MpiCommunicator::post_recv(const Tensor& t, int peer, int tag) {
+  std::string where = fmt::format("recv on rank {} of {} from rank {} (tag {})", rank_, size_,
+                                  peer, tag);
+  auto st = std::make_shared<MpiRequest>(where, true, t.nbytes(), t.str());
+  for (auto [p, n] : pieces_of(t.data(), t.nbytes())) {
+    MPI_Request r;
+    check_mpi(MPI_Irecv(p, n, MPI_BYTE, peer, tag, comm_, &r), where, "MPI_Irecv");
+    st->requests().push_back(r);
+  }
+  return Request(std::move(st));
+}
+
+// Every rank shares what it is about to call (a few dozen bytes, one small all-gather), so that a
+// mismatch is a clear error on every rank instead of a hang or a garbled result.
+void MpiCommunicator::verify(const CollectiveDesc& desc) {
+  struct Wire {
+    int32_t kind, op, dtype, root, algo, pad;
+    int64_t n;
+  };
+  if (!env_verify()) return;
+  const detail::CallSignature mine = detail::signature_of(desc);
+  Wire w{static_cast<int32_t>(desc.kind), static_cast<int32_t>(desc.op),
+         static_cast<int32_t>(mine.dtype), desc.root, static_cast<int32_t>(desc.algo), 0, mine.n};
+  std::vector<Wire> all(static_cast<size_t>(size_));
+  const std::string where =
+      fmt::format("{} on rank {} of {}", collective_name(desc.kind), rank_, size_);
+  MPI_Request req;
+  check_mpi(MPI_Iallgather(&w, sizeof(Wire), MPI_BYTE, all.data(), sizeof(Wire), MPI_BYTE, comm_,
+                           &req),
+            where, "MPI_Iallgather");
+  backoff_wait([&] {
+    int flag = 0;
+    check_mpi(MPI_Test(&req, &flag, MPI_STATUS_IGNORE), where, "MPI_Test");
+    return flag != 0;
+  });
+  auto signature = [&](const Wire& x) {
+    detail::CallSignature s;
+    const auto kind = static_cast<CollectiveKind>(x.kind);
+    s.name = collective_name(kind);
+    s.dtype = static_cast<DType>(x.dtype);
+    s.n = x.n;
+    s.op = static_cast<ReduceOp>(x.op);
+    s.root = x.root;
+    s.algo = static_cast<CollectiveAlgo>(x.algo);
+    s.reducing = kind == CollectiveKind::AllReduce || kind == CollectiveKind::ReduceScatter;
+    s.rooted = kind == CollectiveKind::Broadcast;
+    return s;
+  };
+  const detail::CallSignature first = signature(all[0]);
+  for (int q = 1; q < size_; ++q) detail::check_same_call(where, first, q, signature(all[q]));
+}
+
+void MpiCommunicator::execute(const CollectiveDesc& desc) {
+  verify(desc);
+  execute_ring(desc);
+}
+
+std::unique_ptr<Communicator> mpi_world() {
+  if (mpi_finalized()) user_error("mpi_world: MPI has already been finalised");
+  int init = 0;
+  MPI_Initialized(&init);
+  if (!init) {
+    int provided = 0;
+    check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided), "mpi_world",
+              "MPI_Init_thread");
+    g_initialized_by_tandem = true;
+    std::atexit(finalize_at_exit);
+  }
+  return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD);
+}
+
+std::unique_ptr<Communicator> mpi_wrap(MPI_Comm comm) {
+  int init = 0;
+  MPI_Initialized(&init);
+  if (!init || mpi_finalized())
+    user_error("mpi_wrap: MPI is not initialised; call MPI_Init before handing tandem a "
+               "communicator, or use tandem::comm::mpi_world()");
+  return std::make_unique<MpiCommunicator>(comm);
+}
+
+}  // namespace tandem::comm

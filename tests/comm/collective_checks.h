@@ -1,0 +1,140 @@
+// One checked run of each collective, the same for every backend: each builds its inputs from the
+// rank and the element index, runs the collective, and returns "" or a labelled report of what
+// differs from the closed-form result. Thread suites call these on every rank of run_ranks; the
+// mpi suite calls them on every process.
+#pragma once
+
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "comm/testing.h"
+
+namespace tandem::comm::testing {
+
+inline std::string label_of(const Communicator& c, CollectiveAlgo algo, std::string_view what,
+                            DType t, int64_t n, std::string_view extra = "") {
+  return fmt::format("{} {} {} rank {} of {} {}[{}]{}", c.backend(), collective_algo_name(algo),
+                     what, c.rank(), c.size(), dtype_name(t), n, extra);
+}
+
+// The hook's calls must tile this rank's part exactly once, in ascending order, each call no
+// longer than a chunk.
+inline std::string check_coverage(const std::string& label,
+                                  const std::vector<std::pair<int64_t, int64_t>>& calls,
+                                  int64_t offset, int64_t count, DType t) {
+  const int64_t chunk = std::max<int64_t>(1, static_cast<int64_t>(chunk_bytes() / dtype_size(t)));
+  int64_t next = offset;
+  for (const auto& [off, len] : calls) {
+    if (off != next || len <= 0 || len > chunk)
+      return fmt::format("{}: hook saw [{}, {}) where [{}, ...) of at most {} elements was due\n",
+                         label, off, off + len, next, chunk);
+    next = off + len;
+  }
+  if (next != offset + count)
+    return fmt::format("{}: hook covered [{}, {}) but the part is [{}, {})\n", label, offset, next,
+                       offset, offset + count);
+  return "";
+}
+
+// A hook that checks each chunk it gets is fully reduced, records where it was called, and
+// halves the chunk (exact in every dtype), so the result shows the hook ran once per element.
+struct HalvingHook {
+  ReduceOp op;
+  int p;
+  std::string label;
+  std::string errors{};
+  std::vector<std::pair<int64_t, int64_t>> calls{};
+
+  ChunkHook fn() {
+    return [this](const Tensor& chunk, int64_t offset) {
+      calls.emplace_back(offset, chunk.numel());
+      if (errors.size() < 1000)  // the first few bad chunks tell the story
+        errors += check(label + " (as the hook saw it)", chunk, offset,
+                        [&](int64_t i) { return expected_value(op, p, i); });
+      for (int64_t k = 0; k < chunk.numel(); ++k) chunk.set(k, chunk.get(k) * 0.5f);
+    };
+  }
+};
+
+inline std::string all_reduce_case(Communicator& c, CollectiveAlgo algo, DType t, int64_t n,
+                                   ReduceOp op, bool with_hook) {
+  const int p = c.size(), r = c.rank();
+  const std::string label = label_of(c, algo, fmt::format("all_reduce {}", reduce_op_name(op)), t,
+                                     n, with_hook ? " with hook" : "");
+  Tensor buf = Tensor::empty(t, {n});
+  fill(buf, 0, [&](int64_t i) { return input_value(op, r, i); });
+  HalvingHook hook{op, p, label};
+  all_reduce(c, algo, buf, op, with_hook ? hook.fn() : ChunkHook{});
+  const double scale = with_hook ? 0.5 : 1.0;
+  std::string err = hook.errors;
+  err += check(label, buf, 0, [&](int64_t i) { return scale * expected_value(op, p, i); });
+  if (with_hook)
+    err += check_coverage(label, hook.calls, Partition::offset(n, p, r), Partition::count(n, p, r),
+                          t);
+  return err;
+}
+
+inline std::string reduce_scatter_case(Communicator& c, CollectiveAlgo algo, DType t, int64_t n,
+                                       ReduceOp op, bool with_hook, bool in_place) {
+  const int p = c.size(), r = c.rank();
+  const int64_t off = Partition::offset(n, p, r), count = Partition::count(n, p, r);
+  const std::string label =
+      label_of(c, algo, fmt::format("reduce_scatter {}", reduce_op_name(op)), t, n,
+               fmt::format("{}{}", with_hook ? " with hook" : "", in_place ? " in place" : ""));
+  Tensor in = Tensor::empty(t, {n});
+  fill(in, 0, [&](int64_t i) { return input_value(op, r, i); });
+  Tensor out = in_place ? in.flat_slice(off, count) : Tensor::empty(t, {count});
+  if (!in_place) out.fill(-99.0f);
+  HalvingHook hook{op, p, label};
+  reduce_scatter(c, algo, in, out, op, with_hook ? hook.fn() : ChunkHook{});
+  const double scale = with_hook ? 0.5 : 1.0;
+  std::string err = hook.errors;
+  err += check(label, out, off, [&](int64_t i) { return scale * expected_value(op, p, i); });
+  // The input is not touched (apart from this rank's part, when that is the output).
+  err += check(label + " input afterwards", in.flat_slice(0, off), 0,
+               [&](int64_t i) { return input_value(op, r, i); });
+  if (!in_place)
+    err += check(label + " input afterwards", in.flat_slice(off, count), off,
+                 [&](int64_t i) { return input_value(op, r, i); });
+  err += check(label + " input afterwards", in.flat_slice(off + count, n - off - count),
+               off + count, [&](int64_t i) { return input_value(op, r, i); });
+  if (with_hook) err += check_coverage(label, hook.calls, off, count, t);
+  return err;
+}
+
+// The rank whose part of an n-element buffer holds element i.
+inline int owner_of(int64_t n, int p, int64_t i) {
+  int q = 0;
+  while (i >= Partition::offset(n, p, q) + Partition::count(n, p, q)) ++q;
+  return q;
+}
+
+inline std::string all_gather_case(Communicator& c, CollectiveAlgo algo, DType t, int64_t n,
+                                   bool in_place) {
+  const int p = c.size(), r = c.rank();
+  const int64_t off = Partition::offset(n, p, r), count = Partition::count(n, p, r);
+  const std::string label = label_of(c, algo, "all_gather", t, n, in_place ? " in place" : "");
+  Tensor out = Tensor::empty(t, {n});
+  out.fill(-99.0f);
+  Tensor in = in_place ? out.flat_slice(off, count) : Tensor::empty(t, {count});
+  fill(in, off, [&](int64_t i) { return gather_value(r, i); });
+  all_gather(c, algo, in, out);
+  return check(label, out, 0, [&](int64_t i) { return gather_value(owner_of(n, p, i), i); });
+}
+
+inline std::string broadcast_case(Communicator& c, CollectiveAlgo algo, DType t, int64_t n,
+                                  int root) {
+  const std::string label = label_of(c, algo, fmt::format("broadcast from {}", root), t, n);
+  Tensor buf = Tensor::empty(t, {n});
+  if (c.rank() == root) {
+    fill(buf, 0, [&](int64_t i) { return gather_value(root, i); });
+  } else {
+    buf.fill(-99.0f);
+  }
+  broadcast(c, algo, buf, root);
+  return check(label, buf, 0, [&](int64_t i) { return gather_value(root, i); });
+}
+
+}  // namespace tandem::comm::testing
