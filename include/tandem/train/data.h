@@ -1,0 +1,108 @@
+// Training data: byte-level corpora (a text file, or a built-in synthetic corpus a small GPT
+// learns in a minute), split into training and validation parts, and a batch sampler that is a
+// pure function of (seed, step, row): resuming at step k draws exactly the batches an
+// uninterrupted run would, and every data-parallel rank draws its own rows of the same global
+// batch without talking to the others.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tandem::train {
+
+inline constexpr int kByteVocab = 256;
+inline constexpr double kDefaultValidationFraction = 0.1;
+
+// One part of a corpus: its tokens and the words errors use for it.
+struct TokenSplit {
+  std::string source;  // "data file 'notes.txt'", "the synthetic corpus"
+  std::string name;    // "training split (the first 90%)"
+  std::shared_ptr<const std::vector<uint8_t>> tokens;
+
+  size_t size() const { return tokens ? tokens->size() : 0; }
+};
+
+// A byte-level corpus (token = byte, vocabulary 256): the first (1 - f) of the bytes for
+// training, the last f for validation.
+struct Corpus {
+  std::string source;  // the file path, or "synthetic"
+  int vocab_size = kByteVocab;
+  uint64_t fingerprint = 0;  // FNV-1a of all bytes: a resumed run can tell the data changed
+  TokenSplit train;
+  TokenSplit validation;
+
+  std::string fingerprint_hex() const;  // 16 hex digits
+};
+
+// Reads a text file. Missing, unreadable or empty files are UserErrors naming the file;
+// `validation_fraction` must lie in [0, 1).
+Corpus load_text_corpus(const std::string& path,
+                        double validation_fraction = kDefaultValidationFraction);
+
+// Splits bytes already in memory; `source` names them ("synthetic", a path).
+Corpus make_corpus(std::string bytes, const std::string& source,
+                   double validation_fraction = kDefaultValidationFraction);
+
+inline constexpr uint64_t kSyntheticSeed = 20240601;
+inline constexpr size_t kSyntheticBytes = size_t{1} << 20;
+
+// `bytes` bytes of English-like text from a small grammar (subject-verb agreement, adjectives,
+// relative clauses, sums of small numbers), drawn from counter-based random numbers under
+// `seed`: the same arguments give the same text on every machine. Most of a byte's uncertainty
+// goes once a model knows the word it is in, so the loss of a small GPT falls well below the
+// unigram entropy within a few hundred steps.
+std::string synthetic_text(size_t bytes = kSyntheticBytes, uint64_t seed = kSyntheticSeed);
+Corpus synthetic_corpus(size_t bytes = kSyntheticBytes, uint64_t seed = kSyntheticSeed,
+                        double validation_fraction = kDefaultValidationFraction);
+
+// The entropy of the byte distribution, in nats: the loss of the best model that ignores
+// context, and so the level a model that has learnt anything beats.
+double unigram_entropy(const std::vector<uint8_t>& tokens);
+
+// Rows of token windows: inputs[r * seq_len + t] predicts targets[r * seq_len + t], which is the
+// byte after it in the corpus. Row-major (rows, seq_len).
+struct Batch {
+  int64_t rows = 0;
+  int64_t seq_len = 0;
+  std::vector<int32_t> inputs;
+  std::vector<int32_t> targets;
+};
+
+// Draws global batches of `batch` rows of `seq_len` tokens from a split. Row i of step s starts
+// at an offset drawn from Philox under (seed, s, i): independent of the batch size, of the rank
+// count and of every earlier draw.
+class BatchSampler {
+ public:
+  // A split shorter than seq_len + 1 tokens is a UserError naming the source and the split.
+  BatchSampler(TokenSplit split, int64_t batch, int64_t seq_len, uint64_t seed);
+
+  // Rows [row_begin, row_end) of the global batch of `step`.
+  Batch rows(int64_t step, int64_t row_begin, int64_t row_end) const;
+  // The whole global batch of `step`.
+  Batch global(int64_t step) const { return rows(step, 0, batch_); }
+  // Data-parallel rank `rank` of `ranks`: rows [rank * B / ranks, (rank + 1) * B / ranks). The
+  // global batch must divide evenly, so every rank's gradient weighs the same.
+  Batch rank_share(int64_t step, int rank, int ranks) const;
+  // Where row `row` of `step` starts in the split.
+  int64_t row_offset(int64_t step, int64_t row) const;
+
+  int64_t batch() const { return batch_; }
+  int64_t seq_len() const { return seq_len_; }
+  uint64_t seed() const { return seed_; }
+  const TokenSplit& split() const { return split_; }
+
+ private:
+  TokenSplit split_;
+  int64_t batch_, seq_len_;
+  uint64_t seed_;
+};
+
+// Consecutive, non-overlapping windows over a whole split, for evaluation (`tandem eval`): window
+// w holds tokens [w * seq_len, (w + 1) * seq_len] (its targets reach one token further).
+int64_t window_count(const TokenSplit& split, int64_t seq_len);
+Batch window_batch(const TokenSplit& split, int64_t seq_len, int64_t first_window, int64_t rows);
+
+}  // namespace tandem::train
