@@ -12,6 +12,13 @@
 // mpirun stops the other ranks.
 #pragma once
 
+// The C API only: OpenMPI's and MPICH's deprecated C++ bindings would need their own library.
+#ifndef OMPI_SKIP_MPICXX
+#define OMPI_SKIP_MPICXX 1
+#endif
+#ifndef MPICH_SKIP_MPICXX
+#define MPICH_SKIP_MPICXX 1
+#endif
 #include <mpi.h>
 
 #include <cstddef>

@@ -1,0 +1,220 @@
+// The MPI backend under real mpirun (-np 2 and 3): every collective through the ring over
+// MPI_Isend/MPI_Irecv on the world communicator and on a wrapped caller's communicator, split,
+// point-to-point (including messages split into pieces), and the errors a user reads.
+//
+// Every rank runs every test in the same order. Nothing here may leave a test early on one rank
+// only (no ASSERT_*): the others would wait for it in the next collective.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "comm/collective_checks.h"
+#include "tandem/comm/mpi.h"
+#include "tandem/core/error.h"
+
+namespace tandem::comm::testing {
+namespace {
+
+using ::testing::MatchesRegex;
+
+constexpr int64_t kLarge = (int64_t{1} << 20) + 3;
+
+int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+int world_size() {
+  int s = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &s);
+  return s;
+}
+
+// The message of the UserError fn throws, or "no error".
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+// Every collective, dtype, op and small size, with and without the hook, in place and not.
+std::string small_sizes(Communicator& c) {
+  ScopedChunkBytes chunk(64);
+  std::string err;
+  const CollectiveAlgo algo = CollectiveAlgo::Auto;
+  for (DType t : kAllDTypes) {
+    for (int64_t n : {0, 1, 7, 1000}) {
+      for (ReduceOp op : kAllOps) {
+        err += all_reduce_case(c, algo, t, n, op, false);
+        err += all_reduce_case(c, algo, t, n, op, true);
+        err += reduce_scatter_case(c, algo, t, n, op, false, false);
+        err += reduce_scatter_case(c, algo, t, n, op, true, true);
+      }
+      err += all_gather_case(c, algo, t, n, false);
+      err += all_gather_case(c, algo, t, n, true);
+      for (int root = 0; root < c.size(); ++root) err += broadcast_case(c, algo, t, n, root);
+    }
+  }
+  return err;
+}
+
+// 2^20 + 3 elements at the default chunk size.
+std::string large_size(Communicator& c) {
+  const CollectiveAlgo algo = CollectiveAlgo::Ring;
+  return all_reduce_case(c, algo, DType::F32, kLarge, ReduceOp::Sum, true) +
+         all_reduce_case(c, algo, DType::F32, kLarge, ReduceOp::Max, false) +
+         reduce_scatter_case(c, algo, DType::F32, kLarge, ReduceOp::Sum, false, false) +
+         all_gather_case(c, algo, DType::F32, kLarge, false) +
+         broadcast_case(c, algo, DType::F32, kLarge, c.size() - 1);
+}
+
+TEST(MpiWorld, IsMpiCommWorld) {
+  auto c = mpi_world();
+  EXPECT_EQ(c->rank(), world_rank());
+  EXPECT_EQ(c->size(), world_size());
+  EXPECT_EQ(c->backend(), "mpi");
+  EXPECT_TRUE(launched_by_mpirun());
+}
+
+TEST(MpiCollectives, SmallSizesOnTheWorld) {
+  auto c = mpi_world();
+  EXPECT_EQ(small_sizes(*c), "") << "rank " << c->rank();
+}
+
+TEST(MpiCollectives, LargeSizeOnTheWorld) {
+  auto c = mpi_world();
+  EXPECT_EQ(large_size(*c), "") << "rank " << c->rank();
+}
+
+// The caller hands tandem its communicator: tandem works on a duplicate and leaves the original,
+// and MPI itself, to the caller.
+TEST(MpiCollectives, OnACallersCommunicator) {
+  MPI_Comm mine;
+  MPI_Comm_dup(MPI_COMM_WORLD, &mine);
+  {
+    auto c = mpi_wrap(mine);
+    ScopedChunkBytes chunk(256);
+    std::string err;
+    for (ReduceOp op : kAllOps) err += all_reduce_case(*c, CollectiveAlgo::Auto, DType::BF16, 999, op, true);
+    err += reduce_scatter_case(*c, CollectiveAlgo::Ring, DType::F16, 1001, ReduceOp::Sum, true, false);
+    err += all_gather_case(*c, CollectiveAlgo::Ring, DType::F32, 1002, true);
+    EXPECT_EQ(err, "") << "rank " << c->rank();
+    auto w = mpi_wrap(MPI_COMM_WORLD);
+    EXPECT_EQ(w->size(), world_size());
+  }
+  // Still ours, still working, and ours to free.
+  int sum = 0, one = 1;
+  EXPECT_EQ(MPI_Allreduce(&one, &sum, 1, MPI_INT, MPI_SUM, mine), MPI_SUCCESS);
+  EXPECT_EQ(sum, world_size());
+  EXPECT_EQ(MPI_Comm_free(&mine), MPI_SUCCESS);
+  int finalized = 1;
+  MPI_Finalized(&finalized);
+  EXPECT_EQ(finalized, 0);
+}
+
+TEST(MpiSplit, ParityGroupsAndOptingOut) {
+  auto world = mpi_world();
+  const int r = world->rank(), p = world->size();
+  // The last rank opts out; the others split by parity, in reverse order of rank.
+  auto sub = world->split(r == p - 1 ? -1 : r % 2, -r);
+  if (r == p - 1) {
+    EXPECT_EQ(sub, nullptr);
+  } else if (sub != nullptr) {
+    int expected_size = 0, expected_rank = 0;
+    for (int q = 0; q < p - 1; ++q)
+      if (q % 2 == r % 2) {
+        ++expected_size;
+        if (q > r) ++expected_rank;
+      }
+    EXPECT_EQ(sub->size(), expected_size);
+    EXPECT_EQ(sub->rank(), expected_rank);
+    ScopedChunkBytes chunk(64);
+    EXPECT_EQ(all_reduce_case(*sub, CollectiveAlgo::Auto, DType::F32, 100, ReduceOp::Sum, true), "");
+    sub->barrier();
+  } else {
+    ADD_FAILURE() << "rank " << r << " got no group";
+  }
+  world->barrier();
+}
+
+// Point-to-point round the ring, with messages split into 100-byte pieces.
+TEST(MpiPointToPoint, RingWithSplitMessages) {
+  auto c = mpi_world();
+  const int p = c->size(), r = c->rank();
+  set_mpi_max_message_bytes(100);
+  Tensor out = Tensor::empty(DType::F32, {1000}), in = Tensor::empty(DType::F32, {1000});
+  fill(out, 0, [&](int64_t i) { return static_cast<float>(r * 10000 + i); });
+  Request rq = c->irecv(in, (r + p - 1) % p, 7);
+  Request sq = c->isend(out, (r + 1) % p, 7);
+  rq.wait();
+  sq.wait();
+  set_mpi_max_message_bytes(0);
+  const int left = (r + p - 1) % p;
+  EXPECT_EQ(check("ring message", in, 0, [&](int64_t i) { return left * 10000.0 + i; }), "");
+}
+
+TEST(MpiErrors, MessageSizeMismatch) {
+  auto c = mpi_world();
+  const int p = c->size();
+  if (c->rank() == 0) {
+    c->send(Tensor::zeros(DType::F32, {4}), 1, 3);
+    c->send(Tensor::zeros(DType::F32, {2}), 1, 4);
+  } else if (c->rank() == 1) {
+    EXPECT_EQ(error_of([&] { c->recv(Tensor::zeros(DType::F32, {2}), 0, 3); }),
+              fmt::format("recv on rank 1 of {} from rank 0 (tag 3): the message is larger than "
+                          "the receive buffer f32[2] (8 bytes); sizes must match exactly",
+                          p));
+    EXPECT_EQ(error_of([&] { c->recv(Tensor::zeros(DType::F32, {4}), 0, 4); }),
+              fmt::format("recv on rank 1 of {} from rank 0 (tag 4): received 8 bytes into f32[4] "
+                          "(16 bytes); sizes must match exactly",
+                          p));
+  }
+  c->barrier();
+}
+
+// Each rank shares what it is about to call before the ring starts: a mismatch is an error on
+// every rank, not a hang.
+TEST(MpiErrors, CrossRankMismatches) {
+  auto c = mpi_world();
+  const int r = c->rank(), p = c->size();
+  EXPECT_EQ(error_of([&] {
+              c->all_reduce(Tensor::zeros(DType::F32, {r == 0 ? 8 : 7}), ReduceOp::Sum);
+            }),
+            fmt::format("all_reduce on rank {} of {}: size mismatch across ranks: rank 0 passed 8 "
+                        "elements, rank 1 passed 7; every rank must pass the same size",
+                        r, p));
+  EXPECT_EQ(error_of([&] {
+              Tensor t = Tensor::zeros(DType::F32, {8});
+              c->broadcast(t, r == 1 ? 1 : 0);
+            }),
+            fmt::format("broadcast on rank {} of {}: root mismatch across ranks: rank 0 passed "
+                        "root 0, rank 1 passed root 1",
+                        r, p));
+  // The communicator is still usable afterwards.
+  EXPECT_EQ(all_reduce_case(*c, CollectiveAlgo::Auto, DType::F32, 10, ReduceOp::Min, false), "");
+}
+
+TEST(MpiErrors, BadArguments) {
+  auto c = mpi_world();
+  const int r = c->rank(), p = c->size();
+  EXPECT_EQ(error_of([&] { c->isend(Tensor::zeros(DType::F32, {1}), p, 0); }),
+            fmt::format("isend on rank {} of {}: peer {} is out of range; the group has ranks 0 to "
+                        "{}",
+                        r, p, p, p - 1));
+  EXPECT_EQ(error_of([&] {
+              all_reduce(*c, CollectiveAlgo::Direct, Tensor::zeros(DType::F32, {4}), ReduceOp::Sum);
+            }),
+            fmt::format("all_reduce on rank {} of {}: the direct algorithm needs ranks that share "
+                        "memory (the thread backend); this communicator's backend is mpi",
+                        r, p));
+  c->barrier();
+}
+
+}  // namespace
+}  // namespace tandem::comm::testing
