@@ -192,9 +192,10 @@ void Lowering::storage() {
         }
         const int ur = unit(r);
         safe &= ur == unit(w) || pos_[static_cast<size_t>(ur)] < pos_[static_cast<size_t>(unit(w))];
-        // Inside the writing unit, only element-wise reads (same element, read before written)
-        // and the reads of a hook that runs before the unit's gathers are safe.
-        if (ur == unit(w) && !(loop_stage(r) || detail::is_accumulator(p_.stage(r))) && ws.op != Op::AllGather)
+        // Inside the writing unit: an AllGather writes after the unit's hook has read everything;
+        // in a loop, a read of the same element earlier in evaluation order comes first.
+        if (ur == unit(w) && ws.op != Op::AllGather &&
+            !((loop_stage(r) || detail::is_accumulator(p_.stage(r))) && loop_stage(w) && r < w))
           safe = false;
       }
     }

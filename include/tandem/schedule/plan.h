@@ -19,10 +19,14 @@
 //   Operands are read at the element's position: a rank-0 operand is one value; an operand
 //   whose shape is a proper suffix of the loop's shape is broadcast (flat index modulo its
 //   element count); a Full operand of the loop's shape is read at the element's global index; a
-//   Slice operand at the element's index within this rank's part. An Update stage writes its
-//   value into its input's buffer (values[update].alias is that input). Norm and Reduce-over-all
-//   stages in `accumulates` fold each element's operand into one f32 accumulator, in element
-//   order (norm: acc += x * x), starting from the op's identity; a Finish step completes them.
+//   Slice operand at the element's index within this rank's part. A register holds the stage's
+//   value rounded to its dtype (as a stored value would be), so fusing never changes a result.
+//   Stores happen at the stage's place in evaluation order; an Update stage writes its value
+//   into its input's buffer (values[update].alias is that input). Norm and Reduce-over-all
+//   stages in `accumulates` fold each element's operand into one f32 accumulator at their place
+//   in evaluation order (stage id order among `stages`), elements in order (norm: acc += x * x),
+//   starting from the op's identity; a Finish step completes them. Inside a hook, the
+//   collective's own value at an element is read before anything is stored there.
 // - Domains. Full: every element of `shape`, flat index 0..numel. Slice: this rank's part along
 //   `dim` (ir.h's part_count/part_offset over the group's p ranks). Chunk: the loop is the
 //   per-chunk hook of the Collective that owns it; it runs on each fully reduced chunk of this

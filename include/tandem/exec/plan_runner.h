@@ -1,0 +1,85 @@
+// The plan runner: executes a lowered schedule (schedule::Plan) with interpreter semantics, on
+// any Communicator: plain loops for the plan's fused loops, the communicator's chunked
+// collectives with the fused computation inside their per-chunk hook, matmuls in row blocks
+// handed to the collective block by block where the plan overlaps them. It proves that every
+// schedule means what its program means (tests compare it with run_reference), and measures the
+// memory a schedule stores: every buffer comes from the Allocator it is given.
+//
+// Set up, then run: construction resolves the shapes, splits the group communicator, and
+// allocates every value the plan stores on this rank (full or this rank's slice, as Plan::values
+// says) and the scratch its collectives and matmuls need; run() allocates nothing of its own.
+// Values are computed exactly as the reference interpreter computes them: f32 arithmetic with the
+// formulas of dsl/elementwise.h, each stage's value rounded to its dtype (in registers too),
+// reductions accumulating in element order, reducing collectives working on f32 copies and
+// rounding once, matmuls through blas::sgemm on f32 copies. A schedule that keeps the order of
+// operations is therefore bitwise equal to the reference; one that changes the order of a
+// reduction (a norm summed per slice, a collective split into blocks) differs in rounding only.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "tandem/comm/communicator.h"
+#include "tandem/core/allocator.h"
+#include "tandem/core/tensor.h"
+#include "tandem/dsl/ir.h"
+#include "tandem/exec/reference.h"
+#include "tandem/schedule/plan.h"
+
+namespace tandem::exec {
+
+class PlanRunner {
+ public:
+  // Collective over `comm` (it splits off the group communicator when the program has groups).
+  // The plan must outlive the runner. A rank count that does not fit the program's groups, or an
+  // unbound symbol, is a UserError.
+  PlanRunner(const schedule::Plan& plan, comm::Communicator& comm, const dsl::SymbolMap& symbols,
+             Allocator& alloc = host_allocator());
+  ~PlanRunner();
+  PlanRunner(const PlanRunner&) = delete;
+  PlanRunner& operator=(const PlanRunner&) = delete;
+
+  // This rank's stored piece of input `name` (the whole tensor, or its slice when the plan stores
+  // it sliced): fill it before run(); an input updated in place holds its new value after.
+  Tensor input(std::string_view name) const;
+  // Copies a value into input `name`: this rank's stored piece as it is, or, when the plan stores a
+  // slice of an input the caller holds whole (as_slice), the whole tensor, of which it keeps its
+  // part.
+  void load(std::string_view name, const Tensor& value);
+  // Binds scalar `name` (a dropout seed: a non-negative integer).
+  void set_scalar(std::string_view name, double value);
+
+  // Runs the plan once; every rank of the communicator calls it together.
+  void run();
+
+  // This rank's piece of output `name` after run() (a view of the runner's storage).
+  Tensor output(std::string_view name) const;
+
+  // Where this rank's stored piece of value `name` sits in the whole: rows [offset, offset +
+  // count) of dim `dim` when sliced (dim -1 and the whole extent otherwise).
+  struct Piece {
+    int dim = -1;
+    int64_t offset = 0;
+    int64_t count = 0;
+  };
+  Piece piece(std::string_view name) const;
+
+  // Bytes this rank allocated to store value `name` (0 when it lives in another value's buffer),
+  // and for everything (values and scratch), as requested from the allocator.
+  size_t allocated_bytes(std::string_view name) const;
+  size_t allocated_bytes() const;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// One run with run_reference's conventions: `args.inputs` holds this rank's piece of each input
+// as the *program as written* lays it out (for an input the plan stores sliced, the whole
+// tensor); inputs updated in place are written back into those tensors (for a sliced one, only
+// this rank's part of it). Returns this rank's piece of every output of its group.
+TensorMap run_plan(const schedule::Plan& plan, comm::Communicator& comm, const RunArgs& args,
+                   Allocator& alloc = host_allocator());
+
+}  // namespace tandem::exec
