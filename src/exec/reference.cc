@@ -139,6 +139,13 @@ class Interpreter : public dsl::Visitor {
     check_bindings();
     global_ = p_.resolve_shapes(args_.symbols);
     values_.assign(p_.stages().size(), Tensor());
+    last_use_.assign(p_.stages().size(), -1);
+    keep_.assign(p_.stages().size(), 0);
+    for (const Stage& s : p_.stages()) {
+      for (int a : s.args) last_use_[static_cast<size_t>(a)] = s.id;
+      if (s.op == Op::Send) keep_[static_cast<size_t>(s.id)] = 1;
+    }
+    for (const dsl::Output& o : p_.outputs()) keep_[static_cast<size_t>(o.stage)] = 1;
     // Set up: every rank joins the split, then talks to its own group.
     if (place_.groups > 1) {
       group_owned_ = world_.split(place_.group, place_.index);
@@ -157,7 +164,12 @@ class Interpreter : public dsl::Visitor {
 
  protected:
   void visit_stage(const Program& p, const Stage& s) override {
-    if (mine(s)) Visitor::visit_stage(p, s);
+    if (!mine(s)) return;
+    Visitor::visit_stage(p, s);
+    // Drop each operand after its last reader, so that memory stays near the live set rather
+    // than the whole program (outputs and sent values are kept).
+    for (int a : s.args)
+      if (last_use_[static_cast<size_t>(a)] == s.id && !keep_[static_cast<size_t>(a)]) values_[static_cast<size_t>(a)] = {};
   }
 
   void visit_source(const Program&, const Stage& s) override {
@@ -469,6 +481,8 @@ class Interpreter : public dsl::Visitor {
   comm::Communicator* group_ = nullptr;
   std::vector<Shape> global_;
   std::vector<Tensor> values_;
+  std::vector<int> last_use_;  // the last stage reading each value, or -1
+  std::vector<char> keep_;     // values that must outlive their readers
   std::vector<comm::Request> sends_;
 };
 

@@ -151,6 +151,19 @@ TEST(ShapeErrors, Matmul) {
   EXPECT_THAT(error_of([&] { matmul(c, d); }), HasSubstr("batch dims differ"));
 }
 
+TEST(LayoutErrors, MatmulLayoutsWithoutARule) {
+  Program p("p");
+  const Expr l = p.input(F32, {4, 4}, Local, "l");
+  const Expr r = p.input(F32, {4, 4}, Replicated, "r");
+  const Expr s0 = p.input(F32, {4, 4}, Sliced(0), "s0");
+  EXPECT_THAT(error_of([&] { matmul(l, r); }),
+              AllOf(HasSubstr("operand layouts Local x Replicated (l: f32[4, 4] Local; r: f32[4, 4] Replicated) have no "
+                              "matmul rule"),
+                    HasSubstr("a sliced contraction dim"), HasSubstr("-> Partial")));
+  // Rows of A sliced and the contraction dim of B sliced: each rank would need all of B's rows.
+  EXPECT_THAT(error_of([&] { matmul(s0, s0); }), HasSubstr("operand layouts Sliced(0) x Sliced(0)"));
+}
+
 TEST(ShapeErrors, ReduceDim) {
   Program p("p");
   const Expr a = p.input(F32, {2, 3}, Replicated, "a");
@@ -303,6 +316,14 @@ TEST(BuildErrors, UndefinedExpr) {
   EXPECT_THAT(error_of([&] { nothing + 1.0; }), HasSubstr("add: an operand is an undefined Expr"));
 }
 
+TEST(BuildErrors, UndefinedExprNamedOrOutput) {
+  Program p("p");
+  Expr nothing;
+  EXPECT_THAT(error_of([&] { nothing.named("x"); }), HasSubstr("cannot name an undefined Expr 'x'"));
+  EXPECT_THAT(error_of([&] { nothing.type(); }), HasSubstr("use of an undefined Expr"));
+  EXPECT_THAT(error_of([&] { p.output(nothing, "y"); }), HasSubstr("program 'p': output 'y' is an undefined Expr"));
+}
+
 TEST(BuildErrors, Names) {
   Program p("p");
   const Expr x = p.input(F32, {4}, Replicated, "x");
@@ -368,6 +389,16 @@ TEST(ProgramErrors, OutOfOrder) {
   stages[static_cast<size_t>(y.id())].args[0] = z.id();  // y uses z, which comes later, without a cycle
   EXPECT_THAT(error_of([&] { Program::assemble("order", 1, stages, p.outputs()); }),
               HasSubstr("stage y uses z, which comes after it; stages must be in dependency order"));
+}
+
+TEST(ProgramErrors, OperandThatDoesNotExist) {
+  Program p("p");
+  const Expr x = p.input(F32, {4}, Replicated, "x");
+  p.output((x + 1).named("y"), "y");
+  std::vector<Stage> stages = p.stages();
+  stages.back().args[0] = 42;
+  EXPECT_THAT(error_of([&] { Program::assemble("p", 1, stages, p.outputs()); }),
+              HasSubstr("stage y uses %42, which does not exist (the program has 3 stages)"));
 }
 
 TEST(ProgramErrors, OutputNotProduced) {
