@@ -148,52 +148,66 @@ struct Outcome {
   std::string failures;
 };
 
+// The reference's results on the unscheduled program, for this rank.
+struct Reference {
+  exec::RunArgs args;     // the inputs it ran on (updated inputs hold their new values)
+  exec::TensorMap outputs;
+};
+
+inline Reference run_reference(const Case& c, comm::Communicator& comm) {
+  Reference r{exec::RunArgs{c.symbols, c.scalars, make_inputs(c.program, c.symbols, comm)}, {}};
+  r.outputs = exec::run_reference(c.program, comm, r.args);
+  return r;
+}
+
+// Runs one plan on fresh inputs and compares its outputs and updated inputs with the reference's;
+// adds what differs to `out.failures`.
+inline void check_plan(const Case& c, const Plan& plan, const std::string& name, comm::Communicator& comm,
+                       const Reference& ref, Outcome& out) {
+  const exec::Placement pl = exec::placement(c.program, comm);
+  const bool bitwise = keeps_order(plan, c.program, comm.backend(), comm.size());
+  exec::RunArgs args{c.symbols, c.scalars, make_inputs(c.program, c.symbols, comm)};
+  const std::string where = fmt::format("{} / {} on rank {} of {}", c.label, name, comm.rank(), comm.size());
+  exec::TensorMap got;
+  try {
+    got = exec::run_plan(plan, comm, args);
+  } catch (const std::exception& e) {
+    out.failures += fmt::format("{}: threw: {}\n", where, e.what());
+    return;
+  }
+  ++out.schedules;
+  out.bitwise += bitwise ? 1 : 0;
+  for (const auto& [oname, want] : ref.outputs) {
+    auto it = got.find(oname);
+    if (it == got.end()) {
+      out.failures += fmt::format("{}: output {} missing\n", where, oname);
+      continue;
+    }
+    out.failures += compare(fmt::format("{}: output {}", where, oname), it->second, want, bitwise);
+  }
+  // Inputs updated in place: whole, or this rank's part where the schedule stores them sliced.
+  for (int id : c.program.inputs()) {
+    const dsl::Stage& s = c.program.stage(id);
+    if (s.type.group != pl.group || c.program.updater(id) < 0) continue;
+    const Tensor& want = ref.args.inputs.at(s.name);
+    const Tensor& have = args.inputs.at(s.name);
+    const dsl::Stage& stored = plan.program.stage(*plan.program.find(s.name));
+    if (stored.type.layout == s.type.layout) {
+      out.failures += compare(fmt::format("{}: updated {}", where, s.name), have, want, bitwise);
+    } else {
+      out.failures += compare(fmt::format("{}: updated {} (this rank's slice)", where, s.name),
+                              exec::piece_of(have, stored.type.layout, pl.group_size, pl.index),
+                              exec::piece_of(want, stored.type.layout, pl.group_size, pl.index), bitwise);
+    }
+  }
+}
+
 // Runs the reference on the unscheduled program, then every schedule enumerate_schedules yields,
 // on `comm` (every rank calls it); returns what this rank saw.
 inline Outcome check_all_schedules(const Case& c, comm::Communicator& comm) {
   Outcome out;
-  exec::RunArgs ref_args{c.symbols, c.scalars, make_inputs(c.program, c.symbols, comm)};
-  const exec::TensorMap ref = exec::run_reference(c.program, comm, ref_args);
-  const exec::Placement pl = exec::placement(c.program, comm);
-  for (const NamedSchedule& ns : enumerate_schedules(c.program)) {
-    const Plan plan = ns.schedule.lower();
-    const bool bitwise = keeps_order(plan, c.program, comm.backend(), comm.size());
-    exec::RunArgs args{c.symbols, c.scalars, make_inputs(c.program, c.symbols, comm)};
-    exec::TensorMap got;
-    try {
-      got = exec::run_plan(plan, comm, args);
-    } catch (const std::exception& e) {
-      out.failures += fmt::format("{} / {} on rank {} of {}: threw: {}\n", c.label, ns.name, comm.rank(),
-                                  comm.size(), e.what());
-      continue;
-    }
-    ++out.schedules;
-    out.bitwise += bitwise ? 1 : 0;
-    const std::string where = fmt::format("{} / {} on rank {} of {}", c.label, ns.name, comm.rank(), comm.size());
-    for (const auto& [name, want] : ref) {
-      auto it = got.find(name);
-      if (it == got.end()) {
-        out.failures += fmt::format("{}: output {} missing\n", where, name);
-        continue;
-      }
-      out.failures += compare(fmt::format("{}: output {}", where, name), it->second, want, bitwise);
-    }
-    // Inputs updated in place: whole, or this rank's part where the schedule stores them sliced.
-    for (int id : c.program.inputs()) {
-      const dsl::Stage& s = c.program.stage(id);
-      if (s.type.group != pl.group || c.program.updater(id) < 0) continue;
-      const Tensor& want = ref_args.inputs.at(s.name);
-      const Tensor& have = args.inputs.at(s.name);
-      const dsl::Stage& stored = plan.program.stage(*plan.program.find(s.name));
-      if (stored.type.layout == s.type.layout) {
-        out.failures += compare(fmt::format("{}: updated {}", where, s.name), have, want, bitwise);
-      } else {
-        out.failures += compare(fmt::format("{}: updated {} (this rank's slice)", where, s.name),
-                                exec::piece_of(have, stored.type.layout, pl.group_size, pl.index),
-                                exec::piece_of(want, stored.type.layout, pl.group_size, pl.index), bitwise);
-      }
-    }
-  }
+  const Reference ref = run_reference(c, comm);
+  for (const NamedSchedule& ns : enumerate_schedules(c.program)) check_plan(c, ns.schedule.lower(), ns.name, comm, ref, out);
   return out;
 }
 
