@@ -80,6 +80,27 @@ class Lowering {
     return in_overlap(id) ? Storage::Block : Storage::Slice;
   }
   std::vector<Step> unit_steps(int u);
+  // Whether every reader of input t's old value (directly or through a scatter) has read it by
+  // the time stage `w` writes: in an earlier unit, or earlier in w's own loop.
+  bool readers_done(int t, int w) const {
+    std::vector<int> frontier{t};
+    while (!frontier.empty()) {
+      const int x = frontier.back();
+      frontier.pop_back();
+      for (int r : users_[static_cast<size_t>(x)]) {
+        const Stage& rs = p_.stage(r);
+        if (rs.op == Op::Scatter) {
+          frontier.push_back(r);
+          continue;
+        }
+        if (rs.op == Op::Update && rs.args[0] == t) continue;
+        const int ur = unit(r), uw = unit(w);
+        if (ur == uw ? !(r < w && loop_stage(w)) : pos_[static_cast<size_t>(ur)] > pos_[static_cast<size_t>(uw)])
+          return false;
+      }
+    }
+    return true;
+  }
   Loop make_loop(const std::vector<int>& stages, Domain domain, const Stage& rep);
 
   const Schedule& s_;
@@ -201,16 +222,24 @@ void Lowering::storage() {
     }
     if (safe) val(w).alias = t;
   }
-  // (4) An AllGather works in place when the slice it gathers is a temporary only it reads: the
-  // slice is computed straight into this rank's part of the result.
+  // (4) An AllGather works in place when the slice it gathers is a temporary that only it reads
+  // from memory (its loop may read it in registers): the slice is computed straight into this
+  // rank's part of the result. When that result is an input's buffer (3), every reader of the
+  // input's old value must be done by the time the slice is written.
   for (const Stage& st : p_.stages()) {
     if (st.op != Op::AllGather) continue;
     const int a = st.args[0];
     const Stage& as = p_.stage(a);
     if (dsl::op_kind(as.op) == OpKind::Source || as.op == Op::Scatter || as.op == Op::Recv || val(a).output ||
-        val(a).alias >= 0 || users_[static_cast<size_t>(a)].size() != 1 || val(a).storage != Storage::Slice ||
-        val(st.id).storage != Storage::Full)
+        val(a).alias >= 0 || val(a).storage != Storage::Slice || val(st.id).storage != Storage::Full || unit(a) < 0)
       continue;
+    bool only_registers = true;
+    for (int u : users_[static_cast<size_t>(a)])
+      only_registers &= u == st.id || (unit(u) == unit(a) && loop_stage(a) &&
+                                       (loop_stage(u) || detail::is_accumulator(p_.stage(u))));
+    if (!only_registers) continue;
+    const int t = root(st.id);
+    if (t != st.id && !readers_done(t, a)) continue;
     val(a).alias = st.id;
   }
   for (Value& v : plan_.values)
