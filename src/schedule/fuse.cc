@@ -123,6 +123,15 @@ FusedStage check_fuse(const Schedule& s, std::vector<int> listed, const std::str
                          dom->type.group);
     return std::nullopt;
   };
+  const std::vector<char> feeds_collective =
+      collective >= 0 ? detail::ancestors(p, {p.stage(collective).args[0]}) : std::vector<char>(n, 0);
+  auto upstream = [&](int id) {
+    if (collective >= 0 && id != collective && in(feeds_collective, id))
+      user_error("{}: {} computes the input of {}; only computations on a collective's result run inside it (fuse "
+                 "{} into a loop of its own instead)", who, p.display_name(id), p.display_name(collective),
+                 p.display_name(id));
+  };
+  for (int id : listed) upstream(id);
   for (int id : listed)
     if (auto why = fits(p.stage(id))) user_error("{}: {}", who, *why);
 
@@ -146,8 +155,6 @@ FusedStage check_fuse(const Schedule& s, std::vector<int> listed, const std::str
   const auto users = detail::all_users(p);
   std::vector<char> is_output(n, 0);
   for (const dsl::Output& o : p.outputs()) is_output[static_cast<size_t>(o.stage)] = 1;
-  const std::vector<char> feeds_collective =
-      collective >= 0 ? detail::ancestors(p, {p.stage(collective).args[0]}) : std::vector<char>(n, 0);
   for (bool grew = true; grew;) {
     grew = false;
     for (const Stage& st : p.stages()) {
@@ -169,9 +176,7 @@ FusedStage check_fuse(const Schedule& s, std::vector<int> listed, const std::str
   for (const Stage& st : p.stages()) {
     if (!member[static_cast<size_t>(st.id)]) continue;
     const std::string xs = p.display_name(st.id);
-    if (collective >= 0 && st.id != collective && in(feeds_collective, st.id))
-      user_error("{}: {} computes the input of {}; only computations on a collective's result run inside it (fuse "
-                 "{} into a loop of its own instead)", who, xs, p.display_name(collective), xs);
+    upstream(st.id);
     for (int a : st.args) {
       if (!member[static_cast<size_t>(a)]) continue;
       if (detail::is_accumulator(p.stage(a)))
