@@ -95,7 +95,7 @@ class Lowering {
         }
         if (rs.op == Op::Update && rs.args[0] == t) continue;
         const int ur = unit(r), uw = unit(w);
-        if (ur == uw ? !(r < w && loop_stage(w)) : pos_[static_cast<size_t>(ur)] > pos_[static_cast<size_t>(uw)])
+        if (ur == uw ? !(r <= w && loop_stage(w)) : pos_[static_cast<size_t>(ur)] > pos_[static_cast<size_t>(uw)])
           return false;
       }
     }
@@ -214,9 +214,10 @@ void Lowering::storage() {
         const int ur = unit(r);
         safe &= ur == unit(w) || pos_[static_cast<size_t>(ur)] < pos_[static_cast<size_t>(unit(w))];
         // Inside the writing unit: an AllGather writes after the unit's hook has read everything;
-        // in a loop, a read of the same element earlier in evaluation order comes first.
+        // in a loop, a read of the same element earlier in evaluation order (or by the writing
+        // stage itself, which reads its operands before it stores) comes first.
         if (ur == unit(w) && ws.op != Op::AllGather &&
-            !((loop_stage(r) || detail::is_accumulator(p_.stage(r))) && loop_stage(w) && r < w))
+            !((loop_stage(r) || detail::is_accumulator(p_.stage(r))) && loop_stage(w) && r <= w))
           safe = false;
       }
     }

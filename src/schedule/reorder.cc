@@ -94,7 +94,7 @@ std::vector<int> movable_consumers(const Program& p, int ag, bool through_transf
 
 }  // namespace detail
 
-void reorder(Schedule& s, const StageRef& allgather, const std::vector<StageRef>& stages) {
+std::vector<int> reorder(Schedule& s, const StageRef& allgather, const std::vector<StageRef>& stages) {
   const auto start = std::chrono::steady_clock::now();
   const Program& p = s.program();
   const int ag = s.resolve(allgather, "reorder");
@@ -170,6 +170,7 @@ void reorder(Schedule& s, const StageRef& allgather, const std::vector<StageRef>
   detail::Rewriter rw(p);
   std::map<int, int> slice_of;    // old id -> new id of its sliced version
   std::map<int, int> scattered;   // old id -> new id of scatter(it)
+  std::vector<int> made;          // the AllGathers added (new ids)
   for (const Stage& st : p.stages()) {
     if (!moved[static_cast<size_t>(st.id)]) {
       rw.set(st.id, rw.copy(st));
@@ -210,7 +211,9 @@ void reorder(Schedule& s, const StageRef& allgather, const std::vector<StageRef>
       std::string base = st.name;
       for (int u : users[static_cast<size_t>(st.id)])
         if (base.empty() && p.stage(u).op == Op::Update && !p.stage(u).name.empty()) base = p.stage(u).name;
-      rw.set(st.id, rw.add(Op::AllGather, {sliced}, {}, base.empty() ? "" : base + ".ag"));
+      const int gathered = rw.add(Op::AllGather, {sliced}, {}, base.empty() ? "" : base + ".ag");
+      made.push_back(gathered);
+      rw.set(st.id, gathered);
     } else {
       rw.set(st.id, sliced);
     }
@@ -219,13 +222,12 @@ void reorder(Schedule& s, const StageRef& allgather, const std::vector<StageRef>
   auto [clean, map2] = detail::remove_dead(program);
   for (int& m : map)
     if (m >= 0) m = map2[static_cast<size_t>(m)];
-  std::vector<int> moved_ids;
-  for (const Stage& st : p.stages())
-    if (moved[static_cast<size_t>(st.id)]) moved_ids.push_back(st.id);
+  for (int& m : made) m = map2[static_cast<size_t>(m)];
+  made.erase(std::remove(made.begin(), made.end(), -1), made.end());
   const std::string what = fmt::format("reorder({}, {{{}}})", p.display_name(ag), detail::name_list(p, listed));
-  (void)moved_ids;
   s.rewrite(std::move(clean), map);
   s.record(what, start);
+  return made;
 }
 
 }  // namespace tandem::schedule

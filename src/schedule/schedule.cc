@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 
 #include "tandem/core/env.h"
@@ -22,10 +23,17 @@ namespace tandem::schedule {
 
 std::string StageRef::str() const { return name.empty() ? fmt::format("%{}", id) : fmt::format("'{}'", name); }
 
+namespace {
+std::atomic<int> g_debug_override{-1};
+}  // namespace
+
 bool debug_ir() {
-  static const bool on = env_int("TANDEM_DEBUG_IR", 0) != 0;
-  return on;
+  static const bool env = env_int("TANDEM_DEBUG_IR", 0) != 0;
+  const int o = g_debug_override.load(std::memory_order_relaxed);
+  return o < 0 ? env : o != 0;
 }
+
+void set_debug_ir(int on) { g_debug_override.store(on < 0 ? -1 : (on != 0 ? 1 : 0), std::memory_order_relaxed); }
 
 void run_pass(std::string_view name, const std::function<void()>& pass, const std::function<std::string()>& show) {
   const auto start = std::chrono::steady_clock::now();
@@ -128,8 +136,8 @@ Plan Schedule::lower() const { return schedule::lower(*this); }
 std::string Schedule::str() const { return lower().str(); }
 
 Schedule::SplitResult Schedule::split(const StageRef& allreduce) { return schedule::split(*this, allreduce); }
-void Schedule::reorder(const StageRef& allgather, const std::vector<StageRef>& stages) {
-  schedule::reorder(*this, allgather, stages);
+std::vector<int> Schedule::reorder(const StageRef& allgather, const std::vector<StageRef>& stages) {
+  return schedule::reorder(*this, allgather, stages);
 }
 int Schedule::fuse(const std::vector<StageRef>& stages) { return schedule::fuse(*this, stages); }
 int Schedule::overlap(const std::vector<StageRef>& stages, int blocks) {

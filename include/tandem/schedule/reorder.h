@@ -20,6 +20,7 @@ namespace tandem::schedule {
 // element-wise, a norm or reduction, or a send/recv, of the AllGather's shape; none reads a
 // Local or Partial value (those have no slice) or a value sliced along another dim; none is
 // fused or overlapped yet.
-void reorder(Schedule& s, const StageRef& allgather, const std::vector<StageRef>& stages);
+// Returns the ids of the AllGathers it made (named "<stage>.ag"), in program order.
+std::vector<int> reorder(Schedule& s, const StageRef& allgather, const std::vector<StageRef>& stages);
 
 }  // namespace tandem::schedule

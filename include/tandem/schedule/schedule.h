@@ -81,7 +81,7 @@ class Schedule {
     int all_gather;
   };
   SplitResult split(const StageRef& allreduce);
-  void reorder(const StageRef& allgather, const std::vector<StageRef>& stages);
+  std::vector<int> reorder(const StageRef& allgather, const std::vector<StageRef>& stages);
   int fuse(const std::vector<StageRef>& stages);
   int overlap(const std::vector<StageRef>& stages, int blocks = 4);
   void as_slice(const StageRef& input);
@@ -107,8 +107,10 @@ class Schedule {
   std::string name_;
 };
 
-// Whether TANDEM_DEBUG_IR is set (read once).
+// Whether TANDEM_DEBUG_IR is set (read once), unless set_debug_ir overrides it: 1 on, 0 off, -1
+// back to the environment (for tests).
 bool debug_ir();
+void set_debug_ir(int on);
 // Runs one named pass, timing it, and with TANDEM_DEBUG_IR=1 prints `show()` after it.
 void run_pass(std::string_view name, const std::function<void()>& pass,
               const std::function<std::string()>& show);
