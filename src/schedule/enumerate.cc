@@ -215,10 +215,16 @@ std::optional<NamedSchedule> build(const Program& program, const Choice& ch, con
       case Move::ReorderTransfers: name = coll ? "fused(RS-C)-P2P-AG" : "RS-" + c + "-P2P-AG"; break;
     }
   }
+  const std::string mm = ch.overlap_matmul ? "MM," : "";
+  if (ch.move == Move::ReorderTransfers && ch.overlap_send) {
+    // The send is inside the name already: the overlap closes around it, before the gather.
+    name = fmt::format("ol({}{})-AG", mm, name.substr(0, name.size() - 3));
+  } else if (ch.overlap_send) {
+    name = fmt::format("ol({}{},P2P)", mm, name);
+  } else if (ch.overlap_matmul) {
+    name = fmt::format("ol(MM,{})", name);
+  }
   if (!sliced.empty()) name += fmt::format("+slice({})", fmt::join(sliced, ","));
-  if (ch.overlap_matmul && ch.overlap_send) name = fmt::format("ol(MM,{},P2P)", name);
-  else if (ch.overlap_matmul) name = fmt::format("ol(MM,{})", name);
-  else if (ch.overlap_send) name = fmt::format("ol({},P2P)", name);
   s.set_name(name);
   return NamedSchedule{name, std::move(s)};
 }
