@@ -75,28 +75,40 @@ void backoff_wait(Done&& done) {
   }
 }
 
-// A message split into pieces of at most mpi_max_message_bytes() (MPI counts are int).
-std::vector<std::pair<char*, int>> pieces_of(void* data, size_t bytes) {
+// Calls fn(pointer, count) for each piece of a message split into pieces of at most
+// mpi_max_message_bytes() (MPI counts are int); an empty message is one empty piece.
+template <typename Fn>
+void for_each_piece(void* data, size_t bytes, Fn&& fn) {
   const size_t max = std::max<size_t>(1, std::min<size_t>(mpi_max_message_bytes(), INT_MAX));
-  std::vector<std::pair<char*, int>> out;
   char* p = static_cast<char*>(data);
-  if (bytes == 0) out.emplace_back(p, 0);
-  for (size_t done = 0; done < bytes; done += max)
-    out.emplace_back(p + done, static_cast<int>(std::min(max, bytes - done)));
-  return out;
+  size_t done = 0;
+  do {
+    const size_t n = std::min(max, bytes - done);
+    fn(p + done, static_cast<int>(n));
+    done += n;
+  } while (done < bytes);
 }
+
+// Where a message goes, for error messages; formatted only when one is needed.
+struct MessageInfo {
+  bool is_recv;
+  int rank, size, peer, tag;
+  std::string where() const {
+    return fmt::format("{} on rank {} of {} {} rank {} (tag {})", is_recv ? "recv" : "send", rank,
+                       size, is_recv ? "from" : "to", peer, tag);
+  }
+};
 
 class MpiRequest final : public Request::State {
  public:
-  MpiRequest(std::string where, bool is_recv, size_t bytes, std::string what)
-      : where_(std::move(where)), is_recv_(is_recv), bytes_(bytes), what_(std::move(what)) {}
+  MpiRequest(const MessageInfo& info, const Tensor& t) : info_(info), tensor_(t) {}
 
   ~MpiRequest() override {
     if (done_ || mpi_finalized()) return;
     // Abandoned: a receive can be cancelled; a send is left to complete on its own.
     for (MPI_Request& r : reqs_) {
       if (r == MPI_REQUEST_NULL) continue;
-      if (is_recv_) MPI_Cancel(&r);
+      if (info_.is_recv) MPI_Cancel(&r);
       MPI_Request_free(&r);
     }
   }
@@ -110,7 +122,7 @@ class MpiRequest final : public Request::State {
     const int rc = MPI_Testall(static_cast<int>(reqs_.size()), reqs_.data(), &flag,
                                statuses_.data());
     if (rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS)
-      user_error("{}: MPI_Testall failed: {}", where_, mpi_error_text(rc));
+      user_error("{}: MPI_Testall failed: {}", info_.where(), mpi_error_text(rc));
     if (!flag && rc == MPI_SUCCESS) return false;
     done_ = true;
     size_t got = 0;
@@ -119,17 +131,17 @@ class MpiRequest final : public Request::State {
         if (st.MPI_ERROR == MPI_ERR_TRUNCATE)
           user_error("{}: the message is larger than the receive buffer {} ({} bytes); sizes "
                      "must match exactly",
-                     where_, what_, bytes_);
-        user_error("{}: {}", where_, mpi_error_text(st.MPI_ERROR));
+                     info_.where(), tensor_.str(), tensor_.nbytes());
+        user_error("{}: {}", info_.where(), mpi_error_text(st.MPI_ERROR));
       }
-      if (!is_recv_) continue;
+      if (!info_.is_recv) continue;
       int count = 0;
       MPI_Get_count(&st, MPI_BYTE, &count);
       got += static_cast<size_t>(count);
     }
-    if (is_recv_ && got != bytes_)
-      user_error("{}: received {} bytes into {} ({} bytes); sizes must match exactly", where_, got,
-                 what_, bytes_);
+    if (info_.is_recv && got != tensor_.nbytes())
+      user_error("{}: received {} bytes into {} ({} bytes); sizes must match exactly",
+                 info_.where(), got, tensor_.str(), tensor_.nbytes());
     return true;
   }
 
@@ -138,10 +150,8 @@ class MpiRequest final : public Request::State {
   }
 
  private:
-  std::string where_;
-  bool is_recv_;
-  size_t bytes_;
-  std::string what_;
+  MessageInfo info_;
+  Tensor tensor_;  // a view (shares storage) kept for the size check and messages
   bool done_ = false;
   std::vector<MPI_Request> reqs_;
   std::vector<MPI_Status> statuses_;
@@ -215,26 +225,24 @@ std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) {
 }
 
 Request MpiCommunicator::post_send(const Tensor& t, int peer, int tag) {
-  std::string where = fmt::format("send on rank {} of {} to rank {} (tag {})", rank_, size_, peer,
-                                  tag);
-  auto st = std::make_shared<MpiRequest>(where, false, t.nbytes(), t.str());
-  for (auto [p, n] : pieces_of(t.data(), t.nbytes())) {
+  auto st = std::make_shared<MpiRequest>(MessageInfo{false, rank_, size_, peer, tag}, t);
+  for_each_piece(t.data(), t.nbytes(), [&](char* p, int n) {
     MPI_Request r;
-    check_mpi(MPI_Isend(p, n, MPI_BYTE, peer, tag, comm_, &r), where, "MPI_Isend");
+    const int rc = MPI_Isend(p, n, MPI_BYTE, peer, tag, comm_, &r);
+    if (rc != MPI_SUCCESS) check_mpi(rc, MessageInfo{false, rank_, size_, peer, tag}.where(), "MPI_Isend");
     st->requests().push_back(r);
-  }
+  });
   return Request(std::move(st));
 }
 
 Request MpiCommunicator::post_recv(const Tensor& t, int peer, int tag) {
-  std::string where = fmt::format("recv on rank {} of {} from rank {} (tag {})", rank_, size_,
-                                  peer, tag);
-  auto st = std::make_shared<MpiRequest>(where, true, t.nbytes(), t.str());
-  for (auto [p, n] : pieces_of(t.data(), t.nbytes())) {
+  auto st = std::make_shared<MpiRequest>(MessageInfo{true, rank_, size_, peer, tag}, t);
+  for_each_piece(t.data(), t.nbytes(), [&](char* p, int n) {
     MPI_Request r;
-    check_mpi(MPI_Irecv(p, n, MPI_BYTE, peer, tag, comm_, &r), where, "MPI_Irecv");
+    const int rc = MPI_Irecv(p, n, MPI_BYTE, peer, tag, comm_, &r);
+    if (rc != MPI_SUCCESS) check_mpi(rc, MessageInfo{true, rank_, size_, peer, tag}.where(), "MPI_Irecv");
     st->requests().push_back(r);
-  }
+  });
   return Request(std::move(st));
 }
 
