@@ -12,6 +12,9 @@ int main(int argc, char** argv) {
   CLI::App app{"tandem: distributed training with computation and communication in one program"};
   app.require_subcommand(1);
   tandem::cli::add_info(app);
+  tandem::cli::add_train(app);
+  tandem::cli::add_eval(app);
+  tandem::cli::add_sample(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

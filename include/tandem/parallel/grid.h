@@ -1,0 +1,78 @@
+// The rank grid of a parallel training run: dp x tp x pp ranks, each rank's coordinates, and the
+// communicators each kind of parallelism talks on (split once from the world, at set-up).
+//
+// Rank order: tensor-parallel ranks are adjacent (they talk every layer), then data-parallel
+// replicas, then pipeline stages (Megatron-LM's order):
+//   world rank = (stage * dp + dp_rank) * tp + tp_rank
+//
+// Communicators, all split from the world at construction (a collective over the world):
+//   dp()        the ranks holding the same shard of the model (same tp_rank and stage): the
+//               optimizer program sums gradients and slices the optimizer state over them.
+//   tp()        the ranks of one tensor-parallel group (same dp_rank and stage): the Megatron
+//               epilogue's AllReduce.
+//   to_next()   the pipeline link from this stage to the next, for this dp_rank: 2 * tp ranks,
+//               this stage's tp group first (the pipeline program's group 0), then the next
+//               stage's (group 1); null on the last stage.
+//   from_prev() the link from the previous stage, this rank in group 1; null on the first stage.
+//   tied()      the first and the last stage's ranks with the same (dp_rank, tp_rank): both hold
+//               the tied token embedding (input embedding and LM head) and sum its gradient;
+//               null when pp == 1 or on a middle stage.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "tandem/comm/communicator.h"
+
+namespace tandem::parallel {
+
+struct GridShape {
+  int dp = 1;
+  int tp = 1;
+  int pp = 1;
+
+  int size() const { return dp * tp * pp; }
+  std::string str() const;  // "dp=2 tp=2 pp=1"
+  bool operator==(const GridShape&) const = default;
+};
+
+struct GridCoord {
+  int dp = 0;
+  int tp = 0;
+  int pp = 0;  // the pipeline stage
+  bool operator==(const GridCoord&) const = default;
+};
+
+GridCoord grid_coord(const GridShape& shape, int world_rank);
+int grid_rank(const GridShape& shape, const GridCoord& coord);
+
+class Grid {
+ public:
+  // Collective over `world`, whose size must be shape.size() (else a UserError naming both).
+  Grid(comm::Communicator& world, GridShape shape);
+  ~Grid();
+  Grid(const Grid&) = delete;
+  Grid& operator=(const Grid&) = delete;
+
+  const GridShape& shape() const { return shape_; }
+  const GridCoord& coord() const { return coord_; }
+  bool first_stage() const { return coord_.pp == 0; }
+  bool last_stage() const { return coord_.pp == shape_.pp - 1; }
+
+  comm::Communicator& world() const { return world_; }
+  comm::Communicator& dp() const { return *dp_; }
+  comm::Communicator& tp() const { return *tp_; }
+  comm::Communicator* to_next() const { return to_next_; }
+  comm::Communicator* from_prev() const { return from_prev_; }
+  comm::Communicator* tied() const { return tied_.get(); }
+
+ private:
+  comm::Communicator& world_;
+  GridShape shape_;
+  GridCoord coord_;
+  std::unique_ptr<comm::Communicator> dp_, tp_, even_link_, odd_link_, tied_;
+  comm::Communicator* to_next_ = nullptr;
+  comm::Communicator* from_prev_ = nullptr;
+};
+
+}  // namespace tandem::parallel

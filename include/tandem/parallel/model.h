@@ -1,0 +1,119 @@
+// The GPT-2 model as one rank of a dp x tp x pp grid runs it: this rank's shard of the
+// parameters and gradients (one flat buffer each, ShardLayout order), the saved activations of
+// the micro-batches in flight, and the forward and backward passes of a step's micro-batches in
+// 1F1B order, with the communication points run as DSL programs:
+//   - a row-parallel projection's epilogue (tp > 1): dsl::workloads::megatron_layer on tp();
+//   - the hand-off at a pipeline boundary (pp > 1): the last block's MLP epilogue is
+//     dsl::workloads::pipeline_stage on the link to the next stage, which computes the block's
+//     output on this stage's tp group and sends it to the next stage, whose ranks receive it as
+//     the same program's group 1.
+// The gradient going back over a pipeline boundary is a plain isend/irecv (the DSL has no
+// backward programs), the column-parallel AllReduce of the backward pass is a plain
+// Communicator call (tensor_parallel.h), and the data-parallel reduction is the optimizer's
+// program (train/optimizer.h), run after forward_backward.
+//
+// With tp == 1 the blocks inside a stage are nn's own block_forward/backward (no program runs;
+// a single-rank run is exactly nn::gpt_forward/gpt_backward); the row-parallel shard path
+// (tensor_parallel.h) runs where tp > 1 and in a stage's last block at a pipeline boundary.
+//
+// Set up, then run: the constructor allocates the parameters, gradients, activations of
+// min(M, P - stage) micro-batches, the workspace and the send buffers, and enumerates the
+// programs' schedules; forward_backward allocates only what the reference interpreter does.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tandem/comm/communicator.h"
+#include "tandem/core/tensor.h"
+#include "tandem/nn/gpt.h"
+#include "tandem/parallel/grid.h"
+#include "tandem/parallel/program_runner.h"
+#include "tandem/parallel/shard.h"
+#include "tandem/parallel/tensor_parallel.h"
+
+namespace tandem::parallel {
+
+// One micro-batch of this data-parallel rank.
+struct MicroBatch {
+  const int32_t* tokens = nullptr;   // (B, T), read on the first stage
+  const int32_t* targets = nullptr;  // (B, T), read on the last stage
+  int B = 0;
+  int T = 0;
+  int64_t sample_offset = 0;  // the index of its first row in the global batch
+};
+
+// The model reports each piece of work: stream "compute" or "comm", a name, when it ran, and
+// its own seconds (a compute span excludes the communication programs run inside it, such as a
+// block's Megatron epilogues, which are reported as comm spans of their own).
+using EventSink = std::function<void(std::string_view stream, std::string_view name,
+                                     std::chrono::steady_clock::time_point begin,
+                                     std::chrono::steady_clock::time_point end, double self_s)>;
+
+// The schedules the model's programs run with (preference order; see program_runner.h).
+std::vector<std::string> epilogue_schedule_preferences();
+
+class ParallelGPT {
+ public:
+  // micro_rows: rows of each micro-batch; micro_batches: how many per step (each stage keeps
+  // activations for min(micro_batches, pp - stage) of them).
+  ParallelGPT(const nn::GPTConfig& config, Grid& grid, int micro_rows, int T, int micro_batches);
+  ~ParallelGPT();
+  ParallelGPT(const ParallelGPT&) = delete;
+  ParallelGPT& operator=(const ParallelGPT&) = delete;
+
+  const nn::GPTConfig& config() const { return config_; }
+  const ShardLayout& layout() const { return layout_; }
+  Grid& grid() const { return grid_; }
+  Tensor params() const { return params_; }  // (layout().size())
+  Tensor grads() const { return grads_; }    // (layout().size())
+
+  // Forward and backward of every micro-batch, in 1F1B order on this stage:
+  // grads += d(mean over the micro-batches of each one's mean token loss). Returns the sum of
+  // the micro-batches' mean losses on the last stage (0 on others). Gradients of the tied
+  // embedding are per copy until reduce_tied_gradients().
+  double forward_backward(const std::vector<MicroBatch>& micro, uint64_t seed, uint64_t step);
+  // Forward only, without dropout; same return value.
+  double forward(const std::vector<MicroBatch>& micro);
+  // pp > 1: sums the first and the last stage's wte gradients (the tied embedding), so both
+  // copies take the same optimizer step. A no-op otherwise.
+  void reduce_tied_gradients();
+
+  void set_event_sink(EventSink sink) { sink_ = std::move(sink); }
+  // The schedules of the programs this rank runs ("" when it runs none of that kind).
+  std::string epilogue_schedule() const;
+  std::string pipeline_schedule() const;
+
+ private:
+  struct Slot;
+  struct Programs;
+  void forward_micro(const MicroBatch& mb, Slot& slot, const nn::StepRng& rng, bool training,
+                     double& loss_sum);
+  void backward_micro(const MicroBatch& mb, Slot& slot, const nn::StepRng& rng, float dloss, int k);
+  bool shard_path(int layer) const;  // whether block `layer` runs the tensor-parallel shard path
+  void run_epilogue(const EpilogueArgs& e, bool training, bool boundary);
+  void receive_activations(const nn::StepRng& rng, bool training, float* into, int B, int T);
+  void emit(std::string_view stream, std::string_view name,
+            std::chrono::steady_clock::time_point begin);
+  void check_micro(const std::vector<MicroBatch>& micro) const;
+
+  nn::GPTConfig config_;
+  Grid& grid_;
+  ShardLayout layout_;
+  int micro_rows_, T_, micro_batches_;
+  Tensor params_, grads_;
+  std::vector<std::unique_ptr<Slot>> slots_;
+  std::unique_ptr<nn::Workspace> ws_;
+  std::vector<Tensor> grad_send_;  // one (B, T, C) buffer per micro-batch (stages > 0)
+  std::vector<comm::Request> pending_sends_;
+  std::unique_ptr<Programs> programs_;
+  EventSink sink_;
+  double nested_comm_s_ = 0.0;  // comm seconds inside the compute span being timed
+};
+
+}  // namespace tandem::parallel

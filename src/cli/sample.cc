@@ -1,0 +1,96 @@
+// `tandem sample`: generates text from a checkpoint's model, one byte at a time after a prompt.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <numeric>
+#include <vector>
+
+#include "commands.h"
+#include "tandem/core/error.h"
+#include "tandem/core/rng.h"
+#include "tandem/train/trainer.h"
+
+namespace tandem::cli {
+namespace {
+
+struct SampleFlags {
+  std::string checkpoint;
+  std::string prompt;
+  int tokens = 200;
+  double temperature = 0.8;
+  int top_k = 0;
+  uint64_t seed = 1;
+};
+
+// Draws a token from probs^(1/temperature) (the softmax of logits / temperature), restricted to
+// the top_k most likely when top_k > 0, with the uniform number u in [0, 1).
+int draw(const float* probs, int V, double temperature, int top_k, float u) {
+  std::vector<int> order(static_cast<size_t>(V));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return probs[a] > probs[b]; });
+  const int keep = top_k > 0 ? std::min(top_k, V) : V;
+  if (temperature <= 0) return order[0];  // greedy
+  std::vector<double> w(static_cast<size_t>(keep));
+  double total = 0;
+  for (int i = 0; i < keep; ++i) {
+    w[static_cast<size_t>(i)] = std::pow(std::max(static_cast<double>(probs[order[static_cast<size_t>(i)]]), 1e-30),
+                                         1.0 / temperature);
+    total += w[static_cast<size_t>(i)];
+  }
+  double target = u * total;
+  for (int i = 0; i < keep; ++i) {
+    target -= w[static_cast<size_t>(i)];
+    if (target < 0) return order[static_cast<size_t>(i)];
+  }
+  return order[static_cast<size_t>(keep - 1)];
+}
+
+}  // namespace
+
+void add_sample(CLI::App& app) {
+  auto f = std::make_shared<SampleFlags>();
+  auto* cmd = app.add_subcommand("sample", "Generate text from a checkpoint");
+  cmd->add_option("--checkpoint", f->checkpoint, "Checkpoint folder (written by tandem train --save)")->required();
+  cmd->add_option("--prompt", f->prompt, "Text to continue")->capture_default_str();
+  cmd->add_option("--tokens", f->tokens, "Bytes to generate")->capture_default_str();
+  cmd->add_option("--temperature", f->temperature, "Sampling temperature (0: always the most likely byte)")
+      ->capture_default_str();
+  cmd->add_option("--top-k", f->top_k, "Sample among the k most likely bytes (0: all)")->capture_default_str();
+  cmd->add_option("--seed", f->seed, "Seed of the sampling")->capture_default_str();
+  cmd->callback([f] {
+    if (f->tokens < 0) user_error("--tokens {} must be 0 or more", f->tokens);
+    if (f->temperature < 0) user_error("--temperature {} must be 0 or more", f->temperature);
+    if (f->top_k < 0) user_error("--top-k {} must be 0 or more", f->top_k);
+    const train::LoadedModel model = train::load_model(f->checkpoint);
+    const nn::GPTConfig& c = model.config;
+    std::vector<int32_t> text;
+    for (unsigned char ch : f->prompt) text.push_back(ch);
+    if (text.empty()) text.push_back('\n');  // something to condition on
+    std::fwrite(f->prompt.data(), 1, f->prompt.size(), stdout);
+    std::fflush(stdout);
+    // The context is the last seq_len bytes; activations are allocated per context length.
+    std::unique_ptr<nn::GPTActivations> acts;
+    std::unique_ptr<nn::Workspace> ws;
+    for (int i = 0; i < f->tokens; ++i) {
+      const int T = static_cast<int>(std::min<size_t>(text.size(), static_cast<size_t>(c.seq_len)));
+      if (!acts || acts->seq() != T) {
+        acts = std::make_unique<nn::GPTActivations>(c, 1, T);
+        ws = std::make_unique<nn::Workspace>(c, 1, T);
+      }
+      const nn::Batch b{text.data() + (text.size() - static_cast<size_t>(T)), nullptr, 1, T};
+      nn::gpt_forward(model.params, *acts, *ws, b, nn::StepRng{0, 0, 0, false});
+      const float* probs = acts->head.ptr(nn::FinalAct::Probs) + static_cast<size_t>(T - 1) * c.vocab_size;
+      const int next = draw(probs, c.vocab_size, f->temperature, f->top_k,
+                            random_uniform(f->seed, static_cast<uint64_t>(i)));
+      text.push_back(next);
+      std::fputc(next, stdout);
+      std::fflush(stdout);
+    }
+    std::fputc('\n', stdout);
+  });
+}
+
+}  // namespace tandem::cli

@@ -1,0 +1,198 @@
+// One rank's shard of the GPT-2 parameters and its map to the whole model's flat buffer.
+#include "tandem/parallel/shard.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "tandem/core/error.h"
+
+namespace tandem::parallel {
+namespace {
+
+constexpr int kBlockTensors = 12;
+
+int64_t part_begin(int64_t n, int p, int r) { return r * (n / p) + std::min<int64_t>(r, n % p); }
+
+// Appends a run, merging it into the previous one when both continue it (a tp = 1 "shard").
+void push_run(std::vector<FlatRun>& runs, FlatRun r) {
+  if (r.count <= 0) return;
+  if (!runs.empty()) {
+    FlatRun& b = runs.back();
+    if (b.local + b.count == r.local && b.global + b.count == r.global) {
+      b.count += r.count;
+      return;
+    }
+  }
+  runs.push_back(r);
+}
+
+}  // namespace
+
+int stage_first_layer(int n_layers, int pp, int stage) {
+  return static_cast<int>(part_begin(n_layers, pp, stage));
+}
+int stage_end_layer(int n_layers, int pp, int stage) {
+  return static_cast<int>(part_begin(n_layers, pp, stage + 1));
+}
+
+ShardLayout::ShardLayout(const nn::GPTConfig& config, const GridShape& grid, int tp_rank, int stage)
+    : config_(config), tp_(grid.tp), tp_rank_(tp_rank), stage_(stage), pp_(grid.pp) {
+  config.validate();
+  if (config.n_heads % tp_ != 0)
+    user_error("tensor parallelism over {} ranks needs the head count ({}) to be a multiple of {}",
+               tp_, config.n_heads, tp_);
+  if (pp_ > std::max(config.n_layers, 1))
+    user_error("pipeline parallelism over {} stages needs at least {} layers; the model has {}", pp_,
+               pp_, config.n_layers);
+  TANDEM_CHECK(tp_rank >= 0 && tp_rank < tp_ && stage >= 0 && stage < pp_, "shard ({}, {}) of {}",
+               tp_rank, stage, grid.str());
+  first_layer_ = stage_first_layer(config.n_layers, pp_, stage);
+  end_layer_ = stage_end_layer(config.n_layers, pp_, stage);
+  has_embedding_ = stage == 0;
+  has_final_ = stage == pp_ - 1;
+
+  const std::vector<nn::ParamSpec> specs = nn::gpt_parameter_specs(config);
+  auto spec = [&](const std::string& name) -> const nn::ParamSpec& {
+    for (const nn::ParamSpec& s : specs)
+      if (s.name == name) return s;
+    internal_error("no GPT parameter '" + name + "'");
+  };
+  const bool whole_writer = tp_rank == 0;  // tensors every tp rank holds whole
+  if (has_embedding_) {
+    wte_ = static_cast<int>(tensors_.size());
+    add(spec("wte"), ShardKind::Whole, whole_writer);
+    wpe_ = static_cast<int>(tensors_.size());
+    add(spec("wpe"), ShardKind::Whole, whole_writer);
+  }
+  for (int l = first_layer_; l < end_layer_; ++l) {
+    block_first_.push_back(static_cast<int>(tensors_.size()));
+    const std::string h = "h." + std::to_string(l) + ".";
+    add(spec(h + "ln_1.weight"), ShardKind::Whole, whole_writer);
+    add(spec(h + "ln_1.bias"), ShardKind::Whole, whole_writer);
+    add(spec(h + "attn.c_attn.weight"), ShardKind::HeadColumns, true);
+    add(spec(h + "attn.c_attn.bias"), ShardKind::HeadColumns, true);
+    add(spec(h + "attn.c_proj.weight"), ShardKind::Rows, true);
+    add(spec(h + "attn.c_proj.bias"), ShardKind::Whole, whole_writer);
+    add(spec(h + "ln_2.weight"), ShardKind::Whole, whole_writer);
+    add(spec(h + "ln_2.bias"), ShardKind::Whole, whole_writer);
+    add(spec(h + "mlp.c_fc.weight"), ShardKind::Columns, true);
+    add(spec(h + "mlp.c_fc.bias"), ShardKind::Columns, true);
+    add(spec(h + "mlp.c_proj.weight"), ShardKind::Rows, true);
+    add(spec(h + "mlp.c_proj.bias"), ShardKind::Whole, whole_writer);
+  }
+  if (has_final_) {
+    ln_f_ = static_cast<int>(tensors_.size());
+    add(spec("ln_f.weight"), ShardKind::Whole, whole_writer);
+    add(spec("ln_f.bias"), ShardKind::Whole, whole_writer);
+    // The LM head is tied to wte: a last stage that is not also the first keeps its own copy,
+    // kept equal to stage 0's by summing the two copies' gradients (see Grid::tied). Stage 0
+    // writes it.
+    if (!has_embedding_) {
+      final_wte_ = static_cast<int>(tensors_.size());
+      add(spec("wte"), ShardKind::Whole, false);
+    } else {
+      final_wte_ = wte_;
+    }
+  }
+}
+
+void ShardLayout::add(const nn::ParamSpec& s, ShardKind kind, bool writer) {
+  LocalTensor t;
+  t.name = s.name;
+  t.global_shape = s.shape;
+  t.local_offset = size_;
+  t.global_offset = s.offset;
+  t.kind = kind;
+  t.writer = writer;
+  const int tp = tp_, r = tp_rank_;
+  const bool matrix = s.shape.rank() == 2;
+  const int64_t rows = matrix ? s.shape[0] : 1;
+  const int64_t cols = matrix ? s.shape[1] : s.shape[0];
+  switch (kind) {
+    case ShardKind::Whole:
+      t.local_shape = s.shape;
+      push_run(t.runs, {t.local_offset, t.global_offset, s.numel()});
+      break;
+    case ShardKind::HeadColumns: {  // (rows, 3C) -> (rows, 3c): [q | k | v] of rank r's heads
+      const int64_t C = cols / 3, c = C / tp;
+      t.local_shape = matrix ? Shape{rows, 3 * c} : Shape{3 * c};
+      for (int64_t i = 0; i < rows; ++i)
+        for (int64_t part = 0; part < 3; ++part)
+          push_run(t.runs, {t.local_offset + i * 3 * c + part * c,
+                            t.global_offset + i * cols + part * C + r * c, c});
+      break;
+    }
+    case ShardKind::Columns: {  // (rows, H) -> (rows, H / tp)
+      const int64_t h = cols / tp;
+      t.local_shape = matrix ? Shape{rows, h} : Shape{h};
+      for (int64_t i = 0; i < rows; ++i)
+        push_run(t.runs, {t.local_offset + i * h, t.global_offset + i * cols + r * h, h});
+      break;
+    }
+    case ShardKind::Rows: {  // (K, H) -> (K / tp, H)
+      TANDEM_CHECK(matrix, "row shard of a vector {}", s.name);
+      const int64_t k = rows / tp;
+      t.local_shape = Shape{k, cols};
+      push_run(t.runs, {t.local_offset, t.global_offset + r * k * cols, k * cols});
+      break;
+    }
+  }
+  size_ += t.local_shape.numel();
+  tensors_.push_back(std::move(t));
+}
+
+const LocalTensor& ShardLayout::tensor(const std::string& name) const {
+  for (const LocalTensor& t : tensors_)
+    if (t.name == name) return t;
+  internal_error("stage " + std::to_string(stage_) + " holds no tensor '" + name + "'");
+}
+
+nn::EmbeddingParams ShardLayout::embedding(float* base) const {
+  TANDEM_CHECK(has_embedding_, "stage {} has no embedding", stage_);
+  return {base + tensors_[static_cast<size_t>(wte_)].local_offset,
+          base + tensors_[static_cast<size_t>(wpe_)].local_offset};
+}
+
+nn::BlockParams ShardLayout::block(float* base, int layer) const {
+  TANDEM_CHECK(layer >= first_layer_ && layer < end_layer_, "stage {} holds layers [{}, {}), not {}",
+               stage_, first_layer_, end_layer_, layer);
+  const size_t i0 = static_cast<size_t>(block_first_[static_cast<size_t>(layer - first_layer_)]);
+  float* p[kBlockTensors];
+  for (size_t i = 0; i < kBlockTensors; ++i) p[i] = base + tensors_[i0 + i].local_offset;
+  return {p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11]};
+}
+
+nn::FinalParams ShardLayout::final_stage(float* base) const {
+  TANDEM_CHECK(has_final_, "stage {} has no final stage", stage_);
+  const LocalTensor& ln = tensors_[static_cast<size_t>(ln_f_)];
+  return {base + ln.local_offset, base + tensors_[static_cast<size_t>(ln_f_) + 1].local_offset,
+          base + tensors_[static_cast<size_t>(final_wte_)].local_offset};
+}
+
+void ShardLayout::extract(const float* global, float* local) const {
+  for (const LocalTensor& t : tensors_)
+    for (const FlatRun& r : t.runs)
+      std::memcpy(local + r.local, global + r.global, static_cast<size_t>(r.count) * sizeof(float));
+}
+
+void ShardLayout::for_each_run(int64_t begin, int64_t end, bool writers_only,
+                               const std::function<void(const LocalTensor&, const FlatRun&)>& fn) const {
+  for (const LocalTensor& t : tensors_) {
+    if (writers_only && !t.writer) continue;
+    if (t.local_offset >= end || t.local_offset + t.numel() <= begin) continue;
+    for (const FlatRun& r : t.runs) {
+      const int64_t b = std::max(begin, r.local), e = std::min(end, r.local + r.count);
+      if (b < e) fn(t, {b, r.global + (b - r.local), e - b});
+    }
+  }
+}
+
+void ShardLayout::deposit(const float* local_range, int64_t begin, int64_t end, float* global,
+                          bool writers_only) const {
+  for_each_run(begin, end, writers_only, [&](const LocalTensor&, const FlatRun& r) {
+    std::memcpy(global + r.global, local_range + (r.local - begin),
+                static_cast<size_t>(r.count) * sizeof(float));
+  });
+}
+
+}  // namespace tandem::parallel

@@ -1,0 +1,229 @@
+// The training loop end to end on tiny models: data-, tensor- and pipeline-parallel runs match
+// a single-rank run of the same global batch and seed, a resumed run continues bitwise like one
+// that never stopped, the loss falls on the synthetic corpus, and bad checkpoints are refused
+// with a message that says what is wrong.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "tandem/core/error.h"
+#include "tandem/train/trainer.h"
+#include "train/test_util.h"
+
+namespace tandem::train {
+namespace {
+
+using testing::ScratchDir;
+
+TrainConfig tiny(parallel::GridShape grid = {1, 1, 1}, int64_t steps = 4) {
+  TrainConfig c;
+  c.model.n_layers = 2;
+  c.model.n_heads = 2;
+  c.model.d_model = 16;
+  c.model.seq_len = 16;
+  c.model.max_positions = 16;
+  c.batch = 8;
+  c.steps = steps;
+  c.lr = 1e-2;
+  c.warmup = 2;
+  c.seed = 3;
+  c.grid = grid;
+  c.synthetic_bytes = 1 << 15;
+  c.eval_every = 0;
+  c.progress = false;
+  c.keep_weights = true;
+  c.blas_threads = 1;
+  static std::ostringstream sink;  // the summary lines, unread
+  c.out = &sink;
+  return c;
+}
+
+// ||a - b|| / ||b - w0||: the difference of two runs' weights relative to how far training moved
+// them, so that the bound means the same whatever the learning rate.
+double relative_update_difference(const std::vector<float>& a, const std::vector<float>& b,
+                                  const std::vector<float>& w0) {
+  double diff = 0, moved = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff += std::pow(static_cast<double>(a[i]) - b[i], 2);
+    moved += std::pow(static_cast<double>(b[i]) - w0[i], 2);
+  }
+  return std::sqrt(diff / moved);
+}
+
+std::vector<float> initial_weights(const TrainConfig& c) {
+  TrainConfig z = c;
+  z.steps = 0;
+  return train(z).weights;
+}
+
+// Tolerance of the equivalence: the parallel runs sum the same terms in other orders (per-rank
+// GEMMs, ReduceScatter/AllReduce), so after 4 AdamW steps losses agree to 2e-4 and the weights'
+// difference is below 1% of the distance they moved (Adam's normalised step turns rounding-level
+// gradient differences into update differences only where a gradient is ~0).
+void expect_equivalent(const TrainConfig& cfg, const std::string& what) {
+  const TrainResult want = train(tiny({1, 1, 1}, cfg.steps));
+  const TrainResult got = train(cfg);
+  ASSERT_EQ(got.losses.size(), want.losses.size()) << what;
+  for (size_t i = 0; i < want.losses.size(); ++i)
+    EXPECT_NEAR(got.losses[i], want.losses[i], 2e-4) << what << " step " << i;
+  ASSERT_EQ(got.weights.size(), want.weights.size());
+  EXPECT_LT(relative_update_difference(got.weights, want.weights, initial_weights(cfg)), 1e-2) << what;
+}
+
+TEST(TrainerEquivalence, DataParallelMatchesOneRank) {
+  TrainConfig c = tiny({2, 1, 1});
+  const TrainResult r = train(c);
+  EXPECT_EQ(r.optimizer_schedule, "RS-C-AG+slice(m,v)");
+  expect_equivalent(c, "dp=2");
+}
+
+TEST(TrainerEquivalence, DataAndTensorParallelMatchOneRank) {
+  expect_equivalent(tiny({2, 2, 1}), "dp=2 tp=2");
+}
+
+TEST(TrainerEquivalence, PipelineParallelMatchesOneRank) {
+  TrainConfig c = tiny({1, 1, 2});
+  c.micro_batches = 4;
+  expect_equivalent(c, "pp=2");
+}
+
+TEST(TrainerEquivalence, LambDataParallelMatchesOneRank) {
+  TrainConfig one = tiny({1, 1, 1});
+  one.optimizer.name = "lamb";
+  TrainConfig two = tiny({2, 1, 1});
+  two.optimizer.name = "lamb";
+  const TrainResult want = train(one);
+  const TrainResult got = train(two);
+  for (size_t i = 0; i < want.losses.size(); ++i) EXPECT_NEAR(got.losses[i], want.losses[i], 2e-4) << i;
+}
+
+TEST(Trainer, LossFallsOnTheSyntheticCorpus) {
+  TrainConfig c = tiny({1, 1, 1}, 40);
+  c.model.d_model = 32;
+  c.lr = 3e-3;
+  c.warmup = 5;
+  c.eval_every = 40;
+  c.eval_batches = 2;
+  const TrainResult r = train(c);
+  ASSERT_EQ(r.losses.size(), 40u);
+  EXPECT_NEAR(r.losses.front(), std::log(256.0), 0.3);  // an untrained model: ~uniform over bytes
+  EXPECT_LT(r.losses.back(), r.losses.front() - 1.5);
+  ASSERT_EQ(r.val_losses.size(), 1u);
+  EXPECT_LT(r.val_losses[0].second, r.losses.front() - 1.5);
+}
+
+// Stopping after 3 steps and resuming gives bitwise the losses and weights of 6 uninterrupted
+// steps, with the optimizer state sliced over dp and the model sharded over tp.
+TEST(TrainerResume, ContinuesBitwiseLikeAnUninterruptedRun) {
+  for (parallel::GridShape grid : {parallel::GridShape{1, 1, 1}, parallel::GridShape{2, 2, 1}}) {
+    ScratchDir dir;
+    const TrainResult straight = train(tiny(grid, 6));
+    TrainConfig first = tiny(grid, 6);
+    first.save_dir = dir.path("ck");
+    first.save_every = 3;
+    first.steps = 3;
+    const TrainResult a = train(first);
+    TrainConfig second = tiny(grid, 6);
+    second.resume_dir = dir.path("ck");
+    const TrainResult b = train(second);
+    EXPECT_EQ(b.first_step, 3);
+    std::vector<double> joined = a.losses;
+    joined.insert(joined.end(), b.losses.begin(), b.losses.end());
+    EXPECT_EQ(joined, straight.losses) << grid.str();
+    EXPECT_EQ(b.weights, straight.weights) << grid.str();
+  }
+}
+
+// A checkpoint from one grid resumes on another: the whole-model weights and moments are
+// re-sharded (the loss then matches to the equivalence tolerance, not bitwise).
+TEST(TrainerResume, ResumesOnAnotherGrid) {
+  ScratchDir dir;
+  TrainConfig first = tiny({2, 2, 1}, 3);
+  first.save_dir = dir.path("ck");
+  train(first);
+  TrainConfig second = tiny({1, 1, 2}, 6);
+  second.micro_batches = 2;
+  second.resume_dir = dir.path("ck");
+  const TrainResult b = train(second);
+  const TrainResult straight = train(tiny({1, 1, 1}, 6));
+  ASSERT_EQ(b.losses.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(b.losses[i], straight.losses[3 + i], 2e-4) << i;
+}
+
+TEST(TrainerCheckpoint, WeightsUseGpt2NamesAndLoadForEval) {
+  ScratchDir dir;
+  TrainConfig c = tiny({1, 2, 1}, 2);
+  c.save_dir = dir.path("ck");
+  const TrainResult r = train(c);
+  const LoadedModel m = load_model(dir.path("ck"));
+  EXPECT_EQ(m.meta.step, 2);
+  EXPECT_EQ(m.config.d_model, 16);
+  const float* w = m.params.flat().data_as<float>();
+  EXPECT_EQ(std::vector<float>(w, w + m.params.size()), r.weights);
+  EXPECT_EQ(m.params["h.1.attn.c_attn.weight"].shape(), (Shape{16, 48}));
+  std::vector<uint8_t> text(200);
+  for (size_t i = 0; i < text.size(); ++i) text[i] = static_cast<uint8_t>('a' + i % 7);
+  const auto [loss, scored] = evaluate_windows(m.params, text, 16, 4, 0);
+  EXPECT_EQ(scored, 12 * 16);  // 199 targets hold 12 full windows of 16
+  EXPECT_TRUE(std::isfinite(loss));
+}
+
+std::string error_of(const TrainConfig& c) {
+  try {
+    train(c);
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(TrainerCheckpoint, RefusesAModelThatDoesNotMatch) {
+  ScratchDir dir;
+  TrainConfig first = tiny({1, 1, 1}, 1);
+  first.save_dir = dir.path("ck");
+  train(first);
+  TrainConfig other = tiny({1, 1, 1}, 2);
+  other.model.d_model = 32;
+  other.resume_dir = dir.path("ck");
+  EXPECT_EQ(error_of(other), "checkpoint '" + dir.path("ck") +
+                                 "' was trained with d_model 16, this run asks for 32");
+  TrainConfig lamb = tiny({1, 1, 1}, 2);
+  lamb.optimizer.name = "lamb";
+  lamb.resume_dir = dir.path("ck");
+  EXPECT_EQ(error_of(lamb), "checkpoint '" + dir.path("ck") +
+                                "' was trained with optimizer adamw, this run asks for lamb");
+}
+
+TEST(TrainerCheckpoint, RefusesACorruptCheckpoint) {
+  ScratchDir dir;
+  TrainConfig first = tiny({1, 1, 1}, 1);
+  first.save_dir = dir.path("ck");
+  train(first);
+  const std::string weights = dir.path("ck") + "/weights.safetensors";
+  std::filesystem::resize_file(weights, std::filesystem::file_size(weights) - 100);
+  TrainConfig resume = tiny({1, 1, 1}, 2);
+  resume.resume_dir = dir.path("ck");
+  const std::string msg = error_of(resume);
+  EXPECT_NE(msg.find("weights.safetensors"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("corrupt"), std::string::npos) << msg;
+  EXPECT_THROW(load_model(dir.path("ck")), UserError);
+}
+
+TEST(TrainerConfig, RefusesGridsThatDoNotFit) {
+  TrainConfig c = tiny({3, 1, 1});
+  EXPECT_EQ(error_of(c), "--batch 8 does not split evenly over --dp 3 data-parallel ranks");
+  c = tiny({1, 4, 1});
+  EXPECT_EQ(error_of(c), "--tp 4 must divide the number of heads (2)");
+  c = tiny({1, 1, 3});
+  EXPECT_EQ(error_of(c), "--pp 3 needs at least 3 layers; the model has 2");
+  c = tiny({2, 1, 1});
+  c.micro_batches = 3;
+  EXPECT_EQ(error_of(c), "each data-parallel rank's 4 rows do not split evenly into 3 micro-batches "
+                         "(--batch 8, --dp 2, --micro-batches 3)");
+}
+
+}  // namespace
+}  // namespace tandem::train
