@@ -195,10 +195,20 @@ std::vector<ActivationSpec> Workspace::specs(const GPTConfig& c, int B, int T) {
           {"ws.dlogits", {B, T, c.vocab_size}}, {"ws.dresidual", {B, T, C}}};
 }
 
-Workspace::Workspace(const GPTConfig& config, int B, int T, Allocator& alloc) : B_(B), T_(T) {
+Workspace::Workspace(const GPTConfig& config, int B, int T, Allocator& alloc)
+    : config_(config), B_(B), T_(T) {
   config.validate();
+  if (B < 1 || T < 1) user_error("GPT workspace for batch {} x sequence {}: both must be >= 1", B, T);
   for (const ActivationSpec& s : specs(config, B, T))
     bufs_.push_back(Tensor::empty(DType::F32, s.shape, alloc));
+}
+
+void Workspace::check_fits(const GPTConfig& c, int B, int T) const {
+  if (c.d_model != config_.d_model || c.vocab_size != config_.vocab_size)
+    user_error("GPT workspace was made for d_model {} and vocabulary {}, not {} and {}",
+               config_.d_model, config_.vocab_size, c.d_model, c.vocab_size);
+  if (B > B_ || T > T_)
+    user_error("GPT workspace holds batches up to {} x {}; this one is {} x {}", B_, T_, B, T);
 }
 
 float* Workspace::btc(int i) const { return bufs_[static_cast<size_t>(i)].data_as<float>(); }
@@ -251,6 +261,7 @@ void embedding_forward(const GPTConfig& c, const EmbeddingParams& w, const Embed
 
 void embedding_backward(const GPTConfig& c, const EmbeddingParams& dw, const float* dout,
                         const int32_t* tokens, Workspace& ws, int B, int T, const StepRng& rng) {
+  ws.check_fits(c, B, T);
   const int64_t n = static_cast<int64_t>(B) * T * c.d_model;
   const Dropout drop = site_dropout(c, rng, -1, DropoutSite::Embedding, T);
   const float* denc = dout;  // (B, T, C) d(wte[tokens] + wpe)
@@ -266,6 +277,7 @@ void embedding_backward(const GPTConfig& c, const EmbeddingParams& dw, const flo
 void block_forward(const GPTConfig& c, int layer, const BlockParams& w, const BlockActivations& a,
                    const float* x, Workspace& ws, int B, int T, const StepRng& rng) {
   check_buffers(c, a, block_prefix(layer), B, T);
+  ws.check_fits(c, B, T);
   const int C = c.d_model, NH = c.n_heads, HS = c.head_size(), N = B * T;
   const int64_t n = static_cast<int64_t>(N) * C;
   float* proj = ws.btc(0);  // (B, T, C) a projection's output before dropout and residual
@@ -298,6 +310,7 @@ void block_backward(const GPTConfig& c, int layer, const BlockParams& w, const B
                     const BlockActivations& a, const float* x, float* dres, Workspace& ws, int B,
                     int T, const StepRng& rng) {
   check_buffers(c, a, block_prefix(layer), B, T);
+  ws.check_fits(c, B, T);
   const int C = c.d_model, NH = c.n_heads, HS = c.head_size(), N = B * T;
   const int64_t n = static_cast<int64_t>(N) * C;
   float* dproj_buf = ws.btc(0);  // (B, T, C) d(projection output) when dropout is on
@@ -367,6 +380,7 @@ void final_backward(const GPTConfig& c, const FinalParams& w, const FinalParams&
                     const FinalActivations& a, const float* x, const int32_t* targets, float dloss,
                     float* dx, Workspace& ws, int B, int T) {
   check_buffers(c, a, "", B, T);
+  ws.check_fits(c, B, T);
   const int C = c.d_model, V = c.vocab_size, N = B * T;
   using K = FinalAct;
   float* dlogits = ws.dlogits();  // (B, T, V)
@@ -392,11 +406,10 @@ void check_batch(const ParameterSet& params, const GPTActivations& acts, const W
   if (batch.tokens == nullptr) user_error("GPT batch has no tokens");
   if (need_targets && batch.targets == nullptr)
     user_error("GPT backward needs the batch's targets");
-  if (batch.B != acts.batch() || batch.T != acts.seq() || batch.B != ws.batch() ||
-      batch.T != ws.seq())
-    user_error("GPT batch is {} x {} but the activations are for {} x {} and the workspace for "
-               "{} x {}",
-               batch.B, batch.T, acts.batch(), acts.seq(), ws.batch(), ws.seq());
+  if (batch.B != acts.batch() || batch.T != acts.seq())
+    user_error("GPT batch is {} x {} but the activations are for {} x {}", batch.B, batch.T,
+               acts.batch(), acts.seq());
+  ws.check_fits(c, batch.B, batch.T);
   const int64_t n = static_cast<int64_t>(batch.B) * batch.T;
   for (int64_t i = 0; i < n; ++i) {
     if (batch.tokens[i] < 0 || batch.tokens[i] >= c.vocab_size)

@@ -99,6 +99,7 @@ struct FinalParams {
 };
 
 // One flat f32 buffer with a named view per tensor; used for weights and for gradients alike.
+// Copies share the buffer, as Tensor copies do.
 class ParameterSet {
  public:
   // Zero-filled, from `alloc`.
@@ -176,7 +177,8 @@ Shape act_shape(const GPTConfig& c, FinalAct k, int B, int T);
 template <typename Kind>
 inline constexpr int kNumActs = static_cast<int>(Kind::kCount);
 
-// One stage's saved buffers (views; copies share storage).
+// One stage's saved buffers (views; copies share storage). A stage accepts any f32 tensor with
+// the right element count in each slot, so a planner may bind 1-D slices of an arena.
 template <typename Kind>
 struct Buffers {
   std::array<Tensor, static_cast<size_t>(Kind::kCount)> buf;
@@ -233,11 +235,14 @@ class GPTActivations {
 
 // ---------------------------------------------------------------------------------------------
 // Scratch shared by every stage; nothing in it survives from one stage to the next except the
-// residual gradient that gpt_backward threads through the blocks.
+// residual gradient that gpt_backward threads through the blocks. A workspace for (B, T) serves
+// any batch of at most B sequences of at most T tokens.
 class Workspace {
  public:
   Workspace(const GPTConfig& config, int B, int T, Allocator& alloc = host_allocator());
   static std::vector<ActivationSpec> specs(const GPTConfig& config, int B, int T);
+  // UserError unless this workspace fits a (B, T) batch of a model with config c.
+  void check_fits(const GPTConfig& c, int B, int T) const;
 
   float* btc(int i) const;   // (B, T, C), i in {0, 1}
   float* bt3c() const;       // (B, T, 3C)
@@ -250,6 +255,7 @@ class Workspace {
 
  private:
   std::vector<Tensor> bufs_;
+  GPTConfig config_;
   int B_, T_;
 };
 

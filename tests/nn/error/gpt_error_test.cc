@@ -87,6 +87,10 @@ TEST(GptErrors, BatchShapeMustMatchTheBuffers) {
               HasSubstr("batch is 3 x 4 but the activations are for 2 x 4"));
   EXPECT_THAT(user_error_of([&] { GPTActivations a(c, 1, 5); }),
               HasSubstr("1 <= sequence <= max_positions (4)"));
+  Workspace small_ws(c, 1, 4);
+  EXPECT_THAT(
+      user_error_of([&] { gpt_forward(p, acts, small_ws, {tokens.data(), tokens.data(), 2, 4}, {}); }),
+      HasSubstr("workspace holds batches up to 1 x 4; this one is 2 x 4"));
 }
 
 TEST(GptErrors, UnboundActivationBufferIsNamed) {
