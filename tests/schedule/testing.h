@@ -202,12 +202,20 @@ inline void check_plan(const Case& c, const Plan& plan, const std::string& name,
   }
 }
 
-// Runs the reference on the unscheduled program, then every schedule enumerate_schedules yields,
-// on `comm` (every rank calls it); returns what this rank saw.
-inline Outcome check_all_schedules(const Case& c, comm::Communicator& comm) {
+// Every schedule enumerate_schedules yields for the case's program, lowered (once, before the
+// ranks start: every rank runs the same plans).
+inline std::vector<Plan> all_plans(const Case& c) {
+  std::vector<Plan> out;
+  for (const NamedSchedule& ns : enumerate_schedules(c.program)) out.push_back(ns.schedule.lower());
+  return out;
+}
+
+// Runs the reference on the unscheduled program, then every plan, on `comm` (every rank calls
+// it); returns what this rank saw.
+inline Outcome check_all_schedules(const Case& c, const std::vector<Plan>& plans, comm::Communicator& comm) {
   Outcome out;
   const Reference ref = run_reference(c, comm);
-  for (const NamedSchedule& ns : enumerate_schedules(c.program)) check_plan(c, ns.schedule.lower(), ns.name, comm, ref, out);
+  for (const Plan& plan : plans) check_plan(c, plan, plan.name, comm, ref, out);
   return out;
 }
 

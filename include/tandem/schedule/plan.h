@@ -37,6 +37,15 @@
 //   its partition, its fused hook, and the value it carries). A Pipeline runs its body once per
 //   row block (overlap): each block of every listed value is handed to the next step while the
 //   following block is produced.
+// - Arithmetic outside loops follows the reference interpreter (exec/reference.h), so that a
+//   schedule that keeps the order of operations is bitwise equal to it: reducing collectives
+//   (and a Finish's cross-rank step) combine f32 copies whatever the dtype and round once to the
+//   value's dtype (inside a hook the reduced chunk is f32, and the collective's value is that
+//   chunk rounded to its dtype); a Matmul multiplies f32 copies (blas::sgemm) and rounds once;
+//   AllGather, Broadcast, Send and Recv move the value's own bytes.
+// - Buffers: a value with alias >= 0 has no buffer of its own; `alias` is always the root that
+//   owns one (never a chain). A Slice value in a Full root occupies this rank's part of it
+//   (contiguous when sliced along dim 0, the only dim split and reorder produce).
 // - Dependencies are exactly the order of `steps`; an emitter that runs steps concurrently must
 //   keep each step after the steps producing its operands.
 #pragma once
@@ -59,7 +68,8 @@ enum class Storage : uint8_t {
   None,   // never materialised: a constant (inlined), a send, or a register inside one loop
   Full,   // the value's whole global shape (Local, Replicated and Partial values, scalars)
   Slice,  // this rank's part along the Sliced layout's dim: 1/p of the value
-  Block,  // inside a Pipeline only: one row block's part at a time (scratch reused per block)
+  Block,  // inside a Pipeline only: this rank's part of each row block (Sliced values made and
+          // used inside the pipeline; one block's scratch may be reused once its sends are done)
 };
 std::string_view storage_name(Storage s);  // "none", "full", "slice", "block"
 

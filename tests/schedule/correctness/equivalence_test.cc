@@ -27,8 +27,9 @@ Tally run_case(const Case& c, int ranks) {
   std::mutex mu;
   std::string failures;
   Tally t;
+  const std::vector<Plan> plans = all_plans(c);
   comm::run_ranks(ranks, [&](comm::Communicator& comm) {
-    const Outcome o = check_all_schedules(c, comm);
+    const Outcome o = check_all_schedules(c, plans, comm);
     std::lock_guard<std::mutex> lock(mu);
     failures += o.failures;
     if (comm.rank() == 0) t = {o.schedules, o.bitwise};
