@@ -1,0 +1,113 @@
+// The compiled executor of the CPU JIT: a lowered plan is emitted as C++ (codegen/cpp), compiled
+// and cached (exec/jit), and run on a Communicator with the calling convention of the reference
+// interpreter (RunArgs in, this rank's outputs out).
+//
+// Set up, then run (Gloo, ggml): the runner's constructor resolves the shapes, splits the
+// communicator into the program's groups, allocates every value the plan stores on this rank
+// (inputs included), the f32 scratch the kernels ask
+// for and the staging of the collectives, and starts the communication thread; run() calls the
+// compiled code and allocates no tensor storage.
+//
+// Overlap: inside a Pipeline step the compiled code hands its collectives, sends and receives to
+// a communication thread of this rank (in issue order, so every rank runs them in the same
+// order) and computes the next block meanwhile. On MPI this needs MPI_THREAD_SERIALIZED or more;
+// with less, or with CompiledOptions::overlap = false, the blocks run one after the other (same
+// results).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "tandem/comm/communicator.h"
+#include "tandem/core/allocator.h"
+#include "tandem/exec/jit.h"
+#include "tandem/exec/plan_runner.h"
+#include "tandem/exec/reference.h"
+#include "tandem/schedule/plan.h"
+
+namespace tandem::exec {
+
+// A plan's emitted source and loaded module; immutable, so every rank (thread) of a process and
+// every runner share one.
+class CompiledPlan {
+ public:
+  CompiledPlan(schedule::Plan plan, std::string source, std::shared_ptr<JitModule> module);
+
+  const schedule::Plan& plan() const { return plan_; }
+  const std::string& source() const { return source_; }
+  const JitModule& module() const { return *module_; }
+  bool compiled_now() const { return module_->compiled_now(); }  // false: it came from the cache
+
+ private:
+  friend class CompiledRunner;
+  schedule::Plan plan_;
+  std::string source_;
+  std::shared_ptr<JitModule> module_;
+};
+
+// Emits `plan` (a UserError naming the step if the emitter cannot compile it) and compiles it, or
+// finds it in the cache (a failed compile is a UserError with the command and the compiler's
+// output).
+std::shared_ptr<const CompiledPlan> compile_plan(const schedule::Plan& plan, const JitOptions& options = {});
+
+struct CompiledOptions {
+  bool overlap = true;  // run a Pipeline's communication on a communication thread
+};
+
+// The compiled counterpart of PlanRunner, with the same calling convention, so that the tuner
+// times either the same way.
+class CompiledRunner {
+ public:
+  using Piece = PlanRunner::Piece;
+
+  // Collective over `comm` (it splits off the group communicator when the program has groups).
+  // A rank count that does not fit the program's groups, or an unbound symbol, is a UserError.
+  CompiledRunner(std::shared_ptr<const CompiledPlan> compiled, comm::Communicator& comm,
+                 const dsl::SymbolMap& symbols, Allocator& alloc = host_allocator(),
+                 CompiledOptions options = {});
+  // Compiles `plan` first (compile_plan with default options).
+  CompiledRunner(const schedule::Plan& plan, comm::Communicator& comm, const dsl::SymbolMap& symbols,
+                 Allocator& alloc = host_allocator(), CompiledOptions options = {});
+  ~CompiledRunner();
+  CompiledRunner(const CompiledRunner&) = delete;
+  CompiledRunner& operator=(const CompiledRunner&) = delete;
+
+  // As PlanRunner: this rank's stored piece of input `name`, to fill before run() (an input
+  // updated in place holds its new value after); a copy into it from this rank's piece or, for
+  // an input the plan stores sliced, from the whole tensor; a scalar's value (a dropout seed: a
+  // non-negative integer below 2^53).
+  Tensor input(std::string_view name) const;
+  void load(std::string_view name, const Tensor& value);
+  void set_scalar(std::string_view name, double value);
+
+  // Runs the compiled plan once; every rank of the communicator calls it together.
+  void run();
+
+  // This rank's piece of output `name` after run() (a view of the runner's storage), and where a
+  // stored piece sits in the whole.
+  Tensor output(std::string_view name) const;
+  Piece piece(std::string_view name) const;
+
+  // Bytes this rank allocated at setup to store value `name` (0 when it lives in another value's
+  // buffer), and for everything (values, scratch, staging).
+  size_t allocated_bytes(std::string_view name) const;
+  size_t allocated_bytes() const;
+  // Whether pipelines run their communication on the communication thread.
+  bool overlapping() const;
+  const CompiledPlan& compiled() const { return *compiled_; }
+
+  struct State;  // the host side of the ABI (callbacks, buffers, the communication thread)
+
+ private:
+  std::shared_ptr<const CompiledPlan> compiled_;
+  std::unique_ptr<State> state_;
+};
+
+// One run with run_plan's conventions (args.inputs laid out as the program as written; updated
+// inputs written back; outputs copied): compiles (or finds in the cache), sets up and runs.
+TensorMap run_compiled(const schedule::Plan& plan, comm::Communicator& comm, const RunArgs& args,
+                       Allocator& alloc = host_allocator(), const JitOptions& options = {});
+
+}  // namespace tandem::exec
