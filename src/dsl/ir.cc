@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cctype>
 #include <functional>
+#include <ostream>
 #include <set>
 
 #include "tandem/core/error.h"
@@ -72,6 +73,11 @@ Shape local_shape(const Shape& global, const Layout& layout, int p, int r) {
 std::string Type::str() const {
   return fmt::format("{}{} {}", dtype_name(dtype), shape.str(), layout.str());
 }
+
+std::ostream& operator<<(std::ostream& os, const Dim& d) { return os << d.str(); }
+std::ostream& operator<<(std::ostream& os, const SymShape& s) { return os << s.str(); }
+std::ostream& operator<<(std::ostream& os, const Layout& l) { return os << l.str(); }
+std::ostream& operator<<(std::ostream& os, const Type& t) { return os << t.str(); }
 
 // ------------------------------------------------------------------------------------------ ops
 

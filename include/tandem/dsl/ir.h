@@ -54,6 +54,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <iosfwd>
 #include <map>
 #include <optional>
 #include <string>
@@ -149,6 +150,12 @@ struct Type {
   std::string str() const;  // "f32[N] Replicated"
   bool operator==(const Type&) const = default;
 };
+
+// Streams the str() forms, so that test frameworks print these values readably.
+std::ostream& operator<<(std::ostream& os, const Dim& d);
+std::ostream& operator<<(std::ostream& os, const SymShape& s);
+std::ostream& operator<<(std::ostream& os, const Layout& l);
+std::ostream& operator<<(std::ostream& os, const Type& t);
 
 // ----------------------------------------------------------------------------------------- ops
 
