@@ -64,7 +64,8 @@ AtomicFile::AtomicFile(std::string path, std::string shown_as)
     const std::string folder = folder_of(shown_);
     if (err == ENOENT) user_error("cannot write '{}': folder '{}' does not exist", shown_, folder);
     if (err == ENOTDIR) user_error("cannot write '{}': '{}' is not a folder", shown_, folder);
-    user_error("cannot write '{}': {}", shown_, errno_text(err));
+    user_error("cannot write '{}': {}{}", shown_, errno_text(err),
+               had_previous_ ? "; the previous file is unchanged" : "");
   }
 }
 

@@ -13,6 +13,28 @@
 
 namespace tandem::train {
 
+void PhaseTimer::add(std::string_view phase, double seconds) {
+  for (auto& [name, s] : phases_)
+    if (name == phase) {
+      s += seconds;
+      return;
+    }
+  phases_.emplace_back(std::string(phase), seconds);
+}
+
+PhaseTimer::Scope::Scope(PhaseTimer* timer, std::string_view phase)
+    : timer_(timer), phase_(phase), begin_(Clock::now()) {}
+
+PhaseTimer::Scope::~Scope() {
+  timer_->add(phase_, std::chrono::duration<double>(Clock::now() - begin_).count());
+}
+
+double PhaseTimer::total() const {
+  double t = 0;
+  for (const auto& [name, s] : phases_) t += s;
+  return t;
+}
+
 std::string metrics_json_line(const StepMetrics& m) {
   // Insertion order, so every line reads step, loss, ... in the same order.
   nlohmann::ordered_json j;

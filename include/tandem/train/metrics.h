@@ -2,9 +2,11 @@
 // measured, tokens/s, seconds per phase), for plotting and for comparing runs.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -19,6 +21,37 @@ struct StepMetrics {
   std::vector<std::pair<std::string, double>> phase_s;
   // Anything else worth plotting (learning rate, gradient norm), as top-level fields.
   std::vector<std::pair<std::string, double>> extra;
+};
+
+// Seconds spent per named phase of a step, in the order phases first ran; a phase that runs
+// several times a step (one forward per micro-batch) accumulates.
+class PhaseTimer {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  void add(std::string_view phase, double seconds);
+
+  // Adds the time from construction to destruction to `phase`.
+  class Scope {
+   public:
+    Scope(PhaseTimer* timer, std::string_view phase);
+    ~Scope();
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    PhaseTimer* timer_;
+    std::string phase_;
+    Clock::time_point begin_;
+  };
+  Scope time(std::string_view phase) { return Scope(this, phase); }
+
+  const std::vector<std::pair<std::string, double>>& phases() const { return phases_; }
+  double total() const;
+  void clear() { phases_.clear(); }
+
+ private:
+  std::vector<std::pair<std::string, double>> phases_;
 };
 
 // One line, without the newline:

@@ -73,6 +73,15 @@ TEST(RunMeta, RoundTripsThroughJsonText) {
   EXPECT_EQ(run_meta_from_json(j, "meta.json"), m);  // in-memory values, without a text round trip
 }
 
+TEST(RunMeta, RecordsTheProjectsVersion) {
+  // kTandemVersion restates project(VERSION) of the top-level CMakeLists.txt; keep them in step.
+  const std::string cmake = testing::read_bytes(
+      (std::filesystem::path(__FILE__).parent_path() / "../../../CMakeLists.txt").string());
+  if (cmake.empty()) GTEST_SKIP() << "source tree not found from " << __FILE__;
+  EXPECT_NE(cmake.find("project(tandem VERSION " + std::string(kTandemVersion) + " "),
+            std::string::npos);
+}
+
 TEST(Checkpoint, SavesTheLayoutAndLoadsEveryTensorBitwise) {
   ScratchDir dir;
   const std::string ckdir = dir.path("ckpt");

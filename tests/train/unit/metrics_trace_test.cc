@@ -66,6 +66,29 @@ TEST(Metrics, WriterTruncatesOrAppends) {
   EXPECT_EQ(testing::read_bytes(path), "");
 }
 
+TEST(PhaseTimer, AccumulatesInFirstUseOrder) {
+  PhaseTimer t;
+  t.add("forward", 0.5);
+  t.add("backward", 1.0);
+  t.add("forward", 0.25);  // a second micro-batch
+  {
+    auto s = t.time("optimizer");
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_EQ(t.phases().size(), 3u);
+  EXPECT_EQ(t.phases()[0], (std::pair<std::string, double>{"forward", 0.75}));
+  EXPECT_EQ(t.phases()[1].first, "backward");
+  EXPECT_EQ(t.phases()[2].first, "optimizer");
+  EXPECT_GE(t.phases()[2].second, 0.001);
+  EXPECT_NEAR(t.total(), 1.75 + t.phases()[2].second, 1e-12);
+  StepMetrics m;
+  m.phase_s = t.phases();
+  EXPECT_NE(metrics_json_line(m).find(R"("phase_s":{"forward":0.75,"backward":1.0,"optimizer":)"),
+            std::string::npos);
+  t.clear();
+  EXPECT_TRUE(t.phases().empty());
+}
+
 TEST(Trace, ExactEventsWithNamedRows) {
   TraceRecorder t;
   t.record_us(1, "comm", "allreduce", 30.5, 10.25);
