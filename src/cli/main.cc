@@ -15,6 +15,8 @@ int main(int argc, char** argv) {
   tandem::cli::add_train(app);
   tandem::cli::add_eval(app);
   tandem::cli::add_sample(app);
+  tandem::cli::add_tune(app);
+  tandem::cli::add_emit(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

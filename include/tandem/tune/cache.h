@@ -1,0 +1,70 @@
+// The autotuner's on-disk memory: one JSON file per tuning key (program text, sizes, ranks,
+// backend, executor, machine, candidate list) under <JIT cache folder>/tune/, holding every
+// candidate's times and the winner, so that a second tune of the same key times and compiles
+// nothing and `tandem tune` can still print the whole table.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tandem/dsl/ir.h"
+
+namespace tandem::tune {
+
+// What decides which schedule is fastest. Two tunes with equal keys share one cache file.
+struct TuneKey {
+  std::string program;       // the program's name, for people reading the file
+  std::string program_hash;  // 16 hex digits of the program's text (Program::str)
+  dsl::SymbolMap sizes;      // every symbol's extent
+  int ranks = 1;
+  std::string backend;      // "thread" or "mpi"
+  std::string executor;     // "compiled", "plan", "interpreter"
+  std::string machine;      // machine_id()
+  std::string candidates;   // 16 hex digits of the enumerated schedules' names and options
+  bool operator==(const TuneKey&) const = default;
+
+  std::string str() const;     // one line, for messages
+  std::string digest() const;  // 32 hex digits of everything above: the cache file's name
+};
+
+// This machine, as far as timings depend on it: the CPU model, the instruction-set extensions
+// that change generated code (SSE4.2 .. AVX-512, AMX) and the hardware thread count.
+std::string machine_id();
+
+// 16 hex digits of a 64-bit FNV-1a hash.
+std::string hash_hex(const std::string& text);
+
+// One candidate schedule as the tuner measured it.
+struct CandidateTiming {
+  std::string name;
+  bool ok = true;          // it ran and matched the reference
+  std::string error;       // why not, when !ok
+  double max_error = 0;    // the largest relative difference from the reference (see Check)
+  std::vector<double> times;  // seconds per repetition: each the slowest rank's
+  double median() const;   // infinity when there are no times
+  double min() const;
+  double max() const;
+};
+
+struct TuneRecord {
+  TuneKey key;
+  std::vector<CandidateTiming> candidates;  // in enumeration order; the first is the baseline
+  std::string winner;                       // the ok candidate with the smallest median
+  int warmup = 0, reps = 0;
+  std::string created;  // UTC, ISO 8601
+};
+
+std::string record_to_json(const TuneRecord& record, int indent = 2);
+// A malformed document is a UserError saying what is wrong.
+TuneRecord record_from_json(const std::string& text);
+
+// <cache_dir>/tune/<digest>.json
+std::string record_path(const TuneKey& key, const std::string& cache_dir);
+// The record for `key`, or nullopt when there is none, or the file is unreadable, malformed or
+// holds another key (it is then retuned and overwritten).
+std::optional<TuneRecord> load_record(const TuneKey& key, const std::string& cache_dir);
+// Writes the record under a temporary name and renames it into place; returns the path.
+std::string store_record(const TuneRecord& record, const std::string& cache_dir);
+
+}  // namespace tandem::tune

@@ -1,0 +1,83 @@
+// The autotuner: times every legal schedule of a program on the real backend and keeps the
+// fastest. For each schedule from enumerate_schedules it sets the schedule up (compiling it),
+// checks one run against the reference interpreter on the same inputs, then warms up and times
+// several repetitions (each the slowest rank's time) and takes the median. The winner is the
+// checked schedule with the smallest median, so the choice is never slower than the best it
+// timed. The choice and every time are cached on disk (tune/cache.h); a second tune of the same
+// key reads the record and neither times nor compiles anything.
+//
+// Every rank calls tune() together (SPMD), on the thread backend or on MPI; rank 0 reads and
+// writes the cache and the ranks agree on everything through the communicator.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tandem/comm/communicator.h"
+#include "tandem/dsl/ir.h"
+#include "tandem/exec/reference.h"
+#include "tandem/schedule/enumerate.h"
+#include "tandem/tune/cache.h"
+#include "tandem/tune/executor.h"
+
+namespace tandem::tune {
+
+struct TuneOptions {
+  dsl::SymbolMap sizes;     // every symbol's extent (missing ones are a UserError naming them)
+  exec::ScalarMap scalars;  // overrides of standard_scalars()
+  int warmup = 1;           // untimed runs before the repetitions
+  int reps = 5;             // timed repetitions per schedule (>= 1)
+  bool read_cache = true;   // false: tune again even when a record exists
+  bool write_cache = true;
+  std::string cache_dir;    // empty: exec::jit_cache_dir()
+  std::shared_ptr<Executor> executor;  // null: compiled_executor()
+  schedule::EnumerateOptions enumerate;
+  // Time only these schedules, by name, and the baseline (the first one enumerated, which every
+  // speed-up is measured against); empty: every schedule. An unknown name is a UserError
+  // listing the names there are.
+  std::vector<std::string> only;
+  // Called on rank 0 as each schedule is measured (for progress output); not on a cache hit.
+  std::function<void(const CandidateTiming&)> on_candidate;
+};
+
+struct TuneResult {
+  TuneRecord record;        // the same on every rank
+  bool from_cache = false;  // read from the cache: nothing was timed or compiled
+  std::string cache_file;   // the record's path ("" when neither read nor written)
+  int64_t compiles = 0;     // JIT compilations in this process during the tune (rank 0's view)
+
+  const CandidateTiming& winner() const;
+  // The unscheduled program (the first candidate: AR-C when the program has an AllReduce).
+  const CandidateTiming& baseline() const;
+  // baseline().median() / c.median(): above 1 is faster than the baseline.
+  double speedup(const CandidateTiming& c) const;
+};
+
+TuneResult tune(const dsl::Program& program, comm::Communicator& comm, const TuneOptions& options);
+
+// tune() on `ranks` in-process ranks (the thread backend); returns rank 0's result.
+TuneResult tune_threads(const dsl::Program& program, int ranks, const TuneOptions& options);
+
+// The key tune() would use for `program` on `ranks` ranks of `backend`.
+TuneKey tune_key(const dsl::Program& program, int ranks, std::string_view backend, const TuneOptions& options);
+
+// The schedule of `program` that enumerate_schedules names `name`; an unknown name is a
+// UserError listing the names there are.
+schedule::NamedSchedule schedule_by_name(const dsl::Program& program, std::string_view name,
+                                         const schedule::EnumerateOptions& options = {});
+
+// Parses an extent: digits with an optional suffix K, M, G (powers of 1000) or Ki, Mi, Gi
+// (powers of 1024): "64Mi" is 67108864. Anything else is a UserError quoting `what`.
+int64_t parse_extent(std::string_view text, std::string_view what);
+
+// Binds `program`'s symbols from command-line words: "NAME=EXTENT" binds NAME; bare extents bind
+// the symbols not named, in Program::symbols() order. Symbols left unbound take `defaults`.
+// Unknown names, repeats, too many extents or an unbound symbol are UserErrors naming them.
+dsl::SymbolMap parse_sizes(const dsl::Program& program, const std::vector<std::string>& words,
+                           const dsl::SymbolMap& defaults = {});
+
+}  // namespace tandem::tune

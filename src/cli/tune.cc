@@ -1,0 +1,223 @@
+// `tandem tune`: times every schedule of a workload on the chosen backend with the autotuner and
+// prints each one's median time and speed-up over the unfused baseline, marking the winner.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "tandem/comm/mpi.h"
+#include "tandem/core/env.h"
+#include "tandem/core/error.h"
+#include "tandem/dsl/workloads.h"
+#include "tandem/tune/tune.h"
+
+namespace tandem::cli {
+namespace {
+
+struct TuneFlags {
+  std::string workload;
+  int ranks = 2;
+  std::string backend = "thread";
+  std::vector<std::string> sizes;
+  std::vector<std::string> only;
+  std::string dtype;
+  std::string executor = "compiled";
+  int reps = 5;
+  int warmup = 1;
+  bool json = false;
+  bool retune = false;
+};
+
+// Extents used for symbols the command line leaves unbound: small enough to tune in seconds.
+const dsl::SymbolMap kDefaultSizes = {{"N", int64_t{4} << 20}, {"B", 1024}, {"K", 2048}, {"H", 1024}};
+
+std::string ms(double s) { return fmt::format("{:.3f} ms", s * 1e3); }
+
+std::string sizes_str(const dsl::SymbolMap& sizes) {
+  std::string out;
+  for (const auto& [k, v] : sizes) out += fmt::format("{}{}={}", out.empty() ? "" : " ", k, v);
+  return out;
+}
+
+void print_table(const tune::TuneResult& r) {
+  const tune::TuneKey& k = r.record.key;
+  fmt::print("tune {}  {}  on {} ranks ({} backend, {} executor)\n", k.program, sizes_str(k.sizes), k.ranks, k.backend,
+             k.executor);
+  fmt::print("machine {}\n", k.machine);
+  fmt::print("{} warm-up run(s), {} timed; each time is the slowest rank's; * marks the winner\n\n", r.record.warmup,
+             r.record.reps);
+  size_t width = 8;
+  for (const auto& c : r.record.candidates) width = std::max(width, c.name.size());
+  fmt::print("  {:<{}}  {:>12}  {:>12}  {:>12}  {:>8}\n", "schedule", width, "median", "min", "max", "speed-up");
+  for (const auto& c : r.record.candidates) {
+    const char* mark = c.name == r.record.winner ? "*" : " ";
+    if (!c.ok) {
+      fmt::print("{} {:<{}}  FAILED: {}\n", mark, c.name, width, c.error);
+      continue;
+    }
+    fmt::print("{} {:<{}}  {:>12}  {:>12}  {:>12}  {:>7.2f}x\n", mark, c.name, width, ms(c.median()), ms(c.min()),
+               ms(c.max()), r.speedup(c));
+  }
+  fmt::print("\nwinner: {} ({:.2f}x over {})\n", r.record.winner, r.speedup(r.winner()), r.baseline().name);
+  if (r.from_cache)
+    fmt::print("cache: {} (read: nothing timed, {} compiled; --retune to measure again)\n", r.cache_file, r.compiles);
+  else
+    fmt::print("cache: {} (written; {} kernel(s) compiled)\n", r.cache_file.empty() ? "not written" : r.cache_file,
+               r.compiles);
+}
+
+void print_json(const tune::TuneResult& r) {
+  using nlohmann::json;
+  const tune::TuneKey& k = r.record.key;
+  json sizes = json::object();
+  for (const auto& [s, v] : k.sizes) sizes[s] = v;
+  json cands = json::array();
+  for (const auto& c : r.record.candidates) {
+    json j = {{"name", c.name}, {"ok", c.ok}, {"winner", c.name == r.record.winner}, {"max_error", c.max_error}};
+    if (c.ok) {
+      j["median_s"] = c.median();
+      j["min_s"] = c.min();
+      j["max_s"] = c.max();
+      j["times_s"] = c.times;
+      j["speedup"] = r.speedup(c);
+    } else {
+      j["error"] = c.error;
+    }
+    cands.push_back(std::move(j));
+  }
+  json doc = {{"workload", k.program},
+              {"sizes", sizes},
+              {"ranks", k.ranks},
+              {"backend", k.backend},
+              {"executor", k.executor},
+              {"machine", k.machine},
+              {"warmup", r.record.warmup},
+              {"reps", r.record.reps},
+              {"baseline", r.baseline().name},
+              {"winner", r.record.winner},
+              {"winner_speedup", r.speedup(r.winner())},
+              {"from_cache", r.from_cache},
+              {"cache_file", r.cache_file},
+              {"compiles", r.compiles},
+              {"candidates", cands}};
+  fmt::print("{}\n", doc.dump(2));
+}
+
+// Runs this command again under mpirun with `ranks` processes (and returns only on failure).
+[[noreturn]] void relaunch_under_mpirun(const TuneFlags& f) {
+  // The launcher, declared once here with its default, as every TANDEM_* setting is.
+  const std::string mpirun = env_str("TANDEM_MPIRUN", "mpirun");
+  char self[PATH_MAX];
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n <= 0) user_error("--backend mpi: cannot find this executable to start it under {}", mpirun);
+  self[n] = '\0';
+  std::vector<std::string> args = {mpirun, "-np", std::to_string(f.ranks), "--oversubscribe", self, "tune", f.workload,
+                                   "--ranks", std::to_string(f.ranks), "--backend", "mpi", "--reps",
+                                   std::to_string(f.reps), "--warmup", std::to_string(f.warmup), "--executor",
+                                   f.executor};
+  if (!f.sizes.empty()) {
+    args.push_back("--size");
+    for (const auto& s : f.sizes) args.push_back(s);
+  }
+  if (!f.dtype.empty()) args.insert(args.end(), {"--dtype", f.dtype});
+  if (!f.only.empty()) {
+    args.push_back("--schedules");
+    for (const auto& s : f.only) args.push_back(s);
+  }
+  if (f.json) args.push_back("--json");
+  if (f.retune) args.push_back("--retune");
+  // OpenMPI refuses to start as root without both of these; containers and CI run as root.
+  ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
+  ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+  ::setenv("TANDEM_TUNE_RELAUNCHED", "1", 1);
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::fflush(stdout);
+  ::execvp(argv[0], argv.data());
+  user_error("--backend mpi: cannot start '{}' ({}); install OpenMPI, set TANDEM_MPIRUN, or start tandem under "
+             "mpirun -np {} yourself",
+             mpirun, std::strerror(errno), f.ranks);
+}
+
+void run_tune(const TuneFlags& f) {
+  if (f.ranks < 1) user_error("--ranks must be at least 1 (got {})", f.ranks);
+  if (f.backend != "thread" && f.backend != "mpi")
+    user_error("--backend '{}' is not a backend; choose thread or mpi", f.backend);
+  const dsl::Program program = workload_program(f.workload, f.dtype);
+  tune::TuneOptions o;
+  o.sizes = tune::parse_sizes(program, f.sizes, kDefaultSizes);
+  o.reps = f.reps;
+  o.warmup = f.warmup;
+  o.read_cache = !f.retune;
+  o.executor = tune::executor_by_name(f.executor);
+  o.only = f.only;
+  if (o.reps < 1) user_error("--reps must be at least 1 (got {})", o.reps);
+  if (o.warmup < 0) user_error("--warmup must be >= 0 (got {})", o.warmup);
+
+  tune::TuneResult r;
+  if (f.backend == "thread") {
+    r = tune::tune_threads(program, f.ranks, o);
+  } else {
+    if (!comm::launched_by_mpirun()) {
+      if (std::getenv("TANDEM_TUNE_RELAUNCHED") != nullptr)
+        user_error("--backend mpi: started under {} but this process does not see an MPI launcher",
+                   env_str("TANDEM_MPIRUN", "mpirun"));
+      relaunch_under_mpirun(f);
+    }
+    auto world = comm::mpi_world();
+    if (world->size() != f.ranks)
+      user_error("--backend mpi: started with {} MPI processes but --ranks {}; give mpirun -np {}", world->size(),
+                 f.ranks, f.ranks);
+    r = tune::tune(program, *world, o);
+    if (world->rank() != 0) return;
+  }
+  if (f.json) print_json(r);
+  else print_table(r);
+}
+
+}  // namespace
+
+dsl::Program workload_program(const std::string& name, const std::string& dtype) {
+  dsl::Program p = dsl::workloads::by_name(name);  // an unknown name: a UserError listing them
+  if (dtype.empty()) return p;
+  const DType t = parse_dtype(dtype);
+  // The dtype a workload takes: the gradient's for the optimizers, every tensor's for the layers.
+  if (name == "adam") return dsl::workloads::adam(t);
+  if (name == "lamb") return dsl::workloads::lamb(t);
+  if (name == "megatron_layer") return dsl::workloads::megatron_layer(t);
+  return dsl::workloads::pipeline_stage(t);
+}
+
+void add_tune(CLI::App& app) {
+  auto f = std::make_shared<TuneFlags>();
+  auto* cmd = app.add_subcommand(
+      "tune",
+      "Time every schedule of a workload and keep the fastest (cached under the JIT cache folder).\n"
+      "Sizes not given: N=4Mi (adam, lamb), B=1024 K=2048 H=1024 (megatron_layer, pipeline_stage).\n"
+      "--backend mpi starts itself under `mpirun -np RANKS --oversubscribe` (allowing root) unless already "
+      "started by mpirun.");
+  cmd->add_option("workload", f->workload, "adam, lamb, megatron_layer or pipeline_stage")->required();
+  cmd->add_option("--ranks", f->ranks, "Number of ranks (threads or MPI processes)")->capture_default_str();
+  cmd->add_option("--backend", f->backend, "thread (in-process ranks) or mpi (MPI processes)")->capture_default_str();
+  cmd->add_option("--size", f->sizes, "Extents: NAME=EXTENT, or bare extents in symbol order (64Mi, 4K, 1024)")
+      ->expected(1, 8);
+  cmd->add_option("--schedules", f->only, "Time only these schedules (and the baseline); default: every one");
+  cmd->add_option("--dtype", f->dtype, "Gradient dtype (adam, lamb) or tensor dtype (layers): f32, bf16, f16");
+  cmd->add_option("--executor", f->executor, "compiled (the CPU JIT), plan (plan runner) or interpreter")
+      ->capture_default_str();
+  cmd->add_option("--reps", f->reps, "Timed repetitions per schedule")->capture_default_str();
+  cmd->add_option("--warmup", f->warmup, "Untimed runs before the repetitions")->capture_default_str();
+  cmd->add_flag("--json", f->json, "Print the results as JSON");
+  cmd->add_flag("--retune", f->retune, "Measure again even when the cache has a record for this key");
+  cmd->callback([f] { run_tune(*f); });
+}
+
+}  // namespace tandem::cli

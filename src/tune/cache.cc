@@ -1,0 +1,192 @@
+// The tuning cache: keys, the machine's identity, and JSON records written atomically.
+#include "tandem/tune/cache.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "tandem/core/error.h"
+
+namespace tandem::tune {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+uint64_t fnv1a(const std::string& s, uint64_t h = 0xcbf29ce484222325ull) {
+  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
+  return h;
+}
+
+std::string sizes_str(const dsl::SymbolMap& sizes) {
+  std::vector<std::string> parts;
+  for (const auto& [k, v] : sizes) parts.push_back(fmt::format("{}={}", k, v));
+  return fmt::format("{}", fmt::join(parts, ","));
+}
+
+json key_json(const TuneKey& k) {
+  json sizes = json::object();
+  for (const auto& [s, v] : k.sizes) sizes[s] = v;
+  return {{"program", k.program}, {"program_hash", k.program_hash}, {"sizes", sizes},
+          {"ranks", k.ranks},     {"backend", k.backend},           {"executor", k.executor},
+          {"machine", k.machine}, {"candidates", k.candidates}};
+}
+
+TuneKey key_from(const json& j) {
+  TuneKey k;
+  k.program = j.at("program").get<std::string>();
+  k.program_hash = j.at("program_hash").get<std::string>();
+  for (const auto& [s, v] : j.at("sizes").items()) k.sizes[s] = v.get<int64_t>();
+  k.ranks = j.at("ranks").get<int>();
+  k.backend = j.at("backend").get<std::string>();
+  k.executor = j.at("executor").get<std::string>();
+  k.machine = j.at("machine").get<std::string>();
+  k.candidates = j.at("candidates").get<std::string>();
+  return k;
+}
+
+std::vector<double> sorted(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
+}  // namespace
+
+std::string hash_hex(const std::string& text) { return fmt::format("{:016x}", fnv1a(text)); }
+
+std::string TuneKey::str() const {
+  return fmt::format("{} [{}] {} on {} ranks ({}, {} executor)", program, program_hash, sizes_str(sizes), ranks, backend,
+                     executor);
+}
+
+std::string TuneKey::digest() const {
+  const std::string text = key_json(*this).dump();
+  return fmt::format("{:016x}{:016x}", fnv1a(text), fnv1a(text, 0x84222325cbf29ce4ull));
+}
+
+std::string machine_id() {
+  static const std::string id = [] {
+    std::ifstream f("/proc/cpuinfo");
+    std::string line, model = "unknown CPU", flags;
+    while (std::getline(f, line)) {
+      auto value = [&] { return line.substr(std::min(line.size(), line.find(':') + 2)); };
+      if (model == "unknown CPU" && line.rfind("model name", 0) == 0) model = value();
+      if (flags.empty() && line.rfind("flags", 0) == 0) flags = " " + value() + " ";
+    }
+    std::vector<std::string> isa;
+    for (const char* x : {"sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512dq", "avx512vl",
+                          "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16"})
+      if (flags.find(fmt::format(" {} ", x)) != std::string::npos) isa.push_back(x);
+    return fmt::format("{} [{}] {} threads", model, fmt::join(isa, " "), std::thread::hardware_concurrency());
+  }();
+  return id;
+}
+
+double CandidateTiming::median() const {
+  if (times.empty()) return std::numeric_limits<double>::infinity();
+  const auto s = sorted(times);
+  const size_t n = s.size();
+  return n % 2 == 1 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+}
+
+double CandidateTiming::min() const {
+  return times.empty() ? std::numeric_limits<double>::infinity() : *std::min_element(times.begin(), times.end());
+}
+
+double CandidateTiming::max() const {
+  return times.empty() ? std::numeric_limits<double>::infinity() : *std::max_element(times.begin(), times.end());
+}
+
+std::string record_to_json(const TuneRecord& r, int indent) {
+  json cands = json::array();
+  for (const CandidateTiming& c : r.candidates) {
+    json j = {{"name", c.name}, {"ok", c.ok}, {"max_error", c.max_error}, {"times_s", c.times}};
+    if (!c.ok) j["error"] = c.error;
+    if (!c.times.empty()) j["median_s"] = c.median();
+    cands.push_back(std::move(j));
+  }
+  json doc = {{"format", "tandem-tune-1"}, {"key", key_json(r.key)}, {"winner", r.winner}, {"warmup", r.warmup},
+              {"reps", r.reps},            {"created", r.created},   {"candidates", cands}};
+  return doc.dump(indent);
+}
+
+TuneRecord record_from_json(const std::string& text) {
+  try {
+    const json doc = json::parse(text);
+    if (doc.at("format").get<std::string>() != "tandem-tune-1")
+      user_error("not a tandem tuning record (format '{}')", doc.at("format").get<std::string>());
+    TuneRecord r;
+    r.key = key_from(doc.at("key"));
+    r.winner = doc.at("winner").get<std::string>();
+    r.warmup = doc.at("warmup").get<int>();
+    r.reps = doc.at("reps").get<int>();
+    r.created = doc.at("created").get<std::string>();
+    for (const json& j : doc.at("candidates")) {
+      CandidateTiming c;
+      c.name = j.at("name").get<std::string>();
+      c.ok = j.at("ok").get<bool>();
+      c.max_error = j.at("max_error").get<double>();
+      c.times = j.at("times_s").get<std::vector<double>>();
+      if (j.contains("error")) c.error = j.at("error").get<std::string>();
+      r.candidates.push_back(std::move(c));
+    }
+    const bool winner_listed = std::any_of(r.candidates.begin(), r.candidates.end(),
+                                           [&](const CandidateTiming& c) { return c.ok && c.name == r.winner; });
+    if (!winner_listed) user_error("tuning record names winner '{}', which is not among its passing candidates", r.winner);
+    return r;
+  } catch (const json::exception& e) {
+    user_error("malformed tuning record: {}", e.what());
+  }
+}
+
+std::string record_path(const TuneKey& key, const std::string& cache_dir) {
+  return (fs::path(cache_dir) / "tune" / (key.digest() + ".json")).string();
+}
+
+std::optional<TuneRecord> load_record(const TuneKey& key, const std::string& cache_dir) {
+  std::ifstream f(record_path(key, cache_dir), std::ios::binary);
+  if (!f) return std::nullopt;
+  std::stringstream text;
+  text << f.rdbuf();
+  try {
+    TuneRecord r = record_from_json(text.str());
+    if (!(r.key == key)) return std::nullopt;
+    return r;
+  } catch (const UserError&) {
+    return std::nullopt;  // a damaged record is retuned and replaced
+  }
+}
+
+std::string store_record(const TuneRecord& record, const std::string& cache_dir) {
+  const fs::path path = record_path(record.key, cache_dir);
+  std::error_code ec;
+  fs::create_directories(path.parent_path(), ec);
+  if (ec) user_error("cannot create the tuning cache folder {}: {}", path.parent_path().string(), ec.message());
+  // A unique temporary name per process and thread, renamed over the record: readers see the old
+  // record or the new one, never half of one.
+  const fs::path tmp = path.string() + fmt::format(".tmp.{}.{}", ::getpid(), std::hash<std::thread::id>{}(std::this_thread::get_id()));
+  {
+    std::ofstream f(tmp, std::ios::binary);
+    f << record_to_json(record) << "\n";
+    f.flush();
+    if (!f) {
+      f.close();
+      fs::remove(tmp, ec);
+      user_error("cannot write the tuning record {} (is the disk full?)", tmp.string());
+    }
+  }
+  fs::rename(tmp, path, ec);
+  if (ec) user_error("cannot move the tuning record into place at {}: {}", path.string(), ec.message());
+  return path.string();
+}
+
+}  // namespace tandem::tune

@@ -1,0 +1,330 @@
+// The autotuner's protocol: enumerate, check each schedule against the reference, warm up, time,
+// take medians, pick the fastest, and cache the record.
+#include "tandem/tune/tune.h"
+
+#include <fmt/chrono.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <ctime>
+#include <exception>
+#include <limits>
+
+#include "tandem/comm/thread.h"
+#include "tandem/core/error.h"
+#include "tandem/exec/jit.h"
+#include "tandem/schedule/lower.h"
+#include "tandem/tune/inputs.h"
+
+namespace tandem::tune {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The largest value of `x` over the ranks (every rank gets it).
+double max_over_ranks(comm::Communicator& comm, double x) {
+  Tensor t = Tensor::empty(DType::F32, Shape{1});
+  t.set(0, static_cast<float>(x));
+  comm.all_reduce(t, comm::ReduceOp::Max);
+  return t.get(0);
+}
+
+// Whether every rank says yes.
+bool all_ranks(comm::Communicator& comm, bool yes) { return max_over_ranks(comm, yes ? 0.0 : 1.0) == 0.0; }
+
+// Rank 0's string, on every rank. The bytes travel in a 16-bit tensor (collectives move whole
+// elements); the length in an f32, exact below 2^24.
+std::string broadcast_string(comm::Communicator& comm, const std::string& s) {
+  if (comm.size() == 1) return s;
+  TANDEM_CHECK(s.size() < (size_t{1} << 24), "string of {} bytes too long to broadcast", s.size());
+  Tensor len = Tensor::empty(DType::F32, Shape{1});
+  len.set(0, comm.rank() == 0 ? static_cast<float>(s.size()) : 0.0f);
+  comm.broadcast(len, 0);
+  const size_t n = static_cast<size_t>(len.get(0));
+  if (n == 0) return {};
+  Tensor buf = Tensor::zeros(DType::BF16, Shape{static_cast<int64_t>((n + 1) / 2)});
+  if (comm.rank() == 0) std::memcpy(buf.data(), s.data(), n);
+  comm.broadcast(buf, 0);
+  return std::string(static_cast<const char*>(buf.data()), n);
+}
+
+// The program's symbols bound by `sizes` (and nothing else).
+dsl::SymbolMap checked_sizes(const dsl::Program& program, const dsl::SymbolMap& sizes) {
+  const std::vector<std::string> symbols = program.symbols();
+  for (const auto& [name, v] : sizes) {
+    if (std::find(symbols.begin(), symbols.end(), name) == symbols.end())
+      user_error("program '{}' has no symbol '{}' (its symbols: {})", program.name(), name,
+                 symbols.empty() ? std::string("none") : fmt::format("{}", fmt::join(symbols, ", ")));
+    if (v < 0) user_error("program '{}': symbol '{}' = {}; extents must be >= 0", program.name(), name, v);
+  }
+  for (const std::string& s : symbols)
+    if (!sizes.count(s))
+      user_error("program '{}': symbol '{}' is not bound; give its extent (e.g. --size {}=1024)", program.name(), s, s);
+  return sizes;
+}
+
+TuneKey make_key(const dsl::Program& program, const dsl::SymbolMap& sizes, int ranks, std::string_view backend,
+                 const std::string& executor, const std::vector<schedule::NamedSchedule>& candidates,
+                 const schedule::EnumerateOptions& eo) {
+  std::string names = fmt::format("blocks={}", eo.blocks);
+  if (eo.state) names += fmt::format(" state={}", fmt::join(*eo.state, ","));
+  for (const auto& c : candidates) names += "\n" + c.name;
+  TuneKey k;
+  k.program = program.name();
+  k.program_hash = hash_hex(program.str());
+  k.sizes = sizes;
+  k.ranks = ranks;
+  k.backend = std::string(backend);
+  k.executor = executor;
+  k.machine = machine_id();
+  k.candidates = hash_hex(names);
+  return k;
+}
+
+std::string now_utc() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  return fmt::format("{:%Y-%m-%dT%H:%M:%SZ}", tm);
+}
+
+void check_options(const TuneOptions& o) {
+  if (o.reps < 1) user_error("tune: --reps must be at least 1 (got {})", o.reps);
+  if (o.warmup < 0) user_error("tune: the warm-up count must be >= 0 (got {})", o.warmup);
+}
+
+// Checks and times one candidate on this rank (every rank calls it together).
+CandidateTiming measure(const schedule::NamedSchedule& cand, comm::Communicator& comm, Executor& executor,
+                        const TuneOptions& o, const exec::ScalarMap& scalars, const Expected& want) {
+  CandidateTiming t;
+  t.name = cand.name;
+  const schedule::Plan plan = cand.schedule.lower();
+  // Set-up failures (an emitter that cannot compile a step) are the same on every rank, so they
+  // are caught and reported as this candidate's failure; failures while running are not (a rank
+  // that stops inside a collective would leave its peers waiting) and end the tune.
+  std::unique_ptr<PreparedRun> run;
+  std::string error;
+  try {
+    run = executor.prepare(plan, comm, o.sizes);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  if (!all_ranks(comm, error.empty())) {
+    t.ok = false;
+    t.error = error.empty() ? "set-up failed on another rank" : "set-up failed: " + error;
+    return t;
+  }
+  const exec::Placement place = exec::placement(plan.program, comm);
+  exec::RunArgs args = make_args(plan.program, place, o.sizes, scalars);
+  run->bind(args);
+  run->run();
+  const Check check = compare_results(plan.program, place, want, run->results());
+  t.max_error = max_over_ranks(comm, check.max_error);
+  if (!all_ranks(comm, check.ok)) {
+    t.ok = false;
+    t.error = check.ok ? "results differ from the reference on another rank"
+                       : fmt::format("rank {}: {}", comm.rank(), check.message);
+    return t;
+  }
+  for (int i = 0; i < o.warmup; ++i) run->run();
+  for (int i = 0; i < o.reps; ++i) {
+    comm.barrier();
+    const auto t0 = Clock::now();
+    run->run();
+    const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
+    t.times.push_back(max_over_ranks(comm, dt));
+  }
+  return t;
+}
+
+// The schedules tune() times: every one, or the baseline and those `only` names.
+std::vector<schedule::NamedSchedule> candidates_of(const dsl::Program& program, const TuneOptions& o) {
+  std::vector<schedule::NamedSchedule> all = schedule::enumerate_schedules(program, o.enumerate);
+  TANDEM_CHECK(!all.empty(), "enumerate_schedules gave no schedule for '{}'", program.name());
+  if (o.only.empty()) return all;
+  std::vector<std::string> names;
+  for (const auto& s : all) names.push_back(s.name);
+  for (const std::string& n : o.only)
+    if (std::find(names.begin(), names.end(), n) == names.end())
+      user_error("program '{}' has no schedule named '{}'; its schedules: {}", program.name(), n, fmt::join(names, ", "));
+  std::vector<schedule::NamedSchedule> out;
+  for (size_t i = 0; i < all.size(); ++i)
+    if (i == 0 || std::find(o.only.begin(), o.only.end(), all[i].name) != o.only.end()) out.push_back(std::move(all[i]));
+  return out;
+}
+
+}  // namespace
+
+const CandidateTiming& TuneResult::winner() const {
+  for (const CandidateTiming& c : record.candidates)
+    if (c.name == record.winner) return c;
+  internal_error(fmt::format("tuning record without its winner '{}'", record.winner));
+}
+
+const CandidateTiming& TuneResult::baseline() const {
+  TANDEM_CHECK(!record.candidates.empty(), "tuning record without candidates");
+  return record.candidates.front();
+}
+
+double TuneResult::speedup(const CandidateTiming& c) const { return baseline().median() / c.median(); }
+
+TuneKey tune_key(const dsl::Program& program, int ranks, std::string_view backend, const TuneOptions& o) {
+  const dsl::SymbolMap sizes = checked_sizes(program, o.sizes);
+  const auto candidates = candidates_of(program, o);
+  const std::string executor = o.executor ? o.executor->name() : compiled_executor()->name();
+  return make_key(program, sizes, ranks, backend, executor, candidates, o.enumerate);
+}
+
+TuneResult tune(const dsl::Program& program, comm::Communicator& comm, const TuneOptions& options) {
+  check_options(options);
+  TuneOptions o = options;
+  o.sizes = checked_sizes(program, options.sizes);
+  std::shared_ptr<Executor> executor = o.executor ? o.executor : std::shared_ptr<Executor>(compiled_executor());
+  const std::string cache_dir = o.cache_dir.empty() ? exec::jit_cache_dir() : o.cache_dir;
+  const int64_t compiles_before = exec::jit_stats().compiles;
+
+  const std::vector<schedule::NamedSchedule> candidates = candidates_of(program, o);
+  const TuneKey key = make_key(program, o.sizes, comm.size(), comm.backend(), executor->name(), candidates, o.enumerate);
+
+  TuneResult result;
+  // Rank 0 looks the key up and tells the others, so that all take the same path.
+  std::string cached;
+  if (o.read_cache && comm.rank() == 0)
+    if (auto r = load_record(key, cache_dir)) cached = record_to_json(*r, -1);
+  cached = broadcast_string(comm, cached);
+  if (!cached.empty()) {
+    result.record = record_from_json(cached);
+    result.from_cache = true;
+    result.cache_file = record_path(key, cache_dir);
+    result.compiles = exec::jit_stats().compiles - compiles_before;
+    return result;
+  }
+
+  const exec::Placement place = exec::placement(program, comm);
+  const exec::ScalarMap scalars = standard_scalars(program, place.group_size, o.scalars);
+  TuneRecord record;
+  record.key = key;
+  record.warmup = o.warmup;
+  record.reps = o.reps;
+  record.created = now_utc();
+  {
+    // The reference's results are computed once and every candidate is compared with them.
+    const Expected want = reference_results(program, comm, o.sizes, scalars);
+    for (const schedule::NamedSchedule& cand : candidates) {
+      record.candidates.push_back(measure(cand, comm, *executor, o, scalars, want));
+      if (comm.rank() == 0 && o.on_candidate) o.on_candidate(record.candidates.back());
+    }
+  }
+  double best = std::numeric_limits<double>::infinity();
+  for (const CandidateTiming& c : record.candidates)
+    if (c.ok && c.median() < best) {
+      best = c.median();
+      record.winner = c.name;
+    }
+  if (record.winner.empty()) {
+    std::string why;
+    for (const CandidateTiming& c : record.candidates) why += fmt::format("\n  {}: {}", c.name, c.error);
+    internal_error(fmt::format("no schedule of program '{}' passed its check against the reference ({} executor):{}",
+                               program.name(), executor->name(), why));
+  }
+  // Every rank returns rank 0's record (the times agree already; error texts are rank 0's).
+  std::string text = comm.rank() == 0 ? record_to_json(record, -1) : std::string();
+  if (comm.rank() == 0 && o.write_cache) result.cache_file = store_record(record, cache_dir);
+  text = broadcast_string(comm, text);
+  result.record = record_from_json(text);
+  result.compiles = exec::jit_stats().compiles - compiles_before;
+  if (o.write_cache) result.cache_file = record_path(key, cache_dir);
+  return result;
+}
+
+TuneResult tune_threads(const dsl::Program& program, int ranks, const TuneOptions& options) {
+  // What can be checked before the ranks start is checked here, so that a user's mistake reads
+  // as itself rather than as the failure of rank 0.
+  if (ranks < 1) user_error("tune: the rank count must be at least 1 (got {})", ranks);
+  if (ranks % program.groups() != 0)
+    user_error("program '{}' has {} groups, but {} ranks were asked for; the ranks split into {} equal groups of "
+               "consecutive ranks, so tune it on a multiple of {} ranks",
+               program.name(), program.groups(), ranks, program.groups(), program.groups());
+  check_options(options);
+  checked_sizes(program, options.sizes);
+  candidates_of(program, options);
+  TuneResult out;
+  comm::run_ranks(ranks, [&](comm::Communicator& comm) {
+    TuneResult r = tune(program, comm, options);
+    if (comm.rank() == 0) out = std::move(r);
+  });
+  return out;
+}
+
+schedule::NamedSchedule schedule_by_name(const dsl::Program& program, std::string_view name,
+                                         const schedule::EnumerateOptions& options) {
+  std::vector<schedule::NamedSchedule> all = schedule::enumerate_schedules(program, options);
+  std::vector<std::string> names;
+  for (auto& s : all) {
+    if (s.name == name) return std::move(s);
+    names.push_back(s.name);
+  }
+  user_error("program '{}' has no schedule named '{}'; its schedules: {}", program.name(), name, fmt::join(names, ", "));
+}
+
+int64_t parse_extent(std::string_view text, std::string_view what) {
+  size_t i = 0;
+  int64_t v = 0;
+  while (i < text.size() && text[i] >= '0' && text[i] <= '9') {
+    if (v > (std::numeric_limits<int64_t>::max() - 9) / 10) user_error("{}: '{}' is too large", what, text);
+    v = v * 10 + (text[i] - '0');
+    ++i;
+  }
+  const std::string_view suffix = text.substr(i);
+  int64_t mult = 0;
+  if (suffix.empty()) mult = 1;
+  else if (suffix == "K" || suffix == "k") mult = 1000;
+  else if (suffix == "M") mult = 1000 * 1000;
+  else if (suffix == "G") mult = 1000 * 1000 * 1000;
+  else if (suffix == "Ki") mult = int64_t{1} << 10;
+  else if (suffix == "Mi") mult = int64_t{1} << 20;
+  else if (suffix == "Gi") mult = int64_t{1} << 30;
+  if (i == 0 || mult == 0)
+    user_error("{}: '{}' is not an extent; write digits with an optional suffix K, M, G (powers of 1000) or Ki, Mi, "
+               "Gi (powers of 1024), e.g. 64Mi",
+               what, text);
+  if (v > std::numeric_limits<int64_t>::max() / mult) user_error("{}: '{}' is too large", what, text);
+  return v * mult;
+}
+
+dsl::SymbolMap parse_sizes(const dsl::Program& program, const std::vector<std::string>& words,
+                           const dsl::SymbolMap& defaults) {
+  const std::vector<std::string> symbols = program.symbols();
+  const std::string listed = symbols.empty() ? std::string("none") : fmt::format("{}", fmt::join(symbols, ", "));
+  dsl::SymbolMap out;
+  std::vector<std::string> bare;
+  for (const std::string& w : words) {
+    const size_t eq = w.find('=');
+    if (eq == std::string::npos) {
+      bare.push_back(w);
+      continue;
+    }
+    const std::string name = w.substr(0, eq);
+    if (std::find(symbols.begin(), symbols.end(), name) == symbols.end())
+      user_error("--size {}: workload '{}' has no symbol '{}' (its symbols: {})", w, program.name(), name, listed);
+    if (out.count(name)) user_error("--size: symbol '{}' is given twice", name);
+    out[name] = parse_extent(w.substr(eq + 1), fmt::format("--size {}", w));
+  }
+  const size_t unnamed = symbols.size() - out.size();
+  if (bare.size() > unnamed)
+    user_error("--size: {} bare extent(s) given, but workload '{}' has {} symbol(s) left to bind (its symbols: {})",
+               bare.size(), program.name(), unnamed, listed);
+  size_t next = 0;
+  for (const std::string& s : symbols)
+    if (!out.count(s) && next < bare.size()) out[s] = parse_extent(bare[next++], fmt::format("--size for {}", s));
+  for (const auto& [s, v] : defaults)
+    if (!out.count(s) && std::find(symbols.begin(), symbols.end(), s) != symbols.end()) out[s] = v;
+  for (const std::string& s : symbols)
+    if (!out.count(s)) user_error("--size: workload '{}' needs an extent for symbol '{}' (e.g. --size {}=1024)", program.name(), s, s);
+  return out;
+}
+
+}  // namespace tandem::tune

@@ -1,0 +1,50 @@
+// Runs the `tandem` command from the tune suites: the binary sits at the top of the build folder,
+// one level above the test executables (tests/), unless TANDEM_BIN names it.
+#pragma once
+
+#include <fmt/format.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+namespace tandem::testing {
+
+inline std::string tandem_binary() {
+  if (const char* bin = std::getenv("TANDEM_BIN")) return bin;
+  char self[PATH_MAX];
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n <= 0) return "tandem";
+  self[n] = '\0';
+  return (std::filesystem::path(self).parent_path().parent_path() / "tandem").string();
+}
+
+struct CommandResult {
+  int status = -1;     // the exit code
+  std::string output;  // stdout and stderr together
+};
+
+// Runs `tandem <args>` (args already shell-quoted where needed).
+inline CommandResult run_tandem(const std::string& args) {
+  CommandResult r;
+  const std::string bin = tandem_binary();
+  if (!std::filesystem::exists(bin)) {
+    r.output = fmt::format("the tandem binary is not at {} (build the `tandem` target, or set TANDEM_BIN)", bin);
+    return r;
+  }
+  FILE* p = ::popen(fmt::format("'{}' {} 2>&1", bin, args).c_str(), "r");
+  if (p == nullptr) return r;
+  std::array<char, 4096> buf;
+  size_t got;
+  while ((got = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.output.append(buf.data(), got);
+  const int st = ::pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+}  // namespace tandem::testing

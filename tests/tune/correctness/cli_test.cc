@@ -1,0 +1,70 @@
+// `tandem tune` and `tandem emit` as a user runs them: the table marks the winner and its
+// speed-up, --json says the same in machine-readable form, the second run reads the cache, and
+// emit prints the generated source of a named schedule.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "tune/cli_testing.h"
+#include "tune/tune_testing.h"
+
+namespace tandem::testing {
+namespace {
+
+TEST(TuneCli, JsonThenCachedTable) {
+  TempCacheDir dir("cli");
+  const CommandResult r = run_tandem("tune adam --ranks 2 --size N=3001 --executor plan --reps 2 --json");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const auto doc = nlohmann::json::parse(r.output);
+  EXPECT_EQ(doc.at("workload"), "adam");
+  EXPECT_EQ(doc.at("ranks"), 2);
+  EXPECT_EQ(doc.at("backend"), "thread");
+  EXPECT_EQ(doc.at("sizes").at("N"), 3001);
+  EXPECT_EQ(doc.at("baseline"), "AR-C");
+  EXPECT_FALSE(doc.at("from_cache").get<bool>());
+  int winners = 0;
+  double best = 1e300;
+  for (const auto& c : doc.at("candidates")) {
+    ASSERT_TRUE(c.at("ok").get<bool>()) << c.dump();
+    EXPECT_EQ(c.at("times_s").size(), 2u);
+    best = std::min(best, c.at("median_s").get<double>());
+    winners += c.at("winner").get<bool>();
+    if (c.at("name") == "AR-C") {
+      EXPECT_DOUBLE_EQ(c.at("speedup").get<double>(), 1.0);
+    }
+  }
+  EXPECT_EQ(winners, 1);
+  for (const auto& c : doc.at("candidates"))
+    if (c.at("winner").get<bool>()) {
+      EXPECT_EQ(c.at("name"), doc.at("winner"));
+      EXPECT_DOUBLE_EQ(c.at("median_s").get<double>(), best);
+    }
+
+  const CommandResult t = run_tandem("tune adam --ranks 2 --size N=3001 --executor plan --reps 2");
+  ASSERT_EQ(t.status, 0) << t.output;
+  const std::string winner = doc.at("winner").get<std::string>();
+  EXPECT_NE(t.output.find("* " + winner + " "), std::string::npos) << t.output;
+  EXPECT_NE(t.output.find("  AR-C "), std::string::npos) << t.output;
+  EXPECT_NE(t.output.find("1.00x"), std::string::npos) << t.output;
+  EXPECT_NE(t.output.find("winner: " + winner), std::string::npos) << t.output;
+  EXPECT_NE(t.output.find("(read: nothing timed, 0 compiled"), std::string::npos) << t.output;
+}
+
+TEST(TuneCli, EmitPrintsTheGeneratedSource) {
+  TempCacheDir dir("emit");
+  const CommandResult list = run_tandem("emit adam --list");
+  ASSERT_EQ(list.status, 0) << list.output;
+  EXPECT_EQ(list.output.rfind("AR-C\n", 0), 0u) << list.output;
+  const CommandResult r = run_tandem("emit adam --schedule AR-C --target cpp");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("tandem_run"), std::string::npos);
+  EXPECT_NE(r.output.find("tandem_abi_version"), std::string::npos);
+  // Another schedule gives another source.
+  const std::string second = list.output.substr(5, list.output.find('\n', 5) - 5);
+  const CommandResult r2 = run_tandem("emit adam --schedule '" + second + "' --target cpp");
+  ASSERT_EQ(r2.status, 0) << r2.output;
+  EXPECT_NE(r2.output, r.output);
+}
+
+}  // namespace
+}  // namespace tandem::testing

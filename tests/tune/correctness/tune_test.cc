@@ -1,0 +1,222 @@
+// The autotuner end to end on in-process ranks: it checks every schedule against the reference,
+// picks the schedule with the smallest median (made known here by slowing the others down), drops
+// schedules whose results are wrong or whose set-up fails, and a second tune of the same key
+// reads the cache and compiles nothing.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+#include "tandem/core/error.h"
+#include "tandem/dsl/dsl.h"
+#include "tandem/exec/jit.h"
+#include "tandem/schedule/enumerate.h"
+#include "tandem/tune/tune.h"
+#include "tune/tune_testing.h"
+
+namespace tandem::tune {
+namespace {
+
+// An executor that runs the plan runner but makes chosen schedules slower, wrong, or unable to
+// set up, so that the tuner's choices have a known right answer.
+struct Rigged {
+  std::string fast;             // every other schedule sleeps `delay` per run
+  std::string wrong;            // its results are off by 1 in one element
+  std::string broken;           // its set-up throws
+  std::chrono::milliseconds delay{15};
+};
+
+class RiggedExecutor final : public Executor {
+ public:
+  explicit RiggedExecutor(Rigged r) : r_(std::move(r)), inner_(plan_executor()) {}
+  std::string name() const override { return "rigged"; }
+  std::unique_ptr<PreparedRun> prepare(const schedule::Plan& plan, comm::Communicator& comm,
+                                       const dsl::SymbolMap& symbols) override {
+    if (plan.name == r_.broken) user_error("cannot set up '{}' (on purpose)", plan.name);
+    return std::make_unique<Run>(r_, plan.name, inner_->prepare(plan, comm, symbols));
+  }
+
+ private:
+  class Run final : public PreparedRun {
+   public:
+    Run(const Rigged& r, std::string name, std::unique_ptr<PreparedRun> inner)
+        : r_(r), name_(std::move(name)), inner_(std::move(inner)) {}
+    void bind(const exec::RunArgs& args) override { inner_->bind(args); }
+    void run() override {
+      inner_->run();
+      if (name_ != r_.fast) std::this_thread::sleep_for(r_.delay);
+    }
+    exec::TensorMap results() override {
+      exec::TensorMap out = inner_->results();
+      if (name_ == r_.wrong && !out.empty()) {
+        const Tensor& t = out.begin()->second;
+        if (t.numel() > 0) t.set(t.numel() / 2, t.get(t.numel() / 2) + 1.0f);
+      }
+      return out;
+    }
+
+   private:
+    const Rigged& r_;
+    std::string name_;
+    std::unique_ptr<PreparedRun> inner_;
+  };
+  Rigged r_;
+  std::unique_ptr<Executor> inner_;
+};
+
+std::vector<std::string> names_of(const dsl::Program& p) {
+  std::vector<std::string> out;
+  for (const auto& s : schedule::enumerate_schedules(p)) out.push_back(s.name);
+  return out;
+}
+
+TuneOptions small(int64_t n) {
+  TuneOptions o;
+  o.sizes = {{"N", n}};
+  o.reps = 3;
+  o.warmup = 1;
+  return o;
+}
+
+TEST(Tune, PicksTheScheduleWithTheSmallestMedian) {
+  testing::TempCacheDir dir("pick");
+  const dsl::Program adam = dsl::workloads::adam(DType::BF16);
+  const auto names = names_of(adam);
+  ASSERT_GE(names.size(), 3u);
+  // Whichever schedule is made the fast one wins: the last, then one in the middle.
+  for (const std::string& fast : {names.back(), names[names.size() / 2]}) {
+    TuneOptions o = small(1001);
+    o.executor = std::make_shared<RiggedExecutor>(Rigged{fast, "", "", std::chrono::milliseconds(15)});
+    o.write_cache = false;
+    const TuneResult r = tune_threads(adam, 2, o);
+    EXPECT_FALSE(r.from_cache);
+    EXPECT_EQ(r.record.winner, fast);
+    ASSERT_EQ(r.record.candidates.size(), names.size());
+    for (size_t i = 0; i < names.size(); ++i) {
+      const CandidateTiming& c = r.record.candidates[i];
+      EXPECT_EQ(c.name, names[i]);
+      EXPECT_TRUE(c.ok) << c.name << ": " << c.error;
+      EXPECT_EQ(c.times.size(), 3u);
+      // Never slower than the best it timed.
+      EXPECT_LE(r.winner().median(), c.median()) << c.name;
+    }
+    EXPECT_EQ(r.baseline().name, "AR-C");
+    EXPECT_DOUBLE_EQ(r.speedup(r.baseline()), 1.0);
+    EXPECT_GT(r.speedup(r.winner()), 1.0);
+    EXPECT_TRUE(r.cache_file.empty());
+    EXPECT_FALSE(std::filesystem::exists(dir.path() / "tune"));
+  }
+}
+
+TEST(Tune, WrongOrBrokenSchedulesNeverWin) {
+  testing::TempCacheDir dir("wrong");
+  const dsl::Program adam = dsl::workloads::adam(DType::F32);
+  const auto names = names_of(adam);
+  ASSERT_GE(names.size(), 3u);
+  // The wrong schedule would be the fastest; the broken one cannot be set up.
+  TuneOptions o = small(999);
+  o.executor = std::make_shared<RiggedExecutor>(Rigged{names[1], names[1], names[2], std::chrono::milliseconds(5)});
+  const TuneResult r = tune_threads(adam, 2, o);
+  const CandidateTiming& wrong = r.record.candidates[1];
+  EXPECT_FALSE(wrong.ok);
+  EXPECT_NE(wrong.error.find("differs from the reference in 1 of"), std::string::npos) << wrong.error;
+  EXPECT_TRUE(wrong.times.empty());
+  const CandidateTiming& broken = r.record.candidates[2];
+  EXPECT_FALSE(broken.ok);
+  EXPECT_NE(broken.error.find("set-up failed: cannot set up '" + names[2] + "' (on purpose)"), std::string::npos)
+      << broken.error;
+  EXPECT_NE(r.record.winner, names[1]);
+  EXPECT_NE(r.record.winner, names[2]);
+  EXPECT_TRUE(r.winner().ok);
+  // The failures are recorded in the cache, and the record reads back the same.
+  TuneOptions again = o;
+  const TuneResult cached = tune_threads(adam, 2, again);
+  EXPECT_TRUE(cached.from_cache);
+  EXPECT_EQ(cached.record.winner, r.record.winner);
+  EXPECT_EQ(cached.record.candidates[1].error, wrong.error);
+}
+
+TEST(Tune, CompiledSecondTuneReadsTheCacheAndCompilesNothing) {
+  testing::TempCacheDir dir("compiled");
+  const dsl::Program adam = dsl::workloads::adam(DType::BF16);
+  const auto names = names_of(adam);
+  // The baseline and the fused schedule (compiling every schedule would take minutes).
+  std::string fused;
+  for (const auto& n : names)
+    if (n.rfind("fused(RS-C-AG)", 0) == 0) fused = n;
+  ASSERT_FALSE(fused.empty()) << "no fused(RS-C-AG) schedule among the enumerated ones";
+  TuneOptions o = small(4099);
+  o.only = {fused};
+  const exec::JitStats s0 = exec::jit_stats();
+  const TuneResult first = tune_threads(adam, 2, o);
+  EXPECT_FALSE(first.from_cache);
+  ASSERT_EQ(first.record.candidates.size(), 2u);
+  EXPECT_EQ(first.record.candidates[0].name, "AR-C");
+  EXPECT_EQ(first.record.candidates[1].name, fused);
+  for (const auto& c : first.record.candidates) EXPECT_TRUE(c.ok) << c.name << ": " << c.error;
+  EXPECT_EQ(first.record.key.executor, "compiled");
+  EXPECT_EQ(first.record.key.backend, "thread");
+  EXPECT_EQ(first.record.key.ranks, 2);
+  EXPECT_GE(first.compiles, 2);  // a fresh JIT cache: each schedule compiled once
+  EXPECT_EQ(exec::jit_stats().compiles - s0.compiles, first.compiles);
+  EXPECT_TRUE(std::filesystem::exists(first.cache_file));
+  EXPECT_EQ(first.cache_file.rfind(dir.str(), 0), 0u) << first.cache_file;  // under the JIT's folder
+
+  const exec::JitStats s1 = exec::jit_stats();
+  const TuneResult second = tune_threads(adam, 2, o);
+  const exec::JitStats s2 = exec::jit_stats();
+  EXPECT_TRUE(second.from_cache);
+  EXPECT_EQ(second.compiles, 0);
+  EXPECT_EQ(s2.compiles, s1.compiles);
+  EXPECT_EQ(s2.disk_hits, s1.disk_hits);      // nothing even loaded
+  EXPECT_EQ(s2.memory_hits, s1.memory_hits);
+  EXPECT_EQ(second.record.winner, first.record.winner);
+  EXPECT_EQ(second.record.candidates[1].times, first.record.candidates[1].times);
+
+  // Retuning measures again, but the kernels come from the JIT's cache.
+  o.read_cache = false;
+  const TuneResult third = tune_threads(adam, 2, o);
+  EXPECT_FALSE(third.from_cache);
+  EXPECT_EQ(third.compiles, 0);
+}
+
+TEST(Tune, EveryKeyChangeRetunes) {
+  testing::TempCacheDir dir("key");
+  const dsl::Program adam = dsl::workloads::adam(DType::F32);
+  TuneOptions o = small(100);
+  o.executor = plan_executor();
+  o.reps = 1;
+  EXPECT_FALSE(tune_threads(adam, 2, o).from_cache);
+  EXPECT_TRUE(tune_threads(adam, 2, o).from_cache);
+  EXPECT_FALSE(tune_threads(adam, 3, o).from_cache);                         // ranks
+  EXPECT_FALSE(tune_threads(dsl::workloads::adam(DType::BF16), 2, o).from_cache);  // program
+  TuneOptions bigger = o;
+  bigger.sizes = {{"N", 101}};
+  EXPECT_FALSE(tune_threads(adam, 2, bigger).from_cache);  // sizes
+  TuneOptions other = o;
+  other.executor = interpreter_executor();
+  EXPECT_FALSE(tune_threads(adam, 2, other).from_cache);  // executor
+  EXPECT_TRUE(tune_threads(adam, 2, o).from_cache);
+}
+
+// Every schedule of the layer workloads passes the tuner's check with the plan runner, including
+// schedules with sliced outputs and two groups (the pipeline on 4 ranks).
+TEST(Tune, LayerWorkloadsPassTheirChecks) {
+  testing::TempCacheDir dir("layers");
+  TuneOptions o;
+  o.sizes = {{"B", 12}, {"K", 10}, {"H", 6}};
+  o.reps = 1;
+  o.warmup = 0;
+  o.executor = plan_executor();
+  for (const auto& [program, ranks] : {std::pair{dsl::workloads::megatron_layer(), 2},
+                                       std::pair{dsl::workloads::megatron_layer(DType::BF16), 3},
+                                       std::pair{dsl::workloads::pipeline_stage(), 4}}) {
+    const TuneResult r = tune_threads(program, ranks, o);
+    EXPECT_EQ(r.record.candidates.size(), names_of(program).size());
+    for (const auto& c : r.record.candidates) EXPECT_TRUE(c.ok) << program.name() << " " << c.name << ": " << c.error;
+  }
+}
+
+}  // namespace
+}  // namespace tandem::tune

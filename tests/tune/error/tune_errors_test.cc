@@ -1,0 +1,117 @@
+// What a user reads when tuning or emitting goes wrong: bad sizes, repetitions, schedule and
+// executor names, rank counts, and the same through the `tandem` command (one line, non-zero exit).
+#include <gtest/gtest.h>
+
+#include "tandem/core/error.h"
+#include "tandem/dsl/dsl.h"
+#include "tandem/tune/tune.h"
+#include "tune/cli_testing.h"
+#include "tune/tune_testing.h"
+
+namespace tandem::tune {
+namespace {
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TuneOptions quick(dsl::SymbolMap sizes) {
+  TuneOptions o;
+  o.sizes = std::move(sizes);
+  o.reps = 1;
+  o.warmup = 0;
+  o.executor = plan_executor();
+  o.write_cache = false;
+  o.read_cache = false;
+  return o;
+}
+
+TEST(TuneErrors, Sizes) {
+  const dsl::Program adam = dsl::workloads::adam();
+  EXPECT_EQ(error_of([&] { tune_threads(adam, 2, quick({})); }),
+            "program 'adam': symbol 'N' is not bound; give its extent (e.g. --size N=1024)");
+  EXPECT_EQ(error_of([&] { tune_threads(adam, 2, quick({{"N", 4}, {"B", 2}})); }),
+            "program 'adam' has no symbol 'B' (its symbols: N)");
+  EXPECT_EQ(error_of([&] { tune_threads(adam, 2, quick({{"N", -4}})); }),
+            "program 'adam': symbol 'N' = -4; extents must be >= 0");
+}
+
+TEST(TuneErrors, RepetitionsAndWarmup) {
+  const dsl::Program adam = dsl::workloads::adam();
+  TuneOptions o = quick({{"N", 4}});
+  o.reps = 0;
+  EXPECT_EQ(error_of([&] { tune_threads(adam, 2, o); }), "tune: --reps must be at least 1 (got 0)");
+  o.reps = 1;
+  o.warmup = -1;
+  EXPECT_EQ(error_of([&] { tune_threads(adam, 2, o); }), "tune: the warm-up count must be >= 0 (got -1)");
+}
+
+TEST(TuneErrors, ScheduleAndExecutorNames) {
+  const dsl::Program adam = dsl::workloads::adam();
+  const std::string e = error_of([&] { schedule_by_name(adam, "fastest"); });
+  EXPECT_EQ(e.rfind("program 'adam' has no schedule named 'fastest'; its schedules: AR-C, ", 0), 0u) << e;
+  TuneOptions o = quick({{"N", 4}});
+  o.only = {"AR-C", "nope"};
+  const std::string e2 = error_of([&] { tune_threads(adam, 2, o); });
+  EXPECT_EQ(e2.rfind("program 'adam' has no schedule named 'nope'; its schedules: AR-C, ", 0), 0u) << e2;
+  EXPECT_EQ(error_of([] { executor_by_name("fast"); }),
+            "unknown executor 'fast'; choose one of: compiled, plan, interpreter");
+}
+
+TEST(TuneErrors, RanksThatDoNotFitTheGroups) {
+  const std::string e = error_of([] { tune_threads(dsl::workloads::pipeline_stage(), 3, quick({{"B", 2}, {"K", 2}, {"H", 2}})); });
+  EXPECT_EQ(e, "program 'pipeline_stage' has 2 groups, but 3 ranks were asked for; the ranks split into 2 equal "
+               "groups of consecutive ranks, so tune it on a multiple of 2 ranks");
+}
+
+// ---------------------------------------------------------------------------- the command
+
+struct CliCase {
+  std::string args;
+  std::string message;  // the one line after "tandem: error: " (a prefix of it)
+};
+
+TEST(TuneCliErrors, OneLineAndNonZeroExit) {
+  testing::TempCacheDir dir("cli-errors");
+  const std::vector<CliCase> cases = {
+      {"tune nosuch --ranks 2", "unknown workload 'nosuch'; the workloads are: adam, lamb, megatron_layer, pipeline_stage"},
+      {"tune adam --ranks 0", "--ranks must be at least 1 (got 0)"},
+      {"tune adam --backend tcp", "--backend 'tcp' is not a backend; choose thread or mpi"},
+      {"tune adam --size M=4", "--size M=4: workload 'adam' has no symbol 'M' (its symbols: N)"},
+      {"tune adam --size N=4x", "--size N=4x: '4x' is not an extent;"},
+      {"tune megatron_layer --size 1 2 3 4", "--size: 4 bare extent(s) given, but workload 'megatron_layer' has 3"},
+      {"tune adam --size N=64 --reps 0", "--reps must be at least 1 (got 0)"},
+      {"tune adam --executor fast", "unknown executor 'fast'; choose one of: compiled, plan, interpreter"},
+      {"tune adam --dtype f64", "unknown dtype 'f64'"},
+      {"tune adam --size N=64 --schedules 'fused(nothing)'", "program 'adam' has no schedule named 'fused(nothing)'; its schedules: AR-C, "},
+      {"tune pipeline_stage --ranks 3 --size 2 2 2 --executor plan", "program 'pipeline_stage' has 2 groups, but 3 ranks were asked for"},
+      {"emit adam --schedule nope --target cpp", "program 'adam' has no schedule named 'nope'; its schedules: AR-C, "},
+      {"emit adam --schedule AR-C --target cuda", "--target 'cuda' is not a target; targets: cpp"},
+      {"emit adam", "give --schedule NAME; the schedules of 'adam' are: AR-C, "},
+      {"emit lamb2 --schedule AR-C", "unknown workload 'lamb2'; the workloads are: "},
+  };
+  for (const CliCase& c : cases) {
+    const testing::CommandResult r = testing::run_tandem(c.args);
+    EXPECT_EQ(r.status, 1) << c.args << "\n" << r.output;
+    EXPECT_EQ(r.output.rfind("tandem: error: " + c.message, 0), 0u) << c.args << "\n" << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << c.args << "\n" << r.output;
+  }
+}
+
+TEST(TuneCliErrors, FlagsCli11Rejects) {
+  for (const std::string args : {"tune adam --ranks two", "tune", "tune adam --bogus", "emit"}) {
+    const testing::CommandResult r = testing::run_tandem(args);
+    EXPECT_NE(r.status, 0) << args << "\n" << r.output;
+    EXPECT_FALSE(r.output.empty()) << args;
+  }
+  const testing::CommandResult r = testing::run_tandem("tune adam --ranks two");
+  EXPECT_NE(r.output.find("--ranks"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace tandem::tune
