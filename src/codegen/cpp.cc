@@ -442,7 +442,9 @@ class Emitter {
 
     std::string body;
     for (int id : loop.accumulates) body += fmt::format("  float av{0} = *acc{0};\n", id);
-    body += "  for (int64_t t = 0; t < n; ++t) {\n";
+    // Scalar code (a rank-0 loop) is one element: no loop for the vectoriser to look at.
+    const bool scalar_code = ctx.rank == 0 && !ctx.chunk;
+    body += scalar_code ? "  {\n    const int64_t t = 0;\n    (void)n;\n" : "  for (int64_t t = 0; t < n; ++t) {\n";
     for (size_t i = 0; i < params.size(); ++i)
       if (params[i].read) body += fmt::format("    const float m{} = tdm_ld_{}(q{}[t]);\n", i, dt_suffix(params[i].dtype), i);
     auto value_of = [&](int id) -> std::string {

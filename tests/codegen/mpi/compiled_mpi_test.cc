@@ -1,0 +1,60 @@
+// The compiled schedules under mpirun (2 and 3 processes): every enumerated schedule of the four
+// workloads, compiled by each process (the file lock of the cache makes them compile each source
+// once), run on the MPI backend's ring collectives and point-to-point transfers, equal to the
+// reference interpreter (bitwise where codegen/compiled_checks.h says so).
+#include <gtest/gtest.h>
+
+#include "codegen/compiled_checks.h"
+#include "tandem/comm/mpi.h"
+
+namespace tandem::codegen::testing {
+namespace {
+
+using schedule::testing::adam_case;
+using schedule::testing::lamb_case;
+using schedule::testing::megatron_case;
+using schedule::testing::pipeline_case;
+
+std::unique_ptr<comm::Communicator> world() { return comm::mpi_wrap(MPI_COMM_WORLD); }
+
+// Small chunks, so that the ring pipelines several chunks of these small tensors.
+class CompiledMpi : public ::testing::Test {
+ protected:
+  void SetUp() override { comm::set_chunk_bytes(64); }
+  void TearDown() override { comm::set_chunk_bytes(0); }
+};
+
+void expect_ok(const Case& c, const Schedules& all, comm::Communicator& comm) {
+  const Outcome o = check_compiled(c, all, comm);
+  EXPECT_EQ(o.failures, "") << c.label << " on " << comm.size() << " processes";
+  EXPECT_EQ(o.schedules, static_cast<int>(all.plans.size()));
+}
+
+TEST_F(CompiledMpi, Adam) {
+  auto comm = world();
+  const Schedules bf16 = compile_all(dsl::workloads::adam(DType::BF16));
+  const Schedules f32 = compile_all(dsl::workloads::adam(DType::F32));
+  expect_ok(adam_case(DType::BF16, 1013), bf16, *comm);
+  expect_ok(adam_case(DType::F32, 5), f32, *comm);
+}
+
+TEST_F(CompiledMpi, Lamb) {
+  auto comm = world();
+  expect_ok(lamb_case(DType::BF16, 517), compile_all(dsl::workloads::lamb(DType::BF16)), *comm);
+}
+
+TEST_F(CompiledMpi, Megatron) {
+  auto comm = world();
+  const Schedules f32 = compile_all(dsl::workloads::megatron_layer(DType::F32, 0.1));
+  expect_ok(megatron_case(DType::F32, 7, 10, 6), f32, *comm);
+  expect_ok(megatron_case(DType::F32, 2, 3, 5), f32, *comm);
+}
+
+TEST_F(CompiledMpi, Pipeline) {
+  auto comm = world();
+  if (comm->size() % 2 != 0) GTEST_SKIP() << "the pipeline needs an even number of ranks (two equal groups)";
+  expect_ok(pipeline_case(DType::F32, 7, 10, 6), compile_all(dsl::workloads::pipeline_stage(DType::F32, 0.1)), *comm);
+}
+
+}  // namespace
+}  // namespace tandem::codegen::testing

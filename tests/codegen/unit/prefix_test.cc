@@ -1,0 +1,138 @@
+// The emitted prefix's helpers, compiled as the JIT compiles them, against tandem's own
+// definitions: bf16/f16 loads and stores bit for bit (every 16-bit pattern, the f32 boundaries
+// and a million random f32 patterns), and the element formulas that are written differently so
+// that they vectorise (max/min, relu, select, comparisons, dropout) on special values.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "tandem/codegen/cpp.h"
+#include "tandem/core/dtype.h"
+#include "tandem/dsl/elementwise.h"
+#include "tandem/exec/jit.h"
+
+namespace tandem::codegen {
+namespace {
+
+constexpr const char* kKernels = R"(
+extern "C" void t_store(int64_t n, const float* in, uint16_t* bf, uint16_t* hf) {
+  for (int64_t i = 0; i < n; ++i) { bf[i] = tdm_st_bf16(in[i]); hf[i] = tdm_st_f16(in[i]); }
+}
+extern "C" void t_load(int64_t n, const uint16_t* in, float* bf, float* hf) {
+  for (int64_t i = 0; i < n; ++i) { bf[i] = tdm_ld_bf16(in[i]); hf[i] = tdm_ld_f16(in[i]); }
+}
+extern "C" void t_binary(int64_t n, const float* a, const float* b, float* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    out[8 * i + 0] = tdm_fmax(a[i], b[i]);
+    out[8 * i + 1] = tdm_fmin(a[i], b[i]);
+    out[8 * i + 2] = tdm_relu(a[i]);
+    out[8 * i + 3] = tdm_select(a[i], b[i], 7.0f);
+    out[8 * i + 4] = tdm_cmp(a[i] < b[i]);
+    out[8 * i + 5] = tdm_cmp(a[i] != b[i]);
+    out[8 * i + 6] = tdm_gelu(a[i]);
+    out[8 * i + 7] = tdm_dropout(a[i], 12345u, static_cast<uint64_t>(i) * 977u, 0.3f, 1.4285715f);
+  }
+}
+)";
+
+struct Kernels {
+  std::shared_ptr<exec::JitModule> module;
+  void (*store)(int64_t, const float*, uint16_t*, uint16_t*);
+  void (*load)(int64_t, const uint16_t*, float*, float*);
+  void (*binary)(int64_t, const float*, const float*, float*);
+};
+
+const Kernels& kernels() {
+  static const Kernels k = [] {
+    Kernels k;
+    k.module = exec::jit_compile(cpp_prefix() + kKernels);
+    k.store = reinterpret_cast<decltype(k.store)>(k.module->symbol("t_store"));
+    k.load = reinterpret_cast<decltype(k.load)>(k.module->symbol("t_load"));
+    k.binary = reinterpret_cast<decltype(k.binary)>(k.module->symbol("t_binary"));
+    return k;
+  }();
+  return k;
+}
+
+float bits_to_float(uint32_t x) {
+  float f;
+  std::memcpy(&f, &x, 4);
+  return f;
+}
+
+TEST(Prefix, LoadsEvery16BitPatternExactly) {
+  std::vector<uint16_t> in(65536);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<uint16_t>(i);
+  std::vector<float> bf(in.size()), hf(in.size());
+  kernels().load(static_cast<int64_t>(in.size()), in.data(), bf.data(), hf.data());
+  int bad = 0;
+  for (size_t i = 0; i < in.size() && bad < 5; ++i) {
+    const float wb = bf16_to_f32(in[i]), wh = f16_to_f32(in[i]);
+    if (std::memcmp(&wb, &bf[i], 4) != 0 || std::memcmp(&wh, &hf[i], 4) != 0) {
+      ++bad;
+      ADD_FAILURE() << "pattern 0x" << std::hex << i << ": bf16 " << bf[i] << " want " << wb << ", f16 " << hf[i]
+                    << " want " << wh;
+    }
+  }
+}
+
+TEST(Prefix, StoresRoundToNearestEvenLikeTandem) {
+  std::vector<float> in;
+  // Boundaries: zeros, infinities, NaNs with payloads, f32 subnormals, the f16 normal and
+  // subnormal edges and overflow threshold, and halfway cases of both formats.
+  for (uint32_t x : {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffc00001u, 0x7f800001u,
+                     0x7fa00000u, 0x00000001u, 0x807fffffu, 0x38800000u, 0x387fffffu, 0x33000000u, 0x33000001u,
+                     0x32ffffffu, 0x477fe000u, 0x477fefffu, 0x477ff000u, 0x477fffffu, 0x47800000u, 0x3f808000u,
+                     0x3f818000u, 0x3f800fffu, 0x3f801000u, 0x3f803000u, 0x7f7fffffu, 0x7f7f8000u})
+    for (uint32_t sign : {0u, 0x80000000u}) in.push_back(bits_to_float(x ^ sign));
+  std::mt19937 rng(7);
+  for (int i = 0; i < (1 << 20); ++i) in.push_back(bits_to_float(rng()));
+  // Every f32 around the f16 range, densely: exponents 102 to 143 with random mantissas.
+  for (int i = 0; i < (1 << 18); ++i) in.push_back(bits_to_float(((102u + rng() % 42u) << 23) | (rng() & 0x807fffffu)));
+  std::vector<uint16_t> bf(in.size()), hf(in.size());
+  kernels().store(static_cast<int64_t>(in.size()), in.data(), bf.data(), hf.data());
+  int bad = 0;
+  for (size_t i = 0; i < in.size() && bad < 5; ++i) {
+    if (bf[i] != f32_to_bf16(in[i]) || hf[i] != f32_to_f16(in[i])) {
+      ++bad;
+      uint32_t x;
+      std::memcpy(&x, &in[i], 4);
+      ADD_FAILURE() << "f32 0x" << std::hex << x << ": bf16 0x" << bf[i] << " want 0x" << f32_to_bf16(in[i])
+                    << ", f16 0x" << hf[i] << " want 0x" << f32_to_f16(in[i]);
+    }
+  }
+}
+
+TEST(Prefix, FormulasMatchElementwiseH) {
+  const std::vector<float> specials = {0.0f, -0.0f, 1.0f, -1.0f, 2.5f, -3.0f, INFINITY, -INFINITY, NAN, 1e-40f, 0.3f};
+  std::vector<float> a, b;
+  for (float x : specials)
+    for (float y : specials) {
+      a.push_back(x);
+      b.push_back(y);
+    }
+  std::vector<float> out(8 * a.size());
+  kernels().binary(static_cast<int64_t>(a.size()), a.data(), b.data(), out.data());
+  auto same = [](float got, float want) { return (std::isnan(got) && std::isnan(want)) || std::memcmp(&got, &want, 4) == 0; };
+  for (size_t i = 0; i < a.size(); ++i) {
+    const float want[8] = {dsl::apply_binary(dsl::Op::Max, a[i], b[i]),
+                           dsl::apply_binary(dsl::Op::Min, a[i], b[i]),
+                           dsl::apply_unary(dsl::Op::Relu, a[i]),
+                           dsl::apply_select(a[i], b[i], 7.0f),
+                           dsl::apply_binary(dsl::Op::Lt, a[i], b[i]),
+                           dsl::apply_binary(dsl::Op::Ne, a[i], b[i]),
+                           dsl::apply_unary(dsl::Op::Gelu, a[i]),
+                           dsl::apply_dropout(a[i], 12345u, static_cast<uint64_t>(i) * 977u, 0.3)};
+    const char* names[8] = {"max", "min", "relu", "select", "lt", "ne", "gelu", "dropout"};
+    for (int k = 0; k < 8; ++k)
+      EXPECT_TRUE(same(out[8 * i + static_cast<size_t>(k)], want[k]))
+          << names[k] << "(" << a[i] << ", " << b[i] << ") = " << out[8 * i + static_cast<size_t>(k)] << ", want "
+          << want[k];
+  }
+}
+
+}  // namespace
+}  // namespace tandem::codegen
