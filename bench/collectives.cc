@@ -167,45 +167,52 @@ std::map<size_t, Timing> run_thread_rows(int p, const Options& o) {
 
 // ---- MPI rows (inside mpirun) -------------------------------------------------------------------
 
-// Times tandem's ring and MPI_Allreduce on the MPI world; rank 0 prints one line per row:
+// Times tandem's ring and MPI_Allreduce on the MPI world, alternating repetitions so that both
+// see the same machine load; rank 0 prints one line per row:
 // "row <method> <ranks> <MiB> <median s> <min s> <max s>".
 int run_mpi_child(const Options& o) {
   auto comm = tandem::comm::mpi_world();
   const int p = comm->size(), r = comm->rank();
+  const char* methods[2] = {"tandem-mpi-ring", "MPI_Allreduce"};
   for (size_t mib : o.sizes_mib) {
     const size_t n = mib * kMiB / 4;
     Tensor buf = Tensor::empty(DType::F32, {static_cast<int64_t>(n)});
     float* x = static_cast<float*>(buf.data());
-    for (const char* method : {"tandem-mpi-ring", "MPI_Allreduce"}) {
-      const bool ours = method[0] == 't';
-      auto once = [&] {
-        if (ours) {
-          comm->all_reduce(buf, ReduceOp::Sum);
-        } else {
-          MPI_Allreduce(MPI_IN_PLACE, x, static_cast<int>(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-        }
-      };
+    auto once = [&](int m) {
+      if (m == 0) {
+        comm->all_reduce(buf, ReduceOp::Sum);
+      } else {
+        MPI_Allreduce(MPI_IN_PLACE, x, static_cast<int>(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      }
+    };
+    for (int m = 0; m < 2; ++m) {
       fill_input(x, n, r);
-      once();
+      once(m);
       int ok = check_sum(x, n, p) ? 1 : 0, all_ok = 0;
       MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
       if (!all_ok) {
-        if (r == 0) std::fprintf(stderr, "%s of %zu MiB on %d ranks gave a wrong sum\n", method, mib, p);
+        if (r == 0)
+          std::fprintf(stderr, "%s of %zu MiB on %d ranks gave a wrong sum\n", methods[m], mib, p);
         return 1;
       }
-      for (int i = 0; i < o.warmup; ++i) once();
-      std::vector<double> times;
-      for (int i = 0; i < o.reps; ++i) {
+    }
+    for (int i = 0; i < o.warmup; ++i) once(0), once(1);
+    std::vector<double> times[2];
+    for (int i = 0; i < o.reps; ++i) {
+      for (int m = 0; m < 2; ++m) {
         MPI_Barrier(MPI_COMM_WORLD);
         const auto t0 = clock_type::now();
-        once();
+        once(m);
         MPI_Barrier(MPI_COMM_WORLD);
-        times.push_back(seconds_since(t0));
+        times[m].push_back(seconds_since(t0));
       }
-      const Timing t = summarise(times);
-      if (r == 0) std::printf("row %s %d %zu %.9f %.9f %.9f\n", method, p, mib, t.median, t.min, t.max);
-      std::fflush(stdout);
     }
+    for (int m = 0; m < 2; ++m) {
+      const Timing t = summarise(times[m]);
+      if (r == 0)
+        std::printf("row %s %d %zu %.9f %.9f %.9f\n", methods[m], p, mib, t.median, t.min, t.max);
+    }
+    std::fflush(stdout);
   }
   return 0;
 }

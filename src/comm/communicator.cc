@@ -240,6 +240,8 @@ void Communicator::run(const CollectiveDesc& desc) {
 
 void Communicator::execute(const CollectiveDesc& desc) { execute_ring(desc); }
 
+size_t Communicator::ring_message_bytes() const { return chunk_bytes(); }
+
 void Communicator::execute_ring(const CollectiveDesc& desc) {
   if (ring_ == nullptr) ring_ = std::make_unique<detail::Ring>(*this);
   ring_->run(desc);

@@ -50,8 +50,10 @@ int local_ranks() {
 }
 
 // Polls `done` (which calls MPI_Test: MPI makes progress only inside MPI calls) until it returns
-// true. Polls hard at first; then yields; a long wait, or any wait when ranks outnumber cores,
-// ends in short sleeps, so a waiting rank leaves its core to the rank it waits for.
+// true. While ranks fit on the cores, it polls as MPI_Wait would (yielding would hand whole time
+// slices to other processes while the peer's data is microseconds away) and only backs off to
+// yields and then short sleeps on a long wait (a slow peer). When ranks outnumber cores it yields
+// almost at once and soon sleeps, leaving the core to the rank it waits for.
 template <typename Done>
 void backoff_wait(Done&& done) {
   static const bool oversubscribed = [] {
@@ -59,18 +61,18 @@ void backoff_wait(Done&& done) {
     return cores != 0 && static_cast<unsigned>(local_ranks()) > cores;
   }();
   using clock = std::chrono::steady_clock;
+  using us = std::chrono::microseconds;
+  const us poll_for = oversubscribed ? us(0) : us(10'000);
+  const us yield_for = oversubscribed ? us(200) : us(100'000);
   const auto start = clock::now();
-  const auto sleep_after = oversubscribed ? std::chrono::microseconds(200)
-                                          : std::chrono::microseconds(5000);
   for (int i = 0; !done(); ++i) {
-    if (i < 64) continue;
+    if (i < 64 || (i & 15) != 0) continue;  // look at the clock every 16 polls
     const auto waited = clock::now() - start;
-    if (waited < std::chrono::microseconds(20) && !oversubscribed) {
-      detail::cpu_relax();
-    } else if (waited < sleep_after) {
+    if (waited < poll_for) continue;
+    if (waited < yield_for) {
       sched_yield();
     } else {
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
+      std::this_thread::sleep_for(us(20));
     }
   }
 }
@@ -170,6 +172,28 @@ bool env_verify() {
 }
 
 }  // namespace
+
+namespace {
+std::atomic<size_t> g_message_override{0};
+}  // namespace
+
+size_t mpi_message_bytes() {
+  static const size_t from_env = [] {
+    const int64_t v = env_int("TANDEM_COMM_MPI_MESSAGE_BYTES",
+                              static_cast<int64_t>(kDefaultMpiMessageBytes));
+    if (v < 1)
+      user_error("TANDEM_COMM_MPI_MESSAGE_BYTES={} is not a message size: expected a positive "
+                 "number of bytes (default {})",
+                 v, kDefaultMpiMessageBytes);
+    return static_cast<size_t>(v);
+  }();
+  const size_t o = g_message_override.load(std::memory_order_relaxed);
+  return o != 0 ? o : from_env;
+}
+
+void set_mpi_message_bytes(size_t bytes) {
+  g_message_override.store(bytes, std::memory_order_relaxed);
+}
 
 size_t mpi_max_message_bytes() { return g_max_message.load(std::memory_order_relaxed); }
 void set_mpi_max_message_bytes(size_t bytes) {
@@ -284,6 +308,10 @@ void MpiCommunicator::verify(const CollectiveDesc& desc) {
   };
   const detail::CallSignature first = signature(all[0]);
   for (int q = 1; q < size_; ++q) detail::check_same_call(where, first, q, signature(all[q]));
+}
+
+size_t MpiCommunicator::ring_message_bytes() const {
+  return std::max(chunk_bytes(), mpi_message_bytes());
 }
 
 void MpiCommunicator::execute(const CollectiveDesc& desc) {

@@ -19,7 +19,8 @@ void Ring::run(const CollectiveDesc& d) {
   op_ = d.op;
   hook_ = d.hook ? &d.hook : nullptr;
   esize_ = dtype_size(dtype_);
-  ce_ = std::max<int64_t>(1, static_cast<int64_t>(chunk_bytes() / esize_));
+  ce_ = std::max<int64_t>(1, static_cast<int64_t>(comm_.ring_message_bytes() / esize_));
+  hook_ce_ = std::max<int64_t>(1, static_cast<int64_t>(chunk_bytes() / esize_));
   reserve(static_cast<size_t>(ce_) * esize_);
   try {
     switch (d.kind) {
@@ -152,15 +153,13 @@ void Ring::recv_reduce_send_in_place(Span buf) {
 void Ring::recv_reduce_compute(Span local, Span dst) {
   if (local.n == 0) return;
   receive_from_left(recv_stage_.data(), local.n);
-  reduce2(dtype_, op_, dst.data, recv_stage_.data(), local.data, local.n);
-  hook(dst);
+  reduce_and_hook(dst, recv_stage_.data(), local.data);
 }
 
 void Ring::recv_reduce_compute_send(Span buf) {
   if (buf.n == 0) return;
   receive_from_left(recv_stage_.data(), buf.n);
-  reduce2(dtype_, op_, buf.data, recv_stage_.data(), buf.data, buf.n);
-  hook(buf);
+  reduce_and_hook(buf, recv_stage_.data(), buf.data);
   post_to_right(buf.data, buf.n, -1);
 }
 
@@ -198,6 +197,10 @@ void Ring::post_to_right(const void* src, int64_t n, int staging) {
 }
 
 int Ring::acquire_staging() {
+  if (send_staged_bytes_ < staged_bytes_) {
+    for (auto& st : send_stage_) st = Tensor::empty(DType::F32, recv_stage_.shape());
+    send_staged_bytes_ = staged_bytes_;
+  }
   const int slot = next_stage_;
   next_stage_ = (next_stage_ + 1) % kMaxInFlight;
   while (stage_busy_[slot]) {
@@ -219,8 +222,18 @@ void Ring::drain_sends(int keep) {
   }
 }
 
-void Ring::hook(Span s) {
-  if (hook_ != nullptr) (*hook_)(view(s.data, s.n), s.offset);
+void Ring::reduce_and_hook(Span dst, const void* a, const void* b) {
+  if (hook_ == nullptr) {
+    reduce2(dtype_, op_, dst.data, a, b, dst.n);
+    return;
+  }
+  const int64_t esize = static_cast<int64_t>(esize_);
+  for (int64_t k = 0; k < dst.n; k += hook_ce_) {
+    const int64_t m = std::min(hook_ce_, dst.n - k);
+    reduce2(dtype_, op_, dst.data + k * esize, static_cast<const char*>(a) + k * esize,
+            static_cast<const char*>(b) + k * esize, m);
+    (*hook_)(view(dst.data + k * esize, m), dst.offset + k);
+  }
 }
 
 Tensor Ring::view(const void* p, int64_t n) const {
@@ -230,9 +243,10 @@ Tensor Ring::view(const void* p, int64_t n) const {
 void Ring::reserve(size_t bytes) {
   if (bytes <= staged_bytes_) return;
   // Staging is raw bytes; f32 elements of 64-byte aligned storage hold any dtype's chunk.
+  // Send staging follows in acquire_staging(), only for the collective that needs it.
+  TANDEM_CHECK(count_ == 0, "staging resized with {} sends in flight", count_);
   const int64_t words = static_cast<int64_t>((bytes + 3) / 4);
   recv_stage_ = Tensor::empty(DType::F32, Shape{words});
-  for (auto& s : send_stage_) s = Tensor::empty(DType::F32, Shape{words});
   staged_bytes_ = bytes;
 }
 

@@ -2,10 +2,12 @@
 // a small vocabulary of primitives whose names say what they fuse, on top of a Communicator's
 // post_send/post_recv. Internal to comm/; reached through Communicator::execute_ring.
 //
-// Rank r sends to r + 1 and receives from r - 1. Work is pipelined by chunks (chunk_bytes()):
+// Rank r sends to r + 1 and receives from r - 1. Work is pipelined by chunks, one message each
+// (Communicator::ring_message_bytes(): chunk_bytes() unless the transport wants larger ones):
 // for each chunk index c, chunk c of every part goes round the ring before chunk c + 1 starts,
-// so a reduced chunk is hooked and sent on while it is still in cache, and sends stay in flight
-// (up to kMaxInFlight of them) while the next chunk is received.
+// and sends stay in flight (up to kMaxInFlight of them) while the next chunk is received. The
+// hook runs on pieces of at most chunk_bytes(), each right after that piece is reduced, while it
+// is in cache.
 //
 // Deadlock freedom with rendezvous sends (a send completes only once its receive is posted):
 // a rank blocks on sends only while at least two of its sends are unreceived, and no rank ever
@@ -66,7 +68,8 @@ class Ring {
   int acquire_staging();
   // Waits until at most `keep` sends are unfinished.
   void drain_sends(int keep);
-  void hook(Span s);
+  // dst = a op b, then the hook on dst, piece by piece (no hook: one reduction).
+  void reduce_and_hook(Span dst, const void* a, const void* b);
   Tensor view(const void* p, int64_t n) const;
   void reserve(size_t chunk_bytes);
 
@@ -79,11 +82,13 @@ class Ring {
   int p_ = 1, r_ = 0, left_ = 0, right_ = 0;
   size_t esize_ = 4;
   int64_t n_ = 0;   // elements of the whole buffer
-  int64_t ce_ = 1;  // elements per chunk
+  int64_t ce_ = 1;       // elements per chunk (one message)
+  int64_t hook_ce_ = 1;  // elements per hook call at most
 
-  // Staging: one receive buffer and kMaxInFlight send buffers of one chunk each, allocated on
-  // first use and kept; unfinished sends in a FIFO.
+  // Staging: one receive buffer and (reduce_scatter only) kMaxInFlight send buffers of one
+  // chunk each, allocated on first use and kept; unfinished sends in a FIFO.
   size_t staged_bytes_ = 0;
+  size_t send_staged_bytes_ = 0;
   Tensor recv_stage_;
   Tensor send_stage_[kMaxInFlight];
   bool stage_busy_[kMaxInFlight] = {};

@@ -161,6 +161,12 @@ class Communicator {
   // The ring algorithms, for a backend's execute() to fall back on.
   void execute_ring(const CollectiveDesc& desc);
 
+  // The size of the ring's messages (its pipeline chunks). The hook still runs on pieces of at
+  // most chunk_bytes(). Default: chunk_bytes(); a transport with a high cost per message (MPI:
+  // each one is a handshake, and each blocking hand-off can cost a time slice on a busy machine)
+  // returns more.
+  virtual size_t ring_message_bytes() const;
+
  private:
   friend class detail::Ring;
   std::unique_ptr<detail::Ring> ring_;  // staging buffers, allocated on first use and kept

@@ -47,6 +47,7 @@ class MpiCommunicator final : public Communicator {
   Request post_send(const Tensor& t, int peer, int tag) override;
   Request post_recv(const Tensor& t, int peer, int tag) override;
   void execute(const CollectiveDesc& desc) override;
+  size_t ring_message_bytes() const override;
 
  private:
   struct Adopt {};
@@ -68,6 +69,14 @@ std::unique_ptr<Communicator> mpi_wrap(MPI_Comm comm);
 
 // Whether this process was started by mpirun/mpiexec (OpenMPI, MPICH or a PMI launcher).
 bool launched_by_mpirun();
+
+// The ring's message size on MPI: max(chunk_bytes(), this), default 4 MiB
+// (TANDEM_COMM_MPI_MESSAGE_BYTES). Fewer, larger messages mean fewer handshakes and fewer
+// blocking hand-offs between ranks, which matters most when the machine is busy. The hook still
+// runs on chunk_bytes() pieces. Tests set 1 so that the ring's messages are chunk_bytes() long.
+inline constexpr size_t kDefaultMpiMessageBytes = size_t{4} << 20;
+size_t mpi_message_bytes();
+void set_mpi_message_bytes(size_t bytes);  // 0: back to the default
 
 // Messages larger than this many bytes are sent as several MPI messages (MPI counts are int).
 // Default: 1 GiB. Tests lower it so that the split path runs on small tensors.

@@ -33,6 +33,13 @@ int world_size() {
   return s;
 }
 
+// Ring messages of chunk_bytes() for the scope (instead of the 4 MiB default), so that small
+// inputs take the multi-message paths.
+struct ScopedSmallMessages {
+  ScopedSmallMessages() { set_mpi_message_bytes(1); }
+  ~ScopedSmallMessages() { set_mpi_message_bytes(0); }
+};
+
 // The message of the UserError fn throws, or "no error".
 std::string error_of(const std::function<void()>& fn) {
   try {
@@ -46,6 +53,7 @@ std::string error_of(const std::function<void()>& fn) {
 // Every collective, dtype, op and small size, with and without the hook, in place and not.
 std::string small_sizes(Communicator& c) {
   ScopedChunkBytes chunk(64);
+  ScopedSmallMessages messages;
   std::string err;
   const CollectiveAlgo algo = CollectiveAlgo::Auto;
   for (DType t : kAllDTypes) {
@@ -64,7 +72,8 @@ std::string small_sizes(Communicator& c) {
   return err;
 }
 
-// 2^20 + 3 elements at the default chunk size.
+// 2^20 + 3 elements at the default chunk and message sizes: 4 MiB messages, the hook on 256 KiB
+// pieces of them.
 std::string large_size(Communicator& c) {
   const CollectiveAlgo algo = CollectiveAlgo::Ring;
   return all_reduce_case(c, algo, DType::F32, kLarge, ReduceOp::Sum, true) +
@@ -100,6 +109,7 @@ TEST(MpiCollectives, OnACallersCommunicator) {
   {
     auto c = mpi_wrap(mine);
     ScopedChunkBytes chunk(256);
+    ScopedSmallMessages messages;
     std::string err;
     for (ReduceOp op : kAllOps) err += all_reduce_case(*c, CollectiveAlgo::Auto, DType::BF16, 999, op, true);
     err += reduce_scatter_case(*c, CollectiveAlgo::Ring, DType::F16, 1001, ReduceOp::Sum, true, false);
@@ -136,6 +146,9 @@ TEST(MpiSplit, ParityGroupsAndOptingOut) {
     EXPECT_EQ(sub->rank(), expected_rank);
     ScopedChunkBytes chunk(64);
     EXPECT_EQ(all_reduce_case(*sub, CollectiveAlgo::Auto, DType::F32, 100, ReduceOp::Sum, true), "");
+    // Messages larger than the hook's pieces: the hook still sees at most 64 bytes at a time.
+    EXPECT_EQ(all_reduce_case(*sub, CollectiveAlgo::Auto, DType::BF16, 1000, ReduceOp::Max, true),
+              "");
     sub->barrier();
   } else {
     ADD_FAILURE() << "rank " << r << " got no group";
