@@ -51,6 +51,7 @@ void print_table(const tune::TuneResult& r) {
   fmt::print("tune {}  {}  on {} ranks ({} backend, {} executor)\n", k.program, sizes_str(k.sizes), k.ranks, k.backend,
              k.executor);
   fmt::print("machine {}\n", k.machine);
+  fmt::print("each schedule checked against the reference interpreter at {}\n", sizes_str(r.record.check_sizes));
   fmt::print("{} warm-up run(s), {} timed; each time is the slowest rank's; * marks the winner\n\n", r.record.warmup,
              r.record.reps);
   size_t width = 8;
@@ -78,6 +79,8 @@ void print_json(const tune::TuneResult& r) {
   const tune::TuneKey& k = r.record.key;
   json sizes = json::object();
   for (const auto& [s, v] : k.sizes) sizes[s] = v;
+  json checked = json::object();
+  for (const auto& [s, v] : r.record.check_sizes) checked[s] = v;
   json cands = json::array();
   for (const auto& c : r.record.candidates) {
     json j = {{"name", c.name}, {"ok", c.ok}, {"winner", c.name == r.record.winner}, {"max_error", c.max_error}};
@@ -94,6 +97,7 @@ void print_json(const tune::TuneResult& r) {
   }
   json doc = {{"workload", k.program},
               {"sizes", sizes},
+              {"checked_at", checked},
               {"ranks", k.ranks},
               {"backend", k.backend},
               {"executor", k.executor},

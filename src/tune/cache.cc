@@ -80,7 +80,7 @@ std::string machine_id() {
     while (std::getline(f, line)) {
       auto value = [&] { return line.substr(std::min(line.size(), line.find(':') + 2)); };
       if (model == "unknown CPU" && line.rfind("model name", 0) == 0) model = value();
-      if (flags.empty() && line.rfind("flags", 0) == 0) flags = " " + value() + " ";
+      if (flags.empty() && line.rfind("flags", 0) == 0) flags = fmt::format(" {} ", value());
     }
     std::vector<std::string> isa;
     for (const char* x : {"sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512dq", "avx512vl",
@@ -114,8 +114,11 @@ std::string record_to_json(const TuneRecord& r, int indent) {
     if (!c.times.empty()) j["median_s"] = c.median();
     cands.push_back(std::move(j));
   }
-  json doc = {{"format", "tandem-tune-1"}, {"key", key_json(r.key)}, {"winner", r.winner}, {"warmup", r.warmup},
-              {"reps", r.reps},            {"created", r.created},   {"candidates", cands}};
+  json checked = json::object();
+  for (const auto& [s, v] : r.check_sizes) checked[s] = v;
+  json doc = {{"format", "tandem-tune-1"}, {"key", key_json(r.key)}, {"winner", r.winner},
+              {"warmup", r.warmup},        {"reps", r.reps},         {"checked_at", checked},
+              {"created", r.created},      {"candidates", cands}};
   return doc.dump(indent);
 }
 
@@ -130,6 +133,7 @@ TuneRecord record_from_json(const std::string& text) {
     r.warmup = doc.at("warmup").get<int>();
     r.reps = doc.at("reps").get<int>();
     r.created = doc.at("created").get<std::string>();
+    for (const auto& [s, v] : doc.at("checked_at").items()) r.check_sizes[s] = v.get<int64_t>();
     for (const json& j : doc.at("candidates")) {
       CandidateTiming c;
       c.name = j.at("name").get<std::string>();

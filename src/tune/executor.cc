@@ -31,30 +31,19 @@ ResultNames result_names(const dsl::Program& program, const exec::Placement& pla
   return r;
 }
 
-// The interpreter updates inputs in the caller's tensors: report views of them.
-void add_updated_inputs(exec::TensorMap& out, const ResultNames& names, const exec::RunArgs& args) {
-  for (const std::string& n : names.updated_inputs) {
-    auto it = args.inputs.find(n);
-    if (it != args.inputs.end()) out[n] = it->second;
-  }
-}
-
 // ---------------------------------------------------------------- compiled and plan runner
 
-// The compiled runner and the plan runner share one calling convention: each keeps its own
-// copies of the inputs, bind() loads them once, the runs update the runner's copies, and
-// results() reads them back. Loading is outside the timed run, as it is in a training loop,
-// where the state lives in the runner between steps.
+// The compiled runner and the plan runner share one calling convention: each stores its inputs
+// (filled in place through input()), the runs update them, and results() reads them back. The
+// state lives in the runner between runs, as it does between the steps of a training loop.
 template <typename Runner>
 class RunnerRun final : public PreparedRun {
  public:
   template <typename... A>
   RunnerRun(const schedule::Plan& plan, comm::Communicator& comm, A&&... a)
       : names_(result_names(plan.program, exec::placement(plan.program, comm))), runner_(std::forward<A>(a)...) {}
-  void bind(const exec::RunArgs& args) override {
-    for (const auto& [name, t] : args.inputs) runner_.load(name, t);
-    for (const auto& [name, v] : args.scalars) runner_.set_scalar(name, v);
-  }
+  Tensor input(std::string_view name) override { return runner_.input(name); }
+  void set_scalar(std::string_view name, double value) override { runner_.set_scalar(name, value); }
   void run() override { runner_.run(); }
   exec::TensorMap results() override {
     exec::TensorMap r;
@@ -93,25 +82,39 @@ class PlanExecutor final : public Executor {
 
 // ---------------------------------------------------------------------------- interpreter
 
+// The interpreter computes from RunArgs: the inputs are allocated here once, as the scheduled
+// program lays them out, and updated in place by each run.
 class InterpreterRun final : public PreparedRun {
  public:
   InterpreterRun(const schedule::Plan& plan, comm::Communicator& comm, const dsl::SymbolMap& symbols)
-      : plan_(plan), comm_(comm), symbols_(symbols), names_(result_names(plan.program, exec::placement(plan.program, comm))) {}
-  void bind(const exec::RunArgs& args) override {
-    args_ = args;
-    args_.symbols = symbols_;
+      : plan_(plan), comm_(comm), names_(result_names(plan.program, exec::placement(plan.program, comm))) {
+    args_.symbols = symbols;
+    const exec::Placement place = exec::placement(plan.program, comm);
+    const std::vector<Shape> global = plan.program.resolve_shapes(symbols);
+    for (int id : plan.program.inputs()) {
+      const dsl::Stage& s = plan.program.stage(id);
+      if (s.type.group != dsl::kAllGroups && s.type.group != place.group) continue;
+      args_.inputs[s.name] = Tensor::zeros(
+          s.type.dtype, dsl::local_shape(global[static_cast<size_t>(id)], s.type.layout, place.group_size, place.index));
+    }
   }
+  Tensor input(std::string_view name) override {
+    auto it = args_.inputs.find(name);
+    if (it == args_.inputs.end())
+      user_error("program '{}' has no input '{}' on this rank", plan_.program.name(), name);
+    return it->second;
+  }
+  void set_scalar(std::string_view name, double value) override { args_.scalars[std::string(name)] = value; }
   void run() override { out_ = exec::run_reference(plan_.program, comm_, args_); }
   exec::TensorMap results() override {
     exec::TensorMap r = out_;
-    add_updated_inputs(r, names_, args_);
+    for (const std::string& n : names_.updated_inputs) r[n] = args_.inputs.at(n);
     return r;
   }
 
  private:
   const schedule::Plan& plan_;
   comm::Communicator& comm_;
-  dsl::SymbolMap symbols_;
   ResultNames names_;
   exec::RunArgs args_;
   exec::TensorMap out_;

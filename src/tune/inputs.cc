@@ -79,7 +79,7 @@ int seed_index(const dsl::Stage& s, const exec::Placement& place) {
 }
 
 // Fills this rank's piece of input `s` (global shape `global`).
-void fill_input(const Tensor& t, const dsl::Stage& s, const Shape& global, const exec::Placement& place) {
+void fill_stage(const Tensor& t, const dsl::Stage& s, const Shape& global, const exec::Placement& place) {
   const uint64_t seed = name_seed(s.name, seed_index(s, place));
   const dsl::Layout& l = s.type.layout;
   if (!l.is_sliced()) {
@@ -150,6 +150,15 @@ exec::ScalarMap standard_scalars(const dsl::Program& program, int p, const exec:
   return out;
 }
 
+void fill_input(const Tensor& t, const dsl::Program& program, int id, const Shape& global, const exec::Placement& place) {
+  const dsl::Stage& s = program.stage(id);
+  TANDEM_CHECK(s.op == dsl::Op::Input, "stage {} of '{}' is not an input", s.name, program.name());
+  const Shape want = dsl::local_shape(global, s.type.layout, place.group_size, place.index);
+  TANDEM_CHECK(t.dtype() == s.type.dtype && t.shape() == want, "input '{}' is {}, its piece is {}{}", s.name, t.str(),
+               dtype_name(s.type.dtype), want.str());
+  fill_stage(t, s, global, place);
+}
+
 exec::RunArgs make_args(const dsl::Program& program, const exec::Placement& place, const dsl::SymbolMap& symbols,
                         const exec::ScalarMap& scalars) {
   exec::RunArgs args;
@@ -161,20 +170,31 @@ exec::RunArgs make_args(const dsl::Program& program, const exec::Placement& plac
     if (!in_group(s, place)) continue;
     const Shape& g = global[static_cast<size_t>(id)];
     Tensor t = Tensor::empty(s.type.dtype, dsl::local_shape(g, s.type.layout, place.group_size, place.index));
-    fill_input(t, s, g, place);
+    fill_stage(t, s, g, place);
     args.inputs[s.name] = t;
   }
   return args;
 }
 
-void refill_inputs(const dsl::Program& program, const exec::Placement& place, const dsl::SymbolMap& symbols,
-                   exec::RunArgs& args) {
-  const std::vector<Shape> global = program.resolve_shapes(symbols);
-  for (int id : program.inputs()) {
-    const dsl::Stage& s = program.stage(id);
-    auto it = args.inputs.find(s.name);
-    if (it != args.inputs.end()) fill_input(it->second, s, global[static_cast<size_t>(id)], place);
+dsl::SymbolMap shrink_sizes(const dsl::Program& program, const dsl::SymbolMap& sizes, int64_t limit, int64_t modulus) {
+  auto largest = [&](const dsl::SymbolMap& sym) {
+    int64_t most = 0;
+    for (const Shape& s : program.resolve_shapes(sym)) most = std::max(most, s.numel());
+    return most;
+  };
+  if (limit <= 0 || largest(sizes) <= limit) return sizes;
+  const int64_t m = std::max<int64_t>(modulus, 1);
+  int64_t top = 1;
+  for (const auto& [name, e] : sizes) top = std::max(top, e);
+  dsl::SymbolMap out = sizes;
+  for (int64_t d = 2; d <= top; d = d < 16 ? d + 1 : d + d / 4) {
+    for (const auto& [name, e] : sizes) {
+      const int64_t r = e % m;
+      out[name] = e <= 2 * m ? e : std::max((e / d) / m * m + r, m + r);
+    }
+    if (largest(out) <= limit) break;
   }
+  return out;
 }
 
 Expected reference_results(const dsl::Program& program, comm::Communicator& comm, const dsl::SymbolMap& symbols,
@@ -216,13 +236,18 @@ Check compare_results(const dsl::Program& scheduled, const exec::Placement& plac
         continue;
       }
     }
+    // Both as f32 (exact for every dtype), so the loops below need no dtype switch.
+    const Tensor gf = g.dtype() == DType::F32 ? g : g.to(DType::F32);
+    const Tensor wf = w.dtype() == DType::F32 ? w : w.to(DType::F32);
+    const float* gp = gf.data_as<float>();
+    const float* wp = wf.data_as<float>();
     double scale = 0;
-    for (int64_t i = 0; i < w.numel(); ++i) scale = std::max(scale, std::fabs(static_cast<double>(w.get(i))));
+    for (int64_t i = 0; i < w.numel(); ++i) scale = std::max(scale, std::fabs(static_cast<double>(wp[i])));
     const double tol = tolerance(g.dtype());
     int64_t bad = 0;
     std::string first;
     for (int64_t i = 0; i < w.numel(); ++i) {
-      const double gv = g.get(i), wv = w.get(i);
+      const double gv = gp[i], wv = wp[i];
       const double bound = std::fabs(wv) + scale;
       const double diff = std::fabs(gv - wv);
       const bool nan_mismatch = std::isnan(gv) != std::isnan(wv);

@@ -14,6 +14,7 @@
 #include <limits>
 
 #include "tandem/comm/thread.h"
+#include "tandem/core/env.h"
 #include "tandem/core/error.h"
 #include "tandem/exec/jit.h"
 #include "tandem/schedule/lower.h"
@@ -23,6 +24,30 @@ namespace tandem::tune {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// TANDEM_DEBUG_TUNE=1: rank 0 prints each phase of the tune (reference, set-up, check, timing)
+// with the seconds it took, to stderr.
+bool debug_tune() {
+  static const bool on = env_int("TANDEM_DEBUG_TUNE", 0) != 0;
+  return on;
+}
+
+// Times a phase for TANDEM_DEBUG_TUNE.
+class Phase {
+ public:
+  Phase(const comm::Communicator& comm, std::string what) : on_(debug_tune() && comm.rank() == 0), what_(std::move(what)) {}
+  ~Phase() {
+    if (on_)
+      fmt::print(stderr, "tune: {:<60} {:8.3f} s\n", what_, std::chrono::duration<double>(Clock::now() - t0_).count());
+  }
+  Phase(const Phase&) = delete;
+  Phase& operator=(const Phase&) = delete;
+
+ private:
+  bool on_;
+  std::string what_;
+  Clock::time_point t0_ = Clock::now();
+};
 
 // The largest value of `x` over the ranks (every rank gets it).
 double max_over_ranks(comm::Communicator& comm, double x) {
@@ -96,32 +121,54 @@ void check_options(const TuneOptions& o) {
   if (o.warmup < 0) user_error("tune: the warm-up count must be >= 0 (got {})", o.warmup);
 }
 
-// Checks and times one candidate on this rank (every rank calls it together).
-CandidateTiming measure(const schedule::NamedSchedule& cand, comm::Communicator& comm, Executor& executor,
-                        const TuneOptions& o, const exec::ScalarMap& scalars, const Expected& want) {
-  CandidateTiming t;
-  t.name = cand.name;
-  const schedule::Plan plan = cand.schedule.lower();
-  // Set-up failures (an emitter that cannot compile a step) are the same on every rank, so they
-  // are caught and reported as this candidate's failure; failures while running are not (a rank
-  // that stops inside a collective would leave its peers waiting) and end the tune.
+// Sets a schedule up and fills its inputs and scalars, or says why it could not be set up.
+// Set-up failures (an emitter that cannot compile a step) are the same on every rank, so they are
+// caught and reported as the candidate's failure; failures while running are not (a rank that
+// stops inside a collective would leave its peers waiting) and end the tune.
+std::unique_ptr<PreparedRun> prepare(const schedule::Plan& plan, comm::Communicator& comm, Executor& executor,
+                                     const dsl::SymbolMap& sizes, const exec::ScalarMap& scalars, std::string& error) {
   std::unique_ptr<PreparedRun> run;
-  std::string error;
   try {
-    run = executor.prepare(plan, comm, o.sizes);
+    Phase ph(comm, fmt::format("{}: set up", plan.name));
+    run = executor.prepare(plan, comm, sizes);
   } catch (const std::exception& e) {
     error = e.what();
   }
   if (!all_ranks(comm, error.empty())) {
+    error = error.empty() ? "set-up failed on another rank" : "set-up failed: " + error;
+    return nullptr;
+  }
+  Phase ph(comm, fmt::format("{}: inputs", plan.name));
+  const exec::Placement place = exec::placement(plan.program, comm);
+  const std::vector<Shape> global = plan.program.resolve_shapes(sizes);
+  for (int id : plan.program.inputs()) {
+    const dsl::Stage& st = plan.program.stage(id);
+    if (st.type.group == dsl::kAllGroups || st.type.group == place.group)
+      fill_input(run->input(st.name), plan.program, id, global[static_cast<size_t>(id)], place);
+  }
+  for (const auto& [name, v] : scalars) run->set_scalar(name, v);
+  return run;
+}
+
+// Checks one candidate against the reference at the check sizes, then times it at the tuned
+// sizes, on this rank (every rank calls it together).
+CandidateTiming measure(const schedule::NamedSchedule& cand, comm::Communicator& comm, Executor& executor,
+                        const TuneOptions& o, const dsl::SymbolMap& check_sizes, const exec::ScalarMap& scalars,
+                        const Expected& want) {
+  CandidateTiming t;
+  t.name = cand.name;
+  const schedule::Plan plan = cand.schedule.lower();
+  std::unique_ptr<PreparedRun> run = prepare(plan, comm, executor, check_sizes, scalars, t.error);
+  if (run == nullptr) {
     t.ok = false;
-    t.error = error.empty() ? "set-up failed on another rank" : "set-up failed: " + error;
     return t;
   }
-  const exec::Placement place = exec::placement(plan.program, comm);
-  exec::RunArgs args = make_args(plan.program, place, o.sizes, scalars);
-  run->bind(args);
-  run->run();
-  const Check check = compare_results(plan.program, place, want, run->results());
+  Check check;
+  {
+    Phase ph(comm, cand.name + ": check");
+    run->run();
+    check = compare_results(plan.program, exec::placement(plan.program, comm), want, run->results());
+  }
   t.max_error = max_over_ranks(comm, check.max_error);
   if (!all_ranks(comm, check.ok)) {
     t.ok = false;
@@ -129,6 +176,15 @@ CandidateTiming measure(const schedule::NamedSchedule& cand, comm::Communicator&
                        : fmt::format("rank {}: {}", comm.rank(), check.message);
     return t;
   }
+  if (check_sizes != o.sizes) {
+    run.reset();  // its memory, before the full-size set-up asks for more
+    run = prepare(plan, comm, executor, o.sizes, scalars, t.error);
+    if (run == nullptr) {
+      t.ok = false;
+      return t;
+    }
+  }
+  Phase ph(comm, cand.name + ": warm-up and timed runs");
   for (int i = 0; i < o.warmup; ++i) run->run();
   for (int i = 0; i < o.reps; ++i) {
     comm.barrier();
@@ -210,11 +266,16 @@ TuneResult tune(const dsl::Program& program, comm::Communicator& comm, const Tun
   record.warmup = o.warmup;
   record.reps = o.reps;
   record.created = now_utc();
+  record.check_sizes = shrink_sizes(program, o.sizes, o.check_elements,
+                                    static_cast<int64_t>(place.group_size) * std::max(o.enumerate.blocks, 1));
   {
     // The reference's results are computed once and every candidate is compared with them.
-    const Expected want = reference_results(program, comm, o.sizes, scalars);
+    const Expected want = [&] {
+      Phase ph(comm, fmt::format("reference interpreter at {}", record.check_sizes == o.sizes ? "the tuned sizes" : "the check sizes"));
+      return reference_results(program, comm, record.check_sizes, scalars);
+    }();
     for (const schedule::NamedSchedule& cand : candidates) {
-      record.candidates.push_back(measure(cand, comm, *executor, o, scalars, want));
+      record.candidates.push_back(measure(cand, comm, *executor, o, record.check_sizes, scalars, want));
       if (comm.rank() == 0 && o.on_candidate) o.on_candidate(record.candidates.back());
     }
   }

@@ -52,6 +52,7 @@ struct TuneRecord {
   std::vector<CandidateTiming> candidates;  // in enumeration order; the first is the baseline
   std::string winner;                       // the ok candidate with the smallest median
   int warmup = 0, reps = 0;
+  dsl::SymbolMap check_sizes;  // where each schedule was checked against the reference
   std::string created;  // UTC, ISO 8601
 };
 

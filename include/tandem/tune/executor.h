@@ -9,6 +9,8 @@
 #include <string_view>
 #include <vector>
 
+#include "tandem/core/tensor.h"
+
 #include "tandem/comm/communicator.h"
 #include "tandem/dsl/ir.h"
 #include "tandem/exec/jit.h"
@@ -22,13 +24,14 @@ namespace tandem::tune {
 class PreparedRun {
  public:
   virtual ~PreparedRun() = default;
-  // Binds this rank's inputs and the scalars for the next runs. `args.inputs` holds each input
-  // of the *scheduled* program (plan.program) as it lays it out: an input that as_slice made
-  // Sliced is this rank's slice. The tensors must stay alive while runs use them; inputs the
-  // program updates may be updated in them (or in the executor's own copies: see results()).
-  virtual void bind(const exec::RunArgs& args) = 0;
-  // Runs the schedule once with the bound inputs; every rank of the communicator calls it
-  // together. This is the call the tuner times.
+  // This rank's stored piece of input `name` of the *scheduled* program (plan.program), as it
+  // lays the input out (an input that as_slice made Sliced is this rank's slice): fill it
+  // before run(). Inputs the program updates hold their new values after a run.
+  virtual Tensor input(std::string_view name) = 0;
+  // Binds a scalar for the next runs.
+  virtual void set_scalar(std::string_view name, double value) = 0;
+  // Runs the schedule once; every rank of the communicator calls it together. This is the call
+  // the tuner times.
   virtual void run() = 0;
   // After a run: this rank's piece of every output of its group, and of every input the program
   // updates in place (by the input's name), as the scheduled program lays them out.

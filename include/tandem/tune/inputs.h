@@ -24,13 +24,21 @@ float input_value(const std::string& name, int index, int64_t i);
 // for any other; `given` overrides. A name in `given` that is not a scalar is a UserError.
 exec::ScalarMap standard_scalars(const dsl::Program& program, int p, const exec::ScalarMap& given = {});
 
-// This rank's arguments for `program` (a program as written or as scheduled: each input is laid
-// out as that program declares it). `symbols` must bind every symbol.
+// Fills `t`, this rank's piece of input stage `id` of `program` (a program as written or as
+// scheduled: the piece is laid out as that program declares it) when the input's global shape is
+// `global`, with the input's values.
+void fill_input(const Tensor& t, const dsl::Program& program, int id, const Shape& global, const exec::Placement& place);
+
+// This rank's arguments for `program`: every input of its group allocated and filled, the
+// scalars, and `symbols` (which must bind every symbol).
 exec::RunArgs make_args(const dsl::Program& program, const exec::Placement& place, const dsl::SymbolMap& symbols,
                         const exec::ScalarMap& scalars);
-// Refills the inputs of `args` (made by make_args for `program`) with their values again.
-void refill_inputs(const dsl::Program& program, const exec::Placement& place, const dsl::SymbolMap& symbols,
-                   exec::RunArgs& args);
+
+// Sizes at which no value of `program` holds more than `limit` elements: `sizes` when they
+// already fit, else every symbol divided by one common factor, keeping each extent's remainder
+// modulo `modulus` (the rank count times the row blocks, so that the same partition paths run)
+// and never going below `modulus` plus that remainder.
+dsl::SymbolMap shrink_sizes(const dsl::Program& program, const dsl::SymbolMap& sizes, int64_t limit, int64_t modulus);
 
 // What the reference interpreter computed on this rank: its group's outputs and the new values
 // of the inputs updated in place (by input name), laid out as the program as written lays them.

@@ -31,6 +31,11 @@ struct TuneOptions {
   exec::ScalarMap scalars;  // overrides of standard_scalars()
   int warmup = 1;           // untimed runs before the repetitions
   int reps = 5;             // timed repetitions per schedule (>= 1)
+  // The check against the reference interpreter (which is slow: it is the oracle) runs where no
+  // value holds more than this many elements: at the tuned sizes when they fit, else at sizes
+  // scaled down by shrink_sizes (the compiled code is the same: sizes are run-time values).
+  // 0: always at the tuned sizes.
+  int64_t check_elements = int64_t{1} << 20;
   bool read_cache = true;   // false: tune again even when a record exists
   bool write_cache = true;
   std::string cache_dir;    // empty: exec::jit_cache_dir()

@@ -42,7 +42,8 @@ class RiggedExecutor final : public Executor {
    public:
     Run(const Rigged& r, std::string name, std::unique_ptr<PreparedRun> inner)
         : r_(r), name_(std::move(name)), inner_(std::move(inner)) {}
-    void bind(const exec::RunArgs& args) override { inner_->bind(args); }
+    Tensor input(std::string_view name) override { return inner_->input(name); }
+    void set_scalar(std::string_view name, double value) override { inner_->set_scalar(name, value); }
     void run() override {
       inner_->run();
       if (name_ != r_.fast) std::this_thread::sleep_for(r_.delay);
@@ -84,10 +85,11 @@ TEST(Tune, PicksTheScheduleWithTheSmallestMedian) {
   const dsl::Program adam = dsl::workloads::adam(DType::BF16);
   const auto names = names_of(adam);
   ASSERT_GE(names.size(), 3u);
-  // Whichever schedule is made the fast one wins: the last, then one in the middle.
+  // Whichever schedule is made the fast one wins: the last, then one in the middle. The others
+  // sleep 50 ms a run, more than a busy machine's scheduling delays, so the median decides.
   for (const std::string& fast : {names.back(), names[names.size() / 2]}) {
     TuneOptions o = small(1001);
-    o.executor = std::make_shared<RiggedExecutor>(Rigged{fast, "", "", std::chrono::milliseconds(15)});
+    o.executor = std::make_shared<RiggedExecutor>(Rigged{fast, "", "", std::chrono::milliseconds(50)});
     o.write_cache = false;
     const TuneResult r = tune_threads(adam, 2, o);
     EXPECT_FALSE(r.from_cache);
@@ -198,6 +200,27 @@ TEST(Tune, EveryKeyChangeRetunes) {
   other.executor = interpreter_executor();
   EXPECT_FALSE(tune_threads(adam, 2, other).from_cache);  // executor
   EXPECT_TRUE(tune_threads(adam, 2, o).from_cache);
+}
+
+// Large sizes are checked at shrunk ones (the reference interpreter is slow), timed at their own.
+TEST(Tune, ChecksAtShrunkSizesAndTimesAtTheTunedOnes) {
+  testing::TempCacheDir dir("shrink");
+  const dsl::Program adam = dsl::workloads::adam(DType::F32);
+  TuneOptions o = small(40003);
+  o.check_elements = 5000;
+  o.executor = interpreter_executor();
+  o.reps = 1;
+  o.warmup = 0;
+  const TuneResult r = tune_threads(adam, 2, o);
+  ASSERT_EQ(r.record.check_sizes.size(), 1u);
+  const int64_t checked = r.record.check_sizes.at("N");
+  EXPECT_LE(checked, 5000);
+  EXPECT_GE(checked, 1000);
+  EXPECT_EQ(checked % 8, 40003 % 8);  // the remainder modulo ranks x blocks is kept
+  for (const auto& c : r.record.candidates) EXPECT_TRUE(c.ok) << c.name << ": " << c.error;
+  // Small sizes are checked where they are timed.
+  o.sizes = {{"N", 4000}};
+  EXPECT_EQ(tune_threads(adam, 2, o).record.check_sizes.at("N"), 4000);
 }
 
 // Every schedule of the layer workloads passes the tuner's check with the plan runner, including

@@ -59,15 +59,40 @@ TEST(TuneInputs, SlicedInputsArePiecesOfTheWhole) {
   }
 }
 
-TEST(TuneInputs, RefillRestoresTheValues) {
+TEST(TuneInputs, FillInputMatchesMakeArgs) {
   const dsl::Program p = sliced_program();
   const dsl::SymbolMap sym = {{"R", 5}};
   const exec::Placement place{1, 2, 0, 1};
-  exec::RunArgs a = make_args(p, place, sym, {});
-  const Tensor before = a.inputs.at("x").clone();
-  a.inputs.at("x").fill(-3.0f);
-  refill_inputs(p, place, sym, a);
-  for (int64_t i = 0; i < before.numel(); ++i) EXPECT_EQ(a.inputs.at("x").get(i), before.get(i));
+  const exec::RunArgs a = make_args(p, place, sym, {});
+  const std::vector<Shape> global = p.resolve_shapes(sym);
+  for (int id : p.inputs()) {
+    const std::string& name = p.stage(id).name;
+    Tensor t = Tensor::zeros(a.inputs.at(name).dtype(), a.inputs.at(name).shape());
+    fill_input(t, p, id, global[static_cast<size_t>(id)], place);
+    for (int64_t i = 0; i < t.numel(); ++i) EXPECT_EQ(t.get(i), a.inputs.at(name).get(i)) << name << " " << i;
+  }
+  // A tensor of the wrong shape is tandem's bug, not the user's.
+  EXPECT_THROW(fill_input(Tensor::zeros(DType::F32, Shape{2}), p, p.inputs()[0], global[static_cast<size_t>(p.inputs()[0])], place),
+               InternalError);
+}
+
+TEST(TuneInputs, ShrinkSizes) {
+  const dsl::Program layer = dsl::workloads::megatron_layer();
+  const dsl::SymbolMap big = {{"B", 4096}, {"K", 2048}, {"H", 1027}};
+  // Small enough already: unchanged.
+  EXPECT_EQ(shrink_sizes(layer, big, int64_t{1} << 23, 8), big);
+  EXPECT_EQ(shrink_sizes(layer, big, 0, 8), big);
+  const dsl::SymbolMap s = shrink_sizes(layer, big, int64_t{1} << 16, 8);
+  int64_t most = 0;
+  for (const Shape& sh : layer.resolve_shapes(s)) most = std::max(most, sh.numel());
+  EXPECT_LE(most, int64_t{1} << 16);
+  for (const auto& [name, e] : big) {
+    EXPECT_EQ(s.at(name) % 8, e % 8) << name;  // remainders kept
+    EXPECT_GE(s.at(name), 8) << name;
+  }
+  // Extents at or below twice the modulus stay as they are.
+  const dsl::Program adam = dsl::workloads::adam();
+  EXPECT_EQ(shrink_sizes(adam, {{"N", 12}}, 4, 8).at("N"), 12);
 }
 
 TEST(TuneInputs, StandardScalars) {
