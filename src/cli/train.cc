@@ -68,6 +68,9 @@ void add_train(CLI::App& app) {
   cmd->add_option("--micro-batches", c.micro_batches, "Micro-batches per step and data-parallel rank (0: 1, or 2 x pp)")
       ->capture_default_str();
   cmd->add_option("--backend", c.backend, "thread (ranks in this process) or mpi (under mpirun)")->capture_default_str();
+  cmd->add_option("--executor", c.executor, "How the DSL programs run: compiled (JIT), plan or reference")
+      ->capture_default_str();
+  cmd->add_flag("--tune", c.tune, "Autotune every program's schedule for this run first (cached)");
   cmd->add_option("--data", c.data, "Train on this text file (bytes as tokens); default: the built-in synthetic corpus");
   cmd->add_option("--val-fraction", c.validation_fraction, "Fraction of the data held out for validation")
       ->capture_default_str();

@@ -22,6 +22,12 @@ Tensor view(const float* p, Shape s) {
   return Tensor::view_of(const_cast<float*>(p), DType::F32, std::move(s));
 }
 
+void copy_in(const Tensor& dst, const float* src, int64_t n) {
+  TANDEM_CHECK(dst.dtype() == DType::F32 && dst.numel() == n, "program input {} where {} floats "
+               "were given", dst.str(), n);
+  std::memcpy(dst.data(), src, static_cast<size_t>(n) * sizeof(float));
+}
+
 void copy(float* dst, const Tensor& src, int64_t n) {
   TANDEM_CHECK(src.dtype() == DType::F32 && src.numel() == n, "program output {} where {} floats "
                "were expected", src.str(), n);
@@ -31,9 +37,16 @@ void copy(float* dst, const Tensor& src, int64_t n) {
 }  // namespace
 
 std::vector<std::string> epilogue_schedule_preferences() {
-  // ReduceScatter, the bias/dropout/residual on this rank's 1/tp of the rows, AllGather: the
-  // interpreter does 1/tp of the elementwise work per rank (CoCoNeT's RS-C-AG).
-  return {"RS-C-AG", "AR-C"};
+  // CoCoNeT's fused(RS-C-AG): the bias, dropout and residual run inside the ReduceScatter's
+  // per-chunk hook on this rank's 1/tp of the rows, then one AllGather.
+  return {"fused(RS-C-AG)", "RS-C-AG", "AR-C"};
+}
+
+std::vector<std::string> pipeline_schedule_preferences() {
+  // CoCoNeT's pipeline schedule: the epilogue fused into the ReduceScatter, each rank sends its
+  // 1/tp slice to its peer of the next stage, whose group AllGathers it (1/tp of the bytes on
+  // the inter-stage link).
+  return {"fused(RS-C)-P2P-AG", "fused(RS-C-AG)", "AR-C"};
 }
 
 struct ParallelGPT::Slot {
@@ -43,12 +56,22 @@ struct ParallelGPT::Slot {
   Tensor input;  // (B, T, C): the activations received from the previous stage
 };
 
+// The programs and their sessions. A program's dropout probability is part of it, so with
+// dropout there is one program for training and one (p = 0) for evaluation; without, the
+// evaluation sessions are the training ones.
 struct ParallelGPT::Programs {
-  std::unique_ptr<ProgramRunner> megatron_train, megatron_eval, pipeline_train, pipeline_eval;
+  // [0] training, [1] evaluation; the pipeline program sending to the next stage, and receiving
+  // from the previous one.
+  std::unique_ptr<ProgramRunner> megatron[2], pipeline[2], pipeline_recv[2];
+  std::unique_ptr<ProgramSession> attn_s[2], mlp_s[2], send_s[2], recv_s[2];
+  ProgramSession* attn[2] = {nullptr, nullptr};  // K = C: attention's projection
+  ProgramSession* mlp[2] = {nullptr, nullptr};   // K = 4C: the MLP's projection
+  ProgramSession* send[2] = {nullptr, nullptr};  // this stage's last block, handed to the next
+  ProgramSession* recv[2] = {nullptr, nullptr};  // the previous stage's hand-off
 };
 
 ParallelGPT::ParallelGPT(const nn::GPTConfig& config, Grid& grid, int micro_rows, int T,
-                         int micro_batches)
+                         int micro_batches, const ProgramOptions& options)
     : config_(config),
       grid_(grid),
       layout_(config, grid.shape(), grid.coord().tp, grid.coord().pp),
@@ -78,26 +101,46 @@ ParallelGPT::ParallelGPT(const nn::GPTConfig& config, Grid& grid, int micro_rows
     for (int k = 0; k < micro_batches; ++k)
       grad_send_.push_back(Tensor::empty(DType::F32, Shape{B, T, config.d_model}));
 
-  // The programs, one runner per dropout probability (it is part of the program).
+  // The programs, set up once for this micro-batch size. Sessions are collectives over their
+  // communicator: every stage sets up its tp sessions, then the link from the previous stage,
+  // then the link to the next, so the two ends of each link meet.
   programs_ = std::make_unique<Programs>();
+  Programs& pr = *programs_;
   bool any_shard = false;
   for (int l = layout_.first_layer(); l < layout_.end_layer(); ++l) any_shard |= shard_path(l);
   const double p = config.dropout;
-  if (any_shard) {
-    programs_->megatron_train = std::make_unique<ProgramRunner>(
-        dsl::workloads::megatron_layer(DType::F32, p), epilogue_schedule_preferences());
-    programs_->megatron_eval = p > 0 ? std::make_unique<ProgramRunner>(
-                                           dsl::workloads::megatron_layer(DType::F32, 0.0),
-                                           epilogue_schedule_preferences())
-                                     : nullptr;
+  const int variants = p > 0 ? 2 : 1;
+  const int64_t N = static_cast<int64_t>(B) * T, C = config.d_model;
+  for (int v = 0; v < variants; ++v) {
+    const double pv = v == 0 ? p : 0.0;
+    if (any_shard)
+      pr.megatron[v] = std::make_unique<ProgramRunner>(dsl::workloads::megatron_layer(DType::F32, pv),
+                                                       options.epilogue_schedules, options.executor);
+    if (grid.to_next() != nullptr)
+      pr.pipeline[v] = std::make_unique<ProgramRunner>(dsl::workloads::pipeline_stage(DType::F32, pv),
+                                                       options.pipeline_schedules, options.executor);
+    if (grid.from_prev() != nullptr)
+      pr.pipeline_recv[v] = std::make_unique<ProgramRunner>(
+          dsl::workloads::pipeline_stage(DType::F32, pv), options.pipeline_recv_schedules,
+          options.executor);
   }
-  if (grid.to_next() != nullptr || grid.from_prev() != nullptr) {
-    programs_->pipeline_train = std::make_unique<ProgramRunner>(
-        dsl::workloads::pipeline_stage(DType::F32, p), epilogue_schedule_preferences());
-    programs_->pipeline_eval = p > 0 ? std::make_unique<ProgramRunner>(
-                                           dsl::workloads::pipeline_stage(DType::F32, 0.0),
-                                           epilogue_schedule_preferences())
-                                     : nullptr;
+  for (int v = 0; v < variants; ++v)
+    if (pr.megatron[v]) {
+      pr.attn_s[v] = pr.megatron[v]->prepare(grid.tp(), {{"B", N}, {"K", C}, {"H", C}});
+      pr.mlp_s[v] = pr.megatron[v]->prepare(grid.tp(), {{"B", N}, {"K", 4 * C}, {"H", C}});
+    }
+  if (grid.from_prev() != nullptr)
+    for (int v = 0; v < variants; ++v)
+      pr.recv_s[v] = pr.pipeline_recv[v]->prepare(*grid.from_prev(), {{"B", N}, {"K", 4 * C}, {"H", C}});
+  if (grid.to_next() != nullptr)
+    for (int v = 0; v < variants; ++v)
+      pr.send_s[v] = pr.pipeline[v]->prepare(*grid.to_next(), {{"B", N}, {"K", 4 * C}, {"H", C}});
+  for (int v = 0; v < 2; ++v) {
+    const int i = v < variants ? v : 0;
+    pr.attn[v] = pr.attn_s[i].get();
+    pr.mlp[v] = pr.mlp_s[i].get();
+    pr.send[v] = pr.send_s[i].get();
+    pr.recv[v] = pr.recv_s[i].get();
   }
 }
 
@@ -112,10 +155,17 @@ ParallelGPT::~ParallelGPT() {
 }
 
 std::string ParallelGPT::epilogue_schedule() const {
-  return programs_->megatron_train ? programs_->megatron_train->schedule_name() : "";
+  return programs_->megatron[0] ? programs_->megatron[0]->schedule_name() : "";
 }
 std::string ParallelGPT::pipeline_schedule() const {
-  return programs_->pipeline_train ? programs_->pipeline_train->schedule_name() : "";
+  if (programs_->pipeline[0]) return programs_->pipeline[0]->schedule_name();
+  return programs_->pipeline_recv[0] ? programs_->pipeline_recv[0]->schedule_name() : "";
+}
+std::string ParallelGPT::executor() const {
+  for (const auto* r : {programs_->megatron[0].get(), programs_->pipeline[0].get(),
+                        programs_->pipeline_recv[0].get()})
+    if (r != nullptr) return r->executor_name();
+  return "";
 }
 
 bool ParallelGPT::shard_path(int layer) const {
@@ -161,43 +211,30 @@ void ParallelGPT::check_micro(const std::vector<MicroBatch>& micro) const {
 void ParallelGPT::run_epilogue(const EpilogueArgs& e, bool training, bool boundary) {
   const auto begin = Clock::now();
   const int tp = grid_.shape().tp;
-  const bool drop = training && config_.dropout > 0;
-  exec::RunArgs args;
-  args.symbols = {{"B", e.N}, {"K", e.K}, {"H", e.H}};
-  args.scalars = {{"seed", static_cast<double>(e.seed)}};
-  args.inputs = {{"x", view(e.x, Shape{e.N, e.K / tp})},
-                 {"w", view(e.w, Shape{e.K / tp, e.H})},
-                 {"bias", view(e.bias, Shape{e.H})},
-                 {"residual", view(e.residual, Shape{e.N, e.H})}};
-  if (boundary) {
-    const ProgramRunner& r = drop || !programs_->pipeline_eval ? *programs_->pipeline_train
-                                                               : *programs_->pipeline_eval;
-    exec::TensorMap out = r.run(*grid_.to_next(), args);
-    copy(e.out, out.at("out"), e.N * e.H);
-    emit("comm", "pipeline send h." + std::to_string(e.layer), begin);
-  } else {
-    const ProgramRunner& r = drop || !programs_->megatron_eval ? *programs_->megatron_train
-                                                               : *programs_->megatron_eval;
-    exec::TensorMap out = r.run(grid_.tp(), args);
-    copy(e.out, out.at("out"), e.N * e.H);
-    emit("comm", std::string("megatron h.") + std::to_string(e.layer) + (e.mlp ? ".mlp" : ".attn"),
-         begin);
-  }
+  const int v = training && config_.dropout > 0 ? 0 : 1;
+  ProgramSession& s = boundary ? *programs_->send[v] : e.mlp ? *programs_->mlp[v] : *programs_->attn[v];
+  copy_in(s.input("x"), e.x, e.N * (e.K / tp));
+  copy_in(s.input("w"), e.w, (e.K / tp) * e.H);
+  copy_in(s.input("bias"), e.bias, e.H);
+  copy_in(s.input("residual"), e.residual, e.N * e.H);
+  s.set_scalar("seed", static_cast<double>(e.seed));
+  s.run();
+  copy(e.out, s.output("out"), e.N * e.H);
+  if (boundary) emit("comm", "pipeline send h." + std::to_string(e.layer), begin);
+  else emit("comm", std::string("megatron h.") + std::to_string(e.layer) + (e.mlp ? ".mlp" : ".attn"), begin);
 }
 
 void ParallelGPT::receive_activations(const nn::StepRng& rng, bool training, float* into, int B,
                                       int T) {
   const auto begin = Clock::now();
   const int64_t N = static_cast<int64_t>(B) * T, C = config_.d_model;
-  const bool drop = training && config_.dropout > 0;
-  exec::RunArgs args;  // group 1 binds no inputs; the shapes and the scalar are the sender's
-  args.symbols = {{"B", N}, {"K", 4 * C}, {"H", C}};
-  args.scalars = {{"seed", static_cast<double>(epilogue_seed(
-                               rng, layout_.first_layer() - 1, nn::DropoutSite::MlpResidual))}};
-  const ProgramRunner& r = drop || !programs_->pipeline_eval ? *programs_->pipeline_train
-                                                             : *programs_->pipeline_eval;
-  exec::TensorMap out = r.run(*grid_.from_prev(), args);
-  copy(into, out.at("h"), N * C);
+  const int v = training && config_.dropout > 0 ? 0 : 1;
+  ProgramSession& s = *programs_->recv[v];
+  // Group 1 binds no inputs; the scalar is the sender's, for the record.
+  s.set_scalar("seed", static_cast<double>(epilogue_seed(rng, layout_.first_layer() - 1,
+                                                         nn::DropoutSite::MlpResidual)));
+  s.run();
+  copy(into, s.output("h"), N * C);
   emit("comm", "pipeline recv", begin);
 }
 

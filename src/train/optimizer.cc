@@ -2,13 +2,16 @@
 // its schedule, over this rank's shard of the parameters.
 #include "tandem/train/optimizer.h"
 
+#include <cstring>
+#include <utility>
+
 #include "tandem/core/error.h"
 #include "tandem/dsl/workloads.h"
 
 namespace tandem::train {
 namespace {
 
-Tensor view(float* p, int64_t n) { return Tensor::view_of(p, DType::F32, Shape{n}); }
+using parallel::ProgramSession;
 
 }  // namespace
 
@@ -25,69 +28,75 @@ nlohmann::json OptimizerConfig::to_json() const {
   return {{"beta1", beta1}, {"beta2", beta2}, {"eps", eps}, {"weight_decay", weight_decay}};
 }
 
+dsl::Program optimizer_program(const OptimizerConfig& config) {
+  return config.name == "lamb" ? dsl::workloads::lamb(DType::F32) : dsl::workloads::adam(DType::F32);
+}
+
 std::vector<std::string> optimizer_schedule_preferences() {
-  // ZeRO-1 as one program: ReduceScatter, the update on 1/dp of the elements, AllGather of the
-  // weights, moments sliced. (The fused variants lower to the same rewritten program; they differ
-  // only in the plan, which the reference interpreter does not run.)
-  return {"RS-C-AG+slice(m,v)", "RS-C-AG", "AR-C"};
+  // ZeRO-1 as one program: the update runs inside the ReduceScatter's per-chunk hook on this
+  // rank's 1/dp of the elements, the new weights are AllGathered, and the moments are stored
+  // sliced.
+  return {"fused(RS-C-AG)+slice(m,v)", "RS-C-AG+slice(m,v)", "AR-C"};
 }
 
 DataParallelOptimizer::DataParallelOptimizer(const OptimizerConfig& config,
                                              const parallel::ShardLayout& layout,
-                                             comm::Communicator& dp)
+                                             comm::Communicator& dp,
+                                             const std::vector<std::string>& schedules,
+                                             parallel::ExecutorKind executor)
     : config_(config), dp_(dp) {
   config.validate();
-  const dsl::Program program = config.name == "lamb" ? dsl::workloads::lamb(DType::F32)
-                                                     : dsl::workloads::adam(DType::F32);
-  runner_ = std::make_unique<parallel::ProgramRunner>(program, optimizer_schedule_preferences());
+  runner_ = std::make_unique<parallel::ProgramRunner>(
+      optimizer_program(config), schedules.empty() ? optimizer_schedule_preferences() : schedules,
+      executor);
   const dsl::Program& p = runner_->program();
   const std::optional<int> m_id = p.find("m");
   TANDEM_CHECK(m_id.has_value(), "optimizer program '{}' has no input m", p.name());
   sliced_ = p.stage(*m_id).type.layout.is_sliced();
 
+  std::vector<std::pair<int64_t, int64_t>> ranges;
   if (config.name == "lamb") {
     for (const parallel::LocalTensor& t : layout.tensors())
-      segments_.push_back({t.local_offset, t.local_offset + t.numel(), 0});
+      ranges.emplace_back(t.local_offset, t.local_offset + t.numel());
   } else {
-    segments_.push_back({0, layout.size(), 0});
+    ranges.emplace_back(0, layout.size());
   }
   const int P = dp.size(), r = dp.rank();
-  int64_t state = 0;
-  for (Segment& s : segments_) {
-    const int64_t n = s.end - s.begin;
+  for (auto [begin, end] : ranges) {
+    const int64_t n = end - begin;
+    Segment seg{begin, end, runner_->prepare(dp, {{"N", n}})};
     Piece piece;
-    piece.begin = sliced_ ? s.begin + comm::Partition::offset(n, P, r) : s.begin;
-    piece.end = sliced_ ? piece.begin + comm::Partition::count(n, P, r) : s.end;
-    piece.state_offset = state;
-    state += piece.end - piece.begin;
-    s.piece = pieces_.size();
-    pieces_.push_back(piece);
+    piece.begin = sliced_ ? begin + comm::Partition::offset(n, P, r) : begin;
+    piece.end = sliced_ ? piece.begin + comm::Partition::count(n, P, r) : end;
+    piece.m = seg.session->input("m");
+    piece.v = seg.session->input("v");
+    TANDEM_CHECK(piece.m.numel() == piece.end - piece.begin && piece.v.numel() == piece.m.numel(),
+                 "optimizer state m {} for elements [{}, {})", piece.m.str(), piece.begin, piece.end);
+    piece.m.fill(0.0f);  // Adam's moments start at zero
+    piece.v.fill(0.0f);
+    segments_.push_back(std::move(seg));
+    pieces_.push_back(std::move(piece));
   }
-  m_ = Tensor::zeros(DType::F32, Shape{state});
-  v_ = Tensor::zeros(DType::F32, Shape{state});
 }
 
 void DataParallelOptimizer::step(const Tensor& params, const Tensor& grads, double lr, int64_t step) {
   TANDEM_CHECK(params.numel() == grads.numel(), "params {} vs grads {}", params.str(), grads.str());
   float* w = params.data_as<float>();
-  float* g = grads.data_as<float>();
-  exec::RunArgs args;
-  args.scalars = {{"lr", lr},
-                  {"beta1", config_.beta1},
-                  {"beta2", config_.beta2},
-                  {"eps", config_.eps},
-                  {"weight_decay", config_.weight_decay},
-                  {"step", static_cast<double>(step)},
-                  {"grad_scale", 1.0 / dp_.size()}};  // the summed gradients' mean
-  for (const Segment& s : segments_) {
-    const Piece& pc = pieces_[s.piece];
-    const int64_t n = s.end - s.begin, k = pc.end - pc.begin;
-    args.symbols = {{"N", n}};
-    args.inputs = {{"g", view(g + s.begin, n)},
-                   {"w", view(w + s.begin, n)},
-                   {"m", view(m_.data_as<float>() + pc.state_offset, k)},
-                   {"v", view(v_.data_as<float>() + pc.state_offset, k)}};
-    runner_->run(dp_, args);  // w, m and v are updated in place
+  const float* g = grads.data_as<float>();
+  for (Segment& s : segments_) {
+    ProgramSession& run = *s.session;
+    const size_t bytes = static_cast<size_t>(s.end - s.begin) * sizeof(float);
+    std::memcpy(run.input("g").data(), g + s.begin, bytes);
+    std::memcpy(run.input("w").data(), w + s.begin, bytes);
+    run.set_scalar("lr", lr);
+    run.set_scalar("beta1", config_.beta1);
+    run.set_scalar("beta2", config_.beta2);
+    run.set_scalar("eps", config_.eps);
+    run.set_scalar("weight_decay", config_.weight_decay);
+    run.set_scalar("step", static_cast<double>(step));
+    run.set_scalar("grad_scale", 1.0 / dp_.size());  // the summed gradients' mean
+    run.run();  // w, m and v are updated in the session's storage
+    std::memcpy(w + s.begin, run.input("w").data(), bytes);
   }
 }
 

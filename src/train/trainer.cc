@@ -21,7 +21,13 @@
 #include "tandem/comm/thread.h"
 #include "tandem/core/blas.h"
 #include "tandem/core/error.h"
+#include "tandem/dsl/workloads.h"
+#include "tandem/exec/jit.h"
 #include "tandem/parallel/model.h"
+#include "tandem/schedule/enumerate.h"
+#include "tandem/tune/cache.h"
+#include "tandem/tune/executor.h"
+#include "tandem/tune/tune.h"
 #include "tandem/train/data.h"
 #include "tandem/train/metrics.h"
 #include "tandem/train/progress.h"
@@ -81,8 +87,8 @@ std::pair<std::vector<float>, std::vector<float>> gather_moments(
   const parallel::Grid& grid = model.grid();
   if (opt.state_sliced() || grid.coord().dp == 0) {
     for (const DataParallelOptimizer::Piece& pc : opt.pieces()) {
-      model.layout().deposit(opt.m().data_as<float>() + pc.state_offset, pc.begin, pc.end, m.data());
-      model.layout().deposit(opt.v().data_as<float>() + pc.state_offset, pc.begin, pc.end, v.data());
+      model.layout().deposit(pc.m.data_as<float>(), pc.begin, pc.end, m.data());
+      model.layout().deposit(pc.v.data_as<float>(), pc.begin, pc.end, v.data());
     }
   }
   grid.world().all_reduce(f32_view(m.data(), Shape{global_size}), comm::ReduceOp::Sum);
@@ -96,10 +102,10 @@ void scatter_moments(const parallel::ParallelGPT& model, const DataParallelOptim
   for (const DataParallelOptimizer::Piece& pc : opt.pieces()) {
     model.layout().for_each_run(pc.begin, pc.end, false,
                                 [&](const parallel::LocalTensor&, const parallel::FlatRun& r) {
-      const int64_t at = pc.state_offset + (r.local - pc.begin);
-      std::memcpy(opt.m().data_as<float>() + at, m.data() + r.global,
+      const int64_t at = r.local - pc.begin;
+      std::memcpy(pc.m.data_as<float>() + at, m.data() + r.global,
                   static_cast<size_t>(r.count) * sizeof(float));
-      std::memcpy(opt.v().data_as<float>() + at, v.data() + r.global,
+      std::memcpy(pc.v.data_as<float>() + at, v.data() + r.global,
                   static_cast<size_t>(r.count) * sizeof(float));
     });
   }
@@ -208,6 +214,58 @@ std::shared_ptr<const ResumeState> prepare_resume(const TrainConfig& cfg) {
 
 namespace {
 
+// ------------------------------------------------------------------------- schedule choice
+
+// Rank 0's string on every rank of `comm` (bytes carried in a 16-bit tensor: collectives move
+// whole elements; the length in an f32, exact below 2^24).
+std::string broadcast_string(comm::Communicator& comm, const std::string& s) {
+  if (comm.size() == 1) return s;
+  Tensor len = Tensor::empty(DType::F32, Shape{1});
+  len.set(0, comm.rank() == 0 ? static_cast<float>(s.size()) : 0.0f);
+  comm.broadcast(len, 0);
+  const size_t n = static_cast<size_t>(len.get(0));
+  if (n == 0) return {};
+  Tensor buf = Tensor::zeros(DType::BF16, Shape{static_cast<int64_t>((n + 1) / 2)});
+  if (comm.rank() == 0) std::memcpy(buf.data(), s.data(), n);
+  comm.broadcast(buf, 0);
+  return std::string(static_cast<const char*>(buf.data()), n);
+}
+
+std::shared_ptr<tune::Executor> tune_executor(parallel::ExecutorKind kind) {
+  switch (kind) {
+    case parallel::ExecutorKind::Compiled: return tune::compiled_executor();
+    case parallel::ExecutorKind::Plan: return tune::plan_executor();
+    case parallel::ExecutorKind::Reference: return tune::interpreter_executor();
+  }
+  internal_error("bad ExecutorKind");
+}
+
+// The autotuner's schedule for `program` on `comm` at `sizes`: tuned now when `tune_now` (every
+// candidate, or those in `only`, timed on this communicator and the choice cached), else read
+// from the tuning cache (rank 0 reads, every rank gets its answer; "" when there is no record).
+// A collective over `comm`.
+std::string tuned_schedule(const dsl::Program& program, comm::Communicator& comm,
+                           const dsl::SymbolMap& sizes, bool tune_now, parallel::ExecutorKind executor,
+                           const std::vector<std::string>& only = {}) {
+  tune::TuneOptions o;
+  o.sizes = sizes;
+  o.only = only;
+  o.executor = tune_executor(executor);
+  if (tune_now) return tune::tune(program, comm, o).record.winner;
+  std::string winner;
+  if (comm.rank() == 0) {
+    const tune::TuneKey key = tune::tune_key(program, comm.size(), comm.backend(), o);
+    if (auto record = tune::load_record(key, exec::jit_cache_dir())) winner = record->winner;
+  }
+  return broadcast_string(comm, winner);
+}
+
+// Puts `first` (when set) ahead of `rest`.
+std::vector<std::string> prefer(const std::string& first, std::vector<std::string> rest) {
+  if (!first.empty()) rest.insert(rest.begin(), first);
+  return rest;
+}
+
 // ----------------------------------------------------------------------------- one rank's run
 
 class RankRun {
@@ -224,8 +282,9 @@ class RankRun {
         rows_(static_cast<int>(cfg.batch / cfg.grid.dp / M_)),
         T_(cfg.model.seq_len),
         sampler_(corpus_->train, cfg.batch, T_, cfg.seed),
-        model_(cfg.model, grid_, rows_, T_, M_),
-        opt_(cfg.optimizer, model_.layout(), grid_.dp()),
+        executor_(parallel::executor_from_name(cfg.executor, "--executor")),
+        model_(cfg.model, grid_, rows_, T_, M_, model_programs()),
+        opt_(cfg.optimizer, model_.layout(), grid_.dp(), optimizer_schedules(), executor_),
         out_(cfg.out != nullptr ? *cfg.out : std::cout) {
     if (cfg.eval_every > 0)
       val_sampler_.emplace(corpus_->validation, cfg.batch, T_, cfg.seed ^ kValidationSeedTag);
@@ -238,6 +297,8 @@ class RankRun {
  private:
   void on_event(std::string_view stream, std::string_view name, Clock::time_point b,
                 Clock::time_point e, double self_s);
+  parallel::ProgramOptions model_programs();
+  std::vector<std::string> optimizer_schedules();
   std::vector<parallel::MicroBatch> micro_batches(const Batch& b) const;
   double global_mean(double contribution);
   double validation_loss();
@@ -256,11 +317,63 @@ class RankRun {
   int M_, rows_, T_;
   BatchSampler sampler_;
   std::optional<BatchSampler> val_sampler_;
+  parallel::ExecutorKind executor_;
+  bool tuned_ = false;  // some schedule came from the autotuner
   parallel::ParallelGPT model_;
   DataParallelOptimizer opt_;
   std::ostream& out_;
   Phases phases_;
 };
+
+// The Megatron and pipeline programs' schedules: the autotuner's for this micro-batch size when
+// it has (or, with --tune, now makes) a record, else the preference lists. Each choice is made
+// on the communicator the program runs on, so all its ranks agree.
+parallel::ProgramOptions RankRun::model_programs() {
+  parallel::ProgramOptions o;
+  o.executor = executor_;
+  const int64_t N = static_cast<int64_t>(rows_) * T_, C = cfg_.model.d_model;
+  const dsl::SymbolMap sizes = {{"B", N}, {"K", 4 * C}, {"H", C}};
+  const double p = cfg_.model.dropout;
+  bool shard = cfg_.grid.tp > 1 || (cfg_.grid.pp > 1 && !grid_.last_stage());
+  if (shard) {
+    const std::string w = tuned_schedule(dsl::workloads::megatron_layer(DType::F32, p), grid_.tp(),
+                                         sizes, cfg_.tune, executor_);
+    tuned_ |= !w.empty();
+    o.epilogue_schedules = prefer(w, o.epilogue_schedules);
+  }
+  // The pipeline program runs on each link, chosen on the link so that both ends agree: the
+  // link from the previous stage first, as ParallelGPT sets them up.
+  if (grid_.from_prev() != nullptr) {
+    const std::string w = tuned_schedule(dsl::workloads::pipeline_stage(DType::F32, p),
+                                         *grid_.from_prev(), sizes, cfg_.tune, executor_);
+    tuned_ |= !w.empty();
+    o.pipeline_recv_schedules = prefer(w, o.pipeline_recv_schedules);
+  }
+  if (grid_.to_next() != nullptr) {
+    const std::string w = tuned_schedule(dsl::workloads::pipeline_stage(DType::F32, p),
+                                         *grid_.to_next(), sizes, cfg_.tune, executor_);
+    tuned_ |= !w.empty();
+    o.pipeline_schedules = prefer(w, o.pipeline_schedules);
+  }
+  return o;
+}
+
+// The optimizer's schedule likewise, on the data-parallel group; with dp > 1 among the schedules
+// that keep the optimizer state sliced (ZeRO-1). LAMB runs one program per tensor at many sizes
+// and keeps the preference list.
+std::vector<std::string> RankRun::optimizer_schedules() {
+  if (cfg_.optimizer.name != "adamw") return optimizer_schedule_preferences();
+  const dsl::Program program = optimizer_program(cfg_.optimizer);
+  std::vector<std::string> only;
+  if (cfg_.grid.dp > 1)
+    for (const schedule::NamedSchedule& s : schedule::enumerate_schedules(program))
+      if (s.name.find("+slice(") != std::string::npos) only.push_back(s.name);
+  const parallel::ShardLayout layout(cfg_.model, cfg_.grid, grid_.coord().tp, grid_.coord().pp);
+  const std::string w = tuned_schedule(program, grid_.dp(), {{"N", layout.size()}}, cfg_.tune,
+                                       executor_, only);
+  tuned_ |= !w.empty();
+  return prefer(w, optimizer_schedule_preferences());
+}
 
 void RankRun::on_event(std::string_view stream, std::string_view name, Clock::time_point b,
                        Clock::time_point e, double s) {
@@ -368,7 +481,11 @@ void RankRun::print_header(int64_t first_step) {
     programs += fmt::format("; megatron_layer schedule {}", model_.epilogue_schedule());
   if (!model_.pipeline_schedule().empty())
     programs += fmt::format("; pipeline_stage schedule {}", model_.pipeline_schedule());
+  if (!model_.executor().empty() && model_.executor() != opt_.executor_name())
+    programs += fmt::format(" ({})", model_.executor());
   if (M_ > 1) programs += fmt::format("; {} micro-batches of {} rows, 1F1B", M_, rows_);
+  programs += tuned_ ? (cfg_.tune ? "; schedules autotuned" : "; schedules from the autotuner's cache")
+                     : "; schedules by preference (no autotuner record: --tune makes one)";
   out_ << programs << "\n";
   out_.flush();
 }
@@ -497,6 +614,7 @@ void TrainConfig::validate() const {
     user_error("--dp {}, --tp {}, --pp {}: each must be at least 1", grid.dp, grid.tp, grid.pp);
   if (backend != "thread" && backend != "mpi")
     user_error("--backend {}: the backends are thread and mpi", backend);
+  parallel::executor_from_name(executor, "--executor");
   if (micro_batches < 0) user_error("--micro-batches {} must be 0 (automatic) or more", micro_batches);
   if (model.n_heads % grid.tp != 0)
     user_error("--tp {} must divide the number of heads ({})", grid.tp, model.n_heads);

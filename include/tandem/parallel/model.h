@@ -55,14 +55,28 @@ using EventSink = std::function<void(std::string_view stream, std::string_view n
                                      std::chrono::steady_clock::time_point begin,
                                      std::chrono::steady_clock::time_point end, double self_s)>;
 
-// The schedules the model's programs run with (preference order; see program_runner.h).
+// The schedules the model's programs run with (preference order; see program_runner.h): the
+// Megatron epilogue's and the pipeline hand-off's.
 std::vector<std::string> epilogue_schedule_preferences();
+std::vector<std::string> pipeline_schedule_preferences();
+
+// How the model's programs run: schedule preferences (first found wins; e.g. the autotuner's
+// winner first) and the executor.
+struct ProgramOptions {
+  std::vector<std::string> epilogue_schedules = epilogue_schedule_preferences();
+  // The two ends of a link must run one schedule: the link to the next stage's, and the link
+  // from the previous stage's.
+  std::vector<std::string> pipeline_schedules = pipeline_schedule_preferences();
+  std::vector<std::string> pipeline_recv_schedules = pipeline_schedule_preferences();
+  ExecutorKind executor = executor_from_env();
+};
 
 class ParallelGPT {
  public:
   // micro_rows: rows of each micro-batch; micro_batches: how many per step (each stage keeps
   // activations for min(micro_batches, pp - stage) of them).
-  ParallelGPT(const nn::GPTConfig& config, Grid& grid, int micro_rows, int T, int micro_batches);
+  ParallelGPT(const nn::GPTConfig& config, Grid& grid, int micro_rows, int T, int micro_batches,
+              const ProgramOptions& programs = {});
   ~ParallelGPT();
   ParallelGPT(const ParallelGPT&) = delete;
   ParallelGPT& operator=(const ParallelGPT&) = delete;
@@ -88,6 +102,7 @@ class ParallelGPT {
   // The schedules of the programs this rank runs ("" when it runs none of that kind).
   std::string epilogue_schedule() const;
   std::string pipeline_schedule() const;
+  std::string executor() const;  // the executor the programs run on ("" when none runs)
 
  private:
   struct Slot;

@@ -13,9 +13,11 @@
 // LAMB equals single-rank LAMB only at tp = 1.
 //
 // State layout: the optimizer works on segments of the local flat buffer (AdamW: one, the whole
-// buffer; LAMB: one per tensor); for each, this rank keeps the moments of its part
-// (comm::Partition of the segment over dp ranks) when the schedule slices the state, or of the
-// whole segment when it does not. pieces() says which local elements m() and v() hold.
+// buffer; LAMB: one per tensor), each a program session set up once on the data-parallel group;
+// the moments live in the sessions' own input storage between steps. For each segment this rank
+// keeps the moments of its part (comm::Partition of the segment over the dp ranks) when the
+// schedule slices the state, or of the whole segment when it does not: pieces() says which
+// local elements each piece's m and v hold.
 #pragma once
 
 #include <cstdint>
@@ -44,20 +46,25 @@ struct OptimizerConfig {
   nlohmann::json to_json() const;  // {"beta1": 0.9, ...} (the name is RunMeta::optimizer)
 };
 
+// The optimizer's program: dsl::workloads::adam or lamb, f32 gradients.
+dsl::Program optimizer_program(const OptimizerConfig& config);
+
 // The schedules the optimizer program prefers, best first.
 std::vector<std::string> optimizer_schedule_preferences();
 
 class DataParallelOptimizer {
  public:
-  // Local elements [begin, end) whose moments this rank keeps at m()[state_offset ...].
+  // Local elements [begin, end) whose moments this rank keeps in m and v (end - begin each).
   struct Piece {
     int64_t begin = 0;
     int64_t end = 0;
-    int64_t state_offset = 0;
+    Tensor m, v;
   };
 
+  // `schedules`: preferences, first found wins (default optimizer_schedule_preferences()).
   DataParallelOptimizer(const OptimizerConfig& config, const parallel::ShardLayout& layout,
-                        comm::Communicator& dp);
+                        comm::Communicator& dp, const std::vector<std::string>& schedules = {},
+                        parallel::ExecutorKind executor = parallel::executor_from_env());
 
   // params -= the update for the dp-averaged `grads` (both local flat buffers of
   // layout.size()); `step` counts optimizer steps from 1 (Adam's bias correction). A collective
@@ -66,8 +73,6 @@ class DataParallelOptimizer {
 
   const OptimizerConfig& config() const { return config_; }
   const std::vector<Piece>& pieces() const { return pieces_; }
-  Tensor m() const { return m_; }
-  Tensor v() const { return v_; }
   bool state_sliced() const { return sliced_; }
   std::string schedule_name() const { return runner_->schedule_name(); }
   std::string executor_name() const { return runner_->executor_name(); }
@@ -75,7 +80,7 @@ class DataParallelOptimizer {
  private:
   struct Segment {
     int64_t begin, end;
-    size_t piece;
+    std::unique_ptr<parallel::ProgramSession> session;
   };
   OptimizerConfig config_;
   comm::Communicator& dp_;
@@ -83,7 +88,6 @@ class DataParallelOptimizer {
   bool sliced_ = false;
   std::vector<Segment> segments_;
   std::vector<Piece> pieces_;
-  Tensor m_, v_;
 };
 
 }  // namespace tandem::train

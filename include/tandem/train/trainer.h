@@ -46,6 +46,11 @@ struct TrainConfig {
   parallel::GridShape grid;  // dp x tp x pp
   int micro_batches = 0;     // per data-parallel rank and step; 0: 1, or 2 * pp when pp > 1
   std::string backend = "thread";  // "thread": ranks are threads; "mpi": this process is one rank
+  std::string executor = "compiled";  // how the DSL programs run: compiled, plan or reference
+  // Autotune every program's schedule for this run's sizes now (slow the first time: every
+  // candidate is compiled and timed; the choice is cached). Without it the cache's choice is
+  // used where there is one, else the preference lists.
+  bool tune = false;
 
   std::string data;                // a text file; empty: the built-in synthetic corpus
   size_t synthetic_bytes = 0;      // 0: the default size

@@ -70,11 +70,13 @@ StepResult parallel_step(const nn::GPTConfig& c, const GridShape& shape, int mic
 void expect_match(const nn::GPTConfig& c, const StepResult& got, const StepResult& want,
                   const std::string& what, double rtol) {
   EXPECT_NEAR(got.loss, want.loss, 1e-5 * std::max(1.0, std::fabs(want.loss))) << what;
-  for (const nn::ParamSpec& s : nn::gpt_parameter_specs(c)) {
-    const auto b = got.grads.begin() + s.offset, e = b + s.numel();
-    const auto wb = want.grads.begin() + s.offset, we = wb + s.numel();
-    EXPECT_TRUE(close(what + " d" + s.name, std::vector<float>(b, e), std::vector<float>(wb, we), 1e-4, 1e-7));
-  }
+  auto part = [](const std::vector<float>& v, const nn::ParamSpec& s) {
+    std::vector<float> out(static_cast<size_t>(s.numel()));
+    std::memcpy(out.data(), v.data() + s.offset, out.size() * sizeof(float));
+    return out;
+  };
+  for (const nn::ParamSpec& s : nn::gpt_parameter_specs(c))
+    EXPECT_TRUE(close(what + " d" + s.name, part(got.grads, s), part(want.grads, s), rtol, 1e-7));
 }
 
 struct GridCase {
@@ -165,45 +167,56 @@ TEST(TensorParallelBlock, BackwardWithProgramDropoutMatchesItsForward) {
     R[i] = 2.0f * random_uniform(22, i) - 1.0f;
     v[i] = 2.0f * random_uniform(23, i) - 1.0f;
   }
+  const float h = 1e-2f;
+  std::vector<float> xp(x), xm(x);
+  for (size_t i = 0; i < x.size(); ++i) {
+    xp[i] += h * v[i];
+    xm[i] -= h * v[i];
+  }
   const nn::StepRng rng{3, 4, 6, true};
   std::mutex mu;
   double directional = 0, fd = 0;
   comm::run_ranks(tp, [&](comm::Communicator& world) {
     Grid grid(world, GridShape{1, tp, 1});
     ShardLayout layout(c, grid.shape(), grid.coord().tp, 0);
-    std::vector<float> p(static_cast<size_t>(layout.size())), g(p.size(), 0.0f);
-    layout.extract(whole.flat().data_as<float>(), p.data());
+    const Tensor pt = Tensor::zeros(DType::F32, Shape{layout.size()});
+    const Tensor gt = Tensor::zeros(DType::F32, Shape{layout.size()});
+    float* p = pt.data_as<float>();
+    float* g = gt.data_as<float>();
+    layout.extract(whole.flat().data_as<float>(), p);
     ProgramRunner megatron(dsl::workloads::megatron_layer(DType::F32, c.dropout), epilogue_schedule_preferences());
+    const int64_t N = static_cast<int64_t>(B) * T;
+    std::unique_ptr<ProgramSession> attn = megatron.prepare(grid.tp(), {{"B", N}, {"K", C}, {"H", C}});
+    std::unique_ptr<ProgramSession> mlp = megatron.prepare(grid.tp(), {{"B", N}, {"K", 4 * C}, {"H", C}});
     const Epilogue epilogue = [&](const EpilogueArgs& e) {
-      exec::RunArgs args;
-      args.symbols = {{"B", e.N}, {"K", e.K}, {"H", e.H}};
-      args.scalars = {{"seed", static_cast<double>(e.seed)}};
-      auto view = [](const float* q, Shape s) { return Tensor::view_of(const_cast<float*>(q), DType::F32, s); };
-      args.inputs = {{"x", view(e.x, {e.N, e.K / tp})}, {"w", view(e.w, {e.K / tp, e.H})},
-                     {"bias", view(e.bias, {e.H})}, {"residual", view(e.residual, {e.N, e.H})}};
-      const Tensor out = megatron.run(grid.tp(), args).at("out");
+      ProgramSession& s = e.mlp ? *mlp : *attn;
+      auto put = [&](const char* name, const float* q) {
+        const Tensor t = s.input(name);
+        std::memcpy(t.data(), q, t.nbytes());
+      };
+      put("x", e.x);
+      put("w", e.w);
+      put("bias", e.bias);
+      put("residual", e.residual);
+      s.set_scalar("seed", static_cast<double>(e.seed));
+      s.run();
+      const Tensor out = s.output("out");
       std::memcpy(e.out, out.data(), out.nbytes());
     };
     const ShardBlock sb{c, tp, grid.coord().tp, &grid.tp()};
     nn::BlockActivations a = allocate_shard_block_activations(c, tp, B, T);
     nn::Workspace ws(c, B, T);
     auto loss_at = [&](const std::vector<float>& input) {
-      shard_block_forward(sb, 0, layout.block(p.data(), 0), a, input.data(), ws, B, T, rng, epilogue, epilogue);
+      shard_block_forward(sb, 0, layout.block(p, 0), a, input.data(), ws, B, T, rng, epilogue, epilogue);
       double L = 0;
       const float* out = a.ptr(nn::BlockAct::Out);
       for (int64_t i = 0; i < n; ++i) L += static_cast<double>(out[i]) * R[static_cast<size_t>(i)];
       return L;
     };
-    const float h = 1e-2f;
-    std::vector<float> xp(x), xm(x);
-    for (size_t i = 0; i < x.size(); ++i) {
-      xp[i] += h * v[i];
-      xm[i] -= h * v[i];
-    }
     const double fd_r = (loss_at(xp) - loss_at(xm)) / (2.0 * h);
     loss_at(x);
     std::memcpy(ws.dresidual(), R.data(), static_cast<size_t>(n) * sizeof(float));
-    shard_block_backward(sb, 0, layout.block(p.data(), 0), layout.block(g.data(), 0), a, x.data(),
+    shard_block_backward(sb, 0, layout.block(p, 0), layout.block(g, 0), a, x.data(),
                          ws.dresidual(), ws, B, T, rng);
     double dir = 0;
     for (int64_t i = 0; i < n; ++i) dir += static_cast<double>(ws.dresidual()[i]) * v[static_cast<size_t>(i)];

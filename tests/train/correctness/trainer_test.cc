@@ -76,7 +76,7 @@ void expect_equivalent(const TrainConfig& cfg, const std::string& what) {
 TEST(TrainerEquivalence, DataParallelMatchesOneRank) {
   TrainConfig c = tiny({2, 1, 1});
   const TrainResult r = train(c);
-  EXPECT_EQ(r.optimizer_schedule, "RS-C-AG+slice(m,v)");
+  EXPECT_EQ(r.optimizer_schedule, "fused(RS-C-AG)+slice(m,v)");
   expect_equivalent(c, "dp=2");
 }
 

@@ -43,7 +43,7 @@ TEST(TrainerMpi, DataParallelOverProcessesMatchesOneRank) {
   TrainConfig c = tiny(world->size());
   c.backend = "mpi";
   const TrainResult got = train_rank(*world, c, nullptr);
-  EXPECT_EQ(got.optimizer_schedule, "RS-C-AG+slice(m,v)");
+  EXPECT_EQ(got.optimizer_schedule, "fused(RS-C-AG)+slice(m,v)");
 
   TrainConfig one = tiny(1);
   const TrainResult want = train(one);
