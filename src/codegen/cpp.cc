@@ -440,13 +440,16 @@ class Emitter {
     for (int id : seed_params) sig.push_back(fmt::format("uint64_t k{}", id));
     for (int id : loop.accumulates) sig.push_back(fmt::format("float* __restrict acc{}", id));
 
-    std::string body;
-    for (int id : loop.accumulates) body += fmt::format("  float av{0} = *acc{0};\n", id);
-    // Scalar code (a rank-0 loop) is one element: no loop for the vectoriser to look at.
+    // Scalar code (a rank-0 loop) is one element: no loop for the vectoriser to look at. Loops
+    // that accumulate keep the fold in element order (the reference's rounding) but out of the
+    // vectorised loop: each tile of elements is computed vectorised into a small array, then
+    // folded in order.
     const bool scalar_code = ctx.rank == 0 && !ctx.chunk;
-    body += scalar_code ? "  {\n    const int64_t t = 0;\n    (void)n;\n" : "  for (int64_t t = 0; t < n; ++t) {\n";
+    const bool tiled = !scalar_code && !loop.accumulates.empty();
+    const std::string in = tiled ? "      " : "    ";
+    std::string elem;
     for (size_t i = 0; i < params.size(); ++i)
-      if (params[i].read) body += fmt::format("    const float m{} = tdm_ld_{}(q{}[t]);\n", i, dt_suffix(params[i].dtype), i);
+      if (params[i].read) elem += fmt::format("{}const float m{} = tdm_ld_{}(q{}[t]);\n", in, i, dt_suffix(params[i].dtype), i);
     auto value_of = [&](int id) -> std::string {
       const int v = look_through(id);
       if (regs.count(id)) return fmt::format("v{}", id);
@@ -463,19 +466,38 @@ class Emitter {
         x.push_back(s.op == Op::Update && j == 0 ? std::string() : (s.op == Op::Dropout && j == 1 ? std::string() : value_of(s.args[j])));
       const std::string f = formula(s, x, ctx, seeds);
       if (s.type.dtype == DType::F32)
-        body += fmt::format("    const float v{} = {};  // {}\n", id, f, name(id));
+        elem += fmt::format("{}const float v{} = {};  // {}\n", in, id, f, name(id));
       else
-        body += fmt::format("    const float v{} = tdm_rt_{}({});  // {}\n", id, dt_suffix(s.type.dtype), f, name(id));
+        elem += fmt::format("{}const float v{} = tdm_rt_{}({});  // {}\n", in, id, dt_suffix(s.type.dtype), f, name(id));
     }
+    std::string fold;
     for (int id : loop.accumulates) {
       const dsl::Stage& s = st(id);
       const std::string x = value_of(s.args[0]);
-      if (s.op == Op::Norm) body += fmt::format("    av{0} = av{0} + {1} * {1};  // {2}\n", id, x, name(id));
-      else body += fmt::format("    av{0} = {1}(av{0}, {2});  // {3}\n", id, combine_fn(s.attrs.reduce), x, name(id));
+      // What each element contributes (norm: its square), and how it is folded in.
+      const std::string part = s.op == Op::Norm ? fmt::format("{0} * {0}", x) : x;
+      const std::string fn_name = s.op == Op::Norm ? std::string("tdm_sum") : combine_fn(s.attrs.reduce);
+      if (tiled) {
+        elem += fmt::format("{}tile{}[t - t0] = {};  // {}\n", in, id, part, name(id));
+        fold += fmt::format("      av{0} = {1}(av{0}, tile{0}[k]);\n", id, fn_name);
+      } else {
+        elem += fmt::format("{0}av{1} = {2}(av{1}, {3});  // {4}\n", in, id, fn_name, part, name(id));
+      }
     }
     for (int id : stores)
-      body += fmt::format("    q{}[t] = tdm_st_{}(v{});\n", writes[id], dt_suffix(params[writes[id]].dtype), id);
-    body += "  }\n";
+      elem += fmt::format("{}q{}[t] = tdm_st_{}(v{});\n", in, writes[id], dt_suffix(params[writes[id]].dtype), id);
+    std::string body;
+    for (int id : loop.accumulates) body += fmt::format("  float av{0} = *acc{0};\n", id);
+    if (scalar_code) {
+      body += "  {\n    const int64_t t = 0;\n    (void)n;\n" + elem + "  }\n";
+    } else if (!tiled) {
+      body += "  for (int64_t t = 0; t < n; ++t) {\n" + elem + "  }\n";
+    } else {
+      body += "  for (int64_t t0 = 0; t0 < n; t0 += 256) {\n    const int64_t tn = tdm_min(n - t0, 256);\n";
+      for (int id : loop.accumulates) body += fmt::format("    float tile{}[256];\n", id);
+      body += "    for (int64_t t = t0; t < t0 + tn; ++t) {\n" + elem + "    }\n";
+      body += "    // In element order, as the reference folds them.\n    for (int64_t k = 0; k < tn; ++k) {\n" + fold + "    }\n  }\n";
+    }
     for (int id : loop.accumulates) body += fmt::format("  *acc{0} = av{0};\n", id);
     fns_ += fmt::format("static void {}_run({}) {{\n{}}}\n\n", fn, fmt::join(sig, ", "), body);
 

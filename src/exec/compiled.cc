@@ -110,6 +110,8 @@ struct CompiledRunner::State {
   std::vector<size_t> bytes;   // per owning value: bytes allocated for it
   std::vector<char> scalar_bound;
   Tensor scratch, staging;
+  Tensor wide;  // reduce_in_f32: f32 copies of a 16-bit collective's buffer and of this rank's part
+  bool reduce_in_f32 = false;
   tandem_entry_fn run_fn = nullptr;
 
   // A failure inside a callback, rethrown when the compiled code returns.
@@ -218,6 +220,84 @@ struct CompiledRunner::State {
     }
   }
 
+  // A reduce-scatter along a Dim partition the flat split does not match, once every element is
+  // reduced (in `reduced`, shaped as the whole): this rank's rows into place, then the hook.
+  void scatter_reduced(const tandem_collective& c, void* whole, void* reduced, size_t es) {
+    const int p = group->size(), r = place.index;
+    if (whole == nullptr) {
+      pack(c, p, r, reduced, c.recv, es, false);
+    } else {
+      const int64_t off = dsl::part_offset(c.rows, p, r), cnt = dsl::part_count(c.rows, p, r);
+      for (int64_t o = 0; o < c.outer; ++o) {
+        const int64_t at = (o * c.rows + off) * c.inner;
+        if (cnt * c.inner > 0)
+          std::memcpy(bytes_at(whole, at, es), bytes_at(reduced, at, es), static_cast<size_t>(cnt * c.inner) * es);
+      }
+    }
+    if (c.hook != nullptr) hook_part(c, whole, whole == nullptr ? c.recv : nullptr, es);
+  }
+
+  static void widen(const void* src, DType t, float* dst, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) dst[i] = load_as_f32(src, t, static_cast<size_t>(i));
+  }
+  static void narrow(const float* src, void* dst, DType t, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) store_from_f32(dst, t, static_cast<size_t>(i), src[i]);
+  }
+
+  // CompiledOptions::reduce_in_f32: a bf16/f16 all-reduce or reduce-scatter reduces an f32 copy and
+  // rounds once (plan.h's rule, the reference's rounding on every algorithm); the hook still sees
+  // the value in its own dtype, and a carried value is widened back for the gather.
+  void run_wide(const tandem_collective& c, bool flat) {
+    const DType dt = dtype_of(c.dtype);
+    const size_t es = dtype_size(dt);
+    const int64_t n = c.outer * c.rows * c.inner;
+    const int p = group->size(), r = place.index;
+    const comm::ReduceOp op = reduce_of(c.op);
+    const int64_t my_off = comm::Partition::offset(n, p, r), my_cnt = comm::Partition::count(n, p, r);
+    float* w = wide.data_as<float>();
+    widen(c.send, dt, w, n);
+    if (c.kind == 0) {
+      if (flat) {
+        comm::ChunkHook hook;
+        if (c.hook != nullptr)
+          hook = [&](const Tensor& chunk, int64_t off) {
+            void* mine = bytes_at(c.send, off, es);
+            narrow(chunk.data_as<float>(), mine, dt, chunk.numel());
+            call_hook(c, mine, chunk.numel(), c.index_base + off);
+            if (c.carry) widen(mine, dt, chunk.data_as<float>(), chunk.numel());
+          };
+        group->all_reduce(view(w, DType::F32, n), op, hook);
+        narrow(w, c.send, dt, n);
+      } else {
+        group->all_reduce(view(w, DType::F32, n), op);
+        narrow(w, c.send, dt, n);
+        if (c.hook != nullptr) {
+          hook_part(c, c.send, nullptr, es);
+          if (c.carry) gather_parts(c, nullptr, c.send, dt);
+        }
+      }
+      return;
+    }
+    void* whole = c.recv == nullptr ? c.send : (c.recv_whole ? c.recv : nullptr);
+    if (flat) {
+      void* recv = whole != nullptr ? bytes_at(whole, my_off, es) : c.recv;
+      float* part = w + n;
+      comm::ChunkHook hook;
+      if (c.hook != nullptr)
+        hook = [&](const Tensor& chunk, int64_t off) {
+          void* mine = bytes_at(recv, off - my_off, es);
+          narrow(chunk.data_as<float>(), mine, dt, chunk.numel());
+          call_hook(c, mine, chunk.numel(), c.index_base + off);
+        };
+      group->reduce_scatter(view(w, DType::F32, n), view(part, DType::F32, my_cnt), op, hook);
+      if (c.hook == nullptr) narrow(part, recv, dt, my_cnt);
+      return;
+    }
+    group->all_reduce(view(w, DType::F32, n), op);
+    narrow(w, staging.data(), dt, n);
+    scatter_reduced(c, whole, staging.data(), es);
+  }
+
   void run_collective(const tandem_collective& c) {
     const DType dt = dtype_of(c.dtype);
     const size_t es = dtype_size(dt);
@@ -227,6 +307,7 @@ struct CompiledRunner::State {
     // The communicator splits flat buffers; a Dim partition is the same split when the rows are
     // the outermost dim and each part is whole rows of equal count, or a part is single elements.
     const bool flat = p == 1 || (c.outer == 1 && (c.inner == 1 || c.rows % p == 0));
+    if (reduce_in_f32 && dt != DType::F32 && (c.kind == 0 || c.kind == 1)) return run_wide(c, flat);
     comm::ChunkHook hook;
     if (c.hook != nullptr)
       hook = [this, &c](const Tensor& chunk, int64_t offset) { call_hook(c, chunk.data(), chunk.numel(), c.index_base + offset); };
@@ -254,17 +335,7 @@ struct CompiledRunner::State {
         }
         if (n > 0) std::memcpy(staging.data(), c.send, static_cast<size_t>(n) * es);
         group->all_reduce(view(staging.data(), dt, n), op);
-        if (whole == nullptr) {
-          pack(c, p, r, staging.data(), c.recv, es, false);
-        } else {
-          const int64_t off = dsl::part_offset(c.rows, p, r), cnt = dsl::part_count(c.rows, p, r);
-          for (int64_t o = 0; o < c.outer; ++o) {
-            const int64_t at = (o * c.rows + off) * c.inner;
-            if (cnt * c.inner > 0)
-              std::memcpy(bytes_at(whole, at, es), bytes_at(staging.data(), at, es), static_cast<size_t>(cnt * c.inner) * es);
-          }
-        }
-        if (c.hook != nullptr) hook_part(c, whole, whole == nullptr ? c.recv : nullptr, es);
+        scatter_reduced(c, whole, staging.data(), es);
         return;
       }
       case 2:  // all_gather
@@ -490,11 +561,13 @@ CompiledRunner::CompiledRunner(std::shared_ptr<const CompiledPlan> compiled, com
     s.buf[id] = s.buf[rt];
   }
   // Staging for collectives that a flat split cannot run directly, and the async queue.
-  size_t staging = 0, async_ops = 0, max_blocks = 0, sends = 0;
+  size_t staging = 0, wide = 0, async_ops = 0, max_blocks = 0, sends = 0;
   each_step(plan.steps, [&](const Step& st, int blocks) {
-    if (st.kind == StepKind::Collective && mine(prog.stage(st.collective.stage), s.place))
-      staging = std::max(staging, static_cast<size_t>(s.global[static_cast<size_t>(st.collective.stage)].numel()) *
-                                      dtype_size(prog.stage(st.collective.stage).type.dtype));
+    if (st.kind == StepKind::Collective && mine(prog.stage(st.collective.stage), s.place)) {
+      const size_t numel = static_cast<size_t>(s.global[static_cast<size_t>(st.collective.stage)].numel());
+      staging = std::max(staging, numel * dtype_size(prog.stage(st.collective.stage).type.dtype));
+      if (st.collective.op == dsl::Op::AllReduce || st.collective.op == dsl::Op::ReduceScatter) wide = std::max(wide, numel);
+    }
     // Inside a pipeline, communication may be queued: at most every block's of every such step.
     if (blocks > 0 && (st.kind == StepKind::Collective || st.kind == StepKind::Send || st.kind == StepKind::Recv))
       async_ops += static_cast<size_t>(blocks);
@@ -502,6 +575,8 @@ CompiledRunner::CompiledRunner(std::shared_ptr<const CompiledPlan> compiled, com
     max_blocks = std::max(max_blocks, static_cast<size_t>(blocks));
   });
   s.staging = Tensor::empty(DType::F32, Shape{static_cast<int64_t>((staging + 3) / 4)}, s.alloc);
+  s.reduce_in_f32 = options.reduce_in_f32;
+  if (s.reduce_in_f32) s.wide = Tensor::empty(DType::F32, Shape{static_cast<int64_t>(2 * wide)}, s.alloc);
   s.sends.reserve(sends);
 
   // The ABI.

@@ -54,6 +54,12 @@ std::shared_ptr<const CompiledPlan> compile_plan(const schedule::Plan& plan, con
 
 struct CompiledOptions {
   bool overlap = true;  // run a Pipeline's communication on a communication thread
+  // How a bf16/f16 AllReduce or ReduceScatter rounds. false: it reduces in its own dtype, half the
+  // bytes of f32 on the wire; the thread backend's direct algorithm and a ring of 2 ranks still
+  // round once, as the reference does, but a ring of p >= 3 rounds after each of its p - 1 steps.
+  // true: it reduces an f32 copy and rounds once on every algorithm (plan.h's rule, bitwise with
+  // the reference), at the cost of f32 traffic and conversions.
+  bool reduce_in_f32 = false;
 };
 
 // The compiled counterpart of PlanRunner, with the same calling convention, so that the tuner

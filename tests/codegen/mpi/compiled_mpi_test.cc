@@ -38,6 +38,18 @@ TEST_F(CompiledMpi, Adam) {
   expect_ok(adam_case(DType::F32, 5), f32, *comm);
 }
 
+TEST_F(CompiledMpi, Bf16SumsReducedInF32AreBitwise) {
+  // With reduce_in_f32 the 16-bit sums round once on the ring too: every schedule is bitwise.
+  auto comm = world();
+  const Schedules bf16 = compile_all(dsl::workloads::adam(DType::BF16));
+  const Outcome o = check_compiled(adam_case(DType::BF16, 1013), bf16, *comm, {.reduce_in_f32 = true});
+  EXPECT_EQ(o.failures, "");
+  EXPECT_EQ(o.bitwise, o.schedules);
+  const Schedules layer = compile_all(dsl::workloads::megatron_layer(DType::BF16, 0.1));
+  const Outcome m = check_compiled(megatron_case(DType::BF16, 5, 3, 9), layer, *comm, {.reduce_in_f32 = true});
+  EXPECT_EQ(m.failures, "");
+}
+
 TEST_F(CompiledMpi, Lamb) {
   auto comm = world();
   expect_ok(lamb_case(DType::BF16, 517), compile_all(dsl::workloads::lamb(DType::BF16)), *comm);

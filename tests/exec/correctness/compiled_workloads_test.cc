@@ -83,6 +83,20 @@ TEST_F(Compiled, MegatronOverlappedBlocksOneAfterTheOther) {
   for (int ranks : {2, 3}) run_case(megatron_case(DType::F32, 9, 4, 5), f32, ranks, {.overlap = false});
 }
 
+TEST_F(Compiled, SixteenBitSumsReducedInF32) {
+  // The reduce_in_f32 path: f32 copies reduced, hooks fed the rounded chunk, carried values
+  // widened back, Dim partitions through staging; bitwise like the narrow path on this backend.
+  const exec::CompiledOptions wide{.reduce_in_f32 = true};
+  const Schedules adam = compile_all(dsl::workloads::adam(DType::BF16));
+  const Schedules layer = compile_all(dsl::workloads::megatron_layer(DType::BF16, 0.1));
+  for (int ranks : {1, 3}) {
+    const Outcome a = run_case(adam_case(DType::BF16, 1013), adam, ranks, wide);
+    EXPECT_EQ(a.bitwise, a.schedules);
+    const Outcome m = run_case(megatron_case(DType::BF16, 5, 3, 9), layer, ranks, wide);
+    EXPECT_EQ(m.bitwise, m.schedules);
+  }
+}
+
 TEST_F(Compiled, PipelineEverySchedule) {
   const Schedules f32 = compile_all(dsl::workloads::pipeline_stage(DType::F32, 0.1));
   const Schedules bf16 = compile_all(dsl::workloads::pipeline_stage(DType::BF16, 0.1));
