@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The main job of `make run`. Until the trainer exists: the collective benchmark on in-process ranks.
+# The main job of `make run`: `tandem train` with its defaults, a small GPT trained on the
+# built-in synthetic corpus across 4 in-process ranks (2-way data- and 2-way tensor-parallel),
+# about a minute on 2 cores; the loss falls from ~5.5 (uniform over bytes) as it learns.
+# Extra arguments go to `tandem train` (e.g. scripts/run-main.sh build/release --steps 50).
 set -euo pipefail
 build=${1:-build/release}
-if [[ -x $build/bench/bench_collectives ]]; then
-  exec "$build/bench/bench_collectives" --quick
-fi
-exec "$build/bench/bench_gemm"
+shift || true
+exec "$build/tandem" train "$@"

@@ -674,9 +674,9 @@ TrainResult train(const TrainConfig& config) {
   if (config.backend == "mpi") {
     std::unique_ptr<comm::Communicator> world = comm::mpi_world();
     if (world->size() != ranks)
-      user_error("--backend mpi: the grid {} needs {} processes, but mpirun started {}{}",
-                 config.grid.str(), ranks, world->size(),
-                 comm::launched_by_mpirun() ? "" : " (run it under mpirun -np N)");
+      user_error("--backend mpi: the grid {} needs {} processes, but there {} {} (start it with "
+                 "mpirun -np {})",
+                 config.grid.str(), ranks, world->size() == 1 ? "is" : "are", world->size(), ranks);
     result = train_rank(*world, config, &trace, resume);
     if (trace.enabled()) {
       // Each process records its own rank; rank 0 writes its file, the others beside it.

@@ -100,6 +100,26 @@ TEST(TrainerEquivalence, LambDataParallelMatchesOneRank) {
   for (size_t i = 0; i < want.losses.size(); ++i) EXPECT_NEAR(got.losses[i], want.losses[i], 2e-4) << i;
 }
 
+// The executors run the same schedules: the JIT-compiled code and the plan runner compute what
+// the reference interpreter computes in the same order of operations, so the runs agree to the
+// last bit or nearly (the interpreter does not fuse; fusion keeps each element's arithmetic).
+TEST(TrainerExecutors, CompiledPlanAndReferenceExecutorsAgree) {
+  TrainConfig c = tiny({2, 2, 1}, 3);
+  c.executor = "compiled";
+  const TrainResult compiled = train(c);
+  c.executor = "plan";
+  const TrainResult plan = train(c);
+  c.executor = "reference";
+  const TrainResult reference = train(c);
+  EXPECT_EQ(compiled.executor, "compiled (JIT)");
+  EXPECT_EQ(plan.executor, "plan runner");
+  for (size_t i = 0; i < compiled.losses.size(); ++i) {
+    EXPECT_NEAR(compiled.losses[i], plan.losses[i], 1e-6) << i;
+    EXPECT_NEAR(compiled.losses[i], reference.losses[i], 1e-6) << i;
+  }
+  EXPECT_LT(relative_update_difference(compiled.weights, reference.weights, initial_weights(c)), 1e-4);
+}
+
 TEST(Trainer, LossFallsOnTheSyntheticCorpus) {
   TrainConfig c = tiny({1, 1, 1}, 40);
   c.model.d_model = 32;
