@@ -62,6 +62,9 @@ void add_train(CLI::App& app) {
   cmd->add_option("--beta2", c.optimizer.beta2, "Adam's beta2")->capture_default_str();
   cmd->add_option("--eps", c.optimizer.eps, "Adam's epsilon")->capture_default_str();
   cmd->add_option("--weight-decay", c.optimizer.weight_decay, "Decoupled weight decay")->capture_default_str();
+  cmd->add_option("--grad-dtype", c.optimizer.grad_dtype,
+                  "Gradients in the optimizer program: f32, or bf16 (half the bytes reduced; f32 master weights)")
+      ->capture_default_str();
   cmd->add_option("--dp", c.grid.dp, "Data-parallel ranks")->capture_default_str();
   cmd->add_option("--tp", c.grid.tp, "Tensor-parallel ranks (must divide --heads)")->capture_default_str();
   cmd->add_option("--pp", c.grid.pp, "Pipeline stages (at most --layers)")->capture_default_str();

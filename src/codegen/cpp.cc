@@ -38,7 +38,7 @@ int reduce_code(dsl::ReduceOp op) { return static_cast<int>(op); }
 
 // An exact f32 literal: hexadecimal for finite values, bits otherwise.
 std::string flit(float v) {
-  if (std::isfinite(v)) return fmt::format("{:a}f", v);
+  if (std::isfinite(v)) return std::signbit(v) ? fmt::format("({:a}f)", v) : fmt::format("{:a}f", v);
   uint32_t bits;
   std::memcpy(&bits, &v, 4);
   return fmt::format("tdm_float(0x{:08x}u)", bits);
@@ -92,7 +92,6 @@ std::string combine_fn(dsl::ReduceOp op) {
 struct Access {
   enum Kind { Full, Bcast, Part, Chunk } kind = Full;
   int root = -1;         // the owning value (its buffer); -1 for Chunk
-  bool block = false;    // the root is Block storage (two buffers, by block parity)
   DType dtype = DType::F32;
   std::string index;     // the buffer index of global flat index `g`, as C
   std::string key;       // equal keys: the same pointer
@@ -230,8 +229,7 @@ class Emitter {
     const Storage storage = val(rt).storage;
     if (storage == Storage::None)
       unsupported(fmt::format("reading or writing {}, which the plan never stores", name(v)));
-    acc.block = storage == Storage::Block;
-    if (acc.block && !ctx.in_pipe) unsupported(fmt::format("block value {} used outside its pipeline", name(v)));
+    if (storage == Storage::Block && !ctx.in_pipe) unsupported(fmt::format("block value {} used outside its pipeline", name(v)));
     const int vr = st(v).type.shape.rank();
     if (vr < ctx.rank) {
       if (storage != Storage::Full)
@@ -255,7 +253,7 @@ class Emitter {
     }
     // Slice or Block: the buffer holds a range of rows of one dim.
     int d = 0;
-    std::string off, cnt, obase = "0";
+    std::string off, cnt;
     if (storage == Storage::Slice) {
       if (!layout.is_sliced()) unsupported(fmt::format("slice storage of {} ({})", name(rt), layout.str()));
       d = layout.dim;
@@ -281,7 +279,7 @@ class Emitter {
       acc.index = fmt::format("(g - {} * {})", off, inner);
     } else {
       acc.modulus = fmt::format("({} * {})", e[static_cast<size_t>(d)], inner);
-      acc.index = fmt::format("tdm_part_index(g, {}, {}, {}, {}, {})", acc.modulus, inner, off, cnt, obase);
+      acc.index = fmt::format("tdm_part_index(g, {}, {}, {}, {})", acc.modulus, inner, off, cnt);
     }
     return acc;
   }
@@ -302,7 +300,7 @@ class Emitter {
   std::string formula(const dsl::Stage& s, const std::vector<std::string>& x, const LoopCtx& ctx,
                       const std::map<int, std::string>& seeds) {
     switch (s.op) {
-      case Op::Neg: return fmt::format("-{}", x[0]);
+      case Op::Neg: return fmt::format("-({})", x[0]);
       case Op::Abs: return fmt::format("std::fabs({})", x[0]);
       case Op::Sqrt: return fmt::format("std::sqrt({})", x[0]);
       case Op::Rsqrt: return fmt::format("1.0f / std::sqrt({})", x[0]);

@@ -114,10 +114,10 @@ inline int64_t tdm_min(int64_t a, int64_t b) { return a < b ? a : b; }
 inline int64_t tdm_part_cnt(int64_t n, int64_t p, int64_t r) { return n / p + (r < n % p ? 1 : 0); }
 inline int64_t tdm_part_off(int64_t n, int64_t p, int64_t r) { return r * (n / p) + (r < n % p ? r : n % p); }
 // The index, in a buffer holding rows [off, off + cnt) of one dim (span = that dim's extent
-// times `inner`, the elements after it; outer indices from obase on), of global flat index g.
-inline int64_t tdm_part_index(int64_t g, int64_t span, int64_t inner, int64_t off, int64_t cnt, int64_t obase) {
+// times `inner`, the elements after it), of global flat index g.
+inline int64_t tdm_part_index(int64_t g, int64_t span, int64_t inner, int64_t off, int64_t cnt) {
   const int64_t o = g / span;
-  return (o - obase) * cnt * inner + (g - o * span) - off * inner;
+  return o * cnt * inner + (g - o * span) - off * inner;
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <utility>
 
+#include "tandem/core/dtype.h"
 #include "tandem/core/error.h"
 #include "tandem/dsl/workloads.h"
 
@@ -18,6 +19,8 @@ using parallel::ProgramSession;
 void OptimizerConfig::validate() const {
   if (name != "adamw" && name != "lamb")
     user_error("--optimizer {}: the optimizers are adamw and lamb", name);
+  if (grad_dtype != "f32" && grad_dtype != "bf16")
+    user_error("--grad-dtype {}: the gradient dtypes are f32 and bf16", grad_dtype);
   if (!(beta1 >= 0 && beta1 < 1)) user_error("--beta1 {} must be in [0, 1)", beta1);
   if (!(beta2 >= 0 && beta2 < 1)) user_error("--beta2 {} must be in [0, 1)", beta2);
   if (!(eps > 0)) user_error("--eps {} must be positive", eps);
@@ -25,11 +28,16 @@ void OptimizerConfig::validate() const {
 }
 
 nlohmann::json OptimizerConfig::to_json() const {
-  return {{"beta1", beta1}, {"beta2", beta2}, {"eps", eps}, {"weight_decay", weight_decay}};
+  return {{"beta1", beta1},
+          {"beta2", beta2},
+          {"eps", eps},
+          {"weight_decay", weight_decay},
+          {"grad_dtype", grad_dtype}};
 }
 
 dsl::Program optimizer_program(const OptimizerConfig& config) {
-  return config.name == "lamb" ? dsl::workloads::lamb(DType::F32) : dsl::workloads::adam(DType::F32);
+  const DType g = config.grad_dtype == "bf16" ? DType::BF16 : DType::F32;
+  return config.name == "lamb" ? dsl::workloads::lamb(g) : dsl::workloads::adam(g);
 }
 
 std::vector<std::string> optimizer_schedule_preferences() {
@@ -86,7 +94,14 @@ void DataParallelOptimizer::step(const Tensor& params, const Tensor& grads, doub
   for (Segment& s : segments_) {
     ProgramSession& run = *s.session;
     const size_t bytes = static_cast<size_t>(s.end - s.begin) * sizeof(float);
-    std::memcpy(run.input("g").data(), g + s.begin, bytes);
+    const Tensor gin = run.input("g");
+    if (gin.dtype() == DType::F32) {
+      std::memcpy(gin.data(), g + s.begin, bytes);
+    } else {  // mixed precision: round each gradient to the program's dtype
+      void* dst = gin.data();
+      for (int64_t i = 0; i < s.end - s.begin; ++i)
+        store_from_f32(dst, gin.dtype(), static_cast<size_t>(i), g[s.begin + i]);
+    }
     std::memcpy(run.input("w").data(), w + s.begin, bytes);
     run.set_scalar("lr", lr);
     run.set_scalar("beta1", config_.beta1);

@@ -214,6 +214,46 @@ std::shared_ptr<const ResumeState> prepare_resume(const TrainConfig& cfg) {
 
 namespace {
 
+// ---------------------------------------------------------------------------- MPI traces
+
+// Gathers every MPI rank's trace events into rank 0's recorder: each rank sends its trace JSON
+// and its clock origin; rank 0 re-records the complete events shifted onto its own origin (one
+// monotonic clock on one machine; across machines the shift is only as good as their clocks).
+// Messages carry bytes in a 16-bit tensor with a 16-byte header: the length and the origin.
+void gather_trace(comm::Communicator& world, TraceRecorder& trace) {
+  constexpr int kTraceTag = 30001;
+  const double origin_ns = static_cast<double>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(trace.origin().time_since_epoch()).count());
+  if (world.rank() != 0) {
+    const std::string text = trace.json();
+    Tensor header = Tensor::zeros(DType::BF16, Shape{8});
+    const uint64_t n = text.size();
+    std::memcpy(header.data(), &n, 8);
+    std::memcpy(static_cast<char*>(header.data()) + 8, &origin_ns, 8);
+    world.send(header, 0, kTraceTag);
+    Tensor body = Tensor::zeros(DType::BF16, Shape{static_cast<int64_t>((n + 1) / 2)});
+    std::memcpy(body.data(), text.data(), n);
+    world.send(body, 0, kTraceTag);
+    return;
+  }
+  for (int r = 1; r < world.size(); ++r) {
+    Tensor header = Tensor::zeros(DType::BF16, Shape{8});
+    world.recv(header, r, kTraceTag);
+    uint64_t n = 0;
+    double their_origin_ns = 0;
+    std::memcpy(&n, header.data(), 8);
+    std::memcpy(&their_origin_ns, static_cast<const char*>(header.data()) + 8, 8);
+    Tensor body = Tensor::zeros(DType::BF16, Shape{static_cast<int64_t>((n + 1) / 2)});
+    world.recv(body, r, kTraceTag);
+    const auto j = nlohmann::json::parse(std::string(static_cast<const char*>(body.data()), n));
+    const double shift_us = (their_origin_ns - origin_ns) / 1e3;
+    for (const auto& e : j.at("traceEvents"))
+      if (e.value("ph", "") == "X")
+        trace.record_us(e.at("pid").get<int>(), e.value("cat", "compute"), e.at("name").get<std::string>(),
+                        e.at("ts").get<double>() + shift_us, e.at("dur").get<double>());
+  }
+}
+
 // ------------------------------------------------------------------------- schedule choice
 
 // Rank 0's string on every rank of `comm` (bytes carried in a 16-bit tensor: collectives move
@@ -667,8 +707,11 @@ TrainResult train(const TrainConfig& config) {
                                                 : std::max(1, hw / local_ranks_for_blas(config)));
   TraceRecorder trace(!config.trace_path.empty());
   // Read the data and the checkpoint once, before any rank starts: their errors are the user's,
-  // not one rank's.
-  corpus_for(config);
+  // not one rank's (a split too short for a sequence is refused here too).
+  const std::shared_ptr<const Corpus> corpus = corpus_for(config);
+  BatchSampler(corpus->train, config.batch, config.model.seq_len, config.seed);
+  if (config.eval_every > 0)
+    BatchSampler(corpus->validation, config.batch, config.model.seq_len, config.seed);
   const std::shared_ptr<const ResumeState> resume = prepare_resume(config);
   TrainResult result;
   if (config.backend == "mpi") {
@@ -679,11 +722,9 @@ TrainResult train(const TrainConfig& config) {
                  config.grid.str(), ranks, world->size() == 1 ? "is" : "are", world->size(), ranks);
     result = train_rank(*world, config, &trace, resume);
     if (trace.enabled()) {
-      // Each process records its own rank; rank 0 writes its file, the others beside it.
-      const std::string path = world->rank() == 0
-                                   ? config.trace_path
-                                   : fmt::format("{}.rank{}", config.trace_path, world->rank());
-      trace.write(path);
+      // Each process recorded its own rank: rank 0 gathers them into one file.
+      gather_trace(*world, trace);
+      if (world->rank() == 0) trace.write(config.trace_path);
     }
     return result;
   }

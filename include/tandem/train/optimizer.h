@@ -36,6 +36,9 @@ namespace tandem::train {
 
 struct OptimizerConfig {
   std::string name = "adamw";  // "adamw" or "lamb"
+  // The gradients' dtype in the program: "f32", or "bf16" (mixed precision: gradients rounded to
+  // bf16 and summed in bf16 on the wire, half the bytes; weights and moments stay f32).
+  std::string grad_dtype = "f32";
   double beta1 = 0.9;
   double beta2 = 0.95;
   double eps = 1e-8;
@@ -46,7 +49,7 @@ struct OptimizerConfig {
   nlohmann::json to_json() const;  // {"beta1": 0.9, ...} (the name is RunMeta::optimizer)
 };
 
-// The optimizer's program: dsl::workloads::adam or lamb, f32 gradients.
+// The optimizer's program: dsl::workloads::adam or lamb, with the configured gradient dtype.
 dsl::Program optimizer_program(const OptimizerConfig& config);
 
 // The schedules the optimizer program prefers, best first.

@@ -101,6 +101,8 @@ Program ops_program() {
     out(x * s);
     out(0.3 - x);
   }
+  out(a * -2.0);
+  out(a + neg(p.constant(-1.5)));  // a negative literal under a negation
   out(select(c, a, b));
   out(select(ab > bb, ab, 2.0));
   out(dropout(a, 0.3, seed));
@@ -136,7 +138,10 @@ TEST(CompiledOps, EveryOpEveryDtypeBitwise) {
       if (op_kind(st.op) == OpKind::Elementwise && st.type.shape.rank() > 0) all.push_back(st.id);
     s.fuse(all);
     plans.push_back(s.lower());
-    ASSERT_EQ(plans.back().steps.size(), 1u) << plans.back().str();
+    // One loop over N; the scalar stages (a negated literal) come before it as scalar code.
+    ASSERT_EQ(plans.back().steps.back().loop.shape.rank(), 1) << plans.back().str();
+    for (size_t i = 0; i + 1 < plans.back().steps.size(); ++i)
+      ASSERT_EQ(plans.back().steps[i].loop.shape.rank(), 0) << plans.back().str();
   }
   exec::TensorMap inputs;
   uint32_t seed = 1;

@@ -120,6 +120,19 @@ TEST(TrainerExecutors, CompiledPlanAndReferenceExecutorsAgree) {
   EXPECT_LT(relative_update_difference(compiled.weights, reference.weights, initial_weights(c)), 1e-4);
 }
 
+// Mixed precision: bf16 gradients in the optimizer program (f32 master weights and moments)
+// follow the f32 run to bf16's resolution (8 bits of mantissa: ~0.4% per gradient).
+TEST(Trainer, Bf16GradientsFollowTheF32Run) {
+  TrainConfig c = tiny({2, 1, 1}, 4);
+  const TrainResult f32 = train(c);
+  c.optimizer.grad_dtype = "bf16";
+  const TrainResult bf16 = train(c);
+  ASSERT_EQ(bf16.losses.size(), f32.losses.size());
+  EXPECT_EQ(bf16.losses[0], f32.losses[0]);  // the first loss comes before any update
+  for (size_t i = 1; i < f32.losses.size(); ++i) EXPECT_NEAR(bf16.losses[i], f32.losses[i], 2e-2) << i;
+  EXPECT_NE(bf16.weights, f32.weights);  // the gradients really were rounded
+}
+
 TEST(Trainer, LossFallsOnTheSyntheticCorpus) {
   TrainConfig c = tiny({1, 1, 1}, 40);
   c.model.d_model = 32;

@@ -1,0 +1,113 @@
+// Megatron row-parallel layer, 2 ranks: per rank [B x K/p] x [K/p x H] through CBLAS, then
+// all-reduce, bias, dropout and residual. Baseline: the sequential steps (sgemm, all-reduce,
+// epilogue loop); tandem: the autotuned schedule (the matmul overlapped with the all-reduce, the
+// epilogue fused into it, or whatever measured fastest). See docs/benchmarks.md.
+#include <fmt/format.h>
+
+#include "baselines/harness.h"
+#include "baselines/layer.h"
+#include "tandem/core/blas.h"
+#include "tandem/core/error.h"
+#include "tandem/dsl/workloads.h"
+
+namespace tandem::bench {
+namespace {
+
+const char* kUsage =
+    "usage: bench_megatron_layer [--quick] [--sizes B,K_PER_RANK,H (4096,1024,1024)] [--reps 10]\n"
+    "                            [--warmup 2] [--tune-reps 3] [--retune] [--ranks 2]\n"
+    "Threads by default; under `mpirun -np 2` the ranks are MPI processes.\n";
+
+constexpr double kDropout = 0.1;
+constexpr uint64_t kSeed = 1234;
+
+void bench(Ranks& R, const Options& o, int64_t B, int64_t Kp, int64_t H) {
+  comm::Communicator& comm = R.comm;
+  const int p = comm.size(), rank = comm.rank();
+  const std::string label = fmt::format("megatron_f32_{}", R.backend());
+  if (R.root())
+    fmt::print("\nmegatron row-parallel layer, per rank [{} x {}] x [{} x {}], {} ranks, {} backend, dropout {}; "
+               "load average {} on {} hardware threads\n",
+               B, Kp, Kp, H, p, R.backend(), kDropout, load_average(), hardware_threads());
+
+  const dsl::Program program = dsl::workloads::megatron_layer(DType::F32, kDropout);
+  const dsl::SymbolMap sizes = {{"B", B}, {"K", Kp * p}, {"H", H}};
+  const Tuned tuned = tune_and_compile(R, program, sizes, o);
+  print_tuning(R, tuned);
+
+  // This rank's columns of x and rows of w; bias and residual the same on every rank.
+  Tensor x = Tensor::empty(DType::F32, Shape{B, Kp}), w = Tensor::empty(DType::F32, Shape{Kp, H});
+  Tensor bias = Tensor::empty(DType::F32, Shape{H}), residual = Tensor::empty(DType::F32, Shape{B, H});
+  fill_uniform(x, 10 + static_cast<uint64_t>(rank), -1.0f, 1.0f);
+  fill_uniform(w, 20 + static_cast<uint64_t>(rank), -0.05f, 0.05f);
+  fill_uniform(bias, 30, -0.5f, 0.5f);
+  fill_uniform(residual, 40, -1.0f, 1.0f);
+  Tensor z = Tensor::empty(DType::F32, Shape{B, H}), out = Tensor::empty(DType::F32, Shape{B, H});
+
+  auto gemm = [&] {
+    blas::sgemm(false, false, static_cast<int>(B), static_cast<int>(H), static_cast<int>(Kp), 1.0f,
+                x.data_as<float>(), static_cast<int>(Kp), w.data_as<float>(), static_cast<int>(H), 0.0f,
+                z.data_as<float>(), static_cast<int>(H));
+  };
+  auto all_reduce = [&] {
+    if (R.is_mpi()) MPI_Allreduce(MPI_IN_PLACE, z.data(), static_cast<int>(B * H), MPI_FLOAT, MPI_SUM, R.mpi);
+    else comm.all_reduce(z, comm::ReduceOp::Sum);
+  };
+  auto epilogue = [&] {
+    bias_dropout_residual(z.data_as<float>(), bias.data_as<float>(), residual.data_as<float>(), out.data_as<float>(), B,
+                          H, kSeed, kDropout);
+  };
+
+  exec::CompiledRunner run(tuned.compiled, comm, sizes);
+  run.load("x", x);
+  run.load("w", w);
+  run.load("bias", bias);
+  run.load("residual", residual);
+  run.set_scalar("seed", static_cast<double>(kSeed));
+
+  gemm();
+  all_reduce();
+  epilogue();
+  run.run();
+  require_agreement(R, compare("out", run.output("out"), out, 1e-4));
+
+  const std::vector<Contender> contenders = {
+      {"baseline", [&] { gemm(); all_reduce(); epilogue(); }, {}},
+      {"tandem", [&] { run.run(); }, {}},
+      {"gemm", gemm, {}},
+      {"all_reduce", all_reduce, {}},
+      {"epilogue", epilogue, {}},
+  };
+  const std::vector<Stats> s = time_interleaved(comm, contenders, o.warmup, o.reps);
+  if (!R.root()) return;
+  const double flops = 2.0 * static_cast<double>(B) * static_cast<double>(Kp) * static_cast<double>(H);
+  auto gf = [&](const Stats& st) { return fmt::format("{:6.1f} GFLOP/s per rank", flops / st.median / 1e9); };
+  const std::string coll = R.is_mpi() ? "MPI_Allreduce" : "thread all_reduce";
+  print_row(fmt::format("baseline: sgemm + {} + epilogue", coll), s[0], gf(s[0]));
+  print_row("  sgemm alone", s[2], gf(s[2]));
+  print_row(fmt::format("  {} alone", coll), s[3],
+            fmt::format("{:6.2f} GB/s algorithm bandwidth", static_cast<double>(B * H * 4) / s[3].median / 1e9));
+  print_row("  epilogue loop alone", s[4]);
+  print_row(fmt::format("tandem: {}", tuned.result.record.winner), s[1], gf(s[1]));
+  print_ratio(label + "_speedup", s[0].median / s[1].median);
+}
+
+}  // namespace
+}  // namespace tandem::bench
+
+int main(int argc, char** argv) {
+  using namespace tandem::bench;
+  Options o = parse_options(argc, argv, kUsage);
+  std::vector<int64_t> dims = o.quick ? std::vector<int64_t>{256, 128, 128} : std::vector<int64_t>{4096, 1024, 1024};
+  try {
+    if (!o.sizes.empty()) {
+      if (o.sizes.size() != 3) tandem::user_error("--sizes takes B,K_PER_RANK,H (three extents)");
+      for (size_t i = 0; i < 3; ++i) dims[i] = tandem::tune::parse_extent(o.sizes[i], "--sizes");
+    }
+    run_spmd(o, [&](Ranks& R) { bench(R, o, dims[0], dims[1], dims[2]); });
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
+    return 1;
+  }
+  return 0;
+}
