@@ -2,8 +2,10 @@
 // saved for the backward pass, attention dropout drawn from the counter-based RNG.
 #include <algorithm>
 #include <cmath>
+#include <thread>
 
 #include "tandem/core/blas.h"
+#include "tandem/core/parallel.h"
 #include "tandem/nn/layers.h"
 #include "vec.h"
 
@@ -36,18 +38,37 @@ void dropped_row(float* __restrict pd, const float* __restrict att, int n, int i
   for (int j = 0; j < n; ++j) pd[j] *= att[j];
 }
 
+// Runs head(b, h, scratch) for every (sample, head) pair, the pairs split into contiguous runs
+// over the threads, each thread with its own scratch_floats of scratch. Pairs write disjoint
+// memory (their own rows of out/att, their own head's columns of dqkv), so any split gives
+// bitwise the same result.
+template <typename Head>
+void for_each_head(int B, int NH, float* scratch, int64_t scratch_floats, const Head& head) {
+  const int64_t pairs = static_cast<int64_t>(B) * NH;
+  const int parts = static_cast<int>(std::min<int64_t>({parallel_width(), attention_max_threads(), pairs}));
+  parallel_parts(parts, [&](int part) {
+    float* mine = scratch + part * scratch_floats;
+    for (int64_t pair = pairs * part / parts; pair < pairs * (part + 1) / parts; ++pair)
+      head(static_cast<int>(pair / NH), static_cast<int>(pair % NH), mine);
+  });
+}
+
 }  // namespace
 
-int64_t attention_scratch_floats(int T) { return 2 * static_cast<int64_t>(T) * T; }
+int attention_max_threads() {
+  static const int n = std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, 8);
+  return n;
+}
+
+int64_t attention_scratch_floats(int T) { return 2 * static_cast<int64_t>(T) * T * attention_max_threads(); }
 
 // out (B, T, NH*HS), att (B, NH, T, T) <- qkv (B, T, 3*NH*HS)
 void attention_forward(float* out, float* att, float* scratch, const float* qkv, int B, int T,
                        int NH, int HS, const AttentionDropout& drop) {
   const int C = NH * HS, C3 = 3 * C;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
-  float* pdrop = scratch;  // (T, T) the dropped probabilities of one head
-  for (int b = 0; b < B; ++b)
-    for (int h = 0; h < NH; ++h) {
+  for_each_head(B, NH, scratch, 2 * static_cast<int64_t>(T) * T, [&](int b, int h, float* mine) {
+      float* pdrop = mine;  // (T, T) the dropped probabilities of one head
       const float* q = qkv + static_cast<int64_t>(b) * T * C3 + h * HS;  // (T, HS), row stride 3C
       const float* k = q + C;
       const float* v = q + 2 * C;
@@ -75,7 +96,7 @@ void attention_forward(float* out, float* att, float* scratch, const float* qkv,
         blas::sgemm(false, false, rows, HS, i1, 1.0f, p + static_cast<int64_t>(i0) * T, T, v, C3,
                     0.0f, y + static_cast<int64_t>(i0) * C, C);
       }
-    }
+  });
 }
 
 // dqkv (B, T, 3*NH*HS) += backward of attention_forward for dout (B, T, NH*HS)
@@ -84,10 +105,9 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
                         const AttentionDropout& drop) {
   const int C = NH * HS, C3 = 3 * C;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
-  float* datt = scratch;                                 // (T, T) d(att), then d(preatt)
-  float* pdrop = scratch + static_cast<int64_t>(T) * T;  // (T, T) the dropped probabilities
-  for (int b = 0; b < B; ++b)
-    for (int h = 0; h < NH; ++h) {
+  for_each_head(B, NH, scratch, 2 * static_cast<int64_t>(T) * T, [&](int b, int h, float* mine) {
+      float* datt = mine;                                 // (T, T) d(att), then d(preatt)
+      float* pdrop = mine + static_cast<int64_t>(T) * T;  // (T, T) the dropped probabilities
       const int64_t off = static_cast<int64_t>(b) * T * C3 + h * HS;
       const float* q = qkv + off;
       const float* k = q + C;
@@ -137,7 +157,7 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
         blas::sgemm(true, false, i1, HS, rows, scale, dc, T, q + static_cast<int64_t>(i0) * C3, C3,
                     1.0f, dk, C3);
       }
-    }
+  });
 }
 
 }  // namespace tandem::nn

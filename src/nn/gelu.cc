@@ -1,17 +1,16 @@
 // GELU with GPT-2's tanh approximation, forward and backward, vectorised through tanh_approx.
 #include "vec.h"
+#include "tandem/core/parallel.h"
 #include "tandem/nn/layers.h"
 
 namespace tandem::nn {
 namespace {
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kCubic = 0.044715f;
-}  // namespace
+// Elements per thread at least: below this, waking a helper costs more than it saves.
+constexpr int64_t kGrain = 1 << 15;
 
-// out (n) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
-void gelu_forward(float* out, const float* inp, int64_t n) {
-  float* __restrict o = out;
-  const float* __restrict x = inp;
+void gelu_forward_range(float* __restrict o, const float* __restrict x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const float v = x[i];
     const float u = kSqrt2OverPi * (v + kCubic * v * v * v);
@@ -19,11 +18,7 @@ void gelu_forward(float* out, const float* inp, int64_t n) {
   }
 }
 
-// dinp (n) += gelu'(inp) * dout
-void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) {
-  float* __restrict dx = dinp;
-  const float* __restrict x = inp;
-  const float* __restrict g = dout;
+void gelu_backward_range(float* __restrict dx, const float* __restrict x, const float* __restrict g, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const float v = x[i];
     const float u = kSqrt2OverPi * (v + kCubic * v * v * v);
@@ -33,6 +28,18 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) 
                         0.5f * v * sech2 * kSqrt2OverPi * (1.0f + 3.0f * kCubic * v * v);
     dx[i] += local * g[i];
   }
+}
+
+}  // namespace
+
+// out (n) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+void gelu_forward(float* out, const float* inp, int64_t n) {
+  parallel_for(n, kGrain, [&](int64_t b, int64_t e) { gelu_forward_range(out + b, inp + b, e - b); });
+}
+
+// dinp (n) += gelu'(inp) * dout
+void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) {
+  parallel_for(n, kGrain, [&](int64_t b, int64_t e) { gelu_backward_range(dinp + b, inp + b, dout + b, e - b); });
 }
 
 }  // namespace tandem::nn

@@ -1,7 +1,9 @@
 // LayerNorm forward and backward over the last dimension, saving mean and rstd.
+#include <algorithm>
 #include <cmath>
 
 #include "vec.h"
+#include "tandem/core/parallel.h"
 #include "tandem/nn/layers.h"
 
 namespace tandem::nn {
@@ -13,7 +15,10 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
                        const float* bias, int N, int C) {
   const float* __restrict w = weight;
   const float* __restrict bi = bias;
-  for (int n = 0; n < N; ++n) {
+  // Rows are independent: split over threads, at least ~32K elements each.
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / std::max(C, 1));
+  parallel_for(N, grain, [&](int64_t n0, int64_t n1) {
+  for (int64_t n = n0; n < n1; ++n) {
     const float* __restrict x = inp + static_cast<int64_t>(n) * C;
     float* __restrict o = out + static_cast<int64_t>(n) * C;
     const float m = detail::lane_sum(x, C) / static_cast<float>(C);
@@ -33,6 +38,7 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
     mean[n] = m;
     rstd[n] = s;
   }
+  });
 }
 
 namespace {

@@ -94,7 +94,10 @@ struct AttentionDropout {
   bool active() const { return p > 0.0f; }
 };
 
-// Floats of scratch attention_forward and attention_backward need: 2 * T * T.
+// Heads run in parallel (core/parallel.h), each thread with its own scratch: at most this many
+// threads (the machine's hardware threads, capped at 8).
+int attention_max_threads();
+// Floats of scratch attention_forward and attention_backward need: 2 * T * T per thread.
 int64_t attention_scratch_floats(int T);
 
 // out (B, T, NH*HS), att (B, NH, T, T) (softmax; zero above the diagonal), from qkv

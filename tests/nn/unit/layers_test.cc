@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "nn/nn_test_util.h"
+#include "tandem/core/blas.h"
 #include "tandem/nn/layers.h"
 #include "tandem/nn/reference.h"
 
@@ -420,6 +421,38 @@ TEST(Layers, CrossEntropyWithoutTargetsGivesProbabilities) {
     for (int v = 0; v < V; ++v) s += probs[n * V + v];
     EXPECT_NEAR(s, 1.0, 1e-5);
   }
+}
+
+}  // namespace
+}  // namespace tandem::nn
+
+namespace tandem::nn {
+namespace {
+
+// Heads and elementwise passes split over threads (core/parallel.h): results are bitwise the same
+// at one and at two threads.
+TEST(Layers, ThreadCountDoesNotChangeAnyBit) {
+  const int B = 3, T = 37, NH = 3, HS = 5, C = NH * HS;
+  AttentionDropout drop;
+  drop.p = 0.2f;
+  drop.key = 99;
+  const std::vector<float> qkv = testing::to_f32(uniform(B * T * 3 * C, 5, -2.0, 2.0));
+  const std::vector<float> g = testing::to_f32(uniform(B * T * C, 6, -1.0, 1.0));
+  const std::vector<float> x = testing::to_f32(uniform(100003, 7, -3.0, 3.0));  // above the split grain
+  auto run = [&](int threads) {
+    const int old = blas::num_threads();
+    blas::set_num_threads(threads);
+    std::vector<float> out(B * T * C), att(B * NH * T * T), scratch(attention_scratch_floats(T));
+    std::vector<float> dqkv(qkv.size()), gelu(x.size()), dgelu(x.size(), 0.5f);
+    attention_forward(out.data(), att.data(), scratch.data(), qkv.data(), B, T, NH, HS, drop);
+    attention_backward(dqkv.data(), scratch.data(), g.data(), qkv.data(), att.data(), B, T, NH, HS, drop);
+    gelu_forward(gelu.data(), x.data(), static_cast<int64_t>(x.size()));
+    gelu_backward(dgelu.data(), x.data(), gelu.data(), static_cast<int64_t>(x.size()));
+    blas::set_num_threads(old);
+    return std::vector<std::vector<float>>{out, att, dqkv, gelu, dgelu};
+  };
+  const auto one = run(1), two = run(2);
+  for (size_t i = 0; i < one.size(); ++i) EXPECT_EQ(one[i], two[i]) << "output " << i;
 }
 
 }  // namespace

@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""PyTorch's side of the single-rank GPT step comparison (docs/benchmarks.md).
+
+The same GPT-2 model as tandem's nn/ (pre-LayerNorm blocks, fused QKV, causal attention,
+tanh-GELU MLP of 4x width, tied LM head, byte vocabulary), the same sizes and thread count,
+timed the way bench_gpt_step times tandem: zero the gradients, forward, loss, backward.
+Prints the median step time and one `ratio`-style line a script can read.
+
+Installs nothing: with Debian's python3-torch absent it says so and exits 0.
+Usage: pytorch_gpt_step.py [--threads 2] [--steps 10] [--layers 4] [--d-model 256] [--heads 4]
+                           [--seq-len 128] [--batch 8] [--dropout 0.0]
+"""
+import argparse
+import math
+import statistics
+import sys
+import time
+
+try:
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+except ImportError:
+    print("pytorch_gpt_step: torch is not installed (Debian: apt-get install python3-torch); skipped")
+    sys.exit(0)
+
+
+class Block(nn.Module):
+    def __init__(self, c, heads, dropout):
+        super().__init__()
+        self.heads = heads
+        self.ln_1 = nn.LayerNorm(c, eps=1e-5)
+        self.c_attn = nn.Linear(c, 3 * c)
+        self.c_proj = nn.Linear(c, c)
+        self.ln_2 = nn.LayerNorm(c, eps=1e-5)
+        self.c_fc = nn.Linear(c, 4 * c)
+        self.mlp_proj = nn.Linear(4 * c, c)
+        self.drop = nn.Dropout(dropout)
+
+    def attention(self, x):
+        b, t, c = x.shape
+        q, k, v = self.c_attn(x).split(c, dim=2)
+        hs = c // self.heads
+        q = q.view(b, t, self.heads, hs).transpose(1, 2)
+        k = k.view(b, t, self.heads, hs).transpose(1, 2)
+        v = v.view(b, t, self.heads, hs).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
+        mask = torch.ones(t, t, dtype=torch.bool).tril()
+        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+        att = self.drop(att)
+        y = (att @ v).transpose(1, 2).contiguous().view(b, t, c)
+        return self.drop(self.c_proj(y))
+
+    def forward(self, x):
+        x = x + self.attention(self.ln_1(x))
+        h = F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh")
+        return x + self.drop(self.mlp_proj(h))
+
+
+class GPT(nn.Module):
+    def __init__(self, vocab, positions, layers, c, heads, dropout):
+        super().__init__()
+        self.wte = nn.Embedding(vocab, c)
+        self.wpe = nn.Embedding(positions, c)
+        self.drop = nn.Dropout(dropout)
+        self.h = nn.ModuleList([Block(c, heads, dropout) for _ in range(layers)])
+        self.ln_f = nn.LayerNorm(c, eps=1e-5)
+        for m in self.modules():  # GPT-2's initialisation, as tandem's gpt_init
+            if isinstance(m, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(m.weight, std=0.02)
+            if isinstance(m, nn.Linear):
+                nn.init.zeros_(m.bias)
+
+    def forward(self, tokens, targets):
+        t = tokens.shape[1]
+        x = self.drop(self.wte(tokens) + self.wpe(torch.arange(t)))
+        for block in self.h:
+            x = block(x)
+        logits = self.ln_f(x) @ self.wte.weight.t()  # the LM head tied to wte
+        return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--d-model", type=int, default=256)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--seq-len", type=int, default=128)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--dropout", type=float, default=0.0)
+    a = ap.parse_args()
+
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(1)
+    model = GPT(256, a.seq_len, a.layers, a.d_model, a.heads, a.dropout).train()
+    n = a.batch * a.seq_len
+    tokens = torch.tensor([(i * 7 + 3) % 256 for i in range(n)]).view(a.batch, a.seq_len)
+    targets = torch.tensor([(i * 7 + 10) % 256 for i in range(n)]).view(a.batch, a.seq_len)
+
+    times = []
+    first = None
+    for step in range(-1, a.steps):  # step -1 warms up
+        t0 = time.perf_counter()
+        model.zero_grad(set_to_none=False)
+        loss = model(tokens, targets)
+        loss.backward()
+        t1 = time.perf_counter()
+        if step >= 0:
+            times.append((t1 - t0) * 1e3)
+        else:
+            first = loss.item()
+    # The check before the timing means anything: a loss near ln 256 at initialisation.
+    if not abs(first - math.log(256)) < 0.5:
+        print(f"pytorch_gpt_step: CHECK FAILED, first loss {first:.3f} is not near ln 256 = 5.545")
+        sys.exit(1)
+    med = statistics.median(times)
+    print(f"PyTorch {torch.__version__} GPT step ({a.layers} layers, d {a.d_model}, {a.heads} heads, "
+          f"T {a.seq_len}, B {a.batch}, dropout {a.dropout}, {torch.get_num_threads()} threads): "
+          f"median {med:.1f} ms (min {min(times):.1f}, max {max(times):.1f}) over {a.steps} steps")
+    print(f"pytorch_step_ms {med:.2f}")
+
+
+if __name__ == "__main__":
+    main()
