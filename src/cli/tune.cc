@@ -5,14 +5,17 @@
 
 #include <cerrno>
 #include <climits>
+#include <algorithm>
 #include <cstring>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "commands.h"
 #include "tandem/comm/mpi.h"
+#include "tandem/core/blas.h"
 #include "tandem/core/env.h"
 #include "tandem/core/error.h"
 #include "tandem/dsl/workloads.h"
@@ -168,6 +171,11 @@ void run_tune(const TuneFlags& f) {
 
   tune::TuneResult r;
   if (f.backend == "thread") {
+    // The thread ranks share this machine's cores: each rank's BLAS gets its share, as the trainer
+    // and the benchmarks give it, so that the matmuls are timed as they will run (the BLAS thread
+    // count is part of the cache key). Oversubscribed, every schedule's matmul slows alike.
+    const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    blas::set_num_threads(std::max(1, hw / f.ranks));
     r = tune::tune_threads(program, f.ranks, o);
   } else {
     if (!comm::launched_by_mpirun()) {

@@ -65,6 +65,8 @@ std::string at_index(const std::string& index, const std::string& g) {
   return out;
 }
 
+constexpr int kAccSlots = TANDEM_ACC_SLOTS;  // doubles per stage in tandem_args::acc
+
 std::string identity_literal(dsl::ReduceOp op) {
   switch (op) {
     case dsl::ReduceOp::Sum: return "0.0f";
@@ -330,6 +332,8 @@ class Emitter {
         const double prob = s.attrs.value;
         const float pf = static_cast<float>(prob);
         const float scale = static_cast<float>(1.0 / (1.0 - prob));
+        if (worded_.count(s.id))
+          return fmt::format("tdm_dropout_word({}, rw{}[t - t0], {}, {})", x[0], s.id, flit(pf), flit(scale));
         std::string index = "static_cast<uint64_t>(g0 + t)";
         if (s.type.shape.rank() < ctx.rank)
           index = fmt::format("static_cast<uint64_t>((g0 + t) % {})", product(dims(s.id), 0, s.type.shape.dims.size()));
@@ -436,15 +440,23 @@ class Emitter {
     }
     for (int id : scalars) sig.push_back(fmt::format("float s{}", id));
     for (int id : seed_params) sig.push_back(fmt::format("uint64_t k{}", id));
-    for (int id : loop.accumulates) sig.push_back(fmt::format("float* __restrict acc{}", id));
+    for (int id : loop.accumulates) sig.push_back(fmt::format("double* __restrict acc{}", id));
 
     // Scalar code (a rank-0 loop) is one element: no loop for the vectoriser to look at. Loops
-    // that accumulate keep the fold in element order (the reference's rounding) but out of the
-    // vectorised loop: each tile of elements is computed vectorised into a small array, then
-    // folded in order.
+    // that accumulate keep the fold out of the element loop: each tile of elements is computed
+    // vectorised into a small array, then folded: a sum (norm: of squares) into its 8 double
+    // lanes by global index (tdm_fold_sum8, vectorised), Prod / Max / Min in element order in
+    // f32, as the reference folds them.
     const bool scalar_code = ctx.rank == 0 && !ctx.chunk;
     const bool tiled = !scalar_code && !loop.accumulates.empty();
-    const std::string in = tiled ? "      " : "    ";
+    // A dropout keyed by the loop's own element index draws its random words a tile at a time:
+    // one Philox block per 4 elements, vectorised across blocks (tdm_random_words), instead of
+    // a whole block per element. Broadcast dropouts and loops that accumulate draw per element.
+    worded_.clear();
+    if (!scalar_code && !tiled)
+      for (int id : loop.stages)
+        if (st(id).op == Op::Dropout && st(id).type.shape.rank() == ctx.rank) worded_.insert(id);
+    const std::string in = tiled || !worded_.empty() ? "      " : "    ";
     std::string elem;
     for (size_t i = 0; i < params.size(); ++i)
       if (params[i].read) elem += fmt::format("{}const float m{} = tdm_ld_{}(q{}[t]);\n", in, i, dt_suffix(params[i].dtype), i);
@@ -468,35 +480,75 @@ class Emitter {
       else
         elem += fmt::format("{}const float v{} = tdm_rt_{}({});  // {}\n", in, id, dt_suffix(s.type.dtype), f, name(id));
     }
-    std::string fold;
+    std::string fold, lane_fold;
+    auto lanes_of = [&](int id) { return acc_op(id) == dsl::ReduceOp::Sum; };
     for (int id : loop.accumulates) {
       const dsl::Stage& s = st(id);
       const std::string x = value_of(s.args[0]);
-      // What each element contributes (norm: its square), and how it is folded in.
-      const std::string part = s.op == Op::Norm ? fmt::format("{0} * {0}", x) : x;
-      const std::string fn_name = s.op == Op::Norm ? std::string("tdm_sum") : combine_fn(s.attrs.reduce);
+      if (lanes_of(id)) {
+        // Double lanes keyed by the global index; a norm adds the exact square of x.
+        const std::string fn_name = s.op == Op::Norm ? "tdm_fold_sumsq8" : "tdm_fold_sum8";
+        if (tiled) {
+          elem += fmt::format("{}tile{}[t - t0] = {};  // {}\n", in, id, x, name(id));
+          lane_fold += fmt::format("    {}(acc{}, tile{}, tn, g0 + t0);\n", fn_name, id, id);
+        } else {
+          elem += fmt::format("{}{{ const float x = {}; {}(acc{}, &x, 1, g0 + t); }}  // {}\n", in, x, fn_name, id,
+                              name(id));
+        }
+        continue;
+      }
+      const std::string fn_name = combine_fn(s.attrs.reduce);
       if (tiled) {
-        elem += fmt::format("{}tile{}[t - t0] = {};  // {}\n", in, id, part, name(id));
+        elem += fmt::format("{}tile{}[t - t0] = {};  // {}\n", in, id, x, name(id));
         fold += fmt::format("      av{0} = {1}(av{0}, tile{0}[k]);\n", id, fn_name);
       } else {
-        elem += fmt::format("{0}av{1} = {2}(av{1}, {3});  // {4}\n", in, id, fn_name, part, name(id));
+        elem += fmt::format("{0}av{1} = {2}(av{1}, {3});  // {4}\n", in, id, fn_name, x, name(id));
       }
     }
     for (int id : stores)
       elem += fmt::format("{}q{}[t] = tdm_st_{}(v{});\n", in, writes[id], dt_suffix(params[writes[id]].dtype), id);
+    // A loop that only sums f32 values read from memory (a norm of a stored tensor) folds them
+    // straight from their buffers: no tile to copy them into.
+    std::string direct_fold;
+    if (tiled && loop.stages.empty()) {
+      for (int id : loop.accumulates) {
+        auto r = reads.find(look_through(st(id).args[0]));
+        if (!lanes_of(id) || r == reads.end() || params[r->second].dtype != DType::F32) {
+          direct_fold.clear();
+          break;
+        }
+        direct_fold += fmt::format("  {}(acc{}, q{}, n, g0);  // {}\n",
+                                   st(id).op == Op::Norm ? "tdm_fold_sumsq8" : "tdm_fold_sum8", id, r->second, name(id));
+      }
+    }
     std::string body;
-    for (int id : loop.accumulates) body += fmt::format("  float av{0} = *acc{0};\n", id);
+    // Prod / Max / Min keep one f32 value in the accumulator's first double (exactly).
+    for (int id : loop.accumulates)
+      if (!lanes_of(id)) body += fmt::format("  float av{0} = static_cast<float>(*acc{0});\n", id);
     if (scalar_code) {
       body += "  {\n    const int64_t t = 0;\n    (void)n;\n" + elem + "  }\n";
+    } else if (!worded_.empty()) {
+      body += "  for (int64_t t0 = 0; t0 < n; t0 += 256) {\n    const int64_t tn = tdm_min(n - t0, 256);\n";
+      for (int id : worded_)
+        body += fmt::format("    tdm_words w{0};\n    const uint32_t* rw{0} = tdm_random_words(&w{0}, {1}, "
+                            "static_cast<uint64_t>(g0 + t0), tn);  // {2}\n",
+                            id, seeds.at(id), name(id));
+      body += "    for (int64_t t = t0; t < t0 + tn; ++t) {\n" + elem + "    }\n  }\n";
     } else if (!tiled) {
       body += "  for (int64_t t = 0; t < n; ++t) {\n" + elem + "  }\n";
+    } else if (!direct_fold.empty()) {
+      body += direct_fold;
     } else {
       body += "  for (int64_t t0 = 0; t0 < n; t0 += 256) {\n    const int64_t tn = tdm_min(n - t0, 256);\n";
       for (int id : loop.accumulates) body += fmt::format("    float tile{}[256];\n", id);
       body += "    for (int64_t t = t0; t < t0 + tn; ++t) {\n" + elem + "    }\n";
-      body += "    // In element order, as the reference folds them.\n    for (int64_t k = 0; k < tn; ++k) {\n" + fold + "    }\n  }\n";
+      body += lane_fold;
+      if (!fold.empty())
+        body += "    // In element order, as the reference folds them.\n    for (int64_t k = 0; k < tn; ++k) {\n" + fold + "    }\n";
+      body += "  }\n";
     }
-    for (int id : loop.accumulates) body += fmt::format("  *acc{0} = av{0};\n", id);
+    for (int id : loop.accumulates)
+      if (!lanes_of(id)) body += fmt::format("  *acc{0} = av{0};\n", id);
     fns_ += fmt::format("static void {}_run({}) {{\n{}}}\n\n", fn, fmt::join(sig, ", "), body);
 
     // ---- the driver: walks the domain in runs that are contiguous for every pointer
@@ -522,7 +574,7 @@ class Emitter {
     for (auto& s : call_ptrs) call.push_back(s);
     for (int id : scalars) call.push_back(fmt::format("s{}", id));
     for (int id : seed_params) call.push_back(fmt::format("k{}", id));
-    for (int id : loop.accumulates) call.push_back(fmt::format("a->acc + {}", id));
+    for (int id : loop.accumulates) call.push_back(fmt::format("a->acc + {} * {}", kAccSlots, id));
     const std::string call_text = fmt::format("{}_run({})", fn, fmt::join(call, ", "));
 
     std::string driver;
@@ -627,8 +679,13 @@ class Emitter {
     if (s.group != dsl::kAllGroups) out += fmt::format("  if (a->group != {}) return 0;\n", s.group);
     // Accumulators start from their identity at the first step that folds into them.
     for (int id : accumulated_in(s))
-      if (acc_started_.insert(id).second)
-        out += fmt::format("  a->acc[{}] = {};  // {}\n", id, identity_literal(acc_op(id)), name(id));
+      if (acc_started_.insert(id).second) {
+        if (acc_op(id) == dsl::ReduceOp::Sum)
+          out += fmt::format("  for (int j = 0; j < {0}; ++j) a->acc[{0} * {1} + j] = 0.0;  // {2}\n", kAccSlots, id,
+                             name(id));
+        else
+          out += fmt::format("  a->acc[{} * {}] = {};  // {}\n", kAccSlots, id, identity_literal(acc_op(id)), name(id));
+      }
     out += fmt::format("  return {}(a{});\n}}\n\n", fn, s.kind == StepKind::Pipeline ? "" : ", nullptr");
     return out;
   }
@@ -887,15 +944,20 @@ class Emitter {
     const std::string fn = fresh("finish");
     std::string body = fmt::format("static int {}(const tandem_args* a, [[maybe_unused]] const tandem_block* blk) {{\n", fn);
     body += prologue();
+    // A sum's lanes added in order and rounded once; Prod / Max / Min: the f32 value.
+    if (acc_op(id) == dsl::ReduceOp::Sum)
+      body += fmt::format("  float v = tdm_sum_lanes(a->acc + {} * {});\n", kAccSlots, id);
+    else
+      body += fmt::format("  float v = static_cast<float>(a->acc[{} * {}]);\n", kAccSlots, id);
     if (s.finish.across_ranks) {
+      // The ranks' f32 values, all-reduced in f32.
       if (in_pipe) body += "  if (int rc = a->sync(a->host, blk->index)) return rc;\n";
       body += fmt::format(
           "  {{\n    tandem_collective c;\n    std::memset(&c, 0, sizeof c);\n    c.step = {}; c.kind = 0; c.op = {}; c.dtype = 0;\n"
-          "    c.send = a->acc + {}; c.outer = 1; c.rows = 1; c.inner = 1; c.block.index = -1;\n"
+          "    c.send = &v; c.outer = 1; c.rows = 1; c.inner = 1; c.block.index = -1;\n"
           "    if (int rc = a->collective(a->host, &c)) return rc;\n  }}\n",
-          step_, reduce_code(acc_op(id)), id);
+          step_, reduce_code(acc_op(id)));
     }
-    body += fmt::format("  float v = a->acc[{}];\n", id);
     if (fs.op == Op::Norm) body += "  v = std::sqrt(v);\n";
     body += fmt::format("  static_cast<{}*>(a->buf[{}])[0] = tdm_st_{}(v);  // {}\n  return 0;\n}}\n\n", ctype(fs.type.dtype), rt,
                         dt_suffix(fs.type.dtype), name(id));
@@ -1182,6 +1244,7 @@ class Emitter {
   std::vector<std::string> scratch_;
   std::string scratch_block_prefix_;
   std::set<int> acc_started_;
+  std::set<int> worded_;  // the loop being emitted: dropouts whose words are drawn per tile
   int counter_ = 0;
   int step_ = -1;
 };

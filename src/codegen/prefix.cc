@@ -27,6 +27,10 @@ std::string reflow(const std::string& line) {
 }
 
 constexpr const char* kHelpers = R"(
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
 namespace {
 
 // ---- bits, blends (selects written as masks so that if-conversion never has to speculate) ----
@@ -103,10 +107,140 @@ inline float tdm_dropout(float x, uint64_t seed, uint64_t index, float p, float 
   const float u = static_cast<float>(tdm_random_bits(seed, index) >> 8) * 0x1p-24f;
   return tdm_float(tdm_bits(x * scale) & tdm_mask(u >= p));
 }
+// The same random words a tile at a time, as core/rng.h's random_bits draws them: one Philox block
+// serves four consecutive elements. tdm_random_words(w, key, first, n), n <= 256, fills w and
+// returns r with r[k] = random_bits(key, first + k) for k < n. On AVX2 eight blocks run in the
+// 32-bit lanes of one register (vpmuludq on the even and odd lanes, hi/lo words blended back);
+// elsewhere a loop over blocks that the compiler vectorises as it can.
+struct tdm_words { alignas(32) uint32_t w[288]; };  // 256 + 3 words, rounded up to 8 blocks
+inline const uint32_t* tdm_random_words(tdm_words* __restrict buf, uint64_t key, uint64_t first, int64_t n) {
+  uint32_t* __restrict out = buf->w;
+  const uint64_t b0 = first >> 2;
+  const int64_t nb = static_cast<int64_t>(((first & 3) + static_cast<uint64_t>(n) + 3) >> 2);
+#if defined(__AVX2__)
+  const __m256i m0 = _mm256_set1_epi64x(0xD2511F53u), m1 = _mm256_set1_epi64x(0xCD9E8D57u);
+  for (int64_t b = 0; b < nb; b += 8) {
+    alignas(32) uint32_t lo[8], hi[8];
+    for (int j = 0; j < 8; ++j) {
+      const uint64_t block = b0 + static_cast<uint64_t>(b + j);
+      lo[j] = static_cast<uint32_t>(block);
+      hi[j] = static_cast<uint32_t>(block >> 32);
+    }
+    __m256i c0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(lo));
+    __m256i c1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(hi));
+    __m256i c2 = _mm256_setzero_si256(), c3 = _mm256_setzero_si256();
+    uint32_t k0 = static_cast<uint32_t>(key), k1 = static_cast<uint32_t>(key >> 32);
+#pragma GCC unroll 10
+    for (int round = 0; round < 10; ++round) {
+      // 32 x 32 -> 64-bit products of the even lanes, then of the odd lanes shifted down.
+      const __m256i e0 = _mm256_mul_epu32(c0, m0), o0 = _mm256_mul_epu32(_mm256_srli_epi64(c0, 32), m0);
+      const __m256i e1 = _mm256_mul_epu32(c2, m1), o1 = _mm256_mul_epu32(_mm256_srli_epi64(c2, 32), m1);
+      const __m256i hi0 = _mm256_blend_epi32(_mm256_srli_epi64(e0, 32), o0, 0xAA);
+      const __m256i lo0 = _mm256_blend_epi32(e0, _mm256_slli_epi64(o0, 32), 0xAA);
+      const __m256i hi1 = _mm256_blend_epi32(_mm256_srli_epi64(e1, 32), o1, 0xAA);
+      const __m256i lo1 = _mm256_blend_epi32(e1, _mm256_slli_epi64(o1, 32), 0xAA);
+      c0 = _mm256_xor_si256(_mm256_xor_si256(hi1, c1), _mm256_set1_epi32(static_cast<int>(k0)));
+      c2 = _mm256_xor_si256(_mm256_xor_si256(hi0, c3), _mm256_set1_epi32(static_cast<int>(k1)));
+      c1 = lo1;
+      c3 = lo0;
+      k0 += 0x9E3779B9u;
+      k1 += 0xBB67AE85u;
+    }
+    // Words by lane (c0..c3 of blocks b..b+7) to words by element (block-major).
+    const __m256i t0 = _mm256_unpacklo_epi32(c0, c1), t1 = _mm256_unpackhi_epi32(c0, c1);
+    const __m256i t2 = _mm256_unpacklo_epi32(c2, c3), t3 = _mm256_unpackhi_epi32(c2, c3);
+    const __m256i u0 = _mm256_unpacklo_epi64(t0, t2), u1 = _mm256_unpackhi_epi64(t0, t2);
+    const __m256i u2 = _mm256_unpacklo_epi64(t1, t3), u3 = _mm256_unpackhi_epi64(t1, t3);
+    __m256i* o = reinterpret_cast<__m256i*>(out + 4 * b);
+    _mm256_store_si256(o + 0, _mm256_permute2x128_si256(u0, u1, 0x20));
+    _mm256_store_si256(o + 1, _mm256_permute2x128_si256(u2, u3, 0x20));
+    _mm256_store_si256(o + 2, _mm256_permute2x128_si256(u0, u1, 0x31));
+    _mm256_store_si256(o + 3, _mm256_permute2x128_si256(u2, u3, 0x31));
+  }
+#else
+  const uint32_t key0 = static_cast<uint32_t>(key), key1 = static_cast<uint32_t>(key >> 32);
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint64_t block = b0 + static_cast<uint64_t>(b);
+    uint32_t c0 = static_cast<uint32_t>(block), c1 = static_cast<uint32_t>(block >> 32), c2 = 0, c3 = 0;
+    uint32_t k0 = key0, k1 = key1;
+#pragma GCC unroll 10
+    for (int round = 0; round < 10; ++round) {
+      const uint64_t p0 = uint64_t{0xD2511F53u} * c0;
+      const uint64_t p1 = uint64_t{0xCD9E8D57u} * c2;
+      const uint32_t n0 = static_cast<uint32_t>(p1 >> 32) ^ c1 ^ k0, n2 = static_cast<uint32_t>(p0 >> 32) ^ c3 ^ k1;
+      c1 = static_cast<uint32_t>(p1);
+      c3 = static_cast<uint32_t>(p0);
+      c0 = n0;
+      c2 = n2;
+      k0 += 0x9E3779B9u;
+      k1 += 0xBB67AE85u;
+    }
+    out[4 * b + 0] = c0;
+    out[4 * b + 1] = c1;
+    out[4 * b + 2] = c2;
+    out[4 * b + 3] = c3;
+  }
+#endif
+  return out + (first & 3);
+}
+// tdm_dropout with element's random word given.
+inline float tdm_dropout_word(float x, uint32_t word, float p, float scale) {
+  const float u = static_cast<float>(static_cast<int32_t>(word >> 8)) * 0x1p-24f;
+  return tdm_float(tdm_bits(x * scale) & tdm_mask(u >= p));
+}
 
 // ---- reductions (dsl/elementwise.h: f32, element order, from the identity) ----
 inline float tdm_sum(float acc, float x) { return acc + x; }
 inline float tdm_prod(float acc, float x) { return acc * x; }
+// Whole-tensor sums (dsl/elementwise.h's SumLanes): x[k], of global flat index g0 + k, is added
+// in double to lane (g0 + k) % 8 (sumsq: its exact square), each lane in element order. Peeled
+// to a multiple of 8 of the global index, the middle is groups of 8 whose lanes are independent
+// accumulators: the group loop vectorises (2 x 4 doubles on AVX2) without reassociating any
+// lane's additions.
+inline void tdm_fold_sum8(double* __restrict lanes, const float* __restrict x, int64_t n, int64_t g0) {
+  int64_t k = 0;
+  for (; k < n && ((g0 + k) & 7) != 0; ++k) lanes[(g0 + k) & 7] += static_cast<double>(x[k]);
+  double l[8];
+  for (int j = 0; j < 8; ++j) l[j] = lanes[j];
+  const int64_t groups = (n - k) / 8;
+  const float* p = x + k;
+  for (int64_t q = 0; q < groups; ++q, p += 8) {
+    double d[8];
+    for (int j = 0; j < 8; ++j) d[j] = static_cast<double>(p[j]);
+    for (int j = 0; j < 8; ++j) l[j] += d[j];
+  }
+  k += groups * 8;
+  for (int j = 0; j < 8; ++j) lanes[j] = l[j];
+  for (; k < n; ++k) lanes[(g0 + k) & 7] += static_cast<double>(x[k]);
+}
+inline void tdm_fold_sumsq8(double* __restrict lanes, const float* __restrict x, int64_t n, int64_t g0) {
+  int64_t k = 0;
+  for (; k < n && ((g0 + k) & 7) != 0; ++k) {
+    const double d = x[k];
+    lanes[(g0 + k) & 7] += d * d;
+  }
+  double l[8];
+  for (int j = 0; j < 8; ++j) l[j] = lanes[j];
+  const int64_t groups = (n - k) / 8;
+  const float* p = x + k;
+  for (int64_t q = 0; q < groups; ++q, p += 8) {
+    double d[8];
+    for (int j = 0; j < 8; ++j) d[j] = static_cast<double>(p[j]);
+    for (int j = 0; j < 8; ++j) l[j] += d[j] * d[j];
+  }
+  k += groups * 8;
+  for (int j = 0; j < 8; ++j) lanes[j] = l[j];
+  for (; k < n; ++k) {
+    const double d = x[k];
+    lanes[(g0 + k) & 7] += d * d;
+  }
+}
+// The lanes added in order 0..7, rounded to f32 once.
+inline float tdm_sum_lanes(const double* lanes) {
+  double s = 0.0;
+  for (int j = 0; j < 8; ++j) s += lanes[j];
+  return static_cast<float>(s);
+}
 
 // ---- index arithmetic ----
 inline int64_t tdm_min(int64_t a, int64_t b) { return a < b ? a : b; }

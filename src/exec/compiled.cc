@@ -101,7 +101,7 @@ struct CompiledRunner::State {
   // The ABI's arrays.
   tandem_args args{};
   std::vector<void*> buf;
-  std::vector<float> acc;
+  std::vector<double> acc;
   std::vector<int64_t> sym;
   std::vector<uint64_t> seed;
   std::vector<int> root;       // stage -> the value owning its buffer
@@ -530,7 +530,7 @@ CompiledRunner::CompiledRunner(std::shared_ptr<const CompiledPlan> compiled, com
   s.buf.assign(nstages, nullptr);
   s.views.assign(nstages, Tensor());
   s.bytes.assign(nstages, 0);
-  s.acc.assign(nstages, 0.0f);
+  s.acc.assign(nstages * TANDEM_ACC_SLOTS, 0.0);
   s.seed.assign(nstages, 0);
   s.scalar_bound.assign(nstages, 0);
   s.root.assign(nstages, -1);

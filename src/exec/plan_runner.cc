@@ -97,6 +97,7 @@ class PlanRunner::Impl {
     scalar_bound_.assign(ns, 0);
     regs_.assign(ns, 0.0f);
     accs_.assign(ns, 0.0f);
+    sums_.assign(ns, dsl::SumLanes{});
     in_loop_.assign(ns, 0);
     for (const Step& s : plan.steps) scan(s, 1);
     allocate();
@@ -498,8 +499,14 @@ class PlanRunner::Impl {
         }
       }
       if (it.accumulate) {
-        float& acc = accs_[static_cast<size_t>(it.stage)];
-        acc = dsl::reduce_combine(it.reduce, acc, it.op == Op::Norm ? v[0] * v[0] : v[0]);
+        if (it.op == Op::Norm) {
+          sums_[static_cast<size_t>(it.stage)].add_square(static_cast<uint64_t>(g), v[0]);
+        } else if (it.reduce == dsl::ReduceOp::Sum) {
+          sums_[static_cast<size_t>(it.stage)].add(static_cast<uint64_t>(g), v[0]);
+        } else {
+          float& acc = accs_[static_cast<size_t>(it.stage)];
+          acc = dsl::reduce_combine(it.reduce, acc, v[0]);
+        }
         continue;
       }
       float r;
@@ -519,6 +526,7 @@ class PlanRunner::Impl {
     for (int a : l.accumulates) {
       const Stage& s = p_.stage(a);
       accs_[static_cast<size_t>(a)] = dsl::reduce_identity(s.op == Op::Norm ? dsl::ReduceOp::Sum : s.attrs.reduce);
+      sums_[static_cast<size_t>(a)] = dsl::SumLanes{};
     }
   }
 
@@ -562,10 +570,12 @@ class PlanRunner::Impl {
     return d.is_symbol() ? symbol_value(d.symbol) : d.value;
   }
 
-  // Completes an accumulator: across the group's ranks when its loop ran on a part.
+  // Completes an accumulator (a sum's lanes rounded to f32 once), across the group's ranks when
+  // its loop ran on a part.
   void finish(const schedule::Finish& f) {
     const Stage& s = p_.stage(f.stage);
-    float acc = accs_[static_cast<size_t>(f.stage)];
+    const bool sum = s.op == Op::Norm || s.attrs.reduce == dsl::ReduceOp::Sum;
+    float acc = sum ? sums_[static_cast<size_t>(f.stage)].total() : accs_[static_cast<size_t>(f.stage)];
     if (f.across_ranks) {
       one_.set(0, acc);
       comm_->all_reduce(one_, to_comm(s.op == Op::Norm ? dsl::ReduceOp::Sum : s.attrs.reduce));
@@ -909,7 +919,8 @@ class PlanRunner::Impl {
   size_t total_bytes_ = 0;
   std::vector<double> scalar_values_;
   std::vector<char> scalar_bound_;
-  std::vector<float> regs_, accs_;
+  std::vector<float> regs_, accs_;     // registers; Prod / Max / Min accumulators
+  std::vector<dsl::SumLanes> sums_;   // Norm / Reduce Sum accumulators
   std::vector<char> in_loop_;
   std::vector<char> in_current_ = std::vector<char>(p_.stages().size(), 0);
   std::map<int, int> blocks_of_;

@@ -246,9 +246,28 @@ class Interpreter : public dsl::Visitor {
     Tensor part;
     if (dim == dsl::kAllDims) {
       float acc = dsl::reduce_identity(op);
-      for (int64_t i = 0; i < x.numel(); ++i) {
-        const float e = x.get(i);
-        acc = dsl::reduce_combine(op, acc, s.op == Op::Norm ? e * e : e);
+      if (op == dsl::ReduceOp::Sum) {
+        // Sums go to 8 double lanes keyed by the element's flat index in the whole tensor.
+        dsl::SumLanes lanes;
+        Around whole, piece;
+        int64_t offset = 0;
+        if (cross) {
+          whole = around(shape(xs.id), xs.type.layout.dim);
+          piece = around(x.shape(), xs.type.layout.dim);
+          offset = dsl::part_offset(whole.rows, place_.group_size, place_.index);
+        }
+        for (int64_t i = 0; i < x.numel(); ++i) {
+          int64_t g = i;
+          if (cross) {
+            const int64_t inr = i % piece.inner, row = (i / piece.inner) % piece.rows, o = i / (piece.inner * piece.rows);
+            g = (o * whole.rows + offset + row) * whole.inner + inr;
+          }
+          if (s.op == Op::Norm) lanes.add_square(static_cast<uint64_t>(g), x.get(i));
+          else lanes.add(static_cast<uint64_t>(g), x.get(i));
+        }
+        acc = lanes.total();
+      } else {
+        for (int64_t i = 0; i < x.numel(); ++i) acc = dsl::reduce_combine(op, acc, x.get(i));
       }
       part = Tensor::empty(DType::F32, Shape{});
       part.set(0, acc);

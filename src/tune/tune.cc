@@ -14,6 +14,7 @@
 #include <limits>
 
 #include "tandem/comm/thread.h"
+#include "tandem/core/blas.h"
 #include "tandem/core/env.h"
 #include "tandem/core/error.h"
 #include "tandem/exec/jit.h"
@@ -104,7 +105,9 @@ TuneKey make_key(const dsl::Program& program, const dsl::SymbolMap& sizes, int r
   k.ranks = ranks;
   k.backend = std::string(backend);
   k.executor = executor;
-  k.machine = machine_id();
+  // The BLAS threads per rank change what a matmul costs (ranks x threads against the cores):
+  // a choice timed with another count is not this one's.
+  k.machine = fmt::format("{}, {} BLAS thread(s) per rank", machine_id(), blas::num_threads());
   k.candidates = hash_hex(names);
   return k;
 }

@@ -7,7 +7,10 @@
 // operation of the reference; the plan runner computes each element with the reference's formulas
 // and rounding, so only a changed reduction order can change a result. Two things change it:
 // (1) a norm or reduction the program computes over a whole tensor that the schedule accumulates
-//     per slice or per part and then combines across ranks (LAMB's ||r|| in a sliced schedule);
+//     per slice or per part and then combines across ranks (LAMB's ||r|| in a sliced schedule):
+//     whole-tensor sums are exact-order double lanes keyed by the global index (dsl/elementwise.h,
+//     SumLanes), so only the rounding of each rank's partial to f32 and their f32 combination
+//     differ, a few 2^-24 relative (a Max or Min reduction is exact in any order);
 // (2) a collective split into row blocks under the ring algorithm on 3 or more ranks: the ring
 //     adds the ranks' contributions in an order that depends on which part an element falls in,
 //     and blocks move the part boundaries (with 2 ranks a + b == b + a, and the thread backend's

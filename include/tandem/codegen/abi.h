@@ -25,7 +25,12 @@
 
 #include <stdint.h>
 
-#define TANDEM_ABI_VERSION 1
+#define TANDEM_ABI_VERSION 2
+
+// Doubles per stage in tandem_args::acc: a Norm / Reduce Sum over every dim accumulates in 8
+// lanes keyed by the global flat index (dsl/elementwise.h, SumLanes); Prod, Max and Min keep
+// their f32 value in the first.
+#define TANDEM_ACC_SLOTS 8
 
 // The ABI's declarations, as one macro: the host expands it, the emitter stringifies it.
 #define TANDEM_KERNEL_ABI                                                                        \
@@ -70,7 +75,7 @@
                                   float* c, int ldc);                                            \
   struct tandem_args {                                                                          \
     void* const* buf;      /* per stage id: the base of its value's buffer */                   \
-    float* acc;            /* per stage id: the accumulator of a Norm / Reduce(all) */          \
+    double* acc;           /* stage id's TANDEM_ACC_SLOTS accumulator lanes (Norm, Reduce all) */ \
     float* scratch;        /* f32 scratch, tandem_scratch_elems() long */                       \
     const int64_t* sym;    /* the symbols' extents, in Program::symbols() order */              \
     const uint64_t* seed;  /* per stage id: a Scalar stage's value as a dropout seed */         \

@@ -64,7 +64,8 @@ inline float apply_dropout(float x, uint64_t seed, uint64_t global_index, double
   return dropout_keep(seed, global_index, static_cast<float>(p)) ? x * dropout_scale(p) : 0.0f;
 }
 
-// Reductions accumulate in f32, in element order, from the identity.
+// Reductions over one dim, and Prod, Max and Min over every dim, accumulate in f32, in element
+// order, from the identity (Max and Min are exact in any order).
 inline float reduce_identity(ReduceOp op) {
   switch (op) {
     case ReduceOp::Sum: return 0.0f;
@@ -84,5 +85,31 @@ inline float reduce_combine(ReduceOp op, float acc, float x) {
   }
   return acc;
 }
+
+// Whole-tensor sums (Reduce Sum over every dim, and the sum of squares under a Norm) are not
+// folded in f32 but in 8 interleaved double lanes keyed by each element's global flat index g
+// (its index in the whole, unsliced tensor): element g is added to lane g % 8 (a norm adds
+// double(x) * double(x), which is exact), each lane in element order from 0.0; at the end the
+// lanes are added in order 0..7 and the sum is rounded to f32 once. Keyed by the global index,
+// the result does not depend on how a loop is cut into chunks, tiles or row blocks, and the lane
+// loop vectorises without reassociating anything. When the tensor is Sliced, each rank does
+// this over its part (keys still global) and the ranks' f32 partial sums are then combined by
+// an f32 all-reduce: that cross-rank combination, whose order depends on the schedule, is the
+// only place two schedules may differ. A norm is then the f32 sqrt of the f32 sum.
+inline constexpr int kSumLanes = 8;
+struct SumLanes {
+  double lane[kSumLanes] = {};
+  void add(uint64_t global_index, float x) { lane[global_index % kSumLanes] += static_cast<double>(x); }
+  void add_square(uint64_t global_index, float x) {
+    const double d = x;
+    lane[global_index % kSumLanes] += d * d;
+  }
+  // The lanes added in order, rounded to f32 once.
+  float total() const {
+    double s = 0.0;
+    for (double l : lane) s += l;
+    return static_cast<float>(s);
+  }
+};
 
 }  // namespace tandem::dsl

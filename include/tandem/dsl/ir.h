@@ -40,7 +40,10 @@
 //     scatter       Replicated -> Sliced(dim): this rank's part, no communication.
 // - Types. dtypes combine only with a `cast`; rank-0 operands adapt to the dtype of the others.
 //   Values are computed in f32 and rounded to the stage's dtype when stored (see elementwise.h
-//   for each operation's exact formula, which every backend follows).
+//   for each operation's exact formula, which every backend follows). The exception is a
+//   whole-tensor sum (a norm's sum of squares, a Reduce Sum over every dim): it accumulates in
+//   8 double lanes keyed by the element's global flat index and is rounded to f32 once
+//   (elementwise.h, SumLanes), so that chunking never changes it.
 // - `update(t, e)` writes e into input t in place: the caller's buffer holds e after the run.
 //   The Update stage's value is the new value. Reads of the input stage denote its old value, so
 //   every direct reader of t must come before the update (checked), which makes writing in place

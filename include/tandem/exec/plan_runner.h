@@ -10,10 +10,12 @@
 // says) and the scratch its collectives and matmuls need; run() allocates nothing of its own.
 // Values are computed exactly as the reference interpreter computes them: f32 arithmetic with the
 // formulas of dsl/elementwise.h, each stage's value rounded to its dtype (in registers too),
-// reductions accumulating in element order, reducing collectives working on f32 copies and
-// rounding once, matmuls through blas::sgemm on f32 copies. A schedule that keeps the order of
-// operations is therefore bitwise equal to the reference; one that changes the order of a
-// reduction (a norm summed per slice, a collective split into blocks) differs in rounding only.
+// reductions accumulating in element order (whole-tensor sums and norms in 8 double lanes keyed
+// by the global flat index, so chunking does not matter), reducing collectives working on f32
+// copies and rounding once, matmuls through blas::sgemm on f32 copies. A schedule that keeps the
+// order of operations is therefore bitwise equal to the reference; one that changes the order of
+// a reduction (a norm's per-slice partials combined across ranks, a collective split into
+// blocks) differs in rounding only.
 #pragma once
 
 #include <memory>

@@ -10,7 +10,8 @@
 // - Each stage's value is held as this rank's piece: the whole tensor for Local, Replicated and
 //   Partial, and part_count(S[d], p, r) rows of dim d for Sliced(d) (the comm::Partition split).
 // - Elementwise stages, reductions and norms load their operands as f32, compute in f32 with the
-//   formulas of dsl/elementwise.h (reductions accumulate in element order), and round to the
+//   formulas of dsl/elementwise.h (reductions accumulate in element order; whole-tensor sums and
+//   norms in 8 double lanes keyed by the global flat index, rounded to f32 once), and round to the
 //   stage's dtype once, when the result is stored. matmul converts its operands to f32, multiplies
 //   with blas::sgemm and rounds the product once.
 // - Reducing collectives (AllReduce, ReduceScatter, and the cross-rank step of a norm or reduce of

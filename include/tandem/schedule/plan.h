@@ -23,10 +23,14 @@
 //   value rounded to its dtype (as a stored value would be), so fusing never changes a result.
 //   Stores happen at the stage's place in evaluation order; an Update stage writes its value
 //   into its input's buffer (values[update].alias is that input). Norm and Reduce-over-all
-//   stages in `accumulates` fold each element's operand into one f32 accumulator at their place
-//   in evaluation order (stage id order among `stages`), elements in order (norm: acc += x * x),
-//   starting from the op's identity; a Finish step completes them. Inside a hook, the
-//   collective's own value at an element is read before anything is stored there.
+//   stages in `accumulates` fold each element's operand into their accumulator at their place
+//   in evaluation order (stage id order among `stages`); a Finish step completes them. A Norm or
+//   Reduce Sum accumulates in 8 double lanes (dsl/elementwise.h's SumLanes): element g goes to
+//   lane g % 8 by its global flat index (norm: += double(x) * double(x)), each lane in element
+//   order, so the lanes hold the same values however the domain is cut into chunks or blocks.
+//   Prod, Max and Min fold into one f32 value, elements in order, from the op's identity.
+//   Inside a hook, the collective's own value at an element is read before anything is stored
+//   there.
 // - Domains. Full: every element of `shape`, flat index 0..numel. Slice: this rank's part along
 //   `dim` (ir.h's part_count/part_offset over the group's p ranks). Chunk: the loop is the
 //   per-chunk hook of the Collective that owns it; it runs on each fully reduced chunk of this
@@ -123,10 +127,12 @@ struct Reduce {
   bool across_ranks = false;
 };
 
-// Completes an accumulator filled by the Loops (or hooks) listing it: when the loop ran on a
-// part (Domain::Slice or Chunk), the ranks' accumulators are first combined across the group
-// (an all-reduce of one f32 with the reduction's op; Sum for a norm); then a norm takes the
-// square root, and the result is rounded to the stage's dtype and stored.
+// Completes an accumulator filled by the Loops (or hooks) listing it: a sum's lanes are added in
+// order 0..7 and rounded to f32 once (Prod, Max, Min: the f32 value); when the loop ran on a part
+// (Domain::Slice or Chunk), the ranks' f32 values are then combined across the group (an
+// all-reduce of one f32 with the reduction's op; Sum for a norm: the one step whose order may
+// differ between schedules); then a norm takes the f32 square root, and the result is rounded to
+// the stage's dtype and stored.
 struct Finish {
   int stage = -1;
   bool across_ranks = false;

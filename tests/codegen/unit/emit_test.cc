@@ -11,6 +11,7 @@
 #include <regex>
 #include <set>
 #include <sstream>
+#include <vector>
 
 #include "tandem/codegen/cpp.h"
 #include "tandem/core/env.h"
@@ -76,7 +77,10 @@ std::set<int> element_loops(const std::string& src) {
   bool in_run = false;
   for (int no = 1; std::getline(in, line); ++no) {
     if (line.rfind("static void ", 0) == 0) in_run = line.find("_run(") != std::string::npos;
-    if (in_run && line.find("for (int64_t t = 0; t < n; ++t)") != std::string::npos) lines.insert(no);
+    // Straight loops, and the element loops of tiles (a dropout's words drawn per tile).
+    if (in_run && (line.find("for (int64_t t = 0; t < n; ++t)") != std::string::npos ||
+                   line.find("for (int64_t t = t0; t < t0 + tn; ++t)") != std::string::npos))
+      lines.insert(no);
   }
   return lines;
 }
@@ -123,6 +127,65 @@ TEST(Emit, FusedLoopsVectorise) {
     // Every element loop (scalar code is emitted without one).
     for (int line : loops)
       EXPECT_TRUE(done.count(line)) << program.name() << " / " << name << ": the loop at line " << line
+                                    << " is not vectorised";
+  }
+}
+
+// The lines where tile loops start in run functions that fold a sum into lanes, and where the
+// group loop of each lane-fold helper the source calls starts (in the prefix).
+std::set<int> sum_fold_loops(const std::string& src) {
+  std::set<int> lines;
+  std::vector<std::string> text;
+  std::istringstream in(src);
+  for (std::string line; std::getline(in, line);) text.push_back(line);
+  // Run functions: from "static void ..._run(" to the next line that is "}".
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i].rfind("static void ", 0) != 0 || text[i].find("_run(") == std::string::npos) continue;
+    size_t end = i;
+    bool folds = false;
+    while (end < text.size() && text[end] != "}") folds |= text[end++].find("tdm_fold_sum") != std::string::npos;
+    if (folds)
+      for (size_t j = i; j < end; ++j)
+        if (text[j].find("for (int64_t t = t0; t < t0 + tn; ++t)") != std::string::npos) lines.insert(static_cast<int>(j + 1));
+    i = end;
+  }
+  for (const char* helper : {"tdm_fold_sum8(", "tdm_fold_sumsq8("}) {
+    if (src.find(std::string(helper) + "acc") == std::string::npos) continue;  // not called
+    size_t j = 0;
+    while (j < text.size() && text[j].find(std::string("inline void ") + helper) == std::string::npos) ++j;
+    while (j < text.size() && text[j].find("for (int64_t q = 0; q < groups;") == std::string::npos) ++j;
+    EXPECT_LT(j, text.size()) << helper << " has no group loop";
+    lines.insert(static_cast<int>(j + 1));
+  }
+  return lines;
+}
+
+TEST(Emit, SumAndNormFoldsVectorise) {
+  if (env_str("CXX", "c++").find("clang") != std::string::npos) GTEST_SKIP() << "-fopt-info is GCC's";
+  // LAMB's norms folded into double lanes: the tile loop computing the update, and the helpers'
+  // groups of 8 (2 x 4 doubles on AVX2), in the fused and the unfused sliced schedules; a
+  // whole-tensor sum too.
+  dsl::Program sum("sum_fold");
+  {
+    using namespace tandem::dsl;  // NOLINT
+    const Expr x = sum.input(F32, {"N"}, Replicated, "x");
+    sum.output(reduce(ReduceOp::Sum, x * 2.0), "t");
+    sum.output(norm(x), "n");
+  }
+  const std::pair<dsl::Program, std::string> cases[] = {
+      {dsl::workloads::lamb(DType::BF16), "fused(RS-C-AG)+slice(m,v)"},
+      {dsl::workloads::lamb(DType::F32), "AR-C"},
+      {sum, "C"},
+  };
+  for (const auto& [program, name] : cases) {
+    std::string plan_name = name;
+    if (name == "C") plan_name = schedule::enumerate_schedules(program).front().name;
+    const std::string src = emit_cpp(plan_named(program, plan_name));
+    const std::set<int> loops = sum_fold_loops(src), done = vectorised_lines(src, program.name());
+    ASSERT_FALSE(loops.empty()) << program.name() << " / " << plan_name;
+    EXPECT_NE(src.find("tdm_fold_sumsq8(acc"), std::string::npos);
+    for (int line : loops)
+      EXPECT_TRUE(done.count(line)) << program.name() << " / " << plan_name << ": the loop at line " << line
                                     << " is not vectorised";
   }
 }

@@ -11,6 +11,7 @@
 
 #include "tandem/codegen/cpp.h"
 #include "tandem/core/dtype.h"
+#include "tandem/core/rng.h"
 #include "tandem/dsl/elementwise.h"
 #include "tandem/exec/jit.h"
 
@@ -36,6 +37,20 @@ extern "C" void t_binary(int64_t n, const float* a, const float* b, float* out) 
     out[8 * i + 7] = tdm_dropout(a[i], 12345u, static_cast<uint64_t>(i) * 977u, 0.3f, 1.4285715f);
   }
 }
+extern "C" void t_words(uint64_t key, uint64_t first, int64_t n, uint32_t* out) {
+  tdm_words w;
+  const uint32_t* r = tdm_random_words(&w, key, first, n);
+  for (int64_t k = 0; k < n; ++k) out[k] = r[k];
+}
+// Dropout as the emitter writes it over tiles of 256 elements.
+extern "C" void t_dropout_tiles(int64_t n, uint64_t g0, const float* in, float* out) {
+  for (int64_t t0 = 0; t0 < n; t0 += 256) {
+    const int64_t tn = tdm_min(n - t0, 256);
+    tdm_words w;
+    const uint32_t* rw = tdm_random_words(&w, 12345u, g0 + static_cast<uint64_t>(t0), tn);
+    for (int64_t t = t0; t < t0 + tn; ++t) out[t] = tdm_dropout_word(in[t], rw[t - t0], 0.3f, 1.4285715f);
+  }
+}
 )";
 
 struct Kernels {
@@ -43,6 +58,8 @@ struct Kernels {
   void (*store)(int64_t, const float*, uint16_t*, uint16_t*);
   void (*load)(int64_t, const uint16_t*, float*, float*);
   void (*binary)(int64_t, const float*, const float*, float*);
+  void (*words)(uint64_t, uint64_t, int64_t, uint32_t*);
+  void (*dropout_tiles)(int64_t, uint64_t, const float*, float*);
 };
 
 const Kernels& kernels() {
@@ -52,6 +69,8 @@ const Kernels& kernels() {
     k.store = reinterpret_cast<decltype(k.store)>(k.module->symbol("t_store"));
     k.load = reinterpret_cast<decltype(k.load)>(k.module->symbol("t_load"));
     k.binary = reinterpret_cast<decltype(k.binary)>(k.module->symbol("t_binary"));
+    k.words = reinterpret_cast<decltype(k.words)>(k.module->symbol("t_words"));
+    k.dropout_tiles = reinterpret_cast<decltype(k.dropout_tiles)>(k.module->symbol("t_dropout_tiles"));
     return k;
   }();
   return k;
@@ -131,6 +150,35 @@ TEST(Prefix, FormulasMatchElementwiseH) {
       EXPECT_TRUE(same(out[8 * i + static_cast<size_t>(k)], want[k]))
           << names[k] << "(" << a[i] << ", " << b[i] << ") = " << out[8 * i + static_cast<size_t>(k)] << ", want "
           << want[k];
+  }
+}
+
+// The tile-at-a-time words (one Philox block per 4 elements) are core's random_bits bit for bit:
+// every offset within a block, partial and full tiles, and block counters whose low word wraps.
+TEST(Prefix, RandomWordsAreRandomBits) {
+  std::vector<uint32_t> got(256);
+  for (uint64_t key : {uint64_t{0}, uint64_t{1234}, uint64_t{0xfedcba9876543210ull}})
+    for (uint64_t first : {uint64_t{0}, uint64_t{1}, uint64_t{2}, uint64_t{3}, uint64_t{977}, (uint64_t{1} << 34) - 37,
+                           (uint64_t{1} << 62) + 5})
+      for (int64_t n : {0, 1, 3, 4, 5, 31, 32, 33, 61, 255, 256}) {
+        kernels().words(key, first, n, got.data());
+        for (int64_t k = 0; k < n; ++k)
+          ASSERT_EQ(got[static_cast<size_t>(k)], random_bits(key, first + static_cast<uint64_t>(k)))
+              << "key " << key << " first " << first << " n " << n << " k " << k;
+      }
+}
+
+TEST(Prefix, DropoutOverTilesMatchesElementwiseH) {
+  const int64_t n = 1000;  // three full tiles and a partial one
+  std::vector<float> in(static_cast<size_t>(n)), out(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) in[static_cast<size_t>(i)] = 0.25f * static_cast<float>(i % 17) - 2.0f;
+  for (uint64_t g0 : {uint64_t{0}, uint64_t{3}, uint64_t{1021}}) {
+    kernels().dropout_tiles(n, g0, in.data(), out.data());
+    for (int64_t i = 0; i < n; ++i) {
+      const float want = dsl::apply_dropout(in[static_cast<size_t>(i)], 12345u, g0 + static_cast<uint64_t>(i), 0.3);
+      ASSERT_EQ(std::memcmp(&out[static_cast<size_t>(i)], &want, 4), 0)
+          << "g0 " << g0 << " i " << i << ": " << out[static_cast<size_t>(i)] << ", want " << want;
+    }
   }
 }
 
