@@ -46,9 +46,10 @@ bool ranks_given = false;
 
 }  // namespace
 
-Options parse_options(int argc, char** argv, const std::string& usage, int default_ranks) {
+Options parse_options(int argc, char** argv, const std::string& usage, int default_ranks, int default_reps) {
   Options o;
   o.ranks = default_ranks;
+  o.reps = default_reps;
   auto fail = [&](const std::string& why) {
     fmt::print(stderr, "{}: {}\n\n{}", argv[0], why, usage);
     std::exit(2);

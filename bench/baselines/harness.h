@@ -33,7 +33,8 @@ struct Options {
 };
 
 // Parses the common flags; `usage` is printed for --help or a bad flag (then exits).
-Options parse_options(int argc, char** argv, const std::string& usage, int default_ranks = 2);
+// `default_reps` replaces --reps's default (10) for benchmarks whose contenders are noisy.
+Options parse_options(int argc, char** argv, const std::string& usage, int default_ranks = 2, int default_reps = 10);
 
 // ------------------------------------------------------------------------------- ranks
 

@@ -139,6 +139,10 @@ void bench_one(Ranks& R, const Options& o, Optimizer which, int64_t n, DType gra
   print_row(fmt::format("tandem: {}", tuned.result.record.winner), s[1], gbs(s[1]));
   fmt::print("  {:<52} {:9.2f} ms  ({:.3f} GB per rank at {:.2f} GB/s per rank)\n", "memory-traffic bound", bound * 1e3,
              bytes / 1e9, bandwidth / 1e9);
+  // Medians a script can read: bench/run_steps.sh sets tandem on threads against the baseline on
+  // MPI processes (what a PyTorch DDP user runs) from two runs of this program.
+  fmt::print("median {}_baseline_ms {:.3f}\nmedian {}_tandem_ms {:.3f}\n", label, s[0].median * 1e3, label,
+             s[1].median * 1e3);
   print_ratio(label + "_speedup", s[0].median / s[1].median);
   print_ratio(label + "_vs_bound", s[1].median / bound);
 }
