@@ -244,7 +244,10 @@ void print_tuning(Ranks& ranks, const Tuned& t) {
              r.speedup(r.winner()), r.baseline().name);
   std::string line = "   ";
   for (const auto& c : r.record.candidates)
-    line += c.ok ? fmt::format(" {} {:.2f}ms;", c.name, c.median() * 1e3) : fmt::format(" {} FAILED;", c.name);
+    line += !c.ok          ? fmt::format(" {} FAILED;", c.name)
+            : c.retimed() ? fmt::format(" {} {:.2f}ms (in turns {:.2f}ms);", c.name, c.median() * 1e3,
+                                        c.final_median() * 1e3)
+                          : fmt::format(" {} {:.2f}ms;", c.name, c.median() * 1e3);
   fmt::print("{}\n", line);
 }
 

@@ -1,5 +1,6 @@
 // `tandem tune`: times every schedule of a workload on the chosen backend with the autotuner and
-// prints each one's median time and speed-up over the unfused baseline, marking the winner.
+// prints each one's median time and speed-up over the unfused baseline, marking the winner and the
+// schedules the final round timed again in turns.
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -55,19 +56,27 @@ void print_table(const tune::TuneResult& r) {
              k.executor);
   fmt::print("machine {}\n", k.machine);
   fmt::print("each schedule checked against the reference interpreter at {}\n", sizes_str(r.record.check_sizes));
-  fmt::print("{} warm-up run(s), {} timed; each time is the slowest rank's; * marks the winner\n\n", r.record.warmup,
+  fmt::print("{} warm-up run(s), {} timed; each time is the slowest rank's; * marks the winner\n", r.record.warmup,
              r.record.reps);
+  if (r.record.final_reps > 0)
+    fmt::print("final round: the schedules within {:.0f}% of the best median (at most {}, marked +) timed again in "
+               "turns,\n{} times each; the winner has the smallest final median\n",
+               r.record.final_margin * 100, r.record.final_max, r.record.final_reps);
+  else
+    fmt::print("no final round: no other schedule within {:.0f}% of the best median\n", r.record.final_margin * 100);
+  fmt::print("\n");
   size_t width = 8;
   for (const auto& c : r.record.candidates) width = std::max(width, c.name.size());
-  fmt::print("  {:<{}}  {:>12}  {:>12}  {:>12}  {:>8}\n", "schedule", width, "median", "min", "max", "speed-up");
+  fmt::print("  {:<{}}  {:>12}  {:>12}  {:>12}  {:>12}  {:>8}\n", "schedule", width, "median", "min", "max",
+             "final median", "speed-up");
   for (const auto& c : r.record.candidates) {
-    const char* mark = c.name == r.record.winner ? "*" : " ";
+    const char* mark = c.name == r.record.winner ? "*" : c.retimed() ? "+" : " ";
     if (!c.ok) {
       fmt::print("{} {:<{}}  FAILED: {}\n", mark, c.name, width, c.error);
       continue;
     }
-    fmt::print("{} {:<{}}  {:>12}  {:>12}  {:>12}  {:>7.2f}x\n", mark, c.name, width, ms(c.median()), ms(c.min()),
-               ms(c.max()), r.speedup(c));
+    fmt::print("{} {:<{}}  {:>12}  {:>12}  {:>12}  {:>12}  {:>7.2f}x\n", mark, c.name, width, ms(c.median()),
+               ms(c.min()), ms(c.max()), c.retimed() ? ms(c.final_median()) : std::string("-"), r.speedup(c));
   }
   fmt::print("\nwinner: {} ({:.2f}x over {})\n", r.record.winner, r.speedup(r.winner()), r.baseline().name);
   if (r.from_cache)
@@ -93,6 +102,11 @@ void print_json(const tune::TuneResult& r) {
       j["max_s"] = c.max();
       j["times_s"] = c.times;
       j["speedup"] = r.speedup(c);
+      j["retimed"] = c.retimed();
+      if (c.retimed()) {
+        j["final_median_s"] = c.final_median();
+        j["final_times_s"] = c.final_times;
+      }
     } else {
       j["error"] = c.error;
     }
@@ -107,6 +121,8 @@ void print_json(const tune::TuneResult& r) {
               {"machine", k.machine},
               {"warmup", r.record.warmup},
               {"reps", r.record.reps},
+              {"final_round", {{"margin", r.record.final_margin}, {"max", r.record.final_max},
+                               {"reps", r.record.final_reps}}},
               {"baseline", r.baseline().name},
               {"winner", r.record.winner},
               {"winner_speedup", r.speedup(r.winner())},

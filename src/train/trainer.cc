@@ -295,7 +295,11 @@ std::string tuned_schedule(const dsl::Program& program, comm::Communicator& comm
   std::string winner;
   if (comm.rank() == 0) {
     const tune::TuneKey key = tune::tune_key(program, comm.size(), comm.backend(), o);
-    if (auto record = tune::load_record(key, exec::jit_cache_dir())) winner = record->winner;
+    std::string stale;
+    if (auto record = tune::load_record(key, exec::jit_cache_dir(), &stale)) winner = record->winner;
+    if (!stale.empty())
+      fmt::print(stderr, "train: {}; `tandem train --tune` or `tandem tune {}` makes a new one\n", stale,
+                 program.name());
   }
   return broadcast_string(comm, winner);
 }

@@ -98,6 +98,12 @@ double CandidateTiming::median() const {
   return n % 2 == 1 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
 }
 
+double CandidateTiming::final_median() const {
+  CandidateTiming f;
+  f.times = final_times;
+  return f.median();
+}
+
 double CandidateTiming::min() const {
   return times.empty() ? std::numeric_limits<double>::infinity() : *std::min_element(times.begin(), times.end());
 }
@@ -112,27 +118,45 @@ std::string record_to_json(const TuneRecord& r, int indent) {
     json j = {{"name", c.name}, {"ok", c.ok}, {"max_error", c.max_error}, {"times_s", c.times}};
     if (!c.ok) j["error"] = c.error;
     if (!c.times.empty()) j["median_s"] = c.median();
+    if (c.retimed()) {
+      j["final_times_s"] = c.final_times;
+      j["final_median_s"] = c.final_median();
+    }
     cands.push_back(std::move(j));
   }
   json checked = json::object();
   for (const auto& [s, v] : r.check_sizes) checked[s] = v;
-  json doc = {{"format", "tandem-tune-1"}, {"key", key_json(r.key)}, {"winner", r.winner},
-              {"warmup", r.warmup},        {"reps", r.reps},         {"checked_at", checked},
-              {"created", r.created},      {"candidates", cands}};
+  json doc = {{"format", kRecordFormat},
+              {"key", key_json(r.key)},
+              {"winner", r.winner},
+              {"warmup", r.warmup},
+              {"reps", r.reps},
+              {"final", {{"margin", r.final_margin}, {"max", r.final_max}, {"reps", r.final_reps}}},
+              {"checked_at", checked},
+              {"created", r.created},
+              {"candidates", cands}};
   return doc.dump(indent);
 }
 
 TuneRecord record_from_json(const std::string& text) {
   try {
     const json doc = json::parse(text);
-    if (doc.at("format").get<std::string>() != "tandem-tune-1")
-      user_error("not a tandem tuning record (format '{}')", doc.at("format").get<std::string>());
+    // Format 1 (no final round) still reads: its candidates have no final times.
+    const std::string format = doc.at("format").get<std::string>();
+    if (format != kRecordFormat && format != "tandem-tune-1")
+      user_error("not a tandem tuning record (format '{}')", format);
     TuneRecord r;
     r.key = key_from(doc.at("key"));
     r.winner = doc.at("winner").get<std::string>();
     r.warmup = doc.at("warmup").get<int>();
     r.reps = doc.at("reps").get<int>();
     r.created = doc.at("created").get<std::string>();
+    if (doc.contains("final")) {
+      const json& f = doc.at("final");
+      r.final_margin = f.at("margin").get<double>();
+      r.final_max = f.at("max").get<int>();
+      r.final_reps = f.at("reps").get<int>();
+    }
     for (const auto& [s, v] : doc.at("checked_at").items()) r.check_sizes[s] = v.get<int64_t>();
     for (const json& j : doc.at("candidates")) {
       CandidateTiming c;
@@ -140,6 +164,7 @@ TuneRecord record_from_json(const std::string& text) {
       c.ok = j.at("ok").get<bool>();
       c.max_error = j.at("max_error").get<double>();
       c.times = j.at("times_s").get<std::vector<double>>();
+      if (j.contains("final_times_s")) c.final_times = j.at("final_times_s").get<std::vector<double>>();
       if (j.contains("error")) c.error = j.at("error").get<std::string>();
       r.candidates.push_back(std::move(c));
     }
@@ -156,14 +181,22 @@ std::string record_path(const TuneKey& key, const std::string& cache_dir) {
   return (fs::path(cache_dir) / "tune" / (key.digest() + ".json")).string();
 }
 
-std::optional<TuneRecord> load_record(const TuneKey& key, const std::string& cache_dir) {
-  std::ifstream f(record_path(key, cache_dir), std::ios::binary);
+std::optional<TuneRecord> load_record(const TuneKey& key, const std::string& cache_dir, std::string* stale) {
+  const std::string path = record_path(key, cache_dir);
+  std::ifstream f(path, std::ios::binary);
   if (!f) return std::nullopt;
   std::stringstream text;
   text << f.rdbuf();
   try {
     TuneRecord r = record_from_json(text.str());
     if (!(r.key == key)) return std::nullopt;
+    if (json::parse(text.str()).at("format").get<std::string>() != kRecordFormat) {
+      if (stale != nullptr)
+        *stale = fmt::format("the tuning record {} is of an older format (tandem-tune-1: chosen without the "
+                             "interleaved final round) and is not used",
+                             path);
+      return std::nullopt;
+    }
     return r;
   } catch (const UserError&) {
     return std::nullopt;  // a damaged record is retuned and replaced

@@ -1,5 +1,5 @@
 // The autotuner's protocol: enumerate, check each schedule against the reference, warm up, time,
-// take medians, pick the fastest, and cache the record.
+// take medians, time the leading ones again in turns, pick the fastest, and cache the record.
 #include "tandem/tune/tune.h"
 
 #include <fmt/chrono.h>
@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <ctime>
 #include <exception>
@@ -122,6 +123,8 @@ std::string now_utc() {
 void check_options(const TuneOptions& o) {
   if (o.reps < 1) user_error("tune: --reps must be at least 1 (got {})", o.reps);
   if (o.warmup < 0) user_error("tune: the warm-up count must be >= 0 (got {})", o.warmup);
+  if (!(o.final_margin >= 0)) user_error("tune: the final round's margin must be >= 0 (got {})", o.final_margin);
+  if (o.final_reps < 0) user_error("tune: the final round's repetitions must be >= 0 (got {})", o.final_reps);
 }
 
 // Sets a schedule up and fills its inputs and scalars, or says why it could not be set up.
@@ -199,6 +202,43 @@ CandidateTiming measure(const schedule::NamedSchedule& cand, comm::Communicator&
   return t;
 }
 
+// The final round: sets the finalists up together at the tuned sizes (they were checked in the
+// first pass) and times them in turns, A, B, C, A, B, C, ..., `reps` times each, after `warmup`
+// untimed turns, so that a drift in the machine's load reaches every finalist alike. Each time is
+// the slowest rank's, as in the first pass, so every rank records the same times. A finalist that
+// cannot be set up again (out of memory, say: the same verdict on every rank) sits the round out.
+void final_round(const std::vector<schedule::NamedSchedule>& schedules, const std::vector<size_t>& chosen,
+                 std::vector<CandidateTiming>& timings, comm::Communicator& comm, Executor& executor,
+                 const TuneOptions& o, const exec::ScalarMap& scalars, int reps) {
+  std::vector<schedule::Plan> plans;
+  plans.reserve(chosen.size());  // every run keeps a reference to its plan
+  std::vector<std::unique_ptr<PreparedRun>> runs;
+  std::vector<size_t> index;
+  for (size_t i : chosen) {
+    plans.push_back(schedules[i].schedule.lower());
+    std::string error;
+    std::unique_ptr<PreparedRun> run = prepare(plans.back(), comm, executor, o.sizes, scalars, error);
+    if (run == nullptr) {
+      plans.pop_back();
+      continue;
+    }
+    runs.push_back(std::move(run));
+    index.push_back(i);
+  }
+  if (runs.size() < 2) return;
+  Phase ph(comm, fmt::format("final round: {} schedules in turns", runs.size()));
+  for (int i = 0; i < o.warmup; ++i)
+    for (auto& run : runs) run->run();
+  for (int i = 0; i < reps; ++i)
+    for (size_t k = 0; k < runs.size(); ++k) {
+      comm.barrier();
+      const auto t0 = Clock::now();
+      runs[k]->run();
+      const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
+      timings[index[k]].final_times.push_back(max_over_ranks(comm, dt));
+    }
+}
+
 // The schedules tune() times: every one, or the baseline and those `only` names.
 std::vector<schedule::NamedSchedule> candidates_of(const dsl::Program& program, const TuneOptions& o) {
   std::vector<schedule::NamedSchedule> all = schedule::enumerate_schedules(program, o.enumerate);
@@ -216,6 +256,39 @@ std::vector<schedule::NamedSchedule> candidates_of(const dsl::Program& program, 
 }
 
 }  // namespace
+
+std::vector<size_t> finalists(const std::vector<CandidateTiming>& candidates, double margin, int max) {
+  double best = std::numeric_limits<double>::infinity();
+  for (const CandidateTiming& c : candidates)
+    if (c.ok) best = std::min(best, c.median());
+  std::vector<size_t> out;
+  if (!std::isfinite(best)) return out;
+  for (size_t i = 0; i < candidates.size(); ++i)
+    if (candidates[i].ok && candidates[i].median() <= best * (1 + margin)) out.push_back(i);
+  // The fastest first; equal medians in enumeration order.
+  std::stable_sort(out.begin(), out.end(),
+                   [&](size_t a, size_t b) { return candidates[a].median() < candidates[b].median(); });
+  if (out.size() > static_cast<size_t>(std::max(max, 0))) out.resize(static_cast<size_t>(std::max(max, 0)));
+  if (out.size() < 2) return {};
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string choose_winner(const std::vector<CandidateTiming>& candidates) {
+  const bool final_round = std::any_of(candidates.begin(), candidates.end(),
+                                       [](const CandidateTiming& c) { return c.ok && c.retimed(); });
+  std::string winner;
+  double best = std::numeric_limits<double>::infinity();
+  for (const CandidateTiming& c : candidates) {
+    if (!c.ok || (final_round && !c.retimed())) continue;
+    const double t = final_round ? c.final_median() : c.median();
+    if (t < best) {
+      best = t;
+      winner = c.name;
+    }
+  }
+  return winner;
+}
 
 const CandidateTiming& TuneResult::winner() const {
   for (const CandidateTiming& c : record.candidates)
@@ -251,8 +324,11 @@ TuneResult tune(const dsl::Program& program, comm::Communicator& comm, const Tun
   TuneResult result;
   // Rank 0 looks the key up and tells the others, so that all take the same path.
   std::string cached;
-  if (o.read_cache && comm.rank() == 0)
-    if (auto r = load_record(key, cache_dir)) cached = record_to_json(*r, -1);
+  if (o.read_cache && comm.rank() == 0) {
+    std::string stale;
+    if (auto r = load_record(key, cache_dir, &stale)) cached = record_to_json(*r, -1);
+    if (!stale.empty()) fmt::print(stderr, "tune: {}; tuning again\n", stale);
+  }
   cached = broadcast_string(comm, cached);
   if (!cached.empty()) {
     result.record = record_from_json(cached);
@@ -282,12 +358,19 @@ TuneResult tune(const dsl::Program& program, comm::Communicator& comm, const Tun
       if (comm.rank() == 0 && o.on_candidate) o.on_candidate(record.candidates.back());
     }
   }
-  double best = std::numeric_limits<double>::infinity();
-  for (const CandidateTiming& c : record.candidates)
-    if (c.ok && c.median() < best) {
-      best = c.median();
-      record.winner = c.name;
-    }
+  // The leading schedules again, in turns. The first-pass times are the slowest rank's, the same on
+  // every rank, so every rank chooses the same finalists, and then the same winner.
+  record.final_margin = o.final_margin;
+  record.final_max = o.final_max;
+  const std::vector<size_t> chosen = finalists(record.candidates, o.final_margin, o.final_max);
+  if (!chosen.empty()) {
+    const int reps = o.final_reps > 0 ? o.final_reps : 2 * o.reps;
+    final_round(candidates, chosen, record.candidates, comm, *executor, o, scalars, reps);
+    const bool ran = std::any_of(record.candidates.begin(), record.candidates.end(),
+                                 [](const CandidateTiming& c) { return c.retimed(); });
+    if (ran) record.final_reps = reps;
+  }
+  record.winner = choose_winner(record.candidates);
   if (record.winner.empty()) {
     std::string why;
     for (const CandidateTiming& c : record.candidates) why += fmt::format("\n  {}: {}", c.name, c.error);

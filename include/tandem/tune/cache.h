@@ -1,7 +1,9 @@
 // The autotuner's on-disk memory: one JSON file per tuning key (program text, sizes, ranks,
 // backend, executor, machine, candidate list) under <JIT cache folder>/tune/, holding every
 // candidate's times and the winner, so that a second tune of the same key times and compiles
-// nothing and `tandem tune` can still print the whole table.
+// nothing and `tandem tune` can still print the whole table. Records are format "tandem-tune-2":
+// "tandem-tune-1" records (from before the interleaved final round) still read, but load_record
+// treats them as stale, so their key is tuned again.
 #pragma once
 
 #include <optional>
@@ -41,17 +43,27 @@ struct CandidateTiming {
   bool ok = true;          // it ran and matched the reference
   std::string error;       // why not, when !ok
   double max_error = 0;    // the largest relative difference from the reference (see Check)
-  std::vector<double> times;  // seconds per repetition: each the slowest rank's
-  double median() const;   // infinity when there are no times
+  std::vector<double> times;  // first pass: seconds per repetition, each the slowest rank's
+  // The final round: the same, timed in turns with the other finalists (empty: not a finalist).
+  std::vector<double> final_times;
+  double median() const;   // of `times`; infinity when there are no times
   double min() const;
   double max() const;
+  bool retimed() const { return !final_times.empty(); }
+  double final_median() const;  // of `final_times`; infinity when there are none
 };
 
 struct TuneRecord {
   TuneKey key;
   std::vector<CandidateTiming> candidates;  // in enumeration order; the first is the baseline
-  std::string winner;                       // the ok candidate with the smallest median
+  // The finalist with the smallest final median; without a final round (fewer than two
+  // finalists), the ok candidate with the smallest median.
+  std::string winner;
   int warmup = 0, reps = 0;
+  // The final round: candidates within final_margin of the best median (at most final_max) were
+  // timed again in turns, final_reps times each (0: there was no final round).
+  double final_margin = 0;
+  int final_max = 0, final_reps = 0;
   dsl::SymbolMap check_sizes;  // where each schedule was checked against the reference
   std::string created;  // UTC, ISO 8601
 };
@@ -62,9 +74,12 @@ TuneRecord record_from_json(const std::string& text);
 
 // <cache_dir>/tune/<digest>.json
 std::string record_path(const TuneKey& key, const std::string& cache_dir);
-// The record for `key`, or nullopt when there is none, or the file is unreadable, malformed or
-// holds another key (it is then retuned and overwritten).
-std::optional<TuneRecord> load_record(const TuneKey& key, const std::string& cache_dir);
+inline constexpr const char* kRecordFormat = "tandem-tune-2";
+
+// The record for `key`, or nullopt when there is none, or the file is unreadable, malformed, holds
+// another key or is of an older format (it is then retuned and overwritten). For an older format,
+// `stale` (when given) is set to a sentence saying so, for the user.
+std::optional<TuneRecord> load_record(const TuneKey& key, const std::string& cache_dir, std::string* stale = nullptr);
 // Writes the record under a temporary name and renames it into place; returns the path.
 std::string store_record(const TuneRecord& record, const std::string& cache_dir);
 

@@ -1,13 +1,19 @@
 // The autotuner: times every legal schedule of a program on the real backend and keeps the
 // fastest. For each schedule from enumerate_schedules it sets the schedule up (compiling it),
 // checks one run against the reference interpreter on the same inputs, then warms up and times
-// several repetitions (each the slowest rank's time) and takes the median. The winner is the
-// checked schedule with the smallest median, so the choice is never slower than the best it
-// timed. The choice and every time are cached on disk (tune/cache.h); a second tune of the same
-// key reads the record and neither times nor compiles anything.
+// several repetitions (each the slowest rank's time) and takes the median. On a noisy machine the
+// leading schedules are often within one timing's spread of each other, so a final round follows:
+// the finalists (every checked schedule whose median is within final_margin of the best, at most
+// final_max of them) are set up together and timed again in turns (A, B, C, A, B, C, ...: a slow
+// drift in the machine's load hits all of them alike), final_reps times each, and the winner is
+// the finalist with the smallest median of those interleaved times. So the choice is never
+// measurably slower than the best schedule it timed. The choice and every time are cached on disk
+// (tune/cache.h); a second tune of the same key reads the record and neither times nor compiles
+// anything.
 //
 // Every rank calls tune() together (SPMD), on the thread backend or on MPI; rank 0 reads and
-// writes the cache and the ranks agree on everything through the communicator.
+// writes the cache and the ranks agree on everything through the communicator: every time is the
+// maximum over the ranks (all-reduced), so every rank picks the same finalists and winner.
 #pragma once
 
 #include <cstdint>
@@ -31,6 +37,12 @@ struct TuneOptions {
   exec::ScalarMap scalars;  // overrides of standard_scalars()
   int warmup = 1;           // untimed runs before the repetitions
   int reps = 5;             // timed repetitions per schedule (>= 1)
+  // The final round (see above): finalists are within final_margin (0.15: 15%) of the best
+  // first-pass median, at most final_max of them (< 2: no final round); each is timed
+  // final_reps times in turns (0: 2 x reps), after `warmup` untimed turns.
+  double final_margin = 0.15;
+  int final_max = 4;
+  int final_reps = 0;
   // The check against the reference interpreter (which is slow: it is the oracle) runs where no
   // value holds more than this many elements: at the tuned sizes when they fit, else at sizes
   // scaled down by shrink_sizes (the compiled code is the same: sizes are run-time values).
@@ -63,6 +75,15 @@ struct TuneResult {
 };
 
 TuneResult tune(const dsl::Program& program, comm::Communicator& comm, const TuneOptions& options);
+
+// The candidates the final round times again, as indices into `candidates` in enumeration order:
+// the ok ones whose median is within `margin` of the smallest median (median <= best x (1 +
+// margin)), the fastest `max` of them; none when fewer than two qualify.
+std::vector<size_t> finalists(const std::vector<CandidateTiming>& candidates, double margin, int max);
+
+// The winner's name: the retimed candidate with the smallest final median when any was retimed,
+// else the ok candidate with the smallest median ("" when none is ok). Ties go to the earlier one.
+std::string choose_winner(const std::vector<CandidateTiming>& candidates);
 
 // tune() on `ranks` in-process ranks (the thread backend); returns rank 0's result.
 TuneResult tune_threads(const dsl::Program& program, int ranks, const TuneOptions& options);

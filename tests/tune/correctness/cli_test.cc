@@ -22,22 +22,38 @@ TEST(TuneCli, JsonThenCachedTable) {
   EXPECT_EQ(doc.at("sizes").at("N"), 3001);
   EXPECT_EQ(doc.at("baseline"), "AR-C");
   EXPECT_FALSE(doc.at("from_cache").get<bool>());
-  int winners = 0;
-  double best = 1e300;
+  int winners = 0, retimed = 0;
+  double best = 1e300, best_final = 1e300;
+  const int final_reps = doc.at("final_round").at("reps").get<int>();
   for (const auto& c : doc.at("candidates")) {
     ASSERT_TRUE(c.at("ok").get<bool>()) << c.dump();
     EXPECT_EQ(c.at("times_s").size(), 2u);
     best = std::min(best, c.at("median_s").get<double>());
     winners += c.at("winner").get<bool>();
+    if (c.at("retimed").get<bool>()) {
+      ++retimed;
+      EXPECT_EQ(c.at("final_times_s").size(), 4u);  // 2 x --reps
+      best_final = std::min(best_final, c.at("final_median_s").get<double>());
+    }
     if (c.at("name") == "AR-C") {
       EXPECT_DOUBLE_EQ(c.at("speedup").get<double>(), 1.0);
     }
   }
   EXPECT_EQ(winners, 1);
+  EXPECT_LE(retimed, 4);
+  EXPECT_NE(retimed, 1);
+  EXPECT_EQ(final_reps, retimed > 0 ? 4 : 0);
+  // The winner: the smallest interleaved median after a final round, else the smallest median.
   for (const auto& c : doc.at("candidates"))
     if (c.at("winner").get<bool>()) {
       EXPECT_EQ(c.at("name"), doc.at("winner"));
-      EXPECT_DOUBLE_EQ(c.at("median_s").get<double>(), best);
+      if (retimed > 0) {
+        ASSERT_TRUE(c.at("retimed").get<bool>()) << c.dump();
+        EXPECT_DOUBLE_EQ(c.at("final_median_s").get<double>(), best_final);
+        EXPECT_LE(c.at("median_s").get<double>(), best * (1 + doc.at("final_round").at("margin").get<double>()));
+      } else {
+        EXPECT_DOUBLE_EQ(c.at("median_s").get<double>(), best);
+      }
     }
 
   const CommandResult t = run_tandem("tune adam --ranks 2 --size N=3001 --executor plan --reps 2");
@@ -47,6 +63,10 @@ TEST(TuneCli, JsonThenCachedTable) {
   EXPECT_NE(t.output.find("  AR-C "), std::string::npos) << t.output;
   EXPECT_NE(t.output.find("1.00x"), std::string::npos) << t.output;
   EXPECT_NE(t.output.find("winner: " + winner), std::string::npos) << t.output;
+  EXPECT_NE(t.output.find("final median"), std::string::npos) << t.output;
+  if (retimed > 0) {
+    EXPECT_NE(t.output.find("final round: the schedules within 15%"), std::string::npos) << t.output;
+  }
   EXPECT_NE(t.output.find("(read: nothing timed, 0 compiled"), std::string::npos) << t.output;
 }
 

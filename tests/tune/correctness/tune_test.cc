@@ -1,11 +1,15 @@
 // The autotuner end to end on in-process ranks: it checks every schedule against the reference,
 // picks the schedule with the smallest median (made known here by slowing the others down), drops
 // schedules whose results are wrong or whose set-up fails, and a second tune of the same key
-// reads the cache and compiles nothing.
+// reads the cache and compiles nothing. The final round times the leading schedules again in
+// turns and picks by those times (made known here by scripting each schedule's delay).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <map>
+#include <mutex>
 #include <thread>
 
 #include "tandem/core/error.h"
@@ -66,6 +70,70 @@ class RiggedExecutor final : public Executor {
   std::unique_ptr<Executor> inner_;
 };
 
+// An executor that runs the plan runner and then sleeps a scripted delay per schedule: `first`
+// while a schedule is set up for the first time on a rank (its check and first pass, when the
+// check sizes are the tuned ones), `final` once set up again (the final round). Each rank logs the
+// schedules it runs in the final round, in order.
+struct Script {
+  std::map<std::string, std::pair<int, int>> ms;  // name -> (first, final) delay in ms
+  int other_ms = 60;                              // the first-pass delay of the unlisted schedules
+};
+
+class ScriptedExecutor final : public Executor {
+ public:
+  explicit ScriptedExecutor(Script s) : s_(std::move(s)), inner_(plan_executor()) {}
+  std::string name() const override { return "scripted"; }
+  std::unique_ptr<PreparedRun> prepare(const schedule::Plan& plan, comm::Communicator& comm,
+                                       const dsl::SymbolMap& symbols) override {
+    int generation = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      generation = ++prepared_[{plan.name, comm.rank()}];
+    }
+    auto it = s_.ms.find(plan.name);
+    const int delay = it == s_.ms.end() ? s_.other_ms : generation == 1 ? it->second.first : it->second.second;
+    std::vector<std::string>* log = nullptr;
+    if (generation > 1) {
+      std::lock_guard<std::mutex> lock(mu_);
+      log = &final_log_[comm.rank()];
+    }
+    return std::make_unique<Run>(inner_->prepare(plan, comm, symbols), plan.name, std::chrono::milliseconds(delay),
+                                 log);
+  }
+  // The schedules rank `rank` ran in the final round, warm-up included, in order.
+  std::vector<std::string> final_log(int rank) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return final_log_[rank];
+  }
+
+ private:
+  class Run final : public PreparedRun {
+   public:
+    Run(std::unique_ptr<PreparedRun> inner, std::string name, std::chrono::milliseconds delay,
+        std::vector<std::string>* log)
+        : inner_(std::move(inner)), name_(std::move(name)), delay_(delay), log_(log) {}
+    Tensor input(std::string_view name) override { return inner_->input(name); }
+    void set_scalar(std::string_view name, double value) override { inner_->set_scalar(name, value); }
+    void run() override {
+      inner_->run();
+      std::this_thread::sleep_for(delay_);
+      if (log_ != nullptr) log_->push_back(name_);  // only this rank's thread touches its log
+    }
+    exec::TensorMap results() override { return inner_->results(); }
+
+   private:
+    std::unique_ptr<PreparedRun> inner_;
+    std::string name_;
+    std::chrono::milliseconds delay_;
+    std::vector<std::string>* log_;
+  };
+  Script s_;
+  std::unique_ptr<Executor> inner_;
+  std::mutex mu_;
+  std::map<std::pair<std::string, int>, int> prepared_;
+  std::map<int, std::vector<std::string>> final_log_;
+};
+
 std::vector<std::string> names_of(const dsl::Program& p) {
   std::vector<std::string> out;
   for (const auto& s : schedule::enumerate_schedules(p)) out.push_back(s.name);
@@ -102,6 +170,7 @@ TEST(Tune, PicksTheScheduleWithTheSmallestMedian) {
       EXPECT_EQ(c.times.size(), 3u);
       // Never slower than the best it timed.
       EXPECT_LE(r.winner().median(), c.median()) << c.name;
+      EXPECT_FALSE(c.retimed()) << c.name;  // no other schedule near the fast one
     }
     EXPECT_EQ(r.baseline().name, "AR-C");
     EXPECT_DOUBLE_EQ(r.speedup(r.baseline()), 1.0);
@@ -109,6 +178,74 @@ TEST(Tune, PicksTheScheduleWithTheSmallestMedian) {
     EXPECT_TRUE(r.cache_file.empty());
     EXPECT_FALSE(std::filesystem::exists(dir.path() / "tune"));
   }
+}
+
+// Three schedules lead the first pass within the margin (a, then b and c 30% and 50% behind); in
+// the final round b is the fastest. The tuner times the leaders again in turns, b wins, and the
+// schedules outside the margin (d, 3x behind; the rest, 4x) are not timed again. With a cap of
+// two, only the two fastest of the first pass (a and b) are. The gaps are wide enough that a busy
+// machine's oversleeping does not reorder them.
+TEST(Tune, FinalRoundTimesTheLeadersInTurnsAndPicksByTheirMedian) {
+  testing::TempCacheDir dir("final");
+  const dsl::Program adam = dsl::workloads::adam(DType::F32);
+  const auto names = names_of(adam);
+  ASSERT_GE(names.size(), 6u);
+  const std::string a = names[1], b = names[2], c = names[3], d = names[4];
+  for (const int cap : {4, 2}) {
+    SCOPED_TRACE(fmt::format("final_max {}", cap));
+    Script script;
+    script.ms = {{a, {20, 60}}, {b, {26, 20}}, {c, {30, 40}}, {d, {60, 60}}};
+    script.other_ms = 80;
+    auto executor = std::make_shared<ScriptedExecutor>(script);
+    TuneOptions o = small(1001);
+    o.executor = executor;
+    o.write_cache = false;
+    o.final_margin = 0.75;  // c is 50% behind a, d 200%: 5 ms and 25 ms from the cut
+    o.final_max = cap;
+    o.final_reps = 4;
+    const TuneResult r = tune_threads(adam, 2, o);
+    ASSERT_EQ(r.record.check_sizes, o.sizes);  // one set-up per schedule before the final round
+    const std::vector<std::string> finalists = cap == 4 ? std::vector<std::string>{a, b, c}
+                                                        : std::vector<std::string>{a, b};
+    for (const CandidateTiming& t : r.record.candidates) {
+      EXPECT_TRUE(t.ok) << t.name << ": " << t.error;
+      EXPECT_EQ(t.times.size(), 3u) << t.name;
+      const bool finalist = std::find(finalists.begin(), finalists.end(), t.name) != finalists.end();
+      EXPECT_EQ(t.final_times.size(), finalist ? 4u : 0u) << t.name;
+    }
+    EXPECT_EQ(r.record.winner, b);
+    EXPECT_EQ(r.record.final_reps, 4);
+    EXPECT_EQ(r.record.final_max, cap);
+    EXPECT_DOUBLE_EQ(r.record.final_margin, 0.75);
+    // a led the first pass, but b's interleaved median is the smallest.
+    EXPECT_LT(r.record.candidates[1].median(), r.record.candidates[2].median());
+    EXPECT_LT(r.winner().final_median(), r.record.candidates[1].final_median());
+    // In turns: one warm-up turn, then four timed ones, each over the finalists in order; and
+    // every rank ran the same finalists in the same order.
+    std::vector<std::string> turns;
+    for (int i = 0; i < 1 + 4; ++i) turns.insert(turns.end(), finalists.begin(), finalists.end());
+    EXPECT_EQ(executor->final_log(0), turns);
+    EXPECT_EQ(executor->final_log(1), turns);
+  }
+}
+
+// One schedule far ahead of the rest: no final round, the first pass decides.
+TEST(Tune, NoFinalRoundWhenOneScheduleLeadsClearly) {
+  testing::TempCacheDir dir("nofinal");
+  const dsl::Program adam = dsl::workloads::adam(DType::F32);
+  const auto names = names_of(adam);
+  Script script;
+  script.ms = {{names[1], {5, 5}}};
+  script.other_ms = 30;
+  auto executor = std::make_shared<ScriptedExecutor>(script);
+  TuneOptions o = small(1001);
+  o.executor = executor;
+  o.write_cache = false;
+  const TuneResult r = tune_threads(adam, 2, o);
+  EXPECT_EQ(r.record.winner, names[1]);
+  EXPECT_EQ(r.record.final_reps, 0);
+  for (const auto& t : r.record.candidates) EXPECT_FALSE(t.retimed()) << t.name;
+  EXPECT_TRUE(executor->final_log(0).empty());
 }
 
 TEST(Tune, WrongOrBrokenSchedulesNeverWin) {
@@ -175,6 +312,8 @@ TEST(Tune, CompiledSecondTuneReadsTheCacheAndCompilesNothing) {
   EXPECT_EQ(s2.memory_hits, s1.memory_hits);
   EXPECT_EQ(second.record.winner, first.record.winner);
   EXPECT_EQ(second.record.candidates[1].times, first.record.candidates[1].times);
+  EXPECT_EQ(second.record.candidates[1].final_times, first.record.candidates[1].final_times);
+  EXPECT_EQ(second.record.final_reps, first.record.final_reps);
 
   // Retuning measures again, but the kernels come from the JIT's cache.
   o.read_cache = false;

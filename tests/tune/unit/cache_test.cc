@@ -1,5 +1,6 @@
 // The tuning cache: records survive a JSON round trip, every field of the key changes the file,
-// and damaged, missing or foreign records read as misses.
+// and damaged, missing or foreign records read as misses; records of the older format read, but
+// load_record treats them as stale.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -67,7 +68,63 @@ TEST(TuneCache, JsonRoundTrip) {
     EXPECT_EQ(back.candidates[i].times, r.candidates[i].times);
     EXPECT_EQ(back.candidates[i].error, r.candidates[i].error);
     EXPECT_DOUBLE_EQ(back.candidates[i].max_error, r.candidates[i].max_error);
+    EXPECT_EQ(back.candidates[i].final_times, r.candidates[i].final_times);
   }
+}
+
+TEST(TuneCache, JsonRoundTripKeepsTheFinalRound) {
+  TuneRecord r = sample_record();
+  r.final_margin = 0.15;
+  r.final_max = 4;
+  r.final_reps = 2;
+  r.candidates[0].final_times = {0.011, 0.009};
+  r.candidates[1].final_times = {0.008, 0.012};
+  r.winner = "AR-C";
+  EXPECT_DOUBLE_EQ(r.candidates[1].final_median(), 0.010);
+  EXPECT_TRUE(std::isinf(r.candidates[2].final_median()));
+  const std::string text = record_to_json(r);
+  EXPECT_NE(text.find("\"tandem-tune-2\""), std::string::npos) << text;
+  const TuneRecord back = record_from_json(text);
+  EXPECT_EQ(back.winner, "AR-C");
+  EXPECT_DOUBLE_EQ(back.final_margin, 0.15);
+  EXPECT_EQ(back.final_max, 4);
+  EXPECT_EQ(back.final_reps, 2);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(back.candidates[i].final_times, r.candidates[i].final_times) << i;
+    EXPECT_EQ(back.candidates[i].retimed(), i < 2) << i;
+  }
+}
+
+// A record written before the final round (format 1) still reads, as a record without a final
+// round; but the cache treats it as stale, says so, and the key is tuned again.
+TEST(TuneCache, OlderFormatReadsButIsStale) {
+  testing::TempCacheDir dir("format1");
+  const TuneRecord r = sample_record();
+  std::string text = record_to_json(r);
+  const std::string v2 = "\"tandem-tune-2\"";
+  text.replace(text.find(v2), v2.size(), "\"tandem-tune-1\"");
+  const size_t final_at = text.find("\"final\"");
+  ASSERT_NE(final_at, std::string::npos);
+  const TuneRecord back = record_from_json(text);
+  EXPECT_EQ(back.winner, r.winner);
+  EXPECT_EQ(back.final_reps, 0);
+  for (const auto& c : back.candidates) EXPECT_FALSE(c.retimed());
+
+  const std::string path = store_record(r, dir.str());
+  {
+    std::ofstream f(path, std::ios::trunc);
+    f << text;
+  }
+  std::string stale;
+  EXPECT_FALSE(load_record(r.key, dir.str(), &stale).has_value());
+  EXPECT_NE(stale.find("older format (tandem-tune-1"), std::string::npos) << stale;
+  EXPECT_NE(stale.find(path), std::string::npos) << stale;
+  EXPECT_NE(stale.find("is not used"), std::string::npos) << stale;
+  // The current format is no stale record.
+  store_record(r, dir.str());
+  stale.clear();
+  EXPECT_TRUE(load_record(r.key, dir.str(), &stale).has_value());
+  EXPECT_TRUE(stale.empty()) << stale;
 }
 
 TEST(TuneCache, EveryKeyFieldChangesTheDigest) {
