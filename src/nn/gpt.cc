@@ -4,13 +4,20 @@
 #include <limits>
 
 #include "tandem/core/error.h"
+#include "tandem/core/parallel.h"
 #include "tandem/core/rng.h"
 #include "tandem/nn/gpt.h"
 
 namespace tandem::nn {
 namespace {
 
-void zero(float* p, int64_t n) { std::memset(p, 0, static_cast<size_t>(n) * sizeof(float)); }
+// Split over threads (core/parallel.h): the gradient buffers a backward block clears are several
+// MiB, and one thread's memset leaves the other cores idle.
+void zero(float* p, int64_t n) {
+  parallel_for(n, int64_t{1} << 16, [&](int64_t b, int64_t e) {
+    std::memset(p + b, 0, static_cast<size_t>(e - b) * sizeof(float));
+  });
+}
 
 template <typename Kind>
 Buffers<Kind> allocate(const GPTConfig& c, int B, int T, Allocator& alloc) {

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "tandem/core/error.h"
+#include "tandem/core/parallel.h"
 #include "tandem/core/rng.h"
 #include "tandem/nn/gpt.h"
 
@@ -129,8 +130,13 @@ Tensor ParameterSet::block_flat(int layer) const {
   return flat_.flat_slice(specs_[s].offset, block_floats(config_));
 }
 
+// Split over threads (core/parallel.h): a model's gradients are tens of MiB.
 void ParameterSet::zero() const {
-  if (flat_.nbytes() > 0) std::memset(flat_.data(), 0, flat_.nbytes());
+  if (flat_.nbytes() == 0) return;
+  auto* p = static_cast<unsigned char*>(flat_.data());
+  parallel_for(static_cast<int64_t>(flat_.nbytes()), int64_t{1} << 18, [&](int64_t b, int64_t e) {
+    std::memset(p + b, 0, static_cast<size_t>(e - b));
+  });
 }
 
 void gpt_init(const ParameterSet& params, uint64_t seed) {

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "columns.h"
 #include "vec.h"
 #include "tandem/core/parallel.h"
 #include "tandem/nn/layers.h"
@@ -16,7 +17,7 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
   const float* __restrict w = weight;
   const float* __restrict bi = bias;
   // Rows are independent: split over threads, at least ~32K elements each.
-  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / std::max(C, 1));
+  const int64_t grain = std::max<int64_t>(1, detail::kParallelGrain / std::max(C, 1));
   parallel_for(N, grain, [&](int64_t n0, int64_t n1) {
   for (int64_t n = n0; n < n1; ++n) {
     const float* __restrict x = inp + static_cast<int64_t>(n) * C;
@@ -43,32 +44,52 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
 
 namespace {
 
-// One row's parameter and input gradients, given its two row means. A function of its own so that
-// the restrict qualifiers are on parameters, where GCC relies on them (on block-scope locals it
-// gave up vectorising this loop).
-void layernorm_backward_row(float* __restrict dx, float* __restrict dw, float* __restrict db,
-                            const float* __restrict g, const float* __restrict x,
-                            const float* __restrict w, float m, float s, float dnorm_mean,
-                            float dnorm_norm_mean, int C) {
+// One row's input gradient, given its two row means. A function of its own so that the restrict
+// qualifiers are on parameters, where GCC relies on them (on block-scope locals it gave up
+// vectorising this loop).
+void layernorm_backward_row(float* __restrict dx, const float* __restrict g,
+                            const float* __restrict x, const float* __restrict w, float m, float s,
+                            float dnorm_mean, float dnorm_norm_mean, int C) {
   for (int j = 0; j < C; ++j) {
     const float norm = (x[j] - m) * s;
     const float dnorm = w[j] * g[j];
-    db[j] += g[j];
-    dw[j] += norm * g[j];
     dx[j] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+  }
+}
+
+// Columns [c0, c1) of the parameter gradients, summed over rows in row order:
+// dbias[j] += sum_n g[n, j], dweight[j] += sum_n norm[n, j] * g[n, j].
+void layernorm_backward_params(float* __restrict dw, float* __restrict db,
+                               const float* __restrict dout, const float* __restrict inp,
+                               const float* __restrict mean, const float* __restrict rstd, int N,
+                               int C, int64_t c0, int64_t c1) {
+  for (int n = 0; n < N; ++n) {
+    const float* __restrict x = inp + static_cast<int64_t>(n) * C;
+    const float* __restrict g = dout + static_cast<int64_t>(n) * C;
+    const float m = mean[n], s = rstd[n];
+    for (int64_t j = c0; j < c1; ++j) {
+      const float norm = (x[j] - m) * s;
+      db[j] += g[j];
+      dw[j] += norm * g[j];
+    }
   }
 }
 
 }  // namespace
 
 // dinp (N, C), dweight (C), dbias (C) += backward of layernorm_forward for dout (N, C).
+// Two parallel passes: rows for dinp (each row needs only its own two means), then column blocks
+// for dweight and dbias (each column summed over rows in order), so no partial sums are kept and
+// the result is the same at any thread count.
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                         const float* inp, const float* weight, const float* mean, const float* rstd,
                         int N, int C) {
   const float* __restrict w = weight;
-  for (int n = 0; n < N; ++n) {
-    const float* __restrict x = inp + static_cast<int64_t>(n) * C;
-    const float* __restrict g = dout + static_cast<int64_t>(n) * C;
+  const int64_t grain = std::max<int64_t>(1, detail::kParallelGrain / std::max(C, 1));
+  parallel_for(N, grain, [&](int64_t n0, int64_t n1) {
+  for (int64_t n = n0; n < n1; ++n) {
+    const float* __restrict x = inp + n * C;
+    const float* __restrict g = dout + n * C;
     const float m = mean[n], s = rstd[n];
     // The two row means the input gradient needs: mean(w * g) and mean(w * g * norm).
     float acc_g[kLanes] = {}, acc_gn[kLanes] = {};
@@ -93,9 +114,12 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
     }
     dnorm_mean /= static_cast<float>(C);
     dnorm_norm_mean /= static_cast<float>(C);
-    layernorm_backward_row(dinp + static_cast<int64_t>(n) * C, dweight, dbias, g, x, w, m, s,
-                           dnorm_mean, dnorm_norm_mean, C);
+    layernorm_backward_row(dinp + n * C, g, x, w, m, s, dnorm_mean, dnorm_norm_mean, C);
   }
+  });
+  detail::for_column_blocks(C, N, [&](int64_t c0, int64_t c1) {
+    layernorm_backward_params(dweight, dbias, dout, inp, mean, rstd, N, C, c0, c1);
+  });
 }
 
 }  // namespace tandem::nn

@@ -2,10 +2,23 @@
 #include <algorithm>
 #include <cstring>
 
+#include "columns.h"
 #include "tandem/core/blas.h"
 #include "tandem/nn/layers.h"
 
 namespace tandem::nn {
+namespace {
+
+// dbias[o] += sum over rows of dout[n, o], for columns [c0, c1).
+void bias_grad(float* __restrict db, const float* __restrict dout, int N, int OC, int64_t c0,
+               int64_t c1) {
+  for (int n = 0; n < N; ++n) {
+    const float* __restrict g = dout + static_cast<int64_t>(n) * OC;
+    for (int64_t o = c0; o < c1; ++o) db[o] += g[o];
+  }
+}
+
+}  // namespace
 
 // out (N, OC) = inp (N, IC) @ weight (IC, OC) + bias (OC)
 void linear_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
@@ -33,11 +46,8 @@ void linear_backward(float* dinp, float* dweight, float* dbias, const float* dou
     blas::sgemm(true, false, IC, OC, N, 1.0f, inp, IC, dout, OC, 1.0f, dweight, OC);
   }
   if (dbias != nullptr) {
-    float* __restrict db = dbias;
-    for (int n = 0; n < N; ++n) {
-      const float* __restrict g = dout + static_cast<int64_t>(n) * OC;
-      for (int o = 0; o < OC; ++o) db[o] += g[o];
-    }
+    // Column blocks in parallel, each column summed over rows in order (columns.h).
+    detail::for_column_blocks(OC, N, [&](int64_t c0, int64_t c1) { bias_grad(dbias, dout, N, OC, c0, c1); });
   }
 }
 

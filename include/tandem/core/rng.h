@@ -32,6 +32,11 @@ inline uint32_t random_bits(uint64_t seed, uint64_t index, uint32_t stream = 0) 
   return r[index & 3];
 }
 
+// out[k] = random_bits(seed, first + k, stream) for k in [0, n), bitwise, drawing one Philox block
+// per four consecutive elements (not one per element) and, on AVX2, eight blocks at a time in the
+// lanes of one register. For dropout masks and other long runs of consecutive indices.
+void random_bits_tile(uint32_t* out, uint64_t seed, uint64_t first, int64_t n, uint32_t stream = 0);
+
 // Uniform in [0, 1) with 24 bits of resolution (exactly representable in f32).
 inline float random_uniform(uint64_t seed, uint64_t index, uint32_t stream = 0) {
   return static_cast<float>(random_bits(seed, index, stream) >> 8) * 0x1p-24f;

@@ -11,6 +11,10 @@
 //   checkpoint's c_attn.weight of shape (C, 3C) is used as is, without a transpose.
 // - Deterministic: the same call on the same inputs gives bitwise the same result, whatever the
 //   addresses of the buffers, so a recomputed forward equals the first one.
+// - Thread-count independent: the longer loops split over core/parallel.h's threads by rows,
+//   elements or heads, each part writing its own outputs; sums over rows (dweight, dbias, dwte)
+//   split by column blocks, each column still summed over rows in order. No bit depends on the
+//   width, and no kernel needs scratch for partial sums.
 // Naive reference kernels for each of these, templated on the scalar type, are in reference.h.
 #pragma once
 

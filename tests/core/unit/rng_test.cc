@@ -51,6 +51,24 @@ TEST(Rng, DropoutKeepsAboutOneMinusP) {
   EXPECT_NEAR(kept / 100000.0, 0.75, 0.01);
 }
 
+// random_bits_tile is random_bits bit for bit: every start within a block, lengths across the
+// tile (256 words) and 8-block boundaries, counters carrying into the high word, other streams.
+TEST(Rng, TileEqualsRandomBits) {
+  const uint64_t key = 0x0123456789abcdefull;
+  for (uint64_t first : {uint64_t{0}, uint64_t{1}, uint64_t{2}, uint64_t{3}, uint64_t{1001},
+                         (uint64_t{1} << 34) - 5, ~uint64_t{0} - 700})
+    for (int64_t n : {0, 1, 3, 4, 5, 31, 32, 33, 253, 255, 256, 257, 1000}) {
+      for (uint32_t stream : {0u, 7u}) {
+        std::vector<uint32_t> got(static_cast<size_t>(n) + 1, 0xdeadbeefu);
+        random_bits_tile(got.data(), key, first, n, stream);
+        for (int64_t k = 0; k < n; ++k)
+          ASSERT_EQ(got[static_cast<size_t>(k)], random_bits(key, first + static_cast<uint64_t>(k), stream))
+              << "first " << first << " n " << n << " k " << k << " stream " << stream;
+        EXPECT_EQ(got[static_cast<size_t>(n)], 0xdeadbeefu) << "wrote past n = " << n;
+      }
+    }
+}
+
 TEST(Rng, SeedsAndStreamsDiffer) {
   EXPECT_NE(random_bits(1, 0), random_bits(2, 0));
   EXPECT_NE(random_bits(1, 0, 0), random_bits(1, 0, 1));

@@ -17,6 +17,7 @@
 
 #include "nn/nn_test_util.h"
 #include "tandem/core/blas.h"
+#include "tandem/core/rng.h"
 #include "tandem/nn/layers.h"
 #include "tandem/nn/reference.h"
 
@@ -439,6 +440,27 @@ TEST(Layers, ThreadCountDoesNotChangeAnyBit) {
   const std::vector<float> qkv = testing::to_f32(uniform(B * T * 3 * C, 5, -2.0, 2.0));
   const std::vector<float> g = testing::to_f32(uniform(B * T * C, 6, -1.0, 1.0));
   const std::vector<float> x = testing::to_f32(uniform(100003, 7, -3.0, 3.0));  // above the split grain
+  const std::vector<float> y = testing::to_f32(uniform(x.size(), 8, -3.0, 3.0));
+  // Row-wise layers and row reductions at sizes that split both rows and column blocks (700 rows
+  // of 100 columns: 7 blocks of 16, the last one partial).
+  // IC = 0 leaves linear_backward only its bias gradient: OpenBLAS's own GEMM bits may depend on
+  // its thread count, which is not this contract.
+  const int N = 700, W = 100, IC = 0, V = 50, EB = 7, ET = 100;
+  const std::vector<float> rows = testing::to_f32(uniform(N * W, 9, -2.0, 2.0));
+  const std::vector<float> drows = testing::to_f32(uniform(N * W, 10, -1.0, 1.0));
+  const std::vector<float> lnw = testing::to_f32(uniform(W, 11, 0.5, 1.5));
+  const std::vector<float> lnb = testing::to_f32(uniform(W, 12, -0.5, 0.5));
+  const std::vector<float> lin = testing::to_f32(uniform(N * IC, 13, -1.0, 1.0));
+  const std::vector<float> linw = testing::to_f32(uniform(IC * W, 14, -1.0, 1.0));
+  const std::vector<float> wte = testing::to_f32(uniform(V * W, 15, -1.0, 1.0));
+  const std::vector<float> wpe = testing::to_f32(uniform(ET * W, 16, -1.0, 1.0));
+  std::vector<int32_t> targets(N), tokens(EB * ET);
+  for (int n = 0; n < N; ++n) targets[n] = (n * 7) % W;
+  for (int i = 0; i < EB * ET; ++i) tokens[i] = (i * 13) % V;  // tokens repeat: a real scatter
+  Dropout d;
+  d.p = 0.3f;
+  d.key = 1234;
+  d.index_offset = 4097;  // not a multiple of 4: chunks start inside a Philox block
   auto run = [&](int threads) {
     const int old = blas::num_threads();
     blas::set_num_threads(threads);
@@ -448,11 +470,46 @@ TEST(Layers, ThreadCountDoesNotChangeAnyBit) {
     attention_backward(dqkv.data(), scratch.data(), g.data(), qkv.data(), att.data(), B, T, NH, HS, drop);
     gelu_forward(gelu.data(), x.data(), static_cast<int64_t>(x.size()));
     gelu_backward(dgelu.data(), x.data(), gelu.data(), static_cast<int64_t>(x.size()));
+    const auto nx = static_cast<int64_t>(x.size());
+    // LayerNorm.
+    std::vector<float> ln(N * W), mean(N), rstd(N), dln(N * W, 0.25f), dlnw(W, 0.5f), dlnb(W, -0.5f);
+    layernorm_forward(ln.data(), mean.data(), rstd.data(), rows.data(), lnw.data(), lnb.data(), N, W);
+    layernorm_backward(dln.data(), dlnw.data(), dlnb.data(), drows.data(), rows.data(), lnw.data(),
+                       mean.data(), rstd.data(), N, W);
+    // Linear's bias gradient (and its GEMMs).
+    std::vector<float> dlin(N * IC, 0.0f), dlinw(IC * W, 0.0f), dlinb(W, 0.125f);
+    linear_backward(dlin.data(), dlinw.data(), dlinb.data(), drows.data(), lin.data(), linw.data(), N,
+                    IC, W);
+    // Residual.
+    std::vector<float> res(x.size()), dres1(x.size(), 1.0f), dres2(y);
+    residual_forward(res.data(), x.data(), y.data(), nx);
+    residual_backward(dres1.data(), dres2.data(), x.data(), nx);
+    // Cross-entropy (in place, as the model runs it).
+    std::vector<float> losses(N), probs(rows), dlogits(N * W, 0.0f);
+    crossentropy_forward(losses.data(), probs.data(), probs.data(), targets.data(), N, W);
+    crossentropy_backward(dlogits.data(), probs.data(), targets.data(), 1.0f / N, N, W);
+    // Encoder.
+    std::vector<float> enc(EB * ET * W), dwte(V * W, 0.0f), dwpe(ET * W, 0.0f);
+    encoder_forward(enc.data(), tokens.data(), wte.data(), wpe.data(), EB, ET, W);
+    encoder_backward(dwte.data(), dwpe.data(), drows.data(), tokens.data(), EB, ET, W);
+    // Dropout.
+    std::vector<float> mask(x.size()), dropped(x.size()), ddrop(y);
+    dropout_mask(mask.data(), nx, d);
+    dropout_forward(dropped.data(), x.data(), nx, d);
+    dropout_backward(ddrop.data(), x.data(), nx, d);
     blas::set_num_threads(old);
-    return std::vector<std::vector<float>>{out, att, dqkv, gelu, dgelu};
+    return std::vector<std::vector<float>>{out,   att,    dqkv,    gelu, dgelu, ln,   mean,
+                                           rstd,  dln,    dlnw,    dlnb, dlin,  dlinw, dlinb,
+                                           res,   dres1,  dres2,   losses, probs, dlogits, enc,
+                                           dwte,  dwpe,   mask,    dropped, ddrop};
   };
   const auto one = run(1), two = run(2);
   for (size_t i = 0; i < one.size(); ++i) EXPECT_EQ(one[i], two[i]) << "output " << i;
+  // The split dropout mask is still dropout_keep element by element.
+  const std::vector<float>& mask = two[two.size() - 3];
+  for (size_t i = 0; i < mask.size(); ++i)
+    ASSERT_EQ(mask[i], dropout_keep(d.key, static_cast<uint64_t>(d.index_offset) + i, d.p) ? d.scale() : 0.0f)
+        << "element " << i;
 }
 
 }  // namespace

@@ -180,9 +180,9 @@ TEST(Tune, PicksTheScheduleWithTheSmallestMedian) {
   }
 }
 
-// Three schedules lead the first pass within the margin (a, then b and c 30% and 50% behind); in
+// Three schedules lead the first pass within the margin (a, then b and c 15 and 30 ms behind); in
 // the final round b is the fastest. The tuner times the leaders again in turns, b wins, and the
-// schedules outside the margin (d, 3x behind; the rest, 4x) are not timed again. With a cap of
+// schedules outside the margin (d, 5x behind, like the rest) are not timed again. With a cap of
 // two, only the two fastest of the first pass (a and b) are. The gaps are wide enough that a busy
 // machine's oversleeping does not reorder them.
 TEST(Tune, FinalRoundTimesTheLeadersInTurnsAndPicksByTheirMedian) {
@@ -194,13 +194,13 @@ TEST(Tune, FinalRoundTimesTheLeadersInTurnsAndPicksByTheirMedian) {
   for (const int cap : {4, 2}) {
     SCOPED_TRACE(fmt::format("final_max {}", cap));
     Script script;
-    script.ms = {{a, {20, 60}}, {b, {26, 20}}, {c, {30, 40}}, {d, {60, 60}}};
-    script.other_ms = 80;
+    script.ms = {{a, {40, 120}}, {b, {55, 40}}, {c, {70, 80}}, {d, {200, 200}}};
+    script.other_ms = 200;
     auto executor = std::make_shared<ScriptedExecutor>(script);
     TuneOptions o = small(1001);
     o.executor = executor;
     o.write_cache = false;
-    o.final_margin = 0.75;  // c is 50% behind a, d 200%: 5 ms and 25 ms from the cut
+    o.final_margin = 1.25;  // the cut at 90 ms: c (70) 20 ms inside, d (200) far outside
     o.final_max = cap;
     o.final_reps = 4;
     const TuneResult r = tune_threads(adam, 2, o);
@@ -216,7 +216,7 @@ TEST(Tune, FinalRoundTimesTheLeadersInTurnsAndPicksByTheirMedian) {
     EXPECT_EQ(r.record.winner, b);
     EXPECT_EQ(r.record.final_reps, 4);
     EXPECT_EQ(r.record.final_max, cap);
-    EXPECT_DOUBLE_EQ(r.record.final_margin, 0.75);
+    EXPECT_DOUBLE_EQ(r.record.final_margin, 1.25);
     // a led the first pass, but b's interleaved median is the smallest.
     EXPECT_LT(r.record.candidates[1].median(), r.record.candidates[2].median());
     EXPECT_LT(r.winner().final_median(), r.record.candidates[1].final_median());
