@@ -129,12 +129,8 @@ void bench(Ranks& R, const Options& o, int64_t B, int64_t Kp, int64_t H) {
 int main(int argc, char** argv) {
   using namespace tandem::bench;
   Options o = parse_options(argc, argv, kUsage, 4);
-  std::vector<int64_t> dims = o.quick ? std::vector<int64_t>{128, 64, 64} : std::vector<int64_t>{2048, 1024, 1024};
   try {
-    if (!o.sizes.empty()) {
-      if (o.sizes.size() != 3) tandem::user_error("--sizes takes B,K_PER_RANK,H (three extents)");
-      for (size_t i = 0; i < 3; ++i) dims[i] = tandem::tune::parse_extent(o.sizes[i], "--sizes");
-    }
+    const std::vector<int64_t> dims = layer_dims(o, {2048, 1024, 1024}, {128, 64, 64});
     run_spmd(o, [&](Ranks& R) { bench(R, o, dims[0], dims[1], dims[2]); });
   } catch (const std::exception& e) {
     fmt::print(stderr, "error: {}\n", e.what());

@@ -256,6 +256,14 @@ void print_row(const std::string& name, const Stats& s, const std::string& extra
              s.max * 1e3, s.spread() * 100, extra);
 }
 
+std::vector<int64_t> layer_dims(const Options& o, std::vector<int64_t> full, std::vector<int64_t> quick) {
+  if (o.sizes.empty()) return o.quick ? quick : full;
+  if (o.sizes.size() != 3) user_error("--sizes takes B,K_PER_RANK,H (three extents)");
+  std::vector<int64_t> dims;
+  for (const std::string& s : o.sizes) dims.push_back(tune::parse_extent(s, "--sizes"));
+  return dims;
+}
+
 void print_ratio(const std::string& name, double value) { fmt::print("ratio {} {:.3f}\n", name, value); }
 
 std::string size_label(int64_t n) {

@@ -35,6 +35,9 @@ struct Options {
 // Parses the common flags; `usage` is printed for --help or a bad flag (then exits).
 // `default_reps` replaces --reps's default (10) for benchmarks whose contenders are noisy.
 Options parse_options(int argc, char** argv, const std::string& usage, int default_ranks = 2, int default_reps = 10);
+// A layer benchmark's B, K_PER_RANK, H: --sizes if given (three extents), else the quick or the
+// full defaults. Throws UserError naming --sizes.
+std::vector<int64_t> layer_dims(const Options& o, std::vector<int64_t> full, std::vector<int64_t> quick);
 
 // ------------------------------------------------------------------------------- ranks
 

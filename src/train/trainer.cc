@@ -256,21 +256,6 @@ void gather_trace(comm::Communicator& world, TraceRecorder& trace) {
 
 // ------------------------------------------------------------------------- schedule choice
 
-// Rank 0's string on every rank of `comm` (bytes carried in a 16-bit tensor: collectives move
-// whole elements; the length in an f32, exact below 2^24).
-std::string broadcast_string(comm::Communicator& comm, const std::string& s) {
-  if (comm.size() == 1) return s;
-  Tensor len = Tensor::empty(DType::F32, Shape{1});
-  len.set(0, comm.rank() == 0 ? static_cast<float>(s.size()) : 0.0f);
-  comm.broadcast(len, 0);
-  const size_t n = static_cast<size_t>(len.get(0));
-  if (n == 0) return {};
-  Tensor buf = Tensor::zeros(DType::BF16, Shape{static_cast<int64_t>((n + 1) / 2)});
-  if (comm.rank() == 0) std::memcpy(buf.data(), s.data(), n);
-  comm.broadcast(buf, 0);
-  return std::string(static_cast<const char*>(buf.data()), n);
-}
-
 std::shared_ptr<tune::Executor> tune_executor(parallel::ExecutorKind kind) {
   switch (kind) {
     case parallel::ExecutorKind::Compiled: return tune::compiled_executor();
@@ -301,7 +286,7 @@ std::string tuned_schedule(const dsl::Program& program, comm::Communicator& comm
       fmt::print(stderr, "train: {}; `tandem train --tune` or `tandem tune {}` makes a new one\n", stale,
                  program.name());
   }
-  return broadcast_string(comm, winner);
+  return comm::broadcast_string(comm, winner);
 }
 
 // Puts `first` (when set) ahead of `rest`.

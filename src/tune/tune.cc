@@ -62,22 +62,6 @@ double max_over_ranks(comm::Communicator& comm, double x) {
 // Whether every rank says yes.
 bool all_ranks(comm::Communicator& comm, bool yes) { return max_over_ranks(comm, yes ? 0.0 : 1.0) == 0.0; }
 
-// Rank 0's string, on every rank. The bytes travel in a 16-bit tensor (collectives move whole
-// elements); the length in an f32, exact below 2^24.
-std::string broadcast_string(comm::Communicator& comm, const std::string& s) {
-  if (comm.size() == 1) return s;
-  TANDEM_CHECK(s.size() < (size_t{1} << 24), "string of {} bytes too long to broadcast", s.size());
-  Tensor len = Tensor::empty(DType::F32, Shape{1});
-  len.set(0, comm.rank() == 0 ? static_cast<float>(s.size()) : 0.0f);
-  comm.broadcast(len, 0);
-  const size_t n = static_cast<size_t>(len.get(0));
-  if (n == 0) return {};
-  Tensor buf = Tensor::zeros(DType::BF16, Shape{static_cast<int64_t>((n + 1) / 2)});
-  if (comm.rank() == 0) std::memcpy(buf.data(), s.data(), n);
-  comm.broadcast(buf, 0);
-  return std::string(static_cast<const char*>(buf.data()), n);
-}
-
 // The program's symbols bound by `sizes` (and nothing else).
 dsl::SymbolMap checked_sizes(const dsl::Program& program, const dsl::SymbolMap& sizes) {
   const std::vector<std::string> symbols = program.symbols();
@@ -329,7 +313,7 @@ TuneResult tune(const dsl::Program& program, comm::Communicator& comm, const Tun
     if (auto r = load_record(key, cache_dir, &stale)) cached = record_to_json(*r, -1);
     if (!stale.empty()) fmt::print(stderr, "tune: {}; tuning again\n", stale);
   }
-  cached = broadcast_string(comm, cached);
+  cached = comm::broadcast_string(comm, cached);
   if (!cached.empty()) {
     result.record = record_from_json(cached);
     result.from_cache = true;
@@ -380,7 +364,7 @@ TuneResult tune(const dsl::Program& program, comm::Communicator& comm, const Tun
   // Every rank returns rank 0's record (the times agree already; error texts are rank 0's).
   std::string text = comm.rank() == 0 ? record_to_json(record, -1) : std::string();
   if (comm.rank() == 0 && o.write_cache) result.cache_file = store_record(record, cache_dir);
-  text = broadcast_string(comm, text);
+  text = comm::broadcast_string(comm, text);
   result.record = record_from_json(text);
   result.compiles = exec::jit_stats().compiles - compiles_before;
   if (o.write_cache) result.cache_file = record_path(key, cache_dir);

@@ -180,4 +180,9 @@ inline constexpr size_t kDefaultChunkBytes = size_t{256} << 10;
 size_t chunk_bytes();
 void set_chunk_bytes(size_t bytes);
 
+// Rank 0's string on every rank of `comm` (a schedule's name, a tuning record). The bytes travel
+// in a 16-bit tensor (collectives move whole elements), the length first in an f32, so strings
+// must be shorter than 2^24 bytes.
+std::string broadcast_string(Communicator& comm, const std::string& s);
+
 }  // namespace tandem::comm
