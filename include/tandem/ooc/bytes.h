@@ -1,0 +1,16 @@
+// Byte counts as users write and read them: "--memory-budget 600MiB", "needs 1.25 GiB".
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace tandem::ooc {
+
+// "1.25 GiB", "600.0 MiB", "4.0 KiB", "12 B".
+std::string human_bytes(uint64_t bytes);
+// "600MiB", "1.5GiB", "2G", "512M", "4096" (plain bytes); KiB/MiB/GiB/TiB and K/M/G/T are powers
+// of 1024, KB/MB/GB/TB powers of 1000. UserError naming the text otherwise.
+uint64_t parse_bytes(std::string_view text);
+
+}  // namespace tandem::ooc

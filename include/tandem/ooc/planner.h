@@ -1,0 +1,63 @@
+// The planner: per block keep, swap or recompute, minimising the performance model's step time
+// under a fast-tier budget, and the single strategies it is compared with.
+//
+// Search: depth-first over the blocks' decisions and the prefetch distance, with two bounds
+// that never cut off a better plan, so the result is optimal under the model:
+//   - time: the compute of every block plus the forward of each block recomputed so far (each
+//     recomputed block runs its forward exactly once more; transfers can only add stalls);
+//   - memory: the workspace, every kept block's input and buffers and the last block's buffers
+//     are all live during the last block's forward, and the peak can be no lower than that.
+// The best single strategy that fits seeds the search. A tested property (tests/ooc) is that the
+// result equals exhaustive enumeration on small chains. Past `max_evaluations` simulated plans
+// the search stops and returns the best plan found, marked as not proven optimal.
+// Steps whose micro-batches run one after another (forward k, backward k, forward k+1, ...)
+// repeat the same pattern, so they are planned on the first micro-batch and the prediction is
+// scaled by the number of micro-batches.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tandem/nn/activation_memory.h"
+#include "tandem/ooc/model.h"
+#include "tandem/ooc/plan.h"
+
+namespace tandem::ooc {
+
+struct Evaluated {
+  Strategy strategy;
+  Plan plan;
+  Prediction prediction;
+  bool fits = false;
+};
+
+struct PlannerResult {
+  Evaluated best;
+  bool optimal = true;        // the search finished (else: best found within max_evaluations)
+  int64_t evaluated = 0;      // plans simulated
+  std::vector<Evaluated> baselines;  // every single strategy, fitting or not
+  uint64_t smallest_budget = 0;      // the lowest peak of any plan searched
+};
+
+// The prediction of `plan` on `chain` (scaled as above when the step repeats).
+Prediction predict(const nn::ChainLayout& chain, const Plan& plan, const Profile& profile,
+                   bool timeline = false);
+
+// Every single strategy (KARMA's boundary chosen by the model: the fastest that fits).
+std::vector<Evaluated> evaluate_baselines(const nn::ChainLayout& chain, const Profile& profile,
+                                          uint64_t budget);
+
+// The fastest plan under `budget`. When none fits: UserError naming the budget, the smallest
+// one that works and the plan that needs it.
+PlannerResult plan_step(const nn::ChainLayout& chain, const Profile& profile, uint64_t budget,
+                        int64_t max_evaluations = 2'000'000);
+
+// Exhaustive enumeration of every valid plan with prefetch 0..max_prefetch: for tests.
+std::optional<Evaluated> plan_exhaustive(const nn::ChainLayout& chain, const Profile& profile,
+                                         uint64_t budget);
+
+inline constexpr int kMaxPrefetch = 3;
+
+}  // namespace tandem::ooc

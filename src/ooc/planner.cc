@@ -1,0 +1,231 @@
+// The planner's search (branch and bound over per-block decisions), exhaustive enumeration for
+// tests, and the single-strategy baselines.
+#include "tandem/ooc/planner.h"
+
+#include <algorithm>
+#include <array>
+#include <limits>
+
+#include "tandem/core/error.h"
+#include "tandem/ooc/bytes.h"
+
+namespace tandem::ooc {
+namespace {
+
+// Micro-batches that run one after another repeat the same pattern: F0 B0 F1 B1 ...
+int repeats(const nn::ChainLayout& chain) {
+  const auto& o = chain.order;
+  if (o.size() < 2 || o.size() % 2 != 0) return 0;
+  for (size_t i = 0; i < o.size(); ++i)
+    if (o[i].forward != (i % 2 == 0) || o[i].micro != static_cast<int>(i / 2)) return 0;
+  return static_cast<int>(o.size() / 2);
+}
+
+nn::ChainLayout first_micro(const nn::ChainLayout& chain) {
+  nn::ChainLayout c = chain;
+  c.order = {{true, 0}, {false, 0}};
+  return c;
+}
+
+struct Search {
+  const nn::ChainLayout& chain;
+  const Profile& profile;
+  uint64_t budget;
+  bool minimise_peak;  // else: time under the budget
+  int64_t limit;
+  int n;
+  bool has_head;
+  uint64_t input_bytes, buffers_bytes, fixed_bytes;  // fixed: workspace (+ head at the turn)
+
+  Plan plan;
+  std::optional<Evaluated> best;
+  int64_t evaluated = 0;
+  bool stopped = false;
+
+  double value(const Evaluated& e) const {
+    return minimise_peak ? static_cast<double>(e.prediction.peak_bytes) : e.prediction.step_s;
+  }
+
+  void leaf() {
+    const bool any_swap = plan.count(Decision::Swap) > 0;
+    for (int p = any_swap ? 0 : 1; p <= (any_swap ? kMaxPrefetch : 1); ++p) {
+      if (++evaluated > limit) {
+        stopped = true;
+        return;
+      }
+      plan.prefetch = p;
+      MemorySchedule s(chain, plan);
+      Evaluated e{Strategy::Planner, plan, simulate(s, profile), false};
+      e.fits = e.prediction.peak_bytes <= budget;
+      if (!minimise_peak && !e.fits) continue;
+      if (!best || value(e) < value(*best)) best = e;
+    }
+  }
+
+  // time_lb: compute plus the forwards of the blocks recomputed so far; mem_lb: bytes live
+  // during the last block's forward whatever the remaining decisions are.
+  void dfs(int j, double time_lb, uint64_t mem_lb) {
+    if (stopped) return;
+    if (best) {
+      if (minimise_peak ? static_cast<double>(mem_lb) >= value(*best) : time_lb >= value(*best)) return;
+    }
+    if (!minimise_peak && mem_lb > budget) return;
+    if (j == n) {
+      leaf();
+      return;
+    }
+    const bool last = j == n - 1;
+    for (Decision d : {Decision::Keep, Decision::Recompute, Decision::Swap, Decision::Continue}) {
+      if (d == Decision::Continue &&
+          (j == 0 || plan.blocks[static_cast<size_t>(j - 1)] == Decision::Keep ||
+           plan.blocks[static_cast<size_t>(j - 1)] == Decision::Swap))
+        continue;
+      if (last && !has_head && (d == Decision::Recompute || d == Decision::Continue)) continue;
+      plan.blocks[static_cast<size_t>(j)] = d;
+      double t = time_lb;
+      uint64_t m = mem_lb;
+      if (d == Decision::Recompute || d == Decision::Continue) t += profile.recompute(j);
+      if (!last && d == Decision::Keep) m += input_bytes + buffers_bytes;
+      if (!last && d == Decision::Recompute) m += input_bytes;
+      dfs(j + 1, t, m);
+      if (stopped) return;
+    }
+  }
+};
+
+Search make_search(const nn::ChainLayout& chain, const Profile& profile, uint64_t budget,
+                   bool minimise_peak, int64_t limit) {
+  const MemorySchedule sizes(chain, keep_all(chain.blocks));
+  const uint64_t ws = sizes.regions()[static_cast<size_t>(sizes.workspace())].bytes;
+  Search s{chain, profile, budget, minimise_peak, limit, chain.blocks, !chain.head.empty(),
+           sizes.input_bytes(), sizes.buffers_bytes(), ws, keep_all(chain.blocks), std::nullopt, 0, false};
+  return s;
+}
+
+Evaluated scale(Evaluated e, int m) {
+  if (m > 1) {
+    e.prediction.step_s *= m;
+    e.prediction.compute_s *= m;
+    e.prediction.recompute_s *= m;
+    e.prediction.stall_s *= m;
+    e.prediction.swapped_bytes *= static_cast<uint64_t>(m);
+  }
+  return e;
+}
+
+}  // namespace
+
+Prediction predict(const nn::ChainLayout& chain, const Plan& plan, const Profile& profile,
+                   bool timeline) {
+  const int m = repeats(chain);
+  if (m > 1 && !timeline) {
+    Evaluated e{Strategy::Planner, plan, simulate(MemorySchedule(first_micro(chain), plan), profile), true};
+    return scale(e, m).prediction;
+  }
+  return simulate(MemorySchedule(chain, plan), profile, timeline);
+}
+
+std::vector<Evaluated> evaluate_baselines(const nn::ChainLayout& chain, const Profile& profile,
+                                          uint64_t budget) {
+  const int n = chain.blocks;
+  const bool has_head = !chain.head.empty();
+  auto eval = [&](Strategy s, const Plan& p) {
+    Evaluated e{s, p, predict(chain, p, profile), false};
+    e.fits = e.prediction.peak_bytes <= budget;
+    return e;
+  };
+  // Of several variants: the fastest that fits, else the smallest.
+  auto pick = [](std::vector<Evaluated> v) {
+    std::optional<Evaluated> best;
+    for (auto& e : v) {
+      if (!best) best = e;
+      else if (e.fits && (!best->fits || e.prediction.step_s < best->prediction.step_s)) best = e;
+      else if (!e.fits && !best->fits && e.prediction.peak_bytes < best->prediction.peak_bytes) best = e;
+    }
+    return *best;
+  };
+  std::vector<Evaluated> out;
+  out.push_back(eval(Strategy::InCore, keep_all(n)));
+  std::vector<Evaluated> v;
+  for (int p = 0; p <= kMaxPrefetch; ++p) v.push_back(eval(Strategy::SwapAll, swap_all(n, p)));
+  out.push_back(pick(v));
+  // A stage that hands its output on keeps its last block's buffers in the checkpointing plans.
+  auto last_kept = [&](Plan p) {
+    if (!has_head) p.blocks.back() = Decision::Keep;
+    return p;
+  };
+  out.push_back(eval(Strategy::RecomputeAll, last_kept(recompute_all(n))));
+  out.push_back(eval(Strategy::Chen, last_kept(chen_sqrt(n))));
+  v.clear();
+  for (int s = 0; s <= n; ++s)
+    for (int p = 0; p <= (s > 0 ? kMaxPrefetch : 0); ++p) {
+      Plan k = karma(n, s, p);
+      if (!has_head && s < n) k.blocks.back() = Decision::Swap;
+      v.push_back(eval(Strategy::Karma, k));
+    }
+  out.push_back(pick(v));
+  return out;
+}
+
+PlannerResult plan_step(const nn::ChainLayout& chain, const Profile& profile, uint64_t budget,
+                        int64_t max_evaluations) {
+  if (profile.blocks() != chain.blocks)
+    user_error("out-of-core profile has {} blocks; this stage runs {}", profile.blocks(), chain.blocks);
+  const int m = std::max(1, repeats(chain));
+  const nn::ChainLayout planned = repeats(chain) > 1 ? first_micro(chain) : chain;
+  PlannerResult r;
+  r.baselines = evaluate_baselines(chain, profile, budget);
+
+  Search low = make_search(planned, profile, budget, true, std::min<int64_t>(max_evaluations, 200'000));
+  low.dfs(0, 0, low.fixed_bytes + low.buffers_bytes);
+  r.smallest_budget = low.best ? low.best->prediction.peak_bytes : 0;
+  for (const Evaluated& b : r.baselines) r.smallest_budget = std::min(r.smallest_budget, b.prediction.peak_bytes);
+
+  Search s = make_search(planned, profile, budget, false, max_evaluations);
+  for (const Evaluated& b : r.baselines)  // seed: the best single strategy that fits
+    if (b.fits && (!s.best || b.prediction.step_s / m < s.best->prediction.step_s)) {
+      s.best = b;
+      s.best->prediction = simulate(MemorySchedule(planned, b.plan), profile);  // per micro-batch
+    }
+  s.dfs(0, profile.compute_s(), s.fixed_bytes + s.buffers_bytes);
+  r.evaluated = s.evaluated + low.evaluated;
+  r.optimal = !s.stopped;
+  if (!s.best) {
+    const Plan smallest = low.best ? low.best->plan : keep_all(chain.blocks);
+    user_error("no out-of-core plan fits a memory budget of {} ({} bytes) for this stage: the "
+               "smallest budget that works is {} ({} bytes), with plan {}",
+               human_bytes(budget), budget, human_bytes(r.smallest_budget), r.smallest_budget,
+               smallest.str());
+  }
+  r.best = scale(*s.best, m);
+  r.best.strategy = Strategy::Planner;
+  return r;
+}
+
+std::optional<Evaluated> plan_exhaustive(const nn::ChainLayout& chain, const Profile& profile,
+                                         uint64_t budget) {
+  const int n = chain.blocks;
+  std::optional<Evaluated> best;
+  int64_t combos = 1;
+  for (int j = 0; j < n; ++j) combos *= 4;
+  for (int64_t code = 0; code < combos; ++code) {
+    Plan p{{}, 1};
+    int64_t c = code;
+    for (int j = 0; j < n; ++j, c /= 4)
+      p.blocks.push_back(std::array{Decision::Keep, Decision::Swap, Decision::Recompute, Decision::Continue}[static_cast<size_t>(c % 4)]);
+    try {
+      p.validate();
+      for (int pf = 0; pf <= kMaxPrefetch; ++pf) {
+        p.prefetch = pf;
+        Evaluated e{Strategy::Planner, p, predict(chain, p, profile), false};
+        e.fits = e.prediction.peak_bytes <= budget;
+        if (e.fits && (!best || e.prediction.step_s < best->prediction.step_s)) best = e;
+      }
+    } catch (const UserError&) {
+      // not a valid plan (a Continue without a segment, a recomputed hand-off)
+    }
+  }
+  return best;
+}
+
+}  // namespace tandem::ooc

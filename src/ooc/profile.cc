@@ -1,0 +1,53 @@
+// Profiles: their total compute time and their JSON form.
+#include "tandem/ooc/profile.h"
+
+#include <numeric>
+
+#include "tandem/core/error.h"
+
+namespace tandem::ooc {
+
+double Profile::compute_s() const {
+  return std::accumulate(forward_s.begin(), forward_s.end(), 0.0) +
+         std::accumulate(backward_s.begin(), backward_s.end(), 0.0);
+}
+
+nlohmann::json Profile::to_json() const {
+  return {{"forward_s", forward_s},
+          {"backward_s", backward_s},
+          {"recompute_s", recompute_s},
+          {"write_bytes_per_s", write_bytes_per_s},
+          {"read_bytes_per_s", read_bytes_per_s}};
+}
+
+Profile Profile::from_json(const nlohmann::json& j) {
+  Profile p;
+  try {
+    p.forward_s = j.at("forward_s").get<std::vector<double>>();
+    p.backward_s = j.at("backward_s").get<std::vector<double>>();
+    p.recompute_s = j.at("recompute_s").get<std::vector<double>>();
+    p.write_bytes_per_s = j.at("write_bytes_per_s").get<double>();
+    p.read_bytes_per_s = j.at("read_bytes_per_s").get<double>();
+  } catch (const nlohmann::json::exception& e) {
+    user_error("out-of-core profile is incomplete: {}", e.what());
+  }
+  if (p.forward_s.size() != p.backward_s.size() || p.forward_s.empty() ||
+      (!p.recompute_s.empty() && p.recompute_s.size() != p.forward_s.size()))
+    user_error("out-of-core profile has {} forward, {} backward and {} recompute times",
+               p.forward_s.size(), p.backward_s.size(), p.recompute_s.size());
+  if (!(p.write_bytes_per_s > 0) || !(p.read_bytes_per_s > 0))
+    user_error("out-of-core profile has a non-positive slow-tier bandwidth");
+  return p;
+}
+
+Profile uniform_profile(int blocks, double forward_s, double backward_s, double write_bytes_per_s,
+                        double read_bytes_per_s) {
+  Profile p;
+  p.forward_s.assign(static_cast<size_t>(blocks), forward_s);
+  p.backward_s.assign(static_cast<size_t>(blocks), backward_s);
+  p.write_bytes_per_s = write_bytes_per_s;
+  p.read_bytes_per_s = read_bytes_per_s;
+  return p;
+}
+
+}  // namespace tandem::ooc

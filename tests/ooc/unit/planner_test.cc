@@ -1,0 +1,163 @@
+// The out-of-core plan, schedule, model and planner: names, lifetimes, peaks, and the planner's
+// optimality against exhaustive enumeration.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "tandem/core/error.h"
+#include "tandem/ooc/bytes.h"
+#include "tandem/ooc/planner.h"
+
+namespace tandem::ooc {
+namespace {
+
+nn::GPTConfig small_config(int layers) {
+  nn::GPTConfig c;
+  c.n_layers = layers;
+  c.d_model = 64;
+  c.n_heads = 4;
+  c.seq_len = 32;
+  c.max_positions = 32;
+  return c;
+}
+
+nn::ChainLayout chain(int blocks, int micro = 1, bool head = true) {
+  std::vector<nn::ChainLayout::Pass> order;
+  for (int k = 0; k < micro; ++k) {
+    order.push_back({true, k});
+    order.push_back({false, k});
+  }
+  return nn::gpt_chain_layout(small_config(blocks), 4, 32, blocks, head, order);
+}
+
+TEST(Plan, NamesRoundTrip) {
+  for (const char* s : {"KKSR/p1", "RCCK/p0", "S/p3"}) EXPECT_EQ(Plan::parse(s).str(), s);
+  EXPECT_EQ(chen_sqrt(9).str(), "RCCRCCRCC/p1");
+  EXPECT_EQ(karma(4, 2).str(), "SSRR/p1");
+}
+
+TEST(Plan, BadNames) {
+  EXPECT_THROW(Plan::parse("KX/p1"), UserError);
+  EXPECT_THROW(Plan::parse("KK"), UserError);
+  EXPECT_THROW(Plan::parse("CK/p1"), UserError);  // a segment needs a start
+  EXPECT_THROW(Plan::parse("KCK/p1"), UserError);
+}
+
+TEST(Bytes, ParseAndPrint) {
+  EXPECT_EQ(parse_bytes("600MiB"), 600ull << 20);
+  EXPECT_EQ(parse_bytes("1.5GiB"), 3ull << 29);
+  EXPECT_EQ(parse_bytes("2G"), 2ull << 30);
+  EXPECT_EQ(parse_bytes("4096"), 4096u);
+  EXPECT_EQ(parse_bytes("1GB"), 1000000000u);
+  EXPECT_THROW(parse_bytes("lots"), UserError);
+  EXPECT_THROW(parse_bytes("5 parsecs"), UserError);
+  EXPECT_EQ(human_bytes(3ull << 29), "1.50 GiB");
+}
+
+TEST(Place, NoOverlapInTimeAndSpace) {
+  std::mt19937 rng(7);
+  std::vector<Interval> iv;
+  for (int i = 0; i < 60; ++i) {
+    const int a = static_cast<int>(rng() % 30), b = a + static_cast<int>(rng() % 8);
+    iv.push_back(Interval{(1 + rng() % 16) * 4096, a, b});
+  }
+  const uint64_t extent = place(iv);
+  uint64_t live_max = 0;
+  for (int t = 0; t < 40; ++t) {
+    uint64_t live = 0;
+    for (const auto& x : iv) live += (x.first <= t && t <= x.last) ? x.bytes : 0;
+    live_max = std::max(live_max, live);
+  }
+  EXPECT_GE(extent, live_max);
+  for (size_t i = 0; i < iv.size(); ++i)
+    for (size_t j = i + 1; j < iv.size(); ++j) {
+      const bool time = iv[i].first <= iv[j].last && iv[j].first <= iv[i].last;
+      const bool space = iv[i].offset < iv[j].offset + iv[j].bytes && iv[j].offset < iv[i].offset + iv[i].bytes;
+      EXPECT_FALSE(time && space) << i << " and " << j;
+    }
+}
+
+TEST(Schedule, KeepAllHoldsEveryBlockAtTheTurn) {
+  const auto c = chain(4);
+  const MemorySchedule keep(c, keep_all(4));
+  const MemorySchedule rec(c, recompute_all(4));
+  const uint64_t blk = keep.input_bytes() + keep.buffers_bytes();
+  EXPECT_GE(keep.peak_bytes(), 4 * blk);
+  EXPECT_LT(rec.peak_bytes(), keep.peak_bytes());
+  EXPECT_EQ(keep.transfers().size(), 0u);
+  const MemorySchedule swap(c, swap_all(4, 1));
+  EXPECT_EQ(swap.transfers().size(), 12u);  // input and buffers out, one read back, per block
+  EXPECT_EQ(swap.swapped_bytes(), 4 * blk);
+  EXPECT_EQ(rec.actions()[static_cast<size_t>(rec.op_index({false, 0, 2}))].recompute, std::vector<int>{2});
+  const MemorySchedule chen(c, Plan::parse("RCRC/p1"));
+  EXPECT_EQ(chen.actions()[static_cast<size_t>(chen.op_index({false, 0, 3}))].recompute, (std::vector<int>{2, 3}));
+}
+
+TEST(Schedule, RefusesRecomputingAHandOff) {
+  EXPECT_THROW(MemorySchedule(chain(3, 1, false), recompute_all(3)), UserError);
+  EXPECT_NO_THROW(MemorySchedule(chain(3, 1, false), Plan::parse("RRK/p1")));
+}
+
+TEST(Model, SlowTransfersStallAndRecomputeCosts) {
+  const auto c = chain(4);
+  Profile fast = uniform_profile(4, 1.0, 2.0, 1e15, 1e15);
+  EXPECT_NEAR(predict(c, keep_all(4), fast).step_s, 12.0, 1e-9);
+  EXPECT_NEAR(predict(c, swap_all(4, 1), fast).step_s, 12.0, 1e-6);  // free transfers hide
+  EXPECT_NEAR(predict(c, recompute_all(4), fast).step_s, 16.0, 1e-9);
+  Profile slow = uniform_profile(4, 1.0, 2.0, 1e3, 1e3);
+  EXPECT_GT(predict(c, swap_all(4, 1), slow).stall_s, 1.0);
+  // Micro-batches in turn: planned on one, scaled.
+  EXPECT_NEAR(predict(chain(4, 3), recompute_all(4), fast).step_s, 48.0, 1e-9);
+}
+
+// The property the planner's bounds promise: the same best time as trying every plan.
+TEST(Planner, EqualsExhaustiveSearchOnSmallChains) {
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 12; ++trial) {
+    const int n = 2 + trial % 5;
+    const auto c = chain(n, 1, trial % 3 != 0);
+    Profile p;
+    for (int j = 0; j < n; ++j) {
+      p.forward_s.push_back(0.5 + (rng() % 100) / 100.0);
+      p.backward_s.push_back(1.0 + (rng() % 100) / 50.0);
+    }
+    const uint64_t blk = MemorySchedule(c, keep_all(n)).input_bytes() + MemorySchedule(c, keep_all(n)).buffers_bytes();
+    p.write_bytes_per_s = blk / (0.2 + (rng() % 100) / 40.0);
+    p.read_bytes_per_s = blk / (0.2 + (rng() % 100) / 40.0);
+    const uint64_t full = MemorySchedule(c, keep_all(n)).peak_bytes();
+    const uint64_t budget = full * (30 + rng() % 70) / 100;
+    const auto brute = plan_exhaustive(c, p, budget);
+    if (!brute) {
+      EXPECT_THROW(plan_step(c, p, budget), UserError) << "n=" << n;
+      continue;
+    }
+    const PlannerResult r = plan_step(c, p, budget);
+    EXPECT_TRUE(r.optimal);
+    EXPECT_NEAR(r.best.prediction.step_s, brute->prediction.step_s, 1e-9)
+        << "n=" << n << " planner " << r.best.plan.str() << " exhaustive " << brute->plan.str();
+    EXPECT_LE(r.best.prediction.peak_bytes, budget);
+    for (const Evaluated& b : r.baselines) {
+      if (b.fits) EXPECT_LE(r.best.prediction.step_s, b.prediction.step_s + 1e-9) << strategy_name(b.strategy);
+    }
+  }
+}
+
+TEST(Planner, NoPlanFitsNamesTheSmallestBudget) {
+  const auto c = chain(4);
+  const Profile p = uniform_profile(4, 1.0, 2.0, 1e9, 1e9);
+  try {
+    plan_step(c, p, 4096);
+    FAIL() << "expected an error";
+  } catch (const UserError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("no out-of-core plan fits a memory budget of 4.00 KiB"), std::string::npos) << m;
+    EXPECT_NE(m.find("the smallest budget that works is"), std::string::npos) << m;
+  }
+  const PlannerResult r = plan_step(c, p, 1ull << 40);
+  EXPECT_EQ(r.best.plan.str(), "KKKK/p1");  // room for everything: keep it
+  const PlannerResult tight = plan_step(c, p, r.smallest_budget);
+  EXPECT_LE(tight.best.prediction.peak_bytes, r.smallest_budget);
+}
+
+}  // namespace
+}  // namespace tandem::ooc
