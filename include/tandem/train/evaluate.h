@@ -1,0 +1,31 @@
+// What `tandem eval` and `tandem sample` use: the whole model a checkpoint holds, and its mean
+// loss over the consecutive windows of a token sequence.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tandem/nn/gpt.h"
+#include "tandem/train/checkpoint.h"
+
+namespace tandem::train {
+
+// The model a checkpoint holds, its weights checked tensor by tensor against its own config
+// ("tensor 'h.0.ln_1.weight' is missing", "... has shape [64]; the model needs [128]").
+struct LoadedModel {
+  nn::GPTConfig config;
+  nn::ParameterSet params;
+  RunMeta meta;
+};
+LoadedModel load_model(const std::string& checkpoint_dir);
+
+// The mean loss of `params` over every full window of seq_len tokens of `tokens` (consecutive,
+// non-overlapping), at most `max_windows` of them (0: all), `batch` windows at a time. Returns
+// (mean loss, tokens scored).
+std::pair<double, int64_t> evaluate_windows(const nn::ParameterSet& params,
+                                            const std::vector<uint8_t>& tokens, int seq_len,
+                                            int batch, int64_t max_windows);
+
+}  // namespace tandem::train

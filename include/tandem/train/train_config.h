@@ -1,0 +1,57 @@
+// What a `tandem train` run is asked to do (model, batch, schedule of the learning rate, optimizer,
+// grid, data, checkpoints, outputs), and the checks that refuse a config before any rank starts.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+
+#include "tandem/nn/gpt.h"
+#include "tandem/parallel/grid.h"
+#include "tandem/train/optimizer.h"
+
+namespace tandem::train {
+
+struct TrainConfig {
+  nn::GPTConfig model;       // vocab_size 256 (bytes); max_positions = seq_len unless set larger
+  int64_t batch = 16;        // rows of the global batch
+  int64_t steps = 200;       // train until this many optimizer steps have been taken
+  double lr = 3e-3;          // peak learning rate
+  int64_t warmup = 20;       // linear warm-up steps, then cosine decay ...
+  double min_lr_ratio = 0.1; // ... to lr * min_lr_ratio at the last step
+  uint64_t seed = 1;         // initialisation, batches, dropout
+  OptimizerConfig optimizer;
+  parallel::GridShape grid;  // dp x tp x pp
+  int micro_batches = 0;     // per data-parallel rank and step; 0: 1, or 2 * pp when pp > 1
+  std::string backend = "thread";  // "thread": ranks are threads; "mpi": this process is one rank
+  std::string executor = "compiled";  // how the DSL programs run: compiled, plan or reference
+  // Autotune every program's schedule for this run's sizes now (slow the first time: every
+  // candidate is compiled and timed; the choice is cached). Without it the cache's choice is
+  // used where there is one, else the preference lists.
+  bool tune = false;
+
+  std::string data;                // a text file; empty: the built-in synthetic corpus
+  size_t synthetic_bytes = 0;      // 0: the default size
+  double validation_fraction = 0.1;
+  int64_t eval_every = 50;         // validation loss every N steps and at the end (0: never)
+  int64_t eval_batches = 4;        // global batches of the validation split per evaluation
+
+  std::string save_dir;            // checkpoint here at the end (and every save_every steps)
+  int64_t save_every = 0;
+  std::string resume_dir;          // continue from this checkpoint
+
+  std::string metrics_path;        // JSON lines, one per step
+  std::string trace_path;          // Chrome trace
+  int blas_threads = 0;            // 0: the hardware threads shared among in-process ranks
+  std::ostream* out = nullptr;     // progress and summary (null: stdout); world rank 0 only
+  bool progress = true;            // the progress display (else only the summary)
+  bool keep_weights = false;       // return the final whole-model weights (tests)
+
+  // Throws a UserError naming the flag at fault (sizes, grid against model and batch, ...).
+  void validate() const;
+  // The micro-batch count a step uses.
+  int micro_batch_count() const;
+};
+
+}  // namespace tandem::train

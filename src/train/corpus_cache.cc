@@ -1,0 +1,28 @@
+// The per-process cache of training corpora, so that in-process ranks share one copy.
+#include "corpus_cache.h"
+
+#include <fmt/format.h>
+
+#include <map>
+#include <mutex>
+#include <string>
+
+namespace tandem::train::detail {
+
+std::shared_ptr<const Corpus> corpus_for(const TrainConfig& c) {
+  static std::mutex mu;
+  static std::map<std::string, std::shared_ptr<const Corpus>> cache;
+  const size_t bytes = c.synthetic_bytes > 0 ? c.synthetic_bytes : kSyntheticBytes;
+  const std::string key = fmt::format("{}|{}|{}", c.data, bytes, c.validation_fraction);
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  auto corpus = std::make_shared<const Corpus>(
+      c.data.empty() ? synthetic_corpus(bytes, kSyntheticSeed, c.validation_fraction)
+                     : load_text_corpus(c.data, c.validation_fraction));
+  if (cache.size() > 8) cache.clear();
+  cache[key] = corpus;
+  return corpus;
+}
+
+}  // namespace tandem::train::detail

@@ -1,0 +1,16 @@
+// The corpus a training run reads, built once per process and shared by its in-process ranks (the
+// synthetic corpus takes a moment to generate; a file is read once). Internal to train/.
+#pragma once
+
+#include <memory>
+
+#include "tandem/train/data.h"
+#include "tandem/train/train_config.h"
+
+namespace tandem::train::detail {
+
+// The corpus of config.data (or the synthetic one), split by config.validation_fraction; the same
+// object for every call with the same three settings while it stays cached.
+std::shared_ptr<const Corpus> corpus_for(const TrainConfig& config);
+
+}  // namespace tandem::train::detail

@@ -1,0 +1,93 @@
+// The whole model's weights and optimizer moments gathered from the grid's shards and scattered
+// back, and read from and viewed as a checkpoint file's named tensors.
+#include "model_state.h"
+
+#include <cstring>
+#include <functional>
+#include <map>
+
+#include "tandem/core/error.h"
+
+namespace tandem::train::detail {
+namespace {
+
+Tensor f32_view(float* p, Shape s) { return Tensor::view_of(p, DType::F32, std::move(s)); }
+
+}  // namespace
+
+std::vector<float> gather_weights(const parallel::ParallelGPT& model) {
+  const int64_t global_size = nn::gpt_num_parameters(model.config());
+  std::vector<float> whole(static_cast<size_t>(global_size), 0.0f);
+  const parallel::Grid& grid = model.grid();
+  if (grid.coord().dp == 0)
+    model.layout().deposit(model.params().data_as<float>(), 0, model.layout().size(), whole.data());
+  grid.world().all_reduce(f32_view(whole.data(), Shape{global_size}), comm::ReduceOp::Sum);
+  return whole;
+}
+
+WholeModelState gather_state(const parallel::ParallelGPT& model, const DataParallelOptimizer& opt) {
+  WholeModelState s;
+  s.weights = gather_weights(model);
+  const int64_t global_size = static_cast<int64_t>(s.weights.size());
+  s.m.assign(s.weights.size(), 0.0f);
+  s.v.assign(s.weights.size(), 0.0f);
+  const parallel::Grid& grid = model.grid();
+  if (opt.state_sliced() || grid.coord().dp == 0) {
+    for (const DataParallelOptimizer::Piece& pc : opt.pieces()) {
+      model.layout().deposit(pc.m.data_as<float>(), pc.begin, pc.end, s.m.data());
+      model.layout().deposit(pc.v.data_as<float>(), pc.begin, pc.end, s.v.data());
+    }
+  }
+  grid.world().all_reduce(f32_view(s.m.data(), Shape{global_size}), comm::ReduceOp::Sum);
+  grid.world().all_reduce(f32_view(s.v.data(), Shape{global_size}), comm::ReduceOp::Sum);
+  return s;
+}
+
+void scatter_state(const WholeModelState& state, const parallel::ParallelGPT& model,
+                   const DataParallelOptimizer& opt) {
+  model.layout().extract(state.weights.data(), model.params().data_as<float>());
+  for (const DataParallelOptimizer::Piece& pc : opt.pieces()) {
+    model.layout().for_each_run(pc.begin, pc.end, false,
+                                [&](const parallel::LocalTensor&, const parallel::FlatRun& r) {
+      const int64_t at = r.local - pc.begin;
+      std::memcpy(pc.m.data_as<float>() + at, state.m.data() + r.global,
+                  static_cast<size_t>(r.count) * sizeof(float));
+      std::memcpy(pc.v.data_as<float>() + at, state.v.data() + r.global,
+                  static_cast<size_t>(r.count) * sizeof(float));
+    });
+  }
+}
+
+std::vector<float> whole_from_tensors(const std::vector<NamedTensor>& tensors,
+                                      const nn::GPTConfig& c, const std::string& prefix,
+                                      const std::string& file) {
+  std::map<std::string, const Tensor*, std::less<>> by_name;
+  for (const NamedTensor& t : tensors) by_name[t.name] = &t.tensor;
+  std::vector<float> whole(static_cast<size_t>(nn::gpt_num_parameters(c)));
+  for (const nn::ParamSpec& s : nn::gpt_parameter_specs(c)) {
+    const std::string name = prefix + s.name;
+    auto it = by_name.find(name);
+    if (it == by_name.end())
+      user_error("checkpoint file '{}' has no tensor '{}', which this model needs", file, name);
+    const Tensor& t = *it->second;
+    if (!(t.shape() == s.shape))
+      user_error("tensor '{}' in '{}' has shape {}; this model needs {}", name, file,
+                 t.shape().str(), s.shape.str());
+    if (t.dtype() == DType::F32) {
+      std::memcpy(whole.data() + s.offset, t.data(), static_cast<size_t>(s.numel()) * sizeof(float));
+    } else {
+      for (int64_t i = 0; i < s.numel(); ++i) whole[static_cast<size_t>(s.offset + i)] = t.get(i);
+    }
+  }
+  return whole;
+}
+
+std::vector<NamedTensor> tensor_views(std::vector<float>& whole, const nn::GPTConfig& c,
+                                      const std::string& prefix) {
+  std::vector<NamedTensor> out;
+  for (const nn::ParamSpec& s : nn::gpt_parameter_specs(c))
+    out.push_back({prefix + s.name, f32_view(whole.data() + s.offset, s.shape)});
+  return out;
+}
+
+}  // namespace tandem::train::detail

@@ -1,0 +1,41 @@
+// A rank's rows of each global batch, its micro-batches, and the world's mean loss.
+#include "rank_batches.h"
+
+#include "tandem/core/tensor.h"
+
+namespace tandem::train::detail {
+
+RankBatches::RankBatches(const TrainConfig& cfg, const parallel::Grid& grid)
+    : grid_(grid),
+      dp_rank_(grid.coord().dp),
+      dp_size_(cfg.grid.dp),
+      first_row_(static_cast<int64_t>(grid.coord().dp) * (cfg.batch / cfg.grid.dp)),
+      micro_batches_(cfg.micro_batch_count()),
+      rows_(static_cast<int>(cfg.batch / cfg.grid.dp / micro_batches_)),
+      seq_len_(cfg.model.seq_len) {}
+
+Batch RankBatches::draw(const BatchSampler& sampler, int64_t index) const {
+  return sampler.rank_share(index, dp_rank_, dp_size_);
+}
+
+std::vector<parallel::MicroBatch> RankBatches::micro_batches(const Batch& b) const {
+  std::vector<parallel::MicroBatch> out;
+  for (int k = 0; k < micro_batches_; ++k) {
+    const size_t at = static_cast<size_t>(k) * static_cast<size_t>(rows_) * static_cast<size_t>(seq_len_);
+    out.push_back({b.inputs.data() + at, b.targets.data() + at, rows_, seq_len_,
+                   first_row_ + static_cast<int64_t>(k) * rows_});
+  }
+  return out;
+}
+
+// Each last-stage rank of tp rank 0 contributes its share; the sum over the world is the mean.
+double RankBatches::mean_loss(double micro_loss_sum, int64_t global_batches) const {
+  const double contribution =
+      micro_loss_sum / (static_cast<double>(micro_batches_) * dp_size_ * global_batches);
+  const bool counts = grid_.last_stage() && grid_.coord().tp == 0;
+  float v = counts ? static_cast<float>(contribution) : 0.0f;
+  grid_.world().all_reduce(Tensor::view_of(&v, DType::F32, Shape{1}), comm::ReduceOp::Sum);
+  return v;
+}
+
+}  // namespace tandem::train::detail

@@ -1,0 +1,40 @@
+// One rank's part in the global batches of a grid: the rows its data-parallel rank draws, split
+// into the micro-batches the model runs, and the world's mean of the losses the ranks report.
+// Internal to train/.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "tandem/parallel/grid.h"
+#include "tandem/parallel/model.h"
+#include "tandem/train/data.h"
+#include "tandem/train/train_config.h"
+
+namespace tandem::train::detail {
+
+class RankBatches {
+ public:
+  RankBatches(const TrainConfig& config, const parallel::Grid& grid);
+
+  int micro_batch_count() const { return micro_batches_; }  // per global batch
+  int micro_rows() const { return rows_; }                   // rows of each micro-batch
+
+  // This rank's rows of global batch `index` of `sampler` (a training step, or a validation
+  // batch): rows [d B/dp, (d+1) B/dp) for data-parallel rank d.
+  Batch draw(const BatchSampler& sampler, int64_t index) const;
+  // Those rows as the micro-batches a step runs, each pointing into `rows`.
+  std::vector<parallel::MicroBatch> micro_batches(const Batch& rows) const;
+  // The mean token loss over `global_batches` global batches, given each rank's sum of its
+  // micro-batches' mean losses (only the last stage's tensor-parallel rank 0 counts). A
+  // collective over the world.
+  double mean_loss(double micro_loss_sum, int64_t global_batches = 1) const;
+
+ private:
+  const parallel::Grid& grid_;
+  int dp_rank_, dp_size_;
+  int64_t first_row_;  // this rank's first row in the global batch
+  int micro_batches_, rows_, seq_len_;
+};
+
+}  // namespace tandem::train::detail

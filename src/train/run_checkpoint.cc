@@ -1,0 +1,77 @@
+// The checkpoint a training run saves, and the checkpoint it resumes from read and checked.
+#include "run_checkpoint.h"
+
+#include <fmt/format.h>
+
+#include <memory>
+
+#include "tandem/core/error.h"
+#include "corpus_cache.h"
+
+namespace tandem::train {
+
+std::shared_ptr<const ResumeState> prepare_resume(const TrainConfig& cfg) {
+  if (cfg.resume_dir.empty()) return nullptr;
+  const std::string& dir = cfg.resume_dir;
+  const Checkpoint ck = load_checkpoint(dir, true);
+  const RunMeta& meta = ck.meta;
+  check_config_compatible(dir, meta.model_config, model_config_to_json(cfg.model),
+                          model_compat_keys());
+  if (meta.optimizer != cfg.optimizer.name)
+    user_error("checkpoint '{}' was trained with optimizer {}, this run asks for {}", dir,
+               meta.optimizer, cfg.optimizer.name);
+  auto r = std::make_shared<ResumeState>();
+  r->meta = meta;
+  const std::string weights_file = dir + "/" + std::string(kWeightsFile);
+  const std::string opt_file = dir + "/" + std::string(kOptimizerFile);
+  r->state.weights = detail::whole_from_tensors(ck.weights, cfg.model, "", weights_file);
+  r->state.m = detail::whole_from_tensors(ck.optimizer, cfg.model, "m.", opt_file);
+  r->state.v = detail::whole_from_tensors(ck.optimizer, cfg.model, "v.", opt_file);
+
+  const std::shared_ptr<const Corpus> corpus = detail::corpus_for(cfg);
+  if (meta.data_fingerprint != corpus->fingerprint_hex())
+    r->warnings.push_back(fmt::format(
+        "checkpoint '{}' was trained on {} (fingerprint {}); this run reads {} (fingerprint {}), "
+        "so its batches differ from the original run's",
+        dir, meta.data_source, meta.data_fingerprint, corpus->source, corpus->fingerprint_hex()));
+  const nlohmann::json& x = meta.extra;
+  if (x.contains("batch") && x["batch"] != cfg.batch)
+    r->warnings.push_back(fmt::format("checkpoint '{}' was trained with batch {}, this run uses {}",
+                                      dir, x["batch"].dump(), cfg.batch));
+  if (meta.rng_seed != cfg.seed)
+    r->warnings.push_back(fmt::format("checkpoint '{}' was trained with seed {}, this run uses {}",
+                                      dir, meta.rng_seed, cfg.seed));
+  return r;
+}
+
+namespace detail {
+
+Checkpoint run_checkpoint(const TrainConfig& cfg, const Corpus& corpus, int64_t step,
+                          WholeModelState& state) {
+  Checkpoint ck;
+  ck.meta.model_config = model_config_to_json(cfg.model);
+  ck.meta.step = step;
+  ck.meta.data_source = corpus.source;
+  ck.meta.data_fingerprint = corpus.fingerprint_hex();
+  ck.meta.data_position = step;  // the sampler is counter-based: the next step to draw
+  ck.meta.rng_seed = cfg.seed;
+  ck.meta.rng_counter = step;    // dropout keys are (seed, step)
+  ck.meta.optimizer = cfg.optimizer.name;
+  nlohmann::json h = cfg.optimizer.to_json();
+  h["lr"] = cfg.lr;
+  h["warmup"] = cfg.warmup;
+  h["min_lr_ratio"] = cfg.min_lr_ratio;
+  ck.meta.optimizer_hparams = h;
+  ck.meta.extra = {{"batch", cfg.batch},
+                   {"steps", cfg.steps},
+                   {"micro_batches", cfg.micro_batch_count()},
+                   {"grid", {{"dp", cfg.grid.dp}, {"tp", cfg.grid.tp}, {"pp", cfg.grid.pp}}},
+                   {"validation_fraction", cfg.validation_fraction}};
+  ck.weights = tensor_views(state.weights, cfg.model, "");
+  ck.optimizer = tensor_views(state.m, cfg.model, "m.");
+  for (NamedTensor& t : tensor_views(state.v, cfg.model, "v.")) ck.optimizer.push_back(std::move(t));
+  return ck;
+}
+
+}  // namespace detail
+}  // namespace tandem::train

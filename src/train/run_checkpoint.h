@@ -1,0 +1,33 @@
+// A training run's checkpoints: what a save writes (the run's meta and its whole-model weights and
+// moments) and what a resume reads back, checked against the run's config. Internal to train/.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tandem/train/checkpoint.h"
+#include "tandem/train/data.h"
+#include "tandem/train/trainer.h"
+#include "model_state.h"
+
+namespace tandem::train {
+
+// What a resumed run starts from, read and checked once per process by prepare_resume (so that
+// every rank does not read the files, and a refusal is one message rather than one per rank).
+struct ResumeState {
+  RunMeta meta;
+  detail::WholeModelState state;
+  std::vector<std::string> warnings;  // the data, batch or seed differ from the original run's
+};
+
+namespace detail {
+
+// The checkpoint of this run after `step` steps: its meta (model, data and its position, RNG,
+// optimizer and learning-rate settings, batch and grid) and `state`'s tensors, viewed, not
+// copied: `state` must outlive it.
+Checkpoint run_checkpoint(const TrainConfig& config, const Corpus& corpus, int64_t step,
+                          WholeModelState& state);
+
+}  // namespace detail
+}  // namespace tandem::train

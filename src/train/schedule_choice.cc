@@ -1,0 +1,109 @@
+// The schedules a training rank's programs run: the autotuner's cached (or freshly tuned) choice,
+// else the preference lists.
+#include "schedule_choice.h"
+
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <memory>
+
+#include "tandem/comm/communicator.h"
+#include "tandem/core/error.h"
+#include "tandem/dsl/workloads.h"
+#include "tandem/exec/jit.h"
+#include "tandem/parallel/shard.h"
+#include "tandem/schedule/enumerate.h"
+#include "tandem/train/optimizer.h"
+#include "tandem/tune/cache.h"
+#include "tandem/tune/executor.h"
+#include "tandem/tune/tune.h"
+
+namespace tandem::train::detail {
+namespace {
+
+std::shared_ptr<tune::Executor> tune_executor(parallel::ExecutorKind kind) {
+  switch (kind) {
+    case parallel::ExecutorKind::Compiled: return tune::compiled_executor();
+    case parallel::ExecutorKind::Plan: return tune::plan_executor();
+    case parallel::ExecutorKind::Reference: return tune::interpreter_executor();
+  }
+  internal_error("bad ExecutorKind");
+}
+
+// The autotuner's schedule for `program` on `comm` at `sizes`: tuned now when `tune_now` (every
+// candidate, or those in `only`, timed on this communicator and the choice cached), else read
+// from the tuning cache (rank 0 reads, every rank gets its answer; "" when there is no record).
+// A collective over `comm`.
+std::string tuned_schedule(const dsl::Program& program, comm::Communicator& comm,
+                           const dsl::SymbolMap& sizes, bool tune_now, parallel::ExecutorKind executor,
+                           const std::vector<std::string>& only = {}) {
+  tune::TuneOptions o;
+  o.sizes = sizes;
+  o.only = only;
+  o.executor = tune_executor(executor);
+  if (tune_now) return tune::tune(program, comm, o).record.winner;
+  std::string winner;
+  if (comm.rank() == 0) {
+    const tune::TuneKey key = tune::tune_key(program, comm.size(), comm.backend(), o);
+    std::string stale;
+    if (auto record = tune::load_record(key, exec::jit_cache_dir(), &stale)) winner = record->winner;
+    if (!stale.empty())
+      fmt::print(stderr, "train: {}; `tandem train --tune` or `tandem tune {}` makes a new one\n", stale,
+                 program.name());
+  }
+  return comm::broadcast_string(comm, winner);
+}
+
+// Puts `first` (when set) ahead of `rest`.
+std::vector<std::string> prefer(const std::string& first, std::vector<std::string> rest) {
+  if (!first.empty()) rest.insert(rest.begin(), first);
+  return rest;
+}
+
+}  // namespace
+
+parallel::ProgramOptions ScheduleChoice::model_programs(int rows) {
+  parallel::ProgramOptions o;
+  o.executor = executor_;
+  const int64_t N = static_cast<int64_t>(rows) * cfg_.model.seq_len, C = cfg_.model.d_model;
+  const dsl::SymbolMap sizes = {{"B", N}, {"K", 4 * C}, {"H", C}};
+  const double p = cfg_.model.dropout;
+  bool shard = cfg_.grid.tp > 1 || (cfg_.grid.pp > 1 && !grid_.last_stage());
+  if (shard) {
+    const std::string w = tuned_schedule(dsl::workloads::megatron_layer(DType::F32, p), grid_.tp(),
+                                         sizes, cfg_.tune, executor_);
+    from_autotuner_ |= !w.empty();
+    o.epilogue_schedules = prefer(w, o.epilogue_schedules);
+  }
+  // The pipeline program runs on each link, chosen on the link so that both ends agree: the
+  // link from the previous stage first, as ParallelGPT sets them up.
+  if (grid_.from_prev() != nullptr) {
+    const std::string w = tuned_schedule(dsl::workloads::pipeline_stage(DType::F32, p),
+                                         *grid_.from_prev(), sizes, cfg_.tune, executor_);
+    from_autotuner_ |= !w.empty();
+    o.pipeline_recv_schedules = prefer(w, o.pipeline_recv_schedules);
+  }
+  if (grid_.to_next() != nullptr) {
+    const std::string w = tuned_schedule(dsl::workloads::pipeline_stage(DType::F32, p),
+                                         *grid_.to_next(), sizes, cfg_.tune, executor_);
+    from_autotuner_ |= !w.empty();
+    o.pipeline_schedules = prefer(w, o.pipeline_schedules);
+  }
+  return o;
+}
+
+std::vector<std::string> ScheduleChoice::optimizer_schedules() {
+  if (cfg_.optimizer.name != "adamw") return optimizer_schedule_preferences();
+  const dsl::Program program = optimizer_program(cfg_.optimizer);
+  std::vector<std::string> only;
+  if (cfg_.grid.dp > 1)
+    for (const schedule::NamedSchedule& s : schedule::enumerate_schedules(program))
+      if (s.name.find("+slice(") != std::string::npos) only.push_back(s.name);
+  const parallel::ShardLayout layout(cfg_.model, cfg_.grid, grid_.coord().tp, grid_.coord().pp);
+  const std::string w = tuned_schedule(program, grid_.dp(), {{"N", layout.size()}}, cfg_.tune,
+                                       executor_, only);
+  from_autotuner_ |= !w.empty();
+  return prefer(w, optimizer_schedule_preferences());
+}
+
+}  // namespace tandem::train::detail

@@ -1,0 +1,40 @@
+// The schedules of one rank's DSL programs (the Megatron epilogue, the pipeline links, the
+// optimizer): the autotuner's choice for this run's sizes when its cache has one (or, with --tune,
+// tuned now), else the preference lists. Each choice is made on the communicator the program runs
+// on, so all its ranks agree. Internal to train/.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "tandem/parallel/grid.h"
+#include "tandem/parallel/model.h"
+#include "tandem/parallel/program_runner.h"
+#include "tandem/train/train_config.h"
+
+namespace tandem::train::detail {
+
+class ScheduleChoice {
+ public:
+  ScheduleChoice(const TrainConfig& config, const parallel::Grid& grid,
+                 parallel::ExecutorKind executor)
+      : cfg_(config), grid_(grid), executor_(executor) {}
+
+  // The Megatron and pipeline programs' schedules for micro-batches of `rows` rows of seq_len
+  // tokens. A collective over the tensor-parallel group and this rank's pipeline links.
+  parallel::ProgramOptions model_programs(int rows);
+  // The optimizer's schedules, in order of preference, on the data-parallel group; with dp > 1
+  // among the schedules that keep the optimizer state sliced (ZeRO-1). LAMB runs one program per
+  // tensor at many sizes and keeps the preference list. A collective over the group.
+  std::vector<std::string> optimizer_schedules();
+  // Whether some schedule so far came from the autotuner (its cache, or tuned now).
+  bool from_autotuner() const { return from_autotuner_; }
+
+ private:
+  const TrainConfig& cfg_;
+  const parallel::Grid& grid_;
+  parallel::ExecutorKind executor_;
+  bool from_autotuner_ = false;
+};
+
+}  // namespace tandem::train::detail

@@ -1,0 +1,58 @@
+// The checks a training config passes before any rank starts, each refusal naming its flag, and
+// the micro-batch count a step uses.
+#include "tandem/train/train_config.h"
+
+#include <cmath>
+
+#include "tandem/core/error.h"
+#include "tandem/parallel/program_runner.h"
+#include "tandem/train/data.h"
+
+namespace tandem::train {
+
+int TrainConfig::micro_batch_count() const {
+  if (micro_batches > 0) return micro_batches;
+  return grid.pp > 1 ? 2 * grid.pp : 1;
+}
+
+void TrainConfig::validate() const {
+  model.validate();
+  if (model.vocab_size != kByteVocab)
+    user_error("the model's vocabulary is {}; tandem trains on bytes (256 tokens)", model.vocab_size);
+  if (batch < 1) user_error("--batch {} must be at least 1", batch);
+  if (steps < 0) user_error("--steps {} must be 0 or more", steps);
+  if (!(lr > 0) || !std::isfinite(lr)) user_error("--lr {} must be positive", lr);
+  if (warmup < 0) user_error("--warmup {} must be 0 or more", warmup);
+  if (!(min_lr_ratio >= 0 && min_lr_ratio <= 1))
+    user_error("the minimum learning-rate ratio {} must be in [0, 1]", min_lr_ratio);
+  optimizer.validate();
+  if (grid.dp < 1 || grid.tp < 1 || grid.pp < 1)
+    user_error("--dp {}, --tp {}, --pp {}: each must be at least 1", grid.dp, grid.tp, grid.pp);
+  if (backend != "thread" && backend != "mpi")
+    user_error("--backend {}: the backends are thread and mpi", backend);
+  parallel::executor_from_name(executor, "--executor");
+  if (micro_batches < 0) user_error("--micro-batches {} must be 0 (automatic) or more", micro_batches);
+  if (model.n_heads % grid.tp != 0)
+    user_error("--tp {} must divide the number of heads ({})", grid.tp, model.n_heads);
+  if (grid.pp > model.n_layers)
+    user_error("--pp {} needs at least {} layers; the model has {}", grid.pp, grid.pp, model.n_layers);
+  if (batch % grid.dp != 0)
+    user_error("--batch {} does not split evenly over --dp {} data-parallel ranks", batch, grid.dp);
+  const int M = micro_batch_count();
+  if ((batch / grid.dp) % M != 0)
+    user_error("each data-parallel rank's {} rows do not split evenly into {} micro-batches "
+               "(--batch {}, --dp {}, --micro-batches {})",
+               batch / grid.dp, M, batch, grid.dp, M);
+  if (!(validation_fraction >= 0 && validation_fraction < 1))
+    user_error("the validation fraction {} must be in [0, 1)", validation_fraction);
+  if (eval_every < 0) user_error("--eval-every {} must be 0 (never) or more", eval_every);
+  if (eval_every > 0 && eval_batches < 1)
+    user_error("--eval-batches {} must be at least 1", eval_batches);
+  if (eval_every > 0 && validation_fraction <= 0)
+    user_error("validation every {} steps needs a validation split (fraction > 0)", eval_every);
+  if (save_every < 0) user_error("--save-every {} must be 0 or more", save_every);
+  if (save_every > 0 && save_dir.empty()) user_error("--save-every needs --save DIR");
+  if (blas_threads < 0) user_error("--threads {} must be 0 (automatic) or more", blas_threads);
+}
+
+}  // namespace tandem::train

@@ -1,0 +1,23 @@
+// The validation loss a training run reports: the model's mean loss over the first eval_batches
+// global batches of the validation split, drawn under a seed of their own. Internal to train/.
+#pragma once
+
+#include <cstdint>
+
+#include "tandem/parallel/model.h"
+#include "tandem/train/data.h"
+#include "tandem/train/train_config.h"
+#include "rank_batches.h"
+
+namespace tandem::train::detail {
+
+// The validation split's sampler: its own seed, so that its batches never coincide with the
+// training batches' offsets by construction.
+BatchSampler validation_sampler(const Corpus& corpus, const TrainConfig& config);
+
+// The mean loss of `model` over global batches 0 .. eval_batches - 1 of `validation` (forward
+// only). A collective over the world.
+double validation_loss(parallel::ParallelGPT& model, const RankBatches& batches,
+                       const BatchSampler& validation, int64_t eval_batches);
+
+}  // namespace tandem::train::detail
