@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   tandem::cli::add_info(app);
   tandem::cli::add_train(app);
+  tandem::cli::add_plan(app);
   tandem::cli::add_eval(app);
   tandem::cli::add_sample(app);
   tandem::cli::add_tune(app);

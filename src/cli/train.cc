@@ -1,5 +1,6 @@
 // `tandem train`: trains a GPT-2 model on a byte corpus across in-process or MPI ranks (flags
-// into a TrainConfig; the loop is train/trainer).
+// into a TrainConfig; the loop is train/trainer). `tandem plan`: the same model, grid and memory
+// flags, but only the out-of-core plan is made and reported.
 #include <fmt/format.h>
 
 #include <memory>
@@ -32,6 +33,73 @@ struct TrainFlags {
   bool quiet = false;
 };
 
+// The model's size from the preset and the flags given (a resumed run: from its checkpoint).
+struct SizeOptions {
+  CLI::Option *layers, *heads, *d_model, *seq_len, *batch, *dropout;
+};
+
+SizeOptions add_size_flags(CLI::App* cmd, TrainFlags& f) {
+  cmd->add_option("--model", f.model, "Model preset: tiny or small")->capture_default_str();
+  return {cmd->add_option("--layers", f.layers, "Transformer blocks (overrides the preset)"),
+          cmd->add_option("--heads", f.heads, "Attention heads"),
+          cmd->add_option("--d-model", f.d_model, "Model width"),
+          cmd->add_option("--seq-len", f.seq_len, "Tokens per sequence"),
+          cmd->add_option("--batch", f.batch, "Sequences per step (the global batch)"),
+          cmd->add_option("--dropout", f.dropout, "Dropout probability (GPT-2's three sites)")};
+}
+
+void add_grid_flags(CLI::App* cmd, train::TrainConfig& c) {
+  cmd->add_option("--dp", c.grid.dp, "Data-parallel ranks")->capture_default_str();
+  cmd->add_option("--tp", c.grid.tp, "Tensor-parallel ranks (must divide --heads)")->capture_default_str();
+  cmd->add_option("--pp", c.grid.pp, "Pipeline stages (at most --layers)")->capture_default_str();
+  cmd->add_option("--micro-batches", c.micro_batches, "Micro-batches per step and data-parallel rank (0: 1, or 2 x pp)")
+      ->capture_default_str();
+  cmd->add_option("--threads", c.blas_threads, "BLAS threads (0: hardware threads / in-process ranks)")->capture_default_str();
+}
+
+CLI::Option* add_memory_flags(CLI::App* cmd, train::TrainConfig& c) {
+  cmd->add_option("--memory-budget", c.memory_budget,
+                  "Train out-of-core: the fast-tier bytes for saved activations and scratch, e.g. 600MiB, 2GiB "
+                  "(docs/out-of-core.md)");
+  auto* tier = cmd->add_option("--slow-tier", c.slow_tier, "Where swapped activations go: host, or file:DIR (O_DIRECT)")
+                   ->capture_default_str();
+  cmd->add_option("--ooc-plan", c.ooc_plan, "Use this out-of-core plan instead of the planner's, e.g. KKSR/p1");
+  return tier;
+}
+
+// The TrainConfig the flags describe.
+train::TrainConfig config_of(const TrainFlags& flags, const SizeOptions& o, const CLI::Option* tier) {
+  train::TrainConfig cfg = flags.cfg;
+  ModelPreset p = preset(flags.model);
+  nn::GPTConfig& m = cfg.model;
+  float dropout = flags.dropout;
+  // A resumed run takes the checkpoint's model and batch unless flags say otherwise (and then
+  // the trainer refuses a model that does not match).
+  bool from_checkpoint = false;
+  if (!cfg.resume_dir.empty()) {
+    const train::Checkpoint ck = train::load_checkpoint(cfg.resume_dir, false);
+    const nn::GPTConfig saved =
+        train::model_config_from_json(ck.meta.model_config, "checkpoint '" + cfg.resume_dir + "'");
+    p = {saved.n_layers, saved.n_heads, saved.d_model, saved.seq_len, p.batch};
+    if (ck.meta.extra.contains("batch") && ck.meta.extra["batch"].is_number_integer())
+      p.batch = ck.meta.extra["batch"].get<int64_t>();
+    m.max_positions = saved.max_positions;
+    if (o.dropout->count() == 0) dropout = saved.dropout;
+    from_checkpoint = true;
+  }
+  m.n_layers = o.layers->count() ? flags.layers : p.layers;
+  m.n_heads = o.heads->count() ? flags.heads : p.heads;
+  m.d_model = o.d_model->count() ? flags.d_model : p.d_model;
+  m.seq_len = o.seq_len->count() ? flags.seq_len : p.seq_len;
+  if (!from_checkpoint) m.max_positions = m.seq_len;
+  m.dropout = dropout;
+  cfg.batch = o.batch->count() ? flags.batch : p.batch;
+  cfg.progress = !flags.quiet;
+  if (tier->count() > 0 && cfg.memory_budget.empty())
+    user_error("--slow-tier needs --memory-budget: without a budget everything stays in memory");
+  return cfg;
+}
+
 }  // namespace
 
 void add_train(CLI::App& app) {
@@ -45,13 +113,7 @@ void add_train(CLI::App& app) {
   c.eval_every = 50;
 
   auto* cmd = app.add_subcommand("train", "Train a GPT-2 model, data-, tensor- and pipeline-parallel");
-  cmd->add_option("--model", flags->model, "Model preset: tiny or small")->capture_default_str();
-  auto* o_layers = cmd->add_option("--layers", flags->layers, "Transformer blocks (overrides the preset)");
-  auto* o_heads = cmd->add_option("--heads", flags->heads, "Attention heads");
-  auto* o_dmodel = cmd->add_option("--d-model", flags->d_model, "Model width");
-  auto* o_seq = cmd->add_option("--seq-len", flags->seq_len, "Tokens per sequence");
-  auto* o_batch = cmd->add_option("--batch", flags->batch, "Sequences per step (the global batch)");
-  auto* o_dropout = cmd->add_option("--dropout", flags->dropout, "Dropout probability (GPT-2's three sites)");
+  const SizeOptions sizes = add_size_flags(cmd, *flags);
   cmd->add_option("--steps", c.steps, "Train until this many optimizer steps")->capture_default_str();
   cmd->add_option("--lr", c.lr, "Peak learning rate")->capture_default_str();
   cmd->add_option("--warmup", c.warmup, "Linear warm-up steps, then cosine decay")->capture_default_str();
@@ -65,11 +127,7 @@ void add_train(CLI::App& app) {
   cmd->add_option("--grad-dtype", c.optimizer.grad_dtype,
                   "Gradients in the optimizer program: f32, or bf16 (half the bytes reduced; f32 master weights)")
       ->capture_default_str();
-  cmd->add_option("--dp", c.grid.dp, "Data-parallel ranks")->capture_default_str();
-  cmd->add_option("--tp", c.grid.tp, "Tensor-parallel ranks (must divide --heads)")->capture_default_str();
-  cmd->add_option("--pp", c.grid.pp, "Pipeline stages (at most --layers)")->capture_default_str();
-  cmd->add_option("--micro-batches", c.micro_batches, "Micro-batches per step and data-parallel rank (0: 1, or 2 x pp)")
-      ->capture_default_str();
+  add_grid_flags(cmd, c);
   cmd->add_option("--backend", c.backend, "thread (ranks in this process) or mpi (under mpirun)")->capture_default_str();
   cmd->add_option("--executor", c.executor, "How the DSL programs run: compiled (JIT), plan or reference")
       ->capture_default_str();
@@ -84,37 +142,26 @@ void add_train(CLI::App& app) {
   cmd->add_option("--resume", c.resume_dir, "Continue from the checkpoint in DIR (its model unless flags say otherwise)");
   cmd->add_option("--metrics", c.metrics_path, "Write one JSON line per step to FILE");
   cmd->add_option("--trace", c.trace_path, "Write a Chrome trace (Perfetto) to FILE");
-  cmd->add_option("--threads", c.blas_threads, "BLAS threads (0: hardware threads / in-process ranks)")->capture_default_str();
   cmd->add_flag("--quiet", flags->quiet, "Only the summary, no progress lines");
+  CLI::Option* tier = add_memory_flags(cmd, c);
+  cmd->callback([flags, sizes, tier] { train::train(config_of(*flags, sizes, tier)); });
+}
 
-  cmd->callback([flags, o_layers, o_heads, o_dmodel, o_seq, o_batch, o_dropout] {
-    train::TrainConfig cfg = flags->cfg;
-    ModelPreset p = preset(flags->model);
-    nn::GPTConfig& m = cfg.model;
-    // A resumed run takes the checkpoint's model and batch unless flags say otherwise (and then
-    // the trainer refuses a model that does not match).
-    bool from_checkpoint = false;
-    if (!cfg.resume_dir.empty()) {
-      const train::Checkpoint ck = train::load_checkpoint(cfg.resume_dir, false);
-      const nn::GPTConfig saved =
-          train::model_config_from_json(ck.meta.model_config, "checkpoint '" + cfg.resume_dir + "'");
-      p = {saved.n_layers, saved.n_heads, saved.d_model, saved.seq_len, p.batch};
-      if (ck.meta.extra.contains("batch") && ck.meta.extra["batch"].is_number_integer())
-        p.batch = ck.meta.extra["batch"].get<int64_t>();
-      m.max_positions = saved.max_positions;
-      if (o_dropout->count() == 0) flags->dropout = saved.dropout;
-      from_checkpoint = true;
-    }
-    m.n_layers = o_layers->count() ? flags->layers : p.layers;
-    m.n_heads = o_heads->count() ? flags->heads : p.heads;
-    m.d_model = o_dmodel->count() ? flags->d_model : p.d_model;
-    m.seq_len = o_seq->count() ? flags->seq_len : p.seq_len;
-    if (!from_checkpoint) m.max_positions = m.seq_len;
-    m.dropout = flags->dropout;
-    cfg.batch = o_batch->count() ? flags->batch : p.batch;
-    cfg.progress = !flags->quiet;
-    train::train(cfg);
-  });
+void add_plan(CLI::App& app) {
+  auto flags = std::make_shared<TrainFlags>();
+  train::TrainConfig& c = flags->cfg;
+  c.grid = {1, 1, 1};
+  c.eval_every = 0;
+  c.plan_only = true;
+  auto* cmd = app.add_subcommand(
+      "plan", "Plan out-of-core training under a memory budget: per block keep, swap or recompute, with the "
+              "predicted step time and peak beside every single strategy's");
+  const SizeOptions sizes = add_size_flags(cmd, *flags);
+  add_grid_flags(cmd, c);
+  CLI::Option* tier = add_memory_flags(cmd, c);
+  cmd->get_option("--memory-budget")->required();
+  cmd->add_option("--trace", c.trace_path, "Write the predicted timeline as a Chrome trace (Perfetto) to FILE");
+  cmd->callback([flags, sizes, tier] { train::train(config_of(*flags, sizes, tier)); });
 }
 
 }  // namespace tandem::cli

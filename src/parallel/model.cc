@@ -49,12 +49,59 @@ std::vector<std::string> pipeline_schedule_preferences() {
   return {"fused(RS-C)-P2P-AG", "fused(RS-C-AG)", "AR-C"};
 }
 
-struct ParallelGPT::Slot {
-  nn::EmbeddingActivations embedding;
-  std::vector<nn::BlockActivations> blocks;
-  nn::FinalActivations head;
-  Tensor input;  // (B, T, C): the activations received from the previous stage
+// In-core training: every micro-batch in flight keeps all its buffers, allocated once, in one of
+// min(M, P - stage) slots (micro-batch k in slot k % slots; evaluation uses slot 0).
+class ParallelGPT::Resident final : public nn::ActivationMemory {
+ public:
+  Resident(const nn::GPTConfig& config, const ShardLayout& layout, int tp, int B, int T, int slots)
+      : ws_(config, B, T) {
+    for (int i = 0; i < slots; ++i) {
+      Slot s;
+      // x_0: the embedding's output, or what the previous stage sends.
+      s.inputs.push_back(Tensor::empty(DType::F32, Shape{B, T, config.d_model}));
+      for (int l = layout.first_layer(); l < layout.end_layer(); ++l) {
+        s.blocks.push_back(allocate_shard_block_activations(config, tp, B, T));
+        s.inputs.push_back(s.blocks.back()[nn::BlockAct::Out]);
+      }
+      if (layout.has_final()) s.head = nn::allocate_final_activations(config, B, T);
+      slots_.push_back(std::move(s));
+    }
+  }
+  void begin_forward(int, int) override {}
+  void end_forward(int, int) override {}
+  std::vector<int> begin_backward(int, int) override { return {}; }
+  void end_recompute(int, int) override {}
+  void end_backward(int, int) override {}
+  void begin_evaluation() override { evaluating_ = true; }
+  void end_evaluation() override { evaluating_ = false; }
+  float* input(int k, int j) override { return slot(k).inputs[static_cast<size_t>(j)].data_as<float>(); }
+  nn::BlockActivations block(int k, int j) override { return slot(k).blocks[static_cast<size_t>(j)]; }
+  nn::FinalActivations head(int k) override { return slot(k).head; }
+  nn::Workspace& workspace() override { return ws_; }
+
+ private:
+  struct Slot {
+    std::vector<Tensor> inputs;  // x_0 .. x_n
+    std::vector<nn::BlockActivations> blocks;
+    nn::FinalActivations head;
+  };
+  Slot& slot(int k) { return slots_[evaluating_ ? 0 : static_cast<size_t>(k) % slots_.size()]; }
+  std::vector<Slot> slots_;
+  nn::Workspace ws_;
+  bool evaluating_ = false;
 };
+
+nn::ChainLayout ParallelGPT::chain_layout(const nn::GPTConfig& config, const Grid& grid,
+                                          int micro_rows, int T, int micro_batches) {
+  const ShardLayout layout(config, grid.shape(), grid.coord().tp, grid.coord().pp);
+  std::vector<nn::ChainLayout::Pass> order;
+  for (const PipeOp& op : one_f_one_b(grid.shape().pp, grid.coord().pp, micro_batches))
+    order.push_back({op.kind == PipeOp::Forward, op.micro});
+  nn::ChainLayout chain = nn::gpt_chain_layout(config, micro_rows, T, layout.end_layer() - layout.first_layer(),
+                                               layout.has_final(), std::move(order));
+  chain.block = shard_block_shapes(config, grid.shape().tp, micro_rows, T);
+  return chain;
+}
 
 // The programs and their sessions. A program's dropout probability is part of it, so with
 // dropout there is one program for training and one (p = 0) for evaluation; without, the
@@ -71,13 +118,15 @@ struct ParallelGPT::Programs {
 };
 
 ParallelGPT::ParallelGPT(const nn::GPTConfig& config, Grid& grid, int micro_rows, int T,
-                         int micro_batches, const ProgramOptions& options)
+                         int micro_batches, const ProgramOptions& options,
+                         nn::ActivationMemory* memory)
     : config_(config),
       grid_(grid),
       layout_(config, grid.shape(), grid.coord().tp, grid.coord().pp),
       micro_rows_(micro_rows),
       T_(T),
-      micro_batches_(micro_batches) {
+      micro_batches_(micro_batches),
+      memory_(memory) {
   if (micro_rows < 1 || micro_batches < 1)
     user_error("a step needs at least one micro-batch of at least one row (got {} of {} rows)",
                micro_batches, micro_rows);
@@ -86,17 +135,11 @@ ParallelGPT::ParallelGPT(const nn::GPTConfig& config, Grid& grid, int micro_rows
   params_ = Tensor::zeros(DType::F32, Shape{layout_.size()});
   grads_ = Tensor::zeros(DType::F32, Shape{layout_.size()});
   const int tp = grid.shape().tp, B = micro_rows;
-  const int slots = in_flight_limit(grid.shape().pp, grid.coord().pp, micro_batches);
-  for (int i = 0; i < slots; ++i) {
-    auto s = std::make_unique<Slot>();
-    if (layout_.has_embedding()) s->embedding = nn::allocate_embedding_activations(config, B, T);
-    else s->input = Tensor::empty(DType::F32, Shape{B, T, config.d_model});
-    for (int l = layout_.first_layer(); l < layout_.end_layer(); ++l)
-      s->blocks.push_back(allocate_shard_block_activations(config, tp, B, T));
-    if (layout_.has_final()) s->head = nn::allocate_final_activations(config, B, T);
-    slots_.push_back(std::move(s));
+  if (memory_ == nullptr) {
+    resident_ = std::make_unique<Resident>(config, layout_, tp, B, T,
+                                           in_flight_limit(grid.shape().pp, grid.coord().pp, micro_batches));
+    memory_ = resident_.get();
   }
-  ws_ = std::make_unique<nn::Workspace>(config, B, T);
   if (grid.from_prev() != nullptr)
     for (int k = 0; k < micro_batches; ++k)
       grad_send_.push_back(Tensor::empty(DType::F32, Shape{B, T, config.d_model}));
@@ -238,96 +281,111 @@ void ParallelGPT::receive_activations(const nn::StepRng& rng, bool training, flo
   emit("comm", "pipeline recv", begin);
 }
 
-void ParallelGPT::forward_micro(const MicroBatch& mb, Slot& slot, const nn::StepRng& rng,
-                                bool training, double& loss_sum) {
-  const int B = mb.B, T = mb.T;
-  const float* x = nullptr;
-  if (layout_.has_embedding()) {
-    const auto begin = Clock::now();
-    nn::embedding_forward(config_, layout_.embedding(params_.data_as<float>()), slot.embedding,
-                          mb.tokens, B, T, rng);
-    emit("compute", "forward embedding", begin);
-    x = slot.embedding.ptr(nn::EmbeddingAct::Out);
-  } else {
-    receive_activations(rng, training, slot.input.data_as<float>(), B, T);
-    x = slot.input.data_as<float>();
-  }
-  const ShardBlock sb{config_, grid_.shape().tp, grid_.coord().tp, &grid_.tp()};
+void ParallelGPT::block_forward(int k, int j, const nn::StepRng& rng, bool training) {
+  const int l = layout_.first_layer() + j;
+  const int B = micro_rows_, T = T_;
+  const nn::BlockActivations a = memory_->block(k, j);
+  const float* x = memory_->input(k, j);
   float* base = params_.data_as<float>();
-  for (int l = layout_.first_layer(); l < layout_.end_layer(); ++l) {
-    const nn::BlockActivations& a = slot.blocks[static_cast<size_t>(l - layout_.first_layer())];
-    const auto begin = Clock::now();
-    nested_comm_s_ = 0.0;
-    if (shard_path(l)) {
-      const bool boundary = l == layout_.end_layer() - 1 && grid_.to_next() != nullptr;
-      shard_block_forward(
-          sb, l, layout_.block(base, l), a, x, *ws_, B, T, rng,
-          [&](const EpilogueArgs& e) { run_epilogue(e, training, false); },
-          [&](const EpilogueArgs& e) { run_epilogue(e, training, boundary); });
-    } else {
-      nn::block_forward(config_, l, layout_.block(base, l), a, x, *ws_, B, T, rng);
-    }
-    emit("compute", "forward h." + std::to_string(l), begin);
-    x = a.ptr(nn::BlockAct::Out);
-  }
-  if (layout_.has_final()) {
-    const auto begin = Clock::now();
-    loss_sum += nn::final_forward(config_, layout_.final_stage(base), slot.head, x, mb.targets, B, T);
-    emit("compute", "forward head", begin);
+  if (shard_path(l)) {
+    const ShardBlock sb{config_, grid_.shape().tp, grid_.coord().tp, &grid_.tp()};
+    const bool boundary = l == layout_.end_layer() - 1 && grid_.to_next() != nullptr;
+    shard_block_forward(
+        sb, l, layout_.block(base, l), a, x, memory_->workspace(), B, T, rng,
+        [&](const EpilogueArgs& e) { run_epilogue(e, training, false); },
+        [&](const EpilogueArgs& e) { run_epilogue(e, training, boundary); });
+  } else {
+    nn::block_forward(config_, l, layout_.block(base, l), a, x, memory_->workspace(), B, T, rng);
   }
 }
 
-void ParallelGPT::backward_micro(const MicroBatch& mb, Slot& slot, const nn::StepRng& rng,
-                                 float dloss, int k) {
-  const int B = mb.B, T = mb.T;
-  const int64_t n = static_cast<int64_t>(B) * T * config_.d_model;
-  float* base = params_.data_as<float>();
-  float* gbase = grads_.data_as<float>();
-  float* dres = ws_->dresidual();  // (B, T, C) d(loss)/d(residual stream)
-  auto stage_input = [&]() -> const float* {
-    return layout_.has_embedding() ? slot.embedding.ptr(nn::EmbeddingAct::Out)
-                                   : slot.input.data_as<float>();
-  };
-  auto block_input = [&](int l) -> const float* {
-    return l == layout_.first_layer()
-               ? stage_input()
-               : slot.blocks[static_cast<size_t>(l - 1 - layout_.first_layer())].ptr(nn::BlockAct::Out);
-  };
-  if (layout_.has_final()) {
-    const auto begin = Clock::now();
-    std::memset(dres, 0, static_cast<size_t>(n) * sizeof(float));
-    nn::final_backward(config_, layout_.final_stage(base), layout_.final_stage(gbase), slot.head,
-                       block_input(layout_.end_layer()), mb.targets, dloss, dres, *ws_, B, T);
-    emit("compute", "backward head", begin);
-  } else {
-    const auto begin = Clock::now();
-    comm::Communicator& link = *grid_.to_next();
-    link.recv(view(dres, Shape{n}), grid_.shape().tp + grid_.coord().tp, kGradTag);
-    emit("comm", "pipeline recv grad", begin);
-  }
-  const ShardBlock sb{config_, grid_.shape().tp, grid_.coord().tp, &grid_.tp()};
-  for (int l = layout_.end_layer() - 1; l >= layout_.first_layer(); --l) {
-    const nn::BlockActivations& a = slot.blocks[static_cast<size_t>(l - layout_.first_layer())];
+void ParallelGPT::forward_micro(const MicroBatch& mb, int k, const nn::StepRng& rng, bool training,
+                                double& loss_sum) {
+  const int B = mb.B, T = mb.T, n = layout_.end_layer() - layout_.first_layer();
+  for (int j = 0; j < n; ++j) {
+    const int l = layout_.first_layer() + j;
+    memory_->begin_forward(k, j);
+    if (j == 0) {
+      float* x0 = memory_->input(k, 0);
+      if (layout_.has_embedding()) {
+        const auto begin = Clock::now();
+        nn::EmbeddingActivations e;
+        e[nn::EmbeddingAct::Out] = view(x0, Shape{B, T, config_.d_model});
+        nn::embedding_forward(config_, layout_.embedding(params_.data_as<float>()), e, mb.tokens, B, T, rng);
+        emit("compute", "forward embedding", begin);
+      } else {
+        receive_activations(rng, training, x0, B, T);
+      }
+    }
     const auto begin = Clock::now();
     nested_comm_s_ = 0.0;
+    block_forward(k, j, rng, training);
+    emit("compute", "forward h." + std::to_string(l), begin);
+    if (j == n - 1 && layout_.has_final()) {
+      const auto hb = Clock::now();
+      loss_sum += nn::final_forward(config_, layout_.final_stage(params_.data_as<float>()),
+                                    memory_->head(k), memory_->input(k, n), mb.targets, B, T);
+      emit("compute", "forward head", hb);
+    }
+    memory_->end_forward(k, j);
+  }
+}
+
+void ParallelGPT::backward_micro(const MicroBatch& mb, int k, const nn::StepRng& rng, float dloss) {
+  const int B = mb.B, T = mb.T, n = layout_.end_layer() - layout_.first_layer();
+  const int64_t elems = static_cast<int64_t>(B) * T * config_.d_model;
+  float* base = params_.data_as<float>();
+  float* gbase = grads_.data_as<float>();
+  nn::Workspace& ws = memory_->workspace();
+  float* dres = ws.dresidual();  // (B, T, C) d(loss)/d(residual stream)
+  const ShardBlock sb{config_, grid_.shape().tp, grid_.coord().tp, &grid_.tp()};
+  for (int j = n - 1; j >= 0; --j) {
+    const int l = layout_.first_layer() + j;
+    for (int i : memory_->begin_backward(k, j)) {
+      const auto begin = Clock::now();
+      nested_comm_s_ = 0.0;
+      block_forward(k, i, rng, true);
+      emit("compute", "recompute h." + std::to_string(layout_.first_layer() + i), begin);
+      memory_->end_recompute(k, i);
+    }
+    if (j == n - 1) {
+      if (layout_.has_final()) {
+        const auto begin = Clock::now();
+        std::memset(dres, 0, static_cast<size_t>(elems) * sizeof(float));
+        nn::final_backward(config_, layout_.final_stage(base), layout_.final_stage(gbase), memory_->head(k),
+                           memory_->input(k, n), mb.targets, dloss, dres, ws, B, T);
+        emit("compute", "backward head", begin);
+      } else {
+        const auto begin = Clock::now();
+        comm::Communicator& link = *grid_.to_next();
+        link.recv(view(dres, Shape{elems}), grid_.shape().tp + grid_.coord().tp, kGradTag);
+        emit("comm", "pipeline recv grad", begin);
+      }
+    }
+    const auto begin = Clock::now();
+    nested_comm_s_ = 0.0;
+    const nn::BlockActivations a = memory_->block(k, j);
     if (shard_path(l))
-      shard_block_backward(sb, l, layout_.block(base, l), layout_.block(gbase, l), a, block_input(l),
-                           dres, *ws_, B, T, rng);
+      shard_block_backward(sb, l, layout_.block(base, l), layout_.block(gbase, l), a, memory_->input(k, j),
+                           dres, ws, B, T, rng);
     else
       nn::block_backward(config_, l, layout_.block(base, l), layout_.block(gbase, l), a,
-                         block_input(l), dres, *ws_, B, T, rng);
+                         memory_->input(k, j), dres, ws, B, T, rng);
     emit("compute", "backward h." + std::to_string(l), begin);
-  }
-  if (layout_.has_embedding()) {
-    const auto begin = Clock::now();
-    nn::embedding_backward(config_, layout_.embedding(gbase), dres, mb.tokens, *ws_, B, T, rng);
-    emit("compute", "backward embedding", begin);
-  } else {
-    // Asynchronous, so that this stage goes on to its next forward while the previous stage is
-    // still busy: waiting here would deadlock 1F1B (both stages sending at once).
-    Tensor& buf = grad_send_[static_cast<size_t>(k)];
-    std::memcpy(buf.data(), dres, static_cast<size_t>(n) * sizeof(float));
-    pending_sends_.push_back(grid_.from_prev()->isend(buf, grid_.coord().tp, kGradTag));
+    if (j == 0) {
+      if (layout_.has_embedding()) {
+        const auto eb = Clock::now();
+        nn::embedding_backward(config_, layout_.embedding(gbase), dres, mb.tokens, ws, B, T, rng);
+        emit("compute", "backward embedding", eb);
+      } else {
+        // Asynchronous, so that this stage goes on to its next forward while the previous stage
+        // is still busy: waiting here would deadlock 1F1B (both stages sending at once).
+        Tensor& buf = grad_send_[static_cast<size_t>(k)];
+        std::memcpy(buf.data(), dres, static_cast<size_t>(elems) * sizeof(float));
+        pending_sends_.push_back(grid_.from_prev()->isend(buf, grid_.coord().tp, kGradTag));
+      }
+    }
+    memory_->end_backward(k, j);
   }
 }
 
@@ -335,7 +393,6 @@ double ParallelGPT::forward_backward(const std::vector<MicroBatch>& micro, uint6
                                      uint64_t step) {
   check_micro(micro);
   const int M = micro_batches_;
-  const int slots = static_cast<int>(slots_.size());
   const float dloss = 1.0f / static_cast<float>(M);
   double loss_sum = 0.0;
   auto rng_of = [&](int k) {
@@ -343,9 +400,8 @@ double ParallelGPT::forward_backward(const std::vector<MicroBatch>& micro, uint6
   };
   for (const PipeOp& op : one_f_one_b(grid_.shape().pp, grid_.coord().pp, M)) {
     const MicroBatch& mb = micro[static_cast<size_t>(op.micro)];
-    Slot& slot = *slots_[static_cast<size_t>(op.micro % slots)];
-    if (op.kind == PipeOp::Forward) forward_micro(mb, slot, rng_of(op.micro), true, loss_sum);
-    else backward_micro(mb, slot, rng_of(op.micro), dloss, op.micro);
+    if (op.kind == PipeOp::Forward) forward_micro(mb, op.micro, rng_of(op.micro), true, loss_sum);
+    else backward_micro(mb, op.micro, rng_of(op.micro), dloss);
   }
   const auto begin = Clock::now();
   for (comm::Request& r : pending_sends_) r.wait();
@@ -357,9 +413,11 @@ double ParallelGPT::forward_backward(const std::vector<MicroBatch>& micro, uint6
 double ParallelGPT::forward(const std::vector<MicroBatch>& micro) {
   check_micro(micro);
   double loss_sum = 0.0;
+  memory_->begin_evaluation();
   for (size_t k = 0; k < micro.size(); ++k)
-    forward_micro(micro[k], *slots_[0], nn::StepRng{0, 0, micro[k].sample_offset, false}, false,
-                  loss_sum);
+    forward_micro(micro[k], static_cast<int>(k), nn::StepRng{0, 0, micro[k].sample_offset, false},
+                  false, loss_sum);
+  memory_->end_evaluation();
   return loss_sum;
 }
 

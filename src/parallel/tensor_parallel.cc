@@ -40,10 +40,9 @@ uint64_t epilogue_seed(const nn::StepRng& rng, int layer, nn::DropoutSite site) 
   return (static_cast<uint64_t>(r[0]) | (static_cast<uint64_t>(r[1]) << 32)) & ((uint64_t{1} << 53) - 1);
 }
 
-nn::BlockActivations allocate_shard_block_activations(const nn::GPTConfig& c, int tp, int B, int T,
-                                                      Allocator& alloc) {
+std::vector<Shape> shard_block_shapes(const nn::GPTConfig& c, int tp, int B, int T) {
   const int64_t C = c.d_model, lc = C / tp;
-  nn::BlockActivations a;
+  std::vector<Shape> shapes;
   for (int i = 0; i < nn::kNumActs<nn::BlockAct>; ++i) {
     const auto k = static_cast<nn::BlockAct>(i);
     Shape s = nn::act_shape(c, k, B, T);
@@ -55,8 +54,17 @@ nn::BlockActivations allocate_shard_block_activations(const nn::GPTConfig& c, in
       case nn::BlockAct::GeluOut: s = Shape{B, T, 4 * lc}; break;
       default: break;
     }
-    a[k] = Tensor::empty(DType::F32, s, alloc);
+    shapes.push_back(s);
   }
+  return shapes;
+}
+
+nn::BlockActivations allocate_shard_block_activations(const nn::GPTConfig& c, int tp, int B, int T,
+                                                      Allocator& alloc) {
+  const std::vector<Shape> shapes = shard_block_shapes(c, tp, B, T);
+  nn::BlockActivations a;
+  for (int i = 0; i < nn::kNumActs<nn::BlockAct>; ++i)
+    a[static_cast<nn::BlockAct>(i)] = Tensor::empty(DType::F32, shapes[static_cast<size_t>(i)], alloc);
   return a;
 }
 

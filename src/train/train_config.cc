@@ -5,6 +5,9 @@
 #include <cmath>
 
 #include "tandem/core/error.h"
+#include "tandem/ooc/bytes.h"
+#include "tandem/ooc/plan.h"
+#include "tandem/ooc/slow_tier.h"
 #include "tandem/parallel/program_runner.h"
 #include "tandem/train/data.h"
 
@@ -26,6 +29,20 @@ void TrainConfig::validate() const {
   if (!(min_lr_ratio >= 0 && min_lr_ratio <= 1))
     user_error("the minimum learning-rate ratio {} must be in [0, 1]", min_lr_ratio);
   optimizer.validate();
+  auto flag = [](const char* name, const auto& check) {
+    try {
+      check();
+    } catch (const UserError& e) {
+      user_error("{}: {}", name, e.what());
+    }
+  };
+  if (!memory_budget.empty()) flag("--memory-budget", [&] { ooc::parse_bytes(memory_budget); });
+  flag("--slow-tier", [&] { ooc::TierSpec::parse(slow_tier); });
+  if (plan_only && memory_budget.empty()) user_error("tandem plan needs --memory-budget");
+  if (!ooc_plan.empty()) {
+    if (memory_budget.empty()) user_error("--ooc-plan needs --memory-budget (a plan places memory within a budget)");
+    flag("--ooc-plan", [&] { ooc::Plan::parse(ooc_plan); });
+  }
   if (grid.dp < 1 || grid.tp < 1 || grid.pp < 1)
     user_error("--dp {}, --tp {}, --pp {}: each must be at least 1", grid.dp, grid.tp, grid.pp);
   if (backend != "thread" && backend != "mpi")

@@ -22,11 +22,13 @@
 #include "tandem/core/blas.h"
 #include "tandem/core/error.h"
 #include "tandem/parallel/model.h"
+#include "tandem/train/atomic_file.h"
 #include "tandem/train/data.h"
 #include "tandem/train/metrics.h"
 #include "tandem/train/progress.h"
 #include "corpus_cache.h"
 #include "model_state.h"
+#include "out_of_core.h"
 #include "rank_batches.h"
 #include "run_checkpoint.h"
 #include "schedule_choice.h"
@@ -86,8 +88,13 @@ class RankRun {
         sampler_(corpus_->train, cfg.batch, cfg.model.seq_len, cfg.seed),
         executor_(parallel::executor_from_name(cfg.executor, "--executor")),
         schedules_(cfg, grid_, executor_),
+        ooc_(cfg.memory_budget.empty()
+                 ? nullptr
+                 : std::make_unique<detail::OutOfCore>(cfg, grid_, batches_.micro_rows(),
+                                                       batches_.micro_batch_count())),
         model_(cfg.model, grid_, batches_.micro_rows(), cfg.model.seq_len,
-               batches_.micro_batch_count(), schedules_.model_programs(batches_.micro_rows())),
+               batches_.micro_batch_count(), schedules_.model_programs(batches_.micro_rows()),
+               ooc_ ? ooc_->memory() : nullptr),
         opt_(cfg.optimizer, model_.layout(), grid_.dp(), schedules_.optimizer_schedules(), executor_),
         out_(cfg.out != nullptr ? *cfg.out : std::cout) {
     if (cfg.eval_every > 0) val_sampler_.emplace(detail::validation_sampler(*corpus_, cfg));
@@ -98,8 +105,10 @@ class RankRun {
   TrainResult run();
 
  private:
-  // Set-up: the weights (and moments), then what the lead rank prints and writes.
+  // Set-up: the weights (and moments), the out-of-core plan, then what the lead rank prints and
+  // writes.
   int64_t initialise();
+  void plan_out_of_core(int64_t first_step);
   int64_t restore();
   void open_reports(int64_t first_step);
   void print_header(int64_t first_step);
@@ -133,10 +142,12 @@ class RankRun {
   std::optional<BatchSampler> val_sampler_;
   parallel::ExecutorKind executor_;
   detail::ScheduleChoice schedules_;
+  std::unique_ptr<detail::OutOfCore> ooc_;  // --memory-budget: where the model's activations live
   parallel::ParallelGPT model_;
   DataParallelOptimizer opt_;
   std::ostream& out_;
   Phases phases_;
+  bool profiling_ = false;  // the out-of-core profile's steps are not reported
   std::unique_ptr<MetricsWriter> metrics_;  // lead rank only
   std::unique_ptr<Progress> progress_;      // lead rank only
 };
@@ -144,6 +155,21 @@ class RankRun {
 TrainResult RankRun::run() {
   TrainResult result;
   result.first_step = resume_ ? restore() : initialise();
+  if (cfg_.plan_only) {  // tandem plan
+    plan_out_of_core(result.first_step);
+    if (lead_) {
+      out_ << ooc_->plan_line() << "\n" << ooc_->report();
+      if (!cfg_.trace_path.empty()) {
+        write_file_atomic(cfg_.trace_path, ooc_->predicted_trace());
+        out_ << fmt::format("predicted timeline written to {}\n", cfg_.trace_path);
+      }
+      out_.flush();
+    }
+    result.ooc_plan = ooc_->plan().str();
+    result.ooc_predicted_s = ooc_->predicted_step_s();
+    return result;
+  }
+  if (ooc_ && result.first_step < cfg_.steps) plan_out_of_core(result.first_step);
   result.optimizer_schedule = opt_.schedule_name();
   result.epilogue_schedule = model_.epilogue_schedule();
   result.pipeline_schedule = model_.pipeline_schedule();
@@ -156,6 +182,7 @@ TrainResult RankRun::run() {
     const double lr = learning_rate(cfg_, step);
     const double loss = train_step(step, lr);
     const double step_s = seconds_since(step_begin);
+    if (ooc_) ooc_->after_step(trace_, grid_.world().rank());
     std::optional<double> val;
     if (validation_due(step)) {
       val = validate();
@@ -179,6 +206,18 @@ int64_t RankRun::initialise() {
   nn::gpt_init(whole, cfg_.seed);
   model_.layout().extract(whole.flat().data_as<float>(), model_.params().data_as<float>());
   return 0;
+}
+
+// The out-of-core plan from this machine's profile: cached, or measured by running the first
+// step's forward and backward (its gradients are discarded: train_step zeroes them).
+void RankRun::plan_out_of_core(int64_t first_step) {
+  const Batch b = batches_.draw(sampler_, first_step);
+  profiling_ = true;
+  ooc_->prepare([&] {
+    model_.grads().fill(0.0f);
+    model_.forward_backward(batches_.micro_batches(b), cfg_.seed, static_cast<uint64_t>(first_step));
+  }, grid_.tp());
+  profiling_ = false;
 }
 
 // This rank's part of the checkpoint's weights and moments. Returns the step it was saved at.
@@ -229,6 +268,7 @@ void RankRun::print_header(int64_t first_step) {
                   ? (cfg_.tune ? "; schedules autotuned" : "; schedules from the autotuner's cache")
                   : "; schedules by preference (no autotuner record: --tune makes one)";
   out_ << programs << "\n";
+  if (ooc_) out_ << ooc_->plan_line();
   out_.flush();
 }
 
@@ -314,6 +354,12 @@ void RankRun::finish(TrainResult& result) {
     std::vector<float> w = detail::gather_weights(model_);
     if (lead_) result.weights = std::move(w);
   }
+  if (ooc_) {
+    result.ooc_plan = ooc_->plan().str();
+    result.ooc_high_water = ooc_->high_water();
+    result.ooc_predicted_s = ooc_->predicted_step_s();
+    result.ooc_measured_s = ooc_->measured_step_s();
+  }
   if (lead_) print_summary(result, ran);
 }
 
@@ -326,6 +372,7 @@ void RankRun::print_summary(const TrainResult& result, int64_t ran) {
                         ran, result.seconds, result.seconds / static_cast<double>(ran),
                         result.tokens_per_s, result.losses.front(), result.losses.back(), val);
   }
+  if (ooc_ && ran > 0) out_ << ooc_->summary_line();
   if (!cfg_.save_dir.empty() && ran > 0)
     out_ << fmt::format("tandem train: checkpoint at step {} in {}\n", cfg_.steps, cfg_.save_dir);
   out_.flush();
@@ -335,6 +382,7 @@ void RankRun::print_summary(const TrainResult& result, int64_t ran) {
 
 void RankRun::on_event(std::string_view stream, std::string_view name, Clock::time_point b,
                        Clock::time_point e, double s) {
+  if (profiling_) return;
   if (trace_ != nullptr && trace_->enabled()) trace_->record(grid_.world().rank(), stream, name, b, e);
   if (!lead_) return;
   if (stream == "comm") phases_.add("comm", s);
@@ -366,7 +414,7 @@ TrainResult train(const TrainConfig& config) {
   const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   blas::set_num_threads(config.blas_threads > 0 ? config.blas_threads
                                                 : std::max(1, hw / local_ranks_for_blas(config)));
-  TraceRecorder trace(!config.trace_path.empty());
+  TraceRecorder trace(!config.trace_path.empty() && !config.plan_only);  // tandem plan writes its own
   // Read the data and the checkpoint once, before any rank starts: their errors are the user's,
   // not one rank's (a split too short for a sequence is refused here too).
   const std::shared_ptr<const Corpus> corpus = detail::corpus_for(config);

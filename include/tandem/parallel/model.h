@@ -16,9 +16,10 @@
 // a single-rank run is exactly nn::gpt_forward/gpt_backward); the row-parallel shard path
 // (tensor_parallel.h) runs where tp > 1 and in a stage's last block at a pipeline boundary.
 //
-// Set up, then run: the constructor allocates the parameters, gradients, activations of
-// min(M, P - stage) micro-batches, the workspace and the send buffers, and enumerates the
-// programs' schedules; forward_backward allocates only what the reference interpreter does.
+// Set up, then run: the constructor allocates the parameters, gradients, the send buffers and,
+// unless an nn::ActivationMemory is given (the out-of-core runtime), the activations of
+// min(M, P - stage) micro-batches and the workspace, and enumerates the programs' schedules;
+// forward_backward allocates only what the reference interpreter does.
 #pragma once
 
 #include <chrono>
@@ -31,6 +32,7 @@
 
 #include "tandem/comm/communicator.h"
 #include "tandem/core/tensor.h"
+#include "tandem/nn/activation_memory.h"
 #include "tandem/nn/gpt.h"
 #include "tandem/parallel/grid.h"
 #include "tandem/parallel/program_runner.h"
@@ -75,11 +77,18 @@ class ParallelGPT {
  public:
   // micro_rows: rows of each micro-batch; micro_batches: how many per step (each stage keeps
   // activations for min(micro_batches, pp - stage) of them).
+  // memory: where the saved activations live (not owned; it must outlive the model); null: all
+  // resident, allocated here (in-core training).
   ParallelGPT(const nn::GPTConfig& config, Grid& grid, int micro_rows, int T, int micro_batches,
-              const ProgramOptions& programs = {});
+              const ProgramOptions& programs = {}, nn::ActivationMemory* memory = nullptr);
   ~ParallelGPT();
   ParallelGPT(const ParallelGPT&) = delete;
   ParallelGPT& operator=(const ParallelGPT&) = delete;
+
+  // What this rank's step saves, for an out-of-core memory to place: its stage's blocks (their
+  // tensor-parallel shards), the head on the last stage, and the 1F1B order of its passes.
+  static nn::ChainLayout chain_layout(const nn::GPTConfig& config, const Grid& grid, int micro_rows,
+                                      int T, int micro_batches);
 
   const nn::GPTConfig& config() const { return config_; }
   const ShardLayout& layout() const { return layout_; }
@@ -105,11 +114,13 @@ class ParallelGPT {
   std::string executor() const;  // the executor the programs run on ("" when none runs)
 
  private:
-  struct Slot;
+  class Resident;
   struct Programs;
-  void forward_micro(const MicroBatch& mb, Slot& slot, const nn::StepRng& rng, bool training,
+  void forward_micro(const MicroBatch& mb, int k, const nn::StepRng& rng, bool training,
                      double& loss_sum);
-  void backward_micro(const MicroBatch& mb, Slot& slot, const nn::StepRng& rng, float dloss, int k);
+  void backward_micro(const MicroBatch& mb, int k, const nn::StepRng& rng, float dloss);
+  // Block j of this stage's forward for micro-batch k, into the memory's current buffers.
+  void block_forward(int k, int j, const nn::StepRng& rng, bool training);
   bool shard_path(int layer) const;  // whether block `layer` runs the tensor-parallel shard path
   void run_epilogue(const EpilogueArgs& e, bool training, bool boundary);
   void receive_activations(const nn::StepRng& rng, bool training, float* into, int B, int T);
@@ -122,8 +133,8 @@ class ParallelGPT {
   ShardLayout layout_;
   int micro_rows_, T_, micro_batches_;
   Tensor params_, grads_;
-  std::vector<std::unique_ptr<Slot>> slots_;
-  std::unique_ptr<nn::Workspace> ws_;
+  std::unique_ptr<Resident> resident_;  // the in-core memory, when none was given
+  nn::ActivationMemory* memory_;
   std::vector<Tensor> grad_send_;  // one (B, T, C) buffer per micro-batch (stages > 0)
   std::vector<comm::Request> pending_sends_;
   std::unique_ptr<Programs> programs_;

@@ -48,6 +48,16 @@ struct TrainConfig {
   bool progress = true;            // the progress display (else only the summary)
   bool keep_weights = false;       // return the final whole-model weights (tests)
 
+  // Out-of-core training (docs/out-of-core.md): the fast-tier budget for what a step saves for
+  // its backward plus the workspace ("600MiB", "2GiB"; empty: in-core), where swapped blocks
+  // go ("host" or "file:DIR"), and a plan to use instead of the planner's ("KKSR/p1").
+  std::string memory_budget;
+  std::string slow_tier = "host";
+  std::string ooc_plan;
+  // `tandem plan`: profile and plan, print the plan's report (and write its predicted timeline to
+  // trace_path), train nothing.
+  bool plan_only = false;
+
   // Throws a UserError naming the flag at fault (sizes, grid against model and batch, ...).
   void validate() const;
   // The micro-batch count a step uses.

@@ -42,6 +42,11 @@ struct TrainResult {
   double seconds = 0.0;                 // wall time of the steps
   double tokens_per_s = 0.0;
   std::string optimizer_schedule, epilogue_schedule, pipeline_schedule, executor;
+  // Out-of-core runs (world rank 0's stage): the plan, the arena's high-water mark over the
+  // steps, and the forward+backward time the model predicted and the median measured.
+  std::string ooc_plan;
+  uint64_t ooc_high_water = 0;
+  double ooc_predicted_s = 0, ooc_measured_s = 0;
 };
 
 // Runs the whole training. Thread backend: starts grid.size() ranks in this process. MPI

@@ -1,0 +1,61 @@
+// The slow memory tier that swapped-out activations live in: host memory, or a swap file on a fast
+// disk read and written with O_DIRECT.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace tandem::ooc {
+
+// O_DIRECT transfers need buffer addresses, file offsets and sizes that are multiples of this.
+inline constexpr size_t kIoAlignment = 4096;
+
+// Where the slow tier lives, as a user writes it on the command line.
+struct TierSpec {
+  enum class Kind { Host, File };
+  Kind kind = Kind::Host;
+  std::string dir;  // File only: the folder the swap file goes in
+
+  // "host" or "file:DIR"; a UserError naming the text and the two accepted forms otherwise.
+  static TierSpec parse(std::string_view text);
+  // The text parse() reads back into the same spec.
+  std::string str() const;
+};
+
+// A store of `capacity()` bytes addressed by byte offset. Transfers are blocking; one writer and
+// one reader may run at once on different ranges (the swap engine's two streams).
+class SlowTier {
+ public:
+  virtual ~SlowTier() = default;
+
+  // Copies `bytes` between memory and the tier at byte `offset`; offset + bytes <= capacity(). For
+  // the file tier the memory address, the offset and the size are multiples of kIoAlignment. A
+  // failed transfer throws a UserError naming the path, the bytes, the offset and the reason.
+  virtual void write(uint64_t offset, const void* src, size_t bytes) = 0;
+  virtual void read(uint64_t offset, void* dst, size_t bytes) = 0;
+
+  virtual uint64_t capacity() const = 0;
+  // For logs: "host memory", or "file /tmp/x/tandem-swap-123-ab12cd (O_DIRECT)".
+  virtual std::string describe() const = 0;
+};
+
+// Opens a tier able to hold `bytes` (its capacity is `bytes` rounded up to kIoAlignment). The file
+// tier reserves its disk space now, so that a full disk is reported before training starts, and
+// its file is already unlinked, so it disappears however the process ends.
+std::unique_ptr<SlowTier> open_slow_tier(const TierSpec& spec, uint64_t bytes);
+
+struct TierBandwidth {
+  double write_bytes_per_s = 0;
+  double read_bytes_per_s = 0;
+};
+
+// Sustained (steady-state) bandwidth of `tier`: after an untimed warm-up that writes the range
+// once, writes then reads its first `bytes` (a multiple of kIoAlignment, at most the capacity) in
+// transfers of `chunk` bytes (a multiple of kIoAlignment) from an aligned buffer, timed with
+// steady_clock. Overwrites what the tier held there.
+TierBandwidth measure_bandwidth(SlowTier& tier, uint64_t bytes, size_t chunk = 8 << 20);
+
+}  // namespace tandem::ooc

@@ -1,0 +1,228 @@
+// Out-of-core training on one rank: set-up, profile (cache or measurement), plan, reports.
+#include "out_of_core.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "tandem/core/blas.h"
+#include "tandem/core/error.h"
+#include "tandem/exec/jit.h"
+#include "tandem/ooc/bytes.h"
+#include "tandem/parallel/model.h"
+#include "tandem/parallel/shard.h"
+#include "tandem/train/atomic_file.h"
+#include "tandem/train/model_config.h"
+#include "tandem/tune/cache.h"
+
+namespace tandem::train::detail {
+namespace {
+
+constexpr uint64_t kBandwidthProbeBytes = 64ull << 20;
+
+std::string brief(const ooc::Plan& p) {
+  std::vector<std::string> parts;
+  const std::pair<ooc::Decision, const char*> kinds[] = {{ooc::Decision::Keep, "kept"},
+                                                         {ooc::Decision::Swap, "swapped"},
+                                                         {ooc::Decision::Recompute, "checkpointed"},
+                                                         {ooc::Decision::Continue, "in segments"}};
+  for (const auto& [d, name] : kinds)
+    if (p.count(d) > 0) parts.push_back(fmt::format("{} {}", p.count(d), name));
+  return fmt::format("{} ({})", p.str(), fmt::join(parts, ", "));
+}
+
+}  // namespace
+
+OutOfCore::OutOfCore(const TrainConfig& cfg, const parallel::Grid& grid, int micro_rows,
+                     int micro_batches)
+    : cfg_(cfg),
+      budget_(ooc::parse_bytes(cfg.memory_budget)),
+      tier_spec_(ooc::TierSpec::parse(cfg.slow_tier)),
+      chain_(parallel::ParallelGPT::chain_layout(cfg.model, grid, micro_rows, cfg.model.seq_len, micro_batches)),
+      runtime_(std::make_unique<ooc::Runtime>(cfg.model, micro_rows, cfg.model.seq_len, budget_)) {
+  nlohmann::json key = {{"format", "tandem-ooc-profile-1"},
+                        {"model", model_config_to_json(cfg.model)},
+                        {"micro_rows", micro_rows},
+                        {"seq_len", cfg.model.seq_len},
+                        {"micro_batches", micro_batches},
+                        {"grid", cfg.grid.str()},
+                        {"stage", grid.coord().pp},
+                        {"backend", cfg.backend},
+                        {"tier", tier_spec_.kind == ooc::TierSpec::Kind::Host ? "host" : "file"},
+                        {"blas_threads", blas::num_threads()},
+                        {"machine", tune::machine_id()}};
+  key_ = key.dump();
+  writer_ = grid.coord().dp == 0 && grid.coord().tp == 0;
+  first_layer_ = parallel::ShardLayout(cfg.model, grid.shape(), grid.coord().tp, grid.coord().pp).first_layer();
+  // Sizes alone decide whether anything fits; times only rank the plans that do.
+  profile_ = ooc::uniform_profile(chain_.blocks, 1.0, 2.0, 1e9, 1e9);
+  if (!cfg.ooc_plan.empty()) {
+    forced_ = true;
+    use(ooc::Plan::parse(cfg.ooc_plan));
+  } else {
+    planned_ = ooc::plan_step(chain_, profile_, budget_);
+    use(planned_.best.plan);
+  }
+}
+
+OutOfCore::~OutOfCore() {
+  runtime_.reset();  // it waits for transfers still in flight, which need the engine
+  engine_.reset();
+  tier_.reset();
+}
+
+void OutOfCore::use(const ooc::Plan& plan) {
+  const ooc::MemorySchedule s(chain_, plan);
+  if (s.tier_bytes() > 0 && (tier_ == nullptr || tier_->capacity() < s.tier_bytes())) {
+    engine_.reset();
+    tier_.reset();
+    tier_ = ooc::open_slow_tier(tier_spec_, s.tier_bytes());
+    engine_ = std::make_unique<ooc::SwapEngine>(*tier_);
+  }
+  predicted_ = ooc::predict(chain_, plan, profile_);
+  runtime_->set_schedule(s, engine_.get());
+}
+
+std::string OutOfCore::cache_path() const {
+  return (std::filesystem::path(exec::jit_cache_dir()) / "ooc" / (tune::hash_hex(key_) + ".json")).string();
+}
+
+void OutOfCore::prepare(const std::function<void()>& step, comm::Communicator& tp) {
+  const std::string path = cache_path();
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec)) {
+    try {
+      const auto j = nlohmann::json::parse(read_file(path, "out-of-core profile"));
+      if (j.at("key").dump() == key_) {
+        profile_ = ooc::Profile::from_json(j.at("profile"));
+        from_cache_ = profile_.blocks() == chain_.blocks;
+      }
+    } catch (const std::exception&) {
+      from_cache_ = false;  // unreadable or stale: measured again below, and rewritten
+    }
+  }
+  if (!from_cache_) {
+    ooc::TierBandwidth bw{1e9, 1e9};
+    {
+      auto probe = ooc::open_slow_tier(tier_spec_, kBandwidthProbeBytes);
+      bw = ooc::measure_bandwidth(*probe, kBandwidthProbeBytes);
+    }
+    step();  // the first step touches the arena's pages and compiles the programs
+    step();
+    profile_ = runtime_->last_step().profile(bw.write_bytes_per_s, bw.read_bytes_per_s);
+  }
+  // The tp group plans from the slowest rank's figures, so every rank recomputes the same blocks.
+  if (tp.size() > 1) {
+    std::vector<float> v;
+    for (const auto* xs : {&profile_.forward_s, &profile_.backward_s, &profile_.recompute_s})
+      for (double x : *xs) v.push_back(static_cast<float>(x));
+    v.push_back(static_cast<float>(-profile_.write_bytes_per_s));
+    v.push_back(static_cast<float>(-profile_.read_bytes_per_s));
+    Tensor t = Tensor::view_of(v.data(), DType::F32, Shape{static_cast<int64_t>(v.size())});
+    tp.all_reduce(t, comm::ReduceOp::Max);
+    size_t i = 0;
+    for (auto* xs : {&profile_.forward_s, &profile_.backward_s, &profile_.recompute_s})
+      for (double& x : *xs) x = v[i++];
+    profile_.write_bytes_per_s = -v[i++];
+    profile_.read_bytes_per_s = -v[i++];
+  }
+  if (!from_cache_ && writer_) {
+    try {
+      std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+      write_file_atomic(path, nlohmann::json{{"key", nlohmann::json::parse(key_)}, {"profile", profile_.to_json()}}.dump(1));
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "tandem train: warning: the out-of-core profile was not cached: {}\n", e.what());
+    }
+  }
+  if (forced_) {
+    planned_.baselines = ooc::evaluate_baselines(chain_, profile_, budget_);
+    const ooc::Plan forced = plan();  // a copy: use() replaces the schedule that holds it
+    use(forced);
+  } else {
+    planned_ = ooc::plan_step(chain_, profile_, budget_);
+    use(planned_.best.plan);
+  }
+}
+
+void OutOfCore::after_step(TraceRecorder* trace, int rank) {
+  const ooc::StepMeasure& m = runtime_->last_step();
+  high_water_ = std::max(high_water_, m.high_water);
+  step_s_.push_back(m.step_s);
+  if (engine_ == nullptr) return;
+  for (const auto& s : engine_->take_spans())
+    if (trace != nullptr && trace->enabled())
+      trace->record(rank, s.write ? "swap-out" : "swap-in", s.label, s.begin, s.end);
+}
+
+double OutOfCore::measured_step_s() const {
+  if (step_s_.empty()) return 0;
+  std::vector<double> v = step_s_;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+std::string OutOfCore::plan_line() const {
+  const ooc::Prediction& p = predicted_;
+  std::string how = forced_ ? "forced by --ooc-plan"
+                    : planned_.optimal
+                        ? fmt::format("planner, optimal over {} plans", planned_.evaluated)
+                        : fmt::format("planner, best of {} plans: search cut short, not proven optimal", planned_.evaluated);
+  std::string line = fmt::format(
+      "  out-of-core: budget {}, slow tier {}; plan {}: predicted {:.3f} s forward+backward, peak {} "
+      "[{}; profile {}]\n  baselines:",
+      ooc::human_bytes(budget_), tier_ != nullptr ? tier_->describe() : tier_spec_.str(), brief(plan()),
+      p.step_s, ooc::human_bytes(p.peak_bytes), how, from_cache_ ? "from the cache" : "measured");
+  for (const ooc::Evaluated& b : planned_.baselines)
+    line += fmt::format(" {} {:.3f} s at {}{};", ooc::strategy_name(b.strategy), b.prediction.step_s,
+                        ooc::human_bytes(b.prediction.peak_bytes), b.fits ? "" : " (does not fit)");
+  line.back() = '\n';
+  return line;
+}
+
+std::string OutOfCore::summary_line() const {
+  const double m = measured_step_s(), p = predicted_.step_s;
+  return fmt::format(
+      "tandem train: out-of-core high-water {} of a {} budget (predicted peak {}); forward+backward "
+      "{:.3f} s median measured vs {:.3f} s predicted ({:+.1f}%)\n",
+      ooc::human_bytes(high_water_), ooc::human_bytes(budget_), ooc::human_bytes(predicted_.peak_bytes), m, p,
+      m > 0 ? (p / m - 1) * 100 : 0.0);
+}
+
+std::string OutOfCore::report() const {
+  const ooc::MemorySchedule s(chain_, plan());
+  std::string r = fmt::format("{:<8}{:<13}{:>12}{:>12}{:>11}{:>11}{:>11}\n", "block", "decision", "input",
+                              "buffers", "forward", "backward", "recompute");
+  const char* names[] = {"keep", "swap", "checkpoint", "segment"};
+  for (int j = 0; j < chain_.blocks; ++j) {
+    const ooc::Decision d = plan().blocks[static_cast<size_t>(j)];
+    const int di = d == ooc::Decision::Keep ? 0 : d == ooc::Decision::Swap ? 1 : d == ooc::Decision::Recompute ? 2 : 3;
+    r += fmt::format("{:<8}{:<13}{:>12}{:>12}{:>10.3f}s{:>10.3f}s{:>10.3f}s\n", fmt::format("h.{}", first_layer_ + j),
+                     names[di], ooc::human_bytes(s.input_bytes()), ooc::human_bytes(s.buffers_bytes()),
+                     profile_.forward_s[static_cast<size_t>(j)], profile_.backward_s[static_cast<size_t>(j)],
+                     profile_.recompute(j));
+  }
+  r += fmt::format("workspace {}; slow tier {}: write {:.2f} GB/s, read {:.2f} GB/s\n\n",
+                   ooc::human_bytes(s.regions()[static_cast<size_t>(s.workspace())].bytes), tier_spec_.str(),
+                   profile_.write_bytes_per_s / 1e9, profile_.read_bytes_per_s / 1e9);
+  r += fmt::format("{:<42}{:<16}{:>12}{:>12}{:>12}\n", "strategy", "plan", "step", "peak", "vs in-core");
+  const double in_core = planned_.baselines.empty() ? 0 : planned_.baselines.front().prediction.step_s;
+  auto row = [&](std::string_view name, const ooc::Plan& p, const ooc::Prediction& pr, bool fits) {
+    r += fmt::format("{:<42}{:<16}{:>11.3f}s{:>12}{:>9.2f}x  {}\n", name, p.str(), pr.step_s,
+                     ooc::human_bytes(pr.peak_bytes), in_core > 0 ? pr.step_s / in_core : 0.0,
+                     fits ? "" : "does not fit");
+  };
+  row(forced_ ? "forced (--ooc-plan)" : "planner", plan(), predicted_, predicted_.peak_bytes <= budget_);
+  for (const ooc::Evaluated& b : planned_.baselines) row(ooc::strategy_name(b.strategy), b.plan, b.prediction, b.fits);
+  if (!forced_ && planned_.smallest_budget > 0)
+    r += fmt::format("\nsmallest budget any plan fits: {} ({} bytes)\n", ooc::human_bytes(planned_.smallest_budget),
+                     planned_.smallest_budget);
+  return r;
+}
+
+std::string OutOfCore::predicted_trace() const {
+  return ooc::chrome_trace(ooc::predict(chain_, plan(), profile_, true));
+}
+
+}  // namespace tandem::train::detail

@@ -1,0 +1,82 @@
+// Out-of-core training on one rank: the runtime the model's saved activations live in (a fast
+// arena of exactly --memory-budget bytes), the slow tier swapped blocks go to, the profile the
+// planner works from (cached on disk, else measured by running the step) and the plan.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tandem/comm/communicator.h"
+#include "tandem/ooc/planner.h"
+#include "tandem/ooc/runtime.h"
+#include "tandem/ooc/slow_tier.h"
+#include "tandem/ooc/swap_engine.h"
+#include "tandem/parallel/grid.h"
+#include "tandem/train/trace.h"
+#include "tandem/train/train_config.h"
+
+namespace tandem::train::detail {
+
+class OutOfCore {
+ public:
+  // Reserves the arena and plans a first step from sizes alone, so a budget no plan fits is
+  // refused before anything runs (UserError naming the smallest budget that works).
+  OutOfCore(const TrainConfig& cfg, const parallel::Grid& grid, int micro_rows, int micro_batches);
+  ~OutOfCore();
+
+  nn::ActivationMemory* memory() { return runtime_.get(); }
+
+  // The profile from the cache, else measured: `step` (one forward and backward of the model)
+  // runs twice under the first plan and the second is measured. Then the plan: the planner's,
+  // or --ooc-plan's. Every rank of a tensor-parallel group must recompute the same blocks (their
+  // recomputation runs collectives), so the group agrees on the profile first (the slowest
+  // rank's times). Collective over tp.
+  void prepare(const std::function<void()>& step, comm::Communicator& tp);
+
+  // After each training step: its measurements, and the transfers for the trace.
+  void after_step(TraceRecorder* trace, int rank);
+
+  const ooc::PlannerResult& planned() const { return planned_; }
+  const ooc::Plan& plan() const { return runtime_->schedule().plan(); }
+  bool profile_from_cache() const { return from_cache_; }
+  uint64_t high_water() const { return high_water_; }     // the most of any step so far
+  double measured_step_s() const;                          // median forward+backward
+  double predicted_step_s() const { return predicted_.step_s; }
+  uint64_t budget() const { return budget_; }
+
+  // One line at start: the plan in brief, its prediction, the baselines'.
+  std::string plan_line() const;
+  // One line at the end: high-water mark, measured against predicted.
+  std::string summary_line() const;
+  // `tandem plan`: per block the decision, sizes and times; the plan and every baseline.
+  std::string report() const;
+  // The predicted timeline of a step as a Chrome trace.
+  std::string predicted_trace() const;
+
+ private:
+  void use(const ooc::Plan& plan);  // sets the runtime's schedule (and opens the tier it needs)
+  std::string cache_path() const;
+
+  const TrainConfig& cfg_;
+  uint64_t budget_;
+  ooc::TierSpec tier_spec_;
+  nn::ChainLayout chain_;
+  std::unique_ptr<ooc::Runtime> runtime_;
+  std::unique_ptr<ooc::SlowTier> tier_;
+  std::unique_ptr<ooc::SwapEngine> engine_;
+  ooc::Profile profile_;
+  ooc::PlannerResult planned_;
+  ooc::Prediction predicted_;
+  bool from_cache_ = false;
+  bool forced_ = false;
+  uint64_t high_water_ = 0;
+  std::vector<double> step_s_;
+  std::string key_;    // what the profile depends on, as JSON
+  bool writer_ = false;
+  int first_layer_ = 0;  // of this stage, for block names  // this rank writes the cached profile (one per stage)
+};
+
+}  // namespace tandem::train::detail

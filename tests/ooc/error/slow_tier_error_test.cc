@@ -1,0 +1,227 @@
+// What a user reads when the slow tier cannot be had or fails: bad tier text, a folder they may
+// not write, a disk too full for the swap file, and a failed transfer surfacing at wait().
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "tandem/core/error.h"
+#include "tandem/ooc/bytes.h"
+#include "tandem/ooc/slow_tier.h"
+#include "tandem/ooc/swap_engine.h"
+
+namespace tandem::ooc {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A fresh folder under the system's temporary folder, removed with everything in it at the end.
+class ScratchDir {
+ public:
+  ScratchDir() {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    root_ = fs::temp_directory_path() / fmt::format("tandem-ooc-err-{}-{}.{}", ::getpid(),
+                                                    info->test_suite_name(), info->name());
+    fs::remove_all(root_);
+    fs::create_directories(root_);
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    fs::remove_all(root_, ec);
+  }
+  std::string path(const std::string& name = "") const {
+    return name.empty() ? root_.string() : (root_ / name).string();
+  }
+  std::vector<std::string> list(const std::string& sub = "") const {
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(sub.empty() ? root_ : root_ / sub))
+      names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+
+ private:
+  fs::path root_;
+};
+
+// The message of the UserError `f` throws; a test failure if it throws nothing or anything else.
+std::string user_error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const UserError& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "expected a UserError, got another exception: " << e.what();
+    return "";
+  }
+  ADD_FAILURE() << "expected a UserError, nothing was thrown";
+  return "";
+}
+
+// Runs `f` in a child process set up by `prepare` (a file-size limit, or giving up root, which
+// writes anywhere) and returns the UserError message it raised, sent back through a pipe. The
+// parent stays as it was: privileges and limits cannot be taken back once given up.
+std::string user_error_in_child(const std::function<void()>& prepare,
+                                const std::function<void()>& f) {
+  int fds[2];
+  EXPECT_EQ(::pipe(fds), 0);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(fds[0]);
+    prepare();
+    std::string m = "no error";
+    try {
+      f();
+    } catch (const UserError& e) {
+      m = e.what();
+    } catch (const std::exception& e) {
+      m = std::string("not a UserError: ") + e.what();
+    }
+    if (::write(fds[1], m.data(), m.size()) < 0) ::_exit(4);
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  std::string m;
+  char buf[512];
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) m.append(buf, static_cast<size_t>(n));
+  ::close(fds[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  return m;
+}
+
+void drop_root() {
+  if (::geteuid() == 0 && (::setgid(65534) != 0 || ::setuid(65534) != 0)) ::_exit(3);
+}
+
+TEST(TierSpecErrors, BadText) {
+  EXPECT_EQ(user_error_of([] { TierSpec::parse("disk:/tmp"); }),
+            "slow tier 'disk:/tmp' not understood; write 'host' (host memory) or 'file:DIR' (a "
+            "swap file in folder DIR)");
+  EXPECT_EQ(user_error_of([] { TierSpec::parse("file:"); }),
+            "slow tier 'file:' not understood; write 'host' (host memory) or 'file:DIR' (a swap "
+            "file in folder DIR)");
+}
+
+TEST(SlowTierErrors, UnwritableFolder) {
+  ScratchDir dir;
+  const std::string ro = dir.path("ro");
+  fs::create_directory(ro);
+  ::chmod(ro.c_str(), 0555);
+  auto open_in = [](const std::string& folder) {
+    return [folder] { open_slow_tier(TierSpec::parse("file:" + folder), 1 << 20); };
+  };
+  EXPECT_EQ(user_error_in_child(drop_root, open_in(ro)),
+            "slow tier folder '" + ro + "' is not writable: Permission denied");
+  EXPECT_EQ(user_error_in_child(drop_root, open_in(ro + "/sub")),
+            "slow tier folder '" + ro + "/sub' cannot be created: Permission denied");
+  ::chmod(ro.c_str(), 0755);
+  EXPECT_EQ(dir.list("ro"), std::vector<std::string>{});
+}
+
+TEST(SlowTierErrors, FolderIsAFile) {
+  ScratchDir dir;
+  const std::string file = dir.path("f");
+  {
+    std::FILE* f = std::fopen(file.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fclose(f);
+  }
+  EXPECT_EQ(user_error_of([&] { open_slow_tier(TierSpec::parse("file:" + file), 1 << 20); }),
+            "slow tier folder '" + file + "' is not a folder");
+  EXPECT_EQ(
+      user_error_of([&] { open_slow_tier(TierSpec::parse("file:" + file + "/sub"), 1 << 20); }),
+      "slow tier folder '" + file + "/sub' cannot be created: Not a directory");
+}
+
+// A file-size limit fails fallocate(2) with EFBIG the way a full disk fails it with ENOSPC: the
+// same path through the tier, without needing a full disk.
+TEST(SlowTierErrors, DiskTooFullForTheSwapFile) {
+  ScratchDir dir;
+  auto limit_file_size = [] {
+    rlimit limit{};
+    ::getrlimit(RLIMIT_FSIZE, &limit);
+    limit.rlim_cur = 1 << 20;
+    if (::setrlimit(RLIMIT_FSIZE, &limit) != 0) ::_exit(3);
+  };
+  // The size reads as human_bytes() writes it everywhere in ooc, next to the exact count.
+  EXPECT_EQ(
+      user_error_in_child(limit_file_size,
+                          [&] { open_slow_tier(TierSpec::parse("file:" + dir.path()), 64 << 20); }),
+      "slow tier " + dir.path() + ": cannot reserve " + human_bytes(67108864) +
+          " (67108864 bytes) for swapped activations: File too large");
+  // The capacity is rounded up to the I/O alignment, and the message shows what was reserved.
+  EXPECT_EQ(user_error_in_child(
+                limit_file_size,
+                [&] { open_slow_tier(TierSpec::parse("file:" + dir.path()), 1288490188); }),
+            "slow tier " + dir.path() + ": cannot reserve " + human_bytes(1288491008) +
+                " (1288491008 bytes) for swapped activations: File too large");
+  EXPECT_EQ(dir.list(), std::vector<std::string>{}) << "the unlinked swap file is gone";
+}
+
+// A tier whose writes at or past `bad_offset` fail as a disk error would.
+class FailingTier final : public SlowTier {
+ public:
+  explicit FailingTier(uint64_t bad_offset)
+      : inner_(open_slow_tier({}, 1 << 20)), bad_(bad_offset) {}
+  void write(uint64_t offset, const void* src, size_t bytes) override {
+    if (offset >= bad_)
+      user_error(
+          "slow tier file '/nvme/tandem-swap-1-abcdef': cannot write {} bytes at offset {}: "
+          "Input/output error",
+          bytes, offset);
+    inner_->write(offset, src, bytes);
+  }
+  void read(uint64_t offset, void* dst, size_t bytes) override { inner_->read(offset, dst, bytes); }
+  uint64_t capacity() const override { return inner_->capacity(); }
+  std::string describe() const override { return "failing " + inner_->describe(); }
+
+ private:
+  std::unique_ptr<SlowTier> inner_;
+  uint64_t bad_;
+};
+
+TEST(SwapEngineErrors, FailedTransferSurfacesAtWait) {
+  FailingTier tier(8192);
+  std::vector<char> block(4096, 'x'), back(4096, 0);
+  const std::string expected =
+      "slow tier file '/nvme/tandem-swap-1-abcdef': cannot write 4096 bytes at offset 8192: "
+      "Input/output error";
+  SwapEngine engine(tier);
+  const auto good = engine.write_async(0, block.data(), 4096, "a");
+  const auto bad = engine.write_async(8192, block.data(), 4096, "b");
+  const auto after = engine.write_async(4096, block.data(), 4096, "c");
+  engine.wait(good);
+  EXPECT_EQ(user_error_of([&] { engine.wait(bad); }), expected);
+  EXPECT_EQ(user_error_of([&] { engine.wait(after); }), expected)
+      << "later transfers on the failed stream fail with it";
+  EXPECT_EQ(user_error_of([&] { engine.wait_all(); }), expected);
+  // The read stream is unaffected.
+  const auto read = engine.read_async(0, back.data(), 4096, "a");
+  engine.wait(read);
+  EXPECT_EQ(back, block);
+  const auto spans = engine.take_spans();
+  ASSERT_EQ(spans.size(), 2u) << "the failed and the skipped transfers are not spans";
+  EXPECT_EQ(spans[0].label, "a");
+  EXPECT_TRUE(spans[0].write);
+  EXPECT_FALSE(spans[1].write);
+}
+
+TEST(SwapEngineErrors, UnwaitedFailureDoesNotThrowFromTheDestructor) {
+  FailingTier tier(0);
+  std::vector<char> block(4096, 'x');
+  SwapEngine engine(tier);
+  engine.write_async(0, block.data(), 4096);
+}
+
+}  // namespace
+}  // namespace tandem::ooc

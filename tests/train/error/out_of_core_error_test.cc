@@ -1,0 +1,86 @@
+// What a user reads when out-of-core training cannot go ahead: a budget no plan fits (with the
+// smallest that works), a bad budget, plan or tier, and a slow tier on a full disk, which is
+// found before the first step and leaves an earlier checkpoint as it was.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "tandem/train/checkpoint.h"
+#include "tandem/train/trainer.h"
+#include "train/test_util.h"
+
+namespace tandem::train {
+namespace {
+
+using testing::ScratchDir;
+using testing::user_error_of;
+using ::testing::HasSubstr;
+
+TrainConfig tiny() {
+  TrainConfig c;
+  c.model.n_layers = 2;
+  c.model.n_heads = 2;
+  c.model.d_model = 16;
+  c.model.seq_len = 16;
+  c.model.max_positions = 16;
+  c.batch = 4;
+  c.steps = 2;
+  c.grid = {1, 1, 1};
+  c.synthetic_bytes = 1 << 14;
+  c.eval_every = 0;
+  c.progress = false;
+  c.blas_threads = 1;
+  static std::ostringstream sink;
+  c.out = &sink;
+  return c;
+}
+
+TEST(OutOfCoreErrors, BudgetTooSmallNamesTheSmallestThatWorks) {
+  TrainConfig c = tiny();
+  c.memory_budget = "64KiB";
+  const std::string m = user_error_of([&] { train(c); });
+  EXPECT_THAT(m, HasSubstr("no out-of-core plan fits a memory budget of 64.0 KiB (65536 bytes)"));
+  EXPECT_THAT(m, HasSubstr("the smallest budget that works is"));
+}
+
+TEST(OutOfCoreErrors, BadFlags) {
+  TrainConfig c = tiny();
+  c.memory_budget = "lots";
+  EXPECT_THAT(user_error_of([&] { train(c); }), HasSubstr("--memory-budget: 'lots' is not a size"));
+  c.memory_budget = "600MiB";
+  c.slow_tier = "disk";
+  EXPECT_THAT(user_error_of([&] { train(c); }), HasSubstr("--slow-tier"));
+  c.slow_tier = "host";
+  c.ooc_plan = "KQ/p1";
+  EXPECT_THAT(user_error_of([&] { train(c); }), HasSubstr("--ooc-plan: out-of-core plan 'KQ/p1'"));
+  c.ooc_plan = "KKK/p1";
+  EXPECT_THAT(user_error_of([&] { train(c); }), HasSubstr("has 3 blocks; this stage runs 2"));
+  c.memory_budget.clear();
+  c.ooc_plan = "KK/p1";
+  EXPECT_THAT(user_error_of([&] { train(c); }), HasSubstr("--ooc-plan needs --memory-budget"));
+}
+
+TEST(OutOfCoreErrors, FullDiskIsFoundBeforeTrainingAndKeepsTheCheckpoint) {
+  ScratchDir dir;
+  TrainConfig c = tiny();
+  c.save_dir = dir.path("ckpt");
+  train(c);
+  const std::string before = testing::read_bytes(dir.path("ckpt/weights.safetensors"));
+  ASSERT_FALSE(before.empty());
+  c.steps = 4;
+  c.memory_budget = "64MiB";
+  c.slow_tier = "file:" + dir.path("swap");
+  c.ooc_plan = "SS/p1";
+  std::string m;
+  {
+    testing::FileSizeLimit limit(1 << 20);
+    m = user_error_of([&] { train(c); });
+  }
+  EXPECT_THAT(m, HasSubstr(dir.path("swap")));
+  EXPECT_THAT(m, HasSubstr("bytes"));
+  EXPECT_EQ(testing::read_bytes(dir.path("ckpt/weights.safetensors")), before);
+}
+
+}  // namespace
+}  // namespace tandem::train
