@@ -176,11 +176,6 @@ PlannerResult plan_step(const nn::ChainLayout& chain, const Profile& profile, ui
   PlannerResult r;
   r.baselines = evaluate_baselines(chain, profile, budget);
 
-  Search low = make_search(planned, profile, budget, true, std::min<int64_t>(max_evaluations, 200'000));
-  low.dfs(0, 0, low.fixed_bytes + low.buffers_bytes);
-  r.smallest_budget = low.best ? low.best->prediction.peak_bytes : 0;
-  for (const Evaluated& b : r.baselines) r.smallest_budget = std::min(r.smallest_budget, b.prediction.peak_bytes);
-
   Search s = make_search(planned, profile, budget, false, max_evaluations);
   for (const Evaluated& b : r.baselines)  // seed: the best single strategy that fits
     if (b.fits && (!s.best || b.prediction.step_s / m < s.best->prediction.step_s)) {
@@ -188,18 +183,28 @@ PlannerResult plan_step(const nn::ChainLayout& chain, const Profile& profile, ui
       s.best->prediction = simulate(MemorySchedule(planned, b.plan), profile);  // per micro-batch
     }
   s.dfs(0, profile.compute_s(), s.fixed_bytes + s.buffers_bytes);
-  r.evaluated = s.evaluated + low.evaluated;
+  r.evaluated = s.evaluated;
   r.optimal = !s.stopped;
   if (!s.best) {
-    const Plan smallest = low.best ? low.best->plan : keep_all(chain.blocks);
+    const SmallestBudget low = smallest_budget(chain, profile);
     user_error("no out-of-core plan fits a memory budget of {} ({} bytes) for this stage: the "
-               "smallest budget that works is {} ({} bytes), with plan {}",
-               human_bytes(budget), budget, human_bytes(r.smallest_budget), r.smallest_budget,
-               smallest.str());
+               "smallest budget {}is {} ({} bytes), with plan {}",
+               human_bytes(budget), budget, low.proven ? "that works " : "found that works ",
+               human_bytes(low.bytes), low.bytes, low.plan.str());
   }
   r.best = scale(*s.best, m);
   r.best.strategy = Strategy::Planner;
   return r;
+}
+
+SmallestBudget smallest_budget(const nn::ChainLayout& chain, const Profile& profile,
+                               int64_t max_evaluations) {
+  const nn::ChainLayout planned = repeats(chain) > 1 ? first_micro(chain) : chain;
+  Search low = make_search(planned, profile, 0, true, max_evaluations);
+  for (const Evaluated& b : evaluate_baselines(chain, profile, 0))
+    if (!low.best || b.prediction.peak_bytes < low.best->prediction.peak_bytes) low.best = b;
+  low.dfs(0, 0, low.fixed_bytes + low.buffers_bytes);
+  return SmallestBudget{low.best->prediction.peak_bytes, low.best->plan, !low.stopped};
 }
 
 std::optional<Evaluated> plan_exhaustive(const nn::ChainLayout& chain, const Profile& profile,

@@ -215,9 +215,10 @@ std::string OutOfCore::report() const {
   };
   row(forced_ ? "forced (--ooc-plan)" : "planner", plan(), predicted_, predicted_.peak_bytes <= budget_);
   for (const ooc::Evaluated& b : planned_.baselines) row(ooc::strategy_name(b.strategy), b.plan, b.prediction, b.fits);
-  if (!forced_ && planned_.smallest_budget > 0)
-    r += fmt::format("\nsmallest budget any plan fits: {} ({} bytes)\n", ooc::human_bytes(planned_.smallest_budget),
-                     planned_.smallest_budget);
+  const ooc::SmallestBudget low = ooc::smallest_budget(chain_, profile_);
+  r += fmt::format("\nsmallest budget {}: {} ({} bytes), plan {}\n",
+                   low.proven ? "any plan fits" : "found (search cut short)", ooc::human_bytes(low.bytes), low.bytes,
+                   low.plan.str());
   return r;
 }
 

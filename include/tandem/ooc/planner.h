@@ -38,7 +38,6 @@ struct PlannerResult {
   bool optimal = true;        // the search finished (else: best found within max_evaluations)
   int64_t evaluated = 0;      // plans simulated
   std::vector<Evaluated> baselines;  // every single strategy, fitting or not
-  uint64_t smallest_budget = 0;      // the lowest peak of any plan searched
 };
 
 // The prediction of `plan` on `chain` (scaled as above when the step repeats).
@@ -53,6 +52,16 @@ std::vector<Evaluated> evaluate_baselines(const nn::ChainLayout& chain, const Pr
 // one that works and the plan that needs it.
 PlannerResult plan_step(const nn::ChainLayout& chain, const Profile& profile, uint64_t budget,
                         int64_t max_evaluations = 2'000'000);
+
+// The lowest peak of any plan: the same search minimising the peak, seeded with the baselines'
+// (proven = the search finished within max_evaluations).
+struct SmallestBudget {
+  uint64_t bytes = 0;
+  Plan plan;
+  bool proven = false;
+};
+SmallestBudget smallest_budget(const nn::ChainLayout& chain, const Profile& profile,
+                               int64_t max_evaluations = 50'000);
 
 // Exhaustive enumeration of every valid plan with prefetch 0..max_prefetch: for tests.
 std::optional<Evaluated> plan_exhaustive(const nn::ChainLayout& chain, const Profile& profile,

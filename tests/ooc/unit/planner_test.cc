@@ -137,7 +137,9 @@ TEST(Planner, EqualsExhaustiveSearchOnSmallChains) {
         << "n=" << n << " planner " << r.best.plan.str() << " exhaustive " << brute->plan.str();
     EXPECT_LE(r.best.prediction.peak_bytes, budget);
     for (const Evaluated& b : r.baselines) {
-      if (b.fits) EXPECT_LE(r.best.prediction.step_s, b.prediction.step_s + 1e-9) << strategy_name(b.strategy);
+      if (b.fits) {
+        EXPECT_LE(r.best.prediction.step_s, b.prediction.step_s + 1e-9) << strategy_name(b.strategy);
+      }
     }
   }
 }
@@ -155,8 +157,11 @@ TEST(Planner, NoPlanFitsNamesTheSmallestBudget) {
   }
   const PlannerResult r = plan_step(c, p, 1ull << 40);
   EXPECT_EQ(r.best.plan.str(), "KKKK/p1");  // room for everything: keep it
-  const PlannerResult tight = plan_step(c, p, r.smallest_budget);
-  EXPECT_LE(tight.best.prediction.peak_bytes, r.smallest_budget);
+  const SmallestBudget low = smallest_budget(c, p);
+  EXPECT_TRUE(low.proven);
+  const PlannerResult tight = plan_step(c, p, low.bytes);
+  EXPECT_LE(tight.best.prediction.peak_bytes, low.bytes);
+  EXPECT_THROW(plan_step(c, p, low.bytes - 4096), UserError);
 }
 
 }  // namespace
