@@ -136,6 +136,7 @@ void OutOfCore::prepare(const std::function<void()>& step, comm::Communicator& t
       fmt::print(stderr, "tandem train: warning: the out-of-core profile was not cached: {}\n", e.what());
     }
   }
+  if (engine_ != nullptr) engine_->take_spans();  // the profile's transfers are not the run's
   if (forced_) {
     planned_.baselines = ooc::evaluate_baselines(chain_, profile_, budget_);
     const ooc::Plan forced = plan();  // a copy: use() replaces the schedule that holds it
