@@ -45,6 +45,7 @@ class OutOfCore {
   uint64_t high_water() const { return high_water_; }     // the most of any step so far
   double measured_step_s() const;                          // median forward+backward
   double predicted_step_s() const { return predicted_.step_s; }
+  uint64_t predicted_peak() const { return predicted_.peak_bytes; }
   uint64_t budget() const { return budget_; }
 
   // One line at start: the plan in brief, its prediction, the baselines'.

@@ -167,6 +167,8 @@ TrainResult RankRun::run() {
     }
     result.ooc_plan = ooc_->plan().str();
     result.ooc_predicted_s = ooc_->predicted_step_s();
+    result.ooc_predicted_peak = ooc_->predicted_peak();
+    result.ooc_profile_cached = ooc_->profile_from_cache();
     return result;
   }
   if (ooc_ && result.first_step < cfg_.steps) plan_out_of_core(result.first_step);
@@ -357,6 +359,8 @@ void RankRun::finish(TrainResult& result) {
   if (ooc_) {
     result.ooc_plan = ooc_->plan().str();
     result.ooc_high_water = ooc_->high_water();
+    result.ooc_predicted_peak = ooc_->predicted_peak();
+    result.ooc_profile_cached = ooc_->profile_from_cache();
     result.ooc_predicted_s = ooc_->predicted_step_s();
     result.ooc_measured_s = ooc_->measured_step_s();
   }

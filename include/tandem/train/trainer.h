@@ -45,8 +45,9 @@ struct TrainResult {
   // Out-of-core runs (world rank 0's stage): the plan, the arena's high-water mark over the
   // steps, and the forward+backward time the model predicted and the median measured.
   std::string ooc_plan;
-  uint64_t ooc_high_water = 0;
+  uint64_t ooc_high_water = 0, ooc_predicted_peak = 0;
   double ooc_predicted_s = 0, ooc_measured_s = 0;
+  bool ooc_profile_cached = false;  // the planner's profile came from the on-disk cache
 };
 
 // Runs the whole training. Thread backend: starts grid.size() ranks in this process. MPI

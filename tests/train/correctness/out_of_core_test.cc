@@ -69,7 +69,7 @@ TEST_P(OutOfCore, WeightsBitwiseAsInCoreWithinTheBudget) {
         << "weights differ from in-core training";
     EXPECT_EQ(r.losses, ref.losses);
     EXPECT_EQ(r.val_losses, ref.val_losses);
-    EXPECT_GT(r.ooc_high_water, 0u);
+    EXPECT_EQ(r.ooc_high_water, r.ooc_predicted_peak) << "the model's peak is the arena's";
     EXPECT_LE(r.ooc_high_water, ooc::parse_bytes(c.memory_budget));
     EXPECT_TRUE(std::filesystem::is_empty(swap.path())) << "the swap file must never be visible";
   }
@@ -98,6 +98,27 @@ TEST(OutOfCorePlanner, TightBudgetBitwiseAndHighWaterIsThePredictedPeak) {
   EXPECT_NE(r.ooc_plan, "KKKK/p1");
   EXPECT_EQ(std::memcmp(r.weights.data(), ref.weights.data(), ref.weights.size() * sizeof(float)), 0);
   EXPECT_LE(r.ooc_high_water, all_kept.ooc_high_water * 6 / 10);
+  EXPECT_EQ(r.ooc_high_water, r.ooc_predicted_peak);
+}
+
+// The profile is measured once per model, batch, grid, threads and tier kind, then read back.
+TEST(OutOfCoreProfile, MeasuredOnceThenCached) {
+  ScratchDir dir;
+  setenv("TANDEM_CACHE_DIR", dir.path("cache").c_str(), 1);
+  TrainConfig c = small({1, 1, 1}, 2);
+  c.executor = "plan";  // nothing to compile in the fresh cache
+  c.memory_budget = "64MiB";
+  c.steps = 1;
+  const TrainResult first = train(c);
+  EXPECT_FALSE(first.ooc_profile_cached);
+  ASSERT_EQ(dir.list("cache/ooc").size(), 1u);
+  const TrainResult second = train(c);
+  EXPECT_TRUE(second.ooc_profile_cached);
+  EXPECT_EQ(second.ooc_plan, first.ooc_plan);
+  c.model.d_model = 64;  // another model: measured again, kept beside the first
+  EXPECT_FALSE(train(c).ooc_profile_cached);
+  EXPECT_EQ(dir.list("cache/ooc").size(), 2u);
+  unsetenv("TANDEM_CACHE_DIR");
 }
 
 }  // namespace
