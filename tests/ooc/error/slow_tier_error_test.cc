@@ -15,6 +15,7 @@
 
 #include "tandem/core/error.h"
 #include "tandem/ooc/bytes.h"
+#include "support/scratch.h"
 #include "tandem/ooc/slow_tier.h"
 #include "tandem/ooc/swap_engine.h"
 
@@ -22,49 +23,10 @@ namespace tandem::ooc {
 namespace {
 
 namespace fs = std::filesystem;
+using tandem::testing::ScratchDir;
+using tandem::testing::user_error_of;
 
-// A fresh folder under the system's temporary folder, removed with everything in it at the end.
-class ScratchDir {
- public:
-  ScratchDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    root_ = fs::temp_directory_path() / fmt::format("tandem-ooc-err-{}-{}.{}", ::getpid(),
-                                                    info->test_suite_name(), info->name());
-    fs::remove_all(root_);
-    fs::create_directories(root_);
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    fs::remove_all(root_, ec);
-  }
-  std::string path(const std::string& name = "") const {
-    return name.empty() ? root_.string() : (root_ / name).string();
-  }
-  std::vector<std::string> list(const std::string& sub = "") const {
-    std::vector<std::string> names;
-    for (const auto& e : fs::directory_iterator(sub.empty() ? root_ : root_ / sub))
-      names.push_back(e.path().filename().string());
-    std::sort(names.begin(), names.end());
-    return names;
-  }
 
- private:
-  fs::path root_;
-};
-
-// The message of the UserError `f` throws; a test failure if it throws nothing or anything else.
-std::string user_error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const UserError& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected a UserError, got another exception: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "expected a UserError, nothing was thrown";
-  return "";
-}
 
 // Runs `f` in a child process set up by `prepare` (a file-size limit, or giving up root, which
 // writes anywhere) and returns the UserError message it raised, sent back through a pipe. The

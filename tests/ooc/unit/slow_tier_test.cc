@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "tandem/core/error.h"
+#include "support/scratch.h"
 #include "tandem/ooc/slow_tier.h"
 #include "tandem/ooc/swap_engine.h"
 
@@ -20,35 +21,8 @@ namespace tandem::ooc {
 namespace {
 
 namespace fs = std::filesystem;
+using tandem::testing::ScratchDir;
 
-// A fresh folder under the system's temporary folder, removed with everything in it at the end.
-class ScratchDir {
- public:
-  ScratchDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    root_ = fs::temp_directory_path() /
-            fmt::format("tandem-ooc-{}-{}.{}", ::getpid(), info->test_suite_name(), info->name());
-    fs::remove_all(root_);
-    fs::create_directories(root_);
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    fs::remove_all(root_, ec);
-  }
-  std::string path(const std::string& name = "") const {
-    return name.empty() ? root_.string() : (root_ / name).string();
-  }
-  std::vector<std::string> list(const std::string& sub = "") const {
-    std::vector<std::string> names;
-    for (const auto& e : fs::directory_iterator(sub.empty() ? root_ : root_ / sub))
-      names.push_back(e.path().filename().string());
-    std::sort(names.begin(), names.end());
-    return names;
-  }
-
- private:
-  fs::path root_;
-};
 
 // Memory aligned for O_DIRECT, filled with random bytes.
 struct AlignedBytes {
