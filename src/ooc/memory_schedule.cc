@@ -111,7 +111,7 @@ MemorySchedule::MemorySchedule(const nn::ChainLayout& chain, const Plan& plan)
     user_error("out-of-core plan '{}' has {} blocks; this stage runs {}", plan.str(),
                plan.blocks.size(), n);
   const bool has_head = !chain.head.empty();
-  if (!has_head && plan.blocks.back() != Decision::Keep && plan.blocks.back() != Decision::Swap)
+  if (!has_head && recomputes(plan.blocks.back()))
     user_error("out-of-core plan '{}': the last block of a stage that hands its output to the "
                "next stage cannot be recomputed (recomputing would send it again)", plan.str());
   TANDEM_CHECK(static_cast<int>(chain.block.size()) == nn::kNumActs<nn::BlockAct>,
@@ -146,15 +146,16 @@ MemorySchedule::MemorySchedule(const nn::ChainLayout& chain, const Plan& plan)
       const Decision d = plan.blocks[static_cast<size_t>(j)];
       const int f = idx(true, k, j), b = idx(false, k, j);
       const int in_first = j == 0 ? f : idx(true, k, j - 1);
-      const int release = std::min(f + 1, last_op);
+      // A swapped block's memory is free after the operation its write overlaps (none for 's').
+      const int release = d == Decision::SwapSync ? f : std::min(f + 1, last_op);
       BlockRegions& r = blocks_[static_cast<size_t>(k)][static_cast<size_t>(j)];
       const int in_last = d == Decision::Keep || d == Decision::Recompute ? b
-                          : d == Decision::Swap                           ? release
+                          : swaps(d)                                      ? release
                                                                           : f;
-      const int buf_last = d == Decision::Keep ? b : d == Decision::Swap ? release : f;
+      const int buf_last = d == Decision::Keep ? b : swaps(d) ? release : f;
       r.input_fwd = add_region(m + fmt::format("h{}.input", j), input_bytes_, in_first, in_last);
       r.buffers_fwd = add_region(m + fmt::format("h{}.buffers", j), buffers_bytes_, f, buf_last);
-      if (d == Decision::Swap) {
+      if (swaps(d)) {
         const int read_op = std::min(b, std::max(b - plan.prefetch, release + 1));
         r.back = add_region(m + fmt::format("h{}.back", j), input_bytes_ + buffers_bytes_, read_op, b);
         const int wx = add_transfer(Transfer{true, r.input_fwd, 0, input_bytes_, 0, k, j});

@@ -12,7 +12,7 @@ namespace tandem::ooc {
 std::string Plan::str() const {
   std::string s;
   for (Decision d : blocks) s += static_cast<char>(d);
-  return fmt::format("{}/p{}", s, prefetch);
+  return fmt::format("{}/p{}", s, prefetch);  // every decision is one letter
 }
 
 Plan Plan::parse(std::string_view text) {
@@ -22,9 +22,9 @@ Plan Plan::parse(std::string_view text) {
                "e.g. 'KKSR/p1'", text);
   Plan p;
   for (char c : text.substr(0, slash)) {
-    if (c != 'K' && c != 'S' && c != 'R' && c != 'C')
-      user_error("out-of-core plan '{}': '{}' is not a decision (K keep, S swap, R recompute, "
-                 "C continue a recomputed segment)", text, c);
+    if (c != 'K' && c != 'S' && c != 's' && c != 'R' && c != 'C')
+      user_error("out-of-core plan '{}': '{}' is not a decision (K keep, S swap, s swap with the "
+                 "write waited for, R recompute, C continue a recomputed segment)", text, c);
     p.blocks.push_back(static_cast<Decision>(c));
   }
   const std::string_view num = text.substr(slash + 2);
@@ -85,7 +85,7 @@ Plan chen_sqrt(int n) {
 }
 
 Plan karma(int n, int swapped, int prefetch) {
-  Plan p{{}, prefetch};
+  Plan p{{}, swapped > 0 ? prefetch : 1};
   for (int j = 0; j < n; ++j) p.blocks.push_back(j < swapped ? Decision::Swap : Decision::Recompute);
   return p;
 }

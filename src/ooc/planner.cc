@@ -47,7 +47,7 @@ struct Search {
   }
 
   void leaf() {
-    const bool any_swap = plan.count(Decision::Swap) > 0;
+    const bool any_swap = plan.swapped() > 0;
     for (int p = any_swap ? 0 : 1; p <= (any_swap ? kMaxPrefetch : 1); ++p) {
       if (++evaluated > limit) {
         stopped = true;
@@ -75,16 +75,14 @@ struct Search {
       return;
     }
     const bool last = j == n - 1;
-    for (Decision d : {Decision::Keep, Decision::Recompute, Decision::Swap, Decision::Continue}) {
-      if (d == Decision::Continue &&
-          (j == 0 || plan.blocks[static_cast<size_t>(j - 1)] == Decision::Keep ||
-           plan.blocks[static_cast<size_t>(j - 1)] == Decision::Swap))
+    for (Decision d : {Decision::Keep, Decision::Recompute, Decision::Swap, Decision::SwapSync, Decision::Continue}) {
+      if (d == Decision::Continue && (j == 0 || !recomputes(plan.blocks[static_cast<size_t>(j - 1)])))
         continue;
-      if (last && !has_head && (d == Decision::Recompute || d == Decision::Continue)) continue;
+      if (last && !has_head && recomputes(d)) continue;
       plan.blocks[static_cast<size_t>(j)] = d;
       double t = time_lb;
       uint64_t m = mem_lb;
-      if (d == Decision::Recompute || d == Decision::Continue) t += profile.recompute(j);
+      if (recomputes(d)) t += profile.recompute(j);
       if (!last && d == Decision::Keep) m += input_bytes + buffers_bytes;
       if (!last && d == Decision::Recompute) m += input_bytes;
       dfs(j + 1, t, m);
@@ -158,7 +156,7 @@ std::vector<Evaluated> evaluate_baselines(const nn::ChainLayout& chain, const Pr
   out.push_back(eval(Strategy::Chen, last_kept(chen_sqrt(n))));
   v.clear();
   for (int s = 0; s <= n; ++s)
-    for (int p = 0; p <= (s > 0 ? kMaxPrefetch : 0); ++p) {
+    for (int p = s > 0 ? 0 : 1; p <= (s > 0 ? kMaxPrefetch : 1); ++p) {
       Plan k = karma(n, s, p);
       if (!has_head && s < n) k.blocks.back() = Decision::Swap;
       v.push_back(eval(Strategy::Karma, k));
@@ -201,7 +199,16 @@ SmallestBudget smallest_budget(const nn::ChainLayout& chain, const Profile& prof
                                int64_t max_evaluations) {
   const nn::ChainLayout planned = repeats(chain) > 1 ? first_micro(chain) : chain;
   Search low = make_search(planned, profile, 0, true, max_evaluations);
-  for (const Evaluated& b : evaluate_baselines(chain, profile, 0))
+  std::vector<Evaluated> seeds = evaluate_baselines(chain, profile, 0);
+  // The lean plans the search may not reach before its limit: every block swapped with its
+  // write waited for and fetched at its backward (the last kept where it cannot be recomputed).
+  for (const Decision last : {Decision::SwapSync, Decision::Keep, Decision::Recompute}) {
+    Plan p{std::vector<Decision>(static_cast<size_t>(chain.blocks), Decision::SwapSync), 0};
+    p.blocks.back() = last;
+    if (chain.head.empty() && recomputes(last)) continue;
+    seeds.push_back(Evaluated{Strategy::Planner, p, predict(chain, p, profile), true});
+  }
+  for (const Evaluated& b : seeds)
     if (!low.best || b.prediction.peak_bytes < low.best->prediction.peak_bytes) low.best = b;
   low.dfs(0, 0, low.fixed_bytes + low.buffers_bytes);
   return SmallestBudget{low.best->prediction.peak_bytes, low.best->plan, !low.stopped};
@@ -211,13 +218,14 @@ std::optional<Evaluated> plan_exhaustive(const nn::ChainLayout& chain, const Pro
                                          uint64_t budget) {
   const int n = chain.blocks;
   std::optional<Evaluated> best;
+  constexpr std::array kinds{Decision::Keep, Decision::Swap, Decision::SwapSync, Decision::Recompute, Decision::Continue};
   int64_t combos = 1;
-  for (int j = 0; j < n; ++j) combos *= 4;
+  for (int j = 0; j < n; ++j) combos *= static_cast<int64_t>(kinds.size());
   for (int64_t code = 0; code < combos; ++code) {
     Plan p{{}, 1};
     int64_t c = code;
-    for (int j = 0; j < n; ++j, c /= 4)
-      p.blocks.push_back(std::array{Decision::Keep, Decision::Swap, Decision::Recompute, Decision::Continue}[static_cast<size_t>(c % 4)]);
+    for (int j = 0; j < n; ++j, c /= static_cast<int64_t>(kinds.size()))
+      p.blocks.push_back(kinds[static_cast<size_t>(c % static_cast<int64_t>(kinds.size()))]);
     try {
       p.validate();
       for (int pf = 0; pf <= kMaxPrefetch; ++pf) {

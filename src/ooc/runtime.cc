@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "tandem/core/error.h"
 #include "tandem/ooc/bytes.h"
 
@@ -36,10 +38,26 @@ double seconds(std::chrono::steady_clock::duration d) { return std::chrono::dura
 }  // namespace
 
 Profile StepMeasure::profile(double write_bytes_per_s, double read_bytes_per_s) const {
+  return median_profile({*this}, write_bytes_per_s, read_bytes_per_s);
+}
+
+Profile StepMeasure::median_profile(const std::vector<StepMeasure>& steps, double write_bytes_per_s,
+                                    double read_bytes_per_s) {
+  TANDEM_CHECK(!steps.empty(), "a profile needs a step");
+  auto median = [&](std::vector<double> StepMeasure::*times) {
+    std::vector<double> out;
+    for (size_t j = 0; j < (steps.front().*times).size(); ++j) {
+      std::vector<double> v;
+      for (const StepMeasure& s : steps) v.push_back((s.*times)[j]);
+      std::sort(v.begin(), v.end());
+      out.push_back(v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]));
+    }
+    return out;
+  };
   Profile p;
-  p.forward_s = forward_s;
-  p.backward_s = backward_s;
-  p.recompute_s = recompute_s;
+  p.forward_s = median(&StepMeasure::forward_s);
+  p.backward_s = median(&StepMeasure::backward_s);
+  p.recompute_s = median(&StepMeasure::recompute_s);
   for (size_t j = 0; j < p.recompute_s.size(); ++j)
     if (p.recompute_s[j] <= 0) p.recompute_s[j] = p.forward_s[j];
   p.write_bytes_per_s = write_bytes_per_s;

@@ -20,12 +20,14 @@
 namespace tandem::train::detail {
 namespace {
 
-constexpr uint64_t kBandwidthProbeBytes = 64ull << 20;
+constexpr uint64_t kBandwidthProbeBytes = 128ull << 20;
+constexpr int kProfileSteps = 3;  // measured, after one that warms up
 
 std::string brief(const ooc::Plan& p) {
   std::vector<std::string> parts;
   const std::pair<ooc::Decision, const char*> kinds[] = {{ooc::Decision::Keep, "kept"},
                                                          {ooc::Decision::Swap, "swapped"},
+                                                         {ooc::Decision::SwapSync, "swapped (write waited for)"},
                                                          {ooc::Decision::Recompute, "checkpointed"},
                                                          {ooc::Decision::Continue, "in segments"}};
   for (const auto& [d, name] : kinds)
@@ -110,8 +112,12 @@ void OutOfCore::prepare(const std::function<void()>& step, comm::Communicator& t
       bw = ooc::measure_bandwidth(*probe, kBandwidthProbeBytes);
     }
     step();  // the first step touches the arena's pages and compiles the programs
-    step();
-    profile_ = runtime_->last_step().profile(bw.write_bytes_per_s, bw.read_bytes_per_s);
+    std::vector<ooc::StepMeasure> steps;
+    for (int i = 0; i < kProfileSteps; ++i) {
+      step();
+      steps.push_back(runtime_->last_step());
+    }
+    profile_ = ooc::StepMeasure::median_profile(steps, bw.write_bytes_per_s, bw.read_bytes_per_s);
   }
   // The tp group plans from the slowest rank's figures, so every rank recomputes the same blocks.
   if (tp.size() > 1) {
@@ -195,10 +201,14 @@ std::string OutOfCore::report() const {
   const ooc::MemorySchedule s(chain_, plan());
   std::string r = fmt::format("{:<8}{:<13}{:>12}{:>12}{:>11}{:>11}{:>11}\n", "block", "decision", "input",
                               "buffers", "forward", "backward", "recompute");
-  const char* names[] = {"keep", "swap", "checkpoint", "segment"};
+  const char* names[] = {"keep", "swap", "swap (sync)", "checkpoint", "segment"};
   for (int j = 0; j < chain_.blocks; ++j) {
     const ooc::Decision d = plan().blocks[static_cast<size_t>(j)];
-    const int di = d == ooc::Decision::Keep ? 0 : d == ooc::Decision::Swap ? 1 : d == ooc::Decision::Recompute ? 2 : 3;
+    const int di = d == ooc::Decision::Keep       ? 0
+                   : d == ooc::Decision::Swap     ? 1
+                   : d == ooc::Decision::SwapSync ? 2
+                   : d == ooc::Decision::Recompute ? 3
+                                                   : 4;
     r += fmt::format("{:<8}{:<13}{:>12}{:>12}{:>10.3f}s{:>10.3f}s{:>10.3f}s\n", fmt::format("h.{}", first_layer_ + j),
                      names[di], ooc::human_bytes(s.input_bytes()), ooc::human_bytes(s.buffers_bytes()),
                      profile_.forward_s[static_cast<size_t>(j)], profile_.backward_s[static_cast<size_t>(j)],

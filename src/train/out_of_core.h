@@ -30,7 +30,7 @@ class OutOfCore {
   nn::ActivationMemory* memory() { return runtime_.get(); }
 
   // The profile from the cache, else measured: `step` (one forward and backward of the model)
-  // runs twice under the first plan and the second is measured. Then the plan: the planner's,
+  // runs four times under the first plan, and each time is the median of the last three. Then the plan: the planner's,
   // or --ooc-plan's. Every rank of a tensor-parallel group must recompute the same blocks (their
   // recomputation runs collectives), so the group agrees on the profile first (the slowest
   // rank's times). Collective over tp.

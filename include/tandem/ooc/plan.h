@@ -1,7 +1,7 @@
 // An out-of-core plan: per block of a stage's chain, whether the buffers it saves for its
 // backward stay in the fast tier, go to the slow tier and come back, or are dropped and
 // recomputed; plus how early swapped blocks are fetched back. A plan is a plain value: it prints
-// to a name ("KKSSRCRK/p2") and parses back.
+// to a name ("KKSsRCRK/p2") and parses back.
 //
 // Granularity: one decision per block (its input x_j and the 12 buffers its forward writes),
 // because a block is the unit nn can recompute exactly (a block's forward run again writes
@@ -9,8 +9,11 @@
 // large transfer. A finer split would not lower the floor: a block's backward reads all of them.
 //
 //   Keep       x_j and the buffers stay resident from the block's forward to its backward.
-//   Swap       both are written to the slow tier after the forward and read back `prefetch`
-//              blocks before the backward needs them.
+//   Swap       both are written to the slow tier after the forward, the write overlapping the
+//              next block's forward, and read back `prefetch` operations before the backward
+//              needs them.
+//   swap (s)   the same, but the next operation waits for the write: the memory is free one
+//              operation sooner, for the write's time (cheap when the tier is fast).
 //   Recompute  x_j stays resident; the buffers are dropped after the forward and the block's
 //              forward runs again just before its backward (activation checkpointing).
 //   Continue   like Recompute, but x_j is dropped too: it is recomputed from the block before,
@@ -24,20 +27,23 @@
 
 namespace tandem::ooc {
 
-enum class Decision : char { Keep = 'K', Swap = 'S', Recompute = 'R', Continue = 'C' };
+enum class Decision : char { Keep = 'K', Swap = 'S', SwapSync = 's', Recompute = 'R', Continue = 'C' };
+inline bool swaps(Decision d) { return d == Decision::Swap || d == Decision::SwapSync; }
+inline bool recomputes(Decision d) { return d == Decision::Recompute || d == Decision::Continue; }
 
 struct Plan {
   std::vector<Decision> blocks;
-  int prefetch = 1;  // a swapped block is read back when the backward of the block `prefetch`
-                     // places before it in the step's order begins
+  int prefetch = 1;  // a swapped block is read back when the operation `prefetch` places before
+                     // its backward begins (0: at its backward); 1 by convention when none swaps
 
   // "KKSSRCRK/p2".
   std::string str() const;
   // Inverse of str(); UserError naming the text and what is wrong.
   static Plan parse(std::string_view text);
-  // UserError unless every Continue follows a Recompute or Continue and prefetch >= 1.
+  // UserError unless every Continue follows a Recompute or Continue and prefetch >= 0.
   void validate() const;
   int count(Decision d) const;
+  int swapped() const { return count(Decision::Swap) + count(Decision::SwapSync); }
   bool operator==(const Plan&) const = default;
 };
 

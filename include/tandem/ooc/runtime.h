@@ -27,6 +27,9 @@ struct StepMeasure {
   uint64_t high_water = 0;
   // Into a profile (recompute times that were not measured are taken from the forwards).
   Profile profile(double write_bytes_per_s, double read_bytes_per_s) const;
+  // The same from several steps: each time the median of the steps' (one step is noisy).
+  static Profile median_profile(const std::vector<StepMeasure>& steps, double write_bytes_per_s,
+                                double read_bytes_per_s);
 };
 
 class Runtime final : public nn::ActivationMemory {
@@ -35,8 +38,9 @@ class Runtime final : public nn::ActivationMemory {
   Runtime(const nn::GPTConfig& config, int B, int T, uint64_t budget);
   ~Runtime() override;
 
-  // Between steps. `engine` moves the swapped blocks (may be null when the plan swaps nothing);
-  // UserError if the schedule needs more than the budget.
+  // Between steps. `engine` moves the swapped blocks (may be null when the plan swaps nothing)
+  // and must outlive this runtime, whose destructor waits for its transfers; UserError if the
+  // schedule needs more than the budget.
   void set_schedule(const MemorySchedule& schedule, SwapEngine* engine);
   const MemorySchedule& schedule() const { return *schedule_; }
   Arena& arena() { return arena_; }

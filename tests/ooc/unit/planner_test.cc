@@ -31,7 +31,7 @@ nn::ChainLayout chain(int blocks, int micro = 1, bool head = true) {
 }
 
 TEST(Plan, NamesRoundTrip) {
-  for (const char* s : {"KKSR/p1", "RCCK/p0", "S/p3"}) EXPECT_EQ(Plan::parse(s).str(), s);
+  for (const char* s : {"KKSR/p1", "RCCK/p0", "S/p3", "sSsK/p2"}) EXPECT_EQ(Plan::parse(s).str(), s);
   EXPECT_EQ(chen_sqrt(9).str(), "RCCRCCRCC/p1");
   EXPECT_EQ(karma(4, 2).str(), "SSRR/p1");
 }
@@ -89,6 +89,8 @@ TEST(Schedule, KeepAllHoldsEveryBlockAtTheTurn) {
   EXPECT_EQ(swap.transfers().size(), 12u);  // input and buffers out, one read back, per block
   EXPECT_EQ(swap.swapped_bytes(), 4 * blk);
   EXPECT_EQ(rec.actions()[static_cast<size_t>(rec.op_index({false, 0, 2}))].recompute, std::vector<int>{2});
+  // A swap whose write is waited for frees its memory one operation sooner.
+  EXPECT_LT(MemorySchedule(c, Plan::parse("ssss/p0")).peak_bytes(), swap.peak_bytes());
   const MemorySchedule chen(c, Plan::parse("RCRC/p1"));
   EXPECT_EQ(chen.actions()[static_cast<size_t>(chen.op_index({false, 0, 3}))].recompute, (std::vector<int>{2, 3}));
 }
