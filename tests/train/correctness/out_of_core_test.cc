@@ -121,5 +121,31 @@ TEST(OutOfCoreProfile, MeasuredOnceThenCached) {
   unsetenv("TANDEM_CACHE_DIR");
 }
 
+// --trace: swap-out and swap-in rows beside compute; tandem plan: the predicted timeline.
+TEST(OutOfCoreTrace, SwapRowsInTheTraceAndThePredictedTimeline) {
+  ScratchDir dir;
+  TrainConfig c = small({1, 1, 1}, 2);
+  c.memory_budget = "64MiB";
+  c.ooc_plan = "SK/p1";
+  c.trace_path = dir.path("trace.json");
+  train(c);
+  const std::string trace = testing::read_bytes(c.trace_path);
+  for (const char* row : {"\"swap-out\"", "\"swap-in\"", "\"compute\""})
+    EXPECT_NE(trace.find(row), std::string::npos) << row;
+  EXPECT_NE(trace.find("\"m0.h0\""), std::string::npos) << "transfers are named by micro-batch and block";
+
+  TrainConfig p = small({1, 1, 1}, 2);
+  p.memory_budget = "64MiB";
+  p.plan_only = true;
+  p.trace_path = dir.path("plan.json");
+  const TrainResult r = train(p);
+  EXPECT_FALSE(r.ooc_plan.empty());
+  EXPECT_GT(r.ooc_predicted_s, 0);
+  EXPECT_TRUE(r.losses.empty()) << "tandem plan trains nothing";
+  const std::string timeline = testing::read_bytes(p.trace_path);
+  EXPECT_NE(timeline.find("\"traceEvents\""), std::string::npos);
+  EXPECT_NE(timeline.find("forward m0 h1"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace tandem::train
