@@ -1,12 +1,15 @@
 // Helpers every suite may share: a scratch folder per test, and the message of the UserError a
-// call must raise, to compare with what a user should read.
+// call must raise (in this process, or in a child with fewer privileges or a file-size limit),
+// to compare with what a user should read.
 #pragma once
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -61,6 +64,44 @@ std::string user_error_of(F&& f) {
   }
   ADD_FAILURE() << "expected a UserError, nothing was thrown";
   return "";
+}
+
+// Runs `f` in a child process set up by `prepare` (a file-size limit, or giving up root, which
+// writes anywhere) and returns the UserError message it raised, sent back through a pipe. The
+// parent stays as it was: privileges and limits cannot be taken back once given up.
+inline std::string user_error_in_child(const std::function<void()>& prepare,
+                                const std::function<void()>& f) {
+  int fds[2];
+  EXPECT_EQ(::pipe(fds), 0);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(fds[0]);
+    prepare();
+    std::string m = "no error";
+    try {
+      f();
+    } catch (const UserError& e) {
+      m = e.what();
+    } catch (const std::exception& e) {
+      m = std::string("not a UserError: ") + e.what();
+    }
+    if (::write(fds[1], m.data(), m.size()) < 0) ::_exit(4);
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  std::string m;
+  char buf[512];
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) m.append(buf, static_cast<size_t>(n));
+  ::close(fds[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  return m;
+}
+
+// For user_error_in_child: give up root (which writes anywhere) for user nobody.
+inline void drop_root() {
+  if (::geteuid() == 0 && (::setgid(65534) != 0 || ::setuid(65534) != 0)) ::_exit(3);
 }
 
 }  // namespace tandem::testing

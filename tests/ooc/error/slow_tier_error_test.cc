@@ -24,46 +24,12 @@ namespace {
 
 namespace fs = std::filesystem;
 using tandem::testing::ScratchDir;
+using tandem::testing::drop_root;
+using tandem::testing::user_error_in_child;
 using tandem::testing::user_error_of;
 
 
 
-// Runs `f` in a child process set up by `prepare` (a file-size limit, or giving up root, which
-// writes anywhere) and returns the UserError message it raised, sent back through a pipe. The
-// parent stays as it was: privileges and limits cannot be taken back once given up.
-std::string user_error_in_child(const std::function<void()>& prepare,
-                                const std::function<void()>& f) {
-  int fds[2];
-  EXPECT_EQ(::pipe(fds), 0);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::close(fds[0]);
-    prepare();
-    std::string m = "no error";
-    try {
-      f();
-    } catch (const UserError& e) {
-      m = e.what();
-    } catch (const std::exception& e) {
-      m = std::string("not a UserError: ") + e.what();
-    }
-    if (::write(fds[1], m.data(), m.size()) < 0) ::_exit(4);
-    ::_exit(0);
-  }
-  ::close(fds[1]);
-  std::string m;
-  char buf[512];
-  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) m.append(buf, static_cast<size_t>(n));
-  ::close(fds[0]);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
-  return m;
-}
-
-void drop_root() {
-  if (::geteuid() == 0 && (::setgid(65534) != 0 || ::setuid(65534) != 0)) ::_exit(3);
-}
 
 TEST(TierSpecErrors, BadText) {
   EXPECT_EQ(user_error_of([] { TierSpec::parse("disk:/tmp"); }),

@@ -60,33 +60,11 @@ TEST(AtomicFileErrors, DiskFullKeepsThePreviousFile) {
   EXPECT_EQ(dir.list(), std::vector<std::string>{"w.bin"});
 }
 
-// Writes into a read-only folder as an unprivileged user: in a child process that gives up root
-// first when the tests run as root (root writes anywhere). Returns the error message.
+// Writes into a read-only folder as an unprivileged user (root writes anywhere). Returns the
+// error message.
 std::string write_as_unprivileged(const std::string& path) {
-  int fds[2];
-  EXPECT_EQ(::pipe(fds), 0);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::close(fds[0]);
-    if (::geteuid() == 0 && (::setgid(65534) != 0 || ::setuid(65534) != 0)) ::_exit(3);
-    std::string m = "no error";
-    try {
-      write_file_atomic(path, "new");
-    } catch (const UserError& e) {
-      m = e.what();
-    }
-    if (::write(fds[1], m.data(), m.size()) < 0) ::_exit(4);
-    ::_exit(0);
-  }
-  ::close(fds[1]);
-  std::string m;
-  char buf[512];
-  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) m.append(buf, static_cast<size_t>(n));
-  ::close(fds[0]);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
-  return m;
+  return tandem::testing::user_error_in_child(tandem::testing::drop_root,
+                                              [&] { write_file_atomic(path, "new"); });
 }
 
 TEST(AtomicFileErrors, UnwritableFolder) {
