@@ -13,6 +13,7 @@
 #include "tandem/dsl/dsl.h"
 #include "tandem/exec/compiled.h"
 #include "tandem/schedule/transforms.h"
+#include "support/scratch.h"
 
 namespace tandem::codegen {
 namespace {
@@ -26,17 +27,7 @@ schedule::Plan plan_named(const dsl::Program& p, const std::string& name) {
   return {};
 }
 
-template <typename F>
-std::string user_error_of(F&& f) {
-  try {
-    f();
-  } catch (const UserError& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("not a UserError: ") + e.what();
-  }
-  return "no error";
-}
+using tandem::testing::user_error_of;
 
 TEST(CodegenErrors, EmitterNamesTheStepAndTheFeature) {
   schedule::Plan plan = plan_named(dsl::workloads::megatron_layer(), "ol(MM,fused(AR-C))");
