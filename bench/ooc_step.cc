@@ -123,7 +123,7 @@ int bench(const Options& o, comm::Communicator& world) {
   const int B = o.batch, T = o.seq_len, M = 1;  // one rank, one micro-batch of the whole batch
   parallel::Grid grid(world, parallel::GridShape{1, 1, 1});
   const nn::ChainLayout chain = parallel::ParallelGPT::chain_layout(cfg, grid, B, T, M);
-  const int n = chain.blocks;
+  const int n = chain.units;
   const uint64_t need = ooc::MemorySchedule(chain, ooc::keep_all(n)).peak_bytes();
   const ooc::TierSpec tier_spec = ooc::TierSpec::parse(o.tier);
 
@@ -154,12 +154,17 @@ int bench(const Options& o, comm::Communicator& world) {
               "%.1fM), dropout %.2f; 1 rank, %d micro-batch; BLAS %s x%d; slow tier %s\n",
               o.layers, o.d_model, o.heads, o.seq_len, o.batch, static_cast<long long>(whole.size()),
               whole.size() / 1e6, o.dropout, M, blas::kernel_name().c_str(), blas::num_threads(), o.tier.c_str());
-  std::printf("in-core fast-tier need (keep-all peak): %s (%llu bytes); per block: input %s, buffers %s\n",
-              ooc::human_bytes(need).c_str(), static_cast<unsigned long long>(need),
-              ooc::human_bytes(ooc::MemorySchedule(chain, ooc::keep_all(n)).input_bytes()).c_str(),
-              ooc::human_bytes(ooc::MemorySchedule(chain, ooc::keep_all(n)).buffers_bytes()).c_str());
+  {
+    const ooc::MemorySchedule keep(chain, ooc::keep_all(n));
+    std::printf("in-core fast-tier need (keep-all peak): %s (%llu bytes); per unit: input %s, buffers %s "
+                "(attention) and %s (MLP); workspace %s\n",
+                ooc::human_bytes(need).c_str(), static_cast<unsigned long long>(need),
+                ooc::human_bytes(keep.input_bytes()).c_str(), ooc::human_bytes(keep.buffers_bytes(0)).c_str(),
+                ooc::human_bytes(keep.buffers_bytes(1)).c_str(),
+                ooc::human_bytes(keep.regions()[static_cast<size_t>(keep.workspace())].bytes).c_str());
+  }
 
-  // The slow tier, sized for the plans that swap the most (every block), at least the probe.
+  // The slow tier, sized for the plans that swap the most (every unit), at least the probe.
   uint64_t tier_need = kBandwidthProbeBytes;
   for (int p = 0; p <= ooc::kMaxPrefetch; ++p)
     tier_need = std::max(tier_need, ooc::MemorySchedule(chain, ooc::swap_all(n, p)).tier_bytes());
@@ -170,9 +175,10 @@ int bench(const Options& o, comm::Communicator& world) {
               tier->describe().c_str(), ooc::human_bytes(tier->capacity()).c_str(), bw.write_bytes_per_s / 1e9,
               bw.read_bytes_per_s / 1e9);
 
-  // The profile, as the trainer measures it: the recompute-all plan (every block's forward,
-  // backward and recompute), one step to warm up, then each time the median of three steps.
-  runtime.set_schedule(ooc::MemorySchedule(chain, ooc::recompute_all(n)), engine.get());
+  // The profile, as the trainer measures it: every unit recomputed from its own input (so each
+  // unit's forward, backward and recompute are timed), one step to warm up, then each time the
+  // median of three steps.
+  runtime.set_schedule(ooc::MemorySchedule(chain, ooc::recompute_all(n, 1)), engine.get());
   std::vector<ooc::StepMeasure> measured;
   for (int i = 0; i < 4; ++i) {
     out_of_core.grads().fill(0.0f);
@@ -188,7 +194,7 @@ int bench(const Options& o, comm::Communicator& world) {
     bwd += fmt::format(" {:.3f}", profile.backward_s[static_cast<size_t>(j)]);
     rec += fmt::format(" {:.3f}", profile.recompute(j));
   }
-  std::printf("profile (recompute-all plan, medians of steps 2-4), s per block:\n  forward  %s\n  backward %s\n  "
+  std::printf("profile (every unit recomputed, medians of steps 2-4), s per unit (attention, MLP, ...):\n  forward  %s\n  backward %s\n  "
               "recompute%s\n  compute (forward + backward) %.3f s; the middle profiled step took %.3f s\n",
               fwd.c_str(), bwd.c_str(), rec.c_str(), profile.compute_s(), profile_step_s);
   const ooc::SmallestBudget smallest = ooc::smallest_budget(chain, profile);

@@ -63,7 +63,7 @@ CLI::Option* add_memory_flags(CLI::App* cmd, train::TrainConfig& c) {
                   "(docs/out-of-core.md)");
   auto* tier = cmd->add_option("--slow-tier", c.slow_tier, "Where swapped activations go: host, or file:DIR (O_DIRECT)")
                    ->capture_default_str();
-  cmd->add_option("--ooc-plan", c.ooc_plan, "Use this out-of-core plan instead of the planner's, e.g. KKSR/p1");
+  cmd->add_option("--ooc-plan", c.ooc_plan, "Use this out-of-core plan instead of the planner's, e.g. KKSRKKSR/p1 (a letter per half block: attention, MLP, ...)");
   return tier;
 }
 
@@ -154,7 +154,7 @@ void add_plan(CLI::App& app) {
   c.eval_every = 0;
   c.plan_only = true;
   auto* cmd = app.add_subcommand(
-      "plan", "Plan out-of-core training under a memory budget: per block keep, swap or recompute, with the "
+      "plan", "Plan out-of-core training under a memory budget: per half block keep, swap or recompute, with the "
               "predicted step time and peak beside every single strategy's");
   const SizeOptions sizes = add_size_flags(cmd, *flags);
   add_grid_flags(cmd, c);

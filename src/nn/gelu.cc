@@ -18,16 +18,19 @@ void gelu_forward_range(float* __restrict o, const float* __restrict x, int64_t 
   }
 }
 
+inline float gelu_grad(float v) {
+  const float u = kSqrt2OverPi * (v + kCubic * v * v * v);
+  const float th = detail::tanh_approx(u);
+  const float sech2 = 1.0f - th * th;
+  return 0.5f * (1.0f + th) + 0.5f * v * sech2 * kSqrt2OverPi * (1.0f + 3.0f * kCubic * v * v);
+}
+
 void gelu_backward_range(float* __restrict dx, const float* __restrict x, const float* __restrict g, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = x[i];
-    const float u = kSqrt2OverPi * (v + kCubic * v * v * v);
-    const float th = detail::tanh_approx(u);
-    const float sech2 = 1.0f - th * th;
-    const float local = 0.5f * (1.0f + th) +
-                        0.5f * v * sech2 * kSqrt2OverPi * (1.0f + 3.0f * kCubic * v * v);
-    dx[i] += local * g[i];
-  }
+  for (int64_t i = 0; i < n; ++i) dx[i] += gelu_grad(x[i]) * g[i];
+}
+
+void gelu_backward_inplace_range(float* __restrict d, const float* __restrict x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) d[i] = gelu_grad(x[i]) * d[i];
 }
 
 }  // namespace
@@ -40,6 +43,10 @@ void gelu_forward(float* out, const float* inp, int64_t n) {
 // dinp (n) += gelu'(inp) * dout
 void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) {
   parallel_for(n, kGrain, [&](int64_t b, int64_t e) { gelu_backward_range(dinp + b, inp + b, dout + b, e - b); });
+}
+
+void gelu_backward_inplace(float* d, const float* inp, int64_t n) {
+  parallel_for(n, kGrain, [&](int64_t b, int64_t e) { gelu_backward_inplace_range(d + b, inp + b, e - b); });
 }
 
 }  // namespace tandem::nn

@@ -51,16 +51,27 @@ std::string block_prefix(int layer) { return "h." + std::to_string(layer) + ".";
 
 // Every buffer defined and shaped for (B, T): a mismatch is the caller binding the wrong buffer.
 template <typename Kind>
+void check_buffer(const GPTConfig& c, const Buffers<Kind>& a, Kind k, const std::string& prefix,
+                  int B, int T) {
+  const Shape want = act_shape(c, k, B, T);
+  if (a[k].dtype() != DType::F32 || a[k].numel() != want.numel() ||
+      (a[k].data() == nullptr && want.numel() > 0))
+    user_error("activation buffer {}{} is {}{}; the stage needs f32{}", prefix, act_suffix(k),
+               a[k].str(), a[k].data() == nullptr ? " (unbound)" : "", want.str());
+}
+
+template <typename Kind>
 void check_buffers(const GPTConfig& c, const Buffers<Kind>& a, const std::string& prefix, int B,
                    int T) {
-  for (int i = 0; i < kNumActs<Kind>; ++i) {
-    const Kind k = static_cast<Kind>(i);
-    const Shape want = act_shape(c, k, B, T);
-    if (a[k].dtype() != DType::F32 || a[k].numel() != want.numel() ||
-        (a[k].data() == nullptr && want.numel() > 0))
-      user_error("activation buffer {}{} is {}{}; the stage needs f32{}", prefix, act_suffix(k),
-                 a[k].str(), a[k].data() == nullptr ? " (unbound)" : "", want.str());
-  }
+  for (int i = 0; i < kNumActs<Kind>; ++i) check_buffer(c, a, static_cast<Kind>(i), prefix, B, T);
+}
+
+// The buffers one half of a block reads or writes: its saves, its output and the MLP's input.
+void check_half(const GPTConfig& c, const BlockActivations& a, BlockHalf h, int layer, int B, int T) {
+  const std::string prefix = block_prefix(layer);
+  for (BlockAct k : half_saves(h)) check_buffer(c, a, k, prefix, B, T);
+  check_buffer(c, a, half_output(h), prefix, B, T);
+  if (h == BlockHalf::Mlp) check_buffer(c, a, BlockAct::Resid1, prefix, B, T);
 }
 
 }  // namespace
@@ -192,13 +203,12 @@ std::vector<std::pair<std::string, Tensor>> GPTActivations::named() const {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Workspace: btc0, btc1, bt3c, bt4c0, bt4c1, attention, dlogits, dresidual.
+// Workspace: btc0, btc1, wide, attention, dlogits, dresidual.
 
 std::vector<ActivationSpec> Workspace::specs(const GPTConfig& c, int B, int T) {
   const int64_t C = c.d_model;
-  return {{"ws.btc0", {B, T, C}},     {"ws.btc1", {B, T, C}},
-          {"ws.bt3c", {B, T, 3 * C}}, {"ws.bt4c0", {B, T, 4 * C}},
-          {"ws.bt4c1", {B, T, 4 * C}}, {"ws.attention", {attention_scratch_floats(T)}},
+  return {{"ws.btc0", {B, T, C}},       {"ws.btc1", {B, T, C}},
+          {"ws.wide", {B, T, 4 * C}},   {"ws.attention", {attention_scratch_floats(T)}},
           {"ws.dlogits", {B, T, c.vocab_size}}, {"ws.dresidual", {B, T, C}}};
 }
 
@@ -219,11 +229,10 @@ void Workspace::check_fits(const GPTConfig& c, int B, int T) const {
 }
 
 float* Workspace::btc(int i) const { return bufs_[static_cast<size_t>(i)].data_as<float>(); }
-float* Workspace::bt3c() const { return bufs_[2].data_as<float>(); }
-float* Workspace::bt4c(int i) const { return bufs_[3 + static_cast<size_t>(i)].data_as<float>(); }
-float* Workspace::attention() const { return bufs_[5].data_as<float>(); }
-float* Workspace::dlogits() const { return bufs_[6].data_as<float>(); }
-float* Workspace::dresidual() const { return bufs_[7].data_as<float>(); }
+float* Workspace::wide() const { return bufs_[2].data_as<float>(); }
+float* Workspace::attention() const { return bufs_[3].data_as<float>(); }
+float* Workspace::dlogits() const { return bufs_[4].data_as<float>(); }
+float* Workspace::dresidual() const { return bufs_[5].data_as<float>(); }
 
 // ---------------------------------------------------------------------------------------------
 // Dropout keys.
@@ -281,85 +290,123 @@ void embedding_backward(const GPTConfig& c, const EmbeddingParams& dw, const flo
   encoder_backward(dw.wte, dw.wpe, denc, tokens, B, T, c.d_model);
 }
 
+std::string_view half_name(BlockHalf h) { return h == BlockHalf::Attention ? "attn" : "mlp"; }
+
+std::vector<BlockAct> half_saves(BlockHalf h) {
+  using K = BlockAct;
+  if (h == BlockHalf::Attention) return {K::Ln1Out, K::Ln1Mean, K::Ln1Rstd, K::Qkv, K::AttSoftmax, K::AttY};
+  return {K::Ln2Out, K::Ln2Mean, K::Ln2Rstd, K::FcOut, K::GeluOut};
+}
+
+BlockAct half_output(BlockHalf h) { return h == BlockHalf::Attention ? BlockAct::Resid1 : BlockAct::Out; }
+
 void block_forward(const GPTConfig& c, int layer, const BlockParams& w, const BlockActivations& a,
                    const float* x, Workspace& ws, int B, int T, const StepRng& rng) {
   check_buffers(c, a, block_prefix(layer), B, T);
-  ws.check_fits(c, B, T);
-  const int C = c.d_model, NH = c.n_heads, HS = c.head_size(), N = B * T;
-  const int64_t n = static_cast<int64_t>(N) * C;
-  float* proj = ws.btc(0);  // (B, T, C) a projection's output before dropout and residual
-  const AttentionDropout attn_drop = attention_dropout(c, rng, layer);
-  const Dropout attn_resid_drop = site_dropout(c, rng, layer, DropoutSite::AttnResidual, T);
-  const Dropout mlp_resid_drop = site_dropout(c, rng, layer, DropoutSite::MlpResidual, T);
-  using K = BlockAct;
-
-  // resid_1 = x + dropout(attn.c_proj(attention(attn.c_attn(ln_1(x)))))
-  layernorm_forward(a.ptr(K::Ln1Out), a.ptr(K::Ln1Mean), a.ptr(K::Ln1Rstd), x, w.ln_1_w, w.ln_1_b,
-                    N, C);                                                        // (B, T, C)
-  linear_forward(a.ptr(K::Qkv), a.ptr(K::Ln1Out), w.c_attn_w, w.c_attn_b, N, C, 3 * C);  // (B, T, 3C)
-  attention_forward(a.ptr(K::AttY), a.ptr(K::AttSoftmax), ws.attention(), a.ptr(K::Qkv), B, T, NH,
-                    HS, attn_drop);                                               // (B, T, C)
-  linear_forward(proj, a.ptr(K::AttY), w.attn_proj_w, w.attn_proj_b, N, C, C);   // (B, T, C)
-  if (attn_resid_drop.active()) dropout_forward(proj, proj, n, attn_resid_drop);
-  residual_forward(a.ptr(K::Resid1), x, proj, n);                                 // (B, T, C)
-
-  // out = resid_1 + dropout(mlp.c_proj(gelu(mlp.c_fc(ln_2(resid_1)))))
-  layernorm_forward(a.ptr(K::Ln2Out), a.ptr(K::Ln2Mean), a.ptr(K::Ln2Rstd), a.ptr(K::Resid1),
-                    w.ln_2_w, w.ln_2_b, N, C);                                    // (B, T, C)
-  linear_forward(a.ptr(K::FcOut), a.ptr(K::Ln2Out), w.c_fc_w, w.c_fc_b, N, C, 4 * C);  // (B, T, 4C)
-  gelu_forward(a.ptr(K::GeluOut), a.ptr(K::FcOut), 4 * n);                        // (B, T, 4C)
-  linear_forward(proj, a.ptr(K::GeluOut), w.mlp_proj_w, w.mlp_proj_b, N, 4 * C, C);  // (B, T, C)
-  if (mlp_resid_drop.active()) dropout_forward(proj, proj, n, mlp_resid_drop);
-  residual_forward(a.ptr(K::Out), a.ptr(K::Resid1), proj, n);                     // (B, T, C)
+  block_attention_forward(c, layer, w, a, x, ws, B, T, rng);
+  block_mlp_forward(c, layer, w, a, ws, B, T, rng);
 }
 
 void block_backward(const GPTConfig& c, int layer, const BlockParams& w, const BlockParams& dw,
                     const BlockActivations& a, const float* x, float* dres, Workspace& ws, int B,
                     int T, const StepRng& rng) {
   check_buffers(c, a, block_prefix(layer), B, T);
+  block_mlp_backward(c, layer, w, dw, a, dres, ws, B, T, rng);
+  block_attention_backward(c, layer, w, dw, a, x, dres, ws, B, T, rng);
+}
+
+void block_attention_forward(const GPTConfig& c, int layer, const BlockParams& w,
+                             const BlockActivations& a, const float* x, Workspace& ws, int B, int T,
+                             const StepRng& rng) {
+  check_half(c, a, BlockHalf::Attention, layer, B, T);
   ws.check_fits(c, B, T);
   const int C = c.d_model, NH = c.n_heads, HS = c.head_size(), N = B * T;
   const int64_t n = static_cast<int64_t>(N) * C;
-  float* dproj_buf = ws.btc(0);  // (B, T, C) d(projection output) when dropout is on
-  float* dc = ws.btc(1);         // (B, T, C) d(ln_*.out) or d(attn.y)
-  float* dqkv = ws.bt3c();       // (B, T, 3C)
-  float* dgelu = ws.bt4c(0);     // (B, T, 4C) d(mlp.gelu.out)
-  float* dfc = ws.bt4c(1);       // (B, T, 4C) d(mlp.c_fc.out)
+  float* proj = ws.btc(0);  // (B, T, C) the projection's output before dropout and residual
   const AttentionDropout attn_drop = attention_dropout(c, rng, layer);
-  const Dropout attn_resid_drop = site_dropout(c, rng, layer, DropoutSite::AttnResidual, T);
-  const Dropout mlp_resid_drop = site_dropout(c, rng, layer, DropoutSite::MlpResidual, T);
+  const Dropout resid_drop = site_dropout(c, rng, layer, DropoutSite::AttnResidual, T);
   using K = BlockAct;
+  layernorm_forward(a.ptr(K::Ln1Out), a.ptr(K::Ln1Mean), a.ptr(K::Ln1Rstd), x, w.ln_1_w, w.ln_1_b,
+                    N, C);                                                        // (B, T, C)
+  linear_forward(a.ptr(K::Qkv), a.ptr(K::Ln1Out), w.c_attn_w, w.c_attn_b, N, C, 3 * C);  // (B, T, 3C)
+  attention_forward(a.ptr(K::AttY), a.ptr(K::AttSoftmax), ws.attention(), a.ptr(K::Qkv), B, T, NH,
+                    HS, attn_drop);                                               // (B, T, C)
+  linear_forward(proj, a.ptr(K::AttY), w.attn_proj_w, w.attn_proj_b, N, C, C);   // (B, T, C)
+  if (resid_drop.active()) dropout_forward(proj, proj, n, resid_drop);
+  residual_forward(a.ptr(K::Resid1), x, proj, n);                                 // (B, T, C)
+}
 
-  // The residual's identity path needs no kernel: dres, d(out) on entry, is already part of
-  // d(resid_1), and the ln_2 branch's input gradient is accumulated onto it in place (likewise
-  // ln_1 onto d(x)). What reaches each projection is dropout's backward of dres.
-  auto projection_grad = [&](const Dropout& drop) -> const float* {
-    if (!drop.active()) return dres;
-    zero(dproj_buf, n);
-    dropout_backward(dproj_buf, dres, n, drop);
-    return dproj_buf;
-  };
+void block_mlp_forward(const GPTConfig& c, int layer, const BlockParams& w, const BlockActivations& a,
+                       Workspace& ws, int B, int T, const StepRng& rng) {
+  check_half(c, a, BlockHalf::Mlp, layer, B, T);
+  ws.check_fits(c, B, T);
+  const int C = c.d_model, N = B * T;
+  const int64_t n = static_cast<int64_t>(N) * C;
+  float* proj = ws.btc(0);
+  const Dropout resid_drop = site_dropout(c, rng, layer, DropoutSite::MlpResidual, T);
+  using K = BlockAct;
+  layernorm_forward(a.ptr(K::Ln2Out), a.ptr(K::Ln2Mean), a.ptr(K::Ln2Rstd), a.ptr(K::Resid1),
+                    w.ln_2_w, w.ln_2_b, N, C);                                    // (B, T, C)
+  linear_forward(a.ptr(K::FcOut), a.ptr(K::Ln2Out), w.c_fc_w, w.c_fc_b, N, C, 4 * C);  // (B, T, 4C)
+  gelu_forward(a.ptr(K::GeluOut), a.ptr(K::FcOut), 4 * n);                        // (B, T, 4C)
+  linear_forward(proj, a.ptr(K::GeluOut), w.mlp_proj_w, w.mlp_proj_b, N, 4 * C, C);  // (B, T, C)
+  if (resid_drop.active()) dropout_forward(proj, proj, n, resid_drop);
+  residual_forward(a.ptr(K::Out), a.ptr(K::Resid1), proj, n);                     // (B, T, C)
+}
 
-  // MLP half: out = resid_1 + dropout(mlp.c_proj(gelu(mlp.c_fc(ln_2(resid_1)))))
-  const float* dmlp = projection_grad(mlp_resid_drop);  // (B, T, C)
-  zero(dgelu, 4 * n);
-  linear_backward(dgelu, dw.mlp_proj_w, dw.mlp_proj_b, dmlp, a.ptr(K::GeluOut), w.mlp_proj_w, N,
-                  4 * C, C);
+namespace {
+
+// What reaches a residual branch's projection: dropout's backward of dres (the residual's
+// identity path needs no kernel: dres is already part of the input's gradient, and the
+// LayerNorm's input gradient is accumulated onto it in place).
+const float* projection_grad(const Dropout& drop, const float* dres, Workspace& ws, int64_t n) {
+  if (!drop.active()) return dres;
+  float* d = ws.btc(0);
+  zero(d, n);
+  dropout_backward(d, dres, n, drop);
+  return d;
+}
+
+}  // namespace
+
+void block_mlp_backward(const GPTConfig& c, int layer, const BlockParams& w, const BlockParams& dw,
+                        const BlockActivations& a, float* dres, Workspace& ws, int B, int T,
+                        const StepRng& rng) {
+  check_half(c, a, BlockHalf::Mlp, layer, B, T);
+  ws.check_fits(c, B, T);
+  const int C = c.d_model, N = B * T;
+  const int64_t n = static_cast<int64_t>(N) * C;
+  float* dc = ws.btc(1);     // (B, T, C) d(ln_2.out)
+  float* dfc = ws.wide();    // (B, T, 4C) d(mlp.gelu.out), then in place d(mlp.c_fc.out)
+  using K = BlockAct;
+  const float* dmlp = projection_grad(site_dropout(c, rng, layer, DropoutSite::MlpResidual, T), dres, ws, n);
   zero(dfc, 4 * n);
-  gelu_backward(dfc, a.ptr(K::FcOut), dgelu, 4 * n);
+  linear_backward(dfc, dw.mlp_proj_w, dw.mlp_proj_b, dmlp, a.ptr(K::GeluOut), w.mlp_proj_w, N,
+                  4 * C, C);
+  gelu_backward_inplace(dfc, a.ptr(K::FcOut), 4 * n);
   zero(dc, n);
   linear_backward(dc, dw.c_fc_w, dw.c_fc_b, dfc, a.ptr(K::Ln2Out), w.c_fc_w, N, C, 4 * C);
   layernorm_backward(dres, dw.ln_2_w, dw.ln_2_b, dc, a.ptr(K::Resid1), w.ln_2_w, a.ptr(K::Ln2Mean),
                      a.ptr(K::Ln2Rstd), N, C);  // dres is now d(resid_1)
+}
 
-  // Attention half: resid_1 = x + dropout(attn.c_proj(attention(attn.c_attn(ln_1(x)))))
-  const float* dattn = projection_grad(attn_resid_drop);  // (B, T, C)
+void block_attention_backward(const GPTConfig& c, int layer, const BlockParams& w,
+                              const BlockParams& dw, const BlockActivations& a, const float* x,
+                              float* dres, Workspace& ws, int B, int T, const StepRng& rng) {
+  check_half(c, a, BlockHalf::Attention, layer, B, T);
+  ws.check_fits(c, B, T);
+  const int C = c.d_model, NH = c.n_heads, HS = c.head_size(), N = B * T;
+  const int64_t n = static_cast<int64_t>(N) * C;
+  float* dc = ws.btc(1);      // (B, T, C) d(attn.y), then d(ln_1.out)
+  float* dqkv = ws.wide();    // (B, T, 3C)
+  using K = BlockAct;
+  const float* dattn = projection_grad(site_dropout(c, rng, layer, DropoutSite::AttnResidual, T), dres, ws, n);
   zero(dc, n);
   linear_backward(dc, dw.attn_proj_w, dw.attn_proj_b, dattn, a.ptr(K::AttY), w.attn_proj_w, N, C,
                   C);
   zero(dqkv, 3 * n);
   attention_backward(dqkv, ws.attention(), dc, a.ptr(K::Qkv), a.ptr(K::AttSoftmax), B, T, NH, HS,
-                     attn_drop);
+                     attention_dropout(c, rng, layer));
   zero(dc, n);
   linear_backward(dc, dw.c_attn_w, dw.c_attn_b, dqkv, a.ptr(K::Ln1Out), w.c_attn_w, N, C, 3 * C);
   layernorm_backward(dres, dw.ln_1_w, dw.ln_1_b, dc, x, w.ln_1_w, a.ptr(K::Ln1Mean),

@@ -17,14 +17,10 @@ uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 uint64_t f32_bytes(const Shape& s) { return static_cast<uint64_t>(s.numel()) * sizeof(float); }
 
 // Offsets of consecutive buffers, each aligned for tensors; the total rounded for O_DIRECT.
-std::vector<uint64_t> pack(const std::vector<Shape>& shapes, uint64_t& total, int skip = -1) {
+std::vector<uint64_t> pack(const std::vector<Shape>& shapes, uint64_t& total) {
   std::vector<uint64_t> offsets;
   uint64_t at = 0;
   for (size_t i = 0; i < shapes.size(); ++i) {
-    if (static_cast<int>(i) == skip) {
-      offsets.push_back(UINT64_MAX);
-      continue;
-    }
     offsets.push_back(at);
     at = round_up(at + f32_bytes(shapes[i]), kTensorAlignment);
   }
@@ -34,11 +30,11 @@ std::vector<uint64_t> pack(const std::vector<Shape>& shapes, uint64_t& total, in
 
 }  // namespace
 
-std::vector<BlockOp> expand(const nn::ChainLayout& chain) {
-  std::vector<BlockOp> ops;
+std::vector<UnitOp> expand(const nn::ChainLayout& chain) {
+  std::vector<UnitOp> ops;
   for (const auto& pass : chain.order)
-    for (int i = 0; i < chain.blocks; ++i)
-      ops.push_back(BlockOp{pass.forward, pass.micro, pass.forward ? i : chain.blocks - 1 - i});
+    for (int i = 0; i < chain.units; ++i)
+      ops.push_back(UnitOp{pass.forward, pass.micro, pass.forward ? i : chain.units - 1 - i});
   return ops;
 }
 
@@ -84,14 +80,14 @@ int MemorySchedule::add_transfer(Transfer t) {
   return static_cast<int>(transfers_.size()) - 1;
 }
 
-int MemorySchedule::op_index(const BlockOp& op) const {
+int MemorySchedule::op_index(const UnitOp& op) const {
   for (size_t i = 0; i < ops_.size(); ++i)
     if (ops_[i] == op) return static_cast<int>(i);
   return -1;
 }
 
-const BlockRegions& MemorySchedule::block_regions(int micro, int block) const {
-  return blocks_.at(static_cast<size_t>(micro)).at(static_cast<size_t>(block));
+const UnitRegions& MemorySchedule::unit_regions(int micro, int unit) const {
+  return units_.at(static_cast<size_t>(micro)).at(static_cast<size_t>(unit));
 }
 int MemorySchedule::head_input(int micro) const { return head_input_.at(static_cast<size_t>(micro)); }
 int MemorySchedule::head(int micro) const { return head_.at(static_cast<size_t>(micro)); }
@@ -106,17 +102,20 @@ uint64_t MemorySchedule::swapped_bytes() const {
 MemorySchedule::MemorySchedule(const nn::ChainLayout& chain, const Plan& plan)
     : chain_(chain), plan_(plan), ops_(expand(chain)) {
   plan.validate();
-  const int n = chain.blocks;
-  if (static_cast<int>(plan.blocks.size()) != n)
-    user_error("out-of-core plan '{}' has {} blocks; this stage runs {}", plan.str(),
-               plan.blocks.size(), n);
+  const int n = chain.units;
+  if (static_cast<int>(plan.units.size()) != n)
+    user_error("out-of-core plan '{}' has {} units; this stage runs {} (two per block: attention "
+               "and MLP)", plan.str(), plan.units.size(), n);
   const bool has_head = !chain.head.empty();
-  if (!has_head && recomputes(plan.blocks.back()))
-    user_error("out-of-core plan '{}': the last block of a stage that hands its output to the "
+  if (!has_head && recomputes(plan.units.back()))
+    user_error("out-of-core plan '{}': the last unit of a stage that hands its output to the "
                "next stage cannot be recomputed (recomputing would send it again)", plan.str());
-  TANDEM_CHECK(static_cast<int>(chain.block.size()) == nn::kNumActs<nn::BlockAct>,
-               "{} block buffers", chain.block.size());
-  buffer_offsets_ = pack(chain.block, buffers_bytes_, static_cast<int>(nn::BlockAct::Out));
+  TANDEM_CHECK(!chain.kinds.empty(), "a chain without unit kinds");
+  for (const auto& k : chain.kinds) {
+    uint64_t total = 0;
+    buffer_offsets_.push_back(pack(k.shapes, total));
+    buffers_bytes_.push_back(total);
+  }
   input_bytes_ = round_up(f32_bytes(chain.input), kRegionAlignment);
   uint64_t head_bytes = 0, ws_bytes = 0;
   if (has_head) head_offsets_ = pack(chain.head, head_bytes);
@@ -124,76 +123,79 @@ MemorySchedule::MemorySchedule(const nn::ChainLayout& chain, const Plan& plan)
 
   int micros = 0;
   for (const auto& p : chain.order) micros = std::max(micros, p.micro + 1);
-  auto idx = [&](bool fwd, int k, int j) {
-    const int i = op_index(BlockOp{fwd, k, j});
-    TANDEM_CHECK(i >= 0, "the step has no {} of block {} for micro-batch {}", fwd ? "forward" : "backward", j, k);
+  auto idx = [&](bool fwd, int k, int u) {
+    const int i = op_index(UnitOp{fwd, k, u});
+    TANDEM_CHECK(i >= 0, "the step has no {} of unit {} for micro-batch {}", fwd ? "forward" : "backward", u, k);
     return i;
   };
   const int last_op = static_cast<int>(ops_.size()) - 1;
   actions_.assign(ops_.size(), OpActions{});
-  blocks_.assign(static_cast<size_t>(micros), std::vector<BlockRegions>(static_cast<size_t>(n)));
+  units_.assign(static_cast<size_t>(micros), std::vector<UnitRegions>(static_cast<size_t>(n)));
   head_input_.assign(static_cast<size_t>(micros), -1);
   head_.assign(static_cast<size_t>(micros), -1);
   workspace_ = add_region("workspace", ws_bytes, 0, last_op);
 
   // Writes wait where their source region's memory is next free to be reused.
   std::vector<std::pair<int, int>> writes;  // (transfer, source region)
-  std::vector<Interval> tier;               // one per swapped (micro, block)
+  std::vector<Interval> tier;               // one per swapped (micro, unit)
   std::vector<int> tier_users;              // transfers placed by tier[i]
   for (int k = 0; k < micros; ++k) {
     const std::string m = fmt::format("m{}.", k);
     for (int j = 0; j < n; ++j) {
-      const Decision d = plan.blocks[static_cast<size_t>(j)];
+      const Decision d = plan.units[static_cast<size_t>(j)];
+      const std::string name = m + chain.unit_name(j);
+      const uint64_t buffers_bytes = buffers_bytes_[kind(j)];
       const int f = idx(true, k, j), b = idx(false, k, j);
       const int in_first = j == 0 ? f : idx(true, k, j - 1);
-      // A swapped block's memory is free after the operation its write overlaps (none for 's').
+      // A swapped unit's memory is free after the operation its write overlaps (none for 's').
       const int release = d == Decision::SwapSync ? f : std::min(f + 1, last_op);
-      BlockRegions& r = blocks_[static_cast<size_t>(k)][static_cast<size_t>(j)];
+      UnitRegions& r = units_[static_cast<size_t>(k)][static_cast<size_t>(j)];
       const int in_last = d == Decision::Keep || d == Decision::Recompute ? b
                           : swaps(d)                                      ? release
                                                                           : f;
       const int buf_last = d == Decision::Keep ? b : swaps(d) ? release : f;
-      r.input_fwd = add_region(m + fmt::format("h{}.input", j), input_bytes_, in_first, in_last);
-      r.buffers_fwd = add_region(m + fmt::format("h{}.buffers", j), buffers_bytes_, f, buf_last);
+      r.input_fwd = add_region(name + ".input", input_bytes_, in_first, in_last);
+      r.buffers_fwd = add_region(name + ".buffers", buffers_bytes, f, buf_last);
       if (swaps(d)) {
         const int read_op = std::min(b, std::max(b - plan.prefetch, release + 1));
-        r.back = add_region(m + fmt::format("h{}.back", j), input_bytes_ + buffers_bytes_, read_op, b);
+        r.back = add_region(name + ".back", input_bytes_ + buffers_bytes, read_op, b);
         const int wx = add_transfer(Transfer{true, r.input_fwd, 0, input_bytes_, 0, k, j});
-        const int wb = add_transfer(Transfer{true, r.buffers_fwd, 0, buffers_bytes_, input_bytes_, k, j});
-        const int rd = add_transfer(Transfer{false, r.back, 0, input_bytes_ + buffers_bytes_, 0, k, j, wb});
+        const int wb = add_transfer(Transfer{true, r.buffers_fwd, 0, buffers_bytes, input_bytes_, k, j});
+        const int rd = add_transfer(Transfer{false, r.back, 0, input_bytes_ + buffers_bytes, 0, k, j, wb});
         actions_[static_cast<size_t>(f)].issue_writes.push_back(wx);
         actions_[static_cast<size_t>(f)].issue_writes.push_back(wb);
         writes.emplace_back(wx, r.input_fwd);
         writes.emplace_back(wb, r.buffers_fwd);
         actions_[static_cast<size_t>(read_op)].issue_reads.push_back(rd);
         actions_[static_cast<size_t>(b)].finish_reads.push_back(rd);
-        tier.push_back(Interval{input_bytes_ + buffers_bytes_, f, b});
+        tier.push_back(Interval{input_bytes_ + buffers_bytes, f, b});
         tier_users.push_back(wx);
       }
     }
-    // The head's input is the last block's output.
+    // The head's input is the last unit's output.
     const int fl = idx(true, k, n - 1), bl = idx(false, k, n - 1);
     head_input_[static_cast<size_t>(k)] = add_region(m + "head.input", input_bytes_, fl, has_head ? bl : fl);
     if (has_head) head_[static_cast<size_t>(k)] = add_region(m + "head.buffers", head_bytes, fl, bl);
-    // Recomputed segments [a, e]: re-run at the backward of e, each block's regions live until
+    // Recomputed segments [a, e]: re-run at the backward of e, each unit's regions live until
     // its own backward.
     for (int e = n - 1; e >= 0; --e) {
-      const Decision d = plan.blocks[static_cast<size_t>(e)];
+      const Decision d = plan.units[static_cast<size_t>(e)];
       if (d != Decision::Recompute && d != Decision::Continue) continue;
       int a = e;
-      while (plan.blocks[static_cast<size_t>(a)] == Decision::Continue) --a;
+      while (plan.units[static_cast<size_t>(a)] == Decision::Continue) --a;
       const int be = idx(false, k, e);
       for (int i = a; i <= e; ++i) {
-        BlockRegions& r = blocks_[static_cast<size_t>(k)][static_cast<size_t>(i)];
+        UnitRegions& r = units_[static_cast<size_t>(k)][static_cast<size_t>(i)];
+        const std::string name = m + chain.unit_name(i);
         const int bi = idx(false, k, i);
-        r.buffers_re = add_region(m + fmt::format("h{}.buffers.re", i), buffers_bytes_, be, bi);
-        if (i > a) r.input_re = add_region(m + fmt::format("h{}.input.re", i), input_bytes_, be, bi);
+        r.buffers_re = add_region(name + ".buffers.re", buffers_bytes_[kind(i)], be, bi);
+        if (i > a) r.input_re = add_region(name + ".input.re", input_bytes_, be, bi);
         actions_[static_cast<size_t>(be)].recompute.push_back(i);
       }
       if (e < n - 1)
-        blocks_[static_cast<size_t>(k)][static_cast<size_t>(e)].out_scratch =
-            add_region(m + fmt::format("h{}.out.re", e), input_bytes_, be, be);
-      e = a;  // the loop's --e moves to the block before the segment
+        units_[static_cast<size_t>(k)][static_cast<size_t>(e)].out_scratch =
+            add_region(m + chain.unit_name(e) + ".out.re", input_bytes_, be, be);
+      e = a;  // the loop's --e moves to the unit before the segment
     }
   }
   for (const auto& [t, src] : writes) {
@@ -205,7 +207,7 @@ MemorySchedule::MemorySchedule(const nn::ChainLayout& chain, const Plan& plan)
   for (const Region& r : regions_) iv.push_back(Interval{r.bytes, r.first_op, r.last_op});
   peak_ = place(iv);
   for (size_t i = 0; i < regions_.size(); ++i) regions_[i].offset = iv[i].offset;
-  // Slow tier: each swapped block's input then buffers, contiguous, so one read brings both.
+  // Slow tier: each swapped unit's input then buffers, contiguous, so one read brings both.
   tier_bytes_ = place(tier);
   for (size_t i = 0; i < tier.size(); ++i) {
     const int wx = tier_users[i];

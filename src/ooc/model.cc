@@ -20,9 +20,9 @@ Prediction simulate(const MemorySchedule& s, const Profile& p, bool want_timelin
   auto span = [&](const char* stream, std::string name, double b, double e) {
     if (want_timeline) out.timeline.push_back(TimelineSpan{stream, std::move(name), b, e});
   };
-  auto label = [&](const Transfer& t) { return fmt::format("m{}.h{}", t.micro, t.block); };
+  auto label = [&](const Transfer& t) { return fmt::format("m{}.{}", t.micro, s.chain().unit_name(t.unit)); };
   for (size_t i = 0; i < ops.size(); ++i) {
-    const BlockOp& op = ops[i];
+    const UnitOp& op = ops[i];
     const OpActions& a = acts[i];
     double start = t_compute;
     for (int w : a.finish_writes) start = std::max(start, done[static_cast<size_t>(w)]);
@@ -39,10 +39,13 @@ Prediction simulate(const MemorySchedule& s, const Profile& p, bool want_timelin
     double d = 0;
     for (int b : a.recompute) d += p.recompute(b);
     out.recompute_s += d;
-    if (d > 0) span("compute", fmt::format("recompute m{} h{}..{}", op.micro, a.recompute.front(), a.recompute.back()), start, start + d);
-    const size_t j = static_cast<size_t>(op.block);
+    if (d > 0)
+      span("compute", fmt::format("recompute m{} {}..{}", op.micro, s.chain().unit_name(a.recompute.front()),
+                                  s.chain().unit_name(a.recompute.back())), start, start + d);
+    const size_t j = static_cast<size_t>(op.unit);
     const double c = op.forward ? p.forward_s[j] : p.backward_s[j];
-    span("compute", fmt::format("{} m{} h{}", op.forward ? "forward" : "backward", op.micro, op.block), start + d, start + d + c);
+    span("compute", fmt::format("{} m{} {}", op.forward ? "forward" : "backward", op.micro, s.chain().unit_name(op.unit)),
+         start + d, start + d + c);
     t_compute = start + d + c;
     out.compute_s += d + c;
     for (int w : a.issue_writes) {

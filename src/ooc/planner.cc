@@ -1,4 +1,4 @@
-// The planner's search (branch and bound over per-block decisions), exhaustive enumeration for
+// The planner's search (branch and bound over per-unit decisions), exhaustive enumeration for
 // tests, and the single-strategy baselines.
 #include "tandem/ooc/planner.h"
 
@@ -35,7 +35,9 @@ struct Search {
   int64_t limit;
   int n;
   bool has_head;
-  uint64_t input_bytes, buffers_bytes, fixed_bytes;  // fixed: workspace (+ head at the turn)
+  uint64_t input_bytes;
+  std::vector<uint64_t> buffers_bytes;  // per unit
+  uint64_t fixed_bytes;                 // the workspace
 
   Plan plan;
   std::optional<Evaluated> best;
@@ -62,8 +64,8 @@ struct Search {
     }
   }
 
-  // time_lb: compute plus the forwards of the blocks recomputed so far; mem_lb: bytes live
-  // during the last block's forward whatever the remaining decisions are.
+  // time_lb: compute plus the forwards of the units recomputed so far; mem_lb: bytes live
+  // during the last unit's forward whatever the remaining decisions are.
   void dfs(int j, double time_lb, uint64_t mem_lb) {
     if (stopped) return;
     if (best) {
@@ -76,14 +78,14 @@ struct Search {
     }
     const bool last = j == n - 1;
     for (Decision d : {Decision::Keep, Decision::Recompute, Decision::Swap, Decision::SwapSync, Decision::Continue}) {
-      if (d == Decision::Continue && (j == 0 || !recomputes(plan.blocks[static_cast<size_t>(j - 1)])))
+      if (d == Decision::Continue && (j == 0 || !recomputes(plan.units[static_cast<size_t>(j - 1)])))
         continue;
       if (last && !has_head && recomputes(d)) continue;
-      plan.blocks[static_cast<size_t>(j)] = d;
+      plan.units[static_cast<size_t>(j)] = d;
       double t = time_lb;
       uint64_t m = mem_lb;
       if (recomputes(d)) t += profile.recompute(j);
-      if (!last && d == Decision::Keep) m += input_bytes + buffers_bytes;
+      if (!last && d == Decision::Keep) m += input_bytes + buffers_bytes[static_cast<size_t>(j)];
       if (!last && d == Decision::Recompute) m += input_bytes;
       dfs(j + 1, t, m);
       if (stopped) return;
@@ -93,10 +95,12 @@ struct Search {
 
 Search make_search(const nn::ChainLayout& chain, const Profile& profile, uint64_t budget,
                    bool minimise_peak, int64_t limit) {
-  const MemorySchedule sizes(chain, keep_all(chain.blocks));
+  const MemorySchedule sizes(chain, keep_all(chain.units));
   const uint64_t ws = sizes.regions()[static_cast<size_t>(sizes.workspace())].bytes;
-  Search s{chain, profile, budget, minimise_peak, limit, chain.blocks, !chain.head.empty(),
-           sizes.input_bytes(), sizes.buffers_bytes(), ws, keep_all(chain.blocks), std::nullopt, 0, false};
+  std::vector<uint64_t> buffers;
+  for (int u = 0; u < chain.units; ++u) buffers.push_back(sizes.buffers_bytes(u));
+  Search s{chain, profile, budget, minimise_peak, limit, chain.units, !chain.head.empty(),
+           sizes.input_bytes(), buffers, ws, keep_all(chain.units), std::nullopt, 0, false};
   return s;
 }
 
@@ -125,7 +129,8 @@ Prediction predict(const nn::ChainLayout& chain, const Plan& plan, const Profile
 
 std::vector<Evaluated> evaluate_baselines(const nn::ChainLayout& chain, const Profile& profile,
                                           uint64_t budget) {
-  const int n = chain.blocks;
+  const int n = chain.units;
+  const int per_block = static_cast<int>(chain.kinds.size());
   const bool has_head = !chain.head.empty();
   auto eval = [&](Strategy s, const Plan& p) {
     Evaluated e{s, p, predict(chain, p, profile), false};
@@ -147,18 +152,22 @@ std::vector<Evaluated> evaluate_baselines(const nn::ChainLayout& chain, const Pr
   std::vector<Evaluated> v;
   for (int p = 0; p <= kMaxPrefetch; ++p) v.push_back(eval(Strategy::SwapAll, swap_all(n, p)));
   out.push_back(pick(v));
-  // A stage that hands its output on keeps its last block's buffers in the checkpointing plans.
+  // A stage that hands its output on keeps its last unit's buffers in the checkpointing plans.
   auto last_kept = [&](Plan p) {
-    if (!has_head) p.blocks.back() = Decision::Keep;
+    if (!has_head) {
+      p.units.back() = Decision::Keep;
+      if (n >= 2 && p.units[static_cast<size_t>(n) - 2] == Decision::Continue)
+        p.units[static_cast<size_t>(n) - 2] = Decision::Recompute;  // no longer continued
+    }
     return p;
   };
-  out.push_back(eval(Strategy::RecomputeAll, last_kept(recompute_all(n))));
-  out.push_back(eval(Strategy::Chen, last_kept(chen_sqrt(n))));
+  out.push_back(eval(Strategy::RecomputeAll, last_kept(recompute_all(n, per_block))));
+  out.push_back(eval(Strategy::Chen, last_kept(chen_sqrt(n, per_block))));
   v.clear();
   for (int s = 0; s <= n; ++s)
     for (int p = s > 0 ? 0 : 1; p <= (s > 0 ? kMaxPrefetch : 1); ++p) {
       Plan k = karma(n, s, p);
-      if (!has_head && s < n) k.blocks.back() = Decision::Swap;
+      if (!has_head && s < n) k.units.back() = Decision::Swap;
       v.push_back(eval(Strategy::Karma, k));
     }
   out.push_back(pick(v));
@@ -167,8 +176,8 @@ std::vector<Evaluated> evaluate_baselines(const nn::ChainLayout& chain, const Pr
 
 PlannerResult plan_step(const nn::ChainLayout& chain, const Profile& profile, uint64_t budget,
                         int64_t max_evaluations) {
-  if (profile.blocks() != chain.blocks)
-    user_error("out-of-core profile has {} blocks; this stage runs {}", profile.blocks(), chain.blocks);
+  if (profile.units() != chain.units)
+    user_error("out-of-core profile has {} units; this stage runs {}", profile.units(), chain.units);
   const int m = std::max(1, repeats(chain));
   const nn::ChainLayout planned = repeats(chain) > 1 ? first_micro(chain) : chain;
   PlannerResult r;
@@ -180,7 +189,7 @@ PlannerResult plan_step(const nn::ChainLayout& chain, const Profile& profile, ui
       s.best = b;
       s.best->prediction = simulate(MemorySchedule(planned, b.plan), profile);  // per micro-batch
     }
-  s.dfs(0, profile.compute_s(), s.fixed_bytes + s.buffers_bytes);
+  s.dfs(0, profile.compute_s(), s.fixed_bytes + s.buffers_bytes.back());
   r.evaluated = s.evaluated;
   r.optimal = !s.stopped;
   if (!s.best) {
@@ -200,23 +209,23 @@ SmallestBudget smallest_budget(const nn::ChainLayout& chain, const Profile& prof
   const nn::ChainLayout planned = repeats(chain) > 1 ? first_micro(chain) : chain;
   Search low = make_search(planned, profile, 0, true, max_evaluations);
   std::vector<Evaluated> seeds = evaluate_baselines(chain, profile, 0);
-  // The lean plans the search may not reach before its limit: every block swapped with its
+  // The lean plans the search may not reach before its limit: every unit swapped with its
   // write waited for and fetched at its backward (the last kept where it cannot be recomputed).
   for (const Decision last : {Decision::SwapSync, Decision::Keep, Decision::Recompute}) {
-    Plan p{std::vector<Decision>(static_cast<size_t>(chain.blocks), Decision::SwapSync), 0};
-    p.blocks.back() = last;
+    Plan p{std::vector<Decision>(static_cast<size_t>(chain.units), Decision::SwapSync), 0};
+    p.units.back() = last;
     if (chain.head.empty() && recomputes(last)) continue;
     seeds.push_back(Evaluated{Strategy::Planner, p, predict(chain, p, profile), true});
   }
   for (const Evaluated& b : seeds)
     if (!low.best || b.prediction.peak_bytes < low.best->prediction.peak_bytes) low.best = b;
-  low.dfs(0, 0, low.fixed_bytes + low.buffers_bytes);
+  low.dfs(0, 0, low.fixed_bytes + low.buffers_bytes.back());
   return SmallestBudget{low.best->prediction.peak_bytes, low.best->plan, !low.stopped};
 }
 
 std::optional<Evaluated> plan_exhaustive(const nn::ChainLayout& chain, const Profile& profile,
                                          uint64_t budget) {
-  const int n = chain.blocks;
+  const int n = chain.units;
   std::optional<Evaluated> best;
   constexpr std::array kinds{Decision::Keep, Decision::Swap, Decision::SwapSync, Decision::Recompute, Decision::Continue};
   int64_t combos = 1;
@@ -225,7 +234,7 @@ std::optional<Evaluated> plan_exhaustive(const nn::ChainLayout& chain, const Pro
     Plan p{{}, 1};
     int64_t c = code;
     for (int j = 0; j < n; ++j, c /= static_cast<int64_t>(kinds.size()))
-      p.blocks.push_back(kinds[static_cast<size_t>(c % static_cast<int64_t>(kinds.size()))]);
+      p.units.push_back(kinds[static_cast<size_t>(c % static_cast<int64_t>(kinds.size()))]);
     try {
       p.validate();
       for (int pf = 0; pf <= kMaxPrefetch; ++pf) {

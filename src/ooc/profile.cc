@@ -40,11 +40,11 @@ Profile Profile::from_json(const nlohmann::json& j) {
   return p;
 }
 
-Profile uniform_profile(int blocks, double forward_s, double backward_s, double write_bytes_per_s,
+Profile uniform_profile(int units, double forward_s, double backward_s, double write_bytes_per_s,
                         double read_bytes_per_s) {
   Profile p;
-  p.forward_s.assign(static_cast<size_t>(blocks), forward_s);
-  p.backward_s.assign(static_cast<size_t>(blocks), backward_s);
+  p.forward_s.assign(static_cast<size_t>(units), forward_s);
+  p.backward_s.assign(static_cast<size_t>(units), backward_s);
   p.write_bytes_per_s = write_bytes_per_s;
   p.read_bytes_per_s = read_bytes_per_s;
   return p;

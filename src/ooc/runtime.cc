@@ -99,7 +99,7 @@ void Runtime::set_schedule(const MemorySchedule& schedule, SwapEngine* engine) {
     ending_[static_cast<size_t>(schedule.regions()[r].last_op)].push_back(static_cast<int>(r));
   }
   tickets_.assign(schedule.transfers().size(), 0);
-  const int n = schedule.chain().blocks;
+  const int n = schedule.chain().units;
   int micros = 0;
   for (const auto& p : schedule.chain().order) micros = std::max(micros, p.micro + 1);
   input_at_.assign(static_cast<size_t>(micros), std::vector<uint64_t>(static_cast<size_t>(n) + 1, 0));
@@ -120,13 +120,13 @@ uint64_t Runtime::offset_of(int region) const {
   return schedule_->regions()[static_cast<size_t>(region)].offset;
 }
 
-int Runtime::expect(bool forward, int k, int j) {
+int Runtime::expect(bool forward, int k, int u) {
   TANDEM_CHECK(schedule_ != nullptr, "no out-of-core schedule set");
   TANDEM_CHECK(cursor_ < static_cast<int>(schedule_->ops().size()), "more operations than the step has");
-  const BlockOp& op = schedule_->ops()[static_cast<size_t>(cursor_)];
-  TANDEM_CHECK(op == (BlockOp{forward, k, j}), "the model ran the {} of block {} (micro-batch {}) where "
-               "the plan expects the {} of block {} (micro-batch {})", forward ? "forward" : "backward",
-               j, k, op.forward ? "forward" : "backward", op.block, op.micro);
+  const UnitOp& op = schedule_->ops()[static_cast<size_t>(cursor_)];
+  TANDEM_CHECK(op == (UnitOp{forward, k, u}), "the model ran the {} of unit {} (micro-batch {}) where "
+               "the plan expects the {} of unit {} (micro-batch {})", forward ? "forward" : "backward",
+               u, k, op.forward ? "forward" : "backward", op.unit, op.micro);
   return cursor_;
 }
 
@@ -148,7 +148,7 @@ void Runtime::start_op(int i) {
     if (t.after_write >= 0) engine_->wait(tickets_[static_cast<size_t>(t.after_write)]);
     tickets_[static_cast<size_t>(r)] =
         engine_->read_async(t.tier_offset, arena_.at(offset_of(t.region) + t.region_offset), t.bytes,
-                            fmt::format("m{}.h{}", t.micro, t.block));
+                            fmt::format("m{}.{}", t.micro, schedule_->chain().unit_name(t.unit)));
   }
   for (int r : a.finish_reads) engine_->wait(tickets_[static_cast<size_t>(r)]);
   mark_ = Clock::now();
@@ -160,7 +160,7 @@ void Runtime::end_op(int i) {
   if (++cursor_ == static_cast<int>(schedule_->ops().size())) {
     if (engine_ != nullptr) engine_->wait_all();
     cursor_ = 0;
-    const int n = schedule_->chain().blocks;
+    const int n = schedule_->chain().units;
     measuring_.step_s = seconds(Clock::now() - step_begin_);
     measuring_.high_water = arena_.high_water();
     for (int j = 0; j < n; ++j)
@@ -177,55 +177,55 @@ void Runtime::end_op(int i) {
   }
 }
 
-void Runtime::begin_forward(int k, int j) {
-  const size_t m = micro(k), b = static_cast<size_t>(j);
+void Runtime::begin_forward(int k, int u) {
+  const size_t m = micro(k), b = static_cast<size_t>(u);
   const int mk = static_cast<int>(m);
-  const int n = schedule_->chain().blocks;
-  if (!evaluating_) start_op(expect(true, k, j));
-  const BlockRegions& r = schedule_->block_regions(mk, j);
+  const int n = schedule_->chain().units;
+  if (!evaluating_) start_op(expect(true, k, u));
+  const UnitRegions& r = schedule_->unit_regions(mk, u);
   input_at_[m][b] = offset_of(r.input_fwd);
   buffers_at_[m][b] = offset_of(r.buffers_fwd);
   input_at_[m][b + 1] =
-      offset_of(j + 1 < n ? schedule_->block_regions(mk, j + 1).input_fwd : schedule_->head_input(mk));
+      offset_of(u + 1 < n ? schedule_->unit_regions(mk, u + 1).input_fwd : schedule_->head_input(mk));
   mark_ = Clock::now();
 }
 
-void Runtime::end_forward(int k, int j) {
+void Runtime::end_forward(int k, int u) {
   if (evaluating_) return;
   const int i = cursor_;
-  measuring_.forward_s[static_cast<size_t>(j)] += seconds(Clock::now() - mark_);
-  ++counts_[static_cast<size_t>(3 * j)];
+  measuring_.forward_s[static_cast<size_t>(u)] += seconds(Clock::now() - mark_);
+  ++counts_[static_cast<size_t>(3 * u)];
   const auto& tr = schedule_->transfers();
   for (int w : schedule_->actions()[static_cast<size_t>(i)].issue_writes) {
     const Transfer& t = tr[static_cast<size_t>(w)];
     tickets_[static_cast<size_t>(w)] =
         engine_->write_async(t.tier_offset, arena_.at(offset_of(t.region) + t.region_offset), t.bytes,
-                             fmt::format("m{}.h{}", t.micro, t.block));
+                             fmt::format("m{}.{}", t.micro, schedule_->chain().unit_name(t.unit)));
   }
   end_op(i);
 }
 
-std::vector<int> Runtime::begin_backward(int k, int j) {
+std::vector<int> Runtime::begin_backward(int k, int u) {
   TANDEM_CHECK(!evaluating_, "a backward during evaluation");
-  const int i = expect(false, k, j);
+  const int i = expect(false, k, u);
   start_op(i);
   const size_t m = static_cast<size_t>(k);
-  const int n = schedule_->chain().blocks;
-  const BlockRegions& r = schedule_->block_regions(k, j);
+  const int n = schedule_->chain().units;
+  const UnitRegions& r = schedule_->unit_regions(k, u);
   const std::vector<int>& re = schedule_->actions()[static_cast<size_t>(i)].recompute;
   if (r.back >= 0) {
-    input_at_[m][static_cast<size_t>(j)] = offset_of(r.back);
-    buffers_at_[m][static_cast<size_t>(j)] = offset_of(r.back) + schedule_->input_bytes();
+    input_at_[m][static_cast<size_t>(u)] = offset_of(r.back);
+    buffers_at_[m][static_cast<size_t>(u)] = offset_of(r.back) + schedule_->input_bytes();
   }
   for (int b : re) {
-    const BlockRegions& rb = schedule_->block_regions(k, b);
+    const UnitRegions& rb = schedule_->unit_regions(k, b);
     buffers_at_[m][static_cast<size_t>(b)] = offset_of(rb.buffers_re);
     if (rb.input_re >= 0) input_at_[m][static_cast<size_t>(b)] = offset_of(rb.input_re);
   }
   if (!re.empty()) {
     const int e = re.back();
     input_at_[m][static_cast<size_t>(e) + 1] =
-        offset_of(e + 1 < n ? schedule_->block_regions(k, e).out_scratch : schedule_->head_input(k));
+        offset_of(e + 1 < n ? schedule_->unit_regions(k, e).out_scratch : schedule_->head_input(k));
   }
   return re;
 }
@@ -237,9 +237,9 @@ void Runtime::end_recompute(int k, int i) {
   mark_ = now;
 }
 
-void Runtime::end_backward(int k, int j) {
-  measuring_.backward_s[static_cast<size_t>(j)] += seconds(Clock::now() - mark_);
-  ++counts_[static_cast<size_t>(3 * j + 1)];
+void Runtime::end_backward(int k, int u) {
+  measuring_.backward_s[static_cast<size_t>(u)] += seconds(Clock::now() - mark_);
+  ++counts_[static_cast<size_t>(3 * u + 1)];
   end_op(cursor_);
 }
 
@@ -250,21 +250,20 @@ void Runtime::begin_evaluation() {
 
 void Runtime::end_evaluation() { evaluating_ = false; }
 
-float* Runtime::input(int k, int j) {
-  return reinterpret_cast<float*>(arena_.at(input_at_[micro(k)][static_cast<size_t>(j)]));
+float* Runtime::input(int k, int u) {
+  return reinterpret_cast<float*>(arena_.at(input_at_[micro(k)][static_cast<size_t>(u)]));
 }
 
-nn::BlockActivations Runtime::block(int k, int j) {
-  const auto& shapes = schedule_->chain().block;
-  const auto& offsets = schedule_->buffer_offsets();
-  const uint64_t base = buffers_at_[micro(k)][static_cast<size_t>(j)];
+nn::BlockActivations Runtime::unit(int k, int u) {
+  const nn::ChainLayout::UnitKind& kind = schedule_->chain().kind(u);
+  const auto& offsets = schedule_->buffer_offsets(u);
+  const uint64_t base = buffers_at_[micro(k)][static_cast<size_t>(u)];
+  const Shape& io = schedule_->chain().input;
   nn::BlockActivations a;
-  for (int i = 0; i < nn::kNumActs<nn::BlockAct>; ++i) {
-    const auto kind = static_cast<nn::BlockAct>(i);
-    float* p = kind == nn::BlockAct::Out ? input(k, j + 1)
-                                         : reinterpret_cast<float*>(arena_.at(base + offsets[static_cast<size_t>(i)]));
-    a[kind] = Tensor::view_of(p, DType::F32, shapes[static_cast<size_t>(i)]);
-  }
+  for (size_t i = 0; i < kind.saves.size(); ++i)
+    a[kind.saves[i]] = Tensor::view_of(arena_.at(base + offsets[i]), DType::F32, kind.shapes[i]);
+  a[kind.output] = Tensor::view_of(input(k, u + 1), DType::F32, io);
+  if (kind.input) a[*kind.input] = Tensor::view_of(input(k, u), DType::F32, io);
   return a;
 }
 

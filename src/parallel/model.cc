@@ -74,8 +74,16 @@ class ParallelGPT::Resident final : public nn::ActivationMemory {
   void end_backward(int, int) override {}
   void begin_evaluation() override { evaluating_ = true; }
   void end_evaluation() override { evaluating_ = false; }
-  float* input(int k, int j) override { return slot(k).inputs[static_cast<size_t>(j)].data_as<float>(); }
-  nn::BlockActivations block(int k, int j) override { return slot(k).blocks[static_cast<size_t>(j)]; }
+  // Unit u is half u % 2 of block u / 2: the attention half's input is the block's, the MLP's
+  // its Resid1; x_units is the last block's Out.
+  float* input(int k, int u) override {
+    const size_t j = static_cast<size_t>(u / nn::kBlockHalves);
+    if (u % nn::kBlockHalves == 0) return slot(k).inputs[j].data_as<float>();
+    return slot(k).blocks[j].ptr(nn::BlockAct::Resid1);
+  }
+  nn::BlockActivations unit(int k, int u) override {
+    return slot(k).blocks[static_cast<size_t>(u / nn::kBlockHalves)];
+  }
   nn::FinalActivations head(int k) override { return slot(k).head; }
   nn::Workspace& workspace() override { return ws_; }
 
@@ -97,10 +105,9 @@ nn::ChainLayout ParallelGPT::chain_layout(const nn::GPTConfig& config, const Gri
   std::vector<nn::ChainLayout::Pass> order;
   for (const PipeOp& op : one_f_one_b(grid.shape().pp, grid.coord().pp, micro_batches))
     order.push_back({op.kind == PipeOp::Forward, op.micro});
-  nn::ChainLayout chain = nn::gpt_chain_layout(config, micro_rows, T, layout.end_layer() - layout.first_layer(),
-                                               layout.has_final(), std::move(order));
-  chain.block = shard_block_shapes(config, grid.shape().tp, micro_rows, T);
-  return chain;
+  return nn::gpt_chain_layout(config, micro_rows, T, layout.first_layer(),
+                              layout.end_layer() - layout.first_layer(), layout.has_final(),
+                              std::move(order), shard_block_shapes(config, grid.shape().tp, micro_rows, T));
 }
 
 // The programs and their sessions. A program's dropout probability is part of it, so with
@@ -281,31 +288,57 @@ void ParallelGPT::receive_activations(const nn::StepRng& rng, bool training, flo
   emit("comm", "pipeline recv", begin);
 }
 
-void ParallelGPT::block_forward(int k, int j, const nn::StepRng& rng, bool training) {
-  const int l = layout_.first_layer() + j;
+void ParallelGPT::unit_forward(int k, int u, const nn::StepRng& rng, bool training) {
+  const int l = layout_.first_layer() + u / nn::kBlockHalves;
+  const auto half = static_cast<nn::BlockHalf>(u % nn::kBlockHalves);
   const int B = micro_rows_, T = T_;
-  const nn::BlockActivations a = memory_->block(k, j);
-  const float* x = memory_->input(k, j);
-  float* base = params_.data_as<float>();
+  const nn::BlockActivations a = memory_->unit(k, u);
+  const float* x = memory_->input(k, u);
+  const nn::BlockParams w = layout_.block(params_.data_as<float>(), l);
+  nn::Workspace& ws = memory_->workspace();
   if (shard_path(l)) {
     const ShardBlock sb{config_, grid_.shape().tp, grid_.coord().tp, &grid_.tp()};
-    const bool boundary = l == layout_.end_layer() - 1 && grid_.to_next() != nullptr;
-    shard_block_forward(
-        sb, l, layout_.block(base, l), a, x, memory_->workspace(), B, T, rng,
-        [&](const EpilogueArgs& e) { run_epilogue(e, training, false); },
-        [&](const EpilogueArgs& e) { run_epilogue(e, training, boundary); });
+    // The stage's last MLP at a pipeline boundary hands its output to the next stage.
+    const bool boundary = half == nn::BlockHalf::Mlp && l == layout_.end_layer() - 1 && grid_.to_next() != nullptr;
+    shard_half_forward(sb, l, half, w, a, x, ws, B, T, rng,
+                       [&](const EpilogueArgs& e) { run_epilogue(e, training, boundary); });
+  } else if (half == nn::BlockHalf::Attention) {
+    nn::block_attention_forward(config_, l, w, a, x, ws, B, T, rng);
   } else {
-    nn::block_forward(config_, l, layout_.block(base, l), a, x, memory_->workspace(), B, T, rng);
+    nn::block_mlp_forward(config_, l, w, a, ws, B, T, rng);
   }
+}
+
+void ParallelGPT::unit_backward(int k, int u, const nn::StepRng& rng, float* dres) {
+  const int l = layout_.first_layer() + u / nn::kBlockHalves;
+  const auto half = static_cast<nn::BlockHalf>(u % nn::kBlockHalves);
+  const int B = micro_rows_, T = T_;
+  const nn::BlockActivations a = memory_->unit(k, u);
+  const float* x = memory_->input(k, u);
+  const nn::BlockParams w = layout_.block(params_.data_as<float>(), l);
+  const nn::BlockParams dw = layout_.block(grads_.data_as<float>(), l);
+  nn::Workspace& ws = memory_->workspace();
+  if (shard_path(l)) {
+    const ShardBlock sb{config_, grid_.shape().tp, grid_.coord().tp, &grid_.tp()};
+    shard_half_backward(sb, l, half, w, dw, a, x, dres, ws, B, T, rng);
+  } else if (half == nn::BlockHalf::Attention) {
+    nn::block_attention_backward(config_, l, w, dw, a, x, dres, ws, B, T, rng);
+  } else {
+    nn::block_mlp_backward(config_, l, w, dw, a, dres, ws, B, T, rng);
+  }
+}
+
+std::string ParallelGPT::unit_name(int u) const {
+  return "h." + std::to_string(layout_.first_layer() + u / nn::kBlockHalves) + "." +
+         std::string(nn::half_name(static_cast<nn::BlockHalf>(u % nn::kBlockHalves)));
 }
 
 void ParallelGPT::forward_micro(const MicroBatch& mb, int k, const nn::StepRng& rng, bool training,
                                 double& loss_sum) {
-  const int B = mb.B, T = mb.T, n = layout_.end_layer() - layout_.first_layer();
-  for (int j = 0; j < n; ++j) {
-    const int l = layout_.first_layer() + j;
-    memory_->begin_forward(k, j);
-    if (j == 0) {
+  const int B = mb.B, T = mb.T, n = units();
+  for (int u = 0; u < n; ++u) {
+    memory_->begin_forward(k, u);
+    if (u == 0) {
       float* x0 = memory_->input(k, 0);
       if (layout_.has_embedding()) {
         const auto begin = Clock::now();
@@ -319,36 +352,34 @@ void ParallelGPT::forward_micro(const MicroBatch& mb, int k, const nn::StepRng& 
     }
     const auto begin = Clock::now();
     nested_comm_s_ = 0.0;
-    block_forward(k, j, rng, training);
-    emit("compute", "forward h." + std::to_string(l), begin);
-    if (j == n - 1 && layout_.has_final()) {
+    unit_forward(k, u, rng, training);
+    emit("compute", "forward " + unit_name(u), begin);
+    if (u == n - 1 && layout_.has_final()) {
       const auto hb = Clock::now();
       loss_sum += nn::final_forward(config_, layout_.final_stage(params_.data_as<float>()),
                                     memory_->head(k), memory_->input(k, n), mb.targets, B, T);
       emit("compute", "forward head", hb);
     }
-    memory_->end_forward(k, j);
+    memory_->end_forward(k, u);
   }
 }
 
 void ParallelGPT::backward_micro(const MicroBatch& mb, int k, const nn::StepRng& rng, float dloss) {
-  const int B = mb.B, T = mb.T, n = layout_.end_layer() - layout_.first_layer();
+  const int B = mb.B, T = mb.T, n = units();
   const int64_t elems = static_cast<int64_t>(B) * T * config_.d_model;
   float* base = params_.data_as<float>();
   float* gbase = grads_.data_as<float>();
   nn::Workspace& ws = memory_->workspace();
   float* dres = ws.dresidual();  // (B, T, C) d(loss)/d(residual stream)
-  const ShardBlock sb{config_, grid_.shape().tp, grid_.coord().tp, &grid_.tp()};
-  for (int j = n - 1; j >= 0; --j) {
-    const int l = layout_.first_layer() + j;
-    for (int i : memory_->begin_backward(k, j)) {
+  for (int u = n - 1; u >= 0; --u) {
+    for (int i : memory_->begin_backward(k, u)) {
       const auto begin = Clock::now();
       nested_comm_s_ = 0.0;
-      block_forward(k, i, rng, true);
-      emit("compute", "recompute h." + std::to_string(layout_.first_layer() + i), begin);
+      unit_forward(k, i, rng, true);
+      emit("compute", "recompute " + unit_name(i), begin);
       memory_->end_recompute(k, i);
     }
-    if (j == n - 1) {
+    if (u == n - 1) {
       if (layout_.has_final()) {
         const auto begin = Clock::now();
         std::memset(dres, 0, static_cast<size_t>(elems) * sizeof(float));
@@ -364,15 +395,9 @@ void ParallelGPT::backward_micro(const MicroBatch& mb, int k, const nn::StepRng&
     }
     const auto begin = Clock::now();
     nested_comm_s_ = 0.0;
-    const nn::BlockActivations a = memory_->block(k, j);
-    if (shard_path(l))
-      shard_block_backward(sb, l, layout_.block(base, l), layout_.block(gbase, l), a, memory_->input(k, j),
-                           dres, ws, B, T, rng);
-    else
-      nn::block_backward(config_, l, layout_.block(base, l), layout_.block(gbase, l), a,
-                         memory_->input(k, j), dres, ws, B, T, rng);
-    emit("compute", "backward h." + std::to_string(l), begin);
-    if (j == 0) {
+    unit_backward(k, u, rng, dres);
+    emit("compute", "backward " + unit_name(u), begin);
+    if (u == 0) {
       if (layout_.has_embedding()) {
         const auto eb = Clock::now();
         nn::embedding_backward(config_, layout_.embedding(gbase), dres, mb.tokens, ws, B, T, rng);
@@ -385,7 +410,7 @@ void ParallelGPT::backward_micro(const MicroBatch& mb, int k, const nn::StepRng&
         pending_sends_.push_back(grid_.from_prev()->isend(buf, grid_.coord().tp, kGradTag));
       }
     }
-    memory_->end_backward(k, j);
+    memory_->end_backward(k, u);
   }
 }
 

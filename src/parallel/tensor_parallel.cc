@@ -68,91 +68,89 @@ nn::BlockActivations allocate_shard_block_activations(const nn::GPTConfig& c, in
   return a;
 }
 
-void shard_block_forward(const ShardBlock& sb, int layer, const nn::BlockParams& w,
-                         const nn::BlockActivations& a, const float* x, nn::Workspace& ws, int B,
-                         int T, const nn::StepRng& rng, const Epilogue& attn_epilogue,
-                         const Epilogue& mlp_epilogue) {
+void shard_half_forward(const ShardBlock& sb, int layer, nn::BlockHalf half, const nn::BlockParams& w,
+                        const nn::BlockActivations& a, const float* x, nn::Workspace& ws, int B,
+                        int T, const nn::StepRng& rng, const Epilogue& epilogue) {
   const nn::GPTConfig& c = sb.config;
   const int C = c.d_model, lc = C / sb.tp, NH = c.n_heads / sb.tp, HS = c.head_size(), N = B * T;
-  nn::AttentionDropout attn_drop = nn::attention_dropout(c, rng, layer);
-  attn_drop.head_offset = sb.tp_rank * NH;  // this rank's heads among all of them
   using K = nn::BlockAct;
-
-  // resid_1 = x + dropout(attn.c_proj(attention(attn.c_attn(ln_1(x)))))
-  nn::layernorm_forward(a.ptr(K::Ln1Out), a.ptr(K::Ln1Mean), a.ptr(K::Ln1Rstd), x, w.ln_1_w,
-                        w.ln_1_b, N, C);                                          // (B, T, C)
-  nn::linear_forward(a.ptr(K::Qkv), a.ptr(K::Ln1Out), w.c_attn_w, w.c_attn_b, N, C, 3 * lc);  // (B, T, 3c)
-  nn::attention_forward(a.ptr(K::AttY), a.ptr(K::AttSoftmax), ws.attention(), a.ptr(K::Qkv), B, T,
-                        NH, HS, attn_drop);                                       // (B, T, c)
   EpilogueArgs e;
   e.N = N;
   e.H = C;
   e.layer = layer;
-  e.x = a.ptr(K::AttY);
-  e.w = w.attn_proj_w;  // (c, C)
-  e.bias = w.attn_proj_b;
-  e.residual = x;
-  e.out = a.ptr(K::Resid1);  // (B, T, C)
-  e.K = C;
-  e.seed = epilogue_seed(rng, layer, nn::DropoutSite::AttnResidual);
-  e.mlp = false;
-  attn_epilogue(e);
-
-  // out = resid_1 + dropout(mlp.c_proj(gelu(mlp.c_fc(ln_2(resid_1)))))
-  nn::layernorm_forward(a.ptr(K::Ln2Out), a.ptr(K::Ln2Mean), a.ptr(K::Ln2Rstd), a.ptr(K::Resid1),
-                        w.ln_2_w, w.ln_2_b, N, C);                                // (B, T, C)
-  nn::linear_forward(a.ptr(K::FcOut), a.ptr(K::Ln2Out), w.c_fc_w, w.c_fc_b, N, C, 4 * lc);  // (B, T, 4c)
-  nn::gelu_forward(a.ptr(K::GeluOut), a.ptr(K::FcOut), static_cast<int64_t>(N) * 4 * lc);
-  e.x = a.ptr(K::GeluOut);
-  e.w = w.mlp_proj_w;  // (4c, C)
-  e.bias = w.mlp_proj_b;
-  e.residual = a.ptr(K::Resid1);
-  e.out = a.ptr(K::Out);  // (B, T, C)
-  e.K = 4 * static_cast<int64_t>(C);
-  e.seed = epilogue_seed(rng, layer, nn::DropoutSite::MlpResidual);
-  e.mlp = true;
-  mlp_epilogue(e);
+  if (half == nn::BlockHalf::Attention) {
+    // resid_1 = x + dropout(attn.c_proj(attention(attn.c_attn(ln_1(x)))))
+    nn::AttentionDropout attn_drop = nn::attention_dropout(c, rng, layer);
+    attn_drop.head_offset = sb.tp_rank * NH;  // this rank's heads among all of them
+    nn::layernorm_forward(a.ptr(K::Ln1Out), a.ptr(K::Ln1Mean), a.ptr(K::Ln1Rstd), x, w.ln_1_w,
+                          w.ln_1_b, N, C);                                          // (B, T, C)
+    nn::linear_forward(a.ptr(K::Qkv), a.ptr(K::Ln1Out), w.c_attn_w, w.c_attn_b, N, C, 3 * lc);  // (B, T, 3c)
+    nn::attention_forward(a.ptr(K::AttY), a.ptr(K::AttSoftmax), ws.attention(), a.ptr(K::Qkv), B, T,
+                          NH, HS, attn_drop);                                       // (B, T, c)
+    e.x = a.ptr(K::AttY);
+    e.w = w.attn_proj_w;  // (c, C)
+    e.bias = w.attn_proj_b;
+    e.residual = x;
+    e.out = a.ptr(K::Resid1);  // (B, T, C)
+    e.K = C;
+    e.seed = epilogue_seed(rng, layer, nn::DropoutSite::AttnResidual);
+    e.mlp = false;
+  } else {
+    // out = resid_1 + dropout(mlp.c_proj(gelu(mlp.c_fc(ln_2(resid_1)))))
+    nn::layernorm_forward(a.ptr(K::Ln2Out), a.ptr(K::Ln2Mean), a.ptr(K::Ln2Rstd), a.ptr(K::Resid1),
+                          w.ln_2_w, w.ln_2_b, N, C);                                // (B, T, C)
+    nn::linear_forward(a.ptr(K::FcOut), a.ptr(K::Ln2Out), w.c_fc_w, w.c_fc_b, N, C, 4 * lc);  // (B, T, 4c)
+    nn::gelu_forward(a.ptr(K::GeluOut), a.ptr(K::FcOut), static_cast<int64_t>(N) * 4 * lc);
+    e.x = a.ptr(K::GeluOut);
+    e.w = w.mlp_proj_w;  // (4c, C)
+    e.bias = w.mlp_proj_b;
+    e.residual = a.ptr(K::Resid1);
+    e.out = a.ptr(K::Out);  // (B, T, C)
+    e.K = 4 * static_cast<int64_t>(C);
+    e.seed = epilogue_seed(rng, layer, nn::DropoutSite::MlpResidual);
+    e.mlp = true;
+  }
+  epilogue(e);
 }
 
-void shard_block_backward(const ShardBlock& sb, int layer, const nn::BlockParams& w,
-                          const nn::BlockParams& dw, const nn::BlockActivations& a, const float* x,
-                          float* dres, nn::Workspace& ws, int B, int T, const nn::StepRng& rng) {
+void shard_half_backward(const ShardBlock& sb, int layer, nn::BlockHalf half,
+                         const nn::BlockParams& w, const nn::BlockParams& dw,
+                         const nn::BlockActivations& a, const float* x, float* dres,
+                         nn::Workspace& ws, int B, int T, const nn::StepRng& rng) {
   const nn::GPTConfig& c = sb.config;
   const int C = c.d_model, lc = C / sb.tp, NH = c.n_heads / sb.tp, HS = c.head_size(), N = B * T;
   const int64_t n = static_cast<int64_t>(N) * C;
-  float* dproj_buf = ws.btc(0);  // (B, T, C) d(projection + bias) when dropout is on
-  float* dc = ws.btc(1);         // (B, T, C) d(ln_*.out) (a partial sum until AllReduced)
-  float* dy = ws.btc(1);         // (B, T, c) d(attn.y), before dc is needed again
-  float* dqkv = ws.bt3c();       // (B, T, 3c)
-  float* dgelu = ws.bt4c(0);     // (B, T, 4c)
-  float* dfc = ws.bt4c(1);       // (B, T, 4c)
-  nn::AttentionDropout attn_drop = nn::attention_dropout(c, rng, layer);
-  attn_drop.head_offset = sb.tp_rank * NH;
+  float* dc = ws.btc(1);  // (B, T, C) d(ln_*.out) (a partial sum until AllReduced)
   const bool drop = rng.training && c.dropout > 0.0f;
   using K = nn::BlockAct;
 
-  // What reaches a projection: the epilogue's dropout backward of dres (the residual's identity
-  // path keeps dres itself, and the LayerNorm's input gradient is accumulated onto it).
+  // What reaches the projection: the epilogue's dropout backward of dres (the residual's
+  // identity path keeps dres itself, and the LayerNorm's input gradient is accumulated onto it).
   auto projection_grad = [&](nn::DropoutSite site) -> const float* {
     if (!drop) return dres;
-    dsl_dropout_backward(dproj_buf, dres, n, c.dropout, epilogue_seed(rng, layer, site));
-    return dproj_buf;
+    float* d = ws.btc(0);
+    dsl_dropout_backward(d, dres, n, c.dropout, epilogue_seed(rng, layer, site));
+    return d;
   };
 
-  // MLP half.
-  const float* dmlp = projection_grad(nn::DropoutSite::MlpResidual);  // (B, T, C)
-  zero(dgelu, static_cast<int64_t>(N) * 4 * lc);
-  nn::linear_backward(dgelu, dw.mlp_proj_w, dw.mlp_proj_b, dmlp, a.ptr(K::GeluOut), w.mlp_proj_w, N,
-                      4 * lc, C);
-  zero(dfc, static_cast<int64_t>(N) * 4 * lc);
-  nn::gelu_backward(dfc, a.ptr(K::FcOut), dgelu, static_cast<int64_t>(N) * 4 * lc);
-  zero(dc, n);
-  nn::linear_backward(dc, dw.c_fc_w, dw.c_fc_b, dfc, a.ptr(K::Ln2Out), w.c_fc_w, N, C, 4 * lc);
-  all_reduce(sb, dc, n);  // the column-parallel input gradient: summed over the heads' ranks
-  nn::layernorm_backward(dres, dw.ln_2_w, dw.ln_2_b, dc, a.ptr(K::Resid1), w.ln_2_w,
-                         a.ptr(K::Ln2Mean), a.ptr(K::Ln2Rstd), N, C);  // dres: d(resid_1)
-
-  // Attention half.
+  if (half == nn::BlockHalf::Mlp) {
+    float* dfc = ws.wide();  // (B, T, 4c) d(gelu.out), then in place d(c_fc.out)
+    const float* dmlp = projection_grad(nn::DropoutSite::MlpResidual);  // (B, T, C)
+    zero(dfc, static_cast<int64_t>(N) * 4 * lc);
+    nn::linear_backward(dfc, dw.mlp_proj_w, dw.mlp_proj_b, dmlp, a.ptr(K::GeluOut), w.mlp_proj_w, N,
+                        4 * lc, C);
+    nn::gelu_backward_inplace(dfc, a.ptr(K::FcOut), static_cast<int64_t>(N) * 4 * lc);
+    zero(dc, n);
+    nn::linear_backward(dc, dw.c_fc_w, dw.c_fc_b, dfc, a.ptr(K::Ln2Out), w.c_fc_w, N, C, 4 * lc);
+    all_reduce(sb, dc, n);  // the column-parallel input gradient: summed over the heads' ranks
+    nn::layernorm_backward(dres, dw.ln_2_w, dw.ln_2_b, dc, a.ptr(K::Resid1), w.ln_2_w,
+                           a.ptr(K::Ln2Mean), a.ptr(K::Ln2Rstd), N, C);  // dres: d(resid_1)
+    return;
+  }
+  nn::AttentionDropout attn_drop = nn::attention_dropout(c, rng, layer);
+  attn_drop.head_offset = sb.tp_rank * NH;
+  float* dy = ws.btc(1);     // (B, T, c) d(attn.y), before dc is needed again
+  float* dqkv = ws.wide();   // (B, T, 3c)
   const float* dattn = projection_grad(nn::DropoutSite::AttnResidual);  // (B, T, C)
   zero(dy, static_cast<int64_t>(N) * lc);
   nn::linear_backward(dy, dw.attn_proj_w, dw.attn_proj_b, dattn, a.ptr(K::AttY), w.attn_proj_w, N,
@@ -166,6 +164,23 @@ void shard_block_backward(const ShardBlock& sb, int layer, const nn::BlockParams
   all_reduce(sb, dc, n);
   nn::layernorm_backward(dres, dw.ln_1_w, dw.ln_1_b, dc, x, w.ln_1_w, a.ptr(K::Ln1Mean),
                          a.ptr(K::Ln1Rstd), N, C);  // dres: d(x)
+}
+
+void shard_block_forward(const ShardBlock& sb, int layer, const nn::BlockParams& w,
+                         const nn::BlockActivations& a, const float* x, nn::Workspace& ws, int B,
+                         int T, const nn::StepRng& rng, const Epilogue& attn_epilogue,
+                         const Epilogue& mlp_epilogue) {
+  shard_half_forward(sb, layer, nn::BlockHalf::Attention, w, a, x, ws, B, T, rng, attn_epilogue);
+  shard_half_forward(sb, layer, nn::BlockHalf::Mlp, w, a, a.ptr(nn::BlockAct::Resid1), ws, B, T, rng,
+                     mlp_epilogue);
+}
+
+void shard_block_backward(const ShardBlock& sb, int layer, const nn::BlockParams& w,
+                          const nn::BlockParams& dw, const nn::BlockActivations& a, const float* x,
+                          float* dres, nn::Workspace& ws, int B, int T, const nn::StepRng& rng) {
+  shard_half_backward(sb, layer, nn::BlockHalf::Mlp, w, dw, a, a.ptr(nn::BlockAct::Resid1), dres, ws,
+                      B, T, rng);
+  shard_half_backward(sb, layer, nn::BlockHalf::Attention, w, dw, a, x, dres, ws, B, T, rng);
 }
 
 }  // namespace tandem::parallel

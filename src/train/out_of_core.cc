@@ -12,7 +12,6 @@
 #include "tandem/exec/jit.h"
 #include "tandem/ooc/bytes.h"
 #include "tandem/parallel/model.h"
-#include "tandem/parallel/shard.h"
 #include "tandem/train/atomic_file.h"
 #include "tandem/train/model_config.h"
 #include "tandem/tune/cache.h"
@@ -46,7 +45,7 @@ OutOfCore::OutOfCore(const TrainConfig& cfg, const parallel::Grid& grid, int mic
       tier_spec_(ooc::TierSpec::parse(cfg.slow_tier)),
       chain_(parallel::ParallelGPT::chain_layout(cfg.model, grid, micro_rows, cfg.model.seq_len, micro_batches)),
       runtime_(std::make_unique<ooc::Runtime>(cfg.model, micro_rows, cfg.model.seq_len, budget_)) {
-  nlohmann::json key = {{"format", "tandem-ooc-profile-1"},
+  nlohmann::json key = {{"format", "tandem-ooc-profile-2"},  // 2: a unit is half a block
                         {"model", model_config_to_json(cfg.model)},
                         {"micro_rows", micro_rows},
                         {"seq_len", cfg.model.seq_len},
@@ -59,9 +58,8 @@ OutOfCore::OutOfCore(const TrainConfig& cfg, const parallel::Grid& grid, int mic
                         {"machine", tune::machine_id()}};
   key_ = key.dump();
   writer_ = grid.coord().dp == 0 && grid.coord().tp == 0;
-  first_layer_ = parallel::ShardLayout(cfg.model, grid.shape(), grid.coord().tp, grid.coord().pp).first_layer();
   // Sizes alone decide whether anything fits; times only rank the plans that do.
-  profile_ = ooc::uniform_profile(chain_.blocks, 1.0, 2.0, 1e9, 1e9);
+  profile_ = ooc::uniform_profile(chain_.units, 1.0, 2.0, 1e9, 1e9);
   if (!cfg.ooc_plan.empty()) {
     forced_ = true;
     use(ooc::Plan::parse(cfg.ooc_plan));
@@ -101,7 +99,7 @@ void OutOfCore::prepare(const std::function<void()>& step, comm::Communicator& t
       const auto j = nlohmann::json::parse(read_file(path, "out-of-core profile"));
       if (j.at("key").dump() == key_) {
         profile_ = ooc::Profile::from_json(j.at("profile"));
-        from_cache_ = profile_.blocks() == chain_.blocks;
+        from_cache_ = profile_.units() == chain_.units;
       }
     } catch (const std::exception&) {
       from_cache_ = false;  // unreadable or stale: measured again below, and rewritten
@@ -121,7 +119,7 @@ void OutOfCore::prepare(const std::function<void()>& step, comm::Communicator& t
     }
     profile_ = ooc::StepMeasure::median_profile(steps, bw.write_bytes_per_s, bw.read_bytes_per_s);
   }
-  // The tp group plans from the slowest rank's figures, so every rank recomputes the same blocks.
+  // The tp group plans from the slowest rank's figures, so every rank recomputes the same units.
   if (tp.size() > 1) {
     std::vector<float> v;
     for (const auto* xs : {&profile_.forward_s, &profile_.backward_s, &profile_.recompute_s})
@@ -201,30 +199,30 @@ std::string OutOfCore::summary_line() const {
 
 std::string OutOfCore::report() const {
   const ooc::MemorySchedule s(chain_, plan());
-  std::string r = fmt::format("{:<8}{:<13}{:>12}{:>12}{:>11}{:>11}{:>11}\n", "block", "decision", "input",
+  std::string r = fmt::format("{:<11}{:<13}{:>12}{:>12}{:>11}{:>11}{:>11}\n", "unit", "decision", "input",
                               "buffers", "forward", "backward", "recompute");
   const char* names[] = {"keep", "swap", "swap (sync)", "checkpoint", "segment"};
-  for (int j = 0; j < chain_.blocks; ++j) {
-    const ooc::Decision d = plan().blocks[static_cast<size_t>(j)];
+  for (int j = 0; j < chain_.units; ++j) {
+    const ooc::Decision d = plan().units[static_cast<size_t>(j)];
     const int di = d == ooc::Decision::Keep       ? 0
                    : d == ooc::Decision::Swap     ? 1
                    : d == ooc::Decision::SwapSync ? 2
                    : d == ooc::Decision::Recompute ? 3
                                                    : 4;
-    r += fmt::format("{:<8}{:<13}{:>12}{:>12}{:>10.3f}s{:>10.3f}s{:>10.3f}s\n", fmt::format("h.{}", first_layer_ + j),
-                     names[di], ooc::human_bytes(s.input_bytes()), ooc::human_bytes(s.buffers_bytes()),
+    r += fmt::format("{:<11}{:<13}{:>12}{:>12}{:>10.3f}s{:>10.3f}s{:>10.3f}s\n", chain_.unit_name(j),
+                     names[di], ooc::human_bytes(s.input_bytes()), ooc::human_bytes(s.buffers_bytes(j)),
                      profile_.forward_s[static_cast<size_t>(j)], profile_.backward_s[static_cast<size_t>(j)],
                      profile_.recompute(j));
   }
   r += fmt::format("workspace {}; slow tier {}: write {:.2f} GB/s, read {:.2f} GB/s\n\n",
                    ooc::human_bytes(s.regions()[static_cast<size_t>(s.workspace())].bytes), tier_spec_.str(),
                    profile_.write_bytes_per_s / 1e9, profile_.read_bytes_per_s / 1e9);
-  r += fmt::format("{:<42}{:<16}{:>12}{:>12}{:>12}\n", "strategy", "plan", "step", "peak", "vs in-core");
+  r += fmt::format("{:<42}{:>10}{:>12}{:>12}  {:<14}{}\n", "strategy", "step", "peak", "vs in-core", "", "plan");
   const double in_core = planned_.baselines.empty() ? 0 : planned_.baselines.front().prediction.step_s;
   auto row = [&](std::string_view name, const ooc::Plan& p, const ooc::Prediction& pr, bool fits) {
-    r += fmt::format("{:<42}{:<16}{:>11.3f}s{:>12}{:>9.2f}x  {}\n", name, p.str(), pr.step_s,
+    r += fmt::format("{:<42}{:>9.3f}s{:>12}{:>11.2f}x  {:<14}{}\n", name, pr.step_s,
                      ooc::human_bytes(pr.peak_bytes), in_core > 0 ? pr.step_s / in_core : 0.0,
-                     fits ? "" : "does not fit");
+                     fits ? "" : "does not fit", p.str());
   };
   row(forced_ ? "forced (--ooc-plan)" : "planner", plan(), predicted_, predicted_.peak_bytes <= budget_);
   for (const ooc::Evaluated& b : planned_.baselines) row(ooc::strategy_name(b.strategy), b.plan, b.prediction, b.fits);

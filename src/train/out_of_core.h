@@ -1,5 +1,5 @@
 // Out-of-core training on one rank: the runtime the model's saved activations live in (a fast
-// arena of exactly --memory-budget bytes), the slow tier swapped blocks go to, the profile the
+// arena of exactly --memory-budget bytes), the slow tier swapped units go to, the profile the
 // planner works from (cached on disk, else measured by running the step) and the plan.
 #pragma once
 
@@ -31,7 +31,7 @@ class OutOfCore {
 
   // The profile from the cache, else measured: `step` (one forward and backward of the model)
   // runs four times under the first plan, and each time is the median of the last three. Then the plan: the planner's,
-  // or --ooc-plan's. Every rank of a tensor-parallel group must recompute the same blocks (their
+  // or --ooc-plan's. Every rank of a tensor-parallel group must recompute the same units (their
   // recomputation runs collectives), so the group agrees on the profile first (the slowest
   // rank's times). Collective over tp.
   void prepare(const std::function<void()>& step, comm::Communicator& tp);
@@ -52,7 +52,7 @@ class OutOfCore {
   std::string plan_line() const;
   // One line at the end: high-water mark, measured against predicted.
   std::string summary_line() const;
-  // `tandem plan`: per block the decision, sizes and times; the plan and every baseline.
+  // `tandem plan`: per unit the decision, sizes and times; the plan and every baseline.
   std::string report() const;
   // The predicted timeline of a step as a Chrome trace.
   std::string predicted_trace() const;
@@ -76,8 +76,7 @@ class OutOfCore {
   uint64_t high_water_ = 0;
   std::vector<double> step_s_;
   std::string key_;    // what the profile depends on, as JSON
-  bool writer_ = false;
-  int first_layer_ = 0;  // of this stage, for block names  // this rank writes the cached profile (one per stage)
+  bool writer_ = false;  // this rank writes the cached profile (one per stage)
 };
 
 }  // namespace tandem::train::detail

@@ -245,8 +245,10 @@ class Workspace {
   void check_fits(const GPTConfig& c, int B, int T) const;
 
   float* btc(int i) const;   // (B, T, C), i in {0, 1}
-  float* bt3c() const;       // (B, T, 3C)
-  float* bt4c(int i) const;  // (B, T, 4C), i in {0, 1}
+  // (B, T, 4C): d(qkv) in an attention half's backward, d(gelu.out) then (in place) d(c_fc.out)
+  // in an MLP half's. One buffer serves both halves, so the workspace is small next to a half's
+  // saved buffers (what bounds the smallest out-of-core budget).
+  float* wide() const;
   float* attention() const;  // attention_scratch_floats(T)
   float* dlogits() const;    // (B, T, V)
   float* dresidual() const;  // (B, T, C): d(loss)/d(residual stream) during gpt_backward
@@ -300,6 +302,33 @@ void block_forward(const GPTConfig& c, int layer, const BlockParams& w, const Bl
 void block_backward(const GPTConfig& c, int layer, const BlockParams& w, const BlockParams& dw,
                     const BlockActivations& a, const float* x, float* dres, Workspace& ws, int B,
                     int T, const StepRng& rng);
+
+// A block is two halves, each of which an out-of-core memory may place, swap or recompute on
+// its own (block_forward is the attention half then the MLP half; block_backward the reverse):
+//   attention: x -> resid_1 = x + dropout(attn.c_proj(attention(attn.c_attn(ln_1(x)))))
+//   MLP:       resid_1 -> out = resid_1 + dropout(mlp.c_proj(gelu(mlp.c_fc(ln_2(resid_1)))))
+// A half reads and writes only its own buffers (half_saves), its input (x, or a[Resid1]) and its
+// output (half_output); the other slots of `a` may be unbound.
+enum class BlockHalf : int { Attention = 0, Mlp = 1 };
+inline constexpr int kBlockHalves = 2;
+std::string_view half_name(BlockHalf h);  // "attn", "mlp"
+// The buffers a half's forward writes for its backward, besides its output.
+std::vector<BlockAct> half_saves(BlockHalf h);
+BlockAct half_output(BlockHalf h);  // Resid1, Out
+void block_attention_forward(const GPTConfig& c, int layer, const BlockParams& w,
+                             const BlockActivations& a, const float* x, Workspace& ws, int B, int T,
+                             const StepRng& rng);
+// Reads a[Resid1], writes the MLP's buffers and a[Out].
+void block_mlp_forward(const GPTConfig& c, int layer, const BlockParams& w, const BlockActivations& a,
+                       Workspace& ws, int B, int T, const StepRng& rng);
+// dres: d(loss)/d(out) on entry, d(loss)/d(resid_1) on return.
+void block_mlp_backward(const GPTConfig& c, int layer, const BlockParams& w, const BlockParams& dw,
+                        const BlockActivations& a, float* dres, Workspace& ws, int B, int T,
+                        const StepRng& rng);
+// dres: d(loss)/d(resid_1) on entry, d(loss)/d(x) on return.
+void block_attention_backward(const GPTConfig& c, int layer, const BlockParams& w,
+                              const BlockParams& dw, const BlockActivations& a, const float* x,
+                              float* dres, Workspace& ws, int B, int T, const StepRng& rng);
 
 // ln_f, the tied LM head and the loss on x (B, T, C). Returns the mean loss over the B * T
 // tokens, or NaN when targets is null (then only probabilities are computed).

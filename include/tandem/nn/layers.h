@@ -119,6 +119,10 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
 void gelu_forward(float* out, const float* inp, int64_t n);
 // dinp (n) += gelu'(inp) * dout.
 void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n);
+// d (n) = gelu'(inp) * d: the backward in place, so a block's MLP needs one (B, T, 4C) gradient
+// buffer, not two. Equal to zeroing a separate dinp and calling gelu_backward, but for the sign
+// of zero products (-0 here, +0 there).
+void gelu_backward_inplace(float* d, const float* inp, int64_t n);
 
 // ---------------------------------------------------------------------------------------------
 // Residual add. out (n) = inp1 (n) + inp2 (n); out may equal inp1 or inp2.

@@ -1,8 +1,8 @@
 // The performance model of out-of-core training: one step simulated as three concurrent streams
 // (compute, swap-out, swap-in) following a MemorySchedule's dependencies. A backward waits for its
-// block's reads, an operation whose memory is being reused waits for the writes out of it,
+// unit's reads, an operation whose memory is being reused waits for the writes out of it,
 // issuing a read waits for the write of the same data, and a recomputed segment's forwards run
-// before the backward of its last block. Transfers take bytes / bandwidth, one at a time per
+// before the backward of its last unit. Transfers take bytes / bandwidth, one at a time per
 // stream, in the order they are issued. The peak is the schedule's arena extent, exact.
 #pragma once
 

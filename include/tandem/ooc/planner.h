@@ -1,12 +1,12 @@
-// The planner: per block keep, swap or recompute, minimising the performance model's step time
+// The planner: per unit (half block) keep, swap or recompute, minimising the performance model's step time
 // under a fast-tier budget, and the single strategies it is compared with.
 //
-// Search: depth-first over the blocks' decisions and the prefetch distance, with two bounds
+// Search: depth-first over the units' decisions and the prefetch distance, with two bounds
 // that never cut off a better plan, so the result is optimal under the model:
-//   - time: the compute of every block plus the forward of each block recomputed so far (each
-//     recomputed block runs its forward exactly once more; transfers can only add stalls);
-//   - memory: the workspace, every kept block's input and buffers and the last block's buffers
-//     are all live during the last block's forward, and the peak can be no lower than that.
+//   - time: the compute of every unit plus the forward of each unit recomputed so far (each
+//     recomputed unit runs its forward exactly once more; transfers can only add stalls);
+//   - memory: the workspace, every kept unit's input and buffers and the last unit's buffers
+//     are all live during the last unit's forward, and the peak can be no lower than that.
 // The best single strategy that fits seeds the search. A tested property (tests/ooc) is that the
 // result equals exhaustive enumeration on small chains. Past `max_evaluations` simulated plans
 // (about ten seconds on a 20-block chain; the 8-block benchmark model needs under 70 000) the

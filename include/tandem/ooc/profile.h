@@ -1,5 +1,5 @@
-// What the planner knows about one stage's step on this machine: each block's forward, backward
-// and recompute time, and the slow tier's bandwidth. Measured by running the step
+// What the planner knows about one stage's step on this machine: each unit's (half block's)
+// forward, backward and recompute time, and the slow tier's bandwidth. Measured by running the step
 // (runtime.h); the trainer caches it on disk like the autotuner's choices.
 #pragma once
 
@@ -11,9 +11,9 @@
 namespace tandem::ooc {
 
 struct Profile {
-  // Per block of the stage, as its operations run: the forward and backward operation (for the
-  // first and last block they include the embedding, the head or the pipeline hand-offs that run
-  // in the same operation) and the block's forward alone when it is recomputed (empty: assume
+  // Per unit of the stage, as its operations run: the forward and backward operation (for the
+  // first and last unit they include the embedding, the head or the pipeline hand-offs that run
+  // in the same operation) and the unit's forward alone when it is recomputed (empty: assume
   // the forward operation's time).
   std::vector<double> forward_s;
   std::vector<double> backward_s;
@@ -24,15 +24,15 @@ struct Profile {
   double recompute(int j) const {
     return recompute_s.empty() ? forward_s[static_cast<size_t>(j)] : recompute_s[static_cast<size_t>(j)];
   }
-  int blocks() const { return static_cast<int>(forward_s.size()); }
-  // Forward plus backward of every block: a step with nothing to wait for or recompute.
+  int units() const { return static_cast<int>(forward_s.size()); }
+  // Forward plus backward of every unit: a step with nothing to wait for or recompute.
   double compute_s() const;
   nlohmann::json to_json() const;
   static Profile from_json(const nlohmann::json& j);  // UserError naming what is missing
 };
 
-// A profile with every block alike, for planning before anything is measured.
-Profile uniform_profile(int blocks, double forward_s, double backward_s, double write_bytes_per_s,
+// A profile with every unit alike, for planning before anything is measured.
+Profile uniform_profile(int units, double forward_s, double backward_s, double write_bytes_per_s,
                         double read_bytes_per_s);
 
 }  // namespace tandem::ooc

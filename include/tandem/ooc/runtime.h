@@ -1,7 +1,7 @@
 // The out-of-core runtime: carries out a MemorySchedule for the model through the
 // nn::ActivationMemory calls. Each buffer sits at its planned offset in the budgeted arena;
-// swapped blocks are written out and read back on the SwapEngine's two streams while the model
-// computes; recomputed blocks are handed back to the model to run again. It measures what the
+// swapped units are written out and read back on the SwapEngine's two streams while the model
+// computes; recomputed units are handed back to the model to run again. It measures what the
 // planner needs (each operation's compute time, the time it waited, the arena's high-water mark).
 //
 // Set up, then run: set_schedule() places everything; the calls of a step allocate nothing.
@@ -19,7 +19,7 @@
 
 namespace tandem::ooc {
 
-// What one step measured, per block of the stage (means over its micro-batches).
+// What one step measured, per unit of the stage (means over its micro-batches).
 struct StepMeasure {
   std::vector<double> forward_s, backward_s, recompute_s;  // recompute_s: 0 where none ran
   double step_s = 0;   // first operation's start to the last one's end
@@ -38,7 +38,7 @@ class Runtime final : public nn::ActivationMemory {
   Runtime(const nn::GPTConfig& config, int B, int T, uint64_t budget);
   ~Runtime() override;
 
-  // Between steps. `engine` moves the swapped blocks (may be null when the plan swaps nothing)
+  // Between steps. `engine` moves the swapped units (may be null when the plan swaps nothing)
   // and must outlive this runtime, whose destructor waits for its transfers; UserError if the
   // schedule needs more than the budget.
   void set_schedule(const MemorySchedule& schedule, SwapEngine* engine);
@@ -46,21 +46,21 @@ class Runtime final : public nn::ActivationMemory {
   Arena& arena() { return arena_; }
   const StepMeasure& last_step() const { return last_; }
 
-  void begin_forward(int k, int j) override;
-  void end_forward(int k, int j) override;
-  std::vector<int> begin_backward(int k, int j) override;
+  void begin_forward(int k, int u) override;
+  void end_forward(int k, int u) override;
+  std::vector<int> begin_backward(int k, int u) override;
   void end_recompute(int k, int i) override;
-  void end_backward(int k, int j) override;
+  void end_backward(int k, int u) override;
   void begin_evaluation() override;
   void end_evaluation() override;
-  float* input(int k, int j) override;
-  nn::BlockActivations block(int k, int j) override;
+  float* input(int k, int u) override;
+  nn::BlockActivations unit(int k, int u) override;
   nn::FinalActivations head(int k) override;
   nn::Workspace& workspace() override { return *workspace_; }
 
  private:
   using Clock = std::chrono::steady_clock;
-  int expect(bool forward, int k, int j);
+  int expect(bool forward, int k, int u);
   void start_op(int i);
   void end_op(int i);
   uint64_t offset_of(int region) const;
@@ -76,13 +76,13 @@ class Runtime final : public nn::ActivationMemory {
   std::unique_ptr<nn::Workspace> workspace_;
   std::vector<std::vector<int>> starting_, ending_;  // regions by first and last operation
   std::vector<SwapEngine::Ticket> tickets_;          // by transfer
-  // Where x_j and block j's buffers are now, per micro-batch (arena offsets).
+  // Where x_u and unit u's buffers are now, per micro-batch (arena offsets).
   std::vector<std::vector<uint64_t>> input_at_, buffers_at_;
   int cursor_ = 0;
   bool evaluating_ = false;
   Clock::time_point step_begin_, mark_;
   StepMeasure measuring_, last_;
-  std::vector<int> counts_;  // operations measured per block, for the means
+  std::vector<int> counts_;  // operations measured per unit, for the means
 };
 
 }  // namespace tandem::ooc

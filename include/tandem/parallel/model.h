@@ -119,8 +119,12 @@ class ParallelGPT {
   void forward_micro(const MicroBatch& mb, int k, const nn::StepRng& rng, bool training,
                      double& loss_sum);
   void backward_micro(const MicroBatch& mb, int k, const nn::StepRng& rng, float dloss);
-  // Block j of this stage's forward for micro-batch k, into the memory's current buffers.
-  void block_forward(int k, int j, const nn::StepRng& rng, bool training);
+  // Unit u of this stage (half u % 2 of its block u / 2; see nn/activation_memory.h) for
+  // micro-batch k, on the memory's current buffers.
+  void unit_forward(int k, int u, const nn::StepRng& rng, bool training);
+  void unit_backward(int k, int u, const nn::StepRng& rng, float* dres);
+  int units() const { return nn::kBlockHalves * (layout_.end_layer() - layout_.first_layer()); }
+  std::string unit_name(int u) const;  // "h.3.attn", for the trace
   bool shard_path(int layer) const;  // whether block `layer` runs the tensor-parallel shard path
   void run_epilogue(const EpilogueArgs& e, bool training, bool boundary);
   void receive_activations(const nn::StepRng& rng, bool training, float* into, int B, int T);

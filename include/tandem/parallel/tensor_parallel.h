@@ -79,4 +79,16 @@ void shard_block_backward(const ShardBlock& sb, int layer, const nn::BlockParams
                           const nn::BlockParams& dw, const nn::BlockActivations& a, const float* x,
                           float* dres, nn::Workspace& ws, int B, int T, const nn::StepRng& rng);
 
+// One half of the block (nn::BlockHalf; the two functions above are both halves in order), so an
+// out-of-core memory can place, swap or recompute each half on its own. x is the half's input:
+// the block's input for attention, a[Resid1] for the MLP. The forward finishes with `epilogue`.
+void shard_half_forward(const ShardBlock& sb, int layer, nn::BlockHalf half, const nn::BlockParams& w,
+                        const nn::BlockActivations& a, const float* x, nn::Workspace& ws, int B,
+                        int T, const nn::StepRng& rng, const Epilogue& epilogue);
+// dres: d(loss)/d(the half's output) on entry, d(loss)/d(x) on return.
+void shard_half_backward(const ShardBlock& sb, int layer, nn::BlockHalf half,
+                         const nn::BlockParams& w, const nn::BlockParams& dw,
+                         const nn::BlockActivations& a, const float* x, float* dres,
+                         nn::Workspace& ws, int B, int T, const nn::StepRng& rng);
+
 }  // namespace tandem::parallel

@@ -21,19 +21,42 @@ nn::GPTConfig small_config(int layers) {
   return c;
 }
 
+// The chain of `blocks` blocks: 2 * blocks units (attention, MLP, attention, ...).
 nn::ChainLayout chain(int blocks, int micro = 1, bool head = true) {
   std::vector<nn::ChainLayout::Pass> order;
   for (int k = 0; k < micro; ++k) {
     order.push_back({true, k});
     order.push_back({false, k});
   }
-  return nn::gpt_chain_layout(small_config(blocks), 4, 32, blocks, head, order);
+  return nn::gpt_chain_layout(small_config(blocks), 4, 32, 0, blocks, head, order);
 }
+
+uint64_t unit_bytes(const MemorySchedule& s, int u) { return s.input_bytes() + s.buffers_bytes(u); }
 
 TEST(Plan, NamesRoundTrip) {
   for (const char* s : {"KKSR/p1", "RCCK/p0", "S/p3", "sSsK/p2"}) EXPECT_EQ(Plan::parse(s).str(), s);
-  EXPECT_EQ(chen_sqrt(9).str(), "RCCRCCRCC/p1");
+  EXPECT_EQ(chen_sqrt(9, 1).str(), "RCCRCCRCC/p1");
+  EXPECT_EQ(chen_sqrt(18, 2).str(), "RCCCCCRCCCCCRCCCCC/p1");  // 9 blocks: segments of 3 blocks
+  EXPECT_EQ(recompute_all(6, 2).str(), "RCRCRC/p1");           // every block from its input
   EXPECT_EQ(karma(4, 2).str(), "SSRR/p1");
+}
+
+TEST(Chain, UnitsAreHalfBlocks) {
+  const auto c = chain(3);
+  EXPECT_EQ(c.units, 6);
+  EXPECT_EQ(c.unit_name(0), "h0.attn");
+  EXPECT_EQ(c.unit_name(5), "h2.mlp");
+  EXPECT_EQ(c.kind(1).input, nn::BlockAct::Resid1);
+  EXPECT_EQ(c.kind(0).output, nn::BlockAct::Resid1);
+  EXPECT_EQ(c.kind(1).output, nn::BlockAct::Out);
+  // Every saved buffer of a block belongs to exactly one half; Resid1 and Out are the halves'
+  // outputs, held as the next unit's input.
+  std::vector<int> owners(nn::kNumActs<nn::BlockAct>, 0);
+  for (const auto& k : c.kinds) {
+    for (nn::BlockAct a : k.saves) ++owners[static_cast<size_t>(a)];
+    ++owners[static_cast<size_t>(k.output)];
+  }
+  for (int a = 0; a < nn::kNumActs<nn::BlockAct>; ++a) EXPECT_EQ(owners[static_cast<size_t>(a)], 1) << a;
 }
 
 TEST(Plan, BadNames) {
@@ -77,17 +100,19 @@ TEST(Place, NoOverlapInTimeAndSpace) {
     }
 }
 
-TEST(Schedule, KeepAllHoldsEveryBlockAtTheTurn) {
-  const auto c = chain(4);
+TEST(Schedule, KeepAllHoldsEveryUnitAtTheTurn) {
+  const auto c = chain(2);
   const MemorySchedule keep(c, keep_all(4));
-  const MemorySchedule rec(c, recompute_all(4));
-  const uint64_t blk = keep.input_bytes() + keep.buffers_bytes();
-  EXPECT_GE(keep.peak_bytes(), 4 * blk);
+  const MemorySchedule rec(c, recompute_all(4, 1));
+  uint64_t all = 0;
+  for (int u = 0; u < 4; ++u) all += unit_bytes(keep, u);
+  EXPECT_NE(keep.buffers_bytes(0), keep.buffers_bytes(1));  // attention and MLP differ
+  EXPECT_GE(keep.peak_bytes(), all);
   EXPECT_LT(rec.peak_bytes(), keep.peak_bytes());
   EXPECT_EQ(keep.transfers().size(), 0u);
   const MemorySchedule swap(c, swap_all(4, 1));
-  EXPECT_EQ(swap.transfers().size(), 12u);  // input and buffers out, one read back, per block
-  EXPECT_EQ(swap.swapped_bytes(), 4 * blk);
+  EXPECT_EQ(swap.transfers().size(), 12u);  // input and buffers out, one read back, per unit
+  EXPECT_EQ(swap.swapped_bytes(), all);
   EXPECT_EQ(rec.actions()[static_cast<size_t>(rec.op_index({false, 0, 2}))].recompute, std::vector<int>{2});
   // A swap whose write is waited for frees its memory one operation sooner.
   EXPECT_LT(MemorySchedule(c, Plan::parse("ssss/p0")).peak_bytes(), swap.peak_bytes());
@@ -96,34 +121,35 @@ TEST(Schedule, KeepAllHoldsEveryBlockAtTheTurn) {
 }
 
 TEST(Schedule, RefusesRecomputingAHandOff) {
-  EXPECT_THROW(MemorySchedule(chain(3, 1, false), recompute_all(3)), UserError);
-  EXPECT_NO_THROW(MemorySchedule(chain(3, 1, false), Plan::parse("RRK/p1")));
+  EXPECT_THROW(MemorySchedule(chain(2, 1, false), recompute_all(4, 2)), UserError);
+  EXPECT_THROW(MemorySchedule(chain(2, 1, false), Plan::parse("KK/p1")), UserError);  // a letter per unit
+  EXPECT_NO_THROW(MemorySchedule(chain(2, 1, false), Plan::parse("RCRK/p1")));
 }
 
 TEST(Model, SlowTransfersStallAndRecomputeCosts) {
-  const auto c = chain(4);
+  const auto c = chain(2);
   Profile fast = uniform_profile(4, 1.0, 2.0, 1e15, 1e15);
   EXPECT_NEAR(predict(c, keep_all(4), fast).step_s, 12.0, 1e-9);
   EXPECT_NEAR(predict(c, swap_all(4, 1), fast).step_s, 12.0, 1e-6);  // free transfers hide
-  EXPECT_NEAR(predict(c, recompute_all(4), fast).step_s, 16.0, 1e-9);
+  EXPECT_NEAR(predict(c, recompute_all(4, 2), fast).step_s, 16.0, 1e-9);
   Profile slow = uniform_profile(4, 1.0, 2.0, 1e3, 1e3);
   EXPECT_GT(predict(c, swap_all(4, 1), slow).stall_s, 1.0);
   // Micro-batches in turn: planned on one, scaled.
-  EXPECT_NEAR(predict(chain(4, 3), recompute_all(4), fast).step_s, 48.0, 1e-9);
+  EXPECT_NEAR(predict(chain(2, 3), recompute_all(4, 2), fast).step_s, 48.0, 1e-9);
 }
 
 // The property the planner's bounds promise: the same best time as trying every plan.
 TEST(Planner, EqualsExhaustiveSearchOnSmallChains) {
   std::mt19937 rng(11);
   for (int trial = 0; trial < 12; ++trial) {
-    const int n = 2 + trial % 5;
-    const auto c = chain(n, 1, trial % 3 != 0);
+    const int n = 2 * (1 + trial % 3);  // units: 2, 4, 6
+    const auto c = chain(n / 2, 1, trial % 4 != 0);
     Profile p;
     for (int j = 0; j < n; ++j) {
       p.forward_s.push_back(0.5 + (rng() % 100) / 100.0);
       p.backward_s.push_back(1.0 + (rng() % 100) / 50.0);
     }
-    const uint64_t blk = MemorySchedule(c, keep_all(n)).input_bytes() + MemorySchedule(c, keep_all(n)).buffers_bytes();
+    const uint64_t blk = unit_bytes(MemorySchedule(c, keep_all(n)), 0);
     p.write_bytes_per_s = blk / (0.2 + (rng() % 100) / 40.0);
     p.read_bytes_per_s = blk / (0.2 + (rng() % 100) / 40.0);
     const uint64_t full = MemorySchedule(c, keep_all(n)).peak_bytes();
@@ -147,7 +173,7 @@ TEST(Planner, EqualsExhaustiveSearchOnSmallChains) {
 }
 
 TEST(Planner, NoPlanFitsNamesTheSmallestBudget) {
-  const auto c = chain(4);
+  const auto c = chain(2);
   const Profile p = uniform_profile(4, 1.0, 2.0, 1e9, 1e9);
   try {
     plan_step(c, p, 4096);

@@ -24,7 +24,7 @@ TrainConfig small(parallel::GridShape grid, int layers) {
   c.model.d_model = 32;
   c.model.seq_len = 16;
   c.model.max_positions = 16;
-  c.model.dropout = 0.1f;  // recomputed blocks must draw the same masks
+  c.model.dropout = 0.1f;  // recomputed units must draw the same masks
   c.batch = 8;
   c.steps = 3;
   c.lr = 1e-2;
@@ -77,25 +77,26 @@ TEST_P(OutOfCore, WeightsBitwiseAsInCoreWithinTheBudget) {
 
 INSTANTIATE_TEST_SUITE_P(
     PlansAndGrids, OutOfCore,
-    ::testing::Values(Case{{1, 1, 1}, 4, "SRCK/p1"}, Case{{1, 1, 1}, 4, "SSSS/p0"},
-                      Case{{1, 1, 1}, 4, "RRRR/p1"}, Case{{1, 1, 1}, 4, "RCCC/p2"},
-                      Case{{1, 1, 1}, 4, "KSKS/p3"}, Case{{2, 1, 1}, 3, "SRC/p1"},
-                      Case{{1, 2, 1}, 3, "RCS/p1"}, Case{{1, 1, 2}, 4, "SK/p1"},
-                      Case{{1, 1, 2}, 4, "RK/p0"}, Case{{2, 2, 2}, 4, "SK/p1"}));
+    ::testing::Values(Case{{1, 1, 1}, 4, "SRCKsRCK/p1"}, Case{{1, 1, 1}, 4, "SSSSSSSS/p0"},
+                      Case{{1, 1, 1}, 4, "RRRRRRRR/p1"}, Case{{1, 1, 1}, 4, "RCRCRCRC/p1"},
+                      Case{{1, 1, 1}, 4, "RCCCCCCC/p2"}, Case{{1, 1, 1}, 4, "KSKSsKsK/p3"},
+                      Case{{2, 1, 1}, 3, "SRCKSs/p1"}, Case{{1, 2, 1}, 3, "RCSsRC/p1"},
+                      Case{{1, 1, 2}, 4, "SKRK/p1"}, Case{{1, 1, 2}, 4, "RCRK/p0"},
+                      Case{{2, 2, 2}, 4, "SsRK/p1"}));
 
 // The planner's own choice, at the smallest budget it can work with, on a tensor-parallel grid
-// (whose ranks must agree on which blocks they recompute).
+// (whose ranks must agree on which units they recompute).
 TEST(OutOfCorePlanner, TightBudgetBitwiseAndHighWaterIsThePredictedPeak) {
   const TrainConfig in_core = small({1, 2, 1}, 4);
   const TrainResult ref = train(in_core);
   TrainConfig c = in_core;
   c.memory_budget = "1GiB";
-  c.ooc_plan = "KKKK/p1";
+  c.ooc_plan = "KKKKKKKK/p1";
   const TrainResult all_kept = train(c);
   c.ooc_plan.clear();
   c.memory_budget = std::to_string(all_kept.ooc_high_water * 6 / 10);  // 60% of in-core
   const TrainResult r = train(c);
-  EXPECT_NE(r.ooc_plan, "KKKK/p1");
+  EXPECT_NE(r.ooc_plan, "KKKKKKKK/p1");
   EXPECT_EQ(std::memcmp(r.weights.data(), ref.weights.data(), ref.weights.size() * sizeof(float)), 0);
   EXPECT_LE(r.ooc_high_water, all_kept.ooc_high_water * 6 / 10);
   EXPECT_EQ(r.ooc_high_water, r.ooc_predicted_peak);
@@ -126,13 +127,15 @@ TEST(OutOfCoreTrace, SwapRowsInTheTraceAndThePredictedTimeline) {
   ScratchDir dir;
   TrainConfig c = small({1, 1, 1}, 2);
   c.memory_budget = "64MiB";
-  c.ooc_plan = "SK/p1";
+  c.ooc_plan = "SKsK/p1";
   c.trace_path = dir.path("trace.json");
   train(c);
   const std::string trace = testing::read_bytes(c.trace_path);
   for (const char* row : {"\"swap-out\"", "\"swap-in\"", "\"compute\""})
     EXPECT_NE(trace.find(row), std::string::npos) << row;
-  EXPECT_NE(trace.find("\"m0.h0\""), std::string::npos) << "transfers are named by micro-batch and block";
+  EXPECT_NE(trace.find("\"m0.h0.attn\""), std::string::npos) << "transfers are named by micro-batch and unit";
+  EXPECT_NE(trace.find("\"m0.h1.attn\""), std::string::npos);
+  EXPECT_NE(trace.find("\"forward h.1.mlp\""), std::string::npos) << "compute rows name the half";
 
   TrainConfig p = small({1, 1, 1}, 2);
   p.memory_budget = "64MiB";
@@ -144,7 +147,7 @@ TEST(OutOfCoreTrace, SwapRowsInTheTraceAndThePredictedTimeline) {
   EXPECT_TRUE(r.losses.empty()) << "tandem plan trains nothing";
   const std::string timeline = testing::read_bytes(p.trace_path);
   EXPECT_NE(timeline.find("\"traceEvents\""), std::string::npos);
-  EXPECT_NE(timeline.find("forward m0 h1"), std::string::npos);
+  EXPECT_NE(timeline.find("forward m0 h1.mlp"), std::string::npos);
 }
 
 }  // namespace

@@ -54,10 +54,10 @@ TEST(OutOfCoreErrors, BadFlags) {
   c.slow_tier = "host";
   c.ooc_plan = "KQ/p1";
   EXPECT_THAT(user_error_of([&] { train(c); }), HasSubstr("--ooc-plan: out-of-core plan 'KQ/p1'"));
-  c.ooc_plan = "KKK/p1";
-  EXPECT_THAT(user_error_of([&] { train(c); }), HasSubstr("has 3 blocks; this stage runs 2"));
+  c.ooc_plan = "KK/p1";  // a letter per block, where a plan has one per half block
+  EXPECT_THAT(user_error_of([&] { train(c); }), HasSubstr("has 2 units; this stage runs 4 (two per block"));
   c.memory_budget.clear();
-  c.ooc_plan = "KK/p1";
+  c.ooc_plan = "KKKK/p1";
   EXPECT_THAT(user_error_of([&] { train(c); }), HasSubstr("--ooc-plan needs --memory-budget"));
 }
 
@@ -71,7 +71,7 @@ TEST(OutOfCoreErrors, FullDiskIsFoundBeforeTrainingAndKeepsTheCheckpoint) {
   c.steps = 4;
   c.memory_budget = "64MiB";
   c.slow_tier = "file:" + dir.path("swap");
-  c.ooc_plan = "SS/p1";
+  c.ooc_plan = "SSSS/p1";
   std::string m;
   {
     testing::FileSizeLimit limit(1 << 20);
