@@ -64,10 +64,25 @@ struct Search {
     }
   }
 
-  // time_lb: compute plus the forwards of the units recomputed so far; mem_lb: bytes live
-  // during the last unit's forward whatever the remaining decisions are.
-  void dfs(int j, double time_lb, uint64_t mem_lb) {
+  // Lower bounds that hold whatever the remaining decisions are:
+  //   time_lb: the compute, the forwards of the units recomputed so far, and for each unit
+  //     swapped with its write waited for ('s') the write itself (the next operation cannot
+  //     start before it ends);
+  //   kept: the bytes that earlier units hold until their backwards (Keep: input and buffers;
+  //     Recompute: the input). The peak is at least what is live during unit j's forward: the
+  //     workspace, unit j's input, buffers and output, the kept bytes and, when unit j - 1 was
+  //     swapped without waiting ('S'), its input and buffers, still being written; and at least
+  //     the kept bytes plus the last unit's buffers during the last forward.
+  uint64_t forward_live(int j, uint64_t kept) const {
+    uint64_t live = fixed_bytes + kept + 2 * input_bytes + buffers_bytes[static_cast<size_t>(j)];
+    if (j > 0 && plan.units[static_cast<size_t>(j - 1)] == Decision::Swap)
+      live += input_bytes + buffers_bytes[static_cast<size_t>(j - 1)];
+    return live;
+  }
+
+  void dfs(int j, double time_lb, uint64_t kept) {
     if (stopped) return;
+    const uint64_t mem_lb = j < n ? forward_live(j, kept) : fixed_bytes + kept + buffers_bytes.back();
     if (best) {
       if (minimise_peak ? static_cast<double>(mem_lb) >= value(*best) : time_lb >= value(*best)) return;
     }
@@ -77,21 +92,37 @@ struct Search {
       return;
     }
     const bool last = j == n - 1;
+    const uint64_t unit = input_bytes + buffers_bytes[static_cast<size_t>(j)];
     for (Decision d : {Decision::Keep, Decision::Recompute, Decision::Swap, Decision::SwapSync, Decision::Continue}) {
       if (d == Decision::Continue && (j == 0 || !recomputes(plan.units[static_cast<size_t>(j - 1)])))
         continue;
       if (last && !has_head && recomputes(d)) continue;
       plan.units[static_cast<size_t>(j)] = d;
       double t = time_lb;
-      uint64_t m = mem_lb;
+      uint64_t k = kept;
       if (recomputes(d)) t += profile.recompute(j);
-      if (!last && d == Decision::Keep) m += input_bytes + buffers_bytes[static_cast<size_t>(j)];
-      if (!last && d == Decision::Recompute) m += input_bytes;
-      dfs(j + 1, t, m);
+      if (d == Decision::SwapSync) t += static_cast<double>(unit) / profile.write_bytes_per_s;
+      if (!last && d == Decision::Keep) k += unit;
+      if (!last && d == Decision::Recompute) k += input_bytes;
+      dfs(j + 1, t, k);
       if (stopped) return;
     }
   }
 };
+
+// The leanest plans, which a search cut short may not reach: every unit swapped with its write
+// waited for and fetched at its backward, the last kept, swapped or recomputed (never
+// recomputed where the stage hands its output on).
+std::vector<Plan> lean_plans(const nn::ChainLayout& chain) {
+  std::vector<Plan> out;
+  for (const Decision last : {Decision::SwapSync, Decision::Keep, Decision::Recompute}) {
+    if (chain.head.empty() && recomputes(last)) continue;
+    Plan p{std::vector<Decision>(static_cast<size_t>(chain.units), Decision::SwapSync), 0};
+    p.units.back() = last;
+    out.push_back(p);
+  }
+  return out;
+}
 
 Search make_search(const nn::ChainLayout& chain, const Profile& profile, uint64_t budget,
                    bool minimise_peak, int64_t limit) {
@@ -184,12 +215,20 @@ PlannerResult plan_step(const nn::ChainLayout& chain, const Profile& profile, ui
   r.baselines = evaluate_baselines(chain, profile, budget);
 
   Search s = make_search(planned, profile, budget, false, max_evaluations);
-  for (const Evaluated& b : r.baselines)  // seed: the best single strategy that fits
+  // Seeds: the best single strategy that fits, and the lean plans (which fit whenever anything
+  // does, so a search cut short still finds a plan).
+  std::vector<Evaluated> seeds = r.baselines;
+  for (const Plan& p : lean_plans(chain)) {
+    Evaluated e{Strategy::Planner, p, predict(chain, p, profile), false};
+    e.fits = e.prediction.peak_bytes <= budget;
+    seeds.push_back(e);
+  }
+  for (const Evaluated& b : seeds)
     if (b.fits && (!s.best || b.prediction.step_s / m < s.best->prediction.step_s)) {
       s.best = b;
       s.best->prediction = simulate(MemorySchedule(planned, b.plan), profile);  // per micro-batch
     }
-  s.dfs(0, profile.compute_s(), s.fixed_bytes + s.buffers_bytes.back());
+  s.dfs(0, profile.compute_s(), 0);
   r.evaluated = s.evaluated;
   r.optimal = !s.stopped;
   if (!s.best) {
@@ -209,17 +248,11 @@ SmallestBudget smallest_budget(const nn::ChainLayout& chain, const Profile& prof
   const nn::ChainLayout planned = repeats(chain) > 1 ? first_micro(chain) : chain;
   Search low = make_search(planned, profile, 0, true, max_evaluations);
   std::vector<Evaluated> seeds = evaluate_baselines(chain, profile, 0);
-  // The lean plans the search may not reach before its limit: every unit swapped with its
-  // write waited for and fetched at its backward (the last kept where it cannot be recomputed).
-  for (const Decision last : {Decision::SwapSync, Decision::Keep, Decision::Recompute}) {
-    Plan p{std::vector<Decision>(static_cast<size_t>(chain.units), Decision::SwapSync), 0};
-    p.units.back() = last;
-    if (chain.head.empty() && recomputes(last)) continue;
+  for (const Plan& p : lean_plans(chain))
     seeds.push_back(Evaluated{Strategy::Planner, p, predict(chain, p, profile), true});
-  }
   for (const Evaluated& b : seeds)
     if (!low.best || b.prediction.peak_bytes < low.best->prediction.peak_bytes) low.best = b;
-  low.dfs(0, 0, low.fixed_bytes + low.buffers_bytes.back());
+  low.dfs(0, 0, 0);
   return SmallestBudget{low.best->prediction.peak_bytes, low.best->plan, !low.stopped};
 }
 

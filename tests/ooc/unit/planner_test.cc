@@ -190,6 +190,20 @@ TEST(Planner, NoPlanFitsNamesTheSmallestBudget) {
   const PlannerResult tight = plan_step(c, p, low.bytes);
   EXPECT_LE(tight.best.prediction.peak_bytes, low.bytes);
   EXPECT_THROW(plan_step(c, p, low.bytes - 4096), UserError);
+  // A search cut short at once still finds a plan wherever one fits (the lean plans seed it).
+  const PlannerResult cut = plan_step(c, p, low.bytes, 1);
+  EXPECT_FALSE(cut.optimal);
+  EXPECT_LE(cut.best.prediction.peak_bytes, low.bytes);
+}
+
+// The bounds prune: a chain of 16 units near its smallest budget is searched to the end (proven
+// optimal) within the default limit.
+TEST(Planner, TightBudgetOnALongChainIsProvenOptimal) {
+  const auto c = chain(8);
+  const Profile p = uniform_profile(16, 1.0, 2.0, 1e9, 1e9);
+  const SmallestBudget low = smallest_budget(c, p);
+  const PlannerResult r = plan_step(c, p, low.bytes + low.bytes / 10);
+  EXPECT_TRUE(r.optimal) << r.evaluated << " plans";
 }
 
 }  // namespace
