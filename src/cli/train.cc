@@ -59,7 +59,8 @@ void add_grid_flags(CLI::App* cmd, train::TrainConfig& c) {
 
 CLI::Option* add_memory_flags(CLI::App* cmd, train::TrainConfig& c) {
   cmd->add_option("--memory-budget", c.memory_budget,
-                  "Train out-of-core: the fast-tier bytes for saved activations and scratch, e.g. 600MiB, 2GiB "
+                  "Train out-of-core: the fast-tier bytes for saved activations and scratch, e.g. 600MiB, 2GiB, or 25% "
+                  "(of the in-core need) "
                   "(docs/out-of-core.md)");
   auto* tier = cmd->add_option("--slow-tier", c.slow_tier, "Where swapped activations go: host, or file:DIR (O_DIRECT)")
                    ->capture_default_str();

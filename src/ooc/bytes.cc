@@ -1,6 +1,7 @@
 // Byte counts: printing and parsing.
 #include "tandem/ooc/bytes.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <string>
@@ -53,6 +54,21 @@ uint64_t parse_bytes(std::string_view text) {
   const double bytes = std::floor(value * scale);
   if (!(bytes >= 1) || bytes > 0x1p62) user_error("'{}' is not a usable size", text);
   return static_cast<uint64_t>(bytes);
+}
+
+uint64_t parse_budget(std::string_view text, uint64_t whole) {
+  if (text.empty() || text.back() != '%') return parse_bytes(text);
+  const std::string number(text.substr(0, text.size() - 1));
+  double pct = 0;
+  try {
+    size_t used = 0;
+    pct = std::stod(number, &used);
+    if (used != number.size()) throw std::invalid_argument(number);
+  } catch (const std::exception&) {
+    user_error("'{}' is not a share: write a percentage such as 25%", text);
+  }
+  if (!(pct > 0) || pct > 1000) user_error("'{}' is not a usable share: it must be above 0% and at most 1000%", text);
+  return std::max<uint64_t>(1, static_cast<uint64_t>(std::floor(static_cast<double>(whole) * pct / 100.0)));
 }
 
 }  // namespace tandem::ooc

@@ -2,7 +2,9 @@
 #include "out_of_core.h"
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
+#include <ostream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -21,6 +23,9 @@ namespace {
 
 constexpr uint64_t kBandwidthProbeBytes = 128ull << 20;
 constexpr int kProfileSteps = 3;  // measured, after one that warms up
+// A step slower than this is measured once after the warm-up, not three times: on a model that
+// big the spread of a step is small next to the minutes three more would cost.
+constexpr double kLongStepS = 60.0;
 // The first plan only has to fit (its times are placeholders): a short search is enough.
 constexpr int64_t kFirstPlanEvaluations = 10'000;
 
@@ -41,9 +46,9 @@ std::string brief(const ooc::Plan& p) {
 OutOfCore::OutOfCore(const TrainConfig& cfg, const parallel::Grid& grid, int micro_rows,
                      int micro_batches)
     : cfg_(cfg),
-      budget_(ooc::parse_bytes(cfg.memory_budget)),
-      tier_spec_(ooc::TierSpec::parse(cfg.slow_tier)),
       chain_(parallel::ParallelGPT::chain_layout(cfg.model, grid, micro_rows, cfg.model.seq_len, micro_batches)),
+      budget_(ooc::parse_budget(cfg.memory_budget, ooc::MemorySchedule(chain_, ooc::keep_all(chain_.units)).peak_bytes())),
+      tier_spec_(ooc::TierSpec::parse(cfg.slow_tier)),
       runtime_(std::make_unique<ooc::Runtime>(cfg.model, micro_rows, cfg.model.seq_len, budget_)) {
   nlohmann::json key = {{"format", "tandem-ooc-profile-2"},  // 2: a unit is half a block
                         {"model", model_config_to_json(cfg.model)},
@@ -91,7 +96,7 @@ std::string OutOfCore::cache_path() const {
   return (std::filesystem::path(exec::jit_cache_dir()) / "ooc" / (tune::hash_hex(key_) + ".json")).string();
 }
 
-void OutOfCore::prepare(const std::function<void()>& step, comm::Communicator& tp) {
+void OutOfCore::prepare(const std::function<void()>& step, comm::Communicator& tp, std::ostream* log) {
   const std::string path = cache_path();
   std::error_code ec;
   if (std::filesystem::exists(path, ec)) {
@@ -111,12 +116,19 @@ void OutOfCore::prepare(const std::function<void()>& step, comm::Communicator& t
       auto probe = ooc::open_slow_tier(tier_spec_, kBandwidthProbeBytes);
       bw = ooc::measure_bandwidth(*probe, kBandwidthProbeBytes);
     }
+    if (log != nullptr) *log << "  out-of-core: measuring this machine's profile (cached for later runs): warm-up" << std::flush;
+    const auto t0 = std::chrono::steady_clock::now();
     step();  // the first step touches the arena's pages and compiles the programs
+    const double warm_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (log != nullptr) *log << fmt::format(" {:.1f} s", warm_s) << std::flush;
+    const int passes = warm_s > kLongStepS ? 1 : kProfileSteps;
     std::vector<ooc::StepMeasure> steps;
-    for (int i = 0; i < kProfileSteps; ++i) {
+    for (int i = 0; i < passes; ++i) {
       step();
       steps.push_back(runtime_->last_step());
+      if (log != nullptr) *log << fmt::format(", pass {}/{} {:.1f} s", i + 1, passes, steps.back().step_s) << std::flush;
     }
+    if (log != nullptr) *log << "\n";
     profile_ = ooc::StepMeasure::median_profile(steps, bw.write_bytes_per_s, bw.read_bytes_per_s);
   }
   // The tp group plans from the slowest rank's figures, so every rank recomputes the same units.

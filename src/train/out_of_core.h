@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <functional>
+#include <iosfwd>
 #include <memory>
 #include <string>
 #include <vector>
@@ -30,11 +31,12 @@ class OutOfCore {
   nn::ActivationMemory* memory() { return runtime_.get(); }
 
   // The profile from the cache, else measured: `step` (one forward and backward of the model)
-  // runs four times under the first plan, and each time is the median of the last three. Then the plan: the planner's,
-  // or --ooc-plan's. Every rank of a tensor-parallel group must recompute the same units (their
-  // recomputation runs collectives), so the group agrees on the profile first (the slowest
-  // rank's times). Collective over tp.
-  void prepare(const std::function<void()>& step, comm::Communicator& tp);
+  // runs once to warm up, then three times (once when the warm-up took over a minute), each time
+  // the median of the measured steps; `log` (may be null) gets a line of progress. Then the plan:
+  // the planner's, or --ooc-plan's. Every rank of a tensor-parallel group must recompute the
+  // same units (their recomputation runs collectives), so the group agrees on the profile first
+  // (the slowest rank's times). Collective over tp.
+  void prepare(const std::function<void()>& step, comm::Communicator& tp, std::ostream* log);
 
   // After each training step: its measurements, and the transfers for the trace.
   void after_step(TraceRecorder* trace, int rank);
@@ -62,9 +64,9 @@ class OutOfCore {
   std::string cache_path() const;
 
   const TrainConfig& cfg_;
-  uint64_t budget_;
-  ooc::TierSpec tier_spec_;
   nn::ChainLayout chain_;
+  uint64_t budget_;  // from --memory-budget: bytes, or a share of the in-core need
+  ooc::TierSpec tier_spec_;
   std::unique_ptr<ooc::Runtime> runtime_;
   std::unique_ptr<ooc::SlowTier> tier_;
   std::unique_ptr<ooc::SwapEngine> engine_;

@@ -36,7 +36,7 @@ void TrainConfig::validate() const {
       user_error("{}: {}", name, e.what());
     }
   };
-  if (!memory_budget.empty()) flag("--memory-budget", [&] { ooc::parse_bytes(memory_budget); });
+  if (!memory_budget.empty()) flag("--memory-budget", [&] { ooc::parse_budget(memory_budget, 1); });
   flag("--slow-tier", [&] { ooc::TierSpec::parse(slow_tier); });
   if (plan_only && memory_budget.empty()) user_error("tandem plan needs --memory-budget");
   if (!ooc_plan.empty()) {

@@ -218,7 +218,7 @@ void RankRun::plan_out_of_core(int64_t first_step) {
   ooc_->prepare([&] {
     model_.grads().fill(0.0f);
     model_.forward_backward(batches_.micro_batches(b), cfg_.seed, static_cast<uint64_t>(first_step));
-  }, grid_.tp());
+  }, grid_.tp(), lead_ && cfg_.progress ? &out_ : nullptr);
   profiling_ = false;
 }
 

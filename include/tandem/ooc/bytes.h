@@ -1,4 +1,4 @@
-// Byte counts as users write and read them: "--memory-budget 600MiB", "needs 1.25 GiB".
+// Byte counts as users write and read them: "--memory-budget 600MiB" (or "25%"), "needs 1.25 GiB".
 #pragma once
 
 #include <cstdint>
@@ -12,5 +12,8 @@ std::string human_bytes(uint64_t bytes);
 // "600MiB", "1.5GiB", "2G", "512M", "4096" (plain bytes); KiB/MiB/GiB/TiB and K/M/G/T are powers
 // of 1024, KB/MB/GB/TB powers of 1000. UserError naming the text otherwise.
 uint64_t parse_bytes(std::string_view text);
+// A budget: a size as parse_bytes reads it, or a share of `whole` ("25%": a quarter of it, the
+// trainer's `whole` being the in-core need). UserError naming the text otherwise.
+uint64_t parse_budget(std::string_view text, uint64_t whole);
 
 }  // namespace tandem::ooc

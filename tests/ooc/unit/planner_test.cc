@@ -75,6 +75,11 @@ TEST(Bytes, ParseAndPrint) {
   EXPECT_THROW(parse_bytes("lots"), UserError);
   EXPECT_THROW(parse_bytes("5 parsecs"), UserError);
   EXPECT_EQ(human_bytes(3ull << 29), "1.50 GiB");
+  EXPECT_EQ(parse_budget("25%", 1000), 250u);  // a share of the in-core need
+  EXPECT_EQ(parse_budget("12.5%", 1u << 20), 1u << 17);
+  EXPECT_EQ(parse_budget("600MiB", 1), 600ull << 20);
+  EXPECT_THROW(parse_budget("0%", 1000), UserError);
+  EXPECT_THROW(parse_budget("half%", 1000), UserError);
 }
 
 TEST(Place, NoOverlapInTimeAndSpace) {

@@ -48,6 +48,8 @@ TEST(OutOfCoreErrors, BadFlags) {
   TrainConfig c = tiny();
   c.memory_budget = "lots";
   EXPECT_THAT(user_error_of([&] { train(c); }), HasSubstr("--memory-budget: 'lots' is not a size"));
+  c.memory_budget = "-5%";
+  EXPECT_THAT(user_error_of([&] { train(c); }), HasSubstr("--memory-budget: '-5%' is not a usable share"));
   c.memory_budget = "600MiB";
   c.slow_tier = "disk";
   EXPECT_THAT(user_error_of([&] { train(c); }), HasSubstr("--slow-tier"));
