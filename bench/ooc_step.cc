@@ -432,8 +432,8 @@ int bench(const Options& o, comm::Communicator& world) {
           }
         }
       if (!best)
-        std::printf("  planner 1.3x faster than the best single strategy at 15%%: met: no single strategy fits 15%%; "
-                    "the planner runs at %.3fx in-core\n", planner / in_core_med);
+        std::printf("  planner 1.3x faster than the best single strategy at 15%%: not comparable: no single strategy "
+                    "fits 15%% at all (only the planner trains there, at %.3fx in-core)\n", planner / in_core_med);
       else
         std::printf("  planner 1.3x faster than the best single strategy at 15%%: %s: %.3fx (best baseline %s, %.3f s, vs "
                     "planner %.3f s)\n",

@@ -12,8 +12,9 @@
 // Communicator call (tensor_parallel.h), and the data-parallel reduction is the optimizer's
 // program (train/optimizer.h), run after forward_backward.
 //
-// With tp == 1 the blocks inside a stage are nn's own block_forward/backward (no program runs;
-// a single-rank run is exactly nn::gpt_forward/gpt_backward); the row-parallel shard path
+// Blocks run by halves (attention, then MLP: the units an out-of-core memory places). With
+// tp == 1 the halves inside a stage are nn's own (no program runs; a single-rank run is exactly
+// nn::gpt_forward/gpt_backward); the row-parallel shard path
 // (tensor_parallel.h) runs where tp > 1 and in a stage's last block at a pipeline boundary.
 //
 // Set up, then run: the constructor allocates the parameters, gradients, the send buffers and,
