@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "tandem/core/error.h"
+#include "tandem/train/checkpoint_series.h"
 #include "tandem/train/trainer.h"
 #include "train/test_util.h"
 
@@ -235,7 +236,7 @@ TEST(TrainerCheckpoint, RefusesACorruptCheckpoint) {
   TrainConfig first = tiny({1, 1, 1}, 1);
   first.save_dir = dir.path("ck");
   train(first);
-  const std::string weights = dir.path("ck") + "/weights.safetensors";
+  const std::string weights = resolve_checkpoint(dir.path("ck")) + "/weights.safetensors";
   std::filesystem::resize_file(weights, std::filesystem::file_size(weights) - 100);
   TrainConfig resume = tiny({1, 1, 1}, 2);
   resume.resume_dir = dir.path("ck");
