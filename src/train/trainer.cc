@@ -283,7 +283,7 @@ void RankRun::print_header(int64_t first_step) {
       c.n_layers, c.d_model, c.n_heads, static_cast<double>(nn::gpt_num_parameters(c)) / 1e6,
       corpus_->source == "synthetic" ? "the synthetic corpus" : corpus_->source, cfg_.batch,
       c.seq_len, cfg_.grid.size(), cfg_.grid.str(), cfg_.backend,
-      first_step > 0 ? fmt::format(", resuming at step {}", first_step) : "");
+      resume_ ? fmt::format(", resuming at step {} from {}", first_step, resume_->folder) : "");
   std::string programs = fmt::format("  optimizer {}: program {} schedule {} ({})",
                                      cfg_.optimizer.name, cfg_.optimizer.name == "lamb" ? "lamb" : "adam",
                                      opt_.schedule_name(), opt_.executor_name());
@@ -500,10 +500,12 @@ TrainResult train(const TrainConfig& config) {
   TrainResult result;
   if (config.backend == "mpi") {
     std::unique_ptr<comm::Communicator> world = comm::mpi_world();
+    // Every process sees the same sizes, so all refuse together and rank 0 alone says why.
     if (world->size() != ranks)
-      user_error("--backend mpi: the grid {} needs {} processes, but there {} {} (start it with "
-                 "mpirun -np {})",
-                 config.grid.str(), ranks, world->size() == 1 ? "is" : "are", world->size(), ranks);
+      throw comm::CollectiveError(fmt::format(
+          "--backend mpi: the grid {} needs {} processes, but there {} {} (start it with mpirun "
+          "-np {})",
+          config.grid.str(), ranks, world->size() == 1 ? "is" : "are", world->size(), ranks));
     // Only rank 0 writes the outputs, on its own filesystem: it alone checks them (and, should
     // one be bad, fails alone; the tandem command then ends the job).
     if (world->rank() == 0) detail::check_outputs(config);

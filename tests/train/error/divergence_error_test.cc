@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "support/cli.h"
 #include "tandem/train/checkpoint_series.h"
 #include "train/test_util.h"
 
@@ -95,6 +96,11 @@ TEST(Divergence, NaNWeightsAreRefusedByEvalAndResume) {
   TrainConfig resume = testing::tiny_run(3);
   resume.resume_dir = dir.path("nan");
   EXPECT_EQ(user_error_of([&] { train(resume); }), want);
+  // The command says so and fails.
+  const tandem::testing::CommandResult eval =
+      tandem::testing::run_tandem("eval --checkpoint '" + dir.path("nan") + "'");
+  EXPECT_EQ(eval.status, 1) << eval.output;
+  EXPECT_EQ(eval.output, "tandem: error: " + want + "\n");
 }
 
 TEST(Divergence, BadSettings) {

@@ -1,7 +1,7 @@
 // `tandem train --backend mpi` under a real mpirun, when one rank fails alone: a bad output path
 // found by rank 0 at start, a disk that fills under rank 0 during a save, a rank that stops. The
 // job must end within seconds, the failing (or waiting) rank's message on stderr, instead of the
-// other ranks waiting forever. Each test starts mpirun itself (with a time limit, so that a
+// other ranks waiting forever. And a failure all ranks reach together is reported once. Each test starts mpirun itself (with a time limit, so that a
 // regression is a failure, not a hung suite); the folder's CTest label, train.mpirun, is picked
 // by `ctest -L mpi`.
 #include <gmock/gmock.h>
@@ -124,10 +124,23 @@ TEST(FailingRank, AStoppedRankTimesOut) {
   if (stopped > 0) ::kill(stopped, SIGKILL);  // should mpirun have left it
   expect_ended_by_itself(e);
   EXPECT_THAT(e.result.output,
-              MatchesRegex("(.|\n)*tandem: error: rank 0 of 2: [a-z_]+ on rank 0 of 2 timed out "
+              MatchesRegex("(.|\n)*tandem: error: [a-z_]+ on rank 0 of 2 timed out "
                            "after 2 s at [a-z ]*step [0-9]+: rank 1 (did not arrive|never sent)(.|\n)*"))
       << e.result.output;
   EXPECT_LT(e.seconds, 60) << e.result.output;
+}
+
+// A divergence every rank finds together (the loss is all-reduced) is one failure: rank 0 prints
+// it once, every rank exits, and the checkpoint before it is kept.
+TEST(FailingRank, ADivergenceIsReportedOnceAndKeepsTheCheckpoint) {
+  ScratchDir dir;
+  const Ended e = run_job(job(dir, "--lr 1e30 --warmup 0 --save " + dir.path("ck") + " --save-every 1"));
+  expect_ended_by_itself(e);
+  const std::string& out = e.result.output;
+  EXPECT_THAT(out, HasSubstr("tandem: error: the loss at step 2 is NaN")) << out;
+  const size_t first = out.find("tandem: error:");
+  EXPECT_EQ(out.find("tandem: error:", first + 1), std::string::npos) << out;
+  EXPECT_EQ(testing::read_bytes(dir.path("ck/latest")), "step-00000001\n");
 }
 
 }  // namespace
