@@ -26,7 +26,8 @@
 // Errors: misuse is a UserError whose message names the call, the rank and what was expected
 // ("reduce_scatter on rank 1 of 3: ..."). Mismatches between ranks (sizes, dtypes, ops, roots, or
 // different collectives) are detected where the backend can do it cheaply: always on the thread
-// backend, and on MPI unless TANDEM_COMM_VERIFY=0.
+// backend, and on MPI unless TANDEM_COMM_VERIFY=0. A wait for peers longer than the collective
+// timeout (comm_timeout_s, below) is a UserError naming the ranks that did not arrive.
 //
 // Threads: one Communicator is used by one thread at a time (like an MPI communicator under
 // MPI_THREAD_SERIALIZED); different communicators, including those from split(), may be used

@@ -111,6 +111,20 @@ TEST(FailingRank, ADiskThatFillsDuringASaveEndsTheJob) {
   EXPECT_TRUE(fs::exists(dir.path("ck/latest")));
 }
 
+// The metrics file, which rank 0 alone appends to every step, stops growing mid-run.
+TEST(FailingRank, AMetricsFileThatCannotGrowEndsTheJob) {
+  ScratchDir dir;
+  const Ended e = run_job(job(dir, "--metrics " + dir.path("m.jsonl")), [&] {
+    if (!wait_for_file(dir.path("m.jsonl"))) return;
+    const std::string limit = fmt::format("prlimit --pid {} --fsize=100", pid_of_rank(dir, 0));
+    EXPECT_EQ(std::system(limit.c_str()), 0) << limit;
+  });
+  expect_ended_by_itself(e);
+  EXPECT_THAT(e.result.output, HasSubstr("tandem: error: rank 0 of 2: cannot write metrics file '" +
+                                         dir.path("m.jsonl") + "': File too large"))
+      << e.result.output;
+}
+
 // A rank stopped (SIGSTOP: a debugger, a hung node) leaves rank 0 waiting in a collective until
 // the timeout, which then ends the job naming the collective, the step and the stopped rank.
 TEST(FailingRank, AStoppedRankTimesOut) {
