@@ -171,6 +171,29 @@ TEST(TrainerResume, ContinuesBitwiseLikeAnUninterruptedRun) {
   }
 }
 
+// --save keeps the newest --keep-checkpoints step folders; --resume takes the folder of them (its
+// `latest`) or any one of them, and continues bitwise like the run that did not stop.
+TEST(TrainerResume, FromTheSaveFolderOrOneStepFolder) {
+  ScratchDir dir;
+  TrainConfig first = tiny({1, 1, 1}, 6);
+  first.save_dir = dir.path("ck");
+  first.save_every = 1;
+  first.keep_checkpoints = 3;
+  const TrainResult straight = train(first);
+  EXPECT_EQ(dir.list("ck"), (std::vector<std::string>{"latest", "step-00000004", "step-00000005",
+                                                       "step-00000006"}));
+  for (const std::string from : {"ck", "ck/step-00000004"}) {
+    TrainConfig second = tiny({1, 1, 1}, 6);
+    second.resume_dir = dir.path(from);
+    const TrainResult b = train(second);
+    const int64_t at = from == "ck" ? 6 : 4;
+    EXPECT_EQ(b.first_step, at) << from;
+    EXPECT_EQ(b.losses, std::vector<double>(straight.losses.begin() + at, straight.losses.end()))
+        << from;
+    EXPECT_EQ(b.weights, straight.weights) << from;
+  }
+}
+
 // A checkpoint from one grid resumes on another: the whole-model weights and moments are
 // re-sharded (the loss then matches to the equivalence tolerance, not bitwise).
 TEST(TrainerResume, ResumesOnAnotherGrid) {
