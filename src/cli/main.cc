@@ -1,14 +1,42 @@
 // The tandem command: parses flags with CLI11 and turns every error into one clear message and a
-// non-zero exit (user errors: what to fix; internal errors: a bug to report).
+// non-zero exit (user errors: what to fix; internal errors: a bug to report). A rank of an MPI
+// job that fails ends the whole job, so that no peer waits for it forever.
 #include <fmt/format.h>
 
+#include <csignal>
 #include <cstdio>
 #include <exception>
+#include <string>
 
 #include "commands.h"
+#include "tandem/comm/mpi.h"
 #include "tandem/core/error.h"
 
+namespace {
+
+// Prints `message` ("tandem: error: ...") and returns `code`. In an MPI job of two or more
+// processes the message names the rank (unless it already does) and the job is aborted: this
+// rank would otherwise hang in MPI_Finalize while its peers wait for it in a collective.
+int fail(const std::string& prefix, const std::string& what, int code) {
+  const auto job = tandem::comm::running_mpi_job();
+  std::string rank;
+  if (job) {
+    const std::string tag = fmt::format("rank {} of {}", job->rank, job->size);
+    if (what.find(tag) == std::string::npos) rank = tag + ": ";
+  }
+  fmt::print(stderr, "{}{}{}\n", prefix, rank, what);
+  if (!job) return code;
+  std::fflush(stdout);
+  std::fflush(stderr);
+  tandem::comm::abort_mpi_job(code);
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  // Past a file-size limit, a write fails with EFBIG and the user reads which file, as on a full
+  // disk, rather than the process being killed without a word.
+  std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"tandem: distributed training with computation and communication in one program"};
   app.require_subcommand(1);
   tandem::cli::add_info(app);
@@ -22,15 +50,18 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  } catch (const tandem::comm::CollectiveError& e) {
+    // Every rank raised it at the same point: none waits for another, so each exits normally
+    // (through MPI_Finalize) and only rank 0 says why.
+    const auto job = tandem::comm::running_mpi_job();
+    if (!job || job->rank == 0) fmt::print(stderr, "tandem: error: {}\n", e.what());
+    return 1;
   } catch (const tandem::UserError& e) {
-    fmt::print(stderr, "tandem: error: {}\n", e.what());
-    return 1;
+    return fail("tandem: error: ", e.what(), 1);
   } catch (const tandem::InternalError& e) {
-    fmt::print(stderr, "tandem: {}\n", e.what());
-    return 2;
+    return fail("tandem: ", e.what(), 2);
   } catch (const std::exception& e) {
-    fmt::print(stderr, "tandem: error: {}\n", e.what());
-    return 1;
+    return fail("tandem: error: ", e.what(), 1);
   }
   return 0;
 }

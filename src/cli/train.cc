@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "commands.h"
+#include "tandem/comm/communicator.h"
 #include "tandem/core/error.h"
 #include "tandem/train/trainer.h"
 
@@ -31,6 +32,7 @@ struct TrainFlags {
   float dropout = 0.0f;
   train::TrainConfig cfg;
   bool quiet = false;
+  std::string comm_timeout;  // --comm-timeout, checked by comm::parse_comm_timeout
 };
 
 // The model's size from the preset and the flags given (a resumed run: from its checkpoint).
@@ -96,6 +98,8 @@ train::TrainConfig config_of(const TrainFlags& flags, const SizeOptions& o, cons
   m.dropout = dropout;
   cfg.batch = o.batch->count() ? flags.batch : p.batch;
   cfg.progress = !flags.quiet;
+  if (!flags.comm_timeout.empty())
+    cfg.comm_timeout_s = comm::parse_comm_timeout(flags.comm_timeout, "--comm-timeout");
   if (tier->count() > 0 && cfg.memory_budget.empty())
     user_error("--slow-tier needs --memory-budget: without a budget everything stays in memory");
   return cfg;
@@ -138,12 +142,20 @@ void add_train(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--eval-every", c.eval_every, "Validation loss every N steps (0: never)")->capture_default_str();
   cmd->add_option("--eval-batches", c.eval_batches, "Batches per validation")->capture_default_str();
-  cmd->add_option("--save", c.save_dir, "Write a checkpoint to DIR at the end");
+  cmd->add_option("--save", c.save_dir,
+                  "Write a checkpoint to DIR/step-<N> at the end (DIR/latest names the newest)");
   cmd->add_option("--save-every", c.save_every, "Also every N steps");
-  cmd->add_option("--resume", c.resume_dir, "Continue from the checkpoint in DIR (its model unless flags say otherwise)");
+  cmd->add_option("--keep-checkpoints", c.keep_checkpoints, "Keep the newest N checkpoints in --save DIR")
+      ->capture_default_str();
+  cmd->add_option("--resume", c.resume_dir,
+                  "Continue from the checkpoint in DIR, or the newest of a --save folder (its model "
+                  "unless flags say otherwise)");
   cmd->add_option("--metrics", c.metrics_path, "Write one JSON line per step to FILE");
   cmd->add_option("--trace", c.trace_path, "Write a Chrome trace (Perfetto) to FILE");
   cmd->add_flag("--quiet", flags->quiet, "Only the summary, no progress lines");
+  cmd->add_option("--comm-timeout", flags->comm_timeout,
+                  "Seconds a rank waits for its peers in one collective before the run fails naming "
+                  "the ranks that did not arrive (0: forever; default TANDEM_COMM_TIMEOUT, else 600)");
   CLI::Option* tier = add_memory_flags(cmd, c);
   cmd->callback([flags, sizes, tier] { train::train(config_of(*flags, sizes, tier)); });
 }

@@ -9,12 +9,14 @@
 #include <chrono>
 #include <climits>
 #include <cstdlib>
+#include <numeric>
 #include <thread>
 #include <vector>
 
 #include "checks.h"
 #include "tandem/core/env.h"
 #include "tandem/core/error.h"
+#include "timeout.h"
 #include "wait.h"
 
 namespace tandem::comm {
@@ -53,9 +55,10 @@ int local_ranks() {
 // true. While ranks fit on the cores, it polls as MPI_Wait would (yielding would hand whole time
 // slices to other processes while the peer's data is microseconds away) and only backs off to
 // yields and then short sleeps on a long wait (a slow peer). When ranks outnumber cores it yields
-// almost at once and soon sleeps, leaving the core to the rank it waits for.
-template <typename Done>
-void backoff_wait(Done&& done) {
+// almost at once and soon sleeps, leaving the core to the rank it waits for. Past the collective
+// timeout it calls timed_out(deadline), which throws.
+template <typename Done, typename TimedOut>
+void backoff_wait(Done&& done, TimedOut&& timed_out) {
   static const bool oversubscribed = [] {
     const unsigned cores = std::thread::hardware_concurrency();
     return cores != 0 && static_cast<unsigned>(local_ranks()) > cores;
@@ -65,8 +68,10 @@ void backoff_wait(Done&& done) {
   const us poll_for = oversubscribed ? us(0) : us(10'000);
   const us yield_for = oversubscribed ? us(200) : us(100'000);
   const auto start = clock::now();
+  const detail::Deadline deadline;
   for (int i = 0; !done(); ++i) {
     if (i < 64 || (i & 15) != 0) continue;  // look at the clock every 16 polls
+    if (deadline.passed()) timed_out(deadline);
     const auto waited = clock::now() - start;
     if (waited < poll_for) continue;
     if (waited < yield_for) {
@@ -90,6 +95,9 @@ void for_each_piece(void* data, size_t bytes, Fn&& fn) {
     done += n;
   } while (done < bytes);
 }
+
+// The collective this thread is running, for the timeout message of a message inside it.
+thread_local std::string_view t_collective;
 
 // Where a message goes, for error messages; formatted only when one is needed.
 struct MessageInfo {
@@ -148,7 +156,15 @@ class MpiRequest final : public Request::State {
   }
 
   void wait() override {
-    backoff_wait([&] { return test(); });
+    backoff_wait([&] { return test(); }, [&](const detail::Deadline& d) {
+      const std::string where =
+          t_collective.empty() ? fmt::format("{} on rank {} of {}", info_.is_recv ? "recv" : "send",
+                                             info_.rank, info_.size)
+                               : fmt::format("{} on rank {} of {}", t_collective, info_.rank, info_.size);
+      detail::timed_out(where, d,
+                        fmt::format("rank {} never {} the message with tag {}", info_.peer,
+                                    info_.is_recv ? "sent" : "posted the receive of", info_.tag));
+    });
   }
 
  private:
@@ -164,6 +180,10 @@ void finalize_at_exit() {
   MPI_Initialized(&init);
   if (g_initialized_by_tandem && init && !mpi_finalized()) MPI_Finalize();
 }
+
+// Arrival codes besides the collectives' own (CollectiveKind).
+constexpr int kBarrierCode = 16;
+constexpr int kSplitCode = 17;
 
 // TANDEM_COMM_VERIFY=0 turns off the cross-rank agreement check of every collective.
 bool env_verify() {
@@ -214,33 +234,51 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm) {
                "first, or use tandem::comm::mpi_world() to let tandem do it");
   if (comm == MPI_COMM_NULL) user_error("MpiCommunicator: the communicator is MPI_COMM_NULL");
   check_mpi(MPI_Comm_dup(comm, &comm_), "MpiCommunicator", "MPI_Comm_dup");
-  MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
-  MPI_Comm_rank(comm_, &rank_);
-  MPI_Comm_size(comm_, &size_);
+  set_up();
 }
 
-MpiCommunicator::MpiCommunicator(MPI_Comm owned, Adopt) : comm_(owned) {
+MpiCommunicator::MpiCommunicator(MPI_Comm owned, Adopt) : comm_(owned) { set_up(); }
+
+void MpiCommunicator::set_up() {
   MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+  check_mpi(MPI_Comm_dup(comm_, &ctrl_), "MpiCommunicator", "MPI_Comm_dup");
+  MPI_Comm_set_errhandler(ctrl_, MPI_ERRORS_RETURN);
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
+  MPI_Group mine, world;
+  MPI_Comm_group(comm_, &mine);
+  MPI_Comm_group(MPI_COMM_WORLD, &world);
+  std::vector<int> ranks(static_cast<size_t>(size_));
+  std::iota(ranks.begin(), ranks.end(), 0);
+  world_ranks_.assign(static_cast<size_t>(size_), MPI_UNDEFINED);
+  MPI_Group_translate_ranks(mine, size_, ranks.data(), world, world_ranks_.data());
+  MPI_Group_free(&mine);
+  MPI_Group_free(&world);
 }
 
 MpiCommunicator::~MpiCommunicator() {
-  if (comm_ != MPI_COMM_NULL && !mpi_finalized()) MPI_Comm_free(&comm_);
+  if (mpi_finalized()) return;
+  if (ctrl_ != MPI_COMM_NULL) MPI_Comm_free(&ctrl_);
+  if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+std::string MpiCommunicator::ranks_named(const std::vector<int>& group_ranks) const {
+  std::string text = detail::rank_list(group_ranks);
+  std::vector<int> in_world;
+  for (int r : group_ranks) in_world.push_back(world_ranks_[static_cast<size_t>(r)]);
+  if (in_world != group_ranks) text += " (world " + detail::rank_list(in_world) + ")";
+  return text;
 }
 
 void MpiCommunicator::barrier() {
-  const std::string where = fmt::format("barrier on rank {} of {}", rank_, size_);
-  MPI_Request req;
-  check_mpi(MPI_Ibarrier(comm_, &req), where, "MPI_Ibarrier");
-  backoff_wait([&] {
-    int flag = 0;
-    check_mpi(MPI_Test(&req, &flag, MPI_STATUS_IGNORE), where, "MPI_Test");
-    return flag != 0;
-  });
+  CollectiveDesc none{CollectiveKind::AllReduce};
+  arrive(none, kBarrierCode, env_verify());
 }
 
 std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) {
+  // Arrive first: MPI_Comm_split blocks with no way out, so a missing rank must be found before.
+  CollectiveDesc none{CollectiveKind::AllReduce};
+  arrive(none, kSplitCode, env_verify());
   MPI_Comm child = MPI_COMM_NULL;
   check_mpi(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &child),
             fmt::format("split on rank {} of {}", rank_, size_), "MPI_Comm_split");
@@ -270,32 +308,68 @@ Request MpiCommunicator::post_recv(const Tensor& t, int peer, int tag) {
   return Request(std::move(st));
 }
 
-// Every rank shares what it is about to call (a few dozen bytes, one small all-gather), so that a
-// mismatch is a clear error on every rank instead of a hang or a garbled result.
-void MpiCommunicator::verify(const CollectiveDesc& desc) {
-  struct Wire {
-    int32_t kind, op, dtype, root, algo, pad;
-    int64_t n;
-  };
-  if (!env_verify()) return;
-  const detail::CallSignature mine = detail::signature_of(desc);
-  Wire w{static_cast<int32_t>(desc.kind), static_cast<int32_t>(desc.op),
-         static_cast<int32_t>(mine.dtype), desc.root, static_cast<int32_t>(desc.algo), 0, mine.n};
+// Every rank sends every peer what it is about to call (a few dozen bytes) and receives theirs:
+// together a barrier, after which a mismatch is a clear error on every rank instead of a hang or
+// a garbled result. Point-to-point rather than one all-gather, so that a wait that times out
+// knows exactly which ranks have not arrived.
+void MpiCommunicator::arrive(const CollectiveDesc& desc, int code, bool verify) {
+  const bool collective = code < kBarrierCode;
+  const std::string_view name = collective ? collective_name(desc.kind)
+                                           : (code == kBarrierCode ? "barrier" : "split");
+  const std::string where = fmt::format("{} on rank {} of {}", name, rank_, size_);
+  detail::CallSignature mine;
+  if (collective) mine = detail::signature_of(desc);
+  sent_ = Wire{code, static_cast<int32_t>(mine.op), static_cast<int32_t>(mine.dtype), mine.root,
+               static_cast<int32_t>(mine.algo), 0, mine.n};
   std::vector<Wire> all(static_cast<size_t>(size_));
-  const std::string where =
-      fmt::format("{} on rank {} of {}", collective_name(desc.kind), rank_, size_);
-  MPI_Request req;
-  check_mpi(MPI_Iallgather(&w, sizeof(Wire), MPI_BYTE, all.data(), sizeof(Wire), MPI_BYTE, comm_,
-                           &req),
-            where, "MPI_Iallgather");
-  backoff_wait([&] {
-    int flag = 0;
-    check_mpi(MPI_Test(&req, &flag, MPI_STATUS_IGNORE), where, "MPI_Test");
-    return flag != 0;
-  });
+  all[static_cast<size_t>(rank_)] = sent_;
+  // recvs[q]: from rank q (null for this rank); sends after them.
+  std::vector<MPI_Request> reqs(2 * static_cast<size_t>(size_), MPI_REQUEST_NULL);
+  for (int q = 0; q < size_; ++q) {
+    if (q == rank_) continue;
+    check_mpi(MPI_Irecv(&all[static_cast<size_t>(q)], sizeof(Wire), MPI_BYTE, q, 0, ctrl_,
+                        &reqs[static_cast<size_t>(q)]),
+              where, "MPI_Irecv");
+    check_mpi(MPI_Isend(&sent_, sizeof(Wire), MPI_BYTE, q, 0, ctrl_,
+                        &reqs[static_cast<size_t>(size_ + q)]),
+              where, "MPI_Isend");
+  }
+  backoff_wait(
+      [&] {
+        int flag = 0;
+        check_mpi(MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &flag,
+                              MPI_STATUSES_IGNORE),
+                  where, "MPI_Testall");
+        return flag != 0;
+      },
+      [&](const detail::Deadline& d) {
+        // Ask each receive on its own: those still open are the ranks that did not arrive. They
+        // are cancelled (`all` is about to go); the sends read sent_, which stays.
+        std::vector<int> late;
+        for (int q = 0; q < size_; ++q) {
+          MPI_Request& r = reqs[static_cast<size_t>(q)];
+          int flag = 1;
+          if (r != MPI_REQUEST_NULL) MPI_Test(&r, &flag, MPI_STATUS_IGNORE);
+          if (flag) continue;
+          late.push_back(q);
+          MPI_Cancel(&r);
+          MPI_Request_free(&r);
+        }
+        for (int q = 0; q < size_; ++q) {
+          MPI_Request& r = reqs[static_cast<size_t>(size_ + q)];
+          if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
+        }
+        detail::timed_out(where, d, ranks_named(late) + " did not arrive");
+      });
+  if (!verify) return;
   auto signature = [&](const Wire& x) {
     detail::CallSignature s;
-    const auto kind = static_cast<CollectiveKind>(x.kind);
+    if (x.code >= kBarrierCode) {
+      s.name = x.code == kBarrierCode ? "barrier" : "split";
+      s.collective = false;
+      return s;
+    }
+    const auto kind = static_cast<CollectiveKind>(x.code);
     s.name = collective_name(kind);
     s.dtype = static_cast<DType>(x.dtype);
     s.n = x.n;
@@ -315,8 +389,29 @@ size_t MpiCommunicator::ring_message_bytes() const {
 }
 
 void MpiCommunicator::execute(const CollectiveDesc& desc) {
-  verify(desc);
+  if (env_verify()) arrive(desc, static_cast<int>(desc.kind), true);
+  // Names the collective in the timeout message of a ring message that does not come.
+  struct Named {
+    explicit Named(std::string_view n) { t_collective = n; }
+    ~Named() { t_collective = {}; }
+  } named(collective_name(desc.kind));
   execute_ring(desc);
+}
+
+std::optional<MpiJob> running_mpi_job() {
+  int init = 0;
+  MPI_Initialized(&init);
+  if (!init || mpi_finalized()) return std::nullopt;
+  MpiJob job;
+  MPI_Comm_rank(MPI_COMM_WORLD, &job.rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &job.size);
+  if (job.size < 2) return std::nullopt;
+  return job;
+}
+
+void abort_mpi_job(int code) {
+  MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);  // MPI_Abort does not return; should it, the process still ends
 }
 
 std::unique_ptr<Communicator> mpi_world() {

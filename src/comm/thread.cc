@@ -13,6 +13,8 @@
 #include "tandem/comm/thread.h"
 
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <exception>
@@ -24,6 +26,7 @@
 #include "checks.h"
 #include "reduce.h"
 #include "tandem/core/error.h"
+#include "timeout.h"
 #include "wait.h"
 
 namespace tandem::comm {
@@ -65,6 +68,18 @@ struct World {
     }
     aborted.store(true, std::memory_order_seq_cst);
     ring_all();
+    done.notify_all();
+  }
+
+  // Called by each rank's thread as it finishes (and for ranks that never started).
+  void exit(int world_rank) {
+    exited[world_rank].store(true, std::memory_order_seq_cst);
+    ring_all();
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      ++exited_count;
+    }
+    done.notify_all();
   }
 
   void ring_all() {
@@ -80,6 +95,8 @@ struct World {
   std::mutex mu;
   std::exception_ptr error;
   int error_rank = -1;
+  std::condition_variable done;  // a rank exited, or the world aborted (with mu)
+  int exited_count = 0;
 };
 
 // ---- Groups ------------------------------------------------------------------------------------
@@ -221,8 +238,17 @@ class ThreadRequest final : public Request::State {
 
   void wait() override {
     World& w = *g_->world;
-    w.bells[x_->owner].wait(
-        w.spin, [&] { return x_->state.load(std::memory_order_seq_cst) != 0; }, [&] { check(); });
+    const detail::Deadline deadline;
+    auto done = [&] { return x_->state.load(std::memory_order_seq_cst) != 0; };
+    w.bells[x_->owner].wait(w.spin, done, [&] {
+      check();
+      if (deadline.passed() && !done())
+        detail::timed_out(fmt::format("{} on rank {} of {}", is_send_ ? "send" : "recv",
+                                      is_send_ ? x_->src : x_->dst, g_->size()),
+                          deadline,
+                          fmt::format("rank {} never {} the message with tag {}", peer(),
+                                      is_send_ ? "posted the receive of" : "sent", x_->tag));
+    });
     test();
   }
 
@@ -292,6 +318,9 @@ class ThreadCommunicator final : public Communicator {
   // Blocks until ready(); fails if the group is aborted or rank q (when q >= 0) has returned.
   template <typename Ready>
   void wait_for(Call call, int q, Ready&& ready) const;
+  // For a timeout in call `seq_`: the ranks that have not posted it ("did not arrive"), or else
+  // rank q, which arrived but has not done its part.
+  std::string late_ranks(int q) const;
   // After a failure: returns once no peer can still be touching this rank's buffers.
   void wait_quiet(uint64_t seq) const;
   void ring_peers() const;
@@ -313,6 +342,7 @@ class ThreadCommunicator final : public Communicator {
   int rank_;
   int me_;  // world rank
   uint64_t seq_ = 0;
+  detail::Deadline deadline_;         // of the current group call, started when it posts
   std::vector<const void*> srcs_;     // reused: one input pointer per rank
   std::vector<int64_t> gathered_;     // reused: chunks of each part copied so far
 };
@@ -327,7 +357,24 @@ void ThreadCommunicator::wait_for(Call call, int q, Ready&& ready) const {
       user_error("{}: rank {} has returned from its function without taking part; every rank of "
                  "the group must make the same collective calls in the same order",
                  at(call), q);
+    if (deadline_.passed() && !ready()) detail::timed_out(at(call), deadline_, late_ranks(q));
   });
+}
+
+std::string ThreadCommunicator::late_ranks(int q) const {
+  std::vector<int> late;
+  for (int r = 0; r < size(); ++r)
+    if (r != rank_ && slot(r).posted.v.load(std::memory_order_seq_cst) < seq_) late.push_back(r);
+  const bool arrived = late.empty();
+  if (arrived && q >= 0) late.push_back(q);
+  // Ranks of a split group are named by their world ranks too: those are the ones users know.
+  std::string text = detail::rank_list(late);
+  if (size() != world().n) {
+    std::vector<int> in_world;
+    for (int r : late) in_world.push_back(g_->members[r]);
+    text += " (world " + detail::rank_list(in_world) + ")";
+  }
+  return text + (arrived ? " arrived but has not finished its part" : " did not arrive");
 }
 
 void ThreadCommunicator::ring_peers() const {
@@ -341,6 +388,7 @@ void ThreadCommunicator::group_call(const Desc& d, bool shares_buffers, Body&& b
   if (w.aborted.load(std::memory_order_seq_cst))
     throw Aborted(fmt::format("{}: aborted because rank {} failed", at(d.call), w.origin.load()));
   const uint64_t seq = ++seq_;
+  deadline_ = detail::Deadline();
   Slot& mine = slot(rank_);
   mine.desc[seq & 1] = d;
   mine.posted.v.store(seq, std::memory_order_seq_cst);
@@ -609,6 +657,8 @@ Request ThreadCommunicator::post(const Tensor& t, int peer, int tag, bool is_sen
   const std::string prefix = tag + ": ";
   try {
     std::rethrow_exception(e);
+  } catch (const CollectiveError&) {
+    throw;  // every rank's, not this one's
   } catch (const UserError& x) {
     if (std::string_view(x.what()).find(tag) != std::string_view::npos) throw;
     throw UserError(prefix + x.what());
@@ -620,6 +670,14 @@ Request ThreadCommunicator::post(const Tensor& t, int peer, int tag, bool is_sen
   }
 }
 
+// How long run_ranks waits, after a failure, for the other ranks to return before it leaves the
+// ones that do not behind: a rank stuck outside any communication call (deadlocked, or in a sleep
+// that outlasts the timeout) would otherwise keep the error from ever being reported.
+double abandon_after_s() {
+  const double t = comm_timeout_s();
+  return t > 0 ? std::min(t, 10.0) : 0.0;  // 0: wait for them however long it takes
+}
+
 }  // namespace
 
 void run_ranks(int n, const std::function<void(Communicator&)>& fn) {
@@ -628,31 +686,51 @@ void run_ranks(int n, const std::function<void(Communicator&)>& fn) {
   std::vector<int> everyone(n);
   std::iota(everyone.begin(), everyone.end(), 0);
   auto group = std::make_shared<Group>(world, everyone);
+  // Owned by every thread: a rank left behind after a failure may outlive this call.
+  auto task = std::make_shared<const std::function<void(Communicator&)>>(fn);
 
-  auto body = [&](int r) {
+  auto body = [world, group, task](int r) {
     try {
       ThreadCommunicator comm(group, r);
-      fn(comm);
+      (*task)(comm);
     } catch (const Aborted&) {
       // A consequence of another rank's failure, which is already recorded.
     } catch (...) {
       world->abort(r, std::current_exception());
     }
-    world->exited[r].store(true, std::memory_order_seq_cst);
-    world->ring_all();
+    world->exit(r);
   };
 
+  // Every rank runs on a thread of its own, the caller only watches: a rank stuck outside any
+  // communication call, even rank 0, must not keep the failure it caused from being reported.
   std::vector<std::thread> threads;
-  threads.reserve(n - 1);
+  threads.reserve(n);
   try {
-    for (int r = 1; r < n; ++r) threads.emplace_back(body, r);
+    for (int r = 0; r < n; ++r) threads.emplace_back(body, r);
   } catch (...) {
     // Could not start every rank: the ones started must not wait for the others forever.
-    world->abort(static_cast<int>(threads.size()) + 1, std::current_exception());
-    for (int r = static_cast<int>(threads.size()) + 1; r < n; ++r) world->exited[r].store(true);
+    world->abort(static_cast<int>(threads.size()), std::current_exception());
+    for (int r = static_cast<int>(threads.size()); r < n; ++r) world->exit(r);
   }
-  body(0);
-  for (auto& t : threads) t.join();
+  {
+    std::unique_lock<std::mutex> lock(world->mu);
+    world->done.wait(lock, [&] { return world->exited_count == n || world->aborted.load(); });
+    if (world->exited_count < n && abandon_after_s() > 0) {
+      // Ranks waiting for their peers were woken by the abort and return at once; one that is
+      // not waiting gets abandon_after_s() to notice, then is left behind, detached.
+      const auto until = std::chrono::steady_clock::now() +
+                         std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                             std::chrono::duration<double>(abandon_after_s()));
+      world->done.wait_until(lock, until, [&] { return world->exited_count == n; });
+    }
+  }
+  for (size_t r = 0; r < threads.size(); ++r) {
+    if (world->exited[r].load() || abandon_after_s() == 0) {
+      threads[r].join();
+    } else {
+      threads[r].detach();
+    }
+  }
   if (world->error != nullptr) rethrow_named(world->error, world->error_rank, n);
 }
 

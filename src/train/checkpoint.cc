@@ -2,10 +2,12 @@
 // with every file checked, and config compatibility messages.
 #include "tandem/train/checkpoint.h"
 
+#include <cmath>
 #include <filesystem>
 #include <set>
 
 #include "tandem/core/error.h"
+#include "tandem/train/checkpoint_series.h"
 
 namespace tandem::train {
 namespace fs = std::filesystem;
@@ -156,17 +158,20 @@ void save_checkpoint(const std::string& dir, const Checkpoint& ckpt,
 }
 
 Checkpoint load_checkpoint(const std::string& dir, bool with_optimizer) {
-  const std::string folder = resolve_folder(dir);
   std::error_code ec;
-  if (!fs::exists(folder, ec)) user_error("checkpoint folder '{}' does not exist", dir);
-  if (!fs::is_directory(folder, ec)) user_error("checkpoint '{}' is not a folder", dir);
+  if (!fs::exists(resolve_folder(dir), ec)) user_error("checkpoint folder '{}' does not exist", dir);
+  // A series' newest step folder, or dir itself; messages name the step folder when it is one.
+  const std::string named = resolve_checkpoint(dir);
+  const std::string folder = resolve_folder(named);
+  if (!fs::is_directory(folder, ec)) user_error("checkpoint '{}' is not a folder", named);
   std::vector<std::string> missing;
   for (std::string_view file : {kWeightsFile, kOptimizerFile, kMetaFile})
     if (!fs::is_regular_file(in_folder(folder, file), ec)) missing.emplace_back(file);
   if (!missing.empty())
-    user_error("checkpoint '{}' is incomplete: it has no {}", dir, join_and(missing));
+    user_error("checkpoint '{}' is incomplete: it has no {}", named, join_and(missing));
 
   Checkpoint ckpt;
+  ckpt.folder = folder;
   const std::string meta_path = in_folder(folder, kMetaFile);
   json j;
   try {
@@ -181,6 +186,38 @@ Checkpoint load_checkpoint(const std::string& dir, bool with_optimizer) {
   ckpt.weights = load_safetensors(in_folder(folder, kWeightsFile)).tensors;
   if (with_optimizer) ckpt.optimizer = load_safetensors(in_folder(folder, kOptimizerFile)).tensors;
   return ckpt;
+}
+
+std::string non_finite_values(const std::vector<NamedTensor>& tensors) {
+  for (const NamedTensor& t : tensors) {
+    int64_t nan = 0, inf = 0;
+    const int64_t n = t.tensor.numel();
+    if (t.tensor.dtype() == DType::F32) {
+      const float* p = t.tensor.data_as<float>();
+      for (int64_t i = 0; i < n; ++i) {
+        nan += std::isnan(p[i]);
+        inf += std::isinf(p[i]);
+      }
+    } else {
+      for (int64_t i = 0; i < n; ++i) {
+        const float x = t.tensor.get(i);
+        nan += std::isnan(x);
+        inf += std::isinf(x);
+      }
+    }
+    if (nan + inf > 0)
+      return fmt::format("tensor '{}' has {} NaN and {} infinite values of {}", t.name, nan, inf, n);
+  }
+  return {};
+}
+
+void refuse_non_finite(const std::vector<NamedTensor>& tensors, const std::string& where,
+                       std::string_view what) {
+  const std::string bad = non_finite_values(tensors);
+  if (!bad.empty())
+    user_error("checkpoint '{}' holds non-finite {}: {}; the model diverged before it was saved, "
+               "so use an earlier checkpoint",
+               where, what, bad);
 }
 
 std::vector<ConfigMismatch> config_mismatches(const json& saved, const json& requested,

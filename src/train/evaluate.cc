@@ -16,10 +16,12 @@ namespace tandem::train {
 LoadedModel load_model(const std::string& dir) {
   Checkpoint ck = load_checkpoint(dir, false);
   const nn::GPTConfig config =
-      model_config_from_json(ck.meta.model_config, "checkpoint '" + dir + "'");
+      model_config_from_json(ck.meta.model_config, "checkpoint '" + ck.folder + "'");
+  // A diverged model would score NaN or sample noise: say why instead.
+  refuse_non_finite(ck.weights, ck.folder, "weights");
   LoadedModel out{config, nn::ParameterSet(config), ck.meta};
-  const std::vector<float> w =
-      detail::whole_from_tensors(ck.weights, config, "", dir + "/" + std::string(kWeightsFile));
+  const std::vector<float> w = detail::whole_from_tensors(
+      ck.weights, config, "", ck.folder + "/" + std::string(kWeightsFile));
   std::memcpy(out.params.flat().data(), w.data(), w.size() * sizeof(float));
   return out;
 }

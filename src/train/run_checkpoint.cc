@@ -15,6 +15,9 @@ std::shared_ptr<const ResumeState> prepare_resume(const TrainConfig& cfg) {
   const std::string& dir = cfg.resume_dir;
   const Checkpoint ck = load_checkpoint(dir, true);
   const RunMeta& meta = ck.meta;
+  // Continuing from a diverged model would only diverge again.
+  refuse_non_finite(ck.weights, ck.folder, "weights");
+  refuse_non_finite(ck.optimizer, ck.folder, "optimizer state");
   check_config_compatible(dir, meta.model_config, model_config_to_json(cfg.model),
                           model_compat_keys());
   if (meta.optimizer != cfg.optimizer.name)
@@ -22,8 +25,9 @@ std::shared_ptr<const ResumeState> prepare_resume(const TrainConfig& cfg) {
                meta.optimizer, cfg.optimizer.name);
   auto r = std::make_shared<ResumeState>();
   r->meta = meta;
-  const std::string weights_file = dir + "/" + std::string(kWeightsFile);
-  const std::string opt_file = dir + "/" + std::string(kOptimizerFile);
+  r->folder = ck.folder;
+  const std::string weights_file = ck.folder + "/" + std::string(kWeightsFile);
+  const std::string opt_file = ck.folder + "/" + std::string(kOptimizerFile);
   r->state.weights = detail::whole_from_tensors(ck.weights, cfg.model, "", weights_file);
   r->state.m = detail::whole_from_tensors(ck.optimizer, cfg.model, "m.", opt_file);
   r->state.v = detail::whole_from_tensors(ck.optimizer, cfg.model, "v.", opt_file);

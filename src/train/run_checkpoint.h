@@ -17,6 +17,7 @@ namespace tandem::train {
 // every rank does not read the files, and a refusal is one message rather than one per rank).
 struct ResumeState {
   RunMeta meta;
+  std::string folder;  // the checkpoint read: a series' step folder, or resume_dir itself
   detail::WholeModelState state;
   std::vector<std::string> warnings;  // the data, batch or seed differ from the original run's
 };

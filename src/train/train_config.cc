@@ -69,6 +69,12 @@ void TrainConfig::validate() const {
     user_error("validation every {} steps needs a validation split (fraction > 0)", eval_every);
   if (save_every < 0) user_error("--save-every {} must be 0 or more", save_every);
   if (save_every > 0 && save_dir.empty()) user_error("--save-every needs --save DIR");
+  if (keep_checkpoints < 1)
+    user_error("--keep-checkpoints {} must be at least 1 (the newest checkpoint is always kept)",
+               keep_checkpoints);
+  if (comm_timeout_s && !(std::isfinite(*comm_timeout_s) && *comm_timeout_s >= 0))
+    user_error("--comm-timeout {} must be a number of seconds, 0 (wait forever) or more",
+               *comm_timeout_s);
   if (blas_threads < 0) user_error("--threads {} must be 0 (automatic) or more", blas_threads);
 }
 

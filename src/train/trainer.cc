@@ -7,8 +7,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <mutex>
@@ -23,12 +25,14 @@
 #include "tandem/core/error.h"
 #include "tandem/parallel/model.h"
 #include "tandem/train/atomic_file.h"
+#include "tandem/train/checkpoint_series.h"
 #include "tandem/train/data.h"
 #include "tandem/train/metrics.h"
 #include "tandem/train/progress.h"
 #include "corpus_cache.h"
 #include "model_state.h"
 #include "out_of_core.h"
+#include "output_paths.h"
 #include "rank_batches.h"
 #include "run_checkpoint.h"
 #include "schedule_choice.h"
@@ -97,6 +101,7 @@ class RankRun {
                ooc_ ? ooc_->memory() : nullptr),
         opt_(cfg.optimizer, model_.layout(), grid_.dp(), schedules_.optimizer_schedules(), executor_),
         out_(cfg.out != nullptr ? *cfg.out : std::cout) {
+    if (resume_) last_checkpoint_ = {resume_->meta.step, resume_->folder};
     if (cfg.eval_every > 0) val_sampler_.emplace(detail::validation_sampler(*corpus_, cfg));
     model_.set_event_sink([this](std::string_view stream, std::string_view name, Clock::time_point b,
                                  Clock::time_point e, double self_s) { on_event(stream, name, b, e, self_s); });
@@ -119,6 +124,8 @@ class RankRun {
   double validate();
   bool checkpoint_due(int64_t step) const;
   void save(int64_t step);
+  // A non-finite loss or model: stop with the step, the last finite loss and the checkpoint kept.
+  [[noreturn]] void diverged(const std::string& what) const;
   void report_step(int64_t step, double loss, std::optional<double> val, double lr, double step_s);
   // The end of the run.
   void finish(TrainResult& result);
@@ -150,6 +157,14 @@ class RankRun {
   bool profiling_ = false;  // the out-of-core profile's steps are not reported
   std::unique_ptr<MetricsWriter> metrics_;  // lead rank only
   std::unique_ptr<Progress> progress_;      // lead rank only
+  // For the message of a divergence: the last step with a finite loss, and the newest good
+  // checkpoint (the one resumed from, or this run's last save).
+  int64_t last_finite_step_ = -1;
+  double last_finite_loss_ = 0;
+  struct Kept {
+    int64_t step = -1;
+    std::string folder;
+  } last_checkpoint_;
 };
 
 TrainResult RankRun::run() {
@@ -180,20 +195,34 @@ TrainResult RankRun::run() {
 
   const auto run_begin = Clock::now();
   for (int64_t step = result.first_step; step < cfg_.steps; ++step) {
+    comm::set_comm_activity(fmt::format("step {}", step + 1));
     const auto step_begin = Clock::now();
     const double lr = learning_rate(cfg_, step);
     const double loss = train_step(step, lr);
     const double step_s = seconds_since(step_begin);
+    if (!std::isfinite(loss)) {
+      // Every rank holds the same (all-reduced) loss, so all stop here together.
+      report_step(step, loss, std::nullopt, lr, step_s);
+      diverged(fmt::format("the loss at step {} is {}", step + 1,
+                           std::isnan(loss) ? "NaN" : loss > 0 ? "+infinity" : "-infinity"));
+    }
     if (ooc_) ooc_->after_step(trace_, grid_.world().rank());
     std::optional<double> val;
     if (validation_due(step)) {
+      comm::set_comm_activity(fmt::format("the validation after step {}", step + 1));
       val = validate();
       result.val_losses.emplace_back(step + 1, *val);
     }
-    if (checkpoint_due(step)) save(step + 1);
+    if (checkpoint_due(step)) {
+      comm::set_comm_activity(fmt::format("the checkpoint after step {}", step + 1));
+      save(step + 1);
+    }
     result.losses.push_back(loss);
+    last_finite_step_ = step + 1;
+    last_finite_loss_ = loss;
     report_step(step, loss, val, lr, step_s);
   }
+  comm::set_comm_activity("the end of the run");
   result.seconds = seconds_since(run_begin);
   finish(result);
   return result;
@@ -254,7 +283,7 @@ void RankRun::print_header(int64_t first_step) {
       c.n_layers, c.d_model, c.n_heads, static_cast<double>(nn::gpt_num_parameters(c)) / 1e6,
       corpus_->source == "synthetic" ? "the synthetic corpus" : corpus_->source, cfg_.batch,
       c.seq_len, cfg_.grid.size(), cfg_.grid.str(), cfg_.backend,
-      first_step > 0 ? fmt::format(", resuming at step {}", first_step) : "");
+      resume_ ? fmt::format(", resuming at step {} from {}", first_step, resume_->folder) : "");
   std::string programs = fmt::format("  optimizer {}: program {} schedule {} ({})",
                                      cfg_.optimizer.name, cfg_.optimizer.name == "lamb" ? "lamb" : "adam",
                                      opt_.schedule_name(), opt_.executor_name());
@@ -318,12 +347,38 @@ bool RankRun::checkpoint_due(int64_t step) const {
 void RankRun::save(int64_t step) {
   const auto begin = Clock::now();
   detail::WholeModelState state = detail::gather_state(model_, opt_);
+  const Checkpoint ck = detail::run_checkpoint(cfg_, *corpus_, step, state);
+  // A finite loss does not make a finite model: this step's update may have overflowed. Every
+  // rank holds the whole state, so all refuse it together, and the last good checkpoint stays.
+  std::string bad = non_finite_values(ck.weights);
+  if (bad.empty()) bad = non_finite_values(ck.optimizer);
+  if (!bad.empty()) diverged(fmt::format("the model after step {} is not finite ({})", step, bad));
+  std::string folder = (std::filesystem::path(cfg_.save_dir) / step_folder_name(step)).string();
   if (lead_) {
-    save_checkpoint(cfg_.save_dir, detail::run_checkpoint(cfg_, *corpus_, step, state));
+    folder = save_in_series(cfg_.save_dir, ck, cfg_.keep_checkpoints);
     phases_.add("checkpoint", seconds_since(begin));
   }
+  last_checkpoint_ = {step, folder};
   // Nobody runs ahead of a checkpoint being written (a failed save aborts the group).
   grid_.world().barrier();
+}
+
+void RankRun::diverged(const std::string& what) const {
+  const std::string before =
+      last_finite_step_ > 0
+          ? fmt::format(" (the last finite loss was {:.4f}, at step {})", last_finite_loss_,
+                        last_finite_step_)
+          : "";
+  std::string kept;
+  if (last_checkpoint_.step >= 0)
+    kept = fmt::format("; the last checkpoint, at step {} in '{}', is kept: resume from it with a "
+                       "lower --lr or a longer --warmup",
+                       last_checkpoint_.step, last_checkpoint_.folder);
+  else if (!cfg_.save_dir.empty())
+    kept = "; no checkpoint was saved before it (--save-every N saves one every N steps)";
+  // Every rank holds the same loss and the same whole model: they all stop here, together.
+  throw comm::CollectiveError(
+      fmt::format("{}{}: training diverged and stopped without saving{}", what, before, kept));
 }
 
 void RankRun::report_step(int64_t step, double loss, std::optional<double> val, double lr,
@@ -378,7 +433,8 @@ void RankRun::print_summary(const TrainResult& result, int64_t ran) {
   }
   if (ooc_ && ran > 0) out_ << ooc_->summary_line();
   if (!cfg_.save_dir.empty() && ran > 0)
-    out_ << fmt::format("tandem train: checkpoint at step {} in {}\n", cfg_.steps, cfg_.save_dir);
+    out_ << fmt::format("tandem train: checkpoint at step {} in {}\n", cfg_.steps,
+                        last_checkpoint_.folder);
   out_.flush();
 }
 
@@ -408,12 +464,27 @@ TrainResult train_rank(comm::Communicator& world, const TrainConfig& config, Tra
                        std::shared_ptr<const ResumeState> resume) {
   config.validate();
   if (!resume) resume = prepare_resume(config);
+  // What this rank is doing, for the message of a collective that times out.
+  struct Activity {
+    Activity() { comm::set_comm_activity("the set-up"); }
+    ~Activity() { comm::set_comm_activity(""); }
+  } activity;
   RankRun run(world, config, trace, std::move(resume));
   return run.run();
 }
 
 TrainResult train(const TrainConfig& config) {
   config.validate();
+  // The run's own collective timeout, for its duration only.
+  struct Timeout {
+    explicit Timeout(const std::optional<double>& s) : set(s.has_value()) {
+      if (set) comm::set_comm_timeout_s(*s);
+    }
+    ~Timeout() {
+      if (set) comm::set_comm_timeout_s(-1);
+    }
+    bool set;
+  } timeout(config.comm_timeout_s);
   const int ranks = config.grid.size();
   const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   blas::set_num_threads(config.blas_threads > 0 ? config.blas_threads
@@ -429,10 +500,15 @@ TrainResult train(const TrainConfig& config) {
   TrainResult result;
   if (config.backend == "mpi") {
     std::unique_ptr<comm::Communicator> world = comm::mpi_world();
+    // Every process sees the same sizes, so all refuse together and rank 0 alone says why.
     if (world->size() != ranks)
-      user_error("--backend mpi: the grid {} needs {} processes, but there {} {} (start it with "
-                 "mpirun -np {})",
-                 config.grid.str(), ranks, world->size() == 1 ? "is" : "are", world->size(), ranks);
+      throw comm::CollectiveError(fmt::format(
+          "--backend mpi: the grid {} needs {} processes, but there {} {} (start it with mpirun "
+          "-np {})",
+          config.grid.str(), ranks, world->size() == 1 ? "is" : "are", world->size(), ranks));
+    // Only rank 0 writes the outputs, on its own filesystem: it alone checks them (and, should
+    // one be bad, fails alone; the tandem command then ends the job).
+    if (world->rank() == 0) detail::check_outputs(config);
     result = train_rank(*world, config, &trace, resume);
     if (trace.enabled()) {
       // Each process recorded its own rank: rank 0 gathers them into one file.
@@ -441,6 +517,7 @@ TrainResult train(const TrainConfig& config) {
     }
     return result;
   }
+  detail::check_outputs(config);
   std::mutex mu;
   comm::run_ranks(ranks, [&](comm::Communicator& world) {
     TrainResult r = train_rank(world, config, &trace, resume);

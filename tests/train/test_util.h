@@ -11,10 +11,12 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "tandem/core/error.h"
+#include "tandem/train/trainer.h"
 #include "support/scratch.h"
 
 namespace tandem::train::testing {
@@ -22,6 +24,30 @@ namespace tandem::train::testing {
 using tandem::testing::ScratchDir;
 using tandem::testing::user_error_of;
 
+
+// A model small enough that a step takes milliseconds on one core, trained on the synthetic
+// corpus by one in-process rank, printing nothing.
+inline TrainConfig tiny_run(int64_t steps) {
+  TrainConfig c;
+  c.model.n_layers = 2;
+  c.model.n_heads = 2;
+  c.model.d_model = 16;
+  c.model.seq_len = 16;
+  c.model.max_positions = 16;
+  c.batch = 4;
+  c.steps = steps;
+  c.lr = 1e-2;
+  c.warmup = 2;
+  c.grid = {1, 1, 1};
+  c.synthetic_bytes = 1 << 14;
+  c.eval_every = 0;
+  c.progress = false;
+  c.blas_threads = 1;
+  c.executor = "plan";  // no JIT compile: these runs are about files, not speed
+  static std::ostringstream sink;  // the summary lines, unread
+  c.out = &sink;
+  return c;
+}
 
 inline void write_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);

@@ -26,7 +26,8 @@
 // Errors: misuse is a UserError whose message names the call, the rank and what was expected
 // ("reduce_scatter on rank 1 of 3: ..."). Mismatches between ranks (sizes, dtypes, ops, roots, or
 // different collectives) are detected where the backend can do it cheaply: always on the thread
-// backend, and on MPI unless TANDEM_COMM_VERIFY=0.
+// backend, and on MPI unless TANDEM_COMM_VERIFY=0. A wait for peers longer than the collective
+// timeout (comm_timeout_s, below) is a UserError naming the ranks that did not arrive.
 //
 // Threads: one Communicator is used by one thread at a time (like an MPI communicator under
 // MPI_THREAD_SERIALIZED); different communicators, including those from split(), may be used
@@ -40,6 +41,7 @@
 #include <string>
 #include <string_view>
 
+#include "tandem/core/error.h"
 #include "tandem/core/tensor.h"
 
 namespace tandem::comm {
@@ -106,6 +108,15 @@ struct CollectiveDesc {
   int root = 0;    // Broadcast
   ChunkHook hook{};  // AllReduce, ReduceScatter
   CollectiveAlgo algo = CollectiveAlgo::Auto;
+};
+
+// A failure every rank of a group raises together, decided from values they all hold (an
+// all-reduced loss that is NaN): one failure, not one per rank. run_ranks rethrows it without a
+// rank's name; under MPI the tandem command prints it once (rank 0) and every rank exits
+// normally, since none waits for another. Raise it only where every rank is sure to.
+class CollectiveError : public UserError {
+ public:
+  using UserError::UserError;
 };
 
 // Tags of point-to-point messages are in [0, kMaxUserTag]; tags above are tandem's own.
@@ -179,6 +190,24 @@ class Communicator {
 inline constexpr size_t kDefaultChunkBytes = size_t{256} << 10;
 size_t chunk_bytes();
 void set_chunk_bytes(size_t bytes);
+
+// How long a rank waits for its peers in one call (a collective, barrier or split, or the wait of
+// a send or receive) before it gives up with a UserError naming the call, the ranks that did not
+// arrive and what the caller was doing (set_comm_activity): TANDEM_COMM_TIMEOUT seconds (decimals
+// allowed), default 600 (generous: a slow peer is not a stuck one); 0 waits forever. A group whose
+// call timed out is broken: its ranks must stop using it. set_comm_timeout_s(s) overrides the
+// environment for the process (negative: back to it); set it only while no call waits.
+inline constexpr double kDefaultCommTimeoutS = 600;
+double comm_timeout_s();
+void set_comm_timeout_s(double seconds);
+// The timeout a flag or variable asks for, checked: a finite number of seconds, 0 or more
+// (`what` names the setting in the error, e.g. "--comm-timeout").
+double parse_comm_timeout(const std::string& text, const std::string& what);
+
+// What the calling thread is doing, in words that follow "at" in a timeout message ("step 12",
+// "the checkpoint after step 12"). Thread-local; empty (the default) says nothing.
+void set_comm_activity(std::string what);
+const std::string& comm_activity();
 
 // Rank 0's string on every rank of `comm` (a schedule's name, a tuning record). The bytes travel
 // in a 16-bit tensor (collectives move whole elements), the length first in an f32, so strings

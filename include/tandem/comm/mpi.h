@@ -8,8 +8,17 @@
 // caller's, and errors come back as exceptions rather than aborting the job.
 //
 // Waiting polls MPI_Test and backs off to sched_yield and short sleeps, so ranks that outnumber
-// cores do not burn the cores their peers need. A rank that throws and exits ends the job:
-// mpirun stops the other ranks.
+// cores do not burn the cores their peers need.
+//
+// Arrival: before a collective (unless TANDEM_COMM_VERIFY=0), and in every barrier and split,
+// each rank sends every peer a few bytes saying what it is about to call, on a second private
+// duplicate of the communicator, and waits to hear from all of them. That is how mismatched calls
+// are caught, and how a wait that passes the collective timeout (comm_timeout_s) names the ranks
+// that did not arrive. Without it, a timeout names the peer whose message did not come.
+//
+// Failure: an exception ends only the rank that throws it. A process that then exits through
+// MPI_Finalize blocks there while its peers wait for it, so a failing rank must end the job:
+// abort_mpi_job (the tandem command does this for every error).
 #pragma once
 
 // The C API only: OpenMPI's and MPICH's deprecated C++ bindings would need their own library.
@@ -23,6 +32,8 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
+#include <vector>
 
 #include "tandem/comm/communicator.h"
 
@@ -52,11 +63,23 @@ class MpiCommunicator final : public Communicator {
  private:
   struct Adopt {};
   MpiCommunicator(MPI_Comm owned, Adopt);  // takes ownership of `owned` without duplicating
-  void verify(const CollectiveDesc& desc);
+  void set_up();  // ctrl_, rank_, size_, world_ranks_ from comm_
+  // Tells every peer what this rank calls (code: a CollectiveKind, or kBarrier, kSplit) and waits
+  // until every peer has said what it calls; then, when `verify`, checks they all agree.
+  void arrive(const CollectiveDesc& desc, int code, bool verify);
+  // "rank 2", or in a group split from the world "rank 1 (world rank 3)".
+  std::string ranks_named(const std::vector<int>& group_ranks) const;
 
-  MPI_Comm comm_ = MPI_COMM_NULL;
+  MPI_Comm comm_ = MPI_COMM_NULL;  // the ranks' messages
+  MPI_Comm ctrl_ = MPI_COMM_NULL;  // arrival messages, apart so that they never match the ring's
   int rank_ = 0;
   int size_ = 1;
+  std::vector<int> world_ranks_;  // group rank -> rank in MPI_COMM_WORLD
+  struct Wire {
+    int32_t code, op, dtype, root, algo, pad;
+    int64_t n;
+  };
+  Wire sent_{};  // what this rank last said it calls; a send left behind by a timeout reads it
 };
 
 // MPI_COMM_WORLD, initialising MPI (MPI_THREAD_SERIALIZED) if it is not initialised yet; MPI is
@@ -69,6 +92,17 @@ std::unique_ptr<Communicator> mpi_wrap(MPI_Comm comm);
 
 // Whether this process was started by mpirun/mpiexec (OpenMPI, MPICH or a PMI launcher).
 bool launched_by_mpirun();
+
+// This process's place in a running MPI job of two or more processes (MPI initialised and not
+// finalised, MPI_COMM_WORLD larger than one); nothing otherwise.
+struct MpiJob {
+  int rank = 0, size = 1;
+};
+std::optional<MpiJob> running_mpi_job();
+
+// Ends every process of the job: MPI_Abort(MPI_COMM_WORLD, code). For a rank that failed alone,
+// after it has printed why: exiting instead would hang in MPI_Finalize, its peers waiting for it.
+[[noreturn]] void abort_mpi_job(int code);
 
 // The ring's message size on MPI: max(chunk_bytes(), this), default 4 MiB
 // (TANDEM_COMM_MPI_MESSAGE_BYTES). Fewer, larger messages mean fewer handshakes and fewer

@@ -13,7 +13,9 @@
 // Failure: a rank whose function throws (or whose hook throws inside a collective) aborts the
 // group; every rank waiting in a collective or on a request wakes and throws, and run_ranks
 // rethrows the first failure, its message naming the rank. A rank that returns while its peers
-// wait for it in a collective or a receive makes them fail too, instead of waiting forever.
+// wait for it in a collective or a receive makes them fail too, instead of waiting forever. A
+// rank that waits longer than the collective timeout (comm_timeout_s) fails, naming the ranks
+// that did not arrive, and so aborts the group.
 #pragma once
 
 #include <functional>
@@ -22,11 +24,15 @@
 
 namespace tandem::comm {
 
-// Runs fn(comm) on n threads, one per rank of a new group of n ranks, and returns when all have
-// returned. If any rank threw, rethrows the first failure: a tandem UserError or InternalError
-// whose message names the rank is rethrown as is; any other std::exception becomes an exception
-// of the same family (UserError, InternalError, else std::runtime_error) prefixed with
-// "rank R of N: ". n < 1 is a UserError.
+// Runs fn(comm) on n threads, one per rank of a new group of n ranks (the caller only waits), and
+// returns when all have returned. If any rank threw, rethrows the first failure: a tandem
+// UserError or InternalError whose message names the rank is rethrown as is (a CollectiveError,
+// which every rank raised, always); any other std::exception becomes an exception of the same
+// family (UserError, InternalError, else std::runtime_error) prefixed with "rank R of N: ".
+// n < 1 is a UserError. After a failure, a rank that has not returned within
+// min(comm_timeout_s(), 10 s), stuck outside any communication call, is left running, detached,
+// so that the failure is reported; `fn` is copied for it, but what `fn` refers to must then
+// outlive it (the tandem command exits at once).
 void run_ranks(int n, const std::function<void(Communicator&)>& fn);
 
 }  // namespace tandem::comm

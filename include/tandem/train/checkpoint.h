@@ -63,6 +63,7 @@ struct Checkpoint {
   RunMeta meta;
   std::vector<NamedTensor> weights;
   std::vector<NamedTensor> optimizer;
+  std::string folder;  // where load_checkpoint read it (a series' step folder); unused by saves
 };
 
 // Writes `ckpt` to folder `dir`, replacing any checkpoint there atomically. `hooks` are for
@@ -70,11 +71,22 @@ struct Checkpoint {
 void save_checkpoint(const std::string& dir, const Checkpoint& ckpt,
                      const FolderWriteHooks& hooks = {});
 
-// Reads the checkpoint in `dir`: the folder must exist and hold all three files, meta.json must be
-// valid with a known format version, both safetensors files must be sound. Each problem is one
-// UserError naming the checkpoint and what is wrong. `with_optimizer = false` skips reading the
-// optimizer state (eval, sample) but still requires the file.
+// Reads the checkpoint `dir` names: `dir` itself, or the newest of a series of step folders
+// (checkpoint_series.h: resolve_checkpoint). The folder must exist and hold all three files,
+// meta.json must be valid with a known format version, both safetensors files must be sound.
+// Each problem is one UserError naming the checkpoint and what is wrong. `with_optimizer = false`
+// skips reading the optimizer state (eval, sample) but still requires the file.
 Checkpoint load_checkpoint(const std::string& dir, bool with_optimizer = true);
+
+// The first tensor holding NaN or infinite values, described: "tensor 'wte' has 12 NaN and 0
+// infinite values of 16384"; empty when every value is finite.
+std::string non_finite_values(const std::vector<NamedTensor>& tensors);
+
+// Refuses tensors holding NaN or infinite values, a model that diverged before it was saved:
+// "checkpoint 'ck/step-00000040' holds non-finite weights: tensor 'wte' has ...". `where` names
+// the checkpoint; `what` says what the tensors are ("weights").
+void refuse_non_finite(const std::vector<NamedTensor>& tensors, const std::string& where,
+                       std::string_view what);
 
 // The differences between the config a checkpoint was trained with and the one a run asks for,
 // over `keys` (all keys of both when empty), one "d_model 256 vs 128"-style entry per key.

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <iosfwd>
+#include <optional>
 #include <string>
 
 #include "tandem/nn/gpt.h"
@@ -37,13 +38,20 @@ struct TrainConfig {
   int64_t eval_every = 50;         // validation loss every N steps and at the end (0: never)
   int64_t eval_batches = 4;        // global batches of the validation split per evaluation
 
-  std::string save_dir;            // checkpoint here at the end (and every save_every steps)
+  // Checkpoints go to save_dir/step-<N>/ at the end (and every save_every steps), the newest
+  // keep_checkpoints of them kept, save_dir/latest naming the newest (checkpoint_series.h).
+  std::string save_dir;
   int64_t save_every = 0;
-  std::string resume_dir;          // continue from this checkpoint
+  int keep_checkpoints = 2;
+  std::string resume_dir;          // continue from this checkpoint, or a series' latest
 
   std::string metrics_path;        // JSON lines, one per step
   std::string trace_path;          // Chrome trace
   int blas_threads = 0;            // 0: the hardware threads shared among in-process ranks
+  // Seconds a rank waits for its peers in one communication call before the run fails naming
+  // the call, the step and the ranks that did not arrive (comm_timeout_s); unset: the
+  // TANDEM_COMM_TIMEOUT environment variable, else 600. 0: wait forever.
+  std::optional<double> comm_timeout_s;
   std::ostream* out = nullptr;     // progress and summary (null: stdout); world rank 0 only
   bool progress = true;            // the progress display (else only the summary)
   bool keep_weights = false;       // return the final whole-model weights (tests)

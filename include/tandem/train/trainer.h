@@ -16,6 +16,12 @@
 // (the sampler and dropout are counter-based, keyed by (seed, step)) and the learning-rate
 // schedule (a function of the step), all of which a checkpoint holds; a run resumed from step k
 // computes bitwise the losses and weights of the run that did not stop.
+//
+// Failure: the outputs (--save, --metrics, --trace) are checked before the first step; a loss
+// that is not finite, or a model that is not finite when a checkpoint falls due, stops the run on
+// every rank together (comm::CollectiveError) without saving, so the newest checkpoint in the
+// --save folder (checkpoint_series.h) is the last good one. Every wait for other ranks is bounded
+// by the collective timeout (config.comm_timeout_s).
 #pragma once
 
 #include <cstdint>

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "tandem/core/error.h"
+#include "tandem/train/checkpoint_series.h"
 #include "tandem/train/trainer.h"
 #include "train/test_util.h"
 
@@ -170,6 +171,29 @@ TEST(TrainerResume, ContinuesBitwiseLikeAnUninterruptedRun) {
   }
 }
 
+// --save keeps the newest --keep-checkpoints step folders; --resume takes the folder of them (its
+// `latest`) or any one of them, and continues bitwise like the run that did not stop.
+TEST(TrainerResume, FromTheSaveFolderOrOneStepFolder) {
+  ScratchDir dir;
+  TrainConfig first = tiny({1, 1, 1}, 6);
+  first.save_dir = dir.path("ck");
+  first.save_every = 1;
+  first.keep_checkpoints = 3;
+  const TrainResult straight = train(first);
+  EXPECT_EQ(dir.list("ck"), (std::vector<std::string>{"latest", "step-00000004", "step-00000005",
+                                                       "step-00000006"}));
+  for (const std::string from : {"ck", "ck/step-00000004"}) {
+    TrainConfig second = tiny({1, 1, 1}, 6);
+    second.resume_dir = dir.path(from);
+    const TrainResult b = train(second);
+    const int64_t at = from == "ck" ? 6 : 4;
+    EXPECT_EQ(b.first_step, at) << from;
+    EXPECT_EQ(b.losses, std::vector<double>(straight.losses.begin() + at, straight.losses.end()))
+        << from;
+    EXPECT_EQ(b.weights, straight.weights) << from;
+  }
+}
+
 // A checkpoint from one grid resumes on another: the whole-model weights and moments are
 // re-sharded (the loss then matches to the equivalence tolerance, not bitwise).
 TEST(TrainerResume, ResumesOnAnotherGrid) {
@@ -235,7 +259,7 @@ TEST(TrainerCheckpoint, RefusesACorruptCheckpoint) {
   TrainConfig first = tiny({1, 1, 1}, 1);
   first.save_dir = dir.path("ck");
   train(first);
-  const std::string weights = dir.path("ck") + "/weights.safetensors";
+  const std::string weights = resolve_checkpoint(dir.path("ck")) + "/weights.safetensors";
   std::filesystem::resize_file(weights, std::filesystem::file_size(weights) - 100);
   TrainConfig resume = tiny({1, 1, 1}, 2);
   resume.resume_dir = dir.path("ck");

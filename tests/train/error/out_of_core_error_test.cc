@@ -6,7 +6,7 @@
 
 #include <sstream>
 
-#include "tandem/train/checkpoint.h"
+#include "tandem/train/checkpoint_series.h"
 #include "tandem/train/trainer.h"
 #include "train/test_util.h"
 
@@ -68,7 +68,7 @@ TEST(OutOfCoreErrors, FullDiskIsFoundBeforeTrainingAndKeepsTheCheckpoint) {
   TrainConfig c = tiny();
   c.save_dir = dir.path("ckpt");
   train(c);
-  const std::string before = testing::read_bytes(dir.path("ckpt/weights.safetensors"));
+  const std::string before = testing::read_bytes(resolve_checkpoint(dir.path("ckpt")) + "/weights.safetensors");
   ASSERT_FALSE(before.empty());
   c.steps = 4;
   c.memory_budget = "64MiB";
@@ -81,7 +81,7 @@ TEST(OutOfCoreErrors, FullDiskIsFoundBeforeTrainingAndKeepsTheCheckpoint) {
   }
   EXPECT_THAT(m, HasSubstr(dir.path("swap")));
   EXPECT_THAT(m, HasSubstr("bytes"));
-  EXPECT_EQ(testing::read_bytes(dir.path("ckpt/weights.safetensors")), before);
+  EXPECT_EQ(testing::read_bytes(resolve_checkpoint(dir.path("ckpt")) + "/weights.safetensors"), before);
 }
 
 }  // namespace

@@ -5,7 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tune/cli_testing.h"
+#include "support/cli.h"
 #include "tune/tune_testing.h"
 
 namespace tandem::testing {

@@ -5,7 +5,7 @@
 #include "tandem/core/error.h"
 #include "tandem/dsl/dsl.h"
 #include "tandem/tune/tune.h"
-#include "tune/cli_testing.h"
+#include "support/cli.h"
 #include "tune/tune_testing.h"
 
 namespace tandem::tune {

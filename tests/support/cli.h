@@ -1,4 +1,4 @@
-// Runs the `tandem` command from the tune suites: the binary sits at the top of the build folder,
+// Runs the `tandem` command from the test suites: the binary sits at the top of the build folder,
 // one level above the test executables (tests/), unless TANDEM_BIN names it.
 #pragma once
 
@@ -29,15 +29,10 @@ struct CommandResult {
   std::string output;  // stdout and stderr together
 };
 
-// Runs `tandem <args>` (args already shell-quoted where needed).
-inline CommandResult run_tandem(const std::string& args) {
+// Runs a shell command line, stdout and stderr together.
+inline CommandResult run_command(const std::string& command) {
   CommandResult r;
-  const std::string bin = tandem_binary();
-  if (!std::filesystem::exists(bin)) {
-    r.output = fmt::format("the tandem binary is not at {} (build the `tandem` target, or set TANDEM_BIN)", bin);
-    return r;
-  }
-  FILE* p = ::popen(fmt::format("'{}' {} 2>&1", bin, args).c_str(), "r");
+  FILE* p = ::popen((command + " 2>&1").c_str(), "r");
   if (p == nullptr) return r;
   std::array<char, 4096> buf;
   size_t got;
@@ -45,6 +40,17 @@ inline CommandResult run_tandem(const std::string& args) {
   const int st = ::pclose(p);
   r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
   return r;
+}
+
+// Runs `tandem <args>` (args already shell-quoted where needed).
+inline CommandResult run_tandem(const std::string& args) {
+  const std::string bin = tandem_binary();
+  if (!std::filesystem::exists(bin)) {
+    CommandResult r;
+    r.output = fmt::format("the tandem binary is not at {} (build the `tandem` target, or set TANDEM_BIN)", bin);
+    return r;
+  }
+  return run_command(fmt::format("'{}' {}", bin, args));
 }
 
 }  // namespace tandem::testing

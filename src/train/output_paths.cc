@@ -1,0 +1,78 @@
+// The check of a run's output paths before its first step: folders created, each place written to.
+#include "output_paths.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <system_error>
+
+#include "tandem/core/error.h"
+#include "tandem/train/checkpoint_series.h"
+
+namespace tandem::train::detail {
+namespace fs = std::filesystem;
+
+namespace {
+
+// Creates `folder` and its parents; `flag` and `path` name the output in the error.
+void make_folder(const char* flag, const std::string& path, const fs::path& folder) {
+  std::error_code ec;
+  if (fs::is_directory(folder, ec)) return;
+  fs::create_directories(folder, ec);
+  if (ec)
+    user_error("{} '{}': cannot create folder '{}': {}", flag, path, folder.string(), ec.message());
+}
+
+// Proves `folder` writable by creating a file there and removing it: access(2) would say yes to
+// root on a read-only filesystem.
+void probe_folder(const char* flag, const std::string& path, const fs::path& folder) {
+  const std::string probe = (folder / (".tandem-write-test-" + std::to_string(::getpid()))).string();
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0)
+    user_error("{} '{}': cannot write in folder '{}': {}", flag, path, folder.string(),
+               std::strerror(errno));
+  ::close(fd);
+  ::unlink(probe.c_str());
+}
+
+// A file the run writes: its folder made and written to; the path itself must not be a folder.
+void check_file(const char* flag, const std::string& path) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec))
+    user_error("{} '{}' is a folder; give the name of a file to write", flag, path);
+  fs::path folder = fs::path(path).parent_path();
+  if (folder.empty()) folder = ".";
+  make_folder(flag, path, folder);
+  probe_folder(flag, path, folder);
+  // An existing file must be writable itself (the metrics file is appended to in place).
+  if (fs::exists(path, ec) && ::access(path.c_str(), W_OK) != 0)
+    user_error("{} '{}': cannot write the file: {}", flag, path, std::strerror(errno));
+}
+
+void check_save_folder(const std::string& dir) {
+  std::error_code ec;
+  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
+    user_error("--save '{}' is a file; give a folder for the checkpoints", dir);
+  // Step folders written beside a single checkpoint's files would make the folder two things.
+  if (is_single_checkpoint(dir))
+    user_error("--save '{}' is itself a checkpoint (it holds meta.json); --save takes the folder "
+               "the step-numbered checkpoints go in: give a new folder (--resume '{}' --save NEW "
+               "continues from this one)",
+               dir, dir);
+  make_folder("--save", dir, dir);
+  probe_folder("--save", dir, dir);
+}
+
+}  // namespace
+
+void check_outputs(const TrainConfig& cfg) {
+  if (!cfg.save_dir.empty()) check_save_folder(cfg.save_dir);
+  if (!cfg.metrics_path.empty()) check_file("--metrics", cfg.metrics_path);
+  if (!cfg.trace_path.empty()) check_file("--trace", cfg.trace_path);
+}
+
+}  // namespace tandem::train::detail
