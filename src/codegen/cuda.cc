@@ -115,6 +115,10 @@ class CudaEmitter : public Emitter {
     }
     bool contiguous = true;
     for (int i = 1; i < R; ++i) contiguous = contiguous && whole[static_cast<size_t>(i)];
+    // A buffer holding only this rank's part of a dim can serve a loop only over that part.
+    for (const Access& acc : io.params)
+      if (!ctx.chunk && acc.kind == Access::Part && whole[static_cast<size_t>(acc.part_dim)] && !(acc.part_dim == 0 && ctx.in_pipe))
+        unsupported(fmt::format("{} is held as a part of dim {}, but the loop covers that whole dim", name(acc.root), acc.part_dim));
 
     // Pointers sharing a buffer under different keys may overlap: no __restrict__ for them.
     std::map<int, int> root_uses;
