@@ -12,7 +12,10 @@ using namespace detail;
 
 class CudaEmitter : public Emitter {
  public:
-  explicit CudaEmitter(const Plan& plan) : Emitter(plan) { elem_index_ = "g"; }
+  explicit CudaEmitter(const Plan& plan) : Emitter(plan) {
+    elem_index_ = "g";
+    skew_pipelines_ = true;
+  }
 
   // The tables main() reads: stage count, groups, symbols, per-stage buffer facts and sizes,
   // scalars and seeds, and what the check compares.

@@ -1260,6 +1260,8 @@ class Emitter {
         R, pipe.blocks, pipe.blocks);
     std::vector<std::string> calls;
     std::set<int> async_reads, async_writes;
+    size_t first_wait = pipe.body.size();    // the first step that waits for the block's communication
+    std::set<int> head_reads, head_writes, tail_writes;  // roots read / written before it, written after
     for (const Step& b : pipe.body) {
       const std::string fn = emit_step(b, true, &pipe);
       std::set<int> reads, writes;
@@ -1269,28 +1271,73 @@ class Emitter {
         bool depends = false;
         for (int r : reads) depends |= async_writes.count(r) > 0;
         for (int w : writes) depends |= async_writes.count(w) > 0 || async_reads.count(w) > 0;
-        if (depends) call += "    if ((rc = a->sync(a->host, b)) != 0) return rc;  // needs this block's communication\n";
+        if (depends) {
+          call += "    if ((rc = a->sync(a->host, blk->index)) != 0) return rc;  // needs this block's communication\n";
+          if (first_wait == pipe.body.size()) first_wait = calls.size();
+        }
       } else {
         async_reads.insert(reads.begin(), reads.end());
         async_writes.insert(writes.begin(), writes.end());
+      }
+      if (first_wait == pipe.body.size()) {
+        head_reads.insert(reads.begin(), reads.end());
+        head_writes.insert(writes.begin(), writes.end());
+      } else {
+        tail_writes.insert(writes.begin(), writes.end());
       }
       call += fmt::format("    if ((rc = {}(a, blk)) != 0) return rc;\n", fn);
       calls.push_back(call);
     }
     scratch_block_prefix_.clear();
+    // Skewing is safe when the head of block b + 1 touches only its own block's rows of the
+    // pipelined values (every step inside a pipeline reaches those by block) and reads nothing the
+    // tail of block b writes outside them.
+    std::set<int> blocked;
+    for (int v : pipe.values) blocked.insert(root(v));
+    bool skew = skew_pipelines_ && first_wait > 0 && first_wait < calls.size();
+    for (int w : head_writes) skew = skew && blocked.count(w) > 0;
+    for (int r : head_reads) skew = skew && (blocked.count(r) > 0 || tail_writes.count(r) == 0);
     const std::string fn = fresh("pipeline");
     std::string body = fmt::format("static int {}(const tandem_args* a) {{\n", fn);
     body += prologue();
     body += fmt::format("  const int64_t rows = {};\n  const int32_t blocks = {};\n  int rc = 0;\n", R, pipe.blocks);
-    body +=
-        "  int64_t part_row0 = 0;  // this rank's rows of the row-sliced block values so far\n"
-        "  for (int32_t b = 0; b < blocks; ++b) {\n"
-        "    const int64_t row0 = fx::part_offset(rows, blocks, b), count = fx::part_count(rows, blocks, b);\n"
-        "    const tandem_block blk_ = {row0, count, part_row0, b, blocks};\n"
-        "    const tandem_block* blk = &blk_;\n"
-        "    part_row0 += fx::part_count(count, P, RK);\n";
-    for (const std::string& c : calls) body += c;
-    body += "  }\n  return a->sync(a->host, -1);\n}\n\n";
+    if (skew) {
+      // Block b + 1's steps up to its first wait for communication are issued before block b's
+      // remaining steps: b + 1's work (a GEMM) is queued while b's collective is in flight.
+      body +=
+          "  // Skewed: the head of block b + 1 (up to its first wait) is issued before the tail of block b.\n"
+          "  auto block_of = [&](int32_t b) {\n"
+          "    int64_t part_row0 = 0;  // this rank's rows of the row-sliced block values before block b\n"
+          "    for (int32_t j = 0; j < b; ++j) part_row0 += fx::part_count(fx::part_count(rows, blocks, j), P, RK);\n"
+          "    return tandem_block{fx::part_offset(rows, blocks, b), fx::part_count(rows, blocks, b), part_row0, b, blocks};\n"
+          "  };\n"
+          "  for (int32_t b = 0; b <= blocks; ++b) {\n"
+          "    if (b < blocks) {\n"
+          "      const tandem_block blk_ = block_of(b);\n"
+          "      const tandem_block* blk = &blk_;\n";
+      for (size_t i = 0; i < first_wait; ++i) body += "  " + calls[i];
+      body +=
+          "    }\n"
+          "    if (b > 0) {\n"
+          "      const tandem_block blk_ = block_of(b - 1);\n"
+          "      const tandem_block* blk = &blk_;\n";
+      for (size_t i = first_wait; i < calls.size(); ++i) {
+        std::string c = calls[i];
+        for (size_t pos = 0; (pos = c.find("\n    ", pos)) != std::string::npos; pos += 7) c.replace(pos, 5, "\n      ");
+        body += "  " + c;
+      }
+      body += "    }\n  }\n  return a->sync(a->host, -1);\n}\n\n";
+    } else {
+      body +=
+          "  int64_t part_row0 = 0;  // this rank's rows of the row-sliced block values so far\n"
+          "  for (int32_t b = 0; b < blocks; ++b) {\n"
+          "    const int64_t row0 = fx::part_offset(rows, blocks, b), count = fx::part_count(rows, blocks, b);\n"
+          "    const tandem_block blk_ = {row0, count, part_row0, b, blocks};\n"
+          "    const tandem_block* blk = &blk_;\n"
+          "    part_row0 += fx::part_count(count, P, RK);\n";
+      for (const std::string& c : calls) body += c;
+      body += "  }\n  return a->sync(a->host, -1);\n}\n\n";
+    }
     fns_ += body;
     return fn;
   }
@@ -1304,6 +1351,9 @@ class Emitter {
   std::set<int> acc_started_;
   std::set<int> worded_;  // the loop being emitted: dropouts whose words are drawn per tile
   std::string elem_index_ = "(g0 + t)";  // the global flat index of the element being computed, as C
+  // Whether a pipeline issues block b + 1's steps up to its first wait before block b's rest (the
+  // CUDA target: its compute stream would otherwise queue b + 1's GEMM behind b's wait).
+  bool skew_pipelines_ = false;
   int counter_ = 0;
   int step_ = -1;
 };

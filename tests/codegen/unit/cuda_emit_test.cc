@@ -3,7 +3,7 @@
 // collective with its hook, not a reduce, a kernel and a gather of its own); the chunk loop that
 // pipelines a hook against the next chunk's reduction; no host synchronisation in any step (so a
 // pipeline's blocks overlap); 16-byte vectors in plain elementwise kernels; GEMMs through the
-// ABI's sgemm in an overlap pipeline; and core/formulas.h's text pasted as the build embedded it.
+// ABI's sgemm in an overlap pipeline, skewed so block b + 1's GEMM is queued before block b waits; and core/formulas.h's text pasted as the build embedded it.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -125,18 +125,34 @@ TEST(CudaEmit, NoHostSynchronisationInAnyStep) {
 
 TEST(CudaEmit, OverlapRunsGemmBlocksWithAsynchronousCollectives) {
   const dsl::Program layer = dsl::workloads::megatron_layer();
-  int overlapped = 0;
+  int overlapped = 0, skewed = 0;
   for (const schedule::NamedSchedule& ns : schedule::enumerate_schedules(layer)) {
     const schedule::Plan plan = ns.schedule.lower();
     if (!has_pipeline(plan.steps)) continue;
     ++overlapped;
     const std::string steps = steps_of(emit_cuda(plan, "prog").source);
-    EXPECT_NE(steps.find("for (int32_t b = 0; b < blocks; ++b)"), std::string::npos) << ns.name;
     EXPECT_NE(steps.find("a->sgemm("), std::string::npos) << ns.name;
+    // A body that never waits for its block's communication issues GEMM after GEMM. One that
+    // does is skewed: block b + 1's GEMM and collective are issued before block b waits for its
+    // own communication, so the compute stream does not queue the GEMM behind that wait.
+    const size_t wait = steps.find("a->sync(a->host, blk->index)");
+    if (wait == std::string::npos) {
+      EXPECT_NE(steps.find("for (int32_t b = 0; b < blocks; ++b)"), std::string::npos) << ns.name;
+      continue;
+    }
+    ++skewed;
+    const size_t loop = steps.find("for (int32_t b = 0; b <= blocks; ++b)");
+    ASSERT_NE(loop, std::string::npos) << ns.name;
+    const size_t head = steps.find("if (b < blocks) {", loop), tail = steps.find("if (b > 0) {", loop);
+    const size_t matmul = steps.find("(rc = matmul", loop);
+    EXPECT_LT(head, matmul) << ns.name;
+    EXPECT_LT(matmul, tail) << ns.name;
+    EXPECT_LT(tail, wait) << ns.name;
     EXPECT_NE(steps.find("c.async = 1"), std::string::npos) << ns.name;
     EXPECT_NE(steps.find("c.block = *blk;"), std::string::npos) << ns.name;
   }
   EXPECT_GT(overlapped, 0) << "megatron_layer has an overlap schedule";
+  EXPECT_GT(skewed, 0) << "some overlap schedule waits inside its blocks (a split AllReduce's epilogue)";
 }
 
 TEST(CudaEmit, PlainElementwiseKernelsMove16ByteVectors) {
