@@ -53,9 +53,6 @@ void write_bytes(const fs::path& path, const void* data, size_t bytes) {
 void write_reference(const dsl::Program& program, const schedule::Plan& plan, int ranks, const dsl::SymbolMap& sizes,
                      const fs::path& dir) {
   const dsl::Program& scheduled = plan.program;
-  if (ranks < 1 || ranks % program.groups() != 0)
-    user_error("--ranks {}: program '{}' has {} groups; give multiples of {}", ranks, program.name(), program.groups(),
-               program.groups());
   const exec::ScalarMap scalars = tune::standard_scalars(program, ranks / program.groups());
   fs::create_directories(dir);
   std::string meta;
@@ -108,6 +105,11 @@ std::string file_stem(const std::string& name) {
 
 void emit_cuda(const dsl::Program& program, const schedule::NamedSchedule& s, const EmitFlags& f) {
   if (f.out.empty()) user_error("--target cuda writes a folder: give it with -o DIR");
+  // Checked before anything is written.
+  for (int r : f.ranks)
+    if (r < 1 || r % program.groups() != 0)
+      user_error("--ranks {}: program '{}' has {} groups; give multiples of {}", r, program.name(), program.groups(),
+                 program.groups());
   const schedule::Plan plan = s.schedule.lower();
   const std::string name = file_stem(program.name() + "_" + s.name);
   const codegen::CudaProgram prog = codegen::emit_cuda(plan, name);
