@@ -21,6 +21,9 @@ void add_sample(CLI::App& app);
 
 // `tandem tune`: times every schedule of a workload with the autotuner (src/cli/tune.cc).
 void add_tune(CLI::App& app);
+// Extents used for symbols the command line leaves unbound (tune, emit): small enough to tune in
+// seconds.
+const dsl::SymbolMap& default_sizes();
 // `tandem emit`: prints the generated source of one schedule (src/cli/emit.cc).
 void add_emit(CLI::App& app);
 // The named workload, with `dtype` ("" for its default) as its gradient dtype (adam, lamb) or

@@ -39,9 +39,6 @@ struct TuneFlags {
   bool retune = false;
 };
 
-// Extents used for symbols the command line leaves unbound: small enough to tune in seconds.
-const dsl::SymbolMap kDefaultSizes = {{"N", int64_t{4} << 20}, {"B", 1024}, {"K", 2048}, {"H", 1024}};
-
 std::string ms(double s) { return fmt::format("{:.3f} ms", s * 1e3); }
 
 std::string sizes_str(const dsl::SymbolMap& sizes) {
@@ -176,7 +173,7 @@ void run_tune(const TuneFlags& f) {
     user_error("--backend '{}' is not a backend; choose thread or mpi", f.backend);
   const dsl::Program program = workload_program(f.workload, f.dtype);
   tune::TuneOptions o;
-  o.sizes = tune::parse_sizes(program, f.sizes, kDefaultSizes);
+  o.sizes = tune::parse_sizes(program, f.sizes, default_sizes());
   o.reps = f.reps;
   o.warmup = f.warmup;
   o.read_cache = !f.retune;
@@ -222,6 +219,11 @@ dsl::Program workload_program(const std::string& name, const std::string& dtype)
   if (name == "lamb") return dsl::workloads::lamb(t);
   if (name == "megatron_layer") return dsl::workloads::megatron_layer(t);
   return dsl::workloads::pipeline_stage(t);
+}
+
+const dsl::SymbolMap& default_sizes() {
+  static const dsl::SymbolMap sizes = {{"N", int64_t{4} << 20}, {"B", 1024}, {"K", 2048}, {"H", 1024}};
+  return sizes;
 }
 
 void add_tune(CLI::App& app) {

@@ -33,6 +33,10 @@ namespace tandem::codegen {
 // The text every emitted translation unit starts with.
 const std::string& cpp_prefix();
 
+// codegen/abi.h's declarations as text, one a line: what the C++ prefix (and the CUDA emitter's)
+// pastes, so emitted code and host agree on the ABI.
+std::string abi_declarations();
+
 // The translation unit for `plan`: cpp_prefix() followed by the plan's functions. Deterministic:
 // the same plan gives the same text (so the JIT's cache hits).
 std::string emit_cpp(const schedule::Plan& plan);

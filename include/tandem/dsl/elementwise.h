@@ -1,67 +1,71 @@
-// The exact f32 formula of every elementwise op, in one place: the reference interpreter and the
-// code emitters all use these, so a schedule that keeps the order of operations rounds exactly
-// as the interpreter does. Header-only and free of tandem types beyond Op, so that emitted code
-// can mirror it line for line.
+// The exact f32 formula of every elementwise op, in one place: each op names a function of
+// core/formulas.h, which the reference interpreter calls through apply_* below and the code
+// emitters print by name (formula_name), pasting formulas.h's own text into what they emit. So a
+// schedule that keeps the order of operations rounds exactly as the interpreter does.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
+#include <string_view>
 
+#include "tandem/core/formulas.h"
 #include "tandem/core/rng.h"
 #include "tandem/dsl/ir.h"
 
 namespace tandem::dsl {
 
-// GELU, tanh approximation (as in GPT-2): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
-inline float gelu_f32(float x) {
-  const float inner = 0.7978845608f * (x + 0.044715f * x * x * x);
-  return 0.5f * x * (1.0f + std::tanh(inner));
+// X(Op, formulas.h function) for every elementwise op of one and of two operands: the one list
+// that both the interpreter's switch and the emitters' names are expanded from.
+#define TANDEM_UNARY_FORMULAS(X) \
+  X(Neg, neg) X(Abs, abs) X(Sqrt, sqrt) X(Rsqrt, rsqrt) X(Exp, exp) X(Log, log) X(Tanh, tanh) X(Gelu, gelu) \
+  X(Relu, relu) X(Cast, cast)
+#define TANDEM_BINARY_FORMULAS(X) \
+  X(Add, add) X(Sub, sub) X(Mul, mul) X(Div, div) X(Pow, pow) X(Max, max) X(Min, min) X(Lt, lt) X(Le, le) \
+  X(Gt, gt) X(Ge, ge) X(Eq, eq) X(Ne, ne)
+
+// The formulas.h function of an elementwise op ("gelu" for Gelu; "select" for Select, "dropout"
+// for Dropout); empty for an op that is not elementwise. An emitter prints `fx::<name>(...)`.
+inline std::string_view formula_name(Op op) {
+  switch (op) {
+#define TANDEM_FORMULA_CASE(op, fn) \
+  case Op::op: return #fn;
+    TANDEM_UNARY_FORMULAS(TANDEM_FORMULA_CASE)
+    TANDEM_BINARY_FORMULAS(TANDEM_FORMULA_CASE)
+#undef TANDEM_FORMULA_CASE
+    case Op::Select: return "select";
+    case Op::Dropout: return "dropout";
+    default: return {};
+  }
 }
 
+// Cast computes nothing: the rounding happens at the store, in the target dtype.
 inline float apply_unary(Op op, float x) {
   switch (op) {
-    case Op::Neg: return -x;
-    case Op::Abs: return std::fabs(x);
-    case Op::Sqrt: return std::sqrt(x);
-    case Op::Rsqrt: return 1.0f / std::sqrt(x);
-    case Op::Exp: return std::exp(x);
-    case Op::Log: return std::log(x);
-    case Op::Tanh: return std::tanh(x);
-    case Op::Gelu: return gelu_f32(x);
-    case Op::Relu: return x > 0.0f ? x : 0.0f;
-    case Op::Cast: return x;  // the rounding happens at the store, in the target dtype
+#define TANDEM_FORMULA_CASE(op, fn) \
+  case Op::op: return fx::fn(x);
+    TANDEM_UNARY_FORMULAS(TANDEM_FORMULA_CASE)
+#undef TANDEM_FORMULA_CASE
     default: return NAN;
   }
 }
 
-// Comparisons give 1 or 0; max and min follow IEEE fmax/fmin (a NaN operand loses).
 inline float apply_binary(Op op, float a, float b) {
   switch (op) {
-    case Op::Add: return a + b;
-    case Op::Sub: return a - b;
-    case Op::Mul: return a * b;
-    case Op::Div: return a / b;
-    case Op::Pow: return std::pow(a, b);
-    case Op::Max: return std::fmax(a, b);
-    case Op::Min: return std::fmin(a, b);
-    case Op::Lt: return a < b ? 1.0f : 0.0f;
-    case Op::Le: return a <= b ? 1.0f : 0.0f;
-    case Op::Gt: return a > b ? 1.0f : 0.0f;
-    case Op::Ge: return a >= b ? 1.0f : 0.0f;
-    case Op::Eq: return a == b ? 1.0f : 0.0f;
-    case Op::Ne: return a != b ? 1.0f : 0.0f;
+#define TANDEM_FORMULA_CASE(op, fn) \
+  case Op::op: return fx::fn(a, b);
+    TANDEM_BINARY_FORMULAS(TANDEM_FORMULA_CASE)
+#undef TANDEM_FORMULA_CASE
     default: return NAN;
   }
 }
 
-inline float apply_select(float cond, float a, float b) { return cond != 0.0f ? a : b; }
+inline float apply_select(float cond, float a, float b) { return fx::select(cond, a, b); }
 
 // Dropout of element `global_index` (its flat index in the whole, unsliced tensor, so every
-// slicing and chunking draws the same mask): kept elements are scaled by 1 / (1 - p), computed
-// in double and rounded to f32 once.
-inline float dropout_scale(double p) { return static_cast<float>(1.0 / (1.0 - p)); }
+// slicing and chunking draws the same mask).
+inline float dropout_scale(double p) { return fx::dropout_scale(p); }
 inline float apply_dropout(float x, uint64_t seed, uint64_t global_index, double p) {
-  return dropout_keep(seed, global_index, static_cast<float>(p)) ? x * dropout_scale(p) : 0.0f;
+  return fx::dropout(x, seed, global_index, static_cast<float>(p), dropout_scale(p));
 }
 
 // Reductions over one dim, and Prod, Max and Min over every dim, accumulate in f32, in element
@@ -78,10 +82,10 @@ inline float reduce_identity(ReduceOp op) {
 
 inline float reduce_combine(ReduceOp op, float acc, float x) {
   switch (op) {
-    case ReduceOp::Sum: return acc + x;
-    case ReduceOp::Prod: return acc * x;
-    case ReduceOp::Max: return std::fmax(acc, x);
-    case ReduceOp::Min: return std::fmin(acc, x);
+    case ReduceOp::Sum: return fx::sum(acc, x);
+    case ReduceOp::Prod: return fx::prod(acc, x);
+    case ReduceOp::Max: return fx::max(acc, x);
+    case ReduceOp::Min: return fx::min(acc, x);
   }
   return acc;
 }

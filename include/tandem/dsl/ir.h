@@ -65,6 +65,7 @@
 #include <vector>
 
 #include "tandem/core/dtype.h"
+#include "tandem/core/formulas.h"
 #include "tandem/core/shape.h"
 
 namespace tandem::dsl {
@@ -112,8 +113,8 @@ struct SymShape {
 // The part of an extent n that index r of p holds along a Sliced dimension: the first n % p
 // parts hold one element more. The same split as comm::Partition (dsl may not depend on comm;
 // the exec tests check that the two agree).
-inline int64_t part_count(int64_t n, int p, int r) { return n / p + (r < n % p ? 1 : 0); }
-inline int64_t part_offset(int64_t n, int p, int r) { return r * (n / p) + (r < n % p ? r : n % p); }
+inline int64_t part_count(int64_t n, int p, int r) { return fx::part_count(n, p, r); }
+inline int64_t part_offset(int64_t n, int p, int r) { return fx::part_offset(n, p, r); }
 
 // ------------------------------------------------------------------------------------- layouts
 

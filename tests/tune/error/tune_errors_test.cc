@@ -91,7 +91,10 @@ TEST(TuneCliErrors, OneLineAndNonZeroExit) {
       {"tune adam --size N=64 --schedules 'fused(nothing)'", "program 'adam' has no schedule named 'fused(nothing)'; its schedules: AR-C, "},
       {"tune pipeline_stage --ranks 3 --size 2 2 2 --executor plan", "program 'pipeline_stage' has 2 groups, but 3 ranks were asked for"},
       {"emit adam --schedule nope --target cpp", "program 'adam' has no schedule named 'nope'; its schedules: AR-C, "},
-      {"emit adam --schedule AR-C --target cuda", "--target 'cuda' is not a target; targets: cpp"},
+      {"emit adam --schedule AR-C --target rocm", "--target 'rocm' is not a target; targets: cpp, cuda"},
+      {"emit adam --schedule AR-C --target cuda", "--target cuda writes a folder: give it with -o DIR"},
+      {"emit pipeline_stage --schedule AR-C --target cuda -o unused --ranks 3",
+       "--ranks 3: program 'pipeline_stage' has 2 groups; give multiples of 2"},
       {"emit adam", "give --schedule NAME; the schedules of 'adam' are: AR-C, "},
       {"emit lamb2 --schedule AR-C", "unknown workload 'lamb2'; the workloads are: "},
   };

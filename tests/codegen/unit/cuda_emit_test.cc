@@ -1,0 +1,179 @@
+// The CUDA emitter's text, where it matters and no compiler would notice: every schedule of every
+// workload emits; one NCCL-backed collective call per collective step (a fused stage is one
+// collective with its hook, not a reduce, a kernel and a gather of its own); the chunk loop that
+// pipelines a hook against the next chunk's reduction; no host synchronisation in any step (so a
+// pipeline's blocks overlap); 16-byte vectors in plain elementwise kernels; GEMMs through the
+// ABI's sgemm in an overlap pipeline, skewed so block b + 1's GEMM is queued before block b waits; and core/formulas.h's text pasted as the build embedded it.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "tandem/codegen/cuda.h"
+#include "tandem/codegen/formulas_text.h"
+#include "tandem/dsl/dsl.h"
+#include "tandem/schedule/transforms.h"
+
+namespace tandem::codegen {
+namespace {
+
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t pos = text.find(what); pos != std::string::npos; pos = text.find(what, pos + 1)) ++n;
+  return n;
+}
+
+// The step functions only: after the prefix, before the tables and the runtime.
+std::string steps_of(const std::string& src) {
+  const size_t from = src.find("// Plan '");
+  const size_t to = src.find("// ---- the plan's tables");
+  EXPECT_NE(from, std::string::npos);
+  EXPECT_NE(to, std::string::npos);
+  return src.substr(from, to - from);
+}
+
+int collective_steps(const std::vector<schedule::Step>& steps) {
+  int n = 0;
+  for (const schedule::Step& s : steps) {
+    if (s.kind == schedule::StepKind::Collective) ++n;
+    if (s.kind == schedule::StepKind::Pipeline) n += collective_steps(s.pipeline.body);
+  }
+  return n;
+}
+
+bool has_fused(const std::vector<schedule::Step>& steps) {
+  for (const schedule::Step& s : steps) {
+    if (s.kind == schedule::StepKind::Collective && s.collective.fused) return true;
+    if (s.kind == schedule::StepKind::Pipeline && has_fused(s.pipeline.body)) return true;
+  }
+  return false;
+}
+
+bool has_pipeline(const std::vector<schedule::Step>& steps) {
+  for (const schedule::Step& s : steps)
+    if (s.kind == schedule::StepKind::Pipeline) return true;
+  return false;
+}
+
+std::vector<dsl::Program> workloads() {
+  return {dsl::workloads::adam(), dsl::workloads::lamb(), dsl::workloads::megatron_layer(), dsl::workloads::pipeline_stage()};
+}
+
+TEST(CudaEmit, EverySchedulesEmitsAProgram) {
+  int programs = 0;
+  for (const dsl::Program& p : workloads())
+    for (const schedule::NamedSchedule& ns : schedule::enumerate_schedules(p)) {
+      const schedule::Plan plan = ns.schedule.lower();
+      const CudaProgram prog = emit_cuda(plan, "prog");
+      ++programs;
+      EXPECT_NE(prog.source.find("int main(int argc, char** argv)"), std::string::npos) << p.name() << " " << ns.name;
+      EXPECT_NE(prog.source.find("ncclCommInitRank"), std::string::npos);
+      EXPECT_NE(prog.source.find("extern \"C\" int tandem_run(const tandem_args* a)"), std::string::npos);
+      EXPECT_NE(prog.makefile.find("prog: prog.cu"), std::string::npos);
+      EXPECT_NE(prog.makefile.find("code=sm_80"), std::string::npos);
+      EXPECT_NE(prog.makefile.find("code=sm_90"), std::string::npos);
+      // Deterministic.
+      EXPECT_EQ(prog.source, emit_cuda(plan, "prog").source) << p.name() << " " << ns.name;
+    }
+  EXPECT_GE(programs, 4 * 2);
+}
+
+TEST(CudaEmit, OneCollectiveCallPerCollectiveStep) {
+  for (const dsl::Program& p : workloads())
+    for (const schedule::NamedSchedule& ns : schedule::enumerate_schedules(p)) {
+      const schedule::Plan plan = ns.schedule.lower();
+      const std::string steps = steps_of(emit_cuda(plan, "prog").source);
+      // Each Collective step hands exactly one descriptor over; norms and reductions across
+      // ranks add their own one-element all-reduces (written `if (int rc = a->collective`).
+      EXPECT_EQ(count(steps, "return a->collective(a->host, &c);"), static_cast<size_t>(collective_steps(plan.steps)))
+          << p.name() << " " << ns.name;
+      if (has_fused(plan.steps)) {
+        EXPECT_NE(steps.find("c.hook = hook"), std::string::npos) << p.name() << " " << ns.name;
+      }
+    }
+}
+
+TEST(CudaEmit, FusedCollectivesPipelineChunksAgainstTheirHooks) {
+  const dsl::Program adam = dsl::workloads::adam();
+  for (const schedule::NamedSchedule& ns : schedule::enumerate_schedules(adam)) {
+    const schedule::Plan plan = ns.schedule.lower();
+    if (!has_fused(plan.steps)) continue;
+    const std::string src = emit_cuda(plan, "prog").source;
+    // The hook is a kernel launched on the compute stream for each reduced chunk.
+    EXPECT_NE(src.find("static int hook"), std::string::npos) << ns.name;
+    EXPECT_NE(src.find("__global__ void __launch_bounds__(TDM_THREADS) hook"), std::string::npos) << ns.name;
+    // The runtime's chunk loop: the next chunk's reduction is issued before this chunk's gather.
+    const size_t loop = src.find("for (int64_t k0 = 0; k0 < most; k0 += chunk)");
+    ASSERT_NE(loop, std::string::npos);
+    const size_t next = src.find("tdm_reduce_parts(h, c, send, mine, n, k0 + chunk", loop);
+    const size_t gather = src.find("tdm_gather_parts(h, c, send, n, k0, chunk, es)", loop);
+    ASSERT_NE(next, std::string::npos);
+    ASSERT_NE(gather, std::string::npos);
+    EXPECT_LT(next, gather);
+  }
+}
+
+TEST(CudaEmit, NoHostSynchronisationInAnyStep) {
+  for (const dsl::Program& p : workloads())
+    for (const schedule::NamedSchedule& ns : schedule::enumerate_schedules(p)) {
+      const std::string steps = steps_of(emit_cuda(ns.schedule.lower(), "prog").source);
+      for (const char* sync : {"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy(",
+                               "cudaMalloc", "cudaFree"})
+        EXPECT_EQ(steps.find(sync), std::string::npos) << p.name() << " " << ns.name << ": " << sync;
+    }
+}
+
+TEST(CudaEmit, OverlapRunsGemmBlocksWithAsynchronousCollectives) {
+  const dsl::Program layer = dsl::workloads::megatron_layer();
+  int overlapped = 0, skewed = 0;
+  for (const schedule::NamedSchedule& ns : schedule::enumerate_schedules(layer)) {
+    const schedule::Plan plan = ns.schedule.lower();
+    if (!has_pipeline(plan.steps)) continue;
+    ++overlapped;
+    const std::string steps = steps_of(emit_cuda(plan, "prog").source);
+    EXPECT_NE(steps.find("a->sgemm("), std::string::npos) << ns.name;
+    // A body that never waits for its block's communication issues GEMM after GEMM. One that
+    // does is skewed: block b + 1's GEMM and collective are issued before block b waits for its
+    // own communication, so the compute stream does not queue the GEMM behind that wait.
+    const size_t wait = steps.find("a->sync(a->host, blk->index)");
+    if (wait == std::string::npos) {
+      EXPECT_NE(steps.find("for (int32_t b = 0; b < blocks; ++b)"), std::string::npos) << ns.name;
+      continue;
+    }
+    ++skewed;
+    const size_t loop = steps.find("for (int32_t b = 0; b <= blocks; ++b)");
+    ASSERT_NE(loop, std::string::npos) << ns.name;
+    const size_t head = steps.find("if (b < blocks) {", loop), tail = steps.find("if (b > 0) {", loop);
+    const size_t matmul = steps.find("(rc = matmul", loop);
+    EXPECT_LT(head, matmul) << ns.name;
+    EXPECT_LT(matmul, tail) << ns.name;
+    EXPECT_LT(tail, wait) << ns.name;
+    EXPECT_NE(steps.find("c.async = 1"), std::string::npos) << ns.name;
+    EXPECT_NE(steps.find("c.block = *blk;"), std::string::npos) << ns.name;
+  }
+  EXPECT_GT(overlapped, 0) << "megatron_layer has an overlap schedule";
+  EXPECT_GT(skewed, 0) << "some overlap schedule waits inside its blocks (a split AllReduce's epilogue)";
+}
+
+TEST(CudaEmit, PlainElementwiseKernelsMove16ByteVectors) {
+  for (DType dt : {DType::F32, DType::BF16}) {
+    const dsl::Program adam = dsl::workloads::adam(dt);
+    const schedule::Plan plan = schedule::enumerate_schedules(adam).front().schedule.lower();  // AR-C: one loop
+    const std::string steps = steps_of(emit_cuda(plan, "prog").source);
+    EXPECT_NE(steps.find(dt == DType::F32 ? "tdm_vload<4>" : "tdm_vload<8>"), std::string::npos) << dtype_name(dt);
+    EXPECT_NE(steps.find("tdm_aligned16("), std::string::npos);
+  }
+}
+
+TEST(CudaEmit, PastesTheEmbeddedFormulas) {
+  const std::string src = emit_cuda(schedule::enumerate_schedules(dsl::workloads::adam()).front().schedule.lower(), "p").source;
+  EXPECT_EQ(count(src, std::string(formulas_text())), 1u);
+  EXPECT_NE(formulas_text().find("namespace tandem::fx"), std::string_view::npos);
+  EXPECT_NE(formulas_text().find("__host__ __device__"), std::string_view::npos);
+  // The kernels print the formulas by name.
+  EXPECT_NE(src.find("fx::sqrt("), std::string::npos);
+  EXPECT_NE(src.find("fx::st_bf16("), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tandem::codegen
