@@ -59,7 +59,7 @@ std::vector<dsl::Program> workloads() {
   return {dsl::workloads::adam(), dsl::workloads::lamb(), dsl::workloads::megatron_layer(), dsl::workloads::pipeline_stage()};
 }
 
-TEST(CudaEmit, EverySchedulesEmitsAProgram) {
+TEST(CudaEmit, EveryScheduleEmitsAProgram) {
   int programs = 0;
   for (const dsl::Program& p : workloads())
     for (const schedule::NamedSchedule& ns : schedule::enumerate_schedules(p)) {
