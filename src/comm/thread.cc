@@ -60,7 +60,7 @@ struct World {
   void abort(int world_rank, std::exception_ptr e) {
     {
       std::lock_guard<std::mutex> lock(mu);
-      if (error == nullptr) {
+      if (error == nullptr && !reported) {
         error = std::move(e);
         error_rank = world_rank;
         origin.store(world_rank, std::memory_order_seq_cst);
@@ -97,6 +97,7 @@ struct World {
   int error_rank = -1;
   std::condition_variable done;  // a rank exited, or the world aborted (with mu)
   int exited_count = 0;
+  bool reported = false;  // run_ranks has taken `error` (with mu)
 };
 
 // ---- Groups ------------------------------------------------------------------------------------
@@ -731,7 +732,17 @@ void run_ranks(int n, const std::function<void(Communicator&)>& fn) {
       threads[r].detach();
     }
   }
-  if (world->error != nullptr) rethrow_named(world->error, world->error_rank, n);
+  // The failure leaves the world before it is rethrown: a rank left behind may be the last owner
+  // of the world, and must not destroy the exception the caller is reading.
+  std::exception_ptr failure;
+  int failure_rank = -1;
+  {
+    std::lock_guard<std::mutex> lock(world->mu);
+    failure = std::move(world->error);
+    failure_rank = world->error_rank;
+    world->reported = true;
+  }
+  if (failure != nullptr) rethrow_named(failure, failure_rank, n);
 }
 
 }  // namespace tandem::comm
