@@ -14,14 +14,17 @@
 
 namespace {
 
-// Prints `message` ("tandem: error: ...") and returns `code`. In an MPI job of two or more
-// processes the message names the rank (unless it already does) and the job is aborted: this
-// rank would otherwise hang in MPI_Finalize while its peers wait for it in a collective.
+// Prints `message` ("tandem: error: ...") and returns `code`. In a job of two or more processes
+// the message names the rank (unless it already does), and once MPI is running the job is
+// aborted: this rank would otherwise hang in MPI_Finalize while its peers wait for it in a
+// collective. (Before MPI_Init, a process that exits with an error ends the job: mpirun sees to
+// that.)
 int fail(const std::string& prefix, const std::string& what, int code) {
   const auto job = tandem::comm::running_mpi_job();
+  const auto place = job ? job : tandem::comm::launched_mpi_job();
   std::string rank;
-  if (job) {
-    const std::string tag = fmt::format("rank {} of {}", job->rank, job->size);
+  if (place) {
+    const std::string tag = fmt::format("rank {} of {}", place->rank, place->size);
     if (what.find(tag) == std::string::npos) rank = tag + ": ";
   }
   fmt::print(stderr, "{}{}{}\n", prefix, rank, what);

@@ -409,6 +409,19 @@ std::optional<MpiJob> running_mpi_job() {
   return job;
 }
 
+std::optional<MpiJob> launched_mpi_job() {
+  for (const auto& [rank, size] : {std::pair{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
+                                   std::pair{"PMI_RANK", "PMI_SIZE"}}) {
+    const char* r = std::getenv(rank);
+    const char* s = std::getenv(size);
+    if (r == nullptr || s == nullptr) continue;
+    MpiJob job{std::atoi(r), std::atoi(s)};
+    if (job.size < 2 || job.rank < 0 || job.rank >= job.size) return std::nullopt;
+    return job;
+  }
+  return std::nullopt;
+}
+
 void abort_mpi_job(int code) {
   MPI_Abort(MPI_COMM_WORLD, code);
   std::_Exit(code);  // MPI_Abort does not return; should it, the process still ends

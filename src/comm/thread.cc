@@ -58,9 +58,17 @@ struct World {
 
   // Records the first failure and wakes every rank, wherever it waits.
   void abort(int world_rank, std::exception_ptr e) {
+    bool timeout = false;
+    try {
+      std::rethrow_exception(e);
+    } catch (const TimeoutError&) {
+      timeout = true;
+    } catch (...) {
+    }
     {
       std::lock_guard<std::mutex> lock(mu);
-      if (error == nullptr) {
+      if (timeout) timed_out.store(true);
+      if (error == nullptr && !reported) {
         error = std::move(e);
         error_rank = world_rank;
         origin.store(world_rank, std::memory_order_seq_cst);
@@ -90,6 +98,7 @@ struct World {
   std::unique_ptr<Bell[]> bells;  // one per rank (thread)
   std::unique_ptr<std::atomic<bool>[]> exited;
   std::atomic<bool> aborted{false};
+  std::atomic<bool> timed_out{false};  // a rank's wait passed the collective timeout
   std::atomic<int> origin{-1};
   const detail::SpinPolicy spin;
   std::mutex mu;
@@ -97,6 +106,7 @@ struct World {
   int error_rank = -1;
   std::condition_variable done;  // a rank exited, or the world aborted (with mu)
   int exited_count = 0;
+  bool reported = false;  // run_ranks has taken `error` (with mu)
 };
 
 // ---- Groups ------------------------------------------------------------------------------------
@@ -672,10 +682,12 @@ Request ThreadCommunicator::post(const Tensor& t, int peer, int tag, bool is_sen
 
 // How long run_ranks waits, after a failure, for the other ranks to return before it leaves the
 // ones that do not behind: a rank stuck outside any communication call (deadlocked, or in a sleep
-// that outlasts the timeout) would otherwise keep the error from ever being reported.
-double abandon_after_s() {
+// that outlasts the timeout) would otherwise keep the error from ever being reported. A wait that
+// timed out has already shown a rank stuck: 10 s more at most. After any other failure a rank may
+// just be deep in a long computation: it gets the whole timeout to return. 0: wait forever.
+double abandon_after_s(bool timed_out) {
   const double t = comm_timeout_s();
-  return t > 0 ? std::min(t, 10.0) : 0.0;  // 0: wait for them however long it takes
+  return timed_out ? std::min(t, 10.0) : t;
 }
 
 }  // namespace
@@ -712,26 +724,38 @@ void run_ranks(int n, const std::function<void(Communicator&)>& fn) {
     world->abort(static_cast<int>(threads.size()), std::current_exception());
     for (int r = static_cast<int>(threads.size()); r < n; ++r) world->exit(r);
   }
+  double grace = 0;
   {
     std::unique_lock<std::mutex> lock(world->mu);
     world->done.wait(lock, [&] { return world->exited_count == n || world->aborted.load(); });
-    if (world->exited_count < n && abandon_after_s() > 0) {
+    grace = abandon_after_s(world->timed_out.load());
+    if (world->exited_count < n && grace > 0) {
       // Ranks waiting for their peers were woken by the abort and return at once; one that is
-      // not waiting gets abandon_after_s() to notice, then is left behind, detached.
+      // not waiting gets `grace` to notice, then is left behind, detached.
       const auto until = std::chrono::steady_clock::now() +
                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                             std::chrono::duration<double>(abandon_after_s()));
+                             std::chrono::duration<double>(grace));
       world->done.wait_until(lock, until, [&] { return world->exited_count == n; });
     }
   }
   for (size_t r = 0; r < threads.size(); ++r) {
-    if (world->exited[r].load() || abandon_after_s() == 0) {
+    if (world->exited[r].load() || grace == 0) {
       threads[r].join();
     } else {
       threads[r].detach();
     }
   }
-  if (world->error != nullptr) rethrow_named(world->error, world->error_rank, n);
+  // The failure leaves the world before it is rethrown: a rank left behind may be the last owner
+  // of the world, and must not destroy the exception the caller is reading.
+  std::exception_ptr failure;
+  int failure_rank = -1;
+  {
+    std::lock_guard<std::mutex> lock(world->mu);
+    failure = std::move(world->error);
+    failure_rank = world->error_rank;
+    world->reported = true;
+  }
+  if (failure != nullptr) rethrow_named(failure, failure_rank, n);
 }
 
 }  // namespace tandem::comm

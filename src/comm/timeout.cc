@@ -71,9 +71,10 @@ std::string rank_list(const std::vector<int>& ranks) {
 
 void timed_out(std::string_view where, const Deadline& d, std::string_view what) {
   const std::string& activity = comm_activity();
-  user_error("{} timed out after {:g} s{}: {}; a rank that does not arrive is stuck, stopped or "
-             "lost (the limit is --comm-timeout or TANDEM_COMM_TIMEOUT)",
-             where, d.limit_s(), activity.empty() ? "" : " at " + activity, what);
+  throw TimeoutError(fmt::format(
+      "{} timed out after {:g} s{}: {}; a rank that does not arrive is stuck, stopped or lost (the "
+      "limit is --comm-timeout or TANDEM_COMM_TIMEOUT)",
+      where, d.limit_s(), activity.empty() ? "" : " at " + activity, what));
 }
 
 }  // namespace detail

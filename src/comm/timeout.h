@@ -25,7 +25,7 @@ class Deadline {
 // "rank 2", "ranks 1 and 3", "ranks 0, 2 and 3".
 std::string rank_list(const std::vector<int>& ranks);
 
-// Throws the UserError of a wait that passed its deadline:
+// Throws the TimeoutError of a wait that passed its deadline:
 // "<where> timed out after 2 s at step 3: <what>; ..." where `what` says whom it waited for
 // ("rank 2 did not arrive").
 [[noreturn]] void timed_out(std::string_view where, const Deadline& d, std::string_view what);

@@ -119,6 +119,12 @@ class CollectiveError : public UserError {
   using UserError::UserError;
 };
 
+// What a wait that passed the collective timeout (comm_timeout_s) throws.
+class TimeoutError : public UserError {
+ public:
+  using UserError::UserError;
+};
+
 // Tags of point-to-point messages are in [0, kMaxUserTag]; tags above are tandem's own.
 inline constexpr int kMaxUserTag = 32766;
 

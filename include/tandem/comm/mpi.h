@@ -99,6 +99,9 @@ struct MpiJob {
   int rank = 0, size = 1;
 };
 std::optional<MpiJob> running_mpi_job();
+// This process's place in the job a launcher started (OMPI_COMM_WORLD_RANK/SIZE, PMI_RANK/SIZE),
+// read from the environment, MPI initialised or not; nothing outside a job of two or more.
+std::optional<MpiJob> launched_mpi_job();
 
 // Ends every process of the job: MPI_Abort(MPI_COMM_WORLD, code). For a rank that failed alone,
 // after it has printed why: exiting instead would hang in MPI_Finalize, its peers waiting for it.

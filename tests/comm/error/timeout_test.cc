@@ -92,6 +92,13 @@ TEST(CommTimeout, ReceiveFromASilentPeer) {
   });
   EXPECT_THAT(m, HasSubstr("recv on rank 0 of 2 timed out after 0.2 s: rank 1 never sent the "
                            "message with tag 5"));
+  // Callers can tell a timeout from other failures by its type.
+  EXPECT_THROW(run_ranks(2,
+                         [](Communicator& c) {
+                           if (c.rank() == 1) c.recv(Tensor::zeros(DType::F32, {4}), 0, 5);
+                           if (c.rank() == 0) sleep_s(0.8);
+                         }),
+               TimeoutError);
 }
 
 // In a group split from the world, the late rank is named by both of its ranks.

@@ -111,6 +111,23 @@ TEST(FailingRank, ADiskThatFillsDuringASaveEndsTheJob) {
   EXPECT_TRUE(fs::exists(dir.path("ck/latest")));
 }
 
+// A data file that only rank 0 can read: rank 1 fails before MPI starts, which ends the job too,
+// its message naming it.
+TEST(FailingRank, ADataFileMissingOnOneRankEndsTheJob) {
+  ScratchDir dir;
+  testing::write_bytes(dir.path("data.txt"), std::string(20000, 'a'));
+  std::string command = job(dir, "--data \"$DATA\"");
+  const std::string exec = "exec ";
+  command.insert(command.find(exec), "DATA=" + dir.path("data.txt") +
+                                         "; [ \"$OMPI_COMM_WORLD_RANK\" = 1 ] && DATA=" +
+                                         dir.path("missing.txt") + "; ");
+  const Ended e = run_job(command);
+  expect_ended_by_itself(e);
+  EXPECT_THAT(e.result.output, HasSubstr("tandem: error: rank 1 of 2: data file '" +
+                                         dir.path("missing.txt") + "' does not exist"))
+      << command << "\n" << e.result.output;
+}
+
 // The metrics file, which rank 0 alone appends to every step, stops growing mid-run.
 TEST(FailingRank, AMetricsFileThatCannotGrowEndsTheJob) {
   ScratchDir dir;
