@@ -98,23 +98,10 @@ class CudaEmitter : public Emitter {
     std::vector<std::string> lo(static_cast<size_t>(R), "int64_t{0}"), cnt = ctx.extents;
     std::vector<bool> whole(static_cast<size_t>(R), true);
     if (!ctx.chunk && R > 0) {
-      if (ctx.in_pipe) {
-        lo[0] = "blk->row0";
-        cnt[0] = "blk->rows";
-        whole[0] = false;
-      }
-      if (loop.domain == Domain::Slice) {
-        const int d = loop.dim;
-        if (d < 0 || d >= R) unsupported(fmt::format("a slice loop over dim {} of a rank-{} shape", d, R));
-        if (ctx.in_pipe && d == 0) {
-          lo[0] = "(blk->row0 + fx::part_offset(blk->rows, P, RK))";
-          cnt[0] = "fx::part_count(blk->rows, P, RK)";
-        } else {
-          lo[static_cast<size_t>(d)] = fmt::format("fx::part_offset({}, P, RK)", ctx.extents[static_cast<size_t>(d)]);
-          cnt[static_cast<size_t>(d)] = fmt::format("fx::part_count({}, P, RK)", ctx.extents[static_cast<size_t>(d)]);
-        }
-        whole[static_cast<size_t>(d)] = false;
-      }
+      LoopBox box = loop_box(ctx);
+      lo = std::move(box.lo);
+      cnt = std::move(box.cnt);
+      whole = std::move(box.whole);
     }
     bool contiguous = true;
     for (int i = 1; i < R; ++i) contiguous = contiguous && whole[static_cast<size_t>(i)];

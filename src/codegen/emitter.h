@@ -179,6 +179,37 @@ class Emitter {
 
   // ---------------------------------------------------------------------------- errors
 
+  // The box a loop that is not a hook covers (rank > 0), per dim as C: whole dims, but this
+  // rank's part of the sliced dim and the block's rows in a pipeline.
+  struct LoopBox {
+    std::vector<std::string> lo, cnt;
+    std::vector<bool> whole;
+  };
+  LoopBox loop_box(const LoopCtx& ctx) const {
+    const schedule::Loop& loop = *ctx.loop;
+    const int R = ctx.rank;
+    LoopBox b{std::vector<std::string>(static_cast<size_t>(R), "int64_t{0}"), ctx.extents,
+              std::vector<bool>(static_cast<size_t>(R), true)};
+    if (ctx.in_pipe) {
+      b.lo[0] = "blk->row0";
+      b.cnt[0] = "blk->rows";
+      b.whole[0] = false;
+    }
+    if (loop.domain == Domain::Slice) {
+      const int d = loop.dim;
+      if (d < 0 || d >= R) unsupported(fmt::format("a slice loop over dim {} of a rank-{} shape", d, R));
+      if (ctx.in_pipe && d == 0) {
+        b.lo[0] = "(blk->row0 + fx::part_offset(blk->rows, P, RK))";
+        b.cnt[0] = "fx::part_count(blk->rows, P, RK)";
+      } else {
+        b.lo[static_cast<size_t>(d)] = fmt::format("fx::part_offset({}, P, RK)", ctx.extents[static_cast<size_t>(d)]);
+        b.cnt[static_cast<size_t>(d)] = fmt::format("fx::part_count({}, P, RK)", ctx.extents[static_cast<size_t>(d)]);
+      }
+      b.whole[static_cast<size_t>(d)] = false;
+    }
+    return b;
+  }
+
   [[noreturn]] void unsupported(const std::string& what) const {
     std::string where = step_ >= 0 ? fmt::format("step {}", step_) : std::string("the plan");
     if (step_ >= 0 && !plan_.steps[static_cast<size_t>(step_)].label.empty())
@@ -635,27 +666,10 @@ class Emitter {
       if (R == 0) {
         driver += "  const int64_t len = 1, g = 0;\n  " + call_text + ";\n  return 0;\n}\n\n";
       } else {
-        // The box the loop covers: whole dims, but this rank's part of the sliced dim and the
-        // block's rows in a pipeline.
-        std::vector<std::string> lo(static_cast<size_t>(R), "int64_t{0}"), cnt = ctx.extents;
-        std::vector<bool> whole(static_cast<size_t>(R), true);
-        if (ctx.in_pipe) {
-          lo[0] = "blk->row0";
-          cnt[0] = "blk->rows";
-          whole[0] = false;
-        }
-        if (loop.domain == Domain::Slice) {
-          const int d = loop.dim;
-          if (d < 0 || d >= R) unsupported(fmt::format("a slice loop over dim {} of a rank-{} shape", d, R));
-          if (ctx.in_pipe && d == 0) {
-            lo[0] = "(blk->row0 + fx::part_offset(blk->rows, P, RK))";
-            cnt[0] = "fx::part_count(blk->rows, P, RK)";
-          } else {
-            lo[static_cast<size_t>(d)] = fmt::format("fx::part_offset({}, P, RK)", ctx.extents[static_cast<size_t>(d)]);
-            cnt[static_cast<size_t>(d)] = fmt::format("fx::part_count({}, P, RK)", ctx.extents[static_cast<size_t>(d)]);
-          }
-          whole[static_cast<size_t>(d)] = false;
-        }
+        const LoopBox box = loop_box(ctx);
+        const std::vector<std::string>& lo = box.lo;
+        const std::vector<std::string>& cnt = box.cnt;
+        const std::vector<bool>& whole = box.whole;
         // The runs span dims c..R-1: every dim after c whole, and every pointer contiguous.
         int c = 0;
         for (int i = 0; i < R; ++i)

@@ -288,43 +288,40 @@ void ParallelGPT::receive_activations(const nn::StepRng& rng, bool training, flo
   emit("comm", "pipeline recv", begin);
 }
 
-void ParallelGPT::unit_forward(int k, int u, const nn::StepRng& rng, bool training) {
+ParallelGPT::UnitArgs ParallelGPT::unit_args(int k, int u) {
   const int l = layout_.first_layer() + u / nn::kBlockHalves;
-  const auto half = static_cast<nn::BlockHalf>(u % nn::kBlockHalves);
-  const int B = micro_rows_, T = T_;
-  const nn::BlockActivations a = memory_->unit(k, u);
-  const float* x = memory_->input(k, u);
-  const nn::BlockParams w = layout_.block(params_.data_as<float>(), l);
+  return UnitArgs{l, static_cast<nn::BlockHalf>(u % nn::kBlockHalves), memory_->unit(k, u),
+                  memory_->input(k, u), layout_.block(params_.data_as<float>(), l)};
+}
+
+void ParallelGPT::unit_forward(int k, int u, const nn::StepRng& rng, bool training) {
+  const UnitArgs a = unit_args(k, u);
   nn::Workspace& ws = memory_->workspace();
-  if (shard_path(l)) {
+  if (shard_path(a.layer)) {
     const ShardBlock sb{config_, grid_.shape().tp, grid_.coord().tp, &grid_.tp()};
     // The stage's last MLP at a pipeline boundary hands its output to the next stage.
-    const bool boundary = half == nn::BlockHalf::Mlp && l == layout_.end_layer() - 1 && grid_.to_next() != nullptr;
-    shard_half_forward(sb, l, half, w, a, x, ws, B, T, rng,
+    const bool boundary =
+        a.half == nn::BlockHalf::Mlp && a.layer == layout_.end_layer() - 1 && grid_.to_next() != nullptr;
+    shard_half_forward(sb, a.layer, a.half, a.w, a.acts, a.x, ws, micro_rows_, T_, rng,
                        [&](const EpilogueArgs& e) { run_epilogue(e, training, boundary); });
-  } else if (half == nn::BlockHalf::Attention) {
-    nn::block_attention_forward(config_, l, w, a, x, ws, B, T, rng);
+  } else if (a.half == nn::BlockHalf::Attention) {
+    nn::block_attention_forward(config_, a.layer, a.w, a.acts, a.x, ws, micro_rows_, T_, rng);
   } else {
-    nn::block_mlp_forward(config_, l, w, a, ws, B, T, rng);
+    nn::block_mlp_forward(config_, a.layer, a.w, a.acts, ws, micro_rows_, T_, rng);
   }
 }
 
 void ParallelGPT::unit_backward(int k, int u, const nn::StepRng& rng, float* dres) {
-  const int l = layout_.first_layer() + u / nn::kBlockHalves;
-  const auto half = static_cast<nn::BlockHalf>(u % nn::kBlockHalves);
-  const int B = micro_rows_, T = T_;
-  const nn::BlockActivations a = memory_->unit(k, u);
-  const float* x = memory_->input(k, u);
-  const nn::BlockParams w = layout_.block(params_.data_as<float>(), l);
-  const nn::BlockParams dw = layout_.block(grads_.data_as<float>(), l);
+  const UnitArgs a = unit_args(k, u);
+  const nn::BlockParams dw = layout_.block(grads_.data_as<float>(), a.layer);
   nn::Workspace& ws = memory_->workspace();
-  if (shard_path(l)) {
+  if (shard_path(a.layer)) {
     const ShardBlock sb{config_, grid_.shape().tp, grid_.coord().tp, &grid_.tp()};
-    shard_half_backward(sb, l, half, w, dw, a, x, dres, ws, B, T, rng);
-  } else if (half == nn::BlockHalf::Attention) {
-    nn::block_attention_backward(config_, l, w, dw, a, x, dres, ws, B, T, rng);
+    shard_half_backward(sb, a.layer, a.half, a.w, dw, a.acts, a.x, dres, ws, micro_rows_, T_, rng);
+  } else if (a.half == nn::BlockHalf::Attention) {
+    nn::block_attention_backward(config_, a.layer, a.w, dw, a.acts, a.x, dres, ws, micro_rows_, T_, rng);
   } else {
-    nn::block_mlp_backward(config_, l, w, dw, a, dres, ws, B, T, rng);
+    nn::block_mlp_backward(config_, a.layer, a.w, dw, a.acts, dres, ws, micro_rows_, T_, rng);
   }
 }
 

@@ -122,6 +122,14 @@ class ParallelGPT {
   void backward_micro(const MicroBatch& mb, int k, const nn::StepRng& rng, float dloss);
   // Unit u of this stage (half u % 2 of its block u / 2; see nn/activation_memory.h) for
   // micro-batch k, on the memory's current buffers.
+  struct UnitArgs {
+    int layer;
+    nn::BlockHalf half;
+    nn::BlockActivations acts;
+    const float* x;  // the unit's input
+    nn::BlockParams w;
+  };
+  UnitArgs unit_args(int k, int u);
   void unit_forward(int k, int u, const nn::StepRng& rng, bool training);
   void unit_backward(int k, int u, const nn::StepRng& rng, float* dres);
   int units() const { return nn::kBlockHalves * (layout_.end_layer() - layout_.first_layer()); }
