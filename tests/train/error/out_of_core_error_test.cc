@@ -4,7 +4,6 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <sstream>
 
 #include "tandem/train/checkpoint_series.h"
 #include "tandem/train/trainer.h"
@@ -17,24 +16,7 @@ using testing::ScratchDir;
 using testing::user_error_of;
 using ::testing::HasSubstr;
 
-TrainConfig tiny() {
-  TrainConfig c;
-  c.model.n_layers = 2;
-  c.model.n_heads = 2;
-  c.model.d_model = 16;
-  c.model.seq_len = 16;
-  c.model.max_positions = 16;
-  c.batch = 4;
-  c.steps = 2;
-  c.grid = {1, 1, 1};
-  c.synthetic_bytes = 1 << 14;
-  c.eval_every = 0;
-  c.progress = false;
-  c.blas_threads = 1;
-  static std::ostringstream sink;
-  c.out = &sink;
-  return c;
-}
+TrainConfig tiny() { return testing::tiny_run(2); }  // test_util.h's smallest run
 
 TEST(OutOfCoreErrors, BudgetTooSmallNamesTheSmallestThatWorks) {
   TrainConfig c = tiny();
