@@ -30,7 +30,7 @@ WholeModelState gather_state(const parallel::ParallelGPT& model, const DataParal
 
 // Copies this rank's part of `state` into the model's weights and the optimizer's moments.
 void scatter_state(const WholeModelState& state, const parallel::ParallelGPT& model,
-                   const DataParallelOptimizer& opt);
+                   DataParallelOptimizer& opt);
 
 // Whole-model tensors from a checkpoint file's list (named prefix + parameter name), each checked
 // for presence and shape; UserErrors name `file`.

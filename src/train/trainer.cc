@@ -313,10 +313,16 @@ std::string RankRun::memory_lines() {
                            Tensor::view_of(all.data(), DType::F32, Shape{kFields * n}));
   auto line = [&](int r) {
     const float* f = all.data() + static_cast<ptrdiff_t>(kFields * r);
-    return fmt::format("parameters {:.2f} MiB, gradients {:.2f} MiB, optimizer state {:.2f} MiB{}, exchange "
-                       "buffers {:.2f} MiB",
-                       f[0], f[1], f[2], opt_.state_sliced() && cfg_.grid.dp > 1 ? fmt::format(" (1/{})", cfg_.grid.dp) : "",
-                       f[3]);
+    const std::string share =
+        opt_.state_sliced() && cfg_.grid.dp > 1 ? fmt::format(", 1/{} of the model's", cfg_.grid.dp) : "";
+    const std::string state =
+        opt_.state_tier_description().empty()
+            ? fmt::format("optimizer state {:.2f} MiB{}", f[2], share)
+            : fmt::format("optimizer state in the slow tier ({}) {:.2f} MiB{}, staged through {:.2f} MiB",
+                          opt_.state_tier_description(), static_cast<double>(opt_.state_tier_bytes()) / (1 << 20),
+                          share, f[2]);
+    return fmt::format("parameters {:.2f} MiB, gradients {:.2f} MiB, {}, exchange buffers {:.2f} MiB", f[0], f[1],
+                       state, f[3]);
   };
   bool same = true;
   for (int r = 1; r < n; ++r) same = same && std::equal(all.begin(), all.begin() + kFields, all.begin() + kFields * r);
