@@ -49,13 +49,14 @@ double seconds_since(Clock::time_point t) {
 }
 
 // Whether the optimizer's communication thread may use the data-parallel group while the
-// backward runs: always on in-process ranks; under MPI only with MPI_THREAD_MULTIPLE when the
-// backward communicates too (tp or pp > 1).
+// backward runs: always on in-process ranks; under MPI it needs MPI_THREAD_SERIALIZED (the
+// thread calls MPI while the main thread does not), or MPI_THREAD_MULTIPLE when the backward
+// communicates too (tp or pp > 1).
 bool exchange_may_overlap(const TrainConfig& c) {
-  if (c.backend != "mpi" || (c.grid.tp == 1 && c.grid.pp == 1)) return true;
+  if (c.backend != "mpi") return true;
   int level = MPI_THREAD_SINGLE;
   MPI_Query_thread(&level);
-  return level >= MPI_THREAD_MULTIPLE;
+  return level >= (c.grid.tp == 1 && c.grid.pp == 1 ? MPI_THREAD_SERIALIZED : MPI_THREAD_MULTIPLE);
 }
 
 int local_ranks_for_blas(const TrainConfig& c) {
@@ -339,7 +340,7 @@ std::string RankRun::memory_lines() {
   out += fmt::format("  data-parallel exchange: {}, {}\n", exchange,
                      opt_.overlapping() ? "overlapped with the backward"
                      : cfg_.optimizer.exchange == "overlap"
-                         ? "after the backward (MPI without MPI_THREAD_MULTIPLE cannot overlap it with tp or pp > 1)"
+                         ? "after the backward (this MPI's thread level cannot overlap it)"
                          : "after the backward");
   return out;
 }
