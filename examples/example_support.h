@@ -21,6 +21,7 @@
 #include "tandem/comm/thread.h"
 #include "tandem/exec/compiled.h"
 #include "tandem/exec/runner.h"
+#include "tandem/schedule/enumerate.h"
 
 namespace example {
 
@@ -58,6 +59,21 @@ struct Launch {
   std::unique_ptr<comm::Communicator> world;
   std::vector<std::string> sizes;
 };
+
+// Whether `s` lowers to the same plan as the schedule enumerate_schedules lists under s.name()
+// (the name the tuner and `tandem emit --schedule` use); says which, once.
+inline bool same_as_enumerated(const Launch& launch, const schedule::Schedule& s) {
+  auto steps = [](const schedule::Schedule& x) {  // the plan without its first line, the name
+    const std::string text = x.lower().str();
+    return text.substr(text.find('\n'));
+  };
+  bool same = false;
+  for (const schedule::NamedSchedule& ns : schedule::enumerate_schedules(s.original()))
+    same |= ns.name == s.name() && steps(ns.schedule) == steps(s);
+  if (launch.root())
+    fmt::print("{} the plan enumerate_schedules names {}\n", same ? "same as" : "MISMATCH: not", s.name());
+  return same;
+}
 
 // Element i of input `name`, uniform in [0, 1) (a second moment must not be negative) from a hash of the name, the index and (for an
 // input each rank holds its own of, a Local one) the rank: the same whole tensors on any rank count.

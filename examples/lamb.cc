@@ -33,8 +33,9 @@ int main(int argc, char** argv) try {
   launch.show("after split(g_sum)", s.program().str());
 
   // 2. reorder the AllGather past the whole update: every element-wise stage runs on this rank's
-  //    slice; the norms ||w|| and ||r|| become a sum over the slice plus a cross-rank sum (see
-  //    w_norm and r_norm below); the new w, m and v are gathered afterwards.
+  //    slice; ||r|| becomes a sum of squares over the slice plus a cross-rank sum (the plan's
+  //    "finish r_norm (combine across ranks)"), while ||w|| stays a norm of the whole w, which
+  //    every rank holds; the new w, m and v are gathered afterwards.
   s.reorder("g_sum.ag", {"w1"});
   launch.show("after reorder(g_sum.ag, {w1})", s.program().str());
 
@@ -51,6 +52,7 @@ int main(int argc, char** argv) try {
   const int w_new = s.program().stage(s.resolve("w1.ag", "lamb example")).args[0];
   s.fuse({s.program().stage(w_new).args[1], w_new});
   s.set_name("fused(RS-C-AG)+slice(m,v)");  // what enumerate_schedules calls this schedule
+  if (!example::same_as_enumerated(launch, s)) return 1;
   const schedule::Plan plan = s.lower();
   launch.show("after the two fuses: the plan", plan.str());
 

@@ -48,6 +48,7 @@ int main(int argc, char** argv) try {
   //    gather join block by block.
   s.overlap({"y", "z.rs", "out_to_next"}, /*blocks=*/4);
   s.set_name("ol(MM,fused(RS-C)-P2P)-AG");  // what enumerate_schedules calls this schedule
+  if (!example::same_as_enumerated(launch, s)) return 1;
   const schedule::Plan plan = s.lower();
   launch.show("after overlap({y, z.rs, out_to_next}, 4 blocks): the plan", plan.str());
 
