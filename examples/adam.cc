@@ -57,13 +57,11 @@ int main(int argc, char** argv) try {
   // Emit the plan as C++ and compile it (or find it in the JIT cache), once per process.
   const auto compiled = exec::compile_plan(plan);
   const bool ok = launch.run([&](comm::Communicator& comm) {
-    const exec::ScalarMap scalars = {{"lr", 1e-3},  {"beta1", 0.9},          {"beta2", 0.999},
-                                     {"eps", 1e-8}, {"weight_decay", 0.01},  {"step", 3},
-                                     {"grad_scale", 1.0 / comm.size()}};  // average the summed gradients
     // Bitwise: the schedule keeps the order of every sum. Only a ring (MPI) of 3 or more ranks
     // differs: it rounds the bf16 sum after each hop where the reference rounds once.
     const double rtol = comm.backend() == "thread" || comm.size() <= 2 ? 0 : 1e-2;
-    return example::check_against_reference(adam, compiled, comm, {{"N", n}}, scalars, rtol);
+    return example::check_against_reference(adam, compiled, comm, {{"N", n}},
+                                            example::optimizer_scalars(comm.size()), rtol);
   });
   return ok ? 0 : 1;
 } catch (const tandem::UserError& e) {

@@ -37,7 +37,9 @@ struct Launch {
     for (int i = first; i < argc; ++i) sizes.emplace_back(argv[i]);
   }
   // Size argument i, or `fallback` when not given.
-  int64_t size(size_t i, int64_t fallback) const { return i < sizes.size() ? std::atoll(sizes[i].c_str()) : fallback; }
+  int64_t size(size_t i, int64_t fallback) const {
+    return i < sizes.size() ? std::atoll(sizes[i].c_str()) : fallback;
+  }
   // Whether this process prints what every rank would print alike (rank 0's process).
   bool root() const { return !mpi || world->rank() == 0; }
   // Prints a heading and a program or plan, once.
@@ -71,31 +73,48 @@ inline bool same_as_enumerated(const Launch& launch, const schedule::Schedule& s
   for (const schedule::NamedSchedule& ns : schedule::enumerate_schedules(s.original()))
     same |= ns.name == s.name() && steps(ns.schedule) == steps(s);
   if (launch.root())
-    fmt::print("{} the plan enumerate_schedules names {}\n", same ? "same as" : "MISMATCH: not", s.name());
+    fmt::print("{} the plan enumerate_schedules names {}\n", same ? "same as" : "MISMATCH: not",
+               s.name());
   return same;
 }
 
-// Element i of input `name`, uniform in [0, 1) (a second moment must not be negative) from a hash of the name, the index and (for an
-// input each rank holds its own of, a Local one) the rank: the same whole tensors on any rank count.
+// The hyperparameters of one Adam or LAMB step; grad_scale averages the summed gradients.
+inline exec::ScalarMap optimizer_scalars(int ranks) {
+  return {{"lr", 1e-3},           {"beta1", 0.9}, {"beta2", 0.999},           {"eps", 1e-8},
+          {"weight_decay", 0.01}, {"step", 3},    {"grad_scale", 1.0 / ranks}};
+}
+
+// Element i of input `name`: uniform in [0, 1) (a second moment must not be negative), from a
+// hash of the name, the index and, for a Local input (each rank holds its own), the rank; so the
+// whole tensors are the same on any rank count.
 inline float random_value(std::string_view name, int64_t i, int rank) {
   uint64_t h = 1469598103934665603ull;  // FNV-1a of the name, then a splitmix64 finish
   for (char c : name) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
-  h += static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(rank + 1) * 0xC2B2AE3D27D4EB4Full;
+  h += static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ull +
+       static_cast<uint64_t>(rank + 1) * 0xC2B2AE3D27D4EB4Full;
   h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9ull;
   h = (h ^ (h >> 27)) * 0x94D049BB133111EBull;
   return static_cast<float>((h ^ (h >> 31)) >> 41) / static_cast<float>(1 << 23);
 }
 
-// Largest |got - want| (bitwise: the first differing bits count too) and whether it is allowed.
+// The largest |got - want|; clears `ok` where an element differs by more than allowed (by any
+// bit, when rtol is 0).
 inline double max_difference(const Tensor& got, const Tensor& want, double rtol, bool& ok) {
+  if (got.dtype() != want.dtype() || got.numel() != want.numel()) {
+    ok = false;
+    return INFINITY;
+  }
   double worst = 0;
   const size_t es = dtype_size(got.dtype());
   for (int64_t i = 0; i < got.numel(); ++i) {
     const double g = got.get(i), w = want.get(i), d = std::abs(g - w);
     worst = std::max(worst, d);
-    if (rtol == 0) ok &= std::memcmp(static_cast<const char*>(got.data()) + i * es,
-                                     static_cast<const char*>(want.data()) + i * es, es) == 0;
-    else ok &= (std::isnan(g) && std::isnan(w)) || d <= 1e-6 + rtol * std::abs(w);
+    const size_t at = static_cast<size_t>(i) * es;
+    if (rtol == 0)
+      ok &= std::memcmp(static_cast<const char*>(got.data()) + at,
+                        static_cast<const char*>(want.data()) + at, es) == 0;
+    else
+      ok &= (std::isnan(g) && std::isnan(w)) || d <= 1e-6 + rtol * std::abs(w);
   }
   return worst;
 }
@@ -105,29 +124,34 @@ inline double max_difference(const Tensor& got, const Tensor& want, double rtol,
 // updated in place (this rank's slice where the schedule stores it sliced), bitwise when `rtol`
 // is 0, else within |diff| <= 1e-6 + rtol |want|. The first rank of each group prints the verdict
 // over all ranks; every rank returns it.
-inline bool check_against_reference(const dsl::Program& program, std::shared_ptr<const exec::CompiledPlan> compiled,
+inline bool check_against_reference(const dsl::Program& program,
+                                    std::shared_ptr<const exec::CompiledPlan> compiled,
                                     comm::Communicator& comm, const dsl::SymbolMap& symbols,
                                     const exec::ScalarMap& scalars, double rtol) {
   const dsl::Program& scheduled = compiled->plan().program;
   exec::RunnerOptions options;
   options.compiled = compiled;  // compiled once, shared by every rank of this process
-  std::unique_ptr<exec::Runner> runner = exec::make_runner(exec::RunnerKind::Compiled, compiled->plan(), comm, symbols, options);
+  std::unique_ptr<exec::Runner> runner =
+      exec::make_runner(exec::RunnerKind::Compiled, compiled->plan(), comm, symbols, options);
   const exec::Placement place = exec::placement(program, comm);
   const std::vector<Shape> shapes = program.resolve_shapes(symbols);
   exec::RunArgs ref{symbols, scalars, {}};
   auto stored_piece = [&](const Tensor& whole, std::string_view name) {
-    return exec::piece_of(whole, scheduled.stage(*scheduled.find(name)).type.layout, place.group_size, place.index);
+    return exec::piece_of(whole, scheduled.stage(*scheduled.find(name)).type.layout,
+                          place.group_size, place.index);
   };
-  std::set<std::string> sliced;  // inputs the schedule stores sliced (as_slice)
+  std::set<std::string> sliced;      // inputs the schedule stores sliced (as_slice)
   for (int id : program.inputs()) {  // the whole tensor; each executor gets the piece it stores
     const dsl::Stage& in = program.stage(id);
     if (in.type.group != place.group) continue;
     Tensor whole = Tensor::empty(in.type.dtype, shapes[static_cast<size_t>(id)]);
     for (int64_t i = 0; i < whole.numel(); ++i)
       whole.set(i, random_value(in.name, i, in.type.layout.is_local() ? comm.rank() : -1));
-    ref.inputs[in.name] = exec::piece_of(whole, in.type.layout, place.group_size, place.index).clone();
+    ref.inputs[in.name] =
+        exec::piece_of(whole, in.type.layout, place.group_size, place.index).clone();
     const Tensor mine = stored_piece(whole, in.name);
-    if (scheduled.stage(*scheduled.find(in.name)).type.layout != in.type.layout) sliced.insert(in.name);
+    if (scheduled.stage(*scheduled.find(in.name)).type.layout != in.type.layout)
+      sliced.insert(in.name);
     std::memcpy(runner->input(in.name).data(), mine.data(), mine.nbytes());
   }
   for (const auto& [name, value] : scalars) runner->set_scalar(name, value);
@@ -141,7 +165,9 @@ inline bool check_against_reference(const dsl::Program& program, std::shared_ptr
   std::string names;
   for (const auto& [name, got] : runner->results()) {
     const bool slice = sliced.count(name) > 0;
-    worst = std::max(worst, max_difference(got, slice ? stored_piece(want.at(name), name) : want.at(name), rtol, ok));
+    worst = std::max(
+        worst,
+        max_difference(got, slice ? stored_piece(want.at(name), name) : want.at(name), rtol, ok));
     names += fmt::format("{}{}{}", names.empty() ? "" : ", ", name, slice ? " (slice)" : "");
   }
   // The verdict of every rank: the largest difference and whether any rank mismatched.
@@ -151,10 +177,12 @@ inline bool check_against_reference(const dsl::Program& program, std::shared_ptr
   comm.all_reduce(all, comm::ReduceOp::Max);
   ok = all.get(1) == 0.0f;
   if (place.index == 0)  // one line per group, naming what it compared
-    fmt::print("compiled vs reference on {} ranks ({}){}: {}; max |diff| over all ranks {:.3g} ({}): {}\n",
-               comm.size(), comm.backend(), program.groups() > 1 ? fmt::format(", group {}", place.group) : "",
-               names, all.get(0), rtol == 0 ? "bitwise" : fmt::format("tolerance {:g} relative", rtol),
-               ok ? "OK" : "MISMATCH");
+    fmt::print(
+        "compiled vs reference on {} ranks ({}){}: {}; max |diff| over all ranks {:.3g} ({}): {}\n",
+        comm.size(), comm.backend(),
+        program.groups() > 1 ? fmt::format(", group {}", place.group) : "", names, all.get(0),
+        rtol == 0 ? "bitwise" : fmt::format("tolerance {:g} relative", rtol),
+        ok ? "OK" : "MISMATCH");
   return ok;
 }
 

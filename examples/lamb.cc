@@ -59,14 +59,12 @@ int main(int argc, char** argv) try {
   // Emit the plan as C++ and compile it (or find it in the JIT cache), once per process.
   const auto compiled = exec::compile_plan(plan);
   const bool ok = launch.run([&](comm::Communicator& comm) {
-    const exec::ScalarMap scalars = {{"lr", 1e-3},  {"beta1", 0.9},          {"beta2", 0.999},
-                                     {"eps", 1e-8}, {"weight_decay", 0.01},  {"step", 3},
-                                     {"grad_scale", 1.0 / comm.size()}};
     // Not bitwise: the reference sums ||r||^2 over the whole tensor, the schedule per slice and
     // then across ranks, which rounds differently (a few 2^-24 relative; tests/schedule/testing.h
     // derives the bound). A ring (MPI) of 3 or more ranks also rounds the bf16 sum at each hop.
     const double rtol = comm.backend() == "thread" || comm.size() <= 2 ? 1e-5 : 1e-2;
-    return example::check_against_reference(lamb, compiled, comm, {{"N", n}}, scalars, rtol);
+    return example::check_against_reference(lamb, compiled, comm, {{"N", n}},
+                                            example::optimizer_scalars(comm.size()), rtol);
   });
   return ok ? 0 : 1;
 } catch (const tandem::UserError& e) {

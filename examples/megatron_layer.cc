@@ -20,7 +20,8 @@ using namespace tandem;
 
 int main(int argc, char** argv) try {
   const example::Launch launch(argc, argv, /*default_ranks=*/2);
-  const dsl::SymbolMap sizes = {{"B", launch.size(0, 8)}, {"K", launch.size(1, 16)}, {"H", launch.size(2, 8)}};
+  const dsl::SymbolMap sizes = {
+      {"B", launch.size(0, 8)}, {"K", launch.size(1, 16)}, {"H", launch.size(2, 8)}};
 
   const dsl::Program layer = dsl::workloads::megatron_layer(DType::F32, /*dropout_p=*/0.1);
   layer.validate();

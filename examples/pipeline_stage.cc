@@ -20,7 +20,8 @@ using namespace tandem;
 
 int main(int argc, char** argv) try {
   const example::Launch launch(argc, argv, /*default_ranks=*/4);
-  const dsl::SymbolMap sizes = {{"B", launch.size(0, 8)}, {"K", launch.size(1, 16)}, {"H", launch.size(2, 8)}};
+  const dsl::SymbolMap sizes = {
+      {"B", launch.size(0, 8)}, {"K", launch.size(1, 16)}, {"H", launch.size(2, 8)}};
 
   const dsl::Program stage = dsl::workloads::pipeline_stage(DType::F32, /*dropout_p=*/0.1);
   stage.validate();
@@ -43,9 +44,9 @@ int main(int argc, char** argv) try {
   s.fuse({"z.rs", "out.ag"});
   launch.show("after fuse({z.rs, out.ag}): the plan", s.str());
 
-  // 4. overlap the chain matmul -> fused reduction -> send in 4 row blocks: block b is sent to
-  //    group 1 while block b + 1 is reduced and block b + 2 computed; group 1's receive and
-  //    gather join block by block.
+  // 4. overlap the chain matmul -> fused reduction -> send in 4 row blocks: block b + 1 of the
+  //    matmul is computed while block b is reduced and sent to group 1 (on a communication
+  //    thread); group 1 receives and gathers block by block.
   s.overlap({"y", "z.rs", "out_to_next"}, /*blocks=*/4);
   s.set_name("ol(MM,fused(RS-C)-P2P)-AG");  // what enumerate_schedules calls this schedule
   if (!example::same_as_enumerated(launch, s)) return 1;
