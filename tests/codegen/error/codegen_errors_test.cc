@@ -14,18 +14,14 @@
 #include "tandem/exec/compiled.h"
 #include "tandem/schedule/transforms.h"
 #include "support/scratch.h"
+#include "support/schedules.h"
 
 namespace tandem::codegen {
 namespace {
 
 using ::testing::HasSubstr;
 
-schedule::Plan plan_named(const dsl::Program& p, const std::string& name) {
-  for (const schedule::NamedSchedule& ns : schedule::enumerate_schedules(p))
-    if (ns.name == name) return ns.schedule.lower();
-  ADD_FAILURE() << "no schedule " << name;
-  return {};
-}
+using tandem::testing::plan_named;
 
 using tandem::testing::user_error_of;
 

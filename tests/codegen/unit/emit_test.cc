@@ -18,16 +18,12 @@
 #include "tandem/dsl/dsl.h"
 #include "tandem/exec/jit.h"
 #include "tandem/schedule/transforms.h"
+#include "support/schedules.h"
 
 namespace tandem::codegen {
 namespace {
 
-schedule::Plan plan_named(const dsl::Program& p, const std::string& name) {
-  for (const schedule::NamedSchedule& ns : schedule::enumerate_schedules(p))
-    if (ns.name == name) return ns.schedule.lower();
-  ADD_FAILURE() << "no schedule " << name << " of " << p.name();
-  return {};
-}
+using tandem::testing::plan_named;
 
 size_t count(const std::string& text, const std::string& what) {
   size_t n = 0;

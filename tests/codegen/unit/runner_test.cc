@@ -8,16 +8,12 @@
 #include "tandem/dsl/dsl.h"
 #include "tandem/exec/compiled.h"
 #include "tandem/schedule/transforms.h"
+#include "support/schedules.h"
 
 namespace tandem::exec {
 namespace {
 
-schedule::Plan plan_named(const dsl::Program& p, const std::string& name) {
-  for (const schedule::NamedSchedule& ns : schedule::enumerate_schedules(p))
-    if (ns.name == name) return ns.schedule.lower();
-  ADD_FAILURE() << "no schedule " << name;
-  return {};
-}
+using tandem::testing::plan_named;
 
 void bind_adam(CompiledRunner& run, float grad) {
   for (const auto& [name, v] : {std::pair<const char*, double>{"lr", 0.01}, {"beta1", 0.9}, {"beta2", 0.999},

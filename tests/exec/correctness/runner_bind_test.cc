@@ -11,18 +11,14 @@
 #include "tandem/dsl/workloads.h"
 #include "tandem/exec/runner.h"
 #include "tandem/schedule/enumerate.h"
+#include "support/schedules.h"
 
 namespace tandem::exec {
 namespace {
 
 using ::testing::HasSubstr;
 
-schedule::Plan plan_named(const dsl::Program& p, const std::string& name) {
-  for (const schedule::NamedSchedule& ns : schedule::enumerate_schedules(p))
-    if (ns.name == name) return ns.schedule.lower();
-  ADD_FAILURE() << "no schedule " << name;
-  return {};
-}
+using tandem::testing::plan_named;
 
 void set_adam_scalars(Runner& r) {
   for (const auto& [name, v] : {std::pair<const char*, double>{"lr", 0.01}, {"beta1", 0.9}, {"beta2", 0.999},
