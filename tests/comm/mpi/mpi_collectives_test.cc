@@ -72,10 +72,9 @@ std::string small_sizes(Communicator& c) {
   return err;
 }
 
-// 2^20 + 3 elements at the default chunk and message sizes: 4 MiB messages, the hook on 256 KiB
-// pieces of them.
-std::string large_size(Communicator& c) {
-  const CollectiveAlgo algo = CollectiveAlgo::Ring;
+// 2^20 + 3 elements at the default chunk and message sizes: on the ring 4 MiB messages, the hook
+// on 256 KiB pieces of them; with Auto on one node, the Direct algorithms.
+std::string large_size(Communicator& c, CollectiveAlgo algo) {
   return all_reduce_case(c, algo, DType::F32, kLarge, ReduceOp::Sum, true) +
          all_reduce_case(c, algo, DType::F32, kLarge, ReduceOp::Max, false) +
          reduce_scatter_case(c, algo, DType::F32, kLarge, ReduceOp::Sum, false, false) +
@@ -98,7 +97,8 @@ TEST(MpiCollectives, SmallSizesOnTheWorld) {
 
 TEST(MpiCollectives, LargeSizeOnTheWorld) {
   auto c = mpi_world();
-  EXPECT_EQ(large_size(*c), "") << "rank " << c->rank();
+  EXPECT_EQ(large_size(*c, CollectiveAlgo::Ring), "") << "rank " << c->rank();
+  EXPECT_EQ(large_size(*c, CollectiveAlgo::Auto), "") << "rank " << c->rank();
 }
 
 // The caller hands tandem its communicator: tandem works on a duplicate and leaves the original,
@@ -220,13 +220,46 @@ TEST(MpiErrors, BadArguments) {
             fmt::format("isend on rank {} of {}: peer {} is out of range; the group has ranks 0 to "
                         "{}",
                         r, p, p, p - 1));
+  // On one node the direct algorithm runs, but only on buffers the peers can read: here rank 0's
+  // comes from the host heap, and every rank says so.
   EXPECT_EQ(error_of([&] {
-              all_reduce(*c, CollectiveAlgo::Direct, Tensor::zeros(DType::F32, {4}), ReduceOp::Sum);
+              all_reduce(*c, CollectiveAlgo::Direct,
+                         Tensor::zeros(DType::F32, {4}, r == 0 ? host_allocator() : c->allocator()),
+                         ReduceOp::Sum);
             }),
-            fmt::format("all_reduce on rank {} of {}: the direct algorithm needs ranks that share "
-                        "memory (the thread backend); this communicator's backend is mpi",
+            fmt::format("all_reduce on rank {} of {}: the direct algorithm reads the peers' "
+                        "buffers, but some rank's buffer is not in memory they can read; allocate "
+                        "collective buffers from the communicator's allocator()",
                         r, p));
   c->barrier();
+}
+
+// Ranks on one node share memory: Auto runs the Direct algorithms on buffers from allocator().
+// Buffers from elsewhere (on every rank, or on one) take the ring instead, the same on every rank.
+TEST(MpiSharedMemory, DirectOnOneNodeAndTheRingForHostBuffers) {
+  auto c = mpi_world();
+  EXPECT_TRUE(c->shares_memory());
+  EXPECT_EQ(c->allocator().name(), "shared");
+  ScopedChunkBytes chunk(64);
+  std::string err;
+  for (DType t : kAllDTypes)
+    for (int64_t n : {1, 7, 1000}) {
+      err += all_reduce_case(*c, CollectiveAlgo::Direct, t, n, ReduceOp::Sum, true);
+      err += reduce_scatter_case(*c, CollectiveAlgo::Direct, t, n, ReduceOp::Max, true, true);
+      err += all_gather_case(*c, CollectiveAlgo::Direct, t, n, false);
+      err += broadcast_case(*c, CollectiveAlgo::Direct, t, n, c->size() - 1);
+    }
+  {
+    ScopedHostBuffers host;
+    err += all_reduce_case(*c, CollectiveAlgo::Auto, DType::F32, 1000, ReduceOp::Sum, true);
+    err += reduce_scatter_case(*c, CollectiveAlgo::Auto, DType::BF16, 999, ReduceOp::Sum, true, false);
+  }
+  // One rank's buffer on the heap, the others' shared.
+  Tensor buf = Tensor::empty(DType::F32, {1000}, c->rank() == 0 ? host_allocator() : c->allocator());
+  fill(buf, 0, [&](int64_t i) { return input_value(ReduceOp::Sum, c->rank(), i); });
+  c->all_reduce(buf, ReduceOp::Sum);
+  err += check("mixed buffers", buf, 0, [&](int64_t i) { return expected_value(ReduceOp::Sum, c->size(), i); });
+  EXPECT_EQ(err, "") << "rank " << c->rank();
 }
 
 }  // namespace
