@@ -135,6 +135,37 @@ inline std::string all_gather_case(Communicator& c, CollectiveAlgo algo, DType t
   return check(label, out, 0, [&](int64_t i) { return gather_value(owner_of(n, p, i), i); });
 }
 
+// all_reduce (with the halving hook) and reduce_scatter of random integers against the reference:
+// the sum over every rank's input, regenerated here.
+inline std::string random_case(Communicator& c, DType t, int64_t n, uint64_t seed) {
+  const int p = c.size(), r = c.rank();
+  const int64_t off = Partition::offset(n, p, r), count = Partition::count(n, p, r);
+  const std::string label = label_of(c, CollectiveAlgo::Auto, fmt::format("random seed {}", seed), t, n);
+  auto want = [&](int64_t i) {
+    double s = 0;
+    for (int q = 0; q < p; ++q) s += random_value(seed, q, i);
+    return s;
+  };
+  Tensor buf = Tensor::empty(t, {n}, buffers_of(c));
+  fill(buf, 0, [&](int64_t i) { return random_value(seed, r, i); });
+  std::vector<std::pair<int64_t, int64_t>> calls;
+  c.all_reduce(buf, ReduceOp::Sum, [&](const Tensor& chunk, int64_t offset) {
+    calls.emplace_back(offset, chunk.numel());
+    for (int64_t k = 0; k < chunk.numel(); ++k) chunk.set(k, chunk.get(k) * 0.5f);
+  });
+  std::string err = check(label + " all_reduce", buf, 0, [&](int64_t i) { return 0.5 * want(i); });
+  err += check_coverage(label + " all_reduce", calls, off, count, t);
+  Tensor in = Tensor::empty(t, {n}, buffers_of(c)), out = Tensor::empty(t, {count}, buffers_of(c));
+  fill(in, 0, [&](int64_t i) { return random_value(seed + 1, r, i); });
+  c.reduce_scatter(in, out, ReduceOp::Sum);
+  err += check(label + " reduce_scatter", out, off, [&](int64_t i) {
+    double s = 0;
+    for (int q = 0; q < p; ++q) s += random_value(seed + 1, q, i);
+    return s;
+  });
+  return err;
+}
+
 inline std::string broadcast_case(Communicator& c, CollectiveAlgo algo, DType t, int64_t n,
                                   int root) {
   const std::string label = label_of(c, algo, fmt::format("broadcast from {}", root), t, n);

@@ -1,5 +1,7 @@
-// The MPI backend under real mpirun (-np 2 and 3): every collective through the ring over
-// MPI_Isend/MPI_Irecv on the world communicator and on a wrapped caller's communicator, split,
+// The MPI backend under real mpirun (-np 2 and 3, and 4 as 2 nodes of 2 with
+// TANDEM_RANKS_PER_NODE=2 over TCP): every collective through the ring over MPI_Isend/MPI_Irecv,
+// the Direct algorithms over the processes' shared arenas and the hierarchical ones across the
+// forced nodes, on the world communicator and on a wrapped caller's communicator, split,
 // point-to-point (including messages split into pieces), and the errors a user reads.
 //
 // Every rank runs every test in the same order. Nothing here may leave a test early on one rank
@@ -128,6 +130,30 @@ TEST(MpiCollectives, OnACallersCommunicator) {
   EXPECT_EQ(finalized, 0);
 }
 
+// Random inputs against the reference, every collective at sizes that do not divide by the rank
+// count, with the hook: on one node the Direct algorithms, on forced nodes the hierarchical ones
+// (each rank's node as rank_nodes() says).
+TEST(MpiHierarchical, EveryCollectiveAndRandomInputs) {
+  auto c = mpi_world();
+  const int k = ranks_per_node();
+  std::vector<int> want_nodes;
+  for (int r = 0; r < c->size(); ++r) want_nodes.push_back(k > 0 ? r / k : c->rank_nodes()[0]);
+  EXPECT_EQ(c->rank_nodes(), want_nodes);
+  // At the default chunk and message sizes first, then small ones for the multi-chunk paths.
+  std::string err = random_case(*c, DType::F32, kLarge, 5);
+  ScopedChunkBytes chunk(64);
+  ScopedSmallMessages messages;
+  for (DType t : {DType::F32, DType::BF16})
+    for (int64_t n : {0, 1, 13, 1001}) {
+      err += random_case(*c, t, n, 11 + static_cast<uint64_t>(n));
+      err += all_reduce_case(*c, CollectiveAlgo::Auto, t, n, ReduceOp::Max, true);
+      err += reduce_scatter_case(*c, CollectiveAlgo::Auto, t, n, ReduceOp::Sum, true, true);
+      err += all_gather_case(*c, CollectiveAlgo::Auto, t, n, true);
+      err += broadcast_case(*c, CollectiveAlgo::Auto, t, n, c->size() - 1);
+    }
+  EXPECT_EQ(err, "") << "rank " << c->rank();
+}
+
 TEST(MpiSplit, ParityGroupsAndOptingOut) {
   auto world = mpi_world();
   const int r = world->rank(), p = world->size();
@@ -238,6 +264,10 @@ TEST(MpiErrors, BadArguments) {
 // Buffers from elsewhere (on every rank, or on one) take the ring instead, the same on every rank.
 TEST(MpiSharedMemory, DirectOnOneNodeAndTheRingForHostBuffers) {
   auto c = mpi_world();
+  if (ranks_per_node() != 0 && ranks_per_node() < c->size()) {
+    EXPECT_FALSE(c->shares_memory());
+    return;
+  }
   EXPECT_TRUE(c->shares_memory());
   EXPECT_EQ(c->allocator().name(), "shared");
   ScopedChunkBytes chunk(64);
