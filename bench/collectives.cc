@@ -6,6 +6,9 @@
 // itself under `mpirun -np P --oversubscribe` for the MPI rows. Each row checks its result
 // once, warms up, and reports the median of several timed repetitions (min and max beside it).
 //
+// A repetition's time is the slowest rank's, from the barrier that starts it to the end of its
+// call (the barrier's own exit, slow on a busy machine, is not counted).
+//
 // Bus bandwidth follows nccl-tests: algbw = bytes / time, busbw = algbw * 2 (p - 1) / p.
 // The memory-traffic bound: an in-place all-reduce over shared memory must, per rank, read its
 // buffer, read the peers' copies of its part and write its part (2 N in all), then copy the
@@ -143,7 +146,7 @@ std::map<size_t, Timing> run_thread_rows(int p, const Options& o) {
   std::map<size_t, Timing> out;
   for (size_t mib : o.sizes_mib) {
     const size_t n = mib * kMiB / 4;
-    std::vector<double> times;
+    std::vector<double> times, slowest(static_cast<size_t>(p), 0.0);
     std::atomic<bool> ok{true};
     tandem::comm::run_ranks(p, [&](Communicator& c) {
       Tensor buf = Tensor::empty(DType::F32, {static_cast<int64_t>(n)});
@@ -156,8 +159,9 @@ std::map<size_t, Timing> run_thread_rows(int p, const Options& o) {
         c.barrier();
         const auto t0 = clock_type::now();
         c.all_reduce(buf, ReduceOp::Sum);
+        slowest[static_cast<size_t>(c.rank())] = seconds_since(t0);
         c.barrier();
-        if (c.rank() == 0) times.push_back(seconds_since(t0));
+        if (c.rank() == 0) times.push_back(*std::max_element(slowest.begin(), slowest.end()));
       }
     });
     if (!ok) tandem::internal_error(fmt::format("thread all_reduce of {} MiB on {} ranks gave a "
@@ -224,8 +228,9 @@ int run_mpi_child(const Options& o) {
         MPI_Barrier(MPI_COMM_WORLD);
         const auto t0 = clock_type::now();
         once(m);
-        MPI_Barrier(MPI_COMM_WORLD);
-        times[m].push_back(seconds_since(t0));
+        double mine = seconds_since(t0), slowest = 0;
+        MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        times[m].push_back(slowest);
       }
     }
     for (int m = 0; m < nm; ++m) {

@@ -19,14 +19,16 @@
 //
 // Rounding: f32 reduces in f32. bf16 and f16 are loaded as f32, combined in f32 and rounded back
 // (to nearest even) once per reduction step: the ring algorithm rounds after each of its p - 1
-// steps; the thread backend's direct algorithm combines all p inputs in f32 and rounds once.
+// steps; the direct algorithm (threads, MPI ranks of one node) combines all p inputs in f32 and
+// rounds once; the hierarchical one (across nodes) rounds after its node step and each ring step.
 // max and min propagate NaN. The result is identical on every rank (each part is reduced once,
 // then copied), and identical from run to run for the same algorithm and rank count.
 //
 // Errors: misuse is a UserError whose message names the call, the rank and what was expected
 // ("reduce_scatter on rank 1 of 3: ..."). Mismatches between ranks (sizes, dtypes, ops, roots, or
 // different collectives) are detected where the backend can do it cheaply: always on the thread
-// backend, and on MPI unless TANDEM_COMM_VERIFY=0. A wait for peers longer than the collective
+// backend and among MPI ranks of one node (in shared memory), and across nodes unless
+// TANDEM_COMM_VERIFY=0. A wait for peers longer than the collective
 // timeout (comm_timeout_s, below) is a UserError naming the ranks that did not arrive.
 //
 // Threads: one Communicator is used by one thread at a time (like an MPI communicator under
