@@ -1,9 +1,13 @@
-// All-reduce bus bandwidth of tandem's thread backend, tandem's ring over MPI and OpenMPI's own
+// All-reduce bus bandwidth of tandem's thread backend, tandem over MPI (the ring, and the Direct
+// algorithm over shared memory, or the hierarchical one with --ranks-per-node) and OpenMPI's own
 // MPI_Allreduce, measured in one run against the memory-traffic bound from a STREAM-style copy.
 //
 // Run standalone it measures the copy and the thread backend in this process, then relaunches
-// itself under `mpirun -np P --oversubscribe` for the two MPI rows. Each row checks its result
+// itself under `mpirun -np P --oversubscribe` for the MPI rows. Each row checks its result
 // once, warms up, and reports the median of several timed repetitions (min and max beside it).
+//
+// A repetition's time is the slowest rank's, from the barrier that starts it to the end of its
+// call (the barrier's own exit, slow on a busy machine, is not counted).
 //
 // Bus bandwidth follows nccl-tests: algbw = bytes / time, busbw = algbw * 2 (p - 1) / p.
 // The memory-traffic bound: an in-place all-reduce over shared memory must, per rank, read its
@@ -52,6 +56,7 @@ struct Options {
   int warmup = 2;
   bool mpi = true;
   bool child = false;  // run by mpirun from the standalone run: print rows only
+  int ranks_per_node = 0;  // --ranks-per-node: the MPI rows as nodes of this many ranks, over TCP
 };
 
 // A timing: median, min and max seconds of the repetitions.
@@ -141,7 +146,7 @@ std::map<size_t, Timing> run_thread_rows(int p, const Options& o) {
   std::map<size_t, Timing> out;
   for (size_t mib : o.sizes_mib) {
     const size_t n = mib * kMiB / 4;
-    std::vector<double> times;
+    std::vector<double> times, slowest(static_cast<size_t>(p), 0.0);
     std::atomic<bool> ok{true};
     tandem::comm::run_ranks(p, [&](Communicator& c) {
       Tensor buf = Tensor::empty(DType::F32, {static_cast<int64_t>(n)});
@@ -154,8 +159,9 @@ std::map<size_t, Timing> run_thread_rows(int p, const Options& o) {
         c.barrier();
         const auto t0 = clock_type::now();
         c.all_reduce(buf, ReduceOp::Sum);
+        slowest[static_cast<size_t>(c.rank())] = seconds_since(t0);
         c.barrier();
-        if (c.rank() == 0) times.push_back(seconds_since(t0));
+        if (c.rank() == 0) times.push_back(*std::max_element(slowest.begin(), slowest.end()));
       }
     });
     if (!ok) tandem::internal_error(fmt::format("thread all_reduce of {} MiB on {} ranks gave a "
@@ -167,50 +173,71 @@ std::map<size_t, Timing> run_thread_rows(int p, const Options& o) {
 
 // ---- MPI rows (inside mpirun) -------------------------------------------------------------------
 
-// Times tandem's ring and MPI_Allreduce on the MPI world, alternating repetitions so that both
-// see the same machine load; rank 0 prints one line per row:
-// "row <method> <ranks> <MiB> <median s> <min s> <max s>".
+// Times tandem's algorithms and MPI_Allreduce on the MPI world, alternating repetitions so that
+// all see the same machine load; rank 0 prints one line per row:
+// "row <method> <ranks> <MiB> <median s> <min s> <max s>". The methods:
+// - tandem-mpi-ring: the ring over point-to-point, on a buffer from the heap;
+// - tandem-mpi-direct (one node): the Direct algorithm on a buffer from the communicator's shared
+//   arena, each rank reading its peers' buffers (what a DSL runner's buffers get);
+// - tandem-mpi-hier (nodes forced by TANDEM_RANKS_PER_NODE): the hierarchical algorithm;
+// - MPI_Allreduce on a buffer from the heap.
 int run_mpi_child(const Options& o) {
   auto comm = tandem::comm::mpi_world();
   const int p = comm->size(), r = comm->rank();
-  const char* methods[2] = {"tandem-mpi-ring", "MPI_Allreduce"};
+  const bool one_node = comm->shares_memory();
+  const std::string tandem_auto = one_node ? "tandem-mpi-direct" : "tandem-mpi-hier";
+  const std::vector<std::string> methods = {"tandem-mpi-ring", tandem_auto, "MPI_Allreduce"};
+  const int nm = static_cast<int>(methods.size());
   for (size_t mib : o.sizes_mib) {
     const size_t n = mib * kMiB / 4;
-    Tensor buf = Tensor::empty(DType::F32, {static_cast<int64_t>(n)});
-    float* x = static_cast<float*>(buf.data());
+    const int64_t ne = static_cast<int64_t>(n);
+    Tensor heap = Tensor::empty(DType::F32, {ne});
+    Tensor shared = Tensor::empty(DType::F32, {ne}, comm->allocator());
+    auto buffer = [&](int m) { return m == 1 ? shared : heap; };
     auto once = [&](int m) {
+      tandem::comm::CollectiveDesc d{tandem::comm::CollectiveKind::AllReduce};
+      d.send = buffer(m);
       if (m == 0) {
-        comm->all_reduce(buf, ReduceOp::Sum);
+        d.algo = tandem::comm::CollectiveAlgo::Ring;
+        comm->run(d);
+      } else if (m == 1) {
+        comm->run(d);
       } else {
-        MPI_Allreduce(MPI_IN_PLACE, x, static_cast<int>(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        MPI_Allreduce(MPI_IN_PLACE, heap.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM,
+                      MPI_COMM_WORLD);
       }
     };
-    for (int m = 0; m < 2; ++m) {
+    for (int m = 0; m < nm; ++m) {
+      float* x = static_cast<float*>(buffer(m).data());
       fill_input(x, n, r);
       once(m);
       int ok = check_sum(x, n, p) ? 1 : 0, all_ok = 0;
       MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
       if (!all_ok) {
         if (r == 0)
-          std::fprintf(stderr, "%s of %zu MiB on %d ranks gave a wrong sum\n", methods[m], mib, p);
+          std::fprintf(stderr, "%s of %zu MiB on %d ranks gave a wrong sum\n", methods[m].c_str(),
+                       mib, p);
         return 1;
       }
     }
-    for (int i = 0; i < o.warmup; ++i) once(0), once(1);
-    std::vector<double> times[2];
+    for (int i = 0; i < o.warmup; ++i)
+      for (int m = 0; m < nm; ++m) once(m);
+    std::vector<std::vector<double>> times(nm);
     for (int i = 0; i < o.reps; ++i) {
-      for (int m = 0; m < 2; ++m) {
+      for (int m = 0; m < nm; ++m) {
         MPI_Barrier(MPI_COMM_WORLD);
         const auto t0 = clock_type::now();
         once(m);
-        MPI_Barrier(MPI_COMM_WORLD);
-        times[m].push_back(seconds_since(t0));
+        double mine = seconds_since(t0), slowest = 0;
+        MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        times[m].push_back(slowest);
       }
     }
-    for (int m = 0; m < 2; ++m) {
+    for (int m = 0; m < nm; ++m) {
       const Timing t = summarise(times[m]);
       if (r == 0)
-        std::printf("row %s %d %zu %.9f %.9f %.9f\n", methods[m], p, mib, t.median, t.min, t.max);
+        std::printf("row %s %d %zu %.9f %.9f %.9f\n", methods[m].c_str(), p, mib, t.median, t.min,
+                    t.max);
     }
     std::fflush(stdout);
   }
@@ -235,10 +262,17 @@ std::string join(const std::vector<size_t>& v) {
 
 // Relaunches this program under mpirun for p ranks and collects its rows: method -> MiB -> timing.
 std::map<std::string, std::map<size_t, Timing>> run_mpi_rows(int p, const Options& o) {
+  // Forced nodes: the inter-node part goes over TCP (as between real hosts); so does all of
+  // MPI_Allreduce.
+  const std::string nodes =
+      o.ranks_per_node > 0
+          ? fmt::format("TANDEM_RANKS_PER_NODE={} ", o.ranks_per_node)
+          : "";
   const std::string cmd = fmt::format(
-      "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np {} --oversubscribe "
-      "'{}' --mpi-child --sizes {} --reps {} --warmup {} 2>&1",
-      p, self_path(), join(o.sizes_mib), o.reps, o.warmup);
+      "{}OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np {} --oversubscribe "
+      "{}'{}' --mpi-child --sizes {} --reps {} --warmup {} 2>&1",
+      nodes, p, o.ranks_per_node > 0 ? "--mca btl tcp,self " : "", self_path(),
+      join(o.sizes_mib), o.reps, o.warmup);
   std::map<std::string, std::map<size_t, Timing>> rows;
   FILE* pipe = popen(cmd.c_str(), "r");
   if (pipe == nullptr) {
@@ -312,6 +346,8 @@ Options parse(int argc, char** argv) {
       o.reps = std::max(1, static_cast<int>(number(value())));
     } else if (a == "--warmup") {
       o.warmup = static_cast<int>(number(value()));
+    } else if (a == "--ranks-per-node") {
+      o.ranks_per_node = static_cast<int>(number(value()));
     } else if (a == "--no-mpi") {
       o.mpi = false;
     } else if (a == "--mpi-child") {
@@ -319,10 +355,13 @@ Options parse(int argc, char** argv) {
     } else if (a == "--help" || a == "-h") {
       std::printf(
           "usage: bench_collectives [--quick] [--ranks 2,4] [--sizes 1,4,16,64,256] [--reps 7]\n"
-          "                         [--warmup 2] [--no-mpi]\n"
+          "                         [--warmup 2] [--no-mpi] [--ranks-per-node K]\n"
           "  --quick   2 ranks, 1/16/64 MiB, 3 repetitions (what `make run` shows)\n"
           "  --sizes   buffer sizes per rank, in MiB (f32)\n"
-          "  --no-mpi  skip the rows that need mpirun\n");
+          "  --no-mpi  skip the rows that need mpirun\n"
+          "  --ranks-per-node K  the MPI rows with every K ranks as one node\n"
+          "            (TANDEM_RANKS_PER_NODE=K, `--mca btl tcp,self`): the hierarchical\n"
+          "            all-reduce against the flat ring and MPI_Allreduce, all over TCP\n");
       std::exit(0);
     } else {
       tandem::user_error("unknown flag '{}'; try --help", a);
@@ -367,7 +406,8 @@ int run(int argc, char** argv) {
         if (it == rows.end() || !it->second.count(mib)) return 0;
         return bytes / it->second.at(mib).median * bus_factor(p);
       };
-      for (const char* m : {"tandem-thread", "tandem-mpi-ring", "MPI_Allreduce"}) {
+      for (const char* m : {"tandem-thread", "tandem-mpi-ring", "tandem-mpi-direct",
+                            "tandem-mpi-hier", "MPI_Allreduce"}) {
         auto it = rows.find(m);
         if (it == rows.end() || !it->second.count(mib)) continue;
         const Timing& t = it->second.at(mib);
@@ -381,6 +421,7 @@ int run(int argc, char** argv) {
                   traffic_bytes(mib * kMiB, p) / copy_bw * 1e3, "",
                   bound_busbw_per_byte / bus_factor(p) / 1e9, bound_busbw_per_byte / 1e9, "100%");
       const double thread = busbw("tandem-thread"), ring = busbw("tandem-mpi-ring"),
+                   direct = busbw("tandem-mpi-direct"), hier = busbw("tandem-mpi-hier"),
                    mpi = busbw("MPI_Allreduce");
       const std::string at = fmt::format("p={} {}MiB", p, mib);
       if (thread > 0 && mpi > 0)
@@ -391,6 +432,18 @@ int run(int argc, char** argv) {
       if (ring > 0 && mpi > 0)
         ratios.push_back(fmt::format("ratio tandem-mpi-ring/MPI_Allreduce busbw {}: {:.2f}x", at,
                                      ring / mpi));
+      if (direct > 0 && thread > 0)
+        ratios.push_back(fmt::format("ratio tandem-mpi-direct/thread busbw {}: {:.2f}x", at,
+                                     direct / thread));
+      if (direct > 0 && mpi > 0)
+        ratios.push_back(fmt::format("ratio tandem-mpi-direct/MPI_Allreduce busbw {}: {:.2f}x", at,
+                                     direct / mpi));
+      if (hier > 0 && mpi > 0)
+        ratios.push_back(fmt::format("ratio tandem-mpi-hier/MPI_Allreduce busbw {}: {:.2f}x", at,
+                                     hier / mpi));
+      if (hier > 0 && ring > 0)
+        ratios.push_back(fmt::format("ratio tandem-mpi-hier/tandem-mpi-ring busbw {}: {:.2f}x", at,
+                                     hier / ring));
     }
   }
   std::printf("\n");

@@ -8,8 +8,10 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
+#include "hierarchical.h"
 #include "ring.h"
 #include "tandem/core/env.h"
 #include "tandem/core/error.h"
@@ -78,6 +80,38 @@ size_t chunk_bytes() {
 
 void set_chunk_bytes(size_t bytes) { g_chunk_override.store(bytes, std::memory_order_relaxed); }
 
+namespace {
+std::atomic<int> g_ranks_per_node_override{-1};
+}  // namespace
+
+int ranks_per_node() {
+  const int o = g_ranks_per_node_override.load(std::memory_order_relaxed);
+  if (o >= 0) return o;
+  static const int from_env = [] {
+    const std::string v = env_str("TANDEM_RANKS_PER_NODE", "");
+    if (v.empty()) return 0;
+    char* end = nullptr;
+    const long k = std::strtol(v.c_str(), &end, 10);
+    if (end == v.c_str() || *end != '\0' || k < 1 || k > (1 << 20))
+      user_error("TANDEM_RANKS_PER_NODE={} is not a number of ranks: expected a whole number of "
+                 "1 or more (how many consecutive ranks behave as one node), or unset to let the "
+                 "machine decide",
+                 v);
+    return static_cast<int>(k);
+  }();
+  return from_env;
+}
+
+void check_ranks_per_node(int world_size) {
+  const int k = ranks_per_node();
+  if (k > 0 && world_size % k != 0)
+    user_error("TANDEM_RANKS_PER_NODE={} does not divide the {} ranks into whole nodes; use a "
+               "divisor of {}",
+               k, world_size, world_size);
+}
+
+void set_ranks_per_node(int k) { g_ranks_per_node_override.store(k, std::memory_order_relaxed); }
+
 // ---- Validation ------------------------------------------------------------------------------
 
 namespace {
@@ -88,7 +122,7 @@ bool overlaps(const Tensor& a, const Tensor& b) {
   return a.nbytes() > 0 && b.nbytes() > 0 && a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes();
 }
 
-void validate(const CollectiveDesc& d, int r, int p, std::string_view backend) {
+void validate(const CollectiveDesc& d, int r, int p, bool shares_memory) {
   const std::string at = fmt::format("{} on rank {} of {}", collective_name(d.kind), r, p);
   const bool reducing =
       d.kind == CollectiveKind::AllReduce || d.kind == CollectiveKind::ReduceScatter;
@@ -138,10 +172,10 @@ void validate(const CollectiveDesc& d, int r, int p, std::string_view backend) {
   }
   if (d.kind == CollectiveKind::Broadcast && (d.root < 0 || d.root >= p))
     user_error("{}: root {} is out of range; the group has ranks 0 to {}", at, d.root, p - 1);
-  if (d.algo == CollectiveAlgo::Direct && backend != "thread")
-    user_error("{}: the direct algorithm needs ranks that share memory (the thread backend); "
-               "this communicator's backend is {}",
-               at, backend);
+  if (d.algo == CollectiveAlgo::Direct && !shares_memory)
+    user_error("{}: the direct algorithm needs ranks that share memory (threads, or MPI "
+               "processes on one node); this group's ranks do not",
+               at);
 }
 
 // A group of one: nothing moves, but the output is still written and the hook still runs chunk
@@ -181,6 +215,29 @@ void check_p2p(const char* what, const Tensor& t, int peer, int tag, int r, int 
 
 Communicator::Communicator() = default;
 Communicator::~Communicator() = default;
+
+Allocator& Communicator::allocator() const { return host_allocator(); }
+
+std::vector<int> Communicator::rank_nodes() const {
+  return nodes_.empty() ? std::vector<int>(static_cast<size_t>(size()), 0) : nodes_;
+}
+
+Allocator& buffer_allocator(const Communicator& comm, Allocator& alloc) {
+  return &alloc == &host_allocator() ? comm.allocator() : alloc;
+}
+
+void Communicator::set_rank_nodes(std::vector<int> nodes) { nodes_ = std::move(nodes); }
+
+bool Communicator::execute_hierarchical(const CollectiveDesc& desc) {
+  if (desc.algo != CollectiveAlgo::Auto) return false;
+  if (hierarchical_ == nullptr) {
+    const int L = detail::Hierarchical::ranks_per_node(nodes_);
+    if (L == 0) return false;
+    hierarchical_ = std::make_unique<detail::Hierarchical>(*this, L);
+  }
+  hierarchical_->run(desc);
+  return true;
+}
 
 Request Communicator::isend(const Tensor& t, int peer, int tag) {
   check_p2p("isend", t, peer, tag, rank(), size());
@@ -225,7 +282,7 @@ void Communicator::broadcast(const Tensor& buf, int root) {
 }
 
 void Communicator::run(const CollectiveDesc& desc) {
-  validate(desc, rank(), size(), backend());
+  validate(desc, rank(), size(), shares_memory());
   if (debug_enabled())
     fmt::print(stderr, "tandem comm: {} rank {}/{} {} {} {} root={} algo={} chunk={}B hook={}\n",
                backend(), rank(), size(), collective_name(desc.kind), reduce_op_name(desc.op),

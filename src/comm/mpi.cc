@@ -1,19 +1,24 @@
 // The MPI backend: bytes over MPI_Isend/MPI_Irecv on a private duplicate of the communicator,
-// collectives by the ring algorithms, and waits that poll MPI_Test with a backoff.
+// collectives by the Direct algorithms on one node (over the processes' shared arenas), the
+// hierarchical ones across nodes, else the ring; waits that poll MPI_Test with a backoff.
 #include "tandem/comm/mpi.h"
 
 #include <sched.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <climits>
 #include <cstdlib>
+#include <functional>
 #include <numeric>
 #include <thread>
 #include <vector>
 
 #include "checks.h"
+#include "direct.h"
+#include "shared_arena.h"
 #include "tandem/core/env.h"
 #include "tandem/core/error.h"
 #include "timeout.h"
@@ -191,6 +196,51 @@ bool env_verify() {
   return on;
 }
 
+// A rank's slot and bell, in its shared arena where its peers read them.
+struct NodeSlot {
+  detail::Slot slot;
+  detail::Bell bell;
+};
+
+// The memory of a group whose processes share a node: each rank's arena mapped into every
+// process, and each rank's slot in its own arena. A dead peer ends the job (abort_mpi_job), so
+// no wait checks for one; the collective timeout still ends a wait.
+class NodeMemory final : public detail::PeerMemory {
+ public:
+  NodeMemory(int rank, std::vector<char*> bases, std::vector<NodeSlot*> slots,
+             std::function<std::string(const std::vector<int>&)> names)
+      : rank_(rank),
+        bases_(std::move(bases)),
+        slots_(std::move(slots)),
+        names_(std::move(names)),
+        spin_(detail::spin_policy_for(local_ranks())),
+        arena_(detail::SharedArena::get()) {}
+
+  int rank() const override { return rank_; }
+  int size() const override { return static_cast<int>(slots_.size()); }
+  detail::Slot& slot(int q) const override { return slots_[static_cast<size_t>(q)]->slot; }
+  detail::Bell& bell(int q) const override { return slots_[static_cast<size_t>(q)]->bell; }
+  const detail::SpinPolicy& spin() const override { return spin_; }
+  uint64_t address_of(const void* p, size_t bytes) const override {
+    if (bytes == 0) return 0;
+    if (!arena_->contains(p, bytes)) return detail::kNotShared;
+    return static_cast<uint64_t>(static_cast<const char*>(p) - arena_->base());
+  }
+  char* resolve(int q, uint64_t address) const override {
+    return bases_[static_cast<size_t>(q)] + address;
+  }
+  void check(std::string_view, int, const std::function<bool()>&) override {}
+  std::string ranks_named(const std::vector<int>& ranks) const override { return names_(ranks); }
+
+ private:
+  int rank_;
+  std::vector<char*> bases_;
+  std::vector<NodeSlot*> slots_;
+  std::function<std::string(const std::vector<int>&)> names_;
+  detail::SpinPolicy spin_;
+  detail::SharedArena* arena_;
+};
+
 }  // namespace
 
 namespace {
@@ -254,9 +304,81 @@ void MpiCommunicator::set_up() {
   MPI_Group_translate_ranks(mine, size_, ranks.data(), world, world_ranks_.data());
   MPI_Group_free(&mine);
   MPI_Group_free(&world);
+  set_up_node();
+}
+
+void MpiCommunicator::set_up_node() {
+  const std::string where = fmt::format("MpiCommunicator on rank {} of {}", rank_, size_);
+  // Which node this rank is on: world ranks in blocks of TANDEM_RANKS_PER_NODE, else the lowest
+  // world rank among the processes that share its memory.
+  int world_size = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  check_ranks_per_node(world_size);
+  const int my_world = world_ranks_[static_cast<size_t>(rank_)];
+  int node = 0;
+  if (const int k = ranks_per_node(); k > 0) {
+    node = my_world / k;
+  } else {
+    MPI_Comm local = MPI_COMM_NULL;
+    check_mpi(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local), where,
+              "MPI_Comm_split_type");
+    check_mpi(MPI_Allreduce(&my_world, &node, 1, MPI_INT, MPI_MIN, local), where, "MPI_Allreduce");
+    MPI_Comm_free(&local);
+  }
+  std::vector<int> nodes(static_cast<size_t>(size_));
+  check_mpi(MPI_Allgather(&node, 1, MPI_INT, nodes.data(), 1, MPI_INT, comm_), where,
+            "MPI_Allgather");
+  const bool one_node = std::all_of(nodes.begin(), nodes.end(), [&](int x) { return x == nodes[0]; });
+  set_rank_nodes(std::move(nodes));
+  if (!one_node || size_ < 2) return;
+
+  // One node: each rank shows its peers its arena (process, descriptor, size) and its slot, and
+  // maps theirs. Every rank must succeed, or none uses shared memory.
+  struct Card {
+    int64_t pid = -1, fd = -1, bytes = 0, slot = 0;
+  };
+  Card mine;
+  detail::SharedArena* arena = detail::SharedArena::get();
+  NodeSlot* my_slot = nullptr;
+  if (arena != nullptr) {
+    // Kept until exit: a slow peer may still read this slot after the last call returns here.
+    my_slot = new (arena->allocate(sizeof(NodeSlot))) NodeSlot();
+    mine = Card{getpid(), arena->fd(), static_cast<int64_t>(arena->capacity()),
+                reinterpret_cast<char*>(my_slot) - arena->base()};
+  }
+  std::vector<Card> cards(static_cast<size_t>(size_));
+  check_mpi(MPI_Allgather(&mine, sizeof(Card), MPI_BYTE, cards.data(), sizeof(Card), MPI_BYTE,
+                          comm_),
+            where, "MPI_Allgather");
+  std::vector<char*> bases(static_cast<size_t>(size_), nullptr);
+  std::vector<NodeSlot*> slots(static_cast<size_t>(size_), nullptr);
+  int ok = 1;
+  for (int q = 0; q < size_ && ok; ++q) {
+    const Card& c = cards[static_cast<size_t>(q)];
+    if (c.pid < 0) {
+      ok = 0;
+      break;
+    }
+    bases[q] = detail::map_peer_arena(static_cast<int>(c.pid), static_cast<int>(c.fd),
+                                      static_cast<size_t>(c.bytes));
+    if (bases[q] == nullptr) ok = 0;
+    else slots[q] = reinterpret_cast<NodeSlot*>(bases[q] + c.slot);
+  }
+  check_mpi(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, comm_), where, "MPI_Allreduce");
+  if (!ok) return;
+  node_ = std::make_unique<NodeMemory>(rank_, std::move(bases), std::move(slots),
+                                       [this](const std::vector<int>& r) { return ranks_named(r); });
+  direct_ = std::make_unique<detail::Direct>(*node_);
+}
+
+Allocator& MpiCommunicator::allocator() const {
+  detail::SharedArena* arena = detail::SharedArena::get();
+  return arena != nullptr ? static_cast<Allocator&>(*arena) : host_allocator();
 }
 
 MpiCommunicator::~MpiCommunicator() {
+  direct_.reset();
+  node_.reset();
   if (mpi_finalized()) return;
   if (ctrl_ != MPI_COMM_NULL) MPI_Comm_free(&ctrl_);
   if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
@@ -389,12 +511,22 @@ size_t MpiCommunicator::ring_message_bytes() const {
 }
 
 void MpiCommunicator::execute(const CollectiveDesc& desc) {
-  if (env_verify()) arrive(desc, static_cast<int>(desc.kind), true);
   // Names the collective in the timeout message of a ring message that does not come.
   struct Named {
     explicit Named(std::string_view n) { t_collective = n; }
     ~Named() { t_collective = {}; }
-  } named(collective_name(desc.kind));
+  };
+  if (direct_ != nullptr) {
+    // One node: the posted calls in the slots are the arrival and the agreement check.
+    direct_->run(desc, [&] {
+      Named named(collective_name(desc.kind));
+      execute_ring(desc);
+    });
+    return;
+  }
+  if (execute_hierarchical(desc)) return;
+  if (env_verify()) arrive(desc, static_cast<int>(desc.kind), true);
+  Named named(collective_name(desc.kind));
   execute_ring(desc);
 }
 

@@ -1,15 +1,7 @@
-// The thread backend: ranks are threads of this process; collectives read peers' buffers directly
-// (the Direct algorithm), point-to-point is a rendezvous that copies once, and every wait spins
-// briefly and then sleeps (see wait.h).
-//
-// Shared state, per group: one Slot per rank, where a rank posts the descriptor of its current
-// call (double-buffered by the parity of the call's sequence number, so a rank may post call s+1
-// while a slow peer still reads call s) and publishes three counters: `posted` (the call whose
-// descriptor is up), `progress` (how many chunks of its part it has reduced, tagged with the
-// call) and `finished` (the last call in which it stopped touching its peers' buffers). A call
-// runs: post; wait until every peer has posted; compare descriptors (mismatches are caught here);
-// the algorithm; publish finished; wait until every peer has finished (so no rank returns, and
-// lets its caller reuse its buffer, while a peer still reads it).
+// The thread backend: ranks are threads of this process; collectives run the Direct algorithms
+// (direct.h) over the group's slots, with every rank's buffers readable as they are;
+// point-to-point is a rendezvous that copies once, and every wait spins briefly and then sleeps
+// (see wait.h).
 #include "tandem/comm/thread.h"
 
 #include <algorithm>
@@ -23,8 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "checks.h"
-#include "reduce.h"
+#include "direct.h"
 #include "tandem/core/error.h"
 #include "timeout.h"
 #include "wait.h"
@@ -40,10 +31,6 @@ class Aborted : public UserError {
  public:
   using UserError::UserError;
 };
-
-// Copies larger than this go round the cache (streaming stores) in the all-gather step: at this
-// size the destination is not read again before it is evicted anyway.
-constexpr size_t kStreamingBytes = size_t{8} << 20;
 
 // ---- The world: the ranks started by one run_ranks call ---------------------------------------
 
@@ -111,43 +98,10 @@ struct World {
 
 // ---- Groups ------------------------------------------------------------------------------------
 
-// What a group call is (the collectives, plus the two calls that share their protocol).
-enum class Call : uint8_t { AllReduce, ReduceScatter, AllGather, Broadcast, Barrier, Split };
-
-std::string_view call_name(Call c) {
-  switch (c) {
-    case Call::Barrier: return "barrier";
-    case Call::Split: return "split";
-    default: return collective_name(static_cast<CollectiveKind>(c));
-  }
-}
+using detail::Call;
+using detail::call_name;
 
 struct Group;
-
-// One rank's posted call.
-struct Desc {
-  Call call = Call::Barrier;
-  ReduceOp op = ReduceOp::Sum;
-  DType dtype = DType::F32;
-  CollectiveAlgo algo = CollectiveAlgo::Auto;
-  int64_t n = 0;  // elements of the whole buffer
-  int root = 0;
-  const char* send = nullptr;
-  char* recv = nullptr;
-  int color = 0, key = 0;
-  std::shared_ptr<Group> split_group;  // published by the leader of each color
-};
-
-struct alignas(64) Counter {
-  std::atomic<uint64_t> v{0};
-};
-
-struct Slot {
-  Counter posted;
-  Counter progress;  // (call sequence number << 32) | chunks published
-  Counter finished;
-  Desc desc[2];
-};
 
 // A rendezvous: a posted send or receive waiting for its match.
 struct P2P {
@@ -171,14 +125,17 @@ struct Group {
   Group(std::shared_ptr<World> w, std::vector<int> m)
       : world(std::move(w)),
         members(std::move(m)),
-        slots(new Slot[members.size()]),
-        boxes(new Mailbox[members.size()]) {}
+        slots(new detail::Slot[members.size()]),
+        boxes(new Mailbox[members.size()]),
+        split_child(new std::shared_ptr<Group>[2 * members.size()]) {}
   int size() const { return static_cast<int>(members.size()); }
 
   std::shared_ptr<World> world;
   std::vector<int> members;  // group rank -> world rank
-  std::unique_ptr<Slot[]> slots;
+  std::unique_ptr<detail::Slot[]> slots;
   std::unique_ptr<Mailbox[]> boxes;
+  // The group a split's leader made, by (leader, parity of the split's sequence number).
+  std::unique_ptr<std::shared_ptr<Group>[]> split_child;
 };
 
 // ---- Point to point ------------------------------------------------------------------------------
@@ -288,19 +245,26 @@ class ThreadRequest final : public Request::State {
 
 // ---- The communicator ----------------------------------------------------------------------------
 
-class ThreadCommunicator final : public Communicator {
+class ThreadCommunicator final : public Communicator, detail::PeerMemory {
  public:
   ThreadCommunicator(std::shared_ptr<Group> g, int rank)
-      : g_(std::move(g)), rank_(rank), me_(g_->members[rank]), srcs_(g_->size()) {}
+      : g_(std::move(g)), rank_(rank), me_(g_->members[rank]), direct_(*this) {
+    // Threads share one machine; only a forced grouping makes nodes of them (for tests).
+    if (const int k = ranks_per_node(); k > 0) {
+      std::vector<int> nodes;
+      for (int m : g_->members) nodes.push_back(m / k);
+      set_rank_nodes(std::move(nodes));
+    }
+  }
 
   int rank() const override { return rank_; }
   int size() const override { return g_->size(); }
   std::string_view backend() const override { return "thread"; }
 
   void barrier() override {
-    Desc d;
-    d.call = Call::Barrier;
-    group_call(d, /*shares_buffers=*/false, [](uint64_t) {});
+    detail::PostedCall c;
+    c.call = Call::Barrier;
+    direct_.group_call(c, /*shares_buffers=*/false, [](uint64_t) {});
   }
 
   std::unique_ptr<Communicator> split(int color, int key) override;
@@ -308,139 +272,73 @@ class ThreadCommunicator final : public Communicator {
  protected:
   Request post_send(const Tensor& t, int peer, int tag) override { return post(t, peer, tag, true); }
   Request post_recv(const Tensor& t, int peer, int tag) override { return post(t, peer, tag, false); }
-  void execute(const CollectiveDesc& d) override;
+  void execute(const CollectiveDesc& d) override {
+    if (execute_hierarchical(d)) return;
+    direct_.run(d, [&] { execute_ring(d); });
+  }
+  bool shares_memory() const override { return true; }
 
  private:
-  World& world() const { return *g_->world; }
-  Slot& slot(int q) const { return g_->slots[q]; }
-  Bell& my_bell() const { return world().bells[me_]; }
-  std::string at(Call c) const {
-    return fmt::format("{} on rank {} of {}", call_name(c), rank_, size());
+  // PeerMemory: every rank's buffers are readable as they are.
+  detail::Slot& slot(int q) const override { return g_->slots[q]; }
+  Bell& bell(int q) const override { return world().bells[g_->members[q]]; }
+  const detail::SpinPolicy& spin() const override { return world().spin; }
+  uint64_t address_of(const void* p, size_t) const override {
+    return static_cast<uint64_t>(reinterpret_cast<uintptr_t>(p));
   }
+  char* resolve(int, uint64_t address) const override {
+    return reinterpret_cast<char*>(static_cast<uintptr_t>(address));
+  }
+  void check(std::string_view where, int q, const std::function<bool()>& ready) override;
+  std::string ranks_named(const std::vector<int>& ranks) const override;
+  void failed(std::exception_ptr e) override;
+  void wait_quiet(uint64_t seq) override;
+
+  World& world() const { return *g_->world; }
 
   Request post(const Tensor& t, int peer, int tag, bool is_send);
-
-  // Runs one group call: post `d`, meet the peers, check they called the same thing, run body,
-  // and (when the body read peers' buffers) wait until every peer is done with ours.
-  template <typename Body>
-  void group_call(const Desc& d, bool shares_buffers, Body&& body);
-  void check_matching(uint64_t seq, Call call) const;
-  // Blocks until ready(); fails if the group is aborted or rank q (when q >= 0) has returned.
-  template <typename Ready>
-  void wait_for(Call call, int q, Ready&& ready) const;
-  // For a timeout in call `seq_`: the ranks that have not posted it ("did not arrive"), or else
-  // rank q, which arrived but has not done its part.
-  std::string late_ranks(int q) const;
-  // After a failure: returns once no peer can still be touching this rank's buffers.
-  void wait_quiet(uint64_t seq) const;
-  void ring_peers() const;
-
-  // The Direct algorithms.
-  void direct_reduce(const Desc& d, uint64_t seq, char* dst_base, int64_t dst_offset,
-                     const ChunkHook* hook, bool publish);
-  void direct_all_reduce(const Desc& d, uint64_t seq, const ChunkHook* hook);
-  void direct_all_gather(const Desc& d, uint64_t seq);
-  void direct_broadcast(const Desc& d, uint64_t seq);
-  size_t gather_published(const Desc& d, uint64_t seq, std::vector<int64_t>& done, bool block);
-
-  int64_t published(int q, uint64_t seq) const {
-    const uint64_t v = slot(q).progress.v.load(std::memory_order_seq_cst);
-    return (v >> 32) == (seq & 0xffffffffu) ? static_cast<int64_t>(v & 0xffffffffu) : 0;
-  }
 
   std::shared_ptr<Group> g_;
   int rank_;
   int me_;  // world rank
-  uint64_t seq_ = 0;
-  detail::Deadline deadline_;         // of the current group call, started when it posts
-  std::vector<const void*> srcs_;     // reused: one input pointer per rank
-  std::vector<int64_t> gathered_;     // reused: chunks of each part copied so far
+  detail::Direct direct_;
 };
 
-template <typename Ready>
-void ThreadCommunicator::wait_for(Call call, int q, Ready&& ready) const {
-  World& w = world();
-  my_bell().wait(w.spin, ready, [&] {
-    if (w.aborted.load(std::memory_order_seq_cst))
-      throw Aborted(fmt::format("{}: aborted because rank {} failed", at(call), w.origin.load()));
-    if (q >= 0 && w.exited[g_->members[q]].load(std::memory_order_seq_cst) && !ready())
-      user_error("{}: rank {} has returned from its function without taking part; every rank of "
-                 "the group must make the same collective calls in the same order",
-                 at(call), q);
-    if (deadline_.passed() && !ready()) detail::timed_out(at(call), deadline_, late_ranks(q));
-  });
-}
-
-std::string ThreadCommunicator::late_ranks(int q) const {
-  std::vector<int> late;
-  for (int r = 0; r < size(); ++r)
-    if (r != rank_ && slot(r).posted.v.load(std::memory_order_seq_cst) < seq_) late.push_back(r);
-  const bool arrived = late.empty();
-  if (arrived && q >= 0) late.push_back(q);
-  // Ranks of a split group are named by their world ranks too: those are the ones users know.
-  std::string text = detail::rank_list(late);
-  if (size() != world().n) {
-    std::vector<int> in_world;
-    for (int r : late) in_world.push_back(g_->members[r]);
-    text += " (world " + detail::rank_list(in_world) + ")";
-  }
-  return text + (arrived ? " arrived but has not finished its part" : " did not arrive");
-}
-
-void ThreadCommunicator::ring_peers() const {
-  for (int q = 0; q < size(); ++q)
-    if (q != rank_) world().bells[g_->members[q]].ring();
-}
-
-template <typename Body>
-void ThreadCommunicator::group_call(const Desc& d, bool shares_buffers, Body&& body) {
+void ThreadCommunicator::check(std::string_view where, int q, const std::function<bool()>& ready) {
   World& w = world();
   if (w.aborted.load(std::memory_order_seq_cst))
-    throw Aborted(fmt::format("{}: aborted because rank {} failed", at(d.call), w.origin.load()));
-  const uint64_t seq = ++seq_;
-  deadline_ = detail::Deadline();
-  Slot& mine = slot(rank_);
-  mine.desc[seq & 1] = d;
-  mine.posted.v.store(seq, std::memory_order_seq_cst);
-  ring_peers();
+    throw Aborted(fmt::format("{}: aborted because rank {} failed", where, w.origin.load()));
+  if (q >= 0 && w.exited[g_->members[q]].load(std::memory_order_seq_cst) && !ready())
+    user_error("{}: rank {} has returned from its function without taking part; every rank of "
+               "the group must make the same collective calls in the same order",
+               where, q);
+}
+
+std::string ThreadCommunicator::ranks_named(const std::vector<int>& ranks) const {
+  // Ranks of a split group are named by their world ranks too: those are the ones users know.
+  std::string text = detail::rank_list(ranks);
+  if (size() != world().n) {
+    std::vector<int> in_world;
+    for (int r : ranks) in_world.push_back(g_->members[r]);
+    text += " (world " + detail::rank_list(in_world) + ")";
+  }
+  return text;
+}
+
+void ThreadCommunicator::failed(std::exception_ptr e) {
   try {
-    for (int q = 0; q < size(); ++q)
-      if (q != rank_)
-        wait_for(d.call, q, [&] { return slot(q).posted.v.load(std::memory_order_seq_cst) >= seq; });
-    // A rank that failed after we posted may be unwinding: with seq_cst on both sides, either it
-    // sees our post (and waits for us in wait_quiet) or we see its abort here.
-    if (w.aborted.load(std::memory_order_seq_cst))
-      throw Aborted(fmt::format("{}: aborted because rank {} failed", at(d.call), w.origin.load()));
-    check_matching(seq, d.call);
-    body(seq);
-    mine.finished.v.store(seq, std::memory_order_seq_cst);
-    ring_peers();
-    if (shares_buffers)
-      for (int q = 0; q < size(); ++q)
-        if (q != rank_)
-          wait_for(d.call, q,
-                   [&] { return slot(q).finished.v.load(std::memory_order_seq_cst) >= seq; });
+    std::rethrow_exception(e);
+  } catch (const Aborted&) {
   } catch (...) {
-    // This group is now inconsistent: abort it (unless it already is) so that nobody waits for
-    // us forever, then stay until no peer can be touching our buffers.
-    try {
-      throw;
-    } catch (const Aborted&) {
-    } catch (...) {
-      w.abort(me_, std::current_exception());
-    }
-    mine.finished.v.store(seq, std::memory_order_seq_cst);
-    ring_peers();
-    wait_quiet(seq);
-    throw;
+    world().abort(me_, std::current_exception());
   }
 }
 
-void ThreadCommunicator::wait_quiet(uint64_t seq) const {
+void ThreadCommunicator::wait_quiet(uint64_t seq) {
   World& w = world();
   for (int q = 0; q < size(); ++q) {
     if (q == rank_) continue;
-    my_bell().wait(
+    w.bells[me_].wait(
         w.spin,
         [&] {
           return slot(q).finished.v.load(std::memory_order_seq_cst) >= seq ||
@@ -451,173 +349,35 @@ void ThreadCommunicator::wait_quiet(uint64_t seq) const {
   }
 }
 
-void ThreadCommunicator::check_matching(uint64_t seq, Call call) const {
-  auto signature = [&](int q) {
-    const Desc& x = slot(q).desc[seq & 1];
-    detail::CallSignature s;
-    s.name = call_name(x.call);
-    s.collective = x.call != Call::Barrier && x.call != Call::Split;
-    s.dtype = x.dtype;
-    s.n = x.n;
-    s.op = x.op;
-    s.root = x.root;
-    s.algo = x.algo;
-    s.reducing = x.call == Call::AllReduce || x.call == Call::ReduceScatter;
-    s.rooted = x.call == Call::Broadcast;
-    return s;
-  };
-  const detail::CallSignature first = signature(0);
-  const std::string where = at(call);
-  for (int q = 1; q < size(); ++q) detail::check_same_call(where, first, q, signature(q));
-}
-
-void ThreadCommunicator::execute(const CollectiveDesc& cd) {
-  Desc d;
-  d.call = static_cast<Call>(cd.kind);
-  d.op = cd.op;
-  d.dtype = cd.send.dtype();
-  d.algo = cd.algo;
-  d.n = cd.kind == CollectiveKind::AllGather ? cd.recv.numel() : cd.send.numel();
-  d.root = cd.root;
-  d.send = static_cast<const char*>(cd.send.data());
-  d.recv = static_cast<char*>(cd.recv.data());
-  const ChunkHook* hook = cd.hook ? &cd.hook : nullptr;
-
-  if (cd.algo == CollectiveAlgo::Ring) {
-    // The ring moves everything through post_send/post_recv, which own their synchronisation.
-    group_call(d, /*shares_buffers=*/false, [&](uint64_t) { execute_ring(cd); });
-    return;
-  }
-  group_call(d, /*shares_buffers=*/true, [&](uint64_t seq) {
-    switch (cd.kind) {
-      case CollectiveKind::AllReduce: direct_all_reduce(d, seq, hook); break;
-      case CollectiveKind::ReduceScatter:
-        direct_reduce(d, seq, d.recv, Partition::offset(d.n, size(), rank_), hook, false);
-        break;
-      case CollectiveKind::AllGather: direct_all_gather(d, seq); break;
-      case CollectiveKind::Broadcast: direct_broadcast(d, seq); break;
-    }
-  });
-}
-
-// Reduces this rank's part, chunk by chunk, from every rank's input into dst_base (which holds
-// elements from dst_offset on), runs the hook on each finished chunk, and, with `publish`, tells
-// the peers that the chunk is ready for them to copy (all_reduce's gather).
-void ThreadCommunicator::direct_reduce(const Desc& d, uint64_t seq, char* dst_base,
-                                       int64_t dst_offset, const ChunkHook* hook, bool publish) {
-  const int p = size();
-  const size_t esize = dtype_size(d.dtype);
-  const int64_t ce = std::max<int64_t>(1, static_cast<int64_t>(chunk_bytes() / esize));
-  const int64_t off = Partition::offset(d.n, p, rank_), count = Partition::count(d.n, p, rank_);
-  if (publish) gathered_.assign(p, 0);
-  for (int64_t c = 0; c * ce < count; ++c) {
-    const int64_t begin = off + c * ce, len = std::min(ce, count - c * ce);
-    for (int q = 0; q < p; ++q) srcs_[q] = slot(q).desc[seq & 1].send + begin * esize;
-    char* dst = dst_base + (begin - dst_offset) * esize;
-    // Every rank's chunk, combined in rank order, written once.
-    detail::reduce_into(d.dtype, d.op, dst, srcs_.data(), p, len);
-    // The fused step, while the chunk is in cache.
-    if (hook != nullptr) (*hook)(Tensor::view_of(dst, d.dtype, Shape{len}), begin);
-    if (publish) {
-      slot(rank_).progress.v.store(((seq & 0xffffffffu) << 32) | static_cast<uint64_t>(c + 1),
-                                   std::memory_order_seq_cst);
-      ring_peers();
-      // Copy what the peers have published meanwhile, likely still in the shared cache.
-      gather_published(d, seq, gathered_, /*block=*/false);
-    }
-  }
-}
-
-// Copies the chunks of the peers' parts that they have published and this rank has not copied
-// yet into this rank's buffer; with `block`, waits for and copies all of them.
-size_t ThreadCommunicator::gather_published(const Desc& d, uint64_t seq,
-                                            std::vector<int64_t>& done, bool block) {
-  const int p = size();
-  const size_t esize = dtype_size(d.dtype);
-  const int64_t ce = std::max<int64_t>(1, static_cast<int64_t>(chunk_bytes() / esize));
-  const bool streaming = static_cast<size_t>(d.n) * esize >= kStreamingBytes;
-  char* mine = const_cast<char*>(d.send);
-  size_t copied = 0;
-  for (int i = 1; i < p; ++i) {
-    const int q = (rank_ + i) % p;  // start with different peers on different ranks
-    const int64_t off = Partition::offset(d.n, p, q), count = Partition::count(d.n, p, q);
-    const int64_t chunks = (count + ce - 1) / ce;
-    const char* theirs = slot(q).desc[seq & 1].send;
-    while (done[q] < chunks) {
-      int64_t ready = published(q, seq);
-      if (ready <= done[q]) {
-        if (!block) break;
-        wait_for(d.call, q, [&] { return published(q, seq) > done[q]; });
-        ready = published(q, seq);
-      }
-      const int64_t begin = off + done[q] * ce;
-      const int64_t len = std::min(ready * ce, count) - done[q] * ce;
-      detail::copy_bytes(mine + begin * esize, theirs + begin * esize, len * esize, streaming);
-      copied += len * esize;
-      done[q] = ready;
-    }
-  }
-  return copied;
-}
-
-void ThreadCommunicator::direct_all_reduce(const Desc& d, uint64_t seq, const ChunkHook* hook) {
-  char* buf = const_cast<char*>(d.send);
-  // Reduce-scatter, fused with the hook and with opportunistic gathering of peers' chunks.
-  direct_reduce(d, seq, buf, 0, hook, /*publish=*/true);
-  // All-gather whatever of the peers' parts is still missing.
-  gather_published(d, seq, gathered_, /*block=*/true);
-}
-
-void ThreadCommunicator::direct_all_gather(const Desc& d, uint64_t seq) {
-  const int p = size();
-  const size_t esize = dtype_size(d.dtype);
-  const bool streaming = static_cast<size_t>(d.n) * esize >= kStreamingBytes;
-  for (int i = 0; i < p; ++i) {
-    const int q = (rank_ + i) % p;
-    const int64_t off = Partition::offset(d.n, p, q), count = Partition::count(d.n, p, q);
-    const char* theirs = slot(q).desc[seq & 1].send;
-    char* dst = d.recv + off * esize;
-    if (theirs != dst) detail::copy_bytes(dst, theirs, count * esize, streaming);
-  }
-}
-
-void ThreadCommunicator::direct_broadcast(const Desc& d, uint64_t seq) {
-  if (rank_ == d.root) return;
-  const size_t esize = dtype_size(d.dtype);
-  const bool streaming = static_cast<size_t>(d.n) * esize >= kStreamingBytes;
-  detail::copy_bytes(const_cast<char*>(d.send), slot(d.root).desc[seq & 1].send, d.n * esize,
-                     streaming);
-}
-
 std::unique_ptr<Communicator> ThreadCommunicator::split(int color, int key) {
-  Desc d;
-  d.call = Call::Split;
-  d.color = color;
-  d.key = key;
+  detail::PostedCall c;
+  c.call = Call::Split;
+  c.color = color;
+  c.key = key;
   std::shared_ptr<Group> child;
   int child_rank = -1;
-  group_call(d, /*shares_buffers=*/false, [&](uint64_t seq) {
+  direct_.group_call(c, /*shares_buffers=*/false, [&](uint64_t seq) {
     if (color < 0) return;
     // The new group: ranks of our color, ordered by (key, old rank).
     std::vector<std::pair<int, int>> order;
     for (int q = 0; q < size(); ++q) {
-      const Desc& x = slot(q).desc[seq & 1];
+      const detail::PostedCall& x = direct_.posted(q, seq);
       if (x.color == color) order.emplace_back(x.key, q);
     }
     std::sort(order.begin(), order.end());
     const int leader = order.front().second;
     for (size_t i = 0; i < order.size(); ++i)
       if (order[i].second == rank_) child_rank = static_cast<int>(i);
+    std::shared_ptr<Group>& made = g_->split_child[2 * leader + (seq & 1)];
     if (leader == rank_) {
       std::vector<int> members;
       for (const auto& o : order) members.push_back(g_->members[o.second]);
-      slot(rank_).desc[seq & 1].split_group = std::make_shared<Group>(g_->world, members);
-      slot(rank_).progress.v.store(((seq & 0xffffffffu) << 32) | 1u, std::memory_order_seq_cst);
-      ring_peers();
+      made = std::make_shared<Group>(g_->world, members);
+      direct_.publish(seq, 1);
     } else {
-      wait_for(Call::Split, leader, [&] { return published(leader, seq) >= 1; });
+      direct_.wait_for(Call::Split, leader, [&] { return direct_.published(leader, seq) >= 1; });
     }
-    child = slot(leader).desc[seq & 1].split_group;
+    child = made;
   });
   if (color < 0) return nullptr;
   return std::make_unique<ThreadCommunicator>(std::move(child), child_rank);
@@ -694,6 +454,7 @@ double abandon_after_s(bool timed_out) {
 
 void run_ranks(int n, const std::function<void(Communicator&)>& fn) {
   if (n < 1) user_error("run_ranks: the number of ranks must be at least 1, got {}", n);
+  check_ranks_per_node(n);
   auto world = std::make_shared<World>(n);
   std::vector<int> everyone(n);
   std::iota(everyone.begin(), everyone.end(), 0);

@@ -153,7 +153,8 @@ struct CompiledRunner::State {
   bool stop = false, failed = false;
   std::vector<uint64_t> last_of_block;
 
-  State(const Plan& p, comm::Communicator& comm, Allocator& base) : plan(p), prog(p.program), world(comm), alloc(base) {}
+  State(const Plan& p, comm::Communicator& comm, Allocator& base)
+      : plan(p), prog(p.program), world(comm), alloc(comm::buffer_allocator(comm, base)) {}
 
   int find_named(std::string_view name, dsl::Op op, const char* what) const;
   void check_mine(int id, std::string_view name) const;

@@ -76,7 +76,7 @@ class PlanRunner::Impl {
  public:
   Impl(const Plan& plan, comm::Communicator& world, const dsl::SymbolMap& symbols, Allocator& alloc,
        const std::vector<std::string>& bound)
-      : plan_(plan), p_(plan.program), world_(world), alloc_(alloc) {
+      : plan_(plan), p_(plan.program), world_(world), alloc_(comm::buffer_allocator(world, alloc)) {
     const int n = world.size(), groups = p_.groups();
     if (n % groups != 0)
       user_error("plan '{}' of program '{}' has {} groups, but the communicator has {} ranks; run it on a multiple "

@@ -269,13 +269,13 @@ class Interpreter : public dsl::Visitor {
       } else {
         for (int64_t i = 0; i < x.numel(); ++i) acc = dsl::reduce_combine(op, acc, x.get(i));
       }
-      part = Tensor::empty(DType::F32, Shape{});
+      part = Tensor::empty(DType::F32, Shape{}, group_->allocator());
       part.set(0, acc);
     } else {
       const Around a = around(x.shape(), dim);
       std::vector<int64_t> dims = x.shape().dims();
       dims.erase(dims.begin() + dim);
-      part = Tensor::empty(DType::F32, Shape(std::move(dims)));
+      part = Tensor::empty(DType::F32, Shape(std::move(dims)), group_->allocator());
       for (int64_t o = 0; o < a.outer; ++o)
         for (int64_t in = 0; in < a.inner; ++in) {
           float acc = dsl::reduce_identity(op);
@@ -341,17 +341,17 @@ class Interpreter : public dsl::Visitor {
     const int p = place_.group_size;
     switch (s.op) {
       case Op::AllReduce: {
-        Tensor buf = to_f32(x);
+        Tensor buf = reducible(x);
         group_->all_reduce(flat(buf), to_comm(s.attrs.reduce));
         set(s, stored(buf, s));
         break;
       }
       case Op::ReduceScatter: {
         const Shape& global = shape(s.id);
-        Tensor buf = to_f32(x);
+        Tensor buf = reducible(x);
         Tensor part;
         if (flat_split_matches(global, s.attrs.dim, p)) {
-          part = Tensor::empty(DType::F32, local(s.id));
+          part = Tensor::empty(DType::F32, local(s.id), group_->allocator());
           group_->reduce_scatter(flat(buf), flat(part), to_comm(s.attrs.reduce));
         } else {
           group_->all_reduce(flat(buf), to_comm(s.attrs.reduce));
@@ -405,6 +405,14 @@ class Interpreter : public dsl::Visitor {
   }
 
  private:
+  // x in f32, in memory from the group's allocator: a reduction then runs the algorithm a runner's
+  // buffers get (on MPI ranks of one node the Direct one, which adds in rank order).
+  Tensor reducible(const Tensor& x) const {
+    Tensor f = to_f32(x);
+    Tensor buf = Tensor::empty(DType::F32, f.shape(), group_->allocator());
+    if (f.nbytes() > 0) std::memcpy(buf.data(), f.data(), f.nbytes());
+    return buf;
+  }
   bool mine(const Stage& s) const { return s.type.group == dsl::kAllGroups || s.type.group == place_.group; }
   const Shape& shape(int id) const { return global_[static_cast<size_t>(id)]; }
   Shape local(int id) const {

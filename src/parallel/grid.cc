@@ -3,18 +3,74 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "tandem/core/error.h"
 
 namespace tandem::parallel {
 
 std::string GridShape::str() const { return fmt::format("dp={} tp={} pp={}", dp, tp, pp); }
 
-GridCoord grid_coord(const GridShape& s, int rank) {
+GridOrder grid_order(const std::vector<int>& nodes) {
+  for (int n : nodes)
+    if (n != nodes.front()) return GridOrder::TpPpDp;
+  return GridOrder::TpDpPp;
+}
+
+GridCoord grid_coord(const GridShape& s, int rank, GridOrder order) {
   TANDEM_CHECK(rank >= 0 && rank < s.size(), "rank {} outside a grid of {}", rank, s.size());
+  if (order == GridOrder::TpPpDp) return {rank / (s.tp * s.pp), rank % s.tp, (rank / s.tp) % s.pp};
   return {(rank / s.tp) % s.dp, rank % s.tp, rank / (s.tp * s.dp)};
 }
 
-int grid_rank(const GridShape& s, const GridCoord& c) { return (c.pp * s.dp + c.dp) * s.tp + c.tp; }
+int grid_rank(const GridShape& s, const GridCoord& c, GridOrder order) {
+  if (order == GridOrder::TpPpDp) return (c.dp * s.pp + c.pp) * s.tp + c.tp;
+  return (c.pp * s.dp + c.dp) * s.tp + c.tp;
+}
+
+std::string Grid::mapping() const {
+  // Nodes in the order their first rank appears.
+  std::vector<int> order;
+  for (int n : nodes_)
+    if (std::find(order.begin(), order.end(), n) == order.end()) order.push_back(n);
+  const bool aware = order_ == GridOrder::TpPpDp;
+  std::string text = fmt::format("rank mapping ({} node{}, {}):", order.size(), order.size() == 1 ? "" : "s",
+                                 aware ? "tp inside a node, then pp, then dp across nodes"
+                                       : "tp adjacent, then dp, then pp");
+  constexpr size_t kShown = 16;  // nodes listed; a larger world ends with a count
+  for (size_t i = 0; i < order.size(); ++i) {
+    if (i == kShown) {
+      text += fmt::format("\n    ... and {} more nodes", order.size() - kShown);
+      break;
+    }
+    text += fmt::format("\n    node {}:", i);
+    const char* sep = " ";
+    for (int r = 0; r < static_cast<int>(nodes_.size()); ++r) {
+      if (nodes_[r] != order[i]) continue;
+      const GridCoord c = grid_coord(shape_, r, order_);
+      text += fmt::format("{}rank {} (dp {} tp {} pp {})", sep, r, c.dp, c.tp, c.pp);
+      sep = ", ";
+    }
+  }
+  return text;
+}
+
+std::string Grid::warning() const {
+  for (int r = 0; r < shape_.size(); r += shape_.tp) {  // the first rank of each tp group
+    const GridCoord c = grid_coord(shape_, r, order_);
+    std::vector<int> spans;
+    for (int t = 0; t < shape_.tp; ++t) {
+      const int node = nodes_[grid_rank(shape_, {c.dp, t, c.pp}, order_)];
+      if (std::find(spans.begin(), spans.end(), node) == spans.end()) spans.push_back(node);
+    }
+    if (spans.size() > 1)
+      return fmt::format("warning: the tensor-parallel group of dp {} pp {} (tp={}) spans {} nodes: "
+                         "its all-reduce in every layer crosses the network; choose a --tp that "
+                         "divides the ranks per node",
+                         c.dp, c.pp, shape_.tp, spans.size());
+  }
+  return "";
+}
 
 Grid::Grid(comm::Communicator& world, GridShape shape) : world_(world), shape_(shape) {
   if (shape.dp < 1 || shape.tp < 1 || shape.pp < 1)
@@ -22,7 +78,9 @@ Grid::Grid(comm::Communicator& world, GridShape shape) : world_(world), shape_(s
   if (world.size() != shape.size())
     user_error("the rank grid {} needs {} ranks, but there are {}", shape.str(), shape.size(),
                world.size());
-  coord_ = grid_coord(shape, world.rank());
+  nodes_ = world.rank_nodes();
+  order_ = grid_order(nodes_);
+  coord_ = grid_coord(shape, world.rank(), order_);
   const GridCoord c = coord_;
   const int tp = shape.tp, dp = shape.dp, pp = shape.pp;
 

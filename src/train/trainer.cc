@@ -354,6 +354,8 @@ void RankRun::print_header(int64_t first_step) {
       corpus_->source == "synthetic" ? "the synthetic corpus" : corpus_->source, cfg_.batch,
       c.seq_len, cfg_.grid.size(), cfg_.grid.str(), cfg_.backend,
       resume_ ? fmt::format(", resuming at step {} from {}", first_step, resume_->folder) : "");
+  out_ << "  " << grid_.mapping() << "\n";
+  if (const std::string w = grid_.warning(); !w.empty()) out_ << "tandem train: " << w << "\n";
   std::string programs = fmt::format("  optimizer {}: program {} schedule {} ({})",
                                      cfg_.optimizer.name, cfg_.optimizer.name == "lamb" ? "lamb" : "adam",
                                      opt_.schedule_name(), opt_.executor_name());

@@ -13,6 +13,17 @@
 
 namespace tandem::comm::testing {
 
+// Buffers come from the communicator's allocator (shared memory where it has some, so that the
+// Direct algorithms run), unless a ScopedHostBuffers on this thread asks for the host heap.
+inline thread_local bool t_host_buffers = false;
+struct ScopedHostBuffers {
+  ScopedHostBuffers() { t_host_buffers = true; }
+  ~ScopedHostBuffers() { t_host_buffers = false; }
+};
+inline Allocator& buffers_of(const Communicator& c) {
+  return t_host_buffers ? host_allocator() : c.allocator();
+}
+
 inline std::string label_of(const Communicator& c, CollectiveAlgo algo, std::string_view what,
                             DType t, int64_t n, std::string_view extra = "") {
   return fmt::format("{} {} {} rank {} of {} {}[{}]{}", c.backend(), collective_algo_name(algo),
@@ -63,7 +74,7 @@ inline std::string all_reduce_case(Communicator& c, CollectiveAlgo algo, DType t
   const int p = c.size(), r = c.rank();
   const std::string label = label_of(c, algo, fmt::format("all_reduce {}", reduce_op_name(op)), t,
                                      n, with_hook ? " with hook" : "");
-  Tensor buf = Tensor::empty(t, {n});
+  Tensor buf = Tensor::empty(t, {n}, buffers_of(c));
   fill(buf, 0, [&](int64_t i) { return input_value(op, r, i); });
   HalvingHook hook{op, p, label};
   all_reduce(c, algo, buf, op, with_hook ? hook.fn() : ChunkHook{});
@@ -83,9 +94,9 @@ inline std::string reduce_scatter_case(Communicator& c, CollectiveAlgo algo, DTy
   const std::string label =
       label_of(c, algo, fmt::format("reduce_scatter {}", reduce_op_name(op)), t, n,
                fmt::format("{}{}", with_hook ? " with hook" : "", in_place ? " in place" : ""));
-  Tensor in = Tensor::empty(t, {n});
+  Tensor in = Tensor::empty(t, {n}, buffers_of(c));
   fill(in, 0, [&](int64_t i) { return input_value(op, r, i); });
-  Tensor out = in_place ? in.flat_slice(off, count) : Tensor::empty(t, {count});
+  Tensor out = in_place ? in.flat_slice(off, count) : Tensor::empty(t, {count}, buffers_of(c));
   if (!in_place) out.fill(-99.0f);
   HalvingHook hook{op, p, label};
   reduce_scatter(c, algo, in, out, op, with_hook ? hook.fn() : ChunkHook{});
@@ -116,18 +127,49 @@ inline std::string all_gather_case(Communicator& c, CollectiveAlgo algo, DType t
   const int p = c.size(), r = c.rank();
   const int64_t off = Partition::offset(n, p, r), count = Partition::count(n, p, r);
   const std::string label = label_of(c, algo, "all_gather", t, n, in_place ? " in place" : "");
-  Tensor out = Tensor::empty(t, {n});
+  Tensor out = Tensor::empty(t, {n}, buffers_of(c));
   out.fill(-99.0f);
-  Tensor in = in_place ? out.flat_slice(off, count) : Tensor::empty(t, {count});
+  Tensor in = in_place ? out.flat_slice(off, count) : Tensor::empty(t, {count}, buffers_of(c));
   fill(in, off, [&](int64_t i) { return gather_value(r, i); });
   all_gather(c, algo, in, out);
   return check(label, out, 0, [&](int64_t i) { return gather_value(owner_of(n, p, i), i); });
 }
 
+// all_reduce (with the halving hook) and reduce_scatter of random integers against the reference:
+// the sum over every rank's input, regenerated here.
+inline std::string random_case(Communicator& c, DType t, int64_t n, uint64_t seed) {
+  const int p = c.size(), r = c.rank();
+  const int64_t off = Partition::offset(n, p, r), count = Partition::count(n, p, r);
+  const std::string label = label_of(c, CollectiveAlgo::Auto, fmt::format("random seed {}", seed), t, n);
+  auto want = [&](int64_t i) {
+    double s = 0;
+    for (int q = 0; q < p; ++q) s += random_value(seed, q, i);
+    return s;
+  };
+  Tensor buf = Tensor::empty(t, {n}, buffers_of(c));
+  fill(buf, 0, [&](int64_t i) { return random_value(seed, r, i); });
+  std::vector<std::pair<int64_t, int64_t>> calls;
+  c.all_reduce(buf, ReduceOp::Sum, [&](const Tensor& chunk, int64_t offset) {
+    calls.emplace_back(offset, chunk.numel());
+    for (int64_t k = 0; k < chunk.numel(); ++k) chunk.set(k, chunk.get(k) * 0.5f);
+  });
+  std::string err = check(label + " all_reduce", buf, 0, [&](int64_t i) { return 0.5 * want(i); });
+  err += check_coverage(label + " all_reduce", calls, off, count, t);
+  Tensor in = Tensor::empty(t, {n}, buffers_of(c)), out = Tensor::empty(t, {count}, buffers_of(c));
+  fill(in, 0, [&](int64_t i) { return random_value(seed + 1, r, i); });
+  c.reduce_scatter(in, out, ReduceOp::Sum);
+  err += check(label + " reduce_scatter", out, off, [&](int64_t i) {
+    double s = 0;
+    for (int q = 0; q < p; ++q) s += random_value(seed + 1, q, i);
+    return s;
+  });
+  return err;
+}
+
 inline std::string broadcast_case(Communicator& c, CollectiveAlgo algo, DType t, int64_t n,
                                   int root) {
   const std::string label = label_of(c, algo, fmt::format("broadcast from {}", root), t, n);
-  Tensor buf = Tensor::empty(t, {n});
+  Tensor buf = Tensor::empty(t, {n}, buffers_of(c));
   if (c.rank() == root) {
     fill(buf, 0, [&](int64_t i) { return gather_value(root, i); });
   } else {

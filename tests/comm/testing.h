@@ -91,6 +91,27 @@ class ScopedChunkBytes {
   ScopedChunkBytes& operator=(const ScopedChunkBytes&) = delete;
 };
 
+// Groups every k consecutive ranks as one node for the scope (TANDEM_RANKS_PER_NODE=k), so that
+// collectives on 4 ranks take the hierarchical algorithms as 2 nodes of 2.
+class ScopedRanksPerNode {
+ public:
+  explicit ScopedRanksPerNode(int k) { set_ranks_per_node(k); }
+  ~ScopedRanksPerNode() { set_ranks_per_node(-1); }
+  ScopedRanksPerNode(const ScopedRanksPerNode&) = delete;
+  ScopedRanksPerNode& operator=(const ScopedRanksPerNode&) = delete;
+};
+
+// A pseudo-random integer in [-8, 8] for (seed, rank, element): sums over up to 6 ranks are exact
+// in every dtype and in any order, so results compare bitwise with a reference.
+inline float random_value(uint64_t seed, int r, int64_t i) {
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(r) * 0xBF58476D1CE4E5B9ull +
+               static_cast<uint64_t>(i) * 0x94D049BB133111EBull;
+  x ^= x >> 31;
+  x *= 0xD6E9F9D1B2A3C5E7ull;
+  x ^= x >> 29;
+  return static_cast<float>(static_cast<int64_t>(x % 17) - 8);
+}
+
 // Runs fn; if it has not returned within `seconds`, reports which test hung and aborts the
 // process (a hang is the failure these tests exist to catch; ctest's own timeout is far longer).
 inline void with_deadline(int seconds, const char* what, const std::function<void()>& fn) {

@@ -13,8 +13,9 @@
 //     differ, a few 2^-24 relative (a Max or Min reduction is exact in any order);
 // (2) a collective split into row blocks under the ring algorithm on 3 or more ranks: the ring
 //     adds the ranks' contributions in an order that depends on which part an element falls in,
-//     and blocks move the part boundaries (with 2 ranks a + b == b + a, and the thread backend's
-//     direct algorithm adds in rank order whatever the part).
+//     and blocks move the part boundaries (with 2 ranks a + b == b + a, and the direct algorithm
+//     of the thread backend, and of MPI ranks on one node, adds in rank order whatever the part;
+//     the check stays conservative for MPI, whose collectives may take the ring).
 // Such schedules are compared with a relative tolerance of 1e-5 (abs 1e-6): an f32 sum of n terms
 // reordered differs by at most about n * 2^-24 relative to the sum of magnitudes, under 1e-5 for
 // the tensors here (n <= 1013, positive terms); everything downstream of a changed norm moves

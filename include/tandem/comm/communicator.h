@@ -19,14 +19,16 @@
 //
 // Rounding: f32 reduces in f32. bf16 and f16 are loaded as f32, combined in f32 and rounded back
 // (to nearest even) once per reduction step: the ring algorithm rounds after each of its p - 1
-// steps; the thread backend's direct algorithm combines all p inputs in f32 and rounds once.
+// steps; the direct algorithm (threads, MPI ranks of one node) combines all p inputs in f32 and
+// rounds once; the hierarchical one (across nodes) rounds after its node step and each ring step.
 // max and min propagate NaN. The result is identical on every rank (each part is reduced once,
 // then copied), and identical from run to run for the same algorithm and rank count.
 //
 // Errors: misuse is a UserError whose message names the call, the rank and what was expected
 // ("reduce_scatter on rank 1 of 3: ..."). Mismatches between ranks (sizes, dtypes, ops, roots, or
 // different collectives) are detected where the backend can do it cheaply: always on the thread
-// backend, and on MPI unless TANDEM_COMM_VERIFY=0. A wait for peers longer than the collective
+// backend and among MPI ranks of one node (in shared memory), and across nodes unless
+// TANDEM_COMM_VERIFY=0. A wait for peers longer than the collective
 // timeout (comm_timeout_s, below) is a UserError naming the ranks that did not arrive.
 //
 // Threads: one Communicator is used by one thread at a time (like an MPI communicator under
@@ -40,6 +42,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "tandem/core/error.h"
 #include "tandem/core/tensor.h"
@@ -48,6 +51,7 @@ namespace tandem::comm {
 
 namespace detail {
 class Ring;
+class Hierarchical;
 }
 
 enum class ReduceOp : uint8_t { Sum, Prod, Max, Min };
@@ -89,10 +93,11 @@ class Request {
 enum class CollectiveKind : uint8_t { AllReduce, ReduceScatter, AllGather, Broadcast };
 std::string_view collective_name(CollectiveKind kind);  // "all_reduce", "reduce_scatter", ...
 
-// Which algorithm runs a collective. Auto lets the backend choose (thread: Direct; mpi: Ring).
-// Ring is the chunk-pipelined ring over isend/irecv that every backend has; Direct is the thread
-// backend's shared-memory algorithm (every rank reads its peers' buffers); asking a backend
-// without shared memory for Direct is a UserError.
+// Which algorithm runs a collective. Auto lets the backend choose: Direct where the ranks share
+// memory (threads; MPI processes of one node whose buffers come from allocator()), else Ring.
+// Ring is the chunk-pipelined ring over isend/irecv that every backend has; Direct is the
+// shared-memory algorithm (every rank reads its peers' buffers where they lie); asking a group
+// without shared memory for Direct, or passing it a buffer its peers cannot read, is a UserError.
 enum class CollectiveAlgo : uint8_t { Auto, Ring, Direct };
 std::string_view collective_algo_name(CollectiveAlgo algo);  // "auto", "ring", "direct"
 
@@ -139,6 +144,16 @@ class Communicator {
   virtual int size() const = 0;
   virtual std::string_view backend() const = 0;  // "thread" or "mpi"
 
+  // Where to allocate buffers that go through collectives: memory the peers can read directly
+  // where they can (MPI ranks on one node: the process's shared arena), else the host heap. A
+  // collective on buffers from elsewhere still works, by the ring instead.
+  virtual Allocator& allocator() const;
+  // Whether every rank of the group can read its peers' memory (the Direct algorithm can run).
+  virtual bool shares_memory() const { return false; }
+  // The node of each rank of the group, as an index that is equal for ranks of one node (ranks
+  // that share memory, or as TANDEM_RANKS_PER_NODE groups them). Default: one node.
+  std::vector<int> rank_nodes() const;
+
   // Point to point, by bytes (the receive buffer must have exactly the bytes sent). The tensor
   // must stay alive and untouched until the request completes. Messages between one pair of
   // ranks with one tag arrive in the order they were sent. A peer out of [0, size()) or a tag
@@ -178,6 +193,13 @@ class Communicator {
   // The ring algorithms, for a backend's execute() to fall back on.
   void execute_ring(const CollectiveDesc& desc);
 
+  // What the backend knows of where its ranks are (see rank_nodes); set once, at construction.
+  void set_rank_nodes(std::vector<int> nodes);
+  // The hierarchical algorithms (comm/hierarchical.h) when the group spans two or more nodes of
+  // equal size, each node's ranks consecutive, and `desc` asks for no algorithm by name: returns
+  // true when it ran `desc`, false when the backend's own algorithm should.
+  bool execute_hierarchical(const CollectiveDesc& desc);
+
   // The size of the ring's messages (its pipeline chunks). The hook still runs on pieces of at
   // most chunk_bytes(). Default: chunk_bytes(); a transport with a high cost per message (MPI:
   // each one is a handshake, and each blocking hand-off can cost a time slice on a busy machine)
@@ -187,7 +209,24 @@ class Communicator {
  private:
   friend class detail::Ring;
   std::unique_ptr<detail::Ring> ring_;  // staging buffers, allocated on first use and kept
+  std::vector<int> nodes_;              // empty: one node
+  std::unique_ptr<detail::Hierarchical> hierarchical_;  // its groups and staging, made on first use
 };
+
+// Where a runner on `comm` allocates its buffers: `alloc`, unless that is the host heap (every
+// runner's default), then comm.allocator(), so that collectives on MPI ranks of one node read
+// their peers' buffers directly instead of copying them through the ring.
+Allocator& buffer_allocator(const Communicator& comm, Allocator& alloc);
+
+// How many consecutive ranks behave as one node (TANDEM_RANKS_PER_NODE; 0, the default: the
+// machine decides, MPI_COMM_TYPE_SHARED). Forcing it lets 4 ranks of one machine run as 2 nodes of
+// 2, by world rank: world ranks k*i .. k*i + k-1 form node i. Read on first use; a value that is
+// not a whole number of ranks, or that does not divide the world, is a UserError.
+int ranks_per_node();
+// Checks that ranks_per_node() divides a world of `world_size` ranks (UserError otherwise).
+void check_ranks_per_node(int world_size);
+// Overrides the environment for the process (-1: back to it); only while no group is made.
+void set_ranks_per_node(int k);
 
 // The chunk size, in bytes, collective algorithms pipeline at (TANDEM_COMM_CHUNK_BYTES, default
 // 256 KiB: a chunk of every input fits in L2 while it is reduced). Tests shrink it so that the

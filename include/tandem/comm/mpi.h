@@ -1,6 +1,14 @@
 // The MPI backend: ranks are MPI processes (OpenMPI, one machine or many). It moves bytes with
-// MPI_Isend/MPI_Irecv and runs every collective with tandem's ring algorithms (not MPI's own
-// collectives, which bench/collectives measures it against).
+// MPI_Isend/MPI_Irecv and runs every collective with tandem's own algorithms (not MPI's, which
+// bench/collectives measures it against):
+// - ranks all on one node (MPI_COMM_TYPE_SHARED): the Direct algorithms, as on threads, each rank
+//   reading its peers' buffers where they lie; buffers must come from allocator(), the process's
+//   shared arena, which the node's processes map (a call with a buffer from elsewhere takes the
+//   ring, the same on every rank);
+// - ranks on two or more nodes of equal size, each node's ranks consecutive: the hierarchical
+//   algorithms (inside the node Direct, across nodes one ring per local rank);
+// - otherwise the ring over point-to-point.
+// TANDEM_RANKS_PER_NODE=k groups world ranks into nodes of k (for tests on one machine).
 //
 // Two ways in: mpi_world() initialises MPI itself when nobody has (and then finalises it at exit),
 // and mpi_wrap() uses a communicator the caller owns (tandem neither frees it nor finalises MPI).
@@ -39,6 +47,11 @@
 
 namespace tandem::comm {
 
+namespace detail {
+class PeerMemory;
+class Direct;
+}  // namespace detail
+
 class MpiCommunicator final : public Communicator {
  public:
   // Works on a duplicate of `comm` (freed by the destructor; `comm` itself is left alone).
@@ -48,6 +61,8 @@ class MpiCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string_view backend() const override { return "mpi"; }
+  Allocator& allocator() const override;
+  bool shares_memory() const override { return direct_ != nullptr; }
   void barrier() override;
   std::unique_ptr<Communicator> split(int color, int key) override;
 
@@ -64,6 +79,7 @@ class MpiCommunicator final : public Communicator {
   struct Adopt {};
   MpiCommunicator(MPI_Comm owned, Adopt);  // takes ownership of `owned` without duplicating
   void set_up();  // ctrl_, rank_, size_, world_ranks_ from comm_
+  void set_up_node();  // rank_nodes, and the shared memory of a group on one node
   // Tells every peer what this rank calls (code: a CollectiveKind, or kBarrier, kSplit) and waits
   // until every peer has said what it calls; then, when `verify`, checks they all agree.
   void arrive(const CollectiveDesc& desc, int code, bool verify);
@@ -80,6 +96,9 @@ class MpiCommunicator final : public Communicator {
     int64_t n;
   };
   Wire sent_{};  // what this rank last said it calls; a send left behind by a timeout reads it
+  // A group on one node: the peers' arenas and slots (node_), and the Direct algorithms on them.
+  std::unique_ptr<detail::PeerMemory> node_;
+  std::unique_ptr<detail::Direct> direct_;
 };
 
 // MPI_COMM_WORLD, initialising MPI if it is not initialised yet (MPI_THREAD_MULTIPLE: the

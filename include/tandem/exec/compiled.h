@@ -6,7 +6,8 @@
 // communicator into the program's groups, allocates every value the plan stores on this rank
 // (inputs included), the f32 scratch the kernels ask
 // for and the staging of the collectives, and starts the communication thread; run() calls the
-// compiled code and allocates no tensor storage.
+// compiled code and allocates no tensor storage. The default allocator means the communicator's
+// (comm::buffer_allocator): on MPI ranks of one node, shared memory the peers read directly.
 //
 // Overlap: inside a Pipeline step the compiled code hands its collectives, sends and receives to
 // a communication thread of this rank (in issue order, so every rank runs them in the same

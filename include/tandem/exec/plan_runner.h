@@ -3,7 +3,8 @@
 // collectives with the fused computation inside their per-chunk hook, matmuls in row blocks
 // handed to the collective block by block where the plan overlaps them. It proves that every
 // schedule means what its program means (tests compare it with run_reference), and measures the
-// memory a schedule stores: every buffer comes from the Allocator it is given.
+// memory a schedule stores: every buffer comes from the Allocator it is given (the default, the
+// host heap, means the communicator's: comm::buffer_allocator).
 //
 // Set up, then run: construction resolves the shapes, splits the group communicator, and
 // allocates every value the plan stores on this rank (full or this rank's slice, as Plan::values

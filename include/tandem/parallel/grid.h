@@ -1,9 +1,14 @@
 // The rank grid of a parallel training run: dp x tp x pp ranks, each rank's coordinates, and the
 // communicators each kind of parallelism talks on (split once from the world, at set-up).
 //
-// Rank order: tensor-parallel ranks are adjacent (they talk every layer), then data-parallel
-// replicas, then pipeline stages (Megatron-LM's order):
-//   world rank = (stage * dp + dp_rank) * tp + tp_rank
+// Rank order (GridOrder): tensor-parallel ranks are always adjacent (they talk every layer).
+// - On one node, Megatron-LM's order: then data-parallel replicas, then pipeline stages,
+//     world rank = (stage * dp + dp_rank) * tp + tp_rank                      (TpDpPp)
+// - Across nodes (the world's rank_nodes() name two or more), topology-aware: each tensor-parallel
+//   group inside a node when it fits, then the pipeline stages, then data-parallel replicas across
+//   nodes (the gradient all-reduce, once a step, is the traffic that best stands the network):
+//     world rank = (dp_rank * pp + stage) * tp + tp_rank                      (TpPpDp)
+// A tp group spans nodes when tp does not divide the ranks per node; Grid::warning() says so.
 //
 // Communicators, all split from the world at construction (a collective over the world):
 //   dp()        the ranks holding the same shard of the model (same tp_rank and stage): the
@@ -19,8 +24,10 @@
 //               null when pp == 1 or on a middle stage.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "tandem/comm/communicator.h"
 
@@ -43,8 +50,13 @@ struct GridCoord {
   bool operator==(const GridCoord&) const = default;
 };
 
-GridCoord grid_coord(const GridShape& shape, int world_rank);
-int grid_rank(const GridShape& shape, const GridCoord& coord);
+enum class GridOrder : uint8_t { TpDpPp, TpPpDp };
+
+// The order for a world whose rank r sits on node nodes[r]: TpDpPp on one node, else TpPpDp.
+GridOrder grid_order(const std::vector<int>& nodes);
+
+GridCoord grid_coord(const GridShape& shape, int world_rank, GridOrder order = GridOrder::TpDpPp);
+int grid_rank(const GridShape& shape, const GridCoord& coord, GridOrder order = GridOrder::TpDpPp);
 
 class Grid {
  public:
@@ -56,6 +68,14 @@ class Grid {
 
   const GridShape& shape() const { return shape_; }
   const GridCoord& coord() const { return coord_; }
+  GridOrder order() const { return order_; }
+  // Where every rank is, node by node, for the start of a run:
+  //   "rank mapping (2 nodes of 2 ranks: tp inside a node, then pp, then dp across nodes):
+  //      node 0: rank 0 (dp 0 tp 0 pp 0), rank 1 (dp 0 tp 1 pp 0)
+  //      node 1: ..."
+  std::string mapping() const;
+  // "" or, when some tensor-parallel group spans nodes, a warning that says which and why.
+  std::string warning() const;
   bool first_stage() const { return coord_.pp == 0; }
   bool last_stage() const { return coord_.pp == shape_.pp - 1; }
 
@@ -69,6 +89,8 @@ class Grid {
  private:
   comm::Communicator& world_;
   GridShape shape_;
+  std::vector<int> nodes_;  // node of each world rank
+  GridOrder order_ = GridOrder::TpDpPp;
   GridCoord coord_;
   std::unique_ptr<comm::Communicator> dp_, tp_, even_link_, odd_link_, tied_;
   comm::Communicator* to_next_ = nullptr;

@@ -1,5 +1,7 @@
-// The MPI backend under real mpirun (-np 2 and 3): every collective through the ring over
-// MPI_Isend/MPI_Irecv on the world communicator and on a wrapped caller's communicator, split,
+// The MPI backend under real mpirun (-np 2 and 3, and 4 as 2 nodes of 2 with
+// TANDEM_RANKS_PER_NODE=2 over TCP): every collective through the ring over MPI_Isend/MPI_Irecv,
+// the Direct algorithms over the processes' shared arenas and the hierarchical ones across the
+// forced nodes, on the world communicator and on a wrapped caller's communicator, split,
 // point-to-point (including messages split into pieces), and the errors a user reads.
 //
 // Every rank runs every test in the same order. Nothing here may leave a test early on one rank
@@ -72,10 +74,9 @@ std::string small_sizes(Communicator& c) {
   return err;
 }
 
-// 2^20 + 3 elements at the default chunk and message sizes: 4 MiB messages, the hook on 256 KiB
-// pieces of them.
-std::string large_size(Communicator& c) {
-  const CollectiveAlgo algo = CollectiveAlgo::Ring;
+// 2^20 + 3 elements at the default chunk and message sizes: on the ring 4 MiB messages, the hook
+// on 256 KiB pieces of them; with Auto on one node, the Direct algorithms.
+std::string large_size(Communicator& c, CollectiveAlgo algo) {
   return all_reduce_case(c, algo, DType::F32, kLarge, ReduceOp::Sum, true) +
          all_reduce_case(c, algo, DType::F32, kLarge, ReduceOp::Max, false) +
          reduce_scatter_case(c, algo, DType::F32, kLarge, ReduceOp::Sum, false, false) +
@@ -98,7 +99,8 @@ TEST(MpiCollectives, SmallSizesOnTheWorld) {
 
 TEST(MpiCollectives, LargeSizeOnTheWorld) {
   auto c = mpi_world();
-  EXPECT_EQ(large_size(*c), "") << "rank " << c->rank();
+  EXPECT_EQ(large_size(*c, CollectiveAlgo::Ring), "") << "rank " << c->rank();
+  EXPECT_EQ(large_size(*c, CollectiveAlgo::Auto), "") << "rank " << c->rank();
 }
 
 // The caller hands tandem its communicator: tandem works on a duplicate and leaves the original,
@@ -126,6 +128,30 @@ TEST(MpiCollectives, OnACallersCommunicator) {
   int finalized = 1;
   MPI_Finalized(&finalized);
   EXPECT_EQ(finalized, 0);
+}
+
+// Random inputs against the reference, every collective at sizes that do not divide by the rank
+// count, with the hook: on one node the Direct algorithms, on forced nodes the hierarchical ones
+// (each rank's node as rank_nodes() says).
+TEST(MpiHierarchical, EveryCollectiveAndRandomInputs) {
+  auto c = mpi_world();
+  const int k = ranks_per_node();
+  std::vector<int> want_nodes;
+  for (int r = 0; r < c->size(); ++r) want_nodes.push_back(k > 0 ? r / k : c->rank_nodes()[0]);
+  EXPECT_EQ(c->rank_nodes(), want_nodes);
+  // At the default chunk and message sizes first, then small ones for the multi-chunk paths.
+  std::string err = random_case(*c, DType::F32, kLarge, 5);
+  ScopedChunkBytes chunk(64);
+  ScopedSmallMessages messages;
+  for (DType t : {DType::F32, DType::BF16})
+    for (int64_t n : {0, 1, 13, 1001}) {
+      err += random_case(*c, t, n, 11 + static_cast<uint64_t>(n));
+      err += all_reduce_case(*c, CollectiveAlgo::Auto, t, n, ReduceOp::Max, true);
+      err += reduce_scatter_case(*c, CollectiveAlgo::Auto, t, n, ReduceOp::Sum, true, true);
+      err += all_gather_case(*c, CollectiveAlgo::Auto, t, n, true);
+      err += broadcast_case(*c, CollectiveAlgo::Auto, t, n, c->size() - 1);
+    }
+  EXPECT_EQ(err, "") << "rank " << c->rank();
 }
 
 TEST(MpiSplit, ParityGroupsAndOptingOut) {
@@ -220,13 +246,50 @@ TEST(MpiErrors, BadArguments) {
             fmt::format("isend on rank {} of {}: peer {} is out of range; the group has ranks 0 to "
                         "{}",
                         r, p, p, p - 1));
+  // On one node the direct algorithm runs, but only on buffers the peers can read: here rank 0's
+  // comes from the host heap, and every rank says so.
   EXPECT_EQ(error_of([&] {
-              all_reduce(*c, CollectiveAlgo::Direct, Tensor::zeros(DType::F32, {4}), ReduceOp::Sum);
+              all_reduce(*c, CollectiveAlgo::Direct,
+                         Tensor::zeros(DType::F32, {4}, r == 0 ? host_allocator() : c->allocator()),
+                         ReduceOp::Sum);
             }),
-            fmt::format("all_reduce on rank {} of {}: the direct algorithm needs ranks that share "
-                        "memory (the thread backend); this communicator's backend is mpi",
+            fmt::format("all_reduce on rank {} of {}: the direct algorithm reads the peers' "
+                        "buffers, but some rank's buffer is not in memory they can read; allocate "
+                        "collective buffers from the communicator's allocator()",
                         r, p));
   c->barrier();
+}
+
+// Ranks on one node share memory: Auto runs the Direct algorithms on buffers from allocator().
+// Buffers from elsewhere (on every rank, or on one) take the ring instead, the same on every rank.
+TEST(MpiSharedMemory, DirectOnOneNodeAndTheRingForHostBuffers) {
+  auto c = mpi_world();
+  if (ranks_per_node() != 0 && ranks_per_node() < c->size()) {
+    EXPECT_FALSE(c->shares_memory());
+    return;
+  }
+  EXPECT_TRUE(c->shares_memory());
+  EXPECT_EQ(c->allocator().name(), "shared");
+  ScopedChunkBytes chunk(64);
+  std::string err;
+  for (DType t : kAllDTypes)
+    for (int64_t n : {1, 7, 1000}) {
+      err += all_reduce_case(*c, CollectiveAlgo::Direct, t, n, ReduceOp::Sum, true);
+      err += reduce_scatter_case(*c, CollectiveAlgo::Direct, t, n, ReduceOp::Max, true, true);
+      err += all_gather_case(*c, CollectiveAlgo::Direct, t, n, false);
+      err += broadcast_case(*c, CollectiveAlgo::Direct, t, n, c->size() - 1);
+    }
+  {
+    ScopedHostBuffers host;
+    err += all_reduce_case(*c, CollectiveAlgo::Auto, DType::F32, 1000, ReduceOp::Sum, true);
+    err += reduce_scatter_case(*c, CollectiveAlgo::Auto, DType::BF16, 999, ReduceOp::Sum, true, false);
+  }
+  // One rank's buffer on the heap, the others' shared.
+  Tensor buf = Tensor::empty(DType::F32, {1000}, c->rank() == 0 ? host_allocator() : c->allocator());
+  fill(buf, 0, [&](int64_t i) { return input_value(ReduceOp::Sum, c->rank(), i); });
+  c->all_reduce(buf, ReduceOp::Sum);
+  err += check("mixed buffers", buf, 0, [&](int64_t i) { return expected_value(ReduceOp::Sum, c->size(), i); });
+  EXPECT_EQ(err, "") << "rank " << c->rank();
 }
 
 }  // namespace
