@@ -449,7 +449,7 @@ void ParallelGPT::reduce_tied_gradients() {
   const auto begin = Clock::now();
   // Stage 0 holds wte first; the last stage holds its copy last (shard.h).
   const LocalTensor& wte = grid_.first_stage() ? layout_.tensors().front() : layout_.tensors().back();
-  TANDEM_CHECK(wte.name == "wte", "tied tensor is '{}'", wte.name);
+  TANDEM_CHECK(wte.name == "wte.weight", "tied tensor is '{}'", wte.name);
   tied->all_reduce(grads_.flat_slice(wte.local_offset, wte.numel()), comm::ReduceOp::Sum);
   emit("comm", "tied embedding all_reduce", begin);
 }
