@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "tandem/comm/thread.h"
 #include "tandem/core/error.h"
 #include "tandem/ooc/bytes.h"
 #include "tandem/ooc/plan.h"
@@ -47,6 +48,11 @@ void TrainConfig::validate() const {
     user_error("--dp {}, --tp {}, --pp {}: each must be at least 1", grid.dp, grid.tp, grid.pp);
   if (backend != "thread" && backend != "mpi")
     user_error("--backend {}: the backends are thread and mpi", backend);
+  const int64_t ranks = int64_t{grid.dp} * grid.tp * grid.pp;
+  if (backend == "thread" && ranks > comm::kMaxThreadRanks)
+    user_error("--dp {} x --tp {} x --pp {} is {} ranks; the thread backend runs at most {}, each a "
+               "thread of this process: use --backend mpi under mpirun for more",
+               grid.dp, grid.tp, grid.pp, ranks, comm::kMaxThreadRanks);
   parallel::executor_from_name(executor, "--executor");
   if (micro_batches < 0) user_error("--micro-batches {} must be 0 (automatic) or more", micro_batches);
   if (model.n_heads % grid.tp != 0)

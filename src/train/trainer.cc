@@ -55,6 +55,19 @@ int local_ranks_for_blas(const TrainConfig& c) {
   return local != nullptr ? std::max(1, std::atoi(local)) : 1;
 }
 
+// Under mpirun, --backend thread runs the whole grid inside every process: N processes train N
+// copies of the model side by side, each writing the same outputs.
+void warn_thread_backend_under_mpirun(const TrainConfig& c) {
+  const auto job = comm::launched_mpi_job();
+  if (!job) return;
+  (c.out != nullptr ? *c.out : std::cout)
+      << fmt::format("tandem train: warning: this process is rank {} of {} started by an MPI "
+                     "launcher, but --backend thread runs all {} ranks inside each process: the {} "
+                     "processes train {} separate copies; give --backend mpi to train one model "
+                     "across them\n",
+                     job->rank, job->size, c.grid.size(), job->size, job->size);
+}
+
 // Seconds per named phase of one step, in the order phases first ran.
 class Phases {
  public:
@@ -508,7 +521,11 @@ TrainResult train(const TrainConfig& config) {
           config.grid.str(), ranks, world->size() == 1 ? "is" : "are", world->size(), ranks));
     // Only rank 0 writes the outputs, on its own filesystem: it alone checks them (and, should
     // one be bad, fails alone; the tandem command then ends the job).
-    if (world->rank() == 0) detail::check_outputs(config);
+    std::optional<detail::SaveFolderLock> lock;
+    if (world->rank() == 0) {
+      detail::check_outputs(config);
+      if (!config.save_dir.empty()) lock.emplace(config.save_dir);
+    }
     result = train_rank(*world, config, &trace, resume);
     if (trace.enabled()) {
       // Each process recorded its own rank: rank 0 gathers them into one file.
@@ -518,6 +535,9 @@ TrainResult train(const TrainConfig& config) {
     return result;
   }
   detail::check_outputs(config);
+  std::optional<detail::SaveFolderLock> lock;
+  if (!config.save_dir.empty()) lock.emplace(config.save_dir);
+  warn_thread_backend_under_mpirun(config);
   std::mutex mu;
   comm::run_ranks(ranks, [&](comm::Communicator& world) {
     TrainResult r = train_rank(world, config, &trace, resume);
