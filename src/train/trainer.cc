@@ -139,7 +139,12 @@ class RankRun {
   void save(int64_t step);
   // A non-finite loss or model: stop with the step, the last finite loss and the checkpoint kept.
   [[noreturn]] void diverged(const std::string& what) const;
-  void report_step(int64_t step, double loss, std::optional<double> val, double lr, double step_s);
+  // The lead rank's report of a step; returns the error of a metrics write that failed (else "").
+  std::string report_step(int64_t step, double loss, std::optional<double> val, double lr,
+                          double step_s);
+  // An output that failed after `step` (a full disk under --metrics): every rank saves the
+  // checkpoint (when --save is given and it was not just saved) and stops with `failed`.
+  [[noreturn]] void stop_after_failed_output(int64_t step, const std::string& failed);
   // The end of the run.
   void finish(TrainResult& result);
   void print_summary(const TrainResult& result, int64_t steps_run);
@@ -233,7 +238,18 @@ TrainResult RankRun::run() {
     result.losses.push_back(loss);
     last_finite_step_ = step + 1;
     last_finite_loss_ = loss;
-    report_step(step, loss, val, lr, step_s);
+    const std::string failed = report_step(step, loss, val, lr, step_s);
+    // The lead rank alone writes the metrics: every rank learns whether that failed (a full
+    // disk), so that all save and stop together.
+    if (!cfg_.metrics_path.empty()) {
+      const std::string any = comm::broadcast_string(grid_.world(), failed);
+      if (!any.empty()) stop_after_failed_output(step, any);
+    }
+  }
+  // --steps 0 (or a run with nothing to do) still saves the model it starts from, once.
+  if (!cfg_.save_dir.empty() && !resume_ && result.first_step >= cfg_.steps) {
+    comm::set_comm_activity("the checkpoint of the initial model");
+    save(result.first_step);
   }
   comm::set_comm_activity("the end of the run");
   result.seconds = seconds_since(run_begin);
@@ -283,7 +299,7 @@ void RankRun::open_reports(int64_t first) {
       progress_ = std::make_unique<Progress>(out_, cfg_.steps, po, first);
     }
   }
-  if (first >= cfg_.steps && lead_)
+  if (resume_ && first >= cfg_.steps && lead_)
     out_ << fmt::format("tandem train: the checkpoint is at step {}, --steps is {}: nothing to do\n",
                         first, cfg_.steps);
 }
@@ -394,9 +410,22 @@ void RankRun::diverged(const std::string& what) const {
       fmt::format("{}{}: training diverged and stopped without saving{}", what, before, kept));
 }
 
-void RankRun::report_step(int64_t step, double loss, std::optional<double> val, double lr,
-                          double step_s) {
-  if (!lead_) return;
+void RankRun::stop_after_failed_output(int64_t step, const std::string& failed) {
+  std::string kept;
+  if (!cfg_.save_dir.empty()) {
+    if (!checkpoint_due(step)) save(step + 1);
+    kept = fmt::format("; the checkpoint at step {} is saved in '{}': resume from it once the "
+                       "output can be written",
+                       step + 1, last_checkpoint_.folder);
+  } else {
+    kept = " (without --save, the model is lost)";
+  }
+  throw comm::CollectiveError(fmt::format("{}; training stopped after step {}{}", failed, step + 1, kept));
+}
+
+std::string RankRun::report_step(int64_t step, double loss, std::optional<double> val, double lr,
+                                 double step_s) {
+  if (!lead_) return {};
   const double tps = tokens_per_step() / step_s;
   if (metrics_) {
     StepMetrics sm;
@@ -406,9 +435,14 @@ void RankRun::report_step(int64_t step, double loss, std::optional<double> val, 
     sm.tokens_per_s = tps;
     sm.phase_s = phases_.phases();
     sm.extra = {{"lr", lr}, {"step_s", step_s}};
-    metrics_->write(sm);
+    try {
+      metrics_->write(sm);
+    } catch (const UserError& e) {
+      return e.what();
+    }
   }
   if (progress_) progress_->update(step + 1, loss, val, tps);
+  return {};
 }
 
 // --------------------------------------------------------------------------------- the end
@@ -445,8 +479,8 @@ void RankRun::print_summary(const TrainResult& result, int64_t ran) {
                         result.tokens_per_s, result.losses.front(), result.losses.back(), val);
   }
   if (ooc_ && ran > 0) out_ << ooc_->summary_line();
-  if (!cfg_.save_dir.empty() && ran > 0)
-    out_ << fmt::format("tandem train: checkpoint at step {} in {}\n", cfg_.steps,
+  if (!cfg_.save_dir.empty() && (ran > 0 || (!resume_ && last_checkpoint_.step >= 0)))
+    out_ << fmt::format("tandem train: checkpoint at step {} in {}\n", last_checkpoint_.step,
                         last_checkpoint_.folder);
   out_.flush();
 }
