@@ -27,6 +27,7 @@
 #include "tandem/train/atomic_file.h"
 #include "tandem/train/checkpoint_series.h"
 #include "tandem/train/data.h"
+#include "tandem/train/memory_estimate.h"
 #include "tandem/train/metrics.h"
 #include "tandem/train/progress.h"
 #include "corpus_cache.h"
@@ -327,7 +328,7 @@ void RankRun::print_header(int64_t first_step) {
   programs += schedules_.from_autotuner()
                   ? (cfg_.tune ? "; schedules autotuned" : "; schedules from the autotuner's cache")
                   : "; schedules by preference (no autotuner record: --tune makes one)";
-  out_ << programs << "\n";
+  out_ << programs << "\n" << memory_line(cfg_);
   if (ooc_) out_ << ooc_->plan_line();
   out_.flush();
 }
@@ -522,6 +523,8 @@ TrainResult train_rank(comm::Communicator& world, const TrainConfig& config, Tra
 
 TrainResult train(const TrainConfig& config) {
   config.validate();
+  // Before anything large is allocated: a run that cannot fit is refused, not killed.
+  check_memory(config);
   // The run's own collective timeout, for its duration only.
   struct Timeout {
     explicit Timeout(const std::optional<double>& s) : set(s.has_value()) {
