@@ -95,13 +95,14 @@ void check_tensor_names(const std::vector<NamedTensor>& tensors, const nn::GPTCo
   std::set<std::string, std::less<>> want;
   for (const std::string& prefix : prefixes)
     for (const nn::ParamSpec& s : nn::gpt_parameter_specs(c)) want.insert(prefix + s.name);
-  std::set<std::string, std::less<>> have;
+  std::map<std::string, std::string, std::less<>> have;  // the name now -> the name in the file
   std::vector<std::string> extra;
   for (const NamedTensor& t : tensors) {
-    const std::string name = legacy_tensor_name(t.name);
-    if (!have.insert(name).second)
-      user_error("checkpoint file '{}' holds tensor '{}' twice (also as '{}')", file, name, t.name);
-    if (!want.contains(name)) extra.push_back(t.name);
+    const auto [it, fresh] = have.emplace(legacy_tensor_name(t.name), t.name);
+    if (!fresh)
+      user_error("checkpoint file '{}' holds tensor '{}' twice, as '{}' and as '{}'", file,
+                 it->first, it->second, t.name);
+    if (!want.contains(it->first)) extra.push_back(t.name);
   }
   std::vector<std::string> missing;
   for (const std::string& name : want)

@@ -131,6 +131,16 @@ TEST(CheckpointTensors, OldEmbeddingNamesStillLoad) {
     return train(c).weights;
   };
   EXPECT_EQ(resumed(ck), resumed(old));
+  // Both names at once is one tensor twice.
+  SafetensorsFile both = load_safetensors(ck + "/weights.safetensors");
+  both.tensors.push_back({"wte", *both.find("wte.weight")});
+  save_safetensors(ck + "/weights.safetensors", both.tensors, both.metadata);
+  const std::string twice = user_error_of([&] { load_model(ck); });
+  EXPECT_THAT(twice, ::testing::AnyOf(
+                         "checkpoint file '" + ck + "/weights.safetensors' holds tensor 'wte.weight' "
+                         "twice, as 'wte.weight' and as 'wte'",
+                         "checkpoint file '" + ck + "/weights.safetensors' holds tensor 'wte.weight' "
+                         "twice, as 'wte' and as 'wte.weight'"));
 }
 
 }  // namespace
