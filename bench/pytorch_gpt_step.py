@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """PyTorch's side of the single-rank GPT step comparison (docs/benchmarks.md).
 
-The same GPT-2 model as tandem's nn/ (pre-LayerNorm blocks, fused QKV, causal attention,
-tanh-GELU MLP of 4x width, tied LM head, byte vocabulary), the same sizes and thread count,
-timed the way bench_gpt_step times tandem: zero the gradients, forward, loss, backward.
+The same GPT-2 model as tandem's nn/ (bench/tandem_gpt_model.py: pre-LayerNorm blocks, fused
+QKV, causal attention, tanh-GELU MLP of 4x width, tied LM head, byte vocabulary, GPT-2's
+initialisation), the same sizes and thread count, timed the way bench_gpt_step times tandem:
+zero the gradients, forward, loss, backward.
 Prints the median step time and one `ratio`-style line a script can read.
 
 Installs nothing: with Debian's python3-torch absent it says so and exits 0.
@@ -18,66 +19,11 @@ import time
 
 try:
     import torch
-    import torch.nn as nn
-    import torch.nn.functional as F
 except ImportError:
     print("pytorch_gpt_step: torch is not installed (Debian: apt-get install python3-torch); skipped")
     sys.exit(0)
 
-
-class Block(nn.Module):
-    def __init__(self, c, heads, dropout):
-        super().__init__()
-        self.heads = heads
-        self.ln_1 = nn.LayerNorm(c, eps=1e-5)
-        self.c_attn = nn.Linear(c, 3 * c)
-        self.c_proj = nn.Linear(c, c)
-        self.ln_2 = nn.LayerNorm(c, eps=1e-5)
-        self.c_fc = nn.Linear(c, 4 * c)
-        self.mlp_proj = nn.Linear(4 * c, c)
-        self.drop = nn.Dropout(dropout)
-
-    def attention(self, x):
-        b, t, c = x.shape
-        q, k, v = self.c_attn(x).split(c, dim=2)
-        hs = c // self.heads
-        q = q.view(b, t, self.heads, hs).transpose(1, 2)
-        k = k.view(b, t, self.heads, hs).transpose(1, 2)
-        v = v.view(b, t, self.heads, hs).transpose(1, 2)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
-        mask = torch.ones(t, t, dtype=torch.bool).tril()
-        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
-        att = self.drop(att)
-        y = (att @ v).transpose(1, 2).contiguous().view(b, t, c)
-        return self.drop(self.c_proj(y))
-
-    def forward(self, x):
-        x = x + self.attention(self.ln_1(x))
-        h = F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh")
-        return x + self.drop(self.mlp_proj(h))
-
-
-class GPT(nn.Module):
-    def __init__(self, vocab, positions, layers, c, heads, dropout):
-        super().__init__()
-        self.wte = nn.Embedding(vocab, c)
-        self.wpe = nn.Embedding(positions, c)
-        self.drop = nn.Dropout(dropout)
-        self.h = nn.ModuleList([Block(c, heads, dropout) for _ in range(layers)])
-        self.ln_f = nn.LayerNorm(c, eps=1e-5)
-        for m in self.modules():  # GPT-2's initialisation, as tandem's gpt_init
-            if isinstance(m, (nn.Linear, nn.Embedding)):
-                nn.init.normal_(m.weight, std=0.02)
-            if isinstance(m, nn.Linear):
-                nn.init.zeros_(m.bias)
-
-    def forward(self, tokens, targets):
-        t = tokens.shape[1]
-        x = self.drop(self.wte(tokens) + self.wpe(torch.arange(t)))
-        for block in self.h:
-            x = block(x)
-        logits = self.ln_f(x) @ self.wte.weight.t()  # the LM head tied to wte
-        return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
+from tandem_gpt_model import GPT  # beside this file
 
 
 def main():

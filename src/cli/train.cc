@@ -134,6 +134,13 @@ void add_train(CLI::App& app) {
   cmd->add_option("--grad-dtype", c.optimizer.grad_dtype,
                   "Gradients in the optimizer program: f32, or bf16 (half the bytes reduced; f32 master weights)")
       ->capture_default_str();
+  cmd->add_option("--grad-exchange", c.optimizer.exchange,
+                  "overlap: each bucket's data-parallel exchange and update start as soon as the backward is done "
+                  "with it; after: everything after the backward")
+      ->capture_default_str();
+  cmd->add_option("--bucket-mb", c.optimizer.bucket_mb,
+                  fmt::format("MiB of gradients per data-parallel exchange (AdamW; whole blocks; default {})",
+                              train::kDefaultBucketMiB));
   add_grid_flags(cmd, c);
   cmd->add_option("--backend", c.backend, "thread (ranks in this process) or mpi (under mpirun)")->capture_default_str();
   cmd->add_option("--executor", c.executor, "How the DSL programs run: compiled (JIT), plan or reference")

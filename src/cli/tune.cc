@@ -247,7 +247,7 @@ void add_tune(CLI::App& app) {
       ->expected(1, 8);
   cmd->add_option("--schedules", f->only, "Time only these schedules (and the baseline); default: every one");
   cmd->add_option("--dtype", f->dtype, "Gradient dtype (adam, lamb) or tensor dtype (layers): f32, bf16, f16");
-  cmd->add_option("--executor", f->executor, "compiled (the CPU JIT), plan (plan runner) or interpreter")
+  cmd->add_option("--executor", f->executor, "compiled (the CPU JIT), plan (plan runner) or reference (the interpreter)")
       ->capture_default_str();
   cmd->add_option("--reps", f->reps, "Timed repetitions per schedule")->capture_default_str();
   cmd->add_option("--warmup", f->warmup, "Untimed runs before the repetitions")->capture_default_str();

@@ -73,6 +73,12 @@ void each_step(const std::vector<Step>& steps, F&& f, int blocks = 0) {
   }
 }
 
+RunnerOptions with_allocator(Allocator& alloc) {
+  RunnerOptions o;
+  o.alloc = &alloc;
+  return o;
+}
+
 bool mpi_allows_threads() {
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
@@ -109,7 +115,19 @@ struct CompiledRunner::State {
   std::vector<Tensor> views;   // per owning value: its (first) buffer
   std::vector<size_t> bytes;   // per owning value: bytes allocated for it
   std::vector<char> scalar_bound;
-  Tensor scratch, staging;
+  Tensor scratch;
+  // Staging for a collective whose Dim partition the communicator's flat split cannot express,
+  // allocated the first time one runs (most schedules never need it).
+  Tensor staging;
+  size_t staging_bytes = 0;
+  std::once_flag staging_once;
+  void* staging_data() {
+    std::call_once(staging_once, [this] {
+      staging = Tensor::empty(DType::F32, Shape{static_cast<int64_t>((staging_bytes + 3) / 4)}, alloc);
+    });
+    return staging.data();
+  }
+  std::vector<int> unbound;  // inputs the caller binds, not bound yet
   Tensor wide;  // reduce_in_f32: f32 copies of a 16-bit collective's buffer and of this rank's part
   bool reduce_in_f32 = false;
   tandem_entry_fn run_fn = nullptr;
@@ -210,7 +228,7 @@ struct CompiledRunner::State {
     for (int q = 0; q < p; ++q) {
       const int64_t n = c.outer * dsl::part_count(c.rows, p, q) * c.inner;
       if (n == 0) continue;
-      void* stage = staging.data();
+      void* stage = staging_data();
       if (q == place.index) {
         if (mine != nullptr) std::memcpy(stage, mine, static_cast<size_t>(n) * es);
         else pack(c, p, q, whole, stage, es, false);
@@ -294,8 +312,8 @@ struct CompiledRunner::State {
       return;
     }
     group->all_reduce(view(w, DType::F32, n), op);
-    narrow(w, staging.data(), dt, n);
-    scatter_reduced(c, whole, staging.data(), es);
+    narrow(w, staging_data(), dt, n);
+    scatter_reduced(c, whole, staging_data(), es);
   }
 
   void run_collective(const tandem_collective& c) {
@@ -333,9 +351,9 @@ struct CompiledRunner::State {
           group->reduce_scatter(view(c.send, dt, n), view(recv, dt, my_cnt), op, hook);
           return;
         }
-        if (n > 0) std::memcpy(staging.data(), c.send, static_cast<size_t>(n) * es);
-        group->all_reduce(view(staging.data(), dt, n), op);
-        scatter_reduced(c, whole, staging.data(), es);
+        if (n > 0) std::memcpy(staging_data(), c.send, static_cast<size_t>(n) * es);
+        group->all_reduce(view(staging_data(), dt, n), op);
+        scatter_reduced(c, whole, staging_data(), es);
         return;
       }
       case 2:  // all_gather
@@ -500,20 +518,20 @@ Shape block_shape(const Plan& plan, int id, const std::vector<Shape>& global, in
 
 CompiledRunner::CompiledRunner(const Plan& plan, comm::Communicator& comm, const dsl::SymbolMap& symbols,
                                Allocator& alloc, CompiledOptions options)
-    : CompiledRunner(compile_plan(plan), comm, symbols, alloc, options) {}
+    : CompiledRunner(compile_plan(plan), comm, symbols, with_allocator(alloc), options) {}
 
 CompiledRunner::CompiledRunner(std::shared_ptr<const CompiledPlan> compiled, comm::Communicator& comm,
-                               const dsl::SymbolMap& symbols, Allocator& alloc, CompiledOptions options)
+                               const dsl::SymbolMap& symbols, const RunnerOptions& runner, CompiledOptions options)
     : compiled_(std::move(compiled)) {
   const Plan& plan = compiled_->plan();
   const dsl::Program& prog = plan.program;
-  state_ = std::make_unique<State>(plan, comm, alloc);
+  state_ = std::make_unique<State>(plan, comm, runner.alloc != nullptr ? *runner.alloc : host_allocator());
   State& s = *state_;
   const int n = comm.size(), groups = prog.groups();
   if (n % groups != 0)
     user_error("plan '{}' of program '{}' has {} groups, but the communicator has {} ranks; run it on a multiple of {} "
                "ranks", plan.name, prog.name(), groups, n, groups);
-  s.place = placement(prog, comm);
+  s.place = exec::placement(prog, comm);
   const std::vector<std::string> syms = prog.symbols();
   s.global = prog.resolve_shapes(symbols);
   for (const std::string& name : syms) s.sym.push_back(symbols.find(name)->second);
@@ -524,8 +542,12 @@ CompiledRunner::CompiledRunner(std::shared_ptr<const CompiledPlan> compiled, com
     s.group = &comm;
   }
   const int p = s.place.group_size, r = s.place.index;
+  for (const std::string& name : runner.bound) {
+    const int id = s.find_named(name, dsl::Op::Input, "input");
+    if (mine(prog.stage(id), s.place)) s.unbound.push_back(id);
+  }
 
-  // Buffers: one per value that owns storage, in this rank's group.
+  // Buffers: one per value that owns storage, in this rank's group (bound inputs: the caller's).
   const size_t nstages = prog.stages().size();
   s.buf.assign(nstages, nullptr);
   s.views.assign(nstages, Tensor());
@@ -548,6 +570,10 @@ CompiledRunner::CompiledRunner(std::shared_ptr<const CompiledPlan> compiled, com
     if (v.alias >= 0 || v.storage == Storage::None || !mine(st, s.place)) continue;
     Shape shape = schedule::stored_shape(plan, static_cast<int>(id), s.global, p, r);
     if (v.storage == Storage::Block) shape = block_shape(plan, static_cast<int>(id), s.global, p, r);
+    if (std::find(s.unbound.begin(), s.unbound.end(), static_cast<int>(id)) != s.unbound.end()) {
+      s.views[id] = Tensor::view_of(nullptr, st.type.dtype, shape);  // its shape, until bind()
+      continue;
+    }
     Tensor t = Tensor::zeros(st.type.dtype, shape, s.alloc);
     s.buf[id] = t.data();
     s.views[id] = t;
@@ -574,7 +600,7 @@ CompiledRunner::CompiledRunner(std::shared_ptr<const CompiledPlan> compiled, com
     if (st.kind == StepKind::Send) sends += static_cast<size_t>(std::max(1, blocks));
     max_blocks = std::max(max_blocks, static_cast<size_t>(blocks));
   });
-  s.staging = Tensor::empty(DType::F32, Shape{static_cast<int64_t>((staging + 3) / 4)}, s.alloc);
+  s.staging_bytes = staging;
   s.reduce_in_f32 = options.reduce_in_f32;
   if (s.reduce_in_f32) s.wide = Tensor::empty(DType::F32, Shape{static_cast<int64_t>(2 * wide)}, s.alloc);
   s.sends.reserve(sends);
@@ -658,6 +684,25 @@ Tensor CompiledRunner::input(std::string_view name) const {
   return state_->view_of(id);
 }
 
+const dsl::Program& CompiledRunner::program() const { return state_->prog; }
+const Placement& CompiledRunner::placement() const { return state_->place; }
+
+// The input's buffer becomes the caller's memory, for every value that lives in it.
+void CompiledRunner::bind(std::string_view name, const Tensor& memory) {
+  State& s = *state_;
+  const int id = s.find_named(name, dsl::Op::Input, "input");
+  s.check_mine(id, name);
+  const size_t sid = static_cast<size_t>(id);
+  const Storage st = s.plan.values[sid].storage;
+  TANDEM_CHECK(s.root[sid] == id && (st == Storage::Full || st == Storage::Slice),
+               "plan '{}': input '{}' owns no buffer of its own", s.plan.name, name);
+  const Tensor& stored = s.views[sid];
+  s.views[sid] = checked_binding(s.prog.name(), name, stored.shape(), stored.dtype(), memory);
+  for (size_t k = 0; k < s.root.size(); ++k)
+    if (s.root[k] == id) s.buf[k] = s.views[sid].data();
+  std::erase(s.unbound, id);
+}
+
 void CompiledRunner::load(std::string_view name, const Tensor& value) {
   const State& s = *state_;
   const int id = s.find_named(name, dsl::Op::Input, "input");
@@ -735,6 +780,9 @@ size_t CompiledRunner::allocated_bytes(std::string_view name) const {
 
 void CompiledRunner::run() {
   State& s = *state_;
+  if (!s.unbound.empty())
+    user_error("plan '{}': input '{}' is to be bound, and is not; call bind first", s.plan.name,
+               s.prog.display_name(s.unbound.front()));
   for (int id : s.prog.scalars())
     if (mine(s.prog.stage(id), s.place) && !s.scalar_bound[static_cast<size_t>(id)])
       user_error("plan '{}': scalar '{}' is not bound; call set_scalar first", s.plan.name, s.prog.display_name(id));
@@ -764,40 +812,6 @@ void CompiledRunner::run() {
     internal_error(fmt::format("compiled plan '{}' returned {} without an error", s.plan.name, rc));
   }
   if (send_error) std::rethrow_exception(send_error);
-}
-
-TensorMap run_compiled(const Plan& plan, comm::Communicator& comm, const RunArgs& args, Allocator& alloc,
-                       const JitOptions& options) {
-  CompiledRunner runner(compile_plan(plan, options), comm, args.symbols, alloc);
-  const dsl::Program& p = plan.program;
-  const Placement pl = placement(p, comm);
-  for (const auto& [name, value] : args.scalars) runner.set_scalar(name, value);
-  for (int id : p.inputs()) {
-    const dsl::Stage& s = p.stage(id);
-    if (s.type.group != pl.group) continue;
-    auto it = args.inputs.find(s.name);
-    if (it == args.inputs.end()) user_error("plan '{}': input '{}' is not given on rank {}", plan.name, s.name, comm.rank());
-    runner.load(s.name, it->second);
-  }
-  runner.run();
-  // Write updated inputs back where the caller holds them.
-  for (int id : p.inputs()) {
-    const dsl::Stage& s = p.stage(id);
-    if (s.type.group != pl.group || p.updater(id) < 0) continue;
-    const Tensor& theirs = args.inputs.find(s.name)->second;
-    const Tensor stored = runner.input(s.name);
-    if (theirs.shape() == stored.shape()) {
-      if (stored.nbytes() > 0) std::memcpy(theirs.data(), stored.data(), stored.nbytes());
-    } else {
-      const CompiledRunner::Piece pc = runner.piece(s.name);
-      put_rows(theirs, stored, pc.dim, pc.offset);
-    }
-  }
-  TensorMap out;
-  for (const dsl::Output& o : p.outputs())
-    if (p.stage(o.stage).type.group == pl.group || p.stage(o.stage).type.group == dsl::kAllGroups)
-      out[o.name] = runner.output(o.name).clone();
-  return out;
 }
 
 }  // namespace tandem::exec

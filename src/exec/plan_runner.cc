@@ -74,7 +74,8 @@ struct Ctx {
 
 class PlanRunner::Impl {
  public:
-  Impl(const Plan& plan, comm::Communicator& world, const dsl::SymbolMap& symbols, Allocator& alloc)
+  Impl(const Plan& plan, comm::Communicator& world, const dsl::SymbolMap& symbols, Allocator& alloc,
+       const std::vector<std::string>& bound)
       : plan_(plan), p_(plan.program), world_(world), alloc_(alloc) {
     const int n = world.size(), groups = p_.groups();
     if (n % groups != 0)
@@ -83,6 +84,7 @@ class PlanRunner::Impl {
     group_size_ = n / groups;
     group_ = world.rank() / group_size_;
     index_ = world.rank() % group_size_;
+    place_ = exec::placement(p_, world);
     if (groups > 1) {
       group_owned_ = world.split(group_, index_);
       comm_ = group_owned_.get();
@@ -100,8 +102,15 @@ class PlanRunner::Impl {
     sums_.assign(ns, dsl::SumLanes{});
     in_loop_.assign(ns, 0);
     for (const Step& s : plan.steps) scan(s, 1);
+    for (const std::string& name : bound) {
+      const int id = find_named(name, Op::Input, "input");
+      if (mine(p_.stage(id).type.group)) unbound_.push_back(id);
+    }
     allocate();
   }
+
+  const dsl::Program& program() const { return p_; }
+  const Placement& placement_of() const { return place_; }
 
   // ------------------------------------------------------------------------------- interface
 
@@ -135,6 +144,19 @@ class PlanRunner::Impl {
     }
     user_error("plan '{}': input '{}' is stored as {} on this rank (global {} {}); given {}", plan_.name, name,
                dst.str(), shape(id).str(), s.type.layout.str(), value.str());
+  }
+
+  // The input's buffer becomes the caller's memory; values aliased to it follow, as view() finds
+  // every value's buffer through its root.
+  void bind(std::string_view name, const Tensor& memory) {
+    const int id = find_named(name, Op::Input, "input");
+    check_mine(id, name);
+    const Storage st = value_of(id).storage;
+    TANDEM_CHECK(value_of(id).alias < 0 && (st == Storage::Full || st == Storage::Slice),
+                 "plan '{}': input '{}' owns no buffer of its own", plan_.name, name);
+    bufs_[static_cast<size_t>(id)] =
+        checked_binding(p_.name(), name, st == Storage::Full ? shape(id) : local(id), p_.stage(id).type.dtype, memory);
+    std::erase(unbound_, id);
   }
 
   void set_scalar(std::string_view name, double value) {
@@ -182,6 +204,9 @@ class PlanRunner::Impl {
   size_t allocated_bytes() const { return total_bytes_; }
 
   void run() {
+    if (!unbound_.empty())
+      user_error("plan '{}': input '{}' is to be bound, and is not; call bind first", plan_.name,
+                 p_.display_name(unbound_.front()));
     for (int id : p_.scalars())
       if (mine(p_.stage(id).type.group) && !scalar_bound_[static_cast<size_t>(id)])
         user_error("plan '{}': scalar '{}' is not bound; call set_scalar first", plan_.name, p_.display_name(id));
@@ -259,6 +284,7 @@ class PlanRunner::Impl {
     for (const Stage& s : p_.stages()) {
       const schedule::Value& v = value_of(s.id);
       if (!mine(s.type.group) || v.alias >= 0) continue;
+      if (std::find(unbound_.begin(), unbound_.end(), s.id) != unbound_.end()) continue;  // the caller's
       switch (v.storage) {
         case Storage::None: break;
         case Storage::Full:
@@ -913,6 +939,8 @@ class PlanRunner::Impl {
   std::unique_ptr<comm::Communicator> group_owned_;
   comm::Communicator* comm_ = nullptr;
   int group_size_ = 1, group_ = 0, index_ = 0;
+  Placement place_;
+  std::vector<int> unbound_;  // inputs the caller binds, not bound yet
   std::vector<Shape> shapes_;
   std::vector<Tensor> bufs_;
   std::vector<size_t> bytes_;
@@ -932,8 +960,15 @@ class PlanRunner::Impl {
 };
 
 PlanRunner::PlanRunner(const Plan& plan, comm::Communicator& comm, const dsl::SymbolMap& symbols, Allocator& alloc)
-    : impl_(std::make_unique<Impl>(plan, comm, symbols, alloc)) {}
+    : impl_(std::make_unique<Impl>(plan, comm, symbols, alloc, std::vector<std::string>{})) {}
+PlanRunner::PlanRunner(const Plan& plan, comm::Communicator& comm, const dsl::SymbolMap& symbols,
+                       const RunnerOptions& options)
+    : impl_(std::make_unique<Impl>(plan, comm, symbols, options.alloc != nullptr ? *options.alloc : host_allocator(),
+                                   options.bound)) {}
 PlanRunner::~PlanRunner() = default;
+const dsl::Program& PlanRunner::program() const { return impl_->program(); }
+const Placement& PlanRunner::placement() const { return impl_->placement_of(); }
+void PlanRunner::bind(std::string_view name, const Tensor& memory) { impl_->bind(name, memory); }
 Tensor PlanRunner::input(std::string_view name) const { return impl_->input(name); }
 void PlanRunner::load(std::string_view name, const Tensor& value) { impl_->load(name, value); }
 void PlanRunner::set_scalar(std::string_view name, double value) { impl_->set_scalar(name, value); }

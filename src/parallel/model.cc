@@ -123,11 +123,11 @@ struct ParallelGPT::Programs {
   // [0] training, [1] evaluation; the pipeline program sending to the next stage, and receiving
   // from the previous one.
   std::unique_ptr<ProgramRunner> megatron[2], pipeline[2], pipeline_recv[2];
-  std::unique_ptr<ProgramSession> attn_s[2], mlp_s[2], send_s[2], recv_s[2];
-  ProgramSession* attn[2] = {nullptr, nullptr};  // K = C: attention's projection
-  ProgramSession* mlp[2] = {nullptr, nullptr};   // K = 4C: the MLP's projection
-  ProgramSession* send[2] = {nullptr, nullptr};  // this stage's last block, handed to the next
-  ProgramSession* recv[2] = {nullptr, nullptr};  // the previous stage's hand-off
+  std::unique_ptr<exec::Runner> attn_s[2], mlp_s[2], send_s[2], recv_s[2];
+  exec::Runner* attn[2] = {nullptr, nullptr};  // K = C: attention's projection
+  exec::Runner* mlp[2] = {nullptr, nullptr};   // K = 4C: the MLP's projection
+  exec::Runner* send[2] = {nullptr, nullptr};  // this stage's last block, handed to the next
+  exec::Runner* recv[2] = {nullptr, nullptr};  // the previous stage's hand-off
 };
 
 ParallelGPT::ParallelGPT(const nn::GPTConfig& config, Grid& grid, int micro_rows, int T,
@@ -268,7 +268,7 @@ void ParallelGPT::run_epilogue(const EpilogueArgs& e, bool training, bool bounda
   const auto begin = Clock::now();
   const int tp = grid_.shape().tp;
   const int v = training && config_.dropout > 0 ? 0 : 1;
-  ProgramSession& s = boundary ? *programs_->send[v] : e.mlp ? *programs_->mlp[v] : *programs_->attn[v];
+  exec::Runner& s = boundary ? *programs_->send[v] : e.mlp ? *programs_->mlp[v] : *programs_->attn[v];
   copy_in(s.input("x"), e.x, e.N * (e.K / tp));
   copy_in(s.input("w"), e.w, (e.K / tp) * e.H);
   copy_in(s.input("bias"), e.bias, e.H);
@@ -285,7 +285,7 @@ void ParallelGPT::receive_activations(const nn::StepRng& rng, bool training, flo
   const auto begin = Clock::now();
   const int64_t N = static_cast<int64_t>(B) * T, C = config_.d_model;
   const int v = training && config_.dropout > 0 ? 0 : 1;
-  ProgramSession& s = *programs_->recv[v];
+  exec::Runner& s = *programs_->recv[v];
   // Group 1 binds no inputs; the scalar is the sender's, for the record.
   s.set_scalar("seed", static_cast<double>(epilogue_seed(rng, layout_.first_layer() - 1,
                                                          nn::DropoutSite::MlpResidual)));
@@ -400,6 +400,8 @@ void ParallelGPT::backward_micro(const MicroBatch& mb, int k, const nn::StepRng&
     nested_comm_s_ = 0.0;
     unit_backward(k, u, rng, dres);
     emit("compute", "backward " + unit_name(u), begin);
+    if (gradients_ready_ && k == last_backward_micro_ && u % nn::kBlockHalves == 0)
+      gradients_ready_(layout_.first_layer() + u / nn::kBlockHalves);
     if (u == 0) {
       if (layout_.has_embedding()) {
         const auto eb = Clock::now();
@@ -426,7 +428,10 @@ double ParallelGPT::forward_backward(const std::vector<MicroBatch>& micro, uint6
   auto rng_of = [&](int k) {
     return nn::StepRng{seed, step, micro[static_cast<size_t>(k)].sample_offset, true};
   };
-  for (const PipeOp& op : one_f_one_b(grid_.shape().pp, grid_.coord().pp, M)) {
+  const std::vector<PipeOp> order = one_f_one_b(grid_.shape().pp, grid_.coord().pp, M);
+  for (const PipeOp& op : order)
+    if (op.kind == PipeOp::Backward) last_backward_micro_ = op.micro;
+  for (const PipeOp& op : order) {
     const MicroBatch& mb = micro[static_cast<size_t>(op.micro)];
     if (op.kind == PipeOp::Forward) forward_micro(mb, op.micro, rng_of(op.micro), true, loss_sum);
     else backward_micro(mb, op.micro, rng_of(op.micro), dloss);

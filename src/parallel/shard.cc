@@ -153,6 +153,19 @@ nn::EmbeddingParams ShardLayout::embedding(float* base) const {
           base + tensors_[static_cast<size_t>(wpe_)].local_offset};
 }
 
+std::pair<size_t, size_t> ShardLayout::block_tensors(int layer) const {
+  TANDEM_CHECK(layer >= first_layer_ && layer < end_layer_, "stage {} holds layers [{}, {}), not {}",
+               stage_, first_layer_, end_layer_, layer);
+  const size_t i0 = static_cast<size_t>(block_first_[static_cast<size_t>(layer - first_layer_)]);
+  return {i0, i0 + kBlockTensors};
+}
+
+std::pair<int64_t, int64_t> ShardLayout::block_range(int layer) const {
+  const auto [first, end] = block_tensors(layer);
+  const LocalTensor& last = tensors_[end - 1];
+  return {tensors_[first].local_offset, last.local_offset + last.numel()};
+}
+
 nn::BlockParams ShardLayout::block(float* base, int layer) const {
   TANDEM_CHECK(layer >= first_layer_ && layer < end_layer_, "stage {} holds layers [{}, {}), not {}",
                stage_, first_layer_, end_layer_, layer);

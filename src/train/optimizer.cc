@@ -2,6 +2,9 @@
 // its schedule, over this rank's shard of the parameters.
 #include "tandem/train/optimizer.h"
 
+#include <fmt/format.h>
+
+#include <cmath>
 #include <cstring>
 #include <utility>
 
@@ -10,12 +13,6 @@
 #include "tandem/dsl/workloads.h"
 
 namespace tandem::train {
-namespace {
-
-using parallel::ProgramSession;
-
-}  // namespace
-
 void OptimizerConfig::validate() const {
   if (name != "adamw" && name != "lamb")
     user_error("--optimizer {}: the optimizers are adamw and lamb", name);
@@ -25,6 +22,10 @@ void OptimizerConfig::validate() const {
   if (!(beta2 >= 0 && beta2 < 1)) user_error("--beta2 {} must be in [0, 1)", beta2);
   if (!(eps > 0)) user_error("--eps {} must be positive", eps);
   if (!(weight_decay >= 0)) user_error("--weight-decay {} must be 0 or more", weight_decay);
+  if (exchange != "overlap" && exchange != "after")
+    user_error("--grad-exchange {}: the exchanges are overlap (with the backward) and after (the backward)", exchange);
+  if (bucket_mb && !(*bucket_mb > 0 && std::isfinite(*bucket_mb)))
+    user_error("--bucket-mb {} must be a positive number of MiB", *bucket_mb);
 }
 
 nlohmann::json OptimizerConfig::to_json() const {
@@ -47,13 +48,15 @@ std::vector<std::string> optimizer_schedule_preferences() {
   return {"fused(RS-C-AG)+slice(m,v)", "RS-C-AG+slice(m,v)", "AR-C"};
 }
 
-DataParallelOptimizer::DataParallelOptimizer(const OptimizerConfig& config,
-                                             const parallel::ShardLayout& layout,
-                                             comm::Communicator& dp,
-                                             const std::vector<std::string>& schedules,
-                                             parallel::ExecutorKind executor)
-    : config_(config), dp_(dp) {
+DataParallelOptimizer::DataParallelOptimizer(const OptimizerConfig& config, const parallel::ShardLayout& layout,
+                                             Tensor params, Tensor grads, comm::Communicator& dp,
+                                             const std::vector<std::string>& schedules, exec::RunnerKind executor,
+                                             bool overlap_allowed)
+    : config_(config), params_(std::move(params)), grads_(std::move(grads)), dp_(dp) {
   config.validate();
+  TANDEM_CHECK(params_.dtype() == DType::F32 && grads_.dtype() == DType::F32 &&
+                   params_.numel() == layout.size() && grads_.numel() == layout.size(),
+               "params {} and grads {} for a layout of {}", params_.str(), grads_.str(), layout.size());
   runner_ = std::make_unique<parallel::ProgramRunner>(
       optimizer_program(config), schedules.empty() ? optimizer_schedule_preferences() : schedules,
       executor);
@@ -62,57 +65,148 @@ DataParallelOptimizer::DataParallelOptimizer(const OptimizerConfig& config,
   TANDEM_CHECK(m_id.has_value(), "optimizer program '{}' has no input m", p.name());
   sliced_ = p.stage(*m_id).type.layout.is_sliced();
 
-  std::vector<std::pair<int64_t, int64_t>> ranges;
+  // Segments in launch order: the blocks in backward order, then the rest (ln_f and the head's
+  // wte after the blocks; wte and wpe before them).
+  const int first = layout.first_layer(), end = layout.end_layer();
+  const int64_t blocks_begin = layout.block_range(first).first, blocks_end = layout.block_range(end - 1).second;
   if (config.name == "lamb") {
-    for (const parallel::LocalTensor& t : layout.tensors())
-      ranges.emplace_back(t.local_offset, t.local_offset + t.numel());
+    // One segment per tensor: LAMB's trust ratio is per tensor.
+    for (int l = end - 1; l >= first; --l) {
+      const auto [t0, t1] = layout.block_tensors(l);
+      for (size_t t = t0; t < t1; ++t) {
+        const parallel::LocalTensor& lt = layout.tensors()[t];
+        add_segment(lt.name, lt.local_offset, lt.local_offset + lt.numel(), l);
+      }
+    }
+    for (const parallel::LocalTensor& lt : layout.tensors())
+      if (lt.local_offset + lt.numel() <= blocks_begin || lt.local_offset >= blocks_end)
+        add_segment(lt.name, lt.local_offset, lt.local_offset + lt.numel(), kAfterBackward);
   } else {
-    ranges.emplace_back(0, layout.size());
+    const double bucket_bytes = config.bucket_mb.value_or(kDefaultBucketMiB) * (1 << 20);
+    // Whole blocks, from the last: a bucket closes once it holds bucket_bytes.
+    int64_t top = blocks_end;
+    int top_layer = end - 1;
+    for (int l = end - 1; l >= first; --l) {
+      const int64_t bottom = layout.block_range(l).first;
+      if (static_cast<double>(top - bottom) * sizeof(float) >= bucket_bytes || l == first) {
+        add_segment(l == top_layer ? fmt::format("h.{}", l) : fmt::format("h.{}..h.{}", top_layer, l), bottom, top, l);
+        ++buckets_;
+        top = bottom;
+        top_layer = l - 1;
+      }
+    }
+    // The rest, named by their first and last tensors.
+    auto named = [&](int64_t b, int64_t e) {
+      std::string first_name, last_name;
+      for (const parallel::LocalTensor& lt : layout.tensors())
+        if (lt.local_offset >= b && lt.local_offset < e) {
+          if (first_name.empty()) first_name = lt.name;
+          last_name = lt.name;
+        }
+      return first_name == last_name ? first_name : first_name + ".." + last_name;
+    };
+    if (blocks_end < layout.size()) add_segment(named(blocks_end, layout.size()), blocks_end, layout.size(), kAfterBackward);
+    if (blocks_begin > 0) add_segment(named(0, blocks_begin), 0, blocks_begin, kAfterBackward);
   }
-  const int P = dp.size(), r = dp.rank();
-  for (auto [begin, end] : ranges) {
-    const int64_t n = end - begin;
-    Segment seg{begin, end, runner_->prepare(dp, {{"N", n}})};
-    Piece piece;
-    piece.begin = sliced_ ? begin + comm::Partition::offset(n, P, r) : begin;
-    piece.end = sliced_ ? piece.begin + comm::Partition::count(n, P, r) : end;
-    piece.m = seg.session->input("m");
-    piece.v = seg.session->input("v");
-    TANDEM_CHECK(piece.m.numel() == piece.end - piece.begin && piece.v.numel() == piece.m.numel(),
-                 "optimizer state m {} for elements [{}, {})", piece.m.str(), piece.begin, piece.end);
-    piece.m.fill(0.0f);  // Adam's moments start at zero
-    piece.v.fill(0.0f);
-    segments_.push_back(std::move(seg));
-    pieces_.push_back(std::move(piece));
-  }
+  if (config.exchange == "overlap" && overlap_allowed) worker_ = std::make_unique<SerialWorker>();
 }
 
-void DataParallelOptimizer::step(const Tensor& params, const Tensor& grads, double lr, int64_t step) {
-  TANDEM_CHECK(params.numel() == grads.numel(), "params {} vs grads {}", params.str(), grads.str());
-  float* w = params.data_as<float>();
-  const float* g = grads.data_as<float>();
-  for (Segment& s : segments_) {
-    ProgramSession& run = *s.session;
-    const size_t bytes = static_cast<size_t>(s.end - s.begin) * sizeof(float);
+DataParallelOptimizer::~DataParallelOptimizer() = default;
+
+// Sets up the program for local elements [begin, end) on the data-parallel group, bound to the
+// model's buffers.
+void DataParallelOptimizer::add_segment(std::string name, int64_t begin, int64_t end, int ready_layer) {
+  const int64_t n = end - begin;
+  const bool bind_grads = runner_->program().stage(*runner_->program().find("g")).type.dtype == DType::F32;
+  std::vector<std::string> bound = {"w"};
+  if (bind_grads) bound.push_back("g");
+  Segment seg{std::move(name), begin, end, ready_layer, false, runner_->prepare(dp_, {{"N", n}}, bound), bind_grads};
+  seg.runner->bind("w", params_.flat_slice(begin, n));
+  if (bind_grads) seg.runner->bind("g", grads_.flat_slice(begin, n));
+  const int P = dp_.size(), r = dp_.rank();
+  Piece piece;
+  piece.begin = sliced_ ? begin + comm::Partition::offset(n, P, r) : begin;
+  piece.end = sliced_ ? piece.begin + comm::Partition::count(n, P, r) : end;
+  piece.m = seg.runner->input("m");
+  piece.v = seg.runner->input("v");
+  TANDEM_CHECK(piece.m.numel() == piece.end - piece.begin && piece.v.numel() == piece.m.numel(),
+               "optimizer state m {} for elements [{}, {})", piece.m.str(), piece.begin, piece.end);
+  piece.m.fill(0.0f);  // Adam's moments start at zero
+  piece.v.fill(0.0f);
+  segments_.push_back(std::move(seg));
+  pieces_.push_back(std::move(piece));
+}
+
+size_t DataParallelOptimizer::state_bytes() const {
+  size_t b = 0;
+  for (const Piece& pc : pieces_) b += pc.m.nbytes() + pc.v.nbytes();
+  return b;
+}
+
+size_t DataParallelOptimizer::buffer_bytes() const {
+  size_t b = 0;
+  for (const Segment& s : segments_) b += s.runner->allocated_bytes();
+  return b - state_bytes();
+}
+
+void DataParallelOptimizer::begin_step(double lr, int64_t step) {
+  lr_ = lr;
+  step_ = step;
+  exchange_ns_ = 0;
+  in_step_ = true;
+  for (Segment& s : segments_) s.launched = false;
+}
+
+void DataParallelOptimizer::layer_ready(int layer) {
+  // "after": everything runs in finish_step; outside a step (an out-of-core profile's backward):
+  // nothing runs.
+  if (worker_ == nullptr || !in_step_) return;
+  for (Segment& s : segments_)
+    if (!s.launched && s.ready_layer == layer) launch(s);
+}
+
+void DataParallelOptimizer::finish_step() {
+  TANDEM_CHECK(in_step_, "finish_step without begin_step");
+  in_step_ = false;
+  for (Segment& s : segments_)
+    if (!s.launched) launch(s);
+  if (worker_ != nullptr) worker_->wait();
+}
+
+void DataParallelOptimizer::step(double lr, int64_t step) {
+  begin_step(lr, step);
+  finish_step();
+}
+
+// Every dp rank launches the same segments in the same order (the backward's order is the same
+// on all of them), so their collectives match.
+void DataParallelOptimizer::launch(Segment& s) {
+  s.launched = true;
+  if (worker_ == nullptr) return run_segment(s);
+  worker_->submit([this, &s] { run_segment(s); });
+}
+
+void DataParallelOptimizer::run_segment(Segment& s) {
+  const auto begin = std::chrono::steady_clock::now();
+  comm::set_comm_activity(fmt::format("the gradient exchange of step {} ({})", step_, s.name));
+  exec::Runner& run = *s.runner;
+  if (!s.grads_bound) {  // mixed precision: round each gradient to the program's dtype
     const Tensor gin = run.input("g");
-    if (gin.dtype() == DType::F32) {
-      std::memcpy(gin.data(), g + s.begin, bytes);
-    } else {  // mixed precision: round each gradient to the program's dtype
-      void* dst = gin.data();
-      for (int64_t i = 0; i < s.end - s.begin; ++i)
-        store_from_f32(dst, gin.dtype(), static_cast<size_t>(i), g[s.begin + i]);
-    }
-    std::memcpy(run.input("w").data(), w + s.begin, bytes);
-    run.set_scalar("lr", lr);
-    run.set_scalar("beta1", config_.beta1);
-    run.set_scalar("beta2", config_.beta2);
-    run.set_scalar("eps", config_.eps);
-    run.set_scalar("weight_decay", config_.weight_decay);
-    run.set_scalar("step", static_cast<double>(step));
-    run.set_scalar("grad_scale", 1.0 / dp_.size());  // the summed gradients' mean
-    run.run();  // w, m and v are updated in the session's storage
-    std::memcpy(w + s.begin, run.input("w").data(), bytes);
+    const float* g = grads_.data_as<float>();
+    void* dst = gin.data();
+    for (int64_t i = 0; i < s.end - s.begin; ++i) store_from_f32(dst, gin.dtype(), static_cast<size_t>(i), g[s.begin + i]);
   }
+  run.set_scalar("lr", lr_);
+  run.set_scalar("beta1", config_.beta1);
+  run.set_scalar("beta2", config_.beta2);
+  run.set_scalar("eps", config_.eps);
+  run.set_scalar("weight_decay", config_.weight_decay);
+  run.set_scalar("step", static_cast<double>(step_));
+  run.set_scalar("grad_scale", 1.0 / dp_.size());  // the summed gradients' mean
+  run.run();  // w updated in the model's buffer; m and v in the runner's storage
+  const auto end = std::chrono::steady_clock::now();
+  exchange_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(end - begin).count();
+  if (sink_) sink_(s.name, begin, end);
 }
 
 }  // namespace tandem::train

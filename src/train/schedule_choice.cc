@@ -21,26 +21,17 @@
 namespace tandem::train::detail {
 namespace {
 
-std::shared_ptr<tune::Executor> tune_executor(parallel::ExecutorKind kind) {
-  switch (kind) {
-    case parallel::ExecutorKind::Compiled: return tune::compiled_executor();
-    case parallel::ExecutorKind::Plan: return tune::plan_executor();
-    case parallel::ExecutorKind::Reference: return tune::interpreter_executor();
-  }
-  internal_error("bad ExecutorKind");
-}
-
 // The autotuner's schedule for `program` on `comm` at `sizes`: tuned now when `tune_now` (every
 // candidate, or those in `only`, timed on this communicator and the choice cached), else read
 // from the tuning cache (rank 0 reads, every rank gets its answer; "" when there is no record).
 // A collective over `comm`.
 std::string tuned_schedule(const dsl::Program& program, comm::Communicator& comm,
-                           const dsl::SymbolMap& sizes, bool tune_now, parallel::ExecutorKind executor,
+                           const dsl::SymbolMap& sizes, bool tune_now, exec::RunnerKind executor,
                            const std::vector<std::string>& only = {}) {
   tune::TuneOptions o;
   o.sizes = sizes;
   o.only = only;
-  o.executor = tune_executor(executor);
+  o.executor = tune::executor_of(executor);
   if (tune_now) return tune::tune(program, comm, o).record.winner;
   std::string winner;
   if (comm.rank() == 0) {

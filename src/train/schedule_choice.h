@@ -17,7 +17,7 @@ namespace tandem::train::detail {
 class ScheduleChoice {
  public:
   ScheduleChoice(const TrainConfig& config, const parallel::Grid& grid,
-                 parallel::ExecutorKind executor)
+                 exec::RunnerKind executor)
       : cfg_(config), grid_(grid), executor_(executor) {}
 
   // The Megatron and pipeline programs' schedules for micro-batches of `rows` rows of seq_len
@@ -33,7 +33,7 @@ class ScheduleChoice {
  private:
   const TrainConfig& cfg_;
   const parallel::Grid& grid_;
-  parallel::ExecutorKind executor_;
+  exec::RunnerKind executor_;
   bool from_autotuner_ = false;
 };
 

@@ -78,7 +78,7 @@ void TrainConfig::validate() const {
     user_error("--dp {} x --tp {} x --pp {} is {} ranks; the thread backend runs at most {}, each a "
                "thread of this process: use --backend mpi under mpirun for more",
                grid.dp, grid.tp, grid.pp, ranks, comm::kMaxThreadRanks);
-  parallel::executor_from_name(executor, "--executor");
+  exec::runner_kind_from_name(executor, "--executor");
   if (micro_batches < 0) user_error("--micro-batches {} must be 0 (automatic) or more", micro_batches);
   if (model.n_heads % grid.tp != 0)
     user_error("--tp {} must divide the number of heads ({})", grid.tp, model.n_heads);
@@ -107,6 +107,10 @@ void TrainConfig::validate() const {
     user_error("--comm-timeout {} must be a number of seconds, 0 (wait forever) or more",
                *comm_timeout_s);
   if (blas_threads < 0) user_error("--threads {} must be 0 (automatic) or more", blas_threads);
+  const double model_mib = static_cast<double>(nn::gpt_num_parameters(model)) * sizeof(float) / (1 << 20);
+  if (optimizer.bucket_mb && *optimizer.bucket_mb > model_mib)
+    user_error("--bucket-mb {}: the model's parameters are {:.2f} MiB; a bucket must be smaller", *optimizer.bucket_mb,
+               model_mib);
 }
 
 }  // namespace tandem::train

@@ -49,6 +49,16 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
+// Whether the optimizer's communication thread may use the data-parallel group while the
+// backward runs: always on in-process ranks; under MPI only with MPI_THREAD_MULTIPLE when the
+// backward communicates too (tp or pp > 1).
+bool exchange_may_overlap(const TrainConfig& c) {
+  if (c.backend != "mpi" || (c.grid.tp == 1 && c.grid.pp == 1)) return true;
+  int level = MPI_THREAD_SINGLE;
+  MPI_Query_thread(&level);
+  return level >= MPI_THREAD_MULTIPLE;
+}
+
 int local_ranks_for_blas(const TrainConfig& c) {
   if (c.backend == "thread") return c.grid.size();
   const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
@@ -104,7 +114,7 @@ class RankRun {
         corpus_(detail::corpus_for(cfg)),
         batches_(cfg, grid_),
         sampler_(corpus_->train, cfg.batch, cfg.model.seq_len, cfg.seed),
-        executor_(parallel::executor_from_name(cfg.executor, "--executor")),
+        executor_(exec::runner_kind_from_name(cfg.executor, "--executor")),
         schedules_(cfg, grid_, executor_),
         ooc_(cfg.memory_budget.empty()
                  ? nullptr
@@ -113,12 +123,20 @@ class RankRun {
         model_(cfg.model, grid_, batches_.micro_rows(), cfg.model.seq_len,
                batches_.micro_batch_count(), schedules_.model_programs(batches_.micro_rows()),
                ooc_ ? ooc_->memory() : nullptr),
-        opt_(cfg.optimizer, model_.layout(), grid_.dp(), schedules_.optimizer_schedules(), executor_),
+        opt_(cfg.optimizer, model_.layout(), model_.params(), model_.grads(), grid_.dp(),
+             schedules_.optimizer_schedules(), executor_, exchange_may_overlap(cfg)),
         out_(cfg.out != nullptr ? *cfg.out : std::cout) {
     if (resume_) last_checkpoint_ = {resume_->meta.step, resume_->folder};
     if (cfg.eval_every > 0) val_sampler_.emplace(detail::validation_sampler(*corpus_, cfg));
     model_.set_event_sink([this](std::string_view stream, std::string_view name, Clock::time_point b,
                                  Clock::time_point e, double self_s) { on_event(stream, name, b, e, self_s); });
+    // The data-parallel exchange of a block's gradients starts as soon as the backward is done
+    // with it (optimizer.h says why that is safe).
+    model_.set_gradients_ready([this](int layer) { opt_.layer_ready(layer); });
+    opt_.set_segment_sink([this](std::string_view name, Clock::time_point b, Clock::time_point e) {
+      if (!profiling_ && trace_ != nullptr && trace_->enabled())
+        trace_->record(grid_.world().rank(), kExchangeStream, fmt::format("dp exchange {}", name), b, e);
+    });
   }
 
   TrainResult run();
@@ -131,9 +149,10 @@ class RankRun {
   int64_t restore();
   void open_reports(int64_t first_step);
   void print_header(int64_t first_step);
+  std::string memory_lines();
   // A step and what follows it.
   double train_step(int64_t step, double lr);
-  void optimizer_step(int64_t step, double lr);
+  void finish_optimizer_step();
   bool validation_due(int64_t step) const;
   double validate();
   bool checkpoint_due(int64_t step) const;
@@ -166,7 +185,7 @@ class RankRun {
   detail::RankBatches batches_;
   BatchSampler sampler_;
   std::optional<BatchSampler> val_sampler_;
-  parallel::ExecutorKind executor_;
+  exec::RunnerKind executor_;
   detail::ScheduleChoice schedules_;
   std::unique_ptr<detail::OutOfCore> ooc_;  // --memory-budget: where the model's activations live
   parallel::ParallelGPT model_;
@@ -288,10 +307,13 @@ int64_t RankRun::restore() {
 }
 
 void RankRun::open_reports(int64_t first) {
+  const std::string memory = memory_lines();  // a collective: every rank's figures
   if (lead_) {
     if (resume_)
       for (const std::string& w : resume_->warnings) out_ << "tandem train: warning: " << w << "\n";
     print_header(first);
+    out_ << memory;
+    out_.flush();
     if (!cfg_.metrics_path.empty())
       metrics_ = std::make_unique<MetricsWriter>(cfg_.metrics_path, first > 0);
     if (cfg_.progress) {
@@ -303,6 +325,47 @@ void RankRun::open_reports(int64_t first) {
   if (resume_ && first >= cfg_.steps && lead_)
     out_ << fmt::format("tandem train: the checkpoint is at step {}, --steps is {}: nothing to do\n",
                         first, cfg_.steps);
+}
+
+// What each rank holds for training (parameters, gradients, optimizer state, the exchange's
+// buffers), and how the data-parallel exchange runs: for the lead rank to print. A collective over
+// the world.
+std::string RankRun::memory_lines() {
+  constexpr int kFields = 4;
+  const float mib = 1.0f / (1 << 20);
+  std::vector<float> mine = {static_cast<float>(model_.params().nbytes()) * mib,
+                             static_cast<float>(model_.grads().nbytes()) * mib,
+                             static_cast<float>(opt_.state_bytes()) * mib,
+                             static_cast<float>(opt_.buffer_bytes()) * mib};
+  const int n = grid_.world().size();
+  std::vector<float> all(static_cast<size_t>(kFields * n));
+  grid_.world().all_gather(Tensor::view_of(mine.data(), DType::F32, Shape{kFields}),
+                           Tensor::view_of(all.data(), DType::F32, Shape{kFields * n}));
+  auto line = [&](int r) {
+    const float* f = all.data() + static_cast<ptrdiff_t>(kFields * r);
+    return fmt::format("parameters {:.2f} MiB, gradients {:.2f} MiB, optimizer state {:.2f} MiB{}, exchange "
+                       "buffers {:.2f} MiB",
+                       f[0], f[1], f[2], opt_.state_sliced() && cfg_.grid.dp > 1 ? fmt::format(" (1/{})", cfg_.grid.dp) : "",
+                       f[3]);
+  };
+  bool same = true;
+  for (int r = 1; r < n; ++r) same = same && std::equal(all.begin(), all.begin() + kFields, all.begin() + kFields * r);
+  std::string out;
+  if (same) {
+    out = fmt::format("  memory on {}: {}\n", n == 1 ? "the rank" : "every rank", line(0));
+  } else {
+    for (int r = 0; r < n; ++r) out += fmt::format("  memory on rank {}: {}\n", r, line(r));
+  }
+  const std::string exchange =
+      cfg_.optimizer.name == "lamb" ? fmt::format("{} per-tensor programs", opt_.segments())
+                                    : fmt::format("{} bucket{} of blocks + the embeddings and ln_f", opt_.buckets(),
+                                                  opt_.buckets() == 1 ? "" : "s");
+  out += fmt::format("  data-parallel exchange: {}, {}\n", exchange,
+                     opt_.overlapping() ? "overlapped with the backward"
+                     : cfg_.optimizer.exchange == "overlap"
+                         ? "after the backward (MPI without MPI_THREAD_MULTIPLE cannot overlap it with tp or pp > 1)"
+                         : "after the backward");
+  return out;
 }
 
 void RankRun::print_header(int64_t first_step) {
@@ -341,18 +404,24 @@ double RankRun::train_step(int64_t step, double lr) {
   phases_.clear();
   const Batch b = batches_.draw(sampler_, step);
   model_.grads().fill(0.0f);
+  opt_.begin_step(lr, step + 1);  // from here, finished blocks' gradients are exchanged at once
   const double loss_sum =
       model_.forward_backward(batches_.micro_batches(b), cfg_.seed, static_cast<uint64_t>(step));
   model_.reduce_tied_gradients();
-  optimizer_step(step, lr);
+  finish_optimizer_step();
   return batches_.mean_loss(loss_sum);
 }
 
-void RankRun::optimizer_step(int64_t step, double lr) {
+// The exchange of what is left (the embeddings, ln_f, and every segment when not overlapping),
+// and the wait for the communication thread.
+void RankRun::finish_optimizer_step() {
   const auto begin = Clock::now();
-  opt_.step(model_.params(), model_.grads(), lr, step + 1);
-  if (lead_) phases_.add("optimizer", seconds_since(begin));
-  trace_span(kCommStream, "optimizer " + opt_.schedule_name(), begin);
+  opt_.finish_step();
+  if (lead_) {
+    phases_.add("optimizer wait", seconds_since(begin));
+    phases_.add("dp exchange", opt_.exchange_seconds());
+  }
+  trace_span(kCommStream, "optimizer " + opt_.schedule_name() + " (finish)", begin);
 }
 
 // Every eval_every steps and after the last.

@@ -115,9 +115,9 @@ void check_options(const TuneOptions& o) {
 // Set-up failures (an emitter that cannot compile a step) are the same on every rank, so they are
 // caught and reported as the candidate's failure; failures while running are not (a rank that
 // stops inside a collective would leave its peers waiting) and end the tune.
-std::unique_ptr<PreparedRun> prepare(const schedule::Plan& plan, comm::Communicator& comm, Executor& executor,
+std::unique_ptr<exec::Runner> prepare(const schedule::Plan& plan, comm::Communicator& comm, Executor& executor,
                                      const dsl::SymbolMap& sizes, const exec::ScalarMap& scalars, std::string& error) {
-  std::unique_ptr<PreparedRun> run;
+  std::unique_ptr<exec::Runner> run;
   try {
     Phase ph(comm, fmt::format("{}: set up", plan.name));
     run = executor.prepare(plan, comm, sizes);
@@ -148,7 +148,7 @@ CandidateTiming measure(const schedule::NamedSchedule& cand, comm::Communicator&
   CandidateTiming t;
   t.name = cand.name;
   const schedule::Plan plan = cand.schedule.lower();
-  std::unique_ptr<PreparedRun> run = prepare(plan, comm, executor, check_sizes, scalars, t.error);
+  std::unique_ptr<exec::Runner> run = prepare(plan, comm, executor, check_sizes, scalars, t.error);
   if (run == nullptr) {
     t.ok = false;
     return t;
@@ -196,12 +196,12 @@ void final_round(const std::vector<schedule::NamedSchedule>& schedules, const st
                  const TuneOptions& o, const exec::ScalarMap& scalars, int reps) {
   std::vector<schedule::Plan> plans;
   plans.reserve(chosen.size());  // every run keeps a reference to its plan
-  std::vector<std::unique_ptr<PreparedRun>> runs;
+  std::vector<std::unique_ptr<exec::Runner>> runs;
   std::vector<size_t> index;
   for (size_t i : chosen) {
     plans.push_back(schedules[i].schedule.lower());
     std::string error;
-    std::unique_ptr<PreparedRun> run = prepare(plans.back(), comm, executor, o.sizes, scalars, error);
+    std::unique_ptr<exec::Runner> run = prepare(plans.back(), comm, executor, o.sizes, scalars, error);
     if (run == nullptr) {
       plans.pop_back();
       continue;
@@ -290,7 +290,7 @@ double TuneResult::speedup(const CandidateTiming& c) const { return baseline().m
 TuneKey tune_key(const dsl::Program& program, int ranks, std::string_view backend, const TuneOptions& o) {
   const dsl::SymbolMap sizes = checked_sizes(program, o.sizes);
   const auto candidates = candidates_of(program, o);
-  const std::string executor = o.executor ? o.executor->name() : compiled_executor()->name();
+  const std::string executor = o.executor ? o.executor->name() : std::string(exec::runner_kind_name(exec::RunnerKind::Compiled));
   return make_key(program, sizes, ranks, backend, executor, candidates, o.enumerate);
 }
 
@@ -298,7 +298,7 @@ TuneResult tune(const dsl::Program& program, comm::Communicator& comm, const Tun
   check_options(options);
   TuneOptions o = options;
   o.sizes = checked_sizes(program, options.sizes);
-  std::shared_ptr<Executor> executor = o.executor ? o.executor : std::shared_ptr<Executor>(compiled_executor());
+  std::shared_ptr<Executor> executor = o.executor ? o.executor : std::shared_ptr<Executor>(executor_of(exec::RunnerKind::Compiled));
   const std::string cache_dir = o.cache_dir.empty() ? exec::jit_cache_dir() : o.cache_dir;
   const int64_t compiles_before = exec::jit_stats().compiles;
 

@@ -120,7 +120,7 @@ inline Outcome check_compiled(const Case& c, const Schedules& all, comm::Communi
       return compare_within(label, got, want, 1e-2, 1e-3);
     };
     try {
-      exec::CompiledRunner runner(all.plans[k], comm, c.symbols, host_allocator(), options);
+      exec::CompiledRunner runner(all.plans[k], comm, c.symbols, {}, options);
       for (const auto& [name, v] : c.scalars) runner.set_scalar(name, v);
       const exec::TensorMap inputs = make_inputs(c.program, c.symbols, comm);
       for (const auto& [name, t] : inputs) runner.load(name, t);

@@ -25,6 +25,7 @@
 #include "tandem/exec/jit.h"
 #include "tandem/exec/plan_runner.h"
 #include "tandem/exec/reference.h"
+#include "tandem/exec/runner.h"
 #include "tandem/schedule/plan.h"
 
 namespace tandem::exec {
@@ -62,44 +63,48 @@ struct CompiledOptions {
   bool reduce_in_f32 = false;
 };
 
-// The compiled counterpart of PlanRunner, with the same calling convention, so that the tuner
-// times either the same way.
-class CompiledRunner {
+// The compiled counterpart of PlanRunner, behind the same Runner interface, so that the tuner and
+// the trainer run either the same way.
+class CompiledRunner final : public Runner {
  public:
-  using Piece = PlanRunner::Piece;
-
+  using Piece = exec::Piece;
   // Collective over `comm` (it splits off the group communicator when the program has groups).
   // A rank count that does not fit the program's groups, or an unbound symbol, is a UserError.
   CompiledRunner(std::shared_ptr<const CompiledPlan> compiled, comm::Communicator& comm,
-                 const dsl::SymbolMap& symbols, Allocator& alloc = host_allocator(),
+                 const dsl::SymbolMap& symbols, const RunnerOptions& runner = {},
                  CompiledOptions options = {});
   // Compiles `plan` first (compile_plan with default options).
   CompiledRunner(const schedule::Plan& plan, comm::Communicator& comm, const dsl::SymbolMap& symbols,
                  Allocator& alloc = host_allocator(), CompiledOptions options = {});
-  ~CompiledRunner();
+  ~CompiledRunner() override;
   CompiledRunner(const CompiledRunner&) = delete;
   CompiledRunner& operator=(const CompiledRunner&) = delete;
 
+  const dsl::Program& program() const override;
+  const Placement& placement() const override;
   // As PlanRunner: this rank's stored piece of input `name`, to fill before run() (an input
-  // updated in place holds its new value after); a copy into it from this rank's piece or, for
-  // an input the plan stores sliced, from the whole tensor; a scalar's value (a dropout seed: a
-  // non-negative integer below 2^53).
-  Tensor input(std::string_view name) const;
+  // updated in place holds its new value after); bound to the caller's memory; a copy into it
+  // from this rank's piece or, for an input the plan stores sliced, from the whole tensor; a
+  // scalar's value (a dropout seed: a non-negative integer below 2^53).
+  Tensor input(std::string_view name) const override;
+  void bind(std::string_view name, const Tensor& memory) override;
   void load(std::string_view name, const Tensor& value);
-  void set_scalar(std::string_view name, double value);
+  void set_scalar(std::string_view name, double value) override;
 
   // Runs the compiled plan once; every rank of the communicator calls it together.
-  void run();
+  void run() override;
 
   // This rank's piece of output `name` after run() (a view of the runner's storage), and where a
   // stored piece sits in the whole.
-  Tensor output(std::string_view name) const;
+  Tensor output(std::string_view name) const override;
   Piece piece(std::string_view name) const;
 
   // Bytes this rank allocated at setup to store value `name` (0 when it lives in another value's
-  // buffer), and for everything (values, scratch, staging).
+  // buffer or in bound memory), and for everything (values, scratch, staging; the staging of a
+  // collective whose partition the communicator's flat split cannot express is allocated the
+  // first time one runs).
   size_t allocated_bytes(std::string_view name) const;
-  size_t allocated_bytes() const;
+  size_t allocated_bytes() const override;
   // Whether pipelines run their communication on the communication thread.
   bool overlapping() const;
   const CompiledPlan& compiled() const { return *compiled_; }
@@ -110,10 +115,5 @@ class CompiledRunner {
   std::shared_ptr<const CompiledPlan> compiled_;
   std::unique_ptr<State> state_;
 };
-
-// One run with run_plan's conventions (args.inputs laid out as the program as written; updated
-// inputs written back; outputs copied): compiles (or finds in the cache), sets up and runs.
-TensorMap run_compiled(const schedule::Plan& plan, comm::Communicator& comm, const RunArgs& args,
-                       Allocator& alloc = host_allocator(), const JitOptions& options = {});
 
 }  // namespace tandem::exec

@@ -27,50 +27,52 @@
 #include "tandem/core/tensor.h"
 #include "tandem/dsl/ir.h"
 #include "tandem/exec/reference.h"
+#include "tandem/exec/runner.h"
 #include "tandem/schedule/plan.h"
 
 namespace tandem::exec {
 
-class PlanRunner {
+class PlanRunner final : public Runner {
  public:
   // Collective over `comm` (it splits off the group communicator when the program has groups).
   // The plan must outlive the runner. A rank count that does not fit the program's groups, or an
   // unbound symbol, is a UserError.
   PlanRunner(const schedule::Plan& plan, comm::Communicator& comm, const dsl::SymbolMap& symbols,
              Allocator& alloc = host_allocator());
-  ~PlanRunner();
+  PlanRunner(const schedule::Plan& plan, comm::Communicator& comm, const dsl::SymbolMap& symbols,
+             const RunnerOptions& options);
+  ~PlanRunner() override;
   PlanRunner(const PlanRunner&) = delete;
   PlanRunner& operator=(const PlanRunner&) = delete;
 
+  const dsl::Program& program() const override;
+  const Placement& placement() const override;
   // This rank's stored piece of input `name` (the whole tensor, or its slice when the plan stores
   // it sliced): fill it before run(); an input updated in place holds its new value after.
-  Tensor input(std::string_view name) const;
+  Tensor input(std::string_view name) const override;
+  void bind(std::string_view name, const Tensor& memory) override;
   // Copies a value into input `name`: this rank's stored piece as it is, or, when the plan stores a
   // slice of an input the caller holds whole (as_slice), the whole tensor, of which it keeps its
   // part.
   void load(std::string_view name, const Tensor& value);
   // Binds scalar `name` (a dropout seed: a non-negative integer).
-  void set_scalar(std::string_view name, double value);
+  void set_scalar(std::string_view name, double value) override;
 
   // Runs the plan once; every rank of the communicator calls it together.
-  void run();
+  void run() override;
 
   // This rank's piece of output `name` after run() (a view of the runner's storage).
-  Tensor output(std::string_view name) const;
+  Tensor output(std::string_view name) const override;
 
-  // Where this rank's stored piece of value `name` sits in the whole: rows [offset, offset +
-  // count) of dim `dim` when sliced (dim -1 and the whole extent otherwise).
-  struct Piece {
-    int dim = -1;
-    int64_t offset = 0;
-    int64_t count = 0;
-  };
+  // Where this rank's stored piece of value `name` sits in the whole.
+  using Piece = exec::Piece;
   Piece piece(std::string_view name) const;
 
-  // Bytes this rank allocated to store value `name` (0 when it lives in another value's buffer),
-  // and for everything (values and scratch), as requested from the allocator.
+  // Bytes this rank allocated to store value `name` (0 when it lives in another value's buffer
+  // or in bound memory), and for everything (values and scratch), as requested from the
+  // allocator.
   size_t allocated_bytes(std::string_view name) const;
-  size_t allocated_bytes() const;
+  size_t allocated_bytes() const override;
 
  private:
   class Impl;

@@ -71,7 +71,7 @@ struct ProgramOptions {
   // from the previous stage's.
   std::vector<std::string> pipeline_schedules = pipeline_schedule_preferences();
   std::vector<std::string> pipeline_recv_schedules = pipeline_schedule_preferences();
-  ExecutorKind executor = executor_from_env();
+  exec::RunnerKind executor = exec::runner_kind_from_env();
 };
 
 class ParallelGPT {
@@ -113,6 +113,13 @@ class ParallelGPT {
   void reduce_tied_gradients();
 
   void set_event_sink(EventSink sink) { sink_ = std::move(sink); }
+  // Called by forward_backward, on its thread, as soon as block `layer`'s gradients are final for
+  // the step (its attention half's backward of the step's last micro-batch is done), in backward
+  // order: the data-parallel exchange of those gradients may start then. Block `layer`'s weights
+  // are not read again in this forward_backward (recomputation and the backward of the blocks
+  // still to come read only earlier blocks' weights), so the exchange may also update them.
+  using GradientsReady = std::function<void(int layer)>;
+  void set_gradients_ready(GradientsReady ready) { gradients_ready_ = std::move(ready); }
   // The schedules of the programs this rank runs ("" when it runs none of that kind).
   std::string epilogue_schedule() const;
   std::string pipeline_schedule() const;
@@ -156,6 +163,8 @@ class ParallelGPT {
   std::vector<comm::Request> pending_sends_;
   std::unique_ptr<Programs> programs_;
   EventSink sink_;
+  GradientsReady gradients_ready_;
+  int last_backward_micro_ = -1;  // the micro-batch whose backward comes last in this step
   double nested_comm_s_ = 0.0;  // comm seconds inside the compute span being timed
 };
 

@@ -79,6 +79,11 @@ class ShardLayout {
   nn::BlockParams block(float* base, int layer) const;
   nn::FinalParams final_stage(float* base) const;
 
+  // The local elements [first, second) of block `layer`'s tensors (contiguous, GPT-2 order), and
+  // the indices into tensors() of its first and one past its last tensor.
+  std::pair<int64_t, int64_t> block_range(int layer) const;
+  std::pair<size_t, size_t> block_tensors(int layer) const;
+
   // Copies this rank's part of a whole-model flat buffer into its local buffer.
   void extract(const float* global, float* local) const;
   // Writes the local elements [begin, end) into a whole-model buffer, for the tensors this rank

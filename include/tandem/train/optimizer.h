@@ -12,22 +12,43 @@
 // that of this rank's shard (the program's norms reduce over the data-parallel group only), so
 // LAMB equals single-rank LAMB only at tp = 1.
 //
-// State layout: the optimizer works on segments of the local flat buffer (AdamW: one, the whole
-// buffer; LAMB: one per tensor), each a program session set up once on the data-parallel group;
-// the moments live in the sessions' own input storage between steps. For each segment this rank
-// keeps the moments of its part (comm::Partition of the segment over the dp ranks) when the
-// schedule slices the state, or of the whole segment when it does not: pieces() says which
-// local elements each piece's m and v hold.
+// Buckets and overlap (what PyTorch DDP users get from gradient buckets, done with the fused
+// schedules): the local flat buffer is cut into segments, each a program runner set up once on
+// the data-parallel group. AdamW's segments are buckets of whole blocks, in backward order, of
+// about `bucket_mb` each, then the parameters outside the blocks (ln_f and the LM head's copy of
+// wte; wte and wpe); LAMB's are its tensors. With exchange "overlap", the trainer tells the
+// optimizer when a block's gradients are final (ParallelGPT::set_gradients_ready) and that
+// block's segments run at once on this rank's communication thread while the backward goes on
+// with earlier blocks; the rest run when the backward (and the tied embedding's reduction) is
+// done. With "after", every segment runs after the backward, on the calling thread, in the same
+// order: the same programs on the same data, so the two give bitwise the same weights.
+// Safety: a segment reads its gradients and writes its weights only after the backward has
+// finished with them (ParallelGPT's guarantee), the backward writes only earlier blocks'
+// gradients meanwhile, and finish_step() waits for every segment before anything reads the
+// weights again.
+//
+// Zero copy: each segment's program reads the gradients and updates the weights in the model's
+// own buffers (exec::Runner::bind); only bf16 gradients (--grad-dtype bf16) are rounded into the
+// program's own buffer first. The moments m and v live in the runners' storage between steps:
+// for each segment this rank keeps the moments of its part (comm::Partition of the segment over
+// the dp ranks) when the schedule slices the state, or of the whole segment when it does not:
+// pieces() says which local elements each piece's m and v hold.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "tandem/comm/communicator.h"
+#include "tandem/core/serial_worker.h"
 #include "tandem/core/tensor.h"
 #include "tandem/parallel/program_runner.h"
 #include "tandem/parallel/shard.h"
@@ -43,11 +64,18 @@ struct OptimizerConfig {
   double beta2 = 0.95;
   double eps = 1e-8;
   double weight_decay = 0.0;
+  // The data-parallel exchange: "overlap" (with the backward) or "after" (the backward), and
+  // AdamW's bucket size in MiB (unset: kDefaultBucketMiB, or the whole model when smaller).
+  std::string exchange = "overlap";
+  std::optional<double> bucket_mb;
 
   // UserError naming the bad field.
   void validate() const;
   nlohmann::json to_json() const;  // {"beta1": 0.9, ...} (the name is RunMeta::optimizer)
 };
+
+// AdamW's default bucket: chosen by bench/gpt_step's sweep (docs/benchmarks.md).
+inline constexpr double kDefaultBucketMiB = 4.0;
 
 // The optimizer's program: dsl::workloads::adam or lamb, with the configured gradient dtype.
 dsl::Program optimizer_program(const OptimizerConfig& config);
@@ -64,33 +92,79 @@ class DataParallelOptimizer {
     Tensor m, v;
   };
 
-  // `schedules`: preferences, first found wins (default optimizer_schedule_preferences()).
-  DataParallelOptimizer(const OptimizerConfig& config, const parallel::ShardLayout& layout,
-                        comm::Communicator& dp, const std::vector<std::string>& schedules = {},
-                        parallel::ExecutorKind executor = parallel::executor_from_env());
+  // Over this rank's local flat `params` and `grads` (layout.size() floats each; they must outlive
+  // the optimizer). `schedules`: preferences, first found wins (default
+  // optimizer_schedule_preferences()). `overlap_allowed`: whether a second thread may
+  // communicate on `dp` while the calling thread runs the backward (false under MPI without
+  // MPI_THREAD_MULTIPLE when the backward itself communicates); without it "overlap" runs as
+  // "after". A collective over the data-parallel group.
+  DataParallelOptimizer(const OptimizerConfig& config, const parallel::ShardLayout& layout, Tensor params,
+                        Tensor grads, comm::Communicator& dp, const std::vector<std::string>& schedules = {},
+                        exec::RunnerKind executor = exec::runner_kind_from_env(), bool overlap_allowed = true);
+  ~DataParallelOptimizer();
 
-  // params -= the update for the dp-averaged `grads` (both local flat buffers of
-  // layout.size()); `step` counts optimizer steps from 1 (Adam's bias correction). A collective
-  // over the data-parallel group; params end bitwise equal on every dp rank.
-  void step(const Tensor& params, const Tensor& grads, double lr, int64_t step);
+  // One step in three calls: begin_step before the backward (`step` counts optimizer steps from
+  // 1, for Adam's bias correction); layer_ready(l) when block l's gradients are final; then
+  // finish_step once every gradient is final: it runs what is left, waits for the segments and
+  // rethrows the first failure. params -= the update for the dp-averaged grads; params end
+  // bitwise equal on every dp rank. Collectives over the data-parallel group.
+  void begin_step(double lr, int64_t step);
+  void layer_ready(int layer);
+  void finish_step();
+  // The three at once (the exchange after the backward).
+  void step(double lr, int64_t step);
+
+  // Called after each segment ran, on the thread that ran it (the communication thread when
+  // overlapping): its name ("h.7..h.4", "ln_f.weight..wte") and when it ran.
+  using SegmentSink = std::function<void(std::string_view name, std::chrono::steady_clock::time_point begin,
+                                         std::chrono::steady_clock::time_point end)>;
+  void set_segment_sink(SegmentSink sink) { sink_ = std::move(sink); }
+  // Seconds the segments of the last step ran (on whichever thread), after finish_step.
+  double exchange_seconds() const { return static_cast<double>(exchange_ns_.load()) * 1e-9; }
 
   const OptimizerConfig& config() const { return config_; }
   const std::vector<Piece>& pieces() const { return pieces_; }
   bool state_sliced() const { return sliced_; }
+  bool overlapping() const { return worker_ != nullptr; }
+  int segments() const { return static_cast<int>(segments_.size()); }
+  // AdamW's buckets: segments made of blocks (0 for LAMB).
+  int buckets() const { return buckets_; }
   std::string schedule_name() const { return runner_->schedule_name(); }
   std::string executor_name() const { return runner_->executor_name(); }
+  // Bytes this rank holds for the optimizer state (m and v) and for the programs' other buffers
+  // (the communication's staging and scratch, rounded bf16 gradients), from the runners'
+  // allocation counts.
+  size_t state_bytes() const;
+  size_t buffer_bytes() const;
 
  private:
   struct Segment {
+    std::string name;
     int64_t begin, end;
-    std::unique_ptr<parallel::ProgramSession> session;
+    int ready_layer;  // launched once this block's gradients are final; kAfterBackward: at the end
+    bool launched = false;
+    std::unique_ptr<exec::Runner> runner;
+    bool grads_bound = false;  // g is the model's memory (f32); else rounded into the runner's
   };
+  static constexpr int kAfterBackward = -1;
+  void add_segment(std::string name, int64_t begin, int64_t end, int ready_layer);
+  void launch(Segment& s);
+  void run_segment(Segment& s);
+
   OptimizerConfig config_;
+  Tensor params_, grads_;
   comm::Communicator& dp_;
   std::unique_ptr<parallel::ProgramRunner> runner_;
   bool sliced_ = false;
+  int buckets_ = 0;
   std::vector<Segment> segments_;
   std::vector<Piece> pieces_;
+  double lr_ = 0;
+  int64_t step_ = 0;
+  bool in_step_ = false;  // between begin_step and finish_step
+  SegmentSink sink_;
+  std::atomic<int64_t> exchange_ns_{0};
+  std::unique_ptr<SerialWorker> worker_;  // the communication thread, when overlapping
 };
 
 }  // namespace tandem::train

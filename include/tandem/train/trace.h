@@ -19,6 +19,7 @@ namespace tandem::train {
 inline constexpr std::string_view kComputeStream = "compute";
 inline constexpr std::string_view kCommStream = "comm";
 inline constexpr std::string_view kSwapStream = "swap";
+inline constexpr std::string_view kExchangeStream = "dp exchange";  // the communication thread
 
 class TraceRecorder {
  public:

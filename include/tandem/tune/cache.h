@@ -21,7 +21,7 @@ struct TuneKey {
   dsl::SymbolMap sizes;      // every symbol's extent
   int ranks = 1;
   std::string backend;      // "thread" or "mpi"
-  std::string executor;     // "compiled", "plan", "interpreter"
+  std::string executor;     // "compiled", "plan", "reference"
   std::string machine;      // machine_id()
   std::string candidates;   // 16 hex digits of the enumerated schedules' names and options
   bool operator==(const TuneKey&) const = default;

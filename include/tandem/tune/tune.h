@@ -51,7 +51,7 @@ struct TuneOptions {
   bool read_cache = true;   // false: tune again even when a record exists
   bool write_cache = true;
   std::string cache_dir;    // empty: exec::jit_cache_dir()
-  std::shared_ptr<Executor> executor;  // null: compiled_executor()
+  std::shared_ptr<Executor> executor;  // null: executor_of(exec::RunnerKind::Compiled)
   schedule::EnumerateOptions enumerate;
   // Time only these schedules, by name, and the baseline (the first one enumerated, which every
   // speed-up is measured against); empty: every schedule. An unknown name is a UserError

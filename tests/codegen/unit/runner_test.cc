@@ -36,7 +36,9 @@ TEST(CompiledRunner, AllocatesAtSetupOnlyAndKeepsOneOverPOfTheState) {
   for (int ranks : {1, 2, 4})
     comm::run_ranks(ranks, [&](comm::Communicator& c) {
       CountingAllocator counting;
-      CompiledRunner run(sliced, c, {{"N", n}}, counting);
+      RunnerOptions options;
+      options.alloc = &counting;
+      CompiledRunner run(sliced, c, {{"N", n}}, options);
       const size_t live = counting.live_bytes(), peak = counting.peak_bytes();
       EXPECT_EQ(run.allocated_bytes(), peak);
       bind_adam(run, 0.5f);

@@ -186,10 +186,10 @@ TEST(TensorParallelBlock, BackwardWithProgramDropoutMatchesItsForward) {
     layout.extract(whole.flat().data_as<float>(), p);
     ProgramRunner megatron(dsl::workloads::megatron_layer(DType::F32, c.dropout), epilogue_schedule_preferences());
     const int64_t N = static_cast<int64_t>(B) * T;
-    std::unique_ptr<ProgramSession> attn = megatron.prepare(grid.tp(), {{"B", N}, {"K", C}, {"H", C}});
-    std::unique_ptr<ProgramSession> mlp = megatron.prepare(grid.tp(), {{"B", N}, {"K", 4 * C}, {"H", C}});
+    std::unique_ptr<exec::Runner> attn = megatron.prepare(grid.tp(), {{"B", N}, {"K", C}, {"H", C}});
+    std::unique_ptr<exec::Runner> mlp = megatron.prepare(grid.tp(), {{"B", N}, {"K", 4 * C}, {"H", C}});
     const Epilogue epilogue = [&](const EpilogueArgs& e) {
-      ProgramSession& s = e.mlp ? *mlp : *attn;
+      exec::Runner& s = e.mlp ? *mlp : *attn;
       auto put = [&](const char* name, const float* q) {
         const Tensor t = s.input(name);
         std::memcpy(t.data(), q, t.nbytes());

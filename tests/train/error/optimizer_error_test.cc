@@ -19,6 +19,22 @@ TEST(OptimizerErrors, EachBadSettingNamesItsFlag) {
   c = OptimizerConfig{};
   c.beta1 = 1.0;
   EXPECT_EQ(user_error_of([&] { c.validate(); }), "--beta1 1 must be in [0, 1)");
+  c = OptimizerConfig{};
+  c.exchange = "sideways";
+  EXPECT_EQ(user_error_of([&] { c.validate(); }),
+            "--grad-exchange sideways: the exchanges are overlap (with the backward) and after (the backward)");
+  c = OptimizerConfig{};
+  c.bucket_mb = 0.0;
+  EXPECT_EQ(user_error_of([&] { c.validate(); }), "--bucket-mb 0 must be a positive number of MiB");
+  c.bucket_mb = -1.0;
+  EXPECT_EQ(user_error_of([&] { c.validate(); }), "--bucket-mb -1 must be a positive number of MiB");
+}
+
+TEST(OptimizerErrors, ABucketLargerThanTheModelIsRefusedBeforeTraining) {
+  TrainConfig c = testing::tiny_run(2);
+  c.optimizer.bucket_mb = 64.0;
+  EXPECT_EQ(user_error_of([&] { train(c); }),
+            "--bucket-mb 64: the model's parameters are 0.04 MiB; a bucket must be smaller");
 }
 
 }  // namespace

@@ -159,7 +159,7 @@ TEST(FailingRank, AStoppedRankTimesOut) {
   expect_ended_by_itself(e);
   EXPECT_THAT(e.result.output,
               MatchesRegex("(.|\n)*tandem: error: [a-z_]+ on rank 0 of 2 timed out "
-                           "after 2 s at [a-z ]*step [0-9]+: rank 1 (did not arrive|never sent)(.|\n)*"))
+                           "after 2 s at [a-z ]*step [0-9]+( \\([a-z0-9._]+\\))?: rank 1 (did not arrive|never sent)(.|\n)*"))
       << e.result.output;
   EXPECT_LT(e.seconds, 60) << e.result.output;
 }

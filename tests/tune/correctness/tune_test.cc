@@ -33,26 +33,31 @@ struct Rigged {
 
 class RiggedExecutor final : public Executor {
  public:
-  explicit RiggedExecutor(Rigged r) : r_(std::move(r)), inner_(plan_executor()) {}
+  explicit RiggedExecutor(Rigged r) : r_(std::move(r)), inner_(executor_of(exec::RunnerKind::Plan)) {}
   std::string name() const override { return "rigged"; }
-  std::unique_ptr<PreparedRun> prepare(const schedule::Plan& plan, comm::Communicator& comm,
+  std::unique_ptr<exec::Runner> prepare(const schedule::Plan& plan, comm::Communicator& comm,
                                        const dsl::SymbolMap& symbols) override {
     if (plan.name == r_.broken) user_error("cannot set up '{}' (on purpose)", plan.name);
     return std::make_unique<Run>(r_, plan.name, inner_->prepare(plan, comm, symbols));
   }
 
  private:
-  class Run final : public PreparedRun {
+  class Run final : public exec::Runner {
    public:
-    Run(const Rigged& r, std::string name, std::unique_ptr<PreparedRun> inner)
+    Run(const Rigged& r, std::string name, std::unique_ptr<exec::Runner> inner)
         : r_(r), name_(std::move(name)), inner_(std::move(inner)) {}
-    Tensor input(std::string_view name) override { return inner_->input(name); }
+    const dsl::Program& program() const override { return inner_->program(); }
+    const exec::Placement& placement() const override { return inner_->placement(); }
+    Tensor input(std::string_view name) const override { return inner_->input(name); }
+    void bind(std::string_view name, const Tensor& memory) override { inner_->bind(name, memory); }
+    Tensor output(std::string_view name) const override { return inner_->output(name); }
+    size_t allocated_bytes() const override { return inner_->allocated_bytes(); }
     void set_scalar(std::string_view name, double value) override { inner_->set_scalar(name, value); }
     void run() override {
       inner_->run();
       if (name_ != r_.fast) std::this_thread::sleep_for(r_.delay);
     }
-    exec::TensorMap results() override {
+    exec::TensorMap results() const override {
       exec::TensorMap out = inner_->results();
       if (name_ == r_.wrong && !out.empty()) {
         const Tensor& t = out.begin()->second;
@@ -64,7 +69,7 @@ class RiggedExecutor final : public Executor {
    private:
     const Rigged& r_;
     std::string name_;
-    std::unique_ptr<PreparedRun> inner_;
+    std::unique_ptr<exec::Runner> inner_;
   };
   Rigged r_;
   std::unique_ptr<Executor> inner_;
@@ -81,9 +86,9 @@ struct Script {
 
 class ScriptedExecutor final : public Executor {
  public:
-  explicit ScriptedExecutor(Script s) : s_(std::move(s)), inner_(plan_executor()) {}
+  explicit ScriptedExecutor(Script s) : s_(std::move(s)), inner_(executor_of(exec::RunnerKind::Plan)) {}
   std::string name() const override { return "scripted"; }
-  std::unique_ptr<PreparedRun> prepare(const schedule::Plan& plan, comm::Communicator& comm,
+  std::unique_ptr<exec::Runner> prepare(const schedule::Plan& plan, comm::Communicator& comm,
                                        const dsl::SymbolMap& symbols) override {
     int generation = 0;
     {
@@ -107,22 +112,27 @@ class ScriptedExecutor final : public Executor {
   }
 
  private:
-  class Run final : public PreparedRun {
+  class Run final : public exec::Runner {
    public:
-    Run(std::unique_ptr<PreparedRun> inner, std::string name, std::chrono::milliseconds delay,
+    Run(std::unique_ptr<exec::Runner> inner, std::string name, std::chrono::milliseconds delay,
         std::vector<std::string>* log)
         : inner_(std::move(inner)), name_(std::move(name)), delay_(delay), log_(log) {}
-    Tensor input(std::string_view name) override { return inner_->input(name); }
+    const dsl::Program& program() const override { return inner_->program(); }
+    const exec::Placement& placement() const override { return inner_->placement(); }
+    Tensor input(std::string_view name) const override { return inner_->input(name); }
+    void bind(std::string_view name, const Tensor& memory) override { inner_->bind(name, memory); }
+    Tensor output(std::string_view name) const override { return inner_->output(name); }
+    size_t allocated_bytes() const override { return inner_->allocated_bytes(); }
     void set_scalar(std::string_view name, double value) override { inner_->set_scalar(name, value); }
     void run() override {
       inner_->run();
       std::this_thread::sleep_for(delay_);
       if (log_ != nullptr) log_->push_back(name_);  // only this rank's thread touches its log
     }
-    exec::TensorMap results() override { return inner_->results(); }
+    exec::TensorMap results() const override { return inner_->results(); }
 
    private:
-    std::unique_ptr<PreparedRun> inner_;
+    std::unique_ptr<exec::Runner> inner_;
     std::string name_;
     std::chrono::milliseconds delay_;
     std::vector<std::string>* log_;
@@ -326,7 +336,7 @@ TEST(Tune, EveryKeyChangeRetunes) {
   testing::TempCacheDir dir("key");
   const dsl::Program adam = dsl::workloads::adam(DType::F32);
   TuneOptions o = small(100);
-  o.executor = plan_executor();
+  o.executor = executor_of(exec::RunnerKind::Plan);
   o.reps = 1;
   EXPECT_FALSE(tune_threads(adam, 2, o).from_cache);
   EXPECT_TRUE(tune_threads(adam, 2, o).from_cache);
@@ -336,7 +346,7 @@ TEST(Tune, EveryKeyChangeRetunes) {
   bigger.sizes = {{"N", 101}};
   EXPECT_FALSE(tune_threads(adam, 2, bigger).from_cache);  // sizes
   TuneOptions other = o;
-  other.executor = interpreter_executor();
+  other.executor = executor_of(exec::RunnerKind::Reference);
   EXPECT_FALSE(tune_threads(adam, 2, other).from_cache);  // executor
   EXPECT_TRUE(tune_threads(adam, 2, o).from_cache);
 }
@@ -347,7 +357,7 @@ TEST(Tune, ChecksAtShrunkSizesAndTimesAtTheTunedOnes) {
   const dsl::Program adam = dsl::workloads::adam(DType::F32);
   TuneOptions o = small(40003);
   o.check_elements = 5000;
-  o.executor = interpreter_executor();
+  o.executor = executor_of(exec::RunnerKind::Reference);
   o.reps = 1;
   o.warmup = 0;
   const TuneResult r = tune_threads(adam, 2, o);
@@ -370,7 +380,7 @@ TEST(Tune, LayerWorkloadsPassTheirChecks) {
   o.sizes = {{"B", 12}, {"K", 10}, {"H", 6}};
   o.reps = 1;
   o.warmup = 0;
-  o.executor = plan_executor();
+  o.executor = executor_of(exec::RunnerKind::Plan);
   for (const auto& [program, ranks] : {std::pair{dsl::workloads::megatron_layer(), 2},
                                        std::pair{dsl::workloads::megatron_layer(DType::BF16), 3},
                                        std::pair{dsl::workloads::pipeline_stage(), 4}}) {

@@ -25,7 +25,7 @@ TuneOptions quick(dsl::SymbolMap sizes) {
   o.sizes = std::move(sizes);
   o.reps = 1;
   o.warmup = 0;
-  o.executor = plan_executor();
+  o.executor = executor_of(exec::RunnerKind::Plan);
   o.write_cache = false;
   o.read_cache = false;
   return o;
@@ -60,7 +60,7 @@ TEST(TuneErrors, ScheduleAndExecutorNames) {
   const std::string e2 = error_of([&] { tune_threads(adam, 2, o); });
   EXPECT_EQ(e2.rfind("program 'adam' has no schedule named 'nope'; its schedules: AR-C, ", 0), 0u) << e2;
   EXPECT_EQ(error_of([] { executor_by_name("fast"); }),
-            "unknown executor 'fast'; choose one of: compiled, plan, interpreter");
+            "--executor 'fast': the executors are compiled, plan, reference");
 }
 
 TEST(TuneErrors, RanksThatDoNotFitTheGroups) {
@@ -86,7 +86,7 @@ TEST(TuneCliErrors, OneLineAndNonZeroExit) {
       {"tune adam --size N=4x", "--size N=4x: '4x' is not an extent;"},
       {"tune megatron_layer --size 1 2 3 4", "--size: 4 bare extent(s) given, but workload 'megatron_layer' has 3"},
       {"tune adam --size N=64 --reps 0", "--reps must be at least 1 (got 0)"},
-      {"tune adam --executor fast", "unknown executor 'fast'; choose one of: compiled, plan, interpreter"},
+      {"tune adam --executor fast", "--executor 'fast': the executors are compiled, plan, reference"},
       {"tune adam --dtype f64", "unknown dtype 'f64'"},
       {"tune adam --size N=64 --schedules 'fused(nothing)'", "program 'adam' has no schedule named 'fused(nothing)'; its schedules: AR-C, "},
       {"tune pipeline_stage --ranks 3 --size 2 2 2 --executor plan", "program 'pipeline_stage' has 2 groups, but 3 ranks were asked for"},

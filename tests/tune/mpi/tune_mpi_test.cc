@@ -52,7 +52,7 @@ TEST(TuneMpi, EveryScheduleChecksAndTheCacheIsShared) {
   o.sizes = {{"N", 2003}};
   o.reps = 2;
   o.warmup = 1;
-  o.executor = plan_executor();
+  o.executor = executor_of(exec::RunnerKind::Plan);
   const TuneResult first = tune(adam, *world, o);
   EXPECT_FALSE(first.from_cache);
   EXPECT_EQ(first.record.key.backend, "mpi");

@@ -1,0 +1,73 @@
+"""tandem's GPT-2 (nn/) written in PyTorch, shared by the PyTorch sides of the benchmarks.
+
+Pre-LayerNorm blocks, fused QKV, causal attention, tanh-GELU MLP of 4x width, tied LM head,
+byte vocabulary, GPT-2's initialisation exactly as nn::gpt_init (src/nn/gpt_params.cc) does it:
+weights normal(0, 0.02), the residual projections (attn.c_proj, mlp.c_proj) normal(0, 0.02 /
+sqrt(2 * layers)), biases 0, LayerNorm weights 1 and biases 0. Imports torch: callers check for
+it first, so that they can skip with a message when it is absent.
+"""
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Block(nn.Module):
+    def __init__(self, c, heads, dropout):
+        super().__init__()
+        self.heads = heads
+        self.ln_1 = nn.LayerNorm(c, eps=1e-5)
+        self.c_attn = nn.Linear(c, 3 * c)
+        self.c_proj = nn.Linear(c, c)
+        self.ln_2 = nn.LayerNorm(c, eps=1e-5)
+        self.c_fc = nn.Linear(c, 4 * c)
+        self.mlp_proj = nn.Linear(4 * c, c)
+        self.drop = nn.Dropout(dropout)
+
+    def attention(self, x):
+        b, t, c = x.shape  # (B, T, C)
+        q, k, v = self.c_attn(x).split(c, dim=2)
+        hs = c // self.heads
+        q = q.view(b, t, self.heads, hs).transpose(1, 2)  # (B, H, T, hs)
+        k = k.view(b, t, self.heads, hs).transpose(1, 2)
+        v = v.view(b, t, self.heads, hs).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))  # (B, H, T, T)
+        mask = torch.ones(t, t, dtype=torch.bool).tril()
+        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+        att = self.drop(att)
+        y = (att @ v).transpose(1, 2).contiguous().view(b, t, c)
+        return self.drop(self.c_proj(y))
+
+    def forward(self, x):
+        x = x + self.attention(self.ln_1(x))
+        h = F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh")
+        return x + self.drop(self.mlp_proj(h))
+
+
+class GPT(nn.Module):
+    def __init__(self, vocab, positions, layers, c, heads, dropout):
+        super().__init__()
+        self.wte = nn.Embedding(vocab, c)
+        self.wpe = nn.Embedding(positions, c)
+        self.drop = nn.Dropout(dropout)
+        self.h = nn.ModuleList([Block(c, heads, dropout) for _ in range(layers)])
+        self.ln_f = nn.LayerNorm(c, eps=1e-5)
+        # GPT-2's initialisation, as tandem's gpt_init (LayerNorm keeps PyTorch's ones and zeros).
+        std_resid = 0.02 / math.sqrt(2.0 * max(layers, 1))
+        for m in self.modules():
+            if isinstance(m, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(m.weight, std=0.02)
+            if isinstance(m, nn.Linear):
+                nn.init.zeros_(m.bias)
+        for block in self.h:
+            nn.init.normal_(block.c_proj.weight, std=std_resid)
+            nn.init.normal_(block.mlp_proj.weight, std=std_resid)
+
+    def forward(self, tokens, targets):
+        t = tokens.shape[1]
+        x = self.drop(self.wte(tokens) + self.wpe(torch.arange(t)))  # (B, T, C)
+        for block in self.h:
+            x = block(x)
+        logits = self.ln_f(x) @ self.wte.weight.t()  # the LM head tied to wte: (B, T, vocab)
+        return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))

@@ -1,0 +1,43 @@
+// A thread that runs submitted jobs one at a time, in submission order: the communication thread
+// of a rank (the data-parallel gradient exchange runs on one while the backward goes on). Jobs
+// that communicate are issued in the same order on every rank because each rank submits them in
+// its own deterministic order.
+//
+// Errors: the first exception a job throws is kept, the jobs queued after it are dropped (a rank
+// whose collective failed must not start the next one), and wait() rethrows it. The destructor
+// waits for the running job and drops the rest.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+namespace tandem {
+
+class SerialWorker {
+ public:
+  SerialWorker();
+  ~SerialWorker();
+  SerialWorker(const SerialWorker&) = delete;
+  SerialWorker& operator=(const SerialWorker&) = delete;
+
+  void submit(std::function<void()> job);
+  // Returns when every submitted job has run; rethrows the first job's exception (once; the
+  // worker is usable again after).
+  void wait();
+
+ private:
+  void loop();
+
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> queue_;
+  bool busy_ = false, stop_ = false;
+  std::exception_ptr error_;
+  std::thread thread_;
+};
+
+}  // namespace tandem

@@ -1,0 +1,138 @@
+// The runner interface's shared parts: executor names, the factory, results(), and the reference
+// interpreter behind the interface.
+#include "tandem/exec/runner.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+
+#include "tandem/core/env.h"
+#include "tandem/core/error.h"
+#include "tandem/exec/compiled.h"
+#include "tandem/exec/plan_runner.h"
+
+namespace tandem::exec {
+namespace {
+
+bool in_group(const dsl::Stage& s, const Placement& place) {
+  return s.type.group == dsl::kAllGroups || s.type.group == place.group;
+}
+
+}  // namespace
+
+std::string_view runner_kind_name(RunnerKind kind) {
+  switch (kind) {
+    case RunnerKind::Compiled: return "compiled";
+    case RunnerKind::Plan: return "plan";
+    case RunnerKind::Reference: return "reference";
+  }
+  internal_error("bad RunnerKind");
+}
+
+std::string_view runner_kind_description(RunnerKind kind) {
+  switch (kind) {
+    case RunnerKind::Compiled: return "compiled (JIT)";
+    case RunnerKind::Plan: return "plan runner";
+    case RunnerKind::Reference: return "reference interpreter";
+  }
+  internal_error("bad RunnerKind");
+}
+
+std::vector<std::string_view> runner_kind_names() { return {"compiled", "plan", "reference"}; }
+
+RunnerKind runner_kind_from_name(std::string_view name, std::string_view what) {
+  if (name == "compiled") return RunnerKind::Compiled;
+  if (name == "plan") return RunnerKind::Plan;
+  if (name == "reference") return RunnerKind::Reference;
+  user_error("{} '{}': the executors are {}", what, name, fmt::join(runner_kind_names(), ", "));
+}
+
+RunnerKind runner_kind_from_env() {
+  const std::string v = env_str("TANDEM_EXECUTOR", "compiled");
+  return runner_kind_from_name(v.empty() ? "compiled" : v, "TANDEM_EXECUTOR");
+}
+
+TensorMap Runner::results() const {
+  const dsl::Program& p = program();
+  TensorMap r;
+  for (const dsl::Output& o : p.outputs())
+    if (in_group(p.stage(o.stage), placement())) r[o.name] = output(o.name);
+  for (int id : p.inputs())
+    if (p.updater(id) >= 0 && in_group(p.stage(id), placement())) r[p.stage(id).name] = input(p.stage(id).name);
+  return r;
+}
+
+Tensor checked_binding(std::string_view program, std::string_view name, const Shape& stored, DType dtype,
+                       const Tensor& memory) {
+  if (memory.dtype() != dtype || memory.numel() != stored.numel() || !memory.defined())
+    user_error("program '{}': input '{}' is stored as {}{} on this rank; bound to {}", program, name,
+               dtype_name(dtype), stored.str(), memory.str());
+  return memory.reshape(stored);
+}
+
+std::unique_ptr<Runner> make_runner(RunnerKind kind, const schedule::Plan& plan, comm::Communicator& comm,
+                                    const dsl::SymbolMap& symbols, const RunnerOptions& options) {
+  switch (kind) {
+    case RunnerKind::Compiled: {
+      std::shared_ptr<const CompiledPlan> compiled = options.compiled ? options.compiled : compile_plan(plan, options.jit);
+      return std::make_unique<CompiledRunner>(std::move(compiled), comm, symbols, options);
+    }
+    case RunnerKind::Plan: return std::make_unique<PlanRunner>(plan, comm, symbols, options);
+    case RunnerKind::Reference: return std::make_unique<ReferenceRunner>(plan.program, comm, symbols, options);
+  }
+  internal_error("bad RunnerKind");
+}
+
+// ------------------------------------------------------------------------- the interpreter
+
+ReferenceRunner::ReferenceRunner(const dsl::Program& program, comm::Communicator& comm,
+                                 const dsl::SymbolMap& symbols, const RunnerOptions& options)
+    : program_(program), comm_(comm), place_(exec::placement(program, comm)) {
+  Allocator& alloc = options.alloc != nullptr ? *options.alloc : host_allocator();
+  args_.symbols = symbols;
+  const std::vector<Shape> shapes = program.resolve_shapes(symbols);
+  for (int id : program.inputs()) {
+    const dsl::Stage& s = program.stage(id);
+    if (!in_group(s, place_)) continue;
+    const Shape local = dsl::local_shape(shapes[static_cast<size_t>(id)], s.type.layout, place_.group_size,
+                                         place_.index);
+    if (std::find(options.bound.begin(), options.bound.end(), s.name) != options.bound.end()) {
+      // A placeholder of the right shape and no storage, until bind() gives it the caller's.
+      args_.inputs[s.name] = Tensor::view_of(nullptr, s.type.dtype, local);
+      unbound_.push_back(s.name);
+      continue;
+    }
+    args_.inputs[s.name] = Tensor::zeros(s.type.dtype, local, alloc);
+    bytes_ += args_.inputs[s.name].nbytes();
+  }
+}
+
+Tensor ReferenceRunner::input(std::string_view name) const {
+  auto it = args_.inputs.find(name);
+  if (it == args_.inputs.end()) user_error("program '{}' has no input '{}' on this rank", program_.name(), name);
+  return it->second;
+}
+
+void ReferenceRunner::bind(std::string_view name, const Tensor& memory) {
+  auto it = args_.inputs.find(name);
+  if (it == args_.inputs.end()) user_error("program '{}' has no input '{}' on this rank", program_.name(), name);
+  it->second = checked_binding(program_.name(), name, it->second.shape(), it->second.dtype(), memory);
+  std::erase(unbound_, std::string(name));
+}
+
+void ReferenceRunner::set_scalar(std::string_view name, double value) { args_.scalars[std::string(name)] = value; }
+
+void ReferenceRunner::run() {
+  if (!unbound_.empty())
+    user_error("program '{}': input '{}' is to be bound, and is not; call bind first", program_.name(), unbound_[0]);
+  outputs_ = run_reference(program_, comm_, args_);
+}
+
+Tensor ReferenceRunner::output(std::string_view name) const {
+  auto it = outputs_.find(name);
+  if (it == outputs_.end()) user_error("program '{}' gave this rank no output '{}'", program_.name(), name);
+  return it->second;
+}
+
+}  // namespace tandem::exec
