@@ -154,7 +154,7 @@ MemoryEstimate estimate_memory(const TrainConfig& cfg) {
     e.ranks = local_processes();
     const auto largest = std::max_element(needs.begin(), needs.end(), [](const auto& a, const auto& b) {
       const RankNeed &x = a.second, &y = b.second;
-      return 3 * x.parameters + x.optimizer + x.activations < 3 * y.parameters + y.optimizer + y.activations;
+      return 2 * x.parameters + x.optimizer + x.activations < 2 * y.parameters + y.optimizer + y.activations;
     });
     add(largest->second, static_cast<uint64_t>(e.ranks));
   }
@@ -211,7 +211,7 @@ void check_memory(const TrainConfig& cfg) {
 std::string memory_line(const TrainConfig& cfg) {
   const MemoryEstimate e = estimate_memory(cfg);
   const std::optional<AvailableMemory> avail = available_memory();
-  return fmt::format("  memory: about {}; {}\n", e.str(),
+  return fmt::format("  memory estimate: {}; {}\n", e.str(),
                      avail ? fmt::format("{} available ({})", ooc::human_bytes(avail->bytes), avail->source)
                            : std::string("the available memory is unknown (not checked)"));
 }

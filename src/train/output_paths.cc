@@ -14,7 +14,6 @@
 #include <system_error>
 
 #include "tandem/core/error.h"
-#include "tandem/train/atomic_file.h"
 #include "tandem/train/checkpoint_series.h"
 
 namespace tandem::train::detail {
@@ -109,9 +108,13 @@ SaveFolderLock::SaveFolderLock(const std::string& dir)
     if (::fstat(fd, &held) == 0 && ::stat(path_.c_str(), &now) == 0 && held.st_ino == now.st_ino &&
         held.st_dev == now.st_dev) {
       const std::string pid = std::to_string(::getpid()) + "\n";
-      if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) < 0)
+      if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) < 0) {
+        const int err = errno;
+        ::unlink(path_.c_str());
+        ::close(fd);
         user_error("--save '{}': cannot write the lock file '{}': {}", dir, path_,
-                   std::strerror(errno));
+                   std::strerror(err));
+      }
       fd_ = fd;
       return;
     }

@@ -16,6 +16,7 @@
 // On this machine: every rank with --backend thread (they share the process); with --backend mpi,
 // this process's ranks on the node (OMPI_COMM_WORLD_LOCAL_SIZE or MPI_LOCALNRANKS, else 1) times
 // the largest rank's need. A resumed run also holds the checkpoint's weights and moments once.
+// Not counted: the DSL programs' own buffers (the data-parallel exchange's), the data, BLAS's.
 #pragma once
 
 #include <cstdint>
@@ -53,7 +54,7 @@ std::optional<AvailableMemory> available_memory();
 // estimate, the memory available and where that figure comes from, and what to change.
 void check_memory(const TrainConfig& cfg);
 
-// The start-up line: "  memory: about 2.4 GiB on this machine (...); 21.9 GiB available (...)".
+// The start-up line: "  memory estimate: 2.4 GiB on this machine (...); 21.9 GiB available (...)".
 std::string memory_line(const TrainConfig& cfg);
 
 }  // namespace tandem::train

@@ -116,7 +116,7 @@ TEST(MemoryCheck, TheEstimateIsAmongTheStartUpLines) {
   std::ostringstream out;
   c.out = &out;
   train(c);
-  EXPECT_THAT(out.str(), HasSubstr("  memory: about " + estimate_memory(c).str() + "; "));
+  EXPECT_THAT(out.str(), HasSubstr("  memory estimate: " + estimate_memory(c).str() + "; "));
   StatedLimit limit("8GiB");
   std::ostringstream stated;
   c.out = &stated;
