@@ -61,10 +61,8 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
-median() {  # of the numbers on stdin, one a line
-  sort -g | awk '{ a[NR] = $1 }
-    END { if (NR == 0) exit 1; print NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
-}
+# shellcheck source=bench/steps_common.sh
+source "$here/steps_common.sh"
 
 # tandem train with the model's flags; prints the median step time in ms of the timed steps.
 run_tandem() {  # MODEL BACKEND LOG
@@ -76,10 +74,7 @@ run_tandem() {  # MODEL BACKEND LOG
   rm -f "$metrics"
   echo "${cmd[*]}" >"$3"
   "${cmd[@]}" >>"$3" 2>&1 || { cat "$3" >&2; echo "run_ddp_race: tandem train failed" >&2; exit 1; }
-  awk -v w="$warmup" 'match($0, /"step":[0-9]+/) {
-      s = substr($0, RSTART + 7, RLENGTH - 7) + 0
-      if (s > w && match($0, /"step_s":[0-9.eE+-]+/)) print substr($0, RSTART + 9, RLENGTH - 9) * 1e3
-    }' "$metrics" | median
+  metrics_step_ms "$metrics" "$warmup"
 }
 
 run_ddp() {  # MODEL LOG; prints the median step time in ms

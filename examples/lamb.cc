@@ -1,59 +1,72 @@
-// Example: one data-parallel LAMB step, run on in-process ranks.
+// Example: one data-parallel LAMB step, scheduled by hand like Adam's (fused(RS-C-AG) with
+// sliced moments), where the trust ratio's norms need every rank's slice; run compiled and
+// checked against the reference interpreter.
 //
-//   example_lamb [ranks=2] [N=10]            in-process ranks (threads)
-//   mpirun -np 2 example_lamb [N=10]          one MPI process per rank
+//   example_lamb [ranks=2] [N=1000]            in-process ranks (threads)
+//   mpirun -np 2 example_lamb [N=1000]          one MPI process per rank
 //
-// LAMB is Adam's direction r scaled per tensor by the trust ratio ||w|| / ||r||: the program
-// computes both norms (scalars every rank shares) and selects 1 where either is zero. The
-// program text is in src/dsl/workloads.cc (dsl::workloads::lamb).
+// The program (dsl::workloads::lamb, src/dsl/workloads.cc): Adam's direction r, then the
+// update w - lr * trust * r with the trust ratio ||w|| / ||r|| (1 where either is zero). On a
+// slice, a norm becomes this rank's sum of squares plus a cross-rank sum, which reorder adds by
+// itself; the trust ratio needs the whole ||r||, so the final update cannot run in the
+// ReduceScatter's hook with r: it gets a loop of its own.
 #include <fmt/format.h>
 
-#include <cstdlib>
-
-#include "tandem/comm/mpi.h"
-#include "tandem/comm/thread.h"
+#include "example_support.h"
 #include "tandem/core/error.h"
 #include "tandem/dsl/dsl.h"
-#include "tandem/exec/reference.h"
+#include "tandem/schedule/transforms.h"
 
 using namespace tandem;
 
 int main(int argc, char** argv) try {
-  const bool mpi = comm::launched_by_mpirun();
-  const int ranks = !mpi && argc > 1 ? std::atoi(argv[1]) : 2;
-  const int64_t n = argc > (mpi ? 1 : 2) ? std::atoll(argv[mpi ? 1 : 2]) : 10;
+  const example::Launch launch(argc, argv, /*default_ranks=*/2);
+  const int64_t n = launch.size(0, 1000);
 
   const dsl::Program lamb = dsl::workloads::lamb(DType::BF16);
   lamb.validate();
+  launch.show("the program as written", lamb.str());
 
-  auto step = [&](comm::Communicator& comm) {
-    if (comm.rank() == 0) fmt::print("{}\n", lamb.str());
-    Tensor g = Tensor::empty(DType::BF16, Shape{n});
-    Tensor w = Tensor::empty(DType::F32, Shape{n}), m = Tensor::zeros(DType::F32, Shape{n}),
-           v = Tensor::zeros(DType::F32, Shape{n});
-    for (int64_t i = 0; i < n; ++i) {
-      g.set(i, 0.01f * static_cast<float>((i % 5) - 2 + comm.rank()));
-      w.set(i, 0.5f + 0.1f * static_cast<float>(i % 3));
-    }
-    exec::RunArgs args;
-    args.symbols = {{"N", n}};
-    args.scalars = {{"lr", 1e-2},  {"beta1", 0.9},       {"beta2", 0.999},
-                    {"eps", 1e-6}, {"weight_decay", 0.01}, {"step", 1},
-                    {"grad_scale", 1.0 / comm.size()}};
-    args.inputs = {{"g", g}, {"w", w}, {"m", m}, {"v", v}};
-    exec::run_reference(lamb, comm, args);
-    if (comm.rank() == 0) {
-      fmt::print("after one step on {} ranks ({}):\n", comm.size(), comm.backend());
-      for (int64_t i = 0; i < std::min<int64_t>(n, 5); ++i) fmt::print("  w[{}] = {:.7f}\n", i, w.get(i));
-    }
-  };
-  if (mpi) {
-    auto world = comm::mpi_world();
-    step(*world);
-  } else {
-    comm::run_ranks(ranks, step);
-  }
-  return 0;
+  schedule::Schedule s(lamb);
+  // 1. split the AllReduce into a ReduceScatter (g_sum.rs) and an AllGather (g_sum.ag).
+  s.split("g_sum");
+  launch.show("after split(g_sum)", s.program().str());
+
+  // 2. reorder the AllGather past the whole update: every element-wise stage runs on this rank's
+  //    slice; ||r|| becomes a sum of squares over the slice plus a cross-rank sum (the plan's
+  //    "finish r_norm (combine across ranks)"), while ||w|| stays a norm of the whole w, which
+  //    every rank holds; the new w, m and v are gathered afterwards.
+  s.reorder("g_sum.ag", {"w1"});
+  launch.show("after reorder(g_sum.ag, {w1})", s.program().str());
+
+  // 3. as_slice: each rank stores only its slice of the moments m and v.
+  s.as_slice("m");
+  s.as_slice("v");
+  launch.show("after as_slice(m), as_slice(v)", s.program().str());
+
+  // 4. fuse Adam's direction and this rank's part of ||r|| into the ReduceScatter's per-chunk
+  //    hook, with the moment updates: one pass over the reduced gradient.
+  s.fuse({"g_sum.rs", "m1", "v1", "r_norm"});
+  // 5. fuse the last two stages, lr * trust * r and w minus that, into one loop over the slice.
+  //    They are unnamed in the program; the AllGather of the new weights reads the second.
+  const int w_new = s.program().stage(s.resolve("w1.ag", "lamb example")).args[0];
+  s.fuse({s.program().stage(w_new).args[1], w_new});
+  s.set_name("fused(RS-C-AG)+slice(m,v)");  // what enumerate_schedules calls this schedule
+  if (!example::same_as_enumerated(launch, s)) return 1;
+  const schedule::Plan plan = s.lower();
+  launch.show("after the two fuses: the plan", plan.str());
+
+  // Emit the plan as C++ and compile it (or find it in the JIT cache), once per process.
+  const auto compiled = exec::compile_plan(plan);
+  const bool ok = launch.run([&](comm::Communicator& comm) {
+    // Not bitwise: the reference sums ||r||^2 over the whole tensor, the schedule per slice and
+    // then across ranks, which rounds differently (a few 2^-24 relative; tests/schedule/testing.h
+    // derives the bound). A ring (MPI) of 3 or more ranks also rounds the bf16 sum at each hop.
+    const double rtol = comm.backend() == "thread" || comm.size() <= 2 ? 1e-5 : 1e-2;
+    return example::check_against_reference(lamb, compiled, comm, {{"N", n}},
+                                            example::optimizer_scalars(comm.size()), rtol);
+  });
+  return ok ? 0 : 1;
 } catch (const tandem::UserError& e) {
   fmt::print(stderr, "error: {}\n", e.what());
   return 1;

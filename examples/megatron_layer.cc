@@ -1,68 +1,65 @@
-// Example: Megatron's row-parallel layer, run on in-process ranks.
+// Example: Megatron's row-parallel layer, scheduled by hand so that the matmul overlaps the
+// reduction of its result and the bias, dropout and residual run inside that reduction
+// (CoCoNeT's ol(MM,fused(RS-C-AG))); run compiled and checked against the reference interpreter.
 //
-//   example_megatron_layer [ranks=2] [B=4 K=6 H=3]       in-process ranks (threads)
+//   example_megatron_layer [ranks=2] [B=8 K=16 H=8]       in-process ranks (threads)
 //   mpirun -np 2 example_megatron_layer [B K H]           one MPI process per rank
 //
-// The activations x [B, K] are Sliced along K (rank r holds its columns) and the weight
-// w [K, H] along its rows, so each rank's x @ w is a partial sum (layout Partial); AllReduce
-// adds the parts, then bias, dropout (the same mask on any rank count: it is keyed by element
-// index) and the residual. The program text is in src/dsl/workloads.cc.
+// The program (dsl::workloads::megatron_layer, src/dsl/workloads.cc): the activations x [B, K]
+// are Sliced along K (rank r holds its columns) and the weight w [K, H] along its rows, so each
+// rank's x @ w is a partial sum (layout Partial); an AllReduce adds the parts, then bias,
+// dropout (a mask keyed by element index: the same on any rank count) and the residual.
 #include <fmt/format.h>
 
-#include <cstdlib>
-
-#include "tandem/comm/mpi.h"
-#include "tandem/comm/thread.h"
+#include "example_support.h"
 #include "tandem/core/error.h"
 #include "tandem/dsl/dsl.h"
-#include "tandem/exec/reference.h"
+#include "tandem/schedule/transforms.h"
 
 using namespace tandem;
 
 int main(int argc, char** argv) try {
-  const bool mpi = comm::launched_by_mpirun();
-  const int first = mpi ? 1 : 2;  // where B K H start
-  const int ranks = !mpi && argc > 1 ? std::atoi(argv[1]) : 2;
-  const int64_t B = argc > first ? std::atoll(argv[first]) : 4;
-  const int64_t K = argc > first + 1 ? std::atoll(argv[first + 1]) : 6;
-  const int64_t H = argc > first + 2 ? std::atoll(argv[first + 2]) : 3;
+  const example::Launch launch(argc, argv, /*default_ranks=*/2);
+  const dsl::SymbolMap sizes = {
+      {"B", launch.size(0, 8)}, {"K", launch.size(1, 16)}, {"H", launch.size(2, 8)}};
 
   const dsl::Program layer = dsl::workloads::megatron_layer(DType::F32, /*dropout_p=*/0.1);
   layer.validate();
+  launch.show("the program as written", layer.str());
 
-  auto run = [&](comm::Communicator& comm) {
-    if (comm.rank() == 0) fmt::print("{}\n", layer.str());
-    // Whole tensors, the same on every rank here; each rank passes only its piece of x and w.
-    Tensor x = Tensor::empty(DType::F32, Shape{B, K}), w = Tensor::empty(DType::F32, Shape{K, H});
-    Tensor bias = Tensor::empty(DType::F32, Shape{H}), residual = Tensor::zeros(DType::F32, Shape{B, H});
-    for (int64_t i = 0; i < x.numel(); ++i) x.set(i, 0.1f * static_cast<float>(i % 7));
-    for (int64_t i = 0; i < w.numel(); ++i) w.set(i, 0.05f * static_cast<float>(i % 5) - 0.1f);
-    for (int64_t i = 0; i < H; ++i) bias.set(i, 0.01f * static_cast<float>(i));
-    exec::RunArgs args;
-    args.symbols = {{"B", B}, {"K", K}, {"H", H}};
-    args.scalars = {{"seed", 2024}};
-    args.inputs = {{"x", exec::piece_of(x, dsl::Sliced(1), comm.size(), comm.rank())},
-                   {"w", exec::piece_of(w, dsl::Sliced(0), comm.size(), comm.rank())},
-                   {"bias", bias},
-                   {"residual", residual}};
-    const exec::TensorMap out = exec::run_reference(layer, comm, args);
-    if (comm.rank() == 0) {
-      const Tensor& y = out.at("out");
-      fmt::print("out on {} ranks ({}), [B={}, H={}]:\n", comm.size(), comm.backend(), B, H);
-      for (int64_t b = 0; b < std::min<int64_t>(B, 4); ++b) {
-        fmt::print(" ");
-        for (int64_t h = 0; h < H; ++h) fmt::print(" {:+.5f}", y.get(b * H + h));
-        fmt::print("\n");
-      }
-    }
-  };
-  if (mpi) {
-    auto world = comm::mpi_world();
-    run(*world);
-  } else {
-    comm::run_ranks(ranks, run);
-  }
-  return 0;
+  schedule::Schedule s(layer);
+  // 1. split the AllReduce z into a ReduceScatter (z.rs: each rank gets the full sum of its 1/p
+  //    of the rows) and an AllGather (z.ag).
+  s.split("z");
+  launch.show("after split(z)", s.program().str());
+
+  // 2. reorder the AllGather past the bias, dropout and residual: they run on this rank's rows
+  //    only (1/p of the work), and the layer's output is gathered instead (out.ag).
+  s.reorder("z.ag", {"out"});
+  launch.show("after reorder(z.ag, {out})", s.program().str());
+
+  // 3. fuse them into the ReduceScatter: the per-chunk hook adds the bias, drops out and adds the
+  //    residual on each chunk as soon as it is reduced, and the AllGather of out joins the unit.
+  s.fuse({"z.rs", "out.ag"});
+  launch.show("after fuse({z.rs, out.ag}): the plan", s.str());
+
+  // 4. overlap the matmul with that fused reduction, in 4 row blocks: while block b is reduced
+  //    (on a communication thread), block b + 1 of x @ w is computed.
+  s.overlap({"y", "z.rs"}, /*blocks=*/4);
+  s.set_name("ol(MM,fused(RS-C-AG))");  // what enumerate_schedules calls this schedule
+  if (!example::same_as_enumerated(launch, s)) return 1;
+  const schedule::Plan plan = s.lower();
+  launch.show("after overlap({y, z.rs}, 4 blocks): the plan", plan.str());
+
+  // Emit the plan as C++ and compile it (or find it in the JIT cache), once per process.
+  const auto compiled = exec::compile_plan(plan);
+  const bool ok = launch.run([&](comm::Communicator& comm) {
+    // Bitwise: every element is summed in the reference's order. Only a ring (MPI) of 3 or more
+    // ranks differs: row blocks move the part boundaries, and with them the order of its sums.
+    const double rtol = comm.backend() == "thread" || comm.size() <= 2 ? 0 : 1e-5;
+    return example::check_against_reference(layer, compiled, comm, sizes, {{"seed", 2024}}, rtol);
+  });
+  return ok ? 0 : 1;
 } catch (const tandem::UserError& e) {
   fmt::print(stderr, "error: {}\n", e.what());
   return 1;

@@ -141,6 +141,10 @@ void add_train(CLI::App& app) {
   cmd->add_option("--bucket-mb", c.optimizer.bucket_mb,
                   fmt::format("MiB of gradients per data-parallel exchange (AdamW; whole blocks; default {})",
                               train::kDefaultBucketMiB));
+  cmd->add_option("--optimizer-state", c.optimizer.state_tier,
+                  "Where Adam's moments live: memory, host (a slow tier in host memory) or file:DIR (an O_DIRECT "
+                  "file), streamed through two staging slots around each bucket's update")
+      ->capture_default_str();
   add_grid_flags(cmd, c);
   cmd->add_option("--backend", c.backend, "thread (ranks in this process) or mpi (under mpirun)")->capture_default_str();
   cmd->add_option("--executor", c.executor, "How the DSL programs run: compiled (JIT), plan or reference")

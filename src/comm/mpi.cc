@@ -433,7 +433,7 @@ std::unique_ptr<Communicator> mpi_world() {
   MPI_Initialized(&init);
   if (!init) {
     int provided = 0;
-    check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided), "mpi_world",
+    check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "mpi_world",
               "MPI_Init_thread");
     g_initialized_by_tandem = true;
     std::atexit(finalize_at_exit);

@@ -17,18 +17,28 @@ SerialWorker::~SerialWorker() {
   thread_.join();
 }
 
-void SerialWorker::submit(std::function<void()> job) {
+uint64_t SerialWorker::submit(std::function<void()> job) {
+  uint64_t ticket = 0;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (error_) return;  // a failed job drops what follows it
+    ticket = ++submitted_;
+    if (error_) return ticket;  // a failed job drops what follows it
     queue_.push_back(std::move(job));
   }
   cv_.notify_all();
+  return ticket;
+}
+
+void SerialWorker::wait_for(uint64_t ticket) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  cv_.wait(lock, [&] { return done_ >= ticket || error_; });
+  if (error_) std::rethrow_exception(error_);
 }
 
 void SerialWorker::wait() {
   std::unique_lock<std::mutex> lock(mutex_);
   cv_.wait(lock, [this] { return queue_.empty() && !busy_; });
+  done_ = submitted_;  // jobs dropped after a failure count as done
   if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
 }
 
@@ -49,6 +59,7 @@ void SerialWorker::loop() {
     }
     lock.lock();
     busy_ = false;
+    ++done_;
     if (failed && !error_) {
       error_ = failed;
       queue_.clear();

@@ -38,9 +38,14 @@ WholeModelState gather_state(const parallel::ParallelGPT& model, const DataParal
   s.v.assign(s.weights.size(), 0.0f);
   const parallel::Grid& grid = model.grid();
   if (opt.state_sliced() || grid.coord().dp == 0) {
-    for (const DataParallelOptimizer::Piece& pc : opt.pieces()) {
-      model.layout().deposit(pc.m.data_as<float>(), pc.begin, pc.end, s.m.data());
-      model.layout().deposit(pc.v.data_as<float>(), pc.begin, pc.end, s.v.data());
+    std::vector<float> m, v;
+    for (size_t i = 0; i < opt.pieces().size(); ++i) {
+      const DataParallelOptimizer::Piece& pc = opt.pieces()[i];
+      m.resize(static_cast<size_t>(pc.end - pc.begin));
+      v.resize(m.size());
+      opt.read_state(i, m.data(), v.data());
+      model.layout().deposit(m.data(), pc.begin, pc.end, s.m.data());
+      model.layout().deposit(v.data(), pc.begin, pc.end, s.v.data());
     }
   }
   grid.world().all_reduce(f32_view(s.m.data(), Shape{global_size}), comm::ReduceOp::Sum);
@@ -49,17 +54,20 @@ WholeModelState gather_state(const parallel::ParallelGPT& model, const DataParal
 }
 
 void scatter_state(const WholeModelState& state, const parallel::ParallelGPT& model,
-                   const DataParallelOptimizer& opt) {
+                   DataParallelOptimizer& opt) {
   model.layout().extract(state.weights.data(), model.params().data_as<float>());
-  for (const DataParallelOptimizer::Piece& pc : opt.pieces()) {
+  std::vector<float> m, v;
+  for (size_t i = 0; i < opt.pieces().size(); ++i) {
+    const DataParallelOptimizer::Piece& pc = opt.pieces()[i];
+    m.assign(static_cast<size_t>(pc.end - pc.begin), 0.0f);
+    v.assign(m.size(), 0.0f);
     model.layout().for_each_run(pc.begin, pc.end, false,
                                 [&](const parallel::LocalTensor&, const parallel::FlatRun& r) {
       const int64_t at = r.local - pc.begin;
-      std::memcpy(pc.m.data_as<float>() + at, state.m.data() + r.global,
-                  static_cast<size_t>(r.count) * sizeof(float));
-      std::memcpy(pc.v.data_as<float>() + at, state.v.data() + r.global,
-                  static_cast<size_t>(r.count) * sizeof(float));
+      std::memcpy(m.data() + at, state.m.data() + r.global, static_cast<size_t>(r.count) * sizeof(float));
+      std::memcpy(v.data() + at, state.v.data() + r.global, static_cast<size_t>(r.count) * sizeof(float));
     });
+    opt.write_state(i, m.data(), v.data());
   }
 }
 

@@ -31,7 +31,7 @@ WholeModelState gather_state(const parallel::ParallelGPT& model, const DataParal
 
 // Copies this rank's part of `state` into the model's weights and the optimizer's moments.
 void scatter_state(const WholeModelState& state, const parallel::ParallelGPT& model,
-                   const DataParallelOptimizer& opt);
+                   DataParallelOptimizer& opt);
 
 // The name a checkpoint file's tensor has now: older checkpoints named the embeddings "wte" and
 // "wpe" (with any prefix, "m.wte"), which read as "wte.weight" and "wpe.weight"; others unchanged.

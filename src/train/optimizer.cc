@@ -11,6 +11,8 @@
 #include "tandem/core/dtype.h"
 #include "tandem/core/error.h"
 #include "tandem/dsl/workloads.h"
+#include "tandem/ooc/slow_tier.h"
+#include "tiered_state.h"
 
 namespace tandem::train {
 void OptimizerConfig::validate() const {
@@ -26,6 +28,15 @@ void OptimizerConfig::validate() const {
     user_error("--grad-exchange {}: the exchanges are overlap (with the backward) and after (the backward)", exchange);
   if (bucket_mb && !(*bucket_mb > 0 && std::isfinite(*bucket_mb)))
     user_error("--bucket-mb {} must be a positive number of MiB", *bucket_mb);
+  if (state_tier != "memory") {
+    try {
+      ooc::TierSpec::parse(state_tier);
+    } catch (const UserError&) {
+      user_error("--optimizer-state {}: write memory, host (a slow tier in host memory) or file:DIR (an O_DIRECT "
+                 "file in folder DIR)",
+                 state_tier);
+    }
+  }
 }
 
 nlohmann::json OptimizerConfig::to_json() const {
@@ -108,10 +119,20 @@ DataParallelOptimizer::DataParallelOptimizer(const OptimizerConfig& config, cons
     if (blocks_end < layout.size()) add_segment(named(blocks_end, layout.size()), blocks_end, layout.size(), kAfterBackward);
     if (blocks_begin > 0) add_segment(named(0, blocks_begin), 0, blocks_begin, kAfterBackward);
   }
+  if (config.state_tier != "memory") {
+    std::vector<int64_t> lengths;
+    for (const Piece& pc : pieces_) lengths.push_back(pc.end - pc.begin);
+    try {
+      tier_ = std::make_unique<detail::TieredState>(ooc::TierSpec::parse(config.state_tier), lengths);
+    } catch (const UserError& e) {
+      user_error("--optimizer-state {}: {}", config.state_tier, e.what());
+    }
+  }
   if (config.exchange == "overlap" && overlap_allowed) worker_ = std::make_unique<SerialWorker>();
 }
 
-DataParallelOptimizer::~DataParallelOptimizer() = default;
+// The communication thread first: its jobs use the tier.
+DataParallelOptimizer::~DataParallelOptimizer() { worker_.reset(); }
 
 // Sets up the program for local elements [begin, end) on the data-parallel group, bound to the
 // model's buffers.
@@ -120,33 +141,57 @@ void DataParallelOptimizer::add_segment(std::string name, int64_t begin, int64_t
   const bool bind_grads = runner_->program().stage(*runner_->program().find("g")).type.dtype == DType::F32;
   std::vector<std::string> bound = {"w"};
   if (bind_grads) bound.push_back("g");
-  Segment seg{std::move(name), begin, end, ready_layer, false, runner_->prepare(dp_, {{"N", n}}, bound), bind_grads};
+  const bool in_memory = config_.state_tier == "memory";
+  if (!in_memory) bound.insert(bound.end(), {"m", "v"});  // the tier's staging, bound at each run
+  Segment seg{segments_.size(), std::move(name), begin,     end, ready_layer,
+              false,            runner_->prepare(dp_, {{"N", n}}, bound), bind_grads};
   seg.runner->bind("w", params_.flat_slice(begin, n));
   if (bind_grads) seg.runner->bind("g", grads_.flat_slice(begin, n));
   const int P = dp_.size(), r = dp_.rank();
   Piece piece;
   piece.begin = sliced_ ? begin + comm::Partition::offset(n, P, r) : begin;
   piece.end = sliced_ ? piece.begin + comm::Partition::count(n, P, r) : end;
-  piece.m = seg.runner->input("m");
-  piece.v = seg.runner->input("v");
-  TANDEM_CHECK(piece.m.numel() == piece.end - piece.begin && piece.v.numel() == piece.m.numel(),
-               "optimizer state m {} for elements [{}, {})", piece.m.str(), piece.begin, piece.end);
-  piece.m.fill(0.0f);  // Adam's moments start at zero
-  piece.v.fill(0.0f);
+  if (in_memory) {
+    const Tensor m = seg.runner->input("m"), v = seg.runner->input("v");
+    TANDEM_CHECK(m.numel() == piece.end - piece.begin && v.numel() == m.numel(),
+                 "optimizer state m {} for elements [{}, {})", m.str(), piece.begin, piece.end);
+    m.fill(0.0f);  // Adam's moments start at zero
+    v.fill(0.0f);
+    m_.push_back(m);
+    v_.push_back(v);
+  }
   segments_.push_back(std::move(seg));
-  pieces_.push_back(std::move(piece));
+  pieces_.push_back(piece);
 }
 
+void DataParallelOptimizer::read_state(size_t i, float* m, float* v) const {
+  const size_t n = static_cast<size_t>(pieces_[i].end - pieces_[i].begin);
+  if (tier_) return tier_->read(i, m, v);
+  std::memcpy(m, m_[i].data(), n * sizeof(float));
+  std::memcpy(v, v_[i].data(), n * sizeof(float));
+}
+
+void DataParallelOptimizer::write_state(size_t i, const float* m, const float* v) {
+  const size_t n = static_cast<size_t>(pieces_[i].end - pieces_[i].begin);
+  if (tier_) return tier_->write(i, m, v);
+  std::memcpy(m_[i].data(), m, n * sizeof(float));
+  std::memcpy(v_[i].data(), v, n * sizeof(float));
+}
+
+size_t DataParallelOptimizer::state_tier_bytes() const { return tier_ ? tier_->tier_bytes() : 0; }
+std::string DataParallelOptimizer::state_tier_description() const { return tier_ ? tier_->describe() : ""; }
+
 size_t DataParallelOptimizer::state_bytes() const {
+  if (tier_) return tier_->staging_bytes();
   size_t b = 0;
-  for (const Piece& pc : pieces_) b += pc.m.nbytes() + pc.v.nbytes();
+  for (size_t i = 0; i < m_.size(); ++i) b += m_[i].nbytes() + v_[i].nbytes();
   return b;
 }
 
 size_t DataParallelOptimizer::buffer_bytes() const {
   size_t b = 0;
   for (const Segment& s : segments_) b += s.runner->allocated_bytes();
-  return b - state_bytes();
+  return tier_ ? b : b - state_bytes();  // a tier's staging is the caller's, not the runners'
 }
 
 void DataParallelOptimizer::begin_step(double lr, int64_t step) {
@@ -155,6 +200,7 @@ void DataParallelOptimizer::begin_step(double lr, int64_t step) {
   exchange_ns_ = 0;
   in_step_ = true;
   for (Segment& s : segments_) s.launched = false;
+  if (tier_) tier_->begin();
 }
 
 void DataParallelOptimizer::layer_ready(int layer) {
@@ -171,6 +217,7 @@ void DataParallelOptimizer::finish_step() {
   for (Segment& s : segments_)
     if (!s.launched) launch(s);
   if (worker_ != nullptr) worker_->wait();
+  if (tier_) tier_->finish();
 }
 
 void DataParallelOptimizer::step(double lr, int64_t step) {
@@ -203,7 +250,14 @@ void DataParallelOptimizer::run_segment(Segment& s) {
   run.set_scalar("weight_decay", config_.weight_decay);
   run.set_scalar("step", static_cast<double>(step_));
   run.set_scalar("grad_scale", 1.0 / dp_.size());  // the summed gradients' mean
-  run.run();  // w updated in the model's buffer; m and v in the runner's storage
+  const int64_t n = pieces_[s.index].end - pieces_[s.index].begin;
+  if (tier_) {  // this segment's moments, read into its staging slot ahead of time
+    tier_->await(s.index);
+    run.bind("m", Tensor::view_of(tier_->m(s.index), DType::F32, Shape{n}));
+    run.bind("v", Tensor::view_of(tier_->v(s.index), DType::F32, Shape{n}));
+  }
+  run.run();  // w updated in the model's buffer; m and v in the runner's storage or the slot
+  if (tier_) tier_->done(s.index);
   const auto end = std::chrono::steady_clock::now();
   exchange_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(end - begin).count();
   if (sink_) sink_(s.name, begin, end);

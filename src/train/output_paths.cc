@@ -14,6 +14,7 @@
 #include <system_error>
 
 #include "tandem/core/error.h"
+#include "tandem/ooc/slow_tier.h"
 #include "tandem/train/checkpoint_series.h"
 
 namespace tandem::train::detail {
@@ -76,6 +77,12 @@ void check_outputs(const TrainConfig& cfg) {
   if (!cfg.save_dir.empty()) check_save_folder(cfg.save_dir);
   if (!cfg.metrics_path.empty()) check_file("--metrics", cfg.metrics_path);
   if (!cfg.trace_path.empty()) check_file("--trace", cfg.trace_path);
+  // The optimizer state's swap file is written at set-up: its folder too.
+  if (cfg.optimizer.state_tier.rfind("file:", 0) == 0) {
+    const ooc::TierSpec tier = ooc::TierSpec::parse(cfg.optimizer.state_tier);
+    make_folder("--optimizer-state", cfg.optimizer.state_tier, tier.dir);
+    probe_folder("--optimizer-state", cfg.optimizer.state_tier, tier.dir);
+  }
 }
 
 SaveFolderLock::SaveFolderLock(const std::string& dir)

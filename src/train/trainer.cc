@@ -50,13 +50,14 @@ double seconds_since(Clock::time_point t) {
 }
 
 // Whether the optimizer's communication thread may use the data-parallel group while the
-// backward runs: always on in-process ranks; under MPI only with MPI_THREAD_MULTIPLE when the
-// backward communicates too (tp or pp > 1).
+// backward runs: always on in-process ranks; under MPI it needs MPI_THREAD_SERIALIZED (the
+// thread calls MPI while the main thread does not), or MPI_THREAD_MULTIPLE when the backward
+// communicates too (tp or pp > 1).
 bool exchange_may_overlap(const TrainConfig& c) {
-  if (c.backend != "mpi" || (c.grid.tp == 1 && c.grid.pp == 1)) return true;
+  if (c.backend != "mpi") return true;
   int level = MPI_THREAD_SINGLE;
   MPI_Query_thread(&level);
-  return level >= MPI_THREAD_MULTIPLE;
+  return level >= (c.grid.tp == 1 && c.grid.pp == 1 ? MPI_THREAD_SERIALIZED : MPI_THREAD_MULTIPLE);
 }
 
 int local_ranks_for_blas(const TrainConfig& c) {
@@ -343,10 +344,16 @@ std::string RankRun::memory_lines() {
                            Tensor::view_of(all.data(), DType::F32, Shape{kFields * n}));
   auto line = [&](int r) {
     const float* f = all.data() + static_cast<ptrdiff_t>(kFields * r);
-    return fmt::format("parameters {:.2f} MiB, gradients {:.2f} MiB, optimizer state {:.2f} MiB{}, exchange "
-                       "buffers {:.2f} MiB",
-                       f[0], f[1], f[2], opt_.state_sliced() && cfg_.grid.dp > 1 ? fmt::format(" (1/{})", cfg_.grid.dp) : "",
-                       f[3]);
+    const std::string share =
+        opt_.state_sliced() && cfg_.grid.dp > 1 ? fmt::format(", 1/{} of the model's", cfg_.grid.dp) : "";
+    const std::string state =
+        opt_.state_tier_description().empty()
+            ? fmt::format("optimizer state {:.2f} MiB{}", f[2], share)
+            : fmt::format("optimizer state in the slow tier ({}) {:.2f} MiB{}, staged through {:.2f} MiB",
+                          opt_.state_tier_description(), static_cast<double>(opt_.state_tier_bytes()) / (1 << 20),
+                          share, f[2]);
+    return fmt::format("parameters {:.2f} MiB, gradients {:.2f} MiB, {}, exchange buffers {:.2f} MiB", f[0], f[1],
+                       state, f[3]);
   };
   bool same = true;
   for (int r = 1; r < n; ++r) same = same && std::equal(all.begin(), all.begin() + kFields, all.begin() + kFields * r);
@@ -363,7 +370,7 @@ std::string RankRun::memory_lines() {
   out += fmt::format("  data-parallel exchange: {}, {}\n", exchange,
                      opt_.overlapping() ? "overlapped with the backward"
                      : cfg_.optimizer.exchange == "overlap"
-                         ? "after the backward (MPI without MPI_THREAD_MULTIPLE cannot overlap it with tp or pp > 1)"
+                         ? "after the backward (this MPI's thread level cannot overlap it)"
                          : "after the backward");
   return out;
 }

@@ -82,8 +82,9 @@ class MpiCommunicator final : public Communicator {
   Wire sent_{};  // what this rank last said it calls; a send left behind by a timeout reads it
 };
 
-// MPI_COMM_WORLD, initialising MPI (MPI_THREAD_SERIALIZED) if it is not initialised yet; MPI is
-// then finalised at exit. A process launched without mpirun is a world of one rank.
+// MPI_COMM_WORLD, initialising MPI if it is not initialised yet (MPI_THREAD_MULTIPLE: the
+// trainer's communication thread calls MPI while the backward may call it too); MPI is then
+// finalised at exit. A process launched without mpirun is a world of one rank.
 std::unique_ptr<Communicator> mpi_world();
 
 // The caller's communicator (duplicated; the caller keeps ownership and finalises MPI itself).

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <exception>
 #include <functional>
@@ -24,10 +25,14 @@ class SerialWorker {
   SerialWorker(const SerialWorker&) = delete;
   SerialWorker& operator=(const SerialWorker&) = delete;
 
-  void submit(std::function<void()> job);
+  // Queues `job`; returns its ticket (1, 2, ... in submission order).
+  uint64_t submit(std::function<void()> job);
   // Returns when every submitted job has run; rethrows the first job's exception (once; the
   // worker is usable again after).
   void wait();
+  // Returns when the job of `ticket` (and so every job before it) has run; rethrows a failure
+  // (kept for wait()) if one happened before it.
+  void wait_for(uint64_t ticket);
 
  private:
   void loop();
@@ -36,6 +41,7 @@ class SerialWorker {
   std::condition_variable cv_;
   std::deque<std::function<void()>> queue_;
   bool busy_ = false, stop_ = false;
+  uint64_t submitted_ = 0, done_ = 0;
   std::exception_ptr error_;
   std::thread thread_;
 };

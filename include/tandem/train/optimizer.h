@@ -29,10 +29,12 @@
 //
 // Zero copy: each segment's program reads the gradients and updates the weights in the model's
 // own buffers (exec::Runner::bind); only bf16 gradients (--grad-dtype bf16) are rounded into the
-// program's own buffer first. The moments m and v live in the runners' storage between steps:
-// for each segment this rank keeps the moments of its part (comm::Partition of the segment over
-// the dp ranks) when the schedule slices the state, or of the whole segment when it does not:
-// pieces() says which local elements each piece's m and v hold.
+// program's own buffer first. For each segment this rank keeps the moments m and v of its part
+// (comm::Partition of the segment over the dp ranks) when the schedule slices the state, or of
+// the whole segment when it does not: pieces() says which local elements each piece holds. They
+// live in the runners' storage between steps ("memory"), or in a slow tier ("host", "file:DIR":
+// train/tiered_state.h), streamed through two staging slots around each segment's run; the
+// arithmetic is the same, so the weights are bitwise the same.
 #pragma once
 
 #include <atomic>
@@ -54,6 +56,9 @@
 #include "tandem/parallel/shard.h"
 
 namespace tandem::train {
+namespace detail {
+class TieredState;
+}
 
 struct OptimizerConfig {
   std::string name = "adamw";  // "adamw" or "lamb"
@@ -68,6 +73,9 @@ struct OptimizerConfig {
   // AdamW's bucket size in MiB (unset: kDefaultBucketMiB, or the whole model when smaller).
   std::string exchange = "overlap";
   std::optional<double> bucket_mb;
+  // Where the moments live: "memory", or a slow tier as ooc::TierSpec writes it ("host",
+  // "file:DIR").
+  std::string state_tier = "memory";
 
   // UserError naming the bad field.
   void validate() const;
@@ -85,11 +93,10 @@ std::vector<std::string> optimizer_schedule_preferences();
 
 class DataParallelOptimizer {
  public:
-  // Local elements [begin, end) whose moments this rank keeps in m and v (end - begin each).
+  // Local elements [begin, end) whose moments this rank keeps (end - begin floats of m and of v).
   struct Piece {
     int64_t begin = 0;
     int64_t end = 0;
-    Tensor m, v;
   };
 
   // Over this rank's local flat `params` and `grads` (layout.size() floats each; they must outlive
@@ -124,6 +131,9 @@ class DataParallelOptimizer {
 
   const OptimizerConfig& config() const { return config_; }
   const std::vector<Piece>& pieces() const { return pieces_; }
+  // Piece i's moments copied out (end - begin floats each), or replaced; outside a step.
+  void read_state(size_t i, float* m, float* v) const;
+  void write_state(size_t i, const float* m, const float* v);
   bool state_sliced() const { return sliced_; }
   bool overlapping() const { return worker_ != nullptr; }
   int segments() const { return static_cast<int>(segments_.size()); }
@@ -131,14 +141,17 @@ class DataParallelOptimizer {
   int buckets() const { return buckets_; }
   std::string schedule_name() const { return runner_->schedule_name(); }
   std::string executor_name() const { return runner_->executor_name(); }
-  // Bytes this rank holds for the optimizer state (m and v) and for the programs' other buffers
-  // (the communication's staging and scratch, rounded bf16 gradients), from the runners'
-  // allocation counts.
+  // Bytes this rank holds in memory for the optimizer state (m and v; with a slow tier, its two
+  // staging slots), in the slow tier, and for the programs' other buffers (the communication's
+  // staging and scratch, rounded bf16 gradients), from the runners' allocation counts.
   size_t state_bytes() const;
+  size_t state_tier_bytes() const;
   size_t buffer_bytes() const;
+  std::string state_tier_description() const;  // "" in memory
 
  private:
   struct Segment {
+    size_t index;
     std::string name;
     int64_t begin, end;
     int ready_layer;  // launched once this block's gradients are final; kAfterBackward: at the end
@@ -159,6 +172,8 @@ class DataParallelOptimizer {
   int buckets_ = 0;
   std::vector<Segment> segments_;
   std::vector<Piece> pieces_;
+  std::vector<Tensor> m_, v_;  // each piece's moments in the runner's storage ("memory")
+  std::unique_ptr<detail::TieredState> tier_;  // or in a slow tier
   double lr_ = 0;
   int64_t step_ = 0;
   bool in_step_ = false;  // between begin_step and finish_step

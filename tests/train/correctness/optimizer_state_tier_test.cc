@@ -1,0 +1,93 @@
+// The optimizer state beside the slow tier (--optimizer-state host|file:DIR): the same weights,
+// bitwise, as with the state in memory, at dp 1 to 4, on both executors, for AdamW and LAMB, with
+// the exchange overlapped; a checkpoint saved from one place resumes in another; and a tier that
+// cannot be opened is refused naming the flag.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "train/test_util.h"
+
+namespace tandem::train {
+namespace {
+
+TrainConfig state_run(int dp, const std::string& optimizer, const std::string& executor, const std::string& tier) {
+  TrainConfig c = testing::tiny_run(3);
+  c.model.n_layers = 3;
+  c.batch = 12;
+  c.grid = {dp, 1, 1};
+  c.optimizer.name = optimizer;
+  c.optimizer.bucket_mb = 0.01;  // a bucket a block: several segments share the two staging slots
+  c.optimizer.state_tier = tier;
+  c.executor = executor;
+  c.keep_weights = true;
+  return c;
+}
+
+void expect_bitwise(const TrainResult& a, const TrainResult& b, const std::string& what) {
+  ASSERT_EQ(a.weights.size(), b.weights.size()) << what;
+  size_t differ = 0;
+  for (size_t i = 0; i < a.weights.size(); ++i) differ += a.weights[i] != b.weights[i];
+  EXPECT_EQ(differ, 0u) << what;
+  EXPECT_EQ(a.losses, b.losses) << what;
+}
+
+TEST(OptimizerStateTier, SameWeightsAsInMemory) {
+  testing::ScratchDir dir;
+  const std::vector<std::string> tiers = {"host", "file:" + dir.path("state")};
+  for (int dp : {1, 2, 3, 4})
+    for (const std::string executor : {"compiled", "plan"}) {
+      const TrainResult memory = train(state_run(dp, "adamw", executor, "memory"));
+      for (const std::string& tier : tiers)
+        expect_bitwise(memory, train(state_run(dp, "adamw", executor, tier)),
+                       "adamw dp " + std::to_string(dp) + " " + executor + " " + tier);
+    }
+  for (int dp : {2, 3}) {
+    const TrainResult memory = train(state_run(dp, "lamb", "compiled", "memory"));
+    for (const std::string& tier : tiers)
+      expect_bitwise(memory, train(state_run(dp, "lamb", "compiled", tier)), "lamb dp " + std::to_string(dp) + " " + tier);
+  }
+}
+
+TEST(OptimizerStateTier, ACheckpointMovesBetweenMemoryAndTheTier) {
+  testing::ScratchDir dir;
+  TrainConfig straight = state_run(2, "adamw", "compiled", "memory");
+  straight.steps = 4;
+  const TrainResult want = train(straight);
+  // Two steps with the state in memory, saved; two more with it in the host tier.
+  TrainConfig first = state_run(2, "adamw", "compiled", "memory");
+  first.steps = 2;
+  first.save_dir = dir.path("ck");
+  train(first);
+  TrainConfig second = state_run(2, "adamw", "compiled", "host");
+  second.steps = 4;
+  second.resume_dir = dir.path("ck");
+  const TrainResult got = train(second);
+  EXPECT_EQ(got.weights, want.weights);
+  // And back: saved from the tier, resumed in memory.
+  TrainConfig third = state_run(2, "adamw", "compiled", "host");
+  third.steps = 2;
+  third.save_dir = dir.path("ck2");
+  train(third);
+  TrainConfig fourth = state_run(2, "adamw", "compiled", "memory");
+  fourth.steps = 4;
+  fourth.resume_dir = dir.path("ck2");
+  EXPECT_EQ(train(fourth).weights, want.weights);
+}
+
+TEST(OptimizerStateTier, BadPlacesNameTheFlag) {
+  testing::ScratchDir dir;
+  testing::write_bytes(dir.path("a-file"), "x");
+  TrainConfig c = state_run(1, "adamw", "plan", "disk");
+  EXPECT_EQ(testing::user_error_of([&] { train(c); }),
+            "--optimizer-state disk: write memory, host (a slow tier in host memory) or file:DIR (an O_DIRECT file "
+            "in folder DIR)");
+  c.optimizer.state_tier = "file:" + dir.path("a-file") + "/sub";
+  const std::string e = testing::user_error_of([&] { train(c); });
+  EXPECT_EQ(e, "--optimizer-state 'file:" + dir.path("a-file") + "/sub': cannot create folder '" +
+                   dir.path("a-file") + "/sub': Not a directory");
+}
+
+}  // namespace
+}  // namespace tandem::train

@@ -1,0 +1,56 @@
+// The data-parallel exchange overlapped with the backward under a real mpirun, on a grid whose
+// backward communicates too (dp 2 x tp 2: the communication thread and the main thread both call
+// MPI, which MPI_THREAD_MULTIPLE allows): the same losses, bitwise, as the exchange after the
+// backward, and the start-up line says the exchange overlapped.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "support/cli.h"
+#include "support/scratch.h"
+
+namespace tandem::train {
+namespace {
+
+using ::testing::HasSubstr;
+using tandem::testing::ScratchDir;
+
+struct JobRun {
+  tandem::testing::CommandResult result;
+  std::vector<std::string> losses;  // each step's "loss" field, as written
+};
+
+JobRun train_4_processes(const ScratchDir& dir, const std::string& exchange) {
+  const char* mpirun = std::getenv("TANDEM_MPIRUN");
+  const std::string metrics = dir.path("metrics-" + exchange + ".jsonl");
+  JobRun r;
+  r.result = tandem::testing::run_command(fmt::format(
+      "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout -s KILL 120 {} -np 4 --oversubscribe {} "
+      "train --backend mpi --model tiny --dp 2 --tp 2 --steps 4 --eval-every 0 --threads 1 --bucket-mb 0.05 "
+      "--grad-exchange {} --metrics {}",
+      mpirun != nullptr ? mpirun : "mpirun", tandem::testing::tandem_binary(), exchange, metrics));
+  std::ifstream f(metrics);
+  for (std::string line; std::getline(f, line);) {
+    const size_t at = line.find("\"loss\":");
+    if (at != std::string::npos) r.losses.push_back(line.substr(at, line.find(',', at) - at));
+  }
+  return r;
+}
+
+TEST(ExchangeMpirun, OverlappedBesideTensorParallelMatchesAfterTheBackward) {
+  ScratchDir dir;
+  const JobRun after = train_4_processes(dir, "after");
+  const JobRun overlap = train_4_processes(dir, "overlap");
+  ASSERT_EQ(after.result.status, 0) << after.result.output;
+  ASSERT_EQ(overlap.result.status, 0) << overlap.result.output;
+  EXPECT_THAT(overlap.result.output, HasSubstr("overlapped with the backward"));
+  ASSERT_EQ(after.losses.size(), 4u) << after.result.output;
+  EXPECT_EQ(overlap.losses, after.losses);
+}
+
+}  // namespace
+}  // namespace tandem::train
