@@ -95,7 +95,7 @@ std::optional<AvailableMemory> cgroup_room() {
 
 // One rank's need at its grid coordinates (gradients are as many bytes as parameters).
 struct RankNeed {
-  uint64_t parameters = 0, optimizer = 0, activations = 0;
+  uint64_t parameters = 0, optimizer = 0, exchange = 0, activations = 0;
 };
 
 }  // namespace
@@ -103,7 +103,7 @@ struct RankNeed {
 std::string MemoryEstimate::str() const {
   std::vector<std::string> parts = {
       "parameters " + ooc::human_bytes(parameters), "gradients " + ooc::human_bytes(gradients),
-      "optimizer state " + ooc::human_bytes(optimizer),
+      "optimizer state " + ooc::human_bytes(optimizer), "exchange buffers " + ooc::human_bytes(exchange),
       (activations_budgeted ? "activations (--memory-budget) " : "activations ") +
           ooc::human_bytes(activations)};
   if (whole_copies > 0) parts.push_back("whole-model copies " + ooc::human_bytes(whole_copies));
@@ -115,6 +115,7 @@ MemoryEstimate estimate_memory(const TrainConfig& cfg) {
   const parallel::GridShape& g = cfg.grid;
   const int M = cfg.micro_batch_count();
   const int micro_rows = static_cast<int>(cfg.batch / g.dp / M);
+  const bool optimizer_in_file = cfg.optimizer.state_tier.rfind("file:", 0) == 0;
   // Each (tp rank, stage) pair's shard and chain; dp ranks repeat them.
   std::map<std::pair<int, int>, RankNeed> needs;
   for (int pp = 0; pp < g.pp; ++pp)
@@ -122,7 +123,15 @@ MemoryEstimate estimate_memory(const TrainConfig& cfg) {
       RankNeed n;
       const parallel::ShardLayout layout(cfg.model, g, tp, pp);
       n.parameters = static_cast<uint64_t>(layout.size()) * kF32;
-      n.optimizer = 2 * ((static_cast<uint64_t>(layout.size()) + g.dp - 1) / g.dp) * kF32;
+      // In a file tier (--optimizer-state file:DIR) the moments are out of memory but for two
+      // staging slots, which are not counted.
+      if (!optimizer_in_file)
+        n.optimizer = 2 * ((static_cast<uint64_t>(layout.size()) + g.dp - 1) / g.dp) * kF32;
+      // The optimizer programs' own buffers, as measured on their runners: the compiled
+      // executor's come to the rank's slice of the parameters; the plan runner and the reference
+      // interpreter also hold two whole-size intermediates.
+      const uint64_t slice = (n.parameters + g.dp - 1) / g.dp;
+      n.exchange = cfg.executor == "compiled" ? slice : 2 * n.parameters + slice;
       const nn::ChainLayout chain = parallel::ParallelGPT::chain_layout(
           cfg.model, g, parallel::GridCoord{0, tp, pp}, micro_rows, cfg.model.seq_len, M);
       n.activations = ooc::MemorySchedule(chain, ooc::keep_all(chain.units)).peak_bytes();
@@ -139,6 +148,7 @@ MemoryEstimate estimate_memory(const TrainConfig& cfg) {
     e.parameters += times * n.parameters;
     e.gradients += times * n.parameters;
     e.optimizer += times * n.optimizer;
+    e.exchange += times * n.exchange;
     e.activations_in_core += times * n.activations;
     if (e.activations_budgeted) {
       e.activations += times * ooc::parse_budget(cfg.memory_budget, n.activations);
@@ -154,7 +164,8 @@ MemoryEstimate estimate_memory(const TrainConfig& cfg) {
     e.ranks = local_processes();
     const auto largest = std::max_element(needs.begin(), needs.end(), [](const auto& a, const auto& b) {
       const RankNeed &x = a.second, &y = b.second;
-      return 2 * x.parameters + x.optimizer + x.activations < 2 * y.parameters + y.optimizer + y.activations;
+      return 2 * x.parameters + x.optimizer + x.exchange + x.activations <
+             2 * y.parameters + y.optimizer + y.exchange + y.activations;
     });
     add(largest->second, static_cast<uint64_t>(e.ranks));
   }
@@ -187,10 +198,13 @@ void check_memory(const TrainConfig& cfg) {
   std::vector<std::string> advice;
   std::string note;
   const uint64_t fixed = e.total() - e.activations;
-  if (fixed >= avail->bytes)
-    note = fmt::format("; its parameters, gradients and optimizer state alone need {}, which no "
-                       "--memory-budget changes",
+  if (fixed >= avail->bytes) {
+    note = fmt::format("; its parameters, gradients, optimizer state and exchange buffers alone "
+                       "need {}, which no --memory-budget changes",
                        ooc::human_bytes(fixed));
+    if (e.optimizer > 0 && fixed - e.optimizer < avail->bytes)
+      advice.push_back("keep the optimizer state in a file (--optimizer-state file:DIR)");
+  }
   else if (!e.activations_budgeted)
     advice.push_back(fmt::format(
         "train out-of-core with --memory-budget (e.g. --memory-budget 25% keeps the saved "

@@ -7,7 +7,11 @@
 //   gradients         as many
 //   optimizer state   Adam's or LAMB's two moments, sliced over the data-parallel ranks (the
 //                     default schedules keep them sliced; a schedule that keeps them whole needs
-//                     dp times this)
+//                     dp times this); nothing with --optimizer-state file:DIR (its moments
+//                     live in the file)
+//   exchange buffers  the optimizer programs' own buffers (the data-parallel exchange's): the
+//                     rank's 1/dp slice of the parameters with the compiled executor, two whole
+//                     copies more with the plan runner or the reference interpreter (as measured)
 //   activations       what a step saves for its backward plus the workspace: the out-of-core
 //                     planner's in-core need (ooc::MemorySchedule with every unit kept), or, with
 //                     --memory-budget, the budget (the fast tier holds no more)
@@ -16,7 +20,7 @@
 // On this machine: every rank with --backend thread (they share the process); with --backend mpi,
 // this process's ranks on the node (OMPI_COMM_WORLD_LOCAL_SIZE or MPI_LOCALNRANKS, else 1) times
 // the largest rank's need. A resumed run also holds the checkpoint's weights and moments once.
-// Not counted: the DSL programs' own buffers (the data-parallel exchange's), the data, BLAS's.
+// Not counted: the data, BLAS's buffers, the other DSL programs' small buffers.
 #pragma once
 
 #include <cstdint>
@@ -29,11 +33,11 @@ namespace tandem::train {
 
 struct MemoryEstimate {
   int ranks = 1;  // on this machine
-  uint64_t parameters = 0, gradients = 0, optimizer = 0, activations = 0, whole_copies = 0;
+  uint64_t parameters = 0, gradients = 0, optimizer = 0, exchange = 0, activations = 0, whole_copies = 0;
   bool activations_budgeted = false;  // activations is --memory-budget's, per rank
   uint64_t activations_in_core = 0;   // what they would need in-core, on this machine
 
-  uint64_t total() const { return parameters + gradients + optimizer + activations + whole_copies; }
+  uint64_t total() const { return parameters + gradients + optimizer + exchange + activations + whole_copies; }
   // "2.4 GiB on this machine (4 ranks: parameters 120.0 MiB, gradients ..., ...)".
   std::string str() const;
 };

@@ -57,10 +57,10 @@ TEST(MemoryCheck, AModelBeyondMemAvailableIsRefusedBeforeItAllocates) {
   EXPECT_THAT(r.output,
               MatchesRegex("tandem: error: this run needs about [0-9.]+ [GT]iB on this machine \\(1 "
                            "rank: parameters [0-9.]+ GiB, gradients [0-9.]+ GiB, optimizer state "
-                           "[0-9.]+ GiB, activations [0-9.]+ [MG]iB, whole-model copies [0-9.]+ "
+                           "[0-9.]+ GiB, exchange buffers [0-9.]+ GiB, activations [0-9.]+ [MG]iB, whole-model copies [0-9.]+ "
                            "GiB\\), but [0-9.]+ [MGT]iB is available \\((MemAvailable in "
                            "/proc/meminfo|the room under the cgroup limit .*)\\); its parameters, "
-                           "gradients and optimizer state alone need [0-9.]+ [GT]iB, which no "
+                           "gradients, optimizer state and exchange buffers alone need [0-9.]+ [GT]iB, which no "
                            "--memory-budget changes. To fit, use a smaller model \\(--layers, "
                            "--d-model\\), batch \\(--batch\\) or sequence \\(--seq-len\\); or spread "
                            "the ranks over machines \\(--backend mpi under mpirun\\). "
@@ -102,12 +102,14 @@ TEST(MemoryCheck, ActivationsThatDoNotFitPointToMemoryBudget) {
 // half the optimizer state.
 TEST(MemoryCheck, InProcessRanksAreCountedTogether) {
   TrainConfig c = testing::tiny_run(1);
+  c.executor = "compiled";  // estimated only: nothing is compiled
   const MemoryEstimate one = estimate_memory(c);
   c.grid = {2, 1, 1};
   const MemoryEstimate two = estimate_memory(c);
   EXPECT_EQ(two.ranks, 2);
   EXPECT_EQ(two.parameters, 2 * one.parameters);
   EXPECT_EQ(two.optimizer, one.optimizer);
+  EXPECT_EQ(two.exchange, one.exchange);  // compiled: each rank's 1/dp slice
   EXPECT_EQ(two.whole_copies, 2 * one.whole_copies);
 }
 
