@@ -29,11 +29,14 @@ void add_eval(CLI::App& app) {
   cmd->add_option("--checkpoint", f->checkpoint, "Checkpoint folder (written by tandem train --save)")->required();
   cmd->add_option("--data", f->data, "Text file to score, all of it (default: the synthetic corpus's validation split)");
   cmd->add_option("--batch", f->batch, "Windows per forward pass")->capture_default_str();
-  cmd->add_option("--seq-len", f->seq_len, "Window length (default: the model's training length)");
+  auto* seq_len = cmd->add_option("--seq-len", f->seq_len, "Window length (default: the model's training length)");
   cmd->add_option("--max-windows", f->max_windows, "Score at most this many windows (0: all)")->capture_default_str();
-  cmd->callback([f] {
+  cmd->callback([f, seq_len] {
+    if (seq_len->count() > 0 && f->seq_len < 1) user_error("--seq-len {} must be at least 1", f->seq_len);
+    if (f->max_windows < 0) user_error("--max-windows {} must be 0 (all) or more", f->max_windows);
+    if (f->batch < 1) user_error("--batch {} must be at least 1", f->batch);
     const train::LoadedModel model = train::load_model(f->checkpoint);
-    const int T = f->seq_len > 0 ? f->seq_len : model.config.seq_len;
+    const int T = seq_len->count() > 0 ? f->seq_len : model.config.seq_len;
     std::shared_ptr<const std::vector<uint8_t>> tokens;
     std::string what;
     if (f->data.empty()) {

@@ -2,11 +2,13 @@
 // non-zero exit (user errors: what to fix; internal errors: a bug to report). A rank of an MPI
 // job that fails ends the whole job, so that no peer waits for it forever.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <csignal>
 #include <cstdio>
 #include <exception>
 #include <string>
+#include <vector>
 
 #include "commands.h"
 #include "tandem/comm/mpi.h"
@@ -34,6 +36,12 @@ int fail(const std::string& prefix, const std::string& what, int code) {
   tandem::comm::abort_mpi_job(code);
 }
 
+// " train" when the subcommand whose flags were being parsed is train; "" for the command itself.
+std::string help_target(const CLI::App& app) {
+  for (const CLI::App* sub : app.get_subcommands()) return " " + sub->get_name();
+  return "";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -52,7 +60,20 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help and --version print and succeed; a flag CLI11 cannot parse is the user's error, in
+    // tandem's own form.
+    if (e.get_exit_code() == 0) return app.exit(e);
+    if (app.get_subcommands().empty() && argc > 1 && argv[1][0] != '-') {
+      std::vector<std::string> names;
+      for (const CLI::App* sub : app.get_subcommands({})) names.push_back(sub->get_name());
+      return fail("tandem: error: ",
+                  fmt::format("'{}' is not a tandem command; the commands are {}", argv[1],
+                              fmt::join(names, ", ")),
+                  1);
+    }
+    return fail("tandem: error: ", fmt::format("{} (tandem{} --help lists the flags)", e.what(),
+                                               help_target(app)),
+                1);
   } catch (const tandem::comm::CollectiveError& e) {
     // Every rank raised it at the same point: none waits for another, so each exits normally
     // (through MPI_Finalize) and only rank 0 says why.

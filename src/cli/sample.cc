@@ -62,7 +62,8 @@ void add_sample(CLI::App& app) {
   cmd->add_option("--seed", f->seed, "Seed of the sampling")->capture_default_str();
   cmd->callback([f] {
     if (f->tokens < 0) user_error("--tokens {} must be 0 or more", f->tokens);
-    if (f->temperature < 0) user_error("--temperature {} must be 0 or more", f->temperature);
+    if (!(f->temperature >= 0) || !std::isfinite(f->temperature))
+      user_error("--temperature {} must be a finite number, 0 or more", f->temperature);
     if (f->top_k < 0) user_error("--top-k {} must be 0 or more", f->top_k);
     const train::LoadedModel model = train::load_model(f->checkpoint);
     const nn::GPTConfig& c = model.config;

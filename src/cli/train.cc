@@ -37,12 +37,12 @@ struct TrainFlags {
 
 // The model's size from the preset and the flags given (a resumed run: from its checkpoint).
 struct SizeOptions {
-  CLI::Option *layers, *heads, *d_model, *seq_len, *batch, *dropout;
+  CLI::Option *model, *layers, *heads, *d_model, *seq_len, *batch, *dropout;
 };
 
 SizeOptions add_size_flags(CLI::App* cmd, TrainFlags& f) {
-  cmd->add_option("--model", f.model, "Model preset: tiny or small")->capture_default_str();
-  return {cmd->add_option("--layers", f.layers, "Transformer blocks (overrides the preset)"),
+  return {cmd->add_option("--model", f.model, "Model preset: tiny or small")->capture_default_str(),
+          cmd->add_option("--layers", f.layers, "Transformer blocks (overrides the preset)"),
           cmd->add_option("--heads", f.heads, "Attention heads"),
           cmd->add_option("--d-model", f.d_model, "Model width"),
           cmd->add_option("--seq-len", f.seq_len, "Tokens per sequence"),
@@ -54,7 +54,7 @@ void add_grid_flags(CLI::App* cmd, train::TrainConfig& c) {
   cmd->add_option("--dp", c.grid.dp, "Data-parallel ranks")->capture_default_str();
   cmd->add_option("--tp", c.grid.tp, "Tensor-parallel ranks (must divide --heads)")->capture_default_str();
   cmd->add_option("--pp", c.grid.pp, "Pipeline stages (at most --layers)")->capture_default_str();
-  cmd->add_option("--micro-batches", c.micro_batches, "Micro-batches per step and data-parallel rank (0: 1, or 2 x pp)")
+  cmd->add_option("--micro-batches", c.micro_batches, "Micro-batches per step and data-parallel rank (0: automatic: 1, or with --pp about 2 x pp, a count that divides the rows)")
       ->capture_default_str();
   cmd->add_option("--threads", c.blas_threads, "BLAS threads (0: hardware threads / in-process ranks)")->capture_default_str();
 }
@@ -83,7 +83,9 @@ train::TrainConfig config_of(const TrainFlags& flags, const SizeOptions& o, cons
     const train::Checkpoint ck = train::load_checkpoint(cfg.resume_dir, false);
     const nn::GPTConfig saved =
         train::model_config_from_json(ck.meta.model_config, "checkpoint '" + cfg.resume_dir + "'");
-    p = {saved.n_layers, saved.n_heads, saved.d_model, saved.seq_len, p.batch};
+    // --model names sizes as --layers does: a preset other than the checkpoint's model is
+    // refused as a mismatch (below, by the trainer), not silently replaced by the checkpoint's.
+    if (o.model->count() == 0) p = {saved.n_layers, saved.n_heads, saved.d_model, saved.seq_len, p.batch};
     if (ck.meta.extra.contains("batch") && ck.meta.extra["batch"].is_number_integer())
       p.batch = ck.meta.extra["batch"].get<int64_t>();
     m.max_positions = saved.max_positions;

@@ -16,6 +16,7 @@
 
 #include "commands.h"
 #include "tandem/comm/mpi.h"
+#include "tandem/comm/thread.h"
 #include "tandem/core/blas.h"
 #include "tandem/core/env.h"
 #include "tandem/core/error.h"
@@ -169,6 +170,11 @@ void print_json(const tune::TuneResult& r) {
 
 void run_tune(const TuneFlags& f) {
   if (f.ranks < 1) user_error("--ranks must be at least 1 (got {})", f.ranks);
+  if (f.backend == "thread" && f.ranks > comm::kMaxThreadRanks)
+    user_error("--ranks {}: the thread backend runs at most {} ranks, each a thread of this process "
+               "(more only oversubscribe this machine and exhaust its memory); use --backend mpi "
+               "for more",
+               f.ranks, comm::kMaxThreadRanks);
   if (f.backend != "thread" && f.backend != "mpi")
     user_error("--backend '{}' is not a backend; choose thread or mpi", f.backend);
   const dsl::Program program = workload_program(f.workload, f.dtype);

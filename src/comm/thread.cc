@@ -454,6 +454,9 @@ double abandon_after_s(bool timed_out) {
 
 void run_ranks(int n, const std::function<void(Communicator&)>& fn) {
   if (n < 1) user_error("run_ranks: the number of ranks must be at least 1, got {}", n);
+  if (n > kMaxThreadRanks)
+    user_error("run_ranks: {} in-process ranks; the thread backend runs at most {} (thread.h: "
+               "kMaxThreadRanks)", n, kMaxThreadRanks);
   check_ranks_per_node(n);
   auto world = std::make_shared<World>(n);
   std::vector<int> everyone(n);

@@ -51,8 +51,8 @@ std::vector<ParamSpec> gpt_parameter_specs(const GPTConfig& c) {
     specs.push_back({std::move(name), std::move(shape), offset});
     offset += n;
   };
-  add("wte", {c.vocab_size, C});
-  add("wpe", {c.max_positions, C});
+  add("wte.weight", {c.vocab_size, C});
+  add("wpe.weight", {c.max_positions, C});
   for (int i = 0; i < c.n_layers; ++i) {
     const std::string h = "h." + std::to_string(i) + ".";
     add(h + "ln_1.weight", {C});
@@ -95,7 +95,7 @@ float* ParameterSet::at(size_t spec_index) const {
 Tensor ParameterSet::operator[](std::string_view name) const {
   for (size_t i = 0; i < specs_.size(); ++i)
     if (specs_[i].name == name) return Tensor::view_of(at(i), DType::F32, specs_[i].shape);
-  user_error("GPT has no parameter called '{}' (names are GPT-2's: wte, wpe, h.0.ln_1.weight, "
+  user_error("GPT has no parameter called '{}' (names are GPT-2's: wte.weight, wpe.weight, h.0.ln_1.weight, "
              "h.0.attn.c_attn.weight, ..., ln_f.bias; this model has layers 0..{})",
              name, config_.n_layers - 1);
 }

@@ -101,13 +101,19 @@ class ParallelGPT::Resident final : public nn::ActivationMemory {
 
 nn::ChainLayout ParallelGPT::chain_layout(const nn::GPTConfig& config, const Grid& grid,
                                           int micro_rows, int T, int micro_batches) {
-  const ShardLayout layout(config, grid.shape(), grid.coord().tp, grid.coord().pp);
+  return chain_layout(config, grid.shape(), grid.coord(), micro_rows, T, micro_batches);
+}
+
+nn::ChainLayout ParallelGPT::chain_layout(const nn::GPTConfig& config, const GridShape& shape,
+                                          const GridCoord& coord, int micro_rows, int T,
+                                          int micro_batches) {
+  const ShardLayout layout(config, shape, coord.tp, coord.pp);
   std::vector<nn::ChainLayout::Pass> order;
-  for (const PipeOp& op : one_f_one_b(grid.shape().pp, grid.coord().pp, micro_batches))
+  for (const PipeOp& op : one_f_one_b(shape.pp, coord.pp, micro_batches))
     order.push_back({op.kind == PipeOp::Forward, op.micro});
   return nn::gpt_chain_layout(config, micro_rows, T, layout.first_layer(),
                               layout.end_layer() - layout.first_layer(), layout.has_final(),
-                              std::move(order), shard_block_shapes(config, grid.shape().tp, micro_rows, T));
+                              std::move(order), shard_block_shapes(config, shape.tp, micro_rows, T));
 }
 
 // The programs and their sessions. A program's dropout probability is part of it, so with
@@ -454,7 +460,7 @@ void ParallelGPT::reduce_tied_gradients() {
   const auto begin = Clock::now();
   // Stage 0 holds wte first; the last stage holds its copy last (shard.h).
   const LocalTensor& wte = grid_.first_stage() ? layout_.tensors().front() : layout_.tensors().back();
-  TANDEM_CHECK(wte.name == "wte", "tied tensor is '{}'", wte.name);
+  TANDEM_CHECK(wte.name == "wte.weight", "tied tensor is '{}'", wte.name);
   tied->all_reduce(grads_.flat_slice(wte.local_offset, wte.numel()), comm::ReduceOp::Sum);
   emit("comm", "tied embedding all_reduce", begin);
 }

@@ -60,9 +60,9 @@ ShardLayout::ShardLayout(const nn::GPTConfig& config, const GridShape& grid, int
   const bool whole_writer = tp_rank == 0;  // tensors every tp rank holds whole
   if (has_embedding_) {
     wte_ = static_cast<int>(tensors_.size());
-    add(spec("wte"), ShardKind::Whole, whole_writer);
+    add(spec("wte.weight"), ShardKind::Whole, whole_writer);
     wpe_ = static_cast<int>(tensors_.size());
-    add(spec("wpe"), ShardKind::Whole, whole_writer);
+    add(spec("wpe.weight"), ShardKind::Whole, whole_writer);
   }
   for (int l = first_layer_; l < end_layer_; ++l) {
     block_first_.push_back(static_cast<int>(tensors_.size()));
@@ -89,7 +89,7 @@ ShardLayout::ShardLayout(const nn::GPTConfig& config, const GridShape& grid, int
     // writes it.
     if (!has_embedding_) {
       final_wte_ = static_cast<int>(tensors_.size());
-      add(spec("wte"), ShardKind::Whole, false);
+      add(spec("wte.weight"), ShardKind::Whole, false);
     } else {
       final_wte_ = wte_;
     }

@@ -118,8 +118,18 @@ void write_file_atomic(const std::string& path, std::string_view contents) {
   f.commit();
 }
 
+// What a path that is not a regular file is, for a message.
+const char* file_kind(mode_t mode) {
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISFIFO(mode)) return "a pipe";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
 std::string read_file(const std::string& path, std::string_view what) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a pipe with no writer would otherwise wait forever, before the check.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     const int err = errno;
     if (err == ENOENT) user_error("{} '{}' does not exist", what, path);
@@ -129,6 +139,14 @@ std::string read_file(const std::string& path, std::string_view what) {
   if (::fstat(fd, &st) != 0 || S_ISDIR(st.st_mode)) {
     ::close(fd);
     user_error("{} '{}' is a folder, not a file", what, path);
+  }
+  // A device or a pipe may never end (/dev/zero, /dev/urandom) and is read whole into memory:
+  // only regular files, whose size is known, are read.
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    user_error("{} '{}' is {}, not a regular file: tandem reads the whole file into memory, so "
+               "it takes files only (copy what you want to read into one)",
+               what, path, file_kind(st.st_mode));
   }
   std::string out;
   out.resize(static_cast<size_t>(st.st_size));

@@ -166,7 +166,8 @@ Checkpoint load_checkpoint(const std::string& dir, bool with_optimizer) {
   if (!fs::is_directory(folder, ec)) user_error("checkpoint '{}' is not a folder", named);
   std::vector<std::string> missing;
   for (std::string_view file : {kWeightsFile, kOptimizerFile, kMetaFile})
-    if (!fs::is_regular_file(in_folder(folder, file), ec)) missing.emplace_back(file);
+    if ((with_optimizer || file != kOptimizerFile) && !fs::is_regular_file(in_folder(folder, file), ec))
+      missing.emplace_back(file);
   if (!missing.empty())
     user_error("checkpoint '{}' is incomplete: it has no {}", named, join_and(missing));
 

@@ -19,9 +19,10 @@ LoadedModel load_model(const std::string& dir) {
       model_config_from_json(ck.meta.model_config, "checkpoint '" + ck.folder + "'");
   // A diverged model would score NaN or sample noise: say why instead.
   refuse_non_finite(ck.weights, ck.folder, "weights");
+  const std::string file = ck.folder + "/" + std::string(kWeightsFile);
+  detail::check_tensor_names(ck.weights, config, {""}, file);
   LoadedModel out{config, nn::ParameterSet(config), ck.meta};
-  const std::vector<float> w = detail::whole_from_tensors(
-      ck.weights, config, "", ck.folder + "/" + std::string(kWeightsFile));
+  const std::vector<float> w = detail::whole_from_tensors(ck.weights, config, "", file);
   std::memcpy(out.params.flat().data(), w.data(), w.size() * sizeof(float));
   return out;
 }

@@ -5,6 +5,11 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <set>
+#include <string_view>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "tandem/core/error.h"
 
@@ -66,11 +71,68 @@ void scatter_state(const WholeModelState& state, const parallel::ParallelGPT& mo
   }
 }
 
+std::string legacy_tensor_name(std::string_view name) {
+  // tandem's first checkpoints named the embeddings as the model's fields do, not as Hugging
+  // Face's GPT-2 state dict does.
+  for (std::string_view stem : {"wte", "wpe"}) {
+    if (name.size() >= stem.size() && name.substr(name.size() - stem.size()) == stem &&
+        (name.size() == stem.size() || name[name.size() - stem.size() - 1] == '.'))
+      return std::string(name) + ".weight";
+  }
+  return std::string(name);
+}
+
+namespace {
+
+// "a, b and c", or the first `most` of them and "and N more".
+std::string some_names(const std::vector<std::string>& names, size_t most = 6) {
+  std::string out;
+  const size_t shown = std::min(names.size(), most);
+  for (size_t i = 0; i < shown; ++i) {
+    if (i > 0) out += i + 1 == shown && shown == names.size() ? " and " : ", ";
+    out += "'" + names[i] + "'";
+  }
+  if (shown < names.size()) out += fmt::format(" and {} more", names.size() - shown);
+  return out;
+}
+
+}  // namespace
+
+void check_tensor_names(const std::vector<NamedTensor>& tensors, const nn::GPTConfig& c,
+                        const std::vector<std::string>& prefixes, const std::string& file) {
+  std::set<std::string, std::less<>> want;
+  for (const std::string& prefix : prefixes)
+    for (const nn::ParamSpec& s : nn::gpt_parameter_specs(c)) want.insert(prefix + s.name);
+  std::map<std::string, std::string, std::less<>> have;  // the name now -> the name in the file
+  std::vector<std::string> extra;
+  for (const NamedTensor& t : tensors) {
+    const auto [it, fresh] = have.emplace(legacy_tensor_name(t.name), t.name);
+    if (!fresh)
+      user_error("checkpoint file '{}' holds tensor '{}' twice, as '{}' and as '{}'", file,
+                 it->first, it->second, t.name);
+    if (!want.contains(it->first)) extra.push_back(t.name);
+  }
+  std::vector<std::string> missing;
+  for (const std::string& name : want)
+    if (!have.contains(name)) missing.push_back(name);
+  if (extra.empty() && missing.empty()) return;
+  std::vector<std::string> parts;
+  if (!extra.empty())
+    parts.push_back(fmt::format("{} tensor{} this model does not have ({})", extra.size(),
+                                extra.size() == 1 ? "" : "s", some_names(extra)));
+  if (!missing.empty())
+    parts.push_back(fmt::format("no tensor{} {}, which this model needs", missing.size() == 1 ? "" : "s",
+                                some_names(missing)));
+  user_error("checkpoint file '{}' does not match its model ({} layers, d_model {}): it has {}; "
+             "the weights and meta.json come from different models",
+             file, c.n_layers, c.d_model, fmt::join(parts, ", and "));
+}
+
 std::vector<float> whole_from_tensors(const std::vector<NamedTensor>& tensors,
                                       const nn::GPTConfig& c, const std::string& prefix,
                                       const std::string& file) {
   std::map<std::string, const Tensor*, std::less<>> by_name;
-  for (const NamedTensor& t : tensors) by_name[t.name] = &t.tensor;
+  for (const NamedTensor& t : tensors) by_name[legacy_tensor_name(t.name)] = &t.tensor;
   std::vector<float> whole(static_cast<size_t>(nn::gpt_num_parameters(c)));
   for (const nn::ParamSpec& s : nn::gpt_parameter_specs(c)) {
     const std::string name = prefix + s.name;

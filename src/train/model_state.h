@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tandem/nn/gpt.h"
@@ -31,6 +32,16 @@ WholeModelState gather_state(const parallel::ParallelGPT& model, const DataParal
 // Copies this rank's part of `state` into the model's weights and the optimizer's moments.
 void scatter_state(const WholeModelState& state, const parallel::ParallelGPT& model,
                    DataParallelOptimizer& opt);
+
+// The name a checkpoint file's tensor has now: older checkpoints named the embeddings "wte" and
+// "wpe" (with any prefix, "m.wte"), which read as "wte.weight" and "wpe.weight"; others unchanged.
+std::string legacy_tensor_name(std::string_view name);
+
+// Refuses a checkpoint file whose tensors are not exactly the model's, each name under each of
+// `prefixes` ({""} for weights, {"m.", "v."} for the optimizer's moments): one UserError naming
+// `file`, the tensors the model does not have and those it needs but the file lacks.
+void check_tensor_names(const std::vector<NamedTensor>& tensors, const nn::GPTConfig& c,
+                        const std::vector<std::string>& prefixes, const std::string& file);
 
 // Whole-model tensors from a checkpoint file's list (named prefix + parameter name), each checked
 // for presence and shape; UserErrors name `file`.

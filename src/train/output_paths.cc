@@ -1,7 +1,10 @@
-// The check of a run's output paths before its first step: folders created, each place written to.
+// The check of a run's output paths before its first step (folders created, each place written
+// to), and the --save folder's lock.
 #include "output_paths.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -80,6 +83,58 @@ void check_outputs(const TrainConfig& cfg) {
     make_folder("--optimizer-state", cfg.optimizer.state_tier, tier.dir);
     probe_folder("--optimizer-state", cfg.optimizer.state_tier, tier.dir);
   }
+}
+
+SaveFolderLock::SaveFolderLock(const std::string& dir)
+    : path_((fs::path(dir) / kSaveLockFile).string()) {
+  // A holder removes the file when it lets go: a lock taken on a file already removed (opened
+  // just before) protects nothing, so it is taken again on the file now at the path.
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    const int fd = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0)
+      user_error("--save '{}': cannot create the lock file '{}': {}", dir, path_,
+                 std::strerror(errno));
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      const int err = errno;
+      if (err != EWOULDBLOCK) {  // no locks on this filesystem: run unlocked
+        ::close(fd);
+        return;
+      }
+      std::string holder;
+      char buf[32] = {};
+      const ssize_t n = ::pread(fd, buf, sizeof(buf) - 1, 0);
+      if (n > 0) holder = std::string(buf, static_cast<size_t>(n));
+      while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
+      ::close(fd);
+      user_error("--save '{}' is being written by another tandem run ({}, which holds '{}'): two "
+                 "runs writing one folder would remove each other's checkpoints; give this run "
+                 "another --save folder, or wait for that run to end",
+                 dir, holder.empty() ? "its pid not yet written" : "pid " + holder, path_);
+    }
+    struct stat held, now;
+    if (::fstat(fd, &held) == 0 && ::stat(path_.c_str(), &now) == 0 && held.st_ino == now.st_ino &&
+        held.st_dev == now.st_dev) {
+      const std::string pid = std::to_string(::getpid()) + "\n";
+      if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) < 0) {
+        const int err = errno;
+        ::unlink(path_.c_str());
+        ::close(fd);
+        user_error("--save '{}': cannot write the lock file '{}': {}", dir, path_,
+                   std::strerror(err));
+      }
+      fd_ = fd;
+      return;
+    }
+    ::close(fd);
+  }
+  user_error("--save '{}': cannot take the lock '{}': it is removed as often as it is made", dir,
+             path_);
+}
+
+SaveFolderLock::~SaveFolderLock() {
+  if (fd_ < 0) return;
+  ::unlink(path_.c_str());  // while still held: a run waiting on it retries on a new file
+  ::close(fd_);
 }
 
 }  // namespace tandem::train::detail

@@ -28,6 +28,8 @@ std::shared_ptr<const ResumeState> prepare_resume(const TrainConfig& cfg) {
   r->folder = ck.folder;
   const std::string weights_file = ck.folder + "/" + std::string(kWeightsFile);
   const std::string opt_file = ck.folder + "/" + std::string(kOptimizerFile);
+  detail::check_tensor_names(ck.weights, cfg.model, {""}, weights_file);
+  detail::check_tensor_names(ck.optimizer, cfg.model, {"m.", "v."}, opt_file);
   r->state.weights = detail::whole_from_tensors(ck.weights, cfg.model, "", weights_file);
   r->state.m = detail::whole_from_tensors(ck.optimizer, cfg.model, "m.", opt_file);
   r->state.v = detail::whole_from_tensors(ck.optimizer, cfg.model, "v.", opt_file);

@@ -2,8 +2,11 @@
 // the micro-batch count a step uses.
 #include "tandem/train/train_config.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
+#include "tandem/comm/thread.h"
 #include "tandem/core/error.h"
 #include "tandem/ooc/bytes.h"
 #include "tandem/ooc/plan.h"
@@ -13,18 +16,41 @@
 
 namespace tandem::train {
 
+// Automatic: one micro-batch without a pipeline. With pp stages, 2 x pp keeps the 1F1B bubble
+// small; a count must divide each data-parallel rank's rows, so it is the largest divisor of the
+// rows in [pp, 2 pp], else the smallest one above 2 pp, else (fewer rows than stages) one row
+// each.
 int TrainConfig::micro_batch_count() const {
   if (micro_batches > 0) return micro_batches;
-  return grid.pp > 1 ? 2 * grid.pp : 1;
+  if (grid.pp <= 1) return 1;
+  const int64_t rows = grid.dp > 0 ? batch / grid.dp : 0;
+  if (rows < 1) return 2 * grid.pp;
+  for (int64_t m = std::min<int64_t>(rows, 2 * grid.pp); m >= grid.pp; --m)
+    if (rows % m == 0) return static_cast<int>(m);
+  for (int64_t m = 2 * int64_t{grid.pp} + 1; m <= rows; ++m)
+    if (rows % m == 0) return static_cast<int>(m);
+  return static_cast<int>(rows);
 }
 
 void TrainConfig::validate() const {
+  // The model's sizes by the flags that set them, before nn's own check names its fields.
+  if (model.n_layers < 1) user_error("--layers {} must be at least 1", model.n_layers);
+  if (model.n_heads < 1) user_error("--heads {} must be at least 1", model.n_heads);
+  if (model.d_model < 1) user_error("--d-model {} must be at least 1", model.d_model);
+  if (model.d_model % model.n_heads != 0)
+    user_error("--d-model {} must be divisible by --heads {}", model.d_model, model.n_heads);
+  if (model.seq_len < 1) user_error("--seq-len {} must be at least 1", model.seq_len);
+  if (!(model.dropout >= 0.0f && model.dropout < 1.0f))
+    user_error("--dropout {} must be in [0, 1)", model.dropout);
   model.validate();
   if (model.vocab_size != kByteVocab)
     user_error("the model's vocabulary is {}; tandem trains on bytes (256 tokens)", model.vocab_size);
   if (batch < 1) user_error("--batch {} must be at least 1", batch);
   if (steps < 0) user_error("--steps {} must be 0 or more", steps);
-  if (!(lr > 0) || !std::isfinite(lr)) user_error("--lr {} must be positive", lr);
+  // The optimizer programs compute in f32: a rate past its range would be infinite there.
+  if (!(lr > 0) || !(lr <= std::numeric_limits<float>::max()))
+    user_error("--lr {} must be positive and finite in f32 (at most {:g})", lr,
+               std::numeric_limits<float>::max());
   if (warmup < 0) user_error("--warmup {} must be 0 or more", warmup);
   if (!(min_lr_ratio >= 0 && min_lr_ratio <= 1))
     user_error("the minimum learning-rate ratio {} must be in [0, 1]", min_lr_ratio);
@@ -47,6 +73,11 @@ void TrainConfig::validate() const {
     user_error("--dp {}, --tp {}, --pp {}: each must be at least 1", grid.dp, grid.tp, grid.pp);
   if (backend != "thread" && backend != "mpi")
     user_error("--backend {}: the backends are thread and mpi", backend);
+  const int64_t ranks = int64_t{grid.dp} * grid.tp * grid.pp;
+  if (backend == "thread" && ranks > comm::kMaxThreadRanks)
+    user_error("--dp {} x --tp {} x --pp {} is {} ranks; the thread backend runs at most {}, each a "
+               "thread of this process: use --backend mpi under mpirun for more",
+               grid.dp, grid.tp, grid.pp, ranks, comm::kMaxThreadRanks);
   exec::runner_kind_from_name(executor, "--executor");
   if (micro_batches < 0) user_error("--micro-batches {} must be 0 (automatic) or more", micro_batches);
   if (model.n_heads % grid.tp != 0)

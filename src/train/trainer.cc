@@ -27,6 +27,7 @@
 #include "tandem/train/atomic_file.h"
 #include "tandem/train/checkpoint_series.h"
 #include "tandem/train/data.h"
+#include "tandem/train/memory_estimate.h"
 #include "tandem/train/metrics.h"
 #include "tandem/train/progress.h"
 #include "corpus_cache.h"
@@ -64,6 +65,19 @@ int local_ranks_for_blas(const TrainConfig& c) {
   const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
   if (local == nullptr) local = std::getenv("MPI_LOCALNRANKS");
   return local != nullptr ? std::max(1, std::atoi(local)) : 1;
+}
+
+// Under mpirun, --backend thread runs the whole grid inside every process: N processes train N
+// copies of the model side by side, each writing the same outputs.
+void warn_thread_backend_under_mpirun(const TrainConfig& c) {
+  const auto job = comm::launched_mpi_job();
+  if (!job) return;
+  (c.out != nullptr ? *c.out : std::cout)
+      << fmt::format("tandem train: warning: this process is rank {} of {} started by an MPI "
+                     "launcher, but --backend thread runs all {} ranks inside each process: the {} "
+                     "processes train {} separate copies; give --backend mpi to train one model "
+                     "across them\n",
+                     job->rank, job->size, c.grid.size(), job->size, job->size);
 }
 
 // Seconds per named phase of one step, in the order phases first ran.
@@ -146,7 +160,12 @@ class RankRun {
   void save(int64_t step);
   // A non-finite loss or model: stop with the step, the last finite loss and the checkpoint kept.
   [[noreturn]] void diverged(const std::string& what) const;
-  void report_step(int64_t step, double loss, std::optional<double> val, double lr, double step_s);
+  // The lead rank's report of a step; returns the error of a metrics write that failed (else "").
+  std::string report_step(int64_t step, double loss, std::optional<double> val, double lr,
+                          double step_s);
+  // An output that failed after `step` (a full disk under --metrics): every rank saves the
+  // checkpoint (when --save is given and it was not just saved) and stops with `failed`.
+  [[noreturn]] void stop_after_failed_output(int64_t step, const std::string& failed);
   // The end of the run.
   void finish(TrainResult& result);
   void print_summary(const TrainResult& result, int64_t steps_run);
@@ -240,7 +259,18 @@ TrainResult RankRun::run() {
     result.losses.push_back(loss);
     last_finite_step_ = step + 1;
     last_finite_loss_ = loss;
-    report_step(step, loss, val, lr, step_s);
+    const std::string failed = report_step(step, loss, val, lr, step_s);
+    // The lead rank alone writes the metrics: every rank learns whether that failed (a full
+    // disk), so that all save and stop together.
+    if (!cfg_.metrics_path.empty()) {
+      const std::string any = comm::broadcast_string(grid_.world(), failed);
+      if (!any.empty()) stop_after_failed_output(step, any);
+    }
+  }
+  // --steps 0 (or a run with nothing to do) still saves the model it starts from, once.
+  if (!cfg_.save_dir.empty() && !resume_ && result.first_step >= cfg_.steps) {
+    comm::set_comm_activity("the checkpoint of the initial model");
+    save(result.first_step);
   }
   comm::set_comm_activity("the end of the run");
   result.seconds = seconds_since(run_begin);
@@ -293,7 +323,7 @@ void RankRun::open_reports(int64_t first) {
       progress_ = std::make_unique<Progress>(out_, cfg_.steps, po, first);
     }
   }
-  if (first >= cfg_.steps && lead_)
+  if (resume_ && first >= cfg_.steps && lead_)
     out_ << fmt::format("tandem train: the checkpoint is at step {}, --steps is {}: nothing to do\n",
                         first, cfg_.steps);
 }
@@ -370,7 +400,7 @@ void RankRun::print_header(int64_t first_step) {
   programs += schedules_.from_autotuner()
                   ? (cfg_.tune ? "; schedules autotuned" : "; schedules from the autotuner's cache")
                   : "; schedules by preference (no autotuner record: --tune makes one)";
-  out_ << programs << "\n";
+  out_ << programs << "\n" << memory_line(cfg_);
   if (ooc_) out_ << ooc_->plan_line();
   out_.flush();
 }
@@ -459,9 +489,22 @@ void RankRun::diverged(const std::string& what) const {
       fmt::format("{}{}: training diverged and stopped without saving{}", what, before, kept));
 }
 
-void RankRun::report_step(int64_t step, double loss, std::optional<double> val, double lr,
-                          double step_s) {
-  if (!lead_) return;
+void RankRun::stop_after_failed_output(int64_t step, const std::string& failed) {
+  std::string kept;
+  if (!cfg_.save_dir.empty()) {
+    if (!checkpoint_due(step)) save(step + 1);
+    kept = fmt::format("; the checkpoint at step {} is saved in '{}': resume from it once the "
+                       "output can be written",
+                       step + 1, last_checkpoint_.folder);
+  } else {
+    kept = " (without --save, the model is lost)";
+  }
+  throw comm::CollectiveError(fmt::format("{}; training stopped after step {}{}", failed, step + 1, kept));
+}
+
+std::string RankRun::report_step(int64_t step, double loss, std::optional<double> val, double lr,
+                                 double step_s) {
+  if (!lead_) return {};
   const double tps = tokens_per_step() / step_s;
   if (metrics_) {
     StepMetrics sm;
@@ -471,9 +514,14 @@ void RankRun::report_step(int64_t step, double loss, std::optional<double> val, 
     sm.tokens_per_s = tps;
     sm.phase_s = phases_.phases();
     sm.extra = {{"lr", lr}, {"step_s", step_s}};
-    metrics_->write(sm);
+    try {
+      metrics_->write(sm);
+    } catch (const UserError& e) {
+      return e.what();
+    }
   }
   if (progress_) progress_->update(step + 1, loss, val, tps);
+  return {};
 }
 
 // --------------------------------------------------------------------------------- the end
@@ -510,8 +558,8 @@ void RankRun::print_summary(const TrainResult& result, int64_t ran) {
                         result.tokens_per_s, result.losses.front(), result.losses.back(), val);
   }
   if (ooc_ && ran > 0) out_ << ooc_->summary_line();
-  if (!cfg_.save_dir.empty() && ran > 0)
-    out_ << fmt::format("tandem train: checkpoint at step {} in {}\n", cfg_.steps,
+  if (!cfg_.save_dir.empty() && (ran > 0 || (!resume_ && last_checkpoint_.step >= 0)))
+    out_ << fmt::format("tandem train: checkpoint at step {} in {}\n", last_checkpoint_.step,
                         last_checkpoint_.folder);
   out_.flush();
 }
@@ -553,6 +601,8 @@ TrainResult train_rank(comm::Communicator& world, const TrainConfig& config, Tra
 
 TrainResult train(const TrainConfig& config) {
   config.validate();
+  // Before anything large is allocated: a run that cannot fit is refused, not killed.
+  check_memory(config);
   // The run's own collective timeout, for its duration only.
   struct Timeout {
     explicit Timeout(const std::optional<double>& s) : set(s.has_value()) {
@@ -586,7 +636,11 @@ TrainResult train(const TrainConfig& config) {
           config.grid.str(), ranks, world->size() == 1 ? "is" : "are", world->size(), ranks));
     // Only rank 0 writes the outputs, on its own filesystem: it alone checks them (and, should
     // one be bad, fails alone; the tandem command then ends the job).
-    if (world->rank() == 0) detail::check_outputs(config);
+    std::optional<detail::SaveFolderLock> lock;
+    if (world->rank() == 0) {
+      detail::check_outputs(config);
+      if (!config.save_dir.empty()) lock.emplace(config.save_dir);
+    }
     result = train_rank(*world, config, &trace, resume);
     if (trace.enabled()) {
       // Each process recorded its own rank: rank 0 gathers them into one file.
@@ -596,6 +650,9 @@ TrainResult train(const TrainConfig& config) {
     return result;
   }
   detail::check_outputs(config);
+  std::optional<detail::SaveFolderLock> lock;
+  if (!config.save_dir.empty()) lock.emplace(config.save_dir);
+  warn_thread_backend_under_mpirun(config);
   std::mutex mu;
   comm::run_ranks(ranks, [&](comm::Communicator& world) {
     TrainResult r = train_rank(world, config, &trace, resume);

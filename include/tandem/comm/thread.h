@@ -24,12 +24,18 @@
 
 namespace tandem::comm {
 
+// The most ranks run_ranks starts. Each rank is a thread holding its own copy of the buffers it
+// works on, and the Direct collectives have every rank read every peer's buffer (n^2 reads a
+// step): past a few hundred ranks on one machine a run only oversubscribes its cores and runs out
+// of memory, so larger counts are refused at once (MPI runs take any count).
+inline constexpr int kMaxThreadRanks = 256;
+
 // Runs fn(comm) on n threads, one per rank of a new group of n ranks (the caller only waits), and
 // returns when all have returned. If any rank threw, rethrows the first failure: a tandem
 // UserError or InternalError whose message names the rank is rethrown as is (a CollectiveError,
 // which every rank raised, always); any other std::exception becomes an exception of the same
 // family (UserError, InternalError, else std::runtime_error) prefixed with "rank R of N: ".
-// n < 1 is a UserError. After a failure, a rank that has not returned within comm_timeout_s()
+// n < 1 and n > kMaxThreadRanks are UserErrors. After a failure, a rank that has not returned within comm_timeout_s()
 // (10 s at most when the failure was a timeout, which already showed a rank stuck), stuck
 // outside any communication call, is left running, detached, so that the failure is reported;
 // `fn` is copied for it, but what `fn` refers to must then outlive it (the tandem command exits

@@ -90,6 +90,10 @@ class ParallelGPT {
   // tensor-parallel shards), the head on the last stage, and the 1F1B order of its passes.
   static nn::ChainLayout chain_layout(const nn::GPTConfig& config, const Grid& grid, int micro_rows,
                                       int T, int micro_batches);
+  // The same for the rank at `coord` of a grid of `shape`, without its communicators (estimates
+  // made before any rank starts).
+  static nn::ChainLayout chain_layout(const nn::GPTConfig& config, const GridShape& shape,
+                                      const GridCoord& coord, int micro_rows, int T, int micro_batches);
 
   const nn::GPTConfig& config() const { return config_; }
   const ShardLayout& layout() const { return layout_; }

@@ -75,7 +75,8 @@ void save_checkpoint(const std::string& dir, const Checkpoint& ckpt,
 // (checkpoint_series.h: resolve_checkpoint). The folder must exist and hold all three files,
 // meta.json must be valid with a known format version, both safetensors files must be sound.
 // Each problem is one UserError naming the checkpoint and what is wrong. `with_optimizer = false`
-// skips reading the optimizer state (eval, sample) but still requires the file.
+// skips the optimizer state (eval, sample): its file may be absent (a
+// checkpoint copied without it, to evaluate or share the weights).
 Checkpoint load_checkpoint(const std::string& dir, bool with_optimizer = true);
 
 // The first tensor holding NaN or infinite values, described: "tensor 'wte' has 12 NaN and 0

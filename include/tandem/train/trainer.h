@@ -20,8 +20,11 @@
 // Failure: the outputs (--save, --metrics, --trace) are checked before the first step; a loss
 // that is not finite, or a model that is not finite when a checkpoint falls due, stops the run on
 // every rank together (comm::CollectiveError) without saving, so the newest checkpoint in the
-// --save folder (checkpoint_series.h) is the last good one. Every wait for other ranks is bounded
-// by the collective timeout (config.comm_timeout_s).
+// --save folder (checkpoint_series.h) is the last good one. A metrics line that cannot be written
+// (a full disk) stops the run on every rank together after the step's checkpoint is saved. Every
+// wait for other ranks is bounded by the collective timeout (config.comm_timeout_s). The --save
+// folder is locked for the run (a second run writing it is refused); --steps 0 saves the initial
+// model.
 #pragma once
 
 #include <cstdint>

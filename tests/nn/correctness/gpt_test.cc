@@ -102,7 +102,7 @@ TEST_P(GptGradients, MatchReferenceModelAndFiniteDifferences) {
                           finite_difference(f, p64, idx), 1e-6, 1e-9));
   }
   // Positions no batch reaches get no gradient.
-  const Tensor dwpe = m.grads["wpe"];
+  const Tensor dwpe = m.grads["wpe.weight"];
   for (int64_t i = static_cast<int64_t>(T) * c.d_model; i < dwpe.numel(); ++i)
     ASSERT_EQ(dwpe.get(i), 0.0f) << "wpe element " << i;
 }

@@ -29,7 +29,7 @@ GPTConfig two_layers() {
 TEST(GptLayout, ParameterNamesAndShapesAreGpt2s) {
   const GPTConfig c = two_layers();
   const int64_t C = 8;
-  std::vector<std::pair<std::string, Shape>> want = {{"wte", {256, C}}, {"wpe", {6, C}}};
+  std::vector<std::pair<std::string, Shape>> want = {{"wte.weight", {256, C}}, {"wpe.weight", {6, C}}};
   for (int i = 0; i < 2; ++i) {
     const std::string h = "h." + std::to_string(i) + ".";
     want.push_back({h + "ln_1.weight", {C}});
@@ -75,8 +75,8 @@ TEST(GptLayout, Gpt2SmallHasItsWellKnownParameterCount) {
 
 TEST(GptLayout, StageViewsPointIntoTheFlatBuffer) {
   const ParameterSet p(two_layers());
-  EXPECT_EQ(p.embedding().wte, p["wte"].data());
-  EXPECT_EQ(p.embedding().wpe, p["wpe"].data());
+  EXPECT_EQ(p.embedding().wte, p["wte.weight"].data());
+  EXPECT_EQ(p.embedding().wpe, p["wpe.weight"].data());
   const BlockParams b = p.block(1);
   EXPECT_EQ(b.ln_1_w, p["h.1.ln_1.weight"].data());
   EXPECT_EQ(b.c_attn_w, p["h.1.attn.c_attn.weight"].data());
@@ -85,7 +85,7 @@ TEST(GptLayout, StageViewsPointIntoTheFlatBuffer) {
   EXPECT_EQ(b.mlp_proj_w, p["h.1.mlp.c_proj.weight"].data());
   EXPECT_EQ(b.mlp_proj_b, p["h.1.mlp.c_proj.bias"].data());
   EXPECT_EQ(p.final_stage().ln_f_b, p["ln_f.bias"].data());
-  EXPECT_EQ(p.final_stage().wte, p["wte"].data());  // tied
+  EXPECT_EQ(p.final_stage().wte, p["wte.weight"].data());  // tied
   // A block is one contiguous slice from ln_1.weight to mlp.c_proj.bias.
   const Tensor slice = p.block_flat(1);
   EXPECT_EQ(slice.data(), p["h.1.ln_1.weight"].data());
@@ -112,7 +112,7 @@ TEST(GptLayout, InitialisationIsGpt2sAndTheSameEverywhere) {
     return std::sqrt(s2 / static_cast<double>(t.numel()) - m * m);
   };
   // 12288+ samples each: the sample std is within 2% of the target.
-  EXPECT_NEAR(stddev(a["wte"]), 0.02, 0.0005);
+  EXPECT_NEAR(stddev(a["wte.weight"]), 0.02, 0.0005);
   EXPECT_NEAR(stddev(a["h.0.attn.c_attn.weight"]), 0.02, 0.0005);
   EXPECT_NEAR(stddev(a["h.1.mlp.c_fc.weight"]), 0.02, 0.0005);
   const double resid = 0.02 / std::sqrt(2.0 * c.n_layers);

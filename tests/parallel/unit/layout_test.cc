@@ -171,7 +171,7 @@ TEST(ShardLayout, StagesSplitTheLayersAndTheLastKeepsTheTiedEmbedding) {
   const ShardLayout last(c, GridShape{1, 1, 2}, 0, 1);
   EXPECT_FALSE(last.has_embedding());
   EXPECT_TRUE(last.has_final());
-  EXPECT_EQ(last.tensors().back().name, "wte");
+  EXPECT_EQ(last.tensors().back().name, "wte.weight");
   EXPECT_FALSE(last.tensors().back().writer);
   EXPECT_EQ(last.first_layer(), 3);
 }

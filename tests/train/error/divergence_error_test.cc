@@ -42,8 +42,9 @@ TEST(Divergence, NonFiniteLossStopsTheRunAndKeepsTheLastCheckpoint) {
   EXPECT_THAT(lines, HasSubstr("{\"step\":2,\"loss\":null"));
 }
 
-// A learning rate beyond f32's range makes the first update infinite although the first loss
-// was finite: the save after it must refuse the model rather than write it.
+// A weight decay whose product with the learning rate is beyond f32's range makes the update
+// infinite although the loss before it was finite: the save after it must refuse the model
+// rather than write it.
 TEST(Divergence, ANonFiniteModelIsNeverSaved) {
   ScratchDir dir;
   TrainConfig first = testing::tiny_run(2);
@@ -53,7 +54,8 @@ TEST(Divergence, ANonFiniteModelIsNeverSaved) {
   c.resume_dir = dir.path("ck");
   c.save_dir = dir.path("ck");
   c.save_every = 1;
-  c.lr = 1e39;
+  c.lr = 1e30;
+  c.optimizer.weight_decay = 1e30;
   c.warmup = 0;
   const std::string m = user_error_of([&] { train(c); });
   EXPECT_THAT(m, MatchesRegex("the model after step 3 is not finite \\(tensor '[a-z_.0-9]+' has "
@@ -67,7 +69,8 @@ TEST(Divergence, ANonFiniteModelIsNeverSaved) {
 TEST(Divergence, WithoutAnEarlierSaveTheMessageSaysSo) {
   ScratchDir dir;
   TrainConfig c = testing::tiny_run(4);
-  c.lr = 1e39;
+  c.lr = 1e30;
+  c.optimizer.weight_decay = 1e30;
   c.warmup = 0;
   c.save_dir = dir.path("ck");
   c.save_every = 1;

@@ -128,7 +128,9 @@ TEST(FailingRank, ADataFileMissingOnOneRankEndsTheJob) {
       << command << "\n" << e.result.output;
 }
 
-// The metrics file, which rank 0 alone appends to every step, stops growing mid-run.
+// The metrics file, which rank 0 alone appends to every step, stops growing mid-run: every rank
+// learns of it after the step (and would save its checkpoint, with --save) and stops; rank 0 says
+// why, once.
 TEST(FailingRank, AMetricsFileThatCannotGrowEndsTheJob) {
   ScratchDir dir;
   const Ended e = run_job(job(dir, "--metrics " + dir.path("m.jsonl")), [&] {
@@ -137,8 +139,9 @@ TEST(FailingRank, AMetricsFileThatCannotGrowEndsTheJob) {
     EXPECT_EQ(std::system(limit.c_str()), 0) << limit;
   });
   expect_ended_by_itself(e);
-  EXPECT_THAT(e.result.output, HasSubstr("tandem: error: rank 0 of 2: cannot write metrics file '" +
-                                         dir.path("m.jsonl") + "': File too large"))
+  EXPECT_THAT(e.result.output, HasSubstr("tandem: error: cannot write metrics file '" +
+                                         dir.path("m.jsonl") + "': File too large; training stopped "
+                                         "after step "))
       << e.result.output;
 }
 

@@ -1,0 +1,64 @@
+// The memory a training run will need on this machine, estimated from its config before anything
+// is allocated, and the memory the machine has for it; a run that cannot fit is refused with both
+// and what to change, instead of being killed by the kernel without a word.
+//
+// Per rank (its shard of the model at its grid coordinates):
+//   parameters        the rank's flat weights (f32)
+//   gradients         as many
+//   optimizer state   Adam's or LAMB's two moments, sliced over the data-parallel ranks (the
+//                     default schedules keep them sliced; a schedule that keeps them whole needs
+//                     dp times this); nothing with --optimizer-state file:DIR (its moments
+//                     live in the file)
+//   exchange buffers  the optimizer programs' own buffers (the data-parallel exchange's): the
+//                     rank's 1/dp slice of the parameters with the compiled executor, two whole
+//                     copies more with the plan runner or the reference interpreter (as measured)
+//   activations       what a step saves for its backward plus the workspace: the out-of-core
+//                     planner's in-core need (ooc::MemorySchedule with every unit kept), or, with
+//                     --memory-budget, the budget (the fast tier holds no more)
+//   whole-model copies the whole model's weights that each rank builds to initialise its shard,
+//                     and the weights and two moments it gathers for each checkpoint (--save)
+// On this machine: every rank with --backend thread (they share the process); with --backend mpi,
+// this process's ranks on the node (OMPI_COMM_WORLD_LOCAL_SIZE or MPI_LOCALNRANKS, else 1) times
+// the largest rank's need. A resumed run also holds the checkpoint's weights and moments once.
+// Not counted: the data, BLAS's buffers, the other DSL programs' small buffers.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "tandem/train/train_config.h"
+
+namespace tandem::train {
+
+struct MemoryEstimate {
+  int ranks = 1;  // on this machine
+  uint64_t parameters = 0, gradients = 0, optimizer = 0, exchange = 0, activations = 0, whole_copies = 0;
+  bool activations_budgeted = false;  // activations is --memory-budget's, per rank
+  uint64_t activations_in_core = 0;   // what they would need in-core, on this machine
+
+  uint64_t total() const { return parameters + gradients + optimizer + exchange + activations + whole_copies; }
+  // "2.4 GiB on this machine (4 ranks: parameters 120.0 MiB, gradients ..., ...)".
+  std::string str() const;
+};
+
+MemoryEstimate estimate_memory(const TrainConfig& cfg);
+
+// The memory this process may still use: MemAvailable from /proc/meminfo, or the room left under
+// this process's cgroup limit (v2 memory.max less memory.current; v1 memory.limit_in_bytes less
+// memory.usage_in_bytes) when that is less. The TANDEM_MEMORY_LIMIT environment variable states it
+// instead ("16GiB"; "off": no check). Nothing when it cannot be read (or is off).
+struct AvailableMemory {
+  uint64_t bytes = 0;
+  std::string source;  // "MemAvailable in /proc/meminfo", "the cgroup limit ...", ...
+};
+std::optional<AvailableMemory> available_memory();
+
+// Refuses a run whose estimate is more than the available memory: one UserError with the
+// estimate, the memory available and where that figure comes from, and what to change.
+void check_memory(const TrainConfig& cfg);
+
+// The start-up line: "  memory estimate: 2.4 GiB on this machine (...); 21.9 GiB available (...)".
+std::string memory_line(const TrainConfig& cfg);
+
+}  // namespace tandem::train

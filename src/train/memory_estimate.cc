@@ -1,0 +1,233 @@
+// A run's memory estimated from its config (the shard layout, the out-of-core planner's in-core
+// need), the memory this machine has for it (/proc/meminfo, the cgroup limit), and the refusal of
+// a run that cannot fit.
+#include "tandem/train/memory_estimate.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <utility>
+#include <vector>
+
+#include "tandem/core/env.h"
+#include "tandem/core/error.h"
+#include "tandem/ooc/bytes.h"
+#include "tandem/ooc/memory_schedule.h"
+#include "tandem/ooc/plan.h"
+#include "tandem/parallel/model.h"
+#include "tandem/parallel/shard.h"
+
+namespace tandem::train {
+namespace {
+
+constexpr uint64_t kF32 = sizeof(float);
+
+// In-process ranks share this machine; MPI processes on it are counted by the launcher.
+int local_processes() {
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"})
+    if (const char* v = std::getenv(name)) return std::max(1, std::atoi(v));
+  return 1;
+}
+
+// The first line of a small file, or "" when it cannot be read.
+std::string first_line(const std::string& path) {
+  std::ifstream f(path);
+  std::string line;
+  std::getline(f, line);
+  return line;
+}
+
+std::optional<uint64_t> number_in(const std::string& path) {
+  const std::string text = first_line(path);
+  if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+  return std::strtoull(text.c_str(), nullptr, 10);
+}
+
+std::optional<uint64_t> mem_available() {
+  std::ifstream f("/proc/meminfo");
+  std::string key, unit;
+  uint64_t kib = 0;
+  while (f >> key >> kib) {
+    std::getline(f, unit);
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  return std::nullopt;
+}
+
+// The room under this process's cgroup memory limit, with the limit file's name; nothing when
+// there is no limit (or no cgroup file to read).
+std::optional<AvailableMemory> cgroup_room() {
+  std::ifstream f("/proc/self/cgroup");
+  std::string line;
+  while (std::getline(f, line)) {
+    // v2: "0::/path"; v1: "N:memory:/path" (the controllers may be a list: "N:cpu,memory:/p").
+    const size_t a = line.find(':'), b = line.find(':', a + 1);
+    if (a == std::string::npos || b == std::string::npos) continue;
+    const std::string controllers = line.substr(a + 1, b - a - 1);
+    const std::string path = line.substr(b + 1);
+    const bool v2 = line.substr(0, a) == "0" && controllers.empty();
+    bool memory = false;
+    std::stringstream list(controllers);
+    for (std::string c; std::getline(list, c, ',');) memory = memory || c == "memory";
+    if (!v2 && !memory) continue;
+    const std::string root = v2 ? "/sys/fs/cgroup" : "/sys/fs/cgroup/memory";
+    const char* limit_file = v2 ? "memory.max" : "memory.limit_in_bytes";
+    const char* usage_file = v2 ? "memory.current" : "memory.usage_in_bytes";
+    // Inside a container the process's own cgroup is often the mount's root.
+    for (const std::string& dir : {root + (path == "/" ? "" : path), root}) {
+      const std::optional<uint64_t> limit = number_in(dir + "/" + limit_file);  // "max": none
+      if (!limit) continue;
+      if (*limit >= (uint64_t{1} << 60)) return std::nullopt;  // v1's "no limit"
+      const uint64_t used = number_in(dir + "/" + usage_file).value_or(0);
+      return AvailableMemory{*limit > used ? *limit - used : 0,
+                             fmt::format("the room under the cgroup limit {} ({} of {} used)",
+                                         dir + "/" + limit_file, ooc::human_bytes(used),
+                                         ooc::human_bytes(*limit))};
+    }
+  }
+  return std::nullopt;
+}
+
+// One rank's need at its grid coordinates (gradients are as many bytes as parameters).
+struct RankNeed {
+  uint64_t parameters = 0, optimizer = 0, exchange = 0, activations = 0;
+};
+
+}  // namespace
+
+std::string MemoryEstimate::str() const {
+  std::vector<std::string> parts = {
+      "parameters " + ooc::human_bytes(parameters), "gradients " + ooc::human_bytes(gradients),
+      "optimizer state " + ooc::human_bytes(optimizer), "exchange buffers " + ooc::human_bytes(exchange),
+      (activations_budgeted ? "activations (--memory-budget) " : "activations ") +
+          ooc::human_bytes(activations)};
+  if (whole_copies > 0) parts.push_back("whole-model copies " + ooc::human_bytes(whole_copies));
+  return fmt::format("{} on this machine ({} rank{}: {})", ooc::human_bytes(total()), ranks,
+                     ranks == 1 ? "" : "s", fmt::join(parts, ", "));
+}
+
+MemoryEstimate estimate_memory(const TrainConfig& cfg) {
+  const parallel::GridShape& g = cfg.grid;
+  const int M = cfg.micro_batch_count();
+  const int micro_rows = static_cast<int>(cfg.batch / g.dp / M);
+  const bool optimizer_in_file = cfg.optimizer.state_tier.rfind("file:", 0) == 0;
+  // Each (tp rank, stage) pair's shard and chain; dp ranks repeat them.
+  std::map<std::pair<int, int>, RankNeed> needs;
+  for (int pp = 0; pp < g.pp; ++pp)
+    for (int tp = 0; tp < g.tp; ++tp) {
+      RankNeed n;
+      const parallel::ShardLayout layout(cfg.model, g, tp, pp);
+      n.parameters = static_cast<uint64_t>(layout.size()) * kF32;
+      // In a file tier (--optimizer-state file:DIR) the moments are out of memory but for two
+      // staging slots, which are not counted.
+      if (!optimizer_in_file)
+        n.optimizer = 2 * ((static_cast<uint64_t>(layout.size()) + g.dp - 1) / g.dp) * kF32;
+      // The optimizer programs' own buffers, as measured on their runners: the compiled
+      // executor's come to the rank's slice of the parameters; the plan runner and the reference
+      // interpreter also hold two whole-size intermediates.
+      const uint64_t slice = (n.parameters + g.dp - 1) / g.dp;
+      n.exchange = cfg.executor == "compiled" ? slice : 2 * n.parameters + slice;
+      const nn::ChainLayout chain = parallel::ParallelGPT::chain_layout(
+          cfg.model, g, parallel::GridCoord{0, tp, pp}, micro_rows, cfg.model.seq_len, M);
+      n.activations = ooc::MemorySchedule(chain, ooc::keep_all(chain.units)).peak_bytes();
+      needs[{tp, pp}] = n;
+    }
+  const uint64_t whole = static_cast<uint64_t>(nn::gpt_num_parameters(cfg.model)) * kF32;
+  // Each rank builds the whole model to initialise its shard, and gathers the weights and both
+  // moments for a checkpoint.
+  const uint64_t copies = (cfg.save_dir.empty() ? 1 : 3) * whole;
+
+  MemoryEstimate e;
+  e.activations_budgeted = !cfg.memory_budget.empty();
+  auto add = [&](const RankNeed& n, uint64_t times) {
+    e.parameters += times * n.parameters;
+    e.gradients += times * n.parameters;
+    e.optimizer += times * n.optimizer;
+    e.exchange += times * n.exchange;
+    e.activations_in_core += times * n.activations;
+    if (e.activations_budgeted) {
+      e.activations += times * ooc::parse_budget(cfg.memory_budget, n.activations);
+    } else {
+      e.activations += times * n.activations;
+    }
+    e.whole_copies += times * copies;
+  };
+  if (cfg.backend == "thread") {
+    e.ranks = g.size();
+    for (const auto& [where, n] : needs) add(n, static_cast<uint64_t>(g.dp));
+  } else {
+    e.ranks = local_processes();
+    const auto largest = std::max_element(needs.begin(), needs.end(), [](const auto& a, const auto& b) {
+      const RankNeed &x = a.second, &y = b.second;
+      return 2 * x.parameters + x.optimizer + x.exchange + x.activations <
+             2 * y.parameters + y.optimizer + y.exchange + y.activations;
+    });
+    add(largest->second, static_cast<uint64_t>(e.ranks));
+  }
+  // A resumed run holds the checkpoint's weights and moments, once for the whole process.
+  if (!cfg.resume_dir.empty()) e.whole_copies += 3 * whole;
+  return e;
+}
+
+std::optional<AvailableMemory> available_memory() {
+  const std::string stated = env_str("TANDEM_MEMORY_LIMIT", "");
+  if (stated == "off") return std::nullopt;
+  if (!stated.empty()) {
+    try {
+      return AvailableMemory{ooc::parse_bytes(stated), "TANDEM_MEMORY_LIMIT"};
+    } catch (const UserError& e) {
+      user_error("TANDEM_MEMORY_LIMIT: {} (give a size such as 16GiB, or off)", e.what());
+    }
+  }
+  std::optional<AvailableMemory> best;
+  if (const auto bytes = mem_available()) best = AvailableMemory{*bytes, "MemAvailable in /proc/meminfo"};
+  if (const auto room = cgroup_room(); room && (!best || room->bytes < best->bytes)) best = room;
+  return best;
+}
+
+void check_memory(const TrainConfig& cfg) {
+  const std::optional<AvailableMemory> avail = available_memory();
+  if (!avail) return;
+  const MemoryEstimate e = estimate_memory(cfg);
+  if (e.total() <= avail->bytes) return;
+  std::vector<std::string> advice;
+  std::string note;
+  const uint64_t fixed = e.total() - e.activations;
+  if (fixed >= avail->bytes) {
+    note = fmt::format("; its parameters, gradients, optimizer state and exchange buffers alone "
+                       "need {}, which no --memory-budget changes",
+                       ooc::human_bytes(fixed));
+    if (e.optimizer > 0 && fixed - e.optimizer < avail->bytes)
+      advice.push_back("keep the optimizer state in a file (--optimizer-state file:DIR)");
+  }
+  else if (!e.activations_budgeted)
+    advice.push_back(fmt::format(
+        "train out-of-core with --memory-budget (e.g. --memory-budget 25% keeps the saved "
+        "activations in a quarter of their {}, the rest swapped or recomputed: "
+        "docs/out-of-core.md)",
+        ooc::human_bytes(e.activations_in_core)));
+  else
+    advice.push_back("give a smaller --memory-budget");
+  advice.push_back("use a smaller model (--layers, --d-model), batch (--batch) or sequence (--seq-len)");
+  if (cfg.backend == "thread")
+    advice.push_back("spread the ranks over machines (--backend mpi under mpirun)");
+  user_error("this run needs about {}, but {} is available ({}){}. To fit, {}. "
+             "TANDEM_MEMORY_LIMIT=SIZE states the memory available instead of what this machine "
+             "reports (off: no check)",
+             e.str(), ooc::human_bytes(avail->bytes), avail->source, note, fmt::join(advice, "; or "));
+}
+
+std::string memory_line(const TrainConfig& cfg) {
+  const MemoryEstimate e = estimate_memory(cfg);
+  const std::optional<AvailableMemory> avail = available_memory();
+  return fmt::format("  memory estimate: {}; {}\n", e.str(),
+                     avail ? fmt::format("{} available ({})", ooc::human_bytes(avail->bytes), avail->source)
+                           : std::string("the available memory is unknown (not checked)"));
+}
+
+}  // namespace tandem::train

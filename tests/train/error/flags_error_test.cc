@@ -1,0 +1,170 @@
+// Flags and small cases a user meets: parse errors in tandem's own form, sizes named by their
+// flags, an automatic micro-batch count that fits the batch, --steps 0 saving the initial model,
+// --model refused with --resume when it is not the checkpoint's, eval and sample flags checked,
+// eval without the optimizer state, a learning rate beyond f32, and a full disk under --metrics
+// saving the checkpoint before the run stops.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <regex>
+#include <cstring>
+
+#include "support/cli.h"
+#include "tandem/train/checkpoint_series.h"
+#include "train/test_util.h"
+
+namespace tandem::train {
+namespace {
+
+using ::testing::HasSubstr;
+using tandem::testing::run_tandem;
+using testing::ScratchDir;
+using testing::user_error_of;
+namespace fs = std::filesystem;
+
+TEST(Flags, ParseErrorsAreTandemErrors) {
+  auto r = run_tandem("train --steps abc");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.output,
+            "tandem: error: Could not convert: --steps = abc (tandem train --help lists the flags)\n");
+  r = run_tandem("eval");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.output, "tandem: error: --checkpoint is required (tandem eval --help lists the flags)\n");
+  r = run_tandem("trian");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.output, "tandem: error: 'trian' is not a tandem command; the commands are info, train, "
+                      "plan, eval, sample, tune, emit\n");
+  r = run_tandem("train --help");
+  EXPECT_EQ(r.status, 0);
+  EXPECT_THAT(r.output, HasSubstr("--layers"));
+}
+
+TEST(Flags, ModelSizesAreNamedByTheirFlags) {
+  auto r = run_tandem("train --layers 0");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.output, "tandem: error: --layers 0 must be at least 1\n");
+  TrainConfig c = testing::tiny_run(1);
+  c.model.d_model = 10;
+  c.model.n_heads = 4;
+  EXPECT_EQ(user_error_of([&] { c.validate(); }), "--d-model 10 must be divisible by --heads 4");
+  c = testing::tiny_run(1);
+  c.model.seq_len = 0;
+  EXPECT_EQ(user_error_of([&] { c.validate(); }), "--seq-len 0 must be at least 1");
+}
+
+// 2 x pp micro-batches do not divide 4 rows at pp 3: the automatic count is 4, which does.
+TEST(Flags, AutomaticMicroBatchesDivideTheRows) {
+  TrainConfig c = testing::tiny_run(1);
+  c.model.n_layers = 3;
+  c.batch = 8;
+  c.grid = {2, 1, 3};
+  EXPECT_EQ(c.micro_batch_count(), 4);
+  c.batch = 14;  // 7 rows: no divisor in [3, 6]; 7 is the smallest above
+  EXPECT_EQ(c.micro_batch_count(), 7);
+  c.batch = 4;  // 2 rows, fewer than the stages: one row each
+  EXPECT_EQ(c.micro_batch_count(), 2);
+  c.batch = 24;  // 12 rows: 2 x pp = 6 divides them, as before
+  EXPECT_EQ(c.micro_batch_count(), 6);
+  c.batch = 8;
+  c.grid = {1, 1, 3};
+  c.micro_batches = 0;
+  EXPECT_EQ(train(c).losses.size(), 1u);
+}
+
+TEST(Flags, StepsZeroSavesTheInitialModel) {
+  ScratchDir dir;
+  TrainConfig c = testing::tiny_run(0);
+  c.save_dir = dir.path("ck");
+  c.keep_weights = true;
+  const std::vector<float> initial = train(c).weights;
+  EXPECT_EQ(testing::read_bytes(dir.path("ck/latest")), "step-00000000\n");
+  const LoadedModel m = load_model(dir.path("ck"));
+  EXPECT_EQ(m.meta.step, 0);
+  ASSERT_EQ(static_cast<size_t>(m.params.flat().numel()), initial.size());
+  EXPECT_EQ(std::memcmp(m.params.flat().data(), initial.data(), initial.size() * sizeof(float)), 0);
+  // Resumed from it, a run is the run that never stopped.
+  TrainConfig whole = testing::tiny_run(2);
+  whole.keep_weights = true;
+  TrainConfig resumed = whole;
+  resumed.resume_dir = dir.path("ck");
+  EXPECT_EQ(train(resumed).weights, train(whole).weights);
+}
+
+TEST(Flags, ModelWithResumeMustBeTheCheckpointsModel) {
+  ScratchDir dir;
+  const std::string common = " --dp 1 --tp 1 --executor plan --eval-every 0 --quiet";
+  auto r = run_tandem("train --model tiny --steps 1 --save '" + dir.path("ck") + "'" + common);
+  ASSERT_EQ(r.status, 0) << r.output;
+  r = run_tandem("train --model small --steps 2 --resume '" + dir.path("ck") + "'" + common);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.output, HasSubstr("tandem: error: checkpoint '" + dir.path("ck") +
+                                  "' was trained with "));
+  EXPECT_THAT(r.output, HasSubstr("this run asks for "));
+  r = run_tandem("train --model tiny --steps 2 --resume '" + dir.path("ck") + "'" + common);
+  EXPECT_EQ(r.status, 0) << r.output;
+}
+
+TEST(Flags, EvalAndSampleFlagsAreChecked) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"eval --checkpoint x --seq-len 0", "--seq-len 0 must be at least 1"},
+      {"eval --checkpoint x --max-windows -1", "--max-windows -1 must be 0 (all) or more"},
+      {"sample --checkpoint x --temperature nan", "--temperature nan must be a finite number, 0 or more"},
+      {"sample --checkpoint x --temperature inf", "--temperature inf must be a finite number, 0 or more"},
+  };
+  for (const auto& [args, message] : cases) {
+    const auto r = run_tandem(args);
+    EXPECT_EQ(r.status, 1) << args;
+    EXPECT_EQ(r.output, std::string("tandem: error: ") + message + "\n") << args;
+  }
+}
+
+TEST(Flags, EvalDoesNotNeedTheOptimizerState) {
+  ScratchDir dir;
+  TrainConfig c = testing::tiny_run(1);
+  c.save_dir = dir.path("ck");
+  train(c);
+  fs::remove(resolve_checkpoint(dir.path("ck")) + "/optimizer.safetensors");
+  const auto r = run_tandem("eval --max-windows 2 --checkpoint '" + dir.path("ck") + "'");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("checkpoint at step 1"));
+}
+
+TEST(Flags, LearningRateBeyondF32IsRefused) {
+  TrainConfig c = testing::tiny_run(1);
+  c.lr = 1e39;
+  EXPECT_EQ(user_error_of([&] { train(c); }),
+            "--lr 1e+39 must be positive and finite in f32 (at most 3.40282e+38)");
+}
+
+// A metrics file that cannot grow (a full disk; here a file-size limit, which fails the write
+// the same way) stops the run after the step whose line was lost, with that step's checkpoint
+// saved: the model trained so far is not lost.
+TEST(Flags, FullDiskUnderMetricsSavesTheCheckpointFirst) {
+  ScratchDir dir;
+  TrainConfig c = testing::tiny_run(1000);
+  c.model.n_layers = 1;
+  c.model.n_heads = 1;
+  c.model.d_model = 4;
+  c.model.seq_len = 8;
+  c.model.max_positions = 8;
+  c.save_dir = dir.path("ck");
+  c.metrics_path = dir.path("m.jsonl");
+  std::string m;
+  {
+    testing::FileSizeLimit limit(24 << 10);  // the checkpoint's files are smaller
+    m = user_error_of([&] { train(c); });
+  }
+  std::smatch got;
+  ASSERT_TRUE(std::regex_match(m, got, std::regex(
+      "cannot write metrics file '.*/m.jsonl': File too large; training stopped after step "
+      "([0-9]+); the checkpoint at step \\1 is saved in '.*/ck/step-0*\\1': resume from it once "
+      "the output can be written")))
+      << m;
+  const int64_t step = std::stoll(got[1]);
+  EXPECT_GT(step, 1);
+  EXPECT_EQ(load_model(dir.path("ck")).meta.step, step);
+}
+
+}  // namespace
+}  // namespace tandem::train

@@ -1,0 +1,137 @@
+// A run whose parameters, gradients, optimizer state and activations need more than the machine
+// has is refused before it allocates, with the estimate, the memory available and what to change;
+// the estimate is printed among the start-up lines.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "support/cli.h"
+#include "tandem/ooc/bytes.h"
+#include "tandem/train/memory_estimate.h"
+#include "train/test_util.h"
+
+namespace tandem::train {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::MatchesRegex;
+using testing::user_error_of;
+
+uint64_t mem_available() {
+  std::ifstream f("/proc/meminfo");
+  std::string key, unit;
+  uint64_t kib = 0;
+  while (f >> key >> kib >> unit)
+    if (key == "MemAvailable:") return kib * 1024;
+  return 0;
+}
+
+// TANDEM_MEMORY_LIMIT set while alive (unset before and after).
+struct StatedLimit {
+  explicit StatedLimit(const std::string& v) { ::setenv("TANDEM_MEMORY_LIMIT", v.c_str(), 1); }
+  ~StatedLimit() { ::unsetenv("TANDEM_MEMORY_LIMIT"); }
+};
+
+// d_model 1024: a block is 12.6M parameters, 16 bytes each with gradients and Adam's moments;
+// enough blocks that those alone pass this machine's MemAvailable. Refused in seconds, before
+// anything is allocated (the address-space limit turns an allocation into a quick failure
+// should the check ever miss, rather than a machine out of memory).
+TEST(MemoryCheck, AModelBeyondMemAvailableIsRefusedBeforeItAllocates) {
+  const uint64_t avail = mem_available();
+  ASSERT_GT(avail, 0u);
+  const uint64_t per_block = (12ull * 1024 * 1024 + 13 * 1024) * 16;
+  const uint64_t layers = avail / per_block + 4;
+  const auto begin = std::chrono::steady_clock::now();
+  const auto r = tandem::testing::run_command(fmt::format(
+      "ulimit -v 4000000; env -u TANDEM_MEMORY_LIMIT timeout 120 '{}' train --d-model 1024 "
+      "--heads 8 --layers {} --dp 1 --tp 1 --steps 1 --executor plan",
+      tandem::testing::tandem_binary(), layers));
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_LT(seconds, 20.0);
+  EXPECT_THAT(r.output,
+              MatchesRegex("tandem: error: this run needs about [0-9.]+ [GT]iB on this machine \\(1 "
+                           "rank: parameters [0-9.]+ GiB, gradients [0-9.]+ GiB, optimizer state "
+                           "[0-9.]+ GiB, exchange buffers [0-9.]+ GiB, activations [0-9.]+ [MG]iB, whole-model copies [0-9.]+ "
+                           "GiB\\), but [0-9.]+ [MGT]iB is available \\((MemAvailable in "
+                           "/proc/meminfo|the room under the cgroup limit .*)\\); its parameters, "
+                           "gradients, optimizer state and exchange buffers alone need [0-9.]+ [GT]iB, which no "
+                           "--memory-budget changes. To fit, use a smaller model \\(--layers, "
+                           "--d-model\\), batch \\(--batch\\) or sequence \\(--seq-len\\); or spread "
+                           "the ranks over machines \\(--backend mpi under mpirun\\). "
+                           "TANDEM_MEMORY_LIMIT=SIZE states the memory available instead of what "
+                           "this machine reports \\(off: no check\\)\n"));
+}
+
+// Where the activations are what does not fit, the advice is --memory-budget; with a budget the
+// estimate counts the budget, not the in-core activations.
+TEST(MemoryCheck, ActivationsThatDoNotFitPointToMemoryBudget) {
+  TrainConfig c = testing::tiny_run(1);
+  c.batch = 64;
+  const MemoryEstimate in_core = estimate_memory(c);
+  EXPECT_FALSE(in_core.activations_budgeted);
+  EXPECT_EQ(in_core.activations, in_core.activations_in_core);
+  EXPECT_GT(in_core.activations, in_core.parameters + in_core.gradients + in_core.optimizer);
+  {
+    StatedLimit limit(std::to_string(in_core.total() - 1));
+    EXPECT_EQ(user_error_of([&] { train(c); }),
+              fmt::format("this run needs about {}, but {} is available (TANDEM_MEMORY_LIMIT). To "
+                          "fit, train out-of-core with --memory-budget (e.g. --memory-budget 25% "
+                          "keeps the saved activations in a quarter of their {}, the rest swapped "
+                          "or recomputed: docs/out-of-core.md); or use a smaller model (--layers, "
+                          "--d-model), batch (--batch) or sequence (--seq-len); or spread the "
+                          "ranks over machines (--backend mpi under mpirun). "
+                          "TANDEM_MEMORY_LIMIT=SIZE states the memory available instead of what "
+                          "this machine reports (off: no check)",
+                          in_core.str(), ooc::human_bytes(in_core.total() - 1),
+                          ooc::human_bytes(in_core.activations)));
+  }
+  c.memory_budget = "25%";
+  const MemoryEstimate budgeted = estimate_memory(c);
+  EXPECT_TRUE(budgeted.activations_budgeted);
+  EXPECT_EQ(budgeted.activations, ooc::parse_budget("25%", in_core.activations));
+  EXPECT_EQ(budgeted.total() - budgeted.activations, in_core.total() - in_core.activations);
+}
+
+// In-process ranks share the machine: two data-parallel ranks hold two shards' worth, each with
+// half the optimizer state.
+TEST(MemoryCheck, InProcessRanksAreCountedTogether) {
+  TrainConfig c = testing::tiny_run(1);
+  c.executor = "compiled";  // estimated only: nothing is compiled
+  const MemoryEstimate one = estimate_memory(c);
+  c.grid = {2, 1, 1};
+  const MemoryEstimate two = estimate_memory(c);
+  EXPECT_EQ(two.ranks, 2);
+  EXPECT_EQ(two.parameters, 2 * one.parameters);
+  EXPECT_EQ(two.optimizer, one.optimizer);
+  EXPECT_EQ(two.exchange, one.exchange);  // compiled: each rank's 1/dp slice
+  EXPECT_EQ(two.whole_copies, 2 * one.whole_copies);
+}
+
+TEST(MemoryCheck, TheEstimateIsAmongTheStartUpLines) {
+  TrainConfig c = testing::tiny_run(1);
+  std::ostringstream out;
+  c.out = &out;
+  train(c);
+  EXPECT_THAT(out.str(), HasSubstr("  memory estimate: " + estimate_memory(c).str() + "; "));
+  StatedLimit limit("8GiB");
+  std::ostringstream stated;
+  c.out = &stated;
+  train(c);
+  EXPECT_THAT(stated.str(), HasSubstr("; 8.00 GiB available (TANDEM_MEMORY_LIMIT)\n"));
+}
+
+TEST(MemoryCheck, AStatedLimitMustBeASize) {
+  StatedLimit limit("lots");
+  TrainConfig c = testing::tiny_run(1);
+  EXPECT_THAT(user_error_of([&] { train(c); }),
+              MatchesRegex("TANDEM_MEMORY_LIMIT: .*lots.* \\(give a size such as 16GiB, or off\\)"));
+}
+
+}  // namespace
+}  // namespace tandem::train
