@@ -82,7 +82,9 @@ struct OptimizerConfig {
   nlohmann::json to_json() const;  // {"beta1": 0.9, ...} (the name is RunMeta::optimizer)
 };
 
-// AdamW's default bucket: chosen by bench/gpt_step's sweep (docs/benchmarks.md).
+// AdamW's default bucket. bench/run_exchange.sh --buckets "1 16 64" found no difference beyond
+// noise between 1 and 64 MiB on 2 cores (docs/benchmarks.md); 4 MiB makes a bucket about one
+// block at d_model 512, so the first exchange starts early in the backward.
 inline constexpr double kDefaultBucketMiB = 4.0;
 
 // The optimizer's program: dsl::workloads::adam or lamb, with the configured gradient dtype.
