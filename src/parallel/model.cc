@@ -145,8 +145,10 @@ ParallelGPT::ParallelGPT(const nn::GPTConfig& config, Grid& grid, int micro_rows
                micro_batches, micro_rows);
   if (T < 1 || T > config.max_positions)
     user_error("sequence length {} is outside [1, {}]", T, config.max_positions);
-  params_ = Tensor::zeros(DType::F32, Shape{layout_.size()});
-  grads_ = Tensor::zeros(DType::F32, Shape{layout_.size()});
+  // From the data-parallel group's allocator: the optimizer's programs read and write these
+  // buffers in place, and on MPI ranks of one node only memory the peers map goes direct.
+  params_ = Tensor::zeros(DType::F32, Shape{layout_.size()}, grid.dp().allocator());
+  grads_ = Tensor::zeros(DType::F32, Shape{layout_.size()}, grid.dp().allocator());
   const int tp = grid.shape().tp, B = micro_rows;
   if (memory_ == nullptr) {
     resident_ = std::make_unique<Resident>(config, layout_, tp, B, T,
