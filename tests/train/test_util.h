@@ -49,6 +49,15 @@ inline TrainConfig tiny_run(int64_t steps) {
   return c;
 }
 
+// Two runs' final weights (keep_weights) and losses, equal bit for bit.
+inline void expect_bitwise(const TrainResult& a, const TrainResult& b, const std::string& what) {
+  ASSERT_EQ(a.weights.size(), b.weights.size()) << what;
+  size_t differ = 0;
+  for (size_t i = 0; i < a.weights.size(); ++i) differ += a.weights[i] != b.weights[i];
+  EXPECT_EQ(differ, 0u) << what << ": weights differ in " << differ << " of " << a.weights.size();
+  EXPECT_EQ(a.losses, b.losses) << what;
+}
+
 inline void write_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));

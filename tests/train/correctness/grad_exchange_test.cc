@@ -42,13 +42,7 @@ TrainConfig exchange_run(parallel::GridShape grid, const std::string& optimizer,
 
 constexpr double kSmallBucket = 0.01;  // MiB: one block of d_model 16 is about 13 KiB
 
-void expect_bitwise(const TrainResult& a, const TrainResult& b, const std::string& what) {
-  ASSERT_EQ(a.weights.size(), b.weights.size()) << what;
-  size_t differ = 0;
-  for (size_t i = 0; i < a.weights.size(); ++i) differ += a.weights[i] != b.weights[i];
-  EXPECT_EQ(differ, 0u) << what << ": weights differ in " << differ << " of " << a.weights.size();
-  EXPECT_EQ(a.losses, b.losses) << what;
-}
+using testing::expect_bitwise;
 
 TEST(GradExchange, OverlappedEqualsAfterTheBackwardBitwise) {
   const std::vector<parallel::GridShape> grids = {{2, 1, 1}, {2, 2, 1}, {2, 1, 2}, {4, 1, 1}};

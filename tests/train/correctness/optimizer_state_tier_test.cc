@@ -25,13 +25,7 @@ TrainConfig state_run(int dp, const std::string& optimizer, const std::string& e
   return c;
 }
 
-void expect_bitwise(const TrainResult& a, const TrainResult& b, const std::string& what) {
-  ASSERT_EQ(a.weights.size(), b.weights.size()) << what;
-  size_t differ = 0;
-  for (size_t i = 0; i < a.weights.size(); ++i) differ += a.weights[i] != b.weights[i];
-  EXPECT_EQ(differ, 0u) << what;
-  EXPECT_EQ(a.losses, b.losses) << what;
-}
+using testing::expect_bitwise;
 
 TEST(OptimizerStateTier, SameWeightsAsInMemory) {
   testing::ScratchDir dir;
