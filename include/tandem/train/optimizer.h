@@ -1,14 +1,13 @@
 // The data-parallel optimizer step as a DSL program: each rank's gradient summed over the
 // data-parallel group and averaged, then AdamW (dsl::workloads::adam) or LAMB
-// (dsl::workloads::lamb) applied to this rank's parameter shard, all in one program run with its
-// chosen schedule (ProgramRunner). The preferred schedule, "RS-C-AG+slice(m,v)", is ZeRO-1:
-// ReduceScatter of the gradient, the update computed on this rank's 1/dp of the elements,
-// AllGather of the new weights, and the moments m and v stored sliced, each rank keeping only
-// its 1/dp of them.
+// (dsl::workloads::lamb) applied to this rank's parameter shard, each segment of it (below) one
+// program run with its chosen schedule (ProgramRunner). The preferred schedule,
+// "fused(RS-C-AG)+slice(m,v)", is ZeRO-1: ReduceScatter of the gradient with the update computed
+// inside it on this rank's 1/dp of the elements, AllGather of the new weights, and the moments m
+// and v stored sliced, each rank keeping only its 1/dp of them.
 //
-// AdamW runs one program over the whole flat shard (weight decay applies to every tensor, biases
-// and LayerNorms included, as the program states it). LAMB's trust ratio is per tensor, so LAMB
-// runs the program once per local tensor; under tensor parallelism a sharded tensor's ratio is
+// AdamW's weight decay applies to every tensor, biases and LayerNorms included, as the program
+// states it. LAMB's trust ratio is per tensor, so LAMB runs the program once per local tensor; under tensor parallelism a sharded tensor's ratio is
 // that of this rank's shard (the program's norms reduce over the data-parallel group only), so
 // LAMB equals single-rank LAMB only at tp = 1.
 //
