@@ -7,9 +7,9 @@
 // and v stored sliced, each rank keeping only its 1/dp of them.
 //
 // AdamW's weight decay applies to every tensor, biases and LayerNorms included, as the program
-// states it. LAMB's trust ratio is per tensor, so LAMB runs the program once per local tensor; under tensor parallelism a sharded tensor's ratio is
-// that of this rank's shard (the program's norms reduce over the data-parallel group only), so
-// LAMB equals single-rank LAMB only at tp = 1.
+// states it. LAMB's trust ratio is per tensor, so LAMB runs the program once per local tensor;
+// under tensor parallelism a sharded tensor's ratio is that of this rank's shard (the program's
+// norms reduce over the data-parallel group only), so LAMB equals single-rank LAMB only at tp = 1.
 //
 // Buckets and overlap (what PyTorch DDP users get from gradient buckets, done with the fused
 // schedules): the local flat buffer is cut into segments, each a program runner set up once on
