@@ -10,27 +10,13 @@
 namespace tandem::dsl::workloads {
 namespace {
 
-// The moments and the bias-corrected Adam direction, shared by Adam and LAMB. Returns the
-// direction r = mhat / (sqrt(vhat) + eps) + weight_decay * w and leaves m and v updated.
-Expr adam_direction(Program& p, DType grad_dtype) {
-  const Expr beta1 = p.scalar("beta1");
-  const Expr beta2 = p.scalar("beta2");
-  const Expr eps = p.scalar("eps");
-  const Expr weight_decay = p.scalar("weight_decay");
-  const Expr step = p.scalar("step");
-  const Expr grad_scale = p.scalar("grad_scale");
+Expr named_stage(Program& p, std::string_view name) { return Expr(&p, *p.find(name)); }
 
-  const Expr g = p.input(grad_dtype, {"N"}, Local, "g");  // each rank's own gradient
-  const Expr w = p.input(F32, {"N"}, Replicated, "w");     // the same on every rank
-  const Expr m = p.input(F32, {"N"}, Replicated, "m");
-  const Expr v = p.input(F32, {"N"}, Replicated, "v");
-
-  // Sum the ranks' gradients in their own dtype (half the bytes on the wire for bf16/f16),
-  // then compute in f32 as mixed-precision training does.
-  const Expr g_sum = AllReduce(Sum, g).named("g_sum");
-  const Expr g_wide = grad_dtype == F32 ? g_sum : cast(g_sum, F32);
-  const Expr g1 = (grad_scale * g_wide).named("g1");
-
+// The Adam direction from the averaged gradient g1, shared by every optimizer program below:
+// leaves m and v updated and returns r = mhat / (sqrt(vhat) + eps) + weight_decay * w.
+Expr adam_direction(Program& p, const Expr& g1, const Expr& w, const Expr& m, const Expr& v) {
+  const Expr beta1 = named_stage(p, "beta1"), beta2 = named_stage(p, "beta2"), eps = named_stage(p, "eps");
+  const Expr weight_decay = named_stage(p, "weight_decay"), step = named_stage(p, "step");
   // C++ does not order the evaluation of an operator's two operands, so each line below has at
   // most one compound operand: the stages then come out in the same order on every compiler.
   const Expr m_decayed = beta1 * m;
@@ -44,6 +30,57 @@ Expr adam_direction(Program& p, DType grad_dtype) {
   const Expr vhat = (v1 / bc2).named("vhat");
   const Expr decay = weight_decay * w;  // decoupled weight decay (AdamW), from the old weights
   return (mhat / (sqrt(vhat) + eps) + decay).named("r");
+}
+
+// The hyper-parameters of Adam's direction, declared in one order.
+void adam_scalars(Program& p) {
+  for (const char* name : {"beta1", "beta2", "eps", "weight_decay", "step"}) p.scalar(name);
+}
+
+// The gradient summed over the ranks in its own dtype (half the bytes on the wire for
+// bf16/f16), then widened to f32 and scaled (1/ranks averages it), as mixed-precision training
+// does. `summed` is the collective's result.
+Expr averaged(const Expr& grad_scale, const Expr& summed, DType grad_dtype) {
+  const Expr wide = grad_dtype == F32 ? summed : cast(summed, F32);
+  return (grad_scale * wide).named("g1");
+}
+
+// Adam's direction for the whole-step programs (adam, lamb): g Local, w, m, v Replicated.
+Expr adam_step_direction(Program& p, DType grad_dtype) {
+  adam_scalars(p);
+  const Expr grad_scale = p.scalar("grad_scale");
+  const Expr g = p.input(grad_dtype, {"N"}, Local, "g");  // each rank's own gradient
+  const Expr w = p.input(F32, {"N"}, Replicated, "w");     // the same on every rank
+  const Expr m = p.input(F32, {"N"}, Replicated, "m");
+  const Expr v = p.input(F32, {"N"}, Replicated, "v");
+  const Expr g1 = averaged(grad_scale, AllReduce(Sum, g).named("g_sum"), grad_dtype);
+  return adam_direction(p, g1, w, m, v);
+}
+
+// The second half of a clipped step (adam_update, lamb_update): g1 f32 Sliced(0) (grad_reduce's
+// output), w Replicated, m, v Sliced(0), the clipping factor `clip`. Returns the direction for
+// this rank's slice.
+Expr clipped_direction(Program& p) {
+  adam_scalars(p);
+  const Expr clip = p.scalar("clip");
+  const Expr g1 = p.input(F32, {"N"}, Sliced(0), "g1");  // this rank's part of the averaged gradient
+  const Expr w = p.input(F32, {"N"}, Replicated, "w");
+  const Expr m = p.input(F32, {"N"}, Sliced(0), "m");
+  const Expr v = p.input(F32, {"N"}, Sliced(0), "v");
+  return adam_direction(p, (clip * g1).named("g_clipped"), w, m, v);
+}
+
+// LAMB's step from the direction: w1 = w - lr * trust * r, trust = ||w|| / ||r|| (1 where either
+// norm is 0). Returns w - lr * trust * r. Under a sliced r the norms are a local sum of squares
+// and a cross-rank reduction.
+Expr lamb_step(const Expr& lr, const Expr& w, const Expr& r) {
+  const Expr w_norm = norm(w).named("w_norm");
+  const Expr r_norm = norm(r).named("r_norm");
+  const Expr ratio = w_norm / r_norm;
+  const Expr r_positive = r_norm > 0;
+  const Expr w_positive = w_norm > 0;
+  const Expr trust = select(w_positive, select(r_positive, ratio, 1.0), 1.0).named("trust");
+  return w - lr * trust * r;
 }
 
 // The row-parallel layer on `group`; returns its output.
@@ -66,8 +103,8 @@ Expr megatron_body(Program& p, DType dtype, double dropout_p, int group) {
 Program adam(DType grad_dtype) {
   Program p("adam");
   const Expr lr = p.scalar("lr");
-  const Expr r = adam_direction(p, grad_dtype);
-  const Expr w = Expr(&p, *p.find("w"));
+  const Expr r = adam_step_direction(p, grad_dtype);
+  const Expr w = named_stage(p, "w");
   update(w, w - lr * r).named("w1");
   return p;
 }
@@ -75,17 +112,37 @@ Program adam(DType grad_dtype) {
 Program lamb(DType grad_dtype) {
   Program p("lamb");
   const Expr lr = p.scalar("lr");
-  const Expr r = adam_direction(p, grad_dtype);
-  const Expr w = Expr(&p, *p.find("w"));
-  // The trust ratio needs whole-tensor norms: under a sliced schedule these become a local sum
-  // of squares and a cross-rank reduction.
-  const Expr w_norm = norm(w).named("w_norm");
-  const Expr r_norm = norm(r).named("r_norm");
-  const Expr ratio = w_norm / r_norm;
-  const Expr r_positive = r_norm > 0;
-  const Expr w_positive = w_norm > 0;
-  const Expr trust = select(w_positive, select(r_positive, ratio, 1.0), 1.0).named("trust");
-  update(w, w - lr * trust * r).named("w1");
+  const Expr r = adam_step_direction(p, grad_dtype);
+  const Expr w = named_stage(p, "w");
+  update(w, lamb_step(lr, w, r)).named("w1");
+  return p;
+}
+
+Program grad_reduce(DType grad_dtype) {
+  Program p("grad_reduce");
+  const Expr grad_scale = p.scalar("grad_scale");
+  const Expr g = p.input(grad_dtype, {"N"}, Local, "g");
+  p.output(averaged(grad_scale, ReduceScatter(Sum, g).named("g_sum"), grad_dtype), "g1");
+  return p;
+}
+
+Program adam_update() {
+  Program p("adam_update");
+  const Expr lr = p.scalar("lr");
+  const Expr r = clipped_direction(p);
+  const Expr w = named_stage(p, "w");
+  const Expr w_slice = (w - lr * r).named("w_slice");
+  update(w, AllGather(w_slice).named("w_all")).named("w1");
+  return p;
+}
+
+Program lamb_update() {
+  Program p("lamb_update");
+  const Expr lr = p.scalar("lr");
+  const Expr r = clipped_direction(p);
+  const Expr w = named_stage(p, "w");
+  const Expr w_slice = lamb_step(lr, w, r).named("w_slice");
+  update(w, AllGather(w_slice).named("w_all")).named("w1");
   return p;
 }
 

@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "tandem/core/env.h"
 #include "tandem/core/error.h"
@@ -106,6 +107,15 @@ ReferenceRunner::ReferenceRunner(const dsl::Program& program, comm::Communicator
     args_.inputs[s.name] = Tensor::zeros(s.type.dtype, local, alloc);
     bytes_ += args_.inputs[s.name].nbytes();
   }
+  // Outputs in storage of their own, the same for every run, so that another runner may bind one.
+  for (const dsl::Output& o : program.outputs()) {
+    const dsl::Stage& s = program.stage(o.stage);
+    if (!in_group(s, place_)) continue;
+    outputs_[o.name] = Tensor::zeros(
+        s.type.dtype,
+        dsl::local_shape(shapes[static_cast<size_t>(o.stage)], s.type.layout, place_.group_size, place_.index), alloc);
+    bytes_ += outputs_[o.name].nbytes();
+  }
 }
 
 Tensor ReferenceRunner::input(std::string_view name) const {
@@ -126,7 +136,13 @@ void ReferenceRunner::set_scalar(std::string_view name, double value) { args_.sc
 void ReferenceRunner::run() {
   if (!unbound_.empty())
     user_error("program '{}': input '{}' is to be bound, and is not; call bind first", program_.name(), unbound_[0]);
-  outputs_ = run_reference(program_, comm_, args_);
+  const TensorMap values = run_reference(program_, comm_, args_);
+  for (const auto& [name, out] : outputs_) {
+    auto it = values.find(name);
+    TANDEM_CHECK(it != values.end() && it->second.nbytes() == out.nbytes(), "program '{}' output '{}'",
+                 program_.name(), name);
+    std::memcpy(out.data(), it->second.data(), out.nbytes());
+  }
 }
 
 Tensor ReferenceRunner::output(std::string_view name) const {

@@ -76,7 +76,8 @@ class Runner {
   virtual void set_scalar(std::string_view name, double value) = 0;
   // Runs the program once; every rank of the communicator calls it together.
   virtual void run() = 0;
-  // This rank's piece of output `name` after run() (a view of the runner's storage).
+  // This rank's piece of output `name` after run(): a view of the runner's storage, the same
+  // memory from construction on, so that another runner may bind it as an input.
   virtual Tensor output(std::string_view name) const = 0;
   // Bytes this runner allocated (values, scratch, staging), as requested from its allocator;
   // bound inputs are the caller's and not counted.
