@@ -141,6 +141,9 @@ void add_train(CLI::App& app) {
   cmd->add_option("--bucket-mb", c.optimizer.bucket_mb,
                   fmt::format("MiB of gradients per data-parallel exchange (AdamW; whole blocks; default {})",
                               train::kDefaultBucketMiB));
+  cmd->add_option("--clip-grad-norm", c.optimizer.clip_grad_norm,
+                  "Scale the gradient down to this norm when its norm is larger (over the whole model; off unless "
+                  "given)");
   cmd->add_option("--optimizer-state", c.optimizer.state_tier,
                   "Where Adam's moments live: memory, host (a slow tier in host memory) or file:DIR (an O_DIRECT "
                   "file), streamed through two staging slots around each bucket's update")

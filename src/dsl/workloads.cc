@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <utility>
+
 #include "tandem/core/error.h"
 #include "tandem/dsl/builder.h"
 
@@ -57,30 +59,37 @@ Expr adam_step_direction(Program& p, DType grad_dtype) {
   return adam_direction(p, g1, w, m, v);
 }
 
-// The second half of a clipped step (adam_update, lamb_update): g1 f32 Sliced(0) (grad_reduce's
-// output), w Replicated, m, v Sliced(0), the clipping factor `clip`. Returns the direction for
-// this rank's slice.
-Expr clipped_direction(Program& p) {
+// The second half of a clipped step (adam_update, lamb_update): g_sum grad_dtype Sliced(0)
+// (grad_reduce's output), w Replicated, m, v Sliced(0), the clipping factor `clip`. Averages and
+// clips the gradient as the one-program step averages it, and returns this rank's slice of w
+// (read in place, no copy) and the direction on it.
+std::pair<Expr, Expr> clipped_direction(Program& p, DType grad_dtype) {
   adam_scalars(p);
+  const Expr grad_scale = p.scalar("grad_scale");
   const Expr clip = p.scalar("clip");
-  const Expr g1 = p.input(F32, {"N"}, Sliced(0), "g1");  // this rank's part of the averaged gradient
+  const Expr g_sum = p.input(grad_dtype, {"N"}, Sliced(0), "g_sum");  // this rank's part of the sum
   const Expr w = p.input(F32, {"N"}, Replicated, "w");
   const Expr m = p.input(F32, {"N"}, Sliced(0), "m");
   const Expr v = p.input(F32, {"N"}, Sliced(0), "v");
-  return adam_direction(p, (clip * g1).named("g_clipped"), w, m, v);
+  // Everything below reads w only at this rank's slice: the decay too, which would otherwise be
+  // a Replicated value computed over all of w.
+  const Expr w_mine = scatter(w, 0).named("w_mine");
+  const Expr g1 = averaged(grad_scale, g_sum, grad_dtype);
+  return {w_mine, adam_direction(p, (clip * g1).named("g_clipped"), w_mine, m, v)};
 }
 
 // LAMB's step from the direction: w1 = w - lr * trust * r, trust = ||w|| / ||r|| (1 where either
-// norm is 0). Returns w - lr * trust * r. Under a sliced r the norms are a local sum of squares
-// and a cross-rank reduction.
-Expr lamb_step(const Expr& lr, const Expr& w, const Expr& r) {
+// norm is 0). Returns w - lr * trust * r, on `w_part` (w, or this rank's slice of it). ||w|| is
+// taken over the whole w that every rank holds, ||r|| under a sliced r as a local sum of squares
+// and a cross-rank reduction: that is what the one-program step's schedules compute, bitwise.
+Expr lamb_step(const Expr& lr, const Expr& w, const Expr& w_part, const Expr& r) {
   const Expr w_norm = norm(w).named("w_norm");
   const Expr r_norm = norm(r).named("r_norm");
   const Expr ratio = w_norm / r_norm;
   const Expr r_positive = r_norm > 0;
   const Expr w_positive = w_norm > 0;
   const Expr trust = select(w_positive, select(r_positive, ratio, 1.0), 1.0).named("trust");
-  return w - lr * trust * r;
+  return w_part - lr * trust * r;
 }
 
 // The row-parallel layer on `group`; returns its output.
@@ -114,35 +123,40 @@ Program lamb(DType grad_dtype) {
   const Expr lr = p.scalar("lr");
   const Expr r = adam_step_direction(p, grad_dtype);
   const Expr w = named_stage(p, "w");
-  update(w, lamb_step(lr, w, r)).named("w1");
+  update(w, lamb_step(lr, w, w, r)).named("w1");
   return p;
 }
 
 Program grad_reduce(DType grad_dtype) {
   Program p("grad_reduce");
-  const Expr grad_scale = p.scalar("grad_scale");
   const Expr g = p.input(grad_dtype, {"N"}, Local, "g");
-  p.output(averaged(grad_scale, ReduceScatter(Sum, g).named("g_sum"), grad_dtype), "g1");
+  p.output(ReduceScatter(Sum, g).named("g_sum"), "g_sum");
   return p;
 }
 
-Program adam_update() {
+Program adam_update(DType grad_dtype) {
   Program p("adam_update");
   const Expr lr = p.scalar("lr");
-  const Expr r = clipped_direction(p);
+  const auto [w_mine, r] = clipped_direction(p, grad_dtype);
   const Expr w = named_stage(p, "w");
-  const Expr w_slice = (w - lr * r).named("w_slice");
+  const Expr w_slice = (w_mine - lr * r).named("w_slice");
   update(w, AllGather(w_slice).named("w_all")).named("w1");
   return p;
 }
 
-Program lamb_update() {
+Program lamb_update(DType grad_dtype) {
   Program p("lamb_update");
   const Expr lr = p.scalar("lr");
-  const Expr r = clipped_direction(p);
+  const auto [w_mine, r] = clipped_direction(p, grad_dtype);
   const Expr w = named_stage(p, "w");
-  const Expr w_slice = lamb_step(lr, w, r).named("w_slice");
+  const Expr w_slice = lamb_step(lr, w, w_mine, r).named("w_slice");
   update(w, AllGather(w_slice).named("w_all")).named("w1");
+  return p;
+}
+
+Program grad_norm() {
+  Program p("grad_norm");
+  p.output(AllReduce(Sum, p.input(F32, {1}, Local, "squares")).named("total"), "total");
   return p;
 }
 

@@ -28,6 +28,9 @@ void OptimizerConfig::validate() const {
     user_error("--grad-exchange {}: the exchanges are overlap (with the backward) and after (the backward)", exchange);
   if (bucket_mb && !(*bucket_mb > 0 && std::isfinite(*bucket_mb)))
     user_error("--bucket-mb {} must be a positive number of MiB", *bucket_mb);
+  if (clip_grad_norm && !(*clip_grad_norm > 0 && std::isfinite(*clip_grad_norm)))
+    user_error("--clip-grad-norm {} must be a positive number (the largest norm of the gradient)",
+               *clip_grad_norm);
   if (state_tier != "memory") {
     try {
       ooc::TierSpec::parse(state_tier);
@@ -40,15 +43,23 @@ void OptimizerConfig::validate() const {
 }
 
 nlohmann::json OptimizerConfig::to_json() const {
-  return {{"beta1", beta1},
-          {"beta2", beta2},
-          {"eps", eps},
-          {"weight_decay", weight_decay},
-          {"grad_dtype", grad_dtype}};
+  nlohmann::json j = {{"beta1", beta1},
+                      {"beta2", beta2},
+                      {"eps", eps},
+                      {"weight_decay", weight_decay},
+                      {"grad_dtype", grad_dtype}};
+  if (clip_grad_norm) j["clip_grad_norm"] = *clip_grad_norm;
+  return j;
 }
 
+namespace {
+DType grad_program_dtype(const OptimizerConfig& config) {
+  return config.grad_dtype == "bf16" ? DType::BF16 : DType::F32;
+}
+}  // namespace
+
 dsl::Program optimizer_program(const OptimizerConfig& config) {
-  const DType g = config.grad_dtype == "bf16" ? DType::BF16 : DType::F32;
+  const DType g = grad_program_dtype(config);
   return config.name == "lamb" ? dsl::workloads::lamb(g) : dsl::workloads::adam(g);
 }
 
@@ -59,22 +70,41 @@ std::vector<std::string> optimizer_schedule_preferences() {
   return {"fused(RS-C-AG)+slice(m,v)", "RS-C-AG+slice(m,v)", "AR-C"};
 }
 
-DataParallelOptimizer::DataParallelOptimizer(const OptimizerConfig& config, const parallel::ShardLayout& layout,
-                                             Tensor params, Tensor grads, comm::Communicator& dp,
-                                             const std::vector<std::string>& schedules, exec::RunnerKind executor,
-                                             bool overlap_allowed)
+DataParallelOptimizer::DataParallelOptimizer(const OptimizerConfig& config,
+                                             const parallel::ShardLayout& layout, Tensor params,
+                                             Tensor grads, comm::Communicator& dp,
+                                             const std::vector<std::string>& schedules,
+                                             exec::RunnerKind executor, bool overlap_allowed,
+                                             comm::Communicator* world)
     : config_(config), params_(std::move(params)), grads_(std::move(grads)), dp_(dp) {
   config.validate();
   TANDEM_CHECK(params_.dtype() == DType::F32 && grads_.dtype() == DType::F32 &&
                    params_.numel() == layout.size() && grads_.numel() == layout.size(),
-               "params {} and grads {} for a layout of {}", params_.str(), grads_.str(), layout.size());
-  runner_ = std::make_unique<parallel::ProgramRunner>(
-      optimizer_program(config), schedules.empty() ? optimizer_schedule_preferences() : schedules,
-      executor);
-  const dsl::Program& p = runner_->program();
-  const std::optional<int> m_id = p.find("m");
-  TANDEM_CHECK(m_id.has_value(), "optimizer program '{}' has no input m", p.name());
-  sliced_ = p.stage(*m_id).type.layout.is_sliced();
+               "params {} and grads {} for a layout of {}", params_.str(), grads_.str(),
+               layout.size());
+  if (config.clip_grad_norm) {
+    // The two halves (optimizer.h): the reduction as written, the update with its slice
+    // computed inside the AllGather, the moments sliced as the program declares them.
+    runner_ = std::make_unique<parallel::ProgramRunner>(
+        dsl::workloads::grad_reduce(grad_program_dtype(config)), std::vector<std::string>{"C"},
+        executor);
+    update_runner_ = std::make_unique<parallel::ProgramRunner>(
+        config.name == "lamb" ? dsl::workloads::lamb_update(grad_program_dtype(config))
+                              : dsl::workloads::adam_update(grad_program_dtype(config)),
+        std::vector<std::string>{"fused(C)", "C"}, executor);
+    norm_runner_ = std::make_unique<parallel::ProgramRunner>(
+        dsl::workloads::grad_norm(), std::vector<std::string>{"C"}, executor);
+    norm_ = norm_runner_->prepare(world != nullptr ? *world : dp, {});
+    sliced_ = true;
+  } else {
+    runner_ = std::make_unique<parallel::ProgramRunner>(
+        optimizer_program(config), schedules.empty() ? optimizer_schedule_preferences() : schedules,
+        executor);
+    const dsl::Program& p = runner_->program();
+    const std::optional<int> m_id = p.find("m");
+    TANDEM_CHECK(m_id.has_value(), "optimizer program '{}' has no input m", p.name());
+    sliced_ = p.stage(*m_id).type.layout.is_sliced();
+  }
 
   // Segments in launch order: the blocks in backward order, then the rest (ln_f and the head's
   // wte after the blocks; wte and wpe before them).
@@ -86,12 +116,12 @@ DataParallelOptimizer::DataParallelOptimizer(const OptimizerConfig& config, cons
       const auto [t0, t1] = layout.block_tensors(l);
       for (size_t t = t0; t < t1; ++t) {
         const parallel::LocalTensor& lt = layout.tensors()[t];
-        add_segment(lt.name, lt.local_offset, lt.local_offset + lt.numel(), l);
+        add_segment(layout, lt.name, lt.local_offset, lt.local_offset + lt.numel(), l);
       }
     }
     for (const parallel::LocalTensor& lt : layout.tensors())
       if (lt.local_offset + lt.numel() <= blocks_begin || lt.local_offset >= blocks_end)
-        add_segment(lt.name, lt.local_offset, lt.local_offset + lt.numel(), kAfterBackward);
+        add_segment(layout, lt.name, lt.local_offset, lt.local_offset + lt.numel(), kAfterBackward);
   } else {
     const double bucket_bytes = config.bucket_mb.value_or(kDefaultBucketMiB) * (1 << 20);
     // Whole blocks, from the last: a bucket closes once it holds bucket_bytes.
@@ -100,7 +130,10 @@ DataParallelOptimizer::DataParallelOptimizer(const OptimizerConfig& config, cons
     for (int l = end - 1; l >= first; --l) {
       const int64_t bottom = layout.block_range(l).first;
       if (static_cast<double>(top - bottom) * sizeof(float) >= bucket_bytes || l == first) {
-        add_segment(l == top_layer ? fmt::format("h.{}", l) : fmt::format("h.{}..h.{}", top_layer, l), bottom, top, l);
+        add_segment(
+            layout,
+            l == top_layer ? fmt::format("h.{}", l) : fmt::format("h.{}..h.{}", top_layer, l),
+            bottom, top, l);
         ++buckets_;
         top = bottom;
         top_layer = l - 1;
@@ -116,8 +149,11 @@ DataParallelOptimizer::DataParallelOptimizer(const OptimizerConfig& config, cons
         }
       return first_name == last_name ? first_name : first_name + ".." + last_name;
     };
-    if (blocks_end < layout.size()) add_segment(named(blocks_end, layout.size()), blocks_end, layout.size(), kAfterBackward);
-    if (blocks_begin > 0) add_segment(named(0, blocks_begin), 0, blocks_begin, kAfterBackward);
+    if (blocks_end < layout.size())
+      add_segment(layout, named(blocks_end, layout.size()), blocks_end, layout.size(),
+                  kAfterBackward);
+    if (blocks_begin > 0)
+      add_segment(layout, named(0, blocks_begin), 0, blocks_begin, kAfterBackward);
   }
   if (config.state_tier != "memory") {
     std::vector<int64_t> lengths;
@@ -134,25 +170,45 @@ DataParallelOptimizer::DataParallelOptimizer(const OptimizerConfig& config, cons
 // The communication thread first: its jobs use the tier.
 DataParallelOptimizer::~DataParallelOptimizer() { worker_.reset(); }
 
-// Sets up the program for local elements [begin, end) on the data-parallel group, bound to the
-// model's buffers.
-void DataParallelOptimizer::add_segment(std::string name, int64_t begin, int64_t end, int ready_layer) {
+// Sets up the program (or with clipping, both halves) for local elements [begin, end) on the
+// data-parallel group, bound to the model's buffers.
+void DataParallelOptimizer::add_segment(const parallel::ShardLayout& layout, std::string name,
+                                        int64_t begin, int64_t end, int ready_layer) {
   const int64_t n = end - begin;
-  const bool bind_grads = runner_->program().stage(*runner_->program().find("g")).type.dtype == DType::F32;
-  std::vector<std::string> bound = {"w"};
-  if (bind_grads) bound.push_back("g");
+  const bool bind_grads =
+      runner_->program().stage(*runner_->program().find("g")).type.dtype == DType::F32;
   const bool in_memory = config_.state_tier == "memory";
+  const bool clipped = update_runner_ != nullptr;
+  std::vector<std::string> bound = {"w"};                 // the one step's or the update's
   if (!in_memory) bound.insert(bound.end(), {"m", "v"});  // the tier's staging, bound at each run
-  Segment seg{segments_.size(), std::move(name), begin,     end, ready_layer,
-              false,            runner_->prepare(dp_, {{"N", n}}, bound), bind_grads};
-  seg.runner->bind("w", params_.flat_slice(begin, n));
+  Segment seg{segments_.size(), std::move(name), begin,     end, ready_layer, false,
+              nullptr,          nullptr,         bind_grads};
+  const std::vector<std::string> grads_bound =
+      bind_grads ? std::vector<std::string>{"g"} : std::vector<std::string>{};
+  if (clipped) {
+    seg.runner = runner_->prepare(dp_, {{"N", n}}, grads_bound);
+    bound.push_back("g_sum");
+    seg.update = update_runner_->prepare(dp_, {{"N", n}}, bound);
+    seg.update->bind("g_sum", seg.runner->output("g_sum"));
+  } else {
+    if (bind_grads) bound.push_back("g");
+    seg.runner = runner_->prepare(dp_, {{"N", n}}, bound);
+  }
+  exec::Runner& updater = clipped ? *seg.update : *seg.runner;
+  updater.bind("w", params_.flat_slice(begin, n));
   if (bind_grads) seg.runner->bind("g", grads_.flat_slice(begin, n));
   const int P = dp_.size(), r = dp_.rank();
   Piece piece;
   piece.begin = sliced_ ? begin + comm::Partition::offset(n, P, r) : begin;
   piece.end = sliced_ ? piece.begin + comm::Partition::count(n, P, r) : end;
+  if (clipped)  // the elements of this rank's slice that it writes: each model element once
+    layout.for_each_run(piece.begin, piece.end, /*writers_only=*/true,
+                        [&](const parallel::LocalTensor&, const parallel::FlatRun& run) {
+                          seg.norm_runs.emplace_back(run.local - piece.begin,
+                                                     run.local - piece.begin + run.count);
+                        });
   if (in_memory) {
-    const Tensor m = seg.runner->input("m"), v = seg.runner->input("v");
+    const Tensor m = updater.input("m"), v = updater.input("v");
     TANDEM_CHECK(m.numel() == piece.end - piece.begin && v.numel() == m.numel(),
                  "optimizer state m {} for elements [{}, {})", m.str(), piece.begin, piece.end);
     m.fill(0.0f);  // Adam's moments start at zero
@@ -162,6 +218,12 @@ void DataParallelOptimizer::add_segment(std::string name, int64_t begin, int64_t
   }
   segments_.push_back(std::move(seg));
   pieces_.push_back(piece);
+}
+
+std::string DataParallelOptimizer::schedule_name() const {
+  if (update_runner_ == nullptr) return runner_->schedule_name();
+  return fmt::format("{} {}, {} {}", runner_->program().name(), runner_->schedule_name(),
+                     update_runner_->program().name(), update_runner_->schedule_name());
 }
 
 void DataParallelOptimizer::read_state(size_t i, float* m, float* v) const {
@@ -190,7 +252,8 @@ size_t DataParallelOptimizer::state_bytes() const {
 
 size_t DataParallelOptimizer::buffer_bytes() const {
   size_t b = 0;
-  for (const Segment& s : segments_) b += s.runner->allocated_bytes();
+  for (const Segment& s : segments_)
+    b += s.runner->allocated_bytes() + (s.update != nullptr ? s.update->allocated_bytes() : 0);
   return tier_ ? b : b - state_bytes();  // a tier's staging is the caller's, not the runners'
 }
 
@@ -217,7 +280,33 @@ void DataParallelOptimizer::finish_step() {
   for (Segment& s : segments_)
     if (!s.launched) launch(s);
   if (worker_ != nullptr) worker_->wait();
+  if (update_runner_ != nullptr) {
+    const double clip = clip_factor();
+    for (Segment& s : segments_) {
+      const auto begin = std::chrono::steady_clock::now();
+      comm::set_comm_activity(fmt::format("the update of step {} ({})", step_, s.name));
+      set_hyper_parameters(*s.update);
+      s.update->set_scalar("clip", clip);
+      run_update(s);
+      const auto end = std::chrono::steady_clock::now();
+      exchange_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(end - begin).count();
+      if (sink_) sink_(fmt::format("{} update", s.name), begin, end);
+    }
+  }
   if (tier_) tier_->finish();
+}
+
+double DataParallelOptimizer::clip_factor() {
+  double squares = 0;  // in segment order, whichever thread reduced them
+  for (const Segment& s : segments_) squares += s.squares;
+  comm::set_comm_activity(fmt::format("the gradient norm of step {}", step_));
+  norm_->input("squares").set(0, static_cast<float>(squares));
+  norm_->run();
+  grad_norm_ = std::sqrt(static_cast<double>(norm_->output("total").get(0)));
+  const double factor = *config_.clip_grad_norm / (*grad_norm_ + 1e-6);
+  // A non-finite norm gives 1: the gradient's own NaN or Inf reaches the weights, and the
+  // trainer's divergence check stops the run.
+  return std::min(1.0, factor);
 }
 
 void DataParallelOptimizer::step(double lr, int64_t step) {
@@ -243,13 +332,42 @@ void DataParallelOptimizer::run_segment(Segment& s) {
     void* dst = gin.data();
     for (int64_t i = 0; i < s.end - s.begin; ++i) store_from_f32(dst, gin.dtype(), static_cast<size_t>(i), g[s.begin + i]);
   }
+  if (s.update != nullptr) {  // clipping: the reduction only, and its squares
+    run.run();
+    // The averaged gradient exactly as the update will compute it: the f32 product of the f32
+    // scale and the widened sum.
+    const Tensor g_sum = run.output("g_sum");
+    const float scale = grad_scale();
+    double squares = 0;
+    for (const auto& [first, last] : s.norm_runs)
+      for (int64_t i = first; i < last; ++i) {
+        const float g1 = scale * load_as_f32(g_sum.data(), g_sum.dtype(), static_cast<size_t>(i));
+        squares += static_cast<double>(g1) * g1;
+      }
+    s.squares = squares;
+  } else {
+    set_hyper_parameters(run);
+    run_update(s);
+  }
+  const auto end = std::chrono::steady_clock::now();
+  exchange_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(end - begin).count();
+  if (sink_) sink_(s.name, begin, end);
+}
+
+void DataParallelOptimizer::set_hyper_parameters(exec::Runner& run) const {
   run.set_scalar("lr", lr_);
   run.set_scalar("beta1", config_.beta1);
   run.set_scalar("beta2", config_.beta2);
   run.set_scalar("eps", config_.eps);
   run.set_scalar("weight_decay", config_.weight_decay);
   run.set_scalar("step", static_cast<double>(step_));
-  run.set_scalar("grad_scale", 1.0 / dp_.size());  // the summed gradients' mean
+  run.set_scalar("grad_scale", grad_scale());
+}
+
+// Runs the program that updates the weights (the one step, or with clipping the update), with
+// the segment's moments in memory or streamed from the tier.
+void DataParallelOptimizer::run_update(Segment& s) {
+  exec::Runner& run = s.update != nullptr ? *s.update : *s.runner;
   const int64_t n = pieces_[s.index].end - pieces_[s.index].begin;
   if (tier_) {  // this segment's moments, read into its staging slot ahead of time
     tier_->await(s.index);
@@ -258,9 +376,6 @@ void DataParallelOptimizer::run_segment(Segment& s) {
   }
   run.run();  // w updated in the model's buffer; m and v in the runner's storage or the slot
   if (tier_) tier_->done(s.index);
-  const auto end = std::chrono::steady_clock::now();
-  exchange_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(end - begin).count();
-  if (sink_) sink_(s.name, begin, end);
 }
 
 }  // namespace tandem::train

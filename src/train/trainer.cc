@@ -125,7 +125,8 @@ class RankRun {
                batches_.micro_batch_count(), schedules_.model_programs(batches_.micro_rows()),
                ooc_ ? ooc_->memory() : nullptr),
         opt_(cfg.optimizer, model_.layout(), model_.params(), model_.grads(), grid_.dp(),
-             schedules_.optimizer_schedules(), executor_, exchange_may_overlap(cfg)),
+             schedules_.optimizer_schedules(), executor_, exchange_may_overlap(cfg),
+             &grid_.world()),
         out_(cfg.out != nullptr ? *cfg.out : std::cout) {
     if (resume_) last_checkpoint_ = {resume_->meta.step, resume_->folder};
     if (cfg.eval_every > 0) val_sampler_.emplace(detail::validation_sampler(*corpus_, cfg));
@@ -257,6 +258,7 @@ TrainResult RankRun::run() {
       save(step + 1);
     }
     result.losses.push_back(loss);
+    if (const std::optional<double> norm = opt_.grad_norm()) result.grad_norms.push_back(*norm);
     last_finite_step_ = step + 1;
     last_finite_loss_ = loss;
     const std::string failed = report_step(step, loss, val, lr, step_s);
@@ -386,9 +388,16 @@ void RankRun::print_header(int64_t first_step) {
       resume_ ? fmt::format(", resuming at step {} from {}", first_step, resume_->folder) : "");
   out_ << "  " << grid_.mapping() << "\n";
   if (const std::string w = grid_.warning(); !w.empty()) out_ << "tandem train: " << w << "\n";
-  std::string programs = fmt::format("  optimizer {}: program {} schedule {} ({})",
-                                     cfg_.optimizer.name, cfg_.optimizer.name == "lamb" ? "lamb" : "adam",
-                                     opt_.schedule_name(), opt_.executor_name());
+  std::string programs =
+      cfg_.optimizer.clip_grad_norm
+          ? fmt::format(
+                "  optimizer {} with the gradient's norm clipped at {}: programs {}, grad_norm "
+                "({})",
+                cfg_.optimizer.name, *cfg_.optimizer.clip_grad_norm, opt_.schedule_name(),
+                opt_.executor_name())
+          : fmt::format("  optimizer {}: program {} schedule {} ({})", cfg_.optimizer.name,
+                        cfg_.optimizer.name == "lamb" ? "lamb" : "adam", opt_.schedule_name(),
+                        opt_.executor_name());
   if (!model_.epilogue_schedule().empty())
     programs += fmt::format("; megatron_layer schedule {}", model_.epilogue_schedule());
   if (!model_.pipeline_schedule().empty())
@@ -514,6 +523,8 @@ std::string RankRun::report_step(int64_t step, double loss, std::optional<double
     sm.tokens_per_s = tps;
     sm.phase_s = phases_.phases();
     sm.extra = {{"lr", lr}, {"step_s", step_s}};
+    if (const std::optional<double> norm = opt_.grad_norm())
+      sm.extra.emplace_back("grad_norm", *norm);
     try {
       metrics_->write(sm);
     } catch (const UserError& e) {

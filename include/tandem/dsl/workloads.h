@@ -6,12 +6,12 @@
 //               w, m, v (f32 [N] Replicated: weights and first and second moments, updated in
 //               place); scalars lr, beta1, beta2, eps, weight_decay, step (1 for the first step)
 //               and grad_scale (1/ranks averages the summed gradient; also undoes loss scaling).
-//   grad_reduce symbol N; input g (grad_dtype [N] Local); scalar grad_scale; output g1 (f32 [N]
-//               Sliced(0): this rank's part of the scaled sum).
-//   adam_update, lamb_update  symbol N; inputs g1 (f32 [N] Sliced(0): grad_reduce's output),
-//               w (f32 [N] Replicated), m, v (f32 [N] Sliced(0): this rank's part of the moments),
-//               updated in place; scalars lr, beta1, beta2, eps, weight_decay, step and clip (the
-//               gradient's clipping factor, 1 to leave it as it is).
+//   grad_reduce symbol N; input g (grad_dtype [N] Local); output g_sum (grad_dtype [N] Sliced(0):
+//               this rank's part of the sum over the ranks).
+//   adam_update, lamb_update  symbol N; inputs g_sum (grad_dtype [N] Sliced(0): grad_reduce's
+//               output), w (f32 [N] Replicated), m, v (f32 [N] Sliced(0): this rank's part of the
+//               moments), updated in place; scalars lr, beta1, beta2, eps, weight_decay, step,
+//               grad_scale (as adam's) and clip (the gradient's clipping factor, 1 to leave it).
 //   megatron_layer  symbols B (tokens), K (input features), H (output features); inputs
 //               x (dtype [B, K] Sliced(1): this rank's columns), w (dtype [K, H] Sliced(0): the
 //               matching rows), bias (dtype [H] Replicated), residual (dtype [B, H] Replicated);
@@ -39,13 +39,16 @@ Program lamb(DType grad_dtype = DType::BF16);
 
 // The data-parallel step in two halves, for global gradient-norm clipping: the norm of the
 // whole model's gradient is needed before any update, so the reduction (grad_reduce:
-//   g1 = grad_scale * f32(ReduceScatter(Sum, g)), this rank's slice, an output)
-// runs for every part of the model first, then the update (adam_update, lamb_update: the formulas
+// g_sum = ReduceScatter(Sum, g), this rank's slice, an output) runs for every part of the model
+// first, then the update (adam_update, lamb_update: g1 = grad_scale * f32(g_sum), the formulas
 // above on g_clipped = clip * g1 over this rank's slice, then w1 = AllGather of the new slices).
 // With clip = 1 they compute bitwise what adam / lamb under "fused(RS-C-AG)+slice(m,v)" compute.
 Program grad_reduce(DType grad_dtype = DType::BF16);
-Program adam_update();
-Program lamb_update();
+Program adam_update(DType grad_dtype = DType::BF16);
+Program lamb_update(DType grad_dtype = DType::BF16);
+// The sum of the ranks' sums of squares: input squares (f32 [1] Local), output total (f32 [1]
+// Replicated). Clipping's norm is sqrt(total).
+Program grad_norm();
 
 // Megatron's row-parallel layer: out = dropout(AllReduce(Sum, x @ w) + bias, p) + residual.
 // x @ w is Partial: each rank multiplies its K-slice, and the AllReduce sums the parts.

@@ -26,6 +26,17 @@
 // gradients meanwhile, and finish_step() waits for every segment before anything reads the
 // weights again.
 //
+// Gradient clipping (--clip-grad-norm X): the norm of the whole model's averaged gradient is
+// needed before any update, so each segment runs in two programs (dsl::workloads::grad_reduce,
+// then adam_update or lamb_update). The reductions run as above, during the backward; once all
+// are done, finish_step sums the squares of the reduced gradient (each model element counted once:
+// this rank's slice of the tensors it is the writer of, ShardLayout's `writer`), adds them over
+// every rank of the grid (a DSL program, grad_norm), and runs the updates with
+// clip = min(1, X / (norm + 1e-6)) (PyTorch's clip_grad_norm_), each a slice update and an
+// AllGather. The squares are summed per segment in double and then in segment order, so overlap and
+// after still give bitwise the same weights; with clip = 1 the two halves compute bitwise what the
+// one-program ZeRO-1 step computes (tested in exec/correctness/clipped_step_test.cc).
+//
 // Zero copy: each segment's program reads the gradients and updates the weights in the model's
 // own buffers (exec::Runner::bind); only bf16 gradients (--grad-dtype bf16) are rounded into the
 // program's own buffer first. For each segment this rank keeps the moments m and v of its part
@@ -75,6 +86,8 @@ struct OptimizerConfig {
   // Where the moments live: "memory", or a slow tier as ooc::TierSpec writes it ("host",
   // "file:DIR").
   std::string state_tier = "memory";
+  // Global gradient-norm clipping: the largest norm of the averaged gradient (unset: none).
+  std::optional<double> clip_grad_norm;
 
   // UserError naming the bad field.
   void validate() const;
@@ -105,10 +118,13 @@ class DataParallelOptimizer {
   // optimizer_schedule_preferences()). `overlap_allowed`: whether a second thread may
   // communicate on `dp` while the calling thread runs the backward (false under MPI without
   // MPI_THREAD_MULTIPLE when the backward itself communicates); without it "overlap" runs as
-  // "after". A collective over the data-parallel group.
-  DataParallelOptimizer(const OptimizerConfig& config, const parallel::ShardLayout& layout, Tensor params,
-                        Tensor grads, comm::Communicator& dp, const std::vector<std::string>& schedules = {},
-                        exec::RunnerKind executor = exec::runner_kind_from_env(), bool overlap_allowed = true);
+  // "after". `world`: every rank of the grid, over which a clipped step's gradient norm sums
+  // (null: `dp`, right when dp is the whole grid). A collective over the data-parallel group.
+  DataParallelOptimizer(const OptimizerConfig& config, const parallel::ShardLayout& layout,
+                        Tensor params, Tensor grads, comm::Communicator& dp,
+                        const std::vector<std::string>& schedules = {},
+                        exec::RunnerKind executor = exec::runner_kind_from_env(),
+                        bool overlap_allowed = true, comm::Communicator* world = nullptr);
   ~DataParallelOptimizer();
 
   // One step in three calls: begin_step before the backward (`step` counts optimizer steps from
@@ -130,6 +146,9 @@ class DataParallelOptimizer {
   // Seconds the segments of the last step ran (on whichever thread), after finish_step.
   double exchange_seconds() const { return static_cast<double>(exchange_ns_.load()) * 1e-9; }
 
+  // The norm of the last step's averaged gradient, before clipping (clipped steps only).
+  std::optional<double> grad_norm() const { return grad_norm_; }
+
   const OptimizerConfig& config() const { return config_; }
   const std::vector<Piece>& pieces() const { return pieces_; }
   // Piece i's moments copied out (end - begin floats each), or replaced; outside a step.
@@ -140,7 +159,8 @@ class DataParallelOptimizer {
   int segments() const { return static_cast<int>(segments_.size()); }
   // AdamW's buckets: segments made of blocks (0 for LAMB).
   int buckets() const { return buckets_; }
-  std::string schedule_name() const { return runner_->schedule_name(); }
+  // The schedule (with clipping, each half's: "grad_reduce C, adam_update fused(C)").
+  std::string schedule_name() const;
   std::string executor_name() const { return runner_->executor_name(); }
   // Bytes this rank holds in memory for the optimizer state (m and v; with a slow tier, its two
   // staging slots), in the slow tier, and for the programs' other buffers (the communication's
@@ -157,18 +177,33 @@ class DataParallelOptimizer {
     int64_t begin, end;
     int ready_layer;  // launched once this block's gradients are final; kAfterBackward: at the end
     bool launched = false;
-    std::unique_ptr<exec::Runner> runner;
+    std::unique_ptr<exec::Runner> runner;  // the step, or with clipping its reduction
+    std::unique_ptr<exec::Runner> update;  // with clipping: the update
     bool grads_bound = false;  // g is the model's memory (f32); else rounded into the runner's
+    // With clipping: this rank's elements of the reduced gradient whose squares count toward the
+    // norm ([first, second) of the runner's output g_sum), and their sum after the reduction.
+    std::vector<std::pair<int64_t, int64_t>> norm_runs;
+    double squares = 0;
   };
   static constexpr int kAfterBackward = -1;
-  void add_segment(std::string name, int64_t begin, int64_t end, int ready_layer);
+  void add_segment(const parallel::ShardLayout& layout, std::string name, int64_t begin,
+                   int64_t end, int ready_layer);
   void launch(Segment& s);
-  void run_segment(Segment& s);
+  void run_segment(Segment& s);  // the step, or with clipping its reduction
+  void run_update(Segment& s);   // the program that updates the weights
+  void set_hyper_parameters(exec::Runner& run) const;
+  // The summed gradients' mean, as the programs hold it (an f32 scalar).
+  float grad_scale() const { return static_cast<float>(1.0 / dp_.size()); }
+  // With clipping: the norm over every rank, and the factor for the updates.
+  double clip_factor();
 
   OptimizerConfig config_;
   Tensor params_, grads_;
   comm::Communicator& dp_;
-  std::unique_ptr<parallel::ProgramRunner> runner_;
+  std::unique_ptr<parallel::ProgramRunner> runner_;  // the step, or with clipping its reduction
+  std::unique_ptr<parallel::ProgramRunner> update_runner_, norm_runner_;  // with clipping
+  std::unique_ptr<exec::Runner> norm_;                                    // grad_norm on `world`
+  std::optional<double> grad_norm_;
   bool sliced_ = false;
   int buckets_ = 0;
   std::vector<Segment> segments_;

@@ -47,6 +47,7 @@ struct TrainResult {
   int64_t end_step = 0;                 // steps taken when the run ended
   std::vector<double> losses;           // mean training loss of each step run
   std::vector<std::pair<int64_t, double>> val_losses;  // (step, validation loss)
+  std::vector<double> grad_norms;       // --clip-grad-norm: each step's gradient norm, before clipping
   std::vector<float> weights;           // whole-model flat weights (keep_weights only)
   double seconds = 0.0;                 // wall time of the steps
   double tokens_per_s = 0.0;

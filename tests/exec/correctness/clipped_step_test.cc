@@ -5,6 +5,7 @@
 // both gradient dtypes, two steps.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -30,7 +31,7 @@ void set_hyper(Runner& r, int step) {
 }
 
 float grad_at(int rank, int step, int64_t i) {
-  return 0.01f * static_cast<float>((i * 7 + rank * 5 + step * 3) % 13) - 0.06f;
+  return static_cast<float>(0.06 * std::cos(0.71 * i + 1.3 * rank + 0.5 * step));
 }
 
 struct Case {
@@ -51,18 +52,21 @@ void check(const Case& c, double grad_scale, double clip) {
       plan_named(c.lamb ? dsl::workloads::lamb(c.grad_dtype) : dsl::workloads::adam(c.grad_dtype),
                  "fused(RS-C-AG)+slice(m,v)");
   const schedule::Plan reduce = plan_named(dsl::workloads::grad_reduce(c.grad_dtype), "C");
-  const schedule::Plan update =
-      plan_named(c.lamb ? dsl::workloads::lamb_update() : dsl::workloads::adam_update(), "fused(C)");
+  const schedule::Plan update = plan_named(c.lamb ? dsl::workloads::lamb_update(c.grad_dtype)
+                                                  : dsl::workloads::adam_update(c.grad_dtype),
+                                           "fused(C)");
   comm::run_ranks(c.ranks, [&](comm::Communicator& comm) {
     const dsl::SymbolMap n{{"N", kN}};
     std::unique_ptr<Runner> one = make_runner(c.kind, whole, comm, n);
     std::unique_ptr<Runner> first = make_runner(c.kind, reduce, comm, n);
     RunnerOptions bound;
-    bound.bound = {"g1"};
+    bound.bound = {"g_sum"};
     std::unique_ptr<Runner> second = make_runner(c.kind, update, comm, n, bound);
-    second->bind("g1", first->output("g1"));
+    second->bind("g_sum", first->output("g_sum"));
     for (Runner* r : {one.get(), second.get()}) {
-      for (int64_t i = 0; i < kN; ++i) r->input("w").set(i, 0.5f - 0.001f * static_cast<float>(i % 101));
+      // Full mantissas, so that sums in another order would show.
+      for (int64_t i = 0; i < kN; ++i)
+        r->input("w").set(i, static_cast<float>(0.5 * std::sin(0.37 * i + 0.1)));
       r->input("m").fill(0.0f);
       r->input("v").fill(0.0f);
     }
@@ -74,9 +78,9 @@ void check(const Case& c, double grad_scale, double clip) {
       set_hyper(*one, step);
       one->set_scalar("grad_scale", grad_scale * clip);
       one->run();
-      first->set_scalar("grad_scale", grad_scale);
       first->run();
       set_hyper(*second, step);
+      second->set_scalar("grad_scale", grad_scale);
       second->set_scalar("clip", clip);
       second->run();
       for (const char* name : {"w", "m", "v"}) {

@@ -101,38 +101,116 @@ TEST(GradExchange, TheTraceShowsTheExchangeDuringTheBackward) {
 
 // ZeRO-1 memory: with slice(m,v) each rank holds 1/dp of the moments, and the programs allocate
 // neither gradients nor weights (they are bound to the model's buffers), only the reduce-scatter's
-// 1/dp result.
+// 1/dp result; clipping's two halves hold the same.
 TEST(GradExchange, StateIsOneOverDpAndTheModelsBuffersAreBound) {
   nn::GPTConfig cfg;
   cfg.n_layers = 3;
   cfg.n_heads = 2;
   cfg.d_model = 32;
   cfg.seq_len = cfg.max_positions = 16;
-  for (int dp : {1, 2, 3}) {
-    comm::run_ranks(dp, [&](comm::Communicator& c) {
-      const parallel::ShardLayout layout(cfg, {dp, 1, 1}, 0, 0);
-      const int64_t n = layout.size();
-      Tensor params = Tensor::zeros(DType::F32, Shape{n}), grads = Tensor::zeros(DType::F32, Shape{n});
-      OptimizerConfig oc;
-      oc.bucket_mb = 0.02;
-      DataParallelOptimizer opt(oc, layout, params, grads, c, {"fused(RS-C-AG)+slice(m,v)"}, exec::RunnerKind::Compiled);
-      EXPECT_GT(opt.buckets(), 1);
-      int64_t mine = 0;
-      for (const DataParallelOptimizer::Piece& pc : opt.pieces()) mine += pc.end - pc.begin;
-      EXPECT_EQ(opt.state_bytes(), static_cast<size_t>(mine) * 8);
-      // 1/dp of every segment, so within a float per segment of 8N/dp.
-      EXPECT_LE(std::abs(static_cast<double>(mine) - static_cast<double>(n) / dp), opt.segments()) << dp;
-      // Nothing the size of the gradients or the weights: the reduce-scatter's 1/dp result, and
-      // the scalars and scratch (under a KiB a segment).
-      EXPECT_LE(opt.buffer_bytes(), static_cast<size_t>(n / dp + opt.segments()) * 4 + 1024u * opt.segments())
-          << dp;
-      // The update lands in the model's own weights.
-      grads.fill(1.0f);
-      opt.step(0.1, 1);
-      EXPECT_NE(params.get(0), 0.0f);
-      EXPECT_NE(params.get(n - 1), 0.0f);
-    });
+  for (int dp : {1, 2, 3})
+    for (const std::optional<double> clip : {std::optional<double>{}, std::optional<double>{1.0}}) {
+      comm::run_ranks(dp, [&](comm::Communicator& c) {
+        const parallel::ShardLayout layout(cfg, {dp, 1, 1}, 0, 0);
+        const int64_t n = layout.size();
+        Tensor params = Tensor::zeros(DType::F32, Shape{n}),
+               grads = Tensor::zeros(DType::F32, Shape{n});
+        OptimizerConfig oc;
+        oc.bucket_mb = 0.02;
+        oc.clip_grad_norm = clip;
+        DataParallelOptimizer opt(oc, layout, params, grads, c, {"fused(RS-C-AG)+slice(m,v)"},
+                                  exec::RunnerKind::Compiled);
+        EXPECT_GT(opt.buckets(), 1);
+        int64_t mine = 0;
+        for (const DataParallelOptimizer::Piece& pc : opt.pieces()) mine += pc.end - pc.begin;
+        EXPECT_EQ(opt.state_bytes(), static_cast<size_t>(mine) * 8);
+        // 1/dp of every segment, so within a float per segment of 8N/dp.
+        EXPECT_LE(std::abs(static_cast<double>(mine) - static_cast<double>(n) / dp), opt.segments())
+            << dp;
+        // Nothing the size of the gradients or the weights: the reduce-scatter's 1/dp result, and
+        // the scalars and scratch (under a KiB a segment).
+        EXPECT_LE(opt.buffer_bytes(),
+                  static_cast<size_t>(n / dp + opt.segments()) * 4 + 1024u * opt.segments())
+            << dp;
+        // The update lands in the model's own weights.
+        grads.fill(1.0f);
+        opt.step(0.1, 1);
+        EXPECT_NE(params.get(0), 0.0f);
+        EXPECT_NE(params.get(n - 1), 0.0f);
+        EXPECT_EQ(opt.grad_norm().has_value(), clip.has_value());
+      });
+    }
+}
+
+// --------------------------------------------------------------------------- gradient clipping
+
+TrainConfig clipped_run(parallel::GridShape grid, const std::string& optimizer,
+                        const std::string& exchange, double clip, const std::string& executor) {
+  TrainConfig c = exchange_run(grid, optimizer, exchange, kSmallBucket, executor);
+  c.optimizer.clip_grad_norm = clip;
+  return c;
+}
+
+// The reductions overlap the backward and the updates follow the norm: the same programs on the
+// same data in the same order as after the backward, so bitwise the same.
+TEST(GradClipping, OverlappedEqualsAfterTheBackwardBitwise) {
+  const std::vector<parallel::GridShape> grids = {{2, 1, 1}, {2, 2, 1}, {2, 1, 2}, {4, 1, 1}};
+  for (const std::string executor : {"compiled", "plan"})
+    for (const std::string optimizer : {"adamw", "lamb"})
+      for (const parallel::GridShape& g : grids) {
+        const std::string what = optimizer + " " + executor + " " + g.str();
+        const TrainResult after = train(clipped_run(g, optimizer, "after", 0.05, executor));
+        const TrainResult overlap = train(clipped_run(g, optimizer, "overlap", 0.05, executor));
+        expect_bitwise(after, overlap, what);
+        ASSERT_EQ(after.grad_norms.size(), 3u) << what;
+        EXPECT_EQ(after.grad_norms, overlap.grad_norms) << what;
+      }
+}
+
+// A limit no gradient reaches scales by exactly 1, and the two halves then compute what the
+// one-program ZeRO-1 step computes: bitwise the weights of the run without clipping.
+TEST(GradClipping, ALimitAboveTheNormChangesNothing) {
+  for (const parallel::GridShape& g :
+       std::vector<parallel::GridShape>{{1, 1, 1}, {2, 1, 1}, {2, 2, 1}, {2, 1, 2}})
+    for (const std::string optimizer : {"adamw", "lamb"}) {
+      const TrainResult plain =
+          train(exchange_run(g, optimizer, "overlap", kSmallBucket, "compiled"));
+      const TrainResult clipped = train(clipped_run(g, optimizer, "overlap", 1e30, "compiled"));
+      expect_bitwise(plain, clipped, optimizer + " " + g.str());
+    }
+}
+
+// The norm is the whole model's, each element counted once: tensors every tp rank holds whole
+// and the last stage's copy of wte are not counted twice. Every grid sees the norm of one rank.
+TEST(GradClipping, TheNormIsTheWholeModelsOnEveryGrid) {
+  auto run = [](parallel::GridShape g) {
+    TrainConfig c = clipped_run(g, "adamw", "overlap", 0.05, "compiled");
+    c.model.dropout = 0;  // the same gradient on every grid, up to the order of sums
+    return train(c);
+  };
+  const TrainResult one = run({1, 1, 1});
+  ASSERT_EQ(one.grad_norms.size(), 3u);
+  EXPECT_GT(one.grad_norms[0], 0.05) << "the test wants a norm the limit clips";
+  for (const parallel::GridShape& g :
+       std::vector<parallel::GridShape>{{2, 1, 1}, {1, 2, 1}, {1, 1, 2}, {2, 2, 2}}) {
+    const TrainResult r = run(g);
+    ASSERT_EQ(r.grad_norms.size(), 3u) << g.str();
+    // The first step's gradient is the same model's on the same batch: only the order of the
+    // sums differs.
+    EXPECT_NEAR(r.grad_norms[0], one.grad_norms[0], 1e-5 * one.grad_norms[0]) << g.str();
+    for (size_t i = 0; i < one.losses.size(); ++i)
+      EXPECT_NEAR(r.losses[i], one.losses[i], 1e-4) << g.str() << " step " << i + 1;
   }
+}
+
+// Clipping takes effect: a limit below the norm gives other weights than no limit.
+TEST(GradClipping, ALimitBelowTheNormChangesTheStep) {
+  const TrainResult plain =
+      train(exchange_run({2, 1, 1}, "adamw", "overlap", kSmallBucket, "compiled"));
+  const TrainResult clipped = train(clipped_run({2, 1, 1}, "adamw", "overlap", 0.05, "compiled"));
+  ASSERT_GT(clipped.grad_norms[0], 0.05);
+  EXPECT_NE(plain.weights, clipped.weights);
+  EXPECT_EQ(plain.losses[0], clipped.losses[0]) << "the first loss comes before any update";
 }
 
 }  // namespace

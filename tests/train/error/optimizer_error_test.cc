@@ -1,5 +1,8 @@
 // The optimizer's settings: each bad one is refused with a message naming the flag.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+
+#include <cmath>
 
 #include "tandem/train/optimizer.h"
 #include "train/test_util.h"
@@ -27,7 +30,17 @@ TEST(OptimizerErrors, EachBadSettingNamesItsFlag) {
   c.bucket_mb = 0.0;
   EXPECT_EQ(user_error_of([&] { c.validate(); }), "--bucket-mb 0 must be a positive number of MiB");
   c.bucket_mb = -1.0;
-  EXPECT_EQ(user_error_of([&] { c.validate(); }), "--bucket-mb -1 must be a positive number of MiB");
+  EXPECT_EQ(user_error_of([&] { c.validate(); }),
+            "--bucket-mb -1 must be a positive number of MiB");
+  c = OptimizerConfig{};
+  for (const double bad : {-1.0, 0.0, std::nan("")}) {
+    c.clip_grad_norm = bad;
+    EXPECT_EQ(
+        user_error_of([&] { c.validate(); }),
+        fmt::format(
+            "--clip-grad-norm {} must be a positive number (the largest norm of the gradient)",
+            bad));
+  }
 }
 
 TEST(OptimizerErrors, ABucketLargerThanTheModelIsRefusedBeforeTraining) {

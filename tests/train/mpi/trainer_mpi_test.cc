@@ -107,5 +107,29 @@ TEST(TrainerMpi, TheOverlappedExchangeMatchesTheExchangeAfterTheBackward) {
   }
 }
 
+// Clipping over processes: the reductions on the communication thread during the backward, the
+// norm and the updates after it give bitwise the weights and norms of the clipped step after the
+// backward.
+TEST(TrainerMpi, TheClippedStepOverlappedMatchesTheClippedStepAfterTheBackward) {
+  std::unique_ptr<comm::Communicator> world = comm::mpi_wrap(MPI_COMM_WORLD);
+  auto run = [&](const std::string& exchange) {
+    TrainConfig c = tiny(world->size());
+    c.backend = "mpi";
+    c.model.n_layers = 3;
+    c.optimizer.exchange = exchange;
+    c.optimizer.bucket_mb = 0.01;
+    c.optimizer.clip_grad_norm = 0.05;
+    return train_rank(*world, c, nullptr);
+  };
+  const TrainResult after = run("after");
+  const TrainResult overlap = run("overlap");
+  ASSERT_FALSE(after.grad_norms.empty());
+  EXPECT_GT(after.grad_norms[0], 0.05) << "the limit is to clip";
+  EXPECT_EQ(overlap.grad_norms, after.grad_norms);
+  if (world->rank() != 0) return;
+  EXPECT_EQ(overlap.weights, after.weights);
+  EXPECT_EQ(overlap.losses, after.losses);
+}
+
 }  // namespace
 }  // namespace tandem::train
