@@ -122,7 +122,9 @@ chmod +x "$agent"
 ip -n "$ns_a" route get "$addr_b" >/dev/null 2>&1 || fail "$host_a ($addr_a) has no route to $host_b ($addr_b)"
 
 np=$((2 * ranks))
-mpirun_words="mpirun --allow-run-as-root -H $host_a:$ranks,$host_b:$ranks -np $np --mca plm_rsh_agent $agent --mca plm_rsh_no_tree_spawn 1 --mca btl tcp,self --mca btl_tcp_if_include $subnet --mca oob_tcp_if_include $subnet"
+# The two hosts share this machine's cores: no rank is bound to one (each host's ranks would be
+# bound to the same cores as the other's), and a waiting rank yields its core.
+mpirun_words="mpirun --allow-run-as-root -H $host_a:$ranks,$host_b:$ranks -np $np --bind-to none --mca mpi_yield_when_idle 1 --mca plm_rsh_agent $agent --mca plm_rsh_no_tree_spawn 1 --mca btl tcp,self --mca btl_tcp_if_include $subnet --mca oob_tcp_if_include $subnet"
 for v in $(env | sed -n 's/^\(TANDEM_[A-Za-z0-9_]*\)=.*/\1/p'); do
   mpirun_words="$mpirun_words -x $v"
 done

@@ -1,8 +1,9 @@
 // The MPI backend under real mpirun (-np 2 and 3, 4 as 2 nodes of 2 with
-// TANDEM_RANKS_PER_NODE=2 over TCP, and 2 namespaced hosts of 2 in the multihost suite): every collective through the ring over MPI_Isend/MPI_Irecv,
-// the Direct algorithms over the processes' shared arenas and the hierarchical ones across the
-// forced nodes, on the world communicator and on a wrapped caller's communicator, split,
-// point-to-point (including messages split into pieces), and the errors a user reads.
+// TANDEM_RANKS_PER_NODE=2 over TCP, and 2 namespaced hosts of 2 ranks in the multihost suite):
+// every collective through the ring over MPI_Isend/MPI_Irecv, the Direct algorithms over the
+// processes' shared arenas and the hierarchical ones across the nodes, on the world communicator
+// and on a wrapped caller's communicator, split, point-to-point (including messages split into
+// pieces), and the errors a user reads.
 //
 // Every rank runs every test in the same order. Nothing here may leave a test early on one rank
 // only (no ASSERT_*): the others would wait for it in the next collective.
@@ -50,9 +51,11 @@ std::vector<int> expected_nodes() {
   int len = 0;
   MPI_Get_processor_name(name, &len);
   std::vector<char> all(static_cast<size_t>(p) * MPI_MAX_PROCESSOR_NAME);
-  MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR,
-                MPI_COMM_WORLD);
-  auto host = [&](int r) { return std::string(all.data() + static_cast<size_t>(r) * MPI_MAX_PROCESSOR_NAME); };
+  MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME,
+                MPI_CHAR, MPI_COMM_WORLD);
+  auto host = [&](int r) {
+    return std::string(all.data() + static_cast<size_t>(r) * MPI_MAX_PROCESSOR_NAME);
+  };
   for (int r = 0; r < p; ++r) {
     int first = 0;
     while (host(first) != host(r)) ++first;

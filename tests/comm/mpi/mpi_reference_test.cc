@@ -30,10 +30,14 @@ std::vector<float> random_floats(uint64_t seed, int rank, int64_t n) {
 
 MPI_Op mpi_op(ReduceOp op) {
   switch (op) {
-    case ReduceOp::Sum: return MPI_SUM;
-    case ReduceOp::Prod: return MPI_PROD;
-    case ReduceOp::Max: return MPI_MAX;
-    case ReduceOp::Min: return MPI_MIN;
+    case ReduceOp::Sum:
+      return MPI_SUM;
+    case ReduceOp::Prod:
+      return MPI_PROD;
+    case ReduceOp::Max:
+      return MPI_MAX;
+    case ReduceOp::Min:
+      return MPI_MIN;
   }
   return MPI_OP_NULL;
 }
@@ -56,19 +60,19 @@ std::string compare(const std::string& label, const Tensor& got, const std::vect
     }
   }
   if (bad == 0) return "";
-  return fmt::format("{}: {} elements differ from MPI's (max difference {}, tolerance {}); first at "
-                     "{}: {} against {}\n",
-                     label, bad, max_diff, tolerance, first, g[first - offset],
-                     want[static_cast<size_t>(first)]);
+  return fmt::format(
+      "{}: {} elements differ from MPI's (max difference {}, tolerance {}); first at "
+      "{}: {} against {}\n",
+      label, bad, max_diff, tolerance, first, g[first - offset], want[static_cast<size_t>(first)]);
 }
 
 std::string reference_case(Communicator& c, ReduceOp op, int64_t n, uint64_t seed, bool hook) {
   const int p = c.size(), r = c.rank();
   const int64_t off = Partition::offset(n, p, r), count = Partition::count(n, p, r);
   const double tolerance = op == ReduceOp::Sum ? 2.0 * (p - 1) * p * std::ldexp(1.0, -24) : 0.0;
-  const std::string label = label_of(c, CollectiveAlgo::Auto, fmt::format("{} against MPI, seed {}",
-                                                                          reduce_op_name(op), seed),
-                                     DType::F32, n, hook ? " with hook" : "");
+  const std::string label = label_of(
+      c, CollectiveAlgo::Auto, fmt::format("{} against MPI, seed {}", reduce_op_name(op), seed),
+      DType::F32, n, hook ? " with hook" : "");
   const std::vector<float> mine = random_floats(seed, r, n);
   std::vector<int> counts(static_cast<size_t>(p)), offsets(static_cast<size_t>(p));
   for (int q = 0; q < p; ++q) {
@@ -78,14 +82,16 @@ std::string reference_case(Communicator& c, ReduceOp op, int64_t n, uint64_t see
 
   // all_reduce: MPI_Allreduce's result, halved by the hook where there is one (exact).
   std::vector<float> want(static_cast<size_t>(n));
-  MPI_Allreduce(mine.data(), want.data(), static_cast<int>(n), MPI_FLOAT, mpi_op(op), MPI_COMM_WORLD);
+  MPI_Allreduce(mine.data(), want.data(), static_cast<int>(n), MPI_FLOAT, mpi_op(op),
+                MPI_COMM_WORLD);
   Tensor buf = Tensor::empty(DType::F32, {n}, c.allocator());
   std::copy(mine.begin(), mine.end(), buf.data_as<float>());
-  c.all_reduce(buf, op, hook ? ChunkHook([](const Tensor& chunk, int64_t) {
-    float* x = chunk.data_as<float>();
-    for (int64_t k = 0; k < chunk.numel(); ++k) x[k] *= 0.5f;
-  })
-                             : ChunkHook{});
+  c.all_reduce(buf, op,
+               hook ? ChunkHook([](const Tensor& chunk, int64_t) {
+                 float* x = chunk.data_as<float>();
+                 for (int64_t k = 0; k < chunk.numel(); ++k) x[k] *= 0.5f;
+               })
+                    : ChunkHook{});
   std::vector<float> scaled = want;
   if (hook)
     for (float& x : scaled) x *= 0.5f;
@@ -93,7 +99,8 @@ std::string reference_case(Communicator& c, ReduceOp op, int64_t n, uint64_t see
 
   // reduce_scatter: this rank's part of MPI_Reduce_scatter's.
   std::vector<float> part(static_cast<size_t>(std::max<int64_t>(count, 1)));
-  MPI_Reduce_scatter(mine.data(), part.data(), counts.data(), MPI_FLOAT, mpi_op(op), MPI_COMM_WORLD);
+  MPI_Reduce_scatter(mine.data(), part.data(), counts.data(), MPI_FLOAT, mpi_op(op),
+                     MPI_COMM_WORLD);
   Tensor in = Tensor::empty(DType::F32, {n}, c.allocator());
   Tensor out = Tensor::empty(DType::F32, {count}, c.allocator());
   std::copy(mine.begin(), mine.end(), in.data_as<float>());

@@ -26,11 +26,11 @@
 namespace tandem::train {
 namespace {
 
+using tandem::testing::CommandResult;
+using tandem::testing::ScratchDir;
 using ::testing::ContainsRegex;
 using ::testing::HasSubstr;
 using ::testing::Not;
-using tandem::testing::CommandResult;
-using tandem::testing::ScratchDir;
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
@@ -49,7 +49,8 @@ CommandResult hosts(const std::string& args, int seconds = 120) {
 // The names of the two hosts the script announced ("netns-hosts: A (addr) and B (addr) on ...").
 std::vector<std::string> host_names(const std::string& output) {
   std::smatch m;
-  if (!std::regex_search(output, m, std::regex("netns-hosts: (tmh[0-9]+a) \\([0-9.]+\\) and (tmh[0-9]+b)")))
+  if (!std::regex_search(output, m,
+                         std::regex("netns-hosts: (tmh[0-9]+a) \\([0-9.]+\\) and (tmh[0-9]+b)")))
     return {};
   return {m[1], m[2]};
 }
@@ -67,7 +68,7 @@ void expect_torn_down(const std::string& output) {
   }
 }
 
-#define SKIP_WITHOUT_NAMESPACES(r)                                                      \
+#define SKIP_WITHOUT_NAMESPACES(r)                                                       \
   if ((r).status == 77 && (r).output.find("netns-hosts: skipped:") != std::string::npos) \
   GTEST_SKIP() << (r).output
 
@@ -91,11 +92,13 @@ TEST(TwoHosts, TwoRanksOnEachHostUnderItsOwnName) {
 // inputs. (As for comm.mpi.np4.nodes_of_2, the error and timeout suites are left out: they name
 // calls of the flat algorithms.)
 TEST(TwoHosts, EveryCollectiveAgainstMpi) {
-  const CommandResult r = hosts(fmt::format("mpirun '{}/test_comm_mpi' --gtest_color=no --gtest_filter=-MpiErrors.*:MpiTimeout.*",
-                                            tests_dir()));
+  const CommandResult r = hosts(fmt::format(
+      "mpirun '{}/test_comm_mpi' --gtest_color=no --gtest_filter=-MpiErrors.*:MpiTimeout.*",
+      tests_dir()));
   SKIP_WITHOUT_NAMESPACES(r);
   EXPECT_EQ(r.status, 0) << r.output;
-  EXPECT_THAT(r.output, HasSubstr("[       OK ] MpiReference.EveryCollectiveAgainstMpiOnRandomInputs"))
+  EXPECT_THAT(r.output,
+              HasSubstr("[       OK ] MpiReference.EveryCollectiveAgainstMpiOnRandomInputs"))
       << r.output;
   EXPECT_THAT(r.output, HasSubstr("[       OK ] MpiHierarchical.EveryCollectiveAndRandomInputs"))
       << r.output;
@@ -105,12 +108,14 @@ TEST(TwoHosts, EveryCollectiveAgainstMpi) {
 // Every enumerated schedule of Adam, the fused one among them, by the plan runner and compiled,
 // equal to the reference interpreter across the two hosts.
 TEST(TwoHosts, FusedAdamSchedules) {
-  for (const char* suite : {"test_schedule_mpi' --gtest_color=no --gtest_filter=MpiEquivalence.Adam",
-                                   "test_codegen_mpi' --gtest_color=no --gtest_filter=CompiledMpi.Adam"}) {
+  for (const char* suite :
+       {"test_schedule_mpi' --gtest_color=no --gtest_filter=MpiEquivalence.Adam",
+        "test_codegen_mpi' --gtest_color=no --gtest_filter=CompiledMpi.Adam"}) {
     const CommandResult r = hosts(fmt::format("mpirun '{}/{}", tests_dir(), suite));
     SKIP_WITHOUT_NAMESPACES(r);
     EXPECT_EQ(r.status, 0) << r.output;
-    EXPECT_THAT(r.output, ContainsRegex("\\[       OK \\] (MpiEquivalence|CompiledMpi)\\.Adam")) << r.output;
+    EXPECT_THAT(r.output, ContainsRegex("\\[       OK \\] (MpiEquivalence|CompiledMpi)\\.Adam"))
+        << r.output;
     expect_torn_down(r.output);
   }
 }
@@ -131,13 +136,16 @@ std::vector<std::string> losses_of(const std::string& metrics) {
 // sum of two terms is the same in either order).
 TEST(TwoHosts, TrainMatchesTheSameGridInProcess) {
   ScratchDir dir;
-  const std::string flags = "--model tiny --dp 2 --tp 2 --steps 6 --eval-every 0 --threads 1 --quiet";
-  const CommandResult r = hosts(fmt::format("mpirun '{}' train --backend mpi {} --metrics {}",
-                                            tandem::testing::tandem_binary(), flags, dir.path("mpi.jsonl")));
+  const std::string flags =
+      "--model tiny --dp 2 --tp 2 --steps 6 --eval-every 0 --threads 1 --quiet";
+  const CommandResult r =
+      hosts(fmt::format("mpirun '{}' train --backend mpi {} --metrics {}",
+                        tandem::testing::tandem_binary(), flags, dir.path("mpi.jsonl")));
   SKIP_WITHOUT_NAMESPACES(r);
   ASSERT_EQ(r.status, 0) << r.output;
   const std::vector<std::string> names = host_names(r.output);
-  EXPECT_THAT(r.output, HasSubstr("rank mapping (2 nodes, tp inside a node, then pp, then dp across nodes)"))
+  EXPECT_THAT(r.output,
+              HasSubstr("rank mapping (2 nodes, tp inside a node, then pp, then dp across nodes)"))
       << r.output;
   EXPECT_THAT(r.output, Not(HasSubstr("warning"))) << r.output;
   const CommandResult in_process = tandem::testing::run_tandem(
@@ -152,13 +160,15 @@ TEST(TwoHosts, TrainMatchesTheSameGridInProcess) {
 // A job of 4 training processes, each writing its pid to DIR/pid.<rank> first (exec keeps it).
 std::string training_job(const ScratchDir& dir) {
   return fmt::format(
-      "mpirun sh -c 'echo $$ > {}/pid.$OMPI_COMM_WORLD_RANK; exec \"{}\" train --backend mpi --model tiny "
+      "mpirun sh -c 'echo $$ > {}/pid.$OMPI_COMM_WORLD_RANK; exec \"{}\" train --backend mpi "
+      "--model tiny "
       "--dp 2 --tp 2 --steps 100000000 --eval-every 0 --threads 1 --quiet --metrics {}/m.jsonl'",
       dir.path(), tandem::testing::tandem_binary(), dir.path());
 }
 
 bool wait_for(const std::function<bool()>& ready, int seconds) {
-  for (int i = 0; i < seconds * 10 && !ready(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  for (int i = 0; i < seconds * 10 && !ready(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
   return ready();
 }
 
@@ -175,11 +185,13 @@ TEST(TwoHosts, AKilledRankEndsTheJobNamingIt) {
   ScratchDir dir;
   auto job = std::async(std::launch::async, [&] { return hosts(training_job(dir), 90); });
   // Training has begun (the metrics file has a step) on every rank.
-  const bool started = wait_for([&] {
-    for (int q = 0; q < 4; ++q)
-      if (pid_in(dir.path("pid." + std::to_string(q))) <= 0) return false;
-    return fs::exists(dir.path("m.jsonl")) && fs::file_size(dir.path("m.jsonl")) > 0;
-  }, 60);
+  const bool started = wait_for(
+      [&] {
+        for (int q = 0; q < 4; ++q)
+          if (pid_in(dir.path("pid." + std::to_string(q))) <= 0) return false;
+        return fs::exists(dir.path("m.jsonl")) && fs::file_size(dir.path("m.jsonl")) > 0;
+      },
+      60);
   std::vector<int> pids;
   for (int q = 0; q < 4; ++q) pids.push_back(pid_in(dir.path("pid." + std::to_string(q))));
   if (started) ::kill(pids[3], SIGKILL);
@@ -192,9 +204,10 @@ TEST(TwoHosts, AKilledRankEndsTheJobNamingIt) {
   EXPECT_NE(r.status, 124) << "the job did not end by itself:\n" << r.output;
   const std::vector<std::string> names = host_names(r.output);
   ASSERT_EQ(names.size(), 2u) << r.output;
-  EXPECT_THAT(r.output, ContainsRegex(fmt::format("process rank 3 with PID [0-9]+ on node {} exited on "
-                                                  "signal 9",
-                                                  names[1])))
+  EXPECT_THAT(r.output,
+              ContainsRegex(fmt::format("process rank 3 with PID [0-9]+ on node {} exited on "
+                                        "signal 9",
+                                        names[1])))
       << r.output;
   EXPECT_LT(seconds, 15) << "the job took " << seconds << " s to end after the kill:\n" << r.output;
   // (A process killed a moment ago may take that moment to go.)
@@ -218,15 +231,20 @@ TEST(TwoHosts, TornDownWhenTheCommandFailsOrTheScriptIsStopped) {
       fmt::format("'{}' run sleep 300 >'{}' 2>&1 & echo $!", kScript, out));
   const int pid = std::stoi(started.output);
   std::vector<std::string> names;
-  ASSERT_TRUE(wait_for([&] {
-    std::ifstream f(out);
-    names = host_names(std::string(std::istreambuf_iterator<char>(f), {}));
-    return names.size() == 2 && tandem::testing::run_command("ip netns pids " + names[0]).output.find_first_of(
-                                    "0123456789") != std::string::npos;
-  }, 30)) << "the hosts were not made";
+  ASSERT_TRUE(wait_for(
+      [&] {
+        std::ifstream f(out);
+        names = host_names(std::string(std::istreambuf_iterator<char>(f), {}));
+        return names.size() == 2 &&
+               tandem::testing::run_command("ip netns pids " + names[0])
+                       .output.find_first_of("0123456789") != std::string::npos;
+      },
+      30))
+      << "the hosts were not made";
   const auto stopped = Clock::now();
   ASSERT_EQ(::kill(pid, SIGTERM), 0);
-  ASSERT_TRUE(wait_for([&] { return ::kill(pid, 0) != 0; }, 20)) << "the script did not end on SIGTERM";
+  ASSERT_TRUE(wait_for([&] { return ::kill(pid, 0) != 0; }, 20))
+      << "the script did not end on SIGTERM";
   EXPECT_LT(std::chrono::duration<double>(Clock::now() - stopped).count(), 5);
   std::ifstream f(out);
   expect_torn_down(std::string(std::istreambuf_iterator<char>(f), {}));
@@ -238,7 +256,8 @@ TEST(TwoHosts, BadArgumentsAreOneError) {
   EXPECT_THAT(none.output, HasSubstr("netns-hosts: error: usage: "));
   const CommandResult zero = hosts("-n 0 mpirun true", 10);
   EXPECT_EQ(zero.status, 2);
-  EXPECT_EQ(zero.output, "netns-hosts: error: -n '0': ranks per host must be a whole number of 1 or more\n");
+  EXPECT_EQ(zero.output,
+            "netns-hosts: error: -n '0': ranks per host must be a whole number of 1 or more\n");
   const CommandResult empty = hosts("run", 10);
   EXPECT_EQ(empty.status, 2);
   EXPECT_EQ(empty.output, "netns-hosts: error: 'run' needs a command to run\n");
