@@ -12,7 +12,7 @@ Model (N nodes of L ranks, S bytes of f32 gradient, the same bytes of f32 weight
 with T_node the one-node all-reduce (Direct, over shared memory), A_node the one-node Adam step
 less its update, U the AdamW loop over all N elements on one rank (the update's cost scales with
 the slice a rank updates). Fit: T_hier(S) - T_direct(S) = 2 alpha + S / B at N = 2 (least
-squares over the sizes measured).
+squares over the sizes measured, fastest repetitions, alpha >= 0).
 """
 import re
 import sys
@@ -25,15 +25,18 @@ def parse(text):
     sections, name = {}, None
     for line in text.splitlines():
         if line.startswith("## "):
-            name = line[3:].split(":")[0].strip()
-            sections[name] = {"rows": {}, "adam": {}}
+            # "forced nodes: ..." and a later "forced nodes, ..." are one section
+            name = re.split(r"[:,]", line[3:])[0].strip()
+            sections.setdefault(name, {"rows": {}, "adam": {}})
             continue
         if name is None:
             continue
         sec = sections[name]
-        m = re.match(r"row (\S+) (\d+) (\d+) ([0-9.eE+-]+)", line)
+        # "row METHOD RANKS MIB MEDIAN MIN MAX": the fit takes the fastest repetition, the one the
+        # machine's other load disturbed least
+        m = re.match(r"row (\S+) (\d+) (\d+) ([0-9.eE+-]+) ([0-9.eE+-]+)", line)
         if m:
-            sec["rows"].setdefault(m.group(1), {})[int(m.group(3))] = float(m.group(4))
+            sec["rows"].setdefault(m.group(1), {})[int(m.group(3))] = float(m.group(5))
             continue
         m = re.match(r"median adam_f32_(\w+)_mpi_(baseline|tandem)_ms ([0-9.]+)", line)
         if m:
@@ -51,12 +54,16 @@ def parse(text):
 
 
 def fit_line(xs, ys):
-    """Least squares y = a + b x."""
+    """Least squares y = a + b x with a >= 0 (a latency is not negative: where the free fit's
+    intercept is, the line goes through the origin instead and a is reported as 0)."""
     n = len(xs)
     mx, my = sum(xs) / n, sum(ys) / n
     sxx = sum((x - mx) ** 2 for x in xs)
     b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
-    return my - b * mx, b
+    a = my - b * mx
+    if a < 0:
+        a, b = 0.0, sum(x * y for x, y in zip(xs, ys)) / sum(x * x for x in xs)
+    return a, b
 
 
 def main():
