@@ -72,7 +72,9 @@ teardown() {
   # Deleting a namespace destroys its end of the pair, and with it the other end; should the pair
   # still be in this namespace (set-up failed before it moved), remove it here.
   ip link del "$host_a" 2>/dev/null
-  rm -rf "$dir"
+  # (`ip netns del` leaves /etc/netns alone)
+  rm -rf "/etc/netns/$ns_a" "/etc/netns/$ns_b" "$dir"
+  rmdir /etc/netns 2>/dev/null
 }
 trap 'teardown' EXIT
 trap 'exit 130' INT
@@ -96,12 +98,10 @@ ip -n "$ns_b" link set "$host_b" up || fail "cannot bring up $host_b"
 unshare --uts true 2>"$dir/err" || skip "cannot create a UTS namespace: $(cat "$dir/err")"
 # Each host resolves both names (ip netns exec puts /etc/netns/<ns>/hosts over /etc/hosts).
 for ns in $ns_a $ns_b; do
-  mkdir -p "/etc/netns/$ns" || fail "cannot create /etc/netns/$ns"
+  # (twice: another run's teardown may remove an empty /etc/netns between our two mkdirs)
+  mkdir -p "/etc/netns/$ns" 2>/dev/null || mkdir -p "/etc/netns/$ns" || fail "cannot create /etc/netns/$ns"
   printf '127.0.0.1 localhost\n%s %s\n%s %s\n' "$addr_a" "$host_a" "$addr_b" "$host_b" >"/etc/netns/$ns/hosts"
 done
-# (removed with the namespaces: `ip netns del` leaves /etc/netns alone)
-teardown_etc() { rm -rf "/etc/netns/$ns_a" "/etc/netns/$ns_b"; rmdir /etc/netns 2>/dev/null; }
-trap 'teardown_etc; teardown' EXIT
 
 # The remote shell: like ssh HOST COMMAND, the words after the host joined into one shell command
 # line, run on that host (its network namespace, a fresh UTS namespace named after it).
@@ -136,8 +136,10 @@ if [ "$mode" = mpirun ]; then
   set -- sh -c 'exec $NETNS_MPIRUN "$@"' mpirun "$@"
 fi
 # Host A: its network namespace, its own host name. In the background, so that a signal to this
-# script runs the traps at once (sh runs them only after a foreground command ends).
-ip netns exec "$ns_a" unshare --uts sh -c 'hostname "$0" && exec "$@"' "$host_a" "$@" &
+# script runs the traps at once (sh runs them only after a foreground command ends); its standard
+# input is still this script's (a background command's would be /dev/null).
+exec 3<&0
+ip netns exec "$ns_a" unshare --uts sh -c 'hostname "$0" && exec "$@"' "$host_a" "$@" <&3 3<&- &
 child=$!
 wait $child
 exit $?
