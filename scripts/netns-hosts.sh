@@ -129,7 +129,7 @@ for v in $(env | sed -n 's/^\(TANDEM_[A-Za-z0-9_]*\)=.*/\1/p'); do
   mpirun_words="$mpirun_words -x $v"
 done
 
-echo "netns-hosts: $host_a ($addr_a) and $host_b ($addr_b) on $subnet, $ranks ranks each" >&2
+echo "netns-hosts: $host_a ($addr_a) and $host_b ($addr_b) on $subnet, ranks per host: $ranks" >&2
 export NETNS_HOSTS="$host_a $host_b" NETNS_SUBNET="$subnet" NETNS_AGENT="$agent" NETNS_MPIRUN="$mpirun_words"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 if [ "$mode" = mpirun ]; then
