@@ -229,7 +229,15 @@ class NodeMemory final : public detail::PeerMemory {
   char* resolve(int q, uint64_t address) const override {
     return bases_[static_cast<size_t>(q)] + address;
   }
-  void check(std::string_view, int, const std::function<bool()>&) override {}
+  // Between sleeps, MPI is given a turn: a message this process sent before the wait (its own
+  // MPI_Allreduce, a ring step) may still need its progress engine to reach a peer (OpenMPI's
+  // TCP transport writes it out only when called), and that peer may be the one this wait is for.
+  // Without it the two wait for each other for ever (seen with 2 nodes of 2 over TCP: rank 1 in
+  // MPI_Allreduce, rank 0 already in the node's reduce-scatter).
+  void check(std::string_view, int, const std::function<bool()>&) override {
+    int flag = 0;
+    MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE);
+  }
   std::string ranks_named(const std::vector<int>& ranks) const override { return names_(ranks); }
 
  private:

@@ -1,14 +1,16 @@
-// The MPI backend under real mpirun (-np 2 and 3, and 4 as 2 nodes of 2 with
-// TANDEM_RANKS_PER_NODE=2 over TCP): every collective through the ring over MPI_Isend/MPI_Irecv,
-// the Direct algorithms over the processes' shared arenas and the hierarchical ones across the
-// forced nodes, on the world communicator and on a wrapped caller's communicator, split,
-// point-to-point (including messages split into pieces), and the errors a user reads.
+// The MPI backend under real mpirun (-np 2 and 3, 4 as 2 nodes of 2 with
+// TANDEM_RANKS_PER_NODE=2 over TCP, and 2 namespaced hosts of 2 ranks in the multihost suite):
+// every collective through the ring over MPI_Isend/MPI_Irecv, the Direct algorithms over the
+// processes' shared arenas and the hierarchical ones across the nodes, on the world communicator
+// and on a wrapped caller's communicator, split, point-to-point (including messages split into
+// pieces), and the errors a user reads.
 //
 // Every rank runs every test in the same order. Nothing here may leave a test early on one rank
 // only (no ASSERT_*): the others would wait for it in the next collective.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -33,6 +35,38 @@ int world_size() {
   int s = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &s);
   return s;
+}
+
+// Each world rank's node as the hosts say (ranks whose MPI_Get_processor_name, the host name, is
+// the same: one node, named by its lowest world rank), or in blocks of TANDEM_RANKS_PER_NODE: what
+// rank_nodes() must find, worked out without MPI_Comm_split_type.
+std::vector<int> expected_nodes() {
+  const int p = world_size();
+  std::vector<int> nodes(static_cast<size_t>(p));
+  if (const int k = ranks_per_node(); k > 0) {
+    for (int r = 0; r < p; ++r) nodes[static_cast<size_t>(r)] = r / k;
+    return nodes;
+  }
+  char name[MPI_MAX_PROCESSOR_NAME] = {};
+  int len = 0;
+  MPI_Get_processor_name(name, &len);
+  std::vector<char> all(static_cast<size_t>(p) * MPI_MAX_PROCESSOR_NAME);
+  MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME,
+                MPI_CHAR, MPI_COMM_WORLD);
+  auto host = [&](int r) {
+    return std::string(all.data() + static_cast<size_t>(r) * MPI_MAX_PROCESSOR_NAME);
+  };
+  for (int r = 0; r < p; ++r) {
+    int first = 0;
+    while (host(first) != host(r)) ++first;
+    nodes[static_cast<size_t>(r)] = first;
+  }
+  return nodes;
+}
+
+bool world_spans_nodes() {
+  const std::vector<int> nodes = expected_nodes();
+  return std::any_of(nodes.begin(), nodes.end(), [&](int x) { return x != nodes[0]; });
 }
 
 // Ring messages of chunk_bytes() for the scope (instead of the 4 MiB default), so that small
@@ -132,13 +166,10 @@ TEST(MpiCollectives, OnACallersCommunicator) {
 
 // Random inputs against the reference, every collective at sizes that do not divide by the rank
 // count, with the hook: on one node the Direct algorithms, on forced nodes the hierarchical ones
-// (each rank's node as rank_nodes() says).
+// (each rank's node as its host name or TANDEM_RANKS_PER_NODE says).
 TEST(MpiHierarchical, EveryCollectiveAndRandomInputs) {
   auto c = mpi_world();
-  const int k = ranks_per_node();
-  std::vector<int> want_nodes;
-  for (int r = 0; r < c->size(); ++r) want_nodes.push_back(k > 0 ? r / k : c->rank_nodes()[0]);
-  EXPECT_EQ(c->rank_nodes(), want_nodes);
+  EXPECT_EQ(c->rank_nodes(), expected_nodes());
   // At the default chunk and message sizes first, then small ones for the multi-chunk paths.
   std::string err = random_case(*c, DType::F32, kLarge, 5);
   ScopedChunkBytes chunk(64);
@@ -262,9 +293,10 @@ TEST(MpiErrors, BadArguments) {
 
 // Ranks on one node share memory: Auto runs the Direct algorithms on buffers from allocator().
 // Buffers from elsewhere (on every rank, or on one) take the ring instead, the same on every rank.
+// A world on several nodes (hosts, or forced ones) does not share memory.
 TEST(MpiSharedMemory, DirectOnOneNodeAndTheRingForHostBuffers) {
   auto c = mpi_world();
-  if (ranks_per_node() != 0 && ranks_per_node() < c->size()) {
+  if (world_spans_nodes()) {
     EXPECT_FALSE(c->shares_memory());
     return;
   }
