@@ -398,7 +398,10 @@ class Inference {
            dtype_name(t.type.dtype), describe_all(), dtype_name(t.type.dtype));
     if (!(v.shape == t.type.shape))
       fail("the value's shape {} differs from the input's {} ({})", v.shape.str(), t.type.shape.str(), describe_all());
-    if (!(v.layout == t.type.layout) && !(v.is_scalar() && t.type.shape.rank() == 0))
+    // A Replicated value is a Local one whose pieces agree: each rank writes its copy (a Local
+    // gradient summed in place).
+    const bool replicated_into_local = v.layout.is_replicated() && t.type.layout.is_local();
+    if (!(v.layout == t.type.layout) && !(v.is_scalar() && t.type.shape.rank() == 0) && !replicated_into_local)
       fail("the value's layout {} differs from the input's {} ({}); each rank writes its own piece, so they "
            "must agree{}", v.layout.str(), t.type.layout.str(), describe_all(),
            t.type.layout.is_replicated() && v.layout.is_sliced() ? " (AllGather the value first)" : "");

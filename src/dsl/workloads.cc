@@ -160,6 +160,13 @@ Program grad_norm() {
   return p;
 }
 
+Program sum_in_place() {
+  Program p("sum_in_place");
+  const Expr g = p.input(F32, {"N"}, Local, "g");
+  update(g, AllReduce(Sum, g).named("g_sum")).named("g1");
+  return p;
+}
+
 Program megatron_layer(DType dtype, double dropout_p) {
   Program p("megatron_layer");
   p.output(megatron_body(p, dtype, dropout_p, 0), "out");

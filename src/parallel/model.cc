@@ -124,6 +124,10 @@ struct ParallelGPT::Programs {
   // from the previous one.
   std::unique_ptr<ProgramRunner> megatron[2], pipeline[2], pipeline_recv[2];
   std::unique_ptr<exec::Runner> attn_s[2], mlp_s[2], send_s[2], recv_s[2];
+  // The gradient sums in place (sum_in_place): the tp backward's input gradients (tp > 1), and
+  // the tied embedding's between the first and the last stage (bound to its gradient).
+  std::unique_ptr<ProgramRunner> sum;
+  std::unique_ptr<exec::Runner> tp_sum, tied_sum;
   exec::Runner* attn[2] = {nullptr, nullptr};  // K = C: attention's projection
   exec::Runner* mlp[2] = {nullptr, nullptr};   // K = 4C: the MLP's projection
   exec::Runner* send[2] = {nullptr, nullptr};  // this stage's last block, handed to the next
@@ -193,6 +197,16 @@ ParallelGPT::ParallelGPT(const nn::GPTConfig& config, Grid& grid, int micro_rows
   if (grid.to_next() != nullptr)
     for (int v = 0; v < variants; ++v)
       pr.send_s[v] = pr.pipeline[v]->prepare(*grid.to_next(), {{"B", N}, {"K", 4 * C}, {"H", C}});
+  const bool tied = grid.tied() != nullptr;
+  if (any_shard || tied)
+    pr.sum = std::make_unique<ProgramRunner>(dsl::workloads::sum_in_place(), std::vector<std::string>{"AR-C"},
+                                             options.executor);
+  if (any_shard && tp > 1) pr.tp_sum = pr.sum->prepare(grid.tp(), {{"N", N * C}}, {"g"});
+  if (tied) {  // after the links, on both ends (the order every stage keeps)
+    const LocalTensor& wte = tied_embedding();
+    pr.tied_sum = pr.sum->prepare(*grid.tied(), {{"N", wte.numel()}}, {"g"});
+    pr.tied_sum->bind("g", grads_.flat_slice(wte.local_offset, wte.numel()));
+  }
   for (int v = 0; v < 2; ++v) {
     const int i = v < variants ? v : 0;
     pr.attn[v] = pr.attn_s[i].get();
@@ -306,7 +320,7 @@ void ParallelGPT::unit_forward(int k, int u, const nn::StepRng& rng, bool traini
   const UnitArgs a = unit_args(k, u);
   nn::Workspace& ws = memory_->workspace();
   if (shard_path(a.layer)) {
-    const ShardBlock sb{config_, grid_.shape().tp, grid_.coord().tp, &grid_.tp()};
+    const ShardBlock sb{config_, grid_.shape().tp, grid_.coord().tp, programs_->tp_sum.get()};
     // The stage's last MLP at a pipeline boundary hands its output to the next stage.
     const bool boundary =
         a.half == nn::BlockHalf::Mlp && a.layer == layout_.end_layer() - 1 && grid_.to_next() != nullptr;
@@ -324,7 +338,7 @@ void ParallelGPT::unit_backward(int k, int u, const nn::StepRng& rng, float* dre
   const nn::BlockParams dw = layout_.block(grads_.data_as<float>(), a.layer);
   nn::Workspace& ws = memory_->workspace();
   if (shard_path(a.layer)) {
-    const ShardBlock sb{config_, grid_.shape().tp, grid_.coord().tp, &grid_.tp()};
+    const ShardBlock sb{config_, grid_.shape().tp, grid_.coord().tp, programs_->tp_sum.get()};
     shard_half_backward(sb, a.layer, a.half, a.w, dw, a.acts, a.x, dres, ws, micro_rows_, T_, rng);
   } else if (a.half == nn::BlockHalf::Attention) {
     nn::block_attention_backward(config_, a.layer, a.w, dw, a.acts, a.x, dres, ws, micro_rows_, T_, rng);
@@ -460,11 +474,15 @@ void ParallelGPT::reduce_tied_gradients() {
   comm::Communicator* tied = grid_.tied();
   if (tied == nullptr) return;
   const auto begin = Clock::now();
+  programs_->tied_sum->run();  // sum_in_place, bound to wte's gradient
+  emit("comm", "tied embedding sum_in_place", begin);
+}
+
+const LocalTensor& ParallelGPT::tied_embedding() const {
   // Stage 0 holds wte first; the last stage holds its copy last (shard.h).
   const LocalTensor& wte = grid_.first_stage() ? layout_.tensors().front() : layout_.tensors().back();
   TANDEM_CHECK(wte.name == "wte.weight", "tied tensor is '{}'", wte.name);
-  tied->all_reduce(grads_.flat_slice(wte.local_offset, wte.numel()), comm::ReduceOp::Sum);
-  emit("comm", "tied embedding all_reduce", begin);
+  return wte;
 }
 
 }  // namespace tandem::parallel

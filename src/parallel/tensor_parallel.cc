@@ -23,10 +23,12 @@ void dsl_dropout_backward(float* dx, const float* dout, int64_t n, double p, uin
                                                                                : 0.0f;
 }
 
+// The column-parallel input gradient summed over the tp ranks, in place, by the DSL program.
 void all_reduce(const ShardBlock& sb, float* buf, int64_t n) {
   if (sb.tp == 1) return;
-  TANDEM_CHECK(sb.tp_comm != nullptr && sb.tp_comm->size() == sb.tp, "tp communicator missing");
-  sb.tp_comm->all_reduce(Tensor::view_of(buf, DType::F32, Shape{n}), comm::ReduceOp::Sum);
+  TANDEM_CHECK(sb.tp_sum != nullptr, "the tp group's sum_in_place runner is missing");
+  sb.tp_sum->bind("g", Tensor::view_of(buf, DType::F32, Shape{n}));
+  sb.tp_sum->run();
 }
 
 }  // namespace

@@ -195,6 +195,11 @@ void Lowering::storage() {
         val(w).alias >= 0 || users_[static_cast<size_t>(w)].size() != 1 || val(w).storage != val(t).storage ||
         val(w).storage == Storage::None || in_overlap(w) || unit(w) < 0)
       continue;
+    if (ws.op == Op::AllReduce && ws.args[0] == t && users_[static_cast<size_t>(t)].size() == 2) {
+      // update(t, AllReduce(t)), t read by nothing else: the collective's own in-place form.
+      val(w).alias = t;
+      continue;
+    }
     if (ws.op == Op::AllReduce || ws.op == Op::ReduceScatter || ws.op == Op::Broadcast) {
       // These read their operand whole while they write: only an AllGather (which reads a slice
       // nobody else holds) may write into the input.

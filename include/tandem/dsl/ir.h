@@ -47,7 +47,9 @@
 // - `update(t, e)` writes e into input t in place: the caller's buffer holds e after the run.
 //   The Update stage's value is the new value. Reads of the input stage denote its old value, so
 //   every direct reader of t must come before the update (checked), which makes writing in place
-//   at the update's position exact. An input is updated at most once.
+//   at the update's position exact. An input is updated at most once. e has t's layout, or is
+//   Replicated when t is Local (every rank writes its copy: update(g, AllReduce(Sum, g)) sums
+//   the ranks' g into each rank's g, in place).
 // - `send(x, h)` hands x from its group g to group h != g: rank i of group g sends its piece of
 //   x to rank i of group h (the groups have the same size, so every layout carries over). Its
 //   value is used only by the one `recv` that pairs with it, which belongs to group h.

@@ -50,6 +50,11 @@ Program lamb_update(DType grad_dtype = DType::BF16);
 // Replicated). Clipping's norm is sqrt(total).
 Program grad_norm();
 
+// The ranks' g summed into every rank's g, in place: update(g, AllReduce(Sum, g)), g f32 [N]
+// Local. The trainer's gradient reductions outside the optimizer: the tensor-parallel backward's
+// input gradient, the tied embedding's gradient between the first and the last stage.
+Program sum_in_place();
+
 // Megatron's row-parallel layer: out = dropout(AllReduce(Sum, x @ w) + bias, p) + residual.
 // x @ w is Partial: each rank multiplies its K-slice, and the AllReduce sums the parts.
 Program megatron_layer(DType dtype = DType::F32, double dropout_p = 0.1);

@@ -109,7 +109,8 @@ class ParallelGPT {
   // Forward only, without dropout; same return value.
   double forward(const std::vector<MicroBatch>& micro);
   // pp > 1: sums the first and the last stage's wte gradients (the tied embedding), so both
-  // copies take the same optimizer step. A no-op otherwise.
+  // copies take the same optimizer step (the DSL program sum_in_place, bound to the gradient).
+  // A no-op otherwise.
   void reduce_tied_gradients();
 
   void set_event_sink(EventSink sink) { sink_ = std::move(sink); }
@@ -146,6 +147,7 @@ class ParallelGPT {
   int units() const { return nn::kBlockHalves * (layout_.end_layer() - layout_.first_layer()); }
   std::string unit_name(int u) const;  // "h.3.attn", for the trace
   bool shard_path(int layer) const;  // whether block `layer` runs the tensor-parallel shard path
+  const LocalTensor& tied_embedding() const;  // this stage's wte (pp > 1, first or last stage)
   void run_epilogue(const EpilogueArgs& e, bool training, bool boundary);
   void receive_activations(const nn::StepRng& rng, bool training, float* into, int B, int T);
   void emit(std::string_view stream, std::string_view name,

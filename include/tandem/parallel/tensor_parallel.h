@@ -27,6 +27,7 @@
 
 #include "tandem/comm/communicator.h"
 #include "tandem/core/allocator.h"
+#include "tandem/exec/runner.h"
 #include "tandem/nn/gpt.h"
 
 namespace tandem::parallel {
@@ -63,7 +64,9 @@ struct ShardBlock {
   const nn::GPTConfig& config;
   int tp = 1;
   int tp_rank = 0;
-  comm::Communicator* tp_comm = nullptr;  // for the backward AllReduces (may be null when tp == 1)
+  // The backward's input-gradient sums over the tp group: dsl::workloads::sum_in_place set up on
+  // it for N = B * T * C with g bound at each call (may be null when tp == 1).
+  exec::Runner* tp_sum = nullptr;
 };
 
 // Block `layer` on input x (B, T, C): writes every buffer of `a`, Out last (through

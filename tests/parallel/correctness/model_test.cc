@@ -203,7 +203,9 @@ TEST(TensorParallelBlock, BackwardWithProgramDropoutMatchesItsForward) {
       const Tensor out = s.output("out");
       std::memcpy(e.out, out.data(), out.nbytes());
     };
-    const ShardBlock sb{c, tp, grid.coord().tp, &grid.tp()};
+    const ProgramRunner sum(dsl::workloads::sum_in_place(), {"AR-C"});
+    const std::unique_ptr<exec::Runner> tp_sum = sum.prepare(grid.tp(), {{"N", n}}, {"g"});
+    const ShardBlock sb{c, tp, grid.coord().tp, tp_sum.get()};
     nn::BlockActivations a = allocate_shard_block_activations(c, tp, B, T);
     nn::Workspace ws(c, B, T);
     auto loss_at = [&](const std::vector<float>& input) {
