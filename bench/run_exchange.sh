@@ -2,7 +2,8 @@
 # The data-parallel exchange of docs/benchmarks.md, side by side in one run, interleaved and
 # repeated: `tandem train` at dp=2 with the exchange after the backward, overlapped with it, and
 # overlapped with the optimizer state in the host tier and in a file tier, LAMB (one program per
-# tensor) overlapped; optionally a sweep of bucket sizes. Same model, batch, threads and backend for every variant; prints each variant's
+# tensor) overlapped, AdamW with --clip-grad-norm (the reductions overlapped, the updates after
+# the norm); optionally a sweep of bucket sizes. Same model, batch, threads and backend for every variant; prints each variant's
 # median step time and the ratios against "overlap" (state in memory) and "after".
 # Usage: bench/run_exchange.sh [BUILD_DIR] [--reps 3] [--warmup-steps 2] [--steps 8]
 #            [--backend thread|mpi] [--model "--layers 8 --d-model 512 --heads 8 --seq-len 128 --batch 8"]
@@ -43,8 +44,9 @@ declare -A flags=(
   [host]="--grad-exchange overlap --optimizer-state host"
   [file]="--grad-exchange overlap --optimizer-state file:$file_dir"
   [lamb]="--grad-exchange overlap --optimizer lamb"
+  [clip]="--grad-exchange overlap --clip-grad-norm 1"
 )
-variants="after overlap host file lamb"
+variants="after overlap host file lamb clip"
 for b in $buckets; do
   flags[bucket$b]="--grad-exchange overlap --bucket-mb $b"
   variants+=" bucket$b"
@@ -81,9 +83,11 @@ for v in $variants; do
   med[$v]=$(awk -v v="$v" '$1 == v { print $2 }' "$out/results" | median)
   printf '  median %s_step_ms %.1f\n' "$v" "${med[$v]}"
 done
-awk -v a="${med[after]}" -v o="${med[overlap]}" -v h="${med[host]}" -v f="${med[file]}" -v l="${med[lamb]}" 'BEGIN {
+awk -v a="${med[after]}" -v o="${med[overlap]}" -v h="${med[host]}" -v f="${med[file]}" -v l="${med[lamb]}" \
+    -v c="${med[clip]}" 'BEGIN {
   printf "  ratio after_vs_overlap %.3f   (>1: overlapping the exchange with the backward gains)\n", a / o
   printf "  ratio host_state_vs_memory %.3f   (goal <= 1.10)\n", h / o
   printf "  ratio file_state_vs_memory %.3f\n", f / o
   printf "  ratio lamb_vs_adam %.3f   (LAMB: one program per tensor)\n", l / o
+  printf "  ratio clip_vs_adam %.3f   (gradient clipping: the updates wait for the whole backward)\n", c / o
 }'
