@@ -320,7 +320,7 @@ void ParallelGPT::unit_forward(int k, int u, const nn::StepRng& rng, bool traini
   const UnitArgs a = unit_args(k, u);
   nn::Workspace& ws = memory_->workspace();
   if (shard_path(a.layer)) {
-    const ShardBlock sb{config_, grid_.shape().tp, grid_.coord().tp, programs_->tp_sum.get()};
+    const ShardBlock sb{config_, grid_.shape().tp, grid_.coord().tp, {}};  // the forward sums nothing
     // The stage's last MLP at a pipeline boundary hands its output to the next stage.
     const bool boundary =
         a.half == nn::BlockHalf::Mlp && a.layer == layout_.end_layer() - 1 && grid_.to_next() != nullptr;
@@ -338,7 +338,12 @@ void ParallelGPT::unit_backward(int k, int u, const nn::StepRng& rng, float* dre
   const nn::BlockParams dw = layout_.block(grads_.data_as<float>(), a.layer);
   nn::Workspace& ws = memory_->workspace();
   if (shard_path(a.layer)) {
-    const ShardBlock sb{config_, grid_.shape().tp, grid_.coord().tp, programs_->tp_sum.get()};
+    const ShardBlock sb{config_, grid_.shape().tp, grid_.coord().tp, [&](float* g, int64_t n) {
+                          const auto begin = Clock::now();
+                          programs_->tp_sum->bind("g", Tensor::view_of(g, DType::F32, Shape{n}));
+                          programs_->tp_sum->run();
+                          emit("comm", "tp sum_in_place " + unit_name(u), begin);
+                        }};
     shard_half_backward(sb, a.layer, a.half, a.w, dw, a.acts, a.x, dres, ws, micro_rows_, T_, rng);
   } else if (a.half == nn::BlockHalf::Attention) {
     nn::block_attention_backward(config_, a.layer, a.w, dw, a.acts, a.x, dres, ws, micro_rows_, T_, rng);

@@ -23,12 +23,11 @@ void dsl_dropout_backward(float* dx, const float* dout, int64_t n, double p, uin
                                                                                : 0.0f;
 }
 
-// The column-parallel input gradient summed over the tp ranks, in place, by the DSL program.
+// The column-parallel input gradient summed over the tp ranks, in place (ShardBlock).
 void all_reduce(const ShardBlock& sb, float* buf, int64_t n) {
   if (sb.tp == 1) return;
-  TANDEM_CHECK(sb.tp_sum != nullptr, "the tp group's sum_in_place runner is missing");
-  sb.tp_sum->bind("g", Tensor::view_of(buf, DType::F32, Shape{n}));
-  sb.tp_sum->run();
+  TANDEM_CHECK(sb.sum_over_tp != nullptr, "the tp group's gradient sum is missing");
+  sb.sum_over_tp(buf, n);
 }
 
 }  // namespace

@@ -27,7 +27,6 @@
 
 #include "tandem/comm/communicator.h"
 #include "tandem/core/allocator.h"
-#include "tandem/exec/runner.h"
 #include "tandem/nn/gpt.h"
 
 namespace tandem::parallel {
@@ -64,9 +63,9 @@ struct ShardBlock {
   const nn::GPTConfig& config;
   int tp = 1;
   int tp_rank = 0;
-  // The backward's input-gradient sums over the tp group: dsl::workloads::sum_in_place set up on
-  // it for N = B * T * C with g bound at each call (may be null when tp == 1).
-  exec::Runner* tp_sum = nullptr;
+  // Sums the backward's input gradient g (n floats) over the tp group in place: the caller runs
+  // dsl::workloads::sum_in_place (may be empty when tp == 1).
+  std::function<void(float* g, int64_t n)> sum_over_tp;
 };
 
 // Block `layer` on input x (B, T, C): writes every buffer of `a`, Out last (through

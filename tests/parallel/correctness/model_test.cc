@@ -205,7 +205,10 @@ TEST(TensorParallelBlock, BackwardWithProgramDropoutMatchesItsForward) {
     };
     const ProgramRunner sum(dsl::workloads::sum_in_place(), {"AR-C"});
     const std::unique_ptr<exec::Runner> tp_sum = sum.prepare(grid.tp(), {{"N", n}}, {"g"});
-    const ShardBlock sb{c, tp, grid.coord().tp, tp_sum.get()};
+    const ShardBlock sb{c, tp, grid.coord().tp, [&](float* g, int64_t count) {
+                          tp_sum->bind("g", Tensor::view_of(g, DType::F32, Shape{count}));
+                          tp_sum->run();
+                        }};
     nn::BlockActivations a = allocate_shard_block_activations(c, tp, B, T);
     nn::Workspace ws(c, B, T);
     auto loss_at = [&](const std::vector<float>& input) {
