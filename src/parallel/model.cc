@@ -22,11 +22,8 @@ Tensor view(const float* p, Shape s) {
   return Tensor::view_of(const_cast<float*>(p), DType::F32, std::move(s));
 }
 
-void copy_in(const Tensor& dst, const float* src, int64_t n) {
-  TANDEM_CHECK(dst.dtype() == DType::F32 && dst.numel() == n, "program input {} where {} floats "
-               "were given", dst.str(), n);
-  std::memcpy(dst.data(), src, static_cast<size_t>(n) * sizeof(float));
-}
+// The layer's inputs, bound where they lie (zero copy): the program only reads them.
+const std::vector<std::string> kEpilogueInputs = {"x", "w", "bias", "residual"};
 
 void copy(float* dst, const Tensor& src, int64_t n) {
   TANDEM_CHECK(src.dtype() == DType::F32 && src.numel() == n, "program output {} where {} floats "
@@ -188,15 +185,15 @@ ParallelGPT::ParallelGPT(const nn::GPTConfig& config, Grid& grid, int micro_rows
   }
   for (int v = 0; v < variants; ++v)
     if (pr.megatron[v]) {
-      pr.attn_s[v] = pr.megatron[v]->prepare(grid.tp(), {{"B", N}, {"K", C}, {"H", C}});
-      pr.mlp_s[v] = pr.megatron[v]->prepare(grid.tp(), {{"B", N}, {"K", 4 * C}, {"H", C}});
+      pr.attn_s[v] = pr.megatron[v]->prepare(grid.tp(), {{"B", N}, {"K", C}, {"H", C}}, kEpilogueInputs);
+      pr.mlp_s[v] = pr.megatron[v]->prepare(grid.tp(), {{"B", N}, {"K", 4 * C}, {"H", C}}, kEpilogueInputs);
     }
   if (grid.from_prev() != nullptr)
     for (int v = 0; v < variants; ++v)
       pr.recv_s[v] = pr.pipeline_recv[v]->prepare(*grid.from_prev(), {{"B", N}, {"K", 4 * C}, {"H", C}});
   if (grid.to_next() != nullptr)
     for (int v = 0; v < variants; ++v)
-      pr.send_s[v] = pr.pipeline[v]->prepare(*grid.to_next(), {{"B", N}, {"K", 4 * C}, {"H", C}});
+      pr.send_s[v] = pr.pipeline[v]->prepare(*grid.to_next(), {{"B", N}, {"K", 4 * C}, {"H", C}}, kEpilogueInputs);
   const bool tied = grid.tied() != nullptr;
   if (any_shard || tied)
     pr.sum = std::make_unique<ProgramRunner>(dsl::workloads::sum_in_place(), std::vector<std::string>{"AR-C"},
@@ -285,10 +282,10 @@ void ParallelGPT::run_epilogue(const EpilogueArgs& e, bool training, bool bounda
   const int tp = grid_.shape().tp;
   const int v = training && config_.dropout > 0 ? 0 : 1;
   exec::Runner& s = boundary ? *programs_->send[v] : e.mlp ? *programs_->mlp[v] : *programs_->attn[v];
-  copy_in(s.input("x"), e.x, e.N * (e.K / tp));
-  copy_in(s.input("w"), e.w, (e.K / tp) * e.H);
-  copy_in(s.input("bias"), e.bias, e.H);
-  copy_in(s.input("residual"), e.residual, e.N * e.H);
+  s.bind("x", view(e.x, Shape{e.N * (e.K / tp)}));
+  s.bind("w", view(e.w, Shape{(e.K / tp) * e.H}));
+  s.bind("bias", view(e.bias, Shape{e.H}));
+  s.bind("residual", view(e.residual, Shape{e.N * e.H}));
   s.set_scalar("seed", static_cast<double>(e.seed));
   s.run();
   copy(e.out, s.output("out"), e.N * e.H);
