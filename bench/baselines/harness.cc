@@ -163,6 +163,35 @@ double copy_bandwidth(comm::Communicator& comm, size_t bytes, int reps) {
   return 2.0 * static_cast<double>(bytes) / stats_of(times).median;
 }
 
+Roofs measure_roofs(comm::Communicator& comm, size_t bytes, int reps) {
+  Roofs r;
+  r.copy = copy_bandwidth(comm, bytes, reps);
+  const size_t n = bytes / sizeof(float);
+  std::vector<float> a(n, 1.0f), b(n, 0.5f);
+  volatile float sink = 0;  // keeps the sum observable
+  std::vector<double> read_t, rmw_t;
+  for (int i = 0; i < reps + 1; ++i) {
+    const double tr = time_once(comm, [&] {
+      float acc[16] = {};
+      for (size_t k = 0; k + 16 <= n; k += 16)
+        for (int j = 0; j < 16; ++j) acc[j] += a[k + static_cast<size_t>(j)];
+      float t = 0;
+      for (float x : acc) t += x;
+      sink = t;
+    });
+    const double tw = time_once(comm, [&] {
+      for (size_t k = 0; k < n; ++k) a[k] = 0.999f * a[k] + b[k];
+    });
+    if (i > 0) {
+      read_t.push_back(tr);
+      rmw_t.push_back(tw);
+    }
+  }
+  r.read = static_cast<double>(n * sizeof(float)) / stats_of(read_t).median;
+  r.rmw = 3.0 * static_cast<double>(n * sizeof(float)) / stats_of(rmw_t).median;  // a read, b read, a written
+  return r;
+}
+
 std::string load_average() {
   std::ifstream f("/proc/loadavg");
   std::string one;

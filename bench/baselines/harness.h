@@ -82,6 +82,15 @@ std::vector<Stats> time_interleaved(comm::Communicator& comm, const std::vector<
 // `bytes`.
 double copy_bandwidth(comm::Communicator& comm, size_t bytes, int reps);
 
+// The memory roofs of the access patterns an optimizer step makes, measured like copy_bandwidth
+// (every rank at once, bytes read plus written per second per rank, medians of `reps`): a plain
+// copy; a read-only stream (a sum over a buffer: reducing peers' gradients); and a
+// read-modify-write stream (a[i] = s * a[i] + b[i]: updating w, m and v in place).
+struct Roofs {
+  double copy = 0, read = 0, rmw = 0;
+};
+Roofs measure_roofs(comm::Communicator& comm, size_t bytes, int reps);
+
 // The 1-minute load average (/proc/loadavg), to record how busy the machine was.
 std::string load_average();
 int hardware_threads();

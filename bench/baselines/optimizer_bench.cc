@@ -18,14 +18,21 @@ const char* kUsage =
     "                              [--warmup 2] [--tune-reps 3] [--retune] [--ranks 2]\n"
     "Threads by default; under `mpirun -np 2` the ranks are MPI processes.\n";
 
-// Bytes each rank must move in the best case: read every rank's part of the gradient that it
-// reduces (N elements in all), read and write its 1/p of w, m and v (LAMB also writes and reads
-// back its direction r: the norms must be known before w changes), and gather the rest of w
-// (read from its peers, written into its copy).
-double bound_bytes(Optimizer which, int64_t n, DType grad, int p) {
+// The best case for one rank, by access pattern, each at the roof measured for it in the same
+// run: it reads every rank's part of the gradient that it reduces (N elements in all: a read
+// stream), reads and writes its 1/p of w, m and v in place (LAMB also writes and reads back its
+// direction r, since the norms must be known before w changes: a read-modify-write stream), and
+// gathers the rest of w (read from its peers, written into its copy: a copy).
+struct Bound {
+  double read_bytes = 0, rmw_bytes = 0, copy_bytes = 0;
+  double bytes() const { return read_bytes + rmw_bytes + copy_bytes; }
+  double seconds(const Roofs& r) const { return read_bytes / r.read + rmw_bytes / r.rmw + copy_bytes / r.copy; }
+};
+
+Bound bound_of(Optimizer which, int64_t n, DType grad, int p) {
   const double N = static_cast<double>(n);
   const double slice = which == Optimizer::Adam ? 24.0 : 36.0;
-  return N * static_cast<double>(dtype_size(grad)) + slice * N / p + 8.0 * N * (p - 1) / p;
+  return {N * static_cast<double>(dtype_size(grad)), slice * N / p, 8.0 * N * (p - 1) / p};
 }
 
 struct Baseline {
@@ -70,7 +77,7 @@ Tensor piece_of_whole(const exec::CompiledRunner& run, const std::string& name, 
   return whole.flat_slice(pc.offset, pc.count);  // 1-D: rows are elements
 }
 
-void bench_one(Ranks& R, const Options& o, Optimizer which, int64_t n, DType grad, double bandwidth) {
+void bench_one(Ranks& R, const Options& o, Optimizer which, int64_t n, DType grad, const Roofs& roofs) {
   comm::Communicator& comm = R.comm;
   const int p = comm.size(), rank = comm.rank();
   const std::string opt = which == Optimizer::Adam ? "adam" : "lamb";
@@ -127,8 +134,9 @@ void bench_one(Ranks& R, const Options& o, Optimizer which, int64_t n, DType gra
   };
   const std::vector<Stats> s = time_interleaved(comm, contenders, o.warmup, o.reps);
   if (!R.root()) return;
-  const double bytes = bound_bytes(which, n, grad, p);
-  const double bound = bytes / bandwidth;
+  const Bound b_of = bound_of(which, n, grad, p);
+  const double bytes = b_of.bytes();
+  const double bound = b_of.seconds(roofs);
   auto gbs = [&](const Stats& st) { return fmt::format("{:6.2f} GB/s of the bound's bytes", bytes / st.median / 1e9); };
   const std::string coll = R.is_mpi() ? (grad == DType::F32 ? "MPI_Allreduce" : "MPI_Allreduce (user bf16 op)")
                                       : "thread all_reduce";
@@ -137,8 +145,10 @@ void bench_one(Ranks& R, const Options& o, Optimizer which, int64_t n, DType gra
   print_row(fmt::format("  {} alone", coll), s[2]);
   print_row(fmt::format("  {} alone", loop), s[3]);
   print_row(fmt::format("tandem: {}", tuned.result.record.winner), s[1], gbs(s[1]));
-  fmt::print("  {:<52} {:9.2f} ms  ({:.3f} GB per rank at {:.2f} GB/s per rank)\n", "memory-traffic bound", bound * 1e3,
-             bytes / 1e9, bandwidth / 1e9);
+  fmt::print("  {:<52} {:9.2f} ms  (per rank: {:.3f} GB read at {:.2f} GB/s, {:.3f} GB read-modify-written at "
+             "{:.2f} GB/s, {:.3f} GB copied at {:.2f} GB/s)\n",
+             "memory-traffic bound", bound * 1e3, b_of.read_bytes / 1e9, roofs.read / 1e9, b_of.rmw_bytes / 1e9,
+             roofs.rmw / 1e9, b_of.copy_bytes / 1e9, roofs.copy / 1e9);
   // Medians a script can read: bench/run_steps.sh sets tandem on threads against the baseline on
   // MPI processes (what a PyTorch DDP user runs) from two runs of this program.
   fmt::print("median {}_baseline_ms {:.3f}\nmedian {}_tandem_ms {:.3f}\n", label, s[0].median * 1e3, label,
@@ -163,12 +173,14 @@ int optimizer_bench_main(Optimizer which, int argc, char** argv) {
     }
     run_spmd(o, [&](Ranks& R) {
       const size_t copy_bytes = o.quick ? size_t{32} << 20 : size_t{256} << 20;
-      const double bw = copy_bandwidth(R.comm, copy_bytes, 5);
+      const Roofs roofs = measure_roofs(R.comm, copy_bytes, 5);
       if (R.root())
-        fmt::print("copy bandwidth: {:.2f} GB/s per rank with {} ranks copying {} MiB at once ({} backend)\n", bw / 1e9,
-                   R.comm.size(), copy_bytes >> 20, R.backend());
+        fmt::print("roofs per rank with {} ranks streaming {} MiB at once ({} backend): copy {:.2f} GB/s, read {:.2f} "
+                   "GB/s, read-modify-write {:.2f} GB/s\n",
+                   R.comm.size(), copy_bytes >> 20, R.backend(), roofs.copy / 1e9, roofs.read / 1e9,
+                   roofs.rmw / 1e9);
       for (int64_t n : sizes)
-        for (DType t : dtypes) bench_one(R, o, which, n, t, bw);
+        for (DType t : dtypes) bench_one(R, o, which, n, t, roofs);
     });
   } catch (const std::exception& e) {
     fmt::print(stderr, "error: {}\n", e.what());
