@@ -77,15 +77,12 @@ struct Contender {
 std::vector<Stats> time_interleaved(comm::Communicator& comm, const std::vector<Contender>& contenders, int warmup,
                                     int reps);
 
-// Copy bandwidth with every rank copying at once (memory bandwidth is shared): bytes read plus
-// bytes written per second per rank (STREAM's convention), the median of `reps` copies of
-// `bytes`.
-double copy_bandwidth(comm::Communicator& comm, size_t bytes, int reps);
-
-// The memory roofs of the access patterns an optimizer step makes, measured like copy_bandwidth
-// (every rank at once, bytes read plus written per second per rank, medians of `reps`): a plain
+// The memory roofs of the access patterns an optimizer step makes, with every rank streaming
+// `bytes` at once (memory bandwidth is shared): bytes read plus written per second per rank
+// (STREAM's convention), the fastest of `reps` (load only ever slows a stream down): a plain
 // copy; a read-only stream (a sum over a buffer: reducing peers' gradients); and a
-// read-modify-write stream (a[i] = s * a[i] + b[i]: updating w, m and v in place).
+// read-modify-write stream in the optimizer's pattern (a gradient read, and w, m and v updated in
+// place: 4 streams in, 3 out).
 struct Roofs {
   double copy = 0, read = 0, rmw = 0;
 };
