@@ -1,0 +1,216 @@
+// Recipe::apply: the recipe's choices carried out by the transformations, in the order they
+// allow (split and reorder rewrite the program, then as_slice, then fuse, then overlap), each
+// collective as its part says. Collectives are found again after every rewrite as the k-th
+// AllReduce of at least one dim or ReduceScatter in program order: split replaces an AllReduce
+// by its ReduceScatter in place, and reorder and as_slice move and drop only the stages after a
+// gather, never a collective past another.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <functional>
+#include <optional>
+
+#include "candidates.h"
+#include "recipe_steps.h"
+#include "rewrite.h"
+#include "tandem/core/error.h"
+#include "tandem/schedule/as_slice.h"
+#include "tandem/schedule/fuse.h"
+#include "tandem/schedule/overlap.h"
+#include "tandem/schedule/recipe.h"
+#include "tandem/schedule/reorder.h"
+#include "tandem/schedule/split.h"
+#include "units.h"
+
+namespace tandem::schedule {
+
+using dsl::Op;
+using dsl::Program;
+using dsl::Stage;
+
+namespace {
+
+bool addressed(const Stage& st) {
+  return (st.op == Op::AllReduce && st.type.shape.rank() > 0) || st.op == Op::ReduceScatter;
+}
+
+// The collectives of the schedule's current program, in program order (see the top).
+std::vector<int> current(const Schedule& s, size_t want) {
+  std::vector<int> out;
+  for (const Stage& st : s.program().stages())
+    if (addressed(st)) out.push_back(st.id);
+  TANDEM_CHECK(out.size() == want, "program '{}' has {} collectives after a rewrite, {} before", s.program().name(),
+               out.size(), want);
+  return out;
+}
+
+// "schedule 'RS-C-AG', collective 1 (g_sum)": who a recipe's error is about.
+std::string who(const Schedule& s, size_t k, int c) {
+  return fmt::format("schedule '{}', collective {} ({})", s.name(), k + 1, s.program().display_name(c));
+}
+
+std::optional<int> first(const Program& p, const std::function<bool(const Stage&)>& pred) {
+  for (const Stage& st : p.stages())
+    if (pred(st)) return st.id;
+  return std::nullopt;
+}
+
+// The units on the way from collective `c` to the stages `to`, one representative stage each,
+// in order.
+std::vector<StageRef> chain_to(const Schedule& s, int c, const std::vector<int>& to) {
+  const Program& p = s.program();
+  const detail::UnitGraph g = detail::build_units(p, s.fused(), s.overlaps());
+  const auto below = detail::descendants(p, c);
+  const auto above = detail::ancestors(p, to);
+  std::vector<int> seen_units;
+  std::vector<StageRef> out;
+  for (const Stage& st : p.stages()) {
+    if (!(st.id == c || (below[static_cast<size_t>(st.id)] && above[static_cast<size_t>(st.id)]))) continue;
+    const int u = g.unit_of[static_cast<size_t>(st.id)];
+    if (u < 0 || std::find(seen_units.begin(), seen_units.end(), u) != seen_units.end()) continue;
+    seen_units.push_back(u);
+    out.emplace_back(st.id);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<int> recipe_collectives(const Program& program) {
+  std::vector<int> out;
+  for (const Stage& st : program.stages())
+    if (st.op == Op::AllReduce && st.type.shape.rank() > 0) out.push_back(st.id);
+  return out;
+}
+
+namespace detail {
+
+std::vector<CollectiveRecipe> parts_for(const Recipe& r, const Program& program) {
+  const std::vector<int> colls = recipe_collectives(program);
+  if (colls.empty()) {
+    if (!r.collectives.empty())
+      user_error("schedule '{}': program '{}' has no AllReduce of at least one dim, so it takes no per-collective "
+                 "part; its schedules are C and fused(C)",
+                 r.str(), program.name());
+    return {};
+  }
+  if (r.collectives.empty())
+    user_error("schedule '{}': program '{}' has {} collective(s) ({}); name a part for them (AR-C, ...)", r.str(),
+               program.name(), colls.size(), detail::name_list(program, colls));
+  if (r.collectives.size() == 1) return std::vector<CollectiveRecipe>(colls.size(), r.collectives.front());
+  if (r.collectives.size() != colls.size())
+    user_error("schedule '{}' has {} parts, but program '{}' has {} collective(s) ({}); give one part for all of "
+               "them or one per collective, in program order, joined by '|'",
+               r.str(), r.collectives.size(), program.name(), colls.size(), detail::name_list(program, colls));
+  return r.collectives;
+}
+
+void apply_moves(Schedule& s, const std::vector<CollectiveRecipe>& parts) {
+  for (size_t k = 0; k < parts.size(); ++k)
+    if (parts[k].move != Move::None) split(s, current(s, parts.size())[k]);
+  for (size_t k = 0; k < parts.size(); ++k) {
+    const Move m = parts[k].move;
+    if (m != Move::Reorder && m != Move::ReorderTransfers) continue;
+    const Program& p = s.program();
+    const int rs = current(s, parts.size())[k];
+    const auto ag = first(p, [&](const Stage& st) { return st.op == Op::AllGather && st.args[0] == rs; });
+    TANDEM_CHECK(ag.has_value(), "the ReduceScatter {} split made has no AllGather", p.display_name(rs));
+    const bool transfers = m == Move::ReorderTransfers;
+    const std::vector<int> movable = detail::movable_consumers(p, *ag, transfers);
+    if (movable.empty())
+      user_error("{}: nothing that consumes its result can run on this rank's slice, so reorder would change "
+                 "nothing; split it without reordering (RS-AG-C)",
+                 who(s, k, rs));
+    const bool moves_transfer = std::any_of(movable.begin(), movable.end(), [&](int x) {
+      return dsl::op_kind(p.stage(x).op) == dsl::OpKind::Transfer;
+    });
+    if (transfers && !moves_transfer)
+      user_error("{}: no send or receive consumes its result where it could carry the slice, so RS-C-P2P-AG would "
+                 "be RS-C-AG; write that",
+                 who(s, k, rs));
+    reorder(s, *ag, std::vector<StageRef>(movable.begin(), movable.end()));
+  }
+}
+
+void apply_slices(Schedule& s, const std::vector<std::string>& inputs) {
+  for (const std::string& name : inputs) as_slice(s, name);
+}
+
+void apply_fusion(Schedule& s, const std::vector<CollectiveRecipe>& parts, bool loops) {
+  for (size_t k = 0; k < parts.size(); ++k) {
+    if (!parts[k].fuse) continue;
+    const int c = current(s, parts.size())[k];
+    const std::vector<int> f = detail::fusable_into(s, c);
+    // A ReduceScatter with only its AllGather fused is an AllReduce again: no computation inside.
+    const bool computes = std::any_of(f.begin(), f.end(), [&](int x) {
+      return x != c && s.program().stage(x).op != Op::AllGather;
+    });
+    if (!computes)
+      user_error("{}: no computation on its result can run inside it (on each reduced chunk), so there is nothing "
+                 "to fuse into it",
+                 who(s, k, c));
+    fuse(s, std::vector<StageRef>(f.begin(), f.end()));
+  }
+  if (!loops) return;
+  const auto groups = detail::fusable_loops(s);
+  const bool any_collective = std::any_of(parts.begin(), parts.end(), [](const CollectiveRecipe& p) { return p.fuse; });
+  if (groups.empty() && !any_collective)
+    user_error("schedule '{}': no two element-wise computations of program '{}' can share a loop, so fused(C) is C",
+               s.name(), s.program().name());
+  for (const auto& g : groups) fuse(s, std::vector<StageRef>(g.begin(), g.end()));
+}
+
+void apply_overlaps(Schedule& s, const std::vector<CollectiveRecipe>& parts) {
+  for (size_t k = 0; k < parts.size(); ++k) {
+    const CollectiveRecipe& part = parts[k];
+    if (!part.overlapped()) continue;
+    const Program& p = s.program();
+    const int c = current(s, parts.size())[k];
+    const Stage& cs = p.stage(c);
+    std::vector<StageRef> chain;
+    if (part.overlap_matmul) {
+      if (p.stage(cs.args[0]).op != Op::Matmul)
+        user_error("{}: ol(MM,...) overlaps a collective with the matmul producing its input, but its input {} is "
+                   "computed by {}",
+                   who(s, k, c), p.display_name(cs.args[0]), dsl::op_name(p.stage(cs.args[0]).op));
+      chain.emplace_back(cs.args[0]);
+    }
+    const auto below = detail::descendants(p, c);
+    if (part.overlap_send) {
+      auto x = first(p, [&](const Stage& st) { return st.op == Op::Send && below[static_cast<size_t>(st.id)]; });
+      if (!x)
+        user_error("{}: ol(...,P2P) overlaps a collective with the send its result reaches, but no send follows it",
+                   who(s, k, c));
+      const auto rest = chain_to(s, c, {*x});
+      chain.insert(chain.end(), rest.begin(), rest.end());
+    } else if (cs.type.layout.is_sliced()) {
+      // The slices computed from a ReduceScatter are gathered inside the overlap: the chain runs
+      // to the last computation before each AllGather (the gathers join by themselves).
+      std::vector<int> gathered;
+      for (const Stage& st : p.stages())
+        if (st.op == Op::AllGather && (st.args[0] == c || below[static_cast<size_t>(st.args[0])]))
+          gathered.push_back(st.args[0]);
+      const auto rest = chain_to(s, c, gathered);
+      chain.insert(chain.end(), rest.begin(), rest.end());
+    } else {
+      chain.emplace_back(c);
+    }
+    overlap(s, chain, part.blocks);
+  }
+}
+
+}  // namespace detail
+
+Schedule Recipe::apply(const Program& program) const {
+  const std::vector<CollectiveRecipe> parts = detail::parts_for(*this, program);
+  Schedule s(program);
+  s.set_name(str());
+  detail::apply_moves(s, parts);
+  detail::apply_slices(s, slice);
+  detail::apply_fusion(s, parts, fused_loops());
+  detail::apply_overlaps(s, parts);
+  return s;
+}
+
+}  // namespace tandem::schedule
