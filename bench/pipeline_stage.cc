@@ -11,6 +11,7 @@
 #include "tandem/core/error.h"
 #include "tandem/dsl/workloads.h"
 #include "tandem/schedule/lower.h"
+#include "tandem/schedule/recipe.h"
 
 namespace tandem::bench {
 namespace {
@@ -97,7 +98,7 @@ void bench(Ranks& R, const Options& o, int64_t B, int64_t Kp, int64_t H) {
   auto tandem = make_runner(tuned.compiled);
   const bool slice_differs = !slice_name.empty() && slice_name != tuned.result.record.winner;
   std::unique_ptr<exec::CompiledRunner> sliced;
-  if (slice_differs) sliced = make_runner(exec::compile_plan(tune::schedule_by_name(program, slice_name).schedule.lower()));
+  if (slice_differs) sliced = make_runner(exec::compile_plan(schedule::schedule_by_name(program, slice_name).schedule.lower()));
 
   // Check: the layer's output on group 0 and what group 1 received, against the baseline's.
   baseline();

@@ -214,6 +214,7 @@ Recipe Recipe::parse(std::string_view name) {
     r.loops = body != "C";
     return r;
   }
+  if (body.empty()) bad(name, "the name is empty");
   std::vector<Part> parts;
   size_t at = 0;
   while (true) {
@@ -232,6 +233,7 @@ Recipe Recipe::parse(std::string_view name) {
                             i + 1, part_str(parts[i].recipe, true)));
   r.loops = loops;
   for (const Part& p : parts) r.collectives.push_back(p.recipe);
+  TANDEM_CHECK(r.str() == name, "schedule '{}' parses to a recipe named '{}'", name, r.str());
   return r;
 }
 

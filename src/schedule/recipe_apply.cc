@@ -45,9 +45,11 @@ std::vector<int> current(const Schedule& s, size_t want) {
   return out;
 }
 
-// "schedule 'RS-C-AG', collective 1 (g_sum)": who a recipe's error is about.
-std::string who(const Schedule& s, size_t k, int c) {
-  return fmt::format("schedule '{}', collective {} ({})", s.name(), k + 1, s.program().display_name(c));
+// "schedule 'RS-C-AG', collective 1 (g_sum)": who a recipe's error is about, by the collective's
+// name in the program as written.
+std::string who(const Schedule& s, size_t k) {
+  const int c = recipe_collectives(s.original()).at(k);
+  return fmt::format("schedule '{}', collective {} ({})", s.name(), k + 1, s.original().display_name(c));
 }
 
 std::optional<int> first(const Program& p, const std::function<bool(const Stage&)>& pred) {
@@ -121,14 +123,14 @@ void apply_moves(Schedule& s, const std::vector<CollectiveRecipe>& parts) {
     if (movable.empty())
       user_error("{}: nothing that consumes its result can run on this rank's slice, so reorder would change "
                  "nothing; split it without reordering (RS-AG-C)",
-                 who(s, k, rs));
+                 who(s, k));
     const bool moves_transfer = std::any_of(movable.begin(), movable.end(), [&](int x) {
       return dsl::op_kind(p.stage(x).op) == dsl::OpKind::Transfer;
     });
     if (transfers && !moves_transfer)
       user_error("{}: no send or receive consumes its result where it could carry the slice, so RS-C-P2P-AG would "
                  "be RS-C-AG; write that",
-                 who(s, k, rs));
+                 who(s, k));
     reorder(s, *ag, std::vector<StageRef>(movable.begin(), movable.end()));
   }
 }
@@ -149,7 +151,7 @@ void apply_fusion(Schedule& s, const std::vector<CollectiveRecipe>& parts, bool 
     if (!computes)
       user_error("{}: no computation on its result can run inside it (on each reduced chunk), so there is nothing "
                  "to fuse into it",
-                 who(s, k, c));
+                 who(s, k));
     fuse(s, std::vector<StageRef>(f.begin(), f.end()));
   }
   if (!loops) return;
@@ -173,7 +175,7 @@ void apply_overlaps(Schedule& s, const std::vector<CollectiveRecipe>& parts) {
       if (p.stage(cs.args[0]).op != Op::Matmul)
         user_error("{}: ol(MM,...) overlaps a collective with the matmul producing its input, but its input {} is "
                    "computed by {}",
-                   who(s, k, c), p.display_name(cs.args[0]), dsl::op_name(p.stage(cs.args[0]).op));
+                   who(s, k), p.display_name(cs.args[0]), dsl::op_name(p.stage(cs.args[0]).op));
       chain.emplace_back(cs.args[0]);
     }
     const auto below = detail::descendants(p, c);
@@ -181,7 +183,7 @@ void apply_overlaps(Schedule& s, const std::vector<CollectiveRecipe>& parts) {
       auto x = first(p, [&](const Stage& st) { return st.op == Op::Send && below[static_cast<size_t>(st.id)]; });
       if (!x)
         user_error("{}: ol(...,P2P) overlaps a collective with the send its result reaches, but no send follows it",
-                   who(s, k, c));
+                   who(s, k));
       const auto rest = chain_to(s, c, {*x});
       chain.insert(chain.end(), rest.begin(), rest.end());
     } else if (cs.type.layout.is_sliced()) {
@@ -202,6 +204,12 @@ void apply_overlaps(Schedule& s, const std::vector<CollectiveRecipe>& parts) {
 
 }  // namespace detail
 
+Recipe Recipe::unscheduled(const Program& program) {
+  Recipe r;
+  if (!recipe_collectives(program).empty()) r.collectives.resize(1);
+  return r;
+}
+
 Schedule Recipe::apply(const Program& program) const {
   const std::vector<CollectiveRecipe> parts = detail::parts_for(*this, program);
   Schedule s(program);
@@ -211,6 +219,16 @@ Schedule Recipe::apply(const Program& program) const {
   detail::apply_fusion(s, parts, fused_loops());
   detail::apply_overlaps(s, parts);
   return s;
+}
+
+NamedSchedule schedule_by_name(const Program& program, std::string_view name) {
+  try {
+    Recipe r = Recipe::parse(name);
+    Schedule s = r.apply(program);
+    return NamedSchedule{r.str(), std::move(r), std::move(s)};
+  } catch (const UserError& e) {
+    user_error("program '{}': {}", program.name(), e.what());
+  }
 }
 
 }  // namespace tandem::schedule

@@ -203,6 +203,28 @@ std::optional<TuneRecord> load_record(const TuneKey& key, const std::string& cac
   }
 }
 
+std::optional<TuneRecord> latest_record(const dsl::Program& program, const std::string& cache_dir) {
+  const fs::path dir = fs::path(cache_dir) / "tune";
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return std::nullopt;
+  const std::string hash = hash_hex(program.str());
+  std::optional<TuneRecord> best;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+    if (e.path().extension() != ".json") continue;
+    std::ifstream f(e.path());
+    std::stringstream text;
+    text << f.rdbuf();
+    try {
+      if (json::parse(text.str()).value("format", "") != kRecordFormat) continue;
+      TuneRecord r = record_from_json(text.str());
+      if (r.key.program_hash == hash && (!best || r.created > best->created)) best = std::move(r);
+    } catch (const std::exception&) {
+      // Unreadable: not a choice to offer.
+    }
+  }
+  return best;
+}
+
 std::string store_record(const TuneRecord& record, const std::string& cache_dir) {
   const fs::path path = record_path(record.key, cache_dir);
   std::error_code ec;

@@ -390,17 +390,6 @@ TuneResult tune_threads(const dsl::Program& program, int ranks, const TuneOption
   return out;
 }
 
-schedule::NamedSchedule schedule_by_name(const dsl::Program& program, std::string_view name,
-                                         const schedule::EnumerateOptions& options) {
-  std::vector<schedule::NamedSchedule> all = schedule::enumerate_schedules(program, options);
-  std::vector<std::string> names;
-  for (auto& s : all) {
-    if (s.name == name) return std::move(s);
-    names.push_back(s.name);
-  }
-  user_error("program '{}' has no schedule named '{}'; its schedules: {}", program.name(), name, fmt::join(names, ", "));
-}
-
 int64_t parse_extent(std::string_view text, std::string_view what) {
   size_t i = 0;
   int64_t v = 0;

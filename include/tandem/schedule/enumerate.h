@@ -31,12 +31,6 @@ struct EnumerateOptions {
   int blocks = kDefaultBlocks;  // row blocks of the overlapped schedules
 };
 
-struct NamedSchedule {
-  std::string name;  // recipe.str()
-  Recipe recipe;
-  Schedule schedule;
-};
-
 // The number of recipes enumerate_schedules considers for `program` (see the top), before
 // legality; -1 when it does not fit in 63 bits.
 int64_t recipe_space_size(const dsl::Program& program);

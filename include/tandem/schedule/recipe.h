@@ -66,6 +66,9 @@ struct Recipe {
   bool fused_loops() const;
   bool operator==(const Recipe& o) const;  // by meaning: loops as fused_loops()
 
+  // The program as written: AR-C (one part, no choice made) when it has collectives, else C.
+  static Recipe unscheduled(const dsl::Program& program);
+
   // The name (grammar above). A recipe of no collectives prints "C" or "fused(C)".
   std::string str() const;
   // Reads a name; anything else is one UserError saying what is wrong and what a name looks like.
@@ -76,6 +79,18 @@ struct Recipe {
   // naming the collective and the rule.
   Schedule apply(const dsl::Program& program) const;
 };
+
+// A schedule with its recipe and name (recipe.str()).
+struct NamedSchedule {
+  std::string name;
+  Recipe recipe;
+  Schedule schedule;
+};
+
+// The schedule a name describes: Recipe::parse(name).apply(program). A name that does not parse
+// or that the program does not allow is one UserError that names the program and says why.
+// Nothing is enumerated: this is how every caller picks a schedule by name.
+NamedSchedule schedule_by_name(const dsl::Program& program, std::string_view name);
 
 // The collectives a recipe's parts address: every AllReduce of at least one dim, in program
 // order.

@@ -80,6 +80,10 @@ inline constexpr const char* kRecordFormat = "tandem-tune-2";
 // another key or is of an older format (it is then retuned and overwritten). For an older format,
 // `stale` (when given) is set to a sentence saying so, for the user.
 std::optional<TuneRecord> load_record(const TuneKey& key, const std::string& cache_dir, std::string* stale = nullptr);
+// The newest record (by its creation time) of `program` (the same text) in the cache, whatever
+// its sizes, ranks, backend or machine; nullopt when there is none. Unreadable or older records
+// are passed over.
+std::optional<TuneRecord> latest_record(const dsl::Program& program, const std::string& cache_dir);
 // Writes the record under a temporary name and renames it into place; returns the path.
 std::string store_record(const TuneRecord& record, const std::string& cache_dir);
 

@@ -91,11 +91,6 @@ TuneResult tune_threads(const dsl::Program& program, int ranks, const TuneOption
 // The key tune() would use for `program` on `ranks` ranks of `backend`.
 TuneKey tune_key(const dsl::Program& program, int ranks, std::string_view backend, const TuneOptions& options);
 
-// The schedule of `program` that enumerate_schedules names `name`; an unknown name is a
-// UserError listing the names there are.
-schedule::NamedSchedule schedule_by_name(const dsl::Program& program, std::string_view name,
-                                         const schedule::EnumerateOptions& options = {});
-
 // Parses an extent: digits with an optional suffix K, M, G (powers of 1000) or Ki, Mi, Gi
 // (powers of 1024): "64Mi" is 67108864. Anything else is a UserError quoting `what`.
 int64_t parse_extent(std::string_view text, std::string_view what);
