@@ -5,6 +5,8 @@
 // default (two groups of two: with one rank per group there is nothing to reduce or slice).
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "baselines/harness.h"
 #include "baselines/layer.h"
 #include "tandem/core/blas.h"
@@ -30,7 +32,11 @@ std::string slice_send_schedule(const dsl::Program& program) {
   std::string fallback;
   for (const auto& s : schedule::enumerate_schedules(program)) {
     if (s.name == "fused(RS-C)-P2P-AG") return s.name;
-    if (fallback.empty() && s.name.find("P2P") != std::string::npos) fallback = s.name;
+    const auto& c = s.recipe.collectives;
+    const bool sends_slices = std::any_of(c.begin(), c.end(), [](const schedule::CollectiveRecipe& r) {
+      return r.move == schedule::Move::ReorderTransfers;
+    });
+    if (fallback.empty() && sends_slices) fallback = s.name;
   }
   return fallback;
 }
