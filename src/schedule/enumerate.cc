@@ -53,16 +53,6 @@ std::vector<std::string> sliceable(const Program& program, const std::vector<Col
   return out;
 }
 
-// One part when every collective makes the same choice.
-Recipe compact(Recipe r) {
-  if (r.collectives.size() > 1 &&
-      std::all_of(r.collectives.begin(), r.collectives.end(), [&](const CollectiveRecipe& c) {
-        return c == r.collectives.front() && c.blocks == r.collectives.front().blocks;
-      }))
-    r.collectives.resize(1);
-  return r;
-}
-
 // Every recipe varying the parts marked in `vary` (and the program-wide choices), the others as
 // in `base`, carried out; the legal ones with new plans, in the space's order: moves, slicing,
 // fusion, overlaps, the first collective's choice the most significant.
@@ -82,7 +72,7 @@ std::vector<NamedSchedule> generate(const Program& program, const std::vector<Co
   std::vector<NamedSchedule> out;
   std::set<std::string> plans;  // lowered plans already listed (without their names)
   auto consider = [&](Recipe r) {
-    r = compact(std::move(r));
+    r = r.compacted();
     try {
       Schedule s = r.apply(program);
       std::string text = s.lower().str();

@@ -86,9 +86,8 @@ std::vector<int> recipe_collectives(const Program& program) {
   return out;
 }
 
-namespace detail {
-
-std::vector<CollectiveRecipe> parts_for(const Recipe& r, const Program& program) {
+std::vector<CollectiveRecipe> Recipe::parts(const Program& program) const {
+  const Recipe& r = *this;
   const std::vector<int> colls = recipe_collectives(program);
   if (colls.empty()) {
     if (!r.collectives.empty())
@@ -107,6 +106,18 @@ std::vector<CollectiveRecipe> parts_for(const Recipe& r, const Program& program)
                r.str(), r.collectives.size(), program.name(), colls.size(), detail::name_list(program, colls));
   return r.collectives;
 }
+
+Recipe Recipe::compacted() const {
+  Recipe r = *this;
+  if (r.collectives.size() > 1 &&
+      std::all_of(r.collectives.begin(), r.collectives.end(), [&](const CollectiveRecipe& c) {
+        return c == r.collectives.front() && c.blocks == r.collectives.front().blocks;
+      }))
+    r.collectives.resize(1);
+  return r;
+}
+
+namespace detail {
 
 void apply_moves(Schedule& s, const std::vector<CollectiveRecipe>& parts) {
   for (size_t k = 0; k < parts.size(); ++k)
@@ -211,7 +222,7 @@ Recipe Recipe::unscheduled(const Program& program) {
 }
 
 Schedule Recipe::apply(const Program& program) const {
-  const std::vector<CollectiveRecipe> parts = detail::parts_for(*this, program);
+  const std::vector<CollectiveRecipe> parts = this->parts(program);
   Schedule s(program);
   s.set_name(str());
   detail::apply_moves(s, parts);

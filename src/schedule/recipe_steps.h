@@ -9,10 +9,6 @@
 
 namespace tandem::schedule::detail {
 
-// The recipe's part for each of the program's collectives (one part broadcast to all); a count
-// that is neither 1 nor the program's is a UserError listing the collectives.
-std::vector<CollectiveRecipe> parts_for(const Recipe& r, const dsl::Program& program);
-
 // Split, then reorder, each collective as its part says.
 void apply_moves(Schedule& s, const std::vector<CollectiveRecipe>& parts);
 // Store each listed input sliced.

@@ -98,6 +98,12 @@ double CandidateTiming::median() const {
   return n % 2 == 1 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
 }
 
+double ChunkTiming::median() const {
+  CandidateTiming c;
+  c.times = times;
+  return c.median();
+}
+
 double CandidateTiming::final_median() const {
   CandidateTiming f;
   f.times = final_times;
@@ -134,7 +140,13 @@ std::string record_to_json(const TuneRecord& r, int indent) {
               {"final", {{"margin", r.final_margin}, {"max", r.final_max}, {"reps", r.final_reps}}},
               {"checked_at", checked},
               {"created", r.created},
+              {"search", {{"space", r.space}, {"budget_s", r.budget_s}, {"left_untimed", r.left_untimed}}},
               {"candidates", cands}};
+  if (!r.chunks.empty()) {
+    json chunks = json::array();
+    for (const ChunkTiming& c : r.chunks) chunks.push_back({{"bytes", c.bytes}, {"times_s", c.times}});
+    doc["chunks"] = {{"chosen", r.chunk_bytes}, {"timings", chunks}};
+  }
   return doc.dump(indent);
 }
 
@@ -158,6 +170,17 @@ TuneRecord record_from_json(const std::string& text) {
       r.final_reps = f.at("reps").get<int>();
     }
     for (const auto& [s, v] : doc.at("checked_at").items()) r.check_sizes[s] = v.get<int64_t>();
+    if (doc.contains("search")) {
+      const json& f = doc.at("search");
+      r.space = f.at("space").get<int64_t>();
+      r.budget_s = f.at("budget_s").get<double>();
+      r.left_untimed = f.at("left_untimed").get<int64_t>();
+    }
+    if (doc.contains("chunks")) {
+      r.chunk_bytes = doc.at("chunks").at("chosen").get<size_t>();
+      for (const json& j : doc.at("chunks").at("timings"))
+        r.chunks.push_back({j.at("bytes").get<size_t>(), j.at("times_s").get<std::vector<double>>()});
+    }
     for (const json& j : doc.at("candidates")) {
       CandidateTiming c;
       c.name = j.at("name").get<std::string>();

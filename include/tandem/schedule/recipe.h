@@ -66,6 +66,12 @@ struct Recipe {
   bool fused_loops() const;
   bool operator==(const Recipe& o) const;  // by meaning: loops as fused_loops()
 
+  // One part per collective of `program` (a single part repeated for each); a part count that is
+  // neither 1 nor the program's is a UserError listing the collectives.
+  std::vector<CollectiveRecipe> parts(const dsl::Program& program) const;
+  // The same recipe written with one part when every collective makes the same choice.
+  Recipe compacted() const;
+
   // The program as written: AR-C (one part, no choice made) when it has collectives, else C.
   static Recipe unscheduled(const dsl::Program& program);
 

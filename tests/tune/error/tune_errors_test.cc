@@ -58,7 +58,7 @@ TEST(TuneErrors, ScheduleAndExecutorNames) {
   TuneOptions o = quick({{"N", 4}});
   o.only = {"AR-C", "nope"};
   const std::string e2 = error_of([&] { tune_threads(adam, 2, o); });
-  EXPECT_EQ(e2.rfind("program 'adam' has no schedule named 'nope'; its schedules: AR-C, ", 0), 0u) << e2;
+  EXPECT_EQ(e2.rfind("program 'adam': schedule 'nope': 'nope' is not a schedule part; ", 0), 0u) << e2;
   EXPECT_EQ(error_of([] { executor_by_name("fast"); }),
             "--executor 'fast': the executors are compiled, plan, reference");
 }
@@ -88,7 +88,7 @@ TEST(TuneCliErrors, OneLineAndNonZeroExit) {
       {"tune adam --size N=64 --reps 0", "--reps must be at least 1 (got 0)"},
       {"tune adam --executor fast", "--executor 'fast': the executors are compiled, plan, reference"},
       {"tune adam --dtype f64", "unknown dtype 'f64'"},
-      {"tune adam --size N=64 --schedules 'fused(nothing)'", "program 'adam' has no schedule named 'fused(nothing)'; its schedules: AR-C, "},
+      {"tune adam --size N=64 --schedules 'fused(nothing)'", "program 'adam': schedule 'fused(nothing)': 'fused(nothing)' is not a schedule part; "},
       {"tune pipeline_stage --ranks 3 --size 2 2 2 --executor plan", "program 'pipeline_stage' has 2 groups, but 3 ranks were asked for"},
       {"emit adam --schedule nope --target cpp", "program 'adam': schedule 'nope': 'nope' is not a schedule part; "},
       {"emit megatron_layer --schedule 'ol(MM,AR-C)|AR-C'", "program 'megatron_layer': schedule 'ol(MM,AR-C)|AR-C' has 2 parts"},
