@@ -13,9 +13,9 @@
 // the winner at each chunk size of the collectives and keeps the fastest. A time budget bounds
 // the search: once it is spent no further candidate starts (the record says how many were left).
 //
-// For each schedule it sets the schedule up (compiling it),
-// checks one run against the reference interpreter on the same inputs, then warms up and times
-// several repetitions (each the slowest rank's time) and takes the median. On a noisy machine the
+// For each schedule it sets the schedule up (compiling it), checks one run against the reference
+// interpreter on the same inputs, then warms up and times several repetitions (each the slowest
+// rank's time) and takes the median. On a noisy machine the
 // leading schedules are often within one timing's spread of each other, so a final round follows:
 // the finalists (every checked schedule whose median is within final_margin of the best, at most
 // final_max of them) are set up together and timed again in turns (A, B, C, A, B, C, ...: a slow
