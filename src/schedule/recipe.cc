@@ -90,11 +90,11 @@ Part read_part(std::string_view name, std::string_view text) {
   if (!rest.empty() && rest.front() == '[') {
     const size_t close = rest.find(']');
     const std::string_view digits = rest.substr(1, close == std::string_view::npos ? 0 : close - 1);
-    const bool number = !digits.empty() && digits.size() <= 6 &&
+    const bool number = !digits.empty() && digits.size() <= 6 && digits.front() != '0' &&
                         std::all_of(digits.begin(), digits.end(), [](char ch) { return std::isdigit(static_cast<unsigned char>(ch)); });
     if (close == std::string_view::npos || !number || std::stoi(std::string(digits)) < 1)
       bad(name, fmt::format("in '{}', an overlap's block count is written ol[BLOCKS] with BLOCKS a whole number "
-                            "from 1 to 999999", text));
+                            "from 1 to 999999 without leading zeros", text));
     out.recipe.blocks = std::stoi(std::string(digits));
     if (out.recipe.blocks == kDefaultBlocks)
       bad(name, fmt::format("in '{}', {} blocks is the default: write ol(...) without [{}]", text, kDefaultBlocks,

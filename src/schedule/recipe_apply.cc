@@ -111,7 +111,7 @@ Recipe Recipe::compacted() const {
   Recipe r = *this;
   if (r.collectives.size() > 1 &&
       std::all_of(r.collectives.begin(), r.collectives.end(), [&](const CollectiveRecipe& c) {
-        return c == r.collectives.front() && c.blocks == r.collectives.front().blocks;
+        return c == r.collectives.front();
       }))
     r.collectives.resize(1);
   return r;

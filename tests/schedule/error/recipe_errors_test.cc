@@ -49,7 +49,8 @@ TEST(RecipeErrors, NamesThatDoNotParse) {
             "collective's input), P2P (the send its result reaches), or both");
   EXPECT_EQ(head(parse_error("ol[0](MM,AR-C)")),
             "schedule 'ol[0](MM,AR-C)': in 'ol[0](MM,AR-C)', an overlap's block count is written ol[BLOCKS] with "
-            "BLOCKS a whole number from 1 to 999999");
+            "BLOCKS a whole number from 1 to 999999 without leading zeros");
+  EXPECT_NE(parse_error("ol[08](MM,AR-C)").find("without leading zeros"), std::string::npos);
   EXPECT_NE(parse_error("ol[x](MM,AR-C)").find("an overlap's block count is written"), std::string::npos);
   EXPECT_EQ(head(parse_error("ol[4](MM,AR-C)")),
             "schedule 'ol[4](MM,AR-C)': in 'ol[4](MM,AR-C)', 4 blocks is the default: write ol(...) without [4]");
@@ -121,6 +122,17 @@ TEST(RecipeErrors, ReorderThatMovesNothing) {
   EXPECT_EQ(apply_error(p, "RS-C-AG"),
             "program 'reduce_then_matmul': schedule 'RS-C-AG', collective 1 (z): nothing that consumes its result "
             "can run on this rank's slice, so reorder would change nothing; split it without reordering (RS-AG-C)");
+}
+
+TEST(RecipeErrors, EnumerateOneCollectiveOfAnother) {
+  const dsl::Program adam = dsl::workloads::adam();
+  try {
+    enumerate_collective(adam, std::vector<CollectiveRecipe>(1), 1);
+    ADD_FAILURE() << "no error";
+  } catch (const UserError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "enumerate_collective: program 'adam' has 1 collective(s); got 1 part(s) and collective index 1");
+  }
 }
 
 }  // namespace

@@ -47,6 +47,27 @@ TEST(Recipe, EveryEnumeratedNameOfTheWorkloadsRoundTrips) {
   }
 }
 
+// Names one edit away from a real one (a character dropped, doubled or replaced) either parse to a
+// recipe that prints them back or are a UserError: never an internal error.
+TEST(Recipe, NearMissesParseBackOrAreUserErrors) {
+  int accepted = 0, refused = 0;
+  for (const NamedSchedule& ns : enumerate_schedules(testing::two_collectives())) {
+    const std::string& n = ns.name;
+    for (size_t i = 0; i < n.size(); ++i)
+      for (const std::string& x : {n.substr(0, i) + n.substr(i + 1), n.substr(0, i + 1) + n.substr(i),
+                                   n.substr(0, i) + "0" + n.substr(i + 1), n.substr(0, i) + "|" + n.substr(i + 1)}) {
+        try {
+          EXPECT_EQ(Recipe::parse(x).str(), x);
+          ++accepted;
+        } catch (const UserError&) {
+          ++refused;
+        }
+      }
+  }
+  EXPECT_GT(refused, 1000);
+  EXPECT_GT(accepted, 0);  // e.g. "+slice(mm)": a slice input's name with a letter doubled
+}
+
 TEST(Recipe, FieldsOfAName) {
   const Recipe r = Recipe::parse("ol[8](MM,fused(RS-C)-P2P)-AG+slice(m,v)");
   ASSERT_EQ(r.collectives.size(), 1u);

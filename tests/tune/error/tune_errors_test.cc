@@ -49,6 +49,15 @@ TEST(TuneErrors, RepetitionsAndWarmup) {
   o.reps = 1;
   o.warmup = -1;
   EXPECT_EQ(error_of([&] { tune_threads(adam, 2, o); }), "tune: the warm-up count must be >= 0 (got -1)");
+  o.warmup = 1;
+  o.blocks = {0};
+  EXPECT_EQ(error_of([&] { tune_threads(adam, 2, o); }), "tune: --blocks 0: an overlap needs at least 1 block");
+  o.blocks = {};
+  o.chunk_bytes = {0};
+  EXPECT_EQ(error_of([&] { tune_threads(adam, 2, o); }), "tune: --chunks 0: a chunk is at least 1 byte");
+  o.chunk_bytes = {};
+  o.budget_s = -1;
+  EXPECT_EQ(error_of([&] { tune_threads(adam, 2, o); }), "tune: --budget must be >= 0 seconds (got -1)");
 }
 
 TEST(TuneErrors, ScheduleAndExecutorNames) {
