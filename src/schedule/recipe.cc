@@ -14,10 +14,13 @@ namespace tandem::schedule {
 namespace {
 
 constexpr std::string_view kGrammar =
-    "a schedule name is one part per collective joined by '|', each part one of AR-C, AR-fused(C), fused(AR-C), "
-    "RS-AG-C, RS-AG-fused(C), fused(RS-AG)-C, RS-C-AG, RS-fused(C)-AG, fused(RS-C-AG), RS-C-P2P-AG, "
+    "a schedule name is one part per collective joined by '|', each part one of AR-C, AR-fused(C), "
+    "fused(AR-C), "
+    "RS-AG-C, RS-AG-fused(C), fused(RS-AG)-C, RS-C-AG, RS-fused(C)-AG, fused(RS-C-AG), "
+    "RS-C-P2P-AG, "
     "RS-fused(C)-P2P-AG, fused(RS-C)-P2P-AG, optionally overlapped as ol(MM,part), ol(part,P2P), "
-    "ol(MM,part,P2P), ol(MM,RS-C-P2P)-AG or with a block count ol[8](...), then optionally +slice(INPUT,...); "
+    "ol(MM,part,P2P), ol(MM,RS-C-P2P)-AG or with a block count ol[8](...), then optionally "
+    "+slice(INPUT,...); "
     "a program without collectives is C or fused(C)";
 
 constexpr Move kMoves[] = {Move::None, Move::Split, Move::Reorder, Move::ReorderTransfers};
@@ -27,10 +30,18 @@ constexpr Move kMoves[] = {Move::None, Move::Split, Move::Reorder, Move::Reorder
 std::string core(Move move, bool fuse, const std::string& c, bool open_ag) {
   std::string s;
   switch (move) {
-    case Move::None: s = fuse ? "fused(AR-C)" : "AR-" + c; break;
-    case Move::Split: s = fuse ? "fused(RS-AG)-C" : "RS-AG-" + c; break;
-    case Move::Reorder: s = fuse ? "fused(RS-C-AG)" : "RS-" + c + "-AG"; break;
-    case Move::ReorderTransfers: s = (fuse ? "fused(RS-C)-P2P" : "RS-" + c + "-P2P") + (open_ag ? "" : "-AG"); break;
+    case Move::None:
+      s = fuse ? "fused(AR-C)" : "AR-" + c;
+      break;
+    case Move::Split:
+      s = fuse ? "fused(RS-AG)-C" : "RS-AG-" + c;
+      break;
+    case Move::Reorder:
+      s = fuse ? "fused(RS-C-AG)" : "RS-" + c + "-AG";
+      break;
+    case Move::ReorderTransfers:
+      s = (fuse ? "fused(RS-C)-P2P" : "RS-" + c + "-P2P") + (open_ag ? "" : "-AG");
+      break;
   }
   return s;
 }
@@ -40,7 +51,8 @@ std::string part_str(const CollectiveRecipe& r, bool loops) {
   const std::string ol = r.blocks == kDefaultBlocks ? "ol" : fmt::format("ol[{}]", r.blocks);
   const std::string mm = r.overlap_matmul ? "MM," : "";
   if (r.move == Move::ReorderTransfers && r.overlap_send)
-    return fmt::format("{}({}{})-AG", ol, mm, core(r.move, r.fuse, c, true));  // the send is in the core
+    return fmt::format("{}({}{})-AG", ol, mm,
+                       core(r.move, r.fuse, c, true));  // the send is in the core
   const std::string k = core(r.move, r.fuse, c, false);
   if (r.overlap_send) return fmt::format("{}({}{},P2P)", ol, mm, k);
   if (r.overlap_matmul) return fmt::format("{}(MM,{})", ol, k);
@@ -91,14 +103,19 @@ Part read_part(std::string_view name, std::string_view text) {
     const size_t close = rest.find(']');
     const std::string_view digits = rest.substr(1, close == std::string_view::npos ? 0 : close - 1);
     const bool number = !digits.empty() && digits.size() <= 6 && digits.front() != '0' &&
-                        std::all_of(digits.begin(), digits.end(), [](char ch) { return std::isdigit(static_cast<unsigned char>(ch)); });
+                        std::all_of(digits.begin(), digits.end(), [](char ch) {
+                          return std::isdigit(static_cast<unsigned char>(ch));
+                        });
     if (close == std::string_view::npos || !number || std::stoi(std::string(digits)) < 1)
-      bad(name, fmt::format("in '{}', an overlap's block count is written ol[BLOCKS] with BLOCKS a whole number "
-                            "from 1 to 999999 without leading zeros", text));
+      bad(name,
+          fmt::format(
+              "in '{}', an overlap's block count is written ol[BLOCKS] with BLOCKS a whole number "
+              "from 1 to 999999 without leading zeros",
+              text));
     out.recipe.blocks = std::stoi(std::string(digits));
     if (out.recipe.blocks == kDefaultBlocks)
-      bad(name, fmt::format("in '{}', {} blocks is the default: write ol(...) without [{}]", text, kDefaultBlocks,
-                            kDefaultBlocks));
+      bad(name, fmt::format("in '{}', {} blocks is the default: write ol(...) without [{}]", text,
+                            kDefaultBlocks, kDefaultBlocks));
     rest = rest.substr(close + 1);
   }
   bool open_ag = false;
@@ -119,20 +136,25 @@ Part read_part(std::string_view name, std::string_view text) {
   }
   if (open_ag) out.recipe.overlap_send = true;
   if (!out.recipe.overlapped())
-    bad(name, fmt::format("'{}' overlaps nothing: an overlap names MM (the matmul producing the collective's input), "
+    bad(name, fmt::format("'{}' overlaps nothing: an overlap names MM (the matmul producing the "
+                          "collective's input), "
                           "P2P (the send its result reaches), or both",
                           text));
   auto c = read_core(inner, open_ag);
   if (!c) {
     if (open_ag)
-      bad(name, fmt::format("in '{}', ol(...)-AG closes the overlap before the gather, so it holds a part that "
-                            "sends its slices (RS-C-P2P, RS-fused(C)-P2P or fused(RS-C)-P2P), not '{}'",
-                            text, inner));
+      bad(name,
+          fmt::format(
+              "in '{}', ol(...)-AG closes the overlap before the gather, so it holds a part that "
+              "sends its slices (RS-C-P2P, RS-fused(C)-P2P or fused(RS-C)-P2P), not '{}'",
+              text, inner));
     bad(name, fmt::format("in '{}', '{}' is not a schedule part", text, inner));
   }
   if (!open_ag && out.recipe.overlap_send && c->move == Move::ReorderTransfers)
-    bad(name, fmt::format("in '{}', a part that sends its slices overlaps with its send as ol({}{})-AG", text,
-                          out.recipe.overlap_matmul ? "MM," : "", core(c->move, c->fuse, c->loops.value_or(false) ? "fused(C)" : "C", true)));
+    bad(name,
+        fmt::format("in '{}', a part that sends its slices overlaps with its send as ol({}{})-AG",
+                    text, out.recipe.overlap_matmul ? "MM," : "",
+                    core(c->move, c->fuse, c->loops.value_or(false) ? "fused(C)" : "C", true)));
   out.recipe.move = c->move;
   out.recipe.fuse = c->fuse;
   out.loops = c->loops;
@@ -147,11 +169,16 @@ std::vector<std::string> read_slice(std::string_view name, std::string_view text
   size_t at = 0;
   while (true) {
     const size_t comma = text.find(',', at);
-    const std::string_view input = text.substr(at, comma == std::string_view::npos ? std::string_view::npos : comma - at);
+    const std::string_view input =
+        text.substr(at, comma == std::string_view::npos ? std::string_view::npos : comma - at);
     const bool word = !input.empty() && std::all_of(input.begin(), input.end(), [](char ch) {
       return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '.';
     });
-    if (!word) bad(name, fmt::format("'+slice({})' must list input names (letters, digits, '_' and '.') separated by ','", text));
+    if (!word)
+      bad(name,
+          fmt::format(
+              "'+slice({})' must list input names (letters, digits, '_' and '.') separated by ','",
+              text));
     if (std::find(out.begin(), out.end(), input) != out.end())
       bad(name, fmt::format("'+slice({})' lists '{}' twice", text, input));
     out.emplace_back(input);
@@ -165,21 +192,26 @@ std::vector<std::string> read_slice(std::string_view name, std::string_view text
 
 std::string_view move_name(Move m) {
   switch (m) {
-    case Move::None: return "none";
-    case Move::Split: return "split";
-    case Move::Reorder: return "reorder";
-    case Move::ReorderTransfers: return "reorder+p2p";
+    case Move::None:
+      return "none";
+    case Move::Split:
+      return "split";
+    case Move::Reorder:
+      return "reorder";
+    case Move::ReorderTransfers:
+      return "reorder+p2p";
   }
   return "?";
 }
 
 bool CollectiveRecipe::operator==(const CollectiveRecipe& o) const {
-  return move == o.move && fuse == o.fuse && overlap_matmul == o.overlap_matmul && overlap_send == o.overlap_send &&
-         (!overlapped() || blocks == o.blocks);
+  return move == o.move && fuse == o.fuse && overlap_matmul == o.overlap_matmul &&
+         overlap_send == o.overlap_send && (!overlapped() || blocks == o.blocks);
 }
 
 bool Recipe::fused_loops() const {
-  return loops || std::any_of(collectives.begin(), collectives.end(), [](const CollectiveRecipe& c) { return c.fuse; });
+  return loops || std::any_of(collectives.begin(), collectives.end(),
+                              [](const CollectiveRecipe& c) { return c.fuse; });
 }
 
 bool Recipe::operator==(const Recipe& o) const {
@@ -219,16 +251,19 @@ Recipe Recipe::parse(std::string_view name) {
   size_t at = 0;
   while (true) {
     const size_t bar = body.find('|', at);
-    parts.push_back(read_part(name, body.substr(at, bar == std::string_view::npos ? std::string_view::npos : bar - at)));
+    parts.push_back(read_part(
+        name, body.substr(at, bar == std::string_view::npos ? std::string_view::npos : bar - at)));
     if (bar == std::string_view::npos) break;
     at = bar + 1;
   }
   // Loop fusion is program-wide: the parts that say must agree, and a part fused into its
   // collective implies it.
-  const bool loops = std::any_of(parts.begin(), parts.end(), [](const Part& p) { return p.loops.value_or(true); });
+  const bool loops =
+      std::any_of(parts.begin(), parts.end(), [](const Part& p) { return p.loops.value_or(true); });
   for (size_t i = 0; i < parts.size(); ++i)
     if (parts[i].loops == false && loops)
-      bad(name, fmt::format("part {} leaves its computations unfused (C) while another part fuses loops; loop fusion "
+      bad(name, fmt::format("part {} leaves its computations unfused (C) while another part fuses "
+                            "loops; loop fusion "
                             "is program-wide, so write {}",
                             i + 1, part_str(parts[i].recipe, true)));
   r.loops = loops;

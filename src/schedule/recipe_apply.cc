@@ -40,8 +40,8 @@ std::vector<int> current(const Schedule& s, size_t want) {
   std::vector<int> out;
   for (const Stage& st : s.program().stages())
     if (addressed(st)) out.push_back(st.id);
-  TANDEM_CHECK(out.size() == want, "program '{}' has {} collectives after a rewrite, {} before", s.program().name(),
-               out.size(), want);
+  TANDEM_CHECK(out.size() == want, "program '{}' has {} collectives after a rewrite, {} before",
+               s.program().name(), out.size(), want);
   return out;
 }
 
@@ -49,7 +49,8 @@ std::vector<int> current(const Schedule& s, size_t want) {
 // name in the program as written.
 std::string who(const Schedule& s, size_t k) {
   const int c = recipe_collectives(s.original()).at(k);
-  return fmt::format("schedule '{}', collective {} ({})", s.name(), k + 1, s.original().display_name(c));
+  return fmt::format("schedule '{}', collective {} ({})", s.name(), k + 1,
+                     s.original().display_name(c));
 }
 
 std::optional<int> first(const Program& p, const std::function<bool(const Stage&)>& pred) {
@@ -68,7 +69,8 @@ std::vector<StageRef> chain_to(const Schedule& s, int c, const std::vector<int>&
   std::vector<int> seen_units;
   std::vector<StageRef> out;
   for (const Stage& st : p.stages()) {
-    if (!(st.id == c || (below[static_cast<size_t>(st.id)] && above[static_cast<size_t>(st.id)]))) continue;
+    if (!(st.id == c || (below[static_cast<size_t>(st.id)] && above[static_cast<size_t>(st.id)])))
+      continue;
     const int u = g.unit_of[static_cast<size_t>(st.id)];
     if (u < 0 || std::find(seen_units.begin(), seen_units.end(), u) != seen_units.end()) continue;
     seen_units.push_back(u);
@@ -91,28 +93,34 @@ std::vector<CollectiveRecipe> Recipe::parts(const Program& program) const {
   const std::vector<int> colls = recipe_collectives(program);
   if (colls.empty()) {
     if (!r.collectives.empty())
-      user_error("schedule '{}': program '{}' has no AllReduce of at least one dim, so it takes no per-collective "
-                 "part; its schedules are C and fused(C)",
-                 r.str(), program.name());
+      user_error(
+          "schedule '{}': program '{}' has no AllReduce of at least one dim, so it takes no "
+          "per-collective "
+          "part; its schedules are C and fused(C)",
+          r.str(), program.name());
     return {};
   }
   if (r.collectives.empty())
-    user_error("schedule '{}': program '{}' has {} collective(s) ({}); name a part for them (AR-C, ...)", r.str(),
-               program.name(), colls.size(), detail::name_list(program, colls));
-  if (r.collectives.size() == 1) return std::vector<CollectiveRecipe>(colls.size(), r.collectives.front());
+    user_error(
+        "schedule '{}': program '{}' has {} collective(s) ({}); name a part for them (AR-C, ...)",
+        r.str(), program.name(), colls.size(), detail::name_list(program, colls));
+  if (r.collectives.size() == 1)
+    return std::vector<CollectiveRecipe>(colls.size(), r.collectives.front());
   if (r.collectives.size() != colls.size())
-    user_error("schedule '{}' has {} parts, but program '{}' has {} collective(s) ({}); give one part for all of "
-               "them or one per collective, in program order, joined by '|'",
-               r.str(), r.collectives.size(), program.name(), colls.size(), detail::name_list(program, colls));
+    user_error(
+        "schedule '{}' has {} parts, but program '{}' has {} collective(s) ({}); give one part for "
+        "all of "
+        "them or one per collective, in program order, joined by '|'",
+        r.str(), r.collectives.size(), program.name(), colls.size(),
+        detail::name_list(program, colls));
   return r.collectives;
 }
 
 Recipe Recipe::compacted() const {
   Recipe r = *this;
   if (r.collectives.size() > 1 &&
-      std::all_of(r.collectives.begin(), r.collectives.end(), [&](const CollectiveRecipe& c) {
-        return c == r.collectives.front();
-      }))
+      std::all_of(r.collectives.begin(), r.collectives.end(),
+                  [&](const CollectiveRecipe& c) { return c == r.collectives.front(); }))
     r.collectives.resize(1);
   return r;
 }
@@ -127,21 +135,27 @@ void apply_moves(Schedule& s, const std::vector<CollectiveRecipe>& parts) {
     if (m != Move::Reorder && m != Move::ReorderTransfers) continue;
     const Program& p = s.program();
     const int rs = current(s, parts.size())[k];
-    const auto ag = first(p, [&](const Stage& st) { return st.op == Op::AllGather && st.args[0] == rs; });
-    TANDEM_CHECK(ag.has_value(), "the ReduceScatter {} split made has no AllGather", p.display_name(rs));
+    const auto ag =
+        first(p, [&](const Stage& st) { return st.op == Op::AllGather && st.args[0] == rs; });
+    TANDEM_CHECK(ag.has_value(), "the ReduceScatter {} split made has no AllGather",
+                 p.display_name(rs));
     const bool transfers = m == Move::ReorderTransfers;
     const std::vector<int> movable = detail::movable_consumers(p, *ag, transfers);
     if (movable.empty())
-      user_error("{}: nothing that consumes its result can run on this rank's slice, so reorder would change "
-                 "nothing; split it without reordering (RS-AG-C)",
-                 who(s, k));
+      user_error(
+          "{}: nothing that consumes its result can run on this rank's slice, so reorder would "
+          "change "
+          "nothing; split it without reordering (RS-AG-C)",
+          who(s, k));
     const bool moves_transfer = std::any_of(movable.begin(), movable.end(), [&](int x) {
       return dsl::op_kind(p.stage(x).op) == dsl::OpKind::Transfer;
     });
     if (transfers && !moves_transfer)
-      user_error("{}: no send or receive consumes its result where it could carry the slice, so RS-C-P2P-AG would "
-                 "be RS-C-AG; write that",
-                 who(s, k));
+      user_error(
+          "{}: no send or receive consumes its result where it could carry the slice, so "
+          "RS-C-P2P-AG would "
+          "be RS-C-AG; write that",
+          who(s, k));
     reorder(s, *ag, std::vector<StageRef>(movable.begin(), movable.end()));
   }
 }
@@ -160,17 +174,22 @@ void apply_fusion(Schedule& s, const std::vector<CollectiveRecipe>& parts, bool 
       return x != c && s.program().stage(x).op != Op::AllGather;
     });
     if (!computes)
-      user_error("{}: no computation on its result can run inside it (on each reduced chunk), so there is nothing "
-                 "to fuse into it",
-                 who(s, k));
+      user_error(
+          "{}: no computation on its result can run inside it (on each reduced chunk), so there is "
+          "nothing "
+          "to fuse into it",
+          who(s, k));
     fuse(s, std::vector<StageRef>(f.begin(), f.end()));
   }
   if (!loops) return;
   const auto groups = detail::fusable_loops(s);
-  const bool any_collective = std::any_of(parts.begin(), parts.end(), [](const CollectiveRecipe& p) { return p.fuse; });
+  const bool any_collective =
+      std::any_of(parts.begin(), parts.end(), [](const CollectiveRecipe& p) { return p.fuse; });
   if (groups.empty() && !any_collective)
-    user_error("schedule '{}': no two element-wise computations of program '{}' can share a loop, so fused(C) is C",
-               s.name(), s.program().name());
+    user_error(
+        "schedule '{}': no two element-wise computations of program '{}' can share a loop, so "
+        "fused(C) is C",
+        s.name(), s.program().name());
   for (const auto& g : groups) fuse(s, std::vector<StageRef>(g.begin(), g.end()));
 }
 
@@ -184,17 +203,23 @@ void apply_overlaps(Schedule& s, const std::vector<CollectiveRecipe>& parts) {
     std::vector<StageRef> chain;
     if (part.overlap_matmul) {
       if (p.stage(cs.args[0]).op != Op::Matmul)
-        user_error("{}: ol(MM,...) overlaps a collective with the matmul producing its input, but its input {} is "
-                   "computed by {}",
-                   who(s, k), p.display_name(cs.args[0]), dsl::op_name(p.stage(cs.args[0]).op));
+        user_error(
+            "{}: ol(MM,...) overlaps a collective with the matmul producing its input, but its "
+            "input {} is "
+            "computed by {}",
+            who(s, k), p.display_name(cs.args[0]), dsl::op_name(p.stage(cs.args[0]).op));
       chain.emplace_back(cs.args[0]);
     }
     const auto below = detail::descendants(p, c);
     if (part.overlap_send) {
-      auto x = first(p, [&](const Stage& st) { return st.op == Op::Send && below[static_cast<size_t>(st.id)]; });
+      auto x = first(p, [&](const Stage& st) {
+        return st.op == Op::Send && below[static_cast<size_t>(st.id)];
+      });
       if (!x)
-        user_error("{}: ol(...,P2P) overlaps a collective with the send its result reaches, but no send follows it",
-                   who(s, k));
+        user_error(
+            "{}: ol(...,P2P) overlaps a collective with the send its result reaches, but no send "
+            "follows it",
+            who(s, k));
       const auto rest = chain_to(s, c, {*x});
       chain.insert(chain.end(), rest.begin(), rest.end());
     } else if (cs.type.layout.is_sliced()) {

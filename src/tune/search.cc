@@ -21,7 +21,8 @@ NamedSchedule named(const dsl::Program& program, const Recipe& recipe) {
 
 // The leader's overlaps at each other block count, one collective at a time (each keeps the
 // count that was fastest before the next is tried).
-void search_blocks(const dsl::Program& program, const TuneOptions& o, const TimeFn& time, const LeaderFn& leader) {
+void search_blocks(const dsl::Program& program, const TuneOptions& o, const TimeFn& time,
+                   const LeaderFn& leader) {
   const size_t K = schedule::recipe_collectives(program).size();
   for (size_t k = 0; k < K; ++k) {
     const Recipe best = leader().recipe;
@@ -43,7 +44,8 @@ void search_blocks(const dsl::Program& program, const TuneOptions& o, const Time
 
 }  // namespace
 
-void search(const dsl::Program& program, const TuneOptions& o, const TimeFn& time, const LeaderFn& leader) {
+void search(const dsl::Program& program, const TuneOptions& o, const TimeFn& time,
+            const LeaderFn& leader) {
   const Recipe baseline = Recipe::unscheduled(program);
   if (!o.only.empty()) {
     time(named(program, baseline));
@@ -51,10 +53,12 @@ void search(const dsl::Program& program, const TuneOptions& o, const TimeFn& tim
   } else {
     const size_t K = schedule::recipe_collectives(program).size();
     if (K == 0)
-      for (NamedSchedule& ns : schedule::enumerate_schedules(program, o.enumerate)) time(std::move(ns));
+      for (NamedSchedule& ns : schedule::enumerate_schedules(program, o.enumerate))
+        time(std::move(ns));
     std::vector<CollectiveRecipe> parts(K);
     for (size_t k = 0; k < K; ++k) {
-      for (NamedSchedule& ns : schedule::enumerate_collective(program, parts, k, o.enumerate)) time(std::move(ns));
+      for (NamedSchedule& ns : schedule::enumerate_collective(program, parts, k, o.enumerate))
+        time(std::move(ns));
       parts = leader().recipe.parts(program);
     }
   }
@@ -62,17 +66,20 @@ void search(const dsl::Program& program, const TuneOptions& o, const TimeFn& tim
 }
 
 std::string search_description(const dsl::Program& program, const TuneOptions& o) {
-  std::string out = fmt::format("per-collective search; blocks={}; tried blocks={}; chunks={}; budget_s={}",
-                                o.enumerate.blocks, fmt::join(o.blocks, ","), fmt::join(o.chunk_bytes, ","), o.budget_s);
+  std::string out = fmt::format(
+      "per-collective search; blocks={}; tried blocks={}; chunks={}; budget_s={}",
+      o.enumerate.blocks, fmt::join(o.blocks, ","), fmt::join(o.chunk_bytes, ","), o.budget_s);
   if (o.enumerate.state) out += fmt::format("; state={}", fmt::join(*o.enumerate.state, ","));
   if (!o.only.empty()) {
-    for (const std::string& name : o.only) out += "\n" + schedule::schedule_by_name(program, name).name;
+    for (const std::string& name : o.only)
+      out += "\n" + schedule::schedule_by_name(program, name).name;
     return out;
   }
   // The first round's schedules: a change to the enumeration makes a new key.
   const size_t K = schedule::recipe_collectives(program).size();
   const auto first = K == 0 ? schedule::enumerate_schedules(program, o.enumerate)
-                            : schedule::enumerate_collective(program, std::vector<CollectiveRecipe>(K), 0, o.enumerate);
+                            : schedule::enumerate_collective(
+                                  program, std::vector<CollectiveRecipe>(K), 0, o.enumerate);
   for (const NamedSchedule& ns : first) out += "\n" + ns.name;
   return out;
 }

@@ -19,7 +19,8 @@ using LeaderFn = std::function<const schedule::NamedSchedule&()>;
 
 // Calls `time` on each schedule of the search in turn: the baseline and `only` when given;
 // else the collectives one at a time, then the leader's overlaps at each of o.blocks.
-void search(const dsl::Program& program, const TuneOptions& o, const TimeFn& time, const LeaderFn& leader);
+void search(const dsl::Program& program, const TuneOptions& o, const TimeFn& time,
+            const LeaderFn& leader);
 
 // What the cache key hashes of the search (TuneKey::candidates). `only` names that do not parse
 // or that the program does not allow are UserErrors here, before anything runs.

@@ -20,7 +20,7 @@
 //   name   = part { "|" part } [ "+slice(" INPUT { "," INPUT } ")" ]
 //          | ( "C" | "fused(C)" ) [ "+slice(...)" ]   (a program without collectives)
 // BLOCKS is omitted when it is kDefaultBlocks (4). One part applies to every collective; n parts
-// apply to the program's n collectives in order: "fused(RS-C-AG)|ol[8](MM,AR-C)+slice(m)".
+// apply to the program's n collectives in order: "fused(RS-C-AG)|ol[8](MM,AR-fused(C))+slice(m)".
 #pragma once
 
 #include <string>
@@ -59,8 +59,8 @@ struct Recipe {
   // One entry per collective in program order, or one entry for every collective; empty for a
   // program without collectives.
   std::vector<CollectiveRecipe> collectives;
-  bool loops = false;               // fuse the remaining element-wise computations into loops
-  std::vector<std::string> slice;   // state inputs stored sliced (as_slice), in this order
+  bool loops = false;              // fuse the remaining element-wise computations into loops
+  std::vector<std::string> slice;  // state inputs stored sliced (as_slice), in this order
 
   // Loop fusion as applied: asked for, or implied by a collective with its consumers fused.
   bool fused_loops() const;

@@ -1,6 +1,8 @@
 // How a ProgramRunner picks its schedule: the first preference the program allows (each parsed as
-// a recipe and applied, nothing enumerated), else the unscheduled program; TANDEM_SCHEDULE_<PROGRAM>
-// forces one, and a name it cannot use is one error saying why.
+// a recipe and applied, nothing enumerated), else the unscheduled program;
+// TANDEM_SCHEDULE_<PROGRAM> forces one, and a name it cannot use is one error saying why.
+#include "tandem/parallel/program_runner.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -8,7 +10,6 @@
 
 #include "tandem/core/error.h"
 #include "tandem/dsl/workloads.h"
-#include "tandem/parallel/program_runner.h"
 
 namespace tandem::parallel {
 namespace {
@@ -18,7 +19,8 @@ constexpr exec::RunnerKind kRef = exec::RunnerKind::Reference;
 TEST(ProgramRunnerSchedule, TheFirstPreferenceTheProgramAllows) {
   const dsl::Program adam = dsl::workloads::adam();
   // A matmul overlap does not apply to Adam: passed over.
-  EXPECT_EQ(ProgramRunner(adam, {"ol(MM,AR-C)", "RS-C-AG", "AR-C"}, kRef).schedule_name(), "RS-C-AG");
+  EXPECT_EQ(ProgramRunner(adam, {"ol(MM,AR-C)", "RS-C-AG", "AR-C"}, kRef).schedule_name(),
+            "RS-C-AG");
   EXPECT_EQ(ProgramRunner(adam, {"ol(MM,AR-C)"}, kRef).schedule_name(), "AR-C");
   EXPECT_EQ(ProgramRunner(adam, {}, kRef).schedule_name(), "AR-C");
   const ProgramRunner layer(dsl::workloads::megatron_layer(), {"ol[8](MM,fused(AR-C))"}, kRef);
@@ -37,8 +39,10 @@ TEST(ProgramRunnerSchedule, TheEnvironmentForcesOne) {
     ADD_FAILURE() << "no error";
   } catch (const UserError& e) {
     EXPECT_EQ(std::string(e.what()),
-              "TANDEM_SCHEDULE_ADAM=ol(MM,AR-C): program 'adam': schedule 'ol(MM,AR-C)', collective 1 (g_sum): "
-              "ol(MM,...) overlaps a collective with the matmul producing its input, but its input g is computed by "
+              "TANDEM_SCHEDULE_ADAM=ol(MM,AR-C): program 'adam': schedule 'ol(MM,AR-C)', "
+              "collective 1 (g_sum): "
+              "ol(MM,...) overlaps a collective with the matmul producing its input, but its input "
+              "g is computed by "
               "input");
   }
   ::unsetenv("TANDEM_SCHEDULE_ADAM");

@@ -33,7 +33,8 @@ void expect_round_trips(const dsl::Program& program, const std::vector<NamedSche
     EXPECT_TRUE(r == ns.recipe) << program.name() << ": " << ns.name;
     const NamedSchedule again = schedule_by_name(program, ns.name);
     EXPECT_EQ(again.name, ns.name);
-    EXPECT_EQ(plan_body(again.schedule), plan_body(ns.schedule)) << program.name() << ": " << ns.name;
+    EXPECT_EQ(plan_body(again.schedule), plan_body(ns.schedule))
+        << program.name() << ": " << ns.name;
     EXPECT_EQ(again.schedule.lower().name, ns.name);
   }
 }
@@ -54,8 +55,9 @@ TEST(Recipe, NearMissesParseBackOrAreUserErrors) {
   for (const NamedSchedule& ns : enumerate_schedules(testing::two_collectives())) {
     const std::string& n = ns.name;
     for (size_t i = 0; i < n.size(); ++i)
-      for (const std::string& x : {n.substr(0, i) + n.substr(i + 1), n.substr(0, i + 1) + n.substr(i),
-                                   n.substr(0, i) + "0" + n.substr(i + 1), n.substr(0, i) + "|" + n.substr(i + 1)}) {
+      for (const std::string& x :
+           {n.substr(0, i) + n.substr(i + 1), n.substr(0, i + 1) + n.substr(i),
+            n.substr(0, i) + "0" + n.substr(i + 1), n.substr(0, i) + "|" + n.substr(i + 1)}) {
         try {
           EXPECT_EQ(Recipe::parse(x).str(), x);
           ++accepted;
@@ -140,8 +142,9 @@ TEST(Recipe, ApplyIsTheTransformationsByHand) {
 
 TEST(Recipe, UnscheduledIsTheProgramAsWritten) {
   EXPECT_EQ(Recipe::unscheduled(dsl::workloads::adam()).str(), "AR-C");
-  EXPECT_EQ(Recipe::unscheduled(dsl::workloads::adam()).apply(dsl::workloads::adam()).program().str(),
-            dsl::workloads::adam().str());
+  EXPECT_EQ(
+      Recipe::unscheduled(dsl::workloads::adam()).apply(dsl::workloads::adam()).program().str(),
+      dsl::workloads::adam().str());
   dsl::Program axpy("axpy");
   {
     using namespace tandem::dsl;  // NOLINT
@@ -160,11 +163,14 @@ TEST(PerCollective, TheSpaceAndItsCombinations) {
   EXPECT_EQ(recipe_space_size(dsl::workloads::adam()), 96);
   const auto all = enumerate_schedules(p);
   const auto names = names_of(all);
-  auto has = [&](const std::string& n) { return std::find(names.begin(), names.end(), n) != names.end(); };
+  auto has = [&](const std::string& n) {
+    return std::find(names.begin(), names.end(), n) != names.end();
+  };
   EXPECT_EQ(names.front(), "AR-C");  // one part: every collective the same
   // Each collective its own choice, in both directions.
-  for (const char* n : {"RS-C-AG|AR-C", "AR-C|RS-C-AG", "AR-C|ol(MM,AR-C)", "fused(RS-C-AG)|ol(MM,AR-fused(C))",
-                        "fused(AR-C)|ol(MM,fused(RS-C-AG))", "RS-C-AG|ol(MM,AR-C)+slice(m)", "fused(RS-C-AG)+slice(m)"})
+  for (const char* n : {"RS-C-AG|AR-C", "AR-C|RS-C-AG", "AR-C|ol(MM,AR-C)",
+                        "fused(RS-C-AG)|ol(MM,AR-fused(C))", "fused(AR-C)|ol(MM,fused(RS-C-AG))",
+                        "RS-C-AG|ol(MM,AR-C)+slice(m)", "fused(RS-C-AG)+slice(m)"})
     EXPECT_TRUE(has(n)) << n;
   // No overlap of g_sum: its input is no matmul.
   for (const std::string& n : names) EXPECT_NE(n.rfind("ol(", 0), 0u) << n;
@@ -172,7 +178,8 @@ TEST(PerCollective, TheSpaceAndItsCombinations) {
   EXPECT_EQ(std::set<std::string>(names.begin(), names.end()).size(), names.size());
   expect_round_trips(p, all);
   std::set<std::string> plans;
-  for (const NamedSchedule& ns : all) EXPECT_TRUE(plans.insert(plan_body(ns.schedule)).second) << ns.name;
+  for (const NamedSchedule& ns : all)
+    EXPECT_TRUE(plans.insert(plan_body(ns.schedule)).second) << ns.name;
 }
 
 TEST(PerCollective, OneCollectiveAtATime) {
@@ -189,7 +196,8 @@ TEST(PerCollective, OneCollectiveAtATime) {
     EXPECT_TRUE(c.front().fuse) << ns.name;
   }
   const auto names = names_of(second);
-  EXPECT_NE(std::find(names.begin(), names.end(), "fused(RS-C-AG)|ol(MM,fused(AR-C))"), names.end());
+  EXPECT_NE(std::find(names.begin(), names.end(), "fused(RS-C-AG)|ol(MM,fused(AR-C))"),
+            names.end());
   EXPECT_NE(std::find(names.begin(), names.end(), "fused(RS-C-AG)"), names.end());
   expect_round_trips(p, second);
 }

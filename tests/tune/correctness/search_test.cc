@@ -24,10 +24,11 @@ using schedule::Recipe;
 // fused(RS-C-AG), less 15 when the second overlaps with its matmul, less 8 more at 2 blocks.
 class ByRecipeExecutor final : public Executor {
  public:
-  explicit ByRecipeExecutor(dsl::Program p) : program_(std::move(p)), inner_(executor_of(exec::RunnerKind::Plan)) {}
+  explicit ByRecipeExecutor(dsl::Program p)
+      : program_(std::move(p)), inner_(executor_of(exec::RunnerKind::Plan)) {}
   std::string name() const override { return "by-recipe"; }
   std::unique_ptr<exec::Runner> prepare(const schedule::Plan& plan, comm::Communicator& comm,
-                                       const dsl::SymbolMap& symbols) override {
+                                        const dsl::SymbolMap& symbols) override {
     const auto parts = Recipe::parse(plan.name).parts(program_);
     int ms = 60;
     if (parts[0].move == Move::Reorder && parts[0].fuse) ms -= 30;
@@ -45,7 +46,9 @@ class ByRecipeExecutor final : public Executor {
     void bind(std::string_view name, const Tensor& memory) override { inner_->bind(name, memory); }
     Tensor output(std::string_view name) const override { return inner_->output(name); }
     size_t allocated_bytes() const override { return inner_->allocated_bytes(); }
-    void set_scalar(std::string_view name, double value) override { inner_->set_scalar(name, value); }
+    void set_scalar(std::string_view name, double value) override {
+      inner_->set_scalar(name, value);
+    }
     void run() override {
       inner_->run();
       std::this_thread::sleep_for(std::chrono::milliseconds(ms_));
@@ -86,7 +89,8 @@ TEST(Search, TunesTheCollectivesOneAtATimeThenTheBlocks) {
   EXPECT_EQ(parts[1].blocks, 2) << r.record.winner;
   for (const auto& c : r.record.candidates) EXPECT_TRUE(c.ok) << c.name << ": " << c.error;
   // The sum of the rounds, not their product.
-  const size_t round0 = schedule::enumerate_collective(p, std::vector<schedule::CollectiveRecipe>(2), 0).size();
+  const size_t round0 =
+      schedule::enumerate_collective(p, std::vector<schedule::CollectiveRecipe>(2), 0).size();
   const size_t all = schedule::enumerate_schedules(p).size();
   EXPECT_GT(r.record.candidates.size(), round0);
   EXPECT_LT(r.record.candidates.size(), all);
@@ -110,7 +114,8 @@ TEST(Search, TheBudgetStopsTheSearch) {
   const TuneResult r = tune_threads(adam, 2, o);
   ASSERT_EQ(r.record.candidates.size(), 1u);
   EXPECT_EQ(r.record.winner, "AR-C");
-  EXPECT_EQ(r.record.left_untimed, static_cast<int64_t>(schedule::enumerate_schedules(adam).size()) - 1);
+  EXPECT_EQ(r.record.left_untimed,
+            static_cast<int64_t>(schedule::enumerate_schedules(adam).size()) - 1);
   EXPECT_DOUBLE_EQ(r.record.budget_s, 1e-9);
   // Read back from the cache, the record says the same.
   const TuneResult again = tune_threads(adam, 2, o);
@@ -134,7 +139,8 @@ TEST(Search, TheWinnerIsTimedAtEachChunkSize) {
   ASSERT_EQ(r.record.chunks.size(), 2u);
   EXPECT_EQ(r.record.chunks[0].bytes, 256u);
   EXPECT_EQ(r.record.chunks[1].bytes, 8192u);
-  for (const ChunkTiming& c : r.record.chunks) EXPECT_EQ(c.times.size(), 4u);  // final_reps 0: 2 x reps
+  for (const ChunkTiming& c : r.record.chunks)
+    EXPECT_EQ(c.times.size(), 4u);  // final_reps 0: 2 x reps
   EXPECT_TRUE(r.record.chunk_bytes == 256u || r.record.chunk_bytes == 8192u);
   const ChunkTiming& chosen = r.record.chunks[r.record.chunk_bytes == 256u ? 0 : 1];
   for (const ChunkTiming& c : r.record.chunks) EXPECT_LE(chosen.median(), c.median());
