@@ -1,9 +1,7 @@
 // Recipe::apply: the recipe's choices carried out by the transformations, in the order they
 // allow (split and reorder rewrite the program, then as_slice, then fuse, then overlap), each
-// collective as its part says. Collectives are found again after every rewrite as the k-th
-// AllReduce of at least one dim or ReduceScatter in program order: split replaces an AllReduce
-// by its ReduceScatter in place, and reorder and as_slice move and drop only the stages after a
-// gather, never a collective past another.
+// collective as its part says. The schedule tracks the collectives across rewrites
+// (Schedule::tracked), a split AllReduce by its ReduceScatter.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -31,17 +29,15 @@ using dsl::Stage;
 
 namespace {
 
-bool addressed(const Stage& st) {
-  return (st.op == Op::AllReduce && st.type.shape.rank() > 0) || st.op == Op::ReduceScatter;
-}
-
-// The collectives of the schedule's current program, in program order (see the top).
+// The collectives of the schedule's current program, in the order of the recipe's parts: the
+// ids the schedule tracks (Recipe::apply starts tracking the program's collectives; a split one
+// is followed by its ReduceScatter).
 std::vector<int> current(const Schedule& s, size_t want) {
-  std::vector<int> out;
-  for (const Stage& st : s.program().stages())
-    if (addressed(st)) out.push_back(st.id);
-  TANDEM_CHECK(out.size() == want, "program '{}' has {} collectives after a rewrite, {} before",
-               s.program().name(), out.size(), want);
+  const std::vector<int>& out = s.tracked();
+  TANDEM_CHECK(out.size() == want, "schedule '{}' tracks {} collectives, not {}", s.name(), out.size(), want);
+  for (int c : out)
+    TANDEM_CHECK(c >= 0 && (s.program().stage(c).op == Op::AllReduce || s.program().stage(c).op == Op::ReduceScatter),
+                 "schedule '{}' lost track of a collective", s.name());
   return out;
 }
 
@@ -128,8 +124,9 @@ Recipe Recipe::compacted() const {
 namespace detail {
 
 void apply_moves(Schedule& s, const std::vector<CollectiveRecipe>& parts) {
+  if (s.tracked().empty()) s.tracked() = recipe_collectives(s.program());
   for (size_t k = 0; k < parts.size(); ++k)
-    if (parts[k].move != Move::None) split(s, current(s, parts.size())[k]);
+    if (parts[k].move != Move::None) s.tracked()[k] = split(s, current(s, parts.size())[k]).reduce_scatter;
   for (size_t k = 0; k < parts.size(); ++k) {
     const Move m = parts[k].move;
     if (m != Move::Reorder && m != Move::ReorderTransfers) continue;

@@ -154,6 +154,23 @@ TEST(Recipe, UnscheduledIsTheProgramAsWritten) {
   EXPECT_EQ(Recipe::unscheduled(axpy).str(), "C");
 }
 
+TEST(Recipe, AReduceScatterOfTheProgramIsNotAPart) {
+  // Only AllReduces take parts; a ReduceScatter the program was written with stays as it is.
+  dsl::Program p("scatter_and_reduce");
+  {
+    using namespace tandem::dsl;  // NOLINT
+    const Expr g = p.input(F32, {"N"}, Local, "g");
+    p.output(ReduceScatter(Sum, g).named("g_part"), "g_part");
+    const Expr h = p.input(F32, {"N"}, Local, "h");
+    const Expr w = p.input(F32, {"N"}, Replicated, "w");
+    update(w, w - AllReduce(Sum, h).named("h_sum")).named("w1");
+  }
+  EXPECT_EQ(recipe_collectives(p).size(), 1u);
+  const auto names = names_of(enumerate_schedules(p));
+  EXPECT_NE(std::find(names.begin(), names.end(), "fused(RS-C-AG)"), names.end());
+  expect_round_trips(p, enumerate_schedules(p));
+}
+
 // ------------------------------------------------------------------ several collectives
 
 TEST(PerCollective, TheSpaceAndItsCombinations) {
