@@ -5,12 +5,15 @@
 // default (two groups of two: with one rank per group there is nothing to reduce or slice).
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "baselines/harness.h"
 #include "baselines/layer.h"
 #include "tandem/core/blas.h"
 #include "tandem/core/error.h"
 #include "tandem/dsl/workloads.h"
 #include "tandem/schedule/lower.h"
+#include "tandem/schedule/recipe.h"
 
 namespace tandem::bench {
 namespace {
@@ -29,7 +32,11 @@ std::string slice_send_schedule(const dsl::Program& program) {
   std::string fallback;
   for (const auto& s : schedule::enumerate_schedules(program)) {
     if (s.name == "fused(RS-C)-P2P-AG") return s.name;
-    if (fallback.empty() && s.name.find("P2P") != std::string::npos) fallback = s.name;
+    const auto& c = s.recipe.collectives;
+    const bool sends_slices = std::any_of(c.begin(), c.end(), [](const schedule::CollectiveRecipe& r) {
+      return r.move == schedule::Move::ReorderTransfers;
+    });
+    if (fallback.empty() && sends_slices) fallback = s.name;
   }
   return fallback;
 }
@@ -97,7 +104,7 @@ void bench(Ranks& R, const Options& o, int64_t B, int64_t Kp, int64_t H) {
   auto tandem = make_runner(tuned.compiled);
   const bool slice_differs = !slice_name.empty() && slice_name != tuned.result.record.winner;
   std::unique_ptr<exec::CompiledRunner> sliced;
-  if (slice_differs) sliced = make_runner(exec::compile_plan(tune::schedule_by_name(program, slice_name).schedule.lower()));
+  if (slice_differs) sliced = make_runner(exec::compile_plan(schedule::schedule_by_name(program, slice_name).schedule.lower()));
 
   // Check: the layer's output on group 0 and what group 1 received, against the baseline's.
   baseline();

@@ -49,8 +49,8 @@ int main(int argc, char** argv) try {
   //    chunk as soon as that chunk is reduced, with the moment updates and the AllGather of the
   //    new weights, so the gradient is read once, while it is still in cache.
   s.fuse({"g_sum.rs", "m1", "v1", "w1.ag"});
-  s.set_name("fused(RS-C-AG)+slice(m,v)");  // what enumerate_schedules calls this schedule
-  if (!example::same_as_enumerated(launch, s)) return 1;
+  s.set_name("fused(RS-C-AG)+slice(m,v)");  // its recipe's name (schedule::Recipe)
+  if (!example::same_as_recipe(launch, s)) return 1;
   const schedule::Plan plan = s.lower();
   launch.show("after fuse({g_sum.rs, m1, v1, w1.ag}): the plan", plan.str());
 

@@ -21,7 +21,7 @@
 #include "tandem/comm/thread.h"
 #include "tandem/exec/compiled.h"
 #include "tandem/exec/runner.h"
-#include "tandem/schedule/enumerate.h"
+#include "tandem/schedule/recipe.h"
 
 namespace example {
 
@@ -62,19 +62,16 @@ struct Launch {
   std::vector<std::string> sizes;
 };
 
-// Whether `s` lowers to the same plan as the schedule enumerate_schedules lists under s.name()
-// (the name the tuner and `tandem emit --schedule` use); says which, once.
-inline bool same_as_enumerated(const Launch& launch, const schedule::Schedule& s) {
+// Whether `s` lowers to the same plan as the schedule its name describes (schedule::Recipe: the
+// name the tuner and `tandem emit --schedule` use); says which, once.
+inline bool same_as_recipe(const Launch& launch, const schedule::Schedule& s) {
   auto steps = [](const schedule::Schedule& x) {  // the plan without its first line, the name
     const std::string text = x.lower().str();
     return text.substr(text.find('\n'));
   };
-  bool same = false;
-  for (const schedule::NamedSchedule& ns : schedule::enumerate_schedules(s.original()))
-    same |= ns.name == s.name() && steps(ns.schedule) == steps(s);
+  const bool same = steps(schedule::schedule_by_name(s.original(), s.name()).schedule) == steps(s);
   if (launch.root())
-    fmt::print("{} the plan enumerate_schedules names {}\n", same ? "same as" : "MISMATCH: not",
-               s.name());
+    fmt::print("{} the plan the recipe {} describes\n", same ? "same as" : "MISMATCH: not", s.name());
   return same;
 }
 

@@ -51,8 +51,8 @@ int main(int argc, char** argv) try {
   //    They are unnamed in the program; the AllGather of the new weights reads the second.
   const int w_new = s.program().stage(s.resolve("w1.ag", "lamb example")).args[0];
   s.fuse({s.program().stage(w_new).args[1], w_new});
-  s.set_name("fused(RS-C-AG)+slice(m,v)");  // what enumerate_schedules calls this schedule
-  if (!example::same_as_enumerated(launch, s)) return 1;
+  s.set_name("fused(RS-C-AG)+slice(m,v)");  // its recipe's name (schedule::Recipe)
+  if (!example::same_as_recipe(launch, s)) return 1;
   const schedule::Plan plan = s.lower();
   launch.show("after the two fuses: the plan", plan.str());
 

@@ -46,8 +46,8 @@ int main(int argc, char** argv) try {
   // 4. overlap the matmul with that fused reduction, in 4 row blocks: while block b is reduced
   //    (on a communication thread), block b + 1 of x @ w is computed.
   s.overlap({"y", "z.rs"}, /*blocks=*/4);
-  s.set_name("ol(MM,fused(RS-C-AG))");  // what enumerate_schedules calls this schedule
-  if (!example::same_as_enumerated(launch, s)) return 1;
+  s.set_name("ol(MM,fused(RS-C-AG))");  // its recipe's name (schedule::Recipe)
+  if (!example::same_as_recipe(launch, s)) return 1;
   const schedule::Plan plan = s.lower();
   launch.show("after overlap({y, z.rs}, 4 blocks): the plan", plan.str());
 

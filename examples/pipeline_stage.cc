@@ -48,8 +48,8 @@ int main(int argc, char** argv) try {
   //    matmul is computed while block b is reduced and sent to group 1 (on a communication
   //    thread); group 1 receives and gathers block by block.
   s.overlap({"y", "z.rs", "out_to_next"}, /*blocks=*/4);
-  s.set_name("ol(MM,fused(RS-C)-P2P)-AG");  // what enumerate_schedules calls this schedule
-  if (!example::same_as_enumerated(launch, s)) return 1;
+  s.set_name("ol(MM,fused(RS-C)-P2P)-AG");  // its recipe's name (schedule::Recipe)
+  if (!example::same_as_recipe(launch, s)) return 1;
   const schedule::Plan plan = s.lower();
   launch.show("after overlap({y, z.rs, out_to_next}, 4 blocks): the plan", plan.str());
 

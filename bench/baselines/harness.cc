@@ -15,6 +15,7 @@
 #include "tandem/core/blas.h"
 #include "tandem/core/error.h"
 #include "tandem/schedule/lower.h"
+#include "tandem/schedule/recipe.h"
 
 namespace tandem::bench {
 
@@ -263,7 +264,7 @@ Tuned tune_and_compile(Ranks& ranks, const dsl::Program& program, const dsl::Sym
   o.read_cache = !options.retune;
   const auto t0 = Clock::now();
   t.result = tune::tune(program, ranks.comm, o);
-  const schedule::NamedSchedule s = tune::schedule_by_name(program, t.result.record.winner);
+  const schedule::NamedSchedule s = schedule::schedule_by_name(program, t.result.record.winner);
   t.compiled = exec::compile_plan(s.schedule.lower());
   t.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   return t;

@@ -1,6 +1,7 @@
-// `tandem emit`: the source the code generator emits for one named schedule of a workload: the
-// CPU JIT's C++ (printed), or a CUDA + NCCL program written into a folder with its Makefile and
-// the reference interpreter's results for the program's check.
+// `tandem emit`: the source the code generator emits for one schedule of a workload (named, else
+// the tuner's cached choice, else the built-in preference): the CPU JIT's C++ (printed), or a
+// CUDA + NCCL program written into a folder with its Makefile and the reference interpreter's
+// results for the program's check.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -16,10 +17,16 @@
 #include "tandem/codegen/cuda.h"
 #include "tandem/comm/thread.h"
 #include "tandem/core/error.h"
+#include "tandem/exec/jit.h"
 #include "tandem/exec/reference.h"
+#include "tandem/parallel/model.h"
 #include "tandem/schedule/lower.h"
+#include "tandem/schedule/enumerate.h"
+#include "tandem/schedule/recipe.h"
 #include "tandem/train/atomic_file.h"
+#include "tandem/train/optimizer.h"
 #include "tandem/tune/inputs.h"
+#include "tandem/tune/cache.h"
 #include "tandem/tune/tune.h"
 
 namespace tandem::cli {
@@ -126,21 +133,48 @@ void emit_cuda(const dsl::Program& program, const schedule::NamedSchedule& s, co
              dir.string(), fmt::join(f.ranks, ", "), fmt::join(sizes, " "), dir.string());
 }
 
+// The built-in preference for a workload's program: the list the trainer runs it with.
+std::vector<std::string> preferences(const std::string& workload) {
+  if (workload == "adam" || workload == "lamb") return train::optimizer_schedule_preferences();
+  if (workload == "megatron_layer") return parallel::epilogue_schedule_preferences();
+  return parallel::pipeline_schedule_preferences();
+}
+
+// The schedule `tandem emit` emits when --schedule is not given: the tuner's newest cached choice
+// for this program, else the first built-in preference the program allows; says which, on stderr.
+schedule::NamedSchedule default_schedule(const dsl::Program& program, const std::string& workload) {
+  const std::string dir = exec::jit_cache_dir();
+  if (auto r = tune::latest_record(program, dir)) {
+    std::string sizes;
+    for (const auto& [k, v] : r->key.sizes) sizes += fmt::format(" {}={}", k, v);
+    fmt::print(stderr, "emit: schedule {}: the tuner's choice for{} on {} {} rank(s) ({}, tuned {})\n", r->winner,
+               sizes, r->key.ranks, r->key.backend, record_path(r->key, dir), r->created);
+    return schedule::schedule_by_name(program, r->winner);
+  }
+  for (const std::string& name : preferences(workload)) {
+    try {
+      schedule::NamedSchedule s = schedule::schedule_by_name(program, name);
+      fmt::print(stderr, "emit: schedule {}: the built-in preference (no tuning record for '{}' in {}; `tandem tune "
+                         "{}` makes one)\n", s.name, program.name(), dir, workload);
+      return s;
+    } catch (const UserError&) {
+      // Not one this program allows: the next preference.
+    }
+  }
+  internal_error(fmt::format("no built-in preference applies to workload '{}'", workload));
+}
+
 void run_emit(const EmitFlags& f) {
   const std::vector<std::string> targets = {"cpp", "cuda"};
   if (f.target != "cpp" && f.target != "cuda")
     user_error("--target '{}' is not a target; targets: {}", f.target, fmt::join(targets, ", "));
   const dsl::Program program = workload_program(f.workload, f.dtype);
-  if (f.list || f.schedule.empty()) {
-    std::vector<std::string> names;
-    for (const auto& s : schedule::enumerate_schedules(program)) names.push_back(s.name);
-    if (f.list) {
-      for (const auto& n : names) fmt::print("{}\n", n);
-      return;
-    }
-    user_error("give --schedule NAME; the schedules of '{}' are: {}", f.workload, fmt::join(names, ", "));
+  if (f.list) {
+    for (const auto& s : schedule::enumerate_schedules(program)) fmt::print("{}\n", s.name);
+    return;
   }
-  const schedule::NamedSchedule s = tune::schedule_by_name(program, f.schedule);
+  const schedule::NamedSchedule s =
+      f.schedule.empty() ? default_schedule(program, f.workload) : schedule::schedule_by_name(program, f.schedule);
   if (f.target == "cuda") return emit_cuda(program, s, f);
   fmt::print("{}", codegen::emit_cpp(s.schedule.lower()));
 }
@@ -151,7 +185,9 @@ void add_emit(CLI::App& app) {
   auto f = std::make_shared<EmitFlags>();
   auto* cmd = app.add_subcommand("emit", "Print (cpp) or write (cuda) the source generated for one schedule of a workload");
   cmd->add_option("workload", f->workload, "adam, lamb, megatron_layer or pipeline_stage")->required();
-  cmd->add_option("--schedule", f->schedule, "The schedule's name, as `tandem tune` or --list prints it");
+  cmd->add_option("--schedule", f->schedule,
+                  "The schedule's name, as `tandem tune` or --list prints it (default: the tuner's newest cached "
+                  "choice for the workload, else the built-in preference; stderr says which)");
   cmd->add_option("--target", f->target,
                   "What to emit: cpp (the CPU JIT's C++, printed) or cuda (a CUDA + NCCL program, its Makefile and "
                   "reference results, written into -o DIR)")

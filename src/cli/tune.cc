@@ -1,7 +1,8 @@
-// `tandem tune`: times every schedule of a workload on the chosen backend with the autotuner and
-// prints each one's median time and speed-up over the unfused baseline, marking the winner and the
-// schedules the final round timed again in turns.
+// `tandem tune`: searches the schedules of a workload on the chosen backend with the autotuner and
+// prints each timed one's median time and speed-up over the unfused baseline, marking the winner
+// and the schedules the final round timed again in turns, then the search and the chunk sizes.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -38,6 +39,10 @@ struct TuneFlags {
   int warmup = 1;
   bool json = false;
   bool retune = false;
+  double budget = tune::TuneOptions{}.budget_s;
+  std::vector<int> blocks = tune::TuneOptions{}.blocks;
+  std::vector<std::string> chunks;  // extents; empty: the tuner's default sizes
+  bool no_chunks = false;
 };
 
 std::string ms(double s) { return fmt::format("{:.3f} ms", s * 1e3); }
@@ -77,6 +82,19 @@ void print_table(const tune::TuneResult& r) {
                ms(c.min()), ms(c.max()), c.retimed() ? ms(c.final_median()) : std::string("-"), r.speedup(c));
   }
   fmt::print("\nwinner: {} ({:.2f}x over {})\n", r.record.winner, r.speedup(r.winner()), r.baseline().name);
+  fmt::print("search: {} schedule(s) timed, the collectives one at a time, of a space of {} recipes", r.record.candidates.size(),
+             r.record.space);
+  if (r.record.left_untimed > 0)
+    fmt::print("; the budget of {} s ran out with {} left untimed (--budget to give more)\n", r.record.budget_s,
+               r.record.left_untimed);
+  else
+    fmt::print(" (budget {} s)\n", r.record.budget_s);
+  if (!r.record.chunks.empty()) {
+    fmt::print("chunk size (the winner timed at each, in turns; * the fastest):");
+    for (const tune::ChunkTiming& c : r.record.chunks)
+      fmt::print("  {}{} B {}", c.bytes == r.record.chunk_bytes ? "*" : "", c.bytes, ms(c.median()));
+    fmt::print("\n");
+  }
   if (r.from_cache)
     fmt::print("cache: {} (read: nothing timed, {} compiled; --retune to measure again)\n", r.cache_file, r.compiles);
   else
@@ -124,6 +142,9 @@ void print_json(const tune::TuneResult& r) {
               {"baseline", r.baseline().name},
               {"winner", r.record.winner},
               {"winner_speedup", r.speedup(r.winner())},
+              {"search", {{"space", r.record.space}, {"timed", r.record.candidates.size()},
+                          {"budget_s", r.record.budget_s}, {"left_untimed", r.record.left_untimed}}},
+              {"chunk_bytes", r.record.chunk_bytes},
               {"from_cache", r.from_cache},
               {"cache_file", r.cache_file},
               {"compiles", r.compiles},
@@ -154,6 +175,10 @@ void print_json(const tune::TuneResult& r) {
   }
   if (f.json) args.push_back("--json");
   if (f.retune) args.push_back("--retune");
+  args.insert(args.end(), {"--budget", fmt::format("{}", f.budget)});
+  if (!f.blocks.empty()) args.insert(args.end(), {"--blocks", fmt::format("{}", fmt::join(f.blocks, ","))});
+  if (!f.chunks.empty()) args.insert(args.end(), {"--chunks", fmt::format("{}", fmt::join(f.chunks, ","))});
+  if (f.no_chunks) args.push_back("--no-chunks");
   // OpenMPI refuses to start as root without both of these; containers and CI run as root.
   ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
   ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
@@ -185,6 +210,20 @@ void run_tune(const TuneFlags& f) {
   o.read_cache = !f.retune;
   o.executor = tune::executor_by_name(f.executor);
   o.only = f.only;
+  o.budget_s = f.budget;
+  o.blocks = f.blocks;
+  if (f.no_chunks) o.chunk_bytes.clear();
+  else if (!f.chunks.empty()) {
+    o.chunk_bytes.clear();
+    for (const std::string& c : f.chunks) {
+      const int64_t b = tune::parse_extent(c, "--chunks");
+      if (b < 1) user_error("--chunks {}: a chunk is at least 1 byte", c);
+      o.chunk_bytes.push_back(static_cast<size_t>(b));
+    }
+  }
+  if (o.budget_s < 0) user_error("--budget must be >= 0 seconds (got {})", o.budget_s);
+  for (int b : o.blocks)
+    if (b < 1) user_error("--blocks {}: an overlap needs at least 1 block", b);
   if (o.reps < 1) user_error("--reps must be at least 1 (got {})", o.reps);
   if (o.warmup < 0) user_error("--warmup must be >= 0 (got {})", o.warmup);
 
@@ -236,7 +275,8 @@ void add_tune(CLI::App& app) {
   auto f = std::make_shared<TuneFlags>();
   auto* cmd = app.add_subcommand(
       "tune",
-      "Time every schedule of a workload and keep the fastest (cached under the JIT cache folder).\n"
+      "Search the schedules of a workload, one collective at a time, then the overlap's block count and the "
+      "chunk size, and keep the fastest (cached under the JIT cache folder).\n"
       "Sizes not given: N=4Mi (adam, lamb), B=1024 K=2048 H=1024 (megatron_layer, pipeline_stage).\n"
       "--backend mpi starts itself under `mpirun -np RANKS --oversubscribe` (allowing root) unless already "
       "started by mpirun.");
@@ -245,12 +285,22 @@ void add_tune(CLI::App& app) {
   cmd->add_option("--backend", f->backend, "thread (in-process ranks) or mpi (MPI processes)")->capture_default_str();
   cmd->add_option("--size", f->sizes, "Extents: NAME=EXTENT, or bare extents in symbol order (64Mi, 4K, 1024)")
       ->expected(1, 8);
-  cmd->add_option("--schedules", f->only, "Time only these schedules (and the baseline); default: every one");
+  cmd->add_option("--schedules", f->only, "Time only these schedules (and the baseline); default: search");
   cmd->add_option("--dtype", f->dtype, "Gradient dtype (adam, lamb) or tensor dtype (layers): f32, bf16, f16");
   cmd->add_option("--executor", f->executor, "compiled (the CPU JIT), plan (plan runner) or reference (the interpreter)")
       ->capture_default_str();
   cmd->add_option("--reps", f->reps, "Timed repetitions per schedule")->capture_default_str();
   cmd->add_option("--warmup", f->warmup, "Untimed runs before the repetitions")->capture_default_str();
+  cmd->add_option("--budget", f->budget,
+                  "Seconds after which no further schedule is timed (the baseline always is); 0: no limit")
+      ->capture_default_str();
+  cmd->add_option("--blocks", f->blocks, "Block counts tried for each overlap of the leading schedule")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("--chunks", f->chunks,
+                  "Collective chunk sizes the winner is timed at (bytes, e.g. 64Ki,256Ki,1Mi,4Mi, the default)")
+      ->delimiter(',');
+  cmd->add_flag("--no-chunks", f->no_chunks, "Time the winner at the process's chunk size only");
   cmd->add_flag("--json", f->json, "Print the results as JSON");
   cmd->add_flag("--retune", f->retune, "Measure again even when the cache has a record for this key");
   cmd->callback([f] { run_tune(*f); });

@@ -5,14 +5,12 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include <algorithm>
 #include <cctype>
-#include <map>
 
 #include "tandem/core/env.h"
 #include "tandem/core/error.h"
 #include "tandem/exec/compiled.h"
-#include "tandem/schedule/enumerate.h"
+#include "tandem/schedule/recipe.h"
 
 namespace tandem::parallel {
 namespace {
@@ -30,29 +28,32 @@ std::string env_name(const std::string& program) {
 ProgramRunner::ProgramRunner(const dsl::Program& program, const std::vector<std::string>& preferences,
                              exec::RunnerKind executor)
     : schedule_(program), executor_(executor) {
-  std::vector<schedule::NamedSchedule> all = schedule::enumerate_schedules(program);
-  TANDEM_CHECK(!all.empty(), "program '{}' has no schedule", program.name());
-  for (const schedule::NamedSchedule& s : all) candidates_.push_back(s.name);
-
-  std::vector<std::string> wanted = preferences;
+  // The unscheduled program, unless a preference applies.
+  schedule_name_ = schedule::Recipe::unscheduled(program).str();
+  schedule_ = schedule::Recipe::unscheduled(program).apply(program);
   const std::string var = env_name(program.name());
   const std::string forced = env_str(var.c_str(), "");
   if (!forced.empty()) {
-    if (std::find(candidates_.begin(), candidates_.end(), forced) == candidates_.end())
-      user_error("{}={}: program '{}' has no schedule of that name; its schedules are: {}", var,
-                 forced, program.name(), fmt::join(candidates_, ", "));
-    wanted = {forced};
-  }
-  size_t pick = 0;  // the unscheduled program comes first
-  for (const std::string& w : wanted) {
-    auto it = std::find(candidates_.begin(), candidates_.end(), w);
-    if (it != candidates_.end()) {
-      pick = static_cast<size_t>(it - candidates_.begin());
-      break;
+    try {
+      schedule::NamedSchedule s = schedule::schedule_by_name(program, forced);
+      schedule_ = std::move(s.schedule);
+      schedule_name_ = s.name;
+    } catch (const UserError& e) {
+      user_error("{}={}: {}", var, forced, e.what());
+    }
+  } else {
+    // The first preference the program allows; a name it does not (a matmul overlap for a program
+    // without a matmul, say) is passed over.
+    for (const std::string& w : preferences) {
+      try {
+        schedule::NamedSchedule s = schedule::schedule_by_name(program, w);
+        schedule_ = std::move(s.schedule);
+        schedule_name_ = s.name;
+        break;
+      } catch (const UserError&) {
+      }
     }
   }
-  schedule_ = std::move(all[pick].schedule);
-  schedule_name_ = all[pick].name;
   plan_ = std::make_unique<schedule::Plan>(schedule_.lower());
 }
 

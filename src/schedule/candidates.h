@@ -1,5 +1,5 @@
-// What the enumerator asks the transformations (internal to schedule/): the largest legal
-// argument of each, derived from the program's structure.
+// What Recipe::apply and the enumerator ask the transformations (internal to schedule/): the
+// largest legal argument of each, derived from the program's structure.
 #pragma once
 
 #include <vector>

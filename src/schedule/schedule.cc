@@ -96,6 +96,8 @@ void Schedule::rewrite(dsl::Program program, const std::vector<int>& old_to_new)
   }
   fused_.erase(std::remove_if(fused_.begin(), fused_.end(), [](const FusedStage& f) { return f.stages.empty(); }),
                fused_.end());
+  for (int& t : tracked_)
+    if (t >= 0) t = old_to_new.at(static_cast<size_t>(t));
   for (Overlap& o : overlaps_) remap(o.stages);
   overlaps_.erase(std::remove_if(overlaps_.begin(), overlaps_.end(), [](const Overlap& o) { return o.stages.empty(); }),
                   overlaps_.end());

@@ -89,7 +89,7 @@ std::vector<std::string> ScheduleChoice::optimizer_schedules() {
   std::vector<std::string> only;
   if (cfg_.grid.dp > 1)
     for (const schedule::NamedSchedule& s : schedule::enumerate_schedules(program))
-      if (s.name.find("+slice(") != std::string::npos) only.push_back(s.name);
+      if (!s.recipe.slice.empty()) only.push_back(s.name);
   const parallel::ShardLayout layout(cfg_.model, cfg_.grid, grid_.coord().tp, grid_.coord().pp);
   const std::string w = tuned_schedule(program, grid_.dp(), {{"N", layout.size()}}, cfg_.tune,
                                        executor_, only);

@@ -98,6 +98,12 @@ double CandidateTiming::median() const {
   return n % 2 == 1 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
 }
 
+double ChunkTiming::median() const {
+  CandidateTiming c;
+  c.times = times;
+  return c.median();
+}
+
 double CandidateTiming::final_median() const {
   CandidateTiming f;
   f.times = final_times;
@@ -134,7 +140,13 @@ std::string record_to_json(const TuneRecord& r, int indent) {
               {"final", {{"margin", r.final_margin}, {"max", r.final_max}, {"reps", r.final_reps}}},
               {"checked_at", checked},
               {"created", r.created},
+              {"search", {{"space", r.space}, {"budget_s", r.budget_s}, {"left_untimed", r.left_untimed}}},
               {"candidates", cands}};
+  if (!r.chunks.empty()) {
+    json chunks = json::array();
+    for (const ChunkTiming& c : r.chunks) chunks.push_back({{"bytes", c.bytes}, {"times_s", c.times}});
+    doc["chunks"] = {{"chosen", r.chunk_bytes}, {"timings", chunks}};
+  }
   return doc.dump(indent);
 }
 
@@ -158,6 +170,17 @@ TuneRecord record_from_json(const std::string& text) {
       r.final_reps = f.at("reps").get<int>();
     }
     for (const auto& [s, v] : doc.at("checked_at").items()) r.check_sizes[s] = v.get<int64_t>();
+    if (doc.contains("search")) {
+      const json& f = doc.at("search");
+      r.space = f.at("space").get<int64_t>();
+      r.budget_s = f.at("budget_s").get<double>();
+      r.left_untimed = f.at("left_untimed").get<int64_t>();
+    }
+    if (doc.contains("chunks")) {
+      r.chunk_bytes = doc.at("chunks").at("chosen").get<size_t>();
+      for (const json& j : doc.at("chunks").at("timings"))
+        r.chunks.push_back({j.at("bytes").get<size_t>(), j.at("times_s").get<std::vector<double>>()});
+    }
     for (const json& j : doc.at("candidates")) {
       CandidateTiming c;
       c.name = j.at("name").get<std::string>();
@@ -201,6 +224,28 @@ std::optional<TuneRecord> load_record(const TuneKey& key, const std::string& cac
   } catch (const UserError&) {
     return std::nullopt;  // a damaged record is retuned and replaced
   }
+}
+
+std::optional<TuneRecord> latest_record(const dsl::Program& program, const std::string& cache_dir) {
+  const fs::path dir = fs::path(cache_dir) / "tune";
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return std::nullopt;
+  const std::string hash = hash_hex(program.str());
+  std::optional<TuneRecord> best;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+    if (e.path().extension() != ".json") continue;
+    std::ifstream f(e.path());
+    std::stringstream text;
+    text << f.rdbuf();
+    try {
+      if (json::parse(text.str()).value("format", "") != kRecordFormat) continue;
+      TuneRecord r = record_from_json(text.str());
+      if (r.key.program_hash == hash && (!best || r.created > best->created)) best = std::move(r);
+    } catch (const std::exception&) {
+      // Unreadable: not a choice to offer.
+    }
+  }
+  return best;
 }
 
 std::string store_record(const TuneRecord& record, const std::string& cache_dir) {

@@ -1,5 +1,6 @@
-// The autotuner's protocol: enumerate, check each schedule against the reference, warm up, time,
-// take medians, time the leading ones again in turns, pick the fastest, and cache the record.
+// The autotuner's protocol: search (search.h), check each schedule against the reference, warm
+// up, time, take medians, time the leading ones again in turns, pick the fastest, time it at each
+// chunk size, and cache the record.
 #include "tandem/tune/tune.h"
 
 #include <fmt/chrono.h>
@@ -13,7 +14,9 @@
 #include <ctime>
 #include <exception>
 #include <limits>
+#include <numeric>
 
+#include "search.h"
 #include "tandem/comm/thread.h"
 #include "tandem/core/blas.h"
 #include "tandem/core/env.h"
@@ -78,11 +81,7 @@ dsl::SymbolMap checked_sizes(const dsl::Program& program, const dsl::SymbolMap& 
 }
 
 TuneKey make_key(const dsl::Program& program, const dsl::SymbolMap& sizes, int ranks, std::string_view backend,
-                 const std::string& executor, const std::vector<schedule::NamedSchedule>& candidates,
-                 const schedule::EnumerateOptions& eo) {
-  std::string names = fmt::format("blocks={}", eo.blocks);
-  if (eo.state) names += fmt::format(" state={}", fmt::join(*eo.state, ","));
-  for (const auto& c : candidates) names += "\n" + c.name;
+                 const std::string& executor, const std::string& search) {
   TuneKey k;
   k.program = program.name();
   k.program_hash = hash_hex(program.str());
@@ -93,7 +92,7 @@ TuneKey make_key(const dsl::Program& program, const dsl::SymbolMap& sizes, int r
   // The BLAS threads per rank change what a matmul costs (ranks x threads against the cores):
   // a choice timed with another count is not this one's.
   k.machine = fmt::format("{}, {} BLAS thread(s) per rank", machine_id(), blas::num_threads());
-  k.candidates = hash_hex(names);
+  k.candidates = hash_hex(search);
   return k;
 }
 
@@ -109,6 +108,11 @@ void check_options(const TuneOptions& o) {
   if (o.warmup < 0) user_error("tune: the warm-up count must be >= 0 (got {})", o.warmup);
   if (!(o.final_margin >= 0)) user_error("tune: the final round's margin must be >= 0 (got {})", o.final_margin);
   if (o.final_reps < 0) user_error("tune: the final round's repetitions must be >= 0 (got {})", o.final_reps);
+  for (int b : o.blocks)
+    if (b < 1) user_error("tune: --blocks {}: an overlap needs at least 1 block", b);
+  for (size_t c : o.chunk_bytes)
+    if (c < 1) user_error("tune: --chunks 0: a chunk is at least 1 byte");
+  if (!(o.budget_s >= 0)) user_error("tune: --budget must be >= 0 seconds (got {})", o.budget_s);
 }
 
 // Sets a schedule up and fills its inputs and scalars, or says why it could not be set up.
@@ -223,20 +227,51 @@ void final_round(const std::vector<schedule::NamedSchedule>& schedules, const st
     }
 }
 
-// The schedules tune() times: every one, or the baseline and those `only` names.
-std::vector<schedule::NamedSchedule> candidates_of(const dsl::Program& program, const TuneOptions& o) {
-  std::vector<schedule::NamedSchedule> all = schedule::enumerate_schedules(program, o.enumerate);
-  TANDEM_CHECK(!all.empty(), "enumerate_schedules gave no schedule for '{}'", program.name());
-  if (o.only.empty()) return all;
-  std::vector<std::string> names;
-  for (const auto& s : all) names.push_back(s.name);
-  for (const std::string& n : o.only)
-    if (std::find(names.begin(), names.end(), n) == names.end())
-      user_error("program '{}' has no schedule named '{}'; its schedules: {}", program.name(), n, fmt::join(names, ", "));
-  std::vector<schedule::NamedSchedule> out;
-  for (size_t i = 0; i < all.size(); ++i)
-    if (i == 0 || std::find(o.only.begin(), o.only.end(), all[i].name) != o.only.end()) out.push_back(std::move(all[i]));
-  return out;
+// Sets the process's collective chunk size on every rank (between barriers, so that no rank
+// runs a collective while another changes it; on the thread backend the ranks share it).
+void set_chunk_everywhere(comm::Communicator& comm, size_t bytes) {
+  comm.barrier();
+  comm::set_chunk_bytes(bytes);
+  comm.barrier();
+}
+
+// The chunk round: the winner, set up once at the tuned sizes, timed at each chunk size in turns
+// (64 KiB, 256 KiB, 1 MiB, ...: a drift in the machine's load reaches every size alike), after
+// `warmup` untimed turns; the process's chunk size is restored afterwards. Chunking does not
+// change results (every element is reduced and computed the same in any chunk), so the winner's
+// check stands.
+void chunk_round(const schedule::NamedSchedule& winner, TuneRecord& record, comm::Communicator& comm,
+                 Executor& executor, const TuneOptions& o, const exec::ScalarMap& scalars, int reps) {
+  const schedule::Plan plan = winner.schedule.lower();
+  std::string error;
+  std::unique_ptr<exec::Runner> run = prepare(plan, comm, executor, o.sizes, scalars, error);
+  if (run == nullptr) return;
+  const size_t before = comm::chunk_bytes();
+  Phase ph(comm, fmt::format("chunk round: {} sizes in turns", o.chunk_bytes.size()));
+  for (size_t c : o.chunk_bytes) record.chunks.push_back({c, {}});
+  for (int i = -o.warmup; i < reps; ++i)
+    for (ChunkTiming& c : record.chunks) {
+      set_chunk_everywhere(comm, c.bytes);
+      const auto t0 = Clock::now();
+      run->run();
+      const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
+      const double slowest = max_over_ranks(comm, dt);
+      if (i >= 0) c.times.push_back(slowest);
+    }
+  set_chunk_everywhere(comm, before);
+  double best = std::numeric_limits<double>::infinity();
+  for (const ChunkTiming& c : record.chunks)
+    if (c.median() < best) {
+      best = c.median();
+      record.chunk_bytes = c.bytes;
+    }
+}
+
+// The row-block modulus the check sizes keep: every block count the search may try.
+int64_t blocks_modulus(const TuneOptions& o) {
+  int64_t m = std::max(o.enumerate.blocks, 1);
+  for (int b : o.blocks) m = std::lcm(m, static_cast<int64_t>(std::max(b, 1)));
+  return std::min<int64_t>(m, 1024);
 }
 
 }  // namespace
@@ -289,9 +324,8 @@ double TuneResult::speedup(const CandidateTiming& c) const { return baseline().m
 
 TuneKey tune_key(const dsl::Program& program, int ranks, std::string_view backend, const TuneOptions& o) {
   const dsl::SymbolMap sizes = checked_sizes(program, o.sizes);
-  const auto candidates = candidates_of(program, o);
   const std::string executor = o.executor ? o.executor->name() : std::string(exec::runner_kind_name(exec::RunnerKind::Compiled));
-  return make_key(program, sizes, ranks, backend, executor, candidates, o.enumerate);
+  return make_key(program, sizes, ranks, backend, executor, detail::search_description(program, o));
 }
 
 TuneResult tune(const dsl::Program& program, comm::Communicator& comm, const TuneOptions& options) {
@@ -302,8 +336,8 @@ TuneResult tune(const dsl::Program& program, comm::Communicator& comm, const Tun
   const std::string cache_dir = o.cache_dir.empty() ? exec::jit_cache_dir() : o.cache_dir;
   const int64_t compiles_before = exec::jit_stats().compiles;
 
-  const std::vector<schedule::NamedSchedule> candidates = candidates_of(program, o);
-  const TuneKey key = make_key(program, o.sizes, comm.size(), comm.backend(), executor->name(), candidates, o.enumerate);
+  const TuneKey key =
+      make_key(program, o.sizes, comm.size(), comm.backend(), executor->name(), detail::search_description(program, o));
 
   TuneResult result;
   // Rank 0 looks the key up and tells the others, so that all take the same path.
@@ -325,22 +359,43 @@ TuneResult tune(const dsl::Program& program, comm::Communicator& comm, const Tun
   const exec::Placement place = exec::placement(program, comm);
   const exec::ScalarMap scalars = standard_scalars(program, place.group_size, o.scalars);
   TuneRecord record;
+  std::vector<schedule::NamedSchedule> timed;  // the schedules of record.candidates, in order
   record.key = key;
+  record.space = schedule::recipe_space_size(program);
+  record.budget_s = o.budget_s;
   record.warmup = o.warmup;
   record.reps = o.reps;
   record.created = now_utc();
   record.check_sizes = shrink_sizes(program, o.sizes, o.check_elements,
-                                    static_cast<int64_t>(place.group_size) * std::max(o.enumerate.blocks, 1));
+                                    static_cast<int64_t>(place.group_size) * blocks_modulus(o));
   {
     // The reference's results are computed once and every candidate is compared with them.
     const Expected want = [&] {
       Phase ph(comm, fmt::format("reference interpreter at {}", record.check_sizes == o.sizes ? "the tuned sizes" : "the check sizes"));
       return reference_results(program, comm, record.check_sizes, scalars);
     }();
-    for (const schedule::NamedSchedule& cand : candidates) {
-      record.candidates.push_back(measure(cand, comm, *executor, o, record.check_sizes, scalars, want));
+    // The search decides what to time; every rank follows it alike (the times and the budget's
+    // verdict are the slowest rank's).
+    const auto start = Clock::now();
+    auto time = [&](schedule::NamedSchedule ns) {
+      for (const CandidateTiming& c : record.candidates)
+        if (c.name == ns.name) return;
+      if (!timed.empty() && o.budget_s > 0 &&
+          max_over_ranks(comm, std::chrono::duration<double>(Clock::now() - start).count()) > o.budget_s) {
+        ++record.left_untimed;
+        return;
+      }
+      record.candidates.push_back(measure(ns, comm, *executor, o, record.check_sizes, scalars, want));
+      timed.push_back(std::move(ns));
       if (comm.rank() == 0 && o.on_candidate) o.on_candidate(record.candidates.back());
-    }
+    };
+    auto leader = [&]() -> const schedule::NamedSchedule& {
+      size_t best = 0;
+      for (size_t i = 1; i < record.candidates.size(); ++i)
+        if (record.candidates[i].ok && record.candidates[i].median() < record.candidates[best].median()) best = i;
+      return timed[best];
+    };
+    detail::search(program, o, time, leader);
   }
   // The leading schedules again, in turns. The first-pass times are the slowest rank's, the same on
   // every rank, so every rank chooses the same finalists, and then the same winner.
@@ -349,7 +404,7 @@ TuneResult tune(const dsl::Program& program, comm::Communicator& comm, const Tun
   const std::vector<size_t> chosen = finalists(record.candidates, o.final_margin, o.final_max);
   if (!chosen.empty()) {
     const int reps = o.final_reps > 0 ? o.final_reps : 2 * o.reps;
-    final_round(candidates, chosen, record.candidates, comm, *executor, o, scalars, reps);
+    final_round(timed, chosen, record.candidates, comm, *executor, o, scalars, reps);
     const bool ran = std::any_of(record.candidates.begin(), record.candidates.end(),
                                  [](const CandidateTiming& c) { return c.retimed(); });
     if (ran) record.final_reps = reps;
@@ -360,6 +415,12 @@ TuneResult tune(const dsl::Program& program, comm::Communicator& comm, const Tun
     for (const CandidateTiming& c : record.candidates) why += fmt::format("\n  {}: {}", c.name, c.error);
     internal_error(fmt::format("no schedule of program '{}' passed its check against the reference ({} executor):{}",
                                program.name(), executor->name(), why));
+  }
+  // The winner at each chunk size, when it has a collective to chunk.
+  if (!o.chunk_bytes.empty() && !schedule::recipe_collectives(program).empty()) {
+    for (size_t i = 0; i < timed.size(); ++i)
+      if (timed[i].name == record.winner)
+        chunk_round(timed[i], record, comm, *executor, o, scalars, o.final_reps > 0 ? o.final_reps : 2 * o.reps);
   }
   // Every rank returns rank 0's record (the times agree already; error texts are rank 0's).
   std::string text = comm.rank() == 0 ? record_to_json(record, -1) : std::string();
@@ -381,24 +442,13 @@ TuneResult tune_threads(const dsl::Program& program, int ranks, const TuneOption
                program.name(), program.groups(), ranks, program.groups(), program.groups());
   check_options(options);
   checked_sizes(program, options.sizes);
-  candidates_of(program, options);
+  detail::search_description(program, options);  // a bad `only` name, said before the ranks start
   TuneResult out;
   comm::run_ranks(ranks, [&](comm::Communicator& comm) {
     TuneResult r = tune(program, comm, options);
     if (comm.rank() == 0) out = std::move(r);
   });
   return out;
-}
-
-schedule::NamedSchedule schedule_by_name(const dsl::Program& program, std::string_view name,
-                                         const schedule::EnumerateOptions& options) {
-  std::vector<schedule::NamedSchedule> all = schedule::enumerate_schedules(program, options);
-  std::vector<std::string> names;
-  for (auto& s : all) {
-    if (s.name == name) return std::move(s);
-    names.push_back(s.name);
-  }
-  user_error("program '{}' has no schedule named '{}'; its schedules: {}", program.name(), name, fmt::join(names, ", "));
 }
 
 int64_t parse_extent(std::string_view text, std::string_view what) {

@@ -70,6 +70,33 @@ inline Case pipeline_case(DType t, int64_t b, int64_t k, int64_t h) {
           {{"B", b}, {"K", k}, {"H", h}}, {{"seed", 77}}, 2};
 }
 
+// A program with two collectives of different kinds, so that per-collective recipes differ: an
+// SGD-with-momentum update after AllReduce g_sum (splittable, reorderable, fusable, its momentum m
+// sliceable) and a row-parallel layer's AllReduce z of a matmul (overlappable with it).
+inline dsl::Program two_collectives() {
+  using namespace tandem::dsl;  // NOLINT: the builder's vocabulary
+  Program p("two_collectives");
+  const Expr lr = p.scalar("lr");
+  const Expr g = p.input(F32, {"N"}, Local, "g");
+  const Expr w = p.input(F32, {"N"}, Replicated, "w");
+  const Expr m = p.input(F32, {"N"}, Replicated, "m");
+  const Expr g_sum = AllReduce(Sum, g).named("g_sum");
+  const Expr m_decayed = 0.9 * m;
+  const Expr m1 = update(m, m_decayed + g_sum).named("m1");
+  update(w, w - lr * m1).named("w1");
+  const Expr x = p.input(F32, {"B", "K"}, Sliced(1), "x");
+  const Expr wt = p.input(F32, {"K", "H"}, Sliced(0), "wt");
+  const Expr bias = p.input(F32, {"H"}, Replicated, "bias");
+  const Expr z = AllReduce(Sum, matmul(x, wt).named("y")).named("z");
+  const Expr a = (z + bias).named("a");
+  p.output((a * a).named("out"), "out");
+  return p;
+}
+inline Case two_collectives_case(int64_t n, int64_t b, int64_t k, int64_t h) {
+  return {fmt::format("two_collectives N={} B={} K={} H={}", n, b, k, h), two_collectives(),
+          {{"N", n}, {"B", b}, {"K", k}, {"H", h}}, {{"lr", 0.01}}, 1};
+}
+
 // Element i of input `name` (rank `rank`'s own value for a Local input): a value in [0.05, 1.05)
 // from a hash of the name, the index and the rank, so that every rank count sees the same whole
 // tensors and the expected results do not depend on how they are split.

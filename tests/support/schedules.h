@@ -7,16 +7,13 @@
 #include <string>
 
 #include "tandem/dsl/ir.h"
-#include "tandem/schedule/enumerate.h"
+#include "tandem/schedule/recipe.h"
 #include "tandem/schedule/plan.h"
 
 namespace tandem::testing {
 
 inline schedule::Plan plan_named(const dsl::Program& p, const std::string& name) {
-  for (const schedule::NamedSchedule& ns : schedule::enumerate_schedules(p))
-    if (ns.name == name) return ns.schedule.lower();
-  ADD_FAILURE() << "no schedule " << name << " of " << p.name();
-  return {};
+  return schedule::schedule_by_name(p, name).schedule.lower();
 }
 
 }  // namespace tandem::testing

@@ -9,10 +9,11 @@
 // default), plan (the plan runner: the same fused loops, hooks inside the collectives and blocked
 // overlap, interpreted), reference (the interpreter on the scheduled program: split, reorder and
 // slicing take effect, fusion and overlap do not).
-// Schedules: the first name of a preference list found among schedule::enumerate_schedules'
-// names (CoCoNeT's), else the unscheduled program; the caller may pass the autotuner's choice as
-// the first preference. TANDEM_SCHEDULE_<PROGRAM>=<name> (TANDEM_SCHEDULE_ADAM=
-// "fused(RS-C-AG)+slice(m,v)") forces one; an unknown name is a UserError listing the names.
+// Schedules: the first name of a preference list that the program allows, each parsed as a
+// schedule::Recipe and applied (nothing is enumerated), else the unscheduled program; the caller
+// may pass the autotuner's choice as the first preference. TANDEM_SCHEDULE_<PROGRAM>=<name>
+// (TANDEM_SCHEDULE_ADAM="fused(RS-C-AG)+slice(m,v)") forces one; a name that does not parse or
+// that the program does not allow is a UserError saying why.
 #pragma once
 
 #include <memory>
@@ -42,8 +43,6 @@ class ProgramRunner {
   // The program as scheduled (its inputs' layouts are the ones sessions store).
   const dsl::Program& program() const { return schedule_.program(); }
   const schedule::Schedule& schedule() const { return schedule_; }
-  // Every schedule name the program has, in enumeration order.
-  const std::vector<std::string>& candidates() const { return candidates_; }
 
   // Sets the schedule up on this rank of `comm` for `symbols`: a collective over `comm` (it may
   // split off the program's groups). The inputs named in `bound` live in the caller's memory
@@ -57,7 +56,6 @@ class ProgramRunner {
   mutable std::once_flag compile_once_;
   mutable std::shared_ptr<const exec::CompiledPlan> compiled_;
   std::string schedule_name_;
-  std::vector<std::string> candidates_;
   exec::RunnerKind executor_;
 };
 

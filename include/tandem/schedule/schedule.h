@@ -94,6 +94,10 @@ class Schedule {
   void rewrite(dsl::Program program, const std::vector<int>& old_to_new);
   int add_fused(FusedStage f);
   int add_overlap(Overlap o);
+  // Stages a caller follows across rewrites (Recipe::apply: its collectives): every rewrite maps
+  // each to its new id (-1 once gone).
+  std::vector<int>& tracked() { return tracked_; }
+  const std::vector<int>& tracked() const { return tracked_; }
   // Records a transformation: its description in the history, and, with TANDEM_DEBUG_IR=1, the
   // program after it and how long it took since `start`.
   void record(std::string what, std::chrono::steady_clock::time_point start);
@@ -105,6 +109,7 @@ class Schedule {
   std::vector<Overlap> overlaps_;
   std::vector<std::string> history_;
   std::string name_;
+  std::vector<int> tracked_;
 };
 
 // Whether TANDEM_DEBUG_IR is set (read once), unless set_debug_ir overrides it: 1 on, 0 off, -1

@@ -8,6 +8,7 @@
 #include "tandem/schedule/lower.h"
 #include "tandem/schedule/overlap.h"
 #include "tandem/schedule/plan.h"
+#include "tandem/schedule/recipe.h"
 #include "tandem/schedule/reorder.h"
 #include "tandem/schedule/schedule.h"
 #include "tandem/schedule/split.h"

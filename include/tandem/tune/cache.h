@@ -23,7 +23,9 @@ struct TuneKey {
   std::string backend;      // "thread" or "mpi"
   std::string executor;     // "compiled", "plan", "reference"
   std::string machine;      // machine_id()
-  std::string candidates;   // 16 hex digits of the enumerated schedules' names and options
+  // 16 hex digits of the search: the first round's schedule names, the enumeration options, the
+  // block counts and chunk sizes tried, the time budget and the names of `only`.
+  std::string candidates;
   bool operator==(const TuneKey&) const = default;
 
   std::string str() const;     // one line, for messages
@@ -53,6 +55,13 @@ struct CandidateTiming {
   double final_median() const;  // of `final_times`; infinity when there are none
 };
 
+// The winner timed at one chunk size of the collectives, in turns with the other sizes.
+struct ChunkTiming {
+  size_t bytes = 0;
+  std::vector<double> times;  // seconds, each the slowest rank's
+  double median() const;
+};
+
 struct TuneRecord {
   TuneKey key;
   std::vector<CandidateTiming> candidates;  // in enumeration order; the first is the baseline
@@ -65,6 +74,14 @@ struct TuneRecord {
   double final_margin = 0;
   int final_max = 0, final_reps = 0;
   dsl::SymbolMap check_sizes;  // where each schedule was checked against the reference
+  // The search: the recipes in the space (schedule::recipe_space_size), the time budget, and the
+  // candidates it left untimed when the budget ran out (0: it finished).
+  int64_t space = 0;
+  double budget_s = 0;
+  int64_t left_untimed = 0;
+  // The chunk sizes the winner was timed at (empty: none tried) and the fastest (0: none).
+  std::vector<ChunkTiming> chunks;
+  size_t chunk_bytes = 0;
   std::string created;  // UTC, ISO 8601
 };
 
@@ -80,6 +97,10 @@ inline constexpr const char* kRecordFormat = "tandem-tune-2";
 // another key or is of an older format (it is then retuned and overwritten). For an older format,
 // `stale` (when given) is set to a sentence saying so, for the user.
 std::optional<TuneRecord> load_record(const TuneKey& key, const std::string& cache_dir, std::string* stale = nullptr);
+// The newest record (by its creation time) of `program` (the same text) in the cache, whatever
+// its sizes, ranks, backend or machine; nullopt when there is none. Unreadable or older records
+// are passed over.
+std::optional<TuneRecord> latest_record(const dsl::Program& program, const std::string& cache_dir);
 // Writes the record under a temporary name and renames it into place; returns the path.
 std::string store_record(const TuneRecord& record, const std::string& cache_dir);
 

@@ -1,7 +1,21 @@
-// The autotuner: times every legal schedule of a program on the real backend and keeps the
-// fastest. For each schedule from enumerate_schedules it sets the schedule up (compiling it),
-// checks one run against the reference interpreter on the same inputs, then warms up and times
-// several repetitions (each the slowest rank's time) and takes the median. On a noisy machine the
+// The autotuner: searches the legal schedules of a program on the real backend and keeps the
+// fastest. The search (tune/search.cc) tunes the collectives one at a time: it times every
+// schedule in which the first collective's choice (and the program-wide ones: loop fusion,
+// slicing) varies, the others unscheduled, keeps the fastest, then varies the second collective
+// with the first fixed at its best, and so on; then it tries other block counts for each overlap
+// of the leader. Why one at a time rather than pruning with a cost estimate: the choices this
+// space offers (fusing into a collective's hook, overlapping a matmul with its reduction) win or
+// lose by effects a simple cost model does not see (cache reuse inside the hook, two threads
+// sharing the cores), which is why they are measured at all; and a collective's best choice
+// depends mostly on its own consumers, so fixing the others costs little. It times 1 + sum over
+// collectives of the choices of one collective, instead of their product: for one collective
+// (the four workloads) it is the whole space, as before. After the final round (below) it times
+// the winner at each chunk size of the collectives and keeps the fastest. A time budget bounds
+// the search: once it is spent no further candidate starts (the record says how many were left).
+//
+// For each schedule it sets the schedule up (compiling it), checks one run against the reference
+// interpreter on the same inputs, then warms up and times several repetitions (each the slowest
+// rank's time) and takes the median. On a noisy machine the
 // leading schedules are often within one timing's spread of each other, so a final round follows:
 // the finalists (every checked schedule whose median is within final_margin of the best, at most
 // final_max of them) are set up together and timed again in turns (A, B, C, A, B, C, ...: a slow
@@ -53,10 +67,16 @@ struct TuneOptions {
   std::string cache_dir;    // empty: exec::jit_cache_dir()
   std::shared_ptr<Executor> executor;  // null: executor_of(exec::RunnerKind::Compiled)
   schedule::EnumerateOptions enumerate;
-  // Time only these schedules, by name, and the baseline (the first one enumerated, which every
-  // speed-up is measured against); empty: every schedule. An unknown name is a UserError
-  // listing the names there are.
+  // Time only these schedules, by name (schedule::Recipe), and the baseline (the unscheduled
+  // program, which every speed-up is measured against); empty: search (above). A name that does
+  // not parse or that the program does not allow is a UserError saying why.
   std::vector<std::string> only;
+  // Block counts tried for each overlap of the leader (besides enumerate.blocks); empty: none.
+  std::vector<int> blocks = {2, 8, 16};
+  // Chunk sizes (bytes, comm::set_chunk_bytes) the winner is timed at; empty: the process's only.
+  std::vector<size_t> chunk_bytes = {size_t{64} << 10, size_t{256} << 10, size_t{1} << 20, size_t{4} << 20};
+  // Seconds after which no further candidate starts (the baseline always runs); 0: no limit.
+  double budget_s = 600;
   // Called on rank 0 as each schedule is measured (for progress output); not on a cache hit.
   std::function<void(const CandidateTiming&)> on_candidate;
 };
@@ -90,11 +110,6 @@ TuneResult tune_threads(const dsl::Program& program, int ranks, const TuneOption
 
 // The key tune() would use for `program` on `ranks` ranks of `backend`.
 TuneKey tune_key(const dsl::Program& program, int ranks, std::string_view backend, const TuneOptions& options);
-
-// The schedule of `program` that enumerate_schedules names `name`; an unknown name is a
-// UserError listing the names there are.
-schedule::NamedSchedule schedule_by_name(const dsl::Program& program, std::string_view name,
-                                         const schedule::EnumerateOptions& options = {});
 
 // Parses an extent: digits with an optional suffix K, M, G (powers of 1000) or Ki, Mi, Gi
 // (powers of 1024): "64Mi" is 67108864. Anything else is a UserError quoting `what`.

@@ -68,6 +68,10 @@ TEST(TuneCli, JsonThenCachedTable) {
     EXPECT_NE(t.output.find("final round: the schedules within 15%"), std::string::npos) << t.output;
   }
   EXPECT_NE(t.output.find("(read: nothing timed, 0 compiled"), std::string::npos) << t.output;
+  EXPECT_NE(t.output.find(" schedule(s) timed, the collectives one at a time, of a space of 96 recipes"),
+            std::string::npos) << t.output;
+  EXPECT_NE(t.output.find("chunk size (the winner timed at each, in turns; * the fastest):"), std::string::npos)
+      << t.output;
 }
 
 TEST(TuneCli, EmitPrintsTheGeneratedSource) {
@@ -84,6 +88,23 @@ TEST(TuneCli, EmitPrintsTheGeneratedSource) {
   const CommandResult r2 = run_tandem("emit adam --schedule '" + second + "' --target cpp");
   ASSERT_EQ(r2.status, 0) << r2.output;
   EXPECT_NE(r2.output, r.output);
+}
+
+TEST(TuneCli, EmitWithoutAScheduleEmitsTheTunersChoiceElseThePreference) {
+  TempCacheDir dir("emit-default");
+  const CommandResult before = run_tandem("emit adam --target cpp");
+  ASSERT_EQ(before.status, 0) << before.output;
+  EXPECT_EQ(before.output.rfind("emit: schedule fused(RS-C-AG)+slice(m,v): the built-in preference (no tuning record "
+                                "for 'adam' in ", 0), 0u) << before.output;
+  const CommandResult t = run_tandem("tune adam --ranks 2 --size N=64 --reps 1 --schedules RS-C-AG --json");
+  ASSERT_EQ(t.status, 0) << t.output;
+  const CommandResult after = run_tandem("emit adam --target cpp");
+  ASSERT_EQ(after.status, 0) << after.output;
+  const std::string first = after.output.substr(0, after.output.find('\n'));
+  EXPECT_NE(first.find(": the tuner's choice for N=64 on 2 thread rank(s) ("), std::string::npos) << first;
+  const std::string winner = first.substr(15, first.find(':', 15) - 15);  // after "emit: schedule "
+  const CommandResult named = run_tandem("emit adam --target cpp --schedule '" + winner + "'");
+  EXPECT_EQ(after.output.substr(after.output.find('\n') + 1), named.output) << winner;
 }
 
 }  // namespace

@@ -49,16 +49,25 @@ TEST(TuneErrors, RepetitionsAndWarmup) {
   o.reps = 1;
   o.warmup = -1;
   EXPECT_EQ(error_of([&] { tune_threads(adam, 2, o); }), "tune: the warm-up count must be >= 0 (got -1)");
+  o.warmup = 1;
+  o.blocks = {0};
+  EXPECT_EQ(error_of([&] { tune_threads(adam, 2, o); }), "tune: --blocks 0: an overlap needs at least 1 block");
+  o.blocks = {};
+  o.chunk_bytes = {0};
+  EXPECT_EQ(error_of([&] { tune_threads(adam, 2, o); }), "tune: --chunks 0: a chunk is at least 1 byte");
+  o.chunk_bytes = {};
+  o.budget_s = -1;
+  EXPECT_EQ(error_of([&] { tune_threads(adam, 2, o); }), "tune: --budget must be >= 0 seconds (got -1)");
 }
 
 TEST(TuneErrors, ScheduleAndExecutorNames) {
   const dsl::Program adam = dsl::workloads::adam();
-  const std::string e = error_of([&] { schedule_by_name(adam, "fastest"); });
-  EXPECT_EQ(e.rfind("program 'adam' has no schedule named 'fastest'; its schedules: AR-C, ", 0), 0u) << e;
+  const std::string e = error_of([&] { schedule::schedule_by_name(adam, "fastest"); });
+  EXPECT_EQ(e.rfind("program 'adam': schedule 'fastest': 'fastest' is not a schedule part; a schedule name is ", 0), 0u) << e;
   TuneOptions o = quick({{"N", 4}});
   o.only = {"AR-C", "nope"};
   const std::string e2 = error_of([&] { tune_threads(adam, 2, o); });
-  EXPECT_EQ(e2.rfind("program 'adam' has no schedule named 'nope'; its schedules: AR-C, ", 0), 0u) << e2;
+  EXPECT_EQ(e2.rfind("program 'adam': schedule 'nope': 'nope' is not a schedule part; ", 0), 0u) << e2;
   EXPECT_EQ(error_of([] { executor_by_name("fast"); }),
             "--executor 'fast': the executors are compiled, plan, reference");
 }
@@ -86,16 +95,20 @@ TEST(TuneCliErrors, OneLineAndNonZeroExit) {
       {"tune adam --size N=4x", "--size N=4x: '4x' is not an extent;"},
       {"tune megatron_layer --size 1 2 3 4", "--size: 4 bare extent(s) given, but workload 'megatron_layer' has 3"},
       {"tune adam --size N=64 --reps 0", "--reps must be at least 1 (got 0)"},
+      {"tune adam --size N=64 --budget -1", "--budget must be >= 0 seconds (got -1)"},
+      {"tune megatron_layer --blocks 0,2", "--blocks 0: an overlap needs at least 1 block"},
+      {"tune adam --chunks 0", "--chunks 0: a chunk is at least 1 byte"},
+      {"tune adam --chunks 64Q", "--chunks: '64Q' is not an extent;"},
       {"tune adam --executor fast", "--executor 'fast': the executors are compiled, plan, reference"},
       {"tune adam --dtype f64", "unknown dtype 'f64'"},
-      {"tune adam --size N=64 --schedules 'fused(nothing)'", "program 'adam' has no schedule named 'fused(nothing)'; its schedules: AR-C, "},
+      {"tune adam --size N=64 --schedules 'fused(nothing)'", "program 'adam': schedule 'fused(nothing)': 'fused(nothing)' is not a schedule part; "},
       {"tune pipeline_stage --ranks 3 --size 2 2 2 --executor plan", "program 'pipeline_stage' has 2 groups, but 3 ranks were asked for"},
-      {"emit adam --schedule nope --target cpp", "program 'adam' has no schedule named 'nope'; its schedules: AR-C, "},
+      {"emit adam --schedule nope --target cpp", "program 'adam': schedule 'nope': 'nope' is not a schedule part; "},
+      {"emit megatron_layer --schedule 'ol(MM,AR-C)|AR-C'", "program 'megatron_layer': schedule 'ol(MM,AR-C)|AR-C' has 2 parts"},
       {"emit adam --schedule AR-C --target rocm", "--target 'rocm' is not a target; targets: cpp, cuda"},
       {"emit adam --schedule AR-C --target cuda", "--target cuda writes a folder: give it with -o DIR"},
       {"emit pipeline_stage --schedule AR-C --target cuda -o unused --ranks 3",
        "--ranks 3: program 'pipeline_stage' has 2 groups; give multiples of 2"},
-      {"emit adam", "give --schedule NAME; the schedules of 'adam' are: AR-C, "},
       {"emit lamb2 --schedule AR-C", "unknown workload 'lamb2'; the workloads are: "},
   };
   for (const CliCase& c : cases) {

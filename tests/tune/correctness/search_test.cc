@@ -1,0 +1,176 @@
+// The tuner's search on in-process ranks: a program with two collectives is tuned one collective at
+// a time (each keeps the choice that was fastest, made known here by delaying the others), then
+// the leader's overlap at other block counts; the time budget stops the search; the winner is timed
+// at each chunk size; and the cache key changes with the block counts, chunk sizes and budget.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "schedule/testing.h"
+#include "tandem/comm/communicator.h"
+#include "tandem/schedule/enumerate.h"
+#include "tandem/schedule/recipe.h"
+#include "tandem/tune/tune.h"
+#include "tune/tune_testing.h"
+
+namespace tandem::tune {
+namespace {
+
+using schedule::Move;
+using schedule::Recipe;
+
+// Runs the plan runner, then sleeps by the recipe: 60 ms, less 30 when the first collective is
+// fused(RS-C-AG), less 15 when the second overlaps with its matmul, less 8 more at 2 blocks.
+class ByRecipeExecutor final : public Executor {
+ public:
+  explicit ByRecipeExecutor(dsl::Program p)
+      : program_(std::move(p)), inner_(executor_of(exec::RunnerKind::Plan)) {}
+  std::string name() const override { return "by-recipe"; }
+  std::unique_ptr<exec::Runner> prepare(const schedule::Plan& plan, comm::Communicator& comm,
+                                        const dsl::SymbolMap& symbols) override {
+    const auto parts = Recipe::parse(plan.name).parts(program_);
+    int ms = 60;
+    if (parts[0].move == Move::Reorder && parts[0].fuse) ms -= 30;
+    if (parts[1].overlap_matmul) ms -= parts[1].blocks == 2 ? 23 : 15;
+    return std::make_unique<Run>(ms, inner_->prepare(plan, comm, symbols));
+  }
+
+ private:
+  class Run final : public exec::Runner {
+   public:
+    Run(int ms, std::unique_ptr<exec::Runner> inner) : ms_(ms), inner_(std::move(inner)) {}
+    const dsl::Program& program() const override { return inner_->program(); }
+    const exec::Placement& placement() const override { return inner_->placement(); }
+    Tensor input(std::string_view name) const override { return inner_->input(name); }
+    void bind(std::string_view name, const Tensor& memory) override { inner_->bind(name, memory); }
+    Tensor output(std::string_view name) const override { return inner_->output(name); }
+    size_t allocated_bytes() const override { return inner_->allocated_bytes(); }
+    void set_scalar(std::string_view name, double value) override {
+      inner_->set_scalar(name, value);
+    }
+    void run() override {
+      inner_->run();
+      std::this_thread::sleep_for(std::chrono::milliseconds(ms_));
+    }
+    exec::TensorMap results() const override { return inner_->results(); }
+
+   private:
+    int ms_;
+    std::unique_ptr<exec::Runner> inner_;
+  };
+  dsl::Program program_;
+  std::unique_ptr<Executor> inner_;
+};
+
+TuneOptions two_collectives_options() {
+  TuneOptions o;
+  o.sizes = {{"N", 37}, {"B", 8}, {"K", 6}, {"H", 5}};
+  o.scalars = {{"lr", 0.01}};
+  o.reps = 3;
+  o.warmup = 0;
+  o.final_margin = 0;  // no final round: the first pass decides
+  o.write_cache = false;
+  o.chunk_bytes = {};
+  return o;
+}
+
+TEST(Search, TunesTheCollectivesOneAtATimeThenTheBlocks) {
+  testing::TempCacheDir dir("per-collective");
+  const dsl::Program p = schedule::testing::two_collectives();
+  TuneOptions o = two_collectives_options();
+  o.executor = std::make_shared<ByRecipeExecutor>(p);
+  o.blocks = {2};
+  const TuneResult r = tune_threads(p, 2, o);
+  const auto parts = Recipe::parse(r.record.winner).parts(p);
+  EXPECT_EQ(parts[0].move, Move::Reorder) << r.record.winner;
+  EXPECT_TRUE(parts[0].fuse) << r.record.winner;
+  EXPECT_TRUE(parts[1].overlap_matmul) << r.record.winner;
+  EXPECT_EQ(parts[1].blocks, 2) << r.record.winner;
+  for (const auto& c : r.record.candidates) EXPECT_TRUE(c.ok) << c.name << ": " << c.error;
+  // The sum of the rounds, not their product.
+  const size_t round0 =
+      schedule::enumerate_collective(p, std::vector<schedule::CollectiveRecipe>(2), 0).size();
+  const size_t all = schedule::enumerate_schedules(p).size();
+  EXPECT_GT(r.record.candidates.size(), round0);
+  EXPECT_LT(r.record.candidates.size(), all);
+  EXPECT_EQ(r.record.candidates.front().name, "AR-C");
+  // The first round leaves the second collective unscheduled.
+  for (size_t i = 0; i < round0; ++i)
+    EXPECT_EQ(Recipe::parse(r.record.candidates[i].name).parts(p)[1], schedule::CollectiveRecipe{})
+        << r.record.candidates[i].name;
+  EXPECT_EQ(r.record.space, 2560);
+  EXPECT_EQ(r.record.left_untimed, 0);
+}
+
+TEST(Search, TheBudgetStopsTheSearch) {
+  testing::TempCacheDir dir("budget");
+  const dsl::Program adam = dsl::workloads::adam(DType::F32);
+  TuneOptions o;
+  o.sizes = {{"N", 100}};
+  o.reps = 1;
+  o.executor = executor_of(exec::RunnerKind::Plan);
+  o.budget_s = 1e-9;  // spent once the baseline is timed
+  const TuneResult r = tune_threads(adam, 2, o);
+  ASSERT_EQ(r.record.candidates.size(), 1u);
+  EXPECT_EQ(r.record.winner, "AR-C");
+  EXPECT_EQ(r.record.left_untimed,
+            static_cast<int64_t>(schedule::enumerate_schedules(adam).size()) - 1);
+  EXPECT_DOUBLE_EQ(r.record.budget_s, 1e-9);
+  // Read back from the cache, the record says the same.
+  const TuneResult again = tune_threads(adam, 2, o);
+  EXPECT_TRUE(again.from_cache);
+  EXPECT_EQ(again.record.left_untimed, r.record.left_untimed);
+}
+
+TEST(Search, TheWinnerIsTimedAtEachChunkSize) {
+  testing::TempCacheDir dir("chunks");
+  const dsl::Program adam = dsl::workloads::adam(DType::F32);
+  TuneOptions o;
+  o.sizes = {{"N", 5000}};
+  o.reps = 2;
+  o.executor = executor_of(exec::RunnerKind::Plan);
+  o.only = {"fused(RS-C-AG)+slice(m,v)"};
+  o.chunk_bytes = {256, 8192};
+  comm::set_chunk_bytes(1000);
+  const TuneResult r = tune_threads(adam, 2, o);
+  EXPECT_EQ(comm::chunk_bytes(), 1000u) << "the process's chunk size is restored";
+  comm::set_chunk_bytes(0);
+  ASSERT_EQ(r.record.chunks.size(), 2u);
+  EXPECT_EQ(r.record.chunks[0].bytes, 256u);
+  EXPECT_EQ(r.record.chunks[1].bytes, 8192u);
+  for (const ChunkTiming& c : r.record.chunks)
+    EXPECT_EQ(c.times.size(), 4u);  // final_reps 0: 2 x reps
+  EXPECT_TRUE(r.record.chunk_bytes == 256u || r.record.chunk_bytes == 8192u);
+  const ChunkTiming& chosen = r.record.chunks[r.record.chunk_bytes == 256u ? 0 : 1];
+  for (const ChunkTiming& c : r.record.chunks) EXPECT_LE(chosen.median(), c.median());
+  const TuneResult cached = tune_threads(adam, 2, o);
+  EXPECT_TRUE(cached.from_cache);
+  EXPECT_EQ(cached.record.chunk_bytes, r.record.chunk_bytes);
+  ASSERT_EQ(cached.record.chunks.size(), 2u);
+  EXPECT_EQ(cached.record.chunks[1].times, r.record.chunks[1].times);
+}
+
+TEST(Search, TheKeyCoversBlocksChunksAndBudget) {
+  const dsl::Program layer = dsl::workloads::megatron_layer();
+  TuneOptions o;
+  o.sizes = {{"B", 8}, {"K", 8}, {"H", 8}};
+  const TuneKey base = tune_key(layer, 2, "thread", o);
+  EXPECT_EQ(tune_key(layer, 2, "thread", o), base);
+  TuneOptions blocks = o;
+  blocks.blocks = {2, 8};
+  EXPECT_NE(tune_key(layer, 2, "thread", blocks).candidates, base.candidates);
+  TuneOptions enumerated = o;
+  enumerated.enumerate.blocks = 8;
+  EXPECT_NE(tune_key(layer, 2, "thread", enumerated).candidates, base.candidates);
+  TuneOptions chunks = o;
+  chunks.chunk_bytes = {size_t{1} << 20};
+  EXPECT_NE(tune_key(layer, 2, "thread", chunks).candidates, base.candidates);
+  TuneOptions budget = o;
+  budget.budget_s = 30;
+  EXPECT_NE(tune_key(layer, 2, "thread", budget).candidates, base.candidates);
+  EXPECT_NE(tune_key(layer, 2, "thread", chunks).digest(), base.digest());
+}
+
+}  // namespace
+}  // namespace tandem::tune
