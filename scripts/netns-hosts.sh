@@ -84,6 +84,9 @@ trap 'exit 129' HUP
 # ip's own error is the one clear message; a namespace we may not make is a skip, not a failure.
 ip netns add "$ns_a" 2>"$dir/err" || skip "cannot create a network namespace: $(cat "$dir/err")"
 ip netns add "$ns_b" 2>"$dir/err" || skip "cannot create a network namespace: $(cat "$dir/err")"
+# Entering one makes a mount namespace and remounts /sys in it: inside a chroot whose root is not
+# a mount point (a fresh-machine check) that fails, and no host can be entered.
+ip netns exec "$ns_a" true 2>"$dir/err" || skip "cannot enter a network namespace: $(cat "$dir/err")"
 fail() { echo "netns-hosts: error: $*" >&2; exit 1; }
 ip link add "$host_a" type veth peer name "$host_b" 2>"$dir/err" || skip "cannot create a veth pair: $(cat "$dir/err")"
 ip link set "$host_a" netns "$ns_a" || fail "cannot move $host_a into $ns_a"
