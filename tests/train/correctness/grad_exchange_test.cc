@@ -203,6 +203,17 @@ TEST(GradClipping, TheNormIsTheWholeModelsOnEveryGrid) {
   }
 }
 
+// The updates stream their moments from a slow tier as the one-program step's do: bitwise the
+// weights of moments in memory.
+TEST(GradClipping, StateInTheSlowTierEqualsStateInMemory) {
+  for (const parallel::GridShape& g : std::vector<parallel::GridShape>{{2, 1, 1}, {2, 2, 1}}) {
+    const TrainResult memory = train(clipped_run(g, "adamw", "overlap", 0.05, "compiled"));
+    TrainConfig c = clipped_run(g, "adamw", "overlap", 0.05, "compiled");
+    c.optimizer.state_tier = "host";
+    expect_bitwise(memory, train(c), "host tier at " + g.str());
+  }
+}
+
 // Clipping takes effect: a limit below the norm gives other weights than no limit.
 TEST(GradClipping, ALimitBelowTheNormChangesTheStep) {
   const TrainResult plain =
