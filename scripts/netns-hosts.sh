@@ -59,6 +59,9 @@ dir=$(mktemp -d "${TMPDIR:-/tmp}/netns-hosts.$id.XXXXXX") || { echo "netns-hosts
 agent=$dir/agent
 
 child=
+# The first `ip netns add` on a machine makes /run/netns a mount point of its own; one this run
+# made goes again with the run (a chroot's copy must be removable afterwards).
+mountpoint -q /run/netns 2>/dev/null && netns_mounted_before=1 || netns_mounted_before=0
 teardown() {
   [ -n "$child" ] && kill -TERM "$child" 2>/dev/null
   for ns in $ns_a $ns_b; do
@@ -75,6 +78,9 @@ teardown() {
   # (`ip netns del` leaves /etc/netns alone)
   rm -rf "/etc/netns/$ns_a" "/etc/netns/$ns_b" "$dir"
   rmdir /etc/netns 2>/dev/null
+  if [ "$netns_mounted_before" = 0 ] && [ -z "$(ls -A /run/netns 2>/dev/null)" ]; then
+    umount /run/netns 2>/dev/null
+  fi
 }
 trap 'teardown' EXIT
 trap 'exit 130' INT
