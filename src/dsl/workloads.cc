@@ -134,25 +134,25 @@ Program grad_reduce(DType grad_dtype) {
   return p;
 }
 
-Program adam_update(DType grad_dtype) {
-  Program p("adam_update");
+namespace {
+
+// adam_update or lamb_update: the clipped direction on this rank's slice, the slice's new
+// weights (Adam's step, or LAMB's with its trust ratio), gathered into w in place.
+Program clipped_update(const char* name, DType grad_dtype, bool lamb) {
+  Program p(name);
   const Expr lr = p.scalar("lr");
   const auto [w_mine, r] = clipped_direction(p, grad_dtype);
   const Expr w = named_stage(p, "w");
-  const Expr w_slice = (w_mine - lr * r).named("w_slice");
+  const Expr w_slice = (lamb ? lamb_step(lr, w, w_mine, r) : w_mine - lr * r).named("w_slice");
   update(w, AllGather(w_slice).named("w_all")).named("w1");
   return p;
 }
 
-Program lamb_update(DType grad_dtype) {
-  Program p("lamb_update");
-  const Expr lr = p.scalar("lr");
-  const auto [w_mine, r] = clipped_direction(p, grad_dtype);
-  const Expr w = named_stage(p, "w");
-  const Expr w_slice = lamb_step(lr, w, w_mine, r).named("w_slice");
-  update(w, AllGather(w_slice).named("w_all")).named("w1");
-  return p;
-}
+}  // namespace
+
+Program adam_update(DType grad_dtype) { return clipped_update("adam_update", grad_dtype, false); }
+
+Program lamb_update(DType grad_dtype) { return clipped_update("lamb_update", grad_dtype, true); }
 
 Program grad_norm() {
   Program p("grad_norm");
