@@ -12,6 +12,7 @@
 #include "tandem/schedule/enumerate.h"
 #include "tandem/schedule/recipe.h"
 #include "tandem/tune/tune.h"
+#include "support/slowed_runner.h"
 #include "tune/tune_testing.h"
 
 namespace tandem::tune {
@@ -33,32 +34,11 @@ class ByRecipeExecutor final : public Executor {
     int ms = 60;
     if (parts[0].move == Move::Reorder && parts[0].fuse) ms -= 30;
     if (parts[1].overlap_matmul) ms -= parts[1].blocks == 2 ? 23 : 15;
-    return std::make_unique<Run>(ms, inner_->prepare(plan, comm, symbols));
+    return std::make_unique<testing::SlowedRunner>(inner_->prepare(plan, comm, symbols),
+                                                   std::chrono::milliseconds(ms));
   }
 
  private:
-  class Run final : public exec::Runner {
-   public:
-    Run(int ms, std::unique_ptr<exec::Runner> inner) : ms_(ms), inner_(std::move(inner)) {}
-    const dsl::Program& program() const override { return inner_->program(); }
-    const exec::Placement& placement() const override { return inner_->placement(); }
-    Tensor input(std::string_view name) const override { return inner_->input(name); }
-    void bind(std::string_view name, const Tensor& memory) override { inner_->bind(name, memory); }
-    Tensor output(std::string_view name) const override { return inner_->output(name); }
-    size_t allocated_bytes() const override { return inner_->allocated_bytes(); }
-    void set_scalar(std::string_view name, double value) override {
-      inner_->set_scalar(name, value);
-    }
-    void run() override {
-      inner_->run();
-      std::this_thread::sleep_for(std::chrono::milliseconds(ms_));
-    }
-    exec::TensorMap results() const override { return inner_->results(); }
-
-   private:
-    int ms_;
-    std::unique_ptr<exec::Runner> inner_;
-  };
   dsl::Program program_;
   std::unique_ptr<Executor> inner_;
 };

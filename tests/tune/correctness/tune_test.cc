@@ -17,6 +17,7 @@
 #include "tandem/exec/jit.h"
 #include "tandem/schedule/enumerate.h"
 #include "tandem/tune/tune.h"
+#include "support/slowed_runner.h"
 #include "tune/tune_testing.h"
 
 namespace tandem::tune {
@@ -38,39 +39,19 @@ class RiggedExecutor final : public Executor {
   std::unique_ptr<exec::Runner> prepare(const schedule::Plan& plan, comm::Communicator& comm,
                                        const dsl::SymbolMap& symbols) override {
     if (plan.name == r_.broken) user_error("cannot set up '{}' (on purpose)", plan.name);
-    return std::make_unique<Run>(r_, plan.name, inner_->prepare(plan, comm, symbols));
+    testing::SlowedRunner::Alter wrong;
+    if (plan.name == r_.wrong)
+      wrong = [](exec::TensorMap& out) {
+        if (out.empty()) return;
+        const Tensor& t = out.begin()->second;
+        if (t.numel() > 0) t.set(t.numel() / 2, t.get(t.numel() / 2) + 1.0f);
+      };
+    return std::make_unique<testing::SlowedRunner>(inner_->prepare(plan, comm, symbols),
+                                                   plan.name == r_.fast ? std::chrono::milliseconds(0) : r_.delay,
+                                                   std::move(wrong));
   }
 
  private:
-  class Run final : public exec::Runner {
-   public:
-    Run(const Rigged& r, std::string name, std::unique_ptr<exec::Runner> inner)
-        : r_(r), name_(std::move(name)), inner_(std::move(inner)) {}
-    const dsl::Program& program() const override { return inner_->program(); }
-    const exec::Placement& placement() const override { return inner_->placement(); }
-    Tensor input(std::string_view name) const override { return inner_->input(name); }
-    void bind(std::string_view name, const Tensor& memory) override { inner_->bind(name, memory); }
-    Tensor output(std::string_view name) const override { return inner_->output(name); }
-    size_t allocated_bytes() const override { return inner_->allocated_bytes(); }
-    void set_scalar(std::string_view name, double value) override { inner_->set_scalar(name, value); }
-    void run() override {
-      inner_->run();
-      if (name_ != r_.fast) std::this_thread::sleep_for(r_.delay);
-    }
-    exec::TensorMap results() const override {
-      exec::TensorMap out = inner_->results();
-      if (name_ == r_.wrong && !out.empty()) {
-        const Tensor& t = out.begin()->second;
-        if (t.numel() > 0) t.set(t.numel() / 2, t.get(t.numel() / 2) + 1.0f);
-      }
-      return out;
-    }
-
-   private:
-    const Rigged& r_;
-    std::string name_;
-    std::unique_ptr<exec::Runner> inner_;
-  };
   Rigged r_;
   std::unique_ptr<Executor> inner_;
 };
