@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 
 #include "hierarchical.h"
 #include "ring.h"
@@ -26,6 +27,20 @@ std::string_view reduce_op_name(ReduceOp op) {
     case ReduceOp::Min: return "min";
   }
   return "?";
+}
+
+void wait_all(std::vector<Request>& requests) {
+  std::vector<Request> pending = std::move(requests);
+  requests.clear();
+  std::exception_ptr first;
+  for (Request& r : pending) {
+    try {
+      r.wait();
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  if (first) std::rethrow_exception(first);
 }
 
 std::string_view collective_name(CollectiveKind kind) {

@@ -167,6 +167,14 @@ Program sum_in_place() {
   return p;
 }
 
+Program grad_handoff() {
+  Program p("grad_handoff", 2);
+  const Expr d = p.input(F32, {"N"}, Replicated, "d", 1);
+  const Expr d_prev = p.input(F32, {"N"}, Replicated, "d_prev", 0);
+  update(d_prev, Recv(Send(d, 0).named("d_to_prev")).named("d_received")).named("d_prev1");
+  return p;
+}
+
 Program megatron_layer(DType dtype, double dropout_p) {
   Program p("megatron_layer");
   p.output(megatron_body(p, dtype, dropout_p, 0), "out");

@@ -780,6 +780,18 @@ size_t CompiledRunner::allocated_bytes(std::string_view name) const {
 // ------------------------------------------------------------------------------------- run
 
 void CompiledRunner::run() {
+  run_leaving_sends();
+  wait_sends();
+}
+
+void CompiledRunner::wait_sends() {
+  State& s = *state_;
+  const size_t capacity = s.sends.capacity();
+  comm::wait_all(s.sends);
+  s.sends.reserve(capacity);  // the run allocates nothing
+}
+
+void CompiledRunner::run_leaving_sends() {
   State& s = *state_;
   if (!s.unbound.empty())
     user_error("plan '{}': input '{}' is to be bound, and is not; call bind first", s.plan.name,
@@ -789,16 +801,13 @@ void CompiledRunner::run() {
       user_error("plan '{}': scalar '{}' is not bound; call set_scalar first", s.plan.name, s.prog.display_name(id));
   const int rc = s.run_fn(&s.args);
   s.drain();
-  std::exception_ptr send_error;
-  for (comm::Request& req : s.sends) {
-    try {
-      req.wait();
-    } catch (...) {
-      if (!send_error) send_error = std::current_exception();
-    }
-  }
-  s.sends.clear();
   if (rc != 0) {
+    // The run's failure first: its sends are waited for (and their own failures dropped), so
+    // that none is left reading memory the caller may free.
+    try {
+      comm::wait_all(s.sends);
+    } catch (...) {
+    }
     std::exception_ptr e;
     {
       std::lock_guard<std::mutex> lock(s.error_mutex);
@@ -812,7 +821,6 @@ void CompiledRunner::run() {
     if (e) std::rethrow_exception(e);
     internal_error(fmt::format("compiled plan '{}' returned {} without an error", s.plan.name, rc));
   }
-  if (send_error) std::rethrow_exception(send_error);
 }
 
 }  // namespace tandem::exec

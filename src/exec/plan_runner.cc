@@ -203,7 +203,8 @@ class PlanRunner::Impl {
   }
   size_t allocated_bytes() const { return total_bytes_; }
 
-  void run() {
+  // Runs the plan; its sends are waited for here unless `leave_sends` (wait_sends() then).
+  void run(bool leave_sends) {
     if (!unbound_.empty())
       user_error("plan '{}': input '{}' is to be bound, and is not; call bind first", plan_.name,
                  p_.display_name(unbound_.front()));
@@ -214,9 +215,10 @@ class PlanRunner::Impl {
       if (!mine(s.group)) continue;
       step(s, Ctx{});
     }
-    for (comm::Request& r : sends_) r.wait();
-    sends_.clear();
+    if (!leave_sends) wait_sends();
   }
+
+  void wait_sends() { comm::wait_all(sends_); }
 
  private:
   // ----------------------------------------------------------------------------------- setup
@@ -972,7 +974,9 @@ void PlanRunner::bind(std::string_view name, const Tensor& memory) { impl_->bind
 Tensor PlanRunner::input(std::string_view name) const { return impl_->input(name); }
 void PlanRunner::load(std::string_view name, const Tensor& value) { impl_->load(name, value); }
 void PlanRunner::set_scalar(std::string_view name, double value) { impl_->set_scalar(name, value); }
-void PlanRunner::run() { impl_->run(); }
+void PlanRunner::run() { impl_->run(false); }
+void PlanRunner::run_leaving_sends() { impl_->run(true); }
+void PlanRunner::wait_sends() { impl_->wait_sends(); }
 Tensor PlanRunner::output(std::string_view name) const { return impl_->output(name); }
 PlanRunner::Piece PlanRunner::piece(std::string_view name) const { return impl_->piece(name); }
 size_t PlanRunner::allocated_bytes(std::string_view name) const { return impl_->allocated_bytes(name); }

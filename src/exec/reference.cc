@@ -131,8 +131,12 @@ bool flat_split_matches(const Shape& shape, int d, int p) {
 
 class Interpreter : public dsl::Visitor {
  public:
-  Interpreter(const Program& program, comm::Communicator& world, const RunArgs& args)
-      : p_(program), world_(world), args_(args), place_(placement(program, world)) {}
+  // `group`: this rank's group already split off `world` (null: split it here); `sends_left`:
+  // where the sends go unwaited (null: waited before run returns).
+  Interpreter(const Program& program, comm::Communicator& world, const RunArgs& args,
+              comm::Communicator* group = nullptr, std::vector<comm::Request>* sends_left = nullptr)
+      : p_(program), world_(world), args_(args), place_(placement(program, world)), group_(group),
+        sends_left_(sends_left) {}
 
   TensorMap run() {
     p_.validate();
@@ -147,15 +151,17 @@ class Interpreter : public dsl::Visitor {
     }
     for (const dsl::Output& o : p_.outputs()) keep_[static_cast<size_t>(o.stage)] = 1;
     // Set up: every rank joins the split, then talks to its own group.
-    if (place_.groups > 1) {
-      group_owned_ = world_.split(place_.group, place_.index);
-      group_ = group_owned_.get();
-    } else {
-      group_ = &world_;
+    if (group_ == nullptr) {
+      group_owned_ = split_group(p_, world_);
+      group_ = group_owned_ != nullptr ? group_owned_.get() : &world_;
     }
     check_inputs();
     visit(p_);
-    for (comm::Request& r : sends_) r.wait();
+    if (sends_left_ != nullptr) {
+      for (comm::Request& r : sends_) sends_left_->push_back(std::move(r));
+    } else {
+      comm::wait_all(sends_);
+    }
     TensorMap out;
     for (const dsl::Output& o : p_.outputs())
       if (mine(p_.stage(o.stage))) out[o.name] = values_[static_cast<size_t>(o.stage)];
@@ -504,19 +510,31 @@ class Interpreter : public dsl::Visitor {
   comm::Communicator& world_;
   const RunArgs& args_;
   Placement place_;
-  std::unique_ptr<comm::Communicator> group_owned_;
   comm::Communicator* group_ = nullptr;
+  std::unique_ptr<comm::Communicator> group_owned_;
   std::vector<Shape> global_;
   std::vector<Tensor> values_;
   std::vector<int> last_use_;  // the last stage reading each value, or -1
   std::vector<char> keep_;     // values that must outlive their readers
   std::vector<comm::Request> sends_;
+  std::vector<comm::Request>* sends_left_ = nullptr;
 };
 
 }  // namespace
 
+std::unique_ptr<comm::Communicator> split_group(const dsl::Program& program, comm::Communicator& comm) {
+  const Placement place = placement(program, comm);
+  if (place.groups == 1) return nullptr;
+  return comm.split(place.group, place.index);
+}
+
 TensorMap run_reference(const Program& program, comm::Communicator& comm, const RunArgs& args) {
   return Interpreter(program, comm, args).run();
+}
+
+TensorMap run_reference(const Program& program, comm::Communicator& comm, comm::Communicator& group,
+                        const RunArgs& args, std::vector<comm::Request>* sends_left) {
+  return Interpreter(program, comm, args, &group, sends_left).run();
 }
 
 }  // namespace tandem::exec

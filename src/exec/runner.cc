@@ -90,6 +90,8 @@ std::unique_ptr<Runner> make_runner(RunnerKind kind, const schedule::Plan& plan,
 ReferenceRunner::ReferenceRunner(const dsl::Program& program, comm::Communicator& comm,
                                  const dsl::SymbolMap& symbols, const RunnerOptions& options)
     : program_(program), comm_(comm), place_(exec::placement(program, comm)) {
+  group_owned_ = split_group(program, comm);
+  group_ = group_owned_ != nullptr ? group_owned_.get() : &comm;
   Allocator& alloc = options.alloc != nullptr ? *options.alloc : host_allocator();
   args_.symbols = symbols;
   const std::vector<Shape> shapes = program.resolve_shapes(symbols);
@@ -133,10 +135,16 @@ void ReferenceRunner::bind(std::string_view name, const Tensor& memory) {
 
 void ReferenceRunner::set_scalar(std::string_view name, double value) { args_.scalars[std::string(name)] = value; }
 
-void ReferenceRunner::run() {
+void ReferenceRunner::run() { run(nullptr); }
+
+void ReferenceRunner::run_leaving_sends() { run(&sends_); }
+
+void ReferenceRunner::wait_sends() { comm::wait_all(sends_); }
+
+void ReferenceRunner::run(std::vector<comm::Request>* sends_left) {
   if (!unbound_.empty())
     user_error("program '{}': input '{}' is to be bound, and is not; call bind first", program_.name(), unbound_[0]);
-  const TensorMap values = run_reference(program_, comm_, args_);
+  const TensorMap values = run_reference(program_, comm_, *group_, args_, sends_left);
   for (const auto& [name, out] : outputs_) {
     auto it = values.find(name);
     TANDEM_CHECK(it != values.end() && it->second.nbytes() == out.nbytes(), "program '{}' output '{}'",

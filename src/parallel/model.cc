@@ -16,7 +16,6 @@ using Clock = std::chrono::steady_clock;
 
 // The tag of the activation gradients sent back over a pipeline boundary: above any stage id
 // the pipeline program tags its sends with.
-constexpr int kGradTag = 30000;
 
 Tensor view(const float* p, Shape s) {
   return Tensor::view_of(const_cast<float*>(p), DType::F32, std::move(s));
@@ -125,6 +124,10 @@ struct ParallelGPT::Programs {
   // the tied embedding's between the first and the last stage (bound to its gradient).
   std::unique_ptr<ProgramRunner> sum;
   std::unique_ptr<exec::Runner> tp_sum, tied_sum;
+  // The backward's hand-off of the gradient of a stage's input to the previous stage
+  // (grad_handoff): sent from the link to the previous stage, received on the link to the next.
+  std::unique_ptr<ProgramRunner> handoff;
+  std::unique_ptr<exec::Runner> grad_send, grad_recv;
   exec::Runner* attn[2] = {nullptr, nullptr};  // K = C: attention's projection
   exec::Runner* mlp[2] = {nullptr, nullptr};   // K = 4C: the MLP's projection
   exec::Runner* send[2] = {nullptr, nullptr};  // this stage's last block, handed to the next
@@ -188,12 +191,19 @@ ParallelGPT::ParallelGPT(const nn::GPTConfig& config, Grid& grid, int micro_rows
       pr.attn_s[v] = pr.megatron[v]->prepare(grid.tp(), {{"B", N}, {"K", C}, {"H", C}}, kEpilogueInputs);
       pr.mlp_s[v] = pr.megatron[v]->prepare(grid.tp(), {{"B", N}, {"K", 4 * C}, {"H", C}}, kEpilogueInputs);
     }
-  if (grid.from_prev() != nullptr)
+  if (grid.from_prev() != nullptr || grid.to_next() != nullptr)
+    pr.handoff = std::make_unique<ProgramRunner>(dsl::workloads::grad_handoff(), std::vector<std::string>{},
+                                                 options.executor);
+  if (grid.from_prev() != nullptr) {
     for (int v = 0; v < variants; ++v)
       pr.recv_s[v] = pr.pipeline_recv[v]->prepare(*grid.from_prev(), {{"B", N}, {"K", 4 * C}, {"H", C}});
-  if (grid.to_next() != nullptr)
+    pr.grad_send = pr.handoff->prepare(*grid.from_prev(), {{"N", N * C}}, {"d"});
+  }
+  if (grid.to_next() != nullptr) {
     for (int v = 0; v < variants; ++v)
       pr.send_s[v] = pr.pipeline[v]->prepare(*grid.to_next(), {{"B", N}, {"K", 4 * C}, {"H", C}}, kEpilogueInputs);
+    pr.grad_recv = pr.handoff->prepare(*grid.to_next(), {{"N", N * C}}, {"d_prev"});
+  }
   const bool tied = grid.tied() != nullptr;
   if (any_shard || tied)
     pr.sum = std::make_unique<ProgramRunner>(dsl::workloads::sum_in_place(), std::vector<std::string>{"AR-C"},
@@ -214,10 +224,10 @@ ParallelGPT::ParallelGPT(const nn::GPTConfig& config, Grid& grid, int micro_rows
 }
 
 ParallelGPT::~ParallelGPT() {
-  // Sends still in flight read grad_send_: let them finish before the buffers go.
-  for (comm::Request& r : pending_sends_) {
+  // Hand-offs still in flight read grad_send_: let them finish before the buffers go.
+  if (programs_ && programs_->grad_send) {
     try {
-      r.wait();
+      programs_->grad_send->wait_sends();
     } catch (...) {
     }
   }
@@ -409,9 +419,10 @@ void ParallelGPT::backward_micro(const MicroBatch& mb, int k, const nn::StepRng&
         emit("compute", "backward head", begin);
       } else {
         const auto begin = Clock::now();
-        comm::Communicator& link = *grid_.to_next();
-        link.recv(view(dres, Shape{elems}), grid_.shape().tp + grid_.coord().tp, kGradTag);
-        emit("comm", "pipeline recv grad", begin);
+        exec::Runner& handoff = *programs_->grad_recv;
+        handoff.bind("d_prev", view(dres, Shape{elems}));  // received in place
+        handoff.run();
+        emit("comm", "pipeline grad_handoff (recv)", begin);
       }
     }
     const auto begin = Clock::now();
@@ -426,11 +437,16 @@ void ParallelGPT::backward_micro(const MicroBatch& mb, int k, const nn::StepRng&
         nn::embedding_backward(config_, layout_.embedding(gbase), dres, mb.tokens, ws, B, T, rng);
         emit("compute", "backward embedding", eb);
       } else {
-        // Asynchronous, so that this stage goes on to its next forward while the previous stage
-        // is still busy: waiting here would deadlock 1F1B (both stages sending at once).
+        // Left in flight, so that this stage goes on to its next forward while the previous stage
+        // is still busy: waiting here would deadlock 1F1B (both stages sending at once). The
+        // send reads this micro-batch's own copy, as dres is the next backward's workspace.
+        const auto hb = Clock::now();
         Tensor& buf = grad_send_[static_cast<size_t>(k)];
         std::memcpy(buf.data(), dres, static_cast<size_t>(elems) * sizeof(float));
-        pending_sends_.push_back(grid_.from_prev()->isend(buf, grid_.coord().tp, kGradTag));
+        exec::Runner& handoff = *programs_->grad_send;
+        handoff.bind("d", buf);
+        handoff.run_leaving_sends();
+        emit("comm", "pipeline grad_handoff (send)", hb);
       }
     }
     memory_->end_backward(k, u);
@@ -455,9 +471,10 @@ double ParallelGPT::forward_backward(const std::vector<MicroBatch>& micro, uint6
     else backward_micro(mb, op.micro, rng_of(op.micro), dloss);
   }
   const auto begin = Clock::now();
-  for (comm::Request& r : pending_sends_) r.wait();
-  pending_sends_.clear();
-  if (!grad_send_.empty()) emit("comm", "pipeline send grads (wait)", begin);
+  if (programs_->grad_send) {
+    programs_->grad_send->wait_sends();
+    emit("comm", "pipeline grad_handoff (wait)", begin);
+  }
   return loss_sum;
 }
 

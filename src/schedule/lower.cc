@@ -191,6 +191,12 @@ void Lowering::storage() {
     if (st.op != Op::Update) continue;
     const int t = st.args[0], w = st.args[1];
     const Stage& ws = p_.stage(w);
+    if (ws.op == Op::Recv && !val(w).output && users_[static_cast<size_t>(w)].size() == 1 &&
+        users_[static_cast<size_t>(t)].size() == 1 && val(w).storage == val(t).storage) {
+      // update(t, Recv(x)), t read by nothing else: the message lands in t's buffer.
+      val(w).alias = t;
+      continue;
+    }
     if (dsl::op_kind(ws.op) == OpKind::Source || ws.op == Op::Scatter || ws.op == Op::Recv || val(w).output ||
         val(w).alias >= 0 || users_[static_cast<size_t>(w)].size() != 1 || val(w).storage != val(t).storage ||
         val(w).storage == Storage::None || in_overlap(w) || unit(w) < 0)

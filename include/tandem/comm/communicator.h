@@ -90,6 +90,10 @@ class Request {
   std::shared_ptr<State> state_;
 };
 
+// Waits for every request and empties `requests`, then rethrows the first failure: none is left
+// in flight when it throws.
+void wait_all(std::vector<Request>& requests);
+
 enum class CollectiveKind : uint8_t { AllReduce, ReduceScatter, AllGather, Broadcast };
 std::string_view collective_name(CollectiveKind kind);  // "all_reduce", "reduce_scatter", ...
 

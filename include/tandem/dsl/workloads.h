@@ -18,6 +18,8 @@
 //               scalar seed (dropout's key); output out (dtype [B, H] Replicated).
 //   pipeline_stage  2 groups: group 0 runs megatron_layer on its ranks (same names) and sends
 //               `out` to group 1, whose rank i receives it from rank i of group 0 as output h.
+//   grad_handoff  2 groups, symbol N: input d (f32 [N] Replicated, group 1) is sent to group 0
+//               and received into input d_prev (f32 [N] Replicated, group 0), in place.
 #pragma once
 
 #include <string_view>
@@ -54,6 +56,11 @@ Program grad_norm();
 // Local. The trainer's gradient reductions outside the optimizer: the tensor-parallel backward's
 // input gradient, the tied embedding's gradient between the first and the last stage.
 Program sum_in_place();
+
+// The pipeline's backward hand-off: rank i of group 1 (a stage) sends the gradient of its input,
+// d, to rank i of group 0 (the previous stage), where it lands in d_prev in place:
+// update(d_prev, Recv(Send(d, 0))).
+Program grad_handoff();
 
 // Megatron's row-parallel layer: out = dropout(AllReduce(Sum, x @ w) + bias, p) + residual.
 // x @ w is Partial: each rank multiplies its K-slice, and the AllReduce sums the parts.

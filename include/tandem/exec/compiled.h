@@ -94,6 +94,8 @@ class CompiledRunner final : public Runner {
 
   // Runs the compiled plan once; every rank of the communicator calls it together.
   void run() override;
+  void run_leaving_sends() override;
+  void wait_sends() override;
 
   // This rank's piece of output `name` after run() (a view of the runner's storage), and where a
   // stored piece sits in the whole.

@@ -61,6 +61,8 @@ class PlanRunner final : public Runner {
 
   // Runs the plan once; every rank of the communicator calls it together.
   void run() override;
+  void run_leaving_sends() override;
+  void wait_sends() override;
 
   // This rank's piece of output `name` after run() (a view of the runner's storage).
   Tensor output(std::string_view name) const override;

@@ -29,7 +29,9 @@
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "tandem/comm/communicator.h"
 #include "tandem/core/tensor.h"
@@ -66,6 +68,14 @@ Placement placement(const dsl::Program& program, const comm::Communicator& comm)
 // Bad arguments (a missing, misshapen or unknown input, an unbound symbol or scalar, a rank count
 // that does not fit the groups, a broadcast root outside the group) are UserErrors naming them.
 TensorMap run_reference(const dsl::Program& program, comm::Communicator& comm, const RunArgs& args);
+
+// For a caller that runs the program many times (ReferenceRunner): this rank's group split off
+// `comm` once (null when the program has one group: the group is comm itself), every rank
+// calling it together; then run_reference on that group, with the sends left in flight in
+// `sends_left` when it is not null.
+std::unique_ptr<comm::Communicator> split_group(const dsl::Program& program, comm::Communicator& comm);
+TensorMap run_reference(const dsl::Program& program, comm::Communicator& comm, comm::Communicator& group,
+                        const RunArgs& args, std::vector<comm::Request>* sends_left);
 
 // ---------------------------------------------------------------------------- pieces of tensors
 

@@ -76,6 +76,15 @@ class Runner {
   virtual void set_scalar(std::string_view name, double value) = 0;
   // Runs the program once; every rank of the communicator calls it together.
   virtual void run() = 0;
+  // Runs the program once as run() does, but returns with this rank's sends still in flight, so
+  // that a pipeline stage goes on computing while its hand-off travels (1F1B deadlocks when both
+  // ends of a link wait for their sends). A send reads its value where it lies until it
+  // completes: send a bound input, and leave its memory alone until then (the runner's own
+  // storage is rewritten by the next run). wait_sends() completes every send left so, and
+  // rethrows the first failure; a runner destroyed with sends in flight cancels nothing (comm's
+  // Request rules).
+  virtual void run_leaving_sends() = 0;
+  virtual void wait_sends() = 0;
   // This rank's piece of output `name` after run(): a view of the runner's storage, the same
   // memory from construction on, so that another runner may bind it as an input.
   virtual Tensor output(std::string_view name) const = 0;
@@ -117,13 +126,20 @@ class ReferenceRunner final : public Runner {
   void bind(std::string_view name, const Tensor& memory) override;
   void set_scalar(std::string_view name, double value) override;
   void run() override;
+  void run_leaving_sends() override;
+  void wait_sends() override;
   Tensor output(std::string_view name) const override;
   size_t allocated_bytes() const override { return bytes_; }
 
  private:
+  void run(std::vector<comm::Request>* sends_left);
+
   const dsl::Program& program_;
   comm::Communicator& comm_;
   Placement place_;
+  std::unique_ptr<comm::Communicator> group_owned_;  // this rank's group, when the program has several
+  comm::Communicator* group_ = nullptr;
+  std::vector<comm::Request> sends_;
   RunArgs args_;
   TensorMap outputs_;
   std::vector<std::string> unbound_;

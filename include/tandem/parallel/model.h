@@ -6,11 +6,14 @@
 //   - the hand-off at a pipeline boundary (pp > 1): the last block's MLP epilogue is
 //     dsl::workloads::pipeline_stage on the link to the next stage, which computes the block's
 //     output on this stage's tp group and sends it to the next stage, whose ranks receive it as
-//     the same program's group 1.
-// The gradient going back over a pipeline boundary is a plain isend/irecv (the DSL has no
-// backward programs), the column-parallel AllReduce of the backward pass is a plain
-// Communicator call (tensor_parallel.h), and the data-parallel reduction is the optimizer's
-// program (train/optimizer.h), run after forward_backward.
+//     the same program's group 1;
+//   - the gradient going back over a pipeline boundary: dsl::workloads::grad_handoff, the
+//     sender's run leaving its send in flight (Runner::run_leaving_sends) so that 1F1B goes on,
+//     the receiver's landing in its dres workspace in place;
+//   - the backward's sums of input gradients over tp() and of the tied embedding's gradient over
+//     tied(): dsl::workloads::sum_in_place, in the gradient's own buffer.
+// The data-parallel reduction is the optimizer's program (train/optimizer.h), run bucket by
+// bucket as the backward finishes them (gradients_ready) or after forward_backward.
 //
 // Blocks run by halves (attention, then MLP: the units an out-of-core memory places). With
 // tp == 1 the halves inside a stage are nn's own (no program runs; a single-rank run is exactly
@@ -162,7 +165,6 @@ class ParallelGPT {
   std::unique_ptr<Resident> resident_;  // the in-core memory, when none was given
   nn::ActivationMemory* memory_;
   std::vector<Tensor> grad_send_;  // one (B, T, C) buffer per micro-batch (stages > 0)
-  std::vector<comm::Request> pending_sends_;
   std::unique_ptr<Programs> programs_;
   EventSink sink_;
   GradientsReady gradients_ready_;

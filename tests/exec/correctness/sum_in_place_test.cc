@@ -34,7 +34,9 @@ TEST(SumInPlace, EveryScheduleSumsIntoTheBoundBuffer) {
           o.bound = {"g"};
           std::unique_ptr<Runner> r = make_runner(kind, plan, c, {{"N", n}}, o);
           // (The plan runner, an interpreter, keeps f32 scratch for its chunks.)
-          if (ns.name == "AR-C" && kind != RunnerKind::Plan) EXPECT_LT(r->allocated_bytes(), 1024u) << what;
+          if (ns.name == "AR-C" && kind != RunnerKind::Plan) {
+            EXPECT_LT(r->allocated_bytes(), 1024u) << what;
+          }
           r->bind("g", Tensor::view_of(g.data(), DType::F32, Shape{n}));
           r->run();
           for (int64_t i = 0; i < n; ++i) {

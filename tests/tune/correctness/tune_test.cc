@@ -105,6 +105,8 @@ class ScriptedExecutor final : public Executor {
     Tensor output(std::string_view name) const override { return inner_->output(name); }
     size_t allocated_bytes() const override { return inner_->allocated_bytes(); }
     void set_scalar(std::string_view name, double value) override { inner_->set_scalar(name, value); }
+    void run_leaving_sends() override { inner_->run_leaving_sends(); }
+    void wait_sends() override { inner_->wait_sends(); }
     void run() override {
       inner_->run();
       std::this_thread::sleep_for(delay_);
