@@ -127,7 +127,7 @@ struct CompiledRunner::State {
     });
     return staging.data();
   }
-  std::vector<int> unbound;  // inputs the caller binds, not bound yet
+  std::vector<std::pair<int, std::string>> unbound;  // buffers the caller binds (bind_target) and their names, not bound yet
   Tensor wide;  // reduce_in_f32: f32 copies of a 16-bit collective's buffer and of this rank's part
   bool reduce_in_f32 = false;
   tandem_entry_fn run_fn = nullptr;
@@ -544,8 +544,8 @@ CompiledRunner::CompiledRunner(std::shared_ptr<const CompiledPlan> compiled, com
   }
   const int p = s.place.group_size, r = s.place.index;
   for (const std::string& name : runner.bound) {
-    const int id = s.find_named(name, dsl::Op::Input, "input");
-    if (mine(prog.stage(id), s.place)) s.unbound.push_back(id);
+    const int id = schedule::bind_target(plan, name);
+    if (mine(prog.stage(id), s.place)) s.unbound.emplace_back(id, name);
   }
 
   // Buffers: one per value that owns storage, in this rank's group (bound inputs: the caller's).
@@ -571,7 +571,7 @@ CompiledRunner::CompiledRunner(std::shared_ptr<const CompiledPlan> compiled, com
     if (v.alias >= 0 || v.storage == Storage::None || !mine(st, s.place)) continue;
     Shape shape = schedule::stored_shape(plan, static_cast<int>(id), s.global, p, r);
     if (v.storage == Storage::Block) shape = block_shape(plan, static_cast<int>(id), s.global, p, r);
-    if (std::find(s.unbound.begin(), s.unbound.end(), static_cast<int>(id)) != s.unbound.end()) {
+    if (std::any_of(s.unbound.begin(), s.unbound.end(), [&](const auto& u) { return u.first == static_cast<int>(id); })) {
       s.views[id] = Tensor::view_of(nullptr, st.type.dtype, shape);  // its shape, until bind()
       continue;
     }
@@ -691,17 +691,17 @@ const Placement& CompiledRunner::placement() const { return state_->place; }
 // The input's buffer becomes the caller's memory, for every value that lives in it.
 void CompiledRunner::bind(std::string_view name, const Tensor& memory) {
   State& s = *state_;
-  const int id = s.find_named(name, dsl::Op::Input, "input");
+  const int id = schedule::bind_target(s.plan, name);
   s.check_mine(id, name);
   const size_t sid = static_cast<size_t>(id);
   const Storage st = s.plan.values[sid].storage;
   TANDEM_CHECK(s.root[sid] == id && (st == Storage::Full || st == Storage::Slice),
-               "plan '{}': input '{}' owns no buffer of its own", s.plan.name, name);
+               "plan '{}': '{}' owns no buffer of its own", s.plan.name, name);
   const Tensor& stored = s.views[sid];
   s.views[sid] = checked_binding(s.prog.name(), name, stored.shape(), stored.dtype(), memory);
   for (size_t k = 0; k < s.root.size(); ++k)
     if (s.root[k] == id) s.buf[k] = s.views[sid].data();
-  std::erase(s.unbound, id);
+  std::erase_if(s.unbound, [&](const auto& u) { return u.first == id; });
 }
 
 void CompiledRunner::load(std::string_view name, const Tensor& value) {
@@ -794,8 +794,7 @@ void CompiledRunner::wait_sends() {
 void CompiledRunner::run_leaving_sends() {
   State& s = *state_;
   if (!s.unbound.empty())
-    user_error("plan '{}': input '{}' is to be bound, and is not; call bind first", s.plan.name,
-               s.prog.display_name(s.unbound.front()));
+    user_error("plan '{}': '{}' is to be bound, and is not; call bind first", s.plan.name, s.unbound.front().second);
   for (int id : s.prog.scalars())
     if (mine(s.prog.stage(id), s.place) && !s.scalar_bound[static_cast<size_t>(id)])
       user_error("plan '{}': scalar '{}' is not bound; call set_scalar first", s.plan.name, s.prog.display_name(id));

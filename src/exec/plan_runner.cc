@@ -103,8 +103,8 @@ class PlanRunner::Impl {
     in_loop_.assign(ns, 0);
     for (const Step& s : plan.steps) scan(s, 1);
     for (const std::string& name : bound) {
-      const int id = find_named(name, Op::Input, "input");
-      if (mine(p_.stage(id).type.group)) unbound_.push_back(id);
+      const int id = schedule::bind_target(plan_, name);
+      if (mine(p_.stage(id).type.group)) unbound_.emplace_back(id, name);
     }
     allocate();
   }
@@ -146,17 +146,17 @@ class PlanRunner::Impl {
                dst.str(), shape(id).str(), s.type.layout.str(), value.str());
   }
 
-  // The input's buffer becomes the caller's memory; values aliased to it follow, as view() finds
-  // every value's buffer through its root.
+  // The input's (or output's) buffer becomes the caller's memory; values aliased to it follow, as
+  // view() finds every value's buffer through its root.
   void bind(std::string_view name, const Tensor& memory) {
-    const int id = find_named(name, Op::Input, "input");
+    const int id = schedule::bind_target(plan_, name);
     check_mine(id, name);
     const Storage st = value_of(id).storage;
     TANDEM_CHECK(value_of(id).alias < 0 && (st == Storage::Full || st == Storage::Slice),
-                 "plan '{}': input '{}' owns no buffer of its own", plan_.name, name);
+                 "plan '{}': '{}' owns no buffer of its own", plan_.name, name);
     bufs_[static_cast<size_t>(id)] =
         checked_binding(p_.name(), name, st == Storage::Full ? shape(id) : local(id), p_.stage(id).type.dtype, memory);
-    std::erase(unbound_, id);
+    std::erase_if(unbound_, [&](const auto& u) { return u.first == id; });
   }
 
   void set_scalar(std::string_view name, double value) {
@@ -206,8 +206,7 @@ class PlanRunner::Impl {
   // Runs the plan; its sends are waited for here unless `leave_sends` (wait_sends() then).
   void run(bool leave_sends) {
     if (!unbound_.empty())
-      user_error("plan '{}': input '{}' is to be bound, and is not; call bind first", plan_.name,
-                 p_.display_name(unbound_.front()));
+      user_error("plan '{}': '{}' is to be bound, and is not; call bind first", plan_.name, unbound_.front().second);
     for (int id : p_.scalars())
       if (mine(p_.stage(id).type.group) && !scalar_bound_[static_cast<size_t>(id)])
         user_error("plan '{}': scalar '{}' is not bound; call set_scalar first", plan_.name, p_.display_name(id));
@@ -286,7 +285,8 @@ class PlanRunner::Impl {
     for (const Stage& s : p_.stages()) {
       const schedule::Value& v = value_of(s.id);
       if (!mine(s.type.group) || v.alias >= 0) continue;
-      if (std::find(unbound_.begin(), unbound_.end(), s.id) != unbound_.end()) continue;  // the caller's
+      if (std::any_of(unbound_.begin(), unbound_.end(), [&](const auto& u) { return u.first == s.id; }))
+        continue;  // the caller's
       switch (v.storage) {
         case Storage::None: break;
         case Storage::Full:
@@ -942,7 +942,7 @@ class PlanRunner::Impl {
   comm::Communicator* comm_ = nullptr;
   int group_size_ = 1, group_ = 0, index_ = 0;
   Placement place_;
-  std::vector<int> unbound_;  // inputs the caller binds, not bound yet
+  std::vector<std::pair<int, std::string>> unbound_;  // buffers the caller binds (bind_target) and their names, not bound yet
   std::vector<Shape> shapes_;
   std::vector<Tensor> bufs_;
   std::vector<size_t> bytes_;

@@ -109,13 +109,19 @@ ReferenceRunner::ReferenceRunner(const dsl::Program& program, comm::Communicator
     args_.inputs[s.name] = Tensor::zeros(s.type.dtype, local, alloc);
     bytes_ += args_.inputs[s.name].nbytes();
   }
-  // Outputs in storage of their own, the same for every run, so that another runner may bind one.
+  // Outputs in storage of their own (or the caller's, once bound), the same for every run, so
+  // that another runner may bind one.
   for (const dsl::Output& o : program.outputs()) {
     const dsl::Stage& s = program.stage(o.stage);
     if (!in_group(s, place_)) continue;
-    outputs_[o.name] = Tensor::zeros(
-        s.type.dtype,
-        dsl::local_shape(shapes[static_cast<size_t>(o.stage)], s.type.layout, place_.group_size, place_.index), alloc);
+    const Shape local =
+        dsl::local_shape(shapes[static_cast<size_t>(o.stage)], s.type.layout, place_.group_size, place_.index);
+    if (std::find(options.bound.begin(), options.bound.end(), o.name) != options.bound.end()) {
+      outputs_[o.name] = Tensor::view_of(nullptr, s.type.dtype, local);
+      unbound_.push_back(o.name);
+      continue;
+    }
+    outputs_[o.name] = Tensor::zeros(s.type.dtype, local, alloc);
     bytes_ += outputs_[o.name].nbytes();
   }
 }
@@ -128,7 +134,9 @@ Tensor ReferenceRunner::input(std::string_view name) const {
 
 void ReferenceRunner::bind(std::string_view name, const Tensor& memory) {
   auto it = args_.inputs.find(name);
-  if (it == args_.inputs.end()) user_error("program '{}' has no input '{}' on this rank", program_.name(), name);
+  TensorMap& where = it != args_.inputs.end() ? args_.inputs : outputs_;
+  if (&where == &outputs_) it = outputs_.find(name);
+  if (it == where.end()) user_error("program '{}' has no input or output '{}' on this rank", program_.name(), name);
   it->second = checked_binding(program_.name(), name, it->second.shape(), it->second.dtype(), memory);
   std::erase(unbound_, std::string(name));
 }
@@ -143,7 +151,7 @@ void ReferenceRunner::wait_sends() { comm::wait_all(sends_); }
 
 void ReferenceRunner::run(std::vector<comm::Request>* sends_left) {
   if (!unbound_.empty())
-    user_error("program '{}': input '{}' is to be bound, and is not; call bind first", program_.name(), unbound_[0]);
+    user_error("program '{}': '{}' is to be bound, and is not; call bind first", program_.name(), unbound_[0]);
   const TensorMap values = run_reference(program_, comm_, *group_, args_, sends_left);
   for (const auto& [name, out] : outputs_) {
     auto it = values.find(name);

@@ -21,14 +21,8 @@ Tensor view(const float* p, Shape s) {
   return Tensor::view_of(const_cast<float*>(p), DType::F32, std::move(s));
 }
 
-// The layer's inputs, bound where they lie (zero copy): the program only reads them.
-const std::vector<std::string> kEpilogueInputs = {"x", "w", "bias", "residual"};
-
-void copy(float* dst, const Tensor& src, int64_t n) {
-  TANDEM_CHECK(src.dtype() == DType::F32 && src.numel() == n, "program output {} where {} floats "
-               "were expected", src.str(), n);
-  std::memcpy(dst, src.data(), static_cast<size_t>(n) * sizeof(float));
-}
+// The epilogue's inputs and output, bound where the layer's tensors lie: no copy in or out.
+const std::vector<std::string> kEpilogueBound = {"x", "w", "bias", "residual", "out"};
 
 }  // namespace
 
@@ -188,20 +182,20 @@ ParallelGPT::ParallelGPT(const nn::GPTConfig& config, Grid& grid, int micro_rows
   }
   for (int v = 0; v < variants; ++v)
     if (pr.megatron[v]) {
-      pr.attn_s[v] = pr.megatron[v]->prepare(grid.tp(), {{"B", N}, {"K", C}, {"H", C}}, kEpilogueInputs);
-      pr.mlp_s[v] = pr.megatron[v]->prepare(grid.tp(), {{"B", N}, {"K", 4 * C}, {"H", C}}, kEpilogueInputs);
+      pr.attn_s[v] = pr.megatron[v]->prepare(grid.tp(), {{"B", N}, {"K", C}, {"H", C}}, kEpilogueBound);
+      pr.mlp_s[v] = pr.megatron[v]->prepare(grid.tp(), {{"B", N}, {"K", 4 * C}, {"H", C}}, kEpilogueBound);
     }
   if (grid.from_prev() != nullptr || grid.to_next() != nullptr)
     pr.handoff = std::make_unique<ProgramRunner>(dsl::workloads::grad_handoff(), std::vector<std::string>{},
                                                  options.executor);
   if (grid.from_prev() != nullptr) {
     for (int v = 0; v < variants; ++v)
-      pr.recv_s[v] = pr.pipeline_recv[v]->prepare(*grid.from_prev(), {{"B", N}, {"K", 4 * C}, {"H", C}});
+      pr.recv_s[v] = pr.pipeline_recv[v]->prepare(*grid.from_prev(), {{"B", N}, {"K", 4 * C}, {"H", C}}, {"h"});
     pr.grad_send = pr.handoff->prepare(*grid.from_prev(), {{"N", N * C}}, {"d"});
   }
   if (grid.to_next() != nullptr) {
     for (int v = 0; v < variants; ++v)
-      pr.send_s[v] = pr.pipeline[v]->prepare(*grid.to_next(), {{"B", N}, {"K", 4 * C}, {"H", C}}, kEpilogueInputs);
+      pr.send_s[v] = pr.pipeline[v]->prepare(*grid.to_next(), {{"B", N}, {"K", 4 * C}, {"H", C}}, kEpilogueBound);
     pr.grad_recv = pr.handoff->prepare(*grid.to_next(), {{"N", N * C}}, {"d_prev"});
   }
   const bool tied = grid.tied() != nullptr;
@@ -296,9 +290,9 @@ void ParallelGPT::run_epilogue(const EpilogueArgs& e, bool training, bool bounda
   s.bind("w", view(e.w, Shape{(e.K / tp) * e.H}));
   s.bind("bias", view(e.bias, Shape{e.H}));
   s.bind("residual", view(e.residual, Shape{e.N * e.H}));
+  s.bind("out", view(e.out, Shape{e.N * e.H}));
   s.set_scalar("seed", static_cast<double>(e.seed));
   s.run();
-  copy(e.out, s.output("out"), e.N * e.H);
   if (boundary) emit("comm", "pipeline send h." + std::to_string(e.layer), begin);
   else emit("comm", std::string("megatron h.") + std::to_string(e.layer) + (e.mlp ? ".mlp" : ".attn"), begin);
 }
@@ -309,11 +303,11 @@ void ParallelGPT::receive_activations(const nn::StepRng& rng, bool training, flo
   const int64_t N = static_cast<int64_t>(B) * T, C = config_.d_model;
   const int v = training && config_.dropout > 0 ? 0 : 1;
   exec::Runner& s = *programs_->recv[v];
-  // Group 1 binds no inputs; the scalar is the sender's, for the record.
+  // Group 1 binds no inputs, only its output; the scalar is the sender's, for the record.
+  s.bind("h", view(into, Shape{N * C}));
   s.set_scalar("seed", static_cast<double>(epilogue_seed(rng, layout_.first_layer() - 1,
                                                          nn::DropoutSite::MlpResidual)));
   s.run();
-  copy(into, s.output("h"), N * C);
   emit("comm", "pipeline recv", begin);
 }
 

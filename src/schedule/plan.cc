@@ -61,6 +61,34 @@ bool partition_is_flat(const Shape& shape, int dim, int p) {
   return inner == 1 || shape[dim] % p == 0;
 }
 
+int bind_target(const Plan& plan, std::string_view name) {
+  const dsl::Program& p = plan.program;
+  for (const dsl::Stage& s : p.stages())
+    if (s.op == dsl::Op::Input && s.name == name) return s.id;
+  for (const dsl::Output& o : p.outputs()) {
+    if (o.name != name) continue;
+    int root = o.stage;
+    for (size_t hops = 0; plan.values[static_cast<size_t>(root)].alias >= 0; ++hops) {
+      TANDEM_CHECK(hops <= plan.values.size(), "alias cycle at stage {}", o.stage);
+      root = plan.values[static_cast<size_t>(root)].alias;
+    }
+    const dsl::Stage& rs = p.stage(root);
+    if (rs.op == dsl::Op::Input)
+      user_error("plan '{}': output '{}' is computed in input '{}''s buffer; bind that input", plan.name, name,
+                 rs.name);
+    const Storage st = plan.values[static_cast<size_t>(root)].storage;
+    if (st != Storage::Full && st != Storage::Slice)
+      user_error("plan '{}': output '{}' is stored block by block under this schedule and cannot be bound", plan.name,
+                 name);
+    return root;
+  }
+  std::vector<std::string> names;
+  for (int id : p.inputs()) names.push_back(p.stage(id).name);
+  for (const dsl::Output& o : p.outputs()) names.push_back(o.name);
+  user_error("plan '{}': program '{}' has no input or output named '{}' (these can be bound: {})", plan.name, p.name(),
+             name, fmt::join(names, ", "));
+}
+
 Shape stored_shape(const Plan& plan, int id, const std::vector<Shape>& global_shapes, int p, int r) {
   const Value& v = plan.values.at(static_cast<size_t>(id));
   const Shape& g = global_shapes.at(static_cast<size_t>(id));

@@ -10,10 +10,12 @@
 //
 // Binding (zero copy): bind(name, memory) makes input `name` live in the caller's memory instead
 // of the runner's, so a trainer's gradient and weight buffers are read and updated in place with
-// no copy in or out. The memory must have the dtype and the number of elements the runner stores
-// for the input on this rank (the whole tensor, or this rank's slice when the plan stores it
-// sliced), and must outlive every run. Inputs named in RunnerOptions::bound are not allocated at
-// all; run() refuses while one of them is unbound. A program may reuse a bound input's memory
+// no copy in or out. An output may be bound too: it is then computed in the caller's memory (and
+// so is every value the plan keeps in the same buffer: a matmul's product that the AllReduce sums
+// in place, say), with no copy out. The memory must have the dtype and the number of elements the
+// runner stores for the value on this rank (the whole tensor, or this rank's slice when the plan
+// stores it sliced), and must outlive every run. Names in RunnerOptions::bound are not allocated
+// at all; run() refuses while one of them is unbound. A program may reuse a bound input's memory
 // for a later value of the same size (a reduce-scatter's result in the gradient's buffer): after
 // run() a bound input holds either its old value or such a value, and an updated input (w after
 // `update(w, ...)`) holds its new value.
@@ -69,8 +71,8 @@ class Runner {
   // This rank's stored piece of input `name`: the runner's storage, or the bound memory. Fill it
   // before run(); an input the program updates holds its new value after.
   virtual Tensor input(std::string_view name) const = 0;
-  // Input `name` lives in `memory` from now on (see the header comment). A UserError when the
-  // input is unknown, not this rank's, or `memory` has another dtype or element count.
+  // Input or output `name` lives in `memory` from now on (see the header comment). A UserError
+  // when the name is unknown, not this rank's, or `memory` has another dtype or element count.
   virtual void bind(std::string_view name, const Tensor& memory) = 0;
   // A scalar's value for the next runs (a dropout seed: a non-negative integer below 2^53).
   virtual void set_scalar(std::string_view name, double value) = 0;
@@ -85,8 +87,9 @@ class Runner {
   // Request rules).
   virtual void run_leaving_sends() = 0;
   virtual void wait_sends() = 0;
-  // This rank's piece of output `name` after run(): a view of the runner's storage, the same
-  // memory from construction on, so that another runner may bind it as an input.
+  // This rank's piece of output `name` after run(): a view of the runner's storage (or of the
+  // bound memory), the same memory from construction (or binding) on, so that another runner may
+  // bind it as an input.
   virtual Tensor output(std::string_view name) const = 0;
   // Bytes this runner allocated (values, scratch, staging), as requested from its allocator;
   // bound inputs are the caller's and not counted.
@@ -99,7 +102,7 @@ class Runner {
 
 struct RunnerOptions {
   Allocator* alloc = nullptr;          // null: host_allocator()
-  std::vector<std::string> bound;      // inputs the caller binds: never allocated
+  std::vector<std::string> bound;      // inputs and outputs the caller binds: never allocated
   // Compiled: the plan already compiled (shared by every rank of a process), else compiled here
   // with `jit` (or found in the JIT's cache).
   std::shared_ptr<const CompiledPlan> compiled;

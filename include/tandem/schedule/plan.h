@@ -238,4 +238,10 @@ bool partition_is_flat(const Shape& shape, int dim, int p);
 // use block_rows for dim 0 and then this for the slice of the block.
 Shape stored_shape(const Plan& plan, int id, const std::vector<Shape>& global_shapes, int p, int r);
 
+// The value whose buffer a runner's bind(name) replaces with the caller's memory: input `name`,
+// or the buffer output `name` is computed in (the root of its aliases, which every value of that
+// buffer follows). A UserError when the program has neither, or when the output is computed in
+// an input's buffer (bind that input), or in blocks.
+int bind_target(const Plan& plan, std::string_view name);
+
 }  // namespace tandem::schedule

@@ -80,5 +80,64 @@ TEST(RunnerBind, AWrongBindingNamesTheInputAndItsStoredShape) {
     });
 }
 
+// A bound output is computed in the caller's memory (with every value the plan keeps in its
+// buffer): bitwise the output of a run that stores it, for every schedule of the Megatron layer
+// on every executor, and the buffer is not allocated.
+TEST(RunnerBind, BoundOutputsAreComputedInTheCallersMemory) {
+  const int64_t B = 7, K = 12, H = 10;  // K over 2 and 3 ranks; B uneven
+  const dsl::Program program = dsl::workloads::megatron_layer(DType::F32, 0.25);
+  const std::vector<schedule::NamedSchedule> schedules = schedule::enumerate_schedules(program);
+  for (const schedule::NamedSchedule& ns : schedules) {
+    const schedule::Plan plan = ns.schedule.lower();
+    for (RunnerKind kind : {RunnerKind::Compiled, RunnerKind::Plan, RunnerKind::Reference})
+      for (int ranks : {1, 2, 3})
+        comm::run_ranks(ranks, [&](comm::Communicator& c) {
+          const std::string what = ns.name + " " + std::string(runner_kind_name(kind)) + " " + std::to_string(ranks);
+          auto fill = [&](Runner& r) {
+            for (const char* name : {"x", "w", "bias", "residual"}) {
+              const Tensor t = r.input(name);
+              for (int64_t i = 0; i < t.numel(); ++i)
+                t.set(i, 0.05f * static_cast<float>((i * 5 + c.rank() * 3 + name[0]) % 17) - 0.4f);
+            }
+            r.set_scalar("seed", 11);
+          };
+          std::unique_ptr<Runner> stored = make_runner(kind, plan, c, {{"B", B}, {"K", K}, {"H", H}});
+          fill(*stored);
+          stored->run();
+          RunnerOptions o;
+          o.bound = {"out"};
+          std::unique_ptr<Runner> bound = make_runner(kind, plan, c, {{"B", B}, {"K", K}, {"H", H}}, o);
+          EXPECT_LE(bound->allocated_bytes() + static_cast<size_t>(B * H) * 4, stored->allocated_bytes()) << what;
+          fill(*bound);
+          EXPECT_THAT(testing::user_error_of([&] { bound->run(); }), HasSubstr("'out' is to be bound, and is not"))
+              << what;
+          std::vector<float> out(static_cast<size_t>(B * H), -1.0f);
+          bound->bind("out", Tensor::view_of(out.data(), DType::F32, Shape{B, H}));
+          bound->run();
+          EXPECT_EQ(bound->output("out").data(), static_cast<void*>(out.data())) << what;
+          const Tensor want = stored->output("out");
+          for (int64_t i = 0; i < B * H; ++i) ASSERT_EQ(out[static_cast<size_t>(i)], want.get(i)) << what << " at " << i;
+        });
+  }
+}
+
+TEST(RunnerBind, AnUnknownNameIsNamed) {
+  const schedule::Plan plan = plan_named(dsl::workloads::megatron_layer(DType::F32, 0.0), "AR-C");
+  for (RunnerKind kind : {RunnerKind::Compiled, RunnerKind::Plan, RunnerKind::Reference})
+    comm::run_ranks(1, [&](comm::Communicator& c) {
+      RunnerOptions o;
+      o.bound = {"outt"};
+      if (kind != RunnerKind::Reference) {
+        EXPECT_EQ(testing::user_error_of([&] { make_runner(kind, plan, c, {{"B", 2}, {"K", 2}, {"H", 2}}, o); }),
+                  "plan 'AR-C': program 'megatron_layer' has no input or output named 'outt' (these "
+                  "can be bound: x, w, bias, residual, out)");
+      }
+      std::unique_ptr<Runner> r = make_runner(kind, plan, c, {{"B", 2}, {"K", 2}, {"H", 2}});
+      std::vector<float> mem(4);
+      EXPECT_THAT(testing::user_error_of([&] { r->bind("outt", Tensor::view_of(mem.data(), DType::F32, Shape{4})); }),
+                  HasSubstr("no input or output"));
+    });
+}
+
 }  // namespace
 }  // namespace tandem::exec
