@@ -143,7 +143,9 @@ struct CompiledRunner::State {
     tandem_collective c{};
     tandem_transfer t{};
     uint64_t seq = 0;
+    std::chrono::steady_clock::time_point queued;
   };
+  std::vector<CompiledRunner::QueuedOp>* queue_log = nullptr;  // record_queue's, written under `mutex`
   std::thread worker;
   std::mutex mutex;
   std::condition_variable cv;
@@ -390,6 +392,7 @@ struct CompiledRunner::State {
       std::lock_guard<std::mutex> lock(mutex);
       TANDEM_CHECK(tail - head < ring.size(), "communication queue of {} ops is full", ring.size());
       op.seq = ++issued;
+      if (queue_log != nullptr) op.queued = std::chrono::steady_clock::now();
       const int32_t b = op.is_collective ? op.c.block.index : op.t.block;
       if (b >= 0 && static_cast<size_t>(b) < last_of_block.size()) last_of_block[static_cast<size_t>(b)] = op.seq;
       ring[tail % ring.size()] = op;
@@ -408,6 +411,7 @@ struct CompiledRunner::State {
         op = ring[head % ring.size()];
       }
       bool ok = true;
+      const auto began = std::chrono::steady_clock::now();
       if (!failed) {
         try {
           if (op.is_collective) run_collective(op.c);
@@ -419,6 +423,9 @@ struct CompiledRunner::State {
       }
       {
         std::lock_guard<std::mutex> lock(mutex);
+        if (queue_log != nullptr)
+          queue_log->push_back({op.is_collective ? op.c.block.index : op.t.block, op.queued, began,
+                                std::chrono::steady_clock::now()});
         ++head;
         done = op.seq;
         if (!ok) failed = true;
@@ -778,6 +785,11 @@ size_t CompiledRunner::allocated_bytes(std::string_view name) const {
 }
 
 // ------------------------------------------------------------------------------------- run
+
+void CompiledRunner::record_queue(std::vector<QueuedOp>* log) {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  state_->queue_log = log;
+}
 
 void CompiledRunner::run() {
   run_leaving_sends();

@@ -16,6 +16,7 @@
 // results).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -111,6 +112,19 @@ class CompiledRunner final : public Runner {
   // Whether pipelines run their communication on the communication thread.
   bool overlapping() const;
   const CompiledPlan& compiled() const { return *compiled_; }
+
+  // The overlap's timeline: each operation the computing thread queued for the communication
+  // thread (a pipeline block's collective or transfer), with its block, when it was queued, and
+  // when the communication thread began and ended it. Block b + 1 computes between the queueing
+  // of block b's operation and of block b + 1's, so an operation of block b that ended after it
+  // was queued and began before block b + 1's was queued ran while block b + 1 computed.
+  struct QueuedOp {
+    int block = -1;
+    std::chrono::steady_clock::time_point queued, began, ended;
+  };
+  // Records the queued operations of the following runs into `log` (null: stops recording). For
+  // tests and profiling; the log must outlive the runs.
+  void record_queue(std::vector<QueuedOp>* log);
 
   struct State;  // the host side of the ABI (callbacks, buffers, the communication thread)
 
