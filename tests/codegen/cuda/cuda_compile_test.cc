@@ -122,6 +122,8 @@ TEST(CudaCompile, RepresentativeSchedulesBuildWithoutSpills) {
       {dsl::workloads::lamb(), "fused(RS-C-AG)"},              // norms: accumulators and finishes
       {dsl::workloads::megatron_layer(), "ol(MM,fused(RS-C-AG))"},  // GEMM blocks, async collectives, dropout
       {dsl::workloads::pipeline_stage(), "ol(MM,fused(RS-C)-P2P)-AG"},  // send/recv between groups
+      {dsl::workloads::sum_in_place(), "AR-C"},                // the all-reduce in its input's buffer
+      {dsl::workloads::grad_handoff(), "C"},                   // a receive into an input's buffer
   };
   for (const auto& [program, name] : cases) {
     bool found = false;
