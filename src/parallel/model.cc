@@ -114,9 +114,10 @@ struct ParallelGPT::Programs {
   // from the previous one.
   std::unique_ptr<ProgramRunner> megatron[2], pipeline[2], pipeline_recv[2];
   std::unique_ptr<exec::Runner> attn_s[2], mlp_s[2], send_s[2], recv_s[2];
-  // The gradient sums in place (sum_in_place): the tp backward's input gradients (tp > 1), and
-  // the tied embedding's between the first and the last stage (bound to its gradient).
-  std::unique_ptr<ProgramRunner> sum;
+  // The gradient sums in place (sum_in_place): the tp backward's input gradients (tp > 1, its
+  // schedule tuned at that size), and the tied embedding's between the first and the last stage
+  // (bound to its gradient).
+  std::unique_ptr<ProgramRunner> tp_sum_program, tied_sum_program;
   std::unique_ptr<exec::Runner> tp_sum, tied_sum;
   // The backward's hand-off of the gradient of a stage's input to the previous stage
   // (grad_handoff): sent from the link to the previous stage, received on the link to the next.
@@ -198,14 +199,16 @@ ParallelGPT::ParallelGPT(const nn::GPTConfig& config, Grid& grid, int micro_rows
       pr.send_s[v] = pr.pipeline[v]->prepare(*grid.to_next(), {{"B", N}, {"K", 4 * C}, {"H", C}}, kEpilogueBound);
     pr.grad_recv = pr.handoff->prepare(*grid.to_next(), {{"N", N * C}}, {"d_prev"});
   }
-  const bool tied = grid.tied() != nullptr;
-  if (any_shard || tied)
-    pr.sum = std::make_unique<ProgramRunner>(dsl::workloads::sum_in_place(), std::vector<std::string>{"AR-C"},
-                                             options.executor);
-  if (any_shard && tp > 1) pr.tp_sum = pr.sum->prepare(grid.tp(), {{"N", N * C}}, {"g"});
-  if (tied) {  // after the links, on both ends (the order every stage keeps)
+  if (any_shard && tp > 1) {
+    pr.tp_sum_program =
+        std::make_unique<ProgramRunner>(dsl::workloads::sum_in_place(), options.tp_sum_schedules, options.executor);
+    pr.tp_sum = pr.tp_sum_program->prepare(grid.tp(), {{"N", N * C}}, {"g"});
+  }
+  if (grid.tied() != nullptr) {  // after the links, on both ends (the order every stage keeps)
+    pr.tied_sum_program = std::make_unique<ProgramRunner>(dsl::workloads::sum_in_place(),
+                                                          std::vector<std::string>{"AR-C"}, options.executor);
     const LocalTensor& wte = tied_embedding();
-    pr.tied_sum = pr.sum->prepare(*grid.tied(), {{"N", wte.numel()}}, {"g"});
+    pr.tied_sum = pr.tied_sum_program->prepare(*grid.tied(), {{"N", wte.numel()}}, {"g"});
     pr.tied_sum->bind("g", grads_.flat_slice(wte.local_offset, wte.numel()));
   }
   for (int v = 0; v < 2; ++v) {
@@ -229,6 +232,9 @@ ParallelGPT::~ParallelGPT() {
 
 std::string ParallelGPT::epilogue_schedule() const {
   return programs_->megatron[0] ? programs_->megatron[0]->schedule_name() : "";
+}
+std::string ParallelGPT::tp_sum_schedule() const {
+  return programs_->tp_sum_program ? programs_->tp_sum_program->schedule_name() : "";
 }
 std::string ParallelGPT::pipeline_schedule() const {
   if (programs_->pipeline[0]) return programs_->pipeline[0]->schedule_name();

@@ -66,6 +66,12 @@ parallel::ProgramOptions ScheduleChoice::model_programs(int rows) {
     from_autotuner_ |= !w.empty();
     o.epilogue_schedules = prefer(w, o.epilogue_schedules);
   }
+  if (cfg_.grid.tp > 1) {  // the backward's sum of input gradients, (rows x seq_len, d_model)
+    const std::string w =
+        tuned_schedule(dsl::workloads::sum_in_place(), grid_.tp(), {{"N", N * C}}, cfg_.tune, executor_);
+    from_autotuner_ |= !w.empty();
+    o.tp_sum_schedules = prefer(w, o.tp_sum_schedules);
+  }
   // The pipeline program runs on each link, chosen on the link so that both ends agree: the
   // link from the previous stage first, as ParallelGPT sets them up.
   if (grid_.from_prev() != nullptr) {

@@ -74,6 +74,8 @@ struct ProgramOptions {
   // from the previous stage's.
   std::vector<std::string> pipeline_schedules = pipeline_schedule_preferences();
   std::vector<std::string> pipeline_recv_schedules = pipeline_schedule_preferences();
+  // The tensor-parallel backward's sum of input gradients (sum_in_place on tp()).
+  std::vector<std::string> tp_sum_schedules = {"AR-C"};
   exec::RunnerKind executor = exec::runner_kind_from_env();
 };
 
@@ -127,6 +129,7 @@ class ParallelGPT {
   // The schedules of the programs this rank runs ("" when it runs none of that kind).
   std::string epilogue_schedule() const;
   std::string pipeline_schedule() const;
+  std::string tp_sum_schedule() const;  // "" when tp == 1
   std::string executor() const;  // the executor the programs run on ("" when none runs)
 
  private:
