@@ -114,9 +114,9 @@ struct ParallelGPT::Programs {
   // from the previous one.
   std::unique_ptr<ProgramRunner> megatron[2], pipeline[2], pipeline_recv[2];
   std::unique_ptr<exec::Runner> attn_s[2], mlp_s[2], send_s[2], recv_s[2];
-  // The gradient sums in place (sum_in_place): the tp backward's input gradients (tp > 1, its
-  // schedule tuned at that size), and the tied embedding's between the first and the last stage
-  // (bound to its gradient).
+  // The gradient sums in place (sum_in_place, each with its schedule tuned at its size): the tp
+  // backward's input gradients (tp > 1), and the tied embedding's between the first and the last
+  // stage (bound to its gradient).
   std::unique_ptr<ProgramRunner> tp_sum_program, tied_sum_program;
   std::unique_ptr<exec::Runner> tp_sum, tied_sum;
   // The backward's hand-off of the gradient of a stage's input to the previous stage
@@ -205,8 +205,8 @@ ParallelGPT::ParallelGPT(const nn::GPTConfig& config, Grid& grid, int micro_rows
     pr.tp_sum = pr.tp_sum_program->prepare(grid.tp(), {{"N", N * C}}, {"g"});
   }
   if (grid.tied() != nullptr) {  // after the links, on both ends (the order every stage keeps)
-    pr.tied_sum_program = std::make_unique<ProgramRunner>(dsl::workloads::sum_in_place(),
-                                                          std::vector<std::string>{"AR-C"}, options.executor);
+    pr.tied_sum_program =
+        std::make_unique<ProgramRunner>(dsl::workloads::sum_in_place(), options.tied_sum_schedules, options.executor);
     const LocalTensor& wte = tied_embedding();
     pr.tied_sum = pr.tied_sum_program->prepare(*grid.tied(), {{"N", wte.numel()}}, {"g"});
     pr.tied_sum->bind("g", grads_.flat_slice(wte.local_offset, wte.numel()));

@@ -86,6 +86,14 @@ parallel::ProgramOptions ScheduleChoice::model_programs(int rows) {
     from_autotuner_ |= !w.empty();
     o.pipeline_schedules = prefer(w, o.pipeline_schedules);
   }
+  if (grid_.tied() != nullptr) {  // the first and the last stage, after their links
+    const parallel::ShardLayout layout(cfg_.model, cfg_.grid, grid_.coord().tp, grid_.coord().pp);
+    const int64_t wte = (grid_.first_stage() ? layout.tensors().front() : layout.tensors().back()).numel();
+    const std::string w =
+        tuned_schedule(dsl::workloads::sum_in_place(), *grid_.tied(), {{"N", wte}}, cfg_.tune, executor_);
+    from_autotuner_ |= !w.empty();
+    o.tied_sum_schedules = prefer(w, o.tied_sum_schedules);
+  }
   return o;
 }
 

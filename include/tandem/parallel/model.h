@@ -74,8 +74,10 @@ struct ProgramOptions {
   // from the previous stage's.
   std::vector<std::string> pipeline_schedules = pipeline_schedule_preferences();
   std::vector<std::string> pipeline_recv_schedules = pipeline_schedule_preferences();
-  // The tensor-parallel backward's sum of input gradients (sum_in_place on tp()).
+  // The tensor-parallel backward's sum of input gradients (sum_in_place on tp()), and the tied
+  // embedding's gradient sum (sum_in_place on tied()).
   std::vector<std::string> tp_sum_schedules = {"AR-C"};
+  std::vector<std::string> tied_sum_schedules = {"AR-C"};
   exec::RunnerKind executor = exec::runner_kind_from_env();
 };
 
