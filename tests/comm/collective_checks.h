@@ -82,7 +82,7 @@ inline std::string all_reduce_case(Communicator& c, CollectiveAlgo algo, DType t
   std::string err = hook.errors;
   err += check(label, buf, 0, [&](int64_t i) { return scale * expected_value(op, p, i); });
   if (with_hook)
-    err += check_coverage(label, hook.calls, Partition::offset(n, p, r), Partition::count(n, p, r),
+    err += check_coverage(label, hook.calls, fx::part_offset(n, p, r), fx::part_count(n, p, r),
                           t);
   return err;
 }
@@ -90,7 +90,7 @@ inline std::string all_reduce_case(Communicator& c, CollectiveAlgo algo, DType t
 inline std::string reduce_scatter_case(Communicator& c, CollectiveAlgo algo, DType t, int64_t n,
                                        ReduceOp op, bool with_hook, bool in_place) {
   const int p = c.size(), r = c.rank();
-  const int64_t off = Partition::offset(n, p, r), count = Partition::count(n, p, r);
+  const int64_t off = fx::part_offset(n, p, r), count = fx::part_count(n, p, r);
   const std::string label =
       label_of(c, algo, fmt::format("reduce_scatter {}", reduce_op_name(op)), t, n,
                fmt::format("{}{}", with_hook ? " with hook" : "", in_place ? " in place" : ""));
@@ -118,14 +118,14 @@ inline std::string reduce_scatter_case(Communicator& c, CollectiveAlgo algo, DTy
 // The rank whose part of an n-element buffer holds element i.
 inline int owner_of(int64_t n, int p, int64_t i) {
   int q = 0;
-  while (i >= Partition::offset(n, p, q) + Partition::count(n, p, q)) ++q;
+  while (i >= fx::part_offset(n, p, q) + fx::part_count(n, p, q)) ++q;
   return q;
 }
 
 inline std::string all_gather_case(Communicator& c, CollectiveAlgo algo, DType t, int64_t n,
                                    bool in_place) {
   const int p = c.size(), r = c.rank();
-  const int64_t off = Partition::offset(n, p, r), count = Partition::count(n, p, r);
+  const int64_t off = fx::part_offset(n, p, r), count = fx::part_count(n, p, r);
   const std::string label = label_of(c, algo, "all_gather", t, n, in_place ? " in place" : "");
   Tensor out = Tensor::empty(t, {n}, buffers_of(c));
   out.fill(-99.0f);
@@ -139,7 +139,7 @@ inline std::string all_gather_case(Communicator& c, CollectiveAlgo algo, DType t
 // the sum over every rank's input, regenerated here.
 inline std::string random_case(Communicator& c, DType t, int64_t n, uint64_t seed) {
   const int p = c.size(), r = c.rank();
-  const int64_t off = Partition::offset(n, p, r), count = Partition::count(n, p, r);
+  const int64_t off = fx::part_offset(n, p, r), count = fx::part_count(n, p, r);
   const std::string label = label_of(c, CollectiveAlgo::Auto, fmt::format("random seed {}", seed), t, n);
   auto want = [&](int64_t i) {
     double s = 0;

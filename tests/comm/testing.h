@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "tandem/comm/communicator.h"
+#include "tandem/core/formulas.h"
 #include "tandem/core/tensor.h"
 
 namespace tandem::comm::testing {

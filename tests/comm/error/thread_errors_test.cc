@@ -42,7 +42,7 @@ TEST(LocalErrors, ReduceScatterOutputOfTheWrongSize) {
                          c.reduce_scatter(in, out, ReduceOp::Sum);
                        }),
             "reduce_scatter on rank 1 of 2: the output has 4 elements but this rank's part of the "
-            "7-element input is 3 elements (elements [4, 7))");
+            "7-element input is 3 elements (elements [4, 7)), or 7 for an output shaped as the whole");
 }
 
 TEST(LocalErrors, AllGatherInputOfTheWrongSize) {
