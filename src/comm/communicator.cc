@@ -145,7 +145,7 @@ void validate_partition(const CollectiveDesc& d, const std::string& at, int r, i
   const PartitionDesc& pd = d.partition;
   if (pd.outer < 0 || pd.inner < 0 ||
       (pd.rows >= 0 && pd.outer * pd.rows * pd.inner != n) || (pd.rows < 0 && (pd.outer != 1 || pd.inner != 1)))
-    user_error("{}: the partition [outer {}, rows {}, inner {}] does not divide the {}-element {}: outer * rows * "
+    user_error("{}: the partition [outer {}, rows {}, inner {}] does not cover the {}-element {}: outer * rows * "
                "inner must be its element count (rows -1, with outer and inner 1: the flat split)",
                at, pd.outer, pd.rows, pd.inner, n, gather ? "output" : d.kind == CollectiveKind::AllReduce ? "buffer" : "input");
   if (d.kind == CollectiveKind::AllReduce) return;
