@@ -258,14 +258,7 @@ inline std::string partitioned_reduce_scatter_case(Communicator& c, CollectiveAl
                                                         buffers_of(c));
   if (form != PartOut::InPlace) out.fill(-99.0f);
   HalvingHook hook{op, p, label};
-  CollectiveDesc desc{CollectiveKind::ReduceScatter};
-  desc.op = op;
-  desc.send = in;
-  desc.recv = out;
-  desc.hook = with_hook ? hook.fn() : ChunkHook{};
-  desc.algo = algo;
-  desc.partition = d;
-  c.run(desc);
+  reduce_scatter(c, algo, in, out, op, with_hook ? hook.fn() : ChunkHook{}, d);
   const double scale = with_hook ? 0.5 : 1.0;
   std::string err = hook.errors;
   // The part where it belongs; everything else as it was (the input, the rest of a whole output).
@@ -291,13 +284,7 @@ inline std::string partitioned_all_reduce_case(Communicator& c, CollectiveAlgo a
   Tensor buf = Tensor::empty(t, {n}, buffers_of(c));
   fill(buf, 0, [&](int64_t i) { return input_value(op, r, i); });
   HalvingHook hook{op, p, label};
-  CollectiveDesc desc{CollectiveKind::AllReduce};
-  desc.op = op;
-  desc.send = buf;
-  desc.hook = hook.fn();
-  desc.algo = algo;
-  desc.partition = d;
-  c.run(desc);
+  all_reduce(c, algo, buf, op, hook.fn(), d);
   // Every rank halved its own part: every element is halved exactly once, wherever it lies.
   std::string err = hook.errors;
   err += check(label, buf, 0, [&](int64_t i) { return 0.5 * expected_value(op, p, i); });
@@ -316,12 +303,7 @@ inline std::string partitioned_all_gather_case(Communicator& c, CollectiveAlgo a
   Tensor in = in_place ? out : Tensor::empty(t, {static_cast<int64_t>(mine.size())}, buffers_of(c));
   for (size_t k = 0; k < mine.size(); ++k)
     in.set(in_place ? mine[k] : static_cast<int64_t>(k), gather_value(r, mine[k]));
-  CollectiveDesc desc{CollectiveKind::AllGather};
-  desc.send = in;
-  desc.recv = out;
-  desc.algo = algo;
-  desc.partition = d;
-  c.run(desc);
+  all_gather(c, algo, in, out, d);
   return check(label, out, 0, [&](int64_t i) { return gather_value(part_owner(d, p, i), i); });
 }
 

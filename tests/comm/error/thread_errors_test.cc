@@ -58,14 +58,18 @@ TEST(LocalErrors, AllGatherInputOfTheWrongSize) {
 
 // ---- Partitions ---------------------------------------------------------------------------------
 
+// The failure of a `kind` call on 2 ranks, over 30 elements, with `partition`.
+std::string failure_with_partition(CollectiveKind kind, const PartitionDesc& partition) {
+  return failure_of(2, [&](Communicator& c) {
+    CollectiveDesc d{kind};
+    d.send = Tensor::zeros(DType::F32, {30});
+    d.partition = partition;
+    c.run(d);
+  });
+}
+
 TEST(PartitionErrors, PartitionThatDoesNotCoverTheBuffer) {
-  EXPECT_THAT(failure_of(2,
-                         [](Communicator& c) {
-                           CollectiveDesc d{CollectiveKind::AllReduce};
-                           d.send = Tensor::zeros(DType::F32, {30});
-                           d.partition = {3, 5, 3};
-                           c.run(d);
-                         }),
+  EXPECT_THAT(failure_with_partition(CollectiveKind::AllReduce, {3, 5, 3}),
               MatchesRegex("all_reduce on rank [01] of 2: the partition \\[outer 3, rows 5, inner 3\\] does not cover "
                            "the 30-element buffer: outer \\* rows \\* inner must be its element count \\(rows -1, "
                            "with outer and inner 1: the flat split\\)"));
@@ -109,13 +113,7 @@ TEST(PartitionErrors, PackedOutputInsideTheInputWhenThePartIsNotContiguous) {
 }
 
 TEST(PartitionErrors, BroadcastTakesNoPartition) {
-  EXPECT_THAT(failure_of(2,
-                         [](Communicator& c) {
-                           CollectiveDesc d{CollectiveKind::Broadcast};
-                           d.send = Tensor::zeros(DType::F32, {30});
-                           d.partition = {3, 5, 2};
-                           c.run(d);
-                         }),
+  EXPECT_THAT(failure_with_partition(CollectiveKind::Broadcast, {3, 5, 2}),
               MatchesRegex("broadcast on rank [01] of 2: broadcast takes no partition \\(it copies the whole buffer "
                            "to every rank\\)"));
 }
