@@ -231,7 +231,7 @@ class CudaEmitter : public Emitter {
       if (acc_op(id) == dsl::ReduceOp::Sum)
         k += fmt::format("  if (lane_of{0} >= 0) atomicAdd(acc{0} + lane_of{0}, lane{0});\n", id);
       else
-        k += fmt::format("  tdm_atomic_combine(acc{0}, av{0}, {1});\n", id, reduce_code(acc_op(id)));
+        k += fmt::format("  tdm_atomic_combine(acc{0}, av{0}, {1});\n", id, reduce_op_code(acc_op(id)));
     }
     k += "}\n\n";
     fns_ += k;
@@ -325,7 +325,7 @@ class CudaEmitter : public Emitter {
           "  {{\n    tandem_collective c;\n    std::memset(&c, 0, sizeof c);\n    c.step = {}; c.kind = 0; c.op = {}; c.dtype = 0;\n"
           "    c.send = a->scratch; c.outer = 1; c.rows = outer * inner; c.inner = 1; c.block.index = -1;\n"
           "    if (int rc = a->collective(a->host, &c)) return rc;\n  }}\n",
-          step_, reduce_code(rs.attrs.reduce));
+          step_, reduce_op_code(rs.attrs.reduce));
     body += fmt::format("  tdm_store_f32<<<tdm_blocks({0}), TDM_THREADS, 0, tdm_stream(a)>>>(a->buf[{1}], {2}, a->scratch, {0}, 0);\n",
                         product(oe, 0, oe.size()), root(id), dtype_code(od));
     body += fmt::format("  return tdm_launched(a, \"{}\");\n}}\n\n", fn);
@@ -355,7 +355,7 @@ class CudaEmitter : public Emitter {
           "  {{\n    tandem_collective c;\n    std::memset(&c, 0, sizeof c);\n    c.step = {}; c.kind = 0; c.op = {}; c.dtype = 0;\n"
           "    c.send = reinterpret_cast<float*>(acc); c.outer = 1; c.rows = 1; c.inner = 1; c.block.index = -1;\n"
           "    if (int rc = a->collective(a->host, &c)) return rc;\n  }}\n",
-          step_, reduce_code(acc_op(id)));
+          step_, reduce_op_code(acc_op(id)));
     }
     body += fmt::format("  tdm_store_f32<<<1, 1, 0, tdm_stream(a)>>>(a->buf[{}], {}, reinterpret_cast<float*>(acc), 1, {});\n", rt,
                         dtype_code(fs.type.dtype), fs.op == Op::Norm ? 1 : 0);

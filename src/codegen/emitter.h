@@ -40,7 +40,6 @@ using schedule::Storage;
 inline std::string dt_suffix(DType t) { return std::string(dtype_name(t)); }  // "f32", "bf16", "f16"
 inline std::string ctype(DType t) { return t == DType::F32 ? "float" : "uint16_t"; }
 inline int dtype_code(DType t) { return t == DType::F32 ? 0 : (t == DType::BF16 ? 1 : 2); }
-inline int reduce_code(dsl::ReduceOp op) { return static_cast<int>(op); }
 
 // An exact f32 literal: hexadecimal for finite values, bits otherwise.
 inline std::string flit(float v) {
@@ -881,7 +880,7 @@ class Emitter {
     }
     body += fmt::format(
         "  c.step = {}; c.kind = {}; c.op = {}; c.dtype = {}; c.root = {}; c.async = {}; c.carry = {};\n", step_, kind,
-        reduce_code(c.reduce), dtype_code(dt), c.root, in_pipe ? 1 : 0, c.carry >= 0 ? 1 : 0);
+        reduce_op_code(c.reduce), dtype_code(dt), c.root, in_pipe ? 1 : 0, c.carry >= 0 ? 1 : 0);
     body += fmt::format("  c.outer = {}; c.rows = {}; c.inner = {};\n  c.index_base = {};\n  c.hook = {};\n", g.outer,
                         g.rows, g.inner, g.first, hook);
     body += in_pipe ? "  c.block = *blk;\n" : "  c.block.index = -1;\n";
@@ -1003,7 +1002,7 @@ class Emitter {
           "  {{\n    tandem_collective c;\n    std::memset(&c, 0, sizeof c);\n    c.step = {}; c.kind = 0; c.op = {}; c.dtype = 0;\n"
           "    c.send = &v; c.outer = 1; c.rows = 1; c.inner = 1; c.block.index = -1;\n"
           "    if (int rc = a->collective(a->host, &c)) return rc;\n  }}\n",
-          step_, reduce_code(acc_op(id)));
+          step_, reduce_op_code(acc_op(id)));
     }
     if (fs.op == Op::Norm) body += "  v = std::sqrt(v);\n";
     body += fmt::format("  static_cast<{}*>(a->buf[{}])[0] = fx::st_{}(v);  // {}\n  return 0;\n}}\n\n", ctype(fs.type.dtype), rt,
@@ -1056,7 +1055,7 @@ class Emitter {
           "  {{\n    tandem_collective c;\n    std::memset(&c, 0, sizeof c);\n    c.step = {}; c.kind = 0; c.op = {}; c.dtype = 0;\n"
           "    c.send = part; c.outer = 1; c.rows = outer * inner; c.inner = 1; c.block.index = -1;\n"
           "    if (int rc = a->collective(a->host, &c)) return rc;\n  }}\n",
-          step_, reduce_code(rs.attrs.reduce));
+          step_, reduce_op_code(rs.attrs.reduce));
     body += fmt::format("  {}* out = static_cast<{}*>(a->buf[{}]);\n", ctype(od), ctype(od), root(id));
     body += fmt::format("  for (int64_t i = 0; i < {}; ++i) out[i] = fx::st_{}(part[i]);\n  return 0;\n}}\n\n",
                         product(oe, 0, oe.size()), dt_suffix(od));

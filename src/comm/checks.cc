@@ -1,6 +1,7 @@
 // The cross-rank agreement check and its messages, the same on every backend.
 #include "checks.h"
 
+#include "parts.h"
 #include "tandem/core/error.h"
 
 namespace tandem::comm::detail {
@@ -10,6 +11,10 @@ CallSignature signature_of(const CollectiveDesc& d) {
   s.name = collective_name(d.kind);
   s.dtype = d.send.dtype();
   s.n = d.kind == CollectiveKind::AllGather ? d.recv.numel() : d.send.numel();
+  if (d.kind != CollectiveKind::Broadcast) {
+    const Parts parts(d.partition, s.n, 1);
+    s.partition = PartitionDesc{parts.outer(), parts.rows(), parts.inner()};
+  }
   s.op = d.op;
   s.root = d.root;
   s.algo = d.algo;
@@ -31,6 +36,11 @@ void check_same_call(std::string_view where, const CallSignature& first, int q,
     user_error("{}: size mismatch across ranks: rank 0 passed {} elements, rank {} passed {}; "
                "every rank must pass the same size",
                where, first.n, q, other.n);
+  if (other.partition != first.partition)
+    user_error("{}: partition mismatch across ranks: rank 0 passed [outer {}, rows {}, inner {}], rank {} passed "
+               "[outer {}, rows {}, inner {}]",
+               where, first.partition.outer, first.partition.rows, first.partition.inner, q, other.partition.outer,
+               other.partition.rows, other.partition.inner);
   if (first.reducing && other.op != first.op)
     user_error("{}: reduce op mismatch across ranks: rank 0 passed {}, rank {} passed {}", where,
                reduce_op_name(first.op), q, reduce_op_name(other.op));

@@ -15,6 +15,7 @@ struct CallSignature {
   bool collective = true;  // false for barrier and split: only the name must agree
   DType dtype = DType::F32;
   int64_t n = 0;  // elements of the whole buffer
+  PartitionDesc partition{};  // resolved: rows never -1
   ReduceOp op = ReduceOp::Sum;
   int root = 0;
   CollectiveAlgo algo = CollectiveAlgo::Auto;

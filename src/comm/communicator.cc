@@ -13,21 +13,12 @@
 #include <exception>
 
 #include "hierarchical.h"
+#include "parts.h"
 #include "ring.h"
 #include "tandem/core/env.h"
 #include "tandem/core/error.h"
 
 namespace tandem::comm {
-
-std::string_view reduce_op_name(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::Sum: return "sum";
-    case ReduceOp::Prod: return "prod";
-    case ReduceOp::Max: return "max";
-    case ReduceOp::Min: return "min";
-  }
-  return "?";
-}
 
 void wait_all(std::vector<Request>& requests) {
   std::vector<Request> pending = std::move(requests);
@@ -137,6 +128,61 @@ bool overlaps(const Tensor& a, const Tensor& b) {
   return a.nbytes() > 0 && b.nbytes() > 0 && a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes();
 }
 
+// "rows [2, 4) of each of the 3 outer blocks" / "elements [2, 4)": rank r's part, in words.
+std::string part_words(const detail::Parts& parts, int p, int r) {
+  const int64_t off = fx::part_offset(parts.rows(), p, r), cnt = fx::part_count(parts.rows(), p, r);
+  if (parts.outer() == 1 && parts.inner() == 1) return fmt::format("elements [{}, {})", off, off + cnt);
+  return fmt::format("rows [{}, {}) of the [{}, {}, {}] partition", off, off + cnt, parts.outer(), parts.rows(),
+                     parts.inner());
+}
+
+// The partition against the whole buffer, and the part-sized tensor (the reduce_scatter's output,
+// the all_gather's input) against this rank's part.
+void validate_partition(const CollectiveDesc& d, const std::string& at, int r, int p) {
+  const bool gather = d.kind == CollectiveKind::AllGather;
+  const Tensor& whole = gather ? d.recv : d.send;
+  const int64_t n = whole.numel();
+  const PartitionDesc& pd = d.partition;
+  if (pd.outer < 0 || pd.inner < 0 ||
+      (pd.rows >= 0 && pd.outer * pd.rows * pd.inner != n) || (pd.rows < 0 && (pd.outer != 1 || pd.inner != 1)))
+    user_error("{}: the partition [outer {}, rows {}, inner {}] does not cover the {}-element {}: outer * rows * "
+               "inner must be its element count (rows -1, with outer and inner 1: the flat split)",
+               at, pd.outer, pd.rows, pd.inner, n, gather ? "output" : d.kind == CollectiveKind::AllReduce ? "buffer" : "input");
+  if (d.kind == CollectiveKind::AllReduce) return;
+  const detail::Parts parts(pd, n, p);
+  const int64_t want = parts.count(r);
+  const Tensor& part = gather ? d.send : d.recv;
+  const char* part_role = gather ? "input" : "output";
+  const char* whole_role = gather ? "output" : "input";
+  // A part-sized tensor is the packed part; a whole-sized one holds the part in its place (where
+  // the part is the whole, the two are the same).
+  if (part.numel() == n && (n != want || part.data() == whole.data())) {
+    if (gather && part.data() != whole.data())
+      user_error("{}: the input has as many elements as the output ({}), so it must be the output itself (this "
+                 "rank's part already in place), or pass this rank's part alone ({} elements, {})",
+                 at, n, want, part_words(parts, p, r));
+    if (!gather && overlaps(d.send, d.recv) && d.recv.data() != d.send.data())
+      user_error("{}: the output is shaped as the whole and overlaps the input without being it; pass separate "
+                 "buffers, or the input itself to reduce in place",
+                 at);
+    return;
+  }
+  if (part.numel() != want)
+    user_error("{}: the {} has {} elements but this rank's part of the {}-element {} is {} elements ({}){}", at,
+               part_role, part.numel(), n, whole_role, want, part_words(parts, p, r),
+               gather ? "" : fmt::format(", or {} for an output shaped as the whole", n));
+  if (!overlaps(d.send, d.recv)) return;
+  const size_t esize = dtype_size(whole.dtype());
+  const char* in_place = static_cast<const char*>(whole.data()) +
+                         static_cast<size_t>(parts.run_start(r, 0)) * esize;
+  if (!parts.contiguous() || part.data() != in_place)
+    user_error("{}: the {} overlaps the {} but is not this rank's part of it ({}); pass separate buffers, {}", at,
+               part_role, whole_role, part_words(parts, p, r),
+               parts.contiguous() ? fmt::format("or exactly that part to {} in place", gather ? "gather" : "reduce")
+                                  : gather ? std::string("or the output itself as the input")
+                                           : std::string("or the input itself as the output"));
+}
+
 void validate(const CollectiveDesc& d, int r, int p, bool shares_memory) {
   const std::string at = fmt::format("{} on rank {} of {}", collective_name(d.kind), r, p);
   const bool reducing =
@@ -159,31 +205,11 @@ void validate(const CollectiveDesc& d, int r, int p, bool shares_memory) {
     user_error("{}: {} takes no chunk hook (only all_reduce and reduce_scatter run one)", at,
                collective_name(d.kind));
 
-  if (d.kind == CollectiveKind::ReduceScatter) {
-    const int64_t n = d.send.numel();
-    const int64_t want = Partition::count(n, p, r), off = Partition::offset(n, p, r);
-    if (d.recv.numel() != want)
-      user_error("{}: the output has {} elements but this rank's part of the {}-element input is "
-                 "{} elements (elements [{}, {}))",
-                 at, d.recv.numel(), n, want, off, off + want);
-    const char* part = static_cast<const char*>(d.send.data()) + off * dtype_size(d.send.dtype());
-    if (overlaps(d.send, d.recv) && d.recv.data() != part)
-      user_error("{}: the output overlaps the input but is not this rank's part of it (elements "
-                 "[{}, {})); pass separate buffers, or exactly that part to reduce in place",
-                 at, off, off + want);
-  }
-  if (d.kind == CollectiveKind::AllGather) {
-    const int64_t n = d.recv.numel();
-    const int64_t want = Partition::count(n, p, r), off = Partition::offset(n, p, r);
-    if (d.send.numel() != want)
-      user_error("{}: the input has {} elements but this rank's part of the {}-element output is "
-                 "{} elements (elements [{}, {}))",
-                 at, d.send.numel(), n, want, off, off + want);
-    const char* part = static_cast<const char*>(d.recv.data()) + off * dtype_size(d.recv.dtype());
-    if (overlaps(d.send, d.recv) && d.send.data() != part)
-      user_error("{}: the input overlaps the output but is not this rank's part of it (elements "
-                 "[{}, {})); pass separate buffers, or exactly that part to gather in place",
-                 at, off, off + want);
+  if (d.kind == CollectiveKind::Broadcast) {
+    if (!(d.partition == PartitionDesc{}))
+      user_error("{}: broadcast takes no partition (it copies the whole buffer to every rank)", at);
+  } else {
+    validate_partition(d, at, r, p);
   }
   if (d.kind == CollectiveKind::Broadcast && (d.root < 0 || d.root >= p))
     user_error("{}: root {} is out of range; the group has ranks 0 to {}", at, d.root, p - 1);
@@ -198,14 +224,19 @@ void validate(const CollectiveDesc& d, int r, int p, bool shares_memory) {
 void run_alone(const CollectiveDesc& d) {
   const size_t esize = dtype_size(d.send.dtype());
   const int64_t ce = std::max<int64_t>(1, static_cast<int64_t>(chunk_bytes() / esize));
+  const detail::Parts parts = detail::parts_of(d, 1);
   auto run_hook = [&](const Tensor& t) {
     if (!d.hook) return;
-    for (int64_t b = 0; b < t.numel(); b += ce) d.hook(t.flat_slice(b, std::min(ce, t.numel() - b)), b);
+    for (int64_t c = 0, nc = parts.chunks(0, ce); c < nc; ++c) {
+      const detail::Piece x = parts.chunk(0, c, ce);
+      d.hook(t.flat_slice(x.whole, x.n), x.whole);
+    }
   };
   switch (d.kind) {
     case CollectiveKind::AllReduce: run_hook(d.send); break;
     case CollectiveKind::ReduceScatter:
     case CollectiveKind::AllGather:
+      // With one rank the part is the whole, packed or not.
       if (d.recv.data() != d.send.data() && d.send.nbytes() > 0)
         std::memcpy(d.recv.data(), d.send.data(), d.send.nbytes());
       if (d.kind == CollectiveKind::ReduceScatter) run_hook(d.recv);
@@ -264,28 +295,32 @@ Request Communicator::irecv(const Tensor& t, int peer, int tag) {
   return post_recv(t, peer, tag);
 }
 
-void Communicator::all_reduce(const Tensor& buf, ReduceOp op, const ChunkHook& hook) {
+void Communicator::all_reduce(const Tensor& buf, ReduceOp op, const ChunkHook& hook,
+                              const PartitionDesc& partition) {
   CollectiveDesc d{CollectiveKind::AllReduce};
   d.op = op;
   d.send = buf;
   d.hook = hook;
+  d.partition = partition;
   run(d);
 }
 
 void Communicator::reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp op,
-                                  const ChunkHook& hook) {
+                                  const ChunkHook& hook, const PartitionDesc& partition) {
   CollectiveDesc d{CollectiveKind::ReduceScatter};
   d.op = op;
   d.send = in;
   d.recv = out;
   d.hook = hook;
+  d.partition = partition;
   run(d);
 }
 
-void Communicator::all_gather(const Tensor& in, const Tensor& out) {
+void Communicator::all_gather(const Tensor& in, const Tensor& out, const PartitionDesc& partition) {
   CollectiveDesc d{CollectiveKind::AllGather};
   d.send = in;
   d.recv = out;
+  d.partition = partition;
   run(d);
 }
 
@@ -299,10 +334,10 @@ void Communicator::broadcast(const Tensor& buf, int root) {
 void Communicator::run(const CollectiveDesc& desc) {
   validate(desc, rank(), size(), shares_memory());
   if (debug_enabled())
-    fmt::print(stderr, "tandem comm: {} rank {}/{} {} {} {} root={} algo={} chunk={}B hook={}\n",
+    fmt::print(stderr, "tandem comm: {} rank {}/{} {} {} {} root={} algo={} chunk={}B hook={} partition=[{}, {}, {}]\n",
                backend(), rank(), size(), collective_name(desc.kind), reduce_op_name(desc.op),
                desc.send.str(), desc.root, collective_algo_name(desc.algo), chunk_bytes(),
-               static_cast<bool>(desc.hook));
+               static_cast<bool>(desc.hook), desc.partition.outer, desc.partition.rows, desc.partition.inner);
   if (size() == 1) {
     run_alone(desc);
     return;

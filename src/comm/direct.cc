@@ -18,6 +18,8 @@ int64_t chunk_elements(DType t) {
   return std::max<int64_t>(1, static_cast<int64_t>(chunk_bytes() / dtype_size(t)));
 }
 
+Parts parts_of(const PostedCall& d, int p) { return Parts(PartitionDesc{d.outer, d.rows, d.inner}, d.n, p); }
+
 }  // namespace
 
 std::string_view call_name(Call c) {
@@ -112,6 +114,7 @@ void Direct::check_matching(uint64_t seq, Call call) const {
     s.collective = x.call != Call::Barrier && x.call != Call::Split;
     s.dtype = x.dtype;
     s.n = x.n;
+    s.partition = PartitionDesc{x.outer, x.rows, x.inner};
     s.op = x.op;
     s.root = x.root;
     s.algo = x.algo;
@@ -139,6 +142,11 @@ void Direct::run(const CollectiveDesc& cd, const std::function<void()>& ring) {
   c.dtype = cd.send.dtype();
   c.algo = cd.algo;
   c.n = cd.kind == CollectiveKind::AllGather ? cd.recv.numel() : cd.send.numel();
+  const Parts parts = detail::parts_of(cd, mem_.size());
+  c.outer = parts.outer();
+  c.rows = parts.rows();
+  c.inner = parts.inner();
+  c.send_whole = send_is_whole(cd);
   c.root = cd.root;
   c.send = mem_.address_of(cd.send.data(), cd.send.nbytes());
   c.recv = cd.recv.defined() ? mem_.address_of(cd.recv.data(), cd.recv.nbytes()) : 0;
@@ -163,8 +171,7 @@ void Direct::run(const CollectiveDesc& cd, const std::function<void()>& ring) {
     switch (cd.kind) {
       case CollectiveKind::AllReduce: all_reduce(d, seq, hook); break;
       case CollectiveKind::ReduceScatter:
-        reduce(d, seq, static_cast<char*>(cd.recv.data()),
-               Partition::offset(d.n, mem_.size(), mem_.rank()), hook, false);
+        reduce(d, seq, static_cast<char*>(cd.recv.data()), !recv_is_whole(cd), hook, false);
         break;
       case CollectiveKind::AllGather: all_gather(d, seq); break;
       case CollectiveKind::Broadcast: broadcast(d, seq); break;
@@ -172,24 +179,24 @@ void Direct::run(const CollectiveDesc& cd, const std::function<void()>& ring) {
   });
 }
 
-// Reduces this rank's part, chunk by chunk, from every rank's input into dst_base (which holds
-// elements from dst_offset on), runs the hook on each finished chunk, and, with `publish`, tells
-// the peers that the chunk is ready for them to copy (all_reduce's gather).
-void Direct::reduce(const PostedCall& d, uint64_t seq, char* dst_base, int64_t dst_offset,
-                    const ChunkHook* hook, bool publish) {
+// Reduces this rank's part, chunk by chunk, from every rank's input into `dst` (the packed part,
+// or a buffer shaped as the whole), runs the hook on each finished chunk, and, with `publish`,
+// tells the peers that the chunk is ready for them to copy (all_reduce's gather).
+void Direct::reduce(const PostedCall& d, uint64_t seq, char* dst, bool dst_packed, const ChunkHook* hook,
+                    bool publish) {
   const int p = mem_.size(), me = mem_.rank();
   const size_t esize = dtype_size(d.dtype);
   const int64_t ce = chunk_elements(d.dtype);
-  const int64_t off = Partition::offset(d.n, p, me), count = Partition::count(d.n, p, me);
+  const Parts parts = parts_of(d, p);
   if (publish) gathered_.assign(p, 0);
-  for (int64_t c = 0; c * ce < count; ++c) {
-    const int64_t begin = off + c * ce, len = std::min(ce, count - c * ce);
-    for (int q = 0; q < p; ++q) srcs_[q] = mem_.resolve(q, posted(q, seq).send) + begin * esize;
-    char* dst = dst_base + (begin - dst_offset) * esize;
+  for (int64_t c = 0, nc = parts.chunks(me, ce); c < nc; ++c) {
+    const Piece x = parts.chunk(me, c, ce);
+    for (int q = 0; q < p; ++q) srcs_[q] = mem_.resolve(q, posted(q, seq).send) + x.whole * esize;
+    char* out = dst + (dst_packed ? x.packed : x.whole) * esize;
     // Every rank's chunk, combined in rank order, written once.
-    reduce_into(d.dtype, d.op, dst, srcs_.data(), p, len);
+    reduce_into(d.dtype, d.op, out, srcs_.data(), p, x.n);
     // The fused step, while the chunk is in cache.
-    if (hook != nullptr) (*hook)(Tensor::view_of(dst, d.dtype, Shape{len}), begin);
+    if (hook != nullptr) (*hook)(Tensor::view_of(out, d.dtype, Shape{x.n}), x.whole);
     if (publish) {
       this->publish(seq, static_cast<uint64_t>(c + 1));
       // Copy what the peers have published meanwhile, likely still in the shared cache.
@@ -199,17 +206,18 @@ void Direct::reduce(const PostedCall& d, uint64_t seq, char* dst_base, int64_t d
 }
 
 // Copies the chunks of the peers' parts that they have published and this rank has not copied
-// yet into this rank's buffer; with `block`, waits for and copies all of them.
+// yet into this rank's buffer; with `block`, waits for and copies all of them. Chunks contiguous
+// in the buffer (those of one run) are copied together.
 void Direct::gather_published(const PostedCall& d, uint64_t seq, bool block) {
   const int p = mem_.size(), me = mem_.rank();
   const size_t esize = dtype_size(d.dtype);
   const int64_t ce = chunk_elements(d.dtype);
   const bool streaming = static_cast<size_t>(d.n) * esize >= kStreamingBytes;
+  const Parts parts = parts_of(d, p);
   char* mine = mem_.resolve(me, d.send);
   for (int i = 1; i < p; ++i) {
     const int q = (me + i) % p;  // start with different peers on different ranks
-    const int64_t off = Partition::offset(d.n, p, q), count = Partition::count(d.n, p, q);
-    const int64_t chunks = (count + ce - 1) / ce;
+    const int64_t chunks = parts.chunks(q, ce);
     const char* theirs = mem_.resolve(q, posted(q, seq).send);
     while (gathered_[q] < chunks) {
       int64_t ready = published(q, seq);
@@ -218,9 +226,16 @@ void Direct::gather_published(const PostedCall& d, uint64_t seq, bool block) {
         wait_for(d.call, q, [&] { return published(q, seq) > gathered_[q]; });
         ready = published(q, seq);
       }
-      const int64_t begin = off + gathered_[q] * ce;
-      const int64_t len = std::min(ready * ce, count) - gathered_[q] * ce;
-      copy_bytes(mine + begin * esize, theirs + begin * esize, len * esize, streaming);
+      Piece run = parts.chunk(q, gathered_[q], ce);
+      for (int64_t c = gathered_[q] + 1; c <= ready; ++c) {
+        const Piece x = c < ready ? parts.chunk(q, c, ce) : Piece{};
+        if (c < ready && x.whole == run.whole + run.n) {
+          run.n += x.n;
+          continue;
+        }
+        copy_bytes(mine + run.whole * esize, theirs + run.whole * esize, run.n * esize, streaming);
+        run = x;
+      }
       gathered_[q] = ready;
     }
   }
@@ -229,7 +244,7 @@ void Direct::gather_published(const PostedCall& d, uint64_t seq, bool block) {
 void Direct::all_reduce(const PostedCall& d, uint64_t seq, const ChunkHook* hook) {
   char* buf = mem_.resolve(mem_.rank(), d.send);
   // Reduce-scatter, fused with the hook and with opportunistic gathering of peers' chunks.
-  reduce(d, seq, buf, 0, hook, /*publish=*/true);
+  reduce(d, seq, buf, /*dst_packed=*/false, hook, /*publish=*/true);
   // All-gather whatever of the peers' parts is still missing.
   gather_published(d, seq, /*block=*/true);
 }
@@ -238,13 +253,17 @@ void Direct::all_gather(const PostedCall& d, uint64_t seq) {
   const int p = mem_.size(), me = mem_.rank();
   const size_t esize = dtype_size(d.dtype);
   const bool streaming = static_cast<size_t>(d.n) * esize >= kStreamingBytes;
+  const Parts parts = parts_of(d, p);
   char* recv = mem_.resolve(me, d.recv);
   for (int i = 0; i < p; ++i) {
     const int q = (me + i) % p;
-    const int64_t off = Partition::offset(d.n, p, q), count = Partition::count(d.n, p, q);
-    const char* theirs = mem_.resolve(q, posted(q, seq).send);
-    char* dst = recv + off * esize;
-    if (theirs != dst) copy_bytes(dst, theirs, count * esize, streaming);
+    const PostedCall& theirs_call = posted(q, seq);
+    const char* theirs = mem_.resolve(q, theirs_call.send);
+    parts.each_run(q, [&](const Piece& x) {
+      const char* src = theirs + (theirs_call.send_whole ? x.whole : x.packed) * esize;
+      char* dst = recv + x.whole * esize;
+      if (src != dst) copy_bytes(dst, src, x.n * esize, streaming);
+    });
   }
 }
 

@@ -26,6 +26,7 @@
 #include <string_view>
 #include <vector>
 
+#include "parts.h"
 #include "tandem/comm/communicator.h"
 #include "timeout.h"
 #include "wait.h"
@@ -46,6 +47,8 @@ struct PostedCall {
   DType dtype = DType::F32;
   CollectiveAlgo algo = CollectiveAlgo::Auto;
   int64_t n = 0;  // elements of the whole buffer
+  int64_t outer = 1, rows = 0, inner = 1;  // its partition (rows resolved: never -1)
+  bool send_whole = false;  // all_gather: `send` is the output itself, the part in place
   int root = 0;
   uint64_t send = 0, recv = 0;  // addresses (PeerMemory::address_of), or kNotShared
   int color = 0, key = 0;       // split
@@ -119,8 +122,8 @@ class Direct {
   std::string late_ranks(int q) const;
   void ring_peers() const;
 
-  void reduce(const PostedCall& d, uint64_t seq, char* dst_base, int64_t dst_offset,
-              const ChunkHook* hook, bool publish);
+  void reduce(const PostedCall& d, uint64_t seq, char* dst, bool dst_packed, const ChunkHook* hook,
+              bool publish);
   void all_reduce(const PostedCall& d, uint64_t seq, const ChunkHook* hook);
   void all_gather(const PostedCall& d, uint64_t seq);
   void broadcast(const PostedCall& d, uint64_t seq);

@@ -46,33 +46,43 @@ Tensor Hierarchical::staging(DType t, int64_t n) {
   return Tensor::view_of(stage_.data(), t, Shape{n});
 }
 
-void Hierarchical::permute(const Tensor& natural, const Tensor& local_major,
+int64_t Hierarchical::local_major_offset(const Parts& parts, int r) const {
+  const int j = r / L_, l = r % L_;
+  const int64_t block = parts.outer() * parts.inner();  // elements per row of the partition
+  return block * (fx::part_offset(parts.rows(), L_, l) + fx::part_offset(fx::part_count(parts.rows(), L_, l), N_, j));
+}
+
+void Hierarchical::permute(const Parts& parts, const Tensor& natural, const Tensor& local_major,
                            bool to_local_major) const {
-  const int64_t n = natural.numel();
-  const int p = comm_.size();
   const size_t esize = dtype_size(natural.dtype());
-  auto* nat = static_cast<char*>(natural.data());
   auto* lm = static_cast<char*>(local_major.data());
-  for (int r = 0; r < p; ++r) {
-    const int j = r / L_, l = r % L_;
-    const int64_t m = Partition::count(n, L_, l);
-    const int64_t from = Partition::offset(n, p, r);
-    const int64_t to = Partition::offset(n, L_, l) + Partition::offset(m, N_, j);
-    const size_t bytes = static_cast<size_t>(Partition::count(n, p, r)) * esize;
-    if (bytes == 0) continue;
+  for (int r = 0; r < comm_.size(); ++r) {
+    char* packed = lm + local_major_offset(parts, r) * static_cast<int64_t>(esize);
     if (to_local_major) {
-      std::memcpy(lm + to * esize, nat + from * esize, bytes);
+      parts.pack(r, natural.data(), packed, esize);
     } else {
-      std::memcpy(nat + from * esize, lm + to * esize, bytes);
+      parts.unpack(r, packed, natural.data(), esize);
     }
   }
 }
 
-ChunkHook Hierarchical::cross_hook(const ChunkHook& hook, int64_t n) const {
+ChunkHook Hierarchical::cross_hook(const ChunkHook& hook, const Parts& parts) const {
   if (!hook) return {};
-  const int64_t m = Partition::count(n, L_, l_);
-  const int64_t shift = Partition::offset(n, comm_.size(), comm_.rank()) - Partition::offset(m, N_, j_);
-  return [&hook, shift](const Tensor& chunk, int64_t offset) { hook(chunk, offset + shift); };
+  const int r = comm_.rank();
+  // The cross ring's offsets index the node part; this rank's packed part starts at `first`.
+  const int64_t first =
+      local_major_offset(parts, r) - parts.outer() * parts.inner() * fx::part_offset(parts.rows(), L_, l_);
+  const int64_t run = parts.run(r);
+  return [&hook, parts, first, run, r](const Tensor& chunk, int64_t offset) {
+    int64_t k = offset - first;  // position in the packed part
+    for (int64_t done = 0; done < chunk.numel();) {
+      const int64_t o = k / run, in_run = k - o * run;
+      const int64_t n = std::min(chunk.numel() - done, run - in_run);
+      hook(n == chunk.numel() ? chunk : chunk.flat_slice(done, n), parts.run_start(r, o) + in_run);
+      done += n;
+      k += n;
+    }
+  };
 }
 
 void Hierarchical::run(const CollectiveDesc& d) {
@@ -88,42 +98,56 @@ void Hierarchical::run(const CollectiveDesc& d) {
     local_->run(c);
   };
   const DType t = d.send.dtype();
+  const size_t esize = dtype_size(t);
+  if (d.kind == CollectiveKind::Broadcast) {
+    const int jr = d.root / L_, lr = d.root % L_;
+    if (l_ == lr) cross({CollectiveKind::Broadcast, d.op, d.send, {}, jr});
+    local({CollectiveKind::Broadcast, d.op, d.send, {}, lr});
+    return;
+  }
+  const Parts parts = parts_of(d, comm_.size());
+  const int r = comm_.rank();
+  const int64_t n = parts.numel(), block = parts.outer() * parts.inner();
+  const int64_t m_rows = fx::part_count(parts.rows(), L_, l_);
+  // The node-level and cross-node partitions of the local-major buffer (see hierarchical.h).
+  const PartitionDesc node_split{1, parts.rows(), block}, cross_split{1, m_rows, block};
+  const Tensor P = staging(t, n);
+  const Tensor part = P.flat_slice(block * fx::part_offset(parts.rows(), L_, l_), block * m_rows);
+  const Tensor mine = P.flat_slice(local_major_offset(parts, r), parts.count(r));  // in local-major order
+  auto with = [](CollectiveDesc c, const PartitionDesc& split) {
+    c.partition = split;
+    return c;
+  };
   switch (d.kind) {
     case CollectiveKind::AllReduce: {
-      const int64_t n = d.send.numel();
-      const Tensor P = staging(t, n);
-      const Tensor part = P.flat_slice(Partition::offset(n, L_, l_), Partition::count(n, L_, l_));
-      permute(d.send, P, true);
-      local({CollectiveKind::ReduceScatter, d.op, P, part});
-      cross({CollectiveKind::AllReduce, d.op, part, {}, 0, cross_hook(d.hook, n)});
-      local({CollectiveKind::AllGather, d.op, part, P});
-      permute(d.send, P, false);
+      permute(parts, d.send, P, true);
+      local(with({CollectiveKind::ReduceScatter, d.op, P, part}, node_split));
+      cross(with({CollectiveKind::AllReduce, d.op, part, {}, 0, cross_hook(d.hook, parts)}, cross_split));
+      local(with({CollectiveKind::AllGather, d.op, part, P}, node_split));
+      permute(parts, d.send, P, false);
       break;
     }
     case CollectiveKind::ReduceScatter: {
-      const int64_t n = d.send.numel();
-      const Tensor P = staging(t, n);
-      const Tensor part = P.flat_slice(Partition::offset(n, L_, l_), Partition::count(n, L_, l_));
-      permute(d.send, P, true);
-      local({CollectiveKind::ReduceScatter, d.op, P, part});
-      cross({CollectiveKind::ReduceScatter, d.op, part, d.recv, 0, cross_hook(d.hook, n)});
+      permute(parts, d.send, P, true);
+      local(with({CollectiveKind::ReduceScatter, d.op, P, part}, node_split));
+      // A packed output takes the cross ring's result directly; one shaped as the whole gets it
+      // through the staging buffer (the part in place there, then unpacked).
+      const bool whole = recv_is_whole(d);
+      cross(with({CollectiveKind::ReduceScatter, d.op, part, whole ? mine : d.recv, 0, cross_hook(d.hook, parts)},
+                 cross_split));
+      if (whole) parts.unpack(r, mine.data(), d.recv.data(), esize);
       break;
     }
     case CollectiveKind::AllGather: {
-      const int64_t n = d.recv.numel();
-      const Tensor P = staging(t, n);
-      const Tensor part = P.flat_slice(Partition::offset(n, L_, l_), Partition::count(n, L_, l_));
-      cross({CollectiveKind::AllGather, d.op, d.send, part});
-      local({CollectiveKind::AllGather, d.op, part, P});
-      permute(d.recv, P, false);
+      // An input that is the output itself is packed into its place in the staging buffer first.
+      const bool whole = send_is_whole(d);
+      if (whole) parts.pack(r, d.send.data(), mine.data(), esize);
+      cross(with({CollectiveKind::AllGather, d.op, whole ? mine : d.send, part}, cross_split));
+      local(with({CollectiveKind::AllGather, d.op, part, P}, node_split));
+      permute(parts, d.recv, P, false);
       break;
     }
-    case CollectiveKind::Broadcast: {
-      const int jr = d.root / L_, lr = d.root % L_;
-      if (l_ == lr) cross({CollectiveKind::Broadcast, d.op, d.send, {}, jr});
-      local({CollectiveKind::Broadcast, d.op, d.send, {}, lr});
-      break;
-    }
+    case CollectiveKind::Broadcast: break;
   }
 }
 

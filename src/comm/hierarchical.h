@@ -5,14 +5,18 @@
 // node gathers again. Written once against the Communicator interface, so it runs on any backend;
 // reached through Communicator::execute_hierarchical. Internal to comm/.
 //
-// Layout: the API fixes rank r's part of an n-element buffer at Partition(n, p, r). Stage 0
-// permutes the buffer into local-major order (the parts of local index 0 on nodes 0..N-1, then
-// those of local index 1, ...). In that order local rank l's part of the node-level partition,
-// Partition(n, L, l), is exactly the concatenation of the parts of ranks (0, l), (1, l), ...,
-// (N-1, l), and the cross ring's partition of it, Partition(m, N, j), is exactly rank (j, l)'s
-// own part: so the cross ring ends with each rank holding its API part, fully reduced, and runs
-// the hook on it chunk by chunk (offsets translated back to the whole buffer). all_reduce and
-// all_gather permute back at the end; broadcast needs no permutation.
+// Layout: the call's partition (parts.h) fixes rank r's part of the whole buffer: `outer` runs
+// of part_count(rows, p, r) * inner elements. Stage 0 packs every rank's part into a staging
+// buffer in local-major order (the parts of local index 0 on nodes 0..N-1, then those of local
+// index 1, ...). Since part_count(rows, L, l) rows split over N are exactly the rows of ranks
+// (0, l) .. (N-1, l), local rank l's part of the node-level partition [1, rows, outer * inner]
+// of that buffer is the concatenation of the packed parts of ranks (0, l), ..., (N-1, l), and
+// the cross ring's partition [1, part_count(rows, L, l), outer * inner] of it gives rank (j, l)
+// exactly its own packed part: so the cross ring ends with each rank holding its part, fully
+// reduced, and runs the hook on it chunk by chunk (positions translated back to the whole
+// buffer, chunks cut where a run ends). all_reduce and all_gather unpack at the end; broadcast
+// needs no packing. For the flat split (one run per part) this is a permutation of contiguous
+// parts.
 //
 // Rounding: each element is reduced inside its node first (in rank order), then across nodes
 // in ring order; bf16/f16 are rounded after each stage, so results may differ in the last bit
@@ -22,6 +26,7 @@
 #include <memory>
 #include <vector>
 
+#include "parts.h"
 #include "tandem/comm/communicator.h"
 
 namespace tandem::comm::detail {
@@ -41,11 +46,15 @@ class Hierarchical {
 
  private:
   void set_up();  // the node and cross-node groups, split on first use (every rank calls run)
-  // Copies every rank's part of `from` (natural order) to `to` (local-major order), or back.
-  void permute(const Tensor& natural, const Tensor& local_major, bool to_local_major) const;
+  // Where rank r's packed part starts in the local-major buffer.
+  int64_t local_major_offset(const Parts& parts, int r) const;
+  // Copies every rank's part of `natural` (the whole buffer) to its place in `local_major`, or
+  // back.
+  void permute(const Parts& parts, const Tensor& natural, const Tensor& local_major, bool to_local_major) const;
   Tensor staging(DType t, int64_t n);  // the local-major buffer, kept and grown
-  // The hook of the cross ring, its offsets translated from the local part to the whole buffer.
-  ChunkHook cross_hook(const ChunkHook& hook, int64_t n) const;
+  // The hook of the cross ring: positions in this rank's packed part translated to the whole
+  // buffer, a chunk cut where a run of the part ends.
+  ChunkHook cross_hook(const ChunkHook& hook, const Parts& parts) const;
 
   Communicator& comm_;
   const int L_;

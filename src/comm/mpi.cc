@@ -450,7 +450,8 @@ void MpiCommunicator::arrive(const CollectiveDesc& desc, int code, bool verify) 
   detail::CallSignature mine;
   if (collective) mine = detail::signature_of(desc);
   sent_ = Wire{code, static_cast<int32_t>(mine.op), static_cast<int32_t>(mine.dtype), mine.root,
-               static_cast<int32_t>(mine.algo), 0, mine.n};
+               static_cast<int32_t>(mine.algo), 0, mine.n, mine.partition.outer, mine.partition.rows,
+               mine.partition.inner};
   std::vector<Wire> all(static_cast<size_t>(size_));
   all[static_cast<size_t>(rank_)] = sent_;
   // recvs[q]: from rank q (null for this rank); sends after them.
@@ -503,6 +504,7 @@ void MpiCommunicator::arrive(const CollectiveDesc& desc, int code, bool verify) 
     s.name = collective_name(kind);
     s.dtype = static_cast<DType>(x.dtype);
     s.n = x.n;
+    s.partition = PartitionDesc{x.outer, x.rows, x.inner};
     s.op = static_cast<ReduceOp>(x.op);
     s.root = x.root;
     s.algo = static_cast<CollectiveAlgo>(x.algo);

@@ -21,6 +21,7 @@ void Ring::run(const CollectiveDesc& d) {
   esize_ = dtype_size(dtype_);
   ce_ = std::max<int64_t>(1, static_cast<int64_t>(comm_.ring_message_bytes() / esize_));
   hook_ce_ = std::max<int64_t>(1, static_cast<int64_t>(chunk_bytes() / esize_));
+  parts_ = parts_of(d, p_);
   reserve(static_cast<size_t>(ce_) * esize_);
   try {
     switch (d.kind) {
@@ -43,7 +44,6 @@ void Ring::run(const CollectiveDesc& d) {
 // all_reduce, in place: a reduce-scatter that leaves part r complete on rank r (and hooks it),
 // then an all-gather of the complete parts, chunk by chunk.
 void Ring::all_reduce(const CollectiveDesc& d) {
-  n_ = d.send.numel();
   char* buf = static_cast<char*>(d.send.data());
   const int p = p_, r = r_;
   for (int64_t c = 0, nc = chunks_per_part(); c < nc; ++c) {
@@ -67,9 +67,9 @@ void Ring::all_reduce(const CollectiveDesc& d) {
 // reduce_scatter: as all_reduce's first half, but partial sums travel through staging buffers
 // (the input is left untouched) and the finished chunk lands in the output.
 void Ring::reduce_scatter(const CollectiveDesc& d) {
-  n_ = d.send.numel();
   const char* in = static_cast<const char*>(d.send.data());
   char* out = static_cast<char*>(d.recv.data());
+  const bool whole = recv_is_whole(d);  // the output is shaped as the input: the part in place
   const int p = p_, r = r_;
   for (int64_t c = 0, nc = chunks_per_part(); c < nc; ++c) {
     // Step 0: this rank's contribution to part r-1 starts the ring.
@@ -77,22 +77,18 @@ void Ring::reduce_scatter(const CollectiveDesc& d) {
     // Steps 1 .. p-2: add this rank's contribution to the partial sum passing through.
     for (int s = 1; s <= p - 2; ++s) recv_reduce_send(part(in, r - 1 - s, c));
     // Step p-1: part r is complete once ours is added: into the output, then the hook.
-    const Span mine = part(in, r, c);
-    recv_reduce_compute(mine, Span{out + c * ce_ * static_cast<int64_t>(esize_), mine.n,
-                                   mine.offset});
+    recv_reduce_compute(part(in, r, c), whole ? part(out, r, c) : packed(out, c));
   }
   drain_sends(0);
 }
 
 // all_gather: each rank's part travels the ring; every rank keeps a copy and passes it on.
 void Ring::all_gather(const CollectiveDesc& d) {
-  n_ = d.recv.numel();
   char* out = static_cast<char*>(d.recv.data());
   const int p = p_, r = r_;
   // This rank's own part goes to its place in the output first (unless it is already there).
-  const Span own = part(out, r, 0);
-  if (d.send.data() != own.data)
-    std::memcpy(own.data, d.send.data(), static_cast<size_t>(d.send.numel()) * esize_);
+  if (!send_is_whole(d) && d.send.data() != part(out, r, 0).data)
+    parts_.unpack(r, d.send.data(), out, esize_);
   for (int64_t c = 0, nc = chunks_per_part(); c < nc; ++c) {
     // Step 0: send our part to the right.
     send(part(out, r, c));
@@ -106,11 +102,11 @@ void Ring::all_gather(const CollectiveDesc& d) {
 
 // broadcast: a pipelined chain from the root round the ring; the rank before the root ends it.
 void Ring::broadcast(const CollectiveDesc& d) {
-  n_ = d.send.numel();
+  const int64_t n = d.send.numel();
   char* buf = static_cast<char*>(d.send.data());
   const int position = (r_ - d.root + p_) % p_;  // distance from the root along the ring
-  for (int64_t begin = 0; begin < n_; begin += ce_) {
-    const Span chunk{buf + begin * static_cast<int64_t>(esize_), std::min(ce_, n_ - begin), begin};
+  for (int64_t begin = 0; begin < n; begin += ce_) {
+    const Span chunk{buf + begin * static_cast<int64_t>(esize_), std::min(ce_, n - begin), begin};
     if (position == 0) {
       send(chunk);
     } else if (position < p_ - 1) {
@@ -173,17 +169,18 @@ void Ring::recv_copy_send(Span dst) {
 
 Ring::Span Ring::part(const void* base, int k, int64_t c) const {
   k = ((k % p_) + p_) % p_;
-  const int64_t count = Partition::count(n_, p_, k);
-  const int64_t begin = std::min(count, c * ce_);
-  const int64_t offset = Partition::offset(n_, p_, k) + begin;
-  char* data = const_cast<char*>(static_cast<const char*>(base)) + offset * static_cast<int64_t>(esize_);
-  return Span{data, std::min(ce_, count - begin), offset};
+  const Piece x = parts_.chunk(k, c, ce_);
+  char* data = const_cast<char*>(static_cast<const char*>(base)) + x.whole * static_cast<int64_t>(esize_);
+  return Span{data, x.n, x.whole};
 }
 
-int64_t Ring::chunks_per_part() const {
-  const int64_t largest = Partition::count(n_, p_, 0);
-  return (largest + ce_ - 1) / ce_;
+Ring::Span Ring::packed(const void* base, int64_t c) const {
+  const Piece x = parts_.chunk(r_, c, ce_);
+  char* data = const_cast<char*>(static_cast<const char*>(base)) + x.packed * static_cast<int64_t>(esize_);
+  return Span{data, x.n, x.whole};
 }
+
+int64_t Ring::chunks_per_part() const { return parts_.chunks(0, ce_); }  // part 0 is the largest
 
 void Ring::receive_from_left(void* dst, int64_t n) {
   comm_.post_recv(view(dst, n), left_, kTag).wait();

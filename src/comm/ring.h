@@ -2,7 +2,10 @@
 // a small vocabulary of primitives whose names say what they fuse, on top of a Communicator's
 // post_send/post_recv. Internal to comm/; reached through Communicator::execute_ring.
 //
-// Rank r sends to r + 1 and receives from r - 1. Work is pipelined by chunks, one message each
+// Rank r sends to r + 1 and receives from r - 1. Parts follow the call's partition (parts.h): a
+// chunk is a piece of one run of a part, so a part of many short runs (a partition with a large
+// `outer` and few rows per rank) travels in as many short messages. Work is pipelined by chunks,
+// one message each
 // (Communicator::ring_message_bytes(): chunk_bytes() unless the transport wants larger ones):
 // for each chunk index c, chunk c of every part goes round the ring before chunk c + 1 starts,
 // and sends stay in flight (up to kMaxInFlight of them) while the next chunk is received. The
@@ -18,6 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "parts.h"
 #include "tandem/comm/communicator.h"
 
 namespace tandem::comm::detail {
@@ -47,8 +51,11 @@ class Ring {
   void all_gather(const CollectiveDesc& d);
   void broadcast(const CollectiveDesc& d);
 
-  // Chunk c of part k (taken modulo p) of a buffer of n_ elements starting at base.
+  // Chunk c of part k (taken modulo p) of the whole buffer starting at base (parts.h: a chunk is
+  // a piece of one run of the part).
   Span part(const void* base, int k, int64_t c) const;
+  // The same chunk of this rank's part in a packed buffer at base (its offset still the whole's).
+  Span packed(const void* base, int64_t c) const;
   int64_t chunks_per_part() const;
 
   // The primitives. Each skips an empty span; every rank skips the same ones.
@@ -81,7 +88,7 @@ class Ring {
   const ChunkHook* hook_ = nullptr;
   int p_ = 1, r_ = 0, left_ = 0, right_ = 0;
   size_t esize_ = 4;
-  int64_t n_ = 0;   // elements of the whole buffer
+  Parts parts_;  // the call's partition of the whole buffer
   int64_t ce_ = 1;       // elements per chunk (one message)
   int64_t hook_ce_ = 1;  // elements per hook call at most
 

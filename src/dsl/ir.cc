@@ -81,16 +81,6 @@ std::ostream& operator<<(std::ostream& os, const Type& t) { return os << t.str()
 
 // ------------------------------------------------------------------------------------------ ops
 
-std::string_view reduce_op_name(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::Sum: return "sum";
-    case ReduceOp::Prod: return "prod";
-    case ReduceOp::Max: return "max";
-    case ReduceOp::Min: return "min";
-  }
-  return "?";
-}
-
 std::string_view op_name(Op op) {
   switch (op) {
     case Op::Input: return "input";

@@ -1,8 +1,7 @@
 // The compiled executor: the host side of codegen/abi.h. It allocates what the plan stores, binds
-// each run's inputs, and carries out the compiled code's callbacks: collectives (with the
-// emitted hook installed as the ChunkHook, and a staging path for Dim partitions the
-// communicator's flat split cannot express), transfers, and the communication thread of
-// pipelines.
+// each run's inputs, and carries out the compiled code's callbacks: collectives (their partition
+// handed to comm/, the emitted hook installed as the ChunkHook), transfers, and the communication
+// thread of pipelines.
 #include "tandem/exec/compiled.h"
 
 #include <fmt/format.h>
@@ -46,15 +45,6 @@ std::shared_ptr<const CompiledPlan> compile_plan(const Plan& plan, const JitOpti
 namespace {
 
 DType dtype_of(int32_t code) { return code == 0 ? DType::F32 : (code == 1 ? DType::BF16 : DType::F16); }
-
-comm::ReduceOp reduce_of(int32_t code) {
-  switch (code) {
-    case 1: return comm::ReduceOp::Prod;
-    case 2: return comm::ReduceOp::Max;
-    case 3: return comm::ReduceOp::Min;
-    default: return comm::ReduceOp::Sum;
-  }
-}
 
 Tensor view(void* data, DType dtype, int64_t n) { return Tensor::view_of(data, dtype, Shape{n}); }
 char* bytes_at(void* base, int64_t elems, size_t es) { return static_cast<char*>(base) + static_cast<size_t>(elems) * es; }
@@ -116,17 +106,6 @@ struct CompiledRunner::State {
   std::vector<size_t> bytes;   // per owning value: bytes allocated for it
   std::vector<char> scalar_bound;
   Tensor scratch;
-  // Staging for a collective whose Dim partition the communicator's flat split cannot express,
-  // allocated the first time one runs (most schedules never need it).
-  Tensor staging;
-  size_t staging_bytes = 0;
-  std::once_flag staging_once;
-  void* staging_data() {
-    std::call_once(staging_once, [this] {
-      staging = Tensor::empty(DType::F32, Shape{static_cast<int64_t>((staging_bytes + 3) / 4)}, alloc);
-    });
-    return staging.data();
-  }
   std::vector<std::pair<int, std::string>> unbound;  // buffers the caller binds (bind_target) and their names, not bound yet
   Tensor wide;  // reduce_in_f32: f32 copies of a 16-bit collective's buffer and of this rank's part
   bool reduce_in_f32 = false;
@@ -193,70 +172,7 @@ struct CompiledRunner::State {
     }
   }
 
-  // The hook over this rank's part of a Dim partition, segment by segment, chunk by chunk.
-  // `part` holds the part packed ([outer][cnt * inner]), or is null when the part lies in place
-  // in the whole buffer `whole`.
-  void hook_part(const tandem_collective& c, void* whole, void* part, size_t es) {
-    const int p = group->size(), r = place.index;
-    const int64_t off = dsl::part_offset(c.rows, p, r), cnt = dsl::part_count(c.rows, p, r);
-    const int64_t seg = cnt * c.inner, step = static_cast<int64_t>(chunk_elems(es));
-    for (int64_t o = 0; o < c.outer; ++o) {
-      const int64_t g0 = (o * c.rows + off) * c.inner;
-      for (int64_t k = 0; k < seg; k += step) {
-        const int64_t n = std::min(step, seg - k);
-        void* at = part != nullptr ? bytes_at(part, o * seg + k, es) : bytes_at(whole, g0 + k, es);
-        call_hook(c, at, n, c.index_base + g0 + k);
-      }
-    }
-  }
-
-  // Rank q's part of a Dim partition, from the whole buffer into packed `out` (or back).
-  static void pack(const tandem_collective& c, int p, int q, void* whole, void* packed, size_t es, bool unpack) {
-    const int64_t off = dsl::part_offset(c.rows, p, q), cnt = dsl::part_count(c.rows, p, q);
-    const size_t seg = static_cast<size_t>(cnt * c.inner) * es;
-    if (seg == 0) return;
-    for (int64_t o = 0; o < c.outer; ++o) {
-      char* w = bytes_at(whole, (o * c.rows + off) * c.inner, es);
-      char* k = static_cast<char*>(packed) + static_cast<size_t>(o) * seg;
-      if (unpack) std::memcpy(w, k, seg);
-      else std::memcpy(k, w, seg);
-    }
-  }
-
-  // All-gather along a Dim partition the flat split does not match: each rank's part in turn,
-  // packed and broadcast from its owner.
-  void gather_parts(const tandem_collective& c, void* mine, void* whole, DType dt) {
-    const int p = group->size();
-    const size_t es = dtype_size(dt);
-    for (int q = 0; q < p; ++q) {
-      const int64_t n = c.outer * dsl::part_count(c.rows, p, q) * c.inner;
-      if (n == 0) continue;
-      void* stage = staging_data();
-      if (q == place.index) {
-        if (mine != nullptr) std::memcpy(stage, mine, static_cast<size_t>(n) * es);
-        else pack(c, p, q, whole, stage, es, false);
-      }
-      group->broadcast(view(stage, dt, n), q);
-      pack(c, p, q, whole, stage, es, true);
-    }
-  }
-
-  // A reduce-scatter along a Dim partition the flat split does not match, once every element is
-  // reduced (in `reduced`, shaped as the whole): this rank's rows into place, then the hook.
-  void scatter_reduced(const tandem_collective& c, void* whole, void* reduced, size_t es) {
-    const int p = group->size(), r = place.index;
-    if (whole == nullptr) {
-      pack(c, p, r, reduced, c.recv, es, false);
-    } else {
-      const int64_t off = dsl::part_offset(c.rows, p, r), cnt = dsl::part_count(c.rows, p, r);
-      for (int64_t o = 0; o < c.outer; ++o) {
-        const int64_t at = (o * c.rows + off) * c.inner;
-        if (cnt * c.inner > 0)
-          std::memcpy(bytes_at(whole, at, es), bytes_at(reduced, at, es), static_cast<size_t>(cnt * c.inner) * es);
-      }
-    }
-    if (c.hook != nullptr) hook_part(c, whole, whole == nullptr ? c.recv : nullptr, es);
-  }
+  static comm::PartitionDesc partition_of(const tandem_collective& c) { return {c.outer, c.rows, c.inner}; }
 
   static void widen(const void* src, DType t, float* dst, int64_t n) {
     for (int64_t i = 0; i < n; ++i) dst[i] = load_as_f32(src, t, static_cast<size_t>(i));
@@ -268,105 +184,67 @@ struct CompiledRunner::State {
   // CompiledOptions::reduce_in_f32: a bf16/f16 all-reduce or reduce-scatter reduces an f32 copy and
   // rounds once (plan.h's rule, the reference's rounding on every algorithm); the hook still sees
   // the value in its own dtype, and a carried value is widened back for the gather.
-  void run_wide(const tandem_collective& c, bool flat) {
+  void run_wide(const tandem_collective& c) {
     const DType dt = dtype_of(c.dtype);
     const size_t es = dtype_size(dt);
     const int64_t n = c.outer * c.rows * c.inner;
     const int p = group->size(), r = place.index;
-    const comm::ReduceOp op = reduce_of(c.op);
-    const int64_t my_off = comm::Partition::offset(n, p, r), my_cnt = comm::Partition::count(n, p, r);
+    const ReduceOp op = reduce_op_of_code(c.op);
     float* w = wide.data_as<float>();
     widen(c.send, dt, w, n);
     if (c.kind == 0) {
-      if (flat) {
-        comm::ChunkHook hook;
-        if (c.hook != nullptr)
-          hook = [&](const Tensor& chunk, int64_t off) {
-            void* mine = bytes_at(c.send, off, es);
-            narrow(chunk.data_as<float>(), mine, dt, chunk.numel());
-            call_hook(c, mine, chunk.numel(), c.index_base + off);
-            if (c.carry) widen(mine, dt, chunk.data_as<float>(), chunk.numel());
-          };
-        group->all_reduce(view(w, DType::F32, n), op, hook);
-        narrow(w, c.send, dt, n);
-      } else {
-        group->all_reduce(view(w, DType::F32, n), op);
-        narrow(w, c.send, dt, n);
-        if (c.hook != nullptr) {
-          hook_part(c, c.send, nullptr, es);
-          if (c.carry) gather_parts(c, nullptr, c.send, dt);
-        }
-      }
-      return;
-    }
-    void* whole = c.recv == nullptr ? c.send : (c.recv_whole ? c.recv : nullptr);
-    if (flat) {
-      void* recv = whole != nullptr ? bytes_at(whole, my_off, es) : c.recv;
-      float* part = w + n;
       comm::ChunkHook hook;
       if (c.hook != nullptr)
         hook = [&](const Tensor& chunk, int64_t off) {
-          void* mine = bytes_at(recv, off - my_off, es);
+          void* mine = bytes_at(c.send, off, es);
           narrow(chunk.data_as<float>(), mine, dt, chunk.numel());
           call_hook(c, mine, chunk.numel(), c.index_base + off);
+          if (c.carry) widen(mine, dt, chunk.data_as<float>(), chunk.numel());
         };
-      group->reduce_scatter(view(w, DType::F32, n), view(part, DType::F32, my_cnt), op, hook);
-      if (c.hook == nullptr) narrow(part, recv, dt, my_cnt);
+      group->all_reduce(view(w, DType::F32, n), op, hook, partition_of(c));
+      narrow(w, c.send, dt, n);
       return;
     }
-    group->all_reduce(view(w, DType::F32, n), op);
-    narrow(w, staging_data(), dt, n);
-    scatter_reduced(c, whole, staging_data(), es);
+    // The f32 part, packed after the whole; each reduced chunk is rounded into its place in the
+    // output (packed, or in a whole-shaped buffer), then hooked there.
+    void* whole = c.recv == nullptr ? c.send : (c.recv_whole ? c.recv : nullptr);
+    float* part = w + n;
+    const int64_t count = c.outer * fx::part_count(c.rows, p, r) * c.inner;
+    const comm::ChunkHook hook = [&](const Tensor& chunk, int64_t off) {
+      void* mine = whole != nullptr ? bytes_at(whole, off, es) : bytes_at(c.recv, chunk.data_as<float>() - part, es);
+      narrow(chunk.data_as<float>(), mine, dt, chunk.numel());
+      if (c.hook != nullptr) call_hook(c, mine, chunk.numel(), c.index_base + off);
+    };
+    group->reduce_scatter(view(w, DType::F32, n), view(part, DType::F32, count), op, hook, partition_of(c));
   }
 
+  // One collective of the compiled code, its [outer, rows, inner] partition handed to comm/.
   void run_collective(const tandem_collective& c) {
     const DType dt = dtype_of(c.dtype);
-    const size_t es = dtype_size(dt);
     const int64_t n = c.outer * c.rows * c.inner;
     const int p = group->size(), r = place.index;
-    const comm::ReduceOp op = reduce_of(c.op);
-    // The communicator splits flat buffers; a Dim partition is the same split when the rows are
-    // the outermost dim and each part is whole rows of equal count, or a part is single elements.
-    const bool flat = p == 1 || (c.outer == 1 && (c.inner == 1 || c.rows % p == 0));
-    if (reduce_in_f32 && dt != DType::F32 && (c.kind == 0 || c.kind == 1)) return run_wide(c, flat);
-    comm::ChunkHook hook;
-    if (c.hook != nullptr)
-      hook = [this, &c](const Tensor& chunk, int64_t offset) { call_hook(c, chunk.data(), chunk.numel(), c.index_base + offset); };
-    const int64_t my_off = comm::Partition::offset(n, p, r), my_cnt = comm::Partition::count(n, p, r);
+    if (reduce_in_f32 && dt != DType::F32 && (c.kind == 0 || c.kind == 1)) return run_wide(c);
+    comm::CollectiveDesc d{comm::CollectiveKind::AllReduce};
+    d.op = reduce_op_of_code(c.op);
+    d.partition = partition_of(c);
+    if (c.hook != nullptr && (c.kind == 0 || c.kind == 1))
+      d.hook = [this, &c](const Tensor& chunk, int64_t offset) { call_hook(c, chunk.data(), chunk.numel(), c.index_base + offset); };
+    const int64_t count = c.outer * fx::part_count(c.rows, p, r) * c.inner;  // this rank's part, packed
     switch (c.kind) {
       case 0:  // all_reduce
-        if (flat) {
-          group->all_reduce(view(c.send, dt, n), op, hook);
-        } else {
-          group->all_reduce(view(c.send, dt, n), op);
-          if (c.hook != nullptr) {
-            hook_part(c, c.send, nullptr, es);
-            if (c.carry) gather_parts(c, nullptr, c.send, dt);
-          }
-        }
-        return;
-      case 1: {  // reduce_scatter
-        // Where this rank's part goes: a packed buffer, or its place in a whole-shaped one (the
-        // input itself when recv is null).
-        void* whole = c.recv == nullptr ? c.send : (c.recv_whole ? c.recv : nullptr);
-        if (flat) {
-          void* recv = whole != nullptr ? bytes_at(whole, my_off, es) : c.recv;
-          group->reduce_scatter(view(c.send, dt, n), view(recv, dt, my_cnt), op, hook);
-          return;
-        }
-        if (n > 0) std::memcpy(staging_data(), c.send, static_cast<size_t>(n) * es);
-        group->all_reduce(view(staging_data(), dt, n), op);
-        scatter_reduced(c, whole, staging_data(), es);
-        return;
-      }
-      case 2:  // all_gather
-        if (flat) {
-          void* send = c.send != nullptr ? c.send : bytes_at(c.recv, my_off, es);
-          group->all_gather(view(send, dt, my_cnt), view(c.recv, dt, n));
-        } else {
-          gather_parts(c, c.send, c.recv, dt);
-        }
-        return;
+        d.send = view(c.send, dt, n);
+        break;
+      case 1:  // reduce_scatter: into a packed part, or into its place in a whole-shaped buffer (the input itself
+               // when recv is null)
+        d.kind = comm::CollectiveKind::ReduceScatter;
+        d.send = view(c.send, dt, n);
+        d.recv = c.recv == nullptr ? d.send : (c.recv_whole ? view(c.recv, dt, n) : view(c.recv, dt, count));
+        break;
+      case 2:  // all_gather: from a packed part, or from the output itself (send null: the part in place)
+        d.kind = comm::CollectiveKind::AllGather;
+        d.recv = view(c.recv, dt, n);
+        d.send = c.send != nullptr ? view(c.send, dt, count) : d.recv;
+        break;
       case 3:  // broadcast
         if (c.root < 0 || c.root >= p)
           user_error("program '{}', step {}: Broadcast root {} is outside the group of {} ranks; the root is a rank index "
@@ -375,6 +253,7 @@ struct CompiledRunner::State {
         return;
       default: internal_error(fmt::format("collective kind {} from compiled step {}", c.kind, c.step));
     }
+    group->run(d);
   }
 
   void run_transfer(const tandem_transfer& t) {
@@ -594,12 +473,11 @@ CompiledRunner::CompiledRunner(std::shared_ptr<const CompiledPlan> compiled, com
     const size_t rt = static_cast<size_t>(s.root[id]);
     s.buf[id] = s.buf[rt];
   }
-  // Staging for collectives that a flat split cannot run directly, and the async queue.
-  size_t staging = 0, wide = 0, async_ops = 0, max_blocks = 0, sends = 0;
+  // The f32 copies of reduce_in_f32, and the async queue.
+  size_t wide = 0, async_ops = 0, max_blocks = 0, sends = 0;
   each_step(plan.steps, [&](const Step& st, int blocks) {
     if (st.kind == StepKind::Collective && mine(prog.stage(st.collective.stage), s.place)) {
       const size_t numel = static_cast<size_t>(s.global[static_cast<size_t>(st.collective.stage)].numel());
-      staging = std::max(staging, numel * dtype_size(prog.stage(st.collective.stage).type.dtype));
       if (st.collective.op == dsl::Op::AllReduce || st.collective.op == dsl::Op::ReduceScatter) wide = std::max(wide, numel);
     }
     // Inside a pipeline, communication may be queued: at most every block's of every such step.
@@ -608,7 +486,6 @@ CompiledRunner::CompiledRunner(std::shared_ptr<const CompiledPlan> compiled, com
     if (st.kind == StepKind::Send) sends += static_cast<size_t>(std::max(1, blocks));
     max_blocks = std::max(max_blocks, static_cast<size_t>(blocks));
   });
-  s.staging_bytes = staging;
   s.reduce_in_f32 = options.reduce_in_f32;
   if (s.reduce_in_f32) s.wide = Tensor::empty(DType::F32, Shape{static_cast<int64_t>(2 * wide)}, s.alloc);
   s.sends.reserve(sends);

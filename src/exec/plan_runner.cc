@@ -39,16 +39,6 @@ float round_to(DType t, float v) {
   return v;
 }
 
-comm::ReduceOp to_comm(dsl::ReduceOp op) {
-  switch (op) {
-    case dsl::ReduceOp::Sum: return comm::ReduceOp::Sum;
-    case dsl::ReduceOp::Prod: return comm::ReduceOp::Prod;
-    case dsl::ReduceOp::Max: return comm::ReduceOp::Max;
-    case dsl::ReduceOp::Min: return comm::ReduceOp::Min;
-  }
-  return comm::ReduceOp::Sum;
-}
-
 // The extents before, at and after dim d.
 struct Around {
   int64_t outer = 1, rows = 1, inner = 1;
@@ -606,7 +596,7 @@ class PlanRunner::Impl {
     float acc = sum ? sums_[static_cast<size_t>(f.stage)].total() : accs_[static_cast<size_t>(f.stage)];
     if (f.across_ranks) {
       one_.set(0, acc);
-      comm_->all_reduce(one_, to_comm(s.op == Op::Norm ? dsl::ReduceOp::Sum : s.attrs.reduce));
+      comm_->all_reduce(one_, s.op == Op::Norm ? ReduceOp::Sum : s.attrs.reduce);
       acc = one_.get(0);
     }
     if (s.op == Op::Norm) acc = std::sqrt(acc);
@@ -628,7 +618,7 @@ class PlanRunner::Impl {
         for (int64_t k = 0; k < a.rows; ++k) acc = dsl::reduce_combine(s.attrs.reduce, acc, x.get((o * a.rows + k) * a.inner + in));
         part.set(o * a.inner + in, acc);
       }
-    if (r.across_ranks && part.numel() > 0) comm_->all_reduce(part.reshape(Shape{part.numel()}), to_comm(s.attrs.reduce));
+    if (r.across_ranks && part.numel() > 0) comm_->all_reduce(part.reshape(Shape{part.numel()}), s.attrs.reduce);
     for (int64_t i = 0; i < out.numel(); ++i) out.set(i, part.get(i));
   }
 
@@ -812,15 +802,22 @@ class PlanRunner::Impl {
       start_accumulators(*col.fused);
       k = compile(*col.fused, c, col.stage);
     }
-    comm_->all_reduce(work, to_comm(col.reduce), hook(col, c, base_index(col.stage, c), k ? &*k : nullptr));
+    comm_->all_reduce(work, col.reduce, hook(col, c, base_index(col.stage, c), k ? &*k : nullptr));
     if (dst.defined() && !direct) convert(work, dst);
+  }
+
+  // The partition of a collective over `whole` (the rows it works on in this context): its Dim
+  // partition as [outer, rows, inner], or the flat split.
+  static comm::PartitionDesc partition_of(const Collective& col, const Shape& whole) {
+    if (col.partition == Partition::Flat || whole.rank() == 0) return {};
+    const Around a = around(whole, col.dim);
+    return {a.outer, a.rows, a.inner};
   }
 
   void reduce_scatter(const Collective& col, const Ctx& c) {
     const Stage& s = p_.stage(col.stage);
     const Tensor src = span(col.operand, c);
-    const Tensor dst = span(col.stage, c);
-    const Shape whole = block_shape(col.operand, c);
+    const Tensor dst = span(col.stage, c);  // this rank's part, packed
     std::optional<Compiled> k;
     if (col.fused) {
       start_accumulators(*col.fused);
@@ -829,22 +826,11 @@ class PlanRunner::Impl {
     const int64_t base = base_index(col.operand, c);
     Tensor in = work_.flat_slice(0, src.numel());
     convert(src, in);
-    if (schedule::partition_is_flat(whole, col.dim, group_size_)) {
-      const bool direct = s.type.dtype == DType::F32;
-      Tensor out = direct ? dst : part_.flat_slice(0, dst.numel());
-      comm_->reduce_scatter(in, out, to_comm(col.reduce), hook(col, c, base, k ? &*k : nullptr));
-      if (!direct) convert(out, dst);
-      return;
-    }
-    // The parts are not the communicator's flat parts: reduce everything, keep this rank's rows,
-    // and run the hook over them in one go.
-    comm_->all_reduce(in, to_comm(col.reduce));
-    const Around a = around(whole, col.dim);
-    TANDEM_CHECK(a.outer == 1, "reduce_scatter along dim {} of {}", col.dim, whole.str());
-    const int64_t off = dsl::part_offset(a.rows, group_size_, index_) * a.inner;
-    Tensor mine = in.flat_slice(off, dst.numel());
-    if (col.fused) hook(col, c, base, &*k)(mine, off);
-    convert(mine, dst);
+    const bool direct = s.type.dtype == DType::F32;
+    Tensor out = direct ? dst : part_.flat_slice(0, dst.numel());
+    comm_->reduce_scatter(in, out, col.reduce, hook(col, c, base, k ? &*k : nullptr),
+                          partition_of(col, block_shape(col.operand, c)));
+    if (!direct) convert(out, dst);
   }
 
   void all_gather(const Collective& col, const Ctx& c) {
@@ -852,38 +838,11 @@ class PlanRunner::Impl {
     if (col.operand < 0) {
       // Completing gather: this rank's flat part of its own buffer goes to every rank.
       const int64_t n = dst.numel();
-      const Tensor part = dst.flat_slice(comm::Partition::offset(n, group_size_, index_),
-                                         comm::Partition::count(n, group_size_, index_));
+      const Tensor part = dst.flat_slice(fx::part_offset(n, group_size_, index_), fx::part_count(n, group_size_, index_));
       comm_->all_gather(part, dst);
       return;
     }
-    const Tensor src = span(col.operand, c);
-    const Shape whole = block_shape(col.stage, c);
-    if (schedule::partition_is_flat(whole, col.dim, group_size_)) {
-      comm_->all_gather(src, dst);
-      return;
-    }
-    // One broadcast per rank of its rows.
-    const Around a = around(whole, col.dim);
-    if (a.outer == 1) {
-      const int64_t own = dsl::part_offset(a.rows, group_size_, index_) * a.inner;
-      if (src.data() != dst.flat_slice(own, src.numel()).data()) convert(src, dst.flat_slice(own, src.numel()));
-      for (int r = 0; r < group_size_; ++r) {
-        const int64_t cnt = dsl::part_count(a.rows, group_size_, r) * a.inner;
-        if (cnt > 0) comm_->broadcast(dst.flat_slice(dsl::part_offset(a.rows, group_size_, r) * a.inner, cnt), r);
-      }
-      return;
-    }
-    // Sliced along an inner dim: each rank's piece, broadcast, then put in place.
-    TANDEM_CHECK(!c.blocked, "blocked gather along dim {}", col.dim);
-    const Tensor whole_t = dst.reshape(whole);
-    for (int r = 0; r < group_size_; ++r) {
-      const Shape piece = dsl::local_shape(whole, dsl::Layout::sliced(col.dim), group_size_, r);
-      if (piece.numel() == 0) continue;
-      Tensor buf = r == index_ ? src.reshape(piece).clone(alloc_) : Tensor::empty(dst.dtype(), piece, alloc_);
-      comm_->broadcast(buf.reshape(Shape{buf.numel()}), r);
-      put_rows(whole_t, buf, col.dim, dsl::part_offset(whole[col.dim], group_size_, r));
-    }
+    comm_->all_gather(span(col.operand, c), dst, partition_of(col, block_shape(col.stage, c)));
   }
 
   // ------------------------------------------------------------------------------ transfers

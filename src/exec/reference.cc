@@ -102,16 +102,6 @@ Placement placement(const Program& program, const comm::Communicator& comm) {
 
 namespace {
 
-comm::ReduceOp to_comm(dsl::ReduceOp op) {
-  switch (op) {
-    case dsl::ReduceOp::Sum: return comm::ReduceOp::Sum;
-    case dsl::ReduceOp::Prod: return comm::ReduceOp::Prod;
-    case dsl::ReduceOp::Max: return comm::ReduceOp::Max;
-    case dsl::ReduceOp::Min: return comm::ReduceOp::Min;
-  }
-  return comm::ReduceOp::Sum;
-}
-
 Tensor to_f32(const Tensor& t) { return t.dtype() == DType::F32 ? t.clone() : t.to(DType::F32); }
 Tensor flat(const Tensor& t) { return t.reshape(Shape{t.numel()}); }
 
@@ -123,8 +113,8 @@ bool flat_split_matches(const Shape& shape, int d, int p) {
   if (a.outer != 1) return false;
   const int64_t n = shape.numel();
   for (int r = 0; r < p; ++r)
-    if (dsl::part_offset(a.rows, p, r) * a.inner != comm::Partition::offset(n, p, r) ||
-        dsl::part_count(a.rows, p, r) * a.inner != comm::Partition::count(n, p, r))
+    if (dsl::part_offset(a.rows, p, r) * a.inner != fx::part_offset(n, p, r) ||
+        dsl::part_count(a.rows, p, r) * a.inner != fx::part_count(n, p, r))
       return false;
   return true;
 }
@@ -290,7 +280,7 @@ class Interpreter : public dsl::Visitor {
         }
     }
     // Over the sliced dim (or all dims) of a Sliced tensor, the ranks' partials combine.
-    if (cross && (dim == dsl::kAllDims || dim == xs.type.layout.dim)) group_->all_reduce(part, to_comm(op));
+    if (cross && (dim == dsl::kAllDims || dim == xs.type.layout.dim)) group_->all_reduce(part, op);
     if (s.op == Op::Norm) part.set(0, std::sqrt(part.get(0)));
     set(s, s.type.dtype == DType::F32 ? part : part.to(s.type.dtype));
   }
@@ -348,7 +338,7 @@ class Interpreter : public dsl::Visitor {
     switch (s.op) {
       case Op::AllReduce: {
         Tensor buf = reducible(x);
-        group_->all_reduce(flat(buf), to_comm(s.attrs.reduce));
+        group_->all_reduce(flat(buf), s.attrs.reduce);
         set(s, stored(buf, s));
         break;
       }
@@ -358,9 +348,9 @@ class Interpreter : public dsl::Visitor {
         Tensor part;
         if (flat_split_matches(global, s.attrs.dim, p)) {
           part = Tensor::empty(DType::F32, local(s.id), group_->allocator());
-          group_->reduce_scatter(flat(buf), flat(part), to_comm(s.attrs.reduce));
+          group_->reduce_scatter(flat(buf), flat(part), s.attrs.reduce);
         } else {
-          group_->all_reduce(flat(buf), to_comm(s.attrs.reduce));
+          group_->all_reduce(flat(buf), s.attrs.reduce);
           part = piece_of(buf, s.type.layout, p, place_.index);
         }
         set(s, stored(part, s));

@@ -51,16 +51,6 @@ std::string_view partition_name(Partition p) {
   return "?";
 }
 
-bool partition_is_flat(const Shape& shape, int dim, int p) {
-  if (p == 1 || shape.numel() == 0) return true;
-  TANDEM_CHECK(dim >= 0 && dim < shape.rank(), "partition dim {} of {}", dim, shape.str());
-  int64_t outer = 1, inner = 1;
-  for (int i = 0; i < dim; ++i) outer *= shape[i];
-  for (int i = dim + 1; i < shape.rank(); ++i) inner *= shape[i];
-  if (outer != 1) return false;
-  return inner == 1 || shape[dim] % p == 0;
-}
-
 int bind_target(const Plan& plan, std::string_view name) {
   const dsl::Program& p = plan.program;
   for (const dsl::Stage& s : p.stages())

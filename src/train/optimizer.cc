@@ -10,6 +10,7 @@
 
 #include "tandem/core/dtype.h"
 #include "tandem/core/error.h"
+#include "tandem/core/formulas.h"
 #include "tandem/dsl/workloads.h"
 #include "tandem/ooc/slow_tier.h"
 #include "tiered_state.h"
@@ -199,8 +200,8 @@ void DataParallelOptimizer::add_segment(const parallel::ShardLayout& layout, std
   if (bind_grads) seg.runner->bind("g", grads_.flat_slice(begin, n));
   const int P = dp_.size(), r = dp_.rank();
   Piece piece;
-  piece.begin = sliced_ ? begin + comm::Partition::offset(n, P, r) : begin;
-  piece.end = sliced_ ? piece.begin + comm::Partition::count(n, P, r) : end;
+  piece.begin = sliced_ ? begin + fx::part_offset(n, P, r) : begin;
+  piece.end = sliced_ ? piece.begin + fx::part_count(n, P, r) : end;
   if (clipped)  // the elements of this rank's slice that it writes: each model element once
     layout.for_each_run(piece.begin, piece.end, /*writers_only=*/true,
                         [&](const parallel::LocalTensor&, const parallel::FlatRun& run) {

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "tandem/comm/communicator.h"
+#include "tandem/core/formulas.h"
 #include "tandem/core/tensor.h"
 
 namespace tandem::comm::testing {
@@ -146,31 +147,36 @@ inline void with_deadline(int seconds, const char* what, const std::function<voi
 
 // Collective calls with an explicit algorithm (the public methods use CollectiveAlgo::Auto).
 inline void all_reduce(Communicator& c, CollectiveAlgo algo, const Tensor& buf, ReduceOp op,
-                       const ChunkHook& hook = {}) {
+                       const ChunkHook& hook = {}, const PartitionDesc& partition = {}) {
   CollectiveDesc d{CollectiveKind::AllReduce};
   d.op = op;
   d.send = buf;
   d.hook = hook;
   d.algo = algo;
+  d.partition = partition;
   c.run(d);
 }
 
 inline void reduce_scatter(Communicator& c, CollectiveAlgo algo, const Tensor& in,
-                           const Tensor& out, ReduceOp op, const ChunkHook& hook = {}) {
+                           const Tensor& out, ReduceOp op, const ChunkHook& hook = {},
+                           const PartitionDesc& partition = {}) {
   CollectiveDesc d{CollectiveKind::ReduceScatter};
   d.op = op;
   d.send = in;
   d.recv = out;
   d.hook = hook;
   d.algo = algo;
+  d.partition = partition;
   c.run(d);
 }
 
-inline void all_gather(Communicator& c, CollectiveAlgo algo, const Tensor& in, const Tensor& out) {
+inline void all_gather(Communicator& c, CollectiveAlgo algo, const Tensor& in, const Tensor& out,
+                       const PartitionDesc& partition = {}) {
   CollectiveDesc d{CollectiveKind::AllGather};
   d.send = in;
   d.recv = out;
   d.algo = algo;
+  d.partition = partition;
   c.run(d);
 }
 

@@ -47,7 +47,7 @@
   typedef struct tandem_collective {                                                            \
     int32_t step;  /* the plan's top-level step, for messages */                                \
     int32_t kind;  /* 0 all_reduce, 1 reduce_scatter, 2 all_gather, 3 broadcast */             \
-    int32_t op;    /* 0 sum, 1 prod, 2 max, 3 min */                                            \
+    int32_t op;    /* 0 sum, 1 prod, 2 max, 3 min: core/reduce_op.h's reduce_op_code */          \
     int32_t dtype; /* 0 f32, 1 bf16, 2 f16 */                                                   \
     int32_t root;                                                                               \
     int32_t async; /* may run on the host's communication thread */                             \

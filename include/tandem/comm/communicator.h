@@ -6,16 +6,22 @@
 // (the same way for every backend) and dispatches to the backend's algorithm. Point-to-point calls
 // likewise go through `isend`/`irecv`, which check the peer and tag before the backend sees them.
 //
-// Remainders: a buffer of n elements over p ranks is partitioned so that rank r owns
-// Partition::count(n, p, r) elements starting at Partition::offset(n, p, r); the first n % p
-// ranks own one element more than the rest. reduce_scatter leaves rank r its part; all_gather
-// expects rank r to contribute its part.
+// Partitions: a collective divides its whole buffer of n elements among the p ranks by a
+// PartitionDesc, which views the buffer as [outer, rows, inner] (row-major) and gives rank r
+// rows [part_offset(rows, p, r), + part_count(rows, p, r)) of every outer block (core/
+// formulas.h: the first rows % p ranks own one row more; a rank may own none). Rank r's part is
+// thus `outer` runs of part_count(rows, p, r) * inner contiguous elements of the whole buffer;
+// packed, it is those runs one after the other (a Sliced(d) tensor's local piece, with rows =
+// dim d). The default, outer = inner = 1 and rows = n, is the flat split: part r is the
+// contiguous elements [part_offset(n, p, r), + part_count(n, p, r)). reduce_scatter leaves rank
+// r its part; all_gather expects rank r to contribute its part; all_reduce's hook runs on it.
 //
 // The fused-collective mechanism: reduce_scatter and all_reduce take a ChunkHook that runs on
 // each chunk of this rank's part once that chunk is fully reduced, before it is gathered. This is
 // how a fused optimizer step or a fused epilogue (bias, dropout, residual) runs inside the
 // collective, chunk by chunk, while the chunk is still in cache. Each element of the part is seen
-// by exactly one hook call; chunks are at most chunk_bytes() long and arrive in ascending order.
+// by exactly one hook call; a chunk is at most chunk_bytes() long, lies inside one run of the part
+// (it never spans two outer blocks), and chunks arrive in ascending order of offset.
 //
 // Rounding: f32 reduces in f32. bf16 and f16 are loaded as f32, combined in f32 and rounded back
 // (to nearest even) once per reduction step: the ring algorithm rounds after each of its p - 1
@@ -45,6 +51,7 @@
 #include <vector>
 
 #include "tandem/core/error.h"
+#include "tandem/core/reduce_op.h"
 #include "tandem/core/tensor.h"
 
 namespace tandem::comm {
@@ -54,17 +61,21 @@ class Ring;
 class Hierarchical;
 }
 
-enum class ReduceOp : uint8_t { Sum, Prod, Max, Min };
-std::string_view reduce_op_name(ReduceOp op);  // "sum", "prod", "max", "min"
+using tandem::ReduceOp;  // core/reduce_op.h
+using tandem::reduce_op_name;
 
-struct Partition {
-  static int64_t count(int64_t n, int p, int r) { return n / p + (r < n % p ? 1 : 0); }
-  static int64_t offset(int64_t n, int p, int r) { return r * (n / p) + (r < n % p ? r : n % p); }
+// How a collective divides its whole buffer among the ranks (see Partitions above). rows < 0
+// stands for the whole buffer's element count, so the default is the flat split.
+struct PartitionDesc {
+  int64_t outer = 1, rows = -1, inner = 1;
+  bool operator==(const PartitionDesc&) const = default;
 };
 
-// Runs on a fully reduced chunk: `chunk` views elements [offset, offset + chunk.numel()) of the
-// whole (unpartitioned) buffer, so the hook can index companion tensors (weights, moments) by
-// the same offsets. It may modify `chunk` in place; what it leaves there is what is gathered.
+// Runs on a fully reduced chunk: `chunk` holds elements [offset, offset + chunk.numel()) of the
+// whole (unpartitioned) buffer, a piece of one run of this rank's part, so the hook can index
+// companion tensors (weights, moments) by the same offsets. It views the chunk where the result
+// lies (all_reduce: the buffer; reduce_scatter: the output). It may modify `chunk` in place; what
+// it leaves there is what is gathered (all_reduce) or left in the output (reduce_scatter).
 // A hook that throws aborts the collective (on the thread backend: the whole group).
 using ChunkHook = std::function<void(const Tensor& chunk, int64_t offset)>;
 
@@ -110,13 +121,19 @@ struct CollectiveDesc {
   CollectiveKind kind;
   ReduceOp op = ReduceOp::Sum;
   Tensor send{};   // AllReduce, Broadcast: the buffer (in place). ReduceScatter: the whole input.
-                   // AllGather: this rank's part.
-  Tensor recv{};   // ReduceScatter: this rank's part. AllGather: the whole output.
-                   // In place is allowed: recv (RS) or send (AG) may be exactly this rank's part
-                   // of the other buffer; any other overlap is an error.
+                   // AllGather: this rank's part, packed; or `recv` itself (the part in place).
+  Tensor recv{};   // ReduceScatter: this rank's part, packed; or a buffer of the whole's size that
+                   // receives the part in its place (its other elements untouched), which may be
+                   // `send` itself. AllGather: the whole output.
+                   // In place is also allowed where the part is contiguous in the whole (outer
+                   // 1): recv (RS) or send (AG) may be exactly this rank's part of the other
+                   // buffer. Any other overlap is an error.
   int root = 0;    // Broadcast
   ChunkHook hook{};  // AllReduce, ReduceScatter
   CollectiveAlgo algo = CollectiveAlgo::Auto;
+  // AllReduce, ReduceScatter, AllGather: how the whole buffer is divided among the ranks
+  // (outer * rows * inner must be its element count). Broadcast takes none.
+  PartitionDesc partition{};
 };
 
 // A failure every rank of a group raises together, decided from values they all hold (an
@@ -170,10 +187,11 @@ class Communicator {
   virtual void barrier() = 0;
 
   // Collectives: every rank of the group calls the same one with matching sizes and dtypes.
-  void all_reduce(const Tensor& buf, ReduceOp op, const ChunkHook& hook = {});
+  void all_reduce(const Tensor& buf, ReduceOp op, const ChunkHook& hook = {},
+                  const PartitionDesc& partition = {});
   void reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp op,
-                      const ChunkHook& hook = {});
-  void all_gather(const Tensor& in, const Tensor& out);
+                      const ChunkHook& hook = {}, const PartitionDesc& partition = {});
+  void all_gather(const Tensor& in, const Tensor& out, const PartitionDesc& partition = {});
   void broadcast(const Tensor& buf, int root);
 
   // The one entry point: validates `desc` and runs the backend's algorithm for it.

@@ -94,6 +94,7 @@ class MpiCommunicator final : public Communicator {
   struct Wire {
     int32_t code, op, dtype, root, algo, pad;
     int64_t n;
+    int64_t outer, rows, inner;  // the resolved partition
   };
   Wire sent_{};  // what this rank last said it calls; a send left behind by a timeout reads it
   // A group on one node: the peers' arenas and slots (node_), and the Direct algorithms on them.

@@ -67,6 +67,7 @@
 #include <vector>
 
 #include "tandem/core/dtype.h"
+#include "tandem/core/reduce_op.h"
 #include "tandem/core/formulas.h"
 #include "tandem/core/shape.h"
 
@@ -113,10 +114,9 @@ struct SymShape {
 };
 
 // The part of an extent n that index r of p holds along a Sliced dimension: the first n % p
-// parts hold one element more. The same split as comm::Partition (dsl may not depend on comm;
-// the exec tests check that the two agree).
-inline int64_t part_count(int64_t n, int p, int r) { return fx::part_count(n, p, r); }
-inline int64_t part_offset(int64_t n, int p, int r) { return fx::part_offset(n, p, r); }
+// parts hold one element more (core/formulas.h's split, the one every collective partitions by).
+using fx::part_count;
+using fx::part_offset;
 
 // ------------------------------------------------------------------------------------- layouts
 
@@ -165,8 +165,8 @@ std::ostream& operator<<(std::ostream& os, const Type& t);
 
 // ----------------------------------------------------------------------------------------- ops
 
-enum class ReduceOp : uint8_t { Sum, Prod, Max, Min };
-std::string_view reduce_op_name(ReduceOp op);  // "sum", "prod", "max", "min"
+using tandem::ReduceOp;  // core/reduce_op.h
+using tandem::reduce_op_name;
 
 enum class Op : uint8_t {
   // sources

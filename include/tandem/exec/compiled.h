@@ -4,8 +4,8 @@
 //
 // Set up, then run (Gloo, ggml): the runner's constructor resolves the shapes, splits the
 // communicator into the program's groups, allocates every value the plan stores on this rank
-// (inputs included), the f32 scratch the kernels ask
-// for and the staging of the collectives, and starts the communication thread; run() calls the
+// (inputs included), the f32 scratch the kernels ask for and the f32 copies of reduce_in_f32, and
+// starts the communication thread; run() calls the
 // compiled code and allocates no tensor storage. The default allocator means the communicator's
 // (comm::buffer_allocator): on MPI ranks of one node, shared memory the peers read directly.
 //
@@ -104,9 +104,8 @@ class CompiledRunner final : public Runner {
   Piece piece(std::string_view name) const;
 
   // Bytes this rank allocated at setup to store value `name` (0 when it lives in another value's
-  // buffer or in bound memory), and for everything (values, scratch, staging; the staging of a
-  // collective whose partition the communicator's flat split cannot express is allocated the
-  // first time one runs).
+  // buffer or in bound memory), and for everything (values, scratch, reduce_in_f32's copies; a
+  // collective's partition goes to the communicator, which needs no staging here).
   size_t allocated_bytes(std::string_view name) const;
   size_t allocated_bytes() const override;
   // Whether pipelines run their communication on the communication thread.

@@ -148,10 +148,9 @@ struct Matmul {
 // How a collective divides its buffer among the group's p ranks.
 enum class Partition : uint8_t {
   Flat,  // part r is flat elements [Partition::offset(numel, p, r), +count) (comm/'s split)
-  Dim,   // part r is ir.h's Sliced(dim) part; equal to Flat when every dim before `dim` is 1
-         // and the parts divide evenly or the dim is the last non-unit one (see
-         // partition_is_flat); a backend whose collectives split flat buffers must otherwise
-         // re-lay the data (pad the parts, or gather through a staging buffer)
+  Dim,   // part r is ir.h's Sliced(dim) part: the shape as [outer, rows = shape[dim], inner],
+         // rank r owning its rows of every outer block (comm/'s PartitionDesc, which every
+         // collective takes)
 };
 std::string_view partition_name(Partition p);
 
@@ -229,9 +228,6 @@ struct Plan {
   std::string str() const;
   std::string step_str(const Step& step, int indent = 0) const;
 };
-
-// Whether the Dim partition of `shape` along `dim` over p ranks equals comm/'s flat partition.
-bool partition_is_flat(const Shape& shape, int dim, int p);
 
 // The shape rank r of p holds for value `id` under its storage (Full: the global shape;
 // Slice: the part along its layout's dim; None: empty). Block storage depends on the block:

@@ -40,8 +40,8 @@
 // Zero copy: each segment's program reads the gradients and updates the weights in the model's
 // own buffers (exec::Runner::bind); only bf16 gradients (--grad-dtype bf16) are rounded into the
 // program's own buffer first. For each segment this rank keeps the moments m and v of its part
-// (comm::Partition of the segment over the dp ranks) when the schedule slices the state, or of
-// the whole segment when it does not: pieces() says which local elements each piece holds. They
+// (the flat split, core/formulas.h's part_count, of the segment over the dp ranks) when the
+// schedule slices the state, or of the whole segment when it does not: pieces() says which local elements each piece holds. They
 // live in the runners' storage between steps ("memory"), or in a slow tier ("host", "file:DIR":
 // train/tiered_state.h), streamed through two staging slots around each segment's run; the
 // arithmetic is the same, so the weights are bitwise the same.

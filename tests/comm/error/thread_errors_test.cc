@@ -42,7 +42,7 @@ TEST(LocalErrors, ReduceScatterOutputOfTheWrongSize) {
                          c.reduce_scatter(in, out, ReduceOp::Sum);
                        }),
             "reduce_scatter on rank 1 of 2: the output has 4 elements but this rank's part of the "
-            "7-element input is 3 elements (elements [4, 7))");
+            "7-element input is 3 elements (elements [4, 7)), or 7 for an output shaped as the whole");
 }
 
 TEST(LocalErrors, AllGatherInputOfTheWrongSize) {
@@ -54,6 +54,78 @@ TEST(LocalErrors, AllGatherInputOfTheWrongSize) {
                        }),
             "all_gather on rank 2 of 3: the input has 4 elements but this rank's part of the "
             "8-element output is 2 elements (elements [6, 8))");
+}
+
+// ---- Partitions ---------------------------------------------------------------------------------
+
+// The failure of a `kind` call on 2 ranks, over 30 elements, with `partition`.
+std::string failure_with_partition(CollectiveKind kind, const PartitionDesc& partition) {
+  return failure_of(2, [&](Communicator& c) {
+    CollectiveDesc d{kind};
+    d.send = Tensor::zeros(DType::F32, {30});
+    d.partition = partition;
+    c.run(d);
+  });
+}
+
+TEST(PartitionErrors, PartitionThatDoesNotCoverTheBuffer) {
+  EXPECT_THAT(failure_with_partition(CollectiveKind::AllReduce, {3, 5, 3}),
+              MatchesRegex("all_reduce on rank [01] of 2: the partition \\[outer 3, rows 5, inner 3\\] does not cover "
+                           "the 30-element buffer: outer \\* rows \\* inner must be its element count \\(rows -1, "
+                           "with outer and inner 1: the flat split\\)"));
+}
+
+TEST(PartitionErrors, ReduceScatterOutputOfTheWrongSize) {
+  EXPECT_EQ(failure_of(3,
+                       [](Communicator& c) {
+                         Tensor in = Tensor::zeros(DType::F32, {30});
+                         const int64_t size[] = {12, 6, 6};  // rank 1's part is 2 rows of 3 blocks of 2: 12
+                         Tensor out = Tensor::zeros(DType::F32, {size[c.rank()]});
+                         c.reduce_scatter(in, out, ReduceOp::Sum, {}, {3, 5, 2});
+                       }),
+            "reduce_scatter on rank 1 of 3: the output has 6 elements but this rank's part of the 30-element input "
+            "is 12 elements (rows [2, 4) of the [3, 5, 2] partition), or 30 for an output shaped as the whole");
+}
+
+TEST(PartitionErrors, AllGatherInputShapedAsTheWholeButNotTheOutput) {
+  EXPECT_THAT(failure_of(2,
+                         [](Communicator& c) {
+                           Tensor in = Tensor::zeros(DType::F32, {30});
+                           Tensor out = Tensor::zeros(DType::F32, {30});
+                           c.all_gather(in, out, {3, 5, 2});
+                         }),
+              MatchesRegex("all_gather on rank [01] of 2: the input has as many elements as the output \\(30\\), so it "
+                           "must be the output itself \\(this rank's part already in place\\), or pass this rank's "
+                           "part alone \\(1[28] elements, rows \\[[03], [35]\\) of the \\[3, 5, 2\\] partition\\)"));
+}
+
+TEST(PartitionErrors, PackedOutputInsideTheInputWhenThePartIsNotContiguous) {
+  EXPECT_THAT(failure_of(2,
+                         [](Communicator& c) {
+                           Tensor in = Tensor::zeros(DType::F32, {30});
+                           const int64_t off = c.rank() == 0 ? 0 : 6;  // row 3 of block 0 on rank 1
+                           c.reduce_scatter(in, in.flat_slice(off, c.rank() == 0 ? 18 : 12), ReduceOp::Sum, {},
+                                            {3, 5, 2});
+                         }),
+              MatchesRegex("reduce_scatter on rank [01] of 2: the output overlaps the input but is not this rank's "
+                           "part of it \\(rows \\[[03], [35]\\) of the \\[3, 5, 2\\] partition\\); pass separate "
+                           "buffers, or the input itself as the output"));
+}
+
+TEST(PartitionErrors, BroadcastTakesNoPartition) {
+  EXPECT_THAT(failure_with_partition(CollectiveKind::Broadcast, {3, 5, 2}),
+              MatchesRegex("broadcast on rank [01] of 2: broadcast takes no partition \\(it copies the whole buffer "
+                           "to every rank\\)"));
+}
+
+TEST(PartitionErrors, PartitionsDifferAcrossRanks) {
+  EXPECT_THAT(failure_of(2,
+                         [](Communicator& c) {
+                           Tensor buf = Tensor::zeros(DType::F32, {30});
+                           c.all_reduce(buf, ReduceOp::Sum, {}, c.rank() == 0 ? PartitionDesc{3, 5, 2} : PartitionDesc{});
+                         }),
+              MatchesRegex("all_reduce on rank [01] of 2: partition mismatch across ranks: rank 0 passed \\[outer 3, "
+                           "rows 5, inner 2\\], rank 1 passed \\[outer 1, rows 30, inner 1\\]"));
 }
 
 TEST(LocalErrors, InputAndOutputDTypesDiffer) {

@@ -1,9 +1,9 @@
 // The MPI backend under real mpirun (-np 2 and 3, 4 as 2 nodes of 2 with
 // TANDEM_RANKS_PER_NODE=2 over TCP, and 2 namespaced hosts of 2 ranks in the multihost suite):
-// every collective through the ring over MPI_Isend/MPI_Irecv, the Direct algorithms over the
-// processes' shared arenas and the hierarchical ones across the nodes, on the world communicator
-// and on a wrapped caller's communicator, split, point-to-point (including messages split into
-// pieces), and the errors a user reads.
+// every collective (flat and partitioned) through the ring over MPI_Isend/MPI_Irecv, the Direct
+// algorithms over the processes' shared arenas and the hierarchical ones across the nodes, on the
+// world communicator and on a wrapped caller's communicator, split, point-to-point (including
+// messages split into pieces), and the errors a user reads.
 //
 // Every rank runs every test in the same order. Nothing here may leave a test early on one rank
 // only (no ASSERT_*): the others would wait for it in the next collective.
@@ -135,6 +135,24 @@ TEST(MpiCollectives, LargeSizeOnTheWorld) {
   auto c = mpi_world();
   EXPECT_EQ(large_size(*c, CollectiveAlgo::Ring), "") << "rank " << c->rank();
   EXPECT_EQ(large_size(*c, CollectiveAlgo::Auto), "") << "rank " << c->rank();
+}
+
+// Partitioned collectives ([outer, rows, inner]): by Auto (Direct on one node, hierarchical across
+// nodes) and by the ring over MPI messages, with buffers in shared memory and on the heap.
+TEST(MpiCollectives, PartitionedOnTheWorld) {
+  auto c = mpi_world();
+  ScopedChunkBytes chunk(64);
+  ScopedSmallMessages messages;
+  std::string err;
+  for (DType t : {DType::F32, DType::BF16}) {
+    err += partitioned_cases(*c, CollectiveAlgo::Auto, t);
+    err += partitioned_cases(*c, CollectiveAlgo::Ring, t);
+  }
+  {
+    ScopedHostBuffers host;
+    err += partitioned_cases(*c, CollectiveAlgo::Auto, DType::F32);
+  }
+  EXPECT_EQ(err, "") << "rank " << c->rank();
 }
 
 // The caller hands tandem its communicator: tandem works on a duplicate and leaves the original,

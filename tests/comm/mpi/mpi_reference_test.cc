@@ -68,7 +68,7 @@ std::string compare(const std::string& label, const Tensor& got, const std::vect
 
 std::string reference_case(Communicator& c, ReduceOp op, int64_t n, uint64_t seed, bool hook) {
   const int p = c.size(), r = c.rank();
-  const int64_t off = Partition::offset(n, p, r), count = Partition::count(n, p, r);
+  const int64_t off = fx::part_offset(n, p, r), count = fx::part_count(n, p, r);
   const double tolerance = op == ReduceOp::Sum ? 2.0 * (p - 1) * p * std::ldexp(1.0, -24) : 0.0;
   const std::string label = label_of(
       c, CollectiveAlgo::Auto, fmt::format("{} against MPI, seed {}", reduce_op_name(op), seed),
@@ -76,8 +76,8 @@ std::string reference_case(Communicator& c, ReduceOp op, int64_t n, uint64_t see
   const std::vector<float> mine = random_floats(seed, r, n);
   std::vector<int> counts(static_cast<size_t>(p)), offsets(static_cast<size_t>(p));
   for (int q = 0; q < p; ++q) {
-    counts[static_cast<size_t>(q)] = static_cast<int>(Partition::count(n, p, q));
-    offsets[static_cast<size_t>(q)] = static_cast<int>(Partition::offset(n, p, q));
+    counts[static_cast<size_t>(q)] = static_cast<int>(fx::part_count(n, p, q));
+    offsets[static_cast<size_t>(q)] = static_cast<int>(fx::part_offset(n, p, q));
   }
 
   // all_reduce: MPI_Allreduce's result, halved by the hook where there is one (exact).

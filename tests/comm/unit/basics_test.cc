@@ -35,17 +35,17 @@ TEST(Partition, TilesTheBufferWithTheRemainderFirst) {
     for (int p = 1; p <= 5; ++p) {
       int64_t next = 0;
       for (int r = 0; r < p; ++r) {
-        EXPECT_EQ(Partition::offset(n, p, r), next) << n << " " << p << " " << r;
-        const int64_t c = Partition::count(n, p, r);
+        EXPECT_EQ(fx::part_offset(n, p, r), next) << n << " " << p << " " << r;
+        const int64_t c = fx::part_count(n, p, r);
         EXPECT_EQ(c, n / p + (r < n % p ? 1 : 0));
         next += c;
       }
       EXPECT_EQ(next, n);
     }
   }
-  EXPECT_EQ(Partition::count(7, 3, 0), 3);
-  EXPECT_EQ(Partition::count(7, 3, 2), 2);
-  EXPECT_EQ(Partition::offset(7, 3, 2), 5);
+  EXPECT_EQ(fx::part_count(7, 3, 0), 3);
+  EXPECT_EQ(fx::part_count(7, 3, 2), 2);
+  EXPECT_EQ(fx::part_offset(7, 3, 2), 5);
 }
 
 TEST(ChunkBytes, DefaultsTo256KiBAndCanBeSetForTests) {

@@ -187,6 +187,8 @@ Program layouts_program() {
   p.output(reduce(Max, y, 1).named("cols"), "cols");   // over the sliced dim: across ranks
   p.output(AllGather(y).named("yg"), "yg");            // along dim 1: not the flat split
   p.output(Broadcast(t, 0).named("tb"), "tb");
+  const Expr ts = ReduceScatter(Sum, cast(t, F32), 1).named("ts");  // along dim 1: a part of every row
+  p.output((ts * s).named("tss"), "tss");                           // in the scatter's hook, fused
   const Expr xs = scatter(x, 0);                       // this rank's rows, no communication
   p.output((xs * s).named("xs"), "xs");
   p.output(matmul(a3, w).named("mm3"), "mm3");         // batched, bf16

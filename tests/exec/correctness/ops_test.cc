@@ -55,15 +55,6 @@ TensorMap run_on(int ranks, const Program& program, const TensorMap& wholes, con
 
 constexpr int kRanks[] = {1, 2, 3, 4};
 
-TEST(Partition, SameSplitAsTheCommunicator) {
-  for (int64_t n : {0, 1, 5, 7, 64, 1001})
-    for (int p = 1; p <= 5; ++p)
-      for (int r = 0; r < p; ++r) {
-        EXPECT_EQ(part_count(n, p, r), comm::Partition::count(n, p, r));
-        EXPECT_EQ(part_offset(n, p, r), comm::Partition::offset(n, p, r));
-      }
-}
-
 TEST(Pieces, SliceAndPutRowsRoundTrip) {
   const Tensor whole = make(DType::F32, Shape{3, 5, 2}, [](int64_t i) { return i; });
   for (int d = 0; d < 3; ++d)
