@@ -368,7 +368,7 @@ std::string RankRun::memory_lines() {
   std::string exchange = fmt::format("{} bucket{} of blocks + the embeddings and ln_f", opt_.buckets(),
                                      opt_.buckets() == 1 ? "" : "s");
   if (cfg_.optimizer.name == "lamb")
-    exchange += fmt::format(", a program each over {} tensors' trust ratios", opt_.tensors());
+    exchange += fmt::format(" ({} tensors, a trust ratio each)", opt_.tensors());
   out += fmt::format("  data-parallel exchange: {}, {}\n", exchange,
                      opt_.overlapping() ? "overlapped with the backward"
                      : cfg_.optimizer.exchange == "overlap"

@@ -222,6 +222,26 @@ TEST_P(LambBucket, BitwiseTheReferenceInterpreter) {
     }
 }
 
+// Communication per program under ZeRO-1, counted in the plans: AdamW reduce-scatters and
+// gathers; LAMB adds one all-reduce for ||r|| (||w|| is of the whole w every rank holds), per
+// tensor before buckets, per bucket of any number of tensors now.
+int collectives(const schedule::Plan& plan) {
+  int n = 0;
+  for (const schedule::Step& s : plan.steps)
+    n += s.kind == schedule::StepKind::Collective || (s.kind == schedule::StepKind::Reduce && s.reduce.across_ranks) ||
+         (s.kind == schedule::StepKind::Finish && s.finish.across_ranks);
+  return n;
+}
+
+TEST(LambBucketPlan, OneAllReduceMoreThanAdamForAWholeBucket) {
+  const DType g = DType::F32;
+  EXPECT_EQ(collectives(plan_named(dsl::workloads::adam(g), kZero1)), 2);
+  EXPECT_EQ(collectives(plan_named(dsl::workloads::lamb(g), kZero1)), 3);
+  EXPECT_EQ(collectives(plan_named(dsl::workloads::lamb_bucket(g), kZero1)), 3);
+  EXPECT_EQ(collectives(plan_named(dsl::workloads::adam_update(g), "fused(C)")), 1);
+  EXPECT_EQ(collectives(plan_named(dsl::workloads::lamb_bucket_update(g), "fused(C)")), 2);
+}
+
 INSTANTIATE_TEST_SUITE_P(Executors, LambBucket,
                          ::testing::Values(RunnerKind::Compiled, RunnerKind::Plan, RunnerKind::Reference),
                          [](const auto& info) { return std::string(runner_kind_name(info.param)); });
