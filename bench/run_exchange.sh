@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The data-parallel exchange of docs/benchmarks.md, side by side in one run, interleaved and
 # repeated: `tandem train` at dp=2 with the exchange after the backward, overlapped with it, and
-# overlapped with the optimizer state in the host tier and in a file tier, LAMB (one program per
-# tensor) overlapped, AdamW with --clip-grad-norm (the reductions overlapped, the updates after
+# overlapped with the optimizer state in the host tier and in a file tier, LAMB (one program per bucket,
+# a trust ratio per tensor) overlapped, AdamW with --clip-grad-norm (the reductions overlapped, the updates after
 # the norm); optionally a sweep of bucket sizes. Same model, batch, threads and backend for every variant; prints each variant's
 # median step time and the ratios against "overlap" (state in memory) and "after".
 # Usage: bench/run_exchange.sh [BUILD_DIR] [--reps 3] [--warmup-steps 2] [--steps 8]
@@ -88,6 +88,6 @@ awk -v a="${med[after]}" -v o="${med[overlap]}" -v h="${med[host]}" -v f="${med[
   printf "  ratio after_vs_overlap %.3f   (>1: overlapping the exchange with the backward gains)\n", a / o
   printf "  ratio host_state_vs_memory %.3f   (goal <= 1.10)\n", h / o
   printf "  ratio file_state_vs_memory %.3f\n", f / o
-  printf "  ratio lamb_vs_adam %.3f   (LAMB: one program per tensor)\n", l / o
+  printf "  ratio lamb_vs_adam %.3f   (LAMB: one program per bucket, a trust ratio per tensor)\n", l / o
   printf "  ratio clip_vs_adam %.3f   (gradient clipping: the updates wait for the whole backward)\n", c / o
 }'

@@ -139,7 +139,7 @@ void add_train(CLI::App& app) {
                   "with it; after: everything after the backward")
       ->capture_default_str();
   cmd->add_option("--bucket-mb", c.optimizer.bucket_mb,
-                  fmt::format("MiB of gradients per data-parallel exchange (AdamW; whole blocks; default {})",
+                  fmt::format("MiB of gradients per data-parallel exchange (whole blocks; default {})",
                               train::kDefaultBucketMiB));
   cmd->add_option("--clip-grad-norm", c.optimizer.clip_grad_norm,
                   "Scale the gradient down to this norm when its norm is larger (over the whole model; off unless "

@@ -89,6 +89,7 @@ class CudaEmitter : public Emitter {
     const schedule::Loop& loop = *ctx.loop;
     const std::string fn = fresh(ctx.chunk ? "hook" : "loop");
     LoopIO io = loop_io(ctx);
+    if (!io.segment_scalars.empty()) unsupported(fmt::format("segment_scale ({})", name(io.segment_scalars.front())));
     const int R = ctx.rank;
     const bool scalar_code = R == 0 && !ctx.chunk;
 
@@ -296,6 +297,7 @@ class CudaEmitter : public Emitter {
     if (in_pipe) unsupported("a reduction inside a pipeline");
     const int id = s.reduce.stage;
     const dsl::Stage& rs = st(id);
+    if (rs.op == Op::SegmentNorm) unsupported(fmt::format("segment_norm ({})", name(id)));
     const int x = look_through(rs.args[0]);
     const int kd = rs.attrs.dim;
     if (kd < 0) unsupported(fmt::format("reduce step {} over every dim (that is a loop accumulation)", name(id)));

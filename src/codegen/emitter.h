@@ -360,6 +360,7 @@ class Emitter {
       case Op::Scatter: return x[0];
       case Op::Update: return x[1];
       case Op::Select: return fmt::format("fx::select({}, {}, {})", x[0], x[1], x[2]);
+      case Op::SegmentScale: return fmt::format("fx::mul({}, {})", x[0], x[1]);  // x[0]: the run's segment's factor
       case Op::Dropout: break;
       default:
         if (dsl::is_unary(s.op)) return fmt::format("fx::{}({})", dsl::formula_name(s.op), x[0]);
@@ -391,6 +392,9 @@ class Emitter {
     std::set<int> regs;                // the loop's stages (values in registers)
     std::vector<Access> params;        // pointer parameters, deduplicated by key
     std::vector<int> scalars;          // rank-0 operands read from memory, by stage id
+    // The factors of segment_scale stages (f32[S]), read at the run's segment: the driver cuts the
+    // runs at segment bounds, so each is one value per run, passed like a scalar.
+    std::vector<int> segment_scalars;
     std::map<int, std::string> seeds;  // dropout stage -> its seed expression
     std::vector<int> seed_params;      // Scalar stages passed as seeds
     std::map<int, size_t> reads;       // operand stage -> param
@@ -447,6 +451,13 @@ class Emitter {
       const size_t nvals = s.op == Op::Dropout ? 1 : (s.op == Op::Update ? 2 : s.args.size());
       for (size_t j = 0; j < nvals; ++j) {
         if (s.op == Op::Update && j == 0) continue;  // the target is written, not read
+        if (s.op == Op::SegmentScale && j == 0) {
+          const int t = look_through(s.args[0]);
+          if (ctx.rank != 1) unsupported(fmt::format("{} in a loop of rank {}", name(id), ctx.rank));
+          if (std::find(io.segment_scalars.begin(), io.segment_scalars.end(), t) == io.segment_scalars.end())
+            io.segment_scalars.push_back(t);
+          continue;
+        }
         operand(s.args[j]);
       }
       if (s.op == Op::Dropout) {
@@ -507,6 +518,7 @@ class Emitter {
       sig.push_back(fmt::format("{}{}* {}q{}", a.write ? "" : "const ", ctype(a.dtype), shared ? "" : "__restrict ", i));
     }
     for (int id : scalars) sig.push_back(fmt::format("float s{}", id));
+    for (int id : io.segment_scalars) sig.push_back(fmt::format("float s{}", id));
     for (int id : seed_params) sig.push_back(fmt::format("uint64_t k{}", id));
     for (int id : loop.accumulates) sig.push_back(fmt::format("double* __restrict acc{}", id));
 
@@ -641,9 +653,18 @@ class Emitter {
     std::vector<std::string> call = {"len", "g"};
     for (auto& s : call_ptrs) call.push_back(s);
     for (int id : scalars) call.push_back(fmt::format("s{}", id));
+    for (int id : io.segment_scalars) call.push_back(fmt::format("s{}", id));
     for (int id : seed_params) call.push_back(fmt::format("k{}", id));
     for (int id : loop.accumulates) call.push_back(fmt::format("a->acc + {} * {}", kAccSlots, id));
     const std::string call_text = fmt::format("{}_run({})", fn, fmt::join(call, ", "));
+    // With segment factors: `len` is cut at the end of g's segment, whose factors are loaded.
+    std::string segment_cut;
+    if (!io.segment_scalars.empty()) {
+      segment_cut = "    const int64_t sg = tdm_segment_of(a->seg, a->nseg, g);\n    len = tdm_min(len, a->seg[sg + 1] - g);\n";
+      for (int id : io.segment_scalars)
+        segment_cut += fmt::format("    const float s{} = static_cast<const float*>(a->buf[{}])[sg];  // {}\n", id,
+                                   root(id), name(id));
+    }
 
     std::string driver;
     if (ctx.chunk) {
@@ -657,6 +678,7 @@ class Emitter {
       for (const Access& a : params)
         if (!a.modulus.empty()) moduli.insert(a.modulus);
       for (const std::string& m : moduli) driver += fmt::format("    len = tdm_min(len, {0} - g % {0});\n", m);
+      driver += segment_cut;
       driver += fmt::format("    {};\n    t += len;\n  }}\n  return 0;\n}}\n\n", call_text);
     } else {
       driver = fmt::format("static int {}(const tandem_args* a, [[maybe_unused]] const tandem_block* blk) {{\n", fn);
@@ -688,6 +710,12 @@ class Emitter {
                                 cnt[static_cast<size_t>(i)]);
         std::vector<std::string> run_dims = {fmt::format("n{}", c)};
         for (int i = c + 1; i < R; ++i) run_dims.push_back(ctx.extents[static_cast<size_t>(i)]);
+        if (!segment_cut.empty()) {  // rank 1 (loop_io checked): the runs of each segment in turn
+          driver += "  for (int64_t t = 0; t < n0;) {\n    const int64_t g = lo0 + t;\n    int64_t len = n0 - t;\n";
+          driver += segment_cut + fmt::format("    {};\n    t += len;\n  }}\n  return 0;\n}}\n\n", call_text);
+          fns_ += driver;
+          return fn;
+        }
         driver += fmt::format("  const int64_t len = {};\n  if (len <= 0) return 0;\n", product(run_dims, 0, run_dims.size()));
         std::string indent = "  ";
         for (int i = 0; i < c; ++i) {
@@ -1027,10 +1055,38 @@ class Emitter {
     unsupported(fmt::format("{} held as {} in the buffer of {}", name(v), schedule::storage_name(val(v).storage), name(rt)));
   }
 
+  // A segment norm (ir.h): this rank's piece folded per segment (tdm_segment_sumsq, which is
+  // dsl::segment_sums_of_squares), one all-reduce of the S partials when the operand is Sliced,
+  // then the square roots.
+  std::string emit_segment_norm(const Step& s) {
+    const int id = s.reduce.stage;
+    const int x = look_through(st(id).args[0]);
+    const auto [ptr, count] = stored_piece(x, false);
+    const std::string fn = fresh("segnorm");
+    const std::string extent = dims(x)[0];
+    std::string body = fmt::format("static int {}(const tandem_args* a, [[maybe_unused]] const tandem_block* blk) {{\n", fn);
+    body += prologue();
+    body += "  float* part = a->scratch;\n";
+    body += fmt::format("  tdm_segment_sumsq({}, {}, {}, a->seg, a->nseg, part);\n", ptr,
+                        s.reduce.across_ranks ? fmt::format("fx::part_offset({}, P, RK)", extent) : "int64_t{0}", count);
+    if (s.reduce.across_ranks)
+      body += fmt::format(
+          "  {{\n    tandem_collective c;\n    std::memset(&c, 0, sizeof c);\n    c.step = {}; c.kind = 0; c.op = 0; c.dtype = 0;\n"
+          "    c.send = part; c.outer = 1; c.rows = a->nseg; c.inner = 1; c.block.index = -1;\n"
+          "    if (int rc = a->collective(a->host, &c)) return rc;\n  }}\n",
+          step_);
+    body += fmt::format("  float* out = static_cast<float*>(a->buf[{}]);\n", root(id));
+    body += "  for (int64_t i = 0; i < a->nseg; ++i) out[i] = fx::st_f32(std::sqrt(part[i]));\n  return 0;\n}\n\n";
+    scratch_.push_back("  if (a->nseg > need) need = a->nseg;\n");
+    fns_ += body;
+    return fn;
+  }
+
   virtual std::string emit_reduce(const Step& s, bool in_pipe) {
     if (in_pipe) unsupported("a reduction inside a pipeline");
     const int id = s.reduce.stage;
     const dsl::Stage& rs = st(id);
+    if (rs.op == Op::SegmentNorm) return emit_segment_norm(s);
     const int x = look_through(rs.args[0]);
     const int k = rs.attrs.dim;
     if (k < 0) unsupported(fmt::format("reduce step {} over every dim (that is a loop accumulation)", name(id)));

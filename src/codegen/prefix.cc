@@ -98,6 +98,30 @@ inline float tdm_sum_lanes(const double* lanes) {
 // ---- index arithmetic (parts: fx::part_count, part_offset, part_index) ----
 inline int64_t tdm_min(int64_t a, int64_t b) { return a < b ? a : b; }
 
+// ---- segments (dsl/ir.h): bounds b[0] = 0 < ... < b[nseg] ----
+// The segment holding global index g.
+inline int64_t tdm_segment_of(const int64_t* b, int64_t nseg, int64_t g) {
+  int64_t lo = 0, hi = nseg;  // b[lo] <= g < b[hi]
+  while (hi - lo > 1) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (b[mid] <= g) lo = mid; else hi = mid;
+  }
+  return lo;
+}
+// dsl::segment_sums_of_squares: x holds elements [begin, begin + n); per segment, the squares in
+// 8 lanes keyed by the index within the segment, rounded to f32 once (0 for a segment missed).
+inline void tdm_segment_sumsq(const float* x, int64_t begin, int64_t n, const int64_t* b, int64_t nseg, float* part) {
+  for (int64_t s = 0; s < nseg; ++s) part[s] = 0.0f;
+  for (int64_t i = 0; i < n;) {
+    const int64_t g = begin + i, s = tdm_segment_of(b, nseg, g);
+    const int64_t len = tdm_min(n - i, b[s + 1] - g);
+    double lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    tdm_fold_sumsq8(lanes, x + i, len, g - b[s]);
+    part[s] = tdm_sum_lanes(lanes);
+    i += len;
+  }
+}
+
 }  // namespace
 )";
 

@@ -124,6 +124,14 @@ Expr dropout(const Expr& x, double p, uint64_t seed) {
 }
 
 Expr norm(const Expr& x) { return make(Op::Norm, {&x}); }
+
+Expr segment_norm(const Expr& x, std::string count) {
+  Attrs a;
+  a.shape = SymShape{Dim(std::move(count))};
+  return make(Op::SegmentNorm, {&x}, a);
+}
+
+Expr segment_scale(const Expr& t, const Expr& x) { return make(Op::SegmentScale, {&t, &x}); }
 Expr reduce(ReduceOp op, const Expr& x, int dim) { return make(Op::Reduce, {&x}, with_reduce(op, dim)); }
 Expr matmul(const Expr& a, const Expr& b) { return make(Op::Matmul, {&a, &b}); }
 

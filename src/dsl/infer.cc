@@ -102,6 +102,7 @@ class Inference {
     switch (s_.op) {
       case Op::Select: return 3;
       case Op::Dropout:
+      case Op::SegmentScale:
       case Op::Matmul:
       case Op::Update: return 2;
       default: return 1;
@@ -176,6 +177,7 @@ class Inference {
     }
     for (int i : vals) no_partial(i, "an elementwise stage");
     const int group = common_group();
+    if (s_.op == Op::SegmentScale) return segment_scale(group);
 
     // Shape: the longest operand shape; every other one is a suffix of it.
     SymShape shape;
@@ -266,12 +268,44 @@ class Inference {
     }
   }
 
+  // ------------------------------------------------------------------------------- segments
+
+  // The segmented operand of a segment op: an f32 tensor of one dim.
+  void check_segmented(int i) const {
+    const Type& x = type(i);
+    if (x.dtype != DType::F32 || x.shape.rank() != 1)
+      fail("{} cuts an f32 tensor of one dim into segments; {} is not one (cast it, or flatten it to [N])",
+           op_name(s_.op), describe(s_.args[static_cast<size_t>(i)]));
+  }
+
+  // segment_scale(t, x): x's type; t is the f32[S] Replicated vector of per-segment factors.
+  Type segment_scale(int group) const {
+    check_segmented(1);
+    const Type& t = type(0);
+    if (t.dtype != DType::F32 || t.shape.rank() != 1 || !t.shape[0].is_symbol() || !t.layout.is_replicated())
+      fail("the factors {} must be f32[S] Replicated, one per segment, S a symbol (a segment_norm's shape)",
+           describe(s_.args[0]));
+    const Type& x = type(1);
+    return Type{x.dtype, x.shape, x.layout, group};
+  }
+
+  // segment_norm(x): f32[S], Local for a Local x, else Replicated.
+  Type segment_norm(int group) const {
+    check_segmented(0);
+    const SymShape& count = s_.attrs.shape;
+    if (count.rank() != 1 || !count[0].is_symbol())
+      fail("the number of segments must be a symbol (segment_norm(x, \"S\")), given {}", count.str());
+    const Type& x = type(0);
+    return Type{DType::F32, count, x.layout.is_local() ? Layout::local() : Layout::replicated(), group};
+  }
+
   // ----------------------------------------------------------------------------- reductions
 
   Type reduction() const {
     no_partial(0, fmt::format("{}", op_name(s_.op)));
     const Type& x = type(0);
     const int group = common_group();
+    if (s_.op == Op::SegmentNorm) return segment_norm(group);
     const bool cross = x.layout.is_sliced();
     if (s_.op == Op::Norm) {
       Layout l = x.layout.is_local() ? Layout::local() : Layout::replicated();

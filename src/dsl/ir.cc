@@ -111,8 +111,10 @@ std::string_view op_name(Op op) {
     case Op::Ne: return "ne";
     case Op::Select: return "select";
     case Op::Dropout: return "dropout";
+    case Op::SegmentScale: return "segment_scale";
     case Op::Norm: return "norm";
     case Op::Reduce: return "reduce";
+    case Op::SegmentNorm: return "segment_norm";
     case Op::Matmul: return "matmul";
     case Op::Scatter: return "scatter";
     case Op::Update: return "update";
@@ -132,10 +134,11 @@ bool is_comparison(Op op) { return op >= Op::Lt && op <= Op::Ne; }
 
 OpKind op_kind(Op op) {
   if (op <= Op::Const) return OpKind::Source;
-  if (op <= Op::Dropout) return OpKind::Elementwise;
+  if (op <= Op::SegmentScale) return OpKind::Elementwise;
   switch (op) {
     case Op::Norm:
-    case Op::Reduce: return OpKind::Reduction;
+    case Op::Reduce:
+    case Op::SegmentNorm: return OpKind::Reduction;
     case Op::Matmul: return OpKind::Matmul;
     case Op::Scatter: return OpKind::Scatter;
     case Op::Update: return OpKind::Update;
@@ -304,6 +307,7 @@ std::string Program::stage_str(int id) const {
     case Op::Scalar: break;
     case Op::Const: attrs = fmt::format(" {}", s.attrs.value); break;
     case Op::Dropout: attrs = fmt::format(" p={}", s.attrs.value); break;
+    case Op::SegmentNorm: attrs = fmt::format(" segments={}", s.attrs.shape[0].str()); break;
     case Op::Reduce:
       op += fmt::format(".{}", reduce_op_name(s.attrs.reduce));
       if (s.attrs.dim != kAllDims) attrs = fmt::format(" dim={}", s.attrs.dim);
@@ -355,6 +359,50 @@ std::vector<Shape> Program::resolve_shapes(const SymbolMap& symbols) const {
     out.push_back(std::move(shape));
   }
   return out;
+}
+
+int64_t segment_of(const Segments& bounds, int64_t i) {
+  return static_cast<int64_t>(std::upper_bound(bounds.begin(), bounds.end(), i) - bounds.begin()) - 1;
+}
+
+std::vector<int> Program::segment_stages() const {
+  std::vector<int> out;
+  for (const Stage& s : stages_)
+    if (s.op == Op::SegmentNorm || s.op == Op::SegmentScale) out.push_back(s.id);
+  return out;
+}
+
+void Program::check_segments(const SymbolMap& symbols, const Segments& bounds) const {
+  const std::vector<int> ops = segment_stages();
+  if (ops.empty()) {
+    if (!bounds.empty())
+      user_error("program '{}' has no segment op (segment_norm, segment_scale), so it takes no segments ({} given)",
+                 name_, bounds.size() - 1);
+    return;
+  }
+  const std::vector<Shape> shapes = resolve_shapes(symbols);
+  if (bounds.size() < 2)
+    user_error("program '{}' cuts its tensors into segments ({}): give their bounds (0, ..., the extent), at least "
+               "one segment", name_, display_name(ops.front()));
+  if (bounds.front() != 0) user_error("program '{}': the segments' first bound is {}, not 0", name_, bounds.front());
+  for (size_t i = 1; i < bounds.size(); ++i)
+    if (bounds[i] <= bounds[i - 1])
+      user_error("program '{}': segment bounds must ascend strictly (every segment holds an element), but bound {} "
+                 "is {} after {}", name_, i, bounds[i], bounds[i - 1]);
+  const int64_t count = static_cast<int64_t>(bounds.size()) - 1;
+  for (int id : ops) {
+    const Stage& s = stages_[static_cast<size_t>(id)];
+    // segment_norm(x): x segmented, [S] its value; segment_scale(t, x): x segmented, t [S].
+    const int x = s.op == Op::SegmentNorm ? s.args[0] : s.args[1];
+    const int counted = s.op == Op::SegmentNorm ? id : s.args[0];
+    const int64_t extent = shapes[static_cast<size_t>(x)][0], segs = shapes[static_cast<size_t>(counted)][0];
+    if (extent != bounds.back())
+      user_error("program '{}': stage {} cuts {} (extent {}) into segments, but the segments end at {}", name_,
+                 display_name(id), display_name(x), extent, bounds.back());
+    if (segs != count)
+      user_error("program '{}': stage {} has {} segments ({} is {}), but {} segments are given", name_,
+                 display_name(id), segs, display_name(counted), shapes[static_cast<size_t>(counted)].str(), count);
+  }
 }
 
 void Program::check_order() const {

@@ -82,14 +82,18 @@ std::pair<Expr, Expr> clipped_direction(Program& p, DType grad_dtype) {
 // norm is 0). Returns w - lr * trust * r, on `w_part` (w, or this rank's slice of it). ||w|| is
 // taken over the whole w that every rank holds, ||r|| under a sliced r as a local sum of squares
 // and a cross-rank reduction: that is what the one-program step's schedules compute, bitwise.
-Expr lamb_step(const Expr& lr, const Expr& w, const Expr& w_part, const Expr& r) {
-  const Expr w_norm = norm(w).named("w_norm");
-  const Expr r_norm = norm(r).named("r_norm");
+// `segmented`: per segment of w (a bucket of tensors, ir.h): the norms are segment norms (one
+// all-reduce for every segment's ||r||), trust is f32[S], and each element is scaled by its
+// segment's lr * trust (the same f32 operations per element as one tensor's step).
+Expr lamb_step(const Expr& lr, const Expr& w, const Expr& w_part, const Expr& r, bool segmented) {
+  const Expr w_norm = (segmented ? segment_norm(w) : norm(w)).named("w_norm");
+  const Expr r_norm = (segmented ? segment_norm(r) : norm(r)).named("r_norm");
   const Expr ratio = w_norm / r_norm;
   const Expr r_positive = r_norm > 0;
   const Expr w_positive = w_norm > 0;
   const Expr trust = select(w_positive, select(r_positive, ratio, 1.0), 1.0).named("trust");
-  return w_part - lr * trust * r;
+  const Expr factor = lr * trust;
+  return w_part - (segmented ? segment_scale(factor, r) : factor * r);
 }
 
 // The row-parallel layer on `group`; returns its output.
@@ -118,14 +122,23 @@ Program adam(DType grad_dtype) {
   return p;
 }
 
-Program lamb(DType grad_dtype) {
-  Program p("lamb");
+namespace {
+
+// lamb, or lamb_bucket: the one-program step, per tensor or per segment.
+Program lamb_program(const char* name, DType grad_dtype, bool segmented) {
+  Program p(name);
   const Expr lr = p.scalar("lr");
   const Expr r = adam_step_direction(p, grad_dtype);
   const Expr w = named_stage(p, "w");
-  update(w, lamb_step(lr, w, w, r)).named("w1");
+  update(w, lamb_step(lr, w, w, r, segmented)).named("w1");
   return p;
 }
+
+}  // namespace
+
+Program lamb(DType grad_dtype) { return lamb_program("lamb", grad_dtype, false); }
+
+Program lamb_bucket(DType grad_dtype) { return lamb_program("lamb_bucket", grad_dtype, true); }
 
 Program grad_reduce(DType grad_dtype) {
   Program p("grad_reduce");
@@ -137,13 +150,14 @@ Program grad_reduce(DType grad_dtype) {
 namespace {
 
 // adam_update or lamb_update: the clipped direction on this rank's slice, the slice's new
-// weights (Adam's step, or LAMB's with its trust ratio), gathered into w in place.
-Program clipped_update(const char* name, DType grad_dtype, bool lamb) {
+// weights (Adam's step, or LAMB's with its trust ratio, per segment when `segmented`), gathered
+// into w in place.
+Program clipped_update(const char* name, DType grad_dtype, bool lamb, bool segmented = false) {
   Program p(name);
   const Expr lr = p.scalar("lr");
   const auto [w_mine, r] = clipped_direction(p, grad_dtype);
   const Expr w = named_stage(p, "w");
-  const Expr w_slice = (lamb ? lamb_step(lr, w, w_mine, r) : w_mine - lr * r).named("w_slice");
+  const Expr w_slice = (lamb ? lamb_step(lr, w, w_mine, r, segmented) : w_mine - lr * r).named("w_slice");
   update(w, AllGather(w_slice).named("w_all")).named("w1");
   return p;
 }
@@ -153,6 +167,8 @@ Program clipped_update(const char* name, DType grad_dtype, bool lamb) {
 Program adam_update(DType grad_dtype) { return clipped_update("adam_update", grad_dtype, false); }
 
 Program lamb_update(DType grad_dtype) { return clipped_update("lamb_update", grad_dtype, true); }
+
+Program lamb_bucket_update(DType grad_dtype) { return clipped_update("lamb_bucket_update", grad_dtype, true, true); }
 
 Program grad_norm() {
   Program p("grad_norm");

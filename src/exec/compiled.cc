@@ -99,6 +99,7 @@ struct CompiledRunner::State {
   std::vector<void*> buf;
   std::vector<double> acc;
   std::vector<int64_t> sym;
+  std::vector<int64_t> seg;  // the segments' bounds (programs with segment ops)
   std::vector<uint64_t> seed;
   std::vector<int> root;       // stage -> the value owning its buffer
   std::vector<Tensor> owned;   // the buffers allocated here
@@ -504,6 +505,10 @@ CompiledRunner::CompiledRunner(std::shared_ptr<const CompiledPlan> compiled, com
   a.transfer = &State::on_transfer;
   a.sync = &State::on_sync;
   a.sgemm = &sgemm_trampoline;
+  prog.check_segments(symbols, runner.segments);
+  s.seg = runner.segments;
+  a.seg = s.seg.data();
+  a.nseg = s.seg.empty() ? 0 : static_cast<int64_t>(s.seg.size()) - 1;
   const JitModule& m = compiled_->module();
   s.run_fn = reinterpret_cast<tandem_entry_fn>(m.symbol("tandem_run"));
   auto scratch_fn = reinterpret_cast<tandem_scratch_fn>(m.symbol("tandem_scratch_elems"));

@@ -65,8 +65,9 @@ struct Ctx {
 class PlanRunner::Impl {
  public:
   Impl(const Plan& plan, comm::Communicator& world, const dsl::SymbolMap& symbols, Allocator& alloc,
-       const std::vector<std::string>& bound)
-      : plan_(plan), p_(plan.program), world_(world), alloc_(comm::buffer_allocator(world, alloc)) {
+       const std::vector<std::string>& bound, dsl::Segments segments)
+      : plan_(plan), p_(plan.program), world_(world), alloc_(comm::buffer_allocator(world, alloc)),
+        segments_(std::move(segments)) {
     const int n = world.size(), groups = p_.groups();
     if (n % groups != 0)
       user_error("plan '{}' of program '{}' has {} groups, but the communicator has {} ranks; run it on a multiple "
@@ -82,6 +83,7 @@ class PlanRunner::Impl {
       comm_ = &world;
     }
     shapes_ = p_.resolve_shapes(symbols);
+    p_.check_segments(symbols, segments_);
     const size_t ns = p_.stages().size();
     bufs_.assign(ns, Tensor());
     bytes_.assign(ns, 0);
@@ -335,12 +337,14 @@ class PlanRunner::Impl {
     int reg = -1;
     void* data = nullptr;
     DType dtype = DType::F32;
-    enum Map : uint8_t { Direct, Mod, Shift, SliceMap } map = Direct;
+    enum Map : uint8_t { Direct, Mod, Shift, SliceMap, Segment } map = Direct;
     int64_t mod = 1, shift = 0;
     int64_t rows = 1, inner = 1, off = 0, cnt = 0;
+    const dsl::Segments* segments = nullptr;  // Segment: a per-segment vector read at g's segment
     int64_t index(int64_t g) const {
       switch (map) {
         case Direct: return g;
+        case Segment: return dsl::segment_of(*segments, g);
         case Mod: return g % mod;
         case Shift: return g - shift;
         case SliceMap: {
@@ -481,6 +485,10 @@ class PlanRunner::Impl {
         it.nvals = s.op == Op::Dropout ? 1 : static_cast<int>(s.args.size());
         for (int j = 0; j < it.nvals; ++j) it.args[j] = operand(s.args[static_cast<size_t>(j)], c, numel, collective);
         if (s.op == Op::Dropout) it.seed = seed_of(s.args[1]);
+        if (s.op == Op::SegmentScale) {  // the factors are read at the element's segment
+          it.args[0].map = Access::Segment;
+          it.args[0].segments = &segments_;
+        }
         it.store = std::find(l.stores.begin(), l.stores.end(), x) != l.stores.end();
       }
       if (it.store) it.out = memory(x, c, numel);
@@ -532,6 +540,7 @@ class PlanRunner::Impl {
         case Op::Update: r = v[0]; break;
         case Op::Select: r = dsl::apply_select(v[0], v[1], v[2]); break;
         case Op::Dropout: r = dsl::apply_dropout(v[0], it.seed, static_cast<uint64_t>(g), it.p); break;
+        case Op::SegmentScale: r = dsl::apply_binary(Op::Mul, v[0], v[1]); break;
         default: r = dsl::is_unary(it.op) ? dsl::apply_unary(it.op, v[0]) : dsl::apply_binary(it.op, v[0], v[1]);
       }
       r = round_to(it.dtype, r);
@@ -608,6 +617,7 @@ class PlanRunner::Impl {
     const Stage& s = p_.stage(r.stage);
     const Tensor x = view(s.args[0]);
     const Tensor out = view(r.stage);
+    if (s.op == Op::SegmentNorm) return segment_norm(r, x, out);
     const Around a = around(x.shape(), s.attrs.dim);
     // f32 partials in the output's first elements' place: computed into `work_`.
     TANDEM_CHECK(work_.defined() || out.numel() == 0, "reduce without scratch");
@@ -622,8 +632,19 @@ class PlanRunner::Impl {
     for (int64_t i = 0; i < out.numel(); ++i) out.set(i, part.get(i));
   }
 
+  // Per segment: the squares of this rank's piece, one all-reduce of the partials when the
+  // operand is Sliced, then the square roots (as the reference interpreter computes it).
+  void segment_norm(const schedule::Reduce& r, const Tensor& x, const Tensor& out) {
+    const Stage& s = p_.stage(r.stage);
+    Tensor part = Tensor::view_of(part_scratch(out.numel()), DType::F32, Shape{out.numel()});
+    const int64_t begin = r.across_ranks ? dsl::part_offset(shape(s.args[0]).numel(), group_size_, index_) : 0;
+    dsl::segment_sums_of_squares(x.data_as<float>(), begin, x.numel(), segments_, part.data_as<float>());
+    if (r.across_ranks) comm_->all_reduce(part, comm::ReduceOp::Sum);
+    for (int64_t i = 0; i < out.numel(); ++i) out.set(i, std::sqrt(part.get(i)));
+  }
+
   void* part_scratch(int64_t n) {
-    if (reduce_scratch_.numel() < n) reduce_scratch_ = Tensor::empty(DType::F32, Shape{n}, alloc_);
+    if (!reduce_scratch_.defined() || reduce_scratch_.numel() < n) reduce_scratch_ = Tensor::empty(DType::F32, Shape{n}, alloc_);
     return reduce_scratch_.data();
   }
 
@@ -910,6 +931,7 @@ class PlanRunner::Impl {
   std::vector<char> scalar_bound_;
   std::vector<float> regs_, accs_;     // registers; Prod / Max / Min accumulators
   std::vector<dsl::SumLanes> sums_;   // Norm / Reduce Sum accumulators
+  dsl::Segments segments_;            // the segments' bounds (programs with segment ops)
   std::vector<char> in_loop_;
   std::vector<char> in_current_ = std::vector<char>(p_.stages().size(), 0);
   std::map<int, int> blocks_of_;
@@ -921,11 +943,11 @@ class PlanRunner::Impl {
 };
 
 PlanRunner::PlanRunner(const Plan& plan, comm::Communicator& comm, const dsl::SymbolMap& symbols, Allocator& alloc)
-    : impl_(std::make_unique<Impl>(plan, comm, symbols, alloc, std::vector<std::string>{})) {}
+    : impl_(std::make_unique<Impl>(plan, comm, symbols, alloc, std::vector<std::string>{}, dsl::Segments{})) {}
 PlanRunner::PlanRunner(const Plan& plan, comm::Communicator& comm, const dsl::SymbolMap& symbols,
                        const RunnerOptions& options)
     : impl_(std::make_unique<Impl>(plan, comm, symbols, options.alloc != nullptr ? *options.alloc : host_allocator(),
-                                   options.bound)) {}
+                                   options.bound, options.segments)) {}
 PlanRunner::~PlanRunner() = default;
 const dsl::Program& PlanRunner::program() const { return impl_->program(); }
 const Placement& PlanRunner::placement() const { return impl_->placement_of(); }
@@ -942,7 +964,10 @@ size_t PlanRunner::allocated_bytes(std::string_view name) const { return impl_->
 size_t PlanRunner::allocated_bytes() const { return impl_->allocated_bytes(); }
 
 TensorMap run_plan(const Plan& plan, comm::Communicator& comm, const RunArgs& args, Allocator& alloc) {
-  PlanRunner runner(plan, comm, args.symbols, alloc);
+  RunnerOptions options;
+  options.alloc = &alloc;
+  options.segments = args.segments;
+  PlanRunner runner(plan, comm, args.symbols, options);
   const dsl::Program& p = plan.program;
   const int group = comm.rank() / (comm.size() / p.groups());
   for (const auto& [name, value] : args.scalars) runner.set_scalar(name, value);

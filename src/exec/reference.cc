@@ -132,6 +132,7 @@ class Interpreter : public dsl::Visitor {
     p_.validate();
     check_bindings();
     global_ = p_.resolve_shapes(args_.symbols);
+    p_.check_segments(args_.symbols, args_.segments);
     values_.assign(p_.stages().size(), Tensor());
     last_use_.assign(p_.stages().size(), -1);
     keep_.assign(p_.stages().size(), 0);
@@ -222,8 +223,11 @@ class Interpreter : public dsl::Visitor {
         const Operand& op = ops[static_cast<size_t>(j)];
         v[j] = op.t.get(op.same_piece ? i : g % op.numel);
       }
+      // A segment's factor is read at the element's segment.
+      if (s.op == Op::SegmentScale) v[0] = ops[0].t.get(dsl::segment_of(args_.segments, g));
       float r;
       if (s.op == Op::Select) r = dsl::apply_select(v[0], v[1], v[2]);
+      else if (s.op == Op::SegmentScale) r = dsl::apply_binary(Op::Mul, v[0], v[1]);
       else if (s.op == Op::Dropout) r = dsl::apply_dropout(v[0], seed, static_cast<uint64_t>(g), s.attrs.value);
       else if (dsl::is_unary(s.op)) r = dsl::apply_unary(s.op, v[0]);
       else r = dsl::apply_binary(s.op, v[0], v[1]);
@@ -236,6 +240,7 @@ class Interpreter : public dsl::Visitor {
     const Stage& xs = p_.stage(s.args[0]);
     const Tensor& x = value(xs.id);
     const bool cross = xs.type.layout.is_sliced();
+    if (s.op == Op::SegmentNorm) return segment_norm(s, x, cross);
     const dsl::ReduceOp op = s.op == Op::Norm ? dsl::ReduceOp::Sum : s.attrs.reduce;
     const int dim = s.op == Op::Norm ? dsl::kAllDims : s.attrs.dim;
     // Reduce this rank's piece into f32 partials: one value, or one per element of the other dims.
@@ -283,6 +288,18 @@ class Interpreter : public dsl::Visitor {
     if (cross && (dim == dsl::kAllDims || dim == xs.type.layout.dim)) group_->all_reduce(part, op);
     if (s.op == Op::Norm) part.set(0, std::sqrt(part.get(0)));
     set(s, s.type.dtype == DType::F32 ? part : part.to(s.type.dtype));
+  }
+
+  // Per segment: this rank's sums of squares of its piece, one all-reduce of them over the
+  // group when x is Sliced, then the square roots.
+  void segment_norm(const Stage& s, const Tensor& x, bool cross) {
+    const Tensor xf = to_f32(x);
+    Tensor part = Tensor::empty(DType::F32, shape(s.id), group_->allocator());
+    const int64_t begin = cross ? dsl::part_offset(shape(s.args[0]).numel(), place_.group_size, place_.index) : 0;
+    dsl::segment_sums_of_squares(xf.data_as<float>(), begin, xf.numel(), args_.segments, part.data_as<float>());
+    if (cross) group_->all_reduce(part, comm::ReduceOp::Sum);
+    for (int64_t i = 0; i < part.numel(); ++i) part.set(i, std::sqrt(part.get(i)));
+    set(s, part);
   }
 
   void visit_matmul(const Program&, const Stage& s) override {

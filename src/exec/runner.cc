@@ -94,7 +94,9 @@ ReferenceRunner::ReferenceRunner(const dsl::Program& program, comm::Communicator
   group_ = group_owned_ != nullptr ? group_owned_.get() : &comm;
   Allocator& alloc = options.alloc != nullptr ? *options.alloc : host_allocator();
   args_.symbols = symbols;
+  args_.segments = options.segments;
   const std::vector<Shape> shapes = program.resolve_shapes(symbols);
+  program.check_segments(symbols, options.segments);
   for (int id : program.inputs()) {
     const dsl::Stage& s = program.stage(id);
     if (!in_group(s, place_)) continue;

@@ -60,9 +60,11 @@ ProgramRunner::ProgramRunner(const dsl::Program& program, const std::vector<std:
 ProgramRunner::~ProgramRunner() = default;
 
 std::unique_ptr<exec::Runner> ProgramRunner::prepare(comm::Communicator& comm, const dsl::SymbolMap& symbols,
-                                                     const std::vector<std::string>& bound) const {
+                                                     const std::vector<std::string>& bound,
+                                                     const dsl::Segments& segments) const {
   exec::RunnerOptions options;
   options.bound = bound;
+  options.segments = segments;
   if (executor_ == exec::RunnerKind::Compiled) {
     // Compiled once per process (the JIT keeps loaded modules and caches on disk by content).
     std::call_once(compile_once_, [&] { compiled_ = exec::compile_plan(*plan_); });

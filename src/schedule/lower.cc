@@ -330,7 +330,8 @@ std::vector<Step> Lowering::unit_steps(int ui) {
       const Stage& st = p_.stage(u.stages.front());
       const dsl::Layout l = p_.stage(st.args[0]).type.layout;
       s.reduce.stage = st.id;
-      s.reduce.across_ranks = l.is_sliced() && st.attrs.dim == l.dim;
+      // A segment norm of a Sliced tensor combines every segment's partial sum in one all-reduce.
+      s.reduce.across_ranks = l.is_sliced() && (st.op == Op::SegmentNorm || st.attrs.dim == l.dim);
       out.push_back(s);
       break;
     }

@@ -61,6 +61,16 @@ std::optional<std::string> cannot_move(const Program& p, int ag, const std::vect
   return std::nullopt;
 }
 
+// Arithmetic that stays whole where it is: scalar code, and element-wise stages of another shape
+// than the gathered value with no operand of its shape (they follow a reduction of it: the
+// per-segment norms' [S] arithmetic). A stage that broadcasts the value to a larger shape moves,
+// and cannot_move says why it may not.
+bool stays_whole(const Program& p, const Stage& st, const Stage& g) {
+  if (detail::is_scalar_code(st)) return true;
+  if (dsl::op_kind(st.op) != OpKind::Elementwise || st.type.shape == g.type.shape) return false;
+  return std::none_of(st.args.begin(), st.args.end(), [&](int a) { return p.stage(a).type.shape == g.type.shape; });
+}
+
 }  // namespace
 
 namespace detail {
@@ -72,7 +82,7 @@ std::vector<int> movable_consumers(const Program& p, int ag, bool through_transf
   // already moved.
   std::vector<int> out;
   for (const Stage& st : p.stages()) {
-    if (!desc[static_cast<size_t>(st.id)] || is_scalar_code(st)) continue;
+    if (!desc[static_cast<size_t>(st.id)] || stays_whole(p, st, p.stage(ag))) continue;
     const OpKind k = dsl::op_kind(st.op);
     if (k == OpKind::Transfer && !through_transfers) continue;
     if (k == OpKind::Transfer && st.op == Op::Recv && !moved[static_cast<size_t>(st.args[0])]) continue;
@@ -137,7 +147,7 @@ std::vector<int> reorder(Schedule& s, const StageRef& allgather, const std::vect
   const std::vector<char> anc = detail::ancestors(p, targets);
   std::vector<char> moved(p.stages().size(), 0);
   for (const Stage& st : p.stages())
-    if (desc[static_cast<size_t>(st.id)] && anc[static_cast<size_t>(st.id)] && !detail::is_scalar_code(st) &&
+    if (desc[static_cast<size_t>(st.id)] && anc[static_cast<size_t>(st.id)] && !stays_whole(p, st, g) &&
         st.op != Op::Update)
       moved[static_cast<size_t>(st.id)] = 1;
   std::vector<char> is_output(p.stages().size(), 0);

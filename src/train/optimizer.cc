@@ -61,7 +61,7 @@ DType grad_program_dtype(const OptimizerConfig& config) {
 
 dsl::Program optimizer_program(const OptimizerConfig& config) {
   const DType g = grad_program_dtype(config);
-  return config.name == "lamb" ? dsl::workloads::lamb(g) : dsl::workloads::adam(g);
+  return config.name == "lamb" ? dsl::workloads::lamb_bucket(g) : dsl::workloads::adam(g);
 }
 
 std::vector<std::string> optimizer_schedule_preferences() {
@@ -90,7 +90,7 @@ DataParallelOptimizer::DataParallelOptimizer(const OptimizerConfig& config,
         dsl::workloads::grad_reduce(grad_program_dtype(config)), std::vector<std::string>{"C"},
         executor);
     update_runner_ = std::make_unique<parallel::ProgramRunner>(
-        config.name == "lamb" ? dsl::workloads::lamb_update(grad_program_dtype(config))
+        config.name == "lamb" ? dsl::workloads::lamb_bucket_update(grad_program_dtype(config))
                               : dsl::workloads::adam_update(grad_program_dtype(config)),
         std::vector<std::string>{"fused(C)", "C"}, executor);
     norm_runner_ = std::make_unique<parallel::ProgramRunner>(
@@ -111,51 +111,39 @@ DataParallelOptimizer::DataParallelOptimizer(const OptimizerConfig& config,
   // wte after the blocks; wte and wpe before them).
   const int first = layout.first_layer(), end = layout.end_layer();
   const int64_t blocks_begin = layout.block_range(first).first, blocks_end = layout.block_range(end - 1).second;
-  if (config.name == "lamb") {
-    // One segment per tensor: LAMB's trust ratio is per tensor.
-    for (int l = end - 1; l >= first; --l) {
-      const auto [t0, t1] = layout.block_tensors(l);
-      for (size_t t = t0; t < t1; ++t) {
-        const parallel::LocalTensor& lt = layout.tensors()[t];
-        add_segment(layout, lt.name, lt.local_offset, lt.local_offset + lt.numel(), l);
-      }
+  // Buckets of whole blocks for both optimizers; LAMB's program takes a bucket's tensors as its
+  // segments (each with its own trust ratio).
+  const double bucket_bytes = config.bucket_mb.value_or(kDefaultBucketMiB) * (1 << 20);
+  // Whole blocks, from the last: a bucket closes once it holds bucket_bytes.
+  int64_t top = blocks_end;
+  int top_layer = end - 1;
+  for (int l = end - 1; l >= first; --l) {
+    const int64_t bottom = layout.block_range(l).first;
+    if (static_cast<double>(top - bottom) * sizeof(float) >= bucket_bytes || l == first) {
+      add_segment(
+          layout,
+          l == top_layer ? fmt::format("h.{}", l) : fmt::format("h.{}..h.{}", top_layer, l),
+          bottom, top, l);
+      ++buckets_;
+      top = bottom;
+      top_layer = l - 1;
     }
-    for (const parallel::LocalTensor& lt : layout.tensors())
-      if (lt.local_offset + lt.numel() <= blocks_begin || lt.local_offset >= blocks_end)
-        add_segment(layout, lt.name, lt.local_offset, lt.local_offset + lt.numel(), kAfterBackward);
-  } else {
-    const double bucket_bytes = config.bucket_mb.value_or(kDefaultBucketMiB) * (1 << 20);
-    // Whole blocks, from the last: a bucket closes once it holds bucket_bytes.
-    int64_t top = blocks_end;
-    int top_layer = end - 1;
-    for (int l = end - 1; l >= first; --l) {
-      const int64_t bottom = layout.block_range(l).first;
-      if (static_cast<double>(top - bottom) * sizeof(float) >= bucket_bytes || l == first) {
-        add_segment(
-            layout,
-            l == top_layer ? fmt::format("h.{}", l) : fmt::format("h.{}..h.{}", top_layer, l),
-            bottom, top, l);
-        ++buckets_;
-        top = bottom;
-        top_layer = l - 1;
-      }
-    }
-    // The rest, named by their first and last tensors.
-    auto named = [&](int64_t b, int64_t e) {
-      std::string first_name, last_name;
-      for (const parallel::LocalTensor& lt : layout.tensors())
-        if (lt.local_offset >= b && lt.local_offset < e) {
-          if (first_name.empty()) first_name = lt.name;
-          last_name = lt.name;
-        }
-      return first_name == last_name ? first_name : first_name + ".." + last_name;
-    };
-    if (blocks_end < layout.size())
-      add_segment(layout, named(blocks_end, layout.size()), blocks_end, layout.size(),
-                  kAfterBackward);
-    if (blocks_begin > 0)
-      add_segment(layout, named(0, blocks_begin), 0, blocks_begin, kAfterBackward);
   }
+  // The rest, named by their first and last tensors.
+  auto named = [&](int64_t b, int64_t e) {
+    std::string first_name, last_name;
+    for (const parallel::LocalTensor& lt : layout.tensors())
+      if (lt.local_offset >= b && lt.local_offset < e) {
+        if (first_name.empty()) first_name = lt.name;
+        last_name = lt.name;
+      }
+    return first_name == last_name ? first_name : first_name + ".." + last_name;
+  };
+  if (blocks_end < layout.size())
+    add_segment(layout, named(blocks_end, layout.size()), blocks_end, layout.size(),
+                kAfterBackward);
+  if (blocks_begin > 0)
+    add_segment(layout, named(0, blocks_begin), 0, blocks_begin, kAfterBackward);
   if (config.state_tier != "memory") {
     std::vector<int64_t> lengths;
     for (const Piece& pc : pieces_) lengths.push_back(pc.end - pc.begin);
@@ -186,14 +174,31 @@ void DataParallelOptimizer::add_segment(const parallel::ShardLayout& layout, std
               nullptr,          nullptr,         bind_grads};
   const std::vector<std::string> grads_bound =
       bind_grads ? std::vector<std::string>{"g"} : std::vector<std::string>{};
+  // LAMB: the segment's tensors, each with its trust ratio (dsl/ir.h's segments).
+  dsl::SymbolMap symbols{{"N", n}};
+  dsl::Segments tensors;
+  if (config_.name == "lamb") {
+    tensors = {0};
+    for (const parallel::LocalTensor& lt : layout.tensors())
+      if (lt.local_offset >= begin && lt.local_offset < end) {
+        TANDEM_CHECK(lt.local_offset == begin + tensors.back() && lt.local_offset + lt.numel() <= end,
+                     "tensor {} at [{}, {}) cuts segment {} [{}, {})", lt.name, lt.local_offset,
+                     lt.local_offset + lt.numel(), seg.name, begin, end);
+        tensors.push_back(lt.local_offset + lt.numel() - begin);
+      }
+    TANDEM_CHECK(tensors.back() == n, "the tensors of segment {} cover {} of its {} elements", seg.name,
+                 tensors.back(), n);
+    symbols["S"] = static_cast<int64_t>(tensors.size()) - 1;
+    tensors_ += static_cast<int>(tensors.size()) - 1;
+  }
   if (clipped) {
     seg.runner = runner_->prepare(dp_, {{"N", n}}, grads_bound);
     bound.push_back("g_sum");
-    seg.update = update_runner_->prepare(dp_, {{"N", n}}, bound);
+    seg.update = update_runner_->prepare(dp_, symbols, bound, tensors);
     seg.update->bind("g_sum", seg.runner->output("g_sum"));
   } else {
     if (bind_grads) bound.push_back("g");
-    seg.runner = runner_->prepare(dp_, {{"N", n}}, bound);
+    seg.runner = runner_->prepare(dp_, symbols, bound, tensors);
   }
   exec::Runner& updater = clipped ? *seg.update : *seg.runner;
   updater.bind("w", params_.flat_slice(begin, n));

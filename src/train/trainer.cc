@@ -365,10 +365,10 @@ std::string RankRun::memory_lines() {
   } else {
     for (int r = 0; r < n; ++r) out += fmt::format("  memory on rank {}: {}\n", r, line(r));
   }
-  const std::string exchange =
-      cfg_.optimizer.name == "lamb" ? fmt::format("{} per-tensor programs", opt_.segments())
-                                    : fmt::format("{} bucket{} of blocks + the embeddings and ln_f", opt_.buckets(),
-                                                  opt_.buckets() == 1 ? "" : "s");
+  std::string exchange = fmt::format("{} bucket{} of blocks + the embeddings and ln_f", opt_.buckets(),
+                                     opt_.buckets() == 1 ? "" : "s");
+  if (cfg_.optimizer.name == "lamb")
+    exchange += fmt::format(" ({} tensors, a trust ratio each)", opt_.tensors());
   out += fmt::format("  data-parallel exchange: {}, {}\n", exchange,
                      opt_.overlapping() ? "overlapped with the backward"
                      : cfg_.optimizer.exchange == "overlap"
@@ -396,7 +396,7 @@ void RankRun::print_header(int64_t first_step) {
                 cfg_.optimizer.name, *cfg_.optimizer.clip_grad_norm, opt_.schedule_name(),
                 opt_.executor_name())
           : fmt::format("  optimizer {}: program {} schedule {} ({})", cfg_.optimizer.name,
-                        cfg_.optimizer.name == "lamb" ? "lamb" : "adam", opt_.schedule_name(),
+                        cfg_.optimizer.name == "lamb" ? "lamb_bucket" : "adam", opt_.schedule_name(),
                         opt_.executor_name());
   if (!model_.epilogue_schedule().empty())
     programs += fmt::format("; megatron_layer schedule {}", model_.epilogue_schedule());

@@ -25,7 +25,7 @@
 
 #include <stdint.h>
 
-#define TANDEM_ABI_VERSION 2
+#define TANDEM_ABI_VERSION 3
 
 // Doubles per stage in tandem_args::acc: a Norm / Reduce Sum over every dim accumulates in 8
 // lanes keyed by the global flat index (dsl/elementwise.h, SumLanes); Prod, Max and Min keep
@@ -86,6 +86,8 @@
     int (*transfer)(void* host, const tandem_transfer* t);                                      \
     int (*sync)(void* host, int32_t block);                                                     \
     tandem_sgemm_fn sgemm;                                                                      \
+    const int64_t* seg;    /* segment bounds, nseg + 1 of them (programs with segment ops) */   \
+    int64_t nseg;                                                                               \
   };
 
 #define TANDEM_ABI_STRINGIFY2(...) #__VA_ARGS__

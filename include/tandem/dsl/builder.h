@@ -82,6 +82,10 @@ Expr dropout(const Expr& x, double p, uint64_t seed);
 
 // Reductions: the L2 norm (an f32 scalar), and sum/prod/max/min over every dim or one.
 Expr norm(const Expr& x);
+// Segments (ir.h): per segment of f32 [N] x, its L2 norm (f32[count], count the symbol of the
+// number of segments); and x scaled by its segment's entry of f32[count] t.
+Expr segment_norm(const Expr& x, std::string count = "S");
+Expr segment_scale(const Expr& t, const Expr& x);
 Expr reduce(ReduceOp op, const Expr& x, int dim = kAllDims);
 
 // Matrix product over the last two dims: [..., M, K] x [..., K, N] -> [..., M, N]; a 2-D

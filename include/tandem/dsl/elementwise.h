@@ -4,6 +4,7 @@
 // schedule that keeps the order of operations rounds exactly as the interpreter does.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string_view>
@@ -115,5 +116,21 @@ struct SumLanes {
     return static_cast<float>(s);
   }
 };
+
+// The per-segment sums of squares of a piece of a segmented f32 tensor (ir.h, segment_norm): x
+// holds elements [begin, begin + n) of the whole; segment s's elements are folded in SumLanes keyed
+// by their index within the segment and rounded to f32 into part[s] (0 for a segment the piece
+// misses). Every executor calls this, so a segment norm's per-rank partials are the same in each.
+inline void segment_sums_of_squares(const float* x, int64_t begin, int64_t n, const Segments& bounds, float* part) {
+  const int64_t segments = static_cast<int64_t>(bounds.size()) - 1;
+  for (int64_t s = 0; s < segments; ++s) part[s] = 0.0f;
+  for (int64_t i = 0; i < n;) {
+    const int64_t g = begin + i, s = segment_of(bounds, g);
+    const int64_t end = std::min(begin + n, bounds[static_cast<size_t>(s) + 1]);
+    SumLanes lanes;
+    for (; begin + i < end; ++i) lanes.add_square(static_cast<uint64_t>(begin + i - bounds[static_cast<size_t>(s)]), x[i]);
+    part[s] = lanes.total();
+  }
+}
 
 }  // namespace tandem::dsl

@@ -55,6 +55,21 @@
 //   value is used only by the one `recv` that pairs with it, which belongs to group h.
 // - Scalars and symbols are bound at run time: symbols are the extents of symbolic dims,
 //   scalars are f32 values (or, for a dropout seed, integers) the same on every rank.
+// - Segments (scattered tensors in one buffer, CoCoNeT's scattered-tensor fusion: a bucket of a
+//   model's tensors, each with its own norm). A program may cut the one dim of its rank-1
+//   tensors into S contiguous segments, fixed when a runner is set up (like a symbol: one
+//   program serves every bucket), as Segments: bounds b[0] = 0 < b[1] < ... < b[S] = the extent,
+//   S bound to the count symbol of the program's segment ops. Element i lies in segment s when
+//   b[s] <= i < b[s+1]. Two ops use them, both on f32 rank-1 tensors:
+//     segment_norm(x)      f32[S]: per segment, sqrt of the sum of squares of its elements, the
+//                          sum in SumLanes (elementwise.h) keyed by the element's index within its
+//                          segment (i - b[s]), so segment s's norm is bitwise the norm of a
+//                          tensor holding just its elements. Local x gives Local, Replicated gives
+//                          Replicated, Sliced gives Replicated: each rank sums the segments' parts
+//                          it holds (f32 per segment, 0 for none), then ONE f32 all-reduce of the S
+//                          partials combines them (the only step whose order differs from a
+//                          per-tensor norm), then the f32 sqrt.
+//     segment_scale(t, x)  x's type: fx::mul(t[s(i)], x[i]), t f32[S] Replicated (read whole).
 #pragma once
 
 #include <cstdint>
@@ -93,6 +108,12 @@ struct Dim {
 };
 
 using SymbolMap = std::map<std::string, int64_t, std::less<>>;
+
+// A segmentation (see the header comment): S + 1 ascending bounds from 0 to the extent; empty for
+// a program without segment ops.
+using Segments = std::vector<int64_t>;
+// The segment holding flat index i (b[s] <= i < b[s+1]); i must lie in [0, b[S]).
+int64_t segment_of(const Segments& bounds, int64_t i);
 
 // A shape whose dimensions may be symbolic.
 struct SymShape {
@@ -178,8 +199,10 @@ enum class Op : uint8_t {
   // elementwise, other
   Select,   // (cond, a, b): cond != 0 ? a : b
   Dropout,  // (x, seed)
+  SegmentScale,  // (t, x): t[segment of element i] * x[i] (segments below)
   // reductions
   Norm, Reduce,
+  SegmentNorm,  // (x): per segment, the L2 norm of x's elements in it (segments below)
   // the rest of the computation
   Matmul, Scatter, Update,
   // communication within a group
@@ -205,7 +228,8 @@ struct Attrs {
   int root = 0;                    // Broadcast: the root's index within the group
   int group = 0;                   // Input: the group holding it. Send: the destination group.
   DType dtype = DType::F32;        // Input, Scalar: the declared dtype. Cast: the target.
-  SymShape shape;                  // Input: the declared global shape
+  SymShape shape;                  // Input: the declared global shape. SegmentNorm: [S], the symbol
+                                   // naming the number of segments
   Layout layout;                   // Input: the declared layout
   bool operator==(const Attrs&) const = default;
 };
@@ -307,6 +331,13 @@ class Program {
   // Global concrete shapes of every stage under `symbols`; an unbound symbol is a UserError
   // naming it and the stage whose shape uses it.
   std::vector<Shape> resolve_shapes(const SymbolMap& symbols) const;
+
+  // The segment ops (SegmentNorm, SegmentScale) in id order; none for most programs.
+  std::vector<int> segment_stages() const;
+  // Checks `bounds` against the program under `symbols` (a UserError naming the stage and the
+  // rule otherwise): none without segment ops; with them, ascending from 0, ending at the extent
+  // of every segment op's segmented operand, and as many segments as each op's count symbol.
+  void check_segments(const SymbolMap& symbols, const Segments& bounds) const;
 
  private:
   friend class Expr;

@@ -12,6 +12,8 @@
 //               output), w (f32 [N] Replicated), m, v (f32 [N] Sliced(0): this rank's part of the
 //               moments), updated in place; scalars lr, beta1, beta2, eps, weight_decay, step,
 //               grad_scale (as adam's) and clip (the gradient's clipping factor, 1 to leave it).
+//   lamb_bucket, lamb_bucket_update  as lamb and lamb_update, with symbol S too: the number of
+//               segments (tensors) the runner's Segments cut N into (ir.h).
 //   megatron_layer  symbols B (tokens), K (input features), H (output features); inputs
 //               x (dtype [B, K] Sliced(1): this rank's columns), w (dtype [K, H] Sliced(0): the
 //               matching rows), bias (dtype [H] Replicated), residual (dtype [B, H] Replicated);
@@ -38,6 +40,11 @@ Program adam(DType grad_dtype = DType::BF16);
 // LAMB (You et al.): Adam's direction r = mhat / (sqrt(vhat) + eps) + weight_decay w, scaled per
 // tensor by the trust ratio ||w|| / ||r|| (1 where either norm is 0): w1 = w - lr * trust * r.
 Program lamb(DType grad_dtype = DType::BF16);
+// LAMB over a bucket of tensors (CoCoNeT's scattered-tensor fusion): the same step with the
+// trust ratio per segment of N (ir.h: segment_norm, segment_scale), so one program, with one
+// all-reduce for every segment's ||r||, updates many tensors. ||w|| per segment is bitwise the
+// per-tensor program's; ||r|| differs only in how the ranks' partial sums are cut and added.
+Program lamb_bucket(DType grad_dtype = DType::BF16);
 
 // The data-parallel step in two halves, for global gradient-norm clipping: the norm of the
 // whole model's gradient is needed before any update, so the reduction (grad_reduce:
@@ -48,6 +55,7 @@ Program lamb(DType grad_dtype = DType::BF16);
 Program grad_reduce(DType grad_dtype = DType::BF16);
 Program adam_update(DType grad_dtype = DType::BF16);
 Program lamb_update(DType grad_dtype = DType::BF16);
+Program lamb_bucket_update(DType grad_dtype = DType::BF16);  // lamb_update per segment
 // The sum of the ranks' sums of squares: input squares (f32 [1] Local), output total (f32 [1]
 // Replicated). Clipping's norm is sqrt(total).
 Program grad_norm();

@@ -48,6 +48,7 @@ struct RunArgs {
   // This rank's piece of each input of its group (inputs of other groups are ignored). Inputs the
   // program updates are written in place, so pass tensors you own and keep.
   TensorMap inputs;
+  dsl::Segments segments = {};  // the segments' bounds, for a program with segment ops (ir.h)
 };
 
 // Where a rank sits among the program's groups.

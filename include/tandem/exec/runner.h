@@ -103,6 +103,7 @@ class Runner {
 struct RunnerOptions {
   Allocator* alloc = nullptr;          // null: host_allocator()
   std::vector<std::string> bound;      // inputs and outputs the caller binds: never allocated
+  dsl::Segments segments;              // the segments' bounds, for a program with segment ops (ir.h)
   // Compiled: the plan already compiled (shared by every rank of a process), else compiled here
   // with `jit` (or found in the JIT's cache).
   std::shared_ptr<const CompiledPlan> compiled;

@@ -46,9 +46,11 @@ class ProgramRunner {
 
   // Sets the schedule up on this rank of `comm` for `symbols`: a collective over `comm` (it may
   // split off the program's groups). The inputs named in `bound` live in the caller's memory
-  // (exec::Runner::bind), the others in the runner's. This ProgramRunner must outlive the result.
+  // (exec::Runner::bind), the others in the runner's. `segments`: the bounds of the tensors a
+  // program with segment ops updates (dsl/ir.h). This ProgramRunner must outlive the result.
   std::unique_ptr<exec::Runner> prepare(comm::Communicator& comm, const dsl::SymbolMap& symbols,
-                                        const std::vector<std::string>& bound = {}) const;
+                                        const std::vector<std::string>& bound = {},
+                                        const dsl::Segments& segments = {}) const;
 
  private:
   schedule::Schedule schedule_;

@@ -122,6 +122,9 @@ struct Loop {
 // A Reduce stage over one dim: each rank reduces its stored piece of the operand (elements in
 // order, from the identity). When the reduced dim is the operand's sliced dim, the rank results
 // are then combined across the group (an all-reduce with the same op): `across_ranks`.
+// A SegmentNorm stage (ir.h) is a Reduce step too: each rank folds the squares of its stored
+// piece per segment (dsl::segment_sums_of_squares), then, `across_ranks` for a Sliced operand,
+// one f32 all-reduce (Sum) of the S partials, then the f32 sqrt of each.
 struct Reduce {
   int stage = -1;
   bool across_ranks = false;

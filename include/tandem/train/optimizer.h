@@ -1,21 +1,25 @@
 // The data-parallel optimizer step as a DSL program: each rank's gradient summed over the
 // data-parallel group and averaged, then AdamW (dsl::workloads::adam) or LAMB
-// (dsl::workloads::lamb) applied to this rank's parameter shard, each segment of it (below) one
-// program run with its chosen schedule (ProgramRunner). The preferred schedule,
+// (dsl::workloads::lamb_bucket) applied to this rank's parameter shard, each segment of it (below)
+// one program run with its chosen schedule (ProgramRunner). The preferred schedule,
 // "fused(RS-C-AG)+slice(m,v)", is ZeRO-1: ReduceScatter of the gradient with the update computed
 // inside it on this rank's 1/dp of the elements, AllGather of the new weights, and the moments m
 // and v stored sliced, each rank keeping only its 1/dp of them.
 //
 // AdamW's weight decay applies to every tensor, biases and LayerNorms included, as the program
-// states it. LAMB's trust ratio is per tensor, so LAMB runs the program once per local tensor;
-// under tensor parallelism a sharded tensor's ratio is that of this rank's shard (the program's
-// norms reduce over the data-parallel group only), so LAMB equals single-rank LAMB only at tp = 1.
+// states it. LAMB's trust ratio is per tensor: its program takes the segment's local tensors as
+// segments (dsl/ir.h: segment_norm, segment_scale), so one program and one all-reduce of every
+// tensor's ||r|| serve a whole bucket (CoCoNeT's scattered-tensor fusion) where a program per
+// tensor ran before: LAMB runs as many programs and collectives as AdamW, plus that all-reduce.
+// Its weights equal per-tensor LAMB's bitwise on one rank and within 1e-7 of each tensor's norm
+// on more (exec/correctness/lamb_bucket_test.cc says why). Under tensor parallelism a sharded
+// tensor's ratio is that of this rank's shard (the program's norms reduce over the data-parallel
+// group only), so LAMB equals single-rank LAMB only at tp = 1.
 //
 // Buckets and overlap (what PyTorch DDP users get from gradient buckets, done with the fused
 // schedules): the local flat buffer is cut into segments, each a program runner set up once on
-// the data-parallel group. AdamW's segments are buckets of whole blocks, in backward order, of
-// about `bucket_mb` each, then the parameters outside the blocks (ln_f and the LM head's copy of
-// wte; wte and wpe); LAMB's are its tensors. With exchange "overlap", the trainer tells the
+// the data-parallel group: buckets of whole blocks, in backward order, of about `bucket_mb` each,
+// then the parameters outside the blocks (ln_f and the LM head's copy of wte; wte and wpe). With exchange "overlap", the trainer tells the
 // optimizer when a block's gradients are final (ParallelGPT::set_gradients_ready) and that
 // block's segments run at once on this rank's communication thread while the backward goes on
 // with earlier blocks; the rest run when the backward (and the tied embedding's reduction) is
@@ -80,7 +84,7 @@ struct OptimizerConfig {
   double eps = 1e-8;
   double weight_decay = 0.0;
   // The data-parallel exchange: "overlap" (with the backward) or "after" (the backward), and
-  // AdamW's bucket size in MiB (unset: kDefaultBucketMiB, or the whole model when smaller).
+  // the bucket size in MiB (unset: kDefaultBucketMiB, or the whole model when smaller).
   std::string exchange = "overlap";
   std::optional<double> bucket_mb;
   // Where the moments live: "memory", or a slow tier as ooc::TierSpec writes it ("host",
@@ -94,12 +98,12 @@ struct OptimizerConfig {
   nlohmann::json to_json() const;  // {"beta1": 0.9, ...} (the name is RunMeta::optimizer)
 };
 
-// AdamW's default bucket. bench/run_exchange.sh --buckets "1 16 64" found no difference beyond
-// noise between 1 and 64 MiB on 2 cores (docs/benchmarks.md); 4 MiB makes a bucket about one
+// The default bucket (AdamW's and LAMB's). bench/run_exchange.sh --buckets "1 16 64" found no
+// difference beyond noise between 1 and 64 MiB on 2 cores (docs/benchmarks.md); 4 MiB makes a bucket about one
 // block at d_model 512, so the first exchange starts early in the backward.
 inline constexpr double kDefaultBucketMiB = 4.0;
 
-// The optimizer's program: dsl::workloads::adam or lamb, with the configured gradient dtype.
+// The optimizer's program: dsl::workloads::adam or lamb_bucket, with the configured gradient dtype.
 dsl::Program optimizer_program(const OptimizerConfig& config);
 
 // The schedules the optimizer program prefers, best first.
@@ -157,8 +161,10 @@ class DataParallelOptimizer {
   bool state_sliced() const { return sliced_; }
   bool overlapping() const { return worker_ != nullptr; }
   int segments() const { return static_cast<int>(segments_.size()); }
-  // AdamW's buckets: segments made of blocks (0 for LAMB).
+  // Buckets: segments made of blocks.
   int buckets() const { return buckets_; }
+  // LAMB: the tensors its segments update, each with its own trust ratio (0 for AdamW).
+  int tensors() const { return tensors_; }
   // The schedule (with clipping, each half's: "grad_reduce C, adam_update fused(C)").
   std::string schedule_name() const;
   std::string executor_name() const { return runner_->executor_name(); }
@@ -206,6 +212,7 @@ class DataParallelOptimizer {
   std::optional<double> grad_norm_;
   bool sliced_ = false;
   int buckets_ = 0;
+  int tensors_ = 0;
   std::vector<Segment> segments_;
   std::vector<Piece> pieces_;
   std::vector<Tensor> m_, v_;  // each piece's moments in the runner's storage ("memory")
