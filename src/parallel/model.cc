@@ -14,9 +14,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The tag of the activation gradients sent back over a pipeline boundary: above any stage id
-// the pipeline program tags its sends with.
-
 Tensor view(const float* p, Shape s) {
   return Tensor::view_of(const_cast<float*>(p), DType::F32, std::move(s));
 }
