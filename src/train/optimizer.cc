@@ -170,8 +170,7 @@ void DataParallelOptimizer::add_segment(const parallel::ShardLayout& layout, std
   const bool clipped = update_runner_ != nullptr;
   std::vector<std::string> bound = {"w"};                 // the one step's or the update's
   if (!in_memory) bound.insert(bound.end(), {"m", "v"});  // the tier's staging, bound at each run
-  Segment seg{segments_.size(), std::move(name), begin,     end, ready_layer, false,
-              nullptr,          nullptr,         bind_grads};
+  Segment seg{segments_.size(), std::move(name), begin, end, ready_layer, false, nullptr, nullptr, bind_grads, {}, 0};
   const std::vector<std::string> grads_bound =
       bind_grads ? std::vector<std::string>{"g"} : std::vector<std::string>{};
   // LAMB: the segment's tensors, each with its trust ratio (dsl/ir.h's segments).
