@@ -69,7 +69,9 @@ Tensor checked_binding(std::string_view program, std::string_view name, const Sh
   if (memory.dtype() != dtype || memory.numel() != stored.numel() || !memory.defined())
     user_error("program '{}': input '{}' is stored as {}{} on this rank; bound to {}", program, name,
                dtype_name(dtype), stored.str(), memory.str());
-  return memory.reshape(stored);
+  // A view that does not own the memory: the caller keeps it alive (the contract), and a runner
+  // must not free another's buffer, or outlive the allocator it came from, by holding a share.
+  return Tensor::view_of(memory.reshape(stored).data(), dtype, stored);
 }
 
 std::unique_ptr<Runner> make_runner(RunnerKind kind, const schedule::Plan& plan, comm::Communicator& comm,

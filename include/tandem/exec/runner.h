@@ -151,7 +151,8 @@ class ReferenceRunner final : public Runner {
 };
 
 // Checks `memory` against the stored piece `stored` of input `name` for bind(): same dtype and
-// element count, contiguous. Returns it shaped as `stored`.
+// element count, contiguous. Returns a view of it shaped as `stored` that does not share its
+// ownership (the caller keeps the memory alive).
 Tensor checked_binding(std::string_view program, std::string_view name, const Shape& stored, DType dtype,
                        const Tensor& memory);
 
