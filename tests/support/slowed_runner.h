@@ -17,8 +17,10 @@ namespace tandem::testing {
 class SlowedRunner final : public exec::Runner {
  public:
   using Alter = std::function<void(exec::TensorMap&)>;
-  SlowedRunner(std::unique_ptr<exec::Runner> inner, std::chrono::milliseconds delay, Alter alter = {})
-      : inner_(std::move(inner)), delay_(delay), alter_(std::move(alter)) {}
+  // `after_run`, when given, is called after each run (and its delay): a test's record of what ran.
+  SlowedRunner(std::unique_ptr<exec::Runner> inner, std::chrono::milliseconds delay, Alter alter = {},
+               std::function<void()> after_run = {})
+      : inner_(std::move(inner)), delay_(delay), alter_(std::move(alter)), after_run_(std::move(after_run)) {}
   const dsl::Program& program() const override { return inner_->program(); }
   const exec::Placement& placement() const override { return inner_->placement(); }
   Tensor input(std::string_view name) const override { return inner_->input(name); }
@@ -31,6 +33,7 @@ class SlowedRunner final : public exec::Runner {
   void run() override {
     inner_->run();
     if (delay_.count() > 0) std::this_thread::sleep_for(delay_);
+    if (after_run_) after_run_();
   }
   exec::TensorMap results() const override {
     exec::TensorMap out = inner_->results();
@@ -42,6 +45,7 @@ class SlowedRunner final : public exec::Runner {
   std::unique_ptr<exec::Runner> inner_;
   std::chrono::milliseconds delay_;
   Alter alter_;
+  std::function<void()> after_run_;
 };
 
 }  // namespace tandem::testing

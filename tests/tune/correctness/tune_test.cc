@@ -83,8 +83,12 @@ class ScriptedExecutor final : public Executor {
       std::lock_guard<std::mutex> lock(mu_);
       log = &final_log_[comm.rank()];
     }
-    return std::make_unique<Run>(inner_->prepare(plan, comm, symbols), plan.name, std::chrono::milliseconds(delay),
-                                 log);
+    // Only this rank's thread touches its log.
+    return std::make_unique<testing::SlowedRunner>(
+        inner_->prepare(plan, comm, symbols), std::chrono::milliseconds(delay), testing::SlowedRunner::Alter{},
+        [log, name = plan.name] {
+          if (log != nullptr) log->push_back(name);
+        });
   }
   // The schedules rank `rank` ran in the final round, warm-up included, in order.
   std::vector<std::string> final_log(int rank) {
@@ -93,33 +97,6 @@ class ScriptedExecutor final : public Executor {
   }
 
  private:
-  class Run final : public exec::Runner {
-   public:
-    Run(std::unique_ptr<exec::Runner> inner, std::string name, std::chrono::milliseconds delay,
-        std::vector<std::string>* log)
-        : inner_(std::move(inner)), name_(std::move(name)), delay_(delay), log_(log) {}
-    const dsl::Program& program() const override { return inner_->program(); }
-    const exec::Placement& placement() const override { return inner_->placement(); }
-    Tensor input(std::string_view name) const override { return inner_->input(name); }
-    void bind(std::string_view name, const Tensor& memory) override { inner_->bind(name, memory); }
-    Tensor output(std::string_view name) const override { return inner_->output(name); }
-    size_t allocated_bytes() const override { return inner_->allocated_bytes(); }
-    void set_scalar(std::string_view name, double value) override { inner_->set_scalar(name, value); }
-    void run_leaving_sends() override { inner_->run_leaving_sends(); }
-    void wait_sends() override { inner_->wait_sends(); }
-    void run() override {
-      inner_->run();
-      std::this_thread::sleep_for(delay_);
-      if (log_ != nullptr) log_->push_back(name_);  // only this rank's thread touches its log
-    }
-    exec::TensorMap results() const override { return inner_->results(); }
-
-   private:
-    std::unique_ptr<exec::Runner> inner_;
-    std::string name_;
-    std::chrono::milliseconds delay_;
-    std::vector<std::string>* log_;
-  };
   Script s_;
   std::unique_ptr<Executor> inner_;
   std::mutex mu_;
