@@ -21,16 +21,15 @@
 namespace tandem::comm {
 
 void wait_all(std::vector<Request>& requests) {
-  std::vector<Request> pending = std::move(requests);
-  requests.clear();
   std::exception_ptr first;
-  for (Request& r : pending) {
+  for (Request& r : requests) {
     try {
       r.wait();
     } catch (...) {
       if (!first) first = std::current_exception();
     }
   }
+  requests.clear();  // keeps its capacity: a runner's next run allocates nothing for its sends
   if (first) std::rethrow_exception(first);
 }
 

@@ -680,9 +680,7 @@ void CompiledRunner::run() {
 
 void CompiledRunner::wait_sends() {
   State& s = *state_;
-  const size_t capacity = s.sends.capacity();
   comm::wait_all(s.sends);
-  s.sends.reserve(capacity);  // the run allocates nothing
 }
 
 void CompiledRunner::run_leaving_sends() {
