@@ -61,7 +61,7 @@ void bench(Ranks& R, const Options& o, int64_t B, int64_t Kp, int64_t H) {
                           H, kSeed, kDropout);
   };
 
-  exec::CompiledRunner run(tuned.compiled, comm, sizes);
+  exec::CompiledRunner run(tuned.compiled, comm, sizes, tuned.runner());
   run.load("x", x);
   run.load("w", w);
   run.load("bias", bias);
