@@ -63,37 +63,18 @@ Outcome run_calls(Communicator& c, CollectiveAlgo algo, DType t, size_t chunk) {
     Tensor buf = Tensor::empty(t, {n}, c.allocator());
     fill(buf, 0, [&](int64_t i) { return random_value(seed, r, i); });
     o.hooks.emplace_back();
-    CollectiveDesc ar{CollectiveKind::AllReduce};
-    ar.send = buf;
-    ar.hook = hook(o.hooks.back());
-    ar.algo = algo;
-    ar.partition = part;
-    ar.chunk_bytes = chunk;
-    c.run(std::move(ar));
+    all_reduce(c, algo, buf, ReduceOp::Sum, hook(o.hooks.back()), part, chunk);
     o.outputs.push_back(bytes_of(buf));
 
     Tensor in = Tensor::empty(t, {n}, c.allocator()), out = Tensor::empty(t, {count}, c.allocator());
     fill(in, 0, [&](int64_t i) { return random_value(seed + 1, r, i); });
     o.hooks.emplace_back();
-    CollectiveDesc rs{CollectiveKind::ReduceScatter};
-    rs.send = in;
-    rs.recv = out;
-    rs.hook = hook(o.hooks.back());
-    rs.algo = algo;
-    rs.partition = part;
-    rs.chunk_bytes = chunk;
-    c.run(std::move(rs));
+    reduce_scatter(c, algo, in, out, ReduceOp::Sum, hook(o.hooks.back()), part, chunk);
     o.outputs.push_back(bytes_of(out));
 
     Tensor whole = Tensor::empty(t, {n}, c.allocator());
     whole.fill(-99.0f);
-    CollectiveDesc ag{CollectiveKind::AllGather};
-    ag.send = out;
-    ag.recv = whole;
-    ag.algo = algo;
-    ag.partition = part;
-    ag.chunk_bytes = chunk;
-    c.run(std::move(ag));
+    all_gather(c, algo, out, whole, part, chunk);
     o.outputs.push_back(bytes_of(whole));
     seed += 2;
   }
