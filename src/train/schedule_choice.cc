@@ -35,7 +35,7 @@ std::string tuned_schedule(const dsl::Program& program, comm::Communicator& comm
   if (tune_now) return tune::tune(program, comm, o).record.winner;
   std::string winner;
   if (comm.rank() == 0) {
-    const tune::TuneKey key = tune::tune_key(program, comm.size(), comm.backend(), o);
+    const tune::TuneKey key = tune::tune_key(program, comm, o);
     std::string stale;
     if (auto record = tune::load_record(key, exec::jit_cache_dir(), &stale)) winner = record->winner;
     if (!stale.empty())
