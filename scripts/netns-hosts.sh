@@ -3,12 +3,16 @@
 # with its own host name (a UTS namespace), joined by a veth pair on a private /30, and a
 # remote-shell agent through which mpirun starts its daemon on the other host.
 #
-#   scripts/netns-hosts.sh [-n RANKS_PER_HOST] mpirun [MPIRUN ARGS] PROGRAM [ARGS]
+#   scripts/netns-hosts.sh [-n RANKS_PER_HOST] [--rate-mbit M] mpirun [MPIRUN ARGS] PROGRAM [ARGS]
 #       mpirun on host A with -H A:n,B:n -np 2n, the agent, TCP on the pair's subnet only, and
 #       -x for every TANDEM_* variable set; then the hosts are torn down. Exit status: mpirun's.
-#   scripts/netns-hosts.sh run COMMAND [ARGS]
+#   scripts/netns-hosts.sh [-n RANKS_PER_HOST] [--rate-mbit M] run COMMAND [ARGS]
 #       COMMAND on host A, with NETNS_HOSTS ("A B"), NETNS_SUBNET (a.b.c.d/30), NETNS_AGENT and
 #       NETNS_MPIRUN (the mpirun words above, without -np's program) in its environment.
+#
+# --rate-mbit M limits each direction of the pair to M Mbit/s (a token bucket, `tc qdisc ... tbf`,
+# on both ends): a model of a network link whose transfers take wire time but no CPU, as a NIC's
+# do. Without it the pair is as fast as the kernel copies.
 #
 # Needs root, `ip` (iproute2) and `unshare` (util-linux). Where the namespaces cannot be made the
 # script prints "netns-hosts: skipped: <why>" and exits 77 (CTest's and automake's skip status).
@@ -21,8 +25,12 @@
 set -u
 
 ranks=2
+rate_mbit=
 while [ $# -gt 0 ]; do
   case $1 in
+    --rate-mbit) [ $# -ge 2 ] || { echo "netns-hosts: error: --rate-mbit needs a rate in Mbit/s" >&2; exit 2; }
+        case $2 in ''|*[!0-9]*|0) echo "netns-hosts: error: --rate-mbit '$2': the rate must be a whole number of Mbit/s, 1 or more" >&2; exit 2;; esac
+        rate_mbit=$2; shift 2;;
     -n) [ $# -ge 2 ] || { echo "netns-hosts: error: -n needs a number of ranks per host" >&2; exit 2; }
         case $2 in ''|*[!0-9]*|0) echo "netns-hosts: error: -n '$2': ranks per host must be a whole number of 1 or more" >&2; exit 2;; esac
         ranks=$2; shift 2;;
@@ -32,7 +40,7 @@ done
 mode=${1-}
 case $mode in
   mpirun|run) shift;;
-  *) echo "netns-hosts: error: usage: $0 [-n RANKS_PER_HOST] mpirun [MPIRUN ARGS] PROGRAM [ARGS] | run COMMAND [ARGS]" >&2; exit 2;;
+  *) echo "netns-hosts: error: usage: $0 [-n RANKS_PER_HOST] [--rate-mbit M] mpirun [MPIRUN ARGS] PROGRAM [ARGS] | run COMMAND [ARGS]" >&2; exit 2;;
 esac
 [ $# -gt 0 ] || { echo "netns-hosts: error: '$mode' needs a command to run" >&2; exit 2; }
 
@@ -104,6 +112,20 @@ for ns in $ns_a $ns_b; do
 done
 ip -n "$ns_a" link set "$host_a" up || fail "cannot bring up $host_a"
 ip -n "$ns_b" link set "$host_b" up || fail "cannot bring up $host_b"
+link=unlimited
+if [ -n "$rate_mbit" ]; then
+  link="$rate_mbit Mbit/s each way"
+  command -v tc >/dev/null 2>&1 || skip "--rate-mbit needs 'tc' (install iproute2)"
+  # The bucket holds 10 ms of the rate (at least 64 KiB): enough for the kernel's timer to keep
+  # the link busy, small enough that the rate, not the burst, sets a message's time.
+  burst=$((rate_mbit * 1250))
+  [ "$burst" -ge 65536 ] || burst=65536
+  for end in "$ns_a $host_a" "$ns_b $host_b"; do
+    ns=${end% *}; dev=${end#* }
+    ip netns exec "$ns" tc qdisc add dev "$dev" root tbf rate "${rate_mbit}mbit" burst "$burst" latency 100ms \
+      2>"$dir/err" || skip "cannot limit $dev to $rate_mbit Mbit/s: $(cat "$dir/err")"
+  done
+fi
 unshare --uts true 2>"$dir/err" || skip "cannot create a UTS namespace: $(cat "$dir/err")"
 # Each host resolves both names (ip netns exec puts /etc/netns/<ns>/hosts over /etc/hosts).
 for ns in $ns_a $ns_b; do
@@ -138,7 +160,7 @@ for v in $(env | sed -n 's/^\(TANDEM_[A-Za-z0-9_]*\)=.*/\1/p'); do
   mpirun_words="$mpirun_words -x $v"
 done
 
-echo "netns-hosts: $host_a ($addr_a) and $host_b ($addr_b) on $subnet, ranks per host: $ranks" >&2
+echo "netns-hosts: $host_a ($addr_a) and $host_b ($addr_b) on $subnet, ranks per host: $ranks, link: $link" >&2
 export NETNS_HOSTS="$host_a $host_b" NETNS_SUBNET="$subnet" NETNS_AGENT="$agent" NETNS_MPIRUN="$mpirun_words"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 if [ "$mode" = mpirun ]; then

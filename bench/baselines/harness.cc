@@ -270,13 +270,6 @@ Tuned tune_and_compile(Ranks& ranks, const dsl::Program& program, const dsl::Sym
   return t;
 }
 
-exec::RunnerOptions Tuned::runner() const {
-  exec::RunnerOptions o;
-  o.compiled = compiled;
-  o.chunk_bytes = result.record.chunk_bytes;
-  return o;
-}
-
 void print_tuning(Ranks& ranks, const Tuned& t) {
   if (!ranks.root()) return;
   const auto& r = t.result;

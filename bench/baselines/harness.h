@@ -111,12 +111,11 @@ struct Tuned {
   tune::TuneResult result;                          // every schedule's time, the winner
   std::shared_ptr<const exec::CompiledPlan> compiled;  // the winner, compiled
   double seconds = 0;                               // how long tuning took here
-  // How the winner runs as tuned: compiled above, its collectives at the record's chunk size.
-  exec::RunnerOptions runner() const;
 };
 
 // Tunes `program` on these ranks (reading the cache when it can) and compiles the winner, which
-// runs as tuned through Tuned::runner().
+// runs as tuned at the record's chunk size (exec::RunnerOptions::chunk_bytes =
+// result.record.chunk_bytes).
 Tuned tune_and_compile(Ranks& ranks, const dsl::Program& program, const dsl::SymbolMap& sizes, const Options& options);
 
 // Prints (rank 0) the tuner's table in short: each schedule's median and the winner.

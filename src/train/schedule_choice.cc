@@ -42,7 +42,7 @@ Tuned tuned_schedule(const dsl::Program& program, comm::Communicator& comm, cons
   }
   std::string text;
   if (comm.rank() == 0) {
-    const tune::TuneKey key = tune::tune_key(program, comm.size(), comm.backend(), o);
+    const tune::TuneKey key = tune::tune_key(program, comm, o);
     std::string stale;
     if (auto record = tune::load_record(key, exec::jit_cache_dir(), &stale)) text = tune::record_to_json(*record, -1);
     if (!stale.empty())

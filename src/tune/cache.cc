@@ -37,7 +37,8 @@ json key_json(const TuneKey& k) {
   json sizes = json::object();
   for (const auto& [s, v] : k.sizes) sizes[s] = v;
   return {{"program", k.program}, {"program_hash", k.program_hash}, {"sizes", sizes},
-          {"ranks", k.ranks},     {"backend", k.backend},           {"executor", k.executor},
+          {"ranks", k.ranks},     {"nodes", k.nodes},               {"backend", k.backend},
+          {"executor", k.executor},
           {"machine", k.machine}, {"candidates", k.candidates}};
 }
 
@@ -47,6 +48,7 @@ TuneKey key_from(const json& j) {
   k.program_hash = j.at("program_hash").get<std::string>();
   for (const auto& [s, v] : j.at("sizes").items()) k.sizes[s] = v.get<int64_t>();
   k.ranks = j.at("ranks").get<int>();
+  k.nodes = j.value("nodes", 1);  // records written before the key had it: one node
   k.backend = j.at("backend").get<std::string>();
   k.executor = j.at("executor").get<std::string>();
   k.machine = j.at("machine").get<std::string>();
@@ -64,8 +66,8 @@ std::vector<double> sorted(std::vector<double> v) {
 std::string hash_hex(const std::string& text) { return fmt::format("{:016x}", fnv1a(text)); }
 
 std::string TuneKey::str() const {
-  return fmt::format("{} [{}] {} on {} ranks ({}, {} executor)", program, program_hash, sizes_str(sizes), ranks, backend,
-                     executor);
+  return fmt::format("{} [{}] {} on {} ranks{} ({}, {} executor)", program, program_hash, sizes_str(sizes), ranks,
+                     nodes > 1 ? fmt::format(" of {} nodes", nodes) : "", backend, executor);
 }
 
 std::string TuneKey::digest() const {

@@ -15,6 +15,7 @@
 #include <exception>
 #include <limits>
 #include <numeric>
+#include <set>
 
 #include "search.h"
 #include "tandem/comm/thread.h"
@@ -80,14 +81,16 @@ dsl::SymbolMap checked_sizes(const dsl::Program& program, const dsl::SymbolMap& 
   return sizes;
 }
 
-TuneKey make_key(const dsl::Program& program, const dsl::SymbolMap& sizes, int ranks, std::string_view backend,
+TuneKey make_key(const dsl::Program& program, const dsl::SymbolMap& sizes, const comm::Communicator& comm,
                  const std::string& executor, const std::string& search) {
   TuneKey k;
   k.program = program.name();
   k.program_hash = hash_hex(program.str());
   k.sizes = sizes;
-  k.ranks = ranks;
-  k.backend = std::string(backend);
+  k.ranks = comm.size();
+  const std::vector<int> nodes = comm.rank_nodes();
+  k.nodes = static_cast<int>(std::set<int>(nodes.begin(), nodes.end()).size());
+  k.backend = std::string(comm.backend());
   k.executor = executor;
   // The BLAS threads per rank change what a matmul costs (ranks x threads against the cores):
   // a choice timed with another count is not this one's.
@@ -320,10 +323,10 @@ const CandidateTiming& TuneResult::baseline() const {
 
 double TuneResult::speedup(const CandidateTiming& c) const { return baseline().median() / c.median(); }
 
-TuneKey tune_key(const dsl::Program& program, int ranks, std::string_view backend, const TuneOptions& o) {
+TuneKey tune_key(const dsl::Program& program, const comm::Communicator& comm, const TuneOptions& o) {
   const dsl::SymbolMap sizes = checked_sizes(program, o.sizes);
   const std::string executor = o.executor ? o.executor->name() : std::string(exec::runner_kind_name(exec::RunnerKind::Compiled));
-  return make_key(program, sizes, ranks, backend, executor, detail::search_description(program, o));
+  return make_key(program, sizes, comm, executor, detail::search_description(program, o));
 }
 
 TuneResult tune(const dsl::Program& program, comm::Communicator& comm, const TuneOptions& options) {
@@ -335,7 +338,7 @@ TuneResult tune(const dsl::Program& program, comm::Communicator& comm, const Tun
   const int64_t compiles_before = exec::jit_stats().compiles;
 
   const TuneKey key =
-      make_key(program, o.sizes, comm.size(), comm.backend(), executor->name(), detail::search_description(program, o));
+      make_key(program, o.sizes, comm, executor->name(), detail::search_description(program, o));
 
   TuneResult result;
   // Rank 0 looks the key up and tells the others, so that all take the same path.

@@ -20,6 +20,10 @@ struct TuneKey {
   std::string program_hash;  // 16 hex digits of the program's text (Program::str)
   dsl::SymbolMap sizes;      // every symbol's extent
   int ranks = 1;
+  // The nodes the ranks span (Communicator::rank_nodes): one node's ranks talk through shared
+  // memory, ranks of two nodes over the network, and a choice timed on one is not the other's.
+  // The network's speed is not in the key: after changing it, tune again (--retune).
+  int nodes = 1;
   std::string backend;      // "thread" or "mpi"
   std::string executor;     // "compiled", "plan", "reference"
   std::string machine;      // machine_id()

@@ -111,8 +111,8 @@ std::string choose_winner(const std::vector<CandidateTiming>& candidates);
 // tune() on `ranks` in-process ranks (the thread backend); returns rank 0's result.
 TuneResult tune_threads(const dsl::Program& program, int ranks, const TuneOptions& options);
 
-// The key tune() would use for `program` on `ranks` ranks of `backend`.
-TuneKey tune_key(const dsl::Program& program, int ranks, std::string_view backend, const TuneOptions& options);
+// The key tune() would use for `program` on the ranks of `comm` (their count, nodes and backend).
+TuneKey tune_key(const dsl::Program& program, const comm::Communicator& comm, const TuneOptions& options);
 
 // Parses an extent: digits with an optional suffix K, M, G (powers of 1000) or Ki, Mi, Gi
 // (powers of 1024): "64Mi" is 67108864. Anything else is a UserError quoting `what`.

@@ -8,9 +8,11 @@
 
 #include "support/scratch.h"
 #include "tandem/comm/thread.h"
+#include "tandem/dsl/dsl.h"
 #include "tandem/dsl/workloads.h"
 #include "tandem/exec/runner.h"
 #include "tandem/schedule/enumerate.h"
+#include "tandem/schedule/schedule.h"
 #include "support/schedules.h"
 
 namespace tandem::exec {
@@ -136,6 +138,38 @@ TEST(RunnerBind, AnUnknownNameIsNamed) {
       std::vector<float> mem(4);
       EXPECT_THAT(testing::user_error_of([&] { r->bind("outt", Tensor::view_of(mem.data(), DType::F32, Shape{4})); }),
                   HasSubstr("no input or output"));
+    });
+}
+
+// The outputs no caller can bind say why: one computed in an input's buffer (the caller binds
+// that input instead), and one stored block by block inside an overlap (no whole buffer holds it).
+TEST(RunnerBind, OutputsThatCannotBeBoundSayWhy) {
+  using namespace dsl;  // NOLINT: the builder's vocabulary
+  Program in_place("in_place_out");
+  const Expr g = in_place.input(F32, {"N"}, Local, "g");
+  in_place.output(update(g, AllReduce(Sum, g).named("g_sum")).named("g1"), "sum");
+  const schedule::Plan in_place_plan = schedule::Schedule(in_place).lower();
+
+  Program blocked("blocked_out");
+  const Expr x = blocked.input(F32, {"B", "K"}, Local, "x");
+  const Expr w = blocked.input(F32, {"K", "H"}, Local, "w");
+  blocked.output(ReduceScatter(Sum, matmul(x, w).named("y")).named("r"), "r");
+  schedule::Schedule overlapped(blocked);
+  overlapped.overlap({"y", "r"});
+  const schedule::Plan blocked_plan = overlapped.lower();
+
+  for (RunnerKind kind : {RunnerKind::Compiled, RunnerKind::Plan})
+    comm::run_ranks(2, [&](comm::Communicator& c) {
+      RunnerOptions o;
+      o.bound = {"sum"};
+      EXPECT_EQ(testing::user_error_of([&] { make_runner(kind, in_place_plan, c, {{"N", 8}}, o); }),
+                fmt::format("plan '{}': output 'sum' is computed in input 'g''s buffer; bind that input",
+                            in_place_plan.name));
+      o.bound = {"r"};
+      EXPECT_EQ(testing::user_error_of(
+                    [&] { make_runner(kind, blocked_plan, c, {{"B", 8}, {"K", 4}, {"H", 4}}, o); }),
+                fmt::format("plan '{}': output 'r' is stored block by block under this schedule and cannot be bound",
+                            blocked_plan.name));
     });
 }
 

@@ -6,6 +6,7 @@
 
 #include <sstream>
 
+#include "tandem/comm/thread.h"
 #include "tandem/core/blas.h"
 #include "tandem/dsl/workloads.h"
 #include "tandem/parallel/shard.h"
@@ -41,7 +42,9 @@ void store_optimizer_record(const TrainConfig& c, const std::string& cache, cons
   o.executor = tune::executor_of(exec::RunnerKind::Plan);
   blas::set_num_threads(c.blas_threads);  // part of the key's machine, as train() sets it
   tune::TuneRecord r;
-  r.key = tune::tune_key(program, c.grid.size(), "thread", o);
+  comm::run_ranks(c.grid.size(), [&](comm::Communicator& comm) {
+    if (comm.rank() == 0) r.key = tune::tune_key(program, comm, o);
+  });
   r.winner = winner;
   r.candidates = {{winner, true, "", 0.0, {0.001}}};
   r.chunk_bytes = chunk_bytes;

@@ -3,6 +3,7 @@
 // the leader's overlap at other block counts; the time budget stops the search; the winner is timed
 // at each chunk size, by runners set up at that size (the process's size untouched); and the cache
 // key changes with the block counts, chunk sizes and budget.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -12,6 +13,7 @@
 
 #include "schedule/testing.h"
 #include "tandem/comm/communicator.h"
+#include "tandem/comm/thread.h"
 #include "tandem/schedule/enumerate.h"
 #include "tandem/schedule/recipe.h"
 #include "tandem/tune/tune.h"
@@ -167,21 +169,47 @@ TEST(Search, TheKeyCoversBlocksChunksAndBudget) {
   const dsl::Program layer = dsl::workloads::megatron_layer();
   TuneOptions o;
   o.sizes = {{"B", 8}, {"K", 8}, {"H", 8}};
-  const TuneKey base = tune_key(layer, 2, "thread", o);
-  EXPECT_EQ(tune_key(layer, 2, "thread", o), base);
-  TuneOptions blocks = o;
-  blocks.blocks = {2, 8};
-  EXPECT_NE(tune_key(layer, 2, "thread", blocks).candidates, base.candidates);
-  TuneOptions enumerated = o;
-  enumerated.enumerate.blocks = 8;
-  EXPECT_NE(tune_key(layer, 2, "thread", enumerated).candidates, base.candidates);
-  TuneOptions chunks = o;
-  chunks.chunk_bytes = {size_t{1} << 20};
-  EXPECT_NE(tune_key(layer, 2, "thread", chunks).candidates, base.candidates);
-  TuneOptions budget = o;
-  budget.budget_s = 30;
-  EXPECT_NE(tune_key(layer, 2, "thread", budget).candidates, base.candidates);
-  EXPECT_NE(tune_key(layer, 2, "thread", chunks).digest(), base.digest());
+  comm::run_ranks(2, [&](comm::Communicator& c) {
+    const TuneKey base = tune_key(layer, c, o);
+    EXPECT_EQ(tune_key(layer, c, o), base);
+    EXPECT_EQ(base.ranks, 2);
+    EXPECT_EQ(base.nodes, 1);
+    EXPECT_EQ(base.backend, "thread");
+    TuneOptions blocks = o;
+    blocks.blocks = {2, 8};
+    EXPECT_NE(tune_key(layer, c, blocks).candidates, base.candidates);
+    TuneOptions enumerated = o;
+    enumerated.enumerate.blocks = 8;
+    EXPECT_NE(tune_key(layer, c, enumerated).candidates, base.candidates);
+    TuneOptions chunks = o;
+    chunks.chunk_bytes = {size_t{1} << 20};
+    EXPECT_NE(tune_key(layer, c, chunks).candidates, base.candidates);
+    TuneOptions budget = o;
+    budget.budget_s = 30;
+    EXPECT_NE(tune_key(layer, c, budget).candidates, base.candidates);
+    EXPECT_NE(tune_key(layer, c, chunks).digest(), base.digest());
+  });
+}
+
+// Two ranks of one node share memory; two nodes of one rank talk over the network: a choice
+// timed on one layout is not looked up for the other.
+TEST(Search, TheKeyCoversTheNodes) {
+  const dsl::Program layer = dsl::workloads::megatron_layer();
+  TuneOptions o;
+  o.sizes = {{"B", 8}, {"K", 8}, {"H", 8}};
+  TuneKey one_node, two_nodes;
+  comm::run_ranks(2, [&](comm::Communicator& c) {
+    if (c.rank() == 0) one_node = tune_key(layer, c, o);
+  });
+  comm::set_ranks_per_node(1);
+  comm::run_ranks(2, [&](comm::Communicator& c) {
+    if (c.rank() == 0) two_nodes = tune_key(layer, c, o);
+  });
+  comm::set_ranks_per_node(-1);
+  EXPECT_EQ(one_node.nodes, 1);
+  EXPECT_EQ(two_nodes.nodes, 2);
+  EXPECT_NE(one_node.digest(), two_nodes.digest());
+  EXPECT_THAT(two_nodes.str(), ::testing::HasSubstr("on 2 ranks of 2 nodes (thread, compiled executor)"));
 }
 
 }  // namespace
