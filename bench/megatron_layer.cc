@@ -78,8 +78,11 @@ void bench(Ranks& R, const Options& o, int64_t B, int64_t Kp, int64_t H) {
                           H, kSeed, kDropout);
   };
 
-  auto make_runner = [&](std::shared_ptr<const exec::CompiledPlan> plan) {
-    auto r = std::make_unique<exec::CompiledRunner>(std::move(plan), comm, sizes);
+  // The tuned winner runs at its record's chunk size; the flat schedule at the process's.
+  auto make_runner = [&](std::shared_ptr<const exec::CompiledPlan> plan, size_t chunk_bytes = 0) {
+    exec::RunnerOptions options;
+    options.chunk_bytes = chunk_bytes;
+    auto r = std::make_unique<exec::CompiledRunner>(std::move(plan), comm, sizes, options);
     r->load("x", x);
     r->load("w", w);
     r->load("bias", bias);
@@ -87,7 +90,7 @@ void bench(Ranks& R, const Options& o, int64_t B, int64_t Kp, int64_t H) {
     r->set_scalar("seed", static_cast<double>(kSeed));
     return r;
   };
-  const auto run = make_runner(tuned.compiled);
+  const auto run = make_runner(tuned.compiled, tuned.result.record.chunk_bytes);
   const auto run_flat =
       make_runner(exec::compile_plan(schedule::schedule_by_name(program, flat).schedule.lower()));
 

@@ -95,8 +95,11 @@ void bench(Ranks& R, const Options& o, int64_t B, int64_t Kp, int64_t H) {
     }
   };
 
-  auto make_runner = [&](std::shared_ptr<const exec::CompiledPlan> compiled) {
-    auto run = std::make_unique<exec::CompiledRunner>(std::move(compiled), comm, sizes);
+  // The tuned winner runs at its record's chunk size; the other schedules at the process's.
+  auto make_runner = [&](std::shared_ptr<const exec::CompiledPlan> compiled, size_t chunk_bytes = 0) {
+    exec::RunnerOptions options;
+    options.chunk_bytes = chunk_bytes;
+    auto run = std::make_unique<exec::CompiledRunner>(std::move(compiled), comm, sizes, options);
     if (group == 0) {
       run->load("x", x);
       run->load("w", w);
@@ -106,7 +109,7 @@ void bench(Ranks& R, const Options& o, int64_t B, int64_t Kp, int64_t H) {
     run->set_scalar("seed", static_cast<double>(kSeed));
     return run;
   };
-  auto tandem = make_runner(tuned.compiled);
+  auto tandem = make_runner(tuned.compiled, tuned.result.record.chunk_bytes);
   const bool slice_differs = !slice_name.empty() && slice_name != tuned.result.record.winner;
   std::unique_ptr<exec::CompiledRunner> sliced;
   if (slice_differs) sliced = make_runner(exec::compile_plan(schedule::schedule_by_name(program, slice_name).schedule.lower()));

@@ -273,9 +273,10 @@ Tuned tune_and_compile(Ranks& ranks, const dsl::Program& program, const dsl::Sym
 void print_tuning(Ranks& ranks, const Tuned& t) {
   if (!ranks.root()) return;
   const auto& r = t.result;
-  fmt::print("  tuned ({} schedules, {}): winner {} ({:.2f}x over {} in the tuner's own timing)\n",
+  fmt::print("  tuned ({} schedules, {}): winner {}{} ({:.2f}x over {} in the tuner's own timing)\n",
              r.record.candidates.size(),
              r.from_cache ? "from the cache" : fmt::format("measured now in {:.1f} s", t.seconds), r.record.winner,
+             r.record.chunk_bytes != 0 ? fmt::format(" at {}-byte chunks", r.record.chunk_bytes) : "",
              r.speedup(r.winner()), r.baseline().name);
   std::string line = "   ";
   for (const auto& c : r.record.candidates)

@@ -113,7 +113,9 @@ struct Tuned {
   double seconds = 0;                               // how long tuning took here
 };
 
-// Tunes `program` on these ranks (reading the cache when it can) and compiles the winner.
+// Tunes `program` on these ranks (reading the cache when it can) and compiles the winner, which
+// runs as tuned at the record's chunk size (exec::RunnerOptions::chunk_bytes =
+// result.record.chunk_bytes).
 Tuned tune_and_compile(Ranks& ranks, const dsl::Program& program, const dsl::SymbolMap& sizes, const Options& options);
 
 // Prints (rank 0) the tuner's table in short: each schedule's median and the winner.

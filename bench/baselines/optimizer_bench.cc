@@ -106,7 +106,9 @@ void bench_one(Ranks& R, const Options& o, Optimizer which, int64_t n, DType gra
   fill_uniform(b.v, 3, 0.0f, 1e-4f);
   std::memcpy(b.g.data(), g0.data(), g0.nbytes());
 
-  exec::CompiledRunner run(tuned.compiled, comm, sizes);
+  exec::RunnerOptions as_tuned;
+  as_tuned.chunk_bytes = tuned.result.record.chunk_bytes;
+  exec::CompiledRunner run(tuned.compiled, comm, sizes, as_tuned);
   run.load("g", g0);
   run.load("w", b.w);
   run.load("m", b.m);

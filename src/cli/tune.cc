@@ -90,7 +90,7 @@ void print_table(const tune::TuneResult& r) {
   else
     fmt::print(" (budget {} s)\n", r.record.budget_s);
   if (!r.record.chunks.empty()) {
-    fmt::print("chunk size (the winner timed at each, in turns; * the fastest):");
+    fmt::print("chunk size (the winner timed at each, in turns; * the fastest, which the tuned program runs at):");
     for (const tune::ChunkTiming& c : r.record.chunks)
       fmt::print("  {}{} B {}", c.bytes == r.record.chunk_bytes ? "*" : "", c.bytes, ms(c.median()));
     fmt::print("\n");
@@ -298,9 +298,10 @@ void add_tune(CLI::App& app) {
       ->delimiter(',')
       ->capture_default_str();
   cmd->add_option("--chunks", f->chunks,
-                  "Collective chunk sizes the winner is timed at (bytes, e.g. 64Ki,256Ki,1Mi,4Mi, the default)")
+                  "Collective chunk sizes the winner is timed at, the fastest kept for it to run at (bytes, e.g. "
+                  "64Ki,256Ki,1Mi,4Mi, the default)")
       ->delimiter(',');
-  cmd->add_flag("--no-chunks", f->no_chunks, "Time the winner at the process's chunk size only");
+  cmd->add_flag("--no-chunks", f->no_chunks, "No chunk round: the winner runs at the process's chunk size");
   cmd->add_flag("--json", f->json, "Print the results as JSON");
   cmd->add_flag("--retune", f->retune, "Measure again even when the cache has a record for this key");
   cmd->callback([f] { run_tune(*f); });

@@ -15,6 +15,7 @@ CallSignature signature_of(const CollectiveDesc& d) {
     const Parts parts(d.partition, s.n, 1);
     s.partition = PartitionDesc{parts.outer(), parts.rows(), parts.inner()};
   }
+  s.chunk_bytes = d.chunk_bytes;
   s.op = d.op;
   s.root = d.root;
   s.algo = d.algo;
@@ -41,6 +42,11 @@ void check_same_call(std::string_view where, const CallSignature& first, int q,
                "[outer {}, rows {}, inner {}]",
                where, first.partition.outer, first.partition.rows, first.partition.inner, q, other.partition.outer,
                other.partition.rows, other.partition.inner);
+  if (other.chunk_bytes != first.chunk_bytes)
+    user_error("{}: chunk size mismatch across ranks: rank 0 passed {} bytes, rank {} passed {} bytes; every rank "
+               "must run the call at the same chunk size (CollectiveDesc::chunk_bytes; 0 takes the process's "
+               "comm::chunk_bytes())",
+               where, first.chunk_bytes, q, other.chunk_bytes);
   if (first.reducing && other.op != first.op)
     user_error("{}: reduce op mismatch across ranks: rank 0 passed {}, rank {} passed {}", where,
                reduce_op_name(first.op), q, reduce_op_name(other.op));

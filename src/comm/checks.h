@@ -1,5 +1,5 @@
 // Cross-rank agreement checks shared by the backends: every rank of a group must make the same
-// call with the same dtype, size, op, root and algorithm. Internal to comm/.
+// call with the same dtype, size, partition, chunk size, op, root and algorithm. Internal to comm/.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +16,7 @@ struct CallSignature {
   DType dtype = DType::F32;
   int64_t n = 0;  // elements of the whole buffer
   PartitionDesc partition{};  // resolved: rows never -1
+  uint64_t chunk_bytes = 0;   // resolved (CollectiveDesc::chunk_bytes after run()): never 0
   ReduceOp op = ReduceOp::Sum;
   int root = 0;
   CollectiveAlgo algo = CollectiveAlgo::Auto;

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <utility>
 
 #include "hierarchical.h"
 #include "parts.h"
@@ -221,8 +222,7 @@ void validate(const CollectiveDesc& d, int r, int p, bool shares_memory) {
 // A group of one: nothing moves, but the output is still written and the hook still runs chunk
 // by chunk, exactly as it would on more ranks.
 void run_alone(const CollectiveDesc& d) {
-  const size_t esize = dtype_size(d.send.dtype());
-  const int64_t ce = std::max<int64_t>(1, static_cast<int64_t>(chunk_bytes() / esize));
+  const int64_t ce = detail::chunk_elements(d.chunk_bytes, d.send.dtype());
   const detail::Parts parts = detail::parts_of(d, 1);
   auto run_hook = [&](const Tensor& t) {
     if (!d.hook) return;
@@ -301,7 +301,7 @@ void Communicator::all_reduce(const Tensor& buf, ReduceOp op, const ChunkHook& h
   d.send = buf;
   d.hook = hook;
   d.partition = partition;
-  run(d);
+  run(std::move(d));
 }
 
 void Communicator::reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp op,
@@ -312,7 +312,7 @@ void Communicator::reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp 
   d.recv = out;
   d.hook = hook;
   d.partition = partition;
-  run(d);
+  run(std::move(d));
 }
 
 void Communicator::all_gather(const Tensor& in, const Tensor& out, const PartitionDesc& partition) {
@@ -320,22 +320,23 @@ void Communicator::all_gather(const Tensor& in, const Tensor& out, const Partiti
   d.send = in;
   d.recv = out;
   d.partition = partition;
-  run(d);
+  run(std::move(d));
 }
 
 void Communicator::broadcast(const Tensor& buf, int root) {
   CollectiveDesc d{CollectiveKind::Broadcast};
   d.send = buf;
   d.root = root;
-  run(d);
+  run(std::move(d));
 }
 
-void Communicator::run(const CollectiveDesc& desc) {
+void Communicator::run(CollectiveDesc desc) {
   validate(desc, rank(), size(), shares_memory());
+  if (desc.chunk_bytes == 0) desc.chunk_bytes = chunk_bytes();
   if (debug_enabled())
     fmt::print(stderr, "tandem comm: {} rank {}/{} {} {} {} root={} algo={} chunk={}B hook={} partition=[{}, {}, {}]\n",
                backend(), rank(), size(), collective_name(desc.kind), reduce_op_name(desc.op),
-               desc.send.str(), desc.root, collective_algo_name(desc.algo), chunk_bytes(),
+               desc.send.str(), desc.root, collective_algo_name(desc.algo), desc.chunk_bytes,
                static_cast<bool>(desc.hook), desc.partition.outer, desc.partition.rows, desc.partition.inner);
   if (size() == 1) {
     run_alone(desc);
@@ -346,7 +347,7 @@ void Communicator::run(const CollectiveDesc& desc) {
 
 void Communicator::execute(const CollectiveDesc& desc) { execute_ring(desc); }
 
-size_t Communicator::ring_message_bytes() const { return chunk_bytes(); }
+size_t Communicator::ring_message_bytes(size_t chunk_bytes) const { return chunk_bytes; }
 
 void Communicator::execute_ring(const CollectiveDesc& desc) {
   if (ring_ == nullptr) ring_ = std::make_unique<detail::Ring>(*this);

@@ -14,10 +14,6 @@ namespace {
 // size the destination is not read again before it is evicted anyway.
 constexpr size_t kStreamingBytes = size_t{8} << 20;
 
-int64_t chunk_elements(DType t) {
-  return std::max<int64_t>(1, static_cast<int64_t>(chunk_bytes() / dtype_size(t)));
-}
-
 Parts parts_of(const PostedCall& d, int p) { return Parts(PartitionDesc{d.outer, d.rows, d.inner}, d.n, p); }
 
 }  // namespace
@@ -115,6 +111,7 @@ void Direct::check_matching(uint64_t seq, Call call) const {
     s.dtype = x.dtype;
     s.n = x.n;
     s.partition = PartitionDesc{x.outer, x.rows, x.inner};
+    s.chunk_bytes = x.chunk_bytes;
     s.op = x.op;
     s.root = x.root;
     s.algo = x.algo;
@@ -146,6 +143,7 @@ void Direct::run(const CollectiveDesc& cd, const std::function<void()>& ring) {
   c.outer = parts.outer();
   c.rows = parts.rows();
   c.inner = parts.inner();
+  c.chunk_bytes = cd.chunk_bytes;
   c.send_whole = send_is_whole(cd);
   c.root = cd.root;
   c.send = mem_.address_of(cd.send.data(), cd.send.nbytes());
@@ -186,7 +184,7 @@ void Direct::reduce(const PostedCall& d, uint64_t seq, char* dst, bool dst_packe
                     bool publish) {
   const int p = mem_.size(), me = mem_.rank();
   const size_t esize = dtype_size(d.dtype);
-  const int64_t ce = chunk_elements(d.dtype);
+  const int64_t ce = chunk_elements(d.chunk_bytes, d.dtype);
   const Parts parts = parts_of(d, p);
   if (publish) gathered_.assign(p, 0);
   for (int64_t c = 0, nc = parts.chunks(me, ce); c < nc; ++c) {
@@ -211,7 +209,7 @@ void Direct::reduce(const PostedCall& d, uint64_t seq, char* dst, bool dst_packe
 void Direct::gather_published(const PostedCall& d, uint64_t seq, bool block) {
   const int p = mem_.size(), me = mem_.rank();
   const size_t esize = dtype_size(d.dtype);
-  const int64_t ce = chunk_elements(d.dtype);
+  const int64_t ce = chunk_elements(d.chunk_bytes, d.dtype);
   const bool streaming = static_cast<size_t>(d.n) * esize >= kStreamingBytes;
   const Parts parts = parts_of(d, p);
   char* mine = mem_.resolve(me, d.send);

@@ -48,6 +48,7 @@ struct PostedCall {
   CollectiveAlgo algo = CollectiveAlgo::Auto;
   int64_t n = 0;  // elements of the whole buffer
   int64_t outer = 1, rows = 0, inner = 1;  // its partition (rows resolved: never -1)
+  uint64_t chunk_bytes = 0;  // its resolved chunk size: the peers count this rank's chunks by it
   bool send_whole = false;  // all_gather: `send` is the output itself, the part in place
   int root = 0;
   uint64_t send = 0, recv = 0;  // addresses (PeerMemory::address_of), or kNotShared

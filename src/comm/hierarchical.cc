@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "tandem/core/error.h"
 
@@ -89,13 +90,16 @@ void Hierarchical::run(const CollectiveDesc& d) {
   set_up();
   // The cross-node step always takes the ring: on MPI that is point-to-point between nodes; on
   // threads (grouping forced for tests) it is the same algorithm.
+  // Both steps run at the call's chunk size: the cross ring's hook chunks are no longer than it.
   auto cross = [&](CollectiveDesc c) {
     c.algo = CollectiveAlgo::Ring;
-    cross_->run(c);
+    c.chunk_bytes = d.chunk_bytes;
+    cross_->run(std::move(c));
   };
   auto local = [&](CollectiveDesc c) {
     c.algo = CollectiveAlgo::Auto;
-    local_->run(c);
+    c.chunk_bytes = d.chunk_bytes;
+    local_->run(std::move(c));
   };
   const DType t = d.send.dtype();
   const size_t esize = dtype_size(t);

@@ -451,7 +451,7 @@ void MpiCommunicator::arrive(const CollectiveDesc& desc, int code, bool verify) 
   if (collective) mine = detail::signature_of(desc);
   sent_ = Wire{code, static_cast<int32_t>(mine.op), static_cast<int32_t>(mine.dtype), mine.root,
                static_cast<int32_t>(mine.algo), 0, mine.n, mine.partition.outer, mine.partition.rows,
-               mine.partition.inner};
+               mine.partition.inner, mine.chunk_bytes};
   std::vector<Wire> all(static_cast<size_t>(size_));
   all[static_cast<size_t>(rank_)] = sent_;
   // recvs[q]: from rank q (null for this rank); sends after them.
@@ -505,6 +505,7 @@ void MpiCommunicator::arrive(const CollectiveDesc& desc, int code, bool verify) 
     s.dtype = static_cast<DType>(x.dtype);
     s.n = x.n;
     s.partition = PartitionDesc{x.outer, x.rows, x.inner};
+    s.chunk_bytes = x.chunk_bytes;
     s.op = static_cast<ReduceOp>(x.op);
     s.root = x.root;
     s.algo = static_cast<CollectiveAlgo>(x.algo);
@@ -516,8 +517,8 @@ void MpiCommunicator::arrive(const CollectiveDesc& desc, int code, bool verify) 
   for (int q = 1; q < size_; ++q) detail::check_same_call(where, first, q, signature(all[q]));
 }
 
-size_t MpiCommunicator::ring_message_bytes() const {
-  return std::max(chunk_bytes(), mpi_message_bytes());
+size_t MpiCommunicator::ring_message_bytes(size_t chunk_bytes) const {
+  return std::max(chunk_bytes, mpi_message_bytes());
 }
 
 void MpiCommunicator::execute(const CollectiveDesc& desc) {

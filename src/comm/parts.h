@@ -7,6 +7,7 @@
 // comm/.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -83,6 +84,12 @@ class Parts {
   int64_t outer_ = 1, rows_ = 0, inner_ = 1;
   int p_ = 1;
 };
+
+// Elements of `dtype` in a chunk of `chunk_bytes` (a call's resolved CollectiveDesc::chunk_bytes):
+// never less than one.
+inline int64_t chunk_elements(size_t chunk_bytes, DType dtype) {
+  return std::max<int64_t>(1, static_cast<int64_t>(chunk_bytes / dtype_size(dtype)));
+}
 
 // The partition of a validated collective on a group of p ranks.
 inline Parts parts_of(const CollectiveDesc& d, int p) {

@@ -19,8 +19,8 @@ void Ring::run(const CollectiveDesc& d) {
   op_ = d.op;
   hook_ = d.hook ? &d.hook : nullptr;
   esize_ = dtype_size(dtype_);
-  ce_ = std::max<int64_t>(1, static_cast<int64_t>(comm_.ring_message_bytes() / esize_));
-  hook_ce_ = std::max<int64_t>(1, static_cast<int64_t>(chunk_bytes() / esize_));
+  ce_ = chunk_elements(comm_.ring_message_bytes(d.chunk_bytes), dtype_);
+  hook_ce_ = chunk_elements(d.chunk_bytes, dtype_);
   parts_ = parts_of(d, p_);
   reserve(static_cast<size_t>(ce_) * esize_);
   try {

@@ -6,11 +6,11 @@
 // chunk is a piece of one run of a part, so a part of many short runs (a partition with a large
 // `outer` and few rows per rank) travels in as many short messages. Work is pipelined by chunks,
 // one message each
-// (Communicator::ring_message_bytes(): chunk_bytes() unless the transport wants larger ones):
-// for each chunk index c, chunk c of every part goes round the ring before chunk c + 1 starts,
-// and sends stay in flight (up to kMaxInFlight of them) while the next chunk is received. The
-// hook runs on pieces of at most chunk_bytes(), each right after that piece is reduced, while it
-// is in cache.
+// (Communicator::ring_message_bytes(): the call's chunk size unless the transport wants larger
+// ones): for each chunk index c, chunk c of every part goes round the ring before chunk c + 1
+// starts, and sends stay in flight (up to kMaxInFlight of them) while the next chunk is received.
+// The hook runs on pieces of at most the call's chunk size (CollectiveDesc::chunk_bytes), each
+// right after that piece is reduced, while it is in cache.
 //
 // Deadlock freedom with rendezvous sends (a send completes only once its receive is posted):
 // a rank blocks on sends only while at least two of its sends are unreceived, and no rank ever

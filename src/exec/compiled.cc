@@ -16,6 +16,7 @@
 #include <exception>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "tandem/codegen/abi.h"
@@ -93,6 +94,7 @@ struct CompiledRunner::State {
   std::vector<Shape> global;
   CountingAllocator alloc;
   bool overlap = false;
+  size_t chunk_bytes = 0;  // every collective's (RunnerOptions::chunk_bytes; 0: the process's)
 
   // The ABI's arrays.
   tandem_args args{};
@@ -162,7 +164,12 @@ struct CompiledRunner::State {
 
   // -------------------------------------------------------------------------- collectives
 
-  size_t chunk_elems(size_t es) const { return std::max<size_t>(1, comm::chunk_bytes() / es); }
+  // Every collective of the plan runs through here, at the runner's chunk size
+  // (RunnerOptions::chunk_bytes; 0: the process's).
+  void run_desc(comm::CollectiveDesc d) {
+    d.chunk_bytes = chunk_bytes;
+    group->run(std::move(d));
+  }
 
   void call_hook(const tandem_collective& c, void* chunk, int64_t n, int64_t g) {
     const int rc = c.hook(&args, chunk, n, g, c.block.index >= 0 ? &c.block : nullptr);
@@ -202,7 +209,8 @@ struct CompiledRunner::State {
           call_hook(c, mine, chunk.numel(), c.index_base + off);
           if (c.carry) widen(mine, dt, chunk.data_as<float>(), chunk.numel());
         };
-      group->all_reduce(view(w, DType::F32, n), op, hook, partition_of(c));
+      run_desc({.kind = comm::CollectiveKind::AllReduce, .op = op, .send = view(w, DType::F32, n),
+                .hook = std::move(hook), .partition = partition_of(c)});
       narrow(w, c.send, dt, n);
       return;
     }
@@ -211,12 +219,13 @@ struct CompiledRunner::State {
     void* whole = c.recv == nullptr ? c.send : (c.recv_whole ? c.recv : nullptr);
     float* part = w + n;
     const int64_t count = c.outer * fx::part_count(c.rows, p, r) * c.inner;
-    const comm::ChunkHook hook = [&](const Tensor& chunk, int64_t off) {
+    comm::ChunkHook hook = [&](const Tensor& chunk, int64_t off) {
       void* mine = whole != nullptr ? bytes_at(whole, off, es) : bytes_at(c.recv, chunk.data_as<float>() - part, es);
       narrow(chunk.data_as<float>(), mine, dt, chunk.numel());
       if (c.hook != nullptr) call_hook(c, mine, chunk.numel(), c.index_base + off);
     };
-    group->reduce_scatter(view(w, DType::F32, n), view(part, DType::F32, count), op, hook, partition_of(c));
+    run_desc({.kind = comm::CollectiveKind::ReduceScatter, .op = op, .send = view(w, DType::F32, n),
+              .recv = view(part, DType::F32, count), .hook = std::move(hook), .partition = partition_of(c)});
   }
 
   // One collective of the compiled code, its [outer, rows, inner] partition handed to comm/.
@@ -250,11 +259,11 @@ struct CompiledRunner::State {
         if (c.root < 0 || c.root >= p)
           user_error("program '{}', step {}: Broadcast root {} is outside the group of {} ranks; the root is a rank index "
                      "within the group, 0 to {}", prog.name(), c.step, c.root, p, p - 1);
-        group->broadcast(view(c.send, dt, n), c.root);
+        run_desc({.kind = comm::CollectiveKind::Broadcast, .send = view(c.send, dt, n), .root = c.root});
         return;
       default: internal_error(fmt::format("collective kind {} from compiled step {}", c.kind, c.step));
     }
-    group->run(d);
+    run_desc(std::move(d));
   }
 
   void run_transfer(const tandem_transfer& t) {
@@ -415,6 +424,7 @@ CompiledRunner::CompiledRunner(std::shared_ptr<const CompiledPlan> compiled, com
   const dsl::Program& prog = plan.program;
   state_ = std::make_unique<State>(plan, comm, runner.alloc != nullptr ? *runner.alloc : host_allocator());
   State& s = *state_;
+  s.chunk_bytes = runner.chunk_bytes;
   const int n = comm.size(), groups = prog.groups();
   if (n % groups != 0)
     user_error("plan '{}' of program '{}' has {} groups, but the communicator has {} ranks; run it on a multiple of {} "

@@ -65,9 +65,9 @@ struct Ctx {
 class PlanRunner::Impl {
  public:
   Impl(const Plan& plan, comm::Communicator& world, const dsl::SymbolMap& symbols, Allocator& alloc,
-       const std::vector<std::string>& bound, dsl::Segments segments)
+       const std::vector<std::string>& bound, dsl::Segments segments, size_t chunk_bytes)
       : plan_(plan), p_(plan.program), world_(world), alloc_(comm::buffer_allocator(world, alloc)),
-        segments_(std::move(segments)) {
+        chunk_bytes_(chunk_bytes), segments_(std::move(segments)) {
     const int n = world.size(), groups = p_.groups();
     if (n % groups != 0)
       user_error("plan '{}' of program '{}' has {} groups, but the communicator has {} ranks; run it on a multiple "
@@ -605,7 +605,8 @@ class PlanRunner::Impl {
     float acc = sum ? sums_[static_cast<size_t>(f.stage)].total() : accs_[static_cast<size_t>(f.stage)];
     if (f.across_ranks) {
       one_.set(0, acc);
-      comm_->all_reduce(one_, s.op == Op::Norm ? ReduceOp::Sum : s.attrs.reduce);
+      run_desc({.kind = comm::CollectiveKind::AllReduce, .op = s.op == Op::Norm ? ReduceOp::Sum : s.attrs.reduce,
+                .send = one_});
       acc = one_.get(0);
     }
     if (s.op == Op::Norm) acc = std::sqrt(acc);
@@ -628,7 +629,8 @@ class PlanRunner::Impl {
         for (int64_t k = 0; k < a.rows; ++k) acc = dsl::reduce_combine(s.attrs.reduce, acc, x.get((o * a.rows + k) * a.inner + in));
         part.set(o * a.inner + in, acc);
       }
-    if (r.across_ranks && part.numel() > 0) comm_->all_reduce(part.reshape(Shape{part.numel()}), s.attrs.reduce);
+    if (r.across_ranks && part.numel() > 0)
+      run_desc({.kind = comm::CollectiveKind::AllReduce, .op = s.attrs.reduce, .send = part.reshape(Shape{part.numel()})});
     for (int64_t i = 0; i < out.numel(); ++i) out.set(i, part.get(i));
   }
 
@@ -639,7 +641,7 @@ class PlanRunner::Impl {
     Tensor part = Tensor::view_of(part_scratch(out.numel()), DType::F32, Shape{out.numel()});
     const int64_t begin = r.across_ranks ? dsl::part_offset(shape(s.args[0]).numel(), group_size_, index_) : 0;
     dsl::segment_sums_of_squares(x.data_as<float>(), begin, x.numel(), segments_, part.data_as<float>());
-    if (r.across_ranks) comm_->all_reduce(part, comm::ReduceOp::Sum);
+    if (r.across_ranks) run_desc({.kind = comm::CollectiveKind::AllReduce, .send = part});
     for (int64_t i = 0; i < out.numel(); ++i) out.set(i, std::sqrt(part.get(i)));
   }
 
@@ -779,6 +781,13 @@ class PlanRunner::Impl {
     return Shape(std::move(d));
   }
 
+  // Every collective of the plan runs through here, at the runner's chunk size
+  // (RunnerOptions::chunk_bytes; 0: the process's).
+  void run_desc(comm::CollectiveDesc d) {
+    d.chunk_bytes = chunk_bytes_;
+    comm_->run(std::move(d));
+  }
+
   void collective(const Collective& col, const Ctx& c) {
     switch (col.op) {
       case Op::AllReduce: return all_reduce(col, c);
@@ -787,7 +796,7 @@ class PlanRunner::Impl {
       case Op::Broadcast: {
         const Tensor dst = span(col.stage, c);
         convert(span(col.operand, c), dst);
-        comm_->broadcast(dst, col.root);
+        run_desc({.kind = comm::CollectiveKind::Broadcast, .send = dst, .root = col.root});
         return;
       }
       default: internal_error("not a collective");
@@ -823,7 +832,8 @@ class PlanRunner::Impl {
       start_accumulators(*col.fused);
       k = compile(*col.fused, c, col.stage);
     }
-    comm_->all_reduce(work, col.reduce, hook(col, c, base_index(col.stage, c), k ? &*k : nullptr));
+    run_desc({.kind = comm::CollectiveKind::AllReduce, .op = col.reduce, .send = work,
+              .hook = hook(col, c, base_index(col.stage, c), k ? &*k : nullptr)});
     if (dst.defined() && !direct) convert(work, dst);
   }
 
@@ -849,8 +859,8 @@ class PlanRunner::Impl {
     convert(src, in);
     const bool direct = s.type.dtype == DType::F32;
     Tensor out = direct ? dst : part_.flat_slice(0, dst.numel());
-    comm_->reduce_scatter(in, out, col.reduce, hook(col, c, base, k ? &*k : nullptr),
-                          partition_of(col, block_shape(col.operand, c)));
+    run_desc({.kind = comm::CollectiveKind::ReduceScatter, .op = col.reduce, .send = in, .recv = out,
+              .hook = hook(col, c, base, k ? &*k : nullptr), .partition = partition_of(col, block_shape(col.operand, c))});
     if (!direct) convert(out, dst);
   }
 
@@ -860,10 +870,11 @@ class PlanRunner::Impl {
       // Completing gather: this rank's flat part of its own buffer goes to every rank.
       const int64_t n = dst.numel();
       const Tensor part = dst.flat_slice(fx::part_offset(n, group_size_, index_), fx::part_count(n, group_size_, index_));
-      comm_->all_gather(part, dst);
+      run_desc({.kind = comm::CollectiveKind::AllGather, .send = part, .recv = dst});
       return;
     }
-    comm_->all_gather(span(col.operand, c), dst, partition_of(col, block_shape(col.stage, c)));
+    run_desc({.kind = comm::CollectiveKind::AllGather, .send = span(col.operand, c), .recv = dst,
+              .partition = partition_of(col, block_shape(col.stage, c))});
   }
 
   // ------------------------------------------------------------------------------ transfers
@@ -918,6 +929,7 @@ class PlanRunner::Impl {
   const dsl::Program& p_;
   comm::Communicator& world_;
   Allocator& alloc_;
+  size_t chunk_bytes_ = 0;  // every collective's (RunnerOptions::chunk_bytes)
   std::unique_ptr<comm::Communicator> group_owned_;
   comm::Communicator* comm_ = nullptr;
   int group_size_ = 1, group_ = 0, index_ = 0;
@@ -943,11 +955,11 @@ class PlanRunner::Impl {
 };
 
 PlanRunner::PlanRunner(const Plan& plan, comm::Communicator& comm, const dsl::SymbolMap& symbols, Allocator& alloc)
-    : impl_(std::make_unique<Impl>(plan, comm, symbols, alloc, std::vector<std::string>{}, dsl::Segments{})) {}
+    : impl_(std::make_unique<Impl>(plan, comm, symbols, alloc, std::vector<std::string>{}, dsl::Segments{}, 0)) {}
 PlanRunner::PlanRunner(const Plan& plan, comm::Communicator& comm, const dsl::SymbolMap& symbols,
                        const RunnerOptions& options)
     : impl_(std::make_unique<Impl>(plan, comm, symbols, options.alloc != nullptr ? *options.alloc : host_allocator(),
-                                   options.bound, options.segments)) {}
+                                   options.bound, options.segments, options.chunk_bytes)) {}
 PlanRunner::~PlanRunner() = default;
 const dsl::Program& PlanRunner::program() const { return impl_->program(); }
 const Placement& PlanRunner::placement() const { return impl_->placement_of(); }

@@ -21,6 +21,12 @@ Tensor view(const float* p, Shape s) {
 // The epilogue's inputs and output, bound where the layer's tensors lie: no copy in or out.
 const std::vector<std::string> kEpilogueBound = {"x", "w", "bias", "residual", "out"};
 
+// A communication point's program with its preferences and their chunk size.
+std::unique_ptr<ProgramRunner> program_runner(const dsl::Program& program, const SchedulePreferences& preferences,
+                                              exec::RunnerKind executor) {
+  return std::make_unique<ProgramRunner>(program, preferences.names, executor, preferences.chunk_bytes);
+}
+
 }  // namespace
 
 std::vector<std::string> epilogue_schedule_preferences() {
@@ -168,15 +174,14 @@ ParallelGPT::ParallelGPT(const nn::GPTConfig& config, Grid& grid, int micro_rows
   for (int v = 0; v < variants; ++v) {
     const double pv = v == 0 ? p : 0.0;
     if (any_shard)
-      pr.megatron[v] = std::make_unique<ProgramRunner>(dsl::workloads::megatron_layer(DType::F32, pv),
-                                                       options.epilogue_schedules, options.executor);
+      pr.megatron[v] = program_runner(dsl::workloads::megatron_layer(DType::F32, pv), options.epilogue_schedules,
+                                      options.executor);
     if (grid.to_next() != nullptr)
-      pr.pipeline[v] = std::make_unique<ProgramRunner>(dsl::workloads::pipeline_stage(DType::F32, pv),
-                                                       options.pipeline_schedules, options.executor);
+      pr.pipeline[v] = program_runner(dsl::workloads::pipeline_stage(DType::F32, pv), options.pipeline_schedules,
+                                      options.executor);
     if (grid.from_prev() != nullptr)
-      pr.pipeline_recv[v] = std::make_unique<ProgramRunner>(
-          dsl::workloads::pipeline_stage(DType::F32, pv), options.pipeline_recv_schedules,
-          options.executor);
+      pr.pipeline_recv[v] = program_runner(dsl::workloads::pipeline_stage(DType::F32, pv),
+                                           options.pipeline_recv_schedules, options.executor);
   }
   for (int v = 0; v < variants; ++v)
     if (pr.megatron[v]) {
@@ -197,13 +202,12 @@ ParallelGPT::ParallelGPT(const nn::GPTConfig& config, Grid& grid, int micro_rows
     pr.grad_recv = pr.handoff->prepare(*grid.to_next(), {{"N", N * C}}, {"d_prev"});
   }
   if (any_shard && tp > 1) {
-    pr.tp_sum_program =
-        std::make_unique<ProgramRunner>(dsl::workloads::sum_in_place(), options.tp_sum_schedules, options.executor);
+    pr.tp_sum_program = program_runner(dsl::workloads::sum_in_place(), options.tp_sum_schedules, options.executor);
     pr.tp_sum = pr.tp_sum_program->prepare(grid.tp(), {{"N", N * C}}, {"g"});
   }
   if (grid.tied() != nullptr) {  // after the links, on both ends (the order every stage keeps)
     pr.tied_sum_program =
-        std::make_unique<ProgramRunner>(dsl::workloads::sum_in_place(), options.tied_sum_schedules, options.executor);
+        program_runner(dsl::workloads::sum_in_place(), options.tied_sum_schedules, options.executor);
     const LocalTensor& wte = tied_embedding();
     pr.tied_sum = pr.tied_sum_program->prepare(*grid.tied(), {{"N", wte.numel()}}, {"g"});
     pr.tied_sum->bind("g", grads_.flat_slice(wte.local_offset, wte.numel()));

@@ -26,7 +26,7 @@ std::string env_name(const std::string& program) {
 }  // namespace
 
 ProgramRunner::ProgramRunner(const dsl::Program& program, const std::vector<std::string>& preferences,
-                             exec::RunnerKind executor)
+                             exec::RunnerKind executor, size_t first_chunk_bytes)
     : schedule_(program), executor_(executor) {
   // The unscheduled program, unless a preference applies.
   schedule_name_ = schedule::Recipe::unscheduled(program).str();
@@ -49,6 +49,7 @@ ProgramRunner::ProgramRunner(const dsl::Program& program, const std::vector<std:
         schedule::NamedSchedule s = schedule::schedule_by_name(program, w);
         schedule_ = std::move(s.schedule);
         schedule_name_ = s.name;
+        if (&w == &preferences.front()) chunk_bytes_ = first_chunk_bytes;
         break;
       } catch (const UserError&) {
       }
@@ -65,6 +66,7 @@ std::unique_ptr<exec::Runner> ProgramRunner::prepare(comm::Communicator& comm, c
   exec::RunnerOptions options;
   options.bound = bound;
   options.segments = segments;
+  options.chunk_bytes = chunk_bytes_;
   if (executor_ == exec::RunnerKind::Compiled) {
     // Compiled once per process (the JIT keeps loaded modules and caches on disk by content).
     std::call_once(compile_once_, [&] { compiled_ = exec::compile_plan(*plan_); });

@@ -74,7 +74,7 @@ std::vector<std::string> optimizer_schedule_preferences() {
 DataParallelOptimizer::DataParallelOptimizer(const OptimizerConfig& config,
                                              const parallel::ShardLayout& layout, Tensor params,
                                              Tensor grads, comm::Communicator& dp,
-                                             const std::vector<std::string>& schedules,
+                                             const parallel::SchedulePreferences& schedules,
                                              exec::RunnerKind executor, bool overlap_allowed,
                                              comm::Communicator* world)
     : config_(config), params_(std::move(params)), grads_(std::move(grads)), dp_(dp) {
@@ -98,9 +98,10 @@ DataParallelOptimizer::DataParallelOptimizer(const OptimizerConfig& config,
     norm_ = norm_runner_->prepare(world != nullptr ? *world : dp, {});
     sliced_ = true;
   } else {
+    const bool given = !schedules.names.empty();
     runner_ = std::make_unique<parallel::ProgramRunner>(
-        optimizer_program(config), schedules.empty() ? optimizer_schedule_preferences() : schedules,
-        executor);
+        optimizer_program(config), given ? schedules.names : optimizer_schedule_preferences(), executor,
+        given ? schedules.chunk_bytes : 0);
     const dsl::Program& p = runner_->program();
     const std::optional<int> m_id = p.find("m");
     TANDEM_CHECK(m_id.has_value(), "optimizer program '{}' has no input m", p.name());

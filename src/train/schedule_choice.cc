@@ -21,33 +21,45 @@
 namespace tandem::train::detail {
 namespace {
 
-// The autotuner's schedule for `program` on `comm` at `sizes`: tuned now when `tune_now` (every
-// candidate, or those in `only`, timed on this communicator and the choice cached), else read
-// from the tuning cache (rank 0 reads, every rank gets its answer; "" when there is no record).
-// A collective over `comm`.
-std::string tuned_schedule(const dsl::Program& program, comm::Communicator& comm,
-                           const dsl::SymbolMap& sizes, bool tune_now, exec::RunnerKind executor,
-                           const std::vector<std::string>& only = {}) {
+// The autotuner's choice for `program` on `comm` at `sizes`, its winner and chunk size: tuned now
+// when `tune_now` (every candidate, or those in `only`, timed on this communicator and the choice
+// cached), else read from the tuning cache (rank 0 reads, every rank gets its record; no name when
+// there is none). A collective over `comm`.
+struct Tuned {
+  std::string schedule;    // "" when the autotuner has no choice
+  size_t chunk_bytes = 0;  // 0: the process's comm::chunk_bytes()
+};
+
+Tuned tuned_schedule(const dsl::Program& program, comm::Communicator& comm, const dsl::SymbolMap& sizes,
+                     bool tune_now, exec::RunnerKind executor, const std::vector<std::string>& only = {}) {
   tune::TuneOptions o;
   o.sizes = sizes;
   o.only = only;
   o.executor = tune::executor_of(executor);
-  if (tune_now) return tune::tune(program, comm, o).record.winner;
-  std::string winner;
+  if (tune_now) {
+    const tune::TuneRecord r = tune::tune(program, comm, o).record;
+    return {r.winner, r.chunk_bytes};
+  }
+  std::string text;
   if (comm.rank() == 0) {
     const tune::TuneKey key = tune::tune_key(program, comm, o);
     std::string stale;
-    if (auto record = tune::load_record(key, exec::jit_cache_dir(), &stale)) winner = record->winner;
+    if (auto record = tune::load_record(key, exec::jit_cache_dir(), &stale)) text = tune::record_to_json(*record, -1);
     if (!stale.empty())
       fmt::print(stderr, "train: {}; `tandem train --tune` or `tandem tune {}` makes a new one\n", stale,
                  program.name());
   }
-  return comm::broadcast_string(comm, winner);
+  text = comm::broadcast_string(comm, text);
+  if (text.empty()) return {};
+  const tune::TuneRecord r = tune::record_from_json(text);
+  return {r.winner, r.chunk_bytes};
 }
 
-// Puts `first` (when set) ahead of `rest`.
-std::vector<std::string> prefer(const std::string& first, std::vector<std::string> rest) {
-  if (!first.empty()) rest.insert(rest.begin(), first);
+// `rest`, with the autotuner's winner (when it has one) ahead of it, at its chunk size.
+parallel::SchedulePreferences prefer(const Tuned& tuned, parallel::SchedulePreferences rest) {
+  if (tuned.schedule.empty()) return rest;
+  rest.names.insert(rest.names.begin(), tuned.schedule);
+  rest.chunk_bytes = tuned.chunk_bytes;
   return rest;
 }
 
@@ -61,54 +73,54 @@ parallel::ProgramOptions ScheduleChoice::model_programs(int rows) {
   const double p = cfg_.model.dropout;
   bool shard = cfg_.grid.tp > 1 || (cfg_.grid.pp > 1 && !grid_.last_stage());
   if (shard) {
-    const std::string w = tuned_schedule(dsl::workloads::megatron_layer(DType::F32, p), grid_.tp(),
+    const Tuned w = tuned_schedule(dsl::workloads::megatron_layer(DType::F32, p), grid_.tp(),
                                          sizes, cfg_.tune, executor_);
-    from_autotuner_ |= !w.empty();
+    from_autotuner_ |= !w.schedule.empty();
     o.epilogue_schedules = prefer(w, o.epilogue_schedules);
   }
   if (cfg_.grid.tp > 1) {  // the backward's sum of input gradients, (rows x seq_len, d_model)
-    const std::string w =
+    const Tuned w =
         tuned_schedule(dsl::workloads::sum_in_place(), grid_.tp(), {{"N", N * C}}, cfg_.tune, executor_);
-    from_autotuner_ |= !w.empty();
+    from_autotuner_ |= !w.schedule.empty();
     o.tp_sum_schedules = prefer(w, o.tp_sum_schedules);
   }
   // The pipeline program runs on each link, chosen on the link so that both ends agree: the
   // link from the previous stage first, as ParallelGPT sets them up.
   if (grid_.from_prev() != nullptr) {
-    const std::string w = tuned_schedule(dsl::workloads::pipeline_stage(DType::F32, p),
+    const Tuned w = tuned_schedule(dsl::workloads::pipeline_stage(DType::F32, p),
                                          *grid_.from_prev(), sizes, cfg_.tune, executor_);
-    from_autotuner_ |= !w.empty();
+    from_autotuner_ |= !w.schedule.empty();
     o.pipeline_recv_schedules = prefer(w, o.pipeline_recv_schedules);
   }
   if (grid_.to_next() != nullptr) {
-    const std::string w = tuned_schedule(dsl::workloads::pipeline_stage(DType::F32, p),
+    const Tuned w = tuned_schedule(dsl::workloads::pipeline_stage(DType::F32, p),
                                          *grid_.to_next(), sizes, cfg_.tune, executor_);
-    from_autotuner_ |= !w.empty();
+    from_autotuner_ |= !w.schedule.empty();
     o.pipeline_schedules = prefer(w, o.pipeline_schedules);
   }
   if (grid_.tied() != nullptr) {  // the first and the last stage, after their links
     const parallel::ShardLayout layout(cfg_.model, cfg_.grid, grid_.coord().tp, grid_.coord().pp);
     const int64_t wte = (grid_.first_stage() ? layout.tensors().front() : layout.tensors().back()).numel();
-    const std::string w =
+    const Tuned w =
         tuned_schedule(dsl::workloads::sum_in_place(), *grid_.tied(), {{"N", wte}}, cfg_.tune, executor_);
-    from_autotuner_ |= !w.empty();
+    from_autotuner_ |= !w.schedule.empty();
     o.tied_sum_schedules = prefer(w, o.tied_sum_schedules);
   }
   return o;
 }
 
-std::vector<std::string> ScheduleChoice::optimizer_schedules() {
-  if (cfg_.optimizer.name != "adamw") return optimizer_schedule_preferences();
+parallel::SchedulePreferences ScheduleChoice::optimizer_schedules() {
+  if (cfg_.optimizer.name != "adamw") return {optimizer_schedule_preferences()};
   const dsl::Program program = optimizer_program(cfg_.optimizer);
   std::vector<std::string> only;
   if (cfg_.grid.dp > 1)
     for (const schedule::NamedSchedule& s : schedule::enumerate_schedules(program))
       if (!s.recipe.slice.empty()) only.push_back(s.name);
   const parallel::ShardLayout layout(cfg_.model, cfg_.grid, grid_.coord().tp, grid_.coord().pp);
-  const std::string w = tuned_schedule(program, grid_.dp(), {{"N", layout.size()}}, cfg_.tune,
+  const Tuned w = tuned_schedule(program, grid_.dp(), {{"N", layout.size()}}, cfg_.tune,
                                        executor_, only);
-  from_autotuner_ |= !w.empty();
-  return prefer(w, optimizer_schedule_preferences());
+  from_autotuner_ |= !w.schedule.empty();
+  return prefer(w, {optimizer_schedule_preferences()});
 }
 
 }  // namespace tandem::train::detail

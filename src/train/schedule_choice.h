@@ -1,7 +1,8 @@
 // The schedules of one rank's DSL programs (the Megatron epilogue, the pipeline links, the
 // optimizer): the autotuner's choice for this run's sizes when its cache has one (or, with --tune,
-// tuned now), else the preference lists. Each choice is made on the communicator the program runs
-// on, so all its ranks agree. Internal to train/.
+// tuned now), run at the chunk size its record gives, else the preference lists. Each choice is
+// made on the communicator the program runs on (rank 0's record, on every rank), so all its ranks
+// agree on the schedule and the chunk size. Internal to train/.
 #pragma once
 
 #include <string>
@@ -26,7 +27,7 @@ class ScheduleChoice {
   // The optimizer's schedules, in order of preference, on the data-parallel group; with dp > 1
   // among the schedules that keep the optimizer state sliced (ZeRO-1). LAMB runs one program per
   // tensor at many sizes and keeps the preference list. A collective over the group.
-  std::vector<std::string> optimizer_schedules();
+  parallel::SchedulePreferences optimizer_schedules();
   // Whether some schedule so far came from the autotuner (its cache, or tuned now).
   bool from_autotuner() const { return from_autotuner_; }
 

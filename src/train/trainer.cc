@@ -228,6 +228,7 @@ TrainResult RankRun::run() {
   }
   if (ooc_ && result.first_step < cfg_.steps) plan_out_of_core(result.first_step);
   result.optimizer_schedule = opt_.schedule_name();
+  result.optimizer_chunk_bytes = opt_.chunk_bytes();
   result.epilogue_schedule = model_.epilogue_schedule();
   result.pipeline_schedule = model_.pipeline_schedule();
   result.executor = opt_.executor_name();
@@ -395,8 +396,9 @@ void RankRun::print_header(int64_t first_step) {
                 "({})",
                 cfg_.optimizer.name, *cfg_.optimizer.clip_grad_norm, opt_.schedule_name(),
                 opt_.executor_name())
-          : fmt::format("  optimizer {}: program {} schedule {} ({})", cfg_.optimizer.name,
+          : fmt::format("  optimizer {}: program {} schedule {}{} ({})", cfg_.optimizer.name,
                         cfg_.optimizer.name == "lamb" ? "lamb_bucket" : "adam", opt_.schedule_name(),
+                        opt_.chunk_bytes() != 0 ? fmt::format(" at {}-byte chunks", opt_.chunk_bytes()) : "",
                         opt_.executor_name());
   if (!model_.epilogue_schedule().empty())
     programs += fmt::format("; megatron_layer schedule {}", model_.epilogue_schedule());

@@ -118,16 +118,18 @@ void check_options(const TuneOptions& o) {
   if (!(o.budget_s >= 0)) user_error("tune: --budget must be >= 0 seconds (got {})", o.budget_s);
 }
 
-// Sets a schedule up and fills its inputs and scalars, or says why it could not be set up.
+// Sets a schedule up, its collectives at `chunk_bytes` (0: the process's chunk size), and fills
+// its inputs and scalars, or says why it could not be set up.
 // Set-up failures (an emitter that cannot compile a step) are the same on every rank, so they are
 // caught and reported as the candidate's failure; failures while running are not (a rank that
 // stops inside a collective would leave its peers waiting) and end the tune.
 std::unique_ptr<exec::Runner> prepare(const schedule::Plan& plan, comm::Communicator& comm, Executor& executor,
-                                     const dsl::SymbolMap& sizes, const exec::ScalarMap& scalars, std::string& error) {
+                                     const dsl::SymbolMap& sizes, const exec::ScalarMap& scalars, size_t chunk_bytes,
+                                     std::string& error) {
   std::unique_ptr<exec::Runner> run;
   try {
     Phase ph(comm, fmt::format("{}: set up", plan.name));
-    run = executor.prepare(plan, comm, sizes);
+    run = executor.prepare(plan, comm, sizes, chunk_bytes);
   } catch (const std::exception& e) {
     error = e.what();
   }
@@ -155,7 +157,7 @@ CandidateTiming measure(const schedule::NamedSchedule& cand, comm::Communicator&
   CandidateTiming t;
   t.name = cand.name;
   const schedule::Plan plan = cand.schedule.lower();
-  std::unique_ptr<exec::Runner> run = prepare(plan, comm, executor, check_sizes, scalars, t.error);
+  std::unique_ptr<exec::Runner> run = prepare(plan, comm, executor, check_sizes, scalars, 0, t.error);
   if (run == nullptr) {
     t.ok = false;
     return t;
@@ -175,7 +177,7 @@ CandidateTiming measure(const schedule::NamedSchedule& cand, comm::Communicator&
   }
   if (check_sizes != o.sizes) {
     run.reset();  // its memory, before the full-size set-up asks for more
-    run = prepare(plan, comm, executor, o.sizes, scalars, t.error);
+    run = prepare(plan, comm, executor, o.sizes, scalars, 0, t.error);
     if (run == nullptr) {
       t.ok = false;
       return t;
@@ -208,7 +210,7 @@ void final_round(const std::vector<schedule::NamedSchedule>& schedules, const st
   for (size_t i : chosen) {
     plans.push_back(schedules[i].schedule.lower());
     std::string error;
-    std::unique_ptr<exec::Runner> run = prepare(plans.back(), comm, executor, o.sizes, scalars, error);
+    std::unique_ptr<exec::Runner> run = prepare(plans.back(), comm, executor, o.sizes, scalars, 0, error);
     if (run == nullptr) {
       plans.pop_back();
       continue;
@@ -230,38 +232,34 @@ void final_round(const std::vector<schedule::NamedSchedule>& schedules, const st
     }
 }
 
-// Sets the process's collective chunk size on every rank (between barriers, so that no rank
-// runs a collective while another changes it; on the thread backend the ranks share it).
-void set_chunk_everywhere(comm::Communicator& comm, size_t bytes) {
-  comm.barrier();
-  comm::set_chunk_bytes(bytes);
-  comm.barrier();
-}
-
-// The chunk round: the winner, set up once at the tuned sizes, timed at each chunk size in turns
-// (64 KiB, 256 KiB, 1 MiB, ...: a drift in the machine's load reaches every size alike), after
-// `warmup` untimed turns; the process's chunk size is restored afterwards. Chunking does not
-// change results (every element is reduced and computed the same in any chunk), so the winner's
-// check stands.
+// The chunk round: the winner set up at the tuned sizes once per chunk size, each runner's
+// collectives at its size (exec::RunnerOptions::chunk_bytes: the process's chunk size is left
+// alone, and the size timed is the one a user of the record runs at), the runners timed in turns
+// (64 KiB, 256 KiB, 1 MiB, ...: a drift in the machine's load reaches every size alike) after
+// `warmup` untimed turns. A size whose runner cannot be set up (out of memory, say: the same
+// verdict on every rank) sits the round out. Chunking does not change results (every element is
+// reduced and computed the same in any chunk), so the winner's check stands.
 void chunk_round(const schedule::NamedSchedule& winner, TuneRecord& record, comm::Communicator& comm,
                  Executor& executor, const TuneOptions& o, const exec::ScalarMap& scalars, int reps) {
   const schedule::Plan plan = winner.schedule.lower();
-  std::string error;
-  std::unique_ptr<exec::Runner> run = prepare(plan, comm, executor, o.sizes, scalars, error);
-  if (run == nullptr) return;
-  const size_t before = comm::chunk_bytes();
-  Phase ph(comm, fmt::format("chunk round: {} sizes in turns", o.chunk_bytes.size()));
-  for (size_t c : o.chunk_bytes) record.chunks.push_back({c, {}});
+  std::vector<std::unique_ptr<exec::Runner>> runs;
+  for (size_t c : o.chunk_bytes) {
+    std::string error;
+    std::unique_ptr<exec::Runner> run = prepare(plan, comm, executor, o.sizes, scalars, c, error);
+    if (run == nullptr) continue;
+    record.chunks.push_back({c, {}});
+    runs.push_back(std::move(run));
+  }
+  Phase ph(comm, fmt::format("chunk round: {} sizes in turns", runs.size()));
   for (int i = -o.warmup; i < reps; ++i)
-    for (ChunkTiming& c : record.chunks) {
-      set_chunk_everywhere(comm, c.bytes);
+    for (size_t k = 0; k < runs.size(); ++k) {
+      comm.barrier();
       const auto t0 = Clock::now();
-      run->run();
+      runs[k]->run();
       const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
       const double slowest = max_over_ranks(comm, dt);
-      if (i >= 0) c.times.push_back(slowest);
+      if (i >= 0) record.chunks[k].times.push_back(slowest);
     }
-  set_chunk_everywhere(comm, before);
   double best = std::numeric_limits<double>::infinity();
   for (const ChunkTiming& c : record.chunks)
     if (c.median() < best) {

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -14,6 +15,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "tandem/comm/communicator.h"
 #include "tandem/core/formulas.h"
@@ -145,21 +147,24 @@ inline void with_deadline(int seconds, const char* what, const std::function<voi
   watchdog.join();
 }
 
-// Collective calls with an explicit algorithm (the public methods use CollectiveAlgo::Auto).
+// Collective calls with an explicit algorithm (the public methods use CollectiveAlgo::Auto) and
+// chunk size (CollectiveDesc::chunk_bytes; 0: the process's).
 inline void all_reduce(Communicator& c, CollectiveAlgo algo, const Tensor& buf, ReduceOp op,
-                       const ChunkHook& hook = {}, const PartitionDesc& partition = {}) {
+                       const ChunkHook& hook = {}, const PartitionDesc& partition = {},
+                       size_t chunk_bytes = 0) {
   CollectiveDesc d{CollectiveKind::AllReduce};
   d.op = op;
   d.send = buf;
   d.hook = hook;
   d.algo = algo;
   d.partition = partition;
-  c.run(d);
+  d.chunk_bytes = chunk_bytes;
+  c.run(std::move(d));
 }
 
 inline void reduce_scatter(Communicator& c, CollectiveAlgo algo, const Tensor& in,
                            const Tensor& out, ReduceOp op, const ChunkHook& hook = {},
-                           const PartitionDesc& partition = {}) {
+                           const PartitionDesc& partition = {}, size_t chunk_bytes = 0) {
   CollectiveDesc d{CollectiveKind::ReduceScatter};
   d.op = op;
   d.send = in;
@@ -167,17 +172,19 @@ inline void reduce_scatter(Communicator& c, CollectiveAlgo algo, const Tensor& i
   d.hook = hook;
   d.algo = algo;
   d.partition = partition;
-  c.run(d);
+  d.chunk_bytes = chunk_bytes;
+  c.run(std::move(d));
 }
 
 inline void all_gather(Communicator& c, CollectiveAlgo algo, const Tensor& in, const Tensor& out,
-                       const PartitionDesc& partition = {}) {
+                       const PartitionDesc& partition = {}, size_t chunk_bytes = 0) {
   CollectiveDesc d{CollectiveKind::AllGather};
   d.send = in;
   d.recv = out;
   d.algo = algo;
   d.partition = partition;
-  c.run(d);
+  d.chunk_bytes = chunk_bytes;
+  c.run(std::move(d));
 }
 
 inline void broadcast(Communicator& c, CollectiveAlgo algo, const Tensor& buf, int root) {
@@ -185,7 +192,7 @@ inline void broadcast(Communicator& c, CollectiveAlgo algo, const Tensor& buf, i
   d.send = buf;
   d.root = root;
   d.algo = algo;
-  c.run(d);
+  c.run(std::move(d));
 }
 
 }  // namespace tandem::comm::testing

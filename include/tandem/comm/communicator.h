@@ -20,8 +20,9 @@
 // each chunk of this rank's part once that chunk is fully reduced, before it is gathered. This is
 // how a fused optimizer step or a fused epilogue (bias, dropout, residual) runs inside the
 // collective, chunk by chunk, while the chunk is still in cache. Each element of the part is seen
-// by exactly one hook call; a chunk is at most chunk_bytes() long, lies inside one run of the part
-// (it never spans two outer blocks), and chunks arrive in ascending order of offset.
+// by exactly one hook call; a chunk is at most the call's chunk size long (CollectiveDesc::
+// chunk_bytes, else the process's chunk_bytes()), lies inside one run of the part (it never spans
+// two outer blocks), and chunks arrive in ascending order of offset.
 //
 // Rounding: f32 reduces in f32. bf16 and f16 are loaded as f32, combined in f32 and rounded back
 // (to nearest even) once per reduction step: the ring algorithm rounds after each of its p - 1
@@ -134,6 +135,11 @@ struct CollectiveDesc {
   // AllReduce, ReduceScatter, AllGather: how the whole buffer is divided among the ranks
   // (outer * rows * inner must be its element count). Broadcast takes none.
   PartitionDesc partition{};
+  // The chunk size, in bytes, this call pipelines at and runs the hook on (pieces at most this
+  // long, never less than one element); 0: the process's chunk_bytes(). A program tuned at a
+  // chunk size carries it here. run() resolves it once, so the algorithms see the effective size.
+  // Every rank must pass the same effective size: a mismatch is a UserError naming both values.
+  size_t chunk_bytes = 0;
 };
 
 // A failure every rank of a group raises together, decided from values they all hold (an
@@ -194,8 +200,10 @@ class Communicator {
   void all_gather(const Tensor& in, const Tensor& out, const PartitionDesc& partition = {});
   void broadcast(const Tensor& buf, int root);
 
-  // The one entry point: validates `desc` and runs the backend's algorithm for it.
-  void run(const CollectiveDesc& desc);
+  // The one entry point: validates `desc`, resolves its chunk size (0: chunk_bytes()) and runs
+  // the backend's algorithm for it. Taken by value: move a desc in to run it without copying its
+  // hook.
+  void run(CollectiveDesc desc);
 
   // Ranks with the same color form a new group, ordered by (key, old rank). Collective over
   // this group. A negative color leaves the caller out: it gets nullptr.
@@ -207,7 +215,8 @@ class Communicator {
   virtual Request post_send(const Tensor& t, int peer, int tag) = 0;
   virtual Request post_recv(const Tensor& t, int peer, int tag) = 0;
 
-  // The backend's algorithm for a validated collective on a group of two or more ranks. The
+  // The backend's algorithm for a validated collective on a group of two or more ranks (its
+  // chunk_bytes resolved: never 0; so too for execute_ring and execute_hierarchical). The
   // default runs the ring algorithms of comm/ring over post_send/post_recv; a backend overrides
   // it with something faster.
   virtual void execute(const CollectiveDesc& desc);
@@ -222,11 +231,11 @@ class Communicator {
   // true when it ran `desc`, false when the backend's own algorithm should.
   bool execute_hierarchical(const CollectiveDesc& desc);
 
-  // The size of the ring's messages (its pipeline chunks). The hook still runs on pieces of at
-  // most chunk_bytes(). Default: chunk_bytes(); a transport with a high cost per message (MPI:
-  // each one is a handshake, and each blocking hand-off can cost a time slice on a busy machine)
-  // returns more.
-  virtual size_t ring_message_bytes() const;
+  // The size of the ring's messages (its pipeline chunks) for a call whose chunk size is
+  // `chunk_bytes`. The hook still runs on pieces of at most `chunk_bytes`. Default: `chunk_bytes`;
+  // a transport with a high cost per message (MPI: each one is a handshake, and each blocking
+  // hand-off can cost a time slice on a busy machine) returns more.
+  virtual size_t ring_message_bytes(size_t chunk_bytes) const;
 
  private:
   friend class detail::Ring;
@@ -250,10 +259,11 @@ void check_ranks_per_node(int world_size);
 // Overrides the environment for the process (-1: back to it); only while no group is made.
 void set_ranks_per_node(int k);
 
-// The chunk size, in bytes, collective algorithms pipeline at (TANDEM_COMM_CHUNK_BYTES, default
-// 256 KiB: a chunk of every input fits in L2 while it is reduced). Tests shrink it so that the
-// multi-chunk paths run on small inputs. set_chunk_bytes(0) returns to the default. A chunk is
-// never less than one element. Process-wide; set it only while no collective runs.
+// The chunk size, in bytes, collective algorithms pipeline at when a call names none
+// (CollectiveDesc::chunk_bytes 0): TANDEM_COMM_CHUNK_BYTES, default 256 KiB (a chunk of every
+// input fits in L2 while it is reduced). Tests shrink it so that the multi-chunk paths run on
+// small inputs. set_chunk_bytes(0) returns to the default. A chunk is never less than one element.
+// Process-wide; set it only while no collective runs.
 inline constexpr size_t kDefaultChunkBytes = size_t{256} << 10;
 size_t chunk_bytes();
 void set_chunk_bytes(size_t bytes);

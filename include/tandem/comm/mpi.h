@@ -73,7 +73,7 @@ class MpiCommunicator final : public Communicator {
   Request post_send(const Tensor& t, int peer, int tag) override;
   Request post_recv(const Tensor& t, int peer, int tag) override;
   void execute(const CollectiveDesc& desc) override;
-  size_t ring_message_bytes() const override;
+  size_t ring_message_bytes(size_t chunk_bytes) const override;
 
  private:
   struct Adopt {};
@@ -95,6 +95,7 @@ class MpiCommunicator final : public Communicator {
     int32_t code, op, dtype, root, algo, pad;
     int64_t n;
     int64_t outer, rows, inner;  // the resolved partition
+    uint64_t chunk_bytes;        // the resolved chunk size
   };
   Wire sent_{};  // what this rank last said it calls; a send left behind by a timeout reads it
   // A group on one node: the peers' arenas and slots (node_), and the Direct algorithms on them.
@@ -128,10 +129,11 @@ std::optional<MpiJob> launched_mpi_job();
 // after it has printed why: exiting instead would hang in MPI_Finalize, its peers waiting for it.
 [[noreturn]] void abort_mpi_job(int code);
 
-// The ring's message size on MPI: max(chunk_bytes(), this), default 4 MiB
+// The ring's message size on MPI: max(the call's chunk size, this), default 4 MiB
 // (TANDEM_COMM_MPI_MESSAGE_BYTES). Fewer, larger messages mean fewer handshakes and fewer
 // blocking hand-offs between ranks, which matters most when the machine is busy. The hook still
-// runs on chunk_bytes() pieces. Tests set 1 so that the ring's messages are chunk_bytes() long.
+// runs on pieces of the call's chunk size (CollectiveDesc::chunk_bytes, else chunk_bytes()).
+// Tests set 1 so that the ring's messages are one chunk long.
 inline constexpr size_t kDefaultMpiMessageBytes = size_t{4} << 20;
 size_t mpi_message_bytes();
 void set_mpi_message_bytes(size_t bytes);  // 0: back to the default

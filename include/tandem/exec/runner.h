@@ -108,6 +108,12 @@ struct RunnerOptions {
   // with `jit` (or found in the JIT's cache).
   std::shared_ptr<const CompiledPlan> compiled;
   JitOptions jit;
+  // The chunk size, in bytes, of every collective the runner runs (comm::CollectiveDesc::
+  // chunk_bytes: how a fused collective's hook is cut, and the pipeline's chunks); 0: the
+  // process's comm::chunk_bytes(). The autotuner records the fastest for a program (tune/cache.h)
+  // and its users run the program at it. Every rank of the communicator must pass the same value.
+  // Compiled and plan runners honour it; the reference interpreter has no chunks and ignores it.
+  size_t chunk_bytes = 0;
 };
 
 // Sets `plan` up on this rank of `comm` (every rank calls it together with the same plan); the
@@ -119,7 +125,8 @@ std::unique_ptr<Runner> make_runner(RunnerKind kind, const schedule::Plan& plan,
                                     const dsl::SymbolMap& symbols, const RunnerOptions& options = {});
 
 // The reference interpreter behind the Runner interface: the inputs are allocated here (or
-// bound), each run calls run_reference, and updated inputs are written in place.
+// bound), each run calls run_reference, and updated inputs are written in place. It runs no
+// chunks, so RunnerOptions::chunk_bytes is ignored (its collectives take the process's size).
 class ReferenceRunner final : public Runner {
  public:
   ReferenceRunner(const dsl::Program& program, comm::Communicator& comm, const dsl::SymbolMap& symbols,

@@ -67,17 +67,17 @@ std::vector<std::string> epilogue_schedule_preferences();
 std::vector<std::string> pipeline_schedule_preferences();
 
 // How the model's programs run: schedule preferences (first found wins; e.g. the autotuner's
-// winner first) and the executor.
+// winner first, with its chunk size) and the executor.
 struct ProgramOptions {
-  std::vector<std::string> epilogue_schedules = epilogue_schedule_preferences();
-  // The two ends of a link must run one schedule: the link to the next stage's, and the link
-  // from the previous stage's.
-  std::vector<std::string> pipeline_schedules = pipeline_schedule_preferences();
-  std::vector<std::string> pipeline_recv_schedules = pipeline_schedule_preferences();
+  SchedulePreferences epilogue_schedules{epilogue_schedule_preferences()};
+  // The two ends of a link must run one schedule (and chunk size): the link to the next stage's,
+  // and the link from the previous stage's.
+  SchedulePreferences pipeline_schedules{pipeline_schedule_preferences()};
+  SchedulePreferences pipeline_recv_schedules{pipeline_schedule_preferences()};
   // The tensor-parallel backward's sum of input gradients (sum_in_place on tp()), and the tied
   // embedding's gradient sum (sum_in_place on tied()).
-  std::vector<std::string> tp_sum_schedules = {"AR-C"};
-  std::vector<std::string> tied_sum_schedules = {"AR-C"};
+  SchedulePreferences tp_sum_schedules{{"AR-C"}};
+  SchedulePreferences tied_sum_schedules{{"AR-C"}};
   exec::RunnerKind executor = exec::runner_kind_from_env();
 };
 

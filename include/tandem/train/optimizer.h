@@ -118,15 +118,16 @@ class DataParallelOptimizer {
   };
 
   // Over this rank's local flat `params` and `grads` (layout.size() floats each; they must outlive
-  // the optimizer). `schedules`: preferences, first found wins (default
-  // optimizer_schedule_preferences()). `overlap_allowed`: whether a second thread may
-  // communicate on `dp` while the calling thread runs the backward (false under MPI without
-  // MPI_THREAD_MULTIPLE when the backward itself communicates); without it "overlap" runs as
-  // "after". `world`: every rank of the grid, over which a clipped step's gradient norm sums
-  // (null: `dp`, right when dp is the whole grid). A collective over the data-parallel group.
+  // the optimizer). `schedules`: preferences, first found wins, and the first one's chunk size (the
+  // autotuner's winner's); no names: optimizer_schedule_preferences() at the process's chunk size.
+  // `overlap_allowed`: whether a second thread may communicate on `dp` while the calling thread
+  // runs the backward (false under MPI without MPI_THREAD_MULTIPLE when the backward itself
+  // communicates); without it "overlap" runs as "after". `world`: every rank of the grid, over
+  // which a clipped step's gradient norm sums (null: `dp`, right when dp is the whole grid). A
+  // collective over the data-parallel group.
   DataParallelOptimizer(const OptimizerConfig& config, const parallel::ShardLayout& layout,
                         Tensor params, Tensor grads, comm::Communicator& dp,
-                        const std::vector<std::string>& schedules = {},
+                        const parallel::SchedulePreferences& schedules = {},
                         exec::RunnerKind executor = exec::runner_kind_from_env(),
                         bool overlap_allowed = true, comm::Communicator* world = nullptr);
   ~DataParallelOptimizer();
@@ -168,6 +169,9 @@ class DataParallelOptimizer {
   // The schedule (with clipping, each half's: "grad_reduce C, adam_update fused(C)").
   std::string schedule_name() const;
   std::string executor_name() const { return runner_->executor_name(); }
+  // The chunk size the step's collectives run at: the autotuner's, with its schedule (0: the
+  // process's comm::chunk_bytes()).
+  size_t chunk_bytes() const { return runner_->chunk_bytes(); }
   // Bytes this rank holds in memory for the optimizer state (m and v; with a slow tier, its two
   // staging slots), in the slow tier, and for the programs' other buffers (the communication's
   // staging and scratch, rounded bf16 gradients), from the runners' allocation counts.

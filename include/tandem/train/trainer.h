@@ -27,6 +27,7 @@
 // model.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -52,6 +53,7 @@ struct TrainResult {
   double seconds = 0.0;                 // wall time of the steps
   double tokens_per_s = 0.0;
   std::string optimizer_schedule, epilogue_schedule, pipeline_schedule, executor;
+  size_t optimizer_chunk_bytes = 0;     // the optimizer's collectives' chunk size (0: the process's)
   // Out-of-core runs (world rank 0's stage): the plan, the arena's high-water mark over the
   // steps, and the forward+backward time the model predicted and the median measured.
   std::string ooc_plan;

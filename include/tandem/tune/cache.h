@@ -83,7 +83,9 @@ struct TuneRecord {
   int64_t space = 0;
   double budget_s = 0;
   int64_t left_untimed = 0;
-  // The chunk sizes the winner was timed at (empty: none tried) and the fastest (0: none).
+  // The chunk sizes the winner was timed at (empty: none tried) and the fastest (0: none; also
+  // what a record written before chunk rounds reads as), which the winner is to run at
+  // (exec::RunnerOptions::chunk_bytes; 0: the process's comm::chunk_bytes()).
   std::vector<ChunkTiming> chunks;
   size_t chunk_bytes = 0;
   std::string created;  // UTC, ISO 8601

@@ -4,6 +4,7 @@
 // for every executor, and tests can wrap one to rig its timings.
 #pragma once
 
+#include <cstddef>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -22,10 +23,12 @@ class Executor {
   virtual ~Executor() = default;
   // A short name, part of the tuning cache's key: exec::runner_kind_name's for the built-in ones.
   virtual std::string name() const = 0;
-  // Sets `plan` up on this rank of `comm` (every rank calls it together with the same plan).
-  // The plan must outlive the result. A plan the executor cannot run is a UserError.
+  // Sets `plan` up on this rank of `comm` (every rank calls it together with the same plan and
+  // chunk size), its collectives run at `chunk_bytes` (exec::RunnerOptions::chunk_bytes; 0: the
+  // process's comm::chunk_bytes()). The plan must outlive the result. A plan the executor cannot
+  // run is a UserError.
   virtual std::unique_ptr<exec::Runner> prepare(const schedule::Plan& plan, comm::Communicator& comm,
-                                                const dsl::SymbolMap& symbols) = 0;
+                                                const dsl::SymbolMap& symbols, size_t chunk_bytes) = 0;
 };
 
 // The executor of a kind: the compiled one compiles through the JIT's cache, which `options` may

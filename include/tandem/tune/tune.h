@@ -10,8 +10,9 @@
 // depends mostly on its own consumers, so fixing the others costs little. It times 1 + sum over
 // collectives of the choices of one collective, instead of their product: for one collective
 // (the four workloads) it is the whole space, as before. After the final round (below) it times
-// the winner at each chunk size of the collectives and keeps the fastest. A time budget bounds
-// the search: once it is spent no further candidate starts (the record says how many were left).
+// the winner at each chunk size of the collectives and keeps the fastest, which those who run the
+// tuned program apply (exec::RunnerOptions::chunk_bytes). A time budget bounds the search: once it
+// is spent no further candidate starts (the record says how many were left).
 //
 // For each schedule it sets the schedule up (compiling it), checks one run against the reference
 // interpreter on the same inputs, then warms up and times several repetitions (each the slowest
@@ -73,7 +74,9 @@ struct TuneOptions {
   std::vector<std::string> only;
   // Block counts tried for each overlap of the leader (besides enumerate.blocks); empty: none.
   std::vector<int> blocks = {2, 8, 16};
-  // Chunk sizes (bytes, comm::set_chunk_bytes) the winner is timed at; empty: the process's only.
+  // Chunk sizes (bytes) the winner is timed at, each by runners set up at that size
+  // (exec::RunnerOptions::chunk_bytes; the process's comm::chunk_bytes() is left alone); the
+  // fastest is the record's chunk_bytes. Empty: no chunk round (the record's chunk_bytes is 0).
   std::vector<size_t> chunk_bytes = {size_t{64} << 10, size_t{256} << 10, size_t{1} << 20, size_t{4} << 20};
   // Seconds after which no further candidate starts (the baseline always runs); 0: no limit.
   double budget_s = 600;

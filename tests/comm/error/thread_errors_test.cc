@@ -128,6 +128,44 @@ TEST(PartitionErrors, PartitionsDifferAcrossRanks) {
                            "rows 5, inner 2\\], rank 1 passed \\[outer 1, rows 30, inner 1\\]"));
 }
 
+// ---- Chunk sizes --------------------------------------------------------------------------------
+
+// A `kind` call on 3 ranks by `algo` in which rank 2 asks for another chunk size (CollectiveDesc::
+// chunk_bytes) than ranks 0 and 1: its failure.
+std::string failure_with_rank_2_chunk(CollectiveKind kind, CollectiveAlgo algo, size_t others, size_t rank_2) {
+  return failure_of(3, [&](Communicator& c) {
+    CollectiveDesc d{kind};
+    d.send = Tensor::zeros(DType::F32, {30});
+    d.recv = kind == CollectiveKind::AllGather ? Tensor::zeros(DType::F32, {90}) : Tensor();
+    d.algo = algo;
+    d.chunk_bytes = c.rank() == 2 ? rank_2 : others;
+    c.run(d);
+  });
+}
+
+TEST(ChunkSizeErrors, ChunkSizesDifferAcrossRanks) {
+  for (CollectiveAlgo algo : {CollectiveAlgo::Direct, CollectiveAlgo::Ring}) {
+    EXPECT_THAT(failure_with_rank_2_chunk(CollectiveKind::AllReduce, algo, 64, 128),
+                MatchesRegex("all_reduce on rank [012] of 3: chunk size mismatch across ranks: rank 0 passed 64 "
+                             "bytes, rank 2 passed 128 bytes; every rank must run the call at the same chunk size "
+                             "\\(CollectiveDesc::chunk_bytes; 0 takes the process's comm::chunk_bytes\\(\\)\\)"))
+        << collective_algo_name(algo);
+    EXPECT_THAT(failure_with_rank_2_chunk(CollectiveKind::AllGather, algo, 64, 128),
+                MatchesRegex("all_gather on rank [012] of 3: chunk size mismatch across ranks: rank 0 passed 64 "
+                             "bytes, rank 2 passed 128 bytes.*"))
+        << collective_algo_name(algo);
+  }
+}
+
+// 0 stands for the process's chunk size: the ranks compare what it resolves to.
+TEST(ChunkSizeErrors, ZeroIsTheProcessChunkSize) {
+  ScopedChunkBytes process(96);
+  EXPECT_THAT(failure_with_rank_2_chunk(CollectiveKind::Broadcast, CollectiveAlgo::Auto, 64, 0),
+              MatchesRegex("broadcast on rank [012] of 3: chunk size mismatch across ranks: rank 0 passed 64 bytes, "
+                           "rank 2 passed 96 bytes.*"));
+  EXPECT_EQ(failure_with_rank_2_chunk(CollectiveKind::AllReduce, CollectiveAlgo::Auto, 96, 0), "no error");
+}
+
 TEST(LocalErrors, InputAndOutputDTypesDiffer) {
   EXPECT_EQ(failure_of(1,
                        [](Communicator& c) {

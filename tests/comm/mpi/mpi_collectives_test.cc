@@ -288,6 +288,30 @@ TEST(MpiErrors, CrossRankMismatches) {
   EXPECT_EQ(all_reduce_case(*c, CollectiveAlgo::Auto, DType::F32, 10, ReduceOp::Min, false), "");
 }
 
+// The chunk size is part of what the ranks agree on: on one node in the calls they post in shared
+// memory, and with each rank a node of its own (no shared memory) in the handshake before the ring.
+TEST(MpiErrors, ChunkSizeMismatch) {
+  std::unique_ptr<Communicator> one_node = mpi_world();
+  std::unique_ptr<Communicator> nodes_of_one = [] {
+    ScopedRanksPerNode k(1);
+    return mpi_world();
+  }();
+  for (Communicator* c : {one_node.get(), nodes_of_one.get()}) {
+    const int r = c->rank(), p = c->size();
+    EXPECT_EQ(error_of([&] {
+                CollectiveDesc d{CollectiveKind::AllReduce};
+                d.send = Tensor::zeros(DType::F32, {8});
+                d.chunk_bytes = r == 1 ? 128 : 64;
+                c->run(std::move(d));
+              }),
+              fmt::format("all_reduce on rank {} of {}: chunk size mismatch across ranks: rank 0 passed 64 bytes, "
+                          "rank 1 passed 128 bytes; every rank must run the call at the same chunk size "
+                          "(CollectiveDesc::chunk_bytes; 0 takes the process's comm::chunk_bytes())",
+                          r, p));
+    EXPECT_EQ(all_reduce_case(*c, CollectiveAlgo::Auto, DType::F32, 10, ReduceOp::Min, false), "");
+  }
+}
+
 TEST(MpiErrors, BadArguments) {
   auto c = mpi_world();
   const int r = c->rank(), p = c->size();

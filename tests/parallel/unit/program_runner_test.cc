@@ -1,13 +1,16 @@
 // How a ProgramRunner picks its schedule: the first preference the program allows (each parsed as
 // a recipe and applied, nothing enumerated), else the unscheduled program;
-// TANDEM_SCHEDULE_<PROGRAM> forces one, and a name it cannot use is one error saying why.
+// TANDEM_SCHEDULE_<PROGRAM> forces one, and a name it cannot use is one error saying why. The
+// first preference's chunk size goes with it alone, into every runner prepared.
 #include "tandem/parallel/program_runner.h"
 
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <memory>
 #include <string>
 
+#include "tandem/comm/thread.h"
 #include "tandem/core/error.h"
 #include "tandem/dsl/workloads.h"
 
@@ -46,6 +49,36 @@ TEST(ProgramRunnerSchedule, TheEnvironmentForcesOne) {
               "input");
   }
   ::unsetenv("TANDEM_SCHEDULE_ADAM");
+}
+
+TEST(ProgramRunnerSchedule, TheFirstPreferenceCarriesItsChunkSize) {
+  const dsl::Program adam = dsl::workloads::adam();
+  EXPECT_EQ(ProgramRunner(adam, {"RS-C-AG", "AR-C"}, kRef, 4096).chunk_bytes(), 4096u);
+  EXPECT_EQ(ProgramRunner(adam, {"ol(MM,AR-C)", "AR-C"}, kRef, 4096).chunk_bytes(), 0u)
+      << "the first preference does not apply: the next runs at the process's size";
+  EXPECT_EQ(ProgramRunner(adam, {"RS-C-AG"}, kRef).chunk_bytes(), 0u);
+  ::setenv("TANDEM_SCHEDULE_ADAM", "RS-C-AG", 1);
+  EXPECT_EQ(ProgramRunner(adam, {"RS-C-AG"}, kRef, 4096).chunk_bytes(), 0u) << "a forced schedule";
+  ::unsetenv("TANDEM_SCHEDULE_ADAM");
+}
+
+// The runners it prepares run their collectives at that size: ranks given different ones disagree.
+TEST(ProgramRunnerSchedule, PreparedRunnersRunAtTheChunkSize) {
+  const dsl::Program adam = dsl::workloads::adam();
+  std::string message = "no error";
+  try {
+    comm::run_ranks(2, [&](comm::Communicator& c) {
+      const ProgramRunner runner(adam, {"fused(RS-C-AG)"}, exec::RunnerKind::Plan, c.rank() == 0 ? 64 : 128);
+      std::unique_ptr<exec::Runner> run = runner.prepare(c, {{"N", 100}});
+      for (int id : adam.scalars()) run->set_scalar(adam.stage(id).name, 0.5);
+      run->run();
+    });
+  } catch (const UserError& e) {
+    message = e.what();
+  }
+  EXPECT_NE(message.find("chunk size mismatch across ranks: rank 0 passed 64 bytes, rank 1 passed 128 bytes"),
+            std::string::npos)
+      << message;
 }
 
 }  // namespace

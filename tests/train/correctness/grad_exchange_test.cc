@@ -118,7 +118,7 @@ TEST(GradExchange, StateIsOneOverDpAndTheModelsBuffersAreBound) {
         OptimizerConfig oc;
         oc.bucket_mb = 0.02;
         oc.clip_grad_norm = clip;
-        DataParallelOptimizer opt(oc, layout, params, grads, c, {"fused(RS-C-AG)+slice(m,v)"},
+        DataParallelOptimizer opt(oc, layout, params, grads, c, {{"fused(RS-C-AG)+slice(m,v)"}},
                                   exec::RunnerKind::Compiled);
         EXPECT_GT(opt.buckets(), 1);
         int64_t mine = 0;

@@ -1,12 +1,15 @@
 // The tuner's search on in-process ranks: a program with two collectives is tuned one collective at
 // a time (each keeps the choice that was fastest, made known here by delaying the others), then
 // the leader's overlap at other block counts; the time budget stops the search; the winner is timed
-// at each chunk size; and the cache key changes with the block counts, chunk sizes and budget.
+// at each chunk size, by runners set up at that size (the process's size untouched); and the cache
+// key changes with the block counts, chunk sizes and budget.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "schedule/testing.h"
 #include "tandem/comm/communicator.h"
@@ -32,17 +35,39 @@ class ByRecipeExecutor final : public Executor {
       : program_(std::move(p)), inner_(executor_of(exec::RunnerKind::Plan)) {}
   std::string name() const override { return "by-recipe"; }
   std::unique_ptr<exec::Runner> prepare(const schedule::Plan& plan, comm::Communicator& comm,
-                                        const dsl::SymbolMap& symbols) override {
+                                        const dsl::SymbolMap& symbols, size_t chunk_bytes) override {
     const auto parts = Recipe::parse(plan.name).parts(program_);
     int ms = 80;
     if (parts[0].move == Move::Reorder && parts[0].fuse) ms -= 40;
     if (parts[1].overlap_matmul) ms -= parts[1].blocks == 2 ? 36 : 20;
-    return std::make_unique<testing::SlowedRunner>(inner_->prepare(plan, comm, symbols),
+    return std::make_unique<testing::SlowedRunner>(inner_->prepare(plan, comm, symbols, chunk_bytes),
                                                    std::chrono::milliseconds(ms));
   }
 
  private:
   dsl::Program program_;
+  std::unique_ptr<Executor> inner_;
+};
+
+// Runs the plan runner and logs, on rank 0, the chunk size each runner is set up at and the
+// process's chunk size at each of its runs.
+class ChunkLoggingExecutor final : public Executor {
+ public:
+  ChunkLoggingExecutor() : inner_(executor_of(exec::RunnerKind::Plan)) {}
+  std::string name() const override { return "chunk-logging"; }
+  std::unique_ptr<exec::Runner> prepare(const schedule::Plan& plan, comm::Communicator& comm,
+                                        const dsl::SymbolMap& symbols, size_t chunk_bytes) override {
+    const bool logged = comm.rank() == 0;  // rank 0's thread alone touches the logs
+    if (logged) prepared.push_back(chunk_bytes);
+    return std::make_unique<testing::SlowedRunner>(inner_->prepare(plan, comm, symbols, chunk_bytes),
+                                                   std::chrono::milliseconds(0), testing::SlowedRunner::Alter{},
+                                                   [this, logged] {
+                                                     if (logged) process_at_run.push_back(comm::chunk_bytes());
+                                                   });
+  }
+  std::vector<size_t> prepared, process_at_run;
+
+ private:
   std::unique_ptr<Executor> inner_;
 };
 
@@ -112,13 +137,19 @@ TEST(Search, TheWinnerIsTimedAtEachChunkSize) {
   TuneOptions o;
   o.sizes = {{"N", 5000}};
   o.reps = 2;
-  o.executor = executor_of(exec::RunnerKind::Plan);
+  auto logging = std::make_shared<ChunkLoggingExecutor>();
+  o.executor = logging;
   o.only = {"fused(RS-C-AG)+slice(m,v)"};
   o.chunk_bytes = {256, 8192};
   comm::set_chunk_bytes(1000);
   const TuneResult r = tune_threads(adam, 2, o);
-  EXPECT_EQ(comm::chunk_bytes(), 1000u) << "the process's chunk size is restored";
+  EXPECT_EQ(comm::chunk_bytes(), 1000u) << "the process's chunk size is left alone";
   comm::set_chunk_bytes(0);
+  // The candidates at the process's size (0), then the winner once per size of the chunk round.
+  ASSERT_GE(logging->prepared.size(), 2u);
+  EXPECT_EQ(std::vector<size_t>(logging->prepared.end() - 2, logging->prepared.end()), (std::vector<size_t>{256, 8192}));
+  for (size_t k = 0; k + 2 < logging->prepared.size(); ++k) EXPECT_EQ(logging->prepared[k], 0u);
+  for (size_t process : logging->process_at_run) EXPECT_EQ(process, 1000u) << "the tuner changed the process's size";
   ASSERT_EQ(r.record.chunks.size(), 2u);
   EXPECT_EQ(r.record.chunks[0].bytes, 256u);
   EXPECT_EQ(r.record.chunks[1].bytes, 8192u);

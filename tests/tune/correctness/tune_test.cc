@@ -37,7 +37,7 @@ class RiggedExecutor final : public Executor {
   explicit RiggedExecutor(Rigged r) : r_(std::move(r)), inner_(executor_of(exec::RunnerKind::Plan)) {}
   std::string name() const override { return "rigged"; }
   std::unique_ptr<exec::Runner> prepare(const schedule::Plan& plan, comm::Communicator& comm,
-                                       const dsl::SymbolMap& symbols) override {
+                                       const dsl::SymbolMap& symbols, size_t chunk_bytes) override {
     if (plan.name == r_.broken) user_error("cannot set up '{}' (on purpose)", plan.name);
     testing::SlowedRunner::Alter wrong;
     if (plan.name == r_.wrong)
@@ -46,7 +46,7 @@ class RiggedExecutor final : public Executor {
         const Tensor& t = out.begin()->second;
         if (t.numel() > 0) t.set(t.numel() / 2, t.get(t.numel() / 2) + 1.0f);
       };
-    return std::make_unique<testing::SlowedRunner>(inner_->prepare(plan, comm, symbols),
+    return std::make_unique<testing::SlowedRunner>(inner_->prepare(plan, comm, symbols, chunk_bytes),
                                                    plan.name == r_.fast ? std::chrono::milliseconds(0) : r_.delay,
                                                    std::move(wrong));
   }
@@ -70,7 +70,7 @@ class ScriptedExecutor final : public Executor {
   explicit ScriptedExecutor(Script s) : s_(std::move(s)), inner_(executor_of(exec::RunnerKind::Plan)) {}
   std::string name() const override { return "scripted"; }
   std::unique_ptr<exec::Runner> prepare(const schedule::Plan& plan, comm::Communicator& comm,
-                                       const dsl::SymbolMap& symbols) override {
+                                       const dsl::SymbolMap& symbols, size_t chunk_bytes) override {
     int generation = 0;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -85,7 +85,7 @@ class ScriptedExecutor final : public Executor {
     }
     // Only this rank's thread touches its log.
     return std::make_unique<testing::SlowedRunner>(
-        inner_->prepare(plan, comm, symbols), std::chrono::milliseconds(delay), testing::SlowedRunner::Alter{},
+        inner_->prepare(plan, comm, symbols, chunk_bytes), std::chrono::milliseconds(delay), testing::SlowedRunner::Alter{},
         [log, name = plan.name] {
           if (log != nullptr) log->push_back(name);
         });

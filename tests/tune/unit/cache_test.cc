@@ -95,6 +95,23 @@ TEST(TuneCache, JsonRoundTripKeepsTheFinalRound) {
   }
 }
 
+// The chunk round's choice survives the round trip; a record without one (no chunk round, or
+// written before chunk rounds) reads as chunk size 0: the process's.
+TEST(TuneCache, JsonRoundTripKeepsTheChunkSize) {
+  TuneRecord r = sample_record();
+  const std::string without = record_to_json(r);
+  EXPECT_EQ(without.find("\"chunks\""), std::string::npos) << without;
+  EXPECT_EQ(record_from_json(without).chunk_bytes, 0u);
+  EXPECT_TRUE(record_from_json(without).chunks.empty());
+  r.chunks = {{65536, {0.002, 0.003}}, {262144, {0.001}}};
+  r.chunk_bytes = 262144;
+  const TuneRecord back = record_from_json(record_to_json(r));
+  EXPECT_EQ(back.chunk_bytes, 262144u);
+  ASSERT_EQ(back.chunks.size(), 2u);
+  EXPECT_EQ(back.chunks[0].bytes, 65536u);
+  EXPECT_EQ(back.chunks[0].times, r.chunks[0].times);
+}
+
 // A record written before the final round (format 1) still reads, as a record without a final
 // round; but the cache treats it as stale, says so, and the key is tuned again.
 TEST(TuneCache, OlderFormatReadsButIsStale) {

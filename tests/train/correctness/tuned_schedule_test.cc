@@ -1,0 +1,82 @@
+// The trainer runs the autotuner's cached choice for its optimizer as the record gives it: the
+// winner, at the winner's chunk size, reported in the start-up line; the same weights as at the
+// process's chunk size (chunking does not change results); and a record without a chunk round
+// runs at the process's size.
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "tandem/comm/thread.h"
+#include "tandem/core/blas.h"
+#include "tandem/dsl/workloads.h"
+#include "tandem/parallel/shard.h"
+#include "tandem/schedule/enumerate.h"
+#include "tandem/train/optimizer.h"
+#include "tandem/train/trainer.h"
+#include "tandem/tune/cache.h"
+#include "tandem/tune/executor.h"
+#include "tandem/tune/tune.h"
+#include "train/test_util.h"
+#include "tune/tune_testing.h"
+
+namespace tandem::train {
+namespace {
+
+// Two data-parallel ranks on the plan runner, weights kept.
+TrainConfig two_ranks() {
+  TrainConfig c = testing::tiny_run(2);
+  c.grid = {2, 1, 1};
+  c.keep_weights = true;
+  return c;
+}
+
+// Stores the record the trainer looks up for `c`'s optimizer: `winner` at `chunk_bytes` (0: no
+// chunk round), keyed as the trainer keys it (the sliced schedules of adam on 2 thread ranks).
+void store_optimizer_record(const TrainConfig& c, const std::string& cache, const std::string& winner,
+                            size_t chunk_bytes) {
+  const dsl::Program program = optimizer_program(c.optimizer);
+  tune::TuneOptions o;
+  o.sizes = {{"N", parallel::ShardLayout(c.model, c.grid, 0, 0).size()}};
+  for (const schedule::NamedSchedule& s : schedule::enumerate_schedules(program))
+    if (!s.recipe.slice.empty()) o.only.push_back(s.name);
+  o.executor = tune::executor_of(exec::RunnerKind::Plan);
+  blas::set_num_threads(c.blas_threads);  // part of the key's machine, as train() sets it
+  tune::TuneRecord r;
+  comm::run_ranks(c.grid.size(), [&](comm::Communicator& comm) {
+    if (comm.rank() == 0) r.key = tune::tune_key(program, comm, o);
+  });
+  r.winner = winner;
+  r.candidates = {{winner, true, "", 0.0, {0.001}}};
+  r.chunk_bytes = chunk_bytes;
+  if (chunk_bytes != 0) r.chunks = {{chunk_bytes, {0.001}}};
+  r.created = "2026-01-01T00:00:00Z";
+  tune::store_record(r, cache);
+}
+
+TEST(TrainerTunedSchedule, TheOptimizerRunsAtTheRecordsChunkSize) {
+  const std::string winner = "RS-C-AG+slice(m,v)";  // not the first preference: the record decides
+  TrainResult at_record, at_process;
+  std::ostringstream lines;
+  {
+    tandem::testing::TempCacheDir dir("train-chunk");
+    TrainConfig c = two_ranks();
+    store_optimizer_record(c, dir.str(), winner, 96);
+    c.out = &lines;
+    at_record = train(c);
+  }
+  EXPECT_EQ(at_record.optimizer_schedule, winner);
+  EXPECT_EQ(at_record.optimizer_chunk_bytes, 96u);
+  EXPECT_NE(lines.str().find("schedule RS-C-AG+slice(m,v) at 96-byte chunks"), std::string::npos) << lines.str();
+  {
+    tandem::testing::TempCacheDir dir("train-no-chunk");
+    const TrainConfig c = two_ranks();
+    store_optimizer_record(c, dir.str(), winner, 0);
+    at_process = train(c);
+  }
+  EXPECT_EQ(at_process.optimizer_schedule, winner);
+  EXPECT_EQ(at_process.optimizer_chunk_bytes, 0u) << "a record without a chunk round";
+  testing::expect_bitwise(at_record, at_process, "the tuned chunk size against the process's");
+}
+
+}  // namespace
+}  // namespace tandem::train
