@@ -80,13 +80,16 @@ std::pair<Expr, Expr> clipped_direction(Program& p, DType grad_dtype) {
 
 // LAMB's step from the direction: w1 = w - lr * trust * r, trust = ||w|| / ||r|| (1 where either
 // norm is 0). Returns w - lr * trust * r, on `w_part` (w, or this rank's slice of it). ||w|| is
-// taken over the whole w that every rank holds, ||r|| under a sliced r as a local sum of squares
-// and a cross-rank reduction: that is what the one-program step's schedules compute, bitwise.
+// taken over this rank's slice `w_mine` (scatter(w, 0)), as ||r|| is under a sliced r: a local
+// sum of squares of N/p elements and a cross-rank sum, so no rank reads the whole w for it. Every
+// schedule of one program computes ||w|| as the reference interpreter does, bitwise, on the same
+// rank count; from one rank count to another the cross-rank sum of f32 partials changes its low
+// bits, as it changes ||r||'s.
 // `segmented`: per segment of w (a bucket of tensors, ir.h): the norms are segment norms (one
-// all-reduce for every segment's ||r||), trust is f32[S], and each element is scaled by its
+// all-reduce of the S partials for each), trust is f32[S], and each element is scaled by its
 // segment's lr * trust (the same f32 operations per element as one tensor's step).
-Expr lamb_step(const Expr& lr, const Expr& w, const Expr& w_part, const Expr& r, bool segmented) {
-  const Expr w_norm = (segmented ? segment_norm(w) : norm(w)).named("w_norm");
+Expr lamb_step(const Expr& lr, const Expr& w_mine, const Expr& w_part, const Expr& r, bool segmented) {
+  const Expr w_norm = (segmented ? segment_norm(w_mine) : norm(w_mine)).named("w_norm");
   const Expr r_norm = (segmented ? segment_norm(r) : norm(r)).named("r_norm");
   const Expr ratio = w_norm / r_norm;
   const Expr r_positive = r_norm > 0;
@@ -130,7 +133,8 @@ Program lamb_program(const char* name, DType grad_dtype, bool segmented) {
   const Expr lr = p.scalar("lr");
   const Expr r = adam_step_direction(p, grad_dtype);
   const Expr w = named_stage(p, "w");
-  update(w, lamb_step(lr, w, w, r, segmented)).named("w1");
+  const Expr w_mine = scatter(w, 0).named("w_mine");  // ||w|| from this rank's slice only
+  update(w, lamb_step(lr, w_mine, w, r, segmented)).named("w1");
   return p;
 }
 
@@ -157,7 +161,7 @@ Program clipped_update(const char* name, DType grad_dtype, bool lamb, bool segme
   const Expr lr = p.scalar("lr");
   const auto [w_mine, r] = clipped_direction(p, grad_dtype);
   const Expr w = named_stage(p, "w");
-  const Expr w_slice = (lamb ? lamb_step(lr, w, w_mine, r, segmented) : w_mine - lr * r).named("w_slice");
+  const Expr w_slice = (lamb ? lamb_step(lr, w_mine, w_mine, r, segmented) : w_mine - lr * r).named("w_slice");
   update(w, AllGather(w_slice).named("w_all")).named("w1");
   return p;
 }

@@ -14,8 +14,9 @@ namespace tandem::schedule::detail {
 std::vector<int> movable_consumers(const dsl::Program& p, int ag, bool through_transfers);
 
 // The largest fused stage around collective `c` (AllReduce or ReduceScatter): the computations
-// on its result that can run in its hook, their side computations, and (for a ReduceScatter)
-// the AllGathers of what they compute. Empty when nothing can be fused into it.
+// on its result that can run in its hook, their side computations, the norms of inputs (or of
+// this rank's part of one) over the hook's domain, and (for a ReduceScatter) the AllGathers of
+// what they compute. Empty when nothing can be fused into it.
 std::vector<int> fusable_into(const Schedule& s, int c);
 
 // Element-wise computations not yet fused, grouped into the largest loops fuse accepts (each

@@ -29,6 +29,26 @@ const Stage& ranged(const Program& p, const Stage& st) {
   return detail::is_accumulator(st) ? p.stage(st.args[0]) : st;
 }
 
+// Side accumulators of collective c's hook: norms (or sums over every dim) of an input, or of a
+// scatter of one, over the hook's domain, that neither use c's result nor feed c. The hook streams
+// this rank's part anyway, so folding them in saves a loop that would read it again (LAMB's ||w||
+// over this rank's slice of w).
+std::vector<int> side_accumulators(const Schedule& s, int c) {
+  const Program& p = s.program();
+  const Stage& cs = p.stage(c);
+  const std::vector<char> below = detail::descendants(p, c), feeds = detail::ancestors(p, {cs.args[0]});
+  std::vector<int> out;
+  for (const Stage& st : p.stages()) {
+    if (!detail::is_accumulator(st) || in(below, st.id) || in(feeds, st.id) || s.fused_index(st.id) >= 0) continue;
+    const Stage& x = p.stage(st.args[0]);
+    const bool in_memory = x.op == Op::Input || (x.op == Op::Scatter && p.stage(x.args[0]).op == Op::Input);
+    if (in_memory && x.type.shape == cs.type.shape && domain_key(x.type.layout) == domain_key(cs.type.layout) &&
+        !x.type.layout.is_local() && x.type.group == cs.type.group)
+      out.push_back(st.id);
+  }
+  return out;
+}
+
 // Checks a proposed fused stage; returns it (with its closure) or throws the UserError `who`
 // explains.
 FusedStage check_fuse(const Schedule& s, std::vector<int> listed, const std::string& who) {
@@ -253,11 +273,20 @@ std::vector<int> fusable_into(const Schedule& s, int c) {
   for (size_t i = 0; i < n; ++i)
     if (member[i]) out.push_back(static_cast<int>(i));
   if (out.size() < 2) return {};
-  try {
-    return check_fuse(s, out, "fuse").stages;
-  } catch (const UserError&) {
-    return {};
+  // Side accumulators join only a hook that computes on the collective's result: they alone are
+  // no reason for one.
+  std::vector<int> with_side = out;
+  if (std::any_of(out.begin(), out.end(), [&](int x) { return x != c && p.stage(x).op != Op::AllGather; })) {
+    const std::vector<int> side = side_accumulators(s, c);
+    with_side.insert(with_side.end(), side.begin(), side.end());
   }
+  for (const std::vector<int>* ids : {&with_side, &out}) {
+    try {
+      return check_fuse(s, *ids, "fuse").stages;
+    } catch (const UserError&) {
+    }
+  }
+  return {};
 }
 
 std::vector<std::vector<int>> fusable_loops(const Schedule& s) {

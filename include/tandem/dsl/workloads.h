@@ -39,11 +39,14 @@ Program adam(DType grad_dtype = DType::BF16);
 
 // LAMB (You et al.): Adam's direction r = mhat / (sqrt(vhat) + eps) + weight_decay w, scaled per
 // tensor by the trust ratio ||w|| / ||r|| (1 where either norm is 0): w1 = w - lr * trust * r.
+// ||w|| is taken over each rank's slice of w (scatter(w, 0)) and summed across the ranks, so no
+// rank reads the whole w for it; on one rank count every schedule gives it bitwise.
 Program lamb(DType grad_dtype = DType::BF16);
 // LAMB over a bucket of tensors (CoCoNeT's scattered-tensor fusion): the same step with the
 // trust ratio per segment of N (ir.h: segment_norm, segment_scale), so one program, with one
-// all-reduce for every segment's ||r||, updates many tensors. ||w|| per segment is bitwise the
-// per-tensor program's; ||r|| differs only in how the ranks' partial sums are cut and added.
+// all-reduce for every segment's ||w|| and one for every segment's ||r||, updates many tensors.
+// Both norms differ from the per-tensor program's only in how the ranks' partial sums are cut
+// and added (bitwise on one rank).
 Program lamb_bucket(DType grad_dtype = DType::BF16);
 
 // The data-parallel step in two halves, for global gradient-norm clipping: the norm of the

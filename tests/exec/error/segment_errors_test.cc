@@ -50,7 +50,7 @@ TEST(SegmentErrors, BoundsAreCheckedAtSetUp) {
   EXPECT_THAT(user_error_of([] { set_up({0, 4, 4, 10}); }),
               HasSubstr("segment bounds must ascend strictly (every segment holds an element), but bound 2 is 4 after 4"));
   EXPECT_THAT(user_error_of([] { set_up({0, 4, 9}); }),
-              HasSubstr("stage w_norm cuts w (extent 10) into segments, but the segments end at 9"));
+              HasSubstr("stage w_norm cuts w_mine (extent 10) into segments, but the segments end at 9"));
   EXPECT_THAT(user_error_of([] { set_up({0, 4, 6, 10}); }),
               HasSubstr("stage w_norm has 2 segments (w_norm is [2]), but 3 segments are given"));
   const schedule::Plan adam = plan_named(workloads::adam(F32), "AR-C");

@@ -91,6 +91,9 @@ TEST(TrainerEquivalence, PipelineParallelMatchesOneRank) {
   expect_equivalent(c, "pp=2");
 }
 
+// Within the losses' tolerance above, not bitwise: at dp = 2 the gradients are summed in another
+// order, and both of LAMB's norms, ||w|| and ||r||, are sums of the two ranks' f32 partial sums of
+// their slices, which round differently from one rank's sum over the whole tensor.
 TEST(TrainerEquivalence, LambDataParallelMatchesOneRank) {
   TrainConfig one = tiny({1, 1, 1});
   one.optimizer.name = "lamb";
