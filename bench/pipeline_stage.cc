@@ -4,9 +4,9 @@
 // epilogue inside, each rank sends its slice, group 1 all-gathers) timed alongside, and tandem's
 // own unfused schedule (the program as written: all-reduce, epilogue loop, send), so that the
 // headline is against the faster of the two unfused steps. A bound from the same run: what
-// perfect overlap could reach, the largest of group 0's GEMM plus its share of the epilogue, the
-// reduce-scatter any schedule needs, and the hand-off of the output's bytes once, each timed
-// alone. 4 ranks by default (two groups of two: with one rank per group there is nothing to
+// perfect overlap could reach, the largest of group 0's GEMM, the reduce-scatter any schedule
+// needs (the faster of MPI's and tandem's), and the hand-off of the output's bytes once, each
+// timed alone. 4 ranks by default (two groups of two: with one rank per group there is nothing to
 // reduce or slice).
 #include <fmt/format.h>
 
@@ -151,6 +151,18 @@ void bench(Ranks& R, const Options& o, int64_t B, int64_t Kp, int64_t H) {
       MPI_Reduce_scatter_block(z.data(), part.data(), static_cast<int>(rows * H), MPI_FLOAT, MPI_SUM, gmpi);
     else gcomm->reduce_scatter(z.flat_slice(0, rows * half * H), part, comm::ReduceOp::Sum);
   };
+  // tandem's own reduce-scatter, on MPI processes too, on buffers from the group's allocator (as
+  // the runners' are: one node's ranks read them directly).
+  std::unique_ptr<comm::Communicator> tgroup = R.is_mpi() ? comm.split(group, rank) : nullptr;
+  Tensor z_comm, part_comm;
+  if (tgroup) {
+    Allocator& a = comm::buffer_allocator(*tgroup, host_allocator());
+    z_comm = Tensor::zeros(DType::F32, Shape{rows * half * H}, a);
+    part_comm = Tensor::zeros(DType::F32, Shape{rows * H}, a);
+  }
+  auto tandem_reduce_scatter = [&] {
+    if (group == 0 && tgroup) tgroup->reduce_scatter(z_comm, part_comm, comm::ReduceOp::Sum);
+  };
   auto hand_off = [&] {
     const int peer = group == 0 ? rank + half : rank - half;
     const Tensor& buf = group == 0 ? my_rows : part;
@@ -170,7 +182,8 @@ void bench(Ranks& R, const Options& o, int64_t B, int64_t Kp, int64_t H) {
                                        {"gemm", gemm, {}},
                                        {"epilogue", epilogue, {}},
                                        {"reduce_scatter", reduce_scatter, {}},
-                                       {"hand_off", hand_off, {}}};
+                                       {"hand_off", hand_off, {}},
+                                       {"tandem_reduce_scatter", tandem_reduce_scatter, {}}};
   if (sliced) contenders.push_back({"slice", [&] { sliced->run(); }, {}});
   const std::vector<Stats> s = time_interleaved(comm, contenders, o.warmup, o.reps);
   if (gmpi != MPI_COMM_NULL) MPI_Comm_free(&gmpi);
@@ -179,18 +192,21 @@ void bench(Ranks& R, const Options& o, int64_t B, int64_t Kp, int64_t H) {
   print_row(fmt::format("baseline: sgemm + {} of the full output", coll), s[0]);
   print_row(fmt::format("tandem: {}", tuned.result.record.winner), s[1]);
   print_row(fmt::format("tandem unfused: {} (the program as written)", as_written.str()), s[2]);
-  if (sliced) print_row(fmt::format("fused slice send: {}", slice_name), s[7]);
+  if (sliced) print_row(fmt::format("fused slice send: {}", slice_name), s[8]);
   print_row("  group 0's sgemm alone", s[3]);
   print_row("  group 0's epilogue loop alone", s[4]);
   print_row(fmt::format("  group 0's {} alone", R.is_mpi() ? "MPI_Reduce_scatter_block" : "reduce_scatter"), s[5]);
+  if (tgroup) print_row("  group 0's tandem reduce_scatter alone", s[7]);
   print_row(fmt::format("  hand-off alone: each rank of group 0 sends its {} rows", rows), s[6]);
-  const double bound = std::max({s[3].median + s[4].median / half, s[5].median, s[6].median});
-  fmt::print("  bound: perfect overlap, max(sgemm + epilogue / {}, reduce-scatter, hand-off) = {:.2f} ms\n", half,
-             bound * 1e3);
+  // The epilogue loop above is the baseline's, not a roof (tandem's own runs several times
+  // faster), so the bound leaves it out and is the looser for it.
+  const double rs_floor = tgroup ? std::min(s[5].median, s[7].median) : s[5].median;
+  const double bound = std::max({s[3].median, rs_floor, s[6].median});
+  fmt::print("  bound: perfect overlap, max(sgemm, the faster reduce-scatter, hand-off) = {:.2f} ms\n", bound * 1e3);
   print_ratio(label + "_speedup", s[0].median / s[1].median);
   // The headline: against the faster unfused step, the baseline's or tandem's own.
   print_ratio(label + "_speedup_vs_best_unfused", std::min(s[0].median, s[2].median) / s[1].median);
-  if (!slice_name.empty()) print_ratio(label + "_slice_send_speedup", s[0].median / (sliced ? s[7] : s[1]).median);
+  if (!slice_name.empty()) print_ratio(label + "_slice_send_speedup", s[0].median / (sliced ? s[8] : s[1]).median);
   print_ratio(label + "_vs_bound", s[1].median / bound);
 }
 
