@@ -153,49 +153,61 @@ std::vector<Stats> time_interleaved(comm::Communicator& comm, const std::vector<
   return out;
 }
 
-Roofs measure_roofs(comm::Communicator& comm, size_t bytes, int reps) {
-  Roofs r;
-  const size_t n = bytes / sizeof(float);
-  std::vector<float> a(n, 1.0f);
-  // The optimizer's own pattern for the read-modify-write roof: a gradient read, and w, m and v
-  // read and written in place (4 streams in, 3 out), `bytes` in all.
-  const size_t q = n / 4;
-  std::vector<float> g(q, 0.5f), w(q, 1.0f), m(q, 0.0f), v(q, 0.0f);
-  volatile float sink = 0;  // keeps the sum observable
-  std::vector<double> read_t, rmw_t;
+// The optimizer's own pattern for the read-modify-write roof: a gradient read, and w, m and v
+// read and written in place (4 streams in, 3 out), `bytes` in all.
+RoofStreams::RoofStreams(size_t bytes)
+    : n_(bytes / sizeof(float)), q_(n_ / 4), a_(n_, 1.0f), g_(q_, 0.5f), w_(q_, 1.0f), m_(q_, 0.0f), v_(q_, 0.0f),
+      src_(bytes, 1), dst_(bytes, 0) {}
+
+void RoofStreams::read() {
+  static volatile float sink = 0;  // keeps the sum observable
+  float acc[16] = {};
+  for (size_t k = 0; k + 16 <= n_; k += 16)
+    for (int j = 0; j < 16; ++j) acc[j] += a_[k + static_cast<size_t>(j)];
+  float t = 0;
+  for (float x : acc) t += x;
+  sink = t;
+}
+
+void RoofStreams::rmw() {
+  for (size_t k = 0; k < q_; ++k) {
+    m_[k] = 0.9f * m_[k] + g_[k];
+    v_[k] = 0.99f * v_[k] + g_[k];
+    w_[k] = 0.999f * w_[k] + g_[k];
+  }
+}
+
+void RoofStreams::copy() {
+  std::memcpy(dst_.data(), src_.data(), src_.size());
+  const size_t i = static_cast<size_t>(copies_++) % src_.size();
+  src_[i] = dst_[i];  // a copy the compiler cannot drop
+}
+
+double RoofStreams::read_rate(double seconds) const { return static_cast<double>(n_ * sizeof(float)) / seconds; }
+double RoofStreams::rmw_rate(double seconds) const {
+  return 7.0 * static_cast<double>(q_ * sizeof(float)) / seconds;  // 4 streams read, 3 written
+}
+double RoofStreams::copy_rate(double seconds) const { return 2.0 * static_cast<double>(src_.size()) / seconds; }
+
+Roofs measure_roofs(comm::Communicator& comm, RoofStreams& streams, int reps) {
+  std::vector<double> read_t, rmw_t, copy_t;
   for (int i = 0; i < reps + 1; ++i) {
-    const double tr = time_once(comm, [&] {
-      float acc[16] = {};
-      for (size_t k = 0; k + 16 <= n; k += 16)
-        for (int j = 0; j < 16; ++j) acc[j] += a[k + static_cast<size_t>(j)];
-      float t = 0;
-      for (float x : acc) t += x;
-      sink = t;
-    });
-    const double tw = time_once(comm, [&] {
-      for (size_t k = 0; k < q; ++k) {
-        m[k] = 0.9f * m[k] + g[k];
-        v[k] = 0.99f * v[k] + g[k];
-        w[k] = 0.999f * w[k] + g[k];
-      }
-    });
+    const double tr = time_once(comm, [&] { streams.read(); });
+    const double tw = time_once(comm, [&] { streams.rmw(); });
+    const double tc = time_once(comm, [&] { streams.copy(); });
     if (i > 0) {
       read_t.push_back(tr);
       rmw_t.push_back(tw);
+      copy_t.push_back(tc);
     }
   }
   // The fastest repetition: a roof is what the memory can do, and load only slows it down.
-  r.read = static_cast<double>(n * sizeof(float)) / stats_of(read_t).min;
-  r.rmw = 7.0 * static_cast<double>(q * sizeof(float)) / stats_of(rmw_t).min;  // 4 streams read, 3 written
-  std::vector<char> src(bytes, 1), dst(bytes, 0);
-  std::vector<double> copy_t;
-  for (int i = 0; i < reps + 1; ++i) {
-    const double t = time_once(comm, [&] { std::memcpy(dst.data(), src.data(), bytes); });
-    if (i > 0) copy_t.push_back(t);
-    src[static_cast<size_t>(i) % bytes] = dst[static_cast<size_t>(i) % bytes];
-  }
-  r.copy = 2.0 * static_cast<double>(bytes) / stats_of(copy_t).min;
-  return r;
+  return {streams.copy_rate(stats_of(copy_t).min), streams.read_rate(stats_of(read_t).min),
+          streams.rmw_rate(stats_of(rmw_t).min)};
+}
+
+Roofs fastest_of(const Roofs& a, const Roofs& b) {
+  return {std::max(a.copy, b.copy), std::max(a.read, b.read), std::max(a.rmw, b.rmw)};
 }
 
 std::string load_average() {

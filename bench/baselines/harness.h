@@ -86,7 +86,28 @@ std::vector<Stats> time_interleaved(comm::Communicator& comm, const std::vector<
 struct Roofs {
   double copy = 0, read = 0, rmw = 0;
 };
-Roofs measure_roofs(comm::Communicator& comm, size_t bytes, int reps);
+// The three streams over buffers of `bytes` each (allocated and touched once), one pass a call,
+// so that a benchmark can also time them interleaved with its contenders.
+class RoofStreams {
+ public:
+  explicit RoofStreams(size_t bytes);
+  void read();
+  void rmw();
+  void copy();
+  // Bytes read plus written per second per rank of one pass that took `seconds`.
+  double read_rate(double seconds) const;
+  double rmw_rate(double seconds) const;
+  double copy_rate(double seconds) const;
+
+ private:
+  size_t n_, q_;
+  std::vector<float> a_, g_, w_, m_, v_;
+  std::vector<char> src_, dst_;
+  int copies_ = 0;
+};
+Roofs measure_roofs(comm::Communicator& comm, RoofStreams& streams, int reps);
+// The faster of two measurements of each roof.
+Roofs fastest_of(const Roofs& a, const Roofs& b);
 
 // The 1-minute load average (/proc/loadavg), to record how busy the machine was.
 std::string load_average();
