@@ -73,8 +73,8 @@ parallel::ProgramOptions ScheduleChoice::model_programs(int rows) {
   const double p = cfg_.model.dropout;
   bool shard = cfg_.grid.tp > 1 || (cfg_.grid.pp > 1 && !grid_.last_stage());
   if (shard) {
-    const Tuned w = tuned_schedule(dsl::workloads::megatron_layer(DType::F32, p), grid_.tp(),
-                                         sizes, cfg_.tune, executor_);
+    const Tuned w = tuned_schedule(dsl::workloads::megatron_layer(DType::F32, p), grid_.tp(), sizes, cfg_.tune,
+                                   executor_);
     from_autotuner_ |= !w.schedule.empty();
     o.epilogue_schedules = prefer(w, o.epilogue_schedules);
   }
@@ -87,14 +87,14 @@ parallel::ProgramOptions ScheduleChoice::model_programs(int rows) {
   // The pipeline program runs on each link, chosen on the link so that both ends agree: the
   // link from the previous stage first, as ParallelGPT sets them up.
   if (grid_.from_prev() != nullptr) {
-    const Tuned w = tuned_schedule(dsl::workloads::pipeline_stage(DType::F32, p),
-                                         *grid_.from_prev(), sizes, cfg_.tune, executor_);
+    const Tuned w = tuned_schedule(dsl::workloads::pipeline_stage(DType::F32, p), *grid_.from_prev(), sizes,
+                                   cfg_.tune, executor_);
     from_autotuner_ |= !w.schedule.empty();
     o.pipeline_recv_schedules = prefer(w, o.pipeline_recv_schedules);
   }
   if (grid_.to_next() != nullptr) {
-    const Tuned w = tuned_schedule(dsl::workloads::pipeline_stage(DType::F32, p),
-                                         *grid_.to_next(), sizes, cfg_.tune, executor_);
+    const Tuned w = tuned_schedule(dsl::workloads::pipeline_stage(DType::F32, p), *grid_.to_next(), sizes,
+                                   cfg_.tune, executor_);
     from_autotuner_ |= !w.schedule.empty();
     o.pipeline_schedules = prefer(w, o.pipeline_schedules);
   }
@@ -117,8 +117,7 @@ parallel::SchedulePreferences ScheduleChoice::optimizer_schedules() {
     for (const schedule::NamedSchedule& s : schedule::enumerate_schedules(program))
       if (!s.recipe.slice.empty()) only.push_back(s.name);
   const parallel::ShardLayout layout(cfg_.model, cfg_.grid, grid_.coord().tp, grid_.coord().pp);
-  const Tuned w = tuned_schedule(program, grid_.dp(), {{"N", layout.size()}}, cfg_.tune,
-                                       executor_, only);
+  const Tuned w = tuned_schedule(program, grid_.dp(), {{"N", layout.size()}}, cfg_.tune, executor_, only);
   from_autotuner_ |= !w.schedule.empty();
   return prefer(w, {optimizer_schedule_preferences()});
 }
