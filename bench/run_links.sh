@@ -38,28 +38,25 @@ echo "# run_links.sh on $(hostname), $(date -u +%FT%TZ), $(nproc) cores, load $(
 echo "# commit $(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo unknown)"
 echo "# CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-), AVX-512: $(grep -qw avx512f /proc/cpuinfo && echo yes || echo no)"
 
-# Each run under a time limit, its failure recorded, the next one run regardless.
-run() {
-  echo "\$ $*"
-  local status=0
-  timeout -k 10 -s TERM 900 "$@" 2>&1 || status=$?
-  [ "$status" = 0 ] || echo "(exit status $status)"
-  return 0
+# shellcheck source=bench/steps_common.sh
+. "$here/bench/steps_common.sh"
+
+# COMMAND on NP in-process ranks (its default), NP MPI processes of this host, and two hosts of
+# PER_HOST ranks each, the link unlimited and at each rate.
+on_every_transport() {  # NP PER_HOST COMMAND...
+  local np=$1 per_host=$2
+  shift 2
+  run_limited "$@"
+  run_limited mpirun -np "$np" --oversubscribe "$@"
+  run_limited "$here/scripts/netns-hosts.sh" -n "$per_host" mpirun "$@"
+  for r in ${rates//,/ }; do
+    run_limited "$here/scripts/netns-hosts.sh" -n "$per_host" --rate-mbit "$r" mpirun "$@"
+  done
 }
 
 for i in $(seq "$runs"); do
   echo
   echo "## run $i of $runs"
-  run "${layer[@]}"
-  run mpirun -np 2 --oversubscribe "${layer[@]}"
-  run "$here/scripts/netns-hosts.sh" -n 1 mpirun "${layer[@]}"
-  for r in ${rates//,/ }; do
-    run "$here/scripts/netns-hosts.sh" -n 1 --rate-mbit "$r" mpirun "${layer[@]}"
-  done
-  run "${stage[@]}"
-  run mpirun -np 4 --oversubscribe "${stage[@]}"
-  run "$here/scripts/netns-hosts.sh" -n 2 mpirun "${stage[@]}"
-  for r in ${rates//,/ }; do
-    run "$here/scripts/netns-hosts.sh" -n 2 --rate-mbit "$r" mpirun "${stage[@]}"
-  done
+  on_every_transport 2 1 "${layer[@]}"
+  on_every_transport 4 2 "${stage[@]}"
 done

@@ -33,29 +33,23 @@ adam_step=("$build/bench/bench_adam_step" --sizes "$adam" --dtypes f32 --reps "$
 echo "# run_multinode.sh on $(hostname), $(date -u +%FT%TZ), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# commit $(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo unknown)"
 
-# Each run under a time limit, its failure recorded, the next one run regardless.
-run() {
-  echo "\$ $*"
-  local status=0
-  timeout -k 10 -s TERM 900 "$@" 2>&1 || status=$?
-  [ "$status" = 0 ] || echo "(exit status $status)"
-  return 0
-}
+# shellcheck source=bench/steps_common.sh
+. "$here/bench/steps_common.sh"
 
 echo
 echo "## one node: mpirun -np 2 (the node's part of the model: Direct all-reduce, Adam on one node)"
 one=(mpirun -np 2 --oversubscribe)
-run "${one[@]}" "${collectives[@]}"
-run "${one[@]}" "${adam_step[@]}"
+run_limited "${one[@]}" "${collectives[@]}"
+run_limited "${one[@]}" "${adam_step[@]}"
 
 echo
 echo "## two hosts in network namespaces, 2 ranks each, TCP over a veth pair"
 hosts=("$here/scripts/netns-hosts.sh" mpirun)
-run "${hosts[@]}" "${collectives[@]}"
-run "${hosts[@]}" "${adam_step[@]}"
+run_limited "${hosts[@]}" "${collectives[@]}"
+run_limited "${hosts[@]}" "${adam_step[@]}"
 
 echo
 echo "## forced nodes: TANDEM_RANKS_PER_NODE=2 mpirun -np 4 --oversubscribe --mca btl tcp,self"
 forced=(env TANDEM_RANKS_PER_NODE=2 mpirun -np 4 --oversubscribe --mca btl tcp,self)
-run "${forced[@]}" "${collectives[@]}"
-run "${forced[@]}" "${adam_step[@]}"
+run_limited "${forced[@]}" "${collectives[@]}"
+run_limited "${forced[@]}" "${adam_step[@]}"
