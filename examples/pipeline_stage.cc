@@ -56,8 +56,8 @@ int main(int argc, char** argv) try {
   // Emit the plan as C++ and compile it (or find it in the JIT cache), once per process.
   const auto compiled = exec::compile_plan(plan);
   const bool ok = launch.run([&](comm::Communicator& comm) {
-    // Bitwise, as for the Megatron layer, except on a ring (MPI) of 3 or more ranks per group.
-    const double rtol = comm.backend() == "thread" || comm.size() / stage.groups() <= 2 ? 0 : 1e-5;
+    // Within a tolerance, as for the Megatron layer: the matmul is computed in row blocks.
+    const double rtol = 1e-5;
     return example::check_against_reference(stage, compiled, comm, sizes, {{"seed", 2024}}, rtol);
   });
   return ok ? 0 : 1;

@@ -3,6 +3,8 @@
 
 #include <dlfcn.h>
 
+#include <strings.h>
+
 #include <cstdlib>
 #include <mutex>
 #include <string_view>
@@ -40,12 +42,24 @@ void* symbol(void* handle, const char* name, const std::string& path) {
   return s;
 }
 
+// The user's own OPENBLAS_CORETYPE, read before tandem sets its own; empty when unset.
+std::string& user_choice() {
+  static std::string choice;
+  return choice;
+}
+
 // Chooses the kernels through the environment, which OpenBLAS reads when it is loaded. Never
 // overrides a user's own OPENBLAS_CORETYPE.
 bool choose_kernels() {
-  const char* kernels = preferred_kernels();
-  if (kernels != nullptr) setenv("OPENBLAS_CORETYPE", kernels, /*overwrite=*/0);
-  return true;
+  static const bool chosen = [] {
+    if (const char* set = std::getenv("OPENBLAS_CORETYPE"); set != nullptr && *set != '\0') {
+      user_choice() = set;
+    } else if (const char* kernels = preferred_kernels(); kernels != nullptr) {
+      setenv("OPENBLAS_CORETYPE", kernels, /*overwrite=*/1);
+    }
+    return true;
+  }();
+  return chosen;
 }
 
 // Done during static initialisation too, while the process is still single-threaded, because
@@ -113,11 +127,23 @@ bool cpu_has_avx2_fma() {
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 }
 
+std::string user_kernels() {
+  choose_kernels();
+  return user_choice();
+}
+
+bool is_generic_kernel(std::string_view name) {
+  static constexpr std::string_view kGeneric[] = {"Prescott", "Core2",    "Penryn",     "Dunnington",
+                                                 "Nehalem",  "Atom",     "Katmai",     "Coppermine",
+                                                 "Northwood", "Banias"};
+  for (std::string_view g : kGeneric) {
+    if (g.size() == name.size() && strncasecmp(g.data(), name.data(), g.size()) == 0) return true;
+  }
+  return false;
+}
+
 bool using_generic_kernels_on_capable_cpu() {
-  if (preferred_kernels() == nullptr) return false;
-  const std::string k = kernel_name();
-  return k == "Prescott" || k == "Core2" || k == "Penryn" || k == "Dunnington" || k == "Nehalem" ||
-         k == "Atom" || k == "Katmai" || k == "Coppermine" || k == "Northwood" || k == "Banias";
+  return preferred_kernels() != nullptr && is_generic_kernel(kernel_name());
 }
 
 std::string library_path() { return library().path; }

@@ -72,7 +72,7 @@ std::string search_description(const dsl::Program& program, const TuneOptions& o
   if (o.enumerate.state) out += fmt::format("; state={}", fmt::join(*o.enumerate.state, ","));
   if (!o.only.empty()) {
     for (const std::string& name : o.only)
-      out += "\n" + schedule::schedule_by_name(program, name).name;
+      out += fmt::format("\n{}", schedule::schedule_by_name(program, name).name);
     return out;
   }
   // The first round's schedules: a change to the enumeration makes a new key.

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 namespace tandem::blas {
 
@@ -19,6 +20,10 @@ void sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const f
 std::string kernel_name();
 // Whether the library is running generic SSE kernels on a CPU that has AVX2 or AVX-512 ones.
 bool using_generic_kernels_on_capable_cpu();
+// Whether `name` (any case) is one of OpenBLAS's generic SSE kernel families ("Prescott", ...).
+bool is_generic_kernel(std::string_view name);
+// The OPENBLAS_CORETYPE the user set before tandem chose, or "" when tandem chose (or nobody did).
+std::string user_kernels();
 // The OPENBLAS_CORETYPE tandem asks for on this CPU, or null to keep the library's choice.
 const char* preferred_kernels();
 // The library file that was loaded.

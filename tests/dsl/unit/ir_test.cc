@@ -1,4 +1,4 @@
-// The DSL's IR: type, shape and layout inference under DESIGN.md's rules, Program::str() golden
+// The DSL's IR: type, shape and layout inference under ir.h's layout rules, Program::str() golden
 // text, validation, shape resolution, and the visitor and mutator bases.
 #include <gtest/gtest.h>
 

@@ -5,7 +5,9 @@
 // Each plan is compiled once per process and serves every size and rank count.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <mutex>
+#include <string>
 
 #include "codegen/compiled_checks.h"
 #include "tandem/comm/thread.h"
@@ -93,7 +95,12 @@ TEST_F(Compiled, SixteenBitSumsReducedInF32) {
     const Outcome a = run_case(adam_case(DType::BF16, 1013), adam, ranks, wide);
     EXPECT_EQ(a.bitwise, a.schedules);
     const Outcome m = run_case(megatron_case(DType::BF16, 5, 3, 9), layer, ranks, wide);
-    EXPECT_EQ(m.bitwise, m.schedules);
+    // All but the schedules that compute the matmul in row blocks (ol(MM,...)): BLAS need not
+    // round a block's rows as it rounds the whole product's (schedule/testing.h, keeps_order).
+    const auto overlapped = std::count_if(layer.names.begin(), layer.names.end(),
+                                          [](const std::string& n) { return n.find("ol(MM") != std::string::npos; });
+    EXPECT_GT(overlapped, 0);
+    EXPECT_EQ(m.bitwise, m.schedules - static_cast<int>(overlapped));
   }
 }
 

@@ -46,7 +46,7 @@ void store_optimizer_record(const TrainConfig& c, const std::string& cache, cons
     if (comm.rank() == 0) r.key = tune::tune_key(program, comm, o);
   });
   r.winner = winner;
-  r.candidates = {{winner, true, "", 0.0, {0.001}}};
+  r.candidates = {{winner, true, "", 0.0, {0.001}, {}}};
   r.chunk_bytes = chunk_bytes;
   if (chunk_bytes != 0) r.chunks = {{chunk_bytes, {0.001}}};
   r.created = "2026-01-01T00:00:00Z";

@@ -36,9 +36,9 @@ TuneRecord sample_record() {
   r.warmup = 1;
   r.reps = 3;
   r.created = "2026-01-01T00:00:00Z";
-  CandidateTiming a{"AR-C", true, "", 0.0, {0.030, 0.010, 0.020}};
-  CandidateTiming b{"fused(RS-C-AG)", true, "", 1.5e-7, {0.004, 0.005, 0.006, 0.003}};
-  CandidateTiming c{"RS-C-AG", false, "results differ", 0.25, {}};
+  CandidateTiming a{"AR-C", true, "", 0.0, {0.030, 0.010, 0.020}, {}};
+  CandidateTiming b{"fused(RS-C-AG)", true, "", 1.5e-7, {0.004, 0.005, 0.006, 0.003}, {}};
+  CandidateTiming c{"RS-C-AG", false, "results differ", 0.25, {}, {}};
   r.candidates = {a, b, c};
   r.winner = "fused(RS-C-AG)";
   return r;
