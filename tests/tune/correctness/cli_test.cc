@@ -60,7 +60,9 @@ TEST(TuneCli, JsonThenCachedTable) {
   ASSERT_EQ(t.status, 0) << t.output;
   const std::string winner = doc.at("winner").get<std::string>();
   EXPECT_NE(t.output.find("* " + winner + " "), std::string::npos) << t.output;
-  EXPECT_NE(t.output.find("  AR-C "), std::string::npos) << t.output;
+  if (winner != "AR-C") {  // the baseline is listed too (it can win on a loaded machine)
+    EXPECT_NE(t.output.find("  AR-C "), std::string::npos) << t.output;
+  }
   EXPECT_NE(t.output.find("1.00x"), std::string::npos) << t.output;
   EXPECT_NE(t.output.find("winner: " + winner), std::string::npos) << t.output;
   EXPECT_NE(t.output.find("final median"), std::string::npos) << t.output;
