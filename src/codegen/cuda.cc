@@ -366,6 +366,7 @@ std::string cuda_makefile(const std::string& name) {
       R"(# Builds {0} from {0}.cu (emitted by tandem) with nvcc, against NCCL, cuBLAS and MPI.
 #   make            the program, for sm_80 and sm_90
 #   make resources  each kernel's registers, spills and local memory (ptxas -v); or make EXTRA=--resource-usage
+#   make EXTRA=...  more nvcc flags, for either target
 #   mpirun -np N ./{0}   checks against check/npN (if emitted for N ranks), then times
 CUDA_HOME ?= /usr/local/cuda
 NVCC ?= $(CUDA_HOME)/bin/nvcc
@@ -381,7 +382,7 @@ LIBS ?= -lnccl -lcublas $(MPI_LIBS)
 	$(NVCC) $(NVCCFLAGS) $(WARNINGS) $(ARCH) $(MPI_CFLAGS) $(EXTRA) -o $@ $< $(LIBS)
 
 resources: {0}.cu
-	$(NVCC) $(NVCCFLAGS) $(WARNINGS) $(ARCH) $(MPI_CFLAGS) --resource-usage -c -o /dev/null $<
+	$(NVCC) $(NVCCFLAGS) $(WARNINGS) $(ARCH) $(MPI_CFLAGS) $(EXTRA) --resource-usage -c -o /dev/null $<
 
 .PHONY: resources
 )",
