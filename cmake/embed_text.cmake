@@ -1,10 +1,13 @@
-# Writes OUT, a C++ file defining `std::string_view NAME()` that returns the text of IN (less its
-# `#pragma once`): how the build gives the code emitters core/formulas.h, the header the host compiles, as
-# the text they paste into every emitted translation unit. Run as `cmake -DIN=.. -DOUT=..
-# -DNAME=.. -DNAMESPACE=.. -DHEADER=.. -P embed_text.cmake`.
+# Writes OUT, a C++ file defining `std::string_view NAME()` in NAMESPACE (declared in HEADER) that
+# returns the text of IN: how the code emitters get the files they paste into every emitted
+# program (core/formulas.h, src/codegen/runtime/*), from files a compiler also checks on their own.
+# Dropped from the text: `#pragma once` (pasted, the file is the main file, where it only draws a
+# warning) and the `#include "..."` lines (a pasted file's own headers, which the emitter pastes
+# before it). Run as `cmake -DIN=.. -DOUT=.. -DNAME=.. -DNAMESPACE=.. -DHEADER=.. -P embed_text.cmake`;
+# tandem_embed.cmake's tandem_embed_text() sets that up as a build step.
 file(READ "${IN}" text)
-# Pasted into a translation unit, the header is the main file: its include guard only draws a warning.
 string(REPLACE "#pragma once\n" "" text "${text}")
+string(REGEX REPLACE "\n#include \"[^\"\n]*\"[^\n]*" "" text "${text}")
 set(delim "tandem_embed")
 string(FIND "${text}" ")${delim}\"" clash)
 if(NOT clash EQUAL -1)
@@ -19,6 +22,6 @@ file(WRITE "${OUT}.tmp"
   "  return {kText, sizeof(kText) - 1};\n"
   "}\n\n"
   "}  // namespace ${NAMESPACE}\n")
-# Only touch OUT when the text changed, so an unchanged header recompiles nothing.
+# Only touch OUT when the text changed, so an unchanged file recompiles nothing.
 execute_process(COMMAND ${CMAKE_COMMAND} -E copy_if_different "${OUT}.tmp" "${OUT}")
 file(REMOVE "${OUT}.tmp")

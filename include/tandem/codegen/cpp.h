@@ -2,9 +2,10 @@
 // program special-cased by name), compiled by exec/jit and run by exec/compiled.
 //
 // What the source looks like.
-// - The shared prefix (cpp_prefix(): the ABI of codegen/abi.h, bf16/f16 loads and stores
-//   converted in registers with tandem's round-to-nearest-even, and the formula of every
-//   elementwise op exactly as dsl/elementwise.h states it), then one function per step.
+// - The shared prefix (cpp_prefix(): the ABI of codegen/abi.h, core/formulas.h's text (bf16/f16
+//   loads and stores converted in registers with tandem's round-to-nearest-even, and the formula
+//   of every elementwise op) and the helpers of src/codegen/runtime/cpu.h), then one function per
+//   step.
 // - A fused Loop becomes a driver that walks its domain (the whole shape, this rank's slice, a
 //   pipeline block) in contiguous runs, and a run function: a straight loop over restrict
 //   pointers with the stages as f32 expressions, which the compiler vectorises. Values not stored
@@ -21,7 +22,7 @@
 // serves every size and rank count of a plan.
 //
 // A plan feature the emitter cannot compile is a UserError that names the plan, the step and
-// the feature (see the report of issue 5 for what is compiled).
+// the feature.
 #pragma once
 
 #include <string>

@@ -1,10 +1,12 @@
 // The CUDA + NCCL emitter: one standalone GPU program per lowered plan, from the same plan walker
-// as the CPU JIT's C++ (never a program special-cased by name). Built with nvcc against NCCL,
+// (src/codegen/walker.h) as the CPU JIT's C++ (never a program special-cased by name). Built with nvcc against NCCL,
 // cuBLAS and MPI; run as `mpirun -np N ./prog`.
 //
 // What the source looks like.
 // - core/formulas.h's text (the element formulas the interpreter is compiled from, __host__
-//   __device__ under nvcc), the ABI of codegen/abi.h, and the CUDA runtime (cuda_runtime.cc).
+//   __device__ under nvcc), the ABI of codegen/abi.h, and the runtime files of
+//   src/codegen/runtime/ (cuda_prefix.cuh, cuda_runtime.cuh, cuda_main.cu) around the plan's
+//   steps and tables.
 // - A fused Loop becomes a __global__ kernel, grid-stride over the loop's domain with every
 //   operand reached by its index map; where every operand is contiguous and 16-byte aligned
 //   (checked at launch), each thread moves 16-byte vectors (float4 / eight 16-bit values) and

@@ -1,6 +1,7 @@
 // The emitted CUDA programs compile and link with nvcc (sm_80 and sm_90, every warning an error)
-// against NCCL, cuBLAS and MPI, and ptxas reports no register spills in any kernel. Nothing here
-// runs on a GPU. Skipped, with the reason, where nvcc, nccl.h or mpicc is missing.
+// against NCCL, cuBLAS and MPI, and ptxas reports no register spills in any kernel; the runtime
+// files they are made of (src/codegen/runtime/) compile on their own, without a plan. Nothing
+// here runs on a GPU. Skipped, with the reason, where nvcc, nccl.h or mpicc is missing.
 //
 // nvcc takes ~10-20 s per program on two cores, so by default one representative schedule per
 // workload is built (each exercising what its workload adds: fused chunks, norms, overlapped GEMMs
@@ -113,6 +114,22 @@ std::string stem_of(const std::string& program, const std::string& schedule) {
   std::string out = program + "_";
   for (char c : schedule) out += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
   return out;
+}
+
+// src/codegen/runtime/cuda_main.cu (which includes the other runtime files) compiled with nvcc -c
+// by an emitted program's Makefile, so with the very flags and warnings of every emitted program.
+TEST(CudaCompile, RuntimeFilesCompileOnTheirOwn) {
+  if (const std::string why = missing_toolkit(); !why.empty()) GTEST_SKIP() << why;
+  const fs::path source = TANDEM_SOURCE_DIR;
+  const fs::path dir = fs::temp_directory_path() / ("tandem_cuda_" + std::to_string(getpid())) / "runtime";
+  fs::create_directories(dir);
+  const schedule::Plan plan = schedule::enumerate_schedules(dsl::workloads::adam()).front().schedule.lower();
+  std::ofstream(dir / "Makefile") << emit_cuda(plan, "runtime").makefile;
+  std::ofstream(dir / "runtime.cu") << "#include \"" << (source / "src/codegen/runtime/cuda_main.cu").string() << "\"\n";
+  const Output o = run("cd '" + dir.string() + "' && make CUDA_HOME='" + cuda_home() + "' EXTRA='-I" +
+                       (source / "include").string() + "' resources");
+  fs::remove_all(dir);
+  EXPECT_EQ(o.rc, 0) << o.text;
 }
 
 TEST(CudaCompile, RepresentativeSchedulesBuildWithoutSpills) {

@@ -1,14 +1,18 @@
-// The fixed end of every emitted CUDA program: main() (MPI and NCCL set-up, device buffers from
-// the plan's tables, the check against the reference interpreter's results, the timing loop)
-// and the Makefile that builds it.
-#include <fmt/format.h>
+// The end of every emitted CUDA program: main() (MPI and NCCL set-up, device buffers from the
+// plan's tables, the check against the reference interpreter's results, the timing loop).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <utility>
+#include <vector>
 
-#include "cuda_text.h"
+#include "cuda_runtime.cuh"
 
-namespace tandem::codegen {
-namespace {
-
-constexpr const char* kMain = R"tdm(
 // ---------------------------------------------------------------- main: set up, check, time
 
 static void tdm_die(const std::string& what) {
@@ -362,40 +366,3 @@ int main(int argc, char** argv) {
   MPI_Finalize();
   return failures == 0 ? 0 : 1;
 }
-)tdm";
-
-}  // namespace
-
-const std::string& cuda_main() {
-  static const std::string text = kMain;
-  return text;
-}
-
-std::string cuda_makefile(const std::string& name) {
-  return fmt::format(
-      R"(# Builds {0} from {0}.cu (emitted by tandem) with nvcc, against NCCL, cuBLAS and MPI.
-#   make            the program, for sm_80 and sm_90
-#   make resources  each kernel's registers, spills and local memory (ptxas -v); or make EXTRA=--resource-usage
-#   mpirun -np N ./{0}   checks against check/npN (if emitted for N ranks), then times
-CUDA_HOME ?= /usr/local/cuda
-NVCC ?= $(CUDA_HOME)/bin/nvcc
-ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
-# -fmad=false: a*b+c is not fused, so + - * / round as on the CPU (and as the reference).
-NVCCFLAGS ?= -std=c++20 -O3 -fmad=false -lineinfo
-WARNINGS ?= -Werror all-warnings -Xcompiler -Wall,-Wextra,-Wno-unused-parameter,-Werror
-MPI_CFLAGS ?= $(shell mpicc --showme:compile 2>/dev/null) -DOMPI_SKIP_MPICXX=1 -DMPICH_SKIP_MPICXX=1
-MPI_LIBS ?= $(shell mpicc --showme:link 2>/dev/null | sed 's/-pthread//g; s/-Wl,[^ ]*//g')
-LIBS ?= -lnccl -lcublas $(MPI_LIBS)
-
-{0}: {0}.cu
-	$(NVCC) $(NVCCFLAGS) $(WARNINGS) $(ARCH) $(MPI_CFLAGS) $(EXTRA) -o $@ $< $(LIBS)
-
-resources: {0}.cu
-	$(NVCC) $(NVCCFLAGS) $(WARNINGS) $(ARCH) $(MPI_CFLAGS) --resource-usage -c -o /dev/null $<
-
-.PHONY: resources
-)",
-      name);
-}
-
-}  // namespace tandem::codegen
