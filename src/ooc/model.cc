@@ -4,7 +4,8 @@
 #include <algorithm>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
+
+#include "tandem/io/trace.h"
 
 namespace tandem::ooc {
 
@@ -61,17 +62,10 @@ Prediction simulate(const MemorySchedule& s, const Profile& p, bool want_timelin
 }
 
 std::string chrome_trace(const Prediction& p) {
-  nlohmann::json events = nlohmann::json::array();
-  const char* streams[] = {"compute", "swap-out", "swap-in"};
-  for (int i = 0; i < 3; ++i)
-    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", i},
-                      {"args", {{"name", streams[i]}}}});
-  for (const TimelineSpan& s : p.timeline) {
-    const int tid = s.stream == "compute" ? 0 : s.stream == "swap-out" ? 1 : 2;
-    events.push_back({{"name", s.name}, {"ph", "X"}, {"pid", 0}, {"tid", tid},
-                      {"ts", s.begin_s * 1e6}, {"dur", (s.end_s - s.begin_s) * 1e6}});
-  }
-  return nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump(1);
+  io::TraceRecorder trace;
+  for (const TimelineSpan& s : p.timeline)
+    trace.record_us(0, s.stream, s.name, s.begin_s * 1e6, (s.end_s - s.begin_s) * 1e6);
+  return trace.json();
 }
 
 }  // namespace tandem::ooc
