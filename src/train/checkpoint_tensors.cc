@@ -21,8 +21,8 @@ Tensor f32_view(float* p, Shape s) { return Tensor::view_of(p, DType::F32, std::
 }  // namespace
 
 std::string legacy_tensor_name(std::string_view name) {
-  // tandem's first checkpoints named the embeddings as the model's fields do, not as Hugging
-  // Face's GPT-2 state dict does.
+  // Some checkpoints name the embeddings as the model's fields do ("wte"), not as Hugging Face's
+  // GPT-2 state dict does ("wte.weight").
   for (std::string_view stem : {"wte", "wpe"}) {
     if (name.size() >= stem.size() && name.substr(name.size() - stem.size()) == stem &&
         (name.size() == stem.size() || name[name.size() - stem.size() - 1] == '.'))

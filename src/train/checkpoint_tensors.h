@@ -11,8 +11,8 @@
 
 namespace tandem::train::detail {
 
-// The name a checkpoint file's tensor has now: older checkpoints named the embeddings "wte" and
-// "wpe" (with any prefix, "m.wte"), which read as "wte.weight" and "wpe.weight"; others unchanged.
+// The model's name for a checkpoint file's tensor: the embeddings may be named "wte" and "wpe"
+// (with any prefix, "m.wte"), which read as "wte.weight" and "wpe.weight"; others unchanged.
 std::string legacy_tensor_name(std::string_view name);
 
 // Refuses a checkpoint file whose tensors are not exactly the model's, each name under each of

@@ -12,9 +12,9 @@
 #include "tandem/core/blas.h"
 #include "tandem/core/error.h"
 #include "tandem/exec/jit.h"
+#include "tandem/io/atomic_file.h"
 #include "tandem/ooc/bytes.h"
 #include "tandem/parallel/model.h"
-#include "tandem/io/atomic_file.h"
 #include "tandem/train/model_config.h"
 #include "tandem/tune/cache.h"
 

@@ -11,12 +11,12 @@
 #include <vector>
 
 #include "tandem/comm/communicator.h"
+#include "tandem/io/trace.h"
 #include "tandem/ooc/planner.h"
 #include "tandem/ooc/runtime.h"
 #include "tandem/ooc/slow_tier.h"
 #include "tandem/ooc/swap_engine.h"
 #include "tandem/parallel/grid.h"
-#include "tandem/io/trace.h"
 #include "tandem/train/train_config.h"
 
 namespace tandem::train::detail {

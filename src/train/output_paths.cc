@@ -14,8 +14,8 @@
 #include <system_error>
 
 #include "tandem/core/error.h"
-#include "tandem/ooc/slow_tier.h"
 #include "tandem/io/checkpoint_series.h"
+#include "tandem/ooc/slow_tier.h"
 
 namespace tandem::train::detail {
 namespace fs = std::filesystem;

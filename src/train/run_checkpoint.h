@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "tandem/io/checkpoint.h"
+#include "tandem/parallel/model_state.h"
 #include "tandem/train/data.h"
 #include "tandem/train/trainer.h"
-#include "tandem/parallel/model_state.h"
 #include "checkpoint_tensors.h"
 
 namespace tandem::train {

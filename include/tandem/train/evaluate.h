@@ -7,8 +7,8 @@
 #include <utility>
 #include <vector>
 
-#include "tandem/nn/gpt.h"
 #include "tandem/io/checkpoint.h"
+#include "tandem/nn/gpt.h"
 
 namespace tandem::train {
 

@@ -35,10 +35,10 @@
 #include <vector>
 
 #include "tandem/comm/communicator.h"
+#include "tandem/io/trace.h"
 #include "tandem/train/evaluate.h"
 #include "tandem/train/lr_schedule.h"
 #include "tandem/train/model_config.h"
-#include "tandem/io/trace.h"
 #include "tandem/train/train_config.h"
 
 namespace tandem::train {

@@ -14,9 +14,9 @@
 #include "tandem/comm/thread.h"
 #include "tandem/dsl/workloads.h"
 #include "tandem/nn/gpt.h"
+#include "tandem/parallel/optimizer.h"
 #include "tandem/parallel/program_runner.h"
 #include "tandem/parallel/shard.h"
-#include "tandem/parallel/optimizer.h"
 
 namespace tandem::parallel {
 namespace {

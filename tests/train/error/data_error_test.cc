@@ -3,8 +3,8 @@
 // cannot be written.
 #include <gtest/gtest.h>
 
-#include "tandem/train/data.h"
 #include "tandem/io/metrics.h"
+#include "tandem/train/data.h"
 #include "train/test_util.h"
 
 namespace tandem::train {
