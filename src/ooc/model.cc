@@ -2,6 +2,7 @@
 #include "tandem/ooc/model.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include <fmt/format.h>
 
@@ -63,8 +64,9 @@ Prediction simulate(const MemorySchedule& s, const Profile& p, bool want_timelin
 
 std::string chrome_trace(const Prediction& p) {
   io::TraceRecorder trace;
-  for (const TimelineSpan& s : p.timeline)
-    trace.record_us(0, s.stream, s.name, s.begin_s * 1e6, (s.end_s - s.begin_s) * 1e6);
+  // Whole nanoseconds, as the recorder keeps measured spans.
+  const auto us = [](double seconds) { return std::round(seconds * 1e9) / 1e3; };
+  for (const TimelineSpan& s : p.timeline) trace.record_us(0, s.stream, s.name, us(s.begin_s), us(s.end_s - s.begin_s));
   return trace.json();
 }
 
