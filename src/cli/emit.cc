@@ -23,8 +23,8 @@
 #include "tandem/schedule/lower.h"
 #include "tandem/schedule/enumerate.h"
 #include "tandem/schedule/recipe.h"
-#include "tandem/train/atomic_file.h"
-#include "tandem/train/optimizer.h"
+#include "tandem/io/atomic_file.h"
+#include "tandem/parallel/optimizer.h"
 #include "tandem/tune/inputs.h"
 #include "tandem/tune/cache.h"
 #include "tandem/tune/tune.h"
@@ -95,7 +95,7 @@ void write_reference(const dsl::Program& program, const schedule::Plan& plan, in
       write_bytes(dir / fmt::format("{}.want{}.bin", r, id), w.data(), w.nbytes());
     }
   });
-  train::write_file_atomic((dir / "meta.txt").string(), meta);
+  io::write_file_atomic((dir / "meta.txt").string(), meta);
 }
 
 // A schedule's name as a file name: "adam_fused(RS-C-AG)+slice(m,v)" -> "adam_fused_RS_C_AG_slice_m_v".
@@ -122,8 +122,8 @@ void emit_cuda(const dsl::Program& program, const schedule::NamedSchedule& s, co
   const codegen::CudaProgram prog = codegen::emit_cuda(plan, name);
   const fs::path dir = f.out;
   fs::create_directories(dir);
-  train::write_file_atomic((dir / (name + ".cu")).string(), prog.source);
-  train::write_file_atomic((dir / "Makefile").string(), prog.makefile);
+  io::write_file_atomic((dir / (name + ".cu")).string(), prog.source);
+  io::write_file_atomic((dir / "Makefile").string(), prog.makefile);
   const dsl::SymbolMap wanted = tune::parse_sizes(program, f.sizes, default_sizes());
   int modulus = 8;
   for (int r : f.ranks) modulus = std::max(modulus, 8 * r);
@@ -135,7 +135,7 @@ void emit_cuda(const dsl::Program& program, const schedule::NamedSchedule& s, co
 
 // The built-in preference for a workload's program: the list the trainer runs it with.
 std::vector<std::string> preferences(const std::string& workload) {
-  if (workload == "adam" || workload == "lamb") return train::optimizer_schedule_preferences();
+  if (workload == "adam" || workload == "lamb") return parallel::optimizer_schedule_preferences();
   if (workload == "megatron_layer") return parallel::epilogue_schedule_preferences();
   return parallel::pipeline_schedule_preferences();
 }

@@ -5,9 +5,11 @@
 
 #include <memory>
 
+#include "choices.h"
 #include "commands.h"
 #include "tandem/comm/communicator.h"
 #include "tandem/core/error.h"
+#include "tandem/io/checkpoint.h"
 #include "tandem/train/trainer.h"
 
 namespace tandem::cli {
@@ -64,8 +66,8 @@ CLI::Option* add_memory_flags(CLI::App* cmd, train::TrainConfig& c) {
                   "Train out-of-core: the fast-tier bytes for saved activations and scratch, e.g. 600MiB, 2GiB, or 25% "
                   "(of the in-core need) "
                   "(docs/out-of-core.md)");
-  auto* tier = cmd->add_option("--slow-tier", c.slow_tier, "Where swapped activations go: host, or file:DIR (O_DIRECT)")
-                   ->capture_default_str();
+  auto* tier = add_choice(cmd, "--slow-tier", c.slow_tier, parse_slow_tier,
+                          "Where swapped activations go: host, or file:DIR (O_DIRECT)", c.slow_tier.str());
   cmd->add_option("--ooc-plan", c.ooc_plan, "Use this out-of-core plan instead of the planner's, e.g. KKSRKKSR/p1 (a letter per half block: attention, MLP, ...)");
   return tier;
 }
@@ -80,7 +82,7 @@ train::TrainConfig config_of(const TrainFlags& flags, const SizeOptions& o, cons
   // the trainer refuses a model that does not match).
   bool from_checkpoint = false;
   if (!cfg.resume_dir.empty()) {
-    const train::Checkpoint ck = train::load_checkpoint(cfg.resume_dir, false);
+    const io::Checkpoint ck = io::load_checkpoint(cfg.resume_dir, false);
     const nn::GPTConfig saved =
         train::model_config_from_json(ck.meta.model_config, "checkpoint '" + cfg.resume_dir + "'");
     // --model names sizes as --layers does: a preset other than the checkpoint's model is
@@ -126,32 +128,34 @@ void add_train(CLI::App& app) {
   cmd->add_option("--warmup", c.warmup, "Linear warm-up steps, then cosine decay")->capture_default_str();
   cmd->add_option("--min-lr-ratio", c.min_lr_ratio, "Final learning rate as a fraction of --lr")->capture_default_str();
   cmd->add_option("--seed", c.seed, "Seed of initialisation, batches and dropout")->capture_default_str();
-  cmd->add_option("--optimizer", c.optimizer.name, "adamw or lamb")->capture_default_str();
+  add_choice(cmd, "--optimizer", c.optimizer.kind, parse_optimizer, "adamw or lamb",
+             parallel::optimizer_name(c.optimizer.kind));
   cmd->add_option("--beta1", c.optimizer.beta1, "Adam's beta1")->capture_default_str();
   cmd->add_option("--beta2", c.optimizer.beta2, "Adam's beta2")->capture_default_str();
   cmd->add_option("--eps", c.optimizer.eps, "Adam's epsilon")->capture_default_str();
   cmd->add_option("--weight-decay", c.optimizer.weight_decay, "Decoupled weight decay")->capture_default_str();
-  cmd->add_option("--grad-dtype", c.optimizer.grad_dtype,
-                  "Gradients in the optimizer program: f32, or bf16 (half the bytes reduced; f32 master weights)")
-      ->capture_default_str();
-  cmd->add_option("--grad-exchange", c.optimizer.exchange,
-                  "overlap: each bucket's data-parallel exchange and update start as soon as the backward is done "
-                  "with it; after: everything after the backward")
-      ->capture_default_str();
+  add_choice(cmd, "--grad-dtype", c.optimizer.grad_dtype, parse_grad_dtype,
+             "Gradients in the optimizer program: f32, or bf16 (half the bytes reduced; f32 master weights)",
+             dtype_name(c.optimizer.grad_dtype));
+  add_choice(cmd, "--grad-exchange", c.optimizer.exchange, parse_grad_exchange,
+             "overlap: each bucket's data-parallel exchange and update start as soon as the backward is done "
+             "with it; after: everything after the backward",
+             parallel::grad_exchange_name(c.optimizer.exchange));
   cmd->add_option("--bucket-mb", c.optimizer.bucket_mb,
                   fmt::format("MiB of gradients per data-parallel exchange (whole blocks; default {})",
-                              train::kDefaultBucketMiB));
+                              parallel::kDefaultBucketMiB));
   cmd->add_option("--clip-grad-norm", c.optimizer.clip_grad_norm,
                   "Scale the gradient down to this norm when its norm is larger (over the whole model; off unless "
                   "given)");
-  cmd->add_option("--optimizer-state", c.optimizer.state_tier,
-                  "Where Adam's moments live: memory, host (a slow tier in host memory) or file:DIR (an O_DIRECT "
-                  "file), streamed through two staging slots around each bucket's update")
-      ->capture_default_str();
+  add_choice(cmd, "--optimizer-state", c.optimizer.state_tier, parse_optimizer_state,
+             "Where Adam's moments live: memory, host (a slow tier in host memory) or file:DIR (an O_DIRECT "
+             "file), streamed through two staging slots around each bucket's update",
+             "memory");
   add_grid_flags(cmd, c);
-  cmd->add_option("--backend", c.backend, "thread (ranks in this process) or mpi (under mpirun)")->capture_default_str();
-  cmd->add_option("--executor", c.executor, "How the DSL programs run: compiled (JIT), plan or reference")
-      ->capture_default_str();
+  add_choice(cmd, "--backend", c.backend, parse_backend, "thread (ranks in this process) or mpi (under mpirun)",
+             comm::backend_name(c.backend));
+  add_choice(cmd, "--executor", c.executor, parse_executor, "How the DSL programs run: compiled (JIT), plan or reference",
+             exec::runner_kind_name(c.executor));
   cmd->add_flag("--tune", c.tune, "Autotune every program's schedule for this run first (cached)");
   cmd->add_option("--data", c.data, "Train on this text file (bytes as tokens); default: the built-in synthetic corpus");
   cmd->add_option("--val-fraction", c.validation_fraction, "Fraction of the data held out for validation")

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "choices.h"
 #include "commands.h"
 #include "tandem/comm/mpi.h"
 #include "tandem/comm/thread.h"
@@ -30,11 +31,11 @@ namespace {
 struct TuneFlags {
   std::string workload;
   int ranks = 2;
-  std::string backend = "thread";
+  comm::Backend backend = comm::Backend::Thread;
   std::vector<std::string> sizes;
   std::vector<std::string> only;
   std::string dtype;
-  std::string executor = "compiled";
+  exec::RunnerKind executor = exec::RunnerKind::Compiled;
   int reps = 5;
   int warmup = 1;
   bool json = false;
@@ -163,7 +164,7 @@ void print_json(const tune::TuneResult& r) {
   std::vector<std::string> args = {mpirun, "-np", std::to_string(f.ranks), "--oversubscribe", self, "tune", f.workload,
                                    "--ranks", std::to_string(f.ranks), "--backend", "mpi", "--reps",
                                    std::to_string(f.reps), "--warmup", std::to_string(f.warmup), "--executor",
-                                   f.executor};
+                                   std::string(exec::runner_kind_name(f.executor))};
   if (!f.sizes.empty()) {
     args.push_back("--size");
     for (const auto& s : f.sizes) args.push_back(s);
@@ -195,20 +196,18 @@ void print_json(const tune::TuneResult& r) {
 
 void run_tune(const TuneFlags& f) {
   if (f.ranks < 1) user_error("--ranks must be at least 1 (got {})", f.ranks);
-  if (f.backend == "thread" && f.ranks > comm::kMaxThreadRanks)
+  if (f.backend == comm::Backend::Thread && f.ranks > comm::kMaxThreadRanks)
     user_error("--ranks {}: the thread backend runs at most {} ranks, each a thread of this process "
                "(more only oversubscribe this machine and exhaust its memory); use --backend mpi "
                "for more",
                f.ranks, comm::kMaxThreadRanks);
-  if (f.backend != "thread" && f.backend != "mpi")
-    user_error("--backend '{}' is not a backend; choose thread or mpi", f.backend);
   const dsl::Program program = workload_program(f.workload, f.dtype);
   tune::TuneOptions o;
   o.sizes = tune::parse_sizes(program, f.sizes, default_sizes());
   o.reps = f.reps;
   o.warmup = f.warmup;
   o.read_cache = !f.retune;
-  o.executor = tune::executor_by_name(f.executor);
+  o.executor = tune::executor_of(f.executor);
   o.only = f.only;
   o.budget_s = f.budget;
   o.blocks = f.blocks;
@@ -228,7 +227,7 @@ void run_tune(const TuneFlags& f) {
   if (o.warmup < 0) user_error("--warmup must be >= 0 (got {})", o.warmup);
 
   tune::TuneResult r;
-  if (f.backend == "thread") {
+  if (f.backend == comm::Backend::Thread) {
     // The thread ranks share this machine's cores: each rank's BLAS gets its share, as the trainer
     // and the benchmarks give it, so that the matmuls are timed as they will run (the BLAS thread
     // count is part of the cache key). Oversubscribed, every schedule's matmul slows alike.
@@ -282,13 +281,15 @@ void add_tune(CLI::App& app) {
       "started by mpirun.");
   cmd->add_option("workload", f->workload, "adam, lamb, megatron_layer or pipeline_stage")->required();
   cmd->add_option("--ranks", f->ranks, "Number of ranks (threads or MPI processes)")->capture_default_str();
-  cmd->add_option("--backend", f->backend, "thread (in-process ranks) or mpi (MPI processes)")->capture_default_str();
+  add_choice(cmd, "--backend", f->backend, parse_backend, "thread (in-process ranks) or mpi (MPI processes)",
+             comm::backend_name(f->backend));
   cmd->add_option("--size", f->sizes, "Extents: NAME=EXTENT, or bare extents in symbol order (64Mi, 4K, 1024)")
       ->expected(1, 8);
   cmd->add_option("--schedules", f->only, "Time only these schedules (and the baseline); default: search");
   cmd->add_option("--dtype", f->dtype, "Gradient dtype (adam, lamb) or tensor dtype (layers): f32, bf16, f16");
-  cmd->add_option("--executor", f->executor, "compiled (the CPU JIT), plan (plan runner) or reference (the interpreter)")
-      ->capture_default_str();
+  add_choice(cmd, "--executor", f->executor, parse_executor,
+             "compiled (the CPU JIT), plan (plan runner) or reference (the interpreter)",
+             exec::runner_kind_name(f->executor));
   cmd->add_option("--reps", f->reps, "Timed repetitions per schedule")->capture_default_str();
   cmd->add_option("--warmup", f->warmup, "Untimed runs before the repetitions")->capture_default_str();
   cmd->add_option("--budget", f->budget,

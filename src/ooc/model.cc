@@ -2,9 +2,11 @@
 #include "tandem/ooc/model.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
+
+#include "tandem/io/trace.h"
 
 namespace tandem::ooc {
 
@@ -61,17 +63,11 @@ Prediction simulate(const MemorySchedule& s, const Profile& p, bool want_timelin
 }
 
 std::string chrome_trace(const Prediction& p) {
-  nlohmann::json events = nlohmann::json::array();
-  const char* streams[] = {"compute", "swap-out", "swap-in"};
-  for (int i = 0; i < 3; ++i)
-    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", i},
-                      {"args", {{"name", streams[i]}}}});
-  for (const TimelineSpan& s : p.timeline) {
-    const int tid = s.stream == "compute" ? 0 : s.stream == "swap-out" ? 1 : 2;
-    events.push_back({{"name", s.name}, {"ph", "X"}, {"pid", 0}, {"tid", tid},
-                      {"ts", s.begin_s * 1e6}, {"dur", (s.end_s - s.begin_s) * 1e6}});
-  }
-  return nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump(1);
+  io::TraceRecorder trace;
+  // Whole nanoseconds, as the recorder keeps measured spans.
+  const auto us = [](double seconds) { return std::round(seconds * 1e9) / 1e3; };
+  for (const TimelineSpan& s : p.timeline) trace.record_us(0, s.stream, s.name, us(s.begin_s), us(s.end_s - s.begin_s));
+  return trace.json();
 }
 
 }  // namespace tandem::ooc

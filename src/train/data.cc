@@ -6,7 +6,7 @@
 
 #include "tandem/core/error.h"
 #include "tandem/core/rng.h"
-#include "tandem/train/atomic_file.h"
+#include "tandem/io/atomic_file.h"
 
 namespace tandem::train {
 namespace {
@@ -168,7 +168,7 @@ Corpus make_corpus(std::string bytes, const std::string& source, double validati
 }
 
 Corpus load_text_corpus(const std::string& path, double validation_fraction) {
-  std::string bytes = read_file(path, "data file");
+  std::string bytes = io::read_file(path, "data file");
   if (bytes.empty()) user_error("data file '{}' is empty", path);
   return make_corpus(std::move(bytes), path, validation_fraction);
 }

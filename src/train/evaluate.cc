@@ -9,17 +9,17 @@
 #include "tandem/core/error.h"
 #include "tandem/train/data.h"
 #include "tandem/train/model_config.h"
-#include "model_state.h"
+#include "checkpoint_tensors.h"
 
 namespace tandem::train {
 
 LoadedModel load_model(const std::string& dir) {
-  Checkpoint ck = load_checkpoint(dir, false);
+  io::Checkpoint ck = io::load_checkpoint(dir, false);
   const nn::GPTConfig config =
       model_config_from_json(ck.meta.model_config, "checkpoint '" + ck.folder + "'");
   // A diverged model would score NaN or sample noise: say why instead.
-  refuse_non_finite(ck.weights, ck.folder, "weights");
-  const std::string file = ck.folder + "/" + std::string(kWeightsFile);
+  io::refuse_non_finite(ck.weights, ck.folder, "weights");
+  const std::string file = ck.folder + "/" + std::string(io::kWeightsFile);
   detail::check_tensor_names(ck.weights, config, {""}, file);
   LoadedModel out{config, nn::ParameterSet(config), ck.meta};
   const std::vector<float> w = detail::whole_from_tensors(ck.weights, config, "", file);

@@ -115,7 +115,8 @@ MemoryEstimate estimate_memory(const TrainConfig& cfg) {
   const parallel::GridShape& g = cfg.grid;
   const int M = cfg.micro_batch_count();
   const int micro_rows = static_cast<int>(cfg.batch / g.dp / M);
-  const bool optimizer_in_file = cfg.optimizer.state_tier.rfind("file:", 0) == 0;
+  const bool optimizer_in_file =
+      cfg.optimizer.state_tier && cfg.optimizer.state_tier->kind == ooc::TierSpec::Kind::File;
   // Each (tp rank, stage) pair's shard and chain; dp ranks repeat them.
   std::map<std::pair<int, int>, RankNeed> needs;
   for (int pp = 0; pp < g.pp; ++pp)
@@ -131,7 +132,7 @@ MemoryEstimate estimate_memory(const TrainConfig& cfg) {
       // executor's come to the rank's slice of the parameters; the plan runner and the reference
       // interpreter also hold two whole-size intermediates.
       const uint64_t slice = (n.parameters + g.dp - 1) / g.dp;
-      n.exchange = cfg.executor == "compiled" ? slice : 2 * n.parameters + slice;
+      n.exchange = cfg.executor == exec::RunnerKind::Compiled ? slice : 2 * n.parameters + slice;
       const nn::ChainLayout chain = parallel::ParallelGPT::chain_layout(
           cfg.model, g, parallel::GridCoord{0, tp, pp}, micro_rows, cfg.model.seq_len, M);
       n.activations = ooc::MemorySchedule(chain, ooc::keep_all(chain.units)).peak_bytes();
@@ -157,7 +158,7 @@ MemoryEstimate estimate_memory(const TrainConfig& cfg) {
     }
     e.whole_copies += times * copies;
   };
-  if (cfg.backend == "thread") {
+  if (cfg.backend == comm::Backend::Thread) {
     e.ranks = g.size();
     for (const auto& [where, n] : needs) add(n, static_cast<uint64_t>(g.dp));
   } else {
@@ -214,7 +215,7 @@ void check_memory(const TrainConfig& cfg) {
   else
     advice.push_back("give a smaller --memory-budget");
   advice.push_back("use a smaller model (--layers, --d-model), batch (--batch) or sequence (--seq-len)");
-  if (cfg.backend == "thread")
+  if (cfg.backend == comm::Backend::Thread)
     advice.push_back("spread the ranks over machines (--backend mpi under mpirun)");
   user_error("this run needs about {}, but {} is available ({}){}. To fit, {}. "
              "TANDEM_MEMORY_LIMIT=SIZE states the memory available instead of what this machine "

@@ -12,9 +12,9 @@
 #include "tandem/core/blas.h"
 #include "tandem/core/error.h"
 #include "tandem/exec/jit.h"
+#include "tandem/io/atomic_file.h"
 #include "tandem/ooc/bytes.h"
 #include "tandem/parallel/model.h"
-#include "tandem/train/atomic_file.h"
 #include "tandem/train/model_config.h"
 #include "tandem/tune/cache.h"
 
@@ -48,7 +48,7 @@ OutOfCore::OutOfCore(const TrainConfig& cfg, const parallel::Grid& grid, int mic
     : cfg_(cfg),
       chain_(parallel::ParallelGPT::chain_layout(cfg.model, grid, micro_rows, cfg.model.seq_len, micro_batches)),
       budget_(ooc::parse_budget(cfg.memory_budget, ooc::MemorySchedule(chain_, ooc::keep_all(chain_.units)).peak_bytes())),
-      tier_spec_(ooc::TierSpec::parse(cfg.slow_tier)),
+      tier_spec_(cfg.slow_tier),
       runtime_(std::make_unique<ooc::Runtime>(cfg.model, micro_rows, cfg.model.seq_len, budget_)) {
   nlohmann::json key = {{"format", "tandem-ooc-profile-2"},  // 2: a unit is half a block
                         {"model", model_config_to_json(cfg.model)},
@@ -57,7 +57,7 @@ OutOfCore::OutOfCore(const TrainConfig& cfg, const parallel::Grid& grid, int mic
                         {"micro_batches", micro_batches},
                         {"grid", cfg.grid.str()},
                         {"stage", grid.coord().pp},
-                        {"backend", cfg.backend},
+                        {"backend", comm::backend_name(cfg.backend)},
                         {"tier", tier_spec_.kind == ooc::TierSpec::Kind::Host ? "host" : "file"},
                         {"blas_threads", blas::num_threads()},
                         {"machine", tune::machine_id()}};
@@ -101,7 +101,7 @@ void OutOfCore::prepare(const std::function<void()>& step, comm::Communicator& t
   std::error_code ec;
   if (std::filesystem::exists(path, ec)) {
     try {
-      const auto j = nlohmann::json::parse(read_file(path, "out-of-core profile"));
+      const auto j = nlohmann::json::parse(io::read_file(path, "out-of-core profile"));
       if (j.at("key").dump() == key_) {
         profile_ = ooc::Profile::from_json(j.at("profile"));
         from_cache_ = profile_.units() == chain_.units;
@@ -149,7 +149,7 @@ void OutOfCore::prepare(const std::function<void()>& step, comm::Communicator& t
   if (!from_cache_ && writer_) {
     try {
       std::filesystem::create_directories(std::filesystem::path(path).parent_path());
-      write_file_atomic(path, nlohmann::json{{"key", nlohmann::json::parse(key_)}, {"profile", profile_.to_json()}}.dump(1));
+      io::write_file_atomic(path, nlohmann::json{{"key", nlohmann::json::parse(key_)}, {"profile", profile_.to_json()}}.dump(1));
     } catch (const std::exception& e) {
       fmt::print(stderr, "tandem train: warning: the out-of-core profile was not cached: {}\n", e.what());
     }
@@ -165,7 +165,7 @@ void OutOfCore::prepare(const std::function<void()>& step, comm::Communicator& t
   }
 }
 
-void OutOfCore::after_step(TraceRecorder* trace, int rank) {
+void OutOfCore::after_step(io::TraceRecorder* trace, int rank) {
   const ooc::StepMeasure& m = runtime_->last_step();
   high_water_ = std::max(high_water_, m.high_water);
   step_s_.push_back(m.step_s);

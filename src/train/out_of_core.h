@@ -11,12 +11,12 @@
 #include <vector>
 
 #include "tandem/comm/communicator.h"
+#include "tandem/io/trace.h"
 #include "tandem/ooc/planner.h"
 #include "tandem/ooc/runtime.h"
 #include "tandem/ooc/slow_tier.h"
 #include "tandem/ooc/swap_engine.h"
 #include "tandem/parallel/grid.h"
-#include "tandem/train/trace.h"
 #include "tandem/train/train_config.h"
 
 namespace tandem::train::detail {
@@ -39,7 +39,7 @@ class OutOfCore {
   void prepare(const std::function<void()>& step, comm::Communicator& tp, std::ostream* log);
 
   // After each training step: its measurements, and the transfers for the trace.
-  void after_step(TraceRecorder* trace, int rank);
+  void after_step(io::TraceRecorder* trace, int rank);
 
   const ooc::PlannerResult& planned() const { return planned_; }
   const ooc::Plan& plan() const { return runtime_->schedule().plan(); }

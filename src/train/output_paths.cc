@@ -14,8 +14,8 @@
 #include <system_error>
 
 #include "tandem/core/error.h"
+#include "tandem/io/checkpoint_series.h"
 #include "tandem/ooc/slow_tier.h"
-#include "tandem/train/checkpoint_series.h"
 
 namespace tandem::train::detail {
 namespace fs = std::filesystem;
@@ -62,7 +62,7 @@ void check_save_folder(const std::string& dir) {
   if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
     user_error("--save '{}' is a file; give a folder for the checkpoints", dir);
   // Step folders written beside a single checkpoint's files would make the folder two things.
-  if (is_single_checkpoint(dir))
+  if (io::is_single_checkpoint(dir))
     user_error("--save '{}' is itself a checkpoint (it holds meta.json); --save takes the folder "
                "the step-numbered checkpoints go in: give a new folder (--resume '{}' --save NEW "
                "continues from this one)",
@@ -78,10 +78,10 @@ void check_outputs(const TrainConfig& cfg) {
   if (!cfg.metrics_path.empty()) check_file("--metrics", cfg.metrics_path);
   if (!cfg.trace_path.empty()) check_file("--trace", cfg.trace_path);
   // The optimizer state's swap file is written at set-up: its folder too.
-  if (cfg.optimizer.state_tier.rfind("file:", 0) == 0) {
-    const ooc::TierSpec tier = ooc::TierSpec::parse(cfg.optimizer.state_tier);
-    make_folder("--optimizer-state", cfg.optimizer.state_tier, tier.dir);
-    probe_folder("--optimizer-state", cfg.optimizer.state_tier, tier.dir);
+  const std::optional<ooc::TierSpec>& tier = cfg.optimizer.state_tier;
+  if (tier && tier->kind == ooc::TierSpec::Kind::File) {
+    make_folder("--optimizer-state", tier->str(), tier->dir);
+    probe_folder("--optimizer-state", tier->str(), tier->dir);
   }
 }
 

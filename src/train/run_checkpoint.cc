@@ -13,21 +13,22 @@ namespace tandem::train {
 std::shared_ptr<const ResumeState> prepare_resume(const TrainConfig& cfg) {
   if (cfg.resume_dir.empty()) return nullptr;
   const std::string& dir = cfg.resume_dir;
-  const Checkpoint ck = load_checkpoint(dir, true);
-  const RunMeta& meta = ck.meta;
+  const io::Checkpoint ck = io::load_checkpoint(dir, true);
+  const io::RunMeta& meta = ck.meta;
   // Continuing from a diverged model would only diverge again.
-  refuse_non_finite(ck.weights, ck.folder, "weights");
-  refuse_non_finite(ck.optimizer, ck.folder, "optimizer state");
-  check_config_compatible(dir, meta.model_config, model_config_to_json(cfg.model),
+  io::refuse_non_finite(ck.weights, ck.folder, "weights");
+  io::refuse_non_finite(ck.optimizer, ck.folder, "optimizer state");
+  io::check_config_compatible(dir, meta.model_config, model_config_to_json(cfg.model),
                           model_compat_keys());
-  if (meta.optimizer != cfg.optimizer.name)
+  const std::string_view optimizer = parallel::optimizer_name(cfg.optimizer.kind);
+  if (meta.optimizer != optimizer)
     user_error("checkpoint '{}' was trained with optimizer {}, this run asks for {}", dir,
-               meta.optimizer, cfg.optimizer.name);
+               meta.optimizer, optimizer);
   auto r = std::make_shared<ResumeState>();
   r->meta = meta;
   r->folder = ck.folder;
-  const std::string weights_file = ck.folder + "/" + std::string(kWeightsFile);
-  const std::string opt_file = ck.folder + "/" + std::string(kOptimizerFile);
+  const std::string weights_file = ck.folder + "/" + std::string(io::kWeightsFile);
+  const std::string opt_file = ck.folder + "/" + std::string(io::kOptimizerFile);
   detail::check_tensor_names(ck.weights, cfg.model, {""}, weights_file);
   detail::check_tensor_names(ck.optimizer, cfg.model, {"m.", "v."}, opt_file);
   r->state.weights = detail::whole_from_tensors(ck.weights, cfg.model, "", weights_file);
@@ -52,9 +53,9 @@ std::shared_ptr<const ResumeState> prepare_resume(const TrainConfig& cfg) {
 
 namespace detail {
 
-Checkpoint run_checkpoint(const TrainConfig& cfg, const Corpus& corpus, int64_t step,
-                          WholeModelState& state) {
-  Checkpoint ck;
+io::Checkpoint run_checkpoint(const TrainConfig& cfg, const Corpus& corpus, int64_t step,
+                          parallel::WholeModelState& state) {
+  io::Checkpoint ck;
   ck.meta.model_config = model_config_to_json(cfg.model);
   ck.meta.step = step;
   ck.meta.data_source = corpus.source;
@@ -62,7 +63,7 @@ Checkpoint run_checkpoint(const TrainConfig& cfg, const Corpus& corpus, int64_t 
   ck.meta.data_position = step;  // the sampler is counter-based: the next step to draw
   ck.meta.rng_seed = cfg.seed;
   ck.meta.rng_counter = step;    // dropout keys are (seed, step)
-  ck.meta.optimizer = cfg.optimizer.name;
+  ck.meta.optimizer = parallel::optimizer_name(cfg.optimizer.kind);
   nlohmann::json h = cfg.optimizer.to_json();
   h["lr"] = cfg.lr;
   h["warmup"] = cfg.warmup;
@@ -75,7 +76,7 @@ Checkpoint run_checkpoint(const TrainConfig& cfg, const Corpus& corpus, int64_t 
                    {"validation_fraction", cfg.validation_fraction}};
   ck.weights = tensor_views(state.weights, cfg.model, "");
   ck.optimizer = tensor_views(state.m, cfg.model, "m.");
-  for (NamedTensor& t : tensor_views(state.v, cfg.model, "v.")) ck.optimizer.push_back(std::move(t));
+  for (io::NamedTensor& t : tensor_views(state.v, cfg.model, "v.")) ck.optimizer.push_back(std::move(t));
   return ck;
 }
 

@@ -6,19 +6,20 @@
 #include <string>
 #include <vector>
 
-#include "tandem/train/checkpoint.h"
+#include "tandem/io/checkpoint.h"
+#include "tandem/parallel/model_state.h"
 #include "tandem/train/data.h"
 #include "tandem/train/trainer.h"
-#include "model_state.h"
+#include "checkpoint_tensors.h"
 
 namespace tandem::train {
 
 // What a resumed run starts from, read and checked once per process by prepare_resume (so that
 // every rank does not read the files, and a refusal is one message rather than one per rank).
 struct ResumeState {
-  RunMeta meta;
+  io::RunMeta meta;
   std::string folder;  // the checkpoint read: a series' step folder, or resume_dir itself
-  detail::WholeModelState state;
+  parallel::WholeModelState state;
   std::vector<std::string> warnings;  // the data, batch or seed differ from the original run's
 };
 
@@ -27,8 +28,8 @@ namespace detail {
 // The checkpoint of this run after `step` steps: its meta (model, data and its position, RNG,
 // optimizer and learning-rate settings, batch and grid) and `state`'s tensors, viewed, not
 // copied: `state` must outlive it.
-Checkpoint run_checkpoint(const TrainConfig& config, const Corpus& corpus, int64_t step,
-                          WholeModelState& state);
+io::Checkpoint run_checkpoint(const TrainConfig& config, const Corpus& corpus, int64_t step,
+                          parallel::WholeModelState& state);
 
 }  // namespace detail
 }  // namespace tandem::train

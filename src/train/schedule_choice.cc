@@ -11,9 +11,9 @@
 #include "tandem/core/error.h"
 #include "tandem/dsl/workloads.h"
 #include "tandem/exec/jit.h"
+#include "tandem/parallel/optimizer.h"
 #include "tandem/parallel/shard.h"
 #include "tandem/schedule/enumerate.h"
-#include "tandem/train/optimizer.h"
 #include "tandem/tune/cache.h"
 #include "tandem/tune/executor.h"
 #include "tandem/tune/tune.h"
@@ -110,8 +110,8 @@ parallel::ProgramOptions ScheduleChoice::model_programs(int rows) {
 }
 
 parallel::SchedulePreferences ScheduleChoice::optimizer_schedules() {
-  if (cfg_.optimizer.name != "adamw") return {optimizer_schedule_preferences()};
-  const dsl::Program program = optimizer_program(cfg_.optimizer);
+  if (cfg_.optimizer.kind != parallel::OptimizerKind::AdamW) return {parallel::optimizer_schedule_preferences()};
+  const dsl::Program program = parallel::optimizer_program(cfg_.optimizer);
   std::vector<std::string> only;
   if (cfg_.grid.dp > 1)
     for (const schedule::NamedSchedule& s : schedule::enumerate_schedules(program))
@@ -119,7 +119,7 @@ parallel::SchedulePreferences ScheduleChoice::optimizer_schedules() {
   const parallel::ShardLayout layout(cfg_.model, cfg_.grid, grid_.coord().tp, grid_.coord().pp);
   const Tuned w = tuned_schedule(program, grid_.dp(), {{"N", layout.size()}}, cfg_.tune, executor_, only);
   from_autotuner_ |= !w.schedule.empty();
-  return prefer(w, {optimizer_schedule_preferences()});
+  return prefer(w, {parallel::optimizer_schedule_preferences()});
 }
 
 }  // namespace tandem::train::detail

@@ -13,7 +13,7 @@
 namespace tandem::train::detail {
 
 // Messages carry bytes in a 16-bit tensor with a 16-byte header: the length and the origin.
-void gather_trace(comm::Communicator& world, TraceRecorder& trace) {
+void gather_trace(comm::Communicator& world, io::TraceRecorder& trace) {
   constexpr int kTraceTag = 30001;
   const double origin_ns = static_cast<double>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(trace.origin().time_since_epoch()).count());

@@ -10,8 +10,6 @@
 #include "tandem/core/error.h"
 #include "tandem/ooc/bytes.h"
 #include "tandem/ooc/plan.h"
-#include "tandem/ooc/slow_tier.h"
-#include "tandem/parallel/program_runner.h"
 #include "tandem/train/data.h"
 
 namespace tandem::train {
@@ -63,7 +61,6 @@ void TrainConfig::validate() const {
     }
   };
   if (!memory_budget.empty()) flag("--memory-budget", [&] { ooc::parse_budget(memory_budget, 1); });
-  flag("--slow-tier", [&] { ooc::TierSpec::parse(slow_tier); });
   if (plan_only && memory_budget.empty()) user_error("tandem plan needs --memory-budget");
   if (!ooc_plan.empty()) {
     if (memory_budget.empty()) user_error("--ooc-plan needs --memory-budget (a plan places memory within a budget)");
@@ -71,14 +68,11 @@ void TrainConfig::validate() const {
   }
   if (grid.dp < 1 || grid.tp < 1 || grid.pp < 1)
     user_error("--dp {}, --tp {}, --pp {}: each must be at least 1", grid.dp, grid.tp, grid.pp);
-  if (backend != "thread" && backend != "mpi")
-    user_error("--backend {}: the backends are thread and mpi", backend);
   const int64_t ranks = int64_t{grid.dp} * grid.tp * grid.pp;
-  if (backend == "thread" && ranks > comm::kMaxThreadRanks)
+  if (backend == comm::Backend::Thread && ranks > comm::kMaxThreadRanks)
     user_error("--dp {} x --tp {} x --pp {} is {} ranks; the thread backend runs at most {}, each a "
                "thread of this process: use --backend mpi under mpirun for more",
                grid.dp, grid.tp, grid.pp, ranks, comm::kMaxThreadRanks);
-  exec::runner_kind_from_name(executor, "--executor");
   if (micro_batches < 0) user_error("--micro-batches {} must be 0 (automatic) or more", micro_batches);
   if (model.n_heads % grid.tp != 0)
     user_error("--tp {} must divide the number of heads ({})", grid.tp, model.n_heads);

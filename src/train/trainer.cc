@@ -23,15 +23,15 @@
 #include "tandem/comm/thread.h"
 #include "tandem/core/blas.h"
 #include "tandem/core/error.h"
+#include "tandem/io/atomic_file.h"
+#include "tandem/io/checkpoint_series.h"
+#include "tandem/io/metrics.h"
 #include "tandem/parallel/model.h"
-#include "tandem/train/atomic_file.h"
-#include "tandem/train/checkpoint_series.h"
+#include "tandem/parallel/model_state.h"
 #include "tandem/train/data.h"
 #include "tandem/train/memory_estimate.h"
-#include "tandem/train/metrics.h"
 #include "tandem/train/progress.h"
 #include "corpus_cache.h"
-#include "model_state.h"
 #include "out_of_core.h"
 #include "output_paths.h"
 #include "rank_batches.h"
@@ -54,14 +54,14 @@ double seconds_since(Clock::time_point t) {
 // thread calls MPI while the main thread does not), or MPI_THREAD_MULTIPLE when the backward
 // communicates too (tp or pp > 1).
 bool exchange_may_overlap(const TrainConfig& c) {
-  if (c.backend != "mpi") return true;
+  if (c.backend != comm::Backend::Mpi) return true;
   int level = MPI_THREAD_SINGLE;
   MPI_Query_thread(&level);
   return level >= (c.grid.tp == 1 && c.grid.pp == 1 ? MPI_THREAD_SERIALIZED : MPI_THREAD_MULTIPLE);
 }
 
 int local_ranks_for_blas(const TrainConfig& c) {
-  if (c.backend == "thread") return c.grid.size();
+  if (c.backend == comm::Backend::Thread) return c.grid.size();
   const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
   if (local == nullptr) local = std::getenv("MPI_LOCALNRANKS");
   return local != nullptr ? std::max(1, std::atoi(local)) : 1;
@@ -80,24 +80,6 @@ void warn_thread_backend_under_mpirun(const TrainConfig& c) {
                      job->rank, job->size, c.grid.size(), job->size, job->size);
 }
 
-// Seconds per named phase of one step, in the order phases first ran.
-class Phases {
- public:
-  void add(std::string_view phase, double seconds) {
-    for (auto& [name, s] : phases_)
-      if (name == phase) {
-        s += seconds;
-        return;
-      }
-    phases_.emplace_back(std::string(phase), seconds);
-  }
-  void clear() { phases_.clear(); }
-  const std::vector<std::pair<std::string, double>>& phases() const { return phases_; }
-
- private:
-  std::vector<std::pair<std::string, double>> phases_;
-};
-
 // ----------------------------------------------------------------------------- one rank's run
 
 // One rank's part of the training: set up on construction (its grid, data, schedules, model and
@@ -105,7 +87,7 @@ class Phases {
 // the validation and checkpoint that fall due and the step's report.
 class RankRun {
  public:
-  RankRun(comm::Communicator& world, const TrainConfig& cfg, TraceRecorder* trace,
+  RankRun(comm::Communicator& world, const TrainConfig& cfg, io::TraceRecorder* trace,
           std::shared_ptr<const ResumeState> resume)
       : cfg_(cfg),
         trace_(trace),
@@ -115,8 +97,7 @@ class RankRun {
         corpus_(detail::corpus_for(cfg)),
         batches_(cfg, grid_),
         sampler_(corpus_->train, cfg.batch, cfg.model.seq_len, cfg.seed),
-        executor_(exec::runner_kind_from_name(cfg.executor, "--executor")),
-        schedules_(cfg, grid_, executor_),
+        schedules_(cfg, grid_, cfg.executor),
         ooc_(cfg.memory_budget.empty()
                  ? nullptr
                  : std::make_unique<detail::OutOfCore>(cfg, grid_, batches_.micro_rows(),
@@ -125,7 +106,7 @@ class RankRun {
                batches_.micro_batch_count(), schedules_.model_programs(batches_.micro_rows()),
                ooc_ ? ooc_->memory() : nullptr),
         opt_(cfg.optimizer, model_.layout(), model_.params(), model_.grads(), grid_.dp(),
-             schedules_.optimizer_schedules(), executor_, exchange_may_overlap(cfg),
+             schedules_.optimizer_schedules(), cfg.executor, exchange_may_overlap(cfg),
              &grid_.world()),
         out_(cfg.out != nullptr ? *cfg.out : std::cout) {
     if (resume_) last_checkpoint_ = {resume_->meta.step, resume_->folder};
@@ -133,11 +114,11 @@ class RankRun {
     model_.set_event_sink([this](std::string_view stream, std::string_view name, Clock::time_point b,
                                  Clock::time_point e, double self_s) { on_event(stream, name, b, e, self_s); });
     // The data-parallel exchange of a block's gradients starts as soon as the backward is done
-    // with it (optimizer.h says why that is safe).
+    // with it (docs/training.md says why that is safe).
     model_.set_gradients_ready([this](int layer) { opt_.layer_ready(layer); });
     opt_.set_segment_sink([this](std::string_view name, Clock::time_point b, Clock::time_point e) {
       if (!profiling_ && trace_ != nullptr && trace_->enabled())
-        trace_->record(grid_.world().rank(), kExchangeStream, fmt::format("dp exchange {}", name), b, e);
+        trace_->record(grid_.world().rank(), io::kExchangeStream, fmt::format("dp exchange {}", name), b, e);
     });
   }
 
@@ -179,7 +160,7 @@ class RankRun {
   // Constructed in this order (the constructor's initialisers rely on it): the model needs
   // batches_ and schedules_, the optimizer the model.
   const TrainConfig& cfg_;
-  TraceRecorder* trace_;
+  io::TraceRecorder* trace_;
   std::shared_ptr<const ResumeState> resume_;
   parallel::Grid grid_;
   bool lead_;
@@ -187,15 +168,14 @@ class RankRun {
   detail::RankBatches batches_;
   BatchSampler sampler_;
   std::optional<BatchSampler> val_sampler_;
-  exec::RunnerKind executor_;
   detail::ScheduleChoice schedules_;
   std::unique_ptr<detail::OutOfCore> ooc_;  // --memory-budget: where the model's activations live
   parallel::ParallelGPT model_;
-  DataParallelOptimizer opt_;
+  parallel::DataParallelOptimizer opt_;
   std::ostream& out_;
-  Phases phases_;
+  io::PhaseTimer phases_;  // this step's, on the lead rank
   bool profiling_ = false;  // the out-of-core profile's steps are not reported
-  std::unique_ptr<MetricsWriter> metrics_;  // lead rank only
+  std::unique_ptr<io::MetricsWriter> metrics_;  // lead rank only
   std::unique_ptr<Progress> progress_;      // lead rank only
   // For the message of a divergence: the last step with a finite loss, and the newest good
   // checkpoint (the one resumed from, or this run's last save).
@@ -215,7 +195,7 @@ TrainResult RankRun::run() {
     if (lead_) {
       out_ << ooc_->plan_line() << "\n" << ooc_->report();
       if (!cfg_.trace_path.empty()) {
-        write_file_atomic(cfg_.trace_path, ooc_->predicted_trace());
+        io::write_file_atomic(cfg_.trace_path, ooc_->predicted_trace());
         out_ << fmt::format("predicted timeline written to {}\n", cfg_.trace_path);
       }
       out_.flush();
@@ -306,7 +286,7 @@ void RankRun::plan_out_of_core(int64_t first_step) {
 
 // This rank's part of the checkpoint's weights and moments. Returns the step it was saved at.
 int64_t RankRun::restore() {
-  detail::scatter_state(resume_->state, model_, opt_);
+  parallel::scatter_state(resume_->state, model_, opt_);
   return resume_->meta.step;
 }
 
@@ -319,7 +299,7 @@ void RankRun::open_reports(int64_t first) {
     out_ << memory;
     out_.flush();
     if (!cfg_.metrics_path.empty())
-      metrics_ = std::make_unique<MetricsWriter>(cfg_.metrics_path, first > 0);
+      metrics_ = std::make_unique<io::MetricsWriter>(cfg_.metrics_path, first > 0);
     if (cfg_.progress) {
       ProgressOptions po;
       po.terminal = cfg_.out == nullptr && is_terminal(stdout);
@@ -368,11 +348,11 @@ std::string RankRun::memory_lines() {
   }
   std::string exchange = fmt::format("{} bucket{} of blocks + the embeddings and ln_f", opt_.buckets(),
                                      opt_.buckets() == 1 ? "" : "s");
-  if (cfg_.optimizer.name == "lamb")
+  if (cfg_.optimizer.kind == parallel::OptimizerKind::Lamb)
     exchange += fmt::format(" ({} tensors, a trust ratio each)", opt_.tensors());
   out += fmt::format("  data-parallel exchange: {}, {}\n", exchange,
                      opt_.overlapping() ? "overlapped with the backward"
-                     : cfg_.optimizer.exchange == "overlap"
+                     : cfg_.optimizer.exchange == parallel::GradExchange::Overlap
                          ? "after the backward (this MPI's thread level cannot overlap it)"
                          : "after the backward");
   return out;
@@ -385,19 +365,20 @@ void RankRun::print_header(int64_t first_step) {
       "{} x {} tokens a step, {} ranks ({}, {} backend){}\n",
       c.n_layers, c.d_model, c.n_heads, static_cast<double>(nn::gpt_num_parameters(c)) / 1e6,
       corpus_->source == "synthetic" ? "the synthetic corpus" : corpus_->source, cfg_.batch,
-      c.seq_len, cfg_.grid.size(), cfg_.grid.str(), cfg_.backend,
+      c.seq_len, cfg_.grid.size(), cfg_.grid.str(), comm::backend_name(cfg_.backend),
       resume_ ? fmt::format(", resuming at step {} from {}", first_step, resume_->folder) : "");
   out_ << "  " << grid_.mapping() << "\n";
   if (const std::string w = grid_.warning(); !w.empty()) out_ << "tandem train: " << w << "\n";
+  const std::string_view optimizer = parallel::optimizer_name(cfg_.optimizer.kind);
   std::string programs =
       cfg_.optimizer.clip_grad_norm
           ? fmt::format(
                 "  optimizer {} with the gradient's norm clipped at {}: programs {}, grad_norm "
                 "({})",
-                cfg_.optimizer.name, *cfg_.optimizer.clip_grad_norm, opt_.schedule_name(),
+                optimizer, *cfg_.optimizer.clip_grad_norm, opt_.schedule_name(),
                 opt_.executor_name())
-          : fmt::format("  optimizer {}: program {} schedule {}{} ({})", cfg_.optimizer.name,
-                        cfg_.optimizer.name == "lamb" ? "lamb_bucket" : "adam", opt_.schedule_name(),
+          : fmt::format("  optimizer {}: program {} schedule {}{} ({})", optimizer,
+                        cfg_.optimizer.kind == parallel::OptimizerKind::Lamb ? "lamb_bucket" : "adam", opt_.schedule_name(),
                         opt_.chunk_bytes() != 0 ? fmt::format(" at {}-byte chunks", opt_.chunk_bytes()) : "",
                         opt_.executor_name());
   if (!model_.epilogue_schedule().empty())
@@ -443,7 +424,7 @@ void RankRun::finish_optimizer_step() {
     phases_.add("optimizer wait", seconds_since(begin));
     phases_.add("dp exchange", opt_.exchange_seconds());
   }
-  trace_span(kCommStream, "optimizer " + opt_.schedule_name() + " (finish)", begin);
+  trace_span(io::kCommStream, "optimizer " + opt_.schedule_name() + " (finish)", begin);
 }
 
 // Every eval_every steps and after the last.
@@ -455,7 +436,7 @@ double RankRun::validate() {
   const auto begin = Clock::now();
   const double loss = detail::validation_loss(model_, batches_, *val_sampler_, cfg_.eval_batches);
   if (lead_) phases_.add("eval", seconds_since(begin));
-  trace_span(kComputeStream, "validation", begin);
+  trace_span(io::kComputeStream, "validation", begin);
   return loss;
 }
 
@@ -467,16 +448,16 @@ bool RankRun::checkpoint_due(int64_t step) const {
 
 void RankRun::save(int64_t step) {
   const auto begin = Clock::now();
-  detail::WholeModelState state = detail::gather_state(model_, opt_);
-  const Checkpoint ck = detail::run_checkpoint(cfg_, *corpus_, step, state);
+  parallel::WholeModelState state = parallel::gather_state(model_, opt_);
+  const io::Checkpoint ck = detail::run_checkpoint(cfg_, *corpus_, step, state);
   // A finite loss does not make a finite model: this step's update may have overflowed. Every
   // rank holds the whole state, so all refuse it together, and the last good checkpoint stays.
-  std::string bad = non_finite_values(ck.weights);
-  if (bad.empty()) bad = non_finite_values(ck.optimizer);
+  std::string bad = io::non_finite_values(ck.weights);
+  if (bad.empty()) bad = io::non_finite_values(ck.optimizer);
   if (!bad.empty()) diverged(fmt::format("the model after step {} is not finite ({})", step, bad));
-  std::string folder = (std::filesystem::path(cfg_.save_dir) / step_folder_name(step)).string();
+  std::string folder = (std::filesystem::path(cfg_.save_dir) / io::step_folder_name(step)).string();
   if (lead_) {
-    folder = save_in_series(cfg_.save_dir, ck, cfg_.keep_checkpoints);
+    folder = io::save_in_series(cfg_.save_dir, ck, cfg_.keep_checkpoints);
     phases_.add("checkpoint", seconds_since(begin));
   }
   last_checkpoint_ = {step, folder};
@@ -520,7 +501,7 @@ std::string RankRun::report_step(int64_t step, double loss, std::optional<double
   if (!lead_) return {};
   const double tps = tokens_per_step() / step_s;
   if (metrics_) {
-    StepMetrics sm;
+    io::StepMetrics sm;
     sm.step = step + 1;
     sm.loss = loss;
     sm.val_loss = val;
@@ -549,7 +530,7 @@ void RankRun::finish(TrainResult& result) {
                             ? tokens_per_step() * static_cast<double>(ran) / result.seconds
                             : 0.0;
   if (cfg_.keep_weights) {
-    std::vector<float> w = detail::gather_weights(model_);
+    std::vector<float> w = parallel::gather_weights(model_);
     if (lead_) result.weights = std::move(w);
   }
   if (ooc_) {
@@ -586,7 +567,7 @@ void RankRun::on_event(std::string_view stream, std::string_view name, Clock::ti
   if (profiling_) return;
   if (trace_ != nullptr && trace_->enabled()) trace_->record(grid_.world().rank(), stream, name, b, e);
   if (!lead_) return;
-  if (stream == "comm") phases_.add("comm", s);
+  if (stream == io::kCommStream) phases_.add("comm", s);
   else if (name.substr(0, 7) == "forward") phases_.add("forward", s);
   else phases_.add("backward", s);
 }
@@ -601,7 +582,7 @@ void RankRun::trace_span(std::string_view stream, std::string_view name, Clock::
 
 // --------------------------------------------------------------------------------- running
 
-TrainResult train_rank(comm::Communicator& world, const TrainConfig& config, TraceRecorder* trace,
+TrainResult train_rank(comm::Communicator& world, const TrainConfig& config, io::TraceRecorder* trace,
                        std::shared_ptr<const ResumeState> resume) {
   config.validate();
   if (!resume) resume = prepare_resume(config);
@@ -632,7 +613,7 @@ TrainResult train(const TrainConfig& config) {
   const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   blas::set_num_threads(config.blas_threads > 0 ? config.blas_threads
                                                 : std::max(1, hw / local_ranks_for_blas(config)));
-  TraceRecorder trace(!config.trace_path.empty() && !config.plan_only);  // tandem plan writes its own
+  io::TraceRecorder trace(!config.trace_path.empty() && !config.plan_only);  // tandem plan writes its own
   // Read the data and the checkpoint once, before any rank starts: their errors are the user's,
   // not one rank's (a split too short for a sequence is refused here too).
   const std::shared_ptr<const Corpus> corpus = detail::corpus_for(config);
@@ -641,7 +622,7 @@ TrainResult train(const TrainConfig& config) {
     BatchSampler(corpus->validation, config.batch, config.model.seq_len, config.seed);
   const std::shared_ptr<const ResumeState> resume = prepare_resume(config);
   TrainResult result;
-  if (config.backend == "mpi") {
+  if (config.backend == comm::Backend::Mpi) {
     std::unique_ptr<comm::Communicator> world = comm::mpi_world();
     // Every process sees the same sizes, so all refuse together and rank 0 alone says why.
     if (world->size() != ranks)

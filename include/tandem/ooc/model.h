@@ -33,7 +33,7 @@ struct Prediction {
 
 Prediction simulate(const MemorySchedule& schedule, const Profile& profile, bool timeline = false);
 
-// The predicted timeline as a Chrome trace (chrome://tracing, Perfetto): one row per stream.
+// The predicted timeline as a Chrome trace (io/trace.h's format), rank 0, one row per stream.
 std::string chrome_trace(const Prediction& p);
 
 }  // namespace tandem::ooc

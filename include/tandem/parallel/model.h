@@ -12,7 +12,7 @@
 //     the receiver's landing in its dres workspace in place;
 //   - the backward's sums of input gradients over tp() and of the tied embedding's gradient over
 //     tied(): dsl::workloads::sum_in_place, in the gradient's own buffer.
-// The data-parallel reduction is the optimizer's program (train/optimizer.h), run bucket by
+// The data-parallel reduction is the optimizer's program (parallel/optimizer.h), run bucket by
 // bucket as the backward finishes them (gradients_ready) or after forward_backward.
 //
 // Blocks run by halves (attention, then MLP: the units an out-of-core memory places). With

@@ -7,8 +7,8 @@
 #include <utility>
 #include <vector>
 
+#include "tandem/io/checkpoint.h"
 #include "tandem/nn/gpt.h"
-#include "tandem/train/checkpoint.h"
 
 namespace tandem::train {
 
@@ -17,7 +17,7 @@ namespace tandem::train {
 struct LoadedModel {
   nn::GPTConfig config;
   nn::ParameterSet params;
-  RunMeta meta;
+  io::RunMeta meta;
 };
 LoadedModel load_model(const std::string& checkpoint_dir);
 

@@ -8,9 +8,12 @@
 #include <optional>
 #include <string>
 
+#include "tandem/comm/backend.h"
+#include "tandem/exec/runner.h"
 #include "tandem/nn/gpt.h"
+#include "tandem/ooc/slow_tier.h"
 #include "tandem/parallel/grid.h"
-#include "tandem/train/optimizer.h"
+#include "tandem/parallel/optimizer.h"
 
 namespace tandem::train {
 
@@ -22,11 +25,11 @@ struct TrainConfig {
   int64_t warmup = 20;       // linear warm-up steps, then cosine decay ...
   double min_lr_ratio = 0.1; // ... to lr * min_lr_ratio at the last step
   uint64_t seed = 1;         // initialisation, batches, dropout
-  OptimizerConfig optimizer;
+  parallel::OptimizerConfig optimizer;
   parallel::GridShape grid;  // dp x tp x pp
   int micro_batches = 0;     // per data-parallel rank and step; 0: 1, or 2 * pp when pp > 1
-  std::string backend = "thread";  // "thread": ranks are threads; "mpi": this process is one rank
-  std::string executor = "compiled";  // how the DSL programs run: compiled, plan or reference
+  comm::Backend backend = comm::Backend::Thread;  // ranks are threads, or this process is one rank
+  exec::RunnerKind executor = exec::RunnerKind::Compiled;  // how the DSL programs run
   // Autotune every program's schedule for this run's sizes now (slow the first time: every
   // candidate is compiled and timed; the choice is cached). Without it the cache's choice is
   // used where there is one, else the preference lists.
@@ -58,9 +61,9 @@ struct TrainConfig {
 
   // Out-of-core training (docs/out-of-core.md): the fast-tier budget for what a step saves for
   // its backward plus the workspace ("600MiB", "2GiB"; empty: in-core), where swapped blocks
-  // go ("host" or "file:DIR"), and a plan to use instead of the planner's ("KKSR/p1").
+  // go, and a plan to use instead of the planner's ("KKSR/p1").
   std::string memory_budget;
-  std::string slow_tier = "host";
+  ooc::TierSpec slow_tier;
   std::string ooc_plan;
   // `tandem plan`: profile and plan, print the plan's report (and write its predicted timeline to
   // trace_path), train nothing.

@@ -35,10 +35,10 @@
 #include <vector>
 
 #include "tandem/comm/communicator.h"
+#include "tandem/io/trace.h"
 #include "tandem/train/evaluate.h"
 #include "tandem/train/lr_schedule.h"
 #include "tandem/train/model_config.h"
-#include "tandem/train/trace.h"
 #include "tandem/train/train_config.h"
 
 namespace tandem::train {
@@ -76,7 +76,7 @@ std::shared_ptr<const ResumeState> prepare_resume(const TrainConfig& config);
 // One rank of the training: every rank of `world` calls it together. `trace` may be shared by
 // the ranks of one process (it is thread-safe) or null; `resume` may be shared likewise (null:
 // prepared here when config.resume_dir is set).
-TrainResult train_rank(comm::Communicator& world, const TrainConfig& config, TraceRecorder* trace,
+TrainResult train_rank(comm::Communicator& world, const TrainConfig& config, io::TraceRecorder* trace,
                        std::shared_ptr<const ResumeState> resume = nullptr);
 
 }  // namespace tandem::train

@@ -1,9 +1,9 @@
 // The data-parallel gradient exchange: buckets exchanged while the backward goes on give bitwise
 // the weights of the exchange after the backward (same programs, same data, same order), on every
 // grid and executor, for AdamW and LAMB; buckets of blocks give the weights of one segment where
-// the reduction order is the same; the trace shows the exchange running during the backward; the
-// optimizer state really is 1/dp per rank, and the programs read and write the model's own
-// buffers.
+// the reduction order is the same; the trace shows the exchange running during the backward;
+// clipping by the whole model's gradient norm keeps all of that.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -12,25 +12,30 @@
 #include <string>
 #include <vector>
 
-#include "tandem/comm/thread.h"
-#include "tandem/nn/gpt.h"
-#include "tandem/parallel/shard.h"
-#include "tandem/train/optimizer.h"
+#include "tandem/parallel/optimizer.h"
 #include "train/test_util.h"
 
 namespace tandem::train {
 namespace {
 
+using exec::RunnerKind;
 using nlohmann::json;
+using parallel::GradExchange;
+using parallel::OptimizerKind;
+
+// "adamw plan dp=2 tp=1 pp=1": what a failure names.
+std::string named(OptimizerKind optimizer, RunnerKind executor, const parallel::GridShape& g) {
+  return fmt::format("{} {} {}", parallel::optimizer_name(optimizer), exec::runner_kind_name(executor), g.str());
+}
 
 // Four blocks of a few KiB each, so that a small bucket holds about one block.
-TrainConfig exchange_run(parallel::GridShape grid, const std::string& optimizer, const std::string& exchange,
-                         std::optional<double> bucket_mb, const std::string& executor) {
+TrainConfig exchange_run(parallel::GridShape grid, OptimizerKind optimizer, GradExchange exchange,
+                         std::optional<double> bucket_mb, RunnerKind executor) {
   TrainConfig c = testing::tiny_run(3);
   c.model.n_layers = 4;
   c.batch = 8;
   c.grid = grid;
-  c.optimizer.name = optimizer;
+  c.optimizer.kind = optimizer;
   c.optimizer.exchange = exchange;
   c.optimizer.bucket_mb = bucket_mb;
   c.optimizer.weight_decay = 0.01;
@@ -46,12 +51,12 @@ using testing::expect_bitwise;
 
 TEST(GradExchange, OverlappedEqualsAfterTheBackwardBitwise) {
   const std::vector<parallel::GridShape> grids = {{2, 1, 1}, {2, 2, 1}, {2, 1, 2}, {4, 1, 1}};
-  for (const std::string executor : {"compiled", "plan"})
-    for (const std::string optimizer : {"adamw", "lamb"})
+  for (const RunnerKind executor : {RunnerKind::Compiled, RunnerKind::Plan})
+    for (const OptimizerKind optimizer : {OptimizerKind::AdamW, OptimizerKind::Lamb})
       for (const parallel::GridShape& g : grids) {
-        const std::string what = optimizer + " " + executor + " " + g.str();
-        const TrainResult after = train(exchange_run(g, optimizer, "after", kSmallBucket, executor));
-        const TrainResult overlap = train(exchange_run(g, optimizer, "overlap", kSmallBucket, executor));
+        const std::string what = named(optimizer, executor, g);
+        const TrainResult after = train(exchange_run(g, optimizer, GradExchange::After, kSmallBucket, executor));
+        const TrainResult overlap = train(exchange_run(g, optimizer, GradExchange::Overlap, kSmallBucket, executor));
         expect_bitwise(after, overlap, what);
       }
 }
@@ -63,15 +68,15 @@ TEST(GradExchange, OverlappedEqualsAfterTheBackwardBitwise) {
 // the ring's chunks, so it moves with the bucket's boundaries: tests/train/mpi bounds that.
 TEST(GradExchange, BucketsEqualOneSegmentWhereTheReductionOrderIsTheSame) {
   for (const parallel::GridShape& g : std::vector<parallel::GridShape>{{2, 1, 1}, {4, 1, 1}, {2, 2, 1}}) {
-    const TrainResult one = train(exchange_run(g, "adamw", "after", std::nullopt, "compiled"));
-    const TrainResult many = train(exchange_run(g, "adamw", "overlap", kSmallBucket, "compiled"));
+    const TrainResult one = train(exchange_run(g, OptimizerKind::AdamW, GradExchange::After, std::nullopt, RunnerKind::Compiled));
+    const TrainResult many = train(exchange_run(g, OptimizerKind::AdamW, GradExchange::Overlap, kSmallBucket, RunnerKind::Compiled));
     expect_bitwise(one, many, "buckets vs one segment at " + g.str());
   }
 }
 
 TEST(GradExchange, TheTraceShowsTheExchangeDuringTheBackward) {
   testing::ScratchDir dir;
-  TrainConfig c = exchange_run({2, 1, 1}, "adamw", "overlap", kSmallBucket, "compiled");
+  TrainConfig c = exchange_run({2, 1, 1}, OptimizerKind::AdamW, GradExchange::Overlap, kSmallBucket, RunnerKind::Compiled);
   c.model.d_model = 64;  // a backward of some milliseconds per block
   c.model.n_heads = 4;
   c.model.seq_len = c.model.max_positions = 64;
@@ -99,53 +104,10 @@ TEST(GradExchange, TheTraceShowsTheExchangeDuringTheBackward) {
   EXPECT_GT(during, 0) << "no bucket's exchange started before a later block's backward";
 }
 
-// ZeRO-1 memory: with slice(m,v) each rank holds 1/dp of the moments, and the programs allocate
-// neither gradients nor weights (they are bound to the model's buffers), only the reduce-scatter's
-// 1/dp result; clipping's two halves hold the same.
-TEST(GradExchange, StateIsOneOverDpAndTheModelsBuffersAreBound) {
-  nn::GPTConfig cfg;
-  cfg.n_layers = 3;
-  cfg.n_heads = 2;
-  cfg.d_model = 32;
-  cfg.seq_len = cfg.max_positions = 16;
-  for (int dp : {1, 2, 3})
-    for (const std::optional<double> clip : {std::optional<double>{}, std::optional<double>{1.0}}) {
-      comm::run_ranks(dp, [&](comm::Communicator& c) {
-        const parallel::ShardLayout layout(cfg, {dp, 1, 1}, 0, 0);
-        const int64_t n = layout.size();
-        Tensor params = Tensor::zeros(DType::F32, Shape{n}),
-               grads = Tensor::zeros(DType::F32, Shape{n});
-        OptimizerConfig oc;
-        oc.bucket_mb = 0.02;
-        oc.clip_grad_norm = clip;
-        DataParallelOptimizer opt(oc, layout, params, grads, c, {{"fused(RS-C-AG)+slice(m,v)"}},
-                                  exec::RunnerKind::Compiled);
-        EXPECT_GT(opt.buckets(), 1);
-        int64_t mine = 0;
-        for (const DataParallelOptimizer::Piece& pc : opt.pieces()) mine += pc.end - pc.begin;
-        EXPECT_EQ(opt.state_bytes(), static_cast<size_t>(mine) * 8);
-        // 1/dp of every segment, so within a float per segment of 8N/dp.
-        EXPECT_LE(std::abs(static_cast<double>(mine) - static_cast<double>(n) / dp), opt.segments())
-            << dp;
-        // Nothing the size of the gradients or the weights: the reduce-scatter's 1/dp result, and
-        // the scalars and scratch (under a KiB a segment).
-        EXPECT_LE(opt.buffer_bytes(),
-                  static_cast<size_t>(n / dp + opt.segments()) * 4 + 1024u * opt.segments())
-            << dp;
-        // The update lands in the model's own weights.
-        grads.fill(1.0f);
-        opt.step(0.1, 1);
-        EXPECT_NE(params.get(0), 0.0f);
-        EXPECT_NE(params.get(n - 1), 0.0f);
-        EXPECT_EQ(opt.grad_norm().has_value(), clip.has_value());
-      });
-    }
-}
-
 // --------------------------------------------------------------------------- gradient clipping
 
-TrainConfig clipped_run(parallel::GridShape grid, const std::string& optimizer,
-                        const std::string& exchange, double clip, const std::string& executor) {
+TrainConfig clipped_run(parallel::GridShape grid, OptimizerKind optimizer, GradExchange exchange, double clip,
+                        RunnerKind executor) {
   TrainConfig c = exchange_run(grid, optimizer, exchange, kSmallBucket, executor);
   c.optimizer.clip_grad_norm = clip;
   return c;
@@ -155,12 +117,12 @@ TrainConfig clipped_run(parallel::GridShape grid, const std::string& optimizer,
 // same data in the same order as after the backward, so bitwise the same.
 TEST(GradClipping, OverlappedEqualsAfterTheBackwardBitwise) {
   const std::vector<parallel::GridShape> grids = {{2, 1, 1}, {2, 2, 1}, {2, 1, 2}, {4, 1, 1}};
-  for (const std::string executor : {"compiled", "plan"})
-    for (const std::string optimizer : {"adamw", "lamb"})
+  for (const RunnerKind executor : {RunnerKind::Compiled, RunnerKind::Plan})
+    for (const OptimizerKind optimizer : {OptimizerKind::AdamW, OptimizerKind::Lamb})
       for (const parallel::GridShape& g : grids) {
-        const std::string what = optimizer + " " + executor + " " + g.str();
-        const TrainResult after = train(clipped_run(g, optimizer, "after", 0.05, executor));
-        const TrainResult overlap = train(clipped_run(g, optimizer, "overlap", 0.05, executor));
+        const std::string what = named(optimizer, executor, g);
+        const TrainResult after = train(clipped_run(g, optimizer, GradExchange::After, 0.05, executor));
+        const TrainResult overlap = train(clipped_run(g, optimizer, GradExchange::Overlap, 0.05, executor));
         expect_bitwise(after, overlap, what);
         ASSERT_EQ(after.grad_norms.size(), 3u) << what;
         EXPECT_EQ(after.grad_norms, overlap.grad_norms) << what;
@@ -172,11 +134,11 @@ TEST(GradClipping, OverlappedEqualsAfterTheBackwardBitwise) {
 TEST(GradClipping, ALimitAboveTheNormChangesNothing) {
   for (const parallel::GridShape& g :
        std::vector<parallel::GridShape>{{1, 1, 1}, {2, 1, 1}, {2, 2, 1}, {2, 1, 2}})
-    for (const std::string optimizer : {"adamw", "lamb"}) {
+    for (const OptimizerKind optimizer : {OptimizerKind::AdamW, OptimizerKind::Lamb}) {
       const TrainResult plain =
-          train(exchange_run(g, optimizer, "overlap", kSmallBucket, "compiled"));
-      const TrainResult clipped = train(clipped_run(g, optimizer, "overlap", 1e30, "compiled"));
-      expect_bitwise(plain, clipped, optimizer + " " + g.str());
+          train(exchange_run(g, optimizer, GradExchange::Overlap, kSmallBucket, RunnerKind::Compiled));
+      const TrainResult clipped = train(clipped_run(g, optimizer, GradExchange::Overlap, 1e30, RunnerKind::Compiled));
+      expect_bitwise(plain, clipped, named(optimizer, RunnerKind::Compiled, g));
     }
 }
 
@@ -184,7 +146,7 @@ TEST(GradClipping, ALimitAboveTheNormChangesNothing) {
 // and the last stage's copy of wte are not counted twice. Every grid sees the norm of one rank.
 TEST(GradClipping, TheNormIsTheWholeModelsOnEveryGrid) {
   auto run = [](parallel::GridShape g) {
-    TrainConfig c = clipped_run(g, "adamw", "overlap", 0.05, "compiled");
+    TrainConfig c = clipped_run(g, OptimizerKind::AdamW, GradExchange::Overlap, 0.05, RunnerKind::Compiled);
     c.model.dropout = 0;  // the same gradient on every grid, up to the order of sums
     return train(c);
   };
@@ -207,9 +169,9 @@ TEST(GradClipping, TheNormIsTheWholeModelsOnEveryGrid) {
 // weights of moments in memory.
 TEST(GradClipping, StateInTheSlowTierEqualsStateInMemory) {
   for (const parallel::GridShape& g : std::vector<parallel::GridShape>{{2, 1, 1}, {2, 2, 1}}) {
-    const TrainResult memory = train(clipped_run(g, "adamw", "overlap", 0.05, "compiled"));
-    TrainConfig c = clipped_run(g, "adamw", "overlap", 0.05, "compiled");
-    c.optimizer.state_tier = "host";
+    const TrainResult memory = train(clipped_run(g, OptimizerKind::AdamW, GradExchange::Overlap, 0.05, RunnerKind::Compiled));
+    TrainConfig c = clipped_run(g, OptimizerKind::AdamW, GradExchange::Overlap, 0.05, RunnerKind::Compiled);
+    c.optimizer.state_tier = ooc::TierSpec::parse("host");
     expect_bitwise(memory, train(c), "host tier at " + g.str());
   }
 }
@@ -217,8 +179,8 @@ TEST(GradClipping, StateInTheSlowTierEqualsStateInMemory) {
 // Clipping takes effect: a limit below the norm gives other weights than no limit.
 TEST(GradClipping, ALimitBelowTheNormChangesTheStep) {
   const TrainResult plain =
-      train(exchange_run({2, 1, 1}, "adamw", "overlap", kSmallBucket, "compiled"));
-  const TrainResult clipped = train(clipped_run({2, 1, 1}, "adamw", "overlap", 0.05, "compiled"));
+      train(exchange_run({2, 1, 1}, OptimizerKind::AdamW, GradExchange::Overlap, kSmallBucket, RunnerKind::Compiled));
+  const TrainResult clipped = train(clipped_run({2, 1, 1}, OptimizerKind::AdamW, GradExchange::Overlap, 0.05, RunnerKind::Compiled));
   ASSERT_GT(clipped.grad_norms[0], 0.05);
   EXPECT_NE(plain.weights, clipped.weights);
   EXPECT_EQ(plain.losses[0], clipped.losses[0]) << "the first loss comes before any update";

@@ -60,7 +60,7 @@ TEST_P(OutOfCore, WeightsBitwiseAsInCoreWithinTheBudget) {
     SCOPED_TRACE(tier);
     TrainConfig c = in_core;
     c.memory_budget = "64MiB";
-    c.slow_tier = tier;
+    c.slow_tier = ooc::TierSpec::parse(tier);
     c.ooc_plan = cs.plan;
     const TrainResult r = train(c);
     EXPECT_EQ(r.ooc_plan, cs.plan);
@@ -107,7 +107,7 @@ TEST(OutOfCoreProfile, MeasuredOnceThenCached) {
   ScratchDir dir;
   setenv("TANDEM_CACHE_DIR", dir.path("cache").c_str(), 1);
   TrainConfig c = small({1, 1, 1}, 2);
-  c.executor = "plan";  // nothing to compile in the fresh cache
+  c.executor = exec::RunnerKind::Plan;  // nothing to compile in the fresh cache
   c.memory_budget = "64MiB";
   c.steps = 1;
   const TrainResult first = train(c);

@@ -16,7 +16,7 @@
 namespace tandem::train {
 namespace {
 
-TrainConfig pipeline_run(int pp, const std::string& executor) {
+TrainConfig pipeline_run(int pp, exec::RunnerKind executor) {
   TrainConfig c = testing::tiny_run(3);
   c.model.n_layers = 3;
   c.grid = {1, 1, pp};
@@ -28,19 +28,20 @@ TrainConfig pipeline_run(int pp, const std::string& executor) {
 // The stages add the same products in another order than one rank (the hand-off's boundary
 // block runs as a row-parallel shard), so the losses agree to f32 rounding.
 TEST(PipelineHandoff, EveryExecutorTrainsAsOneRank) {
-  const TrainResult one = train(pipeline_run(1, "plan"));
-  for (const std::string executor : {"compiled", "plan", "reference"})
+  const TrainResult one = train(pipeline_run(1, exec::RunnerKind::Plan));
+  for (const exec::RunnerKind executor :
+       {exec::RunnerKind::Compiled, exec::RunnerKind::Plan, exec::RunnerKind::Reference})
     for (int pp : {2, 3}) {
       const TrainResult got = train(pipeline_run(pp, executor));
-      ASSERT_EQ(got.losses.size(), one.losses.size()) << executor << " pp " << pp;
+      ASSERT_EQ(got.losses.size(), one.losses.size()) << exec::runner_kind_name(executor) << " pp " << pp;
       for (size_t i = 0; i < one.losses.size(); ++i)
-        EXPECT_NEAR(got.losses[i], one.losses[i], 1e-5 * std::fabs(one.losses[i])) << executor << " pp " << pp;
+        EXPECT_NEAR(got.losses[i], one.losses[i], 1e-5 * std::fabs(one.losses[i])) << exec::runner_kind_name(executor) << " pp " << pp;
     }
 }
 
 TEST(PipelineHandoff, TheTraceNamesTheGradientHandoff) {
   testing::ScratchDir dir;
-  TrainConfig c = pipeline_run(2, "compiled");
+  TrainConfig c = pipeline_run(2, exec::RunnerKind::Compiled);
   c.trace_path = dir.path("trace.json");
   train(c);
   const nlohmann::json j = nlohmann::json::parse(testing::read_bytes(c.trace_path));

@@ -10,7 +10,7 @@
 #include <sstream>
 
 #include "tandem/core/error.h"
-#include "tandem/train/checkpoint_series.h"
+#include "tandem/io/checkpoint_series.h"
 #include "tandem/train/trainer.h"
 #include "train/test_util.h"
 
@@ -96,9 +96,9 @@ TEST(TrainerEquivalence, PipelineParallelMatchesOneRank) {
 // their slices, which round differently from one rank's sum over the whole tensor.
 TEST(TrainerEquivalence, LambDataParallelMatchesOneRank) {
   TrainConfig one = tiny({1, 1, 1});
-  one.optimizer.name = "lamb";
+  one.optimizer.kind = parallel::OptimizerKind::Lamb;
   TrainConfig two = tiny({2, 1, 1});
-  two.optimizer.name = "lamb";
+  two.optimizer.kind = parallel::OptimizerKind::Lamb;
   const TrainResult want = train(one);
   const TrainResult got = train(two);
   for (size_t i = 0; i < want.losses.size(); ++i) EXPECT_NEAR(got.losses[i], want.losses[i], 2e-4) << i;
@@ -109,11 +109,11 @@ TEST(TrainerEquivalence, LambDataParallelMatchesOneRank) {
 // last bit or nearly (the interpreter does not fuse; fusion keeps each element's arithmetic).
 TEST(TrainerExecutors, CompiledPlanAndReferenceExecutorsAgree) {
   TrainConfig c = tiny({2, 2, 1}, 3);
-  c.executor = "compiled";
+  c.executor = exec::RunnerKind::Compiled;
   const TrainResult compiled = train(c);
-  c.executor = "plan";
+  c.executor = exec::RunnerKind::Plan;
   const TrainResult plan = train(c);
-  c.executor = "reference";
+  c.executor = exec::RunnerKind::Reference;
   const TrainResult reference = train(c);
   EXPECT_EQ(compiled.executor, "compiled (JIT)");
   EXPECT_EQ(plan.executor, "plan runner");
@@ -129,7 +129,7 @@ TEST(TrainerExecutors, CompiledPlanAndReferenceExecutorsAgree) {
 TEST(Trainer, Bf16GradientsFollowTheF32Run) {
   TrainConfig c = tiny({2, 1, 1}, 4);
   const TrainResult f32 = train(c);
-  c.optimizer.grad_dtype = "bf16";
+  c.optimizer.grad_dtype = DType::BF16;
   const TrainResult bf16 = train(c);
   ASSERT_EQ(bf16.losses.size(), f32.losses.size());
   EXPECT_EQ(bf16.losses[0], f32.losses[0]);  // the first loss comes before any update
@@ -251,7 +251,7 @@ TEST(TrainerCheckpoint, RefusesAModelThatDoesNotMatch) {
   EXPECT_EQ(error_of(other), "checkpoint '" + dir.path("ck") +
                                  "' was trained with d_model 16, this run asks for 32");
   TrainConfig lamb = tiny({1, 1, 1}, 2);
-  lamb.optimizer.name = "lamb";
+  lamb.optimizer.kind = parallel::OptimizerKind::Lamb;
   lamb.resume_dir = dir.path("ck");
   EXPECT_EQ(error_of(lamb), "checkpoint '" + dir.path("ck") +
                                 "' was trained with optimizer adamw, this run asks for lamb");
@@ -262,7 +262,7 @@ TEST(TrainerCheckpoint, RefusesACorruptCheckpoint) {
   TrainConfig first = tiny({1, 1, 1}, 1);
   first.save_dir = dir.path("ck");
   train(first);
-  const std::string weights = resolve_checkpoint(dir.path("ck")) + "/weights.safetensors";
+  const std::string weights = io::resolve_checkpoint(dir.path("ck")) + "/weights.safetensors";
   std::filesystem::resize_file(weights, std::filesystem::file_size(weights) - 100);
   TrainConfig resume = tiny({1, 1, 1}, 2);
   resume.resume_dir = dir.path("ck");

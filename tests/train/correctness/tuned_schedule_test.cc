@@ -9,9 +9,9 @@
 #include "tandem/comm/thread.h"
 #include "tandem/core/blas.h"
 #include "tandem/dsl/workloads.h"
+#include "tandem/parallel/optimizer.h"
 #include "tandem/parallel/shard.h"
 #include "tandem/schedule/enumerate.h"
-#include "tandem/train/optimizer.h"
 #include "tandem/train/trainer.h"
 #include "tandem/tune/cache.h"
 #include "tandem/tune/executor.h"
@@ -34,7 +34,7 @@ TrainConfig two_ranks() {
 // chunk round), keyed as the trainer keys it (the sliced schedules of adam on 2 thread ranks).
 void store_optimizer_record(const TrainConfig& c, const std::string& cache, const std::string& winner,
                             size_t chunk_bytes) {
-  const dsl::Program program = optimizer_program(c.optimizer);
+  const dsl::Program program = parallel::optimizer_program(c.optimizer);
   tune::TuneOptions o;
   o.sizes = {{"N", parallel::ShardLayout(c.model, c.grid, 0, 0).size()}};
   for (const schedule::NamedSchedule& s : schedule::enumerate_schedules(program))

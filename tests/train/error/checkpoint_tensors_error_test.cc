@@ -9,8 +9,8 @@
 #include <filesystem>
 
 #include "support/cli.h"
-#include "tandem/train/checkpoint.h"
-#include "tandem/train/checkpoint_series.h"
+#include "tandem/io/checkpoint.h"
+#include "tandem/io/checkpoint_series.h"
 #include "train/test_util.h"
 
 namespace tandem::train {
@@ -27,7 +27,7 @@ std::string saved_run(const std::string& dir, int layers) {
   c.model.n_layers = layers;
   c.save_dir = dir;
   train(c);
-  return resolve_checkpoint(dir);
+  return io::resolve_checkpoint(dir);
 }
 
 // A 2-layer checkpoint whose files are replaced by a 3-layer run's (weights_from = 3), or the
@@ -39,7 +39,7 @@ struct Mixed {
 Mixed mixed(const ScratchDir& dir, int meta_layers, int tensor_layers) {
   const std::string meta = saved_run(dir.path("meta"), meta_layers);
   const std::string other = saved_run(dir.path("other"), tensor_layers);
-  for (std::string_view f : {kWeightsFile, kOptimizerFile})
+  for (std::string_view f : {io::kWeightsFile, io::kOptimizerFile})
     fs::copy_file(other + "/" + std::string(f), meta + "/" + std::string(f),
                   fs::copy_options::overwrite_existing);
   return {meta};
@@ -96,11 +96,11 @@ TEST(CheckpointTensors, ExtraOptimizerTensorsAreRefusedOnResume) {
 TEST(CheckpointTensors, EmbeddingsAreWrittenUnderHuggingFaceNames) {
   ScratchDir dir;
   const std::string ck = saved_run(dir.path("ck"), 2);
-  const SafetensorsFile w = load_safetensors(ck + "/weights.safetensors");
+  const io::SafetensorsFile w = io::load_safetensors(ck + "/weights.safetensors");
   EXPECT_NE(w.find("wte.weight"), nullptr);
   EXPECT_NE(w.find("wpe.weight"), nullptr);
   EXPECT_EQ(w.find("wte"), nullptr);
-  const SafetensorsFile o = load_safetensors(ck + "/optimizer.safetensors");
+  const io::SafetensorsFile o = io::load_safetensors(ck + "/optimizer.safetensors");
   EXPECT_NE(o.find("m.wte.weight"), nullptr);
   EXPECT_NE(o.find("v.wpe.weight"), nullptr);
 }
@@ -112,15 +112,15 @@ TEST(CheckpointTensors, OldEmbeddingNamesStillLoad) {
   const std::string ck = saved_run(dir.path("ck"), 2);
   const std::string old = dir.path("old");
   fs::copy(ck, old);
-  for (std::string_view f : {kWeightsFile, kOptimizerFile}) {
+  for (std::string_view f : {io::kWeightsFile, io::kOptimizerFile}) {
     const std::string path = old + "/" + std::string(f);
-    SafetensorsFile file = load_safetensors(path);
-    for (NamedTensor& t : file.tensors)
+    io::SafetensorsFile file = io::load_safetensors(path);
+    for (io::NamedTensor& t : file.tensors)
       if (t.name.ends_with("wte.weight") || t.name.ends_with("wpe.weight"))
         t.name.resize(t.name.size() - std::string_view(".weight").size());
-    save_safetensors(path, file.tensors, file.metadata);
+    io::save_safetensors(path, file.tensors, file.metadata);
   }
-  ASSERT_NE(load_safetensors(old + "/weights.safetensors").find("wte"), nullptr);
+  ASSERT_NE(io::load_safetensors(old + "/weights.safetensors").find("wte"), nullptr);
   const LoadedModel a = load_model(ck), b = load_model(old);
   ASSERT_EQ(a.params.flat().numel(), b.params.flat().numel());
   EXPECT_EQ(std::memcmp(a.params.flat().data(), b.params.flat().data(), a.params.flat().nbytes()), 0);
@@ -132,9 +132,9 @@ TEST(CheckpointTensors, OldEmbeddingNamesStillLoad) {
   };
   EXPECT_EQ(resumed(ck), resumed(old));
   // Both names at once is one tensor twice.
-  SafetensorsFile both = load_safetensors(ck + "/weights.safetensors");
+  io::SafetensorsFile both = io::load_safetensors(ck + "/weights.safetensors");
   both.tensors.push_back({"wte", *both.find("wte.weight")});
-  save_safetensors(ck + "/weights.safetensors", both.tensors, both.metadata);
+  io::save_safetensors(ck + "/weights.safetensors", both.tensors, both.metadata);
   const std::string twice = user_error_of([&] { load_model(ck); });
   EXPECT_THAT(twice, ::testing::AnyOf(
                          "checkpoint file '" + ck + "/weights.safetensors' holds tensor 'wte.weight' "

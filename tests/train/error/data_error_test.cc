@@ -3,8 +3,8 @@
 // cannot be written.
 #include <gtest/gtest.h>
 
+#include "tandem/io/metrics.h"
 #include "tandem/train/data.h"
-#include "tandem/train/metrics.h"
 #include "train/test_util.h"
 
 namespace tandem::train {
@@ -63,18 +63,18 @@ TEST(DataErrors, BatchDoesNotSplitOverRanks) {
 
 TEST(MetricsErrors, UnwritablePath) {
   ScratchDir dir;
-  EXPECT_EQ(user_error_of([&] { MetricsWriter w(dir.path("no/m.jsonl")); }),
+  EXPECT_EQ(user_error_of([&] { io::MetricsWriter w(dir.path("no/m.jsonl")); }),
             "cannot write metrics file '" + dir.path("no/m.jsonl") + "': folder '" +
                 dir.path("no") + "' does not exist");
-  EXPECT_EQ(user_error_of([&] { MetricsWriter w(dir.path()); }),
+  EXPECT_EQ(user_error_of([&] { io::MetricsWriter w(dir.path()); }),
             "cannot write metrics file '" + dir.path() + "': Is a directory");
 }
 
 TEST(MetricsErrors, DiskFull) {
   ScratchDir dir;
-  MetricsWriter w(dir.path("m.jsonl"));
+  io::MetricsWriter w(dir.path("m.jsonl"));
   testing::FileSizeLimit limit(100);
-  StepMetrics m;
+  io::StepMetrics m;
   m.loss = 1.0;
   m.phase_s = {{"forward", 0.5}, {"backward", 0.5}, {"optimizer", 0.25}};
   EXPECT_EQ(user_error_of([&] {

@@ -8,7 +8,7 @@
 #include <filesystem>
 
 #include "support/cli.h"
-#include "tandem/train/checkpoint_series.h"
+#include "tandem/io/checkpoint_series.h"
 #include "train/test_util.h"
 
 namespace tandem::train {
@@ -87,10 +87,10 @@ TEST(Divergence, NaNWeightsAreRefusedByEvalAndResume) {
   TrainConfig first = testing::tiny_run(1);
   first.save_dir = dir.path("ck");
   train(first);
-  Checkpoint ck = load_checkpoint(dir.path("ck"));
-  for (NamedTensor& t : ck.weights)
+  io::Checkpoint ck = io::load_checkpoint(dir.path("ck"));
+  for (io::NamedTensor& t : ck.weights)
     if (t.name == "h.1.mlp.c_fc.weight") t.tensor.set(5, std::nanf(""));
-  save_checkpoint(dir.path("nan"), ck);
+  io::save_checkpoint(dir.path("nan"), ck);
   const std::string want =
       "checkpoint '" + dir.path("nan") +
       "' holds non-finite weights: tensor 'h.1.mlp.c_fc.weight' has 1 NaN and 0 infinite values of "

@@ -11,7 +11,7 @@
 #include <cstring>
 
 #include "support/cli.h"
-#include "tandem/train/checkpoint_series.h"
+#include "tandem/io/checkpoint_series.h"
 #include "train/test_util.h"
 
 namespace tandem::train {
@@ -124,7 +124,7 @@ TEST(Flags, EvalDoesNotNeedTheOptimizerState) {
   TrainConfig c = testing::tiny_run(1);
   c.save_dir = dir.path("ck");
   train(c);
-  fs::remove(resolve_checkpoint(dir.path("ck")) + "/optimizer.safetensors");
+  fs::remove(io::resolve_checkpoint(dir.path("ck")) + "/optimizer.safetensors");
   const auto r = run_tandem("eval --max-windows 2 --checkpoint '" + dir.path("ck") + "'");
   EXPECT_EQ(r.status, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("checkpoint at step 1"));

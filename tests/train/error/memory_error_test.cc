@@ -102,7 +102,7 @@ TEST(MemoryCheck, ActivationsThatDoNotFitPointToMemoryBudget) {
 // half the optimizer state.
 TEST(MemoryCheck, InProcessRanksAreCountedTogether) {
   TrainConfig c = testing::tiny_run(1);
-  c.executor = "compiled";  // estimated only: nothing is compiled
+  c.executor = exec::RunnerKind::Compiled;  // estimated only: nothing is compiled
   const MemoryEstimate one = estimate_memory(c);
   c.grid = {2, 1, 1};
   const MemoryEstimate two = estimate_memory(c);

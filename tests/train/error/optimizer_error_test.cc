@@ -1,10 +1,12 @@
-// The optimizer's settings: each bad one is refused with a message naming the flag.
+// The optimizer's settings and the choices the train command names: each bad one is refused with a
+// message naming the flag.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 
-#include "tandem/train/optimizer.h"
+#include "support/cli.h"
+#include "tandem/parallel/optimizer.h"
 #include "train/test_util.h"
 
 namespace tandem::train {
@@ -13,19 +15,13 @@ namespace {
 using testing::user_error_of;
 
 TEST(OptimizerErrors, EachBadSettingNamesItsFlag) {
+  using parallel::OptimizerConfig;
   OptimizerConfig c;
-  c.grad_dtype = "f16";
+  c.grad_dtype = DType::F16;
   EXPECT_EQ(user_error_of([&] { c.validate(); }), "--grad-dtype f16: the gradient dtypes are f32 and bf16");
-  c = OptimizerConfig{};
-  c.name = "sgd";
-  EXPECT_EQ(user_error_of([&] { c.validate(); }), "--optimizer sgd: the optimizers are adamw and lamb");
   c = OptimizerConfig{};
   c.beta1 = 1.0;
   EXPECT_EQ(user_error_of([&] { c.validate(); }), "--beta1 1 must be in [0, 1)");
-  c = OptimizerConfig{};
-  c.exchange = "sideways";
-  EXPECT_EQ(user_error_of([&] { c.validate(); }),
-            "--grad-exchange sideways: the exchanges are overlap (with the backward) and after (the backward)");
   c = OptimizerConfig{};
   c.bucket_mb = 0.0;
   EXPECT_EQ(user_error_of([&] { c.validate(); }), "--bucket-mb 0 must be a positive number of MiB");
@@ -40,6 +36,23 @@ TEST(OptimizerErrors, EachBadSettingNamesItsFlag) {
         fmt::format(
             "--clip-grad-norm {} must be a positive number (the largest norm of the gradient)",
             bad));
+  }
+}
+
+// Names are parsed once, on the command line.
+TEST(OptimizerErrors, UnknownNamesAreRefusedByTheCommand) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"train --grad-dtype f16", "--grad-dtype f16: the gradient dtypes are f32 and bf16"},
+      {"train --optimizer sgd", "--optimizer sgd: the optimizers are adamw and lamb"},
+      {"train --grad-exchange sideways",
+       "--grad-exchange sideways: the exchanges are overlap (with the backward) and after (the backward)"},
+      {"train --backend tcp", "--backend 'tcp' is not a backend; choose thread or mpi"},
+      {"train --executor fast", "--executor 'fast': the executors are compiled, plan, reference"},
+  };
+  for (const auto& [args, message] : cases) {
+    const auto r = tandem::testing::run_tandem(args);
+    EXPECT_EQ(r.status, 1) << args;
+    EXPECT_EQ(r.output, std::string("tandem: error: ") + message + "\n") << args;
   }
 }
 

@@ -4,8 +4,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-
-#include "tandem/train/checkpoint_series.h"
+#include "support/cli.h"
+#include "tandem/io/checkpoint_series.h"
 #include "tandem/train/trainer.h"
 #include "train/test_util.h"
 
@@ -33,9 +33,9 @@ TEST(OutOfCoreErrors, BadFlags) {
   c.memory_budget = "-5%";
   EXPECT_THAT(user_error_of([&] { train(c); }), HasSubstr("--memory-budget: '-5%' is not a usable share"));
   c.memory_budget = "600MiB";
-  c.slow_tier = "disk";
-  EXPECT_THAT(user_error_of([&] { train(c); }), HasSubstr("--slow-tier"));
-  c.slow_tier = "host";
+  const auto r = tandem::testing::run_tandem("train --memory-budget 600MiB --slow-tier disk");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.output, HasSubstr("tandem: error: --slow-tier: slow tier 'disk' not understood"));
   c.ooc_plan = "KQ/p1";
   EXPECT_THAT(user_error_of([&] { train(c); }), HasSubstr("--ooc-plan: out-of-core plan 'KQ/p1'"));
   c.ooc_plan = "KK/p1";  // a letter per block, where a plan has one per half block
@@ -50,11 +50,11 @@ TEST(OutOfCoreErrors, FullDiskIsFoundBeforeTrainingAndKeepsTheCheckpoint) {
   TrainConfig c = tiny();
   c.save_dir = dir.path("ckpt");
   train(c);
-  const std::string before = testing::read_bytes(resolve_checkpoint(dir.path("ckpt")) + "/weights.safetensors");
+  const std::string before = testing::read_bytes(io::resolve_checkpoint(dir.path("ckpt")) + "/weights.safetensors");
   ASSERT_FALSE(before.empty());
   c.steps = 4;
   c.memory_budget = "64MiB";
-  c.slow_tier = "file:" + dir.path("swap");
+  c.slow_tier = ooc::TierSpec::parse("file:" + dir.path("swap"));
   c.ooc_plan = "SSSS/p1";
   std::string m;
   {
@@ -63,7 +63,7 @@ TEST(OutOfCoreErrors, FullDiskIsFoundBeforeTrainingAndKeepsTheCheckpoint) {
   }
   EXPECT_THAT(m, HasSubstr(dir.path("swap")));
   EXPECT_THAT(m, HasSubstr("bytes"));
-  EXPECT_EQ(testing::read_bytes(resolve_checkpoint(dir.path("ckpt")) + "/weights.safetensors"), before);
+  EXPECT_EQ(testing::read_bytes(io::resolve_checkpoint(dir.path("ckpt")) + "/weights.safetensors"), before);
 }
 
 }  // namespace

@@ -7,7 +7,7 @@
 #include <chrono>
 #include <filesystem>
 
-#include "tandem/train/checkpoint_series.h"
+#include "tandem/io/checkpoint_series.h"
 #include "train/test_util.h"
 
 namespace tandem::train {
@@ -51,7 +51,7 @@ TEST(OutputPaths, SaveIntoASingleCheckpointIsRefused) {
   TrainConfig first = testing::tiny_run(1);
   first.save_dir = dir.path("series");
   train(first);
-  const std::string one = resolve_checkpoint(dir.path("series"));
+  const std::string one = io::resolve_checkpoint(dir.path("series"));
   TrainConfig c = endless();
   c.save_dir = one;
   EXPECT_THAT(refusal(c), HasSubstr("--save '" + one + "' is itself a checkpoint (it holds meta.json)"));

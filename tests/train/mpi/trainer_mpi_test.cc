@@ -44,7 +44,7 @@ TrainConfig tiny(int dp) {
 TEST(TrainerMpi, DataParallelOverProcessesMatchesOneRank) {
   std::unique_ptr<comm::Communicator> world = comm::mpi_wrap(MPI_COMM_WORLD);
   TrainConfig c = tiny(world->size());
-  c.backend = "mpi";
+  c.backend = comm::Backend::Mpi;
   const TrainResult got = train_rank(*world, c, nullptr);
   EXPECT_EQ(got.optimizer_schedule, "fused(RS-C-AG)+slice(m,v)");
 
@@ -74,17 +74,17 @@ TEST(TrainerMpi, DataParallelOverProcessesMatchesOneRank) {
 // (bounded here by 1e-5 of the distance training moved them).
 TEST(TrainerMpi, TheOverlappedExchangeMatchesTheExchangeAfterTheBackward) {
   std::unique_ptr<comm::Communicator> world = comm::mpi_wrap(MPI_COMM_WORLD);
-  auto run = [&](const std::string& exchange, std::optional<double> bucket_mb) {
+  auto run = [&](parallel::GradExchange exchange, std::optional<double> bucket_mb) {
     TrainConfig c = tiny(world->size());
-    c.backend = "mpi";
+    c.backend = comm::Backend::Mpi;
     c.model.n_layers = 3;
     c.optimizer.exchange = exchange;
     c.optimizer.bucket_mb = bucket_mb;
     return train_rank(*world, c, nullptr);
   };
-  const TrainResult after = run("after", 0.01);
-  const TrainResult overlap = run("overlap", 0.01);
-  const TrainResult one = run("overlap", std::nullopt);
+  const TrainResult after = run(parallel::GradExchange::After, 0.01);
+  const TrainResult overlap = run(parallel::GradExchange::Overlap, 0.01);
+  const TrainResult one = run(parallel::GradExchange::Overlap, std::nullopt);
   TrainConfig zero = tiny(1);
   zero.model.n_layers = 3;
   zero.steps = 0;
@@ -112,17 +112,17 @@ TEST(TrainerMpi, TheOverlappedExchangeMatchesTheExchangeAfterTheBackward) {
 // backward.
 TEST(TrainerMpi, TheClippedStepOverlappedMatchesTheClippedStepAfterTheBackward) {
   std::unique_ptr<comm::Communicator> world = comm::mpi_wrap(MPI_COMM_WORLD);
-  auto run = [&](const std::string& exchange) {
+  auto run = [&](parallel::GradExchange exchange) {
     TrainConfig c = tiny(world->size());
-    c.backend = "mpi";
+    c.backend = comm::Backend::Mpi;
     c.model.n_layers = 3;
     c.optimizer.exchange = exchange;
     c.optimizer.bucket_mb = 0.01;
     c.optimizer.clip_grad_norm = 0.05;
     return train_rank(*world, c, nullptr);
   };
-  const TrainResult after = run("after");
-  const TrainResult overlap = run("overlap");
+  const TrainResult after = run(parallel::GradExchange::After);
+  const TrainResult overlap = run(parallel::GradExchange::Overlap);
   ASSERT_FALSE(after.grad_norms.empty());
   EXPECT_GT(after.grad_norms[0], 0.05) << "the limit is to clip";
   EXPECT_EQ(overlap.grad_norms, after.grad_norms);

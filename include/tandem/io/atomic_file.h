@@ -1,0 +1,96 @@
+// Crash-safe writes: a file replaced atomically (temporary file, fsync, rename, fsync the folder)
+// and a folder of files replaced atomically (the checkpoint), so that a crash, a full disk or an
+// unwritable folder never leaves a half-written file where a good one was.
+//
+// Folder replacement (replace_folder_atomic), for a folder DIR in folder P:
+//   1. write every file into P/DIR.tmp-<pid> (each fsync'd), fsync that folder;
+//   2. if DIR does not exist: rename DIR.tmp-<pid> to DIR; fsync P;
+//      else: swap the two names in one step (renameat2 with RENAME_EXCHANGE); fsync P;
+//   3. remove the old contents (now under DIR.tmp-<pid>) and stale DIR.tmp-* / DIR.old-* folders
+//      that earlier, interrupted saves left behind.
+// A crash before step 2 leaves DIR untouched (the old folder, complete); after step 2, DIR is the
+// new folder, complete. Filesystems without RENAME_EXCHANGE (some network and parallel
+// filesystems) take two renames instead, DIR -> DIR.old-<pid> then DIR.tmp-<pid> -> DIR; a crash
+// between them leaves no DIR but a complete DIR.old-<pid>, which resolve_folder() finds. So a
+// reader that opens resolve_folder(DIR) always sees either the old folder or the new one, whole.
+// One writer per folder at a time: concurrent writers to the same DIR are not supported.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tandem::io {
+
+// A file being written under a temporary name next to its destination; commit() puts it in
+// place. Destroyed without commit() (an exception, an early return), it removes the temporary
+// and the destination keeps its previous contents. Every failure is a UserError naming the
+// destination and the reason, e.g. "cannot write 'ckpt/meta.json': No space left on device; the
+// previous file is unchanged".
+class AtomicFile {
+ public:
+  // `shown_as` is the name errors give the file (default: `path`); a file written inside a
+  // temporary folder is shown under the name it will have once the folder is in place.
+  explicit AtomicFile(std::string path, std::string shown_as = {});
+  ~AtomicFile();
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+
+  void write(const void* data, size_t bytes);
+  void write(std::string_view text) { write(text.data(), text.size()); }
+  // fsync the file, close it, rename it over the destination, fsync the folder.
+  void commit();
+
+  const std::string& path() const { return path_; }
+  const std::string& temp_path() const { return temp_; }
+  size_t bytes_written() const { return written_; }
+
+ private:
+  [[noreturn]] void fail(int err);
+
+  std::string path_;
+  std::string shown_;
+  std::string temp_;
+  int fd_ = -1;
+  size_t written_ = 0;
+  bool had_previous_ = false;
+  bool committed_ = false;
+};
+
+// Replaces the file at `path` with `contents`, atomically.
+void write_file_atomic(const std::string& path, std::string_view contents);
+
+// The whole contents of a file. `what` names it in errors: "data file 'x.txt' does not exist".
+std::string read_file(const std::string& path, std::string_view what = "file");
+
+// fsync a folder, so that a rename or a new entry in it survives a power cut.
+void fsync_folder(const std::string& dir);
+
+// One file of a folder written by replace_folder_atomic: its name inside the folder, and a
+// function that writes its bytes (without committing; the caller commits).
+struct FolderFile {
+  std::string name;
+  std::function<void(AtomicFile&)> write;
+};
+
+// For fault-injection tests: `after(stage)` runs after each step of the procedure above (stages
+// "wrote <file>", "renamed", "exchanged", "moved old aside", "removed old"), so a test
+// can kill the process there; `use_exchange = false` takes the two-rename path.
+struct FolderWriteHooks {
+  std::function<void(std::string_view stage)> after;
+  bool use_exchange = true;
+};
+
+// Replaces folder `dir` by one holding exactly `files`, atomically (see the top of this file).
+// A failure leaves `dir` as it was and throws a UserError that says so.
+void replace_folder_atomic(const std::string& dir, const std::vector<FolderFile>& files,
+                           const FolderWriteHooks& hooks = {});
+
+// The folder to read for `dir`: `dir` itself when it exists; else the complete previous folder a
+// save interrupted between its two renames left as `dir`.old-<pid>; else `dir` (so that the
+// caller reports it missing).
+std::string resolve_folder(const std::string& dir);
+
+}  // namespace tandem::io

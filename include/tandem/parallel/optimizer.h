@@ -1,0 +1,196 @@
+// The data-parallel optimizer: AdamW (dsl::workloads::adam) or LAMB (lamb_bucket) run as DSL
+// programs on the data-parallel group over this rank's shard of the model, bucket by bucket
+// (whole blocks, in backward order), each bucket launched on a communication thread as soon as
+// the backward has finished its blocks. The default schedule is ZeRO-1 (the update inside the
+// ReduceScatter, the moments sliced); the programs read the gradients and write the weights in
+// the model's own buffers; the moments live in memory or in a slow tier. docs/training.md ("The
+// data-parallel exchange during the backward", "Gradient clipping") says how and why.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tandem/comm/communicator.h"
+#include "tandem/core/serial_worker.h"
+#include "tandem/core/tensor.h"
+#include "tandem/ooc/slow_tier.h"
+#include "tandem/parallel/program_runner.h"
+#include "tandem/parallel/shard.h"
+
+namespace tandem::parallel {
+namespace detail {
+class TieredState;
+}
+
+enum class OptimizerKind { AdamW, Lamb };
+// When a bucket's exchange runs: as soon as the backward is done with it, or after the backward.
+enum class GradExchange { Overlap, After };
+
+// "adamw", "lamb"; "overlap", "after": the names the command line and checkpoints use.
+std::string_view optimizer_name(OptimizerKind kind);
+std::string_view grad_exchange_name(GradExchange exchange);
+
+struct OptimizerConfig {
+  OptimizerKind kind = OptimizerKind::AdamW;
+  // The gradients' dtype in the program: F32, or BF16 (mixed precision: gradients rounded to
+  // bf16 and summed in bf16 on the wire, half the bytes; weights and moments stay f32).
+  DType grad_dtype = DType::F32;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  // The data-parallel exchange, and the bucket size in MiB (unset: kDefaultBucketMiB, or the
+  // whole model when smaller).
+  GradExchange exchange = GradExchange::Overlap;
+  std::optional<double> bucket_mb;
+  // Where the moments live: in memory (unset), or in this slow tier.
+  std::optional<ooc::TierSpec> state_tier;
+  // Global gradient-norm clipping: the largest norm of the averaged gradient (unset: none).
+  std::optional<double> clip_grad_norm;
+
+  // UserError naming the bad field's flag.
+  void validate() const;
+  nlohmann::json to_json() const;  // {"beta1": 0.9, ...} (the name is RunMeta::optimizer)
+};
+
+// The default bucket (AdamW's and LAMB's). bench/run_exchange.sh --buckets "1 16 64" found no
+// difference beyond noise between 1 and 64 MiB on 2 cores (docs/benchmarks.md); 4 MiB makes a bucket about one
+// block at d_model 512, so the first exchange starts early in the backward.
+inline constexpr double kDefaultBucketMiB = 4.0;
+
+// The optimizer's program: dsl::workloads::adam or lamb_bucket, with the configured gradient dtype.
+dsl::Program optimizer_program(const OptimizerConfig& config);
+
+// The schedules the optimizer program prefers, best first.
+std::vector<std::string> optimizer_schedule_preferences();
+
+class DataParallelOptimizer {
+ public:
+  // Local elements [begin, end) whose moments this rank keeps (end - begin floats of m and of v).
+  struct Piece {
+    int64_t begin = 0;
+    int64_t end = 0;
+  };
+
+  // Over this rank's local flat `params` and `grads` (layout.size() floats each; they must outlive
+  // the optimizer). `schedules`: preferences, first found wins, and the first one's chunk size (the
+  // autotuner's winner's); no names: optimizer_schedule_preferences() at the process's chunk size.
+  // `overlap_allowed`: whether a second thread may communicate on `dp` while the calling thread
+  // runs the backward (false under MPI without MPI_THREAD_MULTIPLE when the backward itself
+  // communicates); without it "overlap" runs as "after". `world`: every rank of the grid, over
+  // which a clipped step's gradient norm sums (null: `dp`, right when dp is the whole grid). A
+  // collective over the data-parallel group.
+  DataParallelOptimizer(const OptimizerConfig& config, const ShardLayout& layout,
+                        Tensor params, Tensor grads, comm::Communicator& dp,
+                        const SchedulePreferences& schedules = {},
+                        exec::RunnerKind executor = exec::runner_kind_from_env(),
+                        bool overlap_allowed = true, comm::Communicator* world = nullptr);
+  ~DataParallelOptimizer();
+
+  // One step in three calls: begin_step before the backward (`step` counts optimizer steps from
+  // 1, for Adam's bias correction); layer_ready(l) when block l's gradients are final; then
+  // finish_step once every gradient is final: it runs what is left, waits for the segments and
+  // rethrows the first failure. params -= the update for the dp-averaged grads; params end
+  // bitwise equal on every dp rank. Collectives over the data-parallel group.
+  void begin_step(double lr, int64_t step);
+  void layer_ready(int layer);
+  void finish_step();
+  // The three at once (the exchange after the backward).
+  void step(double lr, int64_t step);
+
+  // Called after each segment ran, on the thread that ran it (the communication thread when
+  // overlapping): its name ("h.7..h.4", "ln_f.weight..wte") and when it ran.
+  using SegmentSink = std::function<void(std::string_view name, std::chrono::steady_clock::time_point begin,
+                                         std::chrono::steady_clock::time_point end)>;
+  void set_segment_sink(SegmentSink sink) { sink_ = std::move(sink); }
+  // Seconds the segments of the last step ran (on whichever thread), after finish_step.
+  double exchange_seconds() const { return static_cast<double>(exchange_ns_.load()) * 1e-9; }
+
+  // The norm of the last step's averaged gradient, before clipping (clipped steps only).
+  std::optional<double> grad_norm() const { return grad_norm_; }
+
+  const OptimizerConfig& config() const { return config_; }
+  const std::vector<Piece>& pieces() const { return pieces_; }
+  // Piece i's moments copied out (end - begin floats each), or replaced; outside a step.
+  void read_state(size_t i, float* m, float* v) const;
+  void write_state(size_t i, const float* m, const float* v);
+  bool state_sliced() const { return sliced_; }
+  bool overlapping() const { return worker_ != nullptr; }
+  int segments() const { return static_cast<int>(segments_.size()); }
+  // Buckets: segments made of blocks.
+  int buckets() const { return buckets_; }
+  // LAMB: the tensors its segments update, each with its own trust ratio (0 for AdamW).
+  int tensors() const { return tensors_; }
+  // The schedule (with clipping, each half's: "grad_reduce C, adam_update fused(C)").
+  std::string schedule_name() const;
+  std::string executor_name() const { return runner_->executor_name(); }
+  // The chunk size the step's collectives run at: the autotuner's, with its schedule (0: the
+  // process's comm::chunk_bytes()).
+  size_t chunk_bytes() const { return runner_->chunk_bytes(); }
+  // Bytes this rank holds in memory for the optimizer state (m and v; with a slow tier, its two
+  // staging slots), in the slow tier, and for the programs' other buffers (the communication's
+  // staging and scratch, rounded bf16 gradients), from the runners' allocation counts.
+  size_t state_bytes() const;
+  size_t state_tier_bytes() const;
+  size_t buffer_bytes() const;
+  std::string state_tier_description() const;  // "" in memory
+
+ private:
+  struct Segment {
+    size_t index;
+    std::string name;
+    int64_t begin, end;
+    int ready_layer;  // launched once this block's gradients are final; kAfterBackward: at the end
+    bool launched = false;
+    std::unique_ptr<exec::Runner> runner;  // the step, or with clipping its reduction
+    std::unique_ptr<exec::Runner> update;  // with clipping: the update
+    bool grads_bound = false;  // g is the model's memory (f32); else rounded into the runner's
+    // With clipping: this rank's elements of the reduced gradient whose squares count toward the
+    // norm ([first, second) of the runner's output g_sum), and their sum after the reduction.
+    std::vector<std::pair<int64_t, int64_t>> norm_runs;
+    double squares = 0;
+  };
+  static constexpr int kAfterBackward = -1;
+  void add_segment(const ShardLayout& layout, std::string name, int64_t begin,
+                   int64_t end, int ready_layer);
+  void launch(Segment& s);
+  void run_segment(Segment& s);  // the step, or with clipping its reduction
+  void run_update(Segment& s);   // the program that updates the weights
+  void set_hyper_parameters(exec::Runner& run) const;
+  // The summed gradients' mean, as the programs hold it (an f32 scalar).
+  float grad_scale() const { return static_cast<float>(1.0 / dp_.size()); }
+  // With clipping: the norm over every rank, and the factor for the updates.
+  double clip_factor();
+
+  OptimizerConfig config_;
+  Tensor params_, grads_;
+  comm::Communicator& dp_;
+  std::unique_ptr<ProgramRunner> runner_;  // the step, or with clipping its reduction
+  std::unique_ptr<ProgramRunner> update_runner_, norm_runner_;  // with clipping
+  std::unique_ptr<exec::Runner> norm_;                                    // grad_norm on `world`
+  std::optional<double> grad_norm_;
+  bool sliced_ = false;
+  int buckets_ = 0;
+  int tensors_ = 0;
+  std::vector<Segment> segments_;
+  std::vector<Piece> pieces_;
+  std::vector<Tensor> m_, v_;  // each piece's moments in the runner's storage ("memory")
+  std::unique_ptr<detail::TieredState> tier_;  // or in a slow tier
+  double lr_ = 0;
+  int64_t step_ = 0;
+  bool in_step_ = false;  // between begin_step and finish_step
+  SegmentSink sink_;
+  std::atomic<int64_t> exchange_ns_{0};
+  std::unique_ptr<SerialWorker> worker_;  // the communication thread, when overlapping
+};
+
+}  // namespace tandem::parallel

@@ -1,0 +1,310 @@
+// Atomic file and folder replacement over POSIX calls (open, write, fsync, rename, renameat2).
+#include "tandem/io/atomic_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <system_error>
+
+#include "tandem/core/error.h"
+
+namespace tandem::io {
+namespace fs = std::filesystem;
+namespace {
+
+std::string errno_text(int err) { return std::strerror(err); }
+
+// The folder a path lives in, as users wrote it: "." for a bare file name.
+std::string folder_of(const std::string& path) {
+  fs::path parent = fs::path(path).parent_path();
+  return parent.empty() ? std::string(".") : parent.string();
+}
+
+// Distinguishes temporaries of several threads of one process writing next to each other.
+std::atomic<uint64_t> temp_counter{0};
+
+bool is_pid_suffix(std::string_view s) {
+  if (s.empty()) return false;
+  for (char c : s)
+    if (c < '0' || c > '9') return false;
+  return true;
+}
+
+// A folder path without trailing separators, so that "ckpt/" and "ckpt" name the same folder and
+// the sibling names (ckpt.tmp-<pid>) come out right.
+fs::path normalise_folder(const std::string& dir) {
+  fs::path p = fs::path(dir).lexically_normal();
+  if (!p.empty() && p.filename().empty()) p = p.parent_path();
+  return p;
+}
+
+}  // namespace
+
+AtomicFile::AtomicFile(std::string path, std::string shown_as)
+    : path_(std::move(path)), shown_(shown_as.empty() ? path_ : std::move(shown_as)) {
+  struct stat st;
+  had_previous_ = ::stat(path_.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+  const fs::path p(path_);
+  const fs::path name = p.filename();
+  if (name.empty()) user_error("cannot write '{}': it names a folder, not a file", shown_);
+  // Hidden and unique: a directory listing never shows it as a real file, and two writers of the
+  // same destination never share a temporary.
+  temp_ = (p.parent_path() /
+           fmt::format(".{}.tmp-{}-{}", name.string(), ::getpid(), temp_counter.fetch_add(1)))
+              .string();
+  fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd_ < 0) {
+    const int err = errno;
+    const std::string folder = folder_of(shown_);
+    if (err == ENOENT) user_error("cannot write '{}': folder '{}' does not exist", shown_, folder);
+    if (err == ENOTDIR) user_error("cannot write '{}': '{}' is not a folder", shown_, folder);
+    user_error("cannot write '{}': {}{}", shown_, errno_text(err),
+               had_previous_ ? "; the previous file is unchanged" : "");
+  }
+}
+
+AtomicFile::~AtomicFile() {
+  if (fd_ >= 0) ::close(fd_);
+  if (!committed_) ::unlink(temp_.c_str());
+}
+
+void AtomicFile::fail(int err) {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+  ::unlink(temp_.c_str());
+  committed_ = true;  // nothing left for the destructor to do
+  user_error("cannot write '{}': {}{}", shown_, errno_text(err),
+             had_previous_ ? "; the previous file is unchanged" : "");
+}
+
+void AtomicFile::write(const void* data, size_t bytes) {
+  TANDEM_CHECK(fd_ >= 0 && !committed_, "write to '{}' after commit", shown_);
+  const char* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    // Linux writes at most about 2 GiB per call; larger tensors take several.
+    const ssize_t n = ::write(fd_, p, bytes);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      fail(errno);
+    }
+    p += n;
+    bytes -= static_cast<size_t>(n);
+    written_ += static_cast<size_t>(n);
+  }
+}
+
+void AtomicFile::commit() {
+  TANDEM_CHECK(fd_ >= 0 && !committed_, "'{}' committed twice", shown_);
+  // The data must be on disk before the rename makes it visible, or a power cut could leave the
+  // new name pointing at an empty file.
+  if (::fsync(fd_) != 0) fail(errno);
+  const int fd = fd_;
+  fd_ = -1;
+  if (::close(fd) != 0) fail(errno);
+  if (::rename(temp_.c_str(), path_.c_str()) != 0) fail(errno);
+  committed_ = true;
+  fsync_folder(folder_of(path_));
+}
+
+void write_file_atomic(const std::string& path, std::string_view contents) {
+  AtomicFile f(path);
+  f.write(contents);
+  f.commit();
+}
+
+// What a path that is not a regular file is, for a message.
+const char* file_kind(mode_t mode) {
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISFIFO(mode)) return "a pipe";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+std::string read_file(const std::string& path, std::string_view what) {
+  // O_NONBLOCK: opening a pipe with no writer would otherwise wait forever, before the check.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) {
+    const int err = errno;
+    if (err == ENOENT) user_error("{} '{}' does not exist", what, path);
+    user_error("cannot read {} '{}': {}", what, path, errno_text(err));
+  }
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || S_ISDIR(st.st_mode)) {
+    ::close(fd);
+    user_error("{} '{}' is a folder, not a file", what, path);
+  }
+  // A device or a pipe may never end (/dev/zero, /dev/urandom) and is read whole into memory:
+  // only regular files, whose size is known, are read.
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    user_error("{} '{}' is {}, not a regular file: tandem reads the whole file into memory, so "
+               "it takes files only (copy what you want to read into one)",
+               what, path, file_kind(st.st_mode));
+  }
+  std::string out;
+  out.resize(static_cast<size_t>(st.st_size));
+  size_t done = 0;
+  for (;;) {
+    if (done == out.size()) out.resize(out.size() + 65536);  // the file grew, or st_size was 0
+    const ssize_t n = ::read(fd, out.data() + done, out.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const int err = errno;
+      ::close(fd);
+      user_error("cannot read {} '{}': {}", what, path, errno_text(err));
+    }
+    if (n == 0) break;
+    done += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  out.resize(done);
+  return out;
+}
+
+void fsync_folder(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) user_error("cannot sync folder '{}': {}", dir, errno_text(errno));
+  // Some filesystems do not sync folders (EINVAL); their renames are as durable as they get.
+  if (::fsync(fd) != 0 && errno != EINVAL) {
+    const int err = errno;
+    ::close(fd);
+    user_error("cannot sync folder '{}': {}", dir, errno_text(err));
+  }
+  ::close(fd);
+}
+
+void replace_folder_atomic(const std::string& dir, const std::vector<FolderFile>& files,
+                           const FolderWriteHooks& hooks) {
+  const fs::path target = normalise_folder(dir);
+  const std::string base = target.filename().string();
+  if (base.empty() || base == "." || base == "..")
+    user_error("cannot write '{}': give the folder a name (not '{}')", dir, dir);
+  const fs::path parent = target.parent_path().empty() ? fs::path(".") : target.parent_path();
+  std::error_code ec;
+  if (!fs::is_directory(parent, ec)) {
+    if (fs::exists(parent, ec))
+      user_error("cannot write '{}': '{}' is not a folder", dir, parent.string());
+    user_error("cannot write '{}': folder '{}' does not exist", dir, parent.string());
+  }
+  const bool existed = fs::exists(target, ec);
+  if (existed && !fs::is_directory(target, ec))
+    user_error("cannot write '{}': it exists and is not a folder", dir);
+  const std::string unchanged =
+      existed ? fmt::format("; the previous contents of '{}' are unchanged", dir) : "";
+  auto stage = [&](std::string_view name) {
+    if (hooks.after) hooks.after(name);
+  };
+
+  const fs::path tmp = parent / fmt::format("{}.tmp-{}", base, ::getpid());
+  fs::remove_all(tmp, ec);  // left by an earlier process that had our pid and crashed
+  if (::mkdir(tmp.c_str(), 0755) != 0)
+    user_error("cannot write '{}': cannot create '{}': {}{}", dir, tmp.string(), errno_text(errno),
+               unchanged);
+  try {
+    for (const FolderFile& file : files) {
+      AtomicFile out((tmp / file.name).string(), (target / file.name).string());
+      file.write(out);
+      out.commit();  // fsyncs the file and the temporary folder
+      stage("wrote " + file.name);
+    }
+  } catch (const UserError& e) {
+    fs::remove_all(tmp, ec);
+    throw UserError(e.what() + unchanged);
+  } catch (...) {
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+
+  auto rename_or_fail = [&](const fs::path& from, const fs::path& to) {
+    if (::rename(from.c_str(), to.c_str()) != 0) {
+      const int err = errno;
+      fs::remove_all(tmp, ec);
+      user_error("cannot write '{}': renaming '{}' to '{}' failed: {}{}", dir, from.string(),
+                 to.string(), errno_text(err), unchanged);
+    }
+  };
+  if (!existed) {
+    rename_or_fail(tmp, target);
+    fsync_folder(parent.string());
+    stage("renamed");
+  } else {
+    bool exchanged = false;
+    if (hooks.use_exchange) {
+      // One step: no moment exists at which `dir` is missing or partial.
+      if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) == 0) {
+        exchanged = true;
+      } else if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP) {
+        const int err = errno;
+        fs::remove_all(tmp, ec);
+        user_error("cannot write '{}': swapping in '{}' failed: {}{}", dir, tmp.string(),
+                   errno_text(err), unchanged);
+      }
+    }
+    if (exchanged) {
+      fsync_folder(parent.string());
+      stage("exchanged");
+      fs::remove_all(tmp, ec);  // now the old contents
+      stage("removed old");
+    } else {
+      // Two renames; between them resolve_folder() finds the old folder under its .old name.
+      const fs::path old = parent / fmt::format("{}.old-{}", base, ::getpid());
+      fs::remove_all(old, ec);
+      rename_or_fail(target, old);
+      fsync_folder(parent.string());
+      stage("moved old aside");
+      if (::rename(tmp.c_str(), target.c_str()) != 0) {
+        const int err = errno;
+        ::rename(old.c_str(), target.c_str());  // put the old folder back
+        fs::remove_all(tmp, ec);
+        user_error("cannot write '{}': renaming '{}' into place failed: {}{}", dir, tmp.string(),
+                   errno_text(err), unchanged);
+      }
+      fsync_folder(parent.string());
+      stage("renamed");
+      fs::remove_all(old, ec);
+      stage("removed old");
+    }
+  }
+
+  // What interrupted saves left behind: `dir` is now complete, so none of it is needed.
+  for (const auto& entry : fs::directory_iterator(parent, ec)) {
+    const std::string name = entry.path().filename().string();
+    for (std::string_view kind : {".tmp-", ".old-"}) {
+      const std::string prefix = base + std::string(kind);
+      if (name.size() > prefix.size() && name.compare(0, prefix.size(), prefix) == 0 &&
+          is_pid_suffix(std::string_view(name).substr(prefix.size())))
+        fs::remove_all(entry.path(), ec);
+    }
+  }
+}
+
+std::string resolve_folder(const std::string& dir) {
+  const fs::path target = normalise_folder(dir);
+  std::error_code ec;
+  if (fs::exists(target, ec)) return dir;
+  const fs::path parent = target.parent_path().empty() ? fs::path(".") : target.parent_path();
+  const std::string prefix = target.filename().string() + ".old-";
+  fs::path best;
+  fs::file_time_type best_time{};
+  for (const auto& entry : fs::directory_iterator(parent, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0 ||
+        !is_pid_suffix(std::string_view(name).substr(prefix.size())) || !entry.is_directory(ec))
+      continue;
+    const auto t = entry.last_write_time(ec);
+    if (best.empty() || t > best_time) {
+      best = entry.path();
+      best_time = t;
+    }
+  }
+  return best.empty() ? dir : best.string();
+}
+
+}  // namespace tandem::io

@@ -1,0 +1,85 @@
+// The JSON-lines metrics writer.
+#include "tandem/io/metrics.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "tandem/core/error.h"
+
+namespace tandem::io {
+
+void PhaseTimer::add(std::string_view phase, double seconds) {
+  for (auto& [name, s] : phases_)
+    if (name == phase) {
+      s += seconds;
+      return;
+    }
+  phases_.emplace_back(std::string(phase), seconds);
+}
+
+PhaseTimer::Scope::Scope(PhaseTimer* timer, std::string_view phase)
+    : timer_(timer), phase_(phase), begin_(Clock::now()) {}
+
+PhaseTimer::Scope::~Scope() {
+  timer_->add(phase_, std::chrono::duration<double>(Clock::now() - begin_).count());
+}
+
+double PhaseTimer::total() const {
+  double t = 0;
+  for (const auto& [name, s] : phases_) t += s;
+  return t;
+}
+
+std::string metrics_json_line(const StepMetrics& m) {
+  // Insertion order, so every line reads step, loss, ... in the same order.
+  nlohmann::ordered_json j;
+  j["step"] = m.step;
+  j["loss"] = m.loss;
+  if (m.val_loss) j["val_loss"] = *m.val_loss;
+  j["tokens_per_s"] = m.tokens_per_s;
+  if (!m.phase_s.empty()) {
+    nlohmann::ordered_json phases = nlohmann::ordered_json::object();
+    for (const auto& [name, s] : m.phase_s) phases[name] = s;
+    j["phase_s"] = std::move(phases);
+  }
+  for (const auto& [name, v] : m.extra) j[name] = v;
+  return j.dump();  // NaN and infinities come out as null
+}
+
+MetricsWriter::MetricsWriter(const std::string& path, bool append) : path_(path) {
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (append ? O_APPEND : O_TRUNC), 0644);
+  if (fd_ < 0) {
+    const int err = errno;
+    const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+    const std::string folder = parent.empty() ? std::string(".") : parent.string();
+    if (err == ENOENT)
+      user_error("cannot write metrics file '{}': folder '{}' does not exist", path, folder);
+    user_error("cannot write metrics file '{}': {}", path, std::strerror(err));
+  }
+}
+
+MetricsWriter::~MetricsWriter() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void MetricsWriter::write(const StepMetrics& m) {
+  const std::string line = metrics_json_line(m) + "\n";
+  const char* p = line.data();
+  size_t left = line.size();
+  while (left > 0) {
+    const ssize_t n = ::write(fd_, p, left);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      user_error("cannot write metrics file '{}': {}", path_, std::strerror(errno));
+    }
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+}
+
+}  // namespace tandem::io

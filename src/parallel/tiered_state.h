@@ -1,0 +1,60 @@
+// The optimizer state beside the slow tier (KARMA's multi-rank out-of-core): the moments of
+// every optimizer segment live in a slow tier (host memory or an O_DIRECT file, ooc/slow_tier.h),
+// and the fast tier holds two staging slots, each the size of the largest segment's state.
+// Segments run in a fixed order 0, 1, 2, ...; segment i's state is read into slot i % 2 ahead of
+// its run (while segment i - 1 runs), and written back after it, on an I/O thread, so the
+// transfers overlap the updates and the backward. Slot reuse is safe because the I/O thread runs
+// its transfers in order: segment i's write-back is queued before segment i + 2's read.
+// Internal to parallel/.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "tandem/core/serial_worker.h"
+#include "tandem/ooc/slow_tier.h"
+
+namespace tandem::parallel::detail {
+
+class TieredState {
+ public:
+  // `lengths[i]`: floats of segment i's m (and of its v). Opens the tier (a full disk or an
+  // unwritable folder is a UserError now) and writes zeros: Adam's moments start at zero.
+  TieredState(const ooc::TierSpec& spec, const std::vector<int64_t>& lengths);
+  ~TieredState();
+
+  // Segment i's staging: its slot's m and v (lengths[i] floats each).
+  float* m(size_t i) const;
+  float* v(size_t i) const;
+
+  // A step: prefetch the first two segments; before segment i runs, await(i); after, done(i)
+  // writes it back and prefetches segment i + 2. finish() waits for every transfer.
+  void begin();
+  void await(size_t i);
+  void done(size_t i);
+  void finish();
+
+  // Outside a step (checkpoints): segment i's state, copied out of or into the tier.
+  void read(size_t i, float* m, float* v);
+  void write(size_t i, const float* m, const float* v);
+
+  uint64_t tier_bytes() const { return tier_->capacity(); }
+  uint64_t staging_bytes() const { return 2 * 2 * slot_bytes_; }
+  std::string describe() const { return tier_->describe(); }
+
+ private:
+  void prefetch(size_t i);
+  uint64_t half(size_t i) const { return round_up(static_cast<uint64_t>(lengths_[i]) * sizeof(float)); }
+  static uint64_t round_up(uint64_t b) { return (b + ooc::kIoAlignment - 1) / ooc::kIoAlignment * ooc::kIoAlignment; }
+
+  std::vector<int64_t> lengths_;
+  std::vector<uint64_t> offset_;  // segment i's m at offset_[i], its v at offset_[i] + half(i)
+  uint64_t slot_bytes_ = 0;       // one slot's m (or v): the largest half
+  std::unique_ptr<ooc::SlowTier> tier_;
+  char* staging_ = nullptr;       // slots 0 and 1: [m0 | v0 | m1 | v1], kIoAlignment-aligned
+  std::vector<uint64_t> read_ticket_;
+  SerialWorker io_;
+};
+
+}  // namespace tandem::parallel::detail
