@@ -63,7 +63,7 @@ int main(int argc, char** argv) try {
   const bool ok = launch.run([&](comm::Communicator& comm) {
     // Not bitwise: the reference sums ||r||^2 over the whole tensor (r is Replicated as written),
     // the schedule per slice and then across ranks, which rounds differently (a few 2^-24
-    // relative; tests/schedule/testing.h derives the bound). ||w|| is over the slice in both. A
+    // relative; tests/exec/schedule_checks.h derives the bound). ||w|| is over the slice in both. A
     // ring (MPI) of 3 or more ranks also rounds the bf16 sum at each hop.
     const double rtol = comm.backend() == "thread" || comm.size() <= 2 ? 1e-5 : 1e-2;
     return example::check_against_reference(lamb, compiled, comm, {{"N", n}},

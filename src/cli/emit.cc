@@ -20,13 +20,14 @@
 #include "tandem/exec/jit.h"
 #include "tandem/exec/reference.h"
 #include "tandem/parallel/model.h"
-#include "tandem/schedule/lower.h"
 #include "tandem/schedule/enumerate.h"
+#include "tandem/schedule/lower.h"
+#include "tandem/schedule/preference.h"
 #include "tandem/schedule/recipe.h"
 #include "tandem/io/atomic_file.h"
 #include "tandem/parallel/optimizer.h"
-#include "tandem/tune/inputs.h"
 #include "tandem/tune/cache.h"
+#include "tandem/tune/inputs.h"
 #include "tandem/tune/tune.h"
 
 namespace tandem::cli {
@@ -151,17 +152,14 @@ schedule::NamedSchedule default_schedule(const dsl::Program& program, const std:
                sizes, r->key.ranks, r->key.backend, record_path(r->key, dir), r->created);
     return schedule::schedule_by_name(program, r->winner);
   }
-  for (const std::string& name : preferences(workload)) {
-    try {
-      schedule::NamedSchedule s = schedule::schedule_by_name(program, name);
-      fmt::print(stderr, "emit: schedule {}: the built-in preference (no tuning record for '{}' in {}; `tandem tune "
-                         "{}` makes one)\n", s.name, program.name(), dir, workload);
-      return s;
-    } catch (const UserError&) {
-      // Not one this program allows: the next preference.
-    }
-  }
-  internal_error(fmt::format("no built-in preference applies to workload '{}'", workload));
+  auto chosen = schedule::first_allowed(program, preferences(workload),
+                                        fmt::format("the built-in schedule preferences of workload '{}'", workload));
+  if (!chosen) internal_error(fmt::format("no built-in preference applies to workload '{}'", workload));
+  fmt::print(stderr,
+             "emit: schedule {}: the built-in preference (no tuning record for '{}' in {}; `tandem tune "
+             "{}` makes one)\n",
+             chosen->schedule.name, program.name(), dir, workload);
+  return std::move(chosen->schedule);
 }
 
 void run_emit(const EmitFlags& f) {

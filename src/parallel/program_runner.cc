@@ -10,6 +10,7 @@
 #include "tandem/core/env.h"
 #include "tandem/core/error.h"
 #include "tandem/exec/compiled.h"
+#include "tandem/schedule/preference.h"
 #include "tandem/schedule/recipe.h"
 
 namespace tandem::parallel {
@@ -41,19 +42,11 @@ ProgramRunner::ProgramRunner(const dsl::Program& program, const std::vector<std:
     } catch (const UserError& e) {
       user_error("{}={}: {}", var, forced, e.what());
     }
-  } else {
-    // The first preference the program allows; a name it does not (a matmul overlap for a program
-    // without a matmul, say) is passed over.
-    for (const std::string& w : preferences) {
-      try {
-        schedule::NamedSchedule s = schedule::schedule_by_name(program, w);
-        schedule_ = std::move(s.schedule);
-        schedule_name_ = s.name;
-        if (&w == &preferences.front()) chunk_bytes_ = first_chunk_bytes;
-        break;
-      } catch (const UserError&) {
-      }
-    }
+  } else if (auto chosen = schedule::first_allowed(
+                 program, preferences, fmt::format("the schedule preferences of program '{}'", program.name()))) {
+    schedule_ = std::move(chosen->schedule.schedule);
+    schedule_name_ = chosen->schedule.name;
+    if (chosen->index == 0) chunk_bytes_ = first_chunk_bytes;
   }
   plan_ = std::make_unique<schedule::Plan>(schedule_.lower());
 }

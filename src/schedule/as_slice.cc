@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include "checked.h"
 #include "rewrite.h"
 #include "tandem/core/error.h"
 
@@ -12,62 +13,77 @@ using dsl::Op;
 using dsl::Program;
 using dsl::Stage;
 
-void as_slice(Schedule& s, const StageRef& input) {
+namespace detail {
+
+Rejection try_as_slice(Schedule& s, int x) {
   const auto start = std::chrono::steady_clock::now();
   const Program& p = s.program();
-  const int x = s.resolve(input, "as_slice");
   const Stage& st = p.stage(x);
   const std::string who = fmt::format("as_slice({})", p.display_name(x));
   if (st.op != Op::Input)
-    user_error("{}: {} is {}(...), not an input; as_slice changes how an input is stored", who, p.display_name(x),
-               dsl::op_name(st.op));
+    return fmt::format("{}: {} is {}(...), not an input; as_slice changes how an input is stored", who,
+                       p.display_name(x), dsl::op_name(st.op));
   if (!st.type.layout.is_replicated())
-    user_error("{}: input '{}' is {}; only a Replicated input (every rank holding all of it) can be stored sliced",
-               who, p.display_name(x), st.type.layout.str());
+    return fmt::format(
+        "{}: input '{}' is {}; only a Replicated input (every rank holding all of it) can be stored "
+        "sliced",
+        who, p.display_name(x), st.type.layout.str());
   if (st.type.shape.rank() == 0)
-    user_error("{}: input '{}' has shape [], which has no slice", who, p.display_name(x));
+    return fmt::format("{}: input '{}' has shape [], which has no slice", who, p.display_name(x));
 
   // Every reader takes the slice along one dim; the update writes a gathered slice.
   int dim = -1;
   int update = -1;
   const auto users = detail::all_users(p);
-  auto agree = [&](int d, int where) {
+  auto agree = [&](int d, int where) -> Rejection {
     if (dim >= 0 && d != dim)
-      user_error("{}: {} uses the slice along dim {}, another use along dim {}; an input is stored sliced along one "
-                 "dim", who, p.display_name(where), d, dim);
+      return fmt::format(
+          "{}: {} uses the slice along dim {}, another use along dim {}; an input is stored sliced "
+          "along one dim",
+          who, p.display_name(where), d, dim);
     dim = d;
+    return std::nullopt;
   };
   for (int u : users[static_cast<size_t>(x)]) {
     const Stage& us = p.stage(u);
     if (us.op == Op::Scatter) {
-      agree(us.attrs.dim, u);
+      if (auto why = agree(us.attrs.dim, u)) return why;
     } else if (us.op == Op::Update && us.args[0] == x) {
       update = u;
       const Stage& v = p.stage(us.args[1]);
       if (v.op != Op::AllGather)
-        user_error("{}: its update {} writes {} = {}(...), a value computed whole; an input is stored sliced only when "
-                   "its update writes a gathered slice (reorder the AllGather past the computation first)", who,
-                   p.display_name(u), p.display_name(v.id), dsl::op_name(v.op));
-      agree(p.stage(v.args[0]).type.layout.dim, u);
+        return fmt::format(
+            "{}: its update {} writes {} = {}(...), a value computed whole; an input is stored sliced "
+            "only when its update writes a gathered slice (reorder the AllGather past the computation "
+            "first)",
+            who, p.display_name(u), p.display_name(v.id), dsl::op_name(v.op));
+      if (auto why = agree(p.stage(v.args[0]).type.layout.dim, u)) return why;
     } else {
-      user_error("{}: {} = {}(...) reads '{}' whole; an input is stored sliced only when every use reads its slice "
-                 "(reorder the AllGather past {} first)", who, p.display_name(u), dsl::op_name(us.op),
-                 p.display_name(x), p.display_name(u));
+      return fmt::format(
+          "{}: {} = {}(...) reads '{}' whole; an input is stored sliced only when every use reads its "
+          "slice (reorder the AllGather past {} first)",
+          who, p.display_name(u), dsl::op_name(us.op), p.display_name(x), p.display_name(u));
     }
   }
   if (update >= 0) {
     if (!users[static_cast<size_t>(update)].empty())
-      user_error("{}: {} = {}(...) reads the updated '{}' whole; an input is stored sliced only when every use reads "
-                 "its slice", who, p.display_name(users[static_cast<size_t>(update)][0]),
-                 dsl::op_name(p.stage(users[static_cast<size_t>(update)][0]).op), p.display_name(x));
+      return fmt::format(
+          "{}: {} = {}(...) reads the updated '{}' whole; an input is stored sliced only when every "
+          "use reads its slice",
+          who, p.display_name(users[static_cast<size_t>(update)][0]),
+          dsl::op_name(p.stage(users[static_cast<size_t>(update)][0]).op), p.display_name(x));
     for (const dsl::Output& o : p.outputs())
       if (o.stage == update)
-        user_error("{}: the updated '{}' is output '{}', which the caller reads whole; an input is stored sliced only "
-                   "when nothing reads it whole", who, p.display_name(x), o.name);
+        return fmt::format(
+            "{}: the updated '{}' is output '{}', which the caller reads whole; an input is stored "
+            "sliced only when nothing reads it whole",
+            who, p.display_name(x), o.name);
   }
   if (dim < 0)
-    user_error("{}: nothing reads input '{}'; there is no slice to keep (eliminate_dead_stages leaves inputs as they "
-               "are)", who, p.display_name(x));
+    return fmt::format(
+        "{}: nothing reads input '{}'; there is no slice to keep (eliminate_dead_stages leaves inputs "
+        "as they are)",
+        who, p.display_name(x));
 
   detail::Rewriter rw(p);
   for (const Stage& t : p.stages()) {
@@ -87,9 +103,15 @@ void as_slice(Schedule& s, const StageRef& input) {
   auto [clean, map2] = detail::remove_dead(program);
   for (int& m : map)
     if (m >= 0) m = map2[static_cast<size_t>(m)];
-  const std::string what = fmt::format("as_slice({})", p.display_name(x));
   s.rewrite(std::move(clean), map);
-  s.record(what, start);
+  s.record(who, start);
+  return std::nullopt;
+}
+
+}  // namespace detail
+
+void as_slice(Schedule& s, const StageRef& input) {
+  if (auto why = detail::try_as_slice(s, s.resolve(input, "as_slice"))) user_error("{}", *why);
 }
 
 }  // namespace tandem::schedule

@@ -35,20 +35,13 @@ std::vector<std::string> state_inputs(const Program& p, const EnumerateOptions& 
 // schedule the ones before it left; empty when the moves themselves are illegal.
 std::vector<std::string> sliceable(const Program& program, const std::vector<CollectiveRecipe>& parts,
                                    const std::vector<std::string>& state) {
+  Schedule s(program);
+  if (detail::apply_moves(s, parts)) return {};
   std::vector<std::string> out;
-  try {
-    Schedule s(program);
-    detail::apply_moves(s, parts);
-    for (const std::string& name : state) {
-      try {
-        as_slice(s, name);
-        out.push_back(name);
-      } catch (const UserError&) {
-        // Not usable through its slice in this schedule: it stays whole.
-      }
-    }
-  } catch (const UserError&) {
-    return {};
+  for (const std::string& name : state) {
+    // One not usable through its slice in this schedule stays whole.
+    const std::optional<int> x = s.program().find(name);
+    if (x && !detail::try_as_slice(s, *x)) out.push_back(name);
   }
   return out;
 }
@@ -73,15 +66,12 @@ std::vector<NamedSchedule> generate(const Program& program, const std::vector<Co
   std::set<std::string> plans;  // lowered plans already listed (without their names)
   auto consider = [&](Recipe r) {
     r = r.compacted();
-    try {
-      Schedule s = r.apply(program);
-      std::string text = s.lower().str();
-      text.erase(0, text.find('\n'));  // the first line carries the name
-      if (!plans.insert(text).second) return;
-      out.push_back(NamedSchedule{r.str(), r, std::move(s)});
-    } catch (const UserError&) {
-      // The program does not allow this recipe.
-    }
+    Applied a = r.try_apply(program);
+    if (!a.schedule) return;  // the program does not allow this recipe
+    std::string text = a.schedule->lower().str();
+    text.erase(0, text.find('\n'));  // the first line carries the name
+    if (!plans.insert(text).second) return;
+    out.push_back(NamedSchedule{r.str(), r, std::move(*a.schedule)});
   };
   for (size_t mv = 0; mv < digits4; ++mv) {
     std::vector<CollectiveRecipe> moved = base;

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "candidates.h"
+#include "checked.h"
 #include "rewrite.h"
 #include "tandem/core/error.h"
 #include "units.h"
@@ -49,12 +50,14 @@ std::vector<int> side_accumulators(const Schedule& s, int c) {
   return out;
 }
 
-// Checks a proposed fused stage; returns it (with its closure) or throws the UserError `who`
-// explains.
-FusedStage check_fuse(const Schedule& s, std::vector<int> listed, const std::string& who) {
+}  // namespace
+
+namespace detail {
+
+Rejection check_fuse(const Schedule& s, std::vector<int> listed, const std::string& who, FusedStage& out) {
   const Program& p = s.program();
   const size_t n = p.stages().size();
-  if (listed.empty()) user_error("{}: name the stages to fuse", who);
+  if (listed.empty()) return fmt::format("{}: name the stages to fuse", who);
   std::sort(listed.begin(), listed.end());
   listed.erase(std::unique(listed.begin(), listed.end()), listed.end());
 
@@ -66,25 +69,32 @@ FusedStage check_fuse(const Schedule& s, std::vector<int> listed, const std::str
     const std::string xs = p.display_name(id);
     switch (dsl::op_kind(st.op)) {
       case OpKind::Source:
-        user_error("{}: {} is an {}; only computations and collectives are fused", who, xs, dsl::op_name(st.op));
+        return fmt::format("{}: {} is an {}; only computations and collectives are fused", who, xs,
+                           dsl::op_name(st.op));
       case OpKind::Matmul:
-        user_error("{}: {} is a matmul; a fused stage holds element-wise computations, updates, norms and at most "
-                   "one collective (overlap a matmul with the collective that consumes it instead)", who, xs);
+        return fmt::format(
+            "{}: {} is a matmul; a fused stage holds element-wise computations, updates, norms and at most "
+            "one collective (overlap a matmul with the collective that consumes it instead)",
+            who, xs);
       case OpKind::Scatter:
-        user_error("{}: {} is a scatter, a view of this rank's part that costs nothing; fuse the stages that read it",
-                   who, xs);
+        return fmt::format(
+            "{}: {} is a scatter, a view of this rank's part that costs nothing; fuse the stages that read it", who,
+            xs);
       case OpKind::Transfer:
-        user_error("{}: {} is a {}; fuse computations and collectives, and overlap a collective with a send instead",
-                   who, xs, dsl::op_name(st.op));
+        return fmt::format(
+            "{}: {} is a {}; fuse computations and collectives, and overlap a collective with a send instead", who, xs,
+            dsl::op_name(st.op));
       case OpKind::Reduction:
         if (!detail::is_accumulator(st))
-          user_error("{}: {} reduces over one dim; only norms and reductions over every dim fold into a loop", who,
-                     xs);
+          return fmt::format("{}: {} reduces over one dim; only norms and reductions over every dim fold into a loop",
+                             who, xs);
         break;
       case OpKind::Elementwise:
         if (st.type.shape.rank() == 0)
-          user_error("{}: {} is scalar arithmetic (shape []), computed once per step outside every loop; fuse the "
-                     "tensor stages that use it", who, xs);
+          return fmt::format(
+              "{}: {} is scalar arithmetic (shape []), computed once per step outside every loop; fuse the "
+              "tensor stages that use it",
+              who, xs);
         break;
       case OpKind::Update: break;
       case OpKind::Collective:
@@ -93,23 +103,28 @@ FusedStage check_fuse(const Schedule& s, std::vector<int> listed, const std::str
           break;
         }
         if (st.op == Op::Broadcast)
-          user_error("{}: {} is a Broadcast, which has no per-chunk hook; only an AllReduce or a ReduceScatter runs "
-                     "computation inside it", who, xs);
+          return fmt::format(
+              "{}: {} is a Broadcast, which has no per-chunk hook; only an AllReduce or a ReduceScatter runs "
+              "computation inside it",
+              who, xs);
         if (collective >= 0)
-          user_error("{}: {} and {} are both collectives; a fused stage holds at most one collective (an AllReduce, "
-                     "or a ReduceScatter with the AllGathers of what it computes)", who, p.display_name(collective),
-                     xs);
+          return fmt::format(
+              "{}: {} and {} are both collectives; a fused stage holds at most one collective (an AllReduce, "
+              "or a ReduceScatter with the AllGathers of what it computes)",
+              who, p.display_name(collective), xs);
         collective = id;
         break;
     }
     const int f = s.fused_index(id);
-    if (f >= 0) user_error("{}: {} is already in fused stage #{}; a stage is fused at most once", who, xs, f);
+    if (f >= 0) return fmt::format("{}: {} is already in fused stage #{}; a stage is fused at most once", who, xs, f);
   }
   if (!gathers.empty() && (collective < 0 || p.stage(collective).op != Op::ReduceScatter))
-    user_error("{}: {} is an AllGather; an AllGather joins a fused stage only with the ReduceScatter whose slice "
-               "it gathers (after reorder)", who, p.display_name(gathers.front()));
+    return fmt::format(
+        "{}: {} is an AllGather; an AllGather joins a fused stage only with the ReduceScatter whose slice "
+        "it gathers (after reorder)",
+        who, p.display_name(gathers.front()));
   if (collective < 0 && listed.size() < 2 && !detail::is_accumulator(p.stage(listed[0])))
-    user_error("{}: a fused loop needs at least two stages (given only {})", who, p.display_name(listed[0]));
+    return fmt::format("{}: a fused loop needs at least two stages (given only {})", who, p.display_name(listed[0]));
 
   // The domain: the collective's value, or the first loop stage's.
   const Stage* dom = collective >= 0 ? &p.stage(collective) : nullptr;
@@ -122,8 +137,10 @@ FusedStage check_fuse(const Schedule& s, std::vector<int> listed, const std::str
   const dsl::SymShape shape = dom->type.shape;
   const int key = domain_key(dom->type.layout);
   if (collective >= 0 && p.stage(collective).op == Op::ReduceScatter && p.stage(collective).attrs.dim != 0)
-    user_error("{}: {} scatters along dim {}; its hook sees contiguous chunks of rows, so only a ReduceScatter along "
-               "dim 0 runs computation inside it", who, p.display_name(collective), p.stage(collective).attrs.dim);
+    return fmt::format(
+        "{}: {} scatters along dim {}; its hook sees contiguous chunks of rows, so only a ReduceScatter along "
+        "dim 0 runs computation inside it",
+        who, p.display_name(collective), p.stage(collective).attrs.dim);
 
   auto fits = [&](const Stage& st) -> std::optional<std::string> {
     if (st.op == Op::AllGather || st.id == collective) return std::nullopt;
@@ -145,15 +162,18 @@ FusedStage check_fuse(const Schedule& s, std::vector<int> listed, const std::str
   };
   const std::vector<char> feeds_collective =
       collective >= 0 ? detail::ancestors(p, {p.stage(collective).args[0]}) : std::vector<char>(n, 0);
-  auto upstream = [&](int id) {
+  auto upstream = [&](int id) -> Rejection {
     if (collective >= 0 && id != collective && in(feeds_collective, id))
-      user_error("{}: {} computes the input of {}; only computations on a collective's result run inside it (fuse "
-                 "{} into a loop of its own instead)", who, p.display_name(id), p.display_name(collective),
-                 p.display_name(id));
+      return fmt::format(
+          "{}: {} computes the input of {}; only computations on a collective's result run inside it (fuse "
+          "{} into a loop of its own instead)",
+          who, p.display_name(id), p.display_name(collective), p.display_name(id));
+    return std::nullopt;
   };
-  for (int id : listed) upstream(id);
   for (int id : listed)
-    if (auto why = fits(p.stage(id))) user_error("{}: {}", who, *why);
+    if (auto why = upstream(id)) return why;
+  for (int id : listed)
+    if (auto why = fits(p.stage(id))) return fmt::format("{}: {}", who, *why);
 
   // Closure: loop stages on a path between two listed stages, then side computations only the
   // fused stage uses.
@@ -196,15 +216,18 @@ FusedStage check_fuse(const Schedule& s, std::vector<int> listed, const std::str
   for (const Stage& st : p.stages()) {
     if (!member[static_cast<size_t>(st.id)]) continue;
     const std::string xs = p.display_name(st.id);
-    upstream(st.id);
+    if (auto why = upstream(st.id)) return why;
     for (int a : st.args) {
       if (!member[static_cast<size_t>(a)]) continue;
       if (detail::is_accumulator(p.stage(a)))
-        user_error("{}: {} uses {}, which the same fused stage accumulates; a norm or reduction is complete only "
-                   "after the loop, so {} must run after it", who, xs, p.display_name(a), xs);
+        return fmt::format(
+            "{}: {} uses {}, which the same fused stage accumulates; a norm or reduction is complete only "
+            "after the loop, so {} must run after it",
+            who, xs, p.display_name(a), xs);
     }
     if (st.op == Op::AllGather && !member[static_cast<size_t>(st.args[0])])
-      user_error("{}: {} gathers {}, which the fused stage does not compute", who, xs, p.display_name(st.args[0]));
+      return fmt::format("{}: {} gathers {}, which the fused stage does not compute", who, xs,
+                         p.display_name(st.args[0]));
   }
 
   FusedStage f;
@@ -218,25 +241,24 @@ FusedStage check_fuse(const Schedule& s, std::vector<int> listed, const std::str
   const detail::UnitGraph g = detail::build_units(p, all, s.overlaps());
   const detail::UnitOrder order = detail::order_units(p, g);
   if (order.order.empty())
-    user_error("{}: fusing would make a cycle: {}; a fused stage runs as one unit, so nothing outside it may both "
-               "need and feed it", who, detail::describe_cycle(p, order.cycle));
-  return f;
+    return fmt::format(
+        "{}: fusing would make a cycle: {}; a fused stage runs as one unit, so nothing outside it may both "
+        "need and feed it",
+        who, detail::describe_cycle(p, order.cycle));
+  out = std::move(f);
+  return std::nullopt;
 }
 
-}  // namespace
-
-int fuse(Schedule& s, const std::vector<StageRef>& stages) {
+Rejection try_fuse(Schedule& s, const std::vector<int>& ids, int* index) {
   const auto start = std::chrono::steady_clock::now();
-  std::vector<int> ids;
-  for (const StageRef& r : stages) ids.push_back(s.resolve(r, "fuse"));
   const std::string who = fmt::format("fuse({{{}}})", detail::name_list(s.program(), ids));
-  FusedStage f = check_fuse(s, ids, who);
-  const int index = s.add_fused(std::move(f));
+  FusedStage f;
+  if (auto why = check_fuse(s, ids, who, f)) return why;
+  const int added = s.add_fused(std::move(f));
   s.record(who, start);
-  return index;
+  if (index != nullptr) *index = added;
+  return std::nullopt;
 }
-
-namespace detail {
 
 std::vector<int> fusable_into(const Schedule& s, int c) {
   const Program& p = s.program();
@@ -281,10 +303,8 @@ std::vector<int> fusable_into(const Schedule& s, int c) {
     with_side.insert(with_side.end(), side.begin(), side.end());
   }
   for (const std::vector<int>* ids : {&with_side, &out}) {
-    try {
-      return check_fuse(s, *ids, "fuse").stages;
-    } catch (const UserError&) {
-    }
+    FusedStage f;
+    if (!check_fuse(s, *ids, "fuse", f)) return f.stages;
   }
   return {};
 }
@@ -304,14 +324,9 @@ std::vector<std::vector<int>> fusable_loops(const Schedule& s) {
       if (keys[static_cast<size_t>(gi)] != k) continue;
       std::vector<int> trial = groups[static_cast<size_t>(gi)];
       trial.push_back(st.id);
-      bool closed = true;
-      try {
-        const FusedStage f = check_fuse(s, trial, "fuse");
-        // The closure may pull in other stages; keep the grouping exact.
-        closed = f.stages.size() == trial.size();
-      } catch (const UserError&) {
-        closed = false;
-      }
+      // Legal, and exact: the closure may pull in other stages.
+      FusedStage f;
+      const bool closed = !check_fuse(s, trial, "fuse", f) && f.stages.size() == trial.size();
       if (closed) {
         groups[static_cast<size_t>(gi)] = std::move(trial);
         placed = true;
@@ -330,5 +345,13 @@ std::vector<std::vector<int>> fusable_loops(const Schedule& s) {
 }
 
 }  // namespace detail
+
+int fuse(Schedule& s, const std::vector<StageRef>& stages) {
+  std::vector<int> ids;
+  for (const StageRef& r : stages) ids.push_back(s.resolve(r, "fuse"));
+  int index = -1;
+  if (auto why = detail::try_fuse(s, ids, &index)) user_error("{}", *why);
+  return index;
+}
 
 }  // namespace tandem::schedule

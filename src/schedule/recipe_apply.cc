@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "candidates.h"
+#include "checked.h"
 #include "recipe_steps.h"
 #include "rewrite.h"
 #include "tandem/core/error.h"
@@ -57,13 +58,13 @@ std::optional<int> first(const Program& p, const std::function<bool(const Stage&
 
 // The units on the way from collective `c` to the stages `to`, one representative stage each,
 // in order.
-std::vector<StageRef> chain_to(const Schedule& s, int c, const std::vector<int>& to) {
+std::vector<int> chain_to(const Schedule& s, int c, const std::vector<int>& to) {
   const Program& p = s.program();
   const detail::UnitGraph g = detail::build_units(p, s.fused(), s.overlaps());
   const auto below = detail::descendants(p, c);
   const auto above = detail::ancestors(p, to);
   std::vector<int> seen_units;
-  std::vector<StageRef> out;
+  std::vector<int> out;
   for (const Stage& st : p.stages()) {
     if (!(st.id == c || (below[static_cast<size_t>(st.id)] && above[static_cast<size_t>(st.id)])))
       continue;
@@ -84,32 +85,38 @@ std::vector<int> recipe_collectives(const Program& program) {
   return out;
 }
 
-std::vector<CollectiveRecipe> Recipe::parts(const Program& program) const {
-  const Recipe& r = *this;
+namespace {
+
+// Recipe::parts, or why the program cannot take the recipe's parts.
+detail::Rejection parts_of(const Recipe& r, const Program& program, std::vector<CollectiveRecipe>& out) {
   const std::vector<int> colls = recipe_collectives(program);
   if (colls.empty()) {
     if (!r.collectives.empty())
-      user_error(
+      return fmt::format(
           "schedule '{}': program '{}' has no AllReduce of at least one dim, so it takes no "
-          "per-collective "
-          "part; its schedules are C and fused(C)",
+          "per-collective part; its schedules are C and fused(C)",
           r.str(), program.name());
-    return {};
+    out.clear();
+    return std::nullopt;
   }
   if (r.collectives.empty())
-    user_error(
-        "schedule '{}': program '{}' has {} collective(s) ({}); name a part for them (AR-C, ...)",
-        r.str(), program.name(), colls.size(), detail::name_list(program, colls));
-  if (r.collectives.size() == 1)
-    return std::vector<CollectiveRecipe>(colls.size(), r.collectives.front());
-  if (r.collectives.size() != colls.size())
-    user_error(
-        "schedule '{}' has {} parts, but program '{}' has {} collective(s) ({}); give one part for "
-        "all of "
-        "them or one per collective, in program order, joined by '|'",
-        r.str(), r.collectives.size(), program.name(), colls.size(),
-        detail::name_list(program, colls));
-  return r.collectives;
+    return fmt::format("schedule '{}': program '{}' has {} collective(s) ({}); name a part for them (AR-C, ...)",
+                       r.str(), program.name(), colls.size(), detail::name_list(program, colls));
+  if (r.collectives.size() != 1 && r.collectives.size() != colls.size())
+    return fmt::format(
+        "schedule '{}' has {} parts, but program '{}' has {} collective(s) ({}); give one part for all "
+        "of them or one per collective, in program order, joined by '|'",
+        r.str(), r.collectives.size(), program.name(), colls.size(), detail::name_list(program, colls));
+  out = r.collectives.size() == 1 ? std::vector<CollectiveRecipe>(colls.size(), r.collectives.front()) : r.collectives;
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::vector<CollectiveRecipe> Recipe::parts(const Program& program) const {
+  std::vector<CollectiveRecipe> out;
+  if (auto why = parts_of(*this, program, out)) user_error("{}", *why);
+  return out;
 }
 
 Recipe Recipe::compacted() const {
@@ -123,10 +130,14 @@ Recipe Recipe::compacted() const {
 
 namespace detail {
 
-void apply_moves(Schedule& s, const std::vector<CollectiveRecipe>& parts) {
+Rejection apply_moves(Schedule& s, const std::vector<CollectiveRecipe>& parts) {
   if (s.tracked().empty()) s.tracked() = recipe_collectives(s.program());
-  for (size_t k = 0; k < parts.size(); ++k)
-    if (parts[k].move != Move::None) s.tracked()[k] = split(s, current(s, parts.size())[k]).reduce_scatter;
+  for (size_t k = 0; k < parts.size(); ++k) {
+    if (parts[k].move == Move::None) continue;
+    Schedule::SplitResult made{};
+    if (auto why = try_split(s, current(s, parts.size())[k], &made)) return why;
+    s.tracked()[k] = made.reduce_scatter;
+  }
   for (size_t k = 0; k < parts.size(); ++k) {
     const Move m = parts[k].move;
     if (m != Move::Reorder && m != Move::ReorderTransfers) continue;
@@ -139,29 +150,34 @@ void apply_moves(Schedule& s, const std::vector<CollectiveRecipe>& parts) {
     const bool transfers = m == Move::ReorderTransfers;
     const std::vector<int> movable = detail::movable_consumers(p, *ag, transfers);
     if (movable.empty())
-      user_error(
-          "{}: nothing that consumes its result can run on this rank's slice, so reorder would "
-          "change "
+      return fmt::format(
+          "{}: nothing that consumes its result can run on this rank's slice, so reorder would change "
           "nothing; split it without reordering (RS-AG-C)",
           who(s, k));
     const bool moves_transfer = std::any_of(movable.begin(), movable.end(), [&](int x) {
       return dsl::op_kind(p.stage(x).op) == dsl::OpKind::Transfer;
     });
     if (transfers && !moves_transfer)
-      user_error(
-          "{}: no send or receive consumes its result where it could carry the slice, so "
-          "RS-C-P2P-AG would "
-          "be RS-C-AG; write that",
+      return fmt::format(
+          "{}: no send or receive consumes its result where it could carry the slice, so RS-C-P2P-AG "
+          "would be RS-C-AG; write that",
           who(s, k));
-    reorder(s, *ag, std::vector<StageRef>(movable.begin(), movable.end()));
+    if (auto why = try_reorder(s, *ag, movable)) return why;
   }
+  return std::nullopt;
 }
 
-void apply_slices(Schedule& s, const std::vector<std::string>& inputs) {
-  for (const std::string& name : inputs) as_slice(s, name);
+Rejection apply_slices(Schedule& s, const std::vector<std::string>& inputs) {
+  for (const std::string& name : inputs) {
+    std::string why;
+    const std::optional<int> x = s.lookup(name, "as_slice", &why);
+    if (!x) return why;
+    if (auto rejected = try_as_slice(s, *x)) return rejected;
+  }
+  return std::nullopt;
 }
 
-void apply_fusion(Schedule& s, const std::vector<CollectiveRecipe>& parts, bool loops) {
+Rejection apply_fusion(Schedule& s, const std::vector<CollectiveRecipe>& parts, bool loops) {
   for (size_t k = 0; k < parts.size(); ++k) {
     if (!parts[k].fuse) continue;
     const int c = current(s, parts.size())[k];
@@ -171,39 +187,39 @@ void apply_fusion(Schedule& s, const std::vector<CollectiveRecipe>& parts, bool 
       return x != c && s.program().stage(x).op != Op::AllGather;
     });
     if (!computes)
-      user_error(
+      return fmt::format(
           "{}: no computation on its result can run inside it (on each reduced chunk), so there is "
-          "nothing "
-          "to fuse into it",
+          "nothing to fuse into it",
           who(s, k));
-    fuse(s, std::vector<StageRef>(f.begin(), f.end()));
+    if (auto why = try_fuse(s, f)) return why;
   }
-  if (!loops) return;
+  if (!loops) return std::nullopt;
   const auto groups = detail::fusable_loops(s);
   const bool any_collective =
       std::any_of(parts.begin(), parts.end(), [](const CollectiveRecipe& p) { return p.fuse; });
   if (groups.empty() && !any_collective)
-    user_error(
+    return fmt::format(
         "schedule '{}': no two element-wise computations of program '{}' can share a loop, so "
         "fused(C) is C",
         s.name(), s.program().name());
-  for (const auto& g : groups) fuse(s, std::vector<StageRef>(g.begin(), g.end()));
+  for (const auto& g : groups)
+    if (auto why = try_fuse(s, g)) return why;
+  return std::nullopt;
 }
 
-void apply_overlaps(Schedule& s, const std::vector<CollectiveRecipe>& parts) {
+Rejection apply_overlaps(Schedule& s, const std::vector<CollectiveRecipe>& parts) {
   for (size_t k = 0; k < parts.size(); ++k) {
     const CollectiveRecipe& part = parts[k];
     if (!part.overlapped()) continue;
     const Program& p = s.program();
     const int c = current(s, parts.size())[k];
     const Stage& cs = p.stage(c);
-    std::vector<StageRef> chain;
+    std::vector<int> chain;
     if (part.overlap_matmul) {
       if (p.stage(cs.args[0]).op != Op::Matmul)
-        user_error(
-            "{}: ol(MM,...) overlaps a collective with the matmul producing its input, but its "
-            "input {} is "
-            "computed by {}",
+        return fmt::format(
+            "{}: ol(MM,...) overlaps a collective with the matmul producing its input, but its input "
+            "{} is computed by {}",
             who(s, k), p.display_name(cs.args[0]), dsl::op_name(p.stage(cs.args[0]).op));
       chain.emplace_back(cs.args[0]);
     }
@@ -213,7 +229,7 @@ void apply_overlaps(Schedule& s, const std::vector<CollectiveRecipe>& parts) {
         return st.op == Op::Send && below[static_cast<size_t>(st.id)];
       });
       if (!x)
-        user_error(
+        return fmt::format(
             "{}: ol(...,P2P) overlaps a collective with the send its result reaches, but no send "
             "follows it",
             who(s, k));
@@ -231,8 +247,9 @@ void apply_overlaps(Schedule& s, const std::vector<CollectiveRecipe>& parts) {
     } else {
       chain.emplace_back(c);
     }
-    overlap(s, chain, part.blocks);
+    if (auto why = try_overlap(s, chain, part.blocks)) return why;
   }
+  return std::nullopt;
 }
 
 }  // namespace detail
@@ -243,25 +260,35 @@ Recipe Recipe::unscheduled(const Program& program) {
   return r;
 }
 
-Schedule Recipe::apply(const Program& program) const {
-  const std::vector<CollectiveRecipe> parts = this->parts(program);
+Applied Recipe::try_apply(const Program& program) const {
+  std::vector<CollectiveRecipe> parts;
+  if (auto why = parts_of(*this, program, parts)) return {std::nullopt, std::move(*why)};
   Schedule s(program);
   s.set_name(str());
-  detail::apply_moves(s, parts);
-  detail::apply_slices(s, slice);
-  detail::apply_fusion(s, parts, fused_loops());
-  detail::apply_overlaps(s, parts);
-  return s;
+  detail::Rejection why = detail::apply_moves(s, parts);
+  if (!why) why = detail::apply_slices(s, slice);
+  if (!why) why = detail::apply_fusion(s, parts, fused_loops());
+  if (!why) why = detail::apply_overlaps(s, parts);
+  if (why) return {std::nullopt, std::move(*why)};
+  return {std::move(s), ""};
+}
+
+Schedule Recipe::apply(const Program& program) const {
+  Applied a = try_apply(program);
+  if (!a.schedule) user_error("{}", a.why);
+  return std::move(*a.schedule);
 }
 
 NamedSchedule schedule_by_name(const Program& program, std::string_view name) {
+  Recipe r;
   try {
-    Recipe r = Recipe::parse(name);
-    Schedule s = r.apply(program);
-    return NamedSchedule{r.str(), std::move(r), std::move(s)};
+    r = Recipe::parse(name);
   } catch (const UserError& e) {
     user_error("program '{}': {}", program.name(), e.what());
   }
+  Applied a = r.try_apply(program);
+  if (!a.schedule) user_error("program '{}': {}", program.name(), a.why);
+  return NamedSchedule{r.str(), std::move(r), std::move(*a.schedule)};
 }
 
 }  // namespace tandem::schedule

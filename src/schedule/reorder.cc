@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "candidates.h"
+#include "checked.h"
 #include "rewrite.h"
 #include "tandem/core/error.h"
 
@@ -102,20 +103,17 @@ std::vector<int> movable_consumers(const Program& p, int ag, bool through_transf
   return out;
 }
 
-}  // namespace detail
-
-std::vector<int> reorder(Schedule& s, const StageRef& allgather, const std::vector<StageRef>& stages) {
+Rejection try_reorder(Schedule& s, int ag, const std::vector<int>& listed, std::vector<int>* gathers) {
   const auto start = std::chrono::steady_clock::now();
   const Program& p = s.program();
-  const int ag = s.resolve(allgather, "reorder");
   const Stage& g = p.stage(ag);
-  std::vector<int> listed;
-  for (const StageRef& r : stages) listed.push_back(s.resolve(r, "reorder"));
   const std::string who = fmt::format("reorder({}, {{{}}})", p.display_name(ag), detail::name_list(p, listed));
   if (g.op != Op::AllGather)
-    user_error("{}: {} is {}(...), not an AllGather; reorder moves an AllGather past its consumers (split an "
-               "AllReduce first to get one)", who, p.display_name(ag), dsl::op_name(g.op));
-  if (listed.empty()) user_error("{}: name at least one stage that consumes {}", who, p.display_name(ag));
+    return fmt::format(
+        "{}: {} is {}(...), not an AllGather; reorder moves an AllGather past its consumers (split an "
+        "AllReduce first to get one)",
+        who, p.display_name(ag), dsl::op_name(g.op));
+  if (listed.empty()) return fmt::format("{}: name at least one stage that consumes {}", who, p.display_name(ag));
   const int dim = p.stage(g.args[0]).type.layout.dim;
   const std::vector<char> desc = detail::descendants(p, ag);
   const auto users = detail::all_users(p);
@@ -124,23 +122,26 @@ std::vector<int> reorder(Schedule& s, const StageRef& allgather, const std::vect
   std::vector<int> targets;
   for (int t : listed) {
     if (!desc[static_cast<size_t>(t)])
-      user_error("{}: {} does not use {} (directly or through other stages); reorder moves an AllGather past the "
-                 "stages that consume it", who, p.display_name(t), p.display_name(ag));
+      return fmt::format(
+          "{}: {} does not use {} (directly or through other stages); reorder moves an AllGather past the "
+          "stages that consume it",
+          who, p.display_name(t), p.display_name(ag));
     const Stage& ts = p.stage(t);
     if (ts.op == Op::Update) {
       if (ts.args[1] != ag) targets.push_back(ts.args[1]);
       continue;
     }
     if (detail::is_scalar_code(ts))
-      user_error("{}: {} is scalar arithmetic (shape []), which has no slice; name the tensor stages that use it",
-                 who, p.display_name(t));
+      return fmt::format(
+          "{}: {} is scalar arithmetic (shape []), which has no slice; name the tensor stages that use it", who,
+          p.display_name(t));
     targets.push_back(t);
     if (ts.op == Op::Send)
       for (int u : users[static_cast<size_t>(t)]) targets.push_back(u);  // its Recv
   }
   if (targets.empty())
-    user_error("{}: the listed updates write {} itself; there is no computation to move past it", who,
-               p.display_name(ag));
+    return fmt::format("{}: the listed updates write {} itself; there is no computation to move past it", who,
+                       p.display_name(ag));
 
   // The stages moved: on a path from the AllGather to a target (scalar arithmetic and updates
   // stay where they are), then the side computations that only they use.
@@ -168,13 +169,14 @@ std::vector<int> reorder(Schedule& s, const StageRef& allgather, const std::vect
   }
   for (const Stage& st : p.stages()) {
     if (!moved[static_cast<size_t>(st.id)]) continue;
-    if (auto why = cannot_move(p, ag, moved, st.id)) user_error("{}: {}", who, *why);
+    if (auto why = cannot_move(p, ag, moved, st.id)) return fmt::format("{}: {}", who, *why);
     if (s.fused_index(st.id) >= 0 || s.overlap_index(st.id) >= 0)
-      user_error("{}: {} is already {}; reorder rewrites the program, so apply it before fuse and overlap", who,
-                 p.display_name(st.id), s.fused_index(st.id) >= 0 ? "fused" : "overlapped");
+      return fmt::format("{}: {} is already {}; reorder rewrites the program, so apply it before fuse and overlap", who,
+                         p.display_name(st.id), s.fused_index(st.id) >= 0 ? "fused" : "overlapped");
   }
   if (s.fused_index(ag) >= 0 || s.overlap_index(ag) >= 0)
-    user_error("{}: {} is already fused or overlapped; reorder before fuse and overlap", who, p.display_name(ag));
+    return fmt::format("{}: {} is already fused or overlapped; reorder before fuse and overlap", who,
+                       p.display_name(ag));
 
   // Rewrite: moved stages on the slice, each gathered where something outside needs it whole.
   detail::Rewriter rw(p);
@@ -234,9 +236,20 @@ std::vector<int> reorder(Schedule& s, const StageRef& allgather, const std::vect
     if (m >= 0) m = map2[static_cast<size_t>(m)];
   for (int& m : made) m = map2[static_cast<size_t>(m)];
   made.erase(std::remove(made.begin(), made.end(), -1), made.end());
-  const std::string what = fmt::format("reorder({}, {{{}}})", p.display_name(ag), detail::name_list(p, listed));
   s.rewrite(std::move(clean), map);
-  s.record(what, start);
+  s.record(who, start);
+  if (gathers != nullptr) *gathers = std::move(made);
+  return std::nullopt;
+}
+
+}  // namespace detail
+
+std::vector<int> reorder(Schedule& s, const StageRef& allgather, const std::vector<StageRef>& stages) {
+  const int ag = s.resolve(allgather, "reorder");
+  std::vector<int> listed;
+  for (const StageRef& r : stages) listed.push_back(s.resolve(r, "reorder"));
+  std::vector<int> made;
+  if (auto why = detail::try_reorder(s, ag, listed, &made)) user_error("{}", *why);
   return made;
 }
 

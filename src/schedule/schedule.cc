@@ -53,19 +53,28 @@ std::string Schedule::name() const {
   return fmt::format("{}", fmt::join(history_, "; "));
 }
 
-int Schedule::resolve(const StageRef& ref, std::string_view who) const {
+std::optional<int> Schedule::lookup(const StageRef& ref, std::string_view who, std::string* why) const {
   if (!ref.name.empty()) {
     if (auto id = program_.find(ref.name)) return *id;
     std::vector<std::string> named;
     for (const dsl::Stage& s : program_.stages())
       if (!s.name.empty()) named.push_back(s.name);
-    user_error("{}: program '{}' has no stage named '{}' (its named stages: {})", who, program_.name(), ref.name,
-               fmt::join(named, ", "));
+    *why = fmt::format("{}: program '{}' has no stage named '{}' (its named stages: {})", who, program_.name(),
+                       ref.name, fmt::join(named, ", "));
+    return std::nullopt;
   }
-  if (ref.id < 0 || ref.id >= static_cast<int>(program_.stages().size()))
-    user_error("{}: program '{}' has no stage %{} (it has {} stages)", who, program_.name(), ref.id,
-               program_.stages().size());
+  if (ref.id < 0 || ref.id >= static_cast<int>(program_.stages().size())) {
+    *why = fmt::format("{}: program '{}' has no stage %{} (it has {} stages)", who, program_.name(), ref.id,
+                       program_.stages().size());
+    return std::nullopt;
+  }
   return ref.id;
+}
+
+int Schedule::resolve(const StageRef& ref, std::string_view who) const {
+  std::string why;
+  if (auto id = lookup(ref, who, &why)) return *id;
+  user_error("{}", why);
 }
 
 int Schedule::fused_index(int id) const {

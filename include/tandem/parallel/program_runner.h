@@ -9,9 +9,9 @@
 // default), plan (the plan runner: the same fused loops, hooks inside the collectives and blocked
 // overlap, interpreted), reference (the interpreter on the scheduled program: split, reorder and
 // slicing take effect, fusion and overlap do not).
-// Schedules: the first name of a preference list that the program allows, each parsed as a
-// schedule::Recipe and applied (nothing is enumerated), else the unscheduled program; the caller
-// may pass the autotuner's choice as the first preference. TANDEM_SCHEDULE_<PROGRAM>=<name>
+// Schedules: the first name of a preference list that the program allows (schedule::first_allowed:
+// nothing is enumerated; a name that does not parse is a UserError), else the unscheduled program;
+// the caller may pass the autotuner's choice as the first preference. TANDEM_SCHEDULE_<PROGRAM>=<name>
 // (TANDEM_SCHEDULE_ADAM="fused(RS-C-AG)+slice(m,v)") forces one; a name that does not parse or
 // that the program does not allow is a UserError saying why.
 // Chunk size: the autotuner's record gives its winner with the chunk size it ran fastest at; the

@@ -23,6 +23,7 @@
 // apply to the program's n collectives in order: "fused(RS-C-AG)|ol[8](MM,AR-fused(C))+slice(m)".
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -55,6 +56,12 @@ struct CollectiveRecipe {
   bool operator==(const CollectiveRecipe& o) const;  // blocks count only when overlapped
 };
 
+// What Recipe::try_apply gives: the schedule, or why there is none.
+struct Applied {
+  std::optional<Schedule> schedule;
+  std::string why;  // set when there is no schedule
+};
+
 struct Recipe {
   // One entry per collective in program order, or one entry for every collective; empty for a
   // program without collectives.
@@ -79,10 +86,12 @@ struct Recipe {
   std::string str() const;
   // Reads a name; anything else is one UserError saying what is wrong and what a name looks like.
   static Recipe parse(std::string_view name);
-  // The schedule the recipe describes, named str(). A recipe the program does not allow (its
-  // part count against the program's collectives, a move, fusion or overlap whose precondition
-  // fails, or one that changes nothing, such as a reorder with nothing to move) is a UserError
-  // naming the collective and the rule.
+  // The schedule the recipe describes, named str(), or why the program does not allow the recipe
+  // (its part count against the program's collectives, a move, fusion or overlap whose
+  // precondition fails, or one that changes nothing, such as a reorder with nothing to move): a
+  // message naming the collective and the rule.
+  Applied try_apply(const dsl::Program& program) const;
+  // The same, a recipe the program does not allow being a UserError with that message.
   Schedule apply(const dsl::Program& program) const;
 };
 

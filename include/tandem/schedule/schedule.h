@@ -16,6 +16,7 @@
 #include <chrono>
 #include <functional>
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -66,6 +67,8 @@ class Schedule {
   // The id a reference names in the current program; an unknown name or id is a UserError that
   // says which transformation asked (`who`).
   int resolve(const StageRef& ref, std::string_view who) const;
+  // The same without the error: the id, or nullopt with `why` set to the message.
+  std::optional<int> lookup(const StageRef& ref, std::string_view who, std::string* why) const;
   // The fused stage holding `id`, or -1.
   int fused_index(int id) const;
   // The overlap holding `id`, or -1.

@@ -12,7 +12,7 @@
 #include <mutex>
 #include <random>
 
-#include "codegen/compiled_checks.h"
+#include "exec/compiled_checks.h"
 #include "tandem/comm/thread.h"
 #include "tandem/schedule/transforms.h"
 

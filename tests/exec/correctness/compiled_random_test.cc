@@ -8,7 +8,7 @@
 #include <mutex>
 #include <random>
 
-#include "codegen/compiled_checks.h"
+#include "exec/compiled_checks.h"
 #include "tandem/comm/thread.h"
 
 namespace tandem::codegen::testing {

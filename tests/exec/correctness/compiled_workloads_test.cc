@@ -1,7 +1,7 @@
 // Every schedule enumerate_schedules yields for each of the four workloads, emitted as C++,
 // compiled, and run by exec/compiled on 1 to 4 in-process ranks with sizes that do not divide by
 // the rank count, equals the reference interpreter on the unscheduled program (bitwise where the
-// order of floating-point operations is kept; codegen/compiled_checks.h says when it is not).
+// order of floating-point operations is kept; exec/compiled_checks.h says when it is not).
 // Each plan is compiled once per process and serves every size and rank count.
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 #include <mutex>
 #include <string>
 
-#include "codegen/compiled_checks.h"
+#include "exec/compiled_checks.h"
 #include "tandem/comm/thread.h"
 
 namespace tandem::codegen::testing {

@@ -11,7 +11,7 @@
 #include <functional>
 #include <mutex>
 
-#include "codegen/compiled_checks.h"
+#include "exec/compiled_checks.h"
 #include "tandem/comm/thread.h"
 #include "tandem/exec/plan_runner.h"
 #include "tandem/exec/reference.h"

@@ -1,7 +1,8 @@
 // How a ProgramRunner picks its schedule: the first preference the program allows (each parsed as
 // a recipe and applied, nothing enumerated), else the unscheduled program;
-// TANDEM_SCHEDULE_<PROGRAM> forces one, and a name it cannot use is one error saying why. The
-// first preference's chunk size goes with it alone, into every runner prepared.
+// TANDEM_SCHEDULE_<PROGRAM> forces one, and a name it cannot use is one error saying why, as is a
+// preference that does not parse. The first preference's chunk size goes with it alone, into every
+// runner prepared.
 #include "tandem/parallel/program_runner.h"
 
 #include <gtest/gtest.h>
@@ -49,6 +50,31 @@ TEST(ProgramRunnerSchedule, TheEnvironmentForcesOne) {
               "input");
   }
   ::unsetenv("TANDEM_SCHEDULE_ADAM");
+}
+
+// A preference that does not parse is an error, not a fall-back to the unscheduled program.
+TEST(ProgramRunnerSchedule, AMisspeltNameIsAnError) {
+  const dsl::Program adam = dsl::workloads::adam();
+  std::string message = "no error";
+  try {
+    ProgramRunner r(adam, {"RS-C-AG", "fusd(RS-C-AG)", "AR-C"}, kRef);
+  } catch (const UserError& e) {
+    message = e.what();
+  }
+  EXPECT_EQ(message.substr(0, message.find("; a schedule name is")),
+            "the schedule preferences of program 'adam': schedule 'fusd(RS-C-AG)': 'fusd(RS-C-AG)' is not a "
+            "schedule part");
+  ::setenv("TANDEM_SCHEDULE_ADAM", "fusd(RS-C-AG)", 1);
+  message = "no error";
+  try {
+    ProgramRunner r(adam, {"AR-C"}, kRef);
+  } catch (const UserError& e) {
+    message = e.what();
+  }
+  ::unsetenv("TANDEM_SCHEDULE_ADAM");
+  EXPECT_EQ(message.substr(0, message.find("; a schedule name is")),
+            "TANDEM_SCHEDULE_ADAM=fusd(RS-C-AG): program 'adam': schedule 'fusd(RS-C-AG)': 'fusd(RS-C-AG)' is not a "
+            "schedule part");
 }
 
 TEST(ProgramRunnerSchedule, TheFirstPreferenceCarriesItsChunkSize) {

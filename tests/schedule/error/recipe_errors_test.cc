@@ -4,9 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "schedule/testing.h"
 #include "tandem/core/error.h"
+#include "tandem/schedule/preference.h"
 #include "tandem/schedule/transforms.h"
 
 namespace tandem::schedule {
@@ -158,6 +160,22 @@ TEST(RecipeErrors, EnumerateOneCollectiveOfAnother) {
     EXPECT_EQ(std::string(e.what()),
               "enumerate_collective: program 'adam' has 1 collective(s); got 1 part(s) and "
               "collective index 1");
+  }
+}
+
+// A misspelt name in a preference list is an error naming where the list came from, wherever it
+// stands (a well-formed name the program does not allow is passed over: preference_test.cc).
+TEST(RecipeErrors, AMisspeltPreferenceIsAnError) {
+  const dsl::Program adam = dsl::workloads::adam();
+  for (const std::vector<std::string>& names :
+       {std::vector<std::string>{"fusd(RS-C-AG)", "AR-C"}, std::vector<std::string>{"AR-C", "fusd(RS-C-AG)"}}) {
+    std::string message = "no error";
+    try {
+      first_allowed(adam, names, "TANDEM_X");
+    } catch (const UserError& e) {
+      message = e.what();
+    }
+    EXPECT_EQ(head(message), "TANDEM_X: schedule 'fusd(RS-C-AG)': 'fusd(RS-C-AG)' is not a schedule part");
   }
 }
 

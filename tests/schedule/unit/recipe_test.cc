@@ -7,6 +7,7 @@
 #include <set>
 
 #include "schedule/testing.h"
+#include "tandem/core/error.h"
 #include "tandem/dsl/dsl.h"
 #include "tandem/schedule/transforms.h"
 

@@ -109,8 +109,8 @@ TEST(TwoHosts, EveryCollectiveAgainstMpi) {
 // equal to the reference interpreter across the two hosts.
 TEST(TwoHosts, FusedAdamSchedules) {
   for (const char* suite :
-       {"test_schedule_mpi' --gtest_color=no --gtest_filter=MpiEquivalence.Adam",
-        "test_codegen_mpi' --gtest_color=no --gtest_filter=CompiledMpi.Adam"}) {
+       {"test_exec_mpi' --gtest_color=no --gtest_filter=MpiEquivalence.Adam",
+        "test_exec_mpi' --gtest_color=no --gtest_filter=CompiledMpi.Adam"}) {
     const CommandResult r = hosts(fmt::format("mpirun '{}/{}", tests_dir(), suite));
     SKIP_WITHOUT_NAMESPACES(r);
     EXPECT_EQ(r.status, 0) << r.output;

@@ -1,9 +1,9 @@
 // Shared by the compiled-plan suites (thread backend and mpirun): every enumerated schedule of a
 // program, emitted and compiled once per process (the source does not depend on sizes or rank
 // counts), run by exec/compiled and compared with the reference interpreter on the unscheduled
-// program, with the inputs and comparison of schedule/testing.h.
+// program, with the inputs and comparison of exec/schedule_checks.h.
 //
-// Equality. Bitwise wherever the plan runner is bitwise (schedule/testing.h: keeps_order), with
+// Equality. Bitwise wherever the plan runner is bitwise (exec/schedule_checks.h: keeps_order), with
 // one more exception that is the compiled code's own: a reducing collective on bf16/f16 values
 // reduces in that dtype on the wire (half the bytes), and the ring algorithm rounds after each of
 // its p - 1 steps, where the reference reduces f32 copies and rounds once. The thread backend's
@@ -11,7 +11,7 @@
 // a ring of 2 rounds once too, so this only concerns the ring (MPI) on 3 or more ranks. There the
 // reduced value may differ by p - 2 extra roundings, each at most half an ulp of bf16 (2^-9
 // relative), about 0.4% for p = 4; what is computed from it moves by the same relative amount
-// (the inputs of schedule/testing.h are positive, so nothing cancels), hence 1e-2 relative.
+// (the inputs of exec/schedule_checks.h are positive, so nothing cancels), hence 1e-2 relative.
 #pragma once
 
 #include <fmt/format.h>
@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "schedule/testing.h"
+#include "exec/schedule_checks.h"
 #include "tandem/exec/compiled.h"
 #include "tandem/schedule/enumerate.h"
 

@@ -7,7 +7,7 @@
 #include <mutex>
 #include <random>
 
-#include "schedule/testing.h"
+#include "exec/schedule_checks.h"
 #include "tandem/comm/thread.h"
 #include "tandem/core/error.h"
 

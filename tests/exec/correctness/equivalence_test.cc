@@ -1,12 +1,12 @@
 // Proof of meaning on the thread backend: every schedule enumerate_schedules yields for each of
 // the four workloads, run by the plan runner on 1 to 4 ranks with sizes that do not divide by the
 // rank count, equals the reference interpreter on the unscheduled program (bitwise where the
-// order of floating-point operations is kept; see schedule/testing.h for the tolerance otherwise).
+// order of floating-point operations is kept; see exec/schedule_checks.h for the tolerance otherwise).
 #include <gtest/gtest.h>
 
 #include <mutex>
 
-#include "schedule/testing.h"
+#include "exec/schedule_checks.h"
 #include "tandem/comm/thread.h"
 
 namespace tandem::schedule::testing {

@@ -1,10 +1,10 @@
 // The compiled schedules under mpirun (2 and 3 processes): every enumerated schedule of the four
 // workloads, compiled by each process (the file lock of the cache makes them compile each source
 // once), run on the MPI backend's ring collectives and point-to-point transfers, equal to the
-// reference interpreter (bitwise where codegen/compiled_checks.h says so).
+// reference interpreter (bitwise where exec/compiled_checks.h says so).
 #include <gtest/gtest.h>
 
-#include "codegen/compiled_checks.h"
+#include "exec/compiled_checks.h"
 #include "tandem/comm/mpi.h"
 
 namespace tandem::codegen::testing {

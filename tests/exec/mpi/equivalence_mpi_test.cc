@@ -1,10 +1,10 @@
 // Proof of meaning under mpirun (2 and 3 processes): every enumerated schedule of the four
 // workloads, run by the plan runner on the MPI backend (ring collectives), equals the reference
-// interpreter on the unscheduled program; see schedule/testing.h for when the comparison is
+// interpreter on the unscheduled program; see exec/schedule_checks.h for when the comparison is
 // bitwise.
 #include <gtest/gtest.h>
 
-#include "schedule/testing.h"
+#include "exec/schedule_checks.h"
 #include "tandem/comm/mpi.h"
 
 namespace tandem::schedule::testing {

@@ -6,7 +6,7 @@
 
 #include <mutex>
 
-#include "schedule/testing.h"
+#include "exec/schedule_checks.h"
 #include "tandem/comm/thread.h"
 
 namespace tandem::schedule::testing {
