@@ -60,7 +60,7 @@ std::optional<Profile> load_cached_profile(const std::string& cache_dir, const s
   if (!text) return std::nullopt;
   try {
     const auto j = nlohmann::json::parse(*text);
-    if (j.at("key").dump() != key) return std::nullopt;
+    if (j.at("key") != nlohmann::json::parse(key)) return std::nullopt;
     return Profile::from_json(j.at("profile"));
   } catch (const std::exception&) {
     return std::nullopt;  // unreadable: measured again, and rewritten
