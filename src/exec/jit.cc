@@ -102,7 +102,7 @@ class FileLock {
     if (fd_ < 0) user_error("cannot create the JIT lock file {}: {}", path.string(), std::strerror(errno));
     try {
       check_private_file(fd_, path.string());
-    } catch (...) {
+    } catch (const UserError&) {
       ::close(fd_);
       throw;
     }
@@ -121,6 +121,12 @@ class FileLock {
 
  private:
   int fd_;
+};
+
+// Closes a file descriptor when it goes out of scope.
+struct Closer {
+  int fd;
+  ~Closer() { ::close(fd); }
 };
 
 // The SHA-256 of an open file's contents.
@@ -142,20 +148,11 @@ std::string mismatch(const fs::path& so, const fs::path& sum) {
   const int fd = ::open(so.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0 && errno == ELOOP) return "it is a symbolic link";
   if (fd < 0) return fmt::format("it cannot be opened: {}", std::strerror(errno));
-  std::string got;
-  try {
-    struct stat st;
-    if (::fstat(fd, &st) == 0 && !S_ISREG(st.st_mode)) {
-      ::close(fd);
-      return "it is not a regular file";
-    }
-    check_private_file(fd, so.string());
-    got = hash_of(fd, so);
-  } catch (...) {
-    ::close(fd);
-    throw;
-  }
-  ::close(fd);
+  const Closer closer{fd};
+  struct stat st;
+  if (::fstat(fd, &st) == 0 && !S_ISREG(st.st_mode)) return "it is not a regular file";
+  check_private_file(fd, so.string());
+  const std::string got = hash_of(fd, so);
   const std::optional<std::string> record = read_private_file(sum.string());
   if (!record) return fmt::format("{} is missing", sum.filename().string());
   if (record->substr(0, got.size()) != got) return fmt::format("its SHA-256 differs from {}", sum.filename().string());
@@ -189,17 +186,10 @@ void compile_entry(const std::string& cxx, const std::vector<std::string>& flags
   if (rc != 0) user_error("JIT compile failed (exit {}):\n  {}\n{}", rc, cmd, output);
   const int fd = ::open(out.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) user_error("the JIT compiler wrote no {}: {}", out.string(), std::strerror(errno));
+  const Closer closer{fd};
   // 0700: a shared object is code (the loader needs only read, but nothing more is given away).
-  const bool moded = ::fchmod(fd, 0700) == 0;
-  std::string hash;
-  try {
-    hash = hash_of(fd, out);
-  } catch (...) {
-    ::close(fd);
-    throw;
-  }
-  ::close(fd);
-  if (!moded) user_error("cannot set the mode of {}: {}", out.string(), std::strerror(errno));
+  if (::fchmod(fd, 0700) != 0) user_error("cannot set the mode of {}: {}", out.string(), std::strerror(errno));
+  const std::string hash = hash_of(fd, out);
   // The record first: a crash between the two leaves a mismatch, which the next run repairs.
   write_private_file(sum.string(), fmt::format("{}  {}\n", hash, so.filename().string()));
   if (::rename(out.c_str(), so.c_str()) != 0)

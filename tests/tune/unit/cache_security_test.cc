@@ -30,7 +30,10 @@ TuneRecord small_record() {
   r.key.executor = "plan";
   r.key.machine = machine_id();
   r.created = "2026-01-01T00:00:00Z";
-  r.candidates = {{"AR-C", true, "", 0.0, {0.01}}};
+  CandidateTiming c;
+  c.name = "AR-C";
+  c.times = {0.01};
+  r.candidates = {c};
   r.winner = "AR-C";
   return r;
 }
