@@ -122,7 +122,7 @@ class JitCacheSecurity : public ::testing::Test {
 TEST_F(JitCacheSecurity, WithoutHomeTheCacheIsInThePasswordDatabasesHome) {
   EnvGuard no_dir("TANDEM_CACHE_DIR", std::nullopt), no_home("HOME", std::nullopt);
   const passwd* pw = ::getpwuid(::geteuid());
-  ASSERT_NE(pw, nullptr);
+  if (pw == nullptr) GTEST_SKIP() << "this user is not in the password database";
   const std::string dir = jit_cache_dir();
   EXPECT_EQ(dir, (fs::path(pw->pw_dir) / ".cache" / "tandem").string());
   EXPECT_NE(dir.rfind("/tmp", 0), 0u) << dir;
