@@ -4,23 +4,30 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <array>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <sstream>
 
 #include "tandem/core/env.h"
 #include "tandem/core/error.h"
+#include "tandem/core/private_cache.h"
+#include "tandem/core/sha256.h"
 
 namespace tandem::exec {
 namespace fs = std::filesystem;
 namespace {
+
+constexpr const char* kCacheFormat = "tandem-jit-2 (sha256 recorded)";
 
 std::mutex g_mutex;  // guards the counters and the table of loaded modules
 JitStats g_stats;
@@ -78,17 +85,28 @@ const std::string& compiler_identity(const std::string& cxx) {
 }
 
 std::string key_of(const std::string& source, const std::string& cxx, const std::vector<std::string>& flags) {
-  std::string all = source + "\n--cxx--\n" + cxx + "\n" + compiler_identity(cxx) + "\n--flags--\n";
+  // The cache's layout is part of the key: entries from before the SHA-256 record are never consulted.
+  std::string all = std::string(kCacheFormat) + "\n" + source + "\n--cxx--\n" + cxx + "\n" + compiler_identity(cxx) + "\n--flags--\n";
   for (const auto& f : flags) all += f + " ";
   return hash128(all);
 }
 
-// Holds an exclusive flock on a file for its lifetime.
+// Holds an exclusive flock on a file for its lifetime. The file is opened without following a
+// symbolic link and must be this user's own regular file, so a planted link creates nothing.
 class FileLock {
  public:
   explicit FileLock(const fs::path& path) {
-    fd_ = ::open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
-    if (fd_ < 0) user_error("cannot create the JIT lock file {}", path.string());
+    fd_ = ::open(path.c_str(), O_CREAT | O_RDWR | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd_ < 0 && errno == ELOOP)
+      user_error("the JIT lock file {} is a symbolic link, which tandem never makes; remove it", path.string());
+    if (fd_ < 0) user_error("cannot create the JIT lock file {}: {}", path.string(), std::strerror(errno));
+    try {
+      check_private_file(fd_, path.string());
+    } catch (const UserError&) {
+      ::close(fd_);
+      throw;
+    }
+    ::fchmod(fd_, 0600);  // the umask may have taken bits the next run needs
     if (::flock(fd_, LOCK_EX) != 0) {
       ::close(fd_);
       user_error("cannot lock {}", path.string());
@@ -105,14 +123,77 @@ class FileLock {
   int fd_;
 };
 
-void write_file_atomically(const fs::path& path, const std::string& contents) {
-  const fs::path tmp = path.string() + fmt::format(".tmp.{}", ::getpid());
-  {
-    std::ofstream f(tmp, std::ios::binary);
-    f << contents;
-    if (!f) user_error("cannot write {} (is the disk full?)", tmp.string());
+// Closes a file descriptor when it goes out of scope.
+struct Closer {
+  int fd;
+  ~Closer() { ::close(fd); }
+};
+
+// The SHA-256 of an open file's contents.
+std::string hash_of(int fd, const fs::path& path) {
+  Sha256 h;
+  std::array<char, 65536> buf;
+  for (;;) {
+    const ssize_t n = ::read(fd, buf.data(), buf.size());
+    if (n == 0) return h.hex();
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) user_error("cannot read the JIT module {}: {}", path.string(), std::strerror(errno));
+    h.update(buf.data(), static_cast<size_t>(n));
   }
-  fs::rename(tmp, path);
+}
+
+// Why the shared object at `so` is not the one whose hash was recorded in `sum` when it was
+// compiled ("" when it is). A file another user owns or can write is a UserError naming it.
+std::string mismatch(const fs::path& so, const fs::path& sum) {
+  const int fd = ::open(so.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0 && errno == ELOOP) return "it is a symbolic link";
+  if (fd < 0) return fmt::format("it cannot be opened: {}", std::strerror(errno));
+  const Closer closer{fd};
+  struct stat st;
+  if (::fstat(fd, &st) == 0 && !S_ISREG(st.st_mode)) return "it is not a regular file";
+  check_private_file(fd, so.string());
+  const std::string got = hash_of(fd, so);
+  const std::optional<std::string> record = read_private_file(sum.string());
+  if (!record) return fmt::format("{} is missing", sum.filename().string());
+  if (record->substr(0, got.size()) != got) return fmt::format("its SHA-256 differs from {}", sum.filename().string());
+  return "";
+}
+
+// Compiles `src` into `so` and records the shared object's SHA-256 in `sum`. The compiler writes
+// into a folder of its own (mkdtemp: nobody can plant a link there); the result is moved into place.
+void compile_entry(const std::string& cxx, const std::vector<std::string>& flags, const fs::path& src,
+                   const fs::path& so, const fs::path& sum) {
+  std::string work = (so.parent_path() / (so.stem().string() + ".build-XXXXXX")).string();
+  if (::mkdtemp(work.data()) == nullptr)
+    user_error("cannot create a JIT build folder in {}: {}", so.parent_path().string(), std::strerror(errno));
+  struct Cleanup {
+    std::string dir;
+    ~Cleanup() {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+  } cleanup{work};
+  ::chmod(work.c_str(), 0700);  // the umask may have taken the owner's bits
+  const fs::path out = fs::path(work) / so.filename();
+  std::string cmd = shell_quote(cxx);
+  // Appended piecewise: GCC 12 warns falsely (-Wrestrict) on chained string concatenation.
+  for (const auto& f : {flags, std::vector<std::string>{src.string(), "-o", out.string()}})
+    for (const auto& word : f) {
+      cmd += ' ';
+      cmd += shell_quote(word);
+    }
+  auto [rc, output] = run_command(cmd);
+  if (rc != 0) user_error("JIT compile failed (exit {}):\n  {}\n{}", rc, cmd, output);
+  const int fd = ::open(out.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) user_error("the JIT compiler wrote no {}: {}", out.string(), std::strerror(errno));
+  const Closer closer{fd};
+  // 0700: a shared object is code (the loader needs only read, but nothing more is given away).
+  if (::fchmod(fd, 0700) != 0) user_error("cannot set the mode of {}: {}", out.string(), std::strerror(errno));
+  const std::string hash = hash_of(fd, out);
+  // The record first: a crash between the two leaves a mismatch, which the next run repairs.
+  write_private_file(sum.string(), fmt::format("{}  {}\n", hash, so.filename().string()));
+  if (::rename(out.c_str(), so.c_str()) != 0)
+    user_error("cannot move the JIT module into place at {}: {}", so.string(), std::strerror(errno));
 }
 
 }  // namespace
@@ -135,9 +216,7 @@ void* JitModule::symbol(const std::string& name) const {
 
 std::string jit_cache_dir(const JitOptions& o) {
   if (!o.cache_dir.empty()) return o.cache_dir;
-  std::string dir = env_str("TANDEM_CACHE_DIR", "");
-  if (!dir.empty()) return dir;
-  return env_str("HOME", "/tmp") + "/.cache/tandem";
+  return default_cache_dir();
 }
 
 std::string jit_cache_key(const std::string& source, const JitOptions& options) {
@@ -158,33 +237,23 @@ std::shared_ptr<JitModule> jit_compile(const std::string& source, const JitOptio
   }
 
   // Sharded by the key's first two digits, so no folder grows huge.
-  const fs::path dir = fs::path(jit_cache_dir(options)) / key.substr(0, 2);
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) user_error("cannot create the JIT cache folder {}: {}", dir.string(), ec.message());
-  const fs::path so = dir / (key + ".so");
+  const fs::path dir = make_private_dir(jit_cache_dir(options), key.substr(0, 2));
+  const fs::path so = dir / (key + ".so"), sum = dir / (key + ".sha256");
   bool compiled_now = false;
-  {
-    FileLock lock(dir / (key + ".lock"));
-    if (!fs::exists(so)) {
-      const fs::path src = dir / (key + ".cc");
-      write_file_atomically(src, source);
-      const fs::path tmp = so.string() + fmt::format(".tmp.{}", ::getpid());
-      std::string cmd = shell_quote(cxx);
-      // Appended piecewise: GCC 12 warns falsely (-Wrestrict) on chained string concatenation.
-      for (const auto& f : {flags, std::vector<std::string>{src.string(), "-o", tmp.string()}})
-        for (const auto& word : f) {
-          cmd += ' ';
-          cmd += shell_quote(word);
-        }
-      auto [rc, output] = run_command(cmd);
-      if (rc != 0) {
-        fs::remove(tmp, ec);
-        user_error("JIT compile failed (exit {}):\n  {}\n{}", rc, cmd, output);
-      }
-      fs::rename(tmp, so);
-      compiled_now = true;
-    }
+  FileLock file_lock(dir / (key + ".lock"));  // held until the module is loaded
+  // Checked before it is loaded: garbage, a truncated file (which would kill the run with SIGBUS
+  // inside dlopen) or another program's library is compiled again.
+  struct stat st;
+  const bool present = ::lstat(so.c_str(), &st) == 0;
+  const std::string why = present ? mismatch(so, sum) : "";
+  if (!present || !why.empty()) {
+    if (!why.empty())
+      fmt::print(stderr, "tandem: the JIT cache entry {} is not what was compiled ({}); compiling it again\n",
+                 so.string(), why);
+    const fs::path src = dir / (key + ".cc");
+    write_private_file(src.string(), source);
+    compile_entry(cxx, flags, src, so, sum);
+    compiled_now = true;
   }
   void* handle = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) user_error("cannot load JIT module {}: {}", so.string(), dlerror());

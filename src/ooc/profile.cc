@@ -1,9 +1,11 @@
-// Profiles: their total compute time and their JSON form.
+// Profiles: their total compute time, their JSON form and their cache files.
 #include "tandem/ooc/profile.h"
 
+#include <filesystem>
 #include <numeric>
 
 #include "tandem/core/error.h"
+#include "tandem/core/private_cache.h"
 
 namespace tandem::ooc {
 
@@ -48,6 +50,28 @@ Profile uniform_profile(int units, double forward_s, double backward_s, double w
   p.write_bytes_per_s = write_bytes_per_s;
   p.read_bytes_per_s = read_bytes_per_s;
   return p;
+}
+
+std::optional<Profile> load_cached_profile(const std::string& cache_dir, const std::string& name,
+                                           const std::string& key) {
+  // Outside the try below: a folder or file another user owns or can write is refused, not remeasured.
+  if (!private_dir_exists(cache_dir, "ooc")) return std::nullopt;
+  const std::optional<std::string> text = read_private_file((std::filesystem::path(cache_dir) / "ooc" / name).string());
+  if (!text) return std::nullopt;
+  try {
+    const auto j = nlohmann::json::parse(*text);
+    if (j.at("key") != nlohmann::json::parse(key)) return std::nullopt;
+    return Profile::from_json(j.at("profile"));
+  } catch (const std::exception&) {
+    return std::nullopt;  // unreadable: measured again, and rewritten
+  }
+}
+
+void store_cached_profile(const std::string& cache_dir, const std::string& name, const std::string& key,
+                          const Profile& profile) {
+  const std::filesystem::path dir = make_private_dir(cache_dir, "ooc");
+  write_private_file((dir / name).string(),
+                     nlohmann::json{{"key", nlohmann::json::parse(key)}, {"profile", profile.to_json()}}.dump(1));
 }
 
 }  // namespace tandem::ooc

@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <filesystem>
 #include <ostream>
 
 #include <fmt/format.h>
@@ -12,7 +11,6 @@
 #include "tandem/core/blas.h"
 #include "tandem/core/error.h"
 #include "tandem/exec/jit.h"
-#include "tandem/io/atomic_file.h"
 #include "tandem/ooc/bytes.h"
 #include "tandem/parallel/model.h"
 #include "tandem/train/model_config.h"
@@ -92,23 +90,11 @@ void OutOfCore::use(const ooc::Plan& plan) {
   runtime_->set_schedule(s, engine_.get());
 }
 
-std::string OutOfCore::cache_path() const {
-  return (std::filesystem::path(exec::jit_cache_dir()) / "ooc" / (tune::hash_hex(key_) + ".json")).string();
-}
-
 void OutOfCore::prepare(const std::function<void()>& step, comm::Communicator& tp, std::ostream* log) {
-  const std::string path = cache_path();
-  std::error_code ec;
-  if (std::filesystem::exists(path, ec)) {
-    try {
-      const auto j = nlohmann::json::parse(io::read_file(path, "out-of-core profile"));
-      if (j.at("key").dump() == key_) {
-        profile_ = ooc::Profile::from_json(j.at("profile"));
-        from_cache_ = profile_.units() == chain_.units;
-      }
-    } catch (const std::exception&) {
-      from_cache_ = false;  // unreadable or stale: measured again below, and rewritten
-    }
+  const std::string cache_dir = exec::jit_cache_dir(), cache_name = tune::hash_hex(key_) + ".json";
+  if (auto cached = ooc::load_cached_profile(cache_dir, cache_name, key_)) {
+    profile_ = *cached;
+    from_cache_ = profile_.units() == chain_.units;  // else measured again below, and rewritten
   }
   if (!from_cache_) {
     ooc::TierBandwidth bw{1e9, 1e9};
@@ -148,8 +134,7 @@ void OutOfCore::prepare(const std::function<void()>& step, comm::Communicator& t
   }
   if (!from_cache_ && writer_) {
     try {
-      std::filesystem::create_directories(std::filesystem::path(path).parent_path());
-      io::write_file_atomic(path, nlohmann::json{{"key", nlohmann::json::parse(key_)}, {"profile", profile_.to_json()}}.dump(1));
+      ooc::store_cached_profile(cache_dir, cache_name, key_, profile_);
     } catch (const std::exception& e) {
       fmt::print(stderr, "tandem train: warning: the out-of-core profile was not cached: {}\n", e.what());
     }

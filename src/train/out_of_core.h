@@ -61,7 +61,6 @@ class OutOfCore {
 
  private:
   void use(const ooc::Plan& plan);  // sets the runtime's schedule (and opens the tier it needs)
-  std::string cache_path() const;
 
   const TrainConfig& cfg_;
   nn::ChainLayout chain_;

@@ -3,18 +3,18 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <thread>
 
 #include "tandem/core/error.h"
+#include "tandem/core/private_cache.h"
 
 namespace tandem::tune {
 namespace fs = std::filesystem;
@@ -208,14 +208,14 @@ std::string record_path(const TuneKey& key, const std::string& cache_dir) {
 
 std::optional<TuneRecord> load_record(const TuneKey& key, const std::string& cache_dir, std::string* stale) {
   const std::string path = record_path(key, cache_dir);
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return std::nullopt;
-  std::stringstream text;
-  text << f.rdbuf();
+  // Outside the try below: a folder or file another user owns or can write is refused, not retuned.
+  if (!private_dir_exists(cache_dir, "tune")) return std::nullopt;
+  const std::optional<std::string> text = read_private_file(path);
+  if (!text) return std::nullopt;
   try {
-    TuneRecord r = record_from_json(text.str());
+    TuneRecord r = record_from_json(*text);
     if (!(r.key == key)) return std::nullopt;
-    if (json::parse(text.str()).at("format").get<std::string>() != kRecordFormat) {
+    if (json::parse(*text).at("format").get<std::string>() != kRecordFormat) {
       if (stale != nullptr)
         *stale = fmt::format("the tuning record {} is of an older format (tandem-tune-1: chosen without the "
                              "interleaved final round) and is not used",
@@ -229,19 +229,18 @@ std::optional<TuneRecord> load_record(const TuneKey& key, const std::string& cac
 }
 
 std::optional<TuneRecord> latest_record(const dsl::Program& program, const std::string& cache_dir) {
+  if (!private_dir_exists(cache_dir, "tune")) return std::nullopt;
   const fs::path dir = fs::path(cache_dir) / "tune";
   std::error_code ec;
-  if (!fs::is_directory(dir, ec)) return std::nullopt;
   const std::string hash = hash_hex(program.str());
   std::optional<TuneRecord> best;
   for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
     if (e.path().extension() != ".json") continue;
-    std::ifstream f(e.path());
-    std::stringstream text;
-    text << f.rdbuf();
+    const std::optional<std::string> text = read_private_file(e.path().string());
+    if (!text) continue;  // removed since the listing
     try {
-      if (json::parse(text.str()).value("format", "") != kRecordFormat) continue;
-      TuneRecord r = record_from_json(text.str());
+      if (json::parse(*text).value("format", "") != kRecordFormat) continue;
+      TuneRecord r = record_from_json(*text);
       if (r.key.program_hash == hash && (!best || r.created > best->created)) best = std::move(r);
     } catch (const std::exception&) {
       // Unreadable: not a choice to offer.
@@ -251,26 +250,12 @@ std::optional<TuneRecord> latest_record(const dsl::Program& program, const std::
 }
 
 std::string store_record(const TuneRecord& record, const std::string& cache_dir) {
-  const fs::path path = record_path(record.key, cache_dir);
-  std::error_code ec;
-  fs::create_directories(path.parent_path(), ec);
-  if (ec) user_error("cannot create the tuning cache folder {}: {}", path.parent_path().string(), ec.message());
-  // A unique temporary name per process and thread, renamed over the record: readers see the old
+  make_private_dir(cache_dir, "tune");
+  // Written under a temporary name mkstemp makes and renamed over the record: readers see the old
   // record or the new one, never half of one.
-  const fs::path tmp = path.string() + fmt::format(".tmp.{}.{}", ::getpid(), std::hash<std::thread::id>{}(std::this_thread::get_id()));
-  {
-    std::ofstream f(tmp, std::ios::binary);
-    f << record_to_json(record) << "\n";
-    f.flush();
-    if (!f) {
-      f.close();
-      fs::remove(tmp, ec);
-      user_error("cannot write the tuning record {} (is the disk full?)", tmp.string());
-    }
-  }
-  fs::rename(tmp, path, ec);
-  if (ec) user_error("cannot move the tuning record into place at {}: {}", path.string(), ec.message());
-  return path.string();
+  const std::string path = record_path(record.key, cache_dir);
+  write_private_file(path, record_to_json(record) + "\n");
+  return path;
 }
 
 }  // namespace tandem::tune

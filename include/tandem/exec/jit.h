@@ -3,6 +3,12 @@
 // machine code (source, compiler and version, flags, the instruction set -march=native resolves
 // to), and loaded with dlopen. Several threads or processes compiling the same source wait on a
 // per-key file lock; files are written under a temporary name and renamed into place.
+//
+// Loading runs the object's code, so the cache is private (core/private_cache.h: never a shared
+// folder, folders 0700 and files 0600, the .so 0700; what another user owns or can write is
+// refused). Beside each <key>.so, <key>.sha256 records the SHA-256 of what was compiled (in
+// sha256sum's format); an entry that does not match it (garbage, truncated, another program's
+// library) is compiled again before anything loads it, with one line on stderr saying so.
 #pragma once
 
 #include <cstdint>
@@ -15,7 +21,7 @@ namespace tandem::exec {
 struct JitOptions {
   std::string cxx;                 // empty: $CXX, else "c++"
   std::vector<std::string> flags;  // empty: default_jit_flags()
-  std::string cache_dir;           // empty: $TANDEM_CACHE_DIR, else ~/.cache/tandem
+  std::string cache_dir;           // empty: default_cache_dir() (core/private_cache.h)
 };
 
 // -O3 -march=native -fPIC -shared -std=c++20 -fno-math-errno -ffp-contract=off: the last two

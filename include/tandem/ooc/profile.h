@@ -1,8 +1,9 @@
 // What the planner knows about one stage's step on this machine: each unit's (half block's)
 // forward, backward and recompute time, and the slow tier's bandwidth. Measured by running the step
-// (runtime.h); the trainer caches it on disk like the autotuner's choices.
+// (runtime.h); the trainer caches it on disk like the autotuner's choices, in <cache>/ooc/.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,5 +35,16 @@ struct Profile {
 // A profile with every unit alike, for planning before anything is measured.
 Profile uniform_profile(int units, double forward_s, double backward_s, double write_bytes_per_s,
                         double read_bytes_per_s);
+
+// The profile cache: <cache_dir>/ooc/<name>, a JSON document {"key": what was profiled,
+// "profile": the profile}, private like the rest of tandem's cache (core/private_cache.h).
+// The profile cached for `key` (a JSON document's text); nullopt when there is none, or the file
+// is damaged or holds another key (it is measured again and replaced). A folder or file another
+// user owns or can write is a UserError naming it.
+std::optional<Profile> load_cached_profile(const std::string& cache_dir, const std::string& name,
+                                           const std::string& key);
+// Writes it (0600, in a 0700 folder) under a temporary name and renames it into place.
+void store_cached_profile(const std::string& cache_dir, const std::string& name, const std::string& key,
+                          const Profile& profile);
 
 }  // namespace tandem::ooc

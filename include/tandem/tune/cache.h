@@ -101,13 +101,15 @@ inline constexpr const char* kRecordFormat = "tandem-tune-2";
 
 // The record for `key`, or nullopt when there is none, or the file is unreadable, malformed, holds
 // another key or is of an older format (it is then retuned and overwritten). For an older format,
-// `stale` (when given) is set to a sentence saying so, for the user.
+// `stale` (when given) is set to a sentence saying so, for the user. The cache follows
+// core/private_cache.h: a folder or file another user owns or can write is a UserError naming it.
 std::optional<TuneRecord> load_record(const TuneKey& key, const std::string& cache_dir, std::string* stale = nullptr);
 // The newest record (by its creation time) of `program` (the same text) in the cache, whatever
 // its sizes, ranks, backend or machine; nullopt when there is none. Unreadable or older records
 // are passed over.
 std::optional<TuneRecord> latest_record(const dsl::Program& program, const std::string& cache_dir);
-// Writes the record under a temporary name and renames it into place; returns the path.
+// Writes the record (0600, in a 0700 folder) under a temporary name and renames it into place;
+// returns the path.
 std::string store_record(const TuneRecord& record, const std::string& cache_dir);
 
 }  // namespace tandem::tune

@@ -96,7 +96,7 @@ TEST_F(Compiled, SixteenBitSumsReducedInF32) {
     EXPECT_EQ(a.bitwise, a.schedules);
     const Outcome m = run_case(megatron_case(DType::BF16, 5, 3, 9), layer, ranks, wide);
     // All but the schedules that compute the matmul in row blocks (ol(MM,...)): BLAS need not
-    // round a block's rows as it rounds the whole product's (schedule/testing.h, keeps_order).
+    // round a block's rows as it rounds the whole product's (exec/schedule_checks.h, keeps_order).
     const auto overlapped = std::count_if(layer.names.begin(), layer.names.end(),
                                           [](const std::string& n) { return n.find("ol(MM") != std::string::npos; });
     EXPECT_GT(overlapped, 0);

@@ -1,0 +1,31 @@
+// SHA-256 against the FIPS 180-4 examples, and the same hash whatever the pieces it is fed in.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "tandem/core/sha256.h"
+
+namespace tandem {
+namespace {
+
+TEST(Sha256, KnownDigests) {
+  EXPECT_EQ(sha256_hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_EQ(sha256_hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_EQ(sha256_hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"),
+            "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  EXPECT_EQ(sha256_hex(std::string(1000000, 'a')),
+            "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+}
+
+TEST(Sha256, PiecesGiveTheSameDigest) {
+  std::string text;
+  for (int i = 0; i < 1000; ++i) text += static_cast<char>(i * 37);
+  for (size_t piece : {1u, 7u, 63u, 64u, 65u, 200u}) {
+    Sha256 h;
+    for (size_t at = 0; at < text.size(); at += piece) h.update(std::string_view(text).substr(at, piece));
+    EXPECT_EQ(h.hex(), sha256_hex(text)) << "pieces of " << piece;
+  }
+}
+
+}  // namespace
+}  // namespace tandem
