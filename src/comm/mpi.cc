@@ -47,15 +47,6 @@ void check_mpi(int rc, const std::string& where, const char* call) {
   if (rc != MPI_SUCCESS) user_error("{}: {} failed: {}", where, call, mpi_error_text(rc));
 }
 
-// Ranks of this job on this machine, to know whether they outnumber its cores.
-int local_ranks() {
-  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "PMI_LOCAL_SIZE"}) {
-    const char* s = std::getenv(v);
-    if (s != nullptr && std::atoi(s) > 0) return std::atoi(s);
-  }
-  return 1;
-}
-
 // Polls `done` (which calls MPI_Test: MPI makes progress only inside MPI calls) until it returns
 // true. While ranks fit on the cores, it polls as MPI_Wait would (yielding would hand whole time
 // slices to other processes while the peer's data is microseconds away) and only backs off to
@@ -66,7 +57,7 @@ template <typename Done, typename TimedOut>
 void backoff_wait(Done&& done, TimedOut&& timed_out) {
   static const bool oversubscribed = [] {
     const unsigned cores = std::thread::hardware_concurrency();
-    return cores != 0 && static_cast<unsigned>(local_ranks()) > cores;
+    return cores != 0 && static_cast<unsigned>(launched_local_ranks()) > cores;
   }();
   using clock = std::chrono::steady_clock;
   using us = std::chrono::microseconds;
@@ -213,7 +204,7 @@ class NodeMemory final : public detail::PeerMemory {
         bases_(std::move(bases)),
         slots_(std::move(slots)),
         names_(std::move(names)),
-        spin_(detail::spin_policy_for(local_ranks())),
+        spin_(detail::spin_policy_for(launched_local_ranks())),
         arena_(detail::SharedArena::get()) {}
 
   int rank() const override { return rank_; }
@@ -550,6 +541,26 @@ std::optional<MpiJob> running_mpi_job() {
   MPI_Comm_size(MPI_COMM_WORLD, &job.size);
   if (job.size < 2) return std::nullopt;
   return job;
+}
+
+std::optional<MpiThreads> mpi_thread_level() {
+  int init = 0;
+  MPI_Initialized(&init);
+  if (!init || mpi_finalized()) return std::nullopt;
+  int level = MPI_THREAD_SINGLE;
+  MPI_Query_thread(&level);
+  if (level >= MPI_THREAD_MULTIPLE) return MpiThreads::Multiple;
+  if (level >= MPI_THREAD_SERIALIZED) return MpiThreads::Serialized;
+  if (level >= MPI_THREAD_FUNNELED) return MpiThreads::Funneled;
+  return MpiThreads::Single;
+}
+
+int launched_local_ranks() {
+  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "PMI_LOCAL_SIZE"}) {
+    const char* s = std::getenv(v);
+    if (s != nullptr && std::atoi(s) > 0) return std::atoi(s);
+  }
+  return 1;
 }
 
 std::optional<MpiJob> launched_mpi_job() {

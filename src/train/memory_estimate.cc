@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "tandem/comm/mpi.h"
 #include "tandem/core/env.h"
 #include "tandem/core/error.h"
 #include "tandem/ooc/bytes.h"
@@ -26,13 +27,6 @@ namespace tandem::train {
 namespace {
 
 constexpr uint64_t kF32 = sizeof(float);
-
-// In-process ranks share this machine; MPI processes on it are counted by the launcher.
-int local_processes() {
-  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"})
-    if (const char* v = std::getenv(name)) return std::max(1, std::atoi(v));
-  return 1;
-}
 
 // The first line of a small file, or "" when it cannot be read.
 std::string first_line(const std::string& path) {
@@ -162,7 +156,7 @@ MemoryEstimate estimate_memory(const TrainConfig& cfg) {
     e.ranks = g.size();
     for (const auto& [where, n] : needs) add(n, static_cast<uint64_t>(g.dp));
   } else {
-    e.ranks = local_processes();
+    e.ranks = comm::launched_local_ranks();
     const auto largest = std::max_element(needs.begin(), needs.end(), [](const auto& a, const auto& b) {
       const RankNeed &x = a.second, &y = b.second;
       return 2 * x.parameters + x.optimizer + x.exchange + x.activations <

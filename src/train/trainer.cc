@@ -55,16 +55,14 @@ double seconds_since(Clock::time_point t) {
 // communicates too (tp or pp > 1).
 bool exchange_may_overlap(const TrainConfig& c) {
   if (c.backend != comm::Backend::Mpi) return true;
-  int level = MPI_THREAD_SINGLE;
-  MPI_Query_thread(&level);
-  return level >= (c.grid.tp == 1 && c.grid.pp == 1 ? MPI_THREAD_SERIALIZED : MPI_THREAD_MULTIPLE);
+  const auto level = comm::mpi_thread_level();
+  const auto needed = c.grid.tp == 1 && c.grid.pp == 1 ? comm::MpiThreads::Serialized : comm::MpiThreads::Multiple;
+  return level && *level >= needed;
 }
 
 int local_ranks_for_blas(const TrainConfig& c) {
   if (c.backend == comm::Backend::Thread) return c.grid.size();
-  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-  if (local == nullptr) local = std::getenv("MPI_LOCALNRANKS");
-  return local != nullptr ? std::max(1, std::atoi(local)) : 1;
+  return comm::launched_local_ranks();
 }
 
 // Under mpirun, --backend thread runs the whole grid inside every process: N processes train N

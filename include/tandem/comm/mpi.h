@@ -115,6 +115,16 @@ std::unique_ptr<Communicator> mpi_wrap(MPI_Comm comm);
 // Whether this process was started by mpirun/mpiexec (OpenMPI, MPICH or a PMI launcher).
 bool launched_by_mpirun();
 
+// The thread support MPI was initialised with (MPI_Query_thread), in increasing order; nothing
+// while MPI is not initialised or already finalised. Only comm/ asks MPI: the modules above ask
+// here.
+enum class MpiThreads { Single, Funneled, Serialized, Multiple };
+std::optional<MpiThreads> mpi_thread_level();
+
+// The number of this job's processes on this machine, as the launcher says
+// (OMPI_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS, PMI_LOCAL_SIZE); 1 outside a launched job.
+int launched_local_ranks();
+
 // This process's place in a running MPI job of two or more processes (MPI initialised and not
 // finalised, MPI_COMM_WORLD larger than one); nothing otherwise.
 struct MpiJob {

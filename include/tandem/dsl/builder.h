@@ -13,7 +13,7 @@
 
 namespace tandem::dsl {
 
-// Short names, as in DESIGN.md's sketch: p.input(F16, {"N"}, Local, "g"), AllReduce(Sum, g).
+// Short names for writing programs: p.input(F16, {"N"}, Local, "g"), AllReduce(Sum, g).
 inline constexpr DType F32 = DType::F32;
 inline constexpr DType BF16 = DType::BF16;
 inline constexpr DType F16 = DType::F16;

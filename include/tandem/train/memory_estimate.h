@@ -18,7 +18,7 @@
 //   whole-model copies the whole model's weights that each rank builds to initialise its shard,
 //                     and the weights and two moments it gathers for each checkpoint (--save)
 // On this machine: every rank with --backend thread (they share the process); with --backend mpi,
-// this process's ranks on the node (OMPI_COMM_WORLD_LOCAL_SIZE or MPI_LOCALNRANKS, else 1) times
+// this process's ranks on the node (comm::launched_local_ranks()) times
 // the largest rank's need. A resumed run also holds the checkpoint's weights and moments once.
 // Not counted: the data, BLAS's buffers, the other DSL programs' small buffers.
 #pragma once
