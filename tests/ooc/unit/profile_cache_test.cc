@@ -1,6 +1,7 @@
 // The out-of-core profile cache: a profile reads back for its key only, a damaged file is a miss,
 // and the JIT cache's rules hold (0600 in a 0700 folder whatever the umask; a folder or file
 // another user owns or can write refused, naming it).
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -57,7 +58,7 @@ TEST(ProfileCache, FolderOthersCanWriteIsRefused) {
   store_cached_profile(dir.path("cache"), "p.json", kKey, uniform_profile(2, 1, 2, 1e9, 1e9));
   fs::permissions(dir.path("cache/ooc"), fs::perms::all);
   const std::string message = user_error_of([&] { load_cached_profile(dir.path("cache"), "p.json", kKey); });
-  EXPECT_NE(message.find("'" + dir.path("cache/ooc") + "'"), std::string::npos) << message;
+  EXPECT_NE(message.find(fmt::format("'{}'", dir.path("cache/ooc"))), std::string::npos) << message;
   EXPECT_NE(message.find("group or others can write"), std::string::npos) << message;
 }
 
@@ -67,7 +68,7 @@ TEST(ProfileCache, FileOfAnotherUserIsRefused) {
   store_cached_profile(dir.path("cache"), "p.json", kKey, uniform_profile(2, 1, 2, 1e9, 1e9));
   ASSERT_EQ(::chown(dir.path("cache/ooc/p.json").c_str(), 65534, 65534), 0);
   const std::string message = user_error_of([&] { load_cached_profile(dir.path("cache"), "p.json", kKey); });
-  EXPECT_NE(message.find("'" + dir.path("cache/ooc/p.json") + "'"), std::string::npos) << message;
+  EXPECT_NE(message.find(fmt::format("'{}'", dir.path("cache/ooc/p.json"))), std::string::npos) << message;
   EXPECT_NE(message.find("belongs to uid 65534"), std::string::npos) << message;
 }
 
