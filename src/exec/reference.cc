@@ -24,13 +24,6 @@ using dsl::Stage;
 
 // ------------------------------------------------------------------------------------ pieces
 
-namespace {
-
-// The extents before, at and after dim `d` of `s`.
-struct Around {
-  int64_t outer = 1, rows = 1, inner = 1;
-};
-
 Around around(const Shape& s, int d) {
   Around a;
   for (int i = 0; i < s.rank(); ++i) {
@@ -40,6 +33,8 @@ Around around(const Shape& s, int d) {
   }
   return a;
 }
+
+namespace {
 
 Shape with_dim(const Shape& s, int d, int64_t extent) {
   std::vector<int64_t> dims = s.dims();
@@ -98,6 +93,11 @@ Placement placement(const Program& program, const comm::Communicator& comm) {
   return pl;
 }
 
+GroupComm::GroupComm(const Program& program, comm::Communicator& world)
+    : world_(world), place_(exec::placement(program, world)) {
+  if (place_.groups > 1) owned_ = world.split(place_.group, place_.index);
+}
+
 // ------------------------------------------------------------------------------- interpreter
 
 namespace {
@@ -121,11 +121,11 @@ bool flat_split_matches(const Shape& shape, int d, int p) {
 
 class Interpreter : public dsl::Visitor {
  public:
-  // `group`: this rank's group already split off `world` (null: split it here); `sends_left`:
-  // where the sends go unwaited (null: waited before run returns).
-  Interpreter(const Program& program, comm::Communicator& world, const RunArgs& args,
-              comm::Communicator* group = nullptr, std::vector<comm::Request>* sends_left = nullptr)
-      : p_(program), world_(world), args_(args), place_(placement(program, world)), group_(group),
+  // `groups`: this rank's group already split off the world; `sends_left`: where the sends go
+  // unwaited (null: waited before run returns).
+  Interpreter(const Program& program, const GroupComm& groups, const RunArgs& args,
+              std::vector<comm::Request>* sends_left = nullptr)
+      : p_(program), world_(groups.world()), args_(args), place_(groups.placement()), group_(&groups.group()),
         sends_left_(sends_left) {}
 
   TensorMap run() {
@@ -141,11 +141,6 @@ class Interpreter : public dsl::Visitor {
       if (s.op == Op::Send) keep_[static_cast<size_t>(s.id)] = 1;
     }
     for (const dsl::Output& o : p_.outputs()) keep_[static_cast<size_t>(o.stage)] = 1;
-    // Set up: every rank joins the split, then talks to its own group.
-    if (group_ == nullptr) {
-      group_owned_ = split_group(p_, world_);
-      group_ = group_owned_ != nullptr ? group_owned_.get() : &world_;
-    }
     check_inputs();
     visit(p_);
     if (sends_left_ != nullptr) {
@@ -426,7 +421,7 @@ class Interpreter : public dsl::Visitor {
     if (f.nbytes() > 0) std::memcpy(buf.data(), f.data(), f.nbytes());
     return buf;
   }
-  bool mine(const Stage& s) const { return s.type.group == dsl::kAllGroups || s.type.group == place_.group; }
+  bool mine(const Stage& s) const { return place_.holds(s); }
   const Shape& shape(int id) const { return global_[static_cast<size_t>(id)]; }
   Shape local(int id) const {
     return dsl::local_shape(shape(id), p_.stage(id).type.layout, place_.group_size, place_.index);
@@ -518,7 +513,6 @@ class Interpreter : public dsl::Visitor {
   const RunArgs& args_;
   Placement place_;
   comm::Communicator* group_ = nullptr;
-  std::unique_ptr<comm::Communicator> group_owned_;
   std::vector<Shape> global_;
   std::vector<Tensor> values_;
   std::vector<int> last_use_;  // the last stage reading each value, or -1
@@ -529,19 +523,15 @@ class Interpreter : public dsl::Visitor {
 
 }  // namespace
 
-std::unique_ptr<comm::Communicator> split_group(const dsl::Program& program, comm::Communicator& comm) {
-  const Placement place = placement(program, comm);
-  if (place.groups == 1) return nullptr;
-  return comm.split(place.group, place.index);
-}
-
 TensorMap run_reference(const Program& program, comm::Communicator& comm, const RunArgs& args) {
-  return Interpreter(program, comm, args).run();
+  // Every rank joins the split, then talks to its own group.
+  const GroupComm groups(program, comm);
+  return Interpreter(program, groups, args).run();
 }
 
-TensorMap run_reference(const Program& program, comm::Communicator& comm, comm::Communicator& group,
-                        const RunArgs& args, std::vector<comm::Request>* sends_left) {
-  return Interpreter(program, comm, args, &group, sends_left).run();
+TensorMap run_reference(const Program& program, const GroupComm& groups, const RunArgs& args,
+                        std::vector<comm::Request>* sends_left) {
+  return Interpreter(program, groups, args, sends_left).run();
 }
 
 }  // namespace tandem::exec

@@ -1,6 +1,7 @@
 // One interface for running a scheduled program on one rank, whichever executor carries it out:
-// the compiled executor (exec/compiled.h), the plan runner (exec/plan_runner.h) or the reference
-// interpreter on the scheduled program (ReferenceRunner below). The trainer's communication
+// the compiled executor (exec/compiled.h, the one to train with), the plan runner
+// (exec/plan_runner.h, the oracle of lowering, kept selectable to debug a schedule) or the
+// reference interpreter on the scheduled program (ReferenceRunner below). The trainer's communication
 // points (parallel/program_runner.h) and the autotuner (tune/) both run programs through it, with
 // one set of executor names.
 //
@@ -132,7 +133,7 @@ class ReferenceRunner final : public Runner {
   ReferenceRunner(const dsl::Program& program, comm::Communicator& comm, const dsl::SymbolMap& symbols,
                   const RunnerOptions& options = {});
   const dsl::Program& program() const override { return program_; }
-  const Placement& placement() const override { return place_; }
+  const Placement& placement() const override { return groups_.placement(); }
   Tensor input(std::string_view name) const override;
   void bind(std::string_view name, const Tensor& memory) override;
   void set_scalar(std::string_view name, double value) override;
@@ -146,10 +147,7 @@ class ReferenceRunner final : public Runner {
   void run(std::vector<comm::Request>* sends_left);
 
   const dsl::Program& program_;
-  comm::Communicator& comm_;
-  Placement place_;
-  std::unique_ptr<comm::Communicator> group_owned_;  // this rank's group, when the program has several
-  comm::Communicator* group_ = nullptr;
+  GroupComm groups_;
   std::vector<comm::Request> sends_;
   RunArgs args_;
   TensorMap outputs_;
