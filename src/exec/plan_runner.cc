@@ -105,7 +105,7 @@ class PlanRunner::Impl {
         }
         break;
       case StepKind::Reduce:
-        if (mine(s.group)) reduce_elems_ = std::max(reduce_elems_, local(s.reduce.stage).numel());
+        if (mine(s.group)) reduce_elems_ = std::max({reduce_elems_, local(s.reduce.stage).numel(), int64_t{1}});
         break;
       case StepKind::Matmul:
         if (mine(s.group)) matmul_stages_.push_back(s.matmul.stage);

@@ -183,11 +183,8 @@ void PlanStorage::set_scalar(std::string_view name, double value) {
   const int id = find_named(name, Op::Scalar, "scalar");
   const size_t i = static_cast<size_t>(id);
   const bool integral = value >= 0.0 && value < 9007199254740992.0 && std::floor(value) == value;
-  for (int user : program().users(id))
-    if (program().stage(user).op == Op::Dropout && program().stage(user).args[1] == id && !integral)
-      user_error("plan '{}': scalar '{}' = {} keys a dropout mask, so it must be an integer in [0, 2^53)", plan_.name,
-                 name, value);
-  seeds_[i] = integral ? static_cast<uint64_t>(value) : 0;
+  if (keys_dropout(program(), id)) seeds_[i] = dropout_seed(fmt::format("plan '{}'", plan_.name), name, value);
+  else seeds_[i] = integral ? static_cast<uint64_t>(value) : 0;
   scalar_set_[i] = 1;
   if (data_[i] != nullptr) store_from_f32(data_[i], program().stage(id).type.dtype, 0, static_cast<float>(value));
 }

@@ -93,6 +93,20 @@ Placement placement(const Program& program, const comm::Communicator& comm) {
   return pl;
 }
 
+bool keys_dropout(const Program& program, int id) {
+  for (int u : program.users(id)) {
+    const Stage& s = program.stage(u);
+    if (s.op == Op::Dropout && s.args.size() > 1 && s.args[1] == id) return true;
+  }
+  return false;
+}
+
+uint64_t dropout_seed(std::string_view where, std::string_view name, double value) {
+  if (!(value >= 0.0 && value < 9007199254740992.0 && std::floor(value) == value))
+    user_error("{}: scalar '{}' = {} keys a dropout mask, so it must be an integer in [0, 2^53)", where, name, value);
+  return static_cast<uint64_t>(value);
+}
+
 GroupComm::GroupComm(const Program& program, comm::Communicator& world)
     : world_(world), place_(exec::placement(program, world)) {
   if (place_.groups > 1) owned_ = world.split(place_.group, place_.index);
@@ -104,6 +118,13 @@ namespace {
 
 Tensor to_f32(const Tensor& t) { return t.dtype() == DType::F32 ? t.clone() : t.to(DType::F32); }
 Tensor flat(const Tensor& t) { return t.reshape(Shape{t.numel()}); }
+
+// The flat index in the whole tensor of element i of a rank's piece: `piece` and `whole` seen
+// around the sliced dim, the piece's rows starting at row `offset` of the whole.
+int64_t global_index(int64_t i, const Around& piece, const Around& whole, int64_t offset) {
+  const int64_t inr = i % piece.inner, row = (i / piece.inner) % piece.rows, o = i / (piece.inner * piece.rows);
+  return (o * whole.rows + offset + row) * whole.inner + inr;
+}
 
 // Whether Sliced(d) of `shape` over p ranks gives each rank the same elements as the
 // communicator's flat split of the whole buffer, so that its reduce_scatter/all_gather apply.
@@ -209,11 +230,7 @@ class Interpreter : public dsl::Visitor {
     const uint64_t seed = s.op == Op::Dropout ? dropout_seed(p_.stage(s.args[1])) : 0;
     float v[3] = {0, 0, 0};
     for (int64_t i = 0; i < out.numel(); ++i) {
-      int64_t g = i;
-      if (sliced) {
-        const int64_t inr = i % piece.inner, row = (i / piece.inner) % piece.rows, o = i / (piece.inner * piece.rows);
-        g = (o * whole.rows + offset + row) * whole.inner + inr;
-      }
+      const int64_t g = sliced ? global_index(i, piece, whole, offset) : i;
       for (int j = 0; j < nvals; ++j) {
         const Operand& op = ops[static_cast<size_t>(j)];
         v[j] = op.t.get(op.same_piece ? i : g % op.numel);
@@ -253,11 +270,7 @@ class Interpreter : public dsl::Visitor {
           offset = dsl::part_offset(whole.rows, place_.group_size, place_.index);
         }
         for (int64_t i = 0; i < x.numel(); ++i) {
-          int64_t g = i;
-          if (cross) {
-            const int64_t inr = i % piece.inner, row = (i / piece.inner) % piece.rows, o = i / (piece.inner * piece.rows);
-            g = (o * whole.rows + offset + row) * whole.inner + inr;
-          }
+          const int64_t g = cross ? global_index(i, piece, whole, offset) : i;
           if (s.op == Op::Norm) lanes.add_square(static_cast<uint64_t>(g), x.get(i));
           else lanes.add(static_cast<uint64_t>(g), x.get(i));
         }
@@ -458,11 +471,7 @@ class Interpreter : public dsl::Visitor {
 
   uint64_t dropout_seed(const Stage& seed) const {
     if (seed.op == Op::Const) return static_cast<uint64_t>(seed.attrs.value);
-    const double v = args_.scalars.find(seed.name)->second;
-    if (!(v >= 0.0 && v < 9007199254740992.0 && std::floor(v) == v))
-      user_error("program '{}': scalar '{}' = {} keys a dropout mask, so it must be an integer in [0, 2^53)",
-                 p_.name(), seed.name, v);
-    return static_cast<uint64_t>(v);
+    return exec::dropout_seed(fmt::format("program '{}'", p_.name()), seed.name, args_.scalars.find(seed.name)->second);
   }
 
   // Every scalar bound, no unknown names; symbols are checked by resolve_shapes and here.

@@ -136,7 +136,13 @@ void ReferenceRunner::bind(std::string_view name, const Tensor& memory) {
   std::erase(unbound_, std::string(name));
 }
 
-void ReferenceRunner::set_scalar(std::string_view name, double value) { args_.scalars[std::string(name)] = value; }
+// A bad dropout seed is refused here, as the plan executors refuse it; an unknown name at run().
+void ReferenceRunner::set_scalar(std::string_view name, double value) {
+  for (int id : program_.scalars())
+    if (program_.stage(id).name == name && keys_dropout(program_, id))
+      dropout_seed(fmt::format("program '{}'", program_.name()), name, value);
+  args_.scalars[std::string(name)] = value;
+}
 
 void ReferenceRunner::run() { run(nullptr); }
 

@@ -90,14 +90,6 @@ void fill_stage(const Tensor& t, const dsl::Stage& s, const Shape& global, const
     fill_run(t, o * cnt * a.inner, seed, (o * a.rows + off) * a.inner, cnt * a.inner);
 }
 
-bool is_dropout_seed(const dsl::Program& program, int id) {
-  for (int u : program.users(id)) {
-    const dsl::Stage& s = program.stage(u);
-    if (s.op == dsl::Op::Dropout && s.args.size() > 1 && s.args[1] == id) return true;
-  }
-  return false;
-}
-
 double tolerance(DType t) {
   switch (t) {
     case DType::F32: return 2e-4;
@@ -137,7 +129,7 @@ exec::ScalarMap standard_scalars(const dsl::Program& program, int p, const exec:
     const std::string& name = program.stage(id).name;
     if (auto it = given.find(name); it != given.end()) out[name] = it->second;
     else if (auto k = known.find(name); k != known.end()) out[name] = k->second;
-    else out[name] = is_dropout_seed(program, id) ? 1234.0 : 0.5;
+    else out[name] = exec::keys_dropout(program, id) ? 1234.0 : 0.5;
   }
   return out;
 }

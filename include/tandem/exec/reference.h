@@ -31,6 +31,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tandem/comm/communicator.h"
@@ -84,6 +85,12 @@ class GroupComm {
   Placement place_;
   std::unique_ptr<comm::Communicator> owned_;
 };
+
+// Whether scalar `id` keys a dropout mask (is a Dropout's seed operand).
+bool keys_dropout(const dsl::Program& program, int id);
+// The seed a dropout scalar's value gives: an integer in [0, 2^53), else a UserError beginning
+// with `where` (the program or plan, quoted).
+uint64_t dropout_seed(std::string_view where, std::string_view name, double value);
 
 // Runs `program` on this rank; every rank of `comm` calls it with its own pieces. Returns this
 // rank's piece of every output held by its group (an output may share storage with an input).
