@@ -59,7 +59,7 @@ class PlanRunner final : public Runner {
   // slice of an input the caller holds whole (as_slice), the whole tensor, of which it keeps its
   // part.
   void load(std::string_view name, const Tensor& value);
-  // Binds scalar `name` (a dropout seed: a non-negative integer).
+  // Binds scalar `name` (a dropout seed: a non-negative integer below 2^53, checked here).
   void set_scalar(std::string_view name, double value) override;
 
   // Runs the plan once; every rank of the communicator calls it together.

@@ -75,7 +75,8 @@ class Runner {
   // Input or output `name` lives in `memory` from now on (see the header comment). A UserError
   // when the name is unknown, not this rank's, or `memory` has another dtype or element count.
   virtual void bind(std::string_view name, const Tensor& memory) = 0;
-  // A scalar's value for the next runs (a dropout seed: a non-negative integer below 2^53).
+  // A scalar's value for the next runs. A dropout seed must be a non-negative integer below 2^53:
+  // any other value is a UserError here, in every executor.
   virtual void set_scalar(std::string_view name, double value) = 0;
   // Runs the program once; every rank of the communicator calls it together.
   virtual void run() = 0;
