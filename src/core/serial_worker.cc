@@ -1,11 +1,13 @@
-// The communication thread's queue (see serial_worker.h).
+// The in-order worker thread (see serial_worker.h).
 #include "tandem/core/serial_worker.h"
+
+#include <pthread.h>
 
 #include <utility>
 
 namespace tandem {
 
-SerialWorker::SerialWorker() : thread_([this] { loop(); }) {}
+SerialWorker::SerialWorker(std::string name) : thread_([this, name = std::move(name)] { loop(name); }) {}
 
 SerialWorker::~SerialWorker() {
   {
@@ -42,7 +44,8 @@ void SerialWorker::wait() {
   if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
 }
 
-void SerialWorker::loop() {
+void SerialWorker::loop(const std::string& name) {
+  ::pthread_setname_np(::pthread_self(), name.substr(0, 15).c_str());
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
     cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });

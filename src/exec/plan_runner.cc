@@ -14,6 +14,7 @@
 #include "tandem/core/blas.h"
 #include "tandem/core/error.h"
 #include "tandem/dsl/elementwise.h"
+#include "plan_storage.h"
 
 namespace tandem::exec {
 
@@ -39,20 +40,6 @@ float round_to(DType t, float v) {
   return v;
 }
 
-// The extents before, at and after dim d.
-struct Around {
-  int64_t outer = 1, rows = 1, inner = 1;
-};
-Around around(const Shape& s, int d) {
-  Around a;
-  for (int i = 0; i < s.rank(); ++i) {
-    if (i < d) a.outer *= s[i];
-    else if (i == d) a.rows = s[i];
-    else a.inner *= s[i];
-  }
-  return a;
-}
-
 // Where a step runs: the whole of every value, or one row block of a pipeline.
 struct Ctx {
   bool blocked = false;
@@ -64,144 +51,24 @@ struct Ctx {
 
 class PlanRunner::Impl {
  public:
-  Impl(const Plan& plan, comm::Communicator& world, const dsl::SymbolMap& symbols, Allocator& alloc,
-       const std::vector<std::string>& bound, dsl::Segments segments, size_t chunk_bytes)
-      : plan_(plan), p_(plan.program), world_(world), alloc_(comm::buffer_allocator(world, alloc)),
-        chunk_bytes_(chunk_bytes), segments_(std::move(segments)) {
-    const int n = world.size(), groups = p_.groups();
-    if (n % groups != 0)
-      user_error("plan '{}' of program '{}' has {} groups, but the communicator has {} ranks; run it on a multiple "
-                 "of {} ranks", plan.name, p_.name(), groups, n, groups);
-    group_size_ = n / groups;
-    group_ = world.rank() / group_size_;
-    index_ = world.rank() % group_size_;
-    place_ = exec::placement(p_, world);
-    if (groups > 1) {
-      group_owned_ = world.split(group_, index_);
-      comm_ = group_owned_.get();
-    } else {
-      comm_ = &world;
-    }
-    shapes_ = p_.resolve_shapes(symbols);
-    p_.check_segments(symbols, segments_);
+  Impl(const Plan& plan, comm::Communicator& world, const dsl::SymbolMap& symbols, const RunnerOptions& options)
+      : plan_(plan), p_(plan.program), store_(plan, world, symbols, options), chunk_bytes_(options.chunk_bytes),
+        group_size_(store_.placement().group_size), index_(store_.placement().index) {
     const size_t ns = p_.stages().size();
-    bufs_.assign(ns, Tensor());
-    bytes_.assign(ns, 0);
-    scalar_values_.assign(ns, 0.0);
-    scalar_bound_.assign(ns, 0);
     regs_.assign(ns, 0.0f);
     accs_.assign(ns, 0.0f);
     sums_.assign(ns, dsl::SumLanes{});
     in_loop_.assign(ns, 0);
-    for (const Step& s : plan.steps) scan(s, 1);
-    for (const std::string& name : bound) {
-      const int id = schedule::bind_target(plan_, name);
-      if (mine(p_.stage(id).type.group)) unbound_.emplace_back(id, name);
-    }
-    allocate();
+    for (const Step& s : plan.steps) scan(s);
+    allocate_scratch();
   }
 
-  const dsl::Program& program() const { return p_; }
-  const Placement& placement_of() const { return place_; }
-
-  // ------------------------------------------------------------------------------- interface
-
-  int find_named(std::string_view name, Op op, const char* what) const {
-    for (const Stage& s : p_.stages())
-      if (s.name == name && (op == Op::Const || s.op == op)) return s.id;
-    user_error("plan '{}': program '{}' has no {} named '{}'", plan_.name, p_.name(), what, name);
-  }
-
-  Tensor input(std::string_view name) const {
-    const int id = find_named(name, Op::Input, "input");
-    check_mine(id, name);
-    return view(id);
-  }
-
-  void load(std::string_view name, const Tensor& value) {
-    const int id = find_named(name, Op::Input, "input");
-    check_mine(id, name);
-    const Tensor dst = view(id);
-    const Stage& s = p_.stage(id);
-    if (value.dtype() != dst.dtype())
-      user_error("plan '{}': input '{}' is {}, given {}", plan_.name, name, dtype_name(dst.dtype()), value.str());
-    if (value.shape() == dst.shape()) {
-      if (value.nbytes() > 0) std::memcpy(dst.data(), value.data(), value.nbytes());
-      return;
-    }
-    if (s.type.layout.is_sliced() && value.shape() == shape(id)) {
-      const Tensor part = piece_of(value, s.type.layout, group_size_, index_);
-      if (part.nbytes() > 0) std::memcpy(dst.data(), part.data(), part.nbytes());
-      return;
-    }
-    user_error("plan '{}': input '{}' is stored as {} on this rank (global {} {}); given {}", plan_.name, name,
-               dst.str(), shape(id).str(), s.type.layout.str(), value.str());
-  }
-
-  // The input's (or output's) buffer becomes the caller's memory; values aliased to it follow, as
-  // view() finds every value's buffer through its root.
-  void bind(std::string_view name, const Tensor& memory) {
-    const int id = schedule::bind_target(plan_, name);
-    check_mine(id, name);
-    const Storage st = value_of(id).storage;
-    TANDEM_CHECK(value_of(id).alias < 0 && (st == Storage::Full || st == Storage::Slice),
-                 "plan '{}': '{}' owns no buffer of its own", plan_.name, name);
-    bufs_[static_cast<size_t>(id)] =
-        checked_binding(p_.name(), name, st == Storage::Full ? shape(id) : local(id), p_.stage(id).type.dtype, memory);
-    std::erase_if(unbound_, [&](const auto& u) { return u.first == id; });
-  }
-
-  void set_scalar(std::string_view name, double value) {
-    const int id = find_named(name, Op::Scalar, "scalar");
-    scalar_values_[static_cast<size_t>(id)] = value;
-    scalar_bound_[static_cast<size_t>(id)] = 1;
-    bufs_[static_cast<size_t>(id)].set(0, static_cast<float>(value));
-  }
-
-  Tensor output(std::string_view name) const {
-    for (const dsl::Output& o : p_.outputs())
-      if (o.name == name) {
-        check_mine(o.stage, name);
-        return view(o.stage);
-      }
-    user_error("plan '{}': program '{}' has no output '{}'", plan_.name, p_.name(), name);
-  }
-
-  PlanRunner::Piece piece(std::string_view name) const {
-    int id = -1;
-    for (const dsl::Output& o : p_.outputs())
-      if (o.name == name) id = o.stage;
-    if (id < 0) id = find_named(name, Op::Const, "value");
-    PlanRunner::Piece pc;
-    const Stage& s = p_.stage(id);
-    if (s.type.layout.is_sliced() && plan_.values[static_cast<size_t>(id)].storage == Storage::Slice) {
-      pc.dim = s.type.layout.dim;
-      const int64_t rows = shape(id)[pc.dim];
-      pc.offset = dsl::part_offset(rows, group_size_, index_);
-      pc.count = dsl::part_count(rows, group_size_, index_);
-    } else {
-      pc.count = shape(id).rank() > 0 ? shape(id)[0] : 1;
-      pc.dim = -1;
-    }
-    return pc;
-  }
-
-  size_t allocated_bytes(std::string_view name) const {
-    int id = -1;
-    for (const dsl::Output& o : p_.outputs())
-      if (o.name == name) id = o.stage;
-    if (id < 0) id = find_named(name, Op::Const, "value");
-    return bytes_[static_cast<size_t>(id)];
-  }
-  size_t allocated_bytes() const { return total_bytes_; }
+  PlanStorage& store() { return store_; }
+  const PlanStorage& store() const { return store_; }
 
   // Runs the plan; its sends are waited for here unless `leave_sends` (wait_sends() then).
   void run(bool leave_sends) {
-    if (!unbound_.empty())
-      user_error("plan '{}': '{}' is to be bound, and is not; call bind first", plan_.name, unbound_.front().second);
-    for (int id : p_.scalars())
-      if (mine(p_.stage(id).type.group) && !scalar_bound_[static_cast<size_t>(id)])
-        user_error("plan '{}': scalar '{}' is not bound; call set_scalar first", plan_.name, p_.display_name(id));
+    store_.check_ready();
     for (const Step& s : plan_.steps) {
       if (!mine(s.group)) continue;
       step(s, Ctx{});
@@ -214,19 +81,16 @@ class PlanRunner::Impl {
  private:
   // ----------------------------------------------------------------------------------- setup
 
-  const Shape& shape(int id) const { return shapes_[static_cast<size_t>(id)]; }
-  const schedule::Value& value_of(int id) const { return plan_.values[static_cast<size_t>(id)]; }
-  int root(int id) const { return value_of(id).alias >= 0 ? value_of(id).alias : id; }
-  bool mine(int group) const { return group == dsl::kAllGroups || group == group_; }
-  void check_mine(int id, std::string_view name) const {
-    if (!mine(p_.stage(id).type.group))
-      user_error("plan '{}': '{}' belongs to group {}, and this rank is in group {}", plan_.name, name,
-                 p_.stage(id).type.group, group_);
-  }
-  Shape local(int id) const { return dsl::local_shape(shape(id), p_.stage(id).type.layout, group_size_, index_); }
+  const Shape& shape(int id) const { return store_.shape(id); }
+  const schedule::Value& value_of(int id) const { return store_.value(id); }
+  int root(int id) const { return store_.root(id); }
+  bool mine(int group) const { return store_.placement().holds(group); }
+  Shape local(int id) const { return store_.local(id); }
+  Tensor view(int id) const { return store_.view(id); }
+  const Tensor& buffer(int id) const { return store_.buffer(id); }
 
   // Notes what each step needs: loop membership, Block values and their pipelines, scratch sizes.
-  void scan(const Step& s, int blocks) {
+  void scan(const Step& s) {
     auto need_work = [&](int64_t n) { work_elems_ = std::max(work_elems_, n); };
     switch (s.kind) {
       case StepKind::Loop:
@@ -240,25 +104,22 @@ class PlanRunner::Impl {
           part_elems_ = std::max(part_elems_, shape(s.collective.operand).numel());
         }
         break;
+      case StepKind::Reduce:
+        if (mine(s.group)) reduce_elems_ = std::max({reduce_elems_, local(s.reduce.stage).numel(), int64_t{1}});
+        break;
       case StepKind::Matmul:
         if (mine(s.group)) matmul_stages_.push_back(s.matmul.stage);
         break;
       case StepKind::Pipeline:
         for (int v : s.pipeline.values) blocks_of_[v] = s.pipeline.blocks;
-        for (const Step& b : s.pipeline.body) scan(b, s.pipeline.blocks);
+        for (const Step& b : s.pipeline.body) scan(b);
         break;
       default: break;
     }
-    (void)blocks;
   }
 
-  Tensor allocate_tensor(DType t, const Shape& shape, size_t* counter) {
-    Tensor x = Tensor::empty(t, shape, alloc_);
-    const size_t b = std::max<size_t>(x.nbytes(), 0);
-    total_bytes_ += b;
-    if (counter != nullptr) *counter += b;
-    return x;
-  }
+  // Scratch, from the storage's allocator (counted in allocated_bytes()).
+  Tensor scratch(const Shape& shape) { return Tensor::empty(DType::F32, shape, store_.allocator()); }
 
   // Rows of Block value v over all blocks (its region for block b starts at block_base(v, b)).
   int64_t block_rows(int v, int b) const {
@@ -273,59 +134,19 @@ class PlanRunner::Impl {
     return rows * inner_of(v);
   }
 
-  void allocate() {
-    for (const Stage& s : p_.stages()) {
-      const schedule::Value& v = value_of(s.id);
-      if (!mine(s.type.group) || v.alias >= 0) continue;
-      if (std::any_of(unbound_.begin(), unbound_.end(), [&](const auto& u) { return u.first == s.id; }))
-        continue;  // the caller's
-      switch (v.storage) {
-        case Storage::None: break;
-        case Storage::Full:
-          bufs_[static_cast<size_t>(s.id)] = allocate_tensor(s.type.dtype, shape(s.id), &bytes_[static_cast<size_t>(s.id)]);
-          break;
-        case Storage::Slice:
-          bufs_[static_cast<size_t>(s.id)] = allocate_tensor(s.type.dtype, local(s.id), &bytes_[static_cast<size_t>(s.id)]);
-          break;
-        case Storage::Block: {
-          TANDEM_CHECK(blocks_of_.count(s.id), "Block value {} outside every pipeline", p_.display_name(s.id));
-          int64_t rows = 0;
-          for (int b = 0; b < blocks_of_.at(s.id); ++b) rows += block_rows(s.id, b);
-          bufs_[static_cast<size_t>(s.id)] =
-              allocate_tensor(s.type.dtype, Shape{rows * inner_of(s.id)}, &bytes_[static_cast<size_t>(s.id)]);
-          break;
-        }
-      }
-      if (s.op == Op::Scalar) bufs_[static_cast<size_t>(s.id)].fill(0.0f);
-    }
-    if (work_elems_ > 0) work_ = allocate_tensor(DType::F32, Shape{work_elems_}, nullptr);
-    if (part_elems_ > 0) part_ = allocate_tensor(DType::F32, Shape{part_elems_}, nullptr);
-    one_ = allocate_tensor(DType::F32, Shape{1}, nullptr);
+  void allocate_scratch() {
+    if (work_elems_ > 0) work_ = scratch(Shape{work_elems_});
+    if (part_elems_ > 0) part_ = scratch(Shape{part_elems_});
+    if (reduce_elems_ > 0) reduce_ = scratch(Shape{reduce_elems_});
+    one_ = scratch(Shape{1});
     for (int mm : matmul_stages_) {
       const Stage& s = p_.stage(mm);
       Matmul m;
-      m.a = allocate_tensor(DType::F32, local(s.args[0]), nullptr);
-      m.b = allocate_tensor(DType::F32, local(s.args[1]), nullptr);
-      m.c = allocate_tensor(DType::F32, local(s.id), nullptr);
+      m.a = scratch(local(s.args[0]));
+      m.b = scratch(local(s.args[1]));
+      m.c = scratch(local(s.id));
       matmuls_[mm] = std::move(m);
     }
-  }
-
-  // A view of value `id`'s stored piece on this rank, shaped as its local shape (not for Block).
-  Tensor view(int id) const {
-    const int r = root(id);
-    const Tensor& b = bufs_[static_cast<size_t>(r)];
-    TANDEM_CHECK(b.defined(), "value {} has no buffer on this rank", p_.display_name(id));
-    const Storage mine_s = value_of(id).storage, root_s = value_of(r).storage;
-    if (mine_s == root_s) return b.reshape(local(id));
-    TANDEM_CHECK(mine_s == Storage::Slice && root_s == Storage::Full, "view of {} in {}", p_.display_name(id),
-                 p_.display_name(r));
-    // This rank's part of the whole buffer: contiguous when sliced along the leading dims only.
-    const dsl::Layout l = p_.stage(id).type.layout;
-    const Around a = around(shape(id), l.dim);
-    TANDEM_CHECK(a.outer == 1, "a slice along dim {} of {} is not contiguous", l.dim, shape(id).str());
-    const int64_t off = dsl::part_offset(a.rows, group_size_, index_), cnt = dsl::part_count(a.rows, group_size_, index_);
-    return b.flat_slice(off * a.inner, cnt * a.inner).reshape(local(id));
   }
 
   // -------------------------------------------------------------------------------- indexing
@@ -347,10 +168,7 @@ class PlanRunner::Impl {
         case Segment: return dsl::segment_of(*segments, g);
         case Mod: return g % mod;
         case Shift: return g - shift;
-        case SliceMap: {
-          const int64_t o = g / (rows * inner), row = (g / inner) % rows, k = g % inner;
-          return (o * cnt + (row - off)) * inner + k;
-        }
+        case SliceMap: return fx::part_index(g, rows * inner, inner, off, cnt);
       }
       return g;
     }
@@ -362,9 +180,9 @@ class PlanRunner::Impl {
   Access memory(int x, const Ctx& c, int64_t loop_numel) const {
     Access a;
     const int r = root(x);
-    a.data = bufs_[static_cast<size_t>(r)].data();
+    a.data = buffer(r).data();
     a.dtype = p_.stage(x).type.dtype;
-    TANDEM_CHECK(bufs_[static_cast<size_t>(r)].defined(), "value {} read but not stored", p_.display_name(x));
+    TANDEM_CHECK(buffer(r).defined(), "value {} read but not stored", p_.display_name(x));
     const Shape& s = shape(x);
     if (s.rank() == 0) {
       a.map = Access::Mod;
@@ -426,16 +244,6 @@ class PlanRunner::Impl {
     return memory(a, c, loop_numel);
   }
 
-  uint64_t seed_of(int id) const {
-    const Stage& s = p_.stage(id);
-    if (s.op == Op::Const) return static_cast<uint64_t>(s.attrs.value);
-    const double v = scalar_values_[static_cast<size_t>(id)];
-    if (!(v >= 0.0 && v < 9007199254740992.0 && std::floor(v) == v))
-      user_error("plan '{}': scalar '{}' = {} keys a dropout mask, so it must be an integer in [0, 2^53)", plan_.name,
-                 s.name, v);
-    return static_cast<uint64_t>(v);
-  }
-
   // ----------------------------------------------------------------------------------- loops
 
   struct Compiled {
@@ -484,10 +292,10 @@ class PlanRunner::Impl {
       } else {
         it.nvals = s.op == Op::Dropout ? 1 : static_cast<int>(s.args.size());
         for (int j = 0; j < it.nvals; ++j) it.args[j] = operand(s.args[static_cast<size_t>(j)], c, numel, collective);
-        if (s.op == Op::Dropout) it.seed = seed_of(s.args[1]);
+        if (s.op == Op::Dropout) it.seed = store_.seed(s.args[1]);
         if (s.op == Op::SegmentScale) {  // the factors are read at the element's segment
           it.args[0].map = Access::Segment;
-          it.args[0].segments = &segments_;
+          it.args[0].segments = &store_.segments();
         }
         it.store = std::find(l.stores.begin(), l.stores.end(), x) != l.stores.end();
       }
@@ -610,7 +418,7 @@ class PlanRunner::Impl {
       acc = one_.get(0);
     }
     if (s.op == Op::Norm) acc = std::sqrt(acc);
-    bufs_[static_cast<size_t>(root(f.stage))].set(0, acc);
+    buffer(f.stage).set(0, acc);
   }
 
   // A reduction over one dim, as the reference interpreter computes it.
@@ -621,8 +429,8 @@ class PlanRunner::Impl {
     if (s.op == Op::SegmentNorm) return segment_norm(r, x, out);
     const Around a = around(x.shape(), s.attrs.dim);
     // f32 partials in the output's first elements' place: computed into `work_`.
-    TANDEM_CHECK(work_.defined() || out.numel() == 0, "reduce without scratch");
-    Tensor part = Tensor::view_of(part_scratch(out.numel()), DType::F32, out.shape());
+    TANDEM_CHECK(reduce_.defined() || out.numel() == 0, "reduce without scratch");
+    Tensor part = reduce_.flat_slice(0, out.numel()).reshape(out.shape());
     for (int64_t o = 0; o < a.outer; ++o)
       for (int64_t in = 0; in < a.inner; ++in) {
         float acc = dsl::reduce_identity(s.attrs.reduce);
@@ -638,17 +446,13 @@ class PlanRunner::Impl {
   // operand is Sliced, then the square roots (as the reference interpreter computes it).
   void segment_norm(const schedule::Reduce& r, const Tensor& x, const Tensor& out) {
     const Stage& s = p_.stage(r.stage);
-    Tensor part = Tensor::view_of(part_scratch(out.numel()), DType::F32, Shape{out.numel()});
+    Tensor part = reduce_.flat_slice(0, out.numel());
     const int64_t begin = r.across_ranks ? dsl::part_offset(shape(s.args[0]).numel(), group_size_, index_) : 0;
-    dsl::segment_sums_of_squares(x.data_as<float>(), begin, x.numel(), segments_, part.data_as<float>());
+    dsl::segment_sums_of_squares(x.data_as<float>(), begin, x.numel(), store_.segments(), part.data_as<float>());
     if (r.across_ranks) run_desc({.kind = comm::CollectiveKind::AllReduce, .send = part});
     for (int64_t i = 0; i < out.numel(); ++i) out.set(i, std::sqrt(part.get(i)));
   }
 
-  void* part_scratch(int64_t n) {
-    if (!reduce_scratch_.defined() || reduce_scratch_.numel() < n) reduce_scratch_ = Tensor::empty(DType::F32, Shape{n}, alloc_);
-    return reduce_scratch_.data();
-  }
 
   // --------------------------------------------------------------------------------- matmul
 
@@ -750,7 +554,7 @@ class PlanRunner::Impl {
       return v.reshape(Shape{v.numel()});
     }
     const int64_t inner = inner_of(x);
-    const Tensor& b = bufs_[static_cast<size_t>(r)];
+    const Tensor& b = buffer(r);
     const Storage xs = value_of(x).storage;
     if (xs == Storage::Full) return b.flat_slice(c.b0 * inner, c.bc * inner);
     if (st == Storage::Block) return b.flat_slice(block_base(r, c.block), block_rows(r, c.block) * inner);
@@ -785,7 +589,7 @@ class PlanRunner::Impl {
   // (RunnerOptions::chunk_bytes; 0: the process's).
   void run_desc(comm::CollectiveDesc d) {
     d.chunk_bytes = chunk_bytes_;
-    comm_->run(std::move(d));
+    store_.group().run(std::move(d));
   }
 
   void collective(const Collective& col, const Ctx& c) {
@@ -888,12 +692,12 @@ class PlanRunner::Impl {
 
   void send(const schedule::Transfer& t, const Ctx& c) {
     const int peer = t.peer_group * group_size_ + index_;
-    sends_.push_back(world_.isend(span(t.value, c), peer, tag(t.stage)));
+    sends_.push_back(store_.world().isend(span(t.value, c), peer, tag(t.stage)));
   }
 
   void recv(const schedule::Transfer& t, const Ctx& c) {
     const int peer = t.peer_group * group_size_ + index_;
-    world_.irecv(span(t.value, c), peer, tag(p_.stage(t.stage).args[0])).wait();
+    store_.world().irecv(span(t.value, c), peer, tag(p_.stage(t.stage).args[0])).wait();
   }
 
   // ---------------------------------------------------------------------------------- steps
@@ -927,53 +731,50 @@ class PlanRunner::Impl {
 
   const Plan& plan_;
   const dsl::Program& p_;
-  comm::Communicator& world_;
-  Allocator& alloc_;
+  PlanStorage store_;
   size_t chunk_bytes_ = 0;  // every collective's (RunnerOptions::chunk_bytes)
-  std::unique_ptr<comm::Communicator> group_owned_;
-  comm::Communicator* comm_ = nullptr;
-  int group_size_ = 1, group_ = 0, index_ = 0;
-  Placement place_;
-  std::vector<std::pair<int, std::string>> unbound_;  // buffers the caller binds (bind_target) and their names, not bound yet
-  std::vector<Shape> shapes_;
-  std::vector<Tensor> bufs_;
-  std::vector<size_t> bytes_;
-  size_t total_bytes_ = 0;
-  std::vector<double> scalar_values_;
-  std::vector<char> scalar_bound_;
+  int group_size_ = 1, index_ = 0;
   std::vector<float> regs_, accs_;     // registers; Prod / Max / Min accumulators
   std::vector<dsl::SumLanes> sums_;   // Norm / Reduce Sum accumulators
-  dsl::Segments segments_;            // the segments' bounds (programs with segment ops)
   std::vector<char> in_loop_;
   std::vector<char> in_current_ = std::vector<char>(p_.stages().size(), 0);
   std::map<int, int> blocks_of_;
-  int64_t work_elems_ = 0, part_elems_ = 0;
-  Tensor work_, part_, one_, reduce_scratch_;
+  int64_t work_elems_ = 0, part_elems_ = 0, reduce_elems_ = 0;
+  Tensor work_, part_, one_, reduce_;  // f32 scratch: collectives' copies, a reduction's partials
   std::vector<int> matmul_stages_;
   std::map<int, Matmul> matmuls_;
   std::vector<comm::Request> sends_;
 };
 
+namespace {
+
+RunnerOptions with_allocator(Allocator& alloc) {
+  RunnerOptions o;
+  o.alloc = &alloc;
+  return o;
+}
+
+}  // namespace
+
 PlanRunner::PlanRunner(const Plan& plan, comm::Communicator& comm, const dsl::SymbolMap& symbols, Allocator& alloc)
-    : impl_(std::make_unique<Impl>(plan, comm, symbols, alloc, std::vector<std::string>{}, dsl::Segments{}, 0)) {}
+    : PlanRunner(plan, comm, symbols, with_allocator(alloc)) {}
 PlanRunner::PlanRunner(const Plan& plan, comm::Communicator& comm, const dsl::SymbolMap& symbols,
                        const RunnerOptions& options)
-    : impl_(std::make_unique<Impl>(plan, comm, symbols, options.alloc != nullptr ? *options.alloc : host_allocator(),
-                                   options.bound, options.segments, options.chunk_bytes)) {}
+    : impl_(std::make_unique<Impl>(plan, comm, symbols, options)) {}
 PlanRunner::~PlanRunner() = default;
-const dsl::Program& PlanRunner::program() const { return impl_->program(); }
-const Placement& PlanRunner::placement() const { return impl_->placement_of(); }
-void PlanRunner::bind(std::string_view name, const Tensor& memory) { impl_->bind(name, memory); }
-Tensor PlanRunner::input(std::string_view name) const { return impl_->input(name); }
-void PlanRunner::load(std::string_view name, const Tensor& value) { impl_->load(name, value); }
-void PlanRunner::set_scalar(std::string_view name, double value) { impl_->set_scalar(name, value); }
+const dsl::Program& PlanRunner::program() const { return impl_->store().program(); }
+const Placement& PlanRunner::placement() const { return impl_->store().placement(); }
+void PlanRunner::bind(std::string_view name, const Tensor& memory) { impl_->store().bind(name, memory); }
+Tensor PlanRunner::input(std::string_view name) const { return impl_->store().input(name); }
+void PlanRunner::load(std::string_view name, const Tensor& value) { impl_->store().load(name, value); }
+void PlanRunner::set_scalar(std::string_view name, double value) { impl_->store().set_scalar(name, value); }
 void PlanRunner::run() { impl_->run(false); }
 void PlanRunner::run_leaving_sends() { impl_->run(true); }
 void PlanRunner::wait_sends() { impl_->wait_sends(); }
-Tensor PlanRunner::output(std::string_view name) const { return impl_->output(name); }
-PlanRunner::Piece PlanRunner::piece(std::string_view name) const { return impl_->piece(name); }
-size_t PlanRunner::allocated_bytes(std::string_view name) const { return impl_->allocated_bytes(name); }
-size_t PlanRunner::allocated_bytes() const { return impl_->allocated_bytes(); }
+Tensor PlanRunner::output(std::string_view name) const { return impl_->store().output(name); }
+PlanRunner::Piece PlanRunner::piece(std::string_view name) const { return impl_->store().piece(name); }
+size_t PlanRunner::allocated_bytes(std::string_view name) const { return impl_->store().allocated_bytes(name); }
+size_t PlanRunner::allocated_bytes() const { return impl_->store().allocated_bytes(); }
 
 TensorMap run_plan(const Plan& plan, comm::Communicator& comm, const RunArgs& args, Allocator& alloc) {
   RunnerOptions options;
@@ -981,11 +782,11 @@ TensorMap run_plan(const Plan& plan, comm::Communicator& comm, const RunArgs& ar
   options.segments = args.segments;
   PlanRunner runner(plan, comm, args.symbols, options);
   const dsl::Program& p = plan.program;
-  const int group = comm.rank() / (comm.size() / p.groups());
+  const Placement& place = runner.placement();
   for (const auto& [name, value] : args.scalars) runner.set_scalar(name, value);
   for (int id : p.inputs()) {
     const Stage& s = p.stage(id);
-    if (s.type.group != group) continue;
+    if (!place.holds(s)) continue;
     auto it = args.inputs.find(s.name);
     if (it == args.inputs.end())
       user_error("plan '{}': input '{}' is not given on rank {}", plan.name, s.name, comm.rank());
@@ -995,7 +796,7 @@ TensorMap run_plan(const Plan& plan, comm::Communicator& comm, const RunArgs& ar
   // Write updated inputs back where the caller holds them.
   for (int id : p.inputs()) {
     const Stage& s = p.stage(id);
-    if (s.type.group != group || p.updater(id) < 0) continue;
+    if (!place.holds(s) || p.updater(id) < 0) continue;
     const Tensor& mine = args.inputs.find(s.name)->second;
     const Tensor stored = runner.input(s.name);
     if (mine.shape() == stored.shape()) {
@@ -1007,8 +808,7 @@ TensorMap run_plan(const Plan& plan, comm::Communicator& comm, const RunArgs& ar
   }
   TensorMap out;
   for (const dsl::Output& o : p.outputs())
-    if (p.stage(o.stage).type.group == group || p.stage(o.stage).type.group == dsl::kAllGroups)
-      out[o.name] = runner.output(o.name).clone();
+    if (place.holds(p.stage(o.stage))) out[o.name] = runner.output(o.name).clone();
   return out;
 }
 

@@ -24,13 +24,6 @@ using dsl::Stage;
 
 // ------------------------------------------------------------------------------------ pieces
 
-namespace {
-
-// The extents before, at and after dim `d` of `s`.
-struct Around {
-  int64_t outer = 1, rows = 1, inner = 1;
-};
-
 Around around(const Shape& s, int d) {
   Around a;
   for (int i = 0; i < s.rank(); ++i) {
@@ -40,6 +33,8 @@ Around around(const Shape& s, int d) {
   }
   return a;
 }
+
+namespace {
 
 Shape with_dim(const Shape& s, int d, int64_t extent) {
   std::vector<int64_t> dims = s.dims();
@@ -98,12 +93,38 @@ Placement placement(const Program& program, const comm::Communicator& comm) {
   return pl;
 }
 
+bool keys_dropout(const Program& program, int id) {
+  for (int u : program.users(id)) {
+    const Stage& s = program.stage(u);
+    if (s.op == Op::Dropout && s.args.size() > 1 && s.args[1] == id) return true;
+  }
+  return false;
+}
+
+uint64_t dropout_seed(std::string_view where, std::string_view name, double value) {
+  if (!(value >= 0.0 && value < 9007199254740992.0 && std::floor(value) == value))
+    user_error("{}: scalar '{}' = {} keys a dropout mask, so it must be an integer in [0, 2^53)", where, name, value);
+  return static_cast<uint64_t>(value);
+}
+
+GroupComm::GroupComm(const Program& program, comm::Communicator& world)
+    : world_(world), place_(exec::placement(program, world)) {
+  if (place_.groups > 1) owned_ = world.split(place_.group, place_.index);
+}
+
 // ------------------------------------------------------------------------------- interpreter
 
 namespace {
 
 Tensor to_f32(const Tensor& t) { return t.dtype() == DType::F32 ? t.clone() : t.to(DType::F32); }
 Tensor flat(const Tensor& t) { return t.reshape(Shape{t.numel()}); }
+
+// The flat index in the whole tensor of element i of a rank's piece: `piece` and `whole` seen
+// around the sliced dim, the piece's rows starting at row `offset` of the whole.
+int64_t global_index(int64_t i, const Around& piece, const Around& whole, int64_t offset) {
+  const int64_t inr = i % piece.inner, row = (i / piece.inner) % piece.rows, o = i / (piece.inner * piece.rows);
+  return (o * whole.rows + offset + row) * whole.inner + inr;
+}
 
 // Whether Sliced(d) of `shape` over p ranks gives each rank the same elements as the
 // communicator's flat split of the whole buffer, so that its reduce_scatter/all_gather apply.
@@ -121,11 +142,11 @@ bool flat_split_matches(const Shape& shape, int d, int p) {
 
 class Interpreter : public dsl::Visitor {
  public:
-  // `group`: this rank's group already split off `world` (null: split it here); `sends_left`:
-  // where the sends go unwaited (null: waited before run returns).
-  Interpreter(const Program& program, comm::Communicator& world, const RunArgs& args,
-              comm::Communicator* group = nullptr, std::vector<comm::Request>* sends_left = nullptr)
-      : p_(program), world_(world), args_(args), place_(placement(program, world)), group_(group),
+  // `groups`: this rank's group already split off the world; `sends_left`: where the sends go
+  // unwaited (null: waited before run returns).
+  Interpreter(const Program& program, const GroupComm& groups, const RunArgs& args,
+              std::vector<comm::Request>* sends_left = nullptr)
+      : p_(program), world_(groups.world()), args_(args), place_(groups.placement()), group_(&groups.group()),
         sends_left_(sends_left) {}
 
   TensorMap run() {
@@ -141,11 +162,6 @@ class Interpreter : public dsl::Visitor {
       if (s.op == Op::Send) keep_[static_cast<size_t>(s.id)] = 1;
     }
     for (const dsl::Output& o : p_.outputs()) keep_[static_cast<size_t>(o.stage)] = 1;
-    // Set up: every rank joins the split, then talks to its own group.
-    if (group_ == nullptr) {
-      group_owned_ = split_group(p_, world_);
-      group_ = group_owned_ != nullptr ? group_owned_.get() : &world_;
-    }
     check_inputs();
     visit(p_);
     if (sends_left_ != nullptr) {
@@ -214,11 +230,7 @@ class Interpreter : public dsl::Visitor {
     const uint64_t seed = s.op == Op::Dropout ? dropout_seed(p_.stage(s.args[1])) : 0;
     float v[3] = {0, 0, 0};
     for (int64_t i = 0; i < out.numel(); ++i) {
-      int64_t g = i;
-      if (sliced) {
-        const int64_t inr = i % piece.inner, row = (i / piece.inner) % piece.rows, o = i / (piece.inner * piece.rows);
-        g = (o * whole.rows + offset + row) * whole.inner + inr;
-      }
+      const int64_t g = sliced ? global_index(i, piece, whole, offset) : i;
       for (int j = 0; j < nvals; ++j) {
         const Operand& op = ops[static_cast<size_t>(j)];
         v[j] = op.t.get(op.same_piece ? i : g % op.numel);
@@ -258,11 +270,7 @@ class Interpreter : public dsl::Visitor {
           offset = dsl::part_offset(whole.rows, place_.group_size, place_.index);
         }
         for (int64_t i = 0; i < x.numel(); ++i) {
-          int64_t g = i;
-          if (cross) {
-            const int64_t inr = i % piece.inner, row = (i / piece.inner) % piece.rows, o = i / (piece.inner * piece.rows);
-            g = (o * whole.rows + offset + row) * whole.inner + inr;
-          }
+          const int64_t g = cross ? global_index(i, piece, whole, offset) : i;
           if (s.op == Op::Norm) lanes.add_square(static_cast<uint64_t>(g), x.get(i));
           else lanes.add(static_cast<uint64_t>(g), x.get(i));
         }
@@ -426,7 +434,7 @@ class Interpreter : public dsl::Visitor {
     if (f.nbytes() > 0) std::memcpy(buf.data(), f.data(), f.nbytes());
     return buf;
   }
-  bool mine(const Stage& s) const { return s.type.group == dsl::kAllGroups || s.type.group == place_.group; }
+  bool mine(const Stage& s) const { return place_.holds(s); }
   const Shape& shape(int id) const { return global_[static_cast<size_t>(id)]; }
   Shape local(int id) const {
     return dsl::local_shape(shape(id), p_.stage(id).type.layout, place_.group_size, place_.index);
@@ -463,11 +471,7 @@ class Interpreter : public dsl::Visitor {
 
   uint64_t dropout_seed(const Stage& seed) const {
     if (seed.op == Op::Const) return static_cast<uint64_t>(seed.attrs.value);
-    const double v = args_.scalars.find(seed.name)->second;
-    if (!(v >= 0.0 && v < 9007199254740992.0 && std::floor(v) == v))
-      user_error("program '{}': scalar '{}' = {} keys a dropout mask, so it must be an integer in [0, 2^53)",
-                 p_.name(), seed.name, v);
-    return static_cast<uint64_t>(v);
+    return exec::dropout_seed(fmt::format("program '{}'", p_.name()), seed.name, args_.scalars.find(seed.name)->second);
   }
 
   // Every scalar bound, no unknown names; symbols are checked by resolve_shapes and here.
@@ -518,7 +522,6 @@ class Interpreter : public dsl::Visitor {
   const RunArgs& args_;
   Placement place_;
   comm::Communicator* group_ = nullptr;
-  std::unique_ptr<comm::Communicator> group_owned_;
   std::vector<Shape> global_;
   std::vector<Tensor> values_;
   std::vector<int> last_use_;  // the last stage reading each value, or -1
@@ -529,19 +532,15 @@ class Interpreter : public dsl::Visitor {
 
 }  // namespace
 
-std::unique_ptr<comm::Communicator> split_group(const dsl::Program& program, comm::Communicator& comm) {
-  const Placement place = placement(program, comm);
-  if (place.groups == 1) return nullptr;
-  return comm.split(place.group, place.index);
-}
-
 TensorMap run_reference(const Program& program, comm::Communicator& comm, const RunArgs& args) {
-  return Interpreter(program, comm, args).run();
+  // Every rank joins the split, then talks to its own group.
+  const GroupComm groups(program, comm);
+  return Interpreter(program, groups, args).run();
 }
 
-TensorMap run_reference(const Program& program, comm::Communicator& comm, comm::Communicator& group,
-                        const RunArgs& args, std::vector<comm::Request>* sends_left) {
-  return Interpreter(program, comm, args, &group, sends_left).run();
+TensorMap run_reference(const Program& program, const GroupComm& groups, const RunArgs& args,
+                        std::vector<comm::Request>* sends_left) {
+  return Interpreter(program, groups, args, sends_left).run();
 }
 
 }  // namespace tandem::exec

@@ -14,13 +14,6 @@
 #include "tandem/exec/plan_runner.h"
 
 namespace tandem::exec {
-namespace {
-
-bool in_group(const dsl::Stage& s, const Placement& place) {
-  return s.type.group == dsl::kAllGroups || s.type.group == place.group;
-}
-
-}  // namespace
 
 std::string_view runner_kind_name(RunnerKind kind) {
   switch (kind) {
@@ -58,9 +51,9 @@ TensorMap Runner::results() const {
   const dsl::Program& p = program();
   TensorMap r;
   for (const dsl::Output& o : p.outputs())
-    if (in_group(p.stage(o.stage), placement())) r[o.name] = output(o.name);
+    if (placement().holds(p.stage(o.stage))) r[o.name] = output(o.name);
   for (int id : p.inputs())
-    if (p.updater(id) >= 0 && in_group(p.stage(id), placement())) r[p.stage(id).name] = input(p.stage(id).name);
+    if (p.updater(id) >= 0 && placement().holds(p.stage(id))) r[p.stage(id).name] = input(p.stage(id).name);
   return r;
 }
 
@@ -91,9 +84,8 @@ std::unique_ptr<Runner> make_runner(RunnerKind kind, const schedule::Plan& plan,
 
 ReferenceRunner::ReferenceRunner(const dsl::Program& program, comm::Communicator& comm,
                                  const dsl::SymbolMap& symbols, const RunnerOptions& options)
-    : program_(program), comm_(comm), place_(exec::placement(program, comm)) {
-  group_owned_ = split_group(program, comm);
-  group_ = group_owned_ != nullptr ? group_owned_.get() : &comm;
+    : program_(program), groups_(program, comm) {
+  const Placement& place = groups_.placement();
   Allocator& alloc = options.alloc != nullptr ? *options.alloc : host_allocator();
   args_.symbols = symbols;
   args_.segments = options.segments;
@@ -101,9 +93,8 @@ ReferenceRunner::ReferenceRunner(const dsl::Program& program, comm::Communicator
   program.check_segments(symbols, options.segments);
   for (int id : program.inputs()) {
     const dsl::Stage& s = program.stage(id);
-    if (!in_group(s, place_)) continue;
-    const Shape local = dsl::local_shape(shapes[static_cast<size_t>(id)], s.type.layout, place_.group_size,
-                                         place_.index);
+    if (!place.holds(s)) continue;
+    const Shape local = dsl::local_shape(shapes[static_cast<size_t>(id)], s.type.layout, place.group_size, place.index);
     if (std::find(options.bound.begin(), options.bound.end(), s.name) != options.bound.end()) {
       // A placeholder of the right shape and no storage, until bind() gives it the caller's.
       args_.inputs[s.name] = Tensor::view_of(nullptr, s.type.dtype, local);
@@ -117,9 +108,9 @@ ReferenceRunner::ReferenceRunner(const dsl::Program& program, comm::Communicator
   // that another runner may bind one.
   for (const dsl::Output& o : program.outputs()) {
     const dsl::Stage& s = program.stage(o.stage);
-    if (!in_group(s, place_)) continue;
+    if (!place.holds(s)) continue;
     const Shape local =
-        dsl::local_shape(shapes[static_cast<size_t>(o.stage)], s.type.layout, place_.group_size, place_.index);
+        dsl::local_shape(shapes[static_cast<size_t>(o.stage)], s.type.layout, place.group_size, place.index);
     if (std::find(options.bound.begin(), options.bound.end(), o.name) != options.bound.end()) {
       outputs_[o.name] = Tensor::view_of(nullptr, s.type.dtype, local);
       unbound_.push_back(o.name);
@@ -145,7 +136,13 @@ void ReferenceRunner::bind(std::string_view name, const Tensor& memory) {
   std::erase(unbound_, std::string(name));
 }
 
-void ReferenceRunner::set_scalar(std::string_view name, double value) { args_.scalars[std::string(name)] = value; }
+// A bad dropout seed is refused here, as the plan executors refuse it; an unknown name at run().
+void ReferenceRunner::set_scalar(std::string_view name, double value) {
+  for (int id : program_.scalars())
+    if (program_.stage(id).name == name && keys_dropout(program_, id))
+      dropout_seed(fmt::format("program '{}'", program_.name()), name, value);
+  args_.scalars[std::string(name)] = value;
+}
 
 void ReferenceRunner::run() { run(nullptr); }
 
@@ -156,7 +153,7 @@ void ReferenceRunner::wait_sends() { comm::wait_all(sends_); }
 void ReferenceRunner::run(std::vector<comm::Request>* sends_left) {
   if (!unbound_.empty())
     user_error("program '{}': '{}' is to be bound, and is not; call bind first", program_.name(), unbound_[0]);
-  const TensorMap values = run_reference(program_, comm_, *group_, args_, sends_left);
+  const TensorMap values = run_reference(program_, groups_, args_, sends_left);
   for (const auto& [name, out] : outputs_) {
     auto it = values.find(name);
     TANDEM_CHECK(it != values.end() && it->second.nbytes() == out.nbytes(), "program '{}' output '{}'",

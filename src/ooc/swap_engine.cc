@@ -1,8 +1,6 @@
-// The swap engine: two worker threads, one per direction, each draining its queue in order and
-// reporting completions (and failures) to waiters through one condition variable.
+// The swap engine: two in-order workers, one per direction, reporting completions (and
+// failures) to waiters through one condition variable.
 #include "tandem/ooc/swap_engine.h"
-
-#include <pthread.h>
 
 #include <utility>
 
@@ -10,35 +8,21 @@
 
 namespace tandem::ooc {
 
-SwapEngine::SwapEngine(SlowTier& tier) : tier_(tier) {
-  writes_.thread = std::thread([this] { serve(writes_); });
-  try {
-    reads_.thread = std::thread([this] { serve(reads_); });
-  } catch (...) {
-    stop();
-    throw;
-  }
-  // Named so that a profiler or a debugger shows which stream a thread serves.
-  ::pthread_setname_np(writes_.thread.native_handle(), "tandem-swap-out");
-  ::pthread_setname_np(reads_.thread.native_handle(), "tandem-swap-in");
-}
+SwapEngine::SwapEngine(SlowTier& tier) : tier_(tier) {}
 
-SwapEngine::~SwapEngine() { stop(); }
-
-void SwapEngine::stop() {
+// Finishes the queued transfers (their jobs never throw), then the workers' destructors join.
+SwapEngine::~SwapEngine() {
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
   }
-  for (Stream* stream : {&writes_, &reads_}) {
-    stream->has_work.notify_one();
-    if (stream->thread.joinable()) stream->thread.join();
-  }
+  writes_.worker.wait();
+  reads_.worker.wait();
 }
 
 SwapEngine::Ticket SwapEngine::write_async(uint64_t offset, const void* src, size_t bytes,
                                            std::string label) {
-  // The write stream only reads through this pointer; Transfer keeps one pointer type for both.
+  // The write stream only reads through this pointer; one pointer type serves both directions.
   return submit(writes_, offset, const_cast<void*>(src), bytes, std::move(label));
 }
 
@@ -54,49 +38,48 @@ SwapEngine::Ticket SwapEngine::submit(Stream& stream, uint64_t offset, void* mem
   TANDEM_CHECK(bytes <= capacity && offset <= capacity - bytes,
                "{} of {} bytes at offset {} ('{}') runs past the end of a {}-byte slow tier",
                stream.write ? "swap-out" : "swap-in", bytes, offset, label, capacity);
-  std::lock_guard lock(mutex_);
-  TANDEM_CHECK(!stopping_, "transfer submitted to a swap engine being destroyed");
-  const Ticket ticket = next_ticket_++;
-  pending_.insert(ticket);
-  stream.queue.push_back(Transfer{ticket, offset, memory, bytes, std::move(label)});
-  stream.has_work.notify_one();
+  Ticket ticket = 0;
+  {
+    std::lock_guard lock(mutex_);
+    TANDEM_CHECK(!stopping_, "transfer submitted to a swap engine being destroyed");
+    ticket = next_ticket_++;
+    pending_.insert(ticket);
+  }
+  stream.worker.submit([this, &stream, ticket, offset, memory, bytes, label = std::move(label)]() mutable {
+    carry_out(stream, ticket, offset, memory, bytes, label);
+  });
   return ticket;
 }
 
-void SwapEngine::serve(Stream& stream) {
+void SwapEngine::carry_out(Stream& stream, Ticket ticket, uint64_t offset, void* memory, size_t bytes,
+                      std::string& label) {
   std::unique_lock lock(mutex_);
-  for (;;) {
-    stream.has_work.wait(lock, [&] { return stopping_ || !stream.queue.empty(); });
-    if (stream.queue.empty()) return;  // stopping, and everything queued is done
-    Transfer transfer = std::move(stream.queue.front());
-    stream.queue.pop_front();
-    std::exception_ptr error = stream.error;
-    Span span{stream.write, std::move(transfer.label), transfer.bytes, {}, {}};
-    if (!error) {
-      lock.unlock();
-      span.begin = std::chrono::steady_clock::now();
-      try {
-        if (stream.write)
-          tier_.write(transfer.offset, transfer.memory, transfer.bytes);
-        else
-          tier_.read(transfer.offset, transfer.memory, transfer.bytes);
-      } catch (...) {
-        error = std::current_exception();
-      }
-      span.end = std::chrono::steady_clock::now();
-      lock.lock();
-      if (error) {
-        stream.error = error;
-        if (!first_error_) first_error_ = error;
-      }
+  std::exception_ptr error = stream.error;
+  Span span{stream.write, std::move(label), bytes, {}, {}};
+  if (!error) {
+    lock.unlock();
+    span.begin = std::chrono::steady_clock::now();
+    try {
+      if (stream.write)
+        tier_.write(offset, memory, bytes);
+      else
+        tier_.read(offset, memory, bytes);
+    } catch (...) {
+      error = std::current_exception();
     }
-    if (error)
-      failed_.emplace(transfer.ticket, error);
-    else
-      spans_.push_back(std::move(span));
-    pending_.erase(transfer.ticket);
-    done_.notify_all();
+    span.end = std::chrono::steady_clock::now();
+    lock.lock();
+    if (error) {
+      stream.error = error;
+      if (!first_error_) first_error_ = error;
+    }
   }
+  if (error)
+    failed_.emplace(ticket, error);
+  else
+    spans_.push_back(std::move(span));
+  pending_.erase(ticket);
+  done_.notify_all();
 }
 
 void SwapEngine::wait(Ticket t) {

@@ -5,13 +5,12 @@
 #include <cstring>
 
 #include "tandem/core/error.h"
+#include "tandem/core/formulas.h"
 
 namespace tandem::parallel {
 namespace {
 
 constexpr int kBlockTensors = 12;
-
-int64_t part_begin(int64_t n, int p, int r) { return r * (n / p) + std::min<int64_t>(r, n % p); }
 
 // Appends a run, merging it into the previous one when both continue it (a tp = 1 "shard").
 void push_run(std::vector<FlatRun>& runs, FlatRun r) {
@@ -29,10 +28,10 @@ void push_run(std::vector<FlatRun>& runs, FlatRun r) {
 }  // namespace
 
 int stage_first_layer(int n_layers, int pp, int stage) {
-  return static_cast<int>(part_begin(n_layers, pp, stage));
+  return static_cast<int>(fx::part_offset(n_layers, pp, stage));
 }
 int stage_end_layer(int n_layers, int pp, int stage) {
-  return static_cast<int>(part_begin(n_layers, pp, stage + 1));
+  return static_cast<int>(fx::part_offset(n_layers, pp, stage + 1));
 }
 
 ShardLayout::ShardLayout(const nn::GPTConfig& config, const GridShape& grid, int tp_rank, int stage)

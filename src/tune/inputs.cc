@@ -14,10 +14,6 @@
 namespace tandem::tune {
 namespace {
 
-bool in_group(const dsl::Stage& s, const exec::Placement& place) {
-  return s.type.group == dsl::kAllGroups || s.type.group == place.group;
-}
-
 uint64_t name_seed(const std::string& name, int index) {
   uint64_t h = 0xcbf29ce484222325ull;
   for (unsigned char c : name) h = (h ^ c) * 0x100000001b3ull;
@@ -87,23 +83,11 @@ void fill_stage(const Tensor& t, const dsl::Stage& s, const Shape& global, const
     return;
   }
   // Sliced(d): rows [off, off + cnt) of dim d, for every index of the dims before d.
-  const int d = l.dim;
-  int64_t outer = 1, inner = 1;
-  for (int k = 0; k < d; ++k) outer *= global[k];
-  for (int k = d + 1; k < global.rank(); ++k) inner *= global[k];
-  const int64_t rows = global[d];
-  const int64_t off = dsl::part_offset(rows, place.group_size, place.index);
-  const int64_t cnt = dsl::part_count(rows, place.group_size, place.index);
-  for (int64_t o = 0; o < outer; ++o)
-    fill_run(t, o * cnt * inner, seed, (o * rows + off) * inner, cnt * inner);
-}
-
-bool is_dropout_seed(const dsl::Program& program, int id) {
-  for (int u : program.users(id)) {
-    const dsl::Stage& s = program.stage(u);
-    if (s.op == dsl::Op::Dropout && s.args.size() > 1 && s.args[1] == id) return true;
-  }
-  return false;
+  const exec::Around a = exec::around(global, l.dim);
+  const int64_t off = dsl::part_offset(a.rows, place.group_size, place.index);
+  const int64_t cnt = dsl::part_count(a.rows, place.group_size, place.index);
+  for (int64_t o = 0; o < a.outer; ++o)
+    fill_run(t, o * cnt * a.inner, seed, (o * a.rows + off) * a.inner, cnt * a.inner);
 }
 
 double tolerance(DType t) {
@@ -145,7 +129,7 @@ exec::ScalarMap standard_scalars(const dsl::Program& program, int p, const exec:
     const std::string& name = program.stage(id).name;
     if (auto it = given.find(name); it != given.end()) out[name] = it->second;
     else if (auto k = known.find(name); k != known.end()) out[name] = k->second;
-    else out[name] = is_dropout_seed(program, id) ? 1234.0 : 0.5;
+    else out[name] = exec::keys_dropout(program, id) ? 1234.0 : 0.5;
   }
   return out;
 }
@@ -167,7 +151,7 @@ exec::RunArgs make_args(const dsl::Program& program, const exec::Placement& plac
   const std::vector<Shape> global = program.resolve_shapes(symbols);
   for (int id : program.inputs()) {
     const dsl::Stage& s = program.stage(id);
-    if (!in_group(s, place)) continue;
+    if (!place.holds(s)) continue;
     const Shape& g = global[static_cast<size_t>(id)];
     Tensor t = Tensor::empty(s.type.dtype, dsl::local_shape(g, s.type.layout, place.group_size, place.index));
     fill_stage(t, s, g, place);
@@ -206,7 +190,7 @@ Expected reference_results(const dsl::Program& program, comm::Communicator& comm
   e.values = exec::run_reference(program, comm, args);
   for (int id : program.inputs()) {
     const dsl::Stage& s = program.stage(id);
-    if (program.updater(id) >= 0 && in_group(s, place)) e.values[s.name] = args.inputs.at(s.name);
+    if (program.updater(id) >= 0 && place.holds(s)) e.values[s.name] = args.inputs.at(s.name);
   }
   return e;
 }

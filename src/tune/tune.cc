@@ -142,7 +142,7 @@ std::unique_ptr<exec::Runner> prepare(const schedule::Plan& plan, comm::Communic
   const std::vector<Shape> global = plan.program.resolve_shapes(sizes);
   for (int id : plan.program.inputs()) {
     const dsl::Stage& st = plan.program.stage(id);
-    if (st.type.group == dsl::kAllGroups || st.type.group == place.group)
+    if (place.holds(st))
       fill_input(run->input(st.name), plan.program, id, global[static_cast<size_t>(id)], place);
   }
   for (const auto& [name, v] : scalars) run->set_scalar(name, v);

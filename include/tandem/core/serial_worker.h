@@ -1,11 +1,12 @@
-// A thread that runs submitted jobs one at a time, in submission order: the communication thread
-// of a rank (the data-parallel gradient exchange runs on one while the backward goes on). Jobs
-// that communicate are issued in the same order on every rank because each rank submits them in
-// its own deterministic order.
+// A thread that runs submitted jobs one at a time, in submission order: tandem's one in-order
+// worker. A rank's communication thread is one (the data-parallel gradient exchange runs on one
+// while the backward goes on; a compiled pipeline's collectives run on one while the next block
+// computes): jobs that communicate are issued in the same order on every rank because each rank
+// submits them in its own deterministic order. The swap engine's two streams are two more.
 //
 // Errors: the first exception a job throws is kept, the jobs queued after it are dropped (a rank
 // whose collective failed must not start the next one), and wait() rethrows it. The destructor
-// waits for the running job and drops the rest.
+// waits for the running job and drops the rest (call wait() first to finish them).
 #pragma once
 
 #include <condition_variable>
@@ -14,13 +15,15 @@
 #include <exception>
 #include <functional>
 #include <mutex>
+#include <string>
 #include <thread>
 
 namespace tandem {
 
 class SerialWorker {
  public:
-  SerialWorker();
+  // `name` (at most 15 characters) names the thread for profilers and debuggers.
+  explicit SerialWorker(std::string name = "tandem-worker");
   ~SerialWorker();
   SerialWorker(const SerialWorker&) = delete;
   SerialWorker& operator=(const SerialWorker&) = delete;
@@ -35,7 +38,7 @@ class SerialWorker {
   void wait_for(uint64_t ticket);
 
  private:
-  void loop();
+  void loop(const std::string& name);
 
   std::mutex mutex_;
   std::condition_variable cv_;

@@ -2,16 +2,16 @@
 // and cached (exec/jit), and run on a Communicator with the calling convention of the reference
 // interpreter (RunArgs in, this rank's outputs out).
 //
-// Set up, then run (Gloo, ggml): the runner's constructor resolves the shapes, splits the
-// communicator into the program's groups, allocates every value the plan stores on this rank
-// (inputs included), the f32 scratch the kernels ask for and the f32 copies of reduce_in_f32, and
-// starts the communication thread; run() calls the
-// compiled code and allocates no tensor storage. The default allocator means the communicator's
-// (comm::buffer_allocator): on MPI ranks of one node, shared memory the peers read directly.
+// Set up, then run (Gloo, ggml): the runner's constructor sets up the storage it shares with the
+// plan runner (the group communicator and every value the plan stores on this rank, inputs
+// included), allocates the f32 scratch the kernels ask for and the f32 copies of reduce_in_f32,
+// and starts the communication thread; run() calls the compiled code and allocates no tensor
+// storage. The default allocator means the communicator's (comm::buffer_allocator): on MPI ranks
+// of one node, shared memory the peers read directly.
 //
 // Overlap: inside a Pipeline step the compiled code hands its collectives, sends and receives to
-// a communication thread of this rank (in issue order, so every rank runs them in the same
-// order) and computes the next block meanwhile. On MPI this needs MPI_THREAD_SERIALIZED or more;
+// a communication thread of this rank (a core::SerialWorker: in issue order, so every rank runs
+// them in the same order) and computes the next block meanwhile. On MPI this needs MPI_THREAD_SERIALIZED or more;
 // with less, or with CompiledOptions::overlap = false, the blocks run one after the other (same
 // results).
 #pragma once
@@ -65,8 +65,8 @@ struct CompiledOptions {
   bool reduce_in_f32 = false;
 };
 
-// The compiled counterpart of PlanRunner, behind the same Runner interface, so that the tuner and
-// the trainer run either the same way.
+// The executor to train with, behind the Runner interface the tuner and the trainer run every
+// executor through; its storage and checks are the plan runner's (one class under both).
 class CompiledRunner final : public Runner {
  public:
   using Piece = exec::Piece;
@@ -125,7 +125,7 @@ class CompiledRunner final : public Runner {
   // tests and profiling; the log must outlive the runs.
   void record_queue(std::vector<QueuedOp>* log);
 
-  struct State;  // the host side of the ABI (callbacks, buffers, the communication thread)
+  struct State;  // the host side of the ABI (storage, callbacks, the communication thread)
 
  private:
   std::shared_ptr<const CompiledPlan> compiled_;

@@ -1,14 +1,17 @@
-// The plan runner: executes a lowered schedule (schedule::Plan) with interpreter semantics, on
-// any Communicator: plain loops for the plan's fused loops, the communicator's chunked
-// collectives with the fused computation inside their per-chunk hook, matmuls in row blocks
-// handed to the collective block by block where the plan overlaps them. It proves that every
-// schedule means what its program means (tests compare it with run_reference), and measures the
-// memory a schedule stores: every buffer comes from the Allocator it is given (the default, the
-// host heap, means the communicator's: comm::buffer_allocator).
+// The plan runner: the test oracle between lowering and emission. It executes a lowered schedule
+// (schedule::Plan) with interpreter semantics, on any Communicator: plain loops for the plan's
+// fused loops, the communicator's chunked collectives with the fused computation inside their
+// per-chunk hook, matmuls in row blocks handed to the collective block by block where the plan
+// overlaps them. Tests compare it with run_reference, so a lowering is checked apart from any
+// emitter, and measure with it the memory a schedule stores: every buffer comes from the
+// Allocator it is given (the default, the host heap, means the communicator's:
+// comm::buffer_allocator). It is not the executor to train with (the compiled one is): it stays
+// selectable (TANDEM_EXECUTOR=plan, --executor plan) to run a schedule without a compiler, at an
+// interpreter's speed, when a compiled result is in doubt.
 //
-// Set up, then run: construction resolves the shapes, splits the group communicator, and
-// allocates every value the plan stores on this rank (full or this rank's slice, as Plan::values
-// says) and the scratch its collectives and matmuls need; run() allocates nothing of its own.
+// Set up, then run: construction sets up the storage both plan executors share (the group
+// communicator and every value the plan stores on this rank, as Plan::values says) and allocates
+// the scratch its collectives, reductions and matmuls need; run() allocates nothing.
 // Values are computed exactly as the reference interpreter computes them: f32 arithmetic with the
 // formulas of dsl/elementwise.h, each stage's value rounded to its dtype (in registers too),
 // reductions accumulating in element order (whole-tensor sums and norms in 8 double lanes keyed
@@ -56,7 +59,7 @@ class PlanRunner final : public Runner {
   // slice of an input the caller holds whole (as_slice), the whole tensor, of which it keeps its
   // part.
   void load(std::string_view name, const Tensor& value);
-  // Binds scalar `name` (a dropout seed: a non-negative integer).
+  // Binds scalar `name` (a dropout seed: a non-negative integer below 2^53, checked here).
   void set_scalar(std::string_view name, double value) override;
 
   // Runs the plan once; every rank of the communicator calls it together.

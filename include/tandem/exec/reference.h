@@ -31,6 +31,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tandem/comm/communicator.h"
@@ -58,11 +59,38 @@ struct Placement {
   int group = 0;       // this rank's group: rank / group_size
   int index = 0;       // this rank's index in its group: rank % group_size
   int world_rank(int g, int i) const { return g * group_size + i; }
+  // Whether this rank holds what group g holds (a stage's type.group, a plan step's group): its
+  // own group's values, and those every rank holds (dsl::kAllGroups: scalars, constants).
+  bool holds(int g) const { return g == dsl::kAllGroups || g == group; }
+  bool holds(const dsl::Stage& s) const { return holds(s.type.group); }
 };
 
 // A communicator of n ranks must split evenly into the program's groups: n % G != 0 is a
 // UserError.
 Placement placement(const dsl::Program& program, const comm::Communicator& comm);
+
+// This rank's group of a program, split off `world` once at set-up (every rank of `world`
+// constructs it together): the placement, and the communicator the group's collectives run on
+// (`world` itself when the program has one group). A rank count that does not fit the groups is
+// placement()'s UserError.
+class GroupComm {
+ public:
+  GroupComm(const dsl::Program& program, comm::Communicator& world);
+  const Placement& placement() const { return place_; }
+  comm::Communicator& world() const { return world_; }
+  comm::Communicator& group() const { return owned_ != nullptr ? *owned_ : world_; }
+
+ private:
+  comm::Communicator& world_;
+  Placement place_;
+  std::unique_ptr<comm::Communicator> owned_;
+};
+
+// Whether scalar `id` keys a dropout mask (is a Dropout's seed operand).
+bool keys_dropout(const dsl::Program& program, int id);
+// The seed a dropout scalar's value gives: an integer in [0, 2^53), else a UserError beginning
+// with `where` (the program or plan, quoted).
+uint64_t dropout_seed(std::string_view where, std::string_view name, double value);
 
 // Runs `program` on this rank; every rank of `comm` calls it with its own pieces. Returns this
 // rank's piece of every output held by its group (an output may share storage with an input).
@@ -70,15 +98,21 @@ Placement placement(const dsl::Program& program, const comm::Communicator& comm)
 // that does not fit the groups, a broadcast root outside the group) are UserErrors naming them.
 TensorMap run_reference(const dsl::Program& program, comm::Communicator& comm, const RunArgs& args);
 
-// For a caller that runs the program many times (ReferenceRunner): this rank's group split off
-// `comm` once (null when the program has one group: the group is comm itself), every rank
-// calling it together; then run_reference on that group, with the sends left in flight in
-// `sends_left` when it is not null.
-std::unique_ptr<comm::Communicator> split_group(const dsl::Program& program, comm::Communicator& comm);
-TensorMap run_reference(const dsl::Program& program, comm::Communicator& comm, comm::Communicator& group,
-                        const RunArgs& args, std::vector<comm::Request>* sends_left);
+// For a caller that runs the program many times (ReferenceRunner): run_reference on a group
+// split off once, with the sends left in flight in `sends_left` when it is not null.
+TensorMap run_reference(const dsl::Program& program, const GroupComm& groups, const RunArgs& args,
+                        std::vector<comm::Request>* sends_left);
 
 // ---------------------------------------------------------------------------- pieces of tensors
+
+// A shape seen around its dim d, as a Sliced(d) layout, a collective's Dim partition and a
+// reduction over d cut it: [outer, rows, inner] = the product of the dims before d, the extent of
+// d, the product of the dims after it. Index r of p holds rows [part_offset(rows, p, r),
+// + part_count(rows, p, r)) of every outer index (core/formulas.h).
+struct Around {
+  int64_t outer = 1, rows = 1, inner = 1;
+};
+Around around(const Shape& s, int d);
 
 // The piece of `whole` that index r of p holds under `layout`: a copy of the rows of the sliced
 // dim for Sliced, `whole` itself (shared storage) otherwise.

@@ -1,6 +1,7 @@
 // One interface for running a scheduled program on one rank, whichever executor carries it out:
-// the compiled executor (exec/compiled.h), the plan runner (exec/plan_runner.h) or the reference
-// interpreter on the scheduled program (ReferenceRunner below). The trainer's communication
+// the compiled executor (exec/compiled.h, the one to train with), the plan runner
+// (exec/plan_runner.h, the oracle of lowering, kept selectable to debug a schedule) or the
+// reference interpreter on the scheduled program (ReferenceRunner below). The trainer's communication
 // points (parallel/program_runner.h) and the autotuner (tune/) both run programs through it, with
 // one set of executor names.
 //
@@ -74,7 +75,8 @@ class Runner {
   // Input or output `name` lives in `memory` from now on (see the header comment). A UserError
   // when the name is unknown, not this rank's, or `memory` has another dtype or element count.
   virtual void bind(std::string_view name, const Tensor& memory) = 0;
-  // A scalar's value for the next runs (a dropout seed: a non-negative integer below 2^53).
+  // A scalar's value for the next runs. A dropout seed must be a non-negative integer below 2^53:
+  // any other value is a UserError here, in every executor.
   virtual void set_scalar(std::string_view name, double value) = 0;
   // Runs the program once; every rank of the communicator calls it together.
   virtual void run() = 0;
@@ -132,7 +134,7 @@ class ReferenceRunner final : public Runner {
   ReferenceRunner(const dsl::Program& program, comm::Communicator& comm, const dsl::SymbolMap& symbols,
                   const RunnerOptions& options = {});
   const dsl::Program& program() const override { return program_; }
-  const Placement& placement() const override { return place_; }
+  const Placement& placement() const override { return groups_.placement(); }
   Tensor input(std::string_view name) const override;
   void bind(std::string_view name, const Tensor& memory) override;
   void set_scalar(std::string_view name, double value) override;
@@ -146,10 +148,7 @@ class ReferenceRunner final : public Runner {
   void run(std::vector<comm::Request>* sends_left);
 
   const dsl::Program& program_;
-  comm::Communicator& comm_;
-  Placement place_;
-  std::unique_ptr<comm::Communicator> group_owned_;  // this rank's group, when the program has several
-  comm::Communicator* group_ = nullptr;
+  GroupComm groups_;
   std::vector<comm::Request> sends_;
   RunArgs args_;
   TensorMap outputs_;

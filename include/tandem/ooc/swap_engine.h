@@ -1,20 +1,21 @@
 // Asynchronous transfers between memory and a slow tier: a swap-out stream and a swap-in stream,
-// each on its own thread, so that both overlap each other and the caller's compute.
+// each on its own in-order thread (core::SerialWorker), so that both overlap each other and the
+// caller's compute.
 #pragma once
 
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <exception>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
+#include "tandem/core/serial_worker.h"
 #include "tandem/ooc/slow_tier.h"
 
 namespace tandem::ooc {
@@ -62,37 +63,31 @@ class SwapEngine {
   SlowTier& tier();
 
  private:
-  struct Transfer {
-    Ticket ticket;
-    uint64_t offset;
-    void* memory;  // the source of a write (never written through) or the target of a read
-    size_t bytes;
-    std::string label;
-  };
+  // One direction: its in-order thread, and its first failure (under mutex_; set, it moves no more
+  // data).
   struct Stream {
-    explicit Stream(bool is_write) : write(is_write) {}
+    Stream(bool is_write, std::string name) : write(is_write), worker(std::move(name)) {}
     const bool write;
-    std::deque<Transfer> queue;
-    std::condition_variable has_work;
-    std::exception_ptr error;  // the stream's first failure; set, it moves no more data
-    std::thread thread;
+    std::exception_ptr error;
+    SerialWorker worker;
   };
 
   Ticket submit(Stream& stream, uint64_t offset, void* memory, size_t bytes, std::string label);
-  void serve(Stream& stream);
-  void stop();
+  // On the stream's thread: one transfer, its outcome recorded for the waiters. Never throws.
+  void carry_out(Stream& stream, Ticket ticket, uint64_t offset, void* memory, size_t bytes, std::string& label);
 
   SlowTier& tier_;
-  std::mutex mutex_;  // guards the queues, tickets, errors, spans and stopping_
+  std::mutex mutex_;  // guards the tickets, errors, spans and stopping_
   std::condition_variable done_;
-  Stream writes_{true};
-  Stream reads_{false};
   Ticket next_ticket_ = 1;
   std::unordered_set<Ticket> pending_;                     // queued or in flight
   std::unordered_map<Ticket, std::exception_ptr> failed_;  // done, with this error
   std::exception_ptr first_error_;
   std::vector<Span> spans_;
   bool stopping_ = false;
+  // Last: their threads stop before what their transfers use goes away.
+  Stream writes_{true, "tandem-swap-out"};
+  Stream reads_{false, "tandem-swap-in"};
 };
 
 }  // namespace tandem::ooc

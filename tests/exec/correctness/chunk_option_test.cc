@@ -46,7 +46,7 @@ std::vector<std::vector<char>> run_once(RunnerKind kind, const schedule::Plan& p
   const dsl::Program& p = run->program();
   for (int id : p.inputs()) {
     const dsl::Stage& st = p.stage(id);
-    if (st.type.group != dsl::kAllGroups && st.type.group != run->placement().group) continue;
+    if (!run->placement().holds(st)) continue;
     const Tensor t = run->input(st.name);
     for (int64_t k = 0; k < t.numel(); ++k)
       t.set(k, 0.25f + static_cast<float>((k * 7 + id * 5 + c.rank() * 3) % 11) / 16.0f);
