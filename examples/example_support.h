@@ -140,7 +140,7 @@ inline bool check_against_reference(const dsl::Program& program,
   std::set<std::string> sliced;      // inputs the schedule stores sliced (as_slice)
   for (int id : program.inputs()) {  // the whole tensor; each executor gets the piece it stores
     const dsl::Stage& in = program.stage(id);
-    if (in.type.group != place.group) continue;
+    if (!place.holds(in)) continue;
     Tensor whole = Tensor::empty(in.type.dtype, shapes[static_cast<size_t>(id)]);
     for (int64_t i = 0; i < whole.numel(); ++i)
       whole.set(i, random_value(in.name, i, in.type.layout.is_local() ? comm.rank() : -1));

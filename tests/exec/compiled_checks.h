@@ -130,7 +130,7 @@ inline Outcome check_compiled(const Case& c, const Schedules& all, comm::Communi
       for (const auto& [name, want] : ref) out.failures += check(fmt::format("{}: output {}", where, name), runner.output(name), want);
       for (int id : c.program.inputs()) {
         const dsl::Stage& s = c.program.stage(id);
-        if (s.type.group != pl.group || c.program.updater(id) < 0) continue;
+        if (!pl.holds(s) || c.program.updater(id) < 0) continue;
         const Tensor& want = ref_args.inputs.at(s.name);
         const Tensor have = runner.input(s.name);
         const dsl::Stage& stored = plan.program.stage(*plan.program.find(s.name));

@@ -99,7 +99,7 @@ inline exec::TensorMap make_inputs(const dsl::Program& program, const dsl::Symbo
   exec::TensorMap out;
   for (int id : program.inputs()) {
     const dsl::Stage& s = program.stage(id);
-    if (s.type.group != pl.group) continue;
+    if (!pl.holds(s)) continue;
     Tensor whole = Tensor::empty(s.type.dtype, shapes[static_cast<size_t>(id)]);
     const int rank = s.type.layout.is_local() ? comm.rank() : -1;
     for (int64_t i = 0; i < whole.numel(); ++i) whole.set(i, input_value(s.name, i, rank));
@@ -201,7 +201,7 @@ inline void check_plan(const Case& c, const Plan& plan, const std::string& name,
   // Inputs updated in place: whole, or this rank's part where the schedule stores them sliced.
   for (int id : c.program.inputs()) {
     const dsl::Stage& s = c.program.stage(id);
-    if (s.type.group != pl.group || c.program.updater(id) < 0) continue;
+    if (!pl.holds(s) || c.program.updater(id) < 0) continue;
     const Tensor& want = ref.args.inputs.at(s.name);
     const Tensor& have = args.inputs.at(s.name);
     const dsl::Stage& stored = plan.program.stage(*plan.program.find(s.name));
