@@ -55,7 +55,7 @@ struct Options {
   int reps = 7;
   int warmup = 2;
   bool mpi = true;
-  bool child = false;  // run by mpirun from the standalone run: print rows only
+  bool child = false;      // run by mpirun from the standalone run: print rows only
   int ranks_per_node = 0;  // --ranks-per-node: the MPI rows as nodes of this many ranks, over TCP
 };
 
@@ -164,8 +164,11 @@ std::map<size_t, Timing> run_thread_rows(int p, const Options& o) {
         if (c.rank() == 0) times.push_back(*std::max_element(slowest.begin(), slowest.end()));
       }
     });
-    if (!ok) tandem::internal_error(fmt::format("thread all_reduce of {} MiB on {} ranks gave a "
-                                                "wrong sum", mib, p));
+    if (!ok)
+      tandem::internal_error(
+          fmt::format("thread all_reduce of {} MiB on {} ranks gave a "
+                      "wrong sum",
+                      mib, p));
     out[mib] = summarise(times);
   }
   return out;
@@ -265,14 +268,12 @@ std::map<std::string, std::map<size_t, Timing>> run_mpi_rows(int p, const Option
   // Forced nodes: the inter-node part goes over TCP (as between real hosts); so does all of
   // MPI_Allreduce.
   const std::string nodes =
-      o.ranks_per_node > 0
-          ? fmt::format("TANDEM_RANKS_PER_NODE={} ", o.ranks_per_node)
-          : "";
+      o.ranks_per_node > 0 ? fmt::format("TANDEM_RANKS_PER_NODE={} ", o.ranks_per_node) : "";
   const std::string cmd = fmt::format(
       "{}OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np {} --oversubscribe "
       "{}'{}' --mpi-child --sizes {} --reps {} --warmup {} 2>&1",
-      nodes, p, o.ranks_per_node > 0 ? "--mca btl tcp,self " : "", self_path(),
-      join(o.sizes_mib), o.reps, o.warmup);
+      nodes, p, o.ranks_per_node > 0 ? "--mca btl tcp,self " : "", self_path(), join(o.sizes_mib),
+      o.reps, o.warmup);
   std::map<std::string, std::map<size_t, Timing>> rows;
   FILE* pipe = popen(cmd.c_str(), "r");
   if (pipe == nullptr) {
@@ -381,12 +382,14 @@ int run(int argc, char** argv) {
               load_average().c_str(), tandem::comm::chunk_bytes() >> 10);
   const double copy_bw = copy_bandwidth(cores, false);
   const double copy_nt = copy_bandwidth(cores, true);
-  std::printf("STREAM-style copy on %d threads (bytes read + written): %.1f GB/s memcpy, %.1f GB/s "
-              "with non-temporal stores\n",
-              cores, copy_bw / 1e9, copy_nt / 1e9);
-  std::printf("memory-traffic bound: (2 + (p-1)/p) x buffer per rank (2.5x for 2 ranks) / %.1f "
-              "GB/s\n\n",
-              copy_bw / 1e9);
+  std::printf(
+      "STREAM-style copy on %d threads (bytes read + written): %.1f GB/s memcpy, %.1f GB/s "
+      "with non-temporal stores\n",
+      cores, copy_bw / 1e9, copy_nt / 1e9);
+  std::printf(
+      "memory-traffic bound: (2 + (p-1)/p) x buffer per rank (2.5x for 2 ranks) / %.1f "
+      "GB/s\n\n",
+      copy_bw / 1e9);
 
   std::printf("%5s %8s  %-16s %10s %10s %10s %10s %9s\n", "ranks", "size", "method", "time ms",
               "(min-max)", "algbw GB/s", "busbw GB/s", "of bound");
@@ -425,22 +428,23 @@ int run(int argc, char** argv) {
                    mpi = busbw("MPI_Allreduce");
       const std::string at = fmt::format("p={} {}MiB", p, mib);
       if (thread > 0 && mpi > 0)
-        ratios.push_back(fmt::format("ratio thread/MPI_Allreduce busbw {}: {:.2f}x", at, thread / mpi));
+        ratios.push_back(
+            fmt::format("ratio thread/MPI_Allreduce busbw {}: {:.2f}x", at, thread / mpi));
       if (thread > 0)
         ratios.push_back(fmt::format("ratio thread/memory-traffic-bound {}: {:.2f}", at,
                                      thread / bound_busbw_per_byte));
       if (ring > 0 && mpi > 0)
-        ratios.push_back(fmt::format("ratio tandem-mpi-ring/MPI_Allreduce busbw {}: {:.2f}x", at,
-                                     ring / mpi));
+        ratios.push_back(
+            fmt::format("ratio tandem-mpi-ring/MPI_Allreduce busbw {}: {:.2f}x", at, ring / mpi));
       if (direct > 0 && thread > 0)
-        ratios.push_back(fmt::format("ratio tandem-mpi-direct/thread busbw {}: {:.2f}x", at,
-                                     direct / thread));
+        ratios.push_back(
+            fmt::format("ratio tandem-mpi-direct/thread busbw {}: {:.2f}x", at, direct / thread));
       if (direct > 0 && mpi > 0)
         ratios.push_back(fmt::format("ratio tandem-mpi-direct/MPI_Allreduce busbw {}: {:.2f}x", at,
                                      direct / mpi));
       if (hier > 0 && mpi > 0)
-        ratios.push_back(fmt::format("ratio tandem-mpi-hier/MPI_Allreduce busbw {}: {:.2f}x", at,
-                                     hier / mpi));
+        ratios.push_back(
+            fmt::format("ratio tandem-mpi-hier/MPI_Allreduce busbw {}: {:.2f}x", at, hier / mpi));
       if (hier > 0 && ring > 0)
         ratios.push_back(fmt::format("ratio tandem-mpi-hier/tandem-mpi-ring busbw {}: {:.2f}x", at,
                                      hier / ring));

@@ -56,7 +56,8 @@ int main(int argc, char** argv) {
     for (int r = 0; r < reps; ++r) {
       auto t0 = std::chrono::steady_clock::now();
       blas::sgemm(false, false, n, n, n, 1.0f, pa, n, pb, n, 0.0f, pc, n);
-      ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      ms.push_back(
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     }
     const double med = median(ms);
     const auto [lo, hi] = std::minmax_element(ms.begin(), ms.end());

@@ -5,7 +5,6 @@
 //
 // usage: bench_gpt_step [--steps 10] [--dropout 0.0] [--threads 2]
 #include <CLI/CLI.hpp>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -58,7 +57,9 @@ int time_step(float dropout, int steps) {
       started = Clock::now();
       return;
     }
-    const char* stage = e.stage == Stage::Block ? "blocks" : e.stage == Stage::Final ? "final" : "embedding";
+    const char* stage = e.stage == Stage::Block   ? "blocks"
+                        : e.stage == Stage::Final ? "final"
+                                                  : "embedding";
     const std::string key = std::string(e.pass == Pass::Forward ? "forward " : "backward ") + stage;
     stage_ms[key] += std::chrono::duration<double, std::milli>(Clock::now() - started).count();
   };
@@ -79,16 +80,18 @@ int time_step(float dropout, int steps) {
   }
   // The check before the timing means anything: a finite loss near ln 256 at init.
   if (!(std::fabs(first - 5.545) < 0.1) || !std::isfinite(last)) {
-    std::printf("bench_gpt_step: CHECK FAILED: first loss %.4f (want ln 256 = 5.545), last %.4f\n", first, last);
+    std::printf("bench_gpt_step: CHECK FAILED: first loss %.4f (want ln 256 = 5.545), last %.4f\n",
+                first, last);
     return 1;
   }
   std::sort(ms.begin(), ms.end());
   const double median = ms[ms.size() / 2];
   const double gflops = step_flops(c, B, T) / (median * 1e-3) / 1e9;
-  std::printf("GPT step (4 layers, d 256, 4 heads, T 128, B 8, dropout %.1f, BLAS %s x%d): median "
-              "%.1f ms (min %.1f, max %.1f) over %d steps, %.1f GFLOP/s (%.1f GFLOP a step)\n",
-              dropout, blas::kernel_name().c_str(), blas::num_threads(), median, ms.front(),
-              ms.back(), steps, gflops, step_flops(c, B, T) / 1e9);
+  std::printf(
+      "GPT step (4 layers, d 256, 4 heads, T 128, B 8, dropout %.1f, BLAS %s x%d): median "
+      "%.1f ms (min %.1f, max %.1f) over %d steps, %.1f GFLOP/s (%.1f GFLOP a step)\n",
+      dropout, blas::kernel_name().c_str(), blas::num_threads(), median, ms.front(), ms.back(),
+      steps, gflops, step_flops(c, B, T) / 1e9);
   for (const auto& [k, v] : stage_ms) std::printf("  %-20s %7.1f ms/step\n", k.c_str(), v / steps);
   std::printf("tandem_step_ms %.2f\n", median);
   return 0;
@@ -101,8 +104,12 @@ int main(int argc, char** argv) {
   CLI::App app{"tandem's single-rank GPT training step (the PyTorch comparison's size)"};
   int steps = 10, threads = 2;
   float dropout = 0.0f;
-  app.add_option("--steps", steps, "Timed steps (after one warm-up)")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--dropout", dropout, "Dropout probability")->capture_default_str()->check(CLI::Range(0.0, 0.9));
+  app.add_option("--steps", steps, "Timed steps (after one warm-up)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--dropout", dropout, "Dropout probability")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 0.9));
   app.add_option("--threads", threads, "BLAS threads (and tandem's, which follow them)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);

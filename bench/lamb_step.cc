@@ -2,4 +2,6 @@
 // against tandem's autotuned schedule; see docs/benchmarks.md.
 #include "baselines/optimizer_bench.h"
 
-int main(int argc, char** argv) { return tandem::bench::optimizer_bench_main(tandem::bench::Optimizer::Lamb, argc, argv); }
+int main(int argc, char** argv) {
+  return tandem::bench::optimizer_bench_main(tandem::bench::Optimizer::Lamb, argc, argv);
+}

@@ -71,7 +71,8 @@ inline bool same_as_recipe(const Launch& launch, const schedule::Schedule& s) {
   };
   const bool same = steps(schedule::schedule_by_name(s.original(), s.name()).schedule) == steps(s);
   if (launch.root())
-    fmt::print("{} the plan the recipe {} describes\n", same ? "same as" : "MISMATCH: not", s.name());
+    fmt::print("{} the plan the recipe {} describes\n", same ? "same as" : "MISMATCH: not",
+               s.name());
   return same;
 }
 

@@ -30,7 +30,8 @@ std::vector<std::string> split_commas(const std::string& s) {
   size_t at = 0;
   while (at <= s.size()) {
     const size_t comma = s.find(',', at);
-    const std::string part = s.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+    const std::string part =
+        s.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
     if (!part.empty()) out.push_back(part);
     if (comma == std::string::npos) break;
     at = comma + 1;
@@ -49,7 +50,8 @@ bool ranks_given = false;
 
 }  // namespace
 
-Options parse_options(int argc, char** argv, const std::string& usage, int default_ranks, int default_reps) {
+Options parse_options(int argc, char** argv, const std::string& usage, int default_ranks,
+                      int default_reps) {
   Options o;
   o.ranks = default_ranks;
   o.reps = default_reps;
@@ -65,7 +67,8 @@ Options parse_options(int argc, char** argv, const std::string& usage, int defau
     const std::string flag = argv[i], v = value(i);
     char* end = nullptr;
     const long x = std::strtol(v.c_str(), &end, 10);
-    if (end == v.c_str() || *end != '\0' || x < lo) fail(fmt::format("{} needs an integer >= {}, not '{}'", flag, lo, v));
+    if (end == v.c_str() || *end != '\0' || x < lo)
+      fail(fmt::format("{} needs an integer >= {}, not '{}'", flag, lo, v));
     return static_cast<int>(x);
   };
   for (int i = 1; i < argc; ++i) {
@@ -109,7 +112,8 @@ void run_spmd(const Options& options, const std::function<void(Ranks&)>& fn) {
     auto world = comm::mpi_world();
     if (ranks_given && world->size() != options.ranks) {
       if (world->rank() == 0)
-        fmt::print(stderr, "started by mpirun with {} processes, but --ranks {}\n", world->size(), options.ranks);
+        fmt::print(stderr, "started by mpirun with {} processes, but --ranks {}\n", world->size(),
+                   options.ranks);
       std::exit(2);
     }
     Ranks r{*world, MPI_COMM_WORLD};
@@ -134,7 +138,8 @@ Stats stats_of(std::vector<double> times) {
   return s;
 }
 
-double time_once(comm::Communicator& comm, const std::function<void()>& fn, const std::function<void()>& before) {
+double time_once(comm::Communicator& comm, const std::function<void()>& fn,
+                 const std::function<void()>& before) {
   if (before) before();
   comm.barrier();
   const auto t0 = Clock::now();
@@ -143,13 +148,15 @@ double time_once(comm::Communicator& comm, const std::function<void()>& fn, cons
   return max_over_ranks(comm, dt);
 }
 
-std::vector<Stats> time_interleaved(comm::Communicator& comm, const std::vector<Contender>& contenders, int warmup,
+std::vector<Stats> time_interleaved(comm::Communicator& comm,
+                                    const std::vector<Contender>& contenders, int warmup,
                                     int reps) {
   for (const Contender& c : contenders)
     for (int i = 0; i < warmup; ++i) time_once(comm, c.run, c.before);
   std::vector<std::vector<double>> times(contenders.size());
   for (int i = 0; i < reps; ++i)
-    for (size_t k = 0; k < contenders.size(); ++k) times[k].push_back(time_once(comm, contenders[k].run, contenders[k].before));
+    for (size_t k = 0; k < contenders.size(); ++k)
+      times[k].push_back(time_once(comm, contenders[k].run, contenders[k].before));
   std::vector<Stats> out;
   for (auto& t : times) out.push_back(stats_of(t));
   return out;
@@ -158,8 +165,15 @@ std::vector<Stats> time_interleaved(comm::Communicator& comm, const std::vector<
 // The optimizer's own pattern for the read-modify-write roof: a gradient read, and w, m and v
 // read and written in place (4 streams in, 3 out), `bytes` in all.
 RoofStreams::RoofStreams(size_t bytes)
-    : n_(bytes / sizeof(float)), q_(n_ / 4), a_(n_, 1.0f), g_(q_, 0.5f), w_(q_, 1.0f), m_(q_, 0.0f), v_(q_, 0.0f),
-      src_(bytes, 1), dst_(bytes, 0) {}
+    : n_(bytes / sizeof(float)),
+      q_(n_ / 4),
+      a_(n_, 1.0f),
+      g_(q_, 0.5f),
+      w_(q_, 1.0f),
+      m_(q_, 0.0f),
+      v_(q_, 0.0f),
+      src_(bytes, 1),
+      dst_(bytes, 0) {}
 
 void RoofStreams::read() {
   float acc[16] = {};
@@ -184,11 +198,15 @@ void RoofStreams::copy() {
   src_[i] = dst_[i];  // a copy the compiler cannot drop
 }
 
-double RoofStreams::read_rate(double seconds) const { return static_cast<double>(n_ * sizeof(float)) / seconds; }
+double RoofStreams::read_rate(double seconds) const {
+  return static_cast<double>(n_ * sizeof(float)) / seconds;
+}
 double RoofStreams::rmw_rate(double seconds) const {
   return 7.0 * static_cast<double>(q_ * sizeof(float)) / seconds;  // 4 streams read, 3 written
 }
-double RoofStreams::copy_rate(double seconds) const { return 2.0 * static_cast<double>(src_.size()) / seconds; }
+double RoofStreams::copy_rate(double seconds) const {
+  return 2.0 * static_cast<double>(src_.size()) / seconds;
+}
 
 Roofs measure_roofs(comm::Communicator& comm, RoofStreams& streams, int reps) {
   std::vector<double> read_t, rmw_t, copy_t;
@@ -221,9 +239,11 @@ std::string load_average() {
 int hardware_threads() { return static_cast<int>(std::thread::hardware_concurrency()); }
 
 std::string compare(const std::string& label, const Tensor& got, const Tensor& want, double rtol) {
-  if (got.numel() != want.numel()) return fmt::format("{}: {} elements, expected {}", label, got.numel(), want.numel());
+  if (got.numel() != want.numel())
+    return fmt::format("{}: {} elements, expected {}", label, got.numel(), want.numel());
   double scale = 0;
-  for (int64_t i = 0; i < want.numel(); ++i) scale = std::max(scale, std::fabs(static_cast<double>(want.get(i))));
+  for (int64_t i = 0; i < want.numel(); ++i)
+    scale = std::max(scale, std::fabs(static_cast<double>(want.get(i))));
   int64_t bad = 0;
   double max_diff = 0;
   std::string first;
@@ -237,8 +257,9 @@ std::string compare(const std::string& label, const Tensor& got, const Tensor& w
     if (!std::isnan(d)) max_diff = std::max(max_diff, d);
   }
   if (bad == 0) return "";
-  return fmt::format("{}: {} of {} elements differ (rtol {:g}, max |want| {:g}), max |diff| {:g};{}", label, bad,
-                     want.numel(), rtol, scale, max_diff, first);
+  return fmt::format(
+      "{}: {} of {} elements differ (rtol {:g}, max |want| {:g}), max |diff| {:g};{}", label, bad,
+      want.numel(), rtol, scale, max_diff, first);
 }
 
 void require_agreement(Ranks& ranks, const std::string& message) {
@@ -268,7 +289,8 @@ void fill_uniform(const Tensor& t, uint64_t seed, float lo, float hi) {
   }
 }
 
-Tuned tune_and_compile(Ranks& ranks, const dsl::Program& program, const dsl::SymbolMap& sizes, const Options& options) {
+Tuned tune_and_compile(Ranks& ranks, const dsl::Program& program, const dsl::SymbolMap& sizes,
+                       const Options& options) {
   Tuned t;
   tune::TuneOptions o;
   o.sizes = sizes;
@@ -286,26 +308,29 @@ Tuned tune_and_compile(Ranks& ranks, const dsl::Program& program, const dsl::Sym
 void print_tuning(Ranks& ranks, const Tuned& t) {
   if (!ranks.root()) return;
   const auto& r = t.result;
-  fmt::print("  tuned ({} schedules, {}): winner {}{} ({:.2f}x over {} in the tuner's own timing)\n",
-             r.record.candidates.size(),
-             r.from_cache ? "from the cache" : fmt::format("measured now in {:.1f} s", t.seconds), r.record.winner,
-             r.record.chunk_bytes != 0 ? fmt::format(" at {}-byte chunks", r.record.chunk_bytes) : "",
-             r.speedup(r.winner()), r.baseline().name);
+  fmt::print(
+      "  tuned ({} schedules, {}): winner {}{} ({:.2f}x over {} in the tuner's own timing)\n",
+      r.record.candidates.size(),
+      r.from_cache ? "from the cache" : fmt::format("measured now in {:.1f} s", t.seconds),
+      r.record.winner,
+      r.record.chunk_bytes != 0 ? fmt::format(" at {}-byte chunks", r.record.chunk_bytes) : "",
+      r.speedup(r.winner()), r.baseline().name);
   std::string line = "   ";
   for (const auto& c : r.record.candidates)
-    line += !c.ok          ? fmt::format(" {} FAILED;", c.name)
-            : c.retimed() ? fmt::format(" {} {:.2f}ms (in turns {:.2f}ms);", c.name, c.median() * 1e3,
-                                        c.final_median() * 1e3)
+    line += !c.ok         ? fmt::format(" {} FAILED;", c.name)
+            : c.retimed() ? fmt::format(" {} {:.2f}ms (in turns {:.2f}ms);", c.name,
+                                        c.median() * 1e3, c.final_median() * 1e3)
                           : fmt::format(" {} {:.2f}ms;", c.name, c.median() * 1e3);
   fmt::print("{}\n", line);
 }
 
 void print_row(const std::string& name, const Stats& s, const std::string& extra) {
-  fmt::print("  {:<52} {:9.2f} ms  [{:.2f} .. {:.2f}]  spread {:4.1f}%  {}\n", name, s.median * 1e3, s.min * 1e3,
-             s.max * 1e3, s.spread() * 100, extra);
+  fmt::print("  {:<52} {:9.2f} ms  [{:.2f} .. {:.2f}]  spread {:4.1f}%  {}\n", name, s.median * 1e3,
+             s.min * 1e3, s.max * 1e3, s.spread() * 100, extra);
 }
 
-std::vector<int64_t> layer_dims(const Options& o, std::vector<int64_t> full, std::vector<int64_t> quick) {
+std::vector<int64_t> layer_dims(const Options& o, std::vector<int64_t> full,
+                                std::vector<int64_t> quick) {
   if (o.sizes.empty()) return o.quick ? quick : full;
   if (o.sizes.size() != 3) user_error("--sizes takes B,K_PER_RANK,H (three extents)");
   std::vector<int64_t> dims;
@@ -313,7 +338,9 @@ std::vector<int64_t> layer_dims(const Options& o, std::vector<int64_t> full, std
   return dims;
 }
 
-void print_ratio(const std::string& name, double value) { fmt::print("ratio {} {:.3f}\n", name, value); }
+void print_ratio(const std::string& name, double value) {
+  fmt::print("ratio {} {:.3f}\n", name, value);
+}
 
 std::string size_label(int64_t n) {
   if (n > 0 && n % (int64_t{1} << 20) == 0) return fmt::format("{}Mi", n >> 20);

@@ -22,22 +22,24 @@ namespace tandem::bench {
 // ------------------------------------------------------------------------------- options
 
 struct Options {
-  bool quick = false;            // --quick: small sizes, few repetitions (checks that it runs)
-  int reps = 10;                 // --reps: timed repetitions of each contender
-  int warmup = 2;                // --warmup
-  int tune_reps = 3;             // --tune-reps: repetitions per schedule when tuning
-  int ranks = 2;                 // --ranks (threads; under mpirun the world's size)
-  bool retune = false;           // --retune: measure the schedules again despite the cache
+  bool quick = false;               // --quick: small sizes, few repetitions (checks that it runs)
+  int reps = 10;                    // --reps: timed repetitions of each contender
+  int warmup = 2;                   // --warmup
+  int tune_reps = 3;                // --tune-reps: repetitions per schedule when tuning
+  int ranks = 2;                    // --ranks (threads; under mpirun the world's size)
+  bool retune = false;              // --retune: measure the schedules again despite the cache
   std::vector<std::string> sizes;   // --sizes 16Mi,64Mi (bench-specific meaning)
   std::vector<std::string> dtypes;  // --dtypes f32,bf16
 };
 
 // Parses the common flags; `usage` is printed for --help or a bad flag (then exits).
 // `default_reps` replaces --reps's default (10) for benchmarks whose contenders are noisy.
-Options parse_options(int argc, char** argv, const std::string& usage, int default_ranks = 2, int default_reps = 10);
+Options parse_options(int argc, char** argv, const std::string& usage, int default_ranks = 2,
+                      int default_reps = 10);
 // A layer benchmark's B, K_PER_RANK, H: --sizes if given (three extents), else the quick or the
 // full defaults. Throws UserError naming --sizes.
-std::vector<int64_t> layer_dims(const Options& o, std::vector<int64_t> full, std::vector<int64_t> quick);
+std::vector<int64_t> layer_dims(const Options& o, std::vector<int64_t> full,
+                                std::vector<int64_t> quick);
 
 // ------------------------------------------------------------------------------- ranks
 
@@ -65,7 +67,8 @@ Stats stats_of(std::vector<double> times);
 
 // Times fn once across the ranks: a barrier, fn on every rank, and the slowest rank's seconds
 // (every rank gets it). `before` runs before the barrier, untimed (restoring an input).
-double time_once(comm::Communicator& comm, const std::function<void()>& fn, const std::function<void()>& before = {});
+double time_once(comm::Communicator& comm, const std::function<void()>& fn,
+                 const std::function<void()>& before = {});
 
 // Times the contenders in turn, repetition by repetition (A B A B ...), so that a change of load
 // on a shared machine falls on all of them alike; each gets `warmup` untimed runs first.
@@ -74,8 +77,8 @@ struct Contender {
   std::function<void()> run;
   std::function<void()> before;  // untimed, before each run
 };
-std::vector<Stats> time_interleaved(comm::Communicator& comm, const std::vector<Contender>& contenders, int warmup,
-                                    int reps);
+std::vector<Stats> time_interleaved(comm::Communicator& comm,
+                                    const std::vector<Contender>& contenders, int warmup, int reps);
 
 // The memory roofs of the access patterns an optimizer step makes, with every rank streaming
 // `bytes` at once (memory bandwidth is shared): bytes read plus written per second per rank
@@ -129,15 +132,16 @@ void fill_uniform(const Tensor& t, uint64_t seed, float lo, float hi);
 // ------------------------------------------------------------------------------- tandem
 
 struct Tuned {
-  tune::TuneResult result;                          // every schedule's time, the winner
+  tune::TuneResult result;                             // every schedule's time, the winner
   std::shared_ptr<const exec::CompiledPlan> compiled;  // the winner, compiled
-  double seconds = 0;                               // how long tuning took here
+  double seconds = 0;                                  // how long tuning took here
 };
 
 // Tunes `program` on these ranks (reading the cache when it can) and compiles the winner, which
 // runs as tuned at the record's chunk size (exec::RunnerOptions::chunk_bytes =
 // result.record.chunk_bytes).
-Tuned tune_and_compile(Ranks& ranks, const dsl::Program& program, const dsl::SymbolMap& sizes, const Options& options);
+Tuned tune_and_compile(Ranks& ranks, const dsl::Program& program, const dsl::SymbolMap& sizes,
+                       const Options& options);
 
 // Prints (rank 0) the tuner's table in short: each schedule's median and the winner.
 void print_tuning(Ranks& ranks, const Tuned& t);

@@ -9,7 +9,7 @@ namespace tandem::bench {
 
 // out[b, j] = dropout(z[b, j] + bias[j]) + residual[b, j] over rows x cols, dropping with
 // probability p and scaling kept elements by 1 / (1 - p).
-void bias_dropout_residual(const float* z, const float* bias, const float* residual, float* out, int64_t rows,
-                           int64_t cols, uint64_t seed, double p);
+void bias_dropout_residual(const float* z, const float* bias, const float* residual, float* out,
+                           int64_t rows, int64_t cols, uint64_t seed, double p);
 
 }  // namespace tandem::bench

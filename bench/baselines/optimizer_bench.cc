@@ -54,7 +54,8 @@ struct Baseline {
       if (grad == DType::F32)
         MPI_Allreduce(MPI_IN_PLACE, g.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM, ranks.mpi);
       else
-        MPI_Allreduce(MPI_IN_PLACE, g.data(), static_cast<int>(n), MPI_UINT16_T, bf16_sum_op(), ranks.mpi);
+        MPI_Allreduce(MPI_IN_PLACE, g.data(), static_cast<int>(n), MPI_UINT16_T, bf16_sum_op(),
+                      ranks.mpi);
     } else {
       ranks.comm.all_reduce(g, comm::ReduceOp::Sum);
     }
@@ -63,11 +64,15 @@ struct Baseline {
     const int64_t n = g.numel();
     float *pw = w.data_as<float>(), *pm = m.data_as<float>(), *pv = v.data_as<float>();
     if (which == Optimizer::Adam) {
-      if (grad == DType::F32) adamw_f32(g.data_as<float>(), pw, pm, pv, n, h);
-      else adamw_bf16(g.data_as<uint16_t>(), pw, pm, pv, n, h);
+      if (grad == DType::F32)
+        adamw_f32(g.data_as<float>(), pw, pm, pv, n, h);
+      else
+        adamw_bf16(g.data_as<uint16_t>(), pw, pm, pv, n, h);
     } else {
-      if (grad == DType::F32) lamb_f32(g.data_as<float>(), pw, pm, pv, r.data_as<float>(), n, h);
-      else lamb_bf16(g.data_as<uint16_t>(), pw, pm, pv, r.data_as<float>(), n, h);
+      if (grad == DType::F32)
+        lamb_f32(g.data_as<float>(), pw, pm, pv, r.data_as<float>(), n, h);
+      else
+        lamb_bf16(g.data_as<uint16_t>(), pw, pm, pv, r.data_as<float>(), n, h);
     }
   }
   void step() {
@@ -77,31 +82,43 @@ struct Baseline {
 };
 
 // This rank's stored piece of a runner's input, as a flat range of the whole tensor.
-Tensor piece_of_whole(const exec::CompiledRunner& run, const std::string& name, const Tensor& whole) {
+Tensor piece_of_whole(const exec::CompiledRunner& run, const std::string& name,
+                      const Tensor& whole) {
   const auto pc = run.piece(name);
   if (pc.dim < 0) return whole;
   return whole.flat_slice(pc.offset, pc.count);  // 1-D: rows are elements
 }
 
-void bench_one(Ranks& R, const Options& o, Optimizer which, int64_t n, DType grad, RoofStreams& streams,
-               const Roofs& roofs_before) {
+void bench_one(Ranks& R, const Options& o, Optimizer which, int64_t n, DType grad,
+               RoofStreams& streams, const Roofs& roofs_before) {
   comm::Communicator& comm = R.comm;
   const int p = comm.size(), rank = comm.rank();
   const std::string opt = which == Optimizer::Adam ? "adam" : "lamb";
-  const std::string label = fmt::format("{}_{}_{}_{}", opt, dtype_name(grad), size_label(n), R.backend());
+  const std::string label =
+      fmt::format("{}_{}_{}_{}", opt, dtype_name(grad), size_label(n), R.backend());
   if (R.root())
-    fmt::print("\n{} step, N={} ({}), {} gradients, {} ranks, {} backend; load average {} on {} hardware threads\n",
-               opt, size_label(n), n, dtype_name(grad), p, R.backend(), load_average(), hardware_threads());
+    fmt::print(
+        "\n{} step, N={} ({}), {} gradients, {} ranks, {} backend; load average {} on {} hardware "
+        "threads\n",
+        opt, size_label(n), n, dtype_name(grad), p, R.backend(), load_average(),
+        hardware_threads());
 
-  const dsl::Program program = which == Optimizer::Adam ? dsl::workloads::adam(grad) : dsl::workloads::lamb(grad);
+  const dsl::Program program =
+      which == Optimizer::Adam ? dsl::workloads::adam(grad) : dsl::workloads::lamb(grad);
   const dsl::SymbolMap sizes = {{"N", n}};
   const Tuned tuned = tune_and_compile(R, program, sizes, o);
   print_tuning(R, tuned);
 
   // The inputs: each rank its own gradient, the same weights and moments everywhere.
-  Baseline b{which, R, grad, Tensor::empty(grad, Shape{n}), Tensor::empty(DType::F32, Shape{n}),
-             Tensor::empty(DType::F32, Shape{n}), Tensor::empty(DType::F32, Shape{n}),
-             which == Optimizer::Lamb ? Tensor::empty(DType::F32, Shape{n}) : Tensor(), AdamHyper{}};
+  Baseline b{which,
+             R,
+             grad,
+             Tensor::empty(grad, Shape{n}),
+             Tensor::empty(DType::F32, Shape{n}),
+             Tensor::empty(DType::F32, Shape{n}),
+             Tensor::empty(DType::F32, Shape{n}),
+             which == Optimizer::Lamb ? Tensor::empty(DType::F32, Shape{n}) : Tensor(),
+             AdamHyper{}};
   b.h.grad_scale = 1.0f / static_cast<float>(p);
   Tensor g0 = Tensor::empty(grad, Shape{n});
   fill_uniform(g0, 100 + static_cast<uint64_t>(rank), -1.0f, 1.0f);
@@ -117,9 +134,12 @@ void bench_one(Ranks& R, const Options& o, Optimizer which, int64_t n, DType gra
   run.load("w", b.w);
   run.load("m", b.m);
   run.load("v", b.v);
-  const exec::ScalarMap scalars = {{"lr", b.h.lr},     {"beta1", b.h.beta1},
-                                   {"beta2", b.h.beta2}, {"eps", b.h.eps},
-                                   {"weight_decay", b.h.weight_decay}, {"step", b.h.step},
+  const exec::ScalarMap scalars = {{"lr", b.h.lr},
+                                   {"beta1", b.h.beta1},
+                                   {"beta2", b.h.beta2},
+                                   {"eps", b.h.eps},
+                                   {"weight_decay", b.h.weight_decay},
+                                   {"step", b.h.step},
                                    {"grad_scale", b.h.grad_scale}};
   for (const auto& [k, v] : scalars) run.set_scalar(k, v);
 
@@ -138,7 +158,8 @@ void bench_one(Ranks& R, const Options& o, Optimizer which, int64_t n, DType gra
   const std::vector<Contender> contenders = {
       {"baseline", [&] { b.step(); }, [&] { std::memcpy(b.g.data(), g0.data(), g0.nbytes()); }},
       {"tandem", [&] { run.run(); }, [&] { run.load("g", g0); }},
-      {"all_reduce", [&] { b.all_reduce(); }, [&] { std::memcpy(b.g.data(), g0.data(), g0.nbytes()); }},
+      {"all_reduce", [&] { b.all_reduce(); },
+       [&] { std::memcpy(b.g.data(), g0.data(), g0.nbytes()); }},
       {"update", [&] { b.update(); }, {}},
       // The roofs again, in turns with the steps, so that they see the machine the steps saw.
       {"roof_read", [&] { streams.read(); }, {}},
@@ -147,35 +168,44 @@ void bench_one(Ranks& R, const Options& o, Optimizer which, int64_t n, DType gra
   };
   const std::vector<Stats> s = time_interleaved(comm, contenders, o.warmup, o.reps);
   if (!R.root()) return;
-  const Roofs in_turns = {streams.copy_rate(s[6].min), streams.read_rate(s[4].min), streams.rmw_rate(s[5].min)};
+  const Roofs in_turns = {streams.copy_rate(s[6].min), streams.read_rate(s[4].min),
+                          streams.rmw_rate(s[5].min)};
   const Roofs roofs = fastest_of(roofs_before, in_turns);
-  fmt::print("  roofs in turns with the steps (the fastest of {}): copy {:.2f} GB/s, read {:.2f} GB/s, "
-             "read-modify-write {:.2f} GB/s; the bound takes the faster of each\n",
-             o.reps, in_turns.copy / 1e9, in_turns.read / 1e9, in_turns.rmw / 1e9);
+  fmt::print(
+      "  roofs in turns with the steps (the fastest of {}): copy {:.2f} GB/s, read {:.2f} GB/s, "
+      "read-modify-write {:.2f} GB/s; the bound takes the faster of each\n",
+      o.reps, in_turns.copy / 1e9, in_turns.read / 1e9, in_turns.rmw / 1e9);
   const Bound b_of = bound_of(which, n, grad, p);
   const double bytes = b_of.bytes();
   const double bound = b_of.seconds(roofs);
-  auto gbs = [&](const Stats& st) { return fmt::format("{:6.2f} GB/s of the bound's bytes", bytes / st.median / 1e9); };
-  const std::string coll = R.is_mpi() ? (grad == DType::F32 ? "MPI_Allreduce" : "MPI_Allreduce (user bf16 op)")
-                                      : "thread all_reduce";
+  auto gbs = [&](const Stats& st) {
+    return fmt::format("{:6.2f} GB/s of the bound's bytes", bytes / st.median / 1e9);
+  };
+  const std::string coll =
+      R.is_mpi() ? (grad == DType::F32 ? "MPI_Allreduce" : "MPI_Allreduce (user bf16 op)")
+                 : "thread all_reduce";
   const std::string loop = which == Optimizer::Adam ? "AdamW loop" : "LAMB loops";
   print_row(fmt::format("baseline: {} + {}", coll, loop), s[0], gbs(s[0]));
   print_row(fmt::format("  {} alone", coll), s[2]);
   print_row(fmt::format("  {} alone", loop), s[3]);
   print_row(fmt::format("tandem: {}", tuned.result.record.winner), s[1], gbs(s[1]));
-  fmt::print("  {:<52} {:9.2f} ms  (per rank {:.3f} GB: {:.3f} read, {:.3f} read-modify-written, {:.3f} copied; "
-             "at the fastest roof, {:.2f} GB/s)\n",
-             "memory-traffic bound", bound * 1e3, bytes / 1e9, b_of.read_bytes / 1e9, b_of.rmw_bytes / 1e9,
-             b_of.copy_bytes / 1e9, Bound::fastest(roofs) / 1e9);
+  fmt::print(
+      "  {:<52} {:9.2f} ms  (per rank {:.3f} GB: {:.3f} read, {:.3f} read-modify-written, {:.3f} "
+      "copied; "
+      "at the fastest roof, {:.2f} GB/s)\n",
+      "memory-traffic bound", bound * 1e3, bytes / 1e9, b_of.read_bytes / 1e9, b_of.rmw_bytes / 1e9,
+      b_of.copy_bytes / 1e9, Bound::fastest(roofs) / 1e9);
   // Medians a script can read: bench/run_steps.sh sets tandem on threads against the baseline on
   // MPI processes (what a PyTorch DDP user runs) from two runs of this program.
-  fmt::print("median {}_baseline_ms {:.3f}\nmedian {}_tandem_ms {:.3f}\n", label, s[0].median * 1e3, label,
-             s[1].median * 1e3);
+  fmt::print("median {}_baseline_ms {:.3f}\nmedian {}_tandem_ms {:.3f}\n", label, s[0].median * 1e3,
+             label, s[1].median * 1e3);
   print_ratio(label + "_speedup", s[0].median / s[1].median);
   print_ratio(label + "_vs_bound", s[1].median / bound);
   if (s[1].median < bound)
-    fmt::print("  note: tandem ran under the bound: it moved fewer bytes through memory than the bound counts "
-               "(some came from a cache), so here the bound is not one\n");
+    fmt::print(
+        "  note: tandem ran under the bound: it moved fewer bytes through memory than the bound "
+        "counts "
+        "(some came from a cache), so here the bound is not one\n");
 }
 
 }  // namespace
@@ -183,14 +213,16 @@ void bench_one(Ranks& R, const Options& o, Optimizer which, int64_t n, DType gra
 int optimizer_bench_main(Optimizer which, int argc, char** argv) {
   Options o = parse_options(argc, argv, kUsage);
   std::vector<int64_t> sizes;
-  if (o.sizes.empty()) o.sizes = o.quick ? std::vector<std::string>{"1Mi"} : std::vector<std::string>{"16Mi", "64Mi"};
+  if (o.sizes.empty())
+    o.sizes = o.quick ? std::vector<std::string>{"1Mi"} : std::vector<std::string>{"16Mi", "64Mi"};
   if (o.dtypes.empty()) o.dtypes = {"f32", "bf16"};
   try {
     for (const auto& s : o.sizes) sizes.push_back(tune::parse_extent(s, "--sizes"));
     std::vector<DType> dtypes;
     for (const auto& d : o.dtypes) {
       dtypes.push_back(parse_dtype(d));
-      if (dtypes.back() == DType::F16) user_error("--dtypes: f16 has no baseline here (f32 or bf16)");
+      if (dtypes.back() == DType::F16)
+        user_error("--dtypes: f16 has no baseline here (f32 or bf16)");
     }
     run_spmd(o, [&](Ranks& R) {
       const size_t copy_bytes = o.quick ? size_t{32} << 20 : size_t{256} << 20;
@@ -201,10 +233,12 @@ int optimizer_bench_main(Optimizer which, int argc, char** argv) {
           // the same machine.
           const Roofs roofs = measure_roofs(R.comm, streams, 7);
           if (R.root())
-            fmt::print("\nroofs per rank with {} ranks streaming {} MiB at once ({} backend; the fastest of 7): copy "
-                       "{:.2f} GB/s, read {:.2f} GB/s, read-modify-write {:.2f} GB/s\n",
-                       R.comm.size(), copy_bytes >> 20, R.backend(), roofs.copy / 1e9, roofs.read / 1e9,
-                       roofs.rmw / 1e9);
+            fmt::print(
+                "\nroofs per rank with {} ranks streaming {} MiB at once ({} backend; the fastest "
+                "of 7): copy "
+                "{:.2f} GB/s, read {:.2f} GB/s, read-modify-write {:.2f} GB/s\n",
+                R.comm.size(), copy_bytes >> 20, R.backend(), roofs.copy / 1e9, roofs.read / 1e9,
+                roofs.rmw / 1e9);
           bench_one(R, o, which, n, t, streams, roofs);
         }
     });

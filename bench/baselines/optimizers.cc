@@ -44,8 +44,8 @@ Coefficients coefficients(const AdamHyper& h) {
 }
 
 template <typename G, typename Load>
-void adamw(const G* __restrict g, float* __restrict w, float* __restrict m, float* __restrict v, int64_t n,
-           const AdamHyper& h, Load load) {
+void adamw(const G* __restrict g, float* __restrict w, float* __restrict m, float* __restrict v,
+           int64_t n, const AdamHyper& h, Load load) {
   const Coefficients c = coefficients(h);
   for (int64_t i = 0; i < n; ++i) {
     const float g1 = c.scale * load(g[i]);
@@ -109,7 +109,8 @@ void lamb(const G* __restrict g, float* __restrict w, float* __restrict m, float
     ws += w_acc[k];
     rs += r_acc[k];
   }
-  const float w_norm = static_cast<float>(std::sqrt(ws)), r_norm = static_cast<float>(std::sqrt(rs));
+  const float w_norm = static_cast<float>(std::sqrt(ws)),
+              r_norm = static_cast<float>(std::sqrt(rs));
   const float trust = w_norm > 0 && r_norm > 0 ? w_norm / r_norm : 1.0f;
   const float step = c.lr * trust;
   for (int64_t j = 0; j < n; ++j) w[j] = w[j] - step * r[j];
@@ -131,11 +132,13 @@ void adamw_bf16(const uint16_t* g, float* w, float* m, float* v, int64_t n, cons
   adamw(g, w, m, v, n, h, widen);
 }
 
-void lamb_f32(const float* g, float* w, float* m, float* v, float* r, int64_t n, const AdamHyper& h) {
+void lamb_f32(const float* g, float* w, float* m, float* v, float* r, int64_t n,
+              const AdamHyper& h) {
   lamb(g, w, m, v, r, n, h, [](float x) { return x; });
 }
 
-void lamb_bf16(const uint16_t* g, float* w, float* m, float* v, float* r, int64_t n, const AdamHyper& h) {
+void lamb_bf16(const uint16_t* g, float* w, float* m, float* v, float* r, int64_t n,
+               const AdamHyper& h) {
   lamb(g, w, m, v, r, n, h, widen);
 }
 

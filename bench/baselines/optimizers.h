@@ -26,8 +26,10 @@ void adamw_bf16(const uint16_t* g, float* w, float* m, float* v, int64_t n, cons
 // pass 1 updates m and v, writes Adam's direction r = mhat / (sqrt(vhat) + eps) + wd w and sums
 // ||w||^2 and ||r||^2; pass 2 applies w1 = w - lr trust r, trust = ||w|| / ||r|| (1 when either
 // is 0).
-void lamb_f32(const float* g, float* w, float* m, float* v, float* r, int64_t n, const AdamHyper& h);
-void lamb_bf16(const uint16_t* g, float* w, float* m, float* v, float* r, int64_t n, const AdamHyper& h);
+void lamb_f32(const float* g, float* w, float* m, float* v, float* r, int64_t n,
+              const AdamHyper& h);
+void lamb_bf16(const uint16_t* g, float* w, float* m, float* v, float* r, int64_t n,
+               const AdamHyper& h);
 
 // The MPI_Op a user defines to sum bf16 gradients (MPI has no bf16 type): elements travel as
 // MPI_UINT16_T, are widened to f32, added, and rounded back to nearest even. Created on first use;

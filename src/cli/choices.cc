@@ -30,7 +30,9 @@ DType parse_grad_dtype(const std::string& text) {
 parallel::GradExchange parse_grad_exchange(const std::string& text) {
   for (parallel::GradExchange e : {parallel::GradExchange::Overlap, parallel::GradExchange::After})
     if (text == parallel::grad_exchange_name(e)) return e;
-  user_error("--grad-exchange {}: the exchanges are overlap (with the backward) and after (the backward)", text);
+  user_error(
+      "--grad-exchange {}: the exchanges are overlap (with the backward) and after (the backward)",
+      text);
 }
 
 std::optional<ooc::TierSpec> parse_optimizer_state(const std::string& text) {
@@ -38,9 +40,11 @@ std::optional<ooc::TierSpec> parse_optimizer_state(const std::string& text) {
   try {
     return ooc::TierSpec::parse(text);
   } catch (const UserError&) {
-    user_error("--optimizer-state {}: write memory, host (a slow tier in host memory) or file:DIR (an O_DIRECT "
-               "file in folder DIR)",
-               text);
+    user_error(
+        "--optimizer-state {}: write memory, host (a slow tier in host memory) or file:DIR (an "
+        "O_DIRECT "
+        "file in folder DIR)",
+        text);
   }
 }
 

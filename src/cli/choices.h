@@ -16,13 +16,15 @@
 
 namespace tandem::cli {
 
-comm::Backend parse_backend(const std::string& text);         // --backend thread|mpi
-exec::RunnerKind parse_executor(const std::string& text);     // --executor compiled|plan|reference
+comm::Backend parse_backend(const std::string& text);      // --backend thread|mpi
+exec::RunnerKind parse_executor(const std::string& text);  // --executor compiled|plan|reference
 parallel::OptimizerKind parse_optimizer(const std::string& text);  // --optimizer adamw|lamb
-DType parse_grad_dtype(const std::string& text);               // --grad-dtype f32|bf16
-parallel::GradExchange parse_grad_exchange(const std::string& text);  // --grad-exchange overlap|after
-std::optional<ooc::TierSpec> parse_optimizer_state(const std::string& text);  // memory|host|file:DIR
-ooc::TierSpec parse_slow_tier(const std::string& text);        // --slow-tier host|file:DIR
+DType parse_grad_dtype(const std::string& text);                   // --grad-dtype f32|bf16
+parallel::GradExchange parse_grad_exchange(
+    const std::string& text);  // --grad-exchange overlap|after
+std::optional<ooc::TierSpec> parse_optimizer_state(
+    const std::string& text);                            // memory|host|file:DIR
+ooc::TierSpec parse_slow_tier(const std::string& text);  // --slow-tier host|file:DIR
 
 // Adds `flag`, whose text `parse` turns into `target` when the command line is parsed (a refusal
 // is the UserError `parse` throws); `shown` is the default --help prints.
@@ -31,7 +33,8 @@ CLI::Option* add_choice(CLI::App* cmd, const std::string& flag, T& target,
                         T (*parse)(const std::string&), std::string help, std::string_view shown) {
   return cmd
       ->add_option_function<std::string>(
-          flag, [&target, parse](const std::string& text) { target = parse(text); }, std::move(help))
+          flag, [&target, parse](const std::string& text) { target = parse(text); },
+          std::move(help))
       ->default_str(std::string(shown));
 }
 

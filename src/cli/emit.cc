@@ -19,13 +19,13 @@
 #include "tandem/core/error.h"
 #include "tandem/exec/jit.h"
 #include "tandem/exec/reference.h"
+#include "tandem/io/atomic_file.h"
 #include "tandem/parallel/model.h"
+#include "tandem/parallel/optimizer.h"
 #include "tandem/schedule/enumerate.h"
 #include "tandem/schedule/lower.h"
 #include "tandem/schedule/preference.h"
 #include "tandem/schedule/recipe.h"
-#include "tandem/io/atomic_file.h"
-#include "tandem/parallel/optimizer.h"
 #include "tandem/tune/cache.h"
 #include "tandem/tune/inputs.h"
 #include "tandem/tune/tune.h"
@@ -58,8 +58,8 @@ void write_bytes(const fs::path& path, const void* data, size_t bytes) {
 // check/np<N>/: what the emitted program loads and compares on N ranks: the sizes, scalars and
 // seeds, and each rank's pieces of the inputs and of the reference interpreter's results, laid
 // out as the schedule stores them (an input or result the schedule keeps sliced: this rank's part).
-void write_reference(const dsl::Program& program, const schedule::Plan& plan, int ranks, const dsl::SymbolMap& sizes,
-                     const fs::path& dir) {
+void write_reference(const dsl::Program& program, const schedule::Plan& plan, int ranks,
+                     const dsl::SymbolMap& sizes, const fs::path& dir) {
   const dsl::Program& scheduled = plan.program;
   const exec::ScalarMap scalars = tune::standard_scalars(program, ranks / program.groups());
   fs::create_directories(dir);
@@ -68,7 +68,8 @@ void write_reference(const dsl::Program& program, const schedule::Plan& plan, in
   for (int id : scheduled.scalars()) {
     const double v = scalars.at(scheduled.stage(id).name);
     meta += fmt::format("scalar {} {:.17g}\n", id, v);
-    if (v >= 0 && v == static_cast<double>(static_cast<uint64_t>(v))) meta += fmt::format("seed {} {}\n", id, static_cast<uint64_t>(v));
+    if (v >= 0 && v == static_cast<double>(static_cast<uint64_t>(v)))
+      meta += fmt::format("seed {} {}\n", id, static_cast<uint64_t>(v));
   }
   std::mutex mutex;
   comm::run_ranks(ranks, [&](comm::Communicator& comm) {
@@ -91,7 +92,8 @@ void write_reference(const dsl::Program& program, const schedule::Plan& plan, in
       if (it == want.values.end()) continue;  // another group's
       Tensor w = it->second;
       const dsl::Layout layout = scheduled.stage(id).type.layout;
-      if (plan.values[static_cast<size_t>(id)].storage == schedule::Storage::Slice && layout.is_sliced())
+      if (plan.values[static_cast<size_t>(id)].storage == schedule::Storage::Slice &&
+          layout.is_sliced())
         w = exec::piece_of(w, layout, place.group_size, place.index);
       write_bytes(dir / fmt::format("{}.want{}.bin", r, id), w.data(), w.nbytes());
     }
@@ -99,13 +101,16 @@ void write_reference(const dsl::Program& program, const schedule::Plan& plan, in
   io::write_file_atomic((dir / "meta.txt").string(), meta);
 }
 
-// A schedule's name as a file name: "adam_fused(RS-C-AG)+slice(m,v)" -> "adam_fused_RS_C_AG_slice_m_v".
+// A schedule's name as a file name: "adam_fused(RS-C-AG)+slice(m,v)" ->
+// "adam_fused_RS_C_AG_slice_m_v".
 std::string file_stem(const std::string& name) {
   std::string out;
   for (char c : name) {
     const bool word = std::isalnum(static_cast<unsigned char>(c)) != 0;
-    if (word) out += c;
-    else if (!out.empty() && out.back() != '_') out += '_';
+    if (word)
+      out += c;
+    else if (!out.empty() && out.back() != '_')
+      out += '_';
   }
   while (!out.empty() && out.back() == '_') out.pop_back();
   return out;
@@ -116,8 +121,8 @@ void emit_cuda(const dsl::Program& program, const schedule::NamedSchedule& s, co
   // Checked before anything is written.
   for (int r : f.ranks)
     if (r < 1 || r % program.groups() != 0)
-      user_error("--ranks {}: program '{}' has {} groups; give multiples of {}", r, program.name(), program.groups(),
-                 program.groups());
+      user_error("--ranks {}: program '{}' has {} groups; give multiples of {}", r, program.name(),
+                 program.groups(), program.groups());
   const schedule::Plan plan = s.schedule.lower();
   const std::string name = file_stem(program.name() + "_" + s.name);
   const codegen::CudaProgram prog = codegen::emit_cuda(plan, name);
@@ -129,9 +134,11 @@ void emit_cuda(const dsl::Program& program, const schedule::NamedSchedule& s, co
   int modulus = 8;
   for (int r : f.ranks) modulus = std::max(modulus, 8 * r);
   const dsl::SymbolMap sizes = tune::shrink_sizes(program, wanted, kCheckElems, modulus);
-  for (int r : f.ranks) write_reference(program, plan, r, sizes, dir / "check" / fmt::format("np{}", r));
-  fmt::print("wrote {}/{}.cu and {}/Makefile; reference results for {} rank(s) at {} in {}/check\n", dir.string(), name,
-             dir.string(), fmt::join(f.ranks, ", "), fmt::join(sizes, " "), dir.string());
+  for (int r : f.ranks)
+    write_reference(program, plan, r, sizes, dir / "check" / fmt::format("np{}", r));
+  fmt::print("wrote {}/{}.cu and {}/Makefile; reference results for {} rank(s) at {} in {}/check\n",
+             dir.string(), name, dir.string(), fmt::join(f.ranks, ", "), fmt::join(sizes, " "),
+             dir.string());
 }
 
 // The built-in preference for a workload's program: the list the trainer runs it with.
@@ -148,17 +155,21 @@ schedule::NamedSchedule default_schedule(const dsl::Program& program, const std:
   if (auto r = tune::latest_record(program, dir)) {
     std::string sizes;
     for (const auto& [k, v] : r->key.sizes) sizes += fmt::format(" {}={}", k, v);
-    fmt::print(stderr, "emit: schedule {}: the tuner's choice for{} on {} {} rank(s) ({}, tuned {})\n", r->winner,
-               sizes, r->key.ranks, r->key.backend, record_path(r->key, dir), r->created);
+    fmt::print(
+        stderr, "emit: schedule {}: the tuner's choice for{} on {} {} rank(s) ({}, tuned {})\n",
+        r->winner, sizes, r->key.ranks, r->key.backend, record_path(r->key, dir), r->created);
     return schedule::schedule_by_name(program, r->winner);
   }
-  auto chosen = schedule::first_allowed(program, preferences(workload),
-                                        fmt::format("the built-in schedule preferences of workload '{}'", workload));
-  if (!chosen) internal_error(fmt::format("no built-in preference applies to workload '{}'", workload));
-  fmt::print(stderr,
-             "emit: schedule {}: the built-in preference (no tuning record for '{}' in {}; `tandem tune "
-             "{}` makes one)\n",
-             chosen->schedule.name, program.name(), dir, workload);
+  auto chosen = schedule::first_allowed(
+      program, preferences(workload),
+      fmt::format("the built-in schedule preferences of workload '{}'", workload));
+  if (!chosen)
+    internal_error(fmt::format("no built-in preference applies to workload '{}'", workload));
+  fmt::print(
+      stderr,
+      "emit: schedule {}: the built-in preference (no tuning record for '{}' in {}; `tandem tune "
+      "{}` makes one)\n",
+      chosen->schedule.name, program.name(), dir, workload);
   return std::move(chosen->schedule);
 }
 
@@ -171,8 +182,9 @@ void run_emit(const EmitFlags& f) {
     for (const auto& s : schedule::enumerate_schedules(program)) fmt::print("{}\n", s.name);
     return;
   }
-  const schedule::NamedSchedule s =
-      f.schedule.empty() ? default_schedule(program, f.workload) : schedule::schedule_by_name(program, f.schedule);
+  const schedule::NamedSchedule s = f.schedule.empty()
+                                        ? default_schedule(program, f.workload)
+                                        : schedule::schedule_by_name(program, f.schedule);
   if (f.target == "cuda") return emit_cuda(program, s, f);
   fmt::print("{}", codegen::emit_cpp(s.schedule.lower()));
 }
@@ -181,21 +193,28 @@ void run_emit(const EmitFlags& f) {
 
 void add_emit(CLI::App& app) {
   auto f = std::make_shared<EmitFlags>();
-  auto* cmd = app.add_subcommand("emit", "Print (cpp) or write (cuda) the source generated for one schedule of a workload");
-  cmd->add_option("workload", f->workload, "adam, lamb, megatron_layer or pipeline_stage")->required();
+  auto* cmd = app.add_subcommand(
+      "emit", "Print (cpp) or write (cuda) the source generated for one schedule of a workload");
+  cmd->add_option("workload", f->workload, "adam, lamb, megatron_layer or pipeline_stage")
+      ->required();
   cmd->add_option("--schedule", f->schedule,
-                  "The schedule's name, as `tandem tune` or --list prints it (default: the tuner's newest cached "
+                  "The schedule's name, as `tandem tune` or --list prints it (default: the tuner's "
+                  "newest cached "
                   "choice for the workload, else the built-in preference; stderr says which)");
   cmd->add_option("--target", f->target,
-                  "What to emit: cpp (the CPU JIT's C++, printed) or cuda (a CUDA + NCCL program, its Makefile and "
+                  "What to emit: cpp (the CPU JIT's C++, printed) or cuda (a CUDA + NCCL program, "
+                  "its Makefile and "
                   "reference results, written into -o DIR)")
       ->capture_default_str();
   cmd->add_option("-o,--out", f->out, "The folder --target cuda writes");
   cmd->add_option("--ranks", f->ranks, "--target cuda: rank counts to write reference results for")
       ->delimiter(',')
       ->capture_default_str();
-  cmd->add_option("--sizes", f->sizes, "--target cuda: NAME=EXTENT for the check (shrunk to at most 65536 elements a value)");
-  cmd->add_option("--dtype", f->dtype, "Gradient dtype (adam, lamb) or tensor dtype (layers): f32, bf16, f16");
+  cmd->add_option(
+      "--sizes", f->sizes,
+      "--target cuda: NAME=EXTENT for the check (shrunk to at most 65536 elements a value)");
+  cmd->add_option("--dtype", f->dtype,
+                  "Gradient dtype (adam, lamb) or tensor dtype (layers): f32, bf16, f16");
   cmd->add_flag("--list", f->list, "List the workload's schedules instead");
   cmd->callback([f] { run_emit(*f); });
 }

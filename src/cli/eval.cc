@@ -26,13 +26,20 @@ struct EvalFlags {
 void add_eval(CLI::App& app) {
   auto f = std::make_shared<EvalFlags>();
   auto* cmd = app.add_subcommand("eval", "Mean loss of a checkpoint on a text file");
-  cmd->add_option("--checkpoint", f->checkpoint, "Checkpoint folder (written by tandem train --save)")->required();
-  cmd->add_option("--data", f->data, "Text file to score, all of it (default: the synthetic corpus's validation split)");
+  cmd->add_option("--checkpoint", f->checkpoint,
+                  "Checkpoint folder (written by tandem train --save)")
+      ->required();
+  cmd->add_option(
+      "--data", f->data,
+      "Text file to score, all of it (default: the synthetic corpus's validation split)");
   cmd->add_option("--batch", f->batch, "Windows per forward pass")->capture_default_str();
-  auto* seq_len = cmd->add_option("--seq-len", f->seq_len, "Window length (default: the model's training length)");
-  cmd->add_option("--max-windows", f->max_windows, "Score at most this many windows (0: all)")->capture_default_str();
+  auto* seq_len = cmd->add_option("--seq-len", f->seq_len,
+                                  "Window length (default: the model's training length)");
+  cmd->add_option("--max-windows", f->max_windows, "Score at most this many windows (0: all)")
+      ->capture_default_str();
   cmd->callback([f, seq_len] {
-    if (seq_len->count() > 0 && f->seq_len < 1) user_error("--seq-len {} must be at least 1", f->seq_len);
+    if (seq_len->count() > 0 && f->seq_len < 1)
+      user_error("--seq-len {} must be at least 1", f->seq_len);
     if (f->max_windows < 0) user_error("--max-windows {} must be 0 (all) or more", f->max_windows);
     if (f->batch < 1) user_error("--batch {} must be at least 1", f->batch);
     const train::LoadedModel model = train::load_model(f->checkpoint);
@@ -49,10 +56,12 @@ void add_eval(CLI::App& app) {
       tokens = c.train.tokens;
       what = fmt::format("'{}'", f->data);
     }
-    const auto [loss, scored] = train::evaluate_windows(model.params, *tokens, T, f->batch, f->max_windows);
-    fmt::print("loss {:.4f} (perplexity {:.3f}, {:.3f} bits/byte) over {} tokens of {}, "
-               "checkpoint at step {}\n",
-               loss, std::exp(loss), loss / std::log(2.0), scored, what, model.meta.step);
+    const auto [loss, scored] =
+        train::evaluate_windows(model.params, *tokens, T, f->batch, f->max_windows);
+    fmt::print(
+        "loss {:.4f} (perplexity {:.3f}, {:.3f} bits/byte) over {} tokens of {}, "
+        "checkpoint at step {}\n",
+        loss, std::exp(loss), loss / std::log(2.0), scored, what, model.meta.step);
   });
 }
 

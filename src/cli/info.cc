@@ -1,4 +1,5 @@
-// `tandem info`: prints what this build will use on this machine, for bug reports and set-up checks.
+// `tandem info`: prints what this build will use on this machine, for bug reports and set-up
+// checks.
 #include <fmt/format.h>
 
 #include <string>
@@ -18,7 +19,7 @@ void add_info(CLI::App& app) {
     fmt::print("AVX-512          : {}\n", blas::cpu_has_avx512() ? "yes" : "no");
     fmt::print("BLAS library     : {}\n", blas::library_path());
     const std::string user = blas::user_kernels();
-    const std::string chooser = !user.empty()                         ? "OPENBLAS_CORETYPE=" + user
+    const std::string chooser = !user.empty()                          ? "OPENBLAS_CORETYPE=" + user
                                 : blas::preferred_kernels() != nullptr ? "chosen by tandem"
                                                                        : "the library's choice";
     fmt::print("BLAS kernels     : {} ({}){}\n", blas::kernel_name(), chooser,

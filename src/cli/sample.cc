@@ -36,8 +36,9 @@ int draw(const float* probs, int V, double temperature, int top_k, float u) {
   std::vector<double> w(static_cast<size_t>(keep));
   double total = 0;
   for (int i = 0; i < keep; ++i) {
-    w[static_cast<size_t>(i)] = std::pow(std::max(static_cast<double>(probs[order[static_cast<size_t>(i)]]), 1e-30),
-                                         1.0 / temperature);
+    w[static_cast<size_t>(i)] =
+        std::pow(std::max(static_cast<double>(probs[order[static_cast<size_t>(i)]]), 1e-30),
+                 1.0 / temperature);
     total += w[static_cast<size_t>(i)];
   }
   double target = u * total;
@@ -53,12 +54,16 @@ int draw(const float* probs, int V, double temperature, int top_k, float u) {
 void add_sample(CLI::App& app) {
   auto f = std::make_shared<SampleFlags>();
   auto* cmd = app.add_subcommand("sample", "Generate text from a checkpoint");
-  cmd->add_option("--checkpoint", f->checkpoint, "Checkpoint folder (written by tandem train --save)")->required();
+  cmd->add_option("--checkpoint", f->checkpoint,
+                  "Checkpoint folder (written by tandem train --save)")
+      ->required();
   cmd->add_option("--prompt", f->prompt, "Text to continue")->capture_default_str();
   cmd->add_option("--tokens", f->tokens, "Bytes to generate")->capture_default_str();
-  cmd->add_option("--temperature", f->temperature, "Sampling temperature (0: always the most likely byte)")
+  cmd->add_option("--temperature", f->temperature,
+                  "Sampling temperature (0: always the most likely byte)")
       ->capture_default_str();
-  cmd->add_option("--top-k", f->top_k, "Sample among the k most likely bytes (0: all)")->capture_default_str();
+  cmd->add_option("--top-k", f->top_k, "Sample among the k most likely bytes (0: all)")
+      ->capture_default_str();
   cmd->add_option("--seed", f->seed, "Seed of the sampling")->capture_default_str();
   cmd->callback([f] {
     if (f->tokens < 0) user_error("--tokens {} must be 0 or more", f->tokens);
@@ -83,7 +88,8 @@ void add_sample(CLI::App& app) {
       }
       const nn::Batch b{text.data() + (text.size() - static_cast<size_t>(T)), nullptr, 1, T};
       nn::gpt_forward(model.params, *acts, *ws, b, nn::StepRng{0, 0, 0, false});
-      const float* probs = acts->head.ptr(nn::FinalAct::Probs) + static_cast<size_t>(T - 1) * c.vocab_size;
+      const float* probs =
+          acts->head.ptr(nn::FinalAct::Probs) + static_cast<size_t>(T - 1) * c.vocab_size;
       const int next = draw(probs, c.vocab_size, f->temperature, f->top_k,
                             random_uniform(f->seed, static_cast<uint64_t>(i)));
       text.push_back(next);

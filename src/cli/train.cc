@@ -54,26 +54,36 @@ SizeOptions add_size_flags(CLI::App* cmd, TrainFlags& f) {
 
 void add_grid_flags(CLI::App* cmd, train::TrainConfig& c) {
   cmd->add_option("--dp", c.grid.dp, "Data-parallel ranks")->capture_default_str();
-  cmd->add_option("--tp", c.grid.tp, "Tensor-parallel ranks (must divide --heads)")->capture_default_str();
-  cmd->add_option("--pp", c.grid.pp, "Pipeline stages (at most --layers)")->capture_default_str();
-  cmd->add_option("--micro-batches", c.micro_batches, "Micro-batches per step and data-parallel rank (0: automatic: 1, or with --pp about 2 x pp, a count that divides the rows)")
+  cmd->add_option("--tp", c.grid.tp, "Tensor-parallel ranks (must divide --heads)")
       ->capture_default_str();
-  cmd->add_option("--threads", c.blas_threads, "BLAS threads (0: hardware threads / in-process ranks)")->capture_default_str();
+  cmd->add_option("--pp", c.grid.pp, "Pipeline stages (at most --layers)")->capture_default_str();
+  cmd->add_option("--micro-batches", c.micro_batches,
+                  "Micro-batches per step and data-parallel rank (0: automatic: 1, or with --pp "
+                  "about 2 x pp, a count that divides the rows)")
+      ->capture_default_str();
+  cmd->add_option("--threads", c.blas_threads,
+                  "BLAS threads (0: hardware threads / in-process ranks)")
+      ->capture_default_str();
 }
 
 CLI::Option* add_memory_flags(CLI::App* cmd, train::TrainConfig& c) {
   cmd->add_option("--memory-budget", c.memory_budget,
-                  "Train out-of-core: the fast-tier bytes for saved activations and scratch, e.g. 600MiB, 2GiB, or 25% "
+                  "Train out-of-core: the fast-tier bytes for saved activations and scratch, e.g. "
+                  "600MiB, 2GiB, or 25% "
                   "(of the in-core need) "
                   "(docs/out-of-core.md)");
-  auto* tier = add_choice(cmd, "--slow-tier", c.slow_tier, parse_slow_tier,
-                          "Where swapped activations go: host, or file:DIR (O_DIRECT)", c.slow_tier.str());
-  cmd->add_option("--ooc-plan", c.ooc_plan, "Use this out-of-core plan instead of the planner's, e.g. KKSRKKSR/p1 (a letter per half block: attention, MLP, ...)");
+  auto* tier =
+      add_choice(cmd, "--slow-tier", c.slow_tier, parse_slow_tier,
+                 "Where swapped activations go: host, or file:DIR (O_DIRECT)", c.slow_tier.str());
+  cmd->add_option("--ooc-plan", c.ooc_plan,
+                  "Use this out-of-core plan instead of the planner's, e.g. KKSRKKSR/p1 (a letter "
+                  "per half block: attention, MLP, ...)");
   return tier;
 }
 
 // The TrainConfig the flags describe.
-train::TrainConfig config_of(const TrainFlags& flags, const SizeOptions& o, const CLI::Option* tier) {
+train::TrainConfig config_of(const TrainFlags& flags, const SizeOptions& o,
+                             const CLI::Option* tier) {
   train::TrainConfig cfg = flags.cfg;
   ModelPreset p = preset(flags.model);
   nn::GPTConfig& m = cfg.model;
@@ -87,7 +97,8 @@ train::TrainConfig config_of(const TrainFlags& flags, const SizeOptions& o, cons
         train::model_config_from_json(ck.meta.model_config, "checkpoint '" + cfg.resume_dir + "'");
     // --model names sizes as --layers does: a preset other than the checkpoint's model is
     // refused as a mismatch (below, by the trainer), not silently replaced by the checkpoint's.
-    if (o.model->count() == 0) p = {saved.n_layers, saved.n_heads, saved.d_model, saved.seq_len, p.batch};
+    if (o.model->count() == 0)
+      p = {saved.n_layers, saved.n_heads, saved.d_model, saved.seq_len, p.batch};
     if (ck.meta.extra.contains("batch") && ck.meta.extra["batch"].is_number_integer())
       p.batch = ck.meta.extra["batch"].get<int64_t>();
     m.max_positions = saved.max_positions;
@@ -121,61 +132,81 @@ void add_train(CLI::App& app) {
   c.warmup = 30;
   c.eval_every = 50;
 
-  auto* cmd = app.add_subcommand("train", "Train a GPT-2 model, data-, tensor- and pipeline-parallel");
+  auto* cmd =
+      app.add_subcommand("train", "Train a GPT-2 model, data-, tensor- and pipeline-parallel");
   const SizeOptions sizes = add_size_flags(cmd, *flags);
-  cmd->add_option("--steps", c.steps, "Train until this many optimizer steps")->capture_default_str();
+  cmd->add_option("--steps", c.steps, "Train until this many optimizer steps")
+      ->capture_default_str();
   cmd->add_option("--lr", c.lr, "Peak learning rate")->capture_default_str();
-  cmd->add_option("--warmup", c.warmup, "Linear warm-up steps, then cosine decay")->capture_default_str();
-  cmd->add_option("--min-lr-ratio", c.min_lr_ratio, "Final learning rate as a fraction of --lr")->capture_default_str();
-  cmd->add_option("--seed", c.seed, "Seed of initialisation, batches and dropout")->capture_default_str();
+  cmd->add_option("--warmup", c.warmup, "Linear warm-up steps, then cosine decay")
+      ->capture_default_str();
+  cmd->add_option("--min-lr-ratio", c.min_lr_ratio, "Final learning rate as a fraction of --lr")
+      ->capture_default_str();
+  cmd->add_option("--seed", c.seed, "Seed of initialisation, batches and dropout")
+      ->capture_default_str();
   add_choice(cmd, "--optimizer", c.optimizer.kind, parse_optimizer, "adamw or lamb",
              parallel::optimizer_name(c.optimizer.kind));
   cmd->add_option("--beta1", c.optimizer.beta1, "Adam's beta1")->capture_default_str();
   cmd->add_option("--beta2", c.optimizer.beta2, "Adam's beta2")->capture_default_str();
   cmd->add_option("--eps", c.optimizer.eps, "Adam's epsilon")->capture_default_str();
-  cmd->add_option("--weight-decay", c.optimizer.weight_decay, "Decoupled weight decay")->capture_default_str();
+  cmd->add_option("--weight-decay", c.optimizer.weight_decay, "Decoupled weight decay")
+      ->capture_default_str();
   add_choice(cmd, "--grad-dtype", c.optimizer.grad_dtype, parse_grad_dtype,
-             "Gradients in the optimizer program: f32, or bf16 (half the bytes reduced; f32 master weights)",
+             "Gradients in the optimizer program: f32, or bf16 (half the bytes reduced; f32 master "
+             "weights)",
              dtype_name(c.optimizer.grad_dtype));
   add_choice(cmd, "--grad-exchange", c.optimizer.exchange, parse_grad_exchange,
-             "overlap: each bucket's data-parallel exchange and update start as soon as the backward is done "
+             "overlap: each bucket's data-parallel exchange and update start as soon as the "
+             "backward is done "
              "with it; after: everything after the backward",
              parallel::grad_exchange_name(c.optimizer.exchange));
-  cmd->add_option("--bucket-mb", c.optimizer.bucket_mb,
-                  fmt::format("MiB of gradients per data-parallel exchange (whole blocks; default {})",
-                              parallel::kDefaultBucketMiB));
+  cmd->add_option(
+      "--bucket-mb", c.optimizer.bucket_mb,
+      fmt::format("MiB of gradients per data-parallel exchange (whole blocks; default {})",
+                  parallel::kDefaultBucketMiB));
   cmd->add_option("--clip-grad-norm", c.optimizer.clip_grad_norm,
-                  "Scale the gradient down to this norm when its norm is larger (over the whole model; off unless "
+                  "Scale the gradient down to this norm when its norm is larger (over the whole "
+                  "model; off unless "
                   "given)");
   add_choice(cmd, "--optimizer-state", c.optimizer.state_tier, parse_optimizer_state,
-             "Where Adam's moments live: memory, host (a slow tier in host memory) or file:DIR (an O_DIRECT "
+             "Where Adam's moments live: memory, host (a slow tier in host memory) or file:DIR (an "
+             "O_DIRECT "
              "file), streamed through two staging slots around each bucket's update",
              "memory");
   add_grid_flags(cmd, c);
-  add_choice(cmd, "--backend", c.backend, parse_backend, "thread (ranks in this process) or mpi (under mpirun)",
-             comm::backend_name(c.backend));
-  add_choice(cmd, "--executor", c.executor, parse_executor, "How the DSL programs run: compiled (JIT), plan or reference",
+  add_choice(cmd, "--backend", c.backend, parse_backend,
+             "thread (ranks in this process) or mpi (under mpirun)", comm::backend_name(c.backend));
+  add_choice(cmd, "--executor", c.executor, parse_executor,
+             "How the DSL programs run: compiled (JIT), plan or reference",
              exec::runner_kind_name(c.executor));
   cmd->add_flag("--tune", c.tune, "Autotune every program's schedule for this run first (cached)");
-  cmd->add_option("--data", c.data, "Train on this text file (bytes as tokens); default: the built-in synthetic corpus");
-  cmd->add_option("--val-fraction", c.validation_fraction, "Fraction of the data held out for validation")
+  cmd->add_option(
+      "--data", c.data,
+      "Train on this text file (bytes as tokens); default: the built-in synthetic corpus");
+  cmd->add_option("--val-fraction", c.validation_fraction,
+                  "Fraction of the data held out for validation")
       ->capture_default_str();
-  cmd->add_option("--eval-every", c.eval_every, "Validation loss every N steps (0: never)")->capture_default_str();
-  cmd->add_option("--eval-batches", c.eval_batches, "Batches per validation")->capture_default_str();
+  cmd->add_option("--eval-every", c.eval_every, "Validation loss every N steps (0: never)")
+      ->capture_default_str();
+  cmd->add_option("--eval-batches", c.eval_batches, "Batches per validation")
+      ->capture_default_str();
   cmd->add_option("--save", c.save_dir,
                   "Write a checkpoint to DIR/step-<N> at the end (DIR/latest names the newest)");
   cmd->add_option("--save-every", c.save_every, "Also every N steps");
-  cmd->add_option("--keep-checkpoints", c.keep_checkpoints, "Keep the newest N checkpoints in --save DIR")
+  cmd->add_option("--keep-checkpoints", c.keep_checkpoints,
+                  "Keep the newest N checkpoints in --save DIR")
       ->capture_default_str();
-  cmd->add_option("--resume", c.resume_dir,
-                  "Continue from the checkpoint in DIR, or the newest of a --save folder (its model "
-                  "unless flags say otherwise)");
+  cmd->add_option(
+      "--resume", c.resume_dir,
+      "Continue from the checkpoint in DIR, or the newest of a --save folder (its model "
+      "unless flags say otherwise)");
   cmd->add_option("--metrics", c.metrics_path, "Write one JSON line per step to FILE");
   cmd->add_option("--trace", c.trace_path, "Write a Chrome trace (Perfetto) to FILE");
   cmd->add_flag("--quiet", flags->quiet, "Only the summary, no progress lines");
-  cmd->add_option("--comm-timeout", flags->comm_timeout,
-                  "Seconds a rank waits for its peers in one collective before the run fails naming "
-                  "the ranks that did not arrive (0: forever; default TANDEM_COMM_TIMEOUT, else 600)");
+  cmd->add_option(
+      "--comm-timeout", flags->comm_timeout,
+      "Seconds a rank waits for its peers in one collective before the run fails naming "
+      "the ranks that did not arrive (0: forever; default TANDEM_COMM_TIMEOUT, else 600)");
   CLI::Option* tier = add_memory_flags(cmd, c);
   cmd->callback([flags, sizes, tier] { train::train(config_of(*flags, sizes, tier)); });
 }
@@ -186,14 +217,16 @@ void add_plan(CLI::App& app) {
   c.grid = {1, 1, 1};
   c.eval_every = 0;
   c.plan_only = true;
-  auto* cmd = app.add_subcommand(
-      "plan", "Plan out-of-core training under a memory budget: per half block keep, swap or recompute, with the "
-              "predicted step time and peak beside every single strategy's");
+  auto* cmd = app.add_subcommand("plan",
+                                 "Plan out-of-core training under a memory budget: per half block "
+                                 "keep, swap or recompute, with the "
+                                 "predicted step time and peak beside every single strategy's");
   const SizeOptions sizes = add_size_flags(cmd, *flags);
   add_grid_flags(cmd, c);
   CLI::Option* tier = add_memory_flags(cmd, c);
   cmd->get_option("--memory-budget")->required();
-  cmd->add_option("--trace", c.trace_path, "Write the predicted timeline as a Chrome trace (Perfetto) to FILE");
+  cmd->add_option("--trace", c.trace_path,
+                  "Write the predicted timeline as a Chrome trace (Perfetto) to FILE");
   cmd->callback([flags, sizes, tier] { train::train(config_of(*flags, sizes, tier)); });
 }
 

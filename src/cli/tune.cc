@@ -1,15 +1,17 @@
 // `tandem tune`: searches the schedules of a workload on the chosen backend with the autotuner and
 // prints each timed one's median time and speed-up over the unfused baseline, marking the winner
 // and the schedules the final round timed again in turns, then the search and the chunk sizes.
+#include "tandem/tune/tune.h"
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
-#include <algorithm>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -23,7 +25,6 @@
 #include "tandem/core/env.h"
 #include "tandem/core/error.h"
 #include "tandem/dsl/workloads.h"
-#include "tandem/tune/tune.h"
 
 namespace tandem::cli {
 namespace {
@@ -56,51 +57,62 @@ std::string sizes_str(const dsl::SymbolMap& sizes) {
 
 void print_table(const tune::TuneResult& r) {
   const tune::TuneKey& k = r.record.key;
-  fmt::print("tune {}  {}  on {} ranks ({} backend, {} executor)\n", k.program, sizes_str(k.sizes), k.ranks, k.backend,
-             k.executor);
+  fmt::print("tune {}  {}  on {} ranks ({} backend, {} executor)\n", k.program, sizes_str(k.sizes),
+             k.ranks, k.backend, k.executor);
   fmt::print("machine {}\n", k.machine);
-  fmt::print("each schedule checked against the reference interpreter at {}\n", sizes_str(r.record.check_sizes));
-  fmt::print("{} warm-up run(s), {} timed; each time is the slowest rank's; * marks the winner\n", r.record.warmup,
-             r.record.reps);
+  fmt::print("each schedule checked against the reference interpreter at {}\n",
+             sizes_str(r.record.check_sizes));
+  fmt::print("{} warm-up run(s), {} timed; each time is the slowest rank's; * marks the winner\n",
+             r.record.warmup, r.record.reps);
   if (r.record.final_reps > 0)
-    fmt::print("final round: the schedules within {:.0f}% of the best median (at most {}, marked +) timed again in "
-               "turns,\n{} times each; the winner has the smallest final median\n",
-               r.record.final_margin * 100, r.record.final_max, r.record.final_reps);
+    fmt::print(
+        "final round: the schedules within {:.0f}% of the best median (at most {}, marked +) timed "
+        "again in "
+        "turns,\n{} times each; the winner has the smallest final median\n",
+        r.record.final_margin * 100, r.record.final_max, r.record.final_reps);
   else
-    fmt::print("no final round: no other schedule within {:.0f}% of the best median\n", r.record.final_margin * 100);
+    fmt::print("no final round: no other schedule within {:.0f}% of the best median\n",
+               r.record.final_margin * 100);
   fmt::print("\n");
   size_t width = 8;
   for (const auto& c : r.record.candidates) width = std::max(width, c.name.size());
-  fmt::print("  {:<{}}  {:>12}  {:>12}  {:>12}  {:>12}  {:>8}\n", "schedule", width, "median", "min", "max",
-             "final median", "speed-up");
+  fmt::print("  {:<{}}  {:>12}  {:>12}  {:>12}  {:>12}  {:>8}\n", "schedule", width, "median",
+             "min", "max", "final median", "speed-up");
   for (const auto& c : r.record.candidates) {
     const char* mark = c.name == r.record.winner ? "*" : c.retimed() ? "+" : " ";
     if (!c.ok) {
       fmt::print("{} {:<{}}  FAILED: {}\n", mark, c.name, width, c.error);
       continue;
     }
-    fmt::print("{} {:<{}}  {:>12}  {:>12}  {:>12}  {:>12}  {:>7.2f}x\n", mark, c.name, width, ms(c.median()),
-               ms(c.min()), ms(c.max()), c.retimed() ? ms(c.final_median()) : std::string("-"), r.speedup(c));
+    fmt::print("{} {:<{}}  {:>12}  {:>12}  {:>12}  {:>12}  {:>7.2f}x\n", mark, c.name, width,
+               ms(c.median()), ms(c.min()), ms(c.max()),
+               c.retimed() ? ms(c.final_median()) : std::string("-"), r.speedup(c));
   }
-  fmt::print("\nwinner: {} ({:.2f}x over {})\n", r.record.winner, r.speedup(r.winner()), r.baseline().name);
-  fmt::print("search: {} schedule(s) timed, the collectives one at a time, of a space of {} recipes", r.record.candidates.size(),
-             r.record.space);
+  fmt::print("\nwinner: {} ({:.2f}x over {})\n", r.record.winner, r.speedup(r.winner()),
+             r.baseline().name);
+  fmt::print(
+      "search: {} schedule(s) timed, the collectives one at a time, of a space of {} recipes",
+      r.record.candidates.size(), r.record.space);
   if (r.record.left_untimed > 0)
-    fmt::print("; the budget of {} s ran out with {} left untimed (--budget to give more)\n", r.record.budget_s,
-               r.record.left_untimed);
+    fmt::print("; the budget of {} s ran out with {} left untimed (--budget to give more)\n",
+               r.record.budget_s, r.record.left_untimed);
   else
     fmt::print(" (budget {} s)\n", r.record.budget_s);
   if (!r.record.chunks.empty()) {
-    fmt::print("chunk size (the winner timed at each, in turns; * the fastest, which the tuned program runs at):");
+    fmt::print(
+        "chunk size (the winner timed at each, in turns; * the fastest, which the tuned program "
+        "runs at):");
     for (const tune::ChunkTiming& c : r.record.chunks)
-      fmt::print("  {}{} B {}", c.bytes == r.record.chunk_bytes ? "*" : "", c.bytes, ms(c.median()));
+      fmt::print("  {}{} B {}", c.bytes == r.record.chunk_bytes ? "*" : "", c.bytes,
+                 ms(c.median()));
     fmt::print("\n");
   }
   if (r.from_cache)
-    fmt::print("cache: {} (read: nothing timed, {} compiled; --retune to measure again)\n", r.cache_file, r.compiles);
+    fmt::print("cache: {} (read: nothing timed, {} compiled; --retune to measure again)\n",
+               r.cache_file, r.compiles);
   else
-    fmt::print("cache: {} (written; {} kernel(s) compiled)\n", r.cache_file.empty() ? "not written" : r.cache_file,
-               r.compiles);
+    fmt::print("cache: {} (written; {} kernel(s) compiled)\n",
+               r.cache_file.empty() ? "not written" : r.cache_file, r.compiles);
 }
 
 void print_json(const tune::TuneResult& r) {
@@ -112,7 +124,10 @@ void print_json(const tune::TuneResult& r) {
   for (const auto& [s, v] : r.record.check_sizes) checked[s] = v;
   json cands = json::array();
   for (const auto& c : r.record.candidates) {
-    json j = {{"name", c.name}, {"ok", c.ok}, {"winner", c.name == r.record.winner}, {"max_error", c.max_error}};
+    json j = {{"name", c.name},
+              {"ok", c.ok},
+              {"winner", c.name == r.record.winner},
+              {"max_error", c.max_error}};
     if (c.ok) {
       j["median_s"] = c.median();
       j["min_s"] = c.min();
@@ -138,13 +153,18 @@ void print_json(const tune::TuneResult& r) {
               {"machine", k.machine},
               {"warmup", r.record.warmup},
               {"reps", r.record.reps},
-              {"final_round", {{"margin", r.record.final_margin}, {"max", r.record.final_max},
-                               {"reps", r.record.final_reps}}},
+              {"final_round",
+               {{"margin", r.record.final_margin},
+                {"max", r.record.final_max},
+                {"reps", r.record.final_reps}}},
               {"baseline", r.baseline().name},
               {"winner", r.record.winner},
               {"winner_speedup", r.speedup(r.winner())},
-              {"search", {{"space", r.record.space}, {"timed", r.record.candidates.size()},
-                          {"budget_s", r.record.budget_s}, {"left_untimed", r.record.left_untimed}}},
+              {"search",
+               {{"space", r.record.space},
+                {"timed", r.record.candidates.size()},
+                {"budget_s", r.record.budget_s},
+                {"left_untimed", r.record.left_untimed}}},
               {"chunk_bytes", r.record.chunk_bytes},
               {"from_cache", r.from_cache},
               {"cache_file", r.cache_file},
@@ -161,9 +181,22 @@ void print_json(const tune::TuneResult& r) {
   const ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
   if (n <= 0) user_error("--backend mpi: cannot find this executable to start it under {}", mpirun);
   self[n] = '\0';
-  std::vector<std::string> args = {mpirun, "-np", std::to_string(f.ranks), "--oversubscribe", self, "tune", f.workload,
-                                   "--ranks", std::to_string(f.ranks), "--backend", "mpi", "--reps",
-                                   std::to_string(f.reps), "--warmup", std::to_string(f.warmup), "--executor",
+  std::vector<std::string> args = {mpirun,
+                                   "-np",
+                                   std::to_string(f.ranks),
+                                   "--oversubscribe",
+                                   self,
+                                   "tune",
+                                   f.workload,
+                                   "--ranks",
+                                   std::to_string(f.ranks),
+                                   "--backend",
+                                   "mpi",
+                                   "--reps",
+                                   std::to_string(f.reps),
+                                   "--warmup",
+                                   std::to_string(f.warmup),
+                                   "--executor",
                                    std::string(exec::runner_kind_name(f.executor))};
   if (!f.sizes.empty()) {
     args.push_back("--size");
@@ -177,8 +210,10 @@ void print_json(const tune::TuneResult& r) {
   if (f.json) args.push_back("--json");
   if (f.retune) args.push_back("--retune");
   args.insert(args.end(), {"--budget", fmt::format("{}", f.budget)});
-  if (!f.blocks.empty()) args.insert(args.end(), {"--blocks", fmt::format("{}", fmt::join(f.blocks, ","))});
-  if (!f.chunks.empty()) args.insert(args.end(), {"--chunks", fmt::format("{}", fmt::join(f.chunks, ","))});
+  if (!f.blocks.empty())
+    args.insert(args.end(), {"--blocks", fmt::format("{}", fmt::join(f.blocks, ","))});
+  if (!f.chunks.empty())
+    args.insert(args.end(), {"--chunks", fmt::format("{}", fmt::join(f.chunks, ","))});
   if (f.no_chunks) args.push_back("--no-chunks");
   // OpenMPI refuses to start as root without both of these; containers and CI run as root.
   ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
@@ -189,18 +224,21 @@ void print_json(const tune::TuneResult& r) {
   argv.push_back(nullptr);
   std::fflush(stdout);
   ::execvp(argv[0], argv.data());
-  user_error("--backend mpi: cannot start '{}' ({}); install OpenMPI, set TANDEM_MPIRUN, or start tandem under "
-             "mpirun -np {} yourself",
-             mpirun, std::strerror(errno), f.ranks);
+  user_error(
+      "--backend mpi: cannot start '{}' ({}); install OpenMPI, set TANDEM_MPIRUN, or start tandem "
+      "under "
+      "mpirun -np {} yourself",
+      mpirun, std::strerror(errno), f.ranks);
 }
 
 void run_tune(const TuneFlags& f) {
   if (f.ranks < 1) user_error("--ranks must be at least 1 (got {})", f.ranks);
   if (f.backend == comm::Backend::Thread && f.ranks > comm::kMaxThreadRanks)
-    user_error("--ranks {}: the thread backend runs at most {} ranks, each a thread of this process "
-               "(more only oversubscribe this machine and exhaust its memory); use --backend mpi "
-               "for more",
-               f.ranks, comm::kMaxThreadRanks);
+    user_error(
+        "--ranks {}: the thread backend runs at most {} ranks, each a thread of this process "
+        "(more only oversubscribe this machine and exhaust its memory); use --backend mpi "
+        "for more",
+        f.ranks, comm::kMaxThreadRanks);
   const dsl::Program program = workload_program(f.workload, f.dtype);
   tune::TuneOptions o;
   o.sizes = tune::parse_sizes(program, f.sizes, default_sizes());
@@ -211,7 +249,8 @@ void run_tune(const TuneFlags& f) {
   o.only = f.only;
   o.budget_s = f.budget;
   o.blocks = f.blocks;
-  if (f.no_chunks) o.chunk_bytes.clear();
+  if (f.no_chunks)
+    o.chunk_bytes.clear();
   else if (!f.chunks.empty()) {
     o.chunk_bytes.clear();
     for (const std::string& c : f.chunks) {
@@ -243,13 +282,15 @@ void run_tune(const TuneFlags& f) {
     }
     auto world = comm::mpi_world();
     if (world->size() != f.ranks)
-      user_error("--backend mpi: started with {} MPI processes but --ranks {}; give mpirun -np {}", world->size(),
-                 f.ranks, f.ranks);
+      user_error("--backend mpi: started with {} MPI processes but --ranks {}; give mpirun -np {}",
+                 world->size(), f.ranks, f.ranks);
     r = tune::tune(program, *world, o);
     if (world->rank() != 0) return;
   }
-  if (f.json) print_json(r);
-  else print_table(r);
+  if (f.json)
+    print_json(r);
+  else
+    print_table(r);
 }
 
 }  // namespace
@@ -266,45 +307,60 @@ dsl::Program workload_program(const std::string& name, const std::string& dtype)
 }
 
 const dsl::SymbolMap& default_sizes() {
-  static const dsl::SymbolMap sizes = {{"N", int64_t{4} << 20}, {"B", 1024}, {"K", 2048}, {"H", 1024}};
+  static const dsl::SymbolMap sizes = {
+      {"N", int64_t{4} << 20}, {"B", 1024}, {"K", 2048}, {"H", 1024}};
   return sizes;
 }
 
 void add_tune(CLI::App& app) {
   auto f = std::make_shared<TuneFlags>();
-  auto* cmd = app.add_subcommand(
-      "tune",
-      "Search the schedules of a workload, one collective at a time, then the overlap's block count and the "
-      "chunk size, and keep the fastest (cached under the JIT cache folder).\n"
-      "Sizes not given: N=4Mi (adam, lamb), B=1024 K=2048 H=1024 (megatron_layer, pipeline_stage).\n"
-      "--backend mpi starts itself under `mpirun -np RANKS --oversubscribe` (allowing root) unless already "
-      "started by mpirun.");
-  cmd->add_option("workload", f->workload, "adam, lamb, megatron_layer or pipeline_stage")->required();
-  cmd->add_option("--ranks", f->ranks, "Number of ranks (threads or MPI processes)")->capture_default_str();
-  add_choice(cmd, "--backend", f->backend, parse_backend, "thread (in-process ranks) or mpi (MPI processes)",
-             comm::backend_name(f->backend));
-  cmd->add_option("--size", f->sizes, "Extents: NAME=EXTENT, or bare extents in symbol order (64Mi, 4K, 1024)")
+  auto* cmd =
+      app.add_subcommand("tune",
+                         "Search the schedules of a workload, one collective at a time, then the "
+                         "overlap's block count and the "
+                         "chunk size, and keep the fastest (cached under the JIT cache folder).\n"
+                         "Sizes not given: N=4Mi (adam, lamb), B=1024 K=2048 H=1024 "
+                         "(megatron_layer, pipeline_stage).\n"
+                         "--backend mpi starts itself under `mpirun -np RANKS --oversubscribe` "
+                         "(allowing root) unless already "
+                         "started by mpirun.");
+  cmd->add_option("workload", f->workload, "adam, lamb, megatron_layer or pipeline_stage")
+      ->required();
+  cmd->add_option("--ranks", f->ranks, "Number of ranks (threads or MPI processes)")
+      ->capture_default_str();
+  add_choice(cmd, "--backend", f->backend, parse_backend,
+             "thread (in-process ranks) or mpi (MPI processes)", comm::backend_name(f->backend));
+  cmd->add_option("--size", f->sizes,
+                  "Extents: NAME=EXTENT, or bare extents in symbol order (64Mi, 4K, 1024)")
       ->expected(1, 8);
-  cmd->add_option("--schedules", f->only, "Time only these schedules (and the baseline); default: search");
-  cmd->add_option("--dtype", f->dtype, "Gradient dtype (adam, lamb) or tensor dtype (layers): f32, bf16, f16");
+  cmd->add_option("--schedules", f->only,
+                  "Time only these schedules (and the baseline); default: search");
+  cmd->add_option("--dtype", f->dtype,
+                  "Gradient dtype (adam, lamb) or tensor dtype (layers): f32, bf16, f16");
   add_choice(cmd, "--executor", f->executor, parse_executor,
              "compiled (the CPU JIT), plan (plan runner) or reference (the interpreter)",
              exec::runner_kind_name(f->executor));
   cmd->add_option("--reps", f->reps, "Timed repetitions per schedule")->capture_default_str();
-  cmd->add_option("--warmup", f->warmup, "Untimed runs before the repetitions")->capture_default_str();
-  cmd->add_option("--budget", f->budget,
-                  "Seconds after which no further schedule is timed (the baseline always is); 0: no limit")
+  cmd->add_option("--warmup", f->warmup, "Untimed runs before the repetitions")
       ->capture_default_str();
-  cmd->add_option("--blocks", f->blocks, "Block counts tried for each overlap of the leading schedule")
+  cmd->add_option(
+         "--budget", f->budget,
+         "Seconds after which no further schedule is timed (the baseline always is); 0: no limit")
+      ->capture_default_str();
+  cmd->add_option("--blocks", f->blocks,
+                  "Block counts tried for each overlap of the leading schedule")
       ->delimiter(',')
       ->capture_default_str();
   cmd->add_option("--chunks", f->chunks,
-                  "Collective chunk sizes the winner is timed at, the fastest kept for it to run at (bytes, e.g. "
+                  "Collective chunk sizes the winner is timed at, the fastest kept for it to run "
+                  "at (bytes, e.g. "
                   "64Ki,256Ki,1Mi,4Mi, the default)")
       ->delimiter(',');
-  cmd->add_flag("--no-chunks", f->no_chunks, "No chunk round: the winner runs at the process's chunk size");
+  cmd->add_flag("--no-chunks", f->no_chunks,
+                "No chunk round: the winner runs at the process's chunk size");
   cmd->add_flag("--json", f->json, "Print the results as JSON");
-  cmd->add_flag("--retune", f->retune, "Measure again even when the cache has a record for this key");
+  cmd->add_flag("--retune", f->retune,
+                "Measure again even when the cache has a record for this key");
   cmd->callback([f] { run_tune(*f); });
 }
 

@@ -27,11 +27,14 @@ class CppEmitter : public Walker {
 
   std::string emit_loop(const LoopCtx& ctx) override;
 
-  std::string fold_rows_text(const std::string& fn, int x_root, DType xd, dsl::ReduceOp op) override {
+  std::string fold_rows_text(const std::string& fn, int x_root, DType xd,
+                             dsl::ReduceOp op) override {
     return fmt::format(
         "  const {0}* x = static_cast<const {0}*>(a->buf[{1}]);\n  float* part = a->scratch;\n"
-        "  for (int64_t o = 0; o < outer; ++o)\n    for (int64_t i = 0; i < inner; ++i) {{\n      float acc = {2};\n"
-        "      for (int64_t k = 0; k < rows; ++k) acc = {3}(acc, fx::ld_{4}(x[(o * rows + k) * inner + i]));\n"
+        "  for (int64_t o = 0; o < outer; ++o)\n    for (int64_t i = 0; i < inner; ++i) {{\n      "
+        "float acc = {2};\n"
+        "      for (int64_t k = 0; k < rows; ++k) acc = {3}(acc, fx::ld_{4}(x[(o * rows + k) * "
+        "inner + i]));\n"
         "      part[o * inner + i] = acc;\n    }}\n",
         ctype(xd), x_root, identity_literal(op), combine_fn(op), dt_suffix(xd));
   }
@@ -39,8 +42,12 @@ class CppEmitter : public Walker {
   std::pair<std::string, std::string> finish_lanes_text(const std::string& fn, int id) override {
     // A sum's lanes added in order and rounded once; Prod / Max / Min: the f32 value.
     if (acc_op(id) == dsl::ReduceOp::Sum)
-      return {fmt::format("  float v[1] = {{tdm_sum_lanes(a->acc + {} * {})}};  // {}\n", kAccSlots, id, name(id)), "v"};
-    return {fmt::format("  float v[1] = {{static_cast<float>(a->acc[{} * {}])}};  // {}\n", kAccSlots, id, name(id)), "v"};
+      return {fmt::format("  float v[1] = {{tdm_sum_lanes(a->acc + {} * {})}};  // {}\n", kAccSlots,
+                          id, name(id)),
+              "v"};
+    return {fmt::format("  float v[1] = {{static_cast<float>(a->acc[{} * {}])}};  // {}\n",
+                        kAccSlots, id, name(id)),
+            "v"};
   }
 
   std::string store_text(int root, DType dt, const std::string& src, const std::string& count,
@@ -52,22 +59,26 @@ class CppEmitter : public Walker {
         ctype(dt), root, count, dt_suffix(dt), take_sqrt ? fmt::format("std::sqrt({})", x) : x);
   }
 
-  std::string widen_text(const std::string& tag, const std::string& src, DType dt, const std::string& rows,
-                         const std::string& cols, const std::string& ld) override {
+  std::string widen_text(const std::string& tag, const std::string& src, DType dt,
+                         const std::string& rows, const std::string& cols,
+                         const std::string& ld) override {
     return fmt::format(
         "    {{\n      const {0}* src = {1};\n      for (int64_t i = 0; i < {2}; ++i)\n"
-        "        for (int64_t j = 0; j < {3}; ++j) p{4}[i * {3} + j] = fx::ld_{5}(src[i * {6} + j]);\n    }}\n",
+        "        for (int64_t j = 0; j < {3}; ++j) p{4}[i * {3} + j] = fx::ld_{5}(src[i * {6} + "
+        "j]);\n    }}\n",
         ctype(dt), src, rows, cols, tag, dt_suffix(dt), ld);
   }
 
   std::string zero_text() override {
-    return "      for (int64_t i = 0; i < m; ++i)\n        for (int64_t j = 0; j < n; ++j) pc[i * ldc + j] = 0.0f;\n";
+    return "      for (int64_t i = 0; i < m; ++i)\n        for (int64_t j = 0; j < n; ++j) pc[i * "
+           "ldc + j] = 0.0f;\n";
   }
 
   std::string narrow_text(const std::string& dst, DType dt, const std::string& ld) override {
     return fmt::format(
         "    {{\n      {0}* dst = {1};\n      for (int64_t i = 0; i < m; ++i)\n"
-        "        for (int64_t j = 0; j < n; ++j) dst[i * {2} + j] = fx::st_{3}(pc[i * n + j]);\n    }}\n",
+        "        for (int64_t j = 0; j < n; ++j) dst[i * {2} + j] = fx::st_{3}(pc[i * n + j]);\n   "
+        " }}\n",
         ctype(dt), dst, ld, dt_suffix(dt));
   }
 
@@ -75,15 +86,16 @@ class CppEmitter : public Walker {
 
   std::string copy_text(const std::string& elems, const std::string& dst, const std::string& src,
                         size_t size) const override {
-    return fmt::format("  if ({0} > 0) std::memmove({1}, {2}, static_cast<size_t>({0}) * {3});\n", elems, dst, src,
-                       size);
+    return fmt::format("  if ({0} > 0) std::memmove({1}, {2}, static_cast<size_t>({0}) * {3});\n",
+                       elems, dst, src, size);
   }
 
   std::string acc_init_text(int id) const override {
     if (acc_op(id) == dsl::ReduceOp::Sum)
-      return fmt::format("  for (int j = 0; j < {0}; ++j) a->acc[{0} * {1} + j] = 0.0;  // {2}\n", kAccSlots, id,
-                         name(id));
-    return fmt::format("  a->acc[{} * {}] = {};  // {}\n", kAccSlots, id, identity_literal(acc_op(id)), name(id));
+      return fmt::format("  for (int j = 0; j < {0}; ++j) a->acc[{0} * {1} + j] = 0.0;  // {2}\n",
+                         kAccSlots, id, name(id));
+    return fmt::format("  a->acc[{} * {}] = {};  // {}\n", kAccSlots, id,
+                       identity_literal(acc_op(id)), name(id));
   }
 
   // A segment norm (dsl/ir.h): this rank's piece folded per segment (tdm_segment_sumsq, which is
@@ -97,10 +109,13 @@ class CppEmitter : public Walker {
     const std::string extent = dims(x)[0];
     std::string body = function_head(fn) + prologue();
     body += "  float* part = a->scratch;\n";
-    body += fmt::format("  tdm_segment_sumsq({}, {}, {}, a->seg, a->nseg, part);\n", ptr,
-                        s.reduce.across_ranks ? fmt::format("fx::part_offset({}, P, RK)", extent) : "int64_t{0}", count);
+    body += fmt::format(
+        "  tdm_segment_sumsq({}, {}, {}, a->seg, a->nseg, part);\n", ptr,
+        s.reduce.across_ranks ? fmt::format("fx::part_offset({}, P, RK)", extent) : "int64_t{0}",
+        count);
     if (s.reduce.across_ranks) body += allreduce_text("part", "a->nseg", dsl::ReduceOp::Sum);
-    body += store_text(root(id), st(id).type.dtype, "part", "a->nseg", true) + return_text(fn) + "}\n\n";
+    body += store_text(root(id), st(id).type.dtype, "part", "a->nseg", true) + return_text(fn) +
+            "}\n\n";
     scratch_.push_back("  if (a->nseg > need) need = a->nseg;\n");
     fns_ += body;
     return fn;
@@ -125,7 +140,8 @@ std::string CppEmitter::emit_loop(const LoopCtx& ctx) {
   for (size_t i = 0; i < params.size(); ++i) {
     const Access& a = params[i];
     const bool shared = a.root >= 0 && root_uses[a.root] > 1;
-    sig.push_back(fmt::format("{}{}* {}q{}", a.write ? "" : "const ", ctype(a.dtype), shared ? "" : "__restrict ", i));
+    sig.push_back(fmt::format("{}{}* {}q{}", a.write ? "" : "const ", ctype(a.dtype),
+                              shared ? "" : "__restrict ", i));
   }
   for (int id : io.scalars) sig.push_back(fmt::format("float s{}", id));
   for (int id : io.segment_scalars) sig.push_back(fmt::format("float s{}", id));
@@ -147,7 +163,9 @@ std::string CppEmitter::emit_loop(const LoopCtx& ctx) {
     for (int id : loop.stages)
       if (st(id).op == Op::Dropout && st(id).type.shape.rank() == ctx.rank) worded_.insert(id);
   auto lanes_of = [&](int id) { return acc_op(id) == dsl::ReduceOp::Sum; };
-  auto fold_fn = [&](int id) { return st(id).op == Op::Norm ? "tdm_fold_sumsq8" : "tdm_fold_sum8"; };
+  auto fold_fn = [&](int id) {
+    return st(id).op == Op::Norm ? "tdm_fold_sumsq8" : "tdm_fold_sum8";
+  };
   const std::string in = tiled || !worded_.empty() ? "      " : "    ";
   ElementForm form;
   form.in = in;
@@ -156,9 +174,10 @@ std::string CppEmitter::emit_loop(const LoopCtx& ctx) {
     if (tiled) return fmt::format("{}tile{}[t - t0] = {};  // {}\n", in, id, x, name(id));
     // Double lanes keyed by the global index; a norm adds the exact square of x.
     if (lanes_of(id))
-      return fmt::format("{}{{ const float x = {}; {}(acc{}, &x, 1, g0 + t); }}  // {}\n", in, x, fold_fn(id), id,
-                         name(id));
-    return fmt::format("{0}av{1} = {2}(av{1}, {3});  // {4}\n", in, id, combine_fn(st(id).attrs.reduce), x, name(id));
+      return fmt::format("{}{{ const float x = {}; {}(acc{}, &x, 1, g0 + t); }}  // {}\n", in, x,
+                         fold_fn(id), id, name(id));
+    return fmt::format("{0}av{1} = {2}(av{1}, {3});  // {4}\n", in, id,
+                       combine_fn(st(id).attrs.reduce), x, name(id));
   };
   const std::string elem = element_text(ctx, io, form);
   // A tile's folds: the lanes of each sum, then Prod / Max / Min in element order.
@@ -167,7 +186,8 @@ std::string CppEmitter::emit_loop(const LoopCtx& ctx) {
     if (lanes_of(id))
       lane_fold += fmt::format("    {}(acc{}, tile{}, tn, g0 + t0);\n", fold_fn(id), id, id);
     else
-      fold += fmt::format("      av{0} = {1}(av{0}, tile{0}[k]);\n", id, combine_fn(st(id).attrs.reduce));
+      fold += fmt::format("      av{0} = {1}(av{0}, tile{0}[k]);\n", id,
+                          combine_fn(st(id).attrs.reduce));
   }
   // A loop that only sums f32 values read from memory (a norm of a stored tensor) folds them
   // straight from their buffers: no tile to copy them into.
@@ -179,7 +199,8 @@ std::string CppEmitter::emit_loop(const LoopCtx& ctx) {
         direct_fold.clear();
         break;
       }
-      direct_fold += fmt::format("  {}(acc{}, q{}, n, g0);  // {}\n", fold_fn(id), id, r->second, name(id));
+      direct_fold +=
+          fmt::format("  {}(acc{}, q{}, n, g0);  // {}\n", fold_fn(id), id, r->second, name(id));
     }
   }
   std::string body;
@@ -189,7 +210,9 @@ std::string CppEmitter::emit_loop(const LoopCtx& ctx) {
   if (scalar_code) {
     body += "  {\n    const int64_t t = 0;\n    (void)n;\n" + elem + "  }\n";
   } else if (!worded_.empty()) {
-    body += "  for (int64_t t0 = 0; t0 < n; t0 += 256) {\n    const int64_t tn = tdm_min(n - t0, 256);\n";
+    body +=
+        "  for (int64_t t0 = 0; t0 < n; t0 += 256) {\n    const int64_t tn = tdm_min(n - t0, "
+        "256);\n";
     for (int id : worded_)
       body += fmt::format(
           "    tdm_words w{0};\n    const uint32_t* rw{0} = tdm_random_words(&w{0}, {1}, "
@@ -201,13 +224,17 @@ std::string CppEmitter::emit_loop(const LoopCtx& ctx) {
   } else if (!direct_fold.empty()) {
     body += direct_fold;
   } else {
-    body += "  for (int64_t t0 = 0; t0 < n; t0 += 256) {\n    const int64_t tn = tdm_min(n - t0, 256);\n";
+    body +=
+        "  for (int64_t t0 = 0; t0 < n; t0 += 256) {\n    const int64_t tn = tdm_min(n - t0, "
+        "256);\n";
     for (int id : loop.accumulates) body += fmt::format("    float tile{}[256];\n", id);
     body += "    for (int64_t t = t0; t < t0 + tn; ++t) {\n" + elem + "    }\n";
     body += lane_fold;
     if (!fold.empty())
-      body += "    // In element order, as the reference folds them.\n    for (int64_t k = 0; k < tn; ++k) {\n" + fold +
-              "    }\n";
+      body +=
+          "    // In element order, as the reference folds them.\n    for (int64_t k = 0; k < tn; "
+          "++k) {\n" +
+          fold + "    }\n";
     body += "  }\n";
   }
   for (int id : loop.accumulates)
@@ -221,16 +248,18 @@ std::string CppEmitter::emit_loop(const LoopCtx& ctx) {
     if (a.kind == Access::Chunk)
       call.push_back(fmt::format("static_cast<{}*>(chunk) + (g - g0)", ctype(a.dtype)));
     else
-      call.push_back(fmt::format("static_cast<{}{}*>({}) + {}", a.write ? "" : "const ", ctype(a.dtype),
-                                 base_ptr(a.root), a.index));
+      call.push_back(fmt::format("static_cast<{}{}*>({}) + {}", a.write ? "" : "const ",
+                                 ctype(a.dtype), base_ptr(a.root), a.index));
   }
   std::string loads;
   for (int id : io.scalars) {
     const int rt = root(id);
-    loads += fmt::format("  const float s{} = fx::ld_{}(static_cast<const {}*>(a->buf[{}])[0]);  // {}\n", id,
-                         dt_suffix(st(rt).type.dtype), ctype(st(rt).type.dtype), rt, name(id));
+    loads += fmt::format(
+        "  const float s{} = fx::ld_{}(static_cast<const {}*>(a->buf[{}])[0]);  // {}\n", id,
+        dt_suffix(st(rt).type.dtype), ctype(st(rt).type.dtype), rt, name(id));
   }
-  for (int id : io.seed_params) loads += fmt::format("  const uint64_t k{0} = a->seed[{0}];  // {1}\n", id, name(id));
+  for (int id : io.seed_params)
+    loads += fmt::format("  const uint64_t k{0} = a->seed[{0}];  // {1}\n", id, name(id));
   for (int id : io.scalars) call.push_back(fmt::format("s{}", id));
   for (int id : io.segment_scalars) call.push_back(fmt::format("s{}", id));
   for (int id : io.seed_params) call.push_back(fmt::format("k{}", id));
@@ -239,10 +268,13 @@ std::string CppEmitter::emit_loop(const LoopCtx& ctx) {
   // With segment factors: `len` is cut at the end of g's segment, whose factors are loaded.
   std::string segment_cut;
   if (!io.segment_scalars.empty()) {
-    segment_cut = "    const int64_t sg = tdm_segment_of(a->seg, a->nseg, g);\n    len = tdm_min(len, a->seg[sg + 1] - g);\n";
+    segment_cut =
+        "    const int64_t sg = tdm_segment_of(a->seg, a->nseg, g);\n    len = tdm_min(len, "
+        "a->seg[sg + 1] - g);\n";
     for (int id : io.segment_scalars)
-      segment_cut += fmt::format("    const float s{} = static_cast<const float*>(a->buf[{}])[sg];  // {}\n", id,
-                                 root(id), name(id));
+      segment_cut +=
+          fmt::format("    const float s{} = static_cast<const float*>(a->buf[{}])[sg];  // {}\n",
+                      id, root(id), name(id));
   }
 
   std::string driver;
@@ -252,11 +284,14 @@ std::string CppEmitter::emit_loop(const LoopCtx& ctx) {
         "[[maybe_unused]] const tandem_block* blk) {{\n",
         fn);
     driver += prologue() + loads;
-    driver += "  for (int64_t t = 0; t < n;) {\n    const int64_t g = g0 + t;\n    int64_t len = n - t;\n";
+    driver +=
+        "  for (int64_t t = 0; t < n;) {\n    const int64_t g = g0 + t;\n    int64_t len = n - "
+        "t;\n";
     std::set<std::string> moduli;
     for (const Access& a : params)
       if (!a.modulus.empty()) moduli.insert(a.modulus);
-    for (const std::string& m : moduli) driver += fmt::format("    len = tdm_min(len, {0} - g % {0});\n", m);
+    for (const std::string& m : moduli)
+      driver += fmt::format("    len = tdm_min(len, {0} - g % {0});\n", m);
     driver += segment_cut;
     driver += fmt::format("    {};\n    t += len;\n  }}\n  return 0;\n}}\n\n", call_text);
     fns_ += driver;
@@ -280,26 +315,32 @@ std::string CppEmitter::emit_loop(const LoopCtx& ctx) {
   }
   c = std::min(c, R - 1);
   for (int i = 0; i <= c; ++i)
-    driver += fmt::format("  const int64_t lo{0} = {1}, n{0} = {2};\n", i, box.lo[static_cast<size_t>(i)],
-                          box.cnt[static_cast<size_t>(i)]);
+    driver += fmt::format("  const int64_t lo{0} = {1}, n{0} = {2};\n", i,
+                          box.lo[static_cast<size_t>(i)], box.cnt[static_cast<size_t>(i)]);
   if (!segment_cut.empty()) {  // rank 1 (loop_io checked): the runs of each segment in turn
-    driver += "  for (int64_t t = 0; t < n0;) {\n    const int64_t g = lo0 + t;\n    int64_t len = n0 - t;\n";
-    fns_ += driver + segment_cut + fmt::format("    {};\n    t += len;\n  }}\n  return 0;\n}}\n\n", call_text);
+    driver +=
+        "  for (int64_t t = 0; t < n0;) {\n    const int64_t g = lo0 + t;\n    int64_t len = n0 - "
+        "t;\n";
+    fns_ += driver + segment_cut +
+            fmt::format("    {};\n    t += len;\n  }}\n  return 0;\n}}\n\n", call_text);
     return fn;
   }
   std::vector<std::string> run_dims = {fmt::format("n{}", c)};
   for (int i = c + 1; i < R; ++i) run_dims.push_back(ctx.extents[static_cast<size_t>(i)]);
-  driver += fmt::format("  const int64_t len = {};\n  if (len <= 0) return 0;\n", product(run_dims, 0, run_dims.size()));
+  driver += fmt::format("  const int64_t len = {};\n  if (len <= 0) return 0;\n",
+                        product(run_dims, 0, run_dims.size()));
   std::string indent = "  ";
   for (int i = 0; i < c; ++i) {
-    driver += fmt::format("{0}for (int64_t x{1} = lo{1}; x{1} < lo{1} + n{1}; ++x{1}) {{\n", indent, i);
+    driver +=
+        fmt::format("{0}for (int64_t x{1} = lo{1}; x{1} < lo{1} + n{1}; ++x{1}) {{\n", indent, i);
     indent += "  ";
   }
   std::string flat = "int64_t{0}";
   for (int i = 0; i <= c; ++i)
     flat = fmt::format("({} * {} + {})", flat, ctx.extents[static_cast<size_t>(i)],
                        i < c ? fmt::format("x{}", i) : fmt::format("lo{}", i));
-  flat = fmt::format("{} * {}", flat, product(ctx.extents, static_cast<size_t>(c) + 1, ctx.extents.size()));
+  flat = fmt::format("{} * {}", flat,
+                     product(ctx.extents, static_cast<size_t>(c) + 1, ctx.extents.size()));
   driver += fmt::format("{}const int64_t g = {};\n{}{};\n", indent, flat, indent, call_text);
   for (int i = c - 1; i >= 0; --i) {
     indent.resize(indent.size() - 2);
@@ -313,6 +354,8 @@ std::string CppEmitter::emit_loop(const LoopCtx& ctx) {
 
 std::string step_symbol(int k) { return fmt::format("tandem_step_{}", k); }
 
-std::string emit_cpp(const schedule::Plan& plan) { return cpp_prefix() + "\n" + CppEmitter(plan).emit_body(); }
+std::string emit_cpp(const schedule::Plan& plan) {
+  return cpp_prefix() + "\n" + CppEmitter(plan).emit_body();
+}
 
 }  // namespace tandem::codegen

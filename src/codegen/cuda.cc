@@ -35,13 +35,15 @@ class CudaEmitter : public Walker {
   std::string emit_tables() {
     std::string out = "// ---- the plan's tables, for main()\n";
     const std::vector<std::string> syms = p_.symbols();
-    out += fmt::format("const int tdm_nstages = {};\nconst int tdm_groups = {};\n", p_.stages().size(),
-                       p_.groups());
-    out += fmt::format("const int tdm_nsyms = {};\nconst char* const tdm_sym_names[] = {{", syms.size());
+    out += fmt::format("const int tdm_nstages = {};\nconst int tdm_groups = {};\n",
+                       p_.stages().size(), p_.groups());
+    out += fmt::format("const int tdm_nsyms = {};\nconst char* const tdm_sym_names[] = {{",
+                       syms.size());
     for (const auto& sname : syms) out += fmt::format("\"{}\", ", sname);
     out += "nullptr};\n";
-    out += fmt::format("const char* const tdm_plan_name = \"{}\";\nconst char* const tdm_program_name = \"{}\";\n",
-                       plan_.name, p_.name());
+    out += fmt::format(
+        "const char* const tdm_plan_name = \"{}\";\nconst char* const tdm_program_name = \"{}\";\n",
+        plan_.name, p_.name());
     // Per stage: the buffer owner (-1: none), group (-1: every group), dtype code, kind.
     std::vector<std::string> owner, group, dtype, kind;
     for (const dsl::Stage& s : p_.stages()) {
@@ -54,22 +56,25 @@ class CudaEmitter : public Walker {
     out += fmt::format("const int tdm_owner[] = {{{}}};\n", fmt::join(owner, ", "));
     out += fmt::format("const int tdm_group_of[] = {{{}}};\n", fmt::join(group, ", "));
     out += fmt::format("const int tdm_dtype_of[] = {{{}}};\n", fmt::join(dtype, ", "));
-    out += fmt::format("const int tdm_kind_of[] = {{{}}};  // 1 input, 2 scalar\n", fmt::join(kind, ", "));
+    out += fmt::format("const int tdm_kind_of[] = {{{}}};  // 1 input, 2 scalar\n",
+                       fmt::join(kind, ", "));
     std::vector<std::string> names;
     for (const dsl::Stage& s : p_.stages()) names.push_back(fmt::format("\"{}\"", name(s.id)));
     out += fmt::format("const char* const tdm_stage_name[] = {{{}}};\n", fmt::join(names, ", "));
     // Elements of each owned buffer on this rank.
-    out += "int64_t tdm_buffer_elems(const tandem_args* a, int id) {\n" + prologue() + "  switch (id) {\n";
+    out += "int64_t tdm_buffer_elems(const tandem_args* a, int id) {\n" + prologue() +
+           "  switch (id) {\n";
     for (const dsl::Stage& s : p_.stages()) {
       const schedule::Value& v = val(s.id);
       if (v.alias >= 0 || v.storage == Storage::None) continue;
-      out += fmt::format("    case {}: return {};  // {} ({})\n", s.id, buffer_elems(s.id), name(s.id),
-                         schedule::storage_name(v.storage));
+      out += fmt::format("    case {}: return {};  // {} ({})\n", s.id, buffer_elems(s.id),
+                         name(s.id), schedule::storage_name(v.storage));
     }
     out += "    default: return -1;\n  }\n}\n";
     // What the check loads (inputs) and compares (outputs, inputs updated in place): this rank's
     // stored piece of each, as a pointer into its buffer and an element count.
-    out += "void tdm_check_items(const tandem_args* a, std::vector<tdm_item>& items) {\n" + prologue();
+    out +=
+        "void tdm_check_items(const tandem_args* a, std::vector<tdm_item>& items) {\n" + prologue();
     for (int id : p_.inputs()) out += check_item(id, 0);
     std::set<int> wanted;
     for (const dsl::Output& o : p_.outputs()) wanted.insert(o.stage);
@@ -80,7 +85,6 @@ class CudaEmitter : public Walker {
     return out;
   }
 
-
  protected:
   std::string target_name() const override { return "cuda"; }
   std::string target_title() const override { return "CUDA"; }
@@ -88,13 +92,17 @@ class CudaEmitter : public Walker {
   std::string emit_loop(const LoopCtx& ctx) override;
 
   // One thread per output element folds the rows in order.
-  std::string fold_rows_text(const std::string& fn, int x_root, DType xd, dsl::ReduceOp op) override {
+  std::string fold_rows_text(const std::string& fn, int x_root, DType xd,
+                             dsl::ReduceOp op) override {
     fns_ += fmt::format(
-        "__global__ void {0}_k(int64_t outer, int64_t rows, int64_t inner, const {1}* __restrict__ x, float* __restrict__ part) {{\n"
-        "  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < outer * inner;\n"
+        "__global__ void {0}_k(int64_t outer, int64_t rows, int64_t inner, const {1}* __restrict__ "
+        "x, float* __restrict__ part) {{\n"
+        "  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < outer "
+        "* inner;\n"
         "       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {{\n"
         "    const int64_t o = e / inner, i = e % inner;\n    float acc = {2};\n"
-        "    for (int64_t k = 0; k < rows; ++k) acc = {3}(acc, fx::ld_{4}(x[(o * rows + k) * inner + i]));\n"
+        "    for (int64_t k = 0; k < rows; ++k) acc = {3}(acc, fx::ld_{4}(x[(o * rows + k) * inner "
+        "+ i]));\n"
         "    part[e] = acc;\n  }}\n}}\n\n",
         fn, ctype(xd), identity_literal(op), combine_fn(op), dt_suffix(xd));
     return fmt::format(
@@ -117,39 +125,51 @@ class CudaEmitter : public Walker {
 
   std::string store_text(int root, DType dt, const std::string& src, const std::string& count,
                          bool take_sqrt) override {
-    return fmt::format("  tdm_store_f32<<<tdm_blocks({0}), TDM_THREADS, 0, tdm_stream(a)>>>(a->buf[{1}], {2}, {3}, {0}, {4});\n",
-                       count, root, dtype_code(dt), src, take_sqrt ? 1 : 0);
+    return fmt::format(
+        "  tdm_store_f32<<<tdm_blocks({0}), TDM_THREADS, 0, tdm_stream(a)>>>(a->buf[{1}], {2}, "
+        "{3}, {0}, {4});\n",
+        count, root, dtype_code(dt), src, take_sqrt ? 1 : 0);
   }
 
-  std::string widen_text(const std::string& tag, const std::string& src, DType dt, const std::string& rows,
-                         const std::string& cols, const std::string& ld) override {
-    return fmt::format("    tdm_widen2d<<<tdm_blocks({0} * {1}), TDM_THREADS, 0, tdm_stream(a)>>>(p{2}, {3}, {4}, {0}, {1}, {5});\n",
-                       rows, cols, tag, src, dtype_code(dt), ld);
+  std::string widen_text(const std::string& tag, const std::string& src, DType dt,
+                         const std::string& rows, const std::string& cols,
+                         const std::string& ld) override {
+    return fmt::format(
+        "    tdm_widen2d<<<tdm_blocks({0} * {1}), TDM_THREADS, 0, tdm_stream(a)>>>(p{2}, {3}, {4}, "
+        "{0}, {1}, {5});\n",
+        rows, cols, tag, src, dtype_code(dt), ld);
   }
 
   std::string zero_text() override {
-    return "      tdm_fill2d<<<tdm_blocks(m * n), TDM_THREADS, 0, tdm_stream(a)>>>(pc, m, n, ldc, 0.0f);\n";
+    return "      tdm_fill2d<<<tdm_blocks(m * n), TDM_THREADS, 0, tdm_stream(a)>>>(pc, m, n, ldc, "
+           "0.0f);\n";
   }
 
   std::string narrow_text(const std::string& dst, DType dt, const std::string& ld) override {
-    return fmt::format("    tdm_narrow2d<<<tdm_blocks(m * n), TDM_THREADS, 0, tdm_stream(a)>>>({}, {}, pc, m, n, {});\n", dst,
-                       dtype_code(dt), ld);
+    return fmt::format(
+        "    tdm_narrow2d<<<tdm_blocks(m * n), TDM_THREADS, 0, tdm_stream(a)>>>({}, {}, pc, m, n, "
+        "{});\n",
+        dst, dtype_code(dt), ld);
   }
 
-  std::string return_text(const std::string& fn) override { return fmt::format("  return tdm_launched(a, \"{}\");\n", fn); }
+  std::string return_text(const std::string& fn) override {
+    return fmt::format("  return tdm_launched(a, \"{}\");\n", fn);
+  }
 
   std::string copy_text(const std::string& elems, const std::string& dst, const std::string& src,
                         size_t size) const override {
     return fmt::format(
         "  if ({0} > 0 && (void*){1} != (void*){2})\n"
-        "    TDM_CUDA(a, cudaMemcpyAsync({1}, {2}, static_cast<size_t>({0}) * {3}, cudaMemcpyDeviceToDevice, tdm_stream(a)));\n",
+        "    TDM_CUDA(a, cudaMemcpyAsync({1}, {2}, static_cast<size_t>({0}) * {3}, "
+        "cudaMemcpyDeviceToDevice, tdm_stream(a)));\n",
         elems, dst, src, size);
   }
 
   std::string acc_init_text(int id) const override {
     const bool sum = acc_op(id) == dsl::ReduceOp::Sum;
-    return fmt::format("  tdm_acc_init<<<1, {}, 0, tdm_stream(a)>>>(a->acc + {} * {}, {});  // {}\n", kAccSlots,
-                       kAccSlots, id, sum ? "0.0f" : identity_literal(acc_op(id)), name(id));
+    return fmt::format(
+        "  tdm_acc_init<<<1, {}, 0, tdm_stream(a)>>>(a->acc + {} * {}, {});  // {}\n", kAccSlots,
+        kAccSlots, id, sum ? "0.0f" : identity_literal(acc_op(id)), name(id));
   }
 
  private:
@@ -159,9 +179,12 @@ class CudaEmitter : public Walker {
     const std::vector<std::string> e = dims(id);
     if (s == Storage::Full) return product(e, 0, e.size());
     const dsl::Layout l = st(id).type.layout;
-    if (!l.is_sliced()) unsupported(fmt::format("{} storage of {}, which is not sliced", schedule::storage_name(s), name(id)));
+    if (!l.is_sliced())
+      unsupported(fmt::format("{} storage of {}, which is not sliced", schedule::storage_name(s),
+                              name(id)));
     std::vector<std::string> part = e;
-    part[static_cast<size_t>(l.dim)] = fmt::format("fx::part_count({}, P, RK)", e[static_cast<size_t>(l.dim)]);
+    part[static_cast<size_t>(l.dim)] =
+        fmt::format("fx::part_count({}, P, RK)", e[static_cast<size_t>(l.dim)]);
     if (s == Storage::Slice || l.dim != 0) return product(part, 0, part.size());
     // A row-sliced Block value: this rank's part of each block's rows, one block after another.
     for (const Step& step : plan_.steps) {
@@ -169,15 +192,17 @@ class CudaEmitter : public Walker {
       const auto& vs = step.pipeline.values;
       if (std::find(vs.begin(), vs.end(), id) == vs.end()) continue;
       const std::string rows = dims(vs[0])[0];
-      return fmt::format("(tdm_block_rows({}, {}, P, RK) * {})", rows, step.pipeline.blocks, product(e, 1, e.size()));
+      return fmt::format("(tdm_block_rows({}, {}, P, RK) * {})", rows, step.pipeline.blocks,
+                         product(e, 1, e.size()));
     }
     unsupported(fmt::format("block value {} outside every pipeline", name(id)));
   }
 
   std::string check_item(int id, int want) {
     const auto [ptr, elems] = stored_piece(id, false);
-    std::string out = fmt::format("  if (tdm_mine(a, {})) items.push_back(tdm_item{{{}, {}, {}, (void*){}, {}}});  // {}\n", id,
-                                  id, want, dtype_code(st(id).type.dtype), ptr, elems, name(id));
+    std::string out = fmt::format(
+        "  if (tdm_mine(a, {})) items.push_back(tdm_item{{{}, {}, {}, (void*){}, {}}});  // {}\n",
+        id, id, want, dtype_code(st(id).type.dtype), ptr, elems, name(id));
     return out;
   }
 };
@@ -188,7 +213,8 @@ std::string CudaEmitter::emit_loop(const LoopCtx& ctx) {
   const schedule::Loop& loop = *ctx.loop;
   const std::string fn = fresh(ctx.chunk ? "hook" : "loop");
   const LoopIO io = loop_io(ctx);
-  if (!io.segment_scalars.empty()) unsupported(fmt::format("segment_scale ({})", name(io.segment_scalars.front())));
+  if (!io.segment_scalars.empty())
+    unsupported(fmt::format("segment_scale ({})", name(io.segment_scalars.front())));
   const int R = ctx.rank;
   const bool scalar_code = R == 0 && !ctx.chunk;
 
@@ -208,32 +234,39 @@ std::string CudaEmitter::emit_loop(const LoopCtx& ctx) {
     if (acc.root >= 0) ++root_uses[acc.root];
   // 16-byte vectors where every operand moves with t (no broadcast, no strided part) and
   // nothing accumulates; V elements per thread, V = 16 bytes of the narrowest dtype.
-  bool vec = (contiguous || ctx.chunk) && !scalar_code && loop.accumulates.empty() && !io.params.empty();
+  bool vec =
+      (contiguous || ctx.chunk) && !scalar_code && loop.accumulates.empty() && !io.params.empty();
   size_t narrow = 4;
   for (const Access& acc : io.params) {
-    vec = vec && (acc.kind == Access::Full || acc.kind == Access::Chunk || (acc.kind == Access::Part && acc.part_dim == 0));
+    vec = vec && (acc.kind == Access::Full || acc.kind == Access::Chunk ||
+                  (acc.kind == Access::Part && acc.part_dim == 0));
     vec = vec && (acc.root < 0 || root_uses[acc.root] == 1);
     narrow = std::min(narrow, dtype_size(acc.dtype));
   }
   const int V = static_cast<int>(16 / narrow);
 
   // ---- the kernel
-  std::vector<std::string> sig = {"int64_t n", "int64_t g0", "tdm_box box", "tandem_block bk", "int64_t P",
-                                  "int64_t RK", "tdm_syms sy", "int vec"};
+  std::vector<std::string> sig = {"int64_t n", "int64_t g0", "tdm_box box", "tandem_block bk",
+                                  "int64_t P", "int64_t RK", "tdm_syms sy", "int vec"};
   for (size_t i = 0; i < io.params.size(); ++i) {
     const Access& acc = io.params[i];
     const bool shared = acc.root >= 0 && root_uses[acc.root] > 1;
-    sig.push_back(fmt::format("{}{}* {}q{}", acc.write ? "" : "const ", ctype(acc.dtype), shared ? "" : "__restrict__ ", i));
+    sig.push_back(fmt::format("{}{}* {}q{}", acc.write ? "" : "const ", ctype(acc.dtype),
+                              shared ? "" : "__restrict__ ", i));
   }
-  for (int id : io.scalars) sig.push_back(fmt::format("const {}* __restrict__ sp{}", ctype(st(root(id)).type.dtype), id));
+  for (int id : io.scalars)
+    sig.push_back(fmt::format("const {}* __restrict__ sp{}", ctype(st(root(id)).type.dtype), id));
   for (int id : io.seed_params) sig.push_back(fmt::format("uint64_t k{}", id));
   for (int id : loop.accumulates) sig.push_back(fmt::format("double* acc{}", id));
 
-  std::string k = fmt::format("__global__ void __launch_bounds__(TDM_THREADS) {}_k({}) {{\n", fn, fmt::join(sig, ", "));
+  std::string k = fmt::format("__global__ void __launch_bounds__(TDM_THREADS) {}_k({}) {{\n", fn,
+                              fmt::join(sig, ", "));
   k += "  [[maybe_unused]] const tandem_block* blk = &bk;\n";
-  for (const auto& [sym, i] : sym_index_) k += fmt::format("  [[maybe_unused]] const int64_t S{0} = sy.v[{0}];  // {1}\n", i, sym);
+  for (const auto& [sym, i] : sym_index_)
+    k += fmt::format("  [[maybe_unused]] const int64_t S{0} = sy.v[{0}];  // {1}\n", i, sym);
   for (int id : io.scalars)
-    k += fmt::format("  const float s{0} = fx::ld_{1}(sp{0}[0]);  // {2}\n", id, dt_suffix(st(root(id)).type.dtype), name(id));
+    k += fmt::format("  const float s{0} = fx::ld_{1}(sp{0}[0]);  // {2}\n", id,
+                     dt_suffix(st(root(id)).type.dtype), name(id));
   for (int id : loop.accumulates) {
     if (acc_op(id) == dsl::ReduceOp::Sum)
       k += fmt::format("  double lane{0} = 0.0;\n  int64_t lane_of{0} = -1;\n", id);
@@ -249,75 +282,95 @@ std::string CudaEmitter::emit_loop(const LoopCtx& ctx) {
     ElementForm form;
     form.in = in;
     form.slot = [&](size_t i) {
-      return vector_form ? fmt::format("x{}[j]", i) : fmt::format("q{}[{}]", i, at_index(io.params[i].index, "g"));
+      return vector_form ? fmt::format("x{}[j]", i)
+                         : fmt::format("q{}[{}]", i, at_index(io.params[i].index, "g"));
     };
     form.fold = [&](int id, const std::string& x) {
       if (acc_op(id) != dsl::ReduceOp::Sum)
-        return fmt::format("{0}av{1} = {2}(av{1}, {3});  // {4}\n", in, id, combine_fn(st(id).attrs.reduce), x, name(id));
+        return fmt::format("{0}av{1} = {2}(av{1}, {3});  // {4}\n", in, id,
+                           combine_fn(st(id).attrs.reduce), x, name(id));
       // Lane g % 8 in double (a norm: the exact square); flushed to memory when it changes.
-      const std::string term = st(id).op == Op::Norm
-                                   ? fmt::format("static_cast<double>({0}) * static_cast<double>({0})", x)
-                                   : fmt::format("static_cast<double>({})", x);
+      const std::string term =
+          st(id).op == Op::Norm
+              ? fmt::format("static_cast<double>({0}) * static_cast<double>({0})", x)
+              : fmt::format("static_cast<double>({})", x);
       return fmt::format(
-          "{0}if ((g & 7) != lane_of{1}) {{ if (lane_of{1} >= 0) atomicAdd(acc{1} + lane_of{1}, lane{1}); lane{1} = 0.0; "
+          "{0}if ((g & 7) != lane_of{1}) {{ if (lane_of{1} >= 0) atomicAdd(acc{1} + lane_of{1}, "
+          "lane{1}); lane{1} = 0.0; "
           "lane_of{1} = g & 7; }}\n{0}lane{1} += {2};  // {3}\n",
           in, id, term, name(id));
     };
     return element_text(ctx, io, form);
   };
   if (scalar_code) {
-    k += "  if (first == 0) {\n    const int64_t t = 0, g = 0;\n    (void)t;\n    (void)g;\n" + element(false) + "  }\n";
+    k += "  if (first == 0) {\n    const int64_t t = 0, g = 0;\n    (void)t;\n    (void)g;\n" +
+         element(false) + "  }\n";
   } else {
     if (vec) {
       // Vectors of V consecutive elements: every operand loaded as 16-byte words first (reads
       // precede stores at each element, as the plan requires), computed, stored back.
       k += fmt::format("  const int64_t nv = vec ? n / {} : 0;\n", V);
-      k += fmt::format("  for (int64_t w = first; w < nv; w += stride) {{\n    const int64_t t0 = w * {};\n", V);
+      k += fmt::format(
+          "  for (int64_t w = first; w < nv; w += stride) {{\n    const int64_t t0 = w * {};\n", V);
       for (size_t i = 0; i < io.params.size(); ++i) {
         const Access& acc = io.params[i];
         k += fmt::format("    {} x{}[{}];\n", ctype(acc.dtype), i, V);
-        if (acc.read) k += fmt::format("    tdm_vload<{}>(q{} + {}, x{});\n", V, i, at_index(acc.index, "g0 + t0"), i);
+        if (acc.read)
+          k += fmt::format("    tdm_vload<{}>(q{} + {}, x{});\n", V, i,
+                           at_index(acc.index, "g0 + t0"), i);
       }
       k += fmt::format(
-          "#pragma unroll\n    for (int j = 0; j < {}; ++j) {{\n      const int64_t t = t0 + j, g = g0 + t;\n      (void)g;\n", V);
+          "#pragma unroll\n    for (int j = 0; j < {}; ++j) {{\n      const int64_t t = t0 + j, g "
+          "= g0 + t;\n      (void)g;\n",
+          V);
       k += element(true) + "    }\n";
       for (size_t i = 0; i < io.params.size(); ++i)
         if (io.params[i].write)
-          k += fmt::format("    tdm_vstore<{}>(q{} + {}, x{});\n", V, i, at_index(io.params[i].index, "g0 + t0"), i);
+          k += fmt::format("    tdm_vstore<{}>(q{} + {}, x{});\n", V, i,
+                           at_index(io.params[i].index, "g0 + t0"), i);
       k += fmt::format("  }}\n  for (int64_t t = nv * {} + first; t < n; t += stride) {{\n", V);
     } else {
       k += "  for (int64_t t = first; t < n; t += stride) {\n";
     }
-    k += fmt::format("    const int64_t g = {};\n    (void)g;\n", g_of_t) + element(false) + "  }\n";
+    k +=
+        fmt::format("    const int64_t g = {};\n    (void)g;\n", g_of_t) + element(false) + "  }\n";
   }
   for (int id : loop.accumulates) {
     if (acc_op(id) == dsl::ReduceOp::Sum)
       k += fmt::format("  if (lane_of{0} >= 0) atomicAdd(acc{0} + lane_of{0}, lane{0});\n", id);
     else
-      k += fmt::format("  tdm_atomic_combine(acc{0}, av{0}, {1});\n", id, reduce_op_code(acc_op(id)));
+      k += fmt::format("  tdm_atomic_combine(acc{0}, av{0}, {1});\n", id,
+                       reduce_op_code(acc_op(id)));
   }
   k += "}\n\n";
   fns_ += k;
 
   // ---- the host function that launches it
-  std::vector<std::string> call = {"n", "g0", "box", "blk != nullptr ? *blk : tandem_block{}", "P", "RK", "tdm_syms_of(a)", "vec"};
+  std::vector<std::string> call = {
+      "n",  "g0", "box", "blk != nullptr ? *blk : tandem_block{}", "P", "RK", "tdm_syms_of(a)",
+      "vec"};
   std::string aligned;
   for (size_t i = 0; i < io.params.size(); ++i) {
     const Access& acc = io.params[i];
-    const std::string base = acc.kind == Access::Chunk
-                                 ? fmt::format("static_cast<{}*>(chunk)", ctype(acc.dtype))
-                                 : fmt::format("static_cast<{}*>({})", ctype(acc.dtype), base_ptr(acc.root));
+    const std::string base =
+        acc.kind == Access::Chunk
+            ? fmt::format("static_cast<{}*>(chunk)", ctype(acc.dtype))
+            : fmt::format("static_cast<{}*>({})", ctype(acc.dtype), base_ptr(acc.root));
     call.push_back(base);
     if (vec) aligned += fmt::format(" && tdm_aligned16({} + {})", base, at_index(acc.index, "g0"));
   }
   for (int id : io.scalars)
-    call.push_back(fmt::format("static_cast<const {}*>(a->buf[{}])", ctype(st(root(id)).type.dtype), root(id)));
+    call.push_back(fmt::format("static_cast<const {}*>(a->buf[{}])", ctype(st(root(id)).type.dtype),
+                               root(id)));
   for (int id : io.seed_params) call.push_back(fmt::format("a->seed[{}]", id));
   for (int id : loop.accumulates) call.push_back(fmt::format("a->acc + {} * {}", kAccSlots, id));
 
   std::string h;
   if (ctx.chunk)
-    h = fmt::format("static int {}(const tandem_args* a, void* chunk, int64_t n, int64_t g0, const tandem_block* blk) {{\n", fn);
+    h = fmt::format(
+        "static int {}(const tandem_args* a, void* chunk, int64_t n, int64_t g0, const "
+        "tandem_block* blk) {{\n",
+        fn);
   else
     h = fmt::format("static int {}(const tandem_args* a, const tandem_block* blk) {{\n", fn);
   h += prologue();
@@ -330,18 +383,22 @@ std::string CudaEmitter::emit_loop(const LoopCtx& ctx) {
     // The box, and the global index of its first element.
     std::string g0_expr = "int64_t{0}";
     for (int i = 0; i < R; ++i) {
-      h += fmt::format("  box.lo[{0}] = {1};\n  box.cnt[{0}] = {2};\n  box.ext[{0}] = {3};\n", i, box.lo[static_cast<size_t>(i)],
-                       box.cnt[static_cast<size_t>(i)], ctx.extents[static_cast<size_t>(i)]);
+      h += fmt::format("  box.lo[{0}] = {1};\n  box.cnt[{0}] = {2};\n  box.ext[{0}] = {3};\n", i,
+                       box.lo[static_cast<size_t>(i)], box.cnt[static_cast<size_t>(i)],
+                       ctx.extents[static_cast<size_t>(i)]);
       g0_expr = fmt::format("({} * box.ext[{}] + box.lo[{}])", g0_expr, i, i);
     }
     h += fmt::format("  box.rank = {};\n", R);
-    h += "  int64_t n = 1;\n  for (int i = 0; i < box.rank; ++i) n *= box.cnt[i];\n  if (n <= 0) return 0;\n";
+    h += "  int64_t n = 1;\n  for (int i = 0; i < box.rank; ++i) n *= box.cnt[i];\n  if (n <= 0) "
+         "return 0;\n";
     h += fmt::format("  const int64_t g0 = {};\n", g0_expr);
   }
   h += fmt::format("  const int vec = 1{};\n", aligned);
-  const std::string grid = scalar_code ? "1" : (vec ? fmt::format("tdm_blocks((n + {0} - 1) / {0})", V) : "tdm_blocks(n)");
-  h += fmt::format("  {}_k<<<{}, {}, 0, tdm_stream(a)>>>({});\n", fn, grid, scalar_code ? "1" : "TDM_THREADS",
-                   fmt::join(call, ", "));
+  const std::string grid =
+      scalar_code ? "1"
+                  : (vec ? fmt::format("tdm_blocks((n + {0} - 1) / {0})", V) : "tdm_blocks(n)");
+  h += fmt::format("  {}_k<<<{}, {}, 0, tdm_stream(a)>>>({});\n", fn, grid,
+                   scalar_code ? "1" : "TDM_THREADS", fmt::join(call, ", "));
   h += fmt::format("  return tdm_launched(a, \"{}\");\n}}\n\n", fn);
   fns_ += h;
   return fn;
@@ -351,12 +408,16 @@ std::string CudaEmitter::emit_loop(const LoopCtx& ctx) {
 // runtime/cuda_prefix.cuh.
 std::string cuda_prefix(int symbols) {
   return std::string(
-             "// Emitted by tandem codegen/cuda: one schedule of one program as a standalone CUDA + NCCL program.\n"
-             "// Build: make (see the Makefile). Run: mpirun -np N ./<name> [SYMBOL=EXTENT ...] [--iters K]\n"
+             "// Emitted by tandem codegen/cuda: one schedule of one program as a standalone CUDA "
+             "+ NCCL program.\n"
+             "// Build: make (see the Makefile). Run: mpirun -np N ./<name> [SYMBOL=EXTENT ...] "
+             "[--iters K]\n"
              "#include <stdint.h>\n\nextern \"C\" {\n") +
          abi_declarations() + "}\n\n// ---- core/formulas.h\n" + std::string(formulas_text()) +
-         fmt::format("\n// ---- the program's constants\n#define TANDEM_ACC_SLOTS {}\n#define TDM_NSYMS {}\n", TANDEM_ACC_SLOTS,
-                     symbols) +
+         fmt::format(
+             "\n// ---- the program's constants\n#define TANDEM_ACC_SLOTS {}\n#define TDM_NSYMS "
+             "{}\n",
+             TANDEM_ACC_SLOTS, symbols) +
          "\n// ---- codegen/runtime/cuda_prefix.cuh\n" + std::string(cuda_prefix_text());
 }
 
@@ -395,9 +456,10 @@ CudaProgram emit_cuda(const schedule::Plan& plan, const std::string& name) {
   CudaEmitter e(plan);
   CudaProgram out;
   const std::string body = e.emit_body();
-  out.source = cuda_prefix(static_cast<int>(plan.program.symbols().size())) + "\n" + body + "\n" + e.emit_tables() +
-               "\n// ---- codegen/runtime/cuda_runtime.cuh\n" + std::string(cuda_runtime_text()) +
-               "\n// ---- codegen/runtime/cuda_main.cu\n" + std::string(cuda_main_text());
+  out.source = cuda_prefix(static_cast<int>(plan.program.symbols().size())) + "\n" + body + "\n" +
+               e.emit_tables() + "\n// ---- codegen/runtime/cuda_runtime.cuh\n" +
+               std::string(cuda_runtime_text()) + "\n// ---- codegen/runtime/cuda_main.cu\n" +
+               std::string(cuda_main_text());
   out.makefile = cuda_makefile(name);
   return out;
 }

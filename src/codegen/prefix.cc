@@ -3,11 +3,10 @@
 // that keep the emitted loops vectorisable.
 #include <string>
 
+#include "runtime_text.h"
 #include "tandem/codegen/abi.h"
 #include "tandem/codegen/cpp.h"
 #include "tandem/codegen/formulas_text.h"
-
-#include "runtime_text.h"
 
 namespace tandem::codegen {
 namespace {
@@ -34,14 +33,14 @@ std::string reflow(const std::string& line) {
 std::string abi_declarations() { return reflow(TANDEM_KERNEL_ABI_TEXT); }
 
 const std::string& cpp_prefix() {
-  static const std::string text = std::string(
-                                      "// Emitted by tandem codegen/cpp. Prefix: the host ABI, tandem's exact element "
-                                      "formulas (core/formulas.h) and the CPU helpers.\n"
-                                      "#include <cmath>\n#include <cstdint>\n#include <cstring>\n\n"
-                                      "extern \"C\" {\n") +
-                                  abi_declarations() + "}\n\n// ---- core/formulas.h\n" +
-                                  std::string(formulas_text()) + "\n// ---- codegen/runtime/cpu.h\n" +
-                                  std::string(cpu_text());
+  static const std::string text =
+      std::string(
+          "// Emitted by tandem codegen/cpp. Prefix: the host ABI, tandem's exact element "
+          "formulas (core/formulas.h) and the CPU helpers.\n"
+          "#include <cmath>\n#include <cstdint>\n#include <cstring>\n\n"
+          "extern \"C\" {\n") +
+      abi_declarations() + "}\n\n// ---- core/formulas.h\n" + std::string(formulas_text()) +
+      "\n// ---- codegen/runtime/cpu.h\n" + std::string(cpu_text());
   return text;
 }
 

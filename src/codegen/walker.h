@@ -140,26 +140,28 @@ class Walker {
   // Statements leaving the partial folds of a reduction over dim `rows` of x (of dtype xd, in
   // buffer `x_root`, as [outer, rows, inner]) in a->scratch, one per (outer, inner); fn names
   // any function they need.
-  virtual std::string fold_rows_text(const std::string& fn, int x_root, DType xd, dsl::ReduceOp op) = 0;
+  virtual std::string fold_rows_text(const std::string& fn, int x_root, DType xd,
+                                     dsl::ReduceOp op) = 0;
   // Statements of finish step fn leaving accumulator id's f32 value (its lanes added, or its
   // value) where the returned pointer expression points (for the all-reduce and the store).
   virtual std::pair<std::string, std::string> finish_lanes_text(const std::string& fn, int id) = 0;
   // Statements storing `count` f32 values at src (their square roots if take_sqrt) into buffer
   // `root` of dtype dt.
-  virtual std::string store_text(int root, DType dt, const std::string& src, const std::string& count,
-                                 bool take_sqrt) = 0;
+  virtual std::string store_text(int root, DType dt, const std::string& src,
+                                 const std::string& count, bool take_sqrt) = 0;
   // In a matmul's batch loop: operand `tag` (a or b) widened from its 16-bit buffer (`src`, leading
   // dimension ld) into the packed f32 matrix p<tag> of rows x cols; C's rows x cols set to 0 (pc,
   // leading dimension ldc); and pc narrowed into C's 16-bit buffer at dst (leading dimension ld).
-  virtual std::string widen_text(const std::string& tag, const std::string& src, DType dt, const std::string& rows,
-                                 const std::string& cols, const std::string& ld) = 0;
+  virtual std::string widen_text(const std::string& tag, const std::string& src, DType dt,
+                                 const std::string& rows, const std::string& cols,
+                                 const std::string& ld) = 0;
   virtual std::string zero_text() = 0;
   virtual std::string narrow_text(const std::string& dst, DType dt, const std::string& ld) = 0;
   // The last statement of step function fn (after its work is issued).
   virtual std::string return_text(const std::string& fn) = 0;
   // Statements copying `elems` elements of `size` bytes from src to dst (C pointer expressions).
-  virtual std::string copy_text(const std::string& elems, const std::string& dst, const std::string& src,
-                                size_t size) const = 0;
+  virtual std::string copy_text(const std::string& elems, const std::string& dst,
+                                const std::string& src, size_t size) const = 0;
   // Statements starting accumulator `id` from its op's identity (a sum: its 8 lanes at 0).
   virtual std::string acc_init_text(int id) const = 0;
   // A segment norm (reduce step); only the C++ target has one.
@@ -186,7 +188,8 @@ class Walker {
   std::string fresh(const std::string& prefix) { return prefix + std::to_string(counter_++); }
   std::string base_ptr(int root_id) const;
   // Statements all-reducing `count` f32 values at `send` across the group, in place.
-  std::string allreduce_text(const std::string& send, const std::string& count, dsl::ReduceOp op) const;
+  std::string allreduce_text(const std::string& send, const std::string& count,
+                             dsl::ReduceOp op) const;
 
   // ---------------------------------------------------------------------------- loops
 
@@ -206,7 +209,8 @@ class Walker {
   // The expression of value `id` inside the loop's element: a register, a constant, a load (m<i>)
   // or a scalar (s<id>).
   std::string value_of(const LoopIO& io, int id) const;
-  // One element of the loop: its loads, its stages (each rounded to its dtype), its folds, its stores.
+  // One element of the loop: its loads, its stages (each rounded to its dtype), its folds, its
+  // stores.
   std::string element_text(const LoopCtx& ctx, const LoopIO& io, const ElementForm& form);
 
   // ---------------------------------------------------------------------------- steps
@@ -245,7 +249,8 @@ class Walker {
   std::string scratch_block_prefix_;  // in a pipeline: the first block, for those statements
   std::set<int> acc_started_;
   std::set<int> worded_;  // the loop being emitted: dropouts whose words are drawn per tile
-  std::string elem_index_ = "(g0 + t)";  // the global flat index of the element being computed, as C
+  std::string elem_index_ =
+      "(g0 + t)";  // the global flat index of the element being computed, as C
   // Whether a pipeline issues block b + 1's steps up to its first wait before block b's rest (the
   // CUDA target: its compute stream would otherwise queue b + 1's GEMM behind b's wait).
   bool skew_pipelines_ = false;

@@ -34,19 +34,25 @@ void check_same_call(std::string_view where, const CallSignature& first, int q,
     user_error("{}: dtype mismatch across ranks: rank 0 passed {}, rank {} passed {}", where,
                dtype_name(first.dtype), q, dtype_name(other.dtype));
   if (other.n != first.n)
-    user_error("{}: size mismatch across ranks: rank 0 passed {} elements, rank {} passed {}; "
-               "every rank must pass the same size",
-               where, first.n, q, other.n);
+    user_error(
+        "{}: size mismatch across ranks: rank 0 passed {} elements, rank {} passed {}; "
+        "every rank must pass the same size",
+        where, first.n, q, other.n);
   if (other.partition != first.partition)
-    user_error("{}: partition mismatch across ranks: rank 0 passed [outer {}, rows {}, inner {}], rank {} passed "
-               "[outer {}, rows {}, inner {}]",
-               where, first.partition.outer, first.partition.rows, first.partition.inner, q, other.partition.outer,
-               other.partition.rows, other.partition.inner);
+    user_error(
+        "{}: partition mismatch across ranks: rank 0 passed [outer {}, rows {}, inner {}], rank {} "
+        "passed "
+        "[outer {}, rows {}, inner {}]",
+        where, first.partition.outer, first.partition.rows, first.partition.inner, q,
+        other.partition.outer, other.partition.rows, other.partition.inner);
   if (other.chunk_bytes != first.chunk_bytes)
-    user_error("{}: chunk size mismatch across ranks: rank 0 passed {} bytes, rank {} passed {} bytes; every rank "
-               "must run the call at the same chunk size (CollectiveDesc::chunk_bytes; 0 takes the process's "
-               "comm::chunk_bytes())",
-               where, first.chunk_bytes, q, other.chunk_bytes);
+    user_error(
+        "{}: chunk size mismatch across ranks: rank 0 passed {} bytes, rank {} passed {} bytes; "
+        "every rank "
+        "must run the call at the same chunk size (CollectiveDesc::chunk_bytes; 0 takes the "
+        "process's "
+        "comm::chunk_bytes())",
+        where, first.chunk_bytes, q, other.chunk_bytes);
   if (first.reducing && other.op != first.op)
     user_error("{}: reduce op mismatch across ranks: rank 0 passed {}, rank {} passed {}", where,
                reduce_op_name(first.op), q, reduce_op_name(other.op));

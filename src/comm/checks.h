@@ -11,10 +11,10 @@ namespace tandem::comm::detail {
 
 // What a rank called, as far as its peers must agree with it.
 struct CallSignature {
-  std::string_view name;  // "all_reduce", ..., "barrier", "split"
+  std::string_view name;   // "all_reduce", ..., "barrier", "split"
   bool collective = true;  // false for barrier and split: only the name must agree
   DType dtype = DType::F32;
-  int64_t n = 0;  // elements of the whole buffer
+  int64_t n = 0;              // elements of the whole buffer
   PartitionDesc partition{};  // resolved: rows never -1
   uint64_t chunk_bytes = 0;   // resolved (CollectiveDesc::chunk_bytes after run()): never 0
   ReduceOp op = ReduceOp::Sum;

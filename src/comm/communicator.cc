@@ -36,19 +36,26 @@ void wait_all(std::vector<Request>& requests) {
 
 std::string_view collective_name(CollectiveKind kind) {
   switch (kind) {
-    case CollectiveKind::AllReduce: return "all_reduce";
-    case CollectiveKind::ReduceScatter: return "reduce_scatter";
-    case CollectiveKind::AllGather: return "all_gather";
-    case CollectiveKind::Broadcast: return "broadcast";
+    case CollectiveKind::AllReduce:
+      return "all_reduce";
+    case CollectiveKind::ReduceScatter:
+      return "reduce_scatter";
+    case CollectiveKind::AllGather:
+      return "all_gather";
+    case CollectiveKind::Broadcast:
+      return "broadcast";
   }
   return "?";
 }
 
 std::string_view collective_algo_name(CollectiveAlgo algo) {
   switch (algo) {
-    case CollectiveAlgo::Auto: return "auto";
-    case CollectiveAlgo::Ring: return "ring";
-    case CollectiveAlgo::Direct: return "direct";
+    case CollectiveAlgo::Auto:
+      return "auto";
+    case CollectiveAlgo::Ring:
+      return "ring";
+    case CollectiveAlgo::Direct:
+      return "direct";
   }
   return "?";
 }
@@ -63,9 +70,10 @@ size_t env_chunk_bytes() {
   static const size_t bytes = [] {
     const int64_t v = env_int("TANDEM_COMM_CHUNK_BYTES", static_cast<int64_t>(kDefaultChunkBytes));
     if (v < 1)
-      user_error("TANDEM_COMM_CHUNK_BYTES={} is not a chunk size: expected a positive number of "
-                 "bytes (default {})",
-                 v, kDefaultChunkBytes);
+      user_error(
+          "TANDEM_COMM_CHUNK_BYTES={} is not a chunk size: expected a positive number of "
+          "bytes (default {})",
+          v, kDefaultChunkBytes);
     return static_cast<size_t>(v);
   }();
   return bytes;
@@ -99,10 +107,11 @@ int ranks_per_node() {
     char* end = nullptr;
     const long k = std::strtol(v.c_str(), &end, 10);
     if (end == v.c_str() || *end != '\0' || k < 1 || k > (1 << 20))
-      user_error("TANDEM_RANKS_PER_NODE={} is not a number of ranks: expected a whole number of "
-                 "1 or more (how many consecutive ranks behave as one node), or unset to let the "
-                 "machine decide",
-                 v);
+      user_error(
+          "TANDEM_RANKS_PER_NODE={} is not a number of ranks: expected a whole number of "
+          "1 or more (how many consecutive ranks behave as one node), or unset to let the "
+          "machine decide",
+          v);
     return static_cast<int>(k);
   }();
   return from_env;
@@ -111,9 +120,10 @@ int ranks_per_node() {
 void check_ranks_per_node(int world_size) {
   const int k = ranks_per_node();
   if (k > 0 && world_size % k != 0)
-    user_error("TANDEM_RANKS_PER_NODE={} does not divide the {} ranks into whole nodes; use a "
-               "divisor of {}",
-               k, world_size, world_size);
+    user_error(
+        "TANDEM_RANKS_PER_NODE={} does not divide the {} ranks into whole nodes; use a "
+        "divisor of {}",
+        k, world_size, world_size);
 }
 
 void set_ranks_per_node(int k) { g_ranks_per_node_override.store(k, std::memory_order_relaxed); }
@@ -131,9 +141,10 @@ bool overlaps(const Tensor& a, const Tensor& b) {
 // "rows [2, 4) of each of the 3 outer blocks" / "elements [2, 4)": rank r's part, in words.
 std::string part_words(const detail::Parts& parts, int p, int r) {
   const int64_t off = fx::part_offset(parts.rows(), p, r), cnt = fx::part_count(parts.rows(), p, r);
-  if (parts.outer() == 1 && parts.inner() == 1) return fmt::format("elements [{}, {})", off, off + cnt);
-  return fmt::format("rows [{}, {}) of the [{}, {}, {}] partition", off, off + cnt, parts.outer(), parts.rows(),
-                     parts.inner());
+  if (parts.outer() == 1 && parts.inner() == 1)
+    return fmt::format("elements [{}, {})", off, off + cnt);
+  return fmt::format("rows [{}, {}) of the [{}, {}, {}] partition", off, off + cnt, parts.outer(),
+                     parts.rows(), parts.inner());
 }
 
 // The partition against the whole buffer, and the part-sized tensor (the reduce_scatter's output,
@@ -143,11 +154,16 @@ void validate_partition(const CollectiveDesc& d, const std::string& at, int r, i
   const Tensor& whole = gather ? d.recv : d.send;
   const int64_t n = whole.numel();
   const PartitionDesc& pd = d.partition;
-  if (pd.outer < 0 || pd.inner < 0 ||
-      (pd.rows >= 0 && pd.outer * pd.rows * pd.inner != n) || (pd.rows < 0 && (pd.outer != 1 || pd.inner != 1)))
-    user_error("{}: the partition [outer {}, rows {}, inner {}] does not cover the {}-element {}: outer * rows * "
-               "inner must be its element count (rows -1, with outer and inner 1: the flat split)",
-               at, pd.outer, pd.rows, pd.inner, n, gather ? "output" : d.kind == CollectiveKind::AllReduce ? "buffer" : "input");
+  if (pd.outer < 0 || pd.inner < 0 || (pd.rows >= 0 && pd.outer * pd.rows * pd.inner != n) ||
+      (pd.rows < 0 && (pd.outer != 1 || pd.inner != 1)))
+    user_error(
+        "{}: the partition [outer {}, rows {}, inner {}] does not cover the {}-element {}: outer * "
+        "rows * "
+        "inner must be its element count (rows -1, with outer and inner 1: the flat split)",
+        at, pd.outer, pd.rows, pd.inner, n,
+        gather                                ? "output"
+        : d.kind == CollectiveKind::AllReduce ? "buffer"
+                                              : "input");
   if (d.kind == CollectiveKind::AllReduce) return;
   const detail::Parts parts(pd, n, p);
   const int64_t want = parts.count(r);
@@ -158,29 +174,38 @@ void validate_partition(const CollectiveDesc& d, const std::string& at, int r, i
   // the part is the whole, the two are the same).
   if (part.numel() == n && (n != want || part.data() == whole.data())) {
     if (gather && part.data() != whole.data())
-      user_error("{}: the input has as many elements as the output ({}), so it must be the output itself (this "
-                 "rank's part already in place), or pass this rank's part alone ({} elements, {})",
-                 at, n, want, part_words(parts, p, r));
+      user_error(
+          "{}: the input has as many elements as the output ({}), so it must be the output itself "
+          "(this "
+          "rank's part already in place), or pass this rank's part alone ({} elements, {})",
+          at, n, want, part_words(parts, p, r));
     if (!gather && overlaps(d.send, d.recv) && d.recv.data() != d.send.data())
-      user_error("{}: the output is shaped as the whole and overlaps the input without being it; pass separate "
-                 "buffers, or the input itself to reduce in place",
-                 at);
+      user_error(
+          "{}: the output is shaped as the whole and overlaps the input without being it; pass "
+          "separate "
+          "buffers, or the input itself to reduce in place",
+          at);
     return;
   }
   if (part.numel() != want)
-    user_error("{}: the {} has {} elements but this rank's part of the {}-element {} is {} elements ({}){}", at,
-               part_role, part.numel(), n, whole_role, want, part_words(parts, p, r),
-               gather ? "" : fmt::format(", or {} for an output shaped as the whole", n));
+    user_error(
+        "{}: the {} has {} elements but this rank's part of the {}-element {} is {} elements "
+        "({}){}",
+        at, part_role, part.numel(), n, whole_role, want, part_words(parts, p, r),
+        gather ? "" : fmt::format(", or {} for an output shaped as the whole", n));
   if (!overlaps(d.send, d.recv)) return;
   const size_t esize = dtype_size(whole.dtype());
-  const char* in_place = static_cast<const char*>(whole.data()) +
-                         static_cast<size_t>(parts.run_start(r, 0)) * esize;
+  const char* in_place =
+      static_cast<const char*>(whole.data()) + static_cast<size_t>(parts.run_start(r, 0)) * esize;
   if (!parts.contiguous() || part.data() != in_place)
-    user_error("{}: the {} overlaps the {} but is not this rank's part of it ({}); pass separate buffers, {}", at,
-               part_role, whole_role, part_words(parts, p, r),
-               parts.contiguous() ? fmt::format("or exactly that part to {} in place", gather ? "gather" : "reduce")
-                                  : gather ? std::string("or the output itself as the input")
-                                           : std::string("or the input itself as the output"));
+    user_error(
+        "{}: the {} overlaps the {} but is not this rank's part of it ({}); pass separate buffers, "
+        "{}",
+        at, part_role, whole_role, part_words(parts, p, r),
+        parts.contiguous()
+            ? fmt::format("or exactly that part to {} in place", gather ? "gather" : "reduce")
+        : gather ? std::string("or the output itself as the input")
+                 : std::string("or the input itself as the output"));
 }
 
 void validate(const CollectiveDesc& d, int r, int p, bool shares_memory) {
@@ -214,9 +239,10 @@ void validate(const CollectiveDesc& d, int r, int p, bool shares_memory) {
   if (d.kind == CollectiveKind::Broadcast && (d.root < 0 || d.root >= p))
     user_error("{}: root {} is out of range; the group has ranks 0 to {}", at, d.root, p - 1);
   if (d.algo == CollectiveAlgo::Direct && !shares_memory)
-    user_error("{}: the direct algorithm needs ranks that share memory (threads, or MPI "
-               "processes on one node); this group's ranks do not",
-               at);
+    user_error(
+        "{}: the direct algorithm needs ranks that share memory (threads, or MPI "
+        "processes on one node); this group's ranks do not",
+        at);
 }
 
 // A group of one: nothing moves, but the output is still written and the hook still runs chunk
@@ -232,7 +258,9 @@ void run_alone(const CollectiveDesc& d) {
     }
   };
   switch (d.kind) {
-    case CollectiveKind::AllReduce: run_hook(d.send); break;
+    case CollectiveKind::AllReduce:
+      run_hook(d.send);
+      break;
     case CollectiveKind::ReduceScatter:
     case CollectiveKind::AllGather:
       // With one rank the part is the whole, packed or not.
@@ -240,7 +268,8 @@ void run_alone(const CollectiveDesc& d) {
         std::memcpy(d.recv.data(), d.send.data(), d.send.nbytes());
       if (d.kind == CollectiveKind::ReduceScatter) run_hook(d.recv);
       break;
-    case CollectiveKind::Broadcast: break;
+    case CollectiveKind::Broadcast:
+      break;
   }
 }
 
@@ -334,10 +363,13 @@ void Communicator::run(CollectiveDesc desc) {
   validate(desc, rank(), size(), shares_memory());
   if (desc.chunk_bytes == 0) desc.chunk_bytes = chunk_bytes();
   if (debug_enabled())
-    fmt::print(stderr, "tandem comm: {} rank {}/{} {} {} {} root={} algo={} chunk={}B hook={} partition=[{}, {}, {}]\n",
+    fmt::print(stderr,
+               "tandem comm: {} rank {}/{} {} {} {} root={} algo={} chunk={}B hook={} "
+               "partition=[{}, {}, {}]\n",
                backend(), rank(), size(), collective_name(desc.kind), reduce_op_name(desc.op),
                desc.send.str(), desc.root, collective_algo_name(desc.algo), desc.chunk_bytes,
-               static_cast<bool>(desc.hook), desc.partition.outer, desc.partition.rows, desc.partition.inner);
+               static_cast<bool>(desc.hook), desc.partition.outer, desc.partition.rows,
+               desc.partition.inner);
   if (size() == 1) {
     run_alone(desc);
     return;

@@ -14,15 +14,20 @@ namespace {
 // size the destination is not read again before it is evicted anyway.
 constexpr size_t kStreamingBytes = size_t{8} << 20;
 
-Parts parts_of(const PostedCall& d, int p) { return Parts(PartitionDesc{d.outer, d.rows, d.inner}, d.n, p); }
+Parts parts_of(const PostedCall& d, int p) {
+  return Parts(PartitionDesc{d.outer, d.rows, d.inner}, d.n, p);
+}
 
 }  // namespace
 
 std::string_view call_name(Call c) {
   switch (c) {
-    case Call::Barrier: return "barrier";
-    case Call::Split: return "split";
-    default: return collective_name(static_cast<CollectiveKind>(c));
+    case Call::Barrier:
+      return "barrier";
+    case Call::Split:
+      return "split";
+    default:
+      return collective_name(static_cast<CollectiveKind>(c));
   }
 }
 
@@ -54,8 +59,8 @@ std::string Direct::late_ranks(int q) const {
 }
 
 void Direct::publish(uint64_t seq, uint64_t chunks) {
-  mem_.slot(mem_.rank()).progress.v.store(((seq & 0xffffffffu) << 32) | chunks,
-                                          std::memory_order_seq_cst);
+  mem_.slot(mem_.rank())
+      .progress.v.store(((seq & 0xffffffffu) << 32) | chunks, std::memory_order_seq_cst);
   ring_peers();
 }
 
@@ -158,21 +163,28 @@ void Direct::run(const CollectiveDesc& cd, const std::function<void()>& ring) {
   group_call(c, /*shares_buffers=*/true, [&](uint64_t seq) {
     if (!all_shared(seq)) {
       if (cd.algo == CollectiveAlgo::Direct)
-        user_error("{}: the direct algorithm reads the peers' buffers, but some rank's buffer is "
-                   "not in memory they can read; allocate collective buffers from the "
-                   "communicator's allocator()",
-                   at(c.call));
+        user_error(
+            "{}: the direct algorithm reads the peers' buffers, but some rank's buffer is "
+            "not in memory they can read; allocate collective buffers from the "
+            "communicator's allocator()",
+            at(c.call));
       ring();
       return;
     }
     const PostedCall& d = posted(mem_.rank(), seq);
     switch (cd.kind) {
-      case CollectiveKind::AllReduce: all_reduce(d, seq, hook); break;
+      case CollectiveKind::AllReduce:
+        all_reduce(d, seq, hook);
+        break;
       case CollectiveKind::ReduceScatter:
         reduce(d, seq, static_cast<char*>(cd.recv.data()), !recv_is_whole(cd), hook, false);
         break;
-      case CollectiveKind::AllGather: all_gather(d, seq); break;
-      case CollectiveKind::Broadcast: broadcast(d, seq); break;
+      case CollectiveKind::AllGather:
+        all_gather(d, seq);
+        break;
+      case CollectiveKind::Broadcast:
+        broadcast(d, seq);
+        break;
     }
   });
 }
@@ -180,8 +192,8 @@ void Direct::run(const CollectiveDesc& cd, const std::function<void()>& ring) {
 // Reduces this rank's part, chunk by chunk, from every rank's input into `dst` (the packed part,
 // or a buffer shaped as the whole), runs the hook on each finished chunk, and, with `publish`,
 // tells the peers that the chunk is ready for them to copy (all_reduce's gather).
-void Direct::reduce(const PostedCall& d, uint64_t seq, char* dst, bool dst_packed, const ChunkHook* hook,
-                    bool publish) {
+void Direct::reduce(const PostedCall& d, uint64_t seq, char* dst, bool dst_packed,
+                    const ChunkHook* hook, bool publish) {
   const int p = mem_.size(), me = mem_.rank();
   const size_t esize = dtype_size(d.dtype);
   const int64_t ce = chunk_elements(d.chunk_bytes, d.dtype);
@@ -270,8 +282,8 @@ void Direct::broadcast(const PostedCall& d, uint64_t seq) {
   if (me == d.root) return;
   const size_t esize = dtype_size(d.dtype);
   const bool streaming = static_cast<size_t>(d.n) * esize >= kStreamingBytes;
-  copy_bytes(mem_.resolve(me, d.send), mem_.resolve(d.root, posted(d.root, seq).send),
-             d.n * esize, streaming);
+  copy_bytes(mem_.resolve(me, d.send), mem_.resolve(d.root, posted(d.root, seq).send), d.n * esize,
+             streaming);
 }
 
 }  // namespace tandem::comm::detail

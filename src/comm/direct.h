@@ -46,10 +46,10 @@ struct PostedCall {
   ReduceOp op = ReduceOp::Sum;
   DType dtype = DType::F32;
   CollectiveAlgo algo = CollectiveAlgo::Auto;
-  int64_t n = 0;  // elements of the whole buffer
+  int64_t n = 0;                           // elements of the whole buffer
   int64_t outer = 1, rows = 0, inner = 1;  // its partition (rows resolved: never -1)
   uint64_t chunk_bytes = 0;  // its resolved chunk size: the peers count this rank's chunks by it
-  bool send_whole = false;  // all_gather: `send` is the output itself, the part in place
+  bool send_whole = false;   // all_gather: `send` is the output itself, the part in place
   int root = 0;
   uint64_t send = 0, recv = 0;  // addresses (PeerMemory::address_of), or kNotShared
   int color = 0, key = 0;       // split
@@ -132,7 +132,7 @@ class Direct {
 
   PeerMemory& mem_;
   uint64_t seq_ = 0;
-  Deadline deadline_;           // of the current group call, started when it posts
+  Deadline deadline_;              // of the current group call, started when it posts
   std::vector<const void*> srcs_;  // reused: one input pointer per rank
   std::vector<int64_t> gathered_;  // reused: chunks of each part copied so far
 };

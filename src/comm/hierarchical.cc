@@ -16,7 +16,7 @@ int Hierarchical::ranks_per_node(const std::vector<int>& nodes) {
   while (L < p && nodes[L] == nodes[0]) ++L;
   if (L < 2 || L == p || p % L != 0) return 0;
   for (int r = 0; r < p; ++r) {
-    if (nodes[r] != nodes[r - r % L]) return 0;                    // a node's ranks consecutive
+    if (nodes[r] != nodes[r - r % L]) return 0;                     // a node's ranks consecutive
     if (r % L == 0 && r > 0 && nodes[r] == nodes[r - L]) return 0;  // a new node at each block
   }
   // No node may appear in two blocks.
@@ -34,10 +34,10 @@ void Hierarchical::set_up() {
   l_ = r % L_;
   local_ = comm_.split(j_, l_);
   cross_ = comm_.split(l_, j_);
-  TANDEM_CHECK(local_ != nullptr && cross_ != nullptr && local_->size() == L_ &&
-                   cross_->size() == N_,
-               "hierarchical groups of rank {}: node group {}, cross group {}", r, local_->size(),
-               cross_->size());
+  TANDEM_CHECK(
+      local_ != nullptr && cross_ != nullptr && local_->size() == L_ && cross_->size() == N_,
+      "hierarchical groups of rank {}: node group {}, cross group {}", r, local_->size(),
+      cross_->size());
 }
 
 Tensor Hierarchical::staging(DType t, int64_t n) {
@@ -50,7 +50,8 @@ Tensor Hierarchical::staging(DType t, int64_t n) {
 int64_t Hierarchical::local_major_offset(const Parts& parts, int r) const {
   const int j = r / L_, l = r % L_;
   const int64_t block = parts.outer() * parts.inner();  // elements per row of the partition
-  return block * (fx::part_offset(parts.rows(), L_, l) + fx::part_offset(fx::part_count(parts.rows(), L_, l), N_, j));
+  return block * (fx::part_offset(parts.rows(), L_, l) +
+                  fx::part_offset(fx::part_count(parts.rows(), L_, l), N_, j));
 }
 
 void Hierarchical::permute(const Parts& parts, const Tensor& natural, const Tensor& local_major,
@@ -71,8 +72,8 @@ ChunkHook Hierarchical::cross_hook(const ChunkHook& hook, const Parts& parts) co
   if (!hook) return {};
   const int r = comm_.rank();
   // The cross ring's offsets index the node part; this rank's packed part starts at `first`.
-  const int64_t first =
-      local_major_offset(parts, r) - parts.outer() * parts.inner() * fx::part_offset(parts.rows(), L_, l_);
+  const int64_t first = local_major_offset(parts, r) -
+                        parts.outer() * parts.inner() * fx::part_offset(parts.rows(), L_, l_);
   const int64_t run = parts.run(r);
   return [&hook, parts, first, run, r](const Tensor& chunk, int64_t offset) {
     int64_t k = offset - first;  // position in the packed part
@@ -117,7 +118,8 @@ void Hierarchical::run(const CollectiveDesc& d) {
   const PartitionDesc node_split{1, parts.rows(), block}, cross_split{1, m_rows, block};
   const Tensor P = staging(t, n);
   const Tensor part = P.flat_slice(block * fx::part_offset(parts.rows(), L_, l_), block * m_rows);
-  const Tensor mine = P.flat_slice(local_major_offset(parts, r), parts.count(r));  // in local-major order
+  const Tensor mine =
+      P.flat_slice(local_major_offset(parts, r), parts.count(r));  // in local-major order
   auto with = [](CollectiveDesc c, const PartitionDesc& split) {
     c.partition = split;
     return c;
@@ -126,7 +128,8 @@ void Hierarchical::run(const CollectiveDesc& d) {
     case CollectiveKind::AllReduce: {
       permute(parts, d.send, P, true);
       local(with({CollectiveKind::ReduceScatter, d.op, P, part}, node_split));
-      cross(with({CollectiveKind::AllReduce, d.op, part, {}, 0, cross_hook(d.hook, parts)}, cross_split));
+      cross(with({CollectiveKind::AllReduce, d.op, part, {}, 0, cross_hook(d.hook, parts)},
+                 cross_split));
       local(with({CollectiveKind::AllGather, d.op, part, P}, node_split));
       permute(parts, d.send, P, false);
       break;
@@ -137,7 +140,8 @@ void Hierarchical::run(const CollectiveDesc& d) {
       // A packed output takes the cross ring's result directly; one shaped as the whole gets it
       // through the staging buffer (the part in place there, then unpacked).
       const bool whole = recv_is_whole(d);
-      cross(with({CollectiveKind::ReduceScatter, d.op, part, whole ? mine : d.recv, 0, cross_hook(d.hook, parts)},
+      cross(with({CollectiveKind::ReduceScatter, d.op, part, whole ? mine : d.recv, 0,
+                  cross_hook(d.hook, parts)},
                  cross_split));
       if (whole) parts.unpack(r, mine.data(), d.recv.data(), esize);
       break;
@@ -151,7 +155,8 @@ void Hierarchical::run(const CollectiveDesc& d) {
       permute(parts, d.recv, P, false);
       break;
     }
-    case CollectiveKind::Broadcast: break;
+    case CollectiveKind::Broadcast:
+      break;
   }
 }
 

@@ -50,7 +50,8 @@ class Hierarchical {
   int64_t local_major_offset(const Parts& parts, int r) const;
   // Copies every rank's part of `natural` (the whole buffer) to its place in `local_major`, or
   // back.
-  void permute(const Parts& parts, const Tensor& natural, const Tensor& local_major, bool to_local_major) const;
+  void permute(const Parts& parts, const Tensor& natural, const Tensor& local_major,
+               bool to_local_major) const;
   Tensor staging(DType t, int64_t n);  // the local-major buffer, kept and grown
   // The hook of the cross ring: positions in this rank's packed part translated to the whole
   // buffer, a chunk cut where a run of the part ends.

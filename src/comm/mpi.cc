@@ -125,8 +125,8 @@ class MpiRequest final : public Request::State {
     if (done_) return true;
     int flag = 0;
     statuses_.resize(reqs_.size());
-    const int rc = MPI_Testall(static_cast<int>(reqs_.size()), reqs_.data(), &flag,
-                               statuses_.data());
+    const int rc =
+        MPI_Testall(static_cast<int>(reqs_.size()), reqs_.data(), &flag, statuses_.data());
     if (rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS)
       user_error("{}: MPI_Testall failed: {}", info_.where(), mpi_error_text(rc));
     if (!flag && rc == MPI_SUCCESS) return false;
@@ -135,9 +135,10 @@ class MpiRequest final : public Request::State {
     for (const MPI_Status& st : statuses_) {
       if (rc == MPI_ERR_IN_STATUS && st.MPI_ERROR != MPI_SUCCESS) {
         if (st.MPI_ERROR == MPI_ERR_TRUNCATE)
-          user_error("{}: the message is larger than the receive buffer {} ({} bytes); sizes "
-                     "must match exactly",
-                     info_.where(), tensor_.str(), tensor_.nbytes());
+          user_error(
+              "{}: the message is larger than the receive buffer {} ({} bytes); sizes "
+              "must match exactly",
+              info_.where(), tensor_.str(), tensor_.nbytes());
         user_error("{}: {}", info_.where(), mpi_error_text(st.MPI_ERROR));
       }
       if (!info_.is_recv) continue;
@@ -152,15 +153,19 @@ class MpiRequest final : public Request::State {
   }
 
   void wait() override {
-    backoff_wait([&] { return test(); }, [&](const detail::Deadline& d) {
-      const std::string where =
-          t_collective.empty() ? fmt::format("{} on rank {} of {}", info_.is_recv ? "recv" : "send",
-                                             info_.rank, info_.size)
-                               : fmt::format("{} on rank {} of {}", t_collective, info_.rank, info_.size);
-      detail::timed_out(where, d,
-                        fmt::format("rank {} never {} the message with tag {}", info_.peer,
-                                    info_.is_recv ? "sent" : "posted the receive of", info_.tag));
-    });
+    backoff_wait([&] { return test(); },
+                 [&](const detail::Deadline& d) {
+                   const std::string where =
+                       t_collective.empty()
+                           ? fmt::format("{} on rank {} of {}", info_.is_recv ? "recv" : "send",
+                                         info_.rank, info_.size)
+                           : fmt::format("{} on rank {} of {}", t_collective, info_.rank,
+                                         info_.size);
+                   detail::timed_out(
+                       where, d,
+                       fmt::format("rank {} never {} the message with tag {}", info_.peer,
+                                   info_.is_recv ? "sent" : "posted the receive of", info_.tag));
+                 });
   }
 
  private:
@@ -248,12 +253,13 @@ std::atomic<size_t> g_message_override{0};
 
 size_t mpi_message_bytes() {
   static const size_t from_env = [] {
-    const int64_t v = env_int("TANDEM_COMM_MPI_MESSAGE_BYTES",
-                              static_cast<int64_t>(kDefaultMpiMessageBytes));
+    const int64_t v =
+        env_int("TANDEM_COMM_MPI_MESSAGE_BYTES", static_cast<int64_t>(kDefaultMpiMessageBytes));
     if (v < 1)
-      user_error("TANDEM_COMM_MPI_MESSAGE_BYTES={} is not a message size: expected a positive "
-                 "number of bytes (default {})",
-                 v, kDefaultMpiMessageBytes);
+      user_error(
+          "TANDEM_COMM_MPI_MESSAGE_BYTES={} is not a message size: expected a positive "
+          "number of bytes (default {})",
+          v, kDefaultMpiMessageBytes);
     return static_cast<size_t>(v);
   }();
   const size_t o = g_message_override.load(std::memory_order_relaxed);
@@ -279,8 +285,9 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm) {
   int init = 0;
   MPI_Initialized(&init);
   if (!init || mpi_finalized())
-    user_error("MpiCommunicator: MPI is not initialised (or already finalised); call MPI_Init "
-               "first, or use tandem::comm::mpi_world() to let tandem do it");
+    user_error(
+        "MpiCommunicator: MPI is not initialised (or already finalised); call MPI_Init "
+        "first, or use tandem::comm::mpi_world() to let tandem do it");
   if (comm == MPI_COMM_NULL) user_error("MpiCommunicator: the communicator is MPI_COMM_NULL");
   check_mpi(MPI_Comm_dup(comm, &comm_), "MpiCommunicator", "MPI_Comm_dup");
   set_up();
@@ -327,7 +334,8 @@ void MpiCommunicator::set_up_node() {
   std::vector<int> nodes(static_cast<size_t>(size_));
   check_mpi(MPI_Allgather(&node, 1, MPI_INT, nodes.data(), 1, MPI_INT, comm_), where,
             "MPI_Allgather");
-  const bool one_node = std::all_of(nodes.begin(), nodes.end(), [&](int x) { return x == nodes[0]; });
+  const bool one_node =
+      std::all_of(nodes.begin(), nodes.end(), [&](int x) { return x == nodes[0]; });
   set_rank_nodes(std::move(nodes));
   if (!one_node || size_ < 2) return;
 
@@ -346,9 +354,9 @@ void MpiCommunicator::set_up_node() {
                 reinterpret_cast<char*>(my_slot) - arena->base()};
   }
   std::vector<Card> cards(static_cast<size_t>(size_));
-  check_mpi(MPI_Allgather(&mine, sizeof(Card), MPI_BYTE, cards.data(), sizeof(Card), MPI_BYTE,
-                          comm_),
-            where, "MPI_Allgather");
+  check_mpi(
+      MPI_Allgather(&mine, sizeof(Card), MPI_BYTE, cards.data(), sizeof(Card), MPI_BYTE, comm_),
+      where, "MPI_Allgather");
   std::vector<char*> bases(static_cast<size_t>(size_), nullptr);
   std::vector<NodeSlot*> slots(static_cast<size_t>(size_), nullptr);
   int ok = 1;
@@ -360,13 +368,16 @@ void MpiCommunicator::set_up_node() {
     }
     bases[q] = detail::map_peer_arena(static_cast<int>(c.pid), static_cast<int>(c.fd),
                                       static_cast<size_t>(c.bytes));
-    if (bases[q] == nullptr) ok = 0;
-    else slots[q] = reinterpret_cast<NodeSlot*>(bases[q] + c.slot);
+    if (bases[q] == nullptr)
+      ok = 0;
+    else
+      slots[q] = reinterpret_cast<NodeSlot*>(bases[q] + c.slot);
   }
   check_mpi(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, comm_), where, "MPI_Allreduce");
   if (!ok) return;
-  node_ = std::make_unique<NodeMemory>(rank_, std::move(bases), std::move(slots),
-                                       [this](const std::vector<int>& r) { return ranks_named(r); });
+  node_ =
+      std::make_unique<NodeMemory>(rank_, std::move(bases), std::move(slots),
+                                   [this](const std::vector<int>& r) { return ranks_named(r); });
   direct_ = std::make_unique<detail::Direct>(*node_);
 }
 
@@ -412,7 +423,8 @@ Request MpiCommunicator::post_send(const Tensor& t, int peer, int tag) {
   for_each_piece(t.data(), t.nbytes(), [&](char* p, int n) {
     MPI_Request r;
     const int rc = MPI_Isend(p, n, MPI_BYTE, peer, tag, comm_, &r);
-    if (rc != MPI_SUCCESS) check_mpi(rc, MessageInfo{false, rank_, size_, peer, tag}.where(), "MPI_Isend");
+    if (rc != MPI_SUCCESS)
+      check_mpi(rc, MessageInfo{false, rank_, size_, peer, tag}.where(), "MPI_Isend");
     st->requests().push_back(r);
   });
   return Request(std::move(st));
@@ -423,7 +435,8 @@ Request MpiCommunicator::post_recv(const Tensor& t, int peer, int tag) {
   for_each_piece(t.data(), t.nbytes(), [&](char* p, int n) {
     MPI_Request r;
     const int rc = MPI_Irecv(p, n, MPI_BYTE, peer, tag, comm_, &r);
-    if (rc != MPI_SUCCESS) check_mpi(rc, MessageInfo{true, rank_, size_, peer, tag}.where(), "MPI_Irecv");
+    if (rc != MPI_SUCCESS)
+      check_mpi(rc, MessageInfo{true, rank_, size_, peer, tag}.where(), "MPI_Irecv");
     st->requests().push_back(r);
   });
   return Request(std::move(st));
@@ -435,14 +448,22 @@ Request MpiCommunicator::post_recv(const Tensor& t, int peer, int tag) {
 // knows exactly which ranks have not arrived.
 void MpiCommunicator::arrive(const CollectiveDesc& desc, int code, bool verify) {
   const bool collective = code < kBarrierCode;
-  const std::string_view name = collective ? collective_name(desc.kind)
-                                           : (code == kBarrierCode ? "barrier" : "split");
+  const std::string_view name =
+      collective ? collective_name(desc.kind) : (code == kBarrierCode ? "barrier" : "split");
   const std::string where = fmt::format("{} on rank {} of {}", name, rank_, size_);
   detail::CallSignature mine;
   if (collective) mine = detail::signature_of(desc);
-  sent_ = Wire{code, static_cast<int32_t>(mine.op), static_cast<int32_t>(mine.dtype), mine.root,
-               static_cast<int32_t>(mine.algo), 0, mine.n, mine.partition.outer, mine.partition.rows,
-               mine.partition.inner, mine.chunk_bytes};
+  sent_ = Wire{code,
+               static_cast<int32_t>(mine.op),
+               static_cast<int32_t>(mine.dtype),
+               mine.root,
+               static_cast<int32_t>(mine.algo),
+               0,
+               mine.n,
+               mine.partition.outer,
+               mine.partition.rows,
+               mine.partition.inner,
+               mine.chunk_bytes};
   std::vector<Wire> all(static_cast<size_t>(size_));
   all[static_cast<size_t>(rank_)] = sent_;
   // recvs[q]: from rank q (null for this rank); sends after them.
@@ -459,9 +480,9 @@ void MpiCommunicator::arrive(const CollectiveDesc& desc, int code, bool verify) 
   backoff_wait(
       [&] {
         int flag = 0;
-        check_mpi(MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &flag,
-                              MPI_STATUSES_IGNORE),
-                  where, "MPI_Testall");
+        check_mpi(
+            MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &flag, MPI_STATUSES_IGNORE),
+            where, "MPI_Testall");
         return flag != 0;
       },
       [&](const detail::Deadline& d) {
@@ -599,8 +620,9 @@ std::unique_ptr<Communicator> mpi_wrap(MPI_Comm comm) {
   int init = 0;
   MPI_Initialized(&init);
   if (!init || mpi_finalized())
-    user_error("mpi_wrap: MPI is not initialised; call MPI_Init before handing tandem a "
-               "communicator, or use tandem::comm::mpi_world()");
+    user_error(
+        "mpi_wrap: MPI is not initialised; call MPI_Init before handing tandem a "
+        "communicator, or use tandem::comm::mpi_world()");
   return std::make_unique<MpiCommunicator>(comm);
 }
 

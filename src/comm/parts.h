@@ -68,13 +68,15 @@ class Parts {
   void pack(int k, const void* whole, void* packed, size_t esize) const {
     each_run(k, [&](const Piece& x) {
       std::memcpy(static_cast<char*>(packed) + x.packed * esize,
-                  static_cast<const char*>(whole) + x.whole * esize, static_cast<size_t>(x.n) * esize);
+                  static_cast<const char*>(whole) + x.whole * esize,
+                  static_cast<size_t>(x.n) * esize);
     });
   }
   void unpack(int k, const void* packed, void* whole, size_t esize) const {
     each_run(k, [&](const Piece& x) {
       std::memcpy(static_cast<char*>(whole) + x.whole * esize,
-                  static_cast<const char*>(packed) + x.packed * esize, static_cast<size_t>(x.n) * esize);
+                  static_cast<const char*>(packed) + x.packed * esize,
+                  static_cast<size_t>(x.n) * esize);
     });
   }
 

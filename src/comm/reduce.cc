@@ -134,9 +134,12 @@ void reduce_f32(void* dst, const void* const* srcs, int k, int64_t n) {
 template <typename Op>
 void reduce_typed(DType t, void* dst, const void* const* srcs, int k, int64_t n) {
   switch (t) {
-    case DType::F32: return reduce_f32<Op>(dst, srcs, k, n);
-    case DType::BF16: return reduce_tiled<BF16, Op>(dst, srcs, k, n);
-    case DType::F16: return reduce_tiled<F16, Op>(dst, srcs, k, n);
+    case DType::F32:
+      return reduce_f32<Op>(dst, srcs, k, n);
+    case DType::BF16:
+      return reduce_tiled<BF16, Op>(dst, srcs, k, n);
+    case DType::F16:
+      return reduce_tiled<F16, Op>(dst, srcs, k, n);
   }
   TANDEM_CHECK(false, "unknown dtype {}", static_cast<int>(t));
 }
@@ -151,10 +154,14 @@ void reduce_into(DType t, ReduceOp op, void* dst, const void* const* srcs, int k
     return;
   }
   switch (op) {
-    case ReduceOp::Sum: return reduce_typed<OpSum>(t, dst, srcs, k, n);
-    case ReduceOp::Prod: return reduce_typed<OpProd>(t, dst, srcs, k, n);
-    case ReduceOp::Max: return reduce_typed<OpMax>(t, dst, srcs, k, n);
-    case ReduceOp::Min: return reduce_typed<OpMin>(t, dst, srcs, k, n);
+    case ReduceOp::Sum:
+      return reduce_typed<OpSum>(t, dst, srcs, k, n);
+    case ReduceOp::Prod:
+      return reduce_typed<OpProd>(t, dst, srcs, k, n);
+    case ReduceOp::Max:
+      return reduce_typed<OpMax>(t, dst, srcs, k, n);
+    case ReduceOp::Min:
+      return reduce_typed<OpMin>(t, dst, srcs, k, n);
   }
   TANDEM_CHECK(false, "unknown reduce op {}", static_cast<int>(op));
 }

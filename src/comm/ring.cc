@@ -25,10 +25,18 @@ void Ring::run(const CollectiveDesc& d) {
   reserve(static_cast<size_t>(ce_) * esize_);
   try {
     switch (d.kind) {
-      case CollectiveKind::AllReduce: all_reduce(d); break;
-      case CollectiveKind::ReduceScatter: reduce_scatter(d); break;
-      case CollectiveKind::AllGather: all_gather(d); break;
-      case CollectiveKind::Broadcast: broadcast(d); break;
+      case CollectiveKind::AllReduce:
+        all_reduce(d);
+        break;
+      case CollectiveKind::ReduceScatter:
+        reduce_scatter(d);
+        break;
+      case CollectiveKind::AllGather:
+        all_gather(d);
+        break;
+      case CollectiveKind::Broadcast:
+        broadcast(d);
+        break;
     }
   } catch (...) {
     // Dropping the requests cancels what the backend can cancel; the staging slots are free again.
@@ -170,13 +178,15 @@ void Ring::recv_copy_send(Span dst) {
 Ring::Span Ring::part(const void* base, int k, int64_t c) const {
   k = ((k % p_) + p_) % p_;
   const Piece x = parts_.chunk(k, c, ce_);
-  char* data = const_cast<char*>(static_cast<const char*>(base)) + x.whole * static_cast<int64_t>(esize_);
+  char* data =
+      const_cast<char*>(static_cast<const char*>(base)) + x.whole * static_cast<int64_t>(esize_);
   return Span{data, x.n, x.whole};
 }
 
 Ring::Span Ring::packed(const void* base, int64_t c) const {
   const Piece x = parts_.chunk(r_, c, ce_);
-  char* data = const_cast<char*>(static_cast<const char*>(base)) + x.packed * static_cast<int64_t>(esize_);
+  char* data =
+      const_cast<char*>(static_cast<const char*>(base)) + x.packed * static_cast<int64_t>(esize_);
   return Span{data, x.n, x.whole};
 }
 

@@ -59,13 +59,13 @@ class Ring {
   int64_t chunks_per_part() const;
 
   // The primitives. Each skips an empty span; every rank skips the same ones.
-  void send(Span src);                           // src -> right
-  void recv(Span dst);                           // left -> dst
-  void recv_reduce_send(Span local);             // left op local -> staging -> right
-  void recv_reduce_send_in_place(Span buf);      // buf = left op buf; buf -> right
+  void send(Span src);                             // src -> right
+  void recv(Span dst);                             // left -> dst
+  void recv_reduce_send(Span local);               // left op local -> staging -> right
+  void recv_reduce_send_in_place(Span buf);        // buf = left op buf; buf -> right
   void recv_reduce_compute(Span local, Span dst);  // dst = left op local; hook(dst)
-  void recv_reduce_compute_send(Span buf);       // buf = left op buf; hook(buf); buf -> right
-  void recv_copy_send(Span dst);                 // left -> dst -> right
+  void recv_reduce_compute_send(Span buf);         // buf = left op buf; hook(buf); buf -> right
+  void recv_copy_send(Span dst);                   // left -> dst -> right
 
   // Receives one chunk from the left into `dst` (blocking).
   void receive_from_left(void* dst, int64_t n);
@@ -88,7 +88,7 @@ class Ring {
   const ChunkHook* hook_ = nullptr;
   int p_ = 1, r_ = 0, left_ = 0, right_ = 0;
   size_t esize_ = 4;
-  Parts parts_;  // the call's partition of the whole buffer
+  Parts parts_;          // the call's partition of the whole buffer
   int64_t ce_ = 1;       // elements per chunk (one message)
   int64_t hook_ce_ = 1;  // elements per hook call at most
 

@@ -32,9 +32,10 @@ SharedArena* SharedArena::get() {
     if (env_int("TANDEM_COMM_SHM", 1) == 0) return nullptr;
     const int64_t want = env_int("TANDEM_COMM_SHM_BYTES", kDefaultArenaBytes);
     if (want < static_cast<int64_t>(kPage))
-      user_error("TANDEM_COMM_SHM_BYTES={} is not an arena size: expected at least {} bytes "
-                 "(default {})",
-                 want, kPage, kDefaultArenaBytes);
+      user_error(
+          "TANDEM_COMM_SHM_BYTES={} is not an arena size: expected at least {} bytes "
+          "(default {})",
+          want, kPage, kDefaultArenaBytes);
 #ifdef __linux__
     const size_t bytes = round_up(static_cast<size_t>(want), kPage);
     const int fd = memfd_create("tandem-shared-arena", MFD_CLOEXEC);
@@ -66,9 +67,10 @@ void* SharedArena::allocate(size_t bytes) {
     if (rest > 0) free_[off + len] = rest;
     return base_ + off;
   }
-  user_error("the shared-memory arena ({} bytes, TANDEM_COMM_SHM_BYTES) has no free block of {} "
-             "bytes left",
-             capacity_, len);
+  user_error(
+      "the shared-memory arena ({} bytes, TANDEM_COMM_SHM_BYTES) has no free block of {} "
+      "bytes left",
+      capacity_, len);
 }
 
 void SharedArena::deallocate(void* p, size_t bytes) noexcept {

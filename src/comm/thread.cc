@@ -109,7 +109,7 @@ struct P2P {
   int owner = 0;                  // world rank of the thread that posted it (to wake it)
   void* data = nullptr;
   size_t bytes = 0;
-  std::string what;  // "f32[100]", for the size-mismatch message
+  std::string what;           // "f32[100]", for the size-mismatch message
   std::atomic<int> state{0};  // 0 pending, 1 done, 2 failed (error set first)
   std::string error;
   std::unique_ptr<char[]> owned;  // the bytes of an abandoned send, kept until it is received
@@ -138,7 +138,8 @@ struct Group {
   std::unique_ptr<std::shared_ptr<Group>[]> split_child;
 };
 
-// ---- Point to point ------------------------------------------------------------------------------
+// ---- Point to point
+// ------------------------------------------------------------------------------
 
 void complete(World& w, P2P& x, const std::string& error) {
   if (error.empty()) {
@@ -155,9 +156,10 @@ void complete(World& w, P2P& x, const std::string& error) {
 void match(World& w, P2P& send, P2P& recv) {
   std::string error;
   if (send.bytes != recv.bytes) {
-    error = fmt::format("message size mismatch: rank {} sends {} ({} bytes) with tag {} to rank {}, "
-                        "which receives into {} ({} bytes); sizes must match exactly",
-                        send.src, send.what, send.bytes, send.tag, send.dst, recv.what, recv.bytes);
+    error = fmt::format(
+        "message size mismatch: rank {} sends {} ({} bytes) with tag {} to rank {}, "
+        "which receives into {} ({} bytes); sizes must match exactly",
+        send.src, send.what, send.bytes, send.tag, send.dst, recv.what, recv.bytes);
   } else if (send.bytes > 0) {
     std::memcpy(recv.data, send.data, send.bytes);
   }
@@ -243,7 +245,8 @@ class ThreadRequest final : public Request::State {
   bool is_send_;
 };
 
-// ---- The communicator ----------------------------------------------------------------------------
+// ---- The communicator
+// ----------------------------------------------------------------------------
 
 class ThreadCommunicator final : public Communicator, detail::PeerMemory {
  public:
@@ -270,8 +273,12 @@ class ThreadCommunicator final : public Communicator, detail::PeerMemory {
   std::unique_ptr<Communicator> split(int color, int key) override;
 
  protected:
-  Request post_send(const Tensor& t, int peer, int tag) override { return post(t, peer, tag, true); }
-  Request post_recv(const Tensor& t, int peer, int tag) override { return post(t, peer, tag, false); }
+  Request post_send(const Tensor& t, int peer, int tag) override {
+    return post(t, peer, tag, true);
+  }
+  Request post_recv(const Tensor& t, int peer, int tag) override {
+    return post(t, peer, tag, false);
+  }
   void execute(const CollectiveDesc& d) override {
     if (execute_hierarchical(d)) return;
     direct_.run(d, [&] { execute_ring(d); });
@@ -309,9 +316,10 @@ void ThreadCommunicator::check(std::string_view where, int q, const std::functio
   if (w.aborted.load(std::memory_order_seq_cst))
     throw Aborted(fmt::format("{}: aborted because rank {} failed", where, w.origin.load()));
   if (q >= 0 && w.exited[g_->members[q]].load(std::memory_order_seq_cst) && !ready())
-    user_error("{}: rank {} has returned from its function without taking part; every rank of "
-               "the group must make the same collective calls in the same order",
-               where, q);
+    user_error(
+        "{}: rank {} has returned from its function without taking part; every rank of "
+        "the group must make the same collective calls in the same order",
+        where, q);
 }
 
 std::string ThreadCommunicator::ranks_named(const std::vector<int>& ranks) const {
@@ -455,8 +463,10 @@ double abandon_after_s(bool timed_out) {
 void run_ranks(int n, const std::function<void(Communicator&)>& fn) {
   if (n < 1) user_error("run_ranks: the number of ranks must be at least 1, got {}", n);
   if (n > kMaxThreadRanks)
-    user_error("run_ranks: {} in-process ranks; the thread backend runs at most {} (thread.h: "
-               "kMaxThreadRanks)", n, kMaxThreadRanks);
+    user_error(
+        "run_ranks: {} in-process ranks; the thread backend runs at most {} (thread.h: "
+        "kMaxThreadRanks)",
+        n, kMaxThreadRanks);
   check_ranks_per_node(n);
   auto world = std::make_shared<World>(n);
   std::vector<int> everyone(n);

@@ -34,9 +34,10 @@ double parse_comm_timeout(const std::string& text, const std::string& what) {
   char* end = nullptr;
   const double s = std::strtod(text.c_str(), &end);
   if (text.empty() || *end != '\0' || !std::isfinite(s) || s < 0)
-    user_error("{}={} is not a timeout: expected a number of seconds, 0 or more (0: wait forever; "
-               "default {})",
-               what, text, kDefaultCommTimeoutS);
+    user_error(
+        "{}={} is not a timeout: expected a number of seconds, 0 or more (0: wait forever; "
+        "default {})",
+        what, text, kDefaultCommTimeoutS);
   return s;
 }
 
@@ -56,8 +57,8 @@ namespace detail {
 
 Deadline::Deadline() : limit_s_(comm_timeout_s()) {
   if (limit_s_ > 0)
-    end_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                              std::chrono::duration<double>(limit_s_));
+    end_ = Clock::now() +
+           std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limit_s_));
 }
 
 std::string rank_list(const std::vector<int>& ranks) {

@@ -41,8 +41,7 @@ void futex_wait(std::atomic<uint32_t>* word, uint32_t expected, int64_t timeout_
   static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t));
   timespec ts{static_cast<time_t>(timeout_us / 1'000'000),
               static_cast<long>((timeout_us % 1'000'000) * 1000)};
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr,
-          0);
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
 #else
   if (word->load() == expected) std::this_thread::sleep_for(std::chrono::microseconds(50));
   (void)timeout_us;
@@ -51,8 +50,7 @@ void futex_wait(std::atomic<uint32_t>* word, uint32_t expected, int64_t timeout_
 
 void futex_wake_all(std::atomic<uint32_t>* word) {
 #ifdef __linux__
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr,
-          nullptr, 0);
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 #else
   (void)word;
 #endif

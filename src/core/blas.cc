@@ -2,7 +2,6 @@
 #include "tandem/core/blas.h"
 
 #include <dlfcn.h>
-
 #include <strings.h>
 
 #include <cstdlib>
@@ -73,7 +72,8 @@ Library load() {
   // machine).
   const std::string chosen = env_str("TANDEM_BLAS_LIBRARY", "");
   std::string tried;
-  for (const std::string& path : {chosen, std::string(TANDEM_BLAS_LIBRARY), std::string("libopenblas.so.0")}) {
+  for (const std::string& path :
+       {chosen, std::string(TANDEM_BLAS_LIBRARY), std::string("libopenblas.so.0")}) {
     if (path.empty()) continue;
     void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
     if (h == nullptr) {
@@ -133,9 +133,9 @@ std::string user_kernels() {
 }
 
 bool is_generic_kernel(std::string_view name) {
-  static constexpr std::string_view kGeneric[] = {"Prescott", "Core2",    "Penryn",     "Dunnington",
-                                                 "Nehalem",  "Atom",     "Katmai",     "Coppermine",
-                                                 "Northwood", "Banias"};
+  static constexpr std::string_view kGeneric[] = {"Prescott",  "Core2", "Penryn", "Dunnington",
+                                                  "Nehalem",   "Atom",  "Katmai", "Coppermine",
+                                                  "Northwood", "Banias"};
   for (std::string_view g : kGeneric) {
     if (g.size() == name.size() && strncasecmp(g.data(), name.data(), g.size()) == 0) return true;
   }

@@ -4,9 +4,10 @@
 namespace tandem {
 
 void internal_error(const std::string& what, std::source_location where) {
-  throw InternalError(fmt::format("tandem internal error at {}:{}: {} (this is a bug in tandem; "
-                                  "please report it with the command that triggered it)",
-                                  where.file_name(), where.line(), what));
+  throw InternalError(
+      fmt::format("tandem internal error at {}:{}: {} (this is a bug in tandem; "
+                  "please report it with the command that triggered it)",
+                  where.file_name(), where.line(), what));
 }
 
 }  // namespace tandem

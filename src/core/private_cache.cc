@@ -27,20 +27,26 @@ std::string home_from_passwd() {
   passwd pw;
   passwd* found = nullptr;
   int rc;
-  while ((rc = ::getpwuid_r(::geteuid(), &pw, buf.data(), buf.size(), &found)) == ERANGE) buf.resize(buf.size() * 2);
-  return rc == 0 && found != nullptr && found->pw_dir != nullptr ? std::string(found->pw_dir) : std::string();
+  while ((rc = ::getpwuid_r(::geteuid(), &pw, buf.data(), buf.size(), &found)) == ERANGE)
+    buf.resize(buf.size() * 2);
+  return rc == 0 && found != nullptr && found->pw_dir != nullptr ? std::string(found->pw_dir)
+                                                                 : std::string();
 }
 
 // Refuses what another user owns or what group or others can write, naming it.
 void check_owner_and_mode(const struct stat& st, const std::string& what, const std::string& path) {
   if (st.st_uid != ::geteuid())
-    user_error("refusing the cache {} '{}': it belongs to uid {}, not to this user (uid {}), and what tandem "
-               "finds there it loads and runs; {}",
-               what, path, st.st_uid, ::geteuid(), kOwnFolder);
+    user_error(
+        "refusing the cache {} '{}': it belongs to uid {}, not to this user (uid {}), and what "
+        "tandem "
+        "finds there it loads and runs; {}",
+        what, path, st.st_uid, ::geteuid(), kOwnFolder);
   if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0)
-    user_error("refusing the cache {} '{}': group or others can write to it (mode {:04o}), and what tandem finds "
-               "there it loads and runs; `chmod go-w` it or {}",
-               what, path, st.st_mode & 07777, kOwnFolder);
+    user_error(
+        "refusing the cache {} '{}': group or others can write to it (mode {:04o}), and what "
+        "tandem finds "
+        "there it loads and runs; `chmod go-w` it or {}",
+        what, path, st.st_mode & 07777, kOwnFolder);
 }
 
 // Checks an existing folder; false when it does not exist.
@@ -50,7 +56,8 @@ bool check_dir(const fs::path& dir) {
     if (errno == ENOENT) return false;
     user_error("cannot inspect the cache folder '{}': {}", dir.string(), std::strerror(errno));
   }
-  if (!S_ISDIR(st.st_mode)) user_error("the cache folder '{}' is not a folder; {}", dir.string(), kOwnFolder);
+  if (!S_ISDIR(st.st_mode))
+    user_error("the cache folder '{}' is not a folder; {}", dir.string(), kOwnFolder);
   check_owner_and_mode(st, "folder", dir.string());
   return true;
 }
@@ -71,10 +78,13 @@ std::string default_cache_dir() {
   std::string home = env_str("HOME", "");
   if (home.empty()) home = home_from_passwd();
   if (home.empty())
-    user_error("no folder for tandem's cache: HOME is unset and the password database has no home folder for uid "
-               "{}; set TANDEM_CACHE_DIR to a folder of your own (a shared folder such as /tmp is never used: "
-               "another user could plant code there)",
-               ::geteuid());
+    user_error(
+        "no folder for tandem's cache: HOME is unset and the password database has no home folder "
+        "for uid "
+        "{}; set TANDEM_CACHE_DIR to a folder of your own (a shared folder such as /tmp is never "
+        "used: "
+        "another user could plant code there)",
+        ::geteuid());
   return (fs::path(home) / ".cache" / "tandem").string();
 }
 
@@ -87,13 +97,16 @@ fs::path make_private_dir(const std::string& root, const std::string& sub) {
     p /= part;
     if (::mkdir(p.c_str(), 0700) == 0) {
       if (::chmod(p.c_str(), 0700) != 0)
-        user_error("cannot set the mode of the cache folder '{}': {}", p.string(), std::strerror(errno));
+        user_error("cannot set the mode of the cache folder '{}': {}", p.string(),
+                   std::strerror(errno));
     } else if (const int err = errno; err != EEXIST && !fs::is_directory(p, ec)) {
       errno = err;
-      user_error("cannot create the cache folder '{}': {}; {}", p.string(), std::strerror(errno), kOwnFolder);
+      user_error("cannot create the cache folder '{}': {}; {}", p.string(), std::strerror(errno),
+                 kOwnFolder);
     }
   }
-  if (!check_dir(root) || !check_dir(dir)) user_error("the cache folder '{}' vanished while it was made", dir.string());
+  if (!check_dir(root) || !check_dir(dir))
+    user_error("the cache folder '{}' vanished while it was made", dir.string());
   return dir;
 }
 
@@ -103,8 +116,10 @@ bool private_dir_exists(const std::string& root, const std::string& sub) {
 
 void check_private_file(int fd, const std::string& path) {
   struct stat st;
-  if (::fstat(fd, &st) != 0) user_error("cannot inspect the cache file '{}': {}", path, std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) user_error("the cache file '{}' is not a regular file; remove it", path);
+  if (::fstat(fd, &st) != 0)
+    user_error("cannot inspect the cache file '{}': {}", path, std::strerror(errno));
+  if (!S_ISREG(st.st_mode))
+    user_error("the cache file '{}' is not a regular file; remove it", path);
   check_owner_and_mode(st, "file", path);
 }
 
@@ -113,7 +128,9 @@ std::optional<std::string> read_private_file(const std::string& path) {
   Fd f{::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)};
   if (f.fd < 0) {
     if (errno == ENOENT) return std::nullopt;
-    if (errno == ELOOP) user_error("the cache file '{}' is a symbolic link, which tandem never makes; remove it", path);
+    if (errno == ELOOP)
+      user_error("the cache file '{}' is a symbolic link, which tandem never makes; remove it",
+                 path);
     user_error("cannot read the cache file '{}': {}", path, std::strerror(errno));
   }
   check_private_file(f.fd, path);
@@ -133,7 +150,8 @@ std::optional<std::string> read_private_file(const std::string& path) {
 
 void write_private_file(const std::string& path, std::string_view contents, mode_t mode) {
   const fs::path target(path);
-  std::string tmp = (target.parent_path() / fmt::format(".{}.tmp-XXXXXX", target.filename().string())).string();
+  std::string tmp =
+      (target.parent_path() / fmt::format(".{}.tmp-XXXXXX", target.filename().string())).string();
   // mkostemp: a name nobody can predict, created with O_EXCL (never through a planted link).
   const int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
   if (fd < 0) user_error("cannot write the cache file '{}': {}", path, std::strerror(errno));

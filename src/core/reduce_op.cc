@@ -6,7 +6,8 @@
 namespace tandem {
 
 ReduceOp reduce_op_of_code(int32_t code) {
-  if (code < 0 || code > reduce_op_code(ReduceOp::Min)) internal_error(fmt::format("reduce op code {}", code));
+  if (code < 0 || code > reduce_op_code(ReduceOp::Min))
+    internal_error(fmt::format("reduce op code {}", code));
   return static_cast<ReduceOp>(code);
 }
 

@@ -7,7 +7,8 @@
 
 namespace tandem {
 
-SerialWorker::SerialWorker(std::string name) : thread_([this, name = std::move(name)] { loop(name); }) {}
+SerialWorker::SerialWorker(std::string name)
+    : thread_([this, name = std::move(name)] { loop(name); }) {}
 
 SerialWorker::~SerialWorker() {
   {

@@ -12,7 +12,8 @@ Shape::Shape(std::initializer_list<int64_t> dims) : Shape(std::vector<int64_t>(d
 
 Shape::Shape(std::vector<int64_t> dims) : dims_(std::move(dims)) {
   for (int64_t d : dims_)
-    if (d < 0) user_error("shape {} has a negative extent", fmt::format("[{}]", fmt::join(dims_, ", ")));
+    if (d < 0)
+      user_error("shape {} has a negative extent", fmt::format("[{}]", fmt::join(dims_, ", ")));
 }
 
 int64_t Shape::numel() const {

@@ -16,13 +16,18 @@ Program& program_of(std::string_view what, std::initializer_list<const Expr*> op
   Program* p = nullptr;
   for (const Expr* e : operands) {
     if (!e->defined())
-      user_error("{}: an operand is an undefined Expr (default-constructed, never assigned a stage)", what);
+      user_error(
+          "{}: an operand is an undefined Expr (default-constructed, never assigned a stage)",
+          what);
     if (p == nullptr) {
       p = e->program();
     } else if (e->program() != p) {
-      user_error("{}: operands come from different programs, '{}' ({}) and '{}' ({}); a stage's operands must "
-                 "be stages of its own program", what, p->name(), operands.begin()[0]->program()->display_name(
-                 operands.begin()[0]->id()), e->program()->name(), e->program()->display_name(e->id()));
+      user_error(
+          "{}: operands come from different programs, '{}' ({}) and '{}' ({}); a stage's operands "
+          "must "
+          "be stages of its own program",
+          what, p->name(), operands.begin()[0]->program()->display_name(operands.begin()[0]->id()),
+          e->program()->name(), e->program()->display_name(e->id()));
     }
   }
   return *p;
@@ -38,7 +43,9 @@ Expr make(Op op, std::initializer_list<const Expr*> operands, Attrs attrs = {}) 
 Expr binary(Op op, const Expr& a, const Expr& b) { return make(op, {&a, &b}); }
 
 Expr constant_like(const Expr& e, double v, Op op) {
-  if (!e.defined()) user_error("{}: an operand is an undefined Expr (default-constructed, never assigned a stage)", op_name(op));
+  if (!e.defined())
+    user_error("{}: an operand is an undefined Expr (default-constructed, never assigned a stage)",
+               op_name(op));
   return e.program()->constant(v);
 }
 
@@ -96,7 +103,9 @@ Expr min(const Expr& a, const Expr& b) { return binary(Op::Min, a, b); }
 Expr max(const Expr& a, double b) { return binary(Op::Max, a, b); }
 Expr min(const Expr& a, double b) { return binary(Op::Min, a, b); }
 
-Expr select(const Expr& cond, const Expr& a, const Expr& b) { return make(Op::Select, {&cond, &a, &b}); }
+Expr select(const Expr& cond, const Expr& a, const Expr& b) {
+  return make(Op::Select, {&cond, &a, &b});
+}
 Expr select(const Expr& cond, const Expr& a, double b) {
   const Expr c = constant_like(cond, b, Op::Select);
   return select(cond, a, c);
@@ -132,7 +141,9 @@ Expr segment_norm(const Expr& x, std::string count) {
 }
 
 Expr segment_scale(const Expr& t, const Expr& x) { return make(Op::SegmentScale, {&t, &x}); }
-Expr reduce(ReduceOp op, const Expr& x, int dim) { return make(Op::Reduce, {&x}, with_reduce(op, dim)); }
+Expr reduce(ReduceOp op, const Expr& x, int dim) {
+  return make(Op::Reduce, {&x}, with_reduce(op, dim));
+}
 Expr matmul(const Expr& a, const Expr& b) { return make(Op::Matmul, {&a, &b}); }
 
 Expr scatter(const Expr& x, int dim) {
@@ -143,8 +154,12 @@ Expr scatter(const Expr& x, int dim) {
 
 Expr update(const Expr& target, const Expr& value) { return make(Op::Update, {&target, &value}); }
 
-Expr AllReduce(ReduceOp op, const Expr& x) { return make(Op::AllReduce, {&x}, with_reduce(op, -1)); }
-Expr ReduceScatter(ReduceOp op, const Expr& x, int dim) { return make(Op::ReduceScatter, {&x}, with_reduce(op, dim)); }
+Expr AllReduce(ReduceOp op, const Expr& x) {
+  return make(Op::AllReduce, {&x}, with_reduce(op, -1));
+}
+Expr ReduceScatter(ReduceOp op, const Expr& x, int dim) {
+  return make(Op::ReduceScatter, {&x}, with_reduce(op, dim));
+}
 Expr AllGather(const Expr& x) { return make(Op::AllGather, {&x}); }
 
 Expr Broadcast(const Expr& x, int root) {

@@ -53,10 +53,14 @@ std::string SymShape::str() const {
 
 std::string Layout::str() const {
   switch (kind) {
-    case LayoutKind::Local: return "Local";
-    case LayoutKind::Replicated: return "Replicated";
-    case LayoutKind::Sliced: return fmt::format("Sliced({})", dim);
-    case LayoutKind::Partial: return "Partial";
+    case LayoutKind::Local:
+      return "Local";
+    case LayoutKind::Replicated:
+      return "Replicated";
+    case LayoutKind::Sliced:
+      return fmt::format("Sliced({})", dim);
+    case LayoutKind::Partial:
+      return "Partial";
   }
   return "?";
 }
@@ -83,47 +87,88 @@ std::ostream& operator<<(std::ostream& os, const Type& t) { return os << t.str()
 
 std::string_view op_name(Op op) {
   switch (op) {
-    case Op::Input: return "input";
-    case Op::Scalar: return "scalar";
-    case Op::Const: return "const";
-    case Op::Neg: return "neg";
-    case Op::Abs: return "abs";
-    case Op::Sqrt: return "sqrt";
-    case Op::Rsqrt: return "rsqrt";
-    case Op::Exp: return "exp";
-    case Op::Log: return "log";
-    case Op::Tanh: return "tanh";
-    case Op::Gelu: return "gelu";
-    case Op::Relu: return "relu";
-    case Op::Cast: return "cast";
-    case Op::Add: return "add";
-    case Op::Sub: return "sub";
-    case Op::Mul: return "mul";
-    case Op::Div: return "div";
-    case Op::Pow: return "pow";
-    case Op::Max: return "max";
-    case Op::Min: return "min";
-    case Op::Lt: return "lt";
-    case Op::Le: return "le";
-    case Op::Gt: return "gt";
-    case Op::Ge: return "ge";
-    case Op::Eq: return "eq";
-    case Op::Ne: return "ne";
-    case Op::Select: return "select";
-    case Op::Dropout: return "dropout";
-    case Op::SegmentScale: return "segment_scale";
-    case Op::Norm: return "norm";
-    case Op::Reduce: return "reduce";
-    case Op::SegmentNorm: return "segment_norm";
-    case Op::Matmul: return "matmul";
-    case Op::Scatter: return "scatter";
-    case Op::Update: return "update";
-    case Op::AllReduce: return "allreduce";
-    case Op::ReduceScatter: return "reduce_scatter";
-    case Op::AllGather: return "allgather";
-    case Op::Broadcast: return "broadcast";
-    case Op::Send: return "send";
-    case Op::Recv: return "recv";
+    case Op::Input:
+      return "input";
+    case Op::Scalar:
+      return "scalar";
+    case Op::Const:
+      return "const";
+    case Op::Neg:
+      return "neg";
+    case Op::Abs:
+      return "abs";
+    case Op::Sqrt:
+      return "sqrt";
+    case Op::Rsqrt:
+      return "rsqrt";
+    case Op::Exp:
+      return "exp";
+    case Op::Log:
+      return "log";
+    case Op::Tanh:
+      return "tanh";
+    case Op::Gelu:
+      return "gelu";
+    case Op::Relu:
+      return "relu";
+    case Op::Cast:
+      return "cast";
+    case Op::Add:
+      return "add";
+    case Op::Sub:
+      return "sub";
+    case Op::Mul:
+      return "mul";
+    case Op::Div:
+      return "div";
+    case Op::Pow:
+      return "pow";
+    case Op::Max:
+      return "max";
+    case Op::Min:
+      return "min";
+    case Op::Lt:
+      return "lt";
+    case Op::Le:
+      return "le";
+    case Op::Gt:
+      return "gt";
+    case Op::Ge:
+      return "ge";
+    case Op::Eq:
+      return "eq";
+    case Op::Ne:
+      return "ne";
+    case Op::Select:
+      return "select";
+    case Op::Dropout:
+      return "dropout";
+    case Op::SegmentScale:
+      return "segment_scale";
+    case Op::Norm:
+      return "norm";
+    case Op::Reduce:
+      return "reduce";
+    case Op::SegmentNorm:
+      return "segment_norm";
+    case Op::Matmul:
+      return "matmul";
+    case Op::Scatter:
+      return "scatter";
+    case Op::Update:
+      return "update";
+    case Op::AllReduce:
+      return "allreduce";
+    case Op::ReduceScatter:
+      return "reduce_scatter";
+    case Op::AllGather:
+      return "allgather";
+    case Op::Broadcast:
+      return "broadcast";
+    case Op::Send:
+      return "send";
+    case Op::Recv:
+      return "recv";
   }
   return "?";
 }
@@ -138,20 +183,27 @@ OpKind op_kind(Op op) {
   switch (op) {
     case Op::Norm:
     case Op::Reduce:
-    case Op::SegmentNorm: return OpKind::Reduction;
-    case Op::Matmul: return OpKind::Matmul;
-    case Op::Scatter: return OpKind::Scatter;
-    case Op::Update: return OpKind::Update;
+    case Op::SegmentNorm:
+      return OpKind::Reduction;
+    case Op::Matmul:
+      return OpKind::Matmul;
+    case Op::Scatter:
+      return OpKind::Scatter;
+    case Op::Update:
+      return OpKind::Update;
     case Op::Send:
-    case Op::Recv: return OpKind::Transfer;
-    default: return OpKind::Collective;
+    case Op::Recv:
+      return OpKind::Transfer;
+    default:
+      return OpKind::Collective;
   }
 }
 
 // ---------------------------------------------------------------------------------------- Expr
 
 const Stage& Expr::stage() const {
-  if (program_ == nullptr) user_error("use of an undefined Expr (default-constructed, never assigned a stage)");
+  if (program_ == nullptr)
+    user_error("use of an undefined Expr (default-constructed, never assigned a stage)");
   return program_->stage(id_);
 }
 
@@ -164,7 +216,9 @@ Expr Expr::named(std::string name) const {
 // ------------------------------------------------------------------------------------- Program
 
 Program::Program(std::string name, int groups) : name_(std::move(name)), groups_(groups) {
-  if (groups < 1) user_error("program '{}': {} groups; a program runs on at least 1 group of ranks", name_, groups);
+  if (groups < 1)
+    user_error("program '{}': {} groups; a program runs on at least 1 group of ranks", name_,
+               groups);
 }
 
 const Stage& Program::stage(int id) const {
@@ -184,12 +238,14 @@ bool is_identifier(std::string_view name) {
 
 void Program::check_name(std::string_view name, int id) const {
   if (!is_identifier(name))
-    user_error("program '{}': '{}' is not a valid stage name (letters, digits, '_' and '.', not starting "
-               "with a digit)", name_, name);
+    user_error(
+        "program '{}': '{}' is not a valid stage name (letters, digits, '_' and '.', not starting "
+        "with a digit)",
+        name_, name);
   for (const Stage& s : stages_)
     if (s.id != id && s.name == name)
-      user_error("program '{}': the name '{}' is taken by stage {}; names must be unique", name_, name,
-                 stage_str(s.id));
+      user_error("program '{}': the name '{}' is taken by stage {}; names must be unique", name_,
+                 name, stage_str(s.id));
 }
 
 void Program::set_name(int id, std::string name) {
@@ -200,21 +256,31 @@ void Program::set_name(int id, std::string name) {
 
 void Program::add_output(int id, std::string name) {
   if (id < 0 || id >= static_cast<int>(stages_.size()))
-    user_error("program '{}': output '{}' is not produced by any stage (it refers to %{}, and the program has {} "
-               "stages)", name_, name, id, stages_.size());
+    user_error(
+        "program '{}': output '{}' is not produced by any stage (it refers to %{}, and the program "
+        "has {} "
+        "stages)",
+        name_, name, id, stages_.size());
   const Stage& s = stage(id);
   // Output names live apart from stage names (output "w1" may name the stage "w1").
   if (!is_identifier(name))
-    user_error("program '{}': '{}' is not a valid output name (letters, digits, '_' and '.', not starting "
-               "with a digit)", name_, name);
+    user_error(
+        "program '{}': '{}' is not a valid output name (letters, digits, '_' and '.', not starting "
+        "with a digit)",
+        name_, name);
   for (const Output& o : outputs_)
     if (o.name == name) user_error("program '{}': output '{}' is declared twice", name_, name);
   if (s.op == Op::Send)
-    user_error("program '{}': output '{}' names {}, a send, which holds no value in any group; output the "
-               "matching recv instead", name_, name, stage_str(id));
+    user_error(
+        "program '{}': output '{}' names {}, a send, which holds no value in any group; output the "
+        "matching recv instead",
+        name_, name, stage_str(id));
   if (s.op == Op::Input && updater(id) >= 0)
-    user_error("program '{}': output '{}' reads input '{}', which {} overwrites in place; output the update's "
-               "result for the new value", name_, name, display_name(id), display_name(updater(id)));
+    user_error(
+        "program '{}': output '{}' reads input '{}', which {} overwrites in place; output the "
+        "update's "
+        "result for the new value",
+        name_, name, display_name(id), display_name(updater(id)));
   outputs_.push_back({std::move(name), id});
 }
 
@@ -256,7 +322,8 @@ std::optional<int> Program::find(std::string_view name) const {
 }
 
 std::string Program::display_name(int id) const {
-  if (id >= 0 && id < static_cast<int>(stages_.size()) && !stages_[static_cast<size_t>(id)].name.empty())
+  if (id >= 0 && id < static_cast<int>(stages_.size()) &&
+      !stages_[static_cast<size_t>(id)].name.empty())
     return stages_[static_cast<size_t>(id)].name;
   return fmt::format("%{}", id);
 }
@@ -304,23 +371,39 @@ std::string Program::stage_str(int id) const {
   std::string attrs;
   switch (s.op) {
     case Op::Input:
-    case Op::Scalar: break;
-    case Op::Const: attrs = fmt::format(" {}", s.attrs.value); break;
-    case Op::Dropout: attrs = fmt::format(" p={}", s.attrs.value); break;
-    case Op::SegmentNorm: attrs = fmt::format(" segments={}", s.attrs.shape[0].str()); break;
+    case Op::Scalar:
+      break;
+    case Op::Const:
+      attrs = fmt::format(" {}", s.attrs.value);
+      break;
+    case Op::Dropout:
+      attrs = fmt::format(" p={}", s.attrs.value);
+      break;
+    case Op::SegmentNorm:
+      attrs = fmt::format(" segments={}", s.attrs.shape[0].str());
+      break;
     case Op::Reduce:
       op += fmt::format(".{}", reduce_op_name(s.attrs.reduce));
       if (s.attrs.dim != kAllDims) attrs = fmt::format(" dim={}", s.attrs.dim);
       break;
-    case Op::AllReduce: op += fmt::format(".{}", reduce_op_name(s.attrs.reduce)); break;
+    case Op::AllReduce:
+      op += fmt::format(".{}", reduce_op_name(s.attrs.reduce));
+      break;
     case Op::ReduceScatter:
       op += fmt::format(".{}", reduce_op_name(s.attrs.reduce));
       attrs = fmt::format(" dim={}", s.attrs.dim);
       break;
-    case Op::Scatter: attrs = fmt::format(" dim={}", s.attrs.dim); break;
-    case Op::Broadcast: attrs = fmt::format(" root={}", s.attrs.root); break;
-    case Op::Send: attrs = fmt::format(" to=@{}", s.attrs.group); break;
-    default: break;
+    case Op::Scatter:
+      attrs = fmt::format(" dim={}", s.attrs.dim);
+      break;
+    case Op::Broadcast:
+      attrs = fmt::format(" root={}", s.attrs.root);
+      break;
+    case Op::Send:
+      attrs = fmt::format(" to=@{}", s.attrs.group);
+      break;
+    default:
+      break;
   }
   const std::string call = args.empty() ? op : fmt::format("{}({})", op, fmt::join(args, ", "));
   std::string where;
@@ -332,7 +415,8 @@ std::string Program::str() const {
   std::string out = groups_ > 1 ? fmt::format("program {} ({} groups)\n", name_, groups_)
                                 : fmt::format("program {}\n", name_);
   for (const Stage& s : stages_) out += fmt::format("  {}\n", stage_str(s.id));
-  for (const Output& o : outputs_) out += fmt::format("  output {} = {}\n", o.name, display_name(o.stage));
+  for (const Output& o : outputs_)
+    out += fmt::format("  output {} = {}\n", o.name, display_name(o.stage));
   return out;
 }
 
@@ -348,21 +432,25 @@ std::vector<Shape> Program::resolve_shapes(const SymbolMap& symbols) const {
           where = fmt::format("input '{}' {}", display_name(i.id), i.type.shape.str());
           break;
         }
-      user_error("program '{}': symbol '{}' (in the shape of {}) is not bound; bind it to an extent, e.g. "
-                 "symbols[\"{}\"] = 1024", name_, *missing, where, *missing);
+      user_error(
+          "program '{}': symbol '{}' (in the shape of {}) is not bound; bind it to an extent, e.g. "
+          "symbols[\"{}\"] = 1024",
+          name_, *missing, where, *missing);
     }
     Shape shape = *s.type.shape.resolve(symbols);
     for (int64_t d : shape.dims())
       if (d < 0)
-        user_error("program '{}': stage {} has shape {} under the bound symbols; extents must be >= 0", name_,
-                   display_name(s.id), shape.str());
+        user_error(
+            "program '{}': stage {} has shape {} under the bound symbols; extents must be >= 0",
+            name_, display_name(s.id), shape.str());
     out.push_back(std::move(shape));
   }
   return out;
 }
 
 int64_t segment_of(const Segments& bounds, int64_t i) {
-  return static_cast<int64_t>(std::upper_bound(bounds.begin(), bounds.end(), i) - bounds.begin()) - 1;
+  return static_cast<int64_t>(std::upper_bound(bounds.begin(), bounds.end(), i) - bounds.begin()) -
+         1;
 }
 
 std::vector<int> Program::segment_stages() const {
@@ -376,32 +464,44 @@ void Program::check_segments(const SymbolMap& symbols, const Segments& bounds) c
   const std::vector<int> ops = segment_stages();
   if (ops.empty()) {
     if (!bounds.empty())
-      user_error("program '{}' has no segment op (segment_norm, segment_scale), so it takes no segments ({} given)",
-                 name_, bounds.size() - 1);
+      user_error(
+          "program '{}' has no segment op (segment_norm, segment_scale), so it takes no segments "
+          "({} given)",
+          name_, bounds.size() - 1);
     return;
   }
   const std::vector<Shape> shapes = resolve_shapes(symbols);
   if (bounds.size() < 2)
-    user_error("program '{}' cuts its tensors into segments ({}): give their bounds (0, ..., the extent), at least "
-               "one segment", name_, display_name(ops.front()));
-  if (bounds.front() != 0) user_error("program '{}': the segments' first bound is {}, not 0", name_, bounds.front());
+    user_error(
+        "program '{}' cuts its tensors into segments ({}): give their bounds (0, ..., the extent), "
+        "at least "
+        "one segment",
+        name_, display_name(ops.front()));
+  if (bounds.front() != 0)
+    user_error("program '{}': the segments' first bound is {}, not 0", name_, bounds.front());
   for (size_t i = 1; i < bounds.size(); ++i)
     if (bounds[i] <= bounds[i - 1])
-      user_error("program '{}': segment bounds must ascend strictly (every segment holds an element), but bound {} "
-                 "is {} after {}", name_, i, bounds[i], bounds[i - 1]);
+      user_error(
+          "program '{}': segment bounds must ascend strictly (every segment holds an element), but "
+          "bound {} "
+          "is {} after {}",
+          name_, i, bounds[i], bounds[i - 1]);
   const int64_t count = static_cast<int64_t>(bounds.size()) - 1;
   for (int id : ops) {
     const Stage& s = stages_[static_cast<size_t>(id)];
     // segment_norm(x): x segmented, [S] its value; segment_scale(t, x): x segmented, t [S].
     const int x = s.op == Op::SegmentNorm ? s.args[0] : s.args[1];
     const int counted = s.op == Op::SegmentNorm ? id : s.args[0];
-    const int64_t extent = shapes[static_cast<size_t>(x)][0], segs = shapes[static_cast<size_t>(counted)][0];
+    const int64_t extent = shapes[static_cast<size_t>(x)][0],
+                  segs = shapes[static_cast<size_t>(counted)][0];
     if (extent != bounds.back())
-      user_error("program '{}': stage {} cuts {} (extent {}) into segments, but the segments end at {}", name_,
-                 display_name(id), display_name(x), extent, bounds.back());
+      user_error(
+          "program '{}': stage {} cuts {} (extent {}) into segments, but the segments end at {}",
+          name_, display_name(id), display_name(x), extent, bounds.back());
     if (segs != count)
-      user_error("program '{}': stage {} has {} segments ({} is {}), but {} segments are given", name_,
-                 display_name(id), segs, display_name(counted), shapes[static_cast<size_t>(counted)].str(), count);
+      user_error("program '{}': stage {} has {} segments ({} is {}), but {} segments are given",
+                 name_, display_name(id), segs, display_name(counted),
+                 shapes[static_cast<size_t>(counted)].str(), count);
   }
 }
 
@@ -411,12 +511,13 @@ void Program::check_order() const {
   // or merely an out-of-order stage (an error of whatever assembled it).
   for (const Stage& s : stages_) {
     if (s.id != static_cast<int>(&s - stages_.data()))
-      user_error("program '{}': stage '{}' has id {} at position {}", name_, display_name(s.id), s.id,
-                 &s - stages_.data());
+      user_error("program '{}': stage '{}' has id {} at position {}", name_, display_name(s.id),
+                 s.id, &s - stages_.data());
     for (int a : s.args) {
       if (a < 0 || a >= n)
-        user_error("program '{}': stage {} uses %{}, which does not exist (the program has {} stages)", name_,
-                   display_name(s.id), a, n);
+        user_error(
+            "program '{}': stage {} uses %{}, which does not exist (the program has {} stages)",
+            name_, display_name(s.id), a, n);
       if (a < s.id) continue;
       // Look for a path from `a` back to `s` through operands.
       std::vector<int> path{s.id, a};
@@ -436,16 +537,21 @@ void Program::check_order() const {
       if (reaches(a)) {
         std::vector<std::string> names;
         for (int id : path) names.push_back(display_name(id));
-        user_error("program '{}': cycle {} (each stage uses the next); a program is a DAG: every stage's "
-                   "operands must be computed before it", name_, fmt::join(names, " -> "));
+        user_error(
+            "program '{}': cycle {} (each stage uses the next); a program is a DAG: every stage's "
+            "operands must be computed before it",
+            name_, fmt::join(names, " -> "));
       }
-      user_error("program '{}': stage {} uses {}, which comes after it; stages must be in dependency order",
-                 name_, display_name(s.id), display_name(a));
+      user_error(
+          "program '{}': stage {} uses {}, which comes after it; stages must be in dependency "
+          "order",
+          name_, display_name(s.id), display_name(a));
     }
   }
 }
 
-Program Program::assemble(std::string name, int groups, std::vector<Stage> stages, std::vector<Output> outputs) {
+Program Program::assemble(std::string name, int groups, std::vector<Stage> stages,
+                          std::vector<Output> outputs) {
   Program raw(name, groups);
   for (size_t i = 0; i < stages.size(); ++i) stages[i].id = static_cast<int>(i);
   raw.stages_ = stages;
@@ -467,26 +573,34 @@ void Program::validate() const {
                  display_name(s.id), s.type.group, groups_);
   }
   // Outputs.
-  if (outputs_.empty() && std::none_of(stages_.begin(), stages_.end(), [](const Stage& s) {
-        return s.op == Op::Update;
-      }))
-    user_error("program '{}' produces nothing: declare a result with output(expr, name) or write an input "
-               "with update(input, expr)", name_);
+  if (outputs_.empty() && std::none_of(stages_.begin(), stages_.end(),
+                                       [](const Stage& s) { return s.op == Op::Update; }))
+    user_error(
+        "program '{}' produces nothing: declare a result with output(expr, name) or write an input "
+        "with update(input, expr)",
+        name_);
   std::set<std::string> out_names;
   for (const Output& o : outputs_) {
     if (o.stage < 0 || o.stage >= n)
-      user_error("program '{}': output '{}' is not produced by any stage (it refers to %{}, and the program "
-                 "has {} stages)", name_, o.name, o.stage, n);
+      user_error(
+          "program '{}': output '{}' is not produced by any stage (it refers to %{}, and the "
+          "program "
+          "has {} stages)",
+          name_, o.name, o.stage, n);
     if (!out_names.insert(o.name).second)
       user_error("program '{}': output '{}' is declared twice", name_, o.name);
     const Stage& s = stages_[static_cast<size_t>(o.stage)];
     if (s.op == Op::Send)
-      user_error("program '{}': output '{}' names {}, a send, which holds no value in any group; output the "
-                 "matching recv instead", name_, o.name, stage_str(o.stage));
+      user_error(
+          "program '{}': output '{}' names {}, a send, which holds no value in any group; output "
+          "the "
+          "matching recv instead",
+          name_, o.name, stage_str(o.stage));
     if (s.op == Op::Input && updater(o.stage) >= 0)
-      user_error("program '{}': output '{}' reads input '{}', which {} overwrites in place; output the "
-                 "update's result for the new value", name_, o.name, display_name(o.stage),
-                 display_name(updater(o.stage)));
+      user_error(
+          "program '{}': output '{}' reads input '{}', which {} overwrites in place; output the "
+          "update's result for the new value",
+          name_, o.name, display_name(o.stage), display_name(updater(o.stage)));
   }
   // Sends and recvs pair one to one; updates write each input once, after all its readers.
   for (const Stage& s : stages_) {
@@ -494,23 +608,29 @@ void Program::validate() const {
       int recvs = 0;
       for (int u : users(s.id)) recvs += stages_[static_cast<size_t>(u)].op == Op::Recv ? 1 : 0;
       if (recvs != 1)
-        user_error("program '{}': {} is received {} times; each send pairs with exactly one recv in group {} "
-                   "(add Recv(...) of it there)", name_, stage_str(s.id), recvs, s.attrs.group);
+        user_error(
+            "program '{}': {} is received {} times; each send pairs with exactly one recv in group "
+            "{} "
+            "(add Recv(...) of it there)",
+            name_, stage_str(s.id), recvs, s.attrs.group);
     }
     if (s.op == Op::Input) {
       std::vector<int> writers;
       for (int u : users(s.id))
-        if (stages_[static_cast<size_t>(u)].op == Op::Update && stages_[static_cast<size_t>(u)].args[0] == s.id)
+        if (stages_[static_cast<size_t>(u)].op == Op::Update &&
+            stages_[static_cast<size_t>(u)].args[0] == s.id)
           writers.push_back(u);
       if (writers.size() > 1)
-        user_error("program '{}': input '{}' is updated twice ({} and {}); update an input at most once",
-                   name_, display_name(s.id), display_name(writers[0]), display_name(writers[1]));
+        user_error(
+            "program '{}': input '{}' is updated twice ({} and {}); update an input at most once",
+            name_, display_name(s.id), display_name(writers[0]), display_name(writers[1]));
       if (writers.size() == 1)
         for (int u : users(s.id))
           if (u > writers[0])
-            user_error("program '{}': stage {} reads input '{}' after {} overwrote it in place; use the "
-                       "update's result for the new value, or read the input before the update",
-                       name_, display_name(u), display_name(s.id), display_name(writers[0]));
+            user_error(
+                "program '{}': stage {} reads input '{}' after {} overwrote it in place; use the "
+                "update's result for the new value, or read the input before the update",
+                name_, display_name(u), display_name(s.id), display_name(writers[0]));
     }
   }
 }
@@ -523,14 +643,22 @@ void Visitor::visit(const Program& p) {
 
 void Visitor::visit_stage(const Program& p, const Stage& s) {
   switch (op_kind(s.op)) {
-    case OpKind::Source: return visit_source(p, s);
-    case OpKind::Elementwise: return visit_elementwise(p, s);
-    case OpKind::Reduction: return visit_reduction(p, s);
-    case OpKind::Matmul: return visit_matmul(p, s);
-    case OpKind::Scatter: return visit_scatter(p, s);
-    case OpKind::Update: return visit_update(p, s);
-    case OpKind::Collective: return visit_collective(p, s);
-    case OpKind::Transfer: return visit_transfer(p, s);
+    case OpKind::Source:
+      return visit_source(p, s);
+    case OpKind::Elementwise:
+      return visit_elementwise(p, s);
+    case OpKind::Reduction:
+      return visit_reduction(p, s);
+    case OpKind::Matmul:
+      return visit_matmul(p, s);
+    case OpKind::Scatter:
+      return visit_scatter(p, s);
+    case OpKind::Update:
+      return visit_update(p, s);
+    case OpKind::Collective:
+      return visit_collective(p, s);
+    case OpKind::Transfer:
+      return visit_transfer(p, s);
   }
 }
 
@@ -553,14 +681,22 @@ Program Mutator::mutate(const Program& in) {
 
 int Mutator::mutate_stage(const Stage& s) {
   switch (op_kind(s.op)) {
-    case OpKind::Source: return mutate_source(s);
-    case OpKind::Elementwise: return mutate_elementwise(s);
-    case OpKind::Reduction: return mutate_reduction(s);
-    case OpKind::Matmul: return mutate_matmul(s);
-    case OpKind::Scatter: return mutate_scatter(s);
-    case OpKind::Update: return mutate_update(s);
-    case OpKind::Collective: return mutate_collective(s);
-    case OpKind::Transfer: return mutate_transfer(s);
+    case OpKind::Source:
+      return mutate_source(s);
+    case OpKind::Elementwise:
+      return mutate_elementwise(s);
+    case OpKind::Reduction:
+      return mutate_reduction(s);
+    case OpKind::Matmul:
+      return mutate_matmul(s);
+    case OpKind::Scatter:
+      return mutate_scatter(s);
+    case OpKind::Update:
+      return mutate_update(s);
+    case OpKind::Collective:
+      return mutate_collective(s);
+    case OpKind::Transfer:
+      return mutate_transfer(s);
   }
   return -1;
 }
@@ -574,7 +710,8 @@ int Mutator::copy(const Stage& s, const Attrs& attrs) {
 }
 
 int Mutator::mapped(int old_id) const {
-  TANDEM_CHECK(old_id >= 0 && old_id < static_cast<int>(map_.size()) && map_[static_cast<size_t>(old_id)] >= 0,
+  TANDEM_CHECK(old_id >= 0 && old_id < static_cast<int>(map_.size()) &&
+                   map_[static_cast<size_t>(old_id)] >= 0,
                "stage %{} has not been mutated yet", old_id);
   return map_[static_cast<size_t>(old_id)];
 }

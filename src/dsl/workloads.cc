@@ -17,14 +17,16 @@ Expr named_stage(Program& p, std::string_view name) { return Expr(&p, *p.find(na
 // The Adam direction from the averaged gradient g1, shared by every optimizer program below:
 // leaves m and v updated and returns r = mhat / (sqrt(vhat) + eps) + weight_decay * w.
 Expr adam_direction(Program& p, const Expr& g1, const Expr& w, const Expr& m, const Expr& v) {
-  const Expr beta1 = named_stage(p, "beta1"), beta2 = named_stage(p, "beta2"), eps = named_stage(p, "eps");
+  const Expr beta1 = named_stage(p, "beta1"), beta2 = named_stage(p, "beta2"),
+             eps = named_stage(p, "eps");
   const Expr weight_decay = named_stage(p, "weight_decay"), step = named_stage(p, "step");
   // C++ does not order the evaluation of an operator's two operands, so each line below has at
   // most one compound operand: the stages then come out in the same order on every compiler.
   const Expr m_decayed = beta1 * m;
   const Expr m1 = update(m, m_decayed + (1 - beta1) * g1).named("m1");  // beta1 m + (1 - beta1) g1
   const Expr v_decayed = beta2 * v;
-  const Expr v1 = update(v, v_decayed + (1 - beta2) * g1 * g1).named("v1");  // beta2 v + (1 - beta2) g1^2
+  const Expr v1 =
+      update(v, v_decayed + (1 - beta2) * g1 * g1).named("v1");  // beta2 v + (1 - beta2) g1^2
   // Bias correction: scalars, computed once per step on every rank.
   const Expr bc1 = (1 - pow(beta1, step)).named("bc1");
   const Expr bc2 = (1 - pow(beta2, step)).named("bc2");
@@ -52,7 +54,7 @@ Expr adam_step_direction(Program& p, DType grad_dtype) {
   adam_scalars(p);
   const Expr grad_scale = p.scalar("grad_scale");
   const Expr g = p.input(grad_dtype, {"N"}, Local, "g");  // each rank's own gradient
-  const Expr w = p.input(F32, {"N"}, Replicated, "w");     // the same on every rank
+  const Expr w = p.input(F32, {"N"}, Replicated, "w");    // the same on every rank
   const Expr m = p.input(F32, {"N"}, Replicated, "m");
   const Expr v = p.input(F32, {"N"}, Replicated, "v");
   const Expr g1 = averaged(grad_scale, AllReduce(Sum, g).named("g_sum"), grad_dtype);
@@ -88,7 +90,8 @@ std::pair<Expr, Expr> clipped_direction(Program& p, DType grad_dtype) {
 // `segmented`: per segment of w (a bucket of tensors, ir.h): the norms are segment norms (one
 // all-reduce of the S partials for each), trust is f32[S], and each element is scaled by its
 // segment's lr * trust (the same f32 operations per element as one tensor's step).
-Expr lamb_step(const Expr& lr, const Expr& w_mine, const Expr& w_part, const Expr& r, bool segmented) {
+Expr lamb_step(const Expr& lr, const Expr& w_mine, const Expr& w_part, const Expr& r,
+               bool segmented) {
   const Expr w_norm = (segmented ? segment_norm(w_mine) : norm(w_mine)).named("w_norm");
   const Expr r_norm = (segmented ? segment_norm(r) : norm(r)).named("r_norm");
   const Expr ratio = w_norm / r_norm;
@@ -101,8 +104,8 @@ Expr lamb_step(const Expr& lr, const Expr& w_mine, const Expr& w_part, const Exp
 
 // The row-parallel layer on `group`; returns its output.
 Expr megatron_body(Program& p, DType dtype, double dropout_p, int group) {
-  const Expr x = p.input(dtype, {"B", "K"}, Sliced(1), "x", group);        // this rank's columns of x
-  const Expr w = p.input(dtype, {"K", "H"}, Sliced(0), "w", group);        // the matching rows of w
+  const Expr x = p.input(dtype, {"B", "K"}, Sliced(1), "x", group);  // this rank's columns of x
+  const Expr w = p.input(dtype, {"K", "H"}, Sliced(0), "w", group);  // the matching rows of w
   const Expr bias = p.input(dtype, {"H"}, Replicated, "bias", group);
   const Expr residual = p.input(dtype, {"B", "H"}, Replicated, "residual", group);
   const Expr seed = p.scalar("seed");
@@ -161,7 +164,8 @@ Program clipped_update(const char* name, DType grad_dtype, bool lamb, bool segme
   const Expr lr = p.scalar("lr");
   const auto [w_mine, r] = clipped_direction(p, grad_dtype);
   const Expr w = named_stage(p, "w");
-  const Expr w_slice = (lamb ? lamb_step(lr, w_mine, w_mine, r, segmented) : w_mine - lr * r).named("w_slice");
+  const Expr w_slice =
+      (lamb ? lamb_step(lr, w_mine, w_mine, r, segmented) : w_mine - lr * r).named("w_slice");
   update(w, AllGather(w_slice).named("w_all")).named("w1");
   return p;
 }
@@ -172,7 +176,9 @@ Program adam_update(DType grad_dtype) { return clipped_update("adam_update", gra
 
 Program lamb_update(DType grad_dtype) { return clipped_update("lamb_update", grad_dtype, true); }
 
-Program lamb_bucket_update(DType grad_dtype) { return clipped_update("lamb_bucket_update", grad_dtype, true, true); }
+Program lamb_bucket_update(DType grad_dtype) {
+  return clipped_update("lamb_bucket_update", grad_dtype, true, true);
+}
 
 Program grad_norm() {
   Program p("grad_norm");
@@ -211,7 +217,9 @@ Program pipeline_stage(DType dtype, double dropout_p) {
   return p;
 }
 
-std::vector<std::string_view> names() { return {"adam", "lamb", "megatron_layer", "pipeline_stage"}; }
+std::vector<std::string_view> names() {
+  return {"adam", "lamb", "megatron_layer", "pipeline_stage"};
+}
 
 Program by_name(std::string_view name) {
   if (name == "adam") return adam();

@@ -14,13 +14,13 @@
 #include <utility>
 #include <vector>
 
+#include "plan_storage.h"
 #include "tandem/codegen/abi.h"
 #include "tandem/codegen/cpp.h"
 #include "tandem/comm/mpi.h"
 #include "tandem/core/blas.h"
 #include "tandem/core/error.h"
 #include "tandem/core/serial_worker.h"
-#include "plan_storage.h"
 
 namespace tandem::exec {
 
@@ -29,7 +29,8 @@ using schedule::Step;
 using schedule::StepKind;
 using schedule::Storage;
 
-CompiledPlan::CompiledPlan(schedule::Plan plan, std::string source, std::shared_ptr<JitModule> module)
+CompiledPlan::CompiledPlan(schedule::Plan plan, std::string source,
+                           std::shared_ptr<JitModule> module)
     : plan_(std::move(plan)), source_(std::move(source)), module_(std::move(module)) {}
 
 std::shared_ptr<const CompiledPlan> compile_plan(const Plan& plan, const JitOptions& options) {
@@ -37,19 +38,24 @@ std::shared_ptr<const CompiledPlan> compile_plan(const Plan& plan, const JitOpti
   std::shared_ptr<JitModule> module = jit_compile(source, options);
   auto version = reinterpret_cast<int (*)()>(module->symbol("tandem_abi_version"));
   if (version() != TANDEM_ABI_VERSION)
-    internal_error(fmt::format("JIT module {} speaks ABI {}, the host {}", module->path(), version(), TANDEM_ABI_VERSION));
+    internal_error(fmt::format("JIT module {} speaks ABI {}, the host {}", module->path(),
+                               version(), TANDEM_ABI_VERSION));
   return std::make_shared<const CompiledPlan>(plan, std::move(source), std::move(module));
 }
 
 namespace {
 
-DType dtype_of(int32_t code) { return code == 0 ? DType::F32 : (code == 1 ? DType::BF16 : DType::F16); }
+DType dtype_of(int32_t code) {
+  return code == 0 ? DType::F32 : (code == 1 ? DType::BF16 : DType::F16);
+}
 
 Tensor view(void* data, DType dtype, int64_t n) { return Tensor::view_of(data, dtype, Shape{n}); }
-char* bytes_at(void* base, int64_t elems, size_t es) { return static_cast<char*>(base) + static_cast<size_t>(elems) * es; }
+char* bytes_at(void* base, int64_t elems, size_t es) {
+  return static_cast<char*>(base) + static_cast<size_t>(elems) * es;
+}
 
-void sgemm_trampoline(int ta, int tb, int m, int n, int k, float alpha, const float* a, int lda, const float* b,
-                      int ldb, float beta, float* c, int ldc) {
+void sgemm_trampoline(int ta, int tb, int m, int n, int k, float alpha, const float* a, int lda,
+                      const float* b, int ldb, float beta, float* c, int ldc) {
   blas::sgemm(ta != 0, tb != 0, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
@@ -57,8 +63,10 @@ void sgemm_trampoline(int ta, int tb, int m, int n, int k, float alpha, const fl
 template <typename F>
 void each_step(const std::vector<Step>& steps, F&& f, int blocks = 0) {
   for (const Step& s : steps) {
-    if (s.kind == StepKind::Pipeline) each_step(s.pipeline.body, f, s.pipeline.blocks);
-    else f(s, blocks);
+    if (s.kind == StepKind::Pipeline)
+      each_step(s.pipeline.body, f, s.pipeline.blocks);
+    else
+      f(s, blocks);
   }
 }
 
@@ -111,8 +119,12 @@ struct CompiledRunner::State {
   std::vector<CompiledRunner::QueuedOp>* queue_log = nullptr;  // record_queue's, under log_mutex
   std::unique_ptr<SerialWorker> worker;  // last: stopped before what its jobs use goes away
 
-  State(const Plan& p, comm::Communicator& comm, const dsl::SymbolMap& symbols, const RunnerOptions& options)
-      : store(p, comm, symbols, options), plan(p), prog(p.program), chunk_bytes(options.chunk_bytes) {}
+  State(const Plan& p, comm::Communicator& comm, const dsl::SymbolMap& symbols,
+        const RunnerOptions& options)
+      : store(p, comm, symbols, options),
+        plan(p),
+        prog(p.program),
+        chunk_bytes(options.chunk_bytes) {}
 
   void fail(std::exception_ptr e) {
     std::lock_guard<std::mutex> lock(error_mutex);
@@ -140,7 +152,9 @@ struct CompiledRunner::State {
     }
   }
 
-  static comm::PartitionDesc partition_of(const tandem_collective& c) { return {c.outer, c.rows, c.inner}; }
+  static comm::PartitionDesc partition_of(const tandem_collective& c) {
+    return {c.outer, c.rows, c.inner};
+  }
 
   static void widen(const void* src, DType t, float* dst, int64_t n) {
     for (int64_t i = 0; i < n; ++i) dst[i] = load_as_f32(src, t, static_cast<size_t>(i));
@@ -168,8 +182,11 @@ struct CompiledRunner::State {
           call_hook(c, mine, chunk.numel(), c.index_base + off);
           if (c.carry) widen(mine, dt, chunk.data_as<float>(), chunk.numel());
         };
-      run_desc({.kind = comm::CollectiveKind::AllReduce, .op = op, .send = view(w, DType::F32, n),
-                .hook = std::move(hook), .partition = partition_of(c)});
+      run_desc({.kind = comm::CollectiveKind::AllReduce,
+                .op = op,
+                .send = view(w, DType::F32, n),
+                .hook = std::move(hook),
+                .partition = partition_of(c)});
       narrow(w, c.send, dt, n);
       return;
     }
@@ -179,12 +196,17 @@ struct CompiledRunner::State {
     float* part = w + n;
     const int64_t count = c.outer * fx::part_count(c.rows, p, r) * c.inner;
     comm::ChunkHook hook = [&](const Tensor& chunk, int64_t off) {
-      void* mine = whole != nullptr ? bytes_at(whole, off, es) : bytes_at(c.recv, chunk.data_as<float>() - part, es);
+      void* mine = whole != nullptr ? bytes_at(whole, off, es)
+                                    : bytes_at(c.recv, chunk.data_as<float>() - part, es);
       narrow(chunk.data_as<float>(), mine, dt, chunk.numel());
       if (c.hook != nullptr) call_hook(c, mine, chunk.numel(), c.index_base + off);
     };
-    run_desc({.kind = comm::CollectiveKind::ReduceScatter, .op = op, .send = view(w, DType::F32, n),
-              .recv = view(part, DType::F32, count), .hook = std::move(hook), .partition = partition_of(c)});
+    run_desc({.kind = comm::CollectiveKind::ReduceScatter,
+              .op = op,
+              .send = view(w, DType::F32, n),
+              .recv = view(part, DType::F32, count),
+              .hook = std::move(hook),
+              .partition = partition_of(c)});
   }
 
   // One collective of the compiled code, its [outer, rows, inner] partition handed to comm/.
@@ -197,30 +219,40 @@ struct CompiledRunner::State {
     d.op = reduce_op_of_code(c.op);
     d.partition = partition_of(c);
     if (c.hook != nullptr && (c.kind == 0 || c.kind == 1))
-      d.hook = [this, &c](const Tensor& chunk, int64_t offset) { call_hook(c, chunk.data(), chunk.numel(), c.index_base + offset); };
-    const int64_t count = c.outer * fx::part_count(c.rows, p, r) * c.inner;  // this rank's part, packed
+      d.hook = [this, &c](const Tensor& chunk, int64_t offset) {
+        call_hook(c, chunk.data(), chunk.numel(), c.index_base + offset);
+      };
+    const int64_t count =
+        c.outer * fx::part_count(c.rows, p, r) * c.inner;  // this rank's part, packed
     switch (c.kind) {
       case 0:  // all_reduce
         d.send = view(c.send, dt, n);
         break;
-      case 1:  // reduce_scatter: into a packed part, or into its place in a whole-shaped buffer (the input itself
-               // when recv is null)
+      case 1:  // reduce_scatter: into a packed part, or into its place in a whole-shaped buffer
+               // (the input itself when recv is null)
         d.kind = comm::CollectiveKind::ReduceScatter;
         d.send = view(c.send, dt, n);
-        d.recv = c.recv == nullptr ? d.send : (c.recv_whole ? view(c.recv, dt, n) : view(c.recv, dt, count));
+        d.recv = c.recv == nullptr ? d.send
+                                   : (c.recv_whole ? view(c.recv, dt, n) : view(c.recv, dt, count));
         break;
-      case 2:  // all_gather: from a packed part, or from the output itself (send null: the part in place)
+      case 2:  // all_gather: from a packed part, or from the output itself (send null: the part in
+               // place)
         d.kind = comm::CollectiveKind::AllGather;
         d.recv = view(c.recv, dt, n);
         d.send = c.send != nullptr ? view(c.send, dt, count) : d.recv;
         break;
       case 3:  // broadcast
         if (c.root < 0 || c.root >= p)
-          user_error("program '{}', step {}: Broadcast root {} is outside the group of {} ranks; the root is a rank index "
-                     "within the group, 0 to {}", prog.name(), c.step, c.root, p, p - 1);
-        run_desc({.kind = comm::CollectiveKind::Broadcast, .send = view(c.send, dt, n), .root = c.root});
+          user_error(
+              "program '{}', step {}: Broadcast root {} is outside the group of {} ranks; the root "
+              "is a rank index "
+              "within the group, 0 to {}",
+              prog.name(), c.step, c.root, p, p - 1);
+        run_desc(
+            {.kind = comm::CollectiveKind::Broadcast, .send = view(c.send, dt, n), .root = c.root});
         return;
-      default: internal_error(fmt::format("collective kind {} from compiled step {}", c.kind, c.step));
+      default:
+        internal_error(fmt::format("collective kind {} from compiled step {}", c.kind, c.step));
     }
     run_desc(std::move(d));
   }
@@ -229,8 +261,10 @@ struct CompiledRunner::State {
     const int peer = place().world_rank(t.peer_group, place().index);
     // Bytes travel as 2-byte elements: every dtype's size is a multiple of 2.
     const Tensor data = view(t.data, DType::F16, t.bytes / 2);
-    if (t.recv == 0) sends.push_back(store.world().isend(data, peer, t.tag));
-    else store.world().irecv(data, peer, t.tag).wait();
+    if (t.recv == 0)
+      sends.push_back(store.world().isend(data, peer, t.tag));
+    else
+      store.world().irecv(data, peer, t.tag).wait();
   }
 
   // -------------------------------------------------------------------------- the worker
@@ -245,14 +279,17 @@ struct CompiledRunner::State {
     ops[k] = op;
     last_ticket = worker->submit([this, k] { run_queued(ops[k]); });
     const int32_t b = op.is_collective ? op.c.block.index : op.t.block;
-    if (b >= 0 && static_cast<size_t>(b) < last_of_block.size()) last_of_block[static_cast<size_t>(b)] = last_ticket;
+    if (b >= 0 && static_cast<size_t>(b) < last_of_block.size())
+      last_of_block[static_cast<size_t>(b)] = last_ticket;
   }
 
   // On the communication thread; a failure stops the ops queued after it (SerialWorker).
   void run_queued(const Op& op) {
     const auto began = std::chrono::steady_clock::now();
-    if (op.is_collective) run_collective(op.c);
-    else run_transfer(op.t);
+    if (op.is_collective)
+      run_collective(op.c);
+    else
+      run_transfer(op.t);
     std::lock_guard<std::mutex> lock(log_mutex);
     if (queue_log != nullptr)
       queue_log->push_back({op.is_collective ? op.c.block.index : op.t.block, op.queued, began,
@@ -333,12 +370,14 @@ struct CompiledRunner::State {
 
 // ------------------------------------------------------------------------------------ setup
 
-CompiledRunner::CompiledRunner(const Plan& plan, comm::Communicator& comm, const dsl::SymbolMap& symbols,
-                               Allocator& alloc, CompiledOptions options)
+CompiledRunner::CompiledRunner(const Plan& plan, comm::Communicator& comm,
+                               const dsl::SymbolMap& symbols, Allocator& alloc,
+                               CompiledOptions options)
     : CompiledRunner(compile_plan(plan), comm, symbols, with_allocator(alloc), options) {}
 
-CompiledRunner::CompiledRunner(std::shared_ptr<const CompiledPlan> compiled, comm::Communicator& comm,
-                               const dsl::SymbolMap& symbols, const RunnerOptions& runner, CompiledOptions options)
+CompiledRunner::CompiledRunner(std::shared_ptr<const CompiledPlan> compiled,
+                               comm::Communicator& comm, const dsl::SymbolMap& symbols,
+                               const RunnerOptions& runner, CompiledOptions options)
     : compiled_(std::move(compiled)) {
   const Plan& plan = compiled_->plan();
   const dsl::Program& prog = plan.program;
@@ -352,16 +391,19 @@ CompiledRunner::CompiledRunner(std::shared_ptr<const CompiledPlan> compiled, com
   each_step(plan.steps, [&](const Step& st, int blocks) {
     if (st.kind == StepKind::Collective && s.place().holds(prog.stage(st.collective.stage))) {
       const size_t numel = static_cast<size_t>(s.store.shape(st.collective.stage).numel());
-      if (st.collective.op == dsl::Op::AllReduce || st.collective.op == dsl::Op::ReduceScatter) wide = std::max(wide, numel);
+      if (st.collective.op == dsl::Op::AllReduce || st.collective.op == dsl::Op::ReduceScatter)
+        wide = std::max(wide, numel);
     }
     // Inside a pipeline, communication may be queued: at most every block's of every such step.
-    if (blocks > 0 && (st.kind == StepKind::Collective || st.kind == StepKind::Send || st.kind == StepKind::Recv))
+    if (blocks > 0 &&
+        (st.kind == StepKind::Collective || st.kind == StepKind::Send || st.kind == StepKind::Recv))
       async_ops += static_cast<size_t>(blocks);
     if (st.kind == StepKind::Send) sends += static_cast<size_t>(std::max(1, blocks));
     max_blocks = std::max(max_blocks, static_cast<size_t>(blocks));
   });
   s.reduce_in_f32 = options.reduce_in_f32;
-  if (s.reduce_in_f32) s.wide = Tensor::empty(DType::F32, Shape{static_cast<int64_t>(2 * wide)}, s.store.allocator());
+  if (s.reduce_in_f32)
+    s.wide = Tensor::empty(DType::F32, Shape{static_cast<int64_t>(2 * wide)}, s.store.allocator());
   s.sends.reserve(sends);
 
   // The ABI.
@@ -384,7 +426,8 @@ CompiledRunner::CompiledRunner(std::shared_ptr<const CompiledPlan> compiled, com
   const JitModule& m = compiled_->module();
   s.run_fn = reinterpret_cast<tandem_entry_fn>(m.symbol("tandem_run"));
   auto scratch_fn = reinterpret_cast<tandem_scratch_fn>(m.symbol("tandem_scratch_elems"));
-  s.scratch = Tensor::empty(DType::F32, Shape{std::max<int64_t>(1, scratch_fn(&a))}, s.store.allocator());
+  s.scratch =
+      Tensor::empty(DType::F32, Shape{std::max<int64_t>(1, scratch_fn(&a))}, s.store.allocator());
   a.scratch = s.scratch.data_as<float>();
 
   bool threads = options.overlap && max_blocks > 1;
@@ -410,12 +453,22 @@ bool CompiledRunner::overlapping() const { return state_->overlap; }
 const dsl::Program& CompiledRunner::program() const { return state_->prog; }
 const Placement& CompiledRunner::placement() const { return state_->place(); }
 Tensor CompiledRunner::input(std::string_view name) const { return state_->store.input(name); }
-void CompiledRunner::bind(std::string_view name, const Tensor& memory) { state_->store.bind(name, memory); }
-void CompiledRunner::load(std::string_view name, const Tensor& value) { state_->store.load(name, value); }
-void CompiledRunner::set_scalar(std::string_view name, double value) { state_->store.set_scalar(name, value); }
+void CompiledRunner::bind(std::string_view name, const Tensor& memory) {
+  state_->store.bind(name, memory);
+}
+void CompiledRunner::load(std::string_view name, const Tensor& value) {
+  state_->store.load(name, value);
+}
+void CompiledRunner::set_scalar(std::string_view name, double value) {
+  state_->store.set_scalar(name, value);
+}
 Tensor CompiledRunner::output(std::string_view name) const { return state_->store.output(name); }
-CompiledRunner::Piece CompiledRunner::piece(std::string_view name) const { return state_->store.piece(name); }
-size_t CompiledRunner::allocated_bytes(std::string_view name) const { return state_->store.allocated_bytes(name); }
+CompiledRunner::Piece CompiledRunner::piece(std::string_view name) const {
+  return state_->store.piece(name);
+}
+size_t CompiledRunner::allocated_bytes(std::string_view name) const {
+  return state_->store.allocated_bytes(name);
+}
 
 // ------------------------------------------------------------------------------------- run
 

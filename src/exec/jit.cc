@@ -75,18 +75,24 @@ const std::string& compiler_identity(const std::string& cxx) {
   auto it = cache.find(cxx);
   if (it != cache.end()) return it->second;
   auto [rc, version] = run_command(shell_quote(cxx) + " --version");
-  if (rc != 0) user_error("the JIT's compiler '{}' does not run (set CXX to a C++20 compiler):\n{}", cxx, version);
+  if (rc != 0)
+    user_error("the JIT's compiler '{}' does not run (set CXX to a C++20 compiler):\n{}", cxx,
+               version);
   auto [rc2, native] = run_command(shell_quote(cxx) + " -march=native -x c++ -E -v - </dev/null");
   std::string cc1;
   std::istringstream lines(native);
   for (std::string line; std::getline(lines, line);)
-    if (line.find("cc1") != std::string::npos && line.find("-march") != std::string::npos) cc1 = line;
+    if (line.find("cc1") != std::string::npos && line.find("-march") != std::string::npos)
+      cc1 = line;
   return cache[cxx] = version.substr(0, version.find('\n')) + "\n" + cc1;
 }
 
-std::string key_of(const std::string& source, const std::string& cxx, const std::vector<std::string>& flags) {
-  // The cache's layout is part of the key: entries from before the SHA-256 record are never consulted.
-  std::string all = std::string(kCacheFormat) + "\n" + source + "\n--cxx--\n" + cxx + "\n" + compiler_identity(cxx) + "\n--flags--\n";
+std::string key_of(const std::string& source, const std::string& cxx,
+                   const std::vector<std::string>& flags) {
+  // The cache's layout is part of the key: entries from before the SHA-256 record are never
+  // consulted.
+  std::string all = std::string(kCacheFormat) + "\n" + source + "\n--cxx--\n" + cxx + "\n" +
+                    compiler_identity(cxx) + "\n--flags--\n";
   for (const auto& f : flags) all += f + " ";
   return hash128(all);
 }
@@ -98,8 +104,10 @@ class FileLock {
   explicit FileLock(const fs::path& path) {
     fd_ = ::open(path.c_str(), O_CREAT | O_RDWR | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd_ < 0 && errno == ELOOP)
-      user_error("the JIT lock file {} is a symbolic link, which tandem never makes; remove it", path.string());
-    if (fd_ < 0) user_error("cannot create the JIT lock file {}: {}", path.string(), std::strerror(errno));
+      user_error("the JIT lock file {} is a symbolic link, which tandem never makes; remove it",
+                 path.string());
+    if (fd_ < 0)
+      user_error("cannot create the JIT lock file {}: {}", path.string(), std::strerror(errno));
     try {
       check_private_file(fd_, path.string());
     } catch (const UserError&) {
@@ -155,17 +163,20 @@ std::string mismatch(const fs::path& so, const fs::path& sum) {
   const std::string got = hash_of(fd, so);
   const std::optional<std::string> record = read_private_file(sum.string());
   if (!record) return fmt::format("{} is missing", sum.filename().string());
-  if (record->substr(0, got.size()) != got) return fmt::format("its SHA-256 differs from {}", sum.filename().string());
+  if (record->substr(0, got.size()) != got)
+    return fmt::format("its SHA-256 differs from {}", sum.filename().string());
   return "";
 }
 
 // Compiles `src` into `so` and records the shared object's SHA-256 in `sum`. The compiler writes
-// into a folder of its own (mkdtemp: nobody can plant a link there); the result is moved into place.
-void compile_entry(const std::string& cxx, const std::vector<std::string>& flags, const fs::path& src,
-                   const fs::path& so, const fs::path& sum) {
+// into a folder of its own (mkdtemp: nobody can plant a link there); the result is moved into
+// place.
+void compile_entry(const std::string& cxx, const std::vector<std::string>& flags,
+                   const fs::path& src, const fs::path& so, const fs::path& sum) {
   std::string work = (so.parent_path() / (so.stem().string() + ".build-XXXXXX")).string();
   if (::mkdtemp(work.data()) == nullptr)
-    user_error("cannot create a JIT build folder in {}: {}", so.parent_path().string(), std::strerror(errno));
+    user_error("cannot create a JIT build folder in {}: {}", so.parent_path().string(),
+               std::strerror(errno));
   struct Cleanup {
     std::string dir;
     ~Cleanup() {
@@ -188,18 +199,20 @@ void compile_entry(const std::string& cxx, const std::vector<std::string>& flags
   if (fd < 0) user_error("the JIT compiler wrote no {}: {}", out.string(), std::strerror(errno));
   const Closer closer{fd};
   // 0700: a shared object is code (the loader needs only read, but nothing more is given away).
-  if (::fchmod(fd, 0700) != 0) user_error("cannot set the mode of {}: {}", out.string(), std::strerror(errno));
+  if (::fchmod(fd, 0700) != 0)
+    user_error("cannot set the mode of {}: {}", out.string(), std::strerror(errno));
   const std::string hash = hash_of(fd, out);
   // The record first: a crash between the two leaves a mismatch, which the next run repairs.
   write_private_file(sum.string(), fmt::format("{}  {}\n", hash, so.filename().string()));
   if (::rename(out.c_str(), so.c_str()) != 0)
-    user_error("cannot move the JIT module into place at {}: {}", so.string(), std::strerror(errno));
+    user_error("cannot move the JIT module into place at {}: {}", so.string(),
+               std::strerror(errno));
 }
 
 }  // namespace
 
 std::vector<std::string> default_jit_flags() {
-  return {"-std=c++20", "-O3", "-march=native", "-fPIC", "-shared", "-fno-math-errno",
+  return {"-std=c++20",        "-O3",     "-march=native", "-fPIC", "-shared", "-fno-math-errno",
           "-ffp-contract=off", "-fno-plt"};
 }
 
@@ -248,8 +261,10 @@ std::shared_ptr<JitModule> jit_compile(const std::string& source, const JitOptio
   const std::string why = present ? mismatch(so, sum) : "";
   if (!present || !why.empty()) {
     if (!why.empty())
-      fmt::print(stderr, "tandem: the JIT cache entry {} is not what was compiled ({}); compiling it again\n",
-                 so.string(), why);
+      fmt::print(
+          stderr,
+          "tandem: the JIT cache entry {} is not what was compiled ({}); compiling it again\n",
+          so.string(), why);
     const fs::path src = dir / (key + ".cc");
     write_private_file(src.string(), source);
     compile_entry(cxx, flags, src, so, sum);

@@ -11,10 +11,10 @@
 #include <map>
 #include <vector>
 
+#include "plan_storage.h"
 #include "tandem/core/blas.h"
 #include "tandem/core/error.h"
 #include "tandem/dsl/elementwise.h"
-#include "plan_storage.h"
 
 namespace tandem::exec {
 
@@ -33,9 +33,12 @@ namespace {
 
 float round_to(DType t, float v) {
   switch (t) {
-    case DType::F32: return v;
-    case DType::BF16: return bf16_to_f32(f32_to_bf16(v));
-    case DType::F16: return f16_to_f32(f32_to_f16(v));
+    case DType::F32:
+      return v;
+    case DType::BF16:
+      return bf16_to_f32(f32_to_bf16(v));
+    case DType::F16:
+      return f16_to_f32(f32_to_f16(v));
   }
   return v;
 }
@@ -51,9 +54,14 @@ struct Ctx {
 
 class PlanRunner::Impl {
  public:
-  Impl(const Plan& plan, comm::Communicator& world, const dsl::SymbolMap& symbols, const RunnerOptions& options)
-      : plan_(plan), p_(plan.program), store_(plan, world, symbols, options), chunk_bytes_(options.chunk_bytes),
-        group_size_(store_.placement().group_size), index_(store_.placement().index) {
+  Impl(const Plan& plan, comm::Communicator& world, const dsl::SymbolMap& symbols,
+       const RunnerOptions& options)
+      : plan_(plan),
+        p_(plan.program),
+        store_(plan, world, symbols, options),
+        chunk_bytes_(options.chunk_bytes),
+        group_size_(store_.placement().group_size),
+        index_(store_.placement().index) {
     const size_t ns = p_.stages().size();
     regs_.assign(ns, 0.0f);
     accs_.assign(ns, 0.0f);
@@ -99,13 +107,15 @@ class PlanRunner::Impl {
       case StepKind::Collective:
         if (s.collective.fused)
           for (int x : s.collective.fused->stages) in_loop_[static_cast<size_t>(x)] = 1;
-        if (mine(s.group) && (s.collective.op == Op::AllReduce || s.collective.op == Op::ReduceScatter)) {
+        if (mine(s.group) &&
+            (s.collective.op == Op::AllReduce || s.collective.op == Op::ReduceScatter)) {
           need_work(shape(s.collective.operand).numel());
           part_elems_ = std::max(part_elems_, shape(s.collective.operand).numel());
         }
         break;
       case StepKind::Reduce:
-        if (mine(s.group)) reduce_elems_ = std::max({reduce_elems_, local(s.reduce.stage).numel(), int64_t{1}});
+        if (mine(s.group))
+          reduce_elems_ = std::max({reduce_elems_, local(s.reduce.stage).numel(), int64_t{1}});
         break;
       case StepKind::Matmul:
         if (mine(s.group)) matmul_stages_.push_back(s.matmul.stage);
@@ -114,12 +124,15 @@ class PlanRunner::Impl {
         for (int v : s.pipeline.values) blocks_of_[v] = s.pipeline.blocks;
         for (const Step& b : s.pipeline.body) scan(b);
         break;
-      default: break;
+      default:
+        break;
     }
   }
 
   // Scratch, from the storage's allocator (counted in allocated_bytes()).
-  Tensor scratch(const Shape& shape) { return Tensor::empty(DType::F32, shape, store_.allocator()); }
+  Tensor scratch(const Shape& shape) {
+    return Tensor::empty(DType::F32, shape, store_.allocator());
+  }
 
   // Rows of Block value v over all blocks (its region for block b starts at block_base(v, b)).
   int64_t block_rows(int v, int b) const {
@@ -127,7 +140,9 @@ class PlanRunner::Impl {
     const int64_t rows = shape(v)[0];
     return dsl::part_count(dsl::part_count(rows, blocks, b), group_size_, index_);
   }
-  int64_t inner_of(int v) const { return shape(v).rank() == 0 || shape(v)[0] == 0 ? 1 : shape(v).numel() / shape(v)[0]; }
+  int64_t inner_of(int v) const {
+    return shape(v).rank() == 0 || shape(v)[0] == 0 ? 1 : shape(v).numel() / shape(v)[0];
+  }
   int64_t block_base(int v, int b) const {
     int64_t rows = 0;
     for (int i = 0; i < b; ++i) rows += block_rows(v, i);
@@ -164,16 +179,23 @@ class PlanRunner::Impl {
     const dsl::Segments* segments = nullptr;  // Segment: a per-segment vector read at g's segment
     int64_t index(int64_t g) const {
       switch (map) {
-        case Direct: return g;
-        case Segment: return dsl::segment_of(*segments, g);
-        case Mod: return g % mod;
-        case Shift: return g - shift;
-        case SliceMap: return fx::part_index(g, rows * inner, inner, off, cnt);
+        case Direct:
+          return g;
+        case Segment:
+          return dsl::segment_of(*segments, g);
+        case Mod:
+          return g % mod;
+        case Shift:
+          return g - shift;
+        case SliceMap:
+          return fx::part_index(g, rows * inner, inner, off, cnt);
       }
       return g;
     }
     float load(int64_t g) const { return load_as_f32(data, dtype, static_cast<size_t>(index(g))); }
-    void store(int64_t g, float v) const { store_from_f32(data, dtype, static_cast<size_t>(index(g)), v); }
+    void store(int64_t g, float v) const {
+      store_from_f32(data, dtype, static_cast<size_t>(index(g)), v);
+    }
   };
 
   // The memory access of value x from a loop over `loop_numel` elements, in context c.
@@ -218,7 +240,8 @@ class PlanRunner::Impl {
         a.shift = start * inner_of(r) - block_base(r, c.block);
         return a;
       }
-      case Storage::None: break;
+      case Storage::None:
+        break;
     }
     internal_error(fmt::format("value {} has no storage", p_.display_name(x)));
   }
@@ -275,7 +298,8 @@ class PlanRunner::Impl {
       const Stage& s = p_.stage(x);
       Compiled::Item it;
       it.stage = x;
-      it.accumulate = std::find(l.accumulates.begin(), l.accumulates.end(), x) != l.accumulates.end();
+      it.accumulate =
+          std::find(l.accumulates.begin(), l.accumulates.end(), x) != l.accumulates.end();
       it.op = s.op;
       it.dtype = s.type.dtype;
       it.seed = 0;
@@ -291,7 +315,8 @@ class PlanRunner::Impl {
         it.store = std::find(l.stores.begin(), l.stores.end(), x) != l.stores.end();
       } else {
         it.nvals = s.op == Op::Dropout ? 1 : static_cast<int>(s.args.size());
-        for (int j = 0; j < it.nvals; ++j) it.args[j] = operand(s.args[static_cast<size_t>(j)], c, numel, collective);
+        for (int j = 0; j < it.nvals; ++j)
+          it.args[j] = operand(s.args[static_cast<size_t>(j)], c, numel, collective);
         if (s.op == Op::Dropout) it.seed = store_.seed(s.args[1]);
         if (s.op == Op::SegmentScale) {  // the factors are read at the element's segment
           it.args[0].map = Access::Segment;
@@ -326,10 +351,18 @@ class PlanRunner::Impl {
       for (int j = 0; j < it.nvals; ++j) {
         const Access& a = it.args[j];
         switch (a.kind) {
-          case Access::Const: v[j] = a.constant; break;
-          case Access::Reg: v[j] = regs_[static_cast<size_t>(a.reg)]; break;
-          case Access::Chunk: v[j] = cval; break;
-          case Access::Mem: v[j] = a.load(g); break;
+          case Access::Const:
+            v[j] = a.constant;
+            break;
+          case Access::Reg:
+            v[j] = regs_[static_cast<size_t>(a.reg)];
+            break;
+          case Access::Chunk:
+            v[j] = cval;
+            break;
+          case Access::Mem:
+            v[j] = a.load(g);
+            break;
         }
       }
       if (it.accumulate) {
@@ -345,11 +378,21 @@ class PlanRunner::Impl {
       }
       float r;
       switch (it.op) {
-        case Op::Update: r = v[0]; break;
-        case Op::Select: r = dsl::apply_select(v[0], v[1], v[2]); break;
-        case Op::Dropout: r = dsl::apply_dropout(v[0], it.seed, static_cast<uint64_t>(g), it.p); break;
-        case Op::SegmentScale: r = dsl::apply_binary(Op::Mul, v[0], v[1]); break;
-        default: r = dsl::is_unary(it.op) ? dsl::apply_unary(it.op, v[0]) : dsl::apply_binary(it.op, v[0], v[1]);
+        case Op::Update:
+          r = v[0];
+          break;
+        case Op::Select:
+          r = dsl::apply_select(v[0], v[1], v[2]);
+          break;
+        case Op::Dropout:
+          r = dsl::apply_dropout(v[0], it.seed, static_cast<uint64_t>(g), it.p);
+          break;
+        case Op::SegmentScale:
+          r = dsl::apply_binary(Op::Mul, v[0], v[1]);
+          break;
+        default:
+          r = dsl::is_unary(it.op) ? dsl::apply_unary(it.op, v[0])
+                                   : dsl::apply_binary(it.op, v[0], v[1]);
       }
       r = round_to(it.dtype, r);
       regs_[static_cast<size_t>(it.stage)] = r;
@@ -360,7 +403,8 @@ class PlanRunner::Impl {
   void start_accumulators(const Loop& l) {
     for (int a : l.accumulates) {
       const Stage& s = p_.stage(a);
-      accs_[static_cast<size_t>(a)] = dsl::reduce_identity(s.op == Op::Norm ? dsl::ReduceOp::Sum : s.attrs.reduce);
+      accs_[static_cast<size_t>(a)] =
+          dsl::reduce_identity(s.op == Op::Norm ? dsl::ReduceOp::Sum : s.attrs.reduce);
       sums_[static_cast<size_t>(a)] = dsl::SumLanes{};
     }
   }
@@ -377,7 +421,8 @@ class PlanRunner::Impl {
     const int64_t rows0 = shape_rows(l);
     const int64_t inner0 = rows0 == 0 ? 0 : numel / rows0;
     if (l.domain == Domain::Full) {
-      const int64_t b = c.blocked ? c.b0 * inner0 : 0, e = c.blocked ? (c.b0 + c.bc) * inner0 : numel;
+      const int64_t b = c.blocked ? c.b0 * inner0 : 0,
+                    e = c.blocked ? (c.b0 + c.bc) * inner0 : numel;
       for (int64_t g = b; g < e; ++g) element(k, g, 0.0f);
       return;
     }
@@ -391,13 +436,16 @@ class PlanRunner::Impl {
     }
     // This rank's part along l.dim, in the order of its stored elements.
     std::vector<int64_t> dims;
-    for (const dsl::Dim& d : l.shape.dims) dims.push_back(d.is_symbol() ? symbol_value(d.symbol) : d.value);
+    for (const dsl::Dim& d : l.shape.dims)
+      dims.push_back(d.is_symbol() ? symbol_value(d.symbol) : d.value);
     const Shape full(std::move(dims));
     const Around a = around(full, l.dim);
-    const int64_t off = dsl::part_offset(a.rows, group_size_, index_), cnt = dsl::part_count(a.rows, group_size_, index_);
+    const int64_t off = dsl::part_offset(a.rows, group_size_, index_),
+                  cnt = dsl::part_count(a.rows, group_size_, index_);
     for (int64_t o = 0; o < a.outer; ++o)
       for (int64_t row = 0; row < cnt; ++row)
-        for (int64_t in = 0; in < a.inner; ++in) element(k, (o * a.rows + off + row) * a.inner + in, 0.0f);
+        for (int64_t in = 0; in < a.inner; ++in)
+          element(k, (o * a.rows + off + row) * a.inner + in, 0.0f);
   }
 
   int64_t shape_rows(const Loop& l) const {
@@ -410,10 +458,12 @@ class PlanRunner::Impl {
   void finish(const schedule::Finish& f) {
     const Stage& s = p_.stage(f.stage);
     const bool sum = s.op == Op::Norm || s.attrs.reduce == dsl::ReduceOp::Sum;
-    float acc = sum ? sums_[static_cast<size_t>(f.stage)].total() : accs_[static_cast<size_t>(f.stage)];
+    float acc =
+        sum ? sums_[static_cast<size_t>(f.stage)].total() : accs_[static_cast<size_t>(f.stage)];
     if (f.across_ranks) {
       one_.set(0, acc);
-      run_desc({.kind = comm::CollectiveKind::AllReduce, .op = s.op == Op::Norm ? ReduceOp::Sum : s.attrs.reduce,
+      run_desc({.kind = comm::CollectiveKind::AllReduce,
+                .op = s.op == Op::Norm ? ReduceOp::Sum : s.attrs.reduce,
                 .send = one_});
       acc = one_.get(0);
     }
@@ -434,11 +484,14 @@ class PlanRunner::Impl {
     for (int64_t o = 0; o < a.outer; ++o)
       for (int64_t in = 0; in < a.inner; ++in) {
         float acc = dsl::reduce_identity(s.attrs.reduce);
-        for (int64_t k = 0; k < a.rows; ++k) acc = dsl::reduce_combine(s.attrs.reduce, acc, x.get((o * a.rows + k) * a.inner + in));
+        for (int64_t k = 0; k < a.rows; ++k)
+          acc = dsl::reduce_combine(s.attrs.reduce, acc, x.get((o * a.rows + k) * a.inner + in));
         part.set(o * a.inner + in, acc);
       }
     if (r.across_ranks && part.numel() > 0)
-      run_desc({.kind = comm::CollectiveKind::AllReduce, .op = s.attrs.reduce, .send = part.reshape(Shape{part.numel()})});
+      run_desc({.kind = comm::CollectiveKind::AllReduce,
+                .op = s.attrs.reduce,
+                .send = part.reshape(Shape{part.numel()})});
     for (int64_t i = 0; i < out.numel(); ++i) out.set(i, part.get(i));
   }
 
@@ -447,12 +500,13 @@ class PlanRunner::Impl {
   void segment_norm(const schedule::Reduce& r, const Tensor& x, const Tensor& out) {
     const Stage& s = p_.stage(r.stage);
     Tensor part = reduce_.flat_slice(0, out.numel());
-    const int64_t begin = r.across_ranks ? dsl::part_offset(shape(s.args[0]).numel(), group_size_, index_) : 0;
-    dsl::segment_sums_of_squares(x.data_as<float>(), begin, x.numel(), store_.segments(), part.data_as<float>());
+    const int64_t begin =
+        r.across_ranks ? dsl::part_offset(shape(s.args[0]).numel(), group_size_, index_) : 0;
+    dsl::segment_sums_of_squares(x.data_as<float>(), begin, x.numel(), store_.segments(),
+                                 part.data_as<float>());
     if (r.across_ranks) run_desc({.kind = comm::CollectiveKind::AllReduce, .send = part});
     for (int64_t i = 0; i < out.numel(); ++i) out.set(i, std::sqrt(part.get(i)));
   }
-
 
   // --------------------------------------------------------------------------------- matmul
 
@@ -485,11 +539,15 @@ class PlanRunner::Impl {
     Shape a_shape = local(as.id), b_shape = local(bs.id);
     int a_dim = -1, b_dim = -1;
     if (la.is_sliced() && lb.is_replicated()) {
-      if (la.dim == ra - 1) b_dim = rb - 2;
-      else if (la.dim < ra - 2 && rb > 2) b_dim = la.dim;
+      if (la.dim == ra - 1)
+        b_dim = rb - 2;
+      else if (la.dim < ra - 2 && rb > 2)
+        b_dim = la.dim;
     } else if (la.is_replicated() && lb.is_sliced()) {
-      if (lb.dim == rb - 2) a_dim = ra - 1;
-      else if (lb.dim < rb - 2 && ra > 2) a_dim = lb.dim;
+      if (lb.dim == rb - 2)
+        a_dim = ra - 1;
+      else if (lb.dim < rb - 2 && ra > 2)
+        a_dim = lb.dim;
     }
     auto part_shape = [&](Shape sh, int dim, const Shape& global) {
       if (dim < 0) return sh;
@@ -507,18 +565,20 @@ class PlanRunner::Impl {
       TANDEM_CHECK(ra == 2 && rb == 2, "blocked batched matmul");
       // Rows [b0, b0 + bc) of A and of the output.
       const Tensor a_all = view(as.id);
-      Tensor a_rows = a_all.reshape(Shape{a_all.numel()}).flat_slice(c.b0 * a_all.shape()[1], c.bc * a_all.shape()[1]);
+      Tensor a_rows = a_all.reshape(Shape{a_all.numel()})
+                          .flat_slice(c.b0 * a_all.shape()[1], c.bc * a_all.shape()[1]);
       Tensor a_dst = af.reshape(Shape{af.numel()}).flat_slice(0, c.bc * k).reshape(Shape{c.bc, k});
       if (a_dim < 0) {
         for (int64_t i = 0; i < a_rows.numel(); ++i) a_dst.set(i, a_rows.get(i));
       } else {
-        copy_f32(a_rows.reshape(Shape{c.bc, a_all.shape()[1]}), a_dst, a_dim, Shape{c.bc, shape(as.id)[1]});
+        copy_f32(a_rows.reshape(Shape{c.bc, a_all.shape()[1]}), a_dst, a_dim,
+                 Shape{c.bc, shape(as.id)[1]});
       }
       if (c.block == 0) copy_f32(view(bs.id), bf, b_dim, shape(bs.id));
       Tensor cf = m.c.reshape(Shape{m.c.numel()}).flat_slice(0, c.bc * n);
       if (k > 0 && c.bc * n > 0)
-        blas::sgemm(false, false, static_cast<int>(c.bc), static_cast<int>(n), static_cast<int>(k), 1.0f,
-                    a_dst.data_as<float>(), static_cast<int>(k), bf.data_as<float>(),
+        blas::sgemm(false, false, static_cast<int>(c.bc), static_cast<int>(n), static_cast<int>(k),
+                    1.0f, a_dst.data_as<float>(), static_cast<int>(k), bf.data_as<float>(),
                     static_cast<int>(std::max<int64_t>(1, n)), 0.0f, cf.data_as<float>(),
                     static_cast<int>(std::max<int64_t>(1, n)));
       else
@@ -534,10 +594,12 @@ class PlanRunner::Impl {
     const bool a_batched = ra > 2, b_batched = rb > 2;
     if (k > 0)
       for (int64_t i = 0; i < batches && mrows * n > 0; ++i)
-        blas::sgemm(false, false, static_cast<int>(mrows), static_cast<int>(n), static_cast<int>(k), 1.0f,
-                    af.data_as<float>() + (a_batched ? i * mrows * k : 0), static_cast<int>(k),
-                    bf.data_as<float>() + (b_batched ? i * k * n : 0), static_cast<int>(std::max<int64_t>(1, n)),
-                    0.0f, m.c.data_as<float>() + i * mrows * n, static_cast<int>(std::max<int64_t>(1, n)));
+        blas::sgemm(false, false, static_cast<int>(mrows), static_cast<int>(n), static_cast<int>(k),
+                    1.0f, af.data_as<float>() + (a_batched ? i * mrows * k : 0),
+                    static_cast<int>(k), bf.data_as<float>() + (b_batched ? i * k * n : 0),
+                    static_cast<int>(std::max<int64_t>(1, n)), 0.0f,
+                    m.c.data_as<float>() + i * mrows * n,
+                    static_cast<int>(std::max<int64_t>(1, n)));
     for (int64_t i = 0; i < out.numel(); ++i) out.set(i, m.c.get(i));
   }
 
@@ -557,9 +619,11 @@ class PlanRunner::Impl {
     const Tensor& b = buffer(r);
     const Storage xs = value_of(x).storage;
     if (xs == Storage::Full) return b.flat_slice(c.b0 * inner, c.bc * inner);
-    if (st == Storage::Block) return b.flat_slice(block_base(r, c.block), block_rows(r, c.block) * inner);
+    if (st == Storage::Block)
+      return b.flat_slice(block_base(r, c.block), block_rows(r, c.block) * inner);
     // A Slice inside a blocked Full buffer (in place): this rank's part of the block's rows.
-    TANDEM_CHECK(st == Storage::Full, "a slice stored apart read inside a pipeline: {}", p_.display_name(x));
+    TANDEM_CHECK(st == Storage::Full, "a slice stored apart read inside a pipeline: {}",
+                 p_.display_name(x));
     const int64_t start = c.b0 + dsl::part_offset(c.bc, group_size_, index_);
     return b.flat_slice(start * inner, dsl::part_count(c.bc, group_size_, index_) * inner);
   }
@@ -571,7 +635,8 @@ class PlanRunner::Impl {
   static void convert(const Tensor& src, const Tensor& dst) {
     TANDEM_CHECK(src.numel() == dst.numel(), "convert {} -> {}", src.str(), dst.str());
     if (src.dtype() == dst.dtype()) {
-      if (src.data() != dst.data() && src.nbytes() > 0) std::memmove(dst.data(), src.data(), src.nbytes());
+      if (src.data() != dst.data() && src.nbytes() > 0)
+        std::memmove(dst.data(), src.data(), src.nbytes());
       return;
     }
     for (int64_t i = 0; i < src.numel(); ++i) dst.set(i, src.get(i));
@@ -594,16 +659,20 @@ class PlanRunner::Impl {
 
   void collective(const Collective& col, const Ctx& c) {
     switch (col.op) {
-      case Op::AllReduce: return all_reduce(col, c);
-      case Op::ReduceScatter: return reduce_scatter(col, c);
-      case Op::AllGather: return all_gather(col, c);
+      case Op::AllReduce:
+        return all_reduce(col, c);
+      case Op::ReduceScatter:
+        return reduce_scatter(col, c);
+      case Op::AllGather:
+        return all_gather(col, c);
       case Op::Broadcast: {
         const Tensor dst = span(col.stage, c);
         convert(span(col.operand, c), dst);
         run_desc({.kind = comm::CollectiveKind::Broadcast, .send = dst, .root = col.root});
         return;
       }
-      default: internal_error("not a collective");
+      default:
+        internal_error("not a collective");
     }
   }
 
@@ -636,7 +705,9 @@ class PlanRunner::Impl {
       start_accumulators(*col.fused);
       k = compile(*col.fused, c, col.stage);
     }
-    run_desc({.kind = comm::CollectiveKind::AllReduce, .op = col.reduce, .send = work,
+    run_desc({.kind = comm::CollectiveKind::AllReduce,
+              .op = col.reduce,
+              .send = work,
               .hook = hook(col, c, base_index(col.stage, c), k ? &*k : nullptr)});
     if (dst.defined() && !direct) convert(work, dst);
   }
@@ -663,8 +734,12 @@ class PlanRunner::Impl {
     convert(src, in);
     const bool direct = s.type.dtype == DType::F32;
     Tensor out = direct ? dst : part_.flat_slice(0, dst.numel());
-    run_desc({.kind = comm::CollectiveKind::ReduceScatter, .op = col.reduce, .send = in, .recv = out,
-              .hook = hook(col, c, base, k ? &*k : nullptr), .partition = partition_of(col, block_shape(col.operand, c))});
+    run_desc({.kind = comm::CollectiveKind::ReduceScatter,
+              .op = col.reduce,
+              .send = in,
+              .recv = out,
+              .hook = hook(col, c, base, k ? &*k : nullptr),
+              .partition = partition_of(col, block_shape(col.operand, c))});
     if (!direct) convert(out, dst);
   }
 
@@ -673,11 +748,14 @@ class PlanRunner::Impl {
     if (col.operand < 0) {
       // Completing gather: this rank's flat part of its own buffer goes to every rank.
       const int64_t n = dst.numel();
-      const Tensor part = dst.flat_slice(fx::part_offset(n, group_size_, index_), fx::part_count(n, group_size_, index_));
+      const Tensor part = dst.flat_slice(fx::part_offset(n, group_size_, index_),
+                                         fx::part_count(n, group_size_, index_));
       run_desc({.kind = comm::CollectiveKind::AllGather, .send = part, .recv = dst});
       return;
     }
-    run_desc({.kind = comm::CollectiveKind::AllGather, .send = span(col.operand, c), .recv = dst,
+    run_desc({.kind = comm::CollectiveKind::AllGather,
+              .send = span(col.operand, c),
+              .recv = dst,
               .partition = partition_of(col, block_shape(col.stage, c))});
   }
 
@@ -685,8 +763,8 @@ class PlanRunner::Impl {
 
   int tag(int send_stage) const {
     if (send_stage > comm::kMaxUserTag)
-      user_error("plan '{}': send {} is stage {}, beyond the {} stages whose sends can be tagged", plan_.name,
-                 p_.display_name(send_stage), send_stage, comm::kMaxUserTag + 1);
+      user_error("plan '{}': send {} is stage {}, beyond the {} stages whose sends can be tagged",
+                 plan_.name, p_.display_name(send_stage), send_stage, comm::kMaxUserTag + 1);
     return send_stage;
   }
 
@@ -704,13 +782,20 @@ class PlanRunner::Impl {
 
   void step(const Step& s, const Ctx& c) {
     switch (s.kind) {
-      case StepKind::Loop: return run_loop(s.loop, c);
-      case StepKind::Reduce: return reduce(s.reduce);
-      case StepKind::Finish: return finish(s.finish);
-      case StepKind::Matmul: return matmul(s.matmul, c);
-      case StepKind::Collective: return collective(s.collective, c);
-      case StepKind::Send: return send(s.transfer, c);
-      case StepKind::Recv: return recv(s.transfer, c);
+      case StepKind::Loop:
+        return run_loop(s.loop, c);
+      case StepKind::Reduce:
+        return reduce(s.reduce);
+      case StepKind::Finish:
+        return finish(s.finish);
+      case StepKind::Matmul:
+        return matmul(s.matmul, c);
+      case StepKind::Collective:
+        return collective(s.collective, c);
+      case StepKind::Send:
+        return send(s.transfer, c);
+      case StepKind::Recv:
+        return recv(s.transfer, c);
       case StepKind::Pipeline: {
         const int blocks = s.pipeline.blocks;
         // The blocked rows: those of the first blocked value.
@@ -734,8 +819,8 @@ class PlanRunner::Impl {
   PlanStorage store_;
   size_t chunk_bytes_ = 0;  // every collective's (RunnerOptions::chunk_bytes)
   int group_size_ = 1, index_ = 0;
-  std::vector<float> regs_, accs_;     // registers; Prod / Max / Min accumulators
-  std::vector<dsl::SumLanes> sums_;   // Norm / Reduce Sum accumulators
+  std::vector<float> regs_, accs_;   // registers; Prod / Max / Min accumulators
+  std::vector<dsl::SumLanes> sums_;  // Norm / Reduce Sum accumulators
   std::vector<char> in_loop_;
   std::vector<char> in_current_ = std::vector<char>(p_.stages().size(), 0);
   std::map<int, int> blocks_of_;
@@ -756,7 +841,8 @@ RunnerOptions with_allocator(Allocator& alloc) {
 
 }  // namespace
 
-PlanRunner::PlanRunner(const Plan& plan, comm::Communicator& comm, const dsl::SymbolMap& symbols, Allocator& alloc)
+PlanRunner::PlanRunner(const Plan& plan, comm::Communicator& comm, const dsl::SymbolMap& symbols,
+                       Allocator& alloc)
     : PlanRunner(plan, comm, symbols, with_allocator(alloc)) {}
 PlanRunner::PlanRunner(const Plan& plan, comm::Communicator& comm, const dsl::SymbolMap& symbols,
                        const RunnerOptions& options)
@@ -764,19 +850,30 @@ PlanRunner::PlanRunner(const Plan& plan, comm::Communicator& comm, const dsl::Sy
 PlanRunner::~PlanRunner() = default;
 const dsl::Program& PlanRunner::program() const { return impl_->store().program(); }
 const Placement& PlanRunner::placement() const { return impl_->store().placement(); }
-void PlanRunner::bind(std::string_view name, const Tensor& memory) { impl_->store().bind(name, memory); }
+void PlanRunner::bind(std::string_view name, const Tensor& memory) {
+  impl_->store().bind(name, memory);
+}
 Tensor PlanRunner::input(std::string_view name) const { return impl_->store().input(name); }
-void PlanRunner::load(std::string_view name, const Tensor& value) { impl_->store().load(name, value); }
-void PlanRunner::set_scalar(std::string_view name, double value) { impl_->store().set_scalar(name, value); }
+void PlanRunner::load(std::string_view name, const Tensor& value) {
+  impl_->store().load(name, value);
+}
+void PlanRunner::set_scalar(std::string_view name, double value) {
+  impl_->store().set_scalar(name, value);
+}
 void PlanRunner::run() { impl_->run(false); }
 void PlanRunner::run_leaving_sends() { impl_->run(true); }
 void PlanRunner::wait_sends() { impl_->wait_sends(); }
 Tensor PlanRunner::output(std::string_view name) const { return impl_->store().output(name); }
-PlanRunner::Piece PlanRunner::piece(std::string_view name) const { return impl_->store().piece(name); }
-size_t PlanRunner::allocated_bytes(std::string_view name) const { return impl_->store().allocated_bytes(name); }
+PlanRunner::Piece PlanRunner::piece(std::string_view name) const {
+  return impl_->store().piece(name);
+}
+size_t PlanRunner::allocated_bytes(std::string_view name) const {
+  return impl_->store().allocated_bytes(name);
+}
 size_t PlanRunner::allocated_bytes() const { return impl_->store().allocated_bytes(); }
 
-TensorMap run_plan(const Plan& plan, comm::Communicator& comm, const RunArgs& args, Allocator& alloc) {
+TensorMap run_plan(const Plan& plan, comm::Communicator& comm, const RunArgs& args,
+                   Allocator& alloc) {
   RunnerOptions options;
   options.alloc = &alloc;
   options.segments = args.segments;

@@ -17,11 +17,14 @@ using schedule::Step;
 using schedule::StepKind;
 using schedule::Storage;
 
-PlanStorage::PlanStorage(const schedule::Plan& plan, comm::Communicator& world, const dsl::SymbolMap& symbols,
-                         const RunnerOptions& options)
-    : plan_(plan), groups_(plan.program, world),
-      alloc_(comm::buffer_allocator(world, options.alloc != nullptr ? *options.alloc : host_allocator())),
-      shapes_(plan.program.resolve_shapes(symbols)), segments_(options.segments) {
+PlanStorage::PlanStorage(const schedule::Plan& plan, comm::Communicator& world,
+                         const dsl::SymbolMap& symbols, const RunnerOptions& options)
+    : plan_(plan),
+      groups_(plan.program, world),
+      alloc_(comm::buffer_allocator(world,
+                                    options.alloc != nullptr ? *options.alloc : host_allocator())),
+      shapes_(plan.program.resolve_shapes(symbols)),
+      segments_(options.segments) {
   program().check_segments(symbols, segments_);
   const size_t n = program().stages().size();
   roots_.assign(n, -1);
@@ -80,9 +83,11 @@ void PlanStorage::allocate() {
     const schedule::Value& v = value(i);
     const Stage& st = program().stage(i);
     if (v.alias >= 0 || v.storage == Storage::None || !pl.holds(st)) continue;
-    const Shape shape = v.storage == Storage::Block ? block_shape(i)
-                                                    : schedule::stored_shape(plan_, i, shapes_, pl.group_size, pl.index);
-    if (std::any_of(unbound_.begin(), unbound_.end(), [&](const auto& u) { return u.first == i; })) {
+    const Shape shape = v.storage == Storage::Block
+                            ? block_shape(i)
+                            : schedule::stored_shape(plan_, i, shapes_, pl.group_size, pl.index);
+    if (std::any_of(unbound_.begin(), unbound_.end(),
+                    [&](const auto& u) { return u.first == i; })) {
       buffers_[id] = Tensor::view_of(nullptr, st.type.dtype, shape);  // its shape, until bind()
       continue;
     }
@@ -99,8 +104,8 @@ Tensor PlanStorage::view(int id) const {
   TANDEM_CHECK(b.defined(), "value {} has no buffer on this rank", program().display_name(id));
   const Storage mine = value(id).storage, owner = value(r).storage;
   if (mine == owner) return b.reshape(local(id));
-  TANDEM_CHECK(mine == Storage::Slice && owner == Storage::Full, "view of {} in {}", program().display_name(id),
-               program().display_name(r));
+  TANDEM_CHECK(mine == Storage::Slice && owner == Storage::Full, "view of {} in {}",
+               program().display_name(id), program().display_name(r));
   // This rank's part of the whole buffer: contiguous when sliced along the leading dims only.
   const int d = program().stage(id).type.layout.dim;
   const Around a = around(shape(id), d);
@@ -122,7 +127,8 @@ uint64_t PlanStorage::seed(int id) const {
 int PlanStorage::find_named(std::string_view name, Op op, const char* what) const {
   for (const Stage& s : program().stages())
     if (s.name == name && (op == Op::Const || s.op == op)) return s.id;
-  user_error("plan '{}': program '{}' has no {} named '{}'", plan_.name, program().name(), what, name);
+  user_error("plan '{}': program '{}' has no {} named '{}'", plan_.name, program().name(), what,
+             name);
 }
 
 // Output `name`'s value, else the stage of that name.
@@ -134,8 +140,8 @@ int PlanStorage::output_or_value(std::string_view name) const {
 
 void PlanStorage::check_mine(int id, std::string_view name) const {
   if (!placement().holds(program().stage(id)))
-    user_error("plan '{}': '{}' belongs to group {}, and this rank is in group {}", plan_.name, name,
-               program().stage(id).type.group, placement().group);
+    user_error("plan '{}': '{}' belongs to group {}, and this rank is in group {}", plan_.name,
+               name, program().stage(id).type.group, placement().group);
 }
 
 Tensor PlanStorage::input(std::string_view name) const {
@@ -150,7 +156,8 @@ void PlanStorage::load(std::string_view name, const Tensor& value) {
   const Tensor dst = view(id);
   const Stage& s = program().stage(id);
   if (value.dtype() != dst.dtype())
-    user_error("plan '{}': input '{}' is {}, given {}", plan_.name, name, dtype_name(dst.dtype()), value.str());
+    user_error("plan '{}': input '{}' is {}, given {}", plan_.name, name, dtype_name(dst.dtype()),
+               value.str());
   if (value.shape() == dst.shape()) {
     if (value.nbytes() > 0) std::memcpy(dst.data(), value.data(), value.nbytes());
     return;
@@ -160,8 +167,8 @@ void PlanStorage::load(std::string_view name, const Tensor& value) {
     if (part.nbytes() > 0) std::memcpy(dst.data(), part.data(), part.nbytes());
     return;
   }
-  user_error("plan '{}': input '{}' is stored as {} on this rank (global {} {}); given {}", plan_.name, name,
-             dst.str(), shape(id).str(), s.type.layout.str(), value.str());
+  user_error("plan '{}': input '{}' is stored as {} on this rank (global {} {}); given {}",
+             plan_.name, name, dst.str(), shape(id).str(), s.type.layout.str(), value.str());
 }
 
 // The input's (or output's) buffer becomes the caller's memory, for every value that lives in it.
@@ -183,10 +190,13 @@ void PlanStorage::set_scalar(std::string_view name, double value) {
   const int id = find_named(name, Op::Scalar, "scalar");
   const size_t i = static_cast<size_t>(id);
   const bool integral = value >= 0.0 && value < 9007199254740992.0 && std::floor(value) == value;
-  if (keys_dropout(program(), id)) seeds_[i] = dropout_seed(fmt::format("plan '{}'", plan_.name), name, value);
-  else seeds_[i] = integral ? static_cast<uint64_t>(value) : 0;
+  if (keys_dropout(program(), id))
+    seeds_[i] = dropout_seed(fmt::format("plan '{}'", plan_.name), name, value);
+  else
+    seeds_[i] = integral ? static_cast<uint64_t>(value) : 0;
   scalar_set_[i] = 1;
-  if (data_[i] != nullptr) store_from_f32(data_[i], program().stage(id).type.dtype, 0, static_cast<float>(value));
+  if (data_[i] != nullptr)
+    store_from_f32(data_[i], program().stage(id).type.dtype, 0, static_cast<float>(value));
 }
 
 Tensor PlanStorage::output(std::string_view name) const {
@@ -219,10 +229,12 @@ size_t PlanStorage::allocated_bytes(std::string_view name) const {
 
 void PlanStorage::check_ready() const {
   if (!unbound_.empty())
-    user_error("plan '{}': '{}' is to be bound, and is not; call bind first", plan_.name, unbound_.front().second);
+    user_error("plan '{}': '{}' is to be bound, and is not; call bind first", plan_.name,
+               unbound_.front().second);
   for (int id : program().scalars())
     if (placement().holds(program().stage(id)) && !scalar_set_[static_cast<size_t>(id)])
-      user_error("plan '{}': scalar '{}' is not bound; call set_scalar first", plan_.name, program().display_name(id));
+      user_error("plan '{}': scalar '{}' is not bound; call set_scalar first", plan_.name,
+                 program().display_name(id));
 }
 
 }  // namespace tandem::exec

@@ -93,12 +93,13 @@ class PlanStorage {
   CountingAllocator alloc_;
   std::vector<Shape> shapes_;
   dsl::Segments segments_;
-  std::vector<int> roots_;        // per stage: the value owning its buffer
-  std::vector<Tensor> buffers_;   // per owning value: its buffer (a null view of its shape until bound)
-  std::vector<void*> data_;       // per stage: its root's buffer's data
-  std::vector<size_t> bytes_;     // per owning value: bytes allocated for it
-  std::vector<uint64_t> seeds_;   // per scalar: its value as a seed
-  std::vector<char> scalar_set_;  // per scalar: set_scalar called
+  std::vector<int> roots_;  // per stage: the value owning its buffer
+  std::vector<Tensor>
+      buffers_;              // per owning value: its buffer (a null view of its shape until bound)
+  std::vector<void*> data_;  // per stage: its root's buffer's data
+  std::vector<size_t> bytes_;                         // per owning value: bytes allocated for it
+  std::vector<uint64_t> seeds_;                       // per scalar: its value as a seed
+  std::vector<char> scalar_set_;                      // per scalar: set_scalar called
   std::vector<std::pair<int, std::string>> unbound_;  // bind targets and their names, not bound yet
 };
 

@@ -27,9 +27,12 @@ using dsl::Stage;
 Around around(const Shape& s, int d) {
   Around a;
   for (int i = 0; i < s.rank(); ++i) {
-    if (i < d) a.outer *= s[i];
-    else if (i == d) a.rows = s[i];
-    else a.inner *= s[i];
+    if (i < d)
+      a.outer *= s[i];
+    else if (i == d)
+      a.rows = s[i];
+    else
+      a.inner *= s[i];
   }
   return a;
 }
@@ -55,21 +58,25 @@ Tensor slice_rows(const Tensor& t, int dim, int64_t offset, int64_t count) {
   for (int64_t o = 0; o < a.outer; ++o)
     if (run > 0)
       std::memcpy(static_cast<char*>(out.data()) + static_cast<size_t>(o) * run,
-                  static_cast<const char*>(t.data()) + static_cast<size_t>((o * a.rows + offset) * a.inner) * es, run);
+                  static_cast<const char*>(t.data()) +
+                      static_cast<size_t>((o * a.rows + offset) * a.inner) * es,
+                  run);
   return out;
 }
 
 void put_rows(const Tensor& whole, const Tensor& part, int dim, int64_t offset) {
-  TANDEM_CHECK(whole.dtype() == part.dtype() && dim >= 0 && dim < whole.shape().rank(), "put {} into {}",
-               part.str(), whole.str());
+  TANDEM_CHECK(whole.dtype() == part.dtype() && dim >= 0 && dim < whole.shape().rank(),
+               "put {} into {}", part.str(), whole.str());
   const Around a = around(whole.shape(), dim);
   const int64_t count = part.shape()[dim];
-  TANDEM_CHECK(offset >= 0 && offset + count <= a.rows, "rows [{}, {}) of {}", offset, offset + count, whole.str());
+  TANDEM_CHECK(offset >= 0 && offset + count <= a.rows, "rows [{}, {}) of {}", offset,
+               offset + count, whole.str());
   const size_t es = dtype_size(whole.dtype());
   const size_t run = static_cast<size_t>(count * a.inner) * es;
   for (int64_t o = 0; o < a.outer; ++o)
     if (run > 0)
-      std::memcpy(static_cast<char*>(whole.data()) + static_cast<size_t>((o * a.rows + offset) * a.inner) * es,
+      std::memcpy(static_cast<char*>(whole.data()) +
+                      static_cast<size_t>((o * a.rows + offset) * a.inner) * es,
                   static_cast<const char*>(part.data()) + static_cast<size_t>(o) * run, run);
 }
 
@@ -83,8 +90,11 @@ Placement placement(const Program& program, const comm::Communicator& comm) {
   const int n = comm.size();
   const int g = program.groups();
   if (n % g != 0)
-    user_error("program '{}' has {} groups, but the communicator has {} ranks; the ranks split into {} equal "
-               "groups of consecutive ranks, so run it on a multiple of {} ranks", program.name(), g, n, g, g);
+    user_error(
+        "program '{}' has {} groups, but the communicator has {} ranks; the ranks split into {} "
+        "equal "
+        "groups of consecutive ranks, so run it on a multiple of {} ranks",
+        program.name(), g, n, g, g);
   Placement pl;
   pl.groups = g;
   pl.group_size = n / g;
@@ -103,7 +113,8 @@ bool keys_dropout(const Program& program, int id) {
 
 uint64_t dropout_seed(std::string_view where, std::string_view name, double value) {
   if (!(value >= 0.0 && value < 9007199254740992.0 && std::floor(value) == value))
-    user_error("{}: scalar '{}' = {} keys a dropout mask, so it must be an integer in [0, 2^53)", where, name, value);
+    user_error("{}: scalar '{}' = {} keys a dropout mask, so it must be an integer in [0, 2^53)",
+               where, name, value);
   return static_cast<uint64_t>(value);
 }
 
@@ -122,7 +133,8 @@ Tensor flat(const Tensor& t) { return t.reshape(Shape{t.numel()}); }
 // The flat index in the whole tensor of element i of a rank's piece: `piece` and `whole` seen
 // around the sliced dim, the piece's rows starting at row `offset` of the whole.
 int64_t global_index(int64_t i, const Around& piece, const Around& whole, int64_t offset) {
-  const int64_t inr = i % piece.inner, row = (i / piece.inner) % piece.rows, o = i / (piece.inner * piece.rows);
+  const int64_t inr = i % piece.inner, row = (i / piece.inner) % piece.rows,
+                o = i / (piece.inner * piece.rows);
   return (o * whole.rows + offset + row) * whole.inner + inr;
 }
 
@@ -146,7 +158,11 @@ class Interpreter : public dsl::Visitor {
   // unwaited (null: waited before run returns).
   Interpreter(const Program& program, const GroupComm& groups, const RunArgs& args,
               std::vector<comm::Request>* sends_left = nullptr)
-      : p_(program), world_(groups.world()), args_(args), place_(groups.placement()), group_(&groups.group()),
+      : p_(program),
+        world_(groups.world()),
+        args_(args),
+        place_(groups.placement()),
+        group_(&groups.group()),
         sends_left_(sends_left) {}
 
   TensorMap run() {
@@ -182,12 +198,15 @@ class Interpreter : public dsl::Visitor {
     // Drop each operand after its last reader, so that memory stays near the live set rather
     // than the whole program (outputs and sent values are kept).
     for (int a : s.args)
-      if (last_use_[static_cast<size_t>(a)] == s.id && !keep_[static_cast<size_t>(a)]) values_[static_cast<size_t>(a)] = {};
+      if (last_use_[static_cast<size_t>(a)] == s.id && !keep_[static_cast<size_t>(a)])
+        values_[static_cast<size_t>(a)] = {};
   }
 
   void visit_source(const Program&, const Stage& s) override {
     switch (s.op) {
-      case Op::Input: set(s, args_.inputs.find(s.name)->second); break;
+      case Op::Input:
+        set(s, args_.inputs.find(s.name)->second);
+        break;
       case Op::Scalar: {
         Tensor t = Tensor::empty(s.type.dtype, Shape{});
         t.set(0, static_cast<float>(args_.scalars.find(s.name)->second));
@@ -238,11 +257,16 @@ class Interpreter : public dsl::Visitor {
       // A segment's factor is read at the element's segment.
       if (s.op == Op::SegmentScale) v[0] = ops[0].t.get(dsl::segment_of(args_.segments, g));
       float r;
-      if (s.op == Op::Select) r = dsl::apply_select(v[0], v[1], v[2]);
-      else if (s.op == Op::SegmentScale) r = dsl::apply_binary(Op::Mul, v[0], v[1]);
-      else if (s.op == Op::Dropout) r = dsl::apply_dropout(v[0], seed, static_cast<uint64_t>(g), s.attrs.value);
-      else if (dsl::is_unary(s.op)) r = dsl::apply_unary(s.op, v[0]);
-      else r = dsl::apply_binary(s.op, v[0], v[1]);
+      if (s.op == Op::Select)
+        r = dsl::apply_select(v[0], v[1], v[2]);
+      else if (s.op == Op::SegmentScale)
+        r = dsl::apply_binary(Op::Mul, v[0], v[1]);
+      else if (s.op == Op::Dropout)
+        r = dsl::apply_dropout(v[0], seed, static_cast<uint64_t>(g), s.attrs.value);
+      else if (dsl::is_unary(s.op))
+        r = dsl::apply_unary(s.op, v[0]);
+      else
+        r = dsl::apply_binary(s.op, v[0], v[1]);
       out.set(i, r);
     }
     set(s, out);
@@ -271,8 +295,10 @@ class Interpreter : public dsl::Visitor {
         }
         for (int64_t i = 0; i < x.numel(); ++i) {
           const int64_t g = cross ? global_index(i, piece, whole, offset) : i;
-          if (s.op == Op::Norm) lanes.add_square(static_cast<uint64_t>(g), x.get(i));
-          else lanes.add(static_cast<uint64_t>(g), x.get(i));
+          if (s.op == Op::Norm)
+            lanes.add_square(static_cast<uint64_t>(g), x.get(i));
+          else
+            lanes.add(static_cast<uint64_t>(g), x.get(i));
         }
         acc = lanes.total();
       } else {
@@ -288,7 +314,8 @@ class Interpreter : public dsl::Visitor {
       for (int64_t o = 0; o < a.outer; ++o)
         for (int64_t in = 0; in < a.inner; ++in) {
           float acc = dsl::reduce_identity(op);
-          for (int64_t k = 0; k < a.rows; ++k) acc = dsl::reduce_combine(op, acc, x.get((o * a.rows + k) * a.inner + in));
+          for (int64_t k = 0; k < a.rows; ++k)
+            acc = dsl::reduce_combine(op, acc, x.get((o * a.rows + k) * a.inner + in));
           part.set(o * a.inner + in, acc);
         }
     }
@@ -303,8 +330,10 @@ class Interpreter : public dsl::Visitor {
   void segment_norm(const Stage& s, const Tensor& x, bool cross) {
     const Tensor xf = to_f32(x);
     Tensor part = Tensor::empty(DType::F32, shape(s.id), group_->allocator());
-    const int64_t begin = cross ? dsl::part_offset(shape(s.args[0]).numel(), place_.group_size, place_.index) : 0;
-    dsl::segment_sums_of_squares(xf.data_as<float>(), begin, xf.numel(), args_.segments, part.data_as<float>());
+    const int64_t begin =
+        cross ? dsl::part_offset(shape(s.args[0]).numel(), place_.group_size, place_.index) : 0;
+    dsl::segment_sums_of_squares(xf.data_as<float>(), begin, xf.numel(), args_.segments,
+                                 part.data_as<float>());
     if (cross) group_->all_reduce(part, comm::ReduceOp::Sum);
     for (int64_t i = 0; i < part.numel(); ++i) part.set(i, std::sqrt(part.get(i)));
     set(s, part);
@@ -320,11 +349,15 @@ class Interpreter : public dsl::Visitor {
     // share (the contraction dim, or a batch dim); rows of A and columns of B belong to one side.
     const Layout la = as.type.layout, lb = bs.type.layout;
     if (la.is_sliced() && lb.is_replicated()) {
-      if (la.dim == ra - 1) b = piece_along(b, rb - 2, shape(bs.id));
-      else if (la.dim < ra - 2 && rb > 2) b = piece_along(b, la.dim, shape(bs.id));
+      if (la.dim == ra - 1)
+        b = piece_along(b, rb - 2, shape(bs.id));
+      else if (la.dim < ra - 2 && rb > 2)
+        b = piece_along(b, la.dim, shape(bs.id));
     } else if (la.is_replicated() && lb.is_sliced()) {
-      if (lb.dim == rb - 2) a = piece_along(a, ra - 1, shape(as.id));
-      else if (lb.dim < rb - 2 && ra > 2) a = piece_along(a, lb.dim, shape(as.id));
+      if (lb.dim == rb - 2)
+        a = piece_along(a, ra - 1, shape(as.id));
+      else if (lb.dim < rb - 2 && ra > 2)
+        a = piece_along(a, lb.dim, shape(as.id));
     }
     const int64_t m = a.shape()[ra - 2], k = a.shape()[ra - 1], n = b.shape()[rb - 1];
     TANDEM_CHECK(b.shape()[rb - 2] == k, "matmul pieces {} x {}", a.str(), b.str());
@@ -336,9 +369,10 @@ class Interpreter : public dsl::Visitor {
     const bool a_batched = ra > 2, b_batched = rb > 2;
     if (k > 0)
       for (int64_t i = 0; i < batches && m * n > 0; ++i)
-        blas::sgemm(false, false, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0f,
-                    af.data_as<float>() + (a_batched ? i * m * k : 0), static_cast<int>(k),
-                    bf.data_as<float>() + (b_batched ? i * k * n : 0), static_cast<int>(std::max<int64_t>(1, n)), 0.0f,
+        blas::sgemm(false, false, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k),
+                    1.0f, af.data_as<float>() + (a_batched ? i * m * k : 0), static_cast<int>(k),
+                    bf.data_as<float>() + (b_batched ? i * k * n : 0),
+                    static_cast<int>(std::max<int64_t>(1, n)), 0.0f,
                     cf.data_as<float>() + i * m * n, static_cast<int>(std::max<int64_t>(1, n)));
     for (int64_t i = 0; i < out.numel(); ++i) out.set(i, cf.get(i));
     set(s, out);
@@ -351,8 +385,8 @@ class Interpreter : public dsl::Visitor {
   void visit_update(const Program&, const Stage& s) override {
     const Tensor& target = value(s.args[0]);
     const Tensor& v = value(s.args[1]);
-    TANDEM_CHECK(target.dtype() == v.dtype() && target.numel() == v.numel(), "update of {} with {}", target.str(),
-                 v.str());
+    TANDEM_CHECK(target.dtype() == v.dtype() && target.numel() == v.numel(), "update of {} with {}",
+                 target.str(), v.str());
     if (v.nbytes() > 0) std::memcpy(target.data(), v.data(), v.nbytes());
     set(s, target);
   }
@@ -402,8 +436,11 @@ class Interpreter : public dsl::Visitor {
       }
       default: {  // Broadcast
         if (s.attrs.root >= p)
-          user_error("program '{}', stage {}: Broadcast root {} is outside the group of {} ranks; the root is a "
-                     "rank index within the group, 0 to {}", p_.name(), p_.display_name(s.id), s.attrs.root, p, p - 1);
+          user_error(
+              "program '{}', stage {}: Broadcast root {} is outside the group of {} ranks; the "
+              "root is a "
+              "rank index within the group, 0 to {}",
+              p_.name(), p_.display_name(s.id), s.attrs.root, p, p - 1);
         Tensor buf = x.clone();
         group_->broadcast(flat(buf), s.attrs.root);
         set(s, buf);
@@ -446,8 +483,9 @@ class Interpreter : public dsl::Visitor {
     return t;
   }
   void set(const Stage& s, Tensor t) {
-    TANDEM_CHECK(t.shape() == local(s.id) && t.dtype() == s.type.dtype, "stage {}: computed {}, expected {}{}",
-                 p_.display_name(s.id), t.str(), dtype_name(s.type.dtype), local(s.id).str());
+    TANDEM_CHECK(t.shape() == local(s.id) && t.dtype() == s.type.dtype,
+                 "stage {}: computed {}, expected {}{}", p_.display_name(s.id), t.str(),
+                 dtype_name(s.type.dtype), local(s.id).str());
     values_[static_cast<size_t>(s.id)] = std::move(t);
   }
   // An f32 result in the stage's dtype and this rank's shape.
@@ -464,14 +502,16 @@ class Interpreter : public dsl::Visitor {
 
   int tag(int send_id) const {
     if (send_id > comm::kMaxUserTag)
-      user_error("program '{}': send {} is stage {}, beyond the {} stages whose sends can be tagged", p_.name(),
-                 p_.display_name(send_id), send_id, comm::kMaxUserTag + 1);
+      user_error(
+          "program '{}': send {} is stage {}, beyond the {} stages whose sends can be tagged",
+          p_.name(), p_.display_name(send_id), send_id, comm::kMaxUserTag + 1);
     return send_id;
   }
 
   uint64_t dropout_seed(const Stage& seed) const {
     if (seed.op == Op::Const) return static_cast<uint64_t>(seed.attrs.value);
-    return exec::dropout_seed(fmt::format("program '{}'", p_.name()), seed.name, args_.scalars.find(seed.name)->second);
+    return exec::dropout_seed(fmt::format("program '{}'", p_.name()), seed.name,
+                              args_.scalars.find(seed.name)->second);
   }
 
   // Every scalar bound, no unknown names; symbols are checked by resolve_shapes and here.
@@ -481,18 +521,24 @@ class Interpreter : public dsl::Visitor {
     for (int id : p_.inputs()) inputs.push_back(p_.stage(id).name);
     for (const std::string& name : scalars)
       if (args_.scalars.find(name) == args_.scalars.end())
-        user_error("program '{}': scalar '{}' is not bound; give its value in RunArgs::scalars", p_.name(), name);
+        user_error("program '{}': scalar '{}' is not bound; give its value in RunArgs::scalars",
+                   p_.name(), name);
     for (const auto& [name, v] : args_.scalars)
       if (std::find(scalars.begin(), scalars.end(), name) == scalars.end())
-        user_error("program '{}' has no scalar '{}' (its scalars: {})", p_.name(), name, fmt::join(scalars, ", "));
+        user_error("program '{}' has no scalar '{}' (its scalars: {})", p_.name(), name,
+                   fmt::join(scalars, ", "));
     for (const auto& [name, v] : args_.symbols) {
       if (std::find(symbols.begin(), symbols.end(), name) == symbols.end())
-        user_error("program '{}' has no symbol '{}' (its symbols: {})", p_.name(), name, fmt::join(symbols, ", "));
-      if (v < 0) user_error("program '{}': symbol '{}' is bound to {}; extents are >= 0", p_.name(), name, v);
+        user_error("program '{}' has no symbol '{}' (its symbols: {})", p_.name(), name,
+                   fmt::join(symbols, ", "));
+      if (v < 0)
+        user_error("program '{}': symbol '{}' is bound to {}; extents are >= 0", p_.name(), name,
+                   v);
     }
     for (const auto& [name, t] : args_.inputs)
       if (std::find(inputs.begin(), inputs.end(), name) == inputs.end())
-        user_error("program '{}' has no input '{}' (its inputs: {})", p_.name(), name, fmt::join(inputs, ", "));
+        user_error("program '{}' has no input '{}' (its inputs: {})", p_.name(), name,
+                   fmt::join(inputs, ", "));
   }
 
   // Every input of this rank's group given, as this rank's piece in the declared dtype.
@@ -501,17 +547,18 @@ class Interpreter : public dsl::Visitor {
       const Stage& s = p_.stage(id);
       if (!mine(s)) continue;
       const std::string want = fmt::format("{}{}", dtype_name(s.type.dtype), local(id).str());
-      const std::string where = fmt::format("rank {} (index {} of group {}, {} ranks)", world_.rank(), place_.index,
-                                            place_.group, place_.group_size);
+      const std::string where =
+          fmt::format("rank {} (index {} of group {}, {} ranks)", world_.rank(), place_.index,
+                      place_.group, place_.group_size);
       const std::string whole = fmt::format("global {} {}", shape(id).str(), s.type.layout.str());
       auto it = args_.inputs.find(s.name);
       if (it == args_.inputs.end())
-        user_error("program '{}': input '{}' is not given on {}; pass this rank's piece, {} ({})", p_.name(), s.name,
-                   where, want, whole);
+        user_error("program '{}': input '{}' is not given on {}; pass this rank's piece, {} ({})",
+                   p_.name(), s.name, where, want, whole);
       const Tensor& t = it->second;
       if (t.dtype() != s.type.dtype || !(t.shape() == local(id)))
-        user_error("program '{}': input '{}' on {} is {}, but this rank's piece is {} ({})", p_.name(), s.name, where,
-                   t.str(), want, whole);
+        user_error("program '{}': input '{}' on {} is {}, but this rank's piece is {} ({})",
+                   p_.name(), s.name, where, t.str(), want, whole);
       if (!t.defined())
         user_error("program '{}': input '{}' on {} has no storage", p_.name(), s.name, where);
     }

@@ -144,9 +144,10 @@ std::string read_file(const std::string& path, std::string_view what) {
   // only regular files, whose size is known, are read.
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
-    user_error("{} '{}' is {}, not a regular file: tandem reads the whole file into memory, so "
-               "it takes files only (copy what you want to read into one)",
-               what, path, file_kind(st.st_mode));
+    user_error(
+        "{} '{}' is {}, not a regular file: tandem reads the whole file into memory, so "
+        "it takes files only (copy what you want to read into one)",
+        what, path, file_kind(st.st_mode));
   }
   std::string out;
   out.resize(static_cast<size_t>(st.st_size));

@@ -159,14 +159,16 @@ void save_checkpoint(const std::string& dir, const Checkpoint& ckpt,
 
 Checkpoint load_checkpoint(const std::string& dir, bool with_optimizer) {
   std::error_code ec;
-  if (!fs::exists(resolve_folder(dir), ec)) user_error("checkpoint folder '{}' does not exist", dir);
+  if (!fs::exists(resolve_folder(dir), ec))
+    user_error("checkpoint folder '{}' does not exist", dir);
   // A series' newest step folder, or dir itself; messages name the step folder when it is one.
   const std::string named = resolve_checkpoint(dir);
   const std::string folder = resolve_folder(named);
   if (!fs::is_directory(folder, ec)) user_error("checkpoint '{}' is not a folder", named);
   std::vector<std::string> missing;
   for (std::string_view file : {kWeightsFile, kOptimizerFile, kMetaFile})
-    if ((with_optimizer || file != kOptimizerFile) && !fs::is_regular_file(in_folder(folder, file), ec))
+    if ((with_optimizer || file != kOptimizerFile) &&
+        !fs::is_regular_file(in_folder(folder, file), ec))
       missing.emplace_back(file);
   if (!missing.empty())
     user_error("checkpoint '{}' is incomplete: it has no {}", named, join_and(missing));
@@ -207,7 +209,8 @@ std::string non_finite_values(const std::vector<NamedTensor>& tensors) {
       }
     }
     if (nan + inf > 0)
-      return fmt::format("tensor '{}' has {} NaN and {} infinite values of {}", t.name, nan, inf, n);
+      return fmt::format("tensor '{}' has {} NaN and {} infinite values of {}", t.name, nan, inf,
+                         n);
   }
   return {};
 }
@@ -216,9 +219,10 @@ void refuse_non_finite(const std::vector<NamedTensor>& tensors, const std::strin
                        std::string_view what) {
   const std::string bad = non_finite_values(tensors);
   if (!bad.empty())
-    user_error("checkpoint '{}' holds non-finite {}: {}; the model diverged before it was saved, "
-               "so use an earlier checkpoint",
-               where, what, bad);
+    user_error(
+        "checkpoint '{}' holds non-finite {}: {}; the model diverged before it was saved, "
+        "so use an earlier checkpoint",
+        where, what, bad);
 }
 
 std::vector<ConfigMismatch> config_mismatches(const json& saved, const json& requested,

@@ -45,7 +45,8 @@ void dropped_row(float* __restrict pd, const float* __restrict att, int n, int i
 template <typename Head>
 void for_each_head(int B, int NH, float* scratch, int64_t scratch_floats, const Head& head) {
   const int64_t pairs = static_cast<int64_t>(B) * NH;
-  const int parts = static_cast<int>(std::min<int64_t>({parallel_width(), attention_max_threads(), pairs}));
+  const int parts =
+      static_cast<int>(std::min<int64_t>({parallel_width(), attention_max_threads(), pairs}));
   parallel_parts(parts, [&](int part) {
     float* mine = scratch + part * scratch_floats;
     for (int64_t pair = pairs * part / parts; pair < pairs * (part + 1) / parts; ++pair)
@@ -60,7 +61,9 @@ int attention_max_threads() {
   return n;
 }
 
-int64_t attention_scratch_floats(int T) { return 2 * static_cast<int64_t>(T) * T * attention_max_threads(); }
+int64_t attention_scratch_floats(int T) {
+  return 2 * static_cast<int64_t>(T) * T * attention_max_threads();
+}
 
 // out (B, T, NH*HS), att (B, NH, T, T) <- qkv (B, T, 3*NH*HS)
 void attention_forward(float* out, float* att, float* scratch, const float* qkv, int B, int T,
@@ -68,34 +71,34 @@ void attention_forward(float* out, float* att, float* scratch, const float* qkv,
   const int C = NH * HS, C3 = 3 * C;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   for_each_head(B, NH, scratch, 2 * static_cast<int64_t>(T) * T, [&](int b, int h, float* mine) {
-      float* pdrop = mine;  // (T, T) the dropped probabilities of one head
-      const float* q = qkv + static_cast<int64_t>(b) * T * C3 + h * HS;  // (T, HS), row stride 3C
-      const float* k = q + C;
-      const float* v = q + 2 * C;
-      float* a = att + (static_cast<int64_t>(b) * NH + h) * T * T;  // (T, T)
-      float* y = out + static_cast<int64_t>(b) * T * C + h * HS;     // (T, HS), row stride C
-      const int64_t base = drop.active() ? head_index_base(drop, b, h, NH, T) : 0;
-      for (int i0 = 0; i0 < T; i0 += kCausalRows) {
-        const int i1 = std::min(T, i0 + kCausalRows);
-        const int rows = i1 - i0;
-        // preatt[i0:i1, 0:i1] (rows, i1) = q[i0:i1] @ k[0:i1]^T * scale
-        blas::sgemm(false, true, rows, i1, HS, scale, q + static_cast<int64_t>(i0) * C3, C3, k, C3,
-                    0.0f, a + static_cast<int64_t>(i0) * T, T);
-        for (int i = i0; i < i1; ++i) {
-          float* row = a + static_cast<int64_t>(i) * T;
-          softmax_row(row, i + 1);
-          std::fill(row + i + 1, row + T, 0.0f);  // causal mask: the saved att is exactly zero
-          if (drop.active()) {
-            float* pd = pdrop + static_cast<int64_t>(i) * T;
-            dropped_row(pd, row, i + 1, i, T, base, drop);
-            std::fill(pd + i + 1, pd + i1, 0.0f);
-          }
+    float* pdrop = mine;  // (T, T) the dropped probabilities of one head
+    const float* q = qkv + static_cast<int64_t>(b) * T * C3 + h * HS;  // (T, HS), row stride 3C
+    const float* k = q + C;
+    const float* v = q + 2 * C;
+    float* a = att + (static_cast<int64_t>(b) * NH + h) * T * T;  // (T, T)
+    float* y = out + static_cast<int64_t>(b) * T * C + h * HS;    // (T, HS), row stride C
+    const int64_t base = drop.active() ? head_index_base(drop, b, h, NH, T) : 0;
+    for (int i0 = 0; i0 < T; i0 += kCausalRows) {
+      const int i1 = std::min(T, i0 + kCausalRows);
+      const int rows = i1 - i0;
+      // preatt[i0:i1, 0:i1] (rows, i1) = q[i0:i1] @ k[0:i1]^T * scale
+      blas::sgemm(false, true, rows, i1, HS, scale, q + static_cast<int64_t>(i0) * C3, C3, k, C3,
+                  0.0f, a + static_cast<int64_t>(i0) * T, T);
+      for (int i = i0; i < i1; ++i) {
+        float* row = a + static_cast<int64_t>(i) * T;
+        softmax_row(row, i + 1);
+        std::fill(row + i + 1, row + T, 0.0f);  // causal mask: the saved att is exactly zero
+        if (drop.active()) {
+          float* pd = pdrop + static_cast<int64_t>(i) * T;
+          dropped_row(pd, row, i + 1, i, T, base, drop);
+          std::fill(pd + i + 1, pd + i1, 0.0f);
         }
-        const float* p = drop.active() ? pdrop : a;
-        // y[i0:i1] (rows, HS) = p[i0:i1, 0:i1] @ v[0:i1]
-        blas::sgemm(false, false, rows, HS, i1, 1.0f, p + static_cast<int64_t>(i0) * T, T, v, C3,
-                    0.0f, y + static_cast<int64_t>(i0) * C, C);
       }
+      const float* p = drop.active() ? pdrop : a;
+      // y[i0:i1] (rows, HS) = p[i0:i1, 0:i1] @ v[0:i1]
+      blas::sgemm(false, false, rows, HS, i1, 1.0f, p + static_cast<int64_t>(i0) * T, T, v, C3,
+                  0.0f, y + static_cast<int64_t>(i0) * C, C);
+    }
   });
 }
 
@@ -106,57 +109,57 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
   const int C = NH * HS, C3 = 3 * C;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   for_each_head(B, NH, scratch, 2 * static_cast<int64_t>(T) * T, [&](int b, int h, float* mine) {
-      float* datt = mine;                                 // (T, T) d(att), then d(preatt)
-      float* pdrop = mine + static_cast<int64_t>(T) * T;  // (T, T) the dropped probabilities
-      const int64_t off = static_cast<int64_t>(b) * T * C3 + h * HS;
-      const float* q = qkv + off;
-      const float* k = q + C;
-      const float* v = q + 2 * C;
-      float* dq = dqkv + off;
-      float* dk = dq + C;
-      float* dv = dq + 2 * C;
-      const float* a = att + (static_cast<int64_t>(b) * NH + h) * T * T;
-      const float* dy = dout + static_cast<int64_t>(b) * T * C + h * HS;
-      const int64_t base = drop.active() ? head_index_base(drop, b, h, NH, T) : 0;
-      for (int i0 = 0; i0 < T; i0 += kCausalRows) {
-        const int i1 = std::min(T, i0 + kCausalRows);
-        const int rows = i1 - i0;
-        float* dc = datt + static_cast<int64_t>(i0) * T;
-        // d(dropped att)[i0:i1, 0:i1] = dy[i0:i1] @ v[0:i1]^T
-        blas::sgemm(false, true, rows, i1, HS, 1.0f, dy + static_cast<int64_t>(i0) * C, C, v, C3,
-                    0.0f, dc, T);
-        const float* p = a;
-        if (drop.active()) {
-          for (int i = i0; i < i1; ++i) {
-            float* pd = pdrop + static_cast<int64_t>(i) * T;
-            float* d = datt + static_cast<int64_t>(i) * T;
-            // The mask once, for both uses: d(att) = d(dropped) * mask; dropped = att * mask.
-            dropout_mask(pd, i + 1, Dropout{drop.p, drop.key, base + static_cast<int64_t>(i) * T});
-            for (int j = 0; j <= i; ++j) d[j] *= pd[j];
-            const float* ar = a + static_cast<int64_t>(i) * T;
-            for (int j = 0; j <= i; ++j) pd[j] *= ar[j];
-            std::fill(pd + i + 1, pd + i1, 0.0f);
-          }
-          p = pdrop;
-        }
-        // dv[0:i1] (i1, HS) += p[i0:i1, 0:i1]^T @ dy[i0:i1]
-        blas::sgemm(true, false, i1, HS, rows, 1.0f, p + static_cast<int64_t>(i0) * T, T,
-                    dy + static_cast<int64_t>(i0) * C, C, 1.0f, dv, C3);
-        // Softmax backward per row: dpre_j = att_j (datt_j - sum_k att_k datt_k), zero above i.
+    float* datt = mine;                                 // (T, T) d(att), then d(preatt)
+    float* pdrop = mine + static_cast<int64_t>(T) * T;  // (T, T) the dropped probabilities
+    const int64_t off = static_cast<int64_t>(b) * T * C3 + h * HS;
+    const float* q = qkv + off;
+    const float* k = q + C;
+    const float* v = q + 2 * C;
+    float* dq = dqkv + off;
+    float* dk = dq + C;
+    float* dv = dq + 2 * C;
+    const float* a = att + (static_cast<int64_t>(b) * NH + h) * T * T;
+    const float* dy = dout + static_cast<int64_t>(b) * T * C + h * HS;
+    const int64_t base = drop.active() ? head_index_base(drop, b, h, NH, T) : 0;
+    for (int i0 = 0; i0 < T; i0 += kCausalRows) {
+      const int i1 = std::min(T, i0 + kCausalRows);
+      const int rows = i1 - i0;
+      float* dc = datt + static_cast<int64_t>(i0) * T;
+      // d(dropped att)[i0:i1, 0:i1] = dy[i0:i1] @ v[0:i1]^T
+      blas::sgemm(false, true, rows, i1, HS, 1.0f, dy + static_cast<int64_t>(i0) * C, C, v, C3,
+                  0.0f, dc, T);
+      const float* p = a;
+      if (drop.active()) {
         for (int i = i0; i < i1; ++i) {
+          float* pd = pdrop + static_cast<int64_t>(i) * T;
+          float* d = datt + static_cast<int64_t>(i) * T;
+          // The mask once, for both uses: d(att) = d(dropped) * mask; dropped = att * mask.
+          dropout_mask(pd, i + 1, Dropout{drop.p, drop.key, base + static_cast<int64_t>(i) * T});
+          for (int j = 0; j <= i; ++j) d[j] *= pd[j];
           const float* ar = a + static_cast<int64_t>(i) * T;
-          float* __restrict d = datt + static_cast<int64_t>(i) * T;
-          const float dot = detail::lane_dot(ar, d, i + 1);
-          for (int j = 0; j <= i; ++j) d[j] = ar[j] * (d[j] - dot);
-          std::fill(d + i + 1, d + i1, 0.0f);
+          for (int j = 0; j <= i; ++j) pd[j] *= ar[j];
+          std::fill(pd + i + 1, pd + i1, 0.0f);
         }
-        // dq[i0:i1] += dpre[i0:i1, 0:i1] @ k[0:i1] * scale
-        blas::sgemm(false, false, rows, HS, i1, scale, dc, T, k, C3, 1.0f,
-                    dq + static_cast<int64_t>(i0) * C3, C3);
-        // dk[0:i1] += dpre[i0:i1, 0:i1]^T @ q[i0:i1] * scale
-        blas::sgemm(true, false, i1, HS, rows, scale, dc, T, q + static_cast<int64_t>(i0) * C3, C3,
-                    1.0f, dk, C3);
+        p = pdrop;
       }
+      // dv[0:i1] (i1, HS) += p[i0:i1, 0:i1]^T @ dy[i0:i1]
+      blas::sgemm(true, false, i1, HS, rows, 1.0f, p + static_cast<int64_t>(i0) * T, T,
+                  dy + static_cast<int64_t>(i0) * C, C, 1.0f, dv, C3);
+      // Softmax backward per row: dpre_j = att_j (datt_j - sum_k att_k datt_k), zero above i.
+      for (int i = i0; i < i1; ++i) {
+        const float* ar = a + static_cast<int64_t>(i) * T;
+        float* __restrict d = datt + static_cast<int64_t>(i) * T;
+        const float dot = detail::lane_dot(ar, d, i + 1);
+        for (int j = 0; j <= i; ++j) d[j] = ar[j] * (d[j] - dot);
+        std::fill(d + i + 1, d + i1, 0.0f);
+      }
+      // dq[i0:i1] += dpre[i0:i1, 0:i1] @ k[0:i1] * scale
+      blas::sgemm(false, false, rows, HS, i1, scale, dc, T, k, C3, 1.0f,
+                  dq + static_cast<int64_t>(i0) * C3, C3);
+      // dk[0:i1] += dpre[i0:i1, 0:i1]^T @ q[i0:i1] * scale
+      blas::sgemm(true, false, i1, HS, rows, scale, dc, T, q + static_cast<int64_t>(i0) * C3, C3,
+                  1.0f, dk, C3);
+    }
   });
 }
 

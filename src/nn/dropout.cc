@@ -22,8 +22,8 @@ uint32_t keep_threshold(float p) {
 constexpr int64_t kChunk = 256;
 
 // mask (n) for global elements first .. first + n - 1, n <= kChunk.
-void mask_chunk(float* __restrict mask, int64_t n, uint64_t key, uint64_t first,
-                uint32_t threshold, uint32_t scale_bits) {
+void mask_chunk(float* __restrict mask, int64_t n, uint64_t key, uint64_t first, uint32_t threshold,
+                uint32_t scale_bits) {
   uint32_t bits[kChunk];
   random_bits_tile(bits, key, first, n);
   for (int64_t k = 0; k < n; ++k) {

@@ -1,7 +1,7 @@
 // GELU with GPT-2's tanh approximation, forward and backward, vectorised through tanh_approx.
-#include "vec.h"
 #include "tandem/core/parallel.h"
 #include "tandem/nn/layers.h"
+#include "vec.h"
 
 namespace tandem::nn {
 namespace {
@@ -25,7 +25,8 @@ inline float gelu_grad(float v) {
   return 0.5f * (1.0f + th) + 0.5f * v * sech2 * kSqrt2OverPi * (1.0f + 3.0f * kCubic * v * v);
 }
 
-void gelu_backward_range(float* __restrict dx, const float* __restrict x, const float* __restrict g, int64_t n) {
+void gelu_backward_range(float* __restrict dx, const float* __restrict x, const float* __restrict g,
+                         int64_t n) {
   for (int64_t i = 0; i < n; ++i) dx[i] += gelu_grad(x[i]) * g[i];
 }
 
@@ -37,16 +38,20 @@ void gelu_backward_inplace_range(float* __restrict d, const float* __restrict x,
 
 // out (n) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
 void gelu_forward(float* out, const float* inp, int64_t n) {
-  parallel_for(n, kGrain, [&](int64_t b, int64_t e) { gelu_forward_range(out + b, inp + b, e - b); });
+  parallel_for(n, kGrain,
+               [&](int64_t b, int64_t e) { gelu_forward_range(out + b, inp + b, e - b); });
 }
 
 // dinp (n) += gelu'(inp) * dout
 void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) {
-  parallel_for(n, kGrain, [&](int64_t b, int64_t e) { gelu_backward_range(dinp + b, inp + b, dout + b, e - b); });
+  parallel_for(n, kGrain, [&](int64_t b, int64_t e) {
+    gelu_backward_range(dinp + b, inp + b, dout + b, e - b);
+  });
 }
 
 void gelu_backward_inplace(float* d, const float* inp, int64_t n) {
-  parallel_for(n, kGrain, [&](int64_t b, int64_t e) { gelu_backward_inplace_range(d + b, inp + b, e - b); });
+  parallel_for(n, kGrain,
+               [&](int64_t b, int64_t e) { gelu_backward_inplace_range(d + b, inp + b, e - b); });
 }
 
 }  // namespace tandem::nn

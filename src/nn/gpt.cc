@@ -1,4 +1,6 @@
 // The GPT model's saved-activation buffers, workspace, stages and whole forward/backward passes.
+#include "tandem/nn/gpt.h"
+
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -6,7 +8,6 @@
 #include "tandem/core/error.h"
 #include "tandem/core/parallel.h"
 #include "tandem/core/rng.h"
-#include "tandem/nn/gpt.h"
 
 namespace tandem::nn {
 namespace {
@@ -67,7 +68,8 @@ void check_buffers(const GPTConfig& c, const Buffers<Kind>& a, const std::string
 }
 
 // The buffers one half of a block reads or writes: its saves, its output and the MLP's input.
-void check_half(const GPTConfig& c, const BlockActivations& a, BlockHalf h, int layer, int B, int T) {
+void check_half(const GPTConfig& c, const BlockActivations& a, BlockHalf h, int layer, int B,
+                int T) {
   const std::string prefix = block_prefix(layer);
   for (BlockAct k : half_saves(h)) check_buffer(c, a, k, prefix, B, T);
   check_buffer(c, a, half_output(h), prefix, B, T);
@@ -83,32 +85,52 @@ std::string_view act_suffix(EmbeddingAct) { return "out"; }
 
 std::string_view act_suffix(BlockAct k) {
   switch (k) {
-    case BlockAct::Ln1Out: return "ln_1.out";
-    case BlockAct::Ln1Mean: return "ln_1.mean";
-    case BlockAct::Ln1Rstd: return "ln_1.rstd";
-    case BlockAct::Qkv: return "attn.c_attn.out";
-    case BlockAct::AttSoftmax: return "attn.softmax";
-    case BlockAct::AttY: return "attn.y";
-    case BlockAct::Resid1: return "resid_1";
-    case BlockAct::Ln2Out: return "ln_2.out";
-    case BlockAct::Ln2Mean: return "ln_2.mean";
-    case BlockAct::Ln2Rstd: return "ln_2.rstd";
-    case BlockAct::FcOut: return "mlp.c_fc.out";
-    case BlockAct::GeluOut: return "mlp.gelu.out";
-    case BlockAct::Out: return "out";
-    case BlockAct::kCount: break;
+    case BlockAct::Ln1Out:
+      return "ln_1.out";
+    case BlockAct::Ln1Mean:
+      return "ln_1.mean";
+    case BlockAct::Ln1Rstd:
+      return "ln_1.rstd";
+    case BlockAct::Qkv:
+      return "attn.c_attn.out";
+    case BlockAct::AttSoftmax:
+      return "attn.softmax";
+    case BlockAct::AttY:
+      return "attn.y";
+    case BlockAct::Resid1:
+      return "resid_1";
+    case BlockAct::Ln2Out:
+      return "ln_2.out";
+    case BlockAct::Ln2Mean:
+      return "ln_2.mean";
+    case BlockAct::Ln2Rstd:
+      return "ln_2.rstd";
+    case BlockAct::FcOut:
+      return "mlp.c_fc.out";
+    case BlockAct::GeluOut:
+      return "mlp.gelu.out";
+    case BlockAct::Out:
+      return "out";
+    case BlockAct::kCount:
+      break;
   }
   internal_error("bad BlockAct");
 }
 
 std::string_view act_suffix(FinalAct k) {
   switch (k) {
-    case FinalAct::LnfOut: return "ln_f.out";
-    case FinalAct::LnfMean: return "ln_f.mean";
-    case FinalAct::LnfRstd: return "ln_f.rstd";
-    case FinalAct::Probs: return "lm_head.probs";
-    case FinalAct::Losses: return "lm_head.losses";
-    case FinalAct::kCount: break;
+    case FinalAct::LnfOut:
+      return "ln_f.out";
+    case FinalAct::LnfMean:
+      return "ln_f.mean";
+    case FinalAct::LnfRstd:
+      return "ln_f.rstd";
+    case FinalAct::Probs:
+      return "lm_head.probs";
+    case FinalAct::Losses:
+      return "lm_head.losses";
+    case FinalAct::kCount:
+      break;
   }
   internal_error("bad FinalAct");
 }
@@ -121,29 +143,39 @@ Shape act_shape(const GPTConfig& c, BlockAct k, int B, int T) {
     case BlockAct::Ln1Mean:
     case BlockAct::Ln1Rstd:
     case BlockAct::Ln2Mean:
-    case BlockAct::Ln2Rstd: return {B, T};
-    case BlockAct::Qkv: return {B, T, 3 * C};
-    case BlockAct::AttSoftmax: return {B, c.n_heads, T, T};
+    case BlockAct::Ln2Rstd:
+      return {B, T};
+    case BlockAct::Qkv:
+      return {B, T, 3 * C};
+    case BlockAct::AttSoftmax:
+      return {B, c.n_heads, T, T};
     case BlockAct::FcOut:
-    case BlockAct::GeluOut: return {B, T, 4 * C};
+    case BlockAct::GeluOut:
+      return {B, T, 4 * C};
     case BlockAct::Ln1Out:
     case BlockAct::AttY:
     case BlockAct::Resid1:
     case BlockAct::Ln2Out:
-    case BlockAct::Out: return {B, T, C};
-    case BlockAct::kCount: break;
+    case BlockAct::Out:
+      return {B, T, C};
+    case BlockAct::kCount:
+      break;
   }
   internal_error("bad BlockAct");
 }
 
 Shape act_shape(const GPTConfig& c, FinalAct k, int B, int T) {
   switch (k) {
-    case FinalAct::LnfOut: return {B, T, c.d_model};
+    case FinalAct::LnfOut:
+      return {B, T, c.d_model};
     case FinalAct::LnfMean:
     case FinalAct::LnfRstd:
-    case FinalAct::Losses: return {B, T};
-    case FinalAct::Probs: return {B, T, c.vocab_size};
-    case FinalAct::kCount: break;
+    case FinalAct::Losses:
+      return {B, T};
+    case FinalAct::Probs:
+      return {B, T, c.vocab_size};
+    case FinalAct::kCount:
+      break;
   }
   internal_error("bad FinalAct");
 }
@@ -177,12 +209,14 @@ GPTActivations::GPTActivations(const GPTConfig& config, int B, int T, Allocator&
     : config_(config), B_(B), T_(T) {
   config.validate();
   if (B < 1 || T < 1 || T > config.max_positions)
-    user_error("GPT activations for batch {} x sequence {}: need batch >= 1 and 1 <= sequence <= "
-               "max_positions ({})",
-               B, T, config.max_positions);
+    user_error(
+        "GPT activations for batch {} x sequence {}: need batch >= 1 and 1 <= sequence <= "
+        "max_positions ({})",
+        B, T, config.max_positions);
   embedding = allocate<EmbeddingAct>(config, B, T, alloc);
   blocks.reserve(static_cast<size_t>(config.n_layers));
-  for (int l = 0; l < config.n_layers; ++l) blocks.push_back(allocate<BlockAct>(config, B, T, alloc));
+  for (int l = 0; l < config.n_layers; ++l)
+    blocks.push_back(allocate<BlockAct>(config, B, T, alloc));
   head = allocate<FinalAct>(config, B, T, alloc);
 }
 
@@ -207,15 +241,19 @@ std::vector<std::pair<std::string, Tensor>> GPTActivations::named() const {
 
 std::vector<ActivationSpec> Workspace::specs(const GPTConfig& c, int B, int T) {
   const int64_t C = c.d_model;
-  return {{"ws.btc0", {B, T, C}},       {"ws.btc1", {B, T, C}},
-          {"ws.wide", {B, T, 4 * C}},   {"ws.attention", {attention_scratch_floats(T)}},
-          {"ws.dlogits", {B, T, c.vocab_size}}, {"ws.dresidual", {B, T, C}}};
+  return {{"ws.btc0", {B, T, C}},
+          {"ws.btc1", {B, T, C}},
+          {"ws.wide", {B, T, 4 * C}},
+          {"ws.attention", {attention_scratch_floats(T)}},
+          {"ws.dlogits", {B, T, c.vocab_size}},
+          {"ws.dresidual", {B, T, C}}};
 }
 
 Workspace::Workspace(const GPTConfig& config, int B, int T, Allocator& alloc)
     : config_(config), B_(B), T_(T) {
   config.validate();
-  if (B < 1 || T < 1) user_error("GPT workspace for batch {} x sequence {}: both must be >= 1", B, T);
+  if (B < 1 || T < 1)
+    user_error("GPT workspace for batch {} x sequence {}: both must be >= 1", B, T);
   for (const ActivationSpec& s : specs(config, B, T))
     bufs_.push_back(Tensor::empty(DType::F32, s.shape, alloc));
 }
@@ -240,9 +278,9 @@ float* Workspace::dresidual() const { return bufs_[5].data_as<float>(); }
 uint64_t dropout_key(uint64_t seed, uint64_t step, int layer, DropoutSite site) {
   // A tag in the last counter word keeps these keys apart from any other use of the seed.
   constexpr uint32_t kDropoutTag = 0x44524f50u;  // "DROP"
-  const auto r = philox4x32(seed, {static_cast<uint32_t>(step), static_cast<uint32_t>(step >> 32),
-                                   static_cast<uint32_t>(layer + 1),
-                                   kDropoutTag ^ static_cast<uint32_t>(site)});
+  const auto r = philox4x32(
+      seed, {static_cast<uint32_t>(step), static_cast<uint32_t>(step >> 32),
+             static_cast<uint32_t>(layer + 1), kDropoutTag ^ static_cast<uint32_t>(site)});
   return static_cast<uint64_t>(r[0]) | (static_cast<uint64_t>(r[1]) << 32);
 }
 
@@ -294,11 +332,14 @@ std::string_view half_name(BlockHalf h) { return h == BlockHalf::Attention ? "at
 
 std::vector<BlockAct> half_saves(BlockHalf h) {
   using K = BlockAct;
-  if (h == BlockHalf::Attention) return {K::Ln1Out, K::Ln1Mean, K::Ln1Rstd, K::Qkv, K::AttSoftmax, K::AttY};
+  if (h == BlockHalf::Attention)
+    return {K::Ln1Out, K::Ln1Mean, K::Ln1Rstd, K::Qkv, K::AttSoftmax, K::AttY};
   return {K::Ln2Out, K::Ln2Mean, K::Ln2Rstd, K::FcOut, K::GeluOut};
 }
 
-BlockAct half_output(BlockHalf h) { return h == BlockHalf::Attention ? BlockAct::Resid1 : BlockAct::Out; }
+BlockAct half_output(BlockHalf h) {
+  return h == BlockHalf::Attention ? BlockAct::Resid1 : BlockAct::Out;
+}
 
 void block_forward(const GPTConfig& c, int layer, const BlockParams& w, const BlockActivations& a,
                    const float* x, Workspace& ws, int B, int T, const StepRng& rng) {
@@ -327,17 +368,18 @@ void block_attention_forward(const GPTConfig& c, int layer, const BlockParams& w
   const Dropout resid_drop = site_dropout(c, rng, layer, DropoutSite::AttnResidual, T);
   using K = BlockAct;
   layernorm_forward(a.ptr(K::Ln1Out), a.ptr(K::Ln1Mean), a.ptr(K::Ln1Rstd), x, w.ln_1_w, w.ln_1_b,
-                    N, C);                                                        // (B, T, C)
-  linear_forward(a.ptr(K::Qkv), a.ptr(K::Ln1Out), w.c_attn_w, w.c_attn_b, N, C, 3 * C);  // (B, T, 3C)
+                    N, C);  // (B, T, C)
+  linear_forward(a.ptr(K::Qkv), a.ptr(K::Ln1Out), w.c_attn_w, w.c_attn_b, N, C,
+                 3 * C);  // (B, T, 3C)
   attention_forward(a.ptr(K::AttY), a.ptr(K::AttSoftmax), ws.attention(), a.ptr(K::Qkv), B, T, NH,
-                    HS, attn_drop);                                               // (B, T, C)
-  linear_forward(proj, a.ptr(K::AttY), w.attn_proj_w, w.attn_proj_b, N, C, C);   // (B, T, C)
+                    HS, attn_drop);                                             // (B, T, C)
+  linear_forward(proj, a.ptr(K::AttY), w.attn_proj_w, w.attn_proj_b, N, C, C);  // (B, T, C)
   if (resid_drop.active()) dropout_forward(proj, proj, n, resid_drop);
-  residual_forward(a.ptr(K::Resid1), x, proj, n);                                 // (B, T, C)
+  residual_forward(a.ptr(K::Resid1), x, proj, n);  // (B, T, C)
 }
 
-void block_mlp_forward(const GPTConfig& c, int layer, const BlockParams& w, const BlockActivations& a,
-                       Workspace& ws, int B, int T, const StepRng& rng) {
+void block_mlp_forward(const GPTConfig& c, int layer, const BlockParams& w,
+                       const BlockActivations& a, Workspace& ws, int B, int T, const StepRng& rng) {
   check_half(c, a, BlockHalf::Mlp, layer, B, T);
   ws.check_fits(c, B, T);
   const int C = c.d_model, N = B * T;
@@ -346,12 +388,12 @@ void block_mlp_forward(const GPTConfig& c, int layer, const BlockParams& w, cons
   const Dropout resid_drop = site_dropout(c, rng, layer, DropoutSite::MlpResidual, T);
   using K = BlockAct;
   layernorm_forward(a.ptr(K::Ln2Out), a.ptr(K::Ln2Mean), a.ptr(K::Ln2Rstd), a.ptr(K::Resid1),
-                    w.ln_2_w, w.ln_2_b, N, C);                                    // (B, T, C)
+                    w.ln_2_w, w.ln_2_b, N, C);                                         // (B, T, C)
   linear_forward(a.ptr(K::FcOut), a.ptr(K::Ln2Out), w.c_fc_w, w.c_fc_b, N, C, 4 * C);  // (B, T, 4C)
-  gelu_forward(a.ptr(K::GeluOut), a.ptr(K::FcOut), 4 * n);                        // (B, T, 4C)
-  linear_forward(proj, a.ptr(K::GeluOut), w.mlp_proj_w, w.mlp_proj_b, N, 4 * C, C);  // (B, T, C)
+  gelu_forward(a.ptr(K::GeluOut), a.ptr(K::FcOut), 4 * n);                             // (B, T, 4C)
+  linear_forward(proj, a.ptr(K::GeluOut), w.mlp_proj_w, w.mlp_proj_b, N, 4 * C, C);    // (B, T, C)
   if (resid_drop.active()) dropout_forward(proj, proj, n, resid_drop);
-  residual_forward(a.ptr(K::Out), a.ptr(K::Resid1), proj, n);                     // (B, T, C)
+  residual_forward(a.ptr(K::Out), a.ptr(K::Resid1), proj, n);  // (B, T, C)
 }
 
 namespace {
@@ -376,10 +418,11 @@ void block_mlp_backward(const GPTConfig& c, int layer, const BlockParams& w, con
   ws.check_fits(c, B, T);
   const int C = c.d_model, N = B * T;
   const int64_t n = static_cast<int64_t>(N) * C;
-  float* dc = ws.btc(1);     // (B, T, C) d(ln_2.out)
-  float* dfc = ws.wide();    // (B, T, 4C) d(mlp.gelu.out), then in place d(mlp.c_fc.out)
+  float* dc = ws.btc(1);   // (B, T, C) d(ln_2.out)
+  float* dfc = ws.wide();  // (B, T, 4C) d(mlp.gelu.out), then in place d(mlp.c_fc.out)
   using K = BlockAct;
-  const float* dmlp = projection_grad(site_dropout(c, rng, layer, DropoutSite::MlpResidual, T), dres, ws, n);
+  const float* dmlp =
+      projection_grad(site_dropout(c, rng, layer, DropoutSite::MlpResidual, T), dres, ws, n);
   zero(dfc, 4 * n);
   linear_backward(dfc, dw.mlp_proj_w, dw.mlp_proj_b, dmlp, a.ptr(K::GeluOut), w.mlp_proj_w, N,
                   4 * C, C);
@@ -397,10 +440,11 @@ void block_attention_backward(const GPTConfig& c, int layer, const BlockParams& 
   ws.check_fits(c, B, T);
   const int C = c.d_model, NH = c.n_heads, HS = c.head_size(), N = B * T;
   const int64_t n = static_cast<int64_t>(N) * C;
-  float* dc = ws.btc(1);      // (B, T, C) d(attn.y), then d(ln_1.out)
-  float* dqkv = ws.wide();    // (B, T, 3C)
+  float* dc = ws.btc(1);    // (B, T, C) d(attn.y), then d(ln_1.out)
+  float* dqkv = ws.wide();  // (B, T, 3C)
   using K = BlockAct;
-  const float* dattn = projection_grad(site_dropout(c, rng, layer, DropoutSite::AttnResidual, T), dres, ws, n);
+  const float* dattn =
+      projection_grad(site_dropout(c, rng, layer, DropoutSite::AttnResidual, T), dres, ws, n);
   zero(dc, n);
   linear_backward(dc, dw.attn_proj_w, dw.attn_proj_b, dattn, a.ptr(K::AttY), w.attn_proj_w, N, C,
                   C);
@@ -419,7 +463,7 @@ float final_forward(const GPTConfig& c, const FinalParams& w, const FinalActivat
   const int C = c.d_model, V = c.vocab_size, N = B * T;
   using K = FinalAct;
   layernorm_forward(a.ptr(K::LnfOut), a.ptr(K::LnfMean), a.ptr(K::LnfRstd), x, w.ln_f_w, w.ln_f_b,
-                    N, C);                                              // (B, T, C)
+                    N, C);                                             // (B, T, C)
   lm_head_forward(a.ptr(K::Probs), a.ptr(K::LnfOut), w.wte, N, C, V);  // (B, T, V) logits
   crossentropy_forward(a.ptr(K::Losses), a.ptr(K::Probs), a.ptr(K::Probs), targets, N, V);
   if (targets == nullptr) return std::numeric_limits<float>::quiet_NaN();

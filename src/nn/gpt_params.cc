@@ -95,9 +95,11 @@ float* ParameterSet::at(size_t spec_index) const {
 Tensor ParameterSet::operator[](std::string_view name) const {
   for (size_t i = 0; i < specs_.size(); ++i)
     if (specs_[i].name == name) return Tensor::view_of(at(i), DType::F32, specs_[i].shape);
-  user_error("GPT has no parameter called '{}' (names are GPT-2's: wte.weight, wpe.weight, h.0.ln_1.weight, "
-             "h.0.attn.c_attn.weight, ..., ln_f.bias; this model has layers 0..{})",
-             name, config_.n_layers - 1);
+  user_error(
+      "GPT has no parameter called '{}' (names are GPT-2's: wte.weight, wpe.weight, "
+      "h.0.ln_1.weight, "
+      "h.0.attn.c_attn.weight, ..., ln_f.bias; this model has layers 0..{})",
+      name, config_.n_layers - 1);
 }
 
 std::vector<std::pair<std::string, Tensor>> ParameterSet::named() const {
@@ -115,7 +117,7 @@ BlockParams ParameterSet::block(int layer) const {
     user_error("GPT block {} does not exist: the model has layers 0..{}", layer,
                config_.n_layers - 1);
   const size_t s = kEmbeddingTensors + static_cast<size_t>(layer) * kTensorsPerBlock;
-  return {at(s + 0), at(s + 1), at(s + 2), at(s + 3),  at(s + 4),  at(s + 5),
+  return {at(s + 0), at(s + 1), at(s + 2), at(s + 3), at(s + 4),  at(s + 5),
           at(s + 6), at(s + 7), at(s + 8), at(s + 9), at(s + 10), at(s + 11)};
 }
 
@@ -134,9 +136,8 @@ Tensor ParameterSet::block_flat(int layer) const {
 void ParameterSet::zero() const {
   if (flat_.nbytes() == 0) return;
   auto* p = static_cast<unsigned char*>(flat_.data());
-  parallel_for(static_cast<int64_t>(flat_.nbytes()), int64_t{1} << 18, [&](int64_t b, int64_t e) {
-    std::memset(p + b, 0, static_cast<size_t>(e - b));
-  });
+  parallel_for(static_cast<int64_t>(flat_.nbytes()), int64_t{1} << 18,
+               [&](int64_t b, int64_t e) { std::memset(p + b, 0, static_cast<size_t>(e - b)); });
 }
 
 void gpt_init(const ParameterSet& params, uint64_t seed) {

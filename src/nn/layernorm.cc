@@ -3,9 +3,9 @@
 #include <cmath>
 
 #include "columns.h"
-#include "vec.h"
 #include "tandem/core/parallel.h"
 #include "tandem/nn/layers.h"
+#include "vec.h"
 
 namespace tandem::nn {
 
@@ -19,26 +19,26 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
   // Rows are independent: split over threads, at least ~32K elements each.
   const int64_t grain = std::max<int64_t>(1, detail::kParallelGrain / std::max(C, 1));
   parallel_for(N, grain, [&](int64_t n0, int64_t n1) {
-  for (int64_t n = n0; n < n1; ++n) {
-    const float* __restrict x = inp + static_cast<int64_t>(n) * C;
-    float* __restrict o = out + static_cast<int64_t>(n) * C;
-    const float m = detail::lane_sum(x, C) / static_cast<float>(C);
-    // Two passes (mean, then squared deviations): no cancellation for rows with a large mean.
-    float acc[kLanes] = {};
-    int i = 0;
-    for (; i + kLanes <= C; i += kLanes)
-      for (int k = 0; k < kLanes; ++k) {
-        const float dev = x[i + k] - m;
-        acc[k] += dev * dev;
-      }
-    float var = 0.0f;
-    for (int k = 0; k < kLanes; ++k) var += acc[k];
-    for (; i < C; ++i) var += (x[i] - m) * (x[i] - m);
-    const float s = 1.0f / std::sqrt(var / static_cast<float>(C) + kLayerNormEps);
-    for (int j = 0; j < C; ++j) o[j] = (x[j] - m) * s * w[j] + bi[j];
-    mean[n] = m;
-    rstd[n] = s;
-  }
+    for (int64_t n = n0; n < n1; ++n) {
+      const float* __restrict x = inp + static_cast<int64_t>(n) * C;
+      float* __restrict o = out + static_cast<int64_t>(n) * C;
+      const float m = detail::lane_sum(x, C) / static_cast<float>(C);
+      // Two passes (mean, then squared deviations): no cancellation for rows with a large mean.
+      float acc[kLanes] = {};
+      int i = 0;
+      for (; i + kLanes <= C; i += kLanes)
+        for (int k = 0; k < kLanes; ++k) {
+          const float dev = x[i + k] - m;
+          acc[k] += dev * dev;
+        }
+      float var = 0.0f;
+      for (int k = 0; k < kLanes; ++k) var += acc[k];
+      for (; i < C; ++i) var += (x[i] - m) * (x[i] - m);
+      const float s = 1.0f / std::sqrt(var / static_cast<float>(C) + kLayerNormEps);
+      for (int j = 0; j < C; ++j) o[j] = (x[j] - m) * s * w[j] + bi[j];
+      mean[n] = m;
+      rstd[n] = s;
+    }
   });
 }
 
@@ -87,35 +87,35 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
   const float* __restrict w = weight;
   const int64_t grain = std::max<int64_t>(1, detail::kParallelGrain / std::max(C, 1));
   parallel_for(N, grain, [&](int64_t n0, int64_t n1) {
-  for (int64_t n = n0; n < n1; ++n) {
-    const float* __restrict x = inp + n * C;
-    const float* __restrict g = dout + n * C;
-    const float m = mean[n], s = rstd[n];
-    // The two row means the input gradient needs: mean(w * g) and mean(w * g * norm).
-    float acc_g[kLanes] = {}, acc_gn[kLanes] = {};
-    int i = 0;
-    for (; i + kLanes <= C; i += kLanes)
+    for (int64_t n = n0; n < n1; ++n) {
+      const float* __restrict x = inp + n * C;
+      const float* __restrict g = dout + n * C;
+      const float m = mean[n], s = rstd[n];
+      // The two row means the input gradient needs: mean(w * g) and mean(w * g * norm).
+      float acc_g[kLanes] = {}, acc_gn[kLanes] = {};
+      int i = 0;
+      for (; i + kLanes <= C; i += kLanes)
+        for (int k = 0; k < kLanes; ++k) {
+          const float norm = (x[i + k] - m) * s;
+          const float dnorm = w[i + k] * g[i + k];
+          acc_g[k] += dnorm;
+          acc_gn[k] += dnorm * norm;
+        }
+      float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
       for (int k = 0; k < kLanes; ++k) {
-        const float norm = (x[i + k] - m) * s;
-        const float dnorm = w[i + k] * g[i + k];
-        acc_g[k] += dnorm;
-        acc_gn[k] += dnorm * norm;
+        dnorm_mean += acc_g[k];
+        dnorm_norm_mean += acc_gn[k];
       }
-    float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
-    for (int k = 0; k < kLanes; ++k) {
-      dnorm_mean += acc_g[k];
-      dnorm_norm_mean += acc_gn[k];
+      for (; i < C; ++i) {
+        const float norm = (x[i] - m) * s;
+        const float dnorm = w[i] * g[i];
+        dnorm_mean += dnorm;
+        dnorm_norm_mean += dnorm * norm;
+      }
+      dnorm_mean /= static_cast<float>(C);
+      dnorm_norm_mean /= static_cast<float>(C);
+      layernorm_backward_row(dinp + n * C, g, x, w, m, s, dnorm_mean, dnorm_norm_mean, C);
     }
-    for (; i < C; ++i) {
-      const float norm = (x[i] - m) * s;
-      const float dnorm = w[i] * g[i];
-      dnorm_mean += dnorm;
-      dnorm_norm_mean += dnorm * norm;
-    }
-    dnorm_mean /= static_cast<float>(C);
-    dnorm_norm_mean /= static_cast<float>(C);
-    layernorm_backward_row(dinp + n * C, g, x, w, m, s, dnorm_mean, dnorm_norm_mean, C);
-  }
   });
   detail::for_column_blocks(C, N, [&](int64_t c0, int64_t c1) {
     layernorm_backward_params(dweight, dbias, dout, inp, mean, rstd, N, C, c0, c1);

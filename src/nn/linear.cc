@@ -27,7 +27,8 @@ void linear_forward(float* out, const float* inp, const float* weight, const flo
   // The bias is written first and the product added onto it (beta = 1): one pass over out.
   if (bias != nullptr) {
     for (int n = 0; n < N; ++n)
-      std::memcpy(out + static_cast<int64_t>(n) * OC, bias, sizeof(float) * static_cast<size_t>(OC));
+      std::memcpy(out + static_cast<int64_t>(n) * OC, bias,
+                  sizeof(float) * static_cast<size_t>(OC));
   } else {
     std::fill(out, out + static_cast<int64_t>(N) * OC, 0.0f);
   }
@@ -37,8 +38,8 @@ void linear_forward(float* out, const float* inp, const float* weight, const flo
 
 // dinp (N, IC) += dout (N, OC) @ weight^T; dweight (IC, OC) += inp^T @ dout; dbias (OC) += dout
 // summed over rows.
-void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                     const float* inp, const float* weight, int N, int IC, int OC) {
+void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                     const float* weight, int N, int IC, int OC) {
   if (N == 0 || OC == 0) return;
   if (IC > 0) {
     if (dinp != nullptr)
@@ -47,7 +48,8 @@ void linear_backward(float* dinp, float* dweight, float* dbias, const float* dou
   }
   if (dbias != nullptr) {
     // Column blocks in parallel, each column summed over rows in order (columns.h).
-    detail::for_column_blocks(OC, N, [&](int64_t c0, int64_t c1) { bias_grad(dbias, dout, N, OC, c0, c1); });
+    detail::for_column_blocks(
+        OC, N, [&](int64_t c0, int64_t c1) { bias_grad(dbias, dout, N, OC, c0, c1); });
   }
 }
 

@@ -11,8 +11,8 @@ void residual_forward_range(float* out, const float* inp1, const float* inp2, in
   for (int64_t i = 0; i < n; ++i) out[i] = inp1[i] + inp2[i];
 }
 
-void residual_backward_range(float* __restrict d1, float* __restrict d2,
-                             const float* __restrict g, int64_t n) {
+void residual_backward_range(float* __restrict d1, float* __restrict d2, const float* __restrict g,
+                             int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     d1[i] += g[i];
     d2[i] += g[i];

@@ -45,7 +45,9 @@ inline int32_t ordered_bits(float x) {
   const int32_t b = std::bit_cast<int32_t>(x);
   return b ^ ((b >> 31) & 0x7fffffff);
 }
-inline float from_ordered_bits(int32_t o) { return std::bit_cast<float>(o ^ ((o >> 31) & 0x7fffffff)); }
+inline float from_ordered_bits(int32_t o) {
+  return std::bit_cast<float>(o ^ ((o >> 31) & 0x7fffffff));
+}
 
 // max(x[0..n)), n >= 1.
 inline float lane_max(const float* x, int64_t n) {

@@ -13,7 +13,8 @@ namespace tandem::ooc {
 
 Arena::Arena(uint64_t budget) : budget_(budget), mapped_((budget + 4095) / 4096 * 4096) {
   if (budget == 0) user_error("a memory budget of 0 bytes holds nothing");
-  void* p = mmap(nullptr, mapped_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  void* p = mmap(nullptr, mapped_, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED)
     user_error("cannot reserve the fast-tier arena of {} ({} bytes): {}", human_bytes(budget),
                budget, std::strerror(errno));
@@ -34,8 +35,8 @@ char* Arena::acquire(uint64_t offset, uint64_t bytes, std::string_view name) {
   if (next != live_regions_.begin()) {
     auto prev = std::prev(next);
     TANDEM_CHECK(prev->first + prev->second.bytes <= offset,
-                 "region {} at {} overlaps live region {} [{}, {})", name, offset, prev->second.name,
-                 prev->first, prev->first + prev->second.bytes);
+                 "region {} at {} overlaps live region {} [{}, {})", name, offset,
+                 prev->second.name, prev->first, prev->first + prev->second.bytes);
   }
   live_regions_.emplace(offset, Live{bytes, std::string(name)});
   live_ += bytes;

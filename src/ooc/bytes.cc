@@ -1,13 +1,13 @@
 // Byte counts: printing and parsing.
 #include "tandem/ooc/bytes.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <optional>
 #include <string>
-
-#include <fmt/format.h>
 
 #include "tandem/core/error.h"
 
@@ -41,14 +41,17 @@ std::string human_bytes(uint64_t bytes) {
 
 uint64_t parse_bytes(std::string_view text) {
   size_t i = 0;
-  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
+  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.'))
+    ++i;
   const std::string number(text.substr(0, i));
   std::string unit(text.substr(i));
   for (char& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   const std::optional<double> value = parse_number(number);
   if (!value)
-    user_error("'{}' is not a size: write a number of bytes or one with a unit, e.g. 600MiB, "
-               "1.5GiB, 2G", text);
+    user_error(
+        "'{}' is not a size: write a number of bytes or one with a unit, e.g. 600MiB, "
+        "1.5GiB, 2G",
+        text);
   double scale = 0;
   const std::string_view units[] = {"", "B", "K", "KIB", "M", "MIB", "G", "GIB", "T", "TIB"};
   const double binary[] = {1, 1, 0x1p10, 0x1p10, 0x1p20, 0x1p20, 0x1p30, 0x1p30, 0x1p40, 0x1p40};
@@ -59,8 +62,10 @@ uint64_t parse_bytes(std::string_view text) {
   if (unit == "GB") scale = 1e9;
   if (unit == "TB") scale = 1e12;
   if (scale == 0)
-    user_error("'{}' has an unknown unit '{}': use B, KiB, MiB, GiB, TiB (or K, M, G, T), or "
-               "KB, MB, GB, TB for powers of 1000", text, text.substr(i));
+    user_error(
+        "'{}' has an unknown unit '{}': use B, KiB, MiB, GiB, TiB (or K, M, G, T), or "
+        "KB, MB, GB, TB for powers of 1000",
+        text, text.substr(i));
   const double bytes = std::floor(*value * scale);
   if (!(bytes >= 1) || bytes > 0x1p62) user_error("'{}' is not a usable size", text);
   return static_cast<uint64_t>(bytes);
@@ -70,8 +75,10 @@ uint64_t parse_budget(std::string_view text, uint64_t whole) {
   if (text.empty() || text.back() != '%') return parse_bytes(text);
   const std::optional<double> pct = parse_number(std::string(text.substr(0, text.size() - 1)));
   if (!pct) user_error("'{}' is not a share: write a percentage such as 25%", text);
-  if (!(*pct > 0) || *pct > 1000) user_error("'{}' is not a usable share: it must be above 0% and at most 1000%", text);
-  return std::max<uint64_t>(1, static_cast<uint64_t>(std::floor(static_cast<double>(whole) * *pct / 100.0)));
+  if (!(*pct > 0) || *pct > 1000)
+    user_error("'{}' is not a usable share: it must be above 0% and at most 1000%", text);
+  return std::max<uint64_t>(
+      1, static_cast<uint64_t>(std::floor(static_cast<double>(whole) * *pct / 100.0)));
 }
 
 }  // namespace tandem::ooc

@@ -2,10 +2,10 @@
 // recomputations (see memory_schedule.h for the rules).
 #include "tandem/ooc/memory_schedule.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <numeric>
-
-#include <fmt/format.h>
 
 #include "tandem/core/allocator.h"
 #include "tandem/core/error.h"
@@ -47,7 +47,8 @@ uint64_t place(std::vector<Interval>& intervals) {
   });
   std::vector<size_t> placed;
   uint64_t extent = 0;
-  std::vector<std::pair<uint64_t, uint64_t>> busy;  // [begin, end) of placed intervals that overlap in time
+  std::vector<std::pair<uint64_t, uint64_t>>
+      busy;  // [begin, end) of placed intervals that overlap in time
   for (size_t i : order) {
     Interval& r = intervals[i];
     busy.clear();
@@ -89,7 +90,9 @@ int MemorySchedule::op_index(const UnitOp& op) const {
 const UnitRegions& MemorySchedule::unit_regions(int micro, int unit) const {
   return units_.at(static_cast<size_t>(micro)).at(static_cast<size_t>(unit));
 }
-int MemorySchedule::head_input(int micro) const { return head_input_.at(static_cast<size_t>(micro)); }
+int MemorySchedule::head_input(int micro) const {
+  return head_input_.at(static_cast<size_t>(micro));
+}
 int MemorySchedule::head(int micro) const { return head_.at(static_cast<size_t>(micro)); }
 
 uint64_t MemorySchedule::swapped_bytes() const {
@@ -104,12 +107,16 @@ MemorySchedule::MemorySchedule(const nn::ChainLayout& chain, const Plan& plan)
   plan.validate();
   const int n = chain.units;
   if (static_cast<int>(plan.units.size()) != n)
-    user_error("out-of-core plan '{}' has {} units; this stage runs {} (two per block: attention "
-               "and MLP)", plan.str(), plan.units.size(), n);
+    user_error(
+        "out-of-core plan '{}' has {} units; this stage runs {} (two per block: attention "
+        "and MLP)",
+        plan.str(), plan.units.size(), n);
   const bool has_head = !chain.head.empty();
   if (!has_head && recomputes(plan.units.back()))
-    user_error("out-of-core plan '{}': the last unit of a stage that hands its output to the "
-               "next stage cannot be recomputed (recomputing would send it again)", plan.str());
+    user_error(
+        "out-of-core plan '{}': the last unit of a stage that hands its output to the "
+        "next stage cannot be recomputed (recomputing would send it again)",
+        plan.str());
   TANDEM_CHECK(!chain.kinds.empty(), "a chain without unit kinds");
   for (const auto& k : chain.kinds) {
     uint64_t total = 0;
@@ -125,7 +132,8 @@ MemorySchedule::MemorySchedule(const nn::ChainLayout& chain, const Plan& plan)
   for (const auto& p : chain.order) micros = std::max(micros, p.micro + 1);
   auto idx = [&](bool fwd, int k, int u) {
     const int i = op_index(UnitOp{fwd, k, u});
-    TANDEM_CHECK(i >= 0, "the step has no {} of unit {} for micro-batch {}", fwd ? "forward" : "backward", u, k);
+    TANDEM_CHECK(i >= 0, "the step has no {} of unit {} for micro-batch {}",
+                 fwd ? "forward" : "backward", u, k);
     return i;
   };
   const int last_op = static_cast<int>(ops_.size()) - 1;
@@ -160,8 +168,10 @@ MemorySchedule::MemorySchedule(const nn::ChainLayout& chain, const Plan& plan)
         const int read_op = std::min(b, std::max(b - plan.prefetch, release + 1));
         r.back = add_region(name + ".back", input_bytes_ + buffers_bytes, read_op, b);
         const int wx = add_transfer(Transfer{true, r.input_fwd, 0, input_bytes_, 0, k, j});
-        const int wb = add_transfer(Transfer{true, r.buffers_fwd, 0, buffers_bytes, input_bytes_, k, j});
-        const int rd = add_transfer(Transfer{false, r.back, 0, input_bytes_ + buffers_bytes, 0, k, j, wb});
+        const int wb =
+            add_transfer(Transfer{true, r.buffers_fwd, 0, buffers_bytes, input_bytes_, k, j});
+        const int rd =
+            add_transfer(Transfer{false, r.back, 0, input_bytes_ + buffers_bytes, 0, k, j, wb});
         actions_[static_cast<size_t>(f)].issue_writes.push_back(wx);
         actions_[static_cast<size_t>(f)].issue_writes.push_back(wb);
         writes.emplace_back(wx, r.input_fwd);
@@ -174,8 +184,10 @@ MemorySchedule::MemorySchedule(const nn::ChainLayout& chain, const Plan& plan)
     }
     // The head's input is the last unit's output.
     const int fl = idx(true, k, n - 1), bl = idx(false, k, n - 1);
-    head_input_[static_cast<size_t>(k)] = add_region(m + "head.input", input_bytes_, fl, has_head ? bl : fl);
-    if (has_head) head_[static_cast<size_t>(k)] = add_region(m + "head.buffers", head_bytes, fl, bl);
+    head_input_[static_cast<size_t>(k)] =
+        add_region(m + "head.input", input_bytes_, fl, has_head ? bl : fl);
+    if (has_head)
+      head_[static_cast<size_t>(k)] = add_region(m + "head.buffers", head_bytes, fl, bl);
     // Recomputed segments [a, e]: re-run at the backward of e, each unit's regions live until
     // its own backward.
     for (int e = n - 1; e >= 0; --e) {

@@ -1,10 +1,10 @@
 // The performance model: a step simulated on compute, swap-out and swap-in streams.
 #include "tandem/ooc/model.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
-
-#include <fmt/format.h>
 
 #include "tandem/io/trace.h"
 
@@ -22,7 +22,9 @@ Prediction simulate(const MemorySchedule& s, const Profile& p, bool want_timelin
   auto span = [&](const char* stream, std::string name, double b, double e) {
     if (want_timeline) out.timeline.push_back(TimelineSpan{stream, std::move(name), b, e});
   };
-  auto label = [&](const Transfer& t) { return fmt::format("m{}.{}", t.micro, s.chain().unit_name(t.unit)); };
+  auto label = [&](const Transfer& t) {
+    return fmt::format("m{}.{}", t.micro, s.chain().unit_name(t.unit));
+  };
   for (size_t i = 0; i < ops.size(); ++i) {
     const UnitOp& op = ops[i];
     const OpActions& a = acts[i];
@@ -42,18 +44,23 @@ Prediction simulate(const MemorySchedule& s, const Profile& p, bool want_timelin
     for (int b : a.recompute) d += p.recompute(b);
     out.recompute_s += d;
     if (d > 0)
-      span("compute", fmt::format("recompute m{} {}..{}", op.micro, s.chain().unit_name(a.recompute.front()),
-                                  s.chain().unit_name(a.recompute.back())), start, start + d);
+      span("compute",
+           fmt::format("recompute m{} {}..{}", op.micro, s.chain().unit_name(a.recompute.front()),
+                       s.chain().unit_name(a.recompute.back())),
+           start, start + d);
     const size_t j = static_cast<size_t>(op.unit);
     const double c = op.forward ? p.forward_s[j] : p.backward_s[j];
-    span("compute", fmt::format("{} m{} {}", op.forward ? "forward" : "backward", op.micro, s.chain().unit_name(op.unit)),
+    span("compute",
+         fmt::format("{} m{} {}", op.forward ? "forward" : "backward", op.micro,
+                     s.chain().unit_name(op.unit)),
          start + d, start + d + c);
     t_compute = start + d + c;
     out.compute_s += d + c;
     for (int w : a.issue_writes) {
       const Transfer& t = tr[static_cast<size_t>(w)];
       const double b = std::max(t_compute, t_write);
-      done[static_cast<size_t>(w)] = t_write = b + static_cast<double>(t.bytes) / p.write_bytes_per_s;
+      done[static_cast<size_t>(w)] = t_write =
+          b + static_cast<double>(t.bytes) / p.write_bytes_per_s;
       span("swap-out", label(t), b, t_write);
     }
   }
@@ -66,7 +73,8 @@ std::string chrome_trace(const Prediction& p) {
   io::TraceRecorder trace;
   // Whole nanoseconds, as the recorder keeps measured spans.
   const auto us = [](double seconds) { return std::round(seconds * 1e9) / 1e3; };
-  for (const TimelineSpan& s : p.timeline) trace.record_us(0, s.stream, s.name, us(s.begin_s), us(s.end_s - s.begin_s));
+  for (const TimelineSpan& s : p.timeline)
+    trace.record_us(0, s.stream, s.name, us(s.begin_s), us(s.end_s - s.begin_s));
   return trace.json();
 }
 

@@ -1,9 +1,9 @@
 // Plans as values: their names, validation, and the single-strategy baselines.
 #include "tandem/ooc/plan.h"
 
-#include <cmath>
-
 #include <fmt/format.h>
+
+#include <cmath>
 
 #include "tandem/core/error.h"
 
@@ -18,18 +18,24 @@ std::string Plan::str() const {
 Plan Plan::parse(std::string_view text) {
   const size_t slash = text.find("/p");
   if (slash == std::string_view::npos)
-    user_error("out-of-core plan '{}' is not of the form <one of K S s R C per unit (two per block)>/p<prefetch>, "
-               "e.g. 'KKSR/p1'", text);
+    user_error(
+        "out-of-core plan '{}' is not of the form <one of K S s R C per unit (two per "
+        "block)>/p<prefetch>, "
+        "e.g. 'KKSR/p1'",
+        text);
   Plan p;
   for (char c : text.substr(0, slash)) {
     if (c != 'K' && c != 'S' && c != 's' && c != 'R' && c != 'C')
-      user_error("out-of-core plan '{}': '{}' is not a decision (K keep, S swap, s swap with the "
-                 "write waited for, R recompute, C continue a recomputed segment)", text, c);
+      user_error(
+          "out-of-core plan '{}': '{}' is not a decision (K keep, S swap, s swap with the "
+          "write waited for, R recompute, C continue a recomputed segment)",
+          text, c);
     p.units.push_back(static_cast<Decision>(c));
   }
   const std::string_view num = text.substr(slash + 2);
   int v = 0;
-  if (num.empty() || num.size() > 3) user_error("out-of-core plan '{}': bad prefetch '{}'", text, num);
+  if (num.empty() || num.size() > 3)
+    user_error("out-of-core plan '{}': bad prefetch '{}'", text, num);
   for (char c : num) {
     if (c < '0' || c > '9') user_error("out-of-core plan '{}': bad prefetch '{}'", text, num);
     v = v * 10 + (c - '0');
@@ -45,8 +51,10 @@ void Plan::validate() const {
   for (size_t j = 0; j < units.size(); ++j)
     if (units[j] == Decision::Continue &&
         (j == 0 || (units[j - 1] != Decision::Recompute && units[j - 1] != Decision::Continue)))
-      user_error("out-of-core plan '{}': unit {} continues a recomputed segment, but unit {} "
-                 "is not recomputed", str(), j, static_cast<int>(j) - 1);
+      user_error(
+          "out-of-core plan '{}': unit {} continues a recomputed segment, but unit {} "
+          "is not recomputed",
+          str(), j, static_cast<int>(j) - 1);
 }
 
 int Plan::count(Decision d) const {
@@ -57,17 +65,25 @@ int Plan::count(Decision d) const {
 
 std::string_view strategy_name(Strategy s) {
   switch (s) {
-    case Strategy::InCore: return "in-core (keep all)";
-    case Strategy::SwapAll: return "swap all (vDNN)";
-    case Strategy::RecomputeAll: return "recompute all (checkpoint every block)";
-    case Strategy::Chen: return "sqrt(n) segments (Chen)";
-    case Strategy::Karma: return "swap early, recompute late (KARMA)";
-    case Strategy::Planner: return "planner";
+    case Strategy::InCore:
+      return "in-core (keep all)";
+    case Strategy::SwapAll:
+      return "swap all (vDNN)";
+    case Strategy::RecomputeAll:
+      return "recompute all (checkpoint every block)";
+    case Strategy::Chen:
+      return "sqrt(n) segments (Chen)";
+    case Strategy::Karma:
+      return "swap early, recompute late (KARMA)";
+    case Strategy::Planner:
+      return "planner";
   }
   return "?";
 }
 
-Plan keep_all(int n) { return Plan{std::vector<Decision>(static_cast<size_t>(n), Decision::Keep), 1}; }
+Plan keep_all(int n) {
+  return Plan{std::vector<Decision>(static_cast<size_t>(n), Decision::Keep), 1};
+}
 
 Plan swap_all(int n, int prefetch) {
   return Plan{std::vector<Decision>(static_cast<size_t>(n), Decision::Swap), prefetch};
@@ -78,7 +94,8 @@ namespace {
 // Segments of `seg` units, each recomputed from its first unit's input.
 Plan segments(int n, int seg) {
   Plan p{{}, 1};
-  for (int j = 0; j < n; ++j) p.units.push_back(j % seg == 0 ? Decision::Recompute : Decision::Continue);
+  for (int j = 0; j < n; ++j)
+    p.units.push_back(j % seg == 0 ? Decision::Recompute : Decision::Continue);
   return p;
 }
 

@@ -82,9 +82,11 @@ struct Search {
 
   void dfs(int j, double time_lb, uint64_t kept) {
     if (stopped) return;
-    const uint64_t mem_lb = j < n ? forward_live(j, kept) : fixed_bytes + kept + buffers_bytes.back();
+    const uint64_t mem_lb =
+        j < n ? forward_live(j, kept) : fixed_bytes + kept + buffers_bytes.back();
     if (best) {
-      if (minimise_peak ? static_cast<double>(mem_lb) >= value(*best) : time_lb >= value(*best)) return;
+      if (minimise_peak ? static_cast<double>(mem_lb) >= value(*best) : time_lb >= value(*best))
+        return;
     }
     if (!minimise_peak && mem_lb > budget) return;
     if (j == n) {
@@ -93,8 +95,10 @@ struct Search {
     }
     const bool last = j == n - 1;
     const uint64_t unit = input_bytes + buffers_bytes[static_cast<size_t>(j)];
-    for (Decision d : {Decision::Keep, Decision::Recompute, Decision::Swap, Decision::SwapSync, Decision::Continue}) {
-      if (d == Decision::Continue && (j == 0 || !recomputes(plan.units[static_cast<size_t>(j - 1)])))
+    for (Decision d : {Decision::Keep, Decision::Recompute, Decision::Swap, Decision::SwapSync,
+                       Decision::Continue}) {
+      if (d == Decision::Continue &&
+          (j == 0 || !recomputes(plan.units[static_cast<size_t>(j - 1)])))
         continue;
       if (last && !has_head && recomputes(d)) continue;
       plan.units[static_cast<size_t>(j)] = d;
@@ -130,8 +134,20 @@ Search make_search(const nn::ChainLayout& chain, const Profile& profile, uint64_
   const uint64_t ws = sizes.regions()[static_cast<size_t>(sizes.workspace())].bytes;
   std::vector<uint64_t> buffers;
   for (int u = 0; u < chain.units; ++u) buffers.push_back(sizes.buffers_bytes(u));
-  Search s{chain, profile, budget, minimise_peak, limit, chain.units, !chain.head.empty(),
-           sizes.input_bytes(), buffers, ws, keep_all(chain.units), std::nullopt, 0, false};
+  Search s{chain,
+           profile,
+           budget,
+           minimise_peak,
+           limit,
+           chain.units,
+           !chain.head.empty(),
+           sizes.input_bytes(),
+           buffers,
+           ws,
+           keep_all(chain.units),
+           std::nullopt,
+           0,
+           false};
   return s;
 }
 
@@ -152,7 +168,8 @@ Prediction predict(const nn::ChainLayout& chain, const Plan& plan, const Profile
                    bool timeline) {
   const int m = repeats(chain);
   if (m > 1 && !timeline) {
-    Evaluated e{Strategy::Planner, plan, simulate(MemorySchedule(first_micro(chain), plan), profile), true};
+    Evaluated e{Strategy::Planner, plan,
+                simulate(MemorySchedule(first_micro(chain), plan), profile), true};
     return scale(e, m).prediction;
   }
   return simulate(MemorySchedule(chain, plan), profile, timeline);
@@ -172,9 +189,12 @@ std::vector<Evaluated> evaluate_baselines(const nn::ChainLayout& chain, const Pr
   auto pick = [](std::vector<Evaluated> v) {
     std::optional<Evaluated> best;
     for (auto& e : v) {
-      if (!best) best = e;
-      else if (e.fits && (!best->fits || e.prediction.step_s < best->prediction.step_s)) best = e;
-      else if (!e.fits && !best->fits && e.prediction.peak_bytes < best->prediction.peak_bytes) best = e;
+      if (!best)
+        best = e;
+      else if (e.fits && (!best->fits || e.prediction.step_s < best->prediction.step_s))
+        best = e;
+      else if (!e.fits && !best->fits && e.prediction.peak_bytes < best->prediction.peak_bytes)
+        best = e;
     }
     return *best;
   };
@@ -208,7 +228,8 @@ std::vector<Evaluated> evaluate_baselines(const nn::ChainLayout& chain, const Pr
 PlannerResult plan_step(const nn::ChainLayout& chain, const Profile& profile, uint64_t budget,
                         int64_t max_evaluations) {
   if (profile.units() != chain.units)
-    user_error("out-of-core profile has {} units; this stage runs {}", profile.units(), chain.units);
+    user_error("out-of-core profile has {} units; this stage runs {}", profile.units(),
+               chain.units);
   const int m = std::max(1, repeats(chain));
   const nn::ChainLayout planned = repeats(chain) > 1 ? first_micro(chain) : chain;
   PlannerResult r;
@@ -233,10 +254,11 @@ PlannerResult plan_step(const nn::ChainLayout& chain, const Profile& profile, ui
   r.optimal = !s.stopped;
   if (!s.best) {
     const SmallestBudget low = smallest_budget(chain, profile);
-    user_error("no out-of-core plan fits a memory budget of {} ({} bytes) for this stage: the "
-               "smallest budget {}is {} ({} bytes), with plan {}",
-               human_bytes(budget), budget, low.proven ? "that works " : "found that works ",
-               human_bytes(low.bytes), low.bytes, low.plan.str());
+    user_error(
+        "no out-of-core plan fits a memory budget of {} ({} bytes) for this stage: the "
+        "smallest budget {}is {} ({} bytes), with plan {}",
+        human_bytes(budget), budget, low.proven ? "that works " : "found that works ",
+        human_bytes(low.bytes), low.bytes, low.plan.str());
   }
   r.best = scale(*s.best, m);
   r.best.strategy = Strategy::Planner;
@@ -260,7 +282,8 @@ std::optional<Evaluated> plan_exhaustive(const nn::ChainLayout& chain, const Pro
                                          uint64_t budget) {
   const int n = chain.units;
   std::optional<Evaluated> best;
-  constexpr std::array kinds{Decision::Keep, Decision::Swap, Decision::SwapSync, Decision::Recompute, Decision::Continue};
+  constexpr std::array kinds{Decision::Keep, Decision::Swap, Decision::SwapSync,
+                             Decision::Recompute, Decision::Continue};
   int64_t combos = 1;
   for (int j = 0; j < n; ++j) combos *= static_cast<int64_t>(kinds.size());
   for (int64_t code = 0; code < combos; ++code) {

@@ -54,9 +54,11 @@ Profile uniform_profile(int units, double forward_s, double backward_s, double w
 
 std::optional<Profile> load_cached_profile(const std::string& cache_dir, const std::string& name,
                                            const std::string& key) {
-  // Outside the try below: a folder or file another user owns or can write is refused, not remeasured.
+  // Outside the try below: a folder or file another user owns or can write is refused, not
+  // remeasured.
   if (!private_dir_exists(cache_dir, "ooc")) return std::nullopt;
-  const std::optional<std::string> text = read_private_file((std::filesystem::path(cache_dir) / "ooc" / name).string());
+  const std::optional<std::string> text =
+      read_private_file((std::filesystem::path(cache_dir) / "ooc" / name).string());
   if (!text) return std::nullopt;
   try {
     const auto j = nlohmann::json::parse(*text);
@@ -67,11 +69,12 @@ std::optional<Profile> load_cached_profile(const std::string& cache_dir, const s
   }
 }
 
-void store_cached_profile(const std::string& cache_dir, const std::string& name, const std::string& key,
-                          const Profile& profile) {
+void store_cached_profile(const std::string& cache_dir, const std::string& name,
+                          const std::string& key, const Profile& profile) {
   const std::filesystem::path dir = make_private_dir(cache_dir, "ooc");
-  write_private_file((dir / name).string(),
-                     nlohmann::json{{"key", nlohmann::json::parse(key)}, {"profile", profile.to_json()}}.dump(1));
+  write_private_file(
+      (dir / name).string(),
+      nlohmann::json{{"key", nlohmann::json::parse(key)}, {"profile", profile.to_json()}}.dump(1));
 }
 
 }  // namespace tandem::ooc

@@ -10,16 +10,16 @@
 #include "tandem/ooc/bytes.h"
 
 namespace tandem::ooc {
-namespace {
-
-}  // namespace
+namespace {}  // namespace
 
 // Hands out one region's memory to the Workspace, buffer after buffer, as it asks.
 class Runtime::RegionAllocator final : public Allocator {
  public:
-  RegionAllocator(char* base, const std::vector<uint64_t>& offsets) : base_(base), offsets_(offsets) {}
+  RegionAllocator(char* base, const std::vector<uint64_t>& offsets)
+      : base_(base), offsets_(offsets) {}
   void* allocate(size_t) override {
-    TANDEM_CHECK(next_ < offsets_.size(), "workspace asked for more than {} buffers", offsets_.size());
+    TANDEM_CHECK(next_ < offsets_.size(), "workspace asked for more than {} buffers",
+                 offsets_.size());
     return base_ + offsets_[next_++];
   }
   void deallocate(void*, size_t) noexcept override {}
@@ -33,7 +33,9 @@ class Runtime::RegionAllocator final : public Allocator {
 
 namespace {
 
-double seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
+double seconds(std::chrono::steady_clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
 
 }  // namespace
 
@@ -79,7 +81,8 @@ Runtime::~Runtime() {
 }
 
 void Runtime::set_schedule(const MemorySchedule& schedule, SwapEngine* engine) {
-  TANDEM_CHECK(cursor_ == 0 && arena_.live_bytes() == 0, "schedule changed in the middle of a step");
+  TANDEM_CHECK(cursor_ == 0 && arena_.live_bytes() == 0,
+               "schedule changed in the middle of a step");
   if (schedule.peak_bytes() > arena_.budget())
     user_error("out-of-core plan {} needs {} ({} bytes), more than the memory budget of {}",
                schedule.plan().str(), human_bytes(schedule.peak_bytes()), schedule.peak_bytes(),
@@ -87,8 +90,9 @@ void Runtime::set_schedule(const MemorySchedule& schedule, SwapEngine* engine) {
   if (!schedule.transfers().empty() && engine == nullptr)
     internal_error(fmt::format("plan {} swaps but no slow tier was given", schedule.plan().str()));
   if (engine != nullptr && schedule.tier_bytes() > engine->tier().capacity())
-    internal_error(fmt::format("plan {} needs {} bytes of slow tier, it has {}", schedule.plan().str(),
-                               schedule.tier_bytes(), engine->tier().capacity()));
+    internal_error(fmt::format("plan {} needs {} bytes of slow tier, it has {}",
+                               schedule.plan().str(), schedule.tier_bytes(),
+                               engine->tier().capacity()));
   schedule_ = std::make_unique<MemorySchedule>(schedule);
   engine_ = engine;
   const size_t ops = schedule.ops().size();
@@ -102,12 +106,14 @@ void Runtime::set_schedule(const MemorySchedule& schedule, SwapEngine* engine) {
   const int n = schedule.chain().units;
   int micros = 0;
   for (const auto& p : schedule.chain().order) micros = std::max(micros, p.micro + 1);
-  input_at_.assign(static_cast<size_t>(micros), std::vector<uint64_t>(static_cast<size_t>(n) + 1, 0));
+  input_at_.assign(static_cast<size_t>(micros),
+                   std::vector<uint64_t>(static_cast<size_t>(n) + 1, 0));
   buffers_at_.assign(static_cast<size_t>(micros), std::vector<uint64_t>(static_cast<size_t>(n), 0));
   // The workspace is live for the whole step: its region is placed now.
   const int ws = schedule.workspace();
   workspace_.reset();  // its buffers' deleters call the allocator it was made with
-  workspace_alloc_ = std::make_unique<RegionAllocator>(arena_.at(offset_of(ws)), schedule_->workspace_offsets());
+  workspace_alloc_ =
+      std::make_unique<RegionAllocator>(arena_.at(offset_of(ws)), schedule_->workspace_offsets());
   workspace_ = std::make_unique<nn::Workspace>(config_, B_, T_, *workspace_alloc_);
   measuring_ = StepMeasure{};
   measuring_.forward_s.assign(static_cast<size_t>(n), 0);
@@ -122,11 +128,14 @@ uint64_t Runtime::offset_of(int region) const {
 
 int Runtime::expect(bool forward, int k, int u) {
   TANDEM_CHECK(schedule_ != nullptr, "no out-of-core schedule set");
-  TANDEM_CHECK(cursor_ < static_cast<int>(schedule_->ops().size()), "more operations than the step has");
+  TANDEM_CHECK(cursor_ < static_cast<int>(schedule_->ops().size()),
+               "more operations than the step has");
   const UnitOp& op = schedule_->ops()[static_cast<size_t>(cursor_)];
-  TANDEM_CHECK(op == (UnitOp{forward, k, u}), "the model ran the {} of unit {} (micro-batch {}) where "
-               "the plan expects the {} of unit {} (micro-batch {})", forward ? "forward" : "backward",
-               u, k, op.forward ? "forward" : "backward", op.unit, op.micro);
+  TANDEM_CHECK(op == (UnitOp{forward, k, u}),
+               "the model ran the {} of unit {} (micro-batch {}) where "
+               "the plan expects the {} of unit {} (micro-batch {})",
+               forward ? "forward" : "backward", u, k, op.forward ? "forward" : "backward", op.unit,
+               op.micro);
   return cursor_;
 }
 
@@ -146,9 +155,9 @@ void Runtime::start_op(int i) {
   for (int r : a.issue_reads) {
     const Transfer& t = tr[static_cast<size_t>(r)];
     if (t.after_write >= 0) engine_->wait(tickets_[static_cast<size_t>(t.after_write)]);
-    tickets_[static_cast<size_t>(r)] =
-        engine_->read_async(t.tier_offset, arena_.at(offset_of(t.region) + t.region_offset), t.bytes,
-                            fmt::format("m{}.{}", t.micro, schedule_->chain().unit_name(t.unit)));
+    tickets_[static_cast<size_t>(r)] = engine_->read_async(
+        t.tier_offset, arena_.at(offset_of(t.region) + t.region_offset), t.bytes,
+        fmt::format("m{}.{}", t.micro, schedule_->chain().unit_name(t.unit)));
   }
   for (int r : a.finish_reads) engine_->wait(tickets_[static_cast<size_t>(r)]);
   mark_ = Clock::now();
@@ -165,7 +174,9 @@ void Runtime::end_op(int i) {
     measuring_.high_water = arena_.high_water();
     for (int j = 0; j < n; ++j)
       for (int q = 0; q < 3; ++q) {
-        auto& v = q == 0 ? measuring_.forward_s : q == 1 ? measuring_.backward_s : measuring_.recompute_s;
+        auto& v = q == 0   ? measuring_.forward_s
+                  : q == 1 ? measuring_.backward_s
+                           : measuring_.recompute_s;
         const int c = counts_[static_cast<size_t>(3 * j + q)];
         if (c > 0) v[static_cast<size_t>(j)] /= c;
       }
@@ -185,8 +196,8 @@ void Runtime::begin_forward(int k, int u) {
   const UnitRegions& r = schedule_->unit_regions(mk, u);
   input_at_[m][b] = offset_of(r.input_fwd);
   buffers_at_[m][b] = offset_of(r.buffers_fwd);
-  input_at_[m][b + 1] =
-      offset_of(u + 1 < n ? schedule_->unit_regions(mk, u + 1).input_fwd : schedule_->head_input(mk));
+  input_at_[m][b + 1] = offset_of(u + 1 < n ? schedule_->unit_regions(mk, u + 1).input_fwd
+                                            : schedule_->head_input(mk));
   mark_ = Clock::now();
 }
 
@@ -198,9 +209,9 @@ void Runtime::end_forward(int k, int u) {
   const auto& tr = schedule_->transfers();
   for (int w : schedule_->actions()[static_cast<size_t>(i)].issue_writes) {
     const Transfer& t = tr[static_cast<size_t>(w)];
-    tickets_[static_cast<size_t>(w)] =
-        engine_->write_async(t.tier_offset, arena_.at(offset_of(t.region) + t.region_offset), t.bytes,
-                             fmt::format("m{}.{}", t.micro, schedule_->chain().unit_name(t.unit)));
+    tickets_[static_cast<size_t>(w)] = engine_->write_async(
+        t.tier_offset, arena_.at(offset_of(t.region) + t.region_offset), t.bytes,
+        fmt::format("m{}.{}", t.micro, schedule_->chain().unit_name(t.unit)));
   }
   end_op(i);
 }
@@ -274,8 +285,8 @@ nn::FinalActivations Runtime::head(int k) {
   nn::FinalActivations a;
   for (int i = 0; i < nn::kNumActs<nn::FinalAct>; ++i)
     a[static_cast<nn::FinalAct>(i)] =
-        Tensor::view_of(arena_.at(base + schedule_->head_offsets()[static_cast<size_t>(i)]), DType::F32,
-                        shapes[static_cast<size_t>(i)]);
+        Tensor::view_of(arena_.at(base + schedule_->head_offsets()[static_cast<size_t>(i)]),
+                        DType::F32, shapes[static_cast<size_t>(i)]);
   return a;
 }
 

@@ -45,14 +45,15 @@ SwapEngine::Ticket SwapEngine::submit(Stream& stream, uint64_t offset, void* mem
     ticket = next_ticket_++;
     pending_.insert(ticket);
   }
-  stream.worker.submit([this, &stream, ticket, offset, memory, bytes, label = std::move(label)]() mutable {
-    carry_out(stream, ticket, offset, memory, bytes, label);
-  });
+  stream.worker.submit(
+      [this, &stream, ticket, offset, memory, bytes, label = std::move(label)]() mutable {
+        carry_out(stream, ticket, offset, memory, bytes, label);
+      });
   return ticket;
 }
 
-void SwapEngine::carry_out(Stream& stream, Ticket ticket, uint64_t offset, void* memory, size_t bytes,
-                      std::string& label) {
+void SwapEngine::carry_out(Stream& stream, Ticket ticket, uint64_t offset, void* memory,
+                           size_t bytes, std::string& label) {
   std::unique_lock lock(mutex_);
   std::exception_ptr error = stream.error;
   Span span{stream.write, std::move(label), bytes, {}, {}};

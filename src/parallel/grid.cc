@@ -34,9 +34,9 @@ std::string Grid::mapping() const {
   for (int n : nodes_)
     if (std::find(order.begin(), order.end(), n) == order.end()) order.push_back(n);
   const bool aware = order_ == GridOrder::TpPpDp;
-  std::string text = fmt::format("rank mapping ({} node{}, {}):", order.size(), order.size() == 1 ? "" : "s",
-                                 aware ? "tp inside a node, then pp, then dp across nodes"
-                                       : "tp adjacent, then dp, then pp");
+  std::string text = fmt::format(
+      "rank mapping ({} node{}, {}):", order.size(), order.size() == 1 ? "" : "s",
+      aware ? "tp inside a node, then pp, then dp across nodes" : "tp adjacent, then dp, then pp");
   constexpr size_t kShown = 16;  // nodes listed; a larger world ends with a count
   for (size_t i = 0; i < order.size(); ++i) {
     if (i == kShown) {
@@ -64,10 +64,11 @@ std::string Grid::warning() const {
       if (std::find(spans.begin(), spans.end(), node) == spans.end()) spans.push_back(node);
     }
     if (spans.size() > 1)
-      return fmt::format("warning: the tensor-parallel group of dp {} pp {} (tp={}) spans {} nodes: "
-                         "its all-reduce in every layer crosses the network; choose a --tp that "
-                         "divides the ranks per node",
-                         c.dp, c.pp, shape_.tp, spans.size());
+      return fmt::format(
+          "warning: the tensor-parallel group of dp {} pp {} (tp={}) spans {} nodes: "
+          "its all-reduce in every layer crosses the network; choose a --tp that "
+          "divides the ranks per node",
+          c.dp, c.pp, shape_.tp, spans.size());
   }
   return "";
 }

@@ -22,9 +22,11 @@ Tensor view(const float* p, Shape s) {
 const std::vector<std::string> kEpilogueBound = {"x", "w", "bias", "residual", "out"};
 
 // A communication point's program with its preferences and their chunk size.
-std::unique_ptr<ProgramRunner> program_runner(const dsl::Program& program, const SchedulePreferences& preferences,
+std::unique_ptr<ProgramRunner> program_runner(const dsl::Program& program,
+                                              const SchedulePreferences& preferences,
                                               exec::RunnerKind executor) {
-  return std::make_unique<ProgramRunner>(program, preferences.names, executor, preferences.chunk_bytes);
+  return std::make_unique<ProgramRunner>(program, preferences.names, executor,
+                                         preferences.chunk_bytes);
 }
 
 }  // namespace
@@ -104,9 +106,9 @@ nn::ChainLayout ParallelGPT::chain_layout(const nn::GPTConfig& config, const Gri
   std::vector<nn::ChainLayout::Pass> order;
   for (const PipeOp& op : one_f_one_b(shape.pp, coord.pp, micro_batches))
     order.push_back({op.kind == PipeOp::Forward, op.micro});
-  return nn::gpt_chain_layout(config, micro_rows, T, layout.first_layer(),
-                              layout.end_layer() - layout.first_layer(), layout.has_final(),
-                              std::move(order), shard_block_shapes(config, shape.tp, micro_rows, T));
+  return nn::gpt_chain_layout(
+      config, micro_rows, T, layout.first_layer(), layout.end_layer() - layout.first_layer(),
+      layout.has_final(), std::move(order), shard_block_shapes(config, shape.tp, micro_rows, T));
 }
 
 // The programs and their sessions. A program's dropout probability is part of it, so with
@@ -153,8 +155,9 @@ ParallelGPT::ParallelGPT(const nn::GPTConfig& config, Grid& grid, int micro_rows
   grads_ = Tensor::zeros(DType::F32, Shape{layout_.size()}, grid.dp().allocator());
   const int tp = grid.shape().tp, B = micro_rows;
   if (memory_ == nullptr) {
-    resident_ = std::make_unique<Resident>(config, layout_, tp, B, T,
-                                           in_flight_limit(grid.shape().pp, grid.coord().pp, micro_batches));
+    resident_ = std::make_unique<Resident>(
+        config, layout_, tp, B, T,
+        in_flight_limit(grid.shape().pp, grid.coord().pp, micro_batches));
     memory_ = resident_.get();
   }
   if (grid.from_prev() != nullptr)
@@ -174,40 +177,45 @@ ParallelGPT::ParallelGPT(const nn::GPTConfig& config, Grid& grid, int micro_rows
   for (int v = 0; v < variants; ++v) {
     const double pv = v == 0 ? p : 0.0;
     if (any_shard)
-      pr.megatron[v] = program_runner(dsl::workloads::megatron_layer(DType::F32, pv), options.epilogue_schedules,
-                                      options.executor);
+      pr.megatron[v] = program_runner(dsl::workloads::megatron_layer(DType::F32, pv),
+                                      options.epilogue_schedules, options.executor);
     if (grid.to_next() != nullptr)
-      pr.pipeline[v] = program_runner(dsl::workloads::pipeline_stage(DType::F32, pv), options.pipeline_schedules,
-                                      options.executor);
+      pr.pipeline[v] = program_runner(dsl::workloads::pipeline_stage(DType::F32, pv),
+                                      options.pipeline_schedules, options.executor);
     if (grid.from_prev() != nullptr)
       pr.pipeline_recv[v] = program_runner(dsl::workloads::pipeline_stage(DType::F32, pv),
                                            options.pipeline_recv_schedules, options.executor);
   }
   for (int v = 0; v < variants; ++v)
     if (pr.megatron[v]) {
-      pr.attn_s[v] = pr.megatron[v]->prepare(grid.tp(), {{"B", N}, {"K", C}, {"H", C}}, kEpilogueBound);
-      pr.mlp_s[v] = pr.megatron[v]->prepare(grid.tp(), {{"B", N}, {"K", 4 * C}, {"H", C}}, kEpilogueBound);
+      pr.attn_s[v] =
+          pr.megatron[v]->prepare(grid.tp(), {{"B", N}, {"K", C}, {"H", C}}, kEpilogueBound);
+      pr.mlp_s[v] =
+          pr.megatron[v]->prepare(grid.tp(), {{"B", N}, {"K", 4 * C}, {"H", C}}, kEpilogueBound);
     }
   if (grid.from_prev() != nullptr || grid.to_next() != nullptr)
-    pr.handoff = std::make_unique<ProgramRunner>(dsl::workloads::grad_handoff(), std::vector<std::string>{},
-                                                 options.executor);
+    pr.handoff = std::make_unique<ProgramRunner>(dsl::workloads::grad_handoff(),
+                                                 std::vector<std::string>{}, options.executor);
   if (grid.from_prev() != nullptr) {
     for (int v = 0; v < variants; ++v)
-      pr.recv_s[v] = pr.pipeline_recv[v]->prepare(*grid.from_prev(), {{"B", N}, {"K", 4 * C}, {"H", C}}, {"h"});
+      pr.recv_s[v] = pr.pipeline_recv[v]->prepare(*grid.from_prev(),
+                                                  {{"B", N}, {"K", 4 * C}, {"H", C}}, {"h"});
     pr.grad_send = pr.handoff->prepare(*grid.from_prev(), {{"N", N * C}}, {"d"});
   }
   if (grid.to_next() != nullptr) {
     for (int v = 0; v < variants; ++v)
-      pr.send_s[v] = pr.pipeline[v]->prepare(*grid.to_next(), {{"B", N}, {"K", 4 * C}, {"H", C}}, kEpilogueBound);
+      pr.send_s[v] = pr.pipeline[v]->prepare(*grid.to_next(), {{"B", N}, {"K", 4 * C}, {"H", C}},
+                                             kEpilogueBound);
     pr.grad_recv = pr.handoff->prepare(*grid.to_next(), {{"N", N * C}}, {"d_prev"});
   }
   if (any_shard && tp > 1) {
-    pr.tp_sum_program = program_runner(dsl::workloads::sum_in_place(), options.tp_sum_schedules, options.executor);
+    pr.tp_sum_program =
+        program_runner(dsl::workloads::sum_in_place(), options.tp_sum_schedules, options.executor);
     pr.tp_sum = pr.tp_sum_program->prepare(grid.tp(), {{"N", N * C}}, {"g"});
   }
   if (grid.tied() != nullptr) {  // after the links, on both ends (the order every stage keeps)
-    pr.tied_sum_program =
-        program_runner(dsl::workloads::sum_in_place(), options.tied_sum_schedules, options.executor);
+    pr.tied_sum_program = program_runner(dsl::workloads::sum_in_place(), options.tied_sum_schedules,
+                                         options.executor);
     const LocalTensor& wte = tied_embedding();
     pr.tied_sum = pr.tied_sum_program->prepare(*grid.tied(), {{"N", wte.numel()}}, {"g"});
     pr.tied_sum->bind("g", grads_.flat_slice(wte.local_offset, wte.numel()));
@@ -292,7 +300,9 @@ void ParallelGPT::run_epilogue(const EpilogueArgs& e, bool training, bool bounda
   const auto begin = Clock::now();
   const int tp = grid_.shape().tp;
   const int v = training && config_.dropout > 0 ? 0 : 1;
-  exec::Runner& s = boundary ? *programs_->send[v] : e.mlp ? *programs_->mlp[v] : *programs_->attn[v];
+  exec::Runner& s = boundary ? *programs_->send[v]
+                    : e.mlp  ? *programs_->mlp[v]
+                             : *programs_->attn[v];
   s.bind("x", view(e.x, Shape{e.N * (e.K / tp)}));
   s.bind("w", view(e.w, Shape{(e.K / tp) * e.H}));
   s.bind("bias", view(e.bias, Shape{e.H}));
@@ -300,8 +310,11 @@ void ParallelGPT::run_epilogue(const EpilogueArgs& e, bool training, bool bounda
   s.bind("out", view(e.out, Shape{e.N * e.H}));
   s.set_scalar("seed", static_cast<double>(e.seed));
   s.run();
-  if (boundary) emit("comm", "pipeline send h." + std::to_string(e.layer), begin);
-  else emit("comm", std::string("megatron h.") + std::to_string(e.layer) + (e.mlp ? ".mlp" : ".attn"), begin);
+  if (boundary)
+    emit("comm", "pipeline send h." + std::to_string(e.layer), begin);
+  else
+    emit("comm", std::string("megatron h.") + std::to_string(e.layer) + (e.mlp ? ".mlp" : ".attn"),
+         begin);
 }
 
 void ParallelGPT::receive_activations(const nn::StepRng& rng, bool training, float* into, int B,
@@ -328,10 +341,11 @@ void ParallelGPT::unit_forward(int k, int u, const nn::StepRng& rng, bool traini
   const UnitArgs a = unit_args(k, u);
   nn::Workspace& ws = memory_->workspace();
   if (shard_path(a.layer)) {
-    const ShardBlock sb{config_, grid_.shape().tp, grid_.coord().tp, {}};  // the forward sums nothing
+    const ShardBlock sb{
+        config_, grid_.shape().tp, grid_.coord().tp, {}};  // the forward sums nothing
     // The stage's last MLP at a pipeline boundary hands its output to the next stage.
-    const bool boundary =
-        a.half == nn::BlockHalf::Mlp && a.layer == layout_.end_layer() - 1 && grid_.to_next() != nullptr;
+    const bool boundary = a.half == nn::BlockHalf::Mlp && a.layer == layout_.end_layer() - 1 &&
+                          grid_.to_next() != nullptr;
     shard_half_forward(sb, a.layer, a.half, a.w, a.acts, a.x, ws, micro_rows_, T_, rng,
                        [&](const EpilogueArgs& e) { run_epilogue(e, training, boundary); });
   } else if (a.half == nn::BlockHalf::Attention) {
@@ -354,7 +368,8 @@ void ParallelGPT::unit_backward(int k, int u, const nn::StepRng& rng, float* dre
                         }};
     shard_half_backward(sb, a.layer, a.half, a.w, dw, a.acts, a.x, dres, ws, micro_rows_, T_, rng);
   } else if (a.half == nn::BlockHalf::Attention) {
-    nn::block_attention_backward(config_, a.layer, a.w, dw, a.acts, a.x, dres, ws, micro_rows_, T_, rng);
+    nn::block_attention_backward(config_, a.layer, a.w, dw, a.acts, a.x, dres, ws, micro_rows_, T_,
+                                 rng);
   } else {
     nn::block_mlp_backward(config_, a.layer, a.w, dw, a.acts, dres, ws, micro_rows_, T_, rng);
   }
@@ -376,7 +391,8 @@ void ParallelGPT::forward_micro(const MicroBatch& mb, int k, const nn::StepRng& 
         const auto begin = Clock::now();
         nn::EmbeddingActivations e;
         e[nn::EmbeddingAct::Out] = view(x0, Shape{B, T, config_.d_model});
-        nn::embedding_forward(config_, layout_.embedding(params_.data_as<float>()), e, mb.tokens, B, T, rng);
+        nn::embedding_forward(config_, layout_.embedding(params_.data_as<float>()), e, mb.tokens, B,
+                              T, rng);
         emit("compute", "forward embedding", begin);
       } else {
         receive_activations(rng, training, x0, B, T);
@@ -415,8 +431,9 @@ void ParallelGPT::backward_micro(const MicroBatch& mb, int k, const nn::StepRng&
       if (layout_.has_final()) {
         const auto begin = Clock::now();
         std::memset(dres, 0, static_cast<size_t>(elems) * sizeof(float));
-        nn::final_backward(config_, layout_.final_stage(base), layout_.final_stage(gbase), memory_->head(k),
-                           memory_->input(k, n), mb.targets, dloss, dres, ws, B, T);
+        nn::final_backward(config_, layout_.final_stage(base), layout_.final_stage(gbase),
+                           memory_->head(k), memory_->input(k, n), mb.targets, dloss, dres, ws, B,
+                           T);
         emit("compute", "backward head", begin);
       } else {
         const auto begin = Clock::now();
@@ -468,8 +485,10 @@ double ParallelGPT::forward_backward(const std::vector<MicroBatch>& micro, uint6
     if (op.kind == PipeOp::Backward) last_backward_micro_ = op.micro;
   for (const PipeOp& op : order) {
     const MicroBatch& mb = micro[static_cast<size_t>(op.micro)];
-    if (op.kind == PipeOp::Forward) forward_micro(mb, op.micro, rng_of(op.micro), true, loss_sum);
-    else backward_micro(mb, op.micro, rng_of(op.micro), dloss);
+    if (op.kind == PipeOp::Forward)
+      forward_micro(mb, op.micro, rng_of(op.micro), true, loss_sum);
+    else
+      backward_micro(mb, op.micro, rng_of(op.micro), dloss);
   }
   const auto begin = Clock::now();
   if (programs_->grad_send) {
@@ -500,7 +519,8 @@ void ParallelGPT::reduce_tied_gradients() {
 
 const LocalTensor& ParallelGPT::tied_embedding() const {
   // Stage 0 holds wte first; the last stage holds its copy last (shard.h).
-  const LocalTensor& wte = grid_.first_stage() ? layout_.tensors().front() : layout_.tensors().back();
+  const LocalTensor& wte =
+      grid_.first_stage() ? layout_.tensors().front() : layout_.tensors().back();
   TANDEM_CHECK(wte.name == "wte.weight", "tied tensor is '{}'", wte.name);
   return wte;
 }

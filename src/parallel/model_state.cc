@@ -52,11 +52,12 @@ void scatter_state(const WholeModelState& state, const ParallelGPT& model,
     const DataParallelOptimizer::Piece& pc = opt.pieces()[i];
     m.assign(static_cast<size_t>(pc.end - pc.begin), 0.0f);
     v.assign(m.size(), 0.0f);
-    model.layout().for_each_run(pc.begin, pc.end, false,
-                                [&](const LocalTensor&, const FlatRun& r) {
+    model.layout().for_each_run(pc.begin, pc.end, false, [&](const LocalTensor&, const FlatRun& r) {
       const int64_t at = r.local - pc.begin;
-      std::memcpy(m.data() + at, state.m.data() + r.global, static_cast<size_t>(r.count) * sizeof(float));
-      std::memcpy(v.data() + at, state.v.data() + r.global, static_cast<size_t>(r.count) * sizeof(float));
+      std::memcpy(m.data() + at, state.m.data() + r.global,
+                  static_cast<size_t>(r.count) * sizeof(float));
+      std::memcpy(v.data() + at, state.v.data() + r.global,
+                  static_cast<size_t>(r.count) * sizeof(float));
     });
     opt.write_state(i, m.data(), v.data());
   }

@@ -17,7 +17,9 @@
 
 namespace tandem::parallel {
 
-std::string_view optimizer_name(OptimizerKind kind) { return kind == OptimizerKind::Lamb ? "lamb" : "adamw"; }
+std::string_view optimizer_name(OptimizerKind kind) {
+  return kind == OptimizerKind::Lamb ? "lamb" : "adamw";
+}
 
 std::string_view grad_exchange_name(GradExchange exchange) {
   return exchange == GradExchange::After ? "after" : "overlap";
@@ -49,7 +51,8 @@ nlohmann::json OptimizerConfig::to_json() const {
 
 dsl::Program optimizer_program(const OptimizerConfig& config) {
   const DType g = config.grad_dtype;
-  return config.kind == OptimizerKind::Lamb ? dsl::workloads::lamb_bucket(g) : dsl::workloads::adam(g);
+  return config.kind == OptimizerKind::Lamb ? dsl::workloads::lamb_bucket(g)
+                                            : dsl::workloads::adam(g);
 }
 
 std::vector<std::string> optimizer_schedule_preferences() {
@@ -60,8 +63,8 @@ std::vector<std::string> optimizer_schedule_preferences() {
 }
 
 DataParallelOptimizer::DataParallelOptimizer(const OptimizerConfig& config,
-                                             const ShardLayout& layout, Tensor params,
-                                             Tensor grads, comm::Communicator& dp,
+                                             const ShardLayout& layout, Tensor params, Tensor grads,
+                                             comm::Communicator& dp,
                                              const SchedulePreferences& schedules,
                                              exec::RunnerKind executor, bool overlap_allowed,
                                              comm::Communicator* world)
@@ -75,22 +78,21 @@ DataParallelOptimizer::DataParallelOptimizer(const OptimizerConfig& config,
     // Clipping needs the whole gradient's norm before any update, so the step runs in two halves:
     // the reduction as written (during the backward), then, once the norm is known, the update
     // with its slice computed inside the AllGather, the moments sliced as the program declares.
-    runner_ = std::make_unique<ProgramRunner>(
-        dsl::workloads::grad_reduce(config.grad_dtype), std::vector<std::string>{"C"},
-        executor);
+    runner_ = std::make_unique<ProgramRunner>(dsl::workloads::grad_reduce(config.grad_dtype),
+                                              std::vector<std::string>{"C"}, executor);
     update_runner_ = std::make_unique<ProgramRunner>(
         config.kind == OptimizerKind::Lamb ? dsl::workloads::lamb_bucket_update(config.grad_dtype)
-                              : dsl::workloads::adam_update(config.grad_dtype),
+                                           : dsl::workloads::adam_update(config.grad_dtype),
         std::vector<std::string>{"fused(C)", "C"}, executor);
-    norm_runner_ = std::make_unique<ProgramRunner>(
-        dsl::workloads::grad_norm(), std::vector<std::string>{"C"}, executor);
+    norm_runner_ = std::make_unique<ProgramRunner>(dsl::workloads::grad_norm(),
+                                                   std::vector<std::string>{"C"}, executor);
     norm_ = norm_runner_->prepare(world != nullptr ? *world : dp, {});
     sliced_ = true;
   } else {
     const bool given = !schedules.names.empty();
     runner_ = std::make_unique<ProgramRunner>(
-        optimizer_program(config), given ? schedules.names : optimizer_schedule_preferences(), executor,
-        given ? schedules.chunk_bytes : 0);
+        optimizer_program(config), given ? schedules.names : optimizer_schedule_preferences(),
+        executor, given ? schedules.chunk_bytes : 0);
     const dsl::Program& p = runner_->program();
     const std::optional<int> m_id = p.find("m");
     TANDEM_CHECK(m_id.has_value(), "optimizer program '{}' has no input m", p.name());
@@ -100,7 +102,8 @@ DataParallelOptimizer::DataParallelOptimizer(const OptimizerConfig& config,
   // Segments in launch order: the blocks in backward order, then the rest (ln_f and the head's
   // wte after the blocks; wte and wpe before them).
   const int first = layout.first_layer(), end = layout.end_layer();
-  const int64_t blocks_begin = layout.block_range(first).first, blocks_end = layout.block_range(end - 1).second;
+  const int64_t blocks_begin = layout.block_range(first).first,
+                blocks_end = layout.block_range(end - 1).second;
   // Buckets of whole blocks for both optimizers; LAMB's program takes a bucket's tensors as its
   // segments (each with its own trust ratio).
   const double bucket_bytes = config.bucket_mb.value_or(kDefaultBucketMiB) * (1 << 20);
@@ -110,10 +113,9 @@ DataParallelOptimizer::DataParallelOptimizer(const OptimizerConfig& config,
   for (int l = end - 1; l >= first; --l) {
     const int64_t bottom = layout.block_range(l).first;
     if (static_cast<double>(top - bottom) * sizeof(float) >= bucket_bytes || l == first) {
-      add_segment(
-          layout,
-          l == top_layer ? fmt::format("h.{}", l) : fmt::format("h.{}..h.{}", top_layer, l),
-          bottom, top, l);
+      add_segment(layout,
+                  l == top_layer ? fmt::format("h.{}", l) : fmt::format("h.{}..h.{}", top_layer, l),
+                  bottom, top, l);
       ++buckets_;
       top = bottom;
       top_layer = l - 1;
@@ -143,7 +145,8 @@ DataParallelOptimizer::DataParallelOptimizer(const OptimizerConfig& config,
       user_error("--optimizer-state {}: {}", config.state_tier->str(), e.what());
     }
   }
-  if (config.exchange == GradExchange::Overlap && overlap_allowed) worker_ = std::make_unique<SerialWorker>();
+  if (config.exchange == GradExchange::Overlap && overlap_allowed)
+    worker_ = std::make_unique<SerialWorker>();
 }
 
 // The communication thread first: its jobs use the tier.
@@ -151,8 +154,8 @@ DataParallelOptimizer::~DataParallelOptimizer() { worker_.reset(); }
 
 // Sets up the program (or with clipping, both halves) for local elements [begin, end) on the
 // data-parallel group, bound to the model's buffers.
-void DataParallelOptimizer::add_segment(const ShardLayout& layout, std::string name,
-                                        int64_t begin, int64_t end, int ready_layer) {
+void DataParallelOptimizer::add_segment(const ShardLayout& layout, std::string name, int64_t begin,
+                                        int64_t end, int ready_layer) {
   const int64_t n = end - begin;
   const bool bind_grads =
       runner_->program().stage(*runner_->program().find("g")).type.dtype == DType::F32;
@@ -160,7 +163,8 @@ void DataParallelOptimizer::add_segment(const ShardLayout& layout, std::string n
   const bool clipped = update_runner_ != nullptr;
   std::vector<std::string> bound = {"w"};                 // the one step's or the update's
   if (!in_memory) bound.insert(bound.end(), {"m", "v"});  // the tier's staging, bound at each run
-  Segment seg{segments_.size(), std::move(name), begin, end, ready_layer, false, nullptr, nullptr, bind_grads, {}, 0};
+  Segment seg{segments_.size(), std::move(name), begin, end, ready_layer, false, nullptr,
+              nullptr,          bind_grads,      {},    0};
   const std::vector<std::string> grads_bound =
       bind_grads ? std::vector<std::string>{"g"} : std::vector<std::string>{};
   // LAMB: the segment's tensors, each with its trust ratio (dsl/ir.h's segments).
@@ -170,13 +174,14 @@ void DataParallelOptimizer::add_segment(const ShardLayout& layout, std::string n
     tensors = {0};
     for (const LocalTensor& lt : layout.tensors())
       if (lt.local_offset >= begin && lt.local_offset < end) {
-        TANDEM_CHECK(lt.local_offset == begin + tensors.back() && lt.local_offset + lt.numel() <= end,
-                     "tensor {} at [{}, {}) cuts segment {} [{}, {})", lt.name, lt.local_offset,
-                     lt.local_offset + lt.numel(), seg.name, begin, end);
+        TANDEM_CHECK(
+            lt.local_offset == begin + tensors.back() && lt.local_offset + lt.numel() <= end,
+            "tensor {} at [{}, {}) cuts segment {} [{}, {})", lt.name, lt.local_offset,
+            lt.local_offset + lt.numel(), seg.name, begin, end);
         tensors.push_back(lt.local_offset + lt.numel() - begin);
       }
-    TANDEM_CHECK(tensors.back() == n, "the tensors of segment {} cover {} of its {} elements", seg.name,
-                 tensors.back(), n);
+    TANDEM_CHECK(tensors.back() == n, "the tensors of segment {} cover {} of its {} elements",
+                 seg.name, tensors.back(), n);
     symbols["S"] = static_cast<int64_t>(tensors.size()) - 1;
     tensors_ += static_cast<int>(tensors.size()) - 1;
   }
@@ -197,11 +202,10 @@ void DataParallelOptimizer::add_segment(const ShardLayout& layout, std::string n
   piece.begin = sliced_ ? begin + fx::part_offset(n, P, r) : begin;
   piece.end = sliced_ ? piece.begin + fx::part_count(n, P, r) : end;
   if (clipped)  // the elements of this rank's slice that it writes: each model element once
-    layout.for_each_run(piece.begin, piece.end, /*writers_only=*/true,
-                        [&](const LocalTensor&, const FlatRun& run) {
-                          seg.norm_runs.emplace_back(run.local - piece.begin,
-                                                     run.local - piece.begin + run.count);
-                        });
+    layout.for_each_run(
+        piece.begin, piece.end, /*writers_only=*/true, [&](const LocalTensor&, const FlatRun& run) {
+          seg.norm_runs.emplace_back(run.local - piece.begin, run.local - piece.begin + run.count);
+        });
   if (in_memory) {
     const Tensor m = updater.input("m"), v = updater.input("v");
     TANDEM_CHECK(m.numel() == piece.end - piece.begin && v.numel() == m.numel(),
@@ -236,7 +240,9 @@ void DataParallelOptimizer::write_state(size_t i, const float* m, const float* v
 }
 
 size_t DataParallelOptimizer::state_tier_bytes() const { return tier_ ? tier_->tier_bytes() : 0; }
-std::string DataParallelOptimizer::state_tier_description() const { return tier_ ? tier_->describe() : ""; }
+std::string DataParallelOptimizer::state_tier_description() const {
+  return tier_ ? tier_->describe() : "";
+}
 
 size_t DataParallelOptimizer::state_bytes() const {
   if (tier_) return tier_->staging_bytes();
@@ -325,7 +331,8 @@ void DataParallelOptimizer::run_segment(Segment& s) {
     const Tensor gin = run.input("g");
     const float* g = grads_.data_as<float>();
     void* dst = gin.data();
-    for (int64_t i = 0; i < s.end - s.begin; ++i) store_from_f32(dst, gin.dtype(), static_cast<size_t>(i), g[s.begin + i]);
+    for (int64_t i = 0; i < s.end - s.begin; ++i)
+      store_from_f32(dst, gin.dtype(), static_cast<size_t>(i), g[s.begin + i]);
   }
   if (s.update != nullptr) {  // clipping: the reduction only, and its squares
     run.run();

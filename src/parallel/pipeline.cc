@@ -8,8 +8,8 @@
 namespace tandem::parallel {
 
 std::vector<PipeOp> one_f_one_b(int stages, int stage, int micro) {
-  TANDEM_CHECK(stages >= 1 && stage >= 0 && stage < stages && micro >= 1, "1F1B of stage {} of {}, {} micro",
-               stage, stages, micro);
+  TANDEM_CHECK(stages >= 1 && stage >= 0 && stage < stages && micro >= 1,
+               "1F1B of stage {} of {}, {} micro", stage, stages, micro);
   const int warmup = std::min(stages - stage - 1, micro);
   std::vector<PipeOp> ops;
   ops.reserve(2 * static_cast<size_t>(micro));

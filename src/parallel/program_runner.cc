@@ -26,8 +26,9 @@ std::string env_name(const std::string& program) {
 
 }  // namespace
 
-ProgramRunner::ProgramRunner(const dsl::Program& program, const std::vector<std::string>& preferences,
-                             exec::RunnerKind executor, size_t first_chunk_bytes)
+ProgramRunner::ProgramRunner(const dsl::Program& program,
+                             const std::vector<std::string>& preferences, exec::RunnerKind executor,
+                             size_t first_chunk_bytes)
     : schedule_(program), executor_(executor) {
   // The unscheduled program, unless a preference applies.
   schedule_name_ = schedule::Recipe::unscheduled(program).str();
@@ -43,7 +44,8 @@ ProgramRunner::ProgramRunner(const dsl::Program& program, const std::vector<std:
       user_error("{}={}: {}", var, forced, e.what());
     }
   } else if (auto chosen = schedule::first_allowed(
-                 program, preferences, fmt::format("the schedule preferences of program '{}'", program.name()))) {
+                 program, preferences,
+                 fmt::format("the schedule preferences of program '{}'", program.name()))) {
     schedule_ = std::move(chosen->schedule.schedule);
     schedule_name_ = chosen->schedule.name;
     if (chosen->index == 0) chunk_bytes_ = first_chunk_bytes;
@@ -53,7 +55,8 @@ ProgramRunner::ProgramRunner(const dsl::Program& program, const std::vector<std:
 
 ProgramRunner::~ProgramRunner() = default;
 
-std::unique_ptr<exec::Runner> ProgramRunner::prepare(comm::Communicator& comm, const dsl::SymbolMap& symbols,
+std::unique_ptr<exec::Runner> ProgramRunner::prepare(comm::Communicator& comm,
+                                                     const dsl::SymbolMap& symbols,
                                                      const std::vector<std::string>& bound,
                                                      const dsl::Segments& segments) const {
   exec::RunnerOptions options;

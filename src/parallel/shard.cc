@@ -41,8 +41,8 @@ ShardLayout::ShardLayout(const nn::GPTConfig& config, const GridShape& grid, int
     user_error("tensor parallelism over {} ranks needs the head count ({}) to be a multiple of {}",
                tp_, config.n_heads, tp_);
   if (pp_ > std::max(config.n_layers, 1))
-    user_error("pipeline parallelism over {} stages needs at least {} layers; the model has {}", pp_,
-               pp_, config.n_layers);
+    user_error("pipeline parallelism over {} stages needs at least {} layers; the model has {}",
+               pp_, pp_, config.n_layers);
   TANDEM_CHECK(tp_rank >= 0 && tp_rank < tp_ && stage >= 0 && stage < pp_, "shard ({}, {}) of {}",
                tp_rank, stage, grid.str());
   first_layer_ = stage_first_layer(config.n_layers, pp_, stage);
@@ -153,8 +153,8 @@ nn::EmbeddingParams ShardLayout::embedding(float* base) const {
 }
 
 std::pair<size_t, size_t> ShardLayout::block_tensors(int layer) const {
-  TANDEM_CHECK(layer >= first_layer_ && layer < end_layer_, "stage {} holds layers [{}, {}), not {}",
-               stage_, first_layer_, end_layer_, layer);
+  TANDEM_CHECK(layer >= first_layer_ && layer < end_layer_,
+               "stage {} holds layers [{}, {}), not {}", stage_, first_layer_, end_layer_, layer);
   const size_t i0 = static_cast<size_t>(block_first_[static_cast<size_t>(layer - first_layer_)]);
   return {i0, i0 + kBlockTensors};
 }
@@ -166,8 +166,8 @@ std::pair<int64_t, int64_t> ShardLayout::block_range(int layer) const {
 }
 
 nn::BlockParams ShardLayout::block(float* base, int layer) const {
-  TANDEM_CHECK(layer >= first_layer_ && layer < end_layer_, "stage {} holds layers [{}, {}), not {}",
-               stage_, first_layer_, end_layer_, layer);
+  TANDEM_CHECK(layer >= first_layer_ && layer < end_layer_,
+               "stage {} holds layers [{}, {}), not {}", stage_, first_layer_, end_layer_, layer);
   const size_t i0 = static_cast<size_t>(block_first_[static_cast<size_t>(layer - first_layer_)]);
   float* p[kBlockTensors];
   for (size_t i = 0; i < kBlockTensors; ++i) p[i] = base + tensors_[i0 + i].local_offset;
@@ -187,8 +187,9 @@ void ShardLayout::extract(const float* global, float* local) const {
       std::memcpy(local + r.local, global + r.global, static_cast<size_t>(r.count) * sizeof(float));
 }
 
-void ShardLayout::for_each_run(int64_t begin, int64_t end, bool writers_only,
-                               const std::function<void(const LocalTensor&, const FlatRun&)>& fn) const {
+void ShardLayout::for_each_run(
+    int64_t begin, int64_t end, bool writers_only,
+    const std::function<void(const LocalTensor&, const FlatRun&)>& fn) const {
   for (const LocalTensor& t : tensors_) {
     if (writers_only && !t.writer) continue;
     if (t.local_offset >= end || t.local_offset + t.numel() <= begin) continue;

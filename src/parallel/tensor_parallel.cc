@@ -20,7 +20,7 @@ void dsl_dropout_backward(float* dx, const float* dout, int64_t n, double p, uin
   const float scale = dsl::dropout_scale(p);
   for (int64_t i = 0; i < n; ++i)
     dx[i] = dropout_keep(seed, static_cast<uint64_t>(i), static_cast<float>(p)) ? dout[i] * scale
-                                                                               : 0.0f;
+                                                                                : 0.0f;
 }
 
 // The column-parallel input gradient summed over the tp ranks, in place (ShardBlock).
@@ -35,10 +35,12 @@ void all_reduce(const ShardBlock& sb, float* buf, int64_t n) {
 uint64_t epilogue_seed(const nn::StepRng& rng, int layer, nn::DropoutSite site) {
   const uint64_t key = nn::dropout_key(rng.seed, rng.step, layer, site);
   constexpr uint32_t kEpilogueTag = 0x4d454741u;  // "MEGA"
-  const auto r = philox4x32(key, {static_cast<uint32_t>(rng.sample_offset),
-                                  static_cast<uint32_t>(static_cast<uint64_t>(rng.sample_offset) >> 32),
-                                  kEpilogueTag, 0u});
-  return (static_cast<uint64_t>(r[0]) | (static_cast<uint64_t>(r[1]) << 32)) & ((uint64_t{1} << 53) - 1);
+  const auto r =
+      philox4x32(key, {static_cast<uint32_t>(rng.sample_offset),
+                       static_cast<uint32_t>(static_cast<uint64_t>(rng.sample_offset) >> 32),
+                       kEpilogueTag, 0u});
+  return (static_cast<uint64_t>(r[0]) | (static_cast<uint64_t>(r[1]) << 32)) &
+         ((uint64_t{1} << 53) - 1);
 }
 
 std::vector<Shape> shard_block_shapes(const nn::GPTConfig& c, int tp, int B, int T) {
@@ -48,12 +50,21 @@ std::vector<Shape> shard_block_shapes(const nn::GPTConfig& c, int tp, int B, int
     const auto k = static_cast<nn::BlockAct>(i);
     Shape s = nn::act_shape(c, k, B, T);
     switch (k) {
-      case nn::BlockAct::Qkv: s = Shape{B, T, 3 * lc}; break;
-      case nn::BlockAct::AttSoftmax: s = Shape{B, c.n_heads / tp, T, T}; break;
-      case nn::BlockAct::AttY: s = Shape{B, T, lc}; break;
+      case nn::BlockAct::Qkv:
+        s = Shape{B, T, 3 * lc};
+        break;
+      case nn::BlockAct::AttSoftmax:
+        s = Shape{B, c.n_heads / tp, T, T};
+        break;
+      case nn::BlockAct::AttY:
+        s = Shape{B, T, lc};
+        break;
       case nn::BlockAct::FcOut:
-      case nn::BlockAct::GeluOut: s = Shape{B, T, 4 * lc}; break;
-      default: break;
+      case nn::BlockAct::GeluOut:
+        s = Shape{B, T, 4 * lc};
+        break;
+      default:
+        break;
     }
     shapes.push_back(s);
   }
@@ -65,13 +76,15 @@ nn::BlockActivations allocate_shard_block_activations(const nn::GPTConfig& c, in
   const std::vector<Shape> shapes = shard_block_shapes(c, tp, B, T);
   nn::BlockActivations a;
   for (int i = 0; i < nn::kNumActs<nn::BlockAct>; ++i)
-    a[static_cast<nn::BlockAct>(i)] = Tensor::empty(DType::F32, shapes[static_cast<size_t>(i)], alloc);
+    a[static_cast<nn::BlockAct>(i)] =
+        Tensor::empty(DType::F32, shapes[static_cast<size_t>(i)], alloc);
   return a;
 }
 
-void shard_half_forward(const ShardBlock& sb, int layer, nn::BlockHalf half, const nn::BlockParams& w,
-                        const nn::BlockActivations& a, const float* x, nn::Workspace& ws, int B,
-                        int T, const nn::StepRng& rng, const Epilogue& epilogue) {
+void shard_half_forward(const ShardBlock& sb, int layer, nn::BlockHalf half,
+                        const nn::BlockParams& w, const nn::BlockActivations& a, const float* x,
+                        nn::Workspace& ws, int B, int T, const nn::StepRng& rng,
+                        const Epilogue& epilogue) {
   const nn::GPTConfig& c = sb.config;
   const int C = c.d_model, lc = C / sb.tp, NH = c.n_heads / sb.tp, HS = c.head_size(), N = B * T;
   using K = nn::BlockAct;
@@ -84,10 +97,11 @@ void shard_half_forward(const ShardBlock& sb, int layer, nn::BlockHalf half, con
     nn::AttentionDropout attn_drop = nn::attention_dropout(c, rng, layer);
     attn_drop.head_offset = sb.tp_rank * NH;  // this rank's heads among all of them
     nn::layernorm_forward(a.ptr(K::Ln1Out), a.ptr(K::Ln1Mean), a.ptr(K::Ln1Rstd), x, w.ln_1_w,
-                          w.ln_1_b, N, C);                                          // (B, T, C)
-    nn::linear_forward(a.ptr(K::Qkv), a.ptr(K::Ln1Out), w.c_attn_w, w.c_attn_b, N, C, 3 * lc);  // (B, T, 3c)
+                          w.ln_1_b, N, C);  // (B, T, C)
+    nn::linear_forward(a.ptr(K::Qkv), a.ptr(K::Ln1Out), w.c_attn_w, w.c_attn_b, N, C,
+                       3 * lc);  // (B, T, 3c)
     nn::attention_forward(a.ptr(K::AttY), a.ptr(K::AttSoftmax), ws.attention(), a.ptr(K::Qkv), B, T,
-                          NH, HS, attn_drop);                                       // (B, T, c)
+                          NH, HS, attn_drop);  // (B, T, c)
     e.x = a.ptr(K::AttY);
     e.w = w.attn_proj_w;  // (c, C)
     e.bias = w.attn_proj_b;
@@ -99,8 +113,9 @@ void shard_half_forward(const ShardBlock& sb, int layer, nn::BlockHalf half, con
   } else {
     // out = resid_1 + dropout(mlp.c_proj(gelu(mlp.c_fc(ln_2(resid_1)))))
     nn::layernorm_forward(a.ptr(K::Ln2Out), a.ptr(K::Ln2Mean), a.ptr(K::Ln2Rstd), a.ptr(K::Resid1),
-                          w.ln_2_w, w.ln_2_b, N, C);                                // (B, T, C)
-    nn::linear_forward(a.ptr(K::FcOut), a.ptr(K::Ln2Out), w.c_fc_w, w.c_fc_b, N, C, 4 * lc);  // (B, T, 4c)
+                          w.ln_2_w, w.ln_2_b, N, C);  // (B, T, C)
+    nn::linear_forward(a.ptr(K::FcOut), a.ptr(K::Ln2Out), w.c_fc_w, w.c_fc_b, N, C,
+                       4 * lc);  // (B, T, 4c)
     nn::gelu_forward(a.ptr(K::GeluOut), a.ptr(K::FcOut), static_cast<int64_t>(N) * 4 * lc);
     e.x = a.ptr(K::GeluOut);
     e.w = w.mlp_proj_w;  // (4c, C)
@@ -150,8 +165,8 @@ void shard_half_backward(const ShardBlock& sb, int layer, nn::BlockHalf half,
   }
   nn::AttentionDropout attn_drop = nn::attention_dropout(c, rng, layer);
   attn_drop.head_offset = sb.tp_rank * NH;
-  float* dy = ws.btc(1);     // (B, T, c) d(attn.y), before dc is needed again
-  float* dqkv = ws.wide();   // (B, T, 3c)
+  float* dy = ws.btc(1);    // (B, T, c) d(attn.y), before dc is needed again
+  float* dqkv = ws.wide();  // (B, T, 3c)
   const float* dattn = projection_grad(nn::DropoutSite::AttnResidual);  // (B, T, C)
   zero(dy, static_cast<int64_t>(N) * lc);
   nn::linear_backward(dy, dw.attn_proj_w, dw.attn_proj_b, dattn, a.ptr(K::AttY), w.attn_proj_w, N,
@@ -172,15 +187,15 @@ void shard_block_forward(const ShardBlock& sb, int layer, const nn::BlockParams&
                          int T, const nn::StepRng& rng, const Epilogue& attn_epilogue,
                          const Epilogue& mlp_epilogue) {
   shard_half_forward(sb, layer, nn::BlockHalf::Attention, w, a, x, ws, B, T, rng, attn_epilogue);
-  shard_half_forward(sb, layer, nn::BlockHalf::Mlp, w, a, a.ptr(nn::BlockAct::Resid1), ws, B, T, rng,
-                     mlp_epilogue);
+  shard_half_forward(sb, layer, nn::BlockHalf::Mlp, w, a, a.ptr(nn::BlockAct::Resid1), ws, B, T,
+                     rng, mlp_epilogue);
 }
 
 void shard_block_backward(const ShardBlock& sb, int layer, const nn::BlockParams& w,
                           const nn::BlockParams& dw, const nn::BlockActivations& a, const float* x,
                           float* dres, nn::Workspace& ws, int B, int T, const nn::StepRng& rng) {
-  shard_half_backward(sb, layer, nn::BlockHalf::Mlp, w, dw, a, a.ptr(nn::BlockAct::Resid1), dres, ws,
-                      B, T, rng);
+  shard_half_backward(sb, layer, nn::BlockHalf::Mlp, w, dw, a, a.ptr(nn::BlockAct::Resid1), dres,
+                      ws, B, T, rng);
   shard_half_backward(sb, layer, nn::BlockHalf::Attention, w, dw, a, x, dres, ws, B, T, rng);
 }
 

@@ -19,7 +19,8 @@ TieredState::TieredState(const ooc::TierSpec& spec, const std::vector<int64_t>& 
   tier_ = ooc::open_slow_tier(spec, std::max<uint64_t>(total, ooc::kIoAlignment));
   slot_bytes_ = std::max<uint64_t>(slot_bytes_, ooc::kIoAlignment);
   staging_ = static_cast<char*>(std::aligned_alloc(ooc::kIoAlignment, 4 * slot_bytes_));
-  if (staging_ == nullptr) user_error("cannot allocate {} bytes of optimizer-state staging", 4 * slot_bytes_);
+  if (staging_ == nullptr)
+    user_error("cannot allocate {} bytes of optimizer-state staging", 4 * slot_bytes_);
   // Zeros everywhere, written through the slots (the file tier takes aligned transfers only).
   std::memset(staging_, 0, 4 * slot_bytes_);
   for (size_t i = 0; i < lengths_.size(); ++i) {
@@ -30,8 +31,12 @@ TieredState::TieredState(const ooc::TierSpec& spec, const std::vector<int64_t>& 
 
 TieredState::~TieredState() { std::free(staging_); }
 
-float* TieredState::m(size_t i) const { return reinterpret_cast<float*>(staging_ + (i % 2) * 2 * slot_bytes_); }
-float* TieredState::v(size_t i) const { return reinterpret_cast<float*>(staging_ + ((i % 2) * 2 + 1) * slot_bytes_); }
+float* TieredState::m(size_t i) const {
+  return reinterpret_cast<float*>(staging_ + (i % 2) * 2 * slot_bytes_);
+}
+float* TieredState::v(size_t i) const {
+  return reinterpret_cast<float*>(staging_ + ((i % 2) * 2 + 1) * slot_bytes_);
+}
 
 void TieredState::prefetch(size_t i) {
   if (i >= lengths_.size()) return;

@@ -45,14 +45,18 @@ class TieredState {
 
  private:
   void prefetch(size_t i);
-  uint64_t half(size_t i) const { return round_up(static_cast<uint64_t>(lengths_[i]) * sizeof(float)); }
-  static uint64_t round_up(uint64_t b) { return (b + ooc::kIoAlignment - 1) / ooc::kIoAlignment * ooc::kIoAlignment; }
+  uint64_t half(size_t i) const {
+    return round_up(static_cast<uint64_t>(lengths_[i]) * sizeof(float));
+  }
+  static uint64_t round_up(uint64_t b) {
+    return (b + ooc::kIoAlignment - 1) / ooc::kIoAlignment * ooc::kIoAlignment;
+  }
 
   std::vector<int64_t> lengths_;
   std::vector<uint64_t> offset_;  // segment i's m at offset_[i], its v at offset_[i] + half(i)
   uint64_t slot_bytes_ = 0;       // one slot's m (or v): the largest half
   std::unique_ptr<ooc::SlowTier> tier_;
-  char* staging_ = nullptr;       // slots 0 and 1: [m0 | v0 | m1 | v1], kIoAlignment-aligned
+  char* staging_ = nullptr;  // slots 0 and 1: [m0 | v0 | m1 | v1], kIoAlignment-aligned
   std::vector<uint64_t> read_ticket_;
   SerialWorker io_;
 };

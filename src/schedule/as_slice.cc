@@ -21,11 +21,12 @@ Rejection try_as_slice(Schedule& s, int x) {
   const Stage& st = p.stage(x);
   const std::string who = fmt::format("as_slice({})", p.display_name(x));
   if (st.op != Op::Input)
-    return fmt::format("{}: {} is {}(...), not an input; as_slice changes how an input is stored", who,
-                       p.display_name(x), dsl::op_name(st.op));
+    return fmt::format("{}: {} is {}(...), not an input; as_slice changes how an input is stored",
+                       who, p.display_name(x), dsl::op_name(st.op));
   if (!st.type.layout.is_replicated())
     return fmt::format(
-        "{}: input '{}' is {}; only a Replicated input (every rank holding all of it) can be stored "
+        "{}: input '{}' is {}; only a Replicated input (every rank holding all of it) can be "
+        "stored "
         "sliced",
         who, p.display_name(x), st.type.layout.str());
   if (st.type.shape.rank() == 0)
@@ -53,14 +54,17 @@ Rejection try_as_slice(Schedule& s, int x) {
       const Stage& v = p.stage(us.args[1]);
       if (v.op != Op::AllGather)
         return fmt::format(
-            "{}: its update {} writes {} = {}(...), a value computed whole; an input is stored sliced "
-            "only when its update writes a gathered slice (reorder the AllGather past the computation "
+            "{}: its update {} writes {} = {}(...), a value computed whole; an input is stored "
+            "sliced "
+            "only when its update writes a gathered slice (reorder the AllGather past the "
+            "computation "
             "first)",
             who, p.display_name(u), p.display_name(v.id), dsl::op_name(v.op));
       if (auto why = agree(p.stage(v.args[0]).type.layout.dim, u)) return why;
     } else {
       return fmt::format(
-          "{}: {} = {}(...) reads '{}' whole; an input is stored sliced only when every use reads its "
+          "{}: {} = {}(...) reads '{}' whole; an input is stored sliced only when every use reads "
+          "its "
           "slice (reorder the AllGather past {} first)",
           who, p.display_name(u), dsl::op_name(us.op), p.display_name(x), p.display_name(u));
     }
@@ -68,7 +72,8 @@ Rejection try_as_slice(Schedule& s, int x) {
   if (update >= 0) {
     if (!users[static_cast<size_t>(update)].empty())
       return fmt::format(
-          "{}: {} = {}(...) reads the updated '{}' whole; an input is stored sliced only when every "
+          "{}: {} = {}(...) reads the updated '{}' whole; an input is stored sliced only when "
+          "every "
           "use reads its slice",
           who, p.display_name(users[static_cast<size_t>(update)][0]),
           dsl::op_name(p.stage(users[static_cast<size_t>(update)][0]).op), p.display_name(x));
@@ -81,7 +86,8 @@ Rejection try_as_slice(Schedule& s, int x) {
   }
   if (dim < 0)
     return fmt::format(
-        "{}: nothing reads input '{}'; there is no slice to keep (eliminate_dead_stages leaves inputs "
+        "{}: nothing reads input '{}'; there is no slice to keep (eliminate_dead_stages leaves "
+        "inputs "
         "as they are)",
         who, p.display_name(x));
 

@@ -16,15 +16,18 @@ using Rejection = std::optional<std::string>;
 
 Rejection try_split(Schedule& s, int allreduce, Schedule::SplitResult* made = nullptr);
 // `made`: the AllGathers reorder added.
-Rejection try_reorder(Schedule& s, int allgather, const std::vector<int>& stages, std::vector<int>* made = nullptr);
+Rejection try_reorder(Schedule& s, int allgather, const std::vector<int>& stages,
+                      std::vector<int>* made = nullptr);
 Rejection try_as_slice(Schedule& s, int input);
 // `index`: the fused stage's index in Schedule::fused().
 Rejection try_fuse(Schedule& s, const std::vector<int>& stages, int* index = nullptr);
 // `index`: the overlap's index in Schedule::overlaps().
-Rejection try_overlap(Schedule& s, const std::vector<int>& stages, int blocks, int* index = nullptr);
+Rejection try_overlap(Schedule& s, const std::vector<int>& stages, int blocks,
+                      int* index = nullptr);
 
 // The fused stage (with its closure) fuse would add for `stages`, or why there is none; the
 // schedule is not changed.
-Rejection check_fuse(const Schedule& s, std::vector<int> stages, const std::string& who, FusedStage& out);
+Rejection check_fuse(const Schedule& s, std::vector<int> stages, const std::string& who,
+                     FusedStage& out);
 
 }  // namespace tandem::schedule::detail

@@ -33,7 +33,8 @@ std::vector<std::string> state_inputs(const Program& p, const EnumerateOptions& 
 
 // The state inputs a schedule with these moves can store sliced, trying each in turn on the
 // schedule the ones before it left; empty when the moves themselves are illegal.
-std::vector<std::string> sliceable(const Program& program, const std::vector<CollectiveRecipe>& parts,
+std::vector<std::string> sliceable(const Program& program,
+                                   const std::vector<CollectiveRecipe>& parts,
                                    const std::vector<std::string>& state) {
   Schedule s(program);
   if (detail::apply_moves(s, parts)) return {};
@@ -49,7 +50,8 @@ std::vector<std::string> sliceable(const Program& program, const std::vector<Col
 // Every recipe varying the parts marked in `vary` (and the program-wide choices), the others as
 // in `base`, carried out; the legal ones with new plans, in the space's order: moves, slicing,
 // fusion, overlaps, the first collective's choice the most significant.
-std::vector<NamedSchedule> generate(const Program& program, const std::vector<CollectiveRecipe>& base,
+std::vector<NamedSchedule> generate(const Program& program,
+                                    const std::vector<CollectiveRecipe>& base,
                                     const std::vector<bool>& vary, const EnumerateOptions& o) {
   program.validate();
   const size_t K = base.size();
@@ -118,17 +120,21 @@ int64_t recipe_space_size(const Program& program) {
   return n;
 }
 
-std::vector<NamedSchedule> enumerate_schedules(const Program& program, const EnumerateOptions& options) {
+std::vector<NamedSchedule> enumerate_schedules(const Program& program,
+                                               const EnumerateOptions& options) {
   const size_t K = recipe_collectives(program).size();
   return generate(program, std::vector<CollectiveRecipe>(K), std::vector<bool>(K, true), options);
 }
 
-std::vector<NamedSchedule> enumerate_collective(const Program& program, const std::vector<CollectiveRecipe>& base,
-                                                size_t k, const EnumerateOptions& options) {
+std::vector<NamedSchedule> enumerate_collective(const Program& program,
+                                                const std::vector<CollectiveRecipe>& base, size_t k,
+                                                const EnumerateOptions& options) {
   const size_t K = recipe_collectives(program).size();
   if (base.size() != K || k >= K)
-    user_error("enumerate_collective: program '{}' has {} collective(s); got {} part(s) and collective index {}",
-               program.name(), K, base.size(), k);
+    user_error(
+        "enumerate_collective: program '{}' has {} collective(s); got {} part(s) and collective "
+        "index {}",
+        program.name(), K, base.size(), k);
   std::vector<bool> vary(K, false);
   vary[k] = true;
   return generate(program, base, vary, options);

@@ -37,14 +37,19 @@ const Stage& ranged(const Program& p, const Stage& st) {
 std::vector<int> side_accumulators(const Schedule& s, int c) {
   const Program& p = s.program();
   const Stage& cs = p.stage(c);
-  const std::vector<char> below = detail::descendants(p, c), feeds = detail::ancestors(p, {cs.args[0]});
+  const std::vector<char> below = detail::descendants(p, c),
+                          feeds = detail::ancestors(p, {cs.args[0]});
   std::vector<int> out;
   for (const Stage& st : p.stages()) {
-    if (!detail::is_accumulator(st) || in(below, st.id) || in(feeds, st.id) || s.fused_index(st.id) >= 0) continue;
+    if (!detail::is_accumulator(st) || in(below, st.id) || in(feeds, st.id) ||
+        s.fused_index(st.id) >= 0)
+      continue;
     const Stage& x = p.stage(st.args[0]);
-    const bool in_memory = x.op == Op::Input || (x.op == Op::Scatter && p.stage(x.args[0]).op == Op::Input);
-    if (in_memory && x.type.shape == cs.type.shape && domain_key(x.type.layout) == domain_key(cs.type.layout) &&
-        !x.type.layout.is_local() && x.type.group == cs.type.group)
+    const bool in_memory =
+        x.op == Op::Input || (x.op == Op::Scatter && p.stage(x.args[0]).op == Op::Input);
+    if (in_memory && x.type.shape == cs.type.shape &&
+        domain_key(x.type.layout) == domain_key(cs.type.layout) && !x.type.layout.is_local() &&
+        x.type.group == cs.type.group)
       out.push_back(st.id);
   }
   return out;
@@ -54,7 +59,8 @@ std::vector<int> side_accumulators(const Schedule& s, int c) {
 
 namespace detail {
 
-Rejection check_fuse(const Schedule& s, std::vector<int> listed, const std::string& who, FusedStage& out) {
+Rejection check_fuse(const Schedule& s, std::vector<int> listed, const std::string& who,
+                     FusedStage& out) {
   const Program& p = s.program();
   const size_t n = p.stages().size();
   if (listed.empty()) return fmt::format("{}: name the stages to fuse", who);
@@ -73,30 +79,37 @@ Rejection check_fuse(const Schedule& s, std::vector<int> listed, const std::stri
                            dsl::op_name(st.op));
       case OpKind::Matmul:
         return fmt::format(
-            "{}: {} is a matmul; a fused stage holds element-wise computations, updates, norms and at most "
+            "{}: {} is a matmul; a fused stage holds element-wise computations, updates, norms and "
+            "at most "
             "one collective (overlap a matmul with the collective that consumes it instead)",
             who, xs);
       case OpKind::Scatter:
         return fmt::format(
-            "{}: {} is a scatter, a view of this rank's part that costs nothing; fuse the stages that read it", who,
-            xs);
+            "{}: {} is a scatter, a view of this rank's part that costs nothing; fuse the stages "
+            "that read it",
+            who, xs);
       case OpKind::Transfer:
         return fmt::format(
-            "{}: {} is a {}; fuse computations and collectives, and overlap a collective with a send instead", who, xs,
-            dsl::op_name(st.op));
+            "{}: {} is a {}; fuse computations and collectives, and overlap a collective with a "
+            "send instead",
+            who, xs, dsl::op_name(st.op));
       case OpKind::Reduction:
         if (!detail::is_accumulator(st))
-          return fmt::format("{}: {} reduces over one dim; only norms and reductions over every dim fold into a loop",
-                             who, xs);
+          return fmt::format(
+              "{}: {} reduces over one dim; only norms and reductions over every dim fold into a "
+              "loop",
+              who, xs);
         break;
       case OpKind::Elementwise:
         if (st.type.shape.rank() == 0)
           return fmt::format(
-              "{}: {} is scalar arithmetic (shape []), computed once per step outside every loop; fuse the "
+              "{}: {} is scalar arithmetic (shape []), computed once per step outside every loop; "
+              "fuse the "
               "tensor stages that use it",
               who, xs);
         break;
-      case OpKind::Update: break;
+      case OpKind::Update:
+        break;
       case OpKind::Collective:
         if (st.op == Op::AllGather) {
           gathers.push_back(id);
@@ -104,27 +117,33 @@ Rejection check_fuse(const Schedule& s, std::vector<int> listed, const std::stri
         }
         if (st.op == Op::Broadcast)
           return fmt::format(
-              "{}: {} is a Broadcast, which has no per-chunk hook; only an AllReduce or a ReduceScatter runs "
+              "{}: {} is a Broadcast, which has no per-chunk hook; only an AllReduce or a "
+              "ReduceScatter runs "
               "computation inside it",
               who, xs);
         if (collective >= 0)
           return fmt::format(
-              "{}: {} and {} are both collectives; a fused stage holds at most one collective (an AllReduce, "
+              "{}: {} and {} are both collectives; a fused stage holds at most one collective (an "
+              "AllReduce, "
               "or a ReduceScatter with the AllGathers of what it computes)",
               who, p.display_name(collective), xs);
         collective = id;
         break;
     }
     const int f = s.fused_index(id);
-    if (f >= 0) return fmt::format("{}: {} is already in fused stage #{}; a stage is fused at most once", who, xs, f);
+    if (f >= 0)
+      return fmt::format("{}: {} is already in fused stage #{}; a stage is fused at most once", who,
+                         xs, f);
   }
   if (!gathers.empty() && (collective < 0 || p.stage(collective).op != Op::ReduceScatter))
     return fmt::format(
-        "{}: {} is an AllGather; an AllGather joins a fused stage only with the ReduceScatter whose slice "
+        "{}: {} is an AllGather; an AllGather joins a fused stage only with the ReduceScatter "
+        "whose slice "
         "it gathers (after reorder)",
         who, p.display_name(gathers.front()));
   if (collective < 0 && listed.size() < 2 && !detail::is_accumulator(p.stage(listed[0])))
-    return fmt::format("{}: a fused loop needs at least two stages (given only {})", who, p.display_name(listed[0]));
+    return fmt::format("{}: a fused loop needs at least two stages (given only {})", who,
+                       p.display_name(listed[0]));
 
   // The domain: the collective's value, or the first loop stage's.
   const Stage* dom = collective >= 0 ? &p.stage(collective) : nullptr;
@@ -136,9 +155,11 @@ Rejection check_fuse(const Schedule& s, std::vector<int> listed, const std::stri
       }
   const dsl::SymShape shape = dom->type.shape;
   const int key = domain_key(dom->type.layout);
-  if (collective >= 0 && p.stage(collective).op == Op::ReduceScatter && p.stage(collective).attrs.dim != 0)
+  if (collective >= 0 && p.stage(collective).op == Op::ReduceScatter &&
+      p.stage(collective).attrs.dim != 0)
     return fmt::format(
-        "{}: {} scatters along dim {}; its hook sees contiguous chunks of rows, so only a ReduceScatter along "
+        "{}: {} scatters along dim {}; its hook sees contiguous chunks of rows, so only a "
+        "ReduceScatter along "
         "dim 0 runs computation inside it",
         who, p.display_name(collective), p.stage(collective).attrs.dim);
 
@@ -149,23 +170,29 @@ Rejection check_fuse(const Schedule& s, std::vector<int> listed, const std::stri
       return fmt::format("{} has shape {}, but the fused stage runs over {}", p.display_name(st.id),
                          r.type.shape.str(), shape.str());
     if (domain_key(r.type.layout) != key)
-      return fmt::format("{} is {}, but the fused stage runs over {} values{}", p.display_name(st.id),
-                         r.type.layout.str(), dom->type.layout.str(),
-                         collective >= 0 ? fmt::format(" (the result of {})", p.display_name(collective)) : "");
+      return fmt::format(
+          "{} is {}, but the fused stage runs over {} values{}", p.display_name(st.id),
+          r.type.layout.str(), dom->type.layout.str(),
+          collective >= 0 ? fmt::format(" (the result of {})", p.display_name(collective)) : "");
     if (collective >= 0 && r.type.layout.is_local())
-      return fmt::format("{} is Local; a collective's hook computes on this rank's part of a value that is the same "
-                         "on every rank, and a Local value is not", p.display_name(st.id));
+      return fmt::format(
+          "{} is Local; a collective's hook computes on this rank's part of a value that is the "
+          "same "
+          "on every rank, and a Local value is not",
+          p.display_name(st.id));
     if (r.type.group != dom->type.group)
-      return fmt::format("{} runs in group {}, the fused stage in group {}", p.display_name(st.id), r.type.group,
-                         dom->type.group);
+      return fmt::format("{} runs in group {}, the fused stage in group {}", p.display_name(st.id),
+                         r.type.group, dom->type.group);
     return std::nullopt;
   };
   const std::vector<char> feeds_collective =
-      collective >= 0 ? detail::ancestors(p, {p.stage(collective).args[0]}) : std::vector<char>(n, 0);
+      collective >= 0 ? detail::ancestors(p, {p.stage(collective).args[0]})
+                      : std::vector<char>(n, 0);
   auto upstream = [&](int id) -> Rejection {
     if (collective >= 0 && id != collective && in(feeds_collective, id))
       return fmt::format(
-          "{}: {} computes the input of {}; only computations on a collective's result run inside it (fuse "
+          "{}: {} computes the input of {}; only computations on a collective's result run inside "
+          "it (fuse "
           "{} into a loop of its own instead)",
           who, p.display_name(id), p.display_name(collective), p.display_name(id));
     return std::nullopt;
@@ -187,7 +214,8 @@ Rejection check_fuse(const Schedule& s, std::vector<int> listed, const std::stri
     }
     const auto above = detail::ancestors(p, listed);
     for (const Stage& st : p.stages())
-      if (below[static_cast<size_t>(st.id)] && above[static_cast<size_t>(st.id)] && !member[static_cast<size_t>(st.id)] &&
+      if (below[static_cast<size_t>(st.id)] && above[static_cast<size_t>(st.id)] &&
+          !member[static_cast<size_t>(st.id)] &&
           (detail::is_elementwise_tensor(st) || detail::is_accumulator(st)) && !fits(st) &&
           s.fused_index(st.id) < 0)
         member[static_cast<size_t>(st.id)] = 1;
@@ -199,12 +227,13 @@ Rejection check_fuse(const Schedule& s, std::vector<int> listed, const std::stri
     grew = false;
     for (const Stage& st : p.stages()) {
       const auto& us = users[static_cast<size_t>(st.id)];
-      if (member[static_cast<size_t>(st.id)] || !detail::is_elementwise_tensor(st) || st.op == Op::Update ||
-          us.empty() || is_output[static_cast<size_t>(st.id)] || in(feeds_collective, st.id) || fits(st) ||
-          s.fused_index(st.id) >= 0)
+      if (member[static_cast<size_t>(st.id)] || !detail::is_elementwise_tensor(st) ||
+          st.op == Op::Update || us.empty() || is_output[static_cast<size_t>(st.id)] ||
+          in(feeds_collective, st.id) || fits(st) || s.fused_index(st.id) >= 0)
         continue;
       bool only_inside = true;
-      for (int u : us) only_inside &= member[static_cast<size_t>(u)] && p.stage(u).op != Op::AllGather;
+      for (int u : us)
+        only_inside &= member[static_cast<size_t>(u)] && p.stage(u).op != Op::AllGather;
       if (only_inside) {
         member[static_cast<size_t>(st.id)] = 1;
         grew = true;
@@ -221,7 +250,8 @@ Rejection check_fuse(const Schedule& s, std::vector<int> listed, const std::stri
       if (!member[static_cast<size_t>(a)]) continue;
       if (detail::is_accumulator(p.stage(a)))
         return fmt::format(
-            "{}: {} uses {}, which the same fused stage accumulates; a norm or reduction is complete only "
+            "{}: {} uses {}, which the same fused stage accumulates; a norm or reduction is "
+            "complete only "
             "after the loop, so {} must run after it",
             who, xs, p.display_name(a), xs);
     }
@@ -242,7 +272,8 @@ Rejection check_fuse(const Schedule& s, std::vector<int> listed, const std::stri
   const detail::UnitOrder order = detail::order_units(p, g);
   if (order.order.empty())
     return fmt::format(
-        "{}: fusing would make a cycle: {}; a fused stage runs as one unit, so nothing outside it may both "
+        "{}: fusing would make a cycle: {}; a fused stage runs as one unit, so nothing outside it "
+        "may both "
         "need and feed it",
         who, detail::describe_cycle(p, order.cycle));
   out = std::move(f);
@@ -273,12 +304,13 @@ std::vector<int> fusable_into(const Schedule& s, int c) {
   for (const Stage& st : p.stages()) {
     if (!below[static_cast<size_t>(st.id)] || s.fused_index(st.id) >= 0) continue;
     const bool loop = is_elementwise_tensor(st) || is_accumulator(st);
-    const bool gather = st.op == Op::AllGather && cs.op == Op::ReduceScatter && member[static_cast<size_t>(st.args[0])];
+    const bool gather = st.op == Op::AllGather && cs.op == Op::ReduceScatter &&
+                        member[static_cast<size_t>(st.args[0])];
     if (!loop && !gather) continue;
     if (loop) {
       const Stage& r = ranged(p, st);
-      if (!(r.type.shape == cs.type.shape) || domain_key(r.type.layout) != key || r.type.layout.is_local() ||
-          r.type.group != cs.type.group)
+      if (!(r.type.shape == cs.type.shape) || domain_key(r.type.layout) != key ||
+          r.type.layout.is_local() || r.type.group != cs.type.group)
         continue;
     }
     // Every operand computed after the collective must be in the stage already (and not an
@@ -298,7 +330,8 @@ std::vector<int> fusable_into(const Schedule& s, int c) {
   // Side accumulators join only a hook that computes on the collective's result: they alone are
   // no reason for one.
   std::vector<int> with_side = out;
-  if (std::any_of(out.begin(), out.end(), [&](int x) { return x != c && p.stage(x).op != Op::AllGather; })) {
+  if (std::any_of(out.begin(), out.end(),
+                  [&](int x) { return x != c && p.stage(x).op != Op::AllGather; })) {
     const std::vector<int> side = side_accumulators(s, c);
     with_side.insert(with_side.end(), side.begin(), side.end());
   }
@@ -317,7 +350,8 @@ std::vector<std::vector<int>> fusable_loops(const Schedule& s) {
     if (s.fused_index(st.id) >= 0) continue;
     if (!(is_elementwise_tensor(st) || is_accumulator(st))) continue;
     const Stage& r = ranged(p, st);
-    const std::pair<int, std::string> k{domain_key(r.type.layout), r.type.shape.str() + std::to_string(r.type.group)};
+    const std::pair<int, std::string> k{domain_key(r.type.layout),
+                                        r.type.shape.str() + std::to_string(r.type.group)};
     // Join the latest group of the same domain if that stays legal, else start one.
     bool placed = false;
     for (int gi = static_cast<int>(groups.size()) - 1; gi >= 0 && !placed; --gi) {

@@ -28,10 +28,12 @@ class Lowering {
 
   void order() {
     const detail::UnitOrder o = detail::order_units(p_, g_);
-    TANDEM_CHECK(!o.order.empty(), "schedule '{}' has a cycle: {}", s_.name(), detail::describe_cycle(p_, o.cycle));
+    TANDEM_CHECK(!o.order.empty(), "schedule '{}' has a cycle: {}", s_.name(),
+                 detail::describe_cycle(p_, o.cycle));
     order_ = o.order;
     pos_.assign(g_.units.size(), -1);
-    for (size_t i = 0; i < order_.size(); ++i) pos_[static_cast<size_t>(order_[i])] = static_cast<int>(i);
+    for (size_t i = 0; i < order_.size(); ++i)
+      pos_[static_cast<size_t>(order_[i])] = static_cast<int>(i);
   }
 
   void storage();
@@ -43,7 +45,8 @@ class Lowering {
       std::vector<std::string> names;
       for (int x : g_.units[u].stages) names.push_back(p_.display_name(x));
       std::vector<int> preds = g_.preds[u];
-      out += fmt::format("  unit {}: {{{}}} after {}\n", u, fmt::join(names, ", "), fmt::join(preds, ","));
+      out += fmt::format("  unit {}: {{{}}} after {}\n", u, fmt::join(names, ", "),
+                         fmt::join(preds, ","));
     }
     return out;
   }
@@ -60,7 +63,8 @@ class Lowering {
   Value& val(int id) { return plan_.values[static_cast<size_t>(id)]; }
   int unit(int id) const { return g_.unit_of[static_cast<size_t>(id)]; }
   int root(int id) const {
-    while (plan_.values[static_cast<size_t>(id)].alias >= 0) id = plan_.values[static_cast<size_t>(id)].alias;
+    while (plan_.values[static_cast<size_t>(id)].alias >= 0)
+      id = plan_.values[static_cast<size_t>(id)].alias;
     return id;
   }
   // A stage computed element by element inside a loop or a hook.
@@ -95,7 +99,8 @@ class Lowering {
         }
         if (rs.op == Op::Update && rs.args[0] == t) continue;
         const int ur = unit(r), uw = unit(w);
-        if (ur == uw ? !(r <= w && loop_stage(w)) : pos_[static_cast<size_t>(ur)] > pos_[static_cast<size_t>(uw)])
+        if (ur == uw ? !(r <= w && loop_stage(w))
+                     : pos_[static_cast<size_t>(ur)] > pos_[static_cast<size_t>(uw)])
           return false;
       }
     }
@@ -152,7 +157,9 @@ void Lowering::storage() {
         if (stored) v.storage = by_layout(st.id);
         break;
       }
-      default: v.storage = by_layout(st.id); break;
+      default:
+        v.storage = by_layout(st.id);
+        break;
     }
   }
 
@@ -162,8 +169,9 @@ void Lowering::storage() {
     if (st.op != Op::AllReduce) continue;
     const int a = st.args[0];
     const Stage& as = p_.stage(a);
-    if (dsl::op_kind(as.op) == OpKind::Source || as.op == Op::Recv || val(a).output || val(a).alias >= 0 ||
-        users_[static_cast<size_t>(a)].size() != 1 || val(a).storage != Storage::Full)
+    if (dsl::op_kind(as.op) == OpKind::Source || as.op == Op::Recv || val(a).output ||
+        val(a).alias >= 0 || users_[static_cast<size_t>(a)].size() != 1 ||
+        val(a).storage != Storage::Full)
       continue;
     val(st.id).alias = a;
   }
@@ -173,12 +181,13 @@ void Lowering::storage() {
     if (u.fused < 0 || u.collective < 0 || p_.stage(u.collective).op != Op::AllReduce) continue;
     const Stage& c = p_.stage(u.collective);
     bool reduced_needed = val(c.id).output;
-    for (int x : users_[static_cast<size_t>(c.id)]) reduced_needed |= unit(x) != unit(c.id) || !loop_stage(x);
+    for (int x : users_[static_cast<size_t>(c.id)])
+      reduced_needed |= unit(x) != unit(c.id) || !loop_stage(x);
     if (reduced_needed) continue;
     for (int x : u.stages) {
       const Stage& xs = p_.stage(x);
-      if (x == c.id || !loop_stage(x) || xs.op == Op::Update || val(x).storage != Storage::Full || val(x).alias >= 0 ||
-          xs.type.dtype != c.type.dtype || !(xs.type.shape == c.type.shape))
+      if (x == c.id || !loop_stage(x) || xs.op == Op::Update || val(x).storage != Storage::Full ||
+          val(x).alias >= 0 || xs.type.dtype != c.type.dtype || !(xs.type.shape == c.type.shape))
         continue;
       carry_[u.collective] = x;
       val(x).alias = c.id;
@@ -197,9 +206,10 @@ void Lowering::storage() {
       val(w).alias = t;
       continue;
     }
-    if (dsl::op_kind(ws.op) == OpKind::Source || ws.op == Op::Scatter || ws.op == Op::Recv || val(w).output ||
-        val(w).alias >= 0 || users_[static_cast<size_t>(w)].size() != 1 || val(w).storage != val(t).storage ||
-        val(w).storage == Storage::None || in_overlap(w) || unit(w) < 0)
+    if (dsl::op_kind(ws.op) == OpKind::Source || ws.op == Op::Scatter || ws.op == Op::Recv ||
+        val(w).output || val(w).alias >= 0 || users_[static_cast<size_t>(w)].size() != 1 ||
+        val(w).storage != val(t).storage || val(w).storage == Storage::None || in_overlap(w) ||
+        unit(w) < 0)
       continue;
     if (ws.op == Op::AllReduce && ws.args[0] == t && users_[static_cast<size_t>(t)].size() == 2) {
       // update(t, AllReduce(t)), t read by nothing else: the collective's own in-place form.
@@ -242,8 +252,9 @@ void Lowering::storage() {
     if (st.op != Op::AllGather) continue;
     const int a = st.args[0];
     const Stage& as = p_.stage(a);
-    if (dsl::op_kind(as.op) == OpKind::Source || as.op == Op::Scatter || as.op == Op::Recv || val(a).output ||
-        val(a).alias >= 0 || val(a).storage != Storage::Slice || val(st.id).storage != Storage::Full || unit(a) < 0)
+    if (dsl::op_kind(as.op) == OpKind::Source || as.op == Op::Scatter || as.op == Op::Recv ||
+        val(a).output || val(a).alias >= 0 || val(a).storage != Storage::Slice ||
+        val(st.id).storage != Storage::Full || unit(a) < 0)
       continue;
     bool only_registers = true;
     for (int u : users_[static_cast<size_t>(a)])
@@ -373,8 +384,10 @@ std::vector<Step> Lowering::unit_steps(int ui) {
         std::vector<int> loop_part;
         for (int x : u.stages) {
           const Stage& xs = p_.stage(x);
-          if (xs.op == Op::AllGather) gathers.push_back(x);
-          else if (x != c.id) loop_part.push_back(x);
+          if (xs.op == Op::AllGather)
+            gathers.push_back(x);
+          else if (x != c.id)
+            loop_part.push_back(x);
         }
         Loop hook = make_loop(loop_part, Domain::Chunk, c);
         hook.shape = c.type.shape;
@@ -420,9 +433,11 @@ void Lowering::steps() {
     if (u.overlap < 0) {
       for (Step& s : unit_steps(order_[i])) {
         // Consecutive scalar code of one group shares one loop.
-        const bool scalar = s.kind == StepKind::Loop && s.loop.shape.rank() == 0 && s.loop.accumulates.empty();
-        if (scalar && !steps.empty() && steps.back().kind == StepKind::Loop && steps.back().loop.shape.rank() == 0 &&
-            steps.back().loop.accumulates.empty() && steps.back().group == s.group && steps.back().label == s.label) {
+        const bool scalar =
+            s.kind == StepKind::Loop && s.loop.shape.rank() == 0 && s.loop.accumulates.empty();
+        if (scalar && !steps.empty() && steps.back().kind == StepKind::Loop &&
+            steps.back().loop.shape.rank() == 0 && steps.back().loop.accumulates.empty() &&
+            steps.back().group == s.group && steps.back().label == s.label) {
           Loop& prev = steps.back().loop;
           prev.stages.insert(prev.stages.end(), s.loop.stages.begin(), s.loop.stages.end());
           prev.stores.insert(prev.stores.end(), s.loop.stores.begin(), s.loop.stores.end());
@@ -466,10 +481,14 @@ Plan lower(const Schedule& s) {
   plan.name = s.name();
   plan.program = s.program();
   Lowering l(s, plan);
-  run_pass("lower: units", [&] { l.units(); }, [&] { return l.units_str(); });
-  run_pass("lower: order", [&] { l.order(); }, [&] { return l.order_str(); });
-  run_pass("lower: storage", [&] { l.storage(); }, [&] { return l.storage_str(); });
-  run_pass("lower: steps", [&] { l.steps(); }, [&] { return plan.str(); });
+  run_pass(
+      "lower: units", [&] { l.units(); }, [&] { return l.units_str(); });
+  run_pass(
+      "lower: order", [&] { l.order(); }, [&] { return l.order_str(); });
+  run_pass(
+      "lower: storage", [&] { l.storage(); }, [&] { return l.storage_str(); });
+  run_pass(
+      "lower: steps", [&] { l.steps(); }, [&] { return plan.str(); });
   return plan;
 }
 

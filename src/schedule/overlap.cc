@@ -25,9 +25,12 @@ Rejection try_overlap(Schedule& s, const std::vector<int>& ids, int blocks, int*
   const Program& p = s.program();
   const std::string who = fmt::format("overlap({{{}}})", detail::name_list(p, ids));
   if (ids.size() < 2)
-    return fmt::format("{}: name a producer and its consumer (at least two stages); overlap runs them block by block",
-                       who);
-  if (blocks < 1) return fmt::format("{}: {} blocks; overlap needs at least 1 row block", who, blocks);
+    return fmt::format(
+        "{}: name a producer and its consumer (at least two stages); overlap runs them block by "
+        "block",
+        who);
+  if (blocks < 1)
+    return fmt::format("{}: {} blocks; overlap needs at least 1 row block", who, blocks);
 
   // The units named: a stage stands for its whole fused stage.
   std::vector<std::vector<int>> units;
@@ -40,13 +43,16 @@ Rejection try_overlap(Schedule& s, const std::vector<int>& ids, int blocks, int*
                     detail::is_elementwise_tensor(st);
     if (!ok || st.op == Op::Broadcast || st.op == Op::Update)
       return fmt::format(
-          "{}: {} is {} ({}); only matmuls, AllReduce/ReduceScatter/AllGather (fused or not), element-wise "
+          "{}: {} is {} ({}); only matmuls, AllReduce/ReduceScatter/AllGather (fused or not), "
+          "element-wise "
           "computations and sends run block by block",
-          who, p.display_name(id), st.op == Op::Broadcast ? "a Broadcast" : "not blockable", dsl::op_name(st.op));
+          who, p.display_name(id), st.op == Op::Broadcast ? "a Broadcast" : "not blockable",
+          dsl::op_name(st.op));
     const int o = s.overlap_index(id);
     if (o >= 0)
-      return fmt::format("{}: {} is already overlapped (overlap #{}); a stage is overlapped at most once", who,
-                         p.display_name(id), o);
+      return fmt::format(
+          "{}: {} is already overlapped (overlap #{}); a stage is overlapped at most once", who,
+          p.display_name(id), o);
   }
   // Each unit consumes the one before it.
   auto resolve_view = [&](int a) {
@@ -57,10 +63,12 @@ Rejection try_overlap(Schedule& s, const std::vector<int>& ids, int blocks, int*
     bool consumes = false;
     for (int x : units[i])
       for (int a : p.stage(x).args)
-        consumes |= std::find(units[i - 1].begin(), units[i - 1].end(), resolve_view(a)) != units[i - 1].end();
+        consumes |= std::find(units[i - 1].begin(), units[i - 1].end(), resolve_view(a)) !=
+                    units[i - 1].end();
     if (!consumes)
       return fmt::format(
-          "{}: {} does not use {}; overlap runs a producer and its consumer block by block, so each stage "
+          "{}: {} does not use {}; overlap runs a producer and its consumer block by block, so "
+          "each stage "
           "must consume the one before it",
           who, p.display_name(ids[i]), p.display_name(ids[i - 1]));
   }
@@ -96,16 +104,19 @@ Rejection try_overlap(Schedule& s, const std::vector<int>& ids, int blocks, int*
     const std::string xs = p.display_name(x);
     if (detail::is_accumulator(st) || st.op == Op::Reduce)
       return fmt::format(
-          "{}: {} reduces over the blocked rows; blocks are independent, so a whole-tensor reduction cannot "
+          "{}: {} reduces over the blocked rows; blocks are independent, so a whole-tensor "
+          "reduction cannot "
           "run inside an overlap",
           who, xs);
     if (st.op == Op::Matmul) {
       const Stage& a = p.stage(st.args[0]);
       if (a.type.shape.rank() != 2 || p.stage(st.args[1]).type.shape.rank() != 2)
-        return fmt::format("{}: {} is a batched matmul; only a 2-D matmul is split into row blocks", who, xs);
+        return fmt::format("{}: {} is a batched matmul; only a 2-D matmul is split into row blocks",
+                           who, xs);
       if (a.type.layout.is_sliced() && a.type.layout.dim == 0)
         return fmt::format(
-            "{}: {}'s rows are sliced ({} is Sliced(0)); a matmul is blocked by rows, so its rows must be "
+            "{}: {}'s rows are sliced ({} is Sliced(0)); a matmul is blocked by rows, so its rows "
+            "must be "
             "whole on every rank",
             who, xs, p.display_name(a.id));
     }
@@ -116,12 +127,14 @@ Rejection try_overlap(Schedule& s, const std::vector<int>& ids, int blocks, int*
       rows_from = x;
     } else if (!(st.type.shape[0] == *rows)) {
       return fmt::format(
-          "{}: {} has {} rows but {} has {}; every value run block by block must have the same rows (dim 0)", who, xs,
-          st.type.shape[0].str(), p.display_name(rows_from), rows->str());
+          "{}: {} has {} rows but {} has {}; every value run block by block must have the same "
+          "rows (dim 0)",
+          who, xs, st.type.shape[0].str(), p.display_name(rows_from), rows->str());
     }
     if (st.type.layout.is_sliced() && st.type.layout.dim != 0)
       return fmt::format(
-          "{}: {} is Sliced({}); inside an overlap only whole values and slices of the blocked rows are "
+          "{}: {} is Sliced({}); inside an overlap only whole values and slices of the blocked "
+          "rows are "
           "allowed",
           who, xs, st.type.layout.dim);
     // Slices made inside stay inside: each block is split among the ranks separately.
@@ -129,25 +142,29 @@ Rejection try_overlap(Schedule& s, const std::vector<int>& ids, int blocks, int*
       for (int u : users[static_cast<size_t>(x)])
         if (!region.count(u))
           return fmt::format(
-              "{}: {} is Sliced and used by {} outside the overlapped stages; inside an overlap each block is "
-              "split among the ranks separately, so a slice made inside must be used inside (add {})",
+              "{}: {} is Sliced and used by {} outside the overlapped stages; inside an overlap "
+              "each block is "
+              "split among the ranks separately, so a slice made inside must be used inside (add "
+              "{})",
               who, xs, p.display_name(u), p.display_name(u));
     // Slices of the blocked rows made outside cannot be read block by block.
     if (st.op != Op::Matmul)
       for (int a : st.args) {
         const Stage& as = p.stage(a);
         // (A scatter is a view of a whole value, read at global positions: it is fine.)
-        if (!region.count(a) && as.op != Op::Scatter && as.type.layout.is_sliced() && as.type.shape.rank() > 0 &&
-            as.type.shape[0] == *rows)
+        if (!region.count(a) && as.op != Op::Scatter && as.type.layout.is_sliced() &&
+            as.type.shape.rank() > 0 && as.type.shape[0] == *rows)
           return fmt::format(
-              "{}: {} reads {}, a slice of the blocked rows made outside the overlap; its parts do not match "
+              "{}: {} reads {}, a slice of the blocked rows made outside the overlap; its parts do "
+              "not match "
               "the blocks' parts",
               who, xs, p.display_name(a));
       }
   }
   for (int x : region)
     if (s.overlap_index(x) >= 0)
-      return fmt::format("{}: {} is already overlapped (overlap #{})", who, p.display_name(x), s.overlap_index(x));
+      return fmt::format("{}: {} is already overlapped (overlap #{})", who, p.display_name(x),
+                         s.overlap_index(x));
 
   Overlap o;
   o.stages.assign(region.begin(), region.end());
@@ -159,13 +176,17 @@ Rejection try_overlap(Schedule& s, const std::vector<int>& ids, int blocks, int*
     if (g.unit_of[static_cast<size_t>(x)] >= 0)
       for (int m : g.units[static_cast<size_t>(g.unit_of[static_cast<size_t>(x)])].stages)
         if (!region.count(m))
-          return fmt::format("{}: {} shares a fused stage with {}, which is not overlapped; overlap whole fused stages",
-                             who, p.display_name(x), p.display_name(m));
+          return fmt::format(
+              "{}: {} shares a fused stage with {}, which is not overlapped; overlap whole fused "
+              "stages",
+              who, p.display_name(x), p.display_name(m));
   const detail::UnitOrder order = detail::order_units(p, g);
   if (order.order.empty())
-    return fmt::format("{}: the overlapped stages must run together, but something outside them sits between: {}", who,
-                       detail::describe_cycle(p, order.cycle));
-  const std::string what = fmt::format("overlap({{{}}}, {} blocks)", detail::name_list(p, ids), blocks);
+    return fmt::format(
+        "{}: the overlapped stages must run together, but something outside them sits between: {}",
+        who, detail::describe_cycle(p, order.cycle));
+  const std::string what =
+      fmt::format("overlap({{{}}}, {} blocks)", detail::name_list(p, ids), blocks);
   const int added = s.add_overlap(std::move(o));
   s.record(what, start);
   if (index != nullptr) *index = added;

@@ -12,41 +12,58 @@ namespace tandem::schedule {
 
 std::string_view storage_name(Storage s) {
   switch (s) {
-    case Storage::None: return "none";
-    case Storage::Full: return "full";
-    case Storage::Slice: return "slice";
-    case Storage::Block: return "block";
+    case Storage::None:
+      return "none";
+    case Storage::Full:
+      return "full";
+    case Storage::Slice:
+      return "slice";
+    case Storage::Block:
+      return "block";
   }
   return "?";
 }
 
 std::string_view step_kind_name(StepKind k) {
   switch (k) {
-    case StepKind::Loop: return "loop";
-    case StepKind::Reduce: return "reduce";
-    case StepKind::Finish: return "finish";
-    case StepKind::Matmul: return "matmul";
-    case StepKind::Collective: return "collective";
-    case StepKind::Send: return "send";
-    case StepKind::Recv: return "recv";
-    case StepKind::Pipeline: return "pipeline";
+    case StepKind::Loop:
+      return "loop";
+    case StepKind::Reduce:
+      return "reduce";
+    case StepKind::Finish:
+      return "finish";
+    case StepKind::Matmul:
+      return "matmul";
+    case StepKind::Collective:
+      return "collective";
+    case StepKind::Send:
+      return "send";
+    case StepKind::Recv:
+      return "recv";
+    case StepKind::Pipeline:
+      return "pipeline";
   }
   return "?";
 }
 
 std::string_view domain_name(Domain d) {
   switch (d) {
-    case Domain::Full: return "full";
-    case Domain::Slice: return "slice";
-    case Domain::Chunk: return "chunk";
+    case Domain::Full:
+      return "full";
+    case Domain::Slice:
+      return "slice";
+    case Domain::Chunk:
+      return "chunk";
   }
   return "?";
 }
 
 std::string_view partition_name(Partition p) {
   switch (p) {
-    case Partition::Flat: return "flat";
-    case Partition::Dim: return "dim";
+    case Partition::Flat:
+      return "flat";
+    case Partition::Dim:
+      return "dim";
   }
   return "?";
 }
@@ -64,29 +81,34 @@ int bind_target(const Plan& plan, std::string_view name) {
     }
     const dsl::Stage& rs = p.stage(root);
     if (rs.op == dsl::Op::Input)
-      user_error("plan '{}': output '{}' is computed in input '{}''s buffer; bind that input", plan.name, name,
-                 rs.name);
+      user_error("plan '{}': output '{}' is computed in input '{}''s buffer; bind that input",
+                 plan.name, name, rs.name);
     const Storage st = plan.values[static_cast<size_t>(root)].storage;
     if (st != Storage::Full && st != Storage::Slice)
-      user_error("plan '{}': output '{}' is stored block by block under this schedule and cannot be bound", plan.name,
-                 name);
+      user_error(
+          "plan '{}': output '{}' is stored block by block under this schedule and cannot be bound",
+          plan.name, name);
     return root;
   }
   std::vector<std::string> names;
   for (int id : p.inputs()) names.push_back(p.stage(id).name);
   for (const dsl::Output& o : p.outputs()) names.push_back(o.name);
-  user_error("plan '{}': program '{}' has no input or output named '{}' (these can be bound: {})", plan.name, p.name(),
-             name, fmt::join(names, ", "));
+  user_error("plan '{}': program '{}' has no input or output named '{}' (these can be bound: {})",
+             plan.name, p.name(), name, fmt::join(names, ", "));
 }
 
-Shape stored_shape(const Plan& plan, int id, const std::vector<Shape>& global_shapes, int p, int r) {
+Shape stored_shape(const Plan& plan, int id, const std::vector<Shape>& global_shapes, int p,
+                   int r) {
   const Value& v = plan.values.at(static_cast<size_t>(id));
   const Shape& g = global_shapes.at(static_cast<size_t>(id));
   switch (v.storage) {
-    case Storage::None: return Shape{0};
-    case Storage::Full: return g;
+    case Storage::None:
+      return Shape{0};
+    case Storage::Full:
+      return g;
     case Storage::Slice:
-    case Storage::Block: return dsl::local_shape(g, plan.program.stage(id).type.layout, p, r);
+    case Storage::Block:
+      return dsl::local_shape(g, plan.program.stage(id).type.layout, p, r);
   }
   return g;
 }
@@ -104,9 +126,15 @@ std::string loop_str(const Plan& plan, const Loop& l, const std::string& pad) {
   const dsl::Program& p = plan.program;
   std::string where;
   switch (l.domain) {
-    case Domain::Full: where = fmt::format("over {}", l.shape.str()); break;
-    case Domain::Slice: where = fmt::format("over this rank's slice of {} along dim {}", l.shape.str(), l.dim); break;
-    case Domain::Chunk: where = fmt::format("on each reduced chunk of {}", l.shape.str()); break;
+    case Domain::Full:
+      where = fmt::format("over {}", l.shape.str());
+      break;
+    case Domain::Slice:
+      where = fmt::format("over this rank's slice of {} along dim {}", l.shape.str(), l.dim);
+      break;
+    case Domain::Chunk:
+      where = fmt::format("on each reduced chunk of {}", l.shape.str());
+      break;
   }
   std::string out = fmt::format("{}\n", where);
   for (int id : l.stages) {
@@ -141,8 +169,9 @@ std::string Plan::step_str(const Step& s, int indent) const {
       const Collective& c = s.collective;
       std::string what;
       if (c.operand < 0) {
-        what = fmt::format("allgather {} in place (completes the parts its hook computed; {} partition)",
-                           p.display_name(c.stage), partition_name(c.partition));
+        what = fmt::format(
+            "allgather {} in place (completes the parts its hook computed; {} partition)",
+            p.display_name(c.stage), partition_name(c.partition));
       } else {
         std::string op(dsl::op_name(c.op));
         if (c.op == dsl::Op::AllReduce || c.op == dsl::Op::ReduceScatter)
@@ -156,15 +185,18 @@ std::string Plan::step_str(const Step& s, int indent) const {
       if (c.fused) {
         out += fmt::format("{}  fused: {}", pad, loop_str(*this, *c.fused, pad + "  "));
         if (c.carry >= 0)
-          out += fmt::format("{}  carries {}: the hook's result replaces each chunk and is gathered\n", pad,
-                             p.display_name(c.carry));
+          out +=
+              fmt::format("{}  carries {}: the hook's result replaces each chunk and is gathered\n",
+                          pad, p.display_name(c.carry));
       }
       return out;
     }
     case StepKind::Send:
-      return fmt::format("{}send {} to group {}\n", head, p.display_name(s.transfer.value), s.transfer.peer_group);
+      return fmt::format("{}send {} to group {}\n", head, p.display_name(s.transfer.value),
+                         s.transfer.peer_group);
     case StepKind::Recv:
-      return fmt::format("{}recv {} from group {}\n", head, p.display_name(s.transfer.value), s.transfer.peer_group);
+      return fmt::format("{}recv {} from group {}\n", head, p.display_name(s.transfer.value),
+                         s.transfer.peer_group);
     case StepKind::Pipeline: {
       std::string out = fmt::format("{}overlap in {} row blocks of {}:\n", head, s.pipeline.blocks,
                                     names(p, s.pipeline.values));
@@ -194,12 +226,13 @@ std::string Plan::str() const {
     if (st.op == dsl::Op::Input) note = v.state ? "input, updated in place" : "input";
     if (st.op == dsl::Op::Scalar) note = "scalar";
     if (v.alias >= 0)
-      note += fmt::format("{}in {}'s buffer", note.empty() ? "" : ", ", program.display_name(v.alias));
+      note +=
+          fmt::format("{}in {}'s buffer", note.empty() ? "" : ", ", program.display_name(v.alias));
     if (v.output) note += fmt::format("{}output", note.empty() ? "" : ", ");
     std::string amount(storage_name(v.storage));
     if (v.storage == Storage::Slice) amount = "slice (1/p)";
-    out += fmt::format("  {:<14} {:<26} {:<12}{}\n", program.display_name(v.stage), st.type.str(), amount,
-                       note.empty() ? "" : fmt::format(" ({})", note));
+    out += fmt::format("  {:<14} {:<26} {:<12}{}\n", program.display_name(v.stage), st.type.str(),
+                       amount, note.empty() ? "" : fmt::format(" ({})", note));
   }
   return out;
 }

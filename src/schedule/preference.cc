@@ -6,7 +6,8 @@
 
 namespace tandem::schedule {
 
-std::optional<Preferred> first_allowed(const dsl::Program& program, const std::vector<std::string>& names,
+std::optional<Preferred> first_allowed(const dsl::Program& program,
+                                       const std::vector<std::string>& names,
                                        std::string_view source) {
   std::vector<Recipe> recipes;
   for (const std::string& name : names) {
@@ -18,7 +19,8 @@ std::optional<Preferred> first_allowed(const dsl::Program& program, const std::v
   }
   for (size_t i = 0; i < recipes.size(); ++i) {
     Applied a = recipes[i].try_apply(program);
-    if (a.schedule) return Preferred{NamedSchedule{recipes[i].str(), recipes[i], std::move(*a.schedule)}, i};
+    if (a.schedule)
+      return Preferred{NamedSchedule{recipes[i].str(), recipes[i], std::move(*a.schedule)}, i};
   }
   return std::nullopt;
 }

@@ -35,9 +35,11 @@ namespace {
 // is followed by its ReduceScatter).
 std::vector<int> current(const Schedule& s, size_t want) {
   const std::vector<int>& out = s.tracked();
-  TANDEM_CHECK(out.size() == want, "schedule '{}' tracks {} collectives, not {}", s.name(), out.size(), want);
+  TANDEM_CHECK(out.size() == want, "schedule '{}' tracks {} collectives, not {}", s.name(),
+               out.size(), want);
   for (int c : out)
-    TANDEM_CHECK(c >= 0 && (s.program().stage(c).op == Op::AllReduce || s.program().stage(c).op == Op::ReduceScatter),
+    TANDEM_CHECK(c >= 0 && (s.program().stage(c).op == Op::AllReduce ||
+                            s.program().stage(c).op == Op::ReduceScatter),
                  "schedule '{}' lost track of a collective", s.name());
   return out;
 }
@@ -88,7 +90,8 @@ std::vector<int> recipe_collectives(const Program& program) {
 namespace {
 
 // Recipe::parts, or why the program cannot take the recipe's parts.
-detail::Rejection parts_of(const Recipe& r, const Program& program, std::vector<CollectiveRecipe>& out) {
+detail::Rejection parts_of(const Recipe& r, const Program& program,
+                           std::vector<CollectiveRecipe>& out) {
   const std::vector<int> colls = recipe_collectives(program);
   if (colls.empty()) {
     if (!r.collectives.empty())
@@ -100,14 +103,19 @@ detail::Rejection parts_of(const Recipe& r, const Program& program, std::vector<
     return std::nullopt;
   }
   if (r.collectives.empty())
-    return fmt::format("schedule '{}': program '{}' has {} collective(s) ({}); name a part for them (AR-C, ...)",
-                       r.str(), program.name(), colls.size(), detail::name_list(program, colls));
+    return fmt::format(
+        "schedule '{}': program '{}' has {} collective(s) ({}); name a part for them (AR-C, ...)",
+        r.str(), program.name(), colls.size(), detail::name_list(program, colls));
   if (r.collectives.size() != 1 && r.collectives.size() != colls.size())
     return fmt::format(
-        "schedule '{}' has {} parts, but program '{}' has {} collective(s) ({}); give one part for all "
+        "schedule '{}' has {} parts, but program '{}' has {} collective(s) ({}); give one part for "
+        "all "
         "of them or one per collective, in program order, joined by '|'",
-        r.str(), r.collectives.size(), program.name(), colls.size(), detail::name_list(program, colls));
-  out = r.collectives.size() == 1 ? std::vector<CollectiveRecipe>(colls.size(), r.collectives.front()) : r.collectives;
+        r.str(), r.collectives.size(), program.name(), colls.size(),
+        detail::name_list(program, colls));
+  out = r.collectives.size() == 1
+            ? std::vector<CollectiveRecipe>(colls.size(), r.collectives.front())
+            : r.collectives;
   return std::nullopt;
 }
 
@@ -151,7 +159,8 @@ Rejection apply_moves(Schedule& s, const std::vector<CollectiveRecipe>& parts) {
     const std::vector<int> movable = detail::movable_consumers(p, *ag, transfers);
     if (movable.empty())
       return fmt::format(
-          "{}: nothing that consumes its result can run on this rank's slice, so reorder would change "
+          "{}: nothing that consumes its result can run on this rank's slice, so reorder would "
+          "change "
           "nothing; split it without reordering (RS-AG-C)",
           who(s, k));
     const bool moves_transfer = std::any_of(movable.begin(), movable.end(), [&](int x) {
@@ -159,7 +168,8 @@ Rejection apply_moves(Schedule& s, const std::vector<CollectiveRecipe>& parts) {
     });
     if (transfers && !moves_transfer)
       return fmt::format(
-          "{}: no send or receive consumes its result where it could carry the slice, so RS-C-P2P-AG "
+          "{}: no send or receive consumes its result where it could carry the slice, so "
+          "RS-C-P2P-AG "
           "would be RS-C-AG; write that",
           who(s, k));
     if (auto why = try_reorder(s, *ag, movable)) return why;
@@ -218,7 +228,8 @@ Rejection apply_overlaps(Schedule& s, const std::vector<CollectiveRecipe>& parts
     if (part.overlap_matmul) {
       if (p.stage(cs.args[0]).op != Op::Matmul)
         return fmt::format(
-            "{}: ol(MM,...) overlaps a collective with the matmul producing its input, but its input "
+            "{}: ol(MM,...) overlaps a collective with the matmul producing its input, but its "
+            "input "
             "{} is computed by {}",
             who(s, k), p.display_name(cs.args[0]), dsl::op_name(p.stage(cs.args[0]).op));
       chain.emplace_back(cs.args[0]);

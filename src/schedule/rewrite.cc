@@ -12,7 +12,8 @@ using dsl::OpKind;
 using dsl::Program;
 using dsl::Stage;
 
-Rewriter::Rewriter(const Program& in) : in_(in), out_(in.name(), in.groups()), map_(in.stages().size(), -1) {}
+Rewriter::Rewriter(const Program& in)
+    : in_(in), out_(in.name(), in.groups()), map_(in.stages().size(), -1) {}
 
 std::string Rewriter::fresh(std::string name) const {
   if (name.empty() || !out_.find(name)) return name;
@@ -39,8 +40,10 @@ int Rewriter::copy_with(const Stage& s, std::vector<int> args) {
 }
 
 int Rewriter::get(int old_id) const {
-  TANDEM_CHECK(old_id >= 0 && old_id < static_cast<int>(map_.size()) && map_[static_cast<size_t>(old_id)] >= 0,
-               "stage {} of '{}' has no counterpart in the rewrite", in_.display_name(old_id), in_.name());
+  TANDEM_CHECK(old_id >= 0 && old_id < static_cast<int>(map_.size()) &&
+                   map_[static_cast<size_t>(old_id)] >= 0,
+               "stage {} of '{}' has no counterpart in the rewrite", in_.display_name(old_id),
+               in_.name());
   return map_[static_cast<size_t>(old_id)];
 }
 
@@ -49,7 +52,8 @@ std::pair<Program, std::vector<int>> Rewriter::finish() { return finish({}); }
 std::pair<Program, std::vector<int>> Rewriter::finish(const std::vector<int>& override_stage) {
   for (size_t i = 0; i < in_.outputs().size(); ++i) {
     const dsl::Output& o = in_.outputs()[i];
-    const int target = i < override_stage.size() && override_stage[i] >= 0 ? override_stage[i] : get(o.stage);
+    const int target =
+        i < override_stage.size() && override_stage[i] >= 0 ? override_stage[i] : get(o.stage);
     out_.add_output(target, o.name);
   }
   out_.validate();
@@ -92,7 +96,8 @@ std::vector<char> live_stages(const Program& p) {
   std::vector<int> roots;
   for (const dsl::Output& o : p.outputs()) roots.push_back(o.stage);
   for (const Stage& s : p.stages())
-    if (s.op == Op::Update || s.op == Op::Send || s.op == Op::Recv || s.op == Op::Input || s.op == Op::Scalar)
+    if (s.op == Op::Update || s.op == Op::Send || s.op == Op::Recv || s.op == Op::Input ||
+        s.op == Op::Scalar)
       roots.push_back(s.id);
   return ancestors(p, roots);
 }
@@ -106,10 +111,13 @@ std::pair<Program, std::vector<int>> remove_dead(const Program& p) {
 }
 
 bool is_elementwise_tensor(const Stage& s) {
-  return (dsl::op_kind(s.op) == OpKind::Elementwise || s.op == Op::Update) && s.type.shape.rank() > 0;
+  return (dsl::op_kind(s.op) == OpKind::Elementwise || s.op == Op::Update) &&
+         s.type.shape.rank() > 0;
 }
 
-bool is_scalar_code(const Stage& s) { return dsl::op_kind(s.op) == OpKind::Elementwise && s.type.shape.rank() == 0; }
+bool is_scalar_code(const Stage& s) {
+  return dsl::op_kind(s.op) == OpKind::Elementwise && s.type.shape.rank() == 0;
+}
 
 bool is_accumulator(const Stage& s) {
   return s.op == Op::Norm || (s.op == Op::Reduce && s.attrs.dim == dsl::kAllDims);

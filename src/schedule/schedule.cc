@@ -21,7 +21,9 @@
 
 namespace tandem::schedule {
 
-std::string StageRef::str() const { return name.empty() ? fmt::format("%{}", id) : fmt::format("'{}'", name); }
+std::string StageRef::str() const {
+  return name.empty() ? fmt::format("%{}", id) : fmt::format("'{}'", name);
+}
 
 namespace {
 std::atomic<int> g_debug_override{-1};
@@ -33,13 +35,17 @@ bool debug_ir() {
   return o < 0 ? env : o != 0;
 }
 
-void set_debug_ir(int on) { g_debug_override.store(on < 0 ? -1 : (on != 0 ? 1 : 0), std::memory_order_relaxed); }
+void set_debug_ir(int on) {
+  g_debug_override.store(on < 0 ? -1 : (on != 0 ? 1 : 0), std::memory_order_relaxed);
+}
 
-void run_pass(std::string_view name, const std::function<void()>& pass, const std::function<std::string()>& show) {
+void run_pass(std::string_view name, const std::function<void()>& pass,
+              const std::function<std::string()>& show) {
   const auto start = std::chrono::steady_clock::now();
   pass();
   if (!debug_ir()) return;
-  const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+  const double us =
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
   fmt::print(stderr, "tandem ir: after {} ({:.1f} us)\n{}\n", name, us, show());
 }
 
@@ -53,19 +59,20 @@ std::string Schedule::name() const {
   return fmt::format("{}", fmt::join(history_, "; "));
 }
 
-std::optional<int> Schedule::lookup(const StageRef& ref, std::string_view who, std::string* why) const {
+std::optional<int> Schedule::lookup(const StageRef& ref, std::string_view who,
+                                    std::string* why) const {
   if (!ref.name.empty()) {
     if (auto id = program_.find(ref.name)) return *id;
     std::vector<std::string> named;
     for (const dsl::Stage& s : program_.stages())
       if (!s.name.empty()) named.push_back(s.name);
-    *why = fmt::format("{}: program '{}' has no stage named '{}' (its named stages: {})", who, program_.name(),
-                       ref.name, fmt::join(named, ", "));
+    *why = fmt::format("{}: program '{}' has no stage named '{}' (its named stages: {})", who,
+                       program_.name(), ref.name, fmt::join(named, ", "));
     return std::nullopt;
   }
   if (ref.id < 0 || ref.id >= static_cast<int>(program_.stages().size())) {
-    *why = fmt::format("{}: program '{}' has no stage %{} (it has {} stages)", who, program_.name(), ref.id,
-                       program_.stages().size());
+    *why = fmt::format("{}: program '{}' has no stage %{} (it has {} stages)", who, program_.name(),
+                       ref.id, program_.stages().size());
     return std::nullopt;
   }
   return ref.id;
@@ -79,13 +86,15 @@ int Schedule::resolve(const StageRef& ref, std::string_view who) const {
 
 int Schedule::fused_index(int id) const {
   for (size_t f = 0; f < fused_.size(); ++f)
-    if (std::binary_search(fused_[f].stages.begin(), fused_[f].stages.end(), id)) return static_cast<int>(f);
+    if (std::binary_search(fused_[f].stages.begin(), fused_[f].stages.end(), id))
+      return static_cast<int>(f);
   return -1;
 }
 
 int Schedule::overlap_index(int id) const {
   for (size_t o = 0; o < overlaps_.size(); ++o)
-    if (std::binary_search(overlaps_[o].stages.begin(), overlaps_[o].stages.end(), id)) return static_cast<int>(o);
+    if (std::binary_search(overlaps_[o].stages.begin(), overlaps_[o].stages.end(), id))
+      return static_cast<int>(o);
   return -1;
 }
 
@@ -103,12 +112,14 @@ void Schedule::rewrite(dsl::Program program, const std::vector<int>& old_to_new)
     remap(f.stages);
     if (f.collective >= 0) f.collective = old_to_new.at(static_cast<size_t>(f.collective));
   }
-  fused_.erase(std::remove_if(fused_.begin(), fused_.end(), [](const FusedStage& f) { return f.stages.empty(); }),
+  fused_.erase(std::remove_if(fused_.begin(), fused_.end(),
+                              [](const FusedStage& f) { return f.stages.empty(); }),
                fused_.end());
   for (int& t : tracked_)
     if (t >= 0) t = old_to_new.at(static_cast<size_t>(t));
   for (Overlap& o : overlaps_) remap(o.stages);
-  overlaps_.erase(std::remove_if(overlaps_.begin(), overlaps_.end(), [](const Overlap& o) { return o.stages.empty(); }),
+  overlaps_.erase(std::remove_if(overlaps_.begin(), overlaps_.end(),
+                                 [](const Overlap& o) { return o.stages.empty(); }),
                   overlaps_.end());
   program_ = std::move(program);
 }
@@ -128,7 +139,8 @@ int Schedule::add_overlap(Overlap o) {
 void Schedule::record(std::string what, std::chrono::steady_clock::time_point start) {
   history_.push_back(what);
   if (!debug_ir()) return;
-  const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+  const double us =
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
   std::string annotations;
   for (const FusedStage& f : fused_) {
     std::vector<std::string> names;
@@ -138,15 +150,19 @@ void Schedule::record(std::string what, std::chrono::steady_clock::time_point st
   for (const Overlap& o : overlaps_) {
     std::vector<std::string> names;
     for (int s : o.stages) names.push_back(program_.display_name(s));
-    annotations += fmt::format("  overlapped in {} blocks: {{{}}}\n", o.blocks, fmt::join(names, ", "));
+    annotations +=
+        fmt::format("  overlapped in {} blocks: {{{}}}\n", o.blocks, fmt::join(names, ", "));
   }
-  fmt::print(stderr, "tandem ir: after {} ({:.1f} us)\n{}{}\n", what, us, program_.str(), annotations);
+  fmt::print(stderr, "tandem ir: after {} ({:.1f} us)\n{}{}\n", what, us, program_.str(),
+             annotations);
 }
 
 Plan Schedule::lower() const { return schedule::lower(*this); }
 std::string Schedule::str() const { return lower().str(); }
 
-Schedule::SplitResult Schedule::split(const StageRef& allreduce) { return schedule::split(*this, allreduce); }
+Schedule::SplitResult Schedule::split(const StageRef& allreduce) {
+  return schedule::split(*this, allreduce);
+}
 std::vector<int> Schedule::reorder(const StageRef& allgather, const std::vector<StageRef>& stages) {
   return schedule::reorder(*this, allgather, stages);
 }

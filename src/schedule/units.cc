@@ -21,13 +21,20 @@ namespace {
 
 UnitKind kind_of(const Stage& s) {
   switch (dsl::op_kind(s.op)) {
-    case OpKind::Elementwise: return s.type.shape.rank() == 0 ? UnitKind::Scalar : UnitKind::Loop;
-    case OpKind::Update: return UnitKind::Loop;
-    case OpKind::Reduction: return is_accumulator(s) ? UnitKind::Accumulate : UnitKind::Reduce;
-    case OpKind::Matmul: return UnitKind::Matmul;
-    case OpKind::Collective: return UnitKind::Collective;
-    case OpKind::Transfer: return s.op == Op::Send ? UnitKind::Send : UnitKind::Recv;
-    default: internal_error(fmt::format("stage {} makes no unit", s.id));
+    case OpKind::Elementwise:
+      return s.type.shape.rank() == 0 ? UnitKind::Scalar : UnitKind::Loop;
+    case OpKind::Update:
+      return UnitKind::Loop;
+    case OpKind::Reduction:
+      return is_accumulator(s) ? UnitKind::Accumulate : UnitKind::Reduce;
+    case OpKind::Matmul:
+      return UnitKind::Matmul;
+    case OpKind::Collective:
+      return UnitKind::Collective;
+    case OpKind::Transfer:
+      return s.op == Op::Send ? UnitKind::Send : UnitKind::Recv;
+    default:
+      internal_error(fmt::format("stage {} makes no unit", s.id));
   }
 }
 
@@ -43,7 +50,8 @@ int producer_unit(const Program& p, const UnitGraph& g, int stage) {
   }
 }
 
-UnitGraph build_units(const Program& p, const std::vector<FusedStage>& fused, const std::vector<Overlap>& overlaps) {
+UnitGraph build_units(const Program& p, const std::vector<FusedStage>& fused,
+                      const std::vector<Overlap>& overlaps) {
   UnitGraph g;
   const size_t n = p.stages().size();
   g.unit_of.assign(n, -1);
@@ -90,7 +98,8 @@ UnitGraph build_units(const Program& p, const std::vector<FusedStage>& fused, co
     if (u < 0) continue;
     for (int a : s.args) {
       int src = a;
-      while (g.unit_of[static_cast<size_t>(src)] < 0 && p.stage(src).op == Op::Scatter) src = p.stage(src).args[0];
+      while (g.unit_of[static_cast<size_t>(src)] < 0 && p.stage(src).op == Op::Scatter)
+        src = p.stage(src).args[0];
       edge(producer_unit(p, g, a), u, src, s.id);
     }
   }
@@ -127,7 +136,8 @@ UnitOrder order_units(const Program& p, const UnitGraph& g) {
   for (int u = 0; u < nu; ++u) {
     const Unit& unit = g.units[static_cast<size_t>(u)];
     if (unit.overlap >= 0) {
-      auto [it, fresh] = cluster_id.emplace(std::make_pair(unit.overlap, unit.group), static_cast<int>(members.size()));
+      auto [it, fresh] = cluster_id.emplace(std::make_pair(unit.overlap, unit.group),
+                                            static_cast<int>(members.size()));
       if (fresh) members.emplace_back();
       node_of[static_cast<size_t>(u)] = it->second;
       members[static_cast<size_t>(it->second)].push_back(u);
@@ -140,16 +150,19 @@ UnitOrder order_units(const Program& p, const UnitGraph& g) {
   auto first_stage = [&](int u) { return g.units[static_cast<size_t>(u)].stages.front(); };
   std::vector<int> node_key(static_cast<size_t>(nn), 1 << 30);
   for (int v = 0; v < nn; ++v)
-    for (int u : members[static_cast<size_t>(v)]) node_key[static_cast<size_t>(v)] = std::min(node_key[static_cast<size_t>(v)], first_stage(u));
+    for (int u : members[static_cast<size_t>(v)])
+      node_key[static_cast<size_t>(v)] = std::min(node_key[static_cast<size_t>(v)], first_stage(u));
 
   std::vector<std::set<int>> node_preds(static_cast<size_t>(nn));
   for (int u = 0; u < nu; ++u)
     for (int q : g.preds[static_cast<size_t>(u)])
       if (node_of[static_cast<size_t>(q)] != node_of[static_cast<size_t>(u)])
-        node_preds[static_cast<size_t>(node_of[static_cast<size_t>(u)])].insert(node_of[static_cast<size_t>(q)]);
+        node_preds[static_cast<size_t>(node_of[static_cast<size_t>(u)])].insert(
+            node_of[static_cast<size_t>(q)]);
 
   // Kahn's algorithm with the smallest key first.
-  auto kahn = [](int n, const std::vector<std::set<int>>& preds, const std::function<int(int)>& key) {
+  auto kahn = [](int n, const std::vector<std::set<int>>& preds,
+                 const std::function<int(int)>& key) {
     std::vector<int> missing(static_cast<size_t>(n));
     std::vector<std::vector<int>> succ(static_cast<size_t>(n));
     for (int v = 0; v < n; ++v) {
@@ -171,7 +184,8 @@ UnitOrder order_units(const Program& p, const UnitGraph& g) {
   };
 
   UnitOrder result;
-  const std::vector<int> nodes = kahn(nn, node_preds, [&](int v) { return node_key[static_cast<size_t>(v)]; });
+  const std::vector<int> nodes =
+      kahn(nn, node_preds, [&](int v) { return node_key[static_cast<size_t>(v)]; });
   if (static_cast<int>(nodes.size()) == nn) {
     for (int v : nodes) {
       const std::vector<int>& m = members[static_cast<size_t>(v)];
@@ -186,8 +200,9 @@ UnitOrder order_units(const Program& p, const UnitGraph& g) {
           auto it = std::find(m.begin(), m.end(), q);
           if (it != m.end()) local[i].insert(static_cast<int>(it - m.begin()));
         }
-      const std::vector<int> inner =
-          kahn(static_cast<int>(m.size()), local, [&](int i) { return first_stage(m[static_cast<size_t>(i)]); });
+      const std::vector<int> inner = kahn(static_cast<int>(m.size()), local, [&](int i) {
+        return first_stage(m[static_cast<size_t>(i)]);
+      });
       TANDEM_CHECK(inner.size() == m.size(), "cycle inside an overlap cluster");
       for (int i : inner) result.order.push_back(m[static_cast<size_t>(i)]);
     }

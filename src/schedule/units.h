@@ -36,8 +36,8 @@ struct Unit {
 
 struct UnitGraph {
   std::vector<Unit> units;
-  std::vector<int> unit_of;               // stage -> unit; -1 for sources, constants and scatters
-  std::vector<std::vector<int>> preds;    // unit -> the units it must follow
+  std::vector<int> unit_of;             // stage -> unit; -1 for sources, constants and scatters
+  std::vector<std::vector<int>> preds;  // unit -> the units it must follow
   // (pred, unit) -> (a stage of pred, a stage of unit) that explains the edge
   std::map<std::pair<int, int>, std::pair<int, int>> why;
 };

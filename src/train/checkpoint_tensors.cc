@@ -2,14 +2,14 @@
 // flat layout.
 #include "checkpoint_tensors.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <cstring>
 #include <functional>
 #include <map>
 #include <set>
 #include <string_view>
-
-#include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "tandem/core/error.h"
 
@@ -70,11 +70,12 @@ void check_tensor_names(const std::vector<io::NamedTensor>& tensors, const nn::G
     parts.push_back(fmt::format("{} tensor{} this model does not have ({})", extra.size(),
                                 extra.size() == 1 ? "" : "s", some_names(extra)));
   if (!missing.empty())
-    parts.push_back(fmt::format("no tensor{} {}, which this model needs", missing.size() == 1 ? "" : "s",
-                                some_names(missing)));
-  user_error("checkpoint file '{}' does not match its model ({} layers, d_model {}): it has {}; "
-             "the weights and meta.json come from different models",
-             file, c.n_layers, c.d_model, fmt::join(parts, ", and "));
+    parts.push_back(fmt::format("no tensor{} {}, which this model needs",
+                                missing.size() == 1 ? "" : "s", some_names(missing)));
+  user_error(
+      "checkpoint file '{}' does not match its model ({} layers, d_model {}): it has {}; "
+      "the weights and meta.json come from different models",
+      file, c.n_layers, c.d_model, fmt::join(parts, ", and "));
 }
 
 std::vector<float> whole_from_tensors(const std::vector<io::NamedTensor>& tensors,
@@ -93,7 +94,8 @@ std::vector<float> whole_from_tensors(const std::vector<io::NamedTensor>& tensor
       user_error("tensor '{}' in '{}' has shape {}; this model needs {}", name, file,
                  t.shape().str(), s.shape.str());
     if (t.dtype() == DType::F32) {
-      std::memcpy(whole.data() + s.offset, t.data(), static_cast<size_t>(s.numel()) * sizeof(float));
+      std::memcpy(whole.data() + s.offset, t.data(),
+                  static_cast<size_t>(s.numel()) * sizeof(float));
     } else {
       for (int64_t i = 0; i < s.numel(); ++i) whole[static_cast<size_t>(s.offset + i)] = t.get(i);
     }

@@ -6,10 +6,10 @@
 #include <cstring>
 #include <memory>
 
+#include "checkpoint_tensors.h"
 #include "tandem/core/error.h"
 #include "tandem/train/data.h"
 #include "tandem/train/model_config.h"
-#include "checkpoint_tensors.h"
 
 namespace tandem::train {
 

@@ -12,7 +12,8 @@ double learning_rate(const TrainConfig& c, int64_t step) {
   const double min_lr = c.lr * c.min_lr_ratio;
   const int64_t span = c.steps - c.warmup;
   if (span <= 1) return c.lr;
-  const double t = std::min(1.0, static_cast<double>(step - c.warmup) / static_cast<double>(span - 1));
+  const double t =
+      std::min(1.0, static_cast<double>(step - c.warmup) / static_cast<double>(span - 1));
   return min_lr + 0.5 * (c.lr - min_lr) * (1.0 + std::cos(M_PI * t));
 }
 

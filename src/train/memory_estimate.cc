@@ -38,7 +38,8 @@ std::string first_line(const std::string& path) {
 
 std::optional<uint64_t> number_in(const std::string& path) {
   const std::string text = first_line(path);
-  if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+  if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos)
+    return std::nullopt;
   return std::strtoull(text.c_str(), nullptr, 10);
 }
 
@@ -78,10 +79,10 @@ std::optional<AvailableMemory> cgroup_room() {
       if (!limit) continue;
       if (*limit >= (uint64_t{1} << 60)) return std::nullopt;  // v1's "no limit"
       const uint64_t used = number_in(dir + "/" + usage_file).value_or(0);
-      return AvailableMemory{*limit > used ? *limit - used : 0,
-                             fmt::format("the room under the cgroup limit {} ({} of {} used)",
-                                         dir + "/" + limit_file, ooc::human_bytes(used),
-                                         ooc::human_bytes(*limit))};
+      return AvailableMemory{
+          *limit > used ? *limit - used : 0,
+          fmt::format("the room under the cgroup limit {} ({} of {} used)", dir + "/" + limit_file,
+                      ooc::human_bytes(used), ooc::human_bytes(*limit))};
     }
   }
   return std::nullopt;
@@ -97,7 +98,8 @@ struct RankNeed {
 std::string MemoryEstimate::str() const {
   std::vector<std::string> parts = {
       "parameters " + ooc::human_bytes(parameters), "gradients " + ooc::human_bytes(gradients),
-      "optimizer state " + ooc::human_bytes(optimizer), "exchange buffers " + ooc::human_bytes(exchange),
+      "optimizer state " + ooc::human_bytes(optimizer),
+      "exchange buffers " + ooc::human_bytes(exchange),
       (activations_budgeted ? "activations (--memory-budget) " : "activations ") +
           ooc::human_bytes(activations)};
   if (whole_copies > 0) parts.push_back("whole-model copies " + ooc::human_bytes(whole_copies));
@@ -157,11 +159,12 @@ MemoryEstimate estimate_memory(const TrainConfig& cfg) {
     for (const auto& [where, n] : needs) add(n, static_cast<uint64_t>(g.dp));
   } else {
     e.ranks = comm::launched_local_ranks();
-    const auto largest = std::max_element(needs.begin(), needs.end(), [](const auto& a, const auto& b) {
-      const RankNeed &x = a.second, &y = b.second;
-      return 2 * x.parameters + x.optimizer + x.exchange + x.activations <
-             2 * y.parameters + y.optimizer + y.exchange + y.activations;
-    });
+    const auto largest =
+        std::max_element(needs.begin(), needs.end(), [](const auto& a, const auto& b) {
+          const RankNeed &x = a.second, &y = b.second;
+          return 2 * x.parameters + x.optimizer + x.exchange + x.activations <
+                 2 * y.parameters + y.optimizer + y.exchange + y.activations;
+        });
     add(largest->second, static_cast<uint64_t>(e.ranks));
   }
   // A resumed run holds the checkpoint's weights and moments, once for the whole process.
@@ -180,7 +183,8 @@ std::optional<AvailableMemory> available_memory() {
     }
   }
   std::optional<AvailableMemory> best;
-  if (const auto bytes = mem_available()) best = AvailableMemory{*bytes, "MemAvailable in /proc/meminfo"};
+  if (const auto bytes = mem_available())
+    best = AvailableMemory{*bytes, "MemAvailable in /proc/meminfo"};
   if (const auto room = cgroup_room(); room && (!best || room->bytes < best->bytes)) best = room;
   return best;
 }
@@ -194,13 +198,13 @@ void check_memory(const TrainConfig& cfg) {
   std::string note;
   const uint64_t fixed = e.total() - e.activations;
   if (fixed >= avail->bytes) {
-    note = fmt::format("; its parameters, gradients, optimizer state and exchange buffers alone "
-                       "need {}, which no --memory-budget changes",
-                       ooc::human_bytes(fixed));
+    note = fmt::format(
+        "; its parameters, gradients, optimizer state and exchange buffers alone "
+        "need {}, which no --memory-budget changes",
+        ooc::human_bytes(fixed));
     if (e.optimizer > 0 && fixed - e.optimizer < avail->bytes)
       advice.push_back("keep the optimizer state in a file (--optimizer-state file:DIR)");
-  }
-  else if (!e.activations_budgeted)
+  } else if (!e.activations_budgeted)
     advice.push_back(fmt::format(
         "train out-of-core with --memory-budget (e.g. --memory-budget 25% keeps the saved "
         "activations in a quarter of their {}, the rest swapped or recomputed: "
@@ -208,21 +212,24 @@ void check_memory(const TrainConfig& cfg) {
         ooc::human_bytes(e.activations_in_core)));
   else
     advice.push_back("give a smaller --memory-budget");
-  advice.push_back("use a smaller model (--layers, --d-model), batch (--batch) or sequence (--seq-len)");
+  advice.push_back(
+      "use a smaller model (--layers, --d-model), batch (--batch) or sequence (--seq-len)");
   if (cfg.backend == comm::Backend::Thread)
     advice.push_back("spread the ranks over machines (--backend mpi under mpirun)");
-  user_error("this run needs about {}, but {} is available ({}){}. To fit, {}. "
-             "TANDEM_MEMORY_LIMIT=SIZE states the memory available instead of what this machine "
-             "reports (off: no check)",
-             e.str(), ooc::human_bytes(avail->bytes), avail->source, note, fmt::join(advice, "; or "));
+  user_error(
+      "this run needs about {}, but {} is available ({}){}. To fit, {}. "
+      "TANDEM_MEMORY_LIMIT=SIZE states the memory available instead of what this machine "
+      "reports (off: no check)",
+      e.str(), ooc::human_bytes(avail->bytes), avail->source, note, fmt::join(advice, "; or "));
 }
 
 std::string memory_line(const TrainConfig& cfg) {
   const MemoryEstimate e = estimate_memory(cfg);
   const std::optional<AvailableMemory> avail = available_memory();
-  return fmt::format("  memory estimate: {}; {}\n", e.str(),
-                     avail ? fmt::format("{} available ({})", ooc::human_bytes(avail->bytes), avail->source)
-                           : std::string("the available memory is unknown (not checked)"));
+  return fmt::format(
+      "  memory estimate: {}; {}\n", e.str(),
+      avail ? fmt::format("{} available ({})", ooc::human_bytes(avail->bytes), avail->source)
+            : std::string("the available memory is unknown (not checked)"));
 }
 
 }  // namespace tandem::train

@@ -6,8 +6,9 @@
 namespace tandem::train {
 
 nlohmann::json model_config_to_json(const nn::GPTConfig& c) {
-  return {{"vocab_size", c.vocab_size}, {"n_layers", c.n_layers},         {"n_heads", c.n_heads},
-          {"d_model", c.d_model},       {"seq_len", c.seq_len},           {"max_positions", c.max_positions},
+  return {{"vocab_size", c.vocab_size}, {"n_layers", c.n_layers},
+          {"n_heads", c.n_heads},       {"d_model", c.d_model},
+          {"seq_len", c.seq_len},       {"max_positions", c.max_positions},
           {"dropout", c.dropout}};
 }
 
@@ -29,7 +30,8 @@ nn::GPTConfig model_config_from_json(const nlohmann::json& j, const std::string&
   c.seq_len = get_int("seq_len");
   c.max_positions = get_int("max_positions");
   if (j.contains("dropout")) {
-    if (!j["dropout"].is_number()) user_error("{}: the model config's 'dropout' is not a number", source);
+    if (!j["dropout"].is_number())
+      user_error("{}: the model config's 'dropout' is not a number", source);
     c.dropout = j["dropout"].get<float>();
   }
   try {

@@ -1,12 +1,12 @@
 // Out-of-core training on one rank: set-up, profile (cache or measurement), plan, reports.
 #include "out_of_core.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
-#include <ostream>
-
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <ostream>
 
 #include "tandem/core/blas.h"
 #include "tandem/core/error.h"
@@ -29,11 +29,12 @@ constexpr int64_t kFirstPlanEvaluations = 10'000;
 
 std::string brief(const ooc::Plan& p) {
   std::vector<std::string> parts;
-  const std::pair<ooc::Decision, const char*> kinds[] = {{ooc::Decision::Keep, "kept"},
-                                                         {ooc::Decision::Swap, "swapped"},
-                                                         {ooc::Decision::SwapSync, "swapped (write waited for)"},
-                                                         {ooc::Decision::Recompute, "checkpointed"},
-                                                         {ooc::Decision::Continue, "in segments"}};
+  const std::pair<ooc::Decision, const char*> kinds[] = {
+      {ooc::Decision::Keep, "kept"},
+      {ooc::Decision::Swap, "swapped"},
+      {ooc::Decision::SwapSync, "swapped (write waited for)"},
+      {ooc::Decision::Recompute, "checkpointed"},
+      {ooc::Decision::Continue, "in segments"}};
   for (const auto& [d, name] : kinds)
     if (p.count(d) > 0) parts.push_back(fmt::format("{} {}", p.count(d), name));
   return fmt::format("{} ({})", p.str(), fmt::join(parts, ", "));
@@ -44,8 +45,11 @@ std::string brief(const ooc::Plan& p) {
 OutOfCore::OutOfCore(const TrainConfig& cfg, const parallel::Grid& grid, int micro_rows,
                      int micro_batches)
     : cfg_(cfg),
-      chain_(parallel::ParallelGPT::chain_layout(cfg.model, grid, micro_rows, cfg.model.seq_len, micro_batches)),
-      budget_(ooc::parse_budget(cfg.memory_budget, ooc::MemorySchedule(chain_, ooc::keep_all(chain_.units)).peak_bytes())),
+      chain_(parallel::ParallelGPT::chain_layout(cfg.model, grid, micro_rows, cfg.model.seq_len,
+                                                 micro_batches)),
+      budget_(
+          ooc::parse_budget(cfg.memory_budget,
+                            ooc::MemorySchedule(chain_, ooc::keep_all(chain_.units)).peak_bytes())),
       tier_spec_(cfg.slow_tier),
       runtime_(std::make_unique<ooc::Runtime>(cfg.model, micro_rows, cfg.model.seq_len, budget_)) {
   nlohmann::json key = {{"format", "tandem-ooc-profile-2"},  // 2: a unit is half a block
@@ -90,7 +94,8 @@ void OutOfCore::use(const ooc::Plan& plan) {
   runtime_->set_schedule(s, engine_.get());
 }
 
-void OutOfCore::prepare(const std::function<void()>& step, comm::Communicator& tp, std::ostream* log) {
+void OutOfCore::prepare(const std::function<void()>& step, comm::Communicator& tp,
+                        std::ostream* log) {
   const std::string cache_dir = exec::jit_cache_dir(), cache_name = tune::hash_hex(key_) + ".json";
   if (auto cached = ooc::load_cached_profile(cache_dir, cache_name, key_)) {
     profile_ = *cached;
@@ -102,17 +107,22 @@ void OutOfCore::prepare(const std::function<void()>& step, comm::Communicator& t
       auto probe = ooc::open_slow_tier(tier_spec_, kBandwidthProbeBytes);
       bw = ooc::measure_bandwidth(*probe, kBandwidthProbeBytes);
     }
-    if (log != nullptr) *log << "  out-of-core: measuring this machine's profile (cached for later runs): warm-up" << std::flush;
+    if (log != nullptr)
+      *log << "  out-of-core: measuring this machine's profile (cached for later runs): warm-up"
+           << std::flush;
     const auto t0 = std::chrono::steady_clock::now();
     step();  // the first step touches the arena's pages and compiles the programs
-    const double warm_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double warm_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (log != nullptr) *log << fmt::format(" {:.1f} s", warm_s) << std::flush;
     const int passes = warm_s > kLongStepS ? 1 : kProfileSteps;
     std::vector<ooc::StepMeasure> steps;
     for (int i = 0; i < passes; ++i) {
       step();
       steps.push_back(runtime_->last_step());
-      if (log != nullptr) *log << fmt::format(", pass {}/{} {:.1f} s", i + 1, passes, steps.back().step_s) << std::flush;
+      if (log != nullptr)
+        *log << fmt::format(", pass {}/{} {:.1f} s", i + 1, passes, steps.back().step_s)
+             << std::flush;
     }
     if (log != nullptr) *log << "\n";
     profile_ = ooc::StepMeasure::median_profile(steps, bw.write_bytes_per_s, bw.read_bytes_per_s);
@@ -136,7 +146,8 @@ void OutOfCore::prepare(const std::function<void()>& step, comm::Communicator& t
     try {
       ooc::store_cached_profile(cache_dir, cache_name, key_, profile_);
     } catch (const std::exception& e) {
-      fmt::print(stderr, "tandem train: warning: the out-of-core profile was not cached: {}\n", e.what());
+      fmt::print(stderr, "tandem train: warning: the out-of-core profile was not cached: {}\n",
+                 e.what());
     }
   }
   if (engine_ != nullptr) engine_->take_spans();  // the profile's transfers are not the run's
@@ -169,18 +180,23 @@ double OutOfCore::measured_step_s() const {
 
 std::string OutOfCore::plan_line() const {
   const ooc::Prediction& p = predicted_;
-  std::string how = forced_ ? "forced by --ooc-plan"
-                    : planned_.optimal
-                        ? fmt::format("planner, optimal over {} plans", planned_.evaluated)
-                        : fmt::format("planner, best of {} plans: search cut short, not proven optimal", planned_.evaluated);
+  std::string how =
+      forced_ ? "forced by --ooc-plan"
+      : planned_.optimal
+          ? fmt::format("planner, optimal over {} plans", planned_.evaluated)
+          : fmt::format("planner, best of {} plans: search cut short, not proven optimal",
+                        planned_.evaluated);
   std::string line = fmt::format(
-      "  out-of-core: budget {}, slow tier {}; plan {}: predicted {:.3f} s forward+backward, peak {} "
+      "  out-of-core: budget {}, slow tier {}; plan {}: predicted {:.3f} s forward+backward, peak "
+      "{} "
       "[{}; profile {}]\n  baselines:",
-      ooc::human_bytes(budget_), tier_ != nullptr ? tier_->describe() : tier_spec_.str(), brief(plan()),
-      p.step_s, ooc::human_bytes(p.peak_bytes), how, from_cache_ ? "from the cache" : "measured");
+      ooc::human_bytes(budget_), tier_ != nullptr ? tier_->describe() : tier_spec_.str(),
+      brief(plan()), p.step_s, ooc::human_bytes(p.peak_bytes), how,
+      from_cache_ ? "from the cache" : "measured");
   for (const ooc::Evaluated& b : planned_.baselines)
-    line += fmt::format(" {} {:.3f} s at {}{};", ooc::strategy_name(b.strategy), b.prediction.step_s,
-                        ooc::human_bytes(b.prediction.peak_bytes), b.fits ? "" : " (does not fit)");
+    line +=
+        fmt::format(" {} {:.3f} s at {}{};", ooc::strategy_name(b.strategy), b.prediction.step_s,
+                    ooc::human_bytes(b.prediction.peak_bytes), b.fits ? "" : " (does not fit)");
   line.back() = '\n';
   return line;
 }
@@ -188,44 +204,52 @@ std::string OutOfCore::plan_line() const {
 std::string OutOfCore::summary_line() const {
   const double m = measured_step_s(), p = predicted_.step_s;
   return fmt::format(
-      "tandem train: out-of-core high-water {} of a {} budget (predicted peak {}); forward+backward "
+      "tandem train: out-of-core high-water {} of a {} budget (predicted peak {}); "
+      "forward+backward "
       "{:.3f} s median measured vs {:.3f} s predicted ({:+.1f}%)\n",
-      ooc::human_bytes(high_water_), ooc::human_bytes(budget_), ooc::human_bytes(predicted_.peak_bytes), m, p,
-      m > 0 ? (p / m - 1) * 100 : 0.0);
+      ooc::human_bytes(high_water_), ooc::human_bytes(budget_),
+      ooc::human_bytes(predicted_.peak_bytes), m, p, m > 0 ? (p / m - 1) * 100 : 0.0);
 }
 
 std::string OutOfCore::report() const {
   const ooc::MemorySchedule s(chain_, plan());
-  std::string r = fmt::format("{:<11}{:<13}{:>12}{:>12}{:>11}{:>11}{:>11}\n", "unit", "decision", "input",
-                              "buffers", "forward", "backward", "recompute");
+  std::string r = fmt::format("{:<11}{:<13}{:>12}{:>12}{:>11}{:>11}{:>11}\n", "unit", "decision",
+                              "input", "buffers", "forward", "backward", "recompute");
   const char* names[] = {"keep", "swap", "swap (sync)", "checkpoint", "segment"};
   for (int j = 0; j < chain_.units; ++j) {
     const ooc::Decision d = plan().units[static_cast<size_t>(j)];
-    const int di = d == ooc::Decision::Keep       ? 0
-                   : d == ooc::Decision::Swap     ? 1
-                   : d == ooc::Decision::SwapSync ? 2
+    const int di = d == ooc::Decision::Keep        ? 0
+                   : d == ooc::Decision::Swap      ? 1
+                   : d == ooc::Decision::SwapSync  ? 2
                    : d == ooc::Decision::Recompute ? 3
                                                    : 4;
-    r += fmt::format("{:<11}{:<13}{:>12}{:>12}{:>10.3f}s{:>10.3f}s{:>10.3f}s\n", chain_.unit_name(j),
-                     names[di], ooc::human_bytes(s.input_bytes()), ooc::human_bytes(s.buffers_bytes(j)),
-                     profile_.forward_s[static_cast<size_t>(j)], profile_.backward_s[static_cast<size_t>(j)],
-                     profile_.recompute(j));
+    r += fmt::format("{:<11}{:<13}{:>12}{:>12}{:>10.3f}s{:>10.3f}s{:>10.3f}s\n",
+                     chain_.unit_name(j), names[di], ooc::human_bytes(s.input_bytes()),
+                     ooc::human_bytes(s.buffers_bytes(j)),
+                     profile_.forward_s[static_cast<size_t>(j)],
+                     profile_.backward_s[static_cast<size_t>(j)], profile_.recompute(j));
   }
   r += fmt::format("workspace {}; slow tier {}: write {:.2f} GB/s, read {:.2f} GB/s\n\n",
-                   ooc::human_bytes(s.regions()[static_cast<size_t>(s.workspace())].bytes), tier_spec_.str(),
-                   profile_.write_bytes_per_s / 1e9, profile_.read_bytes_per_s / 1e9);
-  r += fmt::format("{:<42}{:>10}{:>12}{:>12}  {:<14}{}\n", "strategy", "step", "peak", "vs in-core", "", "plan");
-  const double in_core = planned_.baselines.empty() ? 0 : planned_.baselines.front().prediction.step_s;
+                   ooc::human_bytes(s.regions()[static_cast<size_t>(s.workspace())].bytes),
+                   tier_spec_.str(), profile_.write_bytes_per_s / 1e9,
+                   profile_.read_bytes_per_s / 1e9);
+  r += fmt::format("{:<42}{:>10}{:>12}{:>12}  {:<14}{}\n", "strategy", "step", "peak", "vs in-core",
+                   "", "plan");
+  const double in_core =
+      planned_.baselines.empty() ? 0 : planned_.baselines.front().prediction.step_s;
   auto row = [&](std::string_view name, const ooc::Plan& p, const ooc::Prediction& pr, bool fits) {
     r += fmt::format("{:<42}{:>9.3f}s{:>12}{:>11.2f}x  {:<14}{}\n", name, pr.step_s,
                      ooc::human_bytes(pr.peak_bytes), in_core > 0 ? pr.step_s / in_core : 0.0,
                      fits ? "" : "does not fit", p.str());
   };
-  row(forced_ ? "forced (--ooc-plan)" : "planner", plan(), predicted_, predicted_.peak_bytes <= budget_);
-  for (const ooc::Evaluated& b : planned_.baselines) row(ooc::strategy_name(b.strategy), b.plan, b.prediction, b.fits);
+  row(forced_ ? "forced (--ooc-plan)" : "planner", plan(), predicted_,
+      predicted_.peak_bytes <= budget_);
+  for (const ooc::Evaluated& b : planned_.baselines)
+    row(ooc::strategy_name(b.strategy), b.plan, b.prediction, b.fits);
   const ooc::SmallestBudget low = ooc::smallest_budget(chain_, profile_);
-  r += fmt::format("\nsmallest budget any plan fits: {} ({} bytes), plan {}{}\n", ooc::human_bytes(low.bytes),
-                   low.bytes, low.plan.str(), low.proven ? "" : " (search cut short: the smallest found)");
+  r += fmt::format("\nsmallest budget any plan fits: {} ({} bytes), plan {}{}\n",
+                   ooc::human_bytes(low.bytes), low.bytes, low.plan.str(),
+                   low.proven ? "" : " (search cut short: the smallest found)");
   return r;
 }
 

@@ -44,8 +44,8 @@ class OutOfCore {
   const ooc::PlannerResult& planned() const { return planned_; }
   const ooc::Plan& plan() const { return runtime_->schedule().plan(); }
   bool profile_from_cache() const { return from_cache_; }
-  uint64_t high_water() const { return high_water_; }     // the most of any step so far
-  double measured_step_s() const;                          // median forward+backward
+  uint64_t high_water() const { return high_water_; }  // the most of any step so far
+  double measured_step_s() const;                      // median forward+backward
   double predicted_step_s() const { return predicted_.step_s; }
   uint64_t predicted_peak() const { return predicted_.peak_bytes; }
   uint64_t budget() const { return budget_; }
@@ -76,7 +76,7 @@ class OutOfCore {
   bool forced_ = false;
   uint64_t high_water_ = 0;
   std::vector<double> step_s_;
-  std::string key_;    // what the profile depends on, as JSON
+  std::string key_;      // what the profile depends on, as JSON
   bool writer_ = false;  // this rank writes the cached profile (one per stage)
 };
 

@@ -34,7 +34,8 @@ void make_folder(const char* flag, const std::string& path, const fs::path& fold
 // Proves `folder` writable by creating a file there and removing it: access(2) would say yes to
 // root on a read-only filesystem.
 void probe_folder(const char* flag, const std::string& path, const fs::path& folder) {
-  const std::string probe = (folder / (".tandem-write-test-" + std::to_string(::getpid()))).string();
+  const std::string probe =
+      (folder / (".tandem-write-test-" + std::to_string(::getpid()))).string();
   const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0)
     user_error("{} '{}': cannot write in folder '{}': {}", flag, path, folder.string(),
@@ -63,10 +64,11 @@ void check_save_folder(const std::string& dir) {
     user_error("--save '{}' is a file; give a folder for the checkpoints", dir);
   // Step folders written beside a single checkpoint's files would make the folder two things.
   if (io::is_single_checkpoint(dir))
-    user_error("--save '{}' is itself a checkpoint (it holds meta.json); --save takes the folder "
-               "the step-numbered checkpoints go in: give a new folder (--resume '{}' --save NEW "
-               "continues from this one)",
-               dir, dir);
+    user_error(
+        "--save '{}' is itself a checkpoint (it holds meta.json); --save takes the folder "
+        "the step-numbered checkpoints go in: give a new folder (--resume '{}' --save NEW "
+        "continues from this one)",
+        dir, dir);
   make_folder("--save", dir, dir);
   probe_folder("--save", dir, dir);
 }
@@ -106,10 +108,11 @@ SaveFolderLock::SaveFolderLock(const std::string& dir)
       if (n > 0) holder = std::string(buf, static_cast<size_t>(n));
       while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
       ::close(fd);
-      user_error("--save '{}' is being written by another tandem run ({}, which holds '{}'): two "
-                 "runs writing one folder would remove each other's checkpoints; give this run "
-                 "another --save folder, or wait for that run to end",
-                 dir, holder.empty() ? "its pid not yet written" : "pid " + holder, path_);
+      user_error(
+          "--save '{}' is being written by another tandem run ({}, which holds '{}'): two "
+          "runs writing one folder would remove each other's checkpoints; give this run "
+          "another --save folder, or wait for that run to end",
+          dir, holder.empty() ? "its pid not yet written" : "pid " + holder, path_);
     }
     struct stat held, now;
     if (::fstat(fd, &held) == 0 && ::stat(path_.c_str(), &now) == 0 && held.st_ino == now.st_ino &&

@@ -21,7 +21,8 @@ Batch RankBatches::draw(const BatchSampler& sampler, int64_t index) const {
 std::vector<parallel::MicroBatch> RankBatches::micro_batches(const Batch& b) const {
   std::vector<parallel::MicroBatch> out;
   for (int k = 0; k < micro_batches_; ++k) {
-    const size_t at = static_cast<size_t>(k) * static_cast<size_t>(rows_) * static_cast<size_t>(seq_len_);
+    const size_t at =
+        static_cast<size_t>(k) * static_cast<size_t>(rows_) * static_cast<size_t>(seq_len_);
     out.push_back({b.inputs.data() + at, b.targets.data() + at, rows_, seq_len_,
                    first_row_ + static_cast<int64_t>(k) * rows_});
   }

@@ -18,7 +18,7 @@ class RankBatches {
   RankBatches(const TrainConfig& config, const parallel::Grid& grid);
 
   int micro_batch_count() const { return micro_batches_; }  // per global batch
-  int micro_rows() const { return rows_; }                   // rows of each micro-batch
+  int micro_rows() const { return rows_; }                  // rows of each micro-batch
 
   // This rank's rows of global batch `index` of `sampler` (a training step, or a validation
   // batch): rows [d B/dp, (d+1) B/dp) for data-parallel rank d.

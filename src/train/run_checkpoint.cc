@@ -5,8 +5,8 @@
 
 #include <memory>
 
-#include "tandem/core/error.h"
 #include "corpus_cache.h"
+#include "tandem/core/error.h"
 
 namespace tandem::train {
 
@@ -19,7 +19,7 @@ std::shared_ptr<const ResumeState> prepare_resume(const TrainConfig& cfg) {
   io::refuse_non_finite(ck.weights, ck.folder, "weights");
   io::refuse_non_finite(ck.optimizer, ck.folder, "optimizer state");
   io::check_config_compatible(dir, meta.model_config, model_config_to_json(cfg.model),
-                          model_compat_keys());
+                              model_compat_keys());
   const std::string_view optimizer = parallel::optimizer_name(cfg.optimizer.kind);
   if (meta.optimizer != optimizer)
     user_error("checkpoint '{}' was trained with optimizer {}, this run asks for {}", dir,
@@ -54,7 +54,7 @@ std::shared_ptr<const ResumeState> prepare_resume(const TrainConfig& cfg) {
 namespace detail {
 
 io::Checkpoint run_checkpoint(const TrainConfig& cfg, const Corpus& corpus, int64_t step,
-                          parallel::WholeModelState& state) {
+                              parallel::WholeModelState& state) {
   io::Checkpoint ck;
   ck.meta.model_config = model_config_to_json(cfg.model);
   ck.meta.step = step;
@@ -62,7 +62,7 @@ io::Checkpoint run_checkpoint(const TrainConfig& cfg, const Corpus& corpus, int6
   ck.meta.data_fingerprint = corpus.fingerprint_hex();
   ck.meta.data_position = step;  // the sampler is counter-based: the next step to draw
   ck.meta.rng_seed = cfg.seed;
-  ck.meta.rng_counter = step;    // dropout keys are (seed, step)
+  ck.meta.rng_counter = step;  // dropout keys are (seed, step)
   ck.meta.optimizer = parallel::optimizer_name(cfg.optimizer.kind);
   nlohmann::json h = cfg.optimizer.to_json();
   h["lr"] = cfg.lr;
@@ -76,7 +76,8 @@ io::Checkpoint run_checkpoint(const TrainConfig& cfg, const Corpus& corpus, int6
                    {"validation_fraction", cfg.validation_fraction}};
   ck.weights = tensor_views(state.weights, cfg.model, "");
   ck.optimizer = tensor_views(state.m, cfg.model, "m.");
-  for (io::NamedTensor& t : tensor_views(state.v, cfg.model, "v.")) ck.optimizer.push_back(std::move(t));
+  for (io::NamedTensor& t : tensor_views(state.v, cfg.model, "v."))
+    ck.optimizer.push_back(std::move(t));
   return ck;
 }
 

@@ -6,11 +6,11 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint_tensors.h"
 #include "tandem/io/checkpoint.h"
 #include "tandem/parallel/model_state.h"
 #include "tandem/train/data.h"
 #include "tandem/train/trainer.h"
-#include "checkpoint_tensors.h"
 
 namespace tandem::train {
 
@@ -29,7 +29,7 @@ namespace detail {
 // optimizer and learning-rate settings, batch and grid) and `state`'s tensors, viewed, not
 // copied: `state` must outlive it.
 io::Checkpoint run_checkpoint(const TrainConfig& config, const Corpus& corpus, int64_t step,
-                          parallel::WholeModelState& state);
+                              parallel::WholeModelState& state);
 
 }  // namespace detail
 }  // namespace tandem::train

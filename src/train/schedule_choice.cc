@@ -30,8 +30,9 @@ struct Tuned {
   size_t chunk_bytes = 0;  // 0: the process's comm::chunk_bytes()
 };
 
-Tuned tuned_schedule(const dsl::Program& program, comm::Communicator& comm, const dsl::SymbolMap& sizes,
-                     bool tune_now, exec::RunnerKind executor, const std::vector<std::string>& only = {}) {
+Tuned tuned_schedule(const dsl::Program& program, comm::Communicator& comm,
+                     const dsl::SymbolMap& sizes, bool tune_now, exec::RunnerKind executor,
+                     const std::vector<std::string>& only = {}) {
   tune::TuneOptions o;
   o.sizes = sizes;
   o.only = only;
@@ -44,10 +45,11 @@ Tuned tuned_schedule(const dsl::Program& program, comm::Communicator& comm, cons
   if (comm.rank() == 0) {
     const tune::TuneKey key = tune::tune_key(program, comm, o);
     std::string stale;
-    if (auto record = tune::load_record(key, exec::jit_cache_dir(), &stale)) text = tune::record_to_json(*record, -1);
+    if (auto record = tune::load_record(key, exec::jit_cache_dir(), &stale))
+      text = tune::record_to_json(*record, -1);
     if (!stale.empty())
-      fmt::print(stderr, "train: {}; `tandem train --tune` or `tandem tune {}` makes a new one\n", stale,
-                 program.name());
+      fmt::print(stderr, "train: {}; `tandem train --tune` or `tandem tune {}` makes a new one\n",
+                 stale, program.name());
   }
   text = comm::broadcast_string(comm, text);
   if (text.empty()) return {};
@@ -73,36 +75,37 @@ parallel::ProgramOptions ScheduleChoice::model_programs(int rows) {
   const double p = cfg_.model.dropout;
   bool shard = cfg_.grid.tp > 1 || (cfg_.grid.pp > 1 && !grid_.last_stage());
   if (shard) {
-    const Tuned w = tuned_schedule(dsl::workloads::megatron_layer(DType::F32, p), grid_.tp(), sizes, cfg_.tune,
-                                   executor_);
+    const Tuned w = tuned_schedule(dsl::workloads::megatron_layer(DType::F32, p), grid_.tp(), sizes,
+                                   cfg_.tune, executor_);
     from_autotuner_ |= !w.schedule.empty();
     o.epilogue_schedules = prefer(w, o.epilogue_schedules);
   }
   if (cfg_.grid.tp > 1) {  // the backward's sum of input gradients, (rows x seq_len, d_model)
-    const Tuned w =
-        tuned_schedule(dsl::workloads::sum_in_place(), grid_.tp(), {{"N", N * C}}, cfg_.tune, executor_);
+    const Tuned w = tuned_schedule(dsl::workloads::sum_in_place(), grid_.tp(), {{"N", N * C}},
+                                   cfg_.tune, executor_);
     from_autotuner_ |= !w.schedule.empty();
     o.tp_sum_schedules = prefer(w, o.tp_sum_schedules);
   }
   // The pipeline program runs on each link, chosen on the link so that both ends agree: the
   // link from the previous stage first, as ParallelGPT sets them up.
   if (grid_.from_prev() != nullptr) {
-    const Tuned w = tuned_schedule(dsl::workloads::pipeline_stage(DType::F32, p), *grid_.from_prev(), sizes,
-                                   cfg_.tune, executor_);
+    const Tuned w = tuned_schedule(dsl::workloads::pipeline_stage(DType::F32, p),
+                                   *grid_.from_prev(), sizes, cfg_.tune, executor_);
     from_autotuner_ |= !w.schedule.empty();
     o.pipeline_recv_schedules = prefer(w, o.pipeline_recv_schedules);
   }
   if (grid_.to_next() != nullptr) {
-    const Tuned w = tuned_schedule(dsl::workloads::pipeline_stage(DType::F32, p), *grid_.to_next(), sizes,
-                                   cfg_.tune, executor_);
+    const Tuned w = tuned_schedule(dsl::workloads::pipeline_stage(DType::F32, p), *grid_.to_next(),
+                                   sizes, cfg_.tune, executor_);
     from_autotuner_ |= !w.schedule.empty();
     o.pipeline_schedules = prefer(w, o.pipeline_schedules);
   }
   if (grid_.tied() != nullptr) {  // the first and the last stage, after their links
     const parallel::ShardLayout layout(cfg_.model, cfg_.grid, grid_.coord().tp, grid_.coord().pp);
-    const int64_t wte = (grid_.first_stage() ? layout.tensors().front() : layout.tensors().back()).numel();
-    const Tuned w =
-        tuned_schedule(dsl::workloads::sum_in_place(), *grid_.tied(), {{"N", wte}}, cfg_.tune, executor_);
+    const int64_t wte =
+        (grid_.first_stage() ? layout.tensors().front() : layout.tensors().back()).numel();
+    const Tuned w = tuned_schedule(dsl::workloads::sum_in_place(), *grid_.tied(), {{"N", wte}},
+                                   cfg_.tune, executor_);
     from_autotuner_ |= !w.schedule.empty();
     o.tied_sum_schedules = prefer(w, o.tied_sum_schedules);
   }
@@ -110,14 +113,16 @@ parallel::ProgramOptions ScheduleChoice::model_programs(int rows) {
 }
 
 parallel::SchedulePreferences ScheduleChoice::optimizer_schedules() {
-  if (cfg_.optimizer.kind != parallel::OptimizerKind::AdamW) return {parallel::optimizer_schedule_preferences()};
+  if (cfg_.optimizer.kind != parallel::OptimizerKind::AdamW)
+    return {parallel::optimizer_schedule_preferences()};
   const dsl::Program program = parallel::optimizer_program(cfg_.optimizer);
   std::vector<std::string> only;
   if (cfg_.grid.dp > 1)
     for (const schedule::NamedSchedule& s : schedule::enumerate_schedules(program))
       if (!s.recipe.slice.empty()) only.push_back(s.name);
   const parallel::ShardLayout layout(cfg_.model, cfg_.grid, grid_.coord().tp, grid_.coord().pp);
-  const Tuned w = tuned_schedule(program, grid_.dp(), {{"N", layout.size()}}, cfg_.tune, executor_, only);
+  const Tuned w =
+      tuned_schedule(program, grid_.dp(), {{"N", layout.size()}}, cfg_.tune, executor_, only);
   from_autotuner_ |= !w.schedule.empty();
   return prefer(w, {parallel::optimizer_schedule_preferences()});
 }

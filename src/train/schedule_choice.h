@@ -17,8 +17,7 @@ namespace tandem::train::detail {
 
 class ScheduleChoice {
  public:
-  ScheduleChoice(const TrainConfig& config, const parallel::Grid& grid,
-                 exec::RunnerKind executor)
+  ScheduleChoice(const TrainConfig& config, const parallel::Grid& grid, exec::RunnerKind executor)
       : cfg_(config), grid_(grid), executor_(executor) {}
 
   // The Megatron and pipeline programs' schedules for micro-batches of `rows` rows of seq_len

@@ -4,9 +4,8 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "tandem/core/tensor.h"
 
@@ -16,7 +15,8 @@ namespace tandem::train::detail {
 void gather_trace(comm::Communicator& world, io::TraceRecorder& trace) {
   constexpr int kTraceTag = 30001;
   const double origin_ns = static_cast<double>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(trace.origin().time_since_epoch()).count());
+      std::chrono::duration_cast<std::chrono::nanoseconds>(trace.origin().time_since_epoch())
+          .count());
   if (world.rank() != 0) {
     const std::string text = trace.json();
     Tensor header = Tensor::zeros(DType::BF16, Shape{8});
@@ -42,8 +42,9 @@ void gather_trace(comm::Communicator& world, io::TraceRecorder& trace) {
     const double shift_us = (their_origin_ns - origin_ns) / 1e3;
     for (const auto& e : j.at("traceEvents"))
       if (e.value("ph", "") == "X")
-        trace.record_us(e.at("pid").get<int>(), e.value("cat", "compute"), e.at("name").get<std::string>(),
-                        e.at("ts").get<double>() + shift_us, e.at("dur").get<double>());
+        trace.record_us(e.at("pid").get<int>(), e.value("cat", "compute"),
+                        e.at("name").get<std::string>(), e.at("ts").get<double>() + shift_us,
+                        e.at("dur").get<double>());
   }
 }
 

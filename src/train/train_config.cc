@@ -42,7 +42,8 @@ void TrainConfig::validate() const {
     user_error("--dropout {} must be in [0, 1)", model.dropout);
   model.validate();
   if (model.vocab_size != kByteVocab)
-    user_error("the model's vocabulary is {}; tandem trains on bytes (256 tokens)", model.vocab_size);
+    user_error("the model's vocabulary is {}; tandem trains on bytes (256 tokens)",
+               model.vocab_size);
   if (batch < 1) user_error("--batch {} must be at least 1", batch);
   if (steps < 0) user_error("--steps {} must be 0 or more", steps);
   // The optimizer programs compute in f32: a rate past its range would be infinite there.
@@ -63,28 +64,33 @@ void TrainConfig::validate() const {
   if (!memory_budget.empty()) flag("--memory-budget", [&] { ooc::parse_budget(memory_budget, 1); });
   if (plan_only && memory_budget.empty()) user_error("tandem plan needs --memory-budget");
   if (!ooc_plan.empty()) {
-    if (memory_budget.empty()) user_error("--ooc-plan needs --memory-budget (a plan places memory within a budget)");
+    if (memory_budget.empty())
+      user_error("--ooc-plan needs --memory-budget (a plan places memory within a budget)");
     flag("--ooc-plan", [&] { ooc::Plan::parse(ooc_plan); });
   }
   if (grid.dp < 1 || grid.tp < 1 || grid.pp < 1)
     user_error("--dp {}, --tp {}, --pp {}: each must be at least 1", grid.dp, grid.tp, grid.pp);
   const int64_t ranks = int64_t{grid.dp} * grid.tp * grid.pp;
   if (backend == comm::Backend::Thread && ranks > comm::kMaxThreadRanks)
-    user_error("--dp {} x --tp {} x --pp {} is {} ranks; the thread backend runs at most {}, each a "
-               "thread of this process: use --backend mpi under mpirun for more",
-               grid.dp, grid.tp, grid.pp, ranks, comm::kMaxThreadRanks);
-  if (micro_batches < 0) user_error("--micro-batches {} must be 0 (automatic) or more", micro_batches);
+    user_error(
+        "--dp {} x --tp {} x --pp {} is {} ranks; the thread backend runs at most {}, each a "
+        "thread of this process: use --backend mpi under mpirun for more",
+        grid.dp, grid.tp, grid.pp, ranks, comm::kMaxThreadRanks);
+  if (micro_batches < 0)
+    user_error("--micro-batches {} must be 0 (automatic) or more", micro_batches);
   if (model.n_heads % grid.tp != 0)
     user_error("--tp {} must divide the number of heads ({})", grid.tp, model.n_heads);
   if (grid.pp > model.n_layers)
-    user_error("--pp {} needs at least {} layers; the model has {}", grid.pp, grid.pp, model.n_layers);
+    user_error("--pp {} needs at least {} layers; the model has {}", grid.pp, grid.pp,
+               model.n_layers);
   if (batch % grid.dp != 0)
     user_error("--batch {} does not split evenly over --dp {} data-parallel ranks", batch, grid.dp);
   const int M = micro_batch_count();
   if ((batch / grid.dp) % M != 0)
-    user_error("each data-parallel rank's {} rows do not split evenly into {} micro-batches "
-               "(--batch {}, --dp {}, --micro-batches {})",
-               batch / grid.dp, M, batch, grid.dp, M);
+    user_error(
+        "each data-parallel rank's {} rows do not split evenly into {} micro-batches "
+        "(--batch {}, --dp {}, --micro-batches {})",
+        batch / grid.dp, M, batch, grid.dp, M);
   if (!(validation_fraction >= 0 && validation_fraction < 1))
     user_error("the validation fraction {} must be in [0, 1)", validation_fraction);
   if (eval_every < 0) user_error("--eval-every {} must be 0 (never) or more", eval_every);
@@ -101,10 +107,11 @@ void TrainConfig::validate() const {
     user_error("--comm-timeout {} must be a number of seconds, 0 (wait forever) or more",
                *comm_timeout_s);
   if (blas_threads < 0) user_error("--threads {} must be 0 (automatic) or more", blas_threads);
-  const double model_mib = static_cast<double>(nn::gpt_num_parameters(model)) * sizeof(float) / (1 << 20);
+  const double model_mib =
+      static_cast<double>(nn::gpt_num_parameters(model)) * sizeof(float) / (1 << 20);
   if (optimizer.bucket_mb && *optimizer.bucket_mb > model_mib)
-    user_error("--bucket-mb {}: the model's parameters are {:.2f} MiB; a bucket must be smaller", *optimizer.bucket_mb,
-               model_mib);
+    user_error("--bucket-mb {}: the model's parameters are {:.2f} MiB; a bucket must be smaller",
+               *optimizer.bucket_mb, model_mib);
 }
 
 }  // namespace tandem::train

@@ -19,6 +19,12 @@
 #include <string_view>
 #include <thread>
 
+#include "corpus_cache.h"
+#include "out_of_core.h"
+#include "output_paths.h"
+#include "rank_batches.h"
+#include "run_checkpoint.h"
+#include "schedule_choice.h"
 #include "tandem/comm/mpi.h"
 #include "tandem/comm/thread.h"
 #include "tandem/core/blas.h"
@@ -31,12 +37,6 @@
 #include "tandem/train/data.h"
 #include "tandem/train/memory_estimate.h"
 #include "tandem/train/progress.h"
-#include "corpus_cache.h"
-#include "out_of_core.h"
-#include "output_paths.h"
-#include "rank_batches.h"
-#include "run_checkpoint.h"
-#include "schedule_choice.h"
 #include "trace_gather.h"
 #include "validation.h"
 
@@ -56,7 +56,8 @@ double seconds_since(Clock::time_point t) {
 bool exchange_may_overlap(const TrainConfig& c) {
   if (c.backend != comm::Backend::Mpi) return true;
   const auto level = comm::mpi_thread_level();
-  const auto needed = c.grid.tp == 1 && c.grid.pp == 1 ? comm::MpiThreads::Serialized : comm::MpiThreads::Multiple;
+  const auto needed =
+      c.grid.tp == 1 && c.grid.pp == 1 ? comm::MpiThreads::Serialized : comm::MpiThreads::Multiple;
   return level && *level >= needed;
 }
 
@@ -70,12 +71,12 @@ int local_ranks_for_blas(const TrainConfig& c) {
 void warn_thread_backend_under_mpirun(const TrainConfig& c) {
   const auto job = comm::launched_mpi_job();
   if (!job) return;
-  (c.out != nullptr ? *c.out : std::cout)
-      << fmt::format("tandem train: warning: this process is rank {} of {} started by an MPI "
-                     "launcher, but --backend thread runs all {} ranks inside each process: the {} "
-                     "processes train {} separate copies; give --backend mpi to train one model "
-                     "across them\n",
-                     job->rank, job->size, c.grid.size(), job->size, job->size);
+  (c.out != nullptr ? *c.out : std::cout) << fmt::format(
+      "tandem train: warning: this process is rank {} of {} started by an MPI "
+      "launcher, but --backend thread runs all {} ranks inside each process: the {} "
+      "processes train {} separate copies; give --backend mpi to train one model "
+      "across them\n",
+      job->rank, job->size, c.grid.size(), job->size, job->size);
 }
 
 // ----------------------------------------------------------------------------- one rank's run
@@ -109,14 +110,16 @@ class RankRun {
         out_(cfg.out != nullptr ? *cfg.out : std::cout) {
     if (resume_) last_checkpoint_ = {resume_->meta.step, resume_->folder};
     if (cfg.eval_every > 0) val_sampler_.emplace(detail::validation_sampler(*corpus_, cfg));
-    model_.set_event_sink([this](std::string_view stream, std::string_view name, Clock::time_point b,
-                                 Clock::time_point e, double self_s) { on_event(stream, name, b, e, self_s); });
+    model_.set_event_sink([this](std::string_view stream, std::string_view name,
+                                 Clock::time_point b, Clock::time_point e,
+                                 double self_s) { on_event(stream, name, b, e, self_s); });
     // The data-parallel exchange of a block's gradients starts as soon as the backward is done
     // with it (docs/training.md says why that is safe).
     model_.set_gradients_ready([this](int layer) { opt_.layer_ready(layer); });
     opt_.set_segment_sink([this](std::string_view name, Clock::time_point b, Clock::time_point e) {
       if (!profiling_ && trace_ != nullptr && trace_->enabled())
-        trace_->record(grid_.world().rank(), io::kExchangeStream, fmt::format("dp exchange {}", name), b, e);
+        trace_->record(grid_.world().rank(), io::kExchangeStream,
+                       fmt::format("dp exchange {}", name), b, e);
     });
   }
 
@@ -171,10 +174,10 @@ class RankRun {
   parallel::ParallelGPT model_;
   parallel::DataParallelOptimizer opt_;
   std::ostream& out_;
-  io::PhaseTimer phases_;  // this step's, on the lead rank
-  bool profiling_ = false;  // the out-of-core profile's steps are not reported
+  io::PhaseTimer phases_;                       // this step's, on the lead rank
+  bool profiling_ = false;                      // the out-of-core profile's steps are not reported
   std::unique_ptr<io::MetricsWriter> metrics_;  // lead rank only
-  std::unique_ptr<Progress> progress_;      // lead rank only
+  std::unique_ptr<Progress> progress_;          // lead rank only
   // For the message of a divergence: the last step with a finite loss, and the newest good
   // checkpoint (the one resumed from, or this run's last save).
   int64_t last_finite_step_ = -1;
@@ -223,7 +226,9 @@ TrainResult RankRun::run() {
       // Every rank holds the same (all-reduced) loss, so all stop here together.
       report_step(step, loss, std::nullopt, lr, step_s);
       diverged(fmt::format("the loss at step {} is {}", step + 1,
-                           std::isnan(loss) ? "NaN" : loss > 0 ? "+infinity" : "-infinity"));
+                           std::isnan(loss) ? "NaN"
+                           : loss > 0       ? "+infinity"
+                                            : "-infinity"));
     }
     if (ooc_) ooc_->after_step(trace_, grid_.world().rank());
     std::optional<double> val;
@@ -275,10 +280,13 @@ int64_t RankRun::initialise() {
 void RankRun::plan_out_of_core(int64_t first_step) {
   const Batch b = batches_.draw(sampler_, first_step);
   profiling_ = true;
-  ooc_->prepare([&] {
-    model_.grads().fill(0.0f);
-    model_.forward_backward(batches_.micro_batches(b), cfg_.seed, static_cast<uint64_t>(first_step));
-  }, grid_.tp(), lead_ && cfg_.progress ? &out_ : nullptr);
+  ooc_->prepare(
+      [&] {
+        model_.grads().fill(0.0f);
+        model_.forward_backward(batches_.micro_batches(b), cfg_.seed,
+                                static_cast<uint64_t>(first_step));
+      },
+      grid_.tp(), lead_ && cfg_.progress ? &out_ : nullptr);
   profiling_ = false;
 }
 
@@ -305,8 +313,9 @@ void RankRun::open_reports(int64_t first) {
     }
   }
   if (resume_ && first >= cfg_.steps && lead_)
-    out_ << fmt::format("tandem train: the checkpoint is at step {}, --steps is {}: nothing to do\n",
-                        first, cfg_.steps);
+    out_ << fmt::format(
+        "tandem train: the checkpoint is at step {}, --steps is {}: nothing to do\n", first,
+        cfg_.steps);
 }
 
 // What each rank holds for training (parameters, gradients, optimizer state, the exchange's
@@ -325,27 +334,31 @@ std::string RankRun::memory_lines() {
                            Tensor::view_of(all.data(), DType::F32, Shape{kFields * n}));
   auto line = [&](int r) {
     const float* f = all.data() + static_cast<ptrdiff_t>(kFields * r);
-    const std::string share =
-        opt_.state_sliced() && cfg_.grid.dp > 1 ? fmt::format(", 1/{} of the model's", cfg_.grid.dp) : "";
+    const std::string share = opt_.state_sliced() && cfg_.grid.dp > 1
+                                  ? fmt::format(", 1/{} of the model's", cfg_.grid.dp)
+                                  : "";
     const std::string state =
         opt_.state_tier_description().empty()
             ? fmt::format("optimizer state {:.2f} MiB{}", f[2], share)
-            : fmt::format("optimizer state in the slow tier ({}) {:.2f} MiB{}, staged through {:.2f} MiB",
-                          opt_.state_tier_description(), static_cast<double>(opt_.state_tier_bytes()) / (1 << 20),
-                          share, f[2]);
-    return fmt::format("parameters {:.2f} MiB, gradients {:.2f} MiB, {}, exchange buffers {:.2f} MiB", f[0], f[1],
-                       state, f[3]);
+            : fmt::format(
+                  "optimizer state in the slow tier ({}) {:.2f} MiB{}, staged through {:.2f} MiB",
+                  opt_.state_tier_description(),
+                  static_cast<double>(opt_.state_tier_bytes()) / (1 << 20), share, f[2]);
+    return fmt::format(
+        "parameters {:.2f} MiB, gradients {:.2f} MiB, {}, exchange buffers {:.2f} MiB", f[0], f[1],
+        state, f[3]);
   };
   bool same = true;
-  for (int r = 1; r < n; ++r) same = same && std::equal(all.begin(), all.begin() + kFields, all.begin() + kFields * r);
+  for (int r = 1; r < n; ++r)
+    same = same && std::equal(all.begin(), all.begin() + kFields, all.begin() + kFields * r);
   std::string out;
   if (same) {
     out = fmt::format("  memory on {}: {}\n", n == 1 ? "the rank" : "every rank", line(0));
   } else {
     for (int r = 0; r < n; ++r) out += fmt::format("  memory on rank {}: {}\n", r, line(r));
   }
-  std::string exchange = fmt::format("{} bucket{} of blocks + the embeddings and ln_f", opt_.buckets(),
-                                     opt_.buckets() == 1 ? "" : "s");
+  std::string exchange = fmt::format("{} bucket{} of blocks + the embeddings and ln_f",
+                                     opt_.buckets(), opt_.buckets() == 1 ? "" : "s");
   if (cfg_.optimizer.kind == parallel::OptimizerKind::Lamb)
     exchange += fmt::format(" ({} tensors, a trust ratio each)", opt_.tensors());
   out += fmt::format("  data-parallel exchange: {}, {}\n", exchange,
@@ -375,20 +388,25 @@ void RankRun::print_header(int64_t first_step) {
                 "({})",
                 optimizer, *cfg_.optimizer.clip_grad_norm, opt_.schedule_name(),
                 opt_.executor_name())
-          : fmt::format("  optimizer {}: program {} schedule {}{} ({})", optimizer,
-                        cfg_.optimizer.kind == parallel::OptimizerKind::Lamb ? "lamb_bucket" : "adam", opt_.schedule_name(),
-                        opt_.chunk_bytes() != 0 ? fmt::format(" at {}-byte chunks", opt_.chunk_bytes()) : "",
-                        opt_.executor_name());
+          : fmt::format(
+                "  optimizer {}: program {} schedule {}{} ({})", optimizer,
+                cfg_.optimizer.kind == parallel::OptimizerKind::Lamb ? "lamb_bucket" : "adam",
+                opt_.schedule_name(),
+                opt_.chunk_bytes() != 0 ? fmt::format(" at {}-byte chunks", opt_.chunk_bytes())
+                                        : "",
+                opt_.executor_name());
   if (!model_.epilogue_schedule().empty())
     programs += fmt::format("; megatron_layer schedule {}", model_.epilogue_schedule());
   if (!model_.tp_sum_schedule().empty())
     programs += fmt::format("; sum_in_place schedule {}", model_.tp_sum_schedule());
   if (!model_.pipeline_schedule().empty())
-    programs += fmt::format("; pipeline_stage schedule {}, gradients back by grad_handoff", model_.pipeline_schedule());
+    programs += fmt::format("; pipeline_stage schedule {}, gradients back by grad_handoff",
+                            model_.pipeline_schedule());
   if (!model_.executor().empty() && model_.executor() != opt_.executor_name())
     programs += fmt::format(" ({})", model_.executor());
   const int M = batches_.micro_batch_count();
-  if (M > 1) programs += fmt::format("; {} micro-batches of {} rows, 1F1B", M, batches_.micro_rows());
+  if (M > 1)
+    programs += fmt::format("; {} micro-batches of {} rows, 1F1B", M, batches_.micro_rows());
   programs += schedules_.from_autotuner()
                   ? (cfg_.tune ? "; schedules autotuned" : "; schedules from the autotuner's cache")
                   : "; schedules by preference (no autotuner record: --tune makes one)";
@@ -464,16 +482,16 @@ void RankRun::save(int64_t step) {
 }
 
 void RankRun::diverged(const std::string& what) const {
-  const std::string before =
-      last_finite_step_ > 0
-          ? fmt::format(" (the last finite loss was {:.4f}, at step {})", last_finite_loss_,
-                        last_finite_step_)
-          : "";
+  const std::string before = last_finite_step_ > 0
+                                 ? fmt::format(" (the last finite loss was {:.4f}, at step {})",
+                                               last_finite_loss_, last_finite_step_)
+                                 : "";
   std::string kept;
   if (last_checkpoint_.step >= 0)
-    kept = fmt::format("; the last checkpoint, at step {} in '{}', is kept: resume from it with a "
-                       "lower --lr or a longer --warmup",
-                       last_checkpoint_.step, last_checkpoint_.folder);
+    kept = fmt::format(
+        "; the last checkpoint, at step {} in '{}', is kept: resume from it with a "
+        "lower --lr or a longer --warmup",
+        last_checkpoint_.step, last_checkpoint_.folder);
   else if (!cfg_.save_dir.empty())
     kept = "; no checkpoint was saved before it (--save-every N saves one every N steps)";
   // Every rank holds the same loss and the same whole model: they all stop here, together.
@@ -485,13 +503,15 @@ void RankRun::stop_after_failed_output(int64_t step, const std::string& failed) 
   std::string kept;
   if (!cfg_.save_dir.empty()) {
     if (!checkpoint_due(step)) save(step + 1);
-    kept = fmt::format("; the checkpoint at step {} is saved in '{}': resume from it once the "
-                       "output can be written",
-                       step + 1, last_checkpoint_.folder);
+    kept = fmt::format(
+        "; the checkpoint at step {} is saved in '{}': resume from it once the "
+        "output can be written",
+        step + 1, last_checkpoint_.folder);
   } else {
     kept = " (without --save, the model is lost)";
   }
-  throw comm::CollectiveError(fmt::format("{}; training stopped after step {}{}", failed, step + 1, kept));
+  throw comm::CollectiveError(
+      fmt::format("{}; training stopped after step {}{}", failed, step + 1, kept));
 }
 
 std::string RankRun::report_step(int64_t step, double loss, std::optional<double> val, double lr,
@@ -546,10 +566,13 @@ void RankRun::print_summary(const TrainResult& result, int64_t ran) {
   if (progress_) progress_->finish();
   if (ran > 0) {
     std::string val;
-    if (!result.val_losses.empty()) val = fmt::format(" (validation {:.4f})", result.val_losses.back().second);
-    out_ << fmt::format("tandem train: {} steps in {:.1f} s ({:.3f} s/step, {:.0f} tokens/s); loss {:.4f} -> {:.4f}{}\n",
-                        ran, result.seconds, result.seconds / static_cast<double>(ran),
-                        result.tokens_per_s, result.losses.front(), result.losses.back(), val);
+    if (!result.val_losses.empty())
+      val = fmt::format(" (validation {:.4f})", result.val_losses.back().second);
+    out_ << fmt::format(
+        "tandem train: {} steps in {:.1f} s ({:.3f} s/step, {:.0f} tokens/s); loss {:.4f} -> "
+        "{:.4f}{}\n",
+        ran, result.seconds, result.seconds / static_cast<double>(ran), result.tokens_per_s,
+        result.losses.front(), result.losses.back(), val);
   }
   if (ooc_ && ran > 0) out_ << ooc_->summary_line();
   if (!cfg_.save_dir.empty() && (ran > 0 || (!resume_ && last_checkpoint_.step >= 0)))
@@ -563,11 +586,15 @@ void RankRun::print_summary(const TrainResult& result, int64_t ran) {
 void RankRun::on_event(std::string_view stream, std::string_view name, Clock::time_point b,
                        Clock::time_point e, double s) {
   if (profiling_) return;
-  if (trace_ != nullptr && trace_->enabled()) trace_->record(grid_.world().rank(), stream, name, b, e);
+  if (trace_ != nullptr && trace_->enabled())
+    trace_->record(grid_.world().rank(), stream, name, b, e);
   if (!lead_) return;
-  if (stream == io::kCommStream) phases_.add("comm", s);
-  else if (name.substr(0, 7) == "forward") phases_.add("forward", s);
-  else phases_.add("backward", s);
+  if (stream == io::kCommStream)
+    phases_.add("comm", s);
+  else if (name.substr(0, 7) == "forward")
+    phases_.add("forward", s);
+  else
+    phases_.add("backward", s);
 }
 
 // A span from `begin` to now on this rank's row of the trace, when there is one.
@@ -580,8 +607,8 @@ void RankRun::trace_span(std::string_view stream, std::string_view name, Clock::
 
 // --------------------------------------------------------------------------------- running
 
-TrainResult train_rank(comm::Communicator& world, const TrainConfig& config, io::TraceRecorder* trace,
-                       std::shared_ptr<const ResumeState> resume) {
+TrainResult train_rank(comm::Communicator& world, const TrainConfig& config,
+                       io::TraceRecorder* trace, std::shared_ptr<const ResumeState> resume) {
   config.validate();
   if (!resume) resume = prepare_resume(config);
   // What this rank is doing, for the message of a collective that times out.
@@ -611,7 +638,8 @@ TrainResult train(const TrainConfig& config) {
   const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   blas::set_num_threads(config.blas_threads > 0 ? config.blas_threads
                                                 : std::max(1, hw / local_ranks_for_blas(config)));
-  io::TraceRecorder trace(!config.trace_path.empty() && !config.plan_only);  // tandem plan writes its own
+  io::TraceRecorder trace(!config.trace_path.empty() &&
+                          !config.plan_only);  // tandem plan writes its own
   // Read the data and the checkpoint once, before any rank starts: their errors are the user's,
   // not one rank's (a split too short for a sequence is refused here too).
   const std::shared_ptr<const Corpus> corpus = detail::corpus_for(config);

@@ -9,7 +9,8 @@ constexpr uint64_t kValidationSeedTag = 0x76616c69646174ull;  // "validat"
 }  // namespace
 
 BatchSampler validation_sampler(const Corpus& corpus, const TrainConfig& cfg) {
-  return BatchSampler(corpus.validation, cfg.batch, cfg.model.seq_len, cfg.seed ^ kValidationSeedTag);
+  return BatchSampler(corpus.validation, cfg.batch, cfg.model.seq_len,
+                      cfg.seed ^ kValidationSeedTag);
 }
 
 double validation_loss(parallel::ParallelGPT& model, const RankBatches& batches,

@@ -4,10 +4,10 @@
 
 #include <cstdint>
 
+#include "rank_batches.h"
 #include "tandem/parallel/model.h"
 #include "tandem/train/data.h"
 #include "tandem/train/train_config.h"
-#include "rank_batches.h"
 
 namespace tandem::train::detail {
 

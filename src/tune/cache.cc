@@ -9,8 +9,8 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
 #include "tandem/core/error.h"
@@ -36,10 +36,15 @@ std::string sizes_str(const dsl::SymbolMap& sizes) {
 json key_json(const TuneKey& k) {
   json sizes = json::object();
   for (const auto& [s, v] : k.sizes) sizes[s] = v;
-  return {{"program", k.program}, {"program_hash", k.program_hash}, {"sizes", sizes},
-          {"ranks", k.ranks},     {"nodes", k.nodes},               {"backend", k.backend},
+  return {{"program", k.program},
+          {"program_hash", k.program_hash},
+          {"sizes", sizes},
+          {"ranks", k.ranks},
+          {"nodes", k.nodes},
+          {"backend", k.backend},
           {"executor", k.executor},
-          {"machine", k.machine}, {"candidates", k.candidates}};
+          {"machine", k.machine},
+          {"candidates", k.candidates}};
 }
 
 TuneKey key_from(const json& j) {
@@ -66,8 +71,9 @@ std::vector<double> sorted(std::vector<double> v) {
 std::string hash_hex(const std::string& text) { return fmt::format("{:016x}", fnv1a(text)); }
 
 std::string TuneKey::str() const {
-  return fmt::format("{} [{}] {} on {} ranks{} ({}, {} executor)", program, program_hash, sizes_str(sizes), ranks,
-                     nodes > 1 ? fmt::format(" of {} nodes", nodes) : "", backend, executor);
+  return fmt::format("{} [{}] {} on {} ranks{} ({}, {} executor)", program, program_hash,
+                     sizes_str(sizes), ranks, nodes > 1 ? fmt::format(" of {} nodes", nodes) : "",
+                     backend, executor);
 }
 
 std::string TuneKey::digest() const {
@@ -85,10 +91,11 @@ std::string machine_id() {
       if (flags.empty() && line.rfind("flags", 0) == 0) flags = fmt::format(" {} ", value());
     }
     std::vector<std::string> isa;
-    for (const char* x : {"sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512dq", "avx512vl",
-                          "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16"})
+    for (const char* x : {"sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512dq",
+                          "avx512vl", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16"})
       if (flags.find(fmt::format(" {} ", x)) != std::string::npos) isa.push_back(x);
-    return fmt::format("{} [{}] {} threads", model, fmt::join(isa, " "), std::thread::hardware_concurrency());
+    return fmt::format("{} [{}] {} threads", model, fmt::join(isa, " "),
+                       std::thread::hardware_concurrency());
   }();
   return id;
 }
@@ -113,11 +120,13 @@ double CandidateTiming::final_median() const {
 }
 
 double CandidateTiming::min() const {
-  return times.empty() ? std::numeric_limits<double>::infinity() : *std::min_element(times.begin(), times.end());
+  return times.empty() ? std::numeric_limits<double>::infinity()
+                       : *std::min_element(times.begin(), times.end());
 }
 
 double CandidateTiming::max() const {
-  return times.empty() ? std::numeric_limits<double>::infinity() : *std::max_element(times.begin(), times.end());
+  return times.empty() ? std::numeric_limits<double>::infinity()
+                       : *std::max_element(times.begin(), times.end());
 }
 
 std::string record_to_json(const TuneRecord& r, int indent) {
@@ -134,19 +143,21 @@ std::string record_to_json(const TuneRecord& r, int indent) {
   }
   json checked = json::object();
   for (const auto& [s, v] : r.check_sizes) checked[s] = v;
-  json doc = {{"format", kRecordFormat},
-              {"key", key_json(r.key)},
-              {"winner", r.winner},
-              {"warmup", r.warmup},
-              {"reps", r.reps},
-              {"final", {{"margin", r.final_margin}, {"max", r.final_max}, {"reps", r.final_reps}}},
-              {"checked_at", checked},
-              {"created", r.created},
-              {"search", {{"space", r.space}, {"budget_s", r.budget_s}, {"left_untimed", r.left_untimed}}},
-              {"candidates", cands}};
+  json doc = {
+      {"format", kRecordFormat},
+      {"key", key_json(r.key)},
+      {"winner", r.winner},
+      {"warmup", r.warmup},
+      {"reps", r.reps},
+      {"final", {{"margin", r.final_margin}, {"max", r.final_max}, {"reps", r.final_reps}}},
+      {"checked_at", checked},
+      {"created", r.created},
+      {"search", {{"space", r.space}, {"budget_s", r.budget_s}, {"left_untimed", r.left_untimed}}},
+      {"candidates", cands}};
   if (!r.chunks.empty()) {
     json chunks = json::array();
-    for (const ChunkTiming& c : r.chunks) chunks.push_back({{"bytes", c.bytes}, {"times_s", c.times}});
+    for (const ChunkTiming& c : r.chunks)
+      chunks.push_back({{"bytes", c.bytes}, {"times_s", c.times}});
     doc["chunks"] = {{"chosen", r.chunk_bytes}, {"timings", chunks}};
   }
   return doc.dump(indent);
@@ -181,7 +192,8 @@ TuneRecord record_from_json(const std::string& text) {
     if (doc.contains("chunks")) {
       r.chunk_bytes = doc.at("chunks").at("chosen").get<size_t>();
       for (const json& j : doc.at("chunks").at("timings"))
-        r.chunks.push_back({j.at("bytes").get<size_t>(), j.at("times_s").get<std::vector<double>>()});
+        r.chunks.push_back(
+            {j.at("bytes").get<size_t>(), j.at("times_s").get<std::vector<double>>()});
     }
     for (const json& j : doc.at("candidates")) {
       CandidateTiming c;
@@ -189,13 +201,17 @@ TuneRecord record_from_json(const std::string& text) {
       c.ok = j.at("ok").get<bool>();
       c.max_error = j.at("max_error").get<double>();
       c.times = j.at("times_s").get<std::vector<double>>();
-      if (j.contains("final_times_s")) c.final_times = j.at("final_times_s").get<std::vector<double>>();
+      if (j.contains("final_times_s"))
+        c.final_times = j.at("final_times_s").get<std::vector<double>>();
       if (j.contains("error")) c.error = j.at("error").get<std::string>();
       r.candidates.push_back(std::move(c));
     }
-    const bool winner_listed = std::any_of(r.candidates.begin(), r.candidates.end(),
-                                           [&](const CandidateTiming& c) { return c.ok && c.name == r.winner; });
-    if (!winner_listed) user_error("tuning record names winner '{}', which is not among its passing candidates", r.winner);
+    const bool winner_listed =
+        std::any_of(r.candidates.begin(), r.candidates.end(),
+                    [&](const CandidateTiming& c) { return c.ok && c.name == r.winner; });
+    if (!winner_listed)
+      user_error("tuning record names winner '{}', which is not among its passing candidates",
+                 r.winner);
     return r;
   } catch (const json::exception& e) {
     user_error("malformed tuning record: {}", e.what());
@@ -206,7 +222,8 @@ std::string record_path(const TuneKey& key, const std::string& cache_dir) {
   return (fs::path(cache_dir) / "tune" / (key.digest() + ".json")).string();
 }
 
-std::optional<TuneRecord> load_record(const TuneKey& key, const std::string& cache_dir, std::string* stale) {
+std::optional<TuneRecord> load_record(const TuneKey& key, const std::string& cache_dir,
+                                      std::string* stale) {
   const std::string path = record_path(key, cache_dir);
   // Outside the try below: a folder or file another user owns or can write is refused, not retuned.
   if (!private_dir_exists(cache_dir, "tune")) return std::nullopt;
@@ -217,9 +234,10 @@ std::optional<TuneRecord> load_record(const TuneKey& key, const std::string& cac
     if (!(r.key == key)) return std::nullopt;
     if (json::parse(*text).at("format").get<std::string>() != kRecordFormat) {
       if (stale != nullptr)
-        *stale = fmt::format("the tuning record {} is of an older format (tandem-tune-1: chosen without the "
-                             "interleaved final round) and is not used",
-                             path);
+        *stale = fmt::format(
+            "the tuning record {} is of an older format (tandem-tune-1: chosen without the "
+            "interleaved final round) and is not used",
+            path);
       return std::nullopt;
     }
     return r;

@@ -8,10 +8,12 @@ namespace {
 
 class KindExecutor final : public Executor {
  public:
-  KindExecutor(exec::RunnerKind kind, exec::JitOptions options) : kind_(kind), options_(std::move(options)) {}
+  KindExecutor(exec::RunnerKind kind, exec::JitOptions options)
+      : kind_(kind), options_(std::move(options)) {}
   std::string name() const override { return std::string(exec::runner_kind_name(kind_)); }
   std::unique_ptr<exec::Runner> prepare(const schedule::Plan& plan, comm::Communicator& comm,
-                                        const dsl::SymbolMap& symbols, size_t chunk_bytes) override {
+                                        const dsl::SymbolMap& symbols,
+                                        size_t chunk_bytes) override {
     exec::RunnerOptions o;
     o.jit = options_;
     o.chunk_bytes = chunk_bytes;

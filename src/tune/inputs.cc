@@ -44,7 +44,8 @@ void fill_run(const Tensor& t, int64_t dst, uint64_t seed, int64_t src, int64_t 
     const int64_t g = src + done;
     const uint64_t hi = static_cast<uint64_t>(g) >> 32;
     const uint32_t lo = static_cast<uint32_t>(g);
-    const int64_t n = std::min<int64_t>(count - done, static_cast<int64_t>((uint64_t{1} << 32) - lo));
+    const int64_t n =
+        std::min<int64_t>(count - done, static_cast<int64_t>((uint64_t{1} << 32) - lo));
     const uint32_t s = static_cast<uint32_t>(seed ^ (seed >> 32) ^ (hi * 0x85ebca6bu));
     const int64_t at = dst + done;
     switch (t.dtype()) {
@@ -55,12 +56,14 @@ void fill_run(const Tensor& t, int64_t dst, uint64_t seed, int64_t src, int64_t 
       }
       case DType::BF16: {
         uint16_t* p = t.data_as<uint16_t>() + at;
-        for (int64_t k = 0; k < n; ++k) p[k] = f32_to_bf16(value_at(s, lo + static_cast<uint32_t>(k)));
+        for (int64_t k = 0; k < n; ++k)
+          p[k] = f32_to_bf16(value_at(s, lo + static_cast<uint32_t>(k)));
         break;
       }
       case DType::F16: {
         uint16_t* p = t.data_as<uint16_t>() + at;
-        for (int64_t k = 0; k < n; ++k) p[k] = f32_to_f16(value_at(s, lo + static_cast<uint32_t>(k)));
+        for (int64_t k = 0; k < n; ++k)
+          p[k] = f32_to_f16(value_at(s, lo + static_cast<uint32_t>(k)));
         break;
       }
     }
@@ -75,7 +78,8 @@ int seed_index(const dsl::Stage& s, const exec::Placement& place) {
 }
 
 // Fills this rank's piece of input `s` (global shape `global`).
-void fill_stage(const Tensor& t, const dsl::Stage& s, const Shape& global, const exec::Placement& place) {
+void fill_stage(const Tensor& t, const dsl::Stage& s, const Shape& global,
+                const exec::Placement& place) {
   const uint64_t seed = name_seed(s.name, seed_index(s, place));
   const dsl::Layout& l = s.type.layout;
   if (!l.is_sliced()) {
@@ -92,9 +96,12 @@ void fill_stage(const Tensor& t, const dsl::Stage& s, const Shape& global, const
 
 double tolerance(DType t) {
   switch (t) {
-    case DType::F32: return 2e-4;
-    case DType::BF16: return 0x1p-7;
-    case DType::F16: return 0x1p-9;
+    case DType::F32:
+      return 2e-4;
+    case DType::BF16:
+      return 0x1p-7;
+    case DType::F16:
+      return 0x1p-9;
   }
   return 2e-4;
 }
@@ -121,30 +128,37 @@ exec::ScalarMap standard_scalars(const dsl::Program& program, int p, const exec:
   for (int id : program.scalars()) names.push_back(program.stage(id).name);
   for (const auto& [name, v] : given)
     if (std::find(names.begin(), names.end(), name) == names.end())
-      user_error("program '{}' has no scalar '{}' (its scalars: {})", program.name(), name, fmt::join(names, ", "));
-  const exec::ScalarMap known = {{"lr", 1e-3},  {"beta1", 0.9}, {"beta2", 0.999},       {"eps", 1e-8},
-                                 {"step", 1.0}, {"seed", 1234}, {"weight_decay", 0.01}, {"grad_scale", 1.0 / p}};
+      user_error("program '{}' has no scalar '{}' (its scalars: {})", program.name(), name,
+                 fmt::join(names, ", "));
+  const exec::ScalarMap known = {{"lr", 1e-3},           {"beta1", 0.9},         {"beta2", 0.999},
+                                 {"eps", 1e-8},          {"step", 1.0},          {"seed", 1234},
+                                 {"weight_decay", 0.01}, {"grad_scale", 1.0 / p}};
   exec::ScalarMap out;
   for (int id : program.scalars()) {
     const std::string& name = program.stage(id).name;
-    if (auto it = given.find(name); it != given.end()) out[name] = it->second;
-    else if (auto k = known.find(name); k != known.end()) out[name] = k->second;
-    else out[name] = exec::keys_dropout(program, id) ? 1234.0 : 0.5;
+    if (auto it = given.find(name); it != given.end())
+      out[name] = it->second;
+    else if (auto k = known.find(name); k != known.end())
+      out[name] = k->second;
+    else
+      out[name] = exec::keys_dropout(program, id) ? 1234.0 : 0.5;
   }
   return out;
 }
 
-void fill_input(const Tensor& t, const dsl::Program& program, int id, const Shape& global, const exec::Placement& place) {
+void fill_input(const Tensor& t, const dsl::Program& program, int id, const Shape& global,
+                const exec::Placement& place) {
   const dsl::Stage& s = program.stage(id);
   TANDEM_CHECK(s.op == dsl::Op::Input, "stage {} of '{}' is not an input", s.name, program.name());
   const Shape want = dsl::local_shape(global, s.type.layout, place.group_size, place.index);
-  TANDEM_CHECK(t.dtype() == s.type.dtype && t.shape() == want, "input '{}' is {}, its piece is {}{}", s.name, t.str(),
-               dtype_name(s.type.dtype), want.str());
+  TANDEM_CHECK(t.dtype() == s.type.dtype && t.shape() == want,
+               "input '{}' is {}, its piece is {}{}", s.name, t.str(), dtype_name(s.type.dtype),
+               want.str());
   fill_stage(t, s, global, place);
 }
 
-exec::RunArgs make_args(const dsl::Program& program, const exec::Placement& place, const dsl::SymbolMap& symbols,
-                        const exec::ScalarMap& scalars) {
+exec::RunArgs make_args(const dsl::Program& program, const exec::Placement& place,
+                        const dsl::SymbolMap& symbols, const exec::ScalarMap& scalars) {
   exec::RunArgs args;
   args.symbols = symbols;
   args.scalars = scalars;
@@ -153,14 +167,16 @@ exec::RunArgs make_args(const dsl::Program& program, const exec::Placement& plac
     const dsl::Stage& s = program.stage(id);
     if (!place.holds(s)) continue;
     const Shape& g = global[static_cast<size_t>(id)];
-    Tensor t = Tensor::empty(s.type.dtype, dsl::local_shape(g, s.type.layout, place.group_size, place.index));
+    Tensor t = Tensor::empty(s.type.dtype,
+                             dsl::local_shape(g, s.type.layout, place.group_size, place.index));
     fill_stage(t, s, g, place);
     args.inputs[s.name] = t;
   }
   return args;
 }
 
-dsl::SymbolMap shrink_sizes(const dsl::Program& program, const dsl::SymbolMap& sizes, int64_t limit, int64_t modulus) {
+dsl::SymbolMap shrink_sizes(const dsl::Program& program, const dsl::SymbolMap& sizes, int64_t limit,
+                            int64_t modulus) {
   auto largest = [&](const dsl::SymbolMap& sym) {
     int64_t most = 0;
     for (const Shape& s : program.resolve_shapes(sym)) most = std::max(most, s.numel());
@@ -181,8 +197,8 @@ dsl::SymbolMap shrink_sizes(const dsl::Program& program, const dsl::SymbolMap& s
   return out;
 }
 
-Expected reference_results(const dsl::Program& program, comm::Communicator& comm, const dsl::SymbolMap& symbols,
-                           const exec::ScalarMap& scalars) {
+Expected reference_results(const dsl::Program& program, comm::Communicator& comm,
+                           const dsl::SymbolMap& symbols, const exec::ScalarMap& scalars) {
   const exec::Placement place = exec::placement(program, comm);
   exec::RunArgs args = make_args(program, place, symbols, scalars);
   Expected e;
@@ -216,7 +232,8 @@ Check compare_results(const dsl::Program& scheduled, const exec::Placement& plac
       if (lo && lo->is_sliced() && w.shape().rank() > lo->dim)
         w = exec::piece_of(w_whole, *lo, place.group_size, place.index);
       if (g.numel() != w.numel()) {
-        fail(fmt::format("'{}' is {} in the schedule's results, {} in the reference's", name, g.str(), w.str()));
+        fail(fmt::format("'{}' is {} in the schedule's results, {} in the reference's", name,
+                         g.str(), w.str()));
         continue;
       }
     }
@@ -226,7 +243,8 @@ Check compare_results(const dsl::Program& scheduled, const exec::Placement& plac
     const float* gp = gf.data_as<float>();
     const float* wp = wf.data_as<float>();
     double scale = 0;
-    for (int64_t i = 0; i < w.numel(); ++i) scale = std::max(scale, std::fabs(static_cast<double>(wp[i])));
+    for (int64_t i = 0; i < w.numel(); ++i)
+      scale = std::max(scale, std::fabs(static_cast<double>(wp[i])));
     const double tol = tolerance(g.dtype());
     int64_t bad = 0;
     std::string first;
@@ -242,9 +260,11 @@ Check compare_results(const dsl::Program& scheduled, const exec::Placement& plac
       }
     }
     if (bad > 0)
-      fail(fmt::format("'{}' differs from the reference in {} of {} elements (tolerance {:g} relative to |want| + "
-                       "max |want| = {:g}):{}",
-                       name, bad, w.numel(), tol, scale, first));
+      fail(
+          fmt::format("'{}' differs from the reference in {} of {} elements (tolerance {:g} "
+                      "relative to |want| + "
+                      "max |want| = {:g}):{}",
+                      name, bad, w.numel(), tol, scale, first));
   }
   return c;
 }

@@ -41,10 +41,12 @@ bool debug_tune() {
 // Times a phase for TANDEM_DEBUG_TUNE.
 class Phase {
  public:
-  Phase(const comm::Communicator& comm, std::string what) : on_(debug_tune() && comm.rank() == 0), what_(std::move(what)) {}
+  Phase(const comm::Communicator& comm, std::string what)
+      : on_(debug_tune() && comm.rank() == 0), what_(std::move(what)) {}
   ~Phase() {
     if (on_)
-      fmt::print(stderr, "tune: {:<60} {:8.3f} s\n", what_, std::chrono::duration<double>(Clock::now() - t0_).count());
+      fmt::print(stderr, "tune: {:<60} {:8.3f} s\n", what_,
+                 std::chrono::duration<double>(Clock::now() - t0_).count());
   }
   Phase(const Phase&) = delete;
   Phase& operator=(const Phase&) = delete;
@@ -64,25 +66,31 @@ double max_over_ranks(comm::Communicator& comm, double x) {
 }
 
 // Whether every rank says yes.
-bool all_ranks(comm::Communicator& comm, bool yes) { return max_over_ranks(comm, yes ? 0.0 : 1.0) == 0.0; }
+bool all_ranks(comm::Communicator& comm, bool yes) {
+  return max_over_ranks(comm, yes ? 0.0 : 1.0) == 0.0;
+}
 
 // The program's symbols bound by `sizes` (and nothing else).
 dsl::SymbolMap checked_sizes(const dsl::Program& program, const dsl::SymbolMap& sizes) {
   const std::vector<std::string> symbols = program.symbols();
   for (const auto& [name, v] : sizes) {
     if (std::find(symbols.begin(), symbols.end(), name) == symbols.end())
-      user_error("program '{}' has no symbol '{}' (its symbols: {})", program.name(), name,
-                 symbols.empty() ? std::string("none") : fmt::format("{}", fmt::join(symbols, ", ")));
-    if (v < 0) user_error("program '{}': symbol '{}' = {}; extents must be >= 0", program.name(), name, v);
+      user_error(
+          "program '{}' has no symbol '{}' (its symbols: {})", program.name(), name,
+          symbols.empty() ? std::string("none") : fmt::format("{}", fmt::join(symbols, ", ")));
+    if (v < 0)
+      user_error("program '{}': symbol '{}' = {}; extents must be >= 0", program.name(), name, v);
   }
   for (const std::string& s : symbols)
     if (!sizes.count(s))
-      user_error("program '{}': symbol '{}' is not bound; give its extent (e.g. --size {}=1024)", program.name(), s, s);
+      user_error("program '{}': symbol '{}' is not bound; give its extent (e.g. --size {}=1024)",
+                 program.name(), s, s);
   return sizes;
 }
 
-TuneKey make_key(const dsl::Program& program, const dsl::SymbolMap& sizes, const comm::Communicator& comm,
-                 const std::string& executor, const std::string& search) {
+TuneKey make_key(const dsl::Program& program, const dsl::SymbolMap& sizes,
+                 const comm::Communicator& comm, const std::string& executor,
+                 const std::string& search) {
   TuneKey k;
   k.program = program.name();
   k.program_hash = hash_hex(program.str());
@@ -109,8 +117,10 @@ std::string now_utc() {
 void check_options(const TuneOptions& o) {
   if (o.reps < 1) user_error("tune: --reps must be at least 1 (got {})", o.reps);
   if (o.warmup < 0) user_error("tune: the warm-up count must be >= 0 (got {})", o.warmup);
-  if (!(o.final_margin >= 0)) user_error("tune: the final round's margin must be >= 0 (got {})", o.final_margin);
-  if (o.final_reps < 0) user_error("tune: the final round's repetitions must be >= 0 (got {})", o.final_reps);
+  if (!(o.final_margin >= 0))
+    user_error("tune: the final round's margin must be >= 0 (got {})", o.final_margin);
+  if (o.final_reps < 0)
+    user_error("tune: the final round's repetitions must be >= 0 (got {})", o.final_reps);
   for (int b : o.blocks)
     if (b < 1) user_error("tune: --blocks {}: an overlap needs at least 1 block", b);
   for (size_t c : o.chunk_bytes)
@@ -123,9 +133,10 @@ void check_options(const TuneOptions& o) {
 // Set-up failures (an emitter that cannot compile a step) are the same on every rank, so they are
 // caught and reported as the candidate's failure; failures while running are not (a rank that
 // stops inside a collective would leave its peers waiting) and end the tune.
-std::unique_ptr<exec::Runner> prepare(const schedule::Plan& plan, comm::Communicator& comm, Executor& executor,
-                                     const dsl::SymbolMap& sizes, const exec::ScalarMap& scalars, size_t chunk_bytes,
-                                     std::string& error) {
+std::unique_ptr<exec::Runner> prepare(const schedule::Plan& plan, comm::Communicator& comm,
+                                      Executor& executor, const dsl::SymbolMap& sizes,
+                                      const exec::ScalarMap& scalars, size_t chunk_bytes,
+                                      std::string& error) {
   std::unique_ptr<exec::Runner> run;
   try {
     Phase ph(comm, fmt::format("{}: set up", plan.name));
@@ -151,13 +162,14 @@ std::unique_ptr<exec::Runner> prepare(const schedule::Plan& plan, comm::Communic
 
 // Checks one candidate against the reference at the check sizes, then times it at the tuned
 // sizes, on this rank (every rank calls it together).
-CandidateTiming measure(const schedule::NamedSchedule& cand, comm::Communicator& comm, Executor& executor,
-                        const TuneOptions& o, const dsl::SymbolMap& check_sizes, const exec::ScalarMap& scalars,
-                        const Expected& want) {
+CandidateTiming measure(const schedule::NamedSchedule& cand, comm::Communicator& comm,
+                        Executor& executor, const TuneOptions& o, const dsl::SymbolMap& check_sizes,
+                        const exec::ScalarMap& scalars, const Expected& want) {
   CandidateTiming t;
   t.name = cand.name;
   const schedule::Plan plan = cand.schedule.lower();
-  std::unique_ptr<exec::Runner> run = prepare(plan, comm, executor, check_sizes, scalars, 0, t.error);
+  std::unique_ptr<exec::Runner> run =
+      prepare(plan, comm, executor, check_sizes, scalars, 0, t.error);
   if (run == nullptr) {
     t.ok = false;
     return t;
@@ -166,7 +178,8 @@ CandidateTiming measure(const schedule::NamedSchedule& cand, comm::Communicator&
   {
     Phase ph(comm, cand.name + ": check");
     run->run();
-    check = compare_results(plan.program, exec::placement(plan.program, comm), want, run->results());
+    check =
+        compare_results(plan.program, exec::placement(plan.program, comm), want, run->results());
   }
   t.max_error = max_over_ranks(comm, check.max_error);
   if (!all_ranks(comm, check.ok)) {
@@ -200,9 +213,10 @@ CandidateTiming measure(const schedule::NamedSchedule& cand, comm::Communicator&
 // untimed turns, so that a drift in the machine's load reaches every finalist alike. Each time is
 // the slowest rank's, as in the first pass, so every rank records the same times. A finalist that
 // cannot be set up again (out of memory, say: the same verdict on every rank) sits the round out.
-void final_round(const std::vector<schedule::NamedSchedule>& schedules, const std::vector<size_t>& chosen,
-                 std::vector<CandidateTiming>& timings, comm::Communicator& comm, Executor& executor,
-                 const TuneOptions& o, const exec::ScalarMap& scalars, int reps) {
+void final_round(const std::vector<schedule::NamedSchedule>& schedules,
+                 const std::vector<size_t>& chosen, std::vector<CandidateTiming>& timings,
+                 comm::Communicator& comm, Executor& executor, const TuneOptions& o,
+                 const exec::ScalarMap& scalars, int reps) {
   std::vector<schedule::Plan> plans;
   plans.reserve(chosen.size());  // every run keeps a reference to its plan
   std::vector<std::unique_ptr<exec::Runner>> runs;
@@ -210,7 +224,8 @@ void final_round(const std::vector<schedule::NamedSchedule>& schedules, const st
   for (size_t i : chosen) {
     plans.push_back(schedules[i].schedule.lower());
     std::string error;
-    std::unique_ptr<exec::Runner> run = prepare(plans.back(), comm, executor, o.sizes, scalars, 0, error);
+    std::unique_ptr<exec::Runner> run =
+        prepare(plans.back(), comm, executor, o.sizes, scalars, 0, error);
     if (run == nullptr) {
       plans.pop_back();
       continue;
@@ -239,8 +254,9 @@ void final_round(const std::vector<schedule::NamedSchedule>& schedules, const st
 // `warmup` untimed turns. A size whose runner cannot be set up (out of memory, say: the same
 // verdict on every rank) sits the round out. Chunking does not change results (every element is
 // reduced and computed the same in any chunk), so the winner's check stands.
-void chunk_round(const schedule::NamedSchedule& winner, TuneRecord& record, comm::Communicator& comm,
-                 Executor& executor, const TuneOptions& o, const exec::ScalarMap& scalars, int reps) {
+void chunk_round(const schedule::NamedSchedule& winner, TuneRecord& record,
+                 comm::Communicator& comm, Executor& executor, const TuneOptions& o,
+                 const exec::ScalarMap& scalars, int reps) {
   const schedule::Plan plan = winner.schedule.lower();
   std::vector<std::unique_ptr<exec::Runner>> runs;
   for (size_t c : o.chunk_bytes) {
@@ -277,7 +293,8 @@ int64_t blocks_modulus(const TuneOptions& o) {
 
 }  // namespace
 
-std::vector<size_t> finalists(const std::vector<CandidateTiming>& candidates, double margin, int max) {
+std::vector<size_t> finalists(const std::vector<CandidateTiming>& candidates, double margin,
+                              int max) {
   double best = std::numeric_limits<double>::infinity();
   for (const CandidateTiming& c : candidates)
     if (c.ok) best = std::min(best, c.median());
@@ -286,17 +303,20 @@ std::vector<size_t> finalists(const std::vector<CandidateTiming>& candidates, do
   for (size_t i = 0; i < candidates.size(); ++i)
     if (candidates[i].ok && candidates[i].median() <= best * (1 + margin)) out.push_back(i);
   // The fastest first; equal medians in enumeration order.
-  std::stable_sort(out.begin(), out.end(),
-                   [&](size_t a, size_t b) { return candidates[a].median() < candidates[b].median(); });
-  if (out.size() > static_cast<size_t>(std::max(max, 0))) out.resize(static_cast<size_t>(std::max(max, 0)));
+  std::stable_sort(out.begin(), out.end(), [&](size_t a, size_t b) {
+    return candidates[a].median() < candidates[b].median();
+  });
+  if (out.size() > static_cast<size_t>(std::max(max, 0)))
+    out.resize(static_cast<size_t>(std::max(max, 0)));
   if (out.size() < 2) return {};
   std::sort(out.begin(), out.end());
   return out;
 }
 
 std::string choose_winner(const std::vector<CandidateTiming>& candidates) {
-  const bool final_round = std::any_of(candidates.begin(), candidates.end(),
-                                       [](const CandidateTiming& c) { return c.ok && c.retimed(); });
+  const bool final_round =
+      std::any_of(candidates.begin(), candidates.end(),
+                  [](const CandidateTiming& c) { return c.ok && c.retimed(); });
   std::string winner;
   double best = std::numeric_limits<double>::infinity();
   for (const CandidateTiming& c : candidates) {
@@ -321,11 +341,16 @@ const CandidateTiming& TuneResult::baseline() const {
   return record.candidates.front();
 }
 
-double TuneResult::speedup(const CandidateTiming& c) const { return baseline().median() / c.median(); }
+double TuneResult::speedup(const CandidateTiming& c) const {
+  return baseline().median() / c.median();
+}
 
-TuneKey tune_key(const dsl::Program& program, const comm::Communicator& comm, const TuneOptions& o) {
+TuneKey tune_key(const dsl::Program& program, const comm::Communicator& comm,
+                 const TuneOptions& o) {
   const dsl::SymbolMap sizes = checked_sizes(program, o.sizes);
-  const std::string executor = o.executor ? o.executor->name() : std::string(exec::runner_kind_name(exec::RunnerKind::Compiled));
+  const std::string executor =
+      o.executor ? o.executor->name()
+                 : std::string(exec::runner_kind_name(exec::RunnerKind::Compiled));
   return make_key(program, sizes, comm, executor, detail::search_description(program, o));
 }
 
@@ -333,7 +358,8 @@ TuneResult tune(const dsl::Program& program, comm::Communicator& comm, const Tun
   check_options(options);
   TuneOptions o = options;
   o.sizes = checked_sizes(program, options.sizes);
-  std::shared_ptr<Executor> executor = o.executor ? o.executor : std::shared_ptr<Executor>(executor_of(exec::RunnerKind::Compiled));
+  std::shared_ptr<Executor> executor =
+      o.executor ? o.executor : std::shared_ptr<Executor>(executor_of(exec::RunnerKind::Compiled));
   const std::string cache_dir = o.cache_dir.empty() ? exec::jit_cache_dir() : o.cache_dir;
   const int64_t compiles_before = exec::jit_stats().compiles;
 
@@ -372,7 +398,9 @@ TuneResult tune(const dsl::Program& program, comm::Communicator& comm, const Tun
   {
     // The reference's results are computed once and every candidate is compared with them.
     const Expected want = [&] {
-      Phase ph(comm, fmt::format("reference interpreter at {}", record.check_sizes == o.sizes ? "the tuned sizes" : "the check sizes"));
+      Phase ph(comm,
+               fmt::format("reference interpreter at {}",
+                           record.check_sizes == o.sizes ? "the tuned sizes" : "the check sizes"));
       return reference_results(program, comm, record.check_sizes, scalars);
     }();
     // The search decides what to time; every rank follows it alike (the times and the budget's
@@ -382,18 +410,22 @@ TuneResult tune(const dsl::Program& program, comm::Communicator& comm, const Tun
       for (const CandidateTiming& c : record.candidates)
         if (c.name == ns.name) return;
       if (!timed.empty() && o.budget_s > 0 &&
-          max_over_ranks(comm, std::chrono::duration<double>(Clock::now() - start).count()) > o.budget_s) {
+          max_over_ranks(comm, std::chrono::duration<double>(Clock::now() - start).count()) >
+              o.budget_s) {
         ++record.left_untimed;
         return;
       }
-      record.candidates.push_back(measure(ns, comm, *executor, o, record.check_sizes, scalars, want));
+      record.candidates.push_back(
+          measure(ns, comm, *executor, o, record.check_sizes, scalars, want));
       timed.push_back(std::move(ns));
       if (comm.rank() == 0 && o.on_candidate) o.on_candidate(record.candidates.back());
     };
     auto leader = [&]() -> const schedule::NamedSchedule& {
       size_t best = 0;
       for (size_t i = 1; i < record.candidates.size(); ++i)
-        if (record.candidates[i].ok && record.candidates[i].median() < record.candidates[best].median()) best = i;
+        if (record.candidates[i].ok &&
+            record.candidates[i].median() < record.candidates[best].median())
+          best = i;
       return timed[best];
     };
     detail::search(program, o, time, leader);
@@ -413,15 +445,18 @@ TuneResult tune(const dsl::Program& program, comm::Communicator& comm, const Tun
   record.winner = choose_winner(record.candidates);
   if (record.winner.empty()) {
     std::string why;
-    for (const CandidateTiming& c : record.candidates) why += fmt::format("\n  {}: {}", c.name, c.error);
-    internal_error(fmt::format("no schedule of program '{}' passed its check against the reference ({} executor):{}",
-                               program.name(), executor->name(), why));
+    for (const CandidateTiming& c : record.candidates)
+      why += fmt::format("\n  {}: {}", c.name, c.error);
+    internal_error(fmt::format(
+        "no schedule of program '{}' passed its check against the reference ({} executor):{}",
+        program.name(), executor->name(), why));
   }
   // The winner at each chunk size, when it has a collective to chunk.
   if (!o.chunk_bytes.empty() && !schedule::recipe_collectives(program).empty()) {
     for (size_t i = 0; i < timed.size(); ++i)
       if (timed[i].name == record.winner)
-        chunk_round(timed[i], record, comm, *executor, o, scalars, o.final_reps > 0 ? o.final_reps : 2 * o.reps);
+        chunk_round(timed[i], record, comm, *executor, o, scalars,
+                    o.final_reps > 0 ? o.final_reps : 2 * o.reps);
   }
   // Every rank returns rank 0's record (the times agree already; error texts are rank 0's).
   std::string text = comm.rank() == 0 ? record_to_json(record, -1) : std::string();
@@ -438,9 +473,11 @@ TuneResult tune_threads(const dsl::Program& program, int ranks, const TuneOption
   // as itself rather than as the failure of rank 0.
   if (ranks < 1) user_error("tune: the rank count must be at least 1 (got {})", ranks);
   if (ranks % program.groups() != 0)
-    user_error("program '{}' has {} groups, but {} ranks were asked for; the ranks split into {} equal groups of "
-               "consecutive ranks, so tune it on a multiple of {} ranks",
-               program.name(), program.groups(), ranks, program.groups(), program.groups());
+    user_error(
+        "program '{}' has {} groups, but {} ranks were asked for; the ranks split into {} equal "
+        "groups of "
+        "consecutive ranks, so tune it on a multiple of {} ranks",
+        program.name(), program.groups(), ranks, program.groups(), program.groups());
   check_options(options);
   checked_sizes(program, options.sizes);
   detail::search_description(program, options);  // a bad `only` name, said before the ranks start
@@ -456,31 +493,43 @@ int64_t parse_extent(std::string_view text, std::string_view what) {
   size_t i = 0;
   int64_t v = 0;
   while (i < text.size() && text[i] >= '0' && text[i] <= '9') {
-    if (v > (std::numeric_limits<int64_t>::max() - 9) / 10) user_error("{}: '{}' is too large", what, text);
+    if (v > (std::numeric_limits<int64_t>::max() - 9) / 10)
+      user_error("{}: '{}' is too large", what, text);
     v = v * 10 + (text[i] - '0');
     ++i;
   }
   const std::string_view suffix = text.substr(i);
   int64_t mult = 0;
-  if (suffix.empty()) mult = 1;
-  else if (suffix == "K" || suffix == "k") mult = 1000;
-  else if (suffix == "M") mult = 1000 * 1000;
-  else if (suffix == "G") mult = 1000 * 1000 * 1000;
-  else if (suffix == "Ki") mult = int64_t{1} << 10;
-  else if (suffix == "Mi") mult = int64_t{1} << 20;
-  else if (suffix == "Gi") mult = int64_t{1} << 30;
+  if (suffix.empty())
+    mult = 1;
+  else if (suffix == "K" || suffix == "k")
+    mult = 1000;
+  else if (suffix == "M")
+    mult = 1000 * 1000;
+  else if (suffix == "G")
+    mult = 1000 * 1000 * 1000;
+  else if (suffix == "Ki")
+    mult = int64_t{1} << 10;
+  else if (suffix == "Mi")
+    mult = int64_t{1} << 20;
+  else if (suffix == "Gi")
+    mult = int64_t{1} << 30;
   if (i == 0 || mult == 0)
-    user_error("{}: '{}' is not an extent; write digits with an optional suffix K, M, G (powers of 1000) or Ki, Mi, "
-               "Gi (powers of 1024), e.g. 64Mi",
-               what, text);
-  if (v > std::numeric_limits<int64_t>::max() / mult) user_error("{}: '{}' is too large", what, text);
+    user_error(
+        "{}: '{}' is not an extent; write digits with an optional suffix K, M, G (powers of 1000) "
+        "or Ki, Mi, "
+        "Gi (powers of 1024), e.g. 64Mi",
+        what, text);
+  if (v > std::numeric_limits<int64_t>::max() / mult)
+    user_error("{}: '{}' is too large", what, text);
   return v * mult;
 }
 
 dsl::SymbolMap parse_sizes(const dsl::Program& program, const std::vector<std::string>& words,
                            const dsl::SymbolMap& defaults) {
   const std::vector<std::string> symbols = program.symbols();
-  const std::string listed = symbols.empty() ? std::string("none") : fmt::format("{}", fmt::join(symbols, ", "));
+  const std::string listed =
+      symbols.empty() ? std::string("none") : fmt::format("{}", fmt::join(symbols, ", "));
   dsl::SymbolMap out;
   std::vector<std::string> bare;
   for (const std::string& w : words) {
@@ -491,21 +540,27 @@ dsl::SymbolMap parse_sizes(const dsl::Program& program, const std::vector<std::s
     }
     const std::string name = w.substr(0, eq);
     if (std::find(symbols.begin(), symbols.end(), name) == symbols.end())
-      user_error("--size {}: workload '{}' has no symbol '{}' (its symbols: {})", w, program.name(), name, listed);
+      user_error("--size {}: workload '{}' has no symbol '{}' (its symbols: {})", w, program.name(),
+                 name, listed);
     if (out.count(name)) user_error("--size: symbol '{}' is given twice", name);
     out[name] = parse_extent(w.substr(eq + 1), fmt::format("--size {}", w));
   }
   const size_t unnamed = symbols.size() - out.size();
   if (bare.size() > unnamed)
-    user_error("--size: {} bare extent(s) given, but workload '{}' has {} symbol(s) left to bind (its symbols: {})",
-               bare.size(), program.name(), unnamed, listed);
+    user_error(
+        "--size: {} bare extent(s) given, but workload '{}' has {} symbol(s) left to bind (its "
+        "symbols: {})",
+        bare.size(), program.name(), unnamed, listed);
   size_t next = 0;
   for (const std::string& s : symbols)
-    if (!out.count(s) && next < bare.size()) out[s] = parse_extent(bare[next++], fmt::format("--size for {}", s));
+    if (!out.count(s) && next < bare.size())
+      out[s] = parse_extent(bare[next++], fmt::format("--size for {}", s));
   for (const auto& [s, v] : defaults)
     if (!out.count(s) && std::find(symbols.begin(), symbols.end(), s) != symbols.end()) out[s] = v;
   for (const std::string& s : symbols)
-    if (!out.count(s)) user_error("--size: workload '{}' needs an extent for symbol '{}' (e.g. --size {}=1024)", program.name(), s, s);
+    if (!out.count(s))
+      user_error("--size: workload '{}' needs an extent for symbol '{}' (e.g. --size {}=1024)",
+                 program.name(), s, s);
   return out;
 }
 

@@ -82,8 +82,7 @@ inline std::string all_reduce_case(Communicator& c, CollectiveAlgo algo, DType t
   std::string err = hook.errors;
   err += check(label, buf, 0, [&](int64_t i) { return scale * expected_value(op, p, i); });
   if (with_hook)
-    err += check_coverage(label, hook.calls, fx::part_offset(n, p, r), fx::part_count(n, p, r),
-                          t);
+    err += check_coverage(label, hook.calls, fx::part_offset(n, p, r), fx::part_count(n, p, r), t);
   return err;
 }
 
@@ -140,7 +139,8 @@ inline std::string all_gather_case(Communicator& c, CollectiveAlgo algo, DType t
 inline std::string random_case(Communicator& c, DType t, int64_t n, uint64_t seed) {
   const int p = c.size(), r = c.rank();
   const int64_t off = fx::part_offset(n, p, r), count = fx::part_count(n, p, r);
-  const std::string label = label_of(c, CollectiveAlgo::Auto, fmt::format("random seed {}", seed), t, n);
+  const std::string label =
+      label_of(c, CollectiveAlgo::Auto, fmt::format("random seed {}", seed), t, n);
   auto want = [&](int64_t i) {
     double s = 0;
     for (int q = 0; q < p; ++q) s += random_value(seed, q, i);
@@ -185,7 +185,8 @@ inline std::string broadcast_case(Communicator& c, CollectiveAlgo algo, DType t,
 // that do not divide by the rank count, rows fewer than the ranks (some ranks own none), a single
 // row, runs longer than a 64-byte chunk, and nothing at all.
 inline std::vector<PartitionDesc> partition_shapes() {
-  return {{1, 7, 1}, {1, 7, 3}, {3, 5, 2}, {4, 2, 3}, {5, 1, 4}, {3, 40, 7}, {2, 0, 3}, {0, 3, 2}, {6, 11, 1}};
+  return {{1, 7, 1},  {1, 7, 3}, {3, 5, 2}, {4, 2, 3}, {5, 1, 4},
+          {3, 40, 7}, {2, 0, 3}, {0, 3, 2}, {6, 11, 1}};
 }
 
 inline std::string partition_str(const PartitionDesc& d) {
@@ -203,8 +204,10 @@ inline std::vector<std::pair<int64_t, int64_t>> part_runs(const PartitionDesc& d
   for (int64_t i = 0; i < n; ++i) {
     if (part_owner(d, p, i) != r) continue;
     const bool same_block = !runs.empty() && (i - 1) / (d.rows * d.inner) == i / (d.rows * d.inner);
-    if (!runs.empty() && runs.back().first + runs.back().second == i && same_block) ++runs.back().second;
-    else runs.emplace_back(i, 1);
+    if (!runs.empty() && runs.back().first + runs.back().second == i && same_block)
+      ++runs.back().second;
+    else
+      runs.emplace_back(i, 1);
   }
   return runs;
 }
@@ -218,7 +221,8 @@ inline std::vector<int64_t> part_elements(const PartitionDesc& d, int p, int r) 
 
 // The hook's calls must tile this rank's part exactly once, in ascending order, each call no
 // longer than a chunk and inside one run of the part.
-inline std::string check_part_coverage(const std::string& label, const std::vector<std::pair<int64_t, int64_t>>& calls,
+inline std::string check_part_coverage(const std::string& label,
+                                       const std::vector<std::pair<int64_t, int64_t>>& calls,
                                        const PartitionDesc& d, int p, int r, DType t) {
   const int64_t chunk = std::max<int64_t>(1, static_cast<int64_t>(chunk_bytes() / dtype_size(t)));
   const auto runs = part_runs(d, p, r);
@@ -227,14 +231,17 @@ inline std::string check_part_coverage(const std::string& label, const std::vect
   for (const auto& [off, len] : calls) {
     if (run == runs.size() || off != next || len <= 0 || len > chunk ||
         off + len > runs[run].first + runs[run].second)
-      return fmt::format("{}: hook saw [{}, {}) where [{}, ...) of at most {} elements, inside run {} of the part, "
-                         "was due\n",
-                         label, off, off + len, next, chunk, run);
+      return fmt::format(
+          "{}: hook saw [{}, {}) where [{}, ...) of at most {} elements, inside run {} of the "
+          "part, "
+          "was due\n",
+          label, off, off + len, next, chunk, run);
     next = off + len;
     if (next == runs[run].first + runs[run].second && ++run < runs.size()) next = runs[run].first;
   }
   if (run != runs.size())
-    return fmt::format("{}: hook stopped at {}, in run {} of the part's {}\n", label, next, run, runs.size());
+    return fmt::format("{}: hook stopped at {}, in run {} of the part's {}\n", label, next, run,
+                       runs.size());
   return "";
 }
 
@@ -243,26 +250,32 @@ inline std::string check_part_coverage(const std::string& label, const std::vect
 enum class PartOut : uint8_t { Packed, Whole, InPlace };
 
 inline std::string partitioned_reduce_scatter_case(Communicator& c, CollectiveAlgo algo, DType t,
-                                                   const PartitionDesc& d, ReduceOp op, bool with_hook, PartOut form) {
+                                                   const PartitionDesc& d, ReduceOp op,
+                                                   bool with_hook, PartOut form) {
   const int p = c.size(), r = c.rank();
   const int64_t n = d.outer * d.rows * d.inner;
   const std::vector<int64_t> mine = part_elements(d, p, r);
   const std::string label =
       label_of(c, algo, fmt::format("reduce_scatter {}", reduce_op_name(op)), t, n,
                partition_str(d) + (with_hook ? " with hook" : "") +
-                   (form == PartOut::Packed ? " packed" : form == PartOut::Whole ? " into a whole" : " in place"));
+                   (form == PartOut::Packed  ? " packed"
+                    : form == PartOut::Whole ? " into a whole"
+                                             : " in place"));
   Tensor in = Tensor::empty(t, {n}, buffers_of(c));
   fill(in, 0, [&](int64_t i) { return input_value(op, r, i); });
-  Tensor out = form == PartOut::InPlace ? in
-                                        : Tensor::empty(t, {form == PartOut::Whole ? n : static_cast<int64_t>(mine.size())},
-                                                        buffers_of(c));
+  Tensor out =
+      form == PartOut::InPlace
+          ? in
+          : Tensor::empty(t, {form == PartOut::Whole ? n : static_cast<int64_t>(mine.size())},
+                          buffers_of(c));
   if (form != PartOut::InPlace) out.fill(-99.0f);
   HalvingHook hook{op, p, label};
   reduce_scatter(c, algo, in, out, op, with_hook ? hook.fn() : ChunkHook{}, d);
   const double scale = with_hook ? 0.5 : 1.0;
   std::string err = hook.errors;
   // The part where it belongs; everything else as it was (the input, the rest of a whole output).
-  Tensor want = Tensor::empty(DType::F32, {form == PartOut::Packed ? static_cast<int64_t>(mine.size()) : n});
+  Tensor want =
+      Tensor::empty(DType::F32, {form == PartOut::Packed ? static_cast<int64_t>(mine.size()) : n});
   for (int64_t i = 0; i < want.numel(); ++i)
     want.set(i, form == PartOut::InPlace ? input_value(op, r, i) : -99.0f);
   for (size_t k = 0; k < mine.size(); ++k)
@@ -270,17 +283,18 @@ inline std::string partitioned_reduce_scatter_case(Communicator& c, CollectiveAl
              static_cast<float>(scale * expected_value(op, p, mine[k])));
   err += check(label, out, 0, [&](int64_t i) { return want.get(i); });
   if (form != PartOut::InPlace)
-    err += check(label + " input afterwards", in, 0, [&](int64_t i) { return input_value(op, r, i); });
+    err +=
+        check(label + " input afterwards", in, 0, [&](int64_t i) { return input_value(op, r, i); });
   if (with_hook) err += check_part_coverage(label, hook.calls, d, p, r, t);
   return err;
 }
 
-inline std::string partitioned_all_reduce_case(Communicator& c, CollectiveAlgo algo, DType t, const PartitionDesc& d,
-                                               ReduceOp op) {
+inline std::string partitioned_all_reduce_case(Communicator& c, CollectiveAlgo algo, DType t,
+                                               const PartitionDesc& d, ReduceOp op) {
   const int p = c.size(), r = c.rank();
   const int64_t n = d.outer * d.rows * d.inner;
-  const std::string label = label_of(c, algo, fmt::format("all_reduce {}", reduce_op_name(op)), t, n,
-                                     partition_str(d) + " with hook");
+  const std::string label = label_of(c, algo, fmt::format("all_reduce {}", reduce_op_name(op)), t,
+                                     n, partition_str(d) + " with hook");
   Tensor buf = Tensor::empty(t, {n}, buffers_of(c));
   fill(buf, 0, [&](int64_t i) { return input_value(op, r, i); });
   HalvingHook hook{op, p, label};
@@ -292,12 +306,13 @@ inline std::string partitioned_all_reduce_case(Communicator& c, CollectiveAlgo a
   return err;
 }
 
-inline std::string partitioned_all_gather_case(Communicator& c, CollectiveAlgo algo, DType t, const PartitionDesc& d,
-                                               bool in_place) {
+inline std::string partitioned_all_gather_case(Communicator& c, CollectiveAlgo algo, DType t,
+                                               const PartitionDesc& d, bool in_place) {
   const int p = c.size(), r = c.rank();
   const int64_t n = d.outer * d.rows * d.inner;
   const std::vector<int64_t> mine = part_elements(d, p, r);
-  const std::string label = label_of(c, algo, "all_gather", t, n, partition_str(d) + (in_place ? " in place" : ""));
+  const std::string label =
+      label_of(c, algo, "all_gather", t, n, partition_str(d) + (in_place ? " in place" : ""));
   Tensor out = Tensor::empty(t, {n}, buffers_of(c));
   out.fill(-99.0f);
   Tensor in = in_place ? out : Tensor::empty(t, {static_cast<int64_t>(mine.size())}, buffers_of(c));

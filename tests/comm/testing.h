@@ -30,13 +30,15 @@ inline constexpr ReduceOp kAllOps[] = {ReduceOp::Sum, ReduceOp::Prod, ReduceOp::
 // signed powers of two for prod, integers in [-20, 20] for max and min.
 inline float input_value(ReduceOp op, int r, int64_t i) {
   switch (op) {
-    case ReduceOp::Sum: return static_cast<float>((r + 1) * (i % 13 - 6));
+    case ReduceOp::Sum:
+      return static_cast<float>((r + 1) * (i % 13 - 6));
     case ReduceOp::Prod: {
       const float mag = std::ldexp(1.0f, static_cast<int>((i + r) % 3) - 1);
       return (i + 2 * r) % 5 == 0 ? -mag : mag;
     }
     case ReduceOp::Max:
-    case ReduceOp::Min: return static_cast<float>((i * 7 + r * 13) % 41 - 20);
+    case ReduceOp::Min:
+      return static_cast<float>((i * 7 + r * 13) % 41 - 20);
   }
   return 0.0f;
 }
@@ -47,10 +49,18 @@ inline double expected_value(ReduceOp op, int p, int64_t i) {
   for (int r = 1; r < p; ++r) {
     const double v = input_value(op, r, i);
     switch (op) {
-      case ReduceOp::Sum: acc += v; break;
-      case ReduceOp::Prod: acc *= v; break;
-      case ReduceOp::Max: acc = std::max(acc, v); break;
-      case ReduceOp::Min: acc = std::min(acc, v); break;
+      case ReduceOp::Sum:
+        acc += v;
+        break;
+      case ReduceOp::Prod:
+        acc *= v;
+        break;
+      case ReduceOp::Max:
+        acc = std::max(acc, v);
+        break;
+      case ReduceOp::Min:
+        acc = std::min(acc, v);
+        break;
     }
   }
   return acc;

@@ -76,8 +76,8 @@ inline bool rounds_per_hop(const Plan& plan, std::string_view backend, int ranks
 }
 
 // |got - want| <= atol + rtol |want| everywhere, else a labelled report.
-inline std::string compare_within(const std::string& label, const Tensor& got, const Tensor& want, double rtol,
-                                  double atol) {
+inline std::string compare_within(const std::string& label, const Tensor& got, const Tensor& want,
+                                  double rtol, double atol) {
   if (got.dtype() != want.dtype() || !(got.shape() == want.shape()))
     return fmt::format("{}: got {}, want {}\n", label, got.str(), want.str());
   int64_t bad = 0;
@@ -90,8 +90,8 @@ inline std::string compare_within(const std::string& label, const Tensor& got, c
     if (++bad <= 4) first += fmt::format(" [{}]={:.9g} (want {:.9g})", i, g, w);
   }
   if (bad == 0) return "";
-  return fmt::format("{}: {} of {} elements differ (rtol {}, atol {}), max |diff| {:.3g}:{}\n", label, bad,
-                     got.numel(), rtol, atol, max_diff, first);
+  return fmt::format("{}: {} of {} elements differ (rtol {}, atol {}), max |diff| {:.3g}:{}\n",
+                     label, bad, got.numel(), rtol, atol, max_diff, first);
 }
 
 struct Outcome {
@@ -111,9 +111,12 @@ inline Outcome check_compiled(const Case& c, const Schedules& all, comm::Communi
   const exec::Placement pl = exec::placement(c.program, comm);
   for (size_t k = 0; k < all.plans.size(); ++k) {
     const Plan& plan = all.plans[k]->plan();
-    const std::string where = fmt::format("{} / {} on rank {} of {}", c.label, all.names[k], comm.rank(), comm.size());
-    const bool per_hop = !options.reduce_in_f32 && rounds_per_hop(plan, comm.backend(), comm.size());
-    const bool bitwise = schedule::testing::keeps_order(plan, c.program, comm.backend(), comm.size()) && !per_hop;
+    const std::string where =
+        fmt::format("{} / {} on rank {} of {}", c.label, all.names[k], comm.rank(), comm.size());
+    const bool per_hop =
+        !options.reduce_in_f32 && rounds_per_hop(plan, comm.backend(), comm.size());
+    const bool bitwise =
+        schedule::testing::keeps_order(plan, c.program, comm.backend(), comm.size()) && !per_hop;
     // Per-hop rounding of a bf16/f16 sum: up to p - 2 extra half-ulps of the narrow dtype.
     auto check = [&](const std::string& label, const Tensor& got, const Tensor& want) {
       if (!per_hop) return compare(label, got, want, bitwise);
@@ -127,7 +130,8 @@ inline Outcome check_compiled(const Case& c, const Schedules& all, comm::Communi
       runner.run();
       ++out.schedules;
       out.bitwise += bitwise ? 1 : 0;
-      for (const auto& [name, want] : ref) out.failures += check(fmt::format("{}: output {}", where, name), runner.output(name), want);
+      for (const auto& [name, want] : ref)
+        out.failures += check(fmt::format("{}: output {}", where, name), runner.output(name), want);
       for (int id : c.program.inputs()) {
         const dsl::Stage& s = c.program.stage(id);
         if (!pl.holds(s) || c.program.updater(id) < 0) continue;

@@ -1,7 +1,7 @@
-// Shared helpers of the suites that run schedules: the four workloads with bound sizes and scalars, inputs
-// derived from the element index (and the rank, for Local values), and the check that runs every
-// enumerated schedule through the plan runner and compares it with the reference interpreter on
-// the unscheduled program.
+// Shared helpers of the suites that run schedules: the four workloads with bound sizes and scalars,
+// inputs derived from the element index (and the rank, for Local values), and the check that runs
+// every enumerated schedule through the plan runner and compares it with the reference interpreter
+// on the unscheduled program.
 //
 // Equality. A schedule is compared bitwise when it keeps the order of every floating-point
 // operation of the reference; the plan runner computes each element with the reference's formulas
@@ -52,30 +52,45 @@ struct Case {
 };
 
 inline exec::ScalarMap optimizer_scalars() {
-  return {{"lr", 0.01},  {"beta1", 0.9}, {"beta2", 0.999}, {"eps", 1e-8}, {"weight_decay", 0.01},
-          {"step", 3.0}, {"grad_scale", 0.5}};
+  return {{"lr", 0.01},           {"beta1", 0.9}, {"beta2", 0.999},   {"eps", 1e-8},
+          {"weight_decay", 0.01}, {"step", 3.0},  {"grad_scale", 0.5}};
 }
 
 inline Case adam_case(DType grad, int64_t n) {
-  return {fmt::format("adam {} N={}", dtype_name(grad), n), dsl::workloads::adam(grad), {{"N", n}},
-          optimizer_scalars(), 1};
+  return {fmt::format("adam {} N={}", dtype_name(grad), n),
+          dsl::workloads::adam(grad),
+          {{"N", n}},
+          optimizer_scalars(),
+          1};
 }
 inline Case lamb_case(DType grad, int64_t n) {
-  return {fmt::format("lamb {} N={}", dtype_name(grad), n), dsl::workloads::lamb(grad), {{"N", n}},
-          optimizer_scalars(), 1};
+  return {fmt::format("lamb {} N={}", dtype_name(grad), n),
+          dsl::workloads::lamb(grad),
+          {{"N", n}},
+          optimizer_scalars(),
+          1};
 }
 inline Case megatron_case(DType t, int64_t b, int64_t k, int64_t h) {
-  return {fmt::format("megatron {} B={} K={} H={}", dtype_name(t), b, k, h), dsl::workloads::megatron_layer(t, 0.1),
-          {{"B", b}, {"K", k}, {"H", h}}, {{"seed", 1234}}, 1};
+  return {fmt::format("megatron {} B={} K={} H={}", dtype_name(t), b, k, h),
+          dsl::workloads::megatron_layer(t, 0.1),
+          {{"B", b}, {"K", k}, {"H", h}},
+          {{"seed", 1234}},
+          1};
 }
 inline Case pipeline_case(DType t, int64_t b, int64_t k, int64_t h) {
-  return {fmt::format("pipeline {} B={} K={} H={}", dtype_name(t), b, k, h), dsl::workloads::pipeline_stage(t, 0.1),
-          {{"B", b}, {"K", k}, {"H", h}}, {{"seed", 77}}, 2};
+  return {fmt::format("pipeline {} B={} K={} H={}", dtype_name(t), b, k, h),
+          dsl::workloads::pipeline_stage(t, 0.1),
+          {{"B", b}, {"K", k}, {"H", h}},
+          {{"seed", 77}},
+          2};
 }
 
 inline Case two_collectives_case(int64_t n, int64_t b, int64_t k, int64_t h) {
-  return {fmt::format("two_collectives N={} B={} K={} H={}", n, b, k, h), two_collectives(),
-          {{"N", n}, {"B", b}, {"K", k}, {"H", h}}, {{"lr", 0.01}}, 1};
+  return {fmt::format("two_collectives N={} B={} K={} H={}", n, b, k, h),
+          two_collectives(),
+          {{"N", n}, {"B", b}, {"K", k}, {"H", h}},
+          {{"lr", 0.01}},
+          1};
 }
 
 // Element i of input `name` (rank `rank`'s own value for a Local input): a value in [0.05, 1.05)
@@ -84,7 +99,8 @@ inline Case two_collectives_case(int64_t n, int64_t b, int64_t k, int64_t h) {
 inline float input_value(const std::string& name, int64_t i, int rank) {
   uint64_t h = 1469598103934665603ull;
   for (char c : name) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
-  h ^= static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(rank + 1) * 0xC2B2AE3D27D4EB4Full;
+  h ^= static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ull +
+       static_cast<uint64_t>(rank + 1) * 0xC2B2AE3D27D4EB4Full;
   h ^= h >> 29;
   h *= 0xBF58476D1CE4E5B9ull;
   h ^= h >> 32;
@@ -111,7 +127,8 @@ inline exec::TensorMap make_inputs(const dsl::Program& program, const dsl::Symbo
 // Compares got with want element by element: bitwise (NaNs of the same bits equal), or within
 // |got - want| <= 1e-6 + 1e-5 |want|. "" when they agree, else a labelled report with the number
 // of differing elements, the largest difference and the first few.
-inline std::string compare(const std::string& label, const Tensor& got, const Tensor& want, bool bitwise) {
+inline std::string compare(const std::string& label, const Tensor& got, const Tensor& want,
+                           bool bitwise) {
   if (got.dtype() != want.dtype() || !(got.shape() == want.shape()))
     return fmt::format("{}: got {}, want {}\n", label, got.str(), want.str());
   int64_t bad = 0;
@@ -122,8 +139,9 @@ inline std::string compare(const std::string& label, const Tensor& got, const Te
     const double g = got.get(i), w = want.get(i);
     bool same;
     if (bitwise) {
-      same = std::memcmp(static_cast<const char*>(got.data()) + static_cast<size_t>(i) * es,
-                         static_cast<const char*>(want.data()) + static_cast<size_t>(i) * es, es) == 0;
+      same =
+          std::memcmp(static_cast<const char*>(got.data()) + static_cast<size_t>(i) * es,
+                      static_cast<const char*>(want.data()) + static_cast<size_t>(i) * es, es) == 0;
     } else {
       same = (std::isnan(g) && std::isnan(w)) || std::abs(g - w) <= 1e-6 + 1e-5 * std::abs(w);
     }
@@ -132,12 +150,13 @@ inline std::string compare(const std::string& label, const Tensor& got, const Te
     if (++bad <= 4) first += fmt::format(" [{}]={:.9g} (want {:.9g})", i, g, w);
   }
   if (bad == 0) return "";
-  return fmt::format("{}: {} of {} elements differ ({}), max |diff| {:.3g}:{}\n", label, bad, got.numel(),
-                     bitwise ? "bitwise" : "tolerance 1e-5", max_diff, first);
+  return fmt::format("{}: {} of {} elements differ ({}), max |diff| {:.3g}:{}\n", label, bad,
+                     got.numel(), bitwise ? "bitwise" : "tolerance 1e-5", max_diff, first);
 }
 
 // Whether the plan keeps every floating-point operation of the reference in order (see the top).
-inline bool keeps_order(const Plan& plan, const dsl::Program& original, std::string_view backend, int ranks) {
+inline bool keeps_order(const Plan& plan, const dsl::Program& original, std::string_view backend,
+                        int ranks) {
   bool keeps = true;
   std::function<void(const Step&)> visit = [&](const Step& s) {
     if (s.kind == StepKind::Finish && s.finish.across_ranks) {
@@ -163,7 +182,7 @@ struct Outcome {
 
 // The reference's results on the unscheduled program, for this rank.
 struct Reference {
-  exec::RunArgs args;     // the inputs it ran on (updated inputs hold their new values)
+  exec::RunArgs args;  // the inputs it ran on (updated inputs hold their new values)
   exec::TensorMap outputs;
 };
 
@@ -175,12 +194,13 @@ inline Reference run_reference(const Case& c, comm::Communicator& comm) {
 
 // Runs one plan on fresh inputs and compares its outputs and updated inputs with the reference's;
 // adds what differs to `out.failures`.
-inline void check_plan(const Case& c, const Plan& plan, const std::string& name, comm::Communicator& comm,
-                       const Reference& ref, Outcome& out) {
+inline void check_plan(const Case& c, const Plan& plan, const std::string& name,
+                       comm::Communicator& comm, const Reference& ref, Outcome& out) {
   const exec::Placement pl = exec::placement(c.program, comm);
   const bool bitwise = keeps_order(plan, c.program, comm.backend(), comm.size());
   exec::RunArgs args{c.symbols, c.scalars, make_inputs(c.program, c.symbols, comm)};
-  const std::string where = fmt::format("{} / {} on rank {} of {}", c.label, name, comm.rank(), comm.size());
+  const std::string where =
+      fmt::format("{} / {} on rank {} of {}", c.label, name, comm.rank(), comm.size());
   exec::TensorMap got;
   try {
     got = exec::run_plan(plan, comm, args);
@@ -208,9 +228,10 @@ inline void check_plan(const Case& c, const Plan& plan, const std::string& name,
     if (stored.type.layout == s.type.layout) {
       out.failures += compare(fmt::format("{}: updated {}", where, s.name), have, want, bitwise);
     } else {
-      out.failures += compare(fmt::format("{}: updated {} (this rank's slice)", where, s.name),
-                              exec::piece_of(have, stored.type.layout, pl.group_size, pl.index),
-                              exec::piece_of(want, stored.type.layout, pl.group_size, pl.index), bitwise);
+      out.failures +=
+          compare(fmt::format("{}: updated {} (this rank's slice)", where, s.name),
+                  exec::piece_of(have, stored.type.layout, pl.group_size, pl.index),
+                  exec::piece_of(want, stored.type.layout, pl.group_size, pl.index), bitwise);
     }
   }
 }
@@ -225,7 +246,8 @@ inline std::vector<Plan> all_plans(const Case& c) {
 
 // Runs the reference on the unscheduled program, then every plan, on `comm` (every rank calls
 // it); returns what this rank saw.
-inline Outcome check_all_schedules(const Case& c, const std::vector<Plan>& plans, comm::Communicator& comm) {
+inline Outcome check_all_schedules(const Case& c, const std::vector<Plan>& plans,
+                                   comm::Communicator& comm) {
   Outcome out;
   const Reference ref = run_reference(c, comm);
   for (const Plan& plan : plans) check_plan(c, plan, plan.name, comm, ref, out);

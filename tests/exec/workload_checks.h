@@ -19,10 +19,11 @@ namespace tandem::testing {
 
 // A labelled comparison: passes when |got - want| <= atol + rtol |want| everywhere; otherwise
 // says how many elements differ, the largest difference, and the first few that differ.
-inline ::testing::AssertionResult close(const std::string& label, const Tensor& got, const std::vector<double>& want,
-                                        double rtol, double atol) {
+inline ::testing::AssertionResult close(const std::string& label, const Tensor& got,
+                                        const std::vector<double>& want, double rtol, double atol) {
   if (got.numel() != static_cast<int64_t>(want.size()))
-    return ::testing::AssertionFailure() << label << ": " << got.numel() << " elements, expected " << want.size();
+    return ::testing::AssertionFailure()
+           << label << ": " << got.numel() << " elements, expected " << want.size();
   int64_t bad = 0;
   double max_diff = 0;
   std::string first;
@@ -36,9 +37,9 @@ inline ::testing::AssertionResult close(const std::string& label, const Tensor& 
     if (!std::isnan(diff)) max_diff = std::max(max_diff, diff);
   }
   if (bad == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << label << ": " << bad << " of " << got.numel()
-                                       << " elements differ (rtol " << rtol << ", atol " << atol << "), max |diff| "
-                                       << max_diff << ";" << first;
+  return ::testing::AssertionFailure()
+         << label << ": " << bad << " of " << got.numel() << " elements differ (rtol " << rtol
+         << ", atol " << atol << "), max |diff| " << max_diff << ";" << first;
 }
 
 inline double rounded(double v, DType t) {
@@ -53,8 +54,12 @@ inline double to_f32(double v) { return static_cast<float>(v); }
 
 // Gradients are multiples of 1/8 below 1 in magnitude: exact in bf16 and f16, and their sums over
 // four ranks are exact in f32 in any order, so the AllReduce leaves no rounding to argue about.
-inline double grad_at(int rank, int64_t i) { return static_cast<double>((i * 7 + rank * 3) % 11 - 5) / 8.0; }
-inline double weight_at(int64_t i) { return to_f32(0.25 + static_cast<double>((i * 13) % 17) / 17.0); }
+inline double grad_at(int rank, int64_t i) {
+  return static_cast<double>((i * 7 + rank * 3) % 11 - 5) / 8.0;
+}
+inline double weight_at(int64_t i) {
+  return to_f32(0.25 + static_cast<double>((i * 13) % 17) / 17.0);
+}
 inline double m_at(int64_t i) { return to_f32(static_cast<double>((i * 5) % 9 - 4) / 90.0); }
 inline double v_at(int64_t i) { return to_f32(static_cast<double>((i * 3) % 7) / 700.0); }
 
@@ -74,7 +79,8 @@ struct Hyper {
 // Runs the case on this rank of `comm` and checks w, m and v against the formula in double.
 inline void check_optimizer(comm::Communicator& comm, const OptimizerCase& c) {
   const int p = comm.size(), rank = comm.rank();
-  const dsl::Program program = c.lamb ? dsl::workloads::lamb(c.grad_dtype) : dsl::workloads::adam(c.grad_dtype);
+  const dsl::Program program =
+      c.lamb ? dsl::workloads::lamb(c.grad_dtype) : dsl::workloads::adam(c.grad_dtype);
   const Hyper h;
   const int64_t n = c.n;
   Tensor g = Tensor::empty(c.grad_dtype, Shape{n});
@@ -88,8 +94,9 @@ inline void check_optimizer(comm::Communicator& comm, const OptimizerCase& c) {
   }
   exec::RunArgs args;
   args.symbols = {{"N", n}};
-  args.scalars = {{"lr", h.lr},     {"beta1", h.beta1},       {"beta2", h.beta2},         {"eps", h.eps},
-                  {"step", h.step}, {"weight_decay", h.weight_decay}, {"grad_scale", 1.0 / p}};
+  args.scalars = {{"lr", h.lr},           {"beta1", h.beta1}, {"beta2", h.beta2},
+                  {"eps", h.eps},         {"step", h.step},   {"weight_decay", h.weight_decay},
+                  {"grad_scale", 1.0 / p}};
   args.inputs = {{"g", g}, {"w", w}, {"m", m}, {"v", v}};
   const exec::TensorMap out = exec::run_reference(program, comm, args);
   EXPECT_TRUE(out.empty());  // everything is written in place
@@ -129,10 +136,16 @@ inline void check_optimizer(comm::Communicator& comm, const OptimizerCase& c) {
 
 // --------------------------------------------------------------------- Megatron and pipeline
 
-inline double x_at(int64_t b, int64_t k) { return static_cast<double>((b * 5 + k * 3) % 13 - 6) / 8.0; }
-inline double w_at(int64_t k, int64_t j) { return static_cast<double>((k * 7 + j * 2) % 9 - 4) / 16.0; }
+inline double x_at(int64_t b, int64_t k) {
+  return static_cast<double>((b * 5 + k * 3) % 13 - 6) / 8.0;
+}
+inline double w_at(int64_t k, int64_t j) {
+  return static_cast<double>((k * 7 + j * 2) % 9 - 4) / 16.0;
+}
 inline double bias_at(int64_t j) { return static_cast<double>(j % 5) / 4.0 - 0.5; }
-inline double residual_at(int64_t b, int64_t j) { return static_cast<double>((b + 2 * j) % 7) / 7.0; }
+inline double residual_at(int64_t b, int64_t j) {
+  return static_cast<double>((b + 2 * j) % 7) / 7.0;
+}
 
 struct LayerCase {
   DType dtype = DType::F32;
@@ -149,10 +162,14 @@ inline std::vector<double> layer_oracle(const LayerCase& c) {
   for (int64_t b = 0; b < c.b; ++b)
     for (int64_t j = 0; j < c.h; ++j) {
       double z = 0;
-      for (int64_t k = 0; k < c.k; ++k) z += rounded(x_at(b, k), c.dtype) * rounded(w_at(k, j), c.dtype);
+      for (int64_t k = 0; k < c.k; ++k)
+        z += rounded(x_at(b, k), c.dtype) * rounded(w_at(k, j), c.dtype);
       const double a = z + rounded(bias_at(j), c.dtype);
       const int64_t idx = b * c.h + j;
-      const double d = dropout_keep(c.seed, static_cast<uint64_t>(idx), static_cast<float>(c.dropout)) ? a * scale : 0;
+      const double d =
+          dropout_keep(c.seed, static_cast<uint64_t>(idx), static_cast<float>(c.dropout))
+              ? a * scale
+              : 0;
       out[static_cast<size_t>(idx)] = d + rounded(residual_at(b, j), c.dtype);
     }
   return out;
@@ -193,11 +210,11 @@ inline double layer_atol(const LayerCase& c, int p) {
 
 inline void check_layer(comm::Communicator& comm, const LayerCase& c) {
   const int p = comm.size();
-  const exec::TensorMap out =
-      exec::run_reference(dsl::workloads::megatron_layer(c.dtype, c.dropout), comm, layer_args(c, p, comm.rank()));
+  const exec::TensorMap out = exec::run_reference(
+      dsl::workloads::megatron_layer(c.dtype, c.dropout), comm, layer_args(c, p, comm.rank()));
   ASSERT_EQ(out.count("out"), 1u);
-  EXPECT_TRUE(close(fmt::format("out rank {} of {}, B={} K={} H={} {}", comm.rank(), p, c.b, c.k, c.h,
-                                dtype_name(c.dtype)),
+  EXPECT_TRUE(close(fmt::format("out rank {} of {}, B={} K={} H={} {}", comm.rank(), p, c.b, c.k,
+                                c.h, dtype_name(c.dtype)),
                     out.at("out"), layer_oracle(c), 0, layer_atol(c, p)));
 }
 
@@ -209,12 +226,13 @@ inline void check_pipeline(comm::Communicator& comm, const LayerCase& c) {
     a.inputs.clear();  // group 1 holds no inputs
     return a;
   }();
-  const exec::TensorMap out = exec::run_reference(dsl::workloads::pipeline_stage(c.dtype, c.dropout), comm, args);
+  const exec::TensorMap out =
+      exec::run_reference(dsl::workloads::pipeline_stage(c.dtype, c.dropout), comm, args);
   const std::string name = rank < half ? "out" : "h";
   ASSERT_EQ(out.size(), 1u) << "rank " << rank;
   ASSERT_EQ(out.count(name), 1u) << "rank " << rank;
-  EXPECT_TRUE(close(fmt::format("{} rank {} of {}, B={} K={} H={}", name, rank, p, c.b, c.k, c.h), out.at(name),
-                    layer_oracle(c), 0, layer_atol(c, half)));
+  EXPECT_TRUE(close(fmt::format("{} rank {} of {}, B={} K={} H={}", name, rank, p, c.b, c.k, c.h),
+                    out.at(name), layer_oracle(c), 0, layer_atol(c, half)));
 }
 
 }  // namespace tandem::testing

@@ -67,16 +67,16 @@ template <typename A, typename B>
   if (bad == 0) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure()
          << label << ": " << bad << " of " << got.size() << " elements differ by more than " << tol
-         << " (rtol " << rtol << " x max|want| " << scale << " + atol " << atol
-         << "); worst diff " << worst << " at [" << worst_i << "]" << first.str();
+         << " (rtol " << rtol << " x max|want| " << scale << " + atol " << atol << "); worst diff "
+         << worst << " at [" << worst_i << "]" << first.str();
 }
 
 // Central differences of a scalar function of `x` at the elements listed in `which` (all when
 // empty), step h. In double with h = 1e-5 the truncation error is O(h^2 f''') ~ 1e-10 and the
 // rounding error O(eps / h) ~ 1e-11, far below the f32 kernels' own errors.
-inline std::vector<double> finite_difference(const std::function<double(const std::vector<double>&)>& f,
-                                             std::vector<double> x, const std::vector<size_t>& which,
-                                             double h = 1e-5) {
+inline std::vector<double> finite_difference(
+    const std::function<double(const std::vector<double>&)>& f, std::vector<double> x,
+    const std::vector<size_t>& which, double h = 1e-5) {
   std::vector<double> g(which.size());
   for (size_t k = 0; k < which.size(); ++k) {
     const size_t i = which[k];
@@ -98,7 +98,8 @@ inline std::vector<size_t> spread(size_t n, size_t count) {
     for (size_t i = 0; i < n; ++i) idx.push_back(i);
     return idx;
   }
-  for (size_t k = 0; k < count; ++k) idx.push_back(k * n / count + (k * 7) % std::max<size_t>(1, n / count));
+  for (size_t k = 0; k < count; ++k)
+    idx.push_back(k * n / count + (k * 7) % std::max<size_t>(1, n / count));
   return idx;
 }
 

@@ -30,15 +30,18 @@ inline nn::GPTConfig tiny_config(int layers = 2, int heads = 2, int d_model = 16
 // Deterministic tokens in [0, V).
 inline std::vector<int32_t> tokens(size_t n, uint64_t seed, int V = 256) {
   std::vector<int32_t> t(n);
-  for (size_t i = 0; i < n; ++i) t[i] = static_cast<int32_t>(random_bits(seed, i) % static_cast<uint32_t>(V));
+  for (size_t i = 0; i < n; ++i)
+    t[i] = static_cast<int32_t>(random_bits(seed, i) % static_cast<uint32_t>(V));
   return t;
 }
 
 // |got - want| <= atol + rtol * max|want|, elementwise; reports the worst and first failures.
 inline ::testing::AssertionResult close(const std::string& label, const std::vector<float>& got,
-                                        const std::vector<float>& want, double rtol, double atol = 0.0) {
+                                        const std::vector<float>& want, double rtol,
+                                        double atol = 0.0) {
   if (got.size() != want.size())
-    return ::testing::AssertionFailure() << label << ": size " << got.size() << " vs " << want.size();
+    return ::testing::AssertionFailure()
+           << label << ": size " << got.size() << " vs " << want.size();
   double scale = 0.0;
   for (float w : want) scale = std::max(scale, std::fabs(static_cast<double>(w)));
   const double tol = atol + rtol * scale;
@@ -57,9 +60,9 @@ inline ::testing::AssertionResult close(const std::string& label, const std::vec
     }
   }
   if (bad == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << label << ": " << bad << " of " << got.size()
-                                       << " differ by more than " << tol << "; worst " << worst
-                                       << " at [" << worst_i << "]" << first.str();
+  return ::testing::AssertionFailure()
+         << label << ": " << bad << " of " << got.size() << " differ by more than " << tol
+         << "; worst " << worst << " at [" << worst_i << "]" << first.str();
 }
 
 }  // namespace tandem::parallel::testing

@@ -47,7 +47,8 @@ inline CommandResult run_tandem(const std::string& args) {
   const std::string bin = tandem_binary();
   if (!std::filesystem::exists(bin)) {
     CommandResult r;
-    r.output = fmt::format("the tandem binary is not at {} (build the `tandem` target, or set TANDEM_BIN)", bin);
+    r.output = fmt::format(
+        "the tandem binary is not at {} (build the `tandem` target, or set TANDEM_BIN)", bin);
     return r;
   }
   return run_command(fmt::format("'{}' {}", bin, args));

@@ -7,8 +7,8 @@
 #include <string>
 
 #include "tandem/dsl/ir.h"
-#include "tandem/schedule/recipe.h"
 #include "tandem/schedule/plan.h"
+#include "tandem/schedule/recipe.h"
 
 namespace tandem::testing {
 

@@ -70,7 +70,7 @@ std::string user_error_of(F&& f) {
 // writes anywhere) and returns the UserError message it raised, sent back through a pipe. The
 // parent stays as it was: privileges and limits cannot be taken back once given up.
 inline std::string user_error_in_child(const std::function<void()>& prepare,
-                                const std::function<void()>& f) {
+                                       const std::function<void()>& f) {
   int fds[2];
   EXPECT_EQ(::pipe(fds), 0);
   const pid_t pid = ::fork();

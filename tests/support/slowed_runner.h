@@ -18,9 +18,12 @@ class SlowedRunner final : public exec::Runner {
  public:
   using Alter = std::function<void(exec::TensorMap&)>;
   // `after_run`, when given, is called after each run (and its delay): a test's record of what ran.
-  SlowedRunner(std::unique_ptr<exec::Runner> inner, std::chrono::milliseconds delay, Alter alter = {},
-               std::function<void()> after_run = {})
-      : inner_(std::move(inner)), delay_(delay), alter_(std::move(alter)), after_run_(std::move(after_run)) {}
+  SlowedRunner(std::unique_ptr<exec::Runner> inner, std::chrono::milliseconds delay,
+               Alter alter = {}, std::function<void()> after_run = {})
+      : inner_(std::move(inner)),
+        delay_(delay),
+        alter_(std::move(alter)),
+        after_run_(std::move(after_run)) {}
   const dsl::Program& program() const override { return inner_->program(); }
   const exec::Placement& placement() const override { return inner_->placement(); }
   Tensor input(std::string_view name) const override { return inner_->input(name); }

@@ -7,10 +7,10 @@
 #include <sstream>
 #include <string>
 
-#include "tandem/core/error.h"
-#include "tandem/train/trainer.h"
 #include "support/files.h"
 #include "support/scratch.h"
+#include "tandem/core/error.h"
+#include "tandem/train/trainer.h"
 
 namespace tandem::train::testing {
 
@@ -39,7 +39,7 @@ inline TrainConfig tiny_run(int64_t steps) {
   c.progress = false;
   c.blas_threads = 1;
   c.executor = exec::RunnerKind::Plan;  // no JIT compile: these runs are about files, not speed
-  static std::ostringstream sink;  // the summary lines, unread
+  static std::ostringstream sink;       // the summary lines, unread
   c.out = &sink;
   return c;
 }

@@ -25,8 +25,10 @@ class TempCacheDir {
     ::setenv("TANDEM_CACHE_DIR", path_.c_str(), 1);
   }
   ~TempCacheDir() {
-    if (had_old_) ::setenv("TANDEM_CACHE_DIR", old_.c_str(), 1);
-    else ::unsetenv("TANDEM_CACHE_DIR");
+    if (had_old_)
+      ::setenv("TANDEM_CACHE_DIR", old_.c_str(), 1);
+    else
+      ::unsetenv("TANDEM_CACHE_DIR");
     std::error_code ec;
     std::filesystem::remove_all(path_, ec);
   }

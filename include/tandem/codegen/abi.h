@@ -33,61 +33,61 @@
 #define TANDEM_ACC_SLOTS 8
 
 // The ABI's declarations, as one macro: the host expands it, the emitter stringifies it.
-#define TANDEM_KERNEL_ABI                                                                        \
-  typedef struct tandem_block {                                                                 \
-    int64_t row0;  /* the block's first row (dim 0 of the pipelined values) */                  \
-    int64_t rows;  /* its row count */                                                          \
-    int64_t part_row0; /* this rank's rows of row-sliced Block values in the blocks before */   \
-    int32_t index; /* b */                                                                      \
-    int32_t count; /* the number of blocks */                                                   \
-  } tandem_block;                                                                               \
-  typedef struct tandem_args tandem_args;                                                       \
-  typedef int (*tandem_hook_fn)(const tandem_args* a, void* chunk, int64_t n, int64_t g0,       \
-                                const tandem_block* blk);                                       \
-  typedef struct tandem_collective {                                                            \
-    int32_t step;  /* the plan's top-level step, for messages */                                \
-    int32_t kind;  /* 0 all_reduce, 1 reduce_scatter, 2 all_gather, 3 broadcast */             \
-    int32_t op;    /* 0 sum, 1 prod, 2 max, 3 min: core/reduce_op.h's reduce_op_code */          \
-    int32_t dtype; /* 0 f32, 1 bf16, 2 f16 */                                                   \
-    int32_t root;                                                                               \
-    int32_t async; /* may run on the host's communication thread */                             \
+#define TANDEM_KERNEL_ABI                                                                         \
+  typedef struct tandem_block {                                                                   \
+    int64_t row0;      /* the block's first row (dim 0 of the pipelined values) */                \
+    int64_t rows;      /* its row count */                                                        \
+    int64_t part_row0; /* this rank's rows of row-sliced Block values in the blocks before */     \
+    int32_t index;     /* b */                                                                    \
+    int32_t count;     /* the number of blocks */                                                 \
+  } tandem_block;                                                                                 \
+  typedef struct tandem_args tandem_args;                                                         \
+  typedef int (*tandem_hook_fn)(const tandem_args* a, void* chunk, int64_t n, int64_t g0,         \
+                                const tandem_block* blk);                                         \
+  typedef struct tandem_collective {                                                              \
+    int32_t step;  /* the plan's top-level step, for messages */                                  \
+    int32_t kind;  /* 0 all_reduce, 1 reduce_scatter, 2 all_gather, 3 broadcast */                \
+    int32_t op;    /* 0 sum, 1 prod, 2 max, 3 min: core/reduce_op.h's reduce_op_code */           \
+    int32_t dtype; /* 0 f32, 1 bf16, 2 f16 */                                                     \
+    int32_t root;                                                                                 \
+    int32_t async; /* may run on the host's communication thread */                               \
     int32_t carry; /* all_reduce: the hook overwrites each chunk, and that is what is gathered */ \
     int32_t recv_whole; /* RS: recv is shaped as the whole; this rank's part goes in its place */ \
-    void* send;    /* AR, BC: the buffer. RS: the whole input. AG: this part, 0 = in recv */     \
-    void* recv;    /* RS: this rank's part, 0 = in place in send. AG: the whole output */        \
-    int64_t outer, rows, inner; /* the whole buffer as [outer, rows, inner], split by rows */   \
-    int64_t index_base;         /* the global flat index of the buffer's first element */       \
-    tandem_hook_fn hook;                                                                        \
-    tandem_block block; /* index -1 outside a pipeline */                                       \
-  } tandem_collective;                                                                          \
-  typedef struct tandem_transfer {                                                              \
-    int32_t step;                                                                               \
-    int32_t recv;       /* 0 send, 1 receive */                                                 \
-    int32_t peer_group; /* the same-index rank of this group is the peer */                     \
-    int32_t tag;                                                                                \
-    int32_t async;                                                                              \
-    int32_t block;                                                                              \
-    void* data;                                                                                 \
-    int64_t bytes;                                                                              \
-  } tandem_transfer;                                                                            \
-  typedef void (*tandem_sgemm_fn)(int trans_a, int trans_b, int m, int n, int k, float alpha,    \
-                                  const float* a, int lda, const float* b, int ldb, float beta,  \
-                                  float* c, int ldc);                                            \
-  struct tandem_args {                                                                          \
-    void* const* buf;      /* per stage id: the base of its value's buffer */                   \
-    double* acc;           /* stage id's TANDEM_ACC_SLOTS accumulator lanes (Norm, Reduce all) */ \
-    float* scratch;        /* f32 scratch, tandem_scratch_elems() long */                       \
-    const int64_t* sym;    /* the symbols' extents, in Program::symbols() order */              \
-    const uint64_t* seed;  /* per stage id: a Scalar stage's value as a dropout seed */         \
-    int32_t p, r, group;   /* the group's size, this rank's index in it, this rank's group */   \
-    int32_t pad;                                                                                \
-    void* host;                                                                                 \
-    int (*collective)(void* host, const tandem_collective* c);                                  \
-    int (*transfer)(void* host, const tandem_transfer* t);                                      \
-    int (*sync)(void* host, int32_t block);                                                     \
-    tandem_sgemm_fn sgemm;                                                                      \
-    const int64_t* seg;    /* segment bounds, nseg + 1 of them (programs with segment ops) */   \
-    int64_t nseg;                                                                               \
+    void* send;         /* AR, BC: the buffer. RS: the whole input. AG: this part, 0 = in recv */ \
+    void* recv;         /* RS: this rank's part, 0 = in place in send. AG: the whole output */    \
+    int64_t outer, rows, inner; /* the whole buffer as [outer, rows, inner], split by rows */     \
+    int64_t index_base;         /* the global flat index of the buffer's first element */         \
+    tandem_hook_fn hook;                                                                          \
+    tandem_block block; /* index -1 outside a pipeline */                                         \
+  } tandem_collective;                                                                            \
+  typedef struct tandem_transfer {                                                                \
+    int32_t step;                                                                                 \
+    int32_t recv;       /* 0 send, 1 receive */                                                   \
+    int32_t peer_group; /* the same-index rank of this group is the peer */                       \
+    int32_t tag;                                                                                  \
+    int32_t async;                                                                                \
+    int32_t block;                                                                                \
+    void* data;                                                                                   \
+    int64_t bytes;                                                                                \
+  } tandem_transfer;                                                                              \
+  typedef void (*tandem_sgemm_fn)(int trans_a, int trans_b, int m, int n, int k, float alpha,     \
+                                  const float* a, int lda, const float* b, int ldb, float beta,   \
+                                  float* c, int ldc);                                             \
+  struct tandem_args {                                                                            \
+    void* const* buf;     /* per stage id: the base of its value's buffer */                      \
+    double* acc;          /* stage id's TANDEM_ACC_SLOTS accumulator lanes (Norm, Reduce all) */  \
+    float* scratch;       /* f32 scratch, tandem_scratch_elems() long */                          \
+    const int64_t* sym;   /* the symbols' extents, in Program::symbols() order */                 \
+    const uint64_t* seed; /* per stage id: a Scalar stage's value as a dropout seed */            \
+    int32_t p, r, group;  /* the group's size, this rank's index in it, this rank's group */      \
+    int32_t pad;                                                                                  \
+    void* host;                                                                                   \
+    int (*collective)(void* host, const tandem_collective* c);                                    \
+    int (*transfer)(void* host, const tandem_transfer* t);                                        \
+    int (*sync)(void* host, int32_t block);                                                       \
+    tandem_sgemm_fn sgemm;                                                                        \
+    const int64_t* seg; /* segment bounds, nseg + 1 of them (programs with segment ops) */        \
+    int64_t nseg;                                                                                 \
   };
 
 #define TANDEM_ABI_STRINGIFY2(...) #__VA_ARGS__

@@ -1,6 +1,6 @@
 // The CUDA + NCCL emitter: one standalone GPU program per lowered plan, from the same plan walker
-// (src/codegen/walker.h) as the CPU JIT's C++ (never a program special-cased by name). Built with nvcc against NCCL,
-// cuBLAS and MPI; run as `mpirun -np N ./prog`.
+// (src/codegen/walker.h) as the CPU JIT's C++ (never a program special-cased by name). Built with
+// nvcc against NCCL, cuBLAS and MPI; run as `mpirun -np N ./prog`.
 //
 // What the source looks like.
 // - core/formulas.h's text (the element formulas the interpreter is compiled from, __host__

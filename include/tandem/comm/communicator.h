@@ -60,10 +60,10 @@ namespace tandem::comm {
 namespace detail {
 class Ring;
 class Hierarchical;
-}
+}  // namespace detail
 
-using tandem::ReduceOp;  // core/reduce_op.h
 using tandem::reduce_op_name;
+using tandem::ReduceOp;  // core/reduce_op.h
 
 // How a collective divides its whole buffer among the ranks (see Partitions above). rows < 0
 // stands for the whole buffer's element count, so the default is the flat split.
@@ -121,15 +121,15 @@ std::string_view collective_algo_name(CollectiveAlgo algo);  // "auto", "ring", 
 struct CollectiveDesc {
   CollectiveKind kind;
   ReduceOp op = ReduceOp::Sum;
-  Tensor send{};   // AllReduce, Broadcast: the buffer (in place). ReduceScatter: the whole input.
-                   // AllGather: this rank's part, packed; or `recv` itself (the part in place).
-  Tensor recv{};   // ReduceScatter: this rank's part, packed; or a buffer of the whole's size that
-                   // receives the part in its place (its other elements untouched), which may be
-                   // `send` itself. AllGather: the whole output.
-                   // In place is also allowed where the part is contiguous in the whole (outer
-                   // 1): recv (RS) or send (AG) may be exactly this rank's part of the other
-                   // buffer. Any other overlap is an error.
-  int root = 0;    // Broadcast
+  Tensor send{};  // AllReduce, Broadcast: the buffer (in place). ReduceScatter: the whole input.
+                  // AllGather: this rank's part, packed; or `recv` itself (the part in place).
+  Tensor recv{};  // ReduceScatter: this rank's part, packed; or a buffer of the whole's size that
+                  // receives the part in its place (its other elements untouched), which may be
+                  // `send` itself. AllGather: the whole output.
+                  // In place is also allowed where the part is contiguous in the whole (outer
+                  // 1): recv (RS) or send (AG) may be exactly this rank's part of the other
+                  // buffer. Any other overlap is an error.
+  int root = 0;   // Broadcast
   ChunkHook hook{};  // AllReduce, ReduceScatter
   CollectiveAlgo algo = CollectiveAlgo::Auto;
   // AllReduce, ReduceScatter, AllGather: how the whole buffer is divided among the ranks
@@ -195,8 +195,8 @@ class Communicator {
   // Collectives: every rank of the group calls the same one with matching sizes and dtypes.
   void all_reduce(const Tensor& buf, ReduceOp op, const ChunkHook& hook = {},
                   const PartitionDesc& partition = {});
-  void reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp op,
-                      const ChunkHook& hook = {}, const PartitionDesc& partition = {});
+  void reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp op, const ChunkHook& hook = {},
+                      const PartitionDesc& partition = {});
   void all_gather(const Tensor& in, const Tensor& out, const PartitionDesc& partition = {});
   void broadcast(const Tensor& buf, int root);
 

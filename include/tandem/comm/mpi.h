@@ -78,7 +78,7 @@ class MpiCommunicator final : public Communicator {
  private:
   struct Adopt {};
   MpiCommunicator(MPI_Comm owned, Adopt);  // takes ownership of `owned` without duplicating
-  void set_up();  // ctrl_, rank_, size_, world_ranks_ from comm_
+  void set_up();                           // ctrl_, rank_, size_, world_ranks_ from comm_
   void set_up_node();  // rank_nodes, and the shared memory of a group on one node
   // Tells every peer what this rank calls (code: a CollectiveKind, or kBarrier, kSplit) and waits
   // until every peer has said what it calls; then, when `verify`, checks they all agree.

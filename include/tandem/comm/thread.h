@@ -35,11 +35,11 @@ inline constexpr int kMaxThreadRanks = 256;
 // UserError or InternalError whose message names the rank is rethrown as is (a CollectiveError,
 // which every rank raised, always); any other std::exception becomes an exception of the same
 // family (UserError, InternalError, else std::runtime_error) prefixed with "rank R of N: ".
-// n < 1 and n > kMaxThreadRanks are UserErrors. After a failure, a rank that has not returned within comm_timeout_s()
-// (10 s at most when the failure was a timeout, which already showed a rank stuck), stuck
-// outside any communication call, is left running, detached, so that the failure is reported;
-// `fn` is copied for it, but what `fn` refers to must then outlive it (the tandem command exits
-// at once).
+// n < 1 and n > kMaxThreadRanks are UserErrors. After a failure, a rank that has not returned
+// within comm_timeout_s() (10 s at most when the failure was a timeout, which already showed a rank
+// stuck), stuck outside any communication call, is left running, detached, so that the failure is
+// reported; `fn` is copied for it, but what `fn` refers to must then outlive it (the tandem command
+// exits at once).
 void run_ranks(int n, const std::function<void(Communicator&)>& fn);
 
 }  // namespace tandem::comm

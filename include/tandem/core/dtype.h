@@ -30,18 +30,27 @@ inline float f16_to_f32(uint16_t h) { return fx::ld_f16(h); }
 // Loads element i of a buffer of type t as f32; stores an f32 into element i.
 inline float load_as_f32(const void* p, DType t, size_t i) {
   switch (t) {
-    case DType::F32: return static_cast<const float*>(p)[i];
-    case DType::BF16: return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
-    case DType::F16: return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
+    case DType::F32:
+      return static_cast<const float*>(p)[i];
+    case DType::BF16:
+      return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
+    case DType::F16:
+      return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
   }
   return 0.0f;
 }
 
 inline void store_from_f32(void* p, DType t, size_t i, float v) {
   switch (t) {
-    case DType::F32: static_cast<float*>(p)[i] = v; break;
-    case DType::BF16: static_cast<uint16_t*>(p)[i] = f32_to_bf16(v); break;
-    case DType::F16: static_cast<uint16_t*>(p)[i] = f32_to_f16(v); break;
+    case DType::F32:
+      static_cast<float*>(p)[i] = v;
+      break;
+    case DType::BF16:
+      static_cast<uint16_t*>(p)[i] = f32_to_bf16(v);
+      break;
+    case DType::F16:
+      static_cast<uint16_t*>(p)[i] = f32_to_f16(v);
+      break;
   }
 }
 

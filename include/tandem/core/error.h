@@ -33,8 +33,9 @@ template <typename... Args>
 }  // namespace tandem
 
 // Checks an internal invariant; a failure is tandem's bug, never the user's.
-#define TANDEM_CHECK(cond, ...)                                                     \
-  do {                                                                              \
-    if (!(cond)) ::tandem::internal_error(std::string("check failed: " #cond ": ") + \
-                                          fmt::format(__VA_ARGS__));                \
+#define TANDEM_CHECK(cond, ...)                                           \
+  do {                                                                    \
+    if (!(cond))                                                          \
+      ::tandem::internal_error(std::string("check failed: " #cond ": ") + \
+                               fmt::format(__VA_ARGS__));                 \
   } while (0)

@@ -1,9 +1,9 @@
 // tandem's exact element formulas, written once: the 16-bit conversions, every elementwise op,
-// dropout's counter-based Philox, and the arithmetic of parts (which rank holds which rows). The host library includes this header (core/dtype.h,
-// core/rng.h, dsl/elementwise.h, so the reference interpreter computes with it), and the build
-// embeds its text into the code emitters (codegen/formulas_text.h), which paste it at the top of
-// every emitted C++ and CUDA translation unit and print calls to these functions. A formula
-// changed here changes everywhere, bit for bit.
+// dropout's counter-based Philox, and the arithmetic of parts (which rank holds which rows). The
+// host library includes this header (core/dtype.h, core/rng.h, dsl/elementwise.h, so the reference
+// interpreter computes with it), and the build embeds its text into the code emitters
+// (codegen/formulas_text.h), which paste it at the top of every emitted C++ and CUDA translation
+// unit and print calls to these functions. A formula changed here changes everywhere, bit for bit.
 //
 // Rules for this file, because it is compiled as C++ by the host compiler, by the JIT, and as
 // CUDA (host and device) by nvcc:
@@ -75,7 +75,7 @@ TANDEM_FX float ld_f16(uint16_t h) {
   const uint32_t o = static_cast<uint32_t>(h & 0x7fffu) << 13;
   const uint32_t e = o & 0x0f800000u;
   const uint32_t x = o + 0x38000000u + (0x38000000u & mask(e == 0x0f800000u));  // inf, NaN
-  const float sub = from_bits(x + 0x00800000u) - from_bits(0x38800000u);         // subnormal
+  const float sub = from_bits(x + 0x00800000u) - from_bits(0x38800000u);        // subnormal
   return from_bits(usel(e == 0, bits(sub), x) | (static_cast<uint32_t>(h & 0x8000u) << 16));
 }
 TANDEM_FX uint16_t st_f16(float f) {
@@ -86,7 +86,8 @@ TANDEM_FX uint16_t st_f16(float f) {
   // Below 2^-14 the result is subnormal: adding 0.5 lines the bits up and rounds to even.
   const uint32_t sub = bits(from_bits(ax) + 0.5f) - 0x3f000000u;
   const uint32_t normal = (ax - 0x38000000u + 0x0fffu + ((ax >> 13) & 1u)) >> 13;
-  return static_cast<uint16_t>(sign | usel(ax >= 0x47800000u, big, usel(ax < 0x38800000u, sub, normal)));
+  return static_cast<uint16_t>(sign |
+                               usel(ax >= 0x47800000u, big, usel(ax < 0x38800000u, sub, normal)));
 }
 // Loads and stores by dtype name (emitters print ld_<dtype> / st_<dtype> / rt_<dtype>).
 TANDEM_FX float ld_f32(float x) { return x; }
@@ -141,8 +142,12 @@ TANDEM_FX float prod(float acc, float x) { return acc * x; }
 
 // The part of an extent n that index r of p holds (a Sliced dim, a collective's partition, a
 // pipeline's row blocks): the first n % p parts hold one element more.
-TANDEM_FX int64_t part_count(int64_t n, int64_t p, int64_t r) { return n / p + (r < n % p ? 1 : 0); }
-TANDEM_FX int64_t part_offset(int64_t n, int64_t p, int64_t r) { return r * (n / p) + (r < n % p ? r : n % p); }
+TANDEM_FX int64_t part_count(int64_t n, int64_t p, int64_t r) {
+  return n / p + (r < n % p ? 1 : 0);
+}
+TANDEM_FX int64_t part_offset(int64_t n, int64_t p, int64_t r) {
+  return r * (n / p) + (r < n % p ? r : n % p);
+}
 // The index, in a buffer holding rows [off, off + cnt) of one dim (span = that dim's extent
 // times `inner`, the elements after it), of global flat index g.
 TANDEM_FX int64_t part_index(int64_t g, int64_t span, int64_t inner, int64_t off, int64_t cnt) {
@@ -164,15 +169,16 @@ TANDEM_FX Philox philox4x32(uint64_t key, Philox c) {
   for (int round = 0; round < 10; ++round) {
     const uint64_t p0 = uint64_t{0xD2511F53u} * c.c0;
     const uint64_t p1 = uint64_t{0xCD9E8D57u} * c.c2;
-    c = {static_cast<uint32_t>(p1 >> 32) ^ c.c1 ^ k0, static_cast<uint32_t>(p1), static_cast<uint32_t>(p0 >> 32) ^ c.c3 ^ k1,
-         static_cast<uint32_t>(p0)};
+    c = {static_cast<uint32_t>(p1 >> 32) ^ c.c1 ^ k0, static_cast<uint32_t>(p1),
+         static_cast<uint32_t>(p0 >> 32) ^ c.c3 ^ k1, static_cast<uint32_t>(p0)};
     k0 += 0x9E3779B9u;
     k1 += 0xBB67AE85u;
   }
   return c;
 }
 TANDEM_FX Philox philox_block(uint64_t key, uint64_t block, uint32_t stream) {
-  return philox4x32(key, {static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32), stream, 0u});
+  return philox4x32(key,
+                    {static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32), stream, 0u});
 }
 // The 32 random bits of element `index` in stream `stream` under `key`.
 TANDEM_FX uint32_t random_bits(uint64_t key, uint64_t index, uint32_t stream = 0) {
@@ -181,7 +187,9 @@ TANDEM_FX uint32_t random_bits(uint64_t key, uint64_t index, uint32_t stream = 0
   return usel(j == 0, r.c0, usel(j == 1, r.c1, usel(j == 2, r.c2, r.c3)));
 }
 // Uniform in [0, 1) with 24 bits of resolution (exactly representable in f32).
-TANDEM_FX float uniform_of(uint32_t word) { return static_cast<float>(static_cast<int32_t>(word >> 8)) * 0x1p-24f; }
+TANDEM_FX float uniform_of(uint32_t word) {
+  return static_cast<float>(static_cast<int32_t>(word >> 8)) * 0x1p-24f;
+}
 
 // Dropout: element x is kept when its uniform is >= p, and then scaled by 1 / (1 - p) (`scale`,
 // computed in double and rounded to f32 once, by dropout_scale). `word` is the element's
@@ -202,7 +210,8 @@ TANDEM_FX float dropout(float x, uint64_t seed, uint64_t index, float p, float s
 // 32-bit lanes of one register (vpmuludq on the even and odd lanes, high and low halves blended
 // back); elsewhere a loop over philox_block. For dropout masks and other long runs of
 // consecutive indices: one block serves four elements.
-inline void philox_blocks(uint32_t* __restrict words, uint64_t key, uint64_t block0, int64_t count, uint32_t stream) {
+inline void philox_blocks(uint32_t* __restrict words, uint64_t key, uint64_t block0, int64_t count,
+                          uint32_t stream) {
 #if defined(__AVX2__)
   const __m256i m0 = _mm256_set1_epi64x(0xD2511F53u), m1 = _mm256_set1_epi64x(0xCD9E8D57u);
   for (int64_t b = 0; b < count; b += 8) {
@@ -219,8 +228,10 @@ inline void philox_blocks(uint32_t* __restrict words, uint64_t key, uint64_t blo
 #pragma GCC unroll 10
     for (int round = 0; round < 10; ++round) {
       // 32 x 32 -> 64-bit products of the even lanes, then of the odd lanes shifted down.
-      const __m256i e0 = _mm256_mul_epu32(c0, m0), o0 = _mm256_mul_epu32(_mm256_srli_epi64(c0, 32), m0);
-      const __m256i e1 = _mm256_mul_epu32(c2, m1), o1 = _mm256_mul_epu32(_mm256_srli_epi64(c2, 32), m1);
+      const __m256i e0 = _mm256_mul_epu32(c0, m0),
+                    o0 = _mm256_mul_epu32(_mm256_srli_epi64(c0, 32), m0);
+      const __m256i e1 = _mm256_mul_epu32(c2, m1),
+                    o1 = _mm256_mul_epu32(_mm256_srli_epi64(c2, 32), m1);
       const __m256i hi0 = _mm256_blend_epi32(_mm256_srli_epi64(e0, 32), o0, 0xAA);
       const __m256i lo0 = _mm256_blend_epi32(e0, _mm256_slli_epi64(o0, 32), 0xAA);
       const __m256i hi1 = _mm256_blend_epi32(_mm256_srli_epi64(e1, 32), o1, 0xAA);

@@ -23,7 +23,8 @@ int parallel_width();
 // thread and up to parallel_width() - 1 helpers; returns when every range is done. An exception
 // thrown by a range is rethrown here (the first one) after all ranges finished. Not reentrant: a
 // body must not call parallel_for (it would run serially, which is correct but slower).
-void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t begin, int64_t end)>& body);
+void parallel_for(int64_t n, int64_t grain,
+                  const std::function<void(int64_t begin, int64_t end)>& body);
 
 // Runs body(part) for part in [0, parts) at once, part 0 on the calling thread (parts is capped
 // by nothing: the caller sizes it, usually min(parallel_width(), work items)). For work that

@@ -22,8 +22,8 @@ class Sha256 {
   void block(const uint8_t* p);
   std::array<uint32_t, 8> h_;
   std::array<uint8_t, 64> buf_{};
-  size_t used_ = 0;      // bytes waiting in buf_
-  uint64_t total_ = 0;   // bytes fed so far
+  size_t used_ = 0;     // bytes waiting in buf_
+  uint64_t total_ = 0;  // bytes fed so far
 };
 
 // The SHA-256 of `s`, as 64 lowercase hex digits.

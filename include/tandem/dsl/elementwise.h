@@ -17,25 +17,31 @@ namespace tandem::dsl {
 
 // X(Op, formulas.h function) for every elementwise op of one and of two operands: the one list
 // that both the interpreter's switch and the emitters' names are expanded from.
-#define TANDEM_UNARY_FORMULAS(X) \
-  X(Neg, neg) X(Abs, abs) X(Sqrt, sqrt) X(Rsqrt, rsqrt) X(Exp, exp) X(Log, log) X(Tanh, tanh) X(Gelu, gelu) \
-  X(Relu, relu) X(Cast, cast)
-#define TANDEM_BINARY_FORMULAS(X) \
-  X(Add, add) X(Sub, sub) X(Mul, mul) X(Div, div) X(Pow, pow) X(Max, max) X(Min, min) X(Lt, lt) X(Le, le) \
-  X(Gt, gt) X(Ge, ge) X(Eq, eq) X(Ne, ne)
+// clang-format off
+#define TANDEM_UNARY_FORMULAS(X)                                                     \
+  X(Neg, neg) X(Abs, abs) X(Sqrt, sqrt) X(Rsqrt, rsqrt) X(Exp, exp) X(Log, log)      \
+  X(Tanh, tanh) X(Gelu, gelu) X(Relu, relu) X(Cast, cast)
+#define TANDEM_BINARY_FORMULAS(X)                                                    \
+  X(Add, add) X(Sub, sub) X(Mul, mul) X(Div, div) X(Pow, pow) X(Max, max) X(Min, min) \
+  X(Lt, lt) X(Le, le) X(Gt, gt) X(Ge, ge) X(Eq, eq) X(Ne, ne)
+// clang-format on
 
 // The formulas.h function of an elementwise op ("gelu" for Gelu; "select" for Select, "dropout"
 // for Dropout); empty for an op that is not elementwise. An emitter prints `fx::<name>(...)`.
 inline std::string_view formula_name(Op op) {
   switch (op) {
 #define TANDEM_FORMULA_CASE(op, fn) \
-  case Op::op: return #fn;
+  case Op::op:                      \
+    return #fn;
     TANDEM_UNARY_FORMULAS(TANDEM_FORMULA_CASE)
     TANDEM_BINARY_FORMULAS(TANDEM_FORMULA_CASE)
 #undef TANDEM_FORMULA_CASE
-    case Op::Select: return "select";
-    case Op::Dropout: return "dropout";
-    default: return {};
+    case Op::Select:
+      return "select";
+    case Op::Dropout:
+      return "dropout";
+    default:
+      return {};
   }
 }
 
@@ -43,20 +49,24 @@ inline std::string_view formula_name(Op op) {
 inline float apply_unary(Op op, float x) {
   switch (op) {
 #define TANDEM_FORMULA_CASE(op, fn) \
-  case Op::op: return fx::fn(x);
+  case Op::op:                      \
+    return fx::fn(x);
     TANDEM_UNARY_FORMULAS(TANDEM_FORMULA_CASE)
 #undef TANDEM_FORMULA_CASE
-    default: return NAN;
+    default:
+      return NAN;
   }
 }
 
 inline float apply_binary(Op op, float a, float b) {
   switch (op) {
 #define TANDEM_FORMULA_CASE(op, fn) \
-  case Op::op: return fx::fn(a, b);
+  case Op::op:                      \
+    return fx::fn(a, b);
     TANDEM_BINARY_FORMULAS(TANDEM_FORMULA_CASE)
 #undef TANDEM_FORMULA_CASE
-    default: return NAN;
+    default:
+      return NAN;
   }
 }
 
@@ -73,20 +83,28 @@ inline float apply_dropout(float x, uint64_t seed, uint64_t global_index, double
 // order, from the identity (Max and Min are exact in any order).
 inline float reduce_identity(ReduceOp op) {
   switch (op) {
-    case ReduceOp::Sum: return 0.0f;
-    case ReduceOp::Prod: return 1.0f;
-    case ReduceOp::Max: return -INFINITY;
-    case ReduceOp::Min: return INFINITY;
+    case ReduceOp::Sum:
+      return 0.0f;
+    case ReduceOp::Prod:
+      return 1.0f;
+    case ReduceOp::Max:
+      return -INFINITY;
+    case ReduceOp::Min:
+      return INFINITY;
   }
   return 0.0f;
 }
 
 inline float reduce_combine(ReduceOp op, float acc, float x) {
   switch (op) {
-    case ReduceOp::Sum: return fx::sum(acc, x);
-    case ReduceOp::Prod: return fx::prod(acc, x);
-    case ReduceOp::Max: return fx::max(acc, x);
-    case ReduceOp::Min: return fx::min(acc, x);
+    case ReduceOp::Sum:
+      return fx::sum(acc, x);
+    case ReduceOp::Prod:
+      return fx::prod(acc, x);
+    case ReduceOp::Max:
+      return fx::max(acc, x);
+    case ReduceOp::Min:
+      return fx::min(acc, x);
   }
   return acc;
 }
@@ -104,7 +122,9 @@ inline float reduce_combine(ReduceOp op, float acc, float x) {
 inline constexpr int kSumLanes = 8;
 struct SumLanes {
   double lane[kSumLanes] = {};
-  void add(uint64_t global_index, float x) { lane[global_index % kSumLanes] += static_cast<double>(x); }
+  void add(uint64_t global_index, float x) {
+    lane[global_index % kSumLanes] += static_cast<double>(x);
+  }
   void add_square(uint64_t global_index, float x) {
     const double d = x;
     lane[global_index % kSumLanes] += d * d;
@@ -121,14 +141,16 @@ struct SumLanes {
 // holds elements [begin, begin + n) of the whole; segment s's elements are folded in SumLanes keyed
 // by their index within the segment and rounded to f32 into part[s] (0 for a segment the piece
 // misses). Every executor calls this, so a segment norm's per-rank partials are the same in each.
-inline void segment_sums_of_squares(const float* x, int64_t begin, int64_t n, const Segments& bounds, float* part) {
+inline void segment_sums_of_squares(const float* x, int64_t begin, int64_t n,
+                                    const Segments& bounds, float* part) {
   const int64_t segments = static_cast<int64_t>(bounds.size()) - 1;
   for (int64_t s = 0; s < segments; ++s) part[s] = 0.0f;
   for (int64_t i = 0; i < n;) {
     const int64_t g = begin + i, s = segment_of(bounds, g);
     const int64_t end = std::min(begin + n, bounds[static_cast<size_t>(s) + 1]);
     SumLanes lanes;
-    for (; begin + i < end; ++i) lanes.add_square(static_cast<uint64_t>(begin + i - bounds[static_cast<size_t>(s)]), x[i]);
+    for (; begin + i < end; ++i)
+      lanes.add_square(static_cast<uint64_t>(begin + i - bounds[static_cast<size_t>(s)]), x[i]);
     part[s] = lanes.total();
   }
 }

@@ -82,8 +82,8 @@
 #include <vector>
 
 #include "tandem/core/dtype.h"
-#include "tandem/core/reduce_op.h"
 #include "tandem/core/formulas.h"
+#include "tandem/core/reduce_op.h"
 #include "tandem/core/shape.h"
 
 namespace tandem::dsl {
@@ -186,35 +186,74 @@ std::ostream& operator<<(std::ostream& os, const Type& t);
 
 // ----------------------------------------------------------------------------------------- ops
 
-using tandem::ReduceOp;  // core/reduce_op.h
 using tandem::reduce_op_name;
+using tandem::ReduceOp;  // core/reduce_op.h
 
 enum class Op : uint8_t {
   // sources
-  Input, Scalar, Const,
+  Input,
+  Scalar,
+  Const,
   // elementwise, one operand
-  Neg, Abs, Sqrt, Rsqrt, Exp, Log, Tanh, Gelu, Relu, Cast,
+  Neg,
+  Abs,
+  Sqrt,
+  Rsqrt,
+  Exp,
+  Log,
+  Tanh,
+  Gelu,
+  Relu,
+  Cast,
   // elementwise, two operands
-  Add, Sub, Mul, Div, Pow, Max, Min, Lt, Le, Gt, Ge, Eq, Ne,
+  Add,
+  Sub,
+  Mul,
+  Div,
+  Pow,
+  Max,
+  Min,
+  Lt,
+  Le,
+  Gt,
+  Ge,
+  Eq,
+  Ne,
   // elementwise, other
-  Select,   // (cond, a, b): cond != 0 ? a : b
-  Dropout,  // (x, seed)
+  Select,        // (cond, a, b): cond != 0 ? a : b
+  Dropout,       // (x, seed)
   SegmentScale,  // (t, x): t[segment of element i] * x[i] (segments below)
   // reductions
-  Norm, Reduce,
+  Norm,
+  Reduce,
   SegmentNorm,  // (x): per segment, the L2 norm of x's elements in it (segments below)
   // the rest of the computation
-  Matmul, Scatter, Update,
+  Matmul,
+  Scatter,
+  Update,
   // communication within a group
-  AllReduce, ReduceScatter, AllGather, Broadcast,
+  AllReduce,
+  ReduceScatter,
+  AllGather,
+  Broadcast,
   // communication between groups
-  Send, Recv,
+  Send,
+  Recv,
 };
 
 std::string_view op_name(Op op);  // "add", "allreduce", ...
 
 // The families visitors dispatch on.
-enum class OpKind : uint8_t { Source, Elementwise, Reduction, Matmul, Scatter, Update, Collective, Transfer };
+enum class OpKind : uint8_t {
+  Source,
+  Elementwise,
+  Reduction,
+  Matmul,
+  Scatter,
+  Update,
+  Collective,
+  Transfer
+};
 OpKind op_kind(Op op);
 bool is_unary(Op op);   // Neg .. Cast
 bool is_binary(Op op);  // Add .. Ne
@@ -222,15 +261,15 @@ bool is_comparison(Op op);
 
 // Attributes; each op reads only the fields its comment names.
 struct Attrs {
-  double value = 0;                // Const: the value. Dropout: the probability of dropping.
-  ReduceOp reduce = ReduceOp::Sum; // Reduce, AllReduce, ReduceScatter
-  int dim = -1;                    // Reduce (kAllDims: every dim), Scatter, ReduceScatter
-  int root = 0;                    // Broadcast: the root's index within the group
-  int group = 0;                   // Input: the group holding it. Send: the destination group.
-  DType dtype = DType::F32;        // Input, Scalar: the declared dtype. Cast: the target.
-  SymShape shape;                  // Input: the declared global shape. SegmentNorm: [S], the symbol
-                                   // naming the number of segments
-  Layout layout;                   // Input: the declared layout
+  double value = 0;                 // Const: the value. Dropout: the probability of dropping.
+  ReduceOp reduce = ReduceOp::Sum;  // Reduce, AllReduce, ReduceScatter
+  int dim = -1;                     // Reduce (kAllDims: every dim), Scatter, ReduceScatter
+  int root = 0;                     // Broadcast: the root's index within the group
+  int group = 0;                    // Input: the group holding it. Send: the destination group.
+  DType dtype = DType::F32;         // Input, Scalar: the declared dtype. Cast: the target.
+  SymShape shape;  // Input: the declared global shape. SegmentNorm: [S], the symbol
+                   // naming the number of segments
+  Layout layout;   // Input: the declared layout
   bool operator==(const Attrs&) const = default;
 };
 
@@ -239,12 +278,12 @@ inline constexpr int kAllDims = -1;
 // One node. Built only through Program::add (make), which checks operands and attributes and
 // infers `type`.
 struct Stage {
-  int id = -1;            // index in Program::stages()
+  int id = -1;  // index in Program::stages()
   Op op = Op::Const;
   std::string name;       // unique in the program; empty for an unnamed stage (shown as %id)
   std::vector<int> args;  // operand ids, each smaller than id
   Attrs attrs;
-  Type type;              // inferred
+  Type type;  // inferred
 };
 
 // A named result of the program.
@@ -317,12 +356,12 @@ class Program {
 
   // Lookups.
   std::optional<int> find(std::string_view name) const;
-  std::string display_name(int id) const;  // the name, or "%id"
-  std::vector<int> inputs() const;         // Input stage ids, in order
-  std::vector<int> scalars() const;        // Scalar stage ids, in order
+  std::string display_name(int id) const;    // the name, or "%id"
+  std::vector<int> inputs() const;           // Input stage ids, in order
+  std::vector<int> scalars() const;          // Scalar stage ids, in order
   std::vector<std::string> symbols() const;  // every symbol in an input's shape, sorted
-  int updater(int input_id) const;         // the Update stage writing input_id, or -1
-  std::vector<int> users(int id) const;    // stages with `id` among their operands, in order
+  int updater(int input_id) const;           // the Update stage writing input_id, or -1
+  std::vector<int> users(int id) const;      // stages with `id` among their operands, in order
 
   // One stage a line: "name = op(operands) attributes : dtype[shape] layout [@group]".
   std::string str() const;

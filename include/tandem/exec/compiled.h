@@ -11,9 +11,9 @@
 //
 // Overlap: inside a Pipeline step the compiled code hands its collectives, sends and receives to
 // a communication thread of this rank (a core::SerialWorker: in issue order, so every rank runs
-// them in the same order) and computes the next block meanwhile. On MPI this needs MPI_THREAD_SERIALIZED or more;
-// with less, or with CompiledOptions::overlap = false, the blocks run one after the other (same
-// results).
+// them in the same order) and computes the next block meanwhile. On MPI this needs
+// MPI_THREAD_SERIALIZED or more; with less, or with CompiledOptions::overlap = false, the blocks
+// run one after the other (same results).
 #pragma once
 
 #include <chrono>
@@ -53,7 +53,8 @@ class CompiledPlan {
 // Emits `plan` (a UserError naming the step if the emitter cannot compile it) and compiles it, or
 // finds it in the cache (a failed compile is a UserError with the command and the compiler's
 // output).
-std::shared_ptr<const CompiledPlan> compile_plan(const schedule::Plan& plan, const JitOptions& options = {});
+std::shared_ptr<const CompiledPlan> compile_plan(const schedule::Plan& plan,
+                                                 const JitOptions& options = {});
 
 struct CompiledOptions {
   bool overlap = true;  // run a Pipeline's communication on a communication thread
@@ -76,8 +77,9 @@ class CompiledRunner final : public Runner {
                  const dsl::SymbolMap& symbols, const RunnerOptions& runner = {},
                  CompiledOptions options = {});
   // Compiles `plan` first (compile_plan with default options).
-  CompiledRunner(const schedule::Plan& plan, comm::Communicator& comm, const dsl::SymbolMap& symbols,
-                 Allocator& alloc = host_allocator(), CompiledOptions options = {});
+  CompiledRunner(const schedule::Plan& plan, comm::Communicator& comm,
+                 const dsl::SymbolMap& symbols, Allocator& alloc = host_allocator(),
+                 CompiledOptions options = {});
   ~CompiledRunner() override;
   CompiledRunner(const CompiledRunner&) = delete;
   CompiledRunner& operator=(const CompiledRunner&) = delete;

@@ -8,7 +8,8 @@
 //   stages of its group and the group-less ones (scalars, constants). Collectives run on a
 //   communicator of the group's ranks, split off once at the start.
 // - Each stage's value is held as this rank's piece: the whole tensor for Local, Replicated and
-//   Partial, and part_count(S[d], p, r) rows of dim d for Sliced(d) (core/formulas.h's split, the one comm/ collectives partition by).
+//   Partial, and part_count(S[d], p, r) rows of dim d for Sliced(d) (core/formulas.h's split, the
+//   one comm/ collectives partition by).
 // - Elementwise stages, reductions and norms load their operands as f32, compute in f32 with the
 //   formulas of dsl/elementwise.h (reductions accumulate in element order; whole-tensor sums and
 //   norms in 8 double lanes keyed by the global flat index, rounded to f32 once), and round to the

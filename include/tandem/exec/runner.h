@@ -1,9 +1,9 @@
 // One interface for running a scheduled program on one rank, whichever executor carries it out:
 // the compiled executor (exec/compiled.h, the one to train with), the plan runner
 // (exec/plan_runner.h, the oracle of lowering, kept selectable to debug a schedule) or the
-// reference interpreter on the scheduled program (ReferenceRunner below). The trainer's communication
-// points (parallel/program_runner.h) and the autotuner (tune/) both run programs through it, with
-// one set of executor names.
+// reference interpreter on the scheduled program (ReferenceRunner below). The trainer's
+// communication points (parallel/program_runner.h) and the autotuner (tune/) both run programs
+// through it, with one set of executor names.
 //
 // Set up, then run: the constructor resolves the shapes, splits the program's groups off the
 // communicator and allocates what the executor stores (everything that costs); then, any number
@@ -103,9 +103,9 @@ class Runner {
 };
 
 struct RunnerOptions {
-  Allocator* alloc = nullptr;          // null: host_allocator()
-  std::vector<std::string> bound;      // inputs and outputs the caller binds: never allocated
-  dsl::Segments segments;              // the segments' bounds, for a program with segment ops (ir.h)
+  Allocator* alloc = nullptr;      // null: host_allocator()
+  std::vector<std::string> bound;  // inputs and outputs the caller binds: never allocated
+  dsl::Segments segments;          // the segments' bounds, for a program with segment ops (ir.h)
   // Compiled: the plan already compiled (shared by every rank of a process), else compiled here
   // with `jit` (or found in the JIT's cache).
   std::shared_ptr<const CompiledPlan> compiled;
@@ -123,16 +123,17 @@ struct RunnerOptions {
 // split, reorder and slicing take effect, fusion and overlap (which only the plan expresses) do
 // not. A plan the executor cannot run, or a rank count that does not fit the program's groups,
 // is a UserError.
-std::unique_ptr<Runner> make_runner(RunnerKind kind, const schedule::Plan& plan, comm::Communicator& comm,
-                                    const dsl::SymbolMap& symbols, const RunnerOptions& options = {});
+std::unique_ptr<Runner> make_runner(RunnerKind kind, const schedule::Plan& plan,
+                                    comm::Communicator& comm, const dsl::SymbolMap& symbols,
+                                    const RunnerOptions& options = {});
 
 // The reference interpreter behind the Runner interface: the inputs are allocated here (or
 // bound), each run calls run_reference, and updated inputs are written in place. It runs no
 // chunks, so RunnerOptions::chunk_bytes is ignored (its collectives take the process's size).
 class ReferenceRunner final : public Runner {
  public:
-  ReferenceRunner(const dsl::Program& program, comm::Communicator& comm, const dsl::SymbolMap& symbols,
-                  const RunnerOptions& options = {});
+  ReferenceRunner(const dsl::Program& program, comm::Communicator& comm,
+                  const dsl::SymbolMap& symbols, const RunnerOptions& options = {});
   const dsl::Program& program() const override { return program_; }
   const Placement& placement() const override { return groups_.placement(); }
   Tensor input(std::string_view name) const override;
@@ -159,7 +160,7 @@ class ReferenceRunner final : public Runner {
 // Checks `memory` against the stored piece `stored` of input `name` for bind(): same dtype and
 // element count, contiguous. Returns a view of it shaped as `stored` that does not share its
 // ownership (the caller keeps the memory alive).
-Tensor checked_binding(std::string_view program, std::string_view name, const Shape& stored, DType dtype,
-                       const Tensor& memory);
+Tensor checked_binding(std::string_view program, std::string_view name, const Shape& stored,
+                       DType dtype, const Tensor& memory);
 
 }  // namespace tandem::exec

@@ -42,10 +42,10 @@ namespace tandem::nn {
 // What one stage's step saves, in shapes, for a memory manager to place.
 struct ChainLayout {
   struct UnitKind {
-    std::string name;             // "attn", "mlp"
-    std::vector<BlockAct> saves;  // what its forward writes for its backward (nn::half_saves)
-    std::vector<Shape> shapes;    // their shapes (a tensor-parallel rank's shards)
-    BlockAct output;              // the slot of x_{u+1}
+    std::string name;               // "attn", "mlp"
+    std::vector<BlockAct> saves;    // what its forward writes for its backward (nn::half_saves)
+    std::vector<Shape> shapes;      // their shapes (a tensor-parallel rank's shards)
+    BlockAct output;                // the slot of x_{u+1}
     std::optional<BlockAct> input;  // the slot x_u is also bound to, if any
   };
   std::vector<UnitKind> kinds;   // unit u is of kind u % kinds.size()

@@ -41,7 +41,7 @@ namespace tandem::nn {
 // ---------------------------------------------------------------------------------------------
 // Configuration.
 struct GPTConfig {
-  int vocab_size = 256;     // byte-level by default
+  int vocab_size = 256;  // byte-level by default
   int n_layers = 4;
   int n_heads = 4;
   int d_model = 256;
@@ -244,7 +244,7 @@ class Workspace {
   // UserError unless this workspace fits a (B, T) batch of a model with config c.
   void check_fits(const GPTConfig& c, int B, int T) const;
 
-  float* btc(int i) const;   // (B, T, C), i in {0, 1}
+  float* btc(int i) const;  // (B, T, C), i in {0, 1}
   // (B, T, 4C): d(qkv) in an attention half's backward, d(gelu.out) then (in place) d(c_fc.out)
   // in an MLP half's. One buffer serves both halves, so the workspace is small next to a half's
   // saved buffers (what bounds the smallest out-of-core budget).
@@ -272,7 +272,12 @@ struct StepRng {
   bool training = true;
 };
 
-enum class DropoutSite : uint32_t { Embedding = 0, Attention = 1, AttnResidual = 2, MlpResidual = 3 };
+enum class DropoutSite : uint32_t {
+  Embedding = 0,
+  Attention = 1,
+  AttnResidual = 2,
+  MlpResidual = 3
+};
 
 // The RNG key of one dropout site at one step: Philox of (step, layer + 1, site) under `seed`.
 // layer is -1 for the embedding.
@@ -319,8 +324,8 @@ void block_attention_forward(const GPTConfig& c, int layer, const BlockParams& w
                              const BlockActivations& a, const float* x, Workspace& ws, int B, int T,
                              const StepRng& rng);
 // Reads a[Resid1], writes the MLP's buffers and a[Out].
-void block_mlp_forward(const GPTConfig& c, int layer, const BlockParams& w, const BlockActivations& a,
-                       Workspace& ws, int B, int T, const StepRng& rng);
+void block_mlp_forward(const GPTConfig& c, int layer, const BlockParams& w,
+                       const BlockActivations& a, Workspace& ws, int B, int T, const StepRng& rng);
 // dres: d(loss)/d(out) on entry, d(loss)/d(resid_1) on return.
 void block_mlp_backward(const GPTConfig& c, int layer, const BlockParams& w, const BlockParams& dw,
                         const BlockActivations& a, float* dres, Workspace& ws, int B, int T,

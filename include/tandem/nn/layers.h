@@ -77,8 +77,8 @@ void linear_forward(float* out, const float* inp, const float* weight, const flo
                     int IC, int OC);
 // dinp (N, IC) += dout @ weight^T; dweight (IC, OC) += inp^T @ dout; dbias (OC) += sum of dout
 // rows. dinp and dbias may be null (not wanted).
-void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                     const float* inp, const float* weight, int N, int IC, int OC);
+void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                     const float* weight, int N, int IC, int OC);
 
 // ---------------------------------------------------------------------------------------------
 // Causal self-attention over NH heads of size HS (C_local = NH * HS), the input being the fused

@@ -23,7 +23,8 @@ F dropout_factor(float p, uint64_t key, int64_t index) {
 
 template <typename F>
 void dropout_forward(F* out, const F* inp, int64_t n, const Dropout& d) {
-  for (int64_t i = 0; i < n; ++i) out[i] = inp[i] * dropout_factor<F>(d.p, d.key, d.index_offset + i);
+  for (int64_t i = 0; i < n; ++i)
+    out[i] = inp[i] * dropout_factor<F>(d.p, d.key, d.index_offset + i);
 }
 
 template <typename F>
@@ -53,8 +54,8 @@ void encoder_backward(F* dwte, F* dwpe, const F* dout, const int32_t* inp, int B
 
 // out (N, C), mean (N), rstd (N)
 template <typename F>
-void layernorm_forward(F* out, F* mean, F* rstd, const F* inp, const F* weight, const F* bias, int N,
-                       int C) {
+void layernorm_forward(F* out, F* mean, F* rstd, const F* inp, const F* weight, const F* bias,
+                       int N, int C) {
   for (int n = 0; n < N; ++n) {
     const F* x = inp + n * C;
     F m = 0;

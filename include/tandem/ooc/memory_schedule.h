@@ -46,8 +46,8 @@ struct Region {
 };
 
 struct Transfer {
-  bool write;          // to the slow tier (else from it)
-  int region;          // the fast-tier region
+  bool write;                  // to the slow tier (else from it)
+  int region;                  // the fast-tier region
   uint64_t region_offset = 0;  // where in the region
   uint64_t bytes = 0;
   uint64_t tier_offset = 0;
@@ -65,10 +65,10 @@ struct OpActions {
 
 // Where one unit's data is during each phase of a micro-batch (region ids; -1 where none).
 struct UnitRegions {
-  int input_fwd = -1, buffers_fwd = -1;          // written in the forward
-  int back = -1;                                  // Swap: input then buffers, read back
-  int input_re = -1, buffers_re = -1;             // Recompute/Continue: recomputed
-  int out_scratch = -1;                           // the last unit of a segment: its output, rewritten
+  int input_fwd = -1, buffers_fwd = -1;  // written in the forward
+  int back = -1;                         // Swap: input then buffers, read back
+  int input_re = -1, buffers_re = -1;    // Recompute/Continue: recomputed
+  int out_scratch = -1;                  // the last unit of a segment: its output, rewritten
 };
 
 class MemorySchedule {

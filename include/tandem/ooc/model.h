@@ -22,12 +22,12 @@ struct TimelineSpan {
 };
 
 struct Prediction {
-  double step_s = 0;       // from the first operation's start to the last transfer's end
-  double compute_s = 0;    // busy time of the compute stream, recomputation included
+  double step_s = 0;     // from the first operation's start to the last transfer's end
+  double compute_s = 0;  // busy time of the compute stream, recomputation included
   double recompute_s = 0;
-  double stall_s = 0;      // compute waiting for transfers
+  double stall_s = 0;  // compute waiting for transfers
   uint64_t peak_bytes = 0;
-  uint64_t swapped_bytes = 0;  // written to the slow tier per step
+  uint64_t swapped_bytes = 0;          // written to the slow tier per step
   std::vector<TimelineSpan> timeline;  // when asked for
 };
 

@@ -32,7 +32,13 @@
 
 namespace tandem::ooc {
 
-enum class Decision : char { Keep = 'K', Swap = 'S', SwapSync = 's', Recompute = 'R', Continue = 'C' };
+enum class Decision : char {
+  Keep = 'K',
+  Swap = 'S',
+  SwapSync = 's',
+  Recompute = 'R',
+  Continue = 'C'
+};
 inline bool swaps(Decision d) { return d == Decision::Swap || d == Decision::SwapSync; }
 inline bool recomputes(Decision d) { return d == Decision::Recompute || d == Decision::Continue; }
 

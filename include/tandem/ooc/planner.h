@@ -1,5 +1,5 @@
-// The planner: per unit (half block) keep, swap or recompute, minimising the performance model's step time
-// under a fast-tier budget, and the single strategies it is compared with.
+// The planner: per unit (half block) keep, swap or recompute, minimising the performance model's
+// step time under a fast-tier budget, and the single strategies it is compared with.
 //
 // Search: depth-first over the units' decisions and the prefetch distance, with two bounds
 // that never cut off a better plan, so the result is optimal under the model:
@@ -36,8 +36,8 @@ struct Evaluated {
 
 struct PlannerResult {
   Evaluated best;
-  bool optimal = true;        // the search finished (else: best found within max_evaluations)
-  int64_t evaluated = 0;      // plans simulated
+  bool optimal = true;    // the search finished (else: best found within max_evaluations)
+  int64_t evaluated = 0;  // plans simulated
   std::vector<Evaluated> baselines;  // every single strategy, fitting or not
 };
 

@@ -3,11 +3,10 @@
 // (runtime.h); the trainer caches it on disk like the autotuner's choices, in <cache>/ooc/.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace tandem::ooc {
 
@@ -23,7 +22,8 @@ struct Profile {
   double read_bytes_per_s = 1e9;
 
   double recompute(int j) const {
-    return recompute_s.empty() ? forward_s[static_cast<size_t>(j)] : recompute_s[static_cast<size_t>(j)];
+    return recompute_s.empty() ? forward_s[static_cast<size_t>(j)]
+                               : recompute_s[static_cast<size_t>(j)];
   }
   int units() const { return static_cast<int>(forward_s.size()); }
   // Forward plus backward of every unit: a step with nothing to wait for or recompute.
@@ -44,7 +44,7 @@ Profile uniform_profile(int units, double forward_s, double backward_s, double w
 std::optional<Profile> load_cached_profile(const std::string& cache_dir, const std::string& name,
                                            const std::string& key);
 // Writes it (0600, in a 0700 folder) under a temporary name and renames it into place.
-void store_cached_profile(const std::string& cache_dir, const std::string& name, const std::string& key,
-                          const Profile& profile);
+void store_cached_profile(const std::string& cache_dir, const std::string& name,
+                          const std::string& key, const Profile& profile);
 
 }  // namespace tandem::ooc

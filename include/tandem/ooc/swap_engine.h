@@ -74,7 +74,8 @@ class SwapEngine {
 
   Ticket submit(Stream& stream, uint64_t offset, void* memory, size_t bytes, std::string label);
   // On the stream's thread: one transfer, its outcome recorded for the waiters. Never throws.
-  void carry_out(Stream& stream, Ticket ticket, uint64_t offset, void* memory, size_t bytes, std::string& label);
+  void carry_out(Stream& stream, Ticket ticket, uint64_t offset, void* memory, size_t bytes,
+                 std::string& label);
 
   SlowTier& tier_;
   std::mutex mutex_;  // guards the tickets, errors, spans and stopping_

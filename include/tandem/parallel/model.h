@@ -100,7 +100,8 @@ class ParallelGPT {
   // The same for the rank at `coord` of a grid of `shape`, without its communicators (estimates
   // made before any rank starts).
   static nn::ChainLayout chain_layout(const nn::GPTConfig& config, const GridShape& shape,
-                                      const GridCoord& coord, int micro_rows, int T, int micro_batches);
+                                      const GridCoord& coord, int micro_rows, int T,
+                                      int micro_batches);
 
   const nn::GPTConfig& config() const { return config_; }
   const ShardLayout& layout() const { return layout_; }
@@ -132,7 +133,7 @@ class ParallelGPT {
   std::string epilogue_schedule() const;
   std::string pipeline_schedule() const;
   std::string tp_sum_schedule() const;  // "" when tp == 1
-  std::string executor() const;  // the executor the programs run on ("" when none runs)
+  std::string executor() const;         // the executor the programs run on ("" when none runs)
 
  private:
   class Resident;
@@ -154,7 +155,7 @@ class ParallelGPT {
   void unit_backward(int k, int u, const nn::StepRng& rng, float* dres);
   int units() const { return nn::kBlockHalves * (layout_.end_layer() - layout_.first_layer()); }
   std::string unit_name(int u) const;  // "h.3.attn", for the trace
-  bool shard_path(int layer) const;  // whether block `layer` runs the tensor-parallel shard path
+  bool shard_path(int layer) const;    // whether block `layer` runs the tensor-parallel shard path
   const LocalTensor& tied_embedding() const;  // this stage's wte (pp > 1, first or last stage)
   void run_epilogue(const EpilogueArgs& e, bool training, bool boundary);
   void receive_activations(const nn::StepRng& rng, bool training, float* into, int B, int T);
@@ -174,7 +175,7 @@ class ParallelGPT {
   EventSink sink_;
   GradientsReady gradients_ready_;
   int last_backward_micro_ = -1;  // the micro-batch whose backward comes last in this step
-  double nested_comm_s_ = 0.0;  // comm seconds inside the compute span being timed
+  double nested_comm_s_ = 0.0;    // comm seconds inside the compute span being timed
 };
 
 }  // namespace tandem::parallel

@@ -12,12 +12,11 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "tandem/comm/communicator.h"
 #include "tandem/core/serial_worker.h"
@@ -63,8 +62,8 @@ struct OptimizerConfig {
 };
 
 // The default bucket (AdamW's and LAMB's). bench/run_exchange.sh --buckets "1 16 64" found no
-// difference beyond noise between 1 and 64 MiB on 2 cores (docs/benchmarks.md); 4 MiB makes a bucket about one
-// block at d_model 512, so the first exchange starts early in the backward.
+// difference beyond noise between 1 and 64 MiB on 2 cores (docs/benchmarks.md); 4 MiB makes a
+// bucket about one block at d_model 512, so the first exchange starts early in the backward.
 inline constexpr double kDefaultBucketMiB = 4.0;
 
 // The optimizer's program: dsl::workloads::adam or lamb_bucket, with the configured gradient dtype.
@@ -89,8 +88,8 @@ class DataParallelOptimizer {
   // communicates); without it "overlap" runs as "after". `world`: every rank of the grid, over
   // which a clipped step's gradient norm sums (null: `dp`, right when dp is the whole grid). A
   // collective over the data-parallel group.
-  DataParallelOptimizer(const OptimizerConfig& config, const ShardLayout& layout,
-                        Tensor params, Tensor grads, comm::Communicator& dp,
+  DataParallelOptimizer(const OptimizerConfig& config, const ShardLayout& layout, Tensor params,
+                        Tensor grads, comm::Communicator& dp,
                         const SchedulePreferences& schedules = {},
                         exec::RunnerKind executor = exec::runner_kind_from_env(),
                         bool overlap_allowed = true, comm::Communicator* world = nullptr);
@@ -109,8 +108,9 @@ class DataParallelOptimizer {
 
   // Called after each segment ran, on the thread that ran it (the communication thread when
   // overlapping): its name ("h.7..h.4", "ln_f.weight..wte") and when it ran.
-  using SegmentSink = std::function<void(std::string_view name, std::chrono::steady_clock::time_point begin,
-                                         std::chrono::steady_clock::time_point end)>;
+  using SegmentSink =
+      std::function<void(std::string_view name, std::chrono::steady_clock::time_point begin,
+                         std::chrono::steady_clock::time_point end)>;
   void set_segment_sink(SegmentSink sink) { sink_ = std::move(sink); }
   // Seconds the segments of the last step ran (on whichever thread), after finish_step.
   double exchange_seconds() const { return static_cast<double>(exchange_ns_.load()) * 1e-9; }
@@ -160,8 +160,8 @@ class DataParallelOptimizer {
     double squares = 0;
   };
   static constexpr int kAfterBackward = -1;
-  void add_segment(const ShardLayout& layout, std::string name, int64_t begin,
-                   int64_t end, int ready_layer);
+  void add_segment(const ShardLayout& layout, std::string name, int64_t begin, int64_t end,
+                   int ready_layer);
   void launch(Segment& s);
   void run_segment(Segment& s);  // the step, or with clipping its reduction
   void run_update(Segment& s);   // the program that updates the weights
@@ -176,7 +176,7 @@ class DataParallelOptimizer {
   comm::Communicator& dp_;
   std::unique_ptr<ProgramRunner> runner_;  // the step, or with clipping its reduction
   std::unique_ptr<ProgramRunner> update_runner_, norm_runner_;  // with clipping
-  std::unique_ptr<exec::Runner> norm_;                                    // grad_norm on `world`
+  std::unique_ptr<exec::Runner> norm_;                          // grad_norm on `world`
   std::optional<double> grad_norm_;
   bool sliced_ = false;
   int buckets_ = 0;

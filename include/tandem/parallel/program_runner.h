@@ -11,12 +11,12 @@
 // slicing take effect, fusion and overlap do not).
 // Schedules: the first name of a preference list that the program allows (schedule::first_allowed:
 // nothing is enumerated; a name that does not parse is a UserError), else the unscheduled program;
-// the caller may pass the autotuner's choice as the first preference. TANDEM_SCHEDULE_<PROGRAM>=<name>
-// (TANDEM_SCHEDULE_ADAM="fused(RS-C-AG)+slice(m,v)") forces one; a name that does not parse or
-// that the program does not allow is a UserError saying why.
-// Chunk size: the autotuner's record gives its winner with the chunk size it ran fastest at; the
-// runners of that schedule run their collectives at it (exec::RunnerOptions::chunk_bytes), every
-// other schedule at the process's comm::chunk_bytes().
+// the caller may pass the autotuner's choice as the first preference.
+// TANDEM_SCHEDULE_<PROGRAM>=<name> (TANDEM_SCHEDULE_ADAM="fused(RS-C-AG)+slice(m,v)") forces one; a
+// name that does not parse or that the program does not allow is a UserError saying why. Chunk
+// size: the autotuner's record gives its winner with the chunk size it ran fastest at; the runners
+// of that schedule run their collectives at it (exec::RunnerOptions::chunk_bytes), every other
+// schedule at the process's comm::chunk_bytes().
 #pragma once
 
 #include <cstddef>
@@ -48,13 +48,16 @@ class ProgramRunner {
   // `first_chunk_bytes`: the chunk size of the first preference (see above); the runners run at
   // it when that is the schedule chosen.
   ProgramRunner(const dsl::Program& program, const std::vector<std::string>& preferences,
-                exec::RunnerKind executor = exec::runner_kind_from_env(), size_t first_chunk_bytes = 0);
+                exec::RunnerKind executor = exec::runner_kind_from_env(),
+                size_t first_chunk_bytes = 0);
   ~ProgramRunner();
 
   const std::string& schedule_name() const { return schedule_name_; }
   // The chunk size the runners' collectives run at (0: the process's).
   size_t chunk_bytes() const { return chunk_bytes_; }
-  std::string executor_name() const { return std::string(exec::runner_kind_description(executor_)); }
+  std::string executor_name() const {
+    return std::string(exec::runner_kind_description(executor_));
+  }
   exec::RunnerKind executor() const { return executor_; }
   // The program as scheduled (its inputs' layouts are the ones sessions store).
   const dsl::Program& program() const { return schedule_.program(); }

@@ -37,9 +37,9 @@ struct FlatRun {
 };
 
 struct LocalTensor {
-  std::string name;     // GPT-2's name ("h.3.attn.c_attn.weight")
-  Shape global_shape;   // in the whole model
-  Shape local_shape;    // on this rank
+  std::string name;    // GPT-2's name ("h.3.attn.c_attn.weight")
+  Shape global_shape;  // in the whole model
+  Shape local_shape;   // on this rank
   int64_t local_offset = 0;
   int64_t global_offset = 0;
   ShardKind kind = ShardKind::Whole;

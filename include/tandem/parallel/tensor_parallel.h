@@ -39,12 +39,12 @@ struct EpilogueArgs {
   const float* bias = nullptr;
   const float* residual = nullptr;
   float* out = nullptr;
-  int64_t N = 0;        // tokens (B * T)
-  int64_t K = 0;        // input features of the whole layer
-  int64_t H = 0;        // output features
-  uint64_t seed = 0;    // dropout's key (epilogue_seed)
+  int64_t N = 0;      // tokens (B * T)
+  int64_t K = 0;      // input features of the whole layer
+  int64_t H = 0;      // output features
+  uint64_t seed = 0;  // dropout's key (epilogue_seed)
   int layer = 0;
-  bool mlp = false;     // the MLP's projection (else attention's)
+  bool mlp = false;  // the MLP's projection (else attention's)
 };
 using Epilogue = std::function<void(const EpilogueArgs&)>;
 
@@ -84,9 +84,10 @@ void shard_block_backward(const ShardBlock& sb, int layer, const nn::BlockParams
 // One half of the block (nn::BlockHalf; the two functions above are both halves in order), so an
 // out-of-core memory can place, swap or recompute each half on its own. x is the half's input:
 // the block's input for attention, a[Resid1] for the MLP. The forward finishes with `epilogue`.
-void shard_half_forward(const ShardBlock& sb, int layer, nn::BlockHalf half, const nn::BlockParams& w,
-                        const nn::BlockActivations& a, const float* x, nn::Workspace& ws, int B,
-                        int T, const nn::StepRng& rng, const Epilogue& epilogue);
+void shard_half_forward(const ShardBlock& sb, int layer, nn::BlockHalf half,
+                        const nn::BlockParams& w, const nn::BlockActivations& a, const float* x,
+                        nn::Workspace& ws, int B, int T, const nn::StepRng& rng,
+                        const Epilogue& epilogue);
 // dres: d(loss)/d(the half's output) on entry, d(loss)/d(x) on return.
 void shard_half_backward(const ShardBlock& sb, int layer, nn::BlockHalf half,
                          const nn::BlockParams& w, const nn::BlockParams& dw,

@@ -38,12 +38,14 @@ int64_t recipe_space_size(const dsl::Program& program);
 // Schedules in a fixed order, the unscheduled program ("AR-C" when it has an AllReduce) first.
 // Schedules whose lowered plans are identical are listed once, under the first name. A recipe
 // whose collectives all make the same choice is written with one part.
-std::vector<NamedSchedule> enumerate_schedules(const dsl::Program& program, const EnumerateOptions& options = {});
+std::vector<NamedSchedule> enumerate_schedules(const dsl::Program& program,
+                                               const EnumerateOptions& options = {});
 
 // The same over the recipes in which only collective `k`'s part and the program-wide choices
 // (loop fusion, slicing) vary, every other collective as in `base` (one part per collective):
 // what the tuner times when it tunes one collective at a time.
-std::vector<NamedSchedule> enumerate_collective(const dsl::Program& program, const std::vector<CollectiveRecipe>& base,
-                                                size_t k, const EnumerateOptions& options = {});
+std::vector<NamedSchedule> enumerate_collective(const dsl::Program& program,
+                                                const std::vector<CollectiveRecipe>& base, size_t k,
+                                                const EnumerateOptions& options = {});
 
 }  // namespace tandem::schedule

@@ -78,15 +78,15 @@ enum class Storage : uint8_t {
 std::string_view storage_name(Storage s);  // "none", "full", "slice", "block"
 
 struct Value {
-  int stage = -1;                    // == its index in Plan::values
+  int stage = -1;  // == its index in Plan::values
   Storage storage = Storage::None;
   // >= 0: the value lives in that value's buffer instead of its own: the same elements when
   // both have the same storage (an update writes into its input; an in-place collective), or
   // this rank's part of the other when this one is a Slice and the other Full (a result
   // computed on the part, then gathered in place).
   int alias = -1;
-  bool output = false;               // read by the caller after the run (a program output)
-  bool state = false;                // an input updated in place (the caller's buffer changes)
+  bool output = false;  // read by the caller after the run (a program output)
+  bool state = false;   // an input updated in place (the caller's buffer changes)
 };
 
 // ------------------------------------------------------------------------------------- steps
@@ -159,14 +159,14 @@ std::string_view partition_name(Partition p);
 
 struct Collective {
   dsl::Op op = dsl::Op::AllReduce;  // AllReduce, ReduceScatter, AllGather, Broadcast
-  int stage = -1;   // the value it produces (for a completing gather: the value it completes)
+  int stage = -1;  // the value it produces (for a completing gather: the value it completes)
   // The value it reads. -1 for a completing gather: a Replicated value that a fused hook
   // computed on this rank's part only, gathered in place in its own Full buffer.
   int operand = -1;
   dsl::ReduceOp reduce = dsl::ReduceOp::Sum;  // AllReduce, ReduceScatter
   Partition partition = Partition::Flat;
-  int dim = -1;       // Partition::Dim: the dim
-  int root = 0;       // Broadcast
+  int dim = -1;           // Partition::Dim: the dim
+  int root = 0;           // Broadcast
   bool in_place = false;  // the result is written over `operand`'s buffer (values[stage].alias)
   // AllReduce / ReduceScatter: computation run on each fully reduced chunk of this rank's part,
   // before the chunk is gathered (AllReduce) or while it is still in cache (ReduceScatter).
@@ -221,10 +221,10 @@ struct Step {
 // ------------------------------------------------------------------------------------ plans
 
 struct Plan {
-  std::string name;          // the schedule's name, e.g. "fused(RS-C-AG)+slice(m,v)"
-  dsl::Program program{""};  // the scheduled program the ids refer to
-  std::vector<Value> values; // one per stage of `program`, by stage id
-  std::vector<Step> steps;   // in execution order
+  std::string name;           // the schedule's name, e.g. "fused(RS-C-AG)+slice(m,v)"
+  dsl::Program program{""};   // the scheduled program the ids refer to
+  std::vector<Value> values;  // one per stage of `program`, by stage id
+  std::vector<Step> steps;    // in execution order
 
   // Readable: the steps as an indented list (loops with their stages, collectives with their
   // fused computation, pipelines with their body), then what each rank stores.

@@ -22,7 +22,8 @@ struct Preferred {
 // well-formed name the program does not allow (a matmul overlap for a program without a matmul)
 // is passed over. Every name must parse: one that does not is a UserError naming `source` (where
 // the list came from: a variable, a flag, a tuning record) and the name.
-std::optional<Preferred> first_allowed(const dsl::Program& program, const std::vector<std::string>& names,
+std::optional<Preferred> first_allowed(const dsl::Program& program,
+                                       const std::vector<std::string>& names,
                                        std::string_view source);
 
 }  // namespace tandem::schedule

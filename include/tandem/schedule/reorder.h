@@ -21,6 +21,7 @@ namespace tandem::schedule {
 // Local or Partial value (those have no slice) or a value sliced along another dim; none is
 // fused or overlapped yet.
 // Returns the ids of the AllGathers it made (named "<stage>.ag"), in program order.
-std::vector<int> reorder(Schedule& s, const StageRef& allgather, const std::vector<StageRef>& stages);
+std::vector<int> reorder(Schedule& s, const StageRef& allgather,
+                         const std::vector<StageRef>& stages);
 
 }  // namespace tandem::schedule

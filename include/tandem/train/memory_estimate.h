@@ -33,11 +33,14 @@ namespace tandem::train {
 
 struct MemoryEstimate {
   int ranks = 1;  // on this machine
-  uint64_t parameters = 0, gradients = 0, optimizer = 0, exchange = 0, activations = 0, whole_copies = 0;
+  uint64_t parameters = 0, gradients = 0, optimizer = 0, exchange = 0, activations = 0,
+           whole_copies = 0;
   bool activations_budgeted = false;  // activations is --memory-budget's, per rank
   uint64_t activations_in_core = 0;   // what they would need in-core, on this machine
 
-  uint64_t total() const { return parameters + gradients + optimizer + exchange + activations + whole_copies; }
+  uint64_t total() const {
+    return parameters + gradients + optimizer + exchange + activations + whole_copies;
+  }
   // "2.4 GiB on this machine (4 ranks: parameters 120.0 MiB, gradients ..., ...)".
   std::string str() const;
 };

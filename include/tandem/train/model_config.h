@@ -2,10 +2,9 @@
 // the keys a checkpoint's model must match for a run to resume from it.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "tandem/nn/gpt.h"
 

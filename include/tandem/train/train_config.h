@@ -18,13 +18,13 @@
 namespace tandem::train {
 
 struct TrainConfig {
-  nn::GPTConfig model;       // vocab_size 256 (bytes); max_positions = seq_len unless set larger
-  int64_t batch = 16;        // rows of the global batch
-  int64_t steps = 200;       // train until this many optimizer steps have been taken
-  double lr = 3e-3;          // peak learning rate
-  int64_t warmup = 20;       // linear warm-up steps, then cosine decay ...
-  double min_lr_ratio = 0.1; // ... to lr * min_lr_ratio at the last step
-  uint64_t seed = 1;         // initialisation, batches, dropout
+  nn::GPTConfig model;        // vocab_size 256 (bytes); max_positions = seq_len unless set larger
+  int64_t batch = 16;         // rows of the global batch
+  int64_t steps = 200;        // train until this many optimizer steps have been taken
+  double lr = 3e-3;           // peak learning rate
+  int64_t warmup = 20;        // linear warm-up steps, then cosine decay ...
+  double min_lr_ratio = 0.1;  // ... to lr * min_lr_ratio at the last step
+  uint64_t seed = 1;          // initialisation, batches, dropout
   parallel::OptimizerConfig optimizer;
   parallel::GridShape grid;  // dp x tp x pp
   int micro_batches = 0;     // per data-parallel rank and step; 0: 1, or 2 * pp when pp > 1
@@ -35,29 +35,29 @@ struct TrainConfig {
   // used where there is one, else the preference lists.
   bool tune = false;
 
-  std::string data;                // a text file; empty: the built-in synthetic corpus
-  size_t synthetic_bytes = 0;      // 0: the default size
+  std::string data;            // a text file; empty: the built-in synthetic corpus
+  size_t synthetic_bytes = 0;  // 0: the default size
   double validation_fraction = 0.1;
-  int64_t eval_every = 50;         // validation loss every N steps and at the end (0: never)
-  int64_t eval_batches = 4;        // global batches of the validation split per evaluation
+  int64_t eval_every = 50;   // validation loss every N steps and at the end (0: never)
+  int64_t eval_batches = 4;  // global batches of the validation split per evaluation
 
   // Checkpoints go to save_dir/step-<N>/ at the end (and every save_every steps), the newest
   // keep_checkpoints of them kept, save_dir/latest naming the newest (checkpoint_series.h).
   std::string save_dir;
   int64_t save_every = 0;
   int keep_checkpoints = 2;
-  std::string resume_dir;          // continue from this checkpoint, or a series' latest
+  std::string resume_dir;  // continue from this checkpoint, or a series' latest
 
-  std::string metrics_path;        // JSON lines, one per step
-  std::string trace_path;          // Chrome trace
-  int blas_threads = 0;            // 0: the hardware threads shared among in-process ranks
+  std::string metrics_path;  // JSON lines, one per step
+  std::string trace_path;    // Chrome trace
+  int blas_threads = 0;      // 0: the hardware threads shared among in-process ranks
   // Seconds a rank waits for its peers in one communication call before the run fails naming
   // the call, the step and the ranks that did not arrive (comm_timeout_s); unset: the
   // TANDEM_COMM_TIMEOUT environment variable, else 600. 0: wait forever.
   std::optional<double> comm_timeout_s;
-  std::ostream* out = nullptr;     // progress and summary (null: stdout); world rank 0 only
-  bool progress = true;            // the progress display (else only the summary)
-  bool keep_weights = false;       // return the final whole-model weights (tests)
+  std::ostream* out = nullptr;  // progress and summary (null: stdout); world rank 0 only
+  bool progress = true;         // the progress display (else only the summary)
+  bool keep_weights = false;    // return the final whole-model weights (tests)
 
   // Out-of-core training (docs/out-of-core.md): the fast-tier budget for what a step saves for
   // its backward plus the workspace ("600MiB", "2GiB"; empty: in-core), where swapped blocks

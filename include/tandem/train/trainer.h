@@ -44,16 +44,16 @@
 namespace tandem::train {
 
 struct TrainResult {
-  int64_t first_step = 0;               // 0, or the step a resumed run started at
-  int64_t end_step = 0;                 // steps taken when the run ended
-  std::vector<double> losses;           // mean training loss of each step run
+  int64_t first_step = 0;                              // 0, or the step a resumed run started at
+  int64_t end_step = 0;                                // steps taken when the run ended
+  std::vector<double> losses;                          // mean training loss of each step run
   std::vector<std::pair<int64_t, double>> val_losses;  // (step, validation loss)
-  std::vector<double> grad_norms;       // --clip-grad-norm: each step's gradient norm, before clipping
-  std::vector<float> weights;           // whole-model flat weights (keep_weights only)
-  double seconds = 0.0;                 // wall time of the steps
+  std::vector<double> grad_norms;  // --clip-grad-norm: each step's gradient norm, before clipping
+  std::vector<float> weights;      // whole-model flat weights (keep_weights only)
+  double seconds = 0.0;            // wall time of the steps
   double tokens_per_s = 0.0;
   std::string optimizer_schedule, epilogue_schedule, pipeline_schedule, executor;
-  size_t optimizer_chunk_bytes = 0;     // the optimizer's collectives' chunk size (0: the process's)
+  size_t optimizer_chunk_bytes = 0;  // the optimizer's collectives' chunk size (0: the process's)
   // Out-of-core runs (world rank 0's stage): the plan, the arena's high-water mark over the
   // steps, and the forward+backward time the model predicted and the median measured.
   std::string ooc_plan;
@@ -76,7 +76,8 @@ std::shared_ptr<const ResumeState> prepare_resume(const TrainConfig& config);
 // One rank of the training: every rank of `world` calls it together. `trace` may be shared by
 // the ranks of one process (it is thread-safe) or null; `resume` may be shared likewise (null:
 // prepared here when config.resume_dir is set).
-TrainResult train_rank(comm::Communicator& world, const TrainConfig& config, io::TraceRecorder* trace,
+TrainResult train_rank(comm::Communicator& world, const TrainConfig& config,
+                       io::TraceRecorder* trace,
                        std::shared_ptr<const ResumeState> resume = nullptr);
 
 }  // namespace tandem::train

@@ -24,9 +24,9 @@ struct TuneKey {
   // memory, ranks of two nodes over the network, and a choice timed on one is not the other's.
   // The network's speed is not in the key: after changing it, tune again (--retune).
   int nodes = 1;
-  std::string backend;      // "thread" or "mpi"
-  std::string executor;     // "compiled", "plan", "reference"
-  std::string machine;      // machine_id()
+  std::string backend;   // "thread" or "mpi"
+  std::string executor;  // "compiled", "plan", "reference"
+  std::string machine;   // machine_id()
   // 16 hex digits of the search: the first round's schedule names, the enumeration options, the
   // block counts and chunk sizes tried, the time budget and the names of `only`.
   std::string candidates;
@@ -46,13 +46,13 @@ std::string hash_hex(const std::string& text);
 // One candidate schedule as the tuner measured it.
 struct CandidateTiming {
   std::string name;
-  bool ok = true;          // it ran and matched the reference
-  std::string error;       // why not, when !ok
-  double max_error = 0;    // the largest relative difference from the reference (see Check)
+  bool ok = true;             // it ran and matched the reference
+  std::string error;          // why not, when !ok
+  double max_error = 0;       // the largest relative difference from the reference (see Check)
   std::vector<double> times;  // first pass: seconds per repetition, each the slowest rank's
   // The final round: the same, timed in turns with the other finalists (empty: not a finalist).
   std::vector<double> final_times;
-  double median() const;   // of `times`; infinity when there are no times
+  double median() const;  // of `times`; infinity when there are no times
   double min() const;
   double max() const;
   bool retimed() const { return !final_times.empty(); }
@@ -103,7 +103,8 @@ inline constexpr const char* kRecordFormat = "tandem-tune-2";
 // another key or is of an older format (it is then retuned and overwritten). For an older format,
 // `stale` (when given) is set to a sentence saying so, for the user. The cache follows
 // core/private_cache.h: a folder or file another user owns or can write is a UserError naming it.
-std::optional<TuneRecord> load_record(const TuneKey& key, const std::string& cache_dir, std::string* stale = nullptr);
+std::optional<TuneRecord> load_record(const TuneKey& key, const std::string& cache_dir,
+                                      std::string* stale = nullptr);
 // The newest record (by its creation time) of `program` (the same text) in the cache, whatever
 // its sizes, ranks, backend or machine; nullopt when there is none. Unreadable or older records
 // are passed over.

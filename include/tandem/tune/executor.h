@@ -27,8 +27,10 @@ class Executor {
   // chunk size), its collectives run at `chunk_bytes` (exec::RunnerOptions::chunk_bytes; 0: the
   // process's comm::chunk_bytes()). The plan must outlive the result. A plan the executor cannot
   // run is a UserError.
-  virtual std::unique_ptr<exec::Runner> prepare(const schedule::Plan& plan, comm::Communicator& comm,
-                                                const dsl::SymbolMap& symbols, size_t chunk_bytes) = 0;
+  virtual std::unique_ptr<exec::Runner> prepare(const schedule::Plan& plan,
+                                                comm::Communicator& comm,
+                                                const dsl::SymbolMap& symbols,
+                                                size_t chunk_bytes) = 0;
 };
 
 // The executor of a kind: the compiled one compiles through the JIT's cache, which `options` may

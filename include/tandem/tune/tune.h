@@ -63,9 +63,9 @@ struct TuneOptions {
   // scaled down by shrink_sizes (the compiled code is the same: sizes are run-time values).
   // 0: always at the tuned sizes.
   int64_t check_elements = int64_t{1} << 20;
-  bool read_cache = true;   // false: tune again even when a record exists
+  bool read_cache = true;  // false: tune again even when a record exists
   bool write_cache = true;
-  std::string cache_dir;    // empty: exec::jit_cache_dir()
+  std::string cache_dir;               // empty: exec::jit_cache_dir()
   std::shared_ptr<Executor> executor;  // null: executor_of(exec::RunnerKind::Compiled)
   schedule::EnumerateOptions enumerate;
   // Time only these schedules, by name (schedule::Recipe), and the baseline (the unscheduled
@@ -77,7 +77,8 @@ struct TuneOptions {
   // Chunk sizes (bytes) the winner is timed at, each by runners set up at that size
   // (exec::RunnerOptions::chunk_bytes; the process's comm::chunk_bytes() is left alone); the
   // fastest is the record's chunk_bytes. Empty: no chunk round (the record's chunk_bytes is 0).
-  std::vector<size_t> chunk_bytes = {size_t{64} << 10, size_t{256} << 10, size_t{1} << 20, size_t{4} << 20};
+  std::vector<size_t> chunk_bytes = {size_t{64} << 10, size_t{256} << 10, size_t{1} << 20,
+                                     size_t{4} << 20};
   // Seconds after which no further candidate starts (the baseline always runs); 0: no limit.
   double budget_s = 600;
   // Called on rank 0 as each schedule is measured (for progress output); not on a cache hit.
@@ -102,7 +103,8 @@ TuneResult tune(const dsl::Program& program, comm::Communicator& comm, const Tun
 // The candidates the final round times again, as indices into `candidates` in enumeration order:
 // the ok ones whose median is within `margin` of the smallest median (median <= best x (1 +
 // margin)), the fastest `max` of them; none when fewer than two qualify.
-std::vector<size_t> finalists(const std::vector<CandidateTiming>& candidates, double margin, int max);
+std::vector<size_t> finalists(const std::vector<CandidateTiming>& candidates, double margin,
+                              int max);
 
 // The winner's name: the retimed candidate with the smallest final median when any was retimed,
 // else the ok candidate with the smallest median ("" when none is ok). Ties go to the earlier one.
@@ -112,7 +114,8 @@ std::string choose_winner(const std::vector<CandidateTiming>& candidates);
 TuneResult tune_threads(const dsl::Program& program, int ranks, const TuneOptions& options);
 
 // The key tune() would use for `program` on the ranks of `comm` (their count, nodes and backend).
-TuneKey tune_key(const dsl::Program& program, const comm::Communicator& comm, const TuneOptions& options);
+TuneKey tune_key(const dsl::Program& program, const comm::Communicator& comm,
+                 const TuneOptions& options);
 
 // Parses an extent: digits with an optional suffix K, M, G (powers of 1000) or Ki, Mi, Gi
 // (powers of 1024): "64Mi" is 67108864. Anything else is a UserError quoting `what`.

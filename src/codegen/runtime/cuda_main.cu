@@ -22,15 +22,15 @@ static void tdm_die(const std::string& what) {
   MPI_Abort(MPI_COMM_WORLD, 1);
   std::exit(1);
 }
-#define TDM_MUST_CUDA(call)                                                                       \
-  do {                                                                                            \
-    const cudaError_t e_ = (call);                                                                \
-    if (e_ != cudaSuccess) tdm_die(std::string(#call) + ": " + cudaGetErrorString(e_));          \
+#define TDM_MUST_CUDA(call)                                                             \
+  do {                                                                                  \
+    const cudaError_t e_ = (call);                                                      \
+    if (e_ != cudaSuccess) tdm_die(std::string(#call) + ": " + cudaGetErrorString(e_)); \
   } while (0)
-#define TDM_MUST_NCCL(call)                                                                       \
-  do {                                                                                            \
-    const ncclResult_t e_ = (call);                                                               \
-    if (e_ != ncclSuccess) tdm_die(std::string(#call) + ": " + ncclGetErrorString(e_));          \
+#define TDM_MUST_NCCL(call)                                                             \
+  do {                                                                                  \
+    const ncclResult_t e_ = (call);                                                     \
+    if (e_ != ncclSuccess) tdm_die(std::string(#call) + ": " + ncclGetErrorString(e_)); \
   } while (0)
 
 static size_t tdm_size_of(int dt) { return dt == 0 ? 4 : 2; }
@@ -40,9 +40,9 @@ static size_t tdm_size_of(int dt) { return dt == 0 ? 4 : 2; }
 // r<R>.in<ID>.bin and r<R>.want<ID>.bin hold rank R's piece of each input and expected result.
 struct tdm_case {
   std::vector<int64_t> sym;
-  std::vector<double> scalar;    // by stage id
-  std::vector<uint64_t> seed;    // by stage id
-  std::string dir;               // where the reference's files are; empty: no check
+  std::vector<double> scalar;  // by stage id
+  std::vector<uint64_t> seed;  // by stage id
+  std::string dir;             // where the reference's files are; empty: no check
 };
 
 static bool tdm_read_case(const std::string& dir, tdm_case& c) {
@@ -77,7 +77,8 @@ static std::vector<char> tdm_read_file(const std::string& path, size_t bytes) {
   std::vector<char> data(bytes);
   in.read(data.data(), static_cast<std::streamsize>(bytes));
   if (static_cast<size_t>(in.gcount()) != bytes || in.peek() != EOF)
-    tdm_die(path + " does not hold " + std::to_string(bytes) + " bytes (sizes or rank count differ from the emit)");
+    tdm_die(path + " does not hold " + std::to_string(bytes) +
+            " bytes (sizes or rank count differ from the emit)");
   return data;
 }
 
@@ -94,7 +95,8 @@ static float tdm_host_ld(const char* p, int dt, size_t i) {
 
 // Inputs for timing without a reference: positive values of one magnitude, as tune's inputs are.
 __global__ void tdm_fill_input(void* p, int dt, int64_t n, uint64_t salt) {
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     tdm_st(p, dt, i, 0.25f + fx::uniform_of(fx::random_bits(salt, static_cast<uint64_t>(i))));
 }
 
@@ -138,8 +140,10 @@ static void tdm_setup(tdm_host& h, tdm_run_state& s, const tdm_case& c) {
     most = std::max(most, bytes);
   }
   for (int id = 0; id < tdm_nstages; ++id)
-    if (tdm_owner[id] >= 0 && tdm_owner[id] != id) s.buf[static_cast<size_t>(id)] = s.buf[static_cast<size_t>(tdm_owner[id])];
-  TDM_MUST_CUDA(cudaMalloc(&s.acc, sizeof(double) * TANDEM_ACC_SLOTS * static_cast<size_t>(tdm_nstages)));
+    if (tdm_owner[id] >= 0 && tdm_owner[id] != id)
+      s.buf[static_cast<size_t>(id)] = s.buf[static_cast<size_t>(tdm_owner[id])];
+  TDM_MUST_CUDA(
+      cudaMalloc(&s.acc, sizeof(double) * TANDEM_ACC_SLOTS * static_cast<size_t>(tdm_nstages)));
   a.acc = s.acc;
   const int64_t scratch = std::max<int64_t>(1, tandem_scratch_elems(&a));
   TDM_MUST_CUDA(cudaMalloc(&s.scratch, sizeof(float) * static_cast<size_t>(scratch)));
@@ -155,7 +159,8 @@ static void tdm_setup(tdm_host& h, tdm_run_state& s, const tdm_case& c) {
     const float v = static_cast<float>(c.scalar[static_cast<size_t>(id)]);
     const int dt = tdm_dtype_of[id];
     uint16_t h16 = dt == 1 ? fx::st_bf16(v) : fx::st_f16(v);
-    TDM_MUST_CUDA(cudaMemcpy(s.buf[static_cast<size_t>(id)], dt == 0 ? static_cast<const void*>(&v) : &h16, tdm_size_of(dt),
+    TDM_MUST_CUDA(cudaMemcpy(s.buf[static_cast<size_t>(id)],
+                             dt == 0 ? static_cast<const void*>(&v) : &h16, tdm_size_of(dt),
                              cudaMemcpyHostToDevice));
   }
 }
@@ -171,7 +176,8 @@ static void tdm_run(tdm_host& h, tdm_run_state& s) {
   h.args = &s.a;
   tdm_gemm_host = &h;
   const int rc = tandem_run(&s.a);
-  if (rc != 0 || h.failed) tdm_die(std::string("the run failed: ") + (h.failed ? h.error : "a step returned non-zero"));
+  if (rc != 0 || h.failed)
+    tdm_die(std::string("the run failed: ") + (h.failed ? h.error : "a step returned non-zero"));
 }
 
 static void tdm_wait(tdm_host& h) {
@@ -189,7 +195,8 @@ static int tdm_check(tdm_host& h, tdm_run_state& s, const tdm_case& c, int world
   for (const tdm_item& it : items) {
     if (it.want) continue;
     const size_t bytes = static_cast<size_t>(it.elems) * tdm_size_of(it.dtype);
-    const std::vector<char> data = tdm_read_file(prefix + ".in" + std::to_string(it.stage) + ".bin", bytes);
+    const std::vector<char> data =
+        tdm_read_file(prefix + ".in" + std::to_string(it.stage) + ".bin", bytes);
     if (bytes > 0) TDM_MUST_CUDA(cudaMemcpy(it.ptr, data.data(), bytes, cudaMemcpyHostToDevice));
   }
   tdm_run(h, s);
@@ -198,11 +205,14 @@ static int tdm_check(tdm_host& h, tdm_run_state& s, const tdm_case& c, int world
   for (const tdm_item& it : items) {
     if (!it.want) continue;
     const size_t bytes = static_cast<size_t>(it.elems) * tdm_size_of(it.dtype);
-    const std::vector<char> want = tdm_read_file(prefix + ".want" + std::to_string(it.stage) + ".bin", bytes);
+    const std::vector<char> want =
+        tdm_read_file(prefix + ".want" + std::to_string(it.stage) + ".bin", bytes);
     std::vector<char> got(bytes);
     if (bytes > 0) TDM_MUST_CUDA(cudaMemcpy(got.data(), it.ptr, bytes, cudaMemcpyDeviceToHost));
     double scale = 0, worst = 0;
-    for (int64_t i = 0; i < it.elems; ++i) scale = std::max(scale, std::fabs(static_cast<double>(tdm_host_ld(want.data(), it.dtype, static_cast<size_t>(i)))));
+    for (int64_t i = 0; i < it.elems; ++i)
+      scale = std::max(scale, std::fabs(static_cast<double>(
+                                  tdm_host_ld(want.data(), it.dtype, static_cast<size_t>(i)))));
     const double tol = it.dtype == 0 ? 2e-4 : (it.dtype == 1 ? 0x1p-7 : 0x1p-9);
     int64_t bad = 0;
     std::string first;
@@ -212,12 +222,15 @@ static int tdm_check(tdm_host& h, tdm_run_state& s, const tdm_case& c, int world
       const double bound = std::fabs(w) + scale, diff = std::fabs(g - w);
       if (!std::isnan(diff) && bound > 0) worst = std::max(worst, diff / bound);
       if (std::isnan(g) != std::isnan(w) || diff > tol * bound) {
-        if (bad < 3) first += " [" + std::to_string(i) + "] got " + std::to_string(g) + " want " + std::to_string(w) + ";";
+        if (bad < 3)
+          first += " [" + std::to_string(i) + "] got " + std::to_string(g) + " want " +
+                   std::to_string(w) + ";";
         ++bad;
       }
     }
-    std::printf("rank %d: %-12s %s: %lld elements, max relative error %.3g%s%s\n", world_rank, tdm_stage_name[it.stage],
-                bad == 0 ? "ok" : "DIFFERS", static_cast<long long>(it.elems), worst, bad == 0 ? "" : ":", first.c_str());
+    std::printf("rank %d: %-12s %s: %lld elements, max relative error %.3g%s%s\n", world_rank,
+                tdm_stage_name[it.stage], bad == 0 ? "ok" : "DIFFERS",
+                static_cast<long long>(it.elems), worst, bad == 0 ? "" : ":", first.c_str());
     bad_values += bad > 0;
   }
   return bad_values;
@@ -248,8 +261,10 @@ static void tdm_time(tdm_host& h, tdm_run_state& s, int iters, int world_rank, i
   float med = ms.empty() ? 0.0f : ms[ms.size() / 2], slowest = 0;
   MPI_Reduce(&med, &slowest, 1, MPI_FLOAT, MPI_MAX, 0, MPI_COMM_WORLD);
   if (world_rank == 0 && !ms.empty())
-    std::printf("%s / %s on %d ranks: median %.4f ms (slowest rank), this rank min %.4f max %.4f over %d runs\n",
-                tdm_program_name, tdm_plan_name, world_size, slowest, ms.front(), ms.back(), iters);
+    std::printf(
+        "%s / %s on %d ranks: median %.4f ms (slowest rank), this rank min %.4f max %.4f over %d "
+        "runs\n",
+        tdm_program_name, tdm_plan_name, world_size, slowest, ms.front(), ms.back(), iters);
   TDM_MUST_CUDA(cudaEventDestroy(start));
   TDM_MUST_CUDA(cudaEventDestroy(stop));
 }
@@ -289,9 +304,11 @@ int main(int argc, char** argv) {
   TDM_MUST_CUDA(cudaStreamCreateWithFlags(&h.compute, cudaStreamNonBlocking));
   TDM_MUST_CUDA(cudaStreamCreateWithFlags(&h.wire, cudaStreamNonBlocking));
   if (cublasCreate(&h.blas) != CUBLAS_STATUS_SUCCESS) tdm_die("cublasCreate failed");
-  if (cublasSetStream(h.blas, h.compute) != CUBLAS_STATUS_SUCCESS) tdm_die("cublasSetStream failed");
+  if (cublasSetStream(h.blas, h.compute) != CUBLAS_STATUS_SUCCESS)
+    tdm_die("cublasSetStream failed");
   h.events.resize(256);
-  for (cudaEvent_t& e : h.events) TDM_MUST_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  for (cudaEvent_t& e : h.events)
+    TDM_MUST_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   h.block_done.assign(4096, nullptr);
 
   // Arguments: SYMBOL=EXTENT (time at these sizes), --iters K, --check DIR, --no-check.
@@ -315,17 +332,21 @@ int main(int argc, char** argv) {
     } else if (eq != std::string::npos) {
       int which = -1;
       for (int s = 0; s < tdm_nsyms; ++s)
-        if (arg.compare(0, eq, tdm_sym_names[s]) == 0 && std::strlen(tdm_sym_names[s]) == eq) which = s;
-      if (which < 0) tdm_die("'" + arg + "': not a symbol of program '" + std::string(tdm_program_name) + "'");
+        if (arg.compare(0, eq, tdm_sym_names[s]) == 0 && std::strlen(tdm_sym_names[s]) == eq)
+          which = s;
+      if (which < 0)
+        tdm_die("'" + arg + "': not a symbol of program '" + std::string(tdm_program_name) + "'");
       sizes.push_back({which, std::atoll(arg.c_str() + eq + 1)});
     } else {
-      tdm_die("unknown argument '" + arg + "': expected SYMBOL=EXTENT, --iters K, --check DIR or --no-check");
+      tdm_die("unknown argument '" + arg +
+              "': expected SYMBOL=EXTENT, --iters K, --check DIR or --no-check");
     }
   }
 
   int failures = 0;
   tdm_case ref = base;
-  const bool have_ref = check && tdm_read_case(check_root + "/np" + std::to_string(world_size), ref);
+  const bool have_ref =
+      check && tdm_read_case(check_root + "/np" + std::to_string(world_size), ref);
   if (have_ref) {
     tdm_run_state s;
     tdm_setup(h, s, ref);
@@ -334,10 +355,14 @@ int main(int argc, char** argv) {
     int all = 0;
     MPI_Allreduce(&failures, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     failures = all;
-    if (world_rank == 0) std::printf("check against the reference interpreter: %s\n", failures == 0 ? "PASSED" : "FAILED");
+    if (world_rank == 0)
+      std::printf("check against the reference interpreter: %s\n",
+                  failures == 0 ? "PASSED" : "FAILED");
   } else if (world_rank == 0) {
-    std::printf("no reference results in %s/np%d: correctness not checked (emit with --ranks %d to check)\n",
-                check_root.c_str(), world_size, world_size);
+    std::printf(
+        "no reference results in %s/np%d: correctness not checked (emit with --ranks %d to "
+        "check)\n",
+        check_root.c_str(), world_size, world_size);
   }
 
   // Timing: at the reference's sizes unless given; inputs made on the device when not checked.
@@ -345,7 +370,9 @@ int main(int argc, char** argv) {
   timed.dir.clear();
   for (const auto& [which, extent] : sizes) timed.sym[static_cast<size_t>(which)] = extent;
   for (int i = 0; i < tdm_nsyms; ++i)
-    if (timed.sym[static_cast<size_t>(i)] < 0) tdm_die(std::string("give the extent of ") + tdm_sym_names[i] + " as " + tdm_sym_names[i] + "=EXTENT");
+    if (timed.sym[static_cast<size_t>(i)] < 0)
+      tdm_die(std::string("give the extent of ") + tdm_sym_names[i] + " as " + tdm_sym_names[i] +
+              "=EXTENT");
   {
     tdm_run_state s;
     tdm_setup(h, s, timed);
@@ -353,7 +380,9 @@ int main(int argc, char** argv) {
     tdm_check_items(&s.a, items);
     for (const tdm_item& it : items)
       if (!it.want && it.elems > 0)
-        tdm_fill_input<<<tdm_blocks(it.elems), TDM_THREADS, 0, h.compute>>>(it.ptr, it.dtype, it.elems, static_cast<uint64_t>(it.stage) * 7919u + static_cast<uint64_t>(world_rank));
+        tdm_fill_input<<<tdm_blocks(it.elems), TDM_THREADS, 0, h.compute>>>(
+            it.ptr, it.dtype, it.elems,
+            static_cast<uint64_t>(it.stage) * 7919u + static_cast<uint64_t>(world_rank));
     TDM_MUST_CUDA(cudaGetLastError());
     tdm_wait(h);
     tdm_time(h, s, iters, world_rank, world_size);

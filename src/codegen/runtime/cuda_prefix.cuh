@@ -31,7 +31,9 @@ namespace fx = tandem::fx;
 
 // The symbols' extents, as kernels receive them (by value).
 static const int tdm_nsyms_used = TDM_NSYMS;
-struct tdm_syms { int64_t v[TDM_NSYMS < 1 ? 1 : TDM_NSYMS]; };
+struct tdm_syms {
+  int64_t v[TDM_NSYMS < 1 ? 1 : TDM_NSYMS];
+};
 
 // ---- host state: one per rank
 struct tdm_host {
@@ -42,32 +44,40 @@ struct tdm_host {
   cudaStream_t compute = nullptr;  // kernels and GEMMs
   cudaStream_t wire = nullptr;     // NCCL
   cublasHandle_t blas = nullptr;
-  std::vector<cudaEvent_t> events;  // a ring, made at set-up (cudaStreamWaitEvent takes the state at the call)
+  std::vector<cudaEvent_t>
+      events;  // a ring, made at set-up (cudaStreamWaitEvent takes the state at the call)
   size_t next_event = 0;
   std::vector<cudaEvent_t> block_done;  // per pipeline block: its last asynchronous communication
   void* staging = nullptr;              // a collective's whole buffer, for Dim partitions
   size_t staging_bytes = 0;
-  int chunks = 4;                        // chunks per fused collective (TANDEM_CUDA_CHUNKS)
+  int chunks = 4;  // chunks per fused collective (TANDEM_CUDA_CHUNKS)
   bool failed = false;
   char error[1024] = {0};
 };
 
-[[maybe_unused]] static tdm_host* tdm_host_of(const tandem_args* a) { return static_cast<tdm_host*>(a->host); }
-[[maybe_unused]] static cudaStream_t tdm_stream(const tandem_args* a) { return tdm_host_of(a)->compute; }
+[[maybe_unused]] static tdm_host* tdm_host_of(const tandem_args* a) {
+  return static_cast<tdm_host*>(a->host);
+}
+[[maybe_unused]] static cudaStream_t tdm_stream(const tandem_args* a) {
+  return tdm_host_of(a)->compute;
+}
 
 [[maybe_unused]] static int tdm_fail(tdm_host* h, const std::string& what) {
   if (!h->failed) std::snprintf(h->error, sizeof h->error, "%s", what.c_str());
   h->failed = true;
   return 1;
 }
-#define TDM_CUDA(a, call)                                                                              \
-  do {                                                                                                 \
-    const cudaError_t e_ = (call);                                                                     \
-    if (e_ != cudaSuccess) return tdm_fail(tdm_host_of(a), std::string(#call) + ": " + cudaGetErrorString(e_)); \
+#define TDM_CUDA(a, call)                                                                  \
+  do {                                                                                     \
+    const cudaError_t e_ = (call);                                                         \
+    if (e_ != cudaSuccess)                                                                 \
+      return tdm_fail(tdm_host_of(a), std::string(#call) + ": " + cudaGetErrorString(e_)); \
   } while (0)
 [[maybe_unused]] static int tdm_launched(const tandem_args* a, const char* what) {
   const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) return tdm_fail(tdm_host_of(a), std::string("launching ") + what + ": " + cudaGetErrorString(e));
+  if (e != cudaSuccess)
+    return tdm_fail(tdm_host_of(a),
+                    std::string("launching ") + what + ": " + cudaGetErrorString(e));
   return 0;
 }
 
@@ -76,16 +86,20 @@ struct tdm_host {
   const int64_t b = (n + TDM_THREADS - 1) / TDM_THREADS;
   return static_cast<unsigned>(b < 1 ? 1 : (b > TDM_MAX_BLOCKS ? TDM_MAX_BLOCKS : b));
 }
-[[maybe_unused]] static bool tdm_aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+[[maybe_unused]] static bool tdm_aligned16(const void* p) {
+  return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
+}
 [[maybe_unused]] static tdm_syms tdm_syms_of(const tandem_args* a) {
   tdm_syms s{};
-  for (int i = 0; i < static_cast<int>(sizeof s.v / sizeof s.v[0]); ++i) s.v[i] = i < tdm_nsyms_used ? a->sym[i] : 0;
+  for (int i = 0; i < static_cast<int>(sizeof s.v / sizeof s.v[0]); ++i)
+    s.v[i] = i < tdm_nsyms_used ? a->sym[i] : 0;
   return s;
 }
 // A row-sliced block value's rows on this rank: its part of each block's rows, summed.
 [[maybe_unused]] static int64_t tdm_block_rows(int64_t rows, int64_t blocks, int64_t p, int64_t r) {
   int64_t mine = 0;
-  for (int64_t b = 0; b < blocks; ++b) mine += fx::part_count(fx::part_count(rows, blocks, b), p, r);
+  for (int64_t b = 0; b < blocks; ++b)
+    mine += fx::part_count(fx::part_count(rows, blocks, b), p, r);
   return mine;
 }
 
@@ -113,13 +127,17 @@ __device__ __forceinline__ void tdm_vload(const float* p, float (&x)[V]) {
 #pragma unroll
   for (int j = 0; j < V; j += 4) {
     const float4 w = *reinterpret_cast<const float4*>(p + j);
-    x[j] = w.x; x[j + 1] = w.y; x[j + 2] = w.z; x[j + 3] = w.w;
+    x[j] = w.x;
+    x[j + 1] = w.y;
+    x[j + 2] = w.z;
+    x[j + 3] = w.w;
   }
 }
 template <int V>
 __device__ __forceinline__ void tdm_vstore(float* p, const float (&x)[V]) {
 #pragma unroll
-  for (int j = 0; j < V; j += 4) *reinterpret_cast<float4*>(p + j) = make_float4(x[j], x[j + 1], x[j + 2], x[j + 3]);
+  for (int j = 0; j < V; j += 4)
+    *reinterpret_cast<float4*>(p + j) = make_float4(x[j], x[j + 1], x[j + 2], x[j + 3]);
 }
 template <int V>
 __device__ __forceinline__ void tdm_vload(const uint16_t* p, uint16_t (&x)[V]) {
@@ -140,7 +158,8 @@ __device__ __forceinline__ void tdm_vstore(uint16_t* p, const uint16_t (&x)[V]) 
   for (int j = 0; j < V; j += 8) {
     uint32_t u[4];
 #pragma unroll
-    for (int q = 0; q < 4; ++q) u[q] = static_cast<uint32_t>(x[j + 2 * q]) | (static_cast<uint32_t>(x[j + 2 * q + 1]) << 16);
+    for (int q = 0; q < 4; ++q)
+      u[q] = static_cast<uint32_t>(x[j + 2 * q]) | (static_cast<uint32_t>(x[j + 2 * q + 1]) << 16);
     *reinterpret_cast<uint4*>(p + j) = make_uint4(u[0], u[1], u[2], u[3]);
   }
 }
@@ -152,8 +171,10 @@ __device__ __forceinline__ float tdm_ld(const void* p, int dt, int64_t i) {
   return dt == 1 ? fx::ld_bf16(h) : fx::ld_f16(h);
 }
 __device__ __forceinline__ void tdm_st(void* p, int dt, int64_t i, float v) {
-  if (dt == 0) static_cast<float*>(p)[i] = v;
-  else static_cast<uint16_t*>(p)[i] = dt == 1 ? fx::st_bf16(v) : fx::st_f16(v);
+  if (dt == 0)
+    static_cast<float*>(p)[i] = v;
+  else
+    static_cast<uint16_t*>(p)[i] = dt == 1 ? fx::st_bf16(v) : fx::st_f16(v);
 }
 
 // Prod, Max, Min accumulators keep one f32 value in their first double: combined atomically.
@@ -164,14 +185,18 @@ __device__ void tdm_atomic_combine(double* slot, float v, int op) {
     assumed = old;
     const float cur = static_cast<float>(__longlong_as_double(static_cast<long long>(assumed)));
     const float next = op == 1 ? fx::prod(cur, v) : (op == 2 ? fx::max(cur, v) : fx::min(cur, v));
-    old = atomicCAS(p, assumed, static_cast<unsigned long long>(__double_as_longlong(static_cast<double>(next))));
+    old =
+        atomicCAS(p, assumed,
+                  static_cast<unsigned long long>(__double_as_longlong(static_cast<double>(next))));
   } while (assumed != old);
 }
 // An accumulator's start: every lane 0 (a sum), or the op's identity in the first.
 __global__ void tdm_acc_init(double* acc, float identity) {
-  if (threadIdx.x < TANDEM_ACC_SLOTS) acc[threadIdx.x] = threadIdx.x == 0 ? static_cast<double>(identity) : 0.0;
+  if (threadIdx.x < TANDEM_ACC_SLOTS)
+    acc[threadIdx.x] = threadIdx.x == 0 ? static_cast<double>(identity) : 0.0;
 }
-// A sum's lanes added in order 0..7 and rounded once (else the f32 value), into the slot's first float.
+// A sum's lanes added in order 0..7 and rounded once (else the f32 value), into the slot's first
+// float.
 __global__ void tdm_finish_lanes(double* acc, int sum) {
   double s = 0.0;
   if (sum) {
@@ -183,24 +208,31 @@ __global__ void tdm_finish_lanes(double* acc, int sum) {
 }
 // out[i] = in[i] (or its square root) rounded to out's dtype.
 __global__ void tdm_store_f32(void* out, int dt, const float* in, int64_t n, int take_sqrt) {
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     tdm_st(out, dt, i, take_sqrt ? fx::sqrt(in[i]) : in[i]);
 }
 // A rows x cols matrix (leading dimension ld on the 16-bit side) widened to packed f32, and back.
-__global__ void tdm_widen2d(float* dst, const void* src, int dt, int64_t rows, int64_t cols, int64_t ld) {
-  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < rows * cols; e += static_cast<int64_t>(gridDim.x) * blockDim.x)
+__global__ void tdm_widen2d(float* dst, const void* src, int dt, int64_t rows, int64_t cols,
+                            int64_t ld) {
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < rows * cols;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x)
     dst[e] = tdm_ld(src, dt, (e / cols) * ld + e % cols);
 }
-__global__ void tdm_narrow2d(void* dst, int dt, const float* src, int64_t rows, int64_t cols, int64_t ld) {
-  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < rows * cols; e += static_cast<int64_t>(gridDim.x) * blockDim.x)
+__global__ void tdm_narrow2d(void* dst, int dt, const float* src, int64_t rows, int64_t cols,
+                             int64_t ld) {
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < rows * cols;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x)
     tdm_st(dst, dt, (e / cols) * ld + e % cols, src[e]);
 }
 __global__ void tdm_fill2d(float* p, int64_t rows, int64_t cols, int64_t ld, float v) {
-  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < rows * cols; e += static_cast<int64_t>(gridDim.x) * blockDim.x)
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < rows * cols;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x)
     p[(e / cols) * ld + e % cols] = v;
 }
 
-// What main() checks: this rank's stored piece of a stage (an input to load, or a result to compare).
+// What main() checks: this rank's stored piece of a stage (an input to load, or a result to
+// compare).
 struct tdm_item {
   int stage;
   int want;  // 0: an input, loaded before the run; 1: compared after it

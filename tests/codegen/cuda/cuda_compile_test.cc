@@ -62,7 +62,8 @@ std::string missing_toolkit() {
   if (home.empty()) return "nvcc not found (no $CUDA_HOME/bin/nvcc, no /usr/local/cuda/bin/nvcc)";
   if (!fs::exists(fs::path(home) / "include" / "nccl.h") && !fs::exists("/usr/include/nccl.h"))
     return "nccl.h not found next to nvcc or in /usr/include";
-  if (run("mpicc --showme:compile").rc != 0) return "mpicc --showme (OpenMPI) not available for the MPI flags";
+  if (run("mpicc --showme:compile").rc != 0)
+    return "mpicc --showme (OpenMPI) not available for the MPI flags";
   return {};
 }
 
@@ -74,7 +75,8 @@ struct Built {
 // Emits `plan` into a fresh folder and builds it with its own Makefile (asking ptxas for each
 // kernel's resources when `resources` is given).
 Built build(const schedule::Plan& plan, const std::string& stem, std::string* resources) {
-  const fs::path dir = fs::temp_directory_path() / ("tandem_cuda_" + std::to_string(getpid())) / stem;
+  const fs::path dir =
+      fs::temp_directory_path() / ("tandem_cuda_" + std::to_string(getpid())) / stem;
   fs::create_directories(dir);
   const CudaProgram prog = emit_cuda(plan, "prog");
   std::ofstream(dir / "prog.cu") << prog.source;
@@ -94,20 +96,26 @@ Built build(const schedule::Plan& plan, const std::string& stem, std::string* re
 void expect_no_spills(const std::string& resources, const std::string& what) {
   const std::regex spill(R"((\d+) bytes spill stores, (\d+) bytes spill loads)");
   int functions = 0;
-  for (auto it = std::sregex_iterator(resources.begin(), resources.end(), spill); it != std::sregex_iterator(); ++it) {
+  for (auto it = std::sregex_iterator(resources.begin(), resources.end(), spill);
+       it != std::sregex_iterator(); ++it) {
     ++functions;
     EXPECT_EQ((*it)[1].str(), "0") << what << ": spill stores in\n" << resources;
     EXPECT_EQ((*it)[2].str(), "0") << what << ": spill loads in\n" << resources;
   }
   EXPECT_GT(functions, 0) << what << ": ptxas reported no functions:\n" << resources;
   // The emitted kernels keep their box, vectors and accumulators in registers: no local memory.
-  const std::regex frame(R"(Function properties for (\S*(?:loop|hook)\d+_k\S*)\s+(\d+) bytes stack frame)");
-  for (auto it = std::sregex_iterator(resources.begin(), resources.end(), frame); it != std::sregex_iterator(); ++it)
+  const std::regex frame(
+      R"(Function properties for (\S*(?:loop|hook)\d+_k\S*)\s+(\d+) bytes stack frame)");
+  for (auto it = std::sregex_iterator(resources.begin(), resources.end(), frame);
+       it != std::sregex_iterator(); ++it)
     EXPECT_EQ((*it)[2].str(), "0") << what << ": " << (*it)[1].str() << " uses local memory";
   // The emitted kernels' registers, for the record (in the test's output).
-  const std::regex regs(R"(Function properties for (\S*(?:loop|hook)\d+_k\S*)[\s\S]*?Used (\d+) registers)");
-  for (auto it = std::sregex_iterator(resources.begin(), resources.end(), regs); it != std::sregex_iterator(); ++it)
-    std::printf("  %s: %s %s registers\n", what.c_str(), (*it)[1].str().c_str(), (*it)[2].str().c_str());
+  const std::regex regs(
+      R"(Function properties for (\S*(?:loop|hook)\d+_k\S*)[\s\S]*?Used (\d+) registers)");
+  for (auto it = std::sregex_iterator(resources.begin(), resources.end(), regs);
+       it != std::sregex_iterator(); ++it)
+    std::printf("  %s: %s %s registers\n", what.c_str(), (*it)[1].str().c_str(),
+                (*it)[2].str().c_str());
 }
 
 std::string stem_of(const std::string& program, const std::string& schedule) {
@@ -121,13 +129,16 @@ std::string stem_of(const std::string& program, const std::string& schedule) {
 TEST(CudaCompile, RuntimeFilesCompileOnTheirOwn) {
   if (const std::string why = missing_toolkit(); !why.empty()) GTEST_SKIP() << why;
   const fs::path source = TANDEM_SOURCE_DIR;
-  const fs::path dir = fs::temp_directory_path() / ("tandem_cuda_" + std::to_string(getpid())) / "runtime";
+  const fs::path dir =
+      fs::temp_directory_path() / ("tandem_cuda_" + std::to_string(getpid())) / "runtime";
   fs::create_directories(dir);
-  const schedule::Plan plan = schedule::enumerate_schedules(dsl::workloads::adam()).front().schedule.lower();
+  const schedule::Plan plan =
+      schedule::enumerate_schedules(dsl::workloads::adam()).front().schedule.lower();
   std::ofstream(dir / "Makefile") << emit_cuda(plan, "runtime").makefile;
-  std::ofstream(dir / "runtime.cu") << "#include \"" << (source / "src/codegen/runtime/cuda_main.cu").string() << "\"\n";
-  const Output o = run("cd '" + dir.string() + "' && make CUDA_HOME='" + cuda_home() + "' EXTRA='-I" +
-                       (source / "include").string() + "' resources");
+  std::ofstream(dir / "runtime.cu")
+      << "#include \"" << (source / "src/codegen/runtime/cuda_main.cu").string() << "\"\n";
+  const Output o = run("cd '" + dir.string() + "' && make CUDA_HOME='" + cuda_home() +
+                       "' EXTRA='-I" + (source / "include").string() + "' resources");
   fs::remove_all(dir);
   EXPECT_EQ(o.rc, 0) << o.text;
 }
@@ -135,12 +146,13 @@ TEST(CudaCompile, RuntimeFilesCompileOnTheirOwn) {
 TEST(CudaCompile, RepresentativeSchedulesBuildWithoutSpills) {
   if (const std::string why = missing_toolkit(); !why.empty()) GTEST_SKIP() << why;
   const std::vector<std::pair<dsl::Program, std::string>> cases = {
-      {dsl::workloads::adam(), "fused(RS-C-AG)+slice(m,v)"},   // a hook per chunk, bf16 gradients
-      {dsl::workloads::lamb(), "fused(RS-C-AG)"},              // norms: accumulators and finishes
-      {dsl::workloads::megatron_layer(), "ol(MM,fused(RS-C-AG))"},  // GEMM blocks, async collectives, dropout
+      {dsl::workloads::adam(), "fused(RS-C-AG)+slice(m,v)"},  // a hook per chunk, bf16 gradients
+      {dsl::workloads::lamb(), "fused(RS-C-AG)"},             // norms: accumulators and finishes
+      {dsl::workloads::megatron_layer(),
+       "ol(MM,fused(RS-C-AG))"},  // GEMM blocks, async collectives, dropout
       {dsl::workloads::pipeline_stage(), "ol(MM,fused(RS-C)-P2P)-AG"},  // send/recv between groups
-      {dsl::workloads::sum_in_place(), "AR-C"},                // the all-reduce in its input's buffer
-      {dsl::workloads::grad_handoff(), "C"},                   // a receive into an input's buffer
+      {dsl::workloads::sum_in_place(), "AR-C"},  // the all-reduce in its input's buffer
+      {dsl::workloads::grad_handoff(), "C"},     // a receive into an input's buffer
   };
   for (const auto& [program, name] : cases) {
     bool found = false;
@@ -159,9 +171,11 @@ TEST(CudaCompile, RepresentativeSchedulesBuildWithoutSpills) {
 TEST(CudaCompile, EveryScheduleOfEveryWorkloadBuilds) {
   if (const std::string why = missing_toolkit(); !why.empty()) GTEST_SKIP() << why;
   if (std::getenv("TANDEM_CUDA_ALL") == nullptr)
-    GTEST_SKIP() << "set TANDEM_CUDA_ALL=1 to build all 79 programs (about 20 minutes on two cores)";
-  for (const dsl::Program& program : {dsl::workloads::adam(), dsl::workloads::lamb(), dsl::workloads::megatron_layer(),
-                                      dsl::workloads::pipeline_stage()})
+    GTEST_SKIP()
+        << "set TANDEM_CUDA_ALL=1 to build all 79 programs (about 20 minutes on two cores)";
+  for (const dsl::Program& program :
+       {dsl::workloads::adam(), dsl::workloads::lamb(), dsl::workloads::megatron_layer(),
+        dsl::workloads::pipeline_stage()})
     for (const schedule::NamedSchedule& ns : schedule::enumerate_schedules(program)) {
       const Built b = build(ns.schedule.lower(), stem_of(program.name(), ns.name), nullptr);
       EXPECT_TRUE(b.ok) << program.name() << " " << ns.name << ":\n" << b.log;

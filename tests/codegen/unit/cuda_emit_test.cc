@@ -3,7 +3,8 @@
 // collective with its hook, not a reduce, a kernel and a gather of its own); the chunk loop that
 // pipelines a hook against the next chunk's reduction; no host synchronisation in any step (so a
 // pipeline's blocks overlap); 16-byte vectors in plain elementwise kernels; GEMMs through the
-// ABI's sgemm in an overlap pipeline, skewed so block b + 1's GEMM is queued before block b waits; and core/formulas.h's text pasted as the build embedded it.
+// ABI's sgemm in an overlap pipeline, skewed so block b + 1's GEMM is queued before block b waits;
+// and core/formulas.h's text pasted as the build embedded it.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -56,7 +57,8 @@ bool has_pipeline(const std::vector<schedule::Step>& steps) {
 }
 
 std::vector<dsl::Program> workloads() {
-  return {dsl::workloads::adam(), dsl::workloads::lamb(), dsl::workloads::megatron_layer(), dsl::workloads::pipeline_stage()};
+  return {dsl::workloads::adam(), dsl::workloads::lamb(), dsl::workloads::megatron_layer(),
+          dsl::workloads::pipeline_stage()};
 }
 
 TEST(CudaEmit, EveryScheduleEmitsAProgram) {
@@ -66,9 +68,11 @@ TEST(CudaEmit, EveryScheduleEmitsAProgram) {
       const schedule::Plan plan = ns.schedule.lower();
       const CudaProgram prog = emit_cuda(plan, "prog");
       ++programs;
-      EXPECT_NE(prog.source.find("int main(int argc, char** argv)"), std::string::npos) << p.name() << " " << ns.name;
+      EXPECT_NE(prog.source.find("int main(int argc, char** argv)"), std::string::npos)
+          << p.name() << " " << ns.name;
       EXPECT_NE(prog.source.find("ncclCommInitRank"), std::string::npos);
-      EXPECT_NE(prog.source.find("extern \"C\" int tandem_run(const tandem_args* a)"), std::string::npos);
+      EXPECT_NE(prog.source.find("extern \"C\" int tandem_run(const tandem_args* a)"),
+                std::string::npos);
       EXPECT_NE(prog.makefile.find("prog: prog.cu"), std::string::npos);
       EXPECT_NE(prog.makefile.find("code=sm_80"), std::string::npos);
       EXPECT_NE(prog.makefile.find("code=sm_90"), std::string::npos);
@@ -85,7 +89,8 @@ TEST(CudaEmit, OneCollectiveCallPerCollectiveStep) {
       const std::string steps = steps_of(emit_cuda(plan, "prog").source);
       // Each Collective step hands exactly one descriptor over; norms and reductions across
       // ranks add their own one-element all-reduces (written `if (int rc = a->collective`).
-      EXPECT_EQ(count(steps, "return a->collective(a->host, &c);"), static_cast<size_t>(collective_steps(plan.steps)))
+      EXPECT_EQ(count(steps, "return a->collective(a->host, &c);"),
+                static_cast<size_t>(collective_steps(plan.steps)))
           << p.name() << " " << ns.name;
       if (has_fused(plan.steps)) {
         EXPECT_NE(steps.find("c.hook = hook"), std::string::npos) << p.name() << " " << ns.name;
@@ -101,7 +106,8 @@ TEST(CudaEmit, FusedCollectivesPipelineChunksAgainstTheirHooks) {
     const std::string src = emit_cuda(plan, "prog").source;
     // The hook is a kernel launched on the compute stream for each reduced chunk.
     EXPECT_NE(src.find("static int hook"), std::string::npos) << ns.name;
-    EXPECT_NE(src.find("__global__ void __launch_bounds__(TDM_THREADS) hook"), std::string::npos) << ns.name;
+    EXPECT_NE(src.find("__global__ void __launch_bounds__(TDM_THREADS) hook"), std::string::npos)
+        << ns.name;
     // The runtime's chunk loop: the next chunk's reduction is issued before this chunk's gather.
     const size_t loop = src.find("for (int64_t k0 = 0; k0 < most; k0 += chunk)");
     ASSERT_NE(loop, std::string::npos);
@@ -117,9 +123,10 @@ TEST(CudaEmit, NoHostSynchronisationInAnyStep) {
   for (const dsl::Program& p : workloads())
     for (const schedule::NamedSchedule& ns : schedule::enumerate_schedules(p)) {
       const std::string steps = steps_of(emit_cuda(ns.schedule.lower(), "prog").source);
-      for (const char* sync : {"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy(",
-                               "cudaMalloc", "cudaFree"})
-        EXPECT_EQ(steps.find(sync), std::string::npos) << p.name() << " " << ns.name << ": " << sync;
+      for (const char* sync : {"cudaStreamSynchronize", "cudaDeviceSynchronize",
+                               "cudaEventSynchronize", "cudaMemcpy(", "cudaMalloc", "cudaFree"})
+        EXPECT_EQ(steps.find(sync), std::string::npos)
+            << p.name() << " " << ns.name << ": " << sync;
     }
 }
 
@@ -143,7 +150,8 @@ TEST(CudaEmit, OverlapRunsGemmBlocksWithAsynchronousCollectives) {
     ++skewed;
     const size_t loop = steps.find("for (int32_t b = 0; b <= blocks; ++b)");
     ASSERT_NE(loop, std::string::npos) << ns.name;
-    const size_t head = steps.find("if (b < blocks) {", loop), tail = steps.find("if (b > 0) {", loop);
+    const size_t head = steps.find("if (b < blocks) {", loop),
+                 tail = steps.find("if (b > 0) {", loop);
     const size_t matmul = steps.find("(rc = matmul", loop);
     EXPECT_LT(head, matmul) << ns.name;
     EXPECT_LT(matmul, tail) << ns.name;
@@ -152,21 +160,26 @@ TEST(CudaEmit, OverlapRunsGemmBlocksWithAsynchronousCollectives) {
     EXPECT_NE(steps.find("c.block = *blk;"), std::string::npos) << ns.name;
   }
   EXPECT_GT(overlapped, 0) << "megatron_layer has an overlap schedule";
-  EXPECT_GT(skewed, 0) << "some overlap schedule waits inside its blocks (a split AllReduce's epilogue)";
+  EXPECT_GT(skewed, 0)
+      << "some overlap schedule waits inside its blocks (a split AllReduce's epilogue)";
 }
 
 TEST(CudaEmit, PlainElementwiseKernelsMove16ByteVectors) {
   for (DType dt : {DType::F32, DType::BF16}) {
     const dsl::Program adam = dsl::workloads::adam(dt);
-    const schedule::Plan plan = schedule::enumerate_schedules(adam).front().schedule.lower();  // AR-C: one loop
+    const schedule::Plan plan =
+        schedule::enumerate_schedules(adam).front().schedule.lower();  // AR-C: one loop
     const std::string steps = steps_of(emit_cuda(plan, "prog").source);
-    EXPECT_NE(steps.find(dt == DType::F32 ? "tdm_vload<4>" : "tdm_vload<8>"), std::string::npos) << dtype_name(dt);
+    EXPECT_NE(steps.find(dt == DType::F32 ? "tdm_vload<4>" : "tdm_vload<8>"), std::string::npos)
+        << dtype_name(dt);
     EXPECT_NE(steps.find("tdm_aligned16("), std::string::npos);
   }
 }
 
 TEST(CudaEmit, PastesTheEmbeddedFormulas) {
-  const std::string src = emit_cuda(schedule::enumerate_schedules(dsl::workloads::adam()).front().schedule.lower(), "p").source;
+  const std::string src =
+      emit_cuda(schedule::enumerate_schedules(dsl::workloads::adam()).front().schedule.lower(), "p")
+          .source;
   EXPECT_EQ(count(src, std::string(formulas_text())), 1u);
   EXPECT_NE(formulas_text().find("namespace tandem::fx"), std::string_view::npos);
   EXPECT_NE(formulas_text().find("__host__ __device__"), std::string_view::npos);

@@ -25,10 +25,13 @@ struct ChunkCase {
 };
 
 std::string chunk_case_string(const ChunkCase& c) {
-  return fmt::format("{}_p{}_{}", c.per_node > 0 ? "hierarchical" : std::string(collective_algo_name(c.algo)),
+  return fmt::format("{}_p{}_{}",
+                     c.per_node > 0 ? "hierarchical" : std::string(collective_algo_name(c.algo)),
                      c.ranks, dtype_name(c.dtype));
 }
-std::string chunk_case_name(const ::testing::TestParamInfo<ChunkCase>& info) { return chunk_case_string(info.param); }
+std::string chunk_case_name(const ::testing::TestParamInfo<ChunkCase>& info) {
+  return chunk_case_string(info.param);
+}
 void PrintTo(const ChunkCase& c, std::ostream* os) { *os << chunk_case_string(c); }
 
 // What one rank's calls left: each output's bytes, and each hook's calls as (offset, length).
@@ -48,11 +51,12 @@ Outcome run_calls(Communicator& c, CollectiveAlgo algo, DType t, size_t chunk) {
   const int p = c.size(), r = c.rank();
   Outcome o;
   // Flat sizes (1, primes, not a multiple of the ranks) and partitions with several runs a rank.
-  const std::pair<int64_t, PartitionDesc> shapes[] = {{1, {}},   {7, {}},          {13, {}},        {1000, {}},
-                                                      {4099, {}}, {840, {3, 40, 7}}, {66, {6, 11, 1}}};
+  const std::pair<int64_t, PartitionDesc> shapes[] = {
+      {1, {}}, {7, {}}, {13, {}}, {1000, {}}, {4099, {}}, {840, {3, 40, 7}}, {66, {6, 11, 1}}};
   uint64_t seed = 11;
   for (const auto& [n, part] : shapes) {
-    const int64_t count = part.rows < 0 ? fx::part_count(n, p, r) : part.outer * fx::part_count(part.rows, p, r) * part.inner;
+    const int64_t count = part.rows < 0 ? fx::part_count(n, p, r)
+                                        : part.outer * fx::part_count(part.rows, p, r) * part.inner;
     auto hook = [](std::vector<std::pair<int64_t, int64_t>>& calls) {
       return [&calls](const Tensor& chunk, int64_t offset) {
         calls.emplace_back(offset, chunk.numel());
@@ -66,7 +70,8 @@ Outcome run_calls(Communicator& c, CollectiveAlgo algo, DType t, size_t chunk) {
     all_reduce(c, algo, buf, ReduceOp::Sum, hook(o.hooks.back()), part, chunk);
     o.outputs.push_back(bytes_of(buf));
 
-    Tensor in = Tensor::empty(t, {n}, c.allocator()), out = Tensor::empty(t, {count}, c.allocator());
+    Tensor in = Tensor::empty(t, {n}, c.allocator()),
+           out = Tensor::empty(t, {count}, c.allocator());
     fill(in, 0, [&](int64_t i) { return random_value(seed + 1, r, i); });
     o.hooks.emplace_back();
     reduce_scatter(c, algo, in, out, ReduceOp::Sum, hook(o.hooks.back()), part, chunk);
@@ -103,7 +108,8 @@ class ChunkSize : public ::testing::TestWithParam<ChunkCase> {
 
 TEST_P(ChunkSize, PerCallSizeActsAsTheProcessWideOne) {
   const ChunkCase& c = GetParam();
-  const size_t kOther = size_t{1} << 20;  // one chunk for every buffer here, if the call's size were ignored
+  const size_t kOther =
+      size_t{1} << 20;  // one chunk for every buffer here, if the call's size were ignored
   for (size_t chunk : {size_t{8}, size_t{100}, size_t{1024}}) {
     SCOPED_TRACE(fmt::format("chunk_bytes {}", chunk));
     const std::vector<Outcome> per_call = on_every_rank(kOther, chunk);
@@ -116,11 +122,13 @@ TEST_P(ChunkSize, PerCallSizeActsAsTheProcessWideOne) {
       for (size_t k = 0; k < a.outputs.size(); ++k)
         EXPECT_TRUE(a.outputs[k] == b.outputs[k]) << "rank " << r << ": output " << k << " differs";
       for (size_t k = 0; k < a.hooks.size(); ++k)
-        EXPECT_TRUE(a.hooks[k] == b.hooks[k]) << "rank " << r << ": hook " << k << " saw other chunks";
+        EXPECT_TRUE(a.hooks[k] == b.hooks[k])
+            << "rank " << r << ": hook " << k << " saw other chunks";
       int64_t longest = 0;
       for (const auto& calls : a.hooks)
         for (const auto& [offset, n] : calls) longest = std::max(longest, n);
-      // Every rank's part of the 4099-element buffer is longer than a chunk: the hook sees full ones.
+      // Every rank's part of the 4099-element buffer is longer than a chunk: the hook sees full
+      // ones.
       EXPECT_EQ(longest, ce) << "rank " << r << ": the longest chunk the hook saw";
     }
   }

@@ -23,7 +23,9 @@ struct Grouping {
 std::string grouping_name(const ::testing::TestParamInfo<Grouping>& info) {
   return fmt::format("p{}_nodes_of_{}", info.param.ranks, info.param.per_node);
 }
-void PrintTo(const Grouping& g, std::ostream* os) { *os << g.ranks << " ranks, nodes of " << g.per_node; }
+void PrintTo(const Grouping& g, std::ostream* os) {
+  *os << g.ranks << " ranks, nodes of " << g.per_node;
+}
 
 class Hierarchical : public ::testing::TestWithParam<Grouping> {
  protected:
@@ -84,7 +86,8 @@ TEST_P(Hierarchical, RandomInputsAgainstTheReference) {
 TEST_P(Hierarchical, SplitGroups) {
   on_every_rank([&](Communicator& c) {
     auto odd_even = c.split(c.rank() % 2, c.rank());
-    std::string err = all_reduce_case(*odd_even, CollectiveAlgo::Auto, DType::F32, 101, ReduceOp::Sum, true);
+    std::string err =
+        all_reduce_case(*odd_even, CollectiveAlgo::Auto, DType::F32, 101, ReduceOp::Sum, true);
     err += random_case(*odd_even, DType::F32, 333, 3);
     return err;
   });
@@ -93,8 +96,9 @@ TEST_P(Hierarchical, SplitGroups) {
 // 1-4 ranks (and 6, for 3 nodes of 2 and 2 nodes of 3); with one node, or one rank per node, the
 // flat algorithms run.
 INSTANTIATE_TEST_SUITE_P(Groupings, Hierarchical,
-                         ::testing::Values(Grouping{1, 1}, Grouping{2, 1}, Grouping{2, 2}, Grouping{3, 1},
-                                           Grouping{4, 2}, Grouping{4, 4}, Grouping{6, 2}, Grouping{6, 3}),
+                         ::testing::Values(Grouping{1, 1}, Grouping{2, 1}, Grouping{2, 2},
+                                           Grouping{3, 1}, Grouping{4, 2}, Grouping{4, 4},
+                                           Grouping{6, 2}, Grouping{6, 3}),
                          grouping_name);
 
 }  // namespace

@@ -26,16 +26,20 @@ struct PartCase {
 };
 
 std::string part_case_string(const PartCase& c) {
-  return fmt::format("{}_p{}{}_{}", c.per_node > 0 ? "hierarchical" : std::string(collective_algo_name(c.algo)),
-                     c.ranks, c.per_node > 0 ? fmt::format("_nodes_of_{}", c.per_node) : "", dtype_name(c.dtype));
+  return fmt::format(
+      "{}_p{}{}_{}", c.per_node > 0 ? "hierarchical" : std::string(collective_algo_name(c.algo)),
+      c.ranks, c.per_node > 0 ? fmt::format("_nodes_of_{}", c.per_node) : "", dtype_name(c.dtype));
 }
-std::string part_case_name(const ::testing::TestParamInfo<PartCase>& info) { return part_case_string(info.param); }
+std::string part_case_name(const ::testing::TestParamInfo<PartCase>& info) {
+  return part_case_string(info.param);
+}
 void PrintTo(const PartCase& c, std::ostream* os) { *os << part_case_string(c); }
 
 class PartitionedCollectives : public ::testing::TestWithParam<PartCase> {
  protected:
   // 64-byte chunks: the runs of the larger shapes take several.
-  PartitionedCollectives() : nodes_(GetParam().per_node > 0 ? GetParam().per_node : -1), chunk_(64) {}
+  PartitionedCollectives()
+      : nodes_(GetParam().per_node > 0 ? GetParam().per_node : -1), chunk_(64) {}
 
   ScopedRanksPerNode nodes_;
   ScopedChunkBytes chunk_;
@@ -45,7 +49,9 @@ TEST_P(PartitionedCollectives, EveryKindAndShapeAgainstTheReference) {
   const PartCase& c = GetParam();
   std::vector<std::string> errors(c.ranks);
   with_deadline(120, "partitioned collective", [&] {
-    run_ranks(c.ranks, [&](Communicator& comm) { errors[comm.rank()] = partitioned_cases(comm, c.algo, c.dtype); });
+    run_ranks(c.ranks, [&](Communicator& comm) {
+      errors[comm.rank()] = partitioned_cases(comm, c.algo, c.dtype);
+    });
   });
   for (int r = 0; r < c.ranks; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
 }
@@ -62,7 +68,8 @@ std::vector<PartCase> part_cases() {
   return cases;
 }
 
-INSTANTIATE_TEST_SUITE_P(Comm, PartitionedCollectives, ::testing::ValuesIn(part_cases()), part_case_name);
+INSTANTIATE_TEST_SUITE_P(Comm, PartitionedCollectives, ::testing::ValuesIn(part_cases()),
+                         part_case_name);
 
 // The public methods carry the partition too, and a partitioned call between flat ones leaves
 // the group in step.
@@ -74,19 +81,25 @@ TEST(PartitionedCollectivesAuto, PublicMethodsTakeThePartition) {
     const int p = comm.size(), r = comm.rank();
     const std::vector<int64_t> mine = part_elements(d, p, r);
     std::string& err = errors[static_cast<size_t>(r)];
-    Tensor in = Tensor::empty(DType::F32, {30}), out = Tensor::empty(DType::F32, {static_cast<int64_t>(mine.size())});
+    Tensor in = Tensor::empty(DType::F32, {30}),
+           out = Tensor::empty(DType::F32, {static_cast<int64_t>(mine.size())});
     fill(in, 0, [&](int64_t i) { return input_value(ReduceOp::Sum, r, i); });
     std::vector<std::pair<int64_t, int64_t>> calls;
-    comm.reduce_scatter(in, out, ReduceOp::Sum, [&](const Tensor& ch, int64_t off) { calls.emplace_back(off, ch.numel()); },
-                        d);
-    err += check("reduce_scatter", out, 0, [&](int64_t k) { return expected_value(ReduceOp::Sum, p, mine[k]); });
+    comm.reduce_scatter(
+        in, out, ReduceOp::Sum,
+        [&](const Tensor& ch, int64_t off) { calls.emplace_back(off, ch.numel()); }, d);
+    err += check("reduce_scatter", out, 0,
+                 [&](int64_t k) { return expected_value(ReduceOp::Sum, p, mine[k]); });
     err += check_part_coverage("reduce_scatter", calls, d, p, r, DType::F32);
     err += all_reduce_case(comm, CollectiveAlgo::Auto, DType::F32, 77, ReduceOp::Sum, true);
     Tensor whole = Tensor::empty(DType::F32, {30});
     comm.all_gather(out, whole, d);
-    err += check("all_gather", whole, 0, [&](int64_t i) { return expected_value(ReduceOp::Sum, p, i); });
+    err += check("all_gather", whole, 0,
+                 [&](int64_t i) { return expected_value(ReduceOp::Sum, p, i); });
     calls.clear();
-    comm.all_reduce(in, ReduceOp::Sum, [&](const Tensor& ch, int64_t off) { calls.emplace_back(off, ch.numel()); }, d);
+    comm.all_reduce(
+        in, ReduceOp::Sum,
+        [&](const Tensor& ch, int64_t off) { calls.emplace_back(off, ch.numel()); }, d);
     err += check_part_coverage("all_reduce", calls, d, p, r, DType::F32);
   });
   for (int r = 0; r < 3; ++r) EXPECT_EQ(errors[static_cast<size_t>(r)], "") << "rank " << r;

@@ -27,7 +27,9 @@ std::string case_string(const Case& c) {
   return fmt::format("{}_p{}_{}_{}", collective_algo_name(c.algo), c.ranks, dtype_name(c.dtype),
                      c.large ? "n1048579" : "small");
 }
-std::string case_name(const ::testing::TestParamInfo<Case>& info) { return case_string(info.param); }
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  return case_string(info.param);
+}
 // How GoogleTest (and so each CTest test's name) prints a case.
 void PrintTo(const Case& c, std::ostream* os) { *os << case_string(c); }
 
@@ -165,7 +167,8 @@ TEST(ThreadCollectivesAuto, BackToBack) {
         }
       });
       for (int r = 0; r < ranks; ++r)
-        EXPECT_EQ(errors[r], "") << collective_algo_name(algo) << " " << ranks << " ranks, rank " << r;
+        EXPECT_EQ(errors[r], "") << collective_algo_name(algo) << " " << ranks << " ranks, rank "
+                                 << r;
     }
   }
 }

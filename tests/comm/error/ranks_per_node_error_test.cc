@@ -33,20 +33,22 @@ TEST(RanksPerNode, MustDivideTheRanks) {
 TEST(RanksPerNode, BadValuesFromTheEnvironment) {
   const std::string train = "train --model tiny --steps 1 --executor plan --eval-every 0";
   for (const char* bad : {"abc", "0", "-2", "2x", "1.5"}) {
-    const auto r = tandem::testing::run_command(
-        fmt::format("TANDEM_RANKS_PER_NODE='{}' '{}' {}", bad, tandem::testing::tandem_binary(), train));
+    const auto r = tandem::testing::run_command(fmt::format(
+        "TANDEM_RANKS_PER_NODE='{}' '{}' {}", bad, tandem::testing::tandem_binary(), train));
     EXPECT_EQ(r.status, 1) << r.output;
-    EXPECT_EQ(r.output, fmt::format("tandem: error: TANDEM_RANKS_PER_NODE={} is not a number of ranks: "
-                                    "expected a whole number of 1 or more (how many consecutive ranks "
-                                    "behave as one node), or unset to let the machine decide\n",
-                                    bad));
+    EXPECT_EQ(r.output,
+              fmt::format("tandem: error: TANDEM_RANKS_PER_NODE={} is not a number of ranks: "
+                          "expected a whole number of 1 or more (how many consecutive ranks "
+                          "behave as one node), or unset to let the machine decide\n",
+                          bad));
   }
   // dp=2 x tp=2: 4 ranks, which nodes of 3 cannot hold.
   const auto r = tandem::testing::run_command(
       fmt::format("TANDEM_RANKS_PER_NODE=3 '{}' {}", tandem::testing::tandem_binary(), train));
   EXPECT_EQ(r.status, 1) << r.output;
-  EXPECT_EQ(r.output, "tandem: error: TANDEM_RANKS_PER_NODE=3 does not divide the 4 ranks into whole "
-                      "nodes; use a divisor of 4\n");
+  EXPECT_EQ(r.output,
+            "tandem: error: TANDEM_RANKS_PER_NODE=3 does not divide the 4 ranks into whole "
+            "nodes; use a divisor of 4\n");
 }
 
 }  // namespace

@@ -35,14 +35,15 @@ std::string failure_of(int n, const std::function<void(Communicator&)>& fn) {
 
 TEST(LocalErrors, ReduceScatterOutputOfTheWrongSize) {
   // Rank 1 fails alone; rank 0, waiting in the collective, is released by the abort.
-  EXPECT_EQ(failure_of(2,
-                       [](Communicator& c) {
-                         Tensor in = Tensor::zeros(DType::F32, {7});
-                         Tensor out = Tensor::zeros(DType::F32, {4});
-                         c.reduce_scatter(in, out, ReduceOp::Sum);
-                       }),
-            "reduce_scatter on rank 1 of 2: the output has 4 elements but this rank's part of the "
-            "7-element input is 3 elements (elements [4, 7)), or 7 for an output shaped as the whole");
+  EXPECT_EQ(
+      failure_of(2,
+                 [](Communicator& c) {
+                   Tensor in = Tensor::zeros(DType::F32, {7});
+                   Tensor out = Tensor::zeros(DType::F32, {4});
+                   c.reduce_scatter(in, out, ReduceOp::Sum);
+                 }),
+      "reduce_scatter on rank 1 of 2: the output has 4 elements but this rank's part of the "
+      "7-element input is 3 elements (elements [4, 7)), or 7 for an output shaped as the whole");
 }
 
 TEST(LocalErrors, AllGatherInputOfTheWrongSize) {
@@ -69,62 +70,78 @@ std::string failure_with_partition(CollectiveKind kind, const PartitionDesc& par
 }
 
 TEST(PartitionErrors, PartitionThatDoesNotCoverTheBuffer) {
-  EXPECT_THAT(failure_with_partition(CollectiveKind::AllReduce, {3, 5, 3}),
-              MatchesRegex("all_reduce on rank [01] of 2: the partition \\[outer 3, rows 5, inner 3\\] does not cover "
-                           "the 30-element buffer: outer \\* rows \\* inner must be its element count \\(rows -1, "
-                           "with outer and inner 1: the flat split\\)"));
+  EXPECT_THAT(
+      failure_with_partition(CollectiveKind::AllReduce, {3, 5, 3}),
+      MatchesRegex(
+          "all_reduce on rank [01] of 2: the partition \\[outer 3, rows 5, inner 3\\] does not "
+          "cover "
+          "the 30-element buffer: outer \\* rows \\* inner must be its element count \\(rows -1, "
+          "with outer and inner 1: the flat split\\)"));
 }
 
 TEST(PartitionErrors, ReduceScatterOutputOfTheWrongSize) {
-  EXPECT_EQ(failure_of(3,
-                       [](Communicator& c) {
-                         Tensor in = Tensor::zeros(DType::F32, {30});
-                         const int64_t size[] = {12, 6, 6};  // rank 1's part is 2 rows of 3 blocks of 2: 12
-                         Tensor out = Tensor::zeros(DType::F32, {size[c.rank()]});
-                         c.reduce_scatter(in, out, ReduceOp::Sum, {}, {3, 5, 2});
-                       }),
-            "reduce_scatter on rank 1 of 3: the output has 6 elements but this rank's part of the 30-element input "
-            "is 12 elements (rows [2, 4) of the [3, 5, 2] partition), or 30 for an output shaped as the whole");
+  EXPECT_EQ(
+      failure_of(
+          3,
+          [](Communicator& c) {
+            Tensor in = Tensor::zeros(DType::F32, {30});
+            const int64_t size[] = {12, 6, 6};  // rank 1's part is 2 rows of 3 blocks of 2: 12
+            Tensor out = Tensor::zeros(DType::F32, {size[c.rank()]});
+            c.reduce_scatter(in, out, ReduceOp::Sum, {}, {3, 5, 2});
+          }),
+      "reduce_scatter on rank 1 of 3: the output has 6 elements but this rank's part of the "
+      "30-element input "
+      "is 12 elements (rows [2, 4) of the [3, 5, 2] partition), or 30 for an output shaped as the "
+      "whole");
 }
 
 TEST(PartitionErrors, AllGatherInputShapedAsTheWholeButNotTheOutput) {
-  EXPECT_THAT(failure_of(2,
-                         [](Communicator& c) {
-                           Tensor in = Tensor::zeros(DType::F32, {30});
-                           Tensor out = Tensor::zeros(DType::F32, {30});
-                           c.all_gather(in, out, {3, 5, 2});
-                         }),
-              MatchesRegex("all_gather on rank [01] of 2: the input has as many elements as the output \\(30\\), so it "
-                           "must be the output itself \\(this rank's part already in place\\), or pass this rank's "
-                           "part alone \\(1[28] elements, rows \\[[03], [35]\\) of the \\[3, 5, 2\\] partition\\)"));
+  EXPECT_THAT(
+      failure_of(2,
+                 [](Communicator& c) {
+                   Tensor in = Tensor::zeros(DType::F32, {30});
+                   Tensor out = Tensor::zeros(DType::F32, {30});
+                   c.all_gather(in, out, {3, 5, 2});
+                 }),
+      MatchesRegex(
+          "all_gather on rank [01] of 2: the input has as many elements as the output \\(30\\), so "
+          "it "
+          "must be the output itself \\(this rank's part already in place\\), or pass this rank's "
+          "part alone \\(1[28] elements, rows \\[[03], [35]\\) of the \\[3, 5, 2\\] partition\\)"));
 }
 
 TEST(PartitionErrors, PackedOutputInsideTheInputWhenThePartIsNotContiguous) {
-  EXPECT_THAT(failure_of(2,
-                         [](Communicator& c) {
-                           Tensor in = Tensor::zeros(DType::F32, {30});
-                           const int64_t off = c.rank() == 0 ? 0 : 6;  // row 3 of block 0 on rank 1
-                           c.reduce_scatter(in, in.flat_slice(off, c.rank() == 0 ? 18 : 12), ReduceOp::Sum, {},
-                                            {3, 5, 2});
-                         }),
-              MatchesRegex("reduce_scatter on rank [01] of 2: the output overlaps the input but is not this rank's "
-                           "part of it \\(rows \\[[03], [35]\\) of the \\[3, 5, 2\\] partition\\); pass separate "
-                           "buffers, or the input itself as the output"));
+  EXPECT_THAT(
+      failure_of(2,
+                 [](Communicator& c) {
+                   Tensor in = Tensor::zeros(DType::F32, {30});
+                   const int64_t off = c.rank() == 0 ? 0 : 6;  // row 3 of block 0 on rank 1
+                   c.reduce_scatter(in, in.flat_slice(off, c.rank() == 0 ? 18 : 12), ReduceOp::Sum,
+                                    {}, {3, 5, 2});
+                 }),
+      MatchesRegex(
+          "reduce_scatter on rank [01] of 2: the output overlaps the input but is not this rank's "
+          "part of it \\(rows \\[[03], [35]\\) of the \\[3, 5, 2\\] partition\\); pass separate "
+          "buffers, or the input itself as the output"));
 }
 
 TEST(PartitionErrors, BroadcastTakesNoPartition) {
-  EXPECT_THAT(failure_with_partition(CollectiveKind::Broadcast, {3, 5, 2}),
-              MatchesRegex("broadcast on rank [01] of 2: broadcast takes no partition \\(it copies the whole buffer "
-                           "to every rank\\)"));
+  EXPECT_THAT(
+      failure_with_partition(CollectiveKind::Broadcast, {3, 5, 2}),
+      MatchesRegex(
+          "broadcast on rank [01] of 2: broadcast takes no partition \\(it copies the whole buffer "
+          "to every rank\\)"));
 }
 
 TEST(PartitionErrors, PartitionsDifferAcrossRanks) {
   EXPECT_THAT(failure_of(2,
                          [](Communicator& c) {
                            Tensor buf = Tensor::zeros(DType::F32, {30});
-                           c.all_reduce(buf, ReduceOp::Sum, {}, c.rank() == 0 ? PartitionDesc{3, 5, 2} : PartitionDesc{});
+                           c.all_reduce(buf, ReduceOp::Sum, {},
+                                        c.rank() == 0 ? PartitionDesc{3, 5, 2} : PartitionDesc{});
                          }),
-              MatchesRegex("all_reduce on rank [01] of 2: partition mismatch across ranks: rank 0 passed \\[outer 3, "
+              MatchesRegex("all_reduce on rank [01] of 2: partition mismatch across ranks: rank 0 "
+                           "passed \\[outer 3, "
                            "rows 5, inner 2\\], rank 1 passed \\[outer 1, rows 30, inner 1\\]"));
 }
 
@@ -132,7 +149,8 @@ TEST(PartitionErrors, PartitionsDifferAcrossRanks) {
 
 // A `kind` call on 3 ranks by `algo` in which rank 2 asks for another chunk size (CollectiveDesc::
 // chunk_bytes) than ranks 0 and 1: its failure.
-std::string failure_with_rank_2_chunk(CollectiveKind kind, CollectiveAlgo algo, size_t others, size_t rank_2) {
+std::string failure_with_rank_2_chunk(CollectiveKind kind, CollectiveAlgo algo, size_t others,
+                                      size_t rank_2) {
   return failure_of(3, [&](Communicator& c) {
     CollectiveDesc d{kind};
     d.send = Tensor::zeros(DType::F32, {30});
@@ -145,14 +163,18 @@ std::string failure_with_rank_2_chunk(CollectiveKind kind, CollectiveAlgo algo, 
 
 TEST(ChunkSizeErrors, ChunkSizesDifferAcrossRanks) {
   for (CollectiveAlgo algo : {CollectiveAlgo::Direct, CollectiveAlgo::Ring}) {
-    EXPECT_THAT(failure_with_rank_2_chunk(CollectiveKind::AllReduce, algo, 64, 128),
-                MatchesRegex("all_reduce on rank [012] of 3: chunk size mismatch across ranks: rank 0 passed 64 "
-                             "bytes, rank 2 passed 128 bytes; every rank must run the call at the same chunk size "
-                             "\\(CollectiveDesc::chunk_bytes; 0 takes the process's comm::chunk_bytes\\(\\)\\)"))
+    EXPECT_THAT(
+        failure_with_rank_2_chunk(CollectiveKind::AllReduce, algo, 64, 128),
+        MatchesRegex(
+            "all_reduce on rank [012] of 3: chunk size mismatch across ranks: rank 0 passed 64 "
+            "bytes, rank 2 passed 128 bytes; every rank must run the call at the same chunk size "
+            "\\(CollectiveDesc::chunk_bytes; 0 takes the process's comm::chunk_bytes\\(\\)\\)"))
         << collective_algo_name(algo);
-    EXPECT_THAT(failure_with_rank_2_chunk(CollectiveKind::AllGather, algo, 64, 128),
-                MatchesRegex("all_gather on rank [012] of 3: chunk size mismatch across ranks: rank 0 passed 64 "
-                             "bytes, rank 2 passed 128 bytes.*"))
+    EXPECT_THAT(
+        failure_with_rank_2_chunk(CollectiveKind::AllGather, algo, 64, 128),
+        MatchesRegex(
+            "all_gather on rank [012] of 3: chunk size mismatch across ranks: rank 0 passed 64 "
+            "bytes, rank 2 passed 128 bytes.*"))
         << collective_algo_name(algo);
   }
 }
@@ -160,10 +182,13 @@ TEST(ChunkSizeErrors, ChunkSizesDifferAcrossRanks) {
 // 0 stands for the process's chunk size: the ranks compare what it resolves to.
 TEST(ChunkSizeErrors, ZeroIsTheProcessChunkSize) {
   ScopedChunkBytes process(96);
-  EXPECT_THAT(failure_with_rank_2_chunk(CollectiveKind::Broadcast, CollectiveAlgo::Auto, 64, 0),
-              MatchesRegex("broadcast on rank [012] of 3: chunk size mismatch across ranks: rank 0 passed 64 bytes, "
-                           "rank 2 passed 96 bytes.*"));
-  EXPECT_EQ(failure_with_rank_2_chunk(CollectiveKind::AllReduce, CollectiveAlgo::Auto, 96, 0), "no error");
+  EXPECT_THAT(
+      failure_with_rank_2_chunk(CollectiveKind::Broadcast, CollectiveAlgo::Auto, 64, 0),
+      MatchesRegex(
+          "broadcast on rank [012] of 3: chunk size mismatch across ranks: rank 0 passed 64 bytes, "
+          "rank 2 passed 96 bytes.*"));
+  EXPECT_EQ(failure_with_rank_2_chunk(CollectiveKind::AllReduce, CollectiveAlgo::Auto, 96, 0),
+            "no error");
 }
 
 TEST(LocalErrors, InputAndOutputDTypesDiffer) {
@@ -178,9 +203,10 @@ TEST(LocalErrors, InputAndOutputDTypesDiffer) {
 
 TEST(LocalErrors, BroadcastRootOutOfRange) {
   // Both ranks fail the same way; whichever fails first is reported.
-  EXPECT_THAT(failure_of(2, [](Communicator& c) { c.broadcast(Tensor::zeros(DType::F16, {3}), 2); }),
-              MatchesRegex("broadcast on rank [01] of 2: root 2 is out of range; the group has "
-                           "ranks 0 to 1"));
+  EXPECT_THAT(
+      failure_of(2, [](Communicator& c) { c.broadcast(Tensor::zeros(DType::F16, {3}), 2); }),
+      MatchesRegex("broadcast on rank [01] of 2: root 2 is out of range; the group has "
+                   "ranks 0 to 1"));
 }
 
 TEST(LocalErrors, UndefinedTensor) {
@@ -267,8 +293,9 @@ TEST(CrossRankErrors, SizeMismatch) {
 TEST(CrossRankErrors, DTypeMismatch) {
   EXPECT_THAT(failure_of(3,
                          [](Communicator& c) {
-                           c.all_reduce(Tensor::zeros(c.rank() == 2 ? DType::BF16 : DType::F32, {8}),
-                                        ReduceOp::Sum);
+                           c.all_reduce(
+                               Tensor::zeros(c.rank() == 2 ? DType::BF16 : DType::F32, {8}),
+                               ReduceOp::Sum);
                          }),
               MatchesRegex("all_reduce on rank [012] of 3: dtype mismatch across ranks: rank 0 "
                            "passed f32, rank 2 passed bf16"));
@@ -285,12 +312,10 @@ TEST(CrossRankErrors, OpMismatch) {
 }
 
 TEST(CrossRankErrors, RootMismatch) {
-  EXPECT_THAT(failure_of(2,
-                         [](Communicator& c) {
-                           c.broadcast(Tensor::zeros(DType::F32, {8}), c.rank());
-                         }),
-              MatchesRegex("broadcast on rank [01] of 2: root mismatch across ranks: rank 0 "
-                           "passed root 0, rank 1 passed root 1"));
+  EXPECT_THAT(
+      failure_of(2, [](Communicator& c) { c.broadcast(Tensor::zeros(DType::F32, {8}), c.rank()); }),
+      MatchesRegex("broadcast on rank [01] of 2: root mismatch across ranks: rank 0 "
+                   "passed root 0, rank 1 passed root 1"));
 }
 
 TEST(CrossRankErrors, DifferentCollectives) {

@@ -17,8 +17,8 @@
 namespace tandem::comm::testing {
 namespace {
 
-using ::testing::HasSubstr;
 using tandem::testing::user_error_of;
+using ::testing::HasSubstr;
 using Clock = std::chrono::steady_clock;
 
 // A short timeout for one test; the environment's (or the default) again afterwards.
@@ -43,10 +43,11 @@ TEST(CommTimeout, AllReduceNamesTheRankThatDidNotArriveAndTheStep) {
       c.all_reduce(Tensor::zeros(DType::F32, {16}), ReduceOp::Sum);
     });
   });
-  EXPECT_THAT(m, ::testing::MatchesRegex(
-                     "all_reduce on rank [01] of 3 timed out after 0.3 s at step 7: rank 2 did not "
-                     "arrive; a rank that does not arrive is stuck, stopped or lost \\(the limit is "
-                     "--comm-timeout or TANDEM_COMM_TIMEOUT\\)"));
+  EXPECT_THAT(m,
+              ::testing::MatchesRegex(
+                  "all_reduce on rank [01] of 3 timed out after 0.3 s at step 7: rank 2 did not "
+                  "arrive; a rank that does not arrive is stuck, stopped or lost \\(the limit is "
+                  "--comm-timeout or TANDEM_COMM_TIMEOUT\\)"));
   EXPECT_LT(seconds_since(begin), 5.0);
 }
 
@@ -77,9 +78,10 @@ TEST(CommTimeout, ARankThatNeverReturnsDoesNotHideTheFailure) {
   });
   EXPECT_LT(seconds_since(begin), 3.0);
   release->store(true);  // the detached rank now finds its group aborted and returns
-  EXPECT_EQ(m, "barrier on rank 0 of 2 timed out after 0.2 s: rank 1 did not arrive; a rank that "
-               "does not arrive is stuck, stopped or lost (the limit is --comm-timeout or "
-               "TANDEM_COMM_TIMEOUT)");
+  EXPECT_EQ(m,
+            "barrier on rank 0 of 2 timed out after 0.2 s: rank 1 did not arrive; a rank that "
+            "does not arrive is stuck, stopped or lost (the limit is --comm-timeout or "
+            "TANDEM_COMM_TIMEOUT)");
 }
 
 TEST(CommTimeout, ReceiveFromASilentPeer) {

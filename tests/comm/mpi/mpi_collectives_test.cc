@@ -165,8 +165,10 @@ TEST(MpiCollectives, OnACallersCommunicator) {
     ScopedChunkBytes chunk(256);
     ScopedSmallMessages messages;
     std::string err;
-    for (ReduceOp op : kAllOps) err += all_reduce_case(*c, CollectiveAlgo::Auto, DType::BF16, 999, op, true);
-    err += reduce_scatter_case(*c, CollectiveAlgo::Ring, DType::F16, 1001, ReduceOp::Sum, true, false);
+    for (ReduceOp op : kAllOps)
+      err += all_reduce_case(*c, CollectiveAlgo::Auto, DType::BF16, 999, op, true);
+    err +=
+        reduce_scatter_case(*c, CollectiveAlgo::Ring, DType::F16, 1001, ReduceOp::Sum, true, false);
     err += all_gather_case(*c, CollectiveAlgo::Ring, DType::F32, 1002, true);
     EXPECT_EQ(err, "") << "rank " << c->rank();
     auto w = mpi_wrap(MPI_COMM_WORLD);
@@ -220,7 +222,8 @@ TEST(MpiSplit, ParityGroupsAndOptingOut) {
     EXPECT_EQ(sub->size(), expected_size);
     EXPECT_EQ(sub->rank(), expected_rank);
     ScopedChunkBytes chunk(64);
-    EXPECT_EQ(all_reduce_case(*sub, CollectiveAlgo::Auto, DType::F32, 100, ReduceOp::Sum, true), "");
+    EXPECT_EQ(all_reduce_case(*sub, CollectiveAlgo::Auto, DType::F32, 100, ReduceOp::Sum, true),
+              "");
     // Messages larger than the hook's pieces: the hook still sees at most 64 bytes at a time.
     EXPECT_EQ(all_reduce_case(*sub, CollectiveAlgo::Auto, DType::BF16, 1000, ReduceOp::Max, true),
               "");
@@ -271,12 +274,11 @@ TEST(MpiErrors, MessageSizeMismatch) {
 TEST(MpiErrors, CrossRankMismatches) {
   auto c = mpi_world();
   const int r = c->rank(), p = c->size();
-  EXPECT_EQ(error_of([&] {
-              c->all_reduce(Tensor::zeros(DType::F32, {r == 0 ? 8 : 7}), ReduceOp::Sum);
-            }),
-            fmt::format("all_reduce on rank {} of {}: size mismatch across ranks: rank 0 passed 8 "
-                        "elements, rank 1 passed 7; every rank must pass the same size",
-                        r, p));
+  EXPECT_EQ(
+      error_of([&] { c->all_reduce(Tensor::zeros(DType::F32, {r == 0 ? 8 : 7}), ReduceOp::Sum); }),
+      fmt::format("all_reduce on rank {} of {}: size mismatch across ranks: rank 0 passed 8 "
+                  "elements, rank 1 passed 7; every rank must pass the same size",
+                  r, p));
   EXPECT_EQ(error_of([&] {
               Tensor t = Tensor::zeros(DType::F32, {8});
               c->broadcast(t, r == 1 ? 1 : 0);
@@ -298,16 +300,18 @@ TEST(MpiErrors, ChunkSizeMismatch) {
   }();
   for (Communicator* c : {one_node.get(), nodes_of_one.get()}) {
     const int r = c->rank(), p = c->size();
-    EXPECT_EQ(error_of([&] {
-                CollectiveDesc d{CollectiveKind::AllReduce};
-                d.send = Tensor::zeros(DType::F32, {8});
-                d.chunk_bytes = r == 1 ? 128 : 64;
-                c->run(std::move(d));
-              }),
-              fmt::format("all_reduce on rank {} of {}: chunk size mismatch across ranks: rank 0 passed 64 bytes, "
-                          "rank 1 passed 128 bytes; every rank must run the call at the same chunk size "
-                          "(CollectiveDesc::chunk_bytes; 0 takes the process's comm::chunk_bytes())",
-                          r, p));
+    EXPECT_EQ(
+        error_of([&] {
+          CollectiveDesc d{CollectiveKind::AllReduce};
+          d.send = Tensor::zeros(DType::F32, {8});
+          d.chunk_bytes = r == 1 ? 128 : 64;
+          c->run(std::move(d));
+        }),
+        fmt::format("all_reduce on rank {} of {}: chunk size mismatch across ranks: rank 0 passed "
+                    "64 bytes, "
+                    "rank 1 passed 128 bytes; every rank must run the call at the same chunk size "
+                    "(CollectiveDesc::chunk_bytes; 0 takes the process's comm::chunk_bytes())",
+                    r, p));
     EXPECT_EQ(all_reduce_case(*c, CollectiveAlgo::Auto, DType::F32, 10, ReduceOp::Min, false), "");
   }
 }
@@ -356,13 +360,16 @@ TEST(MpiSharedMemory, DirectOnOneNodeAndTheRingForHostBuffers) {
   {
     ScopedHostBuffers host;
     err += all_reduce_case(*c, CollectiveAlgo::Auto, DType::F32, 1000, ReduceOp::Sum, true);
-    err += reduce_scatter_case(*c, CollectiveAlgo::Auto, DType::BF16, 999, ReduceOp::Sum, true, false);
+    err +=
+        reduce_scatter_case(*c, CollectiveAlgo::Auto, DType::BF16, 999, ReduceOp::Sum, true, false);
   }
   // One rank's buffer on the heap, the others' shared.
-  Tensor buf = Tensor::empty(DType::F32, {1000}, c->rank() == 0 ? host_allocator() : c->allocator());
+  Tensor buf =
+      Tensor::empty(DType::F32, {1000}, c->rank() == 0 ? host_allocator() : c->allocator());
   fill(buf, 0, [&](int64_t i) { return input_value(ReduceOp::Sum, c->rank(), i); });
   c->all_reduce(buf, ReduceOp::Sum);
-  err += check("mixed buffers", buf, 0, [&](int64_t i) { return expected_value(ReduceOp::Sum, c->size(), i); });
+  err += check("mixed buffers", buf, 0,
+               [&](int64_t i) { return expected_value(ReduceOp::Sum, c->size(), i); });
   EXPECT_EQ(err, "") << "rank " << c->rank();
 }
 

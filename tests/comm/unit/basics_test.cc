@@ -83,10 +83,18 @@ TEST(ReduceKernel, MatchesScalarReference) {
               for (int q = 1; q < k; ++q) {
                 const float v = in[q].get(i);
                 switch (op) {
-                  case ReduceOp::Sum: acc = acc + v; break;
-                  case ReduceOp::Prod: acc = acc * v; break;
-                  case ReduceOp::Max: acc = std::max(acc, v); break;
-                  case ReduceOp::Min: acc = std::min(acc, v); break;
+                  case ReduceOp::Sum:
+                    acc = acc + v;
+                    break;
+                  case ReduceOp::Prod:
+                    acc = acc * v;
+                    break;
+                  case ReduceOp::Max:
+                    acc = std::max(acc, v);
+                    break;
+                  case ReduceOp::Min:
+                    acc = std::min(acc, v);
+                    break;
                 }
               }
               want.set(i, acc);

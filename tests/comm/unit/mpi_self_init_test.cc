@@ -23,9 +23,9 @@ TEST(MpiSelfInit, WorldOfOneWithoutMpirun) {
   EXPECT_EQ(c->size(), 1);
   EXPECT_EQ(c->rank(), 0);
   EXPECT_EQ(all_reduce_case(*c, CollectiveAlgo::Auto, DType::F16, 100, ReduceOp::Sum, true), "");
-  EXPECT_EQ(reduce_scatter_case(*c, CollectiveAlgo::Ring, DType::F32, 10, ReduceOp::Max, true,
-                                false),
-            "");
+  EXPECT_EQ(
+      reduce_scatter_case(*c, CollectiveAlgo::Ring, DType::F32, 10, ReduceOp::Max, true, false),
+      "");
   // A second world reuses the running MPI.
   auto again = mpi_world();
   EXPECT_EQ(again->size(), 1);

@@ -119,7 +119,10 @@ TEST(PointToPoint, AbandonedReceiveIsWithdrawn) {
   run_ranks(2, [&](Communicator& c) {
     Tensor t = Tensor::empty(DType::F32, {1});
     if (c.rank() == 0) {
-      { Tensor dead = Tensor::empty(DType::F32, {1}); Request abandoned = c.irecv(dead, 1, 0); }
+      {
+        Tensor dead = Tensor::empty(DType::F32, {1});
+        Request abandoned = c.irecv(dead, 1, 0);
+      }
       c.barrier();
       c.recv(t, 1, 0);
       got = t.get(0);

@@ -1,11 +1,11 @@
 // The BLAS door: correct results for every transpose combination, and the fast kernels chosen by
 // default on AVX-512 CPUs (the generic ones are 4-6x slower there).
+#include "tandem/core/blas.h"
+
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
-
-#include "tandem/core/blas.h"
 
 namespace tandem {
 namespace {
@@ -14,7 +14,8 @@ TEST(Blas, AvoidsGenericKernelsOnCapableCpus) {
   if (blas::preferred_kernels() == nullptr) GTEST_SKIP() << "no AVX2: the library's choice stands";
   const std::string user = blas::user_kernels();
   // A user who names generic kernels gets them; any other choice must not end in generic ones.
-  if (blas::is_generic_kernel(user)) GTEST_SKIP() << "OPENBLAS_CORETYPE=" << user << " asks for them";
+  if (blas::is_generic_kernel(user))
+    GTEST_SKIP() << "OPENBLAS_CORETYPE=" << user << " asks for them";
   EXPECT_FALSE(blas::using_generic_kernels_on_capable_cpu())
       << "OpenBLAS chose " << blas::kernel_name() << " from " << blas::library_path()
       << (user.empty() ? "" : " with OPENBLAS_CORETYPE=" + user);

@@ -1,12 +1,13 @@
 // DType conversions: round to nearest even, NaN and infinity kept, subnormals exact; checked
 // exhaustively against the compiler's own _Float16 where it has one, and bf16 by definition.
+#include "tandem/core/dtype.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 #include <limits>
 
-#include "tandem/core/dtype.h"
 #include "tandem/core/error.h"
 
 namespace tandem {
@@ -68,12 +69,12 @@ TEST(DType, F16RoundTripsEveryF16Value) {
 }
 
 TEST(DType, F16EdgeCases) {
-  EXPECT_EQ(f32_to_f16(65504.0f), 0x7bff);                 // largest finite
-  EXPECT_EQ(f32_to_f16(65519.0f), 0x7bff);                 // below the halfway point
-  EXPECT_EQ(f32_to_f16(65520.0f), 0x7c00);                 // halfway: rounds to infinity
-  EXPECT_EQ(f32_to_f16(0x1p-24f), 0x0001);                 // smallest subnormal
-  EXPECT_EQ(f32_to_f16(0x1p-25f), 0x0000);                 // tie between 0 and 2^-24: even
-  EXPECT_EQ(f32_to_f16(0x1.8p-24f), 0x0002);               // tie between 1 and 2 ulp: even
+  EXPECT_EQ(f32_to_f16(65504.0f), 0x7bff);    // largest finite
+  EXPECT_EQ(f32_to_f16(65519.0f), 0x7bff);    // below the halfway point
+  EXPECT_EQ(f32_to_f16(65520.0f), 0x7c00);    // halfway: rounds to infinity
+  EXPECT_EQ(f32_to_f16(0x1p-24f), 0x0001);    // smallest subnormal
+  EXPECT_EQ(f32_to_f16(0x1p-25f), 0x0000);    // tie between 0 and 2^-24: even
+  EXPECT_EQ(f32_to_f16(0x1.8p-24f), 0x0002);  // tie between 1 and 2 ulp: even
   EXPECT_EQ(f32_to_f16(-0.0f), 0x8000);
   EXPECT_EQ(f32_to_f16(std::numeric_limits<float>::infinity()), 0x7c00);
 }

@@ -1,5 +1,7 @@
 // parallel_for / parallel_parts: every index covered exactly once, at any width; errors reach the
 // caller after every part finished; nested regions run serially; teams are per calling thread.
+#include "tandem/core/parallel.h"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -8,7 +10,6 @@
 #include <vector>
 
 #include "tandem/core/blas.h"
-#include "tandem/core/parallel.h"
 
 namespace tandem {
 namespace {
@@ -32,7 +33,8 @@ TEST(Parallel, EveryIndexOnceAtAnyWidthAndGrain) {
           ASSERT_LE(e, n);
           for (int64_t i = b; i < e; ++i) ++hits[static_cast<size_t>(i)];
         });
-        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[static_cast<size_t>(i)], 1) << "n " << n << " i " << i;
+        for (int64_t i = 0; i < n; ++i)
+          ASSERT_EQ(hits[static_cast<size_t>(i)], 1) << "n " << n << " i " << i;
       }
   }
 }
@@ -69,7 +71,9 @@ TEST(Parallel, AnExceptionReachesTheCallerAfterEveryPart) {
 TEST(Parallel, NestedRegionsRunSerially) {
   Width width(2);
   std::atomic<int> inner{0};
-  parallel_parts(2, [&](int) { parallel_for(10, 1, [&](int64_t b, int64_t e) { inner += static_cast<int>(e - b); }); });
+  parallel_parts(2, [&](int) {
+    parallel_for(10, 1, [&](int64_t b, int64_t e) { inner += static_cast<int>(e - b); });
+  });
   EXPECT_EQ(inner.load(), 20);
 }
 

@@ -1,13 +1,13 @@
 // The counter-based generator: the published Philox known answers, and independence from the
 // order in which elements are drawn.
+#include "tandem/core/rng.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <numeric>
 #include <random>
 #include <vector>
-
-#include "tandem/core/rng.h"
 
 namespace tandem {
 namespace {
@@ -16,7 +16,8 @@ namespace {
 TEST(Rng, PhiloxKnownAnswers) {
   auto zero = philox4x32(0, {0, 0, 0, 0});
   EXPECT_EQ(zero, (std::array<uint32_t, 4>{0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u}));
-  auto ones = philox4x32(0xffffffffffffffffull, {0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu});
+  auto ones =
+      philox4x32(0xffffffffffffffffull, {0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu});
   EXPECT_EQ(ones, (std::array<uint32_t, 4>{0x408f276du, 0x41c83b0eu, 0xa20bc7c6u, 0x6d5451fdu}));
   auto pi = philox4x32(uint64_t{0x299f31d0u} << 32 | 0xa4093822u,
                        {0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u});
@@ -62,7 +63,8 @@ TEST(Rng, TileEqualsRandomBits) {
         std::vector<uint32_t> got(static_cast<size_t>(n) + 1, 0xdeadbeefu);
         random_bits_tile(got.data(), key, first, n, stream);
         for (int64_t k = 0; k < n; ++k)
-          ASSERT_EQ(got[static_cast<size_t>(k)], random_bits(key, first + static_cast<uint64_t>(k), stream))
+          ASSERT_EQ(got[static_cast<size_t>(k)],
+                    random_bits(key, first + static_cast<uint64_t>(k), stream))
               << "first " << first << " n " << n << " k " << k << " stream " << stream;
         EXPECT_EQ(got[static_cast<size_t>(n)], 0xdeadbeefu) << "wrote past n = " << n;
       }

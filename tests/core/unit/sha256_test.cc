@@ -1,9 +1,9 @@
 // SHA-256 against the FIPS 180-4 examples, and the same hash whatever the pieces it is fed in.
+#include "tandem/core/sha256.h"
+
 #include <gtest/gtest.h>
 
 #include <string>
-
-#include "tandem/core/sha256.h"
 
 namespace tandem {
 namespace {
@@ -22,7 +22,8 @@ TEST(Sha256, PiecesGiveTheSameDigest) {
   for (int i = 0; i < 1000; ++i) text += static_cast<char>(i * 37);
   for (size_t piece : {1u, 7u, 63u, 64u, 65u, 200u}) {
     Sha256 h;
-    for (size_t at = 0; at < text.size(); at += piece) h.update(std::string_view(text).substr(at, piece));
+    for (size_t at = 0; at < text.size(); at += piece)
+      h.update(std::string_view(text).substr(at, piece));
     EXPECT_EQ(h.hex(), sha256_hex(text)) << "pieces of " << piece;
   }
 }

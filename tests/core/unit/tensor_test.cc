@@ -1,10 +1,11 @@
 // Tensor storage: alignment, views sharing storage, conversions, and allocator accounting.
+#include "tandem/core/tensor.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdint>
 
 #include "tandem/core/error.h"
-#include "tandem/core/tensor.h"
 
 namespace tandem {
 namespace {

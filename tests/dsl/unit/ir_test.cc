@@ -78,7 +78,9 @@ TEST(ProgramStr, PipelineStageShowsGroups) {
   EXPECT_NE(s.find("program pipeline_stage (2 groups)\n"), std::string::npos) << s;
   EXPECT_NE(s.find("  x = input : f32[B, K] Sliced(1) @0\n"), std::string::npos) << s;
   EXPECT_NE(s.find("  seed = scalar : f32[] Replicated\n"), std::string::npos) << s;  // every group
-  EXPECT_NE(s.find("  out_to_next = send(out) to=@1 : f32[B, H] Replicated @0\n"), std::string::npos) << s;
+  EXPECT_NE(s.find("  out_to_next = send(out) to=@1 : f32[B, H] Replicated @0\n"),
+            std::string::npos)
+      << s;
   EXPECT_NE(s.find("  h = recv(out_to_next) : f32[B, H] Replicated @1\n"), std::string::npos) << s;
   EXPECT_NE(s.find("  output h = h\n"), std::string::npos) << s;
 }
@@ -155,7 +157,8 @@ TEST(Infer, ElementwiseLayouts) {
   const Expr k = p.scalar("k");
   EXPECT_EQ((s + r).type().layout, Sliced(0));
   EXPECT_EQ((r + s).type().layout, Sliced(0));
-  EXPECT_EQ((s * bias).type().layout, Sliced(0));  // bias read at the slice (whole: dim 0 is not its)
+  EXPECT_EQ((s * bias).type().layout,
+            Sliced(0));  // bias read at the slice (whole: dim 0 is not its)
   EXPECT_EQ((s * bias).type().shape, (SymShape{"B", "H"}));
   EXPECT_EQ((l * k).type().layout, Local);  // scalars go with any layout
   EXPECT_EQ((l + l).type().layout, Local);
@@ -208,7 +211,12 @@ TEST(Infer, MatmulLayoutRules) {
       {Replicated, Sliced(0), {"M", "K"}, {"K", "N"}, Partial, {"M", "N"}},
       {Sliced(0), Replicated, {"M", "K"}, {"K", "N"}, Sliced(0), {"M", "N"}},  // sliced rows
       {Replicated, Sliced(1), {"M", "K"}, {"K", "N"}, Sliced(1), {"M", "N"}},  // column-parallel
-      {Sliced(0), Sliced(0), {"Z", "M", "K"}, {"Z", "K", "N"}, Sliced(0), {"Z", "M", "N"}},  // batch
+      {Sliced(0),
+       Sliced(0),
+       {"Z", "M", "K"},
+       {"Z", "K", "N"},
+       Sliced(0),
+       {"Z", "M", "N"}},  // batch
       {Sliced(0), Replicated, {"Z", "M", "K"}, {"K", "N"}, Sliced(0), {"Z", "M", "N"}},
       {Sliced(1), Replicated, {"Z", "M", "K"}, {"K", "N"}, Sliced(1), {"Z", "M", "N"}},
       {Replicated, Sliced(1), {"M", "K"}, {"Z", "K", "N"}, Partial, {"Z", "M", "N"}},
@@ -355,7 +363,9 @@ TEST(Mutator, ASplitPassRewritesUses) {
   SplitAllReduce split;
   const Program p = split.mutate(workloads::megatron_layer());
   const std::string s = p.str();
-  EXPECT_NE(s.find("  z.rs = reduce_scatter.sum(y) dim=0 : f32[B, H] Sliced(0)\n"), std::string::npos) << s;
+  EXPECT_NE(s.find("  z.rs = reduce_scatter.sum(y) dim=0 : f32[B, H] Sliced(0)\n"),
+            std::string::npos)
+      << s;
   EXPECT_NE(s.find("  z = allgather(z.rs) : f32[B, H] Replicated\n"), std::string::npos) << s;
   EXPECT_NE(s.find("  a = add(z, bias) : f32[B, H] Replicated\n"), std::string::npos) << s;
   EXPECT_NO_THROW(p.validate());

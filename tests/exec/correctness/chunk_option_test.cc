@@ -19,8 +19,8 @@
 namespace tandem::exec {
 namespace {
 
-using ::testing::MatchesRegex;
 using tandem::testing::plan_named;
+using ::testing::MatchesRegex;
 
 struct ChunkCase {
   std::string label;
@@ -34,14 +34,18 @@ std::vector<ChunkCase> chunk_cases() {
   return {
       {"adam f32", dsl::workloads::adam(DType::F32), "fused(RS-C-AG)+slice(m,v)", {{"N", 1001}}},
       {"adam bf16", dsl::workloads::adam(DType::BF16), "fused(RS-C-AG)+slice(m,v)", {{"N", 517}}},
-      {"megatron", dsl::workloads::megatron_layer(DType::F32, 0.1), "fused(AR-C)", {{"B", 7}, {"K", 10}, {"H", 6}}},
+      {"megatron",
+       dsl::workloads::megatron_layer(DType::F32, 0.1),
+       "fused(AR-C)",
+       {{"B", 7}, {"K", 10}, {"H", 6}}},
   };
 }
 
 // Sets `kind` up for `plan` with `options`, fills every input of this rank's group and every
 // scalar deterministically (the same on every run), runs it once and returns its results' bytes.
-std::vector<std::vector<char>> run_once(RunnerKind kind, const schedule::Plan& plan, comm::Communicator& c,
-                                        const dsl::SymbolMap& sizes, const RunnerOptions& options) {
+std::vector<std::vector<char>> run_once(RunnerKind kind, const schedule::Plan& plan,
+                                        comm::Communicator& c, const dsl::SymbolMap& sizes,
+                                        const RunnerOptions& options) {
   std::unique_ptr<Runner> run = make_runner(kind, plan, c, sizes, options);
   const dsl::Program& p = run->program();
   for (int id : p.inputs()) {
@@ -51,7 +55,8 @@ std::vector<std::vector<char>> run_once(RunnerKind kind, const schedule::Plan& p
     for (int64_t k = 0; k < t.numel(); ++k)
       t.set(k, 0.25f + static_cast<float>((k * 7 + id * 5 + c.rank() * 3) % 11) / 16.0f);
   }
-  for (int id : p.scalars()) run->set_scalar(p.stage(id).name, p.stage(id).name == "seed" ? 7.0 : 0.5);
+  for (int id : p.scalars())
+    run->set_scalar(p.stage(id).name, p.stage(id).name == "seed" ? 7.0 : 0.5);
   run->run();
   std::vector<std::vector<char>> out;
   for (const auto& [name, t] : run->results()) {
@@ -72,12 +77,17 @@ TEST(ChunkOption, RunsAsTheSameProcessWideSize) {
     process.compiled = own.compiled;
     for (RunnerKind kind : {RunnerKind::Compiled, RunnerKind::Plan})
       for (int ranks = 1; ranks <= 4; ++ranks) {
-        const std::string what = fmt::format("{} {} on {} ranks", cs.label, runner_kind_name(kind), ranks);
+        const std::string what =
+            fmt::format("{} {} on {} ranks", cs.label, runner_kind_name(kind), ranks);
         std::vector<std::vector<std::vector<char>>> a(ranks), b(ranks);
         comm::set_chunk_bytes(size_t{1} << 20);  // one chunk for all, were the option ignored
-        comm::run_ranks(ranks, [&](comm::Communicator& c) { a[c.rank()] = run_once(kind, plan, c, cs.sizes, own); });
+        comm::run_ranks(ranks, [&](comm::Communicator& c) {
+          a[c.rank()] = run_once(kind, plan, c, cs.sizes, own);
+        });
         comm::set_chunk_bytes(64);
-        comm::run_ranks(ranks, [&](comm::Communicator& c) { b[c.rank()] = run_once(kind, plan, c, cs.sizes, process); });
+        comm::run_ranks(ranks, [&](comm::Communicator& c) {
+          b[c.rank()] = run_once(kind, plan, c, cs.sizes, process);
+        });
         comm::set_chunk_bytes(0);
         for (int r = 0; r < ranks; ++r) {
           EXPECT_FALSE(a[r].empty()) << what;
@@ -105,8 +115,10 @@ TEST(ChunkOption, ReachesEveryCollective) {
       } catch (const UserError& e) {
         message = e.what();
       }
-      EXPECT_THAT(message, MatchesRegex("[a-z_]+ on rank [012] of 3: chunk size mismatch across ranks: rank 0 passed "
-                                        "64 bytes, rank 1 passed 128 bytes.*"))
+      EXPECT_THAT(message,
+                  MatchesRegex(
+                      "[a-z_]+ on rank [012] of 3: chunk size mismatch across ranks: rank 0 passed "
+                      "64 bytes, rank 1 passed 128 bytes.*"))
           << cs.label << " " << runner_kind_name(kind);
     }
   }

@@ -24,8 +24,11 @@ using tandem::testing::plan_named;
 constexpr int64_t kN = 1001;  // uneven over 2 and 3 ranks
 
 void set_hyper(Runner& r, int step) {
-  for (const auto& [name, v] : {std::pair<const char*, double>{"lr", 0.01}, {"beta1", 0.9}, {"beta2", 0.999},
-                                {"eps", 1e-8}, {"weight_decay", 0.1}})
+  for (const auto& [name, v] : {std::pair<const char*, double>{"lr", 0.01},
+                                {"beta1", 0.9},
+                                {"beta2", 0.999},
+                                {"eps", 1e-8},
+                                {"weight_decay", 0.1}})
     r.set_scalar(name, v);
   r.set_scalar("step", step);
 }
@@ -107,8 +110,11 @@ TEST_P(ClippedStep, AClipOfOneHalfIsHalfTheGradientScale) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Executors, ClippedStep,
-                         ::testing::Values(RunnerKind::Compiled, RunnerKind::Plan, RunnerKind::Reference),
-                         [](const auto& info) { return std::string(runner_kind_name(info.param)); });
+                         ::testing::Values(RunnerKind::Compiled, RunnerKind::Plan,
+                                           RunnerKind::Reference),
+                         [](const auto& info) {
+                           return std::string(runner_kind_name(info.param));
+                         });
 
 }  // namespace
 }  // namespace tandem::exec

@@ -24,10 +24,11 @@ using namespace tandem::dsl;  // NOLINT: the builder's vocabulary reads best unq
 // Special f32 values and a spread of ordinary ones, in an order that depends on the seed, so that
 // each input pairs the special values of the others with different values.
 std::vector<float> special_values(int64_t n, uint32_t seed) {
-  std::vector<float> v = {0.0f,    -0.0f,          1.0f,           -1.0f,   0.5f,      -2.5f,    INFINITY, -INFINITY,
-                          NAN,     -NAN,           1e-45f,         -3e-39f, 1.17e-38f, 65504.0f, 65520.0f, 65519.0f,
-                          6.0e-8f, 2.98023224e-8f, 1.00390625f,    3.0e38f, 1e-3f,     -7.0f,    0.1f,     100.0f,
-                          88.7f,   -103.9f,        1.0000001f,     2.0f};
+  std::vector<float> v = {0.0f,        -0.0f,     1.0f,       -1.0f,    0.5f,    -2.5f,
+                          INFINITY,    -INFINITY, NAN,        -NAN,     1e-45f,  -3e-39f,
+                          1.17e-38f,   65504.0f,  65520.0f,   65519.0f, 6.0e-8f, 2.98023224e-8f,
+                          1.00390625f, 3.0e38f,   1e-3f,      -7.0f,    0.1f,    100.0f,
+                          88.7f,       -103.9f,   1.0000001f, 2.0f};
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> u(-4.0f, 4.0f);
   const std::vector<float> specials = v;
@@ -164,7 +165,8 @@ TEST(CompiledOps, EveryOpEveryDtypeBitwise) {
       for (const auto& [name, v] : scalars) runner.set_scalar(name, v);
       for (const auto& [name, t] : inputs) runner.load(name, t);
       runner.run();
-      for (const auto& [name, w] : want) failures += same_bits(fmt::format("{} {}", plan.name, name), runner.output(name), w);
+      for (const auto& [name, w] : want)
+        failures += same_bits(fmt::format("{} {}", plan.name, name), runner.output(name), w);
     });
     EXPECT_EQ(failures, "");
   }
@@ -180,18 +182,19 @@ Program layouts_program() {
   const Expr a3 = p.input(BF16, {2, "R", "C"}, Replicated, "a3");
   const Expr w = p.input(BF16, {"C", 3}, Replicated, "w");
   const Expr s = p.scalar("s");
-  const Expr ux = u * x;                           // x read at this rank's columns
-  const Expr y = (ux + cast(bias, F32)).named("y");  // bias broadcast over the rows of the slice
+  const Expr ux = u * x;                              // x read at this rank's columns
+  const Expr y = (ux + cast(bias, F32)).named("y");   // bias broadcast over the rows of the slice
   p.output(norm(y).named("n"), "n");                  // per slice, then across ranks
-  p.output(reduce(Sum, y, 0).named("rows"), "rows");   // over rows: stays sliced
-  p.output(reduce(Max, y, 1).named("cols"), "cols");   // over the sliced dim: across ranks
-  p.output(AllGather(y).named("yg"), "yg");            // along dim 1: not the flat split
+  p.output(reduce(Sum, y, 0).named("rows"), "rows");  // over rows: stays sliced
+  p.output(reduce(Max, y, 1).named("cols"), "cols");  // over the sliced dim: across ranks
+  p.output(AllGather(y).named("yg"), "yg");           // along dim 1: not the flat split
   p.output(Broadcast(t, 0).named("tb"), "tb");
-  const Expr ts = ReduceScatter(Sum, cast(t, F32), 1).named("ts");  // along dim 1: a part of every row
-  p.output((ts * s).named("tss"), "tss");                           // in the scatter's hook, fused
-  const Expr xs = scatter(x, 0);                       // this rank's rows, no communication
+  const Expr ts =
+      ReduceScatter(Sum, cast(t, F32), 1).named("ts");  // along dim 1: a part of every row
+  p.output((ts * s).named("tss"), "tss");               // in the scatter's hook, fused
+  const Expr xs = scatter(x, 0);                        // this rank's rows, no communication
   p.output((xs * s).named("xs"), "xs");
-  p.output(matmul(a3, w).named("mm3"), "mm3");         // batched, bf16
+  p.output(matmul(a3, w).named("mm3"), "mm3");                         // batched, bf16
   p.output(matmul(scatter(cast(x, BF16), 0), w).named("mmr"), "mmr");  // row-sliced A
   return p;
 }
@@ -202,7 +205,8 @@ TEST(CompiledLayouts, InnerSlicesReductionsGathersAndMatmuls) {
   const Schedules all = compile_all(p);
   ASSERT_GE(all.plans.size(), 1u);
   for (const auto& [r, c] : {std::pair<int64_t, int64_t>{5, 7}, {3, 2}, {1, 9}}) {
-    const Case cs{fmt::format("layouts R={} C={}", r, c), p, {{"R", r}, {"C", c}}, {{"s", 0.75}}, 1};
+    const Case cs{
+        fmt::format("layouts R={} C={}", r, c), p, {{"R", r}, {"C", c}}, {{"s", 0.75}}, 1};
     for (int ranks = 1; ranks <= 4; ++ranks) {
       std::mutex mu;
       std::string failures;

@@ -23,7 +23,8 @@ Program random_program(uint32_t seed) {
   std::mt19937 rng(seed);
   auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<uint32_t>(n)); };
   Program p(fmt::format("random{}", seed));
-  const DType dg = std::vector<DType>{DType::F32, DType::BF16, DType::F16}[static_cast<size_t>(pick(3))];
+  const DType dg =
+      std::vector<DType>{DType::F32, DType::BF16, DType::F16}[static_cast<size_t>(pick(3))];
   const Expr g = p.input(dg, {"R", "C"}, Local, "g");
   const Expr x = p.input(F32, {"R", "C"}, Replicated, "x");
   const Expr bias = p.input(BF16, {"C"}, Replicated, "bias");
@@ -40,23 +41,45 @@ Program random_program(uint32_t seed) {
     const Expr b = pool[static_cast<size_t>(pick(static_cast<int>(pool.size())))];
     Expr e;
     switch (pick(12)) {
-      case 0: e = a + b; break;
-      case 1: e = a - b; break;
-      case 2: e = a * b; break;
-      case 3: e = a / (abs(b) + 1.0); break;
-      case 4: e = max(a, b); break;
-      case 5: e = select(a < b, a, b * s); break;
-      case 6: e = tanh(a) + relu(b); break;
-      case 7: e = sqrt(abs(a)) * gelu(b); break;
-      case 8: e = dropout(a, 0.25, key); break;
-      case 9: e = exp(min(a, 3.0)) - s; break;
+      case 0:
+        e = a + b;
+        break;
+      case 1:
+        e = a - b;
+        break;
+      case 2:
+        e = a * b;
+        break;
+      case 3:
+        e = a / (abs(b) + 1.0);
+        break;
+      case 4:
+        e = max(a, b);
+        break;
+      case 5:
+        e = select(a < b, a, b * s);
+        break;
+      case 6:
+        e = tanh(a) + relu(b);
+        break;
+      case 7:
+        e = sqrt(abs(a)) * gelu(b);
+        break;
+      case 8:
+        e = dropout(a, 0.25, key);
+        break;
+      case 9:
+        e = exp(min(a, 3.0)) - s;
+        break;
       case 10: {
         // A 16-bit round trip: the narrow intermediates are rounded in registers too.
         const DType t = pick(2) == 0 ? BF16 : F16;
         e = cast(cast(a, t) * cast(b, t), F32);
         break;
       }
-      default: e = a * s + 0.5; break;
+      default:
+        e = a * s + 0.5;
+        break;
     }
     pool.push_back(e.named(fmt::format("v{}", i)));
   }
@@ -75,7 +98,10 @@ TEST(CompiledRandom, EverySchedulePerProgramBitwise) {
     const Schedules all = compile_all(p);
     schedules += static_cast<int>(all.plans.size());
     for (const auto& [r, c] : {std::pair<int64_t, int64_t>{5, 3}, {8, 4}}) {
-      const Case cs{fmt::format("{} R={} C={}", p.name(), r, c), p, {{"R", r}, {"C", c}}, {{"s", 0.375}, {"seed", 99}},
+      const Case cs{fmt::format("{} R={} C={}", p.name(), r, c),
+                    p,
+                    {{"R", r}, {"C", c}},
+                    {{"s", 0.375}, {"seed", 99}},
                     1};
       for (int ranks = 1; ranks <= 4; ++ranks) {
         std::mutex mu;

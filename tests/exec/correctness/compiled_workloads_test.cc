@@ -27,7 +27,8 @@ class Compiled : public ::testing::Test {
   void TearDown() override { comm::set_chunk_bytes(0); }
 };
 
-Outcome run_case(const Case& c, const Schedules& all, int ranks, exec::CompiledOptions options = {}) {
+Outcome run_case(const Case& c, const Schedules& all, int ranks,
+                 exec::CompiledOptions options = {}) {
   std::mutex mu;
   Outcome total;
   comm::run_ranks(ranks, [&](comm::Communicator& comm) {
@@ -50,9 +51,11 @@ TEST_F(Compiled, AdamEverySchedule) {
   for (int ranks = 1; ranks <= 4; ++ranks) {
     const Outcome o = run_case(adam_case(DType::BF16, 1013), bf16, ranks);
     EXPECT_EQ(o.schedules, static_cast<int>(bf16.plans.size()));
-    EXPECT_EQ(o.bitwise, o.schedules) << "every Adam schedule keeps the reference's order on the thread backend";
+    EXPECT_EQ(o.bitwise, o.schedules)
+        << "every Adam schedule keeps the reference's order on the thread backend";
     run_case(adam_case(DType::BF16, 0), bf16, ranks);
-    run_case(adam_case(DType::F32, 3), f32, ranks);  // fewer elements than ranks: some parts are empty
+    run_case(adam_case(DType::F32, 3), f32,
+             ranks);  // fewer elements than ranks: some parts are empty
     run_case(adam_case(DType::F32, 517), f32, ranks);
   }
 }
@@ -82,7 +85,8 @@ TEST_F(Compiled, MegatronEverySchedule) {
 TEST_F(Compiled, MegatronOverlappedBlocksOneAfterTheOther) {
   // The same plans without the communication thread: the blocks run in order, same results.
   const Schedules f32 = compile_all(dsl::workloads::megatron_layer(DType::F32, 0.1));
-  for (int ranks : {2, 3}) run_case(megatron_case(DType::F32, 9, 4, 5), f32, ranks, {.overlap = false});
+  for (int ranks : {2, 3})
+    run_case(megatron_case(DType::F32, 9, 4, 5), f32, ranks, {.overlap = false});
 }
 
 TEST_F(Compiled, SixteenBitSumsReducedInF32) {
@@ -97,8 +101,9 @@ TEST_F(Compiled, SixteenBitSumsReducedInF32) {
     const Outcome m = run_case(megatron_case(DType::BF16, 5, 3, 9), layer, ranks, wide);
     // All but the schedules that compute the matmul in row blocks (ol(MM,...)): BLAS need not
     // round a block's rows as it rounds the whole product's (exec/schedule_checks.h, keeps_order).
-    const auto overlapped = std::count_if(layer.names.begin(), layer.names.end(),
-                                          [](const std::string& n) { return n.find("ol(MM") != std::string::npos; });
+    const auto overlapped =
+        std::count_if(layer.names.begin(), layer.names.end(),
+                      [](const std::string& n) { return n.find("ol(MM") != std::string::npos; });
     EXPECT_GT(overlapped, 0);
     EXPECT_EQ(m.bitwise, m.schedules - static_cast<int>(overlapped));
   }

@@ -1,7 +1,8 @@
 // Proof of meaning on the thread backend: every schedule enumerate_schedules yields for each of
 // the four workloads, run by the plan runner on 1 to 4 ranks with sizes that do not divide by the
 // rank count, equals the reference interpreter on the unscheduled program (bitwise where the
-// order of floating-point operations is kept; see exec/schedule_checks.h for the tolerance otherwise).
+// order of floating-point operations is kept; see exec/schedule_checks.h for the tolerance
+// otherwise).
 #include <gtest/gtest.h>
 
 #include <mutex>
@@ -44,7 +45,8 @@ TEST_F(Equivalence, AdamEverySchedule) {
   for (int ranks = 1; ranks <= 4; ++ranks) {
     const Tally t = run_case(adam_case(DType::BF16, 1013), ranks);
     EXPECT_GE(t.schedules, 11);
-    EXPECT_EQ(t.bitwise, t.schedules) << "every Adam schedule keeps the reference's order of operations";
+    EXPECT_EQ(t.bitwise, t.schedules)
+        << "every Adam schedule keeps the reference's order of operations";
     run_case(adam_case(DType::F32, 3), ranks);  // fewer elements than ranks: some parts are empty
     run_case(adam_case(DType::F16, 0), ranks);
   }

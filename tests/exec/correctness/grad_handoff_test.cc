@@ -33,7 +33,8 @@ TEST(GradHandoff, SendsLeftInFlightLandInTheBoundBuffers) {
       std::atomic<int> sent{0};  // hand-offs the senders have run
       comm::run_ranks(ranks, [&](comm::Communicator& c) {
         const std::string what = fmt::format("{} at {} ranks", runner_kind_name(kind), ranks);
-        const int group_size = ranks / 2, group = c.rank() / group_size, index = c.rank() % group_size;
+        const int group_size = ranks / 2, group = c.rank() / group_size,
+                  index = c.rank() % group_size;
         RunnerOptions o;
         o.bound = {group == 1 ? "d" : "d_prev"};
         std::unique_ptr<Runner> r = make_runner(kind, plan, c, {{"N", n}}, o);
@@ -57,12 +58,14 @@ TEST(GradHandoff, SendsLeftInFlightLandInTheBoundBuffers) {
           const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
           while (sent.load() < micros * group_size && std::chrono::steady_clock::now() < deadline)
             std::this_thread::sleep_for(std::chrono::milliseconds(1));
-          EXPECT_EQ(sent.load(), micros * group_size) << what << ": a sender waited for its receiver";
+          EXPECT_EQ(sent.load(), micros * group_size)
+              << what << ": a sender waited for its receiver";
           for (int k = 0; k < micros; ++k) {
             r->bind("d_prev", Tensor::view_of(bufs[k].data(), DType::F32, Shape{n}));
             r->run();
             for (int64_t i = 0; i < n; ++i)
-              ASSERT_EQ(bufs[k][static_cast<size_t>(i)], value_at(k, index, i)) << what << " micro " << k << " at " << i;
+              ASSERT_EQ(bufs[k][static_cast<size_t>(i)], value_at(k, index, i))
+                  << what << " micro " << k << " at " << i;
           }
         }
         r->wait_sends();

@@ -7,8 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -36,14 +36,20 @@ dsl::Segments bounds_of(const std::vector<int64_t>& sizes) {
   return b;
 }
 
-float weight_at(int64_t i) { return static_cast<float>(0.5 * std::sin(0.37 * static_cast<double>(i) + 0.1)); }
+float weight_at(int64_t i) {
+  return static_cast<float>(0.5 * std::sin(0.37 * static_cast<double>(i) + 0.1));
+}
 float grad_at(int rank, int step, int64_t i) {
-  return static_cast<float>(0.06 * std::cos(0.71 * static_cast<double>(i) + 1.3 * rank + 0.5 * step));
+  return static_cast<float>(0.06 *
+                            std::cos(0.71 * static_cast<double>(i) + 1.3 * rank + 0.5 * step));
 }
 
 void set_hyper(Runner& r, int step, int ranks) {
-  for (const auto& [name, v] : {std::pair<const char*, double>{"lr", 0.01}, {"beta1", 0.9}, {"beta2", 0.999},
-                                {"eps", 1e-8}, {"weight_decay", 0.1}})
+  for (const auto& [name, v] : {std::pair<const char*, double>{"lr", 0.01},
+                                {"beta1", 0.9},
+                                {"beta2", 0.999},
+                                {"eps", 1e-8},
+                                {"weight_decay", 0.1}})
     r.set_scalar(name, v);
   r.set_scalar("step", step);
   r.set_scalar("grad_scale", 1.0 / ranks);
@@ -64,7 +70,8 @@ struct Setup {
   const schedule::Plan* update;  // the update (clipped)
 };
 
-Stepper make_stepper(const Setup& s, comm::Communicator& comm, int64_t offset, const dsl::Segments& segments) {
+Stepper make_stepper(const Setup& s, comm::Communicator& comm, int64_t offset,
+                     const dsl::Segments& segments) {
   Stepper st;
   st.offset = offset;
   st.n = segments.back();
@@ -104,9 +111,11 @@ struct Plans {
 
 Plans plans(bool bucket, const std::string& schedule = kZero1) {
   const DType g = DType::F32;
-  return {plan_named(bucket ? dsl::workloads::lamb_bucket(g) : dsl::workloads::lamb(g), schedule),
-          plan_named(dsl::workloads::grad_reduce(g), "C"),
-          plan_named(bucket ? dsl::workloads::lamb_bucket_update(g) : dsl::workloads::lamb_update(g), "fused(C)")};
+  return {
+      plan_named(bucket ? dsl::workloads::lamb_bucket(g) : dsl::workloads::lamb(g), schedule),
+      plan_named(dsl::workloads::grad_reduce(g), "C"),
+      plan_named(bucket ? dsl::workloads::lamb_bucket_update(g) : dsl::workloads::lamb_update(g),
+                 "fused(C)")};
 }
 
 // The weights after kSteps steps on every rank: one program over the whole bucket, or one per
@@ -144,13 +153,15 @@ bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
 
 // The largest |a - b| relative to the L2 norm of b's tensor (segment), over every tensor, and
 // where: a weight near zero says nothing by itself, so the error is measured against its tensor.
-std::pair<double, size_t> max_normwise_error(const std::vector<float>& a, const std::vector<float>& b,
+std::pair<double, size_t> max_normwise_error(const std::vector<float>& a,
+                                             const std::vector<float>& b,
                                              const std::vector<int64_t>& sizes) {
   double worst = 0;
   size_t at = 0, begin = 0;
   for (int64_t n : sizes) {
     double norm = 0;
-    for (size_t i = begin; i < begin + static_cast<size_t>(n); ++i) norm += static_cast<double>(b[i]) * b[i];
+    for (size_t i = begin; i < begin + static_cast<size_t>(n); ++i)
+      norm += static_cast<double>(b[i]) * b[i];
     norm = std::sqrt(norm);
     for (size_t i = begin; i < begin + static_cast<size_t>(n); ++i) {
       const double e = std::abs(static_cast<double>(a[i]) - b[i]) / norm;
@@ -190,19 +201,23 @@ TEST_P(LambBucket, EachSegmentIsItsTensorWithinTheBound) {
   const Plans bucket = plans(true), tensor = plans(false);
   for (bool clipped : {false, true})
     for (int ranks = 1; ranks <= 4; ++ranks) {
-      const std::vector<float> got = weights_after(bucket, GetParam(), clipped, ranks, kSizes, false);
-      const std::vector<float> want = weights_after(tensor, GetParam(), clipped, ranks, kSizes, true);
+      const std::vector<float> got =
+          weights_after(bucket, GetParam(), clipped, ranks, kSizes, false);
+      const std::vector<float> want =
+          weights_after(tensor, GetParam(), clipped, ranks, kSizes, true);
       ASSERT_EQ(got.size(), want.size());
       if (ranks == 1) {
         EXPECT_TRUE(bitwise_equal(got, want)) << "clipped " << clipped << " on 1 rank";
         continue;
       }
       const auto [err, at] = max_normwise_error(got, want, kSizes);
-      EXPECT_LE(err, 1e-7) << "clipped " << clipped << ", " << ranks << " ranks: element " << at << " is " << got[at]
-                           << ", per tensor " << want[at] << " (|difference| / ||w|| of its tensor)";
+      EXPECT_LE(err, 1e-7) << "clipped " << clipped << ", " << ranks << " ranks: element " << at
+                           << " is " << got[at] << ", per tensor " << want[at]
+                           << " (|difference| / ||w|| of its tensor)";
       if (::testing::Test::HasFailure()) return;
-      std::fprintf(stderr, "lamb_bucket vs lamb per tensor, clipped %d, %d ranks: max |dw| / ||w|| = %.3g\n",
-                   clipped ? 1 : 0, ranks, err);
+      std::fprintf(
+          stderr, "lamb_bucket vs lamb per tensor, clipped %d, %d ranks: max |dw| / ||w|| = %.3g\n",
+          clipped ? 1 : 0, ranks, err);
     }
 }
 
@@ -212,11 +227,14 @@ TEST_P(LambBucket, BitwiseTheReferenceInterpreter) {
   const Plans fused = plans(true), unfused = plans(true, "RS-C-AG+slice(m,v)");
   for (bool clipped : {false, true})
     for (int ranks = 1; ranks <= 4; ++ranks) {
-      const std::vector<float> want = weights_after(fused, RunnerKind::Reference, clipped, ranks, kSizes, false);
-      EXPECT_TRUE(bitwise_equal(weights_after(fused, GetParam(), clipped, ranks, kSizes, false), want))
+      const std::vector<float> want =
+          weights_after(fused, RunnerKind::Reference, clipped, ranks, kSizes, false);
+      EXPECT_TRUE(
+          bitwise_equal(weights_after(fused, GetParam(), clipped, ranks, kSizes, false), want))
           << kZero1 << ", clipped " << clipped << ", " << ranks << " ranks";
       if (!clipped) {
-        EXPECT_TRUE(bitwise_equal(weights_after(unfused, GetParam(), clipped, ranks, kSizes, false), want))
+        EXPECT_TRUE(
+            bitwise_equal(weights_after(unfused, GetParam(), clipped, ranks, kSizes, false), want))
             << "RS-C-AG+slice(m,v), " << ranks << " ranks";
       }
     }
@@ -228,7 +246,8 @@ TEST_P(LambBucket, BitwiseTheReferenceInterpreter) {
 int collectives(const schedule::Plan& plan) {
   int n = 0;
   for (const schedule::Step& s : plan.steps)
-    n += s.kind == schedule::StepKind::Collective || (s.kind == schedule::StepKind::Reduce && s.reduce.across_ranks) ||
+    n += s.kind == schedule::StepKind::Collective ||
+         (s.kind == schedule::StepKind::Reduce && s.reduce.across_ranks) ||
          (s.kind == schedule::StepKind::Finish && s.finish.across_ranks);
   return n;
 }
@@ -243,8 +262,11 @@ TEST(LambBucketPlan, TwoAllReducesMoreThanAdamForAWholeBucket) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Executors, LambBucket,
-                         ::testing::Values(RunnerKind::Compiled, RunnerKind::Plan, RunnerKind::Reference),
-                         [](const auto& info) { return std::string(runner_kind_name(info.param)); });
+                         ::testing::Values(RunnerKind::Compiled, RunnerKind::Plan,
+                                           RunnerKind::Reference),
+                         [](const auto& info) {
+                           return std::string(runner_kind_name(info.param));
+                         });
 
 }  // namespace
 }  // namespace tandem::exec

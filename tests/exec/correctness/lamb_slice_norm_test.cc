@@ -77,7 +77,8 @@ TEST(LambSliceNorm, EveryScheduleTakesTheNormOfWFromThisRanksSlice) {
       int schedules = 0;
       for (const schedule::NamedSchedule& ns : schedule::enumerate_schedules(program)) {
         ++schedules;
-        EXPECT_EQ(how_w_norm_is_taken(ns.schedule.lower()), "") << l.name << " g " << dtype_name(g) << " " << ns.name;
+        EXPECT_EQ(how_w_norm_is_taken(ns.schedule.lower()), "")
+            << l.name << " g " << dtype_name(g) << " " << ns.name;
       }
       EXPECT_GE(schedules, 2) << l.name;
     }
@@ -102,19 +103,24 @@ TEST(LambSliceNorm, TheZero1HookFoldsTheNormOfWInTheSamePassAsTheDirection) {
 
 constexpr int64_t kN = 1013;
 
-float weight_at(int64_t i) { return static_cast<float>(0.5 * std::sin(0.37 * static_cast<double>(i) + 0.1)); }
-float grad_at(int rank, int64_t i) { return static_cast<float>(0.06 * std::cos(0.71 * static_cast<double>(i) + 1.3 * rank)); }
+float weight_at(int64_t i) {
+  return static_cast<float>(0.5 * std::sin(0.37 * static_cast<double>(i) + 0.1));
+}
+float grad_at(int rank, int64_t i) {
+  return static_cast<float>(0.06 * std::cos(0.71 * static_cast<double>(i) + 1.3 * rank));
+}
 
 struct Case {
   std::string label;
   Plan step;
-  bool clipped = false;                 // grad_reduce, then the update program
-  dsl::Segments segments;               // for a bucket program
+  bool clipped = false;    // grad_reduce, then the update program
+  dsl::Segments segments;  // for a bucket program
 };
 
 // Every rank's w after one step from weight_at, with this rank's copy of w outside its own slice
 // set to 1e3 first when `garbage`.
-std::vector<std::vector<float>> weights_after_a_step(const Case& c, RunnerKind kind, int ranks, bool garbage) {
+std::vector<std::vector<float>> weights_after_a_step(const Case& c, RunnerKind kind, int ranks,
+                                                     bool garbage) {
   const Plan reduce = plan_named(dsl::workloads::grad_reduce(DType::F32), "C");
   std::vector<std::vector<float>> out(static_cast<size_t>(ranks));
   comm::run_ranks(ranks, [&](comm::Communicator& comm) {
@@ -131,17 +137,23 @@ std::vector<std::vector<float>> weights_after_a_step(const Case& c, RunnerKind k
     }
     std::unique_ptr<Runner> step = make_runner(kind, c.step, comm, symbols, options);
     if (c.clipped) step->bind("g_sum", reducer->output("g_sum"));
-    const int64_t begin = dsl::part_offset(kN, ranks, comm.rank()), end = begin + dsl::part_count(kN, ranks, comm.rank());
+    const int64_t begin = dsl::part_offset(kN, ranks, comm.rank()),
+                  end = begin + dsl::part_count(kN, ranks, comm.rank());
     const Tensor w = step->input("w");
-    for (int64_t i = 0; i < kN; ++i) w.set(i, garbage && (i < begin || i >= end) ? 1e3f : weight_at(i));
+    for (int64_t i = 0; i < kN; ++i)
+      w.set(i, garbage && (i < begin || i >= end) ? 1e3f : weight_at(i));
     step->input("m").fill(0.0f);
     step->input("v").fill(0.0f);
     Runner& g_runner = c.clipped ? *reducer : *step;
     const Tensor g = g_runner.input("g");
     for (int64_t i = 0; i < kN; ++i) g.set(i, grad_at(comm.rank(), i));
     if (c.clipped) g_runner.run();
-    for (const auto& [name, v] : {std::pair<const char*, double>{"lr", 0.01}, {"beta1", 0.9}, {"beta2", 0.999},
-                                  {"eps", 1e-8}, {"weight_decay", 0.1}, {"step", 1.0}})
+    for (const auto& [name, v] : {std::pair<const char*, double>{"lr", 0.01},
+                                  {"beta1", 0.9},
+                                  {"beta2", 0.999},
+                                  {"eps", 1e-8},
+                                  {"weight_decay", 0.1},
+                                  {"step", 1.0}})
       step->set_scalar(name, v);
     step->set_scalar("grad_scale", 1.0 / ranks);
     if (c.clipped) step->set_scalar("clip", 0.5);
@@ -156,14 +168,18 @@ std::vector<Case> zero1_cases() {
   const DType g = DType::F32;
   const dsl::Segments segments = {0, 300, 301, 818, 1013};
   const auto lamb = [&](const char* schedule) {
-    return Case{std::string("lamb ") + schedule, plan_named(dsl::workloads::lamb(g), schedule), false, {}};
+    return Case{
+        std::string("lamb ") + schedule, plan_named(dsl::workloads::lamb(g), schedule), false, {}};
   };
-  return {lamb("fused(RS-C-AG)+slice(m,v)"), lamb("RS-fused(C)-AG+slice(m,v)"), lamb("RS-C-AG"),
-          {"lamb_bucket fused(RS-C-AG)+slice(m,v)",
-           plan_named(dsl::workloads::lamb_bucket(g), "fused(RS-C-AG)+slice(m,v)"), false, segments},
-          {"lamb_update fused(C)", plan_named(dsl::workloads::lamb_update(g), "fused(C)"), true, {}},
-          {"lamb_bucket_update fused(C)", plan_named(dsl::workloads::lamb_bucket_update(g), "fused(C)"), true,
-           segments}};
+  return {
+      lamb("fused(RS-C-AG)+slice(m,v)"),
+      lamb("RS-fused(C)-AG+slice(m,v)"),
+      lamb("RS-C-AG"),
+      {"lamb_bucket fused(RS-C-AG)+slice(m,v)",
+       plan_named(dsl::workloads::lamb_bucket(g), "fused(RS-C-AG)+slice(m,v)"), false, segments},
+      {"lamb_update fused(C)", plan_named(dsl::workloads::lamb_update(g), "fused(C)"), true, {}},
+      {"lamb_bucket_update fused(C)", plan_named(dsl::workloads::lamb_bucket_update(g), "fused(C)"),
+       true, segments}};
 }
 
 class LambSliceNormRun : public ::testing::TestWithParam<RunnerKind> {};
@@ -179,18 +195,23 @@ TEST_P(LambSliceNormRun, GarbageOutsideThisRanksSliceOfWChangesNothing) {
         ASSERT_EQ(got.size(), want.size());
         int64_t differ = 0, first = -1;
         for (size_t i = 0; i < got.size(); ++i)
-          if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0 && differ++ == 0) first = static_cast<int64_t>(i);
-        EXPECT_EQ(differ, 0) << c.label << " on " << ranks << " ranks, rank " << r << ": " << differ << " of " << kN
-                             << " weights differ, the first w[" << first << "] = "
-                             << (first >= 0 ? got[static_cast<size_t>(first)] : 0.0f) << ", clean "
+          if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0 && differ++ == 0)
+            first = static_cast<int64_t>(i);
+        EXPECT_EQ(differ, 0) << c.label << " on " << ranks << " ranks, rank " << r << ": " << differ
+                             << " of " << kN << " weights differ, the first w[" << first
+                             << "] = " << (first >= 0 ? got[static_cast<size_t>(first)] : 0.0f)
+                             << ", clean "
                              << (first >= 0 ? want[static_cast<size_t>(first)] : 0.0f);
       }
     }
 }
 
 INSTANTIATE_TEST_SUITE_P(Executors, LambSliceNormRun,
-                         ::testing::Values(RunnerKind::Compiled, RunnerKind::Plan, RunnerKind::Reference),
-                         [](const auto& info) { return std::string(runner_kind_name(info.param)); });
+                         ::testing::Values(RunnerKind::Compiled, RunnerKind::Plan,
+                                           RunnerKind::Reference),
+                         [](const auto& info) {
+                           return std::string(runner_kind_name(info.param));
+                         });
 
 }  // namespace
 }  // namespace tandem::exec

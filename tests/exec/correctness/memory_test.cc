@@ -19,9 +19,9 @@ const NamedSchedule& named(const std::vector<NamedSchedule>& all, const std::str
 }
 
 struct Measured {
-  size_t live = 0;        // the counting allocator's live bytes after setup
-  size_t state = 0;       // bytes the runner allocated for m and v
-  size_t weights = 0;     // bytes for w
+  size_t live = 0;     // the counting allocator's live bytes after setup
+  size_t state = 0;    // bytes the runner allocated for m and v
+  size_t weights = 0;  // bytes for w
 };
 
 Measured measure(const Plan& plan, comm::Communicator& comm, int64_t n) {
@@ -32,7 +32,8 @@ Measured measure(const Plan& plan, comm::Communicator& comm, int64_t n) {
     m.live = counting.live_bytes();
     m.state = runner.allocated_bytes("m") + runner.allocated_bytes("v");
     m.weights = runner.allocated_bytes("w");
-    EXPECT_EQ(runner.allocated_bytes(), m.live) << "every byte the runner holds came from its allocator";
+    EXPECT_EQ(runner.allocated_bytes(), m.live)
+        << "every byte the runner holds came from its allocator";
   }
   EXPECT_EQ(counting.live_bytes(), 0u) << "the runner gives back everything it allocated";
   return m;
@@ -55,7 +56,8 @@ void check_sliced_state(const dsl::Program& program, const std::string& base, in
       // Unsliced: m and v whole on every rank. Sliced: this rank's part of each, nothing else
       // changes (the weights stay whole), and the difference shows in the allocator's count.
       EXPECT_EQ(w.state, 2 * 4 * static_cast<size_t>(n)) << base << " on " << p << " ranks";
-      EXPECT_EQ(s.state, 2 * 4 * static_cast<size_t>(part)) << sliced_name << " on rank " << comm.rank() << " of " << p;
+      EXPECT_EQ(s.state, 2 * 4 * static_cast<size_t>(part))
+          << sliced_name << " on rank " << comm.rank() << " of " << p;
       EXPECT_EQ(s.weights, w.weights);
       EXPECT_EQ(w.live - s.live, w.state - s.state) << "only the state shrinks";
     });
@@ -84,7 +86,8 @@ TEST(SlicedState, LambMomentsAreOnePthPerRank) {
 TEST(SlicedState, StateCarriesAcrossSteps) {
   comm::set_chunk_bytes(128);
   const dsl::Program program = dsl::workloads::adam(DType::BF16);
-  const Plan plan = named(enumerate_schedules(program), "fused(RS-C-AG)+slice(m,v)").schedule.lower();
+  const Plan plan =
+      named(enumerate_schedules(program), "fused(RS-C-AG)+slice(m,v)").schedule.lower();
   const int64_t n = 777;
   std::mutex mu;
   std::string failures;
@@ -103,10 +106,12 @@ TEST(SlicedState, StateCarriesAcrossSteps) {
     std::string f;
     for (const char* name : {"m", "v"}) {
       const exec::PlanRunner::Piece pc = runner.piece(name);
-      f += compare(fmt::format("{} after 3 steps on rank {}", name, comm.rank()), runner.input(name),
-                   exec::slice_rows(ref.inputs.at(name), 0, pc.offset, pc.count), true);
+      f +=
+          compare(fmt::format("{} after 3 steps on rank {}", name, comm.rank()), runner.input(name),
+                  exec::slice_rows(ref.inputs.at(name), 0, pc.offset, pc.count), true);
     }
-    f += compare(fmt::format("w after 3 steps on rank {}", comm.rank()), runner.input("w"), ref.inputs.at("w"), true);
+    f += compare(fmt::format("w after 3 steps on rank {}", comm.rank()), runner.input("w"),
+                 ref.inputs.at("w"), true);
     std::lock_guard<std::mutex> lock(mu);
     failures += f;
   });

@@ -32,9 +32,10 @@ std::vector<double> values(const Tensor& t) {
 }
 
 // Runs `program` on `ranks` threads, giving each rank its piece of `wholes` (by the inputs'
-// declared layouts), and returns rank 0's outputs (and checks every rank agrees on Replicated ones).
-TensorMap run_on(int ranks, const Program& program, const TensorMap& wholes, const ScalarMap& scalars = {},
-                 const SymbolMap& symbols = {}) {
+// declared layouts), and returns rank 0's outputs (and checks every rank agrees on Replicated
+// ones).
+TensorMap run_on(int ranks, const Program& program, const TensorMap& wholes,
+                 const ScalarMap& scalars = {}, const SymbolMap& symbols = {}) {
   std::vector<TensorMap> outs(static_cast<size_t>(ranks));
   comm::run_ranks(ranks, [&](comm::Communicator& c) {
     RunArgs args;
@@ -42,14 +43,15 @@ TensorMap run_on(int ranks, const Program& program, const TensorMap& wholes, con
     args.symbols = symbols;
     for (int id : program.inputs()) {
       const Stage& s = program.stage(id);
-      args.inputs[s.name] = exec::piece_of(wholes.at(s.name).clone(), s.type.layout, c.size(), c.rank());
+      args.inputs[s.name] =
+          exec::piece_of(wholes.at(s.name).clone(), s.type.layout, c.size(), c.rank());
     }
     outs[static_cast<size_t>(c.rank())] = exec::run_reference(program, c, args);
   });
   for (const auto& [name, t] : outs[0])
     for (int r = 1; r < ranks; ++r)
-      EXPECT_TRUE(close(fmt::format("{} on rank {} vs rank 0", name, r), outs[static_cast<size_t>(r)].at(name),
-                        values(t), 0, 0));
+      EXPECT_TRUE(close(fmt::format("{} on rank {} vs rank 0", name, r),
+                        outs[static_cast<size_t>(r)].at(name), values(t), 0, 0));
   return outs[0];
 }
 
@@ -79,29 +81,44 @@ TEST(Elementwise, EveryOpAgainstCmath) {
   const std::vector<Case> cases = {
       {"neg", [](Expr a, Expr) { return -a; }, [](double a, double) { return -a; }},
       {"abs", [](Expr a, Expr) { return abs(a); }, [](double a, double) { return std::fabs(a); }},
-      {"sqrt", [](Expr a, Expr) { return sqrt(abs(a)); }, [](double a, double) { return std::sqrt(std::fabs(a)); }},
-      {"rsqrt", [](Expr, Expr b) { return rsqrt(b); }, [](double, double b) { return 1 / std::sqrt(b); }},
+      {"sqrt", [](Expr a, Expr) { return sqrt(abs(a)); },
+       [](double a, double) { return std::sqrt(std::fabs(a)); }},
+      {"rsqrt", [](Expr, Expr b) { return rsqrt(b); },
+       [](double, double b) { return 1 / std::sqrt(b); }},
       {"exp", [](Expr a, Expr) { return exp(a); }, [](double a, double) { return std::exp(a); }},
       {"log", [](Expr, Expr b) { return log(b); }, [](double, double b) { return std::log(b); }},
       {"tanh", [](Expr a, Expr) { return tanh(a); }, [](double a, double) { return std::tanh(a); }},
       {"gelu", [](Expr a, Expr) { return gelu(a); },
-       [](double a, double) { return 0.5 * a * (1 + std::tanh(std::sqrt(2 / M_PI) * (a + 0.044715 * a * a * a))); }},
-      {"relu", [](Expr a, Expr) { return relu(a); }, [](double a, double) { return a > 0 ? a : 0; }},
+       [](double a, double) {
+         return 0.5 * a * (1 + std::tanh(std::sqrt(2 / M_PI) * (a + 0.044715 * a * a * a)));
+       }},
+      {"relu", [](Expr a, Expr) { return relu(a); },
+       [](double a, double) { return a > 0 ? a : 0; }},
       {"add", [](Expr a, Expr b) { return a + b; }, [](double a, double b) { return a + b; }},
       {"sub", [](Expr a, Expr b) { return b - a; }, [](double a, double b) { return b - a; }},
       {"mul", [](Expr a, Expr b) { return a * b; }, [](double a, double b) { return a * b; }},
       {"div", [](Expr a, Expr b) { return a / b; }, [](double a, double b) { return a / b; }},
-      {"pow", [](Expr a, Expr b) { return pow(b, a); }, [](double a, double b) { return std::pow(b, a); }},
-      {"pow3", [](Expr a, Expr) { return pow(a, 3.0); }, [](double a, double) { return a * a * a; }},
-      {"max", [](Expr a, Expr b) { return max(a, b); }, [](double a, double b) { return std::max(a, b); }},
-      {"min", [](Expr a, Expr b) { return min(a, 0.5); }, [](double a, double) { return std::min(a, 0.5); }},
-      {"lt", [](Expr a, Expr b) { return a < b; }, [](double a, double b) { return a < b ? 1.0 : 0.0; }},
-      {"le", [](Expr a, Expr b) { return a <= 0.25; }, [](double a, double) { return a <= 0.25 ? 1.0 : 0.0; }},
-      {"gt", [](Expr a, Expr b) { return a > b; }, [](double a, double b) { return a > b ? 1.0 : 0.0; }},
-      {"ge", [](Expr a, Expr b) { return a >= b; }, [](double a, double b) { return a >= b ? 1.0 : 0.0; }},
+      {"pow", [](Expr a, Expr b) { return pow(b, a); },
+       [](double a, double b) { return std::pow(b, a); }},
+      {"pow3", [](Expr a, Expr) { return pow(a, 3.0); },
+       [](double a, double) { return a * a * a; }},
+      {"max", [](Expr a, Expr b) { return max(a, b); },
+       [](double a, double b) { return std::max(a, b); }},
+      {"min", [](Expr a, Expr b) { return min(a, 0.5); },
+       [](double a, double) { return std::min(a, 0.5); }},
+      {"lt", [](Expr a, Expr b) { return a < b; },
+       [](double a, double b) { return a < b ? 1.0 : 0.0; }},
+      {"le", [](Expr a, Expr b) { return a <= 0.25; },
+       [](double a, double) { return a <= 0.25 ? 1.0 : 0.0; }},
+      {"gt", [](Expr a, Expr b) { return a > b; },
+       [](double a, double b) { return a > b ? 1.0 : 0.0; }},
+      {"ge", [](Expr a, Expr b) { return a >= b; },
+       [](double a, double b) { return a >= b ? 1.0 : 0.0; }},
       {"eq", [](Expr a, Expr b) { return eq(a, a); }, [](double, double) { return 1.0; }},
-      {"ne", [](Expr a, Expr b) { return ne(a, b); }, [](double a, double b) { return a != b ? 1.0 : 0.0; }},
-      {"select", [](Expr a, Expr b) { return select(a > 0, a, b); }, [](double a, double b) { return a > 0 ? a : b; }},
+      {"ne", [](Expr a, Expr b) { return ne(a, b); },
+       [](double a, double b) { return a != b ? 1.0 : 0.0; }},
+      {"select", [](Expr a, Expr b) { return select(a > 0, a, b); },
+       [](double a, double b) { return a > 0 ? a : b; }},
   };
   // a in [-1.5, 1.5] (multiples of 1/8: 0.25 appears), b in [0.5, 2].
   auto a_at = [](int64_t i) { return static_cast<double>(i % 25 - 12) / 8.0; };
@@ -115,9 +132,11 @@ TEST(Elementwise, EveryOpAgainstCmath) {
     std::vector<double> want(42);
     for (int64_t i = 0; i < 42; ++i) want[static_cast<size_t>(i)] = c.want(a_at(i), b_at(i));
     for (int ranks : kRanks) {
-      const TensorMap out = run_on(ranks, p, {{"a", make(F32, Shape{6, 7}, a_at)}, {"b", make(F32, Shape{6, 7}, b_at)}});
+      const TensorMap out = run_on(
+          ranks, p, {{"a", make(F32, Shape{6, 7}, a_at)}, {"b", make(F32, Shape{6, 7}, b_at)}});
       // One f32 operation (a few for gelu) against double: a few ulps.
-      EXPECT_TRUE(close(fmt::format("{} on {} ranks", c.name, ranks), out.at("y"), want, 1e-6, 1e-7));
+      EXPECT_TRUE(
+          close(fmt::format("{} on {} ranks", c.name, ranks), out.at("y"), want, 1e-6, 1e-7));
     }
   }
 }
@@ -130,12 +149,16 @@ TEST(Elementwise, BroadcastBiasOverSlicedRowsAndColumns) {
     const Expr k = p.scalar("k");
     p.output(AllGather(x * k + bias), "y");
     std::vector<double> want(35);
-    for (int64_t i = 0; i < 35; ++i) want[static_cast<size_t>(i)] = static_cast<double>(i) * 0.5 + (i % 7) * 10.0;
+    for (int64_t i = 0; i < 35; ++i)
+      want[static_cast<size_t>(i)] = static_cast<double>(i) * 0.5 + (i % 7) * 10.0;
     for (int ranks : kRanks) {
-      const TensorMap out = run_on(ranks, p, {{"x", make(F32, Shape{5, 7}, [](int64_t i) { return i; })},
-                                              {"bias", make(F32, Shape{7}, [](int64_t i) { return 10.0 * i; })}},
-                                   {{"k", 0.5}});
-      EXPECT_TRUE(close(fmt::format("x*k + bias, Sliced({}), {} ranks", dim, ranks), out.at("y"), want, 0, 0));
+      const TensorMap out =
+          run_on(ranks, p,
+                 {{"x", make(F32, Shape{5, 7}, [](int64_t i) { return i; })},
+                  {"bias", make(F32, Shape{7}, [](int64_t i) { return 10.0 * i; })}},
+                 {{"k", 0.5}});
+      EXPECT_TRUE(close(fmt::format("x*k + bias, Sliced({}), {} ranks", dim, ranks), out.at("y"),
+                        want, 0, 0));
     }
   }
 }
@@ -168,7 +191,8 @@ TEST(Dropout, SameMaskOnEveryRankCountAndSlicing) {
   for (int64_t i = 0; i < rows * cols; ++i) {
     const bool keep = dropout_keep(seed, static_cast<uint64_t>(i), 0.3f);
     kept += keep;
-    want[static_cast<size_t>(i)] = keep ? (i + 1) * static_cast<double>(static_cast<float>(1 / 0.7)) : 0.0;
+    want[static_cast<size_t>(i)] =
+        keep ? (i + 1) * static_cast<double>(static_cast<float>(1 / 0.7)) : 0.0;
   }
   EXPECT_GT(kept, rows * cols / 2);
   EXPECT_LT(kept, rows * cols);
@@ -177,9 +201,11 @@ TEST(Dropout, SameMaskOnEveryRankCountAndSlicing) {
     const Expr x = p.input(F32, {rows, cols}, Sliced(dim), "x");
     p.output(AllGather(dropout(x, 0.3, p.scalar("seed"))), "y");
     for (int ranks : kRanks) {
-      const TensorMap out = run_on(ranks, p, {{"x", make(F32, Shape{rows, cols}, [](int64_t i) { return i + 1; })}},
-                                   {{"seed", static_cast<double>(seed)}});
-      EXPECT_TRUE(close(fmt::format("dropout Sliced({}) {} ranks", dim, ranks), out.at("y"), want, 1e-7, 0));
+      const TensorMap out =
+          run_on(ranks, p, {{"x", make(F32, Shape{rows, cols}, [](int64_t i) { return i + 1; })}},
+                 {{"seed", static_cast<double>(seed)}});
+      EXPECT_TRUE(close(fmt::format("dropout Sliced({}) {} ranks", dim, ranks), out.at("y"), want,
+                        1e-7, 0));
     }
   }
 }
@@ -188,7 +214,9 @@ TEST(Dropout, SameMaskOnEveryRankCountAndSlicing) {
 // over all dims, and the norm.
 TEST(Reductions, OverEveryDimOfASlicedTensor) {
   const int64_t A = 3, B = 5, C = 4;
-  auto at = [](int64_t i) { return static_cast<double>((i * 7) % 19) - 9.0; };  // integers: exact sums
+  auto at = [](int64_t i) {
+    return static_cast<double>((i * 7) % 19) - 9.0;
+  };  // integers: exact sums
   const Tensor whole = make(F32, Shape{A, B, C}, at);
   auto want_dim = [&](ReduceOp op, int dim) {
     const int64_t ext[3] = {A, B, C};
@@ -244,21 +272,26 @@ TEST(Matmul, EveryLayoutRuleComputesTheProduct) {
     Shape sa, sb;
   };
   const std::vector<Case> cases = {
-      {Replicated, Replicated, {4, 5}, {5, 3}},    {Sliced(1), Sliced(0), {4, 7}, {7, 3}},
-      {Sliced(1), Replicated, {4, 7}, {7, 3}},     {Replicated, Sliced(0), {4, 7}, {7, 3}},
-      {Sliced(0), Replicated, {5, 3}, {3, 2}},     {Replicated, Sliced(1), {2, 3}, {3, 5}},
+      {Replicated, Replicated, {4, 5}, {5, 3}},     {Sliced(1), Sliced(0), {4, 7}, {7, 3}},
+      {Sliced(1), Replicated, {4, 7}, {7, 3}},      {Replicated, Sliced(0), {4, 7}, {7, 3}},
+      {Sliced(0), Replicated, {5, 3}, {3, 2}},      {Replicated, Sliced(1), {2, 3}, {3, 5}},
       {Sliced(0), Sliced(0), {3, 2, 4}, {3, 4, 2}}, {Sliced(0), Replicated, {3, 2, 4}, {4, 2}},
       {Sliced(1), Replicated, {2, 5, 3}, {3, 2}},   {Replicated, Sliced(1), {2, 3}, {2, 3, 5}},
       {Replicated, Sliced(2), {2, 3}, {2, 3, 5}},   {Replicated, Sliced(0), {3, 2, 4}, {3, 4, 2}},
   };
   for (const Case& c : cases) {
     Program p("mm");
-    const Expr a = p.input(F32, SymShape(std::vector<Dim>(c.sa.dims().begin(), c.sa.dims().end())), c.a, "a");
-    const Expr b = p.input(F32, SymShape(std::vector<Dim>(c.sb.dims().begin(), c.sb.dims().end())), c.b, "b");
+    const Expr a =
+        p.input(F32, SymShape(std::vector<Dim>(c.sa.dims().begin(), c.sa.dims().end())), c.a, "a");
+    const Expr b =
+        p.input(F32, SymShape(std::vector<Dim>(c.sb.dims().begin(), c.sb.dims().end())), c.b, "b");
     Expr y = matmul(a, b);
-    const std::string rule = fmt::format("{} x {} -> {}", c.a.str(), c.b.str(), y.type().layout.str());
-    if (y.type().layout.is_partial()) y = AllReduce(Sum, y);
-    else if (y.type().layout.is_sliced()) y = AllGather(y);
+    const std::string rule =
+        fmt::format("{} x {} -> {}", c.a.str(), c.b.str(), y.type().layout.str());
+    if (y.type().layout.is_partial())
+      y = AllReduce(Sum, y);
+    else if (y.type().layout.is_sliced())
+      y = AllGather(y);
     p.output(y, "y");
     auto a_at = [](int64_t i) { return static_cast<double>(i % 5) - 2.0; };
     auto b_at = [](int64_t i) { return static_cast<double>(i % 3) * 0.5; };
@@ -272,12 +305,15 @@ TEST(Matmul, EveryLayoutRuleComputesTheProduct) {
         for (int64_t j = 0; j < n; ++j) {
           double acc = 0;
           for (int64_t q = 0; q < k; ++q)
-            acc += a_at((ra > 2 ? t * m * k : 0) + i * k + q) * b_at((rb > 2 ? t * k * n : 0) + q * n + j);
+            acc += a_at((ra > 2 ? t * m * k : 0) + i * k + q) *
+                   b_at((rb > 2 ? t * k * n : 0) + q * n + j);
           want.push_back(acc);
         }
     for (int ranks : kRanks) {
-      const TensorMap out = run_on(ranks, p, {{"a", make(F32, c.sa, a_at)}, {"b", make(F32, c.sb, b_at)}});
-      EXPECT_TRUE(close(fmt::format("{} on {} ranks", rule, ranks), out.at("y"), want, 0, 0));  // small integers and halves: exact in f32
+      const TensorMap out =
+          run_on(ranks, p, {{"a", make(F32, c.sa, a_at)}, {"b", make(F32, c.sb, b_at)}});
+      EXPECT_TRUE(close(fmt::format("{} on {} ranks", rule, ranks), out.at("y"), want, 0,
+                        0));  // small integers and halves: exact in f32
     }
   }
 }
@@ -288,7 +324,8 @@ TEST(Collectives, EveryCollectiveOnUnevenShapes) {
   for (const Shape& shape : {Shape{11}, Shape{5, 3}, Shape{4, 6}, Shape{2, 5}}) {
     for (int dim = 0; dim < shape.rank(); ++dim) {
       Program p("rs");
-      const Expr x = p.input(F32, SymShape(std::vector<Dim>(shape.dims().begin(), shape.dims().end())), Local, "x");
+      const Expr x = p.input(
+          F32, SymShape(std::vector<Dim>(shape.dims().begin(), shape.dims().end())), Local, "x");
       p.output(AllGather(ReduceScatter(Sum, x, dim)), "sum");
       p.output(AllGather(ReduceScatter(Max, x, dim)), "max");
       p.output(AllReduce(Min, x), "min");
@@ -296,7 +333,8 @@ TEST(Collectives, EveryCollectiveOnUnevenShapes) {
       for (int ranks : kRanks) {
         // Every rank passes the same Local x here, so sum = ranks x, max = min = x and
         // prod = x^ranks; the next test has values that differ by rank.
-        const Tensor whole = make(F32, shape, [](int64_t i) { return static_cast<double>(i % 4) - 1.5; });
+        const Tensor whole =
+            make(F32, shape, [](int64_t i) { return static_cast<double>(i % 4) - 1.5; });
         const TensorMap out = run_on(ranks, p, {{"x", whole}});
         std::vector<double> sum, same, prod;
         for (double v : values(whole)) {
@@ -378,10 +416,12 @@ TEST(Update, WritesTheCallersTensorInPlace) {
       const Tensor& piece = pieces[static_cast<size_t>(r)];
       const int64_t off = part_offset(10, ranks, r);
       EXPECT_TRUE(close(fmt::format("w piece of rank {} of {}", r, ranks), piece,
-                        std::vector<double>(want.begin() + off, want.begin() + off + piece.numel()), 0, 0));
+                        std::vector<double>(want.begin() + off, want.begin() + off + piece.numel()),
+                        0, 0));
       EXPECT_TRUE(close("w_all", outs[static_cast<size_t>(r)].at("w_all"), want, 0, 0));
     }
-    EXPECT_TRUE(close("g untouched", whole_g, values(make(F32, Shape{10}, [](int64_t i) { return 2.0 * i; })), 0, 0));
+    EXPECT_TRUE(close("g untouched", whole_g,
+                      values(make(F32, Shape{10}, [](int64_t i) { return 2.0 * i; })), 0, 0));
   }
 }
 
@@ -412,7 +452,8 @@ TEST(Pipeline, SendRecvBetweenThreeGroups) {
       RunArgs args;
       args.symbols = {{"N", 7}};
       if (c.rank() < per_group)
-        args.inputs["x"] = exec::piece_of(make(F32, Shape{7}, [](int64_t i) { return i; }), Sliced(0), per_group, c.rank());
+        args.inputs["x"] = exec::piece_of(make(F32, Shape{7}, [](int64_t i) { return i; }),
+                                          Sliced(0), per_group, c.rank());
       outs[static_cast<size_t>(c.rank())] = exec::run_reference(p, c, args);
     });
     std::vector<double> z_want(7), c_want(7);

@@ -31,13 +31,20 @@ Program random_program(std::mt19937& rng, int index) {
   Expr x = p.input(gdt, {"N"}, Local, "g");
   std::vector<Expr> reps;
   const int nrep = 1 + pick(rng, 3);
-  for (int i = 0; i < nrep; ++i) reps.push_back(p.input(F32, {"N"}, Replicated, fmt::format("r{}", i)));
+  for (int i = 0; i < nrep; ++i)
+    reps.push_back(p.input(F32, {"N"}, Replicated, fmt::format("r{}", i)));
 
   for (int i = pick(rng, 3); i > 0; --i) {
     switch (pick(rng, 3)) {
-      case 0: x = x * s1; break;
-      case 1: x = abs(x) + 0.5; break;
-      default: x = tanh(x); break;
+      case 0:
+        x = x * s1;
+        break;
+      case 1:
+        x = abs(x) + 0.5;
+        break;
+      default:
+        x = tanh(x);
+        break;
     }
   }
   const Expr y = AllReduce(Sum, x).named("y");
@@ -46,23 +53,46 @@ Program random_program(std::mt19937& rng, int index) {
   std::vector<Expr> scalars{s1, s2};
   auto any = [&]() { return pool[static_cast<size_t>(pick(rng, static_cast<int>(pool.size())))]; };
   // Prefer recent nodes so that the DAG grows deep as well as wide.
-  auto recent = [&]() { return pool[pool.size() - 1 - static_cast<size_t>(pick(rng, std::min<int>(3, static_cast<int>(pool.size()))))]; };
+  auto recent = [&]() {
+    return pool[pool.size() - 1 -
+                static_cast<size_t>(pick(rng, std::min<int>(3, static_cast<int>(pool.size()))))];
+  };
   const int nodes = 3 + pick(rng, 7);
   for (int i = 0; i < nodes; ++i) {
     const Expr a = recent();
     const Expr b = any();
     Expr r;
     switch (pick(rng, 12)) {
-      case 0: r = a + b; break;
-      case 1: r = a - b; break;
-      case 2: r = a * b; break;
-      case 3: r = a / (abs(b) + 1.0); break;
-      case 4: r = max(a, b); break;
-      case 5: r = tanh(a) * scalars[static_cast<size_t>(pick(rng, static_cast<int>(scalars.size())))]; break;
-      case 6: r = sqrt(abs(a)); break;
-      case 7: r = select(a > b, a, b); break;
-      case 8: r = dropout(a, 0.25, seed); break;
-      case 9: r = gelu(a) + scalars[static_cast<size_t>(pick(rng, static_cast<int>(scalars.size())))]; break;
+      case 0:
+        r = a + b;
+        break;
+      case 1:
+        r = a - b;
+        break;
+      case 2:
+        r = a * b;
+        break;
+      case 3:
+        r = a / (abs(b) + 1.0);
+        break;
+      case 4:
+        r = max(a, b);
+        break;
+      case 5:
+        r = tanh(a) * scalars[static_cast<size_t>(pick(rng, static_cast<int>(scalars.size())))];
+        break;
+      case 6:
+        r = sqrt(abs(a));
+        break;
+      case 7:
+        r = select(a > b, a, b);
+        break;
+      case 8:
+        r = dropout(a, 0.25, seed);
+        break;
+      case 9:
+        r = gelu(a) + scalars[static_cast<size_t>(pick(rng, static_cast<int>(scalars.size())))];
+        break;
       case 10: {
         // A whole-tensor norm, used as a scalar downstream.
         const Expr n = norm(a);
@@ -70,7 +100,9 @@ Program random_program(std::mt19937& rng, int index) {
         r = a * scalars.back();
         break;
       }
-      default: r = exp(-abs(a)); break;
+      default:
+        r = exp(-abs(a));
+        break;
     }
     pool.push_back(r);
   }
@@ -102,7 +134,8 @@ std::vector<int> subset(std::mt19937& rng, const std::vector<int>& from, int max
   std::vector<int> out;
   for (int x : from)
     if (pick(rng, 2) == 0 && static_cast<int>(out.size()) < max_size) out.push_back(x);
-  if (out.empty() && !from.empty()) out.push_back(from[static_cast<size_t>(pick(rng, static_cast<int>(from.size())))]);
+  if (out.empty() && !from.empty())
+    out.push_back(from[static_cast<size_t>(pick(rng, static_cast<int>(from.size())))]);
   return out;
 }
 
@@ -153,7 +186,8 @@ Applied random_schedule(std::mt19937& rng, const Program& p) {
           std::vector<int> f;
           std::vector<int> colls;
           for (int c : comps)
-            if (cur.stage(c).op == Op::AllReduce || cur.stage(c).op == Op::ReduceScatter) colls.push_back(c);
+            if (cur.stage(c).op == Op::AllReduce || cur.stage(c).op == Op::ReduceScatter)
+              colls.push_back(c);
           if (!colls.empty() && pick(rng, 2) == 0) {
             const int c = colls[static_cast<size_t>(pick(rng, static_cast<int>(colls.size())))];
             f = subset(rng, reachable(cur, c), 6);
@@ -167,7 +201,9 @@ Applied random_schedule(std::mt19937& rng, const Program& p) {
         case 4:
           s.as_slice(inputs[static_cast<size_t>(pick(rng, static_cast<int>(inputs.size())))]);
           break;
-        default: s.eliminate_dead_stages(); break;
+        default:
+          s.eliminate_dead_stages();
+          break;
       }
       ++a.applied;
     } catch (const UserError&) {
@@ -193,7 +229,11 @@ TEST(RandomPrograms, RandomTransformationSequencesKeepMeaning) {
       const Plan plan = a.schedule.lower();
       const int ranks = 1 + pick(rng, 4);
       const int64_t n = 1 + pick(rng, 60);
-      const Case c{fmt::format("{} N={}", p.name(), n), p, {{"N", n}}, {{"s1", 0.75}, {"s2", -0.25}, {"seed", 99}}, 1};
+      const Case c{fmt::format("{} N={}", p.name(), n),
+                   p,
+                   {{"N", n}},
+                   {{"s1", 0.75}, {"s2", -0.25}, {"seed", 99}},
+                   1};
       bool reordered = false;
       for (const std::string& h : a.schedule.history()) reordered |= h.rfind("reorder", 0) == 0;
       split_reordered += reordered ? 1 : 0;
@@ -215,8 +255,8 @@ TEST(RandomPrograms, RandomTransformationSequencesKeepMeaning) {
   EXPECT_GT(applied, runs);
   EXPECT_GT(split_reordered, runs / 6);
   EXPECT_GT(refused, 0);
-  std::fprintf(stderr, "%d runs: %d transformations applied, %d refused, %d schedules reordered\n", runs, applied,
-               refused, split_reordered);
+  std::fprintf(stderr, "%d runs: %d transformations applied, %d refused, %d schedules reordered\n",
+               runs, applied, refused, split_reordered);
 }
 
 }  // namespace

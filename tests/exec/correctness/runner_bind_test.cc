@@ -6,6 +6,7 @@
 
 #include <vector>
 
+#include "support/schedules.h"
 #include "support/scratch.h"
 #include "tandem/comm/thread.h"
 #include "tandem/dsl/dsl.h"
@@ -13,7 +14,6 @@
 #include "tandem/exec/runner.h"
 #include "tandem/schedule/enumerate.h"
 #include "tandem/schedule/schedule.h"
-#include "support/schedules.h"
 
 namespace tandem::exec {
 namespace {
@@ -23,8 +23,13 @@ using ::testing::HasSubstr;
 using tandem::testing::plan_named;
 
 void set_adam_scalars(Runner& r) {
-  for (const auto& [name, v] : {std::pair<const char*, double>{"lr", 0.01}, {"beta1", 0.9}, {"beta2", 0.999},
-                                {"eps", 1e-8}, {"weight_decay", 0.1}, {"step", 1}, {"grad_scale", 0.5}})
+  for (const auto& [name, v] : {std::pair<const char*, double>{"lr", 0.01},
+                                {"beta1", 0.9},
+                                {"beta2", 0.999},
+                                {"eps", 1e-8},
+                                {"weight_decay", 0.1},
+                                {"step", 1},
+                                {"grad_scale", 0.5}})
     r.set_scalar(name, v);
 }
 
@@ -36,7 +41,8 @@ TEST(RunnerBind, BoundInputsMatchCopiedOnesOnEveryExecutor) {
     for (RunnerKind kind : {RunnerKind::Compiled, RunnerKind::Plan, RunnerKind::Reference})
       for (int ranks : {1, 2, 3})
         comm::run_ranks(ranks, [&](comm::Communicator& c) {
-          const std::string what = schedule + " " + std::string(runner_kind_name(kind)) + " " + std::to_string(ranks);
+          const std::string what =
+              schedule + " " + std::string(runner_kind_name(kind)) + " " + std::to_string(ranks);
           std::vector<float> g(n), w(n);
           for (int64_t i = 0; i < n; ++i) {
             g[static_cast<size_t>(i)] = 0.01f * static_cast<float>((i * 7 + c.rank()) % 13) - 0.06f;
@@ -55,8 +61,12 @@ TEST(RunnerBind, BoundInputsMatchCopiedOnesOnEveryExecutor) {
           RunnerOptions o;
           o.bound = {"g", "w"};
           std::unique_ptr<Runner> bound = make_runner(kind, plan, c, {{"N", n}}, o);
-          EXPECT_LT(bound->allocated_bytes() + 2 * static_cast<size_t>(n) * 4, copied->allocated_bytes() + 1) << what;
-          EXPECT_THAT(testing::user_error_of([&] { bound->run(); }), HasSubstr("is to be bound, and is not")) << what;
+          EXPECT_LT(bound->allocated_bytes() + 2 * static_cast<size_t>(n) * 4,
+                    copied->allocated_bytes() + 1)
+              << what;
+          EXPECT_THAT(testing::user_error_of([&] { bound->run(); }),
+                      HasSubstr("is to be bound, and is not"))
+              << what;
           bound->bind("g", Tensor::view_of(g.data(), DType::F32, Shape{n}));
           bound->bind("w", Tensor::view_of(w.data(), DType::F32, Shape{n}));
           bound->input("m").fill(0.0f);
@@ -64,20 +74,24 @@ TEST(RunnerBind, BoundInputsMatchCopiedOnesOnEveryExecutor) {
           set_adam_scalars(*bound);
           bound->run();
           EXPECT_EQ(bound->input("w").data(), static_cast<void*>(w.data())) << what;
-          for (int64_t i = 0; i < n; ++i) ASSERT_EQ(w[static_cast<size_t>(i)], want.get(i)) << what << " at " << i;
+          for (int64_t i = 0; i < n; ++i)
+            ASSERT_EQ(w[static_cast<size_t>(i)], want.get(i)) << what << " at " << i;
         });
   }
 }
 
 TEST(RunnerBind, AWrongBindingNamesTheInputAndItsStoredShape) {
-  const schedule::Plan plan = plan_named(dsl::workloads::adam(DType::F32), "fused(RS-C-AG)+slice(m,v)");
+  const schedule::Plan plan =
+      plan_named(dsl::workloads::adam(DType::F32), "fused(RS-C-AG)+slice(m,v)");
   for (RunnerKind kind : {RunnerKind::Compiled, RunnerKind::Plan, RunnerKind::Reference})
     comm::run_ranks(2, [&](comm::Communicator& c) {
       std::unique_ptr<Runner> r = make_runner(kind, plan, c, {{"N", 10}});
       std::vector<float> small(4);
-      EXPECT_EQ(testing::user_error_of([&] { r->bind("m", Tensor::view_of(small.data(), DType::F32, Shape{4})); }),
+      EXPECT_EQ(testing::user_error_of(
+                    [&] { r->bind("m", Tensor::view_of(small.data(), DType::F32, Shape{4})); }),
                 "program 'adam': input 'm' is stored as f32[5] on this rank; bound to f32[4]");
-      EXPECT_THAT(testing::user_error_of([&] { r->bind("q", Tensor::view_of(small.data(), DType::F32, Shape{4})); }),
+      EXPECT_THAT(testing::user_error_of(
+                      [&] { r->bind("q", Tensor::view_of(small.data(), DType::F32, Shape{4})); }),
                   HasSubstr("no input"));
     });
 }
@@ -94,7 +108,8 @@ TEST(RunnerBind, BoundOutputsAreComputedInTheCallersMemory) {
     for (RunnerKind kind : {RunnerKind::Compiled, RunnerKind::Plan, RunnerKind::Reference})
       for (int ranks : {1, 2, 3})
         comm::run_ranks(ranks, [&](comm::Communicator& c) {
-          const std::string what = ns.name + " " + std::string(runner_kind_name(kind)) + " " + std::to_string(ranks);
+          const std::string what =
+              ns.name + " " + std::string(runner_kind_name(kind)) + " " + std::to_string(ranks);
           auto fill = [&](Runner& r) {
             for (const char* name : {"x", "w", "bias", "residual"}) {
               const Tensor t = r.input(name);
@@ -103,22 +118,28 @@ TEST(RunnerBind, BoundOutputsAreComputedInTheCallersMemory) {
             }
             r.set_scalar("seed", 11);
           };
-          std::unique_ptr<Runner> stored = make_runner(kind, plan, c, {{"B", B}, {"K", K}, {"H", H}});
+          std::unique_ptr<Runner> stored =
+              make_runner(kind, plan, c, {{"B", B}, {"K", K}, {"H", H}});
           fill(*stored);
           stored->run();
           RunnerOptions o;
           o.bound = {"out"};
-          std::unique_ptr<Runner> bound = make_runner(kind, plan, c, {{"B", B}, {"K", K}, {"H", H}}, o);
-          EXPECT_LE(bound->allocated_bytes() + static_cast<size_t>(B * H) * 4, stored->allocated_bytes()) << what;
+          std::unique_ptr<Runner> bound =
+              make_runner(kind, plan, c, {{"B", B}, {"K", K}, {"H", H}}, o);
+          EXPECT_LE(bound->allocated_bytes() + static_cast<size_t>(B * H) * 4,
+                    stored->allocated_bytes())
+              << what;
           fill(*bound);
-          EXPECT_THAT(testing::user_error_of([&] { bound->run(); }), HasSubstr("'out' is to be bound, and is not"))
+          EXPECT_THAT(testing::user_error_of([&] { bound->run(); }),
+                      HasSubstr("'out' is to be bound, and is not"))
               << what;
           std::vector<float> out(static_cast<size_t>(B * H), -1.0f);
           bound->bind("out", Tensor::view_of(out.data(), DType::F32, Shape{B, H}));
           bound->run();
           EXPECT_EQ(bound->output("out").data(), static_cast<void*>(out.data())) << what;
           const Tensor want = stored->output("out");
-          for (int64_t i = 0; i < B * H; ++i) ASSERT_EQ(out[static_cast<size_t>(i)], want.get(i)) << what << " at " << i;
+          for (int64_t i = 0; i < B * H; ++i)
+            ASSERT_EQ(out[static_cast<size_t>(i)], want.get(i)) << what << " at " << i;
         });
   }
 }
@@ -130,13 +151,17 @@ TEST(RunnerBind, AnUnknownNameIsNamed) {
       RunnerOptions o;
       o.bound = {"outt"};
       if (kind != RunnerKind::Reference) {
-        EXPECT_EQ(testing::user_error_of([&] { make_runner(kind, plan, c, {{"B", 2}, {"K", 2}, {"H", 2}}, o); }),
-                  "plan 'AR-C': program 'megatron_layer' has no input or output named 'outt' (these "
-                  "can be bound: x, w, bias, residual, out)");
+        EXPECT_EQ(
+            testing::user_error_of([&] {
+              make_runner(kind, plan, c, {{"B", 2}, {"K", 2}, {"H", 2}}, o);
+            }),
+            "plan 'AR-C': program 'megatron_layer' has no input or output named 'outt' (these "
+            "can be bound: x, w, bias, residual, out)");
       }
       std::unique_ptr<Runner> r = make_runner(kind, plan, c, {{"B", 2}, {"K", 2}, {"H", 2}});
       std::vector<float> mem(4);
-      EXPECT_THAT(testing::user_error_of([&] { r->bind("outt", Tensor::view_of(mem.data(), DType::F32, Shape{4})); }),
+      EXPECT_THAT(testing::user_error_of(
+                      [&] { r->bind("outt", Tensor::view_of(mem.data(), DType::F32, Shape{4})); }),
                   HasSubstr("no input or output"));
     });
 }
@@ -162,13 +187,18 @@ TEST(RunnerBind, OutputsThatCannotBeBoundSayWhy) {
     comm::run_ranks(2, [&](comm::Communicator& c) {
       RunnerOptions o;
       o.bound = {"sum"};
-      EXPECT_EQ(testing::user_error_of([&] { make_runner(kind, in_place_plan, c, {{"N", 8}}, o); }),
-                fmt::format("plan '{}': output 'sum' is computed in input 'g''s buffer; bind that input",
-                            in_place_plan.name));
+      EXPECT_EQ(
+          testing::user_error_of([&] {
+            make_runner(kind, in_place_plan, c, {{"N", 8}}, o);
+          }),
+          fmt::format("plan '{}': output 'sum' is computed in input 'g''s buffer; bind that input",
+                      in_place_plan.name));
       o.bound = {"r"};
-      EXPECT_EQ(testing::user_error_of(
-                    [&] { make_runner(kind, blocked_plan, c, {{"B", 8}, {"K", 4}, {"H", 4}}, o); }),
-                fmt::format("plan '{}': output 'r' is stored block by block under this schedule and cannot be bound",
+      EXPECT_EQ(testing::user_error_of([&] {
+                  make_runner(kind, blocked_plan, c, {{"B", 8}, {"K", 4}, {"H", 4}}, o);
+                }),
+                fmt::format("plan '{}': output 'r' is stored block by block under this schedule "
+                            "and cannot be bound",
                             blocked_plan.name));
     });
 }

@@ -15,7 +15,9 @@
 namespace tandem::exec {
 namespace {
 
-float value_at(int rank, int64_t i) { return static_cast<float>(std::sin(0.3 * static_cast<double>(i) + rank)); }
+float value_at(int rank, int64_t i) {
+  return static_cast<float>(std::sin(0.3 * static_cast<double>(i) + rank));
+}
 
 TEST(SumInPlace, EveryScheduleSumsIntoTheBoundBuffer) {
   const int64_t n = 1003;
@@ -27,7 +29,8 @@ TEST(SumInPlace, EveryScheduleSumsIntoTheBoundBuffer) {
     for (RunnerKind kind : {RunnerKind::Compiled, RunnerKind::Plan, RunnerKind::Reference})
       for (int ranks : {1, 2, 3, 4})
         comm::run_ranks(ranks, [&](comm::Communicator& c) {
-          const std::string what = fmt::format("{} on {} at {} ranks", ns.name, runner_kind_name(kind), ranks);
+          const std::string what =
+              fmt::format("{} on {} at {} ranks", ns.name, runner_kind_name(kind), ranks);
           std::vector<float> g(n);
           for (int64_t i = 0; i < n; ++i) g[static_cast<size_t>(i)] = value_at(c.rank(), i);
           RunnerOptions o;

@@ -92,8 +92,10 @@ std::string check_close(const std::string& where, const exec::TensorMap& out) {
   std::string bad;
   const double n = out.at("n").get(0), t = out.at("t").get(0);
   const double want_n = std::sqrt(exact().sumsq), want_t = exact().sum;
-  if (!(std::abs(n - want_n) <= 1e-6 * want_n)) bad += fmt::format("{}: norm {} want {:.9g}\n", where, n, want_n);
-  if (!(std::abs(t - want_t) <= 1e-6 * want_t)) bad += fmt::format("{}: sum {} want {:.9g}\n", where, t, want_t);
+  if (!(std::abs(n - want_n) <= 1e-6 * want_n))
+    bad += fmt::format("{}: norm {} want {:.9g}\n", where, n, want_n);
+  if (!(std::abs(t - want_t) <= 1e-6 * want_t))
+    bad += fmt::format("{}: sum {} want {:.9g}\n", where, t, want_t);
   return bad;
 }
 
@@ -144,7 +146,8 @@ TEST(SumLanes, LargeNormMatchesDoubleOnEveryExecutorAndSchedule) {
         const std::string name = input_name(program);
         const Tensor in = input_for(program, comm);
         const SymbolMap sym = {{"N", kN}};
-        const std::string at = fmt::format("{} on {} ranks, rank {}", program.name(), ranks, comm.rank());
+        const std::string at =
+            fmt::format("{} on {} ranks, rank {}", program.name(), ranks, comm.rank());
         exec::RunArgs ra{sym, {}, {{name, in.clone()}}};
         const exec::TensorMap ref = exec::run_reference(program, comm, ra);
         bad += check_close("reference, " + at, ref);
@@ -159,12 +162,14 @@ TEST(SumLanes, LargeNormMatchesDoubleOnEveryExecutorAndSchedule) {
           exec::CompiledRunner runner(all.plans[k], comm, sym);
           runner.load(name, in);
           runner.run();
-          exec::TensorMap compiled = {{"n", runner.output("n").clone()}, {"t", runner.output("t").clone()}};
+          exec::TensorMap compiled = {{"n", runner.output("n").clone()},
+                                      {"t", runner.output("t").clone()}};
           bad += check_close("compiled, " + where, compiled);
           // The compiled code folds exactly as the plan runner does.
           for (const char* o : {"n", "t"}) {
             if (!interpret[k]) continue;
-            bad += same_bits(fmt::format("compiled vs plan runner {}, {}", o, where), compiled.at(o), planned.at(o));
+            bad += same_bits(fmt::format("compiled vs plan runner {}, {}", o, where),
+                             compiled.at(o), planned.at(o));
           }
         }
         std::lock_guard<std::mutex> lock(mu);
@@ -183,7 +188,8 @@ TEST(SumLanes, ChunkingDoesNotChangeTheCompiledResult) {
   // Chunk sizes in bytes, odd ones included (chunks that cut the lanes' groups of 8 anywhere).
   const size_t chunks[] = {0, 4 * 1000 + 4 * 3, 4 * 64 * 1024 + 4 * 5, 4 * 8 * 1024};
   for (int ranks = 1; ranks <= 4; ++ranks) {
-    std::vector<std::vector<std::pair<float, float>>> got(std::size(chunks));  // [chunk][plan] (n, t) of rank 0
+    std::vector<std::vector<std::pair<float, float>>> got(
+        std::size(chunks));  // [chunk][plan] (n, t) of rank 0
     std::mutex mu;
     std::string failures;
     for (size_t c = 0; c < std::size(chunks); ++c) {
@@ -207,8 +213,9 @@ TEST(SumLanes, ChunkingDoesNotChangeTheCompiledResult) {
         const auto [n0, t0] = got[0][k];
         const auto [n, t] = got[c][k];
         if (std::memcmp(&n, &n0, 4) != 0 || std::memcmp(&t, &t0, 4) != 0)
-          failures += fmt::format("{} on {} ranks, chunk {} bytes: n {:a} t {:a}, default chunk: n {:a} t {:a}\n",
-                                  all.names[k], ranks, chunks[c], n, t, n0, t0);
+          failures += fmt::format(
+              "{} on {} ranks, chunk {} bytes: n {:a} t {:a}, default chunk: n {:a} t {:a}\n",
+              all.names[k], ranks, chunks[c], n, t, n0, t0);
       }
     EXPECT_EQ(failures, "");
   }

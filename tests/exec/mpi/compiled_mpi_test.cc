@@ -42,11 +42,13 @@ TEST_F(CompiledMpi, Bf16SumsReducedInF32AreBitwise) {
   // With reduce_in_f32 the 16-bit sums round once on the ring too: every schedule is bitwise.
   auto comm = world();
   const Schedules bf16 = compile_all(dsl::workloads::adam(DType::BF16));
-  const Outcome o = check_compiled(adam_case(DType::BF16, 1013), bf16, *comm, {.reduce_in_f32 = true});
+  const Outcome o =
+      check_compiled(adam_case(DType::BF16, 1013), bf16, *comm, {.reduce_in_f32 = true});
   EXPECT_EQ(o.failures, "");
   EXPECT_EQ(o.bitwise, o.schedules);
   const Schedules layer = compile_all(dsl::workloads::megatron_layer(DType::BF16, 0.1));
-  const Outcome m = check_compiled(megatron_case(DType::BF16, 5, 3, 9), layer, *comm, {.reduce_in_f32 = true});
+  const Outcome m =
+      check_compiled(megatron_case(DType::BF16, 5, 3, 9), layer, *comm, {.reduce_in_f32 = true});
   EXPECT_EQ(m.failures, "");
 }
 
@@ -64,8 +66,10 @@ TEST_F(CompiledMpi, Megatron) {
 
 TEST_F(CompiledMpi, Pipeline) {
   auto comm = world();
-  if (comm->size() % 2 != 0) GTEST_SKIP() << "the pipeline needs an even number of ranks (two equal groups)";
-  expect_ok(pipeline_case(DType::F32, 7, 10, 6), compile_all(dsl::workloads::pipeline_stage(DType::F32, 0.1)), *comm);
+  if (comm->size() % 2 != 0)
+    GTEST_SKIP() << "the pipeline needs an even number of ranks (two equal groups)";
+  expect_ok(pipeline_case(DType::F32, 7, 10, 6),
+            compile_all(dsl::workloads::pipeline_stage(DType::F32, 0.1)), *comm);
 }
 
 }  // namespace

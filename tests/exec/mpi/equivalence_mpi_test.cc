@@ -20,8 +20,8 @@ class MpiEquivalence : public ::testing::Test {
   // Every rank checks; the verdicts are combined so that every rank fails together.
   void check(const Case& c, int min_schedules) {
     auto comm = world();
-    if (comm->size() % c.program.groups() != 0) GTEST_SKIP() << c.label << " needs a multiple of "
-                                                             << c.program.groups() << " ranks";
+    if (comm->size() % c.program.groups() != 0)
+      GTEST_SKIP() << c.label << " needs a multiple of " << c.program.groups() << " ranks";
     const Outcome o = check_all_schedules(c, all_plans(c), *comm);
     int bad = o.failures.empty() ? 0 : 1, any = 0;
     MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);

@@ -25,15 +25,18 @@ TEST(Mpi, Lamb) {
 
 TEST(Mpi, MegatronLayer) {
   auto comm = world();
-  for (const LayerCase& c : {LayerCase{DType::F32, 5, 7, 3, 0.1, 1234}, LayerCase{DType::F32, 1, 1, 2, 0.0, 1},
-                             LayerCase{DType::BF16, 6, 13, 5, 0.1, 7}})
+  for (const LayerCase& c :
+       {LayerCase{DType::F32, 5, 7, 3, 0.1, 1234}, LayerCase{DType::F32, 1, 1, 2, 0.0, 1},
+        LayerCase{DType::BF16, 6, 13, 5, 0.1, 7}})
     check_layer(*comm, c);
 }
 
 TEST(Mpi, PipelineStage) {
   auto comm = world();
-  if (comm->size() % 2 != 0) GTEST_SKIP() << "the pipeline needs an even number of ranks (two equal groups)";
-  for (const LayerCase& c : {LayerCase{DType::F32, 5, 7, 3, 0.1, 1234}, LayerCase{DType::BF16, 3, 5, 4, 0.2, 5}})
+  if (comm->size() % 2 != 0)
+    GTEST_SKIP() << "the pipeline needs an even number of ranks (two equal groups)";
+  for (const LayerCase& c :
+       {LayerCase{DType::F32, 5, 7, 3, 0.1, 1234}, LayerCase{DType::BF16, 3, 5, 4, 0.2, 5}})
     check_pipeline(*comm, c);
 }
 

@@ -28,7 +28,8 @@ schedule::Plan unique_plan() {
 }
 
 TEST(CompileCache, SecondCompileIsAHitAndRunsCompileNothing) {
-  const fs::path dir = fs::temp_directory_path() / fmt::format("tandem-codegen-cache-{}", ::getpid());
+  const fs::path dir =
+      fs::temp_directory_path() / fmt::format("tandem-codegen-cache-{}", ::getpid());
   fs::remove_all(dir);
   JitOptions options;
   options.cache_dir = dir.string();
@@ -57,7 +58,8 @@ TEST(CompileCache, SecondCompileIsAHitAndRunsCompileNothing) {
       run.input("x").fill(static_cast<float>(c.rank() + 1));
       run.run();
       const Tensor y = run.output("y");
-      for (int64_t i = 0; i < y.numel(); ++i) EXPECT_EQ(y.get(i), static_cast<float>(ranks * (ranks + 1)));
+      for (int64_t i = 0; i < y.numel(); ++i)
+        EXPECT_EQ(y.get(i), static_cast<float>(ranks * (ranks + 1)));
     });
   EXPECT_EQ(jit_stats().compiles, s2.compiles);
   fs::remove_all(dir);

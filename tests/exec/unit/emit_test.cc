@@ -13,12 +13,12 @@
 #include <sstream>
 #include <vector>
 
+#include "support/schedules.h"
 #include "tandem/codegen/cpp.h"
 #include "tandem/core/env.h"
 #include "tandem/dsl/dsl.h"
 #include "tandem/exec/jit.h"
 #include "tandem/schedule/transforms.h"
-#include "support/schedules.h"
 
 namespace tandem::codegen {
 namespace {
@@ -38,7 +38,8 @@ TEST(Emit, SameTextForTheSamePlan) {
     EXPECT_EQ(a, b) << name;
   }
   // Different schedules, different text.
-  EXPECT_NE(emit_cpp(plan_named(dsl::workloads::adam(), "AR-C")), emit_cpp(plan_named(dsl::workloads::adam(), "fused(AR-C)")));
+  EXPECT_NE(emit_cpp(plan_named(dsl::workloads::adam(), "AR-C")),
+            emit_cpp(plan_named(dsl::workloads::adam(), "fused(AR-C)")));
 }
 
 TEST(Emit, OneEntrySignaturePerStepAndTheSharedPrefix) {
@@ -48,8 +49,12 @@ TEST(Emit, OneEntrySignaturePerStepAndTheSharedPrefix) {
   EXPECT_EQ(count(src, "Emitted by tandem codegen/cpp"), 1u);
   EXPECT_EQ(count(src, "extern \"C\" int tandem_run(const tandem_args* a)"), 1u);
   for (size_t k = 0; k < plan.steps.size(); ++k)
-    EXPECT_EQ(count(src, "extern \"C\" int " + step_symbol(static_cast<int>(k)) + "(const tandem_args* a)"), 1u) << k;
-  EXPECT_EQ(count(src, "extern \"C\" int " + step_symbol(static_cast<int>(plan.steps.size())) + "("), 0u);
+    EXPECT_EQ(count(src, "extern \"C\" int " + step_symbol(static_cast<int>(k)) +
+                             "(const tandem_args* a)"),
+              1u)
+        << k;
+  EXPECT_EQ(
+      count(src, "extern \"C\" int " + step_symbol(static_cast<int>(plan.steps.size())) + "("), 0u);
   // The update runs inside the reduce-scatter: a hook function handed over in the descriptor.
   EXPECT_NE(src.find("c.hook = hook"), std::string::npos);
   EXPECT_NE(src.find("__restrict"), std::string::npos);
@@ -60,7 +65,8 @@ TEST(Emit, OneEntrySignaturePerStepAndTheSharedPrefix) {
 
 TEST(Emit, SourceDoesNotDependOnTheSizes) {
   // Sizes and rank counts are run-time values: the text names the symbols, never their extents.
-  const std::string src = emit_cpp(plan_named(dsl::workloads::megatron_layer(), "ol(MM,fused(AR-C))"));
+  const std::string src =
+      emit_cpp(plan_named(dsl::workloads::megatron_layer(), "ol(MM,fused(AR-C))"));
   EXPECT_NE(src.find("a->sym["), std::string::npos);
   EXPECT_NE(src.find("a->p"), std::string::npos);
 }
@@ -108,7 +114,8 @@ std::set<int> vectorised_lines(const std::string& src, const std::string& tag) {
 }
 
 TEST(Emit, FusedLoopsVectorise) {
-  if (env_str("CXX", "c++").find("clang") != std::string::npos) GTEST_SKIP() << "-fopt-info is GCC's";
+  if (env_str("CXX", "c++").find("clang") != std::string::npos)
+    GTEST_SKIP() << "-fopt-info is GCC's";
   // AdamW inside the reduce-scatter (bf16 gradient loaded and widened in the loop), and the
   // Megatron epilogue inside the all-reduce (bias broadcast, counter-based dropout, residual).
   const std::pair<dsl::Program, std::string> cases[] = {
@@ -122,8 +129,8 @@ TEST(Emit, FusedLoopsVectorise) {
     ASSERT_FALSE(loops.empty());
     // Every element loop (scalar code is emitted without one).
     for (int line : loops)
-      EXPECT_TRUE(done.count(line)) << program.name() << " / " << name << ": the loop at line " << line
-                                    << " is not vectorised";
+      EXPECT_TRUE(done.count(line)) << program.name() << " / " << name << ": the loop at line "
+                                    << line << " is not vectorised";
   }
 }
 
@@ -136,20 +143,26 @@ std::set<int> sum_fold_loops(const std::string& src) {
   for (std::string line; std::getline(in, line);) text.push_back(line);
   // Run functions: from "static void ..._run(" to the next line that is "}".
   for (size_t i = 0; i < text.size(); ++i) {
-    if (text[i].rfind("static void ", 0) != 0 || text[i].find("_run(") == std::string::npos) continue;
+    if (text[i].rfind("static void ", 0) != 0 || text[i].find("_run(") == std::string::npos)
+      continue;
     size_t end = i;
     bool folds = false;
-    while (end < text.size() && text[end] != "}") folds |= text[end++].find("tdm_fold_sum") != std::string::npos;
+    while (end < text.size() && text[end] != "}")
+      folds |= text[end++].find("tdm_fold_sum") != std::string::npos;
     if (folds)
       for (size_t j = i; j < end; ++j)
-        if (text[j].find("for (int64_t t = t0; t < t0 + tn; ++t)") != std::string::npos) lines.insert(static_cast<int>(j + 1));
+        if (text[j].find("for (int64_t t = t0; t < t0 + tn; ++t)") != std::string::npos)
+          lines.insert(static_cast<int>(j + 1));
     i = end;
   }
   for (const char* helper : {"tdm_fold_sum8(", "tdm_fold_sumsq8("}) {
     if (src.find(std::string(helper) + "acc") == std::string::npos) continue;  // not called
     size_t j = 0;
-    while (j < text.size() && text[j].find(std::string("inline void ") + helper) == std::string::npos) ++j;
-    while (j < text.size() && text[j].find("for (int64_t q = 0; q < groups;") == std::string::npos) ++j;
+    while (j < text.size() &&
+           text[j].find(std::string("inline void ") + helper) == std::string::npos)
+      ++j;
+    while (j < text.size() && text[j].find("for (int64_t q = 0; q < groups;") == std::string::npos)
+      ++j;
     EXPECT_LT(j, text.size()) << helper << " has no group loop";
     lines.insert(static_cast<int>(j + 1));
   }
@@ -157,7 +170,8 @@ std::set<int> sum_fold_loops(const std::string& src) {
 }
 
 TEST(Emit, SumAndNormFoldsVectorise) {
-  if (env_str("CXX", "c++").find("clang") != std::string::npos) GTEST_SKIP() << "-fopt-info is GCC's";
+  if (env_str("CXX", "c++").find("clang") != std::string::npos)
+    GTEST_SKIP() << "-fopt-info is GCC's";
   // LAMB's norms folded into double lanes: the tile loop computing the update, and the helpers'
   // groups of 8 (2 x 4 doubles on AVX2), in the fused and the unfused sliced schedules; a
   // whole-tensor sum too.
@@ -181,8 +195,8 @@ TEST(Emit, SumAndNormFoldsVectorise) {
     ASSERT_FALSE(loops.empty()) << program.name() << " / " << plan_name;
     EXPECT_NE(src.find("tdm_fold_sumsq8(acc"), std::string::npos);
     for (int line : loops)
-      EXPECT_TRUE(done.count(line)) << program.name() << " / " << plan_name << ": the loop at line " << line
-                                    << " is not vectorised";
+      EXPECT_TRUE(done.count(line)) << program.name() << " / " << plan_name << ": the loop at line "
+                                    << line << " is not vectorised";
   }
 }
 

@@ -34,12 +34,16 @@ class EnvGuard {
  public:
   EnvGuard(const char* name, std::optional<std::string> value) : name_(name) {
     if (const char* old = std::getenv(name)) old_ = old;
-    if (value) ::setenv(name, value->c_str(), 1);
-    else ::unsetenv(name);
+    if (value)
+      ::setenv(name, value->c_str(), 1);
+    else
+      ::unsetenv(name);
   }
   ~EnvGuard() {
-    if (old_) ::setenv(name_, old_->c_str(), 1);
-    else ::unsetenv(name_);
+    if (old_)
+      ::setenv(name_, old_->c_str(), 1);
+    else
+      ::unsetenv(name_);
   }
 
  private:
@@ -97,7 +101,8 @@ class JitCacheSecurity : public ::testing::Test {
 
   // A source no other test compiles; `answer_<k>(x)` returns x * k + the test's line.
   std::string source(int k) const {
-    return fmt::format("extern \"C\" int answer_{0}(int x) {{ return x * {0} + {1}; }}\n", k, line());
+    return fmt::format("extern \"C\" int answer_{0}(int x) {{ return x * {0} + {1}; }}\n", k,
+                       line());
   }
   static int line() { return ::testing::UnitTest::GetInstance()->current_test_info()->line(); }
   static int call(const std::shared_ptr<JitModule>& m, int k, int x) {
@@ -130,9 +135,11 @@ TEST_F(JitCacheSecurity, WithoutHomeTheCacheIsInThePasswordDatabasesHome) {
 
 // 1. ... and with no home folder at all, a refusal naming TANDEM_CACHE_DIR.
 TEST_F(JitCacheSecurity, WithoutAnyHomeTheCacheIsRefused) {
-  if (::geteuid() != 0) GTEST_SKIP() << "needs root, to become a user the password database does not know";
+  if (::geteuid() != 0)
+    GTEST_SKIP() << "needs root, to become a user the password database does not know";
   constexpr uid_t kUnknown = 54321;
-  if (::getpwuid(kUnknown) != nullptr) GTEST_SKIP() << "uid " << kUnknown << " is in the password database";
+  if (::getpwuid(kUnknown) != nullptr)
+    GTEST_SKIP() << "uid " << kUnknown << " is in the password database";
   const std::string message = tandem::testing::user_error_in_child(
       [] {
         ::unsetenv("HOME");
@@ -171,7 +178,8 @@ TEST_F(JitCacheSecurity, LinksAtPredictableTemporaryPathsOverwriteNothing) {
   }
   auto m = jit_compile(src, options_);
   EXPECT_EQ(call(m, 4, 1), 4 + line());
-  for (const fs::path& v : victims) EXPECT_EQ(read_text(v), "precious") << v << " was overwritten through a link";
+  for (const fs::path& v : victims)
+    EXPECT_EQ(read_text(v), "precious") << v << " was overwritten through a link";
   EXPECT_FALSE(fs::is_symlink(shard(key) / (key + ".cc")));
 }
 
@@ -189,7 +197,8 @@ TEST_F(JitCacheSecurity, ModesArePrivateWhateverTheUmask) {
     EXPECT_EQ(mode_of(shard(key) / (key + ext)), 0600u) << ext;
   // Nothing else is left behind: no temporaries, no build folder.
   int files = 0;
-  for (const auto& e : fs::directory_iterator(shard(key))) files += e.path().filename().string().rfind(key, 0) == 0;
+  for (const auto& e : fs::directory_iterator(shard(key)))
+    files += e.path().filename().string().rfind(key, 0) == 0;
   EXPECT_EQ(files, 4);
 }
 

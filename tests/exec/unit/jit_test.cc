@@ -1,5 +1,7 @@
 // The JIT compile cache: compiles once, then hits memory or disk; concurrent compiles of one key
 // compile once; a failed compile reports the command and the compiler's words.
+#include "tandem/exec/jit.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -7,7 +9,6 @@
 #include <vector>
 
 #include "tandem/core/error.h"
-#include "tandem/exec/jit.h"
 
 namespace tandem::exec {
 namespace {
@@ -17,8 +18,9 @@ namespace fs = std::filesystem;
 class JitTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / fmt::format("tandem-jit-test-{}-{}", ::getpid(),
-                                                  ::testing::UnitTest::GetInstance()->random_seed());
+    dir_ =
+        fs::temp_directory_path() / fmt::format("tandem-jit-test-{}-{}", ::getpid(),
+                                                ::testing::UnitTest::GetInstance()->random_seed());
     fs::remove_all(dir_);
     options_.cache_dir = dir_.string();
   }
@@ -73,11 +75,13 @@ TEST_F(JitTest, ConcurrentRequestsCompileOnce) {
   const std::string src = source(7);
   std::vector<std::thread> threads;
   std::vector<std::shared_ptr<JitModule>> modules(4);
-  for (int i = 0; i < 4; ++i) threads.emplace_back([&, i] { modules[i] = jit_compile(src, options_); });
+  for (int i = 0; i < 4; ++i)
+    threads.emplace_back([&, i] { modules[i] = jit_compile(src, options_); });
   for (auto& t : threads) t.join();
   EXPECT_EQ(jit_stats().compiles - before.compiles, 1);
   const int line = ::testing::UnitTest::GetInstance()->current_test_info()->line();
-  for (auto& m : modules) EXPECT_EQ(reinterpret_cast<int (*)(int)>(m->symbol("answer_7"))(1), 7 + line);
+  for (auto& m : modules)
+    EXPECT_EQ(reinterpret_cast<int (*)(int)>(m->symbol("answer_7"))(1), 7 + line);
 }
 
 TEST_F(JitTest, FailedCompileReportsCommandAndCompilerOutput) {

@@ -4,11 +4,11 @@
 // allocations), and outputs as views of the runner's storage that the next run refreshes.
 #include <gtest/gtest.h>
 
+#include "support/schedules.h"
 #include "tandem/comm/thread.h"
 #include "tandem/dsl/dsl.h"
 #include "tandem/exec/compiled.h"
 #include "tandem/schedule/transforms.h"
-#include "support/schedules.h"
 
 namespace tandem::exec {
 namespace {
@@ -16,8 +16,13 @@ namespace {
 using tandem::testing::plan_named;
 
 void bind_adam(CompiledRunner& run, float grad) {
-  for (const auto& [name, v] : {std::pair<const char*, double>{"lr", 0.01}, {"beta1", 0.9}, {"beta2", 0.999},
-                                {"eps", 1e-8}, {"weight_decay", 0.0}, {"step", 1}, {"grad_scale", 1.0}})
+  for (const auto& [name, v] : {std::pair<const char*, double>{"lr", 0.01},
+                                {"beta1", 0.9},
+                                {"beta2", 0.999},
+                                {"eps", 1e-8},
+                                {"weight_decay", 0.0},
+                                {"step", 1},
+                                {"grad_scale", 1.0}})
     run.set_scalar(name, v);
   run.input("g").fill(grad);
   run.input("w").fill(1.0f);
@@ -27,7 +32,8 @@ void bind_adam(CompiledRunner& run, float grad) {
 
 TEST(CompiledRunner, AllocatesAtSetupOnlyAndKeepsOneOverPOfTheState) {
   const int64_t n = 4096;
-  auto sliced = compile_plan(plan_named(dsl::workloads::adam(DType::F32), "fused(RS-C-AG)+slice(m,v)"));
+  auto sliced =
+      compile_plan(plan_named(dsl::workloads::adam(DType::F32), "fused(RS-C-AG)+slice(m,v)"));
   auto whole = compile_plan(plan_named(dsl::workloads::adam(DType::F32), "fused(RS-C-AG)"));
   for (int ranks : {1, 2, 4})
     comm::run_ranks(ranks, [&](comm::Communicator& c) {
@@ -52,10 +58,12 @@ TEST(CompiledRunner, AllocatesAtSetupOnlyAndKeepsOneOverPOfTheState) {
 }
 
 TEST(CompiledRunner, OutputsAreViewsRefreshedByEachRun) {
-  auto layer = compile_plan(plan_named(dsl::workloads::megatron_layer(DType::F32, 0.0), "ol(MM,fused(AR-C))"));
+  auto layer = compile_plan(
+      plan_named(dsl::workloads::megatron_layer(DType::F32, 0.0), "ol(MM,fused(AR-C))"));
   comm::run_ranks(2, [&](comm::Communicator& c) {
     CompiledRunner run(layer, c, {{"B", 6}, {"K", 4}, {"H", 3}});
-    EXPECT_TRUE(run.overlapping()) << "the thread backend runs a pipeline's communication on its own thread";
+    EXPECT_TRUE(run.overlapping())
+        << "the thread backend runs a pipeline's communication on its own thread";
     run.set_scalar("seed", 1);
     run.input("x").fill(1.0f);
     run.input("w").fill(0.5f);
@@ -67,7 +75,8 @@ TEST(CompiledRunner, OutputsAreViewsRefreshedByEachRun) {
     for (int64_t i = 0; i < out.numel(); ++i) EXPECT_EQ(out.get(i), 2.25f);
     run.input("residual").fill(1.0f);
     run.run();
-    for (int64_t i = 0; i < out.numel(); ++i) EXPECT_EQ(out.get(i), 3.25f) << "the same view, refreshed";
+    for (int64_t i = 0; i < out.numel(); ++i)
+      EXPECT_EQ(out.get(i), 3.25f) << "the same view, refreshed";
   });
 }
 
@@ -79,7 +88,8 @@ TEST(CompiledRunner, OutputsAreViewsRefreshedByEachRun) {
 // it: the ranks decide together (a rank that stopped alone would leave the other's next run
 // waiting for it).
 TEST(CompiledRunner, TheOverlapsTimelineShowsBlockBCommunicatingWhileBlockBPlusOneComputes) {
-  auto layer = compile_plan(plan_named(dsl::workloads::megatron_layer(DType::F32, 0.0), "ol(MM,fused(AR-C))"));
+  auto layer = compile_plan(
+      plan_named(dsl::workloads::megatron_layer(DType::F32, 0.0), "ol(MM,fused(AR-C))"));
   comm::run_ranks(2, [&](comm::Communicator& c) {
     CompiledRunner run(layer, c, {{"B", 1024}, {"K", 1024}, {"H", 512}});
     run.set_scalar("seed", 1);
@@ -105,8 +115,10 @@ TEST(CompiledRunner, TheOverlapsTimelineShowsBlockBCommunicatingWhileBlockBPlusO
       c.all_reduce(least, comm::ReduceOp::Min);
       if (least.get(0) > 0) break;  // every rank has seen it
     }
-    EXPECT_GE(blocks, 2) << "a pipeline of blocks, each AllReduce queued for the communication thread";
-    EXPECT_GT(overlapped, 0) << "no block's AllReduce began before the next block's matmul was done";
+    EXPECT_GE(blocks, 2)
+        << "a pipeline of blocks, each AllReduce queued for the communication thread";
+    EXPECT_GT(overlapped, 0)
+        << "no block's AllReduce began before the next block's matmul was done";
   });
 }
 

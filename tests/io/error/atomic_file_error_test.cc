@@ -6,9 +6,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "tandem/io/atomic_file.h"
 #include "support/files.h"
 #include "support/scratch.h"
+#include "tandem/io/atomic_file.h"
 
 namespace tandem::io {
 namespace {

@@ -2,9 +2,9 @@
 // version, corrupt tensors, and a config that does not match the run.
 #include <gtest/gtest.h>
 
-#include "tandem/io/checkpoint.h"
 #include "support/files.h"
 #include "support/scratch.h"
+#include "tandem/io/checkpoint.h"
 
 namespace tandem::io {
 namespace {

@@ -2,9 +2,9 @@
 // what is wrong.
 #include <gtest/gtest.h>
 
-#include "tandem/io/safetensors.h"
 #include "support/files.h"
 #include "support/scratch.h"
+#include "tandem/io/safetensors.h"
 
 namespace tandem::io {
 namespace {

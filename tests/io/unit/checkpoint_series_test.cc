@@ -95,9 +95,10 @@ TEST(CheckpointSeries, ABadPointerIsNamed) {
 TEST(CheckpointSeries, AnEmptyFolderIsNoCheckpoint) {
   ScratchDir dir;
   fs::create_directories(dir.path("empty"));
-  EXPECT_EQ(user_error_of([&] { load_checkpoint(dir.path("empty")); }),
-            "checkpoint '" + dir.path("empty") +
-                "' is incomplete: it has no weights.safetensors, optimizer.safetensors and meta.json");
+  EXPECT_EQ(
+      user_error_of([&] { load_checkpoint(dir.path("empty")); }),
+      "checkpoint '" + dir.path("empty") +
+          "' is incomplete: it has no weights.safetensors, optimizer.safetensors and meta.json");
   EXPECT_EQ(user_error_of([&] { load_checkpoint(dir.path("none")); }),
             "checkpoint folder '" + dir.path("none") + "' does not exist");
 }

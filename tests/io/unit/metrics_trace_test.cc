@@ -7,10 +7,10 @@
 #include <sstream>
 #include <thread>
 
-#include "tandem/io/metrics.h"
-#include "tandem/io/trace.h"
 #include "support/files.h"
 #include "support/scratch.h"
+#include "tandem/io/metrics.h"
+#include "tandem/io/trace.h"
 
 namespace tandem::io {
 namespace {

@@ -2,6 +2,8 @@
 // differences, the loss at initialisation, learning on a repeated batch, bitwise-reproducible
 // forward, backward and per-block recompute, the layer hook, and dropout masks that do not depend
 // on how the batch is split.
+#include "tandem/nn/gpt.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,7 +13,6 @@
 
 #include "nn/nn_test_util.h"
 #include "nn/reference_gpt.h"
-#include "tandem/nn/gpt.h"
 
 namespace tandem::nn {
 namespace {
@@ -72,7 +73,8 @@ TEST_P(GptGradients, MatchReferenceModelAndFiniteDifferences) {
   // and attention is far from uniform.
   float* w = m.params.flat().data_as<float>();
   const std::vector<double> noise = uniform(static_cast<size_t>(m.params.size()), 8, -0.3, 0.3);
-  for (int64_t i = 0; i < m.params.size(); ++i) w[i] += static_cast<float>(noise[static_cast<size_t>(i)]);
+  for (int64_t i = 0; i < m.params.size(); ++i)
+    w[i] += static_cast<float>(noise[static_cast<size_t>(i)]);
 
   const Batch batch{tokens.data(), targets.data(), B, T};
   const float loss32 = gpt_forward(m.params, m.acts, m.ws, batch, rng);
@@ -90,8 +92,10 @@ TEST_P(GptGradients, MatchReferenceModelAndFiniteDifferences) {
   };
   for (const ParamSpec& s : m.params.specs()) {
     const auto begin = static_cast<size_t>(s.offset), end = begin + static_cast<size_t>(s.numel());
-    const std::vector<float> got(g32.begin() + static_cast<long>(begin), g32.begin() + static_cast<long>(end));
-    const std::vector<double> want(g64.begin() + static_cast<long>(begin), g64.begin() + static_cast<long>(end));
+    const std::vector<float> got(g32.begin() + static_cast<long>(begin),
+                                 g32.begin() + static_cast<long>(end));
+    const std::vector<double> want(g64.begin() + static_cast<long>(begin),
+                                   g64.begin() + static_cast<long>(end));
     // f32 through two blocks, a 256-way softmax and the exp/tanh approximations: the worst
     // error measured is 1e-6 of the tensor's largest gradient; 2e-5 leaves room for other BLAS
     // kernels.
@@ -226,8 +230,8 @@ TEST(Gpt, HookCanDropAndRecomputeBlocksWithBitwiseEqualGradients) {
     if (e.pass == Pass::Backward && !e.after) {
       BlockActivations re = allocate_block_activations(c, B, T);
       Workspace ws(c, B, T);
-      block_forward(c, e.layer, ooc.params.block(e.layer), re, ooc.acts.block_input(e.layer), ws,
-                    B, T, rng);
+      block_forward(c, e.layer, ooc.params.block(e.layer), re, ooc.acts.block_input(e.layer), ws, B,
+                    T, rng);
       acts = re;
     }
   };
@@ -263,7 +267,8 @@ TEST(Gpt, BatchShardsWithSampleOffsetsDrawTheWholeBatchsDropout) {
   gpt_init(whole.params, 5);
   const StepRng rng{77, 2, 0, true};
   gpt_forward(whole.params, whole.acts, whole.ws, {tokens.data(), targets.data(), B, T}, rng);
-  gpt_backward(whole.params, whole.grads, whole.acts, whole.ws, {tokens.data(), targets.data(), B, T}, rng);
+  gpt_backward(whole.params, whole.grads, whole.acts, whole.ws,
+               {tokens.data(), targets.data(), B, T}, rng);
   const std::vector<float> whole_losses = copy_of(whole.acts.head[FinalAct::Losses]);
 
   std::vector<float> shard_losses;
@@ -280,7 +285,8 @@ TEST(Gpt, BatchShardsWithSampleOffsetsDrawTheWholeBatchsDropout) {
   }
   // Not bitwise: the GEMMs see other row counts. A wrong mask would change losses by O(1).
   EXPECT_TRUE(all_close("per-token losses", shard_losses, whole_losses, 1e-5));
-  EXPECT_TRUE(all_close("gradients", copy_of(summed.flat()), copy_of(whole.grads.flat()), 1e-4, 1e-7));
+  EXPECT_TRUE(
+      all_close("gradients", copy_of(summed.flat()), copy_of(whole.grads.flat()), 1e-4, 1e-7));
 }
 
 TEST(Gpt, ForwardWithoutTargetsGivesProbabilitiesAndNaNLoss) {

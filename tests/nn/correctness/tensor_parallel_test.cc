@@ -47,8 +47,8 @@ TEST(TensorParallel, AttentionOnAHeadShardMatchesThoseHeadsOfTheFullLayer) {
   std::vector<float> scratch(static_cast<size_t>(attention_scratch_floats(T)));
   std::vector<float> dqkv(qkv.size(), 0.0f);
   attention_forward(out.data(), att.data(), scratch.data(), qkv.data(), B, T, NH, HS, full_drop);
-  attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), B, T, NH,
-                     HS, full_drop);
+  attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), B, T, NH, HS,
+                     full_drop);
 
   for (int h0 : {0, 2}) {  // tp = 2: two heads per rank
     const int nh = 2;
@@ -84,7 +84,8 @@ TEST(TensorParallel, ColumnAndRowParallelLinearsComposeToTheFullLayer) {
     const std::vector<float> br(bias.begin() + r * oc, bias.begin() + (r + 1) * oc);
     std::vector<float> out(static_cast<size_t>(N) * oc);
     linear_forward(out.data(), x.data(), wr.data(), br.data(), N, IC, oc);
-    EXPECT_TRUE(all_close("column shard " + std::to_string(r), out, columns(full, N, OC, r * oc, oc), 1e-6));
+    EXPECT_TRUE(all_close("column shard " + std::to_string(r), out,
+                          columns(full, N, OC, r * oc, oc), 1e-6));
   }
 
   // Row-parallel: rank r owns input rows [r * IC/tp, ...) of the weight (a contiguous slice in
@@ -99,7 +100,8 @@ TEST(TensorParallel, ColumnAndRowParallelLinearsComposeToTheFullLayer) {
     for (size_t i = 0; i < sum.size(); ++i) sum[i] += part[i];  // the AllReduce
   }
   for (int n = 0; n < N; ++n)
-    for (int o = 0; o < OC; ++o) sum[static_cast<size_t>(n * OC + o)] += bias[static_cast<size_t>(o)];
+    for (int o = 0; o < OC; ++o)
+      sum[static_cast<size_t>(n * OC + o)] += bias[static_cast<size_t>(o)];
   EXPECT_TRUE(all_close("row-parallel sum + bias", sum, full, 1e-6));
 }
 

@@ -46,7 +46,8 @@ TEST(GptErrors, ConfigNamesTheBadField) {
               HasSubstr("max_positions (2) must be at least seq_len (4)"));
   c = small();
   c.dropout = 1.0f;
-  EXPECT_THAT(user_error_of([&] { ParameterSet p(c); }), HasSubstr("dropout is 1; it must be in [0, 1)"));
+  EXPECT_THAT(user_error_of([&] { ParameterSet p(c); }),
+              HasSubstr("dropout is 1; it must be in [0, 1)"));
   c = small();
   c.vocab_size = 0;
   EXPECT_THAT(user_error_of([&] { c.validate(); }), HasSubstr("vocab_size is 0"));
@@ -67,13 +68,18 @@ TEST(GptErrors, BatchTokensOutsideTheVocabulary) {
   Workspace ws(c, 1, 4);
   const std::vector<int32_t> tokens = {1, 2, 256, 3};
   const std::vector<int32_t> good = {1, 2, 3, 4}, bad_targets = {0, -1, 0, 0};
-  EXPECT_THAT(user_error_of([&] { gpt_forward(p, acts, ws, {tokens.data(), good.data(), 1, 4}, {}); }),
+  EXPECT_THAT(user_error_of([&] {
+                gpt_forward(p, acts, ws, {tokens.data(), good.data(), 1, 4}, {});
+              }),
               HasSubstr("token 256 at position 2 is outside the vocabulary [0, 256)"));
-  EXPECT_THAT(
-      user_error_of([&] { gpt_forward(p, acts, ws, {good.data(), bad_targets.data(), 1, 4}, {}); }),
-      HasSubstr("target -1 at position 1"));
+  EXPECT_THAT(user_error_of([&] {
+                gpt_forward(p, acts, ws, {good.data(), bad_targets.data(), 1, 4}, {});
+              }),
+              HasSubstr("target -1 at position 1"));
   ParameterSet g(c);
-  EXPECT_THAT(user_error_of([&] { gpt_backward(p, g, acts, ws, {good.data(), nullptr, 1, 4}, {}); }),
+  EXPECT_THAT(user_error_of([&] {
+                gpt_backward(p, g, acts, ws, {good.data(), nullptr, 1, 4}, {});
+              }),
               HasSubstr("backward needs the batch's targets"));
 }
 
@@ -83,14 +89,17 @@ TEST(GptErrors, BatchShapeMustMatchTheBuffers) {
   GPTActivations acts(c, 2, 4);
   Workspace ws(c, 2, 4);
   const std::vector<int32_t> tokens(12, 1);
-  EXPECT_THAT(user_error_of([&] { gpt_forward(p, acts, ws, {tokens.data(), tokens.data(), 3, 4}, {}); }),
+  EXPECT_THAT(user_error_of([&] {
+                gpt_forward(p, acts, ws, {tokens.data(), tokens.data(), 3, 4}, {});
+              }),
               HasSubstr("batch is 3 x 4 but the activations are for 2 x 4"));
   EXPECT_THAT(user_error_of([&] { GPTActivations a(c, 1, 5); }),
               HasSubstr("1 <= sequence <= max_positions (4)"));
   Workspace small_ws(c, 1, 4);
-  EXPECT_THAT(
-      user_error_of([&] { gpt_forward(p, acts, small_ws, {tokens.data(), tokens.data(), 2, 4}, {}); }),
-      HasSubstr("workspace holds batches up to 1 x 4; this one is 2 x 4"));
+  EXPECT_THAT(user_error_of([&] {
+                gpt_forward(p, acts, small_ws, {tokens.data(), tokens.data(), 2, 4}, {});
+              }),
+              HasSubstr("workspace holds batches up to 1 x 4; this one is 2 x 4"));
 }
 
 TEST(GptErrors, UnboundActivationBufferIsNamed) {
@@ -100,8 +109,11 @@ TEST(GptErrors, UnboundActivationBufferIsNamed) {
   Workspace ws(c, 1, 4);
   acts.blocks[0][BlockAct::AttSoftmax] = Tensor();
   const std::vector<int32_t> tokens = {1, 2, 3, 4};
-  EXPECT_THAT(user_error_of([&] { gpt_forward(p, acts, ws, {tokens.data(), tokens.data(), 1, 4}, {}); }),
-              HasSubstr("activation buffer h.0.attn.softmax is f32[] (unbound); the stage needs f32[1, 2, 4, 4]"));
+  EXPECT_THAT(user_error_of([&] {
+                gpt_forward(p, acts, ws, {tokens.data(), tokens.data(), 1, 4}, {});
+              }),
+              HasSubstr("activation buffer h.0.attn.softmax is f32[] (unbound); the stage needs "
+                        "f32[1, 2, 4, 4]"));
 }
 
 }  // namespace

@@ -29,7 +29,8 @@ GPTConfig two_layers() {
 TEST(GptLayout, ParameterNamesAndShapesAreGpt2s) {
   const GPTConfig c = two_layers();
   const int64_t C = 8;
-  std::vector<std::pair<std::string, Shape>> want = {{"wte.weight", {256, C}}, {"wpe.weight", {6, C}}};
+  std::vector<std::pair<std::string, Shape>> want = {{"wte.weight", {256, C}},
+                                                     {"wpe.weight", {6, C}}};
   for (int i = 0; i < 2; ++i) {
     const std::string h = "h." + std::to_string(i) + ".";
     want.push_back({h + "ln_1.weight", {C}});
@@ -56,7 +57,8 @@ TEST(GptLayout, ParameterNamesAndShapesAreGpt2s) {
     EXPECT_EQ(named[i].first, want[i].first);
     EXPECT_EQ(named[i].second.shape(), want[i].second) << want[i].first;
     // Packed in order, no gaps: the flat buffer is the concatenation.
-    EXPECT_EQ(named[i].second.data_as<float>(), p.flat().data_as<float>() + offset) << want[i].first;
+    EXPECT_EQ(named[i].second.data_as<float>(), p.flat().data_as<float>() + offset)
+        << want[i].first;
     offset += want[i].second.numel();
   }
   EXPECT_EQ(offset, p.size());
@@ -89,8 +91,7 @@ TEST(GptLayout, StageViewsPointIntoTheFlatBuffer) {
   // A block is one contiguous slice from ln_1.weight to mlp.c_proj.bias.
   const Tensor slice = p.block_flat(1);
   EXPECT_EQ(slice.data(), p["h.1.ln_1.weight"].data());
-  EXPECT_EQ(slice.data_as<float>() + slice.numel(),
-            p["h.1.mlp.c_proj.bias"].data_as<float>() + 8);
+  EXPECT_EQ(slice.data_as<float>() + slice.numel(), p["h.1.mlp.c_proj.bias"].data_as<float>() + 8);
 }
 
 TEST(GptLayout, InitialisationIsGpt2sAndTheSameEverywhere) {
@@ -132,14 +133,19 @@ TEST(GptLayout, BlockActivationSpecsNameEverySavedBuffer) {
   const int B = 3, T = 5;
   const auto specs = block_activation_specs(c, 3, B, T);
   ASSERT_EQ(specs.size(), static_cast<size_t>(kNumActs<BlockAct>));
-  const std::vector<std::pair<std::string, Shape>> want = {
-      {"h.3.ln_1.out", {B, T, 8}},       {"h.3.ln_1.mean", {B, T}},
-      {"h.3.ln_1.rstd", {B, T}},         {"h.3.attn.c_attn.out", {B, T, 24}},
-      {"h.3.attn.softmax", {B, 4, T, T}}, {"h.3.attn.y", {B, T, 8}},
-      {"h.3.resid_1", {B, T, 8}},        {"h.3.ln_2.out", {B, T, 8}},
-      {"h.3.ln_2.mean", {B, T}},         {"h.3.ln_2.rstd", {B, T}},
-      {"h.3.mlp.c_fc.out", {B, T, 32}},  {"h.3.mlp.gelu.out", {B, T, 32}},
-      {"h.3.out", {B, T, 8}}};
+  const std::vector<std::pair<std::string, Shape>> want = {{"h.3.ln_1.out", {B, T, 8}},
+                                                           {"h.3.ln_1.mean", {B, T}},
+                                                           {"h.3.ln_1.rstd", {B, T}},
+                                                           {"h.3.attn.c_attn.out", {B, T, 24}},
+                                                           {"h.3.attn.softmax", {B, 4, T, T}},
+                                                           {"h.3.attn.y", {B, T, 8}},
+                                                           {"h.3.resid_1", {B, T, 8}},
+                                                           {"h.3.ln_2.out", {B, T, 8}},
+                                                           {"h.3.ln_2.mean", {B, T}},
+                                                           {"h.3.ln_2.rstd", {B, T}},
+                                                           {"h.3.mlp.c_fc.out", {B, T, 32}},
+                                                           {"h.3.mlp.gelu.out", {B, T, 32}},
+                                                           {"h.3.out", {B, T, 8}}};
   for (size_t i = 0; i < want.size(); ++i) {
     EXPECT_EQ(specs[i].name, want[i].first);
     EXPECT_EQ(specs[i].shape, want[i].second) << want[i].first;
@@ -217,7 +223,8 @@ TEST(GptLayout, DropoutKeysDifferBySeedStepLayerAndSite) {
   c.dropout = 0.1f;
   EXPECT_FALSE(site_dropout(c, {1, 2, 0, false}, 0, DropoutSite::MlpResidual, 5).active());
   EXPECT_TRUE(site_dropout(c, {1, 2, 0, true}, 0, DropoutSite::MlpResidual, 5).active());
-  EXPECT_EQ(site_dropout(c, {1, 2, 3, true}, 0, DropoutSite::MlpResidual, 5).index_offset, 3 * 5 * 8);
+  EXPECT_EQ(site_dropout(c, {1, 2, 3, true}, 0, DropoutSite::MlpResidual, 5).index_offset,
+            3 * 5 * 8);
   c.dropout = 0.0f;
   EXPECT_FALSE(attention_dropout(c, {1, 2, 0, true}, 0).active());
 }

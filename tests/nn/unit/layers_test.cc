@@ -9,6 +9,8 @@
 //   3. f32 backward ~ double reference backward      (rtol 2e-5 of max|grad|, as 1 with one more
 //      GEMM or reduction in the chain)
 //   4. calling the f32 backward twice doubles every gradient (gradients accumulate).
+#include "tandem/nn/layers.h"
+
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -18,7 +20,6 @@
 #include "nn/nn_test_util.h"
 #include "tandem/core/blas.h"
 #include "tandem/core/rng.h"
-#include "tandem/nn/layers.h"
 #include "tandem/nn/reference.h"
 
 namespace tandem::nn {
@@ -72,8 +73,8 @@ void check_layer(const LayerCase& c) {
       return dot(c.ref_forward(in), g);
     };
     const std::vector<double> fd = finite_difference(loss, c.inputs[i], idx);
-    EXPECT_TRUE(all_close(what + " reference vs finite differences", pick(dref[i], idx), fd, 1e-6,
-                          1e-9));
+    EXPECT_TRUE(
+        all_close(what + " reference vs finite differences", pick(dref[i], idx), fd, 1e-6, 1e-9));
     // The optimised backward against the reference, every element.
     EXPECT_TRUE(all_close(what + " f32 vs reference", d32[i], dref[i], c.bwd_rtol, 1e-7));
     std::vector<double> twice(dref[i].size());
@@ -228,8 +229,8 @@ void attention_case(float p) {
     attention_forward(out.data(), att.data(), scratch.data(), in[0].data(), B, T, NH, HS, drop);
     Vecs32 d = {std::vector<float>(in[0].size())};
     for (int r = 0; r < repeats; ++r)
-      attention_backward(d[0].data(), scratch.data(), g.data(), in[0].data(), att.data(), B, T,
-                         NH, HS, drop);
+      attention_backward(d[0].data(), scratch.data(), g.data(), in[0].data(), att.data(), B, T, NH,
+                         HS, drop);
     return d;
   };
   check_layer(c);
@@ -241,15 +242,18 @@ TEST(Layers, AttentionWithDropout) { attention_case(0.25f); }
 TEST(Layers, AttentionSavesCausalSoftmax) {
   const int B = 1, T = 9, NH = 3, HS = 4, C = NH * HS;
   const std::vector<float> qkv = testing::to_f32(uniform(B * T * 3 * C, 10, -3.0, 3.0));
-  std::vector<float> out(B * T * C), att(B * NH * T * T, -1.0f), scratch(attention_scratch_floats(T));
+  std::vector<float> out(B * T * C), att(B * NH * T * T, -1.0f),
+      scratch(attention_scratch_floats(T));
   attention_forward(out.data(), att.data(), scratch.data(), qkv.data(), B, T, NH, HS, {});
   for (int h = 0; h < NH; ++h)
     for (int i = 0; i < T; ++i) {
       double row = 0.0;
       for (int j = 0; j < T; ++j) {
         const float a = att[(h * T + i) * T + j];
-        if (j > i) EXPECT_EQ(a, 0.0f) << "head " << h << " row " << i << " col " << j;
-        else EXPECT_GT(a, 0.0f);
+        if (j > i)
+          EXPECT_EQ(a, 0.0f) << "head " << h << " row " << i << " col " << j;
+        else
+          EXPECT_GT(a, 0.0f);
         row += a;
       }
       EXPECT_NEAR(row, 1.0, 1e-6) << "head " << h << " row " << i;
@@ -439,7 +443,8 @@ TEST(Layers, ThreadCountDoesNotChangeAnyBit) {
   drop.key = 99;
   const std::vector<float> qkv = testing::to_f32(uniform(B * T * 3 * C, 5, -2.0, 2.0));
   const std::vector<float> g = testing::to_f32(uniform(B * T * C, 6, -1.0, 1.0));
-  const std::vector<float> x = testing::to_f32(uniform(100003, 7, -3.0, 3.0));  // above the split grain
+  const std::vector<float> x =
+      testing::to_f32(uniform(100003, 7, -3.0, 3.0));  // above the split grain
   const std::vector<float> y = testing::to_f32(uniform(x.size(), 8, -3.0, 3.0));
   // Row-wise layers and row reductions at sizes that split both rows and column blocks (700 rows
   // of 100 columns: 7 blocks of 16, the last one partial).
@@ -467,19 +472,22 @@ TEST(Layers, ThreadCountDoesNotChangeAnyBit) {
     std::vector<float> out(B * T * C), att(B * NH * T * T), scratch(attention_scratch_floats(T));
     std::vector<float> dqkv(qkv.size()), gelu(x.size()), dgelu(x.size(), 0.5f);
     attention_forward(out.data(), att.data(), scratch.data(), qkv.data(), B, T, NH, HS, drop);
-    attention_backward(dqkv.data(), scratch.data(), g.data(), qkv.data(), att.data(), B, T, NH, HS, drop);
+    attention_backward(dqkv.data(), scratch.data(), g.data(), qkv.data(), att.data(), B, T, NH, HS,
+                       drop);
     gelu_forward(gelu.data(), x.data(), static_cast<int64_t>(x.size()));
     gelu_backward(dgelu.data(), x.data(), gelu.data(), static_cast<int64_t>(x.size()));
     const auto nx = static_cast<int64_t>(x.size());
     // LayerNorm.
-    std::vector<float> ln(N * W), mean(N), rstd(N), dln(N * W, 0.25f), dlnw(W, 0.5f), dlnb(W, -0.5f);
-    layernorm_forward(ln.data(), mean.data(), rstd.data(), rows.data(), lnw.data(), lnb.data(), N, W);
+    std::vector<float> ln(N * W), mean(N), rstd(N), dln(N * W, 0.25f), dlnw(W, 0.5f),
+        dlnb(W, -0.5f);
+    layernorm_forward(ln.data(), mean.data(), rstd.data(), rows.data(), lnw.data(), lnb.data(), N,
+                      W);
     layernorm_backward(dln.data(), dlnw.data(), dlnb.data(), drows.data(), rows.data(), lnw.data(),
                        mean.data(), rstd.data(), N, W);
     // Linear's bias gradient (and its GEMMs).
     std::vector<float> dlin(N * IC, 0.0f), dlinw(IC * W, 0.0f), dlinb(W, 0.125f);
-    linear_backward(dlin.data(), dlinw.data(), dlinb.data(), drows.data(), lin.data(), linw.data(), N,
-                    IC, W);
+    linear_backward(dlin.data(), dlinw.data(), dlinb.data(), drows.data(), lin.data(), linw.data(),
+                    N, IC, W);
     // Residual.
     std::vector<float> res(x.size()), dres1(x.size(), 1.0f), dres2(y);
     residual_forward(res.data(), x.data(), y.data(), nx);
@@ -498,17 +506,18 @@ TEST(Layers, ThreadCountDoesNotChangeAnyBit) {
     dropout_forward(dropped.data(), x.data(), nx, d);
     dropout_backward(ddrop.data(), x.data(), nx, d);
     blas::set_num_threads(old);
-    return std::vector<std::vector<float>>{out,   att,    dqkv,    gelu, dgelu, ln,   mean,
-                                           rstd,  dln,    dlnw,    dlnb, dlin,  dlinw, dlinb,
-                                           res,   dres1,  dres2,   losses, probs, dlogits, enc,
-                                           dwte,  dwpe,   mask,    dropped, ddrop};
+    return std::vector<std::vector<float>>{
+        out,   att, dqkv,  gelu,  dgelu,  ln,    mean,    rstd, dln,  dlnw, dlnb, dlin,    dlinw,
+        dlinb, res, dres1, dres2, losses, probs, dlogits, enc,  dwte, dwpe, mask, dropped, ddrop};
   };
   const auto one = run(1), two = run(2);
   for (size_t i = 0; i < one.size(); ++i) EXPECT_EQ(one[i], two[i]) << "output " << i;
   // The split dropout mask is still dropout_keep element by element.
   const std::vector<float>& mask = two[two.size() - 3];
   for (size_t i = 0; i < mask.size(); ++i)
-    ASSERT_EQ(mask[i], dropout_keep(d.key, static_cast<uint64_t>(d.index_offset) + i, d.p) ? d.scale() : 0.0f)
+    ASSERT_EQ(mask[i], dropout_keep(d.key, static_cast<uint64_t>(d.index_offset) + i, d.p)
+                           ? d.scale()
+                           : 0.0f)
         << "element " << i;
 }
 

@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "support/scratch.h"
 #include "tandem/core/error.h"
 #include "tandem/ooc/bytes.h"
-#include "support/scratch.h"
 #include "tandem/ooc/slow_tier.h"
 #include "tandem/ooc/swap_engine.h"
 
@@ -23,13 +23,10 @@ namespace tandem::ooc {
 namespace {
 
 namespace fs = std::filesystem;
-using tandem::testing::ScratchDir;
 using tandem::testing::drop_root;
+using tandem::testing::ScratchDir;
 using tandem::testing::user_error_in_child;
 using tandem::testing::user_error_of;
-
-
-
 
 TEST(TierSpecErrors, BadText) {
   EXPECT_EQ(user_error_of([] { TierSpec::parse("disk:/tmp"); }),

@@ -1,12 +1,13 @@
 // The out-of-core plan, schedule, model and planner: names, lifetimes, peaks, and the planner's
 // optimality against exhaustive enumeration.
+#include "tandem/ooc/planner.h"
+
 #include <gtest/gtest.h>
 
 #include <random>
 
 #include "tandem/core/error.h"
 #include "tandem/ooc/bytes.h"
-#include "tandem/ooc/planner.h"
 
 namespace tandem::ooc {
 namespace {
@@ -34,7 +35,8 @@ nn::ChainLayout chain(int blocks, int micro = 1, bool head = true) {
 uint64_t unit_bytes(const MemorySchedule& s, int u) { return s.input_bytes() + s.buffers_bytes(u); }
 
 TEST(Plan, NamesRoundTrip) {
-  for (const char* s : {"KKSR/p1", "RCCK/p0", "S/p3", "sSsK/p2"}) EXPECT_EQ(Plan::parse(s).str(), s);
+  for (const char* s : {"KKSR/p1", "RCCK/p0", "S/p3", "sSsK/p2"})
+    EXPECT_EQ(Plan::parse(s).str(), s);
   EXPECT_EQ(chen_sqrt(9, 1).str(), "RCCRCCRCC/p1");
   EXPECT_EQ(chen_sqrt(18, 2).str(), "RCCCCCRCCCCCRCCCCC/p1");  // 9 blocks: segments of 3 blocks
   EXPECT_EQ(recompute_all(6, 2).str(), "RCRCRC/p1");           // every block from its input
@@ -56,7 +58,8 @@ TEST(Chain, UnitsAreHalfBlocks) {
     for (nn::BlockAct a : k.saves) ++owners[static_cast<size_t>(a)];
     ++owners[static_cast<size_t>(k.output)];
   }
-  for (int a = 0; a < nn::kNumActs<nn::BlockAct>; ++a) EXPECT_EQ(owners[static_cast<size_t>(a)], 1) << a;
+  for (int a = 0; a < nn::kNumActs<nn::BlockAct>; ++a)
+    EXPECT_EQ(owners[static_cast<size_t>(a)], 1) << a;
 }
 
 TEST(Plan, BadNames) {
@@ -100,7 +103,8 @@ TEST(Place, NoOverlapInTimeAndSpace) {
   for (size_t i = 0; i < iv.size(); ++i)
     for (size_t j = i + 1; j < iv.size(); ++j) {
       const bool time = iv[i].first <= iv[j].last && iv[j].first <= iv[i].last;
-      const bool space = iv[i].offset < iv[j].offset + iv[j].bytes && iv[j].offset < iv[i].offset + iv[i].bytes;
+      const bool space =
+          iv[i].offset < iv[j].offset + iv[j].bytes && iv[j].offset < iv[i].offset + iv[i].bytes;
       EXPECT_FALSE(time && space) << i << " and " << j;
     }
 }
@@ -118,16 +122,19 @@ TEST(Schedule, KeepAllHoldsEveryUnitAtTheTurn) {
   const MemorySchedule swap(c, swap_all(4, 1));
   EXPECT_EQ(swap.transfers().size(), 12u);  // input and buffers out, one read back, per unit
   EXPECT_EQ(swap.swapped_bytes(), all);
-  EXPECT_EQ(rec.actions()[static_cast<size_t>(rec.op_index({false, 0, 2}))].recompute, std::vector<int>{2});
+  EXPECT_EQ(rec.actions()[static_cast<size_t>(rec.op_index({false, 0, 2}))].recompute,
+            std::vector<int>{2});
   // A swap whose write is waited for frees its memory one operation sooner.
   EXPECT_LT(MemorySchedule(c, Plan::parse("ssss/p0")).peak_bytes(), swap.peak_bytes());
   const MemorySchedule chen(c, Plan::parse("RCRC/p1"));
-  EXPECT_EQ(chen.actions()[static_cast<size_t>(chen.op_index({false, 0, 3}))].recompute, (std::vector<int>{2, 3}));
+  EXPECT_EQ(chen.actions()[static_cast<size_t>(chen.op_index({false, 0, 3}))].recompute,
+            (std::vector<int>{2, 3}));
 }
 
 TEST(Schedule, RefusesRecomputingAHandOff) {
   EXPECT_THROW(MemorySchedule(chain(2, 1, false), recompute_all(4, 2)), UserError);
-  EXPECT_THROW(MemorySchedule(chain(2, 1, false), Plan::parse("KK/p1")), UserError);  // a letter per unit
+  EXPECT_THROW(MemorySchedule(chain(2, 1, false), Plan::parse("KK/p1")),
+               UserError);  // a letter per unit
   EXPECT_NO_THROW(MemorySchedule(chain(2, 1, false), Plan::parse("RCRK/p1")));
 }
 
@@ -171,7 +178,8 @@ TEST(Planner, EqualsExhaustiveSearchOnSmallChains) {
     EXPECT_LE(r.best.prediction.peak_bytes, budget);
     for (const Evaluated& b : r.baselines) {
       if (b.fits) {
-        EXPECT_LE(r.best.prediction.step_s, b.prediction.step_s + 1e-9) << strategy_name(b.strategy);
+        EXPECT_LE(r.best.prediction.step_s, b.prediction.step_s + 1e-9)
+            << strategy_name(b.strategy);
       }
     }
   }
@@ -185,7 +193,8 @@ TEST(Planner, NoPlanFitsNamesTheSmallestBudget) {
     FAIL() << "expected an error";
   } catch (const UserError& e) {
     const std::string m = e.what();
-    EXPECT_NE(m.find("no out-of-core plan fits a memory budget of 4.00 KiB"), std::string::npos) << m;
+    EXPECT_NE(m.find("no out-of-core plan fits a memory budget of 4.00 KiB"), std::string::npos)
+        << m;
     EXPECT_NE(m.find("the smallest budget that works is"), std::string::npos) << m;
   }
   const PlannerResult r = plan_step(c, p, 1ull << 40);

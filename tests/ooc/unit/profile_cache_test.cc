@@ -57,7 +57,8 @@ TEST(ProfileCache, FolderOthersCanWriteIsRefused) {
   ScratchDir dir;
   store_cached_profile(dir.path("cache"), "p.json", kKey, uniform_profile(2, 1, 2, 1e9, 1e9));
   fs::permissions(dir.path("cache/ooc"), fs::perms::all);
-  const std::string message = user_error_of([&] { load_cached_profile(dir.path("cache"), "p.json", kKey); });
+  const std::string message =
+      user_error_of([&] { load_cached_profile(dir.path("cache"), "p.json", kKey); });
   EXPECT_NE(message.find(fmt::format("'{}'", dir.path("cache/ooc"))), std::string::npos) << message;
   EXPECT_NE(message.find("group or others can write"), std::string::npos) << message;
 }
@@ -67,8 +68,10 @@ TEST(ProfileCache, FileOfAnotherUserIsRefused) {
   ScratchDir dir;
   store_cached_profile(dir.path("cache"), "p.json", kKey, uniform_profile(2, 1, 2, 1e9, 1e9));
   ASSERT_EQ(::chown(dir.path("cache/ooc/p.json").c_str(), 65534, 65534), 0);
-  const std::string message = user_error_of([&] { load_cached_profile(dir.path("cache"), "p.json", kKey); });
-  EXPECT_NE(message.find(fmt::format("'{}'", dir.path("cache/ooc/p.json"))), std::string::npos) << message;
+  const std::string message =
+      user_error_of([&] { load_cached_profile(dir.path("cache"), "p.json", kKey); });
+  EXPECT_NE(message.find(fmt::format("'{}'", dir.path("cache/ooc/p.json"))), std::string::npos)
+      << message;
   EXPECT_NE(message.find("belongs to uid 65534"), std::string::npos) << message;
 }
 

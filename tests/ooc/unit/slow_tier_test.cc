@@ -1,6 +1,8 @@
 // Slow tiers and the swap engine: tier specs round-trip; host and file tiers give back the bytes
 // they were given at any aligned offset; the swap file is never visible in its folder; the engine's
 // two streams keep data intact under interleaving and report what they moved.
+#include "tandem/ooc/slow_tier.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -12,9 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "tandem/core/error.h"
 #include "support/scratch.h"
-#include "tandem/ooc/slow_tier.h"
+#include "tandem/core/error.h"
 #include "tandem/ooc/swap_engine.h"
 
 namespace tandem::ooc {
@@ -22,7 +23,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using tandem::testing::ScratchDir;
-
 
 // Memory aligned for O_DIRECT, filled with random bytes.
 struct AlignedBytes {

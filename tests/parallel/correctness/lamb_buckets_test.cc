@@ -33,9 +33,12 @@ nn::GPTConfig small_model() {
   return cfg;
 }
 
-float weight_at(int64_t i) { return static_cast<float>(0.3 * std::sin(0.37 * static_cast<double>(i) + 0.1)); }
+float weight_at(int64_t i) {
+  return static_cast<float>(0.3 * std::sin(0.37 * static_cast<double>(i) + 0.1));
+}
 float grad_at(int rank, int step, int64_t i) {
-  return static_cast<float>(0.05 * std::cos(0.71 * static_cast<double>(i) + 1.3 * rank + 0.5 * step));
+  return static_cast<float>(0.05 *
+                            std::cos(0.71 * static_cast<double>(i) + 1.3 * rank + 0.5 * step));
 }
 
 OptimizerConfig lamb_config() {
@@ -52,7 +55,8 @@ std::vector<float> bucketed(int dp, std::optional<double> clip) {
   comm::run_ranks(dp, [&](comm::Communicator& c) {
     const ShardLayout layout(small_model(), {dp, 1, 1}, 0, 0);
     const int64_t n = layout.size();
-    Tensor params = Tensor::zeros(DType::F32, Shape{n}), grads = Tensor::zeros(DType::F32, Shape{n});
+    Tensor params = Tensor::zeros(DType::F32, Shape{n}),
+           grads = Tensor::zeros(DType::F32, Shape{n});
     for (int64_t i = 0; i < n; ++i) params.set(i, weight_at(i));
     OptimizerConfig oc = lamb_config();
     oc.clip_grad_norm = clip;
@@ -79,7 +83,8 @@ std::vector<float> per_tensor(int dp, std::optional<double> clip_factor) {
   comm::run_ranks(dp, [&](comm::Communicator& c) {
     const ShardLayout layout(small_model(), {dp, 1, 1}, 0, 0);
     const int64_t n = layout.size();
-    Tensor params = Tensor::zeros(DType::F32, Shape{n}), grads = Tensor::zeros(DType::F32, Shape{n});
+    Tensor params = Tensor::zeros(DType::F32, Shape{n}),
+           grads = Tensor::zeros(DType::F32, Shape{n});
     for (int64_t i = 0; i < n; ++i) params.set(i, weight_at(i));
     struct Tensor1 {
       std::unique_ptr<exec::Runner> step, reduce;
@@ -125,7 +130,8 @@ std::vector<float> per_tensor(int dp, std::optional<double> clip_factor) {
 }
 
 // The largest |a - b| over a tensor's elements, relative to that tensor's L2 norm in b.
-double max_normwise_error(const std::vector<float>& a, const std::vector<float>& b, const ShardLayout& layout) {
+double max_normwise_error(const std::vector<float>& a, const std::vector<float>& b,
+                          const ShardLayout& layout) {
   double worst = 0;
   for (const LocalTensor& lt : layout.tensors()) {
     double norm = 0, diff = 0;
@@ -143,15 +149,19 @@ TEST(LambBuckets, EqualPerTensorLambBitwiseOnOneRankAndWithinTheBoundOnMore) {
   for (int dp : {1, 2, 3})
     for (const bool clipped : {false, true}) {
       // A clip limit far above the gradient's norm: clip = 1 exactly, in both runs.
-      const std::vector<float> got = bucketed(dp, clipped ? std::optional<double>{1e6} : std::nullopt);
-      const std::vector<float> want = per_tensor(dp, clipped ? std::optional<double>{1.0} : std::nullopt);
+      const std::vector<float> got =
+          bucketed(dp, clipped ? std::optional<double>{1e6} : std::nullopt);
+      const std::vector<float> want =
+          per_tensor(dp, clipped ? std::optional<double>{1.0} : std::nullopt);
       ASSERT_EQ(got.size(), want.size());
       if (dp == 1) {
-        EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0) << "clipped " << clipped;
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
+            << "clipped " << clipped;
         continue;
       }
       const ShardLayout layout(small_model(), {dp, 1, 1}, 0, 0);
-      EXPECT_LE(max_normwise_error(got, want, layout), 1e-7) << "dp " << dp << ", clipped " << clipped;
+      EXPECT_LE(max_normwise_error(got, want, layout), 1e-7)
+          << "dp " << dp << ", clipped " << clipped;
     }
 }
 
@@ -159,7 +169,8 @@ TEST(LambBuckets, AsManyProgramsAsAdamW) {
   comm::run_ranks(2, [&](comm::Communicator& c) {
     const ShardLayout layout(small_model(), {2, 1, 1}, 0, 0);
     const int64_t n = layout.size();
-    Tensor params = Tensor::zeros(DType::F32, Shape{n}), grads = Tensor::zeros(DType::F32, Shape{n});
+    Tensor params = Tensor::zeros(DType::F32, Shape{n}),
+           grads = Tensor::zeros(DType::F32, Shape{n});
     OptimizerConfig lamb = lamb_config(), adam = lamb_config();
     adam.kind = OptimizerKind::AdamW;
     const DataParallelOptimizer l(lamb, layout, params, grads, c, {}, exec::RunnerKind::Plan);

@@ -1,6 +1,8 @@
 // ParallelGPT against the whole model run by nn: the loss and every parameter's gradient of one
 // step match for tensor-parallel, pipeline-parallel (1F1B micro-batches) and combined grids,
 // and the tensor-parallel block's backward (with the DSL program's dropout) matches its forward.
+#include "tandem/parallel/model.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -9,7 +11,6 @@
 #include "parallel/parallel_test_util.h"
 #include "tandem/comm/thread.h"
 #include "tandem/dsl/workloads.h"
-#include "tandem/parallel/model.h"
 
 namespace tandem::parallel {
 namespace {
@@ -61,7 +62,8 @@ StepResult parallel_step(const nn::GPTConfig& c, const GridShape& shape, int mic
     model.reduce_tied_gradients();
     std::lock_guard<std::mutex> lock(mu);
     if (grid.coord().dp == 0)  // dp = 1 in these tests: one replica holds the whole gradient
-      model.layout().deposit(model.grads().data_as<float>(), 0, model.layout().size(), r.grads.data());
+      model.layout().deposit(model.grads().data_as<float>(), 0, model.layout().size(),
+                             r.grads.data());
     if (grid.last_stage() && grid.coord().tp == 0) r.loss = loss / micro;
   });
   return r;
@@ -107,8 +109,8 @@ INSTANTIATE_TEST_SUITE_P(Grids, ModelEquivalence,
                                            GridCase{{1, 2, 2}, 2}),
                          [](const auto& info) {
                            const GridCase& g = info.param;
-                           return "tp" + std::to_string(g.shape.tp) + "_pp" + std::to_string(g.shape.pp) +
-                                  "_micro" + std::to_string(g.micro);
+                           return "tp" + std::to_string(g.shape.tp) + "_pp" +
+                                  std::to_string(g.shape.pp) + "_micro" + std::to_string(g.micro);
                          });
 
 // With tp = 1 inside a stage the blocks are nn's own, dropout included: splitting the batch into
@@ -134,7 +136,8 @@ TEST(ModelEquivalence, EvaluationForwardMatchesTheWholeModelWithoutDropout) {
   nn::gpt_init(p, 7);
   nn::GPTActivations acts(c, B, c.seq_len);
   nn::Workspace ws(c, B, c.seq_len);
-  const float want = nn::gpt_forward(p, acts, ws, {in.data(), tg.data(), B, c.seq_len}, {0, 0, 0, false});
+  const float want =
+      nn::gpt_forward(p, acts, ws, {in.data(), tg.data(), B, c.seq_len}, {0, 0, 0, false});
   const GridShape shape{1, 2, 2};
   std::mutex mu;
   double got = 0;
@@ -142,8 +145,9 @@ TEST(ModelEquivalence, EvaluationForwardMatchesTheWholeModelWithoutDropout) {
     Grid grid(world, shape);
     ParallelGPT model(c, grid, 2, c.seq_len, 2);
     model.layout().extract(p.flat().data_as<float>(), model.params().data_as<float>());
-    std::vector<MicroBatch> mbs = {{in.data(), tg.data(), 2, c.seq_len, 0},
-                                   {in.data() + 2 * c.seq_len, tg.data() + 2 * c.seq_len, 2, c.seq_len, 2}};
+    std::vector<MicroBatch> mbs = {
+        {in.data(), tg.data(), 2, c.seq_len, 0},
+        {in.data() + 2 * c.seq_len, tg.data() + 2 * c.seq_len, 2, c.seq_len, 2}};
     const double loss = model.forward(mbs);
     std::lock_guard<std::mutex> lock(mu);
     if (grid.last_stage() && grid.coord().tp == 0) got = loss / 2;
@@ -184,10 +188,13 @@ TEST(TensorParallelBlock, BackwardWithProgramDropoutMatchesItsForward) {
     float* p = pt.data_as<float>();
     float* g = gt.data_as<float>();
     layout.extract(whole.flat().data_as<float>(), p);
-    ProgramRunner megatron(dsl::workloads::megatron_layer(DType::F32, c.dropout), epilogue_schedule_preferences());
+    ProgramRunner megatron(dsl::workloads::megatron_layer(DType::F32, c.dropout),
+                           epilogue_schedule_preferences());
     const int64_t N = static_cast<int64_t>(B) * T;
-    std::unique_ptr<exec::Runner> attn = megatron.prepare(grid.tp(), {{"B", N}, {"K", C}, {"H", C}});
-    std::unique_ptr<exec::Runner> mlp = megatron.prepare(grid.tp(), {{"B", N}, {"K", 4 * C}, {"H", C}});
+    std::unique_ptr<exec::Runner> attn =
+        megatron.prepare(grid.tp(), {{"B", N}, {"K", C}, {"H", C}});
+    std::unique_ptr<exec::Runner> mlp =
+        megatron.prepare(grid.tp(), {{"B", N}, {"K", 4 * C}, {"H", C}});
     const Epilogue epilogue = [&](const EpilogueArgs& e) {
       exec::Runner& s = e.mlp ? *mlp : *attn;
       auto put = [&](const char* name, const float* q) {
@@ -212,7 +219,8 @@ TEST(TensorParallelBlock, BackwardWithProgramDropoutMatchesItsForward) {
     nn::BlockActivations a = allocate_shard_block_activations(c, tp, B, T);
     nn::Workspace ws(c, B, T);
     auto loss_at = [&](const std::vector<float>& input) {
-      shard_block_forward(sb, 0, layout.block(p, 0), a, input.data(), ws, B, T, rng, epilogue, epilogue);
+      shard_block_forward(sb, 0, layout.block(p, 0), a, input.data(), ws, B, T, rng, epilogue,
+                          epilogue);
       double L = 0;
       const float* out = a.ptr(nn::BlockAct::Out);
       for (int64_t i = 0; i < n; ++i) L += static_cast<double>(out[i]) * R[static_cast<size_t>(i)];
@@ -221,17 +229,19 @@ TEST(TensorParallelBlock, BackwardWithProgramDropoutMatchesItsForward) {
     const double fd_r = (loss_at(xp) - loss_at(xm)) / (2.0 * h);
     loss_at(x);
     std::memcpy(ws.dresidual(), R.data(), static_cast<size_t>(n) * sizeof(float));
-    shard_block_backward(sb, 0, layout.block(p, 0), layout.block(g, 0), a, x.data(),
-                         ws.dresidual(), ws, B, T, rng);
+    shard_block_backward(sb, 0, layout.block(p, 0), layout.block(g, 0), a, x.data(), ws.dresidual(),
+                         ws, B, T, rng);
     double dir = 0;
-    for (int64_t i = 0; i < n; ++i) dir += static_cast<double>(ws.dresidual()[i]) * v[static_cast<size_t>(i)];
+    for (int64_t i = 0; i < n; ++i)
+      dir += static_cast<double>(ws.dresidual()[i]) * v[static_cast<size_t>(i)];
     std::lock_guard<std::mutex> lock(mu);
     if (world.rank() == 0) {
       directional = dir;
       fd = fd_r;
     }
   });
-  EXPECT_NEAR(directional, fd, 2e-3 * std::max(1.0, std::fabs(fd))) << "backward " << directional << " vs central differences " << fd;
+  EXPECT_NEAR(directional, fd, 2e-3 * std::max(1.0, std::fabs(fd)))
+      << "backward " << directional << " vs central differences " << fd;
 }
 
 }  // namespace

@@ -23,7 +23,8 @@ TEST(GridTopology, OrderFollowsTheNodes) {
   EXPECT_EQ(grid_order({0, 0, 0, 0}), GridOrder::TpDpPp);
   EXPECT_EQ(grid_order({0, 0, 1, 1}), GridOrder::TpPpDp);
   const GridShape s{2, 2, 2};
-  for (int r = 0; r < s.size(); ++r) EXPECT_EQ(grid_rank(s, grid_coord(s, r, GridOrder::TpPpDp), GridOrder::TpPpDp), r);
+  for (int r = 0; r < s.size(); ++r)
+    EXPECT_EQ(grid_rank(s, grid_coord(s, r, GridOrder::TpPpDp), GridOrder::TpPpDp), r);
   // tp adjacent, then pp, then dp outermost.
   EXPECT_EQ(grid_coord(s, 1, GridOrder::TpPpDp), (GridCoord{0, 1, 0}));
   EXPECT_EQ(grid_coord(s, 2, GridOrder::TpPpDp), (GridCoord{0, 0, 1}));
@@ -76,9 +77,10 @@ TEST(GridTopology, WarnsWhenATensorParallelGroupSpansNodes) {
     Grid g(world, GridShape{1, 4, 1});
     if (world.rank() == 0) warning = g.warning();
   });
-  EXPECT_EQ(warning,
-            "warning: the tensor-parallel group of dp 0 pp 0 (tp=4) spans 2 nodes: its all-reduce in "
-            "every layer crosses the network; choose a --tp that divides the ranks per node");
+  EXPECT_EQ(
+      warning,
+      "warning: the tensor-parallel group of dp 0 pp 0 (tp=4) spans 2 nodes: its all-reduce in "
+      "every layer crosses the network; choose a --tp that divides the ranks per node");
 }
 
 // One node: Megatron-LM's order, as before.
@@ -89,23 +91,26 @@ TEST(GridTopology, OneNodeKeepsMegatronsOrder) {
     EXPECT_EQ(g.order(), GridOrder::TpDpPp);
     if (world.rank() == 0) mapping = g.mapping();
   });
-  EXPECT_EQ(mapping,
-            "rank mapping (1 node, tp adjacent, then dp, then pp):\n"
-            "    node 0: rank 0 (dp 0 tp 0 pp 0), rank 1 (dp 0 tp 1 pp 0), rank 2 (dp 1 tp 0 pp 0), "
-            "rank 3 (dp 1 tp 1 pp 0)");
+  EXPECT_EQ(
+      mapping,
+      "rank mapping (1 node, tp adjacent, then dp, then pp):\n"
+      "    node 0: rank 0 (dp 0 tp 0 pp 0), rank 1 (dp 0 tp 1 pp 0), rank 2 (dp 1 tp 0 pp 0), "
+      "rank 3 (dp 1 tp 1 pp 0)");
 }
 
 // `tandem train` prints the mapping at start, and the warning.
 TEST(GridTopology, TrainPrintsTheMappingAndTheWarning) {
-  const std::string train = "train --model tiny --steps 1 --executor plan --eval-every 0 --dp 1 --tp 2";
+  const std::string train =
+      "train --model tiny --steps 1 --executor plan --eval-every 0 --dp 1 --tp 2";
   auto r = tandem::testing::run_command(
       fmt::format("TANDEM_RANKS_PER_NODE=1 '{}' {}", tandem::testing::tandem_binary(), train));
   EXPECT_EQ(r.status, 0) << r.output;
-  EXPECT_NE(r.output.find("  rank mapping (2 nodes, tp inside a node, then pp, then dp across nodes):\n"
-                          "    node 0: rank 0 (dp 0 tp 0 pp 0)\n    node 1: rank 1 (dp 0 tp 1 pp 0)\n"
-                          "tandem train: warning: the tensor-parallel group of dp 0 pp 0 (tp=2) spans 2 "
-                          "nodes"),
-            std::string::npos)
+  EXPECT_NE(
+      r.output.find("  rank mapping (2 nodes, tp inside a node, then pp, then dp across nodes):\n"
+                    "    node 0: rank 0 (dp 0 tp 0 pp 0)\n    node 1: rank 1 (dp 0 tp 1 pp 0)\n"
+                    "tandem train: warning: the tensor-parallel group of dp 0 pp 0 (tp=2) spans 2 "
+                    "nodes"),
+      std::string::npos)
       << r.output;
 }
 

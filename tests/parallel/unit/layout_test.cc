@@ -119,8 +119,8 @@ TEST(OneFOneB, EveryMicroBatchRunsForwardThenBackwardWithinTheInFlightLimit) {
 // Every whole-model element is written by exactly one (tp rank, stage) writer, and extract then
 // deposit gives the whole model back.
 TEST(ShardLayout, WritersTileTheWholeModelAndExtractDepositRoundTrips) {
-  for (GridShape g : {GridShape{1, 1, 1}, GridShape{1, 2, 1}, GridShape{1, 1, 2}, GridShape{1, 2, 2},
-                      GridShape{1, 4, 3}}) {
+  for (GridShape g : {GridShape{1, 1, 1}, GridShape{1, 2, 1}, GridShape{1, 1, 2},
+                      GridShape{1, 2, 2}, GridShape{1, 4, 3}}) {
     const nn::GPTConfig c = tiny_config(3, 4, 16, 8);
     const int64_t n = nn::gpt_num_parameters(c);
     std::vector<float> whole(static_cast<size_t>(n));
@@ -181,13 +181,15 @@ TEST(ShardLayout, RefusesGridsTheModelCannotSplitInto) {
     ShardLayout(tiny_config(2, 2, 16, 8), GridShape{1, 4, 1}, 0, 0);
     FAIL() << "no error";
   } catch (const UserError& e) {
-    EXPECT_STREQ(e.what(), "tensor parallelism over 4 ranks needs the head count (2) to be a multiple of 4");
+    EXPECT_STREQ(e.what(),
+                 "tensor parallelism over 4 ranks needs the head count (2) to be a multiple of 4");
   }
   try {
     ShardLayout(tiny_config(2, 2, 16, 8), GridShape{1, 1, 3}, 0, 0);
     FAIL() << "no error";
   } catch (const UserError& e) {
-    EXPECT_STREQ(e.what(), "pipeline parallelism over 3 stages needs at least 3 layers; the model has 2");
+    EXPECT_STREQ(e.what(),
+                 "pipeline parallelism over 3 stages needs at least 3 layers; the model has 2");
   }
 }
 

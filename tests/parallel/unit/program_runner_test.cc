@@ -62,7 +62,8 @@ TEST(ProgramRunnerSchedule, AMisspeltNameIsAnError) {
     message = e.what();
   }
   EXPECT_EQ(message.substr(0, message.find("; a schedule name is")),
-            "the schedule preferences of program 'adam': schedule 'fusd(RS-C-AG)': 'fusd(RS-C-AG)' is not a "
+            "the schedule preferences of program 'adam': schedule 'fusd(RS-C-AG)': 'fusd(RS-C-AG)' "
+            "is not a "
             "schedule part");
   ::setenv("TANDEM_SCHEDULE_ADAM", "fusd(RS-C-AG)", 1);
   message = "no error";
@@ -73,7 +74,8 @@ TEST(ProgramRunnerSchedule, AMisspeltNameIsAnError) {
   }
   ::unsetenv("TANDEM_SCHEDULE_ADAM");
   EXPECT_EQ(message.substr(0, message.find("; a schedule name is")),
-            "TANDEM_SCHEDULE_ADAM=fusd(RS-C-AG): program 'adam': schedule 'fusd(RS-C-AG)': 'fusd(RS-C-AG)' is not a "
+            "TANDEM_SCHEDULE_ADAM=fusd(RS-C-AG): program 'adam': schedule 'fusd(RS-C-AG)': "
+            "'fusd(RS-C-AG)' is not a "
             "schedule part");
 }
 
@@ -94,7 +96,8 @@ TEST(ProgramRunnerSchedule, PreparedRunnersRunAtTheChunkSize) {
   std::string message = "no error";
   try {
     comm::run_ranks(2, [&](comm::Communicator& c) {
-      const ProgramRunner runner(adam, {"fused(RS-C-AG)"}, exec::RunnerKind::Plan, c.rank() == 0 ? 64 : 128);
+      const ProgramRunner runner(adam, {"fused(RS-C-AG)"}, exec::RunnerKind::Plan,
+                                 c.rank() == 0 ? 64 : 128);
       std::unique_ptr<exec::Runner> run = runner.prepare(c, {{"N", 100}});
       for (int id : adam.scalars()) run->set_scalar(adam.stage(id).name, 0.5);
       run->run();
@@ -102,8 +105,10 @@ TEST(ProgramRunnerSchedule, PreparedRunnersRunAtTheChunkSize) {
   } catch (const UserError& e) {
     message = e.what();
   }
-  EXPECT_NE(message.find("chunk size mismatch across ranks: rank 0 passed 64 bytes, rank 1 passed 128 bytes"),
-            std::string::npos)
+  EXPECT_NE(
+      message.find(
+          "chunk size mismatch across ranks: rank 0 passed 64 bytes, rank 1 passed 128 bytes"),
+      std::string::npos)
       << message;
 }
 

@@ -168,14 +168,16 @@ TEST(RecipeErrors, EnumerateOneCollectiveOfAnother) {
 TEST(RecipeErrors, AMisspeltPreferenceIsAnError) {
   const dsl::Program adam = dsl::workloads::adam();
   for (const std::vector<std::string>& names :
-       {std::vector<std::string>{"fusd(RS-C-AG)", "AR-C"}, std::vector<std::string>{"AR-C", "fusd(RS-C-AG)"}}) {
+       {std::vector<std::string>{"fusd(RS-C-AG)", "AR-C"},
+        std::vector<std::string>{"AR-C", "fusd(RS-C-AG)"}}) {
     std::string message = "no error";
     try {
       first_allowed(adam, names, "TANDEM_X");
     } catch (const UserError& e) {
       message = e.what();
     }
-    EXPECT_EQ(head(message), "TANDEM_X: schedule 'fusd(RS-C-AG)': 'fusd(RS-C-AG)' is not a schedule part");
+    EXPECT_EQ(head(message),
+              "TANDEM_X: schedule 'fusd(RS-C-AG)': 'fusd(RS-C-AG)' is not a schedule part");
   }
 }
 

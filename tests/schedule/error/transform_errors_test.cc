@@ -18,15 +18,18 @@ using namespace tandem::dsl;  // NOLINT: the builder's vocabulary
 
 // Runs `f` on `s`, expects a UserError whose message contains every one of `parts`, and checks that
 // the schedule is unchanged.
-void expect_error(Schedule& s, const std::function<void(Schedule&)>& f, const std::vector<std::string>& parts) {
+void expect_error(Schedule& s, const std::function<void(Schedule&)>& f,
+                  const std::vector<std::string>& parts) {
   const std::string before = s.program().str();
-  const size_t fused = s.fused().size(), overlaps = s.overlaps().size(), history = s.history().size();
+  const size_t fused = s.fused().size(), overlaps = s.overlaps().size(),
+               history = s.history().size();
   try {
     f(s);
     ADD_FAILURE() << "no error; expected one containing '" << parts.front() << "'";
   } catch (const UserError& e) {
     const std::string what = e.what();
-    for (const std::string& p : parts) EXPECT_NE(what.find(p), std::string::npos) << "'" << p << "' not in: " << what;
+    for (const std::string& p : parts)
+      EXPECT_NE(what.find(p), std::string::npos) << "'" << p << "' not in: " << what;
   }
   EXPECT_EQ(s.program().str(), before);
   EXPECT_EQ(s.fused().size(), fused);
@@ -46,18 +49,21 @@ TEST(SplitErrors, ScalarHasNoParts) {
   const Expr g = p.input(F32, {}, Local, "g");
   p.output(AllReduce(Sum, g).named("total"), "total");
   Schedule s(p);
-  expect_error(s, [](Schedule& x) { x.split("total"); }, {"split(total)", "shape [] (a scalar)", "no parts"});
+  expect_error(s, [](Schedule& x) { x.split("total"); },
+               {"split(total)", "shape [] (a scalar)", "no parts"});
 }
 
 TEST(SplitErrors, AfterFusing) {
   Schedule s(workloads::megatron_layer());
   s.fuse({"z", "a", "d", "out"});
-  expect_error(s, [](Schedule& x) { x.split("z"); }, {"split(z)", "already fused", "before fuse and overlap"});
+  expect_error(s, [](Schedule& x) { x.split("z"); },
+               {"split(z)", "already fused", "before fuse and overlap"});
 }
 
 TEST(SplitErrors, UnknownStage) {
   Schedule s(workloads::adam());
-  expect_error(s, [](Schedule& x) { x.split("nope"); }, {"split", "no stage named 'nope'", "g_sum"});
+  expect_error(s, [](Schedule& x) { x.split("nope"); },
+               {"split", "no stage named 'nope'", "g_sum"});
   expect_error(s, [](Schedule& x) { x.split(999); }, {"split", "no stage %999"});
 }
 
@@ -66,7 +72,8 @@ TEST(SplitErrors, UnknownStage) {
 TEST(ReorderErrors, NotAnAllGather) {
   Schedule s(workloads::adam());
   // g is the Local gradient: there is no gather to move.
-  expect_error(s, [](Schedule& x) { x.reorder("g", {"g1"}); }, {"reorder(g", "input", "not an AllGather", "split"});
+  expect_error(s, [](Schedule& x) { x.reorder("g", {"g1"}); },
+               {"reorder(g", "input", "not an AllGather", "split"});
 }
 
 TEST(ReorderErrors, StageDoesNotConsumeTheGather) {
@@ -80,7 +87,8 @@ TEST(ReorderErrors, StageDoesNotConsumeTheGather) {
 TEST(ReorderErrors, ScalarTarget) {
   Schedule s(workloads::lamb());
   s.split("g_sum");
-  expect_error(s, [](Schedule& x) { x.reorder("g_sum.ag", {"trust"}); }, {"trust is scalar arithmetic", "no slice"});
+  expect_error(s, [](Schedule& x) { x.reorder("g_sum.ag", {"trust"}); },
+               {"trust is scalar arithmetic", "no slice"});
 }
 
 TEST(ReorderErrors, PastAMatmul) {
@@ -114,14 +122,19 @@ TEST(ReorderErrors, SliceAlongAnotherDim) {
   p.output(AllGather((a + x).named("y")).named("y_all"), "y");
   Schedule s(p);
   s.split("a");
-  expect_error(s, [](Schedule& q) { q.reorder("a.ag", {"y"}); }, {"y reads x, which is Sliced(1)", "along dim 0"});
+  expect_error(s, [](Schedule& q) { q.reorder("a.ag", {"y"}); },
+               {"y reads x, which is Sliced(1)", "along dim 0"});
 }
 
 TEST(ReorderErrors, AfterFusing) {
   Schedule s(workloads::adam());
   s.split("g_sum");
   s.fuse({"g1", "m1"});
-  expect_error(s, [](Schedule& x) { x.reorder("g_sum.ag", {"m1", "v1", "w1"}); }, {"already fused", "before fuse"});
+  expect_error(s,
+               [](Schedule& x) {
+                 x.reorder("g_sum.ag", {"m1", "v1", "w1"});
+               },
+               {"already fused", "before fuse"});
 }
 
 // ---------------------------------------------------------------------------------------- fuse
@@ -134,8 +147,11 @@ TEST(FuseErrors, TwoCollectives) {
   const Expr b = AllReduce(Sum, h).named("b");
   p.output((a + b).named("c"), "c");
   Schedule s(p);
-  expect_error(s, [](Schedule& x) { x.fuse({"a", "b", "c"}); }, {"fuse(", "a and b are both collectives",
-                                                                  "at most one collective"});
+  expect_error(s,
+               [](Schedule& x) {
+                 x.fuse({"a", "b", "c"});
+               },
+               {"fuse(", "a and b are both collectives", "at most one collective"});
 }
 
 TEST(FuseErrors, WhatCannotBeFused) {
@@ -143,17 +159,29 @@ TEST(FuseErrors, WhatCannotBeFused) {
   expect_error(m, [](Schedule& x) { x.fuse({"y", "z"}); }, {"y is a matmul", "overlap"});
   expect_error(m, [](Schedule& x) { x.fuse({"bias", "a"}); }, {"bias is an input"});
   Schedule a(workloads::adam());
-  expect_error(a, [](Schedule& x) { x.fuse({"bc1", "mhat"}); }, {"bc1 is scalar arithmetic", "outside every loop"});
+  expect_error(a,
+               [](Schedule& x) {
+                 x.fuse({"bc1", "mhat"});
+               },
+               {"bc1 is scalar arithmetic", "outside every loop"});
   expect_error(a, [](Schedule& x) { x.fuse({"r"}); }, {"at least two stages"});
   Schedule p(workloads::pipeline_stage());
-  expect_error(p, [](Schedule& x) { x.fuse({"out", "out_to_next"}); }, {"out_to_next is a send", "overlap"});
+  expect_error(p,
+               [](Schedule& x) {
+                 x.fuse({"out", "out_to_next"});
+               },
+               {"out_to_next is a send", "overlap"});
 }
 
 TEST(FuseErrors, Cycle) {
   // LAMB's update needs the trust ratio, which needs ||r||, which the fused loop would compute.
   Schedule s(workloads::lamb());
-  expect_error(s, [](Schedule& x) { x.fuse({"r", "w1"}); },
-               {"fuse({r and w1})", "would make a cycle", "trust", "nothing outside it may both need and feed it"});
+  expect_error(s,
+               [](Schedule& x) {
+                 x.fuse({"r", "w1"});
+               },
+               {"fuse({r and w1})", "would make a cycle", "trust",
+                "nothing outside it may both need and feed it"});
 }
 
 TEST(FuseErrors, NormUsedInItsOwnLoop) {
@@ -162,8 +190,12 @@ TEST(FuseErrors, NormUsedInItsOwnLoop) {
   const Expr n = norm(x).named("n");
   p.output((x * n).named("y"), "y");
   Schedule s(p);
-  expect_error(s, [](Schedule& q) { q.fuse({"n", "y"}); }, {"y uses n, which the same fused stage accumulates",
-                                                             "complete only after the loop"});
+  expect_error(
+      s,
+      [](Schedule& q) {
+        q.fuse({"n", "y"});
+      },
+      {"y uses n, which the same fused stage accumulates", "complete only after the loop"});
 }
 
 TEST(FuseErrors, InputOfTheCollective) {
@@ -173,8 +205,11 @@ TEST(FuseErrors, InputOfTheCollective) {
   const Expr a = AllReduce(Sum, h).named("a");
   p.output((a + 1.0).named("b"), "b");
   Schedule s(p);
-  expect_error(s, [](Schedule& x) { x.fuse({"h", "a", "b"}); }, {"h computes the input of a",
-                                                                 "only computations on a collective's result"});
+  expect_error(s,
+               [](Schedule& x) {
+                 x.fuse({"h", "a", "b"});
+               },
+               {"h computes the input of a", "only computations on a collective's result"});
 }
 
 TEST(FuseErrors, DomainsDiffer) {
@@ -190,8 +225,11 @@ TEST(FuseErrors, DomainsDiffer) {
 TEST(FuseErrors, GatherWithoutItsScatter) {
   Schedule s(workloads::adam());
   s.split("g_sum");
-  expect_error(s, [](Schedule& x) { x.fuse({"g_sum.ag", "g1"}); }, {"g_sum.ag is an AllGather",
-                                                                    "only with the ReduceScatter"});
+  expect_error(s,
+               [](Schedule& x) {
+                 x.fuse({"g_sum.ag", "g1"});
+               },
+               {"g_sum.ag is an AllGather", "only with the ReduceScatter"});
 }
 
 TEST(FuseErrors, ScatterAlongAnInnerDim) {
@@ -214,7 +252,11 @@ TEST(FuseErrors, FusedTwice) {
 TEST(OverlapErrors, NeedsAProducerAndItsConsumer) {
   Schedule s(workloads::megatron_layer());
   expect_error(s, [](Schedule& x) { x.overlap({"y"}); }, {"overlap({y})", "at least two stages"});
-  expect_error(s, [](Schedule& x) { x.overlap({"z", "y"}); }, {"y does not use z", "must consume the one before it"});
+  expect_error(s,
+               [](Schedule& x) {
+                 x.overlap({"z", "y"});
+               },
+               {"y does not use z", "must consume the one before it"});
   expect_error(s, [](Schedule& x) { x.overlap({"y", "z"}, 0); }, {"0 blocks", "at least 1"});
 }
 
@@ -222,8 +264,12 @@ TEST(OverlapErrors, SliceLeavesTheOverlap) {
   Schedule s(workloads::megatron_layer());
   s.split("z");
   s.reorder("z.ag", {"out"});
-  expect_error(s, [](Schedule& x) { x.overlap({"y", "z.rs"}); },
-               {"z.rs is Sliced and used by a outside the overlapped stages", "split among the ranks separately"});
+  expect_error(s,
+               [](Schedule& x) {
+                 x.overlap({"y", "z.rs"});
+               },
+               {"z.rs is Sliced and used by a outside the overlapped stages",
+                "split among the ranks separately"});
 }
 
 TEST(OverlapErrors, ReductionInside) {
@@ -247,12 +293,14 @@ TEST(OverlapErrors, OverlappedTwice) {
 TEST(AsSliceErrors, NotAReplicatedInput) {
   Schedule s(workloads::adam());
   expect_error(s, [](Schedule& x) { x.as_slice("g1"); }, {"as_slice(g1)", "not an input"});
-  expect_error(s, [](Schedule& x) { x.as_slice("g"); }, {"input 'g' is Local", "only a Replicated input"});
+  expect_error(s, [](Schedule& x) { x.as_slice("g"); },
+               {"input 'g' is Local", "only a Replicated input"});
 }
 
 TEST(AsSliceErrors, ReadWhole) {
   Schedule s(workloads::adam());
-  expect_error(s, [](Schedule& x) { x.as_slice("m"); }, {"as_slice(m)", "reads 'm' whole", "reorder the AllGather"});
+  expect_error(s, [](Schedule& x) { x.as_slice("m"); },
+               {"as_slice(m)", "reads 'm' whole", "reorder the AllGather"});
 }
 
 TEST(AsSliceErrors, UpdateComputedWhole) {
@@ -263,7 +311,8 @@ TEST(AsSliceErrors, UpdateComputedWhole) {
   p.output(AllGather(part).named("all"), "all");
   update(m, (w * 3.0).named("fresh")).named("m1");
   Schedule s(p);
-  expect_error(s, [](Schedule& x) { x.as_slice("m"); }, {"its update m1 writes fresh", "computed whole"});
+  expect_error(s, [](Schedule& x) { x.as_slice("m"); },
+               {"its update m1 writes fresh", "computed whole"});
 }
 
 TEST(AsSliceErrors, ScalarInput) {

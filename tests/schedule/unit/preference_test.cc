@@ -32,7 +32,8 @@ TEST(Preference, TheFirstNameTheProgramAllows) {
 TEST(Preference, TryApplySaysWhyTheProgramDoesNotAllowARecipe) {
   const dsl::Program adam = dsl::workloads::adam();
   const std::string why =
-      "schedule 'ol(MM,AR-C)', collective 1 (g_sum): ol(MM,...) overlaps a collective with the matmul producing its "
+      "schedule 'ol(MM,AR-C)', collective 1 (g_sum): ol(MM,...) overlaps a collective with the "
+      "matmul producing its "
       "input, but its input g is computed by input";
   const Applied no = Recipe::parse("ol(MM,AR-C)").try_apply(adam);
   EXPECT_FALSE(no.schedule.has_value());
@@ -49,9 +50,11 @@ TEST(Preference, TryApplySaysWhyTheProgramDoesNotAllowARecipe) {
   EXPECT_EQ(yes.schedule->name(), "RS-C-AG");
   EXPECT_EQ(yes.why, "");
   // A part count the program does not take, and a fusion with nothing to fuse.
-  EXPECT_NE(Recipe::parse("AR-C|AR-C").try_apply(adam).why.find("has 2 parts, but program 'adam' has 1"),
+  EXPECT_NE(
+      Recipe::parse("AR-C|AR-C").try_apply(adam).why.find("has 2 parts, but program 'adam' has 1"),
+      std::string::npos);
+  EXPECT_NE(Recipe::parse("RS-C-AG+slice(q)").try_apply(adam).why.find("no stage named 'q'"),
             std::string::npos);
-  EXPECT_NE(Recipe::parse("RS-C-AG+slice(q)").try_apply(adam).why.find("no stage named 'q'"), std::string::npos);
 }
 
 }  // namespace

@@ -58,7 +58,8 @@ TEST(Split, AllReduceBecomesReduceScatterAndAllGather) {
   const Program& p = s.program();
   EXPECT_EQ(p.stage_str(rs), "gs.rs = reduce_scatter.sum(g) dim=0 : bf16[N] Sliced(0)");
   EXPECT_EQ(p.stage_str(ag), "gs.ag = allgather(gs.rs) : bf16[N] Replicated");
-  EXPECT_EQ(p.stage(*p.find("gf")).args[0], ag) << "every use of the AllReduce now uses the AllGather";
+  EXPECT_EQ(p.stage(*p.find("gf")).args[0], ag)
+      << "every use of the AllReduce now uses the AllGather";
   EXPECT_FALSE(p.find("gs"));
   EXPECT_EQ(s.history(), std::vector<std::string>{"split(gs)"});
 }
@@ -87,7 +88,8 @@ TEST(Reorder, SideComputationsMoveToo) {
   const Program& p = s.program();
   for (const Stage& st : p.stages()) {
     if (op_kind(st.op) != OpKind::Elementwise || st.type.shape.rank() == 0) continue;
-    EXPECT_TRUE(st.type.layout.is_sliced()) << p.stage_str(st.id) << " still runs on the whole tensor";
+    EXPECT_TRUE(st.type.layout.is_sliced())
+        << p.stage_str(st.id) << " still runs on the whole tensor";
   }
 }
 
@@ -127,7 +129,8 @@ TEST(Fuse, ClosureTakesPathsAndSideComputations) {
   EXPECT_EQ(fs.collective, *p.find("g_sum"));
   std::set<std::string> names;
   for (int id : fs.stages) names.insert(p.display_name(id));
-  for (const char* n : {"g1", "m1", "v1", "mhat", "vhat", "r", "w1"}) EXPECT_TRUE(names.count(n)) << n;
+  for (const char* n : {"g1", "m1", "v1", "mhat", "vhat", "r", "w1"})
+    EXPECT_TRUE(names.count(n)) << n;
   // beta1 * m, an operand used only inside, joins; the scalar bias corrections stay out.
   const int m = *p.find("m");
   EXPECT_TRUE(std::any_of(fs.stages.begin(), fs.stages.end(), [&](int id) {
@@ -176,11 +179,13 @@ TEST(Plan, SlicedStateIsStoredSliced) {
   EXPECT_EQ(plan.values[static_cast<size_t>(*p.find("w"))].storage, Storage::Full);
   EXPECT_TRUE(plan.values[static_cast<size_t>(*p.find("m"))].state);
   const auto colls = steps_of(plan, StepKind::Collective);
-  ASSERT_EQ(colls.size(), 2u) << "one ReduceScatter with the update inside, one AllGather of the weights";
+  ASSERT_EQ(colls.size(), 2u)
+      << "one ReduceScatter with the update inside, one AllGather of the weights";
   EXPECT_EQ(colls[0]->collective.op, Op::ReduceScatter);
   EXPECT_EQ(colls[1]->collective.op, Op::AllGather);
   EXPECT_TRUE(colls[1]->collective.in_place);
-  EXPECT_TRUE(steps_of(plan, StepKind::Loop).size() == 1u) << "only the scalar prelude is a loop of its own";
+  EXPECT_TRUE(steps_of(plan, StepKind::Loop).size() == 1u)
+      << "only the scalar prelude is a loop of its own";
 }
 
 TEST(Plan, OverlapBecomesAPipelinePerGroup) {
@@ -194,7 +199,8 @@ TEST(Plan, OverlapBecomesAPipelinePerGroup) {
   std::vector<StepKind> body0, body1;
   for (const Step& b : pipes[0]->pipeline.body) body0.push_back(b.kind);
   for (const Step& b : pipes[1]->pipeline.body) body1.push_back(b.kind);
-  EXPECT_EQ(body0, (std::vector<StepKind>{StepKind::Matmul, StepKind::Collective, StepKind::Collective, StepKind::Send}));
+  EXPECT_EQ(body0, (std::vector<StepKind>{StepKind::Matmul, StepKind::Collective,
+                                          StepKind::Collective, StepKind::Send}));
   EXPECT_EQ(body1, (std::vector<StepKind>{StepKind::Recv, StepKind::Collective}));
   // The slice made inside the pipeline lives one block at a time.
   EXPECT_EQ(plan.values[static_cast<size_t>(*plan.program.find("out"))].storage, Storage::Block);
@@ -230,34 +236,44 @@ TEST(Plan, UnscheduledRunsStageByStage) {
   const Plan plan = Schedule(sgd()).lower();
   std::vector<StepKind> kinds;
   for (const Step& s : plan.steps) kinds.push_back(s.kind);
-  EXPECT_EQ(kinds, (std::vector<StepKind>{StepKind::Collective, StepKind::Loop, StepKind::Loop, StepKind::Loop}));
+  EXPECT_EQ(kinds, (std::vector<StepKind>{StepKind::Collective, StepKind::Loop, StepKind::Loop,
+                                          StepKind::Loop}));
   EXPECT_EQ(plan.name, "unscheduled");
 }
 
 // -------------------------------------------------------------------------------- enumeration
 
 TEST(Enumerate, OptimizerNames) {
-  const std::vector<std::string> want{"AR-C", "AR-fused(C)", "fused(AR-C)", "RS-AG-C", "RS-AG-fused(C)", "RS-C-AG",
-                                      "RS-fused(C)-AG", "fused(RS-C-AG)", "RS-C-AG+slice(m,v)",
-                                      "RS-fused(C)-AG+slice(m,v)", "fused(RS-C-AG)+slice(m,v)"};
+  const std::vector<std::string> want{"AR-C",
+                                      "AR-fused(C)",
+                                      "fused(AR-C)",
+                                      "RS-AG-C",
+                                      "RS-AG-fused(C)",
+                                      "RS-C-AG",
+                                      "RS-fused(C)-AG",
+                                      "fused(RS-C-AG)",
+                                      "RS-C-AG+slice(m,v)",
+                                      "RS-fused(C)-AG+slice(m,v)",
+                                      "fused(RS-C-AG)+slice(m,v)"};
   EXPECT_EQ(names_of(enumerate_schedules(workloads::adam())), want);
   EXPECT_EQ(names_of(enumerate_schedules(workloads::lamb())), want);
 }
 
 TEST(Enumerate, MegatronNames) {
   EXPECT_EQ(names_of(enumerate_schedules(workloads::megatron_layer())),
-            (std::vector<std::string>{"AR-C", "ol(MM,AR-C)", "AR-fused(C)", "ol(MM,AR-fused(C))", "fused(AR-C)",
-                                      "ol(MM,fused(AR-C))", "RS-AG-C", "ol(MM,RS-AG-C)", "RS-AG-fused(C)",
-                                      "ol(MM,RS-AG-fused(C))", "RS-C-AG", "ol(MM,RS-C-AG)", "RS-fused(C)-AG",
-                                      "ol(MM,RS-fused(C)-AG)", "fused(RS-C-AG)", "ol(MM,fused(RS-C-AG))"}));
+            (std::vector<std::string>{
+                "AR-C", "ol(MM,AR-C)", "AR-fused(C)", "ol(MM,AR-fused(C))", "fused(AR-C)",
+                "ol(MM,fused(AR-C))", "RS-AG-C", "ol(MM,RS-AG-C)", "RS-AG-fused(C)",
+                "ol(MM,RS-AG-fused(C))", "RS-C-AG", "ol(MM,RS-C-AG)", "RS-fused(C)-AG",
+                "ol(MM,RS-fused(C)-AG)", "fused(RS-C-AG)", "ol(MM,fused(RS-C-AG))"}));
 }
 
 TEST(Enumerate, PipelineHasTheOverlappedAndSliceSendVariants) {
   const auto names = names_of(enumerate_schedules(workloads::pipeline_stage()));
   EXPECT_EQ(names.size(), 41u);
   for (const char* n : {"AR-C", "fused(AR-C)", "RS-C-AG", "fused(RS-C-AG)", "ol(MM,fused(AR-C))",
-                        "ol(fused(AR-C),P2P)", "ol(MM,fused(AR-C),P2P)", "RS-C-P2P-AG", "fused(RS-C)-P2P-AG",
-                        "ol(MM,fused(RS-C)-P2P)-AG"})
+                        "ol(fused(AR-C),P2P)", "ol(MM,fused(AR-C),P2P)", "RS-C-P2P-AG",
+                        "fused(RS-C)-P2P-AG", "ol(MM,fused(RS-C)-P2P)-AG"})
     EXPECT_NE(std::find(names.begin(), names.end(), n), names.end()) << n;
 }
 

@@ -6,9 +6,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include <nlohmann/json.hpp>
-
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -25,7 +24,8 @@ using parallel::OptimizerKind;
 
 // "adamw plan dp=2 tp=1 pp=1": what a failure names.
 std::string named(OptimizerKind optimizer, RunnerKind executor, const parallel::GridShape& g) {
-  return fmt::format("{} {} {}", parallel::optimizer_name(optimizer), exec::runner_kind_name(executor), g.str());
+  return fmt::format("{} {} {}", parallel::optimizer_name(optimizer),
+                     exec::runner_kind_name(executor), g.str());
 }
 
 // Four blocks of a few KiB each, so that a small bucket holds about one block.
@@ -55,8 +55,10 @@ TEST(GradExchange, OverlappedEqualsAfterTheBackwardBitwise) {
     for (const OptimizerKind optimizer : {OptimizerKind::AdamW, OptimizerKind::Lamb})
       for (const parallel::GridShape& g : grids) {
         const std::string what = named(optimizer, executor, g);
-        const TrainResult after = train(exchange_run(g, optimizer, GradExchange::After, kSmallBucket, executor));
-        const TrainResult overlap = train(exchange_run(g, optimizer, GradExchange::Overlap, kSmallBucket, executor));
+        const TrainResult after =
+            train(exchange_run(g, optimizer, GradExchange::After, kSmallBucket, executor));
+        const TrainResult overlap =
+            train(exchange_run(g, optimizer, GradExchange::Overlap, kSmallBucket, executor));
         expect_bitwise(after, overlap, what);
       }
 }
@@ -67,16 +69,20 @@ TEST(GradExchange, OverlappedEqualsAfterTheBackwardBitwise) {
 // order). Where a ring of p >= 3 ranks reduces (MPI), the order follows each element's place in
 // the ring's chunks, so it moves with the bucket's boundaries: tests/train/mpi bounds that.
 TEST(GradExchange, BucketsEqualOneSegmentWhereTheReductionOrderIsTheSame) {
-  for (const parallel::GridShape& g : std::vector<parallel::GridShape>{{2, 1, 1}, {4, 1, 1}, {2, 2, 1}}) {
-    const TrainResult one = train(exchange_run(g, OptimizerKind::AdamW, GradExchange::After, std::nullopt, RunnerKind::Compiled));
-    const TrainResult many = train(exchange_run(g, OptimizerKind::AdamW, GradExchange::Overlap, kSmallBucket, RunnerKind::Compiled));
+  for (const parallel::GridShape& g :
+       std::vector<parallel::GridShape>{{2, 1, 1}, {4, 1, 1}, {2, 2, 1}}) {
+    const TrainResult one = train(exchange_run(g, OptimizerKind::AdamW, GradExchange::After,
+                                               std::nullopt, RunnerKind::Compiled));
+    const TrainResult many = train(exchange_run(g, OptimizerKind::AdamW, GradExchange::Overlap,
+                                                kSmallBucket, RunnerKind::Compiled));
     expect_bitwise(one, many, "buckets vs one segment at " + g.str());
   }
 }
 
 TEST(GradExchange, TheTraceShowsTheExchangeDuringTheBackward) {
   testing::ScratchDir dir;
-  TrainConfig c = exchange_run({2, 1, 1}, OptimizerKind::AdamW, GradExchange::Overlap, kSmallBucket, RunnerKind::Compiled);
+  TrainConfig c = exchange_run({2, 1, 1}, OptimizerKind::AdamW, GradExchange::Overlap, kSmallBucket,
+                               RunnerKind::Compiled);
   c.model.d_model = 64;  // a backward of some milliseconds per block
   c.model.n_heads = 4;
   c.model.seq_len = c.model.max_positions = 64;
@@ -86,7 +92,8 @@ TEST(GradExchange, TheTraceShowsTheExchangeDuringTheBackward) {
   const json j = json::parse(testing::read_bytes(c.trace_path));
   std::map<int, std::string> rows;  // (pid 0's) tid -> stream
   for (const json& e : j["traceEvents"])
-    if (e["ph"] == "M" && e["name"] == "thread_name" && e["pid"] == 0) rows[e["tid"]] = e["args"]["name"];
+    if (e["ph"] == "M" && e["name"] == "thread_name" && e["pid"] == 0)
+      rows[e["tid"]] = e["args"]["name"];
   // For each exchange span, whether a backward span of the same rank ends after it began.
   int spans = 0, during = 0;
   for (const json& x : j["traceEvents"]) {
@@ -95,7 +102,8 @@ TEST(GradExchange, TheTraceShowsTheExchangeDuringTheBackward) {
     const double begin = x["ts"];
     for (const json& b : j["traceEvents"])
       if (b["ph"] == "X" && b["pid"] == 0 && rows[b["tid"]] == "compute" &&
-          b["name"].get<std::string>().rfind("backward h.", 0) == 0 && b["ts"].get<double>() >= begin) {
+          b["name"].get<std::string>().rfind("backward h.", 0) == 0 &&
+          b["ts"].get<double>() >= begin) {
         ++during;
         break;
       }
@@ -106,8 +114,8 @@ TEST(GradExchange, TheTraceShowsTheExchangeDuringTheBackward) {
 
 // --------------------------------------------------------------------------- gradient clipping
 
-TrainConfig clipped_run(parallel::GridShape grid, OptimizerKind optimizer, GradExchange exchange, double clip,
-                        RunnerKind executor) {
+TrainConfig clipped_run(parallel::GridShape grid, OptimizerKind optimizer, GradExchange exchange,
+                        double clip, RunnerKind executor) {
   TrainConfig c = exchange_run(grid, optimizer, exchange, kSmallBucket, executor);
   c.optimizer.clip_grad_norm = clip;
   return c;
@@ -121,8 +129,10 @@ TEST(GradClipping, OverlappedEqualsAfterTheBackwardBitwise) {
     for (const OptimizerKind optimizer : {OptimizerKind::AdamW, OptimizerKind::Lamb})
       for (const parallel::GridShape& g : grids) {
         const std::string what = named(optimizer, executor, g);
-        const TrainResult after = train(clipped_run(g, optimizer, GradExchange::After, 0.05, executor));
-        const TrainResult overlap = train(clipped_run(g, optimizer, GradExchange::Overlap, 0.05, executor));
+        const TrainResult after =
+            train(clipped_run(g, optimizer, GradExchange::After, 0.05, executor));
+        const TrainResult overlap =
+            train(clipped_run(g, optimizer, GradExchange::Overlap, 0.05, executor));
         expect_bitwise(after, overlap, what);
         ASSERT_EQ(after.grad_norms.size(), 3u) << what;
         EXPECT_EQ(after.grad_norms, overlap.grad_norms) << what;
@@ -135,9 +145,10 @@ TEST(GradClipping, ALimitAboveTheNormChangesNothing) {
   for (const parallel::GridShape& g :
        std::vector<parallel::GridShape>{{1, 1, 1}, {2, 1, 1}, {2, 2, 1}, {2, 1, 2}})
     for (const OptimizerKind optimizer : {OptimizerKind::AdamW, OptimizerKind::Lamb}) {
-      const TrainResult plain =
-          train(exchange_run(g, optimizer, GradExchange::Overlap, kSmallBucket, RunnerKind::Compiled));
-      const TrainResult clipped = train(clipped_run(g, optimizer, GradExchange::Overlap, 1e30, RunnerKind::Compiled));
+      const TrainResult plain = train(
+          exchange_run(g, optimizer, GradExchange::Overlap, kSmallBucket, RunnerKind::Compiled));
+      const TrainResult clipped =
+          train(clipped_run(g, optimizer, GradExchange::Overlap, 1e30, RunnerKind::Compiled));
       expect_bitwise(plain, clipped, named(optimizer, RunnerKind::Compiled, g));
     }
 }
@@ -146,7 +157,8 @@ TEST(GradClipping, ALimitAboveTheNormChangesNothing) {
 // and the last stage's copy of wte are not counted twice. Every grid sees the norm of one rank.
 TEST(GradClipping, TheNormIsTheWholeModelsOnEveryGrid) {
   auto run = [](parallel::GridShape g) {
-    TrainConfig c = clipped_run(g, OptimizerKind::AdamW, GradExchange::Overlap, 0.05, RunnerKind::Compiled);
+    TrainConfig c =
+        clipped_run(g, OptimizerKind::AdamW, GradExchange::Overlap, 0.05, RunnerKind::Compiled);
     c.model.dropout = 0;  // the same gradient on every grid, up to the order of sums
     return train(c);
   };
@@ -169,8 +181,10 @@ TEST(GradClipping, TheNormIsTheWholeModelsOnEveryGrid) {
 // weights of moments in memory.
 TEST(GradClipping, StateInTheSlowTierEqualsStateInMemory) {
   for (const parallel::GridShape& g : std::vector<parallel::GridShape>{{2, 1, 1}, {2, 2, 1}}) {
-    const TrainResult memory = train(clipped_run(g, OptimizerKind::AdamW, GradExchange::Overlap, 0.05, RunnerKind::Compiled));
-    TrainConfig c = clipped_run(g, OptimizerKind::AdamW, GradExchange::Overlap, 0.05, RunnerKind::Compiled);
+    const TrainResult memory = train(
+        clipped_run(g, OptimizerKind::AdamW, GradExchange::Overlap, 0.05, RunnerKind::Compiled));
+    TrainConfig c =
+        clipped_run(g, OptimizerKind::AdamW, GradExchange::Overlap, 0.05, RunnerKind::Compiled);
     c.optimizer.state_tier = ooc::TierSpec::parse("host");
     expect_bitwise(memory, train(c), "host tier at " + g.str());
   }
@@ -178,9 +192,10 @@ TEST(GradClipping, StateInTheSlowTierEqualsStateInMemory) {
 
 // Clipping takes effect: a limit below the norm gives other weights than no limit.
 TEST(GradClipping, ALimitBelowTheNormChangesTheStep) {
-  const TrainResult plain =
-      train(exchange_run({2, 1, 1}, OptimizerKind::AdamW, GradExchange::Overlap, kSmallBucket, RunnerKind::Compiled));
-  const TrainResult clipped = train(clipped_run({2, 1, 1}, OptimizerKind::AdamW, GradExchange::Overlap, 0.05, RunnerKind::Compiled));
+  const TrainResult plain = train(exchange_run(
+      {2, 1, 1}, OptimizerKind::AdamW, GradExchange::Overlap, kSmallBucket, RunnerKind::Compiled));
+  const TrainResult clipped = train(clipped_run({2, 1, 1}, OptimizerKind::AdamW,
+                                                GradExchange::Overlap, 0.05, RunnerKind::Compiled));
   ASSERT_GT(clipped.grad_norms[0], 0.05);
   EXPECT_NE(plain.weights, clipped.weights);
   EXPECT_EQ(plain.losses[0], clipped.losses[0]) << "the first loss comes before any update";

@@ -17,7 +17,8 @@ using exec::RunnerKind;
 using parallel::OptimizerKind;
 
 // `tier` as --optimizer-state takes it: memory, host or file:DIR.
-TrainConfig state_run(int dp, OptimizerKind optimizer, RunnerKind executor, const std::string& tier) {
+TrainConfig state_run(int dp, OptimizerKind optimizer, RunnerKind executor,
+                      const std::string& tier) {
   TrainConfig c = testing::tiny_run(3);
   c.model.n_layers = 3;
   c.batch = 12;
@@ -40,12 +41,15 @@ TEST(OptimizerStateTier, SameWeightsAsInMemory) {
       const TrainResult memory = train(state_run(dp, OptimizerKind::AdamW, executor, "memory"));
       for (const std::string& tier : tiers)
         expect_bitwise(memory, train(state_run(dp, OptimizerKind::AdamW, executor, tier)),
-                       "adamw dp " + std::to_string(dp) + " " + std::string(exec::runner_kind_name(executor)) + " " + tier);
+                       "adamw dp " + std::to_string(dp) + " " +
+                           std::string(exec::runner_kind_name(executor)) + " " + tier);
     }
   for (int dp : {2, 3}) {
-    const TrainResult memory = train(state_run(dp, OptimizerKind::Lamb, RunnerKind::Compiled, "memory"));
+    const TrainResult memory =
+        train(state_run(dp, OptimizerKind::Lamb, RunnerKind::Compiled, "memory"));
     for (const std::string& tier : tiers)
-      expect_bitwise(memory, train(state_run(dp, OptimizerKind::Lamb, RunnerKind::Compiled, tier)), "lamb dp " + std::to_string(dp) + " " + tier);
+      expect_bitwise(memory, train(state_run(dp, OptimizerKind::Lamb, RunnerKind::Compiled, tier)),
+                     "lamb dp " + std::to_string(dp) + " " + tier);
   }
 }
 
@@ -81,9 +85,11 @@ TEST(OptimizerStateTier, BadPlacesNameTheFlag) {
   const auto r = tandem::testing::run_tandem("train --optimizer-state disk");
   EXPECT_EQ(r.status, 1);
   EXPECT_EQ(r.output,
-            "tandem: error: --optimizer-state disk: write memory, host (a slow tier in host memory) or file:DIR (an "
+            "tandem: error: --optimizer-state disk: write memory, host (a slow tier in host "
+            "memory) or file:DIR (an "
             "O_DIRECT file in folder DIR)\n");
-  TrainConfig c = state_run(1, OptimizerKind::AdamW, RunnerKind::Plan, "file:" + dir.path("a-file") + "/sub");
+  TrainConfig c =
+      state_run(1, OptimizerKind::AdamW, RunnerKind::Plan, "file:" + dir.path("a-file") + "/sub");
   const std::string e = testing::user_error_of([&] { train(c); });
   EXPECT_EQ(e, "--optimizer-state 'file:" + dir.path("a-file") + "/sub': cannot create folder '" +
                    dir.path("a-file") + "/sub': Not a directory");

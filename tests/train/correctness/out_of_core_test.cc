@@ -65,7 +65,8 @@ TEST_P(OutOfCore, WeightsBitwiseAsInCoreWithinTheBudget) {
     const TrainResult r = train(c);
     EXPECT_EQ(r.ooc_plan, cs.plan);
     ASSERT_EQ(r.weights.size(), ref.weights.size());
-    EXPECT_EQ(std::memcmp(r.weights.data(), ref.weights.data(), ref.weights.size() * sizeof(float)), 0)
+    EXPECT_EQ(std::memcmp(r.weights.data(), ref.weights.data(), ref.weights.size() * sizeof(float)),
+              0)
         << "weights differ from in-core training";
     EXPECT_EQ(r.losses, ref.losses);
     EXPECT_EQ(r.val_losses, ref.val_losses);
@@ -97,7 +98,8 @@ TEST(OutOfCorePlanner, TightBudgetBitwiseAndHighWaterIsThePredictedPeak) {
   c.memory_budget = "60%";  // of the in-core need, which is the keep-all plan's high-water mark
   const TrainResult r = train(c);
   EXPECT_NE(r.ooc_plan, "KKKKKKKK/p1");
-  EXPECT_EQ(std::memcmp(r.weights.data(), ref.weights.data(), ref.weights.size() * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(r.weights.data(), ref.weights.data(), ref.weights.size() * sizeof(float)),
+            0);
   EXPECT_LE(r.ooc_high_water, all_kept.ooc_high_water * 6 / 10);
   EXPECT_EQ(r.ooc_high_water, r.ooc_predicted_peak);
 }
@@ -133,7 +135,8 @@ TEST(OutOfCoreTrace, SwapRowsInTheTraceAndThePredictedTimeline) {
   const std::string trace = testing::read_bytes(c.trace_path);
   for (const char* row : {"\"swap-out\"", "\"swap-in\"", "\"compute\""})
     EXPECT_NE(trace.find(row), std::string::npos) << row;
-  EXPECT_NE(trace.find("\"m0.h0.attn\""), std::string::npos) << "transfers are named by micro-batch and unit";
+  EXPECT_NE(trace.find("\"m0.h0.attn\""), std::string::npos)
+      << "transfers are named by micro-batch and unit";
   EXPECT_NE(trace.find("\"m0.h1.attn\""), std::string::npos);
   EXPECT_NE(trace.find("\"forward h.1.mlp\""), std::string::npos) << "compute rows name the half";
 

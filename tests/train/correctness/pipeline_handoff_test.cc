@@ -6,9 +6,8 @@
 // names the gradient hand-off.
 #include <gtest/gtest.h>
 
-#include <nlohmann/json.hpp>
-
 #include <cmath>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "train/test_util.h"
@@ -33,9 +32,11 @@ TEST(PipelineHandoff, EveryExecutorTrainsAsOneRank) {
        {exec::RunnerKind::Compiled, exec::RunnerKind::Plan, exec::RunnerKind::Reference})
     for (int pp : {2, 3}) {
       const TrainResult got = train(pipeline_run(pp, executor));
-      ASSERT_EQ(got.losses.size(), one.losses.size()) << exec::runner_kind_name(executor) << " pp " << pp;
+      ASSERT_EQ(got.losses.size(), one.losses.size())
+          << exec::runner_kind_name(executor) << " pp " << pp;
       for (size_t i = 0; i < one.losses.size(); ++i)
-        EXPECT_NEAR(got.losses[i], one.losses[i], 1e-5 * std::fabs(one.losses[i])) << exec::runner_kind_name(executor) << " pp " << pp;
+        EXPECT_NEAR(got.losses[i], one.losses[i], 1e-5 * std::fabs(one.losses[i]))
+            << exec::runner_kind_name(executor) << " pp " << pp;
     }
 }
 

@@ -2,6 +2,8 @@
 // a single-rank run of the same global batch and seed, a resumed run continues bitwise like one
 // that never stopped, the loss falls on the synthetic corpus, and bad checkpoints are refused
 // with a message that says what is wrong.
+#include "tandem/train/trainer.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,7 +13,6 @@
 
 #include "tandem/core/error.h"
 #include "tandem/io/checkpoint_series.h"
-#include "tandem/train/trainer.h"
 #include "train/test_util.h"
 
 namespace tandem::train {
@@ -71,7 +72,8 @@ void expect_equivalent(const TrainConfig& cfg, const std::string& what) {
   for (size_t i = 0; i < want.losses.size(); ++i)
     EXPECT_NEAR(got.losses[i], want.losses[i], 2e-4) << what << " step " << i;
   ASSERT_EQ(got.weights.size(), want.weights.size());
-  EXPECT_LT(relative_update_difference(got.weights, want.weights, initial_weights(cfg)), 1e-2) << what;
+  EXPECT_LT(relative_update_difference(got.weights, want.weights, initial_weights(cfg)), 1e-2)
+      << what;
 }
 
 TEST(TrainerEquivalence, DataParallelMatchesOneRank) {
@@ -101,7 +103,8 @@ TEST(TrainerEquivalence, LambDataParallelMatchesOneRank) {
   two.optimizer.kind = parallel::OptimizerKind::Lamb;
   const TrainResult want = train(one);
   const TrainResult got = train(two);
-  for (size_t i = 0; i < want.losses.size(); ++i) EXPECT_NEAR(got.losses[i], want.losses[i], 2e-4) << i;
+  for (size_t i = 0; i < want.losses.size(); ++i)
+    EXPECT_NEAR(got.losses[i], want.losses[i], 2e-4) << i;
 }
 
 // The executors run the same schedules: the JIT-compiled code and the plan runner compute what
@@ -121,7 +124,8 @@ TEST(TrainerExecutors, CompiledPlanAndReferenceExecutorsAgree) {
     EXPECT_NEAR(compiled.losses[i], plan.losses[i], 1e-6) << i;
     EXPECT_NEAR(compiled.losses[i], reference.losses[i], 1e-6) << i;
   }
-  EXPECT_LT(relative_update_difference(compiled.weights, reference.weights, initial_weights(c)), 1e-4);
+  EXPECT_LT(relative_update_difference(compiled.weights, reference.weights, initial_weights(c)),
+            1e-4);
 }
 
 // Mixed precision: bf16 gradients in the optimizer program (f32 master weights and moments)
@@ -133,7 +137,8 @@ TEST(Trainer, Bf16GradientsFollowTheF32Run) {
   const TrainResult bf16 = train(c);
   ASSERT_EQ(bf16.losses.size(), f32.losses.size());
   EXPECT_EQ(bf16.losses[0], f32.losses[0]);  // the first loss comes before any update
-  for (size_t i = 1; i < f32.losses.size(); ++i) EXPECT_NEAR(bf16.losses[i], f32.losses[i], 2e-2) << i;
+  for (size_t i = 1; i < f32.losses.size(); ++i)
+    EXPECT_NEAR(bf16.losses[i], f32.losses[i], 2e-2) << i;
   EXPECT_NE(bf16.weights, f32.weights);  // the gradients really were rounded
 }
 
@@ -184,7 +189,7 @@ TEST(TrainerResume, FromTheSaveFolderOrOneStepFolder) {
   first.keep_checkpoints = 3;
   const TrainResult straight = train(first);
   EXPECT_EQ(dir.list("ck"), (std::vector<std::string>{"latest", "step-00000004", "step-00000005",
-                                                       "step-00000006"}));
+                                                      "step-00000006"}));
   for (const std::string from : {"ck", "ck/step-00000004"}) {
     TrainConfig second = tiny({1, 1, 1}, 6);
     second.resume_dir = dir.path(from);
@@ -281,8 +286,9 @@ TEST(TrainerConfig, RefusesGridsThatDoNotFit) {
   EXPECT_EQ(error_of(c), "--pp 3 needs at least 3 layers; the model has 2");
   c = tiny({2, 1, 1});
   c.micro_batches = 3;
-  EXPECT_EQ(error_of(c), "each data-parallel rank's 4 rows do not split evenly into 3 micro-batches "
-                         "(--batch 8, --dp 2, --micro-batches 3)");
+  EXPECT_EQ(error_of(c),
+            "each data-parallel rank's 4 rows do not split evenly into 3 micro-batches "
+            "(--batch 8, --dp 2, --micro-batches 3)");
 }
 
 }  // namespace

@@ -32,8 +32,8 @@ TrainConfig two_ranks() {
 
 // Stores the record the trainer looks up for `c`'s optimizer: `winner` at `chunk_bytes` (0: no
 // chunk round), keyed as the trainer keys it (the sliced schedules of adam on 2 thread ranks).
-void store_optimizer_record(const TrainConfig& c, const std::string& cache, const std::string& winner,
-                            size_t chunk_bytes) {
+void store_optimizer_record(const TrainConfig& c, const std::string& cache,
+                            const std::string& winner, size_t chunk_bytes) {
   const dsl::Program program = parallel::optimizer_program(c.optimizer);
   tune::TuneOptions o;
   o.sizes = {{"N", parallel::ShardLayout(c.model, c.grid, 0, 0).size()}};
@@ -66,7 +66,8 @@ TEST(TrainerTunedSchedule, TheOptimizerRunsAtTheRecordsChunkSize) {
   }
   EXPECT_EQ(at_record.optimizer_schedule, winner);
   EXPECT_EQ(at_record.optimizer_chunk_bytes, 96u);
-  EXPECT_NE(lines.str().find("schedule RS-C-AG+slice(m,v) at 96-byte chunks"), std::string::npos) << lines.str();
+  EXPECT_NE(lines.str().find("schedule RS-C-AG+slice(m,v) at 96-byte chunks"), std::string::npos)
+      << lines.str();
   {
     tandem::testing::TempCacheDir dir("train-no-chunk");
     const TrainConfig c = two_ranks();

@@ -123,7 +123,8 @@ TEST(CheckpointTensors, OldEmbeddingNamesStillLoad) {
   ASSERT_NE(io::load_safetensors(old + "/weights.safetensors").find("wte"), nullptr);
   const LoadedModel a = load_model(ck), b = load_model(old);
   ASSERT_EQ(a.params.flat().numel(), b.params.flat().numel());
-  EXPECT_EQ(std::memcmp(a.params.flat().data(), b.params.flat().data(), a.params.flat().nbytes()), 0);
+  EXPECT_EQ(std::memcmp(a.params.flat().data(), b.params.flat().data(), a.params.flat().nbytes()),
+            0);
   auto resumed = [&](const std::string& from) {
     TrainConfig c = testing::tiny_run(2);
     c.resume_dir = from;
@@ -136,11 +137,12 @@ TEST(CheckpointTensors, OldEmbeddingNamesStillLoad) {
   both.tensors.push_back({"wte", *both.find("wte.weight")});
   io::save_safetensors(ck + "/weights.safetensors", both.tensors, both.metadata);
   const std::string twice = user_error_of([&] { load_model(ck); });
-  EXPECT_THAT(twice, ::testing::AnyOf(
-                         "checkpoint file '" + ck + "/weights.safetensors' holds tensor 'wte.weight' "
-                         "twice, as 'wte.weight' and as 'wte'",
-                         "checkpoint file '" + ck + "/weights.safetensors' holds tensor 'wte.weight' "
-                         "twice, as 'wte' and as 'wte.weight'"));
+  EXPECT_THAT(twice, ::testing::AnyOf("checkpoint file '" + ck +
+                                          "/weights.safetensors' holds tensor 'wte.weight' "
+                                          "twice, as 'wte.weight' and as 'wte'",
+                                      "checkpoint file '" + ck +
+                                          "/weights.safetensors' holds tensor 'wte.weight' "
+                                          "twice, as 'wte' and as 'wte.weight'"));
 }
 
 }  // namespace

@@ -31,10 +31,11 @@ TEST(Divergence, NonFiniteLossStopsTheRunAndKeepsTheLastCheckpoint) {
   c.save_every = 1;
   c.metrics_path = dir.path("m.jsonl");
   const std::string m = user_error_of([&] { train(c); });
-  EXPECT_THAT(m, MatchesRegex("the loss at step 2 is (NaN|[+-]infinity) \\(the last finite loss was "
-                              "[0-9.]+, at step 1\\): training diverged and stopped without "
-                              "saving; the last checkpoint, at step 1 in '.*/ck/step-00000001', "
-                              "is kept: resume from it with a lower --lr or a longer --warmup"));
+  EXPECT_THAT(m,
+              MatchesRegex("the loss at step 2 is (NaN|[+-]infinity) \\(the last finite loss was "
+                           "[0-9.]+, at step 1\\): training diverged and stopped without "
+                           "saving; the last checkpoint, at step 1 in '.*/ck/step-00000001', "
+                           "is kept: resume from it with a lower --lr or a longer --warmup"));
   EXPECT_EQ(testing::read_bytes(dir.path("ck/latest")), "step-00000001\n");
   EXPECT_EQ(load_model(dir.path("ck")).meta.step, 1);  // finite: it loads for eval
   // The diverged step is in the metrics, its loss null (JSON has no NaN).

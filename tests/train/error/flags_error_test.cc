@@ -6,9 +6,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <regex>
-#include <cstring>
 
 #include "support/cli.h"
 #include "tandem/io/checkpoint_series.h"
@@ -17,8 +17,8 @@
 namespace tandem::train {
 namespace {
 
-using ::testing::HasSubstr;
 using tandem::testing::run_tandem;
+using ::testing::HasSubstr;
 using testing::ScratchDir;
 using testing::user_error_of;
 namespace fs = std::filesystem;
@@ -26,15 +26,18 @@ namespace fs = std::filesystem;
 TEST(Flags, ParseErrorsAreTandemErrors) {
   auto r = run_tandem("train --steps abc");
   EXPECT_EQ(r.status, 1);
-  EXPECT_EQ(r.output,
-            "tandem: error: Could not convert: --steps = abc (tandem train --help lists the flags)\n");
+  EXPECT_EQ(
+      r.output,
+      "tandem: error: Could not convert: --steps = abc (tandem train --help lists the flags)\n");
   r = run_tandem("eval");
   EXPECT_EQ(r.status, 1);
-  EXPECT_EQ(r.output, "tandem: error: --checkpoint is required (tandem eval --help lists the flags)\n");
+  EXPECT_EQ(r.output,
+            "tandem: error: --checkpoint is required (tandem eval --help lists the flags)\n");
   r = run_tandem("trian");
   EXPECT_EQ(r.status, 1);
-  EXPECT_EQ(r.output, "tandem: error: 'trian' is not a tandem command; the commands are info, train, "
-                      "plan, eval, sample, tune, emit\n");
+  EXPECT_EQ(r.output,
+            "tandem: error: 'trian' is not a tandem command; the commands are info, train, "
+            "plan, eval, sample, tune, emit\n");
   r = run_tandem("train --help");
   EXPECT_EQ(r.status, 0);
   EXPECT_THAT(r.output, HasSubstr("--layers"));
@@ -98,8 +101,8 @@ TEST(Flags, ModelWithResumeMustBeTheCheckpointsModel) {
   ASSERT_EQ(r.status, 0) << r.output;
   r = run_tandem("train --model small --steps 2 --resume '" + dir.path("ck") + "'" + common);
   EXPECT_EQ(r.status, 1);
-  EXPECT_THAT(r.output, HasSubstr("tandem: error: checkpoint '" + dir.path("ck") +
-                                  "' was trained with "));
+  EXPECT_THAT(r.output,
+              HasSubstr("tandem: error: checkpoint '" + dir.path("ck") + "' was trained with "));
   EXPECT_THAT(r.output, HasSubstr("this run asks for "));
   r = run_tandem("train --model tiny --steps 2 --resume '" + dir.path("ck") + "'" + common);
   EXPECT_EQ(r.status, 0) << r.output;
@@ -109,8 +112,10 @@ TEST(Flags, EvalAndSampleFlagsAreChecked) {
   const std::pair<const char*, const char*> cases[] = {
       {"eval --checkpoint x --seq-len 0", "--seq-len 0 must be at least 1"},
       {"eval --checkpoint x --max-windows -1", "--max-windows -1 must be 0 (all) or more"},
-      {"sample --checkpoint x --temperature nan", "--temperature nan must be a finite number, 0 or more"},
-      {"sample --checkpoint x --temperature inf", "--temperature inf must be a finite number, 0 or more"},
+      {"sample --checkpoint x --temperature nan",
+       "--temperature nan must be a finite number, 0 or more"},
+      {"sample --checkpoint x --temperature inf",
+       "--temperature inf must be a finite number, 0 or more"},
   };
   for (const auto& [args, message] : cases) {
     const auto r = run_tandem(args);
@@ -156,10 +161,13 @@ TEST(Flags, FullDiskUnderMetricsSavesTheCheckpointFirst) {
     m = user_error_of([&] { train(c); });
   }
   std::smatch got;
-  ASSERT_TRUE(std::regex_match(m, got, std::regex(
-      "cannot write metrics file '.*/m.jsonl': File too large; training stopped after step "
-      "([0-9]+); the checkpoint at step \\1 is saved in '.*/ck/step-0*\\1': resume from it once "
-      "the output can be written")))
+  ASSERT_TRUE(std::regex_match(
+      m, got,
+      std::regex(
+          "cannot write metrics file '.*/m.jsonl': File too large; training stopped after step "
+          "([0-9]+); the checkpoint at step \\1 is saved in '.*/ck/step-0*\\1': resume from it "
+          "once "
+          "the output can be written")))
       << m;
   const int64_t step = std::stoll(got[1]);
   EXPECT_GT(step, 1);

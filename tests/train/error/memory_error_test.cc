@@ -54,18 +54,21 @@ TEST(MemoryCheck, AModelBeyondMemAvailableIsRefusedBeforeItAllocates) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
   EXPECT_EQ(r.status, 1) << r.output;
   EXPECT_LT(seconds, 20.0);
-  EXPECT_THAT(r.output,
-              MatchesRegex("tandem: error: this run needs about [0-9.]+ [GT]iB on this machine \\(1 "
-                           "rank: parameters [0-9.]+ GiB, gradients [0-9.]+ GiB, optimizer state "
-                           "[0-9.]+ GiB, exchange buffers [0-9.]+ GiB, activations [0-9.]+ [MG]iB, whole-model copies [0-9.]+ "
-                           "GiB\\), but [0-9.]+ [MGT]iB is available \\((MemAvailable in "
-                           "/proc/meminfo|the room under the cgroup limit .*)\\); its parameters, "
-                           "gradients, optimizer state and exchange buffers alone need [0-9.]+ [GT]iB, which no "
-                           "--memory-budget changes. To fit, use a smaller model \\(--layers, "
-                           "--d-model\\), batch \\(--batch\\) or sequence \\(--seq-len\\); or spread "
-                           "the ranks over machines \\(--backend mpi under mpirun\\). "
-                           "TANDEM_MEMORY_LIMIT=SIZE states the memory available instead of what "
-                           "this machine reports \\(off: no check\\)\n"));
+  EXPECT_THAT(
+      r.output,
+      MatchesRegex(
+          "tandem: error: this run needs about [0-9.]+ [GT]iB on this machine \\(1 "
+          "rank: parameters [0-9.]+ GiB, gradients [0-9.]+ GiB, optimizer state "
+          "[0-9.]+ GiB, exchange buffers [0-9.]+ GiB, activations [0-9.]+ [MG]iB, whole-model "
+          "copies [0-9.]+ "
+          "GiB\\), but [0-9.]+ [MGT]iB is available \\((MemAvailable in "
+          "/proc/meminfo|the room under the cgroup limit .*)\\); its parameters, "
+          "gradients, optimizer state and exchange buffers alone need [0-9.]+ [GT]iB, which no "
+          "--memory-budget changes. To fit, use a smaller model \\(--layers, "
+          "--d-model\\), batch \\(--batch\\) or sequence \\(--seq-len\\); or spread "
+          "the ranks over machines \\(--backend mpi under mpirun\\). "
+          "TANDEM_MEMORY_LIMIT=SIZE states the memory available instead of what "
+          "this machine reports \\(off: no check\\)\n"));
 }
 
 // Where the activations are what does not fit, the advice is --memory-budget; with a budget the
@@ -129,8 +132,9 @@ TEST(MemoryCheck, TheEstimateIsAmongTheStartUpLines) {
 TEST(MemoryCheck, AStatedLimitMustBeASize) {
   StatedLimit limit("lots");
   TrainConfig c = testing::tiny_run(1);
-  EXPECT_THAT(user_error_of([&] { train(c); }),
-              MatchesRegex("TANDEM_MEMORY_LIMIT: .*lots.* \\(give a size such as 16GiB, or off\\)"));
+  EXPECT_THAT(
+      user_error_of([&] { train(c); }),
+      MatchesRegex("TANDEM_MEMORY_LIMIT: .*lots.* \\(give a size such as 16GiB, or off\\)"));
 }
 
 }  // namespace

@@ -18,7 +18,8 @@ TEST(OptimizerErrors, EachBadSettingNamesItsFlag) {
   using parallel::OptimizerConfig;
   OptimizerConfig c;
   c.grad_dtype = DType::F16;
-  EXPECT_EQ(user_error_of([&] { c.validate(); }), "--grad-dtype f16: the gradient dtypes are f32 and bf16");
+  EXPECT_EQ(user_error_of([&] { c.validate(); }),
+            "--grad-dtype f16: the gradient dtypes are f32 and bf16");
   c = OptimizerConfig{};
   c.beta1 = 1.0;
   EXPECT_EQ(user_error_of([&] { c.validate(); }), "--beta1 1 must be in [0, 1)");
@@ -45,7 +46,8 @@ TEST(OptimizerErrors, UnknownNamesAreRefusedByTheCommand) {
       {"train --grad-dtype f16", "--grad-dtype f16: the gradient dtypes are f32 and bf16"},
       {"train --optimizer sgd", "--optimizer sgd: the optimizers are adamw and lamb"},
       {"train --grad-exchange sideways",
-       "--grad-exchange sideways: the exchanges are overlap (with the backward) and after (the backward)"},
+       "--grad-exchange sideways: the exchanges are overlap (with the backward) and after (the "
+       "backward)"},
       {"train --backend tcp", "--backend 'tcp' is not a backend; choose thread or mpi"},
       {"train --executor fast", "--executor 'fast': the executors are compiled, plan, reference"},
   };

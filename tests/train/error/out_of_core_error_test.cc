@@ -12,9 +12,9 @@
 namespace tandem::train {
 namespace {
 
+using ::testing::HasSubstr;
 using testing::ScratchDir;
 using testing::user_error_of;
-using ::testing::HasSubstr;
 
 TrainConfig tiny() { return testing::tiny_run(2); }  // test_util.h's smallest run
 
@@ -31,7 +31,8 @@ TEST(OutOfCoreErrors, BadFlags) {
   c.memory_budget = "lots";
   EXPECT_THAT(user_error_of([&] { train(c); }), HasSubstr("--memory-budget: 'lots' is not a size"));
   c.memory_budget = "-5%";
-  EXPECT_THAT(user_error_of([&] { train(c); }), HasSubstr("--memory-budget: '-5%' is not a usable share"));
+  EXPECT_THAT(user_error_of([&] { train(c); }),
+              HasSubstr("--memory-budget: '-5%' is not a usable share"));
   c.memory_budget = "600MiB";
   const auto r = tandem::testing::run_tandem("train --memory-budget 600MiB --slow-tier disk");
   EXPECT_EQ(r.status, 1);
@@ -39,7 +40,8 @@ TEST(OutOfCoreErrors, BadFlags) {
   c.ooc_plan = "KQ/p1";
   EXPECT_THAT(user_error_of([&] { train(c); }), HasSubstr("--ooc-plan: out-of-core plan 'KQ/p1'"));
   c.ooc_plan = "KK/p1";  // a letter per block, where a plan has one per half block
-  EXPECT_THAT(user_error_of([&] { train(c); }), HasSubstr("has 2 units; this stage runs 4 (two per block"));
+  EXPECT_THAT(user_error_of([&] { train(c); }),
+              HasSubstr("has 2 units; this stage runs 4 (two per block"));
   c.memory_budget.clear();
   c.ooc_plan = "KKKK/p1";
   EXPECT_THAT(user_error_of([&] { train(c); }), HasSubstr("--ooc-plan needs --memory-budget"));
@@ -50,7 +52,8 @@ TEST(OutOfCoreErrors, FullDiskIsFoundBeforeTrainingAndKeepsTheCheckpoint) {
   TrainConfig c = tiny();
   c.save_dir = dir.path("ckpt");
   train(c);
-  const std::string before = testing::read_bytes(io::resolve_checkpoint(dir.path("ckpt")) + "/weights.safetensors");
+  const std::string before =
+      testing::read_bytes(io::resolve_checkpoint(dir.path("ckpt")) + "/weights.safetensors");
   ASSERT_FALSE(before.empty());
   c.steps = 4;
   c.memory_budget = "64MiB";
@@ -63,7 +66,8 @@ TEST(OutOfCoreErrors, FullDiskIsFoundBeforeTrainingAndKeepsTheCheckpoint) {
   }
   EXPECT_THAT(m, HasSubstr(dir.path("swap")));
   EXPECT_THAT(m, HasSubstr("bytes"));
-  EXPECT_EQ(testing::read_bytes(io::resolve_checkpoint(dir.path("ckpt")) + "/weights.safetensors"), before);
+  EXPECT_EQ(testing::read_bytes(io::resolve_checkpoint(dir.path("ckpt")) + "/weights.safetensors"),
+            before);
 }
 
 }  // namespace

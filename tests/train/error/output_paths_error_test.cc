@@ -43,7 +43,8 @@ TEST(OutputPaths, SaveThatIsAFile) {
   testing::write_bytes(dir.path("ck"), "x");
   TrainConfig c = endless();
   c.save_dir = dir.path("ck");
-  EXPECT_EQ(refusal(c), "--save '" + dir.path("ck") + "' is a file; give a folder for the checkpoints");
+  EXPECT_EQ(refusal(c),
+            "--save '" + dir.path("ck") + "' is a file; give a folder for the checkpoints");
 }
 
 TEST(OutputPaths, SaveIntoASingleCheckpointIsRefused) {
@@ -54,7 +55,8 @@ TEST(OutputPaths, SaveIntoASingleCheckpointIsRefused) {
   const std::string one = io::resolve_checkpoint(dir.path("series"));
   TrainConfig c = endless();
   c.save_dir = one;
-  EXPECT_THAT(refusal(c), HasSubstr("--save '" + one + "' is itself a checkpoint (it holds meta.json)"));
+  EXPECT_THAT(refusal(c),
+              HasSubstr("--save '" + one + "' is itself a checkpoint (it holds meta.json)"));
 }
 
 TEST(OutputPaths, MetricsAndTraceUnderAFile) {
@@ -74,7 +76,8 @@ TEST(OutputPaths, MetricsThatIsAFolder) {
   ScratchDir dir;
   TrainConfig c = endless();
   c.metrics_path = dir.path();
-  EXPECT_EQ(refusal(c), "--metrics '" + dir.path() + "' is a folder; give the name of a file to write");
+  EXPECT_EQ(refusal(c),
+            "--metrics '" + dir.path() + "' is a folder; give the name of a file to write");
 }
 
 // Root writes anywhere, so the unwritable folder is tried by user nobody, in a child process.
@@ -86,12 +89,14 @@ TEST(OutputPaths, UnwritableFolders) {
                                           fs::perms::others_exec);
   for (const char* flag : {"--save", "--metrics", "--trace"}) {
     TrainConfig c = endless();
-    const std::string path = dir.path(std::string("locked/") + (flag[2] == 's' ? "ck" : "out.json"));
+    const std::string path =
+        dir.path(std::string("locked/") + (flag[2] == 's' ? "ck" : "out.json"));
     const std::string folder = flag[2] == 's' ? path : dir.path("locked");
     if (flag[2] == 's') c.save_dir = path;
     if (flag[2] == 'm') c.metrics_path = path;
     if (flag[2] == 't') c.trace_path = path;
-    const std::string m = tandem::testing::user_error_in_child(tandem::testing::drop_root, [&] { train(c); });
+    const std::string m =
+        tandem::testing::user_error_in_child(tandem::testing::drop_root, [&] { train(c); });
     EXPECT_THAT(m, HasSubstr(std::string(flag) + " '" + path + "': cannot")) << m;
     EXPECT_THAT(m, HasSubstr("Permission denied")) << m;
   }

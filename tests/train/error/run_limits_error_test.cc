@@ -2,9 +2,9 @@
 // a live run holds is refused naming the holder's pid; --backend thread under mpirun is warned
 // about; inputs without an end (a device, a pipe) and rank counts past the thread backend's limit
 // are refused at once.
+#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>

@@ -7,8 +7,8 @@
 #include <cmath>
 #include <cstdio>
 #include <optional>
-#include <string>
 #include <sstream>
+#include <string>
 
 #include "tandem/comm/mpi.h"
 #include "tandem/train/trainer.h"
@@ -55,7 +55,8 @@ TEST(TrainerMpi, DataParallelOverProcessesMatchesOneRank) {
   const std::vector<float> w0 = train(zero).weights;
 
   ASSERT_EQ(got.losses.size(), want.losses.size());
-  for (size_t i = 0; i < want.losses.size(); ++i) EXPECT_NEAR(got.losses[i], want.losses[i], 2e-4) << i;
+  for (size_t i = 0; i < want.losses.size(); ++i)
+    EXPECT_NEAR(got.losses[i], want.losses[i], 2e-4) << i;
   if (world->rank() == 0) {
     ASSERT_EQ(got.weights.size(), want.weights.size());
     double diff = 0, moved = 0;

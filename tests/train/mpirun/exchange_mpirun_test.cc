@@ -16,8 +16,8 @@
 namespace tandem::train {
 namespace {
 
-using ::testing::HasSubstr;
 using tandem::testing::ScratchDir;
+using ::testing::HasSubstr;
 
 struct JobRun {
   tandem::testing::CommandResult result;
@@ -29,8 +29,10 @@ JobRun train_4_processes(const ScratchDir& dir, const std::string& exchange) {
   const std::string metrics = dir.path("metrics-" + exchange + ".jsonl");
   JobRun r;
   r.result = tandem::testing::run_command(fmt::format(
-      "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout -s KILL 120 {} -np 4 --oversubscribe {} "
-      "train --backend mpi --model tiny --dp 2 --tp 2 --steps 4 --eval-every 0 --threads 1 --bucket-mb 0.05 "
+      "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout -s KILL 120 {} -np 4 "
+      "--oversubscribe {} "
+      "train --backend mpi --model tiny --dp 2 --tp 2 --steps 4 --eval-every 0 --threads 1 "
+      "--bucket-mb 0.05 "
       "--grad-exchange {} --metrics {}",
       mpirun != nullptr ? mpirun : "mpirun", tandem::testing::tandem_binary(), exchange, metrics));
   std::ifstream f(metrics);

@@ -1,9 +1,9 @@
 // `tandem train --backend mpi` under a real mpirun, when one rank fails alone: a bad output path
 // found by rank 0 at start, a disk that fills under rank 0 during a save, a rank that stops. The
 // job must end within seconds, the failing (or waiting) rank's message on stderr, instead of the
-// other ranks waiting forever. And a failure all ranks reach together is reported once. Each test starts mpirun itself (with a time limit, so that a
-// regression is a failure, not a hung suite); the folder's CTest label, train.mpirun, is picked
-// by `ctest -L mpi`.
+// other ranks waiting forever. And a failure all ranks reach together is reported once. Each test
+// starts mpirun itself (with a time limit, so that a regression is a failure, not a hung suite);
+// the folder's CTest label, train.mpirun, is picked by `ctest -L mpi`.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -23,10 +23,10 @@
 namespace tandem::train {
 namespace {
 
-using ::testing::HasSubstr;
-using ::testing::MatchesRegex;
 using tandem::testing::CommandResult;
 using tandem::testing::ScratchDir;
+using ::testing::HasSubstr;
+using ::testing::MatchesRegex;
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
@@ -54,7 +54,8 @@ struct Ended {
 // Starts the job; `meanwhile` runs while it does (to stop a rank, fill a disk).
 Ended run_job(const std::string& command, const std::function<void()>& meanwhile = {}) {
   const auto begin = Clock::now();
-  auto running = std::async(std::launch::async, [&] { return tandem::testing::run_command(command); });
+  auto running =
+      std::async(std::launch::async, [&] { return tandem::testing::run_command(command); });
   if (meanwhile) meanwhile();
   Ended e{running.get(), std::chrono::duration<double>(Clock::now() - begin).count()};
   return e;
@@ -87,8 +88,8 @@ TEST(FailingRank, ABadOutputPathOnRankZeroEndsTheJob) {
     const std::string path = dir.path("file/out");
     const Ended e = run_job(job(dir, flag + " " + path));
     expect_ended_by_itself(e);
-    EXPECT_THAT(e.result.output,
-                HasSubstr("tandem: error: rank 0 of 2: " + flag + " '" + path + "': cannot create folder '"))
+    EXPECT_THAT(e.result.output, HasSubstr("tandem: error: rank 0 of 2: " + flag + " '" + path +
+                                           "': cannot create folder '"))
         << e.result.output;
     EXPECT_LT(e.seconds, 30) << e.result.output;
   }
@@ -104,8 +105,9 @@ TEST(FailingRank, ADiskThatFillsDuringASaveEndsTheJob) {
     EXPECT_EQ(std::system(limit.c_str()), 0) << limit;
   });
   expect_ended_by_itself(e);
-  EXPECT_THAT(e.result.output, MatchesRegex("(.|\n)*tandem: error: rank 0 of 2: cannot write "
-                                            "'[^']*/ck/step-[0-9]+/[a-z.]+': File too large(.|\n)*"))
+  EXPECT_THAT(e.result.output,
+              MatchesRegex("(.|\n)*tandem: error: rank 0 of 2: cannot write "
+                           "'[^']*/ck/step-[0-9]+/[a-z.]+': File too large(.|\n)*"))
       << e.result.output;
   // The checkpoint `latest` names is still whole.
   EXPECT_TRUE(fs::exists(dir.path("ck/latest")));
@@ -125,7 +127,8 @@ TEST(FailingRank, ADataFileMissingOnOneRankEndsTheJob) {
   expect_ended_by_itself(e);
   EXPECT_THAT(e.result.output, HasSubstr("tandem: error: rank 1 of 2: data file '" +
                                          dir.path("missing.txt") + "' does not exist"))
-      << command << "\n" << e.result.output;
+      << command << "\n"
+      << e.result.output;
 }
 
 // The metrics file, which rank 0 alone appends to every step, stops growing mid-run: every rank
@@ -139,9 +142,10 @@ TEST(FailingRank, AMetricsFileThatCannotGrowEndsTheJob) {
     EXPECT_EQ(std::system(limit.c_str()), 0) << limit;
   });
   expect_ended_by_itself(e);
-  EXPECT_THAT(e.result.output, HasSubstr("tandem: error: cannot write metrics file '" +
-                                         dir.path("m.jsonl") + "': File too large; training stopped "
-                                         "after step "))
+  EXPECT_THAT(e.result.output,
+              HasSubstr("tandem: error: cannot write metrics file '" + dir.path("m.jsonl") +
+                        "': File too large; training stopped "
+                        "after step "))
       << e.result.output;
 }
 
@@ -152,17 +156,20 @@ TEST(FailingRank, AMetricsFileThatCannotGrowEndsTheJob) {
 TEST(FailingRank, AStoppedRankTimesOut) {
   ScratchDir dir;
   int stopped = 0;
-  const Ended e = run_job(job(dir, "--comm-timeout 2 --save " + dir.path("ck") + " --save-every 5"), [&] {
-    if (!wait_for_file(dir.path("ck/latest"))) return;
-    stopped = pid_of_rank(dir, 1);
-    ::kill(stopped, SIGSTOP);
-  });
+  const Ended e =
+      run_job(job(dir, "--comm-timeout 2 --save " + dir.path("ck") + " --save-every 5"), [&] {
+        if (!wait_for_file(dir.path("ck/latest"))) return;
+        stopped = pid_of_rank(dir, 1);
+        ::kill(stopped, SIGSTOP);
+      });
   if (stopped > 0) ::kill(stopped, SIGKILL);  // should mpirun have left it
   expect_ended_by_itself(e);
-  EXPECT_THAT(e.result.output,
-              MatchesRegex("(.|\n)*tandem: error: [a-z_]+ on rank 0 of 2 timed out "
-                           "after 2 s at [a-z ]*step [0-9]+( \\([a-z0-9._]+\\))?: rank 1 (did not arrive|never "
-                           "sent|arrived but has not finished its part)(.|\n)*"))
+  EXPECT_THAT(
+      e.result.output,
+      MatchesRegex(
+          "(.|\n)*tandem: error: [a-z_]+ on rank 0 of 2 timed out "
+          "after 2 s at [a-z ]*step [0-9]+( \\([a-z0-9._]+\\))?: rank 1 (did not arrive|never "
+          "sent|arrived but has not finished its part)(.|\n)*"))
       << e.result.output;
   EXPECT_LT(e.seconds, 60) << e.result.output;
 }
@@ -171,7 +178,8 @@ TEST(FailingRank, AStoppedRankTimesOut) {
 // it once, every rank exits, and the checkpoint before it is kept.
 TEST(FailingRank, ADivergenceIsReportedOnceAndKeepsTheCheckpoint) {
   ScratchDir dir;
-  const Ended e = run_job(job(dir, "--lr 1e30 --warmup 0 --save " + dir.path("ck") + " --save-every 1"));
+  const Ended e =
+      run_job(job(dir, "--lr 1e30 --warmup 0 --save " + dir.path("ck") + " --save-every 1"));
   expect_ended_by_itself(e);
   const std::string& out = e.result.output;
   EXPECT_THAT(out, HasSubstr("tandem: error: the loss at step 2 is NaN")) << out;

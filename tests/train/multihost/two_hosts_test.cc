@@ -108,9 +108,8 @@ TEST(TwoHosts, EveryCollectiveAgainstMpi) {
 // Every enumerated schedule of Adam, the fused one among them, by the plan runner and compiled,
 // equal to the reference interpreter across the two hosts.
 TEST(TwoHosts, FusedAdamSchedules) {
-  for (const char* suite :
-       {"test_exec_mpi' --gtest_color=no --gtest_filter=MpiEquivalence.Adam",
-        "test_exec_mpi' --gtest_color=no --gtest_filter=CompiledMpi.Adam"}) {
+  for (const char* suite : {"test_exec_mpi' --gtest_color=no --gtest_filter=MpiEquivalence.Adam",
+                            "test_exec_mpi' --gtest_color=no --gtest_filter=CompiledMpi.Adam"}) {
     const CommandResult r = hosts(fmt::format("mpirun '{}/{}", tests_dir(), suite));
     SKIP_WITHOUT_NAMESPACES(r);
     EXPECT_EQ(r.status, 0) << r.output;
@@ -266,20 +265,24 @@ TEST(TwoHosts, BadArgumentsAreOneError) {
   const CommandResult rate = hosts("--rate-mbit 1.5 run true", 10);
   EXPECT_EQ(rate.status, 2);
   EXPECT_EQ(rate.output,
-            "netns-hosts: error: --rate-mbit '1.5': the rate must be a whole number of Mbit/s, 1 or more\n");
+            "netns-hosts: error: --rate-mbit '1.5': the rate must be a whole number of Mbit/s, 1 "
+            "or more\n");
 }
 
 // --rate-mbit puts a token bucket of that rate on both ends of the pair (each host's egress).
 TEST(TwoHosts, ARateLimitsBothEndsOfTheLink) {
-  const CommandResult r =
-      hosts("--rate-mbit 300 run sh -c 'tc qdisc show; \"$NETNS_AGENT\" \"${NETNS_HOSTS#* }\" tc qdisc show'", 60);
+  const CommandResult r = hosts(
+      "--rate-mbit 300 run sh -c 'tc qdisc show; \"$NETNS_AGENT\" \"${NETNS_HOSTS#* }\" tc qdisc "
+      "show'",
+      60);
   SKIP_WITHOUT_NAMESPACES(r);
   ASSERT_EQ(r.status, 0) << r.output;
   const std::vector<std::string> names = host_names(r.output);
   ASSERT_EQ(names.size(), 2u) << r.output;
   EXPECT_THAT(r.output, HasSubstr("link: 300 Mbit/s each way"));
   for (const std::string& n : names)
-    EXPECT_TRUE(std::regex_search(r.output, std::regex("qdisc tbf [0-9a-f]+: dev " + n + " root .*rate 300Mbit")))
+    EXPECT_TRUE(std::regex_search(
+        r.output, std::regex("qdisc tbf [0-9a-f]+: dev " + n + " root .*rate 300Mbit")))
         << n << " is not limited:\n"
         << r.output;
   expect_torn_down(r.output);

@@ -1,11 +1,12 @@
 // `tandem tune` and `tandem emit` as a user runs them: the table marks the winner and its
 // speed-up, --json says the same in machine-readable form, the second run reads the cache, and
 // emit prints the generated source of a named schedule.
+#include "support/cli.h"
+
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 
-#include "support/cli.h"
 #include "tune/tune_testing.h"
 
 namespace tandem::testing {
@@ -13,7 +14,8 @@ namespace {
 
 TEST(TuneCli, JsonThenCachedTable) {
   TempCacheDir dir("cli");
-  const CommandResult r = run_tandem("tune adam --ranks 2 --size N=3001 --executor plan --reps 2 --json");
+  const CommandResult r =
+      run_tandem("tune adam --ranks 2 --size N=3001 --executor plan --reps 2 --json");
   ASSERT_EQ(r.status, 0) << r.output;
   const auto doc = nlohmann::json::parse(r.output);
   EXPECT_EQ(doc.at("workload"), "adam");
@@ -50,7 +52,8 @@ TEST(TuneCli, JsonThenCachedTable) {
       if (retimed > 0) {
         ASSERT_TRUE(c.at("retimed").get<bool>()) << c.dump();
         EXPECT_DOUBLE_EQ(c.at("final_median_s").get<double>(), best_final);
-        EXPECT_LE(c.at("median_s").get<double>(), best * (1 + doc.at("final_round").at("margin").get<double>()));
+        EXPECT_LE(c.at("median_s").get<double>(),
+                  best * (1 + doc.at("final_round").at("margin").get<double>()));
       } else {
         EXPECT_DOUBLE_EQ(c.at("median_s").get<double>(), best);
       }
@@ -67,12 +70,16 @@ TEST(TuneCli, JsonThenCachedTable) {
   EXPECT_NE(t.output.find("winner: " + winner), std::string::npos) << t.output;
   EXPECT_NE(t.output.find("final median"), std::string::npos) << t.output;
   if (retimed > 0) {
-    EXPECT_NE(t.output.find("final round: the schedules within 15%"), std::string::npos) << t.output;
+    EXPECT_NE(t.output.find("final round: the schedules within 15%"), std::string::npos)
+        << t.output;
   }
   EXPECT_NE(t.output.find("(read: nothing timed, 0 compiled"), std::string::npos) << t.output;
-  EXPECT_NE(t.output.find(" schedule(s) timed, the collectives one at a time, of a space of 96 recipes"),
-            std::string::npos) << t.output;
-  EXPECT_NE(t.output.find("chunk size (the winner timed at each, in turns; * the fastest, which the tuned program runs at):"),
+  EXPECT_NE(
+      t.output.find(" schedule(s) timed, the collectives one at a time, of a space of 96 recipes"),
+      std::string::npos)
+      << t.output;
+  EXPECT_NE(t.output.find("chunk size (the winner timed at each, in turns; * the fastest, which "
+                          "the tuned program runs at):"),
             std::string::npos)
       << t.output;
 }
@@ -97,14 +104,21 @@ TEST(TuneCli, EmitWithoutAScheduleEmitsTheTunersChoiceElseThePreference) {
   TempCacheDir dir("emit-default");
   const CommandResult before = run_tandem("emit adam --target cpp");
   ASSERT_EQ(before.status, 0) << before.output;
-  EXPECT_EQ(before.output.rfind("emit: schedule fused(RS-C-AG)+slice(m,v): the built-in preference (no tuning record "
-                                "for 'adam' in ", 0), 0u) << before.output;
-  const CommandResult t = run_tandem("tune adam --ranks 2 --size N=64 --reps 1 --schedules RS-C-AG --json");
+  EXPECT_EQ(
+      before.output.rfind(
+          "emit: schedule fused(RS-C-AG)+slice(m,v): the built-in preference (no tuning record "
+          "for 'adam' in ",
+          0),
+      0u)
+      << before.output;
+  const CommandResult t =
+      run_tandem("tune adam --ranks 2 --size N=64 --reps 1 --schedules RS-C-AG --json");
   ASSERT_EQ(t.status, 0) << t.output;
   const CommandResult after = run_tandem("emit adam --target cpp");
   ASSERT_EQ(after.status, 0) << after.output;
   const std::string first = after.output.substr(0, after.output.find('\n'));
-  EXPECT_NE(first.find(": the tuner's choice for N=64 on 2 thread rank(s) ("), std::string::npos) << first;
+  EXPECT_NE(first.find(": the tuner's choice for N=64 on 2 thread rank(s) ("), std::string::npos)
+      << first;
   const std::string winner = first.substr(15, first.find(':', 15) - 15);  // after "emit: schedule "
   const CommandResult named = run_tandem("emit adam --target cpp --schedule '" + winner + "'");
   EXPECT_EQ(after.output.substr(after.output.find('\n') + 1), named.output) << winner;

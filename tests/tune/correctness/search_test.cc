@@ -12,12 +12,12 @@
 #include <vector>
 
 #include "schedule/testing.h"
+#include "support/slowed_runner.h"
 #include "tandem/comm/communicator.h"
 #include "tandem/comm/thread.h"
 #include "tandem/schedule/enumerate.h"
 #include "tandem/schedule/recipe.h"
 #include "tandem/tune/tune.h"
-#include "support/slowed_runner.h"
 #include "tune/tune_testing.h"
 
 namespace tandem::tune {
@@ -35,13 +35,14 @@ class ByRecipeExecutor final : public Executor {
       : program_(std::move(p)), inner_(executor_of(exec::RunnerKind::Plan)) {}
   std::string name() const override { return "by-recipe"; }
   std::unique_ptr<exec::Runner> prepare(const schedule::Plan& plan, comm::Communicator& comm,
-                                        const dsl::SymbolMap& symbols, size_t chunk_bytes) override {
+                                        const dsl::SymbolMap& symbols,
+                                        size_t chunk_bytes) override {
     const auto parts = Recipe::parse(plan.name).parts(program_);
     int ms = 80;
     if (parts[0].move == Move::Reorder && parts[0].fuse) ms -= 40;
     if (parts[1].overlap_matmul) ms -= parts[1].blocks == 2 ? 36 : 20;
-    return std::make_unique<testing::SlowedRunner>(inner_->prepare(plan, comm, symbols, chunk_bytes),
-                                                   std::chrono::milliseconds(ms));
+    return std::make_unique<testing::SlowedRunner>(
+        inner_->prepare(plan, comm, symbols, chunk_bytes), std::chrono::milliseconds(ms));
   }
 
  private:
@@ -56,14 +57,15 @@ class ChunkLoggingExecutor final : public Executor {
   ChunkLoggingExecutor() : inner_(executor_of(exec::RunnerKind::Plan)) {}
   std::string name() const override { return "chunk-logging"; }
   std::unique_ptr<exec::Runner> prepare(const schedule::Plan& plan, comm::Communicator& comm,
-                                        const dsl::SymbolMap& symbols, size_t chunk_bytes) override {
+                                        const dsl::SymbolMap& symbols,
+                                        size_t chunk_bytes) override {
     const bool logged = comm.rank() == 0;  // rank 0's thread alone touches the logs
     if (logged) prepared.push_back(chunk_bytes);
-    return std::make_unique<testing::SlowedRunner>(inner_->prepare(plan, comm, symbols, chunk_bytes),
-                                                   std::chrono::milliseconds(0), testing::SlowedRunner::Alter{},
-                                                   [this, logged] {
-                                                     if (logged) process_at_run.push_back(comm::chunk_bytes());
-                                                   });
+    return std::make_unique<testing::SlowedRunner>(
+        inner_->prepare(plan, comm, symbols, chunk_bytes), std::chrono::milliseconds(0),
+        testing::SlowedRunner::Alter{}, [this, logged] {
+          if (logged) process_at_run.push_back(comm::chunk_bytes());
+        });
   }
   std::vector<size_t> prepared, process_at_run;
 
@@ -147,9 +149,11 @@ TEST(Search, TheWinnerIsTimedAtEachChunkSize) {
   comm::set_chunk_bytes(0);
   // The candidates at the process's size (0), then the winner once per size of the chunk round.
   ASSERT_GE(logging->prepared.size(), 2u);
-  EXPECT_EQ(std::vector<size_t>(logging->prepared.end() - 2, logging->prepared.end()), (std::vector<size_t>{256, 8192}));
+  EXPECT_EQ(std::vector<size_t>(logging->prepared.end() - 2, logging->prepared.end()),
+            (std::vector<size_t>{256, 8192}));
   for (size_t k = 0; k + 2 < logging->prepared.size(); ++k) EXPECT_EQ(logging->prepared[k], 0u);
-  for (size_t process : logging->process_at_run) EXPECT_EQ(process, 1000u) << "the tuner changed the process's size";
+  for (size_t process : logging->process_at_run)
+    EXPECT_EQ(process, 1000u) << "the tuner changed the process's size";
   ASSERT_EQ(r.record.chunks.size(), 2u);
   EXPECT_EQ(r.record.chunks[0].bytes, 256u);
   EXPECT_EQ(r.record.chunks[1].bytes, 8192u);
@@ -209,7 +213,8 @@ TEST(Search, TheKeyCoversTheNodes) {
   EXPECT_EQ(one_node.nodes, 1);
   EXPECT_EQ(two_nodes.nodes, 2);
   EXPECT_NE(one_node.digest(), two_nodes.digest());
-  EXPECT_THAT(two_nodes.str(), ::testing::HasSubstr("on 2 ranks of 2 nodes (thread, compiled executor)"));
+  EXPECT_THAT(two_nodes.str(),
+              ::testing::HasSubstr("on 2 ranks of 2 nodes (thread, compiled executor)"));
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 // schedules whose results are wrong or whose set-up fails, and a second tune of the same key
 // reads the cache and compiles nothing. The final round times the leading schedules again in
 // turns and picks by those times (made known here by scripting each schedule's delay).
+#include "tandem/tune/tune.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,12 +14,11 @@
 #include <mutex>
 #include <thread>
 
+#include "support/slowed_runner.h"
 #include "tandem/core/error.h"
 #include "tandem/dsl/dsl.h"
 #include "tandem/exec/jit.h"
 #include "tandem/schedule/enumerate.h"
-#include "tandem/tune/tune.h"
-#include "support/slowed_runner.h"
 #include "tune/tune_testing.h"
 
 namespace tandem::tune {
@@ -26,18 +27,20 @@ namespace {
 // An executor that runs the plan runner but makes chosen schedules slower, wrong, or unable to
 // set up, so that the tuner's choices have a known right answer.
 struct Rigged {
-  std::string fast;             // every other schedule sleeps `delay` per run
-  std::string wrong;            // its results are off by 1 in one element
-  std::string broken;           // its set-up throws
+  std::string fast;    // every other schedule sleeps `delay` per run
+  std::string wrong;   // its results are off by 1 in one element
+  std::string broken;  // its set-up throws
   std::chrono::milliseconds delay{15};
 };
 
 class RiggedExecutor final : public Executor {
  public:
-  explicit RiggedExecutor(Rigged r) : r_(std::move(r)), inner_(executor_of(exec::RunnerKind::Plan)) {}
+  explicit RiggedExecutor(Rigged r)
+      : r_(std::move(r)), inner_(executor_of(exec::RunnerKind::Plan)) {}
   std::string name() const override { return "rigged"; }
   std::unique_ptr<exec::Runner> prepare(const schedule::Plan& plan, comm::Communicator& comm,
-                                       const dsl::SymbolMap& symbols, size_t chunk_bytes) override {
+                                        const dsl::SymbolMap& symbols,
+                                        size_t chunk_bytes) override {
     if (plan.name == r_.broken) user_error("cannot set up '{}' (on purpose)", plan.name);
     testing::SlowedRunner::Alter wrong;
     if (plan.name == r_.wrong)
@@ -46,9 +49,9 @@ class RiggedExecutor final : public Executor {
         const Tensor& t = out.begin()->second;
         if (t.numel() > 0) t.set(t.numel() / 2, t.get(t.numel() / 2) + 1.0f);
       };
-    return std::make_unique<testing::SlowedRunner>(inner_->prepare(plan, comm, symbols, chunk_bytes),
-                                                   plan.name == r_.fast ? std::chrono::milliseconds(0) : r_.delay,
-                                                   std::move(wrong));
+    return std::make_unique<testing::SlowedRunner>(
+        inner_->prepare(plan, comm, symbols, chunk_bytes),
+        plan.name == r_.fast ? std::chrono::milliseconds(0) : r_.delay, std::move(wrong));
   }
 
  private:
@@ -67,17 +70,21 @@ struct Script {
 
 class ScriptedExecutor final : public Executor {
  public:
-  explicit ScriptedExecutor(Script s) : s_(std::move(s)), inner_(executor_of(exec::RunnerKind::Plan)) {}
+  explicit ScriptedExecutor(Script s)
+      : s_(std::move(s)), inner_(executor_of(exec::RunnerKind::Plan)) {}
   std::string name() const override { return "scripted"; }
   std::unique_ptr<exec::Runner> prepare(const schedule::Plan& plan, comm::Communicator& comm,
-                                       const dsl::SymbolMap& symbols, size_t chunk_bytes) override {
+                                        const dsl::SymbolMap& symbols,
+                                        size_t chunk_bytes) override {
     int generation = 0;
     {
       std::lock_guard<std::mutex> lock(mu_);
       generation = ++prepared_[{plan.name, comm.rank()}];
     }
     auto it = s_.ms.find(plan.name);
-    const int delay = it == s_.ms.end() ? s_.other_ms : generation == 1 ? it->second.first : it->second.second;
+    const int delay = it == s_.ms.end() ? s_.other_ms
+                      : generation == 1 ? it->second.first
+                                        : it->second.second;
     std::vector<std::string>* log = nullptr;
     if (generation > 1) {
       std::lock_guard<std::mutex> lock(mu_);
@@ -85,8 +92,8 @@ class ScriptedExecutor final : public Executor {
     }
     // Only this rank's thread touches its log.
     return std::make_unique<testing::SlowedRunner>(
-        inner_->prepare(plan, comm, symbols, chunk_bytes), std::chrono::milliseconds(delay), testing::SlowedRunner::Alter{},
-        [log, name = plan.name] {
+        inner_->prepare(plan, comm, symbols, chunk_bytes), std::chrono::milliseconds(delay),
+        testing::SlowedRunner::Alter{}, [log, name = plan.name] {
           if (log != nullptr) log->push_back(name);
         });
   }
@@ -127,7 +134,8 @@ TEST(Tune, PicksTheScheduleWithTheSmallestMedian) {
   // sleep 50 ms a run, more than a busy machine's scheduling delays, so the median decides.
   for (const std::string& fast : {names.back(), names[names.size() / 2]}) {
     TuneOptions o = small(1001);
-    o.executor = std::make_shared<RiggedExecutor>(Rigged{fast, "", "", std::chrono::milliseconds(50)});
+    o.executor =
+        std::make_shared<RiggedExecutor>(Rigged{fast, "", "", std::chrono::milliseconds(50)});
     o.write_cache = false;
     const TuneResult r = tune_threads(adam, 2, o);
     EXPECT_FALSE(r.from_cache);
@@ -176,12 +184,13 @@ TEST(Tune, FinalRoundTimesTheLeadersInTurnsAndPicksByTheirMedian) {
     o.chunk_bytes = {};  // the final round alone in the log
     const TuneResult r = tune_threads(adam, 2, o);
     ASSERT_EQ(r.record.check_sizes, o.sizes);  // one set-up per schedule before the final round
-    const std::vector<std::string> finalists = cap == 4 ? std::vector<std::string>{a, b, c}
-                                                        : std::vector<std::string>{a, b};
+    const std::vector<std::string> finalists =
+        cap == 4 ? std::vector<std::string>{a, b, c} : std::vector<std::string>{a, b};
     for (const CandidateTiming& t : r.record.candidates) {
       EXPECT_TRUE(t.ok) << t.name << ": " << t.error;
       EXPECT_EQ(t.times.size(), 3u) << t.name;
-      const bool finalist = std::find(finalists.begin(), finalists.end(), t.name) != finalists.end();
+      const bool finalist =
+          std::find(finalists.begin(), finalists.end(), t.name) != finalists.end();
       EXPECT_EQ(t.final_times.size(), finalist ? 4u : 0u) << t.name;
     }
     EXPECT_EQ(r.record.winner, b);
@@ -227,15 +236,18 @@ TEST(Tune, WrongOrBrokenSchedulesNeverWin) {
   ASSERT_GE(names.size(), 3u);
   // The wrong schedule would be the fastest; the broken one cannot be set up.
   TuneOptions o = small(999);
-  o.executor = std::make_shared<RiggedExecutor>(Rigged{names[1], names[1], names[2], std::chrono::milliseconds(5)});
+  o.executor = std::make_shared<RiggedExecutor>(
+      Rigged{names[1], names[1], names[2], std::chrono::milliseconds(5)});
   const TuneResult r = tune_threads(adam, 2, o);
   const CandidateTiming& wrong = r.record.candidates[1];
   EXPECT_FALSE(wrong.ok);
-  EXPECT_NE(wrong.error.find("differs from the reference in 1 of"), std::string::npos) << wrong.error;
+  EXPECT_NE(wrong.error.find("differs from the reference in 1 of"), std::string::npos)
+      << wrong.error;
   EXPECT_TRUE(wrong.times.empty());
   const CandidateTiming& broken = r.record.candidates[2];
   EXPECT_FALSE(broken.ok);
-  EXPECT_NE(broken.error.find("set-up failed: cannot set up '" + names[2] + "' (on purpose)"), std::string::npos)
+  EXPECT_NE(broken.error.find("set-up failed: cannot set up '" + names[2] + "' (on purpose)"),
+            std::string::npos)
       << broken.error;
   EXPECT_NE(r.record.winner, names[1]);
   EXPECT_NE(r.record.winner, names[2]);
@@ -272,7 +284,8 @@ TEST(Tune, CompiledSecondTuneReadsTheCacheAndCompilesNothing) {
   EXPECT_GE(first.compiles, 2);  // a fresh JIT cache: each schedule compiled once
   EXPECT_EQ(exec::jit_stats().compiles - s0.compiles, first.compiles);
   EXPECT_TRUE(std::filesystem::exists(first.cache_file));
-  EXPECT_EQ(first.cache_file.rfind(dir.str(), 0), 0u) << first.cache_file;  // under the JIT's folder
+  EXPECT_EQ(first.cache_file.rfind(dir.str(), 0), 0u)
+      << first.cache_file;  // under the JIT's folder
 
   const exec::JitStats s1 = exec::jit_stats();
   const TuneResult second = tune_threads(adam, 2, o);
@@ -280,7 +293,7 @@ TEST(Tune, CompiledSecondTuneReadsTheCacheAndCompilesNothing) {
   EXPECT_TRUE(second.from_cache);
   EXPECT_EQ(second.compiles, 0);
   EXPECT_EQ(s2.compiles, s1.compiles);
-  EXPECT_EQ(s2.disk_hits, s1.disk_hits);      // nothing even loaded
+  EXPECT_EQ(s2.disk_hits, s1.disk_hits);  // nothing even loaded
   EXPECT_EQ(s2.memory_hits, s1.memory_hits);
   EXPECT_EQ(second.record.winner, first.record.winner);
   EXPECT_EQ(second.record.candidates[1].times, first.record.candidates[1].times);
@@ -302,7 +315,7 @@ TEST(Tune, EveryKeyChangeRetunes) {
   o.reps = 1;
   EXPECT_FALSE(tune_threads(adam, 2, o).from_cache);
   EXPECT_TRUE(tune_threads(adam, 2, o).from_cache);
-  EXPECT_FALSE(tune_threads(adam, 3, o).from_cache);                         // ranks
+  EXPECT_FALSE(tune_threads(adam, 3, o).from_cache);                               // ranks
   EXPECT_FALSE(tune_threads(dsl::workloads::adam(DType::BF16), 2, o).from_cache);  // program
   TuneOptions bigger = o;
   bigger.sizes = {{"N", 101}};
@@ -351,9 +364,13 @@ TEST(Tune, LayerWorkloadsPassTheirChecks) {
     const auto names = names_of(program);
     ASSERT_GE(r.record.candidates.size(), names.size());
     for (size_t i = 0; i < r.record.candidates.size(); ++i)
-      if (i < names.size()) EXPECT_EQ(r.record.candidates[i].name, names[i]);
-      else EXPECT_NE(r.record.candidates[i].name.find("ol["), std::string::npos) << r.record.candidates[i].name;
-    for (const auto& c : r.record.candidates) EXPECT_TRUE(c.ok) << program.name() << " " << c.name << ": " << c.error;
+      if (i < names.size())
+        EXPECT_EQ(r.record.candidates[i].name, names[i]);
+      else
+        EXPECT_NE(r.record.candidates[i].name.find("ol["), std::string::npos)
+            << r.record.candidates[i].name;
+    for (const auto& c : r.record.candidates)
+      EXPECT_TRUE(c.ok) << program.name() << " " << c.name << ": " << c.error;
   }
 }
 

@@ -2,10 +2,10 @@
 // executor names, rank counts, and the same through the `tandem` command (one line, non-zero exit).
 #include <gtest/gtest.h>
 
+#include "support/cli.h"
 #include "tandem/core/error.h"
 #include "tandem/dsl/dsl.h"
 #include "tandem/tune/tune.h"
-#include "support/cli.h"
 #include "tune/tune_testing.h"
 
 namespace tandem::tune {
@@ -35,9 +35,13 @@ TEST(TuneErrors, Sizes) {
   const dsl::Program adam = dsl::workloads::adam();
   EXPECT_EQ(error_of([&] { tune_threads(adam, 2, quick({})); }),
             "program 'adam': symbol 'N' is not bound; give its extent (e.g. --size N=1024)");
-  EXPECT_EQ(error_of([&] { tune_threads(adam, 2, quick({{"N", 4}, {"B", 2}})); }),
+  EXPECT_EQ(error_of([&] {
+              tune_threads(adam, 2, quick({{"N", 4}, {"B", 2}}));
+            }),
             "program 'adam' has no symbol 'B' (its symbols: N)");
-  EXPECT_EQ(error_of([&] { tune_threads(adam, 2, quick({{"N", -4}})); }),
+  EXPECT_EQ(error_of([&] {
+              tune_threads(adam, 2, quick({{"N", -4}}));
+            }),
             "program 'adam': symbol 'N' = -4; extents must be >= 0");
 }
 
@@ -48,34 +52,47 @@ TEST(TuneErrors, RepetitionsAndWarmup) {
   EXPECT_EQ(error_of([&] { tune_threads(adam, 2, o); }), "tune: --reps must be at least 1 (got 0)");
   o.reps = 1;
   o.warmup = -1;
-  EXPECT_EQ(error_of([&] { tune_threads(adam, 2, o); }), "tune: the warm-up count must be >= 0 (got -1)");
+  EXPECT_EQ(error_of([&] { tune_threads(adam, 2, o); }),
+            "tune: the warm-up count must be >= 0 (got -1)");
   o.warmup = 1;
   o.blocks = {0};
-  EXPECT_EQ(error_of([&] { tune_threads(adam, 2, o); }), "tune: --blocks 0: an overlap needs at least 1 block");
+  EXPECT_EQ(error_of([&] { tune_threads(adam, 2, o); }),
+            "tune: --blocks 0: an overlap needs at least 1 block");
   o.blocks = {};
   o.chunk_bytes = {0};
-  EXPECT_EQ(error_of([&] { tune_threads(adam, 2, o); }), "tune: --chunks 0: a chunk is at least 1 byte");
+  EXPECT_EQ(error_of([&] { tune_threads(adam, 2, o); }),
+            "tune: --chunks 0: a chunk is at least 1 byte");
   o.chunk_bytes = {};
   o.budget_s = -1;
-  EXPECT_EQ(error_of([&] { tune_threads(adam, 2, o); }), "tune: --budget must be >= 0 seconds (got -1)");
+  EXPECT_EQ(error_of([&] { tune_threads(adam, 2, o); }),
+            "tune: --budget must be >= 0 seconds (got -1)");
 }
 
 TEST(TuneErrors, ScheduleAndExecutorNames) {
   const dsl::Program adam = dsl::workloads::adam();
   const std::string e = error_of([&] { schedule::schedule_by_name(adam, "fastest"); });
-  EXPECT_EQ(e.rfind("program 'adam': schedule 'fastest': 'fastest' is not a schedule part; a schedule name is ", 0), 0u) << e;
+  EXPECT_EQ(e.rfind("program 'adam': schedule 'fastest': 'fastest' is not a schedule part; a "
+                    "schedule name is ",
+                    0),
+            0u)
+      << e;
   TuneOptions o = quick({{"N", 4}});
   o.only = {"AR-C", "nope"};
   const std::string e2 = error_of([&] { tune_threads(adam, 2, o); });
-  EXPECT_EQ(e2.rfind("program 'adam': schedule 'nope': 'nope' is not a schedule part; ", 0), 0u) << e2;
+  EXPECT_EQ(e2.rfind("program 'adam': schedule 'nope': 'nope' is not a schedule part; ", 0), 0u)
+      << e2;
   EXPECT_EQ(error_of([] { executor_by_name("fast"); }),
             "--executor 'fast': the executors are compiled, plan, reference");
 }
 
 TEST(TuneErrors, RanksThatDoNotFitTheGroups) {
-  const std::string e = error_of([] { tune_threads(dsl::workloads::pipeline_stage(), 3, quick({{"B", 2}, {"K", 2}, {"H", 2}})); });
-  EXPECT_EQ(e, "program 'pipeline_stage' has 2 groups, but 3 ranks were asked for; the ranks split into 2 equal "
-               "groups of consecutive ranks, so tune it on a multiple of 2 ranks");
+  const std::string e = error_of([] {
+    tune_threads(dsl::workloads::pipeline_stage(), 3, quick({{"B", 2}, {"K", 2}, {"H", 2}}));
+  });
+  EXPECT_EQ(e,
+            "program 'pipeline_stage' has 2 groups, but 3 ranks were asked for; the ranks split "
+            "into 2 equal "
+            "groups of consecutive ranks, so tune it on a multiple of 2 ranks");
 }
 
 // ---------------------------------------------------------------------------- the command
@@ -88,25 +105,34 @@ struct CliCase {
 TEST(TuneCliErrors, OneLineAndNonZeroExit) {
   testing::TempCacheDir dir("cli-errors");
   const std::vector<CliCase> cases = {
-      {"tune nosuch --ranks 2", "unknown workload 'nosuch'; the workloads are: adam, lamb, megatron_layer, pipeline_stage"},
+      {"tune nosuch --ranks 2",
+       "unknown workload 'nosuch'; the workloads are: adam, lamb, megatron_layer, pipeline_stage"},
       {"tune adam --ranks 0", "--ranks must be at least 1 (got 0)"},
       {"tune adam --backend tcp", "--backend 'tcp' is not a backend; choose thread or mpi"},
       {"tune adam --size M=4", "--size M=4: workload 'adam' has no symbol 'M' (its symbols: N)"},
       {"tune adam --size N=4x", "--size N=4x: '4x' is not an extent;"},
-      {"tune megatron_layer --size 1 2 3 4", "--size: 4 bare extent(s) given, but workload 'megatron_layer' has 3"},
+      {"tune megatron_layer --size 1 2 3 4",
+       "--size: 4 bare extent(s) given, but workload 'megatron_layer' has 3"},
       {"tune adam --size N=64 --reps 0", "--reps must be at least 1 (got 0)"},
       {"tune adam --size N=64 --budget -1", "--budget must be >= 0 seconds (got -1)"},
       {"tune megatron_layer --blocks 0,2", "--blocks 0: an overlap needs at least 1 block"},
       {"tune adam --chunks 0", "--chunks 0: a chunk is at least 1 byte"},
       {"tune adam --chunks 64Q", "--chunks: '64Q' is not an extent;"},
-      {"tune adam --executor fast", "--executor 'fast': the executors are compiled, plan, reference"},
+      {"tune adam --executor fast",
+       "--executor 'fast': the executors are compiled, plan, reference"},
       {"tune adam --dtype f64", "unknown dtype 'f64'"},
-      {"tune adam --size N=64 --schedules 'fused(nothing)'", "program 'adam': schedule 'fused(nothing)': 'fused(nothing)' is not a schedule part; "},
-      {"tune pipeline_stage --ranks 3 --size 2 2 2 --executor plan", "program 'pipeline_stage' has 2 groups, but 3 ranks were asked for"},
-      {"emit adam --schedule nope --target cpp", "program 'adam': schedule 'nope': 'nope' is not a schedule part; "},
-      {"emit megatron_layer --schedule 'ol(MM,AR-C)|AR-C'", "program 'megatron_layer': schedule 'ol(MM,AR-C)|AR-C' has 2 parts"},
-      {"emit adam --schedule AR-C --target rocm", "--target 'rocm' is not a target; targets: cpp, cuda"},
-      {"emit adam --schedule AR-C --target cuda", "--target cuda writes a folder: give it with -o DIR"},
+      {"tune adam --size N=64 --schedules 'fused(nothing)'",
+       "program 'adam': schedule 'fused(nothing)': 'fused(nothing)' is not a schedule part; "},
+      {"tune pipeline_stage --ranks 3 --size 2 2 2 --executor plan",
+       "program 'pipeline_stage' has 2 groups, but 3 ranks were asked for"},
+      {"emit adam --schedule nope --target cpp",
+       "program 'adam': schedule 'nope': 'nope' is not a schedule part; "},
+      {"emit megatron_layer --schedule 'ol(MM,AR-C)|AR-C'",
+       "program 'megatron_layer': schedule 'ol(MM,AR-C)|AR-C' has 2 parts"},
+      {"emit adam --schedule AR-C --target rocm",
+       "--target 'rocm' is not a target; targets: cpp, cuda"},
+      {"emit adam --schedule AR-C --target cuda",
+       "--target cuda writes a folder: give it with -o DIR"},
       {"emit pipeline_stage --schedule AR-C --target cuda -o unused --ranks 3",
        "--ranks 3: program 'pipeline_stage' has 2 groups; give multiples of 2"},
       {"emit lamb2 --schedule AR-C", "unknown workload 'lamb2'; the workloads are: "},

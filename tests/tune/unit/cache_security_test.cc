@@ -64,7 +64,8 @@ TEST(TuneCacheSecurity, LinkAtAPredictableTemporaryPathOverwritesNothing) {
   fs::create_symlink(victim, fmt::format("{}.tmp.{}.{}", path, ::getpid(), thread));
   store_record(r, dir.str());
   std::ifstream f(victim);
-  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(f), {}), "precious") << "written through the link";
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(f), {}), "precious")
+      << "written through the link";
   EXPECT_FALSE(fs::is_symlink(path));
   EXPECT_TRUE(load_record(r.key, dir.str()).has_value());
 }

@@ -1,6 +1,8 @@
 // The tuning cache: records survive a JSON round trip, every field of the key changes the file,
 // and damaged, missing or foreign records read as misses; records of the older format read, but
 // load_record treats them as stale.
+#include "tandem/tune/cache.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,7 +11,6 @@
 #include <set>
 
 #include "tandem/core/error.h"
-#include "tandem/tune/cache.h"
 #include "tune/tune_testing.h"
 
 namespace tandem::tune {
@@ -46,11 +47,11 @@ TuneRecord sample_record() {
 
 TEST(TuneCache, MedianMinMax) {
   const TuneRecord r = sample_record();
-  EXPECT_DOUBLE_EQ(r.candidates[0].median(), 0.020);      // odd count: the middle one
-  EXPECT_DOUBLE_EQ(r.candidates[1].median(), 0.0045);     // even count: the mean of the middle two
+  EXPECT_DOUBLE_EQ(r.candidates[0].median(), 0.020);   // odd count: the middle one
+  EXPECT_DOUBLE_EQ(r.candidates[1].median(), 0.0045);  // even count: the mean of the middle two
   EXPECT_DOUBLE_EQ(r.candidates[1].min(), 0.003);
   EXPECT_DOUBLE_EQ(r.candidates[1].max(), 0.006);
-  EXPECT_TRUE(std::isinf(r.candidates[2].median()));      // no times: never the fastest
+  EXPECT_TRUE(std::isinf(r.candidates[2].median()));  // no times: never the fastest
 }
 
 TEST(TuneCache, JsonRoundTrip) {
@@ -180,7 +181,8 @@ TEST(TuneCache, StoreThenLoad) {
   EXPECT_TRUE(fs::exists(path));
   // Nothing but the record is left in the folder (the temporary was renamed).
   int files = 0;
-  for (const auto& e : fs::directory_iterator(fs::path(path).parent_path())) files += e.is_regular_file();
+  for (const auto& e : fs::directory_iterator(fs::path(path).parent_path()))
+    files += e.is_regular_file();
   EXPECT_EQ(files, 1);
   auto back = load_record(r.key, dir.str());
   ASSERT_TRUE(back.has_value());

@@ -11,7 +11,8 @@
 namespace tandem::tune {
 namespace {
 
-CandidateTiming timed(std::string name, std::vector<double> times, std::vector<double> final_times = {}) {
+CandidateTiming timed(std::string name, std::vector<double> times,
+                      std::vector<double> final_times = {}) {
   CandidateTiming c;
   c.name = std::move(name);
   c.times = std::move(times);
@@ -29,12 +30,12 @@ CandidateTiming failed(std::string name) {
 
 TEST(TuneFinalRound, FinalistsAreWithinTheMarginOfTheBest) {
   const std::vector<CandidateTiming> cands = {
-      timed("AR-C", {0.200}),    // 0: far behind
-      timed("a", {0.110}),       // 1: +10%
-      timed("b", {0.100}),       // 2: the best
-      failed("wrong"),           // 3: never, however fast it might have been
-      timed("c", {0.1149}),      // 4: +14.9%
-      timed("d", {0.1151}),      // 5: +15.1%
+      timed("AR-C", {0.200}),  // 0: far behind
+      timed("a", {0.110}),     // 1: +10%
+      timed("b", {0.100}),     // 2: the best
+      failed("wrong"),         // 3: never, however fast it might have been
+      timed("c", {0.1149}),    // 4: +14.9%
+      timed("d", {0.1151}),    // 5: +15.1%
   };
   EXPECT_EQ(finalists(cands, 0.15, 4), (std::vector<size_t>{1, 2, 4}));
   EXPECT_EQ(finalists(cands, 0.20, 4), (std::vector<size_t>{1, 2, 4, 5}));
@@ -44,7 +45,8 @@ TEST(TuneFinalRound, FinalistsAreWithinTheMarginOfTheBest) {
 
 TEST(TuneFinalRound, TheCapKeepsTheFastest) {
   const std::vector<CandidateTiming> cands = {
-      timed("a", {0.104}), timed("b", {0.101}), timed("c", {0.100}), timed("d", {0.103}), timed("e", {0.102}),
+      timed("a", {0.104}), timed("b", {0.101}), timed("c", {0.100}),
+      timed("d", {0.103}), timed("e", {0.102}),
   };
   // In enumeration order, but the fastest `max` of them.
   EXPECT_EQ(finalists(cands, 0.15, 4), (std::vector<size_t>{1, 2, 3, 4}));
@@ -70,8 +72,8 @@ TEST(TuneFinalRound, TheSmallestFinalMedianWinsEvenIfItsFirstPassWasNotTheBest) 
 }
 
 TEST(TuneFinalRound, WithoutAFinalRoundTheSmallestMedianWins) {
-  const std::vector<CandidateTiming> cands = {timed("AR-C", {0.2, 0.3, 0.1}), failed("fast-but-wrong"),
-                                              timed("fused", {0.12, 0.11, 0.5})};
+  const std::vector<CandidateTiming> cands = {
+      timed("AR-C", {0.2, 0.3, 0.1}), failed("fast-but-wrong"), timed("fused", {0.12, 0.11, 0.5})};
   EXPECT_EQ(choose_winner(cands), "fused");
   // Ties go to the earlier candidate.
   EXPECT_EQ(choose_winner({timed("first", {0.1}), timed("second", {0.1})}), "first");

@@ -1,12 +1,13 @@
 // The tuner's inputs and its check: values are a pure function of (name, rank, index), pieces of
 // sliced inputs are pieces of the whole, scalars get their standard values, and the comparison
 // catches a single wrong element, a missing result and a misshapen one.
+#include "tandem/tune/inputs.h"
+
 #include <gtest/gtest.h>
 
 #include "tandem/comm/thread.h"
 #include "tandem/core/error.h"
 #include "tandem/dsl/dsl.h"
-#include "tandem/tune/inputs.h"
 
 namespace tandem::tune {
 namespace {
@@ -50,7 +51,8 @@ TEST(TuneInputs, SlicedInputsArePiecesOfTheWhole) {
     const Tensor& x = a.inputs.at("x");
     EXPECT_EQ(x.shape(), Shape({dsl::part_count(7, 3, rank), 3}));
     const int64_t off = dsl::part_offset(7, 3, rank) * 3;
-    for (int64_t i = 0; i < x.numel(); ++i) EXPECT_EQ(x.get(i), input_value("x", 0, off + i)) << rank << " " << i;
+    for (int64_t i = 0; i < x.numel(); ++i)
+      EXPECT_EQ(x.get(i), input_value("x", 0, off + i)) << rank << " " << i;
     // Replicated: the same whole on every rank; Local: each rank its own.
     const Tensor& y = a.inputs.at("y");
     EXPECT_EQ(y.dtype(), DType::BF16);
@@ -69,10 +71,12 @@ TEST(TuneInputs, FillInputMatchesMakeArgs) {
     const std::string& name = p.stage(id).name;
     Tensor t = Tensor::zeros(a.inputs.at(name).dtype(), a.inputs.at(name).shape());
     fill_input(t, p, id, global[static_cast<size_t>(id)], place);
-    for (int64_t i = 0; i < t.numel(); ++i) EXPECT_EQ(t.get(i), a.inputs.at(name).get(i)) << name << " " << i;
+    for (int64_t i = 0; i < t.numel(); ++i)
+      EXPECT_EQ(t.get(i), a.inputs.at(name).get(i)) << name << " " << i;
   }
   // A tensor of the wrong shape is tandem's bug, not the user's.
-  EXPECT_THROW(fill_input(Tensor::zeros(DType::F32, Shape{2}), p, p.inputs()[0], global[static_cast<size_t>(p.inputs()[0])], place),
+  EXPECT_THROW(fill_input(Tensor::zeros(DType::F32, Shape{2}), p, p.inputs()[0],
+                          global[static_cast<size_t>(p.inputs()[0])], place),
                InternalError);
 }
 
@@ -108,7 +112,8 @@ TEST(TuneInputs, StandardScalars) {
     FAIL() << "an unknown scalar was accepted";
   } catch (const UserError& e) {
     EXPECT_NE(std::string(e.what()).find("no scalar 'beta'"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("(its scalars: lr, grad_scale, alpha)"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("(its scalars: lr, grad_scale, alpha)"), std::string::npos)
+        << e.what();
   }
   // A scalar that keys a dropout mask gets an integer.
   const exec::ScalarMap d = standard_scalars(dsl::workloads::megatron_layer(), 2);
@@ -150,7 +155,8 @@ TEST(TuneInputs, CompareCatchesWrongMissingAndMisshapen) {
   wrong.set(7, 8.5f);
   const Check c = compare_results(p, place, want, {{"w", wrong}});
   EXPECT_FALSE(c.ok);
-  EXPECT_NE(c.message.find("'w' differs from the reference in 1 of 10 elements"), std::string::npos) << c.message;
+  EXPECT_NE(c.message.find("'w' differs from the reference in 1 of 10 elements"), std::string::npos)
+      << c.message;
   EXPECT_NE(c.message.find("[7] got 8.5 want 8"), std::string::npos) << c.message;
   EXPECT_GT(c.max_error, 0.0);
 
@@ -160,7 +166,8 @@ TEST(TuneInputs, CompareCatchesWrongMissingAndMisshapen) {
 
   const Check shape = compare_results(p, place, want, {{"w", Tensor::zeros(DType::F32, Shape{4})}});
   EXPECT_FALSE(shape.ok);
-  EXPECT_NE(shape.message.find("f32[4] in the schedule's results, f32[10]"), std::string::npos) << shape.message;
+  EXPECT_NE(shape.message.find("f32[4] in the schedule's results, f32[10]"), std::string::npos)
+      << shape.message;
 
   Tensor nan = w.clone();
   nan.set(0, std::nanf(""));
