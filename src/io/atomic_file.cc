@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -99,6 +100,24 @@ void AtomicFile::write(const void* data, size_t bytes) {
   }
 }
 
+void AtomicFile::write_at(size_t offset, const void* data, size_t bytes) {
+  TANDEM_CHECK(fd_ >= 0 && !committed_, "write to '{}' after commit", shown_);
+  TANDEM_CHECK(offset <= written_ && bytes <= written_ - offset,
+               "rewrite of bytes [{}, {}) of '{}', which has {}", offset, offset + bytes, shown_,
+               written_);
+  const char* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    const ssize_t n = ::pwrite(fd_, p, bytes, static_cast<off_t>(offset));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      fail(errno);
+    }
+    p += n;
+    offset += static_cast<size_t>(n);
+    bytes -= static_cast<size_t>(n);
+  }
+}
+
 void AtomicFile::commit() {
   TANDEM_CHECK(fd_ >= 0 && !committed_, "'{}' committed twice", shown_);
   // The data must be on disk before the rename makes it visible, or a power cut could leave the
@@ -183,9 +202,24 @@ void fsync_folder(const std::string& dir) {
 
 void replace_folder_atomic(const std::string& dir, const std::vector<FolderFile>& files,
                            const FolderWriteHooks& hooks) {
+  FolderReplacement folder(dir, hooks);
+  for (const FolderFile& file : files) {
+    try {
+      AtomicFile& out = folder.open_file(file.name);
+      file.write(out);
+      folder.close_file(out);
+    } catch (const UserError& e) {
+      throw UserError(e.what() + folder.unchanged_note());
+    }
+  }
+  folder.commit();
+}
+
+FolderReplacement::FolderReplacement(const std::string& dir, FolderWriteHooks hooks)
+    : dir_(dir), hooks_(std::move(hooks)) {
   const fs::path target = normalise_folder(dir);
-  const std::string base = target.filename().string();
-  if (base.empty() || base == "." || base == "..")
+  base_ = target.filename().string();
+  if (base_.empty() || base_ == "." || base_ == "..")
     user_error("cannot write '{}': give the folder a name (not '{}')", dir, dir);
   const fs::path parent = target.parent_path().empty() ? fs::path(".") : target.parent_path();
   std::error_code ec;
@@ -194,50 +228,69 @@ void replace_folder_atomic(const std::string& dir, const std::vector<FolderFile>
       user_error("cannot write '{}': '{}' is not a folder", dir, parent.string());
     user_error("cannot write '{}': folder '{}' does not exist", dir, parent.string());
   }
-  const bool existed = fs::exists(target, ec);
-  if (existed && !fs::is_directory(target, ec))
+  existed_ = fs::exists(target, ec);
+  if (existed_ && !fs::is_directory(target, ec))
     user_error("cannot write '{}': it exists and is not a folder", dir);
-  const std::string unchanged =
-      existed ? fmt::format("; the previous contents of '{}' are unchanged", dir) : "";
-  auto stage = [&](std::string_view name) {
-    if (hooks.after) hooks.after(name);
-  };
+  if (existed_) unchanged_ = fmt::format("; the previous contents of '{}' are unchanged", dir);
+  target_ = target.string();
+  parent_ = parent.string();
+  tmp_ = (parent / fmt::format("{}.tmp-{}", base_, ::getpid())).string();
+  fs::remove_all(tmp_, ec);  // left by an earlier process that had our pid and crashed
+  if (::mkdir(tmp_.c_str(), 0755) != 0)
+    user_error("cannot write '{}': cannot create '{}': {}{}", dir, tmp_, errno_text(errno),
+               unchanged_);
+}
 
-  const fs::path tmp = parent / fmt::format("{}.tmp-{}", base, ::getpid());
-  fs::remove_all(tmp, ec);  // left by an earlier process that had our pid and crashed
-  if (::mkdir(tmp.c_str(), 0755) != 0)
-    user_error("cannot write '{}': cannot create '{}': {}{}", dir, tmp.string(), errno_text(errno),
-               unchanged);
-  try {
-    for (const FolderFile& file : files) {
-      AtomicFile out((tmp / file.name).string(), (target / file.name).string());
-      file.write(out);
-      out.commit();  // fsyncs the file and the temporary folder
-      stage("wrote " + file.name);
-    }
-  } catch (const UserError& e) {
-    fs::remove_all(tmp, ec);
-    throw UserError(e.what() + unchanged);
-  } catch (...) {
-    fs::remove_all(tmp, ec);
-    throw;
+FolderReplacement::~FolderReplacement() {
+  open_.clear();  // closes and removes unfinished files first
+  if (!committed_) {
+    std::error_code ec;
+    fs::remove_all(tmp_, ec);
   }
+}
 
+void FolderReplacement::stage(std::string_view name) const {
+  if (hooks_.after) hooks_.after(name);
+}
+
+AtomicFile& FolderReplacement::open_file(const std::string& name) {
+  TANDEM_CHECK(!committed_, "file '{}' opened after '{}' was committed", name, dir_);
+  open_.push_back(std::make_unique<AtomicFile>((fs::path(tmp_) / name).string(),
+                                               (fs::path(target_) / name).string()));
+  return *open_.back();
+}
+
+void FolderReplacement::close_file(AtomicFile& file) {
+  auto it = std::find_if(open_.begin(), open_.end(), [&](const auto& f) { return f.get() == &file; });
+  TANDEM_CHECK(it != open_.end(), "'{}' is not an open file of '{}'", file.path(), dir_);
+  file.commit();  // fsyncs the file and the temporary folder
+  const std::string name = fs::path(file.path()).filename().string();
+  open_.erase(it);
+  stage("wrote " + name);
+}
+
+void FolderReplacement::commit() {
+  TANDEM_CHECK(!committed_ && open_.empty(), "'{}' committed twice or with files open", dir_);
+  const fs::path tmp = tmp_, target = target_, parent = parent_;
+  const std::string& dir = dir_;
+  std::error_code ec;
+  // From here on the temporary folder is either in place or removed below, never left behind.
+  committed_ = true;
   auto rename_or_fail = [&](const fs::path& from, const fs::path& to) {
     if (::rename(from.c_str(), to.c_str()) != 0) {
       const int err = errno;
       fs::remove_all(tmp, ec);
       user_error("cannot write '{}': renaming '{}' to '{}' failed: {}{}", dir, from.string(),
-                 to.string(), errno_text(err), unchanged);
+                 to.string(), errno_text(err), unchanged_);
     }
   };
-  if (!existed) {
+  if (!existed_) {
     rename_or_fail(tmp, target);
     fsync_folder(parent.string());
     stage("renamed");
   } else {
     bool exchanged = false;
-    if (hooks.use_exchange) {
+    if (hooks_.use_exchange) {
       // One step: no moment exists at which `dir` is missing or partial.
       if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) == 0) {
         exchanged = true;
@@ -245,7 +298,7 @@ void replace_folder_atomic(const std::string& dir, const std::vector<FolderFile>
         const int err = errno;
         fs::remove_all(tmp, ec);
         user_error("cannot write '{}': swapping in '{}' failed: {}{}", dir, tmp.string(),
-                   errno_text(err), unchanged);
+                   errno_text(err), unchanged_);
       }
     }
     if (exchanged) {
@@ -255,7 +308,7 @@ void replace_folder_atomic(const std::string& dir, const std::vector<FolderFile>
       stage("removed old");
     } else {
       // Two renames; between them resolve_folder() finds the old folder under its .old name.
-      const fs::path old = parent / fmt::format("{}.old-{}", base, ::getpid());
+      const fs::path old = parent / fmt::format("{}.old-{}", base_, ::getpid());
       fs::remove_all(old, ec);
       rename_or_fail(target, old);
       fsync_folder(parent.string());
@@ -265,7 +318,7 @@ void replace_folder_atomic(const std::string& dir, const std::vector<FolderFile>
         ::rename(old.c_str(), target.c_str());  // put the old folder back
         fs::remove_all(tmp, ec);
         user_error("cannot write '{}': renaming '{}' into place failed: {}{}", dir, tmp.string(),
-                   errno_text(err), unchanged);
+                   errno_text(err), unchanged_);
       }
       fsync_folder(parent.string());
       stage("renamed");
@@ -278,7 +331,7 @@ void replace_folder_atomic(const std::string& dir, const std::vector<FolderFile>
   for (const auto& entry : fs::directory_iterator(parent, ec)) {
     const std::string name = entry.path().filename().string();
     for (std::string_view kind : {".tmp-", ".old-"}) {
-      const std::string prefix = base + std::string(kind);
+      const std::string prefix = base_ + std::string(kind);
       if (name.size() > prefix.size() && name.compare(0, prefix.size(), prefix) == 0 &&
           is_pid_suffix(std::string_view(name).substr(prefix.size())))
         fs::remove_all(entry.path(), ec);

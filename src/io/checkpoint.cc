@@ -1,9 +1,11 @@
-// Checkpoint folders: RunMeta to and from JSON, saving through replace_folder_atomic, loading
-// with every file checked, and config compatibility messages.
+// Checkpoint folders: RunMeta to and from JSON, the streaming writer (a FolderReplacement of
+// safetensors files written tensor by tensor) and reader (every file checked up front, tensors
+// read on demand), save and load as thin uses of them, and config compatibility messages.
 #include "tandem/io/checkpoint.h"
 
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <set>
 
 #include "tandem/core/error.h"
@@ -138,57 +140,127 @@ RunMeta run_meta_from_json(const json& j, const std::string& source) {
   return m;
 }
 
-void save_checkpoint(const std::string& dir, const Checkpoint& ckpt,
-                     const FolderWriteHooks& hooks) {
-  const std::string meta_text = run_meta_to_json(ckpt.meta).dump(2) + "\n";
-  // meta.json last: not needed for atomicity (the folder swap gives that), but a reader looking
-  // inside DIR.tmp-<pid> after a crash finds meta.json only if the tensors are all there.
-  replace_folder_atomic(
-      dir,
-      {
-          {std::string(kWeightsFile),
-           [&](AtomicFile& out) {
-             write_safetensors(out, ckpt.weights, {{"format", "pt"}});
-           }},
-          {std::string(kOptimizerFile),
-           [&](AtomicFile& out) { write_safetensors(out, ckpt.optimizer); }},
-          {std::string(kMetaFile), [&](AtomicFile& out) { out.write(meta_text); }},
-      },
-      hooks);
+RunMeta read_run_meta(const std::string& path) {
+  json j;
+  try {
+    j = json::parse(read_file(path, "checkpoint file"));
+  } catch (const json::exception& e) {
+    std::string m = e.what();
+    const size_t close = m.find("] ");
+    if (!m.empty() && m[0] == '[' && close != std::string::npos) m = m.substr(close + 2);
+    bad_meta(path, "not valid JSON: {}", m);
+  }
+  return run_meta_from_json(j, path);
 }
 
-Checkpoint load_checkpoint(const std::string& dir, bool with_optimizer) {
+CheckpointWriter::CheckpointWriter(const std::string& dir, const RunMeta& meta,
+                                   const std::vector<TensorSpec>& weights,
+                                   const std::vector<TensorSpec>& optimizer,
+                                   const FolderWriteHooks& hooks)
+    : meta_text_(run_meta_to_json(meta).dump(2) + "\n"),
+      folder_(std::make_unique<FolderReplacement>(dir, hooks)) {
+  noting_unchanged([&] {
+    weights_file_ = &folder_->open_file(std::string(kWeightsFile));
+    weights_ = std::make_unique<SafetensorsWriter>(*weights_file_, weights,
+                                                   SafetensorsMetadata{{"format", "pt"}});
+    optimizer_file_ = &folder_->open_file(std::string(kOptimizerFile));
+    optimizer_ = std::make_unique<SafetensorsWriter>(*optimizer_file_, optimizer);
+  });
+}
+
+CheckpointWriter::~CheckpointWriter() = default;
+
+template <typename F>
+void CheckpointWriter::noting_unchanged(F&& f) {
+  try {
+    f();
+  } catch (const UserError& e) {
+    throw UserError(e.what() + folder_->unchanged_note());
+  }
+}
+
+SafetensorsWriter& CheckpointWriter::writer(CheckpointPart part) const {
+  return part == CheckpointPart::Weights ? *weights_ : *optimizer_;
+}
+
+const std::vector<TensorSpec>& CheckpointWriter::order(CheckpointPart part) const {
+  return writer(part).order();
+}
+
+size_t CheckpointWriter::next(CheckpointPart part) const { return writer(part).next(); }
+
+void CheckpointWriter::append(CheckpointPart part, const void* data, size_t bytes) {
+  noting_unchanged([&] { writer(part).append(data, bytes); });
+}
+
+void CheckpointWriter::commit() {
+  // meta.json last: not needed for atomicity (the folder swap gives that), but a reader looking
+  // inside DIR.tmp-<pid> after a crash finds meta.json only if the tensors are all there.
+  noting_unchanged([&] {
+    weights_->commit();
+    folder_->close_file(*weights_file_);
+    optimizer_->commit();
+    folder_->close_file(*optimizer_file_);
+    AtomicFile& meta = folder_->open_file(std::string(kMetaFile));
+    meta.write(meta_text_);
+    folder_->close_file(meta);
+  });
+  folder_->commit();  // its messages say what is unchanged
+}
+
+CheckpointReader::CheckpointReader(const std::string& dir, bool with_optimizer) {
   std::error_code ec;
   if (!fs::exists(resolve_folder(dir), ec))
     user_error("checkpoint folder '{}' does not exist", dir);
   // A series' newest step folder, or dir itself; messages name the step folder when it is one.
   const std::string named = resolve_checkpoint(dir);
-  const std::string folder = resolve_folder(named);
-  if (!fs::is_directory(folder, ec)) user_error("checkpoint '{}' is not a folder", named);
+  folder_ = resolve_folder(named);
+  if (!fs::is_directory(folder_, ec)) user_error("checkpoint '{}' is not a folder", named);
   std::vector<std::string> missing;
   for (std::string_view file : {kWeightsFile, kOptimizerFile, kMetaFile})
     if ((with_optimizer || file != kOptimizerFile) &&
-        !fs::is_regular_file(in_folder(folder, file), ec))
+        !fs::is_regular_file(in_folder(folder_, file), ec))
       missing.emplace_back(file);
   if (!missing.empty())
     user_error("checkpoint '{}' is incomplete: it has no {}", named, join_and(missing));
+  meta_ = read_run_meta(in_folder(folder_, kMetaFile));
+  weights_.emplace(in_folder(folder_, kWeightsFile));
+  if (with_optimizer) optimizer_.emplace(in_folder(folder_, kOptimizerFile));
+}
 
+const SafetensorsReader& CheckpointReader::optimizer() const {
+  TANDEM_CHECK(optimizer_.has_value(), "the optimizer state of '{}' was not asked for", folder_);
+  return *optimizer_;
+}
+
+Checkpoint CheckpointReader::read_all() const {
   Checkpoint ckpt;
-  ckpt.folder = folder;
-  const std::string meta_path = in_folder(folder, kMetaFile);
-  json j;
-  try {
-    j = json::parse(read_file(meta_path, "checkpoint file"));
-  } catch (const json::exception& e) {
-    std::string m = e.what();
-    const size_t close = m.find("] ");
-    if (!m.empty() && m[0] == '[' && close != std::string::npos) m = m.substr(close + 2);
-    bad_meta(meta_path, "not valid JSON: {}", m);
-  }
-  ckpt.meta = run_meta_from_json(j, meta_path);
-  ckpt.weights = load_safetensors(in_folder(folder, kWeightsFile)).tensors;
-  if (with_optimizer) ckpt.optimizer = load_safetensors(in_folder(folder, kOptimizerFile)).tensors;
+  ckpt.meta = meta_;
+  ckpt.folder = folder_;
+  ckpt.weights = weights_->read_all().tensors;
+  if (optimizer_) ckpt.optimizer = optimizer_->read_all().tensors;
   return ckpt;
+}
+
+void save_checkpoint(const std::string& dir, const Checkpoint& ckpt,
+                     const FolderWriteHooks& hooks) {
+  CheckpointWriter out(dir, ckpt.meta, tensor_specs(ckpt.weights), tensor_specs(ckpt.optimizer),
+                       hooks);
+  for (CheckpointPart part : {CheckpointPart::Weights, CheckpointPart::Optimizer}) {
+    const std::vector<NamedTensor>& tensors =
+        part == CheckpointPart::Weights ? ckpt.weights : ckpt.optimizer;
+    std::map<std::string_view, const Tensor*> by_name;
+    for (const NamedTensor& t : tensors) by_name[t.name] = &t.tensor;
+    for (const TensorSpec& spec : out.order(part)) {
+      const Tensor& t = *by_name.at(spec.name);
+      if (t.nbytes() > 0) out.append(part, t.data(), t.nbytes());
+    }
+  }
+  out.commit();
+}
+
+Checkpoint load_checkpoint(const std::string& dir, bool with_optimizer) {
+  return CheckpointReader(dir, with_optimizer).read_all();
 }
 
 std::string non_finite_values(const std::vector<NamedTensor>& tensors) {

@@ -1,19 +1,19 @@
-// safetensors: header building and writing, and a reader that validates every field before it
-// trusts an offset.
+// safetensors: the header built and validated (every field checked before an offset is trusted,
+// checksums included), and the whole-file functions as thin uses of the streaming writer and
+// reader.
 #include "tandem/io/safetensors.h"
-
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <bit>
-#include <cerrno>
 #include <cstring>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "safetensors_format.h"
 #include "tandem/core/error.h"
+#include "tandem/core/sha256.h"
+#include "tandem/io/safetensors_stream.h"
 
 namespace tandem::io {
 
@@ -21,29 +21,11 @@ namespace tandem::io {
 static_assert(std::endian::native == std::endian::little,
               "safetensors I/O assumes a little-endian host");
 
+namespace safetensors_format {
 namespace {
 
 using json = nlohmann::json;
 using ordered_json = nlohmann::ordered_json;
-
-// One tensor as the header describes it, once validated.
-struct Entry {
-  std::string name;
-  DType dtype;
-  std::vector<int64_t> shape;
-  uint64_t begin, end;
-};
-
-struct Header {
-  std::vector<Entry> entries;  // in data-offset order
-  SafetensorsMetadata metadata;
-};
-
-template <typename... Args>
-[[noreturn]] void corrupt(const std::string& path, fmt::format_string<Args...> f, Args&&... args) {
-  user_error("corrupt safetensors file '{}': {}", path,
-             fmt::format(f, std::forward<Args>(args)...));
-}
 
 bool parse_dtype_name(const std::string& s, DType* out) {
   for (DType t : kAllDTypes)
@@ -66,8 +48,94 @@ std::string json_message(const std::exception& e) {
   return m;
 }
 
-// Validates the JSON header against a data section of `data_size` bytes.
-Header parse_header(std::string_view text, uint64_t data_size, const std::string& path) {
+bool is_digest(const std::string& s) {
+  return s.size() == kDigestChars &&
+         std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
+bool starts_with(std::string_view s, std::string_view prefix) {
+  return s.substr(0, prefix.size()) == prefix;
+}
+
+std::string le64(uint64_t n) {
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i, n >>= 8) out[static_cast<size_t>(i)] = static_cast<char>(n & 0xff);
+  return out;
+}
+
+// The SHA-256 a header of `text` must record: of the length and the text, with the recorded
+// value's digits read as '0's. Empty when the value is not where the writer puts it.
+std::string header_digest(std::string_view text) {
+  const std::string key = fmt::format("\"{}\":\"", kHeaderChecksumKey);
+  const size_t at = text.find(key);
+  if (at == std::string_view::npos || text.size() - at - key.size() < kDigestChars) return {};
+  std::string zeroed = le64(text.size()) + std::string(text);
+  std::fill_n(zeroed.begin() + 8 + static_cast<std::ptrdiff_t>(at + key.size()), kDigestChars,
+              '0');
+  return sha256_hex(zeroed);
+}
+
+}  // namespace
+
+void check_specs(const std::vector<TensorSpec>& tensors, const SafetensorsMetadata& metadata) {
+  std::set<std::string_view> seen;
+  for (const TensorSpec& t : tensors) {
+    TANDEM_CHECK(!t.name.empty() && t.name != "__metadata__", "bad tensor name '{}'", t.name);
+    TANDEM_CHECK(seen.insert(t.name).second, "tensor '{}' given twice", t.name);
+  }
+  for (const auto& [k, v] : metadata)
+    TANDEM_CHECK(k != kHeaderChecksumKey && !starts_with(k, kTensorChecksumPrefix),
+                 "metadata key '{}' is reserved for checksums", k);
+}
+
+std::string build_header(const std::vector<TensorSpec>& order, const SafetensorsMetadata& metadata,
+                         const std::vector<std::string>& digests) {
+  TANDEM_CHECK(digests.empty() || digests.size() == order.size(), "{} checksums for {} tensors",
+               digests.size(), order.size());
+  auto render = [&](const std::string& own_digest) {
+    SafetensorsMetadata all = metadata;
+    if (!digests.empty()) {
+      for (size_t i = 0; i < order.size(); ++i)
+        all[std::string(kTensorChecksumPrefix) + order[i].name] = digests[i];
+      all[std::string(kHeaderChecksumKey)] = own_digest;
+    }
+    ordered_json h = ordered_json::object();
+    if (!all.empty()) {
+      ordered_json m = ordered_json::object();
+      for (const auto& [k, v] : all) m[k] = v;
+      h["__metadata__"] = std::move(m);
+    }
+    uint64_t offset = 0;
+    for (const TensorSpec& t : order) {
+      ordered_json info = ordered_json::object();
+      info["dtype"] = safetensors_dtype_name(t.dtype);
+      info["shape"] = t.shape.dims();
+      info["data_offsets"] = {offset, offset + t.nbytes()};
+      offset += t.nbytes();
+      h[t.name] = std::move(info);
+    }
+    std::string text;
+    try {
+      text = h.dump();
+    } catch (const ordered_json::exception& e) {
+      user_error("cannot write safetensors header: {}", json_message(e));  // a non-UTF-8 name
+    }
+    text.append((8 - text.size() % 8) % 8, ' ');
+    return le64(text.size()) + text;
+  };
+  if (digests.empty()) return render("");
+  return render(sha256_hex(render(std::string(kDigestChars, '0'))));
+}
+
+uint64_t check_header_length(const char* first8, uint64_t file_size, const std::string& path) {
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(first8[i]);
+  if (n > file_size - 8)
+    corrupt(path, "header length {} reaches beyond the end of the file ({} bytes)", n, file_size);
+  return n;
+}
+
+ParsedHeader parse_header(std::string_view text, uint64_t data_size, const std::string& path) {
   // nlohmann keeps the last of two equal keys silently; a per-object key set catches duplicates.
   std::vector<std::set<std::string>> open_objects;
   std::string duplicate;
@@ -98,13 +166,28 @@ Header parse_header(std::string_view text, uint64_t data_size, const std::string
   }
   if (!h.is_object()) corrupt(path, "header is not a JSON object");
 
-  Header out;
+  ParsedHeader out;
+  std::map<std::string, std::string> tensor_digests;  // tensor name -> recorded checksum
+  std::string own_digest;
+  bool has_own_digest = false;
   for (const auto& [name, info] : h.items()) {
     if (name == "__metadata__") {
       if (!info.is_object()) corrupt(path, "'__metadata__' must map strings to strings");
       for (const auto& [k, v] : info.items()) {
         if (!v.is_string())
           corrupt(path, "'__metadata__' must map strings to strings ('{}' does not)", k);
+        const bool for_tensor = starts_with(k, kTensorChecksumPrefix);
+        if (for_tensor || k == kHeaderChecksumKey) {
+          if (!is_digest(v.get<std::string>()))
+            corrupt(path, "checksum '{}' is not 64 lowercase hex digits", k);
+          if (for_tensor) {
+            tensor_digests[k.substr(kTensorChecksumPrefix.size())] = v.get<std::string>();
+          } else {
+            own_digest = v.get<std::string>();
+            has_own_digest = true;
+          }
+          continue;
+        }
         out.metadata[k] = v.get<std::string>();
       }
       continue;
@@ -117,7 +200,7 @@ Header parse_header(std::string_view text, uint64_t data_size, const std::string
     for (const char* k : {"dtype", "shape", "data_offsets"})
       if (!info.contains(k)) corrupt(path, "tensor '{}': '{}' is missing", name, k);
 
-    Entry e;
+    SafetensorsEntry e;
     e.name = name;
     const json& dtype = info["dtype"];
     if (!dtype.is_string()) corrupt(path, "tensor '{}': 'dtype' must be a string", name);
@@ -129,13 +212,14 @@ Header parse_header(std::string_view text, uint64_t data_size, const std::string
     bool shape_ok = shape.is_array();
     uint64_t numel = 1;
     bool overflow = false;
+    std::vector<int64_t> dims;
     if (shape_ok)
       for (const json& d : shape) {
         if (!d.is_number_unsigned() || d.get<uint64_t>() > uint64_t{INT64_MAX}) {
           shape_ok = false;
           break;
         }
-        e.shape.push_back(d.get<int64_t>());
+        dims.push_back(d.get<int64_t>());
         overflow |= __builtin_mul_overflow(numel, d.get<uint64_t>(), &numel);
       }
     if (!shape_ok)
@@ -154,25 +238,27 @@ Header parse_header(std::string_view text, uint64_t data_size, const std::string
     uint64_t need = 0;
     overflow |= __builtin_mul_overflow(numel, uint64_t{dtype_size(e.dtype)}, &need);
     if (overflow || need > uint64_t{INT64_MAX})
-      corrupt(path, "tensor '{}': shape {} is too large", name, shape_text(e.shape));
+      corrupt(path, "tensor '{}': shape {} is too large", name, shape_text(dims));
     if (e.end - e.begin != need)
       corrupt(path, "tensor '{}' has {} bytes (data_offsets [{}, {}]) but {} {} needs {}", name,
-              e.end - e.begin, e.begin, e.end, dtype.get<std::string>(), shape_text(e.shape), need);
+              e.end - e.begin, e.begin, e.end, dtype.get<std::string>(), shape_text(dims), need);
+    e.shape = Shape(std::move(dims));
     out.entries.push_back(std::move(e));
   }
 
-  std::sort(out.entries.begin(), out.entries.end(), [](const Entry& a, const Entry& b) {
-    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
-  });
+  std::sort(out.entries.begin(), out.entries.end(),
+            [](const SafetensorsEntry& a, const SafetensorsEntry& b) {
+              return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+            });
   // Truncation first: it explains any other symptom a short file shows.
-  for (const Entry& e : out.entries)
+  for (const SafetensorsEntry& e : out.entries)
     if (e.end > data_size)
       corrupt(path,
               "truncated: tensor '{}' ends at byte {} of the data section, which has only {} bytes",
               e.name, e.end, data_size);
   uint64_t covered = 0;
-  const Entry* prev = nullptr;
-  for (const Entry& e : out.entries) {
+  const SafetensorsEntry* prev = nullptr;
+  for (const SafetensorsEntry& e : out.entries) {
     if (e.begin < covered)
       corrupt(path, "tensors '{}' (bytes [{}, {})) and '{}' (bytes [{}, {})) overlap", prev->name,
               prev->begin, prev->end, e.name, e.begin, e.end);
@@ -183,21 +269,38 @@ Header parse_header(std::string_view text, uint64_t data_size, const std::string
   }
   if (covered < data_size)
     corrupt(path, "the last {} bytes of the file belong to no tensor", data_size - covered);
+
+  // Checksums: all or none. The header's own first, as it covers every other symptom.
+  if (!has_own_digest && tensor_digests.empty()) return out;
+  if (!has_own_digest)
+    corrupt(path, "it records tensor checksums but not the header's ('{}')", kHeaderChecksumKey);
+  if (header_digest(text) != own_digest)
+    corrupt(path, "the header does not match its checksum: the file is damaged or was altered");
+  for (SafetensorsEntry& e : out.entries) {
+    auto it = tensor_digests.find(e.name);
+    if (it == tensor_digests.end()) corrupt(path, "tensor '{}' has no checksum", e.name);
+    e.sha256 = std::move(it->second);
+    tensor_digests.erase(it);
+  }
+  if (!tensor_digests.empty())
+    corrupt(path, "a checksum is recorded for tensor '{}', which the file does not hold",
+            tensor_digests.begin()->first);
+  out.has_checksums = true;
   return out;
 }
 
-uint64_t read_le64(const char* p) {
-  uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(p[i]);
-  return n;
-}
+}  // namespace safetensors_format
 
-// Checks the 8-byte length against the file size; returns the header length.
-uint64_t check_header_length(const char* first8, uint64_t file_size, const std::string& path) {
-  const uint64_t n = read_le64(first8);
-  if (n > file_size - 8)
-    corrupt(path, "header length {} reaches beyond the end of the file ({} bytes)", n, file_size);
-  return n;
+namespace {
+
+// Appends every tensor's data in the order the writer asks for it.
+void append_all(SafetensorsWriter& out, const std::vector<NamedTensor>& tensors) {
+  std::map<std::string_view, const Tensor*> by_name;
+  for (const NamedTensor& t : tensors) by_name[t.name] = &t.tensor;
+  for (const TensorSpec& spec : out.order()) {
+    const Tensor& t = *by_name.at(spec.name);
+    if (t.nbytes() > 0) out.append(t.data(), t.nbytes());
+  }
 }
 
 }  // namespace
@@ -214,141 +317,67 @@ std::string_view safetensors_dtype_name(DType t) {
   return "?";
 }
 
-std::vector<NamedTensor> safetensors_order(const std::vector<NamedTensor>& tensors) {
-  std::vector<NamedTensor> sorted = tensors;
+std::vector<TensorSpec> safetensors_order(const std::vector<TensorSpec>& tensors) {
+  std::vector<TensorSpec> sorted = tensors;
   // Largest elements first keeps every tensor aligned to its element size (the header is padded
   // to 8), as the reference writer does; names break ties, so the layout is reproducible.
-  std::stable_sort(sorted.begin(), sorted.end(), [](const NamedTensor& a, const NamedTensor& b) {
-    const size_t sa = dtype_size(a.tensor.dtype()), sb = dtype_size(b.tensor.dtype());
+  std::stable_sort(sorted.begin(), sorted.end(), [](const TensorSpec& a, const TensorSpec& b) {
+    const size_t sa = dtype_size(a.dtype), sb = dtype_size(b.dtype);
     if (sa != sb) return sa > sb;
-    if (a.tensor.dtype() != b.tensor.dtype())  // BF16 before F16, as in the reference
-      return a.tensor.dtype() == DType::BF16;
+    if (a.dtype != b.dtype) return a.dtype == DType::BF16;  // BF16 before F16, as the reference
     return a.name < b.name;
   });
   return sorted;
 }
 
-std::string safetensors_header(const std::vector<NamedTensor>& tensors,
-                               const SafetensorsMetadata& metadata) {
-  ordered_json h = ordered_json::object();
-  if (!metadata.empty()) {
-    ordered_json m = ordered_json::object();
-    for (const auto& [k, v] : metadata) m[k] = v;
-    h["__metadata__"] = std::move(m);
-  }
-  std::set<std::string> seen;
-  uint64_t offset = 0;
-  for (const NamedTensor& t : safetensors_order(tensors)) {
-    TANDEM_CHECK(!t.name.empty() && t.name != "__metadata__", "bad tensor name '{}'", t.name);
-    TANDEM_CHECK(seen.insert(t.name).second, "tensor '{}' given twice", t.name);
+std::vector<TensorSpec> tensor_specs(const std::vector<NamedTensor>& tensors) {
+  std::vector<TensorSpec> out;
+  out.reserve(tensors.size());
+  for (const NamedTensor& t : tensors) {
     TANDEM_CHECK(t.tensor.defined(), "tensor '{}' has no storage", t.name);
-    ordered_json info = ordered_json::object();
-    info["dtype"] = safetensors_dtype_name(t.tensor.dtype());
-    info["shape"] = t.tensor.shape().dims();
-    info["data_offsets"] = {offset, offset + t.tensor.nbytes()};
-    offset += t.tensor.nbytes();
-    h[t.name] = std::move(info);
+    out.push_back({t.name, t.tensor.dtype(), t.tensor.shape()});
   }
-  std::string text;
-  try {
-    text = h.dump();
-  } catch (const ordered_json::exception& e) {
-    user_error("cannot write safetensors header: {}", json_message(e));  // e.g. a non-UTF-8 name
-  }
-  text.append((8 - text.size() % 8) % 8, ' ');
-  std::string out(8, '\0');
-  uint64_t n = text.size();
-  for (int i = 0; i < 8; ++i, n >>= 8) out[static_cast<size_t>(i)] = static_cast<char>(n & 0xff);
-  return out + text;
+  return out;
+}
+
+std::string safetensors_header(const std::vector<NamedTensor>& tensors,
+                               const SafetensorsMetadata& metadata, Checksums checksums) {
+  const std::string file = serialize_safetensors(tensors, metadata, checksums);
+  uint64_t n = 0;
+  std::memcpy(&n, file.data(), 8);
+  return file.substr(0, 8 + n);
 }
 
 std::string serialize_safetensors(const std::vector<NamedTensor>& tensors,
-                                  const SafetensorsMetadata& metadata) {
-  std::string out = safetensors_header(tensors, metadata);
-  for (const NamedTensor& t : safetensors_order(tensors))
-    out.append(static_cast<const char*>(t.tensor.data()), t.tensor.nbytes());
+                                  const SafetensorsMetadata& metadata, Checksums checksums) {
+  std::string out;
+  SafetensorsWriter writer(&out, tensor_specs(tensors), metadata, checksums);
+  append_all(writer, tensors);
+  writer.commit();
   return out;
 }
 
 void write_safetensors(AtomicFile& out, const std::vector<NamedTensor>& tensors,
-                       const SafetensorsMetadata& metadata) {
-  out.write(safetensors_header(tensors, metadata));
-  for (const NamedTensor& t : safetensors_order(tensors))
-    if (t.tensor.nbytes() > 0) out.write(t.tensor.data(), t.tensor.nbytes());
+                       const SafetensorsMetadata& metadata, Checksums checksums) {
+  SafetensorsWriter writer(out, tensor_specs(tensors), metadata, checksums);
+  append_all(writer, tensors);
+  writer.commit();
 }
 
 void save_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
-                      const SafetensorsMetadata& metadata) {
-  AtomicFile out(path);
-  write_safetensors(out, tensors, metadata);
-  out.commit();
+                      const SafetensorsMetadata& metadata, Checksums checksums) {
+  SafetensorsWriter writer(path, tensor_specs(tensors), metadata, checksums);
+  append_all(writer, tensors);
+  writer.commit();
 }
 
 SafetensorsFile parse_safetensors(std::string_view bytes, const std::string& path) {
-  if (bytes.size() < 8)
-    corrupt(path, "truncated to {} bytes (a safetensors file starts with an 8-byte header length)",
-            bytes.size());
-  const uint64_t n = check_header_length(bytes.data(), bytes.size(), path);
-  const Header header = parse_header(bytes.substr(8, n), bytes.size() - 8 - n, path);
-  SafetensorsFile file;
-  file.path = path;
-  file.metadata = header.metadata;
-  const char* data = bytes.data() + 8 + n;
-  for (const Entry& e : header.entries) {
-    Tensor t = Tensor::empty(e.dtype, Shape(e.shape));
-    if (t.nbytes() > 0) std::memcpy(t.data(), data + e.begin, t.nbytes());
-    file.tensors.push_back({e.name, std::move(t)});
-  }
-  return file;
+  return SafetensorsReader::in_memory(bytes, path).read_all();
 }
 
 SafetensorsFile load_safetensors(const std::string& path) {
-  // Read the header, validate it, then read each tensor straight into its storage: a large file
-  // is never held twice in memory.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    const int err = errno;
-    if (err == ENOENT) user_error("safetensors file '{}' does not exist", path);
-    user_error("cannot read safetensors file '{}': {}", path, std::strerror(err));
-  }
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
-  struct stat st;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
-    user_error("safetensors file '{}' is not a regular file", path);
-  const uint64_t size = static_cast<uint64_t>(st.st_size);
-  auto read_at = [&](uint64_t offset, void* dst, uint64_t count) {
-    char* p = static_cast<char*>(dst);
-    while (count > 0) {
-      const ssize_t got = ::pread(fd, p, count, static_cast<off_t>(offset));
-      if (got < 0 && errno == EINTR) continue;
-      if (got < 0) user_error("cannot read safetensors file '{}': {}", path, std::strerror(errno));
-      if (got == 0) corrupt(path, "truncated while it was being read");  // shrank under us
-      p += got;
-      offset += static_cast<uint64_t>(got);
-      count -= static_cast<uint64_t>(got);
-    }
-  };
-  if (size < 8)
-    corrupt(path, "truncated to {} bytes (a safetensors file starts with an 8-byte header length)",
-            size);
-  char first8[8];
-  read_at(0, first8, 8);
-  const uint64_t n = check_header_length(first8, size, path);
-  std::string text(n, '\0');
-  read_at(8, text.data(), n);
-  const Header header = parse_header(text, size - 8 - n, path);
-  SafetensorsFile file;
-  file.path = path;
-  file.metadata = header.metadata;
-  for (const Entry& e : header.entries) {
-    Tensor t = Tensor::empty(e.dtype, Shape(e.shape));
-    read_at(8 + n + e.begin, t.data(), t.nbytes());
-    file.tensors.push_back({e.name, std::move(t)});
-  }
-  return file;
+  // Each tensor is read straight into its storage: a large file is never held twice in memory.
+  return SafetensorsReader(path).read_all();
 }
 
 const Tensor* SafetensorsFile::find(std::string_view name) const {

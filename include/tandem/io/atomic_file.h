@@ -18,6 +18,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -40,6 +41,9 @@ class AtomicFile {
 
   void write(const void* data, size_t bytes);
   void write(std::string_view text) { write(text.data(), text.size()); }
+  // Rewrites bytes already written, [offset, offset + bytes) (a header whose values are known only
+  // once the data is in, as the safetensors writer's checksums).
+  void write_at(size_t offset, const void* data, size_t bytes);
   // fsync the file, close it, rename it over the destination, fsync the folder.
   void commit();
 
@@ -87,6 +91,41 @@ struct FolderWriteHooks {
 // A failure leaves `dir` as it was and throws a UserError that says so.
 void replace_folder_atomic(const std::string& dir, const std::vector<FolderFile>& files,
                            const FolderWriteHooks& hooks = {});
+
+// The same procedure for a caller that writes the files itself, at its own pace (a checkpoint
+// streamed tensor by tensor): the constructor checks `dir` and creates DIR.tmp-<pid> (step 1),
+// open_file() and close_file() write each file, commit() swaps the folder in (steps 2 and 3).
+// Destroyed without commit(), it removes the temporary folder and `dir` keeps its old contents.
+class FolderReplacement {
+ public:
+  explicit FolderReplacement(const std::string& dir, FolderWriteHooks hooks = {});
+  ~FolderReplacement();
+  FolderReplacement(const FolderReplacement&) = delete;
+  FolderReplacement& operator=(const FolderReplacement&) = delete;
+
+  // A new file `name` of the folder; several may be open at once. Errors show it under its final
+  // name (DIR/name).
+  AtomicFile& open_file(const std::string& name);
+  // Commits a file open_file() gave (stage "wrote <name>").
+  void close_file(AtomicFile& file);
+  // Swaps the folder in; every file must be closed.
+  void commit();
+
+  // "; the previous contents of 'DIR' are unchanged" (empty for a new folder): what a failure
+  // before commit() adds to its message.
+  const std::string& unchanged_note() const { return unchanged_; }
+
+ private:
+  void stage(std::string_view name) const;
+
+  std::string dir_;
+  std::string target_, parent_, base_, tmp_;
+  FolderWriteHooks hooks_;
+  bool existed_ = false;
+  bool committed_ = false;
+  std::string unchanged_;
+  std::vector<std::unique_ptr<AtomicFile>> open_;
+};
 
 // The folder to read for `dir`: `dir` itself when it exists; else the complete previous folder a
 // save interrupted between its two renames left as `dir`.old-<pid>; else `dir` (so that the

@@ -11,16 +11,25 @@
 // written into DIR.tmp-<pid>, fsync'd, and swapped into place in one rename, so no reader ever
 // sees a mix of two steps' files. Loading goes through resolve_folder, which also finds the
 // previous checkpoint if a save on a filesystem without an atomic swap died between its renames.
+//
+// CheckpointWriter and CheckpointReader do this tensor by tensor, so that a model larger than
+// memory is saved and resumed without a whole-model copy; save_checkpoint and load_checkpoint are
+// thin uses of them. The safetensors files carry per-tensor checksums (safetensors.h), verified
+// whenever a tensor is read whole.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "tandem/io/atomic_file.h"
 #include "tandem/io/safetensors.h"
+#include "tandem/io/safetensors_stream.h"
 
 namespace tandem::io {
 
@@ -58,12 +67,89 @@ nlohmann::json run_meta_to_json(const RunMeta& meta);
 // `source` names the file in errors. A missing or ill-typed field, or an unknown format version,
 // is a UserError.
 RunMeta run_meta_from_json(const nlohmann::json& j, const std::string& source);
+// Reads and validates the meta.json at `path`.
+RunMeta read_run_meta(const std::string& path);
 
 struct Checkpoint {
   RunMeta meta;
   std::vector<NamedTensor> weights;
   std::vector<NamedTensor> optimizer;
   std::string folder;  // where load_checkpoint read it (a series' step folder); unused by saves
+};
+
+// The two tensor files of a checkpoint.
+enum class CheckpointPart { Weights, Optimizer };
+
+// Writes a checkpoint into DIR.tmp-<pid> and swaps it in as DIR at commit(), as save_checkpoint
+// does (replace_folder_atomic: a crash or an error at any point leaves DIR's old checkpoint whole).
+// The tensors of each part are appended in that part's order(), in pieces if need be; the two
+// parts may be interleaved. Destroyed without commit(), it leaves DIR as it was.
+//
+//   CheckpointWriter w(dir, meta, weight_specs, optimizer_specs);
+//   for (const TensorSpec& t : w.order(CheckpointPart::Weights))
+//     w.append(CheckpointPart::Weights, bytes_of(t), t.nbytes());
+//   ... the same for CheckpointPart::Optimizer ...
+//   w.commit();
+//
+// A write failure is a UserError naming the file, ending "; the previous contents of 'DIR' are
+// unchanged" when DIR existed. Misuse (bytes beyond the declared tensors, a commit before every
+// byte is in) is an internal error.
+class CheckpointWriter {
+ public:
+  CheckpointWriter(const std::string& dir, const RunMeta& meta,
+                   const std::vector<TensorSpec>& weights,
+                   const std::vector<TensorSpec>& optimizer, const FolderWriteHooks& hooks = {});
+  ~CheckpointWriter();
+  CheckpointWriter(const CheckpointWriter&) = delete;
+  CheckpointWriter& operator=(const CheckpointWriter&) = delete;
+
+  // The part's tensors in the order their bytes must be appended (SafetensorsWriter::order), and
+  // the index in it of the tensor the next append continues (its size once all are in).
+  const std::vector<TensorSpec>& order(CheckpointPart part) const;
+  size_t next(CheckpointPart part) const;
+
+  void append(CheckpointPart part, const void* data, size_t bytes);
+  // Completes both files, writes meta.json, swaps the folder in.
+  void commit();
+
+ private:
+  SafetensorsWriter& writer(CheckpointPart part) const;
+  // Runs `f`; a UserError gets the folder's "previous contents are unchanged" note.
+  template <typename F>
+  void noting_unchanged(F&& f);
+
+  std::string meta_text_;
+  std::unique_ptr<FolderReplacement> folder_;
+  AtomicFile* weights_file_ = nullptr;
+  AtomicFile* optimizer_file_ = nullptr;
+  std::unique_ptr<SafetensorsWriter> weights_, optimizer_;
+};
+
+// Reads the checkpoint `dir` names, as load_checkpoint does: `dir` itself or the newest of a
+// series (resolve_checkpoint), or the previous checkpoint an interrupted save left aside
+// (resolve_folder). The constructor checks everything but the tensors' data: the folder and its
+// files, meta.json, both safetensors headers; each problem is one UserError naming the checkpoint
+// (or the file) and what is wrong. `with_optimizer = false` skips the optimizer state, whose file
+// may then be absent. Tensors are read through weights() and optimizer(), whole with their
+// checksums verified, or by byte range.
+class CheckpointReader {
+ public:
+  explicit CheckpointReader(const std::string& dir, bool with_optimizer = true);
+
+  const RunMeta& meta() const { return meta_; }
+  // The folder read (a series' step folder, or a folder left aside by an interrupted save).
+  const std::string& folder() const { return folder_; }
+  const SafetensorsReader& weights() const { return *weights_; }
+  // Only with `with_optimizer`.
+  const SafetensorsReader& optimizer() const;
+
+  // Everything, read into memory (load_checkpoint).
+  Checkpoint read_all() const;
+
+ private:
+  std::string folder_;
+  RunMeta meta_;
+  std::optional<SafetensorsReader> weights_, optimizer_;
 };
 
 // Writes `ckpt` to folder `dir`, replacing any checkpoint there atomically. `hooks` are for

@@ -46,7 +46,7 @@ TEST(Safetensors, GoldenFileBuiltByHand) {
                              bytes_of({0x00, 0x00, 0x80, 0x3f, 0x00, 0x00, 0x00, 0xc0}) +  // 1, -2
                              bytes_of({0x80, 0x3f, 0x00, 0x3f}) +  // bf16 1, 0.5
                              bytes_of({0x00, 0x3c});               // f16 1
-  EXPECT_EQ(serialize_safetensors(tensors, {{"format", "pt"}}), golden);
+  EXPECT_EQ(serialize_safetensors(tensors, {{"format", "pt"}}, Checksums::None), golden);
 
   const SafetensorsFile back = parse_safetensors(golden, "golden");
   ASSERT_EQ(back.tensors.size(), 3u);
@@ -61,22 +61,23 @@ TEST(Safetensors, GoldenFileBuiltByHand) {
   EXPECT_EQ(back.metadata, (SafetensorsMetadata{{"format", "pt"}}));
 }
 
-// The byte arrays the reference (Rust) implementation's own tests expect from its serializer.
+// The byte arrays the reference (Rust) implementation's own tests expect from its serializer
+// (which records no checksums).
 TEST(Safetensors, MatchesTheReferenceImplementationsTestVectors) {
   Tensor t = f32_tensor(Shape{1, 2, 3}, {0, 1, 2, 3, 4, 5});
-  EXPECT_EQ(serialize_safetensors({{"attn.0", t}}),
+  EXPECT_EQ(serialize_safetensors({{"attn.0", t}}, {}, Checksums::None),
             bytes_of({64, 0, 0, 0, 0, 0, 0, 0}) +
                 R"({"attn.0":{"dtype":"F32","shape":[1,2,3],"data_offsets":[0,24]}})" +
                 bytes_of({0, 0, 0,  0,  0, 0, 128, 63, 0, 0, 0,   64,
                           0, 0, 64, 64, 0, 0, 128, 64, 0, 0, 160, 64}));
-  EXPECT_EQ(serialize_safetensors({{"attn0", t.reshape(Shape{1, 1, 2, 3})}}),
+  EXPECT_EQ(serialize_safetensors({{"attn0", t.reshape(Shape{1, 1, 2, 3})}}, {}, Checksums::None),
             bytes_of({72, 0, 0, 0, 0, 0, 0, 0}) +
                 R"({"attn0":{"dtype":"F32","shape":[1,1,2,3],"data_offsets":[0,24]}})" + "       " +
                 bytes_of({0, 0, 0,  0,  0, 0, 128, 63, 0, 0, 0,   64,
                           0, 0, 64, 64, 0, 0, 128, 64, 0, 0, 160, 64}));
-  EXPECT_EQ(serialize_safetensors({}), bytes_of({8, 0, 0, 0, 0, 0, 0, 0}) + "{}      ");
+  EXPECT_EQ(serialize_safetensors({}, {}, Checksums::None), bytes_of({8, 0, 0, 0, 0, 0, 0, 0}) + "{}      ");
   EXPECT_EQ(
-      serialize_safetensors({}, {{"framework", "pt"}}),
+      serialize_safetensors({}, {{"framework", "pt"}}, Checksums::None),
       bytes_of({40, 0, 0, 0, 0, 0, 0, 0}) + R"({"__metadata__":{"framework":"pt"}})" + "     ");
 }
 
