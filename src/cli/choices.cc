@@ -48,6 +48,18 @@ std::optional<ooc::TierSpec> parse_optimizer_state(const std::string& text) {
   }
 }
 
+std::optional<ooc::TierSpec> parse_model_state(const std::string& text) {
+  if (text == "memory") return std::nullopt;
+  try {
+    return ooc::TierSpec::parse(text);
+  } catch (const UserError&) {
+    user_error(
+        "--model-state {}: write memory, host (a slow tier in host memory) or file:DIR (an "
+        "O_DIRECT file in folder DIR)",
+        text);
+  }
+}
+
 ooc::TierSpec parse_slow_tier(const std::string& text) {
   try {
     return ooc::TierSpec::parse(text);

@@ -23,7 +23,8 @@ DType parse_grad_dtype(const std::string& text);                   // --grad-dty
 parallel::GradExchange parse_grad_exchange(
     const std::string& text);  // --grad-exchange overlap|after
 std::optional<ooc::TierSpec> parse_optimizer_state(
-    const std::string& text);                            // memory|host|file:DIR
+    const std::string& text);                                             // memory|host|file:DIR
+std::optional<ooc::TierSpec> parse_model_state(const std::string& text);  // memory|host|file:DIR
 ooc::TierSpec parse_slow_tier(const std::string& text);  // --slow-tier host|file:DIR
 
 // Adds `flag`, whose text `parse` turns into `target` when the command line is parsed (a refusal

@@ -12,6 +12,12 @@ namespace tandem::cli {
 void add_info(CLI::App& app);
 // `tandem train`: trains a GPT-2 model data-, tensor- and pipeline-parallel (src/cli/train.cc).
 void add_train(CLI::App& app);
+// Thrown by `tandem train` after a run that stopped cleanly on SIGTERM or SIGINT (its summary
+// printed): the command exits with 128 + the signal's number, as a shell reports a process the
+// signal ended, so that scripts and schedulers see the run did not finish.
+struct StoppedBySignal {
+  int signal;
+};
 // `tandem plan`: the out-of-core plan of a model under a memory budget (src/cli/train.cc).
 void add_plan(CLI::App& app);
 // `tandem eval`: the mean loss of a checkpoint on a text file (src/cli/eval.cc).

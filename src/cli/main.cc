@@ -73,6 +73,8 @@ int main(int argc, char** argv) {
     }
     return fail("tandem: error: ",
                 fmt::format("{} (tandem{} --help lists the flags)", e.what(), help_target(app)), 1);
+  } catch (const tandem::cli::StoppedBySignal& s) {
+    return 128 + s.signal;  // every rank stopped after the same step: none waits for another
   } catch (const tandem::comm::CollectiveError& e) {
     // Every rank raised it at the same point: none waits for another, so each exits normally
     // (through MPI_Finalize) and only rank 0 says why.

@@ -92,15 +92,16 @@ train::TrainConfig config_of(const TrainFlags& flags, const SizeOptions& o,
   // the trainer refuses a model that does not match).
   bool from_checkpoint = false;
   if (!cfg.resume_dir.empty()) {
-    const io::Checkpoint ck = io::load_checkpoint(cfg.resume_dir, false);
+    // Its meta.json and headers only: the tensors are read when the ranks restore them.
+    const io::RunMeta meta = io::CheckpointReader(cfg.resume_dir, false).meta();
     const nn::GPTConfig saved =
-        train::model_config_from_json(ck.meta.model_config, "checkpoint '" + cfg.resume_dir + "'");
+        train::model_config_from_json(meta.model_config, "checkpoint '" + cfg.resume_dir + "'");
     // --model names sizes as --layers does: a preset other than the checkpoint's model is
     // refused as a mismatch (below, by the trainer), not silently replaced by the checkpoint's.
     if (o.model->count() == 0)
       p = {saved.n_layers, saved.n_heads, saved.d_model, saved.seq_len, p.batch};
-    if (ck.meta.extra.contains("batch") && ck.meta.extra["batch"].is_number_integer())
-      p.batch = ck.meta.extra["batch"].get<int64_t>();
+    if (meta.extra.contains("batch") && meta.extra["batch"].is_number_integer())
+      p.batch = meta.extra["batch"].get<int64_t>();
     m.max_positions = saved.max_positions;
     if (o.dropout->count() == 0) dropout = saved.dropout;
     from_checkpoint = true;
@@ -173,6 +174,11 @@ void add_train(CLI::App& app) {
              "O_DIRECT "
              "file), streamed through two staging slots around each bucket's update",
              "memory");
+  add_choice(cmd, "--model-state", c.model_state, parse_model_state,
+             "Where the blocks' weights, gradients and optimizer state live: memory, host (a slow "
+             "tier in host memory) or file:DIR (an O_DIRECT file), streamed block by block "
+             "through a few slots; a model larger than memory trains (docs/out-of-core.md)",
+             "memory");
   add_grid_flags(cmd, c);
   add_choice(cmd, "--backend", c.backend, parse_backend,
              "thread (ranks in this process) or mpi (under mpirun)", comm::backend_name(c.backend));
@@ -208,7 +214,10 @@ void add_train(CLI::App& app) {
       "Seconds a rank waits for its peers in one collective before the run fails naming "
       "the ranks that did not arrive (0: forever; default TANDEM_COMM_TIMEOUT, else 600)");
   CLI::Option* tier = add_memory_flags(cmd, c);
-  cmd->callback([flags, sizes, tier] { train::train(config_of(*flags, sizes, tier)); });
+  cmd->callback([flags, sizes, tier] {
+    const train::TrainResult r = train::train(config_of(*flags, sizes, tier));
+    if (r.stopped_by_signal != 0) throw StoppedBySignal{r.stopped_by_signal};
+  });
 }
 
 void add_plan(CLI::App& app) {

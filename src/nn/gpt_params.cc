@@ -140,24 +140,24 @@ void ParameterSet::zero() const {
                [&](int64_t b, int64_t e) { std::memset(p + b, 0, static_cast<size_t>(e - b)); });
 }
 
-void gpt_init(const ParameterSet& params, uint64_t seed) {
-  const GPTConfig& c = params.config();
+void gpt_init_values(const GPTConfig& c, std::string_view name, int64_t first, int64_t count,
+                     float* out, uint64_t seed) {
+  const bool layernorm = name.find("ln_") != std::string_view::npos;
+  if (layernorm || ends_with(name, ".bias")) {
+    std::fill(out, out + count, layernorm && ends_with(name, ".weight") ? 1.0f : 0.0f);
+    return;
+  }
   const float std_base = 0.02f;
   const float std_resid = 0.02f / std::sqrt(2.0f * static_cast<float>(std::max(c.n_layers, 1)));
+  const float sd = ends_with(name, "c_proj.weight") ? std_resid : std_base;
+  for (int64_t i = 0; i < count; ++i)
+    out[i] = sd * random_normal(seed, static_cast<uint64_t>(first + i));
+}
+
+void gpt_init(const ParameterSet& params, uint64_t seed) {
   float* flat = params.flat().data_as<float>();
-  for (const ParamSpec& s : params.specs()) {
-    float* p = flat + s.offset;
-    const bool layernorm = s.name.find("ln_") != std::string::npos;
-    if (layernorm || ends_with(s.name, ".bias")) {
-      const float v = layernorm && ends_with(s.name, ".weight") ? 1.0f : 0.0f;
-      for (int64_t i = 0; i < s.numel(); ++i) p[i] = v;
-      continue;
-    }
-    const bool residual_projection = ends_with(s.name, "c_proj.weight");
-    const float sd = residual_projection ? std_resid : std_base;
-    for (int64_t i = 0; i < s.numel(); ++i)
-      p[i] = sd * random_normal(seed, static_cast<uint64_t>(s.offset + i));
-  }
+  for (const ParamSpec& s : params.specs())
+    gpt_init_values(params.config(), s.name, s.offset, s.numel(), flat + s.offset, seed);
 }
 
 }  // namespace tandem::nn

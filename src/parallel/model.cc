@@ -2,8 +2,12 @@
 // micro-batch loop, the stages, and the DSL programs at the communication points.
 #include "tandem/parallel/model.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include "tandem/core/error.h"
 #include "tandem/dsl/workloads.h"
@@ -134,9 +138,34 @@ struct ParallelGPT::Programs {
   exec::Runner* recv[2] = {nullptr, nullptr};  // the previous stage's hand-off
 };
 
+// Two mappings of the shard's size that reserve address space only: pages are memory once
+// written, and the blocks' ranges never are (the store holds the blocks). Anonymous pages read
+// as zeros.
+struct ParallelGPT::Reserved {
+  explicit Reserved(int64_t floats) : bytes(static_cast<size_t>(floats) * sizeof(float)) {
+    params = map();
+    grads = map();
+  }
+  ~Reserved() {
+    ::munmap(params, bytes);
+    ::munmap(grads, bytes);
+  }
+  float* map() const {
+    void* p = ::mmap(nullptr, std::max<size_t>(bytes, 1), PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED)
+      user_error("cannot reserve {} bytes of address space for the model: {}", bytes,
+                 std::strerror(errno));
+    return static_cast<float*>(p);
+  }
+  size_t bytes;
+  float* params = nullptr;
+  float* grads = nullptr;
+};
+
 ParallelGPT::ParallelGPT(const nn::GPTConfig& config, Grid& grid, int micro_rows, int T,
                          int micro_batches, const ProgramOptions& options,
-                         nn::ActivationMemory* memory)
+                         nn::ActivationMemory* memory, bool blocks_in_store)
     : config_(config),
       grid_(grid),
       layout_(config, grid.shape(), grid.coord().tp, grid.coord().pp),
@@ -151,8 +180,14 @@ ParallelGPT::ParallelGPT(const nn::GPTConfig& config, Grid& grid, int micro_rows
     user_error("sequence length {} is outside [1, {}]", T, config.max_positions);
   // From the data-parallel group's allocator: the optimizer's programs read and write these
   // buffers in place, and on MPI ranks of one node only memory the peers map goes direct.
-  params_ = Tensor::zeros(DType::F32, Shape{layout_.size()}, grid.dp().allocator());
-  grads_ = Tensor::zeros(DType::F32, Shape{layout_.size()}, grid.dp().allocator());
+  if (blocks_in_store) {
+    reserved_ = std::make_unique<Reserved>(layout_.size());
+    params_ = Tensor::view_of(reserved_->params, DType::F32, Shape{layout_.size()});
+    grads_ = Tensor::view_of(reserved_->grads, DType::F32, Shape{layout_.size()});
+  } else {
+    params_ = Tensor::zeros(DType::F32, Shape{layout_.size()}, grid.dp().allocator());
+    grads_ = Tensor::zeros(DType::F32, Shape{layout_.size()}, grid.dp().allocator());
+  }
   const int tp = grid.shape().tp, B = micro_rows;
   if (memory_ == nullptr) {
     resident_ = std::make_unique<Resident>(
@@ -331,10 +366,44 @@ void ParallelGPT::receive_activations(const nn::StepRng& rng, bool training, flo
   emit("comm", "pipeline recv", begin);
 }
 
+void ParallelGPT::attach_store(BlockStore* store) {
+  TANDEM_CHECK(reserved_ != nullptr && store != nullptr &&
+                   store->first_layer() == layout_.first_layer() &&
+                   store->end_layer() == layout_.end_layer(),
+               "a block store for a model not set up for one");
+  store_ = store;
+}
+
+size_t ParallelGPT::resident_bytes() const {
+  if (store_ == nullptr) return params_.nbytes();
+  const auto [b, e] = std::pair{layout_.block_range(layout_.first_layer()).first,
+                                layout_.block_range(layout_.end_layer() - 1).second};
+  return static_cast<size_t>(layout_.size() - (e - b)) * sizeof(float);
+}
+
+void ParallelGPT::zero_gradients() {
+  if (store_ == nullptr) return grads_.fill(0.0f);
+  const int64_t b = layout_.block_range(layout_.first_layer()).first,
+                e = layout_.block_range(layout_.end_layer() - 1).second;
+  float* g = grads_.data_as<float>();
+  std::fill(g, g + b, 0.0f);
+  std::fill(g + e, g + layout_.size(), 0.0f);
+  store_->drop_gradients();
+}
+
+nn::BlockParams ParallelGPT::weights_of(int layer) {
+  if (store_ == nullptr) return layout_.block(params_.data_as<float>(), layer);
+  return layout_.block_at(store_->acquire(layer), layer);
+}
+
+void ParallelGPT::done_with_weights(int layer) {
+  if (store_ != nullptr) store_->release(layer);
+}
+
 ParallelGPT::UnitArgs ParallelGPT::unit_args(int k, int u) {
   const int l = layout_.first_layer() + u / nn::kBlockHalves;
   return UnitArgs{l, static_cast<nn::BlockHalf>(u % nn::kBlockHalves), memory_->unit(k, u),
-                  memory_->input(k, u), layout_.block(params_.data_as<float>(), l)};
+                  memory_->input(k, u), weights_of(l)};
 }
 
 void ParallelGPT::unit_forward(int k, int u, const nn::StepRng& rng, bool training) {
@@ -353,11 +422,14 @@ void ParallelGPT::unit_forward(int k, int u, const nn::StepRng& rng, bool traini
   } else {
     nn::block_mlp_forward(config_, a.layer, a.w, a.acts, ws, micro_rows_, T_, rng);
   }
+  done_with_weights(a.layer);
 }
 
 void ParallelGPT::unit_backward(int k, int u, const nn::StepRng& rng, float* dres) {
   const UnitArgs a = unit_args(k, u);
-  const nn::BlockParams dw = layout_.block(grads_.data_as<float>(), a.layer);
+  const nn::BlockParams dw = store_ != nullptr
+                                 ? layout_.block_at(store_->gradients(a.layer), a.layer)
+                                 : layout_.block(grads_.data_as<float>(), a.layer);
   nn::Workspace& ws = memory_->workspace();
   if (shard_path(a.layer)) {
     const ShardBlock sb{config_, grid_.shape().tp, grid_.coord().tp, [&](float* g, int64_t n) {
@@ -373,6 +445,7 @@ void ParallelGPT::unit_backward(int k, int u, const nn::StepRng& rng, float* dre
   } else {
     nn::block_mlp_backward(config_, a.layer, a.w, dw, a.acts, dres, ws, micro_rows_, T_, rng);
   }
+  done_with_weights(a.layer);
 }
 
 std::string ParallelGPT::unit_name(int u) const {
@@ -398,6 +471,9 @@ void ParallelGPT::forward_micro(const MicroBatch& mb, int k, const nn::StepRng& 
         receive_activations(rng, training, x0, B, T);
       }
     }
+    // The next block's weights read while this one computes.
+    if (store_ != nullptr && u % nn::kBlockHalves == 0)
+      store_->prefetch(layout_.first_layer() + u / nn::kBlockHalves + 1);
     const auto begin = Clock::now();
     nested_comm_s_ = 0.0;
     unit_forward(k, u, rng, training);
@@ -442,6 +518,13 @@ void ParallelGPT::backward_micro(const MicroBatch& mb, int k, const nn::StepRng&
         handoff.run();
         emit("comm", "pipeline grad_handoff (recv)", begin);
       }
+    }
+    // As a block's backward starts: its moments for the update that follows it, and the
+    // previous block's weights, read while it computes.
+    if (store_ != nullptr && u % nn::kBlockHalves == nn::kBlockHalves - 1) {
+      const int l = layout_.first_layer() + u / nn::kBlockHalves;
+      store_->prefetch_moments(l);
+      store_->prefetch(l - 1);
     }
     const auto begin = Clock::now();
     nested_comm_s_ = 0.0;

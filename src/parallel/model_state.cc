@@ -1,66 +1,197 @@
-// The whole model's weights and optimizer moments gathered from the grid's shards and scattered
-// back.
+// The model's state between the shards and whole tensors, one tensor at a time.
 #include "tandem/parallel/model_state.h"
 
+#include <algorithm>
 #include <cstring>
+
+#include "tandem/core/error.h"
 
 namespace tandem::parallel {
 namespace {
 
-Tensor f32_view(float* p, Shape s) { return Tensor::view_of(p, DType::F32, std::move(s)); }
+Tensor f32_view(float* p, int64_t n) { return Tensor::view_of(p, DType::F32, Shape{n}); }
+
+// Calls fn(local, global, count) for the overlap of local elements [begin, end) with every run of
+// this rank's copies of tensor `name` (writers only, or all copies).
+template <typename Fn>
+void for_each_run_of(const ShardLayout& layout, const std::string& name, bool writers_only,
+                     Fn&& fn) {
+  for (const LocalTensor& lt : layout.tensors())
+    if (lt.name == name && (lt.writer || !writers_only))
+      for (const FlatRun& r : lt.runs) fn(r);
+}
 
 }  // namespace
 
-std::vector<float> gather_weights(const ParallelGPT& model) {
-  const int64_t global_size = nn::gpt_num_parameters(model.config());
-  std::vector<float> whole(static_cast<size_t>(global_size), 0.0f);
-  const Grid& grid = model.grid();
-  if (grid.coord().dp == 0)
-    model.layout().deposit(model.params().data_as<float>(), 0, model.layout().size(), whole.data());
-  grid.world().all_reduce(f32_view(whole.data(), Shape{global_size}), comm::ReduceOp::Sum);
-  return whole;
+namespace {
+
+// The block whose local elements hold `local`, when the model keeps its blocks in a store; -1
+// when the element is in the model's own buffer.
+int stored_block(const ParallelGPT& model, int64_t local) {
+  if (model.store() == nullptr) return -1;
+  const ShardLayout& layout = model.layout();
+  for (int l = layout.first_layer(); l < layout.end_layer(); ++l) {
+    const auto [b, e] = layout.block_range(l);
+    if (local >= b && local < e) return l;
+  }
+  return -1;
 }
 
-WholeModelState gather_state(const ParallelGPT& model, const DataParallelOptimizer& opt) {
-  WholeModelState s;
-  s.weights = gather_weights(model);
-  const int64_t global_size = static_cast<int64_t>(s.weights.size());
-  s.m.assign(s.weights.size(), 0.0f);
-  s.v.assign(s.weights.size(), 0.0f);
-  const Grid& grid = model.grid();
-  if (opt.state_sliced() || grid.coord().dp == 0) {
-    std::vector<float> m, v;
-    for (size_t i = 0; i < opt.pieces().size(); ++i) {
-      const DataParallelOptimizer::Piece& pc = opt.pieces()[i];
-      m.resize(static_cast<size_t>(pc.end - pc.begin));
-      v.resize(m.size());
-      opt.read_state(i, m.data(), v.data());
-      model.layout().deposit(m.data(), pc.begin, pc.end, s.m.data());
-      model.layout().deposit(v.data(), pc.begin, pc.end, s.v.data());
+}  // namespace
+
+void init_weights(const ParallelGPT& model, uint64_t seed) {
+  const ShardLayout& layout = model.layout();
+  float* local = model.params().data_as<float>();
+  std::vector<float> block;
+  for (const LocalTensor& lt : layout.tensors()) {
+    const int l = stored_block(model, lt.local_offset);
+    if (l < 0) {
+      for (const FlatRun& r : lt.runs)
+        nn::gpt_init_values(model.config(), lt.name, r.global, r.count, local + r.local, seed);
+      continue;
+    }
+    // A stored block's tensors are initialised into one block buffer, written once complete.
+    const auto [b, e] = layout.block_range(l);
+    block.resize(static_cast<size_t>(e - b));
+    for (const FlatRun& r : lt.runs)
+      nn::gpt_init_values(model.config(), lt.name, r.global, r.count, block.data() + (r.local - b),
+                          seed);
+    if (lt.local_offset + lt.numel() == e) model.store()->write_weights(l, block.data());
+  }
+}
+
+// A piece's moments being assembled by scatter.
+struct StateStreamer::Staged {
+  std::vector<float> m, v;
+  int64_t m_filled = 0, v_filled = 0;
+  bool written = false;
+};
+
+StateStreamer::StateStreamer(const ParallelGPT& model, DataParallelOptimizer* opt)
+    : model_(model), opt_(opt) {
+  if (opt_ == nullptr) return;
+  staged_.resize(opt_->pieces().size());
+  for (size_t i = 0; i < staged_.size(); ++i)
+    staged_[i].written = opt_->pieces()[i].end == opt_->pieces()[i].begin;
+}
+
+StateStreamer::~StateStreamer() = default;
+
+const float* StateStreamer::local_weights(int64_t local) {
+  const int l = stored_block(model_, local);
+  if (l < 0) return model_.params().data_as<float>() + local;
+  const int64_t b = model_.layout().block_range(l).first;
+  if (cached_block_ != l) {
+    cached_block_w_.resize(static_cast<size_t>(model_.layout().block_range(l).second - b));
+    model_.store()->read_weights(l, cached_block_w_.data());
+    cached_block_ = l;
+  }
+  return cached_block_w_.data() + (local - b);
+}
+
+const std::vector<float>& StateStreamer::piece_state(size_t piece, StatePart part) {
+  if (cached_piece_ != static_cast<int64_t>(piece)) {
+    const DataParallelOptimizer::Piece& pc = opt_->pieces()[piece];
+    cached_m_.resize(static_cast<size_t>(pc.end - pc.begin));
+    cached_v_.resize(cached_m_.size());
+    opt_->read_state(piece, cached_m_.data(), cached_v_.data());
+    cached_piece_ = static_cast<int64_t>(piece);
+  }
+  return part == StatePart::M ? cached_m_ : cached_v_;
+}
+
+void StateStreamer::gather(StatePart part, const nn::ParamSpec& spec, float* out) {
+  const int64_t n = spec.numel();
+  std::fill(out, out + n, 0.0f);
+  const ShardLayout& layout = model_.layout();
+  const bool dp_lead = model_.grid().coord().dp == 0;
+  if (part == StatePart::Weights) {
+    if (dp_lead) {
+      for_each_run_of(layout, spec.name, true, [&](const FlatRun& r) {
+        std::memcpy(out + (r.global - spec.offset), local_weights(r.local),
+                    static_cast<size_t>(r.count) * sizeof(float));
+      });
+    }
+  } else {
+    TANDEM_CHECK(opt_ != nullptr, "gathering moments without an optimizer");
+    // Sliced moments: each dp rank deposits its slices; whole copies: dp rank 0's.
+    if (opt_->state_sliced() || dp_lead) {
+      const std::vector<DataParallelOptimizer::Piece>& pieces = opt_->pieces();
+      for_each_run_of(layout, spec.name, true, [&](const FlatRun& r) {
+        for (size_t i = 0; i < pieces.size(); ++i) {
+          const int64_t b = std::max(r.local, pieces[i].begin),
+                        e = std::min(r.local + r.count, pieces[i].end);
+          if (b >= e) continue;
+          const std::vector<float>& s = piece_state(i, part);
+          std::memcpy(out + (r.global + (b - r.local) - spec.offset),
+                      s.data() + (b - pieces[i].begin), static_cast<size_t>(e - b) * sizeof(float));
+        }
+      });
     }
   }
-  grid.world().all_reduce(f32_view(s.m.data(), Shape{global_size}), comm::ReduceOp::Sum);
-  grid.world().all_reduce(f32_view(s.v.data(), Shape{global_size}), comm::ReduceOp::Sum);
-  return s;
+  // Adding the other ranks' zeros is exact.
+  model_.grid().world().all_reduce(f32_view(out, n), comm::ReduceOp::Sum);
 }
 
-void scatter_state(const WholeModelState& state, const ParallelGPT& model,
-                   DataParallelOptimizer& opt) {
-  model.layout().extract(state.weights.data(), model.params().data_as<float>());
-  std::vector<float> m, v;
-  for (size_t i = 0; i < opt.pieces().size(); ++i) {
-    const DataParallelOptimizer::Piece& pc = opt.pieces()[i];
-    m.assign(static_cast<size_t>(pc.end - pc.begin), 0.0f);
-    v.assign(m.size(), 0.0f);
-    model.layout().for_each_run(pc.begin, pc.end, false, [&](const LocalTensor&, const FlatRun& r) {
-      const int64_t at = r.local - pc.begin;
-      std::memcpy(m.data() + at, state.m.data() + r.global,
-                  static_cast<size_t>(r.count) * sizeof(float));
-      std::memcpy(v.data() + at, state.v.data() + r.global,
-                  static_cast<size_t>(r.count) * sizeof(float));
+void StateStreamer::scatter(StatePart part, const nn::ParamSpec& spec, float* in) {
+  model_.grid().world().broadcast(f32_view(in, spec.numel()), 0);
+  const ShardLayout& layout = model_.layout();
+  if (part == StatePart::Weights) {
+    float* local = model_.params().data_as<float>();
+    for_each_run_of(layout, spec.name, false, [&](const FlatRun& r) {
+      const size_t bytes = static_cast<size_t>(r.count) * sizeof(float);
+      const int l = stored_block(model_, r.local);
+      if (l < 0) return (void)std::memcpy(local + r.local, in + (r.global - spec.offset), bytes);
+      // A stored block's weights are staged whole, written once every element has come.
+      const auto [b, e] = layout.block_range(l);
+      StagedBlock& st = staged_blocks_[l];
+      if (st.w.empty()) st.w.assign(static_cast<size_t>(e - b), 0.0f);
+      std::memcpy(st.w.data() + (r.local - b), in + (r.global - spec.offset), bytes);
+      st.filled += r.count;
+      if (st.filled == e - b) {
+        model_.store()->write_weights(l, st.w.data());
+        staged_blocks_.erase(l);
+      }
     });
-    opt.write_state(i, m.data(), v.data());
+    return;
   }
+  TANDEM_CHECK(opt_ != nullptr, "scattering moments without an optimizer");
+  const std::vector<DataParallelOptimizer::Piece>& pieces = opt_->pieces();
+  for_each_run_of(layout, spec.name, false, [&](const FlatRun& r) {
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      const int64_t b = std::max(r.local, pieces[i].begin),
+                    e = std::min(r.local + r.count, pieces[i].end);
+      if (b >= e) continue;
+      Staged& st = staged_[i];
+      TANDEM_CHECK(!st.written, "piece {} of the moments scattered twice", i);
+      const size_t len = static_cast<size_t>(pieces[i].end - pieces[i].begin);
+      std::vector<float>& dst = part == StatePart::M ? st.m : st.v;
+      if (dst.empty()) dst.assign(len, 0.0f);
+      std::memcpy(dst.data() + (b - pieces[i].begin), in + (r.global + (b - r.local) - spec.offset),
+                  static_cast<size_t>(e - b) * sizeof(float));
+      (part == StatePart::M ? st.m_filled : st.v_filled) += e - b;
+      if (st.m_filled == static_cast<int64_t>(len) && st.v_filled == static_cast<int64_t>(len)) {
+        opt_->write_state(i, st.m.data(), st.v.data());
+        st = Staged{};
+        st.written = true;
+      }
+    }
+  });
+}
+
+void StateStreamer::finish() {
+  TANDEM_CHECK(staged_blocks_.empty(), "{} blocks' weights were not completely scattered",
+               staged_blocks_.size());
+  for (size_t i = 0; i < staged_.size(); ++i)
+    TANDEM_CHECK(staged_[i].written, "piece {} of the moments was not completely scattered", i);
+}
+
+std::vector<float> gather_weights(const ParallelGPT& model) {
+  std::vector<float> whole(static_cast<size_t>(nn::gpt_num_parameters(model.config())));
+  StateStreamer streamer(model, nullptr);
+  for (const nn::ParamSpec& spec : nn::gpt_parameter_specs(model.config()))
+    streamer.gather(StatePart::Weights, spec, whole.data() + spec.offset);
+  return whole;
 }
 
 }  // namespace tandem::parallel

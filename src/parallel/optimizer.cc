@@ -4,8 +4,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <utility>
 
 #include "tandem/core/dtype.h"
@@ -62,14 +64,60 @@ std::vector<std::string> optimizer_schedule_preferences() {
   return {"fused(RS-C-AG)+slice(m,v)", "RS-C-AG+slice(m,v)", "AR-C"};
 }
 
+std::vector<SegmentBounds> optimizer_segments(const ShardLayout& layout,
+                                              const OptimizerConfig& config,
+                                              bool block_per_segment) {
+  std::vector<SegmentBounds> out;
+  const int first = layout.first_layer(), end = layout.end_layer();
+  const int64_t blocks_begin = layout.block_range(first).first,
+                blocks_end = layout.block_range(end - 1).second;
+  // Buckets of whole blocks for both optimizers; LAMB's program takes a bucket's tensors as its
+  // segments (each with its own trust ratio).
+  const double bucket_bytes = config.bucket_mb.value_or(kDefaultBucketMiB) * (1 << 20);
+  // Whole blocks, from the last: a bucket closes once it holds bucket_bytes.
+  int64_t top = blocks_end;
+  int top_layer = end - 1;
+  for (int l = end - 1; l >= first; --l) {
+    const int64_t bottom = layout.block_range(l).first;
+    if (block_per_segment || static_cast<double>(top - bottom) * sizeof(float) >= bucket_bytes ||
+        l == first) {
+      out.push_back(
+          {l == top_layer ? fmt::format("h.{}", l) : fmt::format("h.{}..h.{}", top_layer, l),
+           bottom, top, l});
+      top = bottom;
+      top_layer = l - 1;
+    }
+  }
+  // The rest, named by their first and last tensors, after the backward.
+  auto named = [&](int64_t b, int64_t e) {
+    std::string first_name, last_name;
+    for (const LocalTensor& lt : layout.tensors())
+      if (lt.local_offset >= b && lt.local_offset < e) {
+        if (first_name.empty()) first_name = lt.name;
+        last_name = lt.name;
+      }
+    return first_name == last_name ? first_name : first_name + ".." + last_name;
+  };
+  if (blocks_end < layout.size())
+    out.push_back({named(blocks_end, layout.size()), blocks_end, layout.size(), -1});
+  if (blocks_begin > 0) out.push_back({named(0, blocks_begin), 0, blocks_begin, -1});
+  return out;
+}
+
 DataParallelOptimizer::DataParallelOptimizer(const OptimizerConfig& config,
                                              const ShardLayout& layout, Tensor params, Tensor grads,
                                              comm::Communicator& dp,
                                              const SchedulePreferences& schedules,
                                              exec::RunnerKind executor, bool overlap_allowed,
-                                             comm::Communicator* world)
-    : config_(config), params_(std::move(params)), grads_(std::move(grads)), dp_(dp) {
+                                             comm::Communicator* world, bool blocks_in_store)
+    : config_(config),
+      params_(std::move(params)),
+      grads_(std::move(grads)),
+      dp_(dp),
+      blocks_in_store_(blocks_in_store) {
   config.validate();
+  TANDEM_CHECK(!blocks_in_store || (!config.clip_grad_norm && !config.state_tier),
+               "blocks in a store with clipping or an optimizer-state tier");
   TANDEM_CHECK(params_.dtype() == DType::F32 && grads_.dtype() == DType::F32 &&
                    params_.numel() == layout.size() && grads_.numel() == layout.size(),
                "params {} and grads {} for a layout of {}", params_.str(), grads_.str(),
@@ -99,43 +147,12 @@ DataParallelOptimizer::DataParallelOptimizer(const OptimizerConfig& config,
     sliced_ = p.stage(*m_id).type.layout.is_sliced();
   }
 
-  // Segments in launch order: the blocks in backward order, then the rest (ln_f and the head's
-  // wte after the blocks; wte and wpe before them).
-  const int first = layout.first_layer(), end = layout.end_layer();
-  const int64_t blocks_begin = layout.block_range(first).first,
-                blocks_end = layout.block_range(end - 1).second;
-  // Buckets of whole blocks for both optimizers; LAMB's program takes a bucket's tensors as its
-  // segments (each with its own trust ratio).
-  const double bucket_bytes = config.bucket_mb.value_or(kDefaultBucketMiB) * (1 << 20);
-  // Whole blocks, from the last: a bucket closes once it holds bucket_bytes.
-  int64_t top = blocks_end;
-  int top_layer = end - 1;
-  for (int l = end - 1; l >= first; --l) {
-    const int64_t bottom = layout.block_range(l).first;
-    if (static_cast<double>(top - bottom) * sizeof(float) >= bucket_bytes || l == first) {
-      add_segment(layout,
-                  l == top_layer ? fmt::format("h.{}", l) : fmt::format("h.{}..h.{}", top_layer, l),
-                  bottom, top, l);
-      ++buckets_;
-      top = bottom;
-      top_layer = l - 1;
-    }
+  grads_f32_ = runner_->program().stage(*runner_->program().find("g")).type.dtype == DType::F32;
+
+  for (const SegmentBounds& sb : optimizer_segments(layout, config, blocks_in_store)) {
+    add_segment(layout, sb.name, sb.begin, sb.end, sb.ready_layer);
+    buckets_ += sb.ready_layer >= 0 ? 1 : 0;
   }
-  // The rest, named by their first and last tensors.
-  auto named = [&](int64_t b, int64_t e) {
-    std::string first_name, last_name;
-    for (const LocalTensor& lt : layout.tensors())
-      if (lt.local_offset >= b && lt.local_offset < e) {
-        if (first_name.empty()) first_name = lt.name;
-        last_name = lt.name;
-      }
-    return first_name == last_name ? first_name : first_name + ".." + last_name;
-  };
-  if (blocks_end < layout.size())
-    add_segment(layout, named(blocks_end, layout.size()), blocks_end, layout.size(),
-                kAfterBackward);
-  if (blocks_begin > 0)
-    add_segment(layout, named(0, blocks_begin), 0, blocks_begin, kAfterBackward);
   if (config.state_tier) {
     std::vector<int64_t> lengths;
     for (const Piece& pc : pieces_) lengths.push_back(pc.end - pc.begin);
@@ -152,23 +169,44 @@ DataParallelOptimizer::DataParallelOptimizer(const OptimizerConfig& config,
 // The communication thread first: its jobs use the tier.
 DataParallelOptimizer::~DataParallelOptimizer() { worker_.reset(); }
 
-// Sets up the program (or with clipping, both halves) for local elements [begin, end) on the
-// data-parallel group, bound to the model's buffers.
+// The runners for segments of `n` elements (with LAMB, of these tensor bounds), set up on first
+// use: segments of one shape share them (every block's segment has the same shape), so the
+// programs' own buffers (the reduce-scatter's result, scratch) are one segment's, not the model's.
+// Each run binds its segment's weights, gradients and moments.
+DataParallelOptimizer::Runners& DataParallelOptimizer::runners_for(int64_t n,
+                                                                   const dsl::Segments& tensors) {
+  for (const std::unique_ptr<Runners>& r : runners_)
+    if (r->n == n && r->tensors == tensors) return *r;
+  auto r = std::make_unique<Runners>();
+  r->n = n;
+  r->tensors = tensors;
+  const bool clipped = update_runner_ != nullptr;
+  std::vector<std::string> bound = {"w", "m", "v"};  // the one step's or the update's
+  const std::vector<std::string> grads_bound =
+      grads_f32_ ? std::vector<std::string>{"g"} : std::vector<std::string>{};
+  dsl::SymbolMap symbols{{"N", n}};
+  if (config_.kind == OptimizerKind::Lamb) symbols["S"] = static_cast<int64_t>(tensors.size()) - 1;
+  if (clipped) {
+    std::vector<std::string> reduce_bound = grads_bound;
+    reduce_bound.push_back("g_sum");  // each segment's own, kept until the update
+    r->runner = runner_->prepare(dp_, {{"N", n}}, reduce_bound);
+    bound.push_back("g_sum");
+    r->update = update_runner_->prepare(dp_, symbols, bound, tensors);
+  } else {
+    bound.insert(bound.end(), grads_bound.begin(), grads_bound.end());
+    r->runner = runner_->prepare(dp_, symbols, bound, tensors);
+  }
+  runners_.push_back(std::move(r));
+  return *runners_.back();
+}
+
+// Segment `name`: local elements [begin, end), launched once block `ready_layer`'s gradients are
+// final; its piece of the moments (this rank's slice when sliced) starts at zero.
 void DataParallelOptimizer::add_segment(const ShardLayout& layout, std::string name, int64_t begin,
                                         int64_t end, int ready_layer) {
   const int64_t n = end - begin;
-  const bool bind_grads =
-      runner_->program().stage(*runner_->program().find("g")).type.dtype == DType::F32;
-  const bool in_memory = !config_.state_tier;
   const bool clipped = update_runner_ != nullptr;
-  std::vector<std::string> bound = {"w"};                 // the one step's or the update's
-  if (!in_memory) bound.insert(bound.end(), {"m", "v"});  // the tier's staging, bound at each run
-  Segment seg{segments_.size(), std::move(name), begin, end, ready_layer, false, nullptr,
-              nullptr,          bind_grads,      {},    0};
-  const std::vector<std::string> grads_bound =
-      bind_grads ? std::vector<std::string>{"g"} : std::vector<std::string>{};
   // LAMB: the segment's tensors, each with its trust ratio (dsl/ir.h's segments).
-  dsl::SymbolMap symbols{{"N", n}};
   dsl::Segments tensors;
   if (config_.kind == OptimizerKind::Lamb) {
     tensors = {0};
@@ -177,43 +215,37 @@ void DataParallelOptimizer::add_segment(const ShardLayout& layout, std::string n
         TANDEM_CHECK(
             lt.local_offset == begin + tensors.back() && lt.local_offset + lt.numel() <= end,
             "tensor {} at [{}, {}) cuts segment {} [{}, {})", lt.name, lt.local_offset,
-            lt.local_offset + lt.numel(), seg.name, begin, end);
+            lt.local_offset + lt.numel(), name, begin, end);
         tensors.push_back(lt.local_offset + lt.numel() - begin);
       }
-    TANDEM_CHECK(tensors.back() == n, "the tensors of segment {} cover {} of its {} elements",
-                 seg.name, tensors.back(), n);
-    symbols["S"] = static_cast<int64_t>(tensors.size()) - 1;
+    TANDEM_CHECK(tensors.back() == n, "the tensors of segment {} cover {} of its {} elements", name,
+                 tensors.back(), n);
     tensors_ += static_cast<int>(tensors.size()) - 1;
   }
-  if (clipped) {
-    seg.runner = runner_->prepare(dp_, {{"N", n}}, grads_bound);
-    bound.push_back("g_sum");
-    seg.update = update_runner_->prepare(dp_, symbols, bound, tensors);
-    seg.update->bind("g_sum", seg.runner->output("g_sum"));
-  } else {
-    if (bind_grads) bound.push_back("g");
-    seg.runner = runner_->prepare(dp_, symbols, bound, tensors);
-  }
-  exec::Runner& updater = clipped ? *seg.update : *seg.runner;
-  updater.bind("w", params_.flat_slice(begin, n));
-  if (bind_grads) seg.runner->bind("g", grads_.flat_slice(begin, n));
+  Segment seg;
+  seg.index = segments_.size();
+  seg.name = std::move(name);
+  seg.begin = begin;
+  seg.end = end;
+  seg.ready_layer = ready_layer;
+  seg.block = blocks_in_store_ ? ready_layer : -1;  // a block segment's state is the store's
+  seg.runners = &runners_for(n, tensors);
   const int P = dp_.size(), r = dp_.rank();
   Piece piece;
   piece.begin = sliced_ ? begin + fx::part_offset(n, P, r) : begin;
   piece.end = sliced_ ? piece.begin + fx::part_count(n, P, r) : end;
-  if (clipped)  // the elements of this rank's slice that it writes: each model element once
+  if (clipped) {
+    // The elements of this rank's slice that it writes: each model element once.
     layout.for_each_run(
         piece.begin, piece.end, /*writers_only=*/true, [&](const LocalTensor&, const FlatRun& run) {
           seg.norm_runs.emplace_back(run.local - piece.begin, run.local - piece.begin + run.count);
         });
-  if (in_memory) {
-    const Tensor m = updater.input("m"), v = updater.input("v");
-    TANDEM_CHECK(m.numel() == piece.end - piece.begin && v.numel() == m.numel(),
-                 "optimizer state m {} for elements [{}, {})", m.str(), piece.begin, piece.end);
-    m.fill(0.0f);  // Adam's moments start at zero
-    v.fill(0.0f);
-    m_.push_back(m);
-    v_.push_back(v);
+    seg.g_sum = Tensor::zeros(config_.grad_dtype, Shape{piece.end - piece.begin});
+  }
+  if (!config_.state_tier) {  // Adam's moments start at zero (a block's in the store: none here)
+    const int64_t len = seg.block >= 0 ? 0 : piece.end - piece.begin;
+    m_.push_back(Tensor::zeros(DType::F32, Shape{len}));
+    v_.push_back(Tensor::zeros(DType::F32, Shape{len}));
   }
   segments_.push_back(std::move(seg));
   pieces_.push_back(piece);
@@ -225,7 +257,27 @@ std::string DataParallelOptimizer::schedule_name() const {
                      update_runner_->program().name(), update_runner_->schedule_name());
 }
 
+void DataParallelOptimizer::attach_store(BlockStore* store) {
+  TANDEM_CHECK(blocks_in_store_ && store != nullptr, "a block store for an optimizer without one");
+  store_ = store;
+}
+
+BlockStore::MomentPieces DataParallelOptimizer::block_pieces() const {
+  int first = -1, end = -1;
+  for (const Segment& s : segments_)
+    if (s.block >= 0) {
+      first = first < 0 ? s.block : std::min(first, s.block);
+      end = std::max(end, s.block + 1);
+    }
+  BlockStore::MomentPieces out(static_cast<size_t>(std::max(0, end - first)));
+  for (const Segment& s : segments_)
+    if (s.block >= 0)
+      out[static_cast<size_t>(s.block - first)] = {pieces_[s.index].begin, pieces_[s.index].end};
+  return out;
+}
+
 void DataParallelOptimizer::read_state(size_t i, float* m, float* v) const {
+  if (segments_[i].block >= 0) return store_->read_moments(segments_[i].block, m, v);
   const size_t n = static_cast<size_t>(pieces_[i].end - pieces_[i].begin);
   if (tier_) return tier_->read(i, m, v);
   std::memcpy(m, m_[i].data(), n * sizeof(float));
@@ -233,6 +285,7 @@ void DataParallelOptimizer::read_state(size_t i, float* m, float* v) const {
 }
 
 void DataParallelOptimizer::write_state(size_t i, const float* m, const float* v) {
+  if (segments_[i].block >= 0) return store_->write_moments(segments_[i].block, m, v);
   const size_t n = static_cast<size_t>(pieces_[i].end - pieces_[i].begin);
   if (tier_) return tier_->write(i, m, v);
   std::memcpy(m_[i].data(), m, n * sizeof(float));
@@ -253,9 +306,10 @@ size_t DataParallelOptimizer::state_bytes() const {
 
 size_t DataParallelOptimizer::buffer_bytes() const {
   size_t b = 0;
-  for (const Segment& s : segments_)
-    b += s.runner->allocated_bytes() + (s.update != nullptr ? s.update->allocated_bytes() : 0);
-  return tier_ ? b : b - state_bytes();  // a tier's staging is the caller's, not the runners'
+  for (const std::unique_ptr<Runners>& r : runners_)
+    b += r->runner->allocated_bytes() + (r->update != nullptr ? r->update->allocated_bytes() : 0);
+  for (const Segment& s : segments_) b += clipped() ? s.g_sum.nbytes() : 0;
+  return b;
 }
 
 void DataParallelOptimizer::begin_step(double lr, int64_t step) {
@@ -268,6 +322,14 @@ void DataParallelOptimizer::begin_step(double lr, int64_t step) {
 }
 
 void DataParallelOptimizer::layer_ready(int layer) {
+  if (store_ != nullptr) {
+    // The store keeps two blocks' gradients: a block's update runs now, on the communication
+    // thread or here; outside a step (an out-of-core profile's backward) its gradients go.
+    if (!in_step_) return store_->drop_gradients();
+    for (Segment& s : segments_)
+      if (!s.launched && s.ready_layer == layer) launch(s);
+    return;
+  }
   // "after": everything runs in finish_step; outside a step (an out-of-core profile's backward):
   // nothing runs.
   if (worker_ == nullptr || !in_step_) return;
@@ -286,9 +348,9 @@ void DataParallelOptimizer::finish_step() {
     for (Segment& s : segments_) {
       const auto begin = std::chrono::steady_clock::now();
       comm::set_comm_activity(fmt::format("the update of step {} ({})", step_, s.name));
-      set_hyper_parameters(*s.update);
-      s.update->set_scalar("clip", clip);
-      run_update(s);
+      set_hyper_parameters(*s.runners->update);
+      s.runners->update->set_scalar("clip", clip);
+      run_update(s, nullptr);
       const auto end = std::chrono::steady_clock::now();
       exchange_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(end - begin).count();
       if (sink_) sink_(fmt::format("{} update", s.name), begin, end);
@@ -326,30 +388,37 @@ void DataParallelOptimizer::launch(Segment& s) {
 void DataParallelOptimizer::run_segment(Segment& s) {
   const auto begin = std::chrono::steady_clock::now();
   comm::set_comm_activity(fmt::format("the gradient exchange of step {} ({})", step_, s.name));
-  exec::Runner& run = *s.runner;
-  if (!s.grads_bound) {  // mixed precision: round each gradient to the program's dtype
+  exec::Runner& run = *s.runners->runner;
+  const int64_t n = s.end - s.begin;
+  std::optional<BlockStore::Update> stored;
+  if (s.block >= 0) stored = store_->begin_update(s.block);
+  const Tensor grads =
+      stored ? Tensor::view_of(stored->g, DType::F32, Shape{n}) : grads_.flat_slice(s.begin, n);
+  if (grads_f32_) {
+    run.bind("g", grads);
+  } else {  // mixed precision: round each gradient to the program's dtype
     const Tensor gin = run.input("g");
-    const float* g = grads_.data_as<float>();
+    const float* g = grads.data_as<float>();
     void* dst = gin.data();
-    for (int64_t i = 0; i < s.end - s.begin; ++i)
-      store_from_f32(dst, gin.dtype(), static_cast<size_t>(i), g[s.begin + i]);
+    for (int64_t i = 0; i < n; ++i) store_from_f32(dst, gin.dtype(), static_cast<size_t>(i), g[i]);
   }
-  if (s.update != nullptr) {  // clipping: the reduction only, and its squares
+  if (clipped()) {  // clipping: the reduction only, and its squares
+    run.bind("g_sum", s.g_sum);
     run.run();
     // The averaged gradient exactly as the update will compute it: the f32 product of the f32
     // scale and the widened sum.
-    const Tensor g_sum = run.output("g_sum");
     const float scale = grad_scale();
     double squares = 0;
     for (const auto& [first, last] : s.norm_runs)
       for (int64_t i = first; i < last; ++i) {
-        const float g1 = scale * load_as_f32(g_sum.data(), g_sum.dtype(), static_cast<size_t>(i));
+        const float g1 =
+            scale * load_as_f32(s.g_sum.data(), s.g_sum.dtype(), static_cast<size_t>(i));
         squares += static_cast<double>(g1) * g1;
       }
     s.squares = squares;
   } else {
     set_hyper_parameters(run);
-    run_update(s);
+    run_update(s, stored ? &*stored : nullptr);
   }
   const auto end = std::chrono::steady_clock::now();
   exchange_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(end - begin).count();
@@ -366,17 +435,32 @@ void DataParallelOptimizer::set_hyper_parameters(exec::Runner& run) const {
   run.set_scalar("grad_scale", grad_scale());
 }
 
-// Runs the program that updates the weights (the one step, or with clipping the update), with
-// the segment's moments in memory or streamed from the tier.
-void DataParallelOptimizer::run_update(Segment& s) {
-  exec::Runner& run = s.update != nullptr ? *s.update : *s.runner;
+// Runs the program that updates the weights (the one step, or with clipping the update) on the
+// segment's weights and moments: in memory, read from the tier into a staging slot ahead of time,
+// or in the block store's slots (`stored`), written back after.
+void DataParallelOptimizer::run_update(Segment& s, const BlockStore::Update* stored) {
+  exec::Runner& run = clipped() ? *s.runners->update : *s.runners->runner;
   const int64_t n = pieces_[s.index].end - pieces_[s.index].begin;
-  if (tier_) {  // this segment's moments, read into its staging slot ahead of time
-    tier_->await(s.index);
-    run.bind("m", Tensor::view_of(tier_->m(s.index), DType::F32, Shape{n}));
-    run.bind("v", Tensor::view_of(tier_->v(s.index), DType::F32, Shape{n}));
+  auto f32 = [](float* p, int64_t count) { return Tensor::view_of(p, DType::F32, Shape{count}); };
+  if (stored != nullptr) {
+    run.bind("w", f32(stored->w, s.end - s.begin));
+    run.bind("m", f32(stored->m, n));
+    run.bind("v", f32(stored->v, n));
+    run.run();
+    store_->end_update(s.block);
+    return;
   }
-  run.run();  // w updated in the model's buffer; m and v in the runner's storage or the slot
+  run.bind("w", params_.flat_slice(s.begin, s.end - s.begin));
+  if (clipped()) run.bind("g_sum", s.g_sum);
+  if (tier_) {
+    tier_->await(s.index);
+    run.bind("m", f32(tier_->m(s.index), n));
+    run.bind("v", f32(tier_->v(s.index), n));
+  } else {
+    run.bind("m", m_[s.index]);
+    run.bind("v", v_[s.index]);
+  }
+  run.run();  // w, m and v updated in place
   if (tier_) tier_->done(s.index);
 }
 

@@ -166,12 +166,21 @@ std::pair<int64_t, int64_t> ShardLayout::block_range(int layer) const {
 }
 
 nn::BlockParams ShardLayout::block(float* base, int layer) const {
+  return block_from(base, 0, layer);
+}
+
+nn::BlockParams ShardLayout::block_at(float* block_start, int layer) const {
+  return block_from(block_start, block_range(layer).first, layer);
+}
+
+// Each tensor of block `layer` at p + (its local offset - first).
+nn::BlockParams ShardLayout::block_from(float* p, int64_t first, int layer) const {
   TANDEM_CHECK(layer >= first_layer_ && layer < end_layer_,
                "stage {} holds layers [{}, {}), not {}", stage_, first_layer_, end_layer_, layer);
   const size_t i0 = static_cast<size_t>(block_first_[static_cast<size_t>(layer - first_layer_)]);
-  float* p[kBlockTensors];
-  for (size_t i = 0; i < kBlockTensors; ++i) p[i] = base + tensors_[i0 + i].local_offset;
-  return {p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11]};
+  float* t[kBlockTensors];
+  for (size_t i = 0; i < kBlockTensors; ++i) t[i] = p + (tensors_[i0 + i].local_offset - first);
+  return {t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8], t[9], t[10], t[11]};
 }
 
 nn::FinalParams ShardLayout::final_stage(float* base) const {

@@ -1,5 +1,4 @@
-// A checkpoint file's tensors checked against the model, read into and viewed from the whole-model
-// flat layout.
+// A checkpoint file's tensors checked against the model and read one at a time.
 #include "checkpoint_tensors.h"
 
 #include <fmt/format.h>
@@ -14,12 +13,6 @@
 #include "tandem/core/error.h"
 
 namespace tandem::train::detail {
-namespace {
-
-Tensor f32_view(float* p, Shape s) { return Tensor::view_of(p, DType::F32, std::move(s)); }
-
-}  // namespace
-
 std::string legacy_tensor_name(std::string_view name) {
   // Some checkpoints name the embeddings as the model's fields do ("wte"), not as Hugging Face's
   // GPT-2 state dict does ("wte.weight").
@@ -47,19 +40,19 @@ std::string some_names(const std::vector<std::string>& names, size_t most = 6) {
 
 }  // namespace
 
-void check_tensor_names(const std::vector<io::NamedTensor>& tensors, const nn::GPTConfig& c,
+void check_tensor_names(const std::vector<std::string>& names, const nn::GPTConfig& c,
                         const std::vector<std::string>& prefixes, const std::string& file) {
   std::set<std::string, std::less<>> want;
   for (const std::string& prefix : prefixes)
     for (const nn::ParamSpec& s : nn::gpt_parameter_specs(c)) want.insert(prefix + s.name);
   std::map<std::string, std::string, std::less<>> have;  // the name now -> the name in the file
   std::vector<std::string> extra;
-  for (const io::NamedTensor& t : tensors) {
-    const auto [it, fresh] = have.emplace(legacy_tensor_name(t.name), t.name);
+  for (const std::string& name : names) {
+    const auto [it, fresh] = have.emplace(legacy_tensor_name(name), name);
     if (!fresh)
       user_error("checkpoint file '{}' holds tensor '{}' twice, as '{}' and as '{}'", file,
-                 it->first, it->second, t.name);
-    if (!want.contains(it->first)) extra.push_back(t.name);
+                 it->first, it->second, name);
+    if (!want.contains(it->first)) extra.push_back(name);
   }
   std::vector<std::string> missing;
   for (const std::string& name : want)
@@ -78,37 +71,37 @@ void check_tensor_names(const std::vector<io::NamedTensor>& tensors, const nn::G
       file, c.n_layers, c.d_model, fmt::join(parts, ", and "));
 }
 
-std::vector<float> whole_from_tensors(const std::vector<io::NamedTensor>& tensors,
-                                      const nn::GPTConfig& c, const std::string& prefix,
-                                      const std::string& file) {
-  std::map<std::string, const Tensor*, std::less<>> by_name;
-  for (const io::NamedTensor& t : tensors) by_name[legacy_tensor_name(t.name)] = &t.tensor;
-  std::vector<float> whole(static_cast<size_t>(nn::gpt_num_parameters(c)));
-  for (const nn::ParamSpec& s : nn::gpt_parameter_specs(c)) {
-    const std::string name = prefix + s.name;
-    auto it = by_name.find(name);
-    if (it == by_name.end())
-      user_error("checkpoint file '{}' has no tensor '{}', which this model needs", file, name);
-    const Tensor& t = *it->second;
-    if (!(t.shape() == s.shape))
-      user_error("tensor '{}' in '{}' has shape {}; this model needs {}", name, file,
-                 t.shape().str(), s.shape.str());
-    if (t.dtype() == DType::F32) {
-      std::memcpy(whole.data() + s.offset, t.data(),
-                  static_cast<size_t>(s.numel()) * sizeof(float));
-    } else {
-      for (int64_t i = 0; i < s.numel(); ++i) whole[static_cast<size_t>(s.offset + i)] = t.get(i);
-    }
-  }
-  return whole;
+std::vector<io::TensorSpec> checkpoint_specs(const nn::GPTConfig& c,
+                                             const std::vector<std::string>& prefixes) {
+  std::vector<io::TensorSpec> out;
+  for (const std::string& prefix : prefixes)
+    for (const nn::ParamSpec& s : nn::gpt_parameter_specs(c))
+      out.push_back({prefix + s.name, DType::F32, s.shape});
+  return out;
 }
 
-std::vector<io::NamedTensor> tensor_views(std::vector<float>& whole, const nn::GPTConfig& c,
-                                          const std::string& prefix) {
-  std::vector<io::NamedTensor> out;
-  for (const nn::ParamSpec& s : nn::gpt_parameter_specs(c))
-    out.push_back({prefix + s.name, f32_view(whole.data() + s.offset, s.shape)});
-  return out;
+CheckpointTensors::CheckpointTensors(const io::SafetensorsReader& file) : file_(file) {
+  for (size_t i = 0; i < file.tensors().size(); ++i)
+    index_[legacy_tensor_name(file.tensors()[i].name)] = i;
+}
+
+void CheckpointTensors::read(const std::string& prefix, const nn::ParamSpec& spec,
+                             float* out) const {
+  const std::string name = prefix + spec.name;
+  const auto it = index_.find(name);
+  if (it == index_.end())
+    user_error("checkpoint file '{}' has no tensor '{}', which this model needs", file_.path(),
+               name);
+  const io::SafetensorsEntry& e = file_.tensors()[it->second];
+  if (!(e.shape == spec.shape))
+    user_error("tensor '{}' in '{}' has shape {}; this model needs {}", name, file_.path(),
+               e.shape.str(), spec.shape.str());
+  if (e.dtype == DType::F32) {
+    file_.read(it->second, out, static_cast<size_t>(spec.numel()) * sizeof(float));
+    return;
+  }
+  const Tensor t = file_.read_tensor(it->second);  // 16-bit: widened element by element
+  for (int64_t i = 0; i < spec.numel(); ++i) out[i] = t.get(i);
 }
 
 }  // namespace tandem::train::detail

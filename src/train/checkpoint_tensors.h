@@ -1,12 +1,14 @@
-// A checkpoint file's named tensors (Hugging Face's GPT-2 names) checked against the model and
-// converted from and to the whole-model flat layout of nn::gpt_parameter_specs. Internal to train/.
+// A checkpoint file's named tensors (Hugging Face's GPT-2 names) checked against the model, and
+// read one at a time into a float buffer. Internal to train/.
 #pragma once
 
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "tandem/io/safetensors.h"
+#include "tandem/io/safetensors_stream.h"
 #include "tandem/nn/gpt.h"
 
 namespace tandem::train::detail {
@@ -18,17 +20,25 @@ std::string legacy_tensor_name(std::string_view name);
 // Refuses a checkpoint file whose tensors are not exactly the model's, each name under each of
 // `prefixes` ({""} for weights, {"m.", "v."} for the optimizer's moments): one UserError naming
 // `file`, the tensors the model does not have and those it needs but the file lacks.
-void check_tensor_names(const std::vector<io::NamedTensor>& tensors, const nn::GPTConfig& c,
+void check_tensor_names(const std::vector<std::string>& names, const nn::GPTConfig& c,
                         const std::vector<std::string>& prefixes, const std::string& file);
 
-// Whole-model tensors from a checkpoint file's list (named prefix + parameter name), each checked
-// for presence and shape; UserErrors name `file`.
-std::vector<float> whole_from_tensors(const std::vector<io::NamedTensor>& tensors,
-                                      const nn::GPTConfig& c, const std::string& prefix,
-                                      const std::string& file);
+// The tensors a checkpoint file holds for the model: each parameter under each prefix, f32.
+std::vector<io::TensorSpec> checkpoint_specs(const nn::GPTConfig& c,
+                                             const std::vector<std::string>& prefixes);
 
-// Views (not copies) of `whole`'s tensors, named prefix + parameter name, to write to a file.
-std::vector<io::NamedTensor> tensor_views(std::vector<float>& whole, const nn::GPTConfig& c,
-                                          const std::string& prefix);
+// A checkpoint file's tensors by the model's names (prefix + parameter name).
+class CheckpointTensors {
+ public:
+  explicit CheckpointTensors(const io::SafetensorsReader& file);  // must outlive this
+  // Tensor prefix + spec.name read whole (its checksum verified) into `out` (spec.numel()
+  // floats), widened to f32 from a 16-bit file. Its absence or another shape is a UserError
+  // naming the file.
+  void read(const std::string& prefix, const nn::ParamSpec& spec, float* out) const;
+
+ private:
+  const io::SafetensorsReader& file_;
+  std::map<std::string, size_t, std::less<>> index_;  // the model's name -> the file's entry
+};
 
 }  // namespace tandem::train::detail

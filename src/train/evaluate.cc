@@ -14,16 +14,23 @@
 namespace tandem::train {
 
 LoadedModel load_model(const std::string& dir) {
-  io::Checkpoint ck = io::load_checkpoint(dir, false);
+  const io::CheckpointReader ck(dir, false);
   const nn::GPTConfig config =
-      model_config_from_json(ck.meta.model_config, "checkpoint '" + ck.folder + "'");
+      model_config_from_json(ck.meta().model_config, "checkpoint '" + ck.folder() + "'");
+  std::vector<std::string> names;
+  for (const io::SafetensorsEntry& e : ck.weights().tensors()) names.push_back(e.name);
+  detail::check_tensor_names(names, config, {""}, ck.weights().path());
+  // Each tensor read straight into the model's own buffer: no second copy of the weights.
+  LoadedModel out{config, nn::ParameterSet(config), ck.meta()};
+  const detail::CheckpointTensors tensors(ck.weights());
+  float* flat = out.params.flat().data_as<float>();
+  std::vector<io::NamedTensor> views;
+  for (const nn::ParamSpec& s : out.params.specs()) {
+    tensors.read("", s, flat + s.offset);
+    views.push_back({s.name, Tensor::view_of(flat + s.offset, DType::F32, s.shape)});
+  }
   // A diverged model would score NaN or sample noise: say why instead.
-  io::refuse_non_finite(ck.weights, ck.folder, "weights");
-  const std::string file = ck.folder + "/" + std::string(io::kWeightsFile);
-  detail::check_tensor_names(ck.weights, config, {""}, file);
-  LoadedModel out{config, nn::ParameterSet(config), ck.meta};
-  const std::vector<float> w = detail::whole_from_tensors(ck.weights, config, "", file);
-  std::memcpy(out.params.flat().data(), w.data(), w.size() * sizeof(float));
+  io::refuse_non_finite(views, ck.folder(), "weights");
   return out;
 }
 

@@ -15,12 +15,15 @@
 #include <vector>
 
 #include "tandem/comm/mpi.h"
+#include "tandem/core/dtype.h"
 #include "tandem/core/env.h"
 #include "tandem/core/error.h"
 #include "tandem/ooc/bytes.h"
 #include "tandem/ooc/memory_schedule.h"
 #include "tandem/ooc/plan.h"
+#include "tandem/parallel/block_store.h"
 #include "tandem/parallel/model.h"
+#include "tandem/parallel/optimizer.h"
 #include "tandem/parallel/shard.h"
 
 namespace tandem::train {
@@ -90,7 +93,8 @@ std::optional<AvailableMemory> cgroup_room() {
 
 // One rank's need at its grid coordinates (gradients are as many bytes as parameters).
 struct RankNeed {
-  uint64_t parameters = 0, optimizer = 0, exchange = 0, activations = 0;
+  uint64_t parameters = 0, optimizer = 0, exchange = 0, activations = 0, staging = 0;
+  uint64_t largest_piece = 0;  // elements of the largest optimizer segment
 };
 
 }  // namespace
@@ -102,7 +106,9 @@ std::string MemoryEstimate::str() const {
       "exchange buffers " + ooc::human_bytes(exchange),
       (activations_budgeted ? "activations (--memory-budget) " : "activations ") +
           ooc::human_bytes(activations)};
-  if (whole_copies > 0) parts.push_back("whole-model copies " + ooc::human_bytes(whole_copies));
+  if (model_state_slots > 0)
+    parts.push_back("model-state slots " + ooc::human_bytes(model_state_slots));
+  if (checkpoint > 0) parts.push_back("checkpoint buffers " + ooc::human_bytes(checkpoint));
   return fmt::format("{} on this machine ({} rank{}: {})", ooc::human_bytes(total()), ranks,
                      ranks == 1 ? "" : "s", fmt::join(parts, ", "));
 }
@@ -120,24 +126,52 @@ MemoryEstimate estimate_memory(const TrainConfig& cfg) {
       RankNeed n;
       const parallel::ShardLayout layout(cfg.model, g, tp, pp);
       n.parameters = static_cast<uint64_t>(layout.size()) * kF32;
+      if (cfg.model_state) {
+        // The blocks live in the tier; in memory: the embeddings and ln_f, and the store's slots.
+        const int64_t b = layout.block_range(layout.first_layer()).first,
+                      e = layout.block_range(layout.end_layer() - 1).second;
+        int64_t block = 0;
+        for (int l = layout.first_layer(); l < layout.end_layer(); ++l)
+          block = std::max(block, layout.block_range(l).second - layout.block_range(l).first);
+        const uint64_t block_bytes = static_cast<uint64_t>(block) * kF32;
+        n.parameters = static_cast<uint64_t>(layout.size() - (e - b)) * kF32;
+        n.staging = (parallel::BlockStore::kWeightSlots + parallel::BlockStore::kGradientSlots) *
+                        block_bytes +
+                    parallel::BlockStore::kMomentSlots * 2 * ((block_bytes + g.dp - 1) / g.dp);
+      }
       // In a file tier (--optimizer-state file:DIR) the moments are out of memory but for two
       // staging slots, which are not counted.
-      if (!optimizer_in_file)
-        n.optimizer = 2 * ((static_cast<uint64_t>(layout.size()) + g.dp - 1) / g.dp) * kF32;
-      // The optimizer programs' own buffers, as measured on their runners: the compiled
-      // executor's come to the rank's slice of the parameters; the plan runner and the reference
-      // interpreter also hold two whole-size intermediates.
-      const uint64_t slice = (n.parameters + g.dp - 1) / g.dp;
-      n.exchange = cfg.executor == exec::RunnerKind::Compiled ? slice : 2 * n.parameters + slice;
+      if (!optimizer_in_file) n.optimizer = 2 * ((n.parameters / kF32 + g.dp - 1) / g.dp) * kF32;
+      // The optimizer programs' own buffers, as measured on their runners: segments of one size
+      // share their programs, whose buffers are the reduce-scatter's 1/dp result (the compiled
+      // executor), and two whole-segment intermediates on the plan runner and the reference
+      // interpreter; bf16 gradients are rounded into the program's own input; with clipping,
+      // every segment's reduced gradient waits for the update.
+      std::vector<int64_t> sizes;
+      for (const parallel::SegmentBounds& s :
+           parallel::optimizer_segments(layout, cfg.optimizer, cfg.model_state.has_value())) {
+        const int64_t len = s.end - s.begin;
+        if (cfg.optimizer.clip_grad_norm) n.exchange += (len + g.dp - 1) / g.dp * kF32;
+        if (std::find(sizes.begin(), sizes.end(), len) != sizes.end()) continue;
+        sizes.push_back(len);
+        const uint64_t l = static_cast<uint64_t>(len);
+        n.exchange += (l + g.dp - 1) / g.dp * kF32;
+        if (cfg.executor != exec::RunnerKind::Compiled) n.exchange += 2 * l * kF32;
+        if (cfg.optimizer.grad_dtype != DType::F32)
+          n.exchange += l * dtype_size(cfg.optimizer.grad_dtype);
+        n.largest_piece = std::max(n.largest_piece, l);
+      }
       const nn::ChainLayout chain = parallel::ParallelGPT::chain_layout(
           cfg.model, g, parallel::GridCoord{0, tp, pp}, micro_rows, cfg.model.seq_len, M);
       n.activations = ooc::MemorySchedule(chain, ooc::keep_all(chain.units)).peak_bytes();
       needs[{tp, pp}] = n;
     }
-  const uint64_t whole = static_cast<uint64_t>(nn::gpt_num_parameters(cfg.model)) * kF32;
-  // Each rank builds the whole model to initialise its shard, and gathers the weights and both
-  // moments for a checkpoint.
-  const uint64_t copies = (cfg.save_dir.empty() ? 1 : 3) * whole;
+  // Checkpoints move one whole tensor at a time through every rank, and the optimizer's moments
+  // one segment (m and v) at a time.
+  const bool checkpoints = !cfg.save_dir.empty() || !cfg.resume_dir.empty();
+  int64_t largest_tensor = 0;
+  for (const nn::ParamSpec& s : nn::gpt_parameter_specs(cfg.model))
+    largest_tensor = std::max(largest_tensor, s.numel());
 
   MemoryEstimate e;
   e.activations_budgeted = !cfg.memory_budget.empty();
@@ -146,13 +180,15 @@ MemoryEstimate estimate_memory(const TrainConfig& cfg) {
     e.gradients += times * n.parameters;
     e.optimizer += times * n.optimizer;
     e.exchange += times * n.exchange;
+    e.model_state_slots += times * n.staging;
     e.activations_in_core += times * n.activations;
     if (e.activations_budgeted) {
       e.activations += times * ooc::parse_budget(cfg.memory_budget, n.activations);
     } else {
       e.activations += times * n.activations;
     }
-    e.whole_copies += times * copies;
+    if (checkpoints)
+      e.checkpoint += times * (static_cast<uint64_t>(largest_tensor) + 2 * n.largest_piece) * kF32;
   };
   if (cfg.backend == comm::Backend::Thread) {
     e.ranks = g.size();
@@ -162,13 +198,11 @@ MemoryEstimate estimate_memory(const TrainConfig& cfg) {
     const auto largest =
         std::max_element(needs.begin(), needs.end(), [](const auto& a, const auto& b) {
           const RankNeed &x = a.second, &y = b.second;
-          return 2 * x.parameters + x.optimizer + x.exchange + x.activations <
-                 2 * y.parameters + y.optimizer + y.exchange + y.activations;
+          return 2 * x.parameters + x.optimizer + x.exchange + x.activations + x.staging <
+                 2 * y.parameters + y.optimizer + y.exchange + y.activations + y.staging;
         });
     add(largest->second, static_cast<uint64_t>(e.ranks));
   }
-  // A resumed run holds the checkpoint's weights and moments, once for the whole process.
-  if (!cfg.resume_dir.empty()) e.whole_copies += 3 * whole;
   return e;
 }
 
@@ -202,8 +236,10 @@ void check_memory(const TrainConfig& cfg) {
         "; its parameters, gradients, optimizer state and exchange buffers alone "
         "need {}, which no --memory-budget changes",
         ooc::human_bytes(fixed));
-    if (e.optimizer > 0 && fixed - e.optimizer < avail->bytes)
-      advice.push_back("keep the optimizer state in a file (--optimizer-state file:DIR)");
+    if (!cfg.model_state)
+      advice.push_back(
+          "keep the model's blocks (weights, gradients, optimizer state) in a file "
+          "(--model-state file:DIR, docs/out-of-core.md)");
   } else if (!e.activations_budgeted)
     advice.push_back(fmt::format(
         "train out-of-core with --memory-budget (e.g. --memory-budget 25% keeps the saved "

@@ -87,6 +87,21 @@ void check_outputs(const TrainConfig& cfg) {
   }
 }
 
+// What saves killed part-way left in `dir` (step folders and the `latest` file being written,
+// "<name>.tmp-<pid>..."): with the lock held no other run is writing them. Folders moved aside
+// (".old-<pid>") stay: one may be the only copy of a checkpoint.
+void SaveFolderLock::remove_temporaries(const std::string& dir) {
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    const size_t at = name.find(".tmp-");
+    if (at == std::string::npos || at == 0 ||
+        name.find_first_not_of("0123456789-", at + 5) != std::string::npos)
+      continue;
+    fs::remove_all(entry.path(), ec);
+  }
+}
+
 SaveFolderLock::SaveFolderLock(const std::string& dir)
     : path_((fs::path(dir) / kSaveLockFile).string()) {
   // A holder removes the file when it lets go: a lock taken on a file already removed (opened
@@ -126,6 +141,7 @@ SaveFolderLock::SaveFolderLock(const std::string& dir)
                    std::strerror(err));
       }
       fd_ = fd;
+      remove_temporaries(dir);
       return;
     }
     ::close(fd);

@@ -21,7 +21,8 @@ inline constexpr const char* kSaveLockFile = ".tandem-lock";
 // that two runs never write one --save folder (each would remove the other's temporary folders
 // and step folders). A folder another run holds is a UserError naming that run's pid. The lock
 // file is removed when the lock is let go. On a filesystem without flock (some NFS mounts) the
-// folder is not locked. On MPI only world rank 0 writes, so only it holds the lock.
+// folder is not locked. On MPI only world rank 0 writes, so only it holds the lock. Once held, the
+// temporary files and folders of saves killed part-way are removed.
 class SaveFolderLock {
  public:
   explicit SaveFolderLock(const std::string& dir);
@@ -30,6 +31,7 @@ class SaveFolderLock {
   SaveFolderLock& operator=(const SaveFolderLock&) = delete;
 
  private:
+  static void remove_temporaries(const std::string& dir);
   std::string path_;
   int fd_ = -1;
 };

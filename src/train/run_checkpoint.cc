@@ -3,37 +3,42 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <filesystem>
 #include <memory>
+#include <optional>
+#include <utility>
 
 #include "corpus_cache.h"
+#include "tandem/comm/communicator.h"
 #include "tandem/core/error.h"
+#include "tandem/io/checkpoint_series.h"
 
 namespace tandem::train {
 
 std::shared_ptr<const ResumeState> prepare_resume(const TrainConfig& cfg) {
   if (cfg.resume_dir.empty()) return nullptr;
   const std::string& dir = cfg.resume_dir;
-  const io::Checkpoint ck = io::load_checkpoint(dir, true);
-  const io::RunMeta& meta = ck.meta;
-  // Continuing from a diverged model would only diverge again.
-  io::refuse_non_finite(ck.weights, ck.folder, "weights");
-  io::refuse_non_finite(ck.optimizer, ck.folder, "optimizer state");
+  auto reader = std::make_shared<const io::CheckpointReader>(dir, true);
+  const io::RunMeta& meta = reader->meta();
   io::check_config_compatible(dir, meta.model_config, model_config_to_json(cfg.model),
                               model_compat_keys());
   const std::string_view optimizer = parallel::optimizer_name(cfg.optimizer.kind);
   if (meta.optimizer != optimizer)
     user_error("checkpoint '{}' was trained with optimizer {}, this run asks for {}", dir,
                meta.optimizer, optimizer);
+  auto names = [](const io::SafetensorsReader& file) {
+    std::vector<std::string> out;
+    for (const io::SafetensorsEntry& e : file.tensors()) out.push_back(e.name);
+    return out;
+  };
+  detail::check_tensor_names(names(reader->weights()), cfg.model, {""}, reader->weights().path());
+  detail::check_tensor_names(names(reader->optimizer()), cfg.model, {"m.", "v."},
+                             reader->optimizer().path());
   auto r = std::make_shared<ResumeState>();
   r->meta = meta;
-  r->folder = ck.folder;
-  const std::string weights_file = ck.folder + "/" + std::string(io::kWeightsFile);
-  const std::string opt_file = ck.folder + "/" + std::string(io::kOptimizerFile);
-  detail::check_tensor_names(ck.weights, cfg.model, {""}, weights_file);
-  detail::check_tensor_names(ck.optimizer, cfg.model, {"m.", "v."}, opt_file);
-  r->state.weights = detail::whole_from_tensors(ck.weights, cfg.model, "", weights_file);
-  r->state.m = detail::whole_from_tensors(ck.optimizer, cfg.model, "m.", opt_file);
-  r->state.v = detail::whole_from_tensors(ck.optimizer, cfg.model, "v.", opt_file);
+  r->folder = reader->folder();
+  r->reader = reader;
 
   const std::shared_ptr<const Corpus> corpus = detail::corpus_for(cfg);
   if (meta.data_fingerprint != corpus->fingerprint_hex())
@@ -53,32 +58,149 @@ std::shared_ptr<const ResumeState> prepare_resume(const TrainConfig& cfg) {
 
 namespace detail {
 
-io::Checkpoint run_checkpoint(const TrainConfig& cfg, const Corpus& corpus, int64_t step,
-                              parallel::WholeModelState& state) {
-  io::Checkpoint ck;
-  ck.meta.model_config = model_config_to_json(cfg.model);
-  ck.meta.step = step;
-  ck.meta.data_source = corpus.source;
-  ck.meta.data_fingerprint = corpus.fingerprint_hex();
-  ck.meta.data_position = step;  // the sampler is counter-based: the next step to draw
-  ck.meta.rng_seed = cfg.seed;
-  ck.meta.rng_counter = step;  // dropout keys are (seed, step)
-  ck.meta.optimizer = parallel::optimizer_name(cfg.optimizer.kind);
+io::RunMeta run_meta(const TrainConfig& cfg, const Corpus& corpus, int64_t step) {
+  io::RunMeta meta;
+  meta.model_config = model_config_to_json(cfg.model);
+  meta.step = step;
+  meta.data_source = corpus.source;
+  meta.data_fingerprint = corpus.fingerprint_hex();
+  meta.data_position = step;  // the sampler is counter-based: the next step to draw
+  meta.rng_seed = cfg.seed;
+  meta.rng_counter = step;  // dropout keys are (seed, step)
+  meta.optimizer = parallel::optimizer_name(cfg.optimizer.kind);
   nlohmann::json h = cfg.optimizer.to_json();
   h["lr"] = cfg.lr;
   h["warmup"] = cfg.warmup;
   h["min_lr_ratio"] = cfg.min_lr_ratio;
-  ck.meta.optimizer_hparams = h;
-  ck.meta.extra = {{"batch", cfg.batch},
-                   {"steps", cfg.steps},
-                   {"micro_batches", cfg.micro_batch_count()},
-                   {"grid", {{"dp", cfg.grid.dp}, {"tp", cfg.grid.tp}, {"pp", cfg.grid.pp}}},
-                   {"validation_fraction", cfg.validation_fraction}};
-  ck.weights = tensor_views(state.weights, cfg.model, "");
-  ck.optimizer = tensor_views(state.m, cfg.model, "m.");
-  for (io::NamedTensor& t : tensor_views(state.v, cfg.model, "v."))
-    ck.optimizer.push_back(std::move(t));
-  return ck;
+  meta.optimizer_hparams = h;
+  meta.extra = {{"batch", cfg.batch},
+                {"steps", cfg.steps},
+                {"micro_batches", cfg.micro_batch_count()},
+                {"grid", {{"dp", cfg.grid.dp}, {"tp", cfg.grid.tp}, {"pp", cfg.grid.pp}}},
+                {"validation_fraction", cfg.validation_fraction}};
+  return meta;
+}
+
+namespace {
+
+// The parameter each checkpoint tensor holds, and which part of the state: "m.h.0.ln_1.weight"
+// is the first moment of h.0.ln_1.weight.
+struct StateTensor {
+  parallel::StatePart part;
+  const nn::ParamSpec* spec;
+};
+
+class StateTensors {
+ public:
+  explicit StateTensors(const nn::GPTConfig& c) : specs_(nn::gpt_parameter_specs(c)) {
+    for (const nn::ParamSpec& s : specs_) largest_ = std::max(largest_, s.numel());
+  }
+  StateTensor operator()(const std::string& name) const {
+    using parallel::StatePart;
+    const StatePart part = name.starts_with("m.")   ? StatePart::M
+                           : name.starts_with("v.") ? StatePart::V
+                                                    : StatePart::Weights;
+    const std::string param = part == StatePart::Weights ? name : name.substr(2);
+    for (const nn::ParamSpec& s : specs_)
+      if (s.name == param) return {part, &s};
+    TANDEM_CHECK(false, "no parameter for checkpoint tensor {}", name);
+    return {part, nullptr};
+  }
+  const std::vector<nn::ParamSpec>& specs() const { return specs_; }
+  int64_t largest() const { return largest_; }
+
+ private:
+  std::vector<nn::ParamSpec> specs_;
+  int64_t largest_ = 0;
+};
+
+std::string describe_non_finite(const std::string& name, float* data, const Shape& shape) {
+  return io::non_finite_values({{name, Tensor::view_of(data, DType::F32, shape)}});
+}
+
+}  // namespace
+
+SaveResult save_state(const TrainConfig& cfg, const Corpus& corpus, int64_t step,
+                      const parallel::ParallelGPT& model, parallel::DataParallelOptimizer& opt) {
+  const StateTensors tensors(cfg.model);
+  const std::vector<io::TensorSpec> weights = checkpoint_specs(cfg.model, {""}),
+                                    moments = checkpoint_specs(cfg.model, {"m.", "v."});
+  std::vector<float> buf(static_cast<size_t>(tensors.largest()));
+  SaveResult result;
+  result.folder = (std::filesystem::path(cfg.save_dir) / io::step_folder_name(step)).string();
+  // Every rank gathers every tensor in the files' order; world rank 0 appends it. All ranks hold
+  // the same gathered values, so all see the same non-finite tensor and stop together.
+  auto stream = [&](io::CheckpointWriter* out) {
+    parallel::StateStreamer streamer(model, &opt);
+    for (const auto& [part, specs] : {std::pair{io::CheckpointPart::Weights, &weights},
+                                      std::pair{io::CheckpointPart::Optimizer, &moments}})
+      for (const io::TensorSpec& t : io::safetensors_order(*specs)) {
+        const StateTensor st = tensors(t.name);
+        streamer.gather(st.part, *st.spec, buf.data());
+        result.not_finite = describe_non_finite(t.name, buf.data(), t.shape);
+        if (!result.not_finite.empty()) return false;
+        if (out != nullptr) out->append(part, buf.data(), t.nbytes());
+      }
+    return true;
+  };
+  if (model.grid().world().rank() == 0) {
+    result.folder = io::save_in_series(
+        cfg.save_dir, step, cfg.keep_checkpoints, [&](const std::string& folder) {
+          io::CheckpointWriter out(folder, run_meta(cfg, corpus, step), weights, moments);
+          if (!stream(&out)) return false;  // abandoned: the folder is as it was
+          out.commit();
+          return true;
+        });
+  } else {
+    stream(nullptr);
+  }
+  return result;
+}
+
+void restore_state(const ResumeState& resume, const parallel::ParallelGPT& model,
+                   parallel::DataParallelOptimizer& opt) {
+  const nn::GPTConfig& c = model.config();
+  const StateTensors tensors(c);
+  comm::Communicator& world = model.grid().world();
+  const bool reads = world.rank() == 0;
+  std::optional<CheckpointTensors> weights, moments;
+  if (reads) {
+    weights.emplace(resume.reader->weights());
+    moments.emplace(resume.reader->optimizer());
+  }
+  std::vector<float> buf(static_cast<size_t>(tensors.largest()));
+  parallel::StateStreamer streamer(model, &opt);
+  using parallel::StatePart;
+  for (const nn::ParamSpec& spec : tensors.specs())
+    for (const StatePart part : {StatePart::Weights, StatePart::M, StatePart::V}) {
+      std::string error;
+      if (reads) {
+        const std::string prefix = part == StatePart::M ? "m." : part == StatePart::V ? "v." : "";
+        try {
+          (part == StatePart::Weights ? *weights : *moments).read(prefix, spec, buf.data());
+          // Continuing from a diverged model would only diverge again; a negative second moment
+          // is no Adam state at all.
+          io::refuse_non_finite(
+              {{prefix + spec.name, Tensor::view_of(buf.data(), DType::F32, spec.shape)}},
+              resume.folder, part == StatePart::Weights ? "weights" : "optimizer state");
+          if (part == StatePart::V) {
+            const auto neg = std::find_if(buf.begin(), buf.begin() + spec.numel(),
+                                          [](float x) { return x < 0.0f; });
+            if (neg != buf.begin() + spec.numel())
+              error = fmt::format(
+                  "checkpoint '{}' holds a negative second moment ({} at element {} of "
+                  "tensor 'v.{}'): no optimizer wrote it; the file was altered",
+                  resume.folder, *neg, neg - buf.begin(), spec.name);
+          }
+        } catch (const UserError& e) {
+          error = e.what();
+        }
+      }
+      error = comm::broadcast_string(world, error);
+      if (!error.empty()) throw comm::CollectiveError(error);  // every rank, together
+      streamer.scatter(part, spec, buf.data());
+    }
+  streamer.finish();
 }
 
 }  // namespace detail

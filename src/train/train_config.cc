@@ -20,7 +20,8 @@ namespace tandem::train {
 // each.
 int TrainConfig::micro_batch_count() const {
   if (micro_batches > 0) return micro_batches;
-  if (grid.pp <= 1) return 1;
+  // The streamed model state updates each block right after its one backward.
+  if (grid.pp <= 1 || model_state) return 1;
   const int64_t rows = grid.dp > 0 ? batch / grid.dp : 0;
   if (rows < 1) return 2 * grid.pp;
   for (int64_t m = std::min<int64_t>(rows, 2 * grid.pp); m >= grid.pp; --m)
@@ -107,6 +108,25 @@ void TrainConfig::validate() const {
     user_error("--comm-timeout {} must be a number of seconds, 0 (wait forever) or more",
                *comm_timeout_s);
   if (blas_threads < 0) user_error("--threads {} must be 0 (automatic) or more", blas_threads);
+  if (model_state) {
+    // A block's update runs as soon as its backward ends, so its gradients are final then.
+    if (M > 1)
+      user_error(
+          "--model-state {} updates each block right after its backward, so it needs one "
+          "micro-batch per step; this run has {} (--micro-batches 1, or a larger --memory-budget "
+          "for a larger micro-batch)",
+          model_state->str(), M);
+    if (optimizer.clip_grad_norm)
+      user_error(
+          "--model-state {} updates each block before the whole gradient's norm is known; "
+          "--clip-grad-norm cannot be used with it",
+          model_state->str());
+    if (optimizer.state_tier)
+      user_error(
+          "--model-state {} already keeps the optimizer state in its tier; leave out "
+          "--optimizer-state",
+          model_state->str());
+  }
   const double model_mib =
       static_cast<double>(nn::gpt_num_parameters(model)) * sizeof(float) / (1 << 20);
   if (optimizer.bucket_mb && *optimizer.bucket_mb > model_mib)

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -25,6 +26,7 @@
 #include "rank_batches.h"
 #include "run_checkpoint.h"
 #include "schedule_choice.h"
+#include "stop_signal.h"
 #include "tandem/comm/mpi.h"
 #include "tandem/comm/thread.h"
 #include "tandem/core/blas.h"
@@ -103,11 +105,21 @@ class RankRun {
                                                        batches_.micro_batch_count())),
         model_(cfg.model, grid_, batches_.micro_rows(), cfg.model.seq_len,
                batches_.micro_batch_count(), schedules_.model_programs(batches_.micro_rows()),
-               ooc_ ? ooc_->memory() : nullptr),
+               ooc_ ? ooc_->memory() : nullptr, cfg.model_state.has_value()),
         opt_(cfg.optimizer, model_.layout(), model_.params(), model_.grads(), grid_.dp(),
              schedules_.optimizer_schedules(), cfg.executor, exchange_may_overlap(cfg),
-             &grid_.world()),
+             &grid_.world(), cfg.model_state.has_value()),
         out_(cfg.out != nullptr ? *cfg.out : std::cout) {
+    if (cfg.model_state) {
+      try {
+        store_ = std::make_unique<parallel::BlockStore>(*cfg.model_state, model_.layout(),
+                                                        opt_.block_pieces());
+      } catch (const UserError& e) {
+        user_error("--model-state {}: {}", cfg.model_state->str(), e.what());
+      }
+      model_.attach_store(store_.get());
+      opt_.attach_store(store_.get());
+    }
     if (resume_) last_checkpoint_ = {resume_->meta.step, resume_->folder};
     if (cfg.eval_every > 0) val_sampler_.emplace(detail::validation_sampler(*corpus_, cfg));
     model_.set_event_sink([this](std::string_view stream, std::string_view name,
@@ -149,6 +161,9 @@ class RankRun {
   // An output that failed after `step` (a full disk under --metrics): every rank saves the
   // checkpoint (when --save is given and it was not just saved) and stops with `failed`.
   [[noreturn]] void stop_after_failed_output(int64_t step, const std::string& failed);
+  // The stop signal every rank has seen by now (the largest: SIGTERM over SIGINT), or 0: a
+  // collective, so that all stop after the same step.
+  int agreed_stop_signal();
   // The end of the run.
   void finish(TrainResult& result);
   void print_summary(const TrainResult& result, int64_t steps_run);
@@ -171,6 +186,9 @@ class RankRun {
   std::optional<BatchSampler> val_sampler_;
   detail::ScheduleChoice schedules_;
   std::unique_ptr<detail::OutOfCore> ooc_;  // --memory-budget: where the model's activations live
+  // --model-state: the blocks' weights, gradients and moments (made once the optimizer knows its
+  // moment pieces; declared before the model and the optimizer so that it outlives both).
+  std::unique_ptr<parallel::BlockStore> store_;
   parallel::ParallelGPT model_;
   parallel::DataParallelOptimizer opt_;
   std::ostream& out_;
@@ -252,6 +270,15 @@ TrainResult RankRun::run() {
       const std::string any = comm::broadcast_string(grid_.world(), failed);
       if (!any.empty()) stop_after_failed_output(step, any);
     }
+    // SIGTERM or SIGINT: every rank stops after this same step, with a checkpoint.
+    if (const int sig = agreed_stop_signal()) {
+      if (!cfg_.save_dir.empty() && !checkpoint_due(step)) {
+        comm::set_comm_activity(fmt::format("the checkpoint after step {}", step + 1));
+        save(step + 1);
+      }
+      result.stopped_by_signal = sig;
+      break;
+    }
   }
   // --steps 0 (or a run with nothing to do) still saves the model it starts from, once.
   if (!cfg_.save_dir.empty() && !resume_ && result.first_step >= cfg_.steps) {
@@ -266,12 +293,9 @@ TrainResult RankRun::run() {
 
 // ------------------------------------------------------------------------------------ set-up
 
-// GPT-2's initialisation of the whole model (keyed by element index), then this rank's part.
-// Returns the first step, 0.
+// GPT-2's initialisation (keyed by element index) of this rank's part. Returns the first step, 0.
 int64_t RankRun::initialise() {
-  nn::ParameterSet whole(cfg_.model);
-  nn::gpt_init(whole, cfg_.seed);
-  model_.layout().extract(whole.flat().data_as<float>(), model_.params().data_as<float>());
+  parallel::init_weights(model_, cfg_.seed);
   return 0;
 }
 
@@ -282,7 +306,7 @@ void RankRun::plan_out_of_core(int64_t first_step) {
   profiling_ = true;
   ooc_->prepare(
       [&] {
-        model_.grads().fill(0.0f);
+        model_.zero_gradients();
         model_.forward_backward(batches_.micro_batches(b), cfg_.seed,
                                 static_cast<uint64_t>(first_step));
       },
@@ -292,7 +316,7 @@ void RankRun::plan_out_of_core(int64_t first_step) {
 
 // This rank's part of the checkpoint's weights and moments. Returns the step it was saved at.
 int64_t RankRun::restore() {
-  parallel::scatter_state(resume_->state, model_, opt_);
+  detail::restore_state(*resume_, model_, opt_);
   return resume_->meta.step;
 }
 
@@ -324,8 +348,8 @@ void RankRun::open_reports(int64_t first) {
 std::string RankRun::memory_lines() {
   constexpr int kFields = 4;
   const float mib = 1.0f / (1 << 20);
-  std::vector<float> mine = {static_cast<float>(model_.params().nbytes()) * mib,
-                             static_cast<float>(model_.grads().nbytes()) * mib,
+  std::vector<float> mine = {static_cast<float>(model_.resident_bytes()) * mib,
+                             static_cast<float>(model_.resident_bytes()) * mib,
                              static_cast<float>(opt_.state_bytes()) * mib,
                              static_cast<float>(opt_.buffer_bytes()) * mib};
   const int n = grid_.world().size();
@@ -357,6 +381,13 @@ std::string RankRun::memory_lines() {
   } else {
     for (int r = 0; r < n; ++r) out += fmt::format("  memory on rank {}: {}\n", r, line(r));
   }
+  if (store_)
+    out += fmt::format(
+        "  model state: blocks h.{}..h.{} (weights, gradients, optimizer state) in {}, {:.2f} MiB "
+        "a rank, streamed through {:.2f} MiB of slots; the embeddings and ln_f in memory\n",
+        store_->first_layer(), store_->end_layer() - 1, store_->describe(),
+        static_cast<double>(store_->tier_bytes()) / (1 << 20),
+        static_cast<double>(store_->staging_bytes()) / (1 << 20));
   std::string exchange = fmt::format("{} bucket{} of blocks + the embeddings and ln_f",
                                      opt_.buckets(), opt_.buckets() == 1 ? "" : "s");
   if (cfg_.optimizer.kind == parallel::OptimizerKind::Lamb)
@@ -422,7 +453,7 @@ void RankRun::print_header(int64_t first_step) {
 double RankRun::train_step(int64_t step, double lr) {
   phases_.clear();
   const Batch b = batches_.draw(sampler_, step);
-  model_.grads().fill(0.0f);
+  model_.zero_gradients();
   opt_.begin_step(lr, step + 1);  // from here, finished blocks' gradients are exchanged at once
   const double loss_sum =
       model_.forward_backward(batches_.micro_batches(b), cfg_.seed, static_cast<uint64_t>(step));
@@ -464,19 +495,14 @@ bool RankRun::checkpoint_due(int64_t step) const {
 
 void RankRun::save(int64_t step) {
   const auto begin = Clock::now();
-  parallel::WholeModelState state = parallel::gather_state(model_, opt_);
-  const io::Checkpoint ck = detail::run_checkpoint(cfg_, *corpus_, step, state);
+  const detail::SaveResult saved = detail::save_state(cfg_, *corpus_, step, model_, opt_);
   // A finite loss does not make a finite model: this step's update may have overflowed. Every
-  // rank holds the whole state, so all refuse it together, and the last good checkpoint stays.
-  std::string bad = io::non_finite_values(ck.weights);
-  if (bad.empty()) bad = io::non_finite_values(ck.optimizer);
-  if (!bad.empty()) diverged(fmt::format("the model after step {} is not finite ({})", step, bad));
-  std::string folder = (std::filesystem::path(cfg_.save_dir) / io::step_folder_name(step)).string();
-  if (lead_) {
-    folder = io::save_in_series(cfg_.save_dir, ck, cfg_.keep_checkpoints);
-    phases_.add("checkpoint", seconds_since(begin));
-  }
-  last_checkpoint_ = {step, folder};
+  // rank sees the same gathered tensors, so all refuse it together, and the last good checkpoint
+  // stays.
+  if (!saved.not_finite.empty())
+    diverged(fmt::format("the model after step {} is not finite ({})", step, saved.not_finite));
+  if (lead_) phases_.add("checkpoint", seconds_since(begin));
+  last_checkpoint_ = {step, saved.folder};
   // Nobody runs ahead of a checkpoint being written (a failed save aborts the group).
   grid_.world().barrier();
 }
@@ -540,10 +566,16 @@ std::string RankRun::report_step(int64_t step, double loss, std::optional<double
 
 // --------------------------------------------------------------------------------- the end
 
+int RankRun::agreed_stop_signal() {
+  float sig = static_cast<float>(detail::StopSignals::received());
+  grid_.world().all_reduce(Tensor::view_of(&sig, DType::F32, Shape{1}), comm::ReduceOp::Max);
+  return static_cast<int>(sig);
+}
+
 void RankRun::finish(TrainResult& result) {
   const int64_t first = result.first_step;
-  result.end_step = std::max(first, cfg_.steps);
-  const int64_t ran = cfg_.steps - first;
+  const int64_t ran = static_cast<int64_t>(result.losses.size());
+  result.end_step = first + ran;
   result.tokens_per_s = ran > 0 && result.seconds > 0
                             ? tokens_per_step() * static_cast<double>(ran) / result.seconds
                             : 0.0;
@@ -575,6 +607,12 @@ void RankRun::print_summary(const TrainResult& result, int64_t ran) {
         result.losses.front(), result.losses.back(), val);
   }
   if (ooc_ && ran > 0) out_ << ooc_->summary_line();
+  if (result.stopped_by_signal != 0)
+    out_ << fmt::format(
+        "tandem train: stopped by {} after step {} of {}{}\n",
+        result.stopped_by_signal == SIGINT ? "SIGINT" : "SIGTERM", result.end_step, cfg_.steps,
+        cfg_.save_dir.empty() ? " (without --save, the model is lost)"
+                              : fmt::format("; --resume {} continues it", cfg_.save_dir));
   if (!cfg_.save_dir.empty() && (ran > 0 || (!resume_ && last_checkpoint_.step >= 0)))
     out_ << fmt::format("tandem train: checkpoint at step {} in {}\n", last_checkpoint_.step,
                         last_checkpoint_.folder);
@@ -622,6 +660,8 @@ TrainResult train_rank(comm::Communicator& world, const TrainConfig& config,
 
 TrainResult train(const TrainConfig& config) {
   config.validate();
+  // SIGTERM and SIGINT stop the run after a step, with a checkpoint, rather than at once.
+  const detail::StopSignals signals;
   // Before anything large is allocated: a run that cannot fit is refused, not killed.
   check_memory(config);
   // The run's own collective timeout, for its duration only.

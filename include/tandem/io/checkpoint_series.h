@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -29,6 +30,11 @@ std::string step_folder_name(int64_t step);
 // back from, are not touched). Returns the folder written. Failures are UserErrors that leave
 // `latest` and the checkpoints it names as they were.
 std::string save_in_series(const std::string& dir, const Checkpoint& ckpt, int keep);
+// The same with the step folder written by `write(folder)` (a CheckpointWriter streaming the
+// tensors): when it returns false it has written nothing, and the series is left as it was
+// (returns "").
+std::string save_in_series(const std::string& dir, int64_t step, int keep,
+                           const std::function<bool(const std::string& folder)>& write);
 
 // The folder of the one checkpoint `dir` names: `dir` itself when it is a checkpoint (it holds
 // meta.json, or is one left aside by an interrupted save: resolve_folder), else the step folder

@@ -135,6 +135,11 @@ class ParameterSet {
 // of the flat buffer draws random_normal(seed, i), so every rank initialises identically and a
 // tensor-parallel shard takes the values of the full tensor's elements.
 void gpt_init(const ParameterSet& params, uint64_t seed);
+// The same values for `count` elements of tensor `name` starting at element `first` of the flat
+// buffer (first - the tensor's offset: the index inside the tensor), written to `out`: a rank
+// initialises its shard, or a streamed tensor, without the whole model.
+void gpt_init_values(const GPTConfig& config, std::string_view name, int64_t first, int64_t count,
+                     float* out, uint64_t seed);
 
 // ---------------------------------------------------------------------------------------------
 // Saved activations. Each stage's buffers are named by an enum; Buffers<Kind> holds one Tensor

@@ -38,6 +38,7 @@
 #include "tandem/core/tensor.h"
 #include "tandem/nn/activation_memory.h"
 #include "tandem/nn/gpt.h"
+#include "tandem/parallel/block_store.h"
 #include "tandem/parallel/grid.h"
 #include "tandem/parallel/program_runner.h"
 #include "tandem/parallel/shard.h"
@@ -87,8 +88,12 @@ class ParallelGPT {
   // activations for min(micro_batches, pp - stage) of them).
   // memory: where the saved activations live (not owned; it must outlive the model); null: all
   // resident, allocated here (in-core training).
+  // blocks_in_store: the blocks' weights and gradients live in a BlockStore (--model-state),
+  // attached before the first step (attach_store); params() and grads() then hold only the
+  // embeddings and ln_f (their block ranges are reserved address space, never touched).
   ParallelGPT(const nn::GPTConfig& config, Grid& grid, int micro_rows, int T, int micro_batches,
-              const ProgramOptions& programs = {}, nn::ActivationMemory* memory = nullptr);
+              const ProgramOptions& programs = {}, nn::ActivationMemory* memory = nullptr,
+              bool blocks_in_store = false);
   ~ParallelGPT();
   ParallelGPT(const ParallelGPT&) = delete;
   ParallelGPT& operator=(const ParallelGPT&) = delete;
@@ -108,6 +113,14 @@ class ParallelGPT {
   Grid& grid() const { return grid_; }
   Tensor params() const { return params_; }  // (layout().size())
   Tensor grads() const { return grads_; }    // (layout().size())
+  // With blocks_in_store: where the blocks' state lives (not owned; it must outlive the model).
+  void attach_store(BlockStore* store);
+  BlockStore* store() const { return store_; }
+  // Bytes of params() (or grads()) in memory: all of it, or without the blocks when they live in
+  // the store.
+  size_t resident_bytes() const;
+  // Zeroes the gradients before a step (the store's blocks' are zeroed when first written).
+  void zero_gradients();
 
   // Forward and backward of every micro-batch, in 1F1B order on this stage:
   // grads += d(mean over the micro-batches of each one's mean token loss). Returns the sum of
@@ -163,11 +176,19 @@ class ParallelGPT {
             std::chrono::steady_clock::time_point begin);
   void check_micro(const std::vector<MicroBatch>& micro) const;
 
+  // Block `layer`'s weights for compute: the flat buffer's, or held in the store until
+  // done_with_weights.
+  nn::BlockParams weights_of(int layer);
+  void done_with_weights(int layer);
+
   nn::GPTConfig config_;
   Grid& grid_;
   ShardLayout layout_;
   int micro_rows_, T_, micro_batches_;
+  struct Reserved;  // address space reserved for params_ and grads_ when blocks are in a store
+  std::unique_ptr<Reserved> reserved_;
   Tensor params_, grads_;
+  BlockStore* store_ = nullptr;
   std::unique_ptr<Resident> resident_;  // the in-core memory, when none was given
   nn::ActivationMemory* memory_;
   std::vector<Tensor> grad_send_;  // one (B, T, C) buffer per micro-batch (stages > 0)

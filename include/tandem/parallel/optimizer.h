@@ -22,6 +22,7 @@
 #include "tandem/core/serial_worker.h"
 #include "tandem/core/tensor.h"
 #include "tandem/ooc/slow_tier.h"
+#include "tandem/parallel/block_store.h"
 #include "tandem/parallel/program_runner.h"
 #include "tandem/parallel/shard.h"
 
@@ -66,6 +67,22 @@ struct OptimizerConfig {
 // bucket about one block at d_model 512, so the first exchange starts early in the backward.
 inline constexpr double kDefaultBucketMiB = 4.0;
 
+// A segment of the optimizer's step: local elements [begin, end) of a rank's shard, launched once
+// block `ready_layer`'s gradients are final (-1: after the backward).
+struct SegmentBounds {
+  std::string name;  // "h.7..h.4", "ln_f.weight..wte.weight"
+  int64_t begin = 0, end = 0;
+  int ready_layer = -1;
+};
+// The segments in launch order: buckets of whole blocks (config.bucket_mb), from the last block,
+// then the tensors after the blocks (ln_f, the head's copy of wte), then those before them (wte,
+// wpe). Segments of one size share their programs, so the programs' buffers are the largest
+// segment's, not the model's.
+// `block_per_segment`: every block a segment of its own (the model state in a BlockStore).
+std::vector<SegmentBounds> optimizer_segments(const ShardLayout& layout,
+                                              const OptimizerConfig& config,
+                                              bool block_per_segment = false);
+
 // The optimizer's program: dsl::workloads::adam or lamb_bucket, with the configured gradient dtype.
 dsl::Program optimizer_program(const OptimizerConfig& config);
 
@@ -92,8 +109,17 @@ class DataParallelOptimizer {
                         Tensor grads, comm::Communicator& dp,
                         const SchedulePreferences& schedules = {},
                         exec::RunnerKind executor = exec::runner_kind_from_env(),
-                        bool overlap_allowed = true, comm::Communicator* world = nullptr);
+                        bool overlap_allowed = true, comm::Communicator* world = nullptr,
+                        bool blocks_in_store = false);
   ~DataParallelOptimizer();
+
+  // blocks_in_store: every block is a segment of its own whose weights, gradients and moments
+  // live in `store` (attached before the first step; it must outlive the optimizer): a block's
+  // update runs as soon as its gradients are final (on the communication thread, or at once
+  // without one), and outside a step its gradients are dropped. block_pieces() are the local
+  // elements of each block whose moments this rank keeps, for the store to hold.
+  void attach_store(BlockStore* store);
+  BlockStore::MomentPieces block_pieces() const;
 
   // One step in three calls: begin_step before the backward (`step` counts optimizer steps from
   // 1, for Adam's bias correction); layer_ready(l) when block l's gradients are final; then
@@ -145,26 +171,35 @@ class DataParallelOptimizer {
   std::string state_tier_description() const;  // "" in memory
 
  private:
-  struct Segment {
-    size_t index;
-    std::string name;
-    int64_t begin, end;
-    int ready_layer;  // launched once this block's gradients are final; kAfterBackward: at the end
-    bool launched = false;
+  // The programs for segments of one shape (n elements; with LAMB, these tensor bounds).
+  struct Runners {
+    int64_t n = 0;
+    dsl::Segments tensors;
     std::unique_ptr<exec::Runner> runner;  // the step, or with clipping its reduction
     std::unique_ptr<exec::Runner> update;  // with clipping: the update
-    bool grads_bound = false;  // g is the model's memory (f32); else rounded into the runner's
-    // With clipping: this rank's elements of the reduced gradient whose squares count toward the
-    // norm ([first, second) of the runner's output g_sum), and their sum after the reduction.
+  };
+  struct Segment {
+    size_t index = 0;
+    std::string name;
+    int64_t begin = 0, end = 0;
+    int ready_layer = -1;  // launched once this block's gradients are final; -1: at the end
+    int block = -1;        // the block whose state the store holds, or -1: in memory
+    bool launched = false;
+    Runners* runners = nullptr;
+    // With clipping: the reduced gradient, kept until the update; this rank's elements of it
+    // whose squares count toward the norm ([first, second)), and their sum after the reduction.
+    Tensor g_sum;
     std::vector<std::pair<int64_t, int64_t>> norm_runs;
     double squares = 0;
   };
-  static constexpr int kAfterBackward = -1;
+  bool clipped() const { return update_runner_ != nullptr; }
+  Runners& runners_for(int64_t n, const dsl::Segments& tensors);
   void add_segment(const ShardLayout& layout, std::string name, int64_t begin, int64_t end,
                    int ready_layer);
   void launch(Segment& s);
   void run_segment(Segment& s);  // the step, or with clipping its reduction
-  void run_update(Segment& s);   // the program that updates the weights
+  // The program that updates the weights; `stored`: the segment's buffers in the store's slots.
+  void run_update(Segment& s, const BlockStore::Update* stored);
   void set_hyper_parameters(exec::Runner& run) const;
   // The summed gradients' mean, as the programs hold it (an f32 scalar).
   float grad_scale() const { return static_cast<float>(1.0 / dp_.size()); }
@@ -179,11 +214,15 @@ class DataParallelOptimizer {
   std::unique_ptr<exec::Runner> norm_;                          // grad_norm on `world`
   std::optional<double> grad_norm_;
   bool sliced_ = false;
+  bool grads_f32_ = true;  // the program's g is f32: bound to the model's gradients
+  bool blocks_in_store_ = false;
+  BlockStore* store_ = nullptr;
   int buckets_ = 0;
   int tensors_ = 0;
+  std::vector<std::unique_ptr<Runners>> runners_;
   std::vector<Segment> segments_;
   std::vector<Piece> pieces_;
-  std::vector<Tensor> m_, v_;  // each piece's moments in the runner's storage ("memory")
+  std::vector<Tensor> m_, v_;                  // each piece's moments in memory
   std::unique_ptr<detail::TieredState> tier_;  // or in a slow tier
   double lr_ = 0;
   int64_t step_ = 0;

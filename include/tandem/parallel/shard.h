@@ -77,6 +77,9 @@ class ShardLayout {
   // Pointers into a local flat buffer `base` (parameters or gradients).
   nn::EmbeddingParams embedding(float* base) const;
   nn::BlockParams block(float* base, int layer) const;
+  // The same for a buffer holding block `layer`'s elements alone (block_range(layer), from its
+  // first).
+  nn::BlockParams block_at(float* block_start, int layer) const;
   nn::FinalParams final_stage(float* base) const;
 
   // The local elements [first, second) of block `layer`'s tensors (contiguous, GPT-2 order), and
@@ -96,6 +99,7 @@ class ShardLayout {
 
  private:
   void add(const nn::ParamSpec& spec, ShardKind kind, bool writer);
+  nn::BlockParams block_from(float* p, int64_t first, int layer) const;
 
   nn::GPTConfig config_;
   int tp_, tp_rank_, stage_, pp_;

@@ -9,17 +9,22 @@
 //                     default schedules keep them sliced; a schedule that keeps them whole needs
 //                     dp times this); nothing with --optimizer-state file:DIR (its moments
 //                     live in the file)
-//   exchange buffers  the optimizer programs' own buffers (the data-parallel exchange's): the
-//                     rank's 1/dp slice of the parameters with the compiled executor, two whole
-//                     copies more with the plan runner or the reference interpreter (as measured)
+//   exchange buffers  the optimizer programs' own buffers (the data-parallel exchange's): segments
+//                     of one size share their programs, so per distinct segment size its 1/dp
+//                     reduce-scatter result with the compiled executor, two whole segments more
+//                     with the plan runner or the reference interpreter (as measured); with
+//                     --clip-grad-norm also the rank's 1/dp of the reduced gradient
 //   activations       what a step saves for its backward plus the workspace: the out-of-core
 //                     planner's in-core need (ooc::MemorySchedule with every unit kept), or, with
 //                     --memory-budget, the budget (the fast tier holds no more)
-//   whole-model copies the whole model's weights that each rank builds to initialise its shard,
-//                     and the weights and two moments it gathers for each checkpoint (--save)
+//   with --model-state: parameters, gradients and optimizer state count the embeddings and ln_f
+//   only (the blocks live in the tier), and the model-state slots the store's staging (four
+//   blocks' weights, two blocks' gradients, two blocks' moment pieces)
+//   checkpoint buffers with --save or --resume: one whole tensor (the largest) and one optimizer
+//                     segment's two moments, through which checkpoints pass tensor by tensor
 // On this machine: every rank with --backend thread (they share the process); with --backend mpi,
 // this process's ranks on the node (comm::launched_local_ranks()) times
-// the largest rank's need. A resumed run also holds the checkpoint's weights and moments once.
+// the largest rank's need. No rank ever holds a whole-model copy.
 // Not counted: the data, BLAS's buffers, the other DSL programs' small buffers.
 #pragma once
 
@@ -33,13 +38,16 @@ namespace tandem::train {
 
 struct MemoryEstimate {
   int ranks = 1;  // on this machine
+  // checkpoint: the buffers a checkpoint moves the state through (one tensor, one optimizer
+  // segment), with --save or --resume.
   uint64_t parameters = 0, gradients = 0, optimizer = 0, exchange = 0, activations = 0,
-           whole_copies = 0;
+           model_state_slots = 0, checkpoint = 0;
   bool activations_budgeted = false;  // activations is --memory-budget's, per rank
   uint64_t activations_in_core = 0;   // what they would need in-core, on this machine
 
   uint64_t total() const {
-    return parameters + gradients + optimizer + exchange + activations + whole_copies;
+    return parameters + gradients + optimizer + exchange + activations + model_state_slots +
+           checkpoint;
   }
   // "2.4 GiB on this machine (4 ranks: parameters 120.0 MiB, gradients ..., ...)".
   std::string str() const;

@@ -65,6 +65,9 @@ struct TrainConfig {
   std::string memory_budget;
   ooc::TierSpec slow_tier;
   std::string ooc_plan;
+  // Where the blocks' weights, gradients and moments live (docs/out-of-core.md, "Models larger
+  // than memory"): in memory (unset), or in this slow tier, streamed through a few block slots.
+  std::optional<ooc::TierSpec> model_state;
   // `tandem plan`: profile and plan, print the plan's report (and write its predicted timeline to
   // trace_path), train nothing.
   bool plan_only = false;

@@ -60,6 +60,9 @@ struct TrainResult {
   uint64_t ooc_high_water = 0, ooc_predicted_peak = 0;
   double ooc_predicted_s = 0, ooc_measured_s = 0;
   bool ooc_profile_cached = false;  // the planner's profile came from the on-disk cache
+  // SIGTERM or SIGINT when the run stopped on one after end_step (with a checkpoint under
+  // --save); 0 when it ran to --steps.
+  int stopped_by_signal = 0;
 };
 
 // Runs the whole training. Thread backend: starts grid.size() ranks in this process. MPI

@@ -1,0 +1,132 @@
+// The transformer blocks' model state beyond memory (--model-state host|file:DIR): every block's
+// weights and this rank's piece of its optimizer moments live in a slow tier (host memory, or an
+// O_DIRECT file on a fast disk: ooc/slow_tier.h), and a few staging slots in memory hold the
+// blocks in flight. The embeddings and ln_f stay in memory (with the byte vocabulary they are a
+// fraction of a block).
+//
+// A step (one micro-batch): the forward reads block l's weights into a slot (read ahead while
+// block l - 1 computes) and lets them go after; the backward reads them again (or finds them still
+// in a slot), computes block l's gradients into a gradient slot, and as soon as they are final the
+// optimizer's update of block l (the fused DSL program, on its thread) meets weights, gradients
+// and moments in slots; the new weights and moments are written back while the backward goes on,
+// and the gradients are dropped. Nothing of the blocks' state is in memory outside the slots.
+//
+// Slots are a small write-back cache: a block's weights stay in their slot after use (and after
+// the update, which changes them in place) until the slot is needed for another block; a slot is
+// reused only once nothing holds it and its write-back has finished. Transfers run in submission
+// order on one I/O thread, so a block's write-back always lands before a later read of it. Every
+// call is thread-safe (the backward and the optimizer's thread share the store).
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tandem/core/serial_worker.h"
+#include "tandem/ooc/slow_tier.h"
+#include "tandem/parallel/shard.h"
+
+namespace tandem::parallel {
+
+class BlockStore {
+ public:
+  // The local elements [first, second) of a block whose moments this rank keeps (the rank's slice
+  // of it when the optimizer slices its moments), per block of the layout.
+  using MomentPieces = std::vector<std::pair<int64_t, int64_t>>;
+
+  // Blocks [first_layer, end_layer) of `layout` (which must outlive the store). Opens the tier, its
+  // bytes reserved now (a full disk or an unwritable folder is a UserError naming the folder and
+  // the bytes), and writes zero moments (Adam's start). The weights are the caller's to write
+  // (write_weights) before the first step.
+  BlockStore(const ooc::TierSpec& tier, const ShardLayout& layout, const MomentPieces& moments);
+  ~BlockStore();
+  BlockStore(const BlockStore&) = delete;
+  BlockStore& operator=(const BlockStore&) = delete;
+
+  // Compute's use of block l's weights (its local elements, in layout order): held until the
+  // matching release(l). A block not in a slot is read now (waiting for a free slot if need be);
+  // prefetch(l) starts its read early when a slot is free.
+  float* acquire(int layer);
+  void release(int layer);
+  void prefetch(int layer);
+  // Block l's gradients for this step, zeroed when first asked for; kept until end_update(l) or
+  // drop_gradients().
+  float* gradients(int layer);
+
+  // The optimizer's update of block l: its weights (held until end_update), gradients, and moment
+  // piece (read ahead by prefetch_moments(l), else now). end_update writes the weights and moments
+  // back and frees the gradients.
+  struct Update {
+    float* w;
+    float* g;
+    float* m;
+    float* v;
+  };
+  Update begin_update(int layer);
+  void end_update(int layer);
+  void prefetch_moments(int layer);
+  // A backward without an update (the out-of-core profile): its gradients are let go.
+  void drop_gradients();
+
+  // Outside a step: block l's weights or moments copied out of or into the store.
+  void read_weights(int layer, float* out);
+  void write_weights(int layer, const float* in);
+  void read_moments(int layer, float* m, float* v);
+  void write_moments(int layer, const float* m, const float* v);
+  // Waits for every transfer; rethrows a failed one.
+  void flush();
+
+  int first_layer() const { return first_; }
+  int end_layer() const { return first_ + static_cast<int>(blocks_.size()); }
+  const MomentPieces& moment_pieces() const { return pieces_; }
+  uint64_t tier_bytes() const { return tier_->capacity(); }
+  // Bytes of the staging slots (weights, gradients, moments).
+  uint64_t staging_bytes() const;
+  std::string describe() const { return tier_->describe(); }
+
+  // Slots of each kind: weights (the block computing, the next read ahead, the one the update
+  // holds, one spare), gradients (the block whose update runs, the block computing), moments.
+  static constexpr int kWeightSlots = 4, kGradientSlots = 2, kMomentSlots = 2;
+
+ private:
+  struct Slot;
+  struct Block {
+    uint64_t w_at = 0, m_at = 0, v_at = 0;  // tier offsets
+    int w_slot = -1, g_slot = -1, mv_slot = -1;
+  };
+  enum class Kind { Weights, Gradients, Moments };
+
+  Block& block(int layer);
+  // A slot of `kind` for block `layer`, free or taken from the least recently used block (waits
+  // while none can be taken when `wait`; else returns -1). Called with the mutex held.
+  int take_slot(std::unique_lock<std::mutex>& lock, Kind kind, int layer, bool wait);
+  // Queues the read of block `layer`'s weights (or moments) into its slot. Mutex held.
+  void start_read(Kind kind, int layer);
+  // Waits until the slot's transfers have run. Mutex held (released while waiting).
+  void await(std::unique_lock<std::mutex>& lock, int slot);
+  float* data(int slot) const;
+  uint64_t weight_bytes() const;
+  uint64_t piece_bytes(int layer) const;
+
+  const ShardLayout& layout_;
+  int first_ = 0;
+  int64_t block_floats_ = 0;
+  MomentPieces pieces_;
+  std::vector<Block> blocks_;
+  std::vector<Slot> slots_;
+  uint64_t w_slot_bytes_ = 0, mv_slot_bytes_ = 0;
+  char* staging_ = nullptr;
+  std::unique_ptr<ooc::SlowTier> tier_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  uint64_t clock_ = 0;        // for least recently used
+  std::exception_ptr error_;  // the first failed transfer
+  SerialWorker io_;
+};
+
+}  // namespace tandem::parallel

@@ -1,0 +1,351 @@
+// The blocks' weights and moments in a slow tier, staged through a few slots (see block_store.h).
+#include "tandem/parallel/block_store.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+
+#include "tandem/core/error.h"
+
+namespace tandem::parallel {
+namespace {
+
+uint64_t round_up(uint64_t b) {
+  return (b + ooc::kIoAlignment - 1) / ooc::kIoAlignment * ooc::kIoAlignment;
+}
+
+}  // namespace
+
+struct BlockStore::Slot {
+  Kind kind = Kind::Weights;
+  char* mem = nullptr;
+  int layer = -1;     // the block whose data it holds; -1: free
+  int holds = 0;      // acquire / begin_update not yet released
+  int reads = 0;      // reads queued and not yet run
+  int writes = 0;     // write-backs queued and not yet run
+  uint64_t used = 0;  // when last used, for least recently used
+};
+
+BlockStore::BlockStore(const ooc::TierSpec& tier, const ShardLayout& layout,
+                       const MomentPieces& moments)
+    : layout_(layout), first_(layout.first_layer()), pieces_(moments), io_("tandem-state-io") {
+  const int n = layout.end_layer() - first_;
+  TANDEM_CHECK(static_cast<int>(moments.size()) == n, "{} moment pieces for {} blocks",
+               moments.size(), n);
+  for (int l = layout.first_layer(); l < layout.end_layer(); ++l) {
+    const auto [b, e] = layout.block_range(l);
+    block_floats_ = std::max(block_floats_, e - b);
+  }
+  w_slot_bytes_ = weight_bytes();
+  uint64_t total = 0;
+  blocks_.resize(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    Block& b = blocks_[static_cast<size_t>(i)];
+    const uint64_t piece = piece_bytes(first_ + i);
+    mv_slot_bytes_ = std::max(mv_slot_bytes_, 2 * piece);
+    b.w_at = total;
+    b.m_at = b.w_at + w_slot_bytes_;
+    b.v_at = b.m_at + piece;
+    total = b.v_at + piece;
+  }
+  mv_slot_bytes_ = std::max<uint64_t>(mv_slot_bytes_, 2 * ooc::kIoAlignment);
+  tier_ = ooc::open_slow_tier(tier, std::max<uint64_t>(total, ooc::kIoAlignment));
+  const uint64_t staging = staging_bytes();
+  staging_ = static_cast<char*>(std::aligned_alloc(ooc::kIoAlignment, staging));
+  if (staging_ == nullptr) user_error("cannot allocate {} bytes of model-state staging", staging);
+  char* at = staging_;
+  auto add = [&](Kind kind, int count, uint64_t bytes) {
+    for (int i = 0; i < count; ++i, at += bytes) {
+      Slot s;
+      s.kind = kind;
+      s.mem = at;
+      slots_.push_back(s);
+    }
+  };
+  add(Kind::Weights, kWeightSlots, w_slot_bytes_);
+  add(Kind::Gradients, kGradientSlots, w_slot_bytes_);
+  add(Kind::Moments, kMomentSlots, mv_slot_bytes_);
+  // Adam's moments start at zero: written through a zeroed moment slot (the file tier takes
+  // aligned transfers only).
+  char* zeros = slots_[static_cast<size_t>(kWeightSlots + kGradientSlots)].mem;
+  std::memset(zeros, 0, mv_slot_bytes_);
+  for (int l = first_; l < end_layer(); ++l) {
+    const Block& b = block(l);
+    tier_->write(b.m_at, zeros, piece_bytes(l));
+    tier_->write(b.v_at, zeros, piece_bytes(l));
+  }
+}
+
+BlockStore::~BlockStore() {
+  try {
+    io_.wait();
+  } catch (...) {  // the error was reported where it happened
+  }
+  std::free(staging_);
+}
+
+uint64_t BlockStore::staging_bytes() const {
+  return (kWeightSlots + kGradientSlots) * w_slot_bytes_ + kMomentSlots * mv_slot_bytes_;
+}
+
+uint64_t BlockStore::weight_bytes() const {
+  return round_up(static_cast<uint64_t>(block_floats_) * sizeof(float));
+}
+
+uint64_t BlockStore::piece_bytes(int layer) const {
+  const auto& [b, e] = pieces_[static_cast<size_t>(layer - first_)];
+  return round_up(static_cast<uint64_t>(e - b) * sizeof(float));
+}
+
+BlockStore::Block& BlockStore::block(int layer) {
+  TANDEM_CHECK(layer >= first_ && layer < end_layer(), "block {} is not in the store [{}, {})",
+               layer, first_, end_layer());
+  return blocks_[static_cast<size_t>(layer - first_)];
+}
+
+float* BlockStore::data(int slot) const {
+  return reinterpret_cast<float*>(slots_[static_cast<size_t>(slot)].mem);
+}
+
+int BlockStore::take_slot(std::unique_lock<std::mutex>& lock, Kind kind, int layer, bool wait) {
+  for (;;) {
+    int best = -1;
+    for (int i = 0; i < static_cast<int>(slots_.size()); ++i) {
+      const Slot& s = slots_[static_cast<size_t>(i)];
+      if (s.kind != kind || s.holds > 0 || s.reads > 0 || s.writes > 0) continue;
+      // Gradients live only in their slot: never taken from a block until freed.
+      if (kind == Kind::Gradients && s.layer >= 0) continue;
+      if (best < 0 || s.layer < 0 ||
+          (slots_[static_cast<size_t>(best)].layer >= 0 &&
+           s.used < slots_[static_cast<size_t>(best)].used))
+        best = i;
+      if (s.layer < 0) break;
+    }
+    if (best >= 0) {
+      Slot& s = slots_[static_cast<size_t>(best)];
+      if (s.layer >= 0) {  // evicted: its block is back to living in the tier only
+        Block& old = block(s.layer);
+        (kind == Kind::Weights ? old.w_slot : old.mv_slot) = -1;
+      }
+      s.layer = layer;
+      s.used = ++clock_;
+      Block& b = block(layer);
+      (kind == Kind::Weights ? b.w_slot : kind == Kind::Gradients ? b.g_slot : b.mv_slot) = best;
+      return best;
+    }
+    if (!wait) return -1;
+    changed_.wait(lock);
+  }
+}
+
+void BlockStore::start_read(Kind kind, int layer) {
+  const Block& b = block(layer);
+  const int slot = kind == Kind::Weights ? b.w_slot : b.mv_slot;
+  Slot& s = slots_[static_cast<size_t>(slot)];
+  ++s.reads;
+  const uint64_t w_at = b.w_at, m_at = b.m_at, v_at = b.v_at, piece = piece_bytes(layer);
+  char* mem = s.mem;
+  const uint64_t half = mv_slot_bytes_ / 2;
+  io_.submit([this, kind, slot, mem, w_at, m_at, v_at, piece, half] {
+    std::exception_ptr failed;
+    try {
+      if (kind == Kind::Weights) {
+        tier_->read(w_at, mem, w_slot_bytes_);
+      } else {
+        tier_->read(m_at, mem, piece);
+        tier_->read(v_at, mem + half, piece);
+      }
+    } catch (...) {
+      failed = std::current_exception();
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    --slots_[static_cast<size_t>(slot)].reads;
+    if (failed && !error_) error_ = failed;
+    changed_.notify_all();
+  });
+}
+
+void BlockStore::await(std::unique_lock<std::mutex>& lock, int slot) {
+  changed_.wait(lock, [&] { return slots_[static_cast<size_t>(slot)].reads == 0; });
+  if (error_) std::rethrow_exception(error_);
+}
+
+float* BlockStore::acquire(int layer) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  Block& b = block(layer);
+  if (b.w_slot < 0) {
+    take_slot(lock, Kind::Weights, layer, true);
+    start_read(Kind::Weights, layer);
+  }
+  const int slot = b.w_slot;
+  Slot& s = slots_[static_cast<size_t>(slot)];
+  ++s.holds;  // before waiting, so that nobody takes it meanwhile
+  s.used = ++clock_;
+  await(lock, slot);
+  return data(slot);
+}
+
+void BlockStore::release(int layer) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const int slot = block(layer).w_slot;
+  TANDEM_CHECK(slot >= 0 && slots_[static_cast<size_t>(slot)].holds > 0,
+               "release of block {} not held", layer);
+  --slots_[static_cast<size_t>(slot)].holds;
+  changed_.notify_all();
+}
+
+void BlockStore::prefetch(int layer) {
+  if (layer < first_ || layer >= end_layer()) return;
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (block(layer).w_slot >= 0) return;
+  if (take_slot(lock, Kind::Weights, layer, false) >= 0) start_read(Kind::Weights, layer);
+}
+
+void BlockStore::prefetch_moments(int layer) {
+  if (layer < first_ || layer >= end_layer()) return;
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (block(layer).mv_slot >= 0) return;
+  if (take_slot(lock, Kind::Moments, layer, false) >= 0) start_read(Kind::Moments, layer);
+}
+
+float* BlockStore::gradients(int layer) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  Block& b = block(layer);
+  if (b.g_slot >= 0) return data(b.g_slot);
+  const int slot = take_slot(lock, Kind::Gradients, layer, true);
+  lock.unlock();  // the slot is this block's until its update: zeroed without the lock
+  std::memset(data(slot), 0, static_cast<size_t>(block_floats_) * sizeof(float));
+  return data(slot);
+}
+
+BlockStore::Update BlockStore::begin_update(int layer) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  Block& b = block(layer);
+  TANDEM_CHECK(b.g_slot >= 0, "the update of block {} without its gradients", layer);
+  if (b.w_slot < 0) {
+    take_slot(lock, Kind::Weights, layer, true);
+    start_read(Kind::Weights, layer);
+  }
+  ++slots_[static_cast<size_t>(b.w_slot)].holds;
+  if (b.mv_slot < 0) {
+    take_slot(lock, Kind::Moments, layer, true);
+    start_read(Kind::Moments, layer);
+  }
+  ++slots_[static_cast<size_t>(b.mv_slot)].holds;
+  await(lock, b.w_slot);
+  await(lock, b.mv_slot);
+  float* mv = data(b.mv_slot);
+  return {data(b.w_slot), data(b.g_slot), mv, mv + mv_slot_bytes_ / 2 / sizeof(float)};
+}
+
+void BlockStore::end_update(int layer) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Block& b = block(layer);
+  Slot& w = slots_[static_cast<size_t>(b.w_slot)];
+  Slot& mv = slots_[static_cast<size_t>(b.mv_slot)];
+  ++w.writes;
+  ++mv.writes;
+  const int w_slot = b.w_slot, mv_slot = b.mv_slot;
+  const uint64_t w_at = b.w_at, m_at = b.m_at, v_at = b.v_at, piece = piece_bytes(layer),
+                 half = mv_slot_bytes_ / 2;
+  char *wm = w.mem, *mvm = mv.mem;
+  io_.submit([this, w_slot, mv_slot, w_at, m_at, v_at, piece, half, wm, mvm] {
+    std::exception_ptr failed;
+    try {
+      tier_->write(w_at, wm, w_slot_bytes_);
+      tier_->write(m_at, mvm, piece);
+      tier_->write(v_at, mvm + half, piece);
+    } catch (...) {
+      failed = std::current_exception();
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    --slots_[static_cast<size_t>(w_slot)].writes;
+    --slots_[static_cast<size_t>(mv_slot)].writes;
+    if (failed && !error_) error_ = failed;
+    changed_.notify_all();
+  });
+  --w.holds;
+  --mv.holds;
+  slots_[static_cast<size_t>(b.g_slot)].layer = -1;
+  b.g_slot = -1;
+  changed_.notify_all();
+}
+
+void BlockStore::drop_gradients() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (Block& b : blocks_) {
+    if (b.g_slot < 0) continue;
+    slots_[static_cast<size_t>(b.g_slot)].layer = -1;
+    b.g_slot = -1;
+  }
+  changed_.notify_all();
+}
+
+void BlockStore::read_weights(int layer, float* out) {
+  const float* w = acquire(layer);
+  std::memcpy(out, w, static_cast<size_t>(block_floats_) * sizeof(float));
+  release(layer);
+}
+
+void BlockStore::write_weights(int layer, const float* in) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  Block& b = block(layer);
+  if (b.w_slot < 0) take_slot(lock, Kind::Weights, layer, true);
+  Slot& s = slots_[static_cast<size_t>(b.w_slot)];
+  await(lock, b.w_slot);
+  std::memcpy(s.mem, in, static_cast<size_t>(block_floats_) * sizeof(float));
+  const int slot = b.w_slot;
+  ++s.writes;
+  lock.unlock();
+  tier_->write(b.w_at, s.mem, w_slot_bytes_);
+  lock.lock();
+  --slots_[static_cast<size_t>(slot)].writes;
+  changed_.notify_all();
+}
+
+void BlockStore::read_moments(int layer, float* m, float* v) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  Block& b = block(layer);
+  if (b.mv_slot < 0) {
+    take_slot(lock, Kind::Moments, layer, true);
+    start_read(Kind::Moments, layer);
+  }
+  const int slot = b.mv_slot;
+  ++slots_[static_cast<size_t>(slot)].holds;
+  await(lock, slot);
+  const auto& [begin, end] = pieces_[static_cast<size_t>(layer - first_)];
+  const size_t bytes = static_cast<size_t>(end - begin) * sizeof(float);
+  std::memcpy(m, data(slot), bytes);
+  std::memcpy(v, slots_[static_cast<size_t>(slot)].mem + mv_slot_bytes_ / 2, bytes);
+  --slots_[static_cast<size_t>(slot)].holds;
+  changed_.notify_all();
+}
+
+void BlockStore::write_moments(int layer, const float* m, const float* v) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  Block& b = block(layer);
+  if (b.mv_slot < 0) take_slot(lock, Kind::Moments, layer, true);
+  const int slot = b.mv_slot;
+  Slot& s = slots_[static_cast<size_t>(slot)];
+  await(lock, slot);
+  const auto& [begin, end] = pieces_[static_cast<size_t>(layer - first_)];
+  const size_t bytes = static_cast<size_t>(end - begin) * sizeof(float);
+  std::memcpy(s.mem, m, bytes);
+  std::memcpy(s.mem + mv_slot_bytes_ / 2, v, bytes);
+  ++s.writes;
+  lock.unlock();
+  tier_->write(b.m_at, s.mem, piece_bytes(layer));
+  tier_->write(b.v_at, s.mem + mv_slot_bytes_ / 2, piece_bytes(layer));
+  lock.lock();
+  --s.writes;
+  changed_.notify_all();
+}
+
+void BlockStore::flush() {
+  io_.wait();
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (error_) std::rethrow_exception(error_);
+}
+
+}  // namespace tandem::parallel

@@ -1,0 +1,53 @@
+// The handlers: async-signal-safe (an atomic flag, write(2), and for a second signal the default
+// action re-raised).
+#include "stop_signal.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
+#include <cstring>
+
+namespace tandem::train::detail {
+namespace {
+
+std::atomic<int> g_received{0};
+struct sigaction g_old_term, g_old_int;
+
+void on_signal(int sig) {
+  int none = 0;
+  if (!g_received.compare_exchange_strong(none, sig)) {
+    // The second: stop now, as the signal's default action would have.
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    sigaction(sig, &dfl, nullptr);
+    raise(sig);
+    return;
+  }
+  const char* msg =
+      sig == SIGINT ? "\ntandem train: SIGINT: stopping after this step (again: stop at once)\n"
+                    : "tandem train: SIGTERM: stopping after this step (again: stop at once)\n";
+  const ssize_t ignored = write(STDERR_FILENO, msg, std::strlen(msg));
+  (void)ignored;
+}
+
+}  // namespace
+
+StopSignals::StopSignals() {
+  g_received = 0;
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;  // the collectives' and the files' system calls carry on
+  sigaction(SIGTERM, &sa, &g_old_term);
+  sigaction(SIGINT, &sa, &g_old_int);
+}
+
+StopSignals::~StopSignals() {
+  sigaction(SIGTERM, &g_old_term, nullptr);
+  sigaction(SIGINT, &g_old_int, nullptr);
+}
+
+int StopSignals::received() { return g_received.load(); }
+
+}  // namespace tandem::train::detail

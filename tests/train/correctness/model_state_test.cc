@@ -1,0 +1,154 @@
+// The blocks' model state in a slow tier (--model-state host|file:DIR): the same weights and
+// losses, bitwise, as in-core training with a bucket a block, on data-, tensor- and
+// pipeline-parallel grids, both tiers, both executors, AdamW and LAMB, bf16 gradients, beside
+// every kind of activation plan; checkpoints move between in-core and streamed runs; and the
+// settings it cannot serve are refused, naming the flag.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tandem/ooc/bytes.h"
+#include "train/test_util.h"
+
+namespace tandem::train {
+namespace {
+
+using exec::RunnerKind;
+using testing::expect_bitwise;
+using testing::ScratchDir;
+
+TrainConfig run(parallel::GridShape grid, int layers) {
+  TrainConfig c = testing::tiny_run(3);
+  c.model.n_layers = layers;
+  c.model.d_model = 32;
+  c.model.dropout = 0.1f;  // recomputed units draw the same masks from the store's weights
+  c.batch = 12;
+  c.grid = grid;
+  c.eval_every = 2;  // the validation's forward streams the blocks too
+  c.synthetic_bytes = 1 << 15;
+  c.optimizer.bucket_mb = 0.001;  // in-core: a bucket a block, as the store updates them
+  c.keep_weights = true;
+  return c;
+}
+
+struct Case {
+  parallel::GridShape grid;
+  int layers;
+};
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.grid.str(); }
+
+class ModelState : public ::testing::TestWithParam<Case> {};
+
+TEST_P(ModelState, WeightsBitwiseAsInCoreOnBothTiers) {
+  const Case& cs = GetParam();
+  ScratchDir dir;
+  TrainConfig in_core = run(cs.grid, cs.layers);
+  in_core.micro_batches = 1;
+  const TrainResult ref = train(in_core);
+  for (const std::string& tier : {std::string("host"), "file:" + dir.path()}) {
+    TrainConfig c = in_core;
+    c.model_state = ooc::TierSpec::parse(tier);
+    c.micro_batches = 1;  // pipelines too: the store updates a block after its one backward
+    const TrainResult r = train(c);
+    expect_bitwise(ref, r, tier);
+    EXPECT_EQ(r.val_losses, ref.val_losses) << tier;
+    EXPECT_TRUE(std::filesystem::is_empty(dir.path())) << "the tier's file is never visible";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Grids, ModelState,
+                         // More blocks per rank than the store has weight slots: blocks are
+                         // evicted and read back.
+                         ::testing::Values(Case{{1, 1, 1}, 6}, Case{{2, 1, 1}, 6},
+                                           Case{{3, 1, 1}, 5}, Case{{1, 2, 1}, 5},
+                                           Case{{1, 1, 2}, 10}, Case{{2, 2, 2}, 10}));
+
+TEST(ModelStateVariants, CompiledExecutorLambAndBf16Gradients) {
+  auto both = [](TrainConfig c, const std::string& what) {
+    const TrainResult ref = train(c);
+    c.model_state = ooc::TierSpec::parse("host");
+    expect_bitwise(ref, train(c), what);
+  };
+  TrainConfig c = run({2, 1, 1}, 6);
+  c.executor = RunnerKind::Compiled;
+  both(c, "compiled");
+  c.optimizer.kind = parallel::OptimizerKind::Lamb;
+  both(c, "lamb");
+  c.optimizer.kind = parallel::OptimizerKind::AdamW;
+  c.optimizer.grad_dtype = DType::BF16;
+  both(c, "bf16 gradients");
+  c.optimizer.grad_dtype = DType::F32;
+  c.optimizer.exchange = parallel::GradExchange::After;  // each block's update still runs at once
+  both(c, "exchange after");
+}
+
+// Every kind of activation plan (keep, swap, recompute, checkpoint-recompute chains, prefetch
+// distances) beside the streamed blocks: a recomputed unit reads its block's weights again.
+TEST(ModelStateVariants, BesideOutOfCoreActivationPlans) {
+  for (const char* plan : {"SRCKsRCKSRCK/p1", "RCCCCCCCCCCC/p2", "RRRRRRRRRRRR/p1",
+                           "KSKSsKsKKSKS/p3"}) {
+    TrainConfig c = run({1, 1, 1}, 6);
+    const TrainResult ref = train(c);
+    c.memory_budget = "64MiB";
+    c.ooc_plan = plan;
+    c.model_state = ooc::TierSpec::parse("host");
+    const TrainResult r = train(c);
+    EXPECT_EQ(r.ooc_plan, plan);
+    expect_bitwise(ref, r, plan);
+  }
+}
+
+// A checkpoint written while streaming resumes in-core, and the other way round, bitwise.
+TEST(ModelStateVariants, CheckpointsMoveBetweenInCoreAndStreamed) {
+  ScratchDir dir;
+  TrainConfig straight = run({2, 1, 1}, 6);
+  straight.steps = 4;
+  straight.eval_every = 0;
+  const TrainResult want = train(straight);
+  for (const bool streamed_first : {true, false}) {
+    const std::string ck = dir.path(streamed_first ? "from-streamed" : "from-in-core");
+    TrainConfig first = straight;
+    first.steps = 2;
+    first.save_dir = ck;
+    if (streamed_first) first.model_state = ooc::TierSpec::parse("file:" + dir.path());
+    train(first);
+    TrainConfig second = straight;
+    second.resume_dir = ck;
+    if (!streamed_first) second.model_state = ooc::TierSpec::parse("host");
+    const TrainResult got = train(second);
+    EXPECT_EQ(got.weights, want.weights) << (streamed_first ? "streamed, then in-core" : "back");
+  }
+}
+
+TEST(ModelStateVariants, WhatItCannotServeIsRefused) {
+  TrainConfig c = run({1, 1, 1}, 2);
+  c.model_state = ooc::TierSpec::parse("host");
+  c.micro_batches = 2;
+  EXPECT_EQ(testing::user_error_of([&] { train(c); }),
+            "--model-state host updates each block right after its backward, so it needs one "
+            "micro-batch per step; this run has 2 (--micro-batches 1, or a larger "
+            "--memory-budget for a larger micro-batch)");
+  c.micro_batches = 1;
+  c.optimizer.clip_grad_norm = 1.0;
+  EXPECT_EQ(testing::user_error_of([&] { train(c); }),
+            "--model-state host updates each block before the whole gradient's norm is known; "
+            "--clip-grad-norm cannot be used with it");
+  c.optimizer.clip_grad_norm.reset();
+  c.optimizer.state_tier = ooc::TierSpec::parse("host");
+  EXPECT_EQ(testing::user_error_of([&] { train(c); }),
+            "--model-state host already keeps the optimizer state in its tier; leave out "
+            "--optimizer-state");
+  c.optimizer.state_tier.reset();
+  c.model_state = ooc::TierSpec::parse("file:/proc/no-such-folder");
+  EXPECT_THAT(testing::user_error_of([&] { train(c); }),
+              ::testing::HasSubstr("--model-state file:/proc/no-such-folder: slow tier folder "
+                                   "'/proc/no-such-folder' cannot be created"));
+}
+
+}  // namespace
+}  // namespace tandem::train
