@@ -30,15 +30,27 @@ LoadedModel load_model(const std::string& dir) {
 std::pair<double, int64_t> evaluate_windows(const nn::ParameterSet& params,
                                             const std::vector<uint8_t>& tokens, int seq_len,
                                             int batch, int64_t max_windows) {
+  return evaluate_windows(
+      params,
+      TokenSplit::of_bytes("the data", "all of it",
+                           std::make_shared<const std::vector<uint8_t>>(tokens)),
+      seq_len, batch, max_windows);
+}
+
+std::pair<double, int64_t> evaluate_windows(const nn::ParameterSet& params,
+                                            const TokenSplit& split, int seq_len, int batch,
+                                            int64_t max_windows) {
   const nn::GPTConfig& c = params.config();
   if (seq_len < 1 || seq_len > c.max_positions)
     user_error("--seq-len {} must be in [1, {}] for this model", seq_len, c.max_positions);
   if (batch < 1) user_error("--batch {} must be at least 1", batch);
-  TokenSplit split{"the data", "all of it", std::make_shared<const std::vector<uint8_t>>(tokens)};
+  if (split.vocab_size > c.vocab_size)
+    user_error("the data's vocabulary has {} tokens; the model's has only {}", split.vocab_size,
+               c.vocab_size);
   int64_t windows = window_count(split, seq_len);
   if (windows == 0)
-    user_error("the data has {} bytes; evaluation needs at least seq_len + 1 = {}", tokens.size(),
-               seq_len + 1);
+    user_error("the data has {} {}; evaluation needs at least seq_len + 1 = {}", split.size(),
+               split.unit, seq_len + 1);
   if (max_windows > 0) windows = std::min(windows, max_windows);
   double sum = 0.0;
   std::unique_ptr<nn::GPTActivations> acts;

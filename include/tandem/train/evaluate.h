@@ -9,6 +9,7 @@
 
 #include "tandem/io/checkpoint.h"
 #include "tandem/nn/gpt.h"
+#include "tandem/train/data.h"
 
 namespace tandem::train {
 
@@ -27,5 +28,9 @@ LoadedModel load_model(const std::string& checkpoint_dir);
 std::pair<double, int64_t> evaluate_windows(const nn::ParameterSet& params,
                                             const std::vector<uint8_t>& tokens, int seq_len,
                                             int batch, int64_t max_windows);
+// The same over a split's tokens (bytes or mapped shards).
+std::pair<double, int64_t> evaluate_windows(const nn::ParameterSet& params,
+                                            const TokenSplit& split, int seq_len, int batch,
+                                            int64_t max_windows);
 
 }  // namespace tandem::train
