@@ -3,7 +3,9 @@
 #include "tandem/train/evaluate.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 
 #include "checkpoint_tensors.h"
@@ -25,6 +27,37 @@ LoadedModel load_model(const std::string& dir) {
   const std::vector<float> w = detail::whole_from_tensors(ck.weights, config, "", file);
   std::memcpy(out.params.flat().data(), w.data(), w.size() * sizeof(float));
   return out;
+}
+
+std::unique_ptr<Tokenizer> model_tokenizer(const LoadedModel& model, const std::string& given,
+                                           const std::string& checkpoint_dir) {
+  const nlohmann::json& x = model.meta.extra;
+  const std::string recorded =
+      x.contains("tokenizer") && x["tokenizer"].is_string() ? x["tokenizer"].get<std::string>() : "";
+  const std::string recorded_sha = x.contains("tokenizer_sha256") && x["tokenizer_sha256"].is_string()
+                                       ? x["tokenizer_sha256"].get<std::string>()
+                                       : "";
+  if (given.empty() && recorded.empty()) {
+    if (model.config.vocab_size == kByteVocab) return nullptr;
+    user_error(
+        "checkpoint '{}' has a vocabulary of {} tokens and names no tokenizer; give "
+        "--tokenizer FILE (the tokenizer.model of its data folder)",
+        checkpoint_dir, model.config.vocab_size);
+  }
+  if (given.empty() && !std::filesystem::exists(recorded))
+    user_error(
+        "checkpoint '{}' was trained with tokenizer '{}', which no longer exists; give "
+        "--tokenizer FILE",
+        checkpoint_dir, recorded);
+  auto tok = std::make_unique<Tokenizer>(Tokenizer::load(given.empty() ? recorded : given));
+  if (!recorded_sha.empty() && tok->sha256() != recorded_sha)
+    user_error(
+        "tokenizer '{}' (SHA-256 {}) is not the one checkpoint '{}' was trained with ({})",
+        tok->source(), tok->sha256(), checkpoint_dir, recorded_sha);
+  if (tok->vocab_size() != model.config.vocab_size)
+    user_error("tokenizer '{}' has {} tokens; the model of checkpoint '{}' has {}", tok->source(),
+               tok->vocab_size(), checkpoint_dir, model.config.vocab_size);
+  return tok;
 }
 
 std::pair<double, int64_t> evaluate_windows(const nn::ParameterSet& params,
@@ -67,6 +100,11 @@ std::pair<double, int64_t> evaluate_windows(const nn::ParameterSet& params,
     sum += static_cast<double>(loss) * rows;  // the mean over equal-length windows
   }
   return {sum / static_cast<double>(windows), windows * seq_len};
+}
+
+double bits_per_byte(double loss_nats, double bytes_per_token) {
+  TANDEM_CHECK(bytes_per_token > 0, "bytes per token {}", bytes_per_token);
+  return loss_nats / std::log(2.0) / bytes_per_token;
 }
 
 }  // namespace tandem::train

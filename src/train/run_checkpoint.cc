@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <memory>
 
 #include "corpus_cache.h"
@@ -74,6 +75,11 @@ io::Checkpoint run_checkpoint(const TrainConfig& cfg, const Corpus& corpus, int6
                    {"micro_batches", cfg.micro_batch_count()},
                    {"grid", {{"dp", cfg.grid.dp}, {"tp", cfg.grid.tp}, {"pp", cfg.grid.pp}}},
                    {"validation_fraction", cfg.validation_fraction}};
+  // Which tokenizer the model's ids belong to: tandem sample and eval decode with it.
+  if (!corpus.tokenizer_path.empty()) {
+    ck.meta.extra["tokenizer"] = std::filesystem::absolute(corpus.tokenizer_path).string();
+    ck.meta.extra["tokenizer_sha256"] = corpus.tokenizer_sha256;
+  }
   ck.weights = tensor_views(state.weights, cfg.model, "");
   ck.optimizer = tensor_views(state.m, cfg.model, "m.");
   for (io::NamedTensor& t : tensor_views(state.v, cfg.model, "v."))

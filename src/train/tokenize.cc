@@ -249,7 +249,8 @@ class TokenizeProgress {
   TokenizeProgress(std::ostream& out, bool terminal, bool enabled, uint64_t total)
       : out_(out), terminal_(terminal), enabled_(enabled), total_(total) {}
   void update(uint64_t bytes, uint64_t tokens, bool last) {
-    if (!enabled_) return;
+    // Elsewhere than on a terminal the summary line that follows says it all.
+    if (!enabled_ || (last && !terminal_)) return;
     const double t = seconds();
     if (!last && t - last_ < (terminal_ ? 0.25 : 10.0)) return;
     last_ = t;
@@ -270,7 +271,7 @@ class TokenizeProgress {
   std::ostream& out_;
   bool terminal_, enabled_;
   uint64_t total_;
-  double last_ = -1e300;
+  double last_ = 0;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
 };
 
