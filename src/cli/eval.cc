@@ -71,8 +71,8 @@ void add_eval(CLI::App& app) {
       text_bytes = static_cast<double>(split.size());
       if (const auto tok = train::model_tokenizer(model, f->tokenizer, f->checkpoint)) {
         const std::vector<uint8_t> bytes = split.bytes();
-        auto ids = std::make_shared<std::vector<int32_t>>(
-            tok->encode(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size())));
+        auto ids = std::make_shared<std::vector<int32_t>>(tok->encode(
+            std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size())));
         split = train::TokenSplit::of_spans(
             what, "all of it", {{ids->data(), ids->size(), 4, what}}, ids, tok->vocab_size());
       }

@@ -95,8 +95,8 @@ void add_sample(CLI::App& app) {
     std::string printed;
     auto print_new = [&](bool last) {
       if (!tok) return;
-      const std::string now = tok->decode(
-          std::vector<int32_t>(text.begin() + static_cast<std::ptrdiff_t>(prompt_tokens), text.end()));
+      const std::string now = tok->decode(std::vector<int32_t>(
+          text.begin() + static_cast<std::ptrdiff_t>(prompt_tokens), text.end()));
       if (now.compare(0, printed.size(), printed) != 0 ||
           (!last && now.find("\xEF\xBF\xBD", printed.size()) != std::string::npos))
         return;  // a partial character decodes to U+FFFD for now

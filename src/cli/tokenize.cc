@@ -1,10 +1,11 @@
 // `tandem tokenize`: encodes text files into a folder of token shards for `tandem train --data`
 // (flags into a TokenizeConfig; the work is train/tokenize).
+#include "tandem/train/tokenize.h"
+
 #include <memory>
 
 #include "commands.h"
 #include "tandem/core/error.h"
-#include "tandem/train/tokenize.h"
 
 namespace tandem::cli {
 

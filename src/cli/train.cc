@@ -1,6 +1,6 @@
-// `tandem train`: trains a GPT-2 model on a byte corpus or token shards across in-process or MPI ranks (flags
-// into a TrainConfig; the loop is train/trainer). `tandem plan`: the same model, grid and memory
-// flags, but only the out-of-core plan is made and reported.
+// `tandem train`: trains a GPT-2 model on a byte corpus or token shards across in-process or MPI
+// ranks (flags into a TrainConfig; the loop is train/trainer). `tandem plan`: the same model, grid
+// and memory flags, but only the out-of-core plan is made and reported.
 #include <fmt/format.h>
 
 #include <memory>

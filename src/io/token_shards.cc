@@ -78,7 +78,8 @@ ShardWriter::ShardWriter(std::string path, std::string shown_as, int64_t vocab_s
       tokenizer_(tokenizer) {
   fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd_ < 0) fail(errno);
-  const auto h = header(static_cast<uint32_t>(width_), 0, static_cast<uint32_t>(vocab_), tokenizer_);
+  const auto h =
+      header(static_cast<uint32_t>(width_), 0, static_cast<uint32_t>(vocab_), tokenizer_);
   write_at(h.data(), h.size(), 0);
 }
 
@@ -151,8 +152,7 @@ std::string ShardWriter::finish() {
   return sha.hex();
 }
 
-MappedShard::MappedShard(const std::string& path, int64_t vocab_size,
-                         const Sha256Digest& tokenizer)
+MappedShard::MappedShard(const std::string& path, int64_t vocab_size, const Sha256Digest& tokenizer)
     : path_(path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
@@ -191,8 +191,8 @@ MappedShard::MappedShard(const std::string& path, int64_t vocab_size,
     refuse("is not a tandem token shard (its magic number is wrong)");
   const uint32_t version = get<uint32_t>(h, 8);
   if (version != kShardVersion)
-    refuse(fmt::format("has format version {}; this tandem reads version {}", version,
-                       kShardVersion));
+    refuse(
+        fmt::format("has format version {}; this tandem reads version {}", version, kShardVersion));
   width_ = static_cast<int>(get<uint32_t>(h, 12));
   if (width_ != 2 && width_ != 4)
     refuse(fmt::format("has {}-byte tokens; shards hold 2- or 4-byte tokens", width_));
@@ -209,9 +209,9 @@ MappedShard::MappedShard(const std::string& path, int64_t vocab_size,
   Sha256Digest d;
   std::memcpy(d.data(), h + 32, d.size());
   if (d != tokenizer)
-    refuse(fmt::format(
-        "was written with another tokenizer (SHA-256 {}); its folder's tokenizer is {}",
-        digest_hex(d), digest_hex(tokenizer)));
+    refuse(
+        fmt::format("was written with another tokenizer (SHA-256 {}); its folder's tokenizer is {}",
+                    digest_hex(d), digest_hex(tokenizer)));
   tokens_ = h + kShardHeaderBytes;
 }
 

@@ -238,8 +238,8 @@ Corpus make_corpus(std::string bytes, const std::string& source, double validati
           bytes.begin(), bytes.end() - static_cast<std::ptrdiff_t>(n_val)));
   c.validation = TokenSplit::of_bytes(
       described, fmt::format("validation split (the last {})", percent(validation_fraction)),
-      std::make_shared<const std::vector<uint8_t>>(
-          bytes.end() - static_cast<std::ptrdiff_t>(n_val), bytes.end()));
+      std::make_shared<const std::vector<uint8_t>>(bytes.end() - static_cast<std::ptrdiff_t>(n_val),
+                                                   bytes.end()));
   return c;
 }
 

@@ -32,11 +32,13 @@ LoadedModel load_model(const std::string& dir) {
 std::unique_ptr<Tokenizer> model_tokenizer(const LoadedModel& model, const std::string& given,
                                            const std::string& checkpoint_dir) {
   const nlohmann::json& x = model.meta.extra;
-  const std::string recorded =
-      x.contains("tokenizer") && x["tokenizer"].is_string() ? x["tokenizer"].get<std::string>() : "";
-  const std::string recorded_sha = x.contains("tokenizer_sha256") && x["tokenizer_sha256"].is_string()
-                                       ? x["tokenizer_sha256"].get<std::string>()
-                                       : "";
+  const std::string recorded = x.contains("tokenizer") && x["tokenizer"].is_string()
+                                   ? x["tokenizer"].get<std::string>()
+                                   : "";
+  const std::string recorded_sha =
+      x.contains("tokenizer_sha256") && x["tokenizer_sha256"].is_string()
+          ? x["tokenizer_sha256"].get<std::string>()
+          : "";
   if (given.empty() && recorded.empty()) {
     if (model.config.vocab_size == kByteVocab) return nullptr;
     user_error(
@@ -51,9 +53,8 @@ std::unique_ptr<Tokenizer> model_tokenizer(const LoadedModel& model, const std::
         checkpoint_dir, recorded);
   auto tok = std::make_unique<Tokenizer>(Tokenizer::load(given.empty() ? recorded : given));
   if (!recorded_sha.empty() && tok->sha256() != recorded_sha)
-    user_error(
-        "tokenizer '{}' (SHA-256 {}) is not the one checkpoint '{}' was trained with ({})",
-        tok->source(), tok->sha256(), checkpoint_dir, recorded_sha);
+    user_error("tokenizer '{}' (SHA-256 {}) is not the one checkpoint '{}' was trained with ({})",
+               tok->source(), tok->sha256(), checkpoint_dir, recorded_sha);
   if (tok->vocab_size() != model.config.vocab_size)
     user_error("tokenizer '{}' has {} tokens; the model of checkpoint '{}' has {}", tok->source(),
                tok->vocab_size(), checkpoint_dir, model.config.vocab_size);
@@ -70,9 +71,8 @@ std::pair<double, int64_t> evaluate_windows(const nn::ParameterSet& params,
       seq_len, batch, max_windows);
 }
 
-std::pair<double, int64_t> evaluate_windows(const nn::ParameterSet& params,
-                                            const TokenSplit& split, int seq_len, int batch,
-                                            int64_t max_windows) {
+std::pair<double, int64_t> evaluate_windows(const nn::ParameterSet& params, const TokenSplit& split,
+                                            int seq_len, int batch, int64_t max_windows) {
   const nn::GPTConfig& c = params.config();
   if (seq_len < 1 || seq_len > c.max_positions)
     user_error("--seq-len {} must be in [1, {}] for this model", seq_len, c.max_positions);

@@ -1,10 +1,9 @@
 // Shard folders opened as corpora: shards.json parsed and checked, shards mapped.
 #include "tandem/train/token_corpus.h"
 
-#include <nlohmann/json.hpp>
-
 #include <filesystem>
 #include <memory>
+#include <nlohmann/json.hpp>
 
 #include "tandem/core/error.h"
 #include "tandem/core/sha256.h"
@@ -85,9 +84,8 @@ Corpus load_shard_corpus(const std::string& dir) {
   const nlohmann::json j = read_index(dir, &text);
   const int vocab = data_vocab_size(dir);
   const std::string tokenizer_path = in_dir(dir, kTokenizerFile);
-  const std::string want_sha = j["tokenizer_sha256"].is_string()
-                                   ? j["tokenizer_sha256"].get<std::string>()
-                                   : std::string();
+  const std::string want_sha =
+      j["tokenizer_sha256"].is_string() ? j["tokenizer_sha256"].get<std::string>() : std::string();
   const io::Sha256Digest digest =
       io::digest_from_hex(want_sha, fmt::format("shard index '{}'", in_dir(dir, kShardsJson)));
   const std::string have_sha = sha256_hex(io::read_file(tokenizer_path, "tokenizer"));

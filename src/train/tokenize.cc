@@ -46,9 +46,10 @@ size_t first_invalid_utf8(std::string_view s) {
       ++i;
       continue;
     }
-    const int extra = (c >= 0xC2 && c <= 0xDF) ? 1 : (c >= 0xE0 && c <= 0xEF) ? 2
-                                                 : (c >= 0xF0 && c <= 0xF4) ? 3
-                                                                            : -1;
+    const int extra = (c >= 0xC2 && c <= 0xDF)   ? 1
+                      : (c >= 0xE0 && c <= 0xEF) ? 2
+                      : (c >= 0xF0 && c <= 0xF4) ? 3
+                                                 : -1;
     if (extra < 0 || i + static_cast<size_t>(extra) >= n) return i;
     for (int k = 1; k <= extra; ++k)
       if ((p[i + static_cast<size_t>(k)] & 0xC0) != 0x80) return i;
@@ -238,7 +239,7 @@ std::pair<size_t, uint64_t> split_point(const std::vector<CorpusFile>& files, ui
   const std::string around = read_range(files[f].path, from, static_cast<size_t>(at - from) + 1);
   const size_t nl = at > from ? around.rfind('\n', at - from - 1) : std::string::npos;
   if (nl != std::string::npos) return {f, from + nl + 1};
-  if (from == 0) return {f, 0};  // the line starts with the file
+  if (from == 0) return {f, 0};    // the line starts with the file
   size_t cut = around.size() - 1;  // a very long line: cut it at a character boundary
   while (cut > 0 && (static_cast<unsigned char>(around[cut]) & 0xC0) == 0x80) --cut;
   return {f, from + cut};
@@ -284,10 +285,10 @@ void encode_all(std::vector<Chunk>& chunks, const std::vector<CorpusFile>& files
       Chunk& c = chunks[i];
       const size_t bad = first_invalid_utf8(c.text);
       if (bad != std::string_view::npos) {
-        c.error = fmt::format(
-            "text file '{}' is not UTF-8 text: byte {} (0x{:02x}) is {}", files[c.file].path,
-            c.offset + bad, static_cast<unsigned char>(c.text[bad]),
-            c.text[bad] == '\0' ? "a NUL (a binary file?)" : "not valid UTF-8");
+        c.error =
+            fmt::format("text file '{}' is not UTF-8 text: byte {} (0x{:02x}) is {}",
+                        files[c.file].path, c.offset + bad, static_cast<unsigned char>(c.text[bad]),
+                        c.text[bad] == '\0' ? "a NUL (a binary file?)" : "not valid UTF-8");
         continue;
       }
       c.ids = tok.encode(c.text);
@@ -339,13 +340,13 @@ std::vector<std::string> corpus_files(const std::vector<std::string>& inputs) {
     in.read(head.data(), static_cast<std::streamsize>(head.size()));
     head.resize(static_cast<size_t>(in.gcount()));
     if (const size_t nul = head.find('\0'); nul != std::string::npos)
-      user_error("text file '{}' is binary (a NUL byte at offset {}); tokenize reads UTF-8 text",
-                 f, nul);
+      user_error("text file '{}' is binary (a NUL byte at offset {}); tokenize reads UTF-8 text", f,
+                 nul);
     std::error_code size_ec;
     total += fs::file_size(f, size_ec);
   }
-  if (total == 0) user_error("the corpus ({} file{}) holds no text", files.size(),
-                             files.size() == 1 ? "" : "s");
+  if (total == 0)
+    user_error("the corpus ({} file{}) holds no text", files.size(), files.size() == 1 ? "" : "s");
   return files;
 }
 
@@ -383,8 +384,10 @@ TokenizeSummary tokenize(const TokenizeConfig& cfg) {
   const auto [split_file, split_offset] = split_point(files, total, cfg.validation_fraction);
   uint64_t val_bytes = 0;
   for (size_t f = 0; f < files.size(); ++f)
-    if (f > split_file) val_bytes += files[f].bytes;
-    else if (f == split_file) val_bytes += files[f].bytes - split_offset;
+    if (f > split_file)
+      val_bytes += files[f].bytes;
+    else if (f == split_file)
+      val_bytes += files[f].bytes - split_offset;
   if (cfg.validation_fraction > 0 && val_bytes == 0)
     user_error("--val-fraction {} of {} bytes of text leaves no validation text",
                cfg.validation_fraction, total);
@@ -410,23 +413,22 @@ TokenizeSummary tokenize(const TokenizeConfig& cfg) {
   }
   progress.update(done, train.tokens() + val.tokens(), true);
 
-  const nlohmann::json index = {
-      {"format", "tandem token shards"},
-      {"version", kShardsFormatVersion},
-      {"vocab_size", vocab},
-      {"dtype", io::token_bytes_for(vocab) == 2 ? "uint16" : "uint32"},
-      {"eos_id", tok.eos_id()},
-      {"tokenizer", std::string(kTokenizerFile)},
-      {"tokenizer_sha256", tok.sha256()},
-      {"tokenizer_source", tok.source()},
-      {"inputs", {{"files", files.size()}, {"text_bytes", total}}},
-      {"train", train.finish(total - val_bytes)},
-      {"validation", val.finish(val_bytes)}};
+  const nlohmann::json index = {{"format", "tandem token shards"},
+                                {"version", kShardsFormatVersion},
+                                {"vocab_size", vocab},
+                                {"dtype", io::token_bytes_for(vocab) == 2 ? "uint16" : "uint32"},
+                                {"eos_id", tok.eos_id()},
+                                {"tokenizer", std::string(kTokenizerFile)},
+                                {"tokenizer_sha256", tok.sha256()},
+                                {"tokenizer_source", tok.source()},
+                                {"inputs", {{"files", files.size()}, {"text_bytes", total}}},
+                                {"train", train.finish(total - val_bytes)},
+                                {"validation", val.finish(val_bytes)}};
   io::write_file_atomic((fs::path(folder.temp()) / kTokenizerFile).string(), tok.model_bytes());
   io::write_file_atomic((fs::path(folder.temp()) / kShardsJson).string(), index.dump(2) + "\n");
   folder.commit();
 
-  TokenizeSummary s{vocab,        files.size(), total,       train.tokens(),
+  TokenizeSummary s{vocab,        files.size(),   total,       train.tokens(),
                     val.tokens(), train.shards(), val.shards()};
   out << fmt::format(
       "tandem tokenize: {} file{}, {:.2f} MB of text -> {} training tokens in {} shard{}, {} "

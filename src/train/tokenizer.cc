@@ -64,8 +64,9 @@ class Lines : public sentencepiece::SentenceIterator {
         "--vocab-size {} is too large for this corpus: its text yields at most {} pieces; use "
         "a smaller vocabulary or more text",
         vocab_size, m[1].str());
-  if (std::regex_search(message, m, std::regex("Vocabulary size is smaller than required_chars. "
-                                               "[0-9]+ vs ([0-9]+)")))
+  if (std::regex_search(message, m,
+                        std::regex("Vocabulary size is smaller than required_chars. "
+                                   "[0-9]+ vs ([0-9]+)")))
     user_error(
         "--vocab-size {} is too small for this corpus: its characters, the 256 byte tokens and "
         "the control tokens need at least {}",
@@ -103,10 +104,10 @@ Tokenizer Tokenizer::train(const std::vector<std::string>& files, int vocab_size
   const std::unordered_map<std::string, std::string> args = {
       {"model_type", "bpe"},
       {"vocab_size", std::to_string(vocab_size)},
-      {"byte_fallback", "true"},                 // every byte encodes: no unknown token
-      {"normalization_rule_name", "identity"},   // text is kept as it is ...
-      {"remove_extra_whitespaces", "false"},     // ... spaces included ...
-      {"add_dummy_prefix", "false"},             // ... so decode(encode(t)) == t
+      {"byte_fallback", "true"},                // every byte encodes: no unknown token
+      {"normalization_rule_name", "identity"},  // text is kept as it is ...
+      {"remove_extra_whitespaces", "false"},    // ... spaces included ...
+      {"add_dummy_prefix", "false"},            // ... so decode(encode(t)) == t
       {"split_digits", "true"},
       {"character_coverage", "0.9995"},
       {"max_sentence_length", std::to_string(kMaxLineBytes)},
@@ -119,8 +120,7 @@ Tokenizer Tokenizer::train(const std::vector<std::string>& files, int vocab_size
   const auto st = sentencepiece::SentencePieceTrainer::Train(args, &lines, &impl->bytes);
   if (!st.ok()) vocab_refused(std::string(st.message()), vocab_size);
   const auto loaded = impl->sp.LoadFromSerializedProto(impl->bytes);
-  TANDEM_CHECK(loaded.ok(), "SentencePiece cannot load the model it trained: {}",
-               loaded.message());
+  TANDEM_CHECK(loaded.ok(), "SentencePiece cannot load the model it trained: {}", loaded.message());
   impl->sha = sha256_hex(impl->bytes);
   impl->source = "trained";
   return Tokenizer(std::move(impl));

@@ -44,8 +44,8 @@ void TrainConfig::validate() const {
   model.validate();
   // The data decides the vocabulary: 256 for bytes, the tokenizer's for a shard folder.
   if (const int v = data_vocab_size(data); model.vocab_size != v)
-    user_error("the model's vocabulary is {}; the data ({}) has {} tokens",
-               model.vocab_size, data.empty() ? "the synthetic corpus" : data, v);
+    user_error("the model's vocabulary is {}; the data ({}) has {} tokens", model.vocab_size,
+               data.empty() ? "the synthetic corpus" : data, v);
   if (batch < 1) user_error("--batch {} must be at least 1", batch);
   if (steps < 0) user_error("--steps {} must be 0 or more", steps);
   // The optimizer programs compute in f32: a rate past its range would be infinite there.

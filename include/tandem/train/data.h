@@ -28,8 +28,8 @@ struct TokenSpan {
 // One part of a corpus: its tokens, the concatenation of its spans in order, and the words errors
 // use for it. Byte vectors and mapped shards look the same to the sampler through it.
 struct TokenSplit {
-  std::string source;         // "data file 'notes.txt'", "the synthetic corpus"
-  std::string name;           // "training split (the first 90%)"
+  std::string source;          // "data file 'notes.txt'", "the synthetic corpus"
+  std::string name;            // "training split (the first 90%)"
   std::string unit = "bytes";  // what a token is called in messages: "bytes" or "tokens"
   int vocab_size = kByteVocab;
   std::vector<TokenSpan> spans;

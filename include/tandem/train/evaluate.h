@@ -37,9 +37,8 @@ std::pair<double, int64_t> evaluate_windows(const nn::ParameterSet& params,
                                             const std::vector<uint8_t>& tokens, int seq_len,
                                             int batch, int64_t max_windows);
 // The same over a split's tokens (bytes or mapped shards).
-std::pair<double, int64_t> evaluate_windows(const nn::ParameterSet& params,
-                                            const TokenSplit& split, int seq_len, int batch,
-                                            int64_t max_windows);
+std::pair<double, int64_t> evaluate_windows(const nn::ParameterSet& params, const TokenSplit& split,
+                                            int seq_len, int batch, int64_t max_windows);
 
 // Bits per byte of a mean loss of `loss_nats` per token, each token standing for
 // `bytes_per_token` bytes of text: comparable across tokenizers (bytes: loss / ln 2).

@@ -53,11 +53,17 @@ TEST(TokenizeErrors, VocabularySizes) {
   testing::write_corpus(dir);
   TokenizeConfig c = testing::tiny_tokenize(dir, "out");
   c.vocab_size = 100;
-  EXPECT_EQ(user_error_of([&] { tokenize(c); }).rfind("--vocab-size 100 is too small for this corpus: its characters, the 256 byte tokens and the control tokens need at least ", 0),
+  EXPECT_EQ(user_error_of([&] { tokenize(c); })
+                .rfind("--vocab-size 100 is too small for this corpus: its characters, the 256 "
+                       "byte tokens and the control tokens need at least ",
+                       0),
             0u);
   c.vocab_size = 60000;
-  EXPECT_EQ(user_error_of([&] { tokenize(c); }).rfind("--vocab-size 60000 is too large for this corpus: its text yields at most ", 0),
-            0u);
+  EXPECT_EQ(
+      user_error_of([&] {
+        tokenize(c);
+      }).rfind("--vocab-size 60000 is too large for this corpus: its text yields at most ", 0),
+      0u);
 }
 
 TEST(TokenizeErrors, OutputFolders) {
@@ -67,10 +73,13 @@ TEST(TokenizeErrors, OutputFolders) {
   EXPECT_EQ(user_error_of([&] { tokenize(c); }),
             "output folder '" + dir.path("corpus") + "' is not empty; give a new or empty folder");
   c.output_dir = dir.path("corpus/a.txt/out");
-  EXPECT_EQ(user_error_of([&] { tokenize(c); }).rfind("cannot create output folder '" + dir.path("corpus/a.txt/out") + "': ", 0), 0u);
+  EXPECT_EQ(user_error_of([&] {
+              tokenize(c);
+            }).rfind("cannot create output folder '" + dir.path("corpus/a.txt/out") + "': ", 0),
+            0u);
   c.output_dir = dir.path("corpus/a.txt");
-  EXPECT_EQ(user_error_of([&] { tokenize(c); }),
-            "output folder '" + dir.path("corpus/a.txt") + "' is a file; give a new or empty folder");
+  EXPECT_EQ(user_error_of([&] { tokenize(c); }), "output folder '" + dir.path("corpus/a.txt") +
+                                                     "' is a file; give a new or empty folder");
 }
 
 class ShardErrors : public ::testing::Test {
@@ -95,8 +104,9 @@ TEST_F(ShardErrors, WrongMagic) {
   std::string bytes = testing::read_bytes(shard());
   bytes[0] = 'X';
   testing::write_bytes(shard(), bytes);
-  EXPECT_EQ(user_error_of([&] { load_shard_corpus(dir_.path("shards")); }),
-            "token shard '" + shard() + "' is not a tandem token shard (its magic number is wrong)");
+  EXPECT_EQ(
+      user_error_of([&] { load_shard_corpus(dir_.path("shards")); }),
+      "token shard '" + shard() + "' is not a tandem token shard (its magic number is wrong)");
 }
 
 TEST_F(ShardErrors, AnotherTokenizer) {
@@ -109,13 +119,16 @@ TEST_F(ShardErrors, AnotherTokenizer) {
   // One of its shards among these: its header names the other tokenizer.
   fs::copy_file(dir_.path("other/train-000001.bin"), shard(), fs::copy_options::overwrite_existing);
   const std::string message = user_error_of([&] { load_shard_corpus(dir_.path("shards")); });
-  EXPECT_EQ(message.rfind("token shard '" + shard() + "' was written with another tokenizer (SHA-256 ", 0), 0u)
+  EXPECT_EQ(message.rfind(
+                "token shard '" + shard() + "' was written with another tokenizer (SHA-256 ", 0),
+            0u)
       << message;
   // The folder's tokenizer replaced: its SHA-256 is not the one the shards were written with.
   const std::string model = dir_.path("shards/tokenizer.model");
   fs::copy_file(dir_.path("other/tokenizer.model"), model, fs::copy_options::overwrite_existing);
-  EXPECT_EQ(user_error_of([&] { load_shard_corpus(dir_.path("shards")); })
-                .rfind("tokenizer '" + model + "' (SHA-256 ", 0),
+  EXPECT_EQ(user_error_of([&] {
+              load_shard_corpus(dir_.path("shards"));
+            }).rfind("tokenizer '" + model + "' (SHA-256 ", 0),
             0u);
 }
 

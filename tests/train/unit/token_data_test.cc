@@ -74,7 +74,8 @@ TEST(Tokenize, SameShardsForAnyThreadCount) {
   for (const auto& e : std::filesystem::directory_iterator(dir.path("one"))) {
     const std::string f = e.path().filename().string();
     if (f == "shards.json") continue;
-    EXPECT_EQ(testing::read_bytes(dir.path("one/" + f)), testing::read_bytes(dir.path("three/" + f)))
+    EXPECT_EQ(testing::read_bytes(dir.path("one/" + f)),
+              testing::read_bytes(dir.path("three/" + f)))
         << f;
     ++compared;
   }
