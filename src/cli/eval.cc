@@ -1,5 +1,6 @@
-// `tandem eval`: the mean loss of a checkpoint's model on a text file (or on the synthetic
-// corpus's validation split), over consecutive windows of its training sequence length.
+// `tandem eval`: the mean loss of a checkpoint's model on a text file, a shard folder's validation
+// split, or the synthetic corpus's validation split, over consecutive windows of its training
+// sequence length: loss per token, perplexity and bits per byte (comparable across tokenizers).
 #include <fmt/format.h>
 
 #include <cmath>
@@ -8,6 +9,7 @@
 #include "commands.h"
 #include "tandem/core/error.h"
 #include "tandem/train/data.h"
+#include "tandem/train/token_corpus.h"
 #include "tandem/train/trainer.h"
 
 namespace tandem::cli {
@@ -16,6 +18,7 @@ namespace {
 struct EvalFlags {
   std::string checkpoint;
   std::string data;
+  std::string tokenizer;
   int batch = 8;
   int seq_len = 0;
   int64_t max_windows = 0;
@@ -31,7 +34,11 @@ void add_eval(CLI::App& app) {
       ->required();
   cmd->add_option(
       "--data", f->data,
-      "Text file to score, all of it (default: the synthetic corpus's validation split)");
+      "Text file to score, all of it, or a folder of token shards (its validation split); "
+      "default: the synthetic corpus's validation split");
+  cmd->add_option("--tokenizer", f->tokenizer,
+                  "SentencePiece .model that encodes a text file for a subword model (default: "
+                  "the one the checkpoint's data recorded)");
   cmd->add_option("--batch", f->batch, "Windows per forward pass")->capture_default_str();
   auto* seq_len = cmd->add_option("--seq-len", f->seq_len,
                                   "Window length (default: the model's training length)");
@@ -44,24 +51,43 @@ void add_eval(CLI::App& app) {
     if (f->batch < 1) user_error("--batch {} must be at least 1", f->batch);
     const train::LoadedModel model = train::load_model(f->checkpoint);
     const int T = seq_len->count() > 0 ? f->seq_len : model.config.seq_len;
-    std::shared_ptr<const std::vector<uint8_t>> tokens;
+    train::TokenSplit split;
     std::string what;
+    double text_bytes = 0;  // the bytes of text the scored tokens came from
     if (f->data.empty()) {
-      const train::Corpus c = train::synthetic_corpus();
-      tokens = c.validation.tokens;
+      split = train::synthetic_corpus().validation;
       what = "the synthetic corpus's validation split";
+      text_bytes = static_cast<double>(split.size());
+    } else if (train::is_shard_folder(f->data)) {
+      const train::Corpus c = train::load_shard_corpus(f->data);
+      split = c.validation;
+      what = fmt::format("the validation split of '{}'", f->data);
+      text_bytes = static_cast<double>(c.validation_text_bytes);
     } else {
       // All of the file is scored: a split with no validation part.
       const train::Corpus c = train::load_text_corpus(f->data, 0.0);
-      tokens = c.train.tokens;
+      split = c.train;
       what = fmt::format("'{}'", f->data);
+      text_bytes = static_cast<double>(split.size());
+      if (const auto tok = train::model_tokenizer(model, f->tokenizer, f->checkpoint)) {
+        const std::vector<uint8_t> bytes = split.bytes();
+        auto ids = std::make_shared<std::vector<int32_t>>(tok->encode(
+            std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size())));
+        split = train::TokenSplit::of_spans(
+            what, "all of it", {{ids->data(), ids->size(), 4, what}}, ids, tok->vocab_size());
+      }
     }
     const auto [loss, scored] =
-        train::evaluate_windows(model.params, *tokens, T, f->batch, f->max_windows);
+        train::evaluate_windows(model.params, split, T, f->batch, f->max_windows);
+    // Bits per byte: the scored tokens' bits over the bytes of text they stand for (the split's
+    // mean bytes per token when only some windows are scored).
+    const double bytes_per_token =
+        split.size() > 0 ? text_bytes / static_cast<double>(split.size()) : 1.0;
     fmt::print(
-        "loss {:.4f} (perplexity {:.3f}, {:.3f} bits/byte) over {} tokens of {}, "
+        "loss {:.4f} per token (perplexity {:.3f}, {:.3f} bits/byte) over {} tokens of {}, "
         "checkpoint at step {}\n",
-        loss, std::exp(loss), loss / std::log(2.0), scored, what, model.meta.step);
+        loss, std::exp(loss), train::bits_per_byte(loss, bytes_per_token), scored, what,
+        model.meta.step);
   });
 }
 

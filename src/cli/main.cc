@@ -51,6 +51,7 @@ int main(int argc, char** argv) {
   CLI::App app{"tandem: distributed training with computation and communication in one program"};
   app.require_subcommand(1);
   tandem::cli::add_info(app);
+  tandem::cli::add_tokenize(app);
   tandem::cli::add_train(app);
   tandem::cli::add_plan(app);
   tandem::cli::add_eval(app);

@@ -1,4 +1,5 @@
-// `tandem sample`: generates text from a checkpoint's model, one byte at a time after a prompt.
+// `tandem sample`: generates text from a checkpoint's model, one token at a time after a prompt:
+// bytes, or subword tokens decoded with the tokenizer its data recorded (or --tokenizer).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -19,6 +20,7 @@ namespace {
 struct SampleFlags {
   std::string checkpoint;
   std::string prompt;
+  std::string tokenizer;
   int tokens = 200;
   double temperature = 0.8;
   int top_k = 0;
@@ -58,7 +60,10 @@ void add_sample(CLI::App& app) {
                   "Checkpoint folder (written by tandem train --save)")
       ->required();
   cmd->add_option("--prompt", f->prompt, "Text to continue")->capture_default_str();
-  cmd->add_option("--tokens", f->tokens, "Bytes to generate")->capture_default_str();
+  cmd->add_option("--tokenizer", f->tokenizer,
+                  "SentencePiece .model to decode with (default: the one the checkpoint's data "
+                  "recorded)");
+  cmd->add_option("--tokens", f->tokens, "Tokens to generate")->capture_default_str();
   cmd->add_option("--temperature", f->temperature,
                   "Sampling temperature (0: always the most likely byte)")
       ->capture_default_str();
@@ -72,11 +77,33 @@ void add_sample(CLI::App& app) {
     if (f->top_k < 0) user_error("--top-k {} must be 0 or more", f->top_k);
     const train::LoadedModel model = train::load_model(f->checkpoint);
     const nn::GPTConfig& c = model.config;
+    const std::unique_ptr<train::Tokenizer> tok =
+        train::model_tokenizer(model, f->tokenizer, f->checkpoint);
     std::vector<int32_t> text;
-    for (unsigned char ch : f->prompt) text.push_back(ch);
+    if (tok) {
+      text = tok->encode(f->prompt);
+      if (text.empty() && tok->eos_id() >= 0) text.push_back(tok->eos_id());  // a document start
+    } else {
+      for (unsigned char ch : f->prompt) text.push_back(ch);
+    }
     if (text.empty()) text.push_back('\n');  // something to condition on
     std::fwrite(f->prompt.data(), 1, f->prompt.size(), stdout);
     std::fflush(stdout);
+    // Subword output is printed as the decoded text grows: a character spread over byte tokens
+    // appears once all of it has been drawn.
+    const size_t prompt_tokens = text.size();
+    std::string printed;
+    auto print_new = [&](bool last) {
+      if (!tok) return;
+      const std::string now = tok->decode(std::vector<int32_t>(
+          text.begin() + static_cast<std::ptrdiff_t>(prompt_tokens), text.end()));
+      if (now.compare(0, printed.size(), printed) != 0 ||
+          (!last && now.find("\xEF\xBF\xBD", printed.size()) != std::string::npos))
+        return;  // a partial character decodes to U+FFFD for now
+      std::fwrite(now.data() + printed.size(), 1, now.size() - printed.size(), stdout);
+      std::fflush(stdout);
+      printed = now;
+    };
     // The context is the last seq_len bytes; activations are allocated per context length.
     std::unique_ptr<nn::GPTActivations> acts;
     std::unique_ptr<nn::Workspace> ws;
@@ -93,9 +120,14 @@ void add_sample(CLI::App& app) {
       const int next = draw(probs, c.vocab_size, f->temperature, f->top_k,
                             random_uniform(f->seed, static_cast<uint64_t>(i)));
       text.push_back(next);
-      std::fputc(next, stdout);
-      std::fflush(stdout);
+      if (tok) {
+        print_new(false);
+      } else {
+        std::fputc(next, stdout);
+        std::fflush(stdout);
+      }
     }
+    print_new(true);
     std::fputc('\n', stdout);
   });
 }

@@ -1,6 +1,6 @@
-// `tandem train`: trains a GPT-2 model on a byte corpus across in-process or MPI ranks (flags
-// into a TrainConfig; the loop is train/trainer). `tandem plan`: the same model, grid and memory
-// flags, but only the out-of-core plan is made and reported.
+// `tandem train`: trains a GPT-2 model on a byte corpus or token shards across in-process or MPI
+// ranks (flags into a TrainConfig; the loop is train/trainer). `tandem plan`: the same model, grid
+// and memory flags, but only the out-of-core plan is made and reported.
 #include <fmt/format.h>
 
 #include <memory>
@@ -10,6 +10,7 @@
 #include "tandem/comm/communicator.h"
 #include "tandem/core/error.h"
 #include "tandem/io/checkpoint.h"
+#include "tandem/train/token_corpus.h"
 #include "tandem/train/trainer.h"
 
 namespace tandem::cli {
@@ -21,10 +22,17 @@ struct ModelPreset {
 };
 
 // tiny: seconds on one core (tests, smoke runs). small: the default run, a minute on 2 cores.
+// gpt2 ... gpt2-xl: GPT-2's published shapes (124M, 350M, 774M, 1.5B parameters with its 50257
+// tokens). The vocabulary is never the preset's: it is the data's (docs/data.md).
 ModelPreset preset(const std::string& name) {
   if (name == "tiny") return {2, 2, 64, 64, 8};
   if (name == "small") return {4, 4, 128, 64, 16};
-  user_error("--model {}: the presets are tiny and small", name);
+  if (name == "gpt2") return {12, 12, 768, 1024, 8};
+  if (name == "gpt2-medium") return {24, 16, 1024, 1024, 8};
+  if (name == "gpt2-large") return {36, 20, 1280, 1024, 8};
+  if (name == "gpt2-xl") return {48, 25, 1600, 1024, 8};
+  user_error("--model {}: the presets are tiny, small, gpt2, gpt2-medium, gpt2-large and gpt2-xl",
+             name);
 }
 
 struct TrainFlags {
@@ -43,7 +51,10 @@ struct SizeOptions {
 };
 
 SizeOptions add_size_flags(CLI::App* cmd, TrainFlags& f) {
-  return {cmd->add_option("--model", f.model, "Model preset: tiny or small")->capture_default_str(),
+  return {cmd->add_option("--model", f.model,
+                          "Model preset: tiny, small, gpt2, gpt2-medium, gpt2-large or gpt2-xl "
+                          "(--layers etc. override its sizes; the vocabulary is the data's)")
+              ->capture_default_str(),
           cmd->add_option("--layers", f.layers, "Transformer blocks (overrides the preset)"),
           cmd->add_option("--heads", f.heads, "Attention heads"),
           cmd->add_option("--d-model", f.d_model, "Model width"),
@@ -112,6 +123,7 @@ train::TrainConfig config_of(const TrainFlags& flags, const SizeOptions& o,
   m.seq_len = o.seq_len->count() ? flags.seq_len : p.seq_len;
   if (!from_checkpoint) m.max_positions = m.seq_len;
   m.dropout = dropout;
+  m.vocab_size = train::data_vocab_size(cfg.data);
   cfg.batch = o.batch->count() ? flags.batch : p.batch;
   cfg.progress = !flags.quiet;
   if (!flags.comm_timeout.empty())
@@ -188,7 +200,8 @@ void add_train(CLI::App& app) {
   cmd->add_flag("--tune", c.tune, "Autotune every program's schedule for this run first (cached)");
   cmd->add_option(
       "--data", c.data,
-      "Train on this text file (bytes as tokens); default: the built-in synthetic corpus");
+      "Train on this text file (bytes as tokens) or folder of token shards (written by tandem "
+      "tokenize); default: the built-in synthetic corpus");
   cmd->add_option("--val-fraction", c.validation_fraction,
                   "Fraction of the data held out for validation")
       ->capture_default_str();
@@ -214,7 +227,12 @@ void add_train(CLI::App& app) {
       "Seconds a rank waits for its peers in one collective before the run fails naming "
       "the ranks that did not arrive (0: forever; default TANDEM_COMM_TIMEOUT, else 600)");
   CLI::Option* tier = add_memory_flags(cmd, c);
-  cmd->callback([flags, sizes, tier] {
+  cmd->callback([flags, sizes, tier, cmd] {
+    if (cmd->get_option("--val-fraction")->count() > 0 && train::is_shard_folder(flags->cfg.data))
+      user_error(
+          "--val-fraction applies to a text file; the validation split of '{}' was chosen by "
+          "tandem tokenize (its --val-fraction)",
+          flags->cfg.data);
     const train::TrainResult r = train::train(config_of(*flags, sizes, tier));
     if (r.stopped_by_signal != 0) throw StoppedBySignal{r.stopped_by_signal};
   });

@@ -7,6 +7,8 @@
 #include <mutex>
 #include <string>
 
+#include "tandem/train/token_corpus.h"
+
 namespace tandem::train::detail {
 
 std::shared_ptr<const Corpus> corpus_for(const TrainConfig& c) {
@@ -18,8 +20,9 @@ std::shared_ptr<const Corpus> corpus_for(const TrainConfig& c) {
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
   auto corpus = std::make_shared<const Corpus>(
-      c.data.empty() ? synthetic_corpus(bytes, kSyntheticSeed, c.validation_fraction)
-                     : load_text_corpus(c.data, c.validation_fraction));
+      c.data.empty()            ? synthetic_corpus(bytes, kSyntheticSeed, c.validation_fraction)
+      : is_shard_folder(c.data) ? load_shard_corpus(c.data)
+                                : load_text_corpus(c.data, c.validation_fraction));
   if (cache.size() > 8) cache.clear();
   cache[key] = corpus;
   return corpus;

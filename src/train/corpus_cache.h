@@ -9,7 +9,8 @@
 
 namespace tandem::train::detail {
 
-// The corpus of config.data (or the synthetic one), split by config.validation_fraction; the same
+// The corpus of config.data (a shard folder, a text file split by config.validation_fraction, or
+// the synthetic corpus); the same
 // object for every call with the same three settings while it stays cached.
 std::shared_ptr<const Corpus> corpus_for(const TrainConfig& config);
 

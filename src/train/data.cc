@@ -1,6 +1,7 @@
 // Byte-level corpora, the synthetic grammar, and the counter-based batch sampler.
 #include "tandem/train/data.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 
@@ -144,6 +145,80 @@ void sentence(Chooser& c, std::string& out) {
 
 }  // namespace
 
+TokenSplit TokenSplit::of_bytes(std::string source, std::string name,
+                                std::shared_ptr<const std::vector<uint8_t>> bytes) {
+  std::vector<TokenSpan> spans{{bytes->data(), bytes->size(), 1, source}};
+  return of_spans(std::move(source), std::move(name), std::move(spans), std::move(bytes),
+                  kByteVocab);
+}
+
+TokenSplit TokenSplit::of_spans(std::string source, std::string name, std::vector<TokenSpan> spans,
+                                std::shared_ptr<const void> memory, int vocab_size) {
+  TokenSplit s;
+  s.source = std::move(source);
+  s.name = std::move(name);
+  s.vocab_size = vocab_size;
+  uint64_t total = 0;
+  for (TokenSpan& span : spans) {
+    TANDEM_CHECK(span.width == 1 || span.width == 2 || span.width == 4, "width {}", span.width);
+    if (span.width != 1) s.unit = "tokens";
+    if (span.count == 0) continue;  // an empty shard: nothing to find there
+    total += span.count;
+    s.ends.push_back(total);
+    s.spans.push_back(std::move(span));
+  }
+  s.memory = std::move(memory);
+  return s;
+}
+
+void TokenSplit::read(uint64_t offset, uint64_t n, int32_t* out) const {
+  TANDEM_CHECK(offset + n <= size(), "tokens [{}, {}) of {}", offset, offset + n, size());
+  // The span holding `offset`: the first whose end lies past it.
+  size_t i = static_cast<size_t>(std::upper_bound(ends.begin(), ends.end(), offset) - ends.begin());
+  while (n > 0) {
+    const TokenSpan& span = spans[i];
+    const uint64_t begin = i == 0 ? 0 : ends[i - 1];
+    const uint64_t at = offset - begin, take = std::min(n, span.count - at);
+    bool bad = false;
+    if (span.width == 1) {
+      const auto* p = static_cast<const uint8_t*>(span.data) + at;
+      for (uint64_t k = 0; k < take; ++k) out[k] = p[k];
+    } else if (span.width == 2) {
+      const auto* p = static_cast<const uint16_t*>(span.data) + at;
+      for (uint64_t k = 0; k < take; ++k) {
+        out[k] = p[k];
+        bad |= out[k] >= vocab_size;
+      }
+    } else {
+      const auto* p = static_cast<const uint32_t*>(span.data) + at;
+      for (uint64_t k = 0; k < take; ++k) {
+        bad |= p[k] >= static_cast<uint32_t>(vocab_size);
+        out[k] = static_cast<int32_t>(p[k]);
+      }
+    }
+    if (bad)
+      for (uint64_t k = 0; k < take; ++k)
+        if (out[k] < 0 || out[k] >= vocab_size)
+          user_error("{} holds token id {} at token {}, at or past the vocabulary of {} tokens",
+                     span.name, static_cast<uint32_t>(out[k]), at + k, vocab_size);
+    out += take;
+    offset += take;
+    n -= take;
+    ++i;
+  }
+}
+
+std::vector<uint8_t> TokenSplit::bytes() const {
+  std::vector<uint8_t> out;
+  out.reserve(size());
+  for (const TokenSpan& span : spans) {
+    TANDEM_CHECK(span.width == 1, "{} holds {}-byte tokens, not bytes", span.name, span.width);
+    const auto* p = static_cast<const uint8_t*>(span.data);
+    out.insert(out.end(), p, p + span.count);
+  }
+  return out;
+}
+
 std::string Corpus::fingerprint_hex() const { return fmt::format("{:016x}", fingerprint); }
 
 Corpus make_corpus(std::string bytes, const std::string& source, double validation_fraction) {
@@ -157,13 +232,14 @@ Corpus make_corpus(std::string bytes, const std::string& source, double validati
       static_cast<size_t>(std::floor(static_cast<double>(n) * validation_fraction));
   const std::string described = source == "synthetic" ? std::string("the synthetic corpus")
                                                       : fmt::format("data file '{}'", source);
-  c.train.source = c.validation.source = described;
-  c.train.name = fmt::format("training split (the first {})", percent(1.0 - validation_fraction));
-  c.validation.name = fmt::format("validation split (the last {})", percent(validation_fraction));
-  c.train.tokens = std::make_shared<const std::vector<uint8_t>>(
-      bytes.begin(), bytes.end() - static_cast<std::ptrdiff_t>(n_val));
-  c.validation.tokens = std::make_shared<const std::vector<uint8_t>>(
-      bytes.end() - static_cast<std::ptrdiff_t>(n_val), bytes.end());
+  c.train = TokenSplit::of_bytes(
+      described, fmt::format("training split (the first {})", percent(1.0 - validation_fraction)),
+      std::make_shared<const std::vector<uint8_t>>(
+          bytes.begin(), bytes.end() - static_cast<std::ptrdiff_t>(n_val)));
+  c.validation = TokenSplit::of_bytes(
+      described, fmt::format("validation split (the last {})", percent(validation_fraction)),
+      std::make_shared<const std::vector<uint8_t>>(bytes.end() - static_cast<std::ptrdiff_t>(n_val),
+                                                   bytes.end()));
   return c;
 }
 
@@ -211,9 +287,9 @@ BatchSampler::BatchSampler(TokenSplit split, int64_t batch, int64_t seq_len, uin
   if (seq_len < 1) user_error("sequence length must be at least 1 (got {})", seq_len);
   if (split_.size() < static_cast<size_t>(seq_len) + 1)
     user_error(
-        "{} is too short for sequence length {}: its {} has {} bytes, and one sequence "
+        "{} is too short for sequence length {}: its {} has {} {}, and one sequence "
         "needs {}",
-        split_.source, seq_len, split_.name, split_.size(), seq_len + 1);
+        split_.source, seq_len, split_.name, split_.size(), split_.unit, seq_len + 1);
 }
 
 int64_t BatchSampler::row_offset(int64_t step, int64_t row) const {
@@ -237,14 +313,15 @@ Batch BatchSampler::rows(int64_t step, int64_t row_begin, int64_t row_end) const
   b.seq_len = seq_len_;
   b.inputs.resize(static_cast<size_t>(b.rows * seq_len_));
   b.targets.resize(b.inputs.size());
-  const uint8_t* tokens = split_.tokens->data();
+  std::vector<int32_t> window(static_cast<size_t>(seq_len_) + 1);
   for (int64_t r = 0; r < b.rows; ++r) {
-    const uint8_t* window = tokens + row_offset(step, row_begin + r);
+    split_.read(static_cast<uint64_t>(row_offset(step, row_begin + r)), window.size(),
+                window.data());
     int32_t* in = b.inputs.data() + r * seq_len_;
     int32_t* tg = b.targets.data() + r * seq_len_;
     for (int64_t t = 0; t < seq_len_; ++t) {
-      in[t] = window[t];
-      tg[t] = window[t + 1];
+      in[t] = window[static_cast<size_t>(t)];
+      tg[t] = window[static_cast<size_t>(t) + 1];
     }
   }
   return b;
@@ -272,9 +349,9 @@ Batch window_batch(const TokenSplit& split, int64_t seq_len, int64_t first_windo
   const int64_t count = window_count(split, seq_len);
   if (count == 0)
     user_error(
-        "{} is too short for sequence length {}: its {} has {} bytes, and one sequence "
+        "{} is too short for sequence length {}: its {} has {} {}, and one sequence "
         "needs {}",
-        split.source, seq_len, split.name, split.size(), seq_len + 1);
+        split.source, seq_len, split.name, split.size(), split.unit, seq_len + 1);
   TANDEM_CHECK(first_window >= 0 && rows >= 0 && first_window + rows <= count,
                "windows [{}, {}) of {}", first_window, first_window + rows, count);
   Batch b;
@@ -282,12 +359,12 @@ Batch window_batch(const TokenSplit& split, int64_t seq_len, int64_t first_windo
   b.seq_len = seq_len;
   b.inputs.resize(static_cast<size_t>(rows * seq_len));
   b.targets.resize(b.inputs.size());
-  const uint8_t* tokens = split.tokens->data();
+  std::vector<int32_t> window(static_cast<size_t>(seq_len) + 1);
   for (int64_t r = 0; r < rows; ++r) {
-    const uint8_t* window = tokens + (first_window + r) * seq_len;
+    split.read(static_cast<uint64_t>((first_window + r) * seq_len), window.size(), window.data());
     for (int64_t t = 0; t < seq_len; ++t) {
-      b.inputs[static_cast<size_t>(r * seq_len + t)] = window[t];
-      b.targets[static_cast<size_t>(r * seq_len + t)] = window[t + 1];
+      b.inputs[static_cast<size_t>(r * seq_len + t)] = window[static_cast<size_t>(t)];
+      b.targets[static_cast<size_t>(r * seq_len + t)] = window[static_cast<size_t>(t) + 1];
     }
   }
   return b;

@@ -3,7 +3,9 @@
 #include "tandem/train/evaluate.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 
 #include "checkpoint_tensors.h"
@@ -34,18 +36,61 @@ LoadedModel load_model(const std::string& dir) {
   return out;
 }
 
+std::unique_ptr<Tokenizer> model_tokenizer(const LoadedModel& model, const std::string& given,
+                                           const std::string& checkpoint_dir) {
+  const nlohmann::json& x = model.meta.extra;
+  const std::string recorded = x.contains("tokenizer") && x["tokenizer"].is_string()
+                                   ? x["tokenizer"].get<std::string>()
+                                   : "";
+  const std::string recorded_sha =
+      x.contains("tokenizer_sha256") && x["tokenizer_sha256"].is_string()
+          ? x["tokenizer_sha256"].get<std::string>()
+          : "";
+  if (given.empty() && recorded.empty()) {
+    if (model.config.vocab_size == kByteVocab) return nullptr;
+    user_error(
+        "checkpoint '{}' has a vocabulary of {} tokens and names no tokenizer; give "
+        "--tokenizer FILE (the tokenizer.model of its data folder)",
+        checkpoint_dir, model.config.vocab_size);
+  }
+  if (given.empty() && !std::filesystem::exists(recorded))
+    user_error(
+        "checkpoint '{}' was trained with tokenizer '{}', which no longer exists; give "
+        "--tokenizer FILE",
+        checkpoint_dir, recorded);
+  auto tok = std::make_unique<Tokenizer>(Tokenizer::load(given.empty() ? recorded : given));
+  if (!recorded_sha.empty() && tok->sha256() != recorded_sha)
+    user_error("tokenizer '{}' (SHA-256 {}) is not the one checkpoint '{}' was trained with ({})",
+               tok->source(), tok->sha256(), checkpoint_dir, recorded_sha);
+  if (tok->vocab_size() != model.config.vocab_size)
+    user_error("tokenizer '{}' has {} tokens; the model of checkpoint '{}' has {}", tok->source(),
+               tok->vocab_size(), checkpoint_dir, model.config.vocab_size);
+  return tok;
+}
+
 std::pair<double, int64_t> evaluate_windows(const nn::ParameterSet& params,
                                             const std::vector<uint8_t>& tokens, int seq_len,
                                             int batch, int64_t max_windows) {
+  return evaluate_windows(
+      params,
+      TokenSplit::of_bytes("the data", "all of it",
+                           std::make_shared<const std::vector<uint8_t>>(tokens)),
+      seq_len, batch, max_windows);
+}
+
+std::pair<double, int64_t> evaluate_windows(const nn::ParameterSet& params, const TokenSplit& split,
+                                            int seq_len, int batch, int64_t max_windows) {
   const nn::GPTConfig& c = params.config();
   if (seq_len < 1 || seq_len > c.max_positions)
     user_error("--seq-len {} must be in [1, {}] for this model", seq_len, c.max_positions);
   if (batch < 1) user_error("--batch {} must be at least 1", batch);
-  TokenSplit split{"the data", "all of it", std::make_shared<const std::vector<uint8_t>>(tokens)};
+  if (split.vocab_size > c.vocab_size)
+    user_error("the data's vocabulary has {} tokens; the model's has only {}", split.vocab_size,
+               c.vocab_size);
   int64_t windows = window_count(split, seq_len);
   if (windows == 0)
-    user_error("the data has {} bytes; evaluation needs at least seq_len + 1 = {}", tokens.size(),
-               seq_len + 1);
+    user_error("the data has {} {}; evaluation needs at least seq_len + 1 = {}", split.size(),
+               split.unit, seq_len + 1);
   if (max_windows > 0) windows = std::min(windows, max_windows);
   double sum = 0.0;
   std::unique_ptr<nn::GPTActivations> acts;
@@ -62,6 +107,11 @@ std::pair<double, int64_t> evaluate_windows(const nn::ParameterSet& params,
     sum += static_cast<double>(loss) * rows;  // the mean over equal-length windows
   }
   return {sum / static_cast<double>(windows), windows * seq_len};
+}
+
+double bits_per_byte(double loss_nats, double bytes_per_token) {
+  TANDEM_CHECK(bytes_per_token > 0, "bytes per token {}", bytes_per_token);
+  return loss_nats / std::log(2.0) / bytes_per_token;
 }
 
 }  // namespace tandem::train

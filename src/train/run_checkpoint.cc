@@ -78,6 +78,11 @@ io::RunMeta run_meta(const TrainConfig& cfg, const Corpus& corpus, int64_t step)
                 {"micro_batches", cfg.micro_batch_count()},
                 {"grid", {{"dp", cfg.grid.dp}, {"tp", cfg.grid.tp}, {"pp", cfg.grid.pp}}},
                 {"validation_fraction", cfg.validation_fraction}};
+  // Which tokenizer the model's ids belong to: tandem sample and eval decode with it.
+  if (!corpus.tokenizer_path.empty()) {
+    meta.extra["tokenizer"] = std::filesystem::absolute(corpus.tokenizer_path).string();
+    meta.extra["tokenizer_sha256"] = corpus.tokenizer_sha256;
+  }
   return meta;
 }
 

@@ -11,6 +11,7 @@
 #include "tandem/ooc/bytes.h"
 #include "tandem/ooc/plan.h"
 #include "tandem/train/data.h"
+#include "tandem/train/token_corpus.h"
 
 namespace tandem::train {
 
@@ -42,9 +43,10 @@ void TrainConfig::validate() const {
   if (!(model.dropout >= 0.0f && model.dropout < 1.0f))
     user_error("--dropout {} must be in [0, 1)", model.dropout);
   model.validate();
-  if (model.vocab_size != kByteVocab)
-    user_error("the model's vocabulary is {}; tandem trains on bytes (256 tokens)",
-               model.vocab_size);
+  // The data decides the vocabulary: 256 for bytes, the tokenizer's for a shard folder.
+  if (const int v = data_vocab_size(data); model.vocab_size != v)
+    user_error("the model's vocabulary is {}; the data ({}) has {} tokens", model.vocab_size,
+               data.empty() ? "the synthetic corpus" : data, v);
   if (batch < 1) user_error("--batch {} must be at least 1", batch);
   if (steps < 0) user_error("--steps {} must be 0 or more", steps);
   // The optimizer programs compute in f32: a rate past its range would be infinite there.

@@ -1,5 +1,6 @@
 // Training data: byte-level corpora (a text file, or a built-in synthetic corpus a small GPT
-// learns in a minute), split into training and validation parts, and a batch sampler that is a
+// learns in a minute) or folders of token shards (train/token_corpus.h), split into training and
+// validation parts, and a batch sampler that is a
 // pure function of (seed, step, row): resuming at step k draws exactly the batches an
 // uninterrupted run would, and every data-parallel rank draws its own rows of the same global
 // batch without talking to the others.
@@ -16,23 +17,54 @@ namespace tandem::train {
 inline constexpr int kByteVocab = 256;
 inline constexpr double kDefaultValidationFraction = 0.1;
 
-// One part of a corpus: its tokens and the words errors use for it.
-struct TokenSplit {
-  std::string source;  // "data file 'notes.txt'", "the synthetic corpus"
-  std::string name;    // "training split (the first 90%)"
-  std::shared_ptr<const std::vector<uint8_t>> tokens;
-
-  size_t size() const { return tokens ? tokens->size() : 0; }
+// A run of tokens in memory: a byte vector's, or one memory-mapped shard's payload.
+struct TokenSpan {
+  const void* data = nullptr;
+  uint64_t count = 0;
+  int width = 1;     // bytes per token: 1 (bytes), 2 or 4 (shards)
+  std::string name;  // errors name it: "token shard 'data/train-000001.bin'"
 };
 
-// A byte-level corpus (token = byte, vocabulary 256): the first (1 - f) of the bytes for
-// training, the last f for validation.
-struct Corpus {
-  std::string source;  // the file path, or "synthetic"
+// One part of a corpus: its tokens, the concatenation of its spans in order, and the words errors
+// use for it. Byte vectors and mapped shards look the same to the sampler through it.
+struct TokenSplit {
+  std::string source;          // "data file 'notes.txt'", "the synthetic corpus"
+  std::string name;            // "training split (the first 90%)"
+  std::string unit = "bytes";  // what a token is called in messages: "bytes" or "tokens"
   int vocab_size = kByteVocab;
-  uint64_t fingerprint = 0;  // FNV-1a of all bytes: a resumed run can tell the data changed
+  std::vector<TokenSpan> spans;
+  std::vector<uint64_t> ends;          // ends[i]: tokens in spans 0..i
+  std::shared_ptr<const void> memory;  // keeps the spans' memory alive (a vector, mapped shards)
+
+  // A split over bytes already in memory.
+  static TokenSplit of_bytes(std::string source, std::string name,
+                             std::shared_ptr<const std::vector<uint8_t>> bytes);
+  // A split over `spans`, kept alive by `memory`; ids at or past `vocab_size` are refused when
+  // read, naming the span.
+  static TokenSplit of_spans(std::string source, std::string name, std::vector<TokenSpan> spans,
+                             std::shared_ptr<const void> memory, int vocab_size);
+
+  size_t size() const { return ends.empty() ? 0 : static_cast<size_t>(ends.back()); }
+  // Tokens [offset, offset + n) into `out`, across spans.
+  void read(uint64_t offset, uint64_t n, int32_t* out) const;
+  // All tokens of a byte split (tests, entropy).
+  std::vector<uint8_t> bytes() const;
+};
+
+// A corpus: byte-level (token = byte, vocabulary 256; the first (1 - f) of the bytes for
+// training, the last f for validation), or token shards written by `tandem tokenize`.
+struct Corpus {
+  std::string source;  // the file path, the shard folder, or "synthetic"
+  int vocab_size = kByteVocab;
+  uint64_t fingerprint = 0;  // a resumed run can tell the data changed: FNV-1a of all bytes, or
+                             // the first 64 bits of the SHA-256 of a shard folder's shards.json
   TokenSplit train;
   TokenSplit validation;
+  // Shard folders: the tokenizer's .model file and its SHA-256, and the bytes of text the
+  // validation tokens came from (bits per byte). Empty / 0 for byte corpora.
+  std::string tokenizer_path;
+  std::string tokenizer_sha256;
+  uint64_t validation_text_bytes = 0;
 
   std::string fingerprint_hex() const;  // 16 hex digits
 };
@@ -63,7 +95,7 @@ Corpus synthetic_corpus(size_t bytes = kSyntheticBytes, uint64_t seed = kSynthet
 double unigram_entropy(const std::vector<uint8_t>& tokens);
 
 // Rows of token windows: inputs[r * seq_len + t] predicts targets[r * seq_len + t], which is the
-// byte after it in the corpus. Row-major (rows, seq_len).
+// token after it in the corpus. Row-major (rows, seq_len).
 struct Batch {
   int64_t rows = 0;
   int64_t seq_len = 0;

@@ -3,12 +3,15 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "tandem/io/checkpoint.h"
 #include "tandem/nn/gpt.h"
+#include "tandem/train/data.h"
+#include "tandem/train/tokenizer.h"
 
 namespace tandem::train {
 
@@ -21,11 +24,24 @@ struct LoadedModel {
 };
 LoadedModel load_model(const std::string& checkpoint_dir);
 
+// The tokenizer a checkpoint's model reads: `given` (--tokenizer) or the one its training data
+// recorded; null for a byte-level model given none. A recorded tokenizer that is gone, one whose
+// SHA-256 differs from the recorded, or one whose vocabulary is not the model's is a UserError.
+std::unique_ptr<Tokenizer> model_tokenizer(const LoadedModel& model, const std::string& given,
+                                           const std::string& checkpoint_dir);
+
 // The mean loss of `params` over every full window of seq_len tokens of `tokens` (consecutive,
 // non-overlapping), at most `max_windows` of them (0: all), `batch` windows at a time. Returns
 // (mean loss, tokens scored).
 std::pair<double, int64_t> evaluate_windows(const nn::ParameterSet& params,
                                             const std::vector<uint8_t>& tokens, int seq_len,
                                             int batch, int64_t max_windows);
+// The same over a split's tokens (bytes or mapped shards).
+std::pair<double, int64_t> evaluate_windows(const nn::ParameterSet& params, const TokenSplit& split,
+                                            int seq_len, int batch, int64_t max_windows);
+
+// Bits per byte of a mean loss of `loss_nats` per token, each token standing for
+// `bytes_per_token` bytes of text: comparable across tokenizers (bytes: loss / ln 2).
+double bits_per_byte(double loss_nats, double bytes_per_token);
 
 }  // namespace tandem::train

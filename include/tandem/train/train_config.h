@@ -18,11 +18,12 @@
 namespace tandem::train {
 
 struct TrainConfig {
-  nn::GPTConfig model;        // vocab_size 256 (bytes); max_positions = seq_len unless set larger
-  int64_t batch = 16;         // rows of the global batch
-  int64_t steps = 200;        // train until this many optimizer steps have been taken
-  double lr = 3e-3;           // peak learning rate
-  int64_t warmup = 20;        // linear warm-up steps, then cosine decay ...
+  nn::GPTConfig model;  // vocab_size: the data's (256, or data_vocab_size(data)); max_positions =
+                        // seq_len unless set larger
+  int64_t batch = 16;   // rows of the global batch
+  int64_t steps = 200;  // train until this many optimizer steps have been taken
+  double lr = 3e-3;     // peak learning rate
+  int64_t warmup = 20;  // linear warm-up steps, then cosine decay ...
   double min_lr_ratio = 0.1;  // ... to lr * min_lr_ratio at the last step
   uint64_t seed = 1;          // initialisation, batches, dropout
   parallel::OptimizerConfig optimizer;
@@ -35,7 +36,7 @@ struct TrainConfig {
   // used where there is one, else the preference lists.
   bool tune = false;
 
-  std::string data;            // a text file; empty: the built-in synthetic corpus
+  std::string data;            // a text file, a folder of token shards; empty: the synthetic corpus
   size_t synthetic_bytes = 0;  // 0: the default size
   double validation_fraction = 0.1;
   int64_t eval_every = 50;   // validation loss every N steps and at the end (0: never)

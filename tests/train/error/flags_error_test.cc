@@ -36,8 +36,8 @@ TEST(Flags, ParseErrorsAreTandemErrors) {
   r = run_tandem("trian");
   EXPECT_EQ(r.status, 1);
   EXPECT_EQ(r.output,
-            "tandem: error: 'trian' is not a tandem command; the commands are info, train, "
-            "plan, eval, sample, tune, emit\n");
+            "tandem: error: 'trian' is not a tandem command; the commands are info, tokenize, "
+            "train, plan, eval, sample, tune, emit\n");
   r = run_tandem("train --help");
   EXPECT_EQ(r.status, 0);
   EXPECT_THAT(r.output, HasSubstr("--layers"));

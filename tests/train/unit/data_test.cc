@@ -70,8 +70,8 @@ TEST(Synthetic, IsLearnable) {
   // A model that knows the last three bytes could reach the conditional entropy; the unigram
   // entropy is where a model that learnt nothing stays. The gap is what a small GPT learns fast.
   const Corpus c = synthetic_corpus(1 << 18);
-  const double h1 = unigram_entropy(*c.train.tokens);
-  const double h3 = conditional_entropy(*c.train.tokens, 3);
+  const double h1 = unigram_entropy(c.train.bytes());
+  const double h3 = conditional_entropy(c.train.bytes(), 3);
   EXPECT_GT(h1, 2.8);
   EXPECT_LT(h1, 3.3);
   EXPECT_LT(h3, 0.3 * h1) << "H1 " << h1 << " H|3 " << h3;
@@ -87,9 +87,9 @@ TEST(Corpus, SplitsTheLastTenPercentForValidation) {
   EXPECT_EQ(c.vocab_size, 256);
   ASSERT_EQ(c.train.size(), 900u);
   ASSERT_EQ(c.validation.size(), 100u);
-  EXPECT_EQ(std::string(c.train.tokens->begin(), c.train.tokens->end()), bytes.substr(0, 900));
-  EXPECT_EQ(std::string(c.validation.tokens->begin(), c.validation.tokens->end()),
-            bytes.substr(900));
+  const std::vector<uint8_t> train = c.train.bytes(), validation = c.validation.bytes();
+  EXPECT_EQ(std::string(train.begin(), train.end()), bytes.substr(0, 900));
+  EXPECT_EQ(std::string(validation.begin(), validation.end()), bytes.substr(900));
   EXPECT_EQ(c.train.name, "training split (the first 90%)");
   EXPECT_EQ(c.validation.name, "validation split (the last 10%)");
   EXPECT_EQ(c.train.source, "data file '" + dir.path("t.txt") + "'");
@@ -113,7 +113,7 @@ TEST(BatchSampler, WindowsAreCorpusSlicesWithShiftedTargets) {
   ASSERT_EQ(b.rows, 8);
   ASSERT_EQ(b.seq_len, 32);
   ASSERT_EQ(b.inputs.size(), 8u * 32);
-  const auto& tokens = *c.train.tokens;
+  const std::vector<uint8_t> tokens = c.train.bytes();
   for (int64_t r = 0; r < 8; ++r) {
     const int64_t off = s.row_offset(5, r);
     ASSERT_GE(off, 0);

@@ -1,0 +1,45 @@
+// A subword tokenizer: a SentencePiece BPE model, trained on text files or loaded from a .model
+// file, that encodes text to token ids and decodes them back. Trained models use byte fallback
+// and no normalisation, so every input encodes and decode(encode(text)) == text.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tandem::train {
+
+class Tokenizer {
+ public:
+  // Loads a SentencePiece .model file; a missing or malformed file is a UserError naming it.
+  static Tokenizer load(const std::string& path);
+  // Trains a BPE model of `vocab_size` pieces on the lines of `files` (read once; at most
+  // kMaxTrainingLines of them sampled) with `threads` threads. A vocabulary the text cannot fill,
+  // or one too small for its characters, is a UserError that says which sizes would do.
+  static Tokenizer train(const std::vector<std::string>& files, int vocab_size, int threads);
+
+  ~Tokenizer();
+  Tokenizer(Tokenizer&&) noexcept;
+  Tokenizer& operator=(Tokenizer&&) noexcept;
+
+  int vocab_size() const;
+  int eos_id() const;  // appended after each document; decodes to nothing (-1: the model has none)
+  // Thread-safe: encoders run on every core at once.
+  std::vector<int32_t> encode(std::string_view text) const;
+  std::string decode(const std::vector<int32_t>& ids) const;
+
+  const std::string& model_bytes() const;  // the serialised .model
+  const std::string& sha256() const;       // of model_bytes(): the tokenizer's fingerprint
+  const std::string& source() const;       // the file it came from, or "trained"
+
+ private:
+  struct Impl;
+  explicit Tokenizer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+inline constexpr int64_t kMaxTrainingLines = 2'000'000;
+
+}  // namespace tandem::train

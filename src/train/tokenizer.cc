@@ -1,0 +1,155 @@
+// The SentencePiece tokenizer behind train::Tokenizer: training through a sentence iterator over
+// the corpus's lines, and the processor that encodes and decodes.
+#include "tandem/train/tokenizer.h"
+
+#include <sentencepiece_processor.h>
+#include <sentencepiece_trainer.h>
+
+#include <fstream>
+#include <regex>
+#include <unordered_map>
+
+#include "tandem/core/error.h"
+#include "tandem/core/sha256.h"
+#include "tandem/io/atomic_file.h"
+
+namespace tandem::train {
+namespace {
+
+// SentencePiece skips longer lines when training; longer lines are fed in pieces this long.
+constexpr size_t kMaxLineBytes = 8192;
+
+// The lines of the training files in order, each long line cut into pieces at UTF-8 boundaries.
+class Lines : public sentencepiece::SentenceIterator {
+ public:
+  explicit Lines(const std::vector<std::string>& files) : files_(files) { Next(); }
+  bool done() const override { return done_; }
+  const std::string& value() const override { return value_; }
+  sentencepiece::util::Status status() const override { return {}; }
+  void Next() override {
+    for (;;) {
+      if (!rest_.empty()) {
+        size_t n = std::min(rest_.size(), kMaxLineBytes);
+        while (n < rest_.size() && n > 0 && (static_cast<unsigned char>(rest_[n]) & 0xC0) == 0x80)
+          --n;  // never split a character
+        if (n == 0) n = std::min(rest_.size(), kMaxLineBytes);
+        value_ = rest_.substr(0, n);
+        rest_.erase(0, n);
+        return;
+      }
+      if (in_.is_open() && std::getline(in_, rest_)) continue;  // cut above (empty: skipped)
+      if (in_.is_open()) in_.close();
+      if (next_file_ == files_.size()) {
+        done_ = true;
+        return;
+      }
+      in_.open(files_[next_file_++], std::ios::binary);
+      if (!in_) user_error("cannot read text file '{}'", files_[next_file_ - 1]);
+    }
+  }
+
+ private:
+  const std::vector<std::string>& files_;
+  size_t next_file_ = 0;
+  std::ifstream in_;
+  std::string rest_, value_;
+  bool done_ = false;
+};
+
+// SentencePiece's refusals of a vocabulary size, in tandem's words.
+[[noreturn]] void vocab_refused(const std::string& message, int vocab_size) {
+  std::smatch m;
+  if (std::regex_search(message, m, std::regex("Please set it to a value <= ([0-9]+)")))
+    user_error(
+        "--vocab-size {} is too large for this corpus: its text yields at most {} pieces; use "
+        "a smaller vocabulary or more text",
+        vocab_size, m[1].str());
+  if (std::regex_search(message, m,
+                        std::regex("Vocabulary size is smaller than required_chars. "
+                                   "[0-9]+ vs ([0-9]+)")))
+    user_error(
+        "--vocab-size {} is too small for this corpus: its characters, the 256 byte tokens and "
+        "the control tokens need at least {}",
+        vocab_size, m[1].str());
+  user_error("training the tokenizer failed: {}", message);
+}
+
+}  // namespace
+
+struct Tokenizer::Impl {
+  sentencepiece::SentencePieceProcessor sp;
+  std::string bytes, sha, source;
+};
+
+Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Tokenizer::~Tokenizer() = default;
+Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
+Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
+
+Tokenizer Tokenizer::load(const std::string& path) {
+  auto impl = std::make_unique<Impl>();
+  impl->bytes = io::read_file(path, "tokenizer");
+  const auto st = impl->sp.LoadFromSerializedProto(impl->bytes);
+  if (!st.ok())
+    user_error("tokenizer '{}' is not a SentencePiece .model file ({})", path, st.message());
+  impl->sha = sha256_hex(impl->bytes);
+  impl->source = path;
+  return Tokenizer(std::move(impl));
+}
+
+Tokenizer Tokenizer::train(const std::vector<std::string>& files, int vocab_size, int threads) {
+  if (vocab_size < 1) user_error("--vocab-size {} must be at least 1", vocab_size);
+  Lines lines(files);
+  if (lines.done()) user_error("the corpus has no text to train a tokenizer on");
+  const std::unordered_map<std::string, std::string> args = {
+      {"model_type", "bpe"},
+      {"vocab_size", std::to_string(vocab_size)},
+      {"byte_fallback", "true"},                // every byte encodes: no unknown token
+      {"normalization_rule_name", "identity"},  // text is kept as it is ...
+      {"remove_extra_whitespaces", "false"},    // ... spaces included ...
+      {"add_dummy_prefix", "false"},            // ... so decode(encode(t)) == t
+      {"split_digits", "true"},
+      {"character_coverage", "0.9995"},
+      {"max_sentence_length", std::to_string(kMaxLineBytes)},
+      {"input_sentence_size", std::to_string(kMaxTrainingLines)},
+      {"shuffle_input_sentence", "true"},
+      {"num_threads", std::to_string(std::max(1, threads))},
+      {"minloglevel", "2"},
+  };
+  auto impl = std::make_unique<Impl>();
+  const auto st = sentencepiece::SentencePieceTrainer::Train(args, &lines, &impl->bytes);
+  if (!st.ok()) vocab_refused(std::string(st.message()), vocab_size);
+  const auto loaded = impl->sp.LoadFromSerializedProto(impl->bytes);
+  TANDEM_CHECK(loaded.ok(), "SentencePiece cannot load the model it trained: {}", loaded.message());
+  impl->sha = sha256_hex(impl->bytes);
+  impl->source = "trained";
+  return Tokenizer(std::move(impl));
+}
+
+int Tokenizer::vocab_size() const { return impl_->sp.GetPieceSize(); }
+int Tokenizer::eos_id() const { return impl_->sp.eos_id(); }
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
+  std::vector<int> ids;
+  const auto st = impl_->sp.Encode(std::string(text), &ids);
+  TANDEM_CHECK(st.ok(), "SentencePiece cannot encode: {}", st.message());
+  return {ids.begin(), ids.end()};
+}
+
+std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
+  std::vector<int> v(ids.begin(), ids.end());
+  const int n = vocab_size();
+  for (int id : v)
+    if (id < 0 || id >= n)
+      user_error("token id {} is outside the tokenizer's vocabulary of {} tokens", id, n);
+  std::string text;
+  const auto st = impl_->sp.Decode(v, &text);
+  TANDEM_CHECK(st.ok(), "SentencePiece cannot decode: {}", st.message());
+  return text;
+}
+
+const std::string& Tokenizer::model_bytes() const { return impl_->bytes; }
+const std::string& Tokenizer::sha256() const { return impl_->sha; }
+const std::string& Tokenizer::source() const { return impl_->source; }
+
+}  // namespace tandem::train

@@ -1,0 +1,157 @@
+// Token data a run cannot use, and the messages that say why: inputs that are missing, empty or
+// binary, vocabularies the corpus cannot fill, output folders that cannot take the shards, and
+// shard folders that are truncated, foreign or from another tokenizer.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "tandem/io/token_shards.h"
+#include "tandem/train/token_corpus.h"
+#include "tandem/train/tokenizer.h"
+#include "train/token_test_util.h"
+
+namespace tandem::train {
+namespace {
+
+using testing::ScratchDir;
+using testing::user_error_of;
+namespace fs = std::filesystem;
+
+TEST(TokenizeErrors, BadInputs) {
+  ScratchDir dir;
+  TokenizeConfig c = testing::tiny_tokenize(dir, "out");
+  c.inputs = {dir.path("none")};
+  EXPECT_EQ(user_error_of([&] { tokenize(c); }), "input '" + dir.path("none") + "' does not exist");
+  fs::create_directories(dir.path("empty"));
+  c.inputs = {dir.path("empty")};
+  EXPECT_EQ(user_error_of([&] { tokenize(c); }),
+            "input folder '" + dir.path("empty") + "' holds no files");
+  testing::write_bytes(dir.path("empty/e.txt"), "");
+  EXPECT_EQ(user_error_of([&] { tokenize(c); }), "the corpus (1 file) holds no text");
+  testing::write_bytes(dir.path("bin.dat"), std::string("ab\0cd", 5));
+  c.inputs = {dir.path("bin.dat")};
+  EXPECT_EQ(user_error_of([&] { tokenize(c); }),
+            "text file '" + dir.path("bin.dat") +
+                "' is binary (a NUL byte at offset 2); tokenize reads UTF-8 text");
+  EXPECT_FALSE(fs::exists(dir.path("out")));
+}
+
+TEST(TokenizeErrors, NotUtf8) {
+  ScratchDir dir;
+  testing::write_corpus(dir);
+  testing::write_bytes(dir.path("corpus/sub/latin1.txt"), "caf\xe9 au lait\n");
+  TokenizeConfig c = testing::tiny_tokenize(dir, "out");
+  EXPECT_EQ(user_error_of([&] { tokenize(c); }),
+            "text file '" + dir.path("corpus/sub/latin1.txt") +
+                "' is not UTF-8 text: byte 3 (0xe9) is not valid UTF-8");
+  EXPECT_FALSE(fs::exists(dir.path("out")));  // nothing written half
+  EXPECT_EQ(dir.list(), (std::vector<std::string>{"corpus"}));
+}
+
+TEST(TokenizeErrors, VocabularySizes) {
+  ScratchDir dir;
+  testing::write_corpus(dir);
+  TokenizeConfig c = testing::tiny_tokenize(dir, "out");
+  c.vocab_size = 100;
+  EXPECT_EQ(user_error_of([&] { tokenize(c); })
+                .rfind("--vocab-size 100 is too small for this corpus: its characters, the 256 "
+                       "byte tokens and the control tokens need at least ",
+                       0),
+            0u);
+  c.vocab_size = 60000;
+  EXPECT_EQ(
+      user_error_of([&] {
+        tokenize(c);
+      }).rfind("--vocab-size 60000 is too large for this corpus: its text yields at most ", 0),
+      0u);
+}
+
+TEST(TokenizeErrors, OutputFolders) {
+  ScratchDir dir;
+  testing::write_corpus(dir);
+  TokenizeConfig c = testing::tiny_tokenize(dir, "corpus");
+  EXPECT_EQ(user_error_of([&] { tokenize(c); }),
+            "output folder '" + dir.path("corpus") + "' is not empty; give a new or empty folder");
+  c.output_dir = dir.path("corpus/a.txt/out");
+  EXPECT_EQ(user_error_of([&] {
+              tokenize(c);
+            }).rfind("cannot create output folder '" + dir.path("corpus/a.txt/out") + "': ", 0),
+            0u);
+  c.output_dir = dir.path("corpus/a.txt");
+  EXPECT_EQ(user_error_of([&] { tokenize(c); }), "output folder '" + dir.path("corpus/a.txt") +
+                                                     "' is a file; give a new or empty folder");
+}
+
+class ShardErrors : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    testing::write_corpus(dir_);
+    tokenize(testing::tiny_tokenize(dir_, "shards"));
+  }
+  std::string shard() const { return dir_.path("shards/train-000001.bin"); }
+  ScratchDir dir_;
+};
+
+TEST_F(ShardErrors, Truncated) {
+  fs::resize_file(shard(), fs::file_size(shard()) - 1);
+  EXPECT_EQ(user_error_of([&] { load_shard_corpus(dir_.path("shards")); }),
+            "token shard '" + shard() +
+                "' has 4063 bytes, but its header announces 2000 tokens of 2 bytes (4064 bytes: "
+                "it is truncated)");
+}
+
+TEST_F(ShardErrors, WrongMagic) {
+  std::string bytes = testing::read_bytes(shard());
+  bytes[0] = 'X';
+  testing::write_bytes(shard(), bytes);
+  EXPECT_EQ(
+      user_error_of([&] { load_shard_corpus(dir_.path("shards")); }),
+      "token shard '" + shard() + "' is not a tandem token shard (its magic number is wrong)");
+}
+
+TEST_F(ShardErrors, AnotherTokenizer) {
+  // A tokenizer of the same size trained on other text, and its shards.
+  fs::create_directories(dir_.path("text2"));
+  testing::write_bytes(dir_.path("text2/t.txt"), synthetic_text(20000, 99));
+  TokenizeConfig other = testing::tiny_tokenize(dir_, "other");
+  other.inputs = {dir_.path("text2")};
+  tokenize(other);
+  // One of its shards among these: its header names the other tokenizer.
+  fs::copy_file(dir_.path("other/train-000001.bin"), shard(), fs::copy_options::overwrite_existing);
+  const std::string message = user_error_of([&] { load_shard_corpus(dir_.path("shards")); });
+  EXPECT_EQ(message.rfind(
+                "token shard '" + shard() + "' was written with another tokenizer (SHA-256 ", 0),
+            0u)
+      << message;
+  // The folder's tokenizer replaced: its SHA-256 is not the one the shards were written with.
+  const std::string model = dir_.path("shards/tokenizer.model");
+  fs::copy_file(dir_.path("other/tokenizer.model"), model, fs::copy_options::overwrite_existing);
+  EXPECT_EQ(user_error_of([&] {
+              load_shard_corpus(dir_.path("shards"));
+            }).rfind("tokenizer '" + model + "' (SHA-256 ", 0),
+            0u);
+}
+
+TEST_F(ShardErrors, TokenPastTheVocabulary) {
+  std::string bytes = testing::read_bytes(shard());
+  bytes[io::kShardHeaderBytes + 20] = '\xff';
+  bytes[io::kShardHeaderBytes + 21] = '\xff';
+  testing::write_bytes(shard(), bytes);
+  const Corpus c = load_shard_corpus(dir_.path("shards"));
+  std::vector<int32_t> out(2000);
+  EXPECT_EQ(user_error_of([&] { c.train.read(2000, 2000, out.data()); }),
+            "token shard '" + shard() +
+                "' holds token id 65535 at token 10, at or past the vocabulary of 320 tokens");
+}
+
+TEST_F(ShardErrors, NotAShardFolder) {
+  EXPECT_EQ(user_error_of([&] { load_shard_corpus(dir_.path("corpus")); }),
+            "data folder '" + dir_.path("corpus") +
+                "' holds no shards.json: it is not a folder written by tandem tokenize");
+  fs::remove(shard());
+  EXPECT_EQ(user_error_of([&] { load_shard_corpus(dir_.path("shards")); }),
+            "token shard '" + shard() + "' does not exist");
+}
+
+}  // namespace
+}  // namespace tandem::train

@@ -1,0 +1,142 @@
+// Token data: a corpus tokenized with a trained BPE tokenizer decodes back to its text, the shards
+// are the same for any thread count, and the sampler draws from mapped shards exactly what it
+// draws from the same tokens in memory, for any data-parallel split.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "tandem/io/token_shards.h"
+#include "tandem/train/evaluate.h"
+#include "tandem/train/token_corpus.h"
+#include "tandem/train/tokenizer.h"
+#include "train/token_test_util.h"
+
+namespace tandem::train {
+namespace {
+
+using testing::ScratchDir;
+
+// Every token of a split, read from the shard files' bytes (not through the mapped corpus).
+std::vector<int32_t> shard_file_tokens(const std::string& dir, const std::string& prefix) {
+  std::vector<int32_t> out;
+  for (int i = 0;; ++i) {
+    const std::string path = fmt::format("{}/{}-{:06}.bin", dir, prefix, i);
+    if (!std::filesystem::exists(path)) break;
+    const std::string bytes = testing::read_bytes(path);
+    for (size_t at = io::kShardHeaderBytes; at + 2 <= bytes.size(); at += 2) {
+      uint16_t v;
+      std::memcpy(&v, bytes.data() + at, 2);
+      out.push_back(v);
+    }
+  }
+  return out;
+}
+
+TEST(Tokenize, ShardsDecodeToTheText) {
+  ScratchDir dir;
+  const std::string text = testing::write_corpus(dir);
+  const TokenizeSummary s = tokenize(testing::tiny_tokenize(dir, "shards"));
+  EXPECT_EQ(s.files, 3u);
+  EXPECT_EQ(s.text_bytes, text.size());
+  EXPECT_EQ(s.vocab_size, 320);
+  EXPECT_GT(s.train_shards, 1);
+  EXPECT_GT(s.validation_tokens, 0u);
+  const Tokenizer tok = Tokenizer::load(dir.path("shards/tokenizer.model"));
+  std::vector<int32_t> all = shard_file_tokens(dir.path("shards"), "train");
+  const std::vector<int32_t> val = shard_file_tokens(dir.path("shards"), "val");
+  EXPECT_EQ(all.size(), s.train_tokens);
+  EXPECT_EQ(val.size(), s.validation_tokens);
+  all.insert(all.end(), val.begin(), val.end());
+  // An end-of-text token closes each file; it decodes to nothing.
+  EXPECT_EQ(std::count(all.begin(), all.end(), tok.eos_id()), 3);
+  EXPECT_EQ(tok.decode(all), text);
+  // Subwords: fewer tokens than bytes.
+  EXPECT_LT(static_cast<double>(all.size()), 0.9 * static_cast<double>(text.size()));
+  // The validation text's bytes are recorded for bits per byte, the split at a line start.
+  const Corpus c = load_shard_corpus(dir.path("shards"));
+  const std::string val_text = tok.decode(val);
+  EXPECT_EQ(c.validation_text_bytes, val_text.size());
+  EXPECT_EQ(text.substr(text.size() - val_text.size()), val_text);
+  EXPECT_EQ(text[text.size() - val_text.size() - 1], '\n');
+  EXPECT_NEAR(static_cast<double>(val_text.size()) / static_cast<double>(text.size()), 0.1, 0.02);
+}
+
+TEST(Tokenize, SameShardsForAnyThreadCount) {
+  ScratchDir dir;
+  testing::write_corpus(dir);
+  TokenizeConfig one = testing::tiny_tokenize(dir, "one", 2000, 1);
+  tokenize(one);
+  TokenizeConfig three = testing::tiny_tokenize(dir, "three", 2000, 3);
+  three.tokenizer = dir.path("one/tokenizer.model");  // SentencePiece's training is its own
+  tokenize(three);
+  // Every file but shards.json (which names where the tokenizer came from) is the same.
+  int compared = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path("one"))) {
+    const std::string f = e.path().filename().string();
+    if (f == "shards.json") continue;
+    EXPECT_EQ(testing::read_bytes(dir.path("one/" + f)),
+              testing::read_bytes(dir.path("three/" + f)))
+        << f;
+    ++compared;
+  }
+  EXPECT_GT(compared, 4);
+  EXPECT_EQ(load_shard_corpus(dir.path("one")).train.size(),
+            load_shard_corpus(dir.path("three")).train.size());
+}
+
+TEST(TokenCorpus, MappedBatchesEqualTheInMemoryReference) {
+  ScratchDir dir;
+  testing::write_corpus(dir);
+  tokenize(testing::tiny_tokenize(dir, "shards", 500));  // short shards: windows cross them
+  const Corpus c = load_shard_corpus(dir.path("shards"));
+  EXPECT_EQ(c.vocab_size, 320);
+  EXPECT_EQ(c.train.unit, "tokens");
+  EXPECT_GT(c.train.spans.size(), 5u);
+  const std::vector<int32_t> ref = shard_file_tokens(dir.path("shards"), "train");
+  ASSERT_EQ(c.train.size(), ref.size());
+  const BatchSampler s(c.train, 8, 64, 42);
+  for (int64_t step : {0, 1, 17}) {
+    const Batch b = s.global(step);
+    for (int64_t r = 0; r < 8; ++r) {
+      const size_t off = static_cast<size_t>(s.row_offset(step, r));
+      for (int64_t t = 0; t < 64; ++t) {
+        ASSERT_EQ(b.inputs[static_cast<size_t>(r * 64 + t)], ref[off + static_cast<size_t>(t)]);
+        ASSERT_EQ(b.targets[static_cast<size_t>(r * 64 + t)],
+                  ref[off + static_cast<size_t>(t) + 1]);
+      }
+    }
+    // dp 1 and dp 2 draw the same global batch.
+    const Batch r0 = s.rank_share(step, 0, 2), r1 = s.rank_share(step, 1, 2);
+    std::vector<int32_t> joined = r0.inputs;
+    joined.insert(joined.end(), r1.inputs.begin(), r1.inputs.end());
+    EXPECT_EQ(joined, b.inputs);
+  }
+  // A fresh open (a resumed run) draws the same batches.
+  const Corpus again = load_shard_corpus(dir.path("shards"));
+  EXPECT_EQ(BatchSampler(again.train, 8, 64, 42).global(17).inputs, s.global(17).inputs);
+  EXPECT_EQ(again.fingerprint_hex(), c.fingerprint_hex());
+  // Evaluation windows read the same tokens.
+  const Batch w = window_batch(c.validation, 16, 2, 1);
+  const std::vector<int32_t> val = shard_file_tokens(dir.path("shards"), "val");
+  EXPECT_EQ(w.inputs, std::vector<int32_t>(val.begin() + 32, val.begin() + 48));
+}
+
+TEST(TokenCorpus, VocabularyComesFromTheFolder) {
+  ScratchDir dir;
+  testing::write_corpus(dir);
+  tokenize(testing::tiny_tokenize(dir, "shards"));
+  EXPECT_TRUE(is_shard_folder(dir.path("shards")));
+  EXPECT_EQ(data_vocab_size(dir.path("shards")), 320);
+  EXPECT_EQ(data_vocab_size(dir.path("corpus/a.txt")), kByteVocab);
+  EXPECT_EQ(data_vocab_size(""), kByteVocab);
+}
+
+TEST(BitsPerByte, KnownCases) {
+  // Bytes: a loss of ln 2 per byte is one bit per byte.
+  EXPECT_DOUBLE_EQ(bits_per_byte(std::log(2.0), 1.0), 1.0);
+  // A token standing for 4 bytes with a loss of 8 bits: 2 bits per byte.
+  EXPECT_DOUBLE_EQ(bits_per_byte(8 * std::log(2.0), 4.0), 2.0);
+}
+
+}  // namespace
+}  // namespace tandem::train
