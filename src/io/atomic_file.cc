@@ -261,7 +261,8 @@ AtomicFile& FolderReplacement::open_file(const std::string& name) {
 }
 
 void FolderReplacement::close_file(AtomicFile& file) {
-  auto it = std::find_if(open_.begin(), open_.end(), [&](const auto& f) { return f.get() == &file; });
+  auto it =
+      std::find_if(open_.begin(), open_.end(), [&](const auto& f) { return f.get() == &file; });
   TANDEM_CHECK(it != open_.end(), "'{}' is not an open file of '{}'", file.path(), dir_);
   file.commit();  // fsyncs the file and the temporary folder
   const std::string name = fs::path(file.path()).filename().string();

@@ -192,7 +192,8 @@ void CheckpointWriter::append(CheckpointPart part, const void* data, size_t byte
   noting_unchanged([&] { writer(part).append(data, bytes); });
 }
 
-void CheckpointWriter::append_tensors(CheckpointPart part, const std::vector<NamedTensor>& tensors) {
+void CheckpointWriter::append_tensors(CheckpointPart part,
+                                      const std::vector<NamedTensor>& tensors) {
   noting_unchanged([&] { writer(part).append_tensors(tensors); });
 }
 

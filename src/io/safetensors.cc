@@ -49,8 +49,9 @@ std::string json_message(const std::exception& e) {
 }
 
 bool is_digest(const std::string& s) {
-  return s.size() == kDigestChars &&
-         std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+  return s.size() == kDigestChars && std::all_of(s.begin(), s.end(), [](char c) {
+           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+         });
 }
 
 bool starts_with(std::string_view s, std::string_view prefix) {
@@ -70,8 +71,7 @@ std::string header_digest(std::string_view text) {
   const size_t at = text.find(key);
   if (at == std::string_view::npos || text.size() - at - key.size() < kDigestChars) return {};
   std::string zeroed = le64(text.size()) + std::string(text);
-  std::fill_n(zeroed.begin() + 8 + static_cast<std::ptrdiff_t>(at + key.size()), kDigestChars,
-              '0');
+  std::fill_n(zeroed.begin() + 8 + static_cast<std::ptrdiff_t>(at + key.size()), kDigestChars, '0');
   return sha256_hex(zeroed);
 }
 

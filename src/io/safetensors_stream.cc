@@ -186,8 +186,8 @@ SafetensorsReader& SafetensorsReader::operator=(SafetensorsReader&& other) noexc
 
 void SafetensorsReader::open_header(uint64_t size) {
   if (size < 8)
-    corrupt(path_,
-            "truncated to {} bytes (a safetensors file starts with an 8-byte header length)", size);
+    corrupt(path_, "truncated to {} bytes (a safetensors file starts with an 8-byte header length)",
+            size);
   char first8[8];
   read_at(0, first8, 8);
   const uint64_t n = safetensors_format::check_header_length(first8, size, path_);

@@ -97,8 +97,8 @@ enum class CheckpointPart { Weights, Optimizer };
 class CheckpointWriter {
  public:
   CheckpointWriter(const std::string& dir, const RunMeta& meta,
-                   const std::vector<TensorSpec>& weights,
-                   const std::vector<TensorSpec>& optimizer, const FolderWriteHooks& hooks = {});
+                   const std::vector<TensorSpec>& weights, const std::vector<TensorSpec>& optimizer,
+                   const FolderWriteHooks& hooks = {});
   ~CheckpointWriter();
   CheckpointWriter(const CheckpointWriter&) = delete;
   CheckpointWriter& operator=(const CheckpointWriter&) = delete;

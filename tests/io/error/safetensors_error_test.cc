@@ -227,8 +227,7 @@ TEST(SafetensorsErrors, ChecksumsIncompleteMalformedOrWrong) {
   EXPECT_EQ(parse(with_checksums(R"("sha256:a":"ABC",)", a, data.substr(4))),
             kPrefix + "checksum 'sha256:a' is not 64 lowercase hex digits");
   EXPECT_EQ(parse(with_checksums(both, a + "," + b, data, std::string(64, 'f'))),
-            kPrefix +
-                "the header does not match its checksum: the file is damaged or was altered");
+            kPrefix + "the header does not match its checksum: the file is damaged or was altered");
 }
 
 TEST(SafetensorsErrors, MissingTensorOrWrongShape) {

@@ -232,8 +232,10 @@ TEST(CheckpointStream, AnAbandonedOrFailingWriterLeavesTheOldCheckpoint) {
   {
     testing::FileSizeLimit limit(1024);  // the disk fills up during the first tensor
     EXPECT_EQ(user_error_of([&] { stream(ck, sample(2), 64); }),
-              "cannot write '" + ck + "/weights.safetensors': File too large; the previous "
-              "contents of '" + ck + "' are unchanged");
+              "cannot write '" + ck +
+                  "/weights.safetensors': File too large; the previous "
+                  "contents of '" +
+                  ck + "' are unchanged");
   }
   EXPECT_EQ(dir.list(), std::vector<std::string>{"ck"});
   expect_same(load_checkpoint(ck), sample(1));

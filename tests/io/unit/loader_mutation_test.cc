@@ -158,8 +158,7 @@ Outcome try_load(F&& load, const std::string& what) {
 void mutate_safetensors(Checksums checksums, uint64_t seed, int iterations) {
   ScratchDir dir;
   const std::string path = dir.path("m.safetensors");
-  const std::string good =
-      serialize_safetensors(sample_tensors(), {{"format", "pt"}}, checksums);
+  const std::string good = serialize_safetensors(sample_tensors(), {{"format", "pt"}}, checksums);
   const SafetensorsFile want = parse_safetensors(good, "m");
   Mutator m(seed);
   int loaded = 0, refused = 0;

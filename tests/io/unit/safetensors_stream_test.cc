@@ -78,8 +78,7 @@ TEST(SafetensorsStream, BytesEqualTheWholeFileWriterInAnyPieces) {
   SafetensorsWriter w(&out, tensor_specs(tensors), meta);
   std::vector<std::string> names;
   for (const TensorSpec& s : w.order()) names.push_back(s.name);
-  EXPECT_EQ(names,
-            (std::vector<std::string>{"empty", "h.0.w", "h.1.w", "scalar", "b16", "f16"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"empty", "h.0.w", "h.1.w", "scalar", "b16", "f16"}));
 }
 
 TEST(SafetensorsStream, WritesIntoAFileAndAnAtomicFile) {
@@ -118,7 +117,8 @@ TEST(SafetensorsStream, RecordsChecksumsComputedIndependently) {
   Tensor b = Tensor::empty(DType::F32, Shape{2});
   b.set(0, 1.0f);
   b.set(1, -2.0f);
-  const std::string file = serialize_safetensors({{"a", a}, {"b", b}, {"c", c}}, {{"format", "pt"}});
+  const std::string file =
+      serialize_safetensors({{"a", a}, {"b", b}, {"c", c}}, {{"format", "pt"}});
   const std::string json =
       R"({"__metadata__":{"format":"pt",)"
       R"("sha256-of-header":"7f586900f88dcf2b848a6fa07c5ad94402c53435c607b97c1498f65944e2628a",)"
@@ -292,7 +292,9 @@ TEST(SafetensorsStream, ReadsRangesAndPieces) {
   std::vector<float> into(15);
   r.read(i, into.data(), 60);
   EXPECT_EQ(into[14], want.get(14));
-  EXPECT_EQ(user_error_of([&] { r.index_of("h.1.w", Shape{5, 3}); }),
+  EXPECT_EQ(user_error_of([&] {
+              r.index_of("h.1.w", Shape{5, 3});
+            }),
             "tensor 'h.1.w' in '" + dir.path("t.safetensors") +
                 "' has shape [3, 5]; this model needs [5, 3]");
   EXPECT_EQ(user_error_of([&] { r.index_of("nope"); }),
@@ -327,7 +329,7 @@ TEST(SafetensorsStream, MisuseIsAnInternalError) {
     w.append(all.data(), all.size() - 1);
     EXPECT_EQ(w.next(), w.order().size() - 1);
     EXPECT_EQ(w.next_offset(), w.order().back().nbytes() - 1);
-    EXPECT_THROW(w.commit(), InternalError);  // one byte short
+    EXPECT_THROW(w.commit(), InternalError);               // one byte short
     EXPECT_THROW(w.append(all.data(), 2), InternalError);  // one byte too many
   }
   {

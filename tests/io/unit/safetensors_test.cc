@@ -75,7 +75,8 @@ TEST(Safetensors, MatchesTheReferenceImplementationsTestVectors) {
                 R"({"attn0":{"dtype":"F32","shape":[1,1,2,3],"data_offsets":[0,24]}})" + "       " +
                 bytes_of({0, 0, 0,  0,  0, 0, 128, 63, 0, 0, 0,   64,
                           0, 0, 64, 64, 0, 0, 128, 64, 0, 0, 160, 64}));
-  EXPECT_EQ(serialize_safetensors({}, {}, Checksums::None), bytes_of({8, 0, 0, 0, 0, 0, 0, 0}) + "{}      ");
+  EXPECT_EQ(serialize_safetensors({}, {}, Checksums::None),
+            bytes_of({8, 0, 0, 0, 0, 0, 0, 0}) + "{}      ");
   EXPECT_EQ(
       serialize_safetensors({}, {{"framework", "pt"}}, Checksums::None),
       bytes_of({40, 0, 0, 0, 0, 0, 0, 0}) + R"({"__metadata__":{"framework":"pt"}})" + "     ");
