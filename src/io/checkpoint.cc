@@ -5,7 +5,6 @@
 
 #include <cmath>
 #include <filesystem>
-#include <map>
 #include <set>
 
 #include "tandem/core/error.h"
@@ -193,6 +192,11 @@ void CheckpointWriter::append(CheckpointPart part, const void* data, size_t byte
   noting_unchanged([&] { writer(part).append(data, bytes); });
 }
 
+void CheckpointWriter::append_tensors(CheckpointPart part,
+                                      const std::vector<NamedTensor>& tensors) {
+  noting_unchanged([&] { writer(part).append_tensors(tensors); });
+}
+
 void CheckpointWriter::commit() {
   // meta.json last: not needed for atomicity (the folder swap gives that), but a reader looking
   // inside DIR.tmp-<pid> after a crash finds meta.json only if the tensors are all there.
@@ -246,16 +250,8 @@ void save_checkpoint(const std::string& dir, const Checkpoint& ckpt,
                      const FolderWriteHooks& hooks) {
   CheckpointWriter out(dir, ckpt.meta, tensor_specs(ckpt.weights), tensor_specs(ckpt.optimizer),
                        hooks);
-  for (CheckpointPart part : {CheckpointPart::Weights, CheckpointPart::Optimizer}) {
-    const std::vector<NamedTensor>& tensors =
-        part == CheckpointPart::Weights ? ckpt.weights : ckpt.optimizer;
-    std::map<std::string_view, const Tensor*> by_name;
-    for (const NamedTensor& t : tensors) by_name[t.name] = &t.tensor;
-    for (const TensorSpec& spec : out.order(part)) {
-      const Tensor& t = *by_name.at(spec.name);
-      if (t.nbytes() > 0) out.append(part, t.data(), t.nbytes());
-    }
-  }
+  out.append_tensors(CheckpointPart::Weights, ckpt.weights);
+  out.append_tensors(CheckpointPart::Optimizer, ckpt.optimizer);
   out.commit();
 }
 

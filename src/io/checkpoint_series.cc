@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <charconv>
 #include <filesystem>
-#include <functional>
 #include <optional>
 #include <system_error>
 #include <utility>
@@ -82,25 +81,32 @@ bool is_single_checkpoint(const std::string& dir) {
   return fs::is_regular_file(in(resolve_folder(dir), kMetaFile), ec);
 }
 
-std::string save_in_series(const std::string& dir, int64_t step, int keep,
-                           const std::function<bool(const std::string& folder)>& write) {
+std::string save_in_series(const std::string& dir, const Checkpoint& ckpt, int keep) {
+  return save_in_series(
+      dir, ckpt.meta, tensor_specs(ckpt.weights), tensor_specs(ckpt.optimizer),
+      [&](CheckpointWriter& out) {
+        out.append_tensors(CheckpointPart::Weights, ckpt.weights);
+        out.append_tensors(CheckpointPart::Optimizer, ckpt.optimizer);
+      },
+      keep);
+}
+
+std::string save_in_series(const std::string& dir, const RunMeta& meta,
+                           const std::vector<TensorSpec>& weights,
+                           const std::vector<TensorSpec>& optimizer,
+                           const std::function<void(CheckpointWriter&)>& append, int keep) {
   TANDEM_CHECK(keep >= 1, "keep {} checkpoints", keep);
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) user_error("cannot create checkpoint folder '{}': {}", dir, ec.message());
-  const std::string name = step_folder_name(step);
+  const std::string name = step_folder_name(meta.step);
   const std::string folder = in(dir, name);
-  if (!write(folder)) return "";
+  CheckpointWriter out(folder, meta, weights, optimizer);
+  append(out);
+  out.commit();
   write_file_atomic(in(dir, kLatestFile), name + "\n");
-  prune(dir, step, keep);
+  prune(dir, meta.step, keep);
   return folder;
-}
-
-std::string save_in_series(const std::string& dir, const Checkpoint& ckpt, int keep) {
-  return save_in_series(dir, ckpt.meta.step, keep, [&](const std::string& folder) {
-    save_checkpoint(folder, ckpt);
-    return true;
-  });
 }
 
 std::string resolve_checkpoint(const std::string& dir) {

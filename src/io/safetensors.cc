@@ -132,6 +132,10 @@ uint64_t check_header_length(const char* first8, uint64_t file_size, const std::
   for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(first8[i]);
   if (n > file_size - 8)
     corrupt(path, "header length {} reaches beyond the end of the file ({} bytes)", n, file_size);
+  // The reference implementation's limit; a damaged length never makes a reader allocate more.
+  if (n > kMaxHeaderBytes)
+    corrupt(path, "header length {} is over {} bytes, the most the format allows", n,
+            kMaxHeaderBytes);
   return n;
 }
 
@@ -291,20 +295,6 @@ ParsedHeader parse_header(std::string_view text, uint64_t data_size, const std::
 
 }  // namespace safetensors_format
 
-namespace {
-
-// Appends every tensor's data in the order the writer asks for it.
-void append_all(SafetensorsWriter& out, const std::vector<NamedTensor>& tensors) {
-  std::map<std::string_view, const Tensor*> by_name;
-  for (const NamedTensor& t : tensors) by_name[t.name] = &t.tensor;
-  for (const TensorSpec& spec : out.order()) {
-    const Tensor& t = *by_name.at(spec.name);
-    if (t.nbytes() > 0) out.append(t.data(), t.nbytes());
-  }
-}
-
-}  // namespace
-
 std::string_view safetensors_dtype_name(DType t) {
   switch (t) {
     case DType::F32:
@@ -352,7 +342,7 @@ std::string serialize_safetensors(const std::vector<NamedTensor>& tensors,
                                   const SafetensorsMetadata& metadata, Checksums checksums) {
   std::string out;
   SafetensorsWriter writer(&out, tensor_specs(tensors), metadata, checksums);
-  append_all(writer, tensors);
+  writer.append_tensors(tensors);
   writer.commit();
   return out;
 }
@@ -360,14 +350,14 @@ std::string serialize_safetensors(const std::vector<NamedTensor>& tensors,
 void write_safetensors(AtomicFile& out, const std::vector<NamedTensor>& tensors,
                        const SafetensorsMetadata& metadata, Checksums checksums) {
   SafetensorsWriter writer(out, tensor_specs(tensors), metadata, checksums);
-  append_all(writer, tensors);
+  writer.append_tensors(tensors);
   writer.commit();
 }
 
 void save_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
                       const SafetensorsMetadata& metadata, Checksums checksums) {
   SafetensorsWriter writer(path, tensor_specs(tensors), metadata, checksums);
-  append_all(writer, tensors);
+  writer.append_tensors(tensors);
   writer.commit();
 }
 

@@ -18,6 +18,8 @@ namespace tandem::io::safetensors_format {
 inline constexpr std::string_view kTensorChecksumPrefix = "sha256:";
 inline constexpr std::string_view kHeaderChecksumKey = "sha256-of-header";
 inline constexpr size_t kDigestChars = 64;
+// The longest header a file may have (the reference implementation's limit).
+inline constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 
 template <typename... Args>
 [[noreturn]] void corrupt(const std::string& path, fmt::format_string<Args...> f, Args&&... args) {
@@ -41,7 +43,7 @@ struct ParsedHeader {
   bool has_checksums = false;
 };
 
-// The header length the first 8 bytes give, checked against the file size.
+// The header length the first 8 bytes give, checked against the file size and kMaxHeaderBytes.
 uint64_t check_header_length(const char* first8, uint64_t file_size, const std::string& path);
 
 // Validates the JSON header `text` (N bytes) against a data section of `data_size` bytes, and its

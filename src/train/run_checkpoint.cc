@@ -149,13 +149,16 @@ SaveResult save_state(const TrainConfig& cfg, const Corpus& corpus, int64_t step
     return true;
   };
   if (model.grid().world().rank() == 0) {
-    result.folder = io::save_in_series(
-        cfg.save_dir, step, cfg.keep_checkpoints, [&](const std::string& folder) {
-          io::CheckpointWriter out(folder, run_meta(cfg, corpus, step), weights, moments);
-          if (!stream(&out)) return false;  // abandoned: the folder is as it was
-          out.commit();
-          return true;
-        });
+    struct NotFinite {};  // the writer is dropped uncommitted: the series stays as it was
+    try {
+      result.folder = io::save_in_series(
+          cfg.save_dir, run_meta(cfg, corpus, step), weights, moments,
+          [&](io::CheckpointWriter& out) {
+            if (!stream(&out)) throw NotFinite{};
+          },
+          cfg.keep_checkpoints);
+    } catch (const NotFinite&) {
+    }
   } else {
     stream(nullptr);
   }

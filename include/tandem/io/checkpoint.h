@@ -109,6 +109,9 @@ class CheckpointWriter {
   size_t next(CheckpointPart part) const;
 
   void append(CheckpointPart part, const void* data, size_t bytes);
+  // Appends every tensor of the part not yet begun, taken by name from `tensors`
+  // (SafetensorsWriter::append_tensors): for a part held whole in memory.
+  void append_tensors(CheckpointPart part, const std::vector<NamedTensor>& tensors);
   // Completes both files, writes meta.json, swaps the folder in.
   void commit();
 

@@ -15,6 +15,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "tandem/io/checkpoint.h"
 
@@ -30,11 +31,12 @@ std::string step_folder_name(int64_t step);
 // back from, are not touched). Returns the folder written. Failures are UserErrors that leave
 // `latest` and the checkpoints it names as they were.
 std::string save_in_series(const std::string& dir, const Checkpoint& ckpt, int keep);
-// The same with the step folder written by `write(folder)` (a CheckpointWriter streaming the
-// tensors): when it returns false it has written nothing, and the series is left as it was
-// (returns "").
-std::string save_in_series(const std::string& dir, int64_t step, int keep,
-                           const std::function<bool(const std::string& folder)>& write);
+// The same, streamed: `append` appends every tensor of both parts to the writer it is given
+// (CheckpointWriter); the commit, `latest` and the pruning are done here.
+std::string save_in_series(const std::string& dir, const RunMeta& meta,
+                           const std::vector<TensorSpec>& weights,
+                           const std::vector<TensorSpec>& optimizer,
+                           const std::function<void(CheckpointWriter&)>& append, int keep);
 
 // The folder of the one checkpoint `dir` names: `dir` itself when it is a checkpoint (it holds
 // meta.json, or is one left aside by an interrupted save: resolve_folder), else the step folder

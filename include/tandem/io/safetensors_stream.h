@@ -60,6 +60,9 @@ class SafetensorsWriter {
   // The next `bytes` bytes of the data: the rest of the current tensor, then the next ones (a
   // piece may end inside a tensor, or span several).
   void append(const void* data, size_t bytes);
+  // Appends the data of every tensor from next() on, in order(), each taken by name from
+  // `tensors` (which must hold it, with its declared size); next_offset() must be 0.
+  void append_tensors(const std::vector<NamedTensor>& tensors);
   // Completes the file: every byte must be in; records the checksums in the header. A writer
   // given a path then puts the file in place.
   void commit();

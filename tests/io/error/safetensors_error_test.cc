@@ -2,8 +2,11 @@
 // what is wrong.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include "support/files.h"
 #include "support/scratch.h"
+#include "tandem/core/sha256.h"
 #include "tandem/io/safetensors.h"
 
 namespace tandem::io {
@@ -175,6 +178,56 @@ TEST(SafetensorsErrors, FilesOnDisk) {
           "': truncated: tensor 'b' ends at byte 70 of the data section, which has only 68 bytes");
   testing::write_bytes(path, good);
   EXPECT_EQ(load_safetensors(path).tensors.size(), 2u);
+}
+
+TEST(SafetensorsErrors, HeaderLongerThanTheFormatAllows) {
+  ScratchDir dir;
+  const std::string path = dir.path("big.safetensors");
+  const uint64_t n = 150'000'000;  // within the (sparse) file, over the 100 MB limit
+  std::string first8(8, '\0');
+  for (int i = 0; i < 8; ++i) first8[static_cast<size_t>(i)] = static_cast<char>(n >> (8 * i));
+  testing::write_bytes(path, first8);
+  std::filesystem::resize_file(path, 200'000'000);
+  EXPECT_EQ(user_error_of([&] { load_safetensors(path); }),
+            "corrupt safetensors file '" + path +
+                "': header length 150000000 is over 100000000 bytes, the most the format allows");
+}
+
+// A header with checksums: `digests` (metadata JSON members, without the header's own), then the
+// header's own computed over the result as the writer does, unless `own` is given.
+std::string with_checksums(const std::string& digests, const std::string& tensors,
+                           const std::string& data, const std::string& own = "") {
+  const std::string zeros(64, '0');
+  auto header = [&](const std::string& d) {
+    return R"({"__metadata__":{)" + digests + R"("sha256-of-header":")" + d + R"("},)" + tensors +
+           "}";
+  };
+  const std::string draft = file_with(header(zeros), "");
+  return file_with(header(own.empty() ? sha256_hex(draft) : own), data);
+}
+
+TEST(SafetensorsErrors, ChecksumsIncompleteMalformedOrWrong) {
+  const std::string a = R"("a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]})";
+  const std::string b = R"("b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]})";
+  const std::string data(8, '\0');
+  const std::string zero4 = sha256_hex(std::string(4, '\0'));
+  auto parse = [](const std::string& file) {
+    return user_error_of([&] { parse_safetensors(file, "m.safetensors"); });
+  };
+  // Sound: both tensors have theirs.
+  const std::string both = R"("sha256:a":")" + zero4 + R"(","sha256:b":")" + zero4 + R"(",)";
+  EXPECT_EQ(parse_safetensors(with_checksums(both, a + "," + b, data), "m").tensors.size(), 2u);
+  EXPECT_EQ(parse(with_checksums(R"("sha256:a":")" + zero4 + R"(",)", a + "," + b, data)),
+            kPrefix + "tensor 'b' has no checksum");
+  EXPECT_EQ(parse(with_checksums(both + R"("sha256:c":")" + zero4 + R"(",)", a + "," + b, data)),
+            kPrefix + "a checksum is recorded for tensor 'c', which the file does not hold");
+  EXPECT_EQ(parse(file_with(R"({"__metadata__":{"sha256:a":")" + zero4 + R"("},)" + a + "}",
+                            data.substr(4))),
+            kPrefix + "it records tensor checksums but not the header's ('sha256-of-header')");
+  EXPECT_EQ(parse(with_checksums(R"("sha256:a":"ABC",)", a, data.substr(4))),
+            kPrefix + "checksum 'sha256:a' is not 64 lowercase hex digits");
+  EXPECT_EQ(parse(with_checksums(both, a + "," + b, data, std::string(64, 'f'))),
+            kPrefix + "the header does not match its checksum: the file is damaged or was altered");
 }
 
 TEST(SafetensorsErrors, MissingTensorOrWrongShape) {

@@ -99,6 +99,30 @@ TEST(CheckpointStream, WritesWhatSaveCheckpointWrites) {
   expect_same(load_checkpoint(dir.path("streamed")), c);
 }
 
+TEST(CheckpointStream, StreamsIntoASeries) {
+  ScratchDir dir;
+  const Checkpoint c = sample(5);
+  save_in_series(dir.path("whole"), c, 2);
+  const std::string folder = save_in_series(
+      dir.path("ck"), c.meta, tensor_specs(c.weights), tensor_specs(c.optimizer),
+      [&](CheckpointWriter& w) {
+        // The weights row by row (8 floats), the optimizer state whole.
+        for (const TensorSpec& spec : w.order(CheckpointPart::Weights)) {
+          const Tensor& t = by_name(c.weights, spec.name);
+          for (size_t at = 0; at < t.nbytes(); at += 32)
+            w.append(CheckpointPart::Weights, static_cast<const char*>(t.data()) + at,
+                     std::min<size_t>(32, t.nbytes() - at));
+        }
+        w.append_tensors(CheckpointPart::Optimizer, c.optimizer);
+      },
+      2);
+  EXPECT_EQ(folder, dir.path("ck/step-00000005"));
+  EXPECT_EQ(resolve_checkpoint(dir.path("ck")), folder);
+  for (std::string_view f : {kWeightsFile, kOptimizerFile, kMetaFile})
+    EXPECT_EQ(testing::read_bytes(folder + "/" + std::string(f)),
+              testing::read_bytes(dir.path("whole/step-00000005/" + std::string(f))));
+}
+
 TEST(CheckpointStream, ReaderChecksUpFrontAndReadsOnDemand) {
   ScratchDir dir;
   const Checkpoint c = sample(4);
