@@ -24,9 +24,9 @@ void on_signal(int sig) {
     raise(sig);
     return;
   }
-  const char* msg =
-      sig == SIGINT ? "\ntandem train: SIGINT: stopping after this step (again: stop at once)\n"
-                    : "tandem train: SIGTERM: stopping after this step (again: stop at once)\n";
+  const char* msg = sig == SIGINT
+                        ? "\ntandem train: SIGINT: stopping after this step (again: stop at once)\n"
+                        : "tandem train: SIGTERM: stopping after this step (again: stop at once)\n";
   const ssize_t ignored = write(STDERR_FILENO, msg, std::strlen(msg));
   (void)ignored;
 }

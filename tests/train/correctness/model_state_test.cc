@@ -90,8 +90,8 @@ TEST(ModelStateVariants, CompiledExecutorLambAndBf16Gradients) {
 // Every kind of activation plan (keep, swap, recompute, checkpoint-recompute chains, prefetch
 // distances) beside the streamed blocks: a recomputed unit reads its block's weights again.
 TEST(ModelStateVariants, BesideOutOfCoreActivationPlans) {
-  for (const char* plan : {"SRCKsRCKSRCK/p1", "RCCCCCCCCCCC/p2", "RRRRRRRRRRRR/p1",
-                           "KSKSsKsKKSKS/p3"}) {
+  for (const char* plan :
+       {"SRCKsRCKSRCK/p1", "RCCCCCCCCCCC/p2", "RRRRRRRRRRRR/p1", "KSKSsKsKKSKS/p3"}) {
     TrainConfig c = run({1, 1, 1}, 6);
     const TrainResult ref = train(c);
     c.memory_budget = "64MiB";
