@@ -38,7 +38,6 @@ CLI::Option* add_choice(CLI::App* cmd, const std::string& flag, T& target,
       ->default_str(std::string(shown));
 }
 
-
 // Adds to every numeric flag of `app` and its subcommands a check of its text before CLI11
 // converts it (CLI11 clamps integers past 64 bits, reads "-1" into an unsigned flag as 2^64 - 1,
 // "010" as octal, and takes "inf" and "nan" as reals): a whole decimal number that fits 64 bits,

@@ -55,7 +55,8 @@ std::string metrics_json_line(const StepMetrics& m) {
 namespace {
 
 // The length of the file up to and including its last newline: what remains once a partial last
-// line (a run stopped mid-write, by a full disk or a kill) is cut off. Reads backwards from the end.
+// line (a run stopped mid-write, by a full disk or a kill) is cut off. Reads backwards from the
+// end.
 off_t complete_lines_length(int fd, const std::string& path) {
   struct stat st {};
   if (::fstat(fd, &st) != 0)

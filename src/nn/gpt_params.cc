@@ -47,7 +47,8 @@ void GPTConfig::validate() const {
   at_most("max_positions", max_positions, kMaxPositions);
   // Within those sizes the count fits 64 bits.
   const int64_t C = d_model;
-  const int64_t params = (int64_t{vocab_size} + max_positions) * C + n_layers * block_floats(*this) + 2 * C;
+  const int64_t params =
+      (int64_t{vocab_size} + max_positions) * C + n_layers * block_floats(*this) + 2 * C;
   if (params > kMaxParameters)
     user_error("GPT config: the model would have {} parameters; at most {} (2^40)", params,
                kMaxParameters);

@@ -51,7 +51,7 @@ std::string ranks_text(const std::vector<int>& ranks) {
   for (size_t i = 0; i < ranks.size();) {
     size_t j = i;
     while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
-    runs.push_back(j >= i + 2 ? fmt::format("{}-{}", ranks[i], ranks[j])
+    runs.push_back(j >= i + 2   ? fmt::format("{}-{}", ranks[i], ranks[j])
                    : j == i + 1 ? fmt::format("{}, {}", ranks[i], ranks[j])
                                 : fmt::format("{}", ranks[i]));
     i = j + 1;
@@ -100,9 +100,9 @@ std::vector<std::pair<std::string, std::string>> agreeing_settings(const TrainCo
       {"--executor", std::string(exec::runner_kind_name(c.executor))},
       {"--tune", c.tune ? "on" : "off"},
       // The data by what it holds (its path may differ from host to host).
-      {"--data", fmt::format("{} tokens, fingerprint {}",
-                             corpus.train.size() + corpus.validation.size(),
-                             corpus.fingerprint_hex())},
+      {"--data",
+       fmt::format("{} tokens, fingerprint {}", corpus.train.size() + corpus.validation.size(),
+                   corpus.fingerprint_hex())},
       {"--val-fraction", fmt::format("{}", c.validation_fraction)},
       {"--eval-every", fmt::format("{}", c.eval_every)},
       {"--eval-batches", fmt::format("{}", c.eval_batches)},
@@ -132,9 +132,12 @@ void check_ranks_agree(comm::Communicator& world, const TrainConfig& config, con
     std::vector<std::pair<std::string, std::vector<int>>> groups;
     for (int r = 0; r < static_cast<int>(all.size()); ++r) {
       const std::string& v = all[r].at(k);
-      auto g = std::find_if(groups.begin(), groups.end(), [&](const auto& x) { return x.first == v; });
-      if (g == groups.end()) groups.push_back({v, {r}});
-      else g->second.push_back(r);
+      auto g =
+          std::find_if(groups.begin(), groups.end(), [&](const auto& x) { return x.first == v; });
+      if (g == groups.end())
+        groups.push_back({v, {r}});
+      else
+        g->second.push_back(r);
     }
     if (groups.size() == 1) continue;
     std::vector<std::string> parts;

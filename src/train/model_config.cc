@@ -28,7 +28,8 @@ nn::GPTConfig model_config_from_json(const nlohmann::json& j, const std::string&
     const bool fits = v.is_number_unsigned()
                           ? v.get<uint64_t>() <= static_cast<uint64_t>(INT_MAX)
                           : v.get<int64_t>() >= INT_MIN && v.get<int64_t>() <= INT_MAX;
-    if (!fits) user_error("{}: the model config's '{}' ({}) is out of range", source, key, v.dump());
+    if (!fits)
+      user_error("{}: the model config's '{}' ({}) is out of range", source, key, v.dump());
     return v.get<int>();
   };
   nn::GPTConfig c;

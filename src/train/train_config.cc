@@ -136,8 +136,8 @@ void TrainConfig::validate() const {
     user_error("--comm-timeout {} must be a number of seconds, 0 (wait forever) or more",
                *comm_timeout_s);
   if (comm_timeout_s && *comm_timeout_s > comm::kMaxCommTimeoutS)
-    user_error("--comm-timeout {} must be at most {:g} seconds (0: wait forever)",
-               *comm_timeout_s, comm::kMaxCommTimeoutS);
+    user_error("--comm-timeout {} must be at most {:g} seconds (0: wait forever)", *comm_timeout_s,
+               comm::kMaxCommTimeoutS);
   // The environment's settings the run's collectives read, checked now rather than in the
   // thread that first reads them.
   if (!comm_timeout_s) comm::comm_timeout_s();

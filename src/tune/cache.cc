@@ -212,10 +212,9 @@ TuneRecord record_from_json(const std::string& text) {
       r.chunk_bytes = static_cast<size_t>(
           whole(doc.at("chunks").at("chosen"), "chunks.chosen", 0, comm::kMaxChunkBytes));
       for (const json& j : doc.at("chunks").at("timings"))
-        r.chunks.push_back(
-            {static_cast<size_t>(whole(j.at("bytes"), "chunks.timings.bytes", 1,
-                                       comm::kMaxChunkBytes)),
-             j.at("times_s").get<std::vector<double>>()});
+        r.chunks.push_back({static_cast<size_t>(whole(j.at("bytes"), "chunks.timings.bytes", 1,
+                                                      comm::kMaxChunkBytes)),
+                            j.at("times_s").get<std::vector<double>>()});
     }
     for (const json& j : doc.at("candidates")) {
       CandidateTiming c;

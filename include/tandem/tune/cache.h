@@ -48,12 +48,12 @@ struct CandidateTiming {
   std::string name;
   bool ok = true;             // it ran and matched the reference
   std::string error;          // why not, when !ok
-  bool user_error = false;    // its set-up failed with a UserError (not recorded)
   double max_error = 0;       // the largest relative difference from the reference (see Check)
   std::vector<double> times;  // first pass: seconds per repetition, each the slowest rank's
   // The final round: the same, timed in turns with the other finalists (empty: not a finalist).
   std::vector<double> final_times;
-  double median() const;  // of `times`; infinity when there are no times
+  bool user_error = false;  // its set-up failed with a UserError (not recorded)
+  double median() const;    // of `times`; infinity when there are no times
   double min() const;
   double max() const;
   bool retimed() const { return !final_times.empty(); }

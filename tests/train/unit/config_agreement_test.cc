@@ -1,13 +1,14 @@
 // The start-up check that every rank was given the same training flags: in-process ranks, each
 // handed its own config, must agree or all fail with one message naming the flag, the ranks and
 // their values.
+#include "../../../src/train/config_agreement.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
-#include "../../../src/train/config_agreement.h"
 #include "tandem/comm/thread.h"
 #include "train/test_util.h"
 
