@@ -4,7 +4,6 @@
 #include <fmt/format.h>
 
 #include <charconv>
-#include <cmath>
 #include <cstdint>
 
 #include "tandem/core/error.h"
@@ -64,18 +63,11 @@ ooc::TierSpec parse_slow_tier(const std::string& text) {
 
 namespace {
 
-// What is wrong with `text` as a number of the kind `type` names (CLI11's "INT", "UINT" or
-// "FLOAT"), or "": text that is not a number at all is left to CLI11's own message.
+// What is wrong with `text` as an integer of the kind `type` names (CLI11's "INT" or "UINT"), or
+// "": text that is not an integer at all is left to CLI11's own message.
 std::string number_problem(const std::string& type, const std::string& text) {
   const char* begin = text.data();
   const char* end = begin + text.size();
-  if (type == "FLOAT") {
-    double x = 0;
-    const auto [ptr, ec] = std::from_chars(begin, end, x);
-    if (ptr != end || text.empty() || ec == std::errc::invalid_argument) return "";
-    if (ec == std::errc::result_out_of_range || !std::isfinite(x)) return "is not a finite number";
-    return "";
-  }
   const bool negative = !text.empty() && text[0] == '-';
   const bool digits = text.size() > (negative ? 1u : 0u) &&
                       text.find_first_not_of("0123456789", negative ? 1 : 0) == std::string::npos;
@@ -95,7 +87,7 @@ void check_numbers(CLI::App& app) {
   for (CLI::Option* option : app.get_options()) {
     const std::string full = option->get_type_name();
     const std::string type = full.substr(0, full.find(':'));
-    if (type != "INT" && type != "UINT" && type != "FLOAT") continue;
+    if (type != "INT" && type != "UINT") continue;
     option->check(CLI::Validator(
         [type](std::string& text) {
           const std::string problem = number_problem(type, text);

@@ -38,11 +38,11 @@ CLI::Option* add_choice(CLI::App* cmd, const std::string& flag, T& target,
       ->default_str(std::string(shown));
 }
 
-// Adds to every numeric flag of `app` and its subcommands a check of its text before CLI11
-// converts it (CLI11 clamps integers past 64 bits, reads "-1" into an unsigned flag as 2^64 - 1,
-// "010" as octal, and takes "inf" and "nan" as reals): a whole decimal number that fits 64 bits,
-// without a sign for unsigned flags, or a finite real number. A refusal names the flag. The
-// ranges each setting allows are checked later, by the config that holds it.
+// Adds to every integer flag of `app` and its subcommands a check of its text before CLI11
+// converts it (CLI11 clamps a value past 64 bits to the largest, and reads "-1" into an unsigned
+// flag as 2^64 - 1): a value past 64 bits, or a negative one for an unsigned flag, is refused
+// naming the flag. The ranges each setting allows (and real numbers' finiteness) are checked
+// later, by the config that holds it.
 void check_numbers(CLI::App& app);
 
 }  // namespace tandem::cli
