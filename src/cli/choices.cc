@@ -1,6 +1,11 @@
 // The choices flags name, parsed from their text: the one place those names are compared.
 #include "choices.h"
 
+#include <fmt/format.h>
+
+#include <charconv>
+#include <cstdint>
+
 #include "tandem/core/error.h"
 
 namespace tandem::cli {
@@ -66,6 +71,43 @@ ooc::TierSpec parse_slow_tier(const std::string& text) {
   } catch (const UserError& e) {
     user_error("--slow-tier: {}", e.what());
   }
+}
+
+namespace {
+
+// What is wrong with `text` as an integer of the kind `type` names (CLI11's "INT" or "UINT"), or
+// "": text that is not an integer at all is left to CLI11's own message.
+std::string number_problem(const std::string& type, const std::string& text) {
+  const char* begin = text.data();
+  const char* end = begin + text.size();
+  const bool negative = !text.empty() && text[0] == '-';
+  const bool digits = text.size() > (negative ? 1u : 0u) &&
+                      text.find_first_not_of("0123456789", negative ? 1 : 0) == std::string::npos;
+  if (!digits) return "";
+  if (type == "UINT" && negative) return "must not be negative";
+  uint64_t u = 0;
+  int64_t i = 0;
+  const std::from_chars_result r =
+      type == "UINT" ? std::from_chars(begin, end, u) : std::from_chars(begin, end, i);
+  if (r.ec == std::errc::result_out_of_range) return "is out of range";
+  return "";
+}
+
+}  // namespace
+
+void check_numbers(CLI::App& app) {
+  for (CLI::Option* option : app.get_options()) {
+    const std::string full = option->get_type_name();
+    const std::string type = full.substr(0, full.find(':'));
+    if (type != "INT" && type != "UINT") continue;
+    option->check(CLI::Validator(
+        [type](std::string& text) {
+          const std::string problem = number_problem(type, text);
+          return problem.empty() ? problem : fmt::format("'{}' {}", text, problem);
+        },
+        "", "number"));
+  }
+  for (CLI::App* sub : app.get_subcommands({})) check_numbers(*sub);
 }
 
 }  // namespace tandem::cli

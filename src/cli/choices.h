@@ -39,4 +39,11 @@ CLI::Option* add_choice(CLI::App* cmd, const std::string& flag, T& target,
       ->default_str(std::string(shown));
 }
 
+// Adds to every integer flag of `app` and its subcommands a check of its text before CLI11
+// converts it (CLI11 clamps a value past 64 bits to the largest, and reads "-1" into an unsigned
+// flag as 2^64 - 1): a value past 64 bits, or a negative one for an unsigned flag, is refused
+// naming the flag. The ranges each setting allows (and real numbers' finiteness) are checked
+// later, by the config that holds it.
+void check_numbers(CLI::App& app);
+
 }  // namespace tandem::cli

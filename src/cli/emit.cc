@@ -1,7 +1,7 @@
 // `tandem emit`: the source the code generator emits for one schedule of a workload (named, else
-// the tuner's cached choice, else the built-in preference): the CPU JIT's C++ (printed), or a
-// CUDA + NCCL program written into a folder with its Makefile and the reference interpreter's
-// results for the program's check.
+// the tuner's cached choice, else the built-in preference): the CPU JIT's C++ (printed, or written
+// into -o DIR), or a CUDA + NCCL program written into a folder with its Makefile and the
+// reference interpreter's results for the program's check.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -116,18 +116,29 @@ std::string file_stem(const std::string& name) {
   return out;
 }
 
+// -o DIR, created with its parents if need be; a folder that cannot be is the user's error.
+fs::path output_folder(const std::string& out) {
+  std::error_code ec;
+  fs::create_directories(out, ec);
+  if (ec || !fs::is_directory(out))
+    user_error("-o {}: cannot create the folder: {}", out,
+               ec ? ec.message() : std::string("a file of that name exists"));
+  return out;
+}
+
 void emit_cuda(const dsl::Program& program, const schedule::NamedSchedule& s, const EmitFlags& f) {
   if (f.out.empty()) user_error("--target cuda writes a folder: give it with -o DIR");
   // Checked before anything is written.
-  for (int r : f.ranks)
-    if (r < 1 || r % program.groups() != 0)
+  for (int r : f.ranks) {
+    if (r < 1) user_error("--ranks {}: a rank count is at least 1", r);
+    if (r % program.groups() != 0)
       user_error("--ranks {}: program '{}' has {} groups; give multiples of {}", r, program.name(),
                  program.groups(), program.groups());
+  }
   const schedule::Plan plan = s.schedule.lower();
   const std::string name = file_stem(program.name() + "_" + s.name);
   const codegen::CudaProgram prog = codegen::emit_cuda(plan, name);
-  const fs::path dir = f.out;
-  fs::create_directories(dir);
+  const fs::path dir = output_folder(f.out);
   io::write_file_atomic((dir / (name + ".cu")).string(), prog.source);
   io::write_file_atomic((dir / "Makefile").string(), prog.makefile);
   const dsl::SymbolMap wanted = tune::parse_sizes(program, f.sizes, default_sizes());
@@ -186,7 +197,12 @@ void run_emit(const EmitFlags& f) {
                                         ? default_schedule(program, f.workload)
                                         : schedule::schedule_by_name(program, f.schedule);
   if (f.target == "cuda") return emit_cuda(program, s, f);
-  fmt::print("{}", codegen::emit_cpp(s.schedule.lower()));
+  const std::string source = codegen::emit_cpp(s.schedule.lower());
+  if (f.out.empty()) return fmt::print("{}", source);
+  // With -o DIR the source goes to DIR/<workload>_<schedule>.cpp, as the CUDA target's .cu does.
+  const fs::path file = output_folder(f.out) / (file_stem(program.name() + "_" + s.name) + ".cpp");
+  io::write_file_atomic(file.string(), source);
+  fmt::print("wrote {}\n", file.string());
 }
 
 }  // namespace
@@ -206,7 +222,9 @@ void add_emit(CLI::App& app) {
                   "its Makefile and "
                   "reference results, written into -o DIR)")
       ->capture_default_str();
-  cmd->add_option("-o,--out", f->out, "The folder --target cuda writes");
+  cmd->add_option("-o,--out", f->out,
+                  "The folder to write into (--target cuda: required; cpp: the source goes to "
+                  "DIR/<workload>_<schedule>.cpp instead of stdout)");
   cmd->add_option("--ranks", f->ranks, "--target cuda: rank counts to write reference results for")
       ->delimiter(',')
       ->capture_default_str();

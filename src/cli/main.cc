@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "choices.h"
 #include "commands.h"
 #include "tandem/comm/mpi.h"
 #include "tandem/core/error.h"
@@ -58,6 +59,7 @@ int main(int argc, char** argv) {
   tandem::cli::add_sample(app);
   tandem::cli::add_tune(app);
   tandem::cli::add_emit(app);
+  tandem::cli::check_numbers(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

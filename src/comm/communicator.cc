@@ -69,11 +69,11 @@ std::atomic<size_t> g_chunk_override{0};
 size_t env_chunk_bytes() {
   static const size_t bytes = [] {
     const int64_t v = env_int("TANDEM_COMM_CHUNK_BYTES", static_cast<int64_t>(kDefaultChunkBytes));
-    if (v < 1)
+    if (v < 1 || v > kMaxChunkBytes)
       user_error(
           "TANDEM_COMM_CHUNK_BYTES={} is not a chunk size: expected a positive number of "
-          "bytes (default {})",
-          v, kDefaultChunkBytes);
+          "bytes, at most {} (default {})",
+          v, kMaxChunkBytes, kDefaultChunkBytes);
     return static_cast<size_t>(v);
   }();
   return bytes;

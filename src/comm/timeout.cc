@@ -38,6 +38,9 @@ double parse_comm_timeout(const std::string& text, const std::string& what) {
         "{}={} is not a timeout: expected a number of seconds, 0 or more (0: wait forever; "
         "default {})",
         what, text, kDefaultCommTimeoutS);
+  if (s > kMaxCommTimeoutS)
+    user_error("{}={} is too long a timeout: at most {:g} seconds (0: wait forever)", what, text,
+               kMaxCommTimeoutS);
   return s;
 }
 

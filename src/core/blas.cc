@@ -67,15 +67,21 @@ bool choose_kernels() {
 
 Library load() {
   choose_kernels();
-  // TANDEM_BLAS_LIBRARY picks another CBLAS build; the one found at configure time comes next,
-  // then the runtime soname (the configure-time path is the -dev symlink, absent on a runtime-only
-  // machine).
+  // TANDEM_BLAS_LIBRARY picks another CBLAS build (and nothing else when it cannot be loaded);
+  // without it, the one found at configure time, then the runtime soname (the configure-time path
+  // is the -dev symlink, absent on a runtime-only machine).
   const std::string chosen = env_str("TANDEM_BLAS_LIBRARY", "");
   std::string tried;
   for (const std::string& path :
        {chosen, std::string(TANDEM_BLAS_LIBRARY), std::string("libopenblas.so.0")}) {
     if (path.empty()) continue;
     void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
+    // A library the user named is used or refused, never silently replaced by the default.
+    if (h == nullptr && path == chosen)
+      user_error(
+          "TANDEM_BLAS_LIBRARY={} cannot be loaded: {} (name a CBLAS shared library, or "
+          "unset it for the default)",
+          chosen, dlerror());
     if (h == nullptr) {
       tried += fmt::format("\n  {}: {}", path, dlerror());
       continue;

@@ -1,6 +1,7 @@
 // Reads TANDEM_* settings from the environment with a clear error for malformed values.
 #include "tandem/core/env.h"
 
+#include <cerrno>
 #include <cstdlib>
 
 #include "tandem/core/error.h"
@@ -11,8 +12,11 @@ int64_t env_int(const char* name, int64_t fallback) {
   const char* v = std::getenv(name);
   if (v == nullptr || *v == '\0') return fallback;
   char* end = nullptr;
+  errno = 0;
   long long x = std::strtoll(v, &end, 0);
   if (*end != '\0') user_error("environment variable {}='{}' is not an integer", name, v);
+  if (errno == ERANGE)
+    user_error("environment variable {}='{}' is out of range (a 64-bit integer)", name, v);
   return x;
 }
 

@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -43,11 +44,37 @@ std::string hash128(const std::string& s) {
   return fmt::format("{:016x}{:016x}", a, b);
 }
 
+// When this process is (nearly) out of file descriptors, the message that says so: a command it
+// starts then cannot open its pipes, libraries or files, and fails in ways that blame the
+// command. Counts /proc/self/fd against the soft RLIMIT_NOFILE; "" when there is room.
+std::string out_of_descriptors(int err) {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return "";
+  std::error_code ec;
+  size_t open = 0;
+  for (auto it = fs::directory_iterator("/proc/self/fd", ec); !ec && it != fs::directory_iterator();
+       it.increment(ec))
+    ++open;
+  // A compiler needs a few dozen of its own (libraries, temporary files, pipes to its passes).
+  constexpr size_t kHeadroom = 32;
+  if (err != EMFILE && err != ENFILE && (ec || open + kHeadroom < limit.rlim_cur)) return "";
+  if (err == ENFILE) return "the system has run out of file descriptors (ENFILE)";
+  return fmt::format(
+      "this process has run out of file descriptors: {} of its limit of {} are open (raise it "
+      "with ulimit -n)",
+      open, limit.rlim_cur);
+}
+
 // Runs a shell command, returning its exit status and combined output.
 std::pair<int, std::string> run_command(const std::string& cmd) {
   std::string out;
   FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (p == nullptr) user_error("could not run '{}'", cmd);
+  if (p == nullptr) {
+    const int err = errno;
+    if (const std::string why = out_of_descriptors(err); !why.empty())
+      user_error("the JIT cannot run its compiler: {}", why);
+    user_error("could not run '{}': {}", cmd, std::strerror(err));
+  }
   std::array<char, 4096> buf;
   size_t n;
   while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
@@ -75,9 +102,12 @@ const std::string& compiler_identity(const std::string& cxx) {
   auto it = cache.find(cxx);
   if (it != cache.end()) return it->second;
   auto [rc, version] = run_command(shell_quote(cxx) + " --version");
-  if (rc != 0)
+  if (rc != 0) {
+    if (const std::string why = out_of_descriptors(0); !why.empty())
+      user_error("the JIT cannot run its compiler '{}': {}", cxx, why);
     user_error("the JIT's compiler '{}' does not run (set CXX to a C++20 compiler):\n{}", cxx,
                version);
+  }
   auto [rc2, native] = run_command(shell_quote(cxx) + " -march=native -x c++ -E -v - </dev/null");
   std::string cc1;
   std::istringstream lines(native);
@@ -194,7 +224,11 @@ void compile_entry(const std::string& cxx, const std::vector<std::string>& flags
       cmd += shell_quote(word);
     }
   auto [rc, output] = run_command(cmd);
-  if (rc != 0) user_error("JIT compile failed (exit {}):\n  {}\n{}", rc, cmd, output);
+  if (rc != 0) {
+    if (const std::string why = out_of_descriptors(0); !why.empty())
+      user_error("the JIT cannot run its compiler: {}", why);
+    user_error("JIT compile failed (exit {}):\n  {}\n{}", rc, cmd, output);
+  }
   const int fd = ::open(out.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) user_error("the JIT compiler wrote no {}: {}", out.string(), std::strerror(errno));
   const Closer closer{fd};

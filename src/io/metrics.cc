@@ -2,6 +2,7 @@
 #include "tandem/io/metrics.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -51,8 +52,36 @@ std::string metrics_json_line(const StepMetrics& m) {
   return j.dump();  // NaN and infinities come out as null
 }
 
+namespace {
+
+// The length of the file up to and including its last newline: what remains once a partial last
+// line (a run stopped mid-write, by a full disk or a kill) is cut off. Reads backwards from the
+// end.
+off_t complete_lines_length(int fd, const std::string& path) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0)
+    user_error("cannot read metrics file '{}': {}", path, std::strerror(errno));
+  char buf[4096];
+  for (off_t end = st.st_size; end > 0;) {
+    const off_t begin = end > static_cast<off_t>(sizeof(buf)) ? end - sizeof(buf) : 0;
+    const ssize_t n = ::pread(fd, buf, static_cast<size_t>(end - begin), begin);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0)
+      user_error("cannot read metrics file '{}': {}", path,
+                 n < 0 ? std::strerror(errno) : "it shrank while being read");
+    for (ssize_t i = n - 1; i >= 0; --i)
+      if (buf[i] == '\n') return begin + i + 1;
+    end = begin;
+  }
+  return 0;
+}
+
+}  // namespace
+
 MetricsWriter::MetricsWriter(const std::string& path, bool append) : path_(path) {
-  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (append ? O_APPEND : O_TRUNC), 0644);
+  // Appending reads the end of the file too (below).
+  fd_ = ::open(path.c_str(),
+               O_CREAT | O_CLOEXEC | (append ? O_RDWR | O_APPEND : O_WRONLY | O_TRUNC), 0644);
   if (fd_ < 0) {
     const int err = errno;
     const std::filesystem::path parent = std::filesystem::path(path).parent_path();
@@ -60,6 +89,14 @@ MetricsWriter::MetricsWriter(const std::string& path, bool append) : path_(path)
     if (err == ENOENT)
       user_error("cannot write metrics file '{}': folder '{}' does not exist", path, folder);
     user_error("cannot write metrics file '{}': {}", path, std::strerror(err));
+  }
+  // A resumed run continues after the last whole line, so that the next line starts on its own.
+  if (append) {
+    struct stat st {};
+    const off_t keep = complete_lines_length(fd_, path);
+    if (::fstat(fd_, &st) == 0 && keep < st.st_size && ::ftruncate(fd_, keep) != 0)
+      user_error("cannot cut the partial last line of metrics file '{}': {}", path,
+                 std::strerror(errno));
   }
 }
 

@@ -38,6 +38,20 @@ void GPTConfig::validate() const {
                seq_len);
   if (!(dropout >= 0.0f && dropout < 1.0f))
     user_error("GPT config: dropout is {}; it must be in [0, 1)", dropout);
+  auto at_most = [](const char* field, int value, int most) {
+    if (value > most) user_error("GPT config: {} is {}; it must be at most {}", field, value, most);
+  };
+  at_most("vocab_size", vocab_size, kMaxVocab);
+  at_most("n_layers", n_layers, kMaxLayers);
+  at_most("d_model", d_model, kMaxWidth);
+  at_most("max_positions", max_positions, kMaxPositions);
+  // Within those sizes the count fits 64 bits.
+  const int64_t C = d_model;
+  const int64_t params =
+      (int64_t{vocab_size} + max_positions) * C + n_layers * block_floats(*this) + 2 * C;
+  if (params > kMaxParameters)
+    user_error("GPT config: the model would have {} parameters; at most {} (2^40)", params,
+               kMaxParameters);
 }
 
 std::vector<ParamSpec> gpt_parameter_specs(const GPTConfig& c) {

@@ -39,6 +39,9 @@ Profile Profile::from_json(const nlohmann::json& j) {
                p.forward_s.size(), p.backward_s.size(), p.recompute_s.size());
   if (!(p.write_bytes_per_s > 0) || !(p.read_bytes_per_s > 0))
     user_error("out-of-core profile has a non-positive slow-tier bandwidth");
+  for (const std::vector<double>* times : {&p.forward_s, &p.backward_s, &p.recompute_s})
+    for (double t : *times)
+      if (!(t >= 0)) user_error("out-of-core profile has a negative time ({} s)", t);
   return p;
 }
 

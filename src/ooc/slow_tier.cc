@@ -102,10 +102,11 @@ class HostTier final : public SlowTier {
 // A swap file on a (fast) disk: the NVMe-offload case.
 class FileTier final : public SlowTier {
  public:
-  FileTier(const std::string& dir, uint64_t bytes) : capacity_(round_up(bytes, kIoAlignment)) {
+  FileTier(const std::string& dir, uint64_t bytes, std::string_view holds)
+      : capacity_(round_up(bytes, kIoAlignment)) {
     prepare_folder(dir);
     create_unlinked_file(dir);
-    reserve_space(dir);
+    reserve_space(dir, holds);
   }
   ~FileTier() override {
     if (fd_ >= 0) ::close(fd_);
@@ -193,7 +194,7 @@ class FileTier final : public SlowTier {
 
   // Reserves the whole capacity now: a full disk (or quota, or file-size limit) is reported before
   // training starts, not in the middle of a step.
-  void reserve_space(const std::string& dir) {
+  void reserve_space(const std::string& dir, std::string_view holds) {
     if (capacity_ == 0) return;
     ignore_file_size_signal();
     int err;
@@ -203,8 +204,8 @@ class FileTier final : public SlowTier {
     if (err != 0) {
       ::close(fd_);
       fd_ = -1;
-      user_error("slow tier {}: cannot reserve {} ({} bytes) for swapped activations: {}", dir,
-                 human_bytes(capacity_), capacity_, errno_text(err));
+      user_error("slow tier {}: cannot reserve {} ({} bytes) for {}: {}", dir,
+                 human_bytes(capacity_), capacity_, holds, errno_text(err));
     }
   }
 
@@ -242,9 +243,10 @@ TierSpec TierSpec::parse(std::string_view text) {
 
 std::string TierSpec::str() const { return kind == Kind::Host ? "host" : "file:" + dir; }
 
-std::unique_ptr<SlowTier> open_slow_tier(const TierSpec& spec, uint64_t bytes) {
+std::unique_ptr<SlowTier> open_slow_tier(const TierSpec& spec, uint64_t bytes,
+                                         std::string_view holds) {
   if (spec.kind == TierSpec::Kind::Host) return std::make_unique<HostTier>(bytes);
-  return std::make_unique<FileTier>(spec.dir, bytes);
+  return std::make_unique<FileTier>(spec.dir, bytes, holds);
 }
 
 TierBandwidth measure_bandwidth(SlowTier& tier, uint64_t bytes, size_t chunk) {

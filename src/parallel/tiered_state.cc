@@ -16,7 +16,8 @@ TieredState::TieredState(const ooc::TierSpec& spec, const std::vector<int64_t>& 
     total += 2 * half(i);
     slot_bytes_ = std::max(slot_bytes_, half(i));
   }
-  tier_ = ooc::open_slow_tier(spec, std::max<uint64_t>(total, ooc::kIoAlignment));
+  tier_ = ooc::open_slow_tier(spec, std::max<uint64_t>(total, ooc::kIoAlignment),
+                              "the optimizer state (--optimizer-state)");
   slot_bytes_ = std::max<uint64_t>(slot_bytes_, ooc::kIoAlignment);
   staging_ = static_cast<char*>(std::aligned_alloc(ooc::kIoAlignment, 4 * slot_bytes_));
   if (staging_ == nullptr)

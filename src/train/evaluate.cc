@@ -11,6 +11,7 @@
 #include "checkpoint_tensors.h"
 #include "tandem/core/error.h"
 #include "tandem/train/data.h"
+#include "tandem/train/memory_estimate.h"
 #include "tandem/train/model_config.h"
 
 namespace tandem::train {
@@ -92,6 +93,7 @@ std::pair<double, int64_t> evaluate_windows(const nn::ParameterSet& params, cons
     user_error("the data has {} {}; evaluation needs at least seq_len + 1 = {}", split.size(),
                split.unit, seq_len + 1);
   if (max_windows > 0) windows = std::min(windows, max_windows);
+  check_eval_memory(c, static_cast<int>(std::min<int64_t>(batch, windows)), seq_len);
   double sum = 0.0;
   std::unique_ptr<nn::GPTActivations> acts;
   std::unique_ptr<nn::Workspace> ws;

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -89,6 +90,23 @@ std::optional<AvailableMemory> cgroup_room() {
     }
   }
   return std::nullopt;
+}
+
+// The room under this process's address-space limit (RLIMIT_AS, `ulimit -v`) less what it has
+// mapped already (VmSize); nothing without a limit. Past it an allocation fails (or the
+// allocator retries, spinning) however much memory the machine has.
+std::optional<AvailableMemory> address_space_room() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_AS, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return std::nullopt;
+  std::ifstream f("/proc/self/status");
+  uint64_t mapped = 0;
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind("VmSize:", 0) == 0) mapped = std::strtoull(line.c_str() + 7, nullptr, 10) * 1024;
+  const uint64_t cap = limit.rlim_cur;
+  return AvailableMemory{cap > mapped ? cap - mapped : 0,
+                         fmt::format("the room under the address-space limit (ulimit -v) of {} ({} "
+                                     "mapped)",
+                                     ooc::human_bytes(cap), ooc::human_bytes(mapped))};
 }
 
 // One rank's need at its grid coordinates (gradients are as many bytes as parameters).
@@ -220,6 +238,8 @@ std::optional<AvailableMemory> available_memory() {
   if (const auto bytes = mem_available())
     best = AvailableMemory{*bytes, "MemAvailable in /proc/meminfo"};
   if (const auto room = cgroup_room(); room && (!best || room->bytes < best->bytes)) best = room;
+  if (const auto room = address_space_room(); room && (!best || room->bytes < best->bytes))
+    best = room;
   return best;
 }
 
@@ -257,6 +277,26 @@ void check_memory(const TrainConfig& cfg) {
       "TANDEM_MEMORY_LIMIT=SIZE states the memory available instead of what this machine "
       "reports (off: no check)",
       e.str(), ooc::human_bytes(avail->bytes), avail->source, note, fmt::join(advice, "; or "));
+}
+
+void check_eval_memory(const nn::GPTConfig& model, int rows, int seq_len) {
+  const std::optional<AvailableMemory> avail = available_memory();
+  if (!avail) return;
+  nn::GPTConfig m = model;
+  m.seq_len = seq_len;
+  // The forward keeps every layer's buffers, as a training step that keeps them all does.
+  const nn::ChainLayout chain = parallel::ParallelGPT::chain_layout(
+      m, parallel::GridShape{}, parallel::GridCoord{}, rows, seq_len, 1);
+  const uint64_t activations = ooc::MemorySchedule(chain, ooc::keep_all(chain.units)).peak_bytes();
+  const uint64_t weights = static_cast<uint64_t>(nn::gpt_num_parameters(m)) * kF32;
+  if (weights + activations <= avail->bytes) return;
+  user_error(
+      "this evaluation needs about {} (weights {}, activations {} for {} windows of {} tokens at "
+      "a time), but {} is available ({}). To fit, give a smaller --batch (or --seq-len). "
+      "TANDEM_MEMORY_LIMIT=SIZE states the memory available instead of what this machine "
+      "reports (off: no check)",
+      ooc::human_bytes(weights + activations), ooc::human_bytes(weights),
+      ooc::human_bytes(activations), rows, seq_len, ooc::human_bytes(avail->bytes), avail->source);
 }
 
 std::string memory_line(const TrainConfig& cfg) {

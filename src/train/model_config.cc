@@ -1,6 +1,9 @@
 // GPT model configs to and from the JSON a checkpoint's meta.json stores.
 #include "tandem/train/model_config.h"
 
+#include <climits>
+#include <cstdint>
+
 #include "tandem/core/error.h"
 
 namespace tandem::train {
@@ -20,7 +23,14 @@ nn::GPTConfig model_config_from_json(const nlohmann::json& j, const std::string&
   auto get_int = [&](const char* key) -> int {
     if (!j.contains(key) || !j[key].is_number_integer())
       user_error("{}: the model config has no integer '{}'", source, key);
-    return j[key].get<int>();
+    // Read wide, so that a value past int is refused rather than wrapped.
+    const nlohmann::json& v = j[key];
+    const bool fits = v.is_number_unsigned()
+                          ? v.get<uint64_t>() <= static_cast<uint64_t>(INT_MAX)
+                          : v.get<int64_t>() >= INT_MIN && v.get<int64_t>() <= INT_MAX;
+    if (!fits)
+      user_error("{}: the model config's '{}' ({}) is out of range", source, key, v.dump());
+    return v.get<int>();
   };
   nn::GPTConfig c;
   c.vocab_size = get_int("vocab_size");

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 
@@ -54,6 +55,19 @@ Tuned tuned_schedule(const dsl::Program& program, comm::Communicator& comm,
   text = comm::broadcast_string(comm, text);
   if (text.empty()) return {};
   const tune::TuneRecord r = tune::record_from_json(text);
+  // A winner the program has no schedule of would be passed over for the preference lists: say
+  // so, and do not count it as the autotuner's choice.
+  const std::vector<schedule::NamedSchedule> all = schedule::enumerate_schedules(program);
+  if (std::none_of(all.begin(), all.end(), [&](const auto& s) { return s.name == r.winner; })) {
+    if (comm.rank() == 0)
+      fmt::print(stderr,
+                 "train: the tuning record {} names schedule '{}', which program '{}' does not "
+                 "have; it is not used (`tandem train --tune` or `tandem tune {}` makes a new "
+                 "one)\n",
+                 tune::record_path(r.key, exec::jit_cache_dir()), r.winner, program.name(),
+                 program.name());
+    return {};
+  }
   return {r.winner, r.chunk_bytes};
 }
 

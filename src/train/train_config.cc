@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 
+#include "tandem/comm/communicator.h"
 #include "tandem/comm/thread.h"
 #include "tandem/core/error.h"
 #include "tandem/ooc/bytes.h"
@@ -14,6 +15,13 @@
 #include "tandem/train/token_corpus.h"
 
 namespace tandem::train {
+namespace {
+
+constexpr int64_t kMaxActivationValues = int64_t{1} << 40;
+constexpr int64_t kMaxRanks = int64_t{1} << 24;
+constexpr int kMaxThreads = 1024;
+
+}  // namespace
 
 // Automatic: one micro-batch without a pipeline. With pp stages, 2 x pp keeps the 1F1B bubble
 // small; a count must divide each data-parallel rank's rows, so it is the largest divisor of the
@@ -40,6 +48,13 @@ void TrainConfig::validate() const {
   if (model.d_model % model.n_heads != 0)
     user_error("--d-model {} must be divisible by --heads {}", model.d_model, model.n_heads);
   if (model.seq_len < 1) user_error("--seq-len {} must be at least 1", model.seq_len);
+  // Upper bounds first, so that no later count overflows or spins (nn::GPTConfig's limits).
+  if (model.n_layers > nn::kMaxLayers)
+    user_error("--layers {} must be at most {}", model.n_layers, nn::kMaxLayers);
+  if (model.d_model > nn::kMaxWidth)
+    user_error("--d-model {} must be at most {}", model.d_model, nn::kMaxWidth);
+  if (model.seq_len > nn::kMaxPositions)
+    user_error("--seq-len {} must be at most {}", model.seq_len, nn::kMaxPositions);
   if (!(model.dropout >= 0.0f && model.dropout < 1.0f))
     user_error("--dropout {} must be in [0, 1)", model.dropout);
   model.validate();
@@ -48,6 +63,17 @@ void TrainConfig::validate() const {
     user_error("the model's vocabulary is {}; the data ({}) has {} tokens", model.vocab_size,
                data.empty() ? "the synthetic corpus" : data, v);
   if (batch < 1) user_error("--batch {} must be at least 1", batch);
+  // The largest activation of a layer over the global batch: the MLP's (B, T, 4C) or the
+  // attention scores (B, H, T, T); within this bound every activation count fits 64 bits.
+  const long double mlp = static_cast<long double>(batch) * model.seq_len * 4 * model.d_model;
+  const long double scores =
+      static_cast<long double>(batch) * model.n_heads * model.seq_len * model.seq_len;
+  if (std::max(mlp, scores) > static_cast<long double>(kMaxActivationValues))
+    user_error(
+        "--batch {} x --seq-len {}: a layer's largest activation would hold {:.3g} values "
+        "(the {}); at most 2^40",
+        batch, model.seq_len, static_cast<double>(std::max(mlp, scores)),
+        mlp >= scores ? "MLP's, 4 x --d-model wide" : "attention scores, --heads x --seq-len");
   if (steps < 0) user_error("--steps {} must be 0 or more", steps);
   // The optimizer programs compute in f32: a rate past its range would be infinite there.
   if (!(lr > 0) || !(lr <= std::numeric_limits<float>::max()))
@@ -74,6 +100,9 @@ void TrainConfig::validate() const {
   if (grid.dp < 1 || grid.tp < 1 || grid.pp < 1)
     user_error("--dp {}, --tp {}, --pp {}: each must be at least 1", grid.dp, grid.tp, grid.pp);
   const int64_t ranks = int64_t{grid.dp} * grid.tp * grid.pp;
+  if (ranks > kMaxRanks)
+    user_error("--dp {} x --tp {} x --pp {} is {} ranks; at most {}", grid.dp, grid.tp, grid.pp,
+               ranks, kMaxRanks);
   if (backend == comm::Backend::Thread && ranks > comm::kMaxThreadRanks)
     user_error(
         "--dp {} x --tp {} x --pp {} is {} ranks; the thread backend runs at most {}, each a "
@@ -109,7 +138,15 @@ void TrainConfig::validate() const {
   if (comm_timeout_s && !(std::isfinite(*comm_timeout_s) && *comm_timeout_s >= 0))
     user_error("--comm-timeout {} must be a number of seconds, 0 (wait forever) or more",
                *comm_timeout_s);
-  if (blas_threads < 0) user_error("--threads {} must be 0 (automatic) or more", blas_threads);
+  if (comm_timeout_s && *comm_timeout_s > comm::kMaxCommTimeoutS)
+    user_error("--comm-timeout {} must be at most {:g} seconds (0: wait forever)", *comm_timeout_s,
+               comm::kMaxCommTimeoutS);
+  // The environment's settings the run's collectives read, checked now rather than in the
+  // thread that first reads them.
+  if (!comm_timeout_s) comm::comm_timeout_s();
+  comm::chunk_bytes();
+  if (blas_threads < 0 || blas_threads > kMaxThreads)
+    user_error("--threads {} must be 0 (automatic) to {}", blas_threads, kMaxThreads);
   if (model_state) {
     // A block's update runs as soon as its backward ends, so its gradients are final then.
     if (M > 1)

@@ -20,6 +20,7 @@
 #include <string_view>
 #include <thread>
 
+#include "config_agreement.h"
 #include "corpus_cache.h"
 #include "out_of_core.h"
 #include "output_paths.h"
@@ -690,6 +691,7 @@ TrainResult train(const TrainConfig& config) {
   TrainResult result;
   if (config.backend == comm::Backend::Mpi) {
     std::unique_ptr<comm::Communicator> world = comm::mpi_world();
+    detail::check_ranks_agree(*world, config, *corpus);  // before any collective that could hang
     // Every process sees the same sizes, so all refuse together and rank 0 alone says why.
     if (world->size() != ranks)
       throw comm::CollectiveError(fmt::format(

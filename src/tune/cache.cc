@@ -13,6 +13,7 @@
 #include <optional>
 #include <thread>
 
+#include "tandem/comm/communicator.h"
 #include "tandem/core/error.h"
 #include "tandem/core/private_cache.h"
 
@@ -47,13 +48,29 @@ json key_json(const TuneKey& k) {
           {"candidates", k.candidates}};
 }
 
+// A whole number in [lo, hi] at `j`, else a UserError naming `what`: nlohmann's get<> would wrap
+// a value past the target type, or truncate a real.
+int64_t whole(const json& j, const std::string& what, int64_t lo,
+              int64_t hi = std::numeric_limits<int64_t>::max()) {
+  const bool fits = j.is_number_unsigned() ? j.get<uint64_t>() <= static_cast<uint64_t>(hi)
+                                           : j.is_number_integer();
+  const int64_t v = fits ? j.get<int64_t>() : 0;
+  if (!fits || v < lo || v > hi)
+    user_error("tuning record: '{}' is {}; expected a whole number from {} to {}", what, j.dump(),
+               lo, hi);
+  return v;
+}
+
+constexpr int64_t kMaxInt = std::numeric_limits<int>::max();
+
 TuneKey key_from(const json& j) {
   TuneKey k;
   k.program = j.at("program").get<std::string>();
   k.program_hash = j.at("program_hash").get<std::string>();
-  for (const auto& [s, v] : j.at("sizes").items()) k.sizes[s] = v.get<int64_t>();
-  k.ranks = j.at("ranks").get<int>();
-  k.nodes = j.value("nodes", 1);  // records written before the key had it: one node
+  for (const auto& [s, v] : j.at("sizes").items()) k.sizes[s] = whole(v, "sizes." + s, 0);
+  k.ranks = static_cast<int>(whole(j.at("ranks"), "ranks", 1, kMaxInt));
+  // Records written before the key had it: one node.
+  k.nodes = j.contains("nodes") ? static_cast<int>(whole(j.at("nodes"), "nodes", 1, kMaxInt)) : 1;
   k.backend = j.at("backend").get<std::string>();
   k.executor = j.at("executor").get<std::string>();
   k.machine = j.at("machine").get<std::string>();
@@ -173,27 +190,31 @@ TuneRecord record_from_json(const std::string& text) {
     TuneRecord r;
     r.key = key_from(doc.at("key"));
     r.winner = doc.at("winner").get<std::string>();
-    r.warmup = doc.at("warmup").get<int>();
-    r.reps = doc.at("reps").get<int>();
+    r.warmup = static_cast<int>(whole(doc.at("warmup"), "warmup", 0, kMaxInt));
+    r.reps = static_cast<int>(whole(doc.at("reps"), "reps", 0, kMaxInt));
     r.created = doc.at("created").get<std::string>();
     if (doc.contains("final")) {
       const json& f = doc.at("final");
       r.final_margin = f.at("margin").get<double>();
-      r.final_max = f.at("max").get<int>();
-      r.final_reps = f.at("reps").get<int>();
+      r.final_max = static_cast<int>(whole(f.at("max"), "final.max", 0, kMaxInt));
+      r.final_reps = static_cast<int>(whole(f.at("reps"), "final.reps", 0, kMaxInt));
     }
-    for (const auto& [s, v] : doc.at("checked_at").items()) r.check_sizes[s] = v.get<int64_t>();
+    for (const auto& [s, v] : doc.at("checked_at").items())
+      r.check_sizes[s] = whole(v, "checked_at." + s, 0);
     if (doc.contains("search")) {
       const json& f = doc.at("search");
-      r.space = f.at("space").get<int64_t>();
+      r.space = whole(f.at("space"), "search.space", 0);
       r.budget_s = f.at("budget_s").get<double>();
-      r.left_untimed = f.at("left_untimed").get<int64_t>();
+      r.left_untimed = whole(f.at("left_untimed"), "search.left_untimed", 0);
     }
     if (doc.contains("chunks")) {
-      r.chunk_bytes = doc.at("chunks").at("chosen").get<size_t>();
+      // 0: the process's chunk size.
+      r.chunk_bytes = static_cast<size_t>(
+          whole(doc.at("chunks").at("chosen"), "chunks.chosen", 0, comm::kMaxChunkBytes));
       for (const json& j : doc.at("chunks").at("timings"))
-        r.chunks.push_back(
-            {j.at("bytes").get<size_t>(), j.at("times_s").get<std::vector<double>>()});
+        r.chunks.push_back({static_cast<size_t>(whole(j.at("bytes"), "chunks.timings.bytes", 1,
+                                                      comm::kMaxChunkBytes)),
+                            j.at("times_s").get<std::vector<double>>()});
     }
     for (const json& j : doc.at("candidates")) {
       CandidateTiming c;

@@ -136,11 +136,14 @@ void check_options(const TuneOptions& o) {
 std::unique_ptr<exec::Runner> prepare(const schedule::Plan& plan, comm::Communicator& comm,
                                       Executor& executor, const dsl::SymbolMap& sizes,
                                       const exec::ScalarMap& scalars, size_t chunk_bytes,
-                                      std::string& error) {
+                                      std::string& error, bool* user_fault = nullptr) {
   std::unique_ptr<exec::Runner> run;
   try {
     Phase ph(comm, fmt::format("{}: set up", plan.name));
     run = executor.prepare(plan, comm, sizes, chunk_bytes);
+  } catch (const UserError& e) {
+    error = e.what();
+    if (user_fault != nullptr) *user_fault = true;
   } catch (const std::exception& e) {
     error = e.what();
   }
@@ -169,7 +172,7 @@ CandidateTiming measure(const schedule::NamedSchedule& cand, comm::Communicator&
   t.name = cand.name;
   const schedule::Plan plan = cand.schedule.lower();
   std::unique_ptr<exec::Runner> run =
-      prepare(plan, comm, executor, check_sizes, scalars, 0, t.error);
+      prepare(plan, comm, executor, check_sizes, scalars, 0, t.error, &t.user_error);
   if (run == nullptr) {
     t.ok = false;
     return t;
@@ -190,7 +193,7 @@ CandidateTiming measure(const schedule::NamedSchedule& cand, comm::Communicator&
   }
   if (check_sizes != o.sizes) {
     run.reset();  // its memory, before the full-size set-up asks for more
-    run = prepare(plan, comm, executor, o.sizes, scalars, 0, t.error);
+    run = prepare(plan, comm, executor, o.sizes, scalars, 0, t.error, &t.user_error);
     if (run == nullptr) {
       t.ok = false;
       return t;
@@ -444,6 +447,13 @@ TuneResult tune(const dsl::Program& program, comm::Communicator& comm, const Tun
   }
   record.winner = choose_winner(record.candidates);
   if (record.winner.empty()) {
+    // One UserError behind every failure (a cache folder that cannot be written, a compiler that
+    // does not run) is the user's to fix, not a fault of the schedules.
+    const auto& all = record.candidates;
+    if (!all.empty() && std::all_of(all.begin(), all.end(), [&](const CandidateTiming& c) {
+          return c.user_error && c.error == all.front().error;
+        }))
+      user_error("tune: program '{}': {}", program.name(), all.front().error);
     std::string why;
     for (const CandidateTiming& c : record.candidates)
       why += fmt::format("\n  {}: {}", c.name, c.error);
@@ -555,6 +565,8 @@ dsl::SymbolMap parse_sizes(const dsl::Program& program, const std::vector<std::s
   for (const std::string& s : symbols)
     if (!out.count(s) && next < bare.size())
       out[s] = parse_extent(bare[next++], fmt::format("--size for {}", s));
+  for (const auto& [s, v] : out)
+    if (v < 1) user_error("--size {}={}: an extent is at least 1", s, v);
   for (const auto& [s, v] : defaults)
     if (!out.count(s) && std::find(symbols.begin(), symbols.end(), s) != symbols.end()) out[s] = v;
   for (const std::string& s : symbols)

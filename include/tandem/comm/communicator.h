@@ -265,6 +265,7 @@ void set_ranks_per_node(int k);
 // small inputs. set_chunk_bytes(0) returns to the default. A chunk is never less than one element.
 // Process-wide; set it only while no collective runs.
 inline constexpr size_t kDefaultChunkBytes = size_t{256} << 10;
+inline constexpr int64_t kMaxChunkBytes = int64_t{1} << 40;
 size_t chunk_bytes();
 void set_chunk_bytes(size_t bytes);
 
@@ -275,9 +276,12 @@ void set_chunk_bytes(size_t bytes);
 // call timed out is broken: its ranks must stop using it. set_comm_timeout_s(s) overrides the
 // environment for the process (negative: back to it); set it only while no call waits.
 inline constexpr double kDefaultCommTimeoutS = 600;
+// The longest timeout (about 31 years): a deadline past it would overflow the clock.
+inline constexpr double kMaxCommTimeoutS = 1e9;
 double comm_timeout_s();
 void set_comm_timeout_s(double seconds);
-// The timeout a flag or variable asks for, checked: a finite number of seconds, 0 or more
+// The timeout a flag or variable asks for, checked: a number of seconds from 0 to
+// kMaxCommTimeoutS
 // (`what` names the setting in the error, e.g. "--comm-timeout").
 double parse_comm_timeout(const std::string& text, const std::string& what);
 

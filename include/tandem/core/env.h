@@ -8,7 +8,7 @@
 namespace tandem {
 
 // The integer value of environment variable `name`, or `fallback` when unset or empty.
-// A value that is not an integer is a UserError naming the variable.
+// A value that is not an integer, or not one of 64 bits, is a UserError naming the variable.
 int64_t env_int(const char* name, int64_t fallback);
 
 // The string value of environment variable `name`, or `fallback` when unset.

@@ -63,7 +63,8 @@ std::string metrics_json_line(const StepMetrics& m);
 // recorded, so a crashed run's file holds every completed step and no partial line.
 class MetricsWriter {
  public:
-  // `append` continues the file of a resumed run; otherwise the file starts empty. An unwritable
+  // `append` continues the file of a resumed run, after its last whole line (a partial last line,
+  // from a run stopped mid-write, is cut off); otherwise the file starts empty. An unwritable
   // path is a UserError naming it.
   explicit MetricsWriter(const std::string& path, bool append = false);
   ~MetricsWriter();

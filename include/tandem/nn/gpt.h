@@ -40,6 +40,14 @@ namespace tandem::nn {
 
 // ---------------------------------------------------------------------------------------------
 // Configuration.
+// The largest sizes a config may name: far past any model a CPU trains, and small enough that
+// no count of parameters or activations overflows on the way to a refusal (the memory check).
+inline constexpr int kMaxLayers = 1 << 16;
+inline constexpr int kMaxWidth = 1 << 20;      // d_model (and so n_heads)
+inline constexpr int kMaxPositions = 1 << 24;  // seq_len, max_positions
+inline constexpr int kMaxVocab = 1 << 24;
+inline constexpr int64_t kMaxParameters = int64_t{1} << 40;
+
 struct GPTConfig {
   int vocab_size = 256;  // byte-level by default
   int n_layers = 4;

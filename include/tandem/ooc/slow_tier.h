@@ -44,8 +44,10 @@ class SlowTier {
 
 // Opens a tier able to hold `bytes` (its capacity is `bytes` rounded up to kIoAlignment). The file
 // tier reserves its disk space now, so that a full disk is reported before training starts, and
-// its file is already unlinked, so it disappears however the process ends.
-std::unique_ptr<SlowTier> open_slow_tier(const TierSpec& spec, uint64_t bytes);
+// its file is already unlinked, so it disappears however the process ends. `holds` says what the
+// tier is for, in a full disk's message ("cannot reserve 2 GiB ... for <holds>").
+std::unique_ptr<SlowTier> open_slow_tier(const TierSpec& spec, uint64_t bytes,
+                                         std::string_view holds = "swapped activations");
 
 struct TierBandwidth {
   double write_bytes_per_s = 0;

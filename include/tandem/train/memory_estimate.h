@@ -57,7 +57,8 @@ MemoryEstimate estimate_memory(const TrainConfig& cfg);
 
 // The memory this process may still use: MemAvailable from /proc/meminfo, or the room left under
 // this process's cgroup limit (v2 memory.max less memory.current; v1 memory.limit_in_bytes less
-// memory.usage_in_bytes) when that is less. The TANDEM_MEMORY_LIMIT environment variable states it
+// memory.usage_in_bytes) or the room under the address-space limit (RLIMIT_AS less VmSize) when
+// that is less. The TANDEM_MEMORY_LIMIT environment variable states it
 // instead ("16GiB"; "off": no check). Nothing when it cannot be read (or is off).
 struct AvailableMemory {
   uint64_t bytes = 0;
@@ -68,6 +69,10 @@ std::optional<AvailableMemory> available_memory();
 // Refuses a run whose estimate is more than the available memory: one UserError with the
 // estimate, the memory available and where that figure comes from, and what to change.
 void check_memory(const TrainConfig& cfg);
+
+// The same refusal for `tandem eval`: the model's weights and the activations of a forward over
+// `rows` windows of `seq_len` tokens, against the memory available.
+void check_eval_memory(const nn::GPTConfig& model, int rows, int seq_len);
 
 // The start-up line: "  memory estimate: 2.4 GiB on this machine (...); 21.9 GiB available (...)".
 std::string memory_line(const TrainConfig& cfg);

@@ -52,7 +52,8 @@ struct CandidateTiming {
   std::vector<double> times;  // first pass: seconds per repetition, each the slowest rank's
   // The final round: the same, timed in turns with the other finalists (empty: not a finalist).
   std::vector<double> final_times;
-  double median() const;  // of `times`; infinity when there are no times
+  bool user_error = false;  // its set-up failed with a UserError (not recorded)
+  double median() const;    // of `times`; infinity when there are no times
   double min() const;
   double max() const;
   bool retimed() const { return !final_times.empty(); }

@@ -143,6 +143,10 @@ TEST(CommTimeout, BadSettingsAreRefused) {
               fmt::format("--comm-timeout={} is not a timeout: expected a number of seconds, 0 or "
                           "more (0: wait forever; default 600)",
                           bad));
+  EXPECT_EQ(user_error_of([&] { parse_comm_timeout("1e10", "TANDEM_COMM_TIMEOUT"); }),
+            "TANDEM_COMM_TIMEOUT=1e10 is too long a timeout: at most 1e+09 seconds (0: wait "
+            "forever)");
+  EXPECT_EQ(parse_comm_timeout("1e9", "x"), 1e9);
   EXPECT_EQ(parse_comm_timeout("0.25", "x"), 0.25);
   EXPECT_EQ(parse_comm_timeout("0", "x"), 0.0);
 }

@@ -67,6 +67,32 @@ TEST(Metrics, WriterTruncatesOrAppends) {
   EXPECT_EQ(testing::read_bytes(path), "");
 }
 
+// A run stopped mid-line (a full disk, a kill) leaves a partial last line: a resumed run cuts it
+// off, so that every line of the file is one JSON object. A file of one partial line is emptied;
+// a long file is searched back past the first 4096 bytes.
+TEST(Metrics, AppendingCutsAPartialLastLine) {
+  ScratchDir dir;
+  const std::string path = dir.path("m.jsonl");
+  StepMetrics m;
+  m.step = 3;
+  m.loss = 1.5;
+  const std::string whole = R"({"step":1,"loss":2.0,"tokens_per_s":1.0})"
+                            "\n";
+  const std::string padding(5000, ' ');
+  for (const std::string& before : {std::string(), whole, whole + whole, whole + padding + "\n"}) {
+    for (const std::string& partial :
+         {std::string(), std::string(R"({"step":2,"lo)"), R"({"step":2)" + padding}) {
+      testing::write_bytes(path, before + partial);
+      {
+        MetricsWriter w(path, /*append=*/true);
+        w.write(m);
+      }
+      EXPECT_EQ(testing::read_bytes(path), before + metrics_json_line(m) + "\n")
+          << "before: " << before.size() << " bytes, partial: " << partial.size() << " bytes";
+    }
+  }
+}
+
 TEST(PhaseTimer, AccumulatesInFirstUseOrder) {
   PhaseTimer t;
   t.add("forward", 0.5);

@@ -65,5 +65,21 @@ TEST(OptimizerErrors, ABucketLargerThanTheModelIsRefusedBeforeTraining) {
             "--bucket-mb 64: the model's parameters are 0.04 MiB; a bucket must be smaller");
 }
 
+// A disk too full for the moments' file (a file-size limit fails fallocate the same way) says the
+// file is for the optimizer state, not for swapped activations.
+TEST(OptimizerErrors, AFullDiskForTheOptimizerStateSaysSo) {
+  testing::ScratchDir dir;
+  TrainConfig c = testing::tiny_run(1);
+  c.optimizer.state_tier = ooc::TierSpec::parse("file:" + dir.path("moments"));
+  std::string message;
+  {
+    testing::FileSizeLimit limit(4096);
+    message = user_error_of([&] { train(c); });
+  }
+  EXPECT_NE(message.find("for the optimizer state (--optimizer-state): File too large"),
+            std::string::npos)
+      << message;
+}
+
 }  // namespace
 }  // namespace tandem::train

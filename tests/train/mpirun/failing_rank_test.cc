@@ -131,6 +131,23 @@ TEST(FailingRank, ADataFileMissingOnOneRankEndsTheJob) {
       << e.result.output;
 }
 
+// Ranks started with different flags (here a seed, which would train silently to another
+// result) all stop at start-up, before any step, and rank 0 names the flag, the ranks and their
+// values, once.
+TEST(FailingRank, RanksGivenDifferentFlagsStopAtStartNamingTheFlag) {
+  ScratchDir dir;
+  std::string command = job(dir, "--seed \"$SEED\"");
+  const std::string exec = "exec ";
+  command.insert(command.find(exec), "SEED=$((1 + 7 * OMPI_COMM_WORLD_RANK)); ");
+  const Ended e = run_job(command);
+  expect_ended_by_itself(e);
+  EXPECT_THAT(e.result.output,
+              HasSubstr("tandem: error: the ranks disagree on --seed: rank 0 gives 1, rank 1 "
+                        "gives 8; every rank of a job must be started with the same flags"))
+      << command << "\n"
+      << e.result.output;
+}
+
 // The metrics file, which rank 0 alone appends to every step, stops growing mid-run: every rank
 // learns of it after the step (and would save its checkpoint, with --save) and stops; rank 0 says
 // why, once.

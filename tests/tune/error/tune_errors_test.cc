@@ -1,6 +1,9 @@
 // What a user reads when tuning or emitting goes wrong: bad sizes, repetitions, schedule and
 // executor names, rank counts, and the same through the `tandem` command (one line, non-zero exit).
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <fstream>
 
 #include "support/cli.h"
 #include "tandem/core/error.h"
@@ -136,6 +139,11 @@ TEST(TuneCliErrors, OneLineAndNonZeroExit) {
       {"emit pipeline_stage --schedule AR-C --target cuda -o unused --ranks 3",
        "--ranks 3: program 'pipeline_stage' has 2 groups; give multiples of 2"},
       {"emit lamb2 --schedule AR-C", "unknown workload 'lamb2'; the workloads are: "},
+      {"emit adam --schedule AR-C --target cuda -o unused --ranks 0",
+       "--ranks 0: a rank count is at least 1"},
+      {"emit adam --schedule AR-C --target cuda -o unused --sizes N=0",
+       "--size N=0: an extent is at least 1"},
+      {"tune adam --size N=0", "--size N=0: an extent is at least 1"},
   };
   for (const CliCase& c : cases) {
     const testing::CommandResult r = testing::run_tandem(c.args);
@@ -143,6 +151,52 @@ TEST(TuneCliErrors, OneLineAndNonZeroExit) {
     EXPECT_EQ(r.output.rfind("tandem: error: " + c.message, 0), 0u) << c.args << "\n" << r.output;
     EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << c.args << "\n" << r.output;
   }
+}
+
+// -o naming a folder that cannot be made is the user's error, in one line; with --target cpp the
+// source is written into the folder rather than -o being ignored.
+TEST(TuneCliErrors, EmitOutputFolders) {
+  testing::TempCacheDir dir("emit-out");
+  const std::string file = (dir.path() / "a-file").string();
+  std::ofstream(file) << "x";
+  for (const std::string target : {"cuda", "cpp"}) {
+    const testing::CommandResult r = testing::run_tandem("emit adam --schedule AR-C --target " +
+                                                         target + " -o '" + file + "/sub'");
+    EXPECT_EQ(r.status, 1) << r.output;
+    EXPECT_EQ(r.output,
+              "tandem: error: -o " + file + "/sub: cannot create the folder: Not a directory\n");
+  }
+  const std::string out = (dir.path() / "out").string();
+  const testing::CommandResult r =
+      testing::run_tandem("emit adam --schedule AR-C --target cpp -o '" + out + "'");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(r.output, "wrote " + out + "/adam_AR_C.cpp\n");
+  EXPECT_NE(
+      testing::run_tandem("emit adam --schedule AR-C --target cpp").output.find("extern \"C\""),
+      std::string::npos);
+  std::ifstream f(out + "/adam_AR_C.cpp");
+  const std::string written((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(written, testing::run_tandem("emit adam --schedule AR-C --target cpp").output);
+}
+
+// Every candidate failing its set-up with the same UserError (a cache folder that cannot be
+// written, a compiler that does not run) is that UserError, not an internal error.
+class RefusingExecutor final : public Executor {
+ public:
+  std::string name() const override { return "refusing"; }
+  std::unique_ptr<exec::Runner> prepare(const schedule::Plan&, comm::Communicator&,
+                                        const dsl::SymbolMap&, size_t) override {
+    user_error("cannot write the JIT cache folder '/ro/cache': Read-only file system");
+  }
+};
+
+TEST(TuneErrors, TheSameSetUpErrorForEveryCandidateIsTheUsers) {
+  TuneOptions o = quick({{"N", 64}});
+  o.executor = std::make_shared<RefusingExecutor>();
+  // Each rank raises it; run_ranks names the first to.
+  const std::string e = error_of([&] { tune_threads(dsl::workloads::adam(), 2, o); });
+  EXPECT_THAT(e, ::testing::EndsWith("tune: program 'adam': set-up failed: cannot write the JIT "
+                                     "cache folder '/ro/cache': Read-only file system"));
 }
 
 TEST(TuneCliErrors, FlagsCli11Rejects) {

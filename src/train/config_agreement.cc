@@ -1,0 +1,156 @@
+// Every rank's training settings gathered over the world and compared, a disagreement named flag
+// by flag.
+#include "config_agreement.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "tandem/core/tensor.h"
+
+namespace tandem::train::detail {
+namespace {
+
+template <typename T>
+std::string text(const std::optional<T>& v) {
+  return v ? fmt::format("{}", *v) : std::string("unset");
+}
+
+// Every rank's string: the lengths first (exact in f32 below 2^24), then the bytes, padded to
+// the longest, in a 16-bit tensor (collectives move whole elements).
+std::vector<std::string> all_gather_strings(comm::Communicator& world, const std::string& mine) {
+  const int n = world.size();
+  if (n == 1) return {mine};
+  if (mine.size() >= (size_t{1} << 24))
+    throw InternalError(fmt::format("{} bytes of settings to compare", mine.size()));
+  Tensor my_len = Tensor::zeros(DType::F32, Shape{1});
+  my_len.set(0, static_cast<float>(mine.size()));
+  Tensor lens = Tensor::zeros(DType::F32, Shape{n});
+  world.all_gather(my_len, lens);
+  size_t longest = 0;
+  for (int r = 0; r < n; ++r) longest = std::max(longest, static_cast<size_t>(lens.get(r)));
+  const int64_t elems = static_cast<int64_t>((longest + 1) / 2);
+  if (elems == 0) return std::vector<std::string>(n);
+  Tensor my_bytes = Tensor::zeros(DType::BF16, Shape{elems});
+  std::memcpy(my_bytes.data(), mine.data(), mine.size());
+  Tensor all = Tensor::zeros(DType::BF16, Shape{elems * n});
+  world.all_gather(my_bytes, all);
+  std::vector<std::string> out;
+  const char* base = static_cast<const char*>(all.data());
+  for (int r = 0; r < n; ++r)
+    out.emplace_back(base + static_cast<size_t>(r) * elems * 2, static_cast<size_t>(lens.get(r)));
+  return out;
+}
+
+// "rank 3", "ranks 0 and 2", "ranks 0-3 and 7": runs of consecutive ranks shortened.
+std::string ranks_text(const std::vector<int>& ranks) {
+  std::vector<std::string> runs;
+  for (size_t i = 0; i < ranks.size();) {
+    size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    runs.push_back(j >= i + 2   ? fmt::format("{}-{}", ranks[i], ranks[j])
+                   : j == i + 1 ? fmt::format("{}, {}", ranks[i], ranks[j])
+                                : fmt::format("{}", ranks[i]));
+    i = j + 1;
+  }
+  std::string list = runs.back();
+  if (runs.size() > 1)
+    list = fmt::format("{} and {}", fmt::join(runs.begin(), runs.end() - 1, ", "), runs.back());
+  return (ranks.size() == 1 ? "rank " : "ranks ") + list;
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> agreeing_settings(const TrainConfig& c,
+                                                                   const Corpus& corpus) {
+  const parallel::OptimizerConfig& o = c.optimizer;
+  return {
+      {"the command (train or plan)", c.plan_only ? "plan" : "train"},
+      {"--layers", fmt::format("{}", c.model.n_layers)},
+      {"--heads", fmt::format("{}", c.model.n_heads)},
+      {"--d-model", fmt::format("{}", c.model.d_model)},
+      {"--seq-len", fmt::format("{}", c.model.seq_len)},
+      {"the model's positions", fmt::format("{}", c.model.max_positions)},
+      {"the vocabulary", fmt::format("{}", c.model.vocab_size)},
+      {"--dropout", fmt::format("{}", c.model.dropout)},
+      {"--batch", fmt::format("{}", c.batch)},
+      {"--steps", fmt::format("{}", c.steps)},
+      {"--lr", fmt::format("{}", c.lr)},
+      {"--warmup", fmt::format("{}", c.warmup)},
+      {"--min-lr-ratio", fmt::format("{}", c.min_lr_ratio)},
+      {"--seed", fmt::format("{}", c.seed)},
+      {"--optimizer", std::string(parallel::optimizer_name(o.kind))},
+      {"--grad-dtype", std::string(dtype_name(o.grad_dtype))},
+      {"--beta1", fmt::format("{}", o.beta1)},
+      {"--beta2", fmt::format("{}", o.beta2)},
+      {"--eps", fmt::format("{}", o.eps)},
+      {"--weight-decay", fmt::format("{}", o.weight_decay)},
+      {"--grad-exchange", std::string(parallel::grad_exchange_name(o.exchange))},
+      {"--bucket-mb", text(o.bucket_mb)},
+      {"--optimizer-state", o.state_tier ? o.state_tier->str() : "memory"},
+      {"--clip-grad-norm", text(o.clip_grad_norm)},
+      {"--dp", fmt::format("{}", c.grid.dp)},
+      {"--tp", fmt::format("{}", c.grid.tp)},
+      {"--pp", fmt::format("{}", c.grid.pp)},
+      {"--micro-batches", fmt::format("{}", c.micro_batch_count())},
+      {"--backend", std::string(comm::backend_name(c.backend))},
+      {"--executor", std::string(exec::runner_kind_name(c.executor))},
+      {"--tune", c.tune ? "on" : "off"},
+      // The data by what it holds (its path may differ from host to host).
+      {"--data",
+       fmt::format("{} tokens, fingerprint {}", corpus.train.size() + corpus.validation.size(),
+                   corpus.fingerprint_hex())},
+      {"--val-fraction", fmt::format("{}", c.validation_fraction)},
+      {"--eval-every", fmt::format("{}", c.eval_every)},
+      {"--eval-batches", fmt::format("{}", c.eval_batches)},
+      {"--save", c.save_dir.empty() ? "none" : c.save_dir},
+      {"--save-every", fmt::format("{}", c.save_every)},
+      {"--keep-checkpoints", fmt::format("{}", c.keep_checkpoints)},
+      {"--resume", c.resume_dir.empty() ? "none" : c.resume_dir},
+      {"--metrics", c.metrics_path.empty() ? "none" : c.metrics_path},
+      {"--trace", c.trace_path.empty() ? "none" : c.trace_path},
+      {"--comm-timeout", fmt::format("{}", comm::comm_timeout_s())},
+      {"--memory-budget", c.memory_budget.empty() ? "none" : c.memory_budget},
+      {"--slow-tier", c.slow_tier.str()},
+      {"--model-state", c.model_state ? c.model_state->str() : "memory"},
+      {"--ooc-plan", c.ooc_plan.empty() ? "the planner's" : c.ooc_plan},
+  };
+}
+
+void check_ranks_agree(comm::Communicator& world, const TrainConfig& config, const Corpus& corpus) {
+  const auto mine = agreeing_settings(config, corpus);
+  nlohmann::json values = nlohmann::json::array();
+  for (const auto& [flag, value] : mine) values.push_back(value);
+  const std::vector<std::string> texts = all_gather_strings(world, values.dump());
+  std::vector<std::vector<std::string>> all;
+  for (const std::string& t : texts) all.push_back(nlohmann::json::parse(t));
+  std::vector<std::string> disagreements;
+  for (size_t k = 0; k < mine.size(); ++k) {
+    // The ranks giving each value, in the order of their first rank.
+    std::vector<std::pair<std::string, std::vector<int>>> groups;
+    for (int r = 0; r < static_cast<int>(all.size()); ++r) {
+      const std::string& v = all[r].at(k);
+      auto g =
+          std::find_if(groups.begin(), groups.end(), [&](const auto& x) { return x.first == v; });
+      if (g == groups.end())
+        groups.push_back({v, {r}});
+      else
+        g->second.push_back(r);
+    }
+    if (groups.size() == 1) continue;
+    std::vector<std::string> parts;
+    for (const auto& [value, ranks] : groups)
+      parts.push_back(
+          fmt::format("{} give{} {}", ranks_text(ranks), ranks.size() == 1 ? "s" : "", value));
+    disagreements.push_back(fmt::format("{}: {}", mine[k].first, fmt::join(parts, ", ")));
+  }
+  if (disagreements.empty()) return;
+  throw comm::CollectiveError(fmt::format(
+      "the ranks disagree on {}; every rank of a job must be started with the same flags",
+      fmt::join(disagreements, "; and on ")));
+}
+
+}  // namespace tandem::train::detail
