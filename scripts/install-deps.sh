@@ -13,6 +13,7 @@ packages=(
   libcli11-dev                            # the tandem command's flags
   nlohmann-json3-dev                      # JSON: traces, metrics, tuner cache, checkpoint metadata
   libfmt-dev                              # formatting of messages and tables
+  libssl-dev                              # libcrypto's SHA-256: checkpoint and JIT-cache checksums
   libsentencepiece-dev                    # the BPE tokenizer of tandem tokenize
   iproute2 util-linux                     # ip netns, unshare: the multihost tests' two hosts
 )

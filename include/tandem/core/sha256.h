@@ -1,16 +1,19 @@
 // SHA-256 (FIPS 180-4): a strong content hash, for checking that a file is the one that was
-// written (the JIT cache records the hash of every shared object it compiles).
+// written (the JIT cache records the hash of every shared object it compiles, checkpoints the
+// hash of every tensor).
 #pragma once
 
-#include <array>
 #include <cstddef>
-#include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 
+struct evp_md_ctx_st;  // OpenSSL's EVP_MD_CTX, kept out of callers' includes
+
 namespace tandem {
 
-// Fed in pieces with update(), read once with hex().
+// Fed in pieces with update(), read once with hex(). Owns an OpenSSL digest context: movable,
+// not copyable; a moved-from object may only be assigned to or destroyed.
 class Sha256 {
  public:
   Sha256();
@@ -19,11 +22,10 @@ class Sha256 {
   std::string hex();  // 64 lowercase hex digits; the object is spent afterwards
 
  private:
-  void block(const uint8_t* p);
-  std::array<uint32_t, 8> h_;
-  std::array<uint8_t, 64> buf_{};
-  size_t used_ = 0;     // bytes waiting in buf_
-  uint64_t total_ = 0;  // bytes fed so far
+  struct Free {
+    void operator()(evp_md_ctx_st* ctx) const;
+  };
+  std::unique_ptr<evp_md_ctx_st, Free> ctx_;
 };
 
 // The SHA-256 of `s`, as 64 lowercase hex digits.

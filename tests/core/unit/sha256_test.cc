@@ -1,9 +1,11 @@
-// SHA-256 against the FIPS 180-4 examples, and the same hash whatever the pieces it is fed in.
+// SHA-256 against the FIPS 180-4 examples, and the same hash whatever the pieces it is fed in or
+// however the hash in progress is moved.
 #include "tandem/core/sha256.h"
 
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
 
 namespace tandem {
 namespace {
@@ -26,6 +28,20 @@ TEST(Sha256, PiecesGiveTheSameDigest) {
       h.update(std::string_view(text).substr(at, piece));
     EXPECT_EQ(h.hex(), sha256_hex(text)) << "pieces of " << piece;
   }
+}
+
+// A hash in progress moves with its state; assigning a new one starts afresh (as a checkpoint
+// writer does between tensors).
+TEST(Sha256, MovesKeepTheStateAndAssignmentRestarts) {
+  Sha256 a;
+  a.update("ab");
+  a.update(nullptr, 0);
+  Sha256 b = std::move(a);
+  b.update("c");
+  EXPECT_EQ(b.hex(), sha256_hex("abc"));
+  b = Sha256();
+  b.update("abc");
+  EXPECT_EQ(b.hex(), sha256_hex("abc"));
 }
 
 }  // namespace
