@@ -1,6 +1,8 @@
 // The blocks' weights and moments in a slow tier, staged through a few slots (see block_store.h).
 #include "tandem/parallel/block_store.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -147,8 +149,9 @@ void BlockStore::start_read(Kind kind, int layer) {
   const uint64_t w_at = b.w_at, m_at = b.m_at, v_at = b.v_at, piece = piece_bytes(layer);
   char* mem = s.mem;
   const uint64_t half = mv_slot_bytes_ / 2;
-  io_.submit([this, kind, slot, mem, w_at, m_at, v_at, piece, half] {
+  io_.submit([this, kind, slot, mem, w_at, m_at, v_at, piece, half, layer] {
     std::exception_ptr failed;
+    const auto begin = std::chrono::steady_clock::now();
     try {
       if (kind == Kind::Weights) {
         tier_->read(w_at, mem, w_slot_bytes_);
@@ -159,7 +162,13 @@ void BlockStore::start_read(Kind kind, int layer) {
     } catch (...) {
       failed = std::current_exception();
     }
+    const auto end = std::chrono::steady_clock::now();
+    if (sink_)
+      sink_(fmt::format("read h.{} {}", layer, kind == Kind::Weights ? "weights" : "moments"),
+            begin, end);
     std::lock_guard<std::mutex> lock(mutex_);
+    traffic_.read_bytes += kind == Kind::Weights ? w_slot_bytes_ : 2 * piece;
+    traffic_.busy_s += std::chrono::duration<double>(end - begin).count();
     --slots_[static_cast<size_t>(slot)].reads;
     if (failed && !error_) error_ = failed;
     changed_.notify_all();
@@ -250,8 +259,9 @@ void BlockStore::end_update(int layer) {
   const uint64_t w_at = b.w_at, m_at = b.m_at, v_at = b.v_at, piece = piece_bytes(layer),
                  half = mv_slot_bytes_ / 2;
   char *wm = w.mem, *mvm = mv.mem;
-  io_.submit([this, w_slot, mv_slot, w_at, m_at, v_at, piece, half, wm, mvm] {
+  io_.submit([this, w_slot, mv_slot, w_at, m_at, v_at, piece, half, wm, mvm, layer] {
     std::exception_ptr failed;
+    const auto begin = std::chrono::steady_clock::now();
     try {
       tier_->write(w_at, wm, w_slot_bytes_);
       tier_->write(m_at, mvm, piece);
@@ -259,7 +269,11 @@ void BlockStore::end_update(int layer) {
     } catch (...) {
       failed = std::current_exception();
     }
+    const auto end = std::chrono::steady_clock::now();
+    if (sink_) sink_(fmt::format("write h.{} weights, moments", layer), begin, end);
     std::lock_guard<std::mutex> lock(mutex_);
+    traffic_.written_bytes += w_slot_bytes_ + 2 * piece;
+    traffic_.busy_s += std::chrono::duration<double>(end - begin).count();
     --slots_[static_cast<size_t>(w_slot)].writes;
     --slots_[static_cast<size_t>(mv_slot)].writes;
     if (failed && !error_) error_ = failed;
@@ -340,6 +354,28 @@ void BlockStore::write_moments(int layer, const float* m, const float* v) {
   lock.lock();
   --s.writes;
   changed_.notify_all();
+}
+
+BlockStore::Traffic BlockStore::traffic() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return traffic_;
+}
+
+BlockStore::Traffic BlockStore::predicted_step_traffic() const {
+  Traffic t;
+  const uint64_t blocks = blocks_.size();
+  const uint64_t misses = blocks > kWeightSlots ? blocks - kWeightSlots : 0;
+  for (int l = first_; l < end_layer(); ++l) {
+    t.read_bytes += 2 * piece_bytes(l);
+    t.written_bytes += w_slot_bytes_ + 2 * piece_bytes(l);
+  }
+  t.read_bytes += 2 * misses * w_slot_bytes_;
+  return t;
+}
+
+void BlockStore::reset_traffic() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  traffic_ = {};
 }
 
 void BlockStore::flush() {

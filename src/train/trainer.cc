@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -120,6 +121,11 @@ class RankRun {
       }
       model_.attach_store(store_.get());
       opt_.attach_store(store_.get());
+      store_->set_transfer_sink(
+          [this](const std::string& name, Clock::time_point b, Clock::time_point e) {
+            if (!profiling_ && trace_ != nullptr && trace_->enabled())
+              trace_->record(grid_.world().rank(), io::kStateStream, name, b, e);
+          });
     }
     if (resume_) last_checkpoint_ = {resume_->meta.step, resume_->folder};
     if (cfg.eval_every > 0) val_sampler_.emplace(detail::validation_sampler(*corpus_, cfg));
@@ -147,6 +153,7 @@ class RankRun {
   void open_reports(int64_t first_step);
   void print_header(int64_t first_step);
   std::string memory_lines();
+  std::string model_state_line() const;
   // A step and what follows it.
   double train_step(int64_t step, double lr);
   void finish_optimizer_step();
@@ -194,7 +201,7 @@ class RankRun {
   parallel::DataParallelOptimizer opt_;
   std::ostream& out_;
   io::PhaseTimer phases_;                       // this step's, on the lead rank
-  bool profiling_ = false;                      // the out-of-core profile's steps are not reported
+  std::atomic<bool> profiling_{false};          // the out-of-core profile's steps are not reported
   std::unique_ptr<io::MetricsWriter> metrics_;  // lead rank only
   std::unique_ptr<Progress> progress_;          // lead rank only
   // For the message of a divergence: the last step with a finite loss, and the newest good
@@ -213,7 +220,7 @@ TrainResult RankRun::run() {
   if (cfg_.plan_only) {  // tandem plan
     plan_out_of_core(result.first_step);
     if (lead_) {
-      out_ << ooc_->plan_line() << "\n" << ooc_->report();
+      out_ << ooc_->plan_line() << "\n" << ooc_->report() << model_state_line();
       if (!cfg_.trace_path.empty()) {
         io::write_file_atomic(cfg_.trace_path, ooc_->predicted_trace());
         out_ << fmt::format("predicted timeline written to {}\n", cfg_.trace_path);
@@ -235,6 +242,7 @@ TrainResult RankRun::run() {
   open_reports(result.first_step);
 
   const auto run_begin = Clock::now();
+  if (store_) store_->reset_traffic();  // the steps' transfers, not the set-up's
   for (int64_t step = result.first_step; step < cfg_.steps; ++step) {
     comm::set_comm_activity(fmt::format("step {}", step + 1));
     const auto step_begin = Clock::now();
@@ -382,13 +390,7 @@ std::string RankRun::memory_lines() {
   } else {
     for (int r = 0; r < n; ++r) out += fmt::format("  memory on rank {}: {}\n", r, line(r));
   }
-  if (store_)
-    out += fmt::format(
-        "  model state: blocks h.{}..h.{} (weights, gradients, optimizer state) in {}, {:.2f} MiB "
-        "a rank, streamed through {:.2f} MiB of slots; the embeddings and ln_f in memory\n",
-        store_->first_layer(), store_->end_layer() - 1, store_->describe(),
-        static_cast<double>(store_->tier_bytes()) / (1 << 20),
-        static_cast<double>(store_->staging_bytes()) / (1 << 20));
+  out += model_state_line();
   std::string exchange = fmt::format("{} bucket{} of blocks + the embeddings and ln_f",
                                      opt_.buckets(), opt_.buckets() == 1 ? "" : "s");
   if (cfg_.optimizer.kind == parallel::OptimizerKind::Lamb)
@@ -399,6 +401,21 @@ std::string RankRun::memory_lines() {
                          ? "after the backward (this MPI's thread level cannot overlap it)"
                          : "after the backward");
   return out;
+}
+
+// With --model-state: where the blocks' state lives and what a step moves (else "").
+std::string RankRun::model_state_line() const {
+  if (!store_) return "";
+  const parallel::BlockStore::Traffic p = store_->predicted_step_traffic();
+  return fmt::format(
+      "  model state: blocks h.{}..h.{} (weights, gradients, optimizer state) in {}, {:.2f} MiB "
+      "a rank, streamed through {:.2f} MiB of slots, about {:.2f} GiB read and {:.2f} GiB "
+      "written a step; the embeddings and ln_f in memory\n",
+      store_->first_layer(), store_->end_layer() - 1, store_->describe(),
+      static_cast<double>(store_->tier_bytes()) / (1 << 20),
+      static_cast<double>(store_->staging_bytes()) / (1 << 20),
+      static_cast<double>(p.read_bytes) / (1 << 30),
+      static_cast<double>(p.written_bytes) / (1 << 30));
 }
 
 void RankRun::print_header(int64_t first_step) {
@@ -608,6 +625,18 @@ void RankRun::print_summary(const TrainResult& result, int64_t ran) {
         result.losses.front(), result.losses.back(), val);
   }
   if (ooc_ && ran > 0) out_ << ooc_->summary_line();
+  if (store_ && ran > 0) {
+    const parallel::BlockStore::Traffic t = store_->traffic(), p = store_->predicted_step_traffic();
+    const double steps = static_cast<double>(ran), gib = 1.0 / (1 << 30);
+    out_ << fmt::format(
+        "tandem train: model state (rank 0): {:.2f} GiB read and {:.2f} GiB written a step "
+        "(predicted {:.2f} and {:.2f}), the tier busy {:.2f} s of each {:.2f} s step ({:.2f} GB/s "
+        "while busy)\n",
+        static_cast<double>(t.read_bytes) * gib / steps,
+        static_cast<double>(t.written_bytes) * gib / steps, static_cast<double>(p.read_bytes) * gib,
+        static_cast<double>(p.written_bytes) * gib, t.busy_s / steps, result.seconds / steps,
+        t.busy_s > 0 ? static_cast<double>(t.read_bytes + t.written_bytes) / t.busy_s / 1e9 : 0.0);
+  }
   if (result.stopped_by_signal != 0)
     out_ << fmt::format(
         "tandem train: stopped by {} after step {} of {}{}\n",

@@ -20,6 +20,7 @@ inline constexpr std::string_view kComputeStream = "compute";
 inline constexpr std::string_view kCommStream = "comm";
 inline constexpr std::string_view kSwapStream = "swap";
 inline constexpr std::string_view kExchangeStream = "dp exchange";  // the communication thread
+inline constexpr std::string_view kStateStream = "model state";     // --model-state's transfers
 
 class TraceRecorder {
  public:

@@ -18,9 +18,11 @@
 // call is thread-safe (the backward and the optimizer's thread share the store).
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -81,6 +83,26 @@ class BlockStore {
   // Waits for every transfer; rethrows a failed one.
   void flush();
 
+  // Called on the I/O thread after each transfer of a step: "read h.3 weights", "write h.3
+  // weights, moments", and when it ran (for --trace).
+  using TransferSink =
+      std::function<void(const std::string& name, std::chrono::steady_clock::time_point begin,
+                         std::chrono::steady_clock::time_point end)>;
+  void set_transfer_sink(TransferSink sink) { sink_ = std::move(sink); }
+
+  // Bytes moved between the slots and the tier, and the seconds the I/O thread spent moving them,
+  // since construction (or the last reset).
+  struct Traffic {
+    uint64_t read_bytes = 0, written_bytes = 0;
+    double busy_s = 0;
+  };
+  Traffic traffic();
+  void reset_traffic();
+  // What a step moves when no activation is recomputed: every block's moments read and its
+  // weights and moments written once; its weights read twice (forward, backward) but for the
+  // blocks still in a weight slot when the pass turns (kWeightSlots at each end).
+  Traffic predicted_step_traffic() const;
+
   int first_layer() const { return first_; }
   int end_layer() const { return first_ + static_cast<int>(blocks_.size()); }
   const MomentPieces& moment_pieces() const { return pieces_; }
@@ -126,6 +148,8 @@ class BlockStore {
   std::condition_variable changed_;
   uint64_t clock_ = 0;        // for least recently used
   std::exception_ptr error_;  // the first failed transfer
+  Traffic traffic_;
+  TransferSink sink_;
   SerialWorker io_;
 };
 

@@ -3,14 +3,13 @@
 // and resuming from that checkpoint ends bitwise where the uninterrupted run ends; a second
 // signal ends the process at once; the temporary folders a killed save left are removed by the
 // next run that owns the folder.
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <fmt/format.h>
-
 #include <filesystem>
-#include <initializer_list>
 #include <fstream>
+#include <initializer_list>
 #include <sstream>
 #include <string>
 
@@ -90,7 +89,8 @@ TEST(StopSignal, ASecondSignalStopsAtOnce) {
 TEST(StopSignal, TemporaryFoldersOfAKilledSaveAreRemovedByTheNextRun) {
   testing::ScratchDir dir;
   fs::create_directories(dir.path("ck/step-00000003.tmp-99999"));
-  fs::create_directories(dir.path("ck/step-00000002.old-99998"));  // may be a checkpoint's only copy
+  fs::create_directories(
+      dir.path("ck/step-00000002.old-99998"));  // may be a checkpoint's only copy
   std::ofstream(dir.path("ck/.latest.tmp-99999-0")) << "step-00000003\n";
   const testing::CommandResult r = testing::run_tandem(flags(dir.path("ck"), 1) + " --quiet");
   ASSERT_EQ(r.status, 0) << r.output;

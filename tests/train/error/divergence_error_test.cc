@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 
 #include "support/cli.h"
 #include "tandem/io/checkpoint_series.h"
@@ -105,6 +106,37 @@ TEST(Divergence, NaNWeightsAreRefusedByEvalAndResume) {
       tandem::testing::run_tandem("eval --checkpoint '" + dir.path("nan") + "'");
   EXPECT_EQ(eval.status, 1) << eval.output;
   EXPECT_EQ(eval.output, "tandem: error: " + want + "\n");
+}
+
+// Optimizer state no optimizer wrote: a negative second moment (with a checksum that matches,
+// as a tool that rewrote the file would leave it) is refused on resume, naming the tensor; so is
+// a tensor whose bytes do not match the checksum recorded for it.
+TEST(Divergence, ImpossibleOrAlteredOptimizerStateIsRefusedOnResume) {
+  ScratchDir dir;
+  TrainConfig first = testing::tiny_run(1);
+  first.save_dir = dir.path("ck");
+  train(first);
+  io::Checkpoint ck = io::load_checkpoint(dir.path("ck"));
+  for (io::NamedTensor& t : ck.optimizer)
+    if (t.name == "v.h.0.ln_1.bias") t.tensor.set(3, -1.0f);
+  io::save_checkpoint(dir.path("negative"), ck);
+  TrainConfig resume = testing::tiny_run(3);
+  resume.resume_dir = dir.path("negative");
+  EXPECT_EQ(user_error_of([&] { train(resume); }),
+            "checkpoint '" + dir.path("negative") +
+                "' holds a negative second moment (-1 at element 3 of tensor 'v.h.0.ln_1.bias'): "
+                "no optimizer wrote it; the file was altered");
+  // One byte of the weights changed after the save: the checksum no longer matches.
+  const std::string file = dir.path("ck/step-00000001/weights.safetensors");
+  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(-7, std::ios::end);
+  const char c = static_cast<char>(f.get() ^ 0x10);
+  f.seekp(-7, std::ios::end);
+  f.put(c);
+  f.close();
+  resume.resume_dir = dir.path("ck");
+  EXPECT_THAT(user_error_of([&] { train(resume); }),
+              ::testing::HasSubstr("does not match its checksum"));
 }
 
 TEST(Divergence, BadSettings) {
