@@ -40,29 +40,29 @@ parallel::GradExchange parse_grad_exchange(const std::string& text) {
       text);
 }
 
-std::optional<ooc::TierSpec> parse_optimizer_state(const std::string& text) {
+namespace {
+
+// --optimizer-state and --model-state: "memory" (unset), "host" or "file:DIR".
+std::optional<ooc::TierSpec> parse_state_tier(const std::string& flag, const std::string& text) {
   if (text == "memory") return std::nullopt;
   try {
     return ooc::TierSpec::parse(text);
   } catch (const UserError&) {
     user_error(
-        "--optimizer-state {}: write memory, host (a slow tier in host memory) or file:DIR (an "
-        "O_DIRECT "
-        "file in folder DIR)",
-        text);
+        "{} {}: write memory, host (a slow tier in host memory) or file:DIR (an O_DIRECT file in "
+        "folder DIR)",
+        flag, text);
   }
 }
 
+}  // namespace
+
+std::optional<ooc::TierSpec> parse_optimizer_state(const std::string& text) {
+  return parse_state_tier("--optimizer-state", text);
+}
+
 std::optional<ooc::TierSpec> parse_model_state(const std::string& text) {
-  if (text == "memory") return std::nullopt;
-  try {
-    return ooc::TierSpec::parse(text);
-  } catch (const UserError&) {
-    user_error(
-        "--model-state {}: write memory, host (a slow tier in host memory) or file:DIR (an "
-        "O_DIRECT file in folder DIR)",
-        text);
-  }
+  return parse_state_tier("--model-state", text);
 }
 
 ooc::TierSpec parse_slow_tier(const std::string& text) {
