@@ -89,6 +89,11 @@ CLI::Option* add_memory_flags(CLI::App* cmd, train::TrainConfig& c) {
   cmd->add_option("--ooc-plan", c.ooc_plan,
                   "Use this out-of-core plan instead of the planner's, e.g. KKSRKKSR/p1 (a letter "
                   "per half block: attention, MLP, ...)");
+  add_choice(cmd, "--model-state", c.model_state, parse_model_state,
+             "Where the blocks' weights, gradients and optimizer state live: memory, host (a slow "
+             "tier in host memory) or file:DIR (an O_DIRECT file), streamed block by block "
+             "through a few slots; a model larger than memory trains (docs/out-of-core.md)",
+             "memory");
   return tier;
 }
 
@@ -185,11 +190,6 @@ void add_train(CLI::App& app) {
              "Where Adam's moments live: memory, host (a slow tier in host memory) or file:DIR (an "
              "O_DIRECT "
              "file), streamed through two staging slots around each bucket's update",
-             "memory");
-  add_choice(cmd, "--model-state", c.model_state, parse_model_state,
-             "Where the blocks' weights, gradients and optimizer state live: memory, host (a slow "
-             "tier in host memory) or file:DIR (an O_DIRECT file), streamed block by block "
-             "through a few slots; a model larger than memory trains (docs/out-of-core.md)",
              "memory");
   add_grid_flags(cmd, c);
   add_choice(cmd, "--backend", c.backend, parse_backend,

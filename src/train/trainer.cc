@@ -36,6 +36,7 @@
 #include "tandem/io/atomic_file.h"
 #include "tandem/io/checkpoint_series.h"
 #include "tandem/io/metrics.h"
+#include "tandem/ooc/bytes.h"
 #include "tandem/parallel/model.h"
 #include "tandem/parallel/model_state.h"
 #include "tandem/train/data.h"
@@ -408,14 +409,12 @@ std::string RankRun::model_state_line() const {
   if (!store_) return "";
   const parallel::BlockStore::Traffic p = store_->predicted_step_traffic();
   return fmt::format(
-      "  model state: blocks h.{}..h.{} (weights, gradients, optimizer state) in {}, {:.2f} MiB "
-      "a rank, streamed through {:.2f} MiB of slots, about {:.2f} GiB read and {:.2f} GiB "
-      "written a step; the embeddings and ln_f in memory\n",
+      "  model state: blocks h.{}..h.{} (weights, gradients, optimizer state) in {}, {} a rank, "
+      "streamed through {} of slots, about {} read and {} written a step; the embeddings and "
+      "ln_f in memory\n",
       store_->first_layer(), store_->end_layer() - 1, store_->describe(),
-      static_cast<double>(store_->tier_bytes()) / (1 << 20),
-      static_cast<double>(store_->staging_bytes()) / (1 << 20),
-      static_cast<double>(p.read_bytes) / (1 << 30),
-      static_cast<double>(p.written_bytes) / (1 << 30));
+      ooc::human_bytes(store_->tier_bytes()), ooc::human_bytes(store_->staging_bytes()),
+      ooc::human_bytes(p.read_bytes), ooc::human_bytes(p.written_bytes));
 }
 
 void RankRun::print_header(int64_t first_step) {
