@@ -28,8 +28,8 @@ struct Measured {
 };
 
 Measured run_measured(const std::string& args, const std::string& log) {
-  const std::string cmd = "exec '" + testing::tandem_binary() + "' " + args + " > '" + log +
-                          "' 2>&1";
+  const std::string cmd =
+      "exec '" + testing::tandem_binary() + "' " + args + " > '" + log + "' 2>&1";
   std::vector<char*> argv = {const_cast<char*>("/bin/sh"), const_cast<char*>("-c"),
                              const_cast<char*>(cmd.c_str()), nullptr};
   pid_t pid = 0;
@@ -66,8 +66,8 @@ TEST(MemoryMeasured, TheEstimateMatchesThePeakResidentMemory) {
       run_measured(base + " --layers 1 --d-model 16 --heads 1", dir.path("floor.log"));
   const std::string big = base + " --layers 8 --d-model 768 --heads 8";  // 57M parameters
   const Measured in_core = run_measured(big, dir.path("in-core.log"));
-  const Measured streamed = run_measured(
-      big + " --model-state file:" + dir.path(), dir.path("streamed.log"));
+  const Measured streamed =
+      run_measured(big + " --model-state file:" + dir.path(), dir.path("streamed.log"));
   const double in_core_own = in_core.peak_mib - floor.peak_mib,
                streamed_own = streamed.peak_mib - floor.peak_mib;
   RecordProperty("floor_mib", std::to_string(floor.peak_mib));
@@ -81,10 +81,11 @@ TEST(MemoryMeasured, TheEstimateMatchesThePeakResidentMemory) {
   // And the blocks' state is really out of memory: most of what the estimates say it saves.
   EXPECT_LT(streamed.peak_mib + 0.8 * (in_core.estimate_mib - streamed.estimate_mib),
             in_core.peak_mib);
-  std::printf("floor %.0f MiB; in memory: peak %.0f MiB, estimate %.0f MiB; streamed: peak %.0f "
-              "MiB, estimate %.0f MiB\n",
-              floor.peak_mib, in_core.peak_mib, in_core.estimate_mib, streamed.peak_mib,
-              streamed.estimate_mib);
+  std::printf(
+      "floor %.0f MiB; in memory: peak %.0f MiB, estimate %.0f MiB; streamed: peak %.0f "
+      "MiB, estimate %.0f MiB\n",
+      floor.peak_mib, in_core.peak_mib, in_core.estimate_mib, streamed.peak_mib,
+      streamed.estimate_mib);
 }
 
 }  // namespace
