@@ -6,7 +6,6 @@
 #include <sentencepiece_trainer.h>
 
 #include <fstream>
-#include <regex>
 #include <unordered_map>
 
 #include "tandem/core/error.h"
@@ -56,21 +55,29 @@ class Lines : public sentencepiece::SentenceIterator {
   bool done_ = false;
 };
 
+// The digits that follow `prefix` in `text` from `from` on ("" when there are none).
+std::string number_after(const std::string& text, std::string_view prefix, size_t from = 0) {
+  const size_t at = text.find(prefix, from);
+  if (at == std::string::npos) return "";
+  const size_t begin = at + prefix.size();
+  const size_t end = text.find_first_not_of("0123456789", begin);
+  return text.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+}
+
 // SentencePiece's refusals of a vocabulary size, in tandem's words.
 [[noreturn]] void vocab_refused(const std::string& message, int vocab_size) {
-  std::smatch m;
-  if (std::regex_search(message, m, std::regex("Please set it to a value <= ([0-9]+)")))
+  if (const std::string most = number_after(message, "Please set it to a value <= "); !most.empty())
     user_error(
         "--vocab-size {} is too large for this corpus: its text yields at most {} pieces; use "
         "a smaller vocabulary or more text",
-        vocab_size, m[1].str());
-  if (std::regex_search(message, m,
-                        std::regex("Vocabulary size is smaller than required_chars. "
-                                   "[0-9]+ vs ([0-9]+)")))
-    user_error(
-        "--vocab-size {} is too small for this corpus: its characters, the 256 byte tokens and "
-        "the control tokens need at least {}",
-        vocab_size, m[1].str());
+        vocab_size, most);
+  if (const size_t at = message.find("Vocabulary size is smaller than required_chars. ");
+      at != std::string::npos)
+    if (const std::string least = number_after(message, " vs ", at); !least.empty())
+      user_error(
+          "--vocab-size {} is too small for this corpus: its characters, the 256 byte tokens and "
+          "the control tokens need at least {}",
+          vocab_size, least);
   user_error("training the tokenizer failed: {}", message);
 }
 

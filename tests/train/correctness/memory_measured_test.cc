@@ -9,7 +9,6 @@
 
 #include <cstdio>
 #include <fstream>
-#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -43,12 +42,16 @@ Measured run_measured(const std::string& args, const std::string& log) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << text.str();
   Measured m;
   m.peak_mib = static_cast<double>(usage.ru_maxrss) / 1024.0;
-  std::smatch match;
   const std::string out = text.str();
-  if (std::regex_search(out, match, std::regex("memory estimate: ([0-9.]+) (KiB|MiB|GiB)")))
-    m.estimate_mib = std::stod(match[1]) * (match[2] == "GiB"   ? 1024.0
-                                            : match[2] == "KiB" ? 1.0 / 1024
-                                                                : 1.0);
+  // "memory estimate: 1.10 GiB on this machine ..."
+  const std::string key = "memory estimate: ";
+  if (const size_t at = out.find(key); at != std::string::npos) {
+    std::istringstream figure(out.substr(at + key.size(), 16));
+    double value = 0;
+    std::string unit;
+    figure >> value >> unit;
+    m.estimate_mib = value * (unit == "GiB" ? 1024.0 : unit == "KiB" ? 1.0 / 1024 : 1.0);
+  }
   EXPECT_GT(m.estimate_mib, 0.0) << out;
   return m;
 }
