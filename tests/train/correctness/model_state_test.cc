@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "support/cli.h"
 #include "tandem/ooc/bytes.h"
 #include "train/test_util.h"
 
@@ -144,6 +145,12 @@ TEST(ModelStateVariants, WhatItCannotServeIsRefused) {
             "--model-state host already keeps the optimizer state in its tier; leave out "
             "--optimizer-state");
   c.optimizer.state_tier.reset();
+  const tandem::testing::CommandResult flag =
+      tandem::testing::run_tandem("train --model-state disk");
+  EXPECT_EQ(flag.status, 1);
+  EXPECT_EQ(flag.output,
+            "tandem: error: --model-state disk: write memory, host (a slow tier in host memory) or "
+            "file:DIR (an O_DIRECT file in folder DIR)\n");
   c.model_state = ooc::TierSpec::parse("file:/proc/no-such-folder");
   EXPECT_THAT(testing::user_error_of([&] { train(c); }),
               ::testing::HasSubstr("--model-state file:/proc/no-such-folder: slow tier folder "
