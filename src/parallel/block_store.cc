@@ -27,12 +27,19 @@ struct BlockStore::Slot {
   int reads = 0;      // reads queued and not yet run
   int writes = 0;     // write-backs queued and not yet run
   uint64_t used = 0;  // when last used, for least recently used
+  bool parked = false;      // gradients between two backwards of their block: may be written out
+  bool read_ahead = false;  // filled by a prefetch and not used since
 };
 
 BlockStore::BlockStore(const ooc::TierSpec& tier, const ShardLayout& layout,
-                       const MomentPieces& moments)
-    : layout_(layout), first_(layout.first_layer()), pieces_(moments), io_("tandem-state-io") {
+                       const MomentPieces& moments, int micro_batches)
+    : layout_(layout),
+      first_(layout.first_layer()),
+      micro_batches_(micro_batches),
+      pieces_(moments),
+      io_("tandem-state-io") {
   const int n = layout.end_layer() - first_;
+  TANDEM_CHECK(micro_batches >= 1, "{} micro-batches", micro_batches);
   TANDEM_CHECK(static_cast<int>(moments.size()) == n, "{} moment pieces for {} blocks",
                moments.size(), n);
   for (int l = layout.first_layer(); l < layout.end_layer(); ++l) {
@@ -50,6 +57,10 @@ BlockStore::BlockStore(const ooc::TierSpec& tier, const ShardLayout& layout,
     b.m_at = b.w_at + w_slot_bytes_;
     b.v_at = b.m_at + piece;
     total = b.v_at + piece;
+    if (micro_batches > 1) {
+      b.g_at = total;
+      total += w_slot_bytes_;
+    }
   }
   mv_slot_bytes_ = std::max<uint64_t>(mv_slot_bytes_, 2 * ooc::kIoAlignment);
   tier_ = ooc::open_slow_tier(tier, std::max<uint64_t>(total, ooc::kIoAlignment));
@@ -66,11 +77,11 @@ BlockStore::BlockStore(const ooc::TierSpec& tier, const ShardLayout& layout,
     }
   };
   add(Kind::Weights, kWeightSlots, w_slot_bytes_);
-  add(Kind::Gradients, kGradientSlots, w_slot_bytes_);
+  add(Kind::Gradients, gradient_slots(micro_batches), w_slot_bytes_);
   add(Kind::Moments, kMomentSlots, mv_slot_bytes_);
   // Adam's moments start at zero: written through a zeroed moment slot (the file tier takes
   // aligned transfers only).
-  char* zeros = slots_[static_cast<size_t>(kWeightSlots + kGradientSlots)].mem;
+  char* zeros = slots_.back().mem;
   std::memset(zeros, 0, mv_slot_bytes_);
   for (int l = first_; l < end_layer(); ++l) {
     const Block& b = block(l);
@@ -88,7 +99,8 @@ BlockStore::~BlockStore() {
 }
 
 uint64_t BlockStore::staging_bytes() const {
-  return (kWeightSlots + kGradientSlots) * w_slot_bytes_ + kMomentSlots * mv_slot_bytes_;
+  return (kWeightSlots + gradient_slots(micro_batches_)) * w_slot_bytes_ +
+         kMomentSlots * mv_slot_bytes_;
 }
 
 uint64_t BlockStore::weight_bytes() const {
@@ -110,28 +122,50 @@ float* BlockStore::data(int slot) const {
   return reinterpret_cast<float*>(slots_[static_cast<size_t>(slot)].mem);
 }
 
-int BlockStore::take_slot(std::unique_lock<std::mutex>& lock, Kind kind, int layer, bool wait) {
+int BlockStore::take_slot(std::unique_lock<std::mutex>& lock, Kind kind, int layer, bool wait,
+                          int keep) {
+  auto older = [&](int i, int than) {
+    return than < 0 || slots_[static_cast<size_t>(i)].used < slots_[static_cast<size_t>(than)].used;
+  };
   for (;;) {
-    int best = -1;
+    int best = -1, read_ahead = -1;
+    bool in_flight = false;
     for (int i = 0; i < static_cast<int>(slots_.size()); ++i) {
       const Slot& s = slots_[static_cast<size_t>(i)];
-      if (s.kind != kind || s.holds > 0 || s.reads > 0 || s.writes > 0) continue;
-      // Gradients live only in their slot: never taken from a block until freed.
-      if (kind == Kind::Gradients && s.layer >= 0) continue;
-      if (best < 0 || s.layer < 0 ||
-          (slots_[static_cast<size_t>(best)].layer >= 0 &&
-           s.used < slots_[static_cast<size_t>(best)].used))
+      if (s.kind != kind || s.holds > 0) continue;
+      if (s.reads > 0 || s.writes > 0) {
+        in_flight = true;
+        continue;
+      }
+      if (s.layer < 0) {
         best = i;
-      if (s.layer < 0) break;
+        break;
+      }
+      // Gradients are taken from a block only when parked (then written back first).
+      if (s.layer == keep || (kind == Kind::Gradients && !s.parked)) continue;
+      if (s.read_ahead) {
+        if (older(i, read_ahead)) read_ahead = i;
+      } else if (older(i, best)) {
+        best = i;
+      }
     }
+    // A block read ahead is about to be used: taken only when no transfer can free another slot.
+    if (best < 0 && wait && !in_flight) best = read_ahead;
     if (best >= 0) {
       Slot& s = slots_[static_cast<size_t>(best)];
       if (s.layer >= 0) {  // evicted: its block is back to living in the tier only
         Block& old = block(s.layer);
-        (kind == Kind::Weights ? old.w_slot : old.mv_slot) = -1;
+        if (kind == Kind::Gradients) {
+          start_gradient_write(best, s.layer);
+          old.g_in_tier = true;
+          s.parked = false;
+        }
+        (kind == Kind::Weights ? old.w_slot : kind == Kind::Gradients ? old.g_slot : old.mv_slot) =
+            -1;
       }
       s.layer = layer;
       s.used = ++clock_;
+      s.read_ahead = false;
       Block& b = block(layer);
       (kind == Kind::Weights ? b.w_slot : kind == Kind::Gradients ? b.g_slot : b.mv_slot) = best;
       return best;
@@ -143,18 +177,19 @@ int BlockStore::take_slot(std::unique_lock<std::mutex>& lock, Kind kind, int lay
 
 void BlockStore::start_read(Kind kind, int layer) {
   const Block& b = block(layer);
-  const int slot = kind == Kind::Weights ? b.w_slot : b.mv_slot;
+  const int slot = kind == Kind::Weights ? b.w_slot : kind == Kind::Gradients ? b.g_slot : b.mv_slot;
   Slot& s = slots_[static_cast<size_t>(slot)];
   ++s.reads;
-  const uint64_t w_at = b.w_at, m_at = b.m_at, v_at = b.v_at, piece = piece_bytes(layer);
+  const uint64_t at = kind == Kind::Weights ? b.w_at : b.g_at, m_at = b.m_at, v_at = b.v_at,
+                 piece = piece_bytes(layer);
   char* mem = s.mem;
   const uint64_t half = mv_slot_bytes_ / 2;
-  io_.submit([this, kind, slot, mem, w_at, m_at, v_at, piece, half, layer] {
+  io_.submit([this, kind, slot, mem, at, m_at, v_at, piece, half, layer] {
     std::exception_ptr failed;
     const auto begin = std::chrono::steady_clock::now();
     try {
-      if (kind == Kind::Weights) {
-        tier_->read(w_at, mem, w_slot_bytes_);
+      if (kind != Kind::Moments) {
+        tier_->read(at, mem, w_slot_bytes_);
       } else {
         tier_->read(m_at, mem, piece);
         tier_->read(v_at, mem + half, piece);
@@ -164,10 +199,13 @@ void BlockStore::start_read(Kind kind, int layer) {
     }
     const auto end = std::chrono::steady_clock::now();
     if (sink_)
-      sink_(fmt::format("read h.{} {}", layer, kind == Kind::Weights ? "weights" : "moments"),
+      sink_(fmt::format("read h.{} {}", layer,
+                        kind == Kind::Weights     ? "weights"
+                        : kind == Kind::Gradients ? "gradients"
+                                                  : "moments"),
             begin, end);
     std::lock_guard<std::mutex> lock(mutex_);
-    traffic_.read_bytes += kind == Kind::Weights ? w_slot_bytes_ : 2 * piece;
+    traffic_.read_bytes += kind != Kind::Moments ? w_slot_bytes_ : 2 * piece;
     traffic_.busy_s += std::chrono::duration<double>(end - begin).count();
     --slots_[static_cast<size_t>(slot)].reads;
     if (failed && !error_) error_ = failed;
@@ -175,8 +213,35 @@ void BlockStore::start_read(Kind kind, int layer) {
   });
 }
 
-void BlockStore::await(std::unique_lock<std::mutex>& lock, int slot) {
-  changed_.wait(lock, [&] { return slots_[static_cast<size_t>(slot)].reads == 0; });
+void BlockStore::start_gradient_write(int slot, int layer) {
+  Slot& s = slots_[static_cast<size_t>(slot)];
+  ++s.writes;
+  const uint64_t at = block(layer).g_at;
+  const char* mem = s.mem;
+  io_.submit([this, slot, mem, at, layer] {
+    std::exception_ptr failed;
+    const auto begin = std::chrono::steady_clock::now();
+    try {
+      tier_->write(at, mem, w_slot_bytes_);
+    } catch (...) {
+      failed = std::current_exception();
+    }
+    const auto end = std::chrono::steady_clock::now();
+    if (sink_) sink_(fmt::format("write h.{} gradients", layer), begin, end);
+    std::lock_guard<std::mutex> lock(mutex_);
+    traffic_.written_bytes += w_slot_bytes_;
+    traffic_.busy_s += std::chrono::duration<double>(end - begin).count();
+    --slots_[static_cast<size_t>(slot)].writes;
+    if (failed && !error_) error_ = failed;
+    changed_.notify_all();
+  });
+}
+
+void BlockStore::await(std::unique_lock<std::mutex>& lock, int slot, bool writes) {
+  changed_.wait(lock, [&] {
+    const Slot& s = slots_[static_cast<size_t>(slot)];
+    return s.reads == 0 && (!writes || s.writes == 0);
+  });
   if (error_) std::rethrow_exception(error_);
 }
 
@@ -191,6 +256,7 @@ float* BlockStore::acquire(int layer) {
   Slot& s = slots_[static_cast<size_t>(slot)];
   ++s.holds;  // before waiting, so that nobody takes it meanwhile
   s.used = ++clock_;
+  s.read_ahead = false;
   await(lock, slot);
   return data(slot);
 }
@@ -204,28 +270,70 @@ void BlockStore::release(int layer) {
   changed_.notify_all();
 }
 
-void BlockStore::prefetch(int layer) {
+void BlockStore::prefetch(int layer, int in_use) {
   if (layer < first_ || layer >= end_layer()) return;
   std::unique_lock<std::mutex> lock(mutex_);
   if (block(layer).w_slot >= 0) return;
-  if (take_slot(lock, Kind::Weights, layer, false) >= 0) start_read(Kind::Weights, layer);
+  const int slot = take_slot(lock, Kind::Weights, layer, false, in_use);
+  if (slot < 0) return;
+  start_read(Kind::Weights, layer);
+  slots_[static_cast<size_t>(slot)].read_ahead = true;
 }
 
 void BlockStore::prefetch_moments(int layer) {
   if (layer < first_ || layer >= end_layer()) return;
   std::unique_lock<std::mutex> lock(mutex_);
   if (block(layer).mv_slot >= 0) return;
-  if (take_slot(lock, Kind::Moments, layer, false) >= 0) start_read(Kind::Moments, layer);
+  const int slot = take_slot(lock, Kind::Moments, layer, false);
+  if (slot < 0) return;
+  start_read(Kind::Moments, layer);
+  slots_[static_cast<size_t>(slot)].read_ahead = true;
 }
 
 float* BlockStore::gradients(int layer) {
   std::unique_lock<std::mutex> lock(mutex_);
   Block& b = block(layer);
-  if (b.g_slot >= 0) return data(b.g_slot);
+  if (b.g_slot >= 0) {  // computing, or parked (maybe still being read back)
+    slots_[static_cast<size_t>(b.g_slot)].parked = false;
+    slots_[static_cast<size_t>(b.g_slot)].read_ahead = false;
+    await(lock, b.g_slot);
+    return data(b.g_slot);
+  }
   const int slot = take_slot(lock, Kind::Gradients, layer, true);
-  lock.unlock();  // the slot is this block's until its update: zeroed without the lock
+  if (b.g_in_tier) {
+    b.g_in_tier = false;
+    start_read(Kind::Gradients, layer);  // after the slot's own write-back, in order
+    await(lock, slot);
+    return data(slot);
+  }
+  await(lock, slot, /*writes=*/true);  // the evicted block's sum has left the slot
+  lock.unlock();  // the slot is this block's until parked or updated: zeroed without the lock
   std::memset(data(slot), 0, static_cast<size_t>(block_floats_) * sizeof(float));
   return data(slot);
+}
+
+void BlockStore::park_gradients(int layer) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const int slot = block(layer).g_slot;
+  TANDEM_CHECK(slot >= 0, "park of block {}'s gradients, which are in no slot", layer);
+  TANDEM_CHECK(micro_batches_ > 1, "gradients parked in a store set up for one micro-batch");
+  Slot& s = slots_[static_cast<size_t>(slot)];
+  s.parked = true;
+  s.used = ++clock_;
+  changed_.notify_all();
+}
+
+void BlockStore::prefetch_gradients(int layer) {
+  if (layer < first_ || layer >= end_layer()) return;
+  std::unique_lock<std::mutex> lock(mutex_);
+  Block& b = block(layer);
+  if (b.g_slot >= 0 || !b.g_in_tier) return;
+  const int slot = take_slot(lock, Kind::Gradients, layer, false);
+  if (slot < 0) return;
+  b.g_in_tier = false;
+  start_read(Kind::Gradients, layer);
+  slots_[static_cast<size_t>(slot)].parked = true;  // read, not yet asked for
+  slots_[static_cast<size_t>(slot)].read_ahead = true;
 }
 
 BlockStore::Update BlockStore::begin_update(int layer) {
@@ -237,11 +345,13 @@ BlockStore::Update BlockStore::begin_update(int layer) {
     start_read(Kind::Weights, layer);
   }
   ++slots_[static_cast<size_t>(b.w_slot)].holds;
+  slots_[static_cast<size_t>(b.w_slot)].read_ahead = false;
   if (b.mv_slot < 0) {
     take_slot(lock, Kind::Moments, layer, true);
     start_read(Kind::Moments, layer);
   }
   ++slots_[static_cast<size_t>(b.mv_slot)].holds;
+  slots_[static_cast<size_t>(b.mv_slot)].read_ahead = false;
   await(lock, b.w_slot);
   await(lock, b.mv_slot);
   float* mv = data(b.mv_slot);
@@ -289,8 +399,11 @@ void BlockStore::end_update(int layer) {
 void BlockStore::drop_gradients() {
   std::lock_guard<std::mutex> lock(mutex_);
   for (Block& b : blocks_) {
+    b.g_in_tier = false;
     if (b.g_slot < 0) continue;
-    slots_[static_cast<size_t>(b.g_slot)].layer = -1;
+    Slot& s = slots_[static_cast<size_t>(b.g_slot)];
+    s.layer = -1;
+    s.parked = false;
     b.g_slot = -1;
   }
   changed_.notify_all();
@@ -327,6 +440,7 @@ void BlockStore::read_moments(int layer, float* m, float* v) {
   }
   const int slot = b.mv_slot;
   ++slots_[static_cast<size_t>(slot)].holds;
+  slots_[static_cast<size_t>(slot)].read_ahead = false;
   await(lock, slot);
   const auto& [begin, end] = pieces_[static_cast<size_t>(layer - first_)];
   const size_t bytes = static_cast<size_t>(end - begin) * sizeof(float);
@@ -363,13 +477,17 @@ BlockStore::Traffic BlockStore::traffic() {
 
 BlockStore::Traffic BlockStore::predicted_step_traffic() const {
   Traffic t;
-  const uint64_t blocks = blocks_.size();
+  const uint64_t blocks = blocks_.size(), M = static_cast<uint64_t>(micro_batches_);
   const uint64_t misses = blocks > kWeightSlots ? blocks - kWeightSlots : 0;
   for (int l = first_; l < end_layer(); ++l) {
     t.read_bytes += 2 * piece_bytes(l);
     t.written_bytes += w_slot_bytes_ + 2 * piece_bytes(l);
   }
-  t.read_bytes += 2 * misses * w_slot_bytes_;
+  t.read_bytes += 2 * M * misses * w_slot_bytes_;
+  if (blocks > static_cast<uint64_t>(gradient_slots(micro_batches_))) {
+    t.read_bytes += (M - 1) * blocks * w_slot_bytes_;
+    t.written_bytes += (M - 1) * blocks * w_slot_bytes_;
+  }
   return t;
 }
 

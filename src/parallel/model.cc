@@ -472,8 +472,10 @@ void ParallelGPT::forward_micro(const MicroBatch& mb, int k, const nn::StepRng& 
       }
     }
     // The next block's weights read while this one computes.
-    if (store_ != nullptr && u % nn::kBlockHalves == 0)
-      store_->prefetch(layout_.first_layer() + u / nn::kBlockHalves + 1);
+    if (store_ != nullptr && u % nn::kBlockHalves == 0) {
+      const int l = layout_.first_layer() + u / nn::kBlockHalves;
+      store_->prefetch(l + 1, l);
+    }
     const auto begin = Clock::now();
     nested_comm_s_ = 0.0;
     unit_forward(k, u, rng, training);
@@ -519,18 +521,23 @@ void ParallelGPT::backward_micro(const MicroBatch& mb, int k, const nn::StepRng&
         emit("comm", "pipeline grad_handoff (recv)", begin);
       }
     }
-    // As a block's backward starts: its moments for the update that follows it, and the
-    // previous block's weights, read while it computes.
+    // As a block's backward starts: its moments for the update that follows it (in the step's
+    // last backward), and the previous block's weights and gradient sum, read while it computes.
+    const bool last_backward = k == last_backward_micro_;
     if (store_ != nullptr && u % nn::kBlockHalves == nn::kBlockHalves - 1) {
       const int l = layout_.first_layer() + u / nn::kBlockHalves;
-      store_->prefetch_moments(l);
-      store_->prefetch(l - 1);
+      if (last_backward) store_->prefetch_moments(l);
+      store_->prefetch(l - 1, l);
+      store_->prefetch_gradients(l - 1);
     }
     const auto begin = Clock::now();
     nested_comm_s_ = 0.0;
     unit_backward(k, u, rng, dres);
     emit("compute", "backward " + unit_name(u), begin);
-    if (gradients_ready_ && k == last_backward_micro_ && u % nn::kBlockHalves == 0)
+    // More backwards of this block follow in the step: its gradient sum may wait in the tier.
+    if (store_ != nullptr && !last_backward && u % nn::kBlockHalves == 0)
+      store_->park_gradients(layout_.first_layer() + u / nn::kBlockHalves);
+    if (gradients_ready_ && last_backward && u % nn::kBlockHalves == 0)
       gradients_ready_(layout_.first_layer() + u / nn::kBlockHalves);
     if (u == 0) {
       if (layout_.has_embedding()) {

@@ -323,8 +323,9 @@ void DataParallelOptimizer::begin_step(double lr, int64_t step) {
 
 void DataParallelOptimizer::layer_ready(int layer) {
   if (store_ != nullptr) {
-    // The store keeps two blocks' gradients: a block's update runs now, on the communication
-    // thread or here; outside a step (an out-of-core profile's backward) its gradients go.
+    // The store keeps a few blocks' gradients: a block's update runs now (its last backward of
+    // the step), on the communication thread or here; outside a step (an out-of-core profile's
+    // backward) its gradients go.
     if (!in_step_) return store_->drop_gradients();
     for (Segment& s : segments_)
       if (!s.launched && s.ready_layer == layer) launch(s);

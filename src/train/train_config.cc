@@ -29,7 +29,8 @@ constexpr int kMaxThreads = 1024;
 // each.
 int TrainConfig::micro_batch_count() const {
   if (micro_batches > 0) return micro_batches;
-  // The streamed model state updates each block right after its one backward.
+  // With the streamed model state every further micro-batch moves each block's gradient sum
+  // out to the tier and back: one unless asked for.
   if (grid.pp <= 1 || model_state) return 1;
   const int64_t rows = grid.dp > 0 ? batch / grid.dp : 0;
   if (rows < 1) return 2 * grid.pp;
@@ -148,13 +149,6 @@ void TrainConfig::validate() const {
   if (blas_threads < 0 || blas_threads > kMaxThreads)
     user_error("--threads {} must be 0 (automatic) to {}", blas_threads, kMaxThreads);
   if (model_state) {
-    // A block's update runs as soon as its backward ends, so its gradients are final then.
-    if (M > 1)
-      user_error(
-          "--model-state {} updates each block right after its backward, so it needs one "
-          "micro-batch per step; this run has {} (--micro-batches 1, or a larger --memory-budget "
-          "for a larger micro-batch)",
-          model_state->str(), M);
     if (optimizer.clip_grad_norm)
       user_error(
           "--model-state {} updates each block before the whole gradient's norm is known; "

@@ -116,7 +116,8 @@ class RankRun {
     if (cfg.model_state) {
       try {
         store_ = std::make_unique<parallel::BlockStore>(*cfg.model_state, model_.layout(),
-                                                        opt_.block_pieces());
+                                                        opt_.block_pieces(),
+                                                        batches_.micro_batch_count());
       } catch (const UserError& e) {
         user_error("--model-state {}: {}", cfg.model_state->str(), e.what());
       }
@@ -626,14 +627,15 @@ void RankRun::print_summary(const TrainResult& result, int64_t ran) {
   if (ooc_ && ran > 0) out_ << ooc_->summary_line();
   if (store_ && ran > 0) {
     const parallel::BlockStore::Traffic t = store_->traffic(), p = store_->predicted_step_traffic();
-    const double steps = static_cast<double>(ran), gib = 1.0 / (1 << 30);
+    const double steps = static_cast<double>(ran);
+    auto per_step = [&](uint64_t b) {
+      return ooc::human_bytes(static_cast<uint64_t>(static_cast<double>(b) / steps));
+    };
     out_ << fmt::format(
-        "tandem train: model state (rank 0): {:.2f} GiB read and {:.2f} GiB written a step "
-        "(predicted {:.2f} and {:.2f}), the tier busy {:.2f} s of each {:.2f} s step ({:.2f} GB/s "
-        "while busy)\n",
-        static_cast<double>(t.read_bytes) * gib / steps,
-        static_cast<double>(t.written_bytes) * gib / steps, static_cast<double>(p.read_bytes) * gib,
-        static_cast<double>(p.written_bytes) * gib, t.busy_s / steps, result.seconds / steps,
+        "tandem train: model state (rank 0): {} read and {} written a step (predicted {} and {}), "
+        "the tier busy {:.2f} s of each {:.2f} s step ({:.2f} GB/s while busy)\n",
+        per_step(t.read_bytes), per_step(t.written_bytes), ooc::human_bytes(p.read_bytes),
+        ooc::human_bytes(p.written_bytes), t.busy_s / steps, result.seconds / steps,
         t.busy_s > 0 ? static_cast<double>(t.read_bytes + t.written_bytes) / t.busy_s / 1e9 : 0.0);
   }
   if (result.stopped_by_signal != 0)

@@ -11,6 +11,12 @@
 // and moments in slots; the new weights and moments are written back while the backward goes on,
 // and the gradients are dropped. Nothing of the blocks' state is in memory outside the slots.
 //
+// With several micro-batches a step, a block's gradients accumulate over its backwards: after
+// each but the last, its gradient slot is parked, and a parked slot taken for another block is
+// first written back to the block's gradient region in the tier, from which its next backward
+// reads it again (read ahead as the following block's backward starts). The sums are the same
+// floats, in the same order, as in-core accumulation.
+//
 // Slots are a small write-back cache: a block's weights stay in their slot after use (and after
 // the update, which changes them in place) until the slot is needed for another block; a slot is
 // reused only once nothing holds it and its write-back has finished. Transfers run in submission
@@ -44,21 +50,29 @@ class BlockStore {
   // Blocks [first_layer, end_layer) of `layout` (which must outlive the store). Opens the tier, its
   // bytes reserved now (a full disk or an unwritable folder is a UserError naming the folder and
   // the bytes), and writes zero moments (Adam's start). The weights are the caller's to write
-  // (write_weights) before the first step.
-  BlockStore(const ooc::TierSpec& tier, const ShardLayout& layout, const MomentPieces& moments);
+  // (write_weights) before the first step. With `micro_batches` > 1 the tier also has room for
+  // every block's gradients, and the store a third gradient slot.
+  BlockStore(const ooc::TierSpec& tier, const ShardLayout& layout, const MomentPieces& moments,
+             int micro_batches = 1);
   ~BlockStore();
   BlockStore(const BlockStore&) = delete;
   BlockStore& operator=(const BlockStore&) = delete;
 
   // Compute's use of block l's weights (its local elements, in layout order): held until the
   // matching release(l). A block not in a slot is read now (waiting for a free slot if need be);
-  // prefetch(l) starts its read early when a slot is free.
+  // prefetch(l, in_use) starts its read early when a slot can be had without taking block
+  // `in_use`'s (the block computing now, about to be acquired) or another read-ahead block's.
   float* acquire(int layer);
   void release(int layer);
-  void prefetch(int layer);
-  // Block l's gradients for this step, zeroed when first asked for; kept until end_update(l) or
-  // drop_gradients().
+  void prefetch(int layer, int in_use);
+  // Block l's gradients for this step, zeroed when first asked for (or the sum so far, read back
+  // from the tier); kept until end_update(l), park_gradients(l) or drop_gradients().
   float* gradients(int layer);
+  // Block l's backward of a micro-batch that is not the step's last is done: its gradients may
+  // leave their slot for the tier until its next backward asks for them.
+  void park_gradients(int layer);
+  // Starts reading block l's parked gradients back when they are in the tier and a slot is free.
+  void prefetch_gradients(int layer);
 
   // The optimizer's update of block l: its weights (held until end_update), gradients, and moment
   // piece (read ahead by prefetch_moments(l), else now). end_update writes the weights and moments
@@ -98,9 +112,11 @@ class BlockStore {
   };
   Traffic traffic();
   void reset_traffic();
-  // What a step moves when no activation is recomputed: every block's moments read and its
-  // weights and moments written once; its weights read twice (forward, backward) but for the
-  // blocks still in a weight slot when the pass turns (kWeightSlots at each end).
+  // What a step moves when no activation is recomputed, on one pipeline stage: every block's
+  // moments read and its weights and moments written once; its weights read in each forward and
+  // backward but for the blocks still in a weight slot when the pass turns (kWeightSlots at each
+  // turn); with M micro-batches, its gradients written and read back M - 1 times when there are
+  // more blocks than gradient slots.
   Traffic predicted_step_traffic() const;
 
   int first_layer() const { return first_; }
@@ -112,31 +128,41 @@ class BlockStore {
   std::string describe() const { return tier_->describe(); }
 
   // Slots of each kind: weights (the block computing, the next read ahead, the one the update
-  // holds, one spare), gradients (the block whose update runs, the block computing), moments.
-  static constexpr int kWeightSlots = 4, kGradientSlots = 2, kMomentSlots = 2;
+  // holds, one spare), gradients (the block whose update runs, the block computing, and with
+  // several micro-batches the next block's sum read ahead), moments.
+  static constexpr int kWeightSlots = 4, kMomentSlots = 2;
+  static constexpr int gradient_slots(int micro_batches) { return micro_batches > 1 ? 3 : 2; }
 
  private:
   struct Slot;
   struct Block {
-    uint64_t w_at = 0, m_at = 0, v_at = 0;  // tier offsets
+    uint64_t w_at = 0, m_at = 0, v_at = 0, g_at = 0;  // tier offsets (g_at: M > 1 only)
     int w_slot = -1, g_slot = -1, mv_slot = -1;
+    bool g_in_tier = false;  // this step's gradient sum so far is in the tier, not in a slot
   };
   enum class Kind { Weights, Gradients, Moments };
 
   Block& block(int layer);
-  // A slot of `kind` for block `layer`, free or taken from the least recently used block (waits
-  // while none can be taken when `wait`; else returns -1). Called with the mutex held.
-  int take_slot(std::unique_lock<std::mutex>& lock, Kind kind, int layer, bool wait);
-  // Queues the read of block `layer`'s weights (or moments) into its slot. Mutex held.
+  // A slot of `kind` for block `layer`: a free one, else the least recently used block's but for
+  // block `keep`'s and those read ahead and not yet used. With `wait`, waits while transfers in
+  // flight may free one, and takes a read-ahead block's only when nothing else ever will; without,
+  // returns -1 at once. Called with the mutex held.
+  int take_slot(std::unique_lock<std::mutex>& lock, Kind kind, int layer, bool wait,
+                int keep = -1);
+  // Queues the read of block `layer`'s weights, gradients or moments into its slot. Mutex held.
   void start_read(Kind kind, int layer);
-  // Waits until the slot's transfers have run. Mutex held (released while waiting).
-  void await(std::unique_lock<std::mutex>& lock, int slot);
+  // Queues the write of a parked gradient slot back to block `layer`'s region. Mutex held.
+  void start_gradient_write(int slot, int layer);
+  // Waits until the slot's reads (and, with `writes`, its writes) have run. Mutex held (released
+  // while waiting).
+  void await(std::unique_lock<std::mutex>& lock, int slot, bool writes = false);
   float* data(int slot) const;
   uint64_t weight_bytes() const;
   uint64_t piece_bytes(int layer) const;
 
   const ShardLayout& layout_;
   int first_ = 0;
+  int micro_batches_ = 1;
   int64_t block_floats_ = 0;
   MomentPieces pieces_;
   std::vector<Block> blocks_;

@@ -19,7 +19,8 @@
 //                     --memory-budget, the budget (the fast tier holds no more)
 //   with --model-state: parameters, gradients and optimizer state count the embeddings and ln_f
 //   only (the blocks live in the tier), and the model-state slots the store's staging (four
-//   blocks' weights, two blocks' gradients, two blocks' moment pieces)
+//   blocks' weights, two blocks' gradients or three with several micro-batches, two blocks'
+//   moment pieces)
 //   checkpoint buffers with --save or --resume: one whole tensor (the largest) and one optimizer
 //                     segment's two moments, through which checkpoints pass tensor by tensor
 // On this machine: every rank with --backend thread (they share the process); with --backend mpi,
