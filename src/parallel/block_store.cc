@@ -22,11 +22,11 @@ uint64_t round_up(uint64_t b) {
 struct BlockStore::Slot {
   Kind kind = Kind::Weights;
   char* mem = nullptr;
-  int layer = -1;     // the block whose data it holds; -1: free
-  int holds = 0;      // acquire / begin_update not yet released
-  int reads = 0;      // reads queued and not yet run
-  int writes = 0;     // write-backs queued and not yet run
-  uint64_t used = 0;  // when last used, for least recently used
+  int layer = -1;           // the block whose data it holds; -1: free
+  int holds = 0;            // acquire / begin_update not yet released
+  int reads = 0;            // reads queued and not yet run
+  int writes = 0;           // write-backs queued and not yet run
+  uint64_t used = 0;        // when last used, for least recently used
   bool parked = false;      // gradients between two backwards of their block: may be written out
   bool read_ahead = false;  // filled by a prefetch and not used since
 };
@@ -160,8 +160,9 @@ int BlockStore::take_slot(std::unique_lock<std::mutex>& lock, Kind kind, int lay
           old.g_in_tier = true;
           s.parked = false;
         }
-        (kind == Kind::Weights ? old.w_slot : kind == Kind::Gradients ? old.g_slot : old.mv_slot) =
-            -1;
+        (kind == Kind::Weights     ? old.w_slot
+         : kind == Kind::Gradients ? old.g_slot
+                                   : old.mv_slot) = -1;
       }
       s.layer = layer;
       s.used = ++clock_;
@@ -177,7 +178,9 @@ int BlockStore::take_slot(std::unique_lock<std::mutex>& lock, Kind kind, int lay
 
 void BlockStore::start_read(Kind kind, int layer) {
   const Block& b = block(layer);
-  const int slot = kind == Kind::Weights ? b.w_slot : kind == Kind::Gradients ? b.g_slot : b.mv_slot;
+  const int slot = kind == Kind::Weights     ? b.w_slot
+                   : kind == Kind::Gradients ? b.g_slot
+                                             : b.mv_slot;
   Slot& s = slots_[static_cast<size_t>(slot)];
   ++s.reads;
   const uint64_t at = kind == Kind::Weights ? b.w_at : b.g_at, m_at = b.m_at, v_at = b.v_at,

@@ -153,8 +153,7 @@ MemoryEstimate estimate_memory(const TrainConfig& cfg) {
           block = std::max(block, layout.block_range(l).second - layout.block_range(l).first);
         const uint64_t block_bytes = static_cast<uint64_t>(block) * kF32;
         n.parameters = static_cast<uint64_t>(layout.size() - (e - b)) * kF32;
-        n.staging = (parallel::BlockStore::kWeightSlots +
-                     parallel::BlockStore::gradient_slots(M)) *
+        n.staging = (parallel::BlockStore::kWeightSlots + parallel::BlockStore::gradient_slots(M)) *
                         block_bytes +
                     parallel::BlockStore::kMomentSlots * 2 * ((block_bytes + g.dp - 1) / g.dp);
       }

@@ -115,9 +115,8 @@ class RankRun {
         out_(cfg.out != nullptr ? *cfg.out : std::cout) {
     if (cfg.model_state) {
       try {
-        store_ = std::make_unique<parallel::BlockStore>(*cfg.model_state, model_.layout(),
-                                                        opt_.block_pieces(),
-                                                        batches_.micro_batch_count());
+        store_ = std::make_unique<parallel::BlockStore>(
+            *cfg.model_state, model_.layout(), opt_.block_pieces(), batches_.micro_batch_count());
       } catch (const UserError& e) {
         user_error("--model-state {}: {}", cfg.model_state->str(), e.what());
       }

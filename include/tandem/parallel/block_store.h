@@ -147,8 +147,7 @@ class BlockStore {
   // block `keep`'s and those read ahead and not yet used. With `wait`, waits while transfers in
   // flight may free one, and takes a read-ahead block's only when nothing else ever will; without,
   // returns -1 at once. Called with the mutex held.
-  int take_slot(std::unique_lock<std::mutex>& lock, Kind kind, int layer, bool wait,
-                int keep = -1);
+  int take_slot(std::unique_lock<std::mutex>& lock, Kind kind, int layer, bool wait, int keep = -1);
   // Queues the read of block `layer`'s weights, gradients or moments into its slot. Mutex held.
   void start_read(Kind kind, int layer);
   // Queues the write of a parked gradient slot back to block `layer`'s region. Mutex held.

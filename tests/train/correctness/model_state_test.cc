@@ -42,9 +42,7 @@ struct Case {
   int micro_batches = 1;
 };
 
-void PrintTo(const Case& c, std::ostream* os) {
-  *os << c.grid.str() << " M=" << c.micro_batches;
-}
+void PrintTo(const Case& c, std::ostream* os) { *os << c.grid.str() << " M=" << c.micro_batches; }
 
 class ModelState : public ::testing::TestWithParam<Case> {};
 
