@@ -67,14 +67,13 @@ void ignore_file_size_signal() {
 // first written, so a generous capacity costs nothing until activations are swapped into it.
 class HostTier final : public SlowTier {
  public:
-  explicit HostTier(uint64_t bytes) : capacity_(round_up(bytes, kIoAlignment)) {
+  HostTier(uint64_t bytes, std::string_view holds) : capacity_(round_up(bytes, kIoAlignment)) {
     if (capacity_ == 0) return;
     void* p = ::mmap(nullptr, capacity_, PROT_READ | PROT_WRITE,
                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED)
-      user_error(
-          "slow tier host: cannot map {} ({} bytes) of host memory for swapped activations: {}",
-          human_bytes(capacity_), capacity_, errno_text(errno));
+      user_error("slow tier host: cannot map {} ({} bytes) of host memory for {}: {}",
+                 human_bytes(capacity_), capacity_, holds, errno_text(errno));
     memory_ = static_cast<char*>(p);
   }
   ~HostTier() override {
@@ -245,7 +244,7 @@ std::string TierSpec::str() const { return kind == Kind::Host ? "host" : "file:"
 
 std::unique_ptr<SlowTier> open_slow_tier(const TierSpec& spec, uint64_t bytes,
                                          std::string_view holds) {
-  if (spec.kind == TierSpec::Kind::Host) return std::make_unique<HostTier>(bytes);
+  if (spec.kind == TierSpec::Kind::Host) return std::make_unique<HostTier>(bytes, holds);
   return std::make_unique<FileTier>(spec.dir, bytes, holds);
 }
 

@@ -63,7 +63,8 @@ BlockStore::BlockStore(const ooc::TierSpec& tier, const ShardLayout& layout,
     }
   }
   mv_slot_bytes_ = std::max<uint64_t>(mv_slot_bytes_, 2 * ooc::kIoAlignment);
-  tier_ = ooc::open_slow_tier(tier, std::max<uint64_t>(total, ooc::kIoAlignment));
+  tier_ = ooc::open_slow_tier(tier, std::max<uint64_t>(total, ooc::kIoAlignment),
+                              "the model state (--model-state)");
   const uint64_t staging = staging_bytes();
   staging_ = static_cast<char*>(std::aligned_alloc(ooc::kIoAlignment, staging));
   if (staging_ == nullptr) user_error("cannot allocate {} bytes of model-state staging", staging);
