@@ -13,6 +13,8 @@
 namespace tandem::parallel {
 namespace {
 
+constexpr uint64_t kBandwidthProbeBytes = 64ull << 20;
+
 uint64_t round_up(uint64_t b) {
   return (b + ooc::kIoAlignment - 1) / ooc::kIoAlignment * ooc::kIoAlignment;
 }
@@ -65,6 +67,10 @@ BlockStore::BlockStore(const ooc::TierSpec& tier, const ShardLayout& layout,
   mv_slot_bytes_ = std::max<uint64_t>(mv_slot_bytes_, 2 * ooc::kIoAlignment);
   tier_ = ooc::open_slow_tier(tier, std::max<uint64_t>(total, ooc::kIoAlignment),
                               "the model state (--model-state)");
+  // Before anything is stored: the probe overwrites what it measures on.
+  bandwidth_ = ooc::measure_bandwidth(
+      *tier_, std::min<uint64_t>(tier_->capacity() / ooc::kIoAlignment * ooc::kIoAlignment,
+                                 kBandwidthProbeBytes));
   const uint64_t staging = staging_bytes();
   staging_ = static_cast<char*>(std::aligned_alloc(ooc::kIoAlignment, staging));
   if (staging_ == nullptr) user_error("cannot allocate {} bytes of model-state staging", staging);
@@ -493,6 +499,12 @@ BlockStore::Traffic BlockStore::predicted_step_traffic() const {
     t.written_bytes += (M - 1) * blocks * w_slot_bytes_;
   }
   return t;
+}
+
+double BlockStore::predicted_step_io_s() const {
+  const Traffic t = predicted_step_traffic();
+  return static_cast<double>(t.read_bytes) / bandwidth_.read_bytes_per_s +
+         static_cast<double>(t.written_bytes) / bandwidth_.write_bytes_per_s;
 }
 
 void BlockStore::reset_traffic() {

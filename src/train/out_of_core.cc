@@ -61,6 +61,8 @@ OutOfCore::OutOfCore(const TrainConfig& cfg, const parallel::Grid& grid, int mic
                         {"stage", grid.coord().pp},
                         {"backend", comm::backend_name(cfg.backend)},
                         {"tier", tier_spec_.kind == ooc::TierSpec::Kind::Host ? "host" : "file"},
+                        // A unit streaming its block's weights may wait for them.
+                        {"model_state", cfg.model_state ? cfg.model_state->str() : "memory"},
                         {"blas_threads", blas::num_threads()},
                         {"machine", tune::machine_id()}};
   key_ = key.dump();

@@ -155,6 +155,12 @@ class RankRun {
   void print_header(int64_t first_step);
   std::string memory_lines();
   std::string model_state_line() const;
+  // With --model-state and --memory-budget: a step's forward and backward as the performance model
+  // predicts it. The store's one I/O thread works beside compute (prefetching ahead, writing
+  // behind), so a step takes about the longer of the two.
+  double streamed_step_s() const {
+    return std::max(ooc_->predicted_step_s(), store_->predicted_step_io_s());
+  }
   // A step and what follows it.
   double train_step(int64_t step, double lr);
   void finish_optimizer_step();
@@ -222,6 +228,11 @@ TrainResult RankRun::run() {
     plan_out_of_core(result.first_step);
     if (lead_) {
       out_ << ooc_->plan_line() << "\n" << ooc_->report() << model_state_line();
+      if (store_)
+        out_ << fmt::format(
+            "predicted forward+backward with the model state streamed: {:.3f} s, the longer of "
+            "compute with the activation plan ({:.3f} s) and the model state's I/O ({:.3f} s)\n",
+            streamed_step_s(), ooc_->predicted_step_s(), store_->predicted_step_io_s());
       if (!cfg_.trace_path.empty()) {
         io::write_file_atomic(cfg_.trace_path, ooc_->predicted_trace());
         out_ << fmt::format("predicted timeline written to {}\n", cfg_.trace_path);
@@ -408,13 +419,16 @@ std::string RankRun::memory_lines() {
 std::string RankRun::model_state_line() const {
   if (!store_) return "";
   const parallel::BlockStore::Traffic p = store_->predicted_step_traffic();
+  const ooc::TierBandwidth& bw = store_->bandwidth();
   return fmt::format(
       "  model state: blocks h.{}..h.{} (weights, gradients, optimizer state) in {}, {} a rank, "
-      "streamed through {} of slots, about {} read and {} written a step; the embeddings and "
-      "ln_f in memory\n",
+      "streamed through {} of slots, about {} read and {} written a step: {:.2f} s of I/O at "
+      "the tier's measured {:.2f} GB/s read, {:.2f} GB/s write; the embeddings and ln_f in "
+      "memory\n",
       store_->first_layer(), store_->end_layer() - 1, store_->describe(),
       ooc::human_bytes(store_->tier_bytes()), ooc::human_bytes(store_->staging_bytes()),
-      ooc::human_bytes(p.read_bytes), ooc::human_bytes(p.written_bytes));
+      ooc::human_bytes(p.read_bytes), ooc::human_bytes(p.written_bytes),
+      store_->predicted_step_io_s(), bw.read_bytes_per_s / 1e9, bw.write_bytes_per_s / 1e9);
 }
 
 void RankRun::print_header(int64_t first_step) {
@@ -636,6 +650,13 @@ void RankRun::print_summary(const TrainResult& result, int64_t ran) {
         per_step(t.read_bytes), per_step(t.written_bytes), ooc::human_bytes(p.read_bytes),
         ooc::human_bytes(p.written_bytes), t.busy_s / steps, result.seconds / steps,
         t.busy_s > 0 ? static_cast<double>(t.read_bytes + t.written_bytes) / t.busy_s / 1e9 : 0.0);
+    if (ooc_) {
+      const double measured = ooc_->measured_step_s(), predicted = streamed_step_s();
+      out_ << fmt::format(
+          "tandem train: forward+backward with the model state streamed {:.3f} s median measured "
+          "vs {:.3f} s predicted ({:+.1f}%)\n",
+          measured, predicted, measured > 0 ? (predicted / measured - 1) * 100 : 0.0);
+    }
   }
   if (result.stopped_by_signal != 0)
     out_ << fmt::format(

@@ -125,6 +125,10 @@ class BlockStore {
   uint64_t tier_bytes() const { return tier_->capacity(); }
   // Bytes of the staging slots (weights, gradients, moments).
   uint64_t staging_bytes() const;
+  // The tier's bandwidth, measured when it was opened (on up to its first 64 MiB), and the
+  // seconds its one I/O thread needs for a step's predicted traffic at that bandwidth.
+  const ooc::TierBandwidth& bandwidth() const { return bandwidth_; }
+  double predicted_step_io_s() const;
   std::string describe() const { return tier_->describe(); }
 
   // Slots of each kind: weights (the block computing, the next read ahead, the one the update
@@ -169,6 +173,7 @@ class BlockStore {
   uint64_t w_slot_bytes_ = 0, mv_slot_bytes_ = 0;
   char* staging_ = nullptr;
   std::unique_ptr<ooc::SlowTier> tier_;
+  ooc::TierBandwidth bandwidth_;
   std::mutex mutex_;
   std::condition_variable changed_;
   uint64_t clock_ = 0;        // for least recently used

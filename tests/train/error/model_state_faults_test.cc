@@ -35,7 +35,7 @@ TEST(ModelStateFaults, ATierTheDiskCannotHoldIsRefusedBeforeTheFirstStep) {
     error = testing::user_error_of([&] { train(c); });
   }
   EXPECT_THAT(error, HasSubstr("--model-state file:" + dir.path() + ": slow tier " + dir.path() +
-                                ": cannot reserve "));
+                               ": cannot reserve "));
   EXPECT_THAT(error, ::testing::ContainsRegex("reserve [0-9.]+ MiB \\([0-9]+ bytes\\) for the "
                                               "model state \\(--model-state\\): File too large"));
   EXPECT_TRUE(fs::is_empty(dir.path())) << "nothing left behind";
@@ -62,18 +62,19 @@ TEST(ModelStateFaults, AKillMidStepLeavesTheLastCheckpointWhichResumesBitwise) {
   testing::ScratchDir dir;
   const int steps = 30;
   fs::create_directories(dir.path("tier"));
-  const tandem::testing::CommandResult straight =
-      tandem::testing::run_tandem(flags(dir.path("tier"), dir.path("straight"), steps) + " --quiet");
+  const tandem::testing::CommandResult straight = tandem::testing::run_tandem(
+      flags(dir.path("tier"), dir.path("straight"), steps) + " --quiet");
   ASSERT_EQ(straight.status, 0) << straight.output;
 
   // Killed once a few steps are in the metrics file: wherever it lands (inside a step, a block's
   // write-back or a checkpoint's save), `latest` names a whole checkpoint.
   const std::string metrics = dir.path("m.jsonl");
-  const tandem::testing::CommandResult killed = tandem::testing::run_command(fmt::format(
-      "('{}' {} --quiet --metrics '{}' >/dev/null 2>&1 & pid=$!; "
-      "while [ \"$(wc -l < '{}' 2>/dev/null || echo 0)\" -lt 4 ]; do sleep 0.01; done; "
-      "kill -KILL $pid; wait $pid; echo \"status $?\")",
-      tandem::testing::tandem_binary(), flags(dir.path("tier"), dir.path("ck"), steps), metrics, metrics));
+  const tandem::testing::CommandResult killed = tandem::testing::run_command(
+      fmt::format("('{}' {} --quiet --metrics '{}' >/dev/null 2>&1 & pid=$!; "
+                  "while [ \"$(wc -l < '{}' 2>/dev/null || echo 0)\" -lt 4 ]; do sleep 0.01; done; "
+                  "kill -KILL $pid; wait $pid; echo \"status $?\")",
+                  tandem::testing::tandem_binary(), flags(dir.path("tier"), dir.path("ck"), steps),
+                  metrics, metrics));
   EXPECT_THAT(killed.output, HasSubstr("status 137")) << killed.output;
   const std::string latest = read(dir.path("ck/latest"));
   ASSERT_FALSE(latest.empty()) << "a checkpoint was saved before the kill";
@@ -81,8 +82,8 @@ TEST(ModelStateFaults, AKillMidStepLeavesTheLastCheckpointWhichResumesBitwise) {
   EXPECT_TRUE(fs::is_empty(dir.path("tier"))) << "the killed run's tier file was unlinked";
 
   const tandem::testing::CommandResult resumed =
-      tandem::testing::run_tandem(flags(dir.path("tier"), dir.path("ck"), steps) + " --quiet --resume '" +
-                          dir.path("ck") + "'");
+      tandem::testing::run_tandem(flags(dir.path("tier"), dir.path("ck"), steps) +
+                                  " --quiet --resume '" + dir.path("ck") + "'");
   ASSERT_EQ(resumed.status, 0) << resumed.output;
   const std::string last = fmt::format("/step-{:08d}/", steps);
   EXPECT_EQ(read(dir.path("ck") + last + "weights.safetensors"),
