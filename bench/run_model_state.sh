@@ -6,14 +6,15 @@
 # run's own summary, at the disk's O_DIRECT bandwidth measured with dd).
 # Builds nothing: build tandem and bench_gemm first.
 # Usage: bench/run_model_state.sh [BUILD_DIR]
-# MODEL (default GPT-2 XL's shape: --model gpt2-xl --batch 1, 1024 tokens a step), STEPS (default
+# MODEL (default GPT-2 XL's shape: --model gpt2-xl --batch 4 --micro-batches 4, 4096 tokens a step:
+# enough that compute can cover the I/O), STEPS (default
 # 4: the first is the warm-up), BUDGET (--memory-budget for the activations, default 2GiB) and
 # DIR (where the tier, the activations' swap file and the logs go; default $TMPDIR) may be set;
 # STATE=memory trains the same model with its state in memory (the in-core baseline; BUDGET=none
 # drops --memory-budget too).
 set -euo pipefail
 build=${1:-build/release}
-model=(${MODEL:---model gpt2-xl --batch 1})
+model=(${MODEL:---model gpt2-xl --batch 4 --micro-batches 4})
 steps=${STEPS:-4}
 budget=${BUDGET:-2GiB}
 dir=${DIR:-${TMPDIR:-/tmp}/tandem-model-state}
@@ -49,8 +50,15 @@ echo "peak resident memory: $(awk -v k="$peak_kb" 'BEGIN { printf "%.2f GiB", k 
 # The steps after the first, from the metrics file.
 times=$(sed -n 's/.*"step_s":\([0-9.e+-]*\).*/\1/p' "$dir/metrics.jsonl" | tail -n +2 | sort -g)
 median=$(awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }' <<<"$times")
-traffic=$(sed -n 's/.*model state (rank 0): \([0-9.]*\) GiB read and \([0-9.]*\) GiB written.*/\1 \2/p' "$log")
-traffic=${traffic:-0 0}
+gib() {  # "1.23 GiB" / "456.0 MiB" / "12.0 KiB" / "7 B" in GiB
+  awk '{ f = ($2 == "GiB") ? 1 : ($2 == "MiB") ? 1 / 1024 : ($2 == "KiB") ? 1 / 1048576 : 1 / 1073741824; printf "%.4f", $1 * f }' <<<"$1"
+}
+traffic="0 0"
+if line=$(grep "model state (rank 0):" "$log"); then
+  read_h=$(sed -n 's/.*(rank 0): \([0-9.]* [KMG]*i*B\) read.*/\1/p' <<<"$line")
+  written_h=$(sed -n 's/.* read and \([0-9.]* [KMG]*i*B\) written.*/\1/p' <<<"$line")
+  traffic="$(gib "$read_h") $(gib "$written_h")"
+fi
 params=$(sed -n 's/.*(\([0-9]*\) heads, \([0-9.]*\)M parameters).*/\2/p' "$log")
 tokens=$(sed -n 's/.*, \([0-9]*\) x \([0-9]*\) tokens a step.*/\1 \2/p' "$log")
 layers=$(sed -n 's/.*GPT \([0-9]*\) layers x d_model \([0-9]*\).*/\1 \2/p' "$log")
