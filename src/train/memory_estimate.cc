@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <sys/resource.h>
+#include <sys/statvfs.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -111,7 +112,7 @@ std::optional<AvailableMemory> address_space_room() {
 
 // One rank's need at its grid coordinates (gradients are as many bytes as parameters).
 struct RankNeed {
-  uint64_t parameters = 0, optimizer = 0, exchange = 0, activations = 0, staging = 0;
+  uint64_t parameters = 0, optimizer = 0, exchange = 0, activations = 0, staging = 0, tier = 0;
   uint64_t largest_piece = 0;  // elements of the largest optimizer segment
 };
 
@@ -126,6 +127,8 @@ std::string MemoryEstimate::str() const {
           ooc::human_bytes(activations)};
   if (model_state_slots > 0)
     parts.push_back("model-state slots " + ooc::human_bytes(model_state_slots));
+  if (model_state_host > 0)
+    parts.push_back("model-state tier (host) " + ooc::human_bytes(model_state_host));
   if (checkpoint > 0) parts.push_back("checkpoint buffers " + ooc::human_bytes(checkpoint));
   return fmt::format("{} on this machine ({} rank{}: {})", ooc::human_bytes(total()), ranks,
                      ranks == 1 ? "" : "s", fmt::join(parts, ", "));
@@ -153,9 +156,13 @@ MemoryEstimate estimate_memory(const TrainConfig& cfg) {
           block = std::max(block, layout.block_range(l).second - layout.block_range(l).first);
         const uint64_t block_bytes = static_cast<uint64_t>(block) * kF32;
         n.parameters = static_cast<uint64_t>(layout.size() - (e - b)) * kF32;
+        const uint64_t piece_bytes = (block_bytes + g.dp - 1) / g.dp;
         n.staging = (parallel::BlockStore::kWeightSlots + parallel::BlockStore::gradient_slots(M)) *
                         block_bytes +
-                    parallel::BlockStore::kMomentSlots * 2 * ((block_bytes + g.dp - 1) / g.dp);
+                    parallel::BlockStore::kMomentSlots * 2 * piece_bytes;
+        // Each block's weights and moment piece, and with several micro-batches its gradients.
+        n.tier = static_cast<uint64_t>(layout.end_layer() - layout.first_layer()) *
+                 ((M > 1 ? 2 : 1) * block_bytes + 2 * piece_bytes);
       }
       // In a file tier (--optimizer-state file:DIR) the moments are out of memory but for two
       // staging slots, which are not counted.
@@ -199,6 +206,8 @@ MemoryEstimate estimate_memory(const TrainConfig& cfg) {
     e.optimizer += times * n.optimizer;
     e.exchange += times * n.exchange;
     e.model_state_slots += times * n.staging;
+    const bool host = cfg.model_state && cfg.model_state->kind == ooc::TierSpec::Kind::Host;
+    (host ? e.model_state_host : e.model_state_disk) += times * n.tier;
     e.activations_in_core += times * n.activations;
     if (e.activations_budgeted) {
       e.activations += times * ooc::parse_budget(cfg.memory_budget, n.activations);
@@ -216,8 +225,8 @@ MemoryEstimate estimate_memory(const TrainConfig& cfg) {
     const auto largest =
         std::max_element(needs.begin(), needs.end(), [](const auto& a, const auto& b) {
           const RankNeed &x = a.second, &y = b.second;
-          return 2 * x.parameters + x.optimizer + x.exchange + x.activations + x.staging <
-                 2 * y.parameters + y.optimizer + y.exchange + y.activations + y.staging;
+          return 2 * x.parameters + x.optimizer + x.exchange + x.activations + x.staging + x.tier <
+                 2 * y.parameters + y.optimizer + y.exchange + y.activations + y.staging + y.tier;
         });
     add(largest->second, static_cast<uint64_t>(e.ranks));
   }
@@ -306,6 +315,50 @@ std::string memory_line(const TrainConfig& cfg) {
       "  memory estimate: {}; {}\n", e.str(),
       avail ? fmt::format("{} available ({})", ooc::human_bytes(avail->bytes), avail->source)
             : std::string("the available memory is unknown (not checked)"));
+}
+
+std::string largest_model_line(const TrainConfig& cfg) {
+  const std::optional<AvailableMemory> avail = available_memory();
+  if (!avail) return "";
+  std::optional<uint64_t> disk;
+  if (cfg.model_state && cfg.model_state->kind == ooc::TierSpec::Kind::File) {
+    struct statvfs fs {};
+    if (::statvfs(cfg.model_state->dir.c_str(), &fs) == 0)
+      disk = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
+  }
+  // Layers come in multiples of the pipeline's stages; the need grows with them.
+  const int stages = cfg.grid.pp;
+  auto need = [&](int layers) {
+    TrainConfig c = cfg;
+    c.model.n_layers = layers;
+    return estimate_memory(c);
+  };
+  auto fits = [&](int layers) {
+    const MemoryEstimate e = need(layers);
+    return e.total() <= avail->bytes && (!disk || e.model_state_disk <= *disk);
+  };
+  if (!fits(stages)) return "";
+  constexpr int kMost = 1 << 16;  // stages' worth of layers searched
+  int lo = 1, hi = 2;             // in stages: lo fits, hi does not (or is past the search)
+  while (hi < kMost && fits(hi * stages)) lo = hi, hi *= 2;
+  while (hi - lo > 1) {
+    const int mid = lo + (hi - lo) / 2;
+    (fits(mid * stages) ? lo : hi) = mid;
+  }
+  TrainConfig c = cfg;
+  c.model.n_layers = lo * stages;
+  const MemoryEstimate next = need((lo + 1) * stages);
+  const bool by_disk = disk && next.model_state_disk > *disk && next.total() <= avail->bytes;
+  return fmt::format(
+      "largest model of this shape (d_model {}, {} heads, seq {}, {} tokens a step, this grid and "
+      "these flags) this machine trains: {}{} layers, {:.2f} B parameters; bounded by {}\n",
+      cfg.model.d_model, cfg.model.n_heads, cfg.model.seq_len, cfg.batch * cfg.model.seq_len,
+      lo + 1 >= kMost ? "at least " : "", c.model.n_layers,
+      static_cast<double>(nn::gpt_num_parameters(c.model)) / 1e9,
+      by_disk ? fmt::format("the disk of {} ({} free for the model state's tier)",
+                            cfg.model_state->dir, ooc::human_bytes(*disk))
+              : fmt::format("memory ({} available, {})", ooc::human_bytes(avail->bytes),
+                            avail->source));
 }
 
 }  // namespace tandem::train

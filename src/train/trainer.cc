@@ -233,6 +233,7 @@ TrainResult RankRun::run() {
             "predicted forward+backward with the model state streamed: {:.3f} s, the longer of "
             "compute with the activation plan ({:.3f} s) and the model state's I/O ({:.3f} s)\n",
             streamed_step_s(), ooc_->predicted_step_s(), store_->predicted_step_io_s());
+      out_ << largest_model_line(cfg_);
       if (!cfg_.trace_path.empty()) {
         io::write_file_atomic(cfg_.trace_path, ooc_->predicted_trace());
         out_ << fmt::format("predicted timeline written to {}\n", cfg_.trace_path);

@@ -20,7 +20,8 @@
 //   with --model-state: parameters, gradients and optimizer state count the embeddings and ln_f
 //   only (the blocks live in the tier), and the model-state slots the store's staging (four
 //   blocks' weights, two blocks' gradients or three with several micro-batches, two blocks'
-//   moment pieces)
+//   moment pieces); the tier itself (every block's weights and moment piece, and gradients with
+//   several micro-batches) counts as memory in the host tier, and as disk in a file tier
 //   checkpoint buffers with --save or --resume: one whole tensor (the largest) and one optimizer
 //                     segment's two moments, through which checkpoints pass tensor by tensor
 // On this machine: every rank with --backend thread (they share the process); with --backend mpi,
@@ -43,12 +44,14 @@ struct MemoryEstimate {
   // segment), with --save or --resume.
   uint64_t parameters = 0, gradients = 0, optimizer = 0, exchange = 0, activations = 0,
            model_state_slots = 0, checkpoint = 0;
+  // The model state's tier (--model-state): in host memory (counted), or on disk (not).
+  uint64_t model_state_host = 0, model_state_disk = 0;
   bool activations_budgeted = false;  // activations is --memory-budget's, per rank
   uint64_t activations_in_core = 0;   // what they would need in-core, on this machine
 
   uint64_t total() const {
     return parameters + gradients + optimizer + exchange + activations + model_state_slots +
-           checkpoint;
+           model_state_host + checkpoint;
   }
   // "2.4 GiB on this machine (4 ranks: parameters 120.0 MiB, gradients ..., ...)".
   std::string str() const;
@@ -77,5 +80,11 @@ void check_eval_memory(const nn::GPTConfig& model, int rows, int seq_len);
 
 // The start-up line: "  memory estimate: 2.4 GiB on this machine (...); 21.9 GiB available (...)".
 std::string memory_line(const TrainConfig& cfg);
+
+// `tandem plan`: the most layers of this model's shape (everything else as configured) whose
+// estimate fits the memory available and, with --model-state file:DIR, whose tier fits the free
+// space of DIR's filesystem, and which of the two bounds it. "" when the memory available is
+// unknown or not even one layer a stage fits.
+std::string largest_model_line(const TrainConfig& cfg);
 
 }  // namespace tandem::train

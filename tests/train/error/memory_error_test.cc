@@ -133,6 +133,26 @@ TEST(MemoryCheck, TheEstimateIsAmongTheStartUpLines) {
   EXPECT_THAT(stated.str(), HasSubstr("; 8.00 GiB available (TANDEM_MEMORY_LIMIT)\n"));
 }
 
+// The largest model `tandem plan` states is the last layer count whose estimate fits: one more
+// layer does not. In memory, and with the blocks in a host tier (which counts as memory).
+TEST(MemoryCheck, TheLargestModelStatedIsTheLastThatFits) {
+  StatedLimit limit("512MiB");
+  for (const bool streamed : {false, true}) {
+    TrainConfig c = testing::tiny_run(1);
+    c.model.d_model = 128;
+    if (streamed) c.model_state = ooc::TierSpec::parse("host");
+    const std::string line = largest_model_line(c);
+    const size_t at = line.find("this machine trains: ");
+    ASSERT_NE(at, std::string::npos) << line;
+    const int layers = std::stoi(line.substr(at + 21));
+    EXPECT_THAT(line, HasSubstr("bounded by memory (512.0 MiB available, TANDEM_MEMORY_LIMIT)"));
+    c.model.n_layers = layers;
+    EXPECT_LE(estimate_memory(c).total(), 512u << 20) << line;
+    c.model.n_layers = layers + 1;
+    EXPECT_GT(estimate_memory(c).total(), 512u << 20) << line;
+  }
+}
+
 TEST(MemoryCheck, AStatedLimitMustBeASize) {
   StatedLimit limit("lots");
   TrainConfig c = testing::tiny_run(1);
