@@ -7,6 +7,7 @@
 #include "tandem/core/bf16.h"
 #include "tandem/core/blas.h"
 #include "tandem/core/error.h"
+#include "tandem/core/parallel.h"
 
 namespace tandem {
 namespace {
@@ -26,12 +27,19 @@ void check_call(const GemmCall& g) {
                "GEMM with a null operand");
 }
 
-// oneDNN runs on as many threads as OpenBLAS. Under ThreadSanitizer on one: libgomp is not
-// instrumented, so its team's synchronisation would read as races.
-int onednn_threads() {
+// Products under 2^22 multiply-adds run on the calling thread alone: waking a sleeping OpenMP
+// helper costs more than it saves there (one head of attention at seq 128, 128 x 128 x 64, ran
+// 1.5-1.8x faster on one thread than on two; 1024 x 4096 x 1024, 1.9x faster on two).
+constexpr int64_t kSerialBelow = int64_t{1} << 22;
+
+// oneDNN runs on as many threads as OpenBLAS, or on one: for a small product, inside a parallel
+// region (whose parts already use every core), and under ThreadSanitizer (libgomp is not
+// instrumented, so its team's synchronisation would read as races).
+int onednn_threads(const GemmCall& g) {
 #if defined(__SANITIZE_THREAD__)
   return 1;
 #else
+  if (in_parallel_region() || int64_t{g.m} * g.n * g.k < kSerialBelow) return 1;
   return std::max(1, blas::num_threads());
 #endif
 }
@@ -83,13 +91,13 @@ void gemm(const GemmCall& g) {
   switch (g.library) {
     case GemmLibrary::Auto:
       // A shape oneDNN has no kernel for goes to OpenBLAS like the rest.
-      if (onednn_by_default(g.type) && onednn::matmul(g, onednn_threads())) return;
+      if (onednn_by_default(g.type) && onednn::matmul(g, onednn_threads(g))) return;
       return openblas(g);
     case GemmLibrary::OpenBlas:
       return openblas(g);
     case GemmLibrary::OneDnn:
       if (!onednn::available()) user_error("GEMM through oneDNN: {}", onednn::unavailable_reason());
-      if (!onednn::matmul(g, onednn_threads()))
+      if (!onednn::matmul(g, onednn_threads(g)))
         user_error("oneDNN has no {} matmul on this CPU (it needs AVX-512 for bf16)",
                    dtype_name(g.type));
       return;
@@ -113,7 +121,7 @@ std::string gemm_implementation(const GemmCall& g) {
   const bool onednn = g.library == GemmLibrary::OneDnn ||
                       (g.library == GemmLibrary::Auto && onednn_by_default(g.type));
   if (!onednn || g.m == 0 || g.n == 0 || g.k == 0) return openblas_name;
-  const std::string impl = onednn::implementation(g, onednn_threads());
+  const std::string impl = onednn::implementation(g, onednn_threads(g));
   if (!impl.empty()) return "oneDNN " + impl;
   return g.library == GemmLibrary::OneDnn ? "none" : openblas_name;
 }
@@ -126,7 +134,8 @@ std::string gemm_library(DType type) {
 std::string gemm_describe() {
   std::string bf16_line;
   if (onednn_by_default(DType::BF16))
-    bf16_line = fmt::format("oneDNN matmul, {} threads: {}", onednn_threads(), onednn::describe());
+    bf16_line = fmt::format("oneDNN matmul, {} threads (one below 2^22 multiply-adds): {}",
+                            std::max(1, blas::num_threads()), onednn::describe());
   else if (!bf16_native())
     bf16_line = fmt::format("widened to f32 for OpenBLAS ({})", bf16_describe());
   else

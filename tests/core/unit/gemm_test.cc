@@ -21,6 +21,7 @@
 
 #include "tandem/core/bf16.h"
 #include "tandem/core/error.h"
+#include "tandem/core/parallel.h"
 
 namespace tandem {
 namespace {
@@ -143,6 +144,32 @@ void check_all(DType type, GemmLibrary library) {
             ++cases;
           }
   EXPECT_EQ(cases, 8 * 4 * 2 * 2);
+}
+
+// Inside a parallel region every part runs its own GEMMs at once (one thread each): the same
+// cached primitive from several threads, each with its own stream and scratch memory.
+TEST(Gemm, PartsOfAParallelRegionMultiplyAtOnce) {
+  const int m = 257, n = 131, k = 129, parts = 4;
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> a(m * k), b(k * n);
+  for (float& x : a) x = dist(rng);
+  for (float& x : b) x = dist(rng);
+  std::vector<bf16> a16(a.size()), b16(b.size());
+  to_bf16(a.data(), a16.data(), a.size());
+  to_bf16(b.data(), b16.data(), b.size());
+  std::vector<float> want(m * n);
+  gemm(false, false, m, n, k, 1.0f, a16.data(), k, b16.data(), n, 0.0f, want.data(), n);
+  std::vector<std::vector<float>> got(parts, std::vector<float>(m * n));
+  parallel_parts(parts, [&](int part) {
+    for (int rep = 0; rep < 3; ++rep)
+      gemm(false, false, m, n, k, 1.0f, a16.data(), k, b16.data(), n, 0.0f, got[part].data(), n);
+  });
+  // One thread or two may split the sums differently: close, not necessarily bitwise.
+  for (int part = 0; part < parts; ++part)
+    for (int i = 0; i < m * n; ++i)
+      ASSERT_NEAR(got[part][i], want[i], 1e-4f * (1.0f + std::abs(want[i])))
+          << "part " << part << " element " << i;
 }
 
 // oneDNN named outright: a machine without it (or without its bf16 kernels) says why and skips.
