@@ -1,6 +1,8 @@
 // The GEMM entry point: checks a call and sends it to OpenBLAS or oneDNN (the rule is in gemm.h).
 #include "tandem/core/gemm.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <vector>
 
 #include "onednn.h"
@@ -70,7 +72,7 @@ void openblas(const GemmCall& g) {
               g.ldc);
 }
 
-// C = beta * C, for k == 0 (no library is asked: oneDNN refuses empty products).
+// C = beta * C, for k == 0: the same for every library, none of them asked.
 void scale_c(const GemmCall& g) {
   for (int i = 0; i < g.m; ++i) {
     float* row = g.c + static_cast<size_t>(i) * g.ldc;

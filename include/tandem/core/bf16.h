@@ -14,7 +14,7 @@
 namespace tandem {
 
 enum class Bf16Path : uint8_t {
-  Native,    // AVX512_BF16: vcvtne2ps2bf16 conversions, oneDNN's bf16 matmul kernels
+  Native,    // AVX512_BF16: vcvtneps2bf16 conversions, oneDNN's bf16 matmul kernels
   Portable,  // any x86-64: integer rounding (vectorised by the compiler), bf16 GEMMs via f32
 };
 
