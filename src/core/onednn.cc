@@ -34,7 +34,7 @@ WaitPolicy choose_wait_policy() {
     dlclose(gomp);
     return {"", "libgomp was loaded before tandem could set OMP_WAIT_POLICY"};
   }
-  setenv("OMP_WAIT_POLICY", "PASSIVE", /*overwrite=*/0);
+  setenv("OMP_WAIT_POLICY", "PASSIVE", /*overwrite=*/1);  // unset or empty
   return {"PASSIVE", "set by tandem"};
 }
 
