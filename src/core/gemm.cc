@@ -29,10 +29,11 @@ void check_call(const GemmCall& g) {
                "GEMM with a null operand");
 }
 
-// Products under 2^22 multiply-adds run on the calling thread alone: waking a sleeping OpenMP
-// helper costs more than it saves there (one head of attention at seq 128, 128 x 128 x 64, ran
-// 1.5-1.8x faster on one thread than on two; 1024 x 4096 x 1024, 1.9x faster on two).
-constexpr int64_t kSerialBelow = int64_t{1} << 22;
+// Products under 2^24 multiply-adds run on the calling thread alone: waking a sleeping OpenMP
+// helper costs more than it saves there. Measured on 2 idle Zen 4 cores, bf16, one thread against
+// two: 128 x 128 x 64 190 against 58-75 GFLOP/s, 256 x 256 x 128 214 against 154-181; from
+// 512 x 512 x 64 two threads win (248-273 against 210).
+constexpr int64_t kSerialBelow = int64_t{1} << 24;
 
 // oneDNN runs on as many threads as OpenBLAS, or on one: for a small product, inside a parallel
 // region (whose parts already use every core), and under ThreadSanitizer (libgomp is not
@@ -145,7 +146,7 @@ std::string gemm_library(DType type) {
 std::string gemm_describe() {
   std::string bf16_line;
   if (onednn_by_default(DType::BF16))
-    bf16_line = fmt::format("oneDNN matmul, {} threads (one below 2^22 multiply-adds): {}",
+    bf16_line = fmt::format("oneDNN matmul, {} threads (one below 2^24 multiply-adds): {}",
                             std::max(1, blas::num_threads()), onednn::describe());
   else if (!bf16_native())
     bf16_line = fmt::format("widened to f32 for OpenBLAS ({})", bf16_describe());

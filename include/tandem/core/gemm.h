@@ -5,7 +5,7 @@
 //   (docs/benchmarks.md, "GEMM: OpenBLAS and oneDNN, fp32 and bf16").
 // - bf16 where the CPU has AVX512_BF16 (core/bf16.h): oneDNN's matmul, one primitive per call
 //   shape, created on first use and kept, running on blas::num_threads() threads (on the calling
-//   thread alone for a product under 2^22 multiply-adds, and inside a parallel region).
+//   thread alone for a product under 2^24 multiply-adds, and inside a parallel region).
 // - bf16 elsewhere (no AVX512_BF16, TANDEM_BF16=emulate, oneDNN not installed, or a sanitizer
 //   build, which checks tandem's code and not oneDNN's): A and B are widened to f32 (exactly)
 //   and OpenBLAS multiplies them. oneDNN 2.6 refuses bf16 on AVX2-only CPUs and emulates it on

@@ -146,32 +146,6 @@ void check_all(DType type, GemmLibrary library) {
   EXPECT_EQ(cases, 8 * 4 * 2 * 2);
 }
 
-// Inside a parallel region every part runs its own GEMMs at once (one thread each): the same
-// cached primitive from several threads, each with its own stream and scratch memory.
-TEST(Gemm, PartsOfAParallelRegionMultiplyAtOnce) {
-  const int m = 257, n = 131, k = 129, parts = 4;
-  std::mt19937 rng(7);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> a(m * k), b(k * n);
-  for (float& x : a) x = dist(rng);
-  for (float& x : b) x = dist(rng);
-  std::vector<bf16> a16(a.size()), b16(b.size());
-  to_bf16(a.data(), a16.data(), a.size());
-  to_bf16(b.data(), b16.data(), b.size());
-  std::vector<float> want(m * n);
-  gemm(false, false, m, n, k, 1.0f, a16.data(), k, b16.data(), n, 0.0f, want.data(), n);
-  std::vector<std::vector<float>> got(parts, std::vector<float>(m * n));
-  parallel_parts(parts, [&](int part) {
-    for (int rep = 0; rep < 3; ++rep)
-      gemm(false, false, m, n, k, 1.0f, a16.data(), k, b16.data(), n, 0.0f, got[part].data(), n);
-  });
-  // One thread or two may split the sums differently: close, not necessarily bitwise.
-  for (int part = 0; part < parts; ++part)
-    for (int i = 0; i < m * n; ++i)
-      ASSERT_NEAR(got[part][i], want[i], 1e-4f * (1.0f + std::abs(want[i])))
-          << "part " << part << " element " << i;
-}
-
 // oneDNN named outright: a machine without it (or without its bf16 kernels) says why and skips.
 bool onednn_runs(DType type, std::string& why) {
   float c = 0;
@@ -185,6 +159,48 @@ bool onednn_runs(DType type, std::string& why) {
     return false;
   }
   return c == 1.0f;
+}
+
+// Above 2^24 multiply-adds oneDNN runs on every thread: fewer combinations, the reference being
+// slow at this size.
+TEST(Gemm, LargeProductsOnEveryThread) {
+  std::mt19937 rng(2026);
+  for (DType type : {DType::F32, DType::BF16})
+    for (GemmLibrary library : {GemmLibrary::Auto, GemmLibrary::OneDnn})
+      for (bool ta : {false, true})
+        for (bool tb : {false, true}) {
+          const Case c{type, ta, tb, {513, 131, 257}, 3, -0.75f, 1.5f, library};
+          std::string why;
+          if (library == GemmLibrary::OneDnn && !onednn_runs(type, why)) continue;
+          ASSERT_EQ(run_case(c, rng), "");
+        }
+}
+
+// Inside a parallel region every part runs its own GEMMs at once (one thread each): the same
+// cached primitive from several threads, each with its own stream and scratch memory.
+TEST(Gemm, PartsOfAParallelRegionMultiplyAtOnce) {
+  // Above 2^24 multiply-adds: on every thread outside the region, on one inside.
+  const int m = 513, n = 131, k = 257, parts = 4;
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> a(m * k), b(k * n);
+  for (float& x : a) x = dist(rng);
+  for (float& x : b) x = dist(rng);
+  std::vector<bf16> a16(a.size()), b16(b.size());
+  to_bf16(a.data(), a16.data(), a.size());
+  to_bf16(b.data(), b16.data(), b.size());
+  std::vector<float> want(m * n);
+  gemm(false, false, m, n, k, 1.0f, a16.data(), k, b16.data(), n, 0.0f, want.data(), n);
+  std::vector<std::vector<float>> got(parts, std::vector<float>(m * n));
+  parallel_parts(parts, [&](int part) {
+    for (int rep = 0; rep < 2; ++rep)
+      gemm(false, false, m, n, k, 1.0f, a16.data(), k, b16.data(), n, 0.0f, got[part].data(), n);
+  });
+  // One thread or two may split the sums differently: close, not necessarily bitwise.
+  for (int part = 0; part < parts; ++part)
+    for (int i = 0; i < m * n; ++i)
+      ASSERT_NEAR(got[part][i], want[i], 1e-4f * (1.0f + std::abs(want[i])))
+          << "part " << part << " element " << i;
 }
 
 TEST(Gemm, F32Auto) { check_all(DType::F32, GemmLibrary::Auto); }
