@@ -35,16 +35,21 @@ void check_call(const GemmCall& g) {
 // 512 x 512 x 64 two threads win (248-273 against 210).
 constexpr int64_t kSerialBelow = int64_t{1} << 24;
 
-// oneDNN runs on as many threads as OpenBLAS, or on one: for a small product, inside a parallel
-// region (whose parts already use every core), and under ThreadSanitizer (libgomp is not
-// instrumented, so its team's synchronisation would read as races).
-int onednn_threads(const GemmCall& g) {
-#if defined(__SANITIZE_THREAD__)
-  return 1;
+// Sanitizer builds check tandem's code, not oneDNN's: their bf16 GEMMs take the widening path
+// unless oneDNN is named, and oneDNN runs on the calling thread alone. (libgomp is not
+// instrumented, so ThreadSanitizer would read its team's synchronisation as races; GCC 12's
+// LeakSanitizer crashes at exit walking the dynamic TLS oneDNN leaves on OpenMP threads.)
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kSanitized = true;
 #else
-  if (in_parallel_region() || int64_t{g.m} * g.n * g.k < kSerialBelow) return 1;
-  return std::max(1, blas::num_threads());
+constexpr bool kSanitized = false;
 #endif
+
+// oneDNN runs on as many threads as OpenBLAS, or on one: for a small product, inside a parallel
+// region (whose parts already use every core), and in a sanitizer build.
+int onednn_threads(const GemmCall& g) {
+  if (kSanitized || in_parallel_region() || int64_t{g.m} * g.n * g.k < kSerialBelow) return 1;
+  return std::max(1, blas::num_threads());
 }
 
 // A stored rows x cols bf16 matrix (leading dimension ld) as a dense f32 one; exact.
@@ -80,15 +85,6 @@ void scale_c(const GemmCall& g) {
     for (int j = 0; j < g.n; ++j) row[j] = g.beta == 0.0f ? 0.0f : g.beta * row[j];
   }
 }
-
-// Sanitizer builds check tandem's code, not oneDNN's: their bf16 GEMMs take the widening path
-// unless oneDNN is named. (GCC 12's LeakSanitizer crashes at exit walking the dynamic TLS that
-// oneDNN, loaded with dlopen, leaves on threads still alive then.)
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
 
 bool onednn_by_default(DType type) {
   return !kSanitized && type == DType::BF16 && bf16_native() && onednn::available();
