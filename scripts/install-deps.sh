@@ -7,6 +7,7 @@ export DEBIAN_FRONTEND=noninteractive
 packages=(
   cmake ninja-build g++ make pkg-config   # build
   libopenblas-dev                         # CBLAS for every matmul (kernels picked at load, see README)
+  libdnnl-dev                             # oneDNN: bf16 matmuls (loaded at first use, see core/gemm.h)
   libopenmpi-dev openmpi-bin              # the MPI backend and mpirun
   libgtest-dev libgmock-dev               # tests
   libbenchmark-dev                        # bench/

@@ -94,6 +94,8 @@ class Team {
 
 int parallel_width() { return std::max(1, blas::num_threads()); }
 
+bool in_parallel_region() { return in_region; }
+
 void parallel_parts(int parts, const std::function<void(int)>& body) {
   if (parts <= 1 || in_region) {
     for (int part = 0; part < parts; ++part) body(part);

@@ -15,6 +15,14 @@ enum class DType : uint8_t { F32, BF16, F16 };
 
 inline constexpr DType kAllDTypes[] = {DType::F32, DType::BF16, DType::F16};
 
+// One bfloat16 element in memory: the upper 16 bits of an f32. A type of its own, so that a
+// function taking bf16 buffers (core/gemm.h, core/bf16.h) cannot be handed f16 ones; a bf16
+// tensor's data_as<bf16>() gives them.
+struct bf16 {
+  uint16_t bits;
+};
+static_assert(sizeof(bf16) == 2 && alignof(bf16) == 2);
+
 constexpr size_t dtype_size(DType t) { return t == DType::F32 ? 4 : 2; }
 std::string_view dtype_name(DType t);
 // Parses "f32", "bf16" or "f16"; anything else is a UserError listing the choices.

@@ -19,6 +19,10 @@ namespace tandem {
 // How many threads parallel_for uses from this thread: blas::num_threads(), at least 1.
 int parallel_width();
 
+// Whether this thread is running a part of a parallel region (its own or as a helper): work
+// started here runs serially, and so do the GEMMs it calls (core/gemm.h).
+bool in_parallel_region();
+
 // Runs body(begin, end) over [0, n) in contiguous ranges of at least `grain` items, on the calling
 // thread and up to parallel_width() - 1 helpers; returns when every range is done. An exception
 // thrown by a range is rethrown here (the first one) after all ranges finished. Not reentrant: a
