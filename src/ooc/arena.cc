@@ -21,6 +21,12 @@ Arena::Arena(uint64_t budget) : budget_(budget), mapped_((budget + 4095) / 4096 
   base_ = static_cast<char*>(p);
 }
 
+void Arena::shrink(uint64_t budget) {
+  TANDEM_CHECK(budget > 0 && budget <= budget_ && live_regions_.empty(),
+               "arena of {} bytes shrunk to {} with {} live", budget_, budget, live_);
+  budget_ = budget;
+}
+
 Arena::~Arena() {
   if (base_ != nullptr) munmap(base_, mapped_);
 }

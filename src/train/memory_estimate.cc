@@ -210,7 +210,9 @@ MemoryEstimate estimate_memory(const TrainConfig& cfg) {
     (host ? e.model_state_host : e.model_state_disk) += times * n.tier;
     e.activations_in_core += times * n.activations;
     if (e.activations_budgeted) {
-      e.activations += times * ooc::parse_budget(cfg.memory_budget, n.activations);
+      // With --model-state the budget holds the store's slots too.
+      const uint64_t budget = ooc::parse_budget(cfg.memory_budget, n.activations);
+      e.activations += times * (budget > n.staging ? budget - n.staging : 0);
     } else {
       e.activations += times * n.activations;
     }

@@ -78,6 +78,27 @@ OutOfCore::OutOfCore(const TrainConfig& cfg, const parallel::Grid& grid, int mic
   }
 }
 
+void OutOfCore::reserve(uint64_t bytes, const std::string& what) {
+  TANDEM_CHECK(reserved_ == 0, "out-of-core budget reserved twice");
+  const ooc::SmallestBudget low = ooc::smallest_budget(chain_, profile_);
+  if (bytes >= budget_ || budget_ - bytes < low.bytes)
+    user_error(
+        "--memory-budget {} holds {} ({}) and the activations, which need at least {} (plan {}): "
+        "give at least {} ({} bytes)",
+        ooc::human_bytes(budget_), what, ooc::human_bytes(bytes), ooc::human_bytes(low.bytes),
+        low.plan.str(), ooc::human_bytes(bytes + low.bytes), bytes + low.bytes);
+  reserved_ = bytes;
+  reserved_for_ = what;
+  budget_ -= bytes;
+  runtime_->shrink_budget(budget_);
+  if (forced_) {
+    const ooc::Plan forced = plan();
+    return use(forced);  // refused now if it does not fit what is left
+  }
+  planned_ = ooc::plan_step(chain_, profile_, budget_, kFirstPlanEvaluations);
+  use(planned_.best.plan);
+}
+
 OutOfCore::~OutOfCore() {
   runtime_.reset();  // it waits for transfers still in flight, which need the engine
   engine_.reset();
@@ -189,12 +210,11 @@ std::string OutOfCore::plan_line() const {
           : fmt::format("planner, best of {} plans: search cut short, not proven optimal",
                         planned_.evaluated);
   std::string line = fmt::format(
-      "  out-of-core: budget {}, slow tier {}; plan {}: predicted {:.3f} s forward+backward, peak "
-      "{} "
-      "[{}; profile {}]\n  baselines:",
-      ooc::human_bytes(budget_), tier_ != nullptr ? tier_->describe() : tier_spec_.str(),
-      brief(plan()), p.step_s, ooc::human_bytes(p.peak_bytes), how,
-      from_cache_ ? "from the cache" : "measured");
+      "  out-of-core: budget {}{}, slow tier {}; plan {}: predicted {:.3f} s forward+backward, "
+      "peak {} [{}; profile {}]\n  baselines:",
+      ooc::human_bytes(budget_), budget_note(),
+      tier_ != nullptr ? tier_->describe() : tier_spec_.str(), brief(plan()), p.step_s,
+      ooc::human_bytes(p.peak_bytes), how, from_cache_ ? "from the cache" : "measured");
   for (const ooc::Evaluated& b : planned_.baselines)
     line +=
         fmt::format(" {} {:.3f} s at {}{};", ooc::strategy_name(b.strategy), b.prediction.step_s,
@@ -203,13 +223,19 @@ std::string OutOfCore::plan_line() const {
   return line;
 }
 
+std::string OutOfCore::budget_note() const {
+  if (reserved_ == 0) return "";
+  return fmt::format(" for the activations (--memory-budget {} less {} for {})",
+                     ooc::human_bytes(budget_ + reserved_), ooc::human_bytes(reserved_),
+                     reserved_for_);
+}
+
 std::string OutOfCore::summary_line() const {
   const double m = measured_step_s(), p = predicted_.step_s;
   return fmt::format(
-      "tandem train: out-of-core high-water {} of a {} budget (predicted peak {}); "
-      "forward+backward "
-      "{:.3f} s median measured vs {:.3f} s predicted ({:+.1f}%)\n",
-      ooc::human_bytes(high_water_), ooc::human_bytes(budget_),
+      "tandem train: out-of-core high-water {} of a {} budget{} (predicted peak {}); "
+      "forward+backward {:.3f} s median measured vs {:.3f} s predicted ({:+.1f}%)\n",
+      ooc::human_bytes(high_water_), ooc::human_bytes(budget_), budget_note(),
       ooc::human_bytes(predicted_.peak_bytes), m, p, m > 0 ? (p / m - 1) * 100 : 0.0);
 }
 

@@ -38,6 +38,11 @@ class OutOfCore {
   // (the slowest rank's times). Collective over tp.
   void prepare(const std::function<void()>& step, comm::Communicator& tp, std::ostream* log);
 
+  // Part of the budget held by something else (the model state's slots, `what`), before prepare:
+  // the activations get the rest, planned again from sizes. UserError when the rest holds no
+  // plan, naming both parts and the smallest budget that works.
+  void reserve(uint64_t bytes, const std::string& what);
+
   // After each training step: its measurements, and the transfers for the trace.
   void after_step(io::TraceRecorder* trace, int rank);
 
@@ -61,10 +66,13 @@ class OutOfCore {
 
  private:
   void use(const ooc::Plan& plan);  // sets the runtime's schedule (and opens the tier it needs)
+  std::string budget_note() const;  // "" or " for the activations (--memory-budget ... less ...)"
 
   const TrainConfig& cfg_;
   nn::ChainLayout chain_;
-  uint64_t budget_;  // from --memory-budget: bytes, or a share of the in-core need
+  uint64_t budget_;        // from --memory-budget: bytes, or a share of the in-core need
+  uint64_t reserved_ = 0;  // of budget_, held by something else (reserve)
+  std::string reserved_for_;
   ooc::TierSpec tier_spec_;
   std::unique_ptr<ooc::Runtime> runtime_;
   std::unique_ptr<ooc::SlowTier> tier_;

@@ -122,6 +122,8 @@ class RankRun {
       }
       model_.attach_store(store_.get());
       opt_.attach_store(store_.get());
+      // --memory-budget covers the blocks' slots too.
+      if (ooc_) ooc_->reserve(store_->staging_bytes(), "the model state's slots");
       store_->set_transfer_sink(
           [this](const std::string& name, Clock::time_point b, Clock::time_point e) {
             if (!profiling_ && trace_ != nullptr && trace_->enabled())

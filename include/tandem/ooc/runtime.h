@@ -44,6 +44,8 @@ class Runtime final : public nn::ActivationMemory {
   void set_schedule(const MemorySchedule& schedule, SwapEngine* engine);
   const MemorySchedule& schedule() const { return *schedule_; }
   Arena& arena() { return arena_; }
+  // Before the first step: a smaller budget (part of it given to something else).
+  void shrink_budget(uint64_t budget) { arena_.shrink(budget); }
   const StepMeasure& last_step() const { return last_; }
 
   void begin_forward(int k, int u) override;

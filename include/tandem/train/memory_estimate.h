@@ -16,7 +16,8 @@
 //                     --clip-grad-norm also the rank's 1/dp of the reduced gradient
 //   activations       what a step saves for its backward plus the workspace: the out-of-core
 //                     planner's in-core need (ooc::MemorySchedule with every unit kept), or, with
-//                     --memory-budget, the budget (the fast tier holds no more)
+//                     --memory-budget, the budget (the fast tier holds no more) less the
+//                     model-state slots, which the budget holds too
 //   with --model-state: parameters, gradients and optimizer state count the embeddings and ln_f
 //   only (the blocks live in the tier), and the model-state slots the store's staging (four
 //   blocks' weights, two blocks' gradients or three with several micro-batches, two blocks'

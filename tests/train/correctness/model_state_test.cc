@@ -3,6 +3,7 @@
 // pipeline-parallel grids, both tiers, both executors, AdamW and LAMB, bf16 gradients, beside
 // every kind of activation plan; checkpoints move between in-core and streamed runs; and the
 // settings it cannot serve are refused, naming the flag.
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -129,6 +130,29 @@ TEST(ModelStateVariants, CheckpointsMoveBetweenInCoreAndStreamed) {
     const TrainResult got = train(second);
     EXPECT_EQ(got.weights, want.weights) << (streamed_first ? "streamed, then in-core" : "back");
   }
+}
+
+// --memory-budget holds the blocks' slots and the activations together: too small a budget is
+// refused naming both and the smallest that works; the run trains at exactly that budget, and a
+// byte less is refused (so the slots are counted in it).
+TEST(ModelStateVariants, TheBudgetHoldsTheSlotsAndTheActivations) {
+  TrainConfig c = run({1, 1, 1}, 6);
+  c.steps = 2;
+  c.eval_every = 0;
+  c.model_state = ooc::TierSpec::parse("host");
+  c.memory_budget = "1MiB";  // the activations alone need about 850 KiB
+  const std::string error = testing::user_error_of([&] { train(c); });
+  EXPECT_THAT(error,
+              ::testing::HasSubstr("--memory-budget 1.00 MiB holds the model state's slots ("))
+      << error;
+  const size_t at = error.find("give at least ");
+  ASSERT_NE(at, std::string::npos) << error;
+  const uint64_t smallest = std::stoull(error.substr(error.find('(', at) + 1));
+  c.memory_budget = std::to_string(smallest);
+  EXPECT_GT(train(c).ooc_high_water, 0u);
+  c.memory_budget = std::to_string(smallest - 1);
+  EXPECT_THAT(testing::user_error_of([&] { train(c); }),
+              ::testing::HasSubstr(fmt::format("({} bytes)", smallest)));
 }
 
 TEST(ModelStateVariants, WhatItCannotServeIsRefused) {
