@@ -319,6 +319,8 @@ std::string memory_line(const TrainConfig& cfg) {
             : std::string("the available memory is unknown (not checked)"));
 }
 
+constexpr int kMostLayers = 1024;
+
 std::string largest_model_line(const TrainConfig& cfg) {
   const std::optional<AvailableMemory> avail = available_memory();
   if (!avail) return "";
@@ -340,9 +342,11 @@ std::string largest_model_line(const TrainConfig& cfg) {
     return e.total() <= avail->bytes && (!disk || e.model_state_disk <= *disk);
   };
   if (!fits(stages)) return "";
-  constexpr int kMost = 1 << 16;  // stages' worth of layers searched
-  int lo = 1, hi = 2;             // in stages: lo fits, hi does not (or is past the search)
-  while (hi < kMost && fits(hi * stages)) lo = hi, hi *= 2;
+  // Searched up to 1024 layers (GPT-3 has 96): the estimate's cost grows with the layers.
+  const int most = std::max(1, kMostLayers / stages);
+  int lo = 1, hi = 2;  // in stages: lo fits, hi does not (or is past the search)
+  while (hi <= most && fits(hi * stages)) lo = hi, hi *= 2;
+  if (hi > most) hi = most + 1;
   while (hi - lo > 1) {
     const int mid = lo + (hi - lo) / 2;
     (fits(mid * stages) ? lo : hi) = mid;
@@ -355,12 +359,13 @@ std::string largest_model_line(const TrainConfig& cfg) {
       "largest model of this shape (d_model {}, {} heads, seq {}, {} tokens a step, this grid and "
       "these flags) this machine trains: {}{} layers, {:.2f} B parameters; bounded by {}\n",
       cfg.model.d_model, cfg.model.n_heads, cfg.model.seq_len, cfg.batch * cfg.model.seq_len,
-      lo + 1 >= kMost ? "at least " : "", c.model.n_layers,
+      lo == most ? "at least " : "", c.model.n_layers,
       static_cast<double>(nn::gpt_num_parameters(c.model)) / 1e9,
-      by_disk ? fmt::format("the disk of {} ({} free for the model state's tier)",
-                            cfg.model_state->dir, ooc::human_bytes(*disk))
-              : fmt::format("memory ({} available, {})", ooc::human_bytes(avail->bytes),
-                            avail->source));
+      lo == most ? fmt::format("the search, which stops at {} layers", kMostLayers)
+      : by_disk  ? fmt::format("the disk of {} ({} free for the model state's tier)",
+                               cfg.model_state->dir, ooc::human_bytes(*disk))
+                 : fmt::format("memory ({} available, {})", ooc::human_bytes(avail->bytes),
+                               avail->source));
 }
 
 }  // namespace tandem::train
