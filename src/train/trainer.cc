@@ -25,6 +25,7 @@
 #include "corpus_cache.h"
 #include "out_of_core.h"
 #include "output_paths.h"
+#include "precision.h"
 #include "rank_batches.h"
 #include "run_checkpoint.h"
 #include "schedule_choice.h"
@@ -441,7 +442,7 @@ void RankRun::print_header(int64_t first_step) {
       corpus_->source == "synthetic" ? "the synthetic corpus" : corpus_->source, cfg_.batch,
       c.seq_len, cfg_.grid.size(), cfg_.grid.str(), comm::backend_name(cfg_.backend),
       resume_ ? fmt::format(", resuming at step {} from {}", first_step, resume_->folder) : "");
-  out_ << "  " << grid_.mapping() << "\n";
+  out_ << "  " << grid_.mapping() << "\n" << detail::precision_line(c.matmul);
   if (const std::string w = grid_.warning(); !w.empty()) out_ << "tandem train: " << w << "\n";
   const std::string_view optimizer = parallel::optimizer_name(cfg_.optimizer.kind);
   std::string programs =
