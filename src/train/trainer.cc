@@ -442,8 +442,9 @@ void RankRun::print_header(int64_t first_step) {
       corpus_->source == "synthetic" ? "the synthetic corpus" : corpus_->source, cfg_.batch,
       c.seq_len, cfg_.grid.size(), cfg_.grid.str(), comm::backend_name(cfg_.backend),
       resume_ ? fmt::format(", resuming at step {} from {}", first_step, resume_->folder) : "");
-  out_ << "  " << grid_.mapping() << "\n" << detail::precision_line(c.matmul);
+  out_ << "  " << grid_.mapping() << "\n";
   if (const std::string w = grid_.warning(); !w.empty()) out_ << "tandem train: " << w << "\n";
+  out_ << detail::precision_line(c.matmul);
   const std::string_view optimizer = parallel::optimizer_name(cfg_.optimizer.kind);
   std::string programs =
       cfg_.optimizer.clip_grad_norm
