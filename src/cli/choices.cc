@@ -37,9 +37,10 @@ DType parse_precision(const std::string& text) {
   if (text == "fp32") return DType::F32;
   if (text == "bf16") return DType::BF16;
   if (text == "auto") return bf16_native() ? DType::BF16 : DType::F32;
-  user_error("--precision {}: the precisions are fp32, bf16 and auto (bf16 where the CPU has "
-             "AVX512_BF16)",
-             text);
+  user_error(
+      "--precision {}: the precisions are fp32, bf16 and auto (bf16 where the CPU has "
+      "AVX512_BF16)",
+      text);
 }
 
 parallel::GradExchange parse_grad_exchange(const std::string& text) {

@@ -407,7 +407,7 @@ void block_attention_forward(const GPTConfig& c, int layer, const BlockParams& w
   linear_forward(a.ptr(K::Qkv), a.ptr(K::Ln1Out), w.c_attn_w, w.c_attn_b, N, C, 3 * C,
                  mm);  // (B, T, 3C)
   attention_forward(a.ptr(K::AttY), a.ptr(K::AttSoftmax), ws.attention(), a.ptr(K::Qkv), B, T, NH,
-                    HS, attn_drop);                                             // (B, T, C)
+                    HS, attn_drop);                                                 // (B, T, C)
   linear_forward(proj, a.ptr(K::AttY), w.attn_proj_w, w.attn_proj_b, N, C, C, mm);  // (B, T, C)
   if (resid_drop.active()) dropout_forward(proj, proj, n, resid_drop);
   residual_forward(a.ptr(K::Resid1), x, proj, n);  // (B, T, C)
@@ -423,12 +423,13 @@ void block_mlp_forward(const GPTConfig& c, int layer, const BlockParams& w,
   const Dropout resid_drop = site_dropout(c, rng, layer, DropoutSite::MlpResidual, T);
   using K = BlockAct;
   layernorm_forward(a.ptr(K::Ln2Out), a.ptr(K::Ln2Mean), a.ptr(K::Ln2Rstd), a.ptr(K::Resid1),
-                    w.ln_2_w, w.ln_2_b, N, C);                                         // (B, T, C)
+                    w.ln_2_w, w.ln_2_b, N, C);  // (B, T, C)
   const MatmulPrecision mm = ws.matmul();
   linear_forward(a.ptr(K::FcOut), a.ptr(K::Ln2Out), w.c_fc_w, w.c_fc_b, N, C, 4 * C,
-                 mm);                                                                // (B, T, 4C)
-  gelu_forward(a.ptr(K::GeluOut), a.ptr(K::FcOut), 4 * n);                           // (B, T, 4C)
-  linear_forward(proj, a.ptr(K::GeluOut), w.mlp_proj_w, w.mlp_proj_b, N, 4 * C, C, mm);  // (B, T, C)
+                 mm);                                       // (B, T, 4C)
+  gelu_forward(a.ptr(K::GeluOut), a.ptr(K::FcOut), 4 * n);  // (B, T, 4C)
+  linear_forward(proj, a.ptr(K::GeluOut), w.mlp_proj_w, w.mlp_proj_b, N, 4 * C, C,
+                 mm);  // (B, T, C)
   if (resid_drop.active()) dropout_forward(proj, proj, n, resid_drop);
   residual_forward(a.ptr(K::Out), a.ptr(K::Resid1), proj, n);  // (B, T, C)
 }
@@ -485,8 +486,8 @@ void block_attention_backward(const GPTConfig& c, int layer, const BlockParams& 
       projection_grad(site_dropout(c, rng, layer, DropoutSite::AttnResidual, T), dres, ws, n);
   zero(dc, n);
   const MatmulPrecision mm = ws.matmul();
-  linear_backward(dc, dw.attn_proj_w, dw.attn_proj_b, dattn, a.ptr(K::AttY), w.attn_proj_w, N, C,
-                  C, mm);
+  linear_backward(dc, dw.attn_proj_w, dw.attn_proj_b, dattn, a.ptr(K::AttY), w.attn_proj_w, N, C, C,
+                  mm);
   zero(dqkv, 3 * n);
   attention_backward(dqkv, ws.attention(), dc, a.ptr(K::Qkv), a.ptr(K::AttSoftmax), B, T, NH, HS,
                      attention_dropout(c, rng, layer));
@@ -504,7 +505,7 @@ float final_forward(const GPTConfig& c, const FinalParams& w, const FinalActivat
   const int C = c.d_model, V = c.vocab_size, N = B * T;
   using K = FinalAct;
   layernorm_forward(a.ptr(K::LnfOut), a.ptr(K::LnfMean), a.ptr(K::LnfRstd), x, w.ln_f_w, w.ln_f_b,
-                    N, C);                                             // (B, T, C)
+                    N, C);                                                          // (B, T, C)
   lm_head_forward(a.ptr(K::Probs), a.ptr(K::LnfOut), w.wte, N, C, V, ws.matmul());  // logits
   crossentropy_forward(a.ptr(K::Losses), a.ptr(K::Probs), a.ptr(K::Probs), targets, N, V);
   if (targets == nullptr) return std::numeric_limits<float>::quiet_NaN();

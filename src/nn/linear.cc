@@ -45,8 +45,7 @@ const bf16* other_of(const MatmulPrecision& mm, const float* src, int64_t n) {
 }
 
 bool in_bf16(const MatmulPrecision& mm) {
-  TANDEM_CHECK(mm.type == DType::F32 || mm.type == DType::BF16, "{} matmuls",
-               dtype_name(mm.type));
+  TANDEM_CHECK(mm.type == DType::F32 || mm.type == DType::BF16, "{} matmuls", dtype_name(mm.type));
   return mm.type == DType::BF16;
 }
 
@@ -77,8 +76,7 @@ void linear_backward(float* dinp, float* dweight, float* dbias, const float* dou
                      const float* weight, int N, int IC, int OC, const MatmulPrecision& mm) {
   if (N == 0 || OC == 0) return;
   if (IC > 0 && !in_bf16(mm)) {
-    if (dinp != nullptr)
-      gemm(false, true, N, IC, OC, 1.0f, dout, OC, weight, OC, 1.0f, dinp, IC);
+    if (dinp != nullptr) gemm(false, true, N, IC, OC, 1.0f, dout, OC, weight, OC, 1.0f, dinp, IC);
     gemm(true, false, IC, OC, N, 1.0f, inp, IC, dout, OC, 1.0f, dweight, OC);
   } else if (IC > 0) {
     // dout's bf16 copy serves both products; `other` holds the weight, then the input.

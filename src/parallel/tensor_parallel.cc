@@ -39,7 +39,7 @@ void round_to_bf16(const float* src, float* dst, int64_t n) {
 void round_epilogue_operands(EpilogueArgs& e, nn::Workspace& ws, int tp) {
   if (ws.matmul().type != DType::BF16) return;
   const int64_t k = e.K / tp;
-  float* x = ws.wide();  // (N, K/tp): free in a forward
+  float* x = ws.wide();            // (N, K/tp): free in a forward
   float* w = ws.rounded_weight();  // (K/tp, H), at most 4C x C
   round_to_bf16(e.x, x, e.N * k);
   round_to_bf16(e.w, w, k * e.H);

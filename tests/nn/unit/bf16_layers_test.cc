@@ -85,8 +85,8 @@ void expect_bf16_product(const std::string& label, const std::vector<float>& got
     rounded += d > accumulate * m;  // visibly not an f32 product
     worst = std::max(worst, m > 0 ? d / m : 0.0);
   }
-  EXPECT_EQ(bad_exact, 0u) << label << ": beyond the bf16 bound; worst |diff| / magnitude "
-                           << worst << ", bound " << total;
+  EXPECT_EQ(bad_exact, 0u) << label << ": beyond the bf16 bound; worst |diff| / magnitude " << worst
+                           << ", bound " << total;
   EXPECT_EQ(bad_rounded, 0u) << label << ": not the product of the bf16-rounded operands";
   EXPECT_GT(rounded, 0u) << label << ": every element is as close as an f32 product";
 }
@@ -142,8 +142,8 @@ TEST(Bf16Layers, Linear) {
 TEST(Bf16Layers, LmHead) {
   const int N = 23, C = 40, V = 67;
   const std::vector<float> x = to_f32(uniform(N * C, 41)), wte = to_f32(uniform(V * C, 42)),
-                           dlogits = to_f32(uniform(N * V, 43)),
-                           dinp0 = to_f32(uniform(N * C, 44)), dwte0 = to_f32(uniform(V * C, 45));
+                           dlogits = to_f32(uniform(N * V, 43)), dinp0 = to_f32(uniform(N * C, 44)),
+                           dwte0 = to_f32(uniform(V * C, 45));
   Scratch s(static_cast<int64_t>(N) * V, static_cast<int64_t>(std::max(N, V)) * C);
   std::vector<float> logits(static_cast<size_t>(N) * V);
   lm_head_forward(logits.data(), x.data(), wte.data(), N, C, V, s.bf16s());
@@ -182,7 +182,8 @@ TEST(Bf16Layers, F32PathIsSgemmBitForBit) {
   linear_forward(out.data(), x.data(), w.data(), nullptr, N, IC, OC);
   blas::sgemm(false, false, N, OC, IC, 1.0f, x.data(), IC, w.data(), OC, 1.0f, want.data(), OC);
   EXPECT_EQ(out, want);
-  std::vector<float> dinp(static_cast<size_t>(N) * IC, 0.0f), dw(static_cast<size_t>(IC) * OC, 0.0f);
+  std::vector<float> dinp(static_cast<size_t>(N) * IC, 0.0f),
+      dw(static_cast<size_t>(IC) * OC, 0.0f);
   std::vector<float> want_dinp = dinp, want_dw = dw;
   linear_backward(dinp.data(), dw.data(), nullptr, dout.data(), x.data(), w.data(), N, IC, OC);
   blas::sgemm(false, true, N, IC, OC, 1.0f, dout.data(), OC, w.data(), OC, 1.0f, want_dinp.data(),
