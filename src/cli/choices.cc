@@ -6,6 +6,7 @@
 #include <charconv>
 #include <cstdint>
 
+#include "tandem/core/bf16.h"
 #include "tandem/core/error.h"
 
 namespace tandem::cli {
@@ -30,6 +31,16 @@ DType parse_grad_dtype(const std::string& text) {
   for (DType t : {DType::F32, DType::BF16})
     if (text == dtype_name(t)) return t;
   user_error("--grad-dtype {}: the gradient dtypes are f32 and bf16", text);
+}
+
+DType parse_precision(const std::string& text) {
+  if (text == "fp32") return DType::F32;
+  if (text == "bf16") return DType::BF16;
+  if (text == "auto") return bf16_native() ? DType::BF16 : DType::F32;
+  user_error(
+      "--precision {}: the precisions are fp32, bf16 and auto (bf16 where the CPU has "
+      "AVX512_BF16)",
+      text);
 }
 
 parallel::GradExchange parse_grad_exchange(const std::string& text) {

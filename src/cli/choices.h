@@ -20,6 +20,9 @@ comm::Backend parse_backend(const std::string& text);      // --backend thread|m
 exec::RunnerKind parse_executor(const std::string& text);  // --executor compiled|plan|reference
 parallel::OptimizerKind parse_optimizer(const std::string& text);  // --optimizer adamw|lamb
 DType parse_grad_dtype(const std::string& text);                   // --grad-dtype f32|bf16
+// --precision fp32|bf16|auto: the matmuls' type; auto is bf16 where core/bf16.h says bf16 is
+// native on this CPU, else fp32.
+DType parse_precision(const std::string& text);
 parallel::GradExchange parse_grad_exchange(
     const std::string& text);  // --grad-exchange overlap|after
 std::optional<ooc::TierSpec> parse_optimizer_state(

@@ -1,10 +1,10 @@
-// Causal multi-head self-attention over a fused QKV input: per-head GEMMs through BLAS, softmax
-// saved for the backward pass, attention dropout drawn from the counter-based RNG.
+// Causal multi-head self-attention over a fused QKV input: per-head f32 GEMMs (core/gemm.h),
+// softmax saved for the backward pass, attention dropout drawn from the counter-based RNG.
 #include <algorithm>
 #include <cmath>
 #include <thread>
 
-#include "tandem/core/blas.h"
+#include "tandem/core/gemm.h"
 #include "tandem/core/parallel.h"
 #include "tandem/nn/layers.h"
 #include "vec.h"
@@ -82,8 +82,8 @@ void attention_forward(float* out, float* att, float* scratch, const float* qkv,
       const int i1 = std::min(T, i0 + kCausalRows);
       const int rows = i1 - i0;
       // preatt[i0:i1, 0:i1] (rows, i1) = q[i0:i1] @ k[0:i1]^T * scale
-      blas::sgemm(false, true, rows, i1, HS, scale, q + static_cast<int64_t>(i0) * C3, C3, k, C3,
-                  0.0f, a + static_cast<int64_t>(i0) * T, T);
+      gemm(false, true, rows, i1, HS, scale, q + static_cast<int64_t>(i0) * C3, C3, k, C3, 0.0f,
+           a + static_cast<int64_t>(i0) * T, T);
       for (int i = i0; i < i1; ++i) {
         float* row = a + static_cast<int64_t>(i) * T;
         softmax_row(row, i + 1);
@@ -96,8 +96,8 @@ void attention_forward(float* out, float* att, float* scratch, const float* qkv,
       }
       const float* p = drop.active() ? pdrop : a;
       // y[i0:i1] (rows, HS) = p[i0:i1, 0:i1] @ v[0:i1]
-      blas::sgemm(false, false, rows, HS, i1, 1.0f, p + static_cast<int64_t>(i0) * T, T, v, C3,
-                  0.0f, y + static_cast<int64_t>(i0) * C, C);
+      gemm(false, false, rows, HS, i1, 1.0f, p + static_cast<int64_t>(i0) * T, T, v, C3, 0.0f,
+           y + static_cast<int64_t>(i0) * C, C);
     }
   });
 }
@@ -126,8 +126,8 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
       const int rows = i1 - i0;
       float* dc = datt + static_cast<int64_t>(i0) * T;
       // d(dropped att)[i0:i1, 0:i1] = dy[i0:i1] @ v[0:i1]^T
-      blas::sgemm(false, true, rows, i1, HS, 1.0f, dy + static_cast<int64_t>(i0) * C, C, v, C3,
-                  0.0f, dc, T);
+      gemm(false, true, rows, i1, HS, 1.0f, dy + static_cast<int64_t>(i0) * C, C, v, C3, 0.0f, dc,
+           T);
       const float* p = a;
       if (drop.active()) {
         for (int i = i0; i < i1; ++i) {
@@ -143,8 +143,8 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
         p = pdrop;
       }
       // dv[0:i1] (i1, HS) += p[i0:i1, 0:i1]^T @ dy[i0:i1]
-      blas::sgemm(true, false, i1, HS, rows, 1.0f, p + static_cast<int64_t>(i0) * T, T,
-                  dy + static_cast<int64_t>(i0) * C, C, 1.0f, dv, C3);
+      gemm(true, false, i1, HS, rows, 1.0f, p + static_cast<int64_t>(i0) * T, T,
+           dy + static_cast<int64_t>(i0) * C, C, 1.0f, dv, C3);
       // Softmax backward per row: dpre_j = att_j (datt_j - sum_k att_k datt_k), zero above i.
       for (int i = i0; i < i1; ++i) {
         const float* ar = a + static_cast<int64_t>(i) * T;
@@ -154,11 +154,11 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
         std::fill(d + i + 1, d + i1, 0.0f);
       }
       // dq[i0:i1] += dpre[i0:i1, 0:i1] @ k[0:i1] * scale
-      blas::sgemm(false, false, rows, HS, i1, scale, dc, T, k, C3, 1.0f,
-                  dq + static_cast<int64_t>(i0) * C3, C3);
+      gemm(false, false, rows, HS, i1, scale, dc, T, k, C3, 1.0f,
+           dq + static_cast<int64_t>(i0) * C3, C3);
       // dk[0:i1] += dpre[i0:i1, 0:i1]^T @ q[i0:i1] * scale
-      blas::sgemm(true, false, i1, HS, rows, scale, dc, T, q + static_cast<int64_t>(i0) * C3, C3,
-                  1.0f, dk, C3);
+      gemm(true, false, i1, HS, rows, scale, dc, T, q + static_cast<int64_t>(i0) * C3, C3, 1.0f, dk,
+           C3);
     }
   });
 }

@@ -1,6 +1,7 @@
 // The GPT model's saved-activation buffers, workspace, stages and whole forward/backward passes.
 #include "tandem/nn/gpt.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -237,16 +238,34 @@ std::vector<std::pair<std::string, Tensor>> GPTActivations::named() const {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Workspace: btc0, btc1, wide, attention, dlogits, dresidual.
+// Workspace: btc0, btc1, wide, attention, dlogits, dresidual; in bf16 also bf16_rows,
+// bf16_other and rounded_weight.
+
+namespace {
+
+constexpr size_t kBf16Rows = 6, kBf16Other = 7, kRoundedWeight = 8;
+
+// Floats that hold n bf16 values.
+int64_t floats_for_bf16(int64_t n) { return (n + 1) / 2; }
+
+}  // namespace
 
 std::vector<ActivationSpec> Workspace::specs(const GPTConfig& c, int B, int T) {
-  const int64_t C = c.d_model;
-  return {{"ws.btc0", {B, T, C}},
-          {"ws.btc1", {B, T, C}},
-          {"ws.wide", {B, T, 4 * C}},
-          {"ws.attention", {attention_scratch_floats(T)}},
-          {"ws.dlogits", {B, T, c.vocab_size}},
-          {"ws.dresidual", {B, T, C}}};
+  const int64_t C = c.d_model, V = c.vocab_size, N = static_cast<int64_t>(B) * T;
+  std::vector<ActivationSpec> s = {{"ws.btc0", {B, T, C}},
+                                   {"ws.btc1", {B, T, C}},
+                                   {"ws.wide", {B, T, 4 * C}},
+                                   {"ws.attention", {attention_scratch_floats(T)}},
+                                   {"ws.dlogits", {B, T, c.vocab_size}},
+                                   {"ws.dresidual", {B, T, C}}};
+  if (c.matmul == DType::BF16) {
+    // rows: an (N, .) operand, at most N x 4C in a block and N x V in the head's backward.
+    // other: a weight (4C x C, V x C) or a weight gradient's input (N x 4C, N x C).
+    s.push_back({"ws.bf16_rows", {floats_for_bf16(N * std::max(4 * C, V))}});
+    s.push_back({"ws.bf16_other", {floats_for_bf16(std::max({4 * C * C, V * C, N * 4 * C}))}});
+    s.push_back({"ws.rounded_weight", {4 * C * C}});
+  }
+  return s;
 }
 
 Workspace::Workspace(const GPTConfig& config, int B, int T, Allocator& alloc)
@@ -262,6 +281,9 @@ void Workspace::check_fits(const GPTConfig& c, int B, int T) const {
   if (c.d_model != config_.d_model || c.vocab_size != config_.vocab_size)
     user_error("GPT workspace was made for d_model {} and vocabulary {}, not {} and {}",
                config_.d_model, config_.vocab_size, c.d_model, c.vocab_size);
+  if (c.matmul != config_.matmul)
+    user_error("GPT workspace was made for {} matmuls, not {}", dtype_name(config_.matmul),
+               dtype_name(c.matmul));
   if (B > B_ || T > T_)
     user_error("GPT workspace holds batches up to {} x {}; this one is {} x {}", B_, T_, B, T);
 }
@@ -271,6 +293,18 @@ float* Workspace::wide() const { return bufs_[2].data_as<float>(); }
 float* Workspace::attention() const { return bufs_[3].data_as<float>(); }
 float* Workspace::dlogits() const { return bufs_[4].data_as<float>(); }
 float* Workspace::dresidual() const { return bufs_[5].data_as<float>(); }
+
+MatmulPrecision Workspace::matmul() const {
+  if (config_.matmul != DType::BF16) return {};
+  const Tensor& rows = bufs_[kBf16Rows];
+  const Tensor& other = bufs_[kBf16Other];
+  return {DType::BF16, static_cast<bf16*>(rows.data()), 2 * rows.numel(),
+          static_cast<bf16*>(other.data()), 2 * other.numel()};
+}
+
+float* Workspace::rounded_weight() const {
+  return config_.matmul == DType::BF16 ? bufs_[kRoundedWeight].data_as<float>() : nullptr;
+}
 
 // ---------------------------------------------------------------------------------------------
 // Dropout keys.
@@ -369,11 +403,12 @@ void block_attention_forward(const GPTConfig& c, int layer, const BlockParams& w
   using K = BlockAct;
   layernorm_forward(a.ptr(K::Ln1Out), a.ptr(K::Ln1Mean), a.ptr(K::Ln1Rstd), x, w.ln_1_w, w.ln_1_b,
                     N, C);  // (B, T, C)
-  linear_forward(a.ptr(K::Qkv), a.ptr(K::Ln1Out), w.c_attn_w, w.c_attn_b, N, C,
-                 3 * C);  // (B, T, 3C)
+  const MatmulPrecision mm = ws.matmul();
+  linear_forward(a.ptr(K::Qkv), a.ptr(K::Ln1Out), w.c_attn_w, w.c_attn_b, N, C, 3 * C,
+                 mm);  // (B, T, 3C)
   attention_forward(a.ptr(K::AttY), a.ptr(K::AttSoftmax), ws.attention(), a.ptr(K::Qkv), B, T, NH,
-                    HS, attn_drop);                                             // (B, T, C)
-  linear_forward(proj, a.ptr(K::AttY), w.attn_proj_w, w.attn_proj_b, N, C, C);  // (B, T, C)
+                    HS, attn_drop);                                                 // (B, T, C)
+  linear_forward(proj, a.ptr(K::AttY), w.attn_proj_w, w.attn_proj_b, N, C, C, mm);  // (B, T, C)
   if (resid_drop.active()) dropout_forward(proj, proj, n, resid_drop);
   residual_forward(a.ptr(K::Resid1), x, proj, n);  // (B, T, C)
 }
@@ -388,10 +423,13 @@ void block_mlp_forward(const GPTConfig& c, int layer, const BlockParams& w,
   const Dropout resid_drop = site_dropout(c, rng, layer, DropoutSite::MlpResidual, T);
   using K = BlockAct;
   layernorm_forward(a.ptr(K::Ln2Out), a.ptr(K::Ln2Mean), a.ptr(K::Ln2Rstd), a.ptr(K::Resid1),
-                    w.ln_2_w, w.ln_2_b, N, C);                                         // (B, T, C)
-  linear_forward(a.ptr(K::FcOut), a.ptr(K::Ln2Out), w.c_fc_w, w.c_fc_b, N, C, 4 * C);  // (B, T, 4C)
-  gelu_forward(a.ptr(K::GeluOut), a.ptr(K::FcOut), 4 * n);                             // (B, T, 4C)
-  linear_forward(proj, a.ptr(K::GeluOut), w.mlp_proj_w, w.mlp_proj_b, N, 4 * C, C);    // (B, T, C)
+                    w.ln_2_w, w.ln_2_b, N, C);  // (B, T, C)
+  const MatmulPrecision mm = ws.matmul();
+  linear_forward(a.ptr(K::FcOut), a.ptr(K::Ln2Out), w.c_fc_w, w.c_fc_b, N, C, 4 * C,
+                 mm);                                       // (B, T, 4C)
+  gelu_forward(a.ptr(K::GeluOut), a.ptr(K::FcOut), 4 * n);  // (B, T, 4C)
+  linear_forward(proj, a.ptr(K::GeluOut), w.mlp_proj_w, w.mlp_proj_b, N, 4 * C, C,
+                 mm);  // (B, T, C)
   if (resid_drop.active()) dropout_forward(proj, proj, n, resid_drop);
   residual_forward(a.ptr(K::Out), a.ptr(K::Resid1), proj, n);  // (B, T, C)
 }
@@ -424,11 +462,12 @@ void block_mlp_backward(const GPTConfig& c, int layer, const BlockParams& w, con
   const float* dmlp =
       projection_grad(site_dropout(c, rng, layer, DropoutSite::MlpResidual, T), dres, ws, n);
   zero(dfc, 4 * n);
+  const MatmulPrecision mm = ws.matmul();
   linear_backward(dfc, dw.mlp_proj_w, dw.mlp_proj_b, dmlp, a.ptr(K::GeluOut), w.mlp_proj_w, N,
-                  4 * C, C);
+                  4 * C, C, mm);
   gelu_backward_inplace(dfc, a.ptr(K::FcOut), 4 * n);
   zero(dc, n);
-  linear_backward(dc, dw.c_fc_w, dw.c_fc_b, dfc, a.ptr(K::Ln2Out), w.c_fc_w, N, C, 4 * C);
+  linear_backward(dc, dw.c_fc_w, dw.c_fc_b, dfc, a.ptr(K::Ln2Out), w.c_fc_w, N, C, 4 * C, mm);
   layernorm_backward(dres, dw.ln_2_w, dw.ln_2_b, dc, a.ptr(K::Resid1), w.ln_2_w, a.ptr(K::Ln2Mean),
                      a.ptr(K::Ln2Rstd), N, C);  // dres is now d(resid_1)
 }
@@ -446,25 +485,28 @@ void block_attention_backward(const GPTConfig& c, int layer, const BlockParams& 
   const float* dattn =
       projection_grad(site_dropout(c, rng, layer, DropoutSite::AttnResidual, T), dres, ws, n);
   zero(dc, n);
-  linear_backward(dc, dw.attn_proj_w, dw.attn_proj_b, dattn, a.ptr(K::AttY), w.attn_proj_w, N, C,
-                  C);
+  const MatmulPrecision mm = ws.matmul();
+  linear_backward(dc, dw.attn_proj_w, dw.attn_proj_b, dattn, a.ptr(K::AttY), w.attn_proj_w, N, C, C,
+                  mm);
   zero(dqkv, 3 * n);
   attention_backward(dqkv, ws.attention(), dc, a.ptr(K::Qkv), a.ptr(K::AttSoftmax), B, T, NH, HS,
                      attention_dropout(c, rng, layer));
   zero(dc, n);
-  linear_backward(dc, dw.c_attn_w, dw.c_attn_b, dqkv, a.ptr(K::Ln1Out), w.c_attn_w, N, C, 3 * C);
+  linear_backward(dc, dw.c_attn_w, dw.c_attn_b, dqkv, a.ptr(K::Ln1Out), w.c_attn_w, N, C, 3 * C,
+                  mm);
   layernorm_backward(dres, dw.ln_1_w, dw.ln_1_b, dc, x, w.ln_1_w, a.ptr(K::Ln1Mean),
                      a.ptr(K::Ln1Rstd), N, C);  // dres is now d(x)
 }
 
 float final_forward(const GPTConfig& c, const FinalParams& w, const FinalActivations& a,
-                    const float* x, const int32_t* targets, int B, int T) {
+                    const float* x, const int32_t* targets, Workspace& ws, int B, int T) {
   check_buffers(c, a, "", B, T);
+  ws.check_fits(c, B, T);
   const int C = c.d_model, V = c.vocab_size, N = B * T;
   using K = FinalAct;
   layernorm_forward(a.ptr(K::LnfOut), a.ptr(K::LnfMean), a.ptr(K::LnfRstd), x, w.ln_f_w, w.ln_f_b,
-                    N, C);                                             // (B, T, C)
-  lm_head_forward(a.ptr(K::Probs), a.ptr(K::LnfOut), w.wte, N, C, V);  // (B, T, V) logits
+                    N, C);                                                          // (B, T, C)
+  lm_head_forward(a.ptr(K::Probs), a.ptr(K::LnfOut), w.wte, N, C, V, ws.matmul());  // logits
   crossentropy_forward(a.ptr(K::Losses), a.ptr(K::Probs), a.ptr(K::Probs), targets, N, V);
   if (targets == nullptr) return std::numeric_limits<float>::quiet_NaN();
   // The mean in double, in token order: deterministic and no drift over many tokens.
@@ -486,7 +528,7 @@ void final_backward(const GPTConfig& c, const FinalParams& w, const FinalParams&
   zero(dlogits, static_cast<int64_t>(N) * V);
   crossentropy_backward(dlogits, a.ptr(K::Probs), targets, dloss / static_cast<float>(N), N, V);
   zero(dlnf, static_cast<int64_t>(N) * C);
-  lm_head_backward(dlnf, dw.wte, dlogits, a.ptr(K::LnfOut), w.wte, N, C, V);
+  lm_head_backward(dlnf, dw.wte, dlogits, a.ptr(K::LnfOut), w.wte, N, C, V, ws.matmul());
   layernorm_backward(dx, dw.ln_f_w, dw.ln_f_b, dlnf, x, w.ln_f_w, a.ptr(K::LnfMean),
                      a.ptr(K::LnfRstd), N, C);
 }
@@ -541,7 +583,7 @@ float gpt_forward(const ParameterSet& params, GPTActivations& acts, Workspace& w
   }
   call(hook, Pass::Forward, Stage::Final, c.n_layers, false);
   const float loss = final_forward(c, params.final_stage(), acts.head, acts.block_input(c.n_layers),
-                                   batch.targets, B, T);
+                                   batch.targets, ws, B, T);
   call(hook, Pass::Forward, Stage::Final, c.n_layers, true);
   return loss;
 }

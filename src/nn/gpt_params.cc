@@ -38,6 +38,8 @@ void GPTConfig::validate() const {
                seq_len);
   if (!(dropout >= 0.0f && dropout < 1.0f))
     user_error("GPT config: dropout is {}; it must be in [0, 1)", dropout);
+  if (matmul != DType::F32 && matmul != DType::BF16)
+    user_error("GPT config: matmuls in {}; they multiply in f32 or bf16", dtype_name(matmul));
   auto at_most = [](const char* field, int value, int most) {
     if (value > most) user_error("GPT config: {} is {}; it must be at most {}", field, value, most);
   };

@@ -483,7 +483,8 @@ void ParallelGPT::forward_micro(const MicroBatch& mb, int k, const nn::StepRng& 
     if (u == n - 1 && layout_.has_final()) {
       const auto hb = Clock::now();
       loss_sum += nn::final_forward(config_, layout_.final_stage(params_.data_as<float>()),
-                                    memory_->head(k), memory_->input(k, n), mb.targets, B, T);
+                                    memory_->head(k), memory_->input(k, n), mb.targets,
+                                    memory_->workspace(), B, T);
       emit("compute", "forward head", hb);
     }
     memory_->end_forward(k, u);

@@ -5,6 +5,8 @@
 #include <cstring>
 
 #include "tandem/core/error.h"
+#include "tandem/core/formulas.h"
+#include "tandem/core/parallel.h"
 #include "tandem/core/rng.h"
 #include "tandem/dsl/elementwise.h"
 #include "tandem/nn/layers.h"
@@ -21,6 +23,28 @@ void dsl_dropout_backward(float* dx, const float* dout, int64_t n, double p, uin
   for (int64_t i = 0; i < n; ++i)
     dx[i] = dropout_keep(seed, static_cast<uint64_t>(i), static_cast<float>(p)) ? dout[i] * scale
                                                                                 : 0.0f;
+}
+
+// dst (n) = src (n) rounded to bf16 values (kept in f32), split over threads.
+void round_to_bf16(const float* src, float* dst, int64_t n) {
+  parallel_for(n, int64_t{1} << 16, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) dst[i] = fx::rt_bf16(src[i]);
+  });
+}
+
+// In bf16, the epilogue's projection multiplies bf16 values: x and w rounded to them in f32
+// scratch. The DSL program's f32 matmul then computes what a bf16 GEMM with f32 accumulation
+// does (a product of two bf16 values is exact in f32; only the order of the additions may
+// differ), with f32 bias, dropout and residual, and no mixed-type program.
+void round_epilogue_operands(EpilogueArgs& e, nn::Workspace& ws, int tp) {
+  if (ws.matmul().type != DType::BF16) return;
+  const int64_t k = e.K / tp;
+  float* x = ws.wide();            // (N, K/tp): free in a forward
+  float* w = ws.rounded_weight();  // (K/tp, H), at most 4C x C
+  round_to_bf16(e.x, x, e.N * k);
+  round_to_bf16(e.w, w, k * e.H);
+  e.x = x;
+  e.w = w;
 }
 
 // The column-parallel input gradient summed over the tp ranks, in place (ShardBlock).
@@ -88,6 +112,7 @@ void shard_half_forward(const ShardBlock& sb, int layer, nn::BlockHalf half,
   const nn::GPTConfig& c = sb.config;
   const int C = c.d_model, lc = C / sb.tp, NH = c.n_heads / sb.tp, HS = c.head_size(), N = B * T;
   using K = nn::BlockAct;
+  const nn::MatmulPrecision mm = ws.matmul();
   EpilogueArgs e;
   e.N = N;
   e.H = C;
@@ -98,8 +123,8 @@ void shard_half_forward(const ShardBlock& sb, int layer, nn::BlockHalf half,
     attn_drop.head_offset = sb.tp_rank * NH;  // this rank's heads among all of them
     nn::layernorm_forward(a.ptr(K::Ln1Out), a.ptr(K::Ln1Mean), a.ptr(K::Ln1Rstd), x, w.ln_1_w,
                           w.ln_1_b, N, C);  // (B, T, C)
-    nn::linear_forward(a.ptr(K::Qkv), a.ptr(K::Ln1Out), w.c_attn_w, w.c_attn_b, N, C,
-                       3 * lc);  // (B, T, 3c)
+    nn::linear_forward(a.ptr(K::Qkv), a.ptr(K::Ln1Out), w.c_attn_w, w.c_attn_b, N, C, 3 * lc,
+                       mm);  // (B, T, 3c)
     nn::attention_forward(a.ptr(K::AttY), a.ptr(K::AttSoftmax), ws.attention(), a.ptr(K::Qkv), B, T,
                           NH, HS, attn_drop);  // (B, T, c)
     e.x = a.ptr(K::AttY);
@@ -114,8 +139,8 @@ void shard_half_forward(const ShardBlock& sb, int layer, nn::BlockHalf half,
     // out = resid_1 + dropout(mlp.c_proj(gelu(mlp.c_fc(ln_2(resid_1)))))
     nn::layernorm_forward(a.ptr(K::Ln2Out), a.ptr(K::Ln2Mean), a.ptr(K::Ln2Rstd), a.ptr(K::Resid1),
                           w.ln_2_w, w.ln_2_b, N, C);  // (B, T, C)
-    nn::linear_forward(a.ptr(K::FcOut), a.ptr(K::Ln2Out), w.c_fc_w, w.c_fc_b, N, C,
-                       4 * lc);  // (B, T, 4c)
+    nn::linear_forward(a.ptr(K::FcOut), a.ptr(K::Ln2Out), w.c_fc_w, w.c_fc_b, N, C, 4 * lc,
+                       mm);  // (B, T, 4c)
     nn::gelu_forward(a.ptr(K::GeluOut), a.ptr(K::FcOut), static_cast<int64_t>(N) * 4 * lc);
     e.x = a.ptr(K::GeluOut);
     e.w = w.mlp_proj_w;  // (4c, C)
@@ -126,6 +151,7 @@ void shard_half_forward(const ShardBlock& sb, int layer, nn::BlockHalf half,
     e.seed = epilogue_seed(rng, layer, nn::DropoutSite::MlpResidual);
     e.mlp = true;
   }
+  round_epilogue_operands(e, ws, sb.tp);
   epilogue(e);
 }
 
@@ -138,6 +164,7 @@ void shard_half_backward(const ShardBlock& sb, int layer, nn::BlockHalf half,
   const int64_t n = static_cast<int64_t>(N) * C;
   float* dc = ws.btc(1);  // (B, T, C) d(ln_*.out) (a partial sum until AllReduced)
   const bool drop = rng.training && c.dropout > 0.0f;
+  const nn::MatmulPrecision mm = ws.matmul();
   using K = nn::BlockAct;
 
   // What reaches the projection: the epilogue's dropout backward of dres (the residual's
@@ -154,10 +181,11 @@ void shard_half_backward(const ShardBlock& sb, int layer, nn::BlockHalf half,
     const float* dmlp = projection_grad(nn::DropoutSite::MlpResidual);  // (B, T, C)
     zero(dfc, static_cast<int64_t>(N) * 4 * lc);
     nn::linear_backward(dfc, dw.mlp_proj_w, dw.mlp_proj_b, dmlp, a.ptr(K::GeluOut), w.mlp_proj_w, N,
-                        4 * lc, C);
+                        4 * lc, C, mm);
     nn::gelu_backward_inplace(dfc, a.ptr(K::FcOut), static_cast<int64_t>(N) * 4 * lc);
     zero(dc, n);
-    nn::linear_backward(dc, dw.c_fc_w, dw.c_fc_b, dfc, a.ptr(K::Ln2Out), w.c_fc_w, N, C, 4 * lc);
+    nn::linear_backward(dc, dw.c_fc_w, dw.c_fc_b, dfc, a.ptr(K::Ln2Out), w.c_fc_w, N, C, 4 * lc,
+                        mm);
     all_reduce(sb, dc, n);  // the column-parallel input gradient: summed over the heads' ranks
     nn::layernorm_backward(dres, dw.ln_2_w, dw.ln_2_b, dc, a.ptr(K::Resid1), w.ln_2_w,
                            a.ptr(K::Ln2Mean), a.ptr(K::Ln2Rstd), N, C);  // dres: d(resid_1)
@@ -170,13 +198,13 @@ void shard_half_backward(const ShardBlock& sb, int layer, nn::BlockHalf half,
   const float* dattn = projection_grad(nn::DropoutSite::AttnResidual);  // (B, T, C)
   zero(dy, static_cast<int64_t>(N) * lc);
   nn::linear_backward(dy, dw.attn_proj_w, dw.attn_proj_b, dattn, a.ptr(K::AttY), w.attn_proj_w, N,
-                      lc, C);
+                      lc, C, mm);
   zero(dqkv, static_cast<int64_t>(N) * 3 * lc);
   nn::attention_backward(dqkv, ws.attention(), dy, a.ptr(K::Qkv), a.ptr(K::AttSoftmax), B, T, NH,
                          HS, attn_drop);
   zero(dc, n);
   nn::linear_backward(dc, dw.c_attn_w, dw.c_attn_b, dqkv, a.ptr(K::Ln1Out), w.c_attn_w, N, C,
-                      3 * lc);
+                      3 * lc, mm);
   all_reduce(sb, dc, n);
   nn::layernorm_backward(dres, dw.ln_1_w, dw.ln_1_b, dc, x, w.ln_1_w, a.ptr(K::Ln1Mean),
                          a.ptr(K::Ln1Rstd), N, C);  // dres: d(x)

@@ -76,6 +76,8 @@ std::vector<std::pair<std::string, std::string>> agreeing_settings(const TrainCo
       {"the model's positions", fmt::format("{}", c.model.max_positions)},
       {"the vocabulary", fmt::format("{}", c.model.vocab_size)},
       {"--dropout", fmt::format("{}", c.model.dropout)},
+      // The type chosen, not the flag: --precision auto may choose differently on another CPU.
+      {"--precision", c.model.matmul == DType::BF16 ? "bf16" : "fp32"},
       {"--batch", fmt::format("{}", c.batch)},
       {"--steps", fmt::format("{}", c.steps)},
       {"--lr", fmt::format("{}", c.lr)},

@@ -54,6 +54,7 @@ OutOfCore::OutOfCore(const TrainConfig& cfg, const parallel::Grid& grid, int mic
       runtime_(std::make_unique<ooc::Runtime>(cfg.model, micro_rows, cfg.model.seq_len, budget_)) {
   nlohmann::json key = {{"format", "tandem-ooc-profile-2"},  // 2: a unit is half a block
                         {"model", model_config_to_json(cfg.model)},
+                        {"precision", std::string(dtype_name(cfg.model.matmul))},
                         {"micro_rows", micro_rows},
                         {"seq_len", cfg.model.seq_len},
                         {"micro_batches", micro_batches},

@@ -25,6 +25,7 @@
 #include "corpus_cache.h"
 #include "out_of_core.h"
 #include "output_paths.h"
+#include "precision.h"
 #include "rank_batches.h"
 #include "run_checkpoint.h"
 #include "schedule_choice.h"
@@ -445,6 +446,7 @@ void RankRun::print_header(int64_t first_step) {
       resume_ ? fmt::format(", resuming at step {} from {}", first_step, resume_->folder) : "");
   out_ << "  " << grid_.mapping() << "\n";
   if (const std::string w = grid_.warning(); !w.empty()) out_ << "tandem train: " << w << "\n";
+  out_ << detail::precision_line(c.matmul);
   const std::string_view optimizer = parallel::optimizer_name(cfg_.optimizer.kind);
   std::string programs =
       cfg_.optimizer.clip_grad_norm

@@ -1,11 +1,14 @@
-// Helpers shared by the train/ tests: a tiny run's config, two runs compared bit for bit, and the
-// shared helpers (scratch folders, files, the UserError a call must raise) under short names.
+// Helpers shared by the train/ tests: a tiny run's config, two runs compared bit for bit or by how
+// far apart their weights moved, and the shared helpers (scratch folders, files, the UserError a
+// call must raise) under short names.
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "support/files.h"
 #include "support/scratch.h"
@@ -42,6 +45,25 @@ inline TrainConfig tiny_run(int64_t steps) {
   static std::ostringstream sink;       // the summary lines, unread
   c.out = &sink;
   return c;
+}
+
+// ||a - b|| / ||b - w0||: the difference of two runs' weights relative to how far training moved
+// them, so that the bound means the same whatever the learning rate.
+inline double relative_update_difference(const std::vector<float>& a, const std::vector<float>& b,
+                                         const std::vector<float>& w0) {
+  double diff = 0, moved = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff += std::pow(static_cast<double>(a[i]) - b[i], 2);
+    moved += std::pow(static_cast<double>(b[i]) - w0[i], 2);
+  }
+  return std::sqrt(diff / moved);
+}
+
+// The weights a run of config c starts from.
+inline std::vector<float> initial_weights(const TrainConfig& c) {
+  TrainConfig z = c;
+  z.steps = 0;
+  return train(z).weights;
 }
 
 // Two runs' final weights (keep_weights) and losses, equal bit for bit.

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "tandem/core/allocator.h"
+#include "tandem/core/dtype.h"
 #include "tandem/core/shape.h"
 #include "tandem/core/tensor.h"
 #include "tandem/nn/layers.h"
@@ -56,6 +57,12 @@ struct GPTConfig {
   int seq_len = 128;        // the context length the model is trained at
   int max_positions = 128;  // rows of wpe; no batch may be longer (GPT-2's n_positions)
   float dropout = 0.0f;     // GPT-2's embd_pdrop = attn_pdrop = resid_pdrop
+  // How the linear layers and the LM head multiply (layers.h, MatmulPrecision): F32, or BF16
+  // operands with f32 accumulation. Part of the config, beside the sizes, because it is needed
+  // wherever they are: by every stage and by the Workspace's size (Workspace::specs, which the
+  // out-of-core planner and the memory estimate count). Not a property of the weights: they are
+  // f32 either way and checkpoints do not record it, so a run may resume in the other precision.
+  DType matmul = DType::F32;
 
   int head_size() const { return d_model / n_heads; }
   // Throws UserError naming the first bad field and what it must be.
@@ -250,12 +257,22 @@ class GPTActivations {
 // Scratch shared by every stage; nothing in it survives from one stage to the next except the
 // residual gradient that gpt_backward threads through the blocks. A workspace for (B, T) serves
 // any batch of at most B sequences of at most T tokens.
+// With config.matmul == BF16 it also holds the bf16 copies of the matmuls' operands (two buffers,
+// see MatmulPrecision), sized for the largest layer of the model, the LM head included. Every
+// buffer is an f32 tensor (the bf16 ones hold two values a float), so that whoever places the
+// workspace counts its bytes as it counts the rest.
 class Workspace {
  public:
   Workspace(const GPTConfig& config, int B, int T, Allocator& alloc = host_allocator());
   static std::vector<ActivationSpec> specs(const GPTConfig& config, int B, int T);
-  // UserError unless this workspace fits a (B, T) batch of a model with config c.
+  // UserError unless this workspace fits a (B, T) batch of a model with config c (its matmul
+  // type included).
   void check_fits(const GPTConfig& c, int B, int T) const;
+  // How the layers multiply, with this workspace's bf16 scratch.
+  MatmulPrecision matmul() const;
+  // f32 scratch for rounding a row-parallel projection's weight to bf16 values (the tensor-
+  // parallel epilogue, parallel/tensor_parallel.h): 4 * d_model * d_model floats; null in f32.
+  float* rounded_weight() const;
 
   float* btc(int i) const;  // (B, T, C), i in {0, 1}
   // (B, T, 4C): d(qkv) in an attention half's backward, d(gelu.out) then (in place) d(c_fc.out)
@@ -351,7 +368,7 @@ void block_attention_backward(const GPTConfig& c, int layer, const BlockParams& 
 // ln_f, the tied LM head and the loss on x (B, T, C). Returns the mean loss over the B * T
 // tokens, or NaN when targets is null (then only probabilities are computed).
 float final_forward(const GPTConfig& c, const FinalParams& w, const FinalActivations& a,
-                    const float* x, const int32_t* targets, int B, int T);
+                    const float* x, const int32_t* targets, Workspace& ws, int B, int T);
 // dw += and dx (B, T, C) += the gradients of dloss * (mean loss).
 void final_backward(const GPTConfig& c, const FinalParams& w, const FinalParams& dw,
                     const FinalActivations& a, const float* x, const int32_t* targets, float dloss,

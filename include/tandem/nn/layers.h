@@ -15,14 +15,37 @@
 //   elements or heads, each part writing its own outputs; sums over rows (dweight, dbias, dwte)
 //   split by column blocks, each column still summed over rows in order. No bit depends on the
 //   width, and no kernel needs scratch for partial sums.
+// - Matmuls go through core/gemm.h, in the element type a MatmulPrecision names (f32 unless
+//   given): the f32 path is exactly OpenBLAS's SGEMM; a bf16 product is oneDNN's (or OpenBLAS's
+//   on widened operands), deterministic at a given thread count, whose kernels may order the
+//   sums differently at another.
 // Naive reference kernels for each of these, templated on the scalar type, are in reference.h.
 #pragma once
 
 #include <cstdint>
 
+#include "tandem/core/dtype.h"
+
 namespace tandem::nn {
 
 inline constexpr float kLayerNormEps = 1e-5f;
+
+// ---------------------------------------------------------------------------------------------
+// How the linear layers and the LM head multiply, as autocast does: f32, or bf16 operands with
+// f32 accumulation and f32 output. Weights stay f32 (the master copy): their bf16 copy is scratch,
+// made at each call, as is the bf16 copy of the activation or gradient operand. Everything else
+// (bias, LayerNorm, softmax, GELU, the loss) is f32 either way.
+// The scratch: `rows` holds the (N, .) operand (an input, an output gradient, the logits'
+// gradient), `other` the weight, then in a backward the input for the weight's gradient. A call
+// needs at most N * max(IC, OC) of rows and max(IC * OC, N * IC) of other (elements); too little
+// is an InternalError. gpt.h's Workspace holds enough for every layer of its model.
+struct MatmulPrecision {
+  DType type = DType::F32;  // F32 or BF16
+  bf16* rows = nullptr;
+  int64_t rows_size = 0;
+  bf16* other = nullptr;
+  int64_t other_size = 0;
+};
 
 // ---------------------------------------------------------------------------------------------
 // Dropout. The keep decision for an element is dropout_keep(key, index, p) from core/rng.h, where
@@ -68,17 +91,17 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
                         int N, int C);
 
 // ---------------------------------------------------------------------------------------------
-// Linear with optional bias, through BLAS. For Megatron-style tensor parallelism a
+// Linear with optional bias, through core/gemm.h. For Megatron-style tensor parallelism a
 // column-parallel shard is (IC, OC / tp) with its (OC / tp) bias; a row-parallel shard is
 // (IC / tp, OC) fed with the (N, IC / tp) input shard and called with bias == nullptr, the bias
 // being added once after the AllReduce.
 // out (N, OC) = inp (N, IC) @ weight (IC, OC) + bias (OC); bias may be null.
 void linear_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
-                    int IC, int OC);
+                    int IC, int OC, const MatmulPrecision& mm = {});
 // dinp (N, IC) += dout @ weight^T; dweight (IC, OC) += inp^T @ dout; dbias (OC) += sum of dout
 // rows. dinp and dbias may be null (not wanted).
 void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                     const float* weight, int N, int IC, int OC);
+                     const float* weight, int N, int IC, int OC, const MatmulPrecision& mm = {});
 
 // ---------------------------------------------------------------------------------------------
 // Causal self-attention over NH heads of size HS (C_local = NH * HS), the input being the fused
@@ -132,10 +155,13 @@ void residual_backward(float* dinp1, float* dinp2, const float* dout, int64_t n)
 
 // ---------------------------------------------------------------------------------------------
 // LM head tied to the token embedding: logits (N, V) = inp (N, C) @ wte^T, wte (V, C).
-void lm_head_forward(float* logits, const float* inp, const float* wte, int N, int C, int V);
+// Scratch (MatmulPrecision): rows N * C, other V * C forward; rows N * V, other max(V, N) * C
+// backward.
+void lm_head_forward(float* logits, const float* inp, const float* wte, int N, int C, int V,
+                     const MatmulPrecision& mm = {});
 // dinp (N, C) += dlogits @ wte; dwte (V, C) += dlogits^T @ inp.
 void lm_head_backward(float* dinp, float* dwte, const float* dlogits, const float* inp,
-                      const float* wte, int N, int C, int V);
+                      const float* wte, int N, int C, int V, const MatmulPrecision& mm = {});
 
 // Softmax cross-entropy, fused: probs (N, V) = softmax(logits (N, V)) per row, losses (N) =
 // -log probs[target]. probs may equal logits (in place). targets may be null: probs only.

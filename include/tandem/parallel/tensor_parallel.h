@@ -9,6 +9,10 @@
 // tp communicator before the LayerNorm's backward (a plain Communicator call: the DSL states the
 // forward epilogue; its backward is this one AllReduce).
 //
+// In bf16 (config.matmul) every projection multiplies bf16 values with f32 accumulation: nn's
+// linear layers convert their operands, and the epilogue's product is handed x and w rounded to
+// bf16 values in the workspace's scratch (exact products in the program's f32 matmul).
+//
 // Every tp rank holds the whole residual stream, the LayerNorms and the row-parallel biases, and
 // computes bitwise the same values and gradients for them (the AllReduce result is identical on
 // every rank), so replicated parameters stay identical without further communication.

@@ -18,6 +18,8 @@
 namespace tandem::train {
 namespace {
 
+using testing::initial_weights;
+using testing::relative_update_difference;
 using testing::ScratchDir;
 
 TrainConfig tiny(parallel::GridShape grid = {1, 1, 1}, int64_t steps = 4) {
@@ -41,24 +43,6 @@ TrainConfig tiny(parallel::GridShape grid = {1, 1, 1}, int64_t steps = 4) {
   static std::ostringstream sink;  // the summary lines, unread
   c.out = &sink;
   return c;
-}
-
-// ||a - b|| / ||b - w0||: the difference of two runs' weights relative to how far training moved
-// them, so that the bound means the same whatever the learning rate.
-double relative_update_difference(const std::vector<float>& a, const std::vector<float>& b,
-                                  const std::vector<float>& w0) {
-  double diff = 0, moved = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff += std::pow(static_cast<double>(a[i]) - b[i], 2);
-    moved += std::pow(static_cast<double>(b[i]) - w0[i], 2);
-  }
-  return std::sqrt(diff / moved);
-}
-
-std::vector<float> initial_weights(const TrainConfig& c) {
-  TrainConfig z = c;
-  z.steps = 0;
-  return train(z).weights;
 }
 
 // Tolerance of the equivalence: the parallel runs sum the same terms in other orders (per-rank

@@ -56,6 +56,14 @@ TEST(Flags, ModelSizesAreNamedByTheirFlags) {
   EXPECT_EQ(user_error_of([&] { c.validate(); }), "--seq-len 0 must be at least 1");
 }
 
+TEST(Flags, PrecisionNamesItsChoices) {
+  const auto r = run_tandem("train --precision fp16");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.output,
+            "tandem: error: --precision fp16: the precisions are fp32, bf16 and auto (bf16 where "
+            "the CPU has AVX512_BF16)\n");
+}
+
 // 2 x pp micro-batches do not divide 4 rows at pp 3: the automatic count is 4, which does.
 TEST(Flags, AutomaticMicroBatchesDivideTheRows) {
   TrainConfig c = testing::tiny_run(1);

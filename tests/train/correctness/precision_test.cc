@@ -1,0 +1,156 @@
+// Training with bf16 matmuls (--precision bf16): the loss tracks the fp32 run's, data-, tensor-
+// and pipeline-parallel runs match the single-rank bf16 run as the fp32 ones match theirs,
+// out-of-core and streamed model state give bitwise the in-core bf16 weights, and a checkpoint
+// (f32 master weights) resumes in either precision.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <sstream>
+#include <string>
+
+#include "support/cli.h"
+#include "tandem/train/trainer.h"
+#include "train/test_util.h"
+
+namespace tandem::train {
+namespace {
+
+using testing::expect_bitwise;
+using testing::initial_weights;
+using testing::relative_update_difference;
+using testing::ScratchDir;
+
+TrainConfig bf16_run(parallel::GridShape grid = {1, 1, 1}, int64_t steps = 4) {
+  TrainConfig c = testing::tiny_run(steps);
+  c.model.d_model = 32;
+  c.model.matmul = DType::BF16;
+  c.batch = 8;
+  c.seed = 3;
+  c.grid = grid;
+  c.synthetic_bytes = 1 << 15;
+  c.keep_weights = true;
+  return c;
+}
+
+// The accuracy check, on a smaller model than make run's: with the same seed, after 300
+// steps at make run's learning rate, the bf16 run's loss is within 2% of fp32's: the validation
+// loss (8 batches) and the mean of the last 20 training losses (one step's batch alone is noisier
+// than that). bf16 operands round each product by about 2^-8; the sums, the optimizer and the
+// master weights are f32, so the runs differ by noise, not drift.
+TEST(Precision, Bf16LossWithinTwoPercentOfFp32) {
+  TrainConfig c = bf16_run({1, 1, 1}, 300);
+  c.lr = 3e-3;  // make run's schedule
+  c.warmup = 30;
+  c.eval_every = 300;
+  c.batch = 16;
+  c.eval_batches = 8;
+  const TrainResult bf16 = train(c);
+  c.model.matmul = DType::F32;
+  const TrainResult f32 = train(c);
+  ASSERT_EQ(bf16.losses.size(), f32.losses.size());
+  ASSERT_EQ(bf16.val_losses.size(), 1u);
+  ASSERT_EQ(f32.val_losses.size(), 1u);
+  EXPECT_NE(bf16.weights, f32.weights) << "the bf16 run multiplied in f32";
+  auto tail_mean = [](const std::vector<double>& l) {
+    double s = 0;
+    for (size_t i = l.size() - 20; i < l.size(); ++i) s += l[i];
+    return s / 20;
+  };
+  const double f32_tail = tail_mean(f32.losses), bf16_tail = tail_mean(bf16.losses);
+  EXPECT_LT(f32_tail, f32.losses.front() - 1.0) << "the runs must have learnt something";
+  EXPECT_NEAR(bf16_tail, f32_tail, 0.02 * f32_tail);
+  const double f32_val = f32.val_losses[0].second, bf16_val = bf16.val_losses[0].second;
+  EXPECT_NEAR(bf16_val, f32_val, 0.02 * f32_val);
+  std::printf(
+      "loss after 300 steps: training (last 20) fp32 %.4f bf16 %.4f, validation fp32 %.4f "
+      "bf16 %.4f\n",
+      f32_tail, bf16_tail, f32_val, bf16_val);
+}
+
+// As trainer_test's equivalence of the fp32 grids, with the same tolerances: the parallel runs
+// sum the same f32 terms in other orders (per-rank GEMMs, reductions), and in bf16 every rank
+// rounds the same operands (the tensor-parallel epilogue multiplies the rounded values).
+void expect_matches_one_rank(const TrainConfig& cfg, const std::string& what) {
+  TrainConfig one = cfg;
+  one.grid = {1, 1, 1};
+  one.micro_batches = 0;
+  const TrainResult want = train(one);
+  const TrainResult got = train(cfg);
+  ASSERT_EQ(got.losses.size(), want.losses.size()) << what;
+  for (size_t i = 0; i < want.losses.size(); ++i)
+    EXPECT_NEAR(got.losses[i], want.losses[i], 2e-4) << what << " step " << i;
+  EXPECT_LT(relative_update_difference(got.weights, want.weights, initial_weights(cfg)), 1e-2)
+      << what;
+}
+
+TEST(PrecisionGrids, DataParallel) { expect_matches_one_rank(bf16_run({2, 1, 1}), "dp=2"); }
+
+TEST(PrecisionGrids, TensorParallel) { expect_matches_one_rank(bf16_run({1, 2, 1}), "tp=2"); }
+
+TEST(PrecisionGrids, PipelineParallel) {
+  TrainConfig c = bf16_run({1, 1, 2});
+  c.micro_batches = 4;
+  expect_matches_one_rank(c, "pp=2");
+}
+
+TEST(PrecisionGrids, AllThree) {
+  TrainConfig c = bf16_run({2, 2, 2});
+  c.micro_batches = 2;
+  expect_matches_one_rank(c, "2x2x2");
+}
+
+// Memory placement never changes a bit: activations out-of-core and the blocks' model state in
+// a slow tier, in bf16 as in fp32 (the bf16 scratch is in the workspace the planner places).
+TEST(PrecisionMemory, OutOfCoreAndModelStateBitwiseAsInCore) {
+  TrainConfig c = bf16_run({1, 1, 1}, 3);
+  c.model.n_layers = 4;
+  c.model.dropout = 0.1f;  // recomputed units draw the same masks
+  c.eval_every = 2;
+  c.optimizer.bucket_mb = 0.001;  // a bucket a block, as the block store updates them
+  const TrainResult in_core = train(c);
+  TrainConfig ooc = c;
+  ooc.memory_budget = "64MiB";
+  ooc.ooc_plan = "SRCKsRCK/p1";
+  expect_bitwise(in_core, train(ooc), "out-of-core " + ooc.ooc_plan);
+  TrainConfig streamed = c;
+  streamed.model_state = ooc::TierSpec::parse("host");
+  expect_bitwise(in_core, train(streamed), "--model-state host");
+}
+
+// A checkpoint holds the f32 master weights: resuming in bf16 continues bitwise, and the same
+// checkpoint resumes in fp32.
+TEST(PrecisionCheckpoint, ResumesInEitherPrecision) {
+  ScratchDir dir;
+  const TrainConfig straight = bf16_run({1, 1, 1}, 6);
+  const TrainResult whole = train(straight);
+  TrainConfig first = straight;
+  first.save_dir = dir.path("ck");
+  first.save_every = 3;
+  first.steps = 3;
+  train(first);
+  TrainConfig again = straight;
+  again.resume_dir = dir.path("ck");
+  const TrainResult bf16 = train(again);
+  EXPECT_EQ(bf16.first_step, 3);
+  EXPECT_EQ(bf16.weights, whole.weights);
+  again.model.matmul = DType::F32;
+  const TrainResult f32 = train(again);
+  EXPECT_EQ(f32.first_step, 3);
+  ASSERT_EQ(f32.losses.size(), 3u);
+  EXPECT_NE(f32.weights, whole.weights);
+  for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(f32.losses[i], whole.losses[3 + i], 2e-2) << i;
+}
+
+TEST(PrecisionFlag, TheStartUpLineSaysWhich) {
+  const auto r = tandem::testing::run_tandem(
+      "train --model tiny --steps 1 --dp 1 --tp 1 --eval-every 0 --executor plan --precision bf16");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("precision bf16: the linear layers' and the LM head's matmuls on bf16"),
+            std::string::npos)
+      << r.output;
+}
+
+}  // namespace
+}  // namespace tandem::train
