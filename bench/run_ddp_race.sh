@@ -19,35 +19,10 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=build/release
-if [[ $# -gt 0 && $1 != --* ]]; then
-  build=$1
-  shift
-fi
 reps=3 warmup=2 steps=8 threads=1 models="a b"
-while [[ $# -gt 0 ]]; do
-  case $1 in
-    --reps) reps=$2 ;;
-    --warmup-steps) warmup=$2 ;;
-    --steps) steps=$2 ;;
-    --threads) threads=$2 ;;
-    --models) models=$2 ;;
-    *) echo "run_ddp_race: unknown flag $1 (see the usage at the top of $0)" >&2; exit 2 ;;
-  esac
-  shift 2
-done
-tandem=$build/tandem
-if [[ ! -x $tandem ]]; then
-  echo "run_ddp_race: $tandem not found: build tandem first (or pass BUILD_DIR)" >&2
-  exit 1
-fi
-
-model_flags() {
-  case $1 in
-    a) echo "--layers 4 --d-model 256 --heads 4 --seq-len 128 --batch 16" ;;
-    b) echo "--layers 8 --d-model 512 --heads 8 --seq-len 128 --batch 8" ;;
-    *) echo "run_ddp_race: unknown model '$1' (a or b)" >&2; exit 2 ;;
-  esac
-}
+# shellcheck source=bench/steps_common.sh
+source "$here/steps_common.sh"
+parse_race_args run_ddp_race "$@"
 
 py=${PYTHON:-python3}
 if [[ -z ${PYTHON:-} ]] && ! "$py" -c "import torch" 2>/dev/null &&
@@ -61,13 +36,11 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
-# shellcheck source=bench/steps_common.sh
-source "$here/steps_common.sh"
 
 # tandem train with the model's flags; prints the median step time in ms of the timed steps.
 run_tandem() {  # MODEL BACKEND LOG
   local flags metrics=$out/metrics.jsonl
-  read -r -a flags <<<"$(model_flags "$1")"
+  read -r -a flags <<<"$(race_model_flags "$1")"
   local cmd=("$tandem" train --backend "$2" --dp 2 --tp 1 --pp 1 "${flags[@]}" --dropout 0
              --steps $((warmup + steps)) --eval-every 0 --threads "$threads" --quiet --metrics "$metrics")
   [[ $2 == mpi ]] && cmd=(mpirun -np 2 --oversubscribe --bind-to none "${cmd[@]}")
@@ -79,7 +52,7 @@ run_tandem() {  # MODEL BACKEND LOG
 
 run_ddp() {  # MODEL LOG; prints the median step time in ms
   local flags
-  read -r -a flags <<<"$(model_flags "$1")"
+  read -r -a flags <<<"$(race_model_flags "$1")"
   local cmd=("$py" "$here/pytorch_ddp_gpt.py" --nproc 2 --threads "$threads" "${flags[@]}"
              --warmup-steps "$warmup" --steps "$steps")
   echo "${cmd[*]}" >"$2"
@@ -89,7 +62,7 @@ run_ddp() {  # MODEL LOG; prints the median step time in ms
 
 tokens_per_step() {  # MODEL
   local f
-  read -r -a f <<<"$(model_flags "$1")"
+  read -r -a f <<<"$(race_model_flags "$1")"
   local seq batch i
   for ((i = 0; i < ${#f[@]}; i += 2)); do
     [[ ${f[i]} == --seq-len ]] && seq=${f[i + 1]}
@@ -129,7 +102,7 @@ echo
 echo "medians over $reps repetitions (min-max), tokens/s; load average now $(cut -d' ' -f1-3 /proc/loadavg):"
 declare -A med
 for m in $models; do
-  echo "model $m: $(model_flags "$m")"
+  echo "model $m: $(race_model_flags "$m")"
   for s in $systems; do
     v=$(awk -v m="$m" -v s="$s" '$1 == m && $2 == s { print $3 }' "$out/results")
     med[$s]=$(median <<<"$v")

@@ -10,44 +10,17 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=build/release
-if [[ $# -gt 0 && $1 != --* ]]; then
-  build=$1
-  shift
-fi
 reps=3 warmup=2 steps=8 threads=2 models="a b"
-while [[ $# -gt 0 ]]; do
-  case $1 in
-    --reps) reps=$2 ;;
-    --warmup-steps) warmup=$2 ;;
-    --steps) steps=$2 ;;
-    --threads) threads=$2 ;;
-    --models) models=$2 ;;
-    *) echo "run_precision: unknown flag $1 (see the usage at the top of $0)" >&2; exit 2 ;;
-  esac
-  shift 2
-done
-tandem=$build/tandem
-if [[ ! -x $tandem ]]; then
-  echo "run_precision: $tandem not found: build tandem first (or pass BUILD_DIR)" >&2
-  exit 1
-fi
-
-model_flags() {
-  case $1 in
-    a) echo "--layers 4 --d-model 256 --heads 4 --seq-len 128 --batch 16" ;;
-    b) echo "--layers 8 --d-model 512 --heads 8 --seq-len 128 --batch 8" ;;
-    *) echo "run_precision: unknown model '$1' (a or b)" >&2; exit 2 ;;
-  esac
-}
+# shellcheck source=bench/steps_common.sh
+source "$here/steps_common.sh"
+parse_race_args run_precision "$@"
 
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-# shellcheck source=bench/steps_common.sh
-source "$here/steps_common.sh"
 
 run() {  # MODEL PRECISION LOG; prints the median step time in ms of the timed steps
   local flags metrics=$out/metrics.jsonl
-  read -r -a flags <<<"$(model_flags "$1")"
+  read -r -a flags <<<"$(race_model_flags "$1")"
   local cmd=("$tandem" train --dp 1 --tp 1 --pp 1 "${flags[@]}" --dropout 0 --precision "$2"
              --steps $((warmup + steps)) --eval-every 0 --threads "$threads" --quiet
              --metrics "$metrics")
@@ -63,7 +36,7 @@ echo "run_precision: $reps repetitions of $warmup warm-up + $steps timed steps, 
 echo "started $(date -u '+%Y-%m-%d %H:%M UTC'), load average $(cut -d' ' -f1-3 /proc/loadavg)"
 for ((r = 1; r <= reps; r++)); do
   for m in $models; do
-    read -r -a f <<<"$(model_flags "$m")"
+    read -r -a f <<<"$(race_model_flags "$m")"
     tokens=$((f[7] * f[9]))  # seq_len x batch
     for p in fp32 bf16; do
       log=$out/$m.$p.$r.log
@@ -82,7 +55,7 @@ done
 echo
 echo "medians over $reps repetitions (min-max), tokens/s; load average now $(cut -d' ' -f1-3 /proc/loadavg):"
 for m in $models; do
-  echo "model $m: $(model_flags "$m")"
+  echo "model $m: $(race_model_flags "$m")"
   declare -A med=()
   for p in fp32 bf16; do
     v=$(awk -v m="$m" -v p="$p" '$1 == m && $2 == p { print $3 }' "$out/results")

@@ -23,3 +23,40 @@ run_limited() {  # COMMAND...
   [ "$status" = 0 ] || echo "(exit status $status)"
   return 0
 }
+
+# The two race models of docs/benchmarks.md, as tandem train flags.
+race_model_flags() {  # a|b
+  case $1 in
+    a) echo "--layers 4 --d-model 256 --heads 4 --seq-len 128 --batch 16" ;;
+    b) echo "--layers 8 --d-model 512 --heads 8 --seq-len 128 --batch 8" ;;
+    *) echo "unknown model '$1' (a or b)" >&2; exit 2 ;;
+  esac
+}
+
+# The race scripts' arguments: [BUILD_DIR] then --reps --warmup-steps --steps --threads --models,
+# into the globals build, reps, warmup, steps, threads, models, tandem (set the defaults first).
+# SCRIPT names the caller in messages.
+parse_race_args() {  # SCRIPT ARGS...
+  local script=$1
+  shift
+  if [[ $# -gt 0 && $1 != --* ]]; then
+    build=$1
+    shift
+  fi
+  while [[ $# -gt 0 ]]; do
+    case $1 in
+      --reps) reps=$2 ;;
+      --warmup-steps) warmup=$2 ;;
+      --steps) steps=$2 ;;
+      --threads) threads=$2 ;;
+      --models) models=$2 ;;
+      *) echo "$script: unknown flag $1 (see the usage at the top of the script)" >&2; exit 2 ;;
+    esac
+    shift 2
+  done
+  tandem=$build/tandem
+  if [[ ! -x $tandem ]]; then
+    echo "$script: $tandem not found: build tandem first (or pass BUILD_DIR)" >&2
+    exit 1
+  fi
+}
