@@ -276,9 +276,12 @@ std::string OutOfCore::report() const {
   for (const ooc::Evaluated& b : planned_.baselines)
     row(ooc::strategy_name(b.strategy), b.plan, b.prediction, b.fits);
   const ooc::SmallestBudget low = ooc::smallest_budget(chain_, profile_);
-  r += fmt::format("\nsmallest budget any plan fits: {} ({} bytes), plan {}{}\n",
-                   ooc::human_bytes(low.bytes), low.bytes, low.plan.str(),
-                   low.proven ? "" : " (search cut short: the smallest found)");
+  r += fmt::format("\nsmallest budget any plan fits: {} ({} bytes){}, plan {}{}\n",
+                   ooc::human_bytes(low.bytes + reserved_), low.bytes + reserved_,
+                   reserved_ == 0 ? std::string()
+                                  : fmt::format(" ({} of it for {})", ooc::human_bytes(reserved_),
+                                                reserved_for_),
+                   low.plan.str(), low.proven ? "" : " (search cut short: the smallest found)");
   return r;
 }
 
