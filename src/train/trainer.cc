@@ -125,11 +125,12 @@ class RankRun {
       opt_.attach_store(store_.get());
       // --memory-budget covers the blocks' slots too.
       if (ooc_) ooc_->reserve(store_->staging_bytes(), "the model state's slots");
-      store_->set_transfer_sink(
-          [this](const std::string& name, Clock::time_point b, Clock::time_point e) {
-            if (!profiling_ && trace_ != nullptr && trace_->enabled())
-              trace_->record(grid_.world().rank(), io::kStateStream, name, b, e);
-          });
+      // Only when tracing: the store names every transfer it reports.
+      if (trace_ != nullptr && trace_->enabled())
+        store_->set_transfer_sink(
+            [this](const std::string& name, Clock::time_point b, Clock::time_point e) {
+              if (!profiling_) trace_->record(grid_.world().rank(), io::kStateStream, name, b, e);
+            });
     }
     if (resume_) last_checkpoint_ = {resume_->meta.step, resume_->folder};
     if (cfg.eval_every > 0) val_sampler_.emplace(detail::validation_sampler(*corpus_, cfg));

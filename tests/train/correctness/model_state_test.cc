@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "support/cli.h"
+#include "support/files.h"
 #include "tandem/ooc/bytes.h"
 #include "train/test_util.h"
 
@@ -153,6 +154,24 @@ TEST(ModelStateVariants, TheBudgetHoldsTheSlotsAndTheActivations) {
   c.memory_budget = std::to_string(smallest - 1);
   EXPECT_THAT(testing::user_error_of([&] { train(c); }),
               ::testing::HasSubstr(fmt::format("({} bytes)", smallest)));
+}
+
+// --trace has a "model state" row naming every read and write-back of the store, gradient sums
+// included when a step has several micro-batches.
+TEST(ModelStateVariants, TheTraceShowsTheStoresTransfers) {
+  ScratchDir dir;
+  TrainConfig c = run({1, 1, 1}, 6);
+  c.steps = 2;
+  c.eval_every = 0;
+  c.micro_batches = 2;
+  c.model_state = ooc::TierSpec::parse("host");
+  c.trace_path = dir.path("trace.json");
+  train(c);
+  const std::string trace = tandem::testing::read_bytes(c.trace_path);
+  for (const char* want :
+       {"\"model state\"", "\"read h.5 weights\"", "\"read h.0 moments\"",
+        "\"write h.0 weights, moments\"", "\"write h.5 gradients\"", "\"read h.5 gradients\""})
+    EXPECT_NE(trace.find(want), std::string::npos) << want;
 }
 
 TEST(ModelStateVariants, WhatItCannotServeIsRefused) {
