@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 #include <strings.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <mutex>
 #include <string_view>
@@ -154,14 +155,56 @@ bool using_generic_kernels_on_capable_cpu() {
 
 std::string library_path() { return library().path; }
 
+namespace {
+
+// The thread count callers asked for, and how many calling-thread-only scopes are open: while one
+// is, the library runs on one thread and the asked-for count waits here.
+struct Threads {
+  std::mutex mu;
+  int wanted = 0;  // 0 until someone sets it: the library's own count then
+  int serial_scopes = 0;
+};
+
+Threads& threads() {
+  static Threads t;
+  return t;
+}
+
+void apply(const Library& lib, int n) {
+  if (lib.set_threads != nullptr) lib.set_threads(n);
+}
+
+}  // namespace
+
 int num_threads() {
   const Library& lib = library();
+  Threads& t = threads();
+  std::lock_guard<std::mutex> lock(t.mu);
+  if (t.wanted > 0) return t.wanted;
   return lib.get_threads != nullptr ? lib.get_threads() : 1;
 }
 
 void set_num_threads(int n) {
   const Library& lib = library();
-  if (lib.set_threads != nullptr) lib.set_threads(n);
+  Threads& t = threads();
+  std::lock_guard<std::mutex> lock(t.mu);
+  t.wanted = std::max(1, n);
+  if (t.serial_scopes == 0) apply(lib, t.wanted);
+}
+
+OnCallingThread::OnCallingThread() {
+  const Library& lib = library();
+  Threads& t = threads();
+  std::lock_guard<std::mutex> lock(t.mu);
+  if (t.wanted == 0) t.wanted = lib.get_threads != nullptr ? lib.get_threads() : 1;
+  if (t.serial_scopes++ == 0 && t.wanted > 1) apply(lib, 1);
+}
+
+OnCallingThread::~OnCallingThread() {
+  const Library& lib = library();
+  Threads& t = threads();
+  std::lock_guard<std::mutex> lock(t.mu);
+  if (--t.serial_scopes == 0 && t.wanted > 1) apply(lib, t.wanted);
 }
 
 }  // namespace tandem::blas

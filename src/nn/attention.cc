@@ -2,8 +2,10 @@
 // softmax saved for the backward pass, attention dropout drawn from the counter-based RNG.
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <thread>
 
+#include "tandem/core/blas.h"
 #include "tandem/core/gemm.h"
 #include "tandem/core/parallel.h"
 #include "tandem/nn/layers.h"
@@ -47,6 +49,9 @@ void for_each_head(int B, int NH, float* scratch, int64_t scratch_floats, const 
   const int64_t pairs = static_cast<int64_t>(B) * NH;
   const int parts =
       static_cast<int>(std::min<int64_t>({parallel_width(), attention_max_threads(), pairs}));
+  // Each part's GEMMs on its own thread (see blas::OnCallingThread); not needed for one part.
+  std::optional<blas::OnCallingThread> serial;
+  if (parts > 1) serial.emplace();
   parallel_parts(parts, [&](int part) {
     float* mine = scratch + part * scratch_floats;
     for (int64_t pair = pairs * part / parts; pair < pairs * (part + 1) / parts; ++pair)

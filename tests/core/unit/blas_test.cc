@@ -1,9 +1,11 @@
 // The BLAS door: correct results for every transpose combination, and the fast kernels chosen by
-// default on AVX-512 CPUs (the generic ones are 4-6x slower there).
+// default on AVX-512 CPUs (the generic ones are 4-6x slower there); calling-thread-only scopes.
 #include "tandem/core/blas.h"
 
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -57,6 +59,35 @@ TEST(Blas, SgemmMatchesNaiveForEveryTranspose) {
       // Small integers: every partial sum is exact, so the result is too.
       EXPECT_EQ(c, want) << "trans_a=" << ta << " trans_b=" << tb;
     }
+}
+
+// The library's own thread count, behind the door (it is loaded with RTLD_GLOBAL).
+int library_threads() {
+  auto get = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+  return get != nullptr ? get() : -1;
+}
+
+TEST(Blas, CallingThreadScopesNestAndGiveTheCountBack) {
+  blas::kernel_name();  // loads the library
+  if (library_threads() < 0) GTEST_SKIP() << "not OpenBLAS: no thread count to see";
+  const int old = blas::num_threads();
+  blas::set_num_threads(3);
+  {
+    std::optional<blas::OnCallingThread> outer(std::in_place);
+    EXPECT_EQ(library_threads(), 1);
+    EXPECT_EQ(blas::num_threads(), 3) << "callers still see the count they asked for";
+    {
+      blas::OnCallingThread inner;
+      blas::set_num_threads(2);  // asked for meanwhile: applied when the last scope ends
+      EXPECT_EQ(library_threads(), 1);
+    }
+    EXPECT_EQ(library_threads(), 1) << "the outer scope is still open";
+    outer.reset();
+    EXPECT_EQ(library_threads(), 2);
+    EXPECT_EQ(blas::num_threads(), 2);
+  }
+  blas::set_num_threads(old);
+  EXPECT_EQ(library_threads(), old);
 }
 
 }  // namespace
