@@ -76,6 +76,15 @@ std::optional<ooc::TierSpec> parse_model_state(const std::string& text) {
   return parse_state_tier("--model-state", text);
 }
 
+int parse_resident_blocks(const std::string& text) {
+  if (text == "auto") return -1;
+  int n = -1;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+  if (ec != std::errc() || end != text.data() + text.size() || n < 0)
+    user_error("--resident-blocks {}: give a count of blocks (0 or more) or auto", text);
+  return n;
+}
+
 ooc::TierSpec parse_slow_tier(const std::string& text) {
   try {
     return ooc::TierSpec::parse(text);

@@ -101,6 +101,11 @@ CLI::Option* add_memory_flags(CLI::App* cmd, train::TrainConfig& c) {
              "tier in host memory) or file:DIR (an O_DIRECT file), streamed block by block "
              "through a few slots; a model larger than memory trains (docs/out-of-core.md)",
              "memory");
+  add_choice(cmd, "--resident-blocks", c.resident_blocks, parse_resident_blocks,
+             "With --model-state: how many of each stage's blocks stay in memory instead of "
+             "streaming (their reads and write-backs leave the step), or auto: as many as "
+             "shorten the predicted step within --memory-budget (none without a budget)",
+             "auto");
   return tier;
 }
 

@@ -103,6 +103,7 @@ BlockStore::~BlockStore() {
   } catch (...) {  // the error was reported where it happened
   }
   std::free(staging_);
+  std::free(resident_mem_);
 }
 
 uint64_t BlockStore::staging_bytes() const {
@@ -117,6 +118,66 @@ uint64_t BlockStore::weight_bytes() const {
 uint64_t BlockStore::piece_bytes(int layer) const {
   const auto& [b, e] = pieces_[static_cast<size_t>(layer - first_)];
   return round_up(static_cast<uint64_t>(e - b) * sizeof(float));
+}
+
+uint64_t BlockStore::resident_bytes(int count) const {
+  uint64_t bytes = 0;
+  for (int l = end_layer() - count; l < end_layer(); ++l)
+    bytes += w_slot_bytes_ + 2 * piece_bytes(l);
+  return bytes;
+}
+
+float* BlockStore::home_m(int layer) {
+  return reinterpret_cast<float*>(block(layer).home + w_slot_bytes_);
+}
+
+float* BlockStore::home_v(int layer) {
+  return reinterpret_cast<float*>(block(layer).home + w_slot_bytes_ + piece_bytes(layer));
+}
+
+void BlockStore::set_resident(int count) {
+  TANDEM_CHECK(count >= 0 && count <= blocks(), "{} resident blocks of {}", count, blocks());
+  if (count == resident_) return;
+  flush();
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const Slot& s : slots_)
+    TANDEM_CHECK(s.holds == 0 && s.reads == 0 && s.writes == 0,
+                 "resident blocks changed during a step");
+  // The blocks resident so far go back to the tier, then the new ones come from it: the tier is
+  // where every block's state is between the two.
+  for (int l = end_layer() - resident_; l < end_layer(); ++l) {
+    Block& b = block(l);
+    tier_->write(b.w_at, b.home, w_slot_bytes_);
+    tier_->write(b.m_at, b.home + w_slot_bytes_, piece_bytes(l));
+    tier_->write(b.v_at, b.home + w_slot_bytes_ + piece_bytes(l), piece_bytes(l));
+    b.home = nullptr;
+  }
+  std::free(resident_mem_);
+  resident_mem_ = nullptr;
+  resident_ = 0;
+  if (count == 0) return;
+  const uint64_t bytes = resident_bytes(count);
+  resident_mem_ = static_cast<char*>(std::aligned_alloc(ooc::kIoAlignment, bytes));
+  if (resident_mem_ == nullptr)
+    user_error("cannot allocate {} bytes for {} resident blocks", bytes, count);
+  char* at = resident_mem_;
+  for (int l = end_layer() - count; l < end_layer(); ++l) {
+    Block& b = block(l);
+    TANDEM_CHECK(b.g_slot < 0 && !b.g_in_tier, "block {} made resident with gradients pending", l);
+    // A slot caching the block is let go: the home is its only copy in memory from now on.
+    for (const int slot : {b.w_slot, b.mv_slot})
+      if (slot >= 0) {
+        slots_[static_cast<size_t>(slot)].layer = -1;
+        slots_[static_cast<size_t>(slot)].read_ahead = false;
+      }
+    b.w_slot = b.mv_slot = -1;
+    b.home = at;
+    tier_->read(b.w_at, b.home, w_slot_bytes_);
+    tier_->read(b.m_at, b.home + w_slot_bytes_, piece_bytes(l));
+    tier_->read(b.v_at, b.home + w_slot_bytes_ + piece_bytes(l), piece_bytes(l));
+    at += w_slot_bytes_ + 2 * piece_bytes(l);
+  }
+  resident_ = count;
 }
 
 BlockStore::Block& BlockStore::block(int layer) {
@@ -258,6 +319,7 @@ void BlockStore::await(std::unique_lock<std::mutex>& lock, int slot, bool writes
 float* BlockStore::acquire(int layer) {
   std::unique_lock<std::mutex> lock(mutex_);
   Block& b = block(layer);
+  if (b.home != nullptr) return reinterpret_cast<float*>(b.home);
   if (b.w_slot < 0) {
     take_slot(lock, Kind::Weights, layer, true);
     start_read(Kind::Weights, layer);
@@ -273,6 +335,7 @@ float* BlockStore::acquire(int layer) {
 
 void BlockStore::release(int layer) {
   std::lock_guard<std::mutex> lock(mutex_);
+  if (block(layer).home != nullptr) return;
   const int slot = block(layer).w_slot;
   TANDEM_CHECK(slot >= 0 && slots_[static_cast<size_t>(slot)].holds > 0,
                "release of block {} not held", layer);
@@ -283,7 +346,7 @@ void BlockStore::release(int layer) {
 void BlockStore::prefetch(int layer, int in_use) {
   if (layer < first_ || layer >= end_layer()) return;
   std::unique_lock<std::mutex> lock(mutex_);
-  if (block(layer).w_slot >= 0) return;
+  if (block(layer).w_slot >= 0 || block(layer).home != nullptr) return;
   const int slot = take_slot(lock, Kind::Weights, layer, false, in_use);
   if (slot < 0) return;
   start_read(Kind::Weights, layer);
@@ -293,7 +356,7 @@ void BlockStore::prefetch(int layer, int in_use) {
 void BlockStore::prefetch_moments(int layer) {
   if (layer < first_ || layer >= end_layer()) return;
   std::unique_lock<std::mutex> lock(mutex_);
-  if (block(layer).mv_slot >= 0) return;
+  if (block(layer).mv_slot >= 0 || block(layer).home != nullptr) return;
   const int slot = take_slot(lock, Kind::Moments, layer, false);
   if (slot < 0) return;
   start_read(Kind::Moments, layer);
@@ -350,6 +413,8 @@ BlockStore::Update BlockStore::begin_update(int layer) {
   std::unique_lock<std::mutex> lock(mutex_);
   Block& b = block(layer);
   TANDEM_CHECK(b.g_slot >= 0, "the update of block {} without its gradients", layer);
+  if (b.home != nullptr)
+    return {reinterpret_cast<float*>(b.home), data(b.g_slot), home_m(layer), home_v(layer)};
   if (b.w_slot < 0) {
     take_slot(lock, Kind::Weights, layer, true);
     start_read(Kind::Weights, layer);
@@ -371,6 +436,12 @@ BlockStore::Update BlockStore::begin_update(int layer) {
 void BlockStore::end_update(int layer) {
   std::lock_guard<std::mutex> lock(mutex_);
   Block& b = block(layer);
+  if (b.home != nullptr) {  // updated in place: nothing to write
+    slots_[static_cast<size_t>(b.g_slot)].layer = -1;
+    b.g_slot = -1;
+    changed_.notify_all();
+    return;
+  }
   Slot& w = slots_[static_cast<size_t>(b.w_slot)];
   Slot& mv = slots_[static_cast<size_t>(b.mv_slot)];
   ++w.writes;
@@ -428,6 +499,10 @@ void BlockStore::read_weights(int layer, float* out) {
 void BlockStore::write_weights(int layer, const float* in) {
   std::unique_lock<std::mutex> lock(mutex_);
   Block& b = block(layer);
+  if (b.home != nullptr) {
+    std::memcpy(b.home, in, static_cast<size_t>(block_floats_) * sizeof(float));
+    return;
+  }
   if (b.w_slot < 0) take_slot(lock, Kind::Weights, layer, true);
   Slot& s = slots_[static_cast<size_t>(b.w_slot)];
   await(lock, b.w_slot);
@@ -444,6 +519,13 @@ void BlockStore::write_weights(int layer, const float* in) {
 void BlockStore::read_moments(int layer, float* m, float* v) {
   std::unique_lock<std::mutex> lock(mutex_);
   Block& b = block(layer);
+  const auto& [begin, end] = pieces_[static_cast<size_t>(layer - first_)];
+  const size_t bytes = static_cast<size_t>(end - begin) * sizeof(float);
+  if (b.home != nullptr) {
+    std::memcpy(m, home_m(layer), bytes);
+    std::memcpy(v, home_v(layer), bytes);
+    return;
+  }
   if (b.mv_slot < 0) {
     take_slot(lock, Kind::Moments, layer, true);
     start_read(Kind::Moments, layer);
@@ -452,8 +534,6 @@ void BlockStore::read_moments(int layer, float* m, float* v) {
   ++slots_[static_cast<size_t>(slot)].holds;
   slots_[static_cast<size_t>(slot)].read_ahead = false;
   await(lock, slot);
-  const auto& [begin, end] = pieces_[static_cast<size_t>(layer - first_)];
-  const size_t bytes = static_cast<size_t>(end - begin) * sizeof(float);
   std::memcpy(m, data(slot), bytes);
   std::memcpy(v, slots_[static_cast<size_t>(slot)].mem + mv_slot_bytes_ / 2, bytes);
   --slots_[static_cast<size_t>(slot)].holds;
@@ -463,12 +543,17 @@ void BlockStore::read_moments(int layer, float* m, float* v) {
 void BlockStore::write_moments(int layer, const float* m, const float* v) {
   std::unique_lock<std::mutex> lock(mutex_);
   Block& b = block(layer);
+  const auto& [begin, end] = pieces_[static_cast<size_t>(layer - first_)];
+  const size_t bytes = static_cast<size_t>(end - begin) * sizeof(float);
+  if (b.home != nullptr) {
+    std::memcpy(home_m(layer), m, bytes);
+    std::memcpy(home_v(layer), v, bytes);
+    return;
+  }
   if (b.mv_slot < 0) take_slot(lock, Kind::Moments, layer, true);
   const int slot = b.mv_slot;
   Slot& s = slots_[static_cast<size_t>(slot)];
   await(lock, slot);
-  const auto& [begin, end] = pieces_[static_cast<size_t>(layer - first_)];
-  const size_t bytes = static_cast<size_t>(end - begin) * sizeof(float);
   std::memcpy(s.mem, m, bytes);
   std::memcpy(s.mem + mv_slot_bytes_ / 2, v, bytes);
   ++s.writes;
@@ -485,11 +570,13 @@ BlockStore::Traffic BlockStore::traffic() {
   return traffic_;
 }
 
-BlockStore::Traffic BlockStore::predicted_step_traffic() const {
+BlockStore::Traffic BlockStore::predicted_step_traffic(int resident) const {
   Traffic t;
   const uint64_t blocks = blocks_.size(), M = static_cast<uint64_t>(micro_batches_);
-  const uint64_t misses = blocks > kWeightSlots ? blocks - kWeightSlots : 0;
-  for (int l = first_; l < end_layer(); ++l) {
+  // The streamed blocks run one after another as if the resident ones were not there.
+  const uint64_t streamed = blocks - static_cast<uint64_t>(resident);
+  const uint64_t misses = streamed > kWeightSlots ? streamed - kWeightSlots : 0;
+  for (int l = first_; l < end_layer() - resident; ++l) {
     t.read_bytes += 2 * piece_bytes(l);
     t.written_bytes += w_slot_bytes_ + 2 * piece_bytes(l);
   }
@@ -501,8 +588,8 @@ BlockStore::Traffic BlockStore::predicted_step_traffic() const {
   return t;
 }
 
-double BlockStore::predicted_step_io_s() const {
-  const Traffic t = predicted_step_traffic();
+double BlockStore::predicted_step_io_s(int resident) const {
+  const Traffic t = predicted_step_traffic(resident);
   return static_cast<double>(t.read_bytes) / bandwidth_.read_bytes_per_s +
          static_cast<double>(t.written_bytes) / bandwidth_.write_bytes_per_s;
 }

@@ -118,6 +118,7 @@ std::vector<std::pair<std::string, std::string>> agreeing_settings(const TrainCo
       {"--memory-budget", c.memory_budget.empty() ? "none" : c.memory_budget},
       {"--slow-tier", c.slow_tier.str()},
       {"--model-state", c.model_state ? c.model_state->str() : "memory"},
+      {"--resident-blocks", c.resident_blocks < 0 ? "auto" : std::to_string(c.resident_blocks)},
       {"--ooc-plan", c.ooc_plan.empty() ? "the planner's" : c.ooc_plan},
   };
 }

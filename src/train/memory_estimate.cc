@@ -160,9 +160,14 @@ MemoryEstimate estimate_memory(const TrainConfig& cfg) {
         n.staging = (parallel::BlockStore::kWeightSlots + parallel::BlockStore::gradient_slots(M)) *
                         block_bytes +
                     parallel::BlockStore::kMomentSlots * 2 * piece_bytes;
+        // --resident-blocks N: those blocks' weights and moments too (the planner's choice fits
+        // in --memory-budget, which is counted whole).
+        const int blocks = layout.end_layer() - layout.first_layer();
+        if (cfg.resident_blocks > 0)
+          n.staging += static_cast<uint64_t>(std::min(cfg.resident_blocks, blocks)) *
+                       (block_bytes + 2 * piece_bytes);
         // Each block's weights and moment piece, and with several micro-batches its gradients.
-        n.tier = static_cast<uint64_t>(layout.end_layer() - layout.first_layer()) *
-                 ((M > 1 ? 2 : 1) * block_bytes + 2 * piece_bytes);
+        n.tier = static_cast<uint64_t>(blocks) * ((M > 1 ? 2 : 1) * block_bytes + 2 * piece_bytes);
       }
       // In a file tier (--optimizer-state file:DIR) the moments are out of memory but for two
       // staging slots, which are not counted.

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <ostream>
 
@@ -79,25 +80,49 @@ OutOfCore::OutOfCore(const TrainConfig& cfg, const parallel::Grid& grid, int mic
   }
 }
 
+const ooc::SmallestBudget& OutOfCore::smallest() {
+  if (!smallest_) smallest_ = ooc::smallest_budget(chain_, profile_);
+  return *smallest_;
+}
+
 void OutOfCore::reserve(uint64_t bytes, const std::string& what) {
-  TANDEM_CHECK(reserved_ == 0, "out-of-core budget reserved twice");
-  const ooc::SmallestBudget low = ooc::smallest_budget(chain_, profile_);
-  if (bytes >= budget_ || budget_ - bytes < low.bytes)
+  TANDEM_CHECK(bytes >= reserved_, "the budget's reserved part shrinks from {} to {}", reserved_,
+               bytes);
+  const uint64_t total = budget_ + reserved_;
+  const ooc::SmallestBudget& low = smallest();
+  if (bytes >= total || total - bytes < low.bytes)
     user_error(
         "--memory-budget {} holds {} ({}) and the activations, which need at least {} (plan {}): "
         "give at least {} ({} bytes)",
-        ooc::human_bytes(budget_), what, ooc::human_bytes(bytes), ooc::human_bytes(low.bytes),
+        ooc::human_bytes(total), what, ooc::human_bytes(bytes), ooc::human_bytes(low.bytes),
         low.plan.str(), ooc::human_bytes(bytes + low.bytes), bytes + low.bytes);
+  if (least_reserved_for_.empty()) {
+    least_reserved_ = bytes;
+    least_reserved_for_ = what;
+  }
   reserved_ = bytes;
   reserved_for_ = what;
-  budget_ -= bytes;
+  budget_ = total - bytes;
   runtime_->shrink_budget(budget_);
   if (forced_) {
     const ooc::Plan forced = plan();
     return use(forced);  // refused now if it does not fit what is left
   }
-  planned_ = ooc::plan_step(chain_, profile_, budget_, kFirstPlanEvaluations);
+  planned_ = prepared_ ? ooc::plan_step(chain_, profile_, budget_)
+                       : ooc::plan_step(chain_, profile_, budget_, kFirstPlanEvaluations);
   use(planned_.best.plan);
+}
+
+double OutOfCore::predicted_step_s_reserving(uint64_t bytes) {
+  const uint64_t total = budget_ + reserved_;
+  if (bytes >= total || total - bytes < smallest().bytes)
+    return std::numeric_limits<double>::infinity();
+  const uint64_t rest = total - bytes;
+  if (forced_)
+    return ooc::MemorySchedule(chain_, plan()).peak_bytes() <= rest
+               ? predicted_.step_s
+               : std::numeric_limits<double>::infinity();
+  return ooc::plan_step(chain_, profile_, rest, kFirstPlanEvaluations).best.prediction.step_s;
 }
 
 OutOfCore::~OutOfCore() {
@@ -174,6 +199,7 @@ void OutOfCore::prepare(const std::function<void()>& step, comm::Communicator& t
                  e.what());
     }
   }
+  prepared_ = true;
   if (engine_ != nullptr) engine_->take_spans();  // the profile's transfers are not the run's
   if (forced_) {
     planned_.baselines = ooc::evaluate_baselines(chain_, profile_, budget_);
@@ -277,10 +303,11 @@ std::string OutOfCore::report() const {
     row(ooc::strategy_name(b.strategy), b.plan, b.prediction, b.fits);
   const ooc::SmallestBudget low = ooc::smallest_budget(chain_, profile_);
   r += fmt::format("\nsmallest budget any plan fits: {} ({} bytes){}, plan {}{}\n",
-                   ooc::human_bytes(low.bytes + reserved_), low.bytes + reserved_,
-                   reserved_ == 0 ? std::string()
-                                  : fmt::format(" ({} of it for {})", ooc::human_bytes(reserved_),
-                                                reserved_for_),
+                   ooc::human_bytes(low.bytes + least_reserved_), low.bytes + least_reserved_,
+                   least_reserved_ == 0
+                       ? std::string()
+                       : fmt::format(" ({} of it for {})", ooc::human_bytes(least_reserved_),
+                                     least_reserved_for_),
                    low.plan.str(), low.proven ? "" : " (search cut short: the smallest found)");
   return r;
 }

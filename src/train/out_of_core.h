@@ -7,6 +7,7 @@
 #include <functional>
 #include <iosfwd>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,10 +39,14 @@ class OutOfCore {
   // (the slowest rank's times). Collective over tp.
   void prepare(const std::function<void()>& step, comm::Communicator& tp, std::ostream* log);
 
-  // Part of the budget held by something else (the model state's slots, `what`), before prepare:
-  // the activations get the rest, planned again from sizes. UserError when the rest holds no
-  // plan, naming both parts and the smallest budget that works.
+  // Part of the budget held by something else (the model state's slots, `what`): the
+  // activations get the rest, planned again (from the profile once prepared, else from sizes).
+  // UserError when the rest holds no plan, naming both parts and the smallest budget that works.
+  // Called again, the part may only grow.
   void reserve(uint64_t bytes, const std::string& what);
+  // The predicted forward+backward were `bytes` of the budget reserved instead (+infinity when
+  // no plan fits the rest): for the trainer choosing what else the budget holds.
+  double predicted_step_s_reserving(uint64_t bytes);
 
   // After each training step: its measurements, and the transfers for the trace.
   void after_step(io::TraceRecorder* trace, int rank);
@@ -67,17 +72,24 @@ class OutOfCore {
  private:
   void use(const ooc::Plan& plan);  // sets the runtime's schedule (and opens the tier it needs)
   std::string budget_note() const;  // "" or " for the activations (--memory-budget ... less ...)"
+  const ooc::SmallestBudget& smallest();  // of the activations (sizes alone decide it)
 
   const TrainConfig& cfg_;
   nn::ChainLayout chain_;
   uint64_t budget_;        // from --memory-budget: bytes, or a share of the in-core need
   uint64_t reserved_ = 0;  // of budget_, held by something else (reserve)
   std::string reserved_for_;
+  // The first reservation: what the run cannot do without (later ones add what the budget had
+  // room for).
+  uint64_t least_reserved_ = 0;
+  std::string least_reserved_for_;
   ooc::TierSpec tier_spec_;
   std::unique_ptr<ooc::Runtime> runtime_;
   std::unique_ptr<ooc::SlowTier> tier_;
   std::unique_ptr<ooc::SwapEngine> engine_;
   ooc::Profile profile_;
+  bool prepared_ = false;  // profile_ is measured (or cached), not placeholders
+  std::optional<ooc::SmallestBudget> smallest_;
   ooc::PlannerResult planned_;
   ooc::Prediction predicted_;
   bool from_cache_ = false;

@@ -148,6 +148,11 @@ void TrainConfig::validate() const {
   comm::chunk_bytes();
   if (blas_threads < 0 || blas_threads > kMaxThreads)
     user_error("--threads {} must be 0 (automatic) to {}", blas_threads, kMaxThreads);
+  if (resident_blocks >= 0 && !model_state)
+    user_error(
+        "--resident-blocks {} keeps blocks of a streamed model state in memory: it needs "
+        "--model-state host|file:DIR",
+        resident_blocks);
   if (model_state) {
     if (optimizer.clip_grad_norm)
       user_error(

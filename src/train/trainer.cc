@@ -123,8 +123,10 @@ class RankRun {
       }
       model_.attach_store(store_.get());
       opt_.attach_store(store_.get());
-      // --memory-budget covers the blocks' slots too.
-      if (ooc_) ooc_->reserve(store_->staging_bytes(), "the model state's slots");
+      if (cfg.resident_blocks > 0)
+        store_->set_resident(std::min(cfg.resident_blocks, store_->blocks()));
+      // --memory-budget covers the blocks' slots (and resident blocks) too.
+      if (ooc_) ooc_->reserve(store_->memory_bytes(), store_held());
       // Only when tracing: the store names every transfer it reports.
       if (trace_ != nullptr && trace_->enabled())
         store_->set_transfer_sink(
@@ -159,6 +161,12 @@ class RankRun {
   void print_header(int64_t first_step);
   std::string memory_lines();
   std::string model_state_line() const;
+  // What of the model state --memory-budget holds: "the model state's slots[ and N resident
+  // blocks]".
+  std::string store_held() const;
+  // With --model-state and --memory-budget, unless --resident-blocks says: how many blocks stay
+  // resident (the count with the shortest predicted step), then the activations planned again.
+  void choose_resident_blocks();
   // With --model-state and --memory-budget: a step's forward and backward as the performance model
   // predicts it. The store's one I/O thread works beside compute (prefetching ahead, writing
   // behind), so a step takes about the longer of the two.
@@ -208,6 +216,7 @@ class RankRun {
   // --model-state: the blocks' weights, gradients and moments (made once the optimizer knows its
   // moment pieces; declared before the model and the optimizer so that it outlives both).
   std::unique_ptr<parallel::BlockStore> store_;
+  parallel::BlockStore::Traffic steps_traffic_;  // what the store moved over the steps
   parallel::ParallelGPT model_;
   parallel::DataParallelOptimizer opt_;
   std::ostream& out_;
@@ -248,6 +257,7 @@ TrainResult RankRun::run() {
     result.ooc_predicted_s = ooc_->predicted_step_s();
     result.ooc_predicted_peak = ooc_->predicted_peak();
     result.ooc_profile_cached = ooc_->profile_from_cache();
+    if (store_) result.resident_blocks = store_->resident();
     return result;
   }
   if (ooc_ && result.first_step < cfg_.steps) plan_out_of_core(result.first_step);
@@ -338,6 +348,72 @@ void RankRun::plan_out_of_core(int64_t first_step) {
       },
       grid_.tp(), lead_ && cfg_.progress ? &out_ : nullptr);
   profiling_ = false;
+  if (store_ && cfg_.resident_blocks < 0) choose_resident_blocks();
+}
+
+// The predicted step with r resident blocks is the longer of the activations' compute under what
+// the budget has left (nondecreasing in r) and the model state's I/O (nonincreasing): the
+// shortest is where they cross. Of counts predicting the same step, the most resident (less
+// traffic on a disk the activations' swaps may share). The tensor-parallel group takes the
+// fewest any rank chose, so that their activation plans, and the collectives of what they
+// recompute, stay the same.
+void RankRun::choose_resident_blocks() {
+  const int n = store_->blocks();
+  std::vector<double> compute(static_cast<size_t>(n) + 1, -1.0);
+  auto compute_s = [&](int r) {
+    double& c = compute[static_cast<size_t>(r)];
+    if (c < 0)
+      c = ooc_->predicted_step_s_reserving(store_->staging_bytes() + store_->resident_bytes(r));
+    return c;
+  };
+  auto io_s = [&](int r) { return store_->predicted_step_io_s(r); };
+  auto step_s = [&](int r) { return std::max(compute_s(r), io_s(r)); };
+  // The most that fit (none fitting at all was refused at set-up).
+  int lo = 0, hi = n;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (std::isfinite(compute_s(mid)))
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  const int fits = lo;
+  lo = 0;
+  hi = fits;
+  while (lo < hi) {  // the first count where compute covers the I/O
+    const int mid = (lo + hi) / 2;
+    if (compute_s(mid) >= io_s(mid))
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  int best = lo > 0 && step_s(lo - 1) < step_s(lo) ? lo - 1 : lo;
+  lo = best;
+  hi = fits;
+  while (lo < hi) {  // past it the step only grows: the last count still as short
+    const int mid = (lo + hi + 1) / 2;
+    if (step_s(mid) <= step_s(best))
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  best = lo;
+  if (grid_.tp().size() > 1) {
+    float r = static_cast<float>(best);
+    Tensor t = Tensor::view_of(&r, DType::F32, Shape{1});
+    grid_.tp().all_reduce(t, comm::ReduceOp::Min);
+    best = static_cast<int>(r);
+  }
+  if (best == store_->resident()) return;
+  store_->set_resident(best);
+  ooc_->reserve(store_->memory_bytes(), store_held());
+}
+
+std::string RankRun::store_held() const {
+  const int r = store_->resident();
+  return r == 0
+             ? std::string("the model state's slots")
+             : fmt::format("the model state's slots and {} resident block{}", r, r == 1 ? "" : "s");
 }
 
 // This rank's part of the checkpoint's weights and moments. Returns the step it was saved at.
@@ -425,14 +501,20 @@ std::string RankRun::model_state_line() const {
   if (!store_) return "";
   const parallel::BlockStore::Traffic p = store_->predicted_step_traffic();
   const ooc::TierBandwidth& bw = store_->bandwidth();
+  const int r = store_->resident();
+  const std::string resident_note =
+      r == 0 ? std::string()
+             : fmt::format(" and h.{}..h.{} resident in {} of memory ({})", store_->end_layer() - r,
+                           store_->end_layer() - 1, ooc::human_bytes(store_->resident_bytes(r)),
+                           cfg_.resident_blocks < 0 ? "the planner's choice" : "--resident-blocks");
   return fmt::format(
       "  model state: blocks h.{}..h.{} (weights, gradients, optimizer state) in {}, {} a rank, "
-      "streamed through {} of slots, about {} read and {} written a step: {:.2f} s of I/O at "
+      "streamed through {} of slots{}, about {} read and {} written a step: {:.2f} s of I/O at "
       "the tier's measured {:.2f} GB/s read, {:.2f} GB/s write; the embeddings and ln_f in "
       "memory\n",
       store_->first_layer(), store_->end_layer() - 1, store_->describe(),
       ooc::human_bytes(store_->tier_bytes()), ooc::human_bytes(store_->staging_bytes()),
-      ooc::human_bytes(p.read_bytes), ooc::human_bytes(p.written_bytes),
+      resident_note, ooc::human_bytes(p.read_bytes), ooc::human_bytes(p.written_bytes),
       store_->predicted_step_io_s(), bw.read_bytes_per_s / 1e9, bw.write_bytes_per_s / 1e9);
 }
 
@@ -616,6 +698,15 @@ void RankRun::finish(TrainResult& result) {
   result.tokens_per_s = ran > 0 && result.seconds > 0
                             ? tokens_per_step() * static_cast<double>(ran) / result.seconds
                             : 0.0;
+  if (store_) {  // before the weights are gathered through it
+    const parallel::BlockStore::Traffic t = steps_traffic_ = store_->traffic(),
+                                        p = store_->predicted_step_traffic();
+    result.resident_blocks = store_->resident();
+    result.state_read_bytes = t.read_bytes;
+    result.state_written_bytes = t.written_bytes;
+    result.state_predicted_read = p.read_bytes;
+    result.state_predicted_written = p.written_bytes;
+  }
   if (cfg_.keep_weights) {
     std::vector<float> w = parallel::gather_weights(model_);
     if (lead_) result.weights = std::move(w);
@@ -645,7 +736,7 @@ void RankRun::print_summary(const TrainResult& result, int64_t ran) {
   }
   if (ooc_ && ran > 0) out_ << ooc_->summary_line();
   if (store_ && ran > 0) {
-    const parallel::BlockStore::Traffic t = store_->traffic(), p = store_->predicted_step_traffic();
+    const parallel::BlockStore::Traffic t = steps_traffic_, p = store_->predicted_step_traffic();
     const double steps = static_cast<double>(ran);
     auto per_step = [&](uint64_t b) {
       return ooc::human_bytes(static_cast<uint64_t>(static_cast<double>(b) / steps));

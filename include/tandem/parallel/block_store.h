@@ -17,6 +17,11 @@
 // reads it again (read ahead as the following block's backward starts). The sums are the same
 // floats, in the same order, as in-core accumulation.
 //
+// Where the budget has room, the last blocks of the store can stay resident instead (their
+// weights and moments in memory for the whole run, updated in place; their gradients still pass
+// through the gradient slots): their reads and write-backs leave the step. The trainer's planner
+// chooses how many (set_resident).
+//
 // Slots are a small write-back cache: a block's weights stay in their slot after use (and after
 // the update, which changes them in place) until the slot is needed for another block; a slot is
 // reused only once nothing holds it and its write-back has finished. Transfers run in submission
@@ -97,6 +102,14 @@ class BlockStore {
   // Waits for every transfer; rethrows a failed one.
   void flush();
 
+  // Keeps the last `count` blocks resident from now on (0: every block streams), their state
+  // moved between the tier and memory now. Outside a step only.
+  void set_resident(int count);
+  int resident() const { return resident_; }
+  int blocks() const { return static_cast<int>(blocks_.size()); }
+  // The memory of `count` resident blocks (weights and moments), beside the slots.
+  uint64_t resident_bytes(int count) const;
+
   // Called on the I/O thread after each transfer of a step: "read h.3 weights", "write h.3
   // weights, moments", and when it ran (for --trace).
   using TransferSink =
@@ -117,7 +130,9 @@ class BlockStore {
   // backward but for the blocks still in a weight slot when the pass turns (kWeightSlots at each
   // turn); with M micro-batches, its gradients written and read back M - 1 times when there are
   // more blocks than gradient slots.
-  Traffic predicted_step_traffic() const;
+  // Resident blocks move nothing.
+  Traffic predicted_step_traffic() const { return predicted_step_traffic(resident_); }
+  Traffic predicted_step_traffic(int resident) const;
 
   int first_layer() const { return first_; }
   int end_layer() const { return first_ + static_cast<int>(blocks_.size()); }
@@ -125,10 +140,13 @@ class BlockStore {
   uint64_t tier_bytes() const { return tier_->capacity(); }
   // Bytes of the staging slots (weights, gradients, moments).
   uint64_t staging_bytes() const;
+  // Everything the store holds in memory: the slots and the resident blocks.
+  uint64_t memory_bytes() const { return staging_bytes() + resident_bytes(resident_); }
   // The tier's bandwidth, measured when it was opened (on up to its first 64 MiB), and the
   // seconds its one I/O thread needs for a step's predicted traffic at that bandwidth.
   const ooc::TierBandwidth& bandwidth() const { return bandwidth_; }
-  double predicted_step_io_s() const;
+  double predicted_step_io_s() const { return predicted_step_io_s(resident_); }
+  double predicted_step_io_s(int resident) const;
   std::string describe() const { return tier_->describe(); }
 
   // Slots of each kind: weights (the block computing, the next read ahead, the one the update
@@ -143,6 +161,7 @@ class BlockStore {
     uint64_t w_at = 0, m_at = 0, v_at = 0, g_at = 0;  // tier offsets (g_at: M > 1 only)
     int w_slot = -1, g_slot = -1, mv_slot = -1;
     bool g_in_tier = false;  // this step's gradient sum so far is in the tier, not in a slot
+    char* home = nullptr;    // resident: its weights, then its moments m and v, in memory
   };
   enum class Kind { Weights, Gradients, Moments };
 
@@ -160,6 +179,9 @@ class BlockStore {
   // while waiting).
   void await(std::unique_lock<std::mutex>& lock, int slot, bool writes = false);
   float* data(int slot) const;
+  // A resident block's moments in its home.
+  float* home_m(int layer);
+  float* home_v(int layer);
   uint64_t weight_bytes() const;
   uint64_t piece_bytes(int layer) const;
 
@@ -172,6 +194,8 @@ class BlockStore {
   std::vector<Slot> slots_;
   uint64_t w_slot_bytes_ = 0, mv_slot_bytes_ = 0;
   char* staging_ = nullptr;
+  int resident_ = 0;
+  char* resident_mem_ = nullptr;  // the resident blocks' homes
   std::unique_ptr<ooc::SlowTier> tier_;
   ooc::TierBandwidth bandwidth_;
   std::mutex mutex_;

@@ -69,6 +69,9 @@ struct TrainConfig {
   // Where the blocks' weights, gradients and moments live (docs/out-of-core.md, "Models larger
   // than memory"): in memory (unset), or in this slow tier, streamed through a few block slots.
   std::optional<ooc::TierSpec> model_state;
+  // How many of each stage's blocks stay resident in memory instead of streaming (at most all of
+  // them); -1: the planner's choice under --memory-budget (none without a budget).
+  int resident_blocks = -1;
   // `tandem plan`: profile and plan, print the plan's report (and write its predicted timeline to
   // trace_path), train nothing.
   bool plan_only = false;

@@ -60,6 +60,11 @@ struct TrainResult {
   uint64_t ooc_high_water = 0, ooc_predicted_peak = 0;
   double ooc_predicted_s = 0, ooc_measured_s = 0;
   bool ooc_profile_cached = false;  // the planner's profile came from the on-disk cache
+  // --model-state (world rank 0's stage): the blocks kept resident, the bytes the store moved
+  // over the steps, and what it predicts a step moves.
+  int resident_blocks = 0;
+  uint64_t state_read_bytes = 0, state_written_bytes = 0;
+  uint64_t state_predicted_read = 0, state_predicted_written = 0;
   // SIGTERM or SIGINT when the run stopped on one after end_step (with a checkpoint under
   // --save); 0 when it ran to --steps.
   int stopped_by_signal = 0;

@@ -42,9 +42,12 @@ struct Case {
   parallel::GridShape grid;
   int layers;
   int micro_batches = 1;
+  int resident = 0;  // --resident-blocks
 };
 
-void PrintTo(const Case& c, std::ostream* os) { *os << c.grid.str() << " M=" << c.micro_batches; }
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.grid.str() << " M=" << c.micro_batches << " resident " << c.resident;
+}
 
 class ModelState : public ::testing::TestWithParam<Case> {};
 
@@ -57,7 +60,9 @@ TEST_P(ModelState, WeightsBitwiseAsInCoreOnBothTiers) {
   for (const std::string& tier : {std::string("host"), "file:" + dir.path()}) {
     TrainConfig c = in_core;
     c.model_state = ooc::TierSpec::parse(tier);
+    c.resident_blocks = cs.resident;
     const TrainResult r = train(c);
+    EXPECT_EQ(r.resident_blocks, cs.resident) << tier;
     expect_bitwise(ref, r, tier);
     EXPECT_EQ(r.val_losses, ref.val_losses) << tier;
     EXPECT_TRUE(std::filesystem::is_empty(dir.path())) << "the tier's file is never visible";
@@ -74,7 +79,10 @@ INSTANTIATE_TEST_SUITE_P(Grids, ModelState,
                                            Case{{1, 1, 2}, 10}, Case{{2, 2, 2}, 10},
                                            Case{{1, 1, 1}, 6, 3}, Case{{2, 1, 1}, 5, 2},
                                            Case{{1, 2, 1}, 5, 2}, Case{{1, 1, 2}, 10, 3},
-                                           Case{{2, 2, 2}, 10, 2}));
+                                           Case{{2, 2, 2}, 10, 2},
+                                           // The last blocks resident, the rest streaming.
+                                           Case{{1, 1, 1}, 6, 1, 2}, Case{{2, 1, 1}, 6, 2, 1},
+                                           Case{{1, 1, 2}, 10, 3, 2}, Case{{2, 2, 2}, 10, 2, 1}));
 
 TEST(ModelStateVariants, CompiledExecutorLambAndBf16Gradients) {
   auto both = [](TrainConfig c, const std::string& what) {
@@ -105,6 +113,7 @@ TEST(ModelStateVariants, BesideOutOfCoreActivationPlans) {
     c.memory_budget = "64MiB";
     c.ooc_plan = plan;
     c.model_state = ooc::TierSpec::parse("host");
+    c.resident_blocks = 0;  // every block streams (the budget would hold them all)
     const TrainResult r = train(c);
     EXPECT_EQ(r.ooc_plan, plan);
     expect_bitwise(ref, r, plan);
@@ -154,6 +163,54 @@ TEST(ModelStateVariants, TheBudgetHoldsTheSlotsAndTheActivations) {
   c.memory_budget = std::to_string(smallest - 1);
   EXPECT_THAT(testing::user_error_of([&] { train(c); }),
               ::testing::HasSubstr(fmt::format("({} bytes)", smallest)));
+}
+
+// With room in --memory-budget the planner keeps blocks resident: the weights are still bitwise
+// in-core's, resident blocks write nothing back (a step writes exactly the streamed blocks'
+// weights and moments, as predicted), and fewer bytes are read than with every block streaming.
+// A budget with no room keeps none.
+TEST(ModelStateVariants, ThePlannerKeepsBlocksResidentWhereTheBudgetHasRoom) {
+  TrainConfig c = run({1, 1, 1}, 8);
+  c.steps = 3;
+  c.eval_every = 0;
+  const TrainResult ref = train(c);
+  c.model_state = ooc::TierSpec::parse("host");
+  c.memory_budget = "256MiB";  // the slots and the activations need about 3 MiB
+  const TrainResult chosen = train(c);
+  expect_bitwise(ref, chosen, "resident blocks");
+  EXPECT_EQ(chosen.resident_blocks, 8) << "every block fits, and each one kept saves I/O";
+  EXPECT_EQ(chosen.state_written_bytes, 0u);
+  EXPECT_EQ(chosen.state_read_bytes, 0u);
+
+  c.resident_blocks = 3;
+  const TrainResult three = train(c);
+  expect_bitwise(ref, three, "3 resident");
+  EXPECT_EQ(three.resident_blocks, 3);
+  EXPECT_EQ(three.state_written_bytes, 3 * three.state_predicted_written);
+  c.resident_blocks = 0;
+  const TrainResult none = train(c);
+  EXPECT_EQ(none.state_written_bytes, 3 * none.state_predicted_written);
+  EXPECT_LT(three.state_written_bytes, none.state_written_bytes);
+  EXPECT_LT(three.state_read_bytes, none.state_read_bytes);
+
+  // The smallest budget that holds the slots and the activations leaves no room for a block.
+  c.resident_blocks = -1;
+  c.memory_budget = "1MiB";
+  const std::string error = testing::user_error_of([&] { train(c); });
+  const size_t at = error.find("give at least ");
+  ASSERT_NE(at, std::string::npos) << error;
+  c.memory_budget =
+      error.substr(error.find('(', at) + 1, error.find(" bytes)", at) - error.find('(', at) - 1);
+  EXPECT_EQ(train(c).resident_blocks, 0);
+}
+
+// --resident-blocks is refused without a streamed model state, naming what it needs.
+TEST(ModelStateVariants, ResidentBlocksNeedAModelState) {
+  TrainConfig c = run({1, 1, 1}, 2);
+  c.resident_blocks = 1;
+  EXPECT_THAT(testing::user_error_of([&] { train(c); }),
+              ::testing::HasSubstr("--resident-blocks 1 keeps blocks of a streamed model state in "
+                                   "memory: it needs --model-state"));
 }
 
 // --trace has a "model state" row naming every read and write-back of the store, gradient sums
