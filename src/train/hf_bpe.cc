@@ -94,15 +94,15 @@ void check_kind(const json& j, const std::string& path) {
   if (!j.is_object() || !j.contains("model") || !j["model"].is_object())
     unsupported(path, "it has no \"model\" (it is not a Hugging Face tokenizer.json)");
   const json& m = j["model"];
-  const std::string model = m.contains("type") && m["type"].is_string() ? m["type"].get<std::string>()
-                                                                      : "untyped";
+  const std::string model =
+      m.contains("type") && m["type"].is_string() ? m["type"].get<std::string>() : "untyped";
   if (model != "BPE") unsupported(path, fmt::format("its model is {}, not BPE", model));
   if (!m.contains("vocab") || !m["vocab"].is_object())
     unsupported(path, "its BPE model has no vocab");
   if (!m.contains("merges") || !m["merges"].is_array())
     unsupported(path, "its BPE model has no merges");
-  for (const char* key : {"dropout", "continuing_subword_prefix", "end_of_word_suffix",
-                          "byte_fallback"})
+  for (const char* key :
+       {"dropout", "continuing_subword_prefix", "end_of_word_suffix", "byte_fallback"})
     if (set(m, key)) unsupported(path, fmt::format("its BPE model sets {}", key));
   if (const std::string n = type_of(j, "normalizer"); !n.empty())
     unsupported(path, fmt::format("its normalizer is {} (GPT-2's has none)", n));
@@ -152,8 +152,9 @@ CharClass class_of(char32_t c) {
   return CharClass::kOther;
 }
 
-}  // namespace
-
+// GPT-2's pre-tokenization: where the word that starts at t[i] ends, as the pattern
+//   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+// matches it (the first alternative that matches at i wins; i < t.size()).
 size_t gpt2_word_end(std::string_view t, size_t i) {
   const size_t n = t.size();
   // 's 't 're 've 'm 'll 'd
@@ -194,6 +195,8 @@ size_t gpt2_word_end(std::string_view t, size_t i) {
   return last;
 }
 
+}  // namespace
+
 HfBpe::HfBpe(const std::string& text, const std::string& path)
     : cache_(std::make_unique<std::array<CacheShard, kCacheShards>>()) {
   json j;
@@ -210,9 +213,8 @@ HfBpe::HfBpe(const std::string& text, const std::string& path)
     std::vector<const std::string*> token_of;
     std::vector<bool> special;
     const json none = json::array();
-    const json& added = j.contains("added_tokens") && j["added_tokens"].is_array()
-                            ? j["added_tokens"]
-                            : none;
+    const json& added =
+        j.contains("added_tokens") && j["added_tokens"].is_array() ? j["added_tokens"] : none;
     const int64_t tokens = static_cast<int64_t>(m["vocab"].size() + added.size());
     auto assign = [&](const std::string& token, int64_t id, bool is_special) {
       if (id < 0 || id >= tokens)
@@ -268,7 +270,8 @@ HfBpe::HfBpe(const std::string& text, const std::string& path)
       if (special[id]) continue;
       // Added tokens outside the vocabulary are kept as written; vocabulary tokens are byte-level.
       bytes_of_id_[id] = m["vocab"].contains(token) ? token_bytes(token, byte_of) : token;
-      if (m["vocab"].contains(token)) id_of_bytes_.emplace(bytes_of_id_[id], id);
+      if (m["vocab"].contains(token))
+        id_of_bytes_.emplace(bytes_of_id_[id], static_cast<int32_t>(id));
     }
     ignore_merges_ = m.value("ignore_merges", false);
 
@@ -279,7 +282,8 @@ HfBpe::HfBpe(const std::string& text, const std::string& path)
       if (a == id_of.end() || b == id_of.end() || ab == id_of.end())
         user_error("tokenizer '{}' is malformed: merge {} ('{} {}') names a token not in its vocab",
                    path, r, left, right);
-      const uint64_t key = static_cast<uint64_t>(a->second) << 32 | static_cast<uint32_t>(b->second);
+      const uint64_t key =
+          (static_cast<uint64_t>(a->second) << 32) | static_cast<uint32_t>(b->second);
       merges_.emplace(key, Merge{static_cast<int32_t>(r), ab->second});  // the first rank stays
     }
   } catch (const json::exception& e) {
@@ -319,7 +323,7 @@ void HfBpe::merge_word(std::string_view word, std::vector<int32_t>& out) const {
   auto merge_of = [&](int left) -> const Merge* {
     const Symbol& a = s[static_cast<size_t>(left)];
     if (a.id < 0 || a.next < 0) return nullptr;
-    const uint64_t key = static_cast<uint64_t>(a.id) << 32 |
+    const uint64_t key = (static_cast<uint64_t>(a.id) << 32) |
                          static_cast<uint32_t>(s[static_cast<size_t>(a.next)].id);
     const auto it = merges_.find(key);
     return it == merges_.end() ? nullptr : &it->second;
@@ -343,7 +347,8 @@ void HfBpe::merge_word(std::string_view word, std::vector<int32_t>& out) const {
     offer(a.prev);
     offer(c.left);
   }
-  for (int i = 0; i >= 0; i = s[static_cast<size_t>(i)].next) out.push_back(s[static_cast<size_t>(i)].id);
+  for (int i = 0; i >= 0; i = s[static_cast<size_t>(i)].next)
+    out.push_back(s[static_cast<size_t>(i)].id);
 }
 
 void HfBpe::encode_word(std::string_view word, std::vector<int32_t>& out) const {

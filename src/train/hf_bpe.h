@@ -1,6 +1,6 @@
-// A Hugging Face tokenizer.json of GPT-2's byte-level BPE: the file's vocabulary and merges, GPT-2's
-// pre-tokenization pattern, its byte-to-character mapping, merges applied by rank, and decoding.
-// Internal to train/: train::Tokenizer dispatches to it for .json files.
+// A Hugging Face tokenizer.json of GPT-2's byte-level BPE: the file's vocabulary and merges,
+// GPT-2's pre-tokenization pattern, its byte-to-character mapping, merges applied by rank, and
+// decoding. Internal to train/: train::Tokenizer dispatches to it for .json files.
 #pragma once
 
 #include <array>
@@ -13,11 +13,6 @@
 #include <vector>
 
 namespace tandem::train::detail {
-
-// GPT-2's pre-tokenization: where the word that starts at text[at] ends, as the pattern
-//   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
-// matches it (the first alternative that matches at `at` wins; at < text.size()).
-size_t gpt2_word_end(std::string_view text, size_t at);
 
 class HfBpe {
  public:

@@ -14,7 +14,9 @@ namespace tandem::train::testing {
 // GPT-2's bytes_to_unicode(), written out here as the reference: the printable bytes stand for
 // themselves, the others for U+0100, U+0101, ... in byte order. Returned as UTF-8.
 inline std::string byte_char(int b) {
-  auto printable = [](int x) { return (x >= 0x21 && x <= 0x7E) || (x >= 0xA1 && x <= 0xAC) || x >= 0xAE; };
+  auto printable = [](int x) {
+    return (x >= 0x21 && x <= 0x7E) || (x >= 0xA1 && x <= 0xAC) || x >= 0xAE;
+  };
   int cp = b;
   if (!printable(b)) {
     cp = 256;
@@ -34,9 +36,9 @@ inline std::string byte_char(int b) {
 // them, so an encoding shows where a word of non-ASCII text ended ("é" is U+00E9: Ã ©; "٣" is
 // U+0663: Ù £; a combining acute accent is U+0301: Ì and byte 0x81's character).
 inline std::vector<std::pair<std::string, std::string>> test_merges() {
-  return {{"Ġ", "t"},  {"h", "e"},  {"Ġt", "he"}, {"'", "s"}, {"Ġ", "Ġ"}, {"1", "2"},
-          {"c", "a"},  {"ca", "t"}, {"Ċ", "Ċ"},   {"Ã", "©"}, {"a", "a"}, {"y", "z"},
-          {"x", "y"},  {"Ġ", "cat"}, {"i", "n"},  {"x", "Ã©"}, {"x", "Ù"}, {"e", "Ì"}};
+  return {{"Ġ", "t"}, {"h", "e"},   {"Ġt", "he"}, {"'", "s"},  {"Ġ", "Ġ"}, {"1", "2"},
+          {"c", "a"}, {"ca", "t"},  {"Ċ", "Ċ"},   {"Ã", "©"},  {"a", "a"}, {"y", "z"},
+          {"x", "y"}, {"Ġ", "cat"}, {"i", "n"},   {"x", "Ã©"}, {"x", "Ù"}, {"e", "Ì"}};
 }
 
 // The test tokenizer.json, in the layout Hugging Face's tokenizers library writes for GPT-2: id b
@@ -52,9 +54,10 @@ inline nlohmann::json test_tokenizer_json() {
   }
   const size_t eos = vocab.size();
   vocab["<|endoftext|>"] = eos;
-  const nlohmann::json byte_level = {
-      {"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true},
-      {"use_regex", true}};
+  const nlohmann::json byte_level = {{"type", "ByteLevel"},
+                                     {"add_prefix_space", false},
+                                     {"trim_offsets", true},
+                                     {"use_regex", true}};
   return {{"version", "1.0"},
           {"truncation", nullptr},
           {"padding", nullptr},

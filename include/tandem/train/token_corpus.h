@@ -16,7 +16,8 @@
 namespace tandem::train {
 
 inline constexpr std::string_view kShardsJson = "shards.json";
-inline constexpr std::string_view kTokenizerFile = "tokenizer.model";  // where shards.json names none
+// The tokenizer's file where shards.json names none.
+inline constexpr std::string_view kTokenizerFile = "tokenizer.model";
 inline constexpr int kShardsFormatVersion = 1;
 
 // Whether `data` (what --data names) is a folder, and so a shard folder rather than a text file.

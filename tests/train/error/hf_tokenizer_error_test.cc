@@ -47,10 +47,10 @@ TEST(HfTokenizerErrors, NotJson) {
   // A tokenizer.json under another name is read as SentencePiece, and the message says why.
   testing::write_bytes(dir.path("gpt2.model"), testing::test_tokenizer_json().dump());
   const std::string message = user_error_of([&] { Tokenizer::load(dir.path("gpt2.model")); });
-  EXPECT_EQ(message.rfind("tokenizer '" + dir.path("gpt2.model") +
-                              "' is not a SentencePiece .model file (",
-                          0),
-            0u)
+  EXPECT_EQ(
+      message.rfind(
+          "tokenizer '" + dir.path("gpt2.model") + "' is not a SentencePiece .model file (", 0),
+      0u)
       << message;
   EXPECT_TRUE(message.ends_with("); a Hugging Face tokenizer's name ends in .json")) << message;
 }
@@ -71,7 +71,10 @@ TEST(HfTokenizerErrors, AnotherKindOfTokenizer) {
             unsupported(dir, "its BPE model sets dropout"));
   EXPECT_EQ(refusal(dir, [](auto& j) { j["model"]["continuing_subword_prefix"] = "##"; }),
             unsupported(dir, "its BPE model sets continuing_subword_prefix"));
-  EXPECT_EQ(refusal(dir, [](auto& j) { j["normalizer"] = {{"type", "NFC"}}; }),
+  EXPECT_EQ(refusal(dir,
+                    [](auto& j) {
+                      j["normalizer"] = {{"type", "NFC"}};
+                    }),
             unsupported(dir, "its normalizer is NFC (GPT-2's has none)"));
   EXPECT_EQ(refusal(dir,
                     [](auto& j) {
@@ -86,7 +89,10 @@ TEST(HfTokenizerErrors, AnotherKindOfTokenizer) {
             unsupported(dir,
                         "its ByteLevel pre-tokenizer does not use GPT-2's pattern (use_regex "
                         "false)"));
-  EXPECT_EQ(refusal(dir, [](auto& j) { j["decoder"] = {{"type", "WordPiece"}}; }),
+  EXPECT_EQ(refusal(dir,
+                    [](auto& j) {
+                      j["decoder"] = {{"type", "WordPiece"}};
+                    }),
             unsupported(dir, "its decoder is WordPiece, not ByteLevel"));
   // A vocabulary without the byte alphabet is not byte-level (id 65 is some other token).
   EXPECT_EQ(refusal(dir,

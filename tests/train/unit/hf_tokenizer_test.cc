@@ -4,6 +4,7 @@
 // it that load back with the same tokenizer.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <thread>
 
