@@ -1,5 +1,5 @@
 // A Hugging Face tokenizer.json through the tandem command: tokenize encodes a folder of text with
-// it, train reads the shards, and sample decodes with the tokenizer the shards recorded.
+// it, train reads the shards, and sample and eval use the tokenizer the shards recorded.
 #include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -13,7 +13,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-TEST(HfTokenizerCli, TokenizeTrainAndSample) {
+TEST(HfTokenizerCli, TokenizeTrainSampleAndEval) {
   testing::ScratchDir dir;
   testing::write_corpus(dir);
   const std::string json = testing::write_tokenizer(dir, testing::test_tokenizer_json());
@@ -34,6 +34,16 @@ TEST(HfTokenizerCli, TokenizeTrainAndSample) {
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_EQ(r.output.rfind("the cat", 0), 0u) << r.output;
   EXPECT_GT(r.output.size(), 7u) << r.output;
+
+  // eval scores the validation shards, and a text file encoded with the recorded tokenizer.
+  r = tandem::testing::run_tandem(
+      fmt::format("eval --checkpoint '{}' --data '{}'", dir.path("ck"), dir.path("shards")));
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr(" bits/byte) over ")) << r.output;
+  r = tandem::testing::run_tandem(
+      fmt::format("eval --checkpoint '{}' --data '{}'", dir.path("ck"), dir.path("corpus/a.txt")));
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr(" bits/byte) over ")) << r.output;
 }
 
 }  // namespace

@@ -54,11 +54,12 @@ TEST_F(HfTokenizer, ByteAlphabetIsGpt2s) {
   EXPECT_EQ(byte_char(0xAD), "Ń");
   EXPECT_EQ(byte_char('A'), "A");
   EXPECT_EQ(byte_char(0xE9), "é");
-  // Every byte encodes to its own token (id b here) and decodes back.
+  // Every byte encodes to its own token (id b here) and decodes back (alone, a byte past ASCII is
+  // not UTF-8: U+FFFD).
   for (int b = 0; b < 256; ++b) {
     const std::string s(1, static_cast<char>(b));
     ASSERT_EQ(encode(s), std::vector<int32_t>{b}) << b;
-    ASSERT_EQ(tok_->decode({b}), s) << b;
+    ASSERT_EQ(tok_->decode({b}), b < 0x80 ? s : "\uFFFD") << b;
   }
 }
 
