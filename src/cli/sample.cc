@@ -61,8 +61,8 @@ void add_sample(CLI::App& app) {
       ->required();
   cmd->add_option("--prompt", f->prompt, "Text to continue")->capture_default_str();
   cmd->add_option("--tokenizer", f->tokenizer,
-                  "SentencePiece .model to decode with (default: the one the checkpoint's data "
-                  "recorded)");
+                  "SentencePiece .model or GPT-2 tokenizer.json to decode with (default: the one "
+                  "the checkpoint's data recorded)");
   cmd->add_option("--tokens", f->tokens, "Tokens to generate")->capture_default_str();
   cmd->add_option("--temperature", f->temperature,
                   "Sampling temperature (0: always the most likely byte)")

@@ -21,7 +21,8 @@ void add_tokenize(CLI::App& app) {
   cmd->add_option("--out", c->output_dir, "Folder to write the shards to (new or empty)")
       ->required();
   cmd->add_option("--tokenizer", c->tokenizer,
-                  "Encode with this SentencePiece .model instead of training one");
+                  "Encode with this tokenizer instead of training one: a SentencePiece .model or "
+                  "a Hugging Face GPT-2 tokenizer.json");
   cmd->add_option("--vocab-size", c->vocab_size, "Tokens in the trained tokenizer's vocabulary")
       ->capture_default_str();
   cmd->add_option("--val-fraction", c->validation_fraction,

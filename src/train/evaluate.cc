@@ -51,7 +51,7 @@ std::unique_ptr<Tokenizer> model_tokenizer(const LoadedModel& model, const std::
     if (model.config.vocab_size == kByteVocab) return nullptr;
     user_error(
         "checkpoint '{}' has a vocabulary of {} tokens and names no tokenizer; give "
-        "--tokenizer FILE (the tokenizer.model of its data folder)",
+        "--tokenizer FILE (the tokenizer.model or tokenizer.json of its data folder)",
         checkpoint_dir, model.config.vocab_size);
   }
   if (given.empty() && !std::filesystem::exists(recorded))

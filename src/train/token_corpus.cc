@@ -83,7 +83,14 @@ Corpus load_shard_corpus(const std::string& dir) {
   std::string text;
   const nlohmann::json j = read_index(dir, &text);
   const int vocab = data_vocab_size(dir);
-  const std::string tokenizer_path = in_dir(dir, kTokenizerFile);
+  // The tokenizer's file: tokenizer.model or tokenizer.json, as shards.json names it.
+  const std::string name = j.contains("tokenizer") && j["tokenizer"].is_string()
+                               ? j["tokenizer"].get<std::string>()
+                               : std::string(kTokenizerFile);
+  if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos)
+    user_error("shard index '{}' names tokenizer '{}', which is not a file in its folder",
+               in_dir(dir, kShardsJson), name);
+  const std::string tokenizer_path = in_dir(dir, name);
   const std::string want_sha =
       j["tokenizer_sha256"].is_string() ? j["tokenizer_sha256"].get<std::string>() : std::string();
   const io::Sha256Digest digest =

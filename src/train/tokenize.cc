@@ -418,13 +418,13 @@ TokenizeSummary tokenize(const TokenizeConfig& cfg) {
                                 {"vocab_size", vocab},
                                 {"dtype", io::token_bytes_for(vocab) == 2 ? "uint16" : "uint32"},
                                 {"eos_id", tok.eos_id()},
-                                {"tokenizer", std::string(kTokenizerFile)},
+                                {"tokenizer", std::string(tok.file_name())},
                                 {"tokenizer_sha256", tok.sha256()},
                                 {"tokenizer_source", tok.source()},
                                 {"inputs", {{"files", files.size()}, {"text_bytes", total}}},
                                 {"train", train.finish(total - val_bytes)},
                                 {"validation", val.finish(val_bytes)}};
-  io::write_file_atomic((fs::path(folder.temp()) / kTokenizerFile).string(), tok.model_bytes());
+  io::write_file_atomic((fs::path(folder.temp()) / tok.file_name()).string(), tok.model_bytes());
   io::write_file_atomic((fs::path(folder.temp()) / kShardsJson).string(), index.dump(2) + "\n");
   folder.commit();
 

@@ -1,5 +1,6 @@
-// The SentencePiece tokenizer behind train::Tokenizer: training through a sentence iterator over
-// the corpus's lines, and the processor that encodes and decodes.
+// The tokenizers behind train::Tokenizer: SentencePiece (training through a sentence iterator
+// over the corpus's lines, and the processor that encodes and decodes), or a Hugging Face
+// tokenizer.json of GPT-2's byte-level BPE (hf_bpe.h), chosen by the file's name.
 #include "tandem/train/tokenizer.h"
 
 #include <sentencepiece_processor.h>
@@ -8,6 +9,7 @@
 #include <fstream>
 #include <unordered_map>
 
+#include "hf_bpe.h"
 #include "tandem/core/error.h"
 #include "tandem/core/sha256.h"
 #include "tandem/io/atomic_file.h"
@@ -85,6 +87,7 @@ std::string number_after(const std::string& text, std::string_view prefix, size_
 
 struct Tokenizer::Impl {
   sentencepiece::SentencePieceProcessor sp;
+  std::unique_ptr<detail::HfBpe> hf;  // set for a tokenizer.json; sp is used otherwise
   std::string bytes, sha, source;
 };
 
@@ -96,9 +99,14 @@ Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer Tokenizer::load(const std::string& path) {
   auto impl = std::make_unique<Impl>();
   impl->bytes = io::read_file(path, "tokenizer");
-  const auto st = impl->sp.LoadFromSerializedProto(impl->bytes);
-  if (!st.ok())
-    user_error("tokenizer '{}' is not a SentencePiece .model file ({})", path, st.message());
+  if (path.ends_with(".json")) {
+    impl->hf = std::make_unique<detail::HfBpe>(impl->bytes, path);
+  } else if (const auto st = impl->sp.LoadFromSerializedProto(impl->bytes); !st.ok()) {
+    user_error(
+        "tokenizer '{}' is not a SentencePiece .model file ({}); a Hugging Face tokenizer's name "
+        "ends in .json",
+        path, st.message());
+  }
   impl->sha = sha256_hex(impl->bytes);
   impl->source = path;
   return Tokenizer(std::move(impl));
@@ -133,10 +141,13 @@ Tokenizer Tokenizer::train(const std::vector<std::string>& files, int vocab_size
   return Tokenizer(std::move(impl));
 }
 
-int Tokenizer::vocab_size() const { return impl_->sp.GetPieceSize(); }
-int Tokenizer::eos_id() const { return impl_->sp.eos_id(); }
+int Tokenizer::vocab_size() const {
+  return impl_->hf ? impl_->hf->vocab_size() : impl_->sp.GetPieceSize();
+}
+int Tokenizer::eos_id() const { return impl_->hf ? impl_->hf->eos_id() : impl_->sp.eos_id(); }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
+  if (impl_->hf) return impl_->hf->encode(text);
   std::vector<int> ids;
   const auto st = impl_->sp.Encode(std::string(text), &ids);
   TANDEM_CHECK(st.ok(), "SentencePiece cannot encode: {}", st.message());
@@ -144,11 +155,12 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
 }
 
 std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
-  std::vector<int> v(ids.begin(), ids.end());
   const int n = vocab_size();
-  for (int id : v)
+  for (int32_t id : ids)
     if (id < 0 || id >= n)
       user_error("token id {} is outside the tokenizer's vocabulary of {} tokens", id, n);
+  if (impl_->hf) return impl_->hf->decode(ids);
+  const std::vector<int> v(ids.begin(), ids.end());
   std::string text;
   const auto st = impl_->sp.Decode(v, &text);
   TANDEM_CHECK(st.ok(), "SentencePiece cannot decode: {}", st.message());
@@ -158,5 +170,8 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
 const std::string& Tokenizer::model_bytes() const { return impl_->bytes; }
 const std::string& Tokenizer::sha256() const { return impl_->sha; }
 const std::string& Tokenizer::source() const { return impl_->source; }
+std::string_view Tokenizer::file_name() const {
+  return impl_->hf ? "tokenizer.json" : "tokenizer.model";
+}
 
 }  // namespace tandem::train

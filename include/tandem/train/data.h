@@ -60,8 +60,8 @@ struct Corpus {
                              // the first 64 bits of the SHA-256 of a shard folder's shards.json
   TokenSplit train;
   TokenSplit validation;
-  // Shard folders: the tokenizer's .model file and its SHA-256, and the bytes of text the
-  // validation tokens came from (bits per byte). Empty / 0 for byte corpora.
+  // Shard folders: the tokenizer's file (.model or .json) and its SHA-256, and the bytes of text
+  // the validation tokens came from (bits per byte). Empty / 0 for byte corpora.
   std::string tokenizer_path;
   std::string tokenizer_sha256;
   uint64_t validation_text_bytes = 0;

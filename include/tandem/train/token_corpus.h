@@ -2,8 +2,9 @@
 // shards mapped read-only: training never holds the corpus in memory whole.
 //
 // The folder holds shards.json (the vocabulary, the element type, each split's shards with their
-// token counts and SHA-256s, and the bytes of text each split came from), tokenizer.model (the
-// SentencePiece model the shards were encoded with) and the shards: train-NNNNNN.bin and
+// token counts and SHA-256s, the bytes of text each split came from, and the tokenizer's file
+// name), the tokenizer the shards were encoded with (tokenizer.model, a SentencePiece model, or
+// tokenizer.json, a Hugging Face GPT-2 tokenizer) and the shards: train-NNNNNN.bin and
 // val-NNNNNN.bin (io/token_shards.h).
 #pragma once
 
@@ -15,6 +16,7 @@
 namespace tandem::train {
 
 inline constexpr std::string_view kShardsJson = "shards.json";
+// The tokenizer's file where shards.json names none.
 inline constexpr std::string_view kTokenizerFile = "tokenizer.model";
 inline constexpr int kShardsFormatVersion = 1;
 

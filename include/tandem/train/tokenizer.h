@@ -1,6 +1,8 @@
-// A subword tokenizer: a SentencePiece BPE model, trained on text files or loaded from a .model
-// file, that encodes text to token ids and decodes them back. Trained models use byte fallback
-// and no normalisation, so every input encodes and decode(encode(text)) == text.
+// A subword tokenizer that encodes text to token ids and decodes them back: a SentencePiece BPE
+// model, trained on text files or loaded from a .model file, or GPT-2's byte-level BPE loaded from
+// a Hugging Face tokenizer.json. Trained models use byte fallback and no normalisation, and
+// byte-level BPE encodes bytes, so every input encodes and decode(encode(text)) == text for UTF-8
+// text.
 #pragma once
 
 #include <cstdint>
@@ -13,7 +15,9 @@ namespace tandem::train {
 
 class Tokenizer {
  public:
-  // Loads a SentencePiece .model file; a missing or malformed file is a UserError naming it.
+  // Loads a Hugging Face tokenizer.json of GPT-2's byte-level BPE (a path ending in .json) or a
+  // SentencePiece .model file (any other path). A missing or malformed file, or a tokenizer.json
+  // of another kind, is a UserError naming it.
   static Tokenizer load(const std::string& path);
   // Trains a BPE model of `vocab_size` pieces on the lines of `files` (read once; at most
   // kMaxTrainingLines of them sampled) with `threads` threads. A vocabulary the text cannot fill,
@@ -30,9 +34,12 @@ class Tokenizer {
   std::vector<int32_t> encode(std::string_view text) const;
   std::string decode(const std::vector<int32_t>& ids) const;
 
-  const std::string& model_bytes() const;  // the serialised .model
+  const std::string& model_bytes() const;  // the serialised .model, or the tokenizer.json's bytes
   const std::string& sha256() const;       // of model_bytes(): the tokenizer's fingerprint
   const std::string& source() const;       // the file it came from, or "trained"
+  // The name a copy of model_bytes() takes beside token shards, which load() reads back as the
+  // same kind: "tokenizer.model" (SentencePiece) or "tokenizer.json" (Hugging Face).
+  std::string_view file_name() const;
 
  private:
   struct Impl;
