@@ -10,11 +10,11 @@ tandem's (--lr 0.003, betas (0.9, 0.95), eps 1e-8, weight decay 0), and tandem's
 schedule (linear warm-up over --lr-warmup steps, then cosine decay to --min-lr-ratio x lr over the
 whole run). With --nproc 1 it is one process and no DDP at all (no process group, no wrapper):
 what a PyTorch user runs on one machine. Dropout 0; the global batch --batch is split evenly over
-the processes; each process
-uses --threads threads: torch.set_num_threads for PyTorch's own loops and OPENBLAS_NUM_THREADS for
-its GEMMs (Debian's torch calls OpenBLAS, which torch.set_num_threads does not reach), with
-OMP_WAIT_POLICY=PASSIVE unless the environment sets it (PyTorch's OpenMP helpers otherwise spin
-and take the cores from the other process; the line printed says which policy ran).
+the processes; each process uses --threads threads: torch.set_num_threads for PyTorch's own loops
+and OPENBLAS_NUM_THREADS for its GEMMs (Debian's torch calls OpenBLAS, which
+torch.set_num_threads does not reach), with OMP_WAIT_POLICY=PASSIVE unless the environment sets
+it (PyTorch's OpenMP helpers otherwise spin and take the cores from the other process; the line
+printed says which policy ran).
 
 Precision: --precision fp32 (the default) trains in f32; --precision bf16 runs the forward and
 the loss under torch.autocast('cpu', dtype=torch.bfloat16), as a PyTorch CPU user writes it: the
@@ -70,8 +70,8 @@ os.environ["OPENBLAS_NUM_THREADS"] = str(max(1, threads_flag()))
 try:
     import torch
     import torch.distributed as dist
-    import torch.nn.functional as F
     import torch.multiprocessing as mp
+    import torch.nn.functional as F
     from torch.nn.parallel import DistributedDataParallel as DDP
 except ImportError:
     print("pytorch_ddp_gpt: torch is not installed (Debian: apt-get install python3-torch); "
