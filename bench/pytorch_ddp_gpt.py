@@ -166,14 +166,11 @@ def autocast_line(a):
     f32_ms = median_ms(lambda: torch.mm(x, w))
     bf16_ms = median_ms(lambda: torch.mm(xb, wb))
     gflops = lambda ms: 2.0 * n ** 3 / (ms * 1e6)
-    try:
-        onednn = torch.ops.mkldnn._is_mkldnn_bf16_supported()
-    except (AttributeError, RuntimeError):
-        onednn = "unknown"
     verdict = ("matmuls run in bf16, faster than f32" if dtypes == {torch.bfloat16}
                and f32_ms / bf16_ms >= 1.2 else "matmuls NOT faster in bf16 than f32 here")
     return (f"autocast bf16 check: mm, @ and F.linear under autocast return "
-            f"{', '.join(sorted(str(d) for d in dtypes))}; oneDNN bf16 supported: {onednn}; "
+            f"{', '.join(sorted(str(d) for d in dtypes))}; oneDNN in this torch: "
+            f"{torch.backends.mkldnn.is_available()}; "
             f"{n}^3 matmul on {torch.get_num_threads()} threads: f32 {gflops(f32_ms):.0f} "
             f"GFLOP/s, bf16 {gflops(bf16_ms):.0f} GFLOP/s ({f32_ms / bf16_ms:.2f}x): {verdict}")
 
