@@ -190,6 +190,8 @@ def worker(rank, world, a):
 def run(rank, world, a):
     lead = rank == 0
     check = autocast_line(a) if lead and a.precision == "bf16" else None
+    if world > 1:
+        dist.barrier()  # the other ranks wait here, idle, while rank 0 times its check
     local_batch = a.batch // world
     torch.manual_seed(a.seed)  # the same weights on every rank (DDP broadcasts rank 0's too)
     model = GPT(VOCAB, a.seq_len, a.layers, a.d_model, a.heads, 0.0).train()
