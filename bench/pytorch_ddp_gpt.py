@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch DDP's side of the end-to-end training race against `tandem train` (docs/benchmarks.md).
+"""PyTorch's side of the end-to-end training races against `tandem train` (docs/benchmarks.md).
 
 The same GPT as tandem's (bench/tandem_gpt_model.py: GPT-2 blocks, tied head, byte vocabulary,
 GPT-2's initialisation as nn::gpt_init), trained the way a PyTorch CPU user trains it on one
@@ -8,11 +8,20 @@ machine: torch.nn.parallel.DistributedDataParallel over the gloo backend, one pr
 2`), torch.optim.AdamW with PyTorch's defaults except lr, betas, eps and weight decay, which are
 tandem's (--lr 0.003, betas (0.9, 0.95), eps 1e-8, weight decay 0), and tandem's learning-rate
 schedule (linear warm-up over --lr-warmup steps, then cosine decay to --min-lr-ratio x lr over the
-whole run). Dropout 0; the global batch --batch is split evenly over the processes; each process
-uses --threads threads: torch.set_num_threads for PyTorch's own loops and OPENBLAS_NUM_THREADS for
-its GEMMs (Debian's torch calls OpenBLAS, which torch.set_num_threads does not reach), with
-OMP_WAIT_POLICY=PASSIVE unless the environment sets it (PyTorch's OpenMP helpers otherwise spin
-and take the cores from the other process; the line printed says which policy ran).
+whole run). With --nproc 1 it is one process and no DDP at all (no process group, no wrapper):
+what a PyTorch user runs on one machine. Dropout 0; the global batch --batch is split evenly over
+the processes; each process uses --threads threads: torch.set_num_threads for PyTorch's own loops
+and OPENBLAS_NUM_THREADS for its GEMMs (Debian's torch calls OpenBLAS, which
+torch.set_num_threads does not reach), with OMP_WAIT_POLICY=PASSIVE unless the environment sets
+it (PyTorch's OpenMP helpers otherwise spin and take the cores from the other process; the line
+printed says which policy ran).
+
+Precision: --precision fp32 (the default) trains in f32; --precision bf16 runs the forward and
+the loss under torch.autocast('cpu', dtype=torch.bfloat16), as a PyTorch CPU user writes it: the
+matmuls on bf16 operands (autocast's CPU list), the rest as autocast decides, the backward
+outside the context, the master weights and AdamW in f32. Before training, rank 0 checks that
+autocast's matmuls really run in bf16 on this CPU (the result's dtype, and a 1024^3 matmul timed
+in bf16 against f32) and prints one line saying so.
 
 Data: `tandem train` without --data trains on its built-in synthetic grammar (src/train/data.cc),
 which this script does not reproduce; it samples random windows of --seq-len + 1 bytes from a
@@ -30,9 +39,11 @@ Prints the median step time and tokens/s (global tokens per step / median step t
 
 Installs nothing: with torch absent (Debian: apt-get install python3-torch) it says so and
 exits 0.
-Usage: pytorch_ddp_gpt.py [--nproc 2] [--threads 1] [--warmup-steps 3] [--steps 10] [--layers 4]
-                          [--d-model 256] [--heads 4] [--seq-len 128] [--batch 16] [--lr 0.003]
-                          [--lr-warmup 30] [--min-lr-ratio 0.1] [--seed 1] [--data FILE]
+The keys stay `ddp` with --nproc 1 too, so that the race scripts read every run alike.
+Usage: pytorch_ddp_gpt.py [--nproc 2] [--threads 1] [--precision fp32] [--warmup-steps 3]
+                          [--steps 10] [--layers 4] [--d-model 256] [--heads 4] [--seq-len 128]
+                          [--batch 16] [--lr 0.003] [--lr-warmup 30] [--min-lr-ratio 0.1]
+                          [--seed 1] [--data FILE]
 """
 import argparse
 import math
@@ -60,6 +71,7 @@ try:
     import torch
     import torch.distributed as dist
     import torch.multiprocessing as mp
+    import torch.nn.functional as F
     from torch.nn.parallel import DistributedDataParallel as DDP
 except ImportError:
     print("pytorch_ddp_gpt: torch is not installed (Debian: apt-get install python3-torch); "
@@ -73,8 +85,11 @@ VOCAB = 256  # bytes, as tandem's
 
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--nproc", type=int, default=2, help="processes when not under torchrun")
+    ap.add_argument("--nproc", type=int, default=2,
+                    help="processes when not under torchrun (1: one process, no DDP)")
     ap.add_argument("--threads", type=int, default=1, help="intra-op threads per process")
+    ap.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                    help="bf16: the forward and the loss under torch.autocast('cpu', bfloat16)")
     ap.add_argument("--warmup-steps", type=int, default=3, help="untimed steps first")
     ap.add_argument("--steps", type=int, default=10, help="timed steps")
     ap.add_argument("--layers", type=int, default=4)
@@ -123,8 +138,48 @@ def load_corpus(a):
     return data
 
 
+def autocast(a):
+    """The context the forward and the loss run in: autocast to bf16, or nothing for fp32."""
+    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16")
+
+
+def median_ms(fn, reps=7):
+    fn()  # warm-up: oneDNN creates its primitive, OpenMP its threads
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def autocast_line(a):
+    """Whether autocast's matmuls run in bf16 here: the dtype they return, and a 1024^3 matmul
+    on bf16 operands timed against f32 on this process's threads (bf16 at about f32's rate or
+    slower means converted or emulated, not native bf16 arithmetic)."""
+    n = 1024
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(n, n, generator=g), torch.randn(n, n, generator=g)
+    with autocast(a):
+        dtypes = {torch.mm(x, w).dtype, (x @ w).dtype, F.linear(x, w).dtype}
+    xb, wb = x.bfloat16(), w.bfloat16()
+    f32_ms = median_ms(lambda: torch.mm(x, w))
+    bf16_ms = median_ms(lambda: torch.mm(xb, wb))
+    gflops = lambda ms: 2.0 * n ** 3 / (ms * 1e6)
+    verdict = ("matmuls run in bf16, faster than f32" if dtypes == {torch.bfloat16}
+               and f32_ms / bf16_ms >= 1.2 else "matmuls NOT faster in bf16 than f32 here")
+    return (f"autocast bf16 check: mm, @ and F.linear under autocast return "
+            f"{', '.join(sorted(str(d) for d in dtypes))}; oneDNN in this torch: "
+            f"{torch.backends.mkldnn.is_available()}; "
+            f"{n}^3 matmul on {torch.get_num_threads()} threads: f32 {gflops(f32_ms):.0f} "
+            f"GFLOP/s, bf16 {gflops(bf16_ms):.0f} GFLOP/s ({f32_ms / bf16_ms:.2f}x): {verdict}")
+
+
 def worker(rank, world, a):
     torch.set_num_threads(a.threads)
+    if world == 1:  # one process: no process group, no DDP
+        run(rank, world, a)
+        return
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
         run(rank, world, a)
@@ -134,10 +189,13 @@ def worker(rank, world, a):
 
 def run(rank, world, a):
     lead = rank == 0
+    check = autocast_line(a) if lead and a.precision == "bf16" else None
+    if world > 1:
+        dist.barrier()  # the other ranks wait here, idle, while rank 0 times its check
     local_batch = a.batch // world
     torch.manual_seed(a.seed)  # the same weights on every rank (DDP broadcasts rank 0's too)
     model = GPT(VOCAB, a.seq_len, a.layers, a.d_model, a.heads, 0.0).train()
-    ddp = DDP(model)
+    ddp = DDP(model) if world > 1 else model
     opt = torch.optim.AdamW(ddp.parameters(), lr=a.lr, betas=(0.9, 0.95), eps=1e-8,
                             weight_decay=0.0)
     total = a.warmup_steps + a.steps
@@ -153,7 +211,8 @@ def run(rank, world, a):
         opt.zero_grad()
         starts = torch.randint(0, corpus.numel() - a.seq_len, (local_batch, 1), generator=sampler)
         seqs = corpus[starts + window]  # (B/world, T + 1)
-        loss = ddp(seqs[:, :-1].contiguous(), seqs[:, 1:].contiguous())
+        with autocast(a):  # the forward and the loss; the backward outside, as autocast's docs say
+            loss = ddp(seqs[:, :-1].contiguous(), seqs[:, 1:].contiguous())
         loss.backward()
         opt.step()
         sched.step()
@@ -169,8 +228,9 @@ def run(rank, world, a):
     # loss, and the ranks' weights still identical.
     flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
     lo, hi = flat.clone(), flat.clone()
-    dist.all_reduce(lo, op=dist.ReduceOp.MIN)
-    dist.all_reduce(hi, op=dist.ReduceOp.MAX)
+    if world > 1:
+        dist.all_reduce(lo, op=dist.ReduceOp.MIN)
+        dist.all_reduce(hi, op=dist.ReduceOp.MAX)
     spread = (hi - lo).abs().max().item()
     failures = []
     if not abs(first_loss - math.log(VOCAB)) < 0.5:
@@ -187,9 +247,15 @@ def run(rank, world, a):
     med = statistics.median(times)
     tokens = a.batch * a.seq_len
     params = sum(p.numel() for p in model.parameters())
-    print(f"PyTorch {torch.__version__} DDP (gloo), {world} processes x {torch.get_num_threads()} "
+    how = (f"DDP (gloo), {world} processes" if world > 1 else "one process (no DDP)")
+    precision = ("bf16 (autocast bf16, f32 master weights)" if a.precision == "bf16"
+                 else "fp32")
+    if check:
+        print(check)
+    print(f"PyTorch {torch.__version__} {how} x {torch.get_num_threads()} "
           f"threads (OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')}), "
-          f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}: GPT {a.layers} layers, "
+          f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}, precision {precision}: "
+          f"GPT {a.layers} layers, "
           f"d {a.d_model}, {a.heads} heads, {params / 1e6:.2f}M parameters, T {a.seq_len}, batch "
           f"{a.batch} ({local_batch} per rank), AdamW; median {med:.1f} ms (min {min(times):.1f}, "
           f"max {max(times):.1f}) over {a.steps} steps after {a.warmup_steps} warm-up; "
@@ -215,6 +281,9 @@ def main():
         return
     if a.batch % a.nproc != 0:
         raise SystemExit(f"pytorch_ddp_gpt: --batch {a.batch} must divide by --nproc {a.nproc}")
+    if a.nproc == 1:  # one process, this one
+        worker(0, 1, a)
+        return
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", str(free_port()))
     try:
