@@ -114,12 +114,12 @@ void check_init_from_flags(const train::TrainConfig& cfg, const nn::GPTConfig& h
                            const std::string& preset_name, const SizeOptions& o) {
   const std::string file = (std::filesystem::path(cfg.init_from) / "config.json").string();
   const nn::GPTConfig& m = cfg.model;
-  auto agree = [&](const CLI::Option* flag, std::string_view name, int asked, std::string_view field,
-                   int has) {
+  auto agree = [&](const CLI::Option* flag, std::string_view name, int asked,
+                   std::string_view field, int has) {
     if (asked == has) return;
-    const std::string by = flag->count() > 0 ? fmt::format("{} {}", name, asked)
-                                             : fmt::format("--model {} ({} {})", preset_name,
-                                                           name.substr(2), asked);
+    const std::string by =
+        flag->count() > 0 ? fmt::format("{} {}", name, asked)
+                          : fmt::format("--model {} ({} {})", preset_name, name.substr(2), asked);
     user_error("{} disagrees with '{}', which has {} {}", by, file, field, has);
   };
   agree(o.layers, "--layers", m.n_layers, "n_layer", hf.n_layers);
@@ -146,7 +146,7 @@ train::TrainConfig config_of(const TrainFlags& flags, const SizeOptions& o,
   // A resumed run takes the checkpoint's model and batch unless flags say otherwise (and then
   // the trainer refuses a model that does not match).
   bool from_checkpoint = false;
-  std::optional<nn::GPTConfig> hf;  // --init-from: the folder's model
+  std::optional<nn::GPTConfig> hf;                         // --init-from: the folder's model
   if (!cfg.init_from.empty() && cfg.resume_dir.empty()) {  // both: refused by validate()
     hf = train::hf_model_config(cfg.init_from);
     if (o.model->count() == 0) p = {hf->n_layers, hf->n_heads, hf->d_model, hf->seq_len, p.batch};
@@ -268,10 +268,11 @@ void add_train(CLI::App& app) {
       "--resume", c.resume_dir,
       "Continue from the checkpoint in DIR, or the newest of a --save folder (its model "
       "unless flags say otherwise)");
-  cmd->add_option("--init-from", c.init_from,
-                  "Start from the weights of a Hugging Face GPT-2 folder (model.safetensors and "
-                  "config.json, as tandem export --format hf writes): its model, a fresh optimizer, "
-                  "step 0 (docs/training.md)");
+  cmd->add_option(
+      "--init-from", c.init_from,
+      "Start from the weights of a Hugging Face GPT-2 folder (model.safetensors and "
+      "config.json, as tandem export --format hf writes): its model, a fresh optimizer, "
+      "step 0 (docs/training.md)");
   cmd->add_option("--metrics", c.metrics_path, "Write one JSON line per step to FILE");
   cmd->add_option("--trace", c.trace_path, "Write a Chrome trace (Perfetto) to FILE");
   cmd->add_flag("--quiet", flags->quiet, "Only the summary, no progress lines");

@@ -31,14 +31,14 @@ struct Field {
     const bool fits = v.is_number_unsigned()
                           ? v.get<uint64_t>() >= 1 && v.get<uint64_t>() <= uint64_t{INT_MAX}
                           : v.get<int64_t>() >= 1 && v.get<int64_t>() <= INT_MAX;
-    if (!fits)
-      user_error("'{}': '{}' is {}; it must be a positive integer", source, key, v.dump());
+    if (!fits) user_error("'{}': '{}' is {}; it must be a positive integer", source, key, v.dump());
     return v.get<int>();
   }
 
   double number(const char* key, double fallback) const {
     if (!has(key)) return fallback;
-    if (!j[key].is_number()) user_error("'{}': '{}' is {}, not a number", source, key, j[key].dump());
+    if (!j[key].is_number())
+      user_error("'{}': '{}' is {}, not a number", source, key, j[key].dump());
     return j[key].get<double>();
   }
 

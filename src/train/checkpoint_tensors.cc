@@ -66,9 +66,8 @@ void check_tensor_names(const std::vector<std::string>& names, const nn::GPTConf
   if (!missing.empty())
     parts.push_back(fmt::format("no tensor{} {}, which this model needs",
                                 missing.size() == 1 ? "" : "s", some_names(missing)));
-  user_error(
-      "checkpoint file '{}' does not match its model ({} layers, d_model {}): it has {}; {}",
-      file, c.n_layers, c.d_model, fmt::join(parts, ", and "), why);
+  user_error("checkpoint file '{}' does not match its model ({} layers, d_model {}): it has {}; {}",
+             file, c.n_layers, c.d_model, fmt::join(parts, ", and "), why);
 }
 
 std::vector<io::TensorSpec> checkpoint_specs(const nn::GPTConfig& c,
@@ -82,8 +81,7 @@ std::vector<io::TensorSpec> checkpoint_specs(const nn::GPTConfig& c,
 
 CheckpointTensors::CheckpointTensors(const io::SafetensorsReader& file, NameMap model_name)
     : file_(file) {
-  for (size_t i = 0; i < file.tensors().size(); ++i)
-    index_[model_name(file.tensors()[i].name)] = i;
+  for (size_t i = 0; i < file.tensors().size(); ++i) index_[model_name(file.tensors()[i].name)] = i;
 }
 
 void CheckpointTensors::read(const std::string& prefix, const nn::ParamSpec& spec,

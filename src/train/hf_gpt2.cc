@@ -50,8 +50,9 @@ struct TokenizerFile {
 TokenizerFile checkpoint_tokenizer(const io::RunMeta& meta, const std::string& checkpoint,
                                    const std::string& given) {
   const nlohmann::json& x = meta.extra;
-  const std::string recorded =
-      x.contains("tokenizer") && x["tokenizer"].is_string() ? x["tokenizer"].get<std::string>() : "";
+  const std::string recorded = x.contains("tokenizer") && x["tokenizer"].is_string()
+                                   ? x["tokenizer"].get<std::string>()
+                                   : "";
   const std::string sha = x.contains("tokenizer_sha256") && x["tokenizer_sha256"].is_string()
                               ? x["tokenizer_sha256"].get<std::string>()
                               : "";
@@ -84,7 +85,8 @@ void check_export_folder(const std::string& dir) {
                                       "tokenizer.json"};
   std::vector<std::string> others;
   for (const fs::directory_entry& e : fs::directory_iterator(dir, ec))
-    if (!ours.contains(e.path().filename().string())) others.push_back(e.path().filename().string());
+    if (!ours.contains(e.path().filename().string()))
+      others.push_back(e.path().filename().string());
   std::sort(others.begin(), others.end());
   if (!others.empty())
     user_error(
@@ -206,7 +208,8 @@ std::shared_ptr<const ResumeState> prepare_init(const TrainConfig& cfg) {
   // The sizes must be the folder's; only the sequence length and dropout are the run's to choose.
   std::vector<std::string> differ;
   auto same = [&](const char* hf, int have, int want, std::string_view flag) {
-    if (have != want) differ.push_back(fmt::format("{} {} where this run has {} ({})", hf, have, want, flag));
+    if (have != want)
+      differ.push_back(fmt::format("{} {} where this run has {} ({})", hf, have, want, flag));
   };
   same("vocab_size", saved.vocab_size, m.vocab_size,
        cfg.data.empty() ? "the synthetic corpus's bytes"
@@ -216,8 +219,7 @@ std::shared_ptr<const ResumeState> prepare_init(const TrainConfig& cfg) {
   same("n_embd", saved.d_model, m.d_model, "--d-model");
   same("n_positions", saved.max_positions, m.max_positions, "the model's positions");
   if (!differ.empty())
-    user_error("'{}' does not describe this run's model: {}", config_path,
-               fmt::join(differ, "; "));
+    user_error("'{}' does not describe this run's model: {}", config_path, fmt::join(differ, "; "));
 
   const std::string weights_path = in_folder(dir, io::kHfWeightsFile);
   std::error_code ec;

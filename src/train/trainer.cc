@@ -446,7 +446,7 @@ void RankRun::print_header(int64_t first_step) {
       c.n_layers, c.d_model, c.n_heads, static_cast<double>(nn::gpt_num_parameters(c)) / 1e6,
       corpus_->source == "synthetic" ? "the synthetic corpus" : corpus_->source, cfg_.batch,
       c.seq_len, cfg_.grid.size(), cfg_.grid.str(), comm::backend_name(cfg_.backend),
-      resumed()  ? fmt::format(", resuming at step {} from {}", first_step, resume_->folder)
+      resumed() ? fmt::format(", resuming at step {} from {}", first_step, resume_->folder)
       : resume_ ? fmt::format(", starting from the Hugging Face folder {}", resume_->folder)
                 : "");
   out_ << "  " << grid_.mapping() << "\n";

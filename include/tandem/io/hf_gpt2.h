@@ -57,7 +57,8 @@ std::string hf_gpt2_canonical_name(std::string_view name);
 bool hf_gpt2_is_buffer(std::string_view canonical_name);
 
 // The name a tokenizer file gets in the folder: "tokenizer.json" for a Hugging Face tokenizer
-// (a .json file), else "tokenizer.model" (SentencePiece), as transformers' tokenizers look for them.
+// (a .json file), else "tokenizer.model" (SentencePiece), as transformers' tokenizers look for
+// them.
 std::string hf_tokenizer_file_name(std::string_view tokenizer_path);
 
 }  // namespace tandem::io

@@ -71,8 +71,7 @@ TEST(HfGpt2Layout, Names) {
 
 TEST(HfGpt2Layout, AMissingConfigNamesTheFile) {
   tandem::testing::ScratchDir dir;
-  EXPECT_EQ(tandem::testing::user_error_of(
-                [&] { read_hf_gpt2_config(dir.path("config.json")); }),
+  EXPECT_EQ(tandem::testing::user_error_of([&] { read_hf_gpt2_config(dir.path("config.json")); }),
             "Hugging Face model config '" + dir.path("config.json") + "' does not exist");
 }
 

@@ -3,6 +3,8 @@
 // (--init-from) holds the same weights bit for bit on any grid; the hub's older layout loads too;
 // and, where PyTorch is installed, an independent GPT-2 forward (tests/train/hf_gpt2_forward.py)
 // reading the export reproduces tandem's logits.
+#include "tandem/io/hf_gpt2.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -14,11 +16,12 @@
 #include "support/cli.h"
 #include "tandem/io/checkpoint.h"
 #include "tandem/io/checkpoint_series.h"
-#include "tandem/io/hf_gpt2.h"
 #include "tandem/io/safetensors.h"
 #include "tandem/train/evaluate.h"
 #include "tandem/train/hf_gpt2.h"
-#include "train/test_util.h"
+#include "tandem/train/token_corpus.h"
+#include "tandem/train/tokenizer.h"
+#include "train/token_test_util.h"
 
 namespace tandem::train {
 namespace {
@@ -174,7 +177,8 @@ TEST(HfGpt2Init, ReadsTheHubsOlderLayout) {
     old.push_back(t);
   }
   for (int i = 0; i < 2; ++i) {
-    old.push_back({"h." + std::to_string(i) + ".attn.bias", Tensor::zeros(DType::F32, {1, 1, 16, 16})});
+    old.push_back(
+        {"h." + std::to_string(i) + ".attn.bias", Tensor::zeros(DType::F32, {1, 1, 16, 16})});
     old.push_back({"h." + std::to_string(i) + ".attn.masked_bias", Tensor::zeros(DType::F32, {})});
   }
   io::save_safetensors(e.folder + "/model.safetensors", old, {{"format", "pt"}},
@@ -185,13 +189,48 @@ TEST(HfGpt2Init, ReadsTheHubsOlderLayout) {
   EXPECT_EQ(train(c).weights, checkpoint_weights(e.checkpoint, c.model));
 }
 
+// A model trained on token shards: its tokenizer goes beside the weights (config.json names its
+// end-of-text id), and a run started from the folder on those shards checks it is theirs.
+TEST(HfGpt2Export, CopiesTheTokenizerAndInitFromChecksIt) {
+  ScratchDir dir;
+  testing::write_corpus(dir);
+  tokenize(testing::tiny_tokenize(dir, "shards"));
+  TrainConfig c = testing::tiny_run(1);
+  c.data = dir.path("shards");
+  c.model.vocab_size = data_vocab_size(c.data);
+  c.save_dir = dir.path("ck");
+  train(c);
+  const std::string hf = dir.path("hf");
+  export_hf_gpt2(c.save_dir, hf);
+  EXPECT_EQ(dir.list("hf"),
+            (std::vector<std::string>{"config.json", "model.safetensors", "tokenizer.model"}));
+  EXPECT_EQ(testing::read_bytes(hf + "/tokenizer.model"),
+            testing::read_bytes(dir.path("shards/tokenizer.model")));
+  const auto cfg = nlohmann::json::parse(testing::read_bytes(hf + "/config.json"));
+  EXPECT_EQ(cfg["vocab_size"], 320);
+  EXPECT_EQ(cfg["eos_token_id"], Tokenizer::load(hf + "/tokenizer.model").eos_id());
+
+  TrainConfig init = c;
+  init.save_dir.clear();
+  init.steps = 0;
+  init.init_from = hf;
+  init.keep_weights = true;
+  EXPECT_EQ(train(init).weights, checkpoint_weights(io::resolve_checkpoint(c.save_dir), c.model));
+  // Another tokenizer beside the weights: the ids would mean other pieces.
+  testing::write_bytes(hf + "/tokenizer.model", "not the shards' tokenizer");
+  EXPECT_NE(testing::user_error_of([&] { train(init); })
+                .find("the tokenizer '" + hf + "/tokenizer.model' is not the one --data '" +
+                      dir.path("shards") + "' was encoded with"),
+            std::string::npos);
+}
+
 // The commands: tandem export, then tandem train --init-from on a tensor-parallel grid, its model
 // taken from config.json.
 TEST(HfGpt2Commands, ExportThenTrainInitFrom) {
   ScratchDir dir;
   const Exported e = export_tiny(dir);
-  const auto x = tandem::testing::run_tandem("export --format hf --out '" + dir.path("hf2") + "' '" +
-                                             e.config.save_dir + "'");
+  const auto x = tandem::testing::run_tandem("export --format hf --out '" + dir.path("hf2") +
+                                             "' '" + e.config.save_dir + "'");
   ASSERT_EQ(x.status, 0) << x.output;
   EXPECT_NE(x.output.find("written to " + dir.path("hf2") + " as model.safetensors, config.json"),
             std::string::npos)
@@ -211,10 +250,11 @@ TEST(HfGpt2Commands, ExportThenTrainInitFrom) {
 
 // An independent reader: GPT-2's forward in PyTorch on the exported folder gives tandem's logits.
 TEST(HfGpt2PyTorch, ForwardOnTheExportReproducesTandemsLogits) {
-  // The python3 on PATH, else Debian's (where python3-torch installs), unless TANDEM_PYTHON names one.
+  // The python3 on PATH, else Debian's (where python3-torch installs), unless TANDEM_PYTHON names
+  // one.
   std::string python;
-  for (const char* py : {static_cast<const char*>(std::getenv("TANDEM_PYTHON")), "python3",
-                         "/usr/bin/python3"})
+  for (const char* py :
+       {static_cast<const char*>(std::getenv("TANDEM_PYTHON")), "python3", "/usr/bin/python3"})
     if (py != nullptr && python.empty() &&
         tandem::testing::run_command(std::string(py) + " -c 'import torch'").status == 0)
       python = py;

@@ -61,8 +61,9 @@ TEST(HfGpt2Errors, MissingFolderAndFiles) {
                 "' has no model.safetensors (tandem export --format hf writes one; save a "
                 "transformers model with save_pretrained(..., safe_serialization=True))");
   fs::remove(hf + "/config.json");
-  EXPECT_EQ(user_error_of([&] { train(init_run(hf)); }),
-            "Hugging Face folder '" + hf + "' has no config.json (tandem export --format hf writes one)");
+  EXPECT_EQ(
+      user_error_of([&] { train(init_run(hf)); }),
+      "Hugging Face folder '" + hf + "' has no config.json (tandem export --format hf writes one)");
 }
 
 TEST(HfGpt2Errors, ATensorNamedOtherwiseIsNamed) {
@@ -118,12 +119,12 @@ TEST(HfGpt2Errors, FlagsThatDisagreeWithConfigJsonNameBoth) {
   for (const auto& [flags, want] : std::vector<std::pair<std::string, std::string>>{
            {"--layers 3", "--layers 3 disagrees with '" + file + "', which has n_layer 2"},
            {"--d-model 32", "--d-model 32 disagrees with '" + file + "', which has n_embd 16"},
-           {"--model tiny", "--model tiny (d-model 64) disagrees with '" + file + "', which has n_embd 16"},
+           {"--model tiny",
+            "--model tiny (d-model 64) disagrees with '" + file + "', which has n_embd 16"},
            {"--seq-len 32",
             "--seq-len 32 disagrees with '" + file + "', which has n_positions 16: at most 16"},
            {"--resume '" + dir.path("ckpt") + "'", "give one of them"}}) {
-    const auto r =
-        tandem::testing::run_tandem("train --init-from '" + hf + "' --steps 0 " + flags);
+    const auto r = tandem::testing::run_tandem("train --init-from '" + hf + "' --steps 0 " + flags);
     EXPECT_EQ(r.status, 1) << flags;
     EXPECT_NE(r.output.find(want), std::string::npos) << flags << ": " << r.output;
   }
