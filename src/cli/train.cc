@@ -3,13 +3,16 @@
 // and memory flags, but only the out-of-core plan is made and reported.
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <memory>
+#include <optional>
 
 #include "choices.h"
 #include "commands.h"
 #include "tandem/comm/communicator.h"
 #include "tandem/core/error.h"
 #include "tandem/io/checkpoint.h"
+#include "tandem/train/hf_gpt2.h"
 #include "tandem/train/token_corpus.h"
 #include "tandem/train/trainer.h"
 
@@ -109,6 +112,35 @@ CLI::Option* add_memory_flags(CLI::App* cmd, train::TrainConfig& c) {
   return tier;
 }
 
+// --init-from: the sizes the flags ask for (a --model preset's, or --layers etc.) must be the
+// folder's config.json's, and its vocabulary the data's; --seq-len may be shorter than its
+// positions. Each disagreement names the flag and the file.
+void check_init_from_flags(const train::TrainConfig& cfg, const nn::GPTConfig& hf,
+                           const std::string& preset_name, const SizeOptions& o) {
+  const std::string file = (std::filesystem::path(cfg.init_from) / "config.json").string();
+  const nn::GPTConfig& m = cfg.model;
+  auto agree = [&](const CLI::Option* flag, std::string_view name, int asked,
+                   std::string_view field, int has) {
+    if (asked == has) return;
+    const std::string by =
+        flag->count() > 0 ? fmt::format("{} {}", name, asked)
+                          : fmt::format("--model {} ({} {})", preset_name, name.substr(2), asked);
+    user_error("{} disagrees with '{}', which has {} {}", by, file, field, has);
+  };
+  agree(o.layers, "--layers", m.n_layers, "n_layer", hf.n_layers);
+  agree(o.heads, "--heads", m.n_heads, "n_head", hf.n_heads);
+  agree(o.d_model, "--d-model", m.d_model, "n_embd", hf.d_model);
+  if (m.seq_len > hf.max_positions)
+    user_error("--seq-len {} disagrees with '{}', which has n_positions {}: at most {}", m.seq_len,
+               file, hf.max_positions, hf.max_positions);
+  if (m.vocab_size != hf.vocab_size)
+    user_error(
+        "the vocabulary of {} ({} tokens) disagrees with '{}', which has vocab_size {}: train on "
+        "token shards encoded with the folder's tokenizer",
+        cfg.data.empty() ? "the synthetic corpus" : fmt::format("--data '{}'", cfg.data),
+        m.vocab_size, file, hf.vocab_size);
+}
+
 // The TrainConfig the flags describe.
 train::TrainConfig config_of(const TrainFlags& flags, const SizeOptions& o,
                              const CLI::Option* tier) {
@@ -119,6 +151,14 @@ train::TrainConfig config_of(const TrainFlags& flags, const SizeOptions& o,
   // A resumed run takes the checkpoint's model and batch unless flags say otherwise (and then
   // the trainer refuses a model that does not match).
   bool from_checkpoint = false;
+  std::optional<nn::GPTConfig> hf;                         // --init-from: the folder's model
+  if (!cfg.init_from.empty() && cfg.resume_dir.empty()) {  // both: refused by validate()
+    hf = train::hf_model_config(cfg.init_from);
+    if (o.model->count() == 0) p = {hf->n_layers, hf->n_heads, hf->d_model, hf->seq_len, p.batch};
+    m.max_positions = hf->max_positions;
+    if (o.dropout->count() == 0) dropout = hf->dropout;
+    from_checkpoint = true;
+  }
   if (!cfg.resume_dir.empty()) {
     // Its meta.json and headers only: the tensors are read when the ranks restore them.
     const io::RunMeta meta = io::CheckpointReader(cfg.resume_dir, false).meta();
@@ -141,6 +181,7 @@ train::TrainConfig config_of(const TrainFlags& flags, const SizeOptions& o,
   if (!from_checkpoint) m.max_positions = m.seq_len;
   m.dropout = dropout;
   m.vocab_size = train::data_vocab_size(cfg.data);
+  if (hf) check_init_from_flags(cfg, *hf, flags.model, o);
   cfg.batch = o.batch->count() ? flags.batch : p.batch;
   cfg.progress = !flags.quiet;
   if (!flags.comm_timeout.empty())
@@ -232,6 +273,11 @@ void add_train(CLI::App& app) {
       "--resume", c.resume_dir,
       "Continue from the checkpoint in DIR, or the newest of a --save folder (its model "
       "unless flags say otherwise)");
+  cmd->add_option(
+      "--init-from", c.init_from,
+      "Start from the weights of a Hugging Face GPT-2 folder (model.safetensors and "
+      "config.json, as tandem export --format hf writes): its model, a fresh optimizer, "
+      "step 0 (docs/training.md)");
   cmd->add_option("--metrics", c.metrics_path, "Write one JSON line per step to FILE");
   cmd->add_option("--trace", c.trace_path, "Write a Chrome trace (Perfetto) to FILE");
   cmd->add_flag("--quiet", flags->quiet, "Only the summary, no progress lines");

@@ -41,7 +41,8 @@ std::string some_names(const std::vector<std::string>& names, size_t most = 6) {
 }  // namespace
 
 void check_tensor_names(const std::vector<std::string>& names, const nn::GPTConfig& c,
-                        const std::vector<std::string>& prefixes, const std::string& file) {
+                        const std::vector<std::string>& prefixes, const std::string& file,
+                        std::string_view why) {
   std::set<std::string, std::less<>> want;
   for (const std::string& prefix : prefixes)
     for (const nn::ParamSpec& s : nn::gpt_parameter_specs(c)) want.insert(prefix + s.name);
@@ -65,10 +66,8 @@ void check_tensor_names(const std::vector<std::string>& names, const nn::GPTConf
   if (!missing.empty())
     parts.push_back(fmt::format("no tensor{} {}, which this model needs",
                                 missing.size() == 1 ? "" : "s", some_names(missing)));
-  user_error(
-      "checkpoint file '{}' does not match its model ({} layers, d_model {}): it has {}; "
-      "the weights and meta.json come from different models",
-      file, c.n_layers, c.d_model, fmt::join(parts, ", and "));
+  user_error("checkpoint file '{}' does not match its model ({} layers, d_model {}): it has {}; {}",
+             file, c.n_layers, c.d_model, fmt::join(parts, ", and "), why);
 }
 
 std::vector<io::TensorSpec> checkpoint_specs(const nn::GPTConfig& c,
@@ -80,9 +79,9 @@ std::vector<io::TensorSpec> checkpoint_specs(const nn::GPTConfig& c,
   return out;
 }
 
-CheckpointTensors::CheckpointTensors(const io::SafetensorsReader& file) : file_(file) {
-  for (size_t i = 0; i < file.tensors().size(); ++i)
-    index_[legacy_tensor_name(file.tensors()[i].name)] = i;
+CheckpointTensors::CheckpointTensors(const io::SafetensorsReader& file, NameMap model_name)
+    : file_(file) {
+  for (size_t i = 0; i < file.tensors().size(); ++i) index_[model_name(file.tensors()[i].name)] = i;
 }
 
 void CheckpointTensors::read(const std::string& prefix, const nn::ParamSpec& spec,

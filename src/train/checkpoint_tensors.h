@@ -19,18 +19,24 @@ std::string legacy_tensor_name(std::string_view name);
 
 // Refuses a checkpoint file whose tensors are not exactly the model's, each name under each of
 // `prefixes` ({""} for weights, {"m.", "v."} for the optimizer's moments): one UserError naming
-// `file`, the tensors the model does not have and those it needs but the file lacks.
-void check_tensor_names(const std::vector<std::string>& names, const nn::GPTConfig& c,
-                        const std::vector<std::string>& prefixes, const std::string& file);
+// `file`, the tensors the model does not have and those it needs but the file lacks, and ending
+// with `why` (what such a file is).
+void check_tensor_names(
+    const std::vector<std::string>& names, const nn::GPTConfig& c,
+    const std::vector<std::string>& prefixes, const std::string& file,
+    std::string_view why = "the weights and meta.json come from different models");
 
 // The tensors a checkpoint file holds for the model: each parameter under each prefix, f32.
 std::vector<io::TensorSpec> checkpoint_specs(const nn::GPTConfig& c,
                                              const std::vector<std::string>& prefixes);
 
-// A checkpoint file's tensors by the model's names (prefix + parameter name).
+// A checkpoint file's tensors by the model's names (prefix + parameter name), each file name read
+// as `model_name` maps it (a Hugging Face file: io::hf_gpt2_canonical_name).
 class CheckpointTensors {
  public:
-  explicit CheckpointTensors(const io::SafetensorsReader& file);  // must outlive this
+  using NameMap = std::string (*)(std::string_view);
+  explicit CheckpointTensors(const io::SafetensorsReader& file,  // must outlive this
+                             NameMap model_name = legacy_tensor_name);
   // Tensor prefix + spec.name read whole (its checksum verified) into `out` (spec.numel()
   // floats), widened to f32 from a 16-bit file. Its absence or another shape is a UserError
   // naming the file.

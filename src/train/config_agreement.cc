@@ -112,6 +112,7 @@ std::vector<std::pair<std::string, std::string>> agreeing_settings(const TrainCo
       {"--save-every", fmt::format("{}", c.save_every)},
       {"--keep-checkpoints", fmt::format("{}", c.keep_checkpoints)},
       {"--resume", c.resume_dir.empty() ? "none" : c.resume_dir},
+      {"--init-from", c.init_from.empty() ? "none" : c.init_from},
       {"--metrics", c.metrics_path.empty() ? "none" : c.metrics_path},
       {"--trace", c.trace_path.empty() ? "none" : c.trace_path},
       {"--comm-timeout", fmt::format("{}", comm::comm_timeout_s())},

@@ -198,7 +198,8 @@ MemoryEstimate estimate_memory(const TrainConfig& cfg) {
     }
   // Checkpoints move one whole tensor at a time through every rank, and the optimizer's moments
   // one segment (m and v) at a time.
-  const bool checkpoints = !cfg.save_dir.empty() || !cfg.resume_dir.empty();
+  const bool checkpoints =
+      !cfg.save_dir.empty() || !cfg.resume_dir.empty() || !cfg.init_from.empty();
   int64_t largest_tensor = 0;
   for (const nn::ParamSpec& s : nn::gpt_parameter_specs(cfg.model))
     largest_tensor = std::max(largest_tensor, s.numel());

@@ -17,6 +17,7 @@
 namespace tandem::train {
 
 std::shared_ptr<const ResumeState> prepare_resume(const TrainConfig& cfg) {
+  if (!cfg.init_from.empty()) return detail::prepare_init(cfg);
   if (cfg.resume_dir.empty()) return nullptr;
   const std::string& dir = cfg.resume_dir;
   auto reader = std::make_shared<const io::CheckpointReader>(dir, true);
@@ -167,6 +168,7 @@ SaveResult save_state(const TrainConfig& cfg, const Corpus& corpus, int64_t step
 
 void restore_state(const ResumeState& resume, const parallel::ParallelGPT& model,
                    parallel::DataParallelOptimizer& opt) {
+  if (resume.init_weights) return restore_hf_weights(resume, model);
   const nn::GPTConfig& c = model.config();
   const StateTensors tensors(c);
   comm::Communicator& world = model.grid().world();

@@ -24,6 +24,9 @@ struct ResumeState {
   std::string folder;  // the checkpoint read: a series' step folder, or resume_dir itself
   std::shared_ptr<const io::CheckpointReader> reader;
   std::vector<std::string> warnings;  // the data, batch or seed differ from the original run's
+  // --init-from: the Hugging Face folder's model.safetensors (and no reader); the run starts at
+  // step 0 with a fresh optimizer.
+  std::shared_ptr<const io::SafetensorsReader> init_weights;
 };
 
 namespace detail {
@@ -47,6 +50,13 @@ SaveResult save_state(const TrainConfig& config, const Corpus& corpus, int64_t s
 // ranks take their parts. A bad tensor is one UserError on every rank. A collective over the world.
 void restore_state(const ResumeState& resume, const parallel::ParallelGPT& model,
                    parallel::DataParallelOptimizer& opt);
+
+// --init-from (src/train/hf_gpt2.cc): the Hugging Face folder's config.json, tensor names and
+// tokenizer checked against the run, as prepare_resume checks a checkpoint.
+std::shared_ptr<const ResumeState> prepare_init(const TrainConfig& config);
+// This rank's weights from the folder `init` opened, as restore_state restores a checkpoint's;
+// the moments stay as the optimizer made them (zero). A collective over the world.
+void restore_hf_weights(const ResumeState& init, const parallel::ParallelGPT& model);
 
 }  // namespace detail
 }  // namespace tandem::train

@@ -133,6 +133,11 @@ void TrainConfig::validate() const {
     user_error("validation every {} steps needs a validation split (fraction > 0)", eval_every);
   if (save_every < 0) user_error("--save-every {} must be 0 or more", save_every);
   if (save_every > 0 && save_dir.empty()) user_error("--save-every needs --save DIR");
+  if (!init_from.empty() && !resume_dir.empty())
+    user_error(
+        "--init-from '{}' starts a new run from a Hugging Face folder and --resume '{}' continues "
+        "a tandem checkpoint: give one of them",
+        init_from, resume_dir);
   if (keep_checkpoints < 1)
     user_error("--keep-checkpoints {} must be at least 1 (the newest checkpoint is always kept)",
                keep_checkpoints);

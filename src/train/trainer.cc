@@ -134,7 +134,7 @@ class RankRun {
               if (!profiling_) trace_->record(grid_.world().rank(), io::kStateStream, name, b, e);
             });
     }
-    if (resume_) last_checkpoint_ = {resume_->meta.step, resume_->folder};
+    if (resumed()) last_checkpoint_ = {resume_->meta.step, resume_->folder};
     if (cfg.eval_every > 0) val_sampler_.emplace(detail::validation_sampler(*corpus_, cfg));
     model_.set_event_sink([this](std::string_view stream, std::string_view name,
                                  Clock::time_point b, Clock::time_point e,
@@ -204,7 +204,9 @@ class RankRun {
   // batches_ and schedules_, the optimizer the model.
   const TrainConfig& cfg_;
   io::TraceRecorder* trace_;
+  // The checkpoint resumed, or the Hugging Face folder a run starts from (--init-from).
   std::shared_ptr<const ResumeState> resume_;
+  bool resumed() const { return resume_ && !resume_->init_weights; }
   parallel::Grid grid_;
   bool lead_;
   std::shared_ptr<const Corpus> corpus_;
@@ -317,7 +319,7 @@ TrainResult RankRun::run() {
     }
   }
   // --steps 0 (or a run with nothing to do) still saves the model it starts from, once.
-  if (!cfg_.save_dir.empty() && !resume_ && result.first_step >= cfg_.steps) {
+  if (!cfg_.save_dir.empty() && !resumed() && result.first_step >= cfg_.steps) {
     comm::set_comm_activity("the checkpoint of the initial model");
     save(result.first_step);
   }
@@ -438,7 +440,7 @@ void RankRun::open_reports(int64_t first) {
       progress_ = std::make_unique<Progress>(out_, cfg_.steps, po, first);
     }
   }
-  if (resume_ && first >= cfg_.steps && lead_)
+  if (resumed() && first >= cfg_.steps && lead_)
     out_ << fmt::format(
         "tandem train: the checkpoint is at step {}, --steps is {}: nothing to do\n", first,
         cfg_.steps);
@@ -526,7 +528,9 @@ void RankRun::print_header(int64_t first_step) {
       c.n_layers, c.d_model, c.n_heads, static_cast<double>(nn::gpt_num_parameters(c)) / 1e6,
       corpus_->source == "synthetic" ? "the synthetic corpus" : corpus_->source, cfg_.batch,
       c.seq_len, cfg_.grid.size(), cfg_.grid.str(), comm::backend_name(cfg_.backend),
-      resume_ ? fmt::format(", resuming at step {} from {}", first_step, resume_->folder) : "");
+      resumed() ? fmt::format(", resuming at step {} from {}", first_step, resume_->folder)
+      : resume_ ? fmt::format(", starting from the Hugging Face folder {}", resume_->folder)
+                : "");
   out_ << "  " << grid_.mapping() << "\n";
   if (const std::string w = grid_.warning(); !w.empty()) out_ << "tandem train: " << w << "\n";
   out_ << detail::precision_line(c.matmul);
@@ -761,7 +765,7 @@ void RankRun::print_summary(const TrainResult& result, int64_t ran) {
         result.stopped_by_signal == SIGINT ? "SIGINT" : "SIGTERM", result.end_step, cfg_.steps,
         cfg_.save_dir.empty() ? " (without --save, the model is lost)"
                               : fmt::format("; --resume {} continues it", cfg_.save_dir));
-  if (!cfg_.save_dir.empty() && (ran > 0 || (!resume_ && last_checkpoint_.step >= 0)))
+  if (!cfg_.save_dir.empty() && (ran > 0 || (!resumed() && last_checkpoint_.step >= 0)))
     out_ << fmt::format("tandem train: checkpoint at step {} in {}\n", last_checkpoint_.step,
                         last_checkpoint_.folder);
   out_.flush();

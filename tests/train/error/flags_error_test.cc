@@ -37,7 +37,7 @@ TEST(Flags, ParseErrorsAreTandemErrors) {
   EXPECT_EQ(r.status, 1);
   EXPECT_EQ(r.output,
             "tandem: error: 'trian' is not a tandem command; the commands are info, tokenize, "
-            "train, plan, eval, sample, tune, emit\n");
+            "train, plan, eval, sample, export, tune, emit\n");
   r = run_tandem("train --help");
   EXPECT_EQ(r.status, 0);
   EXPECT_THAT(r.output, HasSubstr("--layers"));
