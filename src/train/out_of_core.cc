@@ -66,7 +66,9 @@ OutOfCore::OutOfCore(const TrainConfig& cfg, const parallel::Grid& grid, int mic
                         // A unit streaming its block's weights may wait for them.
                         {"model_state", cfg.model_state ? cfg.model_state->str() : "memory"},
                         {"blas_threads", blas::num_threads()},
-                        {"machine", tune::machine_id()}};
+                        {"machine", tune::machine_id()},
+                        // Profiles measured by another build timed other kernels.
+                        {"build", tune::build_id()}};
   key_ = key.dump();
   writer_ = grid.coord().dp == 0 && grid.coord().tp == 0;
   // Sizes alone decide whether anything fits; times only rank the plans that do.

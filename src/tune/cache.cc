@@ -117,6 +117,20 @@ std::string machine_id() {
   return id;
 }
 
+std::string build_id() {
+  static const std::string id = [] {
+    std::error_code ec;
+    const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+    if (ec) return std::string("unknown build");
+    const auto size = std::filesystem::file_size(exe, ec);
+    if (ec) return std::string("unknown build");
+    const auto time = std::filesystem::last_write_time(exe, ec);
+    if (ec) return std::string("unknown build");
+    return fmt::format("{} bytes, modified {}", size, time.time_since_epoch().count());
+  }();
+  return id;
+}
+
 double CandidateTiming::median() const {
   if (times.empty()) return std::numeric_limits<double>::infinity();
   const auto s = sorted(times);

@@ -40,6 +40,11 @@ struct TuneKey {
 // that change generated code (SSE4.2 .. AVX-512, AMX) and the hardware thread count.
 std::string machine_id();
 
+// This build of tandem, as far as measured times depend on it: the running program's size and
+// modification time, so that a rebuilt or upgraded tandem measures again instead of reusing the
+// times of kernels it no longer runs ("unknown build" where the program cannot be read).
+std::string build_id();
+
 // 16 hex digits of a 64-bit FNV-1a hash.
 std::string hash_hex(const std::string& text);
 

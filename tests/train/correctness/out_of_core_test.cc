@@ -10,6 +10,7 @@
 #include "tandem/core/error.h"
 #include "tandem/ooc/bytes.h"
 #include "tandem/train/trainer.h"
+#include "tandem/tune/cache.h"
 #include "train/test_util.h"
 
 namespace tandem::train {
@@ -115,6 +116,11 @@ TEST(OutOfCoreProfile, MeasuredOnceThenCached) {
   const TrainResult first = train(c);
   EXPECT_FALSE(first.ooc_profile_cached);
   ASSERT_EQ(dir.list("cache/ooc").size(), 1u);
+  // Keyed by this build too: a rebuilt tandem (other kernels, other times) measures again.
+  const std::string cached =
+      tandem::testing::read_bytes(dir.path("cache/ooc/" + dir.list("cache/ooc").front()));
+  EXPECT_NE(tune::build_id(), "unknown build");
+  EXPECT_NE(cached.find(tune::build_id()), std::string::npos) << cached;
   const TrainResult second = train(c);
   EXPECT_TRUE(second.ooc_profile_cached);
   EXPECT_EQ(second.ooc_plan, first.ooc_plan);
