@@ -25,6 +25,10 @@ void Arena::shrink(uint64_t budget) {
   TANDEM_CHECK(budget > 0 && budget <= budget_ && live_regions_.empty(),
                "arena of {} bytes shrunk to {} with {} live", budget_, budget, live_);
   budget_ = budget;
+  // The pages past the new budget go back to the system (steps run before, such as the
+  // profile's, may have touched them): what the budget no longer holds is not resident.
+  const uint64_t keep = (budget + 4095) / 4096 * 4096;
+  if (keep < mapped_) madvise(base_ + keep, mapped_ - keep, MADV_DONTNEED);
 }
 
 Arena::~Arena() {

@@ -26,7 +26,8 @@ class Arena {
   char* at(uint64_t offset) const { return base_ + offset; }
 
   uint64_t budget() const { return budget_; }
-  // A smaller budget, while nothing is live (the rest of the reservation is then never touched).
+  // A smaller budget, while nothing is live: the rest of the reservation is released to the
+  // system and never touched again.
   void shrink(uint64_t budget);
   uint64_t high_water() const { return high_water_; }  // max end of a live region, ever
   uint64_t live_bytes() const { return live_; }
