@@ -126,7 +126,7 @@ class RankRun {
       if (cfg.resident_blocks > 0)
         store_->set_resident(std::min(cfg.resident_blocks, store_->blocks()));
       // --memory-budget covers the blocks' slots (and resident blocks) too.
-      if (ooc_) ooc_->reserve(store_->memory_bytes(), store_held());
+      if (ooc_) ooc_->reserve(store_->memory_bytes(), store_held(store_->resident()));
       // Only when tracing: the store names every transfer it reports.
       if (trace_ != nullptr && trace_->enabled())
         store_->set_transfer_sink(
@@ -161,9 +161,9 @@ class RankRun {
   void print_header(int64_t first_step);
   std::string memory_lines();
   std::string model_state_line() const;
-  // What of the model state --memory-budget holds: "the model state's slots[ and N resident
-  // blocks]".
-  std::string store_held() const;
+  // What of the model state --memory-budget holds with r resident blocks: "the model state's
+  // slots[ and r resident blocks]".
+  static std::string store_held(int r);
   // With --model-state and --memory-budget, unless --resident-blocks says: how many blocks stay
   // resident (the count with the shortest predicted step), then the activations planned again.
   void choose_resident_blocks();
@@ -407,12 +407,14 @@ void RankRun::choose_resident_blocks() {
     best = static_cast<int>(r);
   }
   if (best == store_->resident()) return;
+  // The activations give up their part of the budget (their arena's pages released) before the
+  // resident blocks take it, so that the two are never in memory together.
+  ooc_->reserve(store_->staging_bytes() + store_->resident_bytes(best),
+                store_held(best));
   store_->set_resident(best);
-  ooc_->reserve(store_->memory_bytes(), store_held());
 }
 
-std::string RankRun::store_held() const {
-  const int r = store_->resident();
+std::string RankRun::store_held(int r) {
   return r == 0
              ? std::string("the model state's slots")
              : fmt::format("the model state's slots and {} resident block{}", r, r == 1 ? "" : "s");
