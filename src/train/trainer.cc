@@ -409,8 +409,7 @@ void RankRun::choose_resident_blocks() {
   if (best == store_->resident()) return;
   // The activations give up their part of the budget (their arena's pages released) before the
   // resident blocks take it, so that the two are never in memory together.
-  ooc_->reserve(store_->staging_bytes() + store_->resident_bytes(best),
-                store_held(best));
+  ooc_->reserve(store_->staging_bytes() + store_->resident_bytes(best), store_held(best));
   store_->set_resident(best);
 }
 
