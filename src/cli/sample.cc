@@ -107,6 +107,7 @@ void add_sample(CLI::App& app) {
     // The context is the last seq_len bytes; activations are allocated per context length.
     std::unique_ptr<nn::GPTActivations> acts;
     std::unique_ptr<nn::Workspace> ws;
+    std::vector<float> probs(static_cast<size_t>(c.vocab_size));  // the last position's
     for (int i = 0; i < f->tokens; ++i) {
       const int T = static_cast<int>(std::min<size_t>(text.size(), static_cast<size_t>(c.seq_len)));
       if (!acts || acts->seq() != T) {
@@ -115,9 +116,9 @@ void add_sample(CLI::App& app) {
       }
       const nn::Batch b{text.data() + (text.size() - static_cast<size_t>(T)), nullptr, 1, T};
       nn::gpt_forward(model.params, *acts, *ws, b, nn::StepRng{0, 0, 0, false});
-      const float* probs =
-          acts->head.ptr(nn::FinalAct::Probs) + static_cast<size_t>(T - 1) * c.vocab_size;
-      const int next = draw(probs, c.vocab_size, f->temperature, f->top_k,
+      nn::final_probabilities(c, model.params.final_stage(), acts->head, *ws, 1, T, T - 1, 1,
+                              probs.data());
+      const int next = draw(probs.data(), c.vocab_size, f->temperature, f->top_k,
                             random_uniform(f->seed, static_cast<uint64_t>(i)));
       text.push_back(next);
       if (tok) {

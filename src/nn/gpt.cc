@@ -126,8 +126,6 @@ std::string_view act_suffix(FinalAct k) {
       return "ln_f.mean";
     case FinalAct::LnfRstd:
       return "ln_f.rstd";
-    case FinalAct::Probs:
-      return "lm_head.probs";
     case FinalAct::Losses:
       return "lm_head.losses";
     case FinalAct::kCount:
@@ -173,8 +171,6 @@ Shape act_shape(const GPTConfig& c, FinalAct k, int B, int T) {
     case FinalAct::LnfRstd:
     case FinalAct::Losses:
       return {B, T};
-    case FinalAct::Probs:
-      return {B, T, c.vocab_size};
     case FinalAct::kCount:
       break;
   }
@@ -238,7 +234,7 @@ std::vector<std::pair<std::string, Tensor>> GPTActivations::named() const {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Workspace: btc0, btc1, wide, attention, dlogits, dresidual; in bf16 also bf16_rows,
+// Workspace: btc0, btc1, wide, attention, logits, dresidual; in bf16 also bf16_rows,
 // bf16_other and rounded_weight.
 
 namespace {
@@ -252,16 +248,16 @@ int64_t floats_for_bf16(int64_t n) { return (n + 1) / 2; }
 
 std::vector<ActivationSpec> Workspace::specs(const GPTConfig& c, int B, int T) {
   const int64_t C = c.d_model, V = c.vocab_size, N = static_cast<int64_t>(B) * T;
-  std::vector<ActivationSpec> s = {{"ws.btc0", {B, T, C}},
-                                   {"ws.btc1", {B, T, C}},
-                                   {"ws.wide", {B, T, 4 * C}},
-                                   {"ws.attention", {attention_scratch_floats(T)}},
-                                   {"ws.dlogits", {B, T, c.vocab_size}},
-                                   {"ws.dresidual", {B, T, C}}};
+  const int64_t chunk = lm_head_chunk_rows(static_cast<int>(N), c.vocab_size);
+  std::vector<ActivationSpec> s = {
+      {"ws.btc0", {B, T, C}},     {"ws.btc1", {B, T, C}},
+      {"ws.wide", {B, T, 4 * C}}, {"ws.attention", {attention_scratch_floats(T)}},
+      {"ws.logits", {chunk, V}},  {"ws.dresidual", {B, T, C}}};
   if (c.matmul == DType::BF16) {
-    // rows: an (N, .) operand, at most N x 4C in a block and N x V in the head's backward.
-    // other: a weight (4C x C, V x C) or a weight gradient's input (N x 4C, N x C).
-    s.push_back({"ws.bf16_rows", {floats_for_bf16(N * std::max(4 * C, V))}});
+    // rows: an (N, .) operand, at most N x 4C in a block; a chunk's input and dlogits,
+    // chunk x (C + V), in the head.
+    // other: a weight (4C x C, V x C) or a weight gradient's input (N x 4C).
+    s.push_back({"ws.bf16_rows", {floats_for_bf16(std::max(N * 4 * C, chunk * (C + V)))}});
     s.push_back({"ws.bf16_other", {floats_for_bf16(std::max({4 * C * C, V * C, N * 4 * C}))}});
     s.push_back({"ws.rounded_weight", {4 * C * C}});
   }
@@ -291,7 +287,7 @@ void Workspace::check_fits(const GPTConfig& c, int B, int T) const {
 float* Workspace::btc(int i) const { return bufs_[static_cast<size_t>(i)].data_as<float>(); }
 float* Workspace::wide() const { return bufs_[2].data_as<float>(); }
 float* Workspace::attention() const { return bufs_[3].data_as<float>(); }
-float* Workspace::dlogits() const { return bufs_[4].data_as<float>(); }
+float* Workspace::logits() const { return bufs_[4].data_as<float>(); }
 float* Workspace::dresidual() const { return bufs_[5].data_as<float>(); }
 
 MatmulPrecision Workspace::matmul() const {
@@ -505,10 +501,11 @@ float final_forward(const GPTConfig& c, const FinalParams& w, const FinalActivat
   const int C = c.d_model, V = c.vocab_size, N = B * T;
   using K = FinalAct;
   layernorm_forward(a.ptr(K::LnfOut), a.ptr(K::LnfMean), a.ptr(K::LnfRstd), x, w.ln_f_w, w.ln_f_b,
-                    N, C);                                                          // (B, T, C)
-  lm_head_forward(a.ptr(K::Probs), a.ptr(K::LnfOut), w.wte, N, C, V, ws.matmul());  // logits
-  crossentropy_forward(a.ptr(K::Losses), a.ptr(K::Probs), a.ptr(K::Probs), targets, N, V);
+                    N, C);  // (B, T, C)
   if (targets == nullptr) return std::numeric_limits<float>::quiet_NaN();
+  // Per chunk of tokens: logits (chunk, V) in the workspace, then only each token's loss kept.
+  lm_head_loss_forward(a.ptr(K::Losses), ws.logits(), a.ptr(K::LnfOut), w.wte, targets, N, C, V,
+                       lm_head_chunk_rows(N, V), ws.matmul());
   // The mean in double, in token order: deterministic and no drift over many tokens.
   double sum = 0.0;
   const float* losses = a.ptr(K::Losses);
@@ -523,14 +520,28 @@ void final_backward(const GPTConfig& c, const FinalParams& w, const FinalParams&
   ws.check_fits(c, B, T);
   const int C = c.d_model, V = c.vocab_size, N = B * T;
   using K = FinalAct;
-  float* dlogits = ws.dlogits();  // (B, T, V)
-  float* dlnf = ws.btc(1);        // (B, T, C)
-  zero(dlogits, static_cast<int64_t>(N) * V);
-  crossentropy_backward(dlogits, a.ptr(K::Probs), targets, dloss / static_cast<float>(N), N, V);
+  float* dlnf = ws.btc(1);  // (B, T, C)
   zero(dlnf, static_cast<int64_t>(N) * C);
-  lm_head_backward(dlnf, dw.wte, dlogits, a.ptr(K::LnfOut), w.wte, N, C, V, ws.matmul());
+  // Per chunk: the forward's logits computed again (one more head matmul a step, for not keeping
+  // N x V of them), their gradient in place, then dlnf and dwte from it.
+  lm_head_loss_backward(dlnf, dw.wte, ws.logits(), a.ptr(K::LnfOut), w.wte, targets,
+                        dloss / static_cast<float>(N), N, C, V, lm_head_chunk_rows(N, V),
+                        ws.matmul());
   layernorm_backward(dx, dw.ln_f_w, dw.ln_f_b, dlnf, x, w.ln_f_w, a.ptr(K::LnfMean),
                      a.ptr(K::LnfRstd), N, C);
+}
+
+void final_probabilities(const GPTConfig& c, const FinalParams& w, const FinalActivations& a,
+                         Workspace& ws, int B, int T, int first, int rows, float* probs) {
+  check_buffers(c, a, "", B, T);
+  ws.check_fits(c, B, T);
+  const int C = c.d_model, V = c.vocab_size;
+  if (first < 0 || rows < 0 || first > B * T - rows)
+    user_error("GPT head rows [{}, {}) are outside the batch's {} tokens", first, first + rows,
+               B * T);
+  const float* x = a.ptr(FinalAct::LnfOut) + static_cast<int64_t>(first) * C;
+  lm_head_forward(probs, x, w.wte, rows, C, V, ws.matmul());  // logits
+  crossentropy_forward(nullptr, probs, probs, nullptr, rows, V);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -178,11 +178,12 @@ enum class BlockAct : int {
   Out,         // (B, T, C)      out: resid_1 + MLP branch; the next stage's input
   kCount
 };
+// The head saves no logits or probabilities: it is chunked over the tokens (layers.h,
+// lm_head_loss_forward), and its backward computes each chunk's logits again.
 enum class FinalAct : int {
   LnfOut,   // (B, T, C)  ln_f.out
   LnfMean,  // (B, T)     ln_f.mean
   LnfRstd,  // (B, T)     ln_f.rstd
-  Probs,    // (B, T, V)  lm_head.probs: softmax of the logits
   Losses,   // (B, T)     lm_head.losses: per-token cross-entropy
   kCount
 };
@@ -280,7 +281,9 @@ class Workspace {
   // saved buffers (what bounds the smallest out-of-core budget).
   float* wide() const;
   float* attention() const;  // attention_scratch_floats(T)
-  float* dlogits() const;    // (B, T, V)
+  // (lm_head_chunk_rows(B * T, V), V): one chunk of the head's logits, then in place their
+  // gradient. The head's only buffer of V columns: it does not grow with the batch past a chunk.
+  float* logits() const;
   float* dresidual() const;  // (B, T, C): d(loss)/d(residual stream) during gpt_backward
   int batch() const { return B_; }
   int seq() const { return T_; }
@@ -365,14 +368,21 @@ void block_attention_backward(const GPTConfig& c, int layer, const BlockParams& 
                               const BlockParams& dw, const BlockActivations& a, const float* x,
                               float* dres, Workspace& ws, int B, int T, const StepRng& rng);
 
-// ln_f, the tied LM head and the loss on x (B, T, C). Returns the mean loss over the B * T
-// tokens, or NaN when targets is null (then only probabilities are computed).
+// ln_f, the tied LM head and the loss on x (B, T, C), the head chunked over the tokens (layers.h,
+// lm_head_loss_forward). Returns the mean loss over the B * T tokens, or NaN when targets is
+// null (then only ln_f runs: final_probabilities gives the distributions of the rows wanted).
 float final_forward(const GPTConfig& c, const FinalParams& w, const FinalActivations& a,
                     const float* x, const int32_t* targets, Workspace& ws, int B, int T);
-// dw += and dx (B, T, C) += the gradients of dloss * (mean loss).
+// dw += and dx (B, T, C) += the gradients of dloss * (mean loss), each chunk's logits computed
+// again from the saved ln_f output.
 void final_backward(const GPTConfig& c, const FinalParams& w, const FinalParams& dw,
                     const FinalActivations& a, const float* x, const int32_t* targets, float dloss,
                     float* dx, Workspace& ws, int B, int T);
+// After final_forward: probs (rows, V) = the next-token distributions (softmax of the head's
+// logits) of the batch's rows first .. first + rows - 1 (row b * T + t), from the saved ln_f
+// output, e.g. the last position's for sampling. The caller holds just the rows it asks for.
+void final_probabilities(const GPTConfig& c, const FinalParams& w, const FinalActivations& a,
+                         Workspace& ws, int B, int T, int first, int rows, float* probs);
 
 // ---------------------------------------------------------------------------------------------
 // The whole model.

@@ -171,5 +171,35 @@ void crossentropy_forward(float* losses, float* probs, const float* logits, cons
 // 1 / N for a mean over N tokens.
 void crossentropy_backward(float* dlogits, const float* probs, const int32_t* targets, float dloss,
                            int N, int V);
+// The same two in place on logits (N, V), which are scratch: losses (N) as crossentropy_forward
+// writes them (bit for bit; the logits are left overwritten), and logits := dlogits =
+// (softmax - onehot(target)) * dloss, the softmax crossentropy_forward's bit for bit.
+void crossentropy_loss_inplace(float* losses, float* logits, const int32_t* targets, int N, int V);
+void crossentropy_backward_inplace(float* logits, const int32_t* targets, float dloss, int N,
+                                   int V);
+
+// ---------------------------------------------------------------------------------------------
+// The LM head and the loss fused over chunks of rows (tokens), so that no more than one chunk's
+// logits exist at once: at 50 257 words and 8 x 1024 tokens the whole (N, V) logits would be
+// 1.6 GB, and their gradient as much again. The forward keeps only the per-token losses; the
+// backward computes each chunk's logits again (one more head matmul a step, 2 N V C flops: a
+// third more than the head's 6 N V C) and turns them into dlogits in place.
+// A chunk holds as many rows as keep its logits within kLmHeadChunkBytes (166 rows at
+// V = 50 257), at least 1, at most N: products of that many rows still run at GEMM speed. Per
+// row, a chunk computes what the unchunked head does (one chunk of all N rows is it bit for
+// bit); dwte adds the chunks up one after another.
+inline constexpr int64_t kLmHeadChunkBytes = int64_t{32} << 20;
+int lm_head_chunk_rows(int N, int V);
+// losses (N) = -log softmax(inp (N, C) @ wte^T)[target], chunk rows at a time; logits is
+// (chunk, V) scratch. In bf16 the scratch is rows chunk * (C + V), other V * C (wte's copy,
+// made once a call).
+void lm_head_loss_forward(float* losses, float* logits, const float* inp, const float* wte,
+                          const int32_t* targets, int N, int C, int V, int chunk,
+                          const MatmulPrecision& mm = {});
+// The gradients of sum over n of dloss * losses[n]: dinp (N, C) += and dwte (V, C) +=. dinp may
+// be null. Same scratch as the forward.
+void lm_head_loss_backward(float* dinp, float* dwte, float* logits, const float* inp,
+                           const float* wte, const int32_t* targets, float dloss, int N, int C,
+                           int V, int chunk, const MatmulPrecision& mm = {});
 
 }  // namespace tandem::nn

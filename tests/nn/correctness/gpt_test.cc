@@ -13,6 +13,7 @@
 
 #include "nn/nn_test_util.h"
 #include "nn/reference_gpt.h"
+#include "tandem/core/error.h"
 
 namespace tandem::nn {
 namespace {
@@ -113,6 +114,39 @@ TEST_P(GptGradients, MatchReferenceModelAndFiniteDifferences) {
 
 INSTANTIATE_TEST_SUITE_P(Dropout, GptGradients, ::testing::Values(0.0f, 0.1f),
                          [](const auto& info) { return info.param > 0 ? "p0_1" : "p0"; });
+
+// A vocabulary large enough that the head runs in two chunks of tokens (lm_head_chunk_rows): the
+// loss and every gradient still match the reference model, which holds the whole logits.
+TEST(Gpt, ChunkedHeadMatchesReferenceModel) {
+  GPTConfig c = tiny_config(0.0f);
+  c.vocab_size = 16384;
+  c.n_layers = 1;
+  c.seq_len = c.max_positions = 160;
+  const int B = 4, T = 160, N = B * T;
+  ASSERT_EQ(lm_head_chunk_rows(N, c.vocab_size), 512) << "two chunks: 512 and 128 rows";
+  const std::vector<int32_t> tokens = tokens_for(N, 21, c.vocab_size);
+  const std::vector<int32_t> targets = tokens_for(N, 22, c.vocab_size);
+  Model m(c, B, T);
+  gpt_init(m.params, 9);
+  float* w = m.params.flat().data_as<float>();
+  const std::vector<double> noise = uniform(static_cast<size_t>(m.params.size()), 10, -0.3, 0.3);
+  for (int64_t i = 0; i < m.params.size(); ++i)
+    w[i] += static_cast<float>(noise[static_cast<size_t>(i)]);
+  const Batch batch{tokens.data(), targets.data(), B, T};
+  const float loss32 = gpt_forward(m.params, m.acts, m.ws, batch, {});
+  gpt_backward(m.params, m.grads, m.acts, m.ws, batch, {});
+
+  const ReferenceGPT<double> ref(c);
+  std::vector<double> g64(static_cast<size_t>(m.params.size()), 0.0);
+  const double loss64 = ref.run(to_f64(copy_of(m.params.flat())), &g64, tokens, targets, B, T, {});
+  EXPECT_NEAR(loss32, loss64, 1e-5 * std::fabs(loss64));
+  const std::vector<float> g32 = copy_of(m.grads.flat());
+  for (const ParamSpec& s : m.params.specs()) {
+    const auto begin = static_cast<long>(s.offset), end = begin + static_cast<long>(s.numel());
+    EXPECT_TRUE(all_close("d" + s.name, std::vector<float>(g32.begin() + begin, g32.begin() + end),
+                          std::vector<double>(g64.begin() + begin, g64.begin() + end), 2e-5, 1e-8));
+  }
+}
 
 TEST(Gpt, LossAtInitIsNearLnVocab) {
   GPTConfig c = tiny_config(0.0f);
@@ -294,13 +328,29 @@ TEST(Gpt, ForwardWithoutTargetsGivesProbabilitiesAndNaNLoss) {
   const int B = 1, T = 3;
   Model m(c, B, T);
   gpt_init(m.params, 6);
-  const std::vector<int32_t> tokens = {1, 2, 3};
+  const std::vector<int32_t> tokens = {1, 2, 3}, targets = {2, 3, 4};
   const float loss = gpt_forward(m.params, m.acts, m.ws, {tokens.data(), nullptr, B, T}, {});
   EXPECT_TRUE(std::isnan(loss));
-  const Tensor probs = m.acts.head[FinalAct::Probs];
-  double s = 0.0;
-  for (int v = 0; v < c.vocab_size; ++v) s += probs.get(v);
-  EXPECT_NEAR(s, 1.0, 1e-5);
+  // Every row's distribution sums to 1, and it is the one the loss sees: -log p[target].
+  const int V = c.vocab_size;
+  std::vector<float> probs(static_cast<size_t>(T) * V);
+  final_probabilities(c, m.params.final_stage(), m.acts.head, m.ws, B, T, 0, T, probs.data());
+  gpt_forward(m.params, m.acts, m.ws, {tokens.data(), targets.data(), B, T}, {});
+  const std::vector<float> losses = copy_of(m.acts.head[FinalAct::Losses]);
+  for (int t = 0; t < T; ++t) {
+    double s = 0.0;
+    for (int v = 0; v < V; ++v) s += probs[static_cast<size_t>(t * V + v)];
+    EXPECT_NEAR(s, 1.0, 1e-5) << "row " << t;
+    EXPECT_NEAR(-std::log(probs[static_cast<size_t>(t * V + targets[t])]), losses[t], 1e-5)
+        << "row " << t;
+  }
+  // The last row alone, as sampling asks for it, is the same distribution.
+  std::vector<float> last(static_cast<size_t>(V));
+  final_probabilities(c, m.params.final_stage(), m.acts.head, m.ws, B, T, T - 1, 1, last.data());
+  EXPECT_TRUE(all_close("last row", last, std::vector<float>(probs.end() - V, probs.end()), 1e-6));
+  EXPECT_THROW(final_probabilities(c, m.params.final_stage(), m.acts.head, m.ws, B, T, T - 1, 2,
+                                   last.data()),
+               UserError);
 }
 
 }  // namespace

@@ -414,6 +414,13 @@ TEST(Layers, CrossEntropy) {
   crossentropy_backward(d32.data(), probs32.data(), targets.data(), static_cast<float>(dloss), N,
                         V);
   EXPECT_TRUE(all_close("crossentropy f32 vs reference", d32, dref, 1e-5, 1e-8));
+  // The in-place variants (the chunked LM head's): the same losses and gradient bit for bit.
+  std::vector<float> scratch = testing::to_f32(inputs[0]), in_place = scratch;
+  std::vector<float> losses_in_place(N);
+  crossentropy_loss_inplace(losses_in_place.data(), scratch.data(), targets.data(), N, V);
+  EXPECT_EQ(losses_in_place, losses32);
+  crossentropy_backward_inplace(in_place.data(), targets.data(), static_cast<float>(dloss), N, V);
+  EXPECT_EQ(in_place, d32);
 }
 
 TEST(Layers, CrossEntropyWithoutTargetsGivesProbabilities) {
@@ -496,6 +503,10 @@ TEST(Layers, ThreadCountDoesNotChangeAnyBit) {
     std::vector<float> losses(N), probs(rows), dlogits(N * W, 0.0f);
     crossentropy_forward(losses.data(), probs.data(), probs.data(), targets.data(), N, W);
     crossentropy_backward(dlogits.data(), probs.data(), targets.data(), 1.0f / N, N, W);
+    // And in place on the logits, as the chunked LM head runs it.
+    std::vector<float> ilosses(N), iexp(rows), igrad(rows);
+    crossentropy_loss_inplace(ilosses.data(), iexp.data(), targets.data(), N, W);
+    crossentropy_backward_inplace(igrad.data(), targets.data(), 1.0f / N, N, W);
     // Encoder.
     std::vector<float> enc(EB * ET * W), dwte(V * W, 0.0f), dwpe(ET * W, 0.0f);
     encoder_forward(enc.data(), tokens.data(), wte.data(), wpe.data(), EB, ET, W);
@@ -507,8 +518,9 @@ TEST(Layers, ThreadCountDoesNotChangeAnyBit) {
     dropout_backward(ddrop.data(), x.data(), nx, d);
     blas::set_num_threads(old);
     return std::vector<std::vector<float>>{
-        out,   att, dqkv,  gelu,  dgelu,  ln,    mean,    rstd, dln,  dlnw, dlnb, dlin,    dlinw,
-        dlinb, res, dres1, dres2, losses, probs, dlogits, enc,  dwte, dwpe, mask, dropped, ddrop};
+        out,     att,  dqkv,  gelu,  dgelu, ln,    mean,  rstd,    dln,   dlnw,
+        dlnb,    dlin, dlinw, dlinb, res,   dres1, dres2, losses,  probs, dlogits,
+        ilosses, iexp, igrad, enc,   dwte,  dwpe,  mask,  dropped, ddrop};
   };
   const auto one = run(1), two = run(2);
   for (size_t i = 0; i < one.size(); ++i) EXPECT_EQ(one[i], two[i]) << "output " << i;

@@ -1,0 +1,42 @@
+// Internal: the bf16 copies of a matmul's operands in a MatmulPrecision's scratch, shared by the
+// linear layers and the LM head.
+#pragma once
+
+#include <cstdint>
+
+#include "tandem/core/bf16.h"
+#include "tandem/core/error.h"
+#include "tandem/core/parallel.h"
+#include "tandem/nn/layers.h"
+
+namespace tandem::nn::detail {
+
+// dst (n) = bf16 of src (n), split over threads: each element converts alone, so any split gives
+// the same bits.
+inline void convert(const float* src, bf16* dst, int64_t n) {
+  parallel_for(n, int64_t{1} << 16, [&](int64_t b, int64_t e) {
+    to_bf16(src + b, dst + b, static_cast<size_t>(e - b));
+  });
+}
+
+// The bf16 copy of an n-element operand in `scratch` (size elements).
+inline const bf16* operand(const float* src, int64_t n, bf16* scratch, int64_t size,
+                           const char* which) {
+  TANDEM_CHECK(scratch != nullptr && size >= n, "bf16 matmul scratch '{}' holds {} of {} elements",
+               which, scratch != nullptr ? size : 0, n);
+  convert(src, scratch, n);
+  return scratch;
+}
+inline const bf16* rows_of(const MatmulPrecision& mm, const float* src, int64_t n) {
+  return operand(src, n, mm.rows, mm.rows_size, "rows");
+}
+inline const bf16* other_of(const MatmulPrecision& mm, const float* src, int64_t n) {
+  return operand(src, n, mm.other, mm.other_size, "other");
+}
+
+inline bool in_bf16(const MatmulPrecision& mm) {
+  TANDEM_CHECK(mm.type == DType::F32 || mm.type == DType::BF16, "{} matmuls", dtype_name(mm.type));
+  return mm.type == DType::BF16;
+}
+
+}  // namespace tandem::nn::detail
