@@ -6,7 +6,9 @@
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
+#include <cstdint>
 #include <fstream>
+#include <string_view>
 #include <unordered_map>
 
 #include "hf_bpe.h"
@@ -57,6 +59,78 @@ class Lines : public sentencepiece::SentenceIterator {
   bool done_ = false;
 };
 
+// Protobuf's wire format, as much as reading a model's NormalizerSpec needs: a varint at p
+// (advancing p), false past the end.
+bool varint(const char*& p, const char* end, uint64_t& v) {
+  v = 0;
+  for (int shift = 0; shift < 64 && p < end; shift += 7) {
+    const auto b = static_cast<uint8_t>(*p++);
+    v |= uint64_t{b & 0x7fu} << shift;
+    if ((b & 0x80) == 0) return true;
+  }
+  return false;
+}
+
+// Calls fn(field, wire type, varint value, length-delimited bytes) for each field of a message;
+// false when it is malformed.
+template <typename Fn>
+bool for_each_field(std::string_view message, Fn&& fn) {
+  const char *p = message.data(), *end = p + message.size();
+  while (p < end) {
+    uint64_t key = 0, v = 0;
+    if (!varint(p, end, key)) return false;
+    std::string_view bytes;
+    switch (key & 7) {
+      case 0:
+        if (!varint(p, end, v)) return false;
+        break;
+      case 1:
+        if (end - p < 8) return false;
+        p += 8;
+        break;
+      case 2:
+        if (!varint(p, end, v) || v > static_cast<uint64_t>(end - p)) return false;
+        bytes = {p, static_cast<size_t>(v)};
+        p += v;
+        break;
+      case 5:
+        if (end - p < 4) return false;
+        p += 4;
+        break;
+      default:
+        return false;
+    }
+    fn(static_cast<int>(key >> 3), static_cast<int>(key & 7), v, bytes);
+  }
+  return true;
+}
+
+// Whether each line of a text encodes on its own to the ids the whole text gets: true when no
+// piece holds a newline (so no merge crosses one) and the normalizer leaves the text as it is
+// (identity, no dummy prefix, no folding of whitespace), as in the models tandem trains. Read from
+// the model's NormalizerSpec (ModelProto field 3; its name is field 1, add_dummy_prefix 3 and
+// remove_extra_whitespaces 4, both true unless set).
+bool lines_encode_alone(std::string_view model, const sentencepiece::SentencePieceProcessor& sp) {
+  std::string_view spec;
+  bool found = false;
+  if (!for_each_field(model, [&](int field, int wire, uint64_t, std::string_view bytes) {
+        if (field == 3 && wire == 2) spec = bytes, found = true;
+      }))
+    return false;
+  std::string_view name;
+  bool dummy_prefix = true, fold_whitespace = true;
+  if (!found || !for_each_field(spec, [&](int field, int wire, uint64_t v, std::string_view b) {
+        if (field == 1 && wire == 2) name = b;
+        if (field == 3 && wire == 0) dummy_prefix = v != 0;
+        if (field == 4 && wire == 0) fold_whitespace = v != 0;
+      }))
+    return false;
+  if (name != "identity" || dummy_prefix || fold_whitespace) return false;
+  for (int i = 0; i < sp.GetPieceSize(); ++i)
+    if (sp.IdToPiece(i).find('\n') != std::string::npos) return false;
+  return true;
+}
+
 // The digits that follow `prefix` in `text` from `from` on ("" when there are none).
 std::string number_after(const std::string& text, std::string_view prefix, size_t from = 0) {
   const size_t at = text.find(prefix, from);
@@ -89,6 +163,9 @@ struct Tokenizer::Impl {
   sentencepiece::SentencePieceProcessor sp;
   std::unique_ptr<detail::HfBpe> hf;  // set for a tokenizer.json; sp is used otherwise
   std::string bytes, sha, source;
+  // SentencePiece's BPE slows down on long inputs (its merges are searched over the whole input):
+  // where the ids are the same (lines_encode_alone), text is handed to it a line at a time.
+  bool by_line = false;
 };
 
 Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -106,6 +183,8 @@ Tokenizer Tokenizer::load(const std::string& path) {
         "tokenizer '{}' is not a SentencePiece .model file ({}); a Hugging Face tokenizer's name "
         "ends in .json",
         path, st.message());
+  } else {
+    impl->by_line = lines_encode_alone(impl->bytes, impl->sp);
   }
   impl->sha = sha256_hex(impl->bytes);
   impl->source = path;
@@ -136,6 +215,7 @@ Tokenizer Tokenizer::train(const std::vector<std::string>& files, int vocab_size
   if (!st.ok()) vocab_refused(std::string(st.message()), vocab_size);
   const auto loaded = impl->sp.LoadFromSerializedProto(impl->bytes);
   TANDEM_CHECK(loaded.ok(), "SentencePiece cannot load the model it trained: {}", loaded.message());
+  impl->by_line = lines_encode_alone(impl->bytes, impl->sp);
   impl->sha = sha256_hex(impl->bytes);
   impl->source = "trained";
   return Tokenizer(std::move(impl));
@@ -148,11 +228,27 @@ int Tokenizer::eos_id() const { return impl_->hf ? impl_->hf->eos_id() : impl_->
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
   if (impl_->hf) return impl_->hf->encode(text);
+  std::vector<int32_t> out;
   std::vector<int> ids;
-  const auto st = impl_->sp.Encode(std::string(text), &ids);
-  TANDEM_CHECK(st.ok(), "SentencePiece cannot encode: {}", st.message());
-  return {ids.begin(), ids.end()};
+  auto add = [&](std::string_view part) {
+    const auto st = impl_->sp.Encode(std::string(part), &ids);
+    TANDEM_CHECK(st.ok(), "SentencePiece cannot encode: {}", st.message());
+    out.insert(out.end(), ids.begin(), ids.end());
+  };
+  if (!impl_->by_line) {
+    add(text);
+    return out;
+  }
+  for (size_t begin = 0; begin < text.size();) {
+    const size_t nl = text.find('\n', begin);
+    const size_t end = nl == std::string_view::npos ? text.size() : nl + 1;
+    add(text.substr(begin, end - begin));
+    begin = end;
+  }
+  return out;
 }
+
+bool Tokenizer::encodes_by_line() const { return impl_ != nullptr && impl_->by_line; }
 
 std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
   const int n = vocab_size();

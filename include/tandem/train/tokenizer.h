@@ -33,6 +33,8 @@ class Tokenizer {
   // Thread-safe: encoders run on every core at once.
   std::vector<int32_t> encode(std::string_view text) const;
   std::string decode(const std::vector<int32_t>& ids) const;
+  // Whether encode hands SentencePiece a line at a time (the same ids, faster; see tokenizer.cc).
+  bool encodes_by_line() const;
 
   const std::string& model_bytes() const;  // the serialised .model, or the tokenizer.json's bytes
   const std::string& sha256() const;       // of model_bytes(): the tokenizer's fingerprint

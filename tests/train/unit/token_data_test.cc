@@ -2,6 +2,7 @@
 // are the same for any thread count, and the sampler draws from mapped shards exactly what it
 // draws from the same tokens in memory, for any data-parallel split.
 #include <gtest/gtest.h>
+#include <sentencepiece_processor.h>
 
 #include <cmath>
 
@@ -59,6 +60,27 @@ TEST(Tokenize, ShardsDecodeToTheText) {
   EXPECT_EQ(text.substr(text.size() - val_text.size()), val_text);
   EXPECT_EQ(text[text.size() - val_text.size() - 1], '\n');
   EXPECT_NEAR(static_cast<double>(val_text.size()) / static_cast<double>(text.size()), 0.1, 0.02);
+}
+
+// A model tandem trained encodes a line at a time, to exactly the ids SentencePiece gives the
+// whole text at once (its merges never cross a newline).
+TEST(Tokenize, LineByLineEncodingGivesTheWholeTextsIds) {
+  ScratchDir dir;
+  const std::string corpus = testing::write_corpus(dir);
+  tokenize(testing::tiny_tokenize(dir, "shards"));
+  const Tokenizer tok = Tokenizer::load(dir.path("shards/tokenizer.model"));
+  EXPECT_TRUE(tok.encodes_by_line());
+  sentencepiece::SentencePieceProcessor whole;
+  ASSERT_TRUE(whole.LoadFromSerializedProto(tok.model_bytes()).ok());
+  for (const std::string& text :
+       {corpus, std::string("\n\n  two  spaces \n\tand a tab\r\nCRLF\n"), std::string("no newline"),
+        std::string("caf\xc3\xa9 \xe2\x82\xac 12345\n\n\n"), std::string(3000, 'a') + "\n b"}) {
+    std::vector<int> want;
+    ASSERT_TRUE(whole.Encode(text, &want).ok());
+    const std::vector<int32_t> got = tok.encode(text);
+    EXPECT_EQ(got, std::vector<int32_t>(want.begin(), want.end())) << text.substr(0, 40);
+    EXPECT_EQ(tok.decode(got), text);
+  }
 }
 
 TEST(Tokenize, SameShardsForAnyThreadCount) {
