@@ -28,11 +28,7 @@ reps=3 warmup=2 steps=8 threads=1 models="a b"
 source "$here/steps_common.sh"
 parse_race_args run_bf16_race "$@"
 
-py=${PYTHON:-python3}
-if [[ -z ${PYTHON:-} ]] && ! "$py" -c "import torch" 2>/dev/null &&
-   /usr/bin/python3 -c "import torch" 2>/dev/null; then
-  py=/usr/bin/python3
-fi
+py=$(torch_python)
 if ! "$py" -c "import torch" 2>/dev/null; then
   echo "run_bf16_race: $py has no torch (Debian: apt-get install python3-torch)" >&2
   exit 1

@@ -24,11 +24,7 @@ reps=3 warmup=2 steps=8 threads=1 models="a b"
 source "$here/steps_common.sh"
 parse_race_args run_ddp_race "$@"
 
-py=${PYTHON:-python3}
-if [[ -z ${PYTHON:-} ]] && ! "$py" -c "import torch" 2>/dev/null &&
-   /usr/bin/python3 -c "import torch" 2>/dev/null; then
-  py=/usr/bin/python3
-fi
+py=$(torch_python)
 have_torch=1
 "$py" -c "import torch" 2>/dev/null || have_torch=0
 

@@ -60,3 +60,14 @@ parse_race_args() {  # SCRIPT ARGS...
     exit 1
   fi
 }
+
+# The Python interpreter for PyTorch's side: $PYTHON, else python3, else /usr/bin/python3 when
+# only that one imports torch (a python3 earlier on PATH may not see Debian's python3-torch).
+torch_python() {
+  local py=${PYTHON:-python3}
+  if [[ -z ${PYTHON:-} ]] && ! "$py" -c "import torch" 2>/dev/null &&
+    /usr/bin/python3 -c "import torch" 2>/dev/null; then
+    py=/usr/bin/python3
+  fi
+  echo "$py"
+}
