@@ -204,13 +204,22 @@ TEST(ModelStateVariants, ThePlannerKeepsBlocksResidentWhereTheBudgetHasRoom) {
   EXPECT_EQ(train(c).resident_blocks, 0);
 }
 
-// --resident-blocks is refused without a streamed model state, naming what it needs.
+// --resident-blocks is refused without a streamed model state, naming what it needs, and a value
+// that is neither a count nor auto is refused naming the flag.
 TEST(ModelStateVariants, ResidentBlocksNeedAModelState) {
   TrainConfig c = run({1, 1, 1}, 2);
   c.resident_blocks = 1;
   EXPECT_THAT(testing::user_error_of([&] { train(c); }),
               ::testing::HasSubstr("--resident-blocks 1 keeps blocks of a streamed model state in "
                                    "memory: it needs --model-state"));
+  for (const char* bad : {"-1", "some", "2x"}) {
+    const tandem::testing::CommandResult r =
+        tandem::testing::run_tandem(std::string("train --resident-blocks=") + bad);
+    EXPECT_EQ(r.status, 1) << bad;
+    EXPECT_EQ(r.output, fmt::format("tandem: error: --resident-blocks {}: give a count of blocks "
+                                    "(0 or more) or auto\n",
+                                    bad));
+  }
 }
 
 // --trace has a "model state" row naming every read and write-back of the store, gradient sums
