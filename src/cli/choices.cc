@@ -43,6 +43,13 @@ DType parse_precision(const std::string& text) {
       text);
 }
 
+CLI::Option* add_precision_flag(CLI::App* cmd, DType& target) {
+  return add_choice(cmd, "--precision", target, parse_precision,
+                    "The matmuls' type: fp32, bf16 (bf16 operands, f32 accumulation, f32 master "
+                    "weights; docs/training.md) or auto (bf16 where the CPU has AVX512_BF16)",
+                    "fp32");
+}
+
 parallel::GradExchange parse_grad_exchange(const std::string& text) {
   for (parallel::GradExchange e : {parallel::GradExchange::Overlap, parallel::GradExchange::After})
     if (text == parallel::grad_exchange_name(e)) return e;

@@ -43,6 +43,9 @@ CLI::Option* add_choice(CLI::App* cmd, const std::string& flag, T& target,
       ->default_str(std::string(shown));
 }
 
+// --precision fp32|bf16|auto into `target` (fp32 by default): train, plan, eval and sample.
+CLI::Option* add_precision_flag(CLI::App* cmd, DType& target);
+
 // Adds to every integer flag of `app` and its subcommands a check of its text before CLI11
 // converts it (CLI11 clamps a value past 64 bits to the largest, and reads "-1" into an unsigned
 // flag as 2^64 - 1): a value past 64 bits, or a negative one for an unsigned flag, is refused

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <memory>
 
+#include "choices.h"
 #include "commands.h"
 #include "tandem/core/error.h"
 #include "tandem/train/data.h"
@@ -22,6 +23,7 @@ struct EvalFlags {
   int batch = 8;
   int seq_len = 0;
   int64_t max_windows = 0;
+  DType precision = DType::F32;
 };
 
 }  // namespace
@@ -44,12 +46,13 @@ void add_eval(CLI::App& app) {
                                   "Window length (default: the model's training length)");
   cmd->add_option("--max-windows", f->max_windows, "Score at most this many windows (0: all)")
       ->capture_default_str();
+  add_precision_flag(cmd, f->precision);
   cmd->callback([f, seq_len] {
     if (seq_len->count() > 0 && f->seq_len < 1)
       user_error("--seq-len {} must be at least 1", f->seq_len);
     if (f->max_windows < 0) user_error("--max-windows {} must be 0 (all) or more", f->max_windows);
     if (f->batch < 1) user_error("--batch {} must be at least 1", f->batch);
-    const train::LoadedModel model = train::load_model(f->checkpoint);
+    const train::LoadedModel model = train::load_model(f->checkpoint, f->precision);
     const int T = seq_len->count() > 0 ? f->seq_len : model.config.seq_len;
     train::TokenSplit split;
     std::string what;
@@ -85,9 +88,9 @@ void add_eval(CLI::App& app) {
         split.size() > 0 ? text_bytes / static_cast<double>(split.size()) : 1.0;
     fmt::print(
         "loss {:.4f} per token (perplexity {:.3f}, {:.3f} bits/byte) over {} tokens of {}, "
-        "checkpoint at step {}\n",
+        "checkpoint at step {}, {} matmuls\n",
         loss, std::exp(loss), train::bits_per_byte(loss, bytes_per_token), scored, what,
-        model.meta.step);
+        model.meta.step, f->precision == DType::BF16 ? "bf16" : "fp32");
   });
 }
 

@@ -9,6 +9,7 @@
 #include <numeric>
 #include <vector>
 
+#include "choices.h"
 #include "commands.h"
 #include "tandem/core/error.h"
 #include "tandem/core/rng.h"
@@ -25,6 +26,7 @@ struct SampleFlags {
   double temperature = 0.8;
   int top_k = 0;
   uint64_t seed = 1;
+  DType precision = DType::F32;
 };
 
 // Draws a token from probs^(1/temperature) (the softmax of logits / temperature), restricted to
@@ -70,12 +72,13 @@ void add_sample(CLI::App& app) {
   cmd->add_option("--top-k", f->top_k, "Sample among the k most likely bytes (0: all)")
       ->capture_default_str();
   cmd->add_option("--seed", f->seed, "Seed of the sampling")->capture_default_str();
+  add_precision_flag(cmd, f->precision);
   cmd->callback([f] {
     if (f->tokens < 0) user_error("--tokens {} must be 0 or more", f->tokens);
     if (!(f->temperature >= 0) || !std::isfinite(f->temperature))
       user_error("--temperature {} must be a finite number, 0 or more", f->temperature);
     if (f->top_k < 0) user_error("--top-k {} must be 0 or more", f->top_k);
-    const train::LoadedModel model = train::load_model(f->checkpoint);
+    const train::LoadedModel model = train::load_model(f->checkpoint, f->precision);
     const nn::GPTConfig& c = model.config;
     const std::unique_ptr<train::Tokenizer> tok =
         train::model_tokenizer(model, f->tokenizer, f->checkpoint);

@@ -80,13 +80,6 @@ void add_grid_flags(CLI::App* cmd, train::TrainConfig& c) {
       ->capture_default_str();
 }
 
-void add_precision_flag(CLI::App* cmd, train::TrainConfig& c) {
-  add_choice(cmd, "--precision", c.model.matmul, parse_precision,
-             "The matmuls' type: fp32, bf16 (bf16 operands, f32 accumulation, f32 master weights; "
-             "docs/training.md) or auto (bf16 where the CPU has AVX512_BF16)",
-             "fp32");
-}
-
 CLI::Option* add_memory_flags(CLI::App* cmd, train::TrainConfig& c) {
   cmd->add_option("--memory-budget", c.memory_budget,
                   "Train out-of-core: the fast-tier bytes for saved activations and scratch, e.g. "
@@ -245,7 +238,7 @@ void add_train(CLI::App& app) {
              "file), streamed through two staging slots around each bucket's update",
              "memory");
   add_grid_flags(cmd, c);
-  add_precision_flag(cmd, c);
+  add_precision_flag(cmd, c.model.matmul);
   add_choice(cmd, "--backend", c.backend, parse_backend,
              "thread (ranks in this process) or mpi (under mpirun)", comm::backend_name(c.backend));
   add_choice(cmd, "--executor", c.executor, parse_executor,
@@ -309,7 +302,7 @@ void add_plan(CLI::App& app) {
                                  "predicted step time and peak beside every single strategy's");
   const SizeOptions sizes = add_size_flags(cmd, *flags);
   add_grid_flags(cmd, c);
-  add_precision_flag(cmd, c);
+  add_precision_flag(cmd, c.model.matmul);
   CLI::Option* tier = add_memory_flags(cmd, c);
   cmd->get_option("--memory-budget")->required();
   cmd->add_option("--trace", c.trace_path,

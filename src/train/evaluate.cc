@@ -16,10 +16,11 @@
 
 namespace tandem::train {
 
-LoadedModel load_model(const std::string& dir) {
+LoadedModel load_model(const std::string& dir, DType matmul) {
   const io::CheckpointReader ck(dir, false);
-  const nn::GPTConfig config =
+  nn::GPTConfig config =
       model_config_from_json(ck.meta().model_config, "checkpoint '" + ck.folder() + "'");
+  config.matmul = matmul;
   std::vector<std::string> names;
   for (const io::SafetensorsEntry& e : ck.weights().tensors()) names.push_back(e.name);
   detail::check_tensor_names(names, config, {""}, ck.weights().path());

@@ -16,13 +16,15 @@
 namespace tandem::train {
 
 // The model a checkpoint holds, its weights checked tensor by tensor against its own config
-// ("tensor 'h.0.ln_1.weight' is missing", "... has shape [64]; the model needs [128]").
+// ("tensor 'h.0.ln_1.weight' is missing", "... has shape [64]; the model needs [128]"). `matmul`:
+// how its linear layers and head multiply (F32, or BF16 operands with f32 accumulation: eval's
+// and sample's --precision); checkpoints hold f32 weights either way.
 struct LoadedModel {
   nn::GPTConfig config;
   nn::ParameterSet params;
   io::RunMeta meta;
 };
-LoadedModel load_model(const std::string& checkpoint_dir);
+LoadedModel load_model(const std::string& checkpoint_dir, DType matmul = DType::F32);
 
 // The tokenizer a checkpoint's model reads: `given` (--tokenizer) or the one its training data
 // recorded; null for a byte-level model given none. A recorded tokenizer that is gone, one whose

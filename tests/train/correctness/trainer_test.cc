@@ -220,6 +220,24 @@ TEST(TrainerCheckpoint, WeightsUseGpt2NamesAndLoadForEval) {
   EXPECT_TRUE(std::isfinite(loss));
 }
 
+// eval's --precision bf16: the same weights multiplied with bf16 operands score close to fp32
+// (each product's operands rounded to 8 bits of mantissa, the sums in f32), but not the same.
+TEST(TrainerCheckpoint, EvalInBf16TracksFp32) {
+  ScratchDir dir;
+  TrainConfig c = tiny({1, 1, 1}, 2);
+  c.save_dir = dir.path("ck");
+  train(c);
+  std::vector<uint8_t> text(400);
+  for (size_t i = 0; i < text.size(); ++i) text[i] = static_cast<uint8_t>('a' + i * 7 % 11);
+  const LoadedModel f32 = load_model(dir.path("ck"));
+  const LoadedModel bf16 = load_model(dir.path("ck"), DType::BF16);
+  EXPECT_EQ(bf16.config.matmul, DType::BF16);
+  const double a = evaluate_windows(f32.params, text, 16, 4, 0).first;
+  const double b = evaluate_windows(bf16.params, text, 16, 4, 0).first;
+  EXPECT_NE(a, b);
+  EXPECT_NEAR(b, a, 0.01 * a);
+}
+
 std::string error_of(const TrainConfig& c) {
   try {
     train(c);

@@ -143,6 +143,25 @@ TEST(Flags, EvalDoesNotNeedTheOptimizerState) {
   EXPECT_THAT(r.output, HasSubstr("checkpoint at step 1"));
 }
 
+TEST(Flags, EvalAndSampleTakeThePrecision) {
+  ScratchDir dir;
+  TrainConfig c = testing::tiny_run(1);
+  c.save_dir = dir.path("ck");
+  train(c);
+  const std::string ck = " --checkpoint '" + dir.path("ck") + "'";
+  auto r = run_tandem("eval --max-windows 2 --precision bf16" + ck);
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("checkpoint at step 1, bf16 matmuls"));
+  r = run_tandem("sample --tokens 4 --prompt ab --precision bf16" + ck);
+  EXPECT_EQ(r.status, 0) << r.output;
+  for (const char* command : {"eval", "sample"}) {
+    r = run_tandem(std::string(command) + " --precision half" + ck);
+    EXPECT_EQ(r.status, 1) << command;
+    EXPECT_THAT(r.output, HasSubstr("--precision half: the precisions are fp32, bf16 and auto"))
+        << command;
+  }
+}
+
 TEST(Flags, LearningRateBeyondF32IsRefused) {
   TrainConfig c = testing::tiny_run(1);
   c.lr = 1e39;
