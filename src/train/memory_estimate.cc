@@ -216,9 +216,12 @@ MemoryEstimate estimate_memory(const TrainConfig& cfg) {
     (host ? e.model_state_host : e.model_state_disk) += times * n.tier;
     e.activations_in_core += times * n.activations;
     if (e.activations_budgeted) {
-      // With --model-state the budget holds the store's slots too.
+      // With --model-state the budget holds the model state in memory too: the store's slots and
+      // the embeddings and ln_f (weights, gradients, moments).
       const uint64_t budget = ooc::parse_budget(cfg.memory_budget, n.activations);
-      e.activations += times * (budget > n.staging ? budget - n.staging : 0);
+      const uint64_t held =
+          cfg.model_state ? n.staging + 2 * n.parameters + n.optimizer : n.staging;
+      e.activations += times * (budget > held ? budget - held : 0);
     } else {
       e.activations += times * n.activations;
     }

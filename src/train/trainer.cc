@@ -125,8 +125,9 @@ class RankRun {
       opt_.attach_store(store_.get());
       if (cfg.resident_blocks > 0)
         store_->set_resident(std::min(cfg.resident_blocks, store_->blocks()));
-      // --memory-budget covers the blocks' slots (and resident blocks) too.
-      if (ooc_) ooc_->reserve(store_->memory_bytes(), store_held(store_->resident()));
+      // --memory-budget covers the model state in memory too.
+      if (ooc_)
+        ooc_->reserve(model_state_memory(store_->resident()), store_held(store_->resident()));
       // Only when tracing: the store names every transfer it reports.
       if (trace_ != nullptr && trace_->enabled())
         store_->set_transfer_sink(
@@ -161,8 +162,17 @@ class RankRun {
   void print_header(int64_t first_step);
   std::string memory_lines();
   std::string model_state_line() const;
-  // What of the model state --memory-budget holds with r resident blocks: "the model state's
-  // slots[ and r resident blocks]".
+  // With --model-state, the model state a step holds in memory with r resident blocks: the
+  // store's slots and resident blocks, and the embeddings and ln_f (weights, gradients and
+  // moments). --memory-budget holds it beside the activations. (The optimizer programs' exchange
+  // buffers are not counted: the executors allocate them on first use, so their size is known
+  // only after a step.)
+  uint64_t model_state_memory(int r) const {
+    return store_->staging_bytes() + store_->resident_bytes(r) + 2 * model_.resident_bytes() +
+           opt_.state_bytes();
+  }
+  // What that is, for messages: "the model state in memory (slots, embeddings and ln_f[, r
+  // resident blocks])".
   static std::string store_held(int r);
   // With --model-state and --memory-budget, unless --resident-blocks says: how many blocks stay
   // resident (the count with the shortest predicted step), then the activations planned again.
@@ -364,8 +374,7 @@ void RankRun::choose_resident_blocks() {
   std::vector<double> compute(static_cast<size_t>(n) + 1, -1.0);
   auto compute_s = [&](int r) {
     double& c = compute[static_cast<size_t>(r)];
-    if (c < 0)
-      c = ooc_->predicted_step_s_reserving(store_->staging_bytes() + store_->resident_bytes(r));
+    if (c < 0) c = ooc_->predicted_step_s_reserving(model_state_memory(r));
     return c;
   };
   auto io_s = [&](int r) { return store_->predicted_step_io_s(r); };
@@ -409,14 +418,14 @@ void RankRun::choose_resident_blocks() {
   if (best == store_->resident()) return;
   // The activations give up their part of the budget (their arena's pages released) before the
   // resident blocks take it, so that the two are never in memory together.
-  ooc_->reserve(store_->staging_bytes() + store_->resident_bytes(best), store_held(best));
+  ooc_->reserve(model_state_memory(best), store_held(best));
   store_->set_resident(best);
 }
 
 std::string RankRun::store_held(int r) {
-  return r == 0
-             ? std::string("the model state's slots")
-             : fmt::format("the model state's slots and {} resident block{}", r, r == 1 ? "" : "s");
+  return fmt::format(
+      "the model state in memory (slots, embeddings and ln_f{})",
+      r == 0 ? std::string() : fmt::format(", {} resident block{}", r, r == 1 ? "" : "s"));
 }
 
 // This rank's part of the checkpoint's weights and moments. Returns the step it was saved at.
@@ -514,11 +523,13 @@ std::string RankRun::model_state_line() const {
       "  model state: blocks h.{}..h.{} (weights, gradients, optimizer state) in {}, {} a rank, "
       "streamed through {} of slots{}, about {} read and {} written a step: {:.2f} s of I/O at "
       "the tier's measured {:.2f} GB/s read, {:.2f} GB/s write; the embeddings and ln_f in "
-      "memory\n",
+      "memory ({}{})\n",
       store_->first_layer(), store_->end_layer() - 1, store_->describe(),
       ooc::human_bytes(store_->tier_bytes()), ooc::human_bytes(store_->staging_bytes()),
       resident_note, ooc::human_bytes(p.read_bytes), ooc::human_bytes(p.written_bytes),
-      store_->predicted_step_io_s(), bw.read_bytes_per_s / 1e9, bw.write_bytes_per_s / 1e9);
+      store_->predicted_step_io_s(), bw.read_bytes_per_s / 1e9, bw.write_bytes_per_s / 1e9,
+      ooc::human_bytes(2 * model_.resident_bytes() + opt_.state_bytes()),
+      ooc_ ? " of --memory-budget" : "");
 }
 
 void RankRun::print_header(int64_t first_step) {
@@ -711,6 +722,7 @@ void RankRun::finish(TrainResult& result) {
     result.state_written_bytes = t.written_bytes;
     result.state_predicted_read = p.read_bytes;
     result.state_predicted_written = p.written_bytes;
+    result.state_memory_bytes = model_state_memory(store_->resident());
   }
   if (cfg_.keep_weights) {
     std::vector<float> w = parallel::gather_weights(model_);

@@ -65,6 +65,9 @@ struct TrainResult {
   int resident_blocks = 0;
   uint64_t state_read_bytes = 0, state_written_bytes = 0;
   uint64_t state_predicted_read = 0, state_predicted_written = 0;
+  // ... and the model state it holds in memory, inside --memory-budget: the slots, resident
+  // blocks, the embeddings and ln_f (weights, gradients, moments).
+  uint64_t state_memory_bytes = 0;
   // SIGTERM or SIGINT when the run stopped on one after end_step (with a checkpoint under
   // --save); 0 when it ran to --steps.
   int stopped_by_signal = 0;

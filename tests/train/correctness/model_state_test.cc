@@ -142,24 +142,36 @@ TEST(ModelStateVariants, CheckpointsMoveBetweenInCoreAndStreamed) {
   }
 }
 
-// --memory-budget holds the blocks' slots and the activations together: too small a budget is
-// refused naming both and the smallest that works; the run trains at exactly that budget, and a
-// byte less is refused (so the slots are counted in it).
-TEST(ModelStateVariants, TheBudgetHoldsTheSlotsAndTheActivations) {
+// --memory-budget holds the model state in memory (the blocks' slots, the embeddings and ln_f with
+// their gradients and moments) and the activations together: too small a budget is refused naming
+// both and the smallest that works; the run trains at exactly that budget, and a byte less is
+// refused (so all of it is counted in it).
+TEST(ModelStateVariants, TheBudgetHoldsTheModelStateInMemoryAndTheActivations) {
   TrainConfig c = run({1, 1, 1}, 6);
   c.steps = 2;
   c.eval_every = 0;
   c.model_state = ooc::TierSpec::parse("host");
   c.memory_budget = "1MiB";  // the activations alone need about 850 KiB
   const std::string error = testing::user_error_of([&] { train(c); });
-  EXPECT_THAT(error,
-              ::testing::HasSubstr("--memory-budget 1.00 MiB holds the model state's slots ("))
+  EXPECT_THAT(error, ::testing::HasSubstr(
+                         "--memory-budget 1.00 MiB holds the model state in memory (slots, "
+                         "embeddings and ln_f) ("))
       << error;
   const size_t at = error.find("give at least ");
   ASSERT_NE(at, std::string::npos) << error;
   const uint64_t smallest = std::stoull(error.substr(error.find('(', at) + 1));
   c.memory_budget = std::to_string(smallest);
-  EXPECT_GT(train(c).ooc_high_water, 0u);
+  const TrainResult at_smallest = train(c);
+  EXPECT_GT(at_smallest.ooc_high_water, 0u);
+  EXPECT_GE(smallest, at_smallest.state_memory_bytes + at_smallest.ooc_high_water);
+  // 64 more rows of wpe add their weights, gradients and two moments to what the budget holds.
+  TrainConfig wider = c;
+  wider.memory_budget = std::to_string(2 * smallest);
+  wider.resident_blocks = 0;  // the same blocks streamed in both
+  const uint64_t before = train(wider).state_memory_bytes;
+  wider.model.max_positions += 64;
+  const uint64_t rows = 64 * static_cast<uint64_t>(wider.model.d_model) * sizeof(float);
+  EXPECT_EQ(train(wider).state_memory_bytes, before + 4 * rows);
   c.memory_budget = std::to_string(smallest - 1);
   EXPECT_THAT(testing::user_error_of([&] { train(c); }),
               ::testing::HasSubstr(fmt::format("({} bytes)", smallest)));
