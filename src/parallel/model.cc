@@ -2,10 +2,7 @@
 // micro-batch loop, the stages, and the DSL programs at the communication points.
 #include "tandem/parallel/model.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 #include <utility>
 
@@ -138,37 +135,20 @@ struct ParallelGPT::Programs {
   exec::Runner* recv[2] = {nullptr, nullptr};  // the previous stage's hand-off
 };
 
-// Two mappings of the shard's size that reserve address space only: pages are memory once
-// written, and the blocks' ranges never are (the store holds the blocks). Anonymous pages read
-// as zeros.
-struct ParallelGPT::Reserved {
-  explicit Reserved(int64_t floats) : bytes(static_cast<size_t>(floats) * sizeof(float)) {
-    params = map();
-    grads = map();
-  }
-  ~Reserved() {
-    ::munmap(params, bytes);
-    ::munmap(grads, bytes);
-  }
-  float* map() const {
-    void* p = ::mmap(nullptr, std::max<size_t>(bytes, 1), PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p == MAP_FAILED)
-      user_error("cannot reserve {} bytes of address space for the model: {}", bytes,
-                 std::strerror(errno));
-    return static_cast<float*>(p);
-  }
-  size_t bytes;
-  float* params = nullptr;
-  float* grads = nullptr;
-};
-
 ParallelGPT::ParallelGPT(const nn::GPTConfig& config, Grid& grid, int micro_rows, int T,
                          int micro_batches, const ProgramOptions& options,
-                         nn::ActivationMemory* memory, bool blocks_in_store)
+                         nn::ActivationMemory* memory, ModelState* state)
     : config_(config),
       grid_(grid),
-      layout_(config, grid.shape(), grid.coord().tp, grid.coord().pp),
+      // From the data-parallel group's allocator: the optimizer's programs read and write these
+      // buffers in place, and on MPI ranks of one node only memory the peers map goes direct.
+      own_state_(state != nullptr
+                     ? nullptr
+                     : std::make_unique<ModelState>(
+                           ShardLayout(config, grid.shape(), grid.coord().tp, grid.coord().pp),
+                           ModelState::Options{}, &grid.dp().allocator())),
+      state_(state != nullptr ? *state : *own_state_),
+      layout_(state_.layout()),
       micro_rows_(micro_rows),
       T_(T),
       micro_batches_(micro_batches),
@@ -178,16 +158,9 @@ ParallelGPT::ParallelGPT(const nn::GPTConfig& config, Grid& grid, int micro_rows
                micro_batches, micro_rows);
   if (T < 1 || T > config.max_positions)
     user_error("sequence length {} is outside [1, {}]", T, config.max_positions);
-  // From the data-parallel group's allocator: the optimizer's programs read and write these
-  // buffers in place, and on MPI ranks of one node only memory the peers map goes direct.
-  if (blocks_in_store) {
-    reserved_ = std::make_unique<Reserved>(layout_.size());
-    params_ = Tensor::view_of(reserved_->params, DType::F32, Shape{layout_.size()});
-    grads_ = Tensor::view_of(reserved_->grads, DType::F32, Shape{layout_.size()});
-  } else {
-    params_ = Tensor::zeros(DType::F32, Shape{layout_.size()}, grid.dp().allocator());
-    grads_ = Tensor::zeros(DType::F32, Shape{layout_.size()}, grid.dp().allocator());
-  }
+  TANDEM_CHECK(layout_.config() == config && layout_.tp_rank() == grid.coord().tp &&
+                   layout_.stage() == grid.coord().pp && layout_.tp() == grid.shape().tp,
+               "a model state of another rank's layout");
   const int tp = grid.shape().tp, B = micro_rows;
   if (memory_ == nullptr) {
     resident_ = std::make_unique<Resident>(
@@ -253,7 +226,7 @@ ParallelGPT::ParallelGPT(const nn::GPTConfig& config, Grid& grid, int micro_rows
                                          options.executor);
     const LocalTensor& wte = tied_embedding();
     pr.tied_sum = pr.tied_sum_program->prepare(*grid.tied(), {{"N", wte.numel()}}, {"g"});
-    pr.tied_sum->bind("g", grads_.flat_slice(wte.local_offset, wte.numel()));
+    pr.tied_sum->bind("g", grads().flat_slice(wte.local_offset, wte.numel()));
   }
   for (int v = 0; v < 2; ++v) {
     const int i = v < variants ? v : 0;
@@ -366,38 +339,13 @@ void ParallelGPT::receive_activations(const nn::StepRng& rng, bool training, flo
   emit("comm", "pipeline recv", begin);
 }
 
-void ParallelGPT::attach_store(BlockStore* store) {
-  TANDEM_CHECK(reserved_ != nullptr && store != nullptr &&
-                   store->first_layer() == layout_.first_layer() &&
-                   store->end_layer() == layout_.end_layer(),
-               "a block store for a model not set up for one");
-  store_ = store;
-}
-
-size_t ParallelGPT::resident_bytes() const {
-  if (store_ == nullptr) return params_.nbytes();
-  const auto [b, e] = std::pair{layout_.block_range(layout_.first_layer()).first,
-                                layout_.block_range(layout_.end_layer() - 1).second};
-  return static_cast<size_t>(layout_.size() - (e - b)) * sizeof(float);
-}
-
-void ParallelGPT::zero_gradients() {
-  if (store_ == nullptr) return grads_.fill(0.0f);
-  const int64_t b = layout_.block_range(layout_.first_layer()).first,
-                e = layout_.block_range(layout_.end_layer() - 1).second;
-  float* g = grads_.data_as<float>();
-  std::fill(g, g + b, 0.0f);
-  std::fill(g + e, g + layout_.size(), 0.0f);
-  store_->drop_gradients();
-}
-
 nn::BlockParams ParallelGPT::weights_of(int layer) {
-  if (store_ == nullptr) return layout_.block(params_.data_as<float>(), layer);
-  return layout_.block_at(store_->acquire(layer), layer);
+  if (store() == nullptr) return layout_.block(params().data_as<float>(), layer);
+  return layout_.block_at(store()->acquire(layer), layer);
 }
 
 void ParallelGPT::done_with_weights(int layer) {
-  if (store_ != nullptr) store_->release(layer);
+  if (store() != nullptr) store()->release(layer);
 }
 
 ParallelGPT::UnitArgs ParallelGPT::unit_args(int k, int u) {
@@ -427,9 +375,9 @@ void ParallelGPT::unit_forward(int k, int u, const nn::StepRng& rng, bool traini
 
 void ParallelGPT::unit_backward(int k, int u, const nn::StepRng& rng, float* dres) {
   const UnitArgs a = unit_args(k, u);
-  const nn::BlockParams dw = store_ != nullptr
-                                 ? layout_.block_at(store_->gradients(a.layer), a.layer)
-                                 : layout_.block(grads_.data_as<float>(), a.layer);
+  const nn::BlockParams dw = store() != nullptr
+                                 ? layout_.block_at(store()->gradients(a.layer), a.layer)
+                                 : layout_.block(grads().data_as<float>(), a.layer);
   nn::Workspace& ws = memory_->workspace();
   if (shard_path(a.layer)) {
     const ShardBlock sb{config_, grid_.shape().tp, grid_.coord().tp, [&](float* g, int64_t n) {
@@ -464,17 +412,17 @@ void ParallelGPT::forward_micro(const MicroBatch& mb, int k, const nn::StepRng& 
         const auto begin = Clock::now();
         nn::EmbeddingActivations e;
         e[nn::EmbeddingAct::Out] = view(x0, Shape{B, T, config_.d_model});
-        nn::embedding_forward(config_, layout_.embedding(params_.data_as<float>()), e, mb.tokens, B,
-                              T, rng);
+        nn::embedding_forward(config_, layout_.embedding(params().data_as<float>()), e, mb.tokens,
+                              B, T, rng);
         emit("compute", "forward embedding", begin);
       } else {
         receive_activations(rng, training, x0, B, T);
       }
     }
     // The next block's weights read while this one computes.
-    if (store_ != nullptr && u % nn::kBlockHalves == 0) {
+    if (store() != nullptr && u % nn::kBlockHalves == 0) {
       const int l = layout_.first_layer() + u / nn::kBlockHalves;
-      store_->prefetch(l + 1, l);
+      store()->prefetch(l + 1, l);
     }
     const auto begin = Clock::now();
     nested_comm_s_ = 0.0;
@@ -482,7 +430,7 @@ void ParallelGPT::forward_micro(const MicroBatch& mb, int k, const nn::StepRng& 
     emit("compute", "forward " + unit_name(u), begin);
     if (u == n - 1 && layout_.has_final()) {
       const auto hb = Clock::now();
-      loss_sum += nn::final_forward(config_, layout_.final_stage(params_.data_as<float>()),
+      loss_sum += nn::final_forward(config_, layout_.final_stage(params().data_as<float>()),
                                     memory_->head(k), memory_->input(k, n), mb.targets,
                                     memory_->workspace(), B, T);
       emit("compute", "forward head", hb);
@@ -494,8 +442,8 @@ void ParallelGPT::forward_micro(const MicroBatch& mb, int k, const nn::StepRng& 
 void ParallelGPT::backward_micro(const MicroBatch& mb, int k, const nn::StepRng& rng, float dloss) {
   const int B = mb.B, T = mb.T, n = units();
   const int64_t elems = static_cast<int64_t>(B) * T * config_.d_model;
-  float* base = params_.data_as<float>();
-  float* gbase = grads_.data_as<float>();
+  float* base = params().data_as<float>();
+  float* gbase = grads().data_as<float>();
   nn::Workspace& ws = memory_->workspace();
   float* dres = ws.dresidual();  // (B, T, C) d(loss)/d(residual stream)
   for (int u = n - 1; u >= 0; --u) {
@@ -525,19 +473,19 @@ void ParallelGPT::backward_micro(const MicroBatch& mb, int k, const nn::StepRng&
     // As a block's backward starts: its moments for the update that follows it (in the step's
     // last backward), and the previous block's weights and gradient sum, read while it computes.
     const bool last_backward = k == last_backward_micro_;
-    if (store_ != nullptr && u % nn::kBlockHalves == nn::kBlockHalves - 1) {
+    if (store() != nullptr && u % nn::kBlockHalves == nn::kBlockHalves - 1) {
       const int l = layout_.first_layer() + u / nn::kBlockHalves;
-      if (last_backward) store_->prefetch_moments(l);
-      store_->prefetch(l - 1, l);
-      store_->prefetch_gradients(l - 1);
+      if (last_backward) store()->prefetch_moments(l);
+      store()->prefetch(l - 1, l);
+      store()->prefetch_gradients(l - 1);
     }
     const auto begin = Clock::now();
     nested_comm_s_ = 0.0;
     unit_backward(k, u, rng, dres);
     emit("compute", "backward " + unit_name(u), begin);
     // More backwards of this block follow in the step: its gradient sum may wait in the tier.
-    if (store_ != nullptr && !last_backward && u % nn::kBlockHalves == 0)
-      store_->park_gradients(layout_.first_layer() + u / nn::kBlockHalves);
+    if (store() != nullptr && !last_backward && u % nn::kBlockHalves == 0)
+      store()->park_gradients(layout_.first_layer() + u / nn::kBlockHalves);
     if (gradients_ready_ && last_backward && u % nn::kBlockHalves == 0)
       gradients_ready_(layout_.first_layer() + u / nn::kBlockHalves);
     if (u == 0) {

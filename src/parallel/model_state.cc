@@ -1,197 +1,187 @@
-// The model's state between the shards and whole tensors, one tensor at a time.
+// One rank's model state: its placement in memory, a moments tier or a block store (see
+// model_state.h).
 #include "tandem/parallel/model_state.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include "tandem/core/error.h"
+#include "tiered_state.h"
 
 namespace tandem::parallel {
-namespace {
 
-Tensor f32_view(float* p, int64_t n) { return Tensor::view_of(p, DType::F32, Shape{n}); }
-
-// Calls fn(local, global, count) for the overlap of local elements [begin, end) with every run of
-// this rank's copies of tensor `name` (writers only, or all copies).
-template <typename Fn>
-void for_each_run_of(const ShardLayout& layout, const std::string& name, bool writers_only,
-                     Fn&& fn) {
-  for (const LocalTensor& lt : layout.tensors())
-    if (lt.name == name && (lt.writer || !writers_only))
-      for (const FlatRun& r : lt.runs) fn(r);
-}
-
-}  // namespace
-
-namespace {
-
-// The block whose local elements hold `local`, when the model keeps its blocks in a store; -1
-// when the element is in the model's own buffer.
-int stored_block(const ParallelGPT& model, int64_t local) {
-  if (model.store() == nullptr) return -1;
-  const ShardLayout& layout = model.layout();
-  for (int l = layout.first_layer(); l < layout.end_layer(); ++l) {
-    const auto [b, e] = layout.block_range(l);
-    if (local >= b && local < e) return l;
+// Two mappings of the shard's size that reserve address space only: pages are memory once
+// written, and the blocks' ranges never are (the store holds the blocks). Anonymous pages read
+// as zeros.
+struct ModelState::Reserved {
+  explicit Reserved(int64_t floats) : bytes(static_cast<size_t>(floats) * sizeof(float)) {
+    params = map();
+    grads = map();
   }
-  return -1;
-}
-
-}  // namespace
-
-void init_weights(const ParallelGPT& model, uint64_t seed) {
-  const ShardLayout& layout = model.layout();
-  float* local = model.params().data_as<float>();
-  std::vector<float> block;
-  for (const LocalTensor& lt : layout.tensors()) {
-    const int l = stored_block(model, lt.local_offset);
-    if (l < 0) {
-      for (const FlatRun& r : lt.runs)
-        nn::gpt_init_values(model.config(), lt.name, r.global, r.count, local + r.local, seed);
-      continue;
-    }
-    // A stored block's tensors are initialised into one block buffer, written once complete.
-    const auto [b, e] = layout.block_range(l);
-    block.resize(static_cast<size_t>(e - b));
-    for (const FlatRun& r : lt.runs)
-      nn::gpt_init_values(model.config(), lt.name, r.global, r.count, block.data() + (r.local - b),
-                          seed);
-    if (lt.local_offset + lt.numel() == e) model.store()->write_weights(l, block.data());
+  ~Reserved() {
+    ::munmap(params, bytes);
+    ::munmap(grads, bytes);
   }
-}
-
-// A piece's moments being assembled by scatter.
-struct StateStreamer::Staged {
-  std::vector<float> m, v;
-  int64_t m_filled = 0, v_filled = 0;
-  bool written = false;
+  float* map() const {
+    void* p = ::mmap(nullptr, std::max<size_t>(bytes, 1), PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED)
+      user_error("cannot reserve {} bytes of address space for the model: {}", bytes,
+                 std::strerror(errno));
+    return static_cast<float*>(p);
+  }
+  size_t bytes;
+  float* params = nullptr;
+  float* grads = nullptr;
 };
 
-StateStreamer::StateStreamer(const ParallelGPT& model, DataParallelOptimizer* opt)
-    : model_(model), opt_(opt) {
-  if (opt_ == nullptr) return;
-  staged_.resize(opt_->pieces().size());
-  for (size_t i = 0; i < staged_.size(); ++i)
-    staged_[i].written = opt_->pieces()[i].end == opt_->pieces()[i].begin;
-}
-
-StateStreamer::~StateStreamer() = default;
-
-const float* StateStreamer::local_weights(int64_t local) {
-  const int l = stored_block(model_, local);
-  if (l < 0) return model_.params().data_as<float>() + local;
-  const int64_t b = model_.layout().block_range(l).first;
-  if (cached_block_ != l) {
-    cached_block_w_.resize(static_cast<size_t>(model_.layout().block_range(l).second - b));
-    model_.store()->read_weights(l, cached_block_w_.data());
-    cached_block_ = l;
-  }
-  return cached_block_w_.data() + (local - b);
-}
-
-const std::vector<float>& StateStreamer::piece_state(size_t piece, StatePart part) {
-  if (cached_piece_ != static_cast<int64_t>(piece)) {
-    const DataParallelOptimizer::Piece& pc = opt_->pieces()[piece];
-    cached_m_.resize(static_cast<size_t>(pc.end - pc.begin));
-    cached_v_.resize(cached_m_.size());
-    opt_->read_state(piece, cached_m_.data(), cached_v_.data());
-    cached_piece_ = static_cast<int64_t>(piece);
-  }
-  return part == StatePart::M ? cached_m_ : cached_v_;
-}
-
-void StateStreamer::gather(StatePart part, const nn::ParamSpec& spec, float* out) {
-  const int64_t n = spec.numel();
-  std::fill(out, out + n, 0.0f);
-  const ShardLayout& layout = model_.layout();
-  const bool dp_lead = model_.grid().coord().dp == 0;
-  if (part == StatePart::Weights) {
-    if (dp_lead) {
-      for_each_run_of(layout, spec.name, true, [&](const FlatRun& r) {
-        std::memcpy(out + (r.global - spec.offset), local_weights(r.local),
-                    static_cast<size_t>(r.count) * sizeof(float));
-      });
-    }
+ModelState::ModelState(ShardLayout layout, const Options& options, Allocator* allocator)
+    : layout_(std::move(layout)), options_(options) {
+  TANDEM_CHECK(!(options.blocks && options.moments), "a block store beside a moments tier");
+  TANDEM_CHECK(options.micro_batches >= 1, "{} micro-batches", options.micro_batches);
+  if (options.blocks) {
+    reserved_ = std::make_unique<Reserved>(layout_.size());
+    params_ = Tensor::view_of(reserved_->params, DType::F32, Shape{layout_.size()});
+    grads_ = Tensor::view_of(reserved_->grads, DType::F32, Shape{layout_.size()});
   } else {
-    TANDEM_CHECK(opt_ != nullptr, "gathering moments without an optimizer");
-    // Sliced moments: each dp rank deposits its slices; whole copies: dp rank 0's.
-    if (opt_->state_sliced() || dp_lead) {
-      const std::vector<DataParallelOptimizer::Piece>& pieces = opt_->pieces();
-      for_each_run_of(layout, spec.name, true, [&](const FlatRun& r) {
-        for (size_t i = 0; i < pieces.size(); ++i) {
-          const int64_t b = std::max(r.local, pieces[i].begin),
-                        e = std::min(r.local + r.count, pieces[i].end);
-          if (b >= e) continue;
-          const std::vector<float>& s = piece_state(i, part);
-          std::memcpy(out + (r.global + (b - r.local) - spec.offset),
-                      s.data() + (b - pieces[i].begin), static_cast<size_t>(e - b) * sizeof(float));
-        }
-      });
-    }
+    Allocator& a = allocator != nullptr ? *allocator : host_allocator();
+    params_ = Tensor::zeros(DType::F32, Shape{layout_.size()}, a);
+    grads_ = Tensor::zeros(DType::F32, Shape{layout_.size()}, a);
   }
-  // Adding the other ranks' zeros is exact.
-  model_.grid().world().all_reduce(f32_view(out, n), comm::ReduceOp::Sum);
 }
 
-void StateStreamer::scatter(StatePart part, const nn::ParamSpec& spec, float* in) {
-  model_.grid().world().broadcast(f32_view(in, spec.numel()), 0);
-  const ShardLayout& layout = model_.layout();
-  if (part == StatePart::Weights) {
-    float* local = model_.params().data_as<float>();
-    for_each_run_of(layout, spec.name, false, [&](const FlatRun& r) {
-      const size_t bytes = static_cast<size_t>(r.count) * sizeof(float);
-      const int l = stored_block(model_, r.local);
-      if (l < 0) return (void)std::memcpy(local + r.local, in + (r.global - spec.offset), bytes);
-      // A stored block's weights are staged whole, written once every element has come.
-      const auto [b, e] = layout.block_range(l);
-      StagedBlock& st = staged_blocks_[l];
-      if (st.w.empty()) st.w.assign(static_cast<size_t>(e - b), 0.0f);
-      std::memcpy(st.w.data() + (r.local - b), in + (r.global - spec.offset), bytes);
-      st.filled += r.count;
-      if (st.filled == e - b) {
-        model_.store()->write_weights(l, st.w.data());
-        staged_blocks_.erase(l);
-      }
-    });
+// The store first: its transfers may still read the moments' slots of nothing else, but the
+// tier's thread and the store's must stop before the buffers they copy go.
+ModelState::~ModelState() {
+  store_.reset();
+  tier_.reset();
+}
+
+size_t ModelState::resident_bytes() const {
+  if (!blocks_in_store()) return params_.nbytes();
+  const int64_t b = layout_.block_range(layout_.first_layer()).first,
+                e = layout_.block_range(layout_.end_layer() - 1).second;
+  return static_cast<size_t>(layout_.size() - (e - b)) * sizeof(float);
+}
+
+void ModelState::zero_gradients() {
+  if (!blocks_in_store()) return grads_.fill(0.0f);
+  const int64_t b = layout_.block_range(layout_.first_layer()).first,
+                e = layout_.block_range(layout_.end_layer() - 1).second;
+  float* g = grads_.data_as<float>();
+  std::fill(g, g + b, 0.0f);
+  std::fill(g + e, g + layout_.size(), 0.0f);
+  if (store_) store_->drop_gradients();
+}
+
+void ModelState::place_moments(std::vector<Piece> pieces) {
+  TANDEM_CHECK(pieces_.empty() && !tier_ && !store_, "the moments placed twice");
+  pieces_ = std::move(pieces);
+  if (options_.moments) {
+    std::vector<int64_t> lengths;
+    for (const Piece& p : pieces_) lengths.push_back(p.end - p.begin);
+    try {
+      tier_ = std::make_unique<detail::TieredState>(*options_.moments, lengths);
+    } catch (const UserError& e) {
+      user_error("--optimizer-state {}: {}", options_.moments->str(), e.what());
+    }
     return;
   }
-  TANDEM_CHECK(opt_ != nullptr, "scattering moments without an optimizer");
-  const std::vector<DataParallelOptimizer::Piece>& pieces = opt_->pieces();
-  for_each_run_of(layout, spec.name, false, [&](const FlatRun& r) {
-    for (size_t i = 0; i < pieces.size(); ++i) {
-      const int64_t b = std::max(r.local, pieces[i].begin),
-                    e = std::min(r.local + r.count, pieces[i].end);
-      if (b >= e) continue;
-      Staged& st = staged_[i];
-      TANDEM_CHECK(!st.written, "piece {} of the moments scattered twice", i);
-      const size_t len = static_cast<size_t>(pieces[i].end - pieces[i].begin);
-      std::vector<float>& dst = part == StatePart::M ? st.m : st.v;
-      if (dst.empty()) dst.assign(len, 0.0f);
-      std::memcpy(dst.data() + (b - pieces[i].begin), in + (r.global + (b - r.local) - spec.offset),
-                  static_cast<size_t>(e - b) * sizeof(float));
-      (part == StatePart::M ? st.m_filled : st.v_filled) += e - b;
-      if (st.m_filled == static_cast<int64_t>(len) && st.v_filled == static_cast<int64_t>(len)) {
-        opt_->write_state(i, st.m.data(), st.v.data());
-        st = Staged{};
-        st.written = true;
-      }
-    }
-  });
+  // The blocks' moments go to the store (a piece each, by block); the rest stay here.
+  const int first = layout_.first_layer(), blocks = layout_.end_layer() - first;
+  BlockStore::MomentPieces block_pieces(static_cast<size_t>(blocks), {-1, -1});
+  for (const Piece& p : pieces_) {
+    const int64_t len = p.block >= 0 ? 0 : p.end - p.begin;
+    m_.push_back(Tensor::zeros(DType::F32, Shape{len}));
+    v_.push_back(Tensor::zeros(DType::F32, Shape{len}));
+    if (p.block < 0) continue;
+    TANDEM_CHECK(blocks_in_store() && p.block >= first && p.block < first + blocks &&
+                     block_pieces[static_cast<size_t>(p.block - first)].first < 0,
+                 "a piece of block {} twice, outside [{}, {}) or without a store", p.block, first,
+                 first + blocks);
+    block_pieces[static_cast<size_t>(p.block - first)] = {p.begin, p.end};
+  }
+  if (!blocks_in_store()) return;
+  for (size_t i = 0; i < block_pieces.size(); ++i)
+    TANDEM_CHECK(block_pieces[i].first >= 0, "no piece for block {}", first + static_cast<int>(i));
+  try {
+    store_ = std::make_unique<BlockStore>(*options_.blocks, layout_, block_pieces,
+                                          options_.micro_batches);
+  } catch (const UserError& e) {
+    user_error("--model-state {}: {}", options_.blocks->str(), e.what());
+  }
 }
 
-void StateStreamer::finish() {
-  TANDEM_CHECK(staged_blocks_.empty(), "{} blocks' weights were not completely scattered",
-               staged_blocks_.size());
-  for (size_t i = 0; i < staged_.size(); ++i)
-    TANDEM_CHECK(staged_[i].written, "piece {} of the moments was not completely scattered", i);
+void ModelState::begin_step() {
+  if (tier_) tier_->begin();
 }
 
-std::vector<float> gather_weights(const ParallelGPT& model) {
-  std::vector<float> whole(static_cast<size_t>(nn::gpt_num_parameters(model.config())));
-  StateStreamer streamer(model, nullptr);
-  for (const nn::ParamSpec& spec : nn::gpt_parameter_specs(model.config()))
-    streamer.gather(StatePart::Weights, spec, whole.data() + spec.offset);
-  return whole;
+ModelState::Update ModelState::begin_update(size_t i) {
+  const Piece& p = pieces_.at(i);
+  if (p.block >= 0) {
+    const BlockStore::Update u = store_->begin_update(p.block);
+    return {u.w, u.g, u.m, u.v};
+  }
+  Update u{params_.data_as<float>() + p.segment_begin, grads_.data_as<float>() + p.segment_begin,
+           nullptr, nullptr};
+  if (tier_) {
+    tier_->await(i);
+    u.m = tier_->m(i);
+    u.v = tier_->v(i);
+  } else {
+    u.m = m_[i].data_as<float>();
+    u.v = v_[i].data_as<float>();
+  }
+  return u;
 }
+
+void ModelState::end_update(size_t i) {
+  const Piece& p = pieces_.at(i);
+  if (p.block >= 0) return store_->end_update(p.block);
+  if (tier_) tier_->done(i);
+}
+
+void ModelState::finish_step() {
+  if (tier_) tier_->finish();
+}
+
+float* ModelState::segment_gradients(size_t i) const {
+  const Piece& p = pieces_.at(i);
+  TANDEM_CHECK(p.block < 0, "the gradients of block {} are the store's", p.block);
+  return grads_.data_as<float>() + p.segment_begin;
+}
+
+void ModelState::read_moments(size_t i, float* m, float* v) {
+  const Piece& p = pieces_.at(i);
+  if (p.block >= 0) return store_->read_moments(p.block, m, v);
+  if (tier_) return tier_->read(i, m, v);
+  const size_t bytes = static_cast<size_t>(p.end - p.begin) * sizeof(float);
+  std::memcpy(m, m_[i].data(), bytes);
+  std::memcpy(v, v_[i].data(), bytes);
+}
+
+void ModelState::write_moments(size_t i, const float* m, const float* v) {
+  const Piece& p = pieces_.at(i);
+  if (p.block >= 0) return store_->write_moments(p.block, m, v);
+  if (tier_) return tier_->write(i, m, v);
+  const size_t bytes = static_cast<size_t>(p.end - p.begin) * sizeof(float);
+  std::memcpy(m_[i].data(), m, bytes);
+  std::memcpy(v_[i].data(), v, bytes);
+}
+
+size_t ModelState::moment_bytes() const {
+  if (tier_) return tier_->staging_bytes();
+  size_t b = 0;
+  for (size_t i = 0; i < m_.size(); ++i) b += m_[i].nbytes() + v_[i].nbytes();
+  return b;
+}
+
+size_t ModelState::moment_tier_bytes() const { return tier_ ? tier_->tier_bytes() : 0; }
+
+std::string ModelState::moment_tier_description() const { return tier_ ? tier_->describe() : ""; }
 
 }  // namespace tandem::parallel

@@ -14,8 +14,6 @@
 #include "tandem/core/error.h"
 #include "tandem/core/formulas.h"
 #include "tandem/dsl/workloads.h"
-#include "tandem/ooc/slow_tier.h"
-#include "tiered_state.h"
 
 namespace tandem::parallel {
 
@@ -104,24 +102,15 @@ std::vector<SegmentBounds> optimizer_segments(const ShardLayout& layout,
   return out;
 }
 
-DataParallelOptimizer::DataParallelOptimizer(const OptimizerConfig& config,
-                                             const ShardLayout& layout, Tensor params, Tensor grads,
+DataParallelOptimizer::DataParallelOptimizer(const OptimizerConfig& config, ModelState& state,
                                              comm::Communicator& dp,
                                              const SchedulePreferences& schedules,
                                              exec::RunnerKind executor, bool overlap_allowed,
-                                             comm::Communicator* world, bool blocks_in_store)
-    : config_(config),
-      params_(std::move(params)),
-      grads_(std::move(grads)),
-      dp_(dp),
-      blocks_in_store_(blocks_in_store) {
+                                             comm::Communicator* world)
+    : config_(config), state_(state), dp_(dp) {
   config.validate();
-  TANDEM_CHECK(!blocks_in_store || (!config.clip_grad_norm && !config.state_tier),
-               "blocks in a store with clipping or an optimizer-state tier");
-  TANDEM_CHECK(params_.dtype() == DType::F32 && grads_.dtype() == DType::F32 &&
-                   params_.numel() == layout.size() && grads_.numel() == layout.size(),
-               "params {} and grads {} for a layout of {}", params_.str(), grads_.str(),
-               layout.size());
+  const bool blocks_in_store = state.blocks_in_store();
+  TANDEM_CHECK(!blocks_in_store || !config.clip_grad_norm, "blocks in a store with clipping");
   if (config.clip_grad_norm) {
     // Clipping needs the whole gradient's norm before any update, so the step runs in two halves:
     // the reduction as written (during the backward), then, once the norm is known, the update
@@ -149,19 +138,14 @@ DataParallelOptimizer::DataParallelOptimizer(const OptimizerConfig& config,
 
   grads_f32_ = runner_->program().stage(*runner_->program().find("g")).type.dtype == DType::F32;
 
+  const ShardLayout& layout = state.layout();
+  std::vector<ModelState::Piece> pieces;
   for (const SegmentBounds& sb : optimizer_segments(layout, config, blocks_in_store)) {
-    add_segment(layout, sb.name, sb.begin, sb.end, sb.ready_layer);
+    pieces.push_back(add_segment(layout, sb.name, sb.begin, sb.end, sb.ready_layer));
+    if (blocks_in_store) pieces.back().block = sb.ready_layer;
     buckets_ += sb.ready_layer >= 0 ? 1 : 0;
   }
-  if (config.state_tier) {
-    std::vector<int64_t> lengths;
-    for (const Piece& pc : pieces_) lengths.push_back(pc.end - pc.begin);
-    try {
-      tier_ = std::make_unique<detail::TieredState>(*config.state_tier, lengths);
-    } catch (const UserError& e) {
-      user_error("--optimizer-state {}: {}", config.state_tier->str(), e.what());
-    }
-  }
+  state.place_moments(std::move(pieces));
   if (config.exchange == GradExchange::Overlap && overlap_allowed)
     worker_ = std::make_unique<SerialWorker>();
 }
@@ -201,9 +185,9 @@ DataParallelOptimizer::Runners& DataParallelOptimizer::runners_for(int64_t n,
 }
 
 // Segment `name`: local elements [begin, end), launched once block `ready_layer`'s gradients are
-// final; its piece of the moments (this rank's slice when sliced) starts at zero.
-void DataParallelOptimizer::add_segment(const ShardLayout& layout, std::string name, int64_t begin,
-                                        int64_t end, int ready_layer) {
+// final; its piece of the moments is this rank's slice when sliced.
+ModelState::Piece DataParallelOptimizer::add_segment(const ShardLayout& layout, std::string name,
+                                                     int64_t begin, int64_t end, int ready_layer) {
   const int64_t n = end - begin;
   const bool clipped = update_runner_ != nullptr;
   // LAMB: the segment's tensors, each with its trust ratio (dsl/ir.h's segments).
@@ -228,10 +212,11 @@ void DataParallelOptimizer::add_segment(const ShardLayout& layout, std::string n
   seg.begin = begin;
   seg.end = end;
   seg.ready_layer = ready_layer;
-  seg.block = blocks_in_store_ ? ready_layer : -1;  // a block segment's state is the store's
   seg.runners = &runners_for(n, tensors);
   const int P = dp_.size(), r = dp_.rank();
-  Piece piece;
+  ModelState::Piece piece;
+  piece.segment_begin = begin;
+  piece.segment_end = end;
   piece.begin = sliced_ ? begin + fx::part_offset(n, P, r) : begin;
   piece.end = sliced_ ? piece.begin + fx::part_count(n, P, r) : end;
   if (clipped) {
@@ -242,66 +227,14 @@ void DataParallelOptimizer::add_segment(const ShardLayout& layout, std::string n
         });
     seg.g_sum = Tensor::zeros(config_.grad_dtype, Shape{piece.end - piece.begin});
   }
-  if (!config_.state_tier) {  // Adam's moments start at zero (a block's in the store: none here)
-    const int64_t len = seg.block >= 0 ? 0 : piece.end - piece.begin;
-    m_.push_back(Tensor::zeros(DType::F32, Shape{len}));
-    v_.push_back(Tensor::zeros(DType::F32, Shape{len}));
-  }
   segments_.push_back(std::move(seg));
-  pieces_.push_back(piece);
+  return piece;
 }
 
 std::string DataParallelOptimizer::schedule_name() const {
   if (update_runner_ == nullptr) return runner_->schedule_name();
   return fmt::format("{} {}, {} {}", runner_->program().name(), runner_->schedule_name(),
                      update_runner_->program().name(), update_runner_->schedule_name());
-}
-
-void DataParallelOptimizer::attach_store(BlockStore* store) {
-  TANDEM_CHECK(blocks_in_store_ && store != nullptr, "a block store for an optimizer without one");
-  store_ = store;
-}
-
-BlockStore::MomentPieces DataParallelOptimizer::block_pieces() const {
-  int first = -1, end = -1;
-  for (const Segment& s : segments_)
-    if (s.block >= 0) {
-      first = first < 0 ? s.block : std::min(first, s.block);
-      end = std::max(end, s.block + 1);
-    }
-  BlockStore::MomentPieces out(static_cast<size_t>(std::max(0, end - first)));
-  for (const Segment& s : segments_)
-    if (s.block >= 0)
-      out[static_cast<size_t>(s.block - first)] = {pieces_[s.index].begin, pieces_[s.index].end};
-  return out;
-}
-
-void DataParallelOptimizer::read_state(size_t i, float* m, float* v) const {
-  if (segments_[i].block >= 0) return store_->read_moments(segments_[i].block, m, v);
-  const size_t n = static_cast<size_t>(pieces_[i].end - pieces_[i].begin);
-  if (tier_) return tier_->read(i, m, v);
-  std::memcpy(m, m_[i].data(), n * sizeof(float));
-  std::memcpy(v, v_[i].data(), n * sizeof(float));
-}
-
-void DataParallelOptimizer::write_state(size_t i, const float* m, const float* v) {
-  if (segments_[i].block >= 0) return store_->write_moments(segments_[i].block, m, v);
-  const size_t n = static_cast<size_t>(pieces_[i].end - pieces_[i].begin);
-  if (tier_) return tier_->write(i, m, v);
-  std::memcpy(m_[i].data(), m, n * sizeof(float));
-  std::memcpy(v_[i].data(), v, n * sizeof(float));
-}
-
-size_t DataParallelOptimizer::state_tier_bytes() const { return tier_ ? tier_->tier_bytes() : 0; }
-std::string DataParallelOptimizer::state_tier_description() const {
-  return tier_ ? tier_->describe() : "";
-}
-
-size_t DataParallelOptimizer::state_bytes() const {
-  if (tier_) return tier_->staging_bytes();
-  size_t b = 0;
-  for (size_t i = 0; i < m_.size(); ++i) b += m_[i].nbytes() + v_[i].nbytes();
-  return b;
 }
 
 size_t DataParallelOptimizer::buffer_bytes() const {
@@ -318,15 +251,15 @@ void DataParallelOptimizer::begin_step(double lr, int64_t step) {
   exchange_ns_ = 0;
   in_step_ = true;
   for (Segment& s : segments_) s.launched = false;
-  if (tier_) tier_->begin();
+  state_.begin_step();
 }
 
 void DataParallelOptimizer::layer_ready(int layer) {
-  if (store_ != nullptr) {
+  if (BlockStore* store = state_.store()) {
     // The store keeps a few blocks' gradients: a block's update runs now (its last backward of
     // the step), on the communication thread or here; outside a step (an out-of-core profile's
     // backward) its gradients go.
-    if (!in_step_) return store_->drop_gradients();
+    if (!in_step_) return store->drop_gradients();
     for (Segment& s : segments_)
       if (!s.launched && s.ready_layer == layer) launch(s);
     return;
@@ -351,13 +284,13 @@ void DataParallelOptimizer::finish_step() {
       comm::set_comm_activity(fmt::format("the update of step {} ({})", step_, s.name));
       set_hyper_parameters(*s.runners->update);
       s.runners->update->set_scalar("clip", clip);
-      run_update(s, nullptr);
+      run_update(s, state_.begin_update(s.index));
       const auto end = std::chrono::steady_clock::now();
       exchange_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(end - begin).count();
       if (sink_) sink_(fmt::format("{} update", s.name), begin, end);
     }
   }
-  if (tier_) tier_->finish();
+  state_.finish_step();
 }
 
 double DataParallelOptimizer::clip_factor() {
@@ -391,10 +324,12 @@ void DataParallelOptimizer::run_segment(Segment& s) {
   comm::set_comm_activity(fmt::format("the gradient exchange of step {} ({})", step_, s.name));
   exec::Runner& run = *s.runners->runner;
   const int64_t n = s.end - s.begin;
-  std::optional<BlockStore::Update> stored;
-  if (s.block >= 0) stored = store_->begin_update(s.block);
+  // The update holds the segment's state from here (the weights and moments of a block in the
+  // store, read ahead), or, clipped, only the reduction runs now on its gradients.
+  std::optional<ModelState::Update> u;
+  if (!clipped()) u = state_.begin_update(s.index);
   const Tensor grads =
-      stored ? Tensor::view_of(stored->g, DType::F32, Shape{n}) : grads_.flat_slice(s.begin, n);
+      Tensor::view_of(u ? u->g : state_.segment_gradients(s.index), DType::F32, Shape{n});
   if (grads_f32_) {
     run.bind("g", grads);
   } else {  // mixed precision: round each gradient to the program's dtype
@@ -419,7 +354,7 @@ void DataParallelOptimizer::run_segment(Segment& s) {
     s.squares = squares;
   } else {
     set_hyper_parameters(run);
-    run_update(s, stored ? &*stored : nullptr);
+    run_update(s, *u);
   }
   const auto end = std::chrono::steady_clock::now();
   exchange_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(end - begin).count();
@@ -437,32 +372,20 @@ void DataParallelOptimizer::set_hyper_parameters(exec::Runner& run) const {
 }
 
 // Runs the program that updates the weights (the one step, or with clipping the update) on the
-// segment's weights and moments: in memory, read from the tier into a staging slot ahead of time,
-// or in the block store's slots (`stored`), written back after.
-void DataParallelOptimizer::run_update(Segment& s, const BlockStore::Update* stored) {
+// segment's weights and moments where the model state keeps them (`u`, from begin_update), then
+// lets the model state write them back.
+void DataParallelOptimizer::run_update(Segment& s, const ModelState::Update& u) {
   exec::Runner& run = clipped() ? *s.runners->update : *s.runners->runner;
-  const int64_t n = pieces_[s.index].end - pieces_[s.index].begin;
-  auto f32 = [](float* p, int64_t count) { return Tensor::view_of(p, DType::F32, Shape{count}); };
-  if (stored != nullptr) {
-    run.bind("w", f32(stored->w, s.end - s.begin));
-    run.bind("m", f32(stored->m, n));
-    run.bind("v", f32(stored->v, n));
-    run.run();
-    store_->end_update(s.block);
-    return;
-  }
-  run.bind("w", params_.flat_slice(s.begin, s.end - s.begin));
+  const ModelState::Piece& p = state_.pieces()[s.index];
+  auto f32 = [](float* ptr, int64_t count) {
+    return Tensor::view_of(ptr, DType::F32, Shape{count});
+  };
+  run.bind("w", f32(u.w, s.end - s.begin));
   if (clipped()) run.bind("g_sum", s.g_sum);
-  if (tier_) {
-    tier_->await(s.index);
-    run.bind("m", f32(tier_->m(s.index), n));
-    run.bind("v", f32(tier_->v(s.index), n));
-  } else {
-    run.bind("m", m_[s.index]);
-    run.bind("v", v_[s.index]);
-  }
+  run.bind("m", f32(u.m, p.end - p.begin));
+  run.bind("v", f32(u.v, p.end - p.begin));
   run.run();  // w, m and v updated in place
-  if (tier_) tier_->done(s.index);
+  state_.end_update(s.index);
 }
 
 }  // namespace tandem::parallel

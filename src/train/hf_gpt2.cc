@@ -21,7 +21,7 @@
 #include "tandem/io/atomic_file.h"
 #include "tandem/io/checkpoint.h"
 #include "tandem/io/hf_gpt2.h"
-#include "tandem/parallel/model_state.h"
+#include "tandem/parallel/state_streamer.h"
 #include "tandem/train/model_config.h"
 #include "tandem/train/tokenizer.h"
 

@@ -10,7 +10,7 @@
 
 #include "checkpoint_tensors.h"
 #include "tandem/io/checkpoint.h"
-#include "tandem/parallel/model_state.h"
+#include "tandem/parallel/state_streamer.h"
 #include "tandem/train/data.h"
 #include "tandem/train/trainer.h"
 

@@ -39,7 +39,7 @@
 #include "tandem/io/metrics.h"
 #include "tandem/ooc/bytes.h"
 #include "tandem/parallel/model.h"
-#include "tandem/parallel/model_state.h"
+#include "tandem/parallel/state_streamer.h"
 #include "tandem/train/data.h"
 #include "tandem/train/memory_estimate.h"
 #include "tandem/train/progress.h"
@@ -107,22 +107,17 @@ class RankRun {
                  ? nullptr
                  : std::make_unique<detail::OutOfCore>(cfg, grid_, batches_.micro_rows(),
                                                        batches_.micro_batch_count())),
+        state_(parallel::ShardLayout(cfg.model, grid_.shape(), grid_.coord().tp, grid_.coord().pp),
+               {cfg.model_state, cfg.optimizer.state_tier, batches_.micro_batch_count()},
+               &grid_.dp().allocator()),
         model_(cfg.model, grid_, batches_.micro_rows(), cfg.model.seq_len,
                batches_.micro_batch_count(), schedules_.model_programs(batches_.micro_rows()),
-               ooc_ ? ooc_->memory() : nullptr, cfg.model_state.has_value()),
-        opt_(cfg.optimizer, model_.layout(), model_.params(), model_.grads(), grid_.dp(),
-             schedules_.optimizer_schedules(), cfg.executor, exchange_may_overlap(cfg),
-             &grid_.world(), cfg.model_state.has_value()),
+               ooc_ ? ooc_->memory() : nullptr, &state_),
+        opt_(cfg.optimizer, state_, grid_.dp(), schedules_.optimizer_schedules(), cfg.executor,
+             exchange_may_overlap(cfg), &grid_.world()),
+        store_(state_.store()),
         out_(cfg.out != nullptr ? *cfg.out : std::cout) {
-    if (cfg.model_state) {
-      try {
-        store_ = std::make_unique<parallel::BlockStore>(
-            *cfg.model_state, model_.layout(), opt_.block_pieces(), batches_.micro_batch_count());
-      } catch (const UserError& e) {
-        user_error("--model-state {}: {}", cfg.model_state->str(), e.what());
-      }
-      model_.attach_store(store_.get());
-      opt_.attach_store(store_.get());
+    if (store_ != nullptr) {
       if (cfg.resident_blocks > 0)
         store_->set_resident(std::min(cfg.resident_blocks, store_->blocks()));
       // --memory-budget covers the model state in memory too.
@@ -168,8 +163,8 @@ class RankRun {
   // buffers are not counted: the executors allocate them on first use, so their size is known
   // only after a step.)
   uint64_t model_state_memory(int r) const {
-    return store_->staging_bytes() + store_->resident_bytes(r) + 2 * model_.resident_bytes() +
-           opt_.state_bytes();
+    return store_->staging_bytes() + store_->resident_bytes(r) + 2 * state_.resident_bytes() +
+           state_.moment_bytes();
   }
   // What that is, for messages: "the model state in memory (slots, embeddings and ln_f[, r
   // resident blocks])".
@@ -225,12 +220,14 @@ class RankRun {
   std::optional<BatchSampler> val_sampler_;
   detail::ScheduleChoice schedules_;
   std::unique_ptr<detail::OutOfCore> ooc_;  // --memory-budget: where the model's activations live
-  // --model-state: the blocks' weights, gradients and moments (made once the optimizer knows its
-  // moment pieces; declared before the model and the optimizer so that it outlives both).
-  std::unique_ptr<parallel::BlockStore> store_;
-  parallel::BlockStore::Traffic steps_traffic_;  // what the store moved over the steps
+  // This rank's weights, gradients and moments, wherever they live (declared before the model and
+  // the optimizer, so that it outlives both).
+  parallel::ModelState state_;
   parallel::ParallelGPT model_;
   parallel::DataParallelOptimizer opt_;
+  // --model-state: the blocks' store, state_'s (opened when the optimizer placed the moments).
+  parallel::BlockStore* store_ = nullptr;
+  parallel::BlockStore::Traffic steps_traffic_;  // what the store moved over the steps
   std::ostream& out_;
   io::PhaseTimer phases_;                       // this step's, on the lead rank
   std::atomic<bool> profiling_{false};          // the out-of-core profile's steps are not reported
@@ -462,9 +459,9 @@ void RankRun::open_reports(int64_t first) {
 std::string RankRun::memory_lines() {
   constexpr int kFields = 4;
   const float mib = 1.0f / (1 << 20);
-  std::vector<float> mine = {static_cast<float>(model_.resident_bytes()) * mib,
-                             static_cast<float>(model_.resident_bytes()) * mib,
-                             static_cast<float>(opt_.state_bytes()) * mib,
+  std::vector<float> mine = {static_cast<float>(state_.resident_bytes()) * mib,
+                             static_cast<float>(state_.resident_bytes()) * mib,
+                             static_cast<float>(state_.moment_bytes()) * mib,
                              static_cast<float>(opt_.buffer_bytes()) * mib};
   const int n = grid_.world().size();
   std::vector<float> all(static_cast<size_t>(kFields * n));
@@ -476,12 +473,12 @@ std::string RankRun::memory_lines() {
                                   ? fmt::format(", 1/{} of the model's", cfg_.grid.dp)
                                   : "";
     const std::string state =
-        opt_.state_tier_description().empty()
+        state_.moment_tier_description().empty()
             ? fmt::format("optimizer state {:.2f} MiB{}", f[2], share)
             : fmt::format(
                   "optimizer state in the slow tier ({}) {:.2f} MiB{}, staged through {:.2f} MiB",
-                  opt_.state_tier_description(),
-                  static_cast<double>(opt_.state_tier_bytes()) / (1 << 20), share, f[2]);
+                  state_.moment_tier_description(),
+                  static_cast<double>(state_.moment_tier_bytes()) / (1 << 20), share, f[2]);
     return fmt::format(
         "parameters {:.2f} MiB, gradients {:.2f} MiB, {}, exchange buffers {:.2f} MiB", f[0], f[1],
         state, f[3]);
@@ -528,7 +525,7 @@ std::string RankRun::model_state_line() const {
       ooc::human_bytes(store_->tier_bytes()), ooc::human_bytes(store_->staging_bytes()),
       resident_note, ooc::human_bytes(p.read_bytes), ooc::human_bytes(p.written_bytes),
       store_->predicted_step_io_s(), bw.read_bytes_per_s / 1e9, bw.write_bytes_per_s / 1e9,
-      ooc::human_bytes(2 * model_.resident_bytes() + opt_.state_bytes()),
+      ooc::human_bytes(2 * state_.resident_bytes() + state_.moment_bytes()),
       ooc_ ? " of --memory-budget" : "");
 }
 

@@ -40,6 +40,7 @@
 #include "tandem/nn/gpt.h"
 #include "tandem/parallel/block_store.h"
 #include "tandem/parallel/grid.h"
+#include "tandem/parallel/model_state.h"
 #include "tandem/parallel/program_runner.h"
 #include "tandem/parallel/shard.h"
 #include "tandem/parallel/tensor_parallel.h"
@@ -88,12 +89,12 @@ class ParallelGPT {
   // activations for min(micro_batches, pp - stage) of them).
   // memory: where the saved activations live (not owned; it must outlive the model); null: all
   // resident, allocated here (in-core training).
-  // blocks_in_store: the blocks' weights and gradients live in a BlockStore (--model-state),
-  // attached before the first step (attach_store); params() and grads() then hold only the
-  // embeddings and ln_f (their block ranges are reserved address space, never touched).
+  // state: this rank's model state (model_state.h; not owned, it must outlive the model, and its
+  // layout must be this rank's), whose blocks may live in a store (--model-state: the store opens
+  // when the optimizer places the moments, before the first step); null: in memory, owned here.
   ParallelGPT(const nn::GPTConfig& config, Grid& grid, int micro_rows, int T, int micro_batches,
               const ProgramOptions& programs = {}, nn::ActivationMemory* memory = nullptr,
-              bool blocks_in_store = false);
+              ModelState* state = nullptr);
   ~ParallelGPT();
   ParallelGPT(const ParallelGPT&) = delete;
   ParallelGPT& operator=(const ParallelGPT&) = delete;
@@ -111,16 +112,13 @@ class ParallelGPT {
   const nn::GPTConfig& config() const { return config_; }
   const ShardLayout& layout() const { return layout_; }
   Grid& grid() const { return grid_; }
-  Tensor params() const { return params_; }  // (layout().size())
-  Tensor grads() const { return grads_; }    // (layout().size())
-  // With blocks_in_store: where the blocks' state lives (not owned; it must outlive the model).
-  void attach_store(BlockStore* store);
-  BlockStore* store() const { return store_; }
-  // Bytes of params() (or grads()) in memory: all of it, or without the blocks when they live in
-  // the store.
-  size_t resident_bytes() const;
+  ModelState& state() const { return state_; }
+  Tensor params() const { return state_.params(); }  // (layout().size())
+  Tensor grads() const { return state_.grads(); }    // (layout().size())
+  // Where the blocks' state lives with --model-state (null otherwise, or before it opened).
+  BlockStore* store() const { return state_.store(); }
   // Zeroes the gradients before a step (the store's blocks' are zeroed when first written).
-  void zero_gradients();
+  void zero_gradients() { state_.zero_gradients(); }
 
   // Forward and backward of every micro-batch, in 1F1B order on this stage:
   // grads += d(mean over the micro-batches of each one's mean token loss). Returns the sum of
@@ -183,12 +181,10 @@ class ParallelGPT {
 
   nn::GPTConfig config_;
   Grid& grid_;
-  ShardLayout layout_;
+  std::unique_ptr<ModelState> own_state_;  // when none was given
+  ModelState& state_;
+  const ShardLayout& layout_;  // state_'s
   int micro_rows_, T_, micro_batches_;
-  struct Reserved;  // address space reserved for params_ and grads_ when blocks are in a store
-  std::unique_ptr<Reserved> reserved_;
-  Tensor params_, grads_;
-  BlockStore* store_ = nullptr;
   std::unique_ptr<Resident> resident_;  // the in-core memory, when none was given
   nn::ActivationMemory* memory_;
   std::vector<Tensor> grad_send_;  // one (B, T, C) buffer per micro-batch (stages > 0)

@@ -1,76 +1,122 @@
-// The model's training state (weights and the optimizer's two moments) moved between the grid's
-// shards and whole GPT-2 tensors one tensor at a time: initialisation, checkpoints and the tests'
-// view of the weights never build a whole-model buffer, so a model as large as the ranks' shards
-// together can be saved and restored.
+// One rank's model state and its one owner: where each part of the rank's shard (its weights,
+// gradients and the optimizer's moments) lives, and how it moves. The model reads weights and
+// writes gradients through it; the data-parallel optimizer updates through it; checkpoints read
+// and write through it. Three placements, chosen at set-up:
+//   - in memory: the weights and gradients in one flat local buffer each (ShardLayout order, from
+//     the data-parallel group's allocator, since its programs read and write them in place), the
+//     moments in one buffer per optimizer piece;
+//   - --optimizer-state host|file:DIR: the moments in a slow tier, staged piece by piece through
+//     two slots (KARMA's update beside the slow tier; parallel/tiered_state.h);
+//   - --model-state host|file:DIR: every block's weights, gradients and moments in a slow tier,
+//     streamed through a few slots (parallel/block_store.h); the embeddings and ln_f stay in the
+//     flat buffers, whose block ranges are then reserved address space only.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
-#include <map>
+#include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
-#include "tandem/nn/gpt.h"
-#include "tandem/parallel/model.h"
-#include "tandem/parallel/optimizer.h"
+#include "tandem/core/allocator.h"
+#include "tandem/core/tensor.h"
+#include "tandem/ooc/slow_tier.h"
+#include "tandem/parallel/block_store.h"
+#include "tandem/parallel/shard.h"
 
 namespace tandem::parallel {
+namespace detail {
+class TieredState;
+}
 
-// GPT-2's initialisation of this rank's weights: each element the value nn::gpt_init gives the
-// whole model's element, computed for this rank's elements only (a block in a store written to it
-// whole).
-void init_weights(const ParallelGPT& model, uint64_t seed);
-
-// Which of a checkpoint's three tensor sets: the weights, or the optimizer's first or second
-// moment.
-enum class StatePart { Weights, M, V };
-
-// Whole tensors of the model's state assembled from, and spread to, the shards. Every rank of the
-// world calls the same functions for the same tensors in the same order (they are collectives);
-// a tensor is at most one buffer of its size on each rank, and the moments pass through at most a
-// few of the optimizer's pieces at a time.
-class StateStreamer {
+class ModelState {
  public:
-  // `opt` null: weights only.
-  StateStreamer(const ParallelGPT& model, DataParallelOptimizer* opt);
-  ~StateStreamer();
+  struct Options {
+    // --model-state: the blocks' weights, gradients and moments in this tier.
+    std::optional<ooc::TierSpec> blocks;
+    // --optimizer-state: every piece's moments in this tier (not with `blocks`).
+    std::optional<ooc::TierSpec> moments;
+    int micro_batches = 1;  // a step's; the store keeps gradient sums between them
+  };
 
-  // Tensor `spec` of `part` assembled into `out` (spec.numel() floats) on every rank: each element
-  // written by the one rank that owns it (the writer among tp ranks and stages; for the moments,
-  // the dp rank that keeps that slice), then summed over the world.
-  void gather(StatePart part, const nn::ParamSpec& spec, float* out);
+  // The state of `layout`'s shard, its weights and gradients zeroed (the moments come with
+  // place_moments). `allocator` null: the default.
+  ModelState(ShardLayout layout, const Options& options, Allocator* allocator = nullptr);
+  ~ModelState();
+  ModelState(const ModelState&) = delete;
+  ModelState& operator=(const ModelState&) = delete;
 
-  // Tensor `spec` of `part`, held whole by world rank 0 in `in` (spec.numel() floats on every
-  // rank; the others' receive it), copied into this rank's shard. Moments are staged per optimizer
-  // piece and written once the piece's m and v are both complete: scatter every tensor's M and V
-  // (in any order of tensors), then finish().
-  void scatter(StatePart part, const nn::ParamSpec& spec, float* in);
-  // Checks that every piece of the moments was written (an InternalError otherwise).
-  void finish();
+  const ShardLayout& layout() const { return layout_; }
+  const Options& options() const { return options_; }
+  // The flat local buffers (layout().size() floats each). With the blocks in a store, only the
+  // embeddings' and ln_f's elements are memory; the blocks' are never touched.
+  Tensor params() const { return params_; }
+  Tensor grads() const { return grads_; }
+  bool blocks_in_store() const { return options_.blocks.has_value(); }
+  // The blocks' store (--model-state), once place_moments opened it; else null.
+  BlockStore* store() const { return store_.get(); }
+  // Bytes of params() (or grads()) in memory: all of it, or without the blocks in a store.
+  size_t resident_bytes() const;
+  // Zeroes the gradients before a step (the store's are zeroed when first written).
+  void zero_gradients();
+
+  // The optimizer's pieces: piece i is the segment of local elements [segment_begin, segment_end)
+  // its program updates, of which this rank keeps the moments of [begin, end) (its slice, when
+  // the moments are sliced over the data-parallel ranks); `block` >= 0 when the segment is that
+  // block, whose state the store holds (every block is one with --model-state).
+  struct Piece {
+    int64_t segment_begin = 0, segment_end = 0;
+    int64_t begin = 0, end = 0;
+    int block = -1;
+  };
+  // Places every piece's moments (zero: Adam's start) where they live: in memory, in the
+  // moments' tier, or for the blocks in the store, which opens now (its tier's bytes reserved: a
+  // full disk or an unwritable folder is a UserError naming the flag, the folder and the bytes).
+  // Once.
+  void place_moments(std::vector<Piece> pieces);
+  const std::vector<Piece>& pieces() const { return pieces_; }
+
+  // A step's updates. begin_step before the first; begin_update(i) gives piece i's segment's
+  // weights and gradients and its moments (read from a tier or the store when they live there),
+  // held until end_update(i), which writes them back where they live. The tiered moments are
+  // staged in piece order: update pieces 0, 1, 2, ... (each at most once a step). finish_step
+  // waits for the write-backs.
+  struct Update {
+    float* w;
+    float* g;
+    float* m;
+    float* v;
+  };
+  void begin_step();
+  Update begin_update(size_t piece);
+  void end_update(size_t piece);
+  void finish_step();
+  // Piece i's segment's gradients (in memory: not for a block in the store).
+  float* segment_gradients(size_t piece) const;
+
+  // Outside a step: piece i's moments (end - begin floats each) copied out of or into wherever
+  // they live.
+  void read_moments(size_t piece, float* m, float* v);
+  void write_moments(size_t piece, const float* m, const float* v);
+
+  // Bytes of the moments in memory (with a tier: its staging slots; without the store's), in the
+  // moments' tier, and that tier's description ("" in memory).
+  size_t moment_bytes() const;
+  size_t moment_tier_bytes() const;
+  std::string moment_tier_description() const;
 
  private:
-  struct Staged;
-  struct StagedBlock {
-    std::vector<float> w;
-    int64_t filled = 0;
-  };
-  const std::vector<float>& piece_state(size_t piece, StatePart part);
-  // This rank's weights from local element `local` on (within one tensor): the model's buffer, or
-  // the block read from the store.
-  const float* local_weights(int64_t local);
+  struct Reserved;  // address space reserved for params_ and grads_ when blocks are in a store
 
-  const ParallelGPT& model_;
-  DataParallelOptimizer* opt_;
-  // The piece read last (gather), its m and v.
-  int64_t cached_piece_ = -1;
-  std::vector<float> cached_m_, cached_v_;
-  std::vector<Staged> staged_;  // scatter: per piece
-  // Blocks in a store: the block read last (gather), and blocks being assembled (scatter).
-  int cached_block_ = -1;
-  std::vector<float> cached_block_w_;
-  std::map<int, StagedBlock> staged_blocks_;
+  ShardLayout layout_;
+  Options options_;
+  std::unique_ptr<Reserved> reserved_;
+  Tensor params_, grads_;
+  std::vector<Piece> pieces_;
+  std::vector<Tensor> m_, v_;                  // each piece's moments in memory (none: elsewhere)
+  std::unique_ptr<detail::TieredState> tier_;  // or in the moments' tier
+  std::unique_ptr<BlockStore> store_;          // the blocks' state (--model-state)
 };
-
-// The whole model's weights in the whole-model flat layout (nn::gpt_parameter_specs), on every
-// rank: for tests and tools that ask for the model in memory. A collective over the world.
-std::vector<float> gather_weights(const ParallelGPT& model);
 
 }  // namespace tandem::parallel

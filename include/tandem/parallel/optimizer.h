@@ -2,9 +2,10 @@
 // programs on the data-parallel group over this rank's shard of the model, bucket by bucket
 // (whole blocks, in backward order), each bucket launched on a communication thread as soon as
 // the backward has finished its blocks. The default schedule is ZeRO-1 (the update inside the
-// ReduceScatter, the moments sliced); the programs read the gradients and write the weights in
-// the model's own buffers; the moments live in memory or in a slow tier. docs/training.md ("The
-// data-parallel exchange during the backward", "Gradient clipping") says how and why.
+// ReduceScatter, the moments sliced); the programs read the gradients and write the weights and
+// moments where the rank's ModelState keeps them (model_state.h): the optimizer decides the
+// pieces, the model state where they live. docs/training.md ("The data-parallel exchange during
+// the backward", "Gradient clipping") says how and why.
 #pragma once
 
 #include <atomic>
@@ -22,14 +23,11 @@
 #include "tandem/core/serial_worker.h"
 #include "tandem/core/tensor.h"
 #include "tandem/ooc/slow_tier.h"
-#include "tandem/parallel/block_store.h"
+#include "tandem/parallel/model_state.h"
 #include "tandem/parallel/program_runner.h"
 #include "tandem/parallel/shard.h"
 
 namespace tandem::parallel {
-namespace detail {
-class TieredState;
-}
 
 enum class OptimizerKind { AdamW, Lamb };
 // When a bucket's exchange runs: as soon as the backward is done with it, or after the backward.
@@ -91,36 +89,23 @@ std::vector<std::string> optimizer_schedule_preferences();
 
 class DataParallelOptimizer {
  public:
-  // Local elements [begin, end) whose moments this rank keeps (end - begin floats of m and of v).
-  struct Piece {
-    int64_t begin = 0;
-    int64_t end = 0;
-  };
-
-  // Over this rank's local flat `params` and `grads` (layout.size() floats each; they must outlive
-  // the optimizer). `schedules`: preferences, first found wins, and the first one's chunk size (the
-  // autotuner's winner's); no names: optimizer_schedule_preferences() at the process's chunk size.
-  // `overlap_allowed`: whether a second thread may communicate on `dp` while the calling thread
-  // runs the backward (false under MPI without MPI_THREAD_MULTIPLE when the backward itself
-  // communicates); without it "overlap" runs as "after". `world`: every rank of the grid, over
-  // which a clipped step's gradient norm sums (null: `dp`, right when dp is the whole grid). A
+  // Over this rank's model state (which must outlive the optimizer), whose moments it places
+  // (ModelState::place_moments): one piece per segment, every block its own segment when the
+  // blocks are in a store. `schedules`: preferences, first found wins, and the first one's chunk
+  // size (the autotuner's winner's); no names: optimizer_schedule_preferences() at the process's
+  // chunk size. `overlap_allowed`: whether a second thread may communicate on `dp` while the
+  // calling thread runs the backward (false under MPI without MPI_THREAD_MULTIPLE when the backward
+  // itself communicates); without it "overlap" runs as "after". `world`: every rank of the grid,
+  // over which a clipped step's gradient norm sums (null: `dp`, right when dp is the whole grid). A
   // collective over the data-parallel group.
-  DataParallelOptimizer(const OptimizerConfig& config, const ShardLayout& layout, Tensor params,
-                        Tensor grads, comm::Communicator& dp,
+  DataParallelOptimizer(const OptimizerConfig& config, ModelState& state, comm::Communicator& dp,
                         const SchedulePreferences& schedules = {},
                         exec::RunnerKind executor = exec::runner_kind_from_env(),
-                        bool overlap_allowed = true, comm::Communicator* world = nullptr,
-                        bool blocks_in_store = false);
+                        bool overlap_allowed = true, comm::Communicator* world = nullptr);
   ~DataParallelOptimizer();
 
-  // blocks_in_store: every block is a segment of its own whose weights, gradients and moments
-  // live in `store` (attached before the first step; it must outlive the optimizer): a block's
-  // update runs as soon as its gradients are final (on the communication thread, or at once
-  // without one), and outside a step its gradients are dropped. block_pieces() are the local
-  // elements of each block whose moments this rank keeps, for the store to hold.
-  void attach_store(BlockStore* store);
-  BlockStore::MomentPieces block_pieces() const;
-
+  // With the blocks in a store, a block's update runs as soon as its gradients are final (on the
+  // communication thread, or at once without one), and outside a step its gradients are dropped.
   // One step in three calls: begin_step before the backward (`step` counts optimizer steps from
   // 1, for Adam's bias correction); layer_ready(l) when block l's gradients are final; then
   // finish_step once every gradient is final: it runs what is left, waits for the segments and
@@ -145,10 +130,8 @@ class DataParallelOptimizer {
   std::optional<double> grad_norm() const { return grad_norm_; }
 
   const OptimizerConfig& config() const { return config_; }
-  const std::vector<Piece>& pieces() const { return pieces_; }
-  // Piece i's moments copied out (end - begin floats each), or replaced; outside a step.
-  void read_state(size_t i, float* m, float* v) const;
-  void write_state(size_t i, const float* m, const float* v);
+  // Whether each data-parallel rank keeps only its slice of the moments (the pieces in the model
+  // state are then slices of the segments).
   bool state_sliced() const { return sliced_; }
   bool overlapping() const { return worker_ != nullptr; }
   int segments() const { return static_cast<int>(segments_.size()); }
@@ -162,13 +145,9 @@ class DataParallelOptimizer {
   // The chunk size the step's collectives run at: the autotuner's, with its schedule (0: the
   // process's comm::chunk_bytes()).
   size_t chunk_bytes() const { return runner_->chunk_bytes(); }
-  // Bytes this rank holds in memory for the optimizer state (m and v; with a slow tier, its two
-  // staging slots), in the slow tier, and for the programs' other buffers (the communication's
-  // staging and scratch, rounded bf16 gradients), from the runners' allocation counts.
-  size_t state_bytes() const;
-  size_t state_tier_bytes() const;
+  // Bytes of the programs' own buffers (the communication's staging and scratch, rounded bf16
+  // gradients), from the runners' allocation counts (the moments are the model state's).
   size_t buffer_bytes() const;
-  std::string state_tier_description() const;  // "" in memory
 
  private:
   // The programs for segments of one shape (n elements; with LAMB, these tensor bounds).
@@ -183,7 +162,6 @@ class DataParallelOptimizer {
     std::string name;
     int64_t begin = 0, end = 0;
     int ready_layer = -1;  // launched once this block's gradients are final; -1: at the end
-    int block = -1;        // the block whose state the store holds, or -1: in memory
     bool launched = false;
     Runners* runners = nullptr;
     // With clipping: the reduced gradient, kept until the update; this rank's elements of it
@@ -194,12 +172,13 @@ class DataParallelOptimizer {
   };
   bool clipped() const { return update_runner_ != nullptr; }
   Runners& runners_for(int64_t n, const dsl::Segments& tensors);
-  void add_segment(const ShardLayout& layout, std::string name, int64_t begin, int64_t end,
-                   int ready_layer);
+  // Adds the segment and returns its piece of the moments.
+  ModelState::Piece add_segment(const ShardLayout& layout, std::string name, int64_t begin,
+                                int64_t end, int ready_layer);
   void launch(Segment& s);
   void run_segment(Segment& s);  // the step, or with clipping its reduction
-  // The program that updates the weights; `stored`: the segment's buffers in the store's slots.
-  void run_update(Segment& s, const BlockStore::Update* stored);
+  // The program that updates the weights on the segment's state (`u`: from state_.begin_update).
+  void run_update(Segment& s, const ModelState::Update& u);
   void set_hyper_parameters(exec::Runner& run) const;
   // The summed gradients' mean, as the programs hold it (an f32 scalar).
   float grad_scale() const { return static_cast<float>(1.0 / dp_.size()); }
@@ -207,7 +186,7 @@ class DataParallelOptimizer {
   double clip_factor();
 
   OptimizerConfig config_;
-  Tensor params_, grads_;
+  ModelState& state_;
   comm::Communicator& dp_;
   std::unique_ptr<ProgramRunner> runner_;  // the step, or with clipping its reduction
   std::unique_ptr<ProgramRunner> update_runner_, norm_runner_;  // with clipping
@@ -215,15 +194,10 @@ class DataParallelOptimizer {
   std::optional<double> grad_norm_;
   bool sliced_ = false;
   bool grads_f32_ = true;  // the program's g is f32: bound to the model's gradients
-  bool blocks_in_store_ = false;
-  BlockStore* store_ = nullptr;
   int buckets_ = 0;
   int tensors_ = 0;
   std::vector<std::unique_ptr<Runners>> runners_;
   std::vector<Segment> segments_;
-  std::vector<Piece> pieces_;
-  std::vector<Tensor> m_, v_;                  // each piece's moments in memory
-  std::unique_ptr<detail::TieredState> tier_;  // or in a slow tier
   double lr_ = 0;
   int64_t step_ = 0;
   bool in_step_ = false;  // between begin_step and finish_step

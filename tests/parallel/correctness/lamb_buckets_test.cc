@@ -55,12 +55,12 @@ std::vector<float> bucketed(int dp, std::optional<double> clip) {
   comm::run_ranks(dp, [&](comm::Communicator& c) {
     const ShardLayout layout(small_model(), {dp, 1, 1}, 0, 0);
     const int64_t n = layout.size();
-    Tensor params = Tensor::zeros(DType::F32, Shape{n}),
-           grads = Tensor::zeros(DType::F32, Shape{n});
+    ModelState state(layout, {});
+    Tensor params = state.params(), grads = state.grads();
     for (int64_t i = 0; i < n; ++i) params.set(i, weight_at(i));
     OptimizerConfig oc = lamb_config();
     oc.clip_grad_norm = clip;
-    DataParallelOptimizer opt(oc, layout, params, grads, c, {}, exec::RunnerKind::Compiled);
+    DataParallelOptimizer opt(oc, state, c, {}, exec::RunnerKind::Compiled);
     for (int step = 1; step <= kSteps; ++step) {
       for (int64_t i = 0; i < n; ++i) grads.set(i, grad_at(c.rank(), step, i));
       opt.step(kLr, step);
@@ -168,13 +168,11 @@ TEST(LambBuckets, EqualPerTensorLambBitwiseOnOneRankAndWithinTheBoundOnMore) {
 TEST(LambBuckets, AsManyProgramsAsAdamW) {
   comm::run_ranks(2, [&](comm::Communicator& c) {
     const ShardLayout layout(small_model(), {2, 1, 1}, 0, 0);
-    const int64_t n = layout.size();
-    Tensor params = Tensor::zeros(DType::F32, Shape{n}),
-           grads = Tensor::zeros(DType::F32, Shape{n});
+    ModelState for_lamb(layout, {}), for_adam(layout, {});
     OptimizerConfig lamb = lamb_config(), adam = lamb_config();
     adam.kind = OptimizerKind::AdamW;
-    const DataParallelOptimizer l(lamb, layout, params, grads, c, {}, exec::RunnerKind::Plan);
-    const DataParallelOptimizer a(adam, layout, params, grads, c, {}, exec::RunnerKind::Plan);
+    const DataParallelOptimizer l(lamb, for_lamb, c, {}, exec::RunnerKind::Plan);
+    const DataParallelOptimizer a(adam, for_adam, c, {}, exec::RunnerKind::Plan);
     EXPECT_EQ(l.segments(), a.segments());
     EXPECT_EQ(l.buckets(), a.buckets());
     EXPECT_GT(l.buckets(), 1);

@@ -30,17 +30,17 @@ TEST(DataParallelOptimizer, StateIsOneOverDpAndTheModelsBuffersAreBound) {
       comm::run_ranks(dp, [&](comm::Communicator& c) {
         const ShardLayout layout(cfg, {dp, 1, 1}, 0, 0);
         const int64_t n = layout.size();
-        Tensor params = Tensor::zeros(DType::F32, Shape{n}),
-               grads = Tensor::zeros(DType::F32, Shape{n});
+        ModelState state(layout, {});
+        Tensor params = state.params(), grads = state.grads();
         OptimizerConfig oc;
         oc.bucket_mb = 0.02;
         oc.clip_grad_norm = clip;
-        DataParallelOptimizer opt(oc, layout, params, grads, c, {{"fused(RS-C-AG)+slice(m,v)"}},
+        DataParallelOptimizer opt(oc, state, c, {{"fused(RS-C-AG)+slice(m,v)"}},
                                   exec::RunnerKind::Compiled);
         EXPECT_GT(opt.buckets(), 1);
         int64_t mine = 0;
-        for (const DataParallelOptimizer::Piece& pc : opt.pieces()) mine += pc.end - pc.begin;
-        EXPECT_EQ(opt.state_bytes(), static_cast<size_t>(mine) * 8);
+        for (const ModelState::Piece& pc : state.pieces()) mine += pc.end - pc.begin;
+        EXPECT_EQ(state.moment_bytes(), static_cast<size_t>(mine) * 8);
         // 1/dp of every segment, so within a float per segment of 8N/dp.
         EXPECT_LE(std::abs(static_cast<double>(mine) - static_cast<double>(n) / dp), opt.segments())
             << dp;
@@ -48,7 +48,7 @@ TEST(DataParallelOptimizer, StateIsOneOverDpAndTheModelsBuffersAreBound) {
         // blocks' buckets, a smaller last bucket, the two other segments), each one segment's
         // 1/dp result plus scalars and scratch under a KiB.
         int64_t largest = 0;
-        for (const DataParallelOptimizer::Piece& pc : opt.pieces())
+        for (const ModelState::Piece& pc : state.pieces())
           largest = std::max(largest, pc.end - pc.begin);
         const size_t programs = 4 * (static_cast<size_t>(largest) * 4 + 1024);
         EXPECT_LT(programs, static_cast<size_t>(mine) * 4) << "too few buckets to tell";
