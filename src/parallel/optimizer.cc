@@ -109,7 +109,8 @@ DataParallelOptimizer::DataParallelOptimizer(const OptimizerConfig& config,
                                              comm::Communicator& dp,
                                              const SchedulePreferences& schedules,
                                              exec::RunnerKind executor, bool overlap_allowed,
-                                             comm::Communicator* world, bool blocks_in_store)
+                                             comm::Communicator* world, bool blocks_in_store,
+                                             ooc::TransferEngine* transfers)
     : config_(config),
       params_(std::move(params)),
       grads_(std::move(grads)),
@@ -156,8 +157,12 @@ DataParallelOptimizer::DataParallelOptimizer(const OptimizerConfig& config,
   if (config.state_tier) {
     std::vector<int64_t> lengths;
     for (const Piece& pc : pieces_) lengths.push_back(pc.end - pc.begin);
+    if (transfers == nullptr) {
+      own_engine_ = std::make_unique<ooc::TransferEngine>();
+      transfers = own_engine_.get();
+    }
     try {
-      tier_ = std::make_unique<detail::TieredState>(*config.state_tier, lengths);
+      tier_ = std::make_unique<detail::TieredState>(*config.state_tier, lengths, *transfers);
     } catch (const UserError& e) {
       user_error("--optimizer-state {}: {}", config.state_tier->str(), e.what());
     }

@@ -22,6 +22,7 @@
 #include "tandem/core/serial_worker.h"
 #include "tandem/core/tensor.h"
 #include "tandem/ooc/slow_tier.h"
+#include "tandem/ooc/transfer_engine.h"
 #include "tandem/parallel/block_store.h"
 #include "tandem/parallel/program_runner.h"
 #include "tandem/parallel/shard.h"
@@ -103,14 +104,16 @@ class DataParallelOptimizer {
   // `overlap_allowed`: whether a second thread may communicate on `dp` while the calling thread
   // runs the backward (false under MPI without MPI_THREAD_MULTIPLE when the backward itself
   // communicates); without it "overlap" runs as "after". `world`: every rank of the grid, over
-  // which a clipped step's gradient norm sums (null: `dp`, right when dp is the whole grid). A
-  // collective over the data-parallel group.
+  // which a clipped step's gradient norm sums (null: `dp`, right when dp is the whole grid).
+  // `transfers`: the engine of config.state_tier's tier, shared with the run's other clients of
+  // it (it must outlive the optimizer; null: the optimizer makes its own). A collective over the
+  // data-parallel group.
   DataParallelOptimizer(const OptimizerConfig& config, const ShardLayout& layout, Tensor params,
                         Tensor grads, comm::Communicator& dp,
                         const SchedulePreferences& schedules = {},
                         exec::RunnerKind executor = exec::runner_kind_from_env(),
                         bool overlap_allowed = true, comm::Communicator* world = nullptr,
-                        bool blocks_in_store = false);
+                        bool blocks_in_store = false, ooc::TransferEngine* transfers = nullptr);
   ~DataParallelOptimizer();
 
   // blocks_in_store: every block is a segment of its own whose weights, gradients and moments
@@ -222,8 +225,9 @@ class DataParallelOptimizer {
   std::vector<std::unique_ptr<Runners>> runners_;
   std::vector<Segment> segments_;
   std::vector<Piece> pieces_;
-  std::vector<Tensor> m_, v_;                  // each piece's moments in memory
-  std::unique_ptr<detail::TieredState> tier_;  // or in a slow tier
+  std::vector<Tensor> m_, v_;                        // each piece's moments in memory
+  std::unique_ptr<ooc::TransferEngine> own_engine_;  // the tier's, when none was given
+  std::unique_ptr<detail::TieredState> tier_;        // or in a slow tier
   double lr_ = 0;
   int64_t step_ = 0;
   bool in_step_ = false;  // between begin_step and finish_step
