@@ -39,7 +39,7 @@
 #include "tandem/ooc/profile.h"
 #include "tandem/ooc/runtime.h"
 #include "tandem/ooc/slow_tier.h"
-#include "tandem/ooc/swap_engine.h"
+#include "tandem/ooc/transfer_engine.h"
 #include "tandem/parallel/grid.h"
 #include "tandem/parallel/model.h"
 
@@ -136,14 +136,15 @@ int bench(const Options& o, comm::Communicator& world) {
   const uint64_t need = ooc::MemorySchedule(chain, ooc::keep_all(n)).peak_bytes();
   const ooc::TierSpec tier_spec = ooc::TierSpec::parse(o.tier);
 
-  // The slow tier and its engine outlive the runtime (its destructor waits for transfers), which
-  // outlives the model built on it.
+  // The slow tier, its engine and the swaps' client outlive the runtime (its destructor waits for
+  // transfers), which outlives the model built on it.
+  ooc::TransferEngine engine;
   std::unique_ptr<ooc::SlowTier> tier;
-  std::unique_ptr<ooc::SwapEngine> engine;
+  ooc::TransferEngine::Client transfers(engine);
   // The two models, on the same grid and weights. The runtime's arena is the largest budget any
   // plan here needs (the in-core need); it gets a schedule before the model is built on it.
   ooc::Runtime runtime(cfg, B, T, need);
-  runtime.set_schedule(ooc::MemorySchedule(chain, ooc::keep_all(n)), nullptr);
+  runtime.set_schedule(ooc::MemorySchedule(chain, ooc::keep_all(n)), nullptr, nullptr);
   parallel::ParallelGPT in_core(cfg, grid, B, T, M);
   parallel::ParallelGPT out_of_core(cfg, grid, B, T, M, {}, &runtime);
   nn::ParameterSet whole(cfg);
@@ -184,7 +185,6 @@ int bench(const Options& o, comm::Communicator& world) {
     tier_need = std::max(tier_need, ooc::MemorySchedule(chain, ooc::swap_all(n, p)).tier_bytes());
   tier = ooc::open_slow_tier(tier_spec, tier_need);
   const ooc::TierBandwidth bw = ooc::measure_bandwidth(*tier, kBandwidthProbeBytes);
-  engine = std::make_unique<ooc::SwapEngine>(*tier);
   std::printf(
       "slow tier: %s, capacity %s; bandwidth (128 MiB, 8 MiB transfers): write %.2f GB/s, read "
       "%.2f GB/s\n",
@@ -194,7 +194,8 @@ int bench(const Options& o, comm::Communicator& world) {
   // The profile, as the trainer measures it: every unit recomputed from its own input (so each
   // unit's forward, backward and recompute are timed), one step to warm up, then each time the
   // median of three steps.
-  runtime.set_schedule(ooc::MemorySchedule(chain, ooc::recompute_all(n, 1)), engine.get());
+  runtime.set_schedule(ooc::MemorySchedule(chain, ooc::recompute_all(n, 1)), &transfers,
+                       tier.get());
   std::vector<ooc::StepMeasure> measured;
   for (int i = 0; i < 4; ++i) {
     out_of_core.grads().fill(0.0f);
@@ -274,9 +275,8 @@ int bench(const Options& o, comm::Communicator& world) {
   uint64_t tier_max = 0;
   for (const Run& r : runs) tier_max = std::max(tier_max, r.tier_bytes);
   if (tier_max > tier->capacity()) {  // not expected: swap-all swaps the most
-    engine.reset();
+    transfers.wait_all();
     tier = ooc::open_slow_tier(tier_spec, tier_max);
-    engine = std::make_unique<ooc::SwapEngine>(*tier);
   }
   std::printf("distinct plans: %zu; slow tier used up to %s of %s\n", runs.size(),
               ooc::human_bytes(tier_max).c_str(), ooc::human_bytes(tier->capacity()).c_str());
@@ -292,7 +292,7 @@ int bench(const Options& o, comm::Communicator& world) {
     return 1;
   }
   for (const Run& r : runs) {
-    runtime.set_schedule(ooc::MemorySchedule(chain, r.plan), engine.get());
+    runtime.set_schedule(ooc::MemorySchedule(chain, r.plan), &transfers, tier.get());
     out_of_core.grads().fill(0.0f);
     const double loss = out_of_core.forward_backward(micro, o.seed, step);
     if (loss != loss_ref || std::memcmp(out_of_core.grads().data_as<float>(),
@@ -335,7 +335,7 @@ int bench(const Options& o, comm::Communicator& world) {
         continue;
       }
       Run& r = runs[c];
-      runtime.set_schedule(ooc::MemorySchedule(chain, r.plan), engine.get());
+      runtime.set_schedule(ooc::MemorySchedule(chain, r.plan), &transfers, tier.get());
       out_of_core.grads().fill(0.0f);
       const auto t0 = Clock::now();
       out_of_core.forward_backward(micro, o.seed, step);

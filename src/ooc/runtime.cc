@@ -72,29 +72,30 @@ Runtime::Runtime(const nn::GPTConfig& config, int B, int T, uint64_t budget)
 
 Runtime::~Runtime() {
   workspace_.reset();
-  if (engine_ != nullptr) {
+  if (transfers_ != nullptr) {
     try {
-      engine_->wait_all();  // nothing may still read or write the arena
+      transfers_->wait_all();  // nothing may still read or write the arena
     } catch (...) {
     }
   }
 }
 
-void Runtime::set_schedule(const MemorySchedule& schedule, SwapEngine* engine) {
+void Runtime::set_schedule(const MemorySchedule& schedule, TransferEngine::Client* transfers,
+                           SlowTier* tier) {
   TANDEM_CHECK(cursor_ == 0 && arena_.live_bytes() == 0,
                "schedule changed in the middle of a step");
   if (schedule.peak_bytes() > arena_.budget())
     user_error("out-of-core plan {} needs {} ({} bytes), more than the memory budget of {}",
                schedule.plan().str(), human_bytes(schedule.peak_bytes()), schedule.peak_bytes(),
                human_bytes(arena_.budget()));
-  if (!schedule.transfers().empty() && engine == nullptr)
+  if (!schedule.transfers().empty() && (transfers == nullptr || tier == nullptr))
     internal_error(fmt::format("plan {} swaps but no slow tier was given", schedule.plan().str()));
-  if (engine != nullptr && schedule.tier_bytes() > engine->tier().capacity())
+  if (tier != nullptr && schedule.tier_bytes() > tier->capacity())
     internal_error(fmt::format("plan {} needs {} bytes of slow tier, it has {}",
-                               schedule.plan().str(), schedule.tier_bytes(),
-                               engine->tier().capacity()));
+                               schedule.plan().str(), schedule.tier_bytes(), tier->capacity()));
   schedule_ = std::make_unique<MemorySchedule>(schedule);
-  engine_ = engine;
+  transfers_ = transfers;
+  tier_ = tier;
   const size_t ops = schedule.ops().size();
   starting_.assign(ops, {});
   ending_.assign(ops, {});
@@ -151,15 +152,15 @@ void Runtime::start_op(int i) {
   }
   const OpActions& a = schedule_->actions()[static_cast<size_t>(i)];
   const auto& tr = schedule_->transfers();
-  for (int w : a.finish_writes) engine_->wait(tickets_[static_cast<size_t>(w)]);
+  for (int w : a.finish_writes) transfers_->wait(tickets_[static_cast<size_t>(w)]);
   for (int r : a.issue_reads) {
     const Transfer& t = tr[static_cast<size_t>(r)];
-    if (t.after_write >= 0) engine_->wait(tickets_[static_cast<size_t>(t.after_write)]);
-    tickets_[static_cast<size_t>(r)] = engine_->read_async(
-        t.tier_offset, arena_.at(offset_of(t.region) + t.region_offset), t.bytes,
+    if (t.after_write >= 0) transfers_->wait(tickets_[static_cast<size_t>(t.after_write)]);
+    tickets_[static_cast<size_t>(r)] = transfers_->read_async(
+        *tier_, t.tier_offset, arena_.at(offset_of(t.region) + t.region_offset), t.bytes,
         fmt::format("m{}.{}", t.micro, schedule_->chain().unit_name(t.unit)));
   }
-  for (int r : a.finish_reads) engine_->wait(tickets_[static_cast<size_t>(r)]);
+  for (int r : a.finish_reads) transfers_->wait(tickets_[static_cast<size_t>(r)]);
   mark_ = Clock::now();
   measuring_.stall_s += seconds(mark_ - begin);
 }
@@ -167,7 +168,7 @@ void Runtime::start_op(int i) {
 void Runtime::end_op(int i) {
   for (int r : ending_[static_cast<size_t>(i)]) arena_.release(offset_of(r));
   if (++cursor_ == static_cast<int>(schedule_->ops().size())) {
-    if (engine_ != nullptr) engine_->wait_all();
+    if (transfers_ != nullptr) transfers_->wait_all();
     cursor_ = 0;
     const int n = schedule_->chain().units;
     measuring_.step_s = seconds(Clock::now() - step_begin_);
@@ -209,8 +210,8 @@ void Runtime::end_forward(int k, int u) {
   const auto& tr = schedule_->transfers();
   for (int w : schedule_->actions()[static_cast<size_t>(i)].issue_writes) {
     const Transfer& t = tr[static_cast<size_t>(w)];
-    tickets_[static_cast<size_t>(w)] = engine_->write_async(
-        t.tier_offset, arena_.at(offset_of(t.region) + t.region_offset), t.bytes,
+    tickets_[static_cast<size_t>(w)] = transfers_->write_async(
+        *tier_, t.tier_offset, arena_.at(offset_of(t.region) + t.region_offset), t.bytes,
         fmt::format("m{}.{}", t.micro, schedule_->chain().unit_name(t.unit)));
   }
   end_op(i);

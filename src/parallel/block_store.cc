@@ -33,13 +33,13 @@ struct BlockStore::Slot {
   bool read_ahead = false;  // filled by a prefetch and not used since
 };
 
-BlockStore::BlockStore(const ooc::TierSpec& tier, const ShardLayout& layout,
-                       const MomentPieces& moments, int micro_batches)
+BlockStore::BlockStore(const ooc::TierSpec& tier, ooc::TransferEngine& transfers,
+                       const ShardLayout& layout, const MomentPieces& moments, int micro_batches)
     : layout_(layout),
       first_(layout.first_layer()),
       micro_batches_(micro_batches),
       pieces_(moments),
-      io_("tandem-state-io") {
+      io_(transfers) {
   const int n = layout.end_layer() - first_;
   TANDEM_CHECK(micro_batches >= 1, "{} micro-batches", micro_batches);
   TANDEM_CHECK(static_cast<int>(moments.size()) == n, "{} moment pieces for {} blocks",
@@ -99,7 +99,7 @@ BlockStore::BlockStore(const ooc::TierSpec& tier, const ShardLayout& layout,
 
 BlockStore::~BlockStore() {
   try {
-    io_.wait();
+    io_.wait_all();
   } catch (...) {  // the error was reported where it happened
   }
   std::free(staging_);
@@ -255,33 +255,35 @@ void BlockStore::start_read(Kind kind, int layer) {
                  piece = piece_bytes(layer);
   char* mem = s.mem;
   const uint64_t half = mv_slot_bytes_ / 2;
-  io_.submit([this, kind, slot, mem, at, m_at, v_at, piece, half, layer] {
-    std::exception_ptr failed;
-    const auto begin = std::chrono::steady_clock::now();
-    try {
-      if (kind != Kind::Moments) {
-        tier_->read(at, mem, w_slot_bytes_);
-      } else {
-        tier_->read(m_at, mem, piece);
-        tier_->read(v_at, mem + half, piece);
-      }
-    } catch (...) {
-      failed = std::current_exception();
-    }
-    const auto end = std::chrono::steady_clock::now();
-    if (sink_)
-      sink_(fmt::format("read h.{} {}", layer,
-                        kind == Kind::Weights     ? "weights"
-                        : kind == Kind::Gradients ? "gradients"
-                                                  : "moments"),
-            begin, end);
-    std::lock_guard<std::mutex> lock(mutex_);
-    traffic_.read_bytes += kind != Kind::Moments ? w_slot_bytes_ : 2 * piece;
-    traffic_.busy_s += std::chrono::duration<double>(end - begin).count();
-    --slots_[static_cast<size_t>(slot)].reads;
-    if (failed && !error_) error_ = failed;
-    changed_.notify_all();
-  });
+  std::vector<ooc::TransferEngine::Piece> pieces;
+  if (kind != Kind::Moments)
+    pieces = {{at, mem, w_slot_bytes_}};
+  else
+    pieces = {{m_at, mem, piece}, {v_at, mem + half, piece}};
+  io_.read_async(*tier_, std::move(pieces),
+                 fmt::format("read h.{} {}", layer,
+                             kind == Kind::Weights     ? "weights"
+                             : kind == Kind::Gradients ? "gradients"
+                                                       : "moments"),
+                 last_write_,
+                 [this, slot](const ooc::TransferEngine::Span& span, std::exception_ptr failed) {
+                   transferred(span, std::move(failed), slot);
+                 });
+}
+
+void BlockStore::transferred(const ooc::TransferEngine::Span& span, std::exception_ptr failed,
+                             int slot, int other) {
+  if (sink_) sink_(span.label, span.begin, span.end);
+  std::lock_guard<std::mutex> lock(mutex_);
+  (span.write ? traffic_.written_bytes : traffic_.read_bytes) += span.bytes;
+  traffic_.busy_s += std::chrono::duration<double>(span.end - span.begin).count();
+  for (const int i : {slot, other}) {
+    if (i < 0) continue;
+    Slot& s = slots_[static_cast<size_t>(i)];
+    --(span.write ? s.writes : s.reads);
+  }
+  if (failed && !error_) error_ = failed;
+  changed_.notify_all();
 }
 
 void BlockStore::start_gradient_write(int slot, int layer) {
@@ -289,23 +291,11 @@ void BlockStore::start_gradient_write(int slot, int layer) {
   ++s.writes;
   const uint64_t at = block(layer).g_at;
   const char* mem = s.mem;
-  io_.submit([this, slot, mem, at, layer] {
-    std::exception_ptr failed;
-    const auto begin = std::chrono::steady_clock::now();
-    try {
-      tier_->write(at, mem, w_slot_bytes_);
-    } catch (...) {
-      failed = std::current_exception();
-    }
-    const auto end = std::chrono::steady_clock::now();
-    if (sink_) sink_(fmt::format("write h.{} gradients", layer), begin, end);
-    std::lock_guard<std::mutex> lock(mutex_);
-    traffic_.written_bytes += w_slot_bytes_;
-    traffic_.busy_s += std::chrono::duration<double>(end - begin).count();
-    --slots_[static_cast<size_t>(slot)].writes;
-    if (failed && !error_) error_ = failed;
-    changed_.notify_all();
-  });
+  last_write_ = io_.write_async(
+      *tier_, at, mem, w_slot_bytes_, fmt::format("write h.{} gradients", layer),
+      [this, slot](const ooc::TransferEngine::Span& span, std::exception_ptr failed) {
+        transferred(span, std::move(failed), slot);
+      });
 }
 
 void BlockStore::await(std::unique_lock<std::mutex>& lock, int slot, bool writes) {
@@ -450,26 +440,12 @@ void BlockStore::end_update(int layer) {
   const uint64_t w_at = b.w_at, m_at = b.m_at, v_at = b.v_at, piece = piece_bytes(layer),
                  half = mv_slot_bytes_ / 2;
   char *wm = w.mem, *mvm = mv.mem;
-  io_.submit([this, w_slot, mv_slot, w_at, m_at, v_at, piece, half, wm, mvm, layer] {
-    std::exception_ptr failed;
-    const auto begin = std::chrono::steady_clock::now();
-    try {
-      tier_->write(w_at, wm, w_slot_bytes_);
-      tier_->write(m_at, mvm, piece);
-      tier_->write(v_at, mvm + half, piece);
-    } catch (...) {
-      failed = std::current_exception();
-    }
-    const auto end = std::chrono::steady_clock::now();
-    if (sink_) sink_(fmt::format("write h.{} weights, moments", layer), begin, end);
-    std::lock_guard<std::mutex> lock(mutex_);
-    traffic_.written_bytes += w_slot_bytes_ + 2 * piece;
-    traffic_.busy_s += std::chrono::duration<double>(end - begin).count();
-    --slots_[static_cast<size_t>(w_slot)].writes;
-    --slots_[static_cast<size_t>(mv_slot)].writes;
-    if (failed && !error_) error_ = failed;
-    changed_.notify_all();
-  });
+  last_write_ = io_.write_async(
+      *tier_, {{w_at, wm, w_slot_bytes_}, {m_at, mvm, piece}, {v_at, mvm + half, piece}},
+      fmt::format("write h.{} weights, moments", layer),
+      [this, w_slot, mv_slot](const ooc::TransferEngine::Span& span, std::exception_ptr failed) {
+        transferred(span, std::move(failed), w_slot, mv_slot);
+      });
   --w.holds;
   --mv.holds;
   slots_[static_cast<size_t>(b.g_slot)].layer = -1;
@@ -505,7 +481,7 @@ void BlockStore::write_weights(int layer, const float* in) {
   }
   if (b.w_slot < 0) take_slot(lock, Kind::Weights, layer, true);
   Slot& s = slots_[static_cast<size_t>(b.w_slot)];
-  await(lock, b.w_slot);
+  await(lock, b.w_slot, /*writes=*/true);  // nothing queued uses the slot or the block's region
   std::memcpy(s.mem, in, static_cast<size_t>(block_floats_) * sizeof(float));
   const int slot = b.w_slot;
   ++s.writes;
@@ -553,7 +529,7 @@ void BlockStore::write_moments(int layer, const float* m, const float* v) {
   if (b.mv_slot < 0) take_slot(lock, Kind::Moments, layer, true);
   const int slot = b.mv_slot;
   Slot& s = slots_[static_cast<size_t>(slot)];
-  await(lock, slot);
+  await(lock, slot, /*writes=*/true);  // nothing queued uses the slot or the block's region
   std::memcpy(s.mem, m, bytes);
   std::memcpy(s.mem + mv_slot_bytes_ / 2, v, bytes);
   ++s.writes;
@@ -600,7 +576,7 @@ void BlockStore::reset_traffic() {
 }
 
 void BlockStore::flush() {
-  io_.wait();
+  io_.wait_all();
   std::lock_guard<std::mutex> lock(mutex_);
   if (error_) std::rethrow_exception(error_);
 }

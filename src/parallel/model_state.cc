@@ -39,8 +39,12 @@ struct ModelState::Reserved {
   float* grads = nullptr;
 };
 
-ModelState::ModelState(ShardLayout layout, const Options& options, Allocator* allocator)
-    : layout_(std::move(layout)), options_(options) {
+ModelState::ModelState(ShardLayout layout, const Options& options, Allocator* allocator,
+                       ooc::TransferEngines* engines)
+    : layout_(std::move(layout)),
+      options_(options),
+      own_engines_(engines != nullptr ? nullptr : std::make_unique<ooc::TransferEngines>()),
+      engines_(engines != nullptr ? *engines : *own_engines_) {
   TANDEM_CHECK(!(options.blocks && options.moments), "a block store beside a moments tier");
   TANDEM_CHECK(options.micro_batches >= 1, "{} micro-batches", options.micro_batches);
   if (options.blocks) {
@@ -54,8 +58,7 @@ ModelState::ModelState(ShardLayout layout, const Options& options, Allocator* al
   }
 }
 
-// The store first: its transfers may still read the moments' slots of nothing else, but the
-// tier's thread and the store's must stop before the buffers they copy go.
+// The store and the tier wait for their transfers before the engines they use go.
 ModelState::~ModelState() {
   store_.reset();
   tier_.reset();
@@ -85,7 +88,8 @@ void ModelState::place_moments(std::vector<Piece> pieces) {
     std::vector<int64_t> lengths;
     for (const Piece& p : pieces_) lengths.push_back(p.end - p.begin);
     try {
-      tier_ = std::make_unique<detail::TieredState>(*options_.moments, lengths);
+      tier_ = std::make_unique<detail::TieredState>(*options_.moments, lengths,
+                                                    engines_.of(*options_.moments));
     } catch (const UserError& e) {
       user_error("--optimizer-state {}: {}", options_.moments->str(), e.what());
     }
@@ -109,8 +113,8 @@ void ModelState::place_moments(std::vector<Piece> pieces) {
   for (size_t i = 0; i < block_pieces.size(); ++i)
     TANDEM_CHECK(block_pieces[i].first >= 0, "no piece for block {}", first + static_cast<int>(i));
   try {
-    store_ = std::make_unique<BlockStore>(*options_.blocks, layout_, block_pieces,
-                                          options_.micro_batches);
+    store_ = std::make_unique<BlockStore>(*options_.blocks, engines_.of(*options_.blocks), layout_,
+                                          block_pieces, options_.micro_batches);
   } catch (const UserError& e) {
     user_error("--model-state {}: {}", options_.blocks->str(), e.what());
   }

@@ -8,8 +8,9 @@
 
 namespace tandem::parallel::detail {
 
-TieredState::TieredState(const ooc::TierSpec& spec, const std::vector<int64_t>& lengths)
-    : lengths_(lengths), read_ticket_(lengths.size(), 0) {
+TieredState::TieredState(const ooc::TierSpec& spec, const std::vector<int64_t>& lengths,
+                         ooc::TransferEngine& engine)
+    : lengths_(lengths), io_(engine), read_ticket_(lengths.size(), 0) {
   uint64_t total = 0;
   for (size_t i = 0; i < lengths_.size(); ++i) {
     offset_.push_back(total);
@@ -30,7 +31,13 @@ TieredState::TieredState(const ooc::TierSpec& spec, const std::vector<int64_t>& 
   }
 }
 
-TieredState::~TieredState() { std::free(staging_); }
+TieredState::~TieredState() {
+  try {
+    io_.wait_all();  // nothing may still use the slots
+  } catch (...) {    // the error was reported where it happened
+  }
+  std::free(staging_);
+}
 
 float* TieredState::m(size_t i) const {
   return reinterpret_cast<float*>(staging_ + (i % 2) * 2 * slot_bytes_);
@@ -41,10 +48,9 @@ float* TieredState::v(size_t i) const {
 
 void TieredState::prefetch(size_t i) {
   if (i >= lengths_.size()) return;
-  read_ticket_[i] = io_.submit([this, i] {
-    tier_->read(offset_[i], m(i), half(i));
-    tier_->read(offset_[i] + half(i), v(i), half(i));
-  });
+  read_ticket_[i] =
+      io_.read_async(*tier_, {{offset_[i], m(i), half(i)}, {offset_[i] + half(i), v(i), half(i)}},
+                     "", last_write_);
 }
 
 void TieredState::begin() {
@@ -52,20 +58,18 @@ void TieredState::begin() {
   prefetch(1);
 }
 
-void TieredState::await(size_t i) { io_.wait_for(read_ticket_[i]); }
+void TieredState::await(size_t i) { io_.wait(read_ticket_[i]); }
 
 void TieredState::done(size_t i) {
-  io_.submit([this, i] {
-    tier_->write(offset_[i], m(i), half(i));
-    tier_->write(offset_[i] + half(i), v(i), half(i));
-  });
+  last_write_ =
+      io_.write_async(*tier_, {{offset_[i], m(i), half(i)}, {offset_[i] + half(i), v(i), half(i)}});
   prefetch(i + 2);
 }
 
-void TieredState::finish() { io_.wait(); }
+void TieredState::finish() { io_.wait_all(); }
 
 void TieredState::read(size_t i, float* m_out, float* v_out) {
-  io_.wait();
+  io_.wait_all();
   tier_->read(offset_[i], m(0), half(i));
   tier_->read(offset_[i] + half(i), v(0), half(i));
   std::memcpy(m_out, m(0), static_cast<size_t>(lengths_[i]) * sizeof(float));
@@ -73,7 +77,7 @@ void TieredState::read(size_t i, float* m_out, float* v_out) {
 }
 
 void TieredState::write(size_t i, const float* m_in, const float* v_in) {
-  io_.wait();
+  io_.wait_all();
   std::memset(m(0), 0, half(i));
   std::memset(v(0), 0, half(i));
   std::memcpy(m(0), m_in, static_cast<size_t>(lengths_[i]) * sizeof(float));

@@ -2,9 +2,9 @@
 // every optimizer segment live in a slow tier (host memory or an O_DIRECT file, ooc/slow_tier.h),
 // and the fast tier holds two staging slots, each the size of the largest segment's state.
 // Segments run in a fixed order 0, 1, 2, ...; segment i's state is read into slot i % 2 ahead of
-// its run (while segment i - 1 runs), and written back after it, on an I/O thread, so the
-// transfers overlap the updates and the backward. Slot reuse is safe because the I/O thread runs
-// its transfers in order: segment i's write-back is queued before segment i + 2's read.
+// its run (while segment i - 1 runs), and written back after it, by the tier's transfer engine, so
+// the transfers overlap the updates and the backward. Slot reuse is safe because every read
+// follows the writes queued before it: segment i's write-back lands before segment i + 2's read.
 // Internal to parallel/.
 #pragma once
 
@@ -12,16 +12,18 @@
 #include <memory>
 #include <vector>
 
-#include "tandem/core/serial_worker.h"
 #include "tandem/ooc/slow_tier.h"
+#include "tandem/ooc/transfer_engine.h"
 
 namespace tandem::parallel::detail {
 
 class TieredState {
  public:
   // `lengths[i]`: floats of segment i's m (and of its v). Opens the tier (a full disk or an
-  // unwritable folder is a UserError now) and writes zeros: Adam's moments start at zero.
-  TieredState(const ooc::TierSpec& spec, const std::vector<int64_t>& lengths);
+  // unwritable folder is a UserError now) and writes zeros: Adam's moments start at zero. The
+  // transfers go through `engine` (the tier's), which must outlive this.
+  TieredState(const ooc::TierSpec& spec, const std::vector<int64_t>& lengths,
+              ooc::TransferEngine& engine);
   ~TieredState();
 
   // Segment i's staging: its slot's m and v (lengths[i] floats each).
@@ -56,9 +58,10 @@ class TieredState {
   std::vector<uint64_t> offset_;  // segment i's m at offset_[i], its v at offset_[i] + half(i)
   uint64_t slot_bytes_ = 0;       // one slot's m (or v): the largest half
   std::unique_ptr<ooc::SlowTier> tier_;
-  char* staging_ = nullptr;  // slots 0 and 1: [m0 | v0 | m1 | v1], kIoAlignment-aligned
-  std::vector<uint64_t> read_ticket_;
-  SerialWorker io_;
+  char* staging_ = nullptr;         // slots 0 and 1: [m0 | v0 | m1 | v1], kIoAlignment-aligned
+  ooc::TransferEngine::Client io_;  // after tier_: its transfers end before the tier closes
+  std::vector<ooc::TransferEngine::Ticket> read_ticket_;
+  ooc::TransferEngine::Ticket last_write_ = 0;  // every read follows it
 };
 
 }  // namespace tandem::parallel::detail

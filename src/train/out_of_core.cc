@@ -44,7 +44,7 @@ std::string brief(const ooc::Plan& p) {
 }  // namespace
 
 OutOfCore::OutOfCore(const TrainConfig& cfg, const parallel::Grid& grid, int micro_rows,
-                     int micro_batches)
+                     int micro_batches, ooc::TransferEngines& engines)
     : cfg_(cfg),
       chain_(parallel::ParallelGPT::chain_layout(cfg.model, grid, micro_rows, cfg.model.seq_len,
                                                  micro_batches)),
@@ -52,6 +52,7 @@ OutOfCore::OutOfCore(const TrainConfig& cfg, const parallel::Grid& grid, int mic
           ooc::parse_budget(cfg.memory_budget,
                             ooc::MemorySchedule(chain_, ooc::keep_all(chain_.units)).peak_bytes())),
       tier_spec_(cfg.slow_tier),
+      engines_(engines),
       runtime_(std::make_unique<ooc::Runtime>(cfg.model, micro_rows, cfg.model.seq_len, budget_)) {
   nlohmann::json key = {{"format", "tandem-ooc-profile-2"},  // 2: a unit is half a block
                         {"model", model_config_to_json(cfg.model)},
@@ -128,21 +129,23 @@ double OutOfCore::predicted_step_s_reserving(uint64_t bytes) {
 }
 
 OutOfCore::~OutOfCore() {
-  runtime_.reset();  // it waits for transfers still in flight, which need the engine
-  engine_.reset();
+  runtime_.reset();  // it waits for transfers still in flight, which need the tier
+  transfers_.reset();
   tier_.reset();
 }
 
 void OutOfCore::use(const ooc::Plan& plan) {
   const ooc::MemorySchedule s(chain_, plan);
   if (s.tier_bytes() > 0 && (tier_ == nullptr || tier_->capacity() < s.tier_bytes())) {
-    engine_.reset();
+    if (transfers_ == nullptr)
+      transfers_ = std::make_unique<ooc::TransferEngine::Client>(engines_.of(tier_spec_),
+                                                                 /*keep_spans=*/true);
+    transfers_->wait_all();  // nothing in flight may use the tier replaced
     tier_.reset();
     tier_ = ooc::open_slow_tier(tier_spec_, s.tier_bytes());
-    engine_ = std::make_unique<ooc::SwapEngine>(*tier_);
   }
   predicted_ = ooc::predict(chain_, plan, profile_);
-  runtime_->set_schedule(s, engine_.get());
+  runtime_->set_schedule(s, transfers_.get(), tier_.get());
 }
 
 void OutOfCore::prepare(const std::function<void()>& step, comm::Communicator& tp,
@@ -202,7 +205,7 @@ void OutOfCore::prepare(const std::function<void()>& step, comm::Communicator& t
     }
   }
   prepared_ = true;
-  if (engine_ != nullptr) engine_->take_spans();  // the profile's transfers are not the run's
+  if (transfers_ != nullptr) transfers_->take_spans();  // the profile's transfers are not the run's
   if (forced_) {
     planned_.baselines = ooc::evaluate_baselines(chain_, profile_, budget_);
     const ooc::Plan forced = plan();  // a copy: use() replaces the schedule that holds it
@@ -217,8 +220,8 @@ void OutOfCore::after_step(io::TraceRecorder* trace, int rank) {
   const ooc::StepMeasure& m = runtime_->last_step();
   high_water_ = std::max(high_water_, m.high_water);
   step_s_.push_back(m.step_s);
-  if (engine_ == nullptr) return;
-  for (const auto& s : engine_->take_spans())
+  if (transfers_ == nullptr) return;
+  for (const auto& s : transfers_->take_spans())
     if (trace != nullptr && trace->enabled())
       trace->record(rank, s.write ? "swap-out" : "swap-in", s.label, s.begin, s.end);
 }

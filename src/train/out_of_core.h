@@ -1,6 +1,7 @@
 // Out-of-core training on one rank: the runtime the model's saved activations live in (a fast
-// arena of exactly --memory-budget bytes), the slow tier swapped units go to, the profile the
-// planner works from (cached on disk, else measured by running the step) and the plan.
+// arena of exactly --memory-budget bytes), the slow tier swapped units go to (moved by the
+// tier's transfer engine), the profile the planner works from (cached on disk, else measured by
+// running the step) and the plan.
 #pragma once
 
 #include <chrono>
@@ -16,7 +17,7 @@
 #include "tandem/ooc/planner.h"
 #include "tandem/ooc/runtime.h"
 #include "tandem/ooc/slow_tier.h"
-#include "tandem/ooc/swap_engine.h"
+#include "tandem/ooc/transfer_engine.h"
 #include "tandem/parallel/grid.h"
 #include "tandem/train/train_config.h"
 
@@ -25,8 +26,10 @@ namespace tandem::train::detail {
 class OutOfCore {
  public:
   // Reserves the arena and plans a first step from sizes alone, so a budget no plan fits is
-  // refused before anything runs (UserError naming the smallest budget that works).
-  OutOfCore(const TrainConfig& cfg, const parallel::Grid& grid, int micro_rows, int micro_batches);
+  // refused before anything runs (UserError naming the smallest budget that works). The swaps go
+  // through `engines`' engine of --slow-tier, which must outlive this.
+  OutOfCore(const TrainConfig& cfg, const parallel::Grid& grid, int micro_rows, int micro_batches,
+            ooc::TransferEngines& engines);
   ~OutOfCore();
 
   nn::ActivationMemory* memory() { return runtime_.get(); }
@@ -84,9 +87,10 @@ class OutOfCore {
   uint64_t least_reserved_ = 0;
   std::string least_reserved_for_;
   ooc::TierSpec tier_spec_;
+  ooc::TransferEngines& engines_;
   std::unique_ptr<ooc::Runtime> runtime_;
   std::unique_ptr<ooc::SlowTier> tier_;
-  std::unique_ptr<ooc::SwapEngine> engine_;
+  std::unique_ptr<ooc::TransferEngine::Client> transfers_;  // the swaps, once a plan swaps
   ooc::Profile profile_;
   bool prepared_ = false;  // profile_ is measured (or cached), not placeholders
   std::optional<ooc::SmallestBudget> smallest_;

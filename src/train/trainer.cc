@@ -38,6 +38,7 @@
 #include "tandem/io/checkpoint_series.h"
 #include "tandem/io/metrics.h"
 #include "tandem/ooc/bytes.h"
+#include "tandem/ooc/transfer_engine.h"
 #include "tandem/parallel/model.h"
 #include "tandem/parallel/state_streamer.h"
 #include "tandem/train/data.h"
@@ -106,10 +107,10 @@ class RankRun {
         ooc_(cfg.memory_budget.empty()
                  ? nullptr
                  : std::make_unique<detail::OutOfCore>(cfg, grid_, batches_.micro_rows(),
-                                                       batches_.micro_batch_count())),
+                                                       batches_.micro_batch_count(), engines_)),
         state_(parallel::ShardLayout(cfg.model, grid_.shape(), grid_.coord().tp, grid_.coord().pp),
                {cfg.model_state, cfg.optimizer.state_tier, batches_.micro_batch_count()},
-               &grid_.dp().allocator()),
+               &grid_.dp().allocator(), &engines_),
         model_(cfg.model, grid_, batches_.micro_rows(), cfg.model.seq_len,
                batches_.micro_batch_count(), schedules_.model_programs(batches_.micro_rows()),
                ooc_ ? ooc_->memory() : nullptr, &state_),
@@ -173,8 +174,8 @@ class RankRun {
   // resident (the count with the shortest predicted step), then the activations planned again.
   void choose_resident_blocks();
   // With --model-state and --memory-budget: a step's forward and backward as the performance model
-  // predicts it. The store's one I/O thread works beside compute (prefetching ahead, writing
-  // behind), so a step takes about the longer of the two.
+  // predicts it. The store's transfers run beside compute (prefetching ahead, writing behind), so
+  // a step takes about the longer of the two.
   double streamed_step_s() const {
     return std::max(ooc_->predicted_step_s(), store_->predicted_step_io_s());
   }
@@ -219,6 +220,9 @@ class RankRun {
   BatchSampler sampler_;
   std::optional<BatchSampler> val_sampler_;
   detail::ScheduleChoice schedules_;
+  // One transfer engine per tier (--slow-tier, --model-state, --optimizer-state), shared by the
+  // activations, the store and the optimizer: declared before them so that it outlives them.
+  ooc::TransferEngines engines_;
   std::unique_ptr<detail::OutOfCore> ooc_;  // --memory-budget: where the model's activations live
   // This rank's weights, gradients and moments, wherever they live (declared before the model and
   // the optimizer, so that it outlives both).

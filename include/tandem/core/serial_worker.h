@@ -2,7 +2,7 @@
 // worker. A rank's communication thread is one (the data-parallel gradient exchange runs on one
 // while the backward goes on; a compiled pipeline's collectives run on one while the next block
 // computes): jobs that communicate are issued in the same order on every rank because each rank
-// submits them in its own deterministic order. The swap engine's two streams are two more.
+// submits them in its own deterministic order. The transfer engine's two streams are two more.
 //
 // Errors: the first exception a job throws is kept, the jobs queued after it are dropped (a rank
 // whose collective failed must not start the next one), and wait() rethrows it. The destructor

@@ -1,7 +1,7 @@
 // The out-of-core runtime: carries out a MemorySchedule for the model through the
 // nn::ActivationMemory calls. Each buffer sits at its planned offset in the budgeted arena;
-// swapped units are written out and read back on the SwapEngine's two streams while the model
-// computes; recomputed units are handed back to the model to run again. It measures what the
+// swapped units are written out and read back on the transfer engine's two streams while the
+// model computes; recomputed units are handed back to the model to run again. It measures what the
 // planner needs (each operation's compute time, the time it waited, the arena's high-water mark).
 //
 // Set up, then run: set_schedule() places everything; the calls of a step allocate nothing.
@@ -15,7 +15,7 @@
 #include "tandem/ooc/arena.h"
 #include "tandem/ooc/memory_schedule.h"
 #include "tandem/ooc/profile.h"
-#include "tandem/ooc/swap_engine.h"
+#include "tandem/ooc/transfer_engine.h"
 
 namespace tandem::ooc {
 
@@ -38,10 +38,11 @@ class Runtime final : public nn::ActivationMemory {
   Runtime(const nn::GPTConfig& config, int B, int T, uint64_t budget);
   ~Runtime() override;
 
-  // Between steps. `engine` moves the swapped units (may be null when the plan swaps nothing)
-  // and must outlive this runtime, whose destructor waits for its transfers; UserError if the
-  // schedule needs more than the budget.
-  void set_schedule(const MemorySchedule& schedule, SwapEngine* engine);
+  // Between steps. `transfers` moves the swapped units to and from `tier` (both may be null when
+  // the plan swaps nothing); both must outlive this runtime, whose destructor waits for the
+  // transfers. UserError if the schedule needs more than the budget.
+  void set_schedule(const MemorySchedule& schedule, TransferEngine::Client* transfers,
+                    SlowTier* tier);
   const MemorySchedule& schedule() const { return *schedule_; }
   Arena& arena() { return arena_; }
   // Before the first step: a smaller budget (part of it given to something else).
@@ -72,12 +73,13 @@ class Runtime final : public nn::ActivationMemory {
   int B_, T_;
   Arena arena_;
   std::unique_ptr<MemorySchedule> schedule_;
-  SwapEngine* engine_ = nullptr;
+  TransferEngine::Client* transfers_ = nullptr;
+  SlowTier* tier_ = nullptr;
   class RegionAllocator;
   std::unique_ptr<RegionAllocator> workspace_alloc_;  // declared first: outlives the workspace
   std::unique_ptr<nn::Workspace> workspace_;
   std::vector<std::vector<int>> starting_, ending_;  // regions by first and last operation
-  std::vector<SwapEngine::Ticket> tickets_;          // by transfer
+  std::vector<TransferEngine::Ticket> tickets_;      // by transfer
   // Where x_u and unit u's buffers are now, per micro-batch (arena offsets).
   std::vector<std::vector<uint64_t>> input_at_, buffers_at_;
   int cursor_ = 0;

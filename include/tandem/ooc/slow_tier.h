@@ -26,7 +26,7 @@ struct TierSpec {
 };
 
 // A store of `capacity()` bytes addressed by byte offset. Transfers are blocking; one writer and
-// one reader may run at once on different ranges (the swap engine's two streams).
+// one reader may run at once on different ranges (a transfer engine's two streams).
 class SlowTier {
  public:
   virtual ~SlowTier() = default;

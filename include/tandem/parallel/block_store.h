@@ -24,8 +24,9 @@
 //
 // Slots are a small write-back cache: a block's weights stay in their slot after use (and after
 // the update, which changes them in place) until the slot is needed for another block; a slot is
-// reused only once nothing holds it and its write-back has finished. Transfers run in submission
-// order on one I/O thread, so a block's write-back always lands before a later read of it. Every
+// reused only once nothing holds it and its write-back has finished. Transfers run on the tier's
+// transfer engine (shared with the run's other clients of the tier), each read after the store's
+// writes queued before it, so a block's write-back always lands before a later read of it. Every
 // call is thread-safe (the backward and the optimizer's thread share the store).
 #pragma once
 
@@ -40,8 +41,8 @@
 #include <utility>
 #include <vector>
 
-#include "tandem/core/serial_worker.h"
 #include "tandem/ooc/slow_tier.h"
+#include "tandem/ooc/transfer_engine.h"
 #include "tandem/parallel/shard.h"
 
 namespace tandem::parallel {
@@ -56,9 +57,10 @@ class BlockStore {
   // bytes reserved now (a full disk or an unwritable folder is a UserError naming the folder and
   // the bytes), and writes zero moments (Adam's start). The weights are the caller's to write
   // (write_weights) before the first step. With `micro_batches` > 1 the tier also has room for
-  // every block's gradients, and the store a third gradient slot.
-  BlockStore(const ooc::TierSpec& tier, const ShardLayout& layout, const MomentPieces& moments,
-             int micro_batches = 1);
+  // every block's gradients, and the store a third gradient slot. The transfers go through
+  // `transfers` (the tier's engine), which must outlive the store.
+  BlockStore(const ooc::TierSpec& tier, ooc::TransferEngine& transfers, const ShardLayout& layout,
+             const MomentPieces& moments, int micro_batches = 1);
   ~BlockStore();
   BlockStore(const BlockStore&) = delete;
   BlockStore& operator=(const BlockStore&) = delete;
@@ -99,7 +101,8 @@ class BlockStore {
   void write_weights(int layer, const float* in);
   void read_moments(int layer, float* m, float* v);
   void write_moments(int layer, const float* m, const float* v);
-  // Waits for every transfer; rethrows a failed one.
+  // Waits for every transfer of the store's (not the engine's other clients'); rethrows a failed
+  // one.
   void flush();
 
   // Keeps the last `count` blocks resident from now on (0: every block streams), their state
@@ -110,14 +113,14 @@ class BlockStore {
   // The memory of `count` resident blocks (weights and moments), beside the slots.
   uint64_t resident_bytes(int count) const;
 
-  // Called on the I/O thread after each transfer of a step: "read h.3 weights", "write h.3
+  // Called on the engine's thread after each transfer of a step: "read h.3 weights", "write h.3
   // weights, moments", and when it ran (for --trace).
   using TransferSink =
       std::function<void(const std::string& name, std::chrono::steady_clock::time_point begin,
                          std::chrono::steady_clock::time_point end)>;
   void set_transfer_sink(TransferSink sink) { sink_ = std::move(sink); }
 
-  // Bytes moved between the slots and the tier, and the seconds the I/O thread spent moving them,
+  // Bytes moved between the slots and the tier, and the seconds the engine spent moving them,
   // since construction (or the last reset).
   struct Traffic {
     uint64_t read_bytes = 0, written_bytes = 0;
@@ -143,7 +146,7 @@ class BlockStore {
   // Everything the store holds in memory: the slots and the resident blocks.
   uint64_t memory_bytes() const { return staging_bytes() + resident_bytes(resident_); }
   // The tier's bandwidth, measured when it was opened (on up to its first 64 MiB), and the
-  // seconds its one I/O thread needs for a step's predicted traffic at that bandwidth.
+  // seconds its transfers need for a step's predicted traffic at that bandwidth.
   const ooc::TierBandwidth& bandwidth() const { return bandwidth_; }
   double predicted_step_io_s() const { return predicted_step_io_s(resident_); }
   double predicted_step_io_s(int resident) const;
@@ -175,6 +178,10 @@ class BlockStore {
   void start_read(Kind kind, int layer);
   // Queues the write of a parked gradient slot back to block `layer`'s region. Mutex held.
   void start_gradient_write(int slot, int layer);
+  // A transfer of slots `slot` and `other` (-1: none) is over: the traffic, the trace, the slots'
+  // counts. On the engine's thread.
+  void transferred(const ooc::TransferEngine::Span& span, std::exception_ptr failed, int slot,
+                   int other = -1);
   // Waits until the slot's reads (and, with `writes`, its writes) have run. Mutex held (released
   // while waiting).
   void await(std::unique_lock<std::mutex>& lock, int slot, bool writes = false);
@@ -204,7 +211,8 @@ class BlockStore {
   std::exception_ptr error_;  // the first failed transfer
   Traffic traffic_;
   TransferSink sink_;
-  SerialWorker io_;
+  ooc::TransferEngine::Ticket last_write_ = 0;  // the last write-back queued: reads follow it
+  ooc::TransferEngine::Client io_;              // last: its transfers end before the rest goes
 };
 
 }  // namespace tandem::parallel

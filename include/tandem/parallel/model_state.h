@@ -22,6 +22,7 @@
 #include "tandem/core/allocator.h"
 #include "tandem/core/tensor.h"
 #include "tandem/ooc/slow_tier.h"
+#include "tandem/ooc/transfer_engine.h"
 #include "tandem/parallel/block_store.h"
 #include "tandem/parallel/shard.h"
 
@@ -41,8 +42,10 @@ class ModelState {
   };
 
   // The state of `layout`'s shard, its weights and gradients zeroed (the moments come with
-  // place_moments). `allocator` null: the default.
-  ModelState(ShardLayout layout, const Options& options, Allocator* allocator = nullptr);
+  // place_moments). `allocator` null: the default. `engines`: the run's transfer engine of each
+  // tier, which the tiers' transfers go through (it must outlive the state); null: its own.
+  ModelState(ShardLayout layout, const Options& options, Allocator* allocator = nullptr,
+             ooc::TransferEngines* engines = nullptr);
   ~ModelState();
   ModelState(const ModelState&) = delete;
   ModelState& operator=(const ModelState&) = delete;
@@ -111,6 +114,8 @@ class ModelState {
 
   ShardLayout layout_;
   Options options_;
+  std::unique_ptr<ooc::TransferEngines> own_engines_;  // when none were given
+  ooc::TransferEngines& engines_;
   std::unique_ptr<Reserved> reserved_;
   Tensor params_, grads_;
   std::vector<Piece> pieces_;

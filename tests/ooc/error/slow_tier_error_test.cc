@@ -17,7 +17,7 @@
 #include "tandem/core/error.h"
 #include "tandem/ooc/bytes.h"
 #include "tandem/ooc/slow_tier.h"
-#include "tandem/ooc/swap_engine.h"
+#include "tandem/ooc/transfer_engine.h"
 
 namespace tandem::ooc {
 namespace {
@@ -115,37 +115,74 @@ class FailingTier final : public SlowTier {
   uint64_t bad_;
 };
 
-TEST(SwapEngineErrors, FailedTransferSurfacesAtWait) {
+TEST(TransferEngineErrors, FailedTransferSurfacesAtWait) {
   FailingTier tier(8192);
   std::vector<char> block(4096, 'x'), back(4096, 0);
   const std::string expected =
       "slow tier file '/nvme/tandem-swap-1-abcdef': cannot write 4096 bytes at offset 8192: "
       "Input/output error";
-  SwapEngine engine(tier);
-  const auto good = engine.write_async(0, block.data(), 4096, "a");
-  const auto bad = engine.write_async(8192, block.data(), 4096, "b");
-  const auto after = engine.write_async(4096, block.data(), 4096, "c");
-  engine.wait(good);
-  EXPECT_EQ(user_error_of([&] { engine.wait(bad); }), expected);
-  EXPECT_EQ(user_error_of([&] { engine.wait(after); }), expected)
+  TransferEngine engine;
+  TransferEngine::Client client(engine, /*keep_spans=*/true);
+  const auto good = client.write_async(tier, 0, block.data(), 4096, "a");
+  const auto bad = client.write_async(tier, 8192, block.data(), 4096, "b");
+  const auto after = client.write_async(tier, 4096, block.data(), 4096, "c");
+  client.wait(good);
+  EXPECT_EQ(user_error_of([&] { client.wait(bad); }), expected);
+  EXPECT_EQ(user_error_of([&] { client.wait(after); }), expected)
       << "later transfers on the failed stream fail with it";
-  EXPECT_EQ(user_error_of([&] { engine.wait_all(); }), expected);
+  EXPECT_EQ(user_error_of([&] { client.wait_all(); }), expected);
   // The read stream is unaffected.
-  const auto read = engine.read_async(0, back.data(), 4096, "a");
-  engine.wait(read);
+  const auto read = client.read_async(tier, 0, back.data(), 4096, "a");
+  client.wait(read);
   EXPECT_EQ(back, block);
-  const auto spans = engine.take_spans();
+  const auto spans = client.take_spans();
   ASSERT_EQ(spans.size(), 2u) << "the failed and the skipped transfers are not spans";
   EXPECT_EQ(spans[0].label, "a");
   EXPECT_TRUE(spans[0].write);
   EXPECT_FALSE(spans[1].write);
 }
 
-TEST(SwapEngineErrors, UnwaitedFailureDoesNotThrowFromTheDestructor) {
+TEST(TransferEngineErrors, UnwaitedFailureDoesNotThrowFromTheDestructor) {
   FailingTier tier(0);
   std::vector<char> block(4096, 'x');
-  SwapEngine engine(tier);
-  engine.write_async(0, block.data(), 4096);
+  TransferEngine engine;
+  TransferEngine::Client client(engine);
+  client.write_async(tier, 0, block.data(), 4096);
+}
+
+// Two clients of one engine: a failed write surfaces at the client that waits for it (at its
+// `done`, at wait() and at a read that follows it), and the other client's transfers, queued on
+// the same streams around it, go on.
+TEST(TransferEngineErrors, FailureSurfacesAtItsClientOnly) {
+  FailingTier failing(8192);
+  auto healthy = open_slow_tier({}, 1 << 16);
+  std::vector<char> block(4096, 'x'), back(4096, 0), theirs(4096, 'y'), their_back(4096, 0);
+  const std::string expected =
+      "slow tier file '/nvme/tandem-swap-1-abcdef': cannot write 4096 bytes at offset 8192: "
+      "Input/output error";
+  TransferEngine engine;
+  TransferEngine::Client mine(engine), other(engine);
+  std::string reported;
+  const auto bad = mine.write_async(
+      failing, 8192, block.data(), 4096, "bad",
+      [&](const TransferEngine::Span& span, std::exception_ptr error) {
+        EXPECT_EQ(span.label, "bad");
+        reported = error ? user_error_of([&] { std::rethrow_exception(error); }) : "";
+      });
+  const auto their_write = other.write_async(*healthy, 0, theirs.data(), 4096);
+  const auto follows = mine.read_async(failing, 0, back.data(), 4096, "", bad);
+  const auto their_read = other.read_async(*healthy, 0, their_back.data(), 4096, "", their_write);
+  EXPECT_EQ(user_error_of([&] { mine.wait(follows); }), expected)
+      << "a read after a failed write fails with it";
+  EXPECT_EQ(reported, expected);
+  EXPECT_EQ(user_error_of([&] { mine.wait(bad); }), expected);
+  EXPECT_EQ(user_error_of([&] { mine.wait_all(); }), expected);
+  other.wait(their_read);
+  other.wait_all();
+  EXPECT_EQ(their_back, theirs);
+  // The other client's later writes still move data.
+  const auto later = other.write_async(*healthy, 4096, theirs.data(), 4096);
+  other.wait(later);
 }
 
 }  // namespace

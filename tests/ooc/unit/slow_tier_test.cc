@@ -1,22 +1,28 @@
-// Slow tiers and the swap engine: tier specs round-trip; host and file tiers give back the bytes
-// they were given at any aligned offset; the swap file is never visible in its folder; the engine's
-// two streams keep data intact under interleaving and report what they moved.
+// Slow tiers and the transfer engine: tier specs round-trip; host and file tiers give back the
+// bytes they were given at any aligned offset; the swap file is never visible in its folder; the
+// engine's two streams keep data intact under interleaving and report what they moved, a read
+// named after a write sees its data, and clients of one engine keep their tiers apart.
 #include "tandem/ooc/slow_tier.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "support/scratch.h"
 #include "tandem/core/error.h"
-#include "tandem/ooc/swap_engine.h"
+#include "tandem/ooc/transfer_engine.h"
 
 namespace tandem::ooc {
 namespace {
@@ -137,7 +143,7 @@ TEST(SlowTier, MisalignedFileTransferIsABug) {
   EXPECT_THROW(tier->read(1 << 20, block.get(), kIoAlignment), InternalError);
 }
 
-TEST(SwapEngine, InterleavedWritesAndReadsKeepDataIntact) {
+TEST(TransferEngine, InterleavedWritesAndReadsKeepDataIntact) {
   for (const std::string spec : {"host", "file"}) {
     SCOPED_TRACE(spec);
     ScratchDir dir;
@@ -145,40 +151,43 @@ TEST(SwapEngine, InterleavedWritesAndReadsKeepDataIntact) {
     constexpr size_t kBlock = 16 * kIoAlignment;
     auto tier = open_slow_tier(TierSpec::parse(spec == "host" ? spec : "file:" + dir.path()),
                                kBlocks * kBlock);
-    SwapEngine engine(*tier);
-    EXPECT_EQ(&engine.tier(), tier.get());
+    TransferEngine engine;
+    TransferEngine::Client client(engine, /*keep_spans=*/true);
+    EXPECT_EQ(&client.engine(), &engine);
     std::vector<AlignedBytes> out, in;
     for (size_t i = 0; i < kBlocks; ++i) {
       out.emplace_back(kBlock, 100 + i);
       in.emplace_back(kBlock, 0);
     }
-    std::vector<SwapEngine::Ticket> writes(kBlocks), reads;
+    std::vector<TransferEngine::Ticket> writes(kBlocks), reads;
     // Swap block i out, and swap block i-8 back in once its own swap-out is known to be done:
     // the two streams overlap, each on ranges the other is not touching.
     for (size_t i = 0; i < kBlocks; ++i) {
-      writes[i] = engine.write_async(i * kBlock, out[i].get(), kBlock, fmt::format("out{}", i));
+      writes[i] =
+          client.write_async(*tier, i * kBlock, out[i].get(), kBlock, fmt::format("out{}", i));
       if (i >= 8) {
-        engine.wait(writes[i - 8]);
-        reads.push_back(engine.read_async((i - 8) * kBlock, in[i - 8].get(), kBlock,
+        client.wait(writes[i - 8]);
+        reads.push_back(client.read_async(*tier, (i - 8) * kBlock, in[i - 8].get(), kBlock,
                                           fmt::format("in{}", i - 8)));
       }
     }
     for (size_t i = kBlocks - 8; i < kBlocks; ++i) {
-      engine.wait(writes[i]);
-      reads.push_back(engine.read_async(i * kBlock, in[i].get(), kBlock, fmt::format("in{}", i)));
+      client.wait(writes[i]);
+      reads.push_back(
+          client.read_async(*tier, i * kBlock, in[i].get(), kBlock, fmt::format("in{}", i)));
     }
-    for (SwapEngine::Ticket t : reads) engine.wait(t);
-    engine.wait_all();
+    for (TransferEngine::Ticket t : reads) client.wait(t);
+    client.wait_all();
     for (size_t i = 0; i < kBlocks; ++i) EXPECT_TRUE(in[i] == out[i]) << "block " << i;
 
     // Tickets are unique across both streams.
-    std::vector<SwapEngine::Ticket> all = writes;
+    std::vector<TransferEngine::Ticket> all = writes;
     all.insert(all.end(), reads.begin(), reads.end());
     std::sort(all.begin(), all.end());
     EXPECT_EQ(std::adjacent_find(all.begin(), all.end()), all.end());
     EXPECT_EQ(std::count(all.begin(), all.end(), 0u), 0);
 
-    const std::vector<SwapEngine::Span> spans = engine.take_spans();
+    const std::vector<TransferEngine::Span> spans = client.take_spans();
     ASSERT_EQ(spans.size(), 2 * kBlocks);
     size_t n_writes = 0;
     for (const auto& span : spans) {
@@ -188,33 +197,143 @@ TEST(SwapEngine, InterleavedWritesAndReadsKeepDataIntact) {
       EXPECT_LE(span.begin, span.end);
     }
     EXPECT_EQ(n_writes, kBlocks);
-    EXPECT_TRUE(engine.take_spans().empty()) << "spans are handed out once";
+    EXPECT_TRUE(client.take_spans().empty()) << "spans are handed out once";
   }
 }
 
-TEST(SwapEngine, DestructorFinishesQueuedWork) {
+TEST(TransferEngine, DestructorFinishesQueuedWork) {
   auto tier = open_slow_tier(TierSpec::parse("host"), 1 << 20);
   AlignedBytes block(1 << 20, 5), back(1 << 20, 6);
   {
-    SwapEngine engine(*tier);
+    TransferEngine engine;
+    TransferEngine::Client client(engine);
     for (size_t i = 0; i < 16; ++i)
-      engine.write_async(i * (1 << 16), block.get() + i * (1 << 16), 1 << 16);
+      client.write_async(*tier, i * (1 << 16), block.get() + i * (1 << 16), 1 << 16);
   }
   tier->read(0, back.get(), 1 << 20);
   EXPECT_TRUE(back == block);
 }
 
-TEST(SwapEngine, WaitOnAFinishedTicketReturnsAtOnce) {
+TEST(TransferEngine, WaitOnAFinishedTicketReturnsAtOnce) {
   auto tier = open_slow_tier(TierSpec::parse("host"), 1 << 20);
-  SwapEngine engine(*tier);
+  TransferEngine engine;
+  TransferEngine::Client client(engine);
   AlignedBytes block(kIoAlignment);
-  const auto t = engine.write_async(0, block.get(), kIoAlignment);
-  engine.wait_all();
-  engine.wait(t);
-  engine.wait(t);
-  EXPECT_THROW(engine.wait(t + 1), InternalError) << "a ticket never issued";
-  EXPECT_THROW(engine.read_async(1 << 20, block.get(), kIoAlignment), InternalError)
+  const auto t = client.write_async(*tier, 0, block.get(), kIoAlignment);
+  client.wait_all();
+  client.wait(t);
+  client.wait(t);
+  EXPECT_THROW(client.wait(t + 1), InternalError) << "a ticket never issued";
+  EXPECT_THROW(client.read_async(*tier, 1 << 20, block.get(), kIoAlignment), InternalError)
       << "past the end";
+  EXPECT_THROW(client.read_async(*tier, 0, block.get(), kIoAlignment, "", t + 1), InternalError)
+      << "after a ticket that is no write";
+  EXPECT_TRUE(client.take_spans().empty()) << "spans are kept only when asked for";
+}
+
+// A tier whose writes wait until the test opens a gate: the writes queue up behind it.
+class GatedTier final : public SlowTier {
+ public:
+  explicit GatedTier(uint64_t bytes) : inner_(open_slow_tier({}, bytes)) {}
+  void open() {
+    std::lock_guard lock(mutex_);
+    open_ = true;
+    cv_.notify_all();
+  }
+  void write(uint64_t offset, const void* src, size_t bytes) override {
+    std::unique_lock lock(mutex_);
+    cv_.wait(lock, [&] { return open_; });
+    lock.unlock();
+    inner_->write(offset, src, bytes);
+  }
+  void read(uint64_t offset, void* dst, size_t bytes) override { inner_->read(offset, dst, bytes); }
+  uint64_t capacity() const override { return inner_->capacity(); }
+  std::string describe() const override { return "gated " + inner_->describe(); }
+
+ private:
+  std::unique_ptr<SlowTier> inner_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool open_ = false;
+};
+
+TEST(TransferEngine, ReadAfterAWriteSeesItsDataThoughQueuedBehindOthers) {
+  constexpr size_t kBlock = 4 * kIoAlignment;
+  auto tier = open_slow_tier({}, 8 * kBlock);
+  std::vector<AlignedBytes> out;
+  for (size_t i = 0; i < 8; ++i) out.emplace_back(kBlock, 10 + i);
+  AlignedBytes old_data(kBlock, 99), back(kBlock, 0), other(kBlock, 0);
+  tier->write(7 * kBlock, old_data.get(), kBlock);  // what a read not after the write would see
+  GatedTier gated(8 * kBlock);
+  TransferEngine engine;
+  TransferEngine::Client client(engine);
+  // Seven writes held at the gate, then the one the read names, then a read of its range.
+  std::vector<TransferEngine::Ticket> writes;
+  for (size_t i = 0; i < 7; ++i)
+    writes.push_back(client.write_async(gated, i * kBlock, out[i].get(), kBlock));
+  const auto last = client.write_async(*tier, 7 * kBlock, out[7].get(), kBlock);
+  // A read that names no write is not held back by the queued writes.
+  const auto free_read = client.read_async(*tier, 7 * kBlock, other.get(), kBlock);
+  client.wait(free_read);
+  EXPECT_TRUE(other == old_data);
+  std::atomic<bool> read_done{false};
+  const auto read = client.read_async(*tier, 7 * kBlock, back.get(), kBlock, "", last,
+                                      [&](const TransferEngine::Span&, std::exception_ptr error) {
+                                        EXPECT_FALSE(error);
+                                        read_done = true;
+                                      });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(read_done) << "the read ran before the write it follows";
+  gated.open();
+  client.wait(read);
+  EXPECT_TRUE(read_done);
+  EXPECT_TRUE(back == out[7]);
+  client.wait_all();
+  for (size_t i = 0; i < 7; ++i) {
+    AlignedBytes got(kBlock, 0);
+    gated.read(i * kBlock, got.get(), kBlock);
+    EXPECT_TRUE(got == out[i]) << "block " << i;
+  }
+}
+
+TEST(TransferEngine, ClientsOfOneEngineKeepTheirTiersApart) {
+  for (const std::string spec : {"host", "file"}) {
+    SCOPED_TRACE(spec);
+    ScratchDir dir;
+    const TierSpec tier_spec = TierSpec::parse(spec == "host" ? spec : "file:" + dir.path());
+    constexpr size_t kBlocks = 16;
+    constexpr size_t kBlock = 4 * kIoAlignment;
+    // Two clients, each in its own tier at the same offsets, interleaving on the one engine.
+    auto tier_a = open_slow_tier(tier_spec, kBlocks * kBlock);
+    auto tier_b = open_slow_tier(tier_spec, kBlocks * kBlock);
+    TransferEngine engine;
+    TransferEngine::Client a(engine, /*keep_spans=*/true), b(engine, /*keep_spans=*/true);
+    std::vector<AlignedBytes> out_a, out_b, in_a, in_b;
+    for (size_t i = 0; i < kBlocks; ++i) {
+      out_a.emplace_back(kBlock, 200 + i);
+      out_b.emplace_back(kBlock, 300 + i);
+      in_a.emplace_back(kBlock, 0);
+      in_b.emplace_back(kBlock, 0);
+    }
+    std::vector<TransferEngine::Ticket> reads_a, reads_b;
+    for (size_t i = 0; i < kBlocks; ++i) {
+      const auto wa = a.write_async(*tier_a, i * kBlock, out_a[i].get(), kBlock, "a");
+      const auto wb = b.write_async(*tier_b, i * kBlock, out_b[i].get(), kBlock, "b");
+      reads_b.push_back(b.read_async(*tier_b, i * kBlock, in_b[i].get(), kBlock, "b", wb));
+      reads_a.push_back(a.read_async(*tier_a, i * kBlock, in_a[i].get(), kBlock, "a", wa));
+    }
+    a.wait_all();
+    for (const auto t : reads_a) a.wait(t);
+    for (size_t i = 0; i < kBlocks; ++i) EXPECT_TRUE(in_a[i] == out_a[i]) << "a, block " << i;
+    b.wait_all();
+    for (size_t i = 0; i < kBlocks; ++i) EXPECT_TRUE(in_b[i] == out_b[i]) << "b, block " << i;
+    // Each client's spans are its own.
+    for (auto* c : {&a, &b}) {
+      const auto spans = c->take_spans();
+      EXPECT_EQ(spans.size(), 2 * kBlocks);
+      for (const auto& span : spans) EXPECT_EQ(span.label, c == &a ? "a" : "b");
+    }
+  }
 }
 
 TEST(MeasureBandwidth, BothTiersReportPositiveFigures) {
