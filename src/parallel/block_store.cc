@@ -111,6 +111,18 @@ uint64_t BlockStore::staging_bytes() const {
          kMomentSlots * mv_slot_bytes_;
 }
 
+uint64_t BlockStore::staging_bytes(int64_t block_floats, int64_t piece_floats, int micro_batches) {
+  const uint64_t w = round_up(static_cast<uint64_t>(block_floats) * sizeof(float)),
+                 mv = std::max(2 * round_up(static_cast<uint64_t>(piece_floats) * sizeof(float)),
+                               2 * ooc::kIoAlignment);
+  return (kWeightSlots + gradient_slots(micro_batches)) * w + kMomentSlots * mv;
+}
+
+uint64_t BlockStore::resident_block_bytes(int64_t block_floats, int64_t piece_floats) {
+  return round_up(static_cast<uint64_t>(block_floats) * sizeof(float)) +
+         2 * round_up(static_cast<uint64_t>(piece_floats) * sizeof(float));
+}
+
 uint64_t BlockStore::weight_bytes() const {
   return round_up(static_cast<uint64_t>(block_floats_) * sizeof(float));
 }

@@ -156,16 +156,16 @@ MemoryEstimate estimate_memory(const TrainConfig& cfg) {
           block = std::max(block, layout.block_range(l).second - layout.block_range(l).first);
         const uint64_t block_bytes = static_cast<uint64_t>(block) * kF32;
         n.parameters = static_cast<uint64_t>(layout.size() - (e - b)) * kF32;
-        const uint64_t piece_bytes = (block_bytes + g.dp - 1) / g.dp;
-        n.staging = (parallel::BlockStore::kWeightSlots + parallel::BlockStore::gradient_slots(M)) *
-                        block_bytes +
-                    parallel::BlockStore::kMomentSlots * 2 * piece_bytes;
+        // The moments sliced over the data-parallel ranks (ZeRO-1, the default schedule).
+        const int64_t piece = (block + g.dp - 1) / g.dp;
+        const uint64_t piece_bytes = static_cast<uint64_t>(piece) * kF32;
+        n.staging = parallel::BlockStore::staging_bytes(block, piece, M);
         // --resident-blocks N: those blocks' weights and moments too (the planner's choice fits
         // in --memory-budget, which is counted whole).
         const int blocks = layout.end_layer() - layout.first_layer();
         if (cfg.resident_blocks > 0)
           n.staging += static_cast<uint64_t>(std::min(cfg.resident_blocks, blocks)) *
-                       (block_bytes + 2 * piece_bytes);
+                       parallel::BlockStore::resident_block_bytes(block, piece);
         // Each block's weights and moment piece, and with several micro-batches its gradients.
         n.tier = static_cast<uint64_t>(blocks) * ((M > 1 ? 2 : 1) * block_bytes + 2 * piece_bytes);
       }

@@ -143,6 +143,11 @@ class BlockStore {
   uint64_t tier_bytes() const { return tier_->capacity(); }
   // Bytes of the staging slots (weights, gradients, moments).
   uint64_t staging_bytes() const;
+  // The same before a store exists (the memory estimate's): a store whose largest block has
+  // `block_floats` local elements and largest moment piece `piece_floats`, `micro_batches` a step;
+  // and what one block of those sizes takes resident (its weights and moments).
+  static uint64_t staging_bytes(int64_t block_floats, int64_t piece_floats, int micro_batches);
+  static uint64_t resident_block_bytes(int64_t block_floats, int64_t piece_floats);
   // Everything the store holds in memory: the slots and the resident blocks.
   uint64_t memory_bytes() const { return staging_bytes() + resident_bytes(resident_); }
   // The tier's bandwidth, measured when it was opened (on up to its first 64 MiB), and the
