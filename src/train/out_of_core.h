@@ -60,6 +60,8 @@ class OutOfCore {
   uint64_t high_water() const { return high_water_; }  // the most of any step so far
   double measured_step_s() const;                      // median forward+backward
   double predicted_step_s() const { return predicted_.step_s; }
+  // Bytes the plan writes to its slow tier a step (and reads back).
+  uint64_t predicted_swapped_bytes() const { return predicted_.swapped_bytes; }
   uint64_t predicted_peak() const { return predicted_.peak_bytes; }
   uint64_t budget() const { return budget_; }
 

@@ -176,8 +176,17 @@ class RankRun {
   // With --model-state and --memory-budget: a step's forward and backward as the performance model
   // predicts it. The store's transfers run beside compute (prefetching ahead, writing behind), so
   // a step takes about the longer of the two.
-  double streamed_step_s() const {
-    return std::max(ooc_->predicted_step_s(), store_->predicted_step_io_s());
+  double streamed_step_s() const { return std::max(ooc_->predicted_step_s(), state_io_s()); }
+  // The model state's I/O a step, at the tier's measured bandwidth; when the activations swap to
+  // the same tier, their transfers share its one disk and transfer engine, so theirs count too.
+  double state_io_s() const {
+    double s = store_->predicted_step_io_s();
+    if (cfg_.slow_tier.str() == cfg_.model_state->str()) {
+      const ooc::TierBandwidth& bw = store_->bandwidth();
+      const double swapped = static_cast<double>(ooc_->predicted_swapped_bytes());
+      s += swapped / bw.write_bytes_per_s + swapped / bw.read_bytes_per_s;
+    }
+    return s;
   }
   // A step and what follows it.
   double train_step(int64_t step, double lr);
@@ -257,8 +266,11 @@ TrainResult RankRun::run() {
       if (store_)
         out_ << fmt::format(
             "predicted forward+backward with the model state streamed: {:.3f} s, the longer of "
-            "compute with the activation plan ({:.3f} s) and the model state's I/O ({:.3f} s)\n",
-            streamed_step_s(), ooc_->predicted_step_s(), store_->predicted_step_io_s());
+            "compute with the activation plan ({:.3f} s) and the tier's I/O ({:.3f} s){}\n",
+            streamed_step_s(), ooc_->predicted_step_s(), state_io_s(),
+            cfg_.slow_tier.str() == cfg_.model_state->str()
+                ? " (the model state's and the activations' swaps: one disk)"
+                : "");
       out_ << largest_model_line(cfg_);
       if (!cfg_.trace_path.empty()) {
         io::write_file_atomic(cfg_.trace_path, ooc_->predicted_trace());
