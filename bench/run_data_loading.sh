@@ -7,11 +7,12 @@
 # Prints, for each corpus:
 #   1. peak resident memory (/usr/bin/time -v's maximum resident set size), and the largest
 #      anonymous (RssAnon) and file-backed (RssFile) resident memory polled from /proc/PID/status:
-#      the shards are memory-mapped, so the pages a step reads count in RSS as file pages (clean
-#      page cache the kernel may drop; the resident pages of the shards' mappings are printed
-#      apart, from /proc/PID/smaps), while the process's own memory is RssAnon;
+#      the shards are memory-mapped, and the pages a step reads count in RSS as file pages until
+#      the drawn batch releases them (the largest Rss of the shards' mappings, from
+#      /proc/PID/smaps, is printed apart), while the process's own memory is RssAnon;
 #   2. the time each step spends drawing its batch (the trace's "data" row: windows copied out of
-#      the mapped shards) against the step's time (--metrics' step_s), medians after the first step.
+#      the mapped shards, then their pages released) against the step's time (--metrics' step_s),
+#      medians after the first step.
 # Builds nothing: build tandem first. Usage: bench/run_data_loading.sh [BUILD_DIR]; VOCAB (default
 # 4096), STEPS (default 20), SMALL_MB (default 64), COPIES (default 3) and DIR (default $TMPDIR)
 # may be set.
@@ -94,6 +95,6 @@ for c in small large; do
   data=$(trace_data_ms "$dir/trace-$c.json" | median)
   data_max=$(trace_data_ms "$dir/trace-$c.json" | sort -g | tail -1)
   echo "$c corpus ($(du -sm "$dir/$c-shards" | cut -f1) MB of shards): peak resident $(mib "$peak") MiB (RssAnon $(mib "$anon") MiB, RssFile $(mib "$file") MiB, of which the mapped shards $(mib "$shards") MiB); step $(printf %.1f "$step") ms, data loading $(printf %.3f "$data") ms (max $(printf %.3f "$data_max")): $(awk -v d="$data" -v s="$step" 'BEGIN { printf "%.3f", 100 * d / s }')% of the step (medians of steps 2-$steps)"
-  echo "  the shards' mapped pages: $(awk -v k="$shards" -v n=$((steps * batch)) 'BEGIN { printf "%.0f", k / n }') kB for each of the $((steps * batch)) windows read (a window: 129 tokens)"
+  echo "  the shards' mapped pages: at most $shards kB at a poll, over $((steps * batch)) windows read (a window: 129 tokens)"
 done
 echo "finished $(date -u '+%Y-%m-%d %H:%M UTC'), load average $(cut -d' ' -f1-3 /proc/loadavg)"
