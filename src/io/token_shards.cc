@@ -171,6 +171,14 @@ MappedShard::MappedShard(const std::string& path, int64_t vocab_size, const Sha2
     user_error("token shard '{}' has {} bytes, fewer than its {}-byte header", path, size,
                kShardHeaderBytes);
   }
+  // The header is read, not mapped: opening maps none of the shard's pages into the process.
+  std::array<uint8_t, kShardHeaderBytes> header;
+  const ssize_t got = ::pread(fd, header.data(), header.size(), 0);
+  if (got != static_cast<ssize_t>(header.size())) {
+    const int err = got < 0 ? errno : EIO;
+    ::close(fd);
+    user_error("cannot read token shard '{}': {}", path, std::strerror(err));
+  }
   map_bytes_ = static_cast<size_t>(size);
   map_ = ::mmap(nullptr, map_bytes_, PROT_READ, MAP_SHARED, fd, 0);
   const int err = errno;
@@ -186,7 +194,7 @@ MappedShard::MappedShard(const std::string& path, int64_t vocab_size, const Sha2
     map_ = nullptr;
     user_error("token shard '{}' {}", path, why);
   };
-  const auto* h = static_cast<const uint8_t*>(map_);
+  const uint8_t* h = header.data();
   if (std::memcmp(h, kShardMagic, sizeof kShardMagic) != 0)
     refuse("is not a tandem token shard (its magic number is wrong)");
   const uint32_t version = get<uint32_t>(h, 8);
@@ -212,7 +220,7 @@ MappedShard::MappedShard(const std::string& path, int64_t vocab_size, const Sha2
     refuse(
         fmt::format("was written with another tokenizer (SHA-256 {}); its folder's tokenizer is {}",
                     digest_hex(d), digest_hex(tokenizer)));
-  tokens_ = h + kShardHeaderBytes;
+  tokens_ = static_cast<const uint8_t*>(map_) + kShardHeaderBytes;
 }
 
 MappedShard::~MappedShard() {

@@ -1,8 +1,12 @@
 // Byte-level corpora, the synthetic grammar, and the counter-based batch sampler.
 #include "tandem/train/data.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <cmath>
 
 #include "tandem/core/error.h"
@@ -16,6 +20,11 @@ namespace {
 // under the seed itself), so a run's data order and its dropout masks are unrelated.
 constexpr uint64_t kSamplerKey = 0x64617461'73616d70ull;  // "datasamp"
 constexpr uint32_t kSyntheticStream = 0x67726d72u;        // "grmr"
+
+// What TokenSplit::release drops around the tokens read, in the file's offsets: a read fault maps
+// the whole page-cache folio it hits (up to the PMD size, 2 MiB on x86-64 and 4 kB-page arm64),
+// and its fault-around neighbours (64 kB), all inside the naturally aligned 2 MiB holding it.
+constexpr uint64_t kReleaseBlock = uint64_t{2} << 20;
 
 uint64_t fnv1a(std::string_view bytes) {
   uint64_t h = 0xcbf29ce484222325ull;
@@ -143,6 +152,25 @@ void sentence(Chooser& c, std::string& out) {
   capitalise_from(out, start);
 }
 
+// Calls fn(span, at, take) for each part of tokens [offset, offset + n) of `s`, in order: `take`
+// tokens from token `at` of `span`.
+template <typename Fn>
+void for_each_part(const TokenSplit& s, uint64_t offset, uint64_t n, Fn&& fn) {
+  TANDEM_CHECK(offset + n <= s.size(), "tokens [{}, {}) of {}", offset, offset + n, s.size());
+  // The span holding `offset`: the first whose end lies past it.
+  size_t i =
+      static_cast<size_t>(std::upper_bound(s.ends.begin(), s.ends.end(), offset) - s.ends.begin());
+  while (n > 0) {
+    const TokenSpan& span = s.spans[i];
+    const uint64_t begin = i == 0 ? 0 : s.ends[i - 1];
+    const uint64_t at = offset - begin, take = std::min(n, span.count - at);
+    fn(span, at, take);
+    offset += take;
+    n -= take;
+    ++i;
+  }
+}
+
 }  // namespace
 
 TokenSplit TokenSplit::of_bytes(std::string source, std::string name,
@@ -172,13 +200,7 @@ TokenSplit TokenSplit::of_spans(std::string source, std::string name, std::vecto
 }
 
 void TokenSplit::read(uint64_t offset, uint64_t n, int32_t* out) const {
-  TANDEM_CHECK(offset + n <= size(), "tokens [{}, {}) of {}", offset, offset + n, size());
-  // The span holding `offset`: the first whose end lies past it.
-  size_t i = static_cast<size_t>(std::upper_bound(ends.begin(), ends.end(), offset) - ends.begin());
-  while (n > 0) {
-    const TokenSpan& span = spans[i];
-    const uint64_t begin = i == 0 ? 0 : ends[i - 1];
-    const uint64_t at = offset - begin, take = std::min(n, span.count - at);
+  for_each_part(*this, offset, n, [&](const TokenSpan& span, uint64_t at, uint64_t take) {
     bool bad = false;
     if (span.width == 1) {
       const auto* p = static_cast<const uint8_t*>(span.data) + at;
@@ -202,10 +224,26 @@ void TokenSplit::read(uint64_t offset, uint64_t n, int32_t* out) const {
           user_error("{} holds token id {} at token {}, at or past the vocabulary of {} tokens",
                      span.name, static_cast<uint32_t>(out[k]), at + k, vocab_size);
     out += take;
-    offset += take;
-    n -= take;
-    ++i;
-  }
+  });
+}
+
+void TokenSplit::release(uint64_t offset, uint64_t n) const {
+  static const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  for_each_part(*this, offset, n, [&](const TokenSpan& span, uint64_t at, uint64_t take) {
+    if (span.mapping == nullptr) return;  // the process's own memory: DONTNEED would zero it
+    const auto* base = static_cast<const char*>(span.mapping);
+    const auto first = static_cast<uint64_t>(static_cast<const char*>(span.data) - base);
+    const uint64_t w = static_cast<uint64_t>(span.width);
+    // File offsets: the blocks holding the tokens, within the mapping's pages (whatever lies
+    // past them is another mapping or the process's memory).
+    const uint64_t lo = (first + at * w) / kReleaseBlock * kReleaseBlock;
+    const uint64_t end = (first + span.count * w + page - 1) / page * page;
+    const uint64_t hi = std::min(
+        end, (first + (at + take) * w + kReleaseBlock - 1) / kReleaseBlock * kReleaseBlock);
+    // EINVAL (a locked mapping) only keeps the pages mapped; ENOMEM would be a range outside it.
+    const int rc = ::madvise(const_cast<char*>(base + lo), hi - lo, MADV_DONTNEED);
+    TANDEM_CHECK(rc == 0 || errno != ENOMEM, "releasing bytes [{}, {}) of {}", lo, hi, span.name);
+  });
 }
 
 std::vector<uint8_t> TokenSplit::bytes() const {
@@ -314,9 +352,10 @@ Batch BatchSampler::rows(int64_t step, int64_t row_begin, int64_t row_end) const
   b.inputs.resize(static_cast<size_t>(b.rows * seq_len_));
   b.targets.resize(b.inputs.size());
   std::vector<int32_t> window(static_cast<size_t>(seq_len_) + 1);
+  std::vector<uint64_t> offsets(static_cast<size_t>(b.rows));
   for (int64_t r = 0; r < b.rows; ++r) {
-    split_.read(static_cast<uint64_t>(row_offset(step, row_begin + r)), window.size(),
-                window.data());
+    offsets[static_cast<size_t>(r)] = static_cast<uint64_t>(row_offset(step, row_begin + r));
+    split_.read(offsets[static_cast<size_t>(r)], window.size(), window.data());
     int32_t* in = b.inputs.data() + r * seq_len_;
     int32_t* tg = b.targets.data() + r * seq_len_;
     for (int64_t t = 0; t < seq_len_; ++t) {
@@ -324,6 +363,7 @@ Batch BatchSampler::rows(int64_t step, int64_t row_begin, int64_t row_end) const
       tg[t] = window[static_cast<size_t>(t) + 1];
     }
   }
+  for (uint64_t offset : offsets) split_.release(offset, window.size());
   return b;
 }
 
@@ -367,6 +407,9 @@ Batch window_batch(const TokenSplit& split, int64_t seq_len, int64_t first_windo
       b.targets[static_cast<size_t>(r * seq_len + t)] = window[static_cast<size_t>(t) + 1];
     }
   }
+  if (rows > 0)
+    split.release(static_cast<uint64_t>(first_window * seq_len),
+                  static_cast<uint64_t>(rows * seq_len) + 1);
   return b;
 }
 

@@ -53,7 +53,8 @@ TokenSplit open_split(const std::string& dir, const nlohmann::json& split, const
       const uint64_t want = s.at("tokens").get<uint64_t>();
       if (m.count() != want)
         user_error("token shard '{}' holds {} tokens; {} says {}", path, m.count(), index, want);
-      spans.push_back({m.tokens(), m.count(), m.width(), fmt::format("token shard '{}'", path)});
+      spans.push_back(
+          {m.tokens(), m.count(), m.width(), fmt::format("token shard '{}'", path), m.mapping()});
     }
   } catch (const nlohmann::json::exception& e) {
     user_error("shard index '{}': the {} is malformed ({})", index, name, e.what());

@@ -597,10 +597,15 @@ void RankRun::print_header(int64_t first_step) {
 // ------------------------------------------------------------------------------------ a step
 
 // This rank's rows of the step's global batch forward and backward, the tied embedding's
-// gradients summed, the optimizer applied. Returns the global batch's mean loss.
+// gradients summed, the optimizer applied. Returns the global batch's mean loss. Drawing the rows
+// (windows copied out of the corpus: mapped shards or bytes) is on the step's critical path: the
+// trace's "data" row and the "data" phase show what it costs.
 double RankRun::train_step(int64_t step, double lr) {
   phases_.clear();
+  const auto data_begin = Clock::now();
   const Batch b = batches_.draw(sampler_, step);
+  if (lead_) phases_.add("data", seconds_since(data_begin));
+  trace_span(io::kDataStream, fmt::format("batch {}", step + 1), data_begin);
   model_.zero_gradients();
   opt_.begin_step(lr, step + 1);  // from here, finished blocks' gradients are exchanged at once
   const double loss_sum =

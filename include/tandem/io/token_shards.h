@@ -65,6 +65,7 @@ class MappedShard {
   MappedShard& operator=(const MappedShard&) = delete;
 
   const void* tokens() const { return tokens_; }
+  const void* mapping() const { return map_; }  // the file's first byte, the header's
   uint64_t count() const { return count_; }
   int width() const { return width_; }
   const std::string& path() const { return path_; }

@@ -1,7 +1,7 @@
 // Chrome trace-event recording (the JSON format chrome://tracing and Perfetto open): complete
 // events ("ph": "X", microseconds) on one row per (rank, stream), with metadata events naming
-// each process "rank <r>" and each row by its stream ("compute", "comm", "swap"). Several rank
-// threads record at once; the file is written atomically at the end.
+// each process "rank <r>" and each row by its stream ("compute", "comm", "swap", "data"). Several
+// rank threads record at once; the file is written atomically at the end.
 #pragma once
 
 #include <chrono>
@@ -21,6 +21,8 @@ inline constexpr std::string_view kCommStream = "comm";
 inline constexpr std::string_view kSwapStream = "swap";
 inline constexpr std::string_view kExchangeStream = "dp exchange";  // the communication thread
 inline constexpr std::string_view kStateStream = "model state";     // --model-state's transfers
+// Each rank assembling a step's batch from the corpus.
+inline constexpr std::string_view kDataStream = "data";
 
 class TraceRecorder {
  public:

@@ -23,6 +23,9 @@ struct TokenSpan {
   uint64_t count = 0;
   int width = 1;     // bytes per token: 1 (bytes), 2 or 4 (shards)
   std::string name;  // errors name it: "token shard 'data/train-000001.bin'"
+  // A shard's: the first byte of the read-only file mapping that holds `data` (the file's offset
+  // 0), whose pages TokenSplit::release drops. Null for memory the process owns (bytes, ids).
+  const void* mapping = nullptr;
 };
 
 // One part of a corpus: its tokens, the concatenation of its spans in order, and the words errors
@@ -47,6 +50,12 @@ struct TokenSplit {
   size_t size() const { return ends.empty() ? 0 : static_cast<size_t>(ends.back()); }
   // Tokens [offset, offset + n) into `out`, across spans.
   void read(uint64_t offset, uint64_t n, int32_t* out) const;
+  // Drops from this process's mappings the pages of mapped spans around tokens [offset,
+  // offset + n), once they are read: a fault maps a whole page-cache folio (up to 2 MiB), so the
+  // 2 MiB-aligned blocks of the file that hold the tokens go. The page cache keeps the data and a
+  // later read maps it again, so a run's resident set does not grow with the corpus it reads.
+  // Spans in the process's own memory are left alone.
+  void release(uint64_t offset, uint64_t n) const;
   // All tokens of a byte split (tests, entropy).
   std::vector<uint8_t> bytes() const;
 };
@@ -111,7 +120,8 @@ class BatchSampler {
   // A split shorter than seq_len + 1 tokens is a UserError naming the source and the split.
   BatchSampler(TokenSplit split, int64_t batch, int64_t seq_len, uint64_t seed);
 
-  // Rows [row_begin, row_end) of the global batch of `step`.
+  // Rows [row_begin, row_end) of the global batch of `step`, copied out of the split, whose
+  // mapped pages they came from are then released (TokenSplit::release).
   Batch rows(int64_t step, int64_t row_begin, int64_t row_end) const;
   // The whole global batch of `step`.
   Batch global(int64_t step) const { return rows(step, 0, batch_); }
@@ -133,7 +143,8 @@ class BatchSampler {
 };
 
 // Consecutive, non-overlapping windows over a whole split, for evaluation (`tandem eval`): window
-// w holds tokens [w * seq_len, (w + 1) * seq_len] (its targets reach one token further).
+// w holds tokens [w * seq_len, (w + 1) * seq_len] (its targets reach one token further). A batch
+// releases the mapped pages it read, as BatchSampler::rows does.
 int64_t window_count(const TokenSplit& split, int64_t seq_len);
 Batch window_batch(const TokenSplit& split, int64_t seq_len, int64_t first_window, int64_t rows);
 

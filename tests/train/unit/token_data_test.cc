@@ -1,10 +1,14 @@
 // Token data: a corpus tokenized with a trained BPE tokenizer decodes back to its text, the shards
-// are the same for any thread count, and the sampler draws from mapped shards exactly what it
-// draws from the same tokens in memory, for any data-parallel split.
+// are the same for any thread count, the sampler draws from mapped shards exactly what it draws
+// from the same tokens in memory, for any data-parallel split, and the shards' pages it read leave
+// the process's mappings once a batch is drawn, while bytes in memory stay.
 #include <gtest/gtest.h>
 #include <sentencepiece_processor.h>
 
 #include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
 
 #include "tandem/io/token_shards.h"
 #include "tandem/train/evaluate.h"
@@ -141,6 +145,73 @@ TEST(TokenCorpus, MappedBatchesEqualTheInMemoryReference) {
   const Batch w = window_batch(c.validation, 16, 2, 1);
   const std::vector<int32_t> val = shard_file_tokens(dir.path("shards"), "val");
   EXPECT_EQ(w.inputs, std::vector<int32_t>(val.begin() + 32, val.begin() + 48));
+}
+
+// The kB of the mapping starting at `start` that are mapped into this process: its Rss in
+// /proc/self/smaps (mincore would say which pages the page cache holds, mapped or not).
+uint64_t mapped_kb(const void* start) {
+  std::ifstream smaps("/proc/self/smaps");
+  const std::string want = fmt::format("{:x}-", reinterpret_cast<uintptr_t>(start));
+  bool in = false;
+  for (std::string line; std::getline(smaps, line);) {
+    if (line.find('-') != std::string::npos && line.find(' ') > line.find('-') &&
+        line.find(':') > line.find(' '))
+      in = line.rfind(want, 0) == 0;  // a mapping's first line: "start-end perms offset ..."
+    else if (in && line.rfind("Rss:", 0) == 0)
+      return std::stoull(line.substr(4));
+  }
+  ADD_FAILURE() << "no mapping starts at " << want;
+  return 0;
+}
+
+uint64_t mapped_kb(const TokenSplit& split) {
+  uint64_t kb = 0;
+  for (const TokenSpan& span : split.spans) kb += mapped_kb(span.mapping);
+  return kb;
+}
+
+TEST(TokenCorpus, DrawnBatchesLeaveNoShardPagesMappedAndReadTheSameAgain) {
+  ScratchDir dir;
+  testing::write_corpus(dir);
+  tokenize(testing::tiny_tokenize(dir, "shards", 500));
+  const Corpus c = load_shard_corpus(dir.path("shards"));
+  const std::vector<int32_t> ref = shard_file_tokens(dir.path("shards"), "train");
+  for (const TokenSpan& span : c.train.spans) ASSERT_NE(span.mapping, nullptr) << span.name;
+  EXPECT_EQ(mapped_kb(c.train) + mapped_kb(c.validation), 0u) << "opening reads the headers";
+  // Reading maps the shards' pages; releasing them keeps every token.
+  std::vector<int32_t> all(c.train.size());
+  c.train.read(0, all.size(), all.data());
+  ASSERT_EQ(all, ref);
+  EXPECT_GT(mapped_kb(c.train), 0u) << "reading maps the pages: the check can see them";
+  c.train.release(0, all.size());
+  EXPECT_EQ(mapped_kb(c.train), 0u);
+  // A drawn batch (windows across shards) releases what it read, and draws the same again.
+  const BatchSampler s(c.train, 8, 64, 42);
+  const Batch b = s.global(3);
+  EXPECT_EQ(mapped_kb(c.train), 0u);
+  EXPECT_EQ(s.global(3).inputs, b.inputs);
+  std::fill(all.begin(), all.end(), -1);
+  c.train.read(0, all.size(), all.data());
+  EXPECT_EQ(all, ref) << "the released pages read the same tokens again";
+  for (int64_t r = 0; r < 8; ++r) {
+    const auto off = static_cast<std::ptrdiff_t>(s.row_offset(3, r));
+    EXPECT_EQ(std::vector<int32_t>(b.targets.begin() + r * 64, b.targets.begin() + (r + 1) * 64),
+              std::vector<int32_t>(ref.begin() + off + 1, ref.begin() + off + 65))
+        << "row " << r;
+  }
+  // So does an evaluation batch.
+  window_batch(c.validation, 16, 0, 4);
+  EXPECT_EQ(mapped_kb(c.validation), 0u);
+}
+
+TEST(TokenCorpus, ReleasingBytesInMemoryKeepsThem) {
+  const Corpus c = synthetic_corpus(4096);
+  ASSERT_EQ(c.train.spans.size(), 1u);
+  EXPECT_EQ(c.train.spans[0].mapping, nullptr) << "bytes are the process's own memory";
+  const std::vector<uint8_t> before = c.train.bytes();
+  BatchSampler(c.train, 4, 32, 7).global(0);
+  c.train.release(0, c.train.size());
+  EXPECT_EQ(c.train.bytes(), before);
 }
 
 TEST(TokenCorpus, VocabularyComesFromTheFolder) {
