@@ -64,17 +64,20 @@ ModelState::~ModelState() {
   tier_.reset();
 }
 
+std::pair<int64_t, int64_t> ModelState::blocks_range() const {
+  return {layout_.block_range(layout_.first_layer()).first,
+          layout_.block_range(layout_.end_layer() - 1).second};
+}
+
 size_t ModelState::resident_bytes() const {
   if (!blocks_in_store()) return params_.nbytes();
-  const int64_t b = layout_.block_range(layout_.first_layer()).first,
-                e = layout_.block_range(layout_.end_layer() - 1).second;
+  const auto [b, e] = blocks_range();
   return static_cast<size_t>(layout_.size() - (e - b)) * sizeof(float);
 }
 
 void ModelState::zero_gradients() {
   if (!blocks_in_store()) return grads_.fill(0.0f);
-  const int64_t b = layout_.block_range(layout_.first_layer()).first,
-                e = layout_.block_range(layout_.end_layer() - 1).second;
+  const auto [b, e] = blocks_range();
   float* g = grads_.data_as<float>();
   std::fill(g, g + b, 0.0f);
   std::fill(g + e, g + layout_.size(), 0.0f);

@@ -116,17 +116,16 @@ class RankRun {
                ooc_ ? ooc_->memory() : nullptr, &state_),
         opt_(cfg.optimizer, state_, grid_.dp(), schedules_.optimizer_schedules(), cfg.executor,
              exchange_may_overlap(cfg), &grid_.world()),
-        store_(state_.store()),
         out_(cfg.out != nullptr ? *cfg.out : std::cout) {
-    if (store_ != nullptr) {
+    if (store() != nullptr) {
       if (cfg.resident_blocks > 0)
-        store_->set_resident(std::min(cfg.resident_blocks, store_->blocks()));
+        store()->set_resident(std::min(cfg.resident_blocks, store()->blocks()));
       // --memory-budget covers the model state in memory too.
       if (ooc_)
-        ooc_->reserve(model_state_memory(store_->resident()), store_held(store_->resident()));
+        ooc_->reserve(model_state_memory(store()->resident()), store_held(store()->resident()));
       // Only when tracing: the store names every transfer it reports.
       if (trace_ != nullptr && trace_->enabled())
-        store_->set_transfer_sink(
+        store()->set_transfer_sink(
             [this](const std::string& name, Clock::time_point b, Clock::time_point e) {
               if (!profiling_) trace_->record(grid_.world().rank(), io::kStateStream, name, b, e);
             });
@@ -164,7 +163,7 @@ class RankRun {
   // buffers are not counted: the executors allocate them on first use, so their size is known
   // only after a step.)
   uint64_t model_state_memory(int r) const {
-    return store_->staging_bytes() + store_->resident_bytes(r) + 2 * state_.resident_bytes() +
+    return store()->staging_bytes() + store()->resident_bytes(r) + 2 * state_.resident_bytes() +
            state_.moment_bytes();
   }
   // What that is, for messages: "the model state in memory (slots, embeddings and ln_f[, r
@@ -180,13 +179,19 @@ class RankRun {
   // The model state's I/O a step, at the tier's measured bandwidth; when the activations swap to
   // the same tier, their transfers share its one disk and transfer engine, so theirs count too.
   double state_io_s() const {
-    double s = store_->predicted_step_io_s();
-    if (cfg_.slow_tier.str() == cfg_.model_state->str()) {
-      const ooc::TierBandwidth& bw = store_->bandwidth();
+    double s = store()->predicted_step_io_s();
+    if (swaps_share_the_state_tier()) {
+      const ooc::TierBandwidth& bw = store()->bandwidth();
       const double swapped = static_cast<double>(ooc_->predicted_swapped_bytes());
       s += swapped / bw.write_bytes_per_s + swapped / bw.read_bytes_per_s;
     }
     return s;
+  }
+  // --model-state: the blocks' store (opened when the optimizer placed the moments), else null.
+  parallel::BlockStore* store() const { return state_.store(); }
+  // Whether the activations swap to the model state's tier (one disk, one transfer engine).
+  bool swaps_share_the_state_tier() const {
+    return cfg_.model_state && cfg_.slow_tier.str() == cfg_.model_state->str();
   }
   // A step and what follows it.
   double train_step(int64_t step, double lr);
@@ -238,8 +243,6 @@ class RankRun {
   parallel::ModelState state_;
   parallel::ParallelGPT model_;
   parallel::DataParallelOptimizer opt_;
-  // --model-state: the blocks' store, state_'s (opened when the optimizer placed the moments).
-  parallel::BlockStore* store_ = nullptr;
   parallel::BlockStore::Traffic steps_traffic_;  // what the store moved over the steps
   std::ostream& out_;
   io::PhaseTimer phases_;                       // this step's, on the lead rank
@@ -263,12 +266,12 @@ TrainResult RankRun::run() {
     plan_out_of_core(result.first_step);
     if (lead_) {
       out_ << ooc_->plan_line() << "\n" << ooc_->report() << model_state_line();
-      if (store_)
+      if (store())
         out_ << fmt::format(
             "predicted forward+backward with the model state streamed: {:.3f} s, the longer of "
             "compute with the activation plan ({:.3f} s) and the tier's I/O ({:.3f} s){}\n",
             streamed_step_s(), ooc_->predicted_step_s(), state_io_s(),
-            cfg_.slow_tier.str() == cfg_.model_state->str()
+            swaps_share_the_state_tier()
                 ? " (the model state's and the activations' swaps: one disk)"
                 : "");
       out_ << largest_model_line(cfg_);
@@ -282,7 +285,7 @@ TrainResult RankRun::run() {
     result.ooc_predicted_s = ooc_->predicted_step_s();
     result.ooc_predicted_peak = ooc_->predicted_peak();
     result.ooc_profile_cached = ooc_->profile_from_cache();
-    if (store_) result.resident_blocks = store_->resident();
+    if (store()) result.resident_blocks = store()->resident();
     return result;
   }
   if (ooc_ && result.first_step < cfg_.steps) plan_out_of_core(result.first_step);
@@ -294,7 +297,7 @@ TrainResult RankRun::run() {
   open_reports(result.first_step);
 
   const auto run_begin = Clock::now();
-  if (store_) store_->reset_traffic();  // the steps' transfers, not the set-up's
+  if (store()) store()->reset_traffic();  // the steps' transfers, not the set-up's
   for (int64_t step = result.first_step; step < cfg_.steps; ++step) {
     comm::set_comm_activity(fmt::format("step {}", step + 1));
     const auto step_begin = Clock::now();
@@ -373,7 +376,7 @@ void RankRun::plan_out_of_core(int64_t first_step) {
       },
       grid_.tp(), lead_ && cfg_.progress ? &out_ : nullptr);
   profiling_ = false;
-  if (store_ && cfg_.resident_blocks < 0) choose_resident_blocks();
+  if (store() && cfg_.resident_blocks < 0) choose_resident_blocks();
 }
 
 // The predicted step with r resident blocks is the longer of the activations' compute under what
@@ -383,14 +386,14 @@ void RankRun::plan_out_of_core(int64_t first_step) {
 // fewest any rank chose, so that their activation plans, and the collectives of what they
 // recompute, stay the same.
 void RankRun::choose_resident_blocks() {
-  const int n = store_->blocks();
+  const int n = store()->blocks();
   std::vector<double> compute(static_cast<size_t>(n) + 1, -1.0);
   auto compute_s = [&](int r) {
     double& c = compute[static_cast<size_t>(r)];
     if (c < 0) c = ooc_->predicted_step_s_reserving(model_state_memory(r));
     return c;
   };
-  auto io_s = [&](int r) { return store_->predicted_step_io_s(r); };
+  auto io_s = [&](int r) { return store()->predicted_step_io_s(r); };
   auto step_s = [&](int r) { return std::max(compute_s(r), io_s(r)); };
   // The most that fit (none fitting at all was refused at set-up).
   int lo = 0, hi = n;
@@ -428,11 +431,11 @@ void RankRun::choose_resident_blocks() {
     grid_.tp().all_reduce(t, comm::ReduceOp::Min);
     best = static_cast<int>(r);
   }
-  if (best == store_->resident()) return;
+  if (best == store()->resident()) return;
   // The activations give up their part of the budget (their arena's pages released) before the
   // resident blocks take it, so that the two are never in memory together.
   ooc_->reserve(model_state_memory(best), store_held(best));
-  store_->set_resident(best);
+  store()->set_resident(best);
 }
 
 std::string RankRun::store_held(int r) {
@@ -523,24 +526,25 @@ std::string RankRun::memory_lines() {
 
 // With --model-state: where the blocks' state lives and what a step moves (else "").
 std::string RankRun::model_state_line() const {
-  if (!store_) return "";
-  const parallel::BlockStore::Traffic p = store_->predicted_step_traffic();
-  const ooc::TierBandwidth& bw = store_->bandwidth();
-  const int r = store_->resident();
+  if (!store()) return "";
+  const parallel::BlockStore::Traffic p = store()->predicted_step_traffic();
+  const ooc::TierBandwidth& bw = store()->bandwidth();
+  const int r = store()->resident();
   const std::string resident_note =
-      r == 0 ? std::string()
-             : fmt::format(" and h.{}..h.{} resident in {} of memory ({})", store_->end_layer() - r,
-                           store_->end_layer() - 1, ooc::human_bytes(store_->resident_bytes(r)),
-                           cfg_.resident_blocks < 0 ? "the planner's choice" : "--resident-blocks");
+      r == 0
+          ? std::string()
+          : fmt::format(" and h.{}..h.{} resident in {} of memory ({})", store()->end_layer() - r,
+                        store()->end_layer() - 1, ooc::human_bytes(store()->resident_bytes(r)),
+                        cfg_.resident_blocks < 0 ? "the planner's choice" : "--resident-blocks");
   return fmt::format(
       "  model state: blocks h.{}..h.{} (weights, gradients, optimizer state) in {}, {} a rank, "
       "streamed through {} of slots{}, about {} read and {} written a step: {:.2f} s of I/O at "
       "the tier's measured {:.2f} GB/s read, {:.2f} GB/s write; the embeddings and ln_f in "
       "memory ({}{})\n",
-      store_->first_layer(), store_->end_layer() - 1, store_->describe(),
-      ooc::human_bytes(store_->tier_bytes()), ooc::human_bytes(store_->staging_bytes()),
+      store()->first_layer(), store()->end_layer() - 1, store()->describe(),
+      ooc::human_bytes(store()->tier_bytes()), ooc::human_bytes(store()->staging_bytes()),
       resident_note, ooc::human_bytes(p.read_bytes), ooc::human_bytes(p.written_bytes),
-      store_->predicted_step_io_s(), bw.read_bytes_per_s / 1e9, bw.write_bytes_per_s / 1e9,
+      store()->predicted_step_io_s(), bw.read_bytes_per_s / 1e9, bw.write_bytes_per_s / 1e9,
       ooc::human_bytes(2 * state_.resident_bytes() + state_.moment_bytes()),
       ooc_ ? " of --memory-budget" : "");
 }
@@ -732,15 +736,15 @@ void RankRun::finish(TrainResult& result) {
   result.tokens_per_s = ran > 0 && result.seconds > 0
                             ? tokens_per_step() * static_cast<double>(ran) / result.seconds
                             : 0.0;
-  if (store_) {  // before the weights are gathered through it
-    const parallel::BlockStore::Traffic t = steps_traffic_ = store_->traffic(),
-                                        p = store_->predicted_step_traffic();
-    result.resident_blocks = store_->resident();
+  if (store()) {  // before the weights are gathered through it
+    const parallel::BlockStore::Traffic t = steps_traffic_ = store()->traffic(),
+                                        p = store()->predicted_step_traffic();
+    result.resident_blocks = store()->resident();
     result.state_read_bytes = t.read_bytes;
     result.state_written_bytes = t.written_bytes;
     result.state_predicted_read = p.read_bytes;
     result.state_predicted_written = p.written_bytes;
-    result.state_memory_bytes = model_state_memory(store_->resident());
+    result.state_memory_bytes = model_state_memory(store()->resident());
   }
   if (cfg_.keep_weights) {
     std::vector<float> w = parallel::gather_weights(model_);
@@ -770,8 +774,8 @@ void RankRun::print_summary(const TrainResult& result, int64_t ran) {
         result.losses.front(), result.losses.back(), val);
   }
   if (ooc_ && ran > 0) out_ << ooc_->summary_line();
-  if (store_ && ran > 0) {
-    const parallel::BlockStore::Traffic t = steps_traffic_, p = store_->predicted_step_traffic();
+  if (store() && ran > 0) {
+    const parallel::BlockStore::Traffic t = steps_traffic_, p = store()->predicted_step_traffic();
     const double steps = static_cast<double>(ran);
     auto per_step = [&](uint64_t b) {
       return ooc::human_bytes(static_cast<uint64_t>(static_cast<double>(b) / steps));

@@ -148,8 +148,6 @@ class BlockStore {
   // and what one block of those sizes takes resident (its weights and moments).
   static uint64_t staging_bytes(int64_t block_floats, int64_t piece_floats, int micro_batches);
   static uint64_t resident_block_bytes(int64_t block_floats, int64_t piece_floats);
-  // Everything the store holds in memory: the slots and the resident blocks.
-  uint64_t memory_bytes() const { return staging_bytes() + resident_bytes(resident_); }
   // The tier's bandwidth, measured when it was opened (on up to its first 64 MiB), and the
   // seconds its transfers need for a step's predicted traffic at that bandwidth.
   const ooc::TierBandwidth& bandwidth() const { return bandwidth_; }

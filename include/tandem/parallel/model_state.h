@@ -17,6 +17,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tandem/core/allocator.h"
@@ -111,6 +112,8 @@ class ModelState {
 
  private:
   struct Reserved;  // address space reserved for params_ and grads_ when blocks are in a store
+  // The local elements [first, second) of all the stage's blocks.
+  std::pair<int64_t, int64_t> blocks_range() const;
 
   ShardLayout layout_;
   Options options_;
