@@ -58,6 +58,15 @@ parallel::GradExchange parse_grad_exchange(const std::string& text) {
       text);
 }
 
+parallel::Sharding parse_sharding(const std::string& text) {
+  for (parallel::Sharding s : {parallel::Sharding::Moments, parallel::Sharding::Weights})
+    if (text == parallel::sharding_name(s)) return s;
+  user_error(
+      "--shard {}: the data-parallel ranks shard the moments (ZeRO-1) or the weights (ZeRO-3: "
+      "weights, gradients and moments)",
+      text);
+}
+
 namespace {
 
 // --optimizer-state and --model-state: "memory" (unset), "host" or "file:DIR".

@@ -232,6 +232,11 @@ void add_train(CLI::App& app) {
                   "Scale the gradient down to this norm when its norm is larger (over the whole "
                   "model; off unless "
                   "given)");
+  add_choice(cmd, "--shard", c.optimizer.sharding, parse_sharding,
+             "What each data-parallel rank keeps 1/dp of: moments (ZeRO-1: the optimizer's "
+             "moments) or weights (ZeRO-3: the blocks' weights, gradients and moments, each "
+             "block's weights gathered before its forward and backward; docs/training.md)",
+             parallel::sharding_name(c.optimizer.sharding));
   add_choice(cmd, "--optimizer-state", c.optimizer.state_tier, parse_optimizer_state,
              "Where Adam's moments live: memory, host (a slow tier in host memory) or file:DIR (an "
              "O_DIRECT "

@@ -180,6 +180,14 @@ void ModelState::write_moments(size_t i, const float* m, const float* v) {
   std::memcpy(v_[i].data(), v, bytes);
 }
 
+uint64_t ModelState::sharded_blocks_bytes(int64_t block_floats, int blocks, int dp,
+                                          int micro_batches) {
+  const auto n = static_cast<uint64_t>(block_floats), b = static_cast<uint64_t>(blocks);
+  const uint64_t slice = (n + static_cast<uint64_t>(dp) - 1) / static_cast<uint64_t>(dp);
+  const uint64_t grads = micro_batches > 1 ? b * n : 2 * n;
+  return (3 * b * slice + kGatherSlots * n + grads) * sizeof(float);
+}
+
 size_t ModelState::moment_bytes() const {
   if (tier_) return tier_->staging_bytes();
   size_t b = 0;

@@ -25,6 +25,10 @@ std::string_view grad_exchange_name(GradExchange exchange) {
   return exchange == GradExchange::After ? "after" : "overlap";
 }
 
+std::string_view sharding_name(Sharding sharding) {
+  return sharding == Sharding::Weights ? "weights" : "moments";
+}
+
 void OptimizerConfig::validate() const {
   if (grad_dtype != DType::F32 && grad_dtype != DType::BF16)
     user_error("--grad-dtype {}: the gradient dtypes are f32 and bf16", dtype_name(grad_dtype));

@@ -94,6 +94,7 @@ std::vector<std::pair<std::string, std::string>> agreeing_settings(const TrainCo
       {"--bucket-mb", text(o.bucket_mb)},
       {"--optimizer-state", o.state_tier ? o.state_tier->str() : "memory"},
       {"--clip-grad-norm", text(o.clip_grad_norm)},
+      {"--shard", std::string(parallel::sharding_name(o.sharding))},
       {"--dp", fmt::format("{}", c.grid.dp)},
       {"--tp", fmt::format("{}", c.grid.tp)},
       {"--pp", fmt::format("{}", c.grid.pp)},

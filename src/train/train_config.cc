@@ -158,6 +158,17 @@ void TrainConfig::validate() const {
         "--resident-blocks {} keeps blocks of a streamed model state in memory: it needs "
         "--model-state host|file:DIR",
         resident_blocks);
+  if (optimizer.sharding == parallel::Sharding::Weights) {
+    if (grid.dp < 2)
+      user_error(
+          "--shard weights shards the model state across the data-parallel ranks: it needs --dp "
+          "2 or more (got --dp {})",
+          grid.dp);
+    if (optimizer.clip_grad_norm)
+      user_error(
+          "--shard weights updates each block before the whole gradient's norm is known; "
+          "--clip-grad-norm cannot be used with it");
+  }
   if (model_state) {
     if (optimizer.clip_grad_norm)
       user_error(

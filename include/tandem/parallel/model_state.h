@@ -104,6 +104,15 @@ class ModelState {
   void read_moments(size_t piece, float* m, float* v);
   void write_moments(size_t piece, const float* m, const float* v);
 
+  // What the blocks' state takes in memory on one rank under --shard weights, for `blocks` blocks
+  // of `block_floats` local elements each over `dp` data-parallel ranks with `micro_batches` a
+  // step: every block's weight and moment slices (1/dp each), kGatherSlots gathered blocks'
+  // weights, and the blocks' gradients (two slots of a block with one micro-batch; every block's
+  // whole sum with several, which must outlive the step's backwards).
+  static constexpr int kGatherSlots = 2;  // the block computing, the next one being gathered
+  static uint64_t sharded_blocks_bytes(int64_t block_floats, int blocks, int dp,
+                                       int micro_batches);
+
   // Bytes of the moments in memory (with a tier: its staging slots; without the store's), in the
   // moments' tier, and that tier's description ("" in memory).
   size_t moment_bytes() const;

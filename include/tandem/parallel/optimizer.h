@@ -32,10 +32,15 @@ namespace tandem::parallel {
 enum class OptimizerKind { AdamW, Lamb };
 // When a bucket's exchange runs: as soon as the backward is done with it, or after the backward.
 enum class GradExchange { Overlap, After };
+// What each data-parallel rank keeps 1/dp of: the optimizer's moments (ZeRO-1, the schedule's
+// slice(m,v)), or the blocks' weights, gradients and moments too (ZeRO-3 / FSDP, slice(w,m,v):
+// each block's weights gathered before its forward and its backward; model_state.h).
+enum class Sharding { Moments, Weights };
 
 // "adamw", "lamb"; "overlap", "after": the names the command line and checkpoints use.
 std::string_view optimizer_name(OptimizerKind kind);
 std::string_view grad_exchange_name(GradExchange exchange);
+std::string_view sharding_name(Sharding sharding);  // "moments", "weights"
 
 struct OptimizerConfig {
   OptimizerKind kind = OptimizerKind::AdamW;
@@ -54,6 +59,8 @@ struct OptimizerConfig {
   std::optional<ooc::TierSpec> state_tier;
   // Global gradient-norm clipping: the largest norm of the averaged gradient (unset: none).
   std::optional<double> clip_grad_norm;
+  // What the data-parallel ranks shard (--shard).
+  Sharding sharding = Sharding::Moments;
 
   // UserError naming the bad field's flag.
   void validate() const;
