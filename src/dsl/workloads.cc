@@ -217,8 +217,15 @@ Program pipeline_stage(DType dtype, double dropout_p) {
   return p;
 }
 
+Program gather_weights() {
+  Program p("gather_weights");
+  const Expr w = p.input(F32, {"N"}, Sliced(0), "w");
+  p.output(AllGather(w).named("w_all"), "w_all");
+  return p;
+}
+
 std::vector<std::string_view> names() {
-  return {"adam", "lamb", "megatron_layer", "pipeline_stage"};
+  return {"adam", "lamb", "megatron_layer", "pipeline_stage", "gather_weights"};
 }
 
 Program by_name(std::string_view name) {
@@ -226,6 +233,7 @@ Program by_name(std::string_view name) {
   if (name == "lamb") return lamb();
   if (name == "megatron_layer") return megatron_layer();
   if (name == "pipeline_stage") return pipeline_stage();
+  if (name == "gather_weights") return gather_weights();
   user_error("unknown workload '{}'; the workloads are: {}", name, fmt::join(names(), ", "));
 }
 

@@ -340,13 +340,10 @@ void ParallelGPT::receive_activations(const nn::StepRng& rng, bool training, flo
 }
 
 nn::BlockParams ParallelGPT::weights_of(int layer) {
-  if (store() == nullptr) return layout_.block(params().data_as<float>(), layer);
-  return layout_.block_at(store()->acquire(layer), layer);
+  return layout_.block_at(state_.acquire_block(layer), layer);
 }
 
-void ParallelGPT::done_with_weights(int layer) {
-  if (store() != nullptr) store()->release(layer);
-}
+void ParallelGPT::done_with_weights(int layer) { state_.release_block(layer); }
 
 ParallelGPT::UnitArgs ParallelGPT::unit_args(int k, int u) {
   const int l = layout_.first_layer() + u / nn::kBlockHalves;
@@ -375,9 +372,7 @@ void ParallelGPT::unit_forward(int k, int u, const nn::StepRng& rng, bool traini
 
 void ParallelGPT::unit_backward(int k, int u, const nn::StepRng& rng, float* dres) {
   const UnitArgs a = unit_args(k, u);
-  const nn::BlockParams dw = store() != nullptr
-                                 ? layout_.block_at(store()->gradients(a.layer), a.layer)
-                                 : layout_.block(grads().data_as<float>(), a.layer);
+  const nn::BlockParams dw = layout_.block_at(state_.block_gradients(a.layer), a.layer);
   nn::Workspace& ws = memory_->workspace();
   if (shard_path(a.layer)) {
     const ShardBlock sb{config_, grid_.shape().tp, grid_.coord().tp, [&](float* g, int64_t n) {
@@ -420,9 +415,9 @@ void ParallelGPT::forward_micro(const MicroBatch& mb, int k, const nn::StepRng& 
       }
     }
     // The next block's weights read while this one computes.
-    if (store() != nullptr && u % nn::kBlockHalves == 0) {
+    if (u % nn::kBlockHalves == 0) {
       const int l = layout_.first_layer() + u / nn::kBlockHalves;
-      store()->prefetch(l + 1, l);
+      state_.prefetch_block(l + 1, l);
     }
     const auto begin = Clock::now();
     nested_comm_s_ = 0.0;
@@ -473,19 +468,19 @@ void ParallelGPT::backward_micro(const MicroBatch& mb, int k, const nn::StepRng&
     // As a block's backward starts: its moments for the update that follows it (in the step's
     // last backward), and the previous block's weights and gradient sum, read while it computes.
     const bool last_backward = k == last_backward_micro_;
-    if (store() != nullptr && u % nn::kBlockHalves == nn::kBlockHalves - 1) {
+    if (u % nn::kBlockHalves == nn::kBlockHalves - 1) {
       const int l = layout_.first_layer() + u / nn::kBlockHalves;
-      if (last_backward) store()->prefetch_moments(l);
-      store()->prefetch(l - 1, l);
-      store()->prefetch_gradients(l - 1);
+      if (last_backward) state_.prefetch_moments(l);
+      state_.prefetch_block(l - 1, l);
+      state_.prefetch_gradients(l - 1);
     }
     const auto begin = Clock::now();
     nested_comm_s_ = 0.0;
     unit_backward(k, u, rng, dres);
     emit("compute", "backward " + unit_name(u), begin);
     // More backwards of this block follow in the step: its gradient sum may wait in the tier.
-    if (store() != nullptr && !last_backward && u % nn::kBlockHalves == 0)
-      store()->park_gradients(layout_.first_layer() + u / nn::kBlockHalves);
+    if (!last_backward && u % nn::kBlockHalves == 0)
+      state_.park_gradients(layout_.first_layer() + u / nn::kBlockHalves);
     if (gradients_ready_ && last_backward && u % nn::kBlockHalves == 0)
       gradients_ready_(layout_.first_layer() + u / nn::kBlockHalves);
     if (u == 0) {

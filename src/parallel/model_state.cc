@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "tandem/core/error.h"
+#include "sharded_blocks.h"
 #include "tiered_state.h"
 
 namespace tandem::parallel {
@@ -47,7 +48,9 @@ ModelState::ModelState(ShardLayout layout, const Options& options, Allocator* al
       engines_(engines != nullptr ? *engines : *own_engines_) {
   TANDEM_CHECK(!(options.blocks && options.moments), "a block store beside a moments tier");
   TANDEM_CHECK(options.micro_batches >= 1, "{} micro-batches", options.micro_batches);
-  if (options.blocks) {
+  TANDEM_CHECK(!(options.sharded && (options.blocks || options.moments)),
+               "sharded weights beside a block store or a moments tier");
+  if (blocks_elsewhere()) {
     reserved_ = std::make_unique<Reserved>(layout_.size());
     params_ = Tensor::view_of(reserved_->params, DType::F32, Shape{layout_.size()});
     grads_ = Tensor::view_of(reserved_->grads, DType::F32, Shape{layout_.size()});
@@ -60,6 +63,7 @@ ModelState::ModelState(ShardLayout layout, const Options& options, Allocator* al
 
 // The store and the tier wait for their transfers before the engines they use go.
 ModelState::~ModelState() {
+  sharded_.reset();
   store_.reset();
   tier_.reset();
 }
@@ -70,22 +74,92 @@ std::pair<int64_t, int64_t> ModelState::blocks_range() const {
 }
 
 size_t ModelState::resident_bytes() const {
-  if (!blocks_in_store()) return params_.nbytes();
+  if (!blocks_elsewhere()) return params_.nbytes();
   const auto [b, e] = blocks_range();
   return static_cast<size_t>(layout_.size() - (e - b)) * sizeof(float);
 }
 
 void ModelState::zero_gradients() {
-  if (!blocks_in_store()) return grads_.fill(0.0f);
+  // Sharded with several micro-batches, the blocks' sums live in the flat buffer.
+  if (!blocks_elsewhere() || (weights_sharded() && options_.micro_batches > 1))
+    return grads_.fill(0.0f);
   const auto [b, e] = blocks_range();
   float* g = grads_.data_as<float>();
   std::fill(g, g + b, 0.0f);
   std::fill(g + e, g + layout_.size(), 0.0f);
-  if (store_) store_->drop_gradients();
+  drop_gradients();
 }
 
-void ModelState::place_moments(std::vector<Piece> pieces) {
-  TANDEM_CHECK(pieces_.empty() && !tier_ && !store_, "the moments placed twice");
+float* ModelState::acquire_block(int layer) {
+  if (store_) return store_->acquire(layer);
+  if (sharded_) return sharded_->acquire(layer);
+  return params_.data_as<float>() + layout_.block_range(layer).first;
+}
+
+void ModelState::release_block(int layer) {
+  if (store_) store_->release(layer);
+  if (sharded_) sharded_->release(layer);
+}
+
+void ModelState::prefetch_block(int layer, int in_use) {
+  if (store_) store_->prefetch(layer, in_use);
+  if (sharded_) sharded_->prefetch(layer, in_use);
+}
+
+float* ModelState::block_gradients(int layer) {
+  if (store_) return store_->gradients(layer);
+  if (sharded_) return sharded_->gradients(layer);
+  return grads_.data_as<float>() + layout_.block_range(layer).first;
+}
+
+void ModelState::park_gradients(int layer) {
+  if (store_) store_->park_gradients(layer);
+}
+
+void ModelState::prefetch_gradients(int layer) {
+  if (store_) store_->prefetch_gradients(layer);
+}
+
+void ModelState::prefetch_moments(int layer) {
+  if (store_) store_->prefetch_moments(layer);
+}
+
+void ModelState::drop_gradients() {
+  if (store_) store_->drop_gradients();
+  if (sharded_) sharded_->drop_gradients();
+}
+
+void ModelState::write_block_weights(int layer, const float* in) {
+  if (store_) return store_->write_weights(layer, in);
+  if (sharded_) {
+    const int64_t b = sharded_->slice_begin(), e = sharded_->slice_end();
+    return (void)std::memcpy(sharded_->slice(layer), in + b,
+                             static_cast<size_t>(e - b) * sizeof(float));
+  }
+  const auto [b, e] = layout_.block_range(layer);
+  std::memcpy(params_.data_as<float>() + b, in, static_cast<size_t>(e - b) * sizeof(float));
+}
+
+void ModelState::read_block_weights(int layer, float* out) {
+  TANDEM_CHECK(!sharded_, "a sharded block's whole weights read outside a step");
+  if (store_) return store_->read_weights(layer, out);
+  const auto [b, e] = layout_.block_range(layer);
+  std::memcpy(out, params_.data_as<float>() + b, static_cast<size_t>(e - b) * sizeof(float));
+}
+
+std::pair<int64_t, int64_t> ModelState::weight_slice(int layer) const {
+  TANDEM_CHECK(sharded_ != nullptr, "a weight slice of an unsharded state");
+  const int64_t b = layout_.block_range(layer).first;
+  return {b + sharded_->slice_begin(), b + sharded_->slice_end()};
+}
+
+const float* ModelState::weight_slice_data(int layer) const {
+  TANDEM_CHECK(sharded_ != nullptr, "a weight slice of an unsharded state");
+  return sharded_->slice(layer);
+}
+
+void ModelState::place_moments(std::vector<Piece> pieces, const Group* group) {
+  TANDEM_CHECK(pieces_.empty() && !tier_ && !store_ && !sharded_, "the moments placed twice");
   pieces_ = std::move(pieces);
   if (options_.moments) {
     std::vector<int64_t> lengths;
@@ -102,15 +176,27 @@ void ModelState::place_moments(std::vector<Piece> pieces) {
   const int first = layout_.first_layer(), blocks = layout_.end_layer() - first;
   BlockStore::MomentPieces block_pieces(static_cast<size_t>(blocks), {-1, -1});
   for (const Piece& p : pieces_) {
-    const int64_t len = p.block >= 0 ? 0 : p.end - p.begin;
+    const int64_t len = p.block >= 0 && blocks_in_store() ? 0 : p.end - p.begin;
     m_.push_back(Tensor::zeros(DType::F32, Shape{len}));
     v_.push_back(Tensor::zeros(DType::F32, Shape{len}));
     if (p.block < 0) continue;
-    TANDEM_CHECK(blocks_in_store() && p.block >= first && p.block < first + blocks &&
+    TANDEM_CHECK(blocks_elsewhere() && p.block >= first && p.block < first + blocks &&
                      block_pieces[static_cast<size_t>(p.block - first)].first < 0,
                  "a piece of block {} twice, outside [{}, {}) or without a store", p.block, first,
                  first + blocks);
     block_pieces[static_cast<size_t>(p.block - first)] = {p.begin, p.end};
+  }
+  if (weights_sharded()) {
+    TANDEM_CHECK(group != nullptr && group->dp != nullptr,
+                 "a sharded state without its data-parallel group");
+    sharded_ = std::make_unique<detail::ShardedBlocks>(layout_, *group->dp, group->thread,
+                                                       group->executor, options_.micro_batches,
+                                                       grads_.data_as<float>());
+    // The optimizer's piece of a block is the slice the sharded state keeps.
+    for (const Piece& p : pieces_)
+      if (p.block >= 0)
+        TANDEM_CHECK(std::make_pair(p.begin, p.end) == weight_slice(p.block),
+                     "block {}'s piece [{}, {}) is not this rank's slice", p.block, p.begin, p.end);
   }
   if (!blocks_in_store()) return;
   for (size_t i = 0; i < block_pieces.size(); ++i)
@@ -123,12 +209,19 @@ void ModelState::place_moments(std::vector<Piece> pieces) {
   }
 }
 
+void ModelState::detach_thread() {
+  if (sharded_) sharded_->detach_thread();
+}
+
 void ModelState::begin_step() {
   if (tier_) tier_->begin();
 }
 
 ModelState::Update ModelState::begin_update(size_t i) {
   const Piece& p = pieces_.at(i);
+  if (p.block >= 0 && sharded_)
+    return {sharded_->slice(p.block), sharded_->gradients(p.block), m_[i].data_as<float>(),
+            v_[i].data_as<float>()};
   if (p.block >= 0) {
     const BlockStore::Update u = store_->begin_update(p.block);
     return {u.w, u.g, u.m, u.v};
@@ -148,6 +241,7 @@ ModelState::Update ModelState::begin_update(size_t i) {
 
 void ModelState::end_update(size_t i) {
   const Piece& p = pieces_.at(i);
+  if (p.block >= 0 && sharded_) return sharded_->updated(p.block);
   if (p.block >= 0) return store_->end_update(p.block);
   if (tier_) tier_->done(i);
 }
@@ -164,7 +258,7 @@ float* ModelState::segment_gradients(size_t i) const {
 
 void ModelState::read_moments(size_t i, float* m, float* v) {
   const Piece& p = pieces_.at(i);
-  if (p.block >= 0) return store_->read_moments(p.block, m, v);
+  if (p.block >= 0 && store_) return store_->read_moments(p.block, m, v);
   if (tier_) return tier_->read(i, m, v);
   const size_t bytes = static_cast<size_t>(p.end - p.begin) * sizeof(float);
   std::memcpy(m, m_[i].data(), bytes);
@@ -173,7 +267,7 @@ void ModelState::read_moments(size_t i, float* m, float* v) {
 
 void ModelState::write_moments(size_t i, const float* m, const float* v) {
   const Piece& p = pieces_.at(i);
-  if (p.block >= 0) return store_->write_moments(p.block, m, v);
+  if (p.block >= 0 && store_) return store_->write_moments(p.block, m, v);
   if (tier_) return tier_->write(i, m, v);
   const size_t bytes = static_cast<size_t>(p.end - p.begin) * sizeof(float);
   std::memcpy(m_[i].data(), m, bytes);
@@ -187,6 +281,8 @@ uint64_t ModelState::sharded_blocks_bytes(int64_t block_floats, int blocks, int 
   const uint64_t grads = micro_batches > 1 ? b * n : 2 * n;
   return (3 * b * slice + kGatherSlots * n + grads) * sizeof(float);
 }
+
+uint64_t ModelState::sharded_bytes() const { return sharded_ ? sharded_->memory_bytes() : 0; }
 
 size_t ModelState::moment_bytes() const {
   if (tier_) return tier_->staging_bytes();

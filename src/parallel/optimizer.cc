@@ -14,6 +14,7 @@
 #include "tandem/core/error.h"
 #include "tandem/core/formulas.h"
 #include "tandem/dsl/workloads.h"
+#include "tandem/schedule/recipe.h"
 
 namespace tandem::parallel {
 
@@ -66,6 +67,23 @@ std::vector<std::string> optimizer_schedule_preferences() {
   return {"fused(RS-C-AG)+slice(m,v)", "RS-C-AG+slice(m,v)", "AR-C"};
 }
 
+namespace {
+
+// The schedules of `names` with the weights and moments stored sliced (ZeRO-3's slice(w,m,v));
+// names whose collectives do not reorder the update onto the slice cannot, and are dropped by
+// the program's check when tried.
+std::vector<std::string> with_weights_sliced(const std::vector<std::string>& names) {
+  std::vector<std::string> out;
+  for (const std::string& name : names) {
+    schedule::Recipe r = schedule::Recipe::parse(name);
+    r.slice = {"w", "m", "v"};
+    out.push_back(r.str());
+  }
+  return out;
+}
+
+}  // namespace
+
 std::vector<SegmentBounds> optimizer_segments(const ShardLayout& layout,
                                               const OptimizerConfig& config,
                                               bool block_per_segment) {
@@ -113,8 +131,10 @@ DataParallelOptimizer::DataParallelOptimizer(const OptimizerConfig& config, Mode
                                              comm::Communicator* world)
     : config_(config), state_(state), dp_(dp) {
   config.validate();
-  const bool blocks_in_store = state.blocks_in_store();
-  TANDEM_CHECK(!blocks_in_store || !config.clip_grad_norm, "blocks in a store with clipping");
+  const bool per_block = state.blocks_elsewhere();
+  TANDEM_CHECK(!per_block || !config.clip_grad_norm, "blocks in a store or sharded with clipping");
+  TANDEM_CHECK(state.weights_sharded() == (config.sharding == Sharding::Weights),
+               "the model state's sharding is not the optimizer's");
   if (config.clip_grad_norm) {
     // Clipping needs the whole gradient's norm before any update, so the step runs in two halves:
     // the reduction as written (during the backward), then, once the norm is known, the update
@@ -131,43 +151,68 @@ DataParallelOptimizer::DataParallelOptimizer(const OptimizerConfig& config, Mode
     sliced_ = true;
   } else {
     const bool given = !schedules.names.empty();
-    runner_ = std::make_unique<ProgramRunner>(
-        optimizer_program(config), given ? schedules.names : optimizer_schedule_preferences(),
-        executor, given ? schedules.chunk_bytes : 0);
-    const dsl::Program& p = runner_->program();
-    const std::optional<int> m_id = p.find("m");
-    TANDEM_CHECK(m_id.has_value(), "optimizer program '{}' has no input m", p.name());
-    sliced_ = p.stage(*m_id).type.layout.is_sliced();
+    const std::vector<std::string> names =
+        given ? schedules.names : optimizer_schedule_preferences();
+    runner_ = std::make_unique<ProgramRunner>(optimizer_program(config), names, executor,
+                                              given ? schedules.chunk_bytes : 0);
+    auto sliced = [](const ProgramRunner& run, const char* input) {
+      const dsl::Program& p = run.program();
+      const std::optional<int> id = p.find(input);
+      TANDEM_CHECK(id.has_value(), "optimizer program '{}' has no input {}", p.name(), input);
+      return p.stage(*id).type.layout.is_sliced();
+    };
+    sliced_ = sliced(*runner_, "m");
+    if (state.weights_sharded()) {
+      // The blocks' segments update the slices of their weights (ZeRO-3); the embeddings' and
+      // ln_f's stay whole, with the moments sliced (ZeRO-1), as every rank keeps them whole.
+      sharded_runner_ = std::make_unique<ProgramRunner>(
+          optimizer_program(config), with_weights_sliced(names), executor,
+          given ? schedules.chunk_bytes : 0);
+      if (!sliced_ || !sliced(*sharded_runner_, "w"))
+        user_error(
+            "--shard weights needs an optimizer schedule that updates each rank's slice of the "
+            "weights (such as fused(RS-C-AG)+slice(w,m,v)) and slices the moments; the "
+            "schedules chosen are {} and {}",
+            sharded_runner_->schedule_name(), runner_->schedule_name());
+    }
   }
 
   grads_f32_ = runner_->program().stage(*runner_->program().find("g")).type.dtype == DType::F32;
 
   const ShardLayout& layout = state.layout();
   std::vector<ModelState::Piece> pieces;
-  for (const SegmentBounds& sb : optimizer_segments(layout, config, blocks_in_store)) {
+  for (const SegmentBounds& sb : optimizer_segments(layout, config, per_block)) {
     pieces.push_back(add_segment(layout, sb.name, sb.begin, sb.end, sb.ready_layer));
-    if (blocks_in_store) pieces.back().block = sb.ready_layer;
+    if (per_block) pieces.back().block = sb.ready_layer;
     buckets_ += sb.ready_layer >= 0 ? 1 : 0;
   }
-  state.place_moments(std::move(pieces));
   if (config.exchange == GradExchange::Overlap && overlap_allowed)
-    worker_ = std::make_unique<SerialWorker>();
+    worker_ = std::make_unique<SerialWorker>("tandem-dp-comm");
+  // A sharded state gathers on this communication thread, between the updates.
+  const ModelState::Group group{&dp, worker_.get(), executor};
+  state.place_moments(std::move(pieces), &group);
 }
 
-// The communication thread first: its jobs use the tier.
-DataParallelOptimizer::~DataParallelOptimizer() { worker_.reset(); }
+// The communication thread first: its jobs use the tier; a sharded state gathers without it from
+// now on.
+DataParallelOptimizer::~DataParallelOptimizer() {
+  state_.detach_thread();
+  worker_.reset();
+}
 
 // The runners for segments of `n` elements (with LAMB, of these tensor bounds), set up on first
 // use: segments of one shape share them (every block's segment has the same shape), so the
 // programs' own buffers (the reduce-scatter's result, scratch) are one segment's, not the model's.
 // Each run binds its segment's weights, gradients and moments.
 DataParallelOptimizer::Runners& DataParallelOptimizer::runners_for(int64_t n,
-                                                                   const dsl::Segments& tensors) {
+                                                                   const dsl::Segments& tensors,
+                                                                   bool sharded) {
   for (const std::unique_ptr<Runners>& r : runners_)
-    if (r->n == n && r->tensors == tensors) return *r;
+    if (r->n == n && r->tensors == tensors && r->sharded == sharded) return *r;
   auto r = std::make_unique<Runners>();
   r->n = n;
   r->tensors = tensors;
+  r->sharded = sharded;
   const bool clipped = update_runner_ != nullptr;
   std::vector<std::string> bound = {"w", "m", "v"};  // the one step's or the update's
   const std::vector<std::string> grads_bound =
@@ -182,7 +227,7 @@ DataParallelOptimizer::Runners& DataParallelOptimizer::runners_for(int64_t n,
     r->update = update_runner_->prepare(dp_, symbols, bound, tensors);
   } else {
     bound.insert(bound.end(), grads_bound.begin(), grads_bound.end());
-    r->runner = runner_->prepare(dp_, symbols, bound, tensors);
+    r->runner = (sharded ? *sharded_runner_ : *runner_).prepare(dp_, symbols, bound, tensors);
   }
   runners_.push_back(std::move(r));
   return *runners_.back();
@@ -216,7 +261,8 @@ ModelState::Piece DataParallelOptimizer::add_segment(const ShardLayout& layout, 
   seg.begin = begin;
   seg.end = end;
   seg.ready_layer = ready_layer;
-  seg.runners = &runners_for(n, tensors);
+  // With --shard weights every block is a segment whose weights are sliced.
+  seg.runners = &runners_for(n, tensors, state_.weights_sharded() && ready_layer >= 0);
   const int P = dp_.size(), r = dp_.rank();
   ModelState::Piece piece;
   piece.segment_begin = begin;
@@ -236,6 +282,9 @@ ModelState::Piece DataParallelOptimizer::add_segment(const ShardLayout& layout, 
 }
 
 std::string DataParallelOptimizer::schedule_name() const {
+  if (sharded_runner_ != nullptr)
+    return fmt::format("{} (blocks), {} (embeddings, ln_f)", sharded_runner_->schedule_name(),
+                       runner_->schedule_name());
   if (update_runner_ == nullptr) return runner_->schedule_name();
   return fmt::format("{} {}, {} {}", runner_->program().name(), runner_->schedule_name(),
                      update_runner_->program().name(), update_runner_->schedule_name());
@@ -259,11 +308,11 @@ void DataParallelOptimizer::begin_step(double lr, int64_t step) {
 }
 
 void DataParallelOptimizer::layer_ready(int layer) {
-  if (BlockStore* store = state_.store()) {
-    // The store keeps a few blocks' gradients: a block's update runs now (its last backward of
-    // the step), on the communication thread or here; outside a step (an out-of-core profile's
-    // backward) its gradients go.
-    if (!in_step_) return store->drop_gradients();
+  if (state_.blocks_elsewhere()) {
+    // The store or the sharded state keeps a few blocks' gradients: a block's update runs now
+    // (its last backward of the step), on the communication thread or here; outside a step (an
+    // out-of-core profile's backward) its gradients go.
+    if (!in_step_) return state_.drop_gradients();
     for (Segment& s : segments_)
       if (!s.launched && s.ready_layer == layer) launch(s);
     return;
@@ -384,7 +433,8 @@ void DataParallelOptimizer::run_update(Segment& s, const ModelState::Update& u) 
   auto f32 = [](float* ptr, int64_t count) {
     return Tensor::view_of(ptr, DType::F32, Shape{count});
   };
-  run.bind("w", f32(u.w, s.end - s.begin));
+  // A sharded block's weights are its slice, as its moments are.
+  run.bind("w", f32(u.w, s.runners->sharded ? p.end - p.begin : s.end - s.begin));
   if (clipped()) run.bind("g_sum", s.g_sum);
   run.bind("m", f32(u.m, p.end - p.begin));
   run.bind("v", f32(u.v, p.end - p.begin));

@@ -25,10 +25,10 @@ void for_each_run_of(const ShardLayout& layout, const std::string& name, bool wr
 
 namespace {
 
-// The block whose local elements hold `local`, when the model keeps its blocks in a store; -1
-// when the element is in the model's own buffer.
+// The block whose local elements hold `local`, when the model keeps its blocks outside its flat
+// buffer (in a store, or sharded); -1 when the element is in the flat buffer.
 int stored_block(const ParallelGPT& model, int64_t local) {
-  if (model.store() == nullptr) return -1;
+  if (!model.state().blocks_elsewhere()) return -1;
   const ShardLayout& layout = model.layout();
   for (int l = layout.first_layer(); l < layout.end_layer(); ++l) {
     const auto [b, e] = layout.block_range(l);
@@ -56,7 +56,7 @@ void init_weights(const ParallelGPT& model, uint64_t seed) {
     for (const FlatRun& r : lt.runs)
       nn::gpt_init_values(model.config(), lt.name, r.global, r.count, block.data() + (r.local - b),
                           seed);
-    if (lt.local_offset + lt.numel() == e) model.store()->write_weights(l, block.data());
+    if (lt.local_offset + lt.numel() == e) model.state().write_block_weights(l, block.data());
   }
 }
 
@@ -83,7 +83,7 @@ const float* StateStreamer::local_weights(int64_t local) {
   const int64_t b = model_.layout().block_range(l).first;
   if (cached_block_ != l) {
     cached_block_w_.resize(static_cast<size_t>(model_.layout().block_range(l).second - b));
-    model_.store()->read_weights(l, cached_block_w_.data());
+    model_.state().read_block_weights(l, cached_block_w_.data());
     cached_block_ = l;
   }
   return cached_block_w_.data() + (local - b);
@@ -106,12 +106,23 @@ void StateStreamer::gather(StatePart part, const nn::ParamSpec& spec, float* out
   const ShardLayout& layout = model_.layout();
   const bool dp_lead = model_.grid().coord().dp == 0;
   if (part == StatePart::Weights) {
-    if (dp_lead) {
-      for_each_run_of(layout, spec.name, true, [&](const FlatRun& r) {
-        std::memcpy(out + (r.global - spec.offset), local_weights(r.local),
-                    static_cast<size_t>(r.count) * sizeof(float));
-      });
-    }
+    const ModelState& state = model_.state();
+    for_each_run_of(layout, spec.name, true, [&](const FlatRun& r) {
+      const int l = state.weights_sharded() ? stored_block(model_, r.local) : -1;
+      if (l < 0) {
+        if (dp_lead)
+          std::memcpy(out + (r.global - spec.offset), local_weights(r.local),
+                      static_cast<size_t>(r.count) * sizeof(float));
+        return;
+      }
+      // A sharded block: each dp rank deposits the part of the run in its slice.
+      const auto [sb, se] = state.weight_slice(l);
+      const int64_t b = std::max(r.local, sb), e = std::min(r.local + r.count, se);
+      if (b < e)
+        std::memcpy(out + (r.global + (b - r.local) - spec.offset),
+                    state.weight_slice_data(l) + (b - sb),
+                    static_cast<size_t>(e - b) * sizeof(float));
+    });
   } else {
     TANDEM_CHECK(opt_ != nullptr, "gathering moments without an optimizer");
     // Sliced moments: each dp rank deposits its slices; whole copies: dp rank 0's.
@@ -149,7 +160,7 @@ void StateStreamer::scatter(StatePart part, const nn::ParamSpec& spec, float* in
       std::memcpy(st.w.data() + (r.local - b), in + (r.global - spec.offset), bytes);
       st.filled += r.count;
       if (st.filled == e - b) {
-        model_.store()->write_weights(l, st.w.data());
+        model_.state().write_block_weights(l, st.w.data());
         staged_blocks_.erase(l);
       }
     });

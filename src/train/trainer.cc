@@ -109,7 +109,8 @@ class RankRun {
                  : std::make_unique<detail::OutOfCore>(cfg, grid_, batches_.micro_rows(),
                                                        batches_.micro_batch_count(), engines_)),
         state_(parallel::ShardLayout(cfg.model, grid_.shape(), grid_.coord().tp, grid_.coord().pp),
-               {cfg.model_state, cfg.optimizer.state_tier, batches_.micro_batch_count()},
+               {cfg.model_state, cfg.optimizer.state_tier, batches_.micro_batch_count(),
+                cfg.optimizer.sharding == parallel::Sharding::Weights},
                &grid_.dp().allocator(), &engines_),
         model_(cfg.model, grid_, batches_.micro_rows(), cfg.model.seq_len,
                batches_.micro_batch_count(), schedules_.model_programs(batches_.micro_rows()),
@@ -526,6 +527,20 @@ std::string RankRun::memory_lines() {
 
 // With --model-state: where the blocks' state lives and what a step moves (else "").
 std::string RankRun::model_state_line() const {
+  if (state_.weights_sharded()) {
+    const parallel::ShardLayout& l = state_.layout();
+    return fmt::format(
+        "  model state sharded over the {} data-parallel ranks (--shard weights): blocks "
+        "h.{}..h.{} keep 1/{} of their weights and optimizer state on each rank, each block's "
+        "weights gathered into {} slots before its forward and backward, its gradients {} "
+        "until its update: {} a rank; the embeddings and ln_f whole ({})\n",
+        cfg_.grid.dp, l.first_layer(), l.end_layer() - 1, cfg_.grid.dp,
+        parallel::ModelState::kGatherSlots,
+        batches_.micro_batch_count() > 1 ? "summed over the micro-batches in memory"
+                                         : "in 2 slots",
+        ooc::human_bytes(state_.sharded_bytes() + state_.moment_bytes()),
+        ooc::human_bytes(2 * state_.resident_bytes()));
+  }
   if (!store()) return "";
   const parallel::BlockStore::Traffic p = store()->predicted_step_traffic();
   const ooc::TierBandwidth& bw = store()->bandwidth();
@@ -746,6 +761,9 @@ void RankRun::finish(TrainResult& result) {
     result.state_predicted_written = p.written_bytes;
     result.state_memory_bytes = model_state_memory(store()->resident());
   }
+  if (state_.weights_sharded())
+    result.state_memory_bytes =
+        state_.sharded_bytes() + 2 * state_.resident_bytes() + state_.moment_bytes();
   if (cfg_.keep_weights) {
     std::vector<float> w = parallel::gather_weights(model_);
     if (lead_) result.weights = std::move(w);

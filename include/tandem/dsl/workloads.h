@@ -20,6 +20,7 @@
 //               scalar seed (dropout's key); output out (dtype [B, H] Replicated).
 //   pipeline_stage  2 groups: group 0 runs megatron_layer on its ranks (same names) and sends
 //               `out` to group 1, whose rank i receives it from rank i of group 0 as output h.
+//   gather_weights  symbol N; input w (f32 [N] Sliced(0)), output w_all (f32 [N] Replicated).
 //   grad_handoff  2 groups, symbol N: input d (f32 [N] Replicated, group 1) is sent to group 0
 //               and received into input d_prev (f32 [N] Replicated, group 0), in place.
 #pragma once
@@ -67,6 +68,11 @@ Program grad_norm();
 // Local. The trainer's gradient reductions outside the optimizer: the tensor-parallel backward's
 // input gradient, the tied embedding's gradient between the first and the last stage.
 Program sum_in_place();
+
+// ZeRO-3's gather of a block's weights before its forward and backward (--shard weights): each
+// rank's slice w (f32 [N] Sliced(0)) gathered into every rank's w_all (f32 [N] Replicated, an
+// output): w_all = AllGather(w).
+Program gather_weights();
 
 // The pipeline's backward hand-off: rank i of group 1 (a stage) sends the gradient of its input,
 // d, to rank i of group 0 (the previous stage), where it lands in d_prev in place:

@@ -115,8 +115,6 @@ class ParallelGPT {
   ModelState& state() const { return state_; }
   Tensor params() const { return state_.params(); }  // (layout().size())
   Tensor grads() const { return state_.grads(); }    // (layout().size())
-  // Where the blocks' state lives with --model-state (null otherwise, or before it opened).
-  BlockStore* store() const { return state_.store(); }
   // Zeroes the gradients before a step (the store's blocks' are zeroed when first written).
   void zero_gradients() { state_.zero_gradients(); }
 

@@ -9,7 +9,12 @@
 //     two slots (KARMA's update beside the slow tier; parallel/tiered_state.h);
 //   - --model-state host|file:DIR: every block's weights, gradients and moments in a slow tier,
 //     streamed through a few slots (parallel/block_store.h); the embeddings and ln_f stay in the
-//     flat buffers, whose block ranges are then reserved address space only.
+//     flat buffers, whose block ranges are then reserved address space only;
+//   - --shard weights: every block's weights and moments sliced over the data-parallel ranks, the
+//     whole weights gathered into a few slots before use, the gradients in slots until the update
+//     (ZeRO-3; the embeddings and ln_f stay whole, their moments sliced, as under ZeRO-1).
+// The model asks for a block's weights and gradients here (acquire_block, block_gradients), so it
+// does not know which placement holds them.
 #pragma once
 
 #include <cstddef>
@@ -20,8 +25,11 @@
 #include <utility>
 #include <vector>
 
+#include "tandem/comm/communicator.h"
 #include "tandem/core/allocator.h"
+#include "tandem/core/serial_worker.h"
 #include "tandem/core/tensor.h"
+#include "tandem/exec/runner.h"
 #include "tandem/ooc/slow_tier.h"
 #include "tandem/ooc/transfer_engine.h"
 #include "tandem/parallel/block_store.h"
@@ -30,6 +38,7 @@
 namespace tandem::parallel {
 namespace detail {
 class TieredState;
+class ShardedBlocks;
 }
 
 class ModelState {
@@ -40,6 +49,9 @@ class ModelState {
     // --optimizer-state: every piece's moments in this tier (not with `blocks`).
     std::optional<ooc::TierSpec> moments;
     int micro_batches = 1;  // a step's; the store keeps gradient sums between them
+    // --shard weights: the blocks' weights and moments sliced over the data-parallel ranks (not
+    // with `blocks` or `moments`).
+    bool sharded = false;
   };
 
   // The state of `layout`'s shard, its weights and gradients zeroed (the moments come with
@@ -58,12 +70,42 @@ class ModelState {
   Tensor params() const { return params_; }
   Tensor grads() const { return grads_; }
   bool blocks_in_store() const { return options_.blocks.has_value(); }
+  bool weights_sharded() const { return options_.sharded; }
+  // Whether the blocks live outside the flat buffers (in a store, or sharded): each block is then
+  // an optimizer piece of its own, and the flat buffers' block ranges are reserved address space.
+  bool blocks_elsewhere() const { return blocks_in_store() || weights_sharded(); }
   // The blocks' store (--model-state), once place_moments opened it; else null.
   BlockStore* store() const { return store_.get(); }
   // Bytes of params() (or grads()) in memory: all of it, or without the blocks in a store.
   size_t resident_bytes() const;
   // Zeroes the gradients before a step (the store's are zeroed when first written).
   void zero_gradients();
+
+  // Compute's use of block l's weights (its local elements, in layout order), held until
+  // release_block(l): in the flat buffer, read from the store, or gathered from the data-parallel
+  // ranks' slices. prefetch_block(l, in_use) starts bringing block l early (block `in_use` is the
+  // one computing; a layer outside the stage's blocks is ignored).
+  float* acquire_block(int layer);
+  void release_block(int layer);
+  void prefetch_block(int layer, int in_use);
+  // Block l's gradients for this step (accumulated into by its backwards until its update).
+  float* block_gradients(int layer);
+  // The store's gradient parking between a step's backwards, and its read-aheads (no-ops for the
+  // other placements; block_store.h says what they do).
+  void park_gradients(int layer);
+  void prefetch_gradients(int layer);
+  void prefetch_moments(int layer);
+  // A backward without an update (the out-of-core profile's): the blocks' gradients are let go.
+  void drop_gradients();
+
+  // Outside a step: block l's whole weights written (initialisation, checkpoints: the store keeps
+  // them, a sharded state its slice), or read (from a store only).
+  void write_block_weights(int layer, const float* in);
+  void read_block_weights(int layer, float* out);
+  // --shard weights: the local elements [first, second) of block l this rank keeps, and their
+  // weights.
+  std::pair<int64_t, int64_t> weight_slice(int layer) const;
+  const float* weight_slice_data(int layer) const;
 
   // The optimizer's pieces: piece i is the segment of local elements [segment_begin, segment_end)
   // its program updates, of which this rank keeps the moments of [begin, end) (its slice, when
@@ -74,11 +116,21 @@ class ModelState {
     int64_t begin = 0, end = 0;
     int block = -1;
   };
+  // The data-parallel group a sharded state gathers over: its communicator, its communication
+  // thread (null: none; the gathers run when needed), the executor of the gather program.
+  struct Group {
+    comm::Communicator* dp = nullptr;
+    SerialWorker* thread = nullptr;
+    exec::RunnerKind executor = exec::RunnerKind::Compiled;
+  };
   // Places every piece's moments (zero: Adam's start) where they live: in memory, in the
   // moments' tier, or for the blocks in the store, which opens now (its tier's bytes reserved: a
   // full disk or an unwritable folder is a UserError naming the flag, the folder and the bytes).
-  // Once.
-  void place_moments(std::vector<Piece> pieces);
+  // A sharded state sets up its slices and gathers on `group` (required) now (a collective over it). Once.
+  void place_moments(std::vector<Piece> pieces, const Group* group = nullptr);
+  // The group's communication thread is going: the gathers queued on it finish, later ones run
+  // on the caller's thread.
+  void detach_thread();
   const std::vector<Piece>& pieces() const { return pieces_; }
 
   // A step's updates. begin_step before the first; begin_update(i) gives piece i's segment's
@@ -109,7 +161,9 @@ class ModelState {
   // step: every block's weight and moment slices (1/dp each), kGatherSlots gathered blocks'
   // weights, and the blocks' gradients (two slots of a block with one micro-batch; every block's
   // whole sum with several, which must outlive the step's backwards).
-  static constexpr int kGatherSlots = 2;  // the block computing, the next one being gathered
+  static constexpr int kGatherSlots = 2;
+  // The same, as allocated (0 unsharded): the weight slices, gather and gradient slots.
+  uint64_t sharded_bytes() const;  // the block computing, the next one being gathered
   static uint64_t sharded_blocks_bytes(int64_t block_floats, int blocks, int dp,
                                        int micro_batches);
 
@@ -134,6 +188,7 @@ class ModelState {
   std::vector<Tensor> m_, v_;                  // each piece's moments in memory (none: elsewhere)
   std::unique_ptr<detail::TieredState> tier_;  // or in the moments' tier
   std::unique_ptr<BlockStore> store_;          // the blocks' state (--model-state)
+  std::unique_ptr<detail::ShardedBlocks> sharded_;  // or the blocks' slices (--shard weights)
 };
 
 }  // namespace tandem::parallel

@@ -161,6 +161,7 @@ class DataParallelOptimizer {
   struct Runners {
     int64_t n = 0;
     dsl::Segments tensors;
+    bool sharded = false;  // a sharded block's: the weights sliced (sharded_runner_)
     std::unique_ptr<exec::Runner> runner;  // the step, or with clipping its reduction
     std::unique_ptr<exec::Runner> update;  // with clipping: the update
   };
@@ -178,7 +179,7 @@ class DataParallelOptimizer {
     double squares = 0;
   };
   bool clipped() const { return update_runner_ != nullptr; }
-  Runners& runners_for(int64_t n, const dsl::Segments& tensors);
+  Runners& runners_for(int64_t n, const dsl::Segments& tensors, bool sharded);
   // Adds the segment and returns its piece of the moments.
   ModelState::Piece add_segment(const ShardLayout& layout, std::string name, int64_t begin,
                                 int64_t end, int ready_layer);
@@ -196,6 +197,7 @@ class DataParallelOptimizer {
   ModelState& state_;
   comm::Communicator& dp_;
   std::unique_ptr<ProgramRunner> runner_;  // the step, or with clipping its reduction
+  std::unique_ptr<ProgramRunner> sharded_runner_;  // --shard weights: the blocks' step
   std::unique_ptr<ProgramRunner> update_runner_, norm_runner_;  // with clipping
   std::unique_ptr<exec::Runner> norm_;                          // grad_norm on `world`
   std::optional<double> grad_norm_;

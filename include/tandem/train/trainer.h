@@ -66,7 +66,8 @@ struct TrainResult {
   uint64_t state_read_bytes = 0, state_written_bytes = 0;
   uint64_t state_predicted_read = 0, state_predicted_written = 0;
   // ... and the model state it holds in memory, inside --memory-budget: the slots, resident
-  // blocks, the embeddings and ln_f (weights, gradients, moments).
+  // blocks, the embeddings and ln_f (weights, gradients, moments). --shard weights: the same for
+  // world rank 0's slices and slots (the flat gradients of several micro-batches not counted).
   uint64_t state_memory_bytes = 0;
   // SIGTERM or SIGINT when the run stopped on one after end_step (with a checkpoint under
   // --save); 0 when it ran to --steps.

@@ -1,7 +1,9 @@
 // The data-parallel exchange overlapped with the backward under a real mpirun, on a grid whose
 // backward communicates too (dp 2 x tp 2: the communication thread and the main thread both call
 // MPI, which MPI_THREAD_MULTIPLE allows): the same losses, bitwise, as the exchange after the
-// backward, and the start-up line says the exchange overlapped.
+// backward, and the start-up line says the exchange overlapped; the model state sharded over the
+// data-parallel ranks (--shard weights: gathers on the communication thread too) trains the same
+// losses.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -24,17 +26,19 @@ struct JobRun {
   std::vector<std::string> losses;  // each step's "loss" field, as written
 };
 
-JobRun train_4_processes(const ScratchDir& dir, const std::string& exchange) {
+JobRun train_4_processes(const ScratchDir& dir, const std::string& exchange,
+                         const std::string& shard = "moments") {
   const char* mpirun = std::getenv("TANDEM_MPIRUN");
-  const std::string metrics = dir.path("metrics-" + exchange + ".jsonl");
+  const std::string metrics = dir.path("metrics-" + exchange + "-" + shard + ".jsonl");
   JobRun r;
   r.result = tandem::testing::run_command(fmt::format(
       "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout -s KILL 120 {} -np 4 "
       "--oversubscribe {} "
       "train --backend mpi --model tiny --dp 2 --tp 2 --steps 4 --eval-every 0 --threads 1 "
       "--bucket-mb 0.05 "
-      "--grad-exchange {} --metrics {}",
-      mpirun != nullptr ? mpirun : "mpirun", tandem::testing::tandem_binary(), exchange, metrics));
+      "--grad-exchange {} --shard {} --metrics {}",
+      mpirun != nullptr ? mpirun : "mpirun", tandem::testing::tandem_binary(), exchange, shard,
+      metrics));
   std::ifstream f(metrics);
   for (std::string line; std::getline(f, line);) {
     const size_t at = line.find("\"loss\":");
@@ -52,6 +56,16 @@ TEST(ExchangeMpirun, OverlappedBesideTensorParallelMatchesAfterTheBackward) {
   EXPECT_THAT(overlap.result.output, HasSubstr("overlapped with the backward"));
   ASSERT_EQ(after.losses.size(), 4u) << after.result.output;
   EXPECT_EQ(overlap.losses, after.losses);
+}
+
+TEST(ExchangeMpirun, ShardedWeightsTrainTheSameLosses) {
+  ScratchDir dir;
+  const JobRun unsharded = train_4_processes(dir, "overlap");
+  const JobRun sharded = train_4_processes(dir, "overlap", "weights");
+  ASSERT_EQ(sharded.result.status, 0) << sharded.result.output;
+  EXPECT_THAT(sharded.result.output, HasSubstr("sharded over the 2 data-parallel ranks"));
+  ASSERT_EQ(unsharded.losses.size(), 4u) << unsharded.result.output;
+  EXPECT_EQ(sharded.losses, unsharded.losses);
 }
 
 }  // namespace

@@ -59,12 +59,14 @@ TEST(ConfigAgreement, EveryDisagreeingFlagIsNamed) {
   d.seed = 7;
   d.save_dir = "elsewhere";
   d.model.matmul = DType::BF16;  // --precision auto on a CPU with native bf16 among ones without
+  d.optimizer.sharding = parallel::Sharding::Weights;
   const std::string m = disagreement({c, c, c, d});
   EXPECT_THAT(m, HasSubstr("--optimizer: ranks 0-2 give adamw, rank 3 gives lamb"));
   EXPECT_THAT(m, HasSubstr("--lr: ranks 0-2 give 0.01, rank 3 gives 0.5"));
   EXPECT_THAT(m, HasSubstr("--seed: ranks 0-2 give 1, rank 3 gives 7"));
   EXPECT_THAT(m, HasSubstr("--save: ranks 0-2 give none, rank 3 gives elsewhere"));
   EXPECT_THAT(m, HasSubstr("--precision: ranks 0-2 give fp32, rank 3 gives bf16"));
+  EXPECT_THAT(m, HasSubstr("--shard: ranks 0-2 give moments, rank 3 gives weights"));
   EXPECT_THAT(m, Not(HasSubstr("--steps")));
 }
 

@@ -1,0 +1,195 @@
+// The blocks' state sharded across the data-parallel ranks: slices, gathers, gradient slots (see
+// sharded_blocks.h).
+#include "sharded_blocks.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "tandem/core/error.h"
+#include "tandem/core/formulas.h"
+#include "tandem/dsl/workloads.h"
+#include "tandem/parallel/model_state.h"
+
+namespace tandem::parallel::detail {
+namespace {
+
+// The gradient slots with one micro-batch: the block whose update runs, the block computing.
+constexpr int kGradientSlots = 2;
+
+}  // namespace
+
+ShardedBlocks::ShardedBlocks(const ShardLayout& layout, comm::Communicator& dp,
+                             SerialWorker* thread, exec::RunnerKind executor, int micro_batches,
+                             float* flat_grads)
+    : layout_(layout),
+      dp_(dp),
+      thread_(thread),
+      micro_batches_(micro_batches),
+      flat_grads_(flat_grads),
+      first_(layout.first_layer()),
+      blocks_(layout.end_layer() - layout.first_layer()) {
+  const auto [b, e] = layout.block_range(first_);
+  block_floats_ = e - b;
+  for (int l = first_; l < first_ + blocks_; ++l) {
+    const auto [lb, le] = layout.block_range(l);
+    TANDEM_CHECK(le - lb == block_floats_, "block {} has {} local elements, block {} has {}", l,
+                 le - lb, first_, block_floats_);
+  }
+  // The slice the optimizer's sliced programs give this rank (its part of each block's segment).
+  slice_begin_ = fx::part_offset(block_floats_, dp.size(), dp.rank());
+  slice_count_ = fx::part_count(block_floats_, dp.size(), dp.rank());
+  slices_ = Tensor::zeros(DType::F32, Shape{std::max<int64_t>(blocks_ * slice_count_, 1)});
+  gathered_ = Tensor::empty(DType::F32, Shape{ModelState::kGatherSlots * block_floats_});
+  slots_.resize(ModelState::kGatherSlots);
+  if (micro_batches_ == 1) {
+    grad_slots_ = Tensor::empty(DType::F32, Shape{kGradientSlots * block_floats_});
+    grad_slot_layer_.assign(kGradientSlots, -1);
+  }
+  program_ = std::make_unique<ProgramRunner>(dsl::workloads::gather_weights(),
+                                             std::vector<std::string>{"C"}, executor);
+  runner_ = program_->prepare(dp, {{"N", block_floats_}}, {"w", "w_all"});
+}
+
+// The gathers queued on the thread bind the slots: they finish before the slots go.
+ShardedBlocks::~ShardedBlocks() { detach_thread(); }
+
+void ShardedBlocks::detach_thread() {
+  if (thread_ == nullptr) return;
+  try {
+    thread_->wait();
+  } catch (...) {  // a failed gather was reported where it was waited for
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  thread_ = nullptr;
+  for (Slot& slot : slots_) slot.ticket = 0;
+}
+
+int ShardedBlocks::index(int layer) const {
+  TANDEM_CHECK(layer >= first_ && layer < first_ + blocks_, "block {} is not in [{}, {})", layer,
+               first_, first_ + blocks_);
+  return layer - first_;
+}
+
+float* ShardedBlocks::slice(int layer) const {
+  return slices_.data_as<float>() + static_cast<int64_t>(index(layer)) * slice_count_;
+}
+
+int ShardedBlocks::free_slot(int keep) const {
+  int best = -1;
+  for (int s = 0; s < static_cast<int>(slots_.size()); ++s) {
+    const Slot& slot = slots_[static_cast<size_t>(s)];
+    if (slot.users > 0 || (keep >= 0 && slot.layer == keep)) continue;
+    if (best < 0 || slot.used < slots_[static_cast<size_t>(best)].used) best = s;
+  }
+  return best;
+}
+
+void ShardedBlocks::gather(int s, int layer) {
+  runner_->bind("w", Tensor::view_of(slice(layer), DType::F32, Shape{slice_count_}));
+  runner_->bind("w_all",
+                Tensor::view_of(gathered_.data_as<float>() + s * block_floats_, DType::F32,
+                                Shape{block_floats_}));
+  runner_->run();
+}
+
+void ShardedBlocks::start_gather(int s, int layer) {
+  Slot& slot = slots_[static_cast<size_t>(s)];
+  slot.layer = layer;
+  slot.used = ++clock_;
+  if (thread_ == nullptr) {
+    slot.ticket = 0;
+    gather(s, layer);
+    return;
+  }
+  slot.ticket = thread_->submit([this, s, layer] {
+    comm::set_comm_activity("the gather of h." + std::to_string(layer) + "'s weights");
+    gather(s, layer);
+  });
+}
+
+float* ShardedBlocks::acquire(int layer) {
+  index(layer);
+  std::unique_lock<std::mutex> lock(mutex_);
+  int s = -1;
+  for (int i = 0; i < static_cast<int>(slots_.size()); ++i)
+    if (slots_[static_cast<size_t>(i)].layer == layer) s = i;
+  if (s < 0) {
+    s = free_slot(-1);
+    TANDEM_CHECK(s >= 0, "no gather slot free for block {}: every one is in use", layer);
+    start_gather(s, layer);
+  }
+  Slot& slot = slots_[static_cast<size_t>(s)];
+  ++slot.users;
+  slot.used = ++clock_;
+  const uint64_t ticket = slot.ticket;
+  lock.unlock();
+  // The slot cannot be taken while it has a user; its gather's failure surfaces here.
+  if (ticket != 0) thread_->wait_for(ticket);
+  return gathered_.data_as<float>() + s * block_floats_;
+}
+
+void ShardedBlocks::release(int layer) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (Slot& slot : slots_)
+    if (slot.layer == layer && slot.users > 0) return (void)--slot.users;
+  TANDEM_CHECK(false, "block {} released but not held", layer);
+}
+
+void ShardedBlocks::prefetch(int layer, int in_use) {
+  if (thread_ == nullptr || layer < first_ || layer >= first_ + blocks_) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const Slot& slot : slots_)
+    if (slot.layer == layer) return;
+  const int s = free_slot(in_use);
+  if (s >= 0) start_gather(s, layer);
+}
+
+float* ShardedBlocks::gradients(int layer) {
+  const int i = index(layer);
+  if (micro_batches_ > 1) return flat_grads_ + layout_.block_range(layer).first;
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (size_t s = 0; s < grad_slot_layer_.size(); ++s)
+    if (grad_slot_layer_[s] == layer) return grad_slots_.data_as<float>() + s * block_floats_;
+  // A slot is freed by an update queued on the communication thread, which never waits for this.
+  size_t s = 0;
+  grad_freed_.wait(lock, [&] {
+    for (s = 0; s < grad_slot_layer_.size(); ++s)
+      if (grad_slot_layer_[s] < 0) return true;
+    return false;
+  });
+  grad_slot_layer_[s] = layer;
+  (void)i;
+  float* g = grad_slots_.data_as<float>() + s * block_floats_;
+  std::fill(g, g + block_floats_, 0.0f);
+  return g;
+}
+
+void ShardedBlocks::updated(int layer) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (int& l : grad_slot_layer_)
+      if (l == layer) l = -1;
+    for (Slot& slot : slots_)
+      if (slot.layer == layer) {
+        TANDEM_CHECK(slot.users == 0, "block {} updated while its gathered weights are in use",
+                     layer);
+        slot.layer = -1;
+      }
+  }
+  grad_freed_.notify_all();
+}
+
+void ShardedBlocks::drop_gradients() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::fill(grad_slot_layer_.begin(), grad_slot_layer_.end(), -1);
+  }
+  grad_freed_.notify_all();
+}
+
+uint64_t ShardedBlocks::memory_bytes() const {
+  return slices_.nbytes() + gathered_.nbytes() + (grad_slots_.defined() ? grad_slots_.nbytes() : 0);
+}
+
+}  // namespace tandem::parallel::detail

@@ -1,0 +1,104 @@
+// The transformer blocks' state sharded across the data-parallel ranks (--shard weights, ZeRO-3 /
+// FSDP): each rank keeps its slice (1/dp) of every block's weights (the optimizer's slice(w,m,v)
+// schedule updates the slice and leaves it there), and the blocks compute with whole weights
+// gathered into a few slots just before use by the gather_weights program (an AllGather over the
+// data-parallel group). A gather runs on the data-parallel communication thread (the one that
+// runs the optimizer's updates, so the group's collectives keep one order on every rank), started
+// a block ahead so that it overlaps the block computing; without that thread it runs when needed.
+// A gathered block stays in its slot until the slot is wanted for another block or its update
+// changes the slice: the forward's last blocks are still there when the backward turns.
+//
+// The gradients: with one micro-batch a step, a block's gradients live in one of two slots from
+// its backward until its update (on the communication thread) has reduce-scattered them; with
+// several, the sums must outlive the step's backwards, so every block's lives in the flat
+// gradient buffer (the caller's) until the update. Internal to parallel/.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "tandem/comm/communicator.h"
+#include "tandem/core/serial_worker.h"
+#include "tandem/core/tensor.h"
+#include "tandem/exec/runner.h"
+#include "tandem/parallel/program_runner.h"
+#include "tandem/parallel/shard.h"
+
+namespace tandem::parallel::detail {
+
+class ShardedBlocks {
+ public:
+  // The blocks of `layout` (which must outlive this) over the data-parallel group `dp`; `thread`:
+  // the group's communication thread (null: gathers run on the caller's). `flat_grads`: the flat
+  // gradient buffer, whose block ranges hold the sums when `micro_batches` > 1. The slices start
+  // at zero (the caller writes the weights before the first step). A collective over `dp`.
+  ShardedBlocks(const ShardLayout& layout, comm::Communicator& dp, SerialWorker* thread,
+                exec::RunnerKind executor, int micro_batches, float* flat_grads);
+  ~ShardedBlocks();
+
+  // This rank's slice of every block: local elements [slice_begin(), slice_end()) of a block
+  // (offsets within it), and block l's slice of the weights.
+  int64_t slice_begin() const { return slice_begin_; }
+  int64_t slice_end() const { return slice_begin_ + slice_count_; }
+  float* slice(int layer) const;
+
+  // Compute's use of block l's whole weights, held until release(l): gathered now unless a
+  // prefetch brought them. prefetch(l, in_use) starts the gather of block l on the communication
+  // thread when a slot can be had without taking block `in_use`'s (no-op without the thread, or
+  // for a layer outside the blocks).
+  float* acquire(int layer);
+  void release(int layer);
+  void prefetch(int layer, int in_use);
+
+  // Block l's gradients for this step: a slot zeroed when first asked for (waiting for one to be
+  // freed by an update), or its range of the flat buffer with several micro-batches.
+  float* gradients(int layer);
+  // The optimizer's update of block l has run: its slot of gradients is free, and its gathered
+  // weights (if any slot holds them) are stale. On the thread that ran the update.
+  void updated(int layer);
+  // A backward without an update (the out-of-core profile's): its gradient slots are let go.
+  void drop_gradients();
+
+  // The communication thread is going: waits for the gathers queued on it (a failure was
+  // reported where it was waited for); later gathers run on the caller's thread.
+  void detach_thread();
+
+  // Bytes in memory: the slices, the gather slots and the gradient slots (not the flat buffer).
+  uint64_t memory_bytes() const;
+
+ private:
+  struct Slot {
+    int layer = -1;
+    int users = 0;
+    uint64_t ticket = 0;  // the gather's job on the thread (0: done, or ran inline)
+    uint64_t used = 0;    // for least recently used
+  };
+  int index(int layer) const;
+  // A free gather slot (no users, not the block `keep`'s), least recently used first; -1: none.
+  int free_slot(int keep) const;
+  // Runs or queues the gather of block `layer` into slot `s`.
+  void start_gather(int s, int layer);
+  void gather(int s, int layer);
+
+  const ShardLayout& layout_;
+  comm::Communicator& dp_;
+  SerialWorker* thread_;
+  int micro_batches_;
+  float* flat_grads_;
+  int first_ = 0, blocks_ = 0;
+  int64_t block_floats_ = 0, slice_begin_ = 0, slice_count_ = 0;
+  Tensor slices_;  // blocks x slice_count
+  Tensor gathered_, grad_slots_;
+  std::vector<Slot> slots_;
+  std::vector<int> grad_slot_layer_;  // per gradient slot: its block, or -1
+  uint64_t clock_ = 0;
+  std::mutex mutex_;
+  std::condition_variable grad_freed_;
+  std::unique_ptr<ProgramRunner> program_;
+  std::unique_ptr<exec::Runner> runner_;  // used only on the thread that runs the gathers
+};
+
+}  // namespace tandem::parallel::detail

@@ -1,0 +1,179 @@
+// The model state sharded across the data-parallel ranks (--shard weights, ZeRO-3): each rank
+// keeps 1/dp of every block's weights and moments, gathers a block's weights before using them,
+// and updates its slice with the slice(w,m,v) schedule. The weights and losses are bitwise those
+// of unsharded (ZeRO-1) training, whose update is the same reduce-scatter and the same arithmetic
+// on the same slices: on dp, dp x tp, dp x pp and 2 x 2 x 2 grids, uneven slices, several
+// micro-batches, the exchange after the backward, both executors, bf16 gradients and matmuls,
+// beside out-of-core activation plans (a recomputed unit gathers again). A checkpoint is the same
+// file whatever the sharding, so a run resumes under another sharding and another grid.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "support/files.h"
+#include "tandem/parallel/model_state.h"
+#include "tandem/parallel/shard.h"
+#include "train/test_util.h"
+
+namespace tandem::train {
+namespace {
+
+using testing::expect_bitwise;
+using testing::ScratchDir;
+
+TrainConfig run(parallel::GridShape grid, int layers) {
+  TrainConfig c = testing::tiny_run(3);
+  c.model.n_layers = layers;
+  c.model.d_model = 32;
+  c.model.dropout = 0.1f;  // a gathered block draws the same masks as the whole one
+  c.batch = 12;
+  c.grid = grid;
+  c.eval_every = 2;  // the validation's forward gathers the blocks too
+  c.synthetic_bytes = 1 << 15;
+  c.keep_weights = true;
+  return c;
+}
+
+TrainResult sharded(TrainConfig c) {
+  c.optimizer.sharding = parallel::Sharding::Weights;
+  return train(c);
+}
+
+struct Case {
+  parallel::GridShape grid;
+  int layers;
+  int micro_batches = 1;
+};
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.grid.str() << " M=" << c.micro_batches; }
+
+class ShardedState : public ::testing::TestWithParam<Case> {};
+
+TEST_P(ShardedState, WeightsBitwiseAsUnsharded) {
+  const Case& cs = GetParam();
+  TrainConfig c = run(cs.grid, cs.layers);
+  c.micro_batches = cs.micro_batches;
+  const TrainResult ref = train(c);
+  const TrainResult r = sharded(c);
+  expect_bitwise(ref, r, "sharded");
+  EXPECT_EQ(r.val_losses, ref.val_losses);
+  EXPECT_THAT(r.optimizer_schedule, ::testing::HasSubstr("slice(w,m,v) (blocks)"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Grids, ShardedState,
+                         // More blocks than gather and gradient slots; dp 3 cuts a block's
+                         // elements into unequal slices.
+                         ::testing::Values(Case{{2, 1, 1}, 5}, Case{{3, 1, 1}, 4},
+                                           Case{{4, 1, 1}, 3}, Case{{2, 2, 1}, 4},
+                                           Case{{2, 1, 2}, 6}, Case{{2, 2, 2}, 6},
+                                           Case{{2, 1, 1}, 4, 2}, Case{{2, 2, 1}, 4, 3}));
+
+TEST(ShardedStateVariants, ExecutorsExchangeAfterAndBf16) {
+  auto both = [](TrainConfig c, const std::string& what) {
+    expect_bitwise(train(c), sharded(c), what);
+  };
+  TrainConfig c = run({2, 1, 1}, 4);
+  c.executor = exec::RunnerKind::Compiled;
+  both(c, "compiled");
+  c.executor = exec::RunnerKind::Reference;
+  both(c, "reference");
+  c.executor = exec::RunnerKind::Plan;
+  c.optimizer.exchange = parallel::GradExchange::After;  // each block's update still runs at once
+  both(c, "exchange after");
+  c.optimizer.exchange = parallel::GradExchange::Overlap;
+  c.optimizer.grad_dtype = DType::BF16;
+  both(c, "bf16 gradients");
+  c.optimizer.grad_dtype = DType::F32;
+  c.model.matmul = DType::BF16;
+  both(c, "bf16 matmuls");
+}
+
+// Activation plans that recompute, swap and keep: a recomputed unit gathers its block again.
+TEST(ShardedStateVariants, BesideOutOfCoreActivationPlans) {
+  for (const char* plan : {"SRCKsRCK/p1", "RRRRRRRR/p2"}) {
+    TrainConfig c = run({2, 1, 1}, 4);
+    const TrainResult ref = train(c);
+    c.memory_budget = "64MiB";
+    c.ooc_plan = plan;
+    const TrainResult r = sharded(c);
+    EXPECT_EQ(r.ooc_plan, plan);
+    expect_bitwise(ref, r, plan);
+  }
+}
+
+// The checkpoint of a sharded run is the unsharded run's, byte for byte; each resumes the other,
+// and a sharded run resumes on another grid.
+TEST(ShardedStateVariants, CheckpointsAreTheSameFileWhateverTheSharding) {
+  ScratchDir dir;
+  TrainConfig straight = run({2, 1, 1}, 4);
+  straight.steps = 4;
+  straight.eval_every = 0;
+  const TrainResult want = train(straight);
+
+  TrainConfig first = straight;
+  first.steps = 2;
+  first.save_dir = dir.path("unsharded");
+  train(first);
+  first.save_dir = dir.path("sharded");
+  sharded(first);
+  for (const char* file : {"weights.safetensors", "optimizer.safetensors", "meta.json"})
+    EXPECT_EQ(testing::read_bytes(dir.path("sharded/step-00000002/") + file),
+              testing::read_bytes(dir.path("unsharded/step-00000002/") + file))
+        << file;
+
+  TrainConfig second = straight;
+  second.resume_dir = dir.path("unsharded");
+  EXPECT_EQ(sharded(second).weights, want.weights) << "unsharded, then sharded";
+  second.resume_dir = dir.path("sharded");
+  EXPECT_EQ(train(second).weights, want.weights) << "sharded, then unsharded";
+  // dp 4 x tp 2 from a dp 2 checkpoint: the same steps as that grid continuing from it.
+  second.grid = {4, 2, 1};
+  const TrainResult other_grid = train(second);
+  EXPECT_EQ(sharded(second).weights, other_grid.weights) << "sharded on another grid";
+}
+
+// Each rank holds 1/dp of the blocks' weights and moments, two gathered blocks and two blocks'
+// gradients: less than unsharded training's whole weights, gradients and sliced moments.
+TEST(ShardedStateVariants, EachRankHoldsItsSlices) {
+  TrainConfig c = run({4, 1, 1}, 6);
+  c.steps = 1;
+  c.eval_every = 0;
+  std::ostringstream out;
+  c.out = &out;
+  const TrainResult r = sharded(c);
+  const nn::GPTConfig& m = c.model;
+  const parallel::ShardLayout layout(m, c.grid, 0, 0);
+  const auto [b0, e0] = layout.block_range(0);
+  const int64_t per_block = e0 - b0, rest = layout.size() - per_block * m.n_layers;
+  // Slices of weights, m and v; 2 gathered; 2 gradients; the rest whole (weights, gradients)
+  // with its moments sliced.
+  const uint64_t want =
+      parallel::ModelState::sharded_blocks_bytes(per_block, m.n_layers, 4, 1) +
+      static_cast<uint64_t>(2 * rest + 2 * ((rest + 3) / 4)) * sizeof(float);
+  EXPECT_LE(r.state_memory_bytes, want + 64) << out.str();
+  EXPECT_GE(r.state_memory_bytes, want - 64) << out.str();
+  EXPECT_LT(r.state_memory_bytes,
+            static_cast<uint64_t>(2 * nn::gpt_num_parameters(m)) * sizeof(float));
+  EXPECT_THAT(out.str(), ::testing::HasSubstr("sharded over the 4 data-parallel ranks"));
+}
+
+TEST(ShardedStateVariants, WhatItCannotServeIsRefused) {
+  TrainConfig c = run({1, 1, 1}, 2);
+  c.optimizer.sharding = parallel::Sharding::Weights;
+  EXPECT_THAT(testing::user_error_of([&] { train(c); }),
+              ::testing::HasSubstr("--shard weights shards the model state across the "
+                                   "data-parallel ranks: it needs --dp 2 or more (got --dp 1)"));
+  c.grid = {2, 1, 1};
+  c.optimizer.clip_grad_norm = 1.0;
+  EXPECT_THAT(testing::user_error_of([&] { train(c); }),
+              ::testing::HasSubstr("--clip-grad-norm cannot be used with it"));
+  c.optimizer.clip_grad_norm.reset();
+  c.model_state = ooc::TierSpec::parse("host");
+  EXPECT_THAT(testing::user_error_of([&] { train(c); }),
+              ::testing::HasSubstr("a slow tier for them (--model-state host) is not supported"));
+}
+
+}  // namespace
+}  // namespace tandem::train
