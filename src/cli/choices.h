@@ -24,7 +24,7 @@ DType parse_grad_dtype(const std::string& text);                   // --grad-dty
 // native on this CPU, else fp32.
 DType parse_precision(const std::string& text);
 parallel::GradExchange parse_grad_exchange(
-    const std::string& text);  // --grad-exchange overlap|after
+    const std::string& text);                                // --grad-exchange overlap|after
 parallel::Sharding parse_sharding(const std::string& text);  // --shard moments|weights
 std::optional<ooc::TierSpec> parse_optimizer_state(
     const std::string& text);                                             // memory|host|file:DIR

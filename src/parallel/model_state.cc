@@ -9,8 +9,8 @@
 #include <cstring>
 #include <utility>
 
-#include "tandem/core/error.h"
 #include "sharded_blocks.h"
+#include "tandem/core/error.h"
 #include "tiered_state.h"
 
 namespace tandem::parallel {
@@ -189,9 +189,9 @@ void ModelState::place_moments(std::vector<Piece> pieces, const Group* group) {
   if (weights_sharded()) {
     TANDEM_CHECK(group != nullptr && group->dp != nullptr,
                  "a sharded state without its data-parallel group");
-    sharded_ = std::make_unique<detail::ShardedBlocks>(layout_, *group->dp, group->thread,
-                                                       group->executor, options_.micro_batches,
-                                                       grads_.data_as<float>());
+    sharded_ =
+        std::make_unique<detail::ShardedBlocks>(layout_, *group->dp, group->thread, group->executor,
+                                                options_.micro_batches, grads_.data_as<float>());
     // The optimizer's piece of a block is the slice the sharded state keeps.
     for (const Piece& p : pieces_)
       if (p.block >= 0)

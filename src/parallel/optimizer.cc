@@ -165,9 +165,9 @@ DataParallelOptimizer::DataParallelOptimizer(const OptimizerConfig& config, Mode
     if (state.weights_sharded()) {
       // The blocks' segments update the slices of their weights (ZeRO-3); the embeddings' and
       // ln_f's stay whole, with the moments sliced (ZeRO-1), as every rank keeps them whole.
-      sharded_runner_ = std::make_unique<ProgramRunner>(
-          optimizer_program(config), with_weights_sliced(names), executor,
-          given ? schedules.chunk_bytes : 0);
+      sharded_runner_ =
+          std::make_unique<ProgramRunner>(optimizer_program(config), with_weights_sliced(names),
+                                          executor, given ? schedules.chunk_bytes : 0);
       if (!sliced_ || !sliced(*sharded_runner_, "w"))
         user_error(
             "--shard weights needs an optimizer schedule that updates each rank's slice of the "

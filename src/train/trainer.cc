@@ -536,8 +536,7 @@ std::string RankRun::model_state_line() const {
         "until its update: {} a rank; the embeddings and ln_f whole ({})\n",
         cfg_.grid.dp, l.first_layer(), l.end_layer() - 1, cfg_.grid.dp,
         parallel::ModelState::kGatherSlots,
-        batches_.micro_batch_count() > 1 ? "summed over the micro-batches in memory"
-                                         : "in 2 slots",
+        batches_.micro_batch_count() > 1 ? "summed over the micro-batches in memory" : "in 2 slots",
         ooc::human_bytes(state_.sharded_bytes() + state_.moment_bytes()),
         ooc::human_bytes(2 * state_.resident_bytes()));
   }

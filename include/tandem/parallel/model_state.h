@@ -39,7 +39,7 @@ namespace tandem::parallel {
 namespace detail {
 class TieredState;
 class ShardedBlocks;
-}
+}  // namespace detail
 
 class ModelState {
  public:
@@ -126,7 +126,8 @@ class ModelState {
   // Places every piece's moments (zero: Adam's start) where they live: in memory, in the
   // moments' tier, or for the blocks in the store, which opens now (its tier's bytes reserved: a
   // full disk or an unwritable folder is a UserError naming the flag, the folder and the bytes).
-  // A sharded state sets up its slices and gathers on `group` (required) now (a collective over it). Once.
+  // A sharded state sets up its slices and gathers on `group` (required) now (a collective over
+  // it). Once.
   void place_moments(std::vector<Piece> pieces, const Group* group = nullptr);
   // The group's communication thread is going: the gathers queued on it finish, later ones run
   // on the caller's thread.
@@ -164,8 +165,7 @@ class ModelState {
   static constexpr int kGatherSlots = 2;
   // The same, as allocated (0 unsharded): the weight slices, gather and gradient slots.
   uint64_t sharded_bytes() const;  // the block computing, the next one being gathered
-  static uint64_t sharded_blocks_bytes(int64_t block_floats, int blocks, int dp,
-                                       int micro_batches);
+  static uint64_t sharded_blocks_bytes(int64_t block_floats, int blocks, int dp, int micro_batches);
 
   // Bytes of the moments in memory (with a tier: its staging slots; without the store's), in the
   // moments' tier, and that tier's description ("" in memory).

@@ -196,7 +196,7 @@ class DataParallelOptimizer {
   OptimizerConfig config_;
   ModelState& state_;
   comm::Communicator& dp_;
-  std::unique_ptr<ProgramRunner> runner_;  // the step, or with clipping its reduction
+  std::unique_ptr<ProgramRunner> runner_;          // the step, or with clipping its reduction
   std::unique_ptr<ProgramRunner> sharded_runner_;  // --shard weights: the blocks' step
   std::unique_ptr<ProgramRunner> update_runner_, norm_runner_;  // with clipping
   std::unique_ptr<exec::Runner> norm_;                          // grad_norm on `world`

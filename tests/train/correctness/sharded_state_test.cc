@@ -149,9 +149,8 @@ TEST(ShardedStateVariants, EachRankHoldsItsSlices) {
   const int64_t per_block = e0 - b0, rest = layout.size() - per_block * m.n_layers;
   // Slices of weights, m and v; 2 gathered; 2 gradients; the rest whole (weights, gradients)
   // with its moments sliced.
-  const uint64_t want =
-      parallel::ModelState::sharded_blocks_bytes(per_block, m.n_layers, 4, 1) +
-      static_cast<uint64_t>(2 * rest + 2 * ((rest + 3) / 4)) * sizeof(float);
+  const uint64_t want = parallel::ModelState::sharded_blocks_bytes(per_block, m.n_layers, 4, 1) +
+                        static_cast<uint64_t>(2 * rest + 2 * ((rest + 3) / 4)) * sizeof(float);
   EXPECT_LE(r.state_memory_bytes, want + 64) << out.str();
   EXPECT_GE(r.state_memory_bytes, want - 64) << out.str();
   EXPECT_LT(r.state_memory_bytes,
