@@ -156,6 +156,7 @@ void emit_cuda(const dsl::Program& program, const schedule::NamedSchedule& s, co
 std::vector<std::string> preferences(const std::string& workload) {
   if (workload == "adam" || workload == "lamb") return parallel::optimizer_schedule_preferences();
   if (workload == "megatron_layer") return parallel::epilogue_schedule_preferences();
+  if (workload == "gather_weights") return {"C"};  // nothing to schedule: an AllGather
   return parallel::pipeline_schedule_preferences();
 }
 
@@ -211,7 +212,8 @@ void add_emit(CLI::App& app) {
   auto f = std::make_shared<EmitFlags>();
   auto* cmd = app.add_subcommand(
       "emit", "Print (cpp) or write (cuda) the source generated for one schedule of a workload");
-  cmd->add_option("workload", f->workload, "adam, lamb, megatron_layer or pipeline_stage")
+  cmd->add_option("workload", f->workload,
+                  "adam, lamb, megatron_layer, pipeline_stage or gather_weights")
       ->required();
   cmd->add_option("--schedule", f->schedule,
                   "The schedule's name, as `tandem tune` or --list prints it (default: the tuner's "

@@ -303,7 +303,9 @@ dsl::Program workload_program(const std::string& name, const std::string& dtype)
   if (name == "adam") return dsl::workloads::adam(t);
   if (name == "lamb") return dsl::workloads::lamb(t);
   if (name == "megatron_layer") return dsl::workloads::megatron_layer(t);
-  return dsl::workloads::pipeline_stage(t);
+  if (name == "pipeline_stage") return dsl::workloads::pipeline_stage(t);
+  if (t != DType::F32) user_error("--dtype {}: {} moves f32 weights only", dtype_name(t), name);
+  return p;
 }
 
 const dsl::SymbolMap& default_sizes() {
@@ -314,17 +316,18 @@ const dsl::SymbolMap& default_sizes() {
 
 void add_tune(CLI::App& app) {
   auto f = std::make_shared<TuneFlags>();
-  auto* cmd =
-      app.add_subcommand("tune",
-                         "Search the schedules of a workload, one collective at a time, then the "
-                         "overlap's block count and the "
-                         "chunk size, and keep the fastest (cached under the JIT cache folder).\n"
-                         "Sizes not given: N=4Mi (adam, lamb), B=1024 K=2048 H=1024 "
-                         "(megatron_layer, pipeline_stage).\n"
-                         "--backend mpi starts itself under `mpirun -np RANKS --oversubscribe` "
-                         "(allowing root) unless already "
-                         "started by mpirun.");
-  cmd->add_option("workload", f->workload, "adam, lamb, megatron_layer or pipeline_stage")
+  auto* cmd = app.add_subcommand(
+      "tune",
+      "Search the schedules of a workload, one collective at a time, then the "
+      "overlap's block count and the "
+      "chunk size, and keep the fastest (cached under the JIT cache folder).\n"
+      "Sizes not given: N=4Mi (adam, lamb, gather_weights), B=1024 K=2048 H=1024 "
+      "(megatron_layer, pipeline_stage).\n"
+      "--backend mpi starts itself under `mpirun -np RANKS --oversubscribe` "
+      "(allowing root) unless already "
+      "started by mpirun.");
+  cmd->add_option("workload", f->workload,
+                  "adam, lamb, megatron_layer, pipeline_stage or gather_weights")
       ->required();
   cmd->add_option("--ranks", f->ranks, "Number of ranks (threads or MPI processes)")
       ->capture_default_str();
