@@ -240,10 +240,11 @@ uint64_t memory_per_rank(const GridFlags& g, const train::TrainConfig& cfg) {
   return avail->bytes / static_cast<uint64_t>(std::max(1, local));
 }
 
-// The flags of the plan across grids checked: without --ranks none of its own; with it, none of
-// what it chooses (`chosen`: the flags naming the grid and what the plan decides).
+// The flags of the plan across grids checked: outside the mode (`needs` names the flag that turns it
+// on) none of its own; in it (`mode` names it), none of what it chooses (`chosen`: the flags
+// naming the grid and what the plan decides).
 void check_across_flags(const GridFlags& g, bool across, const std::string& needs,
-                        const std::vector<const CLI::Option*>& chosen) {
+                        const std::string& mode, const std::vector<const CLI::Option*>& chosen) {
   if (!across) {
     for (const CLI::Option* o : {g.ranks_opt, g.memory_opt, g.link_opt})
       if (o != nullptr && o->count() > 0) user_error("{} needs {}", o->get_name(), needs);
@@ -254,8 +255,7 @@ void check_across_flags(const GridFlags& g, bool across, const std::string& need
     user_error("--link-gbps {} must be a positive number of Gbit/s", *g.link_gbps);
   for (const CLI::Option* o : chosen)
     if (o->count() > 0)
-      user_error("{} with --ranks: the plan across grids chooses {}; leave it out", needs,
-                 o->get_name());
+      user_error("{} plans across grids and chooses {}: leave it out", mode, o->get_name());
 }
 
 train::GridPlan plan_across(const GridFlags& g, const train::TrainConfig& base) {
@@ -385,7 +385,7 @@ void add_train(CLI::App& app) {
     const bool across = g.grid == "auto";
     if (across && g.ranks_opt->count() == 0)
       user_error("--grid auto needs --ranks N: the number of ranks to choose a grid for");
-    check_across_flags(g, across, "--grid auto",
+    check_across_flags(g, across, "--grid auto", "--grid auto",
                        {cmd->get_option("--dp"), cmd->get_option("--tp"), cmd->get_option("--pp"),
                         cmd->get_option("--shard"), cmd->get_option("--memory-budget"),
                         cmd->get_option("--ooc-plan")});
@@ -427,7 +427,7 @@ void add_plan(CLI::App& app) {
   cmd->callback([flags, sizes, tier, cmd] {
     const GridFlags& g = flags->across;
     const bool across = g.ranks_opt->count() > 0;
-    check_across_flags(g, across, "--ranks N",
+    check_across_flags(g, across, "--ranks N", "--ranks",
                        {cmd->get_option("--dp"), cmd->get_option("--tp"), cmd->get_option("--pp"),
                         cmd->get_option("--memory-budget"), cmd->get_option("--ooc-plan"),
                         cmd->get_option("--trace")});

@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <thread>
 #include <vector>
 
@@ -144,7 +143,6 @@ struct Stage {
   double backward_micro_s = 0;   // one micro-batch's backward, the data-parallel exchange's cover
   double dp_blocks_s = 0, dp_rest_s = 0;  // the data-parallel exchange: blocks', the rest's
   double state_io_s = 0;         // the model state's I/O a step (with --model-state)
-  uint64_t state_bytes_moved = 0;
 };
 
 double rate_for(const Rates& r, int tp) {
@@ -236,7 +234,6 @@ Stage model_stage(const TrainConfig& cfg, int s, const Rates& r) {
                       static_cast<uint64_t>(M));
     st.state_io_s = static_cast<double>(read) / r.state_tier.read_bytes_per_s +
                     static_cast<double>(written) / r.state_tier.write_bytes_per_s;
-    st.state_bytes_moved = read + written;
   }
   return st;
 }
