@@ -51,8 +51,7 @@ struct GridFlags {
   int ranks = 0;
   std::string memory_per_rank;
   std::optional<double> link_gbps;
-  CLI::Option *grid_opt = nullptr, *ranks_opt = nullptr, *memory_opt = nullptr,
-              *link_opt = nullptr;
+  CLI::Option *grid_opt = nullptr, *ranks_opt = nullptr, *memory_opt = nullptr, *link_opt = nullptr;
 };
 
 struct TrainFlags {
@@ -153,8 +152,8 @@ void check_init_from_flags(const train::TrainConfig& cfg, const nn::GPTConfig& h
 }
 
 // The TrainConfig the flags describe.
-train::TrainConfig config_of(const TrainFlags& flags, const SizeOptions& o,
-                             const CLI::Option* tier, bool grid_plan = false) {
+train::TrainConfig config_of(const TrainFlags& flags, const SizeOptions& o, const CLI::Option* tier,
+                             bool grid_plan = false) {
   train::TrainConfig cfg = flags.cfg;
   ModelPreset p = preset(flags.model);
   nn::GPTConfig& m = cfg.model;
@@ -235,13 +234,12 @@ uint64_t memory_per_rank(const GridFlags& g, const train::TrainConfig& cfg) {
         "--ranks {}: the memory available here is unknown; give the memory each rank may use "
         "with --memory-per-rank (e.g. 4GiB)",
         g.ranks);
-  const int local =
-      cfg.backend == comm::Backend::Thread ? g.ranks : comm::launched_local_ranks();
+  const int local = cfg.backend == comm::Backend::Thread ? g.ranks : comm::launched_local_ranks();
   return avail->bytes / static_cast<uint64_t>(std::max(1, local));
 }
 
-// The flags of the plan across grids checked: outside the mode (`needs` names the flag that turns it
-// on) none of its own; in it (`mode` names it), none of what it chooses (`chosen`: the flags
+// The flags of the plan across grids checked: outside the mode (`needs` names the flag that turns
+// it on) none of its own; in it (`mode` names it), none of what it chooses (`chosen`: the flags
 // naming the grid and what the plan decides).
 void check_across_flags(const GridFlags& g, bool across, const std::string& needs,
                         const std::string& mode, const std::vector<const CLI::Option*>& chosen) {

@@ -31,10 +31,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr int kGemmRows = 1024;             // rows of the measured GEMM, at most
-constexpr double kGemmSeconds = 0.2;        // timed per shape, about
-constexpr uint64_t kLinkBytes = 16 << 20;   // the measured all-reduce
-constexpr int kLinkRanks = 8;               // threads it runs on, at most
+constexpr int kGemmRows = 1024;            // rows of the measured GEMM, at most
+constexpr double kGemmSeconds = 0.2;       // timed per shape, about
+constexpr uint64_t kLinkBytes = 16 << 20;  // the measured all-reduce
+constexpr int kLinkRanks = 8;              // threads it runs on, at most
 constexpr uint64_t kTierProbeBytes = 32 << 20;
 constexpr double kStatedLinkLatencyS = 50e-6;  // with --link-gbps: a TCP round trip, about
 // The out-of-core searches per stage: enough for the benchmark models, short across many grids.
@@ -138,11 +138,11 @@ TrainConfig on_grid(const TrainConfig& base, const parallel::GridShape& g) {
 struct Stage {
   nn::ChainLayout chain;
   RankMemory memory;
-  ooc::Profile profile;          // the unit times the model predicts (comm included)
-  double comm_per_micro_s = 0;   // of which communication, per micro-batch
-  double backward_micro_s = 0;   // one micro-batch's backward, the data-parallel exchange's cover
+  ooc::Profile profile;         // the unit times the model predicts (comm included)
+  double comm_per_micro_s = 0;  // of which communication, per micro-batch
+  double backward_micro_s = 0;  // one micro-batch's backward, the data-parallel exchange's cover
   double dp_blocks_s = 0, dp_rest_s = 0;  // the data-parallel exchange: blocks', the rest's
-  double state_io_s = 0;         // the model state's I/O a step (with --model-state)
+  double state_io_s = 0;                  // the model state's I/O a step (with --model-state)
 };
 
 double rate_for(const Rates& r, int tp) {
@@ -177,8 +177,8 @@ Stage model_stage(const TrainConfig& cfg, int s, const Rates& r) {
   const double rate = rate_for(r, g.tp);
   const double lat = r.link_latency_s, bw = r.link_bytes_per_s;
   Stage st;
-  st.chain = parallel::ParallelGPT::chain_layout(m, g, parallel::GridCoord{0, 0, s}, rows,
-                                                 m.seq_len, M);
+  st.chain =
+      parallel::ParallelGPT::chain_layout(m, g, parallel::GridCoord{0, 0, s}, rows, m.seq_len, M);
   st.memory = rank_memory(cfg, 0, s);
   const parallel::ShardLayout layout(m, g, 0, s);
   const int64_t block = layout.block_range(layout.first_layer()).second -
@@ -229,9 +229,8 @@ Stage model_stage(const TrainConfig& cfg, int s, const Rates& r) {
   if (cfg.model_state) {
     const uint64_t block_bytes = static_cast<uint64_t>(block) * sizeof(float);
     const uint64_t piece_bytes = static_cast<uint64_t>((block + g.dp - 1) / g.dp) * sizeof(float);
-    const auto [read, written] =
-        state_traffic(static_cast<uint64_t>(blocks), block_bytes, piece_bytes,
-                      static_cast<uint64_t>(M));
+    const auto [read, written] = state_traffic(static_cast<uint64_t>(blocks), block_bytes,
+                                               piece_bytes, static_cast<uint64_t>(M));
     st.state_io_s = static_cast<double>(read) / r.state_tier.read_bytes_per_s +
                     static_cast<double>(written) / r.state_tier.write_bytes_per_s;
   }
@@ -240,7 +239,8 @@ Stage model_stage(const TrainConfig& cfg, int s, const Rates& r) {
 
 // A size as a flag reads it back exactly: "9MiB", "3234KiB", "1000".
 std::string size_flag(uint64_t bytes) {
-  for (auto [unit, scale] : {std::pair{"GiB", 1ull << 30}, {"MiB", 1ull << 20}, {"KiB", 1ull << 10}})
+  for (auto [unit, scale] :
+       {std::pair{"GiB", 1ull << 30}, {"MiB", 1ull << 20}, {"KiB", 1ull << 10}})
     if (bytes % scale == 0) return fmt::format("{}{}", bytes / scale, unit);
   return fmt::format("{}", bytes);
 }
@@ -290,8 +290,7 @@ Evaluation evaluate(const TrainConfig& cfg, uint64_t limit, const Rates& rates) 
     o.memory_per_rank = in_core;
     o.activations = "in-core";
     for (const Stage& st : stages)
-      predictions.push_back(
-          ooc::predict(st.chain, ooc::keep_all(st.chain.units), st.profile));
+      predictions.push_back(ooc::predict(st.chain, ooc::keep_all(st.chain.units), st.profile));
   } else {
     // Out-of-core: one --memory-budget B for every rank; stage s's activations get
     // B - budget_holds, and a rank needs fixed - budget_holds + B.
@@ -310,8 +309,8 @@ Evaluation evaluate(const TrainConfig& cfg, uint64_t limit, const Rates& rates) 
     std::vector<std::string> plans;
     try {
       for (const Stage& st : stages) {
-        const ooc::PlannerResult p = ooc::plan_step(
-            st.chain, st.profile, budget - st.memory.budget_holds, kPlanEvaluations);
+        const ooc::PlannerResult p =
+            ooc::plan_step(st.chain, st.profile, budget - st.memory.budget_holds, kPlanEvaluations);
         predictions.push_back(p.best.prediction);
         plans.push_back(p.best.plan.str());
       }
@@ -384,9 +383,10 @@ Rates measure_rates(const TrainConfig& base, int ranks, std::optional<double> li
     if (m.n_heads % tp == 0)
       r.gemm_flops_per_s[tp] = gemm_rate(m.matmul, rows, 4 * m.d_model / tp, m.d_model);
   blas::set_num_threads(saved);
-  r.compute_source = fmt::format("measured: a {} GEMM of the MLP's shape ({} rows) on {} BLAS "
-                                 "thread{} a rank",
-                                 dtype_name(m.matmul), rows, threads, threads == 1 ? "" : "s");
+  r.compute_source = fmt::format(
+      "measured: a {} GEMM of the MLP's shape ({} rows) on {} BLAS "
+      "thread{} a rank",
+      dtype_name(m.matmul), rows, threads, threads == 1 ? "" : "s");
   if (link_gbps) {
     r.link_bytes_per_s = *link_gbps * 1e9 / 8;
     r.link_latency_s = kStatedLinkLatencyS;
@@ -442,15 +442,14 @@ GridPlan plan_grids(const TrainConfig& base, int ranks, uint64_t memory_per_rank
         plan.options.push_back(std::move(*ev.option));
       } else {
         plan.refused.push_back(
-            {describe_config(cfg), fmt::format("needs at least {} a rank",
-                                               ooc::human_bytes(ev.least_bytes))});
+            {describe_config(cfg),
+             fmt::format("needs at least {} a rank", ooc::human_bytes(ev.least_bytes))});
       }
     }
   }
   if (plan.options.empty()) {
     if (!least)
-      user_error("no configuration of {} ranks suits these flags: {}", ranks,
-                 listed(plan.refused));
+      user_error("no configuration of {} ranks suits these flags: {}", ranks, listed(plan.refused));
     const uint64_t kib = (least->first + 1023) / 1024;
     user_error(
         "no grid of {} ranks fits {} a rank: the smallest memory per rank that works is {} "
@@ -472,7 +471,8 @@ std::string grid_plan_report(const GridPlan& plan) {
       c.model.n_layers, c.model.d_model, c.model.n_heads, c.batch, c.model.seq_len, plan.ranks,
       ooc::human_bytes(plan.memory_per_rank));
   std::vector<std::string> gemms;
-  for (const auto& [tp, f] : r.gemm_flops_per_s) gemms.push_back(fmt::format("tp{} {:.1f}", tp, f / 1e9));
+  for (const auto& [tp, f] : r.gemm_flops_per_s)
+    gemms.push_back(fmt::format("tp{} {:.1f}", tp, f / 1e9));
   out += fmt::format("  compute: GFLOP/s {} ({})\n", fmt::join(gemms, ", "), r.compute_source);
   out += fmt::format("  link: {:.2f} GB/s, {:.1f} us a message ({})\n", r.link_bytes_per_s / 1e9,
                      r.link_latency_s * 1e6, r.link_source);

@@ -37,11 +37,11 @@ namespace tandem::train {
 
 // What the performance model works from.
 struct Rates {
-  std::map<int, double> gemm_flops_per_s;  // per tensor-parallel degree (the shards' width)
-  double link_bytes_per_s = 0;             // a ring collective's bus bandwidth; a send's rate
-  double link_latency_s = 0;               // per collective or hand-off
-  ooc::TierBandwidth swap_tier;            // --slow-tier's: swapped activations
-  ooc::TierBandwidth state_tier;           // --model-state's, when it names one
+  std::map<int, double> gemm_flops_per_s;   // per tensor-parallel degree (the shards' width)
+  double link_bytes_per_s = 0;              // a ring collective's bus bandwidth; a send's rate
+  double link_latency_s = 0;                // per collective or hand-off
+  ooc::TierBandwidth swap_tier;             // --slow-tier's: swapped activations
+  ooc::TierBandwidth state_tier;            // --model-state's, when it names one
   std::string compute_source, link_source;  // how each was found, for the report
 };
 
@@ -52,7 +52,7 @@ Rates measure_rates(const TrainConfig& base, int ranks, std::optional<double> li
 
 // A configuration that fits, and its prediction. Times in seconds a step.
 struct GridOption {
-  TrainConfig cfg;              // the run: grid, sharding, model state, --memory-budget
+  TrainConfig cfg;               // the run: grid, sharding, model state, --memory-budget
   uint64_t memory_per_rank = 0;  // the estimate of the rank that needs the most
   std::string activations;       // "in-core", or the out-of-core plan and its budget
   double compute_s = 0;          // the slowest stage's matmuls (recomputation included)

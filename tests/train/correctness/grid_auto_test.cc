@@ -36,9 +36,10 @@ TEST(GridAuto, TrainTakesThePlansChoice) {
     std::smatch m;
     ASSERT_TRUE(std::regex_search(
         r.output, m,
-        std::regex("\n  --grid auto: --dp ([0-9]) --tp ([0-9]) --pp ([0-9])( --shard weights)?"
-                   "( --memory-budget [0-9]+[KMG]iB)? \\((in-core|out-of-core[^)]*)\\), the fastest "
-                   "of [0-9]+ configurations? of 2 ranks that fit [0-9.]+ MiB a rank, predicted")))
+        std::regex(
+            "\n  --grid auto: --dp ([0-9]) --tp ([0-9]) --pp ([0-9])( --shard weights)?"
+            "( --memory-budget [0-9]+[KMG]iB)? \\((in-core|out-of-core[^)]*)\\), the fastest "
+            "of [0-9]+ configurations? of 2 ranks that fit [0-9.]+ MiB a rank, predicted")))
         << r.output;
     EXPECT_THAT(r.output, HasSubstr(fmt::format("2 ranks (dp={} tp={} pp={}, thread backend)",
                                                 m[1].str(), m[2].str(), m[3].str())));

@@ -20,7 +20,8 @@ struct Case {
 
 TEST(GridFlags, EachMistakeIsOneClearError) {
   const Case cases[] = {
-      {"train --grid auto", "--grid auto needs --ranks N: the number of ranks to choose a grid for"},
+      {"train --grid auto",
+       "--grid auto needs --ranks N: the number of ranks to choose a grid for"},
       {"train --grid 2x2x1 --ranks 4",
        "--grid 2x2x1: the one value is auto (the fastest grid of --ranks N that `tandem plan` "
        "finds); give a grid with --dp, --tp and --pp"},
@@ -33,8 +34,9 @@ TEST(GridFlags, EachMistakeIsOneClearError) {
       {"train --grid auto --ranks 4 --memory-budget 1GiB",
        "--grid auto plans across grids and chooses --memory-budget: leave it out"},
       {"train --grid auto --ranks 0", "--ranks 0 must be at least 1"},
-      {"plan --model tiny", "tandem plan needs --memory-budget (the out-of-core plan of one grid), "
-                            "or --ranks N (the plan across grids)"},
+      {"plan --model tiny",
+       "tandem plan needs --memory-budget (the out-of-core plan of one grid), "
+       "or --ranks N (the plan across grids)"},
       {"plan --model tiny --memory-budget 1GiB --link-gbps 10", "--link-gbps needs --ranks N"},
       {"plan --model tiny --ranks 4 --memory-budget 1GiB",
        "--ranks plans across grids and chooses --memory-budget: leave it out"},

@@ -62,11 +62,11 @@ TEST(GridPlan, TheGridsOfFourRanksAndWhyOthersAreRefused) {
   EXPECT_THAT(allowed, UnorderedElementsAre("dp=1 tp=2 pp=2", "dp=2 tp=1 pp=2", "dp=2 tp=2 pp=1"));
   std::vector<std::string> refused;
   for (const Refusal& r : c.refused) refused.push_back(r.what + ": " + r.why);
-  EXPECT_THAT(refused,
-              UnorderedElementsAre("dp=1 tp=1 pp=4: --pp 4 needs at least 4 layers; the model has 2",
-                                   "dp=1 tp=4 pp=1: --tp 4 must divide the number of heads (2)",
-                                   "dp=4 tp=1 pp=1: --batch 6 does not split evenly over --dp 4 "
-                                   "data-parallel ranks"));
+  EXPECT_THAT(refused, UnorderedElementsAre(
+                           "dp=1 tp=1 pp=4: --pp 4 needs at least 4 layers; the model has 2",
+                           "dp=1 tp=4 pp=1: --tp 4 must divide the number of heads (2)",
+                           "dp=4 tp=1 pp=1: --batch 6 does not split evenly over --dp 4 "
+                           "data-parallel ranks"));
 }
 
 // Every grid with dp >= 2 is also planned with --shard weights, and with --model-state naming a
@@ -75,12 +75,12 @@ TEST(GridPlan, ConfigurationsOfEachGrid) {
   const GridPlan p = plan_grids(model(), 4, 1ull << 30, rates());
   std::vector<std::string> listed;
   for (const GridOption& o : p.options) listed.push_back(o.describe());
-  EXPECT_THAT(listed, UnorderedElementsAre(
-                          "dp=1 tp=2 pp=2, --shard moments, blocks in memory, in-core",
-                          "dp=2 tp=1 pp=2, --shard moments, blocks in memory, in-core",
-                          "dp=2 tp=1 pp=2, --shard weights, blocks in memory, in-core",
-                          "dp=2 tp=2 pp=1, --shard moments, blocks in memory, in-core",
-                          "dp=2 tp=2 pp=1, --shard weights, blocks in memory, in-core"));
+  EXPECT_THAT(listed,
+              UnorderedElementsAre("dp=1 tp=2 pp=2, --shard moments, blocks in memory, in-core",
+                                   "dp=2 tp=1 pp=2, --shard moments, blocks in memory, in-core",
+                                   "dp=2 tp=1 pp=2, --shard weights, blocks in memory, in-core",
+                                   "dp=2 tp=2 pp=1, --shard moments, blocks in memory, in-core",
+                                   "dp=2 tp=2 pp=1, --shard weights, blocks in memory, in-core"));
   TrainConfig streamed = model();
   streamed.model_state = ooc::TierSpec{};  // host
   const GridPlan q = plan_grids(streamed, 4, 1ull << 30, rates());
@@ -125,10 +125,9 @@ TEST(GridPlan, EveryConfigurationFitsAndTheFastestIsRecommended) {
       fastest = std::min(fastest, o.step_s);
     }
     EXPECT_EQ(p.best().step_s, fastest);
-    EXPECT_TRUE(std::is_sorted(p.options.begin(), p.options.end(),
-                               [](const GridOption& a, const GridOption& b) {
-                                 return a.step_s < b.step_s;
-                               }));
+    EXPECT_TRUE(std::is_sorted(
+        p.options.begin(), p.options.end(),
+        [](const GridOption& a, const GridOption& b) { return a.step_s < b.step_s; }));
   }
 }
 
@@ -146,9 +145,8 @@ TEST(GridPlan, ATooSmallLimitNamesTheSmallestMemoryThatWorks) {
       << e;
   const uint64_t smallest = ooc::parse_bytes(m[1].str());
   const GridPlan p = plan_grids(model(), 4, smallest, rates());
-  EXPECT_TRUE(std::any_of(p.options.begin(), p.options.end(), [&](const GridOption& o) {
-    return o.cfg.grid.str() == m[2].str();
-  }));
+  EXPECT_TRUE(std::any_of(p.options.begin(), p.options.end(),
+                          [&](const GridOption& o) { return o.cfg.grid.str() == m[2].str(); }));
   EXPECT_THAT(user_error_of([&] { plan_grids(model(), 4, smallest - 1024, rates()); }),
               HasSubstr("the smallest memory per rank that works"));
 }
