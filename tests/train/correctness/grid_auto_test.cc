@@ -45,7 +45,9 @@ TEST(GridAuto, TrainTakesThePlansChoice) {
                                                 m[1].str(), m[2].str(), m[3].str())));
     EXPECT_EQ(m[5].matched, r.output.find("  out-of-core: budget") != std::string::npos);
     // 3 MiB: no configuration fits in-core (the plan runner's exchange buffers are two segments).
-    if (std::string(limit) == "3MiB") EXPECT_TRUE(m[5].matched) << r.output;
+    if (std::string(limit) == "3MiB") {
+      EXPECT_TRUE(m[5].matched) << r.output;
+    }
   }
 }
 
