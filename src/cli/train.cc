@@ -1,18 +1,25 @@
 // `tandem train`: trains a GPT-2 model on a byte corpus or token shards across in-process or MPI
 // ranks (flags into a TrainConfig; the loop is train/trainer). `tandem plan`: the same model, grid
-// and memory flags, but only the out-of-core plan is made and reported.
+// and memory flags, but only the out-of-core plan is made and reported; with --ranks N, the plan
+// across grids (train/grid_plan.h), which `tandem train --grid auto` takes.
 #include <fmt/format.h>
 
+#include <cmath>
 #include <filesystem>
+#include <iostream>
 #include <memory>
 #include <optional>
 
 #include "choices.h"
 #include "commands.h"
 #include "tandem/comm/communicator.h"
+#include "tandem/comm/mpi.h"
 #include "tandem/core/error.h"
 #include "tandem/io/checkpoint.h"
+#include "tandem/ooc/bytes.h"
+#include "tandem/train/grid_plan.h"
 #include "tandem/train/hf_gpt2.h"
+#include "tandem/train/memory_estimate.h"
 #include "tandem/train/token_corpus.h"
 #include "tandem/train/trainer.h"
 
@@ -38,6 +45,15 @@ ModelPreset preset(const std::string& name) {
              name);
 }
 
+// The plan across grids: --ranks, --memory-per-rank, --link-gbps (both commands), --grid (train).
+struct GridFlags {
+  std::string grid;  // train: "auto" or empty
+  int ranks = 0;
+  std::string memory_per_rank;
+  std::optional<double> link_gbps;
+  CLI::Option *grid_opt = nullptr, *ranks_opt = nullptr, *memory_opt = nullptr, *link_opt = nullptr;
+};
+
 struct TrainFlags {
   std::string model = "small";
   int layers = 0, heads = 0, d_model = 0, seq_len = 0;
@@ -46,6 +62,7 @@ struct TrainFlags {
   train::TrainConfig cfg;
   bool quiet = false;
   std::string comm_timeout;  // --comm-timeout, checked by comm::parse_comm_timeout
+  GridFlags across;
 };
 
 // The model's size from the preset and the flags given (a resumed run: from its checkpoint).
@@ -135,8 +152,8 @@ void check_init_from_flags(const train::TrainConfig& cfg, const nn::GPTConfig& h
 }
 
 // The TrainConfig the flags describe.
-train::TrainConfig config_of(const TrainFlags& flags, const SizeOptions& o,
-                             const CLI::Option* tier) {
+train::TrainConfig config_of(const TrainFlags& flags, const SizeOptions& o, const CLI::Option* tier,
+                             bool grid_plan = false) {
   train::TrainConfig cfg = flags.cfg;
   ModelPreset p = preset(flags.model);
   nn::GPTConfig& m = cfg.model;
@@ -179,9 +196,69 @@ train::TrainConfig config_of(const TrainFlags& flags, const SizeOptions& o,
   cfg.progress = !flags.quiet;
   if (!flags.comm_timeout.empty())
     cfg.comm_timeout_s = comm::parse_comm_timeout(flags.comm_timeout, "--comm-timeout");
-  if (tier->count() > 0 && cfg.memory_budget.empty())
+  if (tier->count() > 0 && cfg.memory_budget.empty() && !grid_plan)
     user_error("--slow-tier needs --memory-budget: without a budget everything stays in memory");
   return cfg;
+}
+
+void add_across_flags(CLI::App* cmd, GridFlags& g) {
+  g.ranks_opt = cmd->add_option(
+      "--ranks", g.ranks,
+      "Plan across grids: every dp x tp x pp of this many ranks, with the sharding, model-state "
+      "placement and out-of-core plan that fit --memory-per-rank (docs/training.md, \"Choosing a "
+      "grid\")");
+  g.memory_opt = cmd->add_option(
+      "--memory-per-rank", g.memory_per_rank,
+      "With --ranks: the memory each rank may use, e.g. 4GiB (default: the memory available "
+      "here over the ranks on this machine)");
+  g.link_opt = cmd->add_option(
+      "--link-gbps", g.link_gbps,
+      "With --ranks: the link between ranks in Gbit/s, for ranks on several hosts (default: "
+      "measured in-process)");
+}
+
+// --memory-per-rank, or the memory available here shared by the ranks on this machine.
+uint64_t memory_per_rank(const GridFlags& g, const train::TrainConfig& cfg) {
+  if (!g.memory_per_rank.empty()) {
+    try {
+      const uint64_t bytes = ooc::parse_bytes(g.memory_per_rank);
+      if (bytes == 0) user_error("must be more than 0");
+      return bytes;
+    } catch (const UserError& e) {
+      user_error("--memory-per-rank: {}", e.what());
+    }
+  }
+  const auto avail = train::available_memory();
+  if (!avail)
+    user_error(
+        "--ranks {}: the memory available here is unknown; give the memory each rank may use "
+        "with --memory-per-rank (e.g. 4GiB)",
+        g.ranks);
+  const int local = cfg.backend == comm::Backend::Thread ? g.ranks : comm::launched_local_ranks();
+  return avail->bytes / static_cast<uint64_t>(std::max(1, local));
+}
+
+// The flags of the plan across grids checked: outside the mode (`needs` names the flag that turns
+// it on) none of its own; in it (`mode` names it), none of what it chooses (`chosen`: the flags
+// naming the grid and what the plan decides).
+void check_across_flags(const GridFlags& g, bool across, const std::string& needs,
+                        const std::string& mode, const std::vector<const CLI::Option*>& chosen) {
+  if (!across) {
+    for (const CLI::Option* o : {g.ranks_opt, g.memory_opt, g.link_opt})
+      if (o != nullptr && o->count() > 0) user_error("{} needs {}", o->get_name(), needs);
+    return;
+  }
+  if (g.ranks < 1) user_error("--ranks {} must be at least 1", g.ranks);
+  if (g.link_gbps && !(*g.link_gbps > 0 && std::isfinite(*g.link_gbps)))
+    user_error("--link-gbps {} must be a positive number of Gbit/s", *g.link_gbps);
+  for (const CLI::Option* o : chosen)
+    if (o->count() > 0)
+      user_error("{} plans across grids and chooses {}: leave it out", mode, o->get_name());
+}
+
+train::GridPlan plan_across(const GridFlags& g, const train::TrainConfig& base) {
+  const uint64_t limit = memory_per_rank(g, base);
+  return train::plan_grids(base, g.ranks, limit, train::measure_rates(base, g.ranks, g.link_gbps));
 }
 
 }  // namespace
@@ -284,13 +361,44 @@ void add_train(CLI::App& app) {
       "Seconds a rank waits for its peers in one collective before the run fails naming "
       "the ranks that did not arrive (0: forever; default TANDEM_COMM_TIMEOUT, else 600)");
   CLI::Option* tier = add_memory_flags(cmd, c);
+  GridFlags& g = flags->across;
+  g.grid_opt = cmd->add_option(
+      "--grid", g.grid,
+      "auto: train on the grid `tandem plan --ranks N` recommends (with --ranks N, and "
+      "--memory-per-rank; it also chooses --shard and --memory-budget, and may stream the "
+      "blocks to --model-state's tier)");
+  add_across_flags(cmd, g);
   cmd->callback([flags, sizes, tier, cmd] {
     if (cmd->get_option("--val-fraction")->count() > 0 && train::is_shard_folder(flags->cfg.data))
       user_error(
           "--val-fraction applies to a text file; the validation split of '{}' was chosen by "
           "tandem tokenize (its --val-fraction)",
           flags->cfg.data);
-    const train::TrainResult r = train::train(config_of(*flags, sizes, tier));
+    const GridFlags& g = flags->across;
+    if (g.grid_opt->count() > 0 && g.grid != "auto")
+      user_error(
+          "--grid {}: the one value is auto (the fastest grid of --ranks N that `tandem plan` "
+          "finds); give a grid with --dp, --tp and --pp",
+          g.grid);
+    const bool across = g.grid == "auto";
+    if (across && g.ranks_opt->count() == 0)
+      user_error("--grid auto needs --ranks N: the number of ranks to choose a grid for");
+    check_across_flags(g, across, "--grid auto", "--grid auto",
+                       {cmd->get_option("--dp"), cmd->get_option("--tp"), cmd->get_option("--pp"),
+                        cmd->get_option("--shard"), cmd->get_option("--memory-budget"),
+                        cmd->get_option("--ooc-plan")});
+    train::TrainConfig cfg = config_of(*flags, sizes, tier, across);
+    if (across) {
+      const train::GridPlan plan = plan_across(g, cfg);
+      const train::TrainConfig& best = plan.best().cfg;
+      cfg.grid = best.grid;
+      cfg.optimizer.sharding = best.optimizer.sharding;
+      cfg.model_state = best.model_state;
+      cfg.resident_blocks = best.resident_blocks;
+      cfg.memory_budget = best.memory_budget;
+      cfg.grid_choice = train::grid_choice_line(plan);
+    }
+    const train::TrainResult r = train::train(cfg);
     if (r.stopped_by_signal != 0) throw StoppedBySignal{r.stopped_by_signal};
   });
 }
@@ -304,15 +412,35 @@ void add_plan(CLI::App& app) {
   auto* cmd = app.add_subcommand("plan",
                                  "Plan out-of-core training under a memory budget: per half block "
                                  "keep, swap or recompute, with the "
-                                 "predicted step time and peak beside every single strategy's");
+                                 "predicted step time and peak beside every single strategy's; "
+                                 "with --ranks N, every grid of N ranks that fits "
+                                 "--memory-per-rank, fastest first");
   const SizeOptions sizes = add_size_flags(cmd, *flags);
   add_grid_flags(cmd, c);
   add_precision_flag(cmd, c.model.matmul);
   CLI::Option* tier = add_memory_flags(cmd, c);
-  cmd->get_option("--memory-budget")->required();
   cmd->add_option("--trace", c.trace_path,
                   "Write the predicted timeline as a Chrome trace (Perfetto) to FILE");
-  cmd->callback([flags, sizes, tier] { train::train(config_of(*flags, sizes, tier)); });
+  add_across_flags(cmd, flags->across);
+  cmd->callback([flags, sizes, tier, cmd] {
+    const GridFlags& g = flags->across;
+    const bool across = g.ranks_opt->count() > 0;
+    check_across_flags(g, across, "--ranks N", "--ranks",
+                       {cmd->get_option("--dp"), cmd->get_option("--tp"), cmd->get_option("--pp"),
+                        cmd->get_option("--memory-budget"), cmd->get_option("--ooc-plan"),
+                        cmd->get_option("--trace")});
+    if (!across) {
+      if (cmd->get_option("--memory-budget")->count() == 0)
+        user_error(
+            "tandem plan needs --memory-budget (the out-of-core plan of one grid), or --ranks N "
+            "(the plan across grids)");
+      train::train(config_of(*flags, sizes, tier));
+      return;
+    }
+    train::TrainConfig cfg = config_of(*flags, sizes, tier, true);
+    cfg.plan_only = false;
+    std::cout << train::grid_plan_report(plan_across(g, cfg)) << std::flush;
+  });
 }
 
 }  // namespace tandem::cli

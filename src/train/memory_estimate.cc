@@ -25,6 +25,7 @@
 #include "tandem/ooc/plan.h"
 #include "tandem/parallel/block_store.h"
 #include "tandem/parallel/model.h"
+#include "tandem/parallel/model_state.h"
 #include "tandem/parallel/optimizer.h"
 #include "tandem/parallel/shard.h"
 
@@ -111,10 +112,95 @@ std::optional<AvailableMemory> address_space_room() {
 }
 
 // One rank's need at its grid coordinates (gradients are as many bytes as parameters).
+// With --shard weights, `sharded` is the blocks' weights, gradients and moments (their slices and
+// the gathered blocks) and the other fields count the rest of the shard.
 struct RankNeed {
-  uint64_t parameters = 0, optimizer = 0, exchange = 0, activations = 0, staging = 0, tier = 0;
+  uint64_t parameters = 0, optimizer = 0, exchange = 0, activations = 0, staging = 0, tier = 0,
+           sharded = 0;
   uint64_t largest_piece = 0;  // elements of the largest optimizer segment
 };
+
+// The need of the rank at tensor-parallel rank `tp`, stage `pp` (its data-parallel peers alike).
+RankNeed rank_need(const TrainConfig& cfg, int tp, int pp) {
+  const parallel::GridShape& g = cfg.grid;
+  const int M = cfg.micro_batch_count();
+  const int micro_rows = static_cast<int>(cfg.batch / g.dp / M);
+  const bool optimizer_in_file =
+      cfg.optimizer.state_tier && cfg.optimizer.state_tier->kind == ooc::TierSpec::Kind::File;
+  RankNeed n;
+  const parallel::ShardLayout layout(cfg.model, g, tp, pp);
+  n.parameters = static_cast<uint64_t>(layout.size()) * kF32;
+  const int64_t blocks_begin = layout.block_range(layout.first_layer()).first,
+                blocks_end = layout.block_range(layout.end_layer() - 1).second;
+  int64_t block = 0;
+  for (int l = layout.first_layer(); l < layout.end_layer(); ++l)
+    block = std::max(block, layout.block_range(l).second - layout.block_range(l).first);
+  const int blocks = layout.end_layer() - layout.first_layer();
+  const uint64_t outside_blocks =
+      static_cast<uint64_t>(layout.size() - (blocks_end - blocks_begin)) * kF32;
+  if (cfg.model_state) {
+    // The blocks live in the tier; in memory: the embeddings and ln_f, and the store's slots.
+    const uint64_t block_bytes = static_cast<uint64_t>(block) * kF32;
+    n.parameters = outside_blocks;
+    // The moments sliced over the data-parallel ranks (ZeRO-1, the default schedule).
+    const int64_t piece = (block + g.dp - 1) / g.dp;
+    const uint64_t piece_bytes = static_cast<uint64_t>(piece) * kF32;
+    n.staging = parallel::BlockStore::staging_bytes(block, piece, M);
+    // --resident-blocks N: those blocks' weights and moments too (the planner's choice fits
+    // in --memory-budget, which is counted whole).
+    if (cfg.resident_blocks > 0)
+      n.staging += static_cast<uint64_t>(std::min(cfg.resident_blocks, blocks)) *
+                   parallel::BlockStore::resident_block_bytes(block, piece);
+    // Each block's weights and moment piece, and with several micro-batches its gradients.
+    n.tier = static_cast<uint64_t>(blocks) * ((M > 1 ? 2 : 1) * block_bytes + 2 * piece_bytes);
+  } else if (cfg.optimizer.sharding == parallel::Sharding::Weights) {
+    // The blocks' state as the sharded model state keeps it; the rest of the shard as usual.
+    n.parameters = outside_blocks;
+    n.sharded = parallel::ModelState::sharded_blocks_bytes(block, blocks, g.dp, M);
+  }
+  // In a file tier (--optimizer-state file:DIR) the moments are out of memory but for two
+  // staging slots, which are not counted.
+  if (!optimizer_in_file) n.optimizer = 2 * ((n.parameters / kF32 + g.dp - 1) / g.dp) * kF32;
+  // The optimizer programs' own buffers, as measured on their runners: segments of one size
+  // share their programs, whose buffers are the reduce-scatter's 1/dp result (the compiled
+  // executor), and two whole-segment intermediates on the plan runner and the reference
+  // interpreter; bf16 gradients are rounded into the program's own input; with clipping,
+  // every segment's reduced gradient waits for the update.
+  std::vector<int64_t> sizes;
+  for (const parallel::SegmentBounds& s :
+       parallel::optimizer_segments(layout, cfg.optimizer, cfg.model_state.has_value())) {
+    const int64_t len = s.end - s.begin;
+    if (cfg.optimizer.clip_grad_norm) n.exchange += (len + g.dp - 1) / g.dp * kF32;
+    if (std::find(sizes.begin(), sizes.end(), len) != sizes.end()) continue;
+    sizes.push_back(len);
+    const uint64_t l = static_cast<uint64_t>(len);
+    n.exchange += (l + g.dp - 1) / g.dp * kF32;
+    if (cfg.executor != exec::RunnerKind::Compiled) n.exchange += 2 * l * kF32;
+    if (cfg.optimizer.grad_dtype != DType::F32)
+      n.exchange += l * dtype_size(cfg.optimizer.grad_dtype);
+    n.largest_piece = std::max(n.largest_piece, l);
+  }
+  const nn::ChainLayout chain = parallel::ParallelGPT::chain_layout(
+      cfg.model, g, parallel::GridCoord{0, tp, pp}, micro_rows, cfg.model.seq_len, M);
+  n.activations = ooc::MemorySchedule(chain, ooc::keep_all(chain.units)).peak_bytes();
+  return n;
+}
+
+// Checkpoints move one whole tensor at a time through every rank, and the optimizer's moments
+// one segment (m and v) at a time: the bytes of those buffers on a rank (0 without checkpoints).
+uint64_t checkpoint_bytes(const TrainConfig& cfg, const RankNeed& n) {
+  if (cfg.save_dir.empty() && cfg.resume_dir.empty() && cfg.init_from.empty()) return 0;
+  int64_t largest_tensor = 0;
+  for (const nn::ParamSpec& s : nn::gpt_parameter_specs(cfg.model))
+    largest_tensor = std::max(largest_tensor, s.numel());
+  return (static_cast<uint64_t>(largest_tensor) + 2 * n.largest_piece) * kF32;
+}
+
+// What --memory-budget holds beside the activations: the store's slots, and with --model-state
+// the embeddings and ln_f (weights, gradients, moments).
+uint64_t budget_holds(const TrainConfig& cfg, const RankNeed& n) {
+  return cfg.model_state ? n.staging + 2 * n.parameters + n.optimizer : n.staging;
+}
 
 }  // namespace
 
@@ -125,6 +211,8 @@ std::string MemoryEstimate::str() const {
       "exchange buffers " + ooc::human_bytes(exchange),
       (activations_budgeted ? "activations (--memory-budget) " : "activations ") +
           ooc::human_bytes(activations)};
+  if (sharded_blocks > 0)
+    parts.push_back("sharded blocks (--shard weights) " + ooc::human_bytes(sharded_blocks));
   if (model_state_slots > 0)
     parts.push_back("model-state slots " + ooc::human_bytes(model_state_slots));
   if (model_state_host > 0)
@@ -136,73 +224,10 @@ std::string MemoryEstimate::str() const {
 
 MemoryEstimate estimate_memory(const TrainConfig& cfg) {
   const parallel::GridShape& g = cfg.grid;
-  const int M = cfg.micro_batch_count();
-  const int micro_rows = static_cast<int>(cfg.batch / g.dp / M);
-  const bool optimizer_in_file =
-      cfg.optimizer.state_tier && cfg.optimizer.state_tier->kind == ooc::TierSpec::Kind::File;
-  // Each (tp rank, stage) pair's shard and chain; dp ranks repeat them.
+  // Each (tp rank, stage) pair's need; dp ranks repeat them.
   std::map<std::pair<int, int>, RankNeed> needs;
   for (int pp = 0; pp < g.pp; ++pp)
-    for (int tp = 0; tp < g.tp; ++tp) {
-      RankNeed n;
-      const parallel::ShardLayout layout(cfg.model, g, tp, pp);
-      n.parameters = static_cast<uint64_t>(layout.size()) * kF32;
-      if (cfg.model_state) {
-        // The blocks live in the tier; in memory: the embeddings and ln_f, and the store's slots.
-        const int64_t b = layout.block_range(layout.first_layer()).first,
-                      e = layout.block_range(layout.end_layer() - 1).second;
-        int64_t block = 0;
-        for (int l = layout.first_layer(); l < layout.end_layer(); ++l)
-          block = std::max(block, layout.block_range(l).second - layout.block_range(l).first);
-        const uint64_t block_bytes = static_cast<uint64_t>(block) * kF32;
-        n.parameters = static_cast<uint64_t>(layout.size() - (e - b)) * kF32;
-        // The moments sliced over the data-parallel ranks (ZeRO-1, the default schedule).
-        const int64_t piece = (block + g.dp - 1) / g.dp;
-        const uint64_t piece_bytes = static_cast<uint64_t>(piece) * kF32;
-        n.staging = parallel::BlockStore::staging_bytes(block, piece, M);
-        // --resident-blocks N: those blocks' weights and moments too (the planner's choice fits
-        // in --memory-budget, which is counted whole).
-        const int blocks = layout.end_layer() - layout.first_layer();
-        if (cfg.resident_blocks > 0)
-          n.staging += static_cast<uint64_t>(std::min(cfg.resident_blocks, blocks)) *
-                       parallel::BlockStore::resident_block_bytes(block, piece);
-        // Each block's weights and moment piece, and with several micro-batches its gradients.
-        n.tier = static_cast<uint64_t>(blocks) * ((M > 1 ? 2 : 1) * block_bytes + 2 * piece_bytes);
-      }
-      // In a file tier (--optimizer-state file:DIR) the moments are out of memory but for two
-      // staging slots, which are not counted.
-      if (!optimizer_in_file) n.optimizer = 2 * ((n.parameters / kF32 + g.dp - 1) / g.dp) * kF32;
-      // The optimizer programs' own buffers, as measured on their runners: segments of one size
-      // share their programs, whose buffers are the reduce-scatter's 1/dp result (the compiled
-      // executor), and two whole-segment intermediates on the plan runner and the reference
-      // interpreter; bf16 gradients are rounded into the program's own input; with clipping,
-      // every segment's reduced gradient waits for the update.
-      std::vector<int64_t> sizes;
-      for (const parallel::SegmentBounds& s :
-           parallel::optimizer_segments(layout, cfg.optimizer, cfg.model_state.has_value())) {
-        const int64_t len = s.end - s.begin;
-        if (cfg.optimizer.clip_grad_norm) n.exchange += (len + g.dp - 1) / g.dp * kF32;
-        if (std::find(sizes.begin(), sizes.end(), len) != sizes.end()) continue;
-        sizes.push_back(len);
-        const uint64_t l = static_cast<uint64_t>(len);
-        n.exchange += (l + g.dp - 1) / g.dp * kF32;
-        if (cfg.executor != exec::RunnerKind::Compiled) n.exchange += 2 * l * kF32;
-        if (cfg.optimizer.grad_dtype != DType::F32)
-          n.exchange += l * dtype_size(cfg.optimizer.grad_dtype);
-        n.largest_piece = std::max(n.largest_piece, l);
-      }
-      const nn::ChainLayout chain = parallel::ParallelGPT::chain_layout(
-          cfg.model, g, parallel::GridCoord{0, tp, pp}, micro_rows, cfg.model.seq_len, M);
-      n.activations = ooc::MemorySchedule(chain, ooc::keep_all(chain.units)).peak_bytes();
-      needs[{tp, pp}] = n;
-    }
-  // Checkpoints move one whole tensor at a time through every rank, and the optimizer's moments
-  // one segment (m and v) at a time.
-  const bool checkpoints =
-      !cfg.save_dir.empty() || !cfg.resume_dir.empty() || !cfg.init_from.empty();
-  int64_t largest_tensor = 0;
-  for (const nn::ParamSpec& s : nn::gpt_parameter_specs(cfg.model))
-    largest_tensor = std::max(largest_tensor, s.numel());
+    for (int tp = 0; tp < g.tp; ++tp) needs[{tp, pp}] = rank_need(cfg, tp, pp);
 
   MemoryEstimate e;
   e.activations_budgeted = !cfg.memory_budget.empty();
@@ -212,6 +237,7 @@ MemoryEstimate estimate_memory(const TrainConfig& cfg) {
     e.optimizer += times * n.optimizer;
     e.exchange += times * n.exchange;
     e.model_state_slots += times * n.staging;
+    e.sharded_blocks += times * n.sharded;
     const bool host = cfg.model_state && cfg.model_state->kind == ooc::TierSpec::Kind::Host;
     (host ? e.model_state_host : e.model_state_disk) += times * n.tier;
     e.activations_in_core += times * n.activations;
@@ -219,14 +245,12 @@ MemoryEstimate estimate_memory(const TrainConfig& cfg) {
       // With --model-state the budget holds the model state in memory too: the store's slots and
       // the embeddings and ln_f (weights, gradients, moments).
       const uint64_t budget = ooc::parse_budget(cfg.memory_budget, n.activations);
-      const uint64_t held =
-          cfg.model_state ? n.staging + 2 * n.parameters + n.optimizer : n.staging;
+      const uint64_t held = budget_holds(cfg, n);
       e.activations += times * (budget > held ? budget - held : 0);
     } else {
       e.activations += times * n.activations;
     }
-    if (checkpoints)
-      e.checkpoint += times * (static_cast<uint64_t>(largest_tensor) + 2 * n.largest_piece) * kF32;
+    e.checkpoint += times * checkpoint_bytes(cfg, n);
   };
   if (cfg.backend == comm::Backend::Thread) {
     e.ranks = g.size();
@@ -236,12 +260,25 @@ MemoryEstimate estimate_memory(const TrainConfig& cfg) {
     const auto largest =
         std::max_element(needs.begin(), needs.end(), [](const auto& a, const auto& b) {
           const RankNeed &x = a.second, &y = b.second;
-          return 2 * x.parameters + x.optimizer + x.exchange + x.activations + x.staging + x.tier <
-                 2 * y.parameters + y.optimizer + y.exchange + y.activations + y.staging + y.tier;
+          return 2 * x.parameters + x.optimizer + x.exchange + x.activations + x.staging + x.tier +
+                     x.sharded <
+                 2 * y.parameters + y.optimizer + y.exchange + y.activations + y.staging + y.tier +
+                     y.sharded;
         });
     add(largest->second, static_cast<uint64_t>(e.ranks));
   }
   return e;
+}
+
+RankMemory rank_memory(const TrainConfig& cfg, int tp_rank, int stage) {
+  const RankNeed n = rank_need(cfg, tp_rank, stage);
+  const bool host = cfg.model_state && cfg.model_state->kind == ooc::TierSpec::Kind::Host;
+  RankMemory r;
+  r.fixed = 2 * n.parameters + n.optimizer + n.exchange + n.staging + n.sharded +
+            (host ? n.tier : 0) + checkpoint_bytes(cfg, n);
+  r.activations = n.activations;
+  r.budget_holds = budget_holds(cfg, n);
+  return r;
 }
 
 std::optional<AvailableMemory> available_memory() {

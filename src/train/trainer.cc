@@ -574,6 +574,7 @@ void RankRun::print_header(int64_t first_step) {
       resumed() ? fmt::format(", resuming at step {} from {}", first_step, resume_->folder)
       : resume_ ? fmt::format(", starting from the Hugging Face folder {}", resume_->folder)
                 : "");
+  if (!cfg_.grid_choice.empty()) out_ << "  " << cfg_.grid_choice << "\n";
   out_ << "  " << grid_.mapping() << "\n";
   if (const std::string w = grid_.warning(); !w.empty()) out_ << "tandem train: " << w << "\n";
   out_ << detail::precision_line(c.matmul);

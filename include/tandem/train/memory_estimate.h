@@ -23,6 +23,10 @@
 //   blocks' weights, two blocks' gradients or three with several micro-batches, two blocks'
 //   moment pieces); the tier itself (every block's weights and moment piece, and gradients with
 //   several micro-batches) counts as memory in the host tier, and as disk in a file tier
+//   with --shard weights (and the blocks in memory): parameters, gradients and optimizer state
+//   count the embeddings and ln_f only, and the sharded blocks what the sharded model state
+//   keeps of the blocks (parallel::ModelState::sharded_blocks_bytes: every block's 1/dp slices of
+//   weights and moments, the gathered blocks' weights, the blocks' gradients)
 //   checkpoint buffers with --save or --resume: one whole tensor (the largest) and one optimizer
 //                     segment's two moments, through which checkpoints pass tensor by tensor
 // On this machine: every rank with --backend thread (they share the process); with --backend mpi,
@@ -44,7 +48,7 @@ struct MemoryEstimate {
   // checkpoint: the buffers a checkpoint moves the state through (one tensor, one optimizer
   // segment), with --save or --resume.
   uint64_t parameters = 0, gradients = 0, optimizer = 0, exchange = 0, activations = 0,
-           model_state_slots = 0, checkpoint = 0;
+           model_state_slots = 0, sharded_blocks = 0, checkpoint = 0;
   // The model state's tier (--model-state): in host memory (counted), or on disk (not).
   uint64_t model_state_host = 0, model_state_disk = 0;
   bool activations_budgeted = false;  // activations is --memory-budget's, per rank
@@ -52,13 +56,28 @@ struct MemoryEstimate {
 
   uint64_t total() const {
     return parameters + gradients + optimizer + exchange + activations + model_state_slots +
-           model_state_host + checkpoint;
+           sharded_blocks + model_state_host + checkpoint;
   }
   // "2.4 GiB on this machine (4 ranks: parameters 120.0 MiB, gradients ..., ...)".
   std::string str() const;
 };
 
 MemoryEstimate estimate_memory(const TrainConfig& cfg);
+
+// One rank's memory, the rank at tensor-parallel rank `tp_rank` of pipeline stage `stage` (its
+// data-parallel peers need the same), for a limit per rank: `fixed` is everything but the
+// activations (the model-state tier too when it is host memory), `activations` what they need
+// in-core, `budget_holds` what a --memory-budget holds beside them (the model-state slots, and
+// with --model-state the embeddings' and ln_f's state), so that under a budget of B bytes the
+// activations get B - budget_holds.
+struct RankMemory {
+  uint64_t fixed = 0, activations = 0, budget_holds = 0;
+  uint64_t in_core() const { return fixed + activations; }
+  uint64_t with_budget(uint64_t budget) const {
+    return fixed + (budget > budget_holds ? budget - budget_holds : 0);
+  }
+};
+RankMemory rank_memory(const TrainConfig& cfg, int tp_rank, int stage);
 
 // The memory this process may still use: MemAvailable from /proc/meminfo, or the room left under
 // this process's cgroup limit (v2 memory.max less memory.current; v1 memory.limit_in_bytes less

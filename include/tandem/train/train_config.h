@@ -75,6 +75,9 @@ struct TrainConfig {
   // How many of each stage's blocks stay resident in memory instead of streaming (at most all of
   // them); -1: the planner's choice under --memory-budget (none without a budget).
   int resident_blocks = -1;
+  // `tandem train --grid auto`: the plan's choice of grid and why (grid_plan.h), printed among
+  // the start-up lines ("" otherwise).
+  std::string grid_choice;
   // `tandem plan`: profile and plan, print the plan's report (and write its predicted timeline to
   // trace_path), train nothing.
   bool plan_only = false;

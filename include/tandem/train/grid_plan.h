@@ -1,0 +1,104 @@
+// The plan across grids (`tandem plan --ranks N --memory-per-rank M`, `tandem train --grid auto`):
+// every grid dp x tp x pp of N ranks that the model allows, with each sharding (--shard moments,
+// and weights when dp >= 2), the blocks' state in memory or streamed (when --model-state names a
+// tier), and the activations in-core or out-of-core within what the limit leaves; for each
+// configuration that fits M bytes a rank (memory_estimate.h's rank_memory), the step the
+// performance model predicts from measured compute, link and tier rates; the fastest first.
+//
+// The performance model, per step (docs/training.md, "Choosing a grid", says where it is off):
+//   compute    each unit's (half block's) matmul FLOPs over the measured GEMM rate at the shard's
+//              shapes; backward twice the forward; the LM head on the last stage, whole on every
+//              tp rank; the out-of-core planner's prediction with these unit times (its
+//              recomputation and swap stalls included)
+//   tp         per block 2 all-reduces in the forward, 2 in the backward, of micro_rows x T x C
+//              floats each: latency + 2 (tp-1)/tp bytes / link
+//   pipeline   1F1B: the slowest stage's M micro-batches stretched by (M + pp - 1) / M (the
+//              bubble), and per micro-batch a hand-off of micro_rows x T x C floats each way
+//   dp         the rank's gradients reduce-scattered and its weights all-gathered, (dp-1)/dp of
+//              the bytes each over the link; the blocks' exchange overlaps the last micro-batch's
+//              backward (only the excess counts), the embeddings' and ln_f's does not
+//   ZeRO-3     with --shard weights each block's weights all-gathered before its forward and its
+//              backward, each micro-batch, overlapping the previous block's compute (only the
+//              excess counts); the blocks' update all-gathers nothing
+//   state I/O  with --model-state, the block store's traffic a step (BlockStore's formula) at the
+//              tier's measured rates; a stage takes the longer of its compute and that I/O
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tandem/ooc/slow_tier.h"
+#include "tandem/train/train_config.h"
+
+namespace tandem::train {
+
+// What the performance model works from.
+struct Rates {
+  std::map<int, double> gemm_flops_per_s;   // per tensor-parallel degree (the shards' width)
+  double link_bytes_per_s = 0;              // a ring collective's bus bandwidth; a send's rate
+  double link_latency_s = 0;                // per collective or hand-off
+  ooc::TierBandwidth swap_tier;             // --slow-tier's: swapped activations
+  ooc::TierBandwidth state_tier;            // --model-state's, when it names one
+  std::string compute_source, link_source;  // how each was found, for the report
+};
+
+// Measures the rates on this machine in a few seconds: a GEMM of each tp degree's MLP shape at
+// the BLAS threads a rank of `ranks` will have, an in-process all-reduce over min(ranks, 8)
+// threads (unless `link_gbps` states the link: a multi-host run's), and the tiers' bandwidth.
+Rates measure_rates(const TrainConfig& base, int ranks, std::optional<double> link_gbps);
+
+// A configuration that fits, and its prediction. Times in seconds a step.
+struct GridOption {
+  TrainConfig cfg;               // the run: grid, sharding, model state, --memory-budget
+  uint64_t memory_per_rank = 0;  // the estimate of the rank that needs the most
+  std::string activations;       // "in-core", or the out-of-core plan and its budget
+  double compute_s = 0;          // the slowest stage's matmuls (recomputation included)
+  double comm_s = 0;             // its tp all-reduces, hand-offs and exposed ZeRO-3 gathers
+  double stall_s = 0;            // its waits for swapped activations
+  double io_s = 0;               // the model state's I/O beyond the stage's compute
+  double bubble_s = 0;           // the pipeline's idle share
+  double dp_s = 0;               // the data-parallel exchange not hidden by the backward
+  double step_s = 0;
+  double tokens_per_s = 0;
+  std::string describe() const;  // "dp=2 tp=1 pp=2, --shard weights, blocks in memory, in-core"
+};
+
+// A grid or configuration left out, and why.
+struct Refusal {
+  std::string what;
+  std::string why;
+};
+
+// The grids dp x tp x pp with dp tp pp = ranks (dp fastest-varying last), those the model and the
+// batch allow and those they refuse, with TrainConfig::validate's reason.
+struct GridCandidates {
+  std::vector<parallel::GridShape> allowed;
+  std::vector<Refusal> refused;
+};
+GridCandidates candidate_grids(const TrainConfig& base, int ranks);
+
+struct GridPlan {
+  int ranks = 0;
+  uint64_t memory_per_rank = 0;
+  Rates rates;
+  std::vector<GridOption> options;  // every configuration that fits, fastest first
+  std::vector<Refusal> refused;     // grids the model refuses, configurations that do not fit
+  const GridOption& best() const { return options.front(); }
+};
+
+// Every configuration of `ranks` ranks on `base`'s model, batch and flags that fits
+// `memory_per_rank`, predicted at `rates`. When none fits: one UserError naming the smallest
+// memory per rank that works and the configuration that needs it.
+GridPlan plan_grids(const TrainConfig& base, int ranks, uint64_t memory_per_rank,
+                    const Rates& rates);
+
+// `tandem plan`'s table: the rates, every configuration fastest first, the refusals, the
+// recommendation.
+std::string grid_plan_report(const GridPlan& plan);
+// The start-up line of `tandem train --grid auto`: the choice and why.
+std::string grid_choice_line(const GridPlan& plan);
+
+}  // namespace tandem::train

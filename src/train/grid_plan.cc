@@ -1,0 +1,528 @@
+// The plan across grids: the configurations of N ranks that fit a memory per rank, each step
+// predicted by the performance model in grid_plan.h from measured rates, the fastest first.
+#include "tandem/train/grid_plan.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "tandem/comm/communicator.h"
+#include "tandem/comm/mpi.h"
+#include "tandem/comm/thread.h"
+#include "tandem/core/blas.h"
+#include "tandem/core/error.h"
+#include "tandem/core/gemm.h"
+#include "tandem/core/tensor.h"
+#include "tandem/ooc/bytes.h"
+#include "tandem/ooc/memory_schedule.h"
+#include "tandem/ooc/plan.h"
+#include "tandem/ooc/planner.h"
+#include "tandem/parallel/block_store.h"
+#include "tandem/parallel/model.h"
+#include "tandem/parallel/shard.h"
+#include "tandem/train/memory_estimate.h"
+
+namespace tandem::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int kGemmRows = 1024;            // rows of the measured GEMM, at most
+constexpr double kGemmSeconds = 0.2;       // timed per shape, about
+constexpr uint64_t kLinkBytes = 16 << 20;  // the measured all-reduce
+constexpr int kLinkRanks = 8;              // threads it runs on, at most
+constexpr uint64_t kTierProbeBytes = 32 << 20;
+constexpr double kStatedLinkLatencyS = 50e-6;  // with --link-gbps: a TCP round trip, about
+// The out-of-core searches per stage: enough for the benchmark models, short across many grids.
+constexpr int64_t kPlanEvaluations = 20'000;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// FLOP/s of one (rows x k) by (k x n) GEMM of `type`: the fastest of repeats filling about
+// kGemmSeconds (a busy machine only slows a repeat down, so the fastest is the least disturbed).
+double gemm_rate(DType type, int rows, int n, int k) {
+  const size_t elem = dtype_size(type);
+  std::vector<char> a(static_cast<size_t>(rows) * k * elem), b(static_cast<size_t>(k) * n * elem);
+  std::vector<float> c(static_cast<size_t>(rows) * n);
+  GemmCall call;
+  call.type = type;
+  call.m = rows, call.n = n, call.k = k;
+  call.a = a.data(), call.lda = k;
+  call.b = b.data(), call.ldb = n;
+  call.c = c.data(), call.ldc = n;
+  gemm(call);  // warm-up: threads started, primitives created
+  std::vector<double> times;
+  const auto begin = Clock::now();
+  while (times.size() < 3 || (seconds_since(begin) < kGemmSeconds && times.size() < 50)) {
+    const auto t = Clock::now();
+    gemm(call);
+    times.push_back(seconds_since(t));
+  }
+  return 2.0 * rows * n * k / std::max(*std::min_element(times.begin(), times.end()), 1e-9);
+}
+
+// An in-process all-reduce's bus bandwidth and a small one's latency over `p` threads.
+void measure_link(int p, Rates& r) {
+  std::vector<double> big, small;
+  comm::run_ranks(p, [&](comm::Communicator& c) {
+    Tensor b = Tensor::zeros(DType::F32, Shape{static_cast<int64_t>(kLinkBytes / 4)});
+    Tensor s = Tensor::zeros(DType::F32, Shape{256});
+    c.all_reduce(b, ReduceOp::Sum);  // warm-up
+    for (int i = 0; i < 3; ++i) {
+      c.barrier();
+      const auto t = Clock::now();
+      c.all_reduce(b, ReduceOp::Sum);
+      if (c.rank() == 0) big.push_back(seconds_since(t));
+    }
+    for (int i = 0; i < 20; ++i) {
+      c.barrier();
+      const auto t = Clock::now();
+      c.all_reduce(s, ReduceOp::Sum);
+      if (c.rank() == 0) small.push_back(seconds_since(t));
+    }
+  });
+  r.link_latency_s = median(small);
+  const double moved = 2.0 * (p - 1) / p * static_cast<double>(kLinkBytes);
+  r.link_bytes_per_s = moved / std::max(median(big) - r.link_latency_s, 1e-9);
+  r.link_source = fmt::format("measured: an in-process all-reduce of {} over {} threads",
+                              ooc::human_bytes(kLinkBytes), p);
+}
+
+ooc::TierBandwidth tier_rates(const ooc::TierSpec& spec) {
+  auto tier = ooc::open_slow_tier(spec, kTierProbeBytes, "the grid plan's bandwidth probe");
+  return ooc::measure_bandwidth(*tier, kTierProbeBytes);
+}
+
+// TrainConfig::validate's refusal of `cfg`, or "".
+std::string refusal_of(const TrainConfig& cfg) {
+  try {
+    cfg.validate();
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Grid divisors of `n`, ascending.
+std::vector<int> divisors(int n) {
+  std::vector<int> d;
+  for (int i = 1; i <= n; ++i)
+    if (n % i == 0) d.push_back(i);
+  return d;
+}
+
+// A configuration's run: `base` on grid `g` with nothing the plan chooses set yet.
+TrainConfig on_grid(const TrainConfig& base, const parallel::GridShape& g) {
+  TrainConfig c = base;
+  c.grid = g;
+  c.plan_only = false;
+  c.memory_budget.clear();
+  c.ooc_plan.clear();
+  c.model_state.reset();
+  c.resident_blocks = -1;
+  c.optimizer.sharding = parallel::Sharding::Moments;
+  return c;
+}
+
+// One pipeline stage of a configuration: what it saves, its memory, its unit times.
+struct Stage {
+  nn::ChainLayout chain;
+  RankMemory memory;
+  ooc::Profile profile;         // the unit times the model predicts (comm included)
+  double comm_per_micro_s = 0;  // of which communication, per micro-batch
+  double backward_micro_s = 0;  // one micro-batch's backward, the data-parallel exchange's cover
+  double dp_blocks_s = 0, dp_rest_s = 0;  // the data-parallel exchange: blocks', the rest's
+  double state_io_s = 0;                  // the model state's I/O a step (with --model-state)
+};
+
+double rate_for(const Rates& r, int tp) {
+  const auto it = r.gemm_flops_per_s.find(tp);
+  TANDEM_CHECK(it != r.gemm_flops_per_s.end(), "no GEMM rate for tp {}", tp);
+  return it->second;
+}
+
+// The block store's traffic a step with no block resident (BlockStore::predicted_step_traffic's
+// formula, before a store exists): every block's moments read and its weights and moments
+// written once; its weights read in each pass but for the blocks still in a slot when the pass
+// turns; with several micro-batches its gradient sums written and read back.
+std::pair<uint64_t, uint64_t> state_traffic(uint64_t blocks, uint64_t block_bytes,
+                                            uint64_t piece_bytes, uint64_t M) {
+  const uint64_t slots = parallel::BlockStore::kWeightSlots;
+  const uint64_t misses = blocks > slots ? blocks - slots : 0;
+  uint64_t read = blocks * 2 * piece_bytes + 2 * M * misses * block_bytes;
+  uint64_t written = blocks * (block_bytes + 2 * piece_bytes);
+  if (blocks > static_cast<uint64_t>(parallel::BlockStore::gradient_slots(static_cast<int>(M)))) {
+    read += (M - 1) * blocks * block_bytes;
+    written += (M - 1) * blocks * block_bytes;
+  }
+  return {read, written};
+}
+
+Stage model_stage(const TrainConfig& cfg, int s, const Rates& r) {
+  const parallel::GridShape& g = cfg.grid;
+  const nn::GPTConfig& m = cfg.model;
+  const int M = cfg.micro_batch_count();
+  const int rows = static_cast<int>(cfg.batch / g.dp / M);
+  const double T = m.seq_len, C = m.d_model, V = m.vocab_size, tokens = rows * T;
+  const double rate = rate_for(r, g.tp);
+  const double lat = r.link_latency_s, bw = r.link_bytes_per_s;
+  Stage st;
+  st.chain =
+      parallel::ParallelGPT::chain_layout(m, g, parallel::GridCoord{0, 0, s}, rows, m.seq_len, M);
+  st.memory = rank_memory(cfg, 0, s);
+  const parallel::ShardLayout layout(m, g, 0, s);
+  const int64_t block = layout.block_range(layout.first_layer()).second -
+                        layout.block_range(layout.first_layer()).first;
+  const int blocks = layout.end_layer() - layout.first_layer();
+  const double block_floats = static_cast<double>(block) * blocks;
+  const double rest_floats = static_cast<double>(layout.size()) - block_floats;
+
+  // Matmul seconds of each half block's forward (its backward: twice), the head's.
+  const double attn_s = tokens * (8 * C * C + 4 * T * C) / g.tp / rate;
+  const double mlp_s = tokens * 16 * C * C / g.tp / rate;
+  const double head_s = layout.has_final() ? 2 * tokens * C * V / rate : 0;
+  const double act_bytes = tokens * C * sizeof(float);
+  const double tp_s = g.tp > 1 ? lat + 2.0 * (g.tp - 1) / g.tp * act_bytes / bw : 0;
+  const double handoff_s = lat + act_bytes / bw;
+  const bool zero3 = cfg.optimizer.sharding == parallel::Sharding::Weights;
+  const double gather_s =
+      zero3 ? lat + (g.dp - 1.0) / g.dp * static_cast<double>(block) * sizeof(float) / bw : 0;
+  // A gather overlaps the previous block's compute; the stage's first has nothing to hide behind.
+  const double gather_f = std::max(0.0, gather_s - (attn_s + mlp_s));
+  const double gather_b = std::max(0.0, gather_s - 2 * (attn_s + mlp_s));
+  const int n = st.chain.units;
+  for (int u = 0; u < n; ++u) {
+    const bool attn = u % nn::kBlockHalves == 0;
+    double f = attn ? attn_s : mlp_s, b = 2 * f, cf = tp_s, cb = tp_s;
+    if (u == n - 1) f += head_s, b += 2 * head_s;
+    if (u == n - 1 && s < g.pp - 1) cf += handoff_s;
+    if (u == 0 && s > 0) cb += handoff_s;
+    if (attn && zero3) {
+      cf += u == 0 ? gather_s : gather_f;
+      cb += u == n - 2 ? gather_s : gather_b;
+    }
+    st.profile.forward_s.push_back(f + cf);
+    st.profile.backward_s.push_back(b + cb);
+    st.comm_per_micro_s += cf + cb;
+    st.backward_micro_s += b + cb;
+  }
+  st.profile.write_bytes_per_s = r.swap_tier.write_bytes_per_s;
+  st.profile.read_bytes_per_s = r.swap_tier.read_bytes_per_s;
+
+  // The data-parallel exchange: gradients reduce-scattered (in the gradients' dtype), weights
+  // all-gathered; a sharded block's weights stay sliced, so its update gathers nothing.
+  if (g.dp > 1) {
+    const double frac = (g.dp - 1.0) / g.dp, gsize = dtype_size(cfg.optimizer.grad_dtype);
+    st.dp_blocks_s = lat + frac * block_floats * (gsize + (zero3 ? 0 : sizeof(float))) / bw;
+    st.dp_rest_s = lat + frac * rest_floats * (gsize + sizeof(float)) / bw;
+  }
+  if (cfg.model_state) {
+    const uint64_t block_bytes = static_cast<uint64_t>(block) * sizeof(float);
+    const uint64_t piece_bytes = static_cast<uint64_t>((block + g.dp - 1) / g.dp) * sizeof(float);
+    const auto [read, written] = state_traffic(static_cast<uint64_t>(blocks), block_bytes,
+                                               piece_bytes, static_cast<uint64_t>(M));
+    st.state_io_s = static_cast<double>(read) / r.state_tier.read_bytes_per_s +
+                    static_cast<double>(written) / r.state_tier.write_bytes_per_s;
+  }
+  return st;
+}
+
+// A size as a flag reads it back exactly: "9MiB", "3234KiB", "1000".
+std::string size_flag(uint64_t bytes) {
+  for (auto [unit, scale] :
+       {std::pair{"GiB", 1ull << 30}, {"MiB", 1ull << 20}, {"KiB", 1ull << 10}})
+    if (bytes % scale == 0) return fmt::format("{}{}", bytes / scale, unit);
+  return fmt::format("{}", bytes);
+}
+
+std::string flags_of(const TrainConfig& c) {
+  std::string f = fmt::format("--dp {} --tp {} --pp {}", c.grid.dp, c.grid.tp, c.grid.pp);
+  if (c.optimizer.sharding == parallel::Sharding::Weights) f += " --shard weights";
+  if (c.model_state) f += " --model-state " + c.model_state->str();
+  if (!c.memory_budget.empty()) f += " --memory-budget " + c.memory_budget;
+  return f;
+}
+
+std::string listed(const std::vector<Refusal>& refused) {
+  std::vector<std::string> parts;
+  for (const Refusal& r : refused) parts.push_back(r.what + ": " + r.why);
+  return fmt::format("{}", fmt::join(parts, "; "));
+}
+
+std::string describe_config(const TrainConfig& c) {
+  return fmt::format("{}, --shard {}, blocks {}", c.grid.str(),
+                     parallel::sharding_name(c.optimizer.sharding),
+                     c.model_state ? "streamed from " + c.model_state->str() : "in memory");
+}
+
+// Plans one configuration against the limit: the option when it fits, else the least memory
+// per rank it would need.
+struct Evaluation {
+  std::optional<GridOption> option;
+  uint64_t least_bytes = 0;
+  bool least_out_of_core = false;  // the least needs the activations out-of-core
+};
+
+Evaluation evaluate(const TrainConfig& cfg, uint64_t limit, const Rates& rates) {
+  const parallel::GridShape& g = cfg.grid;
+  std::vector<Stage> stages;
+  for (int s = 0; s < g.pp; ++s) stages.push_back(model_stage(cfg, s, rates));
+  uint64_t in_core = 0, fixed_less_held = 0;
+  for (const Stage& st : stages) {
+    in_core = std::max(in_core, st.memory.in_core());
+    fixed_less_held = std::max(fixed_less_held, st.memory.fixed - st.memory.budget_holds);
+  }
+  Evaluation ev;
+  GridOption o;
+  o.cfg = cfg;
+  std::vector<ooc::Prediction> predictions;
+  if (in_core <= limit) {
+    o.memory_per_rank = in_core;
+    o.activations = "in-core";
+    for (const Stage& st : stages)
+      predictions.push_back(ooc::predict(st.chain, ooc::keep_all(st.chain.units), st.profile));
+  } else {
+    // Out-of-core: one --memory-budget B for every rank; stage s's activations get
+    // B - budget_holds, and a rank needs fixed - budget_holds + B.
+    uint64_t least_budget = 0;
+    for (const Stage& st : stages) {
+      const ooc::Profile sizes = ooc::uniform_profile(st.chain.units, 1.0, 2.0, 1e9, 1e9);
+      const uint64_t smallest = ooc::smallest_budget(st.chain, sizes).bytes;
+      least_budget = std::max(least_budget, st.memory.budget_holds + smallest);
+    }
+    ev.least_bytes = std::min(in_core, fixed_less_held + least_budget);
+    ev.least_out_of_core = ev.least_bytes < in_core;
+    if (fixed_less_held + least_budget > limit) return ev;
+    // Whole KiB, so that the flag reads back the same.
+    const uint64_t budget = (limit - fixed_less_held) / 1024 * 1024;
+    if (budget < least_budget) return ev;
+    std::vector<std::string> plans;
+    try {
+      for (const Stage& st : stages) {
+        const ooc::PlannerResult p =
+            ooc::plan_step(st.chain, st.profile, budget - st.memory.budget_holds, kPlanEvaluations);
+        predictions.push_back(p.best.prediction);
+        plans.push_back(p.best.plan.str());
+      }
+    } catch (const UserError&) {
+      return ev;  // the search, cut short, found no plan that fits
+    }
+    o.cfg.memory_budget = size_flag(budget);
+    o.memory_per_rank = fixed_less_held + budget;
+    o.activations = fmt::format("out-of-core, plan{} {}", plans.size() == 1 ? "" : "s by stage",
+                                fmt::join(plans, " "));
+  }
+  ev.least_bytes = o.memory_per_rank;
+  // The slowest stage sets the pipeline's pace; the exchange's exposed part follows the step.
+  const int M = cfg.micro_batch_count();
+  double slowest = 0, dp = 0;
+  for (size_t s = 0; s < stages.size(); ++s) {
+    const Stage& st = stages[s];
+    const ooc::Prediction& p = predictions[s];
+    const double stage_s = std::max(p.step_s, st.state_io_s);
+    if (stage_s >= slowest) {
+      slowest = stage_s;
+      o.comm_s = M * st.comm_per_micro_s;
+      o.compute_s = p.compute_s - o.comm_s;
+      o.stall_s = p.step_s - p.compute_s;
+      o.io_s = stage_s - p.step_s;
+    }
+    const double cover =
+        cfg.optimizer.exchange == parallel::GradExchange::Overlap ? st.backward_micro_s : 0;
+    dp = std::max(dp, std::max(0.0, st.dp_blocks_s - cover) + st.dp_rest_s);
+  }
+  o.bubble_s = slowest * (g.pp - 1) / M;
+  o.dp_s = dp;
+  o.step_s = slowest + o.bubble_s + o.dp_s;
+  o.tokens_per_s = static_cast<double>(cfg.batch) * cfg.model.seq_len / o.step_s;
+  ev.option = std::move(o);
+  return ev;
+}
+
+}  // namespace
+
+std::string GridOption::describe() const {
+  return fmt::format("{}, {}", describe_config(cfg), activations);
+}
+
+GridCandidates candidate_grids(const TrainConfig& base, int ranks) {
+  if (ranks < 1) user_error("--ranks {} must be at least 1", ranks);
+  GridCandidates c;
+  for (int dp : divisors(ranks))
+    for (int tp : divisors(ranks / dp)) {
+      const parallel::GridShape g{dp, tp, ranks / dp / tp};
+      if (std::string why = refusal_of(on_grid(base, g)); !why.empty())
+        c.refused.push_back({g.str(), std::move(why)});
+      else
+        c.allowed.push_back(g);
+    }
+  return c;
+}
+
+Rates measure_rates(const TrainConfig& base, int ranks, std::optional<double> link_gbps) {
+  Rates r;
+  const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int local = base.backend == comm::Backend::Thread ? ranks : comm::launched_local_ranks();
+  const int threads = base.blas_threads > 0 ? base.blas_threads : std::max(1, hw / local);
+  const int saved = blas::num_threads();
+  blas::set_num_threads(threads);
+  const nn::GPTConfig& m = base.model;
+  const int rows = static_cast<int>(
+      std::min<int64_t>(kGemmRows, m.seq_len * std::max<int64_t>(1, base.batch / ranks)));
+  // Two rounds, the better of each: the first shape measured also pays for the warm-up of the
+  // library and the processor's clock.
+  for (int round = 0; round < 2; ++round)
+    for (int tp : divisors(ranks))
+      if (m.n_heads % tp == 0) {
+        double& rate = r.gemm_flops_per_s[tp];
+        rate = std::max(rate, gemm_rate(m.matmul, rows, 4 * m.d_model / tp, m.d_model));
+      }
+  blas::set_num_threads(saved);
+  r.compute_source = fmt::format(
+      "measured: a {} GEMM of the MLP's shape ({} rows) on {} BLAS "
+      "thread{} a rank",
+      dtype_name(m.matmul), rows, threads, threads == 1 ? "" : "s");
+  if (link_gbps) {
+    r.link_bytes_per_s = *link_gbps * 1e9 / 8;
+    r.link_latency_s = kStatedLinkLatencyS;
+    r.link_source = fmt::format("stated: --link-gbps {:g}, {:.0f} us a message", *link_gbps,
+                                kStatedLinkLatencyS * 1e6);
+  } else if (ranks > 1) {
+    measure_link(std::min({ranks, kLinkRanks, comm::kMaxThreadRanks}), r);
+  } else {
+    r.link_bytes_per_s = 1e12;
+    r.link_source = "one rank: no link";
+  }
+  r.swap_tier = tier_rates(base.slow_tier);
+  if (base.model_state) r.state_tier = tier_rates(*base.model_state);
+  return r;
+}
+
+GridPlan plan_grids(const TrainConfig& base, int ranks, uint64_t memory_per_rank,
+                    const Rates& rates) {
+  GridPlan plan;
+  plan.ranks = ranks;
+  plan.memory_per_rank = memory_per_rank;
+  plan.rates = rates;
+  const GridCandidates grids = candidate_grids(base, ranks);
+  plan.refused = grids.refused;
+  if (grids.allowed.empty())
+    user_error("no grid of {} ranks suits this model and batch: {}", ranks, listed(grids.refused));
+  std::optional<std::pair<uint64_t, std::string>> least;  // over every configuration
+  for (const parallel::GridShape& g : grids.allowed) {
+    std::vector<TrainConfig> configs;
+    TrainConfig c = on_grid(base, g);
+    configs.push_back(c);
+    if (g.dp >= 2) {
+      TrainConfig w = c;
+      w.optimizer.sharding = parallel::Sharding::Weights;
+      configs.push_back(w);
+    }
+    if (base.model_state) {
+      TrainConfig st = c;
+      st.model_state = base.model_state;
+      st.resident_blocks = base.resident_blocks;
+      configs.push_back(st);
+    }
+    for (const TrainConfig& cfg : configs) {
+      if (std::string why = refusal_of(cfg); !why.empty()) {
+        plan.refused.push_back({describe_config(cfg), std::move(why)});
+        continue;
+      }
+      Evaluation ev = evaluate(cfg, memory_per_rank, rates);
+      if (!least || ev.least_bytes < least->first)
+        least = {ev.least_bytes,
+                 describe_config(cfg) + (ev.least_out_of_core ? ", activations out-of-core" : "")};
+      if (ev.option) {
+        plan.options.push_back(std::move(*ev.option));
+      } else {
+        plan.refused.push_back(
+            {describe_config(cfg),
+             fmt::format("needs at least {} a rank", ooc::human_bytes(ev.least_bytes))});
+      }
+    }
+  }
+  if (plan.options.empty()) {
+    if (!least)
+      user_error("no configuration of {} ranks suits these flags: {}", ranks, listed(plan.refused));
+    const uint64_t kib = (least->first + 1023) / 1024;
+    user_error(
+        "no grid of {} ranks fits {} a rank: the smallest memory per rank that works is {} "
+        "(--memory-per-rank {}), with {}",
+        ranks, ooc::human_bytes(memory_per_rank), ooc::human_bytes(least->first),
+        size_flag(kib * 1024), least->second);
+  }
+  std::stable_sort(plan.options.begin(), plan.options.end(),
+                   [](const GridOption& a, const GridOption& b) { return a.step_s < b.step_s; });
+  return plan;
+}
+
+std::string grid_plan_report(const GridPlan& plan) {
+  const TrainConfig& c = plan.best().cfg;
+  const Rates& r = plan.rates;
+  std::string out = fmt::format(
+      "tandem plan: GPT {} layers x d_model {} ({} heads), {} x {} tokens a step, on {} ranks "
+      "with {} a rank\n",
+      c.model.n_layers, c.model.d_model, c.model.n_heads, c.batch, c.model.seq_len, plan.ranks,
+      ooc::human_bytes(plan.memory_per_rank));
+  std::vector<std::string> gemms;
+  for (const auto& [tp, f] : r.gemm_flops_per_s)
+    gemms.push_back(fmt::format("tp{} {:.1f}", tp, f / 1e9));
+  out += fmt::format("  compute: GFLOP/s {} ({})\n", fmt::join(gemms, ", "), r.compute_source);
+  out += fmt::format("  link: {:.2f} GB/s, {:.1f} us a message ({})\n", r.link_bytes_per_s / 1e9,
+                     r.link_latency_s * 1e6, r.link_source);
+  out += fmt::format("  slow tier {}: write {:.2f} GB/s, read {:.2f} GB/s\n", c.slow_tier.str(),
+                     r.swap_tier.write_bytes_per_s / 1e9, r.swap_tier.read_bytes_per_s / 1e9);
+  if (r.state_tier.read_bytes_per_s > 0)
+    out += fmt::format("  model-state tier: write {:.2f} GB/s, read {:.2f} GB/s\n",
+                       r.state_tier.write_bytes_per_s / 1e9, r.state_tier.read_bytes_per_s / 1e9);
+  out += fmt::format("\n{:<17}{:<10}{:<14}{:<34}{:>12}{:>10}{:>12}  {}\n", "grid", "sharding",
+                     "model state", "activations", "memory/rank", "step", "tokens/s",
+                     "compute + comm + stall + io + bubble + dp (s)");
+  for (const GridOption& o : plan.options) {
+    const std::string acts =
+        o.cfg.memory_budget.empty()
+            ? "in-core"
+            : fmt::format("out-of-core in {}",
+                          ooc::human_bytes(ooc::parse_bytes(o.cfg.memory_budget)));
+    out += fmt::format(
+        "{:<17}{:<10}{:<14}{:<34}{:>12}{:>9.4f}s{:>12.0f}  {:.4f} + {:.4f} + {:.4f} + {:.4f} + "
+        "{:.4f} + {:.4f}\n",
+        o.cfg.grid.str(), parallel::sharding_name(o.cfg.optimizer.sharding),
+        o.cfg.model_state ? "streamed" : "memory", acts, ooc::human_bytes(o.memory_per_rank),
+        o.step_s, o.tokens_per_s, o.compute_s, o.comm_s, o.stall_s, o.io_s, o.bubble_s, o.dp_s);
+  }
+  if (!plan.refused.empty()) {
+    out += "\nleft out:\n";
+    for (const Refusal& f : plan.refused) out += fmt::format("  {}: {}\n", f.what, f.why);
+  }
+  const GridOption& b = plan.best();
+  out += fmt::format(
+      "\nrecommended: {} ({}): predicted {:.4f} s a step, {:.0f} tokens/s; `tandem train --grid "
+      "auto --ranks {} --memory-per-rank {}` takes it\n",
+      flags_of(b.cfg), b.activations, b.step_s, b.tokens_per_s, plan.ranks,
+      size_flag(plan.memory_per_rank));
+  return out;
+}
+
+std::string grid_choice_line(const GridPlan& plan) {
+  const GridOption& b = plan.best();
+  return fmt::format(
+      "--grid auto: {} ({}), the fastest of {} configuration{} of {} ranks that fit {} a rank, "
+      "predicted {:.4f} s a step",
+      flags_of(b.cfg), b.activations, plan.options.size(), plan.options.size() == 1 ? "" : "s",
+      plan.ranks, ooc::human_bytes(plan.memory_per_rank), b.step_s);
+}
+
+}  // namespace tandem::train

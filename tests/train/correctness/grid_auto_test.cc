@@ -1,0 +1,55 @@
+// `tandem plan --ranks N` lists the grids that fit and recommends one; `tandem train --grid auto`
+// trains on the grid it chose (a tiny model, 2 in-process ranks, 1 step) and says so at start-up.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <regex>
+
+#include "support/cli.h"
+
+namespace tandem::train {
+namespace {
+
+using tandem::testing::run_tandem;
+using ::testing::HasSubstr;
+
+TEST(GridAuto, PlanListsTheGridsAndRecommendsOne) {
+  const auto r = run_tandem("plan --model tiny --ranks 2 --memory-per-rank 64MiB");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("dp=2 tp=1 pp=1   moments   memory        in-core"));
+  EXPECT_THAT(r.output, HasSubstr("dp=2 tp=1 pp=1   weights   memory        in-core"));
+  EXPECT_THAT(r.output, HasSubstr("dp=1 tp=2 pp=1   moments"));
+  EXPECT_THAT(r.output, HasSubstr("dp=1 tp=1 pp=2   moments"));
+  EXPECT_THAT(r.output, HasSubstr("\nrecommended: --dp "));
+}
+
+// At a limit that leaves out-of-core room or not, the run's grid, sharding and budget are the
+// choice its start-up line names.
+TEST(GridAuto, TrainTakesThePlansChoice) {
+  for (const char* limit : {"64MiB", "3MiB"}) {
+    SCOPED_TRACE(limit);
+    const auto r = run_tandem(fmt::format(
+        "train --model tiny --grid auto --ranks 2 --memory-per-rank {} --steps 1 --eval-every 0 "
+        "--executor plan --threads 1 --quiet",
+        limit));
+    ASSERT_EQ(r.status, 0) << r.output;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(
+        r.output, m,
+        std::regex(
+            "\n  --grid auto: --dp ([0-9]) --tp ([0-9]) --pp ([0-9])( --shard weights)?"
+            "( --memory-budget [0-9]+[KMG]iB)? \\((in-core|out-of-core[^)]*)\\), the fastest "
+            "of [0-9]+ configurations? of 2 ranks that fit [0-9.]+ MiB a rank, predicted")))
+        << r.output;
+    EXPECT_THAT(r.output, HasSubstr(fmt::format("2 ranks (dp={} tp={} pp={}, thread backend)",
+                                                m[1].str(), m[2].str(), m[3].str())));
+    EXPECT_EQ(m[5].matched, r.output.find("  out-of-core: budget") != std::string::npos);
+    // 3 MiB: no configuration fits in-core (the plan runner's exchange buffers are two segments).
+    if (std::string(limit) == "3MiB") {
+      EXPECT_TRUE(m[5].matched) << r.output;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tandem::train

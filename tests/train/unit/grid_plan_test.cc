@@ -1,0 +1,199 @@
+// The plan across grids at stated rates: which grids of 4 ranks a model allows and why the others
+// are refused, every listed configuration within the limit per rank, the recommendation the
+// fastest prediction, the one error naming the smallest memory per rank that works, and the
+// memory estimate's sharded blocks.
+#include "tandem/train/grid_plan.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <regex>
+
+#include "tandem/ooc/bytes.h"
+#include "tandem/parallel/model_state.h"
+#include "tandem/parallel/shard.h"
+#include "tandem/train/memory_estimate.h"
+#include "train/test_util.h"
+
+namespace tandem::train {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::UnorderedElementsAre;
+using testing::user_error_of;
+
+// 2 layers, 2 heads, a batch of 6: of the grids of 4 ranks, pp 4 has too few layers, tp 4 too few
+// heads, dp 4 does not divide the batch.
+TrainConfig model() {
+  TrainConfig c = testing::tiny_run(1);
+  c.model.d_model = 32;
+  c.batch = 6;
+  return c;
+}
+
+Rates rates() {
+  Rates r;
+  for (int tp : {1, 2, 4}) r.gemm_flops_per_s[tp] = 1e10;
+  r.link_bytes_per_s = 1e9;
+  r.link_latency_s = 1e-5;
+  r.swap_tier = {1e9, 1e9};
+  r.state_tier = {1e9, 1e9};
+  return r;
+}
+
+// The most any rank of the option's run needs (every tp rank of every stage).
+uint64_t largest_rank(const GridOption& o) {
+  uint64_t most = 0;
+  for (int s = 0; s < o.cfg.grid.pp; ++s)
+    for (int t = 0; t < o.cfg.grid.tp; ++t) {
+      const RankMemory m = rank_memory(o.cfg, t, s);
+      most = std::max(most, o.cfg.memory_budget.empty()
+                                ? m.in_core()
+                                : m.with_budget(ooc::parse_bytes(o.cfg.memory_budget)));
+    }
+  return most;
+}
+
+TEST(GridPlan, TheGridsOfFourRanksAndWhyOthersAreRefused) {
+  const GridCandidates c = candidate_grids(model(), 4);
+  std::vector<std::string> allowed;
+  for (const parallel::GridShape& g : c.allowed) allowed.push_back(g.str());
+  EXPECT_THAT(allowed, UnorderedElementsAre("dp=1 tp=2 pp=2", "dp=2 tp=1 pp=2", "dp=2 tp=2 pp=1"));
+  std::vector<std::string> refused;
+  for (const Refusal& r : c.refused) refused.push_back(r.what + ": " + r.why);
+  EXPECT_THAT(refused, UnorderedElementsAre(
+                           "dp=1 tp=1 pp=4: --pp 4 needs at least 4 layers; the model has 2",
+                           "dp=1 tp=4 pp=1: --tp 4 must divide the number of heads (2)",
+                           "dp=4 tp=1 pp=1: --batch 6 does not split evenly over --dp 4 "
+                           "data-parallel ranks"));
+}
+
+// Every grid with dp >= 2 is also planned with --shard weights, and with --model-state naming a
+// tier, with the blocks streamed.
+TEST(GridPlan, ConfigurationsOfEachGrid) {
+  const GridPlan p = plan_grids(model(), 4, 1ull << 30, rates());
+  std::vector<std::string> listed;
+  for (const GridOption& o : p.options) listed.push_back(o.describe());
+  EXPECT_THAT(listed,
+              UnorderedElementsAre("dp=1 tp=2 pp=2, --shard moments, blocks in memory, in-core",
+                                   "dp=2 tp=1 pp=2, --shard moments, blocks in memory, in-core",
+                                   "dp=2 tp=1 pp=2, --shard weights, blocks in memory, in-core",
+                                   "dp=2 tp=2 pp=1, --shard moments, blocks in memory, in-core",
+                                   "dp=2 tp=2 pp=1, --shard weights, blocks in memory, in-core"));
+  TrainConfig streamed = model();
+  streamed.model_state = ooc::TierSpec{};  // host
+  const GridPlan q = plan_grids(streamed, 4, 1ull << 30, rates());
+  EXPECT_EQ(q.options.size(), 8u);
+  EXPECT_EQ(std::count_if(q.options.begin(), q.options.end(),
+                          [](const GridOption& o) { return o.cfg.model_state.has_value(); }),
+            3);
+}
+
+// The least memory per rank the error names, as bytes.
+uint64_t smallest_that_works(int ranks) {
+  const std::string e = user_error_of([&] { plan_grids(model(), ranks, 1024, rates()); });
+  std::smatch m;
+  if (!std::regex_search(e, m, std::regex("--memory-per-rank ([0-9]+[KMG]iB)"))) {
+    ADD_FAILURE() << e;
+    return 0;
+  }
+  return ooc::parse_bytes(m[1].str());
+}
+
+// At limits from roomy to the least that works, every configuration listed fits, and the
+// recommendation is the fastest prediction.
+TEST(GridPlan, EveryConfigurationFitsAndTheFastestIsRecommended) {
+  const GridPlan roomy = plan_grids(model(), 4, 1ull << 30, rates());
+  uint64_t in_core = UINT64_MAX;
+  for (const GridOption& o : roomy.options) in_core = std::min(in_core, o.memory_per_rank);
+  const uint64_t least = smallest_that_works(4);
+  ASSERT_LT(least, in_core);
+  for (const uint64_t limit : {uint64_t{1} << 30, in_core, (in_core + least) / 2, least}) {
+    SCOPED_TRACE(ooc::human_bytes(limit));
+    const GridPlan p = plan_grids(model(), 4, limit, rates());
+    ASSERT_FALSE(p.options.empty());
+    double fastest = p.options.front().step_s;
+    for (const GridOption& o : p.options) {
+      SCOPED_TRACE(o.describe());
+      EXPECT_LE(o.memory_per_rank, limit);
+      EXPECT_EQ(largest_rank(o), o.memory_per_rank);
+      EXPECT_EQ(o.cfg.memory_budget.empty(), o.activations == "in-core");
+      EXPECT_GT(o.step_s, 0);
+      EXPECT_NEAR(o.step_s, o.compute_s + o.comm_s + o.stall_s + o.io_s + o.bubble_s + o.dp_s,
+                  1e-12);
+      fastest = std::min(fastest, o.step_s);
+    }
+    EXPECT_EQ(p.best().step_s, fastest);
+    EXPECT_TRUE(std::is_sorted(
+        p.options.begin(), p.options.end(),
+        [](const GridOption& a, const GridOption& b) { return a.step_s < b.step_s; }));
+  }
+}
+
+// Below the least any configuration needs: one error naming that memory, which then works, and
+// the configuration needing it.
+TEST(GridPlan, ATooSmallLimitNamesTheSmallestMemoryThatWorks) {
+  const std::string e = user_error_of([] { plan_grids(model(), 4, 1024, rates()); });
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      e, m,
+      std::regex("^no grid of 4 ranks fits 1.00 KiB a rank: the smallest memory per rank that "
+                 "works is [0-9.]+ [KM]iB \\(--memory-per-rank ([0-9]+[KMG]iB)\\), with (dp=. tp=. "
+                 "pp=.), --shard (moments|weights), blocks in memory(, activations "
+                 "out-of-core)?$")))
+      << e;
+  const uint64_t smallest = ooc::parse_bytes(m[1].str());
+  const GridPlan p = plan_grids(model(), 4, smallest, rates());
+  EXPECT_TRUE(std::any_of(p.options.begin(), p.options.end(),
+                          [&](const GridOption& o) { return o.cfg.grid.str() == m[2].str(); }));
+  EXPECT_THAT(user_error_of([&] { plan_grids(model(), 4, smallest - 1024, rates()); }),
+              HasSubstr("the smallest memory per rank that works"));
+}
+
+TEST(GridPlan, NoGridOfTheRanks) {
+  EXPECT_EQ(user_error_of([] { plan_grids(model(), 5, 1ull << 30, rates()); }),
+            "no grid of 5 ranks suits this model and batch: dp=1 tp=1 pp=5: --pp 5 needs at least "
+            "5 layers; the model has 2; dp=1 tp=5 pp=1: --tp 5 must divide the number of heads "
+            "(2); dp=5 tp=1 pp=1: --batch 6 does not split evenly over --dp 5 data-parallel ranks");
+  EXPECT_EQ(user_error_of([] { candidate_grids(model(), 0); }), "--ranks 0 must be at least 1");
+}
+
+// A slow link makes the tensor-parallel grids' all-reduces the larger part of their step.
+TEST(GridPlan, ASlowerLinkSlowsTensorParallelism) {
+  Rates slow = rates();
+  slow.link_bytes_per_s /= 100;
+  auto step_of = [](const GridPlan& p, const std::string& grid) {
+    for (const GridOption& o : p.options)
+      if (o.cfg.grid.str() == grid) return o;
+    ADD_FAILURE() << grid << " not planned";
+    return GridOption{};
+  };
+  const GridPlan fast_p = plan_grids(model(), 4, 1ull << 30, rates());
+  const GridPlan slow_p = plan_grids(model(), 4, 1ull << 30, slow);
+  const GridOption a = step_of(fast_p, "dp=1 tp=2 pp=2"), b = step_of(slow_p, "dp=1 tp=2 pp=2");
+  EXPECT_GT(b.comm_s, 10 * a.comm_s);
+  EXPECT_GT(b.step_s, a.step_s);
+  EXPECT_GT(a.bubble_s, 0);  // pp 2
+  EXPECT_EQ(step_of(fast_p, "dp=2 tp=2 pp=1").bubble_s, 0);
+}
+
+// --shard weights: the blocks' weights, gradients and moments are what the sharded model state
+// keeps of them; the rest of the shard as before.
+TEST(MemoryEstimate, ShardedWeightsCountTheShardedBlocks) {
+  TrainConfig c = model();
+  c.grid = {2, 1, 1};
+  c.optimizer.sharding = parallel::Sharding::Weights;
+  const MemoryEstimate e = estimate_memory(c);
+  const parallel::ShardLayout layout(c.model, c.grid, 0, 0);
+  const int64_t block = layout.block_range(0).second - layout.block_range(0).first;
+  EXPECT_EQ(e.sharded_blocks,
+            2 * parallel::ModelState::sharded_blocks_bytes(block, 2, 2, c.micro_batch_count()));
+  EXPECT_EQ(e.parameters, 2 * static_cast<uint64_t>(layout.size() - 2 * block) * sizeof(float));
+  EXPECT_THAT(e.str(), HasSubstr("sharded blocks (--shard weights)"));
+  c.optimizer.sharding = parallel::Sharding::Moments;
+  EXPECT_EQ(estimate_memory(c).sharded_blocks, 0u);
+}
+
+}  // namespace
+}  // namespace tandem::train
