@@ -209,6 +209,13 @@ void ModelState::place_moments(std::vector<Piece> pieces, const Group* group) {
   }
 }
 
+void ModelState::set_gather_sink(
+    std::function<void(const std::string&, std::chrono::steady_clock::time_point,
+                       std::chrono::steady_clock::time_point)>
+        sink) {
+  if (sharded_) sharded_->set_gather_sink(std::move(sink));
+}
+
 void ModelState::detach_thread() {
   if (sharded_) sharded_->detach_thread();
 }

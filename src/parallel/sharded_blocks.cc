@@ -86,10 +86,12 @@ int ShardedBlocks::free_slot(int keep) const {
 }
 
 void ShardedBlocks::gather(int s, int layer) {
+  const auto begin = std::chrono::steady_clock::now();
   runner_->bind("w", Tensor::view_of(slice(layer), DType::F32, Shape{slice_count_}));
   runner_->bind("w_all", Tensor::view_of(gathered_.data_as<float>() + s * block_floats_, DType::F32,
                                          Shape{block_floats_}));
   runner_->run();
+  if (sink_) sink_("gather h." + std::to_string(layer), begin, std::chrono::steady_clock::now());
 }
 
 void ShardedBlocks::start_gather(int s, int layer) {

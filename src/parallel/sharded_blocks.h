@@ -14,10 +14,13 @@
 // gradient buffer (the caller's) until the update. Internal to parallel/.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "tandem/comm/communicator.h"
@@ -66,6 +69,12 @@ class ShardedBlocks {
   // reported where it was waited for); later gathers run on the caller's thread.
   void detach_thread();
 
+  // Called on the thread that ran each gather: "gather h.3" and when it ran (for --trace).
+  using GatherSink =
+      std::function<void(const std::string& name, std::chrono::steady_clock::time_point begin,
+                         std::chrono::steady_clock::time_point end)>;
+  void set_gather_sink(GatherSink sink) { sink_ = std::move(sink); }
+
   // Bytes in memory: the slices, the gather slots and the gradient slots (not the flat buffer).
   uint64_t memory_bytes() const;
 
@@ -97,6 +106,7 @@ class ShardedBlocks {
   uint64_t clock_ = 0;
   std::mutex mutex_;
   std::condition_variable grad_freed_;
+  GatherSink sink_;
   std::unique_ptr<ProgramRunner> program_;
   std::unique_ptr<exec::Runner> runner_;  // used only on the thread that runs the gathers
 };

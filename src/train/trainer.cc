@@ -144,6 +144,12 @@ class RankRun {
         trace_->record(grid_.world().rank(), io::kExchangeStream,
                        fmt::format("dp exchange {}", name), b, e);
     });
+    // --shard weights: the blocks' gathers share the exchange's thread and row.
+    if (trace_ != nullptr && trace_->enabled())
+      state_.set_gather_sink(
+          [this](const std::string& name, Clock::time_point b, Clock::time_point e) {
+            if (!profiling_) trace_->record(grid_.world().rank(), io::kExchangeStream, name, b, e);
+          });
   }
 
   TrainResult run();

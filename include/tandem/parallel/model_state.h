@@ -17,8 +17,10 @@
 // does not know which placement holds them.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -166,6 +168,12 @@ class ModelState {
   // The same, as allocated (0 unsharded): the weight slices, gather and gradient slots.
   uint64_t sharded_bytes() const;  // the block computing, the next one being gathered
   static uint64_t sharded_blocks_bytes(int64_t block_floats, int blocks, int dp, int micro_batches);
+
+  // --shard weights: called on the thread that ran each gather of a block's weights, with its name
+  // ("gather h.3") and when it ran (for --trace). After place_moments.
+  void set_gather_sink(std::function<void(const std::string&, std::chrono::steady_clock::time_point,
+                                          std::chrono::steady_clock::time_point)>
+                           sink);
 
   // Bytes of the moments in memory (with a tier: its staging slots; without the store's), in the
   // moments' tier, and that tier's description ("" in memory).

@@ -158,6 +158,19 @@ TEST(ShardedStateVariants, EachRankHoldsItsSlices) {
   EXPECT_THAT(out.str(), ::testing::HasSubstr("sharded over the 4 data-parallel ranks"));
 }
 
+// The gathers show on the exchange's row of the trace, beside the updates they share a thread with.
+TEST(ShardedStateVariants, TheTraceShowsTheGathers) {
+  ScratchDir dir;
+  TrainConfig c = run({2, 1, 1}, 4);
+  c.steps = 2;
+  c.eval_every = 0;
+  c.trace_path = dir.path("trace.json");
+  sharded(c);
+  const std::string trace = testing::read_bytes(c.trace_path);
+  for (const char* want : {"\"gather h.0\"", "\"gather h.3\"", "\"dp exchange h.3\""})
+    EXPECT_NE(trace.find(want), std::string::npos) << want;
+}
+
 TEST(ShardedStateVariants, WhatItCannotServeIsRefused) {
   TrainConfig c = run({1, 1, 1}, 2);
   c.optimizer.sharding = parallel::Sharding::Weights;
