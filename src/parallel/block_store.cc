@@ -33,21 +33,37 @@ struct BlockStore::Slot {
   bool read_ahead = false;  // filled by a prefetch and not used since
 };
 
+namespace {
+
+// The largest block of the layout's stage: every block has the same local elements.
+int64_t largest_block(const ShardLayout& layout) {
+  int64_t floats = 0;
+  for (int l = layout.first_layer(); l < layout.end_layer(); ++l) {
+    const auto [b, e] = layout.block_range(l);
+    floats = std::max(floats, e - b);
+  }
+  return floats;
+}
+
+}  // namespace
+
 BlockStore::BlockStore(const ooc::TierSpec& tier, ooc::TransferEngine& transfers,
                        const ShardLayout& layout, const MomentPieces& moments, int micro_batches)
-    : layout_(layout),
-      first_(layout.first_layer()),
+    : BlockStore(tier, transfers, layout.first_layer(), layout.end_layer() - layout.first_layer(),
+                 largest_block(layout), moments, micro_batches) {}
+
+BlockStore::BlockStore(const ooc::TierSpec& tier, ooc::TransferEngine& transfers, int first_layer,
+                       int blocks, int64_t block_floats, const MomentPieces& moments,
+                       int micro_batches)
+    : first_(first_layer),
       micro_batches_(micro_batches),
+      block_floats_(block_floats),
       pieces_(moments),
       io_(transfers) {
-  const int n = layout.end_layer() - first_;
+  const int n = blocks;
   TANDEM_CHECK(micro_batches >= 1, "{} micro-batches", micro_batches);
   TANDEM_CHECK(static_cast<int>(moments.size()) == n, "{} moment pieces for {} blocks",
                moments.size(), n);
-  for (int l = layout.first_layer(); l < layout.end_layer(); ++l) {
-    const auto [b, e] = layout.block_range(l);
-    block_floats_ = std::max(block_floats_, e - b);
-  }
   w_slot_bytes_ = weight_bytes();
   uint64_t total = 0;
   blocks_.resize(static_cast<size_t>(n));

@@ -48,8 +48,7 @@ ModelState::ModelState(ShardLayout layout, const Options& options, Allocator* al
       engines_(engines != nullptr ? *engines : *own_engines_) {
   TANDEM_CHECK(!(options.blocks && options.moments), "a block store beside a moments tier");
   TANDEM_CHECK(options.micro_batches >= 1, "{} micro-batches", options.micro_batches);
-  TANDEM_CHECK(!(options.sharded && (options.blocks || options.moments)),
-               "sharded weights beside a block store or a moments tier");
+  TANDEM_CHECK(!(options.sharded && options.moments), "sharded weights beside a moments tier");
   if (blocks_elsewhere()) {
     reserved_ = std::make_unique<Reserved>(layout_.size());
     params_ = Tensor::view_of(reserved_->params, DType::F32, Shape{layout_.size()});
@@ -90,34 +89,35 @@ void ModelState::zero_gradients() {
   drop_gradients();
 }
 
+// A sharded state's blocks are gathered (its store, if any, holds only the slices).
 float* ModelState::acquire_block(int layer) {
-  if (store_) return store_->acquire(layer);
   if (sharded_) return sharded_->acquire(layer);
+  if (store_) return store_->acquire(layer);
   return params_.data_as<float>() + layout_.block_range(layer).first;
 }
 
 void ModelState::release_block(int layer) {
+  if (sharded_) return sharded_->release(layer);
   if (store_) store_->release(layer);
-  if (sharded_) sharded_->release(layer);
 }
 
 void ModelState::prefetch_block(int layer, int in_use) {
+  if (sharded_) return sharded_->prefetch(layer, in_use);
   if (store_) store_->prefetch(layer, in_use);
-  if (sharded_) sharded_->prefetch(layer, in_use);
 }
 
 float* ModelState::block_gradients(int layer) {
-  if (store_) return store_->gradients(layer);
   if (sharded_) return sharded_->gradients(layer);
+  if (store_) return store_->gradients(layer);
   return grads_.data_as<float>() + layout_.block_range(layer).first;
 }
 
 void ModelState::park_gradients(int layer) {
-  if (store_) store_->park_gradients(layer);
+  if (store_ && !sharded_) store_->park_gradients(layer);
 }
 
 void ModelState::prefetch_gradients(int layer) {
-  if (store_) store_->prefetch_gradients(layer);
+  if (store_ && !sharded_) store_->prefetch_gradients(layer);
 }
 
 void ModelState::prefetch_moments(int layer) {
@@ -130,12 +130,8 @@ void ModelState::drop_gradients() {
 }
 
 void ModelState::write_block_weights(int layer, const float* in) {
+  if (sharded_) return sharded_->write_slice(layer, in + sharded_->slice_begin());
   if (store_) return store_->write_weights(layer, in);
-  if (sharded_) {
-    const int64_t b = sharded_->slice_begin(), e = sharded_->slice_end();
-    return (void)std::memcpy(sharded_->slice(layer), in + b,
-                             static_cast<size_t>(e - b) * sizeof(float));
-  }
   const auto [b, e] = layout_.block_range(layer);
   std::memcpy(params_.data_as<float>() + b, in, static_cast<size_t>(e - b) * sizeof(float));
 }
@@ -153,9 +149,9 @@ std::pair<int64_t, int64_t> ModelState::weight_slice(int layer) const {
   return {b + sharded_->slice_begin(), b + sharded_->slice_end()};
 }
 
-const float* ModelState::weight_slice_data(int layer) const {
+void ModelState::read_weight_slice(int layer, float* out) {
   TANDEM_CHECK(sharded_ != nullptr, "a weight slice of an unsharded state");
-  return sharded_->slice(layer);
+  sharded_->read_slice(layer, out);
 }
 
 void ModelState::place_moments(std::vector<Piece> pieces, const Group* group) {
@@ -189,16 +185,29 @@ void ModelState::place_moments(std::vector<Piece> pieces, const Group* group) {
   if (weights_sharded()) {
     TANDEM_CHECK(group != nullptr && group->dp != nullptr,
                  "a sharded state without its data-parallel group");
-    sharded_ =
-        std::make_unique<detail::ShardedBlocks>(layout_, *group->dp, group->thread, group->executor,
-                                                options_.micro_batches, grads_.data_as<float>());
+    if (blocks_in_store()) {
+      // The store holds this rank's slices: a block of the store is a slice, its moment piece
+      // all of it; the gradients are the sharded state's (the store's one-micro-batch slots).
+      const auto [b, e] = layout_.block_range(first);
+      const int64_t slice = detail::ShardedBlocks::slice_count(e - b, *group->dp);
+      try {
+        store_ = std::make_unique<BlockStore>(
+            *options_.blocks, engines_.of(*options_.blocks), first, blocks, slice,
+            BlockStore::MomentPieces(static_cast<size_t>(blocks), {0, slice}));
+      } catch (const UserError& e) {
+        user_error("--model-state {}: {}", options_.blocks->str(), e.what());
+      }
+    }
+    sharded_ = std::make_unique<detail::ShardedBlocks>(layout_, *group->dp, group->thread,
+                                                       group->executor, options_.micro_batches,
+                                                       grads_.data_as<float>(), store_.get());
     // The optimizer's piece of a block is the slice the sharded state keeps.
     for (const Piece& p : pieces_)
       if (p.block >= 0)
         TANDEM_CHECK(std::make_pair(p.begin, p.end) == weight_slice(p.block),
                      "block {}'s piece [{}, {}) is not this rank's slice", p.block, p.begin, p.end);
   }
-  if (!blocks_in_store()) return;
+  if (!blocks_in_store() || store_) return;
   for (size_t i = 0; i < block_pieces.size(); ++i)
     TANDEM_CHECK(block_pieces[i].first >= 0, "no piece for block {}", first + static_cast<int>(i));
   try {
@@ -226,9 +235,14 @@ void ModelState::begin_step() {
 
 ModelState::Update ModelState::begin_update(size_t i) {
   const Piece& p = pieces_.at(i);
-  if (p.block >= 0 && sharded_)
-    return {sharded_->slice(p.block), sharded_->gradients(p.block), m_[i].data_as<float>(),
-            v_[i].data_as<float>()};
+  if (p.block >= 0 && sharded_) {
+    float* g = sharded_->gradients(p.block);
+    if (!store_)
+      return {sharded_->slice(p.block), g, m_[i].data_as<float>(), v_[i].data_as<float>()};
+    store_->gradients(p.block);  // the store's update holds a gradient slot; the slice's is unused
+    const BlockStore::Update u = store_->begin_update(p.block);
+    return {u.w, g, u.m, u.v};
+  }
   if (p.block >= 0) {
     const BlockStore::Update u = store_->begin_update(p.block);
     return {u.w, u.g, u.m, u.v};
@@ -248,7 +262,10 @@ ModelState::Update ModelState::begin_update(size_t i) {
 
 void ModelState::end_update(size_t i) {
   const Piece& p = pieces_.at(i);
-  if (p.block >= 0 && sharded_) return sharded_->updated(p.block);
+  if (p.block >= 0 && sharded_) {
+    if (store_) store_->end_update(p.block);
+    return sharded_->updated(p.block);
+  }
   if (p.block >= 0) return store_->end_update(p.block);
   if (tier_) tier_->done(i);
 }
@@ -285,8 +302,13 @@ uint64_t ModelState::sharded_blocks_bytes(int64_t block_floats, int blocks, int 
                                           int micro_batches) {
   const auto n = static_cast<uint64_t>(block_floats), b = static_cast<uint64_t>(blocks);
   const uint64_t slice = (n + static_cast<uint64_t>(dp) - 1) / static_cast<uint64_t>(dp);
+  return 3 * b * slice * sizeof(float) + sharded_slots_bytes(block_floats, blocks, micro_batches);
+}
+
+uint64_t ModelState::sharded_slots_bytes(int64_t block_floats, int blocks, int micro_batches) {
+  const auto n = static_cast<uint64_t>(block_floats), b = static_cast<uint64_t>(blocks);
   const uint64_t grads = micro_batches > 1 ? b * n : 2 * n;
-  return (3 * b * slice + kGatherSlots * n + grads) * sizeof(float);
+  return (kGatherSlots * n + grads) * sizeof(float);
 }
 
 uint64_t ModelState::sharded_bytes() const { return sharded_ ? sharded_->memory_bytes() : 0; }

@@ -69,14 +69,18 @@ std::vector<std::string> optimizer_schedule_preferences() {
 
 namespace {
 
-// The schedules of `names` with the weights and moments stored sliced (ZeRO-3's slice(w,m,v));
-// names whose collectives do not reorder the update onto the slice cannot, and are dropped by
-// the program's check when tried.
-std::vector<std::string> with_weights_sliced(const std::vector<std::string>& names) {
+// The schedules of `names`, then of the built-in preferences, with `inputs` stored sliced
+// (slice(w,m,v): ZeRO-3's blocks; slice(m,v): ZeRO-1). A name whose collectives do not reorder
+// the update onto the slice (AR-C, an autotuner's choice for small buckets) cannot, and is passed
+// over when tried, so a built-in one serves.
+std::vector<std::string> with_sliced(std::vector<std::string> names,
+                                     const std::vector<std::string>& inputs) {
+  const std::vector<std::string> builtin = optimizer_schedule_preferences();
+  names.insert(names.end(), builtin.begin(), builtin.end());
   std::vector<std::string> out;
   for (const std::string& name : names) {
     schedule::Recipe r = schedule::Recipe::parse(name);
-    r.slice = {"w", "m", "v"};
+    r.slice = inputs;
     out.push_back(r.str());
   }
   return out;
@@ -151,10 +155,12 @@ DataParallelOptimizer::DataParallelOptimizer(const OptimizerConfig& config, Mode
     sliced_ = true;
   } else {
     const bool given = !schedules.names.empty();
+    const bool sharded = state.weights_sharded();
     const std::vector<std::string> names =
         given ? schedules.names : optimizer_schedule_preferences();
-    runner_ = std::make_unique<ProgramRunner>(optimizer_program(config), names, executor,
-                                              given ? schedules.chunk_bytes : 0);
+    runner_ = std::make_unique<ProgramRunner>(optimizer_program(config),
+                                              sharded ? with_sliced(names, {"m", "v"}) : names,
+                                              executor, given ? schedules.chunk_bytes : 0);
     auto sliced = [](const ProgramRunner& run, const char* input) {
       const dsl::Program& p = run.program();
       const std::optional<int> id = p.find(input);
@@ -162,12 +168,12 @@ DataParallelOptimizer::DataParallelOptimizer(const OptimizerConfig& config, Mode
       return p.stage(*id).type.layout.is_sliced();
     };
     sliced_ = sliced(*runner_, "m");
-    if (state.weights_sharded()) {
+    if (sharded) {
       // The blocks' segments update the slices of their weights (ZeRO-3); the embeddings' and
       // ln_f's stay whole, with the moments sliced (ZeRO-1), as every rank keeps them whole.
-      sharded_runner_ =
-          std::make_unique<ProgramRunner>(optimizer_program(config), with_weights_sliced(names),
-                                          executor, given ? schedules.chunk_bytes : 0);
+      sharded_runner_ = std::make_unique<ProgramRunner>(
+          optimizer_program(config), with_sliced(names, {"w", "m", "v"}), executor,
+          given ? schedules.chunk_bytes : 0);
       if (!sliced_ || !sliced(*sharded_runner_, "w"))
         user_error(
             "--shard weights needs an optimizer schedule that updates each rank's slice of the "

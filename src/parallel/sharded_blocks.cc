@@ -19,14 +19,19 @@ constexpr int kGradientSlots = 2;
 
 }  // namespace
 
+int64_t ShardedBlocks::slice_count(int64_t block_floats, const comm::Communicator& dp) {
+  return fx::part_count(block_floats, dp.size(), dp.rank());
+}
+
 ShardedBlocks::ShardedBlocks(const ShardLayout& layout, comm::Communicator& dp,
                              SerialWorker* thread, exec::RunnerKind executor, int micro_batches,
-                             float* flat_grads)
+                             float* flat_grads, BlockStore* slices)
     : layout_(layout),
       dp_(dp),
       thread_(thread),
       micro_batches_(micro_batches),
       flat_grads_(flat_grads),
+      store_(slices),
       first_(layout.first_layer()),
       blocks_(layout.end_layer() - layout.first_layer()) {
   const auto [b, e] = layout.block_range(first_);
@@ -38,8 +43,9 @@ ShardedBlocks::ShardedBlocks(const ShardLayout& layout, comm::Communicator& dp,
   }
   // The slice the optimizer's sliced programs give this rank (its part of each block's segment).
   slice_begin_ = fx::part_offset(block_floats_, dp.size(), dp.rank());
-  slice_count_ = fx::part_count(block_floats_, dp.size(), dp.rank());
-  slices_ = Tensor::zeros(DType::F32, Shape{std::max<int64_t>(blocks_ * slice_count_, 1)});
+  slice_count_ = slice_count(block_floats_, dp);
+  if (store_ == nullptr)
+    slices_ = Tensor::zeros(DType::F32, Shape{std::max<int64_t>(blocks_ * slice_count_, 1)});
   gathered_ = Tensor::empty(DType::F32, Shape{ModelState::kGatherSlots * block_floats_});
   slots_.resize(ModelState::kGatherSlots);
   if (micro_batches_ == 1) {
@@ -72,7 +78,18 @@ int ShardedBlocks::index(int layer) const {
 }
 
 float* ShardedBlocks::slice(int layer) const {
+  TANDEM_CHECK(store_ == nullptr, "block {}'s slice is in the store", layer);
   return slices_.data_as<float>() + static_cast<int64_t>(index(layer)) * slice_count_;
+}
+
+void ShardedBlocks::read_slice(int layer, float* out) {
+  if (store_ != nullptr) return store_->read_weights(layer, out);
+  std::memcpy(out, slice(layer), static_cast<size_t>(slice_count_) * sizeof(float));
+}
+
+void ShardedBlocks::write_slice(int layer, const float* in) {
+  if (store_ != nullptr) return store_->write_weights(layer, in);
+  std::memcpy(slice(layer), in, static_cast<size_t>(slice_count_) * sizeof(float));
 }
 
 int ShardedBlocks::free_slot(int keep) const {
@@ -87,10 +104,12 @@ int ShardedBlocks::free_slot(int keep) const {
 
 void ShardedBlocks::gather(int s, int layer) {
   const auto begin = std::chrono::steady_clock::now();
-  runner_->bind("w", Tensor::view_of(slice(layer), DType::F32, Shape{slice_count_}));
+  float* w = store_ != nullptr ? store_->acquire(layer) : slice(layer);
+  runner_->bind("w", Tensor::view_of(w, DType::F32, Shape{slice_count_}));
   runner_->bind("w_all", Tensor::view_of(gathered_.data_as<float>() + s * block_floats_, DType::F32,
                                          Shape{block_floats_}));
   runner_->run();
+  if (store_ != nullptr) store_->release(layer);
   if (sink_) sink_("gather h." + std::to_string(layer), begin, std::chrono::steady_clock::now());
 }
 
@@ -143,7 +162,9 @@ void ShardedBlocks::prefetch(int layer, int in_use) {
   for (const Slot& slot : slots_)
     if (slot.layer == layer) return;
   const int s = free_slot(in_use);
-  if (s >= 0) start_gather(s, layer);
+  if (s < 0) return;
+  if (store_ != nullptr) store_->prefetch(layer, in_use);  // the slice read before its gather
+  start_gather(s, layer);
 }
 
 float* ShardedBlocks::gradients(int layer) {
@@ -190,7 +211,8 @@ void ShardedBlocks::drop_gradients() {
 }
 
 uint64_t ShardedBlocks::memory_bytes() const {
-  return slices_.nbytes() + gathered_.nbytes() + (grad_slots_.defined() ? grad_slots_.nbytes() : 0);
+  return (slices_.defined() ? slices_.nbytes() : 0) + gathered_.nbytes() +
+         (grad_slots_.defined() ? grad_slots_.nbytes() : 0);
 }
 
 }  // namespace tandem::parallel::detail

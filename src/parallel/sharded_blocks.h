@@ -8,6 +8,11 @@
 // A gathered block stays in its slot until the slot is wanted for another block or its update
 // changes the slice: the forward's last blocks are still there when the backward turns.
 //
+// With `slices` (--model-state), the slices of the weights (and the moments) live in that store's
+// tier instead of memory: a gather reads its block's slice into one of the store's slots first
+// (read ahead when the gather is), and the update takes the slice and moments from the store,
+// which writes them back; each rank streams only its 1/dp of the model.
+//
 // The gradients: with one micro-batch a step, a block's gradients live in one of two slots from
 // its backward until its update (on the communication thread) has reduce-scattered them; with
 // several, the sums must outlive the step's backwards, so every block's lives in the flat
@@ -27,6 +32,7 @@
 #include "tandem/core/serial_worker.h"
 #include "tandem/core/tensor.h"
 #include "tandem/exec/runner.h"
+#include "tandem/parallel/block_store.h"
 #include "tandem/parallel/program_runner.h"
 #include "tandem/parallel/shard.h"
 
@@ -36,17 +42,23 @@ class ShardedBlocks {
  public:
   // The blocks of `layout` (which must outlive this) over the data-parallel group `dp`; `thread`:
   // the group's communication thread (null: gathers run on the caller's). `flat_grads`: the flat
-  // gradient buffer, whose block ranges hold the sums when `micro_batches` > 1. The slices start
-  // at zero (the caller writes the weights before the first step). A collective over `dp`.
+  // gradient buffer, whose block ranges hold the sums when `micro_batches` > 1. `slices`: the
+  // store of the slices (not owned; null: in memory here). The slices start at zero (the caller
+  // writes the weights before the first step). A collective over `dp`.
   ShardedBlocks(const ShardLayout& layout, comm::Communicator& dp, SerialWorker* thread,
-                exec::RunnerKind executor, int micro_batches, float* flat_grads);
+                exec::RunnerKind executor, int micro_batches, float* flat_grads,
+                BlockStore* slices = nullptr);
   ~ShardedBlocks();
 
   // This rank's slice of every block: local elements [slice_begin(), slice_end()) of a block
-  // (offsets within it), and block l's slice of the weights.
+  // (offsets within it), and block l's slice of the weights in memory (not with a store).
+  static int64_t slice_count(int64_t block_floats, const comm::Communicator& dp);
   int64_t slice_begin() const { return slice_begin_; }
   int64_t slice_end() const { return slice_begin_ + slice_count_; }
   float* slice(int layer) const;
+  // Outside a step: block l's slice copied out or in (wherever it lives).
+  void read_slice(int layer, float* out);
+  void write_slice(int layer, const float* in);
 
   // Compute's use of block l's whole weights, held until release(l): gathered now unless a
   // prefetch brought them. prefetch(l, in_use) starts the gather of block l on the communication
@@ -97,6 +109,7 @@ class ShardedBlocks {
   SerialWorker* thread_;
   int micro_batches_;
   float* flat_grads_;
+  BlockStore* store_;
   int first_ = 0, blocks_ = 0;
   int64_t block_floats_ = 0, slice_begin_ = 0, slice_count_ = 0;
   Tensor slices_;  // blocks x slice_count

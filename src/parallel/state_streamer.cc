@@ -89,6 +89,16 @@ const float* StateStreamer::local_weights(int64_t local) {
   return cached_block_w_.data() + (local - b);
 }
 
+const float* StateStreamer::slice_weights(int layer) {
+  if (cached_slice_ != layer) {
+    const auto [b, e] = model_.state().weight_slice(layer);
+    cached_slice_w_.resize(static_cast<size_t>(e - b));
+    model_.state().read_weight_slice(layer, cached_slice_w_.data());
+    cached_slice_ = layer;
+  }
+  return cached_slice_w_.data();
+}
+
 const std::vector<float>& StateStreamer::piece_state(size_t piece, StatePart part) {
   if (cached_piece_ != static_cast<int64_t>(piece)) {
     const ModelState::Piece& pc = model_.state().pieces()[piece];
@@ -106,7 +116,7 @@ void StateStreamer::gather(StatePart part, const nn::ParamSpec& spec, float* out
   const ShardLayout& layout = model_.layout();
   const bool dp_lead = model_.grid().coord().dp == 0;
   if (part == StatePart::Weights) {
-    const ModelState& state = model_.state();
+    ModelState& state = model_.state();
     for_each_run_of(layout, spec.name, true, [&](const FlatRun& r) {
       const int l = state.weights_sharded() ? stored_block(model_, r.local) : -1;
       if (l < 0) {
@@ -119,8 +129,7 @@ void StateStreamer::gather(StatePart part, const nn::ParamSpec& spec, float* out
       const auto [sb, se] = state.weight_slice(l);
       const int64_t b = std::max(r.local, sb), e = std::min(r.local + r.count, se);
       if (b < e)
-        std::memcpy(out + (r.global + (b - r.local) - spec.offset),
-                    state.weight_slice_data(l) + (b - sb),
+        std::memcpy(out + (r.global + (b - r.local) - spec.offset), slice_weights(l) + (b - sb),
                     static_cast<size_t>(e - b) * sizeof(float));
     });
   } else {

@@ -138,7 +138,19 @@ RankNeed rank_need(const TrainConfig& cfg, int tp, int pp) {
   const int blocks = layout.end_layer() - layout.first_layer();
   const uint64_t outside_blocks =
       static_cast<uint64_t>(layout.size() - (blocks_end - blocks_begin)) * kF32;
-  if (cfg.model_state) {
+  const bool sharded = cfg.optimizer.sharding == parallel::Sharding::Weights;
+  if (cfg.model_state && sharded) {
+    // Each rank's slices (weights and moments) live in the tier, staged through the store's
+    // slots; in memory too: the gathered blocks and the gradients.
+    const int64_t slice = (block + g.dp - 1) / g.dp;
+    n.parameters = outside_blocks;
+    n.staging = parallel::BlockStore::staging_bytes(slice, slice, 1);
+    if (cfg.resident_blocks > 0)
+      n.staging += static_cast<uint64_t>(std::min(cfg.resident_blocks, blocks)) *
+                   parallel::BlockStore::resident_block_bytes(slice, slice);
+    n.sharded = parallel::ModelState::sharded_slots_bytes(block, blocks, M);
+    n.tier = static_cast<uint64_t>(blocks) * 3 * static_cast<uint64_t>(slice) * kF32;
+  } else if (cfg.model_state) {
     // The blocks live in the tier; in memory: the embeddings and ln_f, and the store's slots.
     const uint64_t block_bytes = static_cast<uint64_t>(block) * kF32;
     n.parameters = outside_blocks;
@@ -153,7 +165,7 @@ RankNeed rank_need(const TrainConfig& cfg, int tp, int pp) {
                    parallel::BlockStore::resident_block_bytes(block, piece);
     // Each block's weights and moment piece, and with several micro-batches its gradients.
     n.tier = static_cast<uint64_t>(blocks) * ((M > 1 ? 2 : 1) * block_bytes + 2 * piece_bytes);
-  } else if (cfg.optimizer.sharding == parallel::Sharding::Weights) {
+  } else if (sharded) {
     // The blocks' state as the sharded model state keeps it; the rest of the shard as usual.
     n.parameters = outside_blocks;
     n.sharded = parallel::ModelState::sharded_blocks_bytes(block, blocks, g.dp, M);
@@ -167,8 +179,8 @@ RankNeed rank_need(const TrainConfig& cfg, int tp, int pp) {
   // interpreter; bf16 gradients are rounded into the program's own input; with clipping,
   // every segment's reduced gradient waits for the update.
   std::vector<int64_t> sizes;
-  for (const parallel::SegmentBounds& s :
-       parallel::optimizer_segments(layout, cfg.optimizer, cfg.model_state.has_value())) {
+  for (const parallel::SegmentBounds& s : parallel::optimizer_segments(
+           layout, cfg.optimizer, cfg.model_state.has_value() || sharded)) {
     const int64_t len = s.end - s.begin;
     if (cfg.optimizer.clip_grad_norm) n.exchange += (len + g.dp - 1) / g.dp * kF32;
     if (std::find(sizes.begin(), sizes.end(), len) != sizes.end()) continue;

@@ -168,12 +168,11 @@ void TrainConfig::validate() const {
       user_error(
           "--shard weights updates each block before the whole gradient's norm is known; "
           "--clip-grad-norm cannot be used with it");
-    if (model_state || optimizer.state_tier)
+    if (optimizer.state_tier)
       user_error(
-          "--shard weights keeps each rank's slices in memory; a slow tier for them ({} {}) is "
-          "not supported yet",
-          model_state ? "--model-state" : "--optimizer-state",
-          (model_state ? *model_state : *optimizer.state_tier).str());
+          "--shard weights with --optimizer-state {}: the moments of a sharded model state go to "
+          "a slow tier with its weights; give --model-state {} instead",
+          optimizer.state_tier->str(), optimizer.state_tier->str());
   }
   if (model_state) {
     if (optimizer.clip_grad_norm)

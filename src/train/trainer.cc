@@ -171,7 +171,7 @@ class RankRun {
   // only after a step.)
   uint64_t model_state_memory(int r) const {
     return store()->staging_bytes() + store()->resident_bytes(r) + 2 * state_.resident_bytes() +
-           state_.moment_bytes();
+           state_.moment_bytes() + state_.sharded_bytes();
   }
   // What that is, for messages: "the model state in memory (slots, embeddings and ln_f[, r
   // resident blocks])".
@@ -533,18 +533,21 @@ std::string RankRun::memory_lines() {
 
 // With --model-state: where the blocks' state lives and what a step moves (else "").
 std::string RankRun::model_state_line() const {
+  std::string sharded;
   if (state_.weights_sharded()) {
     const parallel::ShardLayout& l = state_.layout();
-    return fmt::format(
+    sharded = fmt::format(
         "  model state sharded over the {} data-parallel ranks (--shard weights): blocks "
         "h.{}..h.{} keep 1/{} of their weights and optimizer state on each rank, each block's "
         "weights gathered into {} slots before its forward and backward, its gradients {} "
-        "until its update: {} a rank; the embeddings and ln_f whole ({})\n",
+        "until its update: {} a rank; the embeddings and ln_f whole ({})",
         cfg_.grid.dp, l.first_layer(), l.end_layer() - 1, cfg_.grid.dp,
         parallel::ModelState::kGatherSlots,
         batches_.micro_batch_count() > 1 ? "summed over the micro-batches in memory" : "in 2 slots",
         ooc::human_bytes(state_.sharded_bytes() + state_.moment_bytes()),
         ooc::human_bytes(2 * state_.resident_bytes()));
+    if (!store()) return sharded + "\n";
+    sharded += "; each rank's slices streamed from its tier:\n";
   }
   if (!store()) return "";
   const parallel::BlockStore::Traffic p = store()->predicted_step_traffic();
@@ -556,17 +559,20 @@ std::string RankRun::model_state_line() const {
           : fmt::format(" and h.{}..h.{} resident in {} of memory ({})", store()->end_layer() - r,
                         store()->end_layer() - 1, ooc::human_bytes(store()->resident_bytes(r)),
                         cfg_.resident_blocks < 0 ? "the planner's choice" : "--resident-blocks");
-  return fmt::format(
-      "  model state: blocks h.{}..h.{} (weights, gradients, optimizer state) in {}, {} a rank, "
-      "streamed through {} of slots{}, about {} read and {} written a step: {:.2f} s of I/O at "
-      "the tier's measured {:.2f} GB/s read, {:.2f} GB/s write; the embeddings and ln_f in "
-      "memory ({}{})\n",
-      store()->first_layer(), store()->end_layer() - 1, store()->describe(),
-      ooc::human_bytes(store()->tier_bytes()), ooc::human_bytes(store()->staging_bytes()),
-      resident_note, ooc::human_bytes(p.read_bytes), ooc::human_bytes(p.written_bytes),
-      store()->predicted_step_io_s(), bw.read_bytes_per_s / 1e9, bw.write_bytes_per_s / 1e9,
-      ooc::human_bytes(2 * state_.resident_bytes() + state_.moment_bytes()),
-      ooc_ ? " of --memory-budget" : "");
+  return sharded +
+         fmt::format(
+             "  model state: blocks h.{}..h.{} (weights, gradients, optimizer state) in {}, {} a "
+             "rank, "
+             "streamed through {} of slots{}, about {} read and {} written a step: {:.2f} s of I/O "
+             "at "
+             "the tier's measured {:.2f} GB/s read, {:.2f} GB/s write; the embeddings and ln_f in "
+             "memory ({}{})\n",
+             store()->first_layer(), store()->end_layer() - 1, store()->describe(),
+             ooc::human_bytes(store()->tier_bytes()), ooc::human_bytes(store()->staging_bytes()),
+             resident_note, ooc::human_bytes(p.read_bytes), ooc::human_bytes(p.written_bytes),
+             store()->predicted_step_io_s(), bw.read_bytes_per_s / 1e9, bw.write_bytes_per_s / 1e9,
+             ooc::human_bytes(2 * state_.resident_bytes() + state_.moment_bytes()),
+             ooc_ ? " of --memory-budget" : "");
 }
 
 void RankRun::print_header(int64_t first_step) {
@@ -767,7 +773,7 @@ void RankRun::finish(TrainResult& result) {
     result.state_predicted_written = p.written_bytes;
     result.state_memory_bytes = model_state_memory(store()->resident());
   }
-  if (state_.weights_sharded())
+  if (state_.weights_sharded() && !store())
     result.state_memory_bytes =
         state_.sharded_bytes() + 2 * state_.resident_bytes() + state_.moment_bytes();
   if (cfg_.keep_weights) {

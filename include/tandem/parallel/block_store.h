@@ -53,7 +53,7 @@ class BlockStore {
   // of it when the optimizer slices its moments), per block of the layout.
   using MomentPieces = std::vector<std::pair<int64_t, int64_t>>;
 
-  // Blocks [first_layer, end_layer) of `layout` (which must outlive the store). Opens the tier, its
+  // Blocks [first_layer, end_layer) of `layout`. Opens the tier, its
   // bytes reserved now (a full disk or an unwritable folder is a UserError naming the folder and
   // the bytes), and writes zero moments (Adam's start). The weights are the caller's to write
   // (write_weights) before the first step. With `micro_batches` > 1 the tier also has room for
@@ -61,6 +61,10 @@ class BlockStore {
   // `transfers` (the tier's engine), which must outlive the store.
   BlockStore(const ooc::TierSpec& tier, ooc::TransferEngine& transfers, const ShardLayout& layout,
              const MomentPieces& moments, int micro_batches = 1);
+  // The same for `blocks` blocks from `first_layer` of `block_floats` elements each (--shard
+  // weights: each rank's slices of the blocks, the moments' pieces the same slices).
+  BlockStore(const ooc::TierSpec& tier, ooc::TransferEngine& transfers, int first_layer, int blocks,
+             int64_t block_floats, const MomentPieces& moments, int micro_batches = 1);
   ~BlockStore();
   BlockStore(const BlockStore&) = delete;
   BlockStore& operator=(const BlockStore&) = delete;
@@ -195,7 +199,6 @@ class BlockStore {
   uint64_t weight_bytes() const;
   uint64_t piece_bytes(int layer) const;
 
-  const ShardLayout& layout_;
   int first_ = 0;
   int micro_batches_ = 1;
   int64_t block_floats_ = 0;

@@ -104,10 +104,10 @@ class ModelState {
   // them, a sharded state its slice), or read (from a store only).
   void write_block_weights(int layer, const float* in);
   void read_block_weights(int layer, float* out);
-  // --shard weights: the local elements [first, second) of block l this rank keeps, and their
-  // weights.
+  // --shard weights: the local elements [first, second) of block l this rank keeps, and (outside
+  // a step) their weights copied out.
   std::pair<int64_t, int64_t> weight_slice(int layer) const;
-  const float* weight_slice_data(int layer) const;
+  void read_weight_slice(int layer, float* out);
 
   // The optimizer's pieces: piece i is the segment of local elements [segment_begin, segment_end)
   // its program updates, of which this rank keeps the moments of [begin, end) (its slice, when
@@ -159,15 +159,20 @@ class ModelState {
   void read_moments(size_t piece, float* m, float* v);
   void write_moments(size_t piece, const float* m, const float* v);
 
+  // --shard weights: the gather slots (the block computing, the next one being gathered).
+  static constexpr int kGatherSlots = 2;
   // What the blocks' state takes in memory on one rank under --shard weights, for `blocks` blocks
   // of `block_floats` local elements each over `dp` data-parallel ranks with `micro_batches` a
   // step: every block's weight and moment slices (1/dp each), kGatherSlots gathered blocks'
   // weights, and the blocks' gradients (two slots of a block with one micro-batch; every block's
   // whole sum with several, which must outlive the step's backwards).
-  static constexpr int kGatherSlots = 2;
-  // The same, as allocated (0 unsharded): the weight slices, gather and gradient slots.
-  uint64_t sharded_bytes() const;  // the block computing, the next one being gathered
   static uint64_t sharded_blocks_bytes(int64_t block_floats, int blocks, int dp, int micro_batches);
+  // Of which the gather and gradient slots (what stays in memory when the slices live in a
+  // --model-state tier).
+  static uint64_t sharded_slots_bytes(int64_t block_floats, int blocks, int micro_batches);
+  // The same as allocated on this rank (0 unsharded): the slices in memory, the gather and
+  // gradient slots.
+  uint64_t sharded_bytes() const;
 
   // --shard weights: called on the thread that ran each gather of a block's weights, with its name
   // ("gather h.3") and when it ran (for --trace). After place_moments.

@@ -56,6 +56,8 @@ class StateStreamer {
   // This rank's weights from local element `local` on (within one tensor): the model's buffer, or
   // the block read from the store.
   const float* local_weights(int64_t local);
+  // --shard weights: this rank's slice of block l's weights (read once per block).
+  const float* slice_weights(int layer);
 
   const ParallelGPT& model_;
   DataParallelOptimizer* opt_;
@@ -67,6 +69,8 @@ class StateStreamer {
   int cached_block_ = -1;
   std::vector<float> cached_block_w_;
   std::map<int, StagedBlock> staged_blocks_;
+  int cached_slice_ = -1;  // --shard weights: the slice read last (gather)
+  std::vector<float> cached_slice_w_;
 };
 
 // The whole model's weights in the whole-model flat layout (nn::gpt_parameter_specs), on every

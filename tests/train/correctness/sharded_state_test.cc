@@ -3,12 +3,14 @@
 // and updates its slice with the slice(w,m,v) schedule. The weights and losses are bitwise those
 // of unsharded (ZeRO-1) training, whose update is the same reduce-scatter and the same arithmetic
 // on the same slices: on dp, dp x tp, dp x pp and 2 x 2 x 2 grids, uneven slices, several
-// micro-batches, the exchange after the backward, both executors, bf16 gradients and matmuls,
+// micro-batches, the exchange after the backward, every executor, LAMB, bf16 gradients and matmuls,
 // beside out-of-core activation plans (a recomputed unit gathers again). A checkpoint is the same
 // file whatever the sharding, so a run resumes under another sharding and another grid.
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -70,7 +72,45 @@ INSTANTIATE_TEST_SUITE_P(Grids, ShardedState,
                                            Case{{2, 1, 2}, 6}, Case{{2, 2, 2}, 6},
                                            Case{{2, 1, 1}, 4, 2}, Case{{2, 2, 1}, 4, 3}));
 
-TEST(ShardedStateVariants, ExecutorsExchangeAfterAndBf16) {
+// Each rank's slices streamed from its own tier (--model-state with --shard weights): the same
+// weights again, on both tiers, with more blocks than the store's slots, several micro-batches
+// and resident blocks; and its checkpoint is the in-memory run's.
+TEST(ShardedStateVariants, SlicesStreamedFromEachRanksTier) {
+  ScratchDir dir;
+  struct Tiered {
+    parallel::GridShape grid;
+    int layers, micro_batches, resident;
+  };
+  for (const Tiered& t : {Tiered{{2, 1, 1}, 6, 1, 0}, Tiered{{2, 2, 1}, 5, 2, 0},
+                          Tiered{{2, 1, 2}, 10, 2, 1}, Tiered{{3, 1, 1}, 6, 1, 2}}) {
+    TrainConfig c = run(t.grid, t.layers);
+    c.micro_batches = t.micro_batches;
+    const TrainResult ref = train(c);
+    for (const std::string& tier : {std::string("host"), "file:" + dir.path()}) {
+      TrainConfig s = c;
+      s.model_state = ooc::TierSpec::parse(tier);
+      s.resident_blocks = t.resident;
+      const TrainResult r = sharded(s);
+      const std::string what =
+          fmt::format("{} M={} resident {} {}", t.grid.str(), t.micro_batches, t.resident, tier);
+      EXPECT_EQ(r.resident_blocks, t.resident) << what;
+      expect_bitwise(ref, r, what);
+      EXPECT_EQ(r.val_losses, ref.val_losses) << what;
+    }
+  }
+  TrainConfig c = run({2, 1, 1}, 6);
+  c.steps = 2;
+  c.eval_every = 0;
+  c.save_dir = dir.path("in-memory");
+  train(c);
+  c.save_dir = dir.path("streamed");
+  c.model_state = ooc::TierSpec::parse("file:" + dir.path());
+  sharded(c);
+  EXPECT_EQ(testing::read_bytes(dir.path("streamed/step-00000002/weights.safetensors")),
+            testing::read_bytes(dir.path("in-memory/step-00000002/weights.safetensors")));
+}
+
+TEST(ShardedStateVariants, ExecutorsLambExchangeAfterAndBf16) {
   auto both = [](TrainConfig c, const std::string& what) {
     expect_bitwise(train(c), sharded(c), what);
   };
@@ -80,6 +120,13 @@ TEST(ShardedStateVariants, ExecutorsExchangeAfterAndBf16) {
   c.executor = exec::RunnerKind::Reference;
   both(c, "reference");
   c.executor = exec::RunnerKind::Plan;
+  // LAMB's norms add the ranks' partial sums over the slices of a segment: a bucket a block, as
+  // the sharded blocks are segments, cuts them the same way.
+  c.optimizer.kind = parallel::OptimizerKind::Lamb;
+  c.optimizer.bucket_mb = 0.001;
+  both(c, "lamb");
+  c.optimizer.kind = parallel::OptimizerKind::AdamW;
+  c.optimizer.bucket_mb.reset();
   c.optimizer.exchange = parallel::GradExchange::After;  // each block's update still runs at once
   both(c, "exchange after");
   c.optimizer.exchange = parallel::GradExchange::Overlap;
@@ -182,9 +229,17 @@ TEST(ShardedStateVariants, WhatItCannotServeIsRefused) {
   EXPECT_THAT(testing::user_error_of([&] { train(c); }),
               ::testing::HasSubstr("--clip-grad-norm cannot be used with it"));
   c.optimizer.clip_grad_norm.reset();
-  c.model_state = ooc::TierSpec::parse("host");
+  // A schedule forced on the optimizer that keeps the weights whole.
+  ::setenv("TANDEM_SCHEDULE_ADAM", "AR-C", 1);
+  const std::string forced = testing::user_error_of([&] { train(c); });
+  ::unsetenv("TANDEM_SCHEDULE_ADAM");
+  EXPECT_THAT(forced, ::testing::HasSubstr("--shard weights needs an optimizer schedule that "
+                                           "updates each rank's slice of the weights"));
+  c.optimizer.state_tier = ooc::TierSpec::parse("host");
   EXPECT_THAT(testing::user_error_of([&] { train(c); }),
-              ::testing::HasSubstr("a slow tier for them (--model-state host) is not supported"));
+              ::testing::HasSubstr("--shard weights with --optimizer-state host: the moments of a "
+                                   "sharded model state go to a slow tier with its weights; give "
+                                   "--model-state host instead"));
 }
 
 }  // namespace
