@@ -1,4 +1,5 @@
-// LayerNorm forward and backward over the last dimension, saving mean and rstd.
+// LayerNorm forward (output in f32 or rounded to bf16) and backward over the last dimension,
+// saving mean and rstd.
 #include <algorithm>
 #include <cmath>
 
@@ -11,9 +12,16 @@ namespace tandem::nn {
 
 using detail::kLanes;
 
+namespace {
+
+// An output element as its buffer stores it: f32, or rounded to bf16 (to_bf16's rounding).
+inline void store(float* o, float v) { *o = v; }
+inline void store(bf16* o, float v) { o->bits = f32_to_bf16(v); }
+
 // out (N, C), mean (N), rstd (N) = layernorm(inp (N, C)) * weight (C) + bias (C)
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                       const float* bias, int N, int C) {
+template <typename Out>
+void forward(Out* out, float* mean, float* rstd, const float* inp, const float* weight,
+             const float* bias, int N, int C) {
   const float* __restrict w = weight;
   const float* __restrict bi = bias;
   // Rows are independent: split over threads, at least ~32K elements each.
@@ -21,7 +29,7 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
   parallel_for(N, grain, [&](int64_t n0, int64_t n1) {
     for (int64_t n = n0; n < n1; ++n) {
       const float* __restrict x = inp + static_cast<int64_t>(n) * C;
-      float* __restrict o = out + static_cast<int64_t>(n) * C;
+      Out* __restrict o = out + static_cast<int64_t>(n) * C;
       const float m = detail::lane_sum(x, C) / static_cast<float>(C);
       // Two passes (mean, then squared deviations): no cancellation for rows with a large mean.
       float acc[kLanes] = {};
@@ -35,14 +43,12 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
       for (int k = 0; k < kLanes; ++k) var += acc[k];
       for (; i < C; ++i) var += (x[i] - m) * (x[i] - m);
       const float s = 1.0f / std::sqrt(var / static_cast<float>(C) + kLayerNormEps);
-      for (int j = 0; j < C; ++j) o[j] = (x[j] - m) * s * w[j] + bi[j];
+      for (int j = 0; j < C; ++j) store(o + j, (x[j] - m) * s * w[j] + bi[j]);
       mean[n] = m;
       rstd[n] = s;
     }
   });
 }
-
-namespace {
 
 // One row's input gradient, given its two row means. A function of its own so that the restrict
 // qualifiers are on parameters, where GCC relies on them (on block-scope locals it gave up
@@ -76,6 +82,15 @@ void layernorm_backward_params(float* __restrict dw, float* __restrict db,
 }
 
 }  // namespace
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, int N, int C) {
+  forward(out, mean, rstd, inp, weight, bias, N, C);
+}
+void layernorm_forward(bf16* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, int N, int C) {
+  forward(out, mean, rstd, inp, weight, bias, N, C);
+}
 
 // dinp (N, C), dweight (C), dbias (C) += backward of layernorm_forward for dout (N, C).
 // Two parallel passes: rows for dinp (each row needs only its own two means), then column blocks

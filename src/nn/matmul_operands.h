@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "tandem/core/bf16.h"
 #include "tandem/core/error.h"
@@ -34,9 +35,23 @@ inline const bf16* other_of(const MatmulPrecision& mm, const float* src, int64_t
   return operand(src, n, mm.other, mm.other_size, "other");
 }
 
+// An input saved in bf16 is its own bf16 operand: its values are what converting the f32 ones it
+// was rounded from would give, so no scratch and no pass over it.
+inline const bf16* rows_of(const MatmulPrecision&, const bf16* src, int64_t) { return src; }
+inline const bf16* other_of(const MatmulPrecision&, const bf16* src, int64_t) { return src; }
+
 inline bool in_bf16(const MatmulPrecision& mm) {
   TANDEM_CHECK(mm.type == DType::F32 || mm.type == DType::BF16, "{} matmuls", dtype_name(mm.type));
   return mm.type == DType::BF16;
+}
+
+// Whether a call with input element type In multiplies in bf16: a bf16 input needs bf16 matmuls.
+template <typename In>
+bool in_bf16_for(const MatmulPrecision& mm) {
+  constexpr bool f32_input = std::is_same_v<In, float>;
+  const bool b = in_bf16(mm);
+  TANDEM_CHECK(b || f32_input, "a bf16 input to {} matmuls", dtype_name(mm.type));
+  return b;
 }
 
 }  // namespace tandem::nn::detail
