@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "columns.h"
+#include "matmul_operands.h"
 #include "tandem/core/parallel.h"
 #include "tandem/nn/layers.h"
 #include "vec.h"
@@ -14,9 +15,11 @@ using detail::kLanes;
 
 namespace {
 
-// An output element as its buffer stores it: f32, or rounded to bf16 (to_bf16's rounding).
-inline void store(float* o, float v) { *o = v; }
-inline void store(bf16* o, float v) { o->bits = f32_to_bf16(v); }
+// o (n) = (x (n) - m) * s * w (n) + b (n): one row's output, or part of it.
+void normalize(float* __restrict o, const float* __restrict x, float m, float s,
+               const float* __restrict w, const float* __restrict b, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) o[j] = (x[j] - m) * s * w[j] + b[j];
+}
 
 // out (N, C), mean (N), rstd (N) = layernorm(inp (N, C)) * weight (C) + bias (C)
 template <typename Out>
@@ -29,7 +32,7 @@ void forward(Out* out, float* mean, float* rstd, const float* inp, const float* 
   parallel_for(N, grain, [&](int64_t n0, int64_t n1) {
     for (int64_t n = n0; n < n1; ++n) {
       const float* __restrict x = inp + static_cast<int64_t>(n) * C;
-      Out* __restrict o = out + static_cast<int64_t>(n) * C;
+      Out* o = out + static_cast<int64_t>(n) * C;
       const float m = detail::lane_sum(x, C) / static_cast<float>(C);
       // Two passes (mean, then squared deviations): no cancellation for rows with a large mean.
       float acc[kLanes] = {};
@@ -43,7 +46,9 @@ void forward(Out* out, float* mean, float* rstd, const float* inp, const float* 
       for (int k = 0; k < kLanes; ++k) var += acc[k];
       for (; i < C; ++i) var += (x[i] - m) * (x[i] - m);
       const float s = 1.0f / std::sqrt(var / static_cast<float>(C) + kLayerNormEps);
-      for (int j = 0; j < C; ++j) store(o + j, (x[j] - m) * s * w[j] + bi[j]);
+      detail::write_output(o, C, [&](float* d, int64_t first, int64_t count) {
+        normalize(d, x + first, m, s, w + first, bi + first, count);
+      });
       mean[n] = m;
       rstd[n] = s;
     }

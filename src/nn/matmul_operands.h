@@ -1,7 +1,8 @@
 // Internal: the bf16 copies of a matmul's operands in a MatmulPrecision's scratch, shared by the
-// linear layers and the LM head.
+// linear layers and the LM head, and the bf16 outputs of the kernels whose output a matmul reads.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -18,6 +19,26 @@ inline void convert(const float* src, bf16* dst, int64_t n) {
   parallel_for(n, int64_t{1} << 16, [&](int64_t b, int64_t e) {
     to_bf16(src + b, dst + b, static_cast<size_t>(e - b));
   });
+}
+
+// out (n) = the values kernel(dst, first, count) writes for elements [first, first + count) into
+// dst: directly into an f32 out; into an f32 tile of a few KiB, then rounded by to_bf16 (its
+// vectorised conversion: a per-element rounding store would stop the kernel's loop vectorising),
+// for a bf16 out, a matmul's input that the forward saves in bf16. Bitwise to_bf16 of the f32
+// values either way.
+template <typename Kernel>
+void write_output(float* out, int64_t n, const Kernel& kernel) {
+  kernel(out, int64_t{0}, n);
+}
+template <typename Kernel>
+void write_output(bf16* out, int64_t n, const Kernel& kernel) {
+  constexpr int64_t kTile = 1024;
+  float tile[kTile];
+  for (int64_t b = 0; b < n; b += kTile) {
+    const int64_t count = std::min(kTile, n - b);
+    kernel(tile, b, count);
+    to_bf16(tile, out + b, static_cast<size_t>(count));
+  }
 }
 
 // The bf16 copy of an n-element operand in `scratch` (size elements).
