@@ -21,13 +21,6 @@ void zero(float* p, int64_t n) {
   });
 }
 
-// A kernel without a bf16 output (attention) writes a bf16 buffer's values in f32 to `staging`
-// first, then keep_output rounds them into it; an f32 buffer it writes directly.
-float* f32_output(float* out, float*) { return out; }
-float* f32_output(bf16*, float* staging) { return staging; }
-void keep_output(float*, const float*, int64_t) {}
-void keep_output(bf16* out, const float* staging, int64_t n) { round_to_bf16(out, staging, n); }
-
 template <typename Kind>
 Buffers<Kind> allocate(const GPTConfig& c, int B, int T, Allocator& alloc) {
   Buffers<Kind> a;
@@ -433,9 +426,9 @@ void block_attention_forward(const GPTConfig& c, int layer, const BlockParams& w
     linear_forward(a.ptr(K::Qkv), ln1, w.c_attn_w, w.c_attn_b, N, C, 3 * C, mm);  // (B, T, 3C)
   });
   a.visit(K::AttY, [&](auto* y) {
-    attention_forward(f32_output(y, ws.btc(1)), a.ptr(K::AttSoftmax), ws.attention(),
+    attention_forward(staged_output(y, ws.btc(1)), a.ptr(K::AttSoftmax), ws.attention(),
                       a.ptr(K::Qkv), B, T, NH, HS, attn_drop);  // (B, T, C)
-    keep_output(y, ws.btc(1), n);
+    store_staged(y, ws.btc(1), n);
     linear_forward(proj, y, w.attn_proj_w, w.attn_proj_b, N, C, C, mm);  // (B, T, C)
   });
   if (resid_drop.active()) dropout_forward(proj, proj, n, resid_drop);

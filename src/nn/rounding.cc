@@ -1,9 +1,9 @@
-// Rounding a kernel's f32 output to bf16 for the matmul that reads it from the saved buffers.
+// Rounding a kernel's staged f32 output into the bf16 buffer a matmul reads it from.
 #include "matmul_operands.h"
 #include "tandem/nn/layers.h"
 
 namespace tandem::nn {
 
-void round_to_bf16(bf16* dst, const float* src, int64_t n) { detail::convert(src, dst, n); }
+void store_staged(bf16* out, const float* staging, int64_t n) { detail::convert(staging, out, n); }
 
 }  // namespace tandem::nn

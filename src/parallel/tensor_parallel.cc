@@ -62,15 +62,6 @@ void epilogue_operands(EpilogueArgs& e, const Tensor& x_saved, nn::Workspace& ws
   e.w = w;
 }
 
-// A kernel without a bf16 output (attention) writes a bf16 buffer's values in f32 to `staging`
-// first, then keep_output rounds them into it; an f32 buffer it writes directly.
-float* f32_output(float* out, float*) { return out; }
-float* f32_output(bf16*, float* staging) { return staging; }
-void keep_output(float*, const float*, int64_t) {}
-void keep_output(bf16* out, const float* staging, int64_t n) {
-  nn::round_to_bf16(out, staging, n);
-}
-
 // The column-parallel input gradient summed over the tp ranks, in place (ShardBlock).
 void all_reduce(const ShardBlock& sb, float* buf, int64_t n) {
   if (sb.tp == 1) return;
@@ -153,9 +144,9 @@ void shard_half_forward(const ShardBlock& sb, int layer, nn::BlockHalf half,
                          mm);  // (B, T, 3c)
     });
     a.visit(K::AttY, [&](auto* y) {
-      nn::attention_forward(f32_output(y, ws.btc(1)), a.ptr(K::AttSoftmax), ws.attention(),
+      nn::attention_forward(nn::staged_output(y, ws.btc(1)), a.ptr(K::AttSoftmax), ws.attention(),
                             a.ptr(K::Qkv), B, T, NH, HS, attn_drop);  // (B, T, c)
-      keep_output(y, ws.btc(1), static_cast<int64_t>(N) * lc);
+      nn::store_staged(y, ws.btc(1), static_cast<int64_t>(N) * lc);
     });
     x_saved = a[K::AttY];
     e.w = w.attn_proj_w;  // (c, C)

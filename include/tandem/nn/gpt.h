@@ -203,9 +203,10 @@ Shape act_shape(const GPTConfig& c, FinalAct k, int B, int T);
 // forward's product and the backward's dweight = x^T dout (and the head's recomputed logits and
 // dwte), rounds them to bf16 first (layers.h, MatmulPrecision; the tensor-parallel epilogue's
 // projection too), and LayerNorm's and GELU's backwards read their inputs and statistics, not
-// these outputs. So a step's results are bitwise those of saving them in f32. What autocast
-// keeps in f32 stays f32: the residual stream (resid_1, out), LayerNorm's statistics, attn.c_attn
-// and mlp.c_fc's outputs (attention's and GELU's f32 inputs), the softmax and the losses.
+// these outputs. So a step's results are bitwise those of saving them in f32. The rest stays f32:
+// what autocast keeps in f32 (the residual stream resid_1 and out, LayerNorm's statistics, the
+// softmax, the losses) and the inputs of the f32 attention and GELU (attn.c_attn.out,
+// mlp.c_fc.out), which rounding would change.
 DType act_dtype(const GPTConfig& c, EmbeddingAct k);
 DType act_dtype(const GPTConfig& c, BlockAct k);
 DType act_dtype(const GPTConfig& c, FinalAct k);
@@ -302,7 +303,8 @@ class Workspace {
   // parallel epilogue, parallel/tensor_parallel.h): 4 * d_model * d_model floats; null in f32.
   float* rounded_weight() const;
 
-  float* btc(int i) const;  // (B, T, C), i in {0, 1}
+  // (B, T, C), i in {0, 1}; in a forward btc(1) stages attention's output for a bf16 attn.y.
+  float* btc(int i) const;
   // (B, T, 4C): d(qkv) in an attention half's backward, d(gelu.out) then (in place) d(c_fc.out)
   // in an MLP half's. One buffer serves both halves, so the workspace is small next to a half's
   // saved buffers (what bounds the smallest out-of-core budget).

@@ -162,9 +162,14 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n);
 // of zero products (-0 here, +0 there).
 void gelu_backward_inplace(float* d, const float* inp, int64_t n);
 
-// dst (n) = src (n) rounded to bf16 (to_bf16, core/bf16.h), split over threads: a saved matmul
-// input that a kernel without a bf16 output (attention) wrote in f32.
-void round_to_bf16(bf16* dst, const float* src, int64_t n);
+// A kernel with only an f32 output (attention) writing a buffer saved in f32 or bf16 (a matmul's
+// input, gpt.h's act_dtype): it writes to staged_output(out, staging), out itself or, for a bf16
+// out, the f32 staging; then store_staged(out, staging, n) rounds the n staged values into a bf16
+// out (to_bf16, split over threads) and does nothing for an f32 one.
+inline float* staged_output(float* out, float*) { return out; }
+inline float* staged_output(bf16*, float* staging) { return staging; }
+inline void store_staged(float*, const float*, int64_t) {}
+void store_staged(bf16* out, const float* staging, int64_t n);
 
 // ---------------------------------------------------------------------------------------------
 // Residual add. out (n) = inp1 (n) + inp2 (n); out may equal inp1 or inp2.
