@@ -422,7 +422,7 @@ void block_attention_forward(const GPTConfig& c, int layer, const BlockParams& w
   const MatmulPrecision mm = ws.matmul();
   a.visit(K::Ln1Out, [&](auto* ln1) {
     layernorm_forward(ln1, a.ptr(K::Ln1Mean), a.ptr(K::Ln1Rstd), x, w.ln_1_w, w.ln_1_b, N,
-                      C);                                                              // (B, T, C)
+                      C);                                                         // (B, T, C)
     linear_forward(a.ptr(K::Qkv), ln1, w.c_attn_w, w.c_attn_b, N, C, 3 * C, mm);  // (B, T, 3C)
   });
   a.visit(K::AttY, [&](auto* y) {
@@ -447,11 +447,11 @@ void block_mlp_forward(const GPTConfig& c, int layer, const BlockParams& w,
   const MatmulPrecision mm = ws.matmul();
   a.visit(K::Ln2Out, [&](auto* ln2) {
     layernorm_forward(ln2, a.ptr(K::Ln2Mean), a.ptr(K::Ln2Rstd), a.ptr(K::Resid1), w.ln_2_w,
-                      w.ln_2_b, N, C);                                               // (B, T, C)
+                      w.ln_2_b, N, C);                                          // (B, T, C)
     linear_forward(a.ptr(K::FcOut), ln2, w.c_fc_w, w.c_fc_b, N, C, 4 * C, mm);  // (B, T, 4C)
   });
   a.visit(K::GeluOut, [&](auto* h) {
-    gelu_forward(h, a.ptr(K::FcOut), 4 * n);                                     // (B, T, 4C)
+    gelu_forward(h, a.ptr(K::FcOut), 4 * n);                               // (B, T, 4C)
     linear_forward(proj, h, w.mlp_proj_w, w.mlp_proj_b, N, 4 * C, C, mm);  // (B, T, C)
   });
   if (resid_drop.active()) dropout_forward(proj, proj, n, resid_drop);

@@ -273,8 +273,8 @@ nn::BlockActivations Runtime::unit(int k, int u) {
   const Shape& io = schedule_->chain().input;
   nn::BlockActivations a;
   for (size_t i = 0; i < kind.saves.size(); ++i)
-    a[kind.saves[i]] = Tensor::view_of(arena_.at(base + offsets[i]), kind.buffers[i].dtype,
-                                       kind.buffers[i].shape);
+    a[kind.saves[i]] =
+        Tensor::view_of(arena_.at(base + offsets[i]), kind.buffers[i].dtype, kind.buffers[i].shape);
   a[kind.output] = Tensor::view_of(input(k, u + 1), DType::F32, io);
   if (kind.input) a[*kind.input] = Tensor::view_of(input(k, u), DType::F32, io);
   return a;

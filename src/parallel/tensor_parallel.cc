@@ -35,9 +35,8 @@ void round_to_bf16(const float* src, float* dst, int64_t n) {
 
 // dst (n) = src (n) widened to f32 (exact), split over threads.
 void widen(const bf16* src, float* dst, int64_t n) {
-  parallel_for(n, int64_t{1} << 16, [&](int64_t b, int64_t e) {
-    to_f32(src + b, dst + b, static_cast<size_t>(e - b));
-  });
+  parallel_for(n, int64_t{1} << 16,
+               [&](int64_t b, int64_t e) { to_f32(src + b, dst + b, static_cast<size_t>(e - b)); });
 }
 
 // In bf16, the epilogue's projection multiplies bf16 values: x and w rounded to them in f32

@@ -50,8 +50,7 @@ TEST(Bf16Activations, LayerNormGeluAndStagedOutputsWriteTheRoundedValues) {
   std::vector<float> out(N * C), mean(N), rstd(N), mean_b(N), rstd_b(N);
   std::vector<bf16> out_b(N * C);
   layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
-  layernorm_forward(out_b.data(), mean_b.data(), rstd_b.data(), x.data(), w.data(), b.data(), N,
-                    C);
+  layernorm_forward(out_b.data(), mean_b.data(), rstd_b.data(), x.data(), w.data(), b.data(), N, C);
   EXPECT_TRUE(same_bits(out_b, rounded(out)));
   EXPECT_EQ(mean_b, mean);
   EXPECT_EQ(rstd_b, rstd);
@@ -119,8 +118,8 @@ TEST(Bf16Activations, LmHeadOnASavedBf16InputIsTheF32InputCallBitwise) {
   for (bool with_dx : {true, false}) {
     std::vector<float> losses(N), dx = dx0, dwte = dwte0;
     std::vector<float> want_losses(N), want_dx = dx0, want_dwte = dwte0;
-    lm_head_loss_forward(want_losses.data(), logits.data(), x.data(), wte.data(), targets.data(),
-                         N, C, V, chunk, s.bf16s());
+    lm_head_loss_forward(want_losses.data(), logits.data(), x.data(), wte.data(), targets.data(), N,
+                         C, V, chunk, s.bf16s());
     lm_head_loss_forward(losses.data(), logits.data(), xb.data(), wte.data(), targets.data(), N, C,
                          V, chunk, s.bf16s());
     EXPECT_EQ(losses, want_losses);
@@ -144,9 +143,9 @@ TEST(Bf16Activations, ABf16InputNeedsBf16Matmuls) {
   std::vector<float> w(IC * OC, 1.0f), out(N * OC), dout(N * OC, 1.0f), dw(IC * OC);
   EXPECT_THROW(linear_forward(out.data(), x.data(), w.data(), nullptr, N, IC, OC, {}),
                InternalError);
-  EXPECT_THROW(linear_backward(nullptr, dw.data(), nullptr, dout.data(), x.data(), w.data(), N, IC,
-                               OC, {}),
-               InternalError);
+  EXPECT_THROW(
+      linear_backward(nullptr, dw.data(), nullptr, dout.data(), x.data(), w.data(), N, IC, OC, {}),
+      InternalError);
   EXPECT_THROW(lm_head_forward(out.data(), x.data(), w.data(), N, IC, OC, {}), InternalError);
 }
 
@@ -201,7 +200,8 @@ TEST(Bf16Activations, ModelLossAndGradientsBitwiseAsSavedInF32) {
   gpt_init(params, 5);
   float* w = params.flat().data_as<float>();
   const std::vector<double> noise = uniform(static_cast<size_t>(params.size()), 6, -0.2, 0.2);
-  for (int64_t i = 0; i < params.size(); ++i) w[i] += static_cast<float>(noise[static_cast<size_t>(i)]);
+  for (int64_t i = 0; i < params.size(); ++i)
+    w[i] += static_cast<float>(noise[static_cast<size_t>(i)]);
   GPTActivations saved_b(c, B, T), saved_f(c, B, T);
   rebind_all_f32(saved_f);
   EXPECT_EQ(saved_b.blocks[0][BlockAct::GeluOut].dtype(), DType::BF16);
@@ -224,8 +224,8 @@ TEST(Bf16Activations, ModelLossAndGradientsBitwiseAsSavedInF32) {
         EXPECT_TRUE(same_bits(b, saved_in_bf16(k) ? f.to(DType::BF16) : f))
             << "h." << l << "." << act_suffix(k);
       }
-    EXPECT_TRUE(same_bits(saved_b.head[FinalAct::LnfOut],
-                          saved_f.head[FinalAct::LnfOut].to(DType::BF16)));
+    EXPECT_TRUE(
+        same_bits(saved_b.head[FinalAct::LnfOut], saved_f.head[FinalAct::LnfOut].to(DType::BF16)));
     gpt_backward(params, grads_b, saved_b, ws, batch, rng, 0.5f);
     gpt_backward(params, grads_f, saved_f, ws, batch, rng, 0.5f);
     EXPECT_TRUE(same_bits(grads_b.flat(), grads_f.flat()));

@@ -244,7 +244,6 @@ TEST(TensorParallelBlock, BackwardWithProgramDropoutMatchesItsForward) {
       << "backward " << directional << " vs central differences " << fd;
 }
 
-
 // In bf16 the tensor-parallel block saves its matmuls' inputs in bf16 (nn::act_dtype), and the
 // epilogue widens the saved projection input: bitwise the block that saves them in f32, forward
 // (Out) and backward (d(x), every gradient of the shard), with the DSL program's dropout.
