@@ -39,10 +39,11 @@ inline constexpr float kLayerNormEps = 1e-5f;
 // f32 accumulation and f32 output. Weights stay f32 (the master copy): their bf16 copy is scratch,
 // made at each call, as is the bf16 copy of the activation or gradient operand. Everything else
 // (bias, LayerNorm, softmax, GELU, the loss) is f32 either way.
-// The scratch: `rows` holds the (N, .) operand (an input, an output gradient, the logits'
-// gradient), `other` the weight, then in a backward the input for the weight's gradient. A call
-// needs at most N * max(IC, OC) of rows and max(IC * OC, N * IC) of other (elements); too little
-// is an InternalError. gpt.h's Workspace holds enough for every layer of its model.
+// The scratch: `rows` holds the (N, .) operand (an f32 input, an output gradient, the logits'
+// gradient), `other` the weight, then in a backward an f32 input for the weight's gradient (a
+// bf16 input needs no copy). A call needs at most N * max(IC, OC) of rows and max(IC * OC,
+// N * IC) of other (elements); too little is an InternalError. gpt.h's Workspace holds enough for
+// every layer of its model, whichever type its buffers are bound in.
 struct MatmulPrecision {
   DType type = DType::F32;  // F32 or BF16
   bf16* rows = nullptr;
