@@ -26,14 +26,17 @@ ChainLayout gpt_chain_layout(const GPTConfig& c, int B, int T, int first_layer, 
     const auto half = static_cast<BlockHalf>(h);
     ChainLayout::UnitKind k{
         std::string(half_name(half)), half_saves(half), {}, half_output(half), std::nullopt};
-    for (BlockAct a : k.saves) k.shapes.push_back(shapes[static_cast<size_t>(a)]);
+    for (BlockAct a : k.saves)
+      k.buffers.push_back({shapes[static_cast<size_t>(a)], act_dtype(c, a)});
     if (half == BlockHalf::Mlp) k.input = BlockAct::Resid1;
     l.kinds.push_back(std::move(k));
   }
   l.input = Shape{B, T, c.d_model};
   if (head)
-    for (int i = 0; i < kNumActs<FinalAct>; ++i)
-      l.head.push_back(act_shape(c, static_cast<FinalAct>(i), B, T));
+    for (int i = 0; i < kNumActs<FinalAct>; ++i) {
+      const auto a = static_cast<FinalAct>(i);
+      l.head.push_back({act_shape(c, a, B, T), act_dtype(c, a)});
+    }
   for (const ActivationSpec& s : Workspace::specs(c, B, T)) l.workspace.push_back(s.shape);
   l.units = kBlockHalves * blocks;
   l.first_layer = first_layer;

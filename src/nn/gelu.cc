@@ -1,4 +1,6 @@
-// GELU with GPT-2's tanh approximation, forward and backward, vectorised through tanh_approx.
+// GELU with GPT-2's tanh approximation, forward (output in f32 or rounded to bf16) and backward,
+// vectorised through tanh_approx.
+#include "matmul_operands.h"
 #include "tandem/core/parallel.h"
 #include "tandem/nn/layers.h"
 #include "vec.h"
@@ -16,6 +18,16 @@ void gelu_forward_range(float* __restrict o, const float* __restrict x, int64_t 
     const float u = kSqrt2OverPi * (v + kCubic * v * v * v);
     o[i] = 0.5f * v * (1.0f + detail::tanh_approx(u));
   }
+}
+
+// out (n) = gelu(inp (n)) in f32 or rounded to bf16 (matmul_operands.h, write_output).
+template <typename Out>
+void forward(Out* out, const float* inp, int64_t n) {
+  parallel_for(n, kGrain, [&](int64_t b, int64_t e) {
+    detail::write_output(out + b, e - b, [&](float* d, int64_t first, int64_t count) {
+      gelu_forward_range(d, inp + b + first, count);
+    });
+  });
 }
 
 inline float gelu_grad(float v) {
@@ -37,10 +49,8 @@ void gelu_backward_inplace_range(float* __restrict d, const float* __restrict x,
 }  // namespace
 
 // out (n) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
-void gelu_forward(float* out, const float* inp, int64_t n) {
-  parallel_for(n, kGrain,
-               [&](int64_t b, int64_t e) { gelu_forward_range(out + b, inp + b, e - b); });
-}
+void gelu_forward(float* out, const float* inp, int64_t n) { forward(out, inp, n); }
+void gelu_forward(bf16* out, const float* inp, int64_t n) { forward(out, inp, n); }
 
 // dinp (n) += gelu'(inp) * dout
 void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) {

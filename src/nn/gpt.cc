@@ -26,7 +26,7 @@ Buffers<Kind> allocate(const GPTConfig& c, int B, int T, Allocator& alloc) {
   Buffers<Kind> a;
   for (int i = 0; i < kNumActs<Kind>; ++i) {
     const Kind k = static_cast<Kind>(i);
-    a[k] = Tensor::empty(DType::F32, act_shape(c, k, B, T), alloc);
+    a[k] = Tensor::empty(act_dtype(c, k), act_shape(c, k, B, T), alloc);
   }
   return a;
 }
@@ -36,7 +36,7 @@ void append_specs(std::vector<ActivationSpec>& out, const GPTConfig& c, const st
                   int B, int T) {
   for (int i = 0; i < kNumActs<Kind>; ++i) {
     const Kind k = static_cast<Kind>(i);
-    out.push_back({prefix + std::string(act_suffix(k)), act_shape(c, k, B, T)});
+    out.push_back({prefix + std::string(act_suffix(k)), act_shape(c, k, B, T), act_dtype(c, k)});
   }
 }
 
@@ -51,15 +51,18 @@ void append_named(std::vector<std::pair<std::string, Tensor>>& out, const Buffer
 
 std::string block_prefix(int layer) { return "h." + std::to_string(layer) + "."; }
 
-// Every buffer defined and shaped for (B, T): a mismatch is the caller binding the wrong buffer.
+// Every buffer defined, of its act_dtype (or f32, see Buffers) and shaped for (B, T): a mismatch
+// is the caller binding the wrong buffer.
 template <typename Kind>
 void check_buffer(const GPTConfig& c, const Buffers<Kind>& a, Kind k, const std::string& prefix,
                   int B, int T) {
   const Shape want = act_shape(c, k, B, T);
-  if (a[k].dtype() != DType::F32 || a[k].numel() != want.numel() ||
+  const DType type = act_dtype(c, k);
+  if ((a[k].dtype() != type && a[k].dtype() != DType::F32) || a[k].numel() != want.numel() ||
       (a[k].data() == nullptr && want.numel() > 0))
-    user_error("activation buffer {}{} is {}{}; the stage needs f32{}", prefix, act_suffix(k),
-               a[k].str(), a[k].data() == nullptr ? " (unbound)" : "", want.str());
+    user_error("activation buffer {}{} is {}{}; the stage needs {}{}", prefix, act_suffix(k),
+               a[k].str(), a[k].data() == nullptr ? " (unbound)" : "", dtype_name(type),
+               want.str());
 }
 
 template <typename Kind>
@@ -175,6 +178,25 @@ Shape act_shape(const GPTConfig& c, FinalAct k, int B, int T) {
       break;
   }
   internal_error("bad FinalAct");
+}
+
+DType act_dtype(const GPTConfig&, EmbeddingAct) { return DType::F32; }
+
+DType act_dtype(const GPTConfig& c, BlockAct k) {
+  if (c.matmul != DType::BF16) return DType::F32;
+  switch (k) {
+    case BlockAct::Ln1Out:
+    case BlockAct::AttY:
+    case BlockAct::Ln2Out:
+    case BlockAct::GeluOut:
+      return DType::BF16;
+    default:
+      return DType::F32;
+  }
+}
+
+DType act_dtype(const GPTConfig& c, FinalAct k) {
+  return c.matmul == DType::BF16 && k == FinalAct::LnfOut ? DType::BF16 : DType::F32;
 }
 
 std::vector<ActivationSpec> block_activation_specs(const GPTConfig& c, int layer, int B, int T) {
@@ -397,14 +419,18 @@ void block_attention_forward(const GPTConfig& c, int layer, const BlockParams& w
   const AttentionDropout attn_drop = attention_dropout(c, rng, layer);
   const Dropout resid_drop = site_dropout(c, rng, layer, DropoutSite::AttnResidual, T);
   using K = BlockAct;
-  layernorm_forward(a.ptr(K::Ln1Out), a.ptr(K::Ln1Mean), a.ptr(K::Ln1Rstd), x, w.ln_1_w, w.ln_1_b,
-                    N, C);  // (B, T, C)
   const MatmulPrecision mm = ws.matmul();
-  linear_forward(a.ptr(K::Qkv), a.ptr(K::Ln1Out), w.c_attn_w, w.c_attn_b, N, C, 3 * C,
-                 mm);  // (B, T, 3C)
-  attention_forward(a.ptr(K::AttY), a.ptr(K::AttSoftmax), ws.attention(), a.ptr(K::Qkv), B, T, NH,
-                    HS, attn_drop);                                                 // (B, T, C)
-  linear_forward(proj, a.ptr(K::AttY), w.attn_proj_w, w.attn_proj_b, N, C, C, mm);  // (B, T, C)
+  a.visit(K::Ln1Out, [&](auto* ln1) {
+    layernorm_forward(ln1, a.ptr(K::Ln1Mean), a.ptr(K::Ln1Rstd), x, w.ln_1_w, w.ln_1_b, N,
+                      C);                                                         // (B, T, C)
+    linear_forward(a.ptr(K::Qkv), ln1, w.c_attn_w, w.c_attn_b, N, C, 3 * C, mm);  // (B, T, 3C)
+  });
+  a.visit(K::AttY, [&](auto* y) {
+    attention_forward(staged_output(y, ws.btc(1)), a.ptr(K::AttSoftmax), ws.attention(),
+                      a.ptr(K::Qkv), B, T, NH, HS, attn_drop);  // (B, T, C)
+    store_staged(y, ws.btc(1), n);
+    linear_forward(proj, y, w.attn_proj_w, w.attn_proj_b, N, C, C, mm);  // (B, T, C)
+  });
   if (resid_drop.active()) dropout_forward(proj, proj, n, resid_drop);
   residual_forward(a.ptr(K::Resid1), x, proj, n);  // (B, T, C)
 }
@@ -418,14 +444,16 @@ void block_mlp_forward(const GPTConfig& c, int layer, const BlockParams& w,
   float* proj = ws.btc(0);
   const Dropout resid_drop = site_dropout(c, rng, layer, DropoutSite::MlpResidual, T);
   using K = BlockAct;
-  layernorm_forward(a.ptr(K::Ln2Out), a.ptr(K::Ln2Mean), a.ptr(K::Ln2Rstd), a.ptr(K::Resid1),
-                    w.ln_2_w, w.ln_2_b, N, C);  // (B, T, C)
   const MatmulPrecision mm = ws.matmul();
-  linear_forward(a.ptr(K::FcOut), a.ptr(K::Ln2Out), w.c_fc_w, w.c_fc_b, N, C, 4 * C,
-                 mm);                                       // (B, T, 4C)
-  gelu_forward(a.ptr(K::GeluOut), a.ptr(K::FcOut), 4 * n);  // (B, T, 4C)
-  linear_forward(proj, a.ptr(K::GeluOut), w.mlp_proj_w, w.mlp_proj_b, N, 4 * C, C,
-                 mm);  // (B, T, C)
+  a.visit(K::Ln2Out, [&](auto* ln2) {
+    layernorm_forward(ln2, a.ptr(K::Ln2Mean), a.ptr(K::Ln2Rstd), a.ptr(K::Resid1), w.ln_2_w,
+                      w.ln_2_b, N, C);                                          // (B, T, C)
+    linear_forward(a.ptr(K::FcOut), ln2, w.c_fc_w, w.c_fc_b, N, C, 4 * C, mm);  // (B, T, 4C)
+  });
+  a.visit(K::GeluOut, [&](auto* h) {
+    gelu_forward(h, a.ptr(K::FcOut), 4 * n);                               // (B, T, 4C)
+    linear_forward(proj, h, w.mlp_proj_w, w.mlp_proj_b, N, 4 * C, C, mm);  // (B, T, C)
+  });
   if (resid_drop.active()) dropout_forward(proj, proj, n, resid_drop);
   residual_forward(a.ptr(K::Out), a.ptr(K::Resid1), proj, n);  // (B, T, C)
 }
@@ -459,11 +487,14 @@ void block_mlp_backward(const GPTConfig& c, int layer, const BlockParams& w, con
       projection_grad(site_dropout(c, rng, layer, DropoutSite::MlpResidual, T), dres, ws, n);
   zero(dfc, 4 * n);
   const MatmulPrecision mm = ws.matmul();
-  linear_backward(dfc, dw.mlp_proj_w, dw.mlp_proj_b, dmlp, a.ptr(K::GeluOut), w.mlp_proj_w, N,
-                  4 * C, C, mm);
+  a.visit(K::GeluOut, [&](const auto* h) {
+    linear_backward(dfc, dw.mlp_proj_w, dw.mlp_proj_b, dmlp, h, w.mlp_proj_w, N, 4 * C, C, mm);
+  });
   gelu_backward_inplace(dfc, a.ptr(K::FcOut), 4 * n);
   zero(dc, n);
-  linear_backward(dc, dw.c_fc_w, dw.c_fc_b, dfc, a.ptr(K::Ln2Out), w.c_fc_w, N, C, 4 * C, mm);
+  a.visit(K::Ln2Out, [&](const auto* ln2) {
+    linear_backward(dc, dw.c_fc_w, dw.c_fc_b, dfc, ln2, w.c_fc_w, N, C, 4 * C, mm);
+  });
   layernorm_backward(dres, dw.ln_2_w, dw.ln_2_b, dc, a.ptr(K::Resid1), w.ln_2_w, a.ptr(K::Ln2Mean),
                      a.ptr(K::Ln2Rstd), N, C);  // dres is now d(resid_1)
 }
@@ -482,14 +513,16 @@ void block_attention_backward(const GPTConfig& c, int layer, const BlockParams& 
       projection_grad(site_dropout(c, rng, layer, DropoutSite::AttnResidual, T), dres, ws, n);
   zero(dc, n);
   const MatmulPrecision mm = ws.matmul();
-  linear_backward(dc, dw.attn_proj_w, dw.attn_proj_b, dattn, a.ptr(K::AttY), w.attn_proj_w, N, C, C,
-                  mm);
+  a.visit(K::AttY, [&](const auto* y) {
+    linear_backward(dc, dw.attn_proj_w, dw.attn_proj_b, dattn, y, w.attn_proj_w, N, C, C, mm);
+  });
   zero(dqkv, 3 * n);
   attention_backward(dqkv, ws.attention(), dc, a.ptr(K::Qkv), a.ptr(K::AttSoftmax), B, T, NH, HS,
                      attention_dropout(c, rng, layer));
   zero(dc, n);
-  linear_backward(dc, dw.c_attn_w, dw.c_attn_b, dqkv, a.ptr(K::Ln1Out), w.c_attn_w, N, C, 3 * C,
-                  mm);
+  a.visit(K::Ln1Out, [&](const auto* ln1) {
+    linear_backward(dc, dw.c_attn_w, dw.c_attn_b, dqkv, ln1, w.c_attn_w, N, C, 3 * C, mm);
+  });
   layernorm_backward(dres, dw.ln_1_w, dw.ln_1_b, dc, x, w.ln_1_w, a.ptr(K::Ln1Mean),
                      a.ptr(K::Ln1Rstd), N, C);  // dres is now d(x)
 }
@@ -500,12 +533,15 @@ float final_forward(const GPTConfig& c, const FinalParams& w, const FinalActivat
   ws.check_fits(c, B, T);
   const int C = c.d_model, V = c.vocab_size, N = B * T;
   using K = FinalAct;
-  layernorm_forward(a.ptr(K::LnfOut), a.ptr(K::LnfMean), a.ptr(K::LnfRstd), x, w.ln_f_w, w.ln_f_b,
-                    N, C);  // (B, T, C)
+  a.visit(K::LnfOut, [&](auto* lnf) {
+    layernorm_forward(lnf, a.ptr(K::LnfMean), a.ptr(K::LnfRstd), x, w.ln_f_w, w.ln_f_b, N,
+                      C);  // (B, T, C)
+    if (targets == nullptr) return;
+    // Per chunk of tokens: logits (chunk, V) in the workspace, then only each token's loss kept.
+    lm_head_loss_forward(a.ptr(K::Losses), ws.logits(), lnf, w.wte, targets, N, C, V,
+                         lm_head_chunk_rows(N, V), ws.matmul());
+  });
   if (targets == nullptr) return std::numeric_limits<float>::quiet_NaN();
-  // Per chunk of tokens: logits (chunk, V) in the workspace, then only each token's loss kept.
-  lm_head_loss_forward(a.ptr(K::Losses), ws.logits(), a.ptr(K::LnfOut), w.wte, targets, N, C, V,
-                       lm_head_chunk_rows(N, V), ws.matmul());
   // The mean in double, in token order: deterministic and no drift over many tokens.
   double sum = 0.0;
   const float* losses = a.ptr(K::Losses);
@@ -524,9 +560,11 @@ void final_backward(const GPTConfig& c, const FinalParams& w, const FinalParams&
   zero(dlnf, static_cast<int64_t>(N) * C);
   // Per chunk: the forward's logits computed again (one more head matmul a step, for not keeping
   // N x V of them), their gradient in place, then dlnf and dwte from it.
-  lm_head_loss_backward(dlnf, dw.wte, ws.logits(), a.ptr(K::LnfOut), w.wte, targets,
-                        dloss / static_cast<float>(N), N, C, V, lm_head_chunk_rows(N, V),
-                        ws.matmul());
+  a.visit(K::LnfOut, [&](const auto* lnf) {
+    lm_head_loss_backward(dlnf, dw.wte, ws.logits(), lnf, w.wte, targets,
+                          dloss / static_cast<float>(N), N, C, V, lm_head_chunk_rows(N, V),
+                          ws.matmul());
+  });
   layernorm_backward(dx, dw.ln_f_w, dw.ln_f_b, dlnf, x, w.ln_f_w, a.ptr(K::LnfMean),
                      a.ptr(K::LnfRstd), N, C);
 }
@@ -539,8 +577,10 @@ void final_probabilities(const GPTConfig& c, const FinalParams& w, const FinalAc
   if (first < 0 || rows < 0 || first > B * T - rows)
     user_error("GPT head rows [{}, {}) are outside the batch's {} tokens", first, first + rows,
                B * T);
-  const float* x = a.ptr(FinalAct::LnfOut) + static_cast<int64_t>(first) * C;
-  lm_head_forward(probs, x, w.wte, rows, C, V, ws.matmul());  // logits
+  a.visit(FinalAct::LnfOut, [&](const auto* lnf) {
+    lm_head_forward(probs, lnf + static_cast<int64_t>(first) * C, w.wte, rows, C, V,
+                    ws.matmul());  // logits
+  });
   crossentropy_forward(nullptr, probs, probs, nullptr, rows, V);
 }
 

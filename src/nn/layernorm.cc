@@ -1,8 +1,10 @@
-// LayerNorm forward and backward over the last dimension, saving mean and rstd.
+// LayerNorm forward (output in f32 or rounded to bf16) and backward over the last dimension,
+// saving mean and rstd.
 #include <algorithm>
 #include <cmath>
 
 #include "columns.h"
+#include "matmul_operands.h"
 #include "tandem/core/parallel.h"
 #include "tandem/nn/layers.h"
 #include "vec.h"
@@ -11,9 +13,18 @@ namespace tandem::nn {
 
 using detail::kLanes;
 
+namespace {
+
+// o (n) = (x (n) - m) * s * w (n) + b (n): one row's output, or part of it.
+void normalize(float* __restrict o, const float* __restrict x, float m, float s,
+               const float* __restrict w, const float* __restrict b, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) o[j] = (x[j] - m) * s * w[j] + b[j];
+}
+
 // out (N, C), mean (N), rstd (N) = layernorm(inp (N, C)) * weight (C) + bias (C)
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                       const float* bias, int N, int C) {
+template <typename Out>
+void forward(Out* out, float* mean, float* rstd, const float* inp, const float* weight,
+             const float* bias, int N, int C) {
   const float* __restrict w = weight;
   const float* __restrict bi = bias;
   // Rows are independent: split over threads, at least ~32K elements each.
@@ -21,7 +32,7 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
   parallel_for(N, grain, [&](int64_t n0, int64_t n1) {
     for (int64_t n = n0; n < n1; ++n) {
       const float* __restrict x = inp + static_cast<int64_t>(n) * C;
-      float* __restrict o = out + static_cast<int64_t>(n) * C;
+      Out* o = out + static_cast<int64_t>(n) * C;
       const float m = detail::lane_sum(x, C) / static_cast<float>(C);
       // Two passes (mean, then squared deviations): no cancellation for rows with a large mean.
       float acc[kLanes] = {};
@@ -35,14 +46,14 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
       for (int k = 0; k < kLanes; ++k) var += acc[k];
       for (; i < C; ++i) var += (x[i] - m) * (x[i] - m);
       const float s = 1.0f / std::sqrt(var / static_cast<float>(C) + kLayerNormEps);
-      for (int j = 0; j < C; ++j) o[j] = (x[j] - m) * s * w[j] + bi[j];
+      detail::write_output(o, C, [&](float* d, int64_t first, int64_t count) {
+        normalize(d, x + first, m, s, w + first, bi + first, count);
+      });
       mean[n] = m;
       rstd[n] = s;
     }
   });
 }
-
-namespace {
 
 // One row's input gradient, given its two row means. A function of its own so that the restrict
 // qualifiers are on parameters, where GCC relies on them (on block-scope locals it gave up
@@ -76,6 +87,15 @@ void layernorm_backward_params(float* __restrict dw, float* __restrict db,
 }
 
 }  // namespace
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, int N, int C) {
+  forward(out, mean, rstd, inp, weight, bias, N, C);
+}
+void layernorm_forward(bf16* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, int N, int C) {
+  forward(out, mean, rstd, inp, weight, bias, N, C);
+}
 
 // dinp (N, C), dweight (C), dbias (C) += backward of layernorm_forward for dout (N, C).
 // Two parallel passes: rows for dinp (each row needs only its own two means), then column blocks

@@ -1,7 +1,8 @@
 // The tied LM head (logits = x @ wte^T), alone for chosen rows and fused with the softmax
 // cross-entropy over chunks of rows for training, through core/gemm.h in f32 or with bf16
-// operands (MatmulPrecision).
+// operands (MatmulPrecision), the input f32 or already bf16.
 #include <algorithm>
+#include <type_traits>
 
 #include "matmul_operands.h"
 #include "tandem/core/gemm.h"
@@ -14,20 +15,32 @@ using detail::in_bf16;
 using detail::other_of;
 using detail::rows_of;
 
-}  // namespace
-
 // logits (N, V) = inp (N, C) @ wte (V, C)^T
-void lm_head_forward(float* logits, const float* inp, const float* wte, int N, int C, int V,
-                     const MatmulPrecision& mm) {
+template <typename In>
+void head_forward(float* logits, const In* inp, const float* wte, int N, int C, int V,
+                  const MatmulPrecision& mm) {
+  const bool bf16s = detail::in_bf16_for<In>(mm);
   if (N == 0 || V == 0) return;
   if (C == 0) {
     std::fill(logits, logits + static_cast<int64_t>(N) * V, 0.0f);
     return;
   }
-  if (!in_bf16(mm)) return gemm(false, true, N, V, C, 1.0f, inp, C, wte, C, 0.0f, logits, V);
+  if constexpr (std::is_same_v<In, float>)
+    if (!bf16s) return gemm(false, true, N, V, C, 1.0f, inp, C, wte, C, 0.0f, logits, V);
   const bf16* x = rows_of(mm, inp, static_cast<int64_t>(N) * C);
   const bf16* w = other_of(mm, wte, static_cast<int64_t>(V) * C);
   gemm(false, true, N, V, C, 1.0f, x, C, w, C, 0.0f, logits, V);
+}
+
+}  // namespace
+
+void lm_head_forward(float* logits, const float* inp, const float* wte, int N, int C, int V,
+                     const MatmulPrecision& mm) {
+  head_forward(logits, inp, wte, N, C, V, mm);
+}
+void lm_head_forward(float* logits, const bf16* inp, const float* wte, int N, int C, int V,
+                     const MatmulPrecision& mm) {
+  head_forward(logits, inp, wte, N, C, V, mm);
 }
 
 // dinp (N, C) += dlogits (N, V) @ wte (V, C); dwte (V, C) += dlogits^T @ inp
@@ -59,8 +72,8 @@ int lm_head_chunk_rows(int N, int V) {
 namespace {
 
 // The operands of one call's GEMMs. In bf16: wte's copy in `other`, made once for all chunks
-// (converting it per chunk would cost a pass over V x C each time); a chunk's input rows at the
-// start of `rows`, its dlogits after them.
+// (converting it per chunk would cost a pass over V x C each time); an f32 chunk's input rows
+// converted at the start of `rows` (a bf16 input is used where it is), its dlogits after them.
 struct HeadOperands {
   bool use_bf16 = false;
   const bf16* wte = nullptr;
@@ -68,9 +81,10 @@ struct HeadOperands {
   bf16* g = nullptr;  // chunk * V
 };
 
+template <typename In>
 HeadOperands head_operands(const MatmulPrecision& mm, const float* wte, int chunk, int C, int V) {
   HeadOperands o;
-  o.use_bf16 = in_bf16(mm);
+  o.use_bf16 = detail::in_bf16_for<In>(mm);
   if (!o.use_bf16) return o;
   const int64_t xs = static_cast<int64_t>(chunk) * C, gs = static_cast<int64_t>(chunk) * V;
   TANDEM_CHECK(mm.rows != nullptr && mm.rows_size >= xs + gs,
@@ -82,12 +96,26 @@ HeadOperands head_operands(const MatmulPrecision& mm, const float* wte, int chun
   return o;
 }
 
-// logits (rows, V) = x (rows, C) @ wte^T, the bf16 copy of x left in o.x for the backward.
-void chunk_logits(float* logits, const float* x, const float* wte, const HeadOperands& o, int rows,
-                  int C, int V) {
-  if (!o.use_bf16) return gemm(false, true, rows, V, C, 1.0f, x, C, wte, C, 0.0f, logits, V);
-  detail::convert(x, o.x, static_cast<int64_t>(rows) * C);
-  gemm(false, true, rows, V, C, 1.0f, o.x, C, o.wte, C, 0.0f, logits, V);
+// A chunk's bf16 rows: an f32 chunk converted into o.x, a bf16 one as it is.
+const bf16* chunk_rows(const float* x, const HeadOperands& o, int64_t n) {
+  detail::convert(x, o.x, n);
+  return o.x;
+}
+const bf16* chunk_rows(const bf16* x, const HeadOperands&, int64_t) { return x; }
+
+// logits (rows, V) = x (rows, C) @ wte^T. Returns the bf16 rows the product used (null in f32),
+// for the backward's dwte.
+template <typename In>
+const bf16* chunk_logits(float* logits, const In* x, const float* wte, const HeadOperands& o,
+                         int rows, int C, int V) {
+  if constexpr (std::is_same_v<In, float>)
+    if (!o.use_bf16) {
+      gemm(false, true, rows, V, C, 1.0f, x, C, wte, C, 0.0f, logits, V);
+      return nullptr;
+    }
+  const bf16* xb = chunk_rows(x, o, static_cast<int64_t>(rows) * C);
+  gemm(false, true, rows, V, C, 1.0f, xb, C, o.wte, C, 0.0f, logits, V);
+  return xb;
 }
 
 void check_head(int N, int C, int V, int chunk) {
@@ -95,14 +123,13 @@ void check_head(int N, int C, int V, int chunk) {
                N, C, V, chunk);
 }
 
-}  // namespace
-
-void lm_head_loss_forward(float* losses, float* logits, const float* inp, const float* wte,
-                          const int32_t* targets, int N, int C, int V, int chunk,
-                          const MatmulPrecision& mm) {
+template <typename In>
+void loss_forward(float* losses, float* logits, const In* inp, const float* wte,
+                  const int32_t* targets, int N, int C, int V, int chunk,
+                  const MatmulPrecision& mm) {
   check_head(N, C, V, chunk);
   if (N == 0) return;
-  const HeadOperands o = head_operands(mm, wte, chunk, C, V);
+  const HeadOperands o = head_operands<In>(mm, wte, chunk, C, V);
   for (int r0 = 0; r0 < N; r0 += chunk) {
     const int rows = std::min(chunk, N - r0);
     chunk_logits(logits, inp + static_cast<int64_t>(r0) * C, wte, o, rows, C, V);
@@ -110,28 +137,54 @@ void lm_head_loss_forward(float* losses, float* logits, const float* inp, const 
   }
 }
 
+template <typename In>
+void loss_backward(float* dinp, float* dwte, float* logits, const In* inp, const float* wte,
+                   const int32_t* targets, float dloss, int N, int C, int V, int chunk,
+                   const MatmulPrecision& mm) {
+  check_head(N, C, V, chunk);
+  if (N == 0) return;
+  const HeadOperands o = head_operands<In>(mm, wte, chunk, C, V);
+  for (int r0 = 0; r0 < N; r0 += chunk) {
+    const int rows = std::min(chunk, N - r0);
+    const In* x = inp + static_cast<int64_t>(r0) * C;
+    float* dx = dinp != nullptr ? dinp + static_cast<int64_t>(r0) * C : nullptr;
+    // The forward's logits again (the price of not keeping them), then their gradient in place.
+    const bf16* xb = chunk_logits(logits, x, wte, o, rows, C, V);
+    crossentropy_backward_inplace(logits, targets + r0, dloss, rows, V);
+    if constexpr (std::is_same_v<In, float>)
+      if (!o.use_bf16) {
+        if (dx != nullptr) gemm(false, false, rows, C, V, 1.0f, logits, V, wte, C, 1.0f, dx, C);
+        gemm(true, false, V, C, rows, 1.0f, logits, V, x, C, 1.0f, dwte, C);
+        continue;
+      }
+    detail::convert(logits, o.g, static_cast<int64_t>(rows) * V);
+    if (dx != nullptr) gemm(false, false, rows, C, V, 1.0f, o.g, V, o.wte, C, 1.0f, dx, C);
+    gemm(true, false, V, C, rows, 1.0f, o.g, V, xb, C, 1.0f, dwte, C);
+  }
+}
+
+}  // namespace
+
+void lm_head_loss_forward(float* losses, float* logits, const float* inp, const float* wte,
+                          const int32_t* targets, int N, int C, int V, int chunk,
+                          const MatmulPrecision& mm) {
+  loss_forward(losses, logits, inp, wte, targets, N, C, V, chunk, mm);
+}
+void lm_head_loss_forward(float* losses, float* logits, const bf16* inp, const float* wte,
+                          const int32_t* targets, int N, int C, int V, int chunk,
+                          const MatmulPrecision& mm) {
+  loss_forward(losses, logits, inp, wte, targets, N, C, V, chunk, mm);
+}
+
 void lm_head_loss_backward(float* dinp, float* dwte, float* logits, const float* inp,
                            const float* wte, const int32_t* targets, float dloss, int N, int C,
                            int V, int chunk, const MatmulPrecision& mm) {
-  check_head(N, C, V, chunk);
-  if (N == 0) return;
-  const HeadOperands o = head_operands(mm, wte, chunk, C, V);
-  for (int r0 = 0; r0 < N; r0 += chunk) {
-    const int rows = std::min(chunk, N - r0);
-    const float* x = inp + static_cast<int64_t>(r0) * C;
-    float* dx = dinp != nullptr ? dinp + static_cast<int64_t>(r0) * C : nullptr;
-    // The forward's logits again (the price of not keeping them), then their gradient in place.
-    chunk_logits(logits, x, wte, o, rows, C, V);
-    crossentropy_backward_inplace(logits, targets + r0, dloss, rows, V);
-    if (!o.use_bf16) {
-      if (dx != nullptr) gemm(false, false, rows, C, V, 1.0f, logits, V, wte, C, 1.0f, dx, C);
-      gemm(true, false, V, C, rows, 1.0f, logits, V, x, C, 1.0f, dwte, C);
-      continue;
-    }
-    detail::convert(logits, o.g, static_cast<int64_t>(rows) * V);
-    if (dx != nullptr) gemm(false, false, rows, C, V, 1.0f, o.g, V, o.wte, C, 1.0f, dx, C);
-    gemm(true, false, V, C, rows, 1.0f, o.g, V, o.x, C, 1.0f, dwte, C);
-  }
+  loss_backward(dinp, dwte, logits, inp, wte, targets, dloss, N, C, V, chunk, mm);
+}
+void lm_head_loss_backward(float* dinp, float* dwte, float* logits, const bf16* inp,
+                           const float* wte, const int32_t* targets, float dloss, int N, int C,
+                           int V, int chunk, const MatmulPrecision& mm) {
+  loss_backward(dinp, dwte, logits, inp, wte, targets, dloss, N, C, V, chunk, mm);
 }
 
 }  // namespace tandem::nn

@@ -16,16 +16,27 @@ namespace {
 uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 uint64_t f32_bytes(const Shape& s) { return static_cast<uint64_t>(s.numel()) * sizeof(float); }
 
-// Offsets of consecutive buffers, each aligned for tensors; the total rounded for O_DIRECT.
-std::vector<uint64_t> pack(const std::vector<Shape>& shapes, uint64_t& total) {
+// Offsets of consecutive buffers of these sizes, each aligned for tensors; the total rounded for
+// O_DIRECT.
+std::vector<uint64_t> pack(const std::vector<uint64_t>& bytes, uint64_t& total) {
   std::vector<uint64_t> offsets;
   uint64_t at = 0;
-  for (size_t i = 0; i < shapes.size(); ++i) {
+  for (uint64_t b : bytes) {
     offsets.push_back(at);
-    at = round_up(at + f32_bytes(shapes[i]), kTensorAlignment);
+    at = round_up(at + b, kTensorAlignment);
   }
   total = round_up(std::max<uint64_t>(at, 1), kRegionAlignment);
   return offsets;
+}
+std::vector<uint64_t> sizes(const std::vector<nn::ChainLayout::Buffer>& buffers) {
+  std::vector<uint64_t> bytes;
+  for (const auto& b : buffers) bytes.push_back(b.bytes());
+  return bytes;
+}
+std::vector<uint64_t> sizes(const std::vector<Shape>& f32_shapes) {
+  std::vector<uint64_t> bytes;
+  for (const Shape& s : f32_shapes) bytes.push_back(f32_bytes(s));
+  return bytes;
 }
 
 }  // namespace
@@ -120,13 +131,13 @@ MemorySchedule::MemorySchedule(const nn::ChainLayout& chain, const Plan& plan)
   TANDEM_CHECK(!chain.kinds.empty(), "a chain without unit kinds");
   for (const auto& k : chain.kinds) {
     uint64_t total = 0;
-    buffer_offsets_.push_back(pack(k.shapes, total));
+    buffer_offsets_.push_back(pack(sizes(k.buffers), total));
     buffers_bytes_.push_back(total);
   }
   input_bytes_ = round_up(f32_bytes(chain.input), kRegionAlignment);
   uint64_t head_bytes = 0, ws_bytes = 0;
-  if (has_head) head_offsets_ = pack(chain.head, head_bytes);
-  workspace_offsets_ = pack(chain.workspace, ws_bytes);
+  if (has_head) head_offsets_ = pack(sizes(chain.head), head_bytes);
+  workspace_offsets_ = pack(sizes(chain.workspace), ws_bytes);
 
   int micros = 0;
   for (const auto& p : chain.order) micros = std::max(micros, p.micro + 1);

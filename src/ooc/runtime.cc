@@ -273,21 +273,23 @@ nn::BlockActivations Runtime::unit(int k, int u) {
   const Shape& io = schedule_->chain().input;
   nn::BlockActivations a;
   for (size_t i = 0; i < kind.saves.size(); ++i)
-    a[kind.saves[i]] = Tensor::view_of(arena_.at(base + offsets[i]), DType::F32, kind.shapes[i]);
+    a[kind.saves[i]] =
+        Tensor::view_of(arena_.at(base + offsets[i]), kind.buffers[i].dtype, kind.buffers[i].shape);
   a[kind.output] = Tensor::view_of(input(k, u + 1), DType::F32, io);
   if (kind.input) a[*kind.input] = Tensor::view_of(input(k, u), DType::F32, io);
   return a;
 }
 
 nn::FinalActivations Runtime::head(int k) {
-  const auto& shapes = schedule_->chain().head;
-  TANDEM_CHECK(!shapes.empty(), "this stage has no head");
+  const auto& buffers = schedule_->chain().head;
+  TANDEM_CHECK(!buffers.empty(), "this stage has no head");
   const uint64_t base = offset_of(schedule_->head(static_cast<int>(micro(k))));
   nn::FinalActivations a;
-  for (int i = 0; i < nn::kNumActs<nn::FinalAct>; ++i)
-    a[static_cast<nn::FinalAct>(i)] =
-        Tensor::view_of(arena_.at(base + schedule_->head_offsets()[static_cast<size_t>(i)]),
-                        DType::F32, shapes[static_cast<size_t>(i)]);
+  for (int i = 0; i < nn::kNumActs<nn::FinalAct>; ++i) {
+    const auto& b = buffers[static_cast<size_t>(i)];
+    a[static_cast<nn::FinalAct>(i)] = Tensor::view_of(
+        arena_.at(base + schedule_->head_offsets()[static_cast<size_t>(i)]), b.dtype, b.shape);
+  }
   return a;
 }
 

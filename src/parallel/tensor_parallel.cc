@@ -4,6 +4,7 @@
 
 #include <cstring>
 
+#include "tandem/core/bf16.h"
 #include "tandem/core/error.h"
 #include "tandem/core/formulas.h"
 #include "tandem/core/parallel.h"
@@ -32,16 +33,29 @@ void round_to_bf16(const float* src, float* dst, int64_t n) {
   });
 }
 
+// dst (n) = src (n) widened to f32 (exact), split over threads.
+void widen(const bf16* src, float* dst, int64_t n) {
+  parallel_for(n, int64_t{1} << 16,
+               [&](int64_t b, int64_t e) { to_f32(src + b, dst + b, static_cast<size_t>(e - b)); });
+}
+
 // In bf16, the epilogue's projection multiplies bf16 values: x and w rounded to them in f32
-// scratch. The DSL program's f32 matmul then computes what a bf16 GEMM with f32 accumulation
+// scratch (x, saved in bf16 (nn::act_dtype), widened; one saved in f32, rounded: the same
+// values). The DSL program's f32 matmul then computes what a bf16 GEMM with f32 accumulation
 // does (a product of two bf16 values is exact in f32; only the order of the additions may
 // differ), with f32 bias, dropout and residual, and no mixed-type program.
-void round_epilogue_operands(EpilogueArgs& e, nn::Workspace& ws, int tp) {
-  if (ws.matmul().type != DType::BF16) return;
+void epilogue_operands(EpilogueArgs& e, const Tensor& x_saved, nn::Workspace& ws, int tp) {
+  if (ws.matmul().type != DType::BF16) {
+    e.x = x_saved.data_as<float>();
+    return;
+  }
   const int64_t k = e.K / tp;
   float* x = ws.wide();            // (N, K/tp): free in a forward
   float* w = ws.rounded_weight();  // (K/tp, H), at most 4C x C
-  round_to_bf16(e.x, x, e.N * k);
+  if (x_saved.dtype() == DType::BF16)
+    widen(x_saved.data_as<bf16>(), x, e.N * k);
+  else
+    round_to_bf16(x_saved.data_as<float>(), x, e.N * k);
   round_to_bf16(e.w, w, k * e.H);
   e.x = x;
   e.w = w;
@@ -100,8 +114,8 @@ nn::BlockActivations allocate_shard_block_activations(const nn::GPTConfig& c, in
   const std::vector<Shape> shapes = shard_block_shapes(c, tp, B, T);
   nn::BlockActivations a;
   for (int i = 0; i < nn::kNumActs<nn::BlockAct>; ++i)
-    a[static_cast<nn::BlockAct>(i)] =
-        Tensor::empty(DType::F32, shapes[static_cast<size_t>(i)], alloc);
+    a[static_cast<nn::BlockAct>(i)] = Tensor::empty(nn::act_dtype(c, static_cast<nn::BlockAct>(i)),
+                                                    shapes[static_cast<size_t>(i)], alloc);
   return a;
 }
 
@@ -114,6 +128,7 @@ void shard_half_forward(const ShardBlock& sb, int layer, nn::BlockHalf half,
   using K = nn::BlockAct;
   const nn::MatmulPrecision mm = ws.matmul();
   EpilogueArgs e;
+  Tensor x_saved;  // the projection's input, as saved
   e.N = N;
   e.H = C;
   e.layer = layer;
@@ -121,13 +136,18 @@ void shard_half_forward(const ShardBlock& sb, int layer, nn::BlockHalf half,
     // resid_1 = x + dropout(attn.c_proj(attention(attn.c_attn(ln_1(x)))))
     nn::AttentionDropout attn_drop = nn::attention_dropout(c, rng, layer);
     attn_drop.head_offset = sb.tp_rank * NH;  // this rank's heads among all of them
-    nn::layernorm_forward(a.ptr(K::Ln1Out), a.ptr(K::Ln1Mean), a.ptr(K::Ln1Rstd), x, w.ln_1_w,
-                          w.ln_1_b, N, C);  // (B, T, C)
-    nn::linear_forward(a.ptr(K::Qkv), a.ptr(K::Ln1Out), w.c_attn_w, w.c_attn_b, N, C, 3 * lc,
-                       mm);  // (B, T, 3c)
-    nn::attention_forward(a.ptr(K::AttY), a.ptr(K::AttSoftmax), ws.attention(), a.ptr(K::Qkv), B, T,
-                          NH, HS, attn_drop);  // (B, T, c)
-    e.x = a.ptr(K::AttY);
+    a.visit(K::Ln1Out, [&](auto* ln1) {
+      nn::layernorm_forward(ln1, a.ptr(K::Ln1Mean), a.ptr(K::Ln1Rstd), x, w.ln_1_w, w.ln_1_b, N,
+                            C);  // (B, T, C)
+      nn::linear_forward(a.ptr(K::Qkv), ln1, w.c_attn_w, w.c_attn_b, N, C, 3 * lc,
+                         mm);  // (B, T, 3c)
+    });
+    a.visit(K::AttY, [&](auto* y) {
+      nn::attention_forward(nn::staged_output(y, ws.btc(1)), a.ptr(K::AttSoftmax), ws.attention(),
+                            a.ptr(K::Qkv), B, T, NH, HS, attn_drop);  // (B, T, c)
+      nn::store_staged(y, ws.btc(1), static_cast<int64_t>(N) * lc);
+    });
+    x_saved = a[K::AttY];
     e.w = w.attn_proj_w;  // (c, C)
     e.bias = w.attn_proj_b;
     e.residual = x;
@@ -137,12 +157,16 @@ void shard_half_forward(const ShardBlock& sb, int layer, nn::BlockHalf half,
     e.mlp = false;
   } else {
     // out = resid_1 + dropout(mlp.c_proj(gelu(mlp.c_fc(ln_2(resid_1)))))
-    nn::layernorm_forward(a.ptr(K::Ln2Out), a.ptr(K::Ln2Mean), a.ptr(K::Ln2Rstd), a.ptr(K::Resid1),
-                          w.ln_2_w, w.ln_2_b, N, C);  // (B, T, C)
-    nn::linear_forward(a.ptr(K::FcOut), a.ptr(K::Ln2Out), w.c_fc_w, w.c_fc_b, N, C, 4 * lc,
-                       mm);  // (B, T, 4c)
-    nn::gelu_forward(a.ptr(K::GeluOut), a.ptr(K::FcOut), static_cast<int64_t>(N) * 4 * lc);
-    e.x = a.ptr(K::GeluOut);
+    a.visit(K::Ln2Out, [&](auto* ln2) {
+      nn::layernorm_forward(ln2, a.ptr(K::Ln2Mean), a.ptr(K::Ln2Rstd), a.ptr(K::Resid1), w.ln_2_w,
+                            w.ln_2_b, N, C);  // (B, T, C)
+      nn::linear_forward(a.ptr(K::FcOut), ln2, w.c_fc_w, w.c_fc_b, N, C, 4 * lc,
+                         mm);  // (B, T, 4c)
+    });
+    a.visit(K::GeluOut, [&](auto* h) {
+      nn::gelu_forward(h, a.ptr(K::FcOut), static_cast<int64_t>(N) * 4 * lc);
+    });
+    x_saved = a[K::GeluOut];
     e.w = w.mlp_proj_w;  // (4c, C)
     e.bias = w.mlp_proj_b;
     e.residual = a.ptr(K::Resid1);
@@ -151,7 +175,7 @@ void shard_half_forward(const ShardBlock& sb, int layer, nn::BlockHalf half,
     e.seed = epilogue_seed(rng, layer, nn::DropoutSite::MlpResidual);
     e.mlp = true;
   }
-  round_epilogue_operands(e, ws, sb.tp);
+  epilogue_operands(e, x_saved, ws, sb.tp);
   epilogue(e);
 }
 
@@ -180,12 +204,15 @@ void shard_half_backward(const ShardBlock& sb, int layer, nn::BlockHalf half,
     float* dfc = ws.wide();  // (B, T, 4c) d(gelu.out), then in place d(c_fc.out)
     const float* dmlp = projection_grad(nn::DropoutSite::MlpResidual);  // (B, T, C)
     zero(dfc, static_cast<int64_t>(N) * 4 * lc);
-    nn::linear_backward(dfc, dw.mlp_proj_w, dw.mlp_proj_b, dmlp, a.ptr(K::GeluOut), w.mlp_proj_w, N,
-                        4 * lc, C, mm);
+    a.visit(K::GeluOut, [&](const auto* h) {
+      nn::linear_backward(dfc, dw.mlp_proj_w, dw.mlp_proj_b, dmlp, h, w.mlp_proj_w, N, 4 * lc, C,
+                          mm);
+    });
     nn::gelu_backward_inplace(dfc, a.ptr(K::FcOut), static_cast<int64_t>(N) * 4 * lc);
     zero(dc, n);
-    nn::linear_backward(dc, dw.c_fc_w, dw.c_fc_b, dfc, a.ptr(K::Ln2Out), w.c_fc_w, N, C, 4 * lc,
-                        mm);
+    a.visit(K::Ln2Out, [&](const auto* ln2) {
+      nn::linear_backward(dc, dw.c_fc_w, dw.c_fc_b, dfc, ln2, w.c_fc_w, N, C, 4 * lc, mm);
+    });
     all_reduce(sb, dc, n);  // the column-parallel input gradient: summed over the heads' ranks
     nn::layernorm_backward(dres, dw.ln_2_w, dw.ln_2_b, dc, a.ptr(K::Resid1), w.ln_2_w,
                            a.ptr(K::Ln2Mean), a.ptr(K::Ln2Rstd), N, C);  // dres: d(resid_1)
@@ -197,14 +224,16 @@ void shard_half_backward(const ShardBlock& sb, int layer, nn::BlockHalf half,
   float* dqkv = ws.wide();  // (B, T, 3c)
   const float* dattn = projection_grad(nn::DropoutSite::AttnResidual);  // (B, T, C)
   zero(dy, static_cast<int64_t>(N) * lc);
-  nn::linear_backward(dy, dw.attn_proj_w, dw.attn_proj_b, dattn, a.ptr(K::AttY), w.attn_proj_w, N,
-                      lc, C, mm);
+  a.visit(K::AttY, [&](const auto* y) {
+    nn::linear_backward(dy, dw.attn_proj_w, dw.attn_proj_b, dattn, y, w.attn_proj_w, N, lc, C, mm);
+  });
   zero(dqkv, static_cast<int64_t>(N) * 3 * lc);
   nn::attention_backward(dqkv, ws.attention(), dy, a.ptr(K::Qkv), a.ptr(K::AttSoftmax), B, T, NH,
                          HS, attn_drop);
   zero(dc, n);
-  nn::linear_backward(dc, dw.c_attn_w, dw.c_attn_b, dqkv, a.ptr(K::Ln1Out), w.c_attn_w, N, C,
-                      3 * lc, mm);
+  a.visit(K::Ln1Out, [&](const auto* ln1) {
+    nn::linear_backward(dc, dw.c_attn_w, dw.c_attn_b, dqkv, ln1, w.c_attn_w, N, C, 3 * lc, mm);
+  });
   all_reduce(sb, dc, n);
   nn::layernorm_backward(dres, dw.ln_1_w, dw.ln_1_b, dc, x, w.ln_1_w, a.ptr(K::Ln1Mean),
                          a.ptr(K::Ln1Rstd), N, C);  // dres: d(x)

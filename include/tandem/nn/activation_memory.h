@@ -34,24 +34,32 @@
 #include <string>
 #include <vector>
 
+#include "tandem/core/dtype.h"
 #include "tandem/core/shape.h"
 #include "tandem/nn/gpt.h"
 
 namespace tandem::nn {
 
-// What one stage's step saves, in shapes, for a memory manager to place.
+// What one stage's step saves, in shapes and element types, for a memory manager to place.
 struct ChainLayout {
+  // One buffer: its shape and element type (nn::act_dtype), which make its bytes.
+  struct Buffer {
+    Shape shape;
+    DType dtype = DType::F32;
+    uint64_t bytes() const { return static_cast<uint64_t>(shape.numel()) * dtype_size(dtype); }
+    bool operator==(const Buffer&) const = default;
+  };
   struct UnitKind {
     std::string name;               // "attn", "mlp"
     std::vector<BlockAct> saves;    // what its forward writes for its backward (nn::half_saves)
-    std::vector<Shape> shapes;      // their shapes (a tensor-parallel rank's shards)
-    BlockAct output;                // the slot of x_{u+1}
+    std::vector<Buffer> buffers;    // theirs (a tensor-parallel rank's shards), in that order
+    BlockAct output;                // the slot of x_{u+1}, f32
     std::optional<BlockAct> input;  // the slot x_u is also bound to, if any
   };
   std::vector<UnitKind> kinds;   // unit u is of kind u % kinds.size()
-  Shape input;                   // (B, T, C): every x_u
-  std::vector<Shape> head;       // the kNumActs<FinalAct> buffers (empty without a head)
-  std::vector<Shape> workspace;  // Workspace::specs' shapes, in order
+  Shape input;                   // (B, T, C): every x_u, f32
+  std::vector<Buffer> head;      // the kNumActs<FinalAct> buffers (empty without a head)
+  std::vector<Shape> workspace;  // Workspace::specs' shapes, in order, f32
   int units = 0;                 // of this stage, per micro-batch
   int first_layer = 0;           // the model's index of the stage's first block, for names
   // The forwards and backwards of the step in the order they run: (true, k) is micro-batch k's

@@ -10,7 +10,8 @@
 //   ...) held in a Buffers<Kind> value: an array of Tensor views indexed by an enum. Who
 //   allocates them and where they live is the caller's choice (GPTActivations allocates all of
 //   them through one Allocator; a planner may bind each to an arena offset, swap it out, or drop
-//   it and recompute the whole block). No layer owns memory.
+//   it and recompute the whole block). No layer owns memory. A buffer is f32, or bf16 where
+//   act_dtype says (the matmuls' inputs, in bf16 training), and its bytes follow its type.
 // - Scratch that lives only inside one stage (projection outputs, intermediate gradients,
 //   attention scratch) is a Workspace, allocated once and shared by every stage. Forward and
 //   backward allocate nothing.
@@ -195,18 +196,44 @@ Shape act_shape(const GPTConfig& c, EmbeddingAct k, int B, int T);
 Shape act_shape(const GPTConfig& c, BlockAct k, int B, int T);
 Shape act_shape(const GPTConfig& c, FinalAct k, int B, int T);
 
+// The element type a buffer is saved in. f32, except with bf16 matmuls (config.matmul) the
+// buffers that are only ever read as a matmul's input: ln_1.out (attn.c_attn's), attn.y
+// (attn.c_proj's), ln_2.out (mlp.c_fc's), mlp.gelu.out (mlp.c_proj's) and ln_f.out (the LM
+// head's) are saved rounded to bf16, half the bytes. Nothing is lost: every reader of them, the
+// forward's product and the backward's dweight = x^T dout (and the head's recomputed logits and
+// dwte), rounds them to bf16 first (layers.h, MatmulPrecision; the tensor-parallel epilogue's
+// projection too), and LayerNorm's and GELU's backwards read their inputs and statistics, not
+// these outputs. So a step's results are bitwise those of saving them in f32. The rest stays f32:
+// what autocast keeps in f32 (the residual stream resid_1 and out, LayerNorm's statistics, the
+// softmax, the losses) and the inputs of the f32 attention and GELU (attn.c_attn.out,
+// mlp.c_fc.out), which rounding would change.
+DType act_dtype(const GPTConfig& c, EmbeddingAct k);
+DType act_dtype(const GPTConfig& c, BlockAct k);
+DType act_dtype(const GPTConfig& c, FinalAct k);
+
 template <typename Kind>
 inline constexpr int kNumActs = static_cast<int>(Kind::kCount);
 
-// One stage's saved buffers (views; copies share storage). A stage accepts any f32 tensor with
-// the right element count in each slot, so a planner may bind 1-D slices of an arena.
+// One stage's saved buffers (views; copies share storage). A stage accepts any tensor of the
+// buffer's act_dtype with the right element count in each slot, so a planner may bind 1-D slices
+// of an arena; a bf16 slot may also be bound to an f32 tensor, which then keeps the unrounded
+// values (the same results, as act_dtype says, for twice the bytes).
 template <typename Kind>
 struct Buffers {
   std::array<Tensor, static_cast<size_t>(Kind::kCount)> buf;
 
   Tensor& operator[](Kind k) { return buf[static_cast<size_t>(k)]; }
   const Tensor& operator[](Kind k) const { return buf[static_cast<size_t>(k)]; }
+  // An f32 buffer's data.
   float* ptr(Kind k) const { return buf[static_cast<size_t>(k)].template data_as<float>(); }
+  // f(float*) or f(bf16*), by the buffer's element type: for the buffers act_dtype may save in
+  // bf16, whose kernels (layers.h) take either.
+  template <typename F>
+  decltype(auto) visit(Kind k, F&& f) const {
+    const Tensor& t = buf[static_cast<size_t>(k)];
+    if (t.dtype() == DType::BF16) return f(t.template data_as<bf16>());
+    return f(t.template data_as<float>());
+  }
 };
 using EmbeddingActivations = Buffers<EmbeddingAct>;
 using BlockActivations = Buffers<BlockAct>;
@@ -215,7 +242,8 @@ using FinalActivations = Buffers<FinalAct>;
 struct ActivationSpec {
   std::string name;
   Shape shape;
-  size_t bytes() const { return static_cast<size_t>(shape.numel()) * sizeof(float); }
+  DType dtype = DType::F32;
+  size_t bytes() const { return static_cast<size_t>(shape.numel()) * dtype_size(dtype); }
 };
 
 // The buffers a block saves for its backward pass, in the order its forward writes them.
@@ -275,7 +303,8 @@ class Workspace {
   // parallel epilogue, parallel/tensor_parallel.h): 4 * d_model * d_model floats; null in f32.
   float* rounded_weight() const;
 
-  float* btc(int i) const;  // (B, T, C), i in {0, 1}
+  // (B, T, C), i in {0, 1}; in a forward btc(1) stages attention's output for a bf16 attn.y.
+  float* btc(int i) const;
   // (B, T, 4C): d(qkv) in an attention half's backward, d(gelu.out) then (in place) d(c_fc.out)
   // in an MLP half's. One buffer serves both halves, so the workspace is small next to a half's
   // saved buffers (what bounds the smallest out-of-core budget).

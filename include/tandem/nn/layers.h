@@ -19,6 +19,10 @@
 //   given): the f32 path is exactly OpenBLAS's SGEMM; a bf16 product is oneDNN's (or OpenBLAS's
 //   on widened operands), deterministic at a given thread count, whose kernels may order the
 //   sums differently at another.
+// - A matmul's input activation (the linear layers', the LM head's) may be given in bf16: the
+//   values the forward saved rounded (gpt.h, act_dtype), which the bf16 matmul uses as they are
+//   where it would otherwise round an f32 input to them (to_bf16, core/bf16.h): the same bits in,
+//   the same result out. LayerNorm and GELU can write their output so rounded.
 // Naive reference kernels for each of these, templated on the scalar type, are in reference.h.
 #pragma once
 
@@ -35,10 +39,11 @@ inline constexpr float kLayerNormEps = 1e-5f;
 // f32 accumulation and f32 output. Weights stay f32 (the master copy): their bf16 copy is scratch,
 // made at each call, as is the bf16 copy of the activation or gradient operand. Everything else
 // (bias, LayerNorm, softmax, GELU, the loss) is f32 either way.
-// The scratch: `rows` holds the (N, .) operand (an input, an output gradient, the logits'
-// gradient), `other` the weight, then in a backward the input for the weight's gradient. A call
-// needs at most N * max(IC, OC) of rows and max(IC * OC, N * IC) of other (elements); too little
-// is an InternalError. gpt.h's Workspace holds enough for every layer of its model.
+// The scratch: `rows` holds the (N, .) operand (an f32 input, an output gradient, the logits'
+// gradient), `other` the weight, then in a backward an f32 input for the weight's gradient (a
+// bf16 input needs no copy). A call needs at most N * max(IC, OC) of rows and max(IC * OC,
+// N * IC) of other (elements); too little is an InternalError. gpt.h's Workspace holds enough for
+// every layer of its model, whichever type its buffers are bound in.
 struct MatmulPrecision {
   DType type = DType::F32;  // F32 or BF16
   bf16* rows = nullptr;
@@ -85,6 +90,9 @@ void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t
 // out (N, C), mean (N), rstd (N) from inp (N, C), weight (C), bias (C).
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                        const float* bias, int N, int C);
+// The same with out rounded to bf16: bitwise to_bf16 of the f32 kernel's out (mean and rstd f32).
+void layernorm_forward(bf16* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, int N, int C);
 // dinp (N, C), dweight (C), dbias (C) += ...
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                         const float* inp, const float* weight, const float* mean, const float* rstd,
@@ -102,6 +110,12 @@ void linear_forward(float* out, const float* inp, const float* weight, const flo
 // rows. dinp and dbias may be null (not wanted).
 void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, int N, int IC, int OC, const MatmulPrecision& mm = {});
+// The same two with inp in bf16 (mm must be bf16): bitwise the f32-input calls on the f32 values
+// inp was rounded from, with no conversion of inp (and no `other` scratch for it).
+void linear_forward(float* out, const bf16* inp, const float* weight, const float* bias, int N,
+                    int IC, int OC, const MatmulPrecision& mm);
+void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const bf16* inp,
+                     const float* weight, int N, int IC, int OC, const MatmulPrecision& mm);
 
 // ---------------------------------------------------------------------------------------------
 // Causal self-attention over NH heads of size HS (C_local = NH * HS), the input being the fused
@@ -140,12 +154,23 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
 // GELU, GPT-2's tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 // out (n) = gelu(inp (n)).
 void gelu_forward(float* out, const float* inp, int64_t n);
+// The same with out rounded to bf16: bitwise to_bf16 of the f32 kernel's out.
+void gelu_forward(bf16* out, const float* inp, int64_t n);
 // dinp (n) += gelu'(inp) * dout.
 void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n);
 // d (n) = gelu'(inp) * d: the backward in place, so a block's MLP needs one (B, T, 4C) gradient
 // buffer, not two. Equal to zeroing a separate dinp and calling gelu_backward, but for the sign
 // of zero products (-0 here, +0 there).
 void gelu_backward_inplace(float* d, const float* inp, int64_t n);
+
+// A kernel with only an f32 output (attention) writing a buffer saved in f32 or bf16 (a matmul's
+// input, gpt.h's act_dtype): it writes to staged_output(out, staging), out itself or, for a bf16
+// out, the f32 staging; then store_staged(out, staging, n) rounds the n staged values into a bf16
+// out (to_bf16, split over threads) and does nothing for an f32 one.
+inline float* staged_output(float* out, float*) { return out; }
+inline float* staged_output(bf16*, float* staging) { return staging; }
+inline void store_staged(float*, const float*, int64_t) {}
+void store_staged(bf16* out, const float* staging, int64_t n);
 
 // ---------------------------------------------------------------------------------------------
 // Residual add. out (n) = inp1 (n) + inp2 (n); out may equal inp1 or inp2.
@@ -162,6 +187,10 @@ void lm_head_forward(float* logits, const float* inp, const float* wte, int N, i
 // dinp (N, C) += dlogits @ wte; dwte (V, C) += dlogits^T @ inp.
 void lm_head_backward(float* dinp, float* dwte, const float* dlogits, const float* inp,
                       const float* wte, int N, int C, int V, const MatmulPrecision& mm = {});
+// The forward with inp in bf16 (mm must be bf16): bitwise the f32-input call on the values inp
+// was rounded from.
+void lm_head_forward(float* logits, const bf16* inp, const float* wte, int N, int C, int V,
+                     const MatmulPrecision& mm);
 
 // Softmax cross-entropy, fused: probs (N, V) = softmax(logits (N, V)) per row, losses (N) =
 // -log probs[target]. probs may equal logits (in place). targets may be null: probs only.
@@ -201,5 +230,13 @@ void lm_head_loss_forward(float* losses, float* logits, const float* inp, const 
 void lm_head_loss_backward(float* dinp, float* dwte, float* logits, const float* inp,
                            const float* wte, const int32_t* targets, float dloss, int N, int C,
                            int V, int chunk, const MatmulPrecision& mm = {});
+// The same two with inp in bf16 (mm must be bf16): bitwise the f32-input calls on the values inp
+// was rounded from; the chunks' rows are used where they are, not converted.
+void lm_head_loss_forward(float* losses, float* logits, const bf16* inp, const float* wte,
+                          const int32_t* targets, int N, int C, int V, int chunk,
+                          const MatmulPrecision& mm);
+void lm_head_loss_backward(float* dinp, float* dwte, float* logits, const bf16* inp,
+                           const float* wte, const int32_t* targets, float dloss, int N, int C,
+                           int V, int chunk, const MatmulPrecision& mm);
 
 }  // namespace tandem::nn

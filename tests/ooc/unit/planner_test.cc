@@ -62,6 +62,21 @@ TEST(Chain, UnitsAreHalfBlocks) {
     EXPECT_EQ(owners[static_cast<size_t>(a)], 1) << a;
 }
 
+// The schedule sizes each buffer by its type: with bf16 matmuls the attention half's ln_1.out and
+// attn.y and the MLP half's ln_2.out and mlp.gelu.out take 2 bytes an element (nn::act_dtype), so
+// a unit's buffers (what it keeps, swaps or recomputes) shrink by theirs.
+TEST(Chain, Bf16SavedBuffersAreSizedByTheirType) {
+  const std::vector<nn::ChainLayout::Pass> order = {{true, 0}, {false, 0}};
+  nn::GPTConfig c = small_config(2);
+  const MemorySchedule f32(nn::gpt_chain_layout(c, 4, 32, 0, 2, true, order), keep_all(4));
+  c.matmul = DType::BF16;
+  const MemorySchedule b16(nn::gpt_chain_layout(c, 4, 32, 0, 2, true, order), keep_all(4));
+  const uint64_t half_of_one = uint64_t{4} * 32 * 64 * 2;  // a (B, T, C) buffer's saved bytes
+  EXPECT_EQ(b16.buffers_bytes(0) + 2 * half_of_one, f32.buffers_bytes(0));
+  EXPECT_EQ(b16.buffers_bytes(1) + 5 * half_of_one, f32.buffers_bytes(1));
+  EXPECT_EQ(b16.input_bytes(), f32.input_bytes());  // the residual stream stays f32
+}
+
 TEST(Plan, BadNames) {
   EXPECT_THROW(Plan::parse("KX/p1"), UserError);
   EXPECT_THROW(Plan::parse("KK"), UserError);

@@ -244,5 +244,84 @@ TEST(TensorParallelBlock, BackwardWithProgramDropoutMatchesItsForward) {
       << "backward " << directional << " vs central differences " << fd;
 }
 
+// In bf16 the tensor-parallel block saves its matmuls' inputs in bf16 (nn::act_dtype), and the
+// epilogue widens the saved projection input: bitwise the block that saves them in f32, forward
+// (Out) and backward (d(x), every gradient of the shard), with the DSL program's dropout.
+TEST(TensorParallelBlock, Bf16SavedActivationsBitwiseAsSavedInF32) {
+  nn::GPTConfig c = tiny_config(1, 4, 16, 8);
+  c.dropout = 0.3f;
+  c.matmul = DType::BF16;
+  const int B = 2, T = c.seq_len, C = c.d_model, tp = 2;
+  const int64_t n = static_cast<int64_t>(B) * T * C;
+  nn::ParameterSet whole(c);
+  nn::gpt_init(whole, 11);
+  std::vector<float> x(static_cast<size_t>(n)), R(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    x[i] = 2.0f * random_uniform(21, i) - 1.0f;
+    R[i] = 2.0f * random_uniform(22, i) - 1.0f;
+  }
+  const nn::StepRng rng{3, 4, 6, true};
+  comm::run_ranks(tp, [&](comm::Communicator& world) {
+    Grid grid(world, GridShape{1, tp, 1});
+    ShardLayout layout(c, grid.shape(), grid.coord().tp, 0);
+    const Tensor pt = Tensor::zeros(DType::F32, Shape{layout.size()});
+    float* p = pt.data_as<float>();
+    layout.extract(whole.flat().data_as<float>(), p);
+    ProgramRunner megatron(dsl::workloads::megatron_layer(DType::F32, c.dropout),
+                           epilogue_schedule_preferences());
+    const int64_t N = static_cast<int64_t>(B) * T;
+    std::unique_ptr<exec::Runner> attn =
+        megatron.prepare(grid.tp(), {{"B", N}, {"K", C}, {"H", C}});
+    std::unique_ptr<exec::Runner> mlp =
+        megatron.prepare(grid.tp(), {{"B", N}, {"K", 4 * C}, {"H", C}});
+    const Epilogue epilogue = [&](const EpilogueArgs& e) {
+      exec::Runner& s = e.mlp ? *mlp : *attn;
+      auto put = [&](const char* name, const float* q) {
+        const Tensor t = s.input(name);
+        std::memcpy(t.data(), q, t.nbytes());
+      };
+      put("x", e.x);
+      put("w", e.w);
+      put("bias", e.bias);
+      put("residual", e.residual);
+      s.set_scalar("seed", static_cast<double>(e.seed));
+      s.run();
+      const Tensor out = s.output("out");
+      std::memcpy(e.out, out.data(), out.nbytes());
+    };
+    const ProgramRunner sum(dsl::workloads::sum_in_place(), {"AR-C"});
+    const std::unique_ptr<exec::Runner> tp_sum = sum.prepare(grid.tp(), {{"N", n}}, {"g"});
+    const ShardBlock sb{c, tp, grid.coord().tp, [&](float* g, int64_t count) {
+                          tp_sum->bind("g", Tensor::view_of(g, DType::F32, Shape{count}));
+                          tp_sum->run();
+                        }};
+    nn::Workspace ws(c, B, T);
+    struct Run {
+      std::vector<float> out, dx, grads;
+    };
+    auto run = [&](nn::BlockActivations a) {
+      const Tensor gt = Tensor::zeros(DType::F32, Shape{layout.size()});
+      shard_block_forward(sb, 0, layout.block(p, 0), a, x.data(), ws, B, T, rng, epilogue,
+                          epilogue);
+      std::memcpy(ws.dresidual(), R.data(), static_cast<size_t>(n) * sizeof(float));
+      shard_block_backward(sb, 0, layout.block(p, 0), layout.block(gt.data_as<float>(), 0), a,
+                           x.data(), ws.dresidual(), ws, B, T, rng);
+      const float* out = a.ptr(nn::BlockAct::Out);
+      const float* g = gt.data_as<float>();
+      return Run{std::vector<float>(out, out + n),
+                 std::vector<float>(ws.dresidual(), ws.dresidual() + n),
+                 std::vector<float>(g, g + layout.size())};
+    };
+    nn::BlockActivations saved_bf16 = allocate_shard_block_activations(c, tp, B, T);
+    EXPECT_EQ(saved_bf16[nn::BlockAct::AttY].dtype(), DType::BF16);
+    nn::BlockActivations saved_f32 = saved_bf16;
+    for (Tensor& t : saved_f32.buf) t = Tensor::zeros(DType::F32, t.shape());
+    const Run b = run(saved_bf16), f = run(saved_f32);
+    EXPECT_EQ(b.out, f.out) << "rank " << world.rank();
+    EXPECT_EQ(b.dx, f.dx) << "rank " << world.rank();
+    EXPECT_EQ(b.grads, f.grads) << "rank " << world.rank();
+  });
+}
+
 }  // namespace
 }  // namespace tandem::parallel
