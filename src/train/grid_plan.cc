@@ -489,7 +489,7 @@ std::string grid_plan_report(const GridPlan& plan) {
                        r.state_tier.write_bytes_per_s / 1e9, r.state_tier.read_bytes_per_s / 1e9);
   out += fmt::format("\n{:<17}{:<10}{:<14}{:<34}{:>12}{:>10}{:>12}  {}\n", "grid", "sharding",
                      "model state", "activations", "memory/rank", "step", "tokens/s",
-                     "compute + comm + stall + io + bubble + dp (s)");
+                     "compute + comm + stall + io + bubble + dp (s)  [flags]");
   for (const GridOption& o : plan.options) {
     const std::string acts =
         o.cfg.memory_budget.empty()
@@ -498,10 +498,11 @@ std::string grid_plan_report(const GridPlan& plan) {
                           ooc::human_bytes(ooc::parse_bytes(o.cfg.memory_budget)));
     out += fmt::format(
         "{:<17}{:<10}{:<14}{:<34}{:>12}{:>9.4f}s{:>12.0f}  {:.4f} + {:.4f} + {:.4f} + {:.4f} + "
-        "{:.4f} + {:.4f}\n",
+        "{:.4f} + {:.4f}  [{}]\n",
         o.cfg.grid.str(), parallel::sharding_name(o.cfg.optimizer.sharding),
         o.cfg.model_state ? "streamed" : "memory", acts, ooc::human_bytes(o.memory_per_rank),
-        o.step_s, o.tokens_per_s, o.compute_s, o.comm_s, o.stall_s, o.io_s, o.bubble_s, o.dp_s);
+        o.step_s, o.tokens_per_s, o.compute_s, o.comm_s, o.stall_s, o.io_s, o.bubble_s, o.dp_s,
+        flags_of(o.cfg));
   }
   if (!plan.refused.empty()) {
     out += "\nleft out:\n";
