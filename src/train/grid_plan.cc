@@ -17,6 +17,7 @@
 #include "tandem/core/error.h"
 #include "tandem/core/gemm.h"
 #include "tandem/core/tensor.h"
+#include "tandem/nn/gpt.h"
 #include "tandem/ooc/bytes.h"
 #include "tandem/ooc/memory_schedule.h"
 #include "tandem/ooc/plan.h"
@@ -35,6 +36,7 @@ constexpr int kGemmRows = 1024;            // rows of the measured GEMM, at most
 constexpr double kGemmSeconds = 0.2;       // timed per shape, about
 constexpr uint64_t kLinkBytes = 16 << 20;  // the measured all-reduce
 constexpr int kLinkRanks = 8;              // threads it runs on, at most
+constexpr int kUnitTokens = 512;           // tokens of the block run for the UnitFactors, at most
 constexpr uint64_t kTierProbeBytes = 32 << 20;
 constexpr double kStatedLinkLatencyS = 50e-6;  // with --link-gbps: a TCP round trip, about
 // The out-of-core searches per stage: enough for the benchmark models, short across many grids.
@@ -70,6 +72,69 @@ double gemm_rate(DType type, int rows, int n, int k) {
     times.push_back(seconds_since(t));
   }
   return 2.0 * rows * n * k / std::max(*std::min_element(times.begin(), times.end()), 1e-9);
+}
+
+// Seconds of `run`: the fastest of repeats filling about kGemmSeconds, after a warm-up.
+template <typename F>
+double fastest_s(F&& run) {
+  run();
+  double best = 1e30;
+  const auto begin = Clock::now();
+  for (int i = 0; i < 2 || (i < 20 && seconds_since(begin) < kGemmSeconds); ++i) {
+    const auto t = Clock::now();
+    run();
+    best = std::min(best, seconds_since(t));
+  }
+  return best;
+}
+
+// Runs one block's halves and the head (ln_f, the tied LM head, the loss) forward and backward
+// on one rank, at up to kUnitTokens tokens of the model's sequences, and divides each time by
+// what its matmuls take at `rate` (the matmul model of model_stage below, at tp 1).
+void measure_unit_factors(const nn::GPTConfig& model, int64_t rows, double rate, Rates& r) {
+  nn::GPTConfig c = model;
+  c.n_layers = 1;
+  const int T = std::min(c.seq_len, kUnitTokens);
+  const int B = static_cast<int>(std::clamp<int64_t>(rows, 1, std::max(1, kUnitTokens / T)));
+  const nn::ParameterSet w(c), dw(c);
+  nn::gpt_init(w, 1);
+  const nn::BlockActivations a = nn::allocate_block_activations(c, B, T);
+  const nn::FinalActivations fa = nn::allocate_final_activations(c, B, T);
+  nn::Workspace ws(c, B, T);
+  const int64_t btc = static_cast<int64_t>(B) * T * c.d_model;
+  std::vector<float> x(static_cast<size_t>(btc), 0.5f), dres(static_cast<size_t>(btc), 1e-3f),
+      dx(static_cast<size_t>(btc));
+  std::vector<int32_t> targets(static_cast<size_t>(B) * T, 1);
+  const nn::StepRng rng;
+  const nn::BlockParams bw = w.block(0), bdw = dw.block(0);
+  const double tokens = static_cast<double>(B) * T, C = c.d_model, V = c.vocab_size;
+  const double attn_s = tokens * (8 * C * C + 4 * T * C) / rate;
+  const double mlp_s = tokens * 16 * C * C / rate;
+  const double head_s = 2 * tokens * C * V / rate;
+  const auto ratio = [](double measured, double modelled) { return measured / modelled; };
+  r.attention.forward =
+      ratio(fastest_s([&] { nn::block_attention_forward(c, 0, bw, a, x.data(), ws, B, T, rng); }),
+            attn_s);
+  r.mlp.forward =
+      ratio(fastest_s([&] { nn::block_mlp_forward(c, 0, bw, a, ws, B, T, rng); }), mlp_s);
+  r.mlp.backward = ratio(
+      fastest_s([&] { nn::block_mlp_backward(c, 0, bw, bdw, a, dres.data(), ws, B, T, rng); }),
+      2 * mlp_s);
+  r.attention.backward =
+      ratio(fastest_s([&] {
+              nn::block_attention_backward(c, 0, bw, bdw, a, x.data(), dres.data(), ws, B, T, rng);
+            }),
+            2 * attn_s);
+  r.head.forward =
+      ratio(fastest_s([&] {
+              nn::final_forward(c, w.final_stage(), fa, x.data(), targets.data(), ws, B, T);
+            }),
+            head_s);
+  r.head.backward = ratio(fastest_s([&] {
+                            nn::final_backward(c, w.final_stage(), dw.final_stage(), fa, x.data(),
+                                               targets.data(), 1.0f, dx.data(), ws, B, T);
+                          }),
+                          2 * head_s);
 }
 
 // An in-process all-reduce's bus bandwidth and a small one's latency over `p` threads.
@@ -199,13 +264,17 @@ Stage model_stage(const TrainConfig& cfg, int s, const Rates& r) {
   const double gather_s =
       zero3 ? lat + (g.dp - 1.0) / g.dp * static_cast<double>(block) * sizeof(float) / bw : 0;
   // A gather overlaps the previous block's compute; the stage's first has nothing to hide behind.
-  const double gather_f = std::max(0.0, gather_s - (attn_s + mlp_s));
-  const double gather_b = std::max(0.0, gather_s - 2 * (attn_s + mlp_s));
+  const double block_f = r.attention.forward * attn_s + r.mlp.forward * mlp_s;
+  const double block_b = 2 * (r.attention.backward * attn_s + r.mlp.backward * mlp_s);
+  const double gather_f = std::max(0.0, gather_s - block_f);
+  const double gather_b = std::max(0.0, gather_s - block_b);
   const int n = st.chain.units;
   for (int u = 0; u < n; ++u) {
     const bool attn = u % nn::kBlockHalves == 0;
-    double f = attn ? attn_s : mlp_s, b = 2 * f, cf = tp_s, cb = tp_s;
-    if (u == n - 1) f += head_s, b += 2 * head_s;
+    const UnitFactor& k = attn ? r.attention : r.mlp;
+    const double f0 = attn ? attn_s : mlp_s;
+    double f = k.forward * f0, b = k.backward * 2 * f0, cf = tp_s, cb = tp_s;
+    if (u == n - 1) f += r.head.forward * head_s, b += r.head.backward * 2 * head_s;
     if (u == n - 1 && s < g.pp - 1) cf += handoff_s;
     if (u == 0 && s > 0) cb += handoff_s;
     if (attn && zero3) {
@@ -378,8 +447,8 @@ Rates measure_rates(const TrainConfig& base, int ranks, std::optional<double> li
   const int saved = blas::num_threads();
   blas::set_num_threads(threads);
   const nn::GPTConfig& m = base.model;
-  const int rows = static_cast<int>(
-      std::min<int64_t>(kGemmRows, m.seq_len * std::max<int64_t>(1, base.batch / ranks)));
+  const int64_t rank_rows = std::max<int64_t>(1, base.batch / ranks);
+  const int rows = static_cast<int>(std::min<int64_t>(kGemmRows, m.seq_len * rank_rows));
   // Two rounds, the better of each: the first shape measured also pays for the warm-up of the
   // library and the processor's clock.
   for (int round = 0; round < 2; ++round)
@@ -388,11 +457,23 @@ Rates measure_rates(const TrainConfig& base, int ranks, std::optional<double> li
         double& rate = r.gemm_flops_per_s[tp];
         rate = std::max(rate, gemm_rate(m.matmul, rows, 4 * m.d_model / tp, m.d_model));
       }
+  measure_unit_factors(m, rank_rows, r.gemm_flops_per_s.at(1), r);
   blas::set_num_threads(saved);
+  // The ranks on this machine share its cores: asking for more threads than there are, each
+  // computes at that share of the rate it has alone.
+  const double share =
+      std::min(1.0, static_cast<double>(hw) / (static_cast<double>(local) * threads));
+  for (auto& [tp, rate] : r.gemm_flops_per_s) rate *= share;
   r.compute_source = fmt::format(
-      "measured: a {} GEMM of the MLP's shape ({} rows) on {} BLAS "
-      "thread{} a rank",
-      dtype_name(m.matmul), rows, threads, threads == 1 ? "" : "s");
+      "measured: a {} GEMM of the MLP's shape ({} rows) on {} BLAS thread{} a rank{}; a block "
+      "and the head run at tp 1 take attention {:.2f}/{:.2f}, MLP {:.2f}/{:.2f}, head "
+      "{:.2f}/{:.2f} (forward/backward) times their matmuls at that rate",
+      dtype_name(m.matmul), rows, threads, threads == 1 ? "" : "s",
+      share < 1 ? fmt::format(", times {:.2f}: {} ranks x {} threads on {} cores", share, local,
+                              threads, hw)
+                : "",
+      r.attention.forward, r.attention.backward, r.mlp.forward, r.mlp.backward, r.head.forward,
+      r.head.backward);
   if (link_gbps) {
     r.link_bytes_per_s = *link_gbps * 1e9 / 8;
     r.link_latency_s = kStatedLinkLatencyS;
@@ -489,7 +570,7 @@ std::string grid_plan_report(const GridPlan& plan) {
                        r.state_tier.write_bytes_per_s / 1e9, r.state_tier.read_bytes_per_s / 1e9);
   out += fmt::format("\n{:<17}{:<10}{:<14}{:<34}{:>12}{:>10}{:>12}  {}\n", "grid", "sharding",
                      "model state", "activations", "memory/rank", "step", "tokens/s",
-                     "compute + comm + stall + io + bubble + dp (s)");
+                     "compute + comm + stall + io + bubble + dp (s)  [flags]");
   for (const GridOption& o : plan.options) {
     const std::string acts =
         o.cfg.memory_budget.empty()
@@ -498,10 +579,11 @@ std::string grid_plan_report(const GridPlan& plan) {
                           ooc::human_bytes(ooc::parse_bytes(o.cfg.memory_budget)));
     out += fmt::format(
         "{:<17}{:<10}{:<14}{:<34}{:>12}{:>9.4f}s{:>12.0f}  {:.4f} + {:.4f} + {:.4f} + {:.4f} + "
-        "{:.4f} + {:.4f}\n",
+        "{:.4f} + {:.4f}  [{}]\n",
         o.cfg.grid.str(), parallel::sharding_name(o.cfg.optimizer.sharding),
         o.cfg.model_state ? "streamed" : "memory", acts, ooc::human_bytes(o.memory_per_rank),
-        o.step_s, o.tokens_per_s, o.compute_s, o.comm_s, o.stall_s, o.io_s, o.bubble_s, o.dp_s);
+        o.step_s, o.tokens_per_s, o.compute_s, o.comm_s, o.stall_s, o.io_s, o.bubble_s, o.dp_s,
+        flags_of(o.cfg));
   }
   if (!plan.refused.empty()) {
     out += "\nleft out:\n";

@@ -8,7 +8,9 @@
 // The performance model, per step (docs/training.md, "Choosing a grid", says where it is off):
 //   compute    each unit's (half block's) matmul FLOPs over the measured GEMM rate at the shard's
 //              shapes; backward twice the forward; the LM head on the last stage, whole on every
-//              tp rank; the out-of-core planner's prediction with these unit times (its
+//              tp rank; each scaled by its UnitFactor (one block and the head run for real at
+//              tp 1); the GEMM rate shared when the machine's ranks ask for more threads than it
+//              has cores; the out-of-core planner's prediction with these unit times (its
 //              recomputation and swap stalls included)
 //   tp         per block 2 all-reduces in the forward, 2 in the backward, of micro_rows x T x C
 //              floats each: latency + 2 (tp-1)/tp bytes / link
@@ -35,9 +37,16 @@
 
 namespace tandem::train {
 
+// A unit's measured time over what its matmuls take at the GEMM rate: what the rest of its
+// operations (softmax, LayerNorm, GELU, the loss, copies) and the matmuls' smaller shapes add.
+struct UnitFactor {
+  double forward = 1, backward = 1;
+};
+
 // What the performance model works from.
 struct Rates {
   std::map<int, double> gemm_flops_per_s;   // per tensor-parallel degree (the shards' width)
+  UnitFactor attention, mlp, head;          // per half block and for ln_f + the LM head + loss
   double link_bytes_per_s = 0;              // a ring collective's bus bandwidth; a send's rate
   double link_latency_s = 0;                // per collective or hand-off
   ooc::TierBandwidth swap_tier;             // --slow-tier's: swapped activations
@@ -46,8 +55,10 @@ struct Rates {
 };
 
 // Measures the rates on this machine in a few seconds: a GEMM of each tp degree's MLP shape at
-// the BLAS threads a rank of `ranks` will have, an in-process all-reduce over min(ranks, 8)
-// threads (unless `link_gbps` states the link: a multi-host run's), and the tiers' bandwidth.
+// the BLAS threads a rank of `ranks` will have (times cores / (ranks here x threads) when that
+// is below 1), one block's halves and the head forward and backward at tp 1 for the UnitFactors,
+// an in-process all-reduce over min(ranks, 8) threads (unless `link_gbps` states the link: a
+// multi-host run's), and the tiers' bandwidth.
 Rates measure_rates(const TrainConfig& base, int ranks, std::optional<double> link_gbps);
 
 // A configuration that fits, and its prediction. Times in seconds a step.
