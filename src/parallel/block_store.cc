@@ -575,19 +575,27 @@ BlockStore::Traffic BlockStore::traffic() {
 }
 
 BlockStore::Traffic BlockStore::predicted_step_traffic(int resident) const {
+  // Every block's piece has one size (the blocks have, and so have their slices).
+  return predicted_step_traffic(blocks(), block_floats_,
+                                static_cast<int64_t>(piece_bytes(first_) / sizeof(float)),
+                                micro_batches_, resident);
+}
+
+BlockStore::Traffic BlockStore::predicted_step_traffic(int blocks, int64_t block_floats,
+                                                       int64_t piece_floats, int micro_batches,
+                                                       int resident) {
   Traffic t;
-  const uint64_t blocks = blocks_.size(), M = static_cast<uint64_t>(micro_batches_);
+  const uint64_t n = static_cast<uint64_t>(blocks), M = static_cast<uint64_t>(micro_batches);
+  const uint64_t w = round_up(static_cast<uint64_t>(block_floats) * sizeof(float)),
+                 piece = round_up(static_cast<uint64_t>(piece_floats) * sizeof(float));
   // The streamed blocks run one after another as if the resident ones were not there.
-  const uint64_t streamed = blocks - static_cast<uint64_t>(resident);
+  const uint64_t streamed = n - static_cast<uint64_t>(resident);
   const uint64_t misses = streamed > kWeightSlots ? streamed - kWeightSlots : 0;
-  for (int l = first_; l < end_layer() - resident; ++l) {
-    t.read_bytes += 2 * piece_bytes(l);
-    t.written_bytes += w_slot_bytes_ + 2 * piece_bytes(l);
-  }
-  t.read_bytes += 2 * M * misses * w_slot_bytes_;
-  if (blocks > static_cast<uint64_t>(gradient_slots(micro_batches_))) {
-    t.read_bytes += (M - 1) * blocks * w_slot_bytes_;
-    t.written_bytes += (M - 1) * blocks * w_slot_bytes_;
+  t.read_bytes = streamed * 2 * piece + 2 * M * misses * w;
+  t.written_bytes = streamed * (w + 2 * piece);
+  if (n > static_cast<uint64_t>(gradient_slots(micro_batches))) {
+    t.read_bytes += (M - 1) * n * w;
+    t.written_bytes += (M - 1) * n * w;
   }
   return t;
 }

@@ -217,23 +217,6 @@ double rate_for(const Rates& r, int tp) {
   return it->second;
 }
 
-// The block store's traffic a step with no block resident (BlockStore::predicted_step_traffic's
-// formula, before a store exists): every block's moments read and its weights and moments
-// written once; its weights read in each pass but for the blocks still in a slot when the pass
-// turns; with several micro-batches its gradient sums written and read back.
-std::pair<uint64_t, uint64_t> state_traffic(uint64_t blocks, uint64_t block_bytes,
-                                            uint64_t piece_bytes, uint64_t M) {
-  const uint64_t slots = parallel::BlockStore::kWeightSlots;
-  const uint64_t misses = blocks > slots ? blocks - slots : 0;
-  uint64_t read = blocks * 2 * piece_bytes + 2 * M * misses * block_bytes;
-  uint64_t written = blocks * (block_bytes + 2 * piece_bytes);
-  if (blocks > static_cast<uint64_t>(parallel::BlockStore::gradient_slots(static_cast<int>(M)))) {
-    read += (M - 1) * blocks * block_bytes;
-    written += (M - 1) * blocks * block_bytes;
-  }
-  return {read, written};
-}
-
 Stage model_stage(const TrainConfig& cfg, int s, const Rates& r) {
   const parallel::GridShape& g = cfg.grid;
   const nn::GPTConfig& m = cfg.model;
@@ -297,12 +280,12 @@ Stage model_stage(const TrainConfig& cfg, int s, const Rates& r) {
     st.dp_rest_s = lat + frac * rest_floats * (gsize + sizeof(float)) / bw;
   }
   if (cfg.model_state) {
-    const uint64_t block_bytes = static_cast<uint64_t>(block) * sizeof(float);
-    const uint64_t piece_bytes = static_cast<uint64_t>((block + g.dp - 1) / g.dp) * sizeof(float);
-    const auto [read, written] = state_traffic(static_cast<uint64_t>(blocks), block_bytes,
-                                               piece_bytes, static_cast<uint64_t>(M));
-    st.state_io_s = static_cast<double>(read) / r.state_tier.read_bytes_per_s +
-                    static_cast<double>(written) / r.state_tier.write_bytes_per_s;
+    // The store's own prediction (no block resident), over the slices with --shard weights.
+    const int64_t piece = (block + g.dp - 1) / g.dp;
+    const parallel::BlockStore::Traffic t = parallel::BlockStore::predicted_step_traffic(
+        blocks, zero3 ? piece : block, piece, zero3 ? 1 : M);
+    st.state_io_s = static_cast<double>(t.read_bytes) / r.state_tier.read_bytes_per_s +
+                    static_cast<double>(t.written_bytes) / r.state_tier.write_bytes_per_s;
   }
   return st;
 }

@@ -140,6 +140,10 @@ class BlockStore {
   // Resident blocks move nothing.
   Traffic predicted_step_traffic() const { return predicted_step_traffic(resident_); }
   Traffic predicted_step_traffic(int resident) const;
+  // The same before a store exists (the planners'): `blocks` blocks of `block_floats` local
+  // elements, moment pieces of `piece_floats`, `micro_batches` a step, `resident` of them resident.
+  static Traffic predicted_step_traffic(int blocks, int64_t block_floats, int64_t piece_floats,
+                                        int micro_batches, int resident = 0);
 
   int first_layer() const { return first_; }
   int end_layer() const { return first_ + static_cast<int>(blocks_.size()); }
