@@ -155,6 +155,47 @@ TEST(ModelEquivalence, EvaluationForwardMatchesTheWholeModelWithoutDropout) {
   EXPECT_NEAR(got, want, 1e-5);
 }
 
+// A tensor-parallel block's programs on one rank of the grid's tp group, as ParallelGPT runs them:
+// the Megatron epilogue of attention's and the MLP's projections (with the config's dropout) and
+// the backward's sum of input gradients. Not copyable: the callbacks point into it.
+struct TpBlockPrograms {
+  TpBlockPrograms(const nn::GPTConfig& c, Grid& grid, int B, int T)
+      : megatron(dsl::workloads::megatron_layer(DType::F32, c.dropout),
+                 epilogue_schedule_preferences()),
+        sum(dsl::workloads::sum_in_place(), {"AR-C"}),
+        block{c, grid.shape().tp, grid.coord().tp, [this](float* g, int64_t count) {
+                tp_sum->bind("g", Tensor::view_of(g, DType::F32, Shape{count}));
+                tp_sum->run();
+              }} {
+    const int64_t N = static_cast<int64_t>(B) * T, C = c.d_model;
+    attn = megatron.prepare(grid.tp(), {{"B", N}, {"K", C}, {"H", C}});
+    mlp = megatron.prepare(grid.tp(), {{"B", N}, {"K", 4 * C}, {"H", C}});
+    tp_sum = sum.prepare(grid.tp(), {{"N", N * C}}, {"g"});
+    epilogue = [this](const EpilogueArgs& e) {
+      exec::Runner& s = e.mlp ? *mlp : *attn;
+      auto put = [&](const char* name, const float* q) {
+        const Tensor t = s.input(name);
+        std::memcpy(t.data(), q, t.nbytes());
+      };
+      put("x", e.x);
+      put("w", e.w);
+      put("bias", e.bias);
+      put("residual", e.residual);
+      s.set_scalar("seed", static_cast<double>(e.seed));
+      s.run();
+      const Tensor out = s.output("out");
+      std::memcpy(e.out, out.data(), out.nbytes());
+    };
+  }
+  TpBlockPrograms(const TpBlockPrograms&) = delete;
+  TpBlockPrograms& operator=(const TpBlockPrograms&) = delete;
+
+  ProgramRunner megatron, sum;
+  std::unique_ptr<exec::Runner> attn, mlp, tp_sum;
+  ShardBlock block;
+  Epilogue epilogue;
+};
+
 // The shard block's backward under the DSL program's residual dropout: the directional
 // derivative of L = sum(Out * R) along a random direction of the input, by central differences
 // in f32, matches the backward pass's d(x) . v (a wrong mask or scale is off by O(1)).
@@ -188,34 +229,9 @@ TEST(TensorParallelBlock, BackwardWithProgramDropoutMatchesItsForward) {
     float* p = pt.data_as<float>();
     float* g = gt.data_as<float>();
     layout.extract(whole.flat().data_as<float>(), p);
-    ProgramRunner megatron(dsl::workloads::megatron_layer(DType::F32, c.dropout),
-                           epilogue_schedule_preferences());
-    const int64_t N = static_cast<int64_t>(B) * T;
-    std::unique_ptr<exec::Runner> attn =
-        megatron.prepare(grid.tp(), {{"B", N}, {"K", C}, {"H", C}});
-    std::unique_ptr<exec::Runner> mlp =
-        megatron.prepare(grid.tp(), {{"B", N}, {"K", 4 * C}, {"H", C}});
-    const Epilogue epilogue = [&](const EpilogueArgs& e) {
-      exec::Runner& s = e.mlp ? *mlp : *attn;
-      auto put = [&](const char* name, const float* q) {
-        const Tensor t = s.input(name);
-        std::memcpy(t.data(), q, t.nbytes());
-      };
-      put("x", e.x);
-      put("w", e.w);
-      put("bias", e.bias);
-      put("residual", e.residual);
-      s.set_scalar("seed", static_cast<double>(e.seed));
-      s.run();
-      const Tensor out = s.output("out");
-      std::memcpy(e.out, out.data(), out.nbytes());
-    };
-    const ProgramRunner sum(dsl::workloads::sum_in_place(), {"AR-C"});
-    const std::unique_ptr<exec::Runner> tp_sum = sum.prepare(grid.tp(), {{"N", n}}, {"g"});
-    const ShardBlock sb{c, tp, grid.coord().tp, [&](float* g, int64_t count) {
-                          tp_sum->bind("g", Tensor::view_of(g, DType::F32, Shape{count}));
-                          tp_sum->run();
-                        }};
+    const TpBlockPrograms programs(c, grid, B, T);
+    const ShardBlock& sb = programs.block;
+    const Epilogue& epilogue = programs.epilogue;
     nn::BlockActivations a = allocate_shard_block_activations(c, tp, B, T);
     nn::Workspace ws(c, B, T);
     auto loss_at = [&](const std::vector<float>& input) {
@@ -267,34 +283,9 @@ TEST(TensorParallelBlock, Bf16SavedActivationsBitwiseAsSavedInF32) {
     const Tensor pt = Tensor::zeros(DType::F32, Shape{layout.size()});
     float* p = pt.data_as<float>();
     layout.extract(whole.flat().data_as<float>(), p);
-    ProgramRunner megatron(dsl::workloads::megatron_layer(DType::F32, c.dropout),
-                           epilogue_schedule_preferences());
-    const int64_t N = static_cast<int64_t>(B) * T;
-    std::unique_ptr<exec::Runner> attn =
-        megatron.prepare(grid.tp(), {{"B", N}, {"K", C}, {"H", C}});
-    std::unique_ptr<exec::Runner> mlp =
-        megatron.prepare(grid.tp(), {{"B", N}, {"K", 4 * C}, {"H", C}});
-    const Epilogue epilogue = [&](const EpilogueArgs& e) {
-      exec::Runner& s = e.mlp ? *mlp : *attn;
-      auto put = [&](const char* name, const float* q) {
-        const Tensor t = s.input(name);
-        std::memcpy(t.data(), q, t.nbytes());
-      };
-      put("x", e.x);
-      put("w", e.w);
-      put("bias", e.bias);
-      put("residual", e.residual);
-      s.set_scalar("seed", static_cast<double>(e.seed));
-      s.run();
-      const Tensor out = s.output("out");
-      std::memcpy(e.out, out.data(), out.nbytes());
-    };
-    const ProgramRunner sum(dsl::workloads::sum_in_place(), {"AR-C"});
-    const std::unique_ptr<exec::Runner> tp_sum = sum.prepare(grid.tp(), {{"N", n}}, {"g"});
-    const ShardBlock sb{c, tp, grid.coord().tp, [&](float* g, int64_t count) {
-                          tp_sum->bind("g", Tensor::view_of(g, DType::F32, Shape{count}));
-                          tp_sum->run();
-                        }};
+    const TpBlockPrograms programs(c, grid, B, T);
+    const ShardBlock& sb = programs.block;
+    const Epilogue& epilogue = programs.epilogue;
     nn::Workspace ws(c, B, T);
     struct Run {
       std::vector<float> out, dx, grads;
