@@ -498,6 +498,10 @@ GridPlan plan_grids(const TrainConfig& base, int ranks, uint64_t memory_per_rank
       st.model_state = base.model_state;
       st.resident_blocks = base.resident_blocks;
       configs.push_back(st);
+      if (g.dp >= 2) {  // each rank's slices streamed from its tier
+        st.optimizer.sharding = parallel::Sharding::Weights;
+        configs.push_back(st);
+      }
     }
     for (const TrainConfig& cfg : configs) {
       if (std::string why = refusal_of(cfg); !why.empty()) {

@@ -70,7 +70,7 @@ TEST(GridPlan, TheGridsOfFourRanksAndWhyOthersAreRefused) {
 }
 
 // Every grid with dp >= 2 is also planned with --shard weights, and with --model-state naming a
-// tier, with the blocks streamed.
+// tier, with the blocks streamed (and with dp >= 2 each rank's slices streamed).
 TEST(GridPlan, ConfigurationsOfEachGrid) {
   const GridPlan p = plan_grids(model(), 4, 1ull << 30, rates());
   std::vector<std::string> listed;
@@ -84,10 +84,16 @@ TEST(GridPlan, ConfigurationsOfEachGrid) {
   TrainConfig streamed = model();
   streamed.model_state = ooc::TierSpec{};  // host
   const GridPlan q = plan_grids(streamed, 4, 1ull << 30, rates());
-  EXPECT_EQ(q.options.size(), 8u);
+  EXPECT_EQ(q.options.size(), 10u);
   EXPECT_EQ(std::count_if(q.options.begin(), q.options.end(),
                           [](const GridOption& o) { return o.cfg.model_state.has_value(); }),
-            3);
+            5);
+  EXPECT_EQ(std::count_if(q.options.begin(), q.options.end(),
+                          [](const GridOption& o) {
+                            return o.cfg.model_state.has_value() &&
+                                   o.cfg.optimizer.sharding == parallel::Sharding::Weights;
+                          }),
+            2);
 }
 
 // The least memory per rank the error names, as bytes.
