@@ -198,9 +198,9 @@ void ModelState::place_moments(std::vector<Piece> pieces, const Group* group) {
         user_error("--model-state {}: {}", options_.blocks->str(), e.what());
       }
     }
-    sharded_ = std::make_unique<detail::ShardedBlocks>(layout_, *group->dp, group->thread,
-                                                       group->executor, options_.micro_batches,
-                                                       grads_.data_as<float>(), store_.get());
+    sharded_ = std::make_unique<detail::ShardedBlocks>(
+        layout_, *group->dp, group->thread, group->executor, options_.gather_schedules,
+        options_.micro_batches, grads_.data_as<float>(), store_.get());
     // The optimizer's piece of a block is the slice the sharded state keeps.
     for (const Piece& p : pieces_)
       if (p.block >= 0)
@@ -312,6 +312,8 @@ uint64_t ModelState::sharded_slots_bytes(int64_t block_floats, int blocks, int m
 }
 
 uint64_t ModelState::sharded_bytes() const { return sharded_ ? sharded_->memory_bytes() : 0; }
+
+size_t ModelState::gather_chunk_bytes() const { return sharded_ ? sharded_->chunk_bytes() : 0; }
 
 size_t ModelState::moment_bytes() const {
   if (tier_) return tier_->staging_bytes();

@@ -24,7 +24,8 @@ int64_t ShardedBlocks::slice_count(int64_t block_floats, const comm::Communicato
 }
 
 ShardedBlocks::ShardedBlocks(const ShardLayout& layout, comm::Communicator& dp,
-                             SerialWorker* thread, exec::RunnerKind executor, int micro_batches,
+                             SerialWorker* thread, exec::RunnerKind executor,
+                             const SchedulePreferences& schedules, int micro_batches,
                              float* flat_grads, BlockStore* slices)
     : layout_(layout),
       dp_(dp),
@@ -52,8 +53,10 @@ ShardedBlocks::ShardedBlocks(const ShardLayout& layout, comm::Communicator& dp,
     grad_slots_ = Tensor::empty(DType::F32, Shape{kGradientSlots * block_floats_});
     grad_slot_layer_.assign(kGradientSlots, -1);
   }
-  program_ = std::make_unique<ProgramRunner>(dsl::workloads::gather_weights(),
-                                             std::vector<std::string>{"C"}, executor);
+  program_ = std::make_unique<ProgramRunner>(
+      dsl::workloads::gather_weights(),
+      schedules.names.empty() ? std::vector<std::string>{"C"} : schedules.names, executor,
+      schedules.chunk_bytes);
   runner_ = program_->prepare(dp, {{"N", block_floats_}}, {"w", "w_all"});
 }
 

@@ -46,8 +46,8 @@ class ShardedBlocks {
   // store of the slices (not owned; null: in memory here). The slices start at zero (the caller
   // writes the weights before the first step). A collective over `dp`.
   ShardedBlocks(const ShardLayout& layout, comm::Communicator& dp, SerialWorker* thread,
-                exec::RunnerKind executor, int micro_batches, float* flat_grads,
-                BlockStore* slices = nullptr);
+                exec::RunnerKind executor, const SchedulePreferences& schedules, int micro_batches,
+                float* flat_grads, BlockStore* slices = nullptr);
   ~ShardedBlocks();
 
   // This rank's slice of every block: local elements [slice_begin(), slice_end()) of a block
@@ -86,6 +86,9 @@ class ShardedBlocks {
       std::function<void(const std::string& name, std::chrono::steady_clock::time_point begin,
                          std::chrono::steady_clock::time_point end)>;
   void set_gather_sink(GatherSink sink) { sink_ = std::move(sink); }
+
+  // The chunk size the gathers' collectives run at (0: the process's).
+  size_t chunk_bytes() const { return program_->chunk_bytes(); }
 
   // Bytes in memory: the slices, the gather slots and the gradient slots (not the flat buffer).
   uint64_t memory_bytes() const;

@@ -126,6 +126,16 @@ parallel::ProgramOptions ScheduleChoice::model_programs(int rows) {
   return o;
 }
 
+parallel::SchedulePreferences ScheduleChoice::gather_schedules() {
+  if (cfg_.optimizer.sharding != parallel::Sharding::Weights) return {};
+  const parallel::ShardLayout layout(cfg_.model, cfg_.grid, grid_.coord().tp, grid_.coord().pp);
+  const auto [b, e] = layout.block_range(layout.first_layer());
+  const Tuned w = tuned_schedule(dsl::workloads::gather_weights(), grid_.dp(), {{"N", e - b}},
+                                 cfg_.tune, executor_);
+  from_autotuner_ |= !w.schedule.empty();
+  return prefer(w, {{"C"}});
+}
+
 parallel::SchedulePreferences ScheduleChoice::optimizer_schedules() {
   if (cfg_.optimizer.kind != parallel::OptimizerKind::AdamW)
     return {parallel::optimizer_schedule_preferences()};

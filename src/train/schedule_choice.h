@@ -27,6 +27,9 @@ class ScheduleChoice {
   // among the schedules that keep the optimizer state sliced (ZeRO-1). LAMB runs one program per
   // tensor at many sizes and keeps the preference list. A collective over the group.
   parallel::SchedulePreferences optimizer_schedules();
+  // --shard weights: gather_weights' schedule and chunk size for a block of this rank's stage, on
+  // the data-parallel group (empty without sharding). A collective over the group.
+  parallel::SchedulePreferences gather_schedules();
   // Whether some schedule so far came from the autotuner (its cache, or tuned now).
   bool from_autotuner() const { return from_autotuner_; }
 

@@ -108,10 +108,11 @@ class RankRun {
                  ? nullptr
                  : std::make_unique<detail::OutOfCore>(cfg, grid_, batches_.micro_rows(),
                                                        batches_.micro_batch_count(), engines_)),
-        state_(parallel::ShardLayout(cfg.model, grid_.shape(), grid_.coord().tp, grid_.coord().pp),
-               {cfg.model_state, cfg.optimizer.state_tier, batches_.micro_batch_count(),
-                cfg.optimizer.sharding == parallel::Sharding::Weights},
-               &grid_.dp().allocator(), &engines_),
+        state_(
+            parallel::ShardLayout(cfg.model, grid_.shape(), grid_.coord().tp, grid_.coord().pp),
+            {cfg.model_state, cfg.optimizer.state_tier, batches_.micro_batch_count(),
+             cfg.optimizer.sharding == parallel::Sharding::Weights, schedules_.gather_schedules()},
+            &grid_.dp().allocator(), &engines_),
         model_(cfg.model, grid_, batches_.micro_rows(), cfg.model.seq_len,
                batches_.micro_batch_count(), schedules_.model_programs(batches_.micro_rows()),
                ooc_ ? ooc_->memory() : nullptr, &state_),
@@ -539,10 +540,14 @@ std::string RankRun::model_state_line() const {
     sharded = fmt::format(
         "  model state sharded over the {} data-parallel ranks (--shard weights): blocks "
         "h.{}..h.{} keep 1/{} of their weights and optimizer state on each rank, each block's "
-        "weights gathered into {} slots before its forward and backward, its gradients {} "
+        "weights gathered into {} slots before its forward and backward (gather_weights{}), its "
+        "gradients {} "
         "until its update: {} a rank; the embeddings and ln_f whole ({})",
         cfg_.grid.dp, l.first_layer(), l.end_layer() - 1, cfg_.grid.dp,
         parallel::ModelState::kGatherSlots,
+        state_.gather_chunk_bytes() != 0
+            ? fmt::format(" at {}-byte chunks", state_.gather_chunk_bytes())
+            : std::string(),
         batches_.micro_batch_count() > 1 ? "summed over the micro-batches in memory" : "in 2 slots",
         ooc::human_bytes(state_.sharded_bytes() + state_.moment_bytes()),
         ooc::human_bytes(2 * state_.resident_bytes()));

@@ -461,8 +461,12 @@ TuneResult tune(const dsl::Program& program, comm::Communicator& comm, const Tun
         "no schedule of program '{}' passed its check against the reference ({} executor):{}",
         program.name(), executor->name(), why));
   }
-  // The winner at each chunk size, when it has a collective to chunk.
-  if (!o.chunk_bytes.empty() && !schedule::recipe_collectives(program).empty()) {
+  // The winner at each chunk size, when it has a collective to chunk (an AllGather alone too:
+  // gather_weights).
+  const bool collectives = std::any_of(
+      program.stages().begin(), program.stages().end(),
+      [](const dsl::Stage& s) { return dsl::op_kind(s.op) == dsl::OpKind::Collective; });
+  if (!o.chunk_bytes.empty() && collectives) {
     for (size_t i = 0; i < timed.size(); ++i)
       if (timed[i].name == record.winner)
         chunk_round(timed[i], record, comm, *executor, o, scalars,

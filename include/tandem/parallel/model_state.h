@@ -35,6 +35,7 @@
 #include "tandem/ooc/slow_tier.h"
 #include "tandem/ooc/transfer_engine.h"
 #include "tandem/parallel/block_store.h"
+#include "tandem/parallel/program_runner.h"
 #include "tandem/parallel/shard.h"
 
 namespace tandem::parallel {
@@ -52,8 +53,10 @@ class ModelState {
     std::optional<ooc::TierSpec> moments;
     int micro_batches = 1;  // a step's; the store keeps gradient sums between them
     // --shard weights: the blocks' weights and moments sliced over the data-parallel ranks (not
-    // with `blocks` or `moments`).
+    // with `moments`), gathered by gather_weights with these schedules (the autotuner's choice
+    // and chunk size; empty: "C" at the process's chunk size).
     bool sharded = false;
+    SchedulePreferences gather_schedules;
   };
 
   // The state of `layout`'s shard, its weights and gradients zeroed (the moments come with
@@ -173,6 +176,8 @@ class ModelState {
   // The same as allocated on this rank (0 unsharded): the slices in memory, the gather and
   // gradient slots.
   uint64_t sharded_bytes() const;
+  // --shard weights: the chunk size the gathers run at (0: the process's), after place_moments.
+  size_t gather_chunk_bytes() const;
 
   // --shard weights: called on the thread that ran each gather of a block's weights, with its name
   // ("gather h.3") and when it ran (for --trace). After place_moments.

@@ -30,15 +30,14 @@ TrainConfig two_ranks() {
   return c;
 }
 
-// Stores the record the trainer looks up for `c`'s optimizer: `winner` at `chunk_bytes` (0: no
-// chunk round), keyed as the trainer keys it (the sliced schedules of adam on 2 thread ranks).
-void store_optimizer_record(const TrainConfig& c, const std::string& cache,
-                            const std::string& winner, size_t chunk_bytes) {
-  const dsl::Program program = parallel::optimizer_program(c.optimizer);
+// Stores the record the trainer looks up for `program` at `sizes` (`only`: the schedules it asks
+// the tuner to search) on `c`'s grid: `winner` at `chunk_bytes` (0: no chunk round).
+void store_record(const TrainConfig& c, const std::string& cache, const dsl::Program& program,
+                  const dsl::SymbolMap& sizes, const std::vector<std::string>& only,
+                  const std::string& winner, size_t chunk_bytes) {
   tune::TuneOptions o;
-  o.sizes = {{"N", parallel::ShardLayout(c.model, c.grid, 0, 0).size()}};
-  for (const schedule::NamedSchedule& s : schedule::enumerate_schedules(program))
-    if (!s.recipe.slice.empty()) o.only.push_back(s.name);
+  o.sizes = sizes;
+  o.only = only;
   o.executor = tune::executor_of(exec::RunnerKind::Plan);
   blas::set_num_threads(c.blas_threads);  // part of the key's machine, as train() sets it
   tune::TuneRecord r;
@@ -51,6 +50,17 @@ void store_optimizer_record(const TrainConfig& c, const std::string& cache,
   if (chunk_bytes != 0) r.chunks = {{chunk_bytes, {0.001}}};
   r.created = "2026-01-01T00:00:00Z";
   tune::store_record(r, cache);
+}
+
+// The record for `c`'s optimizer, keyed as the trainer keys it (the sliced schedules of adam).
+void store_optimizer_record(const TrainConfig& c, const std::string& cache,
+                            const std::string& winner, size_t chunk_bytes) {
+  const dsl::Program program = parallel::optimizer_program(c.optimizer);
+  std::vector<std::string> only;
+  for (const schedule::NamedSchedule& s : schedule::enumerate_schedules(program))
+    if (!s.recipe.slice.empty()) only.push_back(s.name);
+  store_record(c, cache, program, {{"N", parallel::ShardLayout(c.model, c.grid, 0, 0).size()}},
+               only, winner, chunk_bytes);
 }
 
 TEST(TrainerTunedSchedule, TheOptimizerRunsAtTheRecordsChunkSize) {
@@ -77,6 +87,27 @@ TEST(TrainerTunedSchedule, TheOptimizerRunsAtTheRecordsChunkSize) {
   EXPECT_EQ(at_process.optimizer_schedule, winner);
   EXPECT_EQ(at_process.optimizer_chunk_bytes, 0u) << "a record without a chunk round";
   testing::expect_bitwise(at_record, at_process, "the tuned chunk size against the process's");
+}
+
+// --shard weights: the blocks' gathers run at the chunk size of gather_weights' record (a block's
+// elements on the data-parallel group), and the weights are the same as at the process's.
+TEST(TrainerTunedSchedule, TheGathersRunAtTheRecordsChunkSize) {
+  TrainConfig c = two_ranks();
+  c.optimizer.sharding = parallel::Sharding::Weights;
+  const parallel::ShardLayout layout(c.model, c.grid, 0, 0);
+  const auto [b, e] = layout.block_range(0);
+  TrainResult at_record;
+  std::ostringstream lines;
+  {
+    tandem::testing::TempCacheDir dir("train-gather-chunk");
+    store_record(c, dir.str(), dsl::workloads::gather_weights(), {{"N", e - b}}, {}, "C", 64);
+    c.out = &lines;
+    at_record = train(c);
+  }
+  EXPECT_NE(lines.str().find("(gather_weights at 64-byte chunks)"), std::string::npos)
+      << lines.str();
+  tandem::testing::TempCacheDir dir("train-gather-no-record");
+  testing::expect_bitwise(at_record, train(c), "the gathers at the record's chunk size");
 }
 
 }  // namespace
