@@ -38,7 +38,6 @@
 #include "tandem/core/tensor.h"
 #include "tandem/nn/activation_memory.h"
 #include "tandem/nn/gpt.h"
-#include "tandem/parallel/block_store.h"
 #include "tandem/parallel/grid.h"
 #include "tandem/parallel/model_state.h"
 #include "tandem/parallel/program_runner.h"
@@ -90,8 +89,9 @@ class ParallelGPT {
   // memory: where the saved activations live (not owned; it must outlive the model); null: all
   // resident, allocated here (in-core training).
   // state: this rank's model state (model_state.h; not owned, it must outlive the model, and its
-  // layout must be this rank's), whose blocks may live in a store (--model-state: the store opens
-  // when the optimizer places the moments, before the first step); null: in memory, owned here.
+  // layout must be this rank's), whose blocks may live in a store (--model-state) or be sharded
+  // over the data-parallel ranks (--shard weights), placed when the optimizer places the moments,
+  // before the first step; null: in memory, owned here.
   ParallelGPT(const nn::GPTConfig& config, Grid& grid, int micro_rows, int T, int micro_batches,
               const ProgramOptions& programs = {}, nn::ActivationMemory* memory = nullptr,
               ModelState* state = nullptr);
@@ -172,8 +172,8 @@ class ParallelGPT {
             std::chrono::steady_clock::time_point begin);
   void check_micro(const std::vector<MicroBatch>& micro) const;
 
-  // Block `layer`'s weights for compute: the flat buffer's, or held in the store until
-  // done_with_weights.
+  // Block `layer`'s weights for compute, wherever the model state keeps them (the flat buffer, the
+  // store, or gathered from the data-parallel ranks' slices), held until done_with_weights.
   nn::BlockParams weights_of(int layer);
   void done_with_weights(int layer);
 
