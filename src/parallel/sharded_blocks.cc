@@ -171,7 +171,7 @@ void ShardedBlocks::prefetch(int layer, int in_use) {
 }
 
 float* ShardedBlocks::gradients(int layer) {
-  const int i = index(layer);
+  index(layer);  // checks the layer
   if (micro_batches_ > 1) return flat_grads_ + layout_.block_range(layer).first;
   std::unique_lock<std::mutex> lock(mutex_);
   for (size_t s = 0; s < grad_slot_layer_.size(); ++s)
@@ -184,7 +184,6 @@ float* ShardedBlocks::gradients(int layer) {
     return false;
   });
   grad_slot_layer_[s] = layer;
-  (void)i;
   float* g = grad_slots_.data_as<float>() + s * block_floats_;
   std::fill(g, g + block_floats_, 0.0f);
   return g;

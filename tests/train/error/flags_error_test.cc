@@ -56,6 +56,14 @@ TEST(Flags, ModelSizesAreNamedByTheirFlags) {
   EXPECT_EQ(user_error_of([&] { c.validate(); }), "--seq-len 0 must be at least 1");
 }
 
+TEST(Flags, ShardNamesItsChoices) {
+  const auto r = run_tandem("train --shard zero");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.output,
+            "tandem: error: --shard zero: the data-parallel ranks shard the moments (ZeRO-1) or "
+            "the weights (ZeRO-3: weights, gradients and moments)\n");
+}
+
 TEST(Flags, PrecisionNamesItsChoices) {
   const auto r = run_tandem("train --precision fp16");
   EXPECT_EQ(r.status, 1);

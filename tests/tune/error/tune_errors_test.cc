@@ -124,6 +124,7 @@ TEST(TuneCliErrors, OneLineAndNonZeroExit) {
       {"tune adam --executor fast",
        "--executor 'fast': the executors are compiled, plan, reference"},
       {"tune adam --dtype f64", "unknown dtype 'f64'"},
+      {"tune gather_weights --dtype bf16", "--dtype bf16: gather_weights moves f32 weights only"},
       {"tune adam --size N=64 --schedules 'fused(nothing)'",
        "program 'adam': schedule 'fused(nothing)': 'fused(nothing)' is not a schedule part; "},
       {"tune pipeline_stage --ranks 3 --size 2 2 2 --executor plan",
