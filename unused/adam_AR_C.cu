@@ -11,7 +11,8 @@ typedef struct tandem_block {
   int32_t count;
 } tandem_block;
 typedef struct tandem_args tandem_args;
-typedef int (*tandem_hook_fn)(const tandem_args* a, void* chunk, int64_t n, int64_t g0, const tandem_block* blk);
+typedef int (*tandem_hook_fn)(const tandem_args* a, void* chunk, int64_t n, int64_t g0,
+                              const tandem_block* blk);
 typedef struct tandem_collective {
   int32_t step;
   int32_t kind;
@@ -38,7 +39,9 @@ typedef struct tandem_transfer {
   void* data;
   int64_t bytes;
 } tandem_transfer;
-typedef void (*tandem_sgemm_fn)(int trans_a, int trans_b, int m, int n, int k, float alpha, const float* a, int lda, const float* b, int ldb, float beta, float* c, int ldc);
+typedef void (*tandem_sgemm_fn)(int trans_a, int trans_b, int m, int n, int k, float alpha,
+                                const float* a, int lda, const float* b, int ldb, float beta,
+                                float* c, int ldc);
 struct tandem_args {
   void* const* buf;
   double* acc;
@@ -350,7 +353,6 @@ inline void philox_blocks(uint32_t* __restrict words, uint64_t key, uint64_t blo
 #include <string>
 #include <vector>
 
-
 #ifndef TDM_NSYMS
 #define TDM_NSYMS 1  // compiled on its own, without a plan
 #endif
@@ -651,32 +653,32 @@ void tdm_check_items(const tandem_args* a, std::vector<tdm_item>& items);
 //     w              f32[N] Replicated          full         (input, updated in place)
 //     m              f32[N] Replicated          full         (input, updated in place)
 //     v              f32[N] Replicated          full         (input, updated in place)
-//     g_sum          bf16[N] Replicated         full        
-//     %12            f32[N] Replicated          full        
-//     g1             f32[N] Replicated          full        
-//     %14            f32[N] Replicated          full        
-//     %16            f32[] Replicated           full        
-//     %17            f32[N] Replicated          full        
+//     g_sum          bf16[N] Replicated         full
+//     %12            f32[N] Replicated          full
+//     g1             f32[N] Replicated          full
+//     %14            f32[N] Replicated          full
+//     %16            f32[] Replicated           full
+//     %17            f32[N] Replicated          full
 //     %18            f32[N] Replicated          full         (in m's buffer)
 //     m1             f32[N] Replicated          full         (in m's buffer)
-//     %20            f32[N] Replicated          full        
-//     %22            f32[] Replicated           full        
-//     %23            f32[N] Replicated          full        
-//     %24            f32[N] Replicated          full        
+//     %20            f32[N] Replicated          full
+//     %22            f32[] Replicated           full
+//     %23            f32[N] Replicated          full
+//     %24            f32[N] Replicated          full
 //     %25            f32[N] Replicated          full         (in v's buffer)
 //     v1             f32[N] Replicated          full         (in v's buffer)
-//     %27            f32[] Replicated           full        
-//     bc1            f32[] Replicated           full        
-//     %30            f32[] Replicated           full        
-//     bc2            f32[] Replicated           full        
-//     mhat           f32[N] Replicated          full        
-//     vhat           f32[N] Replicated          full        
-//     %35            f32[N] Replicated          full        
-//     %36            f32[N] Replicated          full        
-//     %37            f32[N] Replicated          full        
-//     %38            f32[N] Replicated          full        
-//     r              f32[N] Replicated          full        
-//     %40            f32[N] Replicated          full        
+//     %27            f32[] Replicated           full
+//     bc1            f32[] Replicated           full
+//     %30            f32[] Replicated           full
+//     bc2            f32[] Replicated           full
+//     mhat           f32[N] Replicated          full
+//     vhat           f32[N] Replicated          full
+//     %35            f32[N] Replicated          full
+//     %36            f32[N] Replicated          full
+//     %37            f32[N] Replicated          full
+//     %38            f32[N] Replicated          full
+//     r              f32[N] Replicated          full
+//     %40            f32[N] Replicated          full
 //     %41            f32[N] Replicated          full         (in w's buffer)
 //     w1             f32[N] Replicated          full         (in w's buffer)
 
@@ -685,18 +687,32 @@ static int coll0(const tandem_args* a, [[maybe_unused]] const tandem_block* blk)
   [[maybe_unused]] const int64_t S0 = a->sym[0];  // N
   tandem_collective c;
   std::memset(&c, 0, sizeof c);
-  if (S0 > 0 && (void*)(static_cast<uint16_t*>(a->buf[11]) + (int64_t{0})) != (void*)(static_cast<uint16_t*>(a->buf[7]) + (int64_t{0})))
-    TDM_CUDA(a, cudaMemcpyAsync((static_cast<uint16_t*>(a->buf[11]) + (int64_t{0})), (static_cast<uint16_t*>(a->buf[7]) + (int64_t{0})), static_cast<size_t>(S0) * 2, cudaMemcpyDeviceToDevice, tdm_stream(a)));
+  if (S0 > 0 && (void*)(static_cast<uint16_t*>(a->buf[11]) + (int64_t{0})) !=
+                    (void*)(static_cast<uint16_t*>(a->buf[7]) + (int64_t{0})))
+    TDM_CUDA(a,
+             cudaMemcpyAsync((static_cast<uint16_t*>(a->buf[11]) + (int64_t{0})),
+                             (static_cast<uint16_t*>(a->buf[7]) + (int64_t{0})),
+                             static_cast<size_t>(S0) * 2, cudaMemcpyDeviceToDevice, tdm_stream(a)));
   c.send = (static_cast<uint16_t*>(a->buf[11]) + (int64_t{0}));
-  c.step = 0; c.kind = 0; c.op = 0; c.dtype = 1; c.root = 0; c.async = 0; c.carry = 0;
-  c.outer = int64_t{1}; c.rows = S0; c.inner = int64_t{1};
+  c.step = 0;
+  c.kind = 0;
+  c.op = 0;
+  c.dtype = 1;
+  c.root = 0;
+  c.async = 0;
+  c.carry = 0;
+  c.outer = int64_t{1};
+  c.rows = S0;
+  c.inner = int64_t{1};
   c.index_base = int64_t{0};
   c.hook = nullptr;
   c.block.index = -1;
   return a->collective(a->host, &c);
 }
 
-__global__ void __launch_bounds__(TDM_THREADS) loop1_k(int64_t n, int64_t g0, tdm_box box, tandem_block bk, int64_t P, int64_t RK, tdm_syms sy, int vec, const uint16_t* __restrict__ q0, float* __restrict__ q1) {
+__global__ void __launch_bounds__(TDM_THREADS)
+    loop1_k(int64_t n, int64_t g0, tdm_box box, tandem_block bk, int64_t P, int64_t RK, tdm_syms sy,
+            int vec, const uint16_t* __restrict__ q0, float* __restrict__ q1) {
   [[maybe_unused]] const tandem_block* blk = &bk;
   [[maybe_unused]] const int64_t S0 = sy.v[0];  // N
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -712,9 +728,9 @@ __global__ void __launch_bounds__(TDM_THREADS) loop1_k(int64_t n, int64_t g0, td
     for (int j = 0; j < 8; ++j) {
       const int64_t t = t0 + j, g = g0 + t;
       (void)g;
-        const float m0 = fx::ld_bf16(x0[j]);
-        const float v12 = fx::cast(m0);  // %12
-        x1[j] = fx::st_f32(v12);
+      const float m0 = fx::ld_bf16(x0[j]);
+      const float v12 = fx::cast(m0);  // %12
+      x1[j] = fx::st_f32(v12);
     }
     tdm_vstore<8>(q1 + (g0 + t0), x1);
   }
@@ -739,15 +755,21 @@ static int loop1(const tandem_args* a, const tandem_block* blk) {
   for (int i = 0; i < box.rank; ++i) n *= box.cnt[i];
   if (n <= 0) return 0;
   const int64_t g0 = (int64_t{0} * box.ext[0] + box.lo[0]);
-  const int vec = 1 && tdm_aligned16(static_cast<uint16_t*>(a->buf[11]) + (g0)) && tdm_aligned16(static_cast<float*>(a->buf[12]) + (g0));
-  loop1_k<<<tdm_blocks((n + 8 - 1) / 8), TDM_THREADS, 0, tdm_stream(a)>>>(n, g0, box, blk != nullptr ? *blk : tandem_block{}, P, RK, tdm_syms_of(a), vec, static_cast<uint16_t*>(a->buf[11]), static_cast<float*>(a->buf[12]));
+  const int vec = 1 && tdm_aligned16(static_cast<uint16_t*>(a->buf[11]) + (g0)) &&
+                  tdm_aligned16(static_cast<float*>(a->buf[12]) + (g0));
+  loop1_k<<<tdm_blocks((n + 8 - 1) / 8), TDM_THREADS, 0, tdm_stream(a)>>>(
+      n, g0, box, blk != nullptr ? *blk : tandem_block{}, P, RK, tdm_syms_of(a), vec,
+      static_cast<uint16_t*>(a->buf[11]), static_cast<float*>(a->buf[12]));
   return tdm_launched(a, "loop1");
 }
 
-__global__ void __launch_bounds__(TDM_THREADS) loop2_k(int64_t n, int64_t g0, tdm_box box, tandem_block bk, int64_t P, int64_t RK, tdm_syms sy, int vec, const float* __restrict__ q0, float* __restrict__ q1, const float* __restrict__ sp6) {
+__global__ void __launch_bounds__(TDM_THREADS)
+    loop2_k(int64_t n, int64_t g0, tdm_box box, tandem_block bk, int64_t P, int64_t RK, tdm_syms sy,
+            int vec, const float* __restrict__ q0, float* __restrict__ q1,
+            const float* __restrict__ sp6) {
   [[maybe_unused]] const tandem_block* blk = &bk;
   [[maybe_unused]] const int64_t S0 = sy.v[0];  // N
-  const float s6 = fx::ld_f32(sp6[0]);  // grad_scale
+  const float s6 = fx::ld_f32(sp6[0]);          // grad_scale
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   (void)stride;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -761,9 +783,9 @@ __global__ void __launch_bounds__(TDM_THREADS) loop2_k(int64_t n, int64_t g0, td
     for (int j = 0; j < 4; ++j) {
       const int64_t t = t0 + j, g = g0 + t;
       (void)g;
-        const float m0 = fx::ld_f32(x0[j]);
-        const float v13 = fx::mul(s6, m0);  // g1
-        x1[j] = fx::st_f32(v13);
+      const float m0 = fx::ld_f32(x0[j]);
+      const float v13 = fx::mul(s6, m0);  // g1
+      x1[j] = fx::st_f32(v13);
     }
     tdm_vstore<4>(q1 + (g0 + t0), x1);
   }
@@ -788,15 +810,22 @@ static int loop2(const tandem_args* a, const tandem_block* blk) {
   for (int i = 0; i < box.rank; ++i) n *= box.cnt[i];
   if (n <= 0) return 0;
   const int64_t g0 = (int64_t{0} * box.ext[0] + box.lo[0]);
-  const int vec = 1 && tdm_aligned16(static_cast<float*>(a->buf[12]) + (g0)) && tdm_aligned16(static_cast<float*>(a->buf[13]) + (g0));
-  loop2_k<<<tdm_blocks((n + 4 - 1) / 4), TDM_THREADS, 0, tdm_stream(a)>>>(n, g0, box, blk != nullptr ? *blk : tandem_block{}, P, RK, tdm_syms_of(a), vec, static_cast<float*>(a->buf[12]), static_cast<float*>(a->buf[13]), static_cast<const float*>(a->buf[6]));
+  const int vec = 1 && tdm_aligned16(static_cast<float*>(a->buf[12]) + (g0)) &&
+                  tdm_aligned16(static_cast<float*>(a->buf[13]) + (g0));
+  loop2_k<<<tdm_blocks((n + 4 - 1) / 4), TDM_THREADS, 0, tdm_stream(a)>>>(
+      n, g0, box, blk != nullptr ? *blk : tandem_block{}, P, RK, tdm_syms_of(a), vec,
+      static_cast<float*>(a->buf[12]), static_cast<float*>(a->buf[13]),
+      static_cast<const float*>(a->buf[6]));
   return tdm_launched(a, "loop2");
 }
 
-__global__ void __launch_bounds__(TDM_THREADS) loop3_k(int64_t n, int64_t g0, tdm_box box, tandem_block bk, int64_t P, int64_t RK, tdm_syms sy, int vec, const float* __restrict__ q0, float* __restrict__ q1, const float* __restrict__ sp1) {
+__global__ void __launch_bounds__(TDM_THREADS)
+    loop3_k(int64_t n, int64_t g0, tdm_box box, tandem_block bk, int64_t P, int64_t RK, tdm_syms sy,
+            int vec, const float* __restrict__ q0, float* __restrict__ q1,
+            const float* __restrict__ sp1) {
   [[maybe_unused]] const tandem_block* blk = &bk;
   [[maybe_unused]] const int64_t S0 = sy.v[0];  // N
-  const float s1 = fx::ld_f32(sp1[0]);  // beta1
+  const float s1 = fx::ld_f32(sp1[0]);          // beta1
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   (void)stride;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -810,9 +839,9 @@ __global__ void __launch_bounds__(TDM_THREADS) loop3_k(int64_t n, int64_t g0, td
     for (int j = 0; j < 4; ++j) {
       const int64_t t = t0 + j, g = g0 + t;
       (void)g;
-        const float m0 = fx::ld_f32(x0[j]);
-        const float v14 = fx::mul(s1, m0);  // %14
-        x1[j] = fx::st_f32(v14);
+      const float m0 = fx::ld_f32(x0[j]);
+      const float v14 = fx::mul(s1, m0);  // %14
+      x1[j] = fx::st_f32(v14);
     }
     tdm_vstore<4>(q1 + (g0 + t0), x1);
   }
@@ -837,15 +866,21 @@ static int loop3(const tandem_args* a, const tandem_block* blk) {
   for (int i = 0; i < box.rank; ++i) n *= box.cnt[i];
   if (n <= 0) return 0;
   const int64_t g0 = (int64_t{0} * box.ext[0] + box.lo[0]);
-  const int vec = 1 && tdm_aligned16(static_cast<float*>(a->buf[9]) + (g0)) && tdm_aligned16(static_cast<float*>(a->buf[14]) + (g0));
-  loop3_k<<<tdm_blocks((n + 4 - 1) / 4), TDM_THREADS, 0, tdm_stream(a)>>>(n, g0, box, blk != nullptr ? *blk : tandem_block{}, P, RK, tdm_syms_of(a), vec, static_cast<float*>(a->buf[9]), static_cast<float*>(a->buf[14]), static_cast<const float*>(a->buf[1]));
+  const int vec = 1 && tdm_aligned16(static_cast<float*>(a->buf[9]) + (g0)) &&
+                  tdm_aligned16(static_cast<float*>(a->buf[14]) + (g0));
+  loop3_k<<<tdm_blocks((n + 4 - 1) / 4), TDM_THREADS, 0, tdm_stream(a)>>>(
+      n, g0, box, blk != nullptr ? *blk : tandem_block{}, P, RK, tdm_syms_of(a), vec,
+      static_cast<float*>(a->buf[9]), static_cast<float*>(a->buf[14]),
+      static_cast<const float*>(a->buf[1]));
   return tdm_launched(a, "loop3");
 }
 
-__global__ void __launch_bounds__(TDM_THREADS) loop4_k(int64_t n, int64_t g0, tdm_box box, tandem_block bk, int64_t P, int64_t RK, tdm_syms sy, int vec, float* __restrict__ q0, const float* __restrict__ sp1) {
+__global__ void __launch_bounds__(TDM_THREADS)
+    loop4_k(int64_t n, int64_t g0, tdm_box box, tandem_block bk, int64_t P, int64_t RK, tdm_syms sy,
+            int vec, float* __restrict__ q0, const float* __restrict__ sp1) {
   [[maybe_unused]] const tandem_block* blk = &bk;
   [[maybe_unused]] const int64_t S0 = sy.v[0];  // N
-  const float s1 = fx::ld_f32(sp1[0]);  // beta1
+  const float s1 = fx::ld_f32(sp1[0]);          // beta1
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   (void)stride;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -864,14 +899,19 @@ static int loop4(const tandem_args* a, const tandem_block* blk) {
   tdm_box box{};
   const int64_t n = 1, g0 = 0;
   const int vec = 1;
-  loop4_k<<<1, 1, 0, tdm_stream(a)>>>(n, g0, box, blk != nullptr ? *blk : tandem_block{}, P, RK, tdm_syms_of(a), vec, static_cast<float*>(a->buf[16]), static_cast<const float*>(a->buf[1]));
+  loop4_k<<<1, 1, 0, tdm_stream(a)>>>(n, g0, box, blk != nullptr ? *blk : tandem_block{}, P, RK,
+                                      tdm_syms_of(a), vec, static_cast<float*>(a->buf[16]),
+                                      static_cast<const float*>(a->buf[1]));
   return tdm_launched(a, "loop4");
 }
 
-__global__ void __launch_bounds__(TDM_THREADS) loop5_k(int64_t n, int64_t g0, tdm_box box, tandem_block bk, int64_t P, int64_t RK, tdm_syms sy, int vec, const float* __restrict__ q0, float* __restrict__ q1, const float* __restrict__ sp16) {
+__global__ void __launch_bounds__(TDM_THREADS)
+    loop5_k(int64_t n, int64_t g0, tdm_box box, tandem_block bk, int64_t P, int64_t RK, tdm_syms sy,
+            int vec, const float* __restrict__ q0, float* __restrict__ q1,
+            const float* __restrict__ sp16) {
   [[maybe_unused]] const tandem_block* blk = &bk;
   [[maybe_unused]] const int64_t S0 = sy.v[0];  // N
-  const float s16 = fx::ld_f32(sp16[0]);  // %16
+  const float s16 = fx::ld_f32(sp16[0]);        // %16
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   (void)stride;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -885,9 +925,9 @@ __global__ void __launch_bounds__(TDM_THREADS) loop5_k(int64_t n, int64_t g0, td
     for (int j = 0; j < 4; ++j) {
       const int64_t t = t0 + j, g = g0 + t;
       (void)g;
-        const float m0 = fx::ld_f32(x0[j]);
-        const float v17 = fx::mul(s16, m0);  // %17
-        x1[j] = fx::st_f32(v17);
+      const float m0 = fx::ld_f32(x0[j]);
+      const float v17 = fx::mul(s16, m0);  // %17
+      x1[j] = fx::st_f32(v17);
     }
     tdm_vstore<4>(q1 + (g0 + t0), x1);
   }
@@ -912,12 +952,19 @@ static int loop5(const tandem_args* a, const tandem_block* blk) {
   for (int i = 0; i < box.rank; ++i) n *= box.cnt[i];
   if (n <= 0) return 0;
   const int64_t g0 = (int64_t{0} * box.ext[0] + box.lo[0]);
-  const int vec = 1 && tdm_aligned16(static_cast<float*>(a->buf[13]) + (g0)) && tdm_aligned16(static_cast<float*>(a->buf[17]) + (g0));
-  loop5_k<<<tdm_blocks((n + 4 - 1) / 4), TDM_THREADS, 0, tdm_stream(a)>>>(n, g0, box, blk != nullptr ? *blk : tandem_block{}, P, RK, tdm_syms_of(a), vec, static_cast<float*>(a->buf[13]), static_cast<float*>(a->buf[17]), static_cast<const float*>(a->buf[16]));
+  const int vec = 1 && tdm_aligned16(static_cast<float*>(a->buf[13]) + (g0)) &&
+                  tdm_aligned16(static_cast<float*>(a->buf[17]) + (g0));
+  loop5_k<<<tdm_blocks((n + 4 - 1) / 4), TDM_THREADS, 0, tdm_stream(a)>>>(
+      n, g0, box, blk != nullptr ? *blk : tandem_block{}, P, RK, tdm_syms_of(a), vec,
+      static_cast<float*>(a->buf[13]), static_cast<float*>(a->buf[17]),
+      static_cast<const float*>(a->buf[16]));
   return tdm_launched(a, "loop5");
 }
 
-__global__ void __launch_bounds__(TDM_THREADS) loop6_k(int64_t n, int64_t g0, tdm_box box, tandem_block bk, int64_t P, int64_t RK, tdm_syms sy, int vec, const float* __restrict__ q0, const float* __restrict__ q1, float* __restrict__ q2) {
+__global__ void __launch_bounds__(TDM_THREADS)
+    loop6_k(int64_t n, int64_t g0, tdm_box box, tandem_block bk, int64_t P, int64_t RK, tdm_syms sy,
+            int vec, const float* __restrict__ q0, const float* __restrict__ q1,
+            float* __restrict__ q2) {
   [[maybe_unused]] const tandem_block* blk = &bk;
   [[maybe_unused]] const int64_t S0 = sy.v[0];  // N
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -935,10 +982,10 @@ __global__ void __launch_bounds__(TDM_THREADS) loop6_k(int64_t n, int64_t g0, td
     for (int j = 0; j < 4; ++j) {
       const int64_t t = t0 + j, g = g0 + t;
       (void)g;
-        const float m0 = fx::ld_f32(x0[j]);
-        const float m1 = fx::ld_f32(x1[j]);
-        const float v18 = fx::add(m0, m1);  // %18
-        x2[j] = fx::st_f32(v18);
+      const float m0 = fx::ld_f32(x0[j]);
+      const float m1 = fx::ld_f32(x1[j]);
+      const float v18 = fx::add(m0, m1);  // %18
+      x2[j] = fx::st_f32(v18);
     }
     tdm_vstore<4>(q2 + (g0 + t0), x2);
   }
@@ -964,15 +1011,23 @@ static int loop6(const tandem_args* a, const tandem_block* blk) {
   for (int i = 0; i < box.rank; ++i) n *= box.cnt[i];
   if (n <= 0) return 0;
   const int64_t g0 = (int64_t{0} * box.ext[0] + box.lo[0]);
-  const int vec = 1 && tdm_aligned16(static_cast<float*>(a->buf[14]) + (g0)) && tdm_aligned16(static_cast<float*>(a->buf[17]) + (g0)) && tdm_aligned16(static_cast<float*>(a->buf[9]) + (g0));
-  loop6_k<<<tdm_blocks((n + 4 - 1) / 4), TDM_THREADS, 0, tdm_stream(a)>>>(n, g0, box, blk != nullptr ? *blk : tandem_block{}, P, RK, tdm_syms_of(a), vec, static_cast<float*>(a->buf[14]), static_cast<float*>(a->buf[17]), static_cast<float*>(a->buf[9]));
+  const int vec = 1 && tdm_aligned16(static_cast<float*>(a->buf[14]) + (g0)) &&
+                  tdm_aligned16(static_cast<float*>(a->buf[17]) + (g0)) &&
+                  tdm_aligned16(static_cast<float*>(a->buf[9]) + (g0));
+  loop6_k<<<tdm_blocks((n + 4 - 1) / 4), TDM_THREADS, 0, tdm_stream(a)>>>(
+      n, g0, box, blk != nullptr ? *blk : tandem_block{}, P, RK, tdm_syms_of(a), vec,
+      static_cast<float*>(a->buf[14]), static_cast<float*>(a->buf[17]),
+      static_cast<float*>(a->buf[9]));
   return tdm_launched(a, "loop6");
 }
 
-__global__ void __launch_bounds__(TDM_THREADS) loop7_k(int64_t n, int64_t g0, tdm_box box, tandem_block bk, int64_t P, int64_t RK, tdm_syms sy, int vec, const float* __restrict__ q0, float* __restrict__ q1, const float* __restrict__ sp2) {
+__global__ void __launch_bounds__(TDM_THREADS)
+    loop7_k(int64_t n, int64_t g0, tdm_box box, tandem_block bk, int64_t P, int64_t RK, tdm_syms sy,
+            int vec, const float* __restrict__ q0, float* __restrict__ q1,
+            const float* __restrict__ sp2) {
   [[maybe_unused]] const tandem_block* blk = &bk;
   [[maybe_unused]] const int64_t S0 = sy.v[0];  // N
-  const float s2 = fx::ld_f32(sp2[0]);  // beta2
+  const float s2 = fx::ld_f32(sp2[0]);          // beta2
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   (void)stride;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -986,9 +1041,9 @@ __global__ void __launch_bounds__(TDM_THREADS) loop7_k(int64_t n, int64_t g0, td
     for (int j = 0; j < 4; ++j) {
       const int64_t t = t0 + j, g = g0 + t;
       (void)g;
-        const float m0 = fx::ld_f32(x0[j]);
-        const float v20 = fx::mul(s2, m0);  // %20
-        x1[j] = fx::st_f32(v20);
+      const float m0 = fx::ld_f32(x0[j]);
+      const float v20 = fx::mul(s2, m0);  // %20
+      x1[j] = fx::st_f32(v20);
     }
     tdm_vstore<4>(q1 + (g0 + t0), x1);
   }
@@ -1013,15 +1068,21 @@ static int loop7(const tandem_args* a, const tandem_block* blk) {
   for (int i = 0; i < box.rank; ++i) n *= box.cnt[i];
   if (n <= 0) return 0;
   const int64_t g0 = (int64_t{0} * box.ext[0] + box.lo[0]);
-  const int vec = 1 && tdm_aligned16(static_cast<float*>(a->buf[10]) + (g0)) && tdm_aligned16(static_cast<float*>(a->buf[20]) + (g0));
-  loop7_k<<<tdm_blocks((n + 4 - 1) / 4), TDM_THREADS, 0, tdm_stream(a)>>>(n, g0, box, blk != nullptr ? *blk : tandem_block{}, P, RK, tdm_syms_of(a), vec, static_cast<float*>(a->buf[10]), static_cast<float*>(a->buf[20]), static_cast<const float*>(a->buf[2]));
+  const int vec = 1 && tdm_aligned16(static_cast<float*>(a->buf[10]) + (g0)) &&
+                  tdm_aligned16(static_cast<float*>(a->buf[20]) + (g0));
+  loop7_k<<<tdm_blocks((n + 4 - 1) / 4), TDM_THREADS, 0, tdm_stream(a)>>>(
+      n, g0, box, blk != nullptr ? *blk : tandem_block{}, P, RK, tdm_syms_of(a), vec,
+      static_cast<float*>(a->buf[10]), static_cast<float*>(a->buf[20]),
+      static_cast<const float*>(a->buf[2]));
   return tdm_launched(a, "loop7");
 }
 
-__global__ void __launch_bounds__(TDM_THREADS) loop8_k(int64_t n, int64_t g0, tdm_box box, tandem_block bk, int64_t P, int64_t RK, tdm_syms sy, int vec, float* __restrict__ q0, const float* __restrict__ sp2) {
+__global__ void __launch_bounds__(TDM_THREADS)
+    loop8_k(int64_t n, int64_t g0, tdm_box box, tandem_block bk, int64_t P, int64_t RK, tdm_syms sy,
+            int vec, float* __restrict__ q0, const float* __restrict__ sp2) {
   [[maybe_unused]] const tandem_block* blk = &bk;
   [[maybe_unused]] const int64_t S0 = sy.v[0];  // N
-  const float s2 = fx::ld_f32(sp2[0]);  // beta2
+  const float s2 = fx::ld_f32(sp2[0]);          // beta2
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   (void)stride;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -1040,14 +1101,19 @@ static int loop8(const tandem_args* a, const tandem_block* blk) {
   tdm_box box{};
   const int64_t n = 1, g0 = 0;
   const int vec = 1;
-  loop8_k<<<1, 1, 0, tdm_stream(a)>>>(n, g0, box, blk != nullptr ? *blk : tandem_block{}, P, RK, tdm_syms_of(a), vec, static_cast<float*>(a->buf[22]), static_cast<const float*>(a->buf[2]));
+  loop8_k<<<1, 1, 0, tdm_stream(a)>>>(n, g0, box, blk != nullptr ? *blk : tandem_block{}, P, RK,
+                                      tdm_syms_of(a), vec, static_cast<float*>(a->buf[22]),
+                                      static_cast<const float*>(a->buf[2]));
   return tdm_launched(a, "loop8");
 }
 
-__global__ void __launch_bounds__(TDM_THREADS) loop9_k(int64_t n, int64_t g0, tdm_box box, tandem_block bk, int64_t P, int64_t RK, tdm_syms sy, int vec, const float* __restrict__ q0, float* __restrict__ q1, const float* __restrict__ sp22) {
+__global__ void __launch_bounds__(TDM_THREADS)
+    loop9_k(int64_t n, int64_t g0, tdm_box box, tandem_block bk, int64_t P, int64_t RK, tdm_syms sy,
+            int vec, const float* __restrict__ q0, float* __restrict__ q1,
+            const float* __restrict__ sp22) {
   [[maybe_unused]] const tandem_block* blk = &bk;
   [[maybe_unused]] const int64_t S0 = sy.v[0];  // N
-  const float s22 = fx::ld_f32(sp22[0]);  // %22
+  const float s22 = fx::ld_f32(sp22[0]);        // %22
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   (void)stride;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -1061,9 +1127,9 @@ __global__ void __launch_bounds__(TDM_THREADS) loop9_k(int64_t n, int64_t g0, td
     for (int j = 0; j < 4; ++j) {
       const int64_t t = t0 + j, g = g0 + t;
       (void)g;
-        const float m0 = fx::ld_f32(x0[j]);
-        const float v23 = fx::mul(s22, m0);  // %23
-        x1[j] = fx::st_f32(v23);
+      const float m0 = fx::ld_f32(x0[j]);
+      const float v23 = fx::mul(s22, m0);  // %23
+      x1[j] = fx::st_f32(v23);
     }
     tdm_vstore<4>(q1 + (g0 + t0), x1);
   }
@@ -1088,12 +1154,19 @@ static int loop9(const tandem_args* a, const tandem_block* blk) {
   for (int i = 0; i < box.rank; ++i) n *= box.cnt[i];
   if (n <= 0) return 0;
   const int64_t g0 = (int64_t{0} * box.ext[0] + box.lo[0]);
-  const int vec = 1 && tdm_aligned16(static_cast<float*>(a->buf[13]) + (g0)) && tdm_aligned16(static_cast<float*>(a->buf[23]) + (g0));
-  loop9_k<<<tdm_blocks((n + 4 - 1) / 4), TDM_THREADS, 0, tdm_stream(a)>>>(n, g0, box, blk != nullptr ? *blk : tandem_block{}, P, RK, tdm_syms_of(a), vec, static_cast<float*>(a->buf[13]), static_cast<float*>(a->buf[23]), static_cast<const float*>(a->buf[22]));
+  const int vec = 1 && tdm_aligned16(static_cast<float*>(a->buf[13]) + (g0)) &&
+                  tdm_aligned16(static_cast<float*>(a->buf[23]) + (g0));
+  loop9_k<<<tdm_blocks((n + 4 - 1) / 4), TDM_THREADS, 0, tdm_stream(a)>>>(
+      n, g0, box, blk != nullptr ? *blk : tandem_block{}, P, RK, tdm_syms_of(a), vec,
+      static_cast<float*>(a->buf[13]), static_cast<float*>(a->buf[23]),
+      static_cast<const float*>(a->buf[22]));
   return tdm_launched(a, "loop9");
 }
 
-__global__ void __launch_bounds__(TDM_THREADS) loop10_k(int64_t n, int64_t g0, tdm_box box, tandem_block bk, int64_t P, int64_t RK, tdm_syms sy, int vec, const float* __restrict__ q0, const float* __restrict__ q1, float* __restrict__ q2) {
+__global__ void __launch_bounds__(TDM_THREADS)
+    loop10_k(int64_t n, int64_t g0, tdm_box box, tandem_block bk, int64_t P, int64_t RK,
+             tdm_syms sy, int vec, const float* __restrict__ q0, const float* __restrict__ q1,
+             float* __restrict__ q2) {
   [[maybe_unused]] const tandem_block* blk = &bk;
   [[maybe_unused]] const int64_t S0 = sy.v[0];  // N
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -1111,10 +1184,10 @@ __global__ void __launch_bounds__(TDM_THREADS) loop10_k(int64_t n, int64_t g0, t
     for (int j = 0; j < 4; ++j) {
       const int64_t t = t0 + j, g = g0 + t;
       (void)g;
-        const float m0 = fx::ld_f32(x0[j]);
-        const float m1 = fx::ld_f32(x1[j]);
-        const float v24 = fx::mul(m0, m1);  // %24
-        x2[j] = fx::st_f32(v24);
+      const float m0 = fx::ld_f32(x0[j]);
+      const float m1 = fx::ld_f32(x1[j]);
+      const float v24 = fx::mul(m0, m1);  // %24
+      x2[j] = fx::st_f32(v24);
     }
     tdm_vstore<4>(q2 + (g0 + t0), x2);
   }
@@ -1140,12 +1213,20 @@ static int loop10(const tandem_args* a, const tandem_block* blk) {
   for (int i = 0; i < box.rank; ++i) n *= box.cnt[i];
   if (n <= 0) return 0;
   const int64_t g0 = (int64_t{0} * box.ext[0] + box.lo[0]);
-  const int vec = 1 && tdm_aligned16(static_cast<float*>(a->buf[23]) + (g0)) && tdm_aligned16(static_cast<float*>(a->buf[13]) + (g0)) && tdm_aligned16(static_cast<float*>(a->buf[24]) + (g0));
-  loop10_k<<<tdm_blocks((n + 4 - 1) / 4), TDM_THREADS, 0, tdm_stream(a)>>>(n, g0, box, blk != nullptr ? *blk : tandem_block{}, P, RK, tdm_syms_of(a), vec, static_cast<float*>(a->buf[23]), static_cast<float*>(a->buf[13]), static_cast<float*>(a->buf[24]));
+  const int vec = 1 && tdm_aligned16(static_cast<float*>(a->buf[23]) + (g0)) &&
+                  tdm_aligned16(static_cast<float*>(a->buf[13]) + (g0)) &&
+                  tdm_aligned16(static_cast<float*>(a->buf[24]) + (g0));
+  loop10_k<<<tdm_blocks((n + 4 - 1) / 4), TDM_THREADS, 0, tdm_stream(a)>>>(
+      n, g0, box, blk != nullptr ? *blk : tandem_block{}, P, RK, tdm_syms_of(a), vec,
+      static_cast<float*>(a->buf[23]), static_cast<float*>(a->buf[13]),
+      static_cast<float*>(a->buf[24]));
   return tdm_launched(a, "loop10");
 }
 
-__global__ void __launch_bounds__(TDM_THREADS) loop11_k(int64_t n, int64_t g0, tdm_box box, tandem_block bk, int64_t P, int64_t RK, tdm_syms sy, int vec, const float* __restrict__ q0, const float* __restrict__ q1, float* __restrict__ q2) {
+__global__ void __launch_bounds__(TDM_THREADS)
+    loop11_k(int64_t n, int64_t g0, tdm_box box, tandem_block bk, int64_t P, int64_t RK,
+             tdm_syms sy, int vec, const float* __restrict__ q0, const float* __restrict__ q1,
+             float* __restrict__ q2) {
   [[maybe_unused]] const tandem_block* blk = &bk;
   [[maybe_unused]] const int64_t S0 = sy.v[0];  // N
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -1163,10 +1244,10 @@ __global__ void __launch_bounds__(TDM_THREADS) loop11_k(int64_t n, int64_t g0, t
     for (int j = 0; j < 4; ++j) {
       const int64_t t = t0 + j, g = g0 + t;
       (void)g;
-        const float m0 = fx::ld_f32(x0[j]);
-        const float m1 = fx::ld_f32(x1[j]);
-        const float v25 = fx::add(m0, m1);  // %25
-        x2[j] = fx::st_f32(v25);
+      const float m0 = fx::ld_f32(x0[j]);
+      const float m1 = fx::ld_f32(x1[j]);
+      const float v25 = fx::add(m0, m1);  // %25
+      x2[j] = fx::st_f32(v25);
     }
     tdm_vstore<4>(q2 + (g0 + t0), x2);
   }
@@ -1192,17 +1273,26 @@ static int loop11(const tandem_args* a, const tandem_block* blk) {
   for (int i = 0; i < box.rank; ++i) n *= box.cnt[i];
   if (n <= 0) return 0;
   const int64_t g0 = (int64_t{0} * box.ext[0] + box.lo[0]);
-  const int vec = 1 && tdm_aligned16(static_cast<float*>(a->buf[20]) + (g0)) && tdm_aligned16(static_cast<float*>(a->buf[24]) + (g0)) && tdm_aligned16(static_cast<float*>(a->buf[10]) + (g0));
-  loop11_k<<<tdm_blocks((n + 4 - 1) / 4), TDM_THREADS, 0, tdm_stream(a)>>>(n, g0, box, blk != nullptr ? *blk : tandem_block{}, P, RK, tdm_syms_of(a), vec, static_cast<float*>(a->buf[20]), static_cast<float*>(a->buf[24]), static_cast<float*>(a->buf[10]));
+  const int vec = 1 && tdm_aligned16(static_cast<float*>(a->buf[20]) + (g0)) &&
+                  tdm_aligned16(static_cast<float*>(a->buf[24]) + (g0)) &&
+                  tdm_aligned16(static_cast<float*>(a->buf[10]) + (g0));
+  loop11_k<<<tdm_blocks((n + 4 - 1) / 4), TDM_THREADS, 0, tdm_stream(a)>>>(
+      n, g0, box, blk != nullptr ? *blk : tandem_block{}, P, RK, tdm_syms_of(a), vec,
+      static_cast<float*>(a->buf[20]), static_cast<float*>(a->buf[24]),
+      static_cast<float*>(a->buf[10]));
   return tdm_launched(a, "loop11");
 }
 
-__global__ void __launch_bounds__(TDM_THREADS) loop12_k(int64_t n, int64_t g0, tdm_box box, tandem_block bk, int64_t P, int64_t RK, tdm_syms sy, int vec, float* __restrict__ q0, float* __restrict__ q1, float* __restrict__ q2, float* __restrict__ q3, const float* __restrict__ sp1, const float* __restrict__ sp5, const float* __restrict__ sp2) {
+__global__ void __launch_bounds__(TDM_THREADS)
+    loop12_k(int64_t n, int64_t g0, tdm_box box, tandem_block bk, int64_t P, int64_t RK,
+             tdm_syms sy, int vec, float* __restrict__ q0, float* __restrict__ q1,
+             float* __restrict__ q2, float* __restrict__ q3, const float* __restrict__ sp1,
+             const float* __restrict__ sp5, const float* __restrict__ sp2) {
   [[maybe_unused]] const tandem_block* blk = &bk;
   [[maybe_unused]] const int64_t S0 = sy.v[0];  // N
-  const float s1 = fx::ld_f32(sp1[0]);  // beta1
-  const float s5 = fx::ld_f32(sp5[0]);  // step
-  const float s2 = fx::ld_f32(sp2[0]);  // beta2
+  const float s1 = fx::ld_f32(sp1[0]);          // beta1
+  const float s5 = fx::ld_f32(sp5[0]);          // step
+  const float s2 = fx::ld_f32(sp2[0]);          // beta2
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   (void)stride;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -1210,9 +1300,9 @@ __global__ void __launch_bounds__(TDM_THREADS) loop12_k(int64_t n, int64_t g0, t
     const int64_t t = 0, g = 0;
     (void)t;
     (void)g;
-    const float v27 = fx::pow(s1, s5);  // %27
+    const float v27 = fx::pow(s1, s5);        // %27
     const float v29 = fx::sub(0x1p+0f, v27);  // bc1
-    const float v30 = fx::pow(s2, s5);  // %30
+    const float v30 = fx::pow(s2, s5);        // %30
     const float v32 = fx::sub(0x1p+0f, v30);  // bc2
     q0[(g)] = fx::st_f32(v27);
     q1[(g)] = fx::st_f32(v29);
@@ -1227,14 +1317,22 @@ static int loop12(const tandem_args* a, const tandem_block* blk) {
   tdm_box box{};
   const int64_t n = 1, g0 = 0;
   const int vec = 1;
-  loop12_k<<<1, 1, 0, tdm_stream(a)>>>(n, g0, box, blk != nullptr ? *blk : tandem_block{}, P, RK, tdm_syms_of(a), vec, static_cast<float*>(a->buf[27]), static_cast<float*>(a->buf[29]), static_cast<float*>(a->buf[30]), static_cast<float*>(a->buf[32]), static_cast<const float*>(a->buf[1]), static_cast<const float*>(a->buf[5]), static_cast<const float*>(a->buf[2]));
+  loop12_k<<<1, 1, 0, tdm_stream(a)>>>(
+      n, g0, box, blk != nullptr ? *blk : tandem_block{}, P, RK, tdm_syms_of(a), vec,
+      static_cast<float*>(a->buf[27]), static_cast<float*>(a->buf[29]),
+      static_cast<float*>(a->buf[30]), static_cast<float*>(a->buf[32]),
+      static_cast<const float*>(a->buf[1]), static_cast<const float*>(a->buf[5]),
+      static_cast<const float*>(a->buf[2]));
   return tdm_launched(a, "loop12");
 }
 
-__global__ void __launch_bounds__(TDM_THREADS) loop13_k(int64_t n, int64_t g0, tdm_box box, tandem_block bk, int64_t P, int64_t RK, tdm_syms sy, int vec, const float* __restrict__ q0, float* __restrict__ q1, const float* __restrict__ sp29) {
+__global__ void __launch_bounds__(TDM_THREADS)
+    loop13_k(int64_t n, int64_t g0, tdm_box box, tandem_block bk, int64_t P, int64_t RK,
+             tdm_syms sy, int vec, const float* __restrict__ q0, float* __restrict__ q1,
+             const float* __restrict__ sp29) {
   [[maybe_unused]] const tandem_block* blk = &bk;
   [[maybe_unused]] const int64_t S0 = sy.v[0];  // N
-  const float s29 = fx::ld_f32(sp29[0]);  // bc1
+  const float s29 = fx::ld_f32(sp29[0]);        // bc1
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   (void)stride;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -1248,9 +1346,9 @@ __global__ void __launch_bounds__(TDM_THREADS) loop13_k(int64_t n, int64_t g0, t
     for (int j = 0; j < 4; ++j) {
       const int64_t t = t0 + j, g = g0 + t;
       (void)g;
-        const float m0 = fx::ld_f32(x0[j]);
-        const float v33 = fx::div(m0, s29);  // mhat
-        x1[j] = fx::st_f32(v33);
+      const float m0 = fx::ld_f32(x0[j]);
+      const float v33 = fx::div(m0, s29);  // mhat
+      x1[j] = fx::st_f32(v33);
     }
     tdm_vstore<4>(q1 + (g0 + t0), x1);
   }
@@ -1275,15 +1373,22 @@ static int loop13(const tandem_args* a, const tandem_block* blk) {
   for (int i = 0; i < box.rank; ++i) n *= box.cnt[i];
   if (n <= 0) return 0;
   const int64_t g0 = (int64_t{0} * box.ext[0] + box.lo[0]);
-  const int vec = 1 && tdm_aligned16(static_cast<float*>(a->buf[9]) + (g0)) && tdm_aligned16(static_cast<float*>(a->buf[33]) + (g0));
-  loop13_k<<<tdm_blocks((n + 4 - 1) / 4), TDM_THREADS, 0, tdm_stream(a)>>>(n, g0, box, blk != nullptr ? *blk : tandem_block{}, P, RK, tdm_syms_of(a), vec, static_cast<float*>(a->buf[9]), static_cast<float*>(a->buf[33]), static_cast<const float*>(a->buf[29]));
+  const int vec = 1 && tdm_aligned16(static_cast<float*>(a->buf[9]) + (g0)) &&
+                  tdm_aligned16(static_cast<float*>(a->buf[33]) + (g0));
+  loop13_k<<<tdm_blocks((n + 4 - 1) / 4), TDM_THREADS, 0, tdm_stream(a)>>>(
+      n, g0, box, blk != nullptr ? *blk : tandem_block{}, P, RK, tdm_syms_of(a), vec,
+      static_cast<float*>(a->buf[9]), static_cast<float*>(a->buf[33]),
+      static_cast<const float*>(a->buf[29]));
   return tdm_launched(a, "loop13");
 }
 
-__global__ void __launch_bounds__(TDM_THREADS) loop14_k(int64_t n, int64_t g0, tdm_box box, tandem_block bk, int64_t P, int64_t RK, tdm_syms sy, int vec, const float* __restrict__ q0, float* __restrict__ q1, const float* __restrict__ sp32) {
+__global__ void __launch_bounds__(TDM_THREADS)
+    loop14_k(int64_t n, int64_t g0, tdm_box box, tandem_block bk, int64_t P, int64_t RK,
+             tdm_syms sy, int vec, const float* __restrict__ q0, float* __restrict__ q1,
+             const float* __restrict__ sp32) {
   [[maybe_unused]] const tandem_block* blk = &bk;
   [[maybe_unused]] const int64_t S0 = sy.v[0];  // N
-  const float s32 = fx::ld_f32(sp32[0]);  // bc2
+  const float s32 = fx::ld_f32(sp32[0]);        // bc2
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   (void)stride;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -1297,9 +1402,9 @@ __global__ void __launch_bounds__(TDM_THREADS) loop14_k(int64_t n, int64_t g0, t
     for (int j = 0; j < 4; ++j) {
       const int64_t t = t0 + j, g = g0 + t;
       (void)g;
-        const float m0 = fx::ld_f32(x0[j]);
-        const float v34 = fx::div(m0, s32);  // vhat
-        x1[j] = fx::st_f32(v34);
+      const float m0 = fx::ld_f32(x0[j]);
+      const float v34 = fx::div(m0, s32);  // vhat
+      x1[j] = fx::st_f32(v34);
     }
     tdm_vstore<4>(q1 + (g0 + t0), x1);
   }
@@ -1324,15 +1429,22 @@ static int loop14(const tandem_args* a, const tandem_block* blk) {
   for (int i = 0; i < box.rank; ++i) n *= box.cnt[i];
   if (n <= 0) return 0;
   const int64_t g0 = (int64_t{0} * box.ext[0] + box.lo[0]);
-  const int vec = 1 && tdm_aligned16(static_cast<float*>(a->buf[10]) + (g0)) && tdm_aligned16(static_cast<float*>(a->buf[34]) + (g0));
-  loop14_k<<<tdm_blocks((n + 4 - 1) / 4), TDM_THREADS, 0, tdm_stream(a)>>>(n, g0, box, blk != nullptr ? *blk : tandem_block{}, P, RK, tdm_syms_of(a), vec, static_cast<float*>(a->buf[10]), static_cast<float*>(a->buf[34]), static_cast<const float*>(a->buf[32]));
+  const int vec = 1 && tdm_aligned16(static_cast<float*>(a->buf[10]) + (g0)) &&
+                  tdm_aligned16(static_cast<float*>(a->buf[34]) + (g0));
+  loop14_k<<<tdm_blocks((n + 4 - 1) / 4), TDM_THREADS, 0, tdm_stream(a)>>>(
+      n, g0, box, blk != nullptr ? *blk : tandem_block{}, P, RK, tdm_syms_of(a), vec,
+      static_cast<float*>(a->buf[10]), static_cast<float*>(a->buf[34]),
+      static_cast<const float*>(a->buf[32]));
   return tdm_launched(a, "loop14");
 }
 
-__global__ void __launch_bounds__(TDM_THREADS) loop15_k(int64_t n, int64_t g0, tdm_box box, tandem_block bk, int64_t P, int64_t RK, tdm_syms sy, int vec, const float* __restrict__ q0, float* __restrict__ q1, const float* __restrict__ sp4) {
+__global__ void __launch_bounds__(TDM_THREADS)
+    loop15_k(int64_t n, int64_t g0, tdm_box box, tandem_block bk, int64_t P, int64_t RK,
+             tdm_syms sy, int vec, const float* __restrict__ q0, float* __restrict__ q1,
+             const float* __restrict__ sp4) {
   [[maybe_unused]] const tandem_block* blk = &bk;
   [[maybe_unused]] const int64_t S0 = sy.v[0];  // N
-  const float s4 = fx::ld_f32(sp4[0]);  // weight_decay
+  const float s4 = fx::ld_f32(sp4[0]);          // weight_decay
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   (void)stride;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -1346,9 +1458,9 @@ __global__ void __launch_bounds__(TDM_THREADS) loop15_k(int64_t n, int64_t g0, t
     for (int j = 0; j < 4; ++j) {
       const int64_t t = t0 + j, g = g0 + t;
       (void)g;
-        const float m0 = fx::ld_f32(x0[j]);
-        const float v35 = fx::mul(s4, m0);  // %35
-        x1[j] = fx::st_f32(v35);
+      const float m0 = fx::ld_f32(x0[j]);
+      const float v35 = fx::mul(s4, m0);  // %35
+      x1[j] = fx::st_f32(v35);
     }
     tdm_vstore<4>(q1 + (g0 + t0), x1);
   }
@@ -1373,12 +1485,18 @@ static int loop15(const tandem_args* a, const tandem_block* blk) {
   for (int i = 0; i < box.rank; ++i) n *= box.cnt[i];
   if (n <= 0) return 0;
   const int64_t g0 = (int64_t{0} * box.ext[0] + box.lo[0]);
-  const int vec = 1 && tdm_aligned16(static_cast<float*>(a->buf[8]) + (g0)) && tdm_aligned16(static_cast<float*>(a->buf[35]) + (g0));
-  loop15_k<<<tdm_blocks((n + 4 - 1) / 4), TDM_THREADS, 0, tdm_stream(a)>>>(n, g0, box, blk != nullptr ? *blk : tandem_block{}, P, RK, tdm_syms_of(a), vec, static_cast<float*>(a->buf[8]), static_cast<float*>(a->buf[35]), static_cast<const float*>(a->buf[4]));
+  const int vec = 1 && tdm_aligned16(static_cast<float*>(a->buf[8]) + (g0)) &&
+                  tdm_aligned16(static_cast<float*>(a->buf[35]) + (g0));
+  loop15_k<<<tdm_blocks((n + 4 - 1) / 4), TDM_THREADS, 0, tdm_stream(a)>>>(
+      n, g0, box, blk != nullptr ? *blk : tandem_block{}, P, RK, tdm_syms_of(a), vec,
+      static_cast<float*>(a->buf[8]), static_cast<float*>(a->buf[35]),
+      static_cast<const float*>(a->buf[4]));
   return tdm_launched(a, "loop15");
 }
 
-__global__ void __launch_bounds__(TDM_THREADS) loop16_k(int64_t n, int64_t g0, tdm_box box, tandem_block bk, int64_t P, int64_t RK, tdm_syms sy, int vec, const float* __restrict__ q0, float* __restrict__ q1) {
+__global__ void __launch_bounds__(TDM_THREADS)
+    loop16_k(int64_t n, int64_t g0, tdm_box box, tandem_block bk, int64_t P, int64_t RK,
+             tdm_syms sy, int vec, const float* __restrict__ q0, float* __restrict__ q1) {
   [[maybe_unused]] const tandem_block* blk = &bk;
   [[maybe_unused]] const int64_t S0 = sy.v[0];  // N
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -1394,9 +1512,9 @@ __global__ void __launch_bounds__(TDM_THREADS) loop16_k(int64_t n, int64_t g0, t
     for (int j = 0; j < 4; ++j) {
       const int64_t t = t0 + j, g = g0 + t;
       (void)g;
-        const float m0 = fx::ld_f32(x0[j]);
-        const float v36 = fx::sqrt(m0);  // %36
-        x1[j] = fx::st_f32(v36);
+      const float m0 = fx::ld_f32(x0[j]);
+      const float v36 = fx::sqrt(m0);  // %36
+      x1[j] = fx::st_f32(v36);
     }
     tdm_vstore<4>(q1 + (g0 + t0), x1);
   }
@@ -1421,15 +1539,21 @@ static int loop16(const tandem_args* a, const tandem_block* blk) {
   for (int i = 0; i < box.rank; ++i) n *= box.cnt[i];
   if (n <= 0) return 0;
   const int64_t g0 = (int64_t{0} * box.ext[0] + box.lo[0]);
-  const int vec = 1 && tdm_aligned16(static_cast<float*>(a->buf[34]) + (g0)) && tdm_aligned16(static_cast<float*>(a->buf[36]) + (g0));
-  loop16_k<<<tdm_blocks((n + 4 - 1) / 4), TDM_THREADS, 0, tdm_stream(a)>>>(n, g0, box, blk != nullptr ? *blk : tandem_block{}, P, RK, tdm_syms_of(a), vec, static_cast<float*>(a->buf[34]), static_cast<float*>(a->buf[36]));
+  const int vec = 1 && tdm_aligned16(static_cast<float*>(a->buf[34]) + (g0)) &&
+                  tdm_aligned16(static_cast<float*>(a->buf[36]) + (g0));
+  loop16_k<<<tdm_blocks((n + 4 - 1) / 4), TDM_THREADS, 0, tdm_stream(a)>>>(
+      n, g0, box, blk != nullptr ? *blk : tandem_block{}, P, RK, tdm_syms_of(a), vec,
+      static_cast<float*>(a->buf[34]), static_cast<float*>(a->buf[36]));
   return tdm_launched(a, "loop16");
 }
 
-__global__ void __launch_bounds__(TDM_THREADS) loop17_k(int64_t n, int64_t g0, tdm_box box, tandem_block bk, int64_t P, int64_t RK, tdm_syms sy, int vec, const float* __restrict__ q0, float* __restrict__ q1, const float* __restrict__ sp3) {
+__global__ void __launch_bounds__(TDM_THREADS)
+    loop17_k(int64_t n, int64_t g0, tdm_box box, tandem_block bk, int64_t P, int64_t RK,
+             tdm_syms sy, int vec, const float* __restrict__ q0, float* __restrict__ q1,
+             const float* __restrict__ sp3) {
   [[maybe_unused]] const tandem_block* blk = &bk;
   [[maybe_unused]] const int64_t S0 = sy.v[0];  // N
-  const float s3 = fx::ld_f32(sp3[0]);  // eps
+  const float s3 = fx::ld_f32(sp3[0]);          // eps
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   (void)stride;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -1443,9 +1567,9 @@ __global__ void __launch_bounds__(TDM_THREADS) loop17_k(int64_t n, int64_t g0, t
     for (int j = 0; j < 4; ++j) {
       const int64_t t = t0 + j, g = g0 + t;
       (void)g;
-        const float m0 = fx::ld_f32(x0[j]);
-        const float v37 = fx::add(m0, s3);  // %37
-        x1[j] = fx::st_f32(v37);
+      const float m0 = fx::ld_f32(x0[j]);
+      const float v37 = fx::add(m0, s3);  // %37
+      x1[j] = fx::st_f32(v37);
     }
     tdm_vstore<4>(q1 + (g0 + t0), x1);
   }
@@ -1470,12 +1594,19 @@ static int loop17(const tandem_args* a, const tandem_block* blk) {
   for (int i = 0; i < box.rank; ++i) n *= box.cnt[i];
   if (n <= 0) return 0;
   const int64_t g0 = (int64_t{0} * box.ext[0] + box.lo[0]);
-  const int vec = 1 && tdm_aligned16(static_cast<float*>(a->buf[36]) + (g0)) && tdm_aligned16(static_cast<float*>(a->buf[37]) + (g0));
-  loop17_k<<<tdm_blocks((n + 4 - 1) / 4), TDM_THREADS, 0, tdm_stream(a)>>>(n, g0, box, blk != nullptr ? *blk : tandem_block{}, P, RK, tdm_syms_of(a), vec, static_cast<float*>(a->buf[36]), static_cast<float*>(a->buf[37]), static_cast<const float*>(a->buf[3]));
+  const int vec = 1 && tdm_aligned16(static_cast<float*>(a->buf[36]) + (g0)) &&
+                  tdm_aligned16(static_cast<float*>(a->buf[37]) + (g0));
+  loop17_k<<<tdm_blocks((n + 4 - 1) / 4), TDM_THREADS, 0, tdm_stream(a)>>>(
+      n, g0, box, blk != nullptr ? *blk : tandem_block{}, P, RK, tdm_syms_of(a), vec,
+      static_cast<float*>(a->buf[36]), static_cast<float*>(a->buf[37]),
+      static_cast<const float*>(a->buf[3]));
   return tdm_launched(a, "loop17");
 }
 
-__global__ void __launch_bounds__(TDM_THREADS) loop18_k(int64_t n, int64_t g0, tdm_box box, tandem_block bk, int64_t P, int64_t RK, tdm_syms sy, int vec, const float* __restrict__ q0, const float* __restrict__ q1, float* __restrict__ q2) {
+__global__ void __launch_bounds__(TDM_THREADS)
+    loop18_k(int64_t n, int64_t g0, tdm_box box, tandem_block bk, int64_t P, int64_t RK,
+             tdm_syms sy, int vec, const float* __restrict__ q0, const float* __restrict__ q1,
+             float* __restrict__ q2) {
   [[maybe_unused]] const tandem_block* blk = &bk;
   [[maybe_unused]] const int64_t S0 = sy.v[0];  // N
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -1493,10 +1624,10 @@ __global__ void __launch_bounds__(TDM_THREADS) loop18_k(int64_t n, int64_t g0, t
     for (int j = 0; j < 4; ++j) {
       const int64_t t = t0 + j, g = g0 + t;
       (void)g;
-        const float m0 = fx::ld_f32(x0[j]);
-        const float m1 = fx::ld_f32(x1[j]);
-        const float v38 = fx::div(m0, m1);  // %38
-        x2[j] = fx::st_f32(v38);
+      const float m0 = fx::ld_f32(x0[j]);
+      const float m1 = fx::ld_f32(x1[j]);
+      const float v38 = fx::div(m0, m1);  // %38
+      x2[j] = fx::st_f32(v38);
     }
     tdm_vstore<4>(q2 + (g0 + t0), x2);
   }
@@ -1522,12 +1653,20 @@ static int loop18(const tandem_args* a, const tandem_block* blk) {
   for (int i = 0; i < box.rank; ++i) n *= box.cnt[i];
   if (n <= 0) return 0;
   const int64_t g0 = (int64_t{0} * box.ext[0] + box.lo[0]);
-  const int vec = 1 && tdm_aligned16(static_cast<float*>(a->buf[33]) + (g0)) && tdm_aligned16(static_cast<float*>(a->buf[37]) + (g0)) && tdm_aligned16(static_cast<float*>(a->buf[38]) + (g0));
-  loop18_k<<<tdm_blocks((n + 4 - 1) / 4), TDM_THREADS, 0, tdm_stream(a)>>>(n, g0, box, blk != nullptr ? *blk : tandem_block{}, P, RK, tdm_syms_of(a), vec, static_cast<float*>(a->buf[33]), static_cast<float*>(a->buf[37]), static_cast<float*>(a->buf[38]));
+  const int vec = 1 && tdm_aligned16(static_cast<float*>(a->buf[33]) + (g0)) &&
+                  tdm_aligned16(static_cast<float*>(a->buf[37]) + (g0)) &&
+                  tdm_aligned16(static_cast<float*>(a->buf[38]) + (g0));
+  loop18_k<<<tdm_blocks((n + 4 - 1) / 4), TDM_THREADS, 0, tdm_stream(a)>>>(
+      n, g0, box, blk != nullptr ? *blk : tandem_block{}, P, RK, tdm_syms_of(a), vec,
+      static_cast<float*>(a->buf[33]), static_cast<float*>(a->buf[37]),
+      static_cast<float*>(a->buf[38]));
   return tdm_launched(a, "loop18");
 }
 
-__global__ void __launch_bounds__(TDM_THREADS) loop19_k(int64_t n, int64_t g0, tdm_box box, tandem_block bk, int64_t P, int64_t RK, tdm_syms sy, int vec, const float* __restrict__ q0, const float* __restrict__ q1, float* __restrict__ q2) {
+__global__ void __launch_bounds__(TDM_THREADS)
+    loop19_k(int64_t n, int64_t g0, tdm_box box, tandem_block bk, int64_t P, int64_t RK,
+             tdm_syms sy, int vec, const float* __restrict__ q0, const float* __restrict__ q1,
+             float* __restrict__ q2) {
   [[maybe_unused]] const tandem_block* blk = &bk;
   [[maybe_unused]] const int64_t S0 = sy.v[0];  // N
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -1545,10 +1684,10 @@ __global__ void __launch_bounds__(TDM_THREADS) loop19_k(int64_t n, int64_t g0, t
     for (int j = 0; j < 4; ++j) {
       const int64_t t = t0 + j, g = g0 + t;
       (void)g;
-        const float m0 = fx::ld_f32(x0[j]);
-        const float m1 = fx::ld_f32(x1[j]);
-        const float v39 = fx::add(m0, m1);  // r
-        x2[j] = fx::st_f32(v39);
+      const float m0 = fx::ld_f32(x0[j]);
+      const float m1 = fx::ld_f32(x1[j]);
+      const float v39 = fx::add(m0, m1);  // r
+      x2[j] = fx::st_f32(v39);
     }
     tdm_vstore<4>(q2 + (g0 + t0), x2);
   }
@@ -1574,15 +1713,23 @@ static int loop19(const tandem_args* a, const tandem_block* blk) {
   for (int i = 0; i < box.rank; ++i) n *= box.cnt[i];
   if (n <= 0) return 0;
   const int64_t g0 = (int64_t{0} * box.ext[0] + box.lo[0]);
-  const int vec = 1 && tdm_aligned16(static_cast<float*>(a->buf[38]) + (g0)) && tdm_aligned16(static_cast<float*>(a->buf[35]) + (g0)) && tdm_aligned16(static_cast<float*>(a->buf[39]) + (g0));
-  loop19_k<<<tdm_blocks((n + 4 - 1) / 4), TDM_THREADS, 0, tdm_stream(a)>>>(n, g0, box, blk != nullptr ? *blk : tandem_block{}, P, RK, tdm_syms_of(a), vec, static_cast<float*>(a->buf[38]), static_cast<float*>(a->buf[35]), static_cast<float*>(a->buf[39]));
+  const int vec = 1 && tdm_aligned16(static_cast<float*>(a->buf[38]) + (g0)) &&
+                  tdm_aligned16(static_cast<float*>(a->buf[35]) + (g0)) &&
+                  tdm_aligned16(static_cast<float*>(a->buf[39]) + (g0));
+  loop19_k<<<tdm_blocks((n + 4 - 1) / 4), TDM_THREADS, 0, tdm_stream(a)>>>(
+      n, g0, box, blk != nullptr ? *blk : tandem_block{}, P, RK, tdm_syms_of(a), vec,
+      static_cast<float*>(a->buf[38]), static_cast<float*>(a->buf[35]),
+      static_cast<float*>(a->buf[39]));
   return tdm_launched(a, "loop19");
 }
 
-__global__ void __launch_bounds__(TDM_THREADS) loop20_k(int64_t n, int64_t g0, tdm_box box, tandem_block bk, int64_t P, int64_t RK, tdm_syms sy, int vec, const float* __restrict__ q0, float* __restrict__ q1, const float* __restrict__ sp0) {
+__global__ void __launch_bounds__(TDM_THREADS)
+    loop20_k(int64_t n, int64_t g0, tdm_box box, tandem_block bk, int64_t P, int64_t RK,
+             tdm_syms sy, int vec, const float* __restrict__ q0, float* __restrict__ q1,
+             const float* __restrict__ sp0) {
   [[maybe_unused]] const tandem_block* blk = &bk;
   [[maybe_unused]] const int64_t S0 = sy.v[0];  // N
-  const float s0 = fx::ld_f32(sp0[0]);  // lr
+  const float s0 = fx::ld_f32(sp0[0]);          // lr
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   (void)stride;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -1596,9 +1743,9 @@ __global__ void __launch_bounds__(TDM_THREADS) loop20_k(int64_t n, int64_t g0, t
     for (int j = 0; j < 4; ++j) {
       const int64_t t = t0 + j, g = g0 + t;
       (void)g;
-        const float m0 = fx::ld_f32(x0[j]);
-        const float v40 = fx::mul(s0, m0);  // %40
-        x1[j] = fx::st_f32(v40);
+      const float m0 = fx::ld_f32(x0[j]);
+      const float v40 = fx::mul(s0, m0);  // %40
+      x1[j] = fx::st_f32(v40);
     }
     tdm_vstore<4>(q1 + (g0 + t0), x1);
   }
@@ -1623,12 +1770,18 @@ static int loop20(const tandem_args* a, const tandem_block* blk) {
   for (int i = 0; i < box.rank; ++i) n *= box.cnt[i];
   if (n <= 0) return 0;
   const int64_t g0 = (int64_t{0} * box.ext[0] + box.lo[0]);
-  const int vec = 1 && tdm_aligned16(static_cast<float*>(a->buf[39]) + (g0)) && tdm_aligned16(static_cast<float*>(a->buf[40]) + (g0));
-  loop20_k<<<tdm_blocks((n + 4 - 1) / 4), TDM_THREADS, 0, tdm_stream(a)>>>(n, g0, box, blk != nullptr ? *blk : tandem_block{}, P, RK, tdm_syms_of(a), vec, static_cast<float*>(a->buf[39]), static_cast<float*>(a->buf[40]), static_cast<const float*>(a->buf[0]));
+  const int vec = 1 && tdm_aligned16(static_cast<float*>(a->buf[39]) + (g0)) &&
+                  tdm_aligned16(static_cast<float*>(a->buf[40]) + (g0));
+  loop20_k<<<tdm_blocks((n + 4 - 1) / 4), TDM_THREADS, 0, tdm_stream(a)>>>(
+      n, g0, box, blk != nullptr ? *blk : tandem_block{}, P, RK, tdm_syms_of(a), vec,
+      static_cast<float*>(a->buf[39]), static_cast<float*>(a->buf[40]),
+      static_cast<const float*>(a->buf[0]));
   return tdm_launched(a, "loop20");
 }
 
-__global__ void __launch_bounds__(TDM_THREADS) loop21_k(int64_t n, int64_t g0, tdm_box box, tandem_block bk, int64_t P, int64_t RK, tdm_syms sy, int vec, float* __restrict__ q0, const float* __restrict__ q1) {
+__global__ void __launch_bounds__(TDM_THREADS)
+    loop21_k(int64_t n, int64_t g0, tdm_box box, tandem_block bk, int64_t P, int64_t RK,
+             tdm_syms sy, int vec, float* __restrict__ q0, const float* __restrict__ q1) {
   [[maybe_unused]] const tandem_block* blk = &bk;
   [[maybe_unused]] const int64_t S0 = sy.v[0];  // N
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -1645,10 +1798,10 @@ __global__ void __launch_bounds__(TDM_THREADS) loop21_k(int64_t n, int64_t g0, t
     for (int j = 0; j < 4; ++j) {
       const int64_t t = t0 + j, g = g0 + t;
       (void)g;
-        const float m0 = fx::ld_f32(x0[j]);
-        const float m1 = fx::ld_f32(x1[j]);
-        const float v41 = fx::sub(m0, m1);  // %41
-        x0[j] = fx::st_f32(v41);
+      const float m0 = fx::ld_f32(x0[j]);
+      const float m1 = fx::ld_f32(x1[j]);
+      const float v41 = fx::sub(m0, m1);  // %41
+      x0[j] = fx::st_f32(v41);
     }
     tdm_vstore<4>(q0 + (g0 + t0), x0);
   }
@@ -1674,8 +1827,11 @@ static int loop21(const tandem_args* a, const tandem_block* blk) {
   for (int i = 0; i < box.rank; ++i) n *= box.cnt[i];
   if (n <= 0) return 0;
   const int64_t g0 = (int64_t{0} * box.ext[0] + box.lo[0]);
-  const int vec = 1 && tdm_aligned16(static_cast<float*>(a->buf[8]) + (g0)) && tdm_aligned16(static_cast<float*>(a->buf[40]) + (g0));
-  loop21_k<<<tdm_blocks((n + 4 - 1) / 4), TDM_THREADS, 0, tdm_stream(a)>>>(n, g0, box, blk != nullptr ? *blk : tandem_block{}, P, RK, tdm_syms_of(a), vec, static_cast<float*>(a->buf[8]), static_cast<float*>(a->buf[40]));
+  const int vec = 1 && tdm_aligned16(static_cast<float*>(a->buf[8]) + (g0)) &&
+                  tdm_aligned16(static_cast<float*>(a->buf[40]) + (g0));
+  loop21_k<<<tdm_blocks((n + 4 - 1) / 4), TDM_THREADS, 0, tdm_stream(a)>>>(
+      n, g0, box, blk != nullptr ? *blk : tandem_block{}, P, RK, tdm_syms_of(a), vec,
+      static_cast<float*>(a->buf[8]), static_cast<float*>(a->buf[40]));
   return tdm_launched(a, "loop21");
 }
 
@@ -1704,9 +1860,7 @@ extern "C" int tandem_step_3(const tandem_args* a) {
 }
 
 // step 4: loop
-extern "C" int tandem_step_4(const tandem_args* a) {
-  return loop4(a, nullptr);
-}
+extern "C" int tandem_step_4(const tandem_args* a) { return loop4(a, nullptr); }
 
 // step 5: loop
 extern "C" int tandem_step_5(const tandem_args* a) {
@@ -1727,9 +1881,7 @@ extern "C" int tandem_step_7(const tandem_args* a) {
 }
 
 // step 8: loop
-extern "C" int tandem_step_8(const tandem_args* a) {
-  return loop8(a, nullptr);
-}
+extern "C" int tandem_step_8(const tandem_args* a) { return loop8(a, nullptr); }
 
 // step 9: loop
 extern "C" int tandem_step_9(const tandem_args* a) {
@@ -1750,9 +1902,7 @@ extern "C" int tandem_step_11(const tandem_args* a) {
 }
 
 // step 12: loop
-extern "C" int tandem_step_12(const tandem_args* a) {
-  return loop12(a, nullptr);
-}
+extern "C" int tandem_step_12(const tandem_args* a) { return loop12(a, nullptr); }
 
 // step 13: loop
 extern "C" int tandem_step_13(const tandem_args* a) {
@@ -1851,63 +2001,122 @@ const int tdm_nsyms = 1;
 const char* const tdm_sym_names[] = {"N", nullptr};
 const char* const tdm_plan_name = "AR-C";
 const char* const tdm_program_name = "adam";
-const int tdm_owner[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, -1, 16, 17, 9, 9, 20, -1, 22, 23, 24, 10, 10, 27, -1, 29, 30, -1, 32, 33, 34, 35, 36, 37, 38, 39, 40, 8, 8};
-const int tdm_group_of[] = {-1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0, -1, -1, 0, 0, 0, 0, -1, -1, 0, 0, 0, 0, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
-const int tdm_dtype_of[] = {0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
-const int tdm_kind_of[] = {2, 2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};  // 1 input, 2 scalar
-const char* const tdm_stage_name[] = {"lr", "beta1", "beta2", "eps", "weight_decay", "step", "grad_scale", "g", "w", "m", "v", "g_sum", "%12", "g1", "%14", "%15", "%16", "%17", "%18", "m1", "%20", "%21", "%22", "%23", "%24", "%25", "v1", "%27", "%28", "bc1", "%30", "%31", "bc2", "mhat", "vhat", "%35", "%36", "%37", "%38", "r", "%40", "%41", "w1"};
+const int tdm_owner[] = {0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14,
+                         -1, 16, 17, 9,  9,  20, -1, 22, 23, 24, 10, 10, 27, -1, 29,
+                         30, -1, 32, 33, 34, 35, 36, 37, 38, 39, 40, 8,  8};
+const int tdm_group_of[] = {-1, -1, -1, -1, -1, -1, -1, 0,  0, 0, 0, 0, 0,  0,  0,
+                            -1, -1, 0,  0,  0,  0,  -1, -1, 0, 0, 0, 0, -1, -1, -1,
+                            -1, -1, -1, 0,  0,  0,  0,  0,  0, 0, 0, 0, 0};
+const int tdm_dtype_of[] = {0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                            0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+const int tdm_kind_of[] = {
+    2, 2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};  // 1 input, 2 scalar
+const char* const tdm_stage_name[] = {
+    "lr",  "beta1", "beta2", "eps", "weight_decay", "step", "grad_scale", "g",    "w",
+    "m",   "v",     "g_sum", "%12", "g1",           "%14",  "%15",        "%16",  "%17",
+    "%18", "m1",    "%20",   "%21", "%22",          "%23",  "%24",        "%25",  "v1",
+    "%27", "%28",   "bc1",   "%30", "%31",          "bc2",  "mhat",       "vhat", "%35",
+    "%36", "%37",   "%38",   "r",   "%40",          "%41",  "w1"};
 int64_t tdm_buffer_elems(const tandem_args* a, int id) {
   [[maybe_unused]] const int64_t P = a->p, RK = a->r;
   [[maybe_unused]] const int64_t S0 = a->sym[0];  // N
   switch (id) {
-    case 0: return int64_t{1};  // lr (full)
-    case 1: return int64_t{1};  // beta1 (full)
-    case 2: return int64_t{1};  // beta2 (full)
-    case 3: return int64_t{1};  // eps (full)
-    case 4: return int64_t{1};  // weight_decay (full)
-    case 5: return int64_t{1};  // step (full)
-    case 6: return int64_t{1};  // grad_scale (full)
-    case 7: return S0;  // g (full)
-    case 8: return S0;  // w (full)
-    case 9: return S0;  // m (full)
-    case 10: return S0;  // v (full)
-    case 11: return S0;  // g_sum (full)
-    case 12: return S0;  // %12 (full)
-    case 13: return S0;  // g1 (full)
-    case 14: return S0;  // %14 (full)
-    case 16: return int64_t{1};  // %16 (full)
-    case 17: return S0;  // %17 (full)
-    case 20: return S0;  // %20 (full)
-    case 22: return int64_t{1};  // %22 (full)
-    case 23: return S0;  // %23 (full)
-    case 24: return S0;  // %24 (full)
-    case 27: return int64_t{1};  // %27 (full)
-    case 29: return int64_t{1};  // bc1 (full)
-    case 30: return int64_t{1};  // %30 (full)
-    case 32: return int64_t{1};  // bc2 (full)
-    case 33: return S0;  // mhat (full)
-    case 34: return S0;  // vhat (full)
-    case 35: return S0;  // %35 (full)
-    case 36: return S0;  // %36 (full)
-    case 37: return S0;  // %37 (full)
-    case 38: return S0;  // %38 (full)
-    case 39: return S0;  // r (full)
-    case 40: return S0;  // %40 (full)
-    default: return -1;
+    case 0:
+      return int64_t{1};  // lr (full)
+    case 1:
+      return int64_t{1};  // beta1 (full)
+    case 2:
+      return int64_t{1};  // beta2 (full)
+    case 3:
+      return int64_t{1};  // eps (full)
+    case 4:
+      return int64_t{1};  // weight_decay (full)
+    case 5:
+      return int64_t{1};  // step (full)
+    case 6:
+      return int64_t{1};  // grad_scale (full)
+    case 7:
+      return S0;  // g (full)
+    case 8:
+      return S0;  // w (full)
+    case 9:
+      return S0;  // m (full)
+    case 10:
+      return S0;  // v (full)
+    case 11:
+      return S0;  // g_sum (full)
+    case 12:
+      return S0;  // %12 (full)
+    case 13:
+      return S0;  // g1 (full)
+    case 14:
+      return S0;  // %14 (full)
+    case 16:
+      return int64_t{1};  // %16 (full)
+    case 17:
+      return S0;  // %17 (full)
+    case 20:
+      return S0;  // %20 (full)
+    case 22:
+      return int64_t{1};  // %22 (full)
+    case 23:
+      return S0;  // %23 (full)
+    case 24:
+      return S0;  // %24 (full)
+    case 27:
+      return int64_t{1};  // %27 (full)
+    case 29:
+      return int64_t{1};  // bc1 (full)
+    case 30:
+      return int64_t{1};  // %30 (full)
+    case 32:
+      return int64_t{1};  // bc2 (full)
+    case 33:
+      return S0;  // mhat (full)
+    case 34:
+      return S0;  // vhat (full)
+    case 35:
+      return S0;  // %35 (full)
+    case 36:
+      return S0;  // %36 (full)
+    case 37:
+      return S0;  // %37 (full)
+    case 38:
+      return S0;  // %38 (full)
+    case 39:
+      return S0;  // r (full)
+    case 40:
+      return S0;  // %40 (full)
+    default:
+      return -1;
   }
 }
 void tdm_check_items(const tandem_args* a, std::vector<tdm_item>& items) {
   [[maybe_unused]] const int64_t P = a->p, RK = a->r;
   [[maybe_unused]] const int64_t S0 = a->sym[0];  // N
-  if (tdm_mine(a, 7)) items.push_back(tdm_item{7, 0, 1, (void*)(static_cast<uint16_t*>(a->buf[7]) + (int64_t{0})), S0});  // g
-  if (tdm_mine(a, 8)) items.push_back(tdm_item{8, 0, 0, (void*)(static_cast<float*>(a->buf[8]) + (int64_t{0})), S0});  // w
-  if (tdm_mine(a, 9)) items.push_back(tdm_item{9, 0, 0, (void*)(static_cast<float*>(a->buf[9]) + (int64_t{0})), S0});  // m
-  if (tdm_mine(a, 10)) items.push_back(tdm_item{10, 0, 0, (void*)(static_cast<float*>(a->buf[10]) + (int64_t{0})), S0});  // v
-  if (tdm_mine(a, 8)) items.push_back(tdm_item{8, 1, 0, (void*)(static_cast<float*>(a->buf[8]) + (int64_t{0})), S0});  // w
-  if (tdm_mine(a, 9)) items.push_back(tdm_item{9, 1, 0, (void*)(static_cast<float*>(a->buf[9]) + (int64_t{0})), S0});  // m
-  if (tdm_mine(a, 10)) items.push_back(tdm_item{10, 1, 0, (void*)(static_cast<float*>(a->buf[10]) + (int64_t{0})), S0});  // v
+  if (tdm_mine(a, 7))
+    items.push_back(
+        tdm_item{7, 0, 1, (void*)(static_cast<uint16_t*>(a->buf[7]) + (int64_t{0})), S0});  // g
+  if (tdm_mine(a, 8))
+    items.push_back(
+        tdm_item{8, 0, 0, (void*)(static_cast<float*>(a->buf[8]) + (int64_t{0})), S0});  // w
+  if (tdm_mine(a, 9))
+    items.push_back(
+        tdm_item{9, 0, 0, (void*)(static_cast<float*>(a->buf[9]) + (int64_t{0})), S0});  // m
+  if (tdm_mine(a, 10))
+    items.push_back(
+        tdm_item{10, 0, 0, (void*)(static_cast<float*>(a->buf[10]) + (int64_t{0})), S0});  // v
+  if (tdm_mine(a, 8))
+    items.push_back(
+        tdm_item{8, 1, 0, (void*)(static_cast<float*>(a->buf[8]) + (int64_t{0})), S0});  // w
+  if (tdm_mine(a, 9))
+    items.push_back(
+        tdm_item{9, 1, 0, (void*)(static_cast<float*>(a->buf[9]) + (int64_t{0})), S0});  // m
+  if (tdm_mine(a, 10))
+    items.push_back(
+        tdm_item{10, 1, 0, (void*)(static_cast<float*>(a->buf[10]) + (int64_t{0})), S0});  // v
 }
-
 
 // ---- codegen/runtime/cuda_runtime.cuh
 // The runtime of every emitted CUDA program, after the plan's steps and tables: the ABI's
@@ -1916,7 +2125,6 @@ void tdm_check_items(const tandem_args* a, std::vector<tdm_item>& items) {
 
 #include <string>
 #include <vector>
-
 
 // ---------------------------------------------------------------- runtime: the ABI's callbacks
 
@@ -2242,7 +2450,6 @@ static void tdm_sgemm(int trans_a, int trans_b, int m, int n, int k, float alpha
 #include <string>
 #include <utility>
 #include <vector>
-
 
 // ---------------------------------------------------------------- main: set up, check, time
 

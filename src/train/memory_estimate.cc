@@ -118,6 +118,11 @@ struct RankNeed {
   uint64_t parameters = 0, optimizer = 0, exchange = 0, activations = 0, staging = 0, tier = 0,
            sharded = 0;
   uint64_t largest_piece = 0;  // elements of the largest optimizer segment
+
+  // Everything, the tier included (the largest rank's, to compare ranks).
+  uint64_t total() const {
+    return 2 * parameters + optimizer + exchange + activations + staging + tier + sharded;
+  }
 };
 
 // The need of the rank at tensor-parallel rank `tp`, stage `pp` (its data-parallel peers alike).
@@ -209,9 +214,10 @@ uint64_t checkpoint_bytes(const TrainConfig& cfg, const RankNeed& n) {
 }
 
 // What --memory-budget holds beside the activations: the store's slots, and with --model-state
-// the embeddings and ln_f (weights, gradients, moments).
+// the embeddings and ln_f (weights, gradients, moments) and a sharded state's gather and gradient
+// slots, as the trainer reserves them.
 uint64_t budget_holds(const TrainConfig& cfg, const RankNeed& n) {
-  return cfg.model_state ? n.staging + 2 * n.parameters + n.optimizer : n.staging;
+  return cfg.model_state ? n.staging + n.sharded + 2 * n.parameters + n.optimizer : n.staging;
 }
 
 }  // namespace
@@ -272,10 +278,7 @@ MemoryEstimate estimate_memory(const TrainConfig& cfg) {
     const auto largest =
         std::max_element(needs.begin(), needs.end(), [](const auto& a, const auto& b) {
           const RankNeed &x = a.second, &y = b.second;
-          return 2 * x.parameters + x.optimizer + x.exchange + x.activations + x.staging + x.tier +
-                     x.sharded <
-                 2 * y.parameters + y.optimizer + y.exchange + y.activations + y.staging + y.tier +
-                     y.sharded;
+          return x.total() < y.total();
         });
     add(largest->second, static_cast<uint64_t>(e.ranks));
   }
