@@ -99,8 +99,22 @@ Library load() {
              tried);
 }
 
+// ThreadSanitizer cannot see how OpenBLAS's own workers synchronise with the caller (the library
+// is not instrumented and its workers spin on plain flags), so it would report every GEMM's output
+// read after the call as a race. A thread-sanitized build keeps each call on its calling thread,
+// as gemm.cc does for oneDNN; the thread count callers ask for is still recorded and reported.
+#if defined(__SANITIZE_THREAD__)
+constexpr int kMostLibraryThreads = 1;
+#else
+constexpr int kMostLibraryThreads = 1 << 20;
+#endif
+
 const Library& library() {
-  static const Library lib = load();
+  static const Library lib = [] {
+    Library loaded = load();
+    if (kMostLibraryThreads == 1 && loaded.set_threads != nullptr) loaded.set_threads(1);
+    return loaded;
+  }();
   return lib;
 }
 
@@ -171,7 +185,7 @@ Threads& threads() {
 }
 
 void apply(const Library& lib, int n) {
-  if (lib.set_threads != nullptr) lib.set_threads(n);
+  if (lib.set_threads != nullptr) lib.set_threads(std::min(n, kMostLibraryThreads));
 }
 
 }  // namespace
