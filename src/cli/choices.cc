@@ -30,7 +30,9 @@ parallel::OptimizerKind parse_optimizer(const std::string& text) {
 DType parse_grad_dtype(const std::string& text) {
   for (DType t : {DType::F32, DType::BF16})
     if (text == dtype_name(t)) return t;
-  user_error("--grad-dtype {}: the gradient dtypes are f32 and bf16", text);
+  user_error(
+      "--grad-dtype {}: the gradient dtypes are f32 and bf16 (or auto: the autotuner's choice)",
+      text);
 }
 
 DType parse_precision(const std::string& text) {

@@ -292,10 +292,15 @@ void add_train(CLI::App& app) {
   cmd->add_option("--eps", c.optimizer.eps, "Adam's epsilon")->capture_default_str();
   cmd->add_option("--weight-decay", c.optimizer.weight_decay, "Decoupled weight decay")
       ->capture_default_str();
-  add_choice(cmd, "--grad-dtype", c.optimizer.grad_dtype, parse_grad_dtype,
-             "Gradients in the optimizer program: f32, or bf16 (half the bytes reduced; f32 master "
-             "weights)",
-             dtype_name(c.optimizer.grad_dtype));
+  cmd->add_option_function<std::string>(
+         "--grad-dtype",
+         [&c](const std::string& text) {
+           c.grad_dtype_auto = text == "auto";
+           if (!c.grad_dtype_auto) c.optimizer.grad_dtype = parse_grad_dtype(text);
+         },
+         "Gradients in the optimizer program: f32, bf16 (half the bytes reduced; f32 master "
+         "weights), or auto (the faster of the two in the autotuner's records: --tune makes them)")
+      ->default_str(std::string(dtype_name(c.optimizer.grad_dtype)));
   add_choice(cmd, "--grad-exchange", c.optimizer.exchange, parse_grad_exchange,
              "overlap: each bucket's data-parallel exchange and update start as soon as the "
              "backward is done "

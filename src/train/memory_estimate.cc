@@ -193,8 +193,8 @@ RankNeed rank_need(const TrainConfig& cfg, int tp, int pp) {
     const uint64_t l = static_cast<uint64_t>(len);
     n.exchange += (l + g.dp - 1) / g.dp * kF32;
     if (cfg.executor != exec::RunnerKind::Compiled) n.exchange += 2 * l * kF32;
-    if (cfg.optimizer.grad_dtype != DType::F32)
-      n.exchange += l * dtype_size(cfg.optimizer.grad_dtype);
+    if (cfg.optimizer.grad_dtype != DType::F32 || cfg.grad_dtype_auto)  // auto: maybe bf16's
+      n.exchange += l * dtype_size(cfg.grad_dtype_auto ? DType::BF16 : cfg.optimizer.grad_dtype);
     n.largest_piece = std::max(n.largest_piece, l);
   }
   const nn::ChainLayout chain = parallel::ParallelGPT::chain_layout(

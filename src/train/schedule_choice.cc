@@ -29,7 +29,15 @@ namespace {
 struct Tuned {
   std::string schedule;    // "" when the autotuner has no choice
   size_t chunk_bytes = 0;  // 0: the process's comm::chunk_bytes()
+  double seconds = 0;      // the winner's median time (its first pass, as every candidate's)
 };
+
+// The winner's median in `r`.
+double winner_seconds(const tune::TuneRecord& r) {
+  for (const tune::CandidateTiming& c : r.candidates)
+    if (c.name == r.winner) return c.median();
+  return 0;
+}
 
 Tuned tuned_schedule(const dsl::Program& program, comm::Communicator& comm,
                      const dsl::SymbolMap& sizes, bool tune_now, exec::RunnerKind executor,
@@ -40,7 +48,7 @@ Tuned tuned_schedule(const dsl::Program& program, comm::Communicator& comm,
   o.executor = tune::executor_of(executor);
   if (tune_now) {
     const tune::TuneRecord r = tune::tune(program, comm, o).record;
-    return {r.winner, r.chunk_bytes};
+    return {r.winner, r.chunk_bytes, winner_seconds(r)};
   }
   std::string text;
   if (comm.rank() == 0) {
@@ -68,7 +76,7 @@ Tuned tuned_schedule(const dsl::Program& program, comm::Communicator& comm,
                  program.name());
     return {};
   }
-  return {r.winner, r.chunk_bytes};
+  return {r.winner, r.chunk_bytes, winner_seconds(r)};
 }
 
 // `rest`, with the autotuner's winner (when it has one) ahead of it, at its chunk size.
@@ -136,19 +144,52 @@ parallel::SchedulePreferences ScheduleChoice::gather_schedules() {
   return prefer(w, {{"C"}});
 }
 
-parallel::SchedulePreferences ScheduleChoice::optimizer_schedules() {
-  if (cfg_.optimizer.kind != parallel::OptimizerKind::AdamW)
-    return {parallel::optimizer_schedule_preferences()};
-  const dsl::Program program = parallel::optimizer_program(cfg_.optimizer);
-  std::vector<std::string> only;
-  if (cfg_.grid.dp > 1)
-    for (const schedule::NamedSchedule& s : schedule::enumerate_schedules(program))
-      if (!s.recipe.slice.empty()) only.push_back(s.name);
+OptimizerChoice ScheduleChoice::optimizer() {
+  OptimizerChoice choice{cfg_.optimizer, {parallel::optimizer_schedule_preferences()}, ""};
+  if (cfg_.grad_dtype_auto) choice.config.grad_dtype = DType::F32;
+  if (cfg_.optimizer.kind != parallel::OptimizerKind::AdamW) {
+    if (cfg_.grad_dtype_auto)
+      choice.grad_dtype_reason = "--grad-dtype auto: the autotuner does not time lamb_bucket";
+    return choice;
+  }
   const parallel::ShardLayout layout(cfg_.model, cfg_.grid, grid_.coord().tp, grid_.coord().pp);
-  const Tuned w =
-      tuned_schedule(program, grid_.dp(), {{"N", layout.size()}}, cfg_.tune, executor_, only);
+  auto tuned = [&](DType grad_dtype) {
+    parallel::OptimizerConfig o = cfg_.optimizer;
+    o.grad_dtype = grad_dtype;
+    const dsl::Program program = parallel::optimizer_program(o);
+    std::vector<std::string> only;
+    if (cfg_.grid.dp > 1)
+      for (const schedule::NamedSchedule& s : schedule::enumerate_schedules(program))
+        if (!s.recipe.slice.empty()) only.push_back(s.name);
+    return tuned_schedule(program, grid_.dp(), {{"N", layout.size()}}, cfg_.tune, executor_, only);
+  };
+  if (!cfg_.grad_dtype_auto) {
+    const Tuned w = tuned(cfg_.optimizer.grad_dtype);
+    from_autotuner_ |= !w.schedule.empty();
+    choice.schedules = prefer(w, choice.schedules);
+    return choice;
+  }
+  // Both dtypes' records, then one choice for the whole run: bf16 only where every data-parallel
+  // group's records prefer it (the groups of other tp and pp positions hold other sizes).
+  const Tuned f32 = tuned(DType::F32), bf16 = tuned(DType::BF16);
+  const bool both = !f32.schedule.empty() && !bf16.schedule.empty();
+  float wants_f32 = both && bf16.seconds < f32.seconds ? 0.0f : 1.0f;
+  grid_.world().all_reduce(Tensor::view_of(&wants_f32, DType::F32, Shape{1}), comm::ReduceOp::Max);
+  const bool use_bf16 = wants_f32 == 0.0f;
+  choice.config.grad_dtype = use_bf16 ? DType::BF16 : DType::F32;
+  const Tuned& w = use_bf16 ? bf16 : f32;
   from_autotuner_ |= !w.schedule.empty();
-  return prefer(w, {parallel::optimizer_schedule_preferences()});
+  choice.schedules = prefer(w, choice.schedules);
+  if (!both)
+    choice.grad_dtype_reason =
+        "--grad-dtype auto without the autotuner's records of both (--tune makes them)";
+  else
+    choice.grad_dtype_reason = fmt::format(
+        "--grad-dtype auto: the optimizer program {:.3f} ms with bf16 gradients, {:.3f} ms with "
+        "f32{}",
+        bf16.seconds * 1e3, f32.seconds * 1e3,
+        use_bf16 || bf16.seconds >= f32.seconds ? "" : ", but not on every data-parallel group");
+  return choice;
 }
 
 }  // namespace tandem::train::detail

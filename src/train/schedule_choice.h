@@ -15,6 +15,14 @@
 
 namespace tandem::train::detail {
 
+// The optimizer as it runs: its configuration with the gradients' dtype decided (--grad-dtype
+// auto), its schedules, and why that dtype ("" when the user named it).
+struct OptimizerChoice {
+  parallel::OptimizerConfig config;
+  parallel::SchedulePreferences schedules;
+  std::string grad_dtype_reason;
+};
+
 class ScheduleChoice {
  public:
   ScheduleChoice(const TrainConfig& config, const parallel::Grid& grid, exec::RunnerKind executor)
@@ -25,8 +33,11 @@ class ScheduleChoice {
   parallel::ProgramOptions model_programs(int rows);
   // The optimizer's schedules, in order of preference, on the data-parallel group; with dp > 1
   // among the schedules that keep the optimizer state sliced (ZeRO-1). LAMB runs one program per
-  // tensor at many sizes and keeps the preference list. A collective over the group.
-  parallel::SchedulePreferences optimizer_schedules();
+  // tensor at many sizes and keeps the preference list. With --grad-dtype auto, the gradients'
+  // dtype too: bf16 where the autotuner's records (tuned now with --tune) time the program's
+  // winner with bf16 gradients faster than with f32 ones on every data-parallel group, else f32.
+  // A collective over the world.
+  OptimizerChoice optimizer();
   // --shard weights: gather_weights' schedule and chunk size for a block of this rank's stage, on
   // the data-parallel group (empty without sharding). A collective over the group.
   parallel::SchedulePreferences gather_schedules();

@@ -104,6 +104,7 @@ class RankRun {
         batches_(cfg, grid_),
         sampler_(corpus_->train, cfg.batch, cfg.model.seq_len, cfg.seed),
         schedules_(cfg, grid_, cfg.executor),
+        optimizer_(schedules_.optimizer()),
         ooc_(cfg.memory_budget.empty()
                  ? nullptr
                  : std::make_unique<detail::OutOfCore>(cfg, grid_, batches_.micro_rows(),
@@ -116,7 +117,7 @@ class RankRun {
         model_(cfg.model, grid_, batches_.micro_rows(), cfg.model.seq_len,
                batches_.micro_batch_count(), schedules_.model_programs(batches_.micro_rows()),
                ooc_ ? ooc_->memory() : nullptr, &state_),
-        opt_(cfg.optimizer, state_, grid_.dp(), schedules_.optimizer_schedules(), cfg.executor,
+        opt_(optimizer_.config, state_, grid_.dp(), optimizer_.schedules, cfg.executor,
              exchange_may_overlap(cfg), &grid_.world()),
         out_(cfg.out != nullptr ? *cfg.out : std::cout) {
     if (store() != nullptr) {
@@ -242,6 +243,7 @@ class RankRun {
   BatchSampler sampler_;
   std::optional<BatchSampler> val_sampler_;
   detail::ScheduleChoice schedules_;
+  detail::OptimizerChoice optimizer_;  // the optimizer's configuration as it runs, its schedules
   // One transfer engine per tier (--slow-tier, --model-state, --optimizer-state), shared by the
   // activations, the store and the optimizer: declared before them so that it outlives them.
   ooc::TransferEngines engines_;
@@ -299,6 +301,7 @@ TrainResult RankRun::run() {
   if (ooc_ && result.first_step < cfg_.steps) plan_out_of_core(result.first_step);
   result.optimizer_schedule = opt_.schedule_name();
   result.optimizer_chunk_bytes = opt_.chunk_bytes();
+  result.grad_dtype = opt_.config().grad_dtype;
   result.epilogue_schedule = model_.epilogue_schedule();
   result.pipeline_schedule = model_.pipeline_schedule();
   result.executor = opt_.executor_name();
@@ -625,7 +628,13 @@ void RankRun::print_header(int64_t first_step) {
   programs += schedules_.from_autotuner()
                   ? (cfg_.tune ? "; schedules autotuned" : "; schedules from the autotuner's cache")
                   : "; schedules by preference (no autotuner record: --tune makes one)";
-  out_ << programs << "\n" << memory_line(cfg_);
+  out_ << programs << "\n";
+  if (optimizer_.config.grad_dtype != DType::F32 || !optimizer_.grad_dtype_reason.empty())
+    out_ << fmt::format("  gradients exchanged in {}{}\n", dtype_name(optimizer_.config.grad_dtype),
+                        optimizer_.grad_dtype_reason.empty()
+                            ? ""
+                            : fmt::format(" ({})", optimizer_.grad_dtype_reason));
+  out_ << memory_line(cfg_);
   if (ooc_) out_ << ooc_->plan_line();
   out_.flush();
 }

@@ -27,6 +27,9 @@ struct TrainConfig {
   double min_lr_ratio = 0.1;  // ... to lr * min_lr_ratio at the last step
   uint64_t seed = 1;          // initialisation, batches, dropout
   parallel::OptimizerConfig optimizer;
+  // --grad-dtype auto: the autotuner's records of the optimizer program with f32 and with bf16
+  // gradients decide which runs (optimizer.grad_dtype is ignored then); f32 without both records.
+  bool grad_dtype_auto = false;
   parallel::GridShape grid;  // dp x tp x pp
   int micro_batches = 0;     // per data-parallel rank and step; 0: 1, or 2 * pp when pp > 1
   comm::Backend backend = comm::Backend::Thread;  // ranks are threads, or this process is one rank

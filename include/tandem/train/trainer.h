@@ -54,6 +54,7 @@ struct TrainResult {
   double tokens_per_s = 0.0;
   std::string optimizer_schedule, epilogue_schedule, pipeline_schedule, executor;
   size_t optimizer_chunk_bytes = 0;  // the optimizer's collectives' chunk size (0: the process's)
+  DType grad_dtype = DType::F32;     // the gradients' in the optimizer program (--grad-dtype auto)
   // Out-of-core runs (world rank 0's stage): the plan, the arena's high-water mark over the
   // steps, and the forward+backward time the model predicted and the median measured.
   std::string ooc_plan;

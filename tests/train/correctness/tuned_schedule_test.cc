@@ -34,7 +34,7 @@ TrainConfig two_ranks() {
 // the tuner to search) on `c`'s grid: `winner` at `chunk_bytes` (0: no chunk round).
 void store_record(const TrainConfig& c, const std::string& cache, const dsl::Program& program,
                   const dsl::SymbolMap& sizes, const std::vector<std::string>& only,
-                  const std::string& winner, size_t chunk_bytes) {
+                  const std::string& winner, size_t chunk_bytes, double seconds = 0.001) {
   tune::TuneOptions o;
   o.sizes = sizes;
   o.only = only;
@@ -45,7 +45,7 @@ void store_record(const TrainConfig& c, const std::string& cache, const dsl::Pro
     if (comm.rank() == 0) r.key = tune::tune_key(program, comm, o);
   });
   r.winner = winner;
-  r.candidates = {{winner, true, "", 0.0, {0.001}, {}}};
+  r.candidates = {{winner, true, "", 0.0, {seconds}, {}}};
   r.chunk_bytes = chunk_bytes;
   if (chunk_bytes != 0) r.chunks = {{chunk_bytes, {0.001}}};
   r.created = "2026-01-01T00:00:00Z";
@@ -54,13 +54,13 @@ void store_record(const TrainConfig& c, const std::string& cache, const dsl::Pro
 
 // The record for `c`'s optimizer, keyed as the trainer keys it (the sliced schedules of adam).
 void store_optimizer_record(const TrainConfig& c, const std::string& cache,
-                            const std::string& winner, size_t chunk_bytes) {
+                            const std::string& winner, size_t chunk_bytes, double seconds = 0.001) {
   const dsl::Program program = parallel::optimizer_program(c.optimizer);
   std::vector<std::string> only;
   for (const schedule::NamedSchedule& s : schedule::enumerate_schedules(program))
     if (!s.recipe.slice.empty()) only.push_back(s.name);
   store_record(c, cache, program, {{"N", parallel::ShardLayout(c.model, c.grid, 0, 0).size()}},
-               only, winner, chunk_bytes);
+               only, winner, chunk_bytes, seconds);
 }
 
 TEST(TrainerTunedSchedule, TheOptimizerRunsAtTheRecordsChunkSize) {
@@ -108,6 +108,56 @@ TEST(TrainerTunedSchedule, TheGathersRunAtTheRecordsChunkSize) {
       << lines.str();
   tandem::testing::TempCacheDir dir("train-gather-no-record");
   testing::expect_bitwise(at_record, train(c), "the gathers at the record's chunk size");
+}
+
+// --grad-dtype auto runs the dtype whose record times the optimizer program faster, with that
+// record's winner, and gives the weights of a run that names the dtype; without both records it
+// runs f32 and says why.
+TEST(TrainerGradDtypeAuto, TakesTheFasterOfTheTwoRecords) {
+  for (const DType faster : {DType::BF16, DType::F32}) {
+    tandem::testing::TempCacheDir dir("train-grad-dtype-auto");
+    TrainConfig c = two_ranks();
+    for (const DType d : {DType::F32, DType::BF16}) {
+      c.optimizer.grad_dtype = d;
+      store_optimizer_record(c, dir.str(),
+                             d == DType::BF16 ? "RS-C-AG+slice(m,v)" : "fused(RS-C-AG)+slice(m,v)",
+                             0, d == faster ? 0.001 : 0.002);
+    }
+    c.grad_dtype_auto = true;
+    std::ostringstream lines;
+    c.out = &lines;
+    const TrainResult chosen = train(c);
+    EXPECT_EQ(chosen.grad_dtype, faster) << dtype_name(faster);
+    EXPECT_EQ(chosen.optimizer_schedule,
+              faster == DType::BF16 ? "RS-C-AG+slice(m,v)" : "fused(RS-C-AG)+slice(m,v)");
+    const std::string line = fmt::format(
+        "gradients exchanged in {} (--grad-dtype auto: the optimizer program {} ms with bf16 "
+        "gradients, {} ms with f32)",
+        dtype_name(faster), faster == DType::BF16 ? "1.000" : "2.000",
+        faster == DType::BF16 ? "2.000" : "1.000");
+    EXPECT_NE(lines.str().find(line), std::string::npos) << lines.str();
+    TrainConfig named = two_ranks();
+    named.optimizer.grad_dtype = faster;
+    testing::expect_bitwise(chosen, train(named), "auto against the dtype it chose, named");
+  }
+}
+
+TEST(TrainerGradDtypeAuto, WithoutBothRecordsRunsF32AndSaysWhy) {
+  tandem::testing::TempCacheDir dir("train-grad-dtype-one-record");
+  TrainConfig c = two_ranks();
+  c.optimizer.grad_dtype = DType::BF16;
+  store_optimizer_record(c, dir.str(), "RS-C-AG+slice(m,v)", 0, 0.001);  // bf16's only
+  c.grad_dtype_auto = true;
+  std::ostringstream lines;
+  c.out = &lines;
+  const TrainResult r = train(c);
+  EXPECT_EQ(r.grad_dtype, DType::F32);
+  EXPECT_NE(lines.str().find("gradients exchanged in f32 (--grad-dtype auto without the "
+                             "autotuner's records of both (--tune makes them))"),
+            std::string::npos)
+      << lines.str();
+  TrainConfig f32 = two_ranks();
+  testing::expect_bitwise(r, train(f32), "auto without records against f32");
 }
 
 }  // namespace

@@ -43,7 +43,8 @@ TEST(OptimizerErrors, EachBadSettingNamesItsFlag) {
 // Names are parsed once, on the command line.
 TEST(OptimizerErrors, UnknownNamesAreRefusedByTheCommand) {
   const std::pair<const char*, const char*> cases[] = {
-      {"train --grad-dtype f16", "--grad-dtype f16: the gradient dtypes are f32 and bf16"},
+      {"train --grad-dtype f16",
+       "--grad-dtype f16: the gradient dtypes are f32 and bf16 (or auto: the autotuner's choice)"},
       {"train --optimizer sgd", "--optimizer sgd: the optimizers are adamw and lamb"},
       {"train --grad-exchange sideways",
        "--grad-exchange sideways: the exchanges are overlap (with the backward) and after (the "
