@@ -8,7 +8,8 @@
 #      processes x T (race 1's runs), each against one PyTorch process x 2T threads (no DDP), bf16.
 # Prints each run's median step, the medians over the repetitions in tokens/s, and the ratios
 # tandem/PyTorch (race 3 also for tandem's fastest configuration), tandem bf16/fp32 and PyTorch
-# bf16/fp32; the CPU (lscpu's model name, the bf16 flags in /proc/cpuinfo) and OMP_WAIT_POLICY.
+# bf16/fp32; the CPU (lscpu's model name, the bf16 flags in /proc/cpuinfo) and OMP_WAIT_POLICY;
+# and each run's model FLOP utilisation against tandem's GEMM roof measured in the same run.
 # Builds nothing: build tandem first.
 # Usage: bench/run_bf16_race.sh [BUILD_DIR] [--reps 3] [--warmup-steps 2] [--steps 8] [--threads 1]
 #                               [--models "a b"]
@@ -39,13 +40,13 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
 # tandem train with the model's flags; prints the median step time in ms of the timed steps.
-run_tandem() {  # MODEL PRECISION HOW LOG; HOW: mpi (2 processes), thread (2 ranks) or one (1 rank)
+run_tandem() {  # MODEL PRECISION HOW LOG [FLAGS...]; HOW: mpi (2 processes), thread (2 ranks) or one (1 rank)
   local flags metrics=$out/metrics.jsonl grid=(--dp 2 --tp 1 --pp 1) width=$threads
   read -r -a flags <<<"$(race_model_flags "$1")"
   [[ $3 == one ]] && grid=(--dp 1 --tp 1 --pp 1) width=$((2 * threads))
   local cmd=("$tandem" train "${grid[@]}" "${flags[@]}" --dropout 0 --precision "$2"
              --steps $((warmup + steps)) --eval-every 0 --threads "$width" --quiet
-             --metrics "$metrics")
+             --metrics "$metrics" "${@:5}")
   case $3 in
     mpi) cmd=(mpirun -np 2 --oversubscribe --bind-to none "${cmd[@]}" --backend mpi) ;;
     thread) cmd+=(--backend thread) ;;
@@ -69,11 +70,14 @@ run_torch() {  # MODEL PRECISION NPROC LOG; NPROC 2: DDP, 1 thread each; 1: one 
 }
 
 # The systems, in the order each repetition runs them: each tandem run beside its PyTorch one.
+# tandem-mpigb-bf16 is race 1's tandem run with its gradients exchanged in bf16 (--grad-dtype bf16):
+# not like for like (DDP reduces f32 gradients), so no ratio against DDP, only against race 1's.
 systems="tandem-mpi-bf16 ddp-bf16 tandem-mpi-fp32 ddp-fp32 tandem-1rank-bf16 torch-1proc-bf16
-         tandem-threads-bf16"
+         tandem-threads-bf16 tandem-mpigb-bf16"
 run_system() {  # SYSTEM MODEL LOG; prints the median step time in ms
   case $1 in
     tandem-mpi-*) run_tandem "$2" "${1##*-}" mpi "$3" ;;
+    tandem-mpigb-*) run_tandem "$2" "${1##*-}" mpi "$3" --grad-dtype bf16 ;;
     tandem-threads-*) run_tandem "$2" "${1##*-}" thread "$3" ;;
     tandem-1rank-*) run_tandem "$2" "${1##*-}" one "$3" ;;
     ddp-*) run_torch "$2" "${1##*-}" 2 "$3" ;;
@@ -87,6 +91,21 @@ echo "CPU: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs; bf16 flags:" 
      "$(grep -o -w -E 'avx512_bf16|amx_bf16|amx_tile' /proc/cpuinfo | sort -u | tr '\n' ' ')"
 echo "OMP_WAIT_POLICY: ${OMP_WAIT_POLICY:-unset here (tandem and pytorch_ddp_gpt.py each set PASSIVE; their lines below say what ran)}"
 echo "started $(date -u '+%Y-%m-%d %H:%M UTC'), load average $(cut -d' ' -f1-3 /proc/loadavg)"
+
+# The roofs for the model FLOP utilisation: tandem's GEMM entry point at 2048^3 on 2T threads in
+# one process (all the cores the races use), f32 (OpenBLAS) and bf16 (oneDNN), measured now and
+# again after the races; the higher of the two measurements is the roof.
+roofs() {
+  "$build/bench/bench_gemm" --threads $((2 * threads)) --skip-sweep |
+    awk '$1 == "square" {  # each GFLOP/s figure is followed by its ratio, "1.97x"
+      n = 0
+      for (i = 2; i <= NF; ++i) if ($i ~ /^[0-9.]+x/) v[++n] = $(i - 1)
+      print v[1], v[3]  # OpenBLAS f32, oneDNN bf16
+    }' 
+}
+[[ -x $build/bench/bench_gemm ]] || { echo "run_bf16_race: no $build/bench/bench_gemm" >&2; exit 1; }
+read -r roof_f32 roof_bf16 <<<"$(roofs)"
+echo "roofs before the races: GEMM 2048^3 on $((2 * threads)) threads: f32 $roof_f32 GFLOP/s, bf16 $roof_bf16 GFLOP/s"
 for ((r = 1; r <= reps; r++)); do
   for m in $models; do
     read -r -a f <<<"$(race_model_flags "$m")"
@@ -108,6 +127,24 @@ done
 ratio() {  # NAME A B NOTE
   awk -v n="$1" -v a="$2" -v b="$3" -v note="$4" \
     'BEGIN { printf "  ratio %s %.2f   (%s)\n", n, a / b, note }'
+}
+
+read -r after_f32 after_bf16 <<<"$(roofs)"
+echo "roofs after the races: f32 $after_f32 GFLOP/s, bf16 $after_bf16 GFLOP/s"
+roof_f32=$(awk -v a="$roof_f32" -v b="$after_f32" 'BEGIN { print (a > b ? a : b) }')
+roof_bf16=$(awk -v a="$roof_bf16" -v b="$after_bf16" 'BEGIN { print (a > b ? a : b) }')
+
+# Model FLOPs a token (forward and backward, 3x the forward): the matmuls' 6 x (12 L d^2 + d V)
+# (the blocks' linear layers and the tied head; V = 256 bytes) and attention's 12 L seq d (QK^T
+# and PV over the whole window), as PaLM's MFU counts them; nothing for recomputation.
+model_flops() {  # MODEL
+  read -r -a f <<<"$(race_model_flags "$1")"
+  awk -v L="${f[1]}" -v d="${f[3]}" -v T="${f[7]}" \
+    'BEGIN { printf "%.0f", 6 * (12 * L * d * d + d * 256) + 12 * L * T * d }'
+}
+mfu() {  # NAME TOKENS_PER_S FLOPS_PER_TOKEN ROOF_GFLOPS
+  awk -v n="$1" -v t="$2" -v f="$3" -v r="$4" \
+    'BEGIN { printf "  mfu %s %.1f%%   (%.0f GFLOP/s of %.0f)\n", n, 100 * t * f / 1e9 / r, t * f / 1e9, r }'
 }
 
 echo
@@ -140,4 +177,13 @@ for m in $models; do
     "tandem bf16 over fp32, 2 MPI processes"
   ratio "${m}_ddp_bf16_vs_fp32" "${med[ddp-bf16]}" "${med[ddp-fp32]}" \
     "PyTorch autocast bf16 over fp32, DDP"
+  ratio "${m}_tandem_mpi_bf16_grads_vs_f32_grads" "${med[tandem-mpigb-bf16]}" "${med[tandem-mpi-bf16]}" \
+    "tandem bf16, 2 MPI processes: gradients exchanged in bf16 over f32"
+  flops=$(model_flops "$m")
+  echo "  model FLOPs a token: $flops; MFU against the roof of its precision:"
+  for s in $systems; do
+    roof=$roof_bf16
+    [[ $s == *fp32 ]] && roof=$roof_f32
+    mfu "${m}_${s//-/_}" "${med[$s]}" "$flops" "$roof"
+  done
 done
