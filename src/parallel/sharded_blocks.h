@@ -18,8 +18,8 @@
 //
 // With `slices` (--model-state), the slices of the weights (and the moments) live in that store's
 // tier instead of memory: a gather reads its block's slice into one of the store's slots first
-// (read ahead when the gather is, if the store has a slot for it), and the update takes the slice and moments from the store,
-// which writes them back; each rank streams only its 1/dp of the model.
+// (read ahead when the gather is, if the store has a slot for it), and the update takes the slice
+// and moments from the store, which writes them back; each rank streams only its 1/dp of the model.
 //
 // The gradients: with one micro-batch a step, a block's gradients live in one of two slots from
 // its backward until its update (on the communication thread) has reduce-scattered them; with

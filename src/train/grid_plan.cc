@@ -462,8 +462,7 @@ void choose_gather_ahead(TrainConfig& cfg, const Rates& rates) {
   cfg.gather_ahead_choice = fmt::format(
       "gathers {} block{} ahead (--gather-ahead auto: a gather {:.2f} ms, a block's forward "
       "{:.2f} ms{})",
-      cfg.gather_ahead, cfg.gather_ahead == 1 ? "" : "s", t.gather_s * 1e3,
-      t.block_forward_s * 1e3,
+      cfg.gather_ahead, cfg.gather_ahead == 1 ? "" : "s", t.gather_s * 1e3, t.block_forward_s * 1e3,
       capped ? fmt::format("; at most {} with {} block{} a stage", cfg.gather_ahead, fewest,
                            fewest == 1 ? "" : "s")
              : "");

@@ -175,7 +175,7 @@ RankNeed rank_need(const TrainConfig& cfg, int tp, int pp) {
     // The blocks' state as the sharded model state keeps it; the rest of the shard as usual.
     n.parameters = outside_blocks;
     n.sharded = parallel::ModelState::sharded_blocks_bytes(block, blocks, g.dp, M,
-                                                          cfg.gather_ahead_blocks());
+                                                           cfg.gather_ahead_blocks());
   }
   // In a file tier (--optimizer-state file:DIR) the moments are out of memory but for two
   // staging slots, which are not counted.

@@ -109,12 +109,11 @@ class RankRun {
                  ? nullptr
                  : std::make_unique<detail::OutOfCore>(cfg, grid_, batches_.micro_rows(),
                                                        batches_.micro_batch_count(), engines_)),
-        state_(
-            parallel::ShardLayout(cfg.model, grid_.shape(), grid_.coord().tp, grid_.coord().pp),
-            {cfg.model_state, cfg.optimizer.state_tier, batches_.micro_batch_count(),
-             cfg.optimizer.sharding == parallel::Sharding::Weights, schedules_.gather_schedules(),
-             cfg.gather_ahead_blocks()},
-            &grid_.dp().allocator(), &engines_),
+        state_(parallel::ShardLayout(cfg.model, grid_.shape(), grid_.coord().tp, grid_.coord().pp),
+               {cfg.model_state, cfg.optimizer.state_tier, batches_.micro_batch_count(),
+                cfg.optimizer.sharding == parallel::Sharding::Weights,
+                schedules_.gather_schedules(), cfg.gather_ahead_blocks()},
+               &grid_.dp().allocator(), &engines_),
         model_(cfg.model, grid_, batches_.micro_rows(), cfg.model.seq_len,
                batches_.micro_batch_count(), schedules_.model_programs(batches_.micro_rows()),
                ooc_ ? ooc_->memory() : nullptr, &state_),
@@ -873,8 +872,8 @@ void RankRun::trace_span(std::string_view stream, std::string_view name, Clock::
 TrainConfig with_gather_ahead(const TrainConfig& asked) {
   TrainConfig c = asked;
   if (c.optimizer.sharding != parallel::Sharding::Weights) return c;
-  choose_gather_ahead(c, c.gather_ahead > 0 ? Rates{}
-                                            : measure_rates(c, c.grid.size(), std::nullopt, false));
+  choose_gather_ahead(
+      c, c.gather_ahead > 0 ? Rates{} : measure_rates(c, c.grid.size(), std::nullopt, false));
   return c;
 }
 
@@ -894,7 +893,6 @@ TrainResult train_rank(comm::Communicator& world, const TrainConfig& config,
   RankRun run(world, config, trace, std::move(resume));
   return run.run();
 }
-
 
 TrainResult train(const TrainConfig& asked) {
   asked.validate();

@@ -218,11 +218,11 @@ TEST(ShardedStateVariants, EveryGatherAheadGivesTheSameWeights) {
     std::string plan;
     bool streamed;
   };
-  for (const Variant& v : {Variant{"dp2", {2, 1, 1}, 5, 1, "", false},
-                           Variant{"dp2 M=2", {2, 1, 1}, 5, 2, "", false},
-                           Variant{"dp2 pp2", {2, 1, 2}, 6, 2, "", false},
-                           Variant{"recomputed", {2, 1, 1}, 4, 1, "SRCKsRCK/p1", false},
-                           Variant{"streamed", {2, 1, 1}, 6, 1, "", true}}) {
+  for (const Variant& v :
+       {Variant{"dp2", {2, 1, 1}, 5, 1, "", false}, Variant{"dp2 M=2", {2, 1, 1}, 5, 2, "", false},
+        Variant{"dp2 pp2", {2, 1, 2}, 6, 2, "", false},
+        Variant{"recomputed", {2, 1, 1}, 4, 1, "SRCKsRCK/p1", false},
+        Variant{"streamed", {2, 1, 1}, 6, 1, "", true}}) {
     TrainConfig c = run(v.grid, v.layers);
     c.micro_batches = v.micro_batches;
     const TrainResult ref = train(c);
@@ -282,6 +282,27 @@ TEST(ShardedStateVariants, TheTraceShowsTheGathers) {
   const std::string trace = testing::read_bytes(c.trace_path);
   for (const char* want : {"\"gather h.0\"", "\"gather h.3\"", "\"dp exchange h.3\""})
     EXPECT_NE(trace.find(want), std::string::npos) << want;
+}
+
+// A step of 6 blocks gathers each block once in the forward (a block gathered ahead is never
+// given up for a farther one) and all but the forward's last D + 1 again in the backward (still
+// in their slots when it turns): 12 - (D + 1) gathers a rank.
+TEST(ShardedStateVariants, GatheredAheadBlocksStayUntilUsed) {
+  ScratchDir dir;
+  TrainConfig c = run({2, 1, 1}, 6);
+  c.steps = 1;
+  c.eval_every = 0;
+  c.trace_path = dir.path("trace.json");
+  for (int d = 1; d <= 3; ++d) {
+    c.gather_ahead = d;
+    sharded(c);
+    const std::string trace = testing::read_bytes(c.trace_path);
+    int gathers = 0;
+    for (size_t at = trace.find("\"gather h."); at != std::string::npos;
+         at = trace.find("\"gather h.", at + 1))
+      ++gathers;
+    EXPECT_EQ(gathers, 2 * (12 - (d + 1))) << "--gather-ahead " << d;
+  }
 }
 
 TEST(ShardedStateVariants, WhatItCannotServeIsRefused) {

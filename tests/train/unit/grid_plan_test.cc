@@ -269,8 +269,8 @@ TEST(GridPlan, ShardedConfigurationsGatherAheadByTheRule) {
     }
     ++sharded;
     const GatherTiming t = gather_timing(o.cfg, p.rates);
-    EXPECT_EQ(o.cfg.gather_ahead, gather_ahead_for(t.gather_s, t.block_forward_s,
-                                                 o.cfg.model.n_layers / o.cfg.grid.pp))
+    EXPECT_EQ(o.cfg.gather_ahead,
+              gather_ahead_for(t.gather_s, t.block_forward_s, o.cfg.model.n_layers / o.cfg.grid.pp))
         << o.describe();
     EXPECT_EQ(o.memory_per_rank, largest_rank(o)) << o.describe();
   }
