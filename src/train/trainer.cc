@@ -541,8 +541,8 @@ std::string RankRun::model_state_line() const {
     sharded = fmt::format(
         "  model state sharded over the {} data-parallel ranks (--shard weights): blocks "
         "h.{}..h.{} keep 1/{} of their weights and optimizer state on each rank, each block's "
-        "weights gathered into {} slots before its forward and backward by gather_weights{}: "
-        "{}; its gradients {} until its update: {} a rank; the embeddings and ln_f whole ({})",
+        "weights gathered into {} slots before its forward and backward (gather_weights{}), {}; "
+        "its gradients {} until its update: {} a rank; the embeddings and ln_f whole ({})",
         cfg_.grid.dp, l.first_layer(), l.end_layer() - 1, cfg_.grid.dp,
         parallel::ModelState::gather_slots(state_.options().gather_ahead),
         state_.gather_chunk_bytes() != 0
