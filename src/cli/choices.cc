@@ -103,6 +103,15 @@ int parse_resident_blocks(const std::string& text) {
   return n;
 }
 
+int parse_gather_ahead(const std::string& text) {
+  if (text == "auto") return 0;
+  int n = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+  if (ec != std::errc() || end != text.data() + text.size() || n < 1)
+    user_error("--gather-ahead {}: give a count of blocks (1 or more) or auto", text);
+  return n;
+}
+
 ooc::TierSpec parse_slow_tier(const std::string& text) {
   try {
     return ooc::TierSpec::parse(text);

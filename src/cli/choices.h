@@ -31,6 +31,7 @@ std::optional<ooc::TierSpec> parse_optimizer_state(
 std::optional<ooc::TierSpec> parse_model_state(const std::string& text);  // memory|host|file:DIR
 ooc::TierSpec parse_slow_tier(const std::string& text);  // --slow-tier host|file:DIR
 int parse_resident_blocks(const std::string& text);      // --resident-blocks N|auto (-1)
+int parse_gather_ahead(const std::string& text);         // --gather-ahead N|auto (0)
 
 // Adds `flag`, whose text `parse` turns into `target` when the command line is parsed (a refusal
 // is the UserError `parse` throws); `shown` is the default --help prints.

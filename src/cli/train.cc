@@ -319,6 +319,11 @@ void add_train(CLI::App& app) {
              "moments) or weights (ZeRO-3: the blocks' weights, gradients and moments, each "
              "block's weights gathered before its forward and backward; docs/training.md)",
              parallel::sharding_name(c.optimizer.sharding));
+  add_choice(cmd, "--gather-ahead", c.gather_ahead, parse_gather_ahead,
+             "With --shard weights: how many blocks ahead of the one computing their weights are "
+             "gathered (each adds a gathered block's memory), or auto: the fewest whose compute "
+             "covers one gather, by the performance model's rates (docs/training.md)",
+             "auto");
   add_choice(cmd, "--optimizer-state", c.optimizer.state_tier, parse_optimizer_state,
              "Where Adam's moments live: memory, host (a slow tier in host memory) or file:DIR (an "
              "O_DIRECT "
@@ -401,6 +406,8 @@ void add_train(CLI::App& app) {
       cfg.model_state = best.model_state;
       cfg.resident_blocks = best.resident_blocks;
       cfg.memory_budget = best.memory_budget;
+      cfg.gather_ahead = best.gather_ahead;
+      cfg.gather_ahead_choice = best.gather_ahead_choice;
       cfg.grid_choice = train::grid_choice_line(plan);
     }
     const train::TrainResult r = train::train(cfg);

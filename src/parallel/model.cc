@@ -414,11 +414,9 @@ void ParallelGPT::forward_micro(const MicroBatch& mb, int k, const nn::StepRng& 
         receive_activations(rng, training, x0, B, T);
       }
     }
-    // The next block's weights read while this one computes.
-    if (u % nn::kBlockHalves == 0) {
-      const int l = layout_.first_layer() + u / nn::kBlockHalves;
-      state_.prefetch_block(l + 1, l);
-    }
+    // The next blocks' weights read (or gathered) while this one computes.
+    if (u % nn::kBlockHalves == 0)
+      state_.prefetch_blocks(layout_.first_layer() + u / nn::kBlockHalves, +1);
     const auto begin = Clock::now();
     nested_comm_s_ = 0.0;
     unit_forward(k, u, rng, training);
@@ -466,12 +464,12 @@ void ParallelGPT::backward_micro(const MicroBatch& mb, int k, const nn::StepRng&
       }
     }
     // As a block's backward starts: its moments for the update that follows it (in the step's
-    // last backward), and the previous block's weights and gradient sum, read while it computes.
+    // last backward), and the previous blocks' weights and gradient sum, read while it computes.
     const bool last_backward = k == last_backward_micro_;
     if (u % nn::kBlockHalves == nn::kBlockHalves - 1) {
       const int l = layout_.first_layer() + u / nn::kBlockHalves;
       if (last_backward) state_.prefetch_moments(l);
-      state_.prefetch_block(l - 1, l);
+      state_.prefetch_blocks(l, -1);
       state_.prefetch_gradients(l - 1);
     }
     const auto begin = Clock::now();

@@ -101,9 +101,15 @@ void ModelState::release_block(int layer) {
   if (store_) store_->release(layer);
 }
 
-void ModelState::prefetch_block(int layer, int in_use) {
-  if (sharded_) return sharded_->prefetch(layer, in_use);
-  if (store_) store_->prefetch(layer, in_use);
+// A sharded state's store (--model-state) reads a slice ahead with each gather, when it has a
+// slot for it; unsharded, the store reads one block ahead.
+void ModelState::prefetch_blocks(int in_use, int direction) {
+  if (sharded_) {
+    for (int k = 0; k <= options_.gather_ahead; ++k)
+      sharded_->prefetch(in_use + k * direction, in_use);
+    return;
+  }
+  if (store_) store_->prefetch(in_use + direction, in_use);
 }
 
 float* ModelState::block_gradients(int layer) {
@@ -200,7 +206,7 @@ void ModelState::place_moments(std::vector<Piece> pieces, const Group* group) {
     }
     sharded_ = std::make_unique<detail::ShardedBlocks>(
         layout_, *group->dp, group->thread, group->executor, options_.gather_schedules,
-        options_.micro_batches, grads_.data_as<float>(), store_.get());
+        options_.micro_batches, options_.gather_ahead, grads_.data_as<float>(), store_.get());
     // The optimizer's piece of a block is the slice the sharded state keeps.
     for (const Piece& p : pieces_)
       if (p.block >= 0)
@@ -299,16 +305,18 @@ void ModelState::write_moments(size_t i, const float* m, const float* v) {
 }
 
 uint64_t ModelState::sharded_blocks_bytes(int64_t block_floats, int blocks, int dp,
-                                          int micro_batches) {
+                                          int micro_batches, int gather_ahead) {
   const auto n = static_cast<uint64_t>(block_floats), b = static_cast<uint64_t>(blocks);
   const uint64_t slice = (n + static_cast<uint64_t>(dp) - 1) / static_cast<uint64_t>(dp);
-  return 3 * b * slice * sizeof(float) + sharded_slots_bytes(block_floats, blocks, micro_batches);
+  return 3 * b * slice * sizeof(float) +
+         sharded_slots_bytes(block_floats, blocks, micro_batches, gather_ahead);
 }
 
-uint64_t ModelState::sharded_slots_bytes(int64_t block_floats, int blocks, int micro_batches) {
+uint64_t ModelState::sharded_slots_bytes(int64_t block_floats, int blocks, int micro_batches,
+                                         int gather_ahead) {
   const auto n = static_cast<uint64_t>(block_floats), b = static_cast<uint64_t>(blocks);
   const uint64_t grads = micro_batches > 1 ? b * n : 2 * n;
-  return (kGatherSlots * n + grads) * sizeof(float);
+  return (static_cast<uint64_t>(gather_slots(gather_ahead)) * n + grads) * sizeof(float);
 }
 
 uint64_t ModelState::sharded_bytes() const { return sharded_ ? sharded_->memory_bytes() : 0; }

@@ -26,7 +26,7 @@ int64_t ShardedBlocks::slice_count(int64_t block_floats, const comm::Communicato
 ShardedBlocks::ShardedBlocks(const ShardLayout& layout, comm::Communicator& dp,
                              SerialWorker* thread, exec::RunnerKind executor,
                              const SchedulePreferences& schedules, int micro_batches,
-                             float* flat_grads, BlockStore* slices)
+                             int gather_ahead, float* flat_grads, BlockStore* slices)
     : layout_(layout),
       dp_(dp),
       thread_(thread),
@@ -47,8 +47,10 @@ ShardedBlocks::ShardedBlocks(const ShardLayout& layout, comm::Communicator& dp,
   slice_count_ = slice_count(block_floats_, dp);
   if (store_ == nullptr)
     slices_ = Tensor::zeros(DType::F32, Shape{std::max<int64_t>(blocks_ * slice_count_, 1)});
-  gathered_ = Tensor::empty(DType::F32, Shape{ModelState::kGatherSlots * block_floats_});
-  slots_.resize(ModelState::kGatherSlots);
+  TANDEM_CHECK(gather_ahead >= 1, "a prefetch distance of {} blocks", gather_ahead);
+  const int slots = ModelState::gather_slots(gather_ahead);
+  gathered_ = Tensor::empty(DType::F32, Shape{slots * block_floats_});
+  slots_.resize(static_cast<size_t>(slots));
   if (micro_batches_ == 1) {
     grad_slots_ = Tensor::empty(DType::F32, Shape{kGradientSlots * block_floats_});
     grad_slot_layer_.assign(kGradientSlots, -1);
@@ -95,11 +97,11 @@ void ShardedBlocks::write_slice(int layer, const float* in) {
   std::memcpy(slice(layer), in, static_cast<size_t>(slice_count_) * sizeof(float));
 }
 
-int ShardedBlocks::free_slot(int keep) const {
+int ShardedBlocks::free_slot(int keep_first, int keep_last) const {
   int best = -1;
   for (int s = 0; s < static_cast<int>(slots_.size()); ++s) {
     const Slot& slot = slots_[static_cast<size_t>(s)];
-    if (slot.users > 0 || (keep >= 0 && slot.layer == keep)) continue;
+    if (slot.users > 0 || (slot.layer >= keep_first && slot.layer <= keep_last)) continue;
     if (best < 0 || slot.used < slots_[static_cast<size_t>(best)].used) best = s;
   }
   return best;
@@ -138,7 +140,7 @@ float* ShardedBlocks::acquire(int layer) {
   for (int i = 0; i < static_cast<int>(slots_.size()); ++i)
     if (slots_[static_cast<size_t>(i)].layer == layer) s = i;
   if (s < 0) {
-    s = free_slot(-1);
+    s = free_slot(0, -1);
     TANDEM_CHECK(s >= 0, "no gather slot free for block {}: every one is in use", layer);
     start_gather(s, layer);
   }
@@ -164,9 +166,12 @@ void ShardedBlocks::prefetch(int layer, int in_use) {
   std::lock_guard<std::mutex> lock(mutex_);
   for (const Slot& slot : slots_)
     if (slot.layer == layer) return;
-  const int s = free_slot(in_use);
+  // Least recently used alone could take a nearer block gathered ahead for this farther one.
+  const int s = free_slot(std::min(in_use, layer), std::max(in_use, layer));
   if (s < 0) return;
-  if (store_ != nullptr) store_->prefetch(layer, in_use);  // the slice read before its gather
+  // The slice read before its gather when the store has a slot for it (its own read-ahead rule);
+  // else the gather reads it.
+  if (store_ != nullptr) store_->prefetch(layer, in_use);
   start_gather(s, layer);
 }
 

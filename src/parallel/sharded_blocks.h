@@ -3,15 +3,23 @@
 // schedule updates the slice and leaves it there), and the blocks compute with whole weights
 // gathered into a few slots just before use by the gather_weights program (an AllGather over the
 // data-parallel group). A gather runs on the data-parallel communication thread (the one that
-// runs the optimizer's updates, so the group's collectives keep one order on every rank), started
-// a block ahead so that it overlaps the block computing; without that thread it runs when needed.
-// A gathered block stays in its slot until the slot is wanted for another block or its update
-// changes the slice: the forward's last blocks are still there when the backward turns.
+// runs the optimizer's updates), started D blocks ahead (the prefetch distance, --gather-ahead)
+// so that it overlaps the blocks computing before it; without that thread it runs when needed.
+// D + 1 gather slots hold the block computing and the D gathered ahead of it. A gathered block
+// stays in its slot until the slot is wanted for another block or its update changes the slice:
+// the forward's last blocks are still there when the backward turns.
+//
+// The gathers are collectives over the data-parallel group, so every rank must start the same
+// gathers in the same order. They run in submission order on the one thread, and every rank
+// submits them from its compute thread at the same points of the same step (the model's
+// acquire and prefetch calls), choosing slots from state that only those calls change: an update
+// (on the thread) only marks its block's slot stale, a block the step no longer asks for, which
+// neither choice depends on. So the ranks' sequences agree for any D they share.
 //
 // With `slices` (--model-state), the slices of the weights (and the moments) live in that store's
 // tier instead of memory: a gather reads its block's slice into one of the store's slots first
-// (read ahead when the gather is), and the update takes the slice and moments from the store,
-// which writes them back; each rank streams only its 1/dp of the model.
+// (read ahead when the gather is, if the store has a slot for it), and the update takes the slice
+// and moments from the store, which writes them back; each rank streams only its 1/dp of the model.
 //
 // The gradients: with one micro-batch a step, a block's gradients live in one of two slots from
 // its backward until its update (on the communication thread) has reduce-scattered them; with
@@ -43,11 +51,12 @@ class ShardedBlocks {
   // The blocks of `layout` (which must outlive this) over the data-parallel group `dp`; `thread`:
   // the group's communication thread (null: gathers run on the caller's). `flat_grads`: the flat
   // gradient buffer, whose block ranges hold the sums when `micro_batches` > 1. `slices`: the
-  // store of the slices (not owned; null: in memory here). The slices start at zero (the caller
-  // writes the weights before the first step). A collective over `dp`.
+  // store of the slices (not owned; null: in memory here). `gather_ahead`: the prefetch distance
+  // D (>= 1; D + 1 gather slots). The slices start at zero (the caller writes the weights before
+  // the first step). A collective over `dp`.
   ShardedBlocks(const ShardLayout& layout, comm::Communicator& dp, SerialWorker* thread,
                 exec::RunnerKind executor, const SchedulePreferences& schedules, int micro_batches,
-                float* flat_grads, BlockStore* slices = nullptr);
+                int gather_ahead, float* flat_grads, BlockStore* slices = nullptr);
   ~ShardedBlocks();
 
   // This rank's slice of every block: local elements [slice_begin(), slice_end()) of a block
@@ -62,8 +71,9 @@ class ShardedBlocks {
 
   // Compute's use of block l's whole weights, held until release(l): gathered now unless a
   // prefetch brought them. prefetch(l, in_use) starts the gather of block l on the communication
-  // thread when a slot can be had without taking block `in_use`'s (no-op without the thread, or
-  // for a layer outside the blocks).
+  // thread when a slot can be had without taking one that holds a block from `in_use` (the one
+  // computing) to l, which are used before l; callers prefetch the nearest first (no-op without
+  // the thread, or for a layer outside the blocks).
   float* acquire(int layer);
   void release(int layer);
   void prefetch(int layer, int in_use);
@@ -101,8 +111,9 @@ class ShardedBlocks {
     uint64_t used = 0;    // for least recently used
   };
   int index(int layer) const;
-  // A free gather slot (no users, not the block `keep`'s), least recently used first; -1: none.
-  int free_slot(int keep) const;
+  // A free gather slot (no users, not holding a block in [keep_first, keep_last]), least recently
+  // used first; -1: none.
+  int free_slot(int keep_first, int keep_last) const;
   // Runs or queues the gather of block `layer` into slot `s`.
   void start_gather(int s, int layer);
   void gather(int s, int layer);

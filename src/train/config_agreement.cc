@@ -96,6 +96,7 @@ std::vector<std::pair<std::string, std::string>> agreeing_settings(const TrainCo
       {"--optimizer-state", o.state_tier ? o.state_tier->str() : "memory"},
       {"--clip-grad-norm", text(o.clip_grad_norm)},
       {"--shard", std::string(parallel::sharding_name(o.sharding))},
+      {"--gather-ahead", fmt::format("{}", c.gather_ahead)},
       {"--dp", fmt::format("{}", c.grid.dp)},
       {"--tp", fmt::format("{}", c.grid.tp)},
       {"--pp", fmt::format("{}", c.grid.pp)},

@@ -217,12 +217,33 @@ double rate_for(const Rates& r, int tp) {
   return it->second;
 }
 
+// Matmul seconds of one micro-batch's half blocks' forward on a rank (their backward: twice).
+struct HalfBlockMatmuls {
+  double attention_s = 0, mlp_s = 0;
+};
+
+HalfBlockMatmuls half_block_matmuls(const TrainConfig& cfg, const Rates& r) {
+  const parallel::GridShape& g = cfg.grid;
+  const nn::GPTConfig& m = cfg.model;
+  const int rows = static_cast<int>(cfg.batch / g.dp / cfg.micro_batch_count());
+  const double T = m.seq_len, C = m.d_model, tokens = rows * T;
+  const double rate = rate_for(r, g.tp);
+  return {tokens * (8 * C * C + 4 * T * C) / g.tp / rate, tokens * 16 * C * C / g.tp / rate};
+}
+
+// Local elements of one block's weights on a rank (every stage's blocks are alike).
+int64_t block_elements(const TrainConfig& cfg) {
+  const parallel::ShardLayout layout(cfg.model, cfg.grid, 0, 0);
+  const auto [b, e] = layout.block_range(layout.first_layer());
+  return e - b;
+}
+
 Stage model_stage(const TrainConfig& cfg, int s, const Rates& r) {
   const parallel::GridShape& g = cfg.grid;
   const nn::GPTConfig& m = cfg.model;
   const int M = cfg.micro_batch_count();
   const int rows = static_cast<int>(cfg.batch / g.dp / M);
-  const double T = m.seq_len, C = m.d_model, V = m.vocab_size, tokens = rows * T;
+  const double C = m.d_model, V = m.vocab_size, tokens = rows * static_cast<double>(m.seq_len);
   const double rate = rate_for(r, g.tp);
   const double lat = r.link_latency_s, bw = r.link_bytes_per_s;
   Stage st;
@@ -237,20 +258,19 @@ Stage model_stage(const TrainConfig& cfg, int s, const Rates& r) {
   const double rest_floats = static_cast<double>(layout.size()) - block_floats;
 
   // Matmul seconds of each half block's forward (its backward: twice), the head's.
-  const double attn_s = tokens * (8 * C * C + 4 * T * C) / g.tp / rate;
-  const double mlp_s = tokens * 16 * C * C / g.tp / rate;
+  const auto [attn_s, mlp_s] = half_block_matmuls(cfg, r);
   const double head_s = layout.has_final() ? 2 * tokens * C * V / rate : 0;
   const double act_bytes = tokens * C * sizeof(float);
   const double tp_s = g.tp > 1 ? lat + 2.0 * (g.tp - 1) / g.tp * act_bytes / bw : 0;
   const double handoff_s = lat + act_bytes / bw;
   const bool zero3 = cfg.optimizer.sharding == parallel::Sharding::Weights;
-  const double gather_s =
-      zero3 ? lat + (g.dp - 1.0) / g.dp * static_cast<double>(block) * sizeof(float) / bw : 0;
-  // A gather overlaps the previous block's compute; the stage's first has nothing to hide behind.
-  const double block_f = r.attention.forward * attn_s + r.mlp.forward * mlp_s;
-  const double block_b = 2 * (r.attention.backward * attn_s + r.mlp.backward * mlp_s);
-  const double gather_f = std::max(0.0, gather_s - block_f);
-  const double gather_b = std::max(0.0, gather_s - block_b);
+  // A gather overlaps the blocks computing before it; the stage's first has nothing to hide
+  // behind. The gathers run one at a time on the data-parallel thread, so however far ahead they
+  // start (--gather-ahead), a block waits for what its gather takes beyond its own compute.
+  const GatherTiming gt = zero3 ? gather_timing(cfg, r) : GatherTiming{};
+  const double gather_s = gt.gather_s;
+  const double gather_f = std::max(0.0, gather_s - gt.block_forward_s);
+  const double gather_b = std::max(0.0, gather_s - gt.block_backward_s);
   const int n = st.chain.units;
   for (int u = 0; u < n; ++u) {
     const bool attn = u % nn::kBlockHalves == 0;
@@ -300,7 +320,8 @@ std::string size_flag(uint64_t bytes) {
 
 std::string flags_of(const TrainConfig& c) {
   std::string f = fmt::format("--dp {} --tp {} --pp {}", c.grid.dp, c.grid.tp, c.grid.pp);
-  if (c.optimizer.sharding == parallel::Sharding::Weights) f += " --shard weights";
+  if (c.optimizer.sharding == parallel::Sharding::Weights)
+    f += fmt::format(" --shard weights --gather-ahead {}", c.gather_ahead);
   if (c.model_state) f += " --model-state " + c.model_state->str();
   if (!c.memory_budget.empty()) f += " --memory-budget " + c.memory_budget;
   return f;
@@ -404,6 +425,49 @@ Evaluation evaluate(const TrainConfig& cfg, uint64_t limit, const Rates& rates) 
 
 }  // namespace
 
+GatherTiming gather_timing(const TrainConfig& cfg, const Rates& r) {
+  const parallel::GridShape& g = cfg.grid;
+  const auto [attn_s, mlp_s] = half_block_matmuls(cfg, r);
+  GatherTiming t;
+  t.gather_s = r.link_latency_s + (g.dp - 1.0) / g.dp * static_cast<double>(block_elements(cfg)) *
+                                      sizeof(float) / r.link_bytes_per_s;
+  t.block_forward_s = r.attention.forward * attn_s + r.mlp.forward * mlp_s;
+  t.block_backward_s = 2 * (r.attention.backward * attn_s + r.mlp.backward * mlp_s);
+  return t;
+}
+
+int gather_ahead_for(double gather_s, double block_s, int blocks) {
+  const int most = std::max(1, blocks - 1);
+  if (!(block_s > 0)) return most;
+  const double d = std::ceil(gather_s / block_s - 1e-9);
+  return static_cast<int>(std::clamp(d, 1.0, static_cast<double>(most)));
+}
+
+void choose_gather_ahead(TrainConfig& cfg, const Rates& rates) {
+  if (cfg.optimizer.sharding != parallel::Sharding::Weights) return;
+  if (cfg.gather_ahead > 0) {
+    cfg.gather_ahead_choice =
+        fmt::format("gathers {} block{} ahead (--gather-ahead {})", cfg.gather_ahead,
+                    cfg.gather_ahead == 1 ? "" : "s", cfg.gather_ahead);
+    return;
+  }
+  int fewest = cfg.model.n_layers;
+  for (int s = 0; s < cfg.grid.pp; ++s) {
+    const parallel::ShardLayout layout(cfg.model, cfg.grid, 0, s);
+    fewest = std::min(fewest, layout.end_layer() - layout.first_layer());
+  }
+  const GatherTiming t = gather_timing(cfg, rates);
+  cfg.gather_ahead = gather_ahead_for(t.gather_s, t.block_forward_s, fewest);
+  const bool capped = cfg.gather_ahead * t.block_forward_s < t.gather_s;
+  cfg.gather_ahead_choice = fmt::format(
+      "gathers {} block{} ahead (--gather-ahead auto: a gather {:.2f} ms, a block's forward "
+      "{:.2f} ms{})",
+      cfg.gather_ahead, cfg.gather_ahead == 1 ? "" : "s", t.gather_s * 1e3, t.block_forward_s * 1e3,
+      capped ? fmt::format("; at most {} with {} block{} a stage", cfg.gather_ahead, fewest,
+                           fewest == 1 ? "" : "s")
+             : "");
+}
+
 std::string GridOption::describe() const {
   return fmt::format("{}, {}", describe_config(cfg), activations);
 }
@@ -422,7 +486,8 @@ GridCandidates candidate_grids(const TrainConfig& base, int ranks) {
   return c;
 }
 
-Rates measure_rates(const TrainConfig& base, int ranks, std::optional<double> link_gbps) {
+Rates measure_rates(const TrainConfig& base, int ranks, std::optional<double> link_gbps,
+                    bool tiers) {
   Rates r;
   const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int local = base.backend == comm::Backend::Thread ? ranks : comm::launched_local_ranks();
@@ -468,6 +533,7 @@ Rates measure_rates(const TrainConfig& base, int ranks, std::optional<double> li
     r.link_bytes_per_s = 1e12;
     r.link_source = "one rank: no link";
   }
+  if (!tiers) return r;
   r.swap_tier = tier_rates(base.slow_tier);
   if (base.model_state) r.state_tier = tier_rates(*base.model_state);
   return r;
@@ -503,7 +569,11 @@ GridPlan plan_grids(const TrainConfig& base, int ranks, uint64_t memory_per_rank
         configs.push_back(st);
       }
     }
-    for (const TrainConfig& cfg : configs) {
+    for (TrainConfig& cfg : configs) {
+      if (cfg.optimizer.sharding == parallel::Sharding::Weights)
+        choose_gather_ahead(cfg, rates);
+      else
+        cfg.gather_ahead = 0;  // --grid auto --gather-ahead N: for the sharded configurations
       if (std::string why = refusal_of(cfg); !why.empty()) {
         plan.refused.push_back({describe_config(cfg), std::move(why)});
         continue;

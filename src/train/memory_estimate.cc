@@ -153,7 +153,8 @@ RankNeed rank_need(const TrainConfig& cfg, int tp, int pp) {
     if (cfg.resident_blocks > 0)
       n.staging += static_cast<uint64_t>(std::min(cfg.resident_blocks, blocks)) *
                    parallel::BlockStore::resident_block_bytes(slice, slice);
-    n.sharded = parallel::ModelState::sharded_slots_bytes(block, blocks, M);
+    n.sharded =
+        parallel::ModelState::sharded_slots_bytes(block, blocks, M, cfg.gather_ahead_blocks());
     n.tier = static_cast<uint64_t>(blocks) * 3 * static_cast<uint64_t>(slice) * kF32;
   } else if (cfg.model_state) {
     // The blocks live in the tier; in memory: the embeddings and ln_f, and the store's slots.
@@ -173,7 +174,8 @@ RankNeed rank_need(const TrainConfig& cfg, int tp, int pp) {
   } else if (sharded) {
     // The blocks' state as the sharded model state keeps it; the rest of the shard as usual.
     n.parameters = outside_blocks;
-    n.sharded = parallel::ModelState::sharded_blocks_bytes(block, blocks, g.dp, M);
+    n.sharded = parallel::ModelState::sharded_blocks_bytes(block, blocks, g.dp, M,
+                                                           cfg.gather_ahead_blocks());
   }
   // In a file tier (--optimizer-state file:DIR) the moments are out of memory but for two
   // staging slots, which are not counted.

@@ -158,6 +158,13 @@ void TrainConfig::validate() const {
         "--resident-blocks {} keeps blocks of a streamed model state in memory: it needs "
         "--model-state host|file:DIR",
         resident_blocks);
+  if (gather_ahead < 0)
+    user_error("--gather-ahead {}: give a count of blocks (1 or more) or auto", gather_ahead);
+  if (gather_ahead > 0 && optimizer.sharding != parallel::Sharding::Weights)
+    user_error(
+        "--gather-ahead {} sets how far ahead --shard weights gathers the blocks' weights: it "
+        "needs --shard weights (got --shard {})",
+        gather_ahead, parallel::sharding_name(optimizer.sharding));
   if (optimizer.sharding == parallel::Sharding::Weights) {
     if (grid.dp < 2)
       user_error(

@@ -42,6 +42,7 @@
 #include "tandem/parallel/model.h"
 #include "tandem/parallel/state_streamer.h"
 #include "tandem/train/data.h"
+#include "tandem/train/grid_plan.h"
 #include "tandem/train/memory_estimate.h"
 #include "tandem/train/progress.h"
 #include "trace_gather.h"
@@ -109,11 +110,11 @@ class RankRun {
                  ? nullptr
                  : std::make_unique<detail::OutOfCore>(cfg, grid_, batches_.micro_rows(),
                                                        batches_.micro_batch_count(), engines_)),
-        state_(
-            parallel::ShardLayout(cfg.model, grid_.shape(), grid_.coord().tp, grid_.coord().pp),
-            {cfg.model_state, cfg.optimizer.state_tier, batches_.micro_batch_count(),
-             cfg.optimizer.sharding == parallel::Sharding::Weights, schedules_.gather_schedules()},
-            &grid_.dp().allocator(), &engines_),
+        state_(parallel::ShardLayout(cfg.model, grid_.shape(), grid_.coord().tp, grid_.coord().pp),
+               {cfg.model_state, cfg.optimizer.state_tier, batches_.micro_batch_count(),
+                cfg.optimizer.sharding == parallel::Sharding::Weights,
+                schedules_.gather_schedules(), cfg.gather_ahead_blocks()},
+               &grid_.dp().allocator(), &engines_),
         model_(cfg.model, grid_, batches_.micro_rows(), cfg.model.seq_len,
                batches_.micro_batch_count(), schedules_.model_programs(batches_.micro_rows()),
                ooc_ ? ooc_->memory() : nullptr, &state_),
@@ -543,14 +544,17 @@ std::string RankRun::model_state_line() const {
     sharded = fmt::format(
         "  model state sharded over the {} data-parallel ranks (--shard weights): blocks "
         "h.{}..h.{} keep 1/{} of their weights and optimizer state on each rank, each block's "
-        "weights gathered into {} slots before its forward and backward (gather_weights{}), its "
-        "gradients {} "
-        "until its update: {} a rank; the embeddings and ln_f whole ({})",
+        "weights gathered into {} slots before its forward and backward (gather_weights{}), {}; "
+        "its gradients {} until its update: {} a rank; the embeddings and ln_f whole ({})",
         cfg_.grid.dp, l.first_layer(), l.end_layer() - 1, cfg_.grid.dp,
-        parallel::ModelState::kGatherSlots,
+        parallel::ModelState::gather_slots(state_.options().gather_ahead),
         state_.gather_chunk_bytes() != 0
             ? fmt::format(" at {}-byte chunks", state_.gather_chunk_bytes())
             : std::string(),
+        cfg_.gather_ahead_choice.empty()
+            ? fmt::format("gathers {} block{} ahead", state_.options().gather_ahead,
+                          state_.options().gather_ahead == 1 ? "" : "s")
+            : cfg_.gather_ahead_choice,
         batches_.micro_batch_count() > 1 ? "summed over the micro-batches in memory" : "in 2 slots",
         ooc::human_bytes(state_.sharded_bytes() + state_.moment_bytes()),
         ooc::human_bytes(2 * state_.resident_bytes()));
@@ -872,6 +876,16 @@ void RankRun::trace_span(std::string_view stream, std::string_view name, Clock::
     trace_->record(grid_.world().rank(), stream, name, begin, Clock::now());
 }
 
+// --shard weights: the prefetch distance given, or (auto) chosen from the performance model's
+// compute and link rates, measured here (not the tiers').
+TrainConfig with_gather_ahead(const TrainConfig& asked) {
+  TrainConfig c = asked;
+  if (c.optimizer.sharding != parallel::Sharding::Weights) return c;
+  choose_gather_ahead(
+      c, c.gather_ahead > 0 ? Rates{} : measure_rates(c, c.grid.size(), std::nullopt, false));
+  return c;
+}
+
 }  // namespace
 
 // --------------------------------------------------------------------------------- running
@@ -889,8 +903,9 @@ TrainResult train_rank(comm::Communicator& world, const TrainConfig& config,
   return run.run();
 }
 
-TrainResult train(const TrainConfig& config) {
-  config.validate();
+TrainResult train(const TrainConfig& asked) {
+  asked.validate();
+  TrainConfig config = with_gather_ahead(asked);
   // SIGTERM and SIGINT stop the run after a step, with a checkpoint, rather than at once.
   const detail::StopSignals signals;
   // Before anything large is allocated: a run that cannot fit is refused, not killed.
@@ -921,6 +936,19 @@ TrainResult train(const TrainConfig& config) {
   TrainResult result;
   if (config.backend == comm::Backend::Mpi) {
     std::unique_ptr<comm::Communicator> world = comm::mpi_world();
+    // Each process measured its own rates for --gather-ahead auto; the ranks' gathers must agree,
+    // so all take rank 0's choice (every process broadcasts, whatever its flags).
+    const std::string chosen = comm::broadcast_string(
+        *world, fmt::format("{} {}", config.gather_ahead, config.gather_ahead_choice));
+    if (asked.gather_ahead == 0 && config.gather_ahead > 0) {
+      const size_t space = chosen.find(' ');
+      const int d = std::stoi(chosen.substr(0, space));
+      config.gather_ahead_choice = chosen.substr(space + 1);
+      if (d != config.gather_ahead) {
+        config.gather_ahead = d;
+        check_memory(config);
+      }
+    }
     detail::check_ranks_agree(*world, config, *corpus);  // before any collective that could hang
     // Every process sees the same sizes, so all refuse together and rank 0 alone says why.
     if (world->size() != ranks)

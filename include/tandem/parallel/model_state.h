@@ -57,6 +57,9 @@ class ModelState {
     // and chunk size; empty: "C" at the process's chunk size).
     bool sharded = false;
     SchedulePreferences gather_schedules;
+    // --gather-ahead: how many blocks ahead of the one computing the sharded state gathers (its
+    // prefetch distance D, at least 1), into D + 1 gather slots.
+    int gather_ahead = 1;
   };
 
   // The state of `layout`'s shard, its weights and gradients zeroed (the moments come with
@@ -88,11 +91,13 @@ class ModelState {
 
   // Compute's use of block l's weights (its local elements, in layout order), held until
   // release_block(l): in the flat buffer, read from the store, or gathered from the data-parallel
-  // ranks' slices. prefetch_block(l, in_use) starts bringing block l early (block `in_use` is the
-  // one computing; a layer outside the stage's blocks is ignored).
+  // ranks' slices. prefetch_blocks(in_use, direction) starts bringing early the blocks that
+  // follow block `in_use` (the one about to compute) in `direction` (+1 the forward, -1 the
+  // backward): the store the next one; a sharded state `in_use` itself and the next gather_ahead,
+  // nearest first (a layer outside the stage's blocks is ignored).
   float* acquire_block(int layer);
   void release_block(int layer);
-  void prefetch_block(int layer, int in_use);
+  void prefetch_blocks(int in_use, int direction);
   // Block l's gradients for this step (accumulated into by its backwards until its update).
   float* block_gradients(int layer);
   // The store's gradient parking between a step's backwards, and its read-aheads (no-ops for the
@@ -162,17 +167,21 @@ class ModelState {
   void read_moments(size_t piece, float* m, float* v);
   void write_moments(size_t piece, const float* m, const float* v);
 
-  // --shard weights: the gather slots (the block computing, the next one being gathered).
-  static constexpr int kGatherSlots = 2;
+  // --shard weights: the gather slots at prefetch distance `gather_ahead` (the block computing and
+  // the ones being gathered ahead of it).
+  static int gather_slots(int gather_ahead) { return gather_ahead + 1; }
   // What the blocks' state takes in memory on one rank under --shard weights, for `blocks` blocks
   // of `block_floats` local elements each over `dp` data-parallel ranks with `micro_batches` a
-  // step: every block's weight and moment slices (1/dp each), kGatherSlots gathered blocks'
-  // weights, and the blocks' gradients (two slots of a block with one micro-batch; every block's
-  // whole sum with several, which must outlive the step's backwards).
-  static uint64_t sharded_blocks_bytes(int64_t block_floats, int blocks, int dp, int micro_batches);
+  // step, gathering `gather_ahead` blocks ahead: every block's weight and moment slices (1/dp
+  // each), gather_slots(gather_ahead) gathered blocks' weights, and the blocks' gradients (two
+  // slots of a block with one micro-batch; every block's whole sum with several, which must
+  // outlive the step's backwards).
+  static uint64_t sharded_blocks_bytes(int64_t block_floats, int blocks, int dp, int micro_batches,
+                                       int gather_ahead);
   // Of which the gather and gradient slots (what stays in memory when the slices live in a
   // --model-state tier).
-  static uint64_t sharded_slots_bytes(int64_t block_floats, int blocks, int micro_batches);
+  static uint64_t sharded_slots_bytes(int64_t block_floats, int blocks, int micro_batches,
+                                      int gather_ahead);
   // The same as allocated on this rank (0 unsharded): the slices in memory, the gather and
   // gradient slots.
   uint64_t sharded_bytes() const;

@@ -21,7 +21,9 @@
 //              backward (only the excess counts), the embeddings' and ln_f's does not
 //   ZeRO-3     with --shard weights each block's weights all-gathered before its forward and its
 //              backward, each micro-batch, overlapping the previous block's compute (only the
-//              excess counts); the blocks' update all-gathers nothing
+//              excess counts: the gathers run one at a time, so starting them further ahead
+//              does not hide more of them in a step's steady state); the blocks' update
+//              all-gathers nothing; memory for --gather-ahead D + 1 gathered blocks
 //   state I/O  with --model-state, the block store's traffic a step (BlockStore's formula) at the
 //              tier's measured rates; a stage takes the longer of its compute and that I/O
 #pragma once
@@ -58,8 +60,26 @@ struct Rates {
 // the BLAS threads a rank of `ranks` will have (times cores / (ranks here x threads) when that
 // is below 1), one block's halves and the head forward and backward at tp 1 for the UnitFactors,
 // an in-process all-reduce over min(ranks, 8) threads (unless `link_gbps` states the link: a
-// multi-host run's), and the tiers' bandwidth.
-Rates measure_rates(const TrainConfig& base, int ranks, std::optional<double> link_gbps);
+// multi-host run's), and (with `tiers`) the tiers' bandwidth.
+Rates measure_rates(const TrainConfig& base, int ranks, std::optional<double> link_gbps,
+                    bool tiers = true);
+
+// --shard weights: one block's weights all-gathered over the data-parallel group (latency +
+// (dp-1)/dp of its bytes over the link), and one block's forward and backward (its halves'
+// matmuls at the GEMM rate, times their UnitFactors), as the performance model predicts them at
+// `rates` for one micro-batch of `cfg`. The plan's ZeRO-3 term and --gather-ahead auto use it.
+struct GatherTiming {
+  double gather_s = 0, block_forward_s = 0, block_backward_s = 0;
+};
+GatherTiming gather_timing(const TrainConfig& cfg, const Rates& rates);
+// --gather-ahead auto's rule: the smallest D >= 1 whose D blocks' compute (`block_s` each)
+// covers one gather (`gather_s`), at most `blocks` - 1 (a stage's fewest blocks: D + 1 slots
+// hold no more than them), and at least 1.
+int gather_ahead_for(double gather_s, double block_s, int blocks);
+// Under --shard weights: cfg.gather_ahead chosen by that rule from `rates` when auto (0), and
+// cfg.gather_ahead_choice saying how many and why ("gathers 2 blocks ahead (--gather-ahead auto:
+// a gather 3.10 ms, a block's forward 1.80 ms)"). Otherwise nothing.
+void choose_gather_ahead(TrainConfig& cfg, const Rates& rates);
 
 // A configuration that fits, and its prediction. Times in seconds a step.
 struct GridOption {

@@ -78,6 +78,14 @@ struct TrainConfig {
   // How many of each stage's blocks stay resident in memory instead of streaming (at most all of
   // them); -1: the planner's choice under --memory-budget (none without a budget).
   int resident_blocks = -1;
+  // --shard weights: how many blocks ahead of the one computing each block's weights are gathered
+  // (the prefetch distance D; D + 1 gathered blocks in memory); 0: auto, chosen by train() from
+  // the performance model's rates (grid_plan.h's choose_gather_ahead), which says why in
+  // gather_ahead_choice.
+  int gather_ahead = 0;
+  std::string gather_ahead_choice;
+  // The prefetch distance the memory is counted for: gather_ahead, or 1 while auto is unchosen.
+  int gather_ahead_blocks() const { return gather_ahead > 0 ? gather_ahead : 1; }
   // `tandem train --grid auto`: the plan's choice of grid and why (grid_plan.h), printed among
   // the start-up lines ("" otherwise).
   std::string grid_choice;

@@ -185,6 +185,7 @@ TEST(ShardedStateVariants, CheckpointsAreTheSameFileWhateverTheSharding) {
 // gradients: less than unsharded training's whole weights, gradients and sliced moments.
 TEST(ShardedStateVariants, EachRankHoldsItsSlices) {
   TrainConfig c = run({4, 1, 1}, 6);
+  c.gather_ahead = 1;
   c.steps = 1;
   c.eval_every = 0;
   std::ostringstream out;
@@ -196,13 +197,78 @@ TEST(ShardedStateVariants, EachRankHoldsItsSlices) {
   const int64_t per_block = e0 - b0, rest = layout.size() - per_block * m.n_layers;
   // Slices of weights, m and v; 2 gathered; 2 gradients; the rest whole (weights, gradients)
   // with its moments sliced.
-  const uint64_t want = parallel::ModelState::sharded_blocks_bytes(per_block, m.n_layers, 4, 1) +
+  const uint64_t want = parallel::ModelState::sharded_blocks_bytes(per_block, m.n_layers, 4, 1, 1) +
                         static_cast<uint64_t>(2 * rest + 2 * ((rest + 3) / 4)) * sizeof(float);
   EXPECT_LE(r.state_memory_bytes, want + 64) << out.str();
   EXPECT_GE(r.state_memory_bytes, want - 64) << out.str();
   EXPECT_LT(r.state_memory_bytes,
             static_cast<uint64_t>(2 * nn::gpt_num_parameters(m)) * sizeof(float));
   EXPECT_THAT(out.str(), ::testing::HasSubstr("sharded over the 4 data-parallel ranks"));
+}
+
+// However far ahead the blocks are gathered (--gather-ahead D, D + 1 gather slots), the weights
+// are bitwise unsharded training's: with several micro-batches, on a pipeline stage with fewer
+// blocks than slots, beside a plan that recomputes (a recomputed unit gathers its block again),
+// and with the slices streamed from a tier (whose own read-ahead skips what it has no slot for).
+TEST(ShardedStateVariants, EveryGatherAheadGivesTheSameWeights) {
+  struct Variant {
+    std::string what;
+    parallel::GridShape grid;
+    int layers, micro_batches;
+    std::string plan;
+    bool streamed;
+  };
+  for (const Variant& v :
+       {Variant{"dp2", {2, 1, 1}, 5, 1, "", false}, Variant{"dp2 M=2", {2, 1, 1}, 5, 2, "", false},
+        Variant{"dp2 pp2", {2, 1, 2}, 6, 2, "", false},
+        Variant{"recomputed", {2, 1, 1}, 4, 1, "SRCKsRCK/p1", false},
+        Variant{"streamed", {2, 1, 1}, 6, 1, "", true}}) {
+    TrainConfig c = run(v.grid, v.layers);
+    c.micro_batches = v.micro_batches;
+    const TrainResult ref = train(c);
+    if (!v.plan.empty()) {
+      c.memory_budget = "64MiB";
+      c.ooc_plan = v.plan;
+    }
+    if (v.streamed) c.model_state = ooc::TierSpec{};  // host
+    for (int d = 1; d <= 3; ++d) {
+      c.gather_ahead = d;
+      const TrainResult r = sharded(c);
+      const std::string what = fmt::format("{}, --gather-ahead {}", v.what, d);
+      expect_bitwise(ref, r, what);
+      EXPECT_EQ(r.val_losses, ref.val_losses) << what;
+    }
+  }
+}
+
+// Each block gathered further ahead holds one more block's weights on each rank; the start-up
+// line says how far ahead and why.
+TEST(ShardedStateVariants, EachBlockAheadHoldsOneMoreBlock) {
+  TrainConfig c = run({2, 1, 1}, 6);
+  c.steps = 1;
+  c.eval_every = 0;
+  const parallel::ShardLayout layout(c.model, c.grid, 0, 0);
+  const uint64_t block =
+      static_cast<uint64_t>(layout.block_range(0).second - layout.block_range(0).first) *
+      sizeof(float);
+  std::vector<uint64_t> bytes;
+  for (int d = 1; d <= 3; ++d) {
+    std::ostringstream out;
+    c.out = &out;
+    c.gather_ahead = d;
+    bytes.push_back(sharded(c).state_memory_bytes);
+    EXPECT_THAT(out.str(), ::testing::HasSubstr(fmt::format(
+                               "gathered into {} slots before its forward and backward", d + 1)));
+    EXPECT_THAT(out.str(), ::testing::HasSubstr(fmt::format("(--gather-ahead {})", d)));
+  }
+  EXPECT_EQ(bytes[1] - bytes[0], block);
+  EXPECT_EQ(bytes[2] - bytes[1], block);
+  std::ostringstream out;
+  c.out = &out;
+  c.gather_ahead = 0;  // auto
+  sharded(c);
+  EXPECT_THAT(out.str(), ::testing::HasSubstr("ahead (--gather-ahead auto: a gather "));
+  EXPECT_THAT(out.str(), ::testing::HasSubstr(" ms, a block's forward "));
 }
 
 // The gathers show on the exchange's row of the trace, beside the updates they share a thread with.
@@ -216,6 +282,27 @@ TEST(ShardedStateVariants, TheTraceShowsTheGathers) {
   const std::string trace = testing::read_bytes(c.trace_path);
   for (const char* want : {"\"gather h.0\"", "\"gather h.3\"", "\"dp exchange h.3\""})
     EXPECT_NE(trace.find(want), std::string::npos) << want;
+}
+
+// A step of 6 blocks gathers each block once in the forward (a block gathered ahead is never
+// given up for a farther one) and all but the forward's last D + 1 again in the backward (still
+// in their slots when it turns): 12 - (D + 1) gathers a rank.
+TEST(ShardedStateVariants, GatheredAheadBlocksStayUntilUsed) {
+  ScratchDir dir;
+  TrainConfig c = run({2, 1, 1}, 6);
+  c.steps = 1;
+  c.eval_every = 0;
+  c.trace_path = dir.path("trace.json");
+  for (int d = 1; d <= 3; ++d) {
+    c.gather_ahead = d;
+    sharded(c);
+    const std::string trace = testing::read_bytes(c.trace_path);
+    int gathers = 0;
+    for (size_t at = trace.find("\"gather h."); at != std::string::npos;
+         at = trace.find("\"gather h.", at + 1))
+      ++gathers;
+    EXPECT_EQ(gathers, 2 * (12 - (d + 1))) << "--gather-ahead " << d;
+  }
 }
 
 TEST(ShardedStateVariants, WhatItCannotServeIsRefused) {
@@ -235,6 +322,14 @@ TEST(ShardedStateVariants, WhatItCannotServeIsRefused) {
   ::unsetenv("TANDEM_SCHEDULE_ADAM");
   EXPECT_THAT(forced, ::testing::HasSubstr("--shard weights needs an optimizer schedule that "
                                            "updates each rank's slice of the weights"));
+  c.gather_ahead = 2;
+  c.optimizer.sharding = parallel::Sharding::Moments;
+  EXPECT_THAT(testing::user_error_of([&] { train(c); }),
+              ::testing::HasSubstr("--gather-ahead 2 sets how far ahead --shard weights gathers "
+                                   "the blocks' weights: it needs --shard weights (got --shard "
+                                   "moments)"));
+  c.optimizer.sharding = parallel::Sharding::Weights;
+  c.gather_ahead = 0;
   c.optimizer.state_tier = ooc::TierSpec::parse("host");
   EXPECT_THAT(testing::user_error_of([&] { train(c); }),
               ::testing::HasSubstr("--shard weights with --optimizer-state host: the moments of a "

@@ -64,6 +64,20 @@ TEST(Flags, ShardNamesItsChoices) {
             "the weights (ZeRO-3: weights, gradients and moments)\n");
 }
 
+TEST(Flags, GatherAheadIsACountOrAuto) {
+  for (const char* bad : {"0", "-1", "two", "2x"}) {
+    const auto r = run_tandem(std::string("train --shard weights --gather-ahead ") + bad);
+    EXPECT_EQ(r.status, 1) << bad;
+    EXPECT_EQ(r.output, std::string("tandem: error: --gather-ahead ") + bad +
+                            ": give a count of blocks (1 or more) or auto\n");
+  }
+  const auto r = run_tandem("train --gather-ahead 2");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.output,
+            "tandem: error: --gather-ahead 2 sets how far ahead --shard weights gathers the "
+            "blocks' weights: it needs --shard weights (got --shard moments)\n");
+}
+
 TEST(Flags, PrecisionNamesItsChoices) {
   const auto r = run_tandem("train --precision fp16");
   EXPECT_EQ(r.status, 1);

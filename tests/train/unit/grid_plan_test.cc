@@ -194,11 +194,88 @@ TEST(MemoryEstimate, ShardedWeightsCountTheShardedBlocks) {
   const parallel::ShardLayout layout(c.model, c.grid, 0, 0);
   const int64_t block = layout.block_range(0).second - layout.block_range(0).first;
   EXPECT_EQ(e.sharded_blocks,
-            2 * parallel::ModelState::sharded_blocks_bytes(block, 2, 2, c.micro_batch_count()));
+            2 * parallel::ModelState::sharded_blocks_bytes(block, 2, 2, c.micro_batch_count(), 1));
   EXPECT_EQ(e.parameters, 2 * static_cast<uint64_t>(layout.size() - 2 * block) * sizeof(float));
   EXPECT_THAT(e.str(), HasSubstr("sharded blocks (--shard weights)"));
   c.optimizer.sharding = parallel::Sharding::Moments;
   EXPECT_EQ(estimate_memory(c).sharded_blocks, 0u);
+}
+
+// Each block gathered further ahead holds one more gathered block on every rank: the estimate
+// grows by exactly one block's weights a rank per step of --gather-ahead.
+TEST(MemoryEstimate, EachBlockGatheredAheadCountsOneMoreSlot) {
+  TrainConfig c = model();
+  c.grid = {2, 1, 1};
+  c.optimizer.sharding = parallel::Sharding::Weights;
+  const parallel::ShardLayout layout(c.model, c.grid, 0, 0);
+  const uint64_t block =
+      static_cast<uint64_t>(layout.block_range(0).second - layout.block_range(0).first) *
+      sizeof(float);
+  c.gather_ahead = 1;
+  const MemoryEstimate one = estimate_memory(c);
+  EXPECT_EQ(estimate_memory(model()).sharded_blocks, 0u);
+  for (int d = 2; d <= 3; ++d) {
+    c.gather_ahead = d;
+    const MemoryEstimate e = estimate_memory(c);
+    EXPECT_EQ(e.sharded_blocks - one.sharded_blocks, 2 * (d - 1) * block) << "D=" << d;
+    EXPECT_EQ(e.total() - one.total(), 2 * (d - 1) * block) << "D=" << d;
+  }
+  c.model_state = ooc::TierSpec{};  // the slices streamed: the gather slots stay in memory
+  c.gather_ahead = 1;
+  const uint64_t streamed = estimate_memory(c).sharded_blocks;
+  c.gather_ahead = 2;
+  EXPECT_EQ(estimate_memory(c).sharded_blocks - streamed, 2 * block);
+}
+
+// --gather-ahead auto: the fewest blocks whose compute covers a gather, within the stage's
+// blocks - 1, and at least one.
+TEST(GridPlan, GatherAheadCoversAGather) {
+  EXPECT_EQ(gather_ahead_for(3e-3, 1e-3, 10), 3);
+  EXPECT_EQ(gather_ahead_for(2.5e-3, 1e-3, 10), 3);
+  EXPECT_EQ(gather_ahead_for(1e-3, 1e-3, 10), 1);
+  EXPECT_EQ(gather_ahead_for(0.5e-3, 1e-3, 10), 1);  // compute dominates
+  EXPECT_EQ(gather_ahead_for(3e-3, 1e-3, 3), 2);     // 3 slots hold the stage's 3 blocks
+  EXPECT_EQ(gather_ahead_for(3e-3, 1e-3, 1), 1);
+  EXPECT_EQ(gather_ahead_for(0, 1e-3, 10), 1);
+
+  TrainConfig c = model();
+  c.model.n_layers = 8;
+  c.grid = {2, 1, 1};
+  c.optimizer.sharding = parallel::Sharding::Weights;
+  Rates r = rates();
+  const GatherTiming t = gather_timing(c, r);
+  // The link slowed until a gather takes 2.5 blocks' forward: 3 blocks ahead.
+  r.link_bytes_per_s *= (t.gather_s - r.link_latency_s) / (2.5 * t.block_forward_s);
+  r.link_latency_s = 0;
+  TrainConfig slow = c;
+  choose_gather_ahead(slow, r);
+  EXPECT_EQ(slow.gather_ahead, 3);
+  EXPECT_THAT(slow.gather_ahead_choice, HasSubstr("gathers 3 blocks ahead (--gather-ahead auto: "));
+  c.gather_ahead = 2;  // given: kept
+  choose_gather_ahead(c, r);
+  EXPECT_EQ(c.gather_ahead, 2);
+  EXPECT_EQ(c.gather_ahead_choice, "gathers 2 blocks ahead (--gather-ahead 2)");
+}
+
+// The plan gives every sharded configuration the prefetch distance auto chooses at its rates,
+// counts its memory with it and names it among the flags.
+TEST(GridPlan, ShardedConfigurationsGatherAheadByTheRule) {
+  const GridPlan p = plan_grids(model(), 4, 1ull << 30, rates());
+  int sharded = 0;
+  for (const GridOption& o : p.options) {
+    if (o.cfg.optimizer.sharding != parallel::Sharding::Weights) {
+      EXPECT_EQ(o.cfg.gather_ahead, 0) << o.describe();
+      continue;
+    }
+    ++sharded;
+    const GatherTiming t = gather_timing(o.cfg, p.rates);
+    EXPECT_EQ(o.cfg.gather_ahead,
+              gather_ahead_for(t.gather_s, t.block_forward_s, o.cfg.model.n_layers / o.cfg.grid.pp))
+        << o.describe();
+    EXPECT_EQ(o.memory_per_rank, largest_rank(o)) << o.describe();
+  }
+  EXPECT_EQ(sharded, 2);
+  EXPECT_THAT(grid_plan_report(p), HasSubstr("--shard weights --gather-ahead 1"));
 }
 
 }  // namespace
