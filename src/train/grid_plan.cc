@@ -451,11 +451,7 @@ void choose_gather_ahead(TrainConfig& cfg, const Rates& rates) {
                     cfg.gather_ahead == 1 ? "" : "s", cfg.gather_ahead);
     return;
   }
-  int fewest = cfg.model.n_layers;
-  for (int s = 0; s < cfg.grid.pp; ++s) {
-    const parallel::ShardLayout layout(cfg.model, cfg.grid, 0, s);
-    fewest = std::min(fewest, layout.end_layer() - layout.first_layer());
-  }
+  const int fewest = cfg.fewest_stage_blocks();
   const GatherTiming t = gather_timing(cfg, rates);
   cfg.gather_ahead = gather_ahead_for(t.gather_s, t.block_forward_s, fewest);
   const bool capped = cfg.gather_ahead * t.block_forward_s < t.gather_s;

@@ -41,6 +41,11 @@ int TrainConfig::micro_batch_count() const {
   return static_cast<int>(rows);
 }
 
+int TrainConfig::fewest_stage_blocks() const {
+  // As parallel::stage_first_layer splits them: the fewest hold layers / pp.
+  return std::max(1, model.n_layers / std::max(1, grid.pp));
+}
+
 void TrainConfig::validate() const {
   // The model's sizes by the flags that set them, before nn's own check names its fields.
   if (model.n_layers < 1) user_error("--layers {} must be at least 1", model.n_layers);
@@ -175,6 +180,11 @@ void TrainConfig::validate() const {
       user_error(
           "--shard weights updates each block before the whole gradient's norm is known; "
           "--clip-grad-norm cannot be used with it");
+    if (gather_ahead > most_gather_ahead())
+      user_error(
+          "--gather-ahead {}: a pipeline stage holds {} blocks here, so at most {} can be gathered "
+          "ahead of the one computing",
+          gather_ahead, fewest_stage_blocks(), most_gather_ahead());
     if (optimizer.state_tier)
       user_error(
           "--shard weights with --optimizer-state {}: the moments of a sharded model state go to "

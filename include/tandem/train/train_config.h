@@ -2,6 +2,7 @@
 // grid, data, checkpoints, outputs), and the checks that refuse a config before any rank starts.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <iosfwd>
@@ -86,6 +87,10 @@ struct TrainConfig {
   std::string gather_ahead_choice;
   // The prefetch distance the memory is counted for: gather_ahead, or 1 while auto is unchosen.
   int gather_ahead_blocks() const { return gather_ahead > 0 ? gather_ahead : 1; }
+  // The fewest blocks a pipeline stage holds (the stages split the layers as evenly as they go),
+  // and so the most a gather can be ahead of the one computing (at least 1).
+  int fewest_stage_blocks() const;
+  int most_gather_ahead() const { return std::max(1, fewest_stage_blocks() - 1); }
   // `tandem train --grid auto`: the plan's choice of grid and why (grid_plan.h), printed among
   // the start-up lines ("" otherwise).
   std::string grid_choice;

@@ -76,6 +76,11 @@ TEST(Flags, GatherAheadIsACountOrAuto) {
   EXPECT_EQ(r.output,
             "tandem: error: --gather-ahead 2 sets how far ahead --shard weights gathers the "
             "blocks' weights: it needs --shard weights (got --shard moments)\n");
+  const auto far = run_tandem("train --shard weights --layers 6 --pp 2 --gather-ahead 3");
+  EXPECT_EQ(far.status, 1);
+  EXPECT_EQ(far.output,
+            "tandem: error: --gather-ahead 3: a pipeline stage holds 3 blocks here, so at most 2 "
+            "can be gathered ahead of the one computing\n");
 }
 
 TEST(Flags, PrecisionNamesItsChoices) {
