@@ -207,9 +207,10 @@ TEST(ShardedStateVariants, EachRankHoldsItsSlices) {
 }
 
 // However far ahead the blocks are gathered (--gather-ahead D, D + 1 gather slots), the weights
-// are bitwise unsharded training's: with several micro-batches, on a pipeline stage with fewer
-// blocks than slots, beside a plan that recomputes (a recomputed unit gathers its block again),
-// and with the slices streamed from a tier (whose own read-ahead skips what it has no slot for).
+// are bitwise unsharded training's: with several micro-batches, on a pipeline stage with as many
+// slots as blocks (D = 3 of 4), beside a plan that recomputes (a recomputed unit gathers its block
+// again), and with the slices streamed from a tier (whose own read-ahead skips what it has no slot
+// for).
 TEST(ShardedStateVariants, EveryGatherAheadGivesTheSameWeights) {
   struct Variant {
     std::string what;
@@ -220,7 +221,7 @@ TEST(ShardedStateVariants, EveryGatherAheadGivesTheSameWeights) {
   };
   for (const Variant& v :
        {Variant{"dp2", {2, 1, 1}, 5, 1, "", false}, Variant{"dp2 M=2", {2, 1, 1}, 5, 2, "", false},
-        Variant{"dp2 pp2", {2, 1, 2}, 6, 2, "", false},
+        Variant{"dp2 pp2", {2, 1, 2}, 8, 2, "", false},
         Variant{"recomputed", {2, 1, 1}, 4, 1, "SRCKsRCK/p1", false},
         Variant{"streamed", {2, 1, 1}, 6, 1, "", true}}) {
     TrainConfig c = run(v.grid, v.layers);
