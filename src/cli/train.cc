@@ -9,6 +9,7 @@
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <sstream>
 
 #include "choices.h"
 #include "commands.h"
@@ -261,6 +262,70 @@ train::GridPlan plan_across(const GridFlags& g, const train::TrainConfig& base) 
   return train::plan_grids(base, g.ranks, limit, train::measure_rates(base, g.ranks, g.link_gbps));
 }
 
+// What `--grid auto` takes from the plan's choice, as text (and back): what rank 0 hands the
+// other processes of an MPI job. One field a line, the numbers on the first.
+std::string choice_text(const train::TrainConfig& c) {
+  return fmt::format("{} {} {} {} {} {}\n{}\n{}\n{}\n{}\n{}", c.grid.dp, c.grid.tp, c.grid.pp,
+                     c.resident_blocks, c.gather_ahead, c.model_state ? 1 : 0,
+                     parallel::sharding_name(c.optimizer.sharding),
+                     c.model_state ? c.model_state->str() : "", c.memory_budget,
+                     c.gather_ahead_choice, c.grid_choice);
+}
+
+void apply_choice_text(const std::string& text, train::TrainConfig& c) {
+  std::istringstream in(text);
+  int has_tier = 0;
+  in >> c.grid.dp >> c.grid.tp >> c.grid.pp >> c.resident_blocks >> c.gather_ahead >> has_tier;
+  std::string rest_of_line, sharding, tier;
+  std::getline(in, rest_of_line);
+  std::getline(in, sharding);
+  std::getline(in, tier);
+  std::getline(in, c.memory_budget);
+  std::getline(in, c.gather_ahead_choice);
+  std::getline(in, c.grid_choice);
+  c.optimizer.sharding = parse_sharding(sharding);
+  c.model_state.reset();
+  if (has_tier != 0) c.model_state = ooc::TierSpec::parse(tier);
+}
+
+// --grid auto: the grid, sharding, model-state placement, budget and prefetch distance of the
+// plan's recommendation. Under MPI the processes would each plan on their own measurements (and
+// by default their own machine's memory) and could choose differently: rank 0 plans and every
+// process takes its choice; should rank 0 find none, all stop and rank 0 says why.
+void take_plans_choice(const GridFlags& g, train::TrainConfig& cfg) {
+  auto choose = [&] {
+    const train::GridPlan plan = plan_across(g, cfg);
+    train::TrainConfig c = cfg;
+    const train::TrainConfig& best = plan.best().cfg;
+    c.grid = best.grid;
+    c.optimizer.sharding = best.optimizer.sharding;
+    c.model_state = best.model_state;
+    c.resident_blocks = best.resident_blocks;
+    c.memory_budget = best.memory_budget;
+    c.gather_ahead = best.gather_ahead;
+    c.gather_ahead_choice = best.gather_ahead_choice;
+    c.grid_choice = train::grid_choice_line(plan);
+    return c;
+  };
+  if (cfg.backend != comm::Backend::Mpi) {
+    cfg = choose();
+    return;
+  }
+  const std::unique_ptr<comm::Communicator> world = comm::mpi_world();
+  std::string text;
+  if (world->rank() == 0) {
+    try {
+      text = "ok\n" + choice_text(choose());
+    } catch (const UserError& e) {
+      text = std::string("error\n") + e.what();
+    }
+  }
+  text = comm::broadcast_string(*world, text);
+  const size_t line = text.find('\n');
+  if (text.substr(0, line) != "ok") throw comm::CollectiveError(text.substr(line + 1));
+  apply_choice_text(text.substr(line + 1), cfg);
+}
+
 }  // namespace
 
 void add_train(CLI::App& app) {
@@ -398,18 +463,7 @@ void add_train(CLI::App& app) {
                         cmd->get_option("--shard"), cmd->get_option("--memory-budget"),
                         cmd->get_option("--ooc-plan")});
     train::TrainConfig cfg = config_of(*flags, sizes, tier, across);
-    if (across) {
-      const train::GridPlan plan = plan_across(g, cfg);
-      const train::TrainConfig& best = plan.best().cfg;
-      cfg.grid = best.grid;
-      cfg.optimizer.sharding = best.optimizer.sharding;
-      cfg.model_state = best.model_state;
-      cfg.resident_blocks = best.resident_blocks;
-      cfg.memory_budget = best.memory_budget;
-      cfg.gather_ahead = best.gather_ahead;
-      cfg.gather_ahead_choice = best.gather_ahead_choice;
-      cfg.grid_choice = train::grid_choice_line(plan);
-    }
+    if (across) take_plans_choice(g, cfg);
     const train::TrainResult r = train::train(cfg);
     if (r.stopped_by_signal != 0) throw StoppedBySignal{r.stopped_by_signal};
   });

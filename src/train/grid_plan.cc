@@ -445,10 +445,11 @@ int gather_ahead_for(double gather_s, double block_s, int blocks) {
 
 void choose_gather_ahead(TrainConfig& cfg, const Rates& rates) {
   if (cfg.optimizer.sharding != parallel::Sharding::Weights) return;
-  if (cfg.gather_ahead > 0) {
-    cfg.gather_ahead_choice =
-        fmt::format("gathers {} block{} ahead (--gather-ahead {})", cfg.gather_ahead,
-                    cfg.gather_ahead == 1 ? "" : "s", cfg.gather_ahead);
+  if (cfg.gather_ahead > 0) {  // given, or chosen before (by --grid auto's plan, which says why)
+    if (cfg.gather_ahead_choice.empty())
+      cfg.gather_ahead_choice =
+          fmt::format("gathers {} block{} ahead (--gather-ahead {})", cfg.gather_ahead,
+                      cfg.gather_ahead == 1 ? "" : "s", cfg.gather_ahead);
     return;
   }
   const int fewest = cfg.fewest_stage_blocks();
