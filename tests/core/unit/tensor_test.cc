@@ -46,6 +46,23 @@ TEST(Tensor, ConvertsBetweenDTypes) {
   EXPECT_EQ(t.to(DType::F16).get(2), 1.0f);
 }
 
+// Every element takes the value, rounded to the dtype as set() rounds it, and nothing past the
+// end is written (the element after a view is left alone).
+TEST(Tensor, FillSetsEveryElementAsSetWould) {
+  for (DType d : {DType::F32, DType::BF16, DType::F16})
+    for (int64_t n : {0, 1, 2, 1001}) {
+      Tensor whole = Tensor::zeros(d, {n + 1});
+      whole.set(n, 9.0f);
+      const Tensor t = whole.flat_slice(0, n);
+      const float v = 1.0f + 0x1p-12f;
+      t.fill(v);
+      Tensor one = Tensor::empty(d, {1});
+      one.set(0, v);
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(t.get(i), one.get(0)) << dtype_name(d) << " " << i;
+      EXPECT_EQ(whole.get(n), 9.0f) << dtype_name(d);
+    }
+}
+
 TEST(Tensor, TypedAccessChecksTheDType) {
   Tensor t = Tensor::empty(DType::BF16, {2});
   EXPECT_NO_THROW(t.data_as<uint16_t>());
