@@ -128,23 +128,23 @@ fs::path output_folder(const std::string& out) {
 
 void emit_cuda(const dsl::Program& program, const schedule::NamedSchedule& s, const EmitFlags& f) {
   if (f.out.empty()) user_error("--target cuda writes a folder: give it with -o DIR");
-  // Checked before anything is written.
+  // Checked before anything is written: the rank counts, then the sizes.
   for (int r : f.ranks) {
     if (r < 1) user_error("--ranks {}: a rank count is at least 1", r);
     if (r % program.groups() != 0)
       user_error("--ranks {}: program '{}' has {} groups; give multiples of {}", r, program.name(),
                  program.groups(), program.groups());
   }
+  const dsl::SymbolMap wanted = tune::parse_sizes(program, f.sizes, default_sizes());
+  int modulus = 8;
+  for (int r : f.ranks) modulus = std::max(modulus, 8 * r);
+  const dsl::SymbolMap sizes = tune::shrink_sizes(program, wanted, kCheckElems, modulus);
   const schedule::Plan plan = s.schedule.lower();
   const std::string name = file_stem(program.name() + "_" + s.name);
   const codegen::CudaProgram prog = codegen::emit_cuda(plan, name);
   const fs::path dir = output_folder(f.out);
   io::write_file_atomic((dir / (name + ".cu")).string(), prog.source);
   io::write_file_atomic((dir / "Makefile").string(), prog.makefile);
-  const dsl::SymbolMap wanted = tune::parse_sizes(program, f.sizes, default_sizes());
-  int modulus = 8;
-  for (int r : f.ranks) modulus = std::max(modulus, 8 * r);
-  const dsl::SymbolMap sizes = tune::shrink_sizes(program, wanted, kCheckElems, modulus);
   for (int r : f.ranks)
     write_reference(program, plan, r, sizes, dir / "check" / fmt::format("np{}", r));
   fmt::print("wrote {}/{}.cu and {}/Makefile; reference results for {} rank(s) at {} in {}/check\n",

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 
 #include "support/cli.h"
@@ -178,6 +179,18 @@ TEST(TuneCliErrors, EmitOutputFolders) {
   std::ifstream f(out + "/adam_AR_C.cpp");
   const std::string written((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   EXPECT_EQ(written, testing::run_tandem("emit adam --schedule AR-C --target cpp").output);
+}
+
+// A CUDA emit refused for its rank counts or its sizes writes nothing: not even the folder.
+TEST(TuneCliErrors, ARefusedEmitWritesNothing) {
+  testing::TempCacheDir dir("emit-refused");
+  const std::string out = (dir.path() / "out").string();
+  for (const std::string bad : {"--ranks 0", "--size N=0", "--sizes N=0"}) {
+    const testing::CommandResult r =
+        testing::run_tandem("emit adam --schedule AR-C --target cuda -o '" + out + "' " + bad);
+    EXPECT_EQ(r.status, 1) << bad << "\n" << r.output;
+    EXPECT_FALSE(std::filesystem::exists(out)) << bad;
+  }
 }
 
 // Every candidate failing its set-up with the same UserError (a cache folder that cannot be
