@@ -104,15 +104,15 @@ Library load() {
 // read after the call as a race. A thread-sanitized build keeps each call on its calling thread,
 // as gemm.cc does for oneDNN; the thread count callers ask for is still recorded and reported.
 #if defined(__SANITIZE_THREAD__)
-constexpr int kMostLibraryThreads = 1;
+constexpr bool kCallingThreadOnly = true;
 #else
-constexpr int kMostLibraryThreads = 1 << 20;
+constexpr bool kCallingThreadOnly = false;
 #endif
 
 const Library& library() {
   static const Library lib = [] {
     Library loaded = load();
-    if (kMostLibraryThreads == 1 && loaded.set_threads != nullptr) loaded.set_threads(1);
+    if (kCallingThreadOnly && loaded.set_threads != nullptr) loaded.set_threads(1);
     return loaded;
   }();
   return lib;
@@ -185,7 +185,7 @@ Threads& threads() {
 }
 
 void apply(const Library& lib, int n) {
-  if (lib.set_threads != nullptr) lib.set_threads(std::min(n, kMostLibraryThreads));
+  if (lib.set_threads != nullptr) lib.set_threads(kCallingThreadOnly ? 1 : n);
 }
 
 }  // namespace
