@@ -9,8 +9,8 @@
 // its p - 1 steps, where the reference reduces f32 copies and rounds once. The thread backend's
 // direct algorithm combines every rank's values in f32 and rounds once, as the reference does, and
 // a ring of 2 rounds once too, so this only concerns the ring (MPI) on 3 or more ranks. There the
-// reduced value may differ by p - 2 extra roundings, each at most half an ulp of bf16 (2^-9
-// relative), about 0.4% for p = 4; what is computed from it moves by the same relative amount
+// reduced value may differ by p - 2 extra roundings, each at most half an ulp of bf16 (2^-8
+// relative), about 0.8% for p = 4; what is computed from it moves by the same relative amount
 // (the inputs of exec/schedule_checks.h are positive, so nothing cancels), hence 1e-2 relative.
 #pragma once
 

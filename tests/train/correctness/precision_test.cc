@@ -80,7 +80,7 @@ TEST(Precision, Bf16LossWithinTwoPercentOfFp32) {
 }
 
 // Gradients exchanged in bf16 (--grad-dtype bf16) on two data-parallel ranks of a bf16 run: each
-// rank's gradient is rounded to bf16 (a relative 2^-9 at most, unbiased), summed in f32 and
+// rank's gradient is rounded to bf16 (a relative 2^-8 at most, unbiased), summed in f32 and
 // rounded again; the moments and the master weights stay f32, so the loss tracks the f32
 // gradients' within the same 2%.
 TEST(Precision, Bf16GradientsLossWithinTwoPercentOfF32Gradients) {
