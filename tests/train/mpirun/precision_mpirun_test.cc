@@ -29,7 +29,7 @@ struct GridRun {
 // `tandem train` on the 2x2x2 grid in bf16 with bf16 tensor-parallel exchanges; `launch` is the
 // mpirun prefix ("" for the thread backend).
 GridRun train_grid(const ScratchDir& dir, const std::string& name, const std::string& launch,
-               const std::string& backend) {
+                   const std::string& backend) {
   const std::string metrics = dir.path("metrics-" + name + ".jsonl");
   GridRun r;
   r.result = tandem::testing::run_command(fmt::format(
