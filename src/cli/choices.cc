@@ -35,6 +35,15 @@ DType parse_grad_dtype(const std::string& text) {
       text);
 }
 
+DType parse_tp_dtype(const std::string& text) {
+  for (DType t : {DType::F32, DType::BF16})
+    if (text == dtype_name(t)) return t;
+  user_error(
+      "--tp-dtype {}: the tensor-parallel dtypes are f32 and bf16 (or auto: the autotuner's "
+      "choice)",
+      text);
+}
+
 DType parse_precision(const std::string& text) {
   if (text == "fp32") return DType::F32;
   if (text == "bf16") return DType::BF16;

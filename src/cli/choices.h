@@ -20,6 +20,7 @@ comm::Backend parse_backend(const std::string& text);      // --backend thread|m
 exec::RunnerKind parse_executor(const std::string& text);  // --executor compiled|plan|reference
 parallel::OptimizerKind parse_optimizer(const std::string& text);  // --optimizer adamw|lamb
 DType parse_grad_dtype(const std::string& text);                   // --grad-dtype f32|bf16
+DType parse_tp_dtype(const std::string& text);                     // --tp-dtype f32|bf16
 // --precision fp32|bf16|auto: the matmuls' type; auto is bf16 where core/bf16.h says bf16 is
 // native on this CPU, else fp32.
 DType parse_precision(const std::string& text);

@@ -37,7 +37,10 @@ const dsl::SymbolMap& default_sizes();
 // `tandem emit`: prints the generated source of one schedule (src/cli/emit.cc).
 void add_emit(CLI::App& app);
 // The named workload, with `dtype` ("" for its default) as its gradient dtype (adam, lamb) or
-// tensor dtype (megatron_layer, pipeline_stage); unknown names are UserErrors listing the choices.
-dsl::Program workload_program(const std::string& name, const std::string& dtype);
+// tensor dtype (megatron_layer, pipeline_stage), and for the layers `wire` ("" for dtype) as
+// the type of x, w, their product and its all-reduce (dsl::workloads::megatron_layer); unknown
+// names are UserErrors listing the choices.
+dsl::Program workload_program(const std::string& name, const std::string& dtype,
+                              const std::string& wire = "");
 
 }  // namespace tandem::cli

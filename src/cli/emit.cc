@@ -40,6 +40,7 @@ struct EmitFlags {
   std::string schedule;
   std::string target = "cpp";
   std::string dtype;
+  std::string wire;
   std::string out;
   std::vector<int> ranks = {1, 2};
   std::vector<std::string> sizes;
@@ -189,7 +190,7 @@ void run_emit(const EmitFlags& f) {
   const std::vector<std::string> targets = {"cpp", "cuda"};
   if (f.target != "cpp" && f.target != "cuda")
     user_error("--target '{}' is not a target; targets: {}", f.target, fmt::join(targets, ", "));
-  const dsl::Program program = workload_program(f.workload, f.dtype);
+  const dsl::Program program = workload_program(f.workload, f.dtype, f.wire);
   if (f.list) {
     for (const auto& s : schedule::enumerate_schedules(program)) fmt::print("{}\n", s.name);
     return;
@@ -235,6 +236,8 @@ void add_emit(CLI::App& app) {
       "--target cuda: NAME=EXTENT for the check (shrunk to at most 65536 elements a value)");
   cmd->add_option("--dtype", f->dtype,
                   "Gradient dtype (adam, lamb) or tensor dtype (layers): f32, bf16, f16");
+  cmd->add_option("--wire", f->wire,
+                  "Layers: the type of x, w, their product and its all-reduce (default --dtype)");
   cmd->add_flag("--list", f->list, "List the workload's schedules instead");
   cmd->callback([f] { run_emit(*f); });
 }

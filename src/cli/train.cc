@@ -366,6 +366,16 @@ void add_train(CLI::App& app) {
          "Gradients in the optimizer program: f32, bf16 (half the bytes reduced; f32 master "
          "weights), or auto (the faster of the two in the autotuner's records: --tune makes them)")
       ->default_str(std::string(dtype_name(c.optimizer.grad_dtype)));
+  cmd->add_option_function<std::string>(
+         "--tp-dtype",
+         [&c](const std::string& text) {
+           c.tp_dtype_auto = text == "auto";
+           if (!c.tp_dtype_auto) c.tp_dtype = parse_tp_dtype(text);
+         },
+         "What the tensor-parallel exchanges carry (--tp 2 or more): f32, bf16 (the epilogue's "
+         "all-reduce and the backward's input-gradient sum in half the bytes; needs --precision "
+         "bf16), or auto (the faster of the two in the autotuner's records: --tune makes them)")
+      ->default_str(std::string(dtype_name(c.tp_dtype)));
   add_choice(cmd, "--grad-exchange", c.optimizer.exchange, parse_grad_exchange,
              "overlap: each bucket's data-parallel exchange and update start as soon as the "
              "backward is done "

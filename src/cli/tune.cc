@@ -36,6 +36,7 @@ struct TuneFlags {
   std::vector<std::string> sizes;
   std::vector<std::string> only;
   std::string dtype;
+  std::string wire;
   exec::RunnerKind executor = exec::RunnerKind::Compiled;
   int reps = 5;
   int warmup = 1;
@@ -203,6 +204,7 @@ void print_json(const tune::TuneResult& r) {
     for (const auto& s : f.sizes) args.push_back(s);
   }
   if (!f.dtype.empty()) args.insert(args.end(), {"--dtype", f.dtype});
+  if (!f.wire.empty()) args.insert(args.end(), {"--wire", f.wire});
   if (!f.only.empty()) {
     args.push_back("--schedules");
     for (const auto& s : f.only) args.push_back(s);
@@ -239,7 +241,7 @@ void run_tune(const TuneFlags& f) {
         "(more only oversubscribe this machine and exhaust its memory); use --backend mpi "
         "for more",
         f.ranks, comm::kMaxThreadRanks);
-  const dsl::Program program = workload_program(f.workload, f.dtype);
+  const dsl::Program program = workload_program(f.workload, f.dtype, f.wire);
   tune::TuneOptions o;
   o.sizes = tune::parse_sizes(program, f.sizes, default_sizes());
   o.reps = f.reps;
@@ -295,8 +297,19 @@ void run_tune(const TuneFlags& f) {
 
 }  // namespace
 
-dsl::Program workload_program(const std::string& name, const std::string& dtype) {
+dsl::Program workload_program(const std::string& name, const std::string& dtype,
+                              const std::string& wire) {
   dsl::Program p = dsl::workloads::by_name(name);  // an unknown name: a UserError listing them
+  const bool layer = name == "megatron_layer" || name == "pipeline_stage";
+  if (!wire.empty()) {
+    if (!layer)
+      user_error("--wire {}: only the layers (megatron_layer, pipeline_stage) take a wire dtype",
+                 wire);
+    const DType t = dtype.empty() ? DType::F32 : parse_dtype(dtype);
+    const DType w = parse_dtype(wire);
+    return name == "megatron_layer" ? dsl::workloads::megatron_layer(t, 0.1, w)
+                                    : dsl::workloads::pipeline_stage(t, 0.1, w);
+  }
   if (dtype.empty()) return p;
   const DType t = parse_dtype(dtype);
   // The dtype a workload takes: the gradient's for the optimizers, every tensor's for the layers.
@@ -340,6 +353,9 @@ void add_tune(CLI::App& app) {
                   "Time only these schedules (and the baseline); default: search");
   cmd->add_option("--dtype", f->dtype,
                   "Gradient dtype (adam, lamb) or tensor dtype (layers): f32, bf16, f16");
+  cmd->add_option("--wire", f->wire,
+                  "Layers: the type of x, w, their product and its all-reduce (default --dtype; "
+                  "f32 --dtype with bf16 --wire is bf16 training's tensor-parallel exchange)");
   add_choice(cmd, "--executor", f->executor, parse_executor,
              "compiled (the CPU JIT), plan (plan runner) or reference (the interpreter)",
              exec::runner_kind_name(f->executor));

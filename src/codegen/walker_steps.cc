@@ -515,9 +515,11 @@ MatmulDims Walker::matmul_dims(const Step& s, bool in_pipe) {
   return d;
 }
 void Walker::footprint(const Step& s, std::set<int>& reads, std::set<int>& writes) {
+  // -1: no value (a completing gather's operand: it reads and writes its own buffer, its stage).
   auto rd = [&](int id) {
+    if (id < 0) return;
     id = look_through(id);
-    if (id >= 0 && val(root(id)).storage != Storage::None) reads.insert(root(id));
+    if (val(root(id)).storage != Storage::None) reads.insert(root(id));
   };
   auto wr = [&](int id) {
     if (id >= 0 && val(root(id)).storage != Storage::None) writes.insert(root(id));

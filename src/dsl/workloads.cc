@@ -102,17 +102,20 @@ Expr lamb_step(const Expr& lr, const Expr& w_mine, const Expr& w_part, const Exp
   return w_part - (segmented ? segment_scale(factor, r) : factor * r);
 }
 
-// The row-parallel layer on `group`; returns its output.
-Expr megatron_body(Program& p, DType dtype, double dropout_p, int group) {
-  const Expr x = p.input(dtype, {"B", "K"}, Sliced(1), "x", group);  // this rank's columns of x
-  const Expr w = p.input(dtype, {"K", "H"}, Sliced(0), "w", group);  // the matching rows of w
+// The row-parallel layer on `group`; returns its output. x, w, their product and its sum are
+// `wire`; bias, residual and everything after the sum are `dtype` (the sum cast to it where the
+// two differ). The product is computed in f32 and rounded to wire when stored (ir.h, Types).
+Expr megatron_body(Program& p, DType dtype, double dropout_p, int group, DType wire) {
+  const Expr x = p.input(wire, {"B", "K"}, Sliced(1), "x", group);  // this rank's columns of x
+  const Expr w = p.input(wire, {"K", "H"}, Sliced(0), "w", group);  // the matching rows of w
   const Expr bias = p.input(dtype, {"H"}, Replicated, "bias", group);
   const Expr residual = p.input(dtype, {"B", "H"}, Replicated, "residual", group);
   const Expr seed = p.scalar("seed");
 
   const Expr y = matmul(x, w).named("y");       // Partial: each rank's product of its K-slice
   const Expr z = AllReduce(Sum, y).named("z");  // the full product, on every rank
-  const Expr a = (z + bias).named("a");         // bias [H] broadcasts over the B rows
+  const Expr sum = wire == dtype ? z : cast(z, dtype).named("z_cast");
+  const Expr a = (sum + bias).named("a");  // bias [H] broadcasts over the B rows
   const Expr d = dropout(a, dropout_p, seed).named("d");
   return (d + residual).named("out");
 }
@@ -186,10 +189,17 @@ Program grad_norm() {
   return p;
 }
 
-Program sum_in_place() {
+Program sum_in_place(DType wire) {
   Program p("sum_in_place");
   const Expr g = p.input(F32, {"N"}, Local, "g");
-  update(g, AllReduce(Sum, g).named("g_sum")).named("g1");
+  if (wire == F32) {
+    update(g, AllReduce(Sum, g).named("g_sum")).named("g1");
+    return p;
+  }
+  // Each rank's g rounded to the wire's type, summed in it, widened back into g.
+  const Expr narrow = cast(g, wire).named("g_wire");
+  const Expr sum = AllReduce(Sum, narrow).named("g_sum");
+  update(g, cast(sum, F32).named("g_wide")).named("g1");
   return p;
 }
 
@@ -201,15 +211,15 @@ Program grad_handoff() {
   return p;
 }
 
-Program megatron_layer(DType dtype, double dropout_p) {
+Program megatron_layer(DType dtype, double dropout_p, std::optional<DType> wire) {
   Program p("megatron_layer");
-  p.output(megatron_body(p, dtype, dropout_p, 0), "out");
+  p.output(megatron_body(p, dtype, dropout_p, 0, wire.value_or(dtype)), "out");
   return p;
 }
 
-Program pipeline_stage(DType dtype, double dropout_p) {
+Program pipeline_stage(DType dtype, double dropout_p, std::optional<DType> wire) {
   Program p("pipeline_stage", 2);
-  const Expr out = megatron_body(p, dtype, dropout_p, 0);
+  const Expr out = megatron_body(p, dtype, dropout_p, 0, wire.value_or(dtype));
   p.output(out, "out");
   // Rank i of group 0 hands its copy of the activations to rank i of group 1.
   const Expr sent = Send(out, 1).named("out_to_next");

@@ -162,6 +162,15 @@ ParallelGPT::ParallelGPT(const nn::GPTConfig& config, Grid& grid, int micro_rows
                    layout_.stage() == grid.coord().pp && layout_.tp() == grid.shape().tp,
                "a model state of another rank's layout");
   const int tp = grid.shape().tp, B = micro_rows;
+  if (options.tp_dtype != DType::F32 && options.tp_dtype != DType::BF16)
+    user_error("the tensor-parallel exchanges carry f32 or bf16, not {}",
+               dtype_name(options.tp_dtype));
+  if (options.tp_dtype == DType::BF16 && config.matmul != DType::BF16)
+    user_error(
+        "bf16 tensor-parallel exchanges carry bf16 matmuls' operands and products: they need bf16 "
+        "matmuls (the model's are {})",
+        dtype_name(config.matmul));
+  if (tp > 1) tp_dtype_ = options.tp_dtype;
   if (memory_ == nullptr) {
     resident_ = std::make_unique<Resident>(
         config, layout_, tp, B, T,
@@ -185,14 +194,15 @@ ParallelGPT::ParallelGPT(const nn::GPTConfig& config, Grid& grid, int micro_rows
   for (int v = 0; v < variants; ++v) {
     const double pv = v == 0 ? p : 0.0;
     if (any_shard)
-      pr.megatron[v] = program_runner(dsl::workloads::megatron_layer(DType::F32, pv),
+      pr.megatron[v] = program_runner(dsl::workloads::megatron_layer(DType::F32, pv, tp_dtype_),
                                       options.epilogue_schedules, options.executor);
     if (grid.to_next() != nullptr)
-      pr.pipeline[v] = program_runner(dsl::workloads::pipeline_stage(DType::F32, pv),
+      pr.pipeline[v] = program_runner(dsl::workloads::pipeline_stage(DType::F32, pv, tp_dtype_),
                                       options.pipeline_schedules, options.executor);
     if (grid.from_prev() != nullptr)
-      pr.pipeline_recv[v] = program_runner(dsl::workloads::pipeline_stage(DType::F32, pv),
-                                           options.pipeline_recv_schedules, options.executor);
+      pr.pipeline_recv[v] =
+          program_runner(dsl::workloads::pipeline_stage(DType::F32, pv, tp_dtype_),
+                         options.pipeline_recv_schedules, options.executor);
   }
   for (int v = 0; v < variants; ++v)
     if (pr.megatron[v]) {
@@ -217,8 +227,8 @@ ParallelGPT::ParallelGPT(const nn::GPTConfig& config, Grid& grid, int micro_rows
     pr.grad_recv = pr.handoff->prepare(*grid.to_next(), {{"N", N * C}}, {"d_prev"});
   }
   if (any_shard && tp > 1) {
-    pr.tp_sum_program =
-        program_runner(dsl::workloads::sum_in_place(), options.tp_sum_schedules, options.executor);
+    pr.tp_sum_program = program_runner(dsl::workloads::sum_in_place(tp_dtype_),
+                                       options.tp_sum_schedules, options.executor);
     pr.tp_sum = pr.tp_sum_program->prepare(grid.tp(), {{"N", N * C}}, {"g"});
   }
   if (grid.tied() != nullptr) {  // after the links, on both ends (the order every stage keeps)
@@ -311,8 +321,8 @@ void ParallelGPT::run_epilogue(const EpilogueArgs& e, bool training, bool bounda
   exec::Runner& s = boundary ? *programs_->send[v]
                     : e.mlp  ? *programs_->mlp[v]
                              : *programs_->attn[v];
-  s.bind("x", view(e.x, Shape{e.N * (e.K / tp)}));
-  s.bind("w", view(e.w, Shape{(e.K / tp) * e.H}));
+  s.bind("x", Tensor::view_of(const_cast<void*>(e.x), e.operands, Shape{e.N * (e.K / tp)}));
+  s.bind("w", Tensor::view_of(const_cast<void*>(e.w), e.operands, Shape{(e.K / tp) * e.H}));
   s.bind("bias", view(e.bias, Shape{e.H}));
   s.bind("residual", view(e.residual, Shape{e.N * e.H}));
   s.bind("out", view(e.out, Shape{e.N * e.H}));
@@ -355,8 +365,11 @@ void ParallelGPT::unit_forward(int k, int u, const nn::StepRng& rng, bool traini
   const UnitArgs a = unit_args(k, u);
   nn::Workspace& ws = memory_->workspace();
   if (shard_path(a.layer)) {
-    const ShardBlock sb{
-        config_, grid_.shape().tp, grid_.coord().tp, {}};  // the forward sums nothing
+    const ShardBlock sb{config_,
+                        grid_.shape().tp,
+                        grid_.coord().tp,
+                        {},  // the forward sums nothing
+                        tp_dtype_};
     // The stage's last MLP at a pipeline boundary hands its output to the next stage.
     const bool boundary = a.half == nn::BlockHalf::Mlp && a.layer == layout_.end_layer() - 1 &&
                           grid_.to_next() != nullptr;

@@ -33,30 +33,58 @@ void round_to_bf16(const float* src, float* dst, int64_t n) {
   });
 }
 
+// dst (n) = src (n) rounded to bf16, split over threads.
+void narrow(const float* src, bf16* dst, int64_t n) {
+  parallel_for(n, int64_t{1} << 16, [&](int64_t b, int64_t e) {
+    to_bf16(src + b, dst + b, static_cast<size_t>(e - b));
+  });
+}
+
 // dst (n) = src (n) widened to f32 (exact), split over threads.
 void widen(const bf16* src, float* dst, int64_t n) {
   parallel_for(n, int64_t{1} << 16,
                [&](int64_t b, int64_t e) { to_f32(src + b, dst + b, static_cast<size_t>(e - b)); });
 }
 
-// In bf16, the epilogue's projection multiplies bf16 values: x and w rounded to them in f32
-// scratch (x, saved in bf16 (nn::act_dtype), widened; one saved in f32, rounded: the same
-// values). The DSL program's f32 matmul then computes what a bf16 GEMM with f32 accumulation
-// does (a product of two bf16 values is exact in f32; only the order of the additions may
-// differ), with f32 bias, dropout and residual, and no mixed-type program.
-void epilogue_operands(EpilogueArgs& e, const Tensor& x_saved, nn::Workspace& ws, int tp) {
-  if (ws.matmul().type != DType::BF16) {
-    e.x = x_saved.data_as<float>();
+// In bf16, the epilogue's projection multiplies bf16 values. With a bf16 wire the program takes
+// them as they are: x as saved (bf16 by nn::act_dtype; a slot bound to f32 rounded into the
+// workspace's bf16 rows), w as a bf16 copy in the workspace's bf16 `other` (free between nn's
+// kernels), the values nn's own linear layers multiply. With an f32 wire, x and w rounded to bf16
+// values in f32 scratch (x, saved in bf16, widened; one saved in f32, rounded: the same values):
+// the program's f32 matmul then computes what a bf16 GEMM with f32 accumulation does (a product
+// of two bf16 values is exact in f32; only the order of the additions may differ), with f32
+// bias, dropout and residual.
+void epilogue_operands(EpilogueArgs& e, const Tensor& x_saved, nn::Workspace& ws, int tp,
+                       DType wire) {
+  const nn::MatmulPrecision mm = ws.matmul();
+  if (mm.type != DType::BF16) {
+    TANDEM_CHECK(wire == DType::F32, "a {} tensor-parallel wire with f32 matmuls",
+                 dtype_name(wire));
+    e.x = x_saved.data();
     return;
   }
   const int64_t k = e.K / tp;
+  if (wire == DType::BF16) {
+    TANDEM_CHECK(mm.other_size >= k * e.H && mm.rows_size >= e.N * k,
+                 "the workspace's bf16 scratch is too small for the epilogue's operands");
+    if (x_saved.dtype() == DType::BF16) {
+      e.x = x_saved.data();
+    } else {
+      narrow(x_saved.data_as<float>(), mm.rows, e.N * k);
+      e.x = mm.rows;
+    }
+    narrow(static_cast<const float*>(e.w), mm.other, k * e.H);
+    e.w = mm.other;
+    e.operands = DType::BF16;
+    return;
+  }
   float* x = ws.wide();            // (N, K/tp): free in a forward
   float* w = ws.rounded_weight();  // (K/tp, H), at most 4C x C
   if (x_saved.dtype() == DType::BF16)
     widen(x_saved.data_as<bf16>(), x, e.N * k);
   else
     round_to_bf16(x_saved.data_as<float>(), x, e.N * k);
-  round_to_bf16(e.w, w, k * e.H);
+  round_to_bf16(static_cast<const float*>(e.w), w, k * e.H);
   e.x = x;
   e.w = w;
 }
@@ -175,7 +203,7 @@ void shard_half_forward(const ShardBlock& sb, int layer, nn::BlockHalf half,
     e.seed = epilogue_seed(rng, layer, nn::DropoutSite::MlpResidual);
     e.mlp = true;
   }
-  epilogue_operands(e, x_saved, ws, sb.tp);
+  epilogue_operands(e, x_saved, ws, sb.tp, sb.wire);
   epilogue(e);
 }
 

@@ -87,6 +87,7 @@ std::vector<std::pair<std::string, std::string>> agreeing_settings(const TrainCo
       {"--optimizer", std::string(parallel::optimizer_name(o.kind))},
       {"--grad-dtype",
        c.grad_dtype_auto ? std::string("auto") : std::string(dtype_name(o.grad_dtype))},
+      {"--tp-dtype", c.tp_dtype_auto ? std::string("auto") : std::string(dtype_name(c.tp_dtype))},
       {"--beta1", fmt::format("{}", o.beta1)},
       {"--beta2", fmt::format("{}", o.beta2)},
       {"--eps", fmt::format("{}", o.eps)},

@@ -261,7 +261,9 @@ Stage model_stage(const TrainConfig& cfg, int s, const Rates& r) {
   const auto [attn_s, mlp_s] = half_block_matmuls(cfg, r);
   const double head_s = layout.has_final() ? 2 * tokens * C * V / rate : 0;
   const double act_bytes = tokens * C * sizeof(float);
-  const double tp_s = g.tp > 1 ? lat + 2.0 * (g.tp - 1) / g.tp * act_bytes / bw : 0;
+  // The tensor-parallel exchanges in their dtype (--tp-dtype; auto counted as f32).
+  const double tp_bytes = act_bytes / sizeof(float) * dtype_size(cfg.tp_dtype);
+  const double tp_s = g.tp > 1 ? lat + 2.0 * (g.tp - 1) / g.tp * tp_bytes / bw : 0;
   const double handoff_s = lat + act_bytes / bw;
   const bool zero3 = cfg.optimizer.sharding == parallel::Sharding::Weights;
   // A gather overlaps the blocks computing before it; the stage's first has nothing to hide

@@ -95,30 +95,72 @@ parallel::ProgramOptions ScheduleChoice::model_programs(int rows) {
   const int64_t N = static_cast<int64_t>(rows) * cfg_.model.seq_len, C = cfg_.model.d_model;
   const dsl::SymbolMap sizes = {{"B", N}, {"K", 4 * C}, {"H", C}};
   const double p = cfg_.model.dropout;
-  bool shard = cfg_.grid.tp > 1 || (cfg_.grid.pp > 1 && !grid_.last_stage());
-  if (shard) {
-    const Tuned w = tuned_schedule(dsl::workloads::megatron_layer(DType::F32, p), grid_.tp(), sizes,
-                                   cfg_.tune, executor_);
-    from_autotuner_ |= !w.schedule.empty();
-    o.epilogue_schedules = prefer(w, o.epilogue_schedules);
+  const bool tp = cfg_.grid.tp > 1;
+  bool shard = tp || (cfg_.grid.pp > 1 && !grid_.last_stage());
+  // The epilogue and the backward's sum of input gradients, (rows x seq_len, d_model), with the
+  // tensor-parallel exchanges in `wire`.
+  auto epilogue = [&](DType wire) {
+    return tuned_schedule(dsl::workloads::megatron_layer(DType::F32, p, wire), grid_.tp(), sizes,
+                          cfg_.tune, executor_);
+  };
+  auto tp_sum = [&](DType wire) {
+    return tuned_schedule(dsl::workloads::sum_in_place(wire), grid_.tp(), {{"N", N * C}}, cfg_.tune,
+                          executor_);
+  };
+  tp_dtype_reason_.clear();
+  Tuned epilogue_w, sum_w;  // the chosen wire's
+  if (tp && cfg_.tp_dtype_auto && cfg_.model.matmul == DType::BF16) {
+    // Both wires' records, then one choice for the whole run: bf16 only where every
+    // tensor-parallel group's records time the epilogue and the sum together faster with it (the
+    // groups of other pipeline stages run the same sizes, but time on their own ranks).
+    const Tuned e32 = epilogue(DType::F32), s32 = tp_sum(DType::F32);
+    const Tuned e16 = epilogue(DType::BF16), s16 = tp_sum(DType::BF16);
+    const bool all = !e32.schedule.empty() && !s32.schedule.empty() && !e16.schedule.empty() &&
+                     !s16.schedule.empty();
+    const double f32_s = e32.seconds + s32.seconds, bf16_s = e16.seconds + s16.seconds;
+    float wants_f32 = all && bf16_s < f32_s ? 0.0f : 1.0f;
+    grid_.world().all_reduce(Tensor::view_of(&wants_f32, DType::F32, Shape{1}),
+                             comm::ReduceOp::Max);
+    const bool use_bf16 = wants_f32 == 0.0f;
+    o.tp_dtype = use_bf16 ? DType::BF16 : DType::F32;
+    epilogue_w = use_bf16 ? e16 : e32;
+    sum_w = use_bf16 ? s16 : s32;
+    if (!all)
+      tp_dtype_reason_ =
+          "--tp-dtype auto without the autotuner's records of the epilogue and the input-gradient "
+          "sum with both (--tune makes them)";
+    else
+      tp_dtype_reason_ = fmt::format(
+          "--tp-dtype auto: megatron_layer and sum_in_place {:.3f} ms with bf16, {:.3f} ms with "
+          "f32{}",
+          bf16_s * 1e3, f32_s * 1e3,
+          use_bf16 || bf16_s >= f32_s ? "" : ", but not on every tensor-parallel group");
+  } else {
+    if (tp) o.tp_dtype = cfg_.tp_dtype_auto ? DType::F32 : cfg_.tp_dtype;
+    if (tp && cfg_.tp_dtype_auto)
+      tp_dtype_reason_ = "--tp-dtype auto: fp32 precision has no bf16 products to carry";
+    if (shard) epilogue_w = epilogue(o.tp_dtype);
+    if (tp) sum_w = tp_sum(o.tp_dtype);
   }
-  if (cfg_.grid.tp > 1) {  // the backward's sum of input gradients, (rows x seq_len, d_model)
-    const Tuned w = tuned_schedule(dsl::workloads::sum_in_place(), grid_.tp(), {{"N", N * C}},
-                                   cfg_.tune, executor_);
-    from_autotuner_ |= !w.schedule.empty();
-    o.tp_sum_schedules = prefer(w, o.tp_sum_schedules);
+  if (shard) {
+    from_autotuner_ |= !epilogue_w.schedule.empty();
+    o.epilogue_schedules = prefer(epilogue_w, o.epilogue_schedules);
+  }
+  if (tp) {
+    from_autotuner_ |= !sum_w.schedule.empty();
+    o.tp_sum_schedules = prefer(sum_w, o.tp_sum_schedules);
   }
   // The pipeline program runs on each link, chosen on the link so that both ends agree: the
   // link from the previous stage first, as ParallelGPT sets them up.
   if (grid_.from_prev() != nullptr) {
-    const Tuned w = tuned_schedule(dsl::workloads::pipeline_stage(DType::F32, p),
+    const Tuned w = tuned_schedule(dsl::workloads::pipeline_stage(DType::F32, p, o.tp_dtype),
                                    *grid_.from_prev(), sizes, cfg_.tune, executor_);
     from_autotuner_ |= !w.schedule.empty();
     o.pipeline_recv_schedules = prefer(w, o.pipeline_recv_schedules);
   }
   if (grid_.to_next() != nullptr) {
-    const Tuned w = tuned_schedule(dsl::workloads::pipeline_stage(DType::F32, p), *grid_.to_next(),
-                                   sizes, cfg_.tune, executor_);
+    const Tuned w = tuned_schedule(dsl::workloads::pipeline_stage(DType::F32, p, o.tp_dtype),
+                                   *grid_.to_next(), sizes, cfg_.tune, executor_);
     from_autotuner_ |= !w.schedule.empty();
     o.pipeline_schedules = prefer(w, o.pipeline_schedules);
   }

@@ -29,8 +29,14 @@ class ScheduleChoice {
       : cfg_(config), grid_(grid), executor_(executor) {}
 
   // The Megatron and pipeline programs' schedules for micro-batches of `rows` rows of seq_len
-  // tokens. A collective over the tensor-parallel group and this rank's pipeline links.
+  // tokens, and (tp > 1) what the tensor-parallel exchanges carry: --tp-dtype, or with auto in
+  // bf16 precision bf16 where the autotuner's records (tuned now with --tune) time the epilogue
+  // and the input-gradient sum together faster with it than with f32 on every tensor-parallel
+  // group, else f32. A collective over the tensor-parallel group and this rank's pipeline links
+  // (and with --tp-dtype auto, the world).
   parallel::ProgramOptions model_programs(int rows);
+  // Why model_programs chose its tp_dtype ("" when the user named it).
+  const std::string& tp_dtype_reason() const { return tp_dtype_reason_; }
   // The optimizer's schedules, in order of preference, on the data-parallel group; with dp > 1
   // among the schedules that keep the optimizer state sliced (ZeRO-1). LAMB runs one program per
   // tensor at many sizes and keeps the preference list. With --grad-dtype auto, the gradients'
@@ -49,6 +55,7 @@ class ScheduleChoice {
   const parallel::Grid& grid_;
   exec::RunnerKind executor_;
   bool from_autotuner_ = false;
+  std::string tp_dtype_reason_;
 };
 
 }  // namespace tandem::train::detail

@@ -89,6 +89,16 @@ void TrainConfig::validate() const {
   if (!(min_lr_ratio >= 0 && min_lr_ratio <= 1))
     user_error("the minimum learning-rate ratio {} must be in [0, 1]", min_lr_ratio);
   optimizer.validate();
+  if (tp_dtype != DType::F32 && tp_dtype != DType::BF16)
+    user_error(
+        "--tp-dtype {}: the tensor-parallel dtypes are f32 and bf16 (or auto: the autotuner's "
+        "choice)",
+        dtype_name(tp_dtype));
+  if (!tp_dtype_auto && tp_dtype == DType::BF16 && model.matmul != DType::BF16)
+    user_error(
+        "--tp-dtype bf16 carries bf16 matmul operands and products between the tensor-parallel "
+        "ranks: it needs --precision bf16 (this run's precision is fp32; --tp-dtype f32 or auto "
+        "trains it)");
   auto flag = [](const char* name, const auto& check) {
     try {
       check();

@@ -303,6 +303,7 @@ TrainResult RankRun::run() {
   result.optimizer_schedule = opt_.schedule_name();
   result.optimizer_chunk_bytes = opt_.chunk_bytes();
   result.grad_dtype = opt_.config().grad_dtype;
+  result.tp_dtype = model_.tp_dtype();
   result.epilogue_schedule = model_.epilogue_schedule();
   result.pipeline_schedule = model_.pipeline_schedule();
   result.executor = opt_.executor_name();
@@ -638,6 +639,12 @@ void RankRun::print_header(int64_t first_step) {
                         optimizer_.grad_dtype_reason.empty()
                             ? ""
                             : fmt::format(" ({})", optimizer_.grad_dtype_reason));
+  if (cfg_.grid.tp > 1 &&
+      (model_.tp_dtype() != DType::F32 || !schedules_.tp_dtype_reason().empty()))
+    out_ << fmt::format("  tensor-parallel exchanges in {}{}\n", dtype_name(model_.tp_dtype()),
+                        schedules_.tp_dtype_reason().empty()
+                            ? ""
+                            : fmt::format(" ({})", schedules_.tp_dtype_reason()));
   out_ << memory_line(cfg_);
   if (ooc_) out_ << ooc_->plan_line();
   out_.flush();

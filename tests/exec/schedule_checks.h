@@ -31,6 +31,7 @@
 #include <cstring>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -70,19 +71,32 @@ inline Case lamb_case(DType grad, int64_t n) {
           optimizer_scalars(),
           1};
 }
-inline Case megatron_case(DType t, int64_t b, int64_t k, int64_t h) {
-  return {fmt::format("megatron {} B={} K={} H={}", dtype_name(t), b, k, h),
-          dsl::workloads::megatron_layer(t, 0.1),
+// " wire bf16" for a layer whose x, w, product and all-reduce are of another type than the rest.
+inline std::string wire_label(std::optional<DType> wire) {
+  return wire ? fmt::format(" wire {}", dtype_name(*wire)) : "";
+}
+inline Case megatron_case(DType t, int64_t b, int64_t k, int64_t h,
+                          std::optional<DType> wire = std::nullopt) {
+  return {fmt::format("megatron {}{} B={} K={} H={}", dtype_name(t), wire_label(wire), b, k, h),
+          dsl::workloads::megatron_layer(t, 0.1, wire),
           {{"B", b}, {"K", k}, {"H", h}},
           {{"seed", 1234}},
           1};
 }
-inline Case pipeline_case(DType t, int64_t b, int64_t k, int64_t h) {
-  return {fmt::format("pipeline {} B={} K={} H={}", dtype_name(t), b, k, h),
-          dsl::workloads::pipeline_stage(t, 0.1),
+inline Case pipeline_case(DType t, int64_t b, int64_t k, int64_t h,
+                          std::optional<DType> wire = std::nullopt) {
+  return {fmt::format("pipeline {}{} B={} K={} H={}", dtype_name(t), wire_label(wire), b, k, h),
+          dsl::workloads::pipeline_stage(t, 0.1, wire),
           {{"B", b}, {"K", k}, {"H", h}},
           {{"seed", 77}},
           2};
+}
+inline Case sum_in_place_case(DType wire, int64_t n) {
+  return {fmt::format("sum_in_place wire {} N={}", dtype_name(wire), n),
+          dsl::workloads::sum_in_place(wire),
+          {{"N", n}},
+          {},
+          1};
 }
 
 inline Case two_collectives_case(int64_t n, int64_t b, int64_t k, int64_t h) {

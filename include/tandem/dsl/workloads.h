@@ -15,9 +15,10 @@
 //   lamb_bucket, lamb_bucket_update  as lamb and lamb_update, with symbol S too: the number of
 //               segments (tensors) the runner's Segments cut N into (ir.h).
 //   megatron_layer  symbols B (tokens), K (input features), H (output features); inputs
-//               x (dtype [B, K] Sliced(1): this rank's columns), w (dtype [K, H] Sliced(0): the
+//               x (wire [B, K] Sliced(1): this rank's columns), w (wire [K, H] Sliced(0): the
 //               matching rows), bias (dtype [H] Replicated), residual (dtype [B, H] Replicated);
-//               scalar seed (dropout's key); output out (dtype [B, H] Replicated).
+//               scalar seed (dropout's key); output out (dtype [B, H] Replicated). wire is dtype
+//               unless given.
 //   pipeline_stage  2 groups: group 0 runs megatron_layer on its ranks (same names) and sends
 //               `out` to group 1, whose rank i receives it from rank i of group 0 as output h.
 //   gather_weights  symbol N; input w (f32 [N] Sliced(0)), output w_all (f32 [N] Replicated).
@@ -25,6 +26,7 @@
 //               and received into input d_prev (f32 [N] Replicated, group 0), in place.
 #pragma once
 
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -67,7 +69,10 @@ Program grad_norm();
 // The ranks' g summed into every rank's g, in place: update(g, AllReduce(Sum, g)), g f32 [N]
 // Local. The trainer's gradient reductions outside the optimizer: the tensor-parallel backward's
 // input gradient, the tied embedding's gradient between the first and the last stage.
-Program sum_in_place();
+// With a 16-bit `wire` the sum moves half the bytes: each rank's g is rounded to it, summed in it
+// and widened back, update(g, cast(AllReduce(Sum, cast(g, wire)), f32)) (the tensor-parallel
+// exchange in bf16 training, `tandem train --tp-dtype bf16`).
+Program sum_in_place(DType wire = DType::F32);
 
 // ZeRO-3's gather of a block's weights before its forward and backward (--shard weights): each
 // rank's slice w (f32 [N] Sliced(0)) gathered into every rank's w_all (f32 [N] Replicated, an
@@ -81,10 +86,17 @@ Program grad_handoff();
 
 // Megatron's row-parallel layer: out = dropout(AllReduce(Sum, x @ w) + bias, p) + residual.
 // x @ w is Partial: each rank multiplies its K-slice, and the AllReduce sums the parts.
-Program megatron_layer(DType dtype = DType::F32, double dropout_p = 0.1);
+// `wire` (dtype unless given) is the type of x, w, their product (accumulated in f32, stored in
+// wire) and its AllReduce; where it differs from dtype the sum is cast to dtype before the bias,
+// dropout and residual, which stay in dtype. Mixed precision's layer is megatron_layer(f32, p,
+// bf16): bf16 operands as autocast's linear takes them, a bf16 product as it returns, summed in
+// bf16 (half the bytes of f32 on the wire), the rest in f32 like autocast's residual stream.
+Program megatron_layer(DType dtype = DType::F32, double dropout_p = 0.1,
+                       std::optional<DType> wire = std::nullopt);
 
-// The layer above on group 0, its output handed to group 1 (pipeline parallelism).
-Program pipeline_stage(DType dtype = DType::F32, double dropout_p = 0.1);
+// The layer above on group 0, its output (dtype) handed to group 1 (pipeline parallelism).
+Program pipeline_stage(DType dtype = DType::F32, double dropout_p = 0.1,
+                       std::optional<DType> wire = std::nullopt);
 
 // The workloads by name, for the command line and the autotuner.
 std::vector<std::string_view> names();

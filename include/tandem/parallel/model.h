@@ -80,6 +80,11 @@ struct ProgramOptions {
   SchedulePreferences tp_sum_schedules{{"AR-C"}};
   SchedulePreferences tied_sum_schedules{{"AR-C"}};
   exec::RunnerKind executor = exec::runner_kind_from_env();
+  // What the tensor-parallel exchanges carry (tp > 1; `tandem train --tp-dtype`): f32, or bf16
+  // with bf16 matmuls: the epilogue's operands, product and all-reduce (the pipeline program's
+  // too, whose hand-off stays f32: megatron_layer(f32, p, bf16)) and the backward's input-gradient
+  // sum (sum_in_place(bf16)). The tied embedding's sum stays f32.
+  DType tp_dtype = DType::F32;
 };
 
 class ParallelGPT {
@@ -141,8 +146,9 @@ class ParallelGPT {
   // The schedules of the programs this rank runs ("" when it runs none of that kind).
   std::string epilogue_schedule() const;
   std::string pipeline_schedule() const;
-  std::string tp_sum_schedule() const;  // "" when tp == 1
-  std::string executor() const;         // the executor the programs run on ("" when none runs)
+  std::string tp_sum_schedule() const;          // "" when tp == 1
+  DType tp_dtype() const { return tp_dtype_; }  // what the tensor-parallel exchanges carry
+  std::string executor() const;  // the executor the programs run on ("" when none runs)
 
  private:
   class Resident;
@@ -183,6 +189,7 @@ class ParallelGPT {
   ModelState& state_;
   const ShardLayout& layout_;  // state_'s
   int micro_rows_, T_, micro_batches_;
+  DType tp_dtype_ = DType::F32;         // ProgramOptions::tp_dtype where tp > 1, else f32
   std::unique_ptr<Resident> resident_;  // the in-core memory, when none was given
   nn::ActivationMemory* memory_;
   std::vector<Tensor> grad_send_;  // one (B, T, C) buffer per micro-batch (stages > 0)

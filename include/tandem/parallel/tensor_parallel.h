@@ -10,8 +10,11 @@
 // forward epilogue; its backward is this one AllReduce).
 //
 // In bf16 (config.matmul) every projection multiplies bf16 values with f32 accumulation: nn's
-// linear layers convert their operands, and the epilogue's product is handed x and w rounded to
-// bf16 values in the workspace's scratch (exact products in the program's f32 matmul).
+// linear layers convert their operands. The epilogue's product, with an f32 tensor-parallel wire
+// (ShardBlock::wire), is handed x and w rounded to bf16 values in the workspace's f32 scratch
+// (exact products in the program's f32 matmul); with a bf16 wire, x as saved (bf16, act_dtype)
+// and a bf16 copy of w, for a program whose product and all-reduce are bf16
+// (megatron_layer(f32, p, bf16)).
 //
 // Every tp rank holds the whole residual stream, the LayerNorms and the row-parallel biases, and
 // computes bitwise the same values and gradients for them (the AllReduce result is identical on
@@ -38,8 +41,10 @@ namespace tandem::parallel {
 // One row-parallel projection and its epilogue: out (N, H) = dropout(sum over tp ranks of
 // x (N, K/tp) @ w (K/tp, H) + bias (H)) + residual (N, H).
 struct EpilogueArgs {
-  const float* x = nullptr;
-  const float* w = nullptr;
+  // x (N, K/tp) and w (K/tp, H), of type `operands`: f32, or bf16 with a bf16 wire.
+  const void* x = nullptr;
+  const void* w = nullptr;
+  DType operands = DType::F32;
   const float* bias = nullptr;
   const float* residual = nullptr;
   float* out = nullptr;
@@ -70,6 +75,9 @@ struct ShardBlock {
   // Sums the backward's input gradient g (n floats) over the tp group in place: the caller runs
   // dsl::workloads::sum_in_place (may be empty when tp == 1).
   std::function<void(float* g, int64_t n)> sum_over_tp;
+  // The type of the epilogue program's x and w (its wire, dsl::workloads::megatron_layer): f32,
+  // or bf16 with bf16 matmuls.
+  DType wire = DType::F32;
 };
 
 // Block `layer` on input x (B, T, C): writes every buffer of `a`, Out last (through

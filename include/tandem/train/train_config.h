@@ -31,6 +31,13 @@ struct TrainConfig {
   // --grad-dtype auto: the autotuner's records of the optimizer program with f32 and with bf16
   // gradients decide which runs (optimizer.grad_dtype is ignored then); f32 without both records.
   bool grad_dtype_auto = false;
+  // --tp-dtype: what the tensor-parallel exchanges carry with --tp 2 or more (the Megatron
+  // epilogue's operands, product and all-reduce, the backward's input-gradient sum:
+  // parallel::ProgramOptions::tp_dtype): f32, or bf16 with bf16 matmuls. auto: the autotuner's
+  // records of those two programs with each decide (tp_dtype is ignored then); f32 without all
+  // four records, and in fp32.
+  DType tp_dtype = DType::F32;
+  bool tp_dtype_auto = false;
   parallel::GridShape grid;  // dp x tp x pp
   int micro_batches = 0;     // per data-parallel rank and step; 0: 1, or 2 * pp when pp > 1
   comm::Backend backend = comm::Backend::Thread;  // ranks are threads, or this process is one rank

@@ -55,6 +55,7 @@ struct TrainResult {
   std::string optimizer_schedule, epilogue_schedule, pipeline_schedule, executor;
   size_t optimizer_chunk_bytes = 0;  // the optimizer's collectives' chunk size (0: the process's)
   DType grad_dtype = DType::F32;     // the gradients' in the optimizer program (--grad-dtype auto)
+  DType tp_dtype = DType::F32;       // what the tensor-parallel exchanges carried (--tp-dtype auto)
   // Out-of-core runs (world rank 0's stage): the plan, the arena's high-water mark over the
   // steps, and the forward+backward time the model predicted and the median measured.
   std::string ooc_plan;

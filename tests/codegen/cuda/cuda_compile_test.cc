@@ -152,7 +152,10 @@ TEST(CudaCompile, RepresentativeSchedulesBuildWithoutSpills) {
        "ol(MM,fused(RS-C-AG))"},  // GEMM blocks, async collectives, dropout
       {dsl::workloads::pipeline_stage(), "ol(MM,fused(RS-C)-P2P)-AG"},  // send/recv between groups
       {dsl::workloads::sum_in_place(), "AR-C"},  // the all-reduce in its input's buffer
-      {dsl::workloads::grad_handoff(), "C"},     // a receive into an input's buffer
+      {dsl::workloads::megatron_layer(DType::F32, 0.1, DType::BF16),
+       "ol(MM,fused(RS-C-AG))"},  // bf16 GEMM blocks and sums, the hook's cast to f32
+      {dsl::workloads::sum_in_place(DType::BF16), "fused(AR-C)"},  // casts around a bf16 sum
+      {dsl::workloads::grad_handoff(), "C"},  // a receive into an input's buffer
   };
   for (const auto& [program, name] : cases) {
     bool found = false;

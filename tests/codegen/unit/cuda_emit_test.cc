@@ -58,7 +58,11 @@ bool has_pipeline(const std::vector<schedule::Step>& steps) {
 
 std::vector<dsl::Program> workloads() {
   return {dsl::workloads::adam(), dsl::workloads::lamb(), dsl::workloads::megatron_layer(),
-          dsl::workloads::pipeline_stage()};
+          dsl::workloads::pipeline_stage(),
+          // The tensor-parallel exchanges of bf16 training: casts around bf16 collectives.
+          dsl::workloads::megatron_layer(DType::F32, 0.1, DType::BF16),
+          dsl::workloads::pipeline_stage(DType::F32, 0.1, DType::BF16),
+          dsl::workloads::sum_in_place(DType::BF16)};
 }
 
 TEST(CudaEmit, EveryScheduleEmitsAProgram) {

@@ -19,6 +19,7 @@ using schedule::testing::adam_case;
 using schedule::testing::lamb_case;
 using schedule::testing::megatron_case;
 using schedule::testing::pipeline_case;
+using schedule::testing::sum_in_place_case;
 
 // A small chunk size, so that every fused hook runs over several chunks of these small tensors.
 class Compiled : public ::testing::Test {
@@ -73,12 +74,17 @@ TEST_F(Compiled, LambEverySchedule) {
 TEST_F(Compiled, MegatronEverySchedule) {
   const Schedules f32 = compile_all(dsl::workloads::megatron_layer(DType::F32, 0.1));
   const Schedules bf16 = compile_all(dsl::workloads::megatron_layer(DType::BF16, 0.1));
+  const Schedules wire = compile_all(dsl::workloads::megatron_layer(DType::F32, 0.1, DType::BF16));
   EXPECT_GE(f32.plans.size(), 16u);
+  EXPECT_EQ(wire.plans.size(), f32.plans.size()) << "the casts cost no schedule";
   for (int ranks = 1; ranks <= 4; ++ranks) {
     const Outcome o = run_case(megatron_case(DType::F32, 7, 10, 6), f32, ranks);
     EXPECT_EQ(o.schedules, static_cast<int>(f32.plans.size()));
     run_case(megatron_case(DType::F32, 2, 3, 5), f32, ranks);  // fewer rows than blocks and ranks
     run_case(megatron_case(DType::BF16, 5, 3, 9), bf16, ranks);
+    const Outcome w = run_case(megatron_case(DType::F32, 5, 3, 9, DType::BF16), wire, ranks);
+    EXPECT_EQ(w.schedules, static_cast<int>(wire.plans.size()));
+    run_case(megatron_case(DType::F32, 2, 7, 5, DType::BF16), wire, ranks);
   }
 }
 
@@ -112,11 +118,26 @@ TEST_F(Compiled, SixteenBitSumsReducedInF32) {
 TEST_F(Compiled, PipelineEverySchedule) {
   const Schedules f32 = compile_all(dsl::workloads::pipeline_stage(DType::F32, 0.1));
   const Schedules bf16 = compile_all(dsl::workloads::pipeline_stage(DType::BF16, 0.1));
+  const Schedules wire = compile_all(dsl::workloads::pipeline_stage(DType::F32, 0.1, DType::BF16));
   EXPECT_GE(f32.plans.size(), 30u);
   for (int ranks : {2, 4}) {
     const Outcome o = run_case(pipeline_case(DType::F32, 7, 10, 6), f32, ranks);
     EXPECT_EQ(o.schedules, static_cast<int>(f32.plans.size()));
     run_case(pipeline_case(DType::BF16, 3, 5, 4), bf16, ranks);
+    const Outcome w = run_case(pipeline_case(DType::F32, 3, 5, 4, DType::BF16), wire, ranks);
+    EXPECT_EQ(w.schedules, static_cast<int>(wire.plans.size()));
+  }
+}
+
+TEST_F(Compiled, SumInPlaceEverySchedule) {
+  for (const DType t : {DType::F32, DType::BF16}) {
+    const Schedules all = compile_all(dsl::workloads::sum_in_place(t));
+    EXPECT_GE(all.plans.size(), 2u);
+    for (int ranks = 1; ranks <= 4; ++ranks) {
+      const Outcome o = run_case(sum_in_place_case(t, 1013), all, ranks);
+      EXPECT_EQ(o.schedules, static_cast<int>(all.plans.size()));
+      run_case(sum_in_place_case(t, 3), all, ranks);
+    }
   }
 }
 

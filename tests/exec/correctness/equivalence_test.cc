@@ -65,6 +65,20 @@ TEST_F(Equivalence, MegatronEverySchedule) {
     const Tally t = run_case(megatron_case(DType::F32, 7, 10, 6), ranks);
     EXPECT_GE(t.schedules, 16);
     run_case(megatron_case(DType::BF16, 5, 3, 9), ranks);
+    // Mixed precision's layer: bf16 operands, product and sum, cast to f32 for the rest.
+    run_case(megatron_case(DType::F32, 5, 3, 9, DType::BF16), ranks);
+    run_case(megatron_case(DType::F32, 2, 7, 5, DType::BF16), ranks);  // fewer rows than ranks
+  }
+}
+
+TEST_F(Equivalence, SumInPlaceEverySchedule) {
+  for (int ranks = 1; ranks <= 4; ++ranks) {
+    const Tally f32 = run_case(sum_in_place_case(DType::F32, 1013), ranks);
+    EXPECT_GE(f32.schedules, 2);
+    // The bf16 wire: cast before the collective, cast back after it, into g in place.
+    const Tally bf16 = run_case(sum_in_place_case(DType::BF16, 1013), ranks);
+    EXPECT_GE(bf16.schedules, 2);
+    run_case(sum_in_place_case(DType::BF16, 3), ranks);  // fewer elements than ranks
   }
 }
 
@@ -73,6 +87,7 @@ TEST_F(Equivalence, PipelineEverySchedule) {
     const Tally t = run_case(pipeline_case(DType::F32, 7, 10, 6), ranks);
     EXPECT_GE(t.schedules, 30);
     run_case(pipeline_case(DType::BF16, 3, 5, 4), ranks);
+    run_case(pipeline_case(DType::F32, 3, 5, 4, DType::BF16), ranks);
   }
 }
 

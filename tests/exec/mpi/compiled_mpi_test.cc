@@ -14,6 +14,7 @@ using schedule::testing::adam_case;
 using schedule::testing::lamb_case;
 using schedule::testing::megatron_case;
 using schedule::testing::pipeline_case;
+using schedule::testing::sum_in_place_case;
 
 std::unique_ptr<comm::Communicator> world() { return comm::mpi_wrap(MPI_COMM_WORLD); }
 
@@ -62,6 +63,14 @@ TEST_F(CompiledMpi, Megatron) {
   const Schedules f32 = compile_all(dsl::workloads::megatron_layer(DType::F32, 0.1));
   expect_ok(megatron_case(DType::F32, 7, 10, 6), f32, *comm);
   expect_ok(megatron_case(DType::F32, 2, 3, 5), f32, *comm);
+  expect_ok(megatron_case(DType::F32, 5, 3, 9, DType::BF16),
+            compile_all(dsl::workloads::megatron_layer(DType::F32, 0.1, DType::BF16)), *comm);
+}
+
+TEST_F(CompiledMpi, SumInPlace) {
+  auto comm = world();
+  expect_ok(sum_in_place_case(DType::BF16, 1013),
+            compile_all(dsl::workloads::sum_in_place(DType::BF16)), *comm);
 }
 
 TEST_F(CompiledMpi, Pipeline) {

@@ -41,6 +41,12 @@ TEST_F(MpiEquivalence, Lamb) { check(lamb_case(DType::BF16, 517), 11); }
 TEST_F(MpiEquivalence, Megatron) {
   check(megatron_case(DType::F32, 7, 10, 6), 16);
   check(megatron_case(DType::BF16, 5, 3, 9), 16);
+  check(megatron_case(DType::F32, 5, 3, 9, DType::BF16), 16);
+}
+
+TEST_F(MpiEquivalence, SumInPlace) {
+  check(sum_in_place_case(DType::F32, 1013), 2);
+  check(sum_in_place_case(DType::BF16, 1013), 2);
 }
 
 TEST_F(MpiEquivalence, Pipeline) { check(pipeline_case(DType::F32, 7, 10, 6), 30); }

@@ -173,7 +173,7 @@ struct TpBlockPrograms {
     tp_sum = sum.prepare(grid.tp(), {{"N", N * C}}, {"g"});
     epilogue = [this](const EpilogueArgs& e) {
       exec::Runner& s = e.mlp ? *mlp : *attn;
-      auto put = [&](const char* name, const float* q) {
+      auto put = [&](const char* name, const void* q) {
         const Tensor t = s.input(name);
         std::memcpy(t.data(), q, t.nbytes());
       };

@@ -160,5 +160,63 @@ TEST(TrainerGradDtypeAuto, WithoutBothRecordsRunsF32AndSaysWhy) {
   testing::expect_bitwise(r, train(f32), "auto without records against f32");
 }
 
+// Two tensor-parallel ranks in bf16 on the plan runner, weights kept.
+TrainConfig two_tp_ranks() {
+  TrainConfig c = testing::tiny_run(2);
+  c.grid = {1, 2, 1};
+  c.model.matmul = DType::BF16;
+  c.keep_weights = true;
+  return c;
+}
+
+// --tp-dtype auto runs the wire whose records time the epilogue and the backward's input-gradient
+// sum together faster, with those records' winners, and gives the weights of a run that names
+// the wire; without the records it runs f32 and says why.
+TEST(TrainerTpDtypeAuto, TakesTheFasterWire) {
+  for (const DType faster : {DType::BF16, DType::F32}) {
+    tandem::testing::TempCacheDir dir("train-tp-dtype-auto");
+    TrainConfig c = two_tp_ranks();
+    const int64_t N = c.batch * c.model.seq_len, C = c.model.d_model;
+    for (const DType wire : {DType::F32, DType::BF16}) {
+      const double s = wire == faster ? 0.001 : 0.002;
+      store_record(c, dir.str(), dsl::workloads::megatron_layer(DType::F32, c.model.dropout, wire),
+                   {{"B", N}, {"K", 4 * C}, {"H", C}}, {}, "AR-C", 0, s);
+      store_record(c, dir.str(), dsl::workloads::sum_in_place(wire), {{"N", N * C}}, {}, "AR-C", 0,
+                   s);
+    }
+    c.tp_dtype_auto = true;
+    std::ostringstream lines;
+    c.out = &lines;
+    const TrainResult chosen = train(c);
+    EXPECT_EQ(chosen.tp_dtype, faster) << dtype_name(faster);
+    EXPECT_EQ(chosen.epilogue_schedule, "AR-C");
+    const std::string line = fmt::format(
+        "tensor-parallel exchanges in {} (--tp-dtype auto: megatron_layer and sum_in_place {} ms "
+        "with bf16, {} ms with f32)",
+        dtype_name(faster), faster == DType::BF16 ? "2.000" : "4.000",
+        faster == DType::BF16 ? "4.000" : "2.000");
+    EXPECT_NE(lines.str().find(line), std::string::npos) << lines.str();
+    TrainConfig named = two_tp_ranks();
+    named.tp_dtype = faster;
+    testing::expect_bitwise(chosen, train(named), "auto against the wire it chose, named");
+  }
+}
+
+TEST(TrainerTpDtypeAuto, WithoutTheRecordsRunsF32AndSaysWhy) {
+  tandem::testing::TempCacheDir dir("train-tp-dtype-no-record");
+  TrainConfig c = two_tp_ranks();
+  c.tp_dtype_auto = true;
+  std::ostringstream lines;
+  c.out = &lines;
+  const TrainResult r = train(c);
+  EXPECT_EQ(r.tp_dtype, DType::F32);
+  EXPECT_NE(lines.str().find("tensor-parallel exchanges in f32 (--tp-dtype auto without the "
+                             "autotuner's records of the epilogue and the input-gradient sum with "
+                             "both (--tune makes them))"),
+            std::string::npos)
+      << lines.str();
+  testing::expect_bitwise(r, train(two_tp_ranks()), "auto without records against f32");
+}
+
 }  // namespace
 }  // namespace tandem::train

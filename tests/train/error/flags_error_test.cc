@@ -64,6 +64,33 @@ TEST(Flags, ShardNamesItsChoices) {
             "the weights (ZeRO-3: weights, gradients and moments)\n");
 }
 
+TEST(Flags, TpDtypeNamesItsChoicesAndNeedsBf16Precision) {
+  for (const char* bad : {"f16", "fp32", "BF16"}) {
+    const auto r = run_tandem(std::string("train --tp 2 --tp-dtype ") + bad);
+    EXPECT_EQ(r.status, 1) << bad;
+    EXPECT_EQ(r.output, std::string("tandem: error: --tp-dtype ") + bad +
+                            ": the tensor-parallel dtypes are f32 and bf16 (or auto: the "
+                            "autotuner's choice)\n");
+  }
+  const std::string needs =
+      "--tp-dtype bf16 carries bf16 matmul operands and products between the tensor-parallel "
+      "ranks: it needs --precision bf16 (this run's precision is fp32; --tp-dtype f32 or auto "
+      "trains it)";
+  const auto r = run_tandem("train --tp 2 --precision fp32 --tp-dtype bf16");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.output, "tandem: error: " + needs + "\n");
+  // The same refusal for a config made in code, and for a type the flag cannot name.
+  TrainConfig c = testing::tiny_run(1);
+  c.grid.tp = 2;
+  c.tp_dtype = DType::BF16;
+  EXPECT_EQ(user_error_of([&] { c.validate(); }), needs);
+  c.tp_dtype = DType::F16;
+  c.model.matmul = DType::BF16;
+  EXPECT_EQ(user_error_of([&] { c.validate(); }),
+            "--tp-dtype f16: the tensor-parallel dtypes are f32 and bf16 (or auto: the "
+            "autotuner's choice)");
+}
+
 TEST(Flags, GatherAheadIsACountOrAuto) {
   for (const char* bad : {"0", "-1", "two", "2x"}) {
     const auto r = run_tandem(std::string("train --shard weights --gather-ahead ") + bad);
