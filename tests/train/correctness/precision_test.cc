@@ -140,9 +140,8 @@ void expect_matches_one_rank(const TrainConfig& cfg, const std::string& what,
 // near 5.5 moved by a relative 2^-8 would be 2e-2 off, but the errors are unbiased and average
 // over the B x T x C = 4096 elements, leaving about 2^-8 / sqrt(4096) ~ 6e-5 relative, 3e-4 of
 // the loss; the bound takes 1e-3 (not 2e-4), and the weights a few percent of the distance
-// training moved them
-// (5e-2, not 1e-2). Measured: 2.5e-4 and 1.75% (tp = 2; the 2 x 2 x 2 grid the same: dp and pp
-// add only f32 reorderings).
+// training moved them (5e-2, not 1e-2). Measured: 2.5e-4 and 1.75% (tp = 2; the 2 x 2 x 2 grid
+// the same: dp and pp add only f32 reorderings).
 constexpr double kWireLossTol = 1e-3, kWireWeightsTol = 5e-2;
 
 TEST(PrecisionGrids, TensorParallelBf16Exchanges) {
