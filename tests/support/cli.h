@@ -11,7 +11,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <string>
+#include <vector>
 
 namespace tandem::testing {
 
@@ -52,6 +54,17 @@ inline CommandResult run_tandem(const std::string& args) {
     return r;
   }
   return run_command(fmt::format("'{}' {}", bin, args));
+}
+
+// The `"loss":...` fields of a --metrics file, one a step, as written (compared as text).
+inline std::vector<std::string> logged_losses(const std::string& metrics) {
+  std::vector<std::string> losses;
+  std::ifstream f(metrics);
+  for (std::string line; std::getline(f, line);) {
+    const size_t at = line.find("\"loss\":");
+    if (at != std::string::npos) losses.push_back(line.substr(at, line.find(',', at) - at));
+  }
+  return losses;
 }
 
 }  // namespace tandem::testing

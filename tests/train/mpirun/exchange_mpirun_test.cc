@@ -39,11 +39,7 @@ JobRun train_4_processes(const ScratchDir& dir, const std::string& exchange,
       "--grad-exchange {} --shard {} --metrics {}",
       mpirun != nullptr ? mpirun : "mpirun", tandem::testing::tandem_binary(), exchange, shard,
       metrics));
-  std::ifstream f(metrics);
-  for (std::string line; std::getline(f, line);) {
-    const size_t at = line.find("\"loss\":");
-    if (at != std::string::npos) r.losses.push_back(line.substr(at, line.find(',', at) - at));
-  }
+  r.losses = tandem::testing::logged_losses(metrics);
   return r;
 }
 

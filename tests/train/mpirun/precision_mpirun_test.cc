@@ -36,11 +36,7 @@ GridRun train_grid(const ScratchDir& dir, const std::string& name, const std::st
       "{} {} train --backend {} --model tiny --dp 2 --tp 2 --pp 2 --steps 3 --eval-every 0 "
       "--threads 1 --precision bf16 --tp-dtype bf16 --metrics {}",
       launch, tandem::testing::tandem_binary(), backend, metrics));
-  std::ifstream f(metrics);
-  for (std::string line; std::getline(f, line);) {
-    const size_t at = line.find("\"loss\":");
-    if (at != std::string::npos) r.losses.push_back(line.substr(at, line.find(',', at) - at));
-  }
+  r.losses = tandem::testing::logged_losses(metrics);
   return r;
 }
 

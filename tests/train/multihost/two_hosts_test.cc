@@ -121,13 +121,7 @@ TEST(TwoHosts, FusedAdamSchedules) {
 
 // Each step's "loss" field of a metrics file, as written.
 std::vector<std::string> losses_of(const std::string& metrics) {
-  std::vector<std::string> losses;
-  std::ifstream f(metrics);
-  for (std::string line; std::getline(f, line);) {
-    const size_t at = line.find("\"loss\":");
-    if (at != std::string::npos) losses.push_back(line.substr(at, line.find(',', at) - at));
-  }
-  return losses;
+  return tandem::testing::logged_losses(metrics);
 }
 
 // dp 2 x tp 2 with each tp group on one host and the data-parallel exchange between the hosts:
