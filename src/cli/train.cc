@@ -27,23 +27,84 @@
 namespace tandem::cli {
 namespace {
 
+// A preset's block (the family and its sizes: n_layers, n_heads, d_model, seq_len and the Llama
+// fields) and batch.
 struct ModelPreset {
-  int layers, heads, d_model, seq_len;
+  nn::GPTConfig block;
   int64_t batch;
 };
 
+ModelPreset gpt2_shape(int layers, int heads, int d_model, int seq_len, int64_t batch) {
+  nn::GPTConfig c;
+  c.n_layers = layers;
+  c.n_heads = heads;
+  c.d_model = d_model;
+  c.seq_len = seq_len;
+  return {c, batch};
+}
+
+// A Llama-family shape as published (config.json's fields); the context trained at is 2048.
+ModelPreset llama_shape(int layers, int heads, int kv_heads, int d_model, int ffn, double theta,
+                        float eps, bool tied, bool qkv_bias = false, bool llama3_scaling = false) {
+  nn::GPTConfig c;
+  c.arch = nn::Arch::Llama;
+  c.n_layers = layers;
+  c.n_heads = heads;
+  c.kv_heads = kv_heads;
+  c.d_model = d_model;
+  c.ffn = ffn;
+  c.rope_theta = theta;
+  c.norm_eps = eps;
+  c.tie_embeddings = tied;
+  c.qkv_bias = qkv_bias;
+  if (llama3_scaling) c.rope_scaling = {nn::RopeType::Llama3, 32.0, 1.0, 4.0, 8192};
+  c.seq_len = 2048;
+  return {c, 8};
+}
+
+constexpr const char* kPresetNames =
+    "tiny, small, gpt2, gpt2-medium, gpt2-large, gpt2-xl, smollm-135m, smollm-360m, "
+    "qwen2.5-0.5b, tinyllama-1.1b, llama-3.2-1b and llama-3.2-3b";
+
 // tiny: seconds on one core (tests, smoke runs). small: the default run, a minute on 2 cores.
 // gpt2 ... gpt2-xl: GPT-2's published shapes (124M, 350M, 774M, 1.5B parameters with its 50257
-// tokens). The vocabulary is never the preset's: it is the data's (docs/data.md).
+// tokens). The Llama family's published shapes (their config.json). The vocabulary is never the
+// preset's: it is the data's (docs/data.md).
 ModelPreset preset(const std::string& name) {
-  if (name == "tiny") return {2, 2, 64, 64, 8};
-  if (name == "small") return {4, 4, 128, 64, 16};
-  if (name == "gpt2") return {12, 12, 768, 1024, 8};
-  if (name == "gpt2-medium") return {24, 16, 1024, 1024, 8};
-  if (name == "gpt2-large") return {36, 20, 1280, 1024, 8};
-  if (name == "gpt2-xl") return {48, 25, 1600, 1024, 8};
-  user_error("--model {}: the presets are tiny, small, gpt2, gpt2-medium, gpt2-large and gpt2-xl",
-             name);
+  if (name == "tiny") return gpt2_shape(2, 2, 64, 64, 8);
+  if (name == "small") return gpt2_shape(4, 4, 128, 64, 16);
+  if (name == "gpt2") return gpt2_shape(12, 12, 768, 1024, 8);
+  if (name == "gpt2-medium") return gpt2_shape(24, 16, 1024, 1024, 8);
+  if (name == "gpt2-large") return gpt2_shape(36, 20, 1280, 1024, 8);
+  if (name == "gpt2-xl") return gpt2_shape(48, 25, 1600, 1024, 8);
+  if (name == "smollm-135m") return llama_shape(30, 9, 3, 576, 1536, 10000.0, 1e-5f, true);
+  if (name == "smollm-360m") return llama_shape(32, 15, 5, 960, 2560, 10000.0, 1e-5f, true);
+  if (name == "qwen2.5-0.5b")
+    return llama_shape(24, 14, 2, 896, 4864, 1000000.0, 1e-6f, true, /*qkv_bias=*/true);
+  if (name == "tinyllama-1.1b") return llama_shape(22, 32, 4, 2048, 5632, 10000.0, 1e-5f, false);
+  if (name == "llama-3.2-1b")
+    return llama_shape(16, 32, 8, 2048, 8192, 500000.0, 1e-5f, true, false, /*llama3=*/true);
+  if (name == "llama-3.2-3b")
+    return llama_shape(28, 24, 8, 3072, 8192, 500000.0, 1e-5f, true, false, /*llama3=*/true);
+  user_error("--model {}: the presets are {}", name, kPresetNames);
+}
+
+// --rope-scaling: none, or llama3:FACTOR,LOW,HIGH,ORIGINAL (Llama 3.1's rope_scaling fields
+// factor, low_freq_factor, high_freq_factor, original_max_position_embeddings).
+nn::RopeScaling parse_rope_scaling(const std::string& text) {
+  if (text == "none") return {};
+  const std::string usage =
+      "--rope-scaling is none or llama3:FACTOR,LOW,HIGH,ORIGINAL (e.g. llama3:32,1,4,8192)";
+  if (text.rfind("llama3:", 0) != 0) user_error("--rope-scaling {}: {}", text, usage);
+  std::istringstream in(text.substr(7));
+  nn::RopeScaling r;
+  r.type = nn::RopeType::Llama3;
+  char c1 = 0, c2 = 0, c3 = 0;
+  if (!(in >> r.factor >> c1 >> r.low_freq_factor >> c2 >> r.high_freq_factor >> c3 >>
+        r.original_max_position_embeddings) ||
+      c1 != ',' || c2 != ',' || c3 != ',' || !in.eof())
+    user_error("--rope-scaling {}: {}", text, usage);
+  return r;
 }
 
 // The plan across grids: --ranks, --memory-per-rank, --link-gbps (both commands), --grid (train).
@@ -60,6 +121,13 @@ struct TrainFlags {
   int layers = 0, heads = 0, d_model = 0, seq_len = 0;
   int64_t batch = 0;
   float dropout = 0.0f;
+  // The block's family and the Llama fields.
+  std::string arch;
+  int kv_heads = 0, ffn = 0;
+  float norm_eps = 0.0f;
+  double rope_theta = 0.0;
+  std::string rope_scaling;
+  bool qkv_bias = false, tie_embeddings = true;
   train::TrainConfig cfg;
   bool quiet = false;
   std::string comm_timeout;  // --comm-timeout, checked by comm::parse_comm_timeout
@@ -69,19 +137,49 @@ struct TrainFlags {
 // The model's size from the preset and the flags given (a resumed run: from its checkpoint).
 struct SizeOptions {
   CLI::Option *model, *layers, *heads, *d_model, *seq_len, *batch, *dropout;
+  CLI::Option *arch, *kv_heads, *ffn, *norm_eps, *rope_theta, *rope_scaling, *qkv_bias,
+      *tie_embeddings;
+  // The Llama-only flags given.
+  std::vector<const CLI::Option*> llama_flags() const {
+    std::vector<const CLI::Option*> given;
+    for (const CLI::Option* o : {kv_heads, ffn, norm_eps, rope_theta, rope_scaling, qkv_bias})
+      if (o->count() > 0) given.push_back(o);
+    return given;
+  }
 };
 
 SizeOptions add_size_flags(CLI::App* cmd, TrainFlags& f) {
-  return {cmd->add_option("--model", f.model,
-                          "Model preset: tiny, small, gpt2, gpt2-medium, gpt2-large or gpt2-xl "
-                          "(--layers etc. override its sizes; the vocabulary is the data's)")
-              ->capture_default_str(),
-          cmd->add_option("--layers", f.layers, "Transformer blocks (overrides the preset)"),
-          cmd->add_option("--heads", f.heads, "Attention heads"),
-          cmd->add_option("--d-model", f.d_model, "Model width"),
-          cmd->add_option("--seq-len", f.seq_len, "Tokens per sequence"),
-          cmd->add_option("--batch", f.batch, "Sequences per step (the global batch)"),
-          cmd->add_option("--dropout", f.dropout, "Dropout probability (GPT-2's three sites)")};
+  return {
+      cmd->add_option("--model", f.model,
+                      fmt::format("Model preset: {} (--layers etc. override its sizes; the "
+                                  "vocabulary is the data's)",
+                                  kPresetNames))
+          ->capture_default_str(),
+      cmd->add_option("--layers", f.layers, "Transformer blocks (overrides the preset)"),
+      cmd->add_option("--heads", f.heads, "Attention heads"),
+      cmd->add_option("--d-model", f.d_model, "Model width"),
+      cmd->add_option("--seq-len", f.seq_len, "Tokens per sequence"),
+      cmd->add_option("--batch", f.batch, "Sequences per step (the global batch)"),
+      cmd->add_option("--dropout", f.dropout, "Dropout probability (GPT-2's three sites)"),
+      cmd->add_option("--arch", f.arch,
+                      "The block's family: gpt2 (LayerNorm, learned positions, GELU) or llama "
+                      "(RMSNorm, rotary positions, SwiGLU, grouped-query attention); default: "
+                      "the preset's")
+          ->check(CLI::IsMember({"gpt2", "llama"})),
+      cmd->add_option("--kv-heads", f.kv_heads,
+                      "Llama: key/value heads, dividing --heads (1: multi-query; default: "
+                      "--heads)"),
+      cmd->add_option("--ffn", f.ffn, "Llama: the SwiGLU MLP's width (default: 4 x --d-model)"),
+      cmd->add_option("--norm-eps", f.norm_eps, "Llama: RMSNorm's epsilon (default 1e-5)"),
+      cmd->add_option("--rope-theta", f.rope_theta,
+                      "Llama: the rotary positions' base (default 10000)"),
+      cmd->add_option("--rope-scaling", f.rope_scaling,
+                      "Llama: the rotary frequencies' scaling: none or "
+                      "llama3:FACTOR,LOW,HIGH,ORIGINAL (Llama 3.1 and 3.2: llama3:32,1,4,8192)"),
+      cmd->add_option("--qkv-bias", f.qkv_bias, "Llama: q/k/v projections with a bias (Qwen2)"),
+      cmd->add_option("--tie-embeddings", f.tie_embeddings,
+                      "The LM head is the token embedding (true; GPT-2 always) or its own "
+                      "matrix (false; Llama only)")};
 }
 
 void add_grid_flags(CLI::App* cmd, train::TrainConfig& c) {
@@ -152,6 +250,52 @@ void check_init_from_flags(const train::TrainConfig& cfg, const nn::GPTConfig& h
         m.vocab_size, file, hf.vocab_size);
 }
 
+// The block's family and Llama fields from the preset (or checkpoint), then the flags given.
+void set_block(nn::GPTConfig& m, const nn::GPTConfig& from, const TrainFlags& flags,
+               const SizeOptions& o) {
+  m.arch = from.arch;
+  m.kv_heads = from.kv_heads;
+  m.ffn = from.ffn;
+  m.norm_eps = from.norm_eps;
+  m.rope_theta = from.rope_theta;
+  m.rope_scaling = from.rope_scaling;
+  m.qkv_bias = from.qkv_bias;
+  m.tie_embeddings = from.tie_embeddings;
+  m.n_layers = o.layers->count() ? flags.layers : from.n_layers;
+  m.n_heads = o.heads->count() ? flags.heads : from.n_heads;
+  m.d_model = o.d_model->count() ? flags.d_model : from.d_model;
+  m.seq_len = o.seq_len->count() ? flags.seq_len : from.seq_len;
+  if (o.arch->count() > 0) {
+    const nn::Arch asked = flags.arch == "llama" ? nn::Arch::Llama : nn::Arch::Gpt2;
+    if (asked != from.arch && o.model->count() > 0)
+      user_error("--arch {} disagrees with --model {}, a {} model", flags.arch, flags.model,
+                 nn::arch_name(from.arch));
+    m.arch = asked;
+  }
+  if (!m.llama()) {
+    const auto given = o.llama_flags();
+    if (!given.empty() || (o.tie_embeddings->count() > 0 && !flags.tie_embeddings))
+      user_error("{} is a Llama field: add --arch llama (or a Llama --model)",
+                 given.empty() ? std::string("--tie-embeddings false") : given.front()->get_name());
+    return;
+  }
+  // Values a field would read as "the default" are refused by the flag's name.
+  if (o.kv_heads->count() > 0 && flags.kv_heads < 1)
+    user_error("--kv-heads {} must be at least 1 (1: multi-query attention)", flags.kv_heads);
+  if (o.ffn->count() > 0 && flags.ffn < 1) user_error("--ffn {} must be at least 1", flags.ffn);
+  if (o.norm_eps->count() > 0 && !(flags.norm_eps > 0 && std::isfinite(flags.norm_eps)))
+    user_error("--norm-eps {} must be a positive number", flags.norm_eps);
+  if (o.rope_theta->count() > 0 && !(flags.rope_theta > 0 && std::isfinite(flags.rope_theta)))
+    user_error("--rope-theta {} must be a positive number", flags.rope_theta);
+  if (o.kv_heads->count() > 0) m.kv_heads = flags.kv_heads;
+  if (o.ffn->count() > 0) m.ffn = flags.ffn;
+  if (o.norm_eps->count() > 0) m.norm_eps = flags.norm_eps;
+  if (o.rope_theta->count() > 0) m.rope_theta = flags.rope_theta;
+  if (o.rope_scaling->count() > 0) m.rope_scaling = parse_rope_scaling(flags.rope_scaling);
+  if (o.qkv_bias->count() > 0) m.qkv_bias = flags.qkv_bias;
+  if (o.tie_embeddings->count() > 0) m.tie_embeddings = flags.tie_embeddings;
+}
+
 // The TrainConfig the flags describe.
 train::TrainConfig config_of(const TrainFlags& flags, const SizeOptions& o, const CLI::Option* tier,
                              bool grid_plan = false) {
@@ -165,7 +309,7 @@ train::TrainConfig config_of(const TrainFlags& flags, const SizeOptions& o, cons
   std::optional<nn::GPTConfig> hf;                         // --init-from: the folder's model
   if (!cfg.init_from.empty() && cfg.resume_dir.empty()) {  // both: refused by validate()
     hf = train::hf_model_config(cfg.init_from);
-    if (o.model->count() == 0) p = {hf->n_layers, hf->n_heads, hf->d_model, hf->seq_len, p.batch};
+    if (o.model->count() == 0) p.block = *hf;
     m.max_positions = hf->max_positions;
     if (o.dropout->count() == 0) dropout = hf->dropout;
     from_checkpoint = true;
@@ -177,21 +321,22 @@ train::TrainConfig config_of(const TrainFlags& flags, const SizeOptions& o, cons
         train::model_config_from_json(meta.model_config, "checkpoint '" + cfg.resume_dir + "'");
     // --model names sizes as --layers does: a preset other than the checkpoint's model is
     // refused as a mismatch (below, by the trainer), not silently replaced by the checkpoint's.
-    if (o.model->count() == 0)
-      p = {saved.n_layers, saved.n_heads, saved.d_model, saved.seq_len, p.batch};
+    if (o.model->count() == 0) p.block = saved;
     if (meta.extra.contains("batch") && meta.extra["batch"].is_number_integer())
       p.batch = meta.extra["batch"].get<int64_t>();
     m.max_positions = saved.max_positions;
     if (o.dropout->count() == 0) dropout = saved.dropout;
     from_checkpoint = true;
   }
-  m.n_layers = o.layers->count() ? flags.layers : p.layers;
-  m.n_heads = o.heads->count() ? flags.heads : p.heads;
-  m.d_model = o.d_model->count() ? flags.d_model : p.d_model;
-  m.seq_len = o.seq_len->count() ? flags.seq_len : p.seq_len;
+  set_block(m, p.block, flags, o);
   if (!from_checkpoint) m.max_positions = m.seq_len;
   m.dropout = dropout;
   m.vocab_size = train::data_vocab_size(cfg.data);
+  if (hf && m.llama())
+    user_error(
+        "--init-from '{}' is a GPT-2 folder and this run's model is Llama's ({}): reading "
+        "Hugging Face Llama folders is not implemented yet",
+        cfg.init_from, o.arch->count() > 0 ? "--arch llama" : "--model " + flags.model);
   if (hf) check_init_from_flags(cfg, *hf, flags.model, o);
   cfg.batch = o.batch->count() ? flags.batch : p.batch;
   cfg.progress = !flags.quiet;

@@ -13,6 +13,7 @@
 
 #include "tandem/core/env.h"
 #include "tandem/core/error.h"
+#include "tandem/core/file_io.h"
 
 namespace tandem {
 namespace fs = std::filesystem;
@@ -135,16 +136,8 @@ std::optional<std::string> read_private_file(const std::string& path) {
   }
   check_private_file(f.fd, path);
   std::string text;
-  char buf[65536];
-  for (;;) {
-    const ssize_t n = ::read(f.fd, buf, sizeof buf);
-    if (n == 0) break;
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      user_error("cannot read the cache file '{}': {}", path, std::strerror(errno));
-    }
-    text.append(buf, static_cast<size_t>(n));
-  }
+  const IoResult r = read_to_end(f.fd, text);
+  if (!r.ok()) user_error("cannot read the cache file '{}': {}", path, std::strerror(r.error));
   return text;
 }
 
@@ -161,12 +154,7 @@ void write_private_file(const std::string& path, std::string_view contents, mode
     user_error("cannot write the cache file '{}': {}", path, std::strerror(err));
   };
   if (::fchmod(fd, mode) != 0) fail(errno);
-  for (const char* p = contents.data(); p < contents.data() + contents.size();) {
-    const ssize_t n = ::write(fd, p, static_cast<size_t>(contents.data() + contents.size() - p));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) fail(errno);
-    p += n;
-  }
+  if (const IoResult r = write_all(fd, contents.data(), contents.size()); !r.ok()) fail(r.error);
   if (::close(fd) != 0) {
     const int err = errno;
     ::unlink(tmp.c_str());

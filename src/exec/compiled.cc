@@ -70,12 +70,6 @@ void each_step(const std::vector<Step>& steps, F&& f, int blocks = 0) {
   }
 }
 
-RunnerOptions with_allocator(Allocator& alloc) {
-  RunnerOptions o;
-  o.alloc = &alloc;
-  return o;
-}
-
 }  // namespace
 
 // ------------------------------------------------------------------------------------ state

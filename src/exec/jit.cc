@@ -21,6 +21,7 @@
 
 #include "tandem/core/env.h"
 #include "tandem/core/error.h"
+#include "tandem/core/file_io.h"
 #include "tandem/core/private_cache.h"
 #include "tandem/core/sha256.h"
 
@@ -172,11 +173,11 @@ std::string hash_of(int fd, const fs::path& path) {
   Sha256 h;
   std::array<char, 65536> buf;
   for (;;) {
-    const ssize_t n = ::read(fd, buf.data(), buf.size());
-    if (n == 0) return h.hex();
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) user_error("cannot read the JIT module {}: {}", path.string(), std::strerror(errno));
-    h.update(buf.data(), static_cast<size_t>(n));
+    const IoResult r = read_full(fd, buf.data(), buf.size());
+    if (!r.ok())
+      user_error("cannot read the JIT module {}: {}", path.string(), std::strerror(r.error));
+    h.update(buf.data(), r.done);
+    if (r.done < buf.size()) return h.hex();
   }
 }
 

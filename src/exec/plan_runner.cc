@@ -831,16 +831,6 @@ class PlanRunner::Impl {
   std::vector<comm::Request> sends_;
 };
 
-namespace {
-
-RunnerOptions with_allocator(Allocator& alloc) {
-  RunnerOptions o;
-  o.alloc = &alloc;
-  return o;
-}
-
-}  // namespace
-
 PlanRunner::PlanRunner(const Plan& plan, comm::Communicator& comm, const dsl::SymbolMap& symbols,
                        Allocator& alloc)
     : PlanRunner(plan, comm, symbols, with_allocator(alloc)) {}

@@ -14,6 +14,7 @@
 #include <system_error>
 
 #include "tandem/core/error.h"
+#include "tandem/core/file_io.h"
 
 namespace tandem::io {
 namespace fs = std::filesystem;
@@ -86,18 +87,9 @@ void AtomicFile::fail(int err) {
 
 void AtomicFile::write(const void* data, size_t bytes) {
   TANDEM_CHECK(fd_ >= 0 && !committed_, "write to '{}' after commit", shown_);
-  const char* p = static_cast<const char*>(data);
-  while (bytes > 0) {
-    // Linux writes at most about 2 GiB per call; larger tensors take several.
-    const ssize_t n = ::write(fd_, p, bytes);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      fail(errno);
-    }
-    p += n;
-    bytes -= static_cast<size_t>(n);
-    written_ += static_cast<size_t>(n);
-  }
+  const IoResult r = write_all(fd_, data, bytes);
+  written_ += r.done;
+  if (!r.ok()) fail(r.error);
 }
 
 void AtomicFile::write_at(size_t offset, const void* data, size_t bytes) {
@@ -105,17 +97,8 @@ void AtomicFile::write_at(size_t offset, const void* data, size_t bytes) {
   TANDEM_CHECK(offset <= written_ && bytes <= written_ - offset,
                "rewrite of bytes [{}, {}) of '{}', which has {}", offset, offset + bytes, shown_,
                written_);
-  const char* p = static_cast<const char*>(data);
-  while (bytes > 0) {
-    const ssize_t n = ::pwrite(fd_, p, bytes, static_cast<off_t>(offset));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      fail(errno);
-    }
-    p += n;
-    offset += static_cast<size_t>(n);
-    bytes -= static_cast<size_t>(n);
-  }
+  const IoResult r = pwrite_all(fd_, data, bytes, offset);
+  if (!r.ok()) fail(r.error);
 }
 
 void AtomicFile::commit() {
@@ -169,22 +152,10 @@ std::string read_file(const std::string& path, std::string_view what) {
         what, path, file_kind(st.st_mode));
   }
   std::string out;
-  out.resize(static_cast<size_t>(st.st_size));
-  size_t done = 0;
-  for (;;) {
-    if (done == out.size()) out.resize(out.size() + 65536);  // the file grew, or st_size was 0
-    const ssize_t n = ::read(fd, out.data() + done, out.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      const int err = errno;
-      ::close(fd);
-      user_error("cannot read {} '{}': {}", what, path, errno_text(err));
-    }
-    if (n == 0) break;
-    done += static_cast<size_t>(n);
-  }
+  out.reserve(static_cast<size_t>(st.st_size) + 1);  // + 1: the read that finds the end
+  const IoResult r = read_to_end(fd, out);
   ::close(fd);
-  out.resize(done);
+  if (!r.ok()) user_error("cannot read {} '{}': {}", what, path, errno_text(r.error));
   return out;
 }
 

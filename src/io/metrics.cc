@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tandem/core/error.h"
+#include "tandem/core/file_io.h"
 
 namespace tandem::io {
 
@@ -64,12 +65,12 @@ off_t complete_lines_length(int fd, const std::string& path) {
   char buf[4096];
   for (off_t end = st.st_size; end > 0;) {
     const off_t begin = end > static_cast<off_t>(sizeof(buf)) ? end - sizeof(buf) : 0;
-    const ssize_t n = ::pread(fd, buf, static_cast<size_t>(end - begin), begin);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0)
+    const size_t want = static_cast<size_t>(end - begin);
+    const IoResult r = pread_full(fd, buf, want, static_cast<uint64_t>(begin));
+    if (!r.ok() || r.done < want)
       user_error("cannot read metrics file '{}': {}", path,
-                 n < 0 ? std::strerror(errno) : "it shrank while being read");
-    for (ssize_t i = n - 1; i >= 0; --i)
+                 !r.ok() ? std::strerror(r.error) : "it shrank while being read");
+    for (ssize_t i = static_cast<ssize_t>(want) - 1; i >= 0; --i)
       if (buf[i] == '\n') return begin + i + 1;
     end = begin;
   }
@@ -106,17 +107,8 @@ MetricsWriter::~MetricsWriter() {
 
 void MetricsWriter::write(const StepMetrics& m) {
   const std::string line = metrics_json_line(m) + "\n";
-  const char* p = line.data();
-  size_t left = line.size();
-  while (left > 0) {
-    const ssize_t n = ::write(fd_, p, left);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      user_error("cannot write metrics file '{}': {}", path_, std::strerror(errno));
-    }
-    p += n;
-    left -= static_cast<size_t>(n);
-  }
+  const IoResult r = write_all(fd_, line.data(), line.size());
+  if (!r.ok()) user_error("cannot write metrics file '{}': {}", path_, std::strerror(r.error));
 }
 
 }  // namespace tandem::io

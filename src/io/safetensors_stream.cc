@@ -14,6 +14,7 @@
 
 #include "safetensors_format.h"
 #include "tandem/core/error.h"
+#include "tandem/core/file_io.h"
 
 namespace tandem::io {
 
@@ -209,16 +210,9 @@ void SafetensorsReader::read_at(uint64_t offset, void* into, uint64_t bytes) con
     std::memcpy(into, bytes_.data() + offset, bytes);
     return;
   }
-  char* p = static_cast<char*>(into);
-  while (bytes > 0) {
-    const ssize_t got = ::pread(fd_, p, bytes, static_cast<off_t>(offset));
-    if (got < 0 && errno == EINTR) continue;
-    if (got < 0) user_error("cannot read safetensors file '{}': {}", path_, std::strerror(errno));
-    if (got == 0) corrupt(path_, "truncated while it was being read");  // shrank under us
-    p += got;
-    offset += static_cast<uint64_t>(got);
-    bytes -= static_cast<uint64_t>(got);
-  }
+  const IoResult r = pread_full(fd_, into, bytes, offset);
+  if (!r.ok()) user_error("cannot read safetensors file '{}': {}", path_, std::strerror(r.error));
+  if (r.done < bytes) corrupt(path_, "truncated while it was being read");  // shrank under us
 }
 
 const SafetensorsEntry* SafetensorsReader::find(std::string_view name) const {

@@ -11,6 +11,7 @@
 #include <filesystem>
 
 #include "tandem/core/error.h"
+#include "tandem/core/file_io.h"
 #include "tandem/core/sha256.h"
 
 namespace tandem::io {
@@ -94,17 +95,8 @@ void ShardWriter::fail(int err) {
 }
 
 void ShardWriter::write_at(const void* data, size_t bytes, uint64_t offset) {
-  const char* p = static_cast<const char*>(data);
-  while (bytes > 0) {
-    const ssize_t n = ::pwrite(fd_, p, bytes, static_cast<off_t>(offset));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      fail(errno);
-    }
-    p += n;
-    bytes -= static_cast<size_t>(n);
-    offset += static_cast<uint64_t>(n);
-  }
+  const IoResult r = pwrite_all(fd_, data, bytes, offset);
+  if (!r.ok()) fail(r.error);
 }
 
 void ShardWriter::append(const int32_t* ids, size_t n) {
@@ -140,12 +132,11 @@ std::string ShardWriter::finish() {
   Sha256 sha;
   std::string buf(size_t{1} << 20, '\0');
   for (uint64_t at = 0;;) {
-    const ssize_t n = ::pread(fd_, buf.data(), buf.size(), static_cast<off_t>(at));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) fail(errno);
-    if (n == 0) break;
-    sha.update(buf.data(), static_cast<size_t>(n));
-    at += static_cast<uint64_t>(n);
+    const IoResult r = pread_full(fd_, buf.data(), buf.size(), at);
+    if (!r.ok()) fail(r.error);
+    sha.update(buf.data(), r.done);
+    at += r.done;
+    if (r.done < buf.size()) break;
   }
   ::close(fd_);
   fd_ = -1;

@@ -1,4 +1,4 @@
-// The encoder: token embedding plus learned position embedding.
+// The encoder: token embedding plus learned position embedding (none for Llama: wpe null).
 #include <algorithm>
 
 #include "columns.h"
@@ -15,8 +15,9 @@ void encoder_backward_columns(float* __restrict dwte, float* __restrict dwpe,
     for (int t = 0; t < T; ++t) {
       const float* __restrict g = dout + (static_cast<int64_t>(b) * T + t) * C;
       float* __restrict dw = dwte + static_cast<int64_t>(inp[b * T + t]) * C;
-      float* __restrict dp = dwpe + static_cast<int64_t>(t) * C;
+      float* __restrict dp = dwpe == nullptr ? nullptr : dwpe + static_cast<int64_t>(t) * C;
       for (int64_t i = c0; i < c1; ++i) dw[i] += g[i];
+      if (dwpe == nullptr) continue;
       for (int64_t i = c0; i < c1; ++i) dp[i] += g[i];
     }
 }
@@ -32,6 +33,10 @@ void encoder_forward(float* out, const int32_t* inp, const float* wte, const flo
       const int64_t t = r % T;
       float* __restrict o = out + r * C;
       const float* __restrict w = wte + static_cast<int64_t>(inp[r]) * C;
+      if (wpe == nullptr) {  // no learned positions (Llama's are rotary, inside attention)
+        std::copy(w, w + C, o);
+        continue;
+      }
       const float* __restrict p = wpe + t * C;
       for (int i = 0; i < C; ++i) o[i] = w[i] + p[i];
     }

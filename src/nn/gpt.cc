@@ -51,6 +51,28 @@ void append_named(std::vector<std::pair<std::string, Tensor>>& out, const Buffer
 
 std::string block_prefix(int layer) { return "h." + std::to_string(layer) + "."; }
 
+// The block's normalisation, LayerNorm (GPT-2) or RMSNorm (Llama: no mean, no bias), into out
+// (N, C) of f32 or bf16, its statistics saved in a's mean and rstd slots.
+template <typename Kind, typename Out>
+void norm_forward(const GPTConfig& c, Out* out, const Buffers<Kind>& a, Kind mean, Kind rstd,
+                  const float* x, const float* w, const float* b, int N) {
+  if (c.llama())
+    rmsnorm_forward(out, a.ptr(rstd), x, w, N, c.d_model, c.norm_eps);
+  else
+    layernorm_forward(out, a.ptr(mean), a.ptr(rstd), x, w, b, N, c.d_model);
+}
+
+// dx (N, C), dw, db += the normalisation's backward for dout (N, C).
+template <typename Kind>
+void norm_backward(const GPTConfig& c, float* dx, float* dw, float* db, const float* dout,
+                   const float* x, const float* w, const Buffers<Kind>& a, Kind mean, Kind rstd,
+                   int N) {
+  if (c.llama())
+    rmsnorm_backward(dx, dw, dout, x, w, a.ptr(rstd), N, c.d_model);
+  else
+    layernorm_backward(dx, dw, db, dout, x, w, a.ptr(mean), a.ptr(rstd), N, c.d_model);
+}
+
 // Every buffer defined, of its act_dtype (or f32, see Buffers) and shaped for (B, T): a mismatch
 // is the caller binding the wrong buffer.
 template <typename Kind>
@@ -143,17 +165,20 @@ Shape act_shape(const GPTConfig& c, BlockAct k, int B, int T) {
   const int64_t C = c.d_model;
   switch (k) {
     case BlockAct::Ln1Mean:
-    case BlockAct::Ln1Rstd:
     case BlockAct::Ln2Mean:
+      if (c.llama()) return {0};  // RMSNorm saves no mean
+      return {B, T};
+    case BlockAct::Ln1Rstd:
     case BlockAct::Ln2Rstd:
       return {B, T};
     case BlockAct::Qkv:
-      return {B, T, 3 * C};
+      return {B, T, c.qkv_width()};
     case BlockAct::AttSoftmax:
       return {B, c.n_heads, T, T};
     case BlockAct::FcOut:
+      return {B, T, c.fc_width()};
     case BlockAct::GeluOut:
-      return {B, T, 4 * C};
+      return {B, T, c.mlp_width()};
     case BlockAct::Ln1Out:
     case BlockAct::AttY:
     case BlockAct::Resid1:
@@ -171,6 +196,8 @@ Shape act_shape(const GPTConfig& c, FinalAct k, int B, int T) {
     case FinalAct::LnfOut:
       return {B, T, c.d_model};
     case FinalAct::LnfMean:
+      if (c.llama()) return {0};
+      return {B, T};
     case FinalAct::LnfRstd:
     case FinalAct::Losses:
       return {B, T};
@@ -271,17 +298,22 @@ int64_t floats_for_bf16(int64_t n) { return (n + 1) / 2; }
 std::vector<ActivationSpec> Workspace::specs(const GPTConfig& c, int B, int T) {
   const int64_t C = c.d_model, V = c.vocab_size, N = static_cast<int64_t>(B) * T;
   const int64_t chunk = lm_head_chunk_rows(static_cast<int>(N), c.vocab_size);
+  // wide: d(qkv), or the MLP's gradients: GPT-2's d(gelu.out) in place of d(c_fc.out) (4C);
+  // Llama's d(swiglu.out) (F) beside d(c_fc.out) (2F).
+  const int64_t wide = c.llama() ? std::max(c.qkv_width(), 3 * c.mlp_width()) : 4 * C;
+  // The widest matmul operand row: c_fc's output or c_proj's input.
+  const int64_t widest = std::max({c.qkv_width(), c.fc_width(), C});
   std::vector<ActivationSpec> s = {
-      {"ws.btc0", {B, T, C}},     {"ws.btc1", {B, T, C}},
-      {"ws.wide", {B, T, 4 * C}}, {"ws.attention", {attention_scratch_floats(T)}},
-      {"ws.logits", {chunk, V}},  {"ws.dresidual", {B, T, C}}};
+      {"ws.btc0", {B, T, C}},    {"ws.btc1", {B, T, C}},
+      {"ws.wide", {B, T, wide}}, {"ws.attention", {attention_scratch_floats(T)}},
+      {"ws.logits", {chunk, V}}, {"ws.dresidual", {B, T, C}}};
   if (c.matmul == DType::BF16) {
-    // rows: an (N, .) operand, at most N x 4C in a block; a chunk's input and dlogits,
+    // rows: an (N, .) operand, at most N x widest in a block; a chunk's input and dlogits,
     // chunk x (C + V), in the head.
-    // other: a weight (4C x C, V x C) or a weight gradient's input (N x 4C).
-    s.push_back({"ws.bf16_rows", {floats_for_bf16(std::max(N * 4 * C, chunk * (C + V)))}});
-    s.push_back({"ws.bf16_other", {floats_for_bf16(std::max({4 * C * C, V * C, N * 4 * C}))}});
-    s.push_back({"ws.rounded_weight", {4 * C * C}});
+    // other: a weight (C x widest, V x C) or a weight gradient's input (N x widest).
+    s.push_back({"ws.bf16_rows", {floats_for_bf16(std::max(N * widest, chunk * (C + V)))}});
+    s.push_back({"ws.bf16_other", {floats_for_bf16(std::max({C * widest, V * C, N * widest}))}});
+    s.push_back({"ws.rounded_weight", {C * std::max(widest, C)}});
   }
   return s;
 }
@@ -293,9 +325,17 @@ Workspace::Workspace(const GPTConfig& config, int B, int T, Allocator& alloc)
     user_error("GPT workspace for batch {} x sequence {}: both must be >= 1", B, T);
   for (const ActivationSpec& s : specs(config, B, T))
     bufs_.push_back(Tensor::empty(DType::F32, s.shape, alloc));
+  if (config.llama())
+    rope_ =
+        rope_table(rope_inv_freq(config.head_size(), config.rope_theta, config.rope_scaling), T);
 }
 
 void Workspace::check_fits(const GPTConfig& c, int B, int T) const {
+  if (c.arch != config_.arch || c.qkv_width() != config_.qkv_width() ||
+      c.mlp_width() != config_.mlp_width() || c.rope_theta != config_.rope_theta ||
+      !(c.rope_scaling == config_.rope_scaling))
+    user_error("GPT workspace was made for another block ({}, {} key/value heads, MLP {})",
+               arch_name(config_.arch), config_.n_kv_heads(), config_.mlp_width());
   if (c.d_model != config_.d_model || c.vocab_size != config_.vocab_size)
     user_error("GPT workspace was made for d_model {} and vocabulary {}, not {} and {}",
                config_.d_model, config_.vocab_size, c.d_model, c.vocab_size);
@@ -413,7 +453,8 @@ void block_attention_forward(const GPTConfig& c, int layer, const BlockParams& w
                              const StepRng& rng) {
   check_half(c, a, BlockHalf::Attention, layer, B, T);
   ws.check_fits(c, B, T);
-  const int C = c.d_model, NH = c.n_heads, HS = c.head_size(), N = B * T;
+  const int C = c.d_model, NH = c.n_heads, KVH = c.n_kv_heads(), HS = c.head_size(), N = B * T;
+  const int QKV = static_cast<int>(c.qkv_width());
   const int64_t n = static_cast<int64_t>(N) * C;
   float* proj = ws.btc(0);  // (B, T, C) the projection's output before dropout and residual
   const AttentionDropout attn_drop = attention_dropout(c, rng, layer);
@@ -421,13 +462,16 @@ void block_attention_forward(const GPTConfig& c, int layer, const BlockParams& w
   using K = BlockAct;
   const MatmulPrecision mm = ws.matmul();
   a.visit(K::Ln1Out, [&](auto* ln1) {
-    layernorm_forward(ln1, a.ptr(K::Ln1Mean), a.ptr(K::Ln1Rstd), x, w.ln_1_w, w.ln_1_b, N,
-                      C);                                                         // (B, T, C)
-    linear_forward(a.ptr(K::Qkv), ln1, w.c_attn_w, w.c_attn_b, N, C, 3 * C, mm);  // (B, T, 3C)
+    norm_forward(c, ln1, a, K::Ln1Mean, K::Ln1Rstd, x, w.ln_1_w, w.ln_1_b, N);  // (B, T, C)
+    linear_forward(a.ptr(K::Qkv), ln1, w.c_attn_w, w.c_attn_b, N, C, QKV, mm);  // (B, T, QKV)
   });
+  if (c.llama()) {  // q and k rotated in place: the saved qkv holds what attention multiplies
+    rope_forward(a.ptr(K::Qkv), ws.rope(), B, T, NH, HS, QKV, 0);
+    rope_forward(a.ptr(K::Qkv) + C, ws.rope(), B, T, KVH, HS, QKV, 0);
+  }
   a.visit(K::AttY, [&](auto* y) {
     attention_forward(staged_output(y, ws.btc(1)), a.ptr(K::AttSoftmax), ws.attention(),
-                      a.ptr(K::Qkv), B, T, NH, HS, attn_drop);  // (B, T, C)
+                      a.ptr(K::Qkv), B, T, NH, KVH, HS, attn_drop);  // (B, T, C)
     store_staged(y, ws.btc(1), n);
     linear_forward(proj, y, w.attn_proj_w, w.attn_proj_b, N, C, C, mm);  // (B, T, C)
   });
@@ -440,19 +484,23 @@ void block_mlp_forward(const GPTConfig& c, int layer, const BlockParams& w,
   check_half(c, a, BlockHalf::Mlp, layer, B, T);
   ws.check_fits(c, B, T);
   const int C = c.d_model, N = B * T;
+  const int F = static_cast<int>(c.mlp_width()), FC = static_cast<int>(c.fc_width());
   const int64_t n = static_cast<int64_t>(N) * C;
   float* proj = ws.btc(0);
   const Dropout resid_drop = site_dropout(c, rng, layer, DropoutSite::MlpResidual, T);
   using K = BlockAct;
   const MatmulPrecision mm = ws.matmul();
   a.visit(K::Ln2Out, [&](auto* ln2) {
-    layernorm_forward(ln2, a.ptr(K::Ln2Mean), a.ptr(K::Ln2Rstd), a.ptr(K::Resid1), w.ln_2_w,
-                      w.ln_2_b, N, C);                                          // (B, T, C)
-    linear_forward(a.ptr(K::FcOut), ln2, w.c_fc_w, w.c_fc_b, N, C, 4 * C, mm);  // (B, T, 4C)
+    norm_forward(c, ln2, a, K::Ln2Mean, K::Ln2Rstd, a.ptr(K::Resid1), w.ln_2_w, w.ln_2_b,
+                 N);                                                         // (B, T, C)
+    linear_forward(a.ptr(K::FcOut), ln2, w.c_fc_w, w.c_fc_b, N, C, FC, mm);  // (B, T, FC)
   });
   a.visit(K::GeluOut, [&](auto* h) {
-    gelu_forward(h, a.ptr(K::FcOut), 4 * n);                               // (B, T, 4C)
-    linear_forward(proj, h, w.mlp_proj_w, w.mlp_proj_b, N, 4 * C, C, mm);  // (B, T, C)
+    if (c.llama())
+      swiglu_rows_forward(h, a.ptr(K::FcOut), N, F);  // (B, T, F)
+    else
+      gelu_forward(h, a.ptr(K::FcOut), static_cast<int64_t>(N) * F);   // (B, T, 4C)
+    linear_forward(proj, h, w.mlp_proj_w, w.mlp_proj_b, N, F, C, mm);  // (B, T, C)
   });
   if (resid_drop.active()) dropout_forward(proj, proj, n, resid_drop);
   residual_forward(a.ptr(K::Out), a.ptr(K::Resid1), proj, n);  // (B, T, C)
@@ -479,24 +527,33 @@ void block_mlp_backward(const GPTConfig& c, int layer, const BlockParams& w, con
   check_half(c, a, BlockHalf::Mlp, layer, B, T);
   ws.check_fits(c, B, T);
   const int C = c.d_model, N = B * T;
-  const int64_t n = static_cast<int64_t>(N) * C;
-  float* dc = ws.btc(1);   // (B, T, C) d(ln_2.out)
-  float* dfc = ws.wide();  // (B, T, 4C) d(mlp.gelu.out), then in place d(mlp.c_fc.out)
+  const int F = static_cast<int>(c.mlp_width()), FC = static_cast<int>(c.fc_width());
+  const int64_t n = static_cast<int64_t>(N) * C, nf = static_cast<int64_t>(N) * F;
+  float* dc = ws.btc(1);  // (B, T, C) d(ln_2.out)
+  // GPT-2: (B, T, 4C) d(mlp.gelu.out), then in place d(mlp.c_fc.out). Llama: dh (B, T, F)
+  // d(swiglu.out), then dfc (B, T, 2F) d(mlp.c_fc.out) beside it.
+  float* dh = ws.wide();
+  float* dfc = c.llama() ? dh + nf : dh;
   using K = BlockAct;
   const float* dmlp =
       projection_grad(site_dropout(c, rng, layer, DropoutSite::MlpResidual, T), dres, ws, n);
-  zero(dfc, 4 * n);
+  zero(dh, nf);
   const MatmulPrecision mm = ws.matmul();
   a.visit(K::GeluOut, [&](const auto* h) {
-    linear_backward(dfc, dw.mlp_proj_w, dw.mlp_proj_b, dmlp, h, w.mlp_proj_w, N, 4 * C, C, mm);
+    linear_backward(dh, dw.mlp_proj_w, dw.mlp_proj_b, dmlp, h, w.mlp_proj_w, N, F, C, mm);
   });
-  gelu_backward_inplace(dfc, a.ptr(K::FcOut), 4 * n);
+  if (c.llama()) {
+    zero(dfc, static_cast<int64_t>(N) * FC);
+    swiglu_rows_backward(dfc, dh, a.ptr(K::FcOut), N, F);
+  } else {
+    gelu_backward_inplace(dfc, a.ptr(K::FcOut), nf);
+  }
   zero(dc, n);
   a.visit(K::Ln2Out, [&](const auto* ln2) {
-    linear_backward(dc, dw.c_fc_w, dw.c_fc_b, dfc, ln2, w.c_fc_w, N, C, 4 * C, mm);
+    linear_backward(dc, dw.c_fc_w, dw.c_fc_b, dfc, ln2, w.c_fc_w, N, C, FC, mm);
   });
-  layernorm_backward(dres, dw.ln_2_w, dw.ln_2_b, dc, a.ptr(K::Resid1), w.ln_2_w, a.ptr(K::Ln2Mean),
-                     a.ptr(K::Ln2Rstd), N, C);  // dres is now d(resid_1)
+  norm_backward(c, dres, dw.ln_2_w, dw.ln_2_b, dc, a.ptr(K::Resid1), w.ln_2_w, a, K::Ln2Mean,
+                K::Ln2Rstd, N);  // dres is now d(resid_1)
 }
 
 void block_attention_backward(const GPTConfig& c, int layer, const BlockParams& w,
@@ -504,10 +561,11 @@ void block_attention_backward(const GPTConfig& c, int layer, const BlockParams& 
                               float* dres, Workspace& ws, int B, int T, const StepRng& rng) {
   check_half(c, a, BlockHalf::Attention, layer, B, T);
   ws.check_fits(c, B, T);
-  const int C = c.d_model, NH = c.n_heads, HS = c.head_size(), N = B * T;
+  const int C = c.d_model, NH = c.n_heads, KVH = c.n_kv_heads(), HS = c.head_size(), N = B * T;
+  const int QKV = static_cast<int>(c.qkv_width());
   const int64_t n = static_cast<int64_t>(N) * C;
   float* dc = ws.btc(1);    // (B, T, C) d(attn.y), then d(ln_1.out)
-  float* dqkv = ws.wide();  // (B, T, 3C)
+  float* dqkv = ws.wide();  // (B, T, QKV)
   using K = BlockAct;
   const float* dattn =
       projection_grad(site_dropout(c, rng, layer, DropoutSite::AttnResidual, T), dres, ws, n);
@@ -516,15 +574,19 @@ void block_attention_backward(const GPTConfig& c, int layer, const BlockParams& 
   a.visit(K::AttY, [&](const auto* y) {
     linear_backward(dc, dw.attn_proj_w, dw.attn_proj_b, dattn, y, w.attn_proj_w, N, C, C, mm);
   });
-  zero(dqkv, 3 * n);
-  attention_backward(dqkv, ws.attention(), dc, a.ptr(K::Qkv), a.ptr(K::AttSoftmax), B, T, NH, HS,
-                     attention_dropout(c, rng, layer));
+  zero(dqkv, static_cast<int64_t>(N) * QKV);
+  attention_backward(dqkv, ws.attention(), dc, a.ptr(K::Qkv), a.ptr(K::AttSoftmax), B, T, NH, KVH,
+                     HS, attention_dropout(c, rng, layer));
+  if (c.llama()) {  // the gradients of the rotated q and k back to those of the projection's
+    rope_backward(dqkv, ws.rope(), B, T, NH, HS, QKV, 0);
+    rope_backward(dqkv + C, ws.rope(), B, T, KVH, HS, QKV, 0);
+  }
   zero(dc, n);
   a.visit(K::Ln1Out, [&](const auto* ln1) {
-    linear_backward(dc, dw.c_attn_w, dw.c_attn_b, dqkv, ln1, w.c_attn_w, N, C, 3 * C, mm);
+    linear_backward(dc, dw.c_attn_w, dw.c_attn_b, dqkv, ln1, w.c_attn_w, N, C, QKV, mm);
   });
-  layernorm_backward(dres, dw.ln_1_w, dw.ln_1_b, dc, x, w.ln_1_w, a.ptr(K::Ln1Mean),
-                     a.ptr(K::Ln1Rstd), N, C);  // dres is now d(x)
+  norm_backward(c, dres, dw.ln_1_w, dw.ln_1_b, dc, x, w.ln_1_w, a, K::Ln1Mean, K::Ln1Rstd,
+                N);  // dres is now d(x)
 }
 
 float final_forward(const GPTConfig& c, const FinalParams& w, const FinalActivations& a,
@@ -534,8 +596,7 @@ float final_forward(const GPTConfig& c, const FinalParams& w, const FinalActivat
   const int C = c.d_model, V = c.vocab_size, N = B * T;
   using K = FinalAct;
   a.visit(K::LnfOut, [&](auto* lnf) {
-    layernorm_forward(lnf, a.ptr(K::LnfMean), a.ptr(K::LnfRstd), x, w.ln_f_w, w.ln_f_b, N,
-                      C);  // (B, T, C)
+    norm_forward(c, lnf, a, K::LnfMean, K::LnfRstd, x, w.ln_f_w, w.ln_f_b, N);  // (B, T, C)
     if (targets == nullptr) return;
     // Per chunk of tokens: logits (chunk, V) in the workspace, then only each token's loss kept.
     lm_head_loss_forward(a.ptr(K::Losses), ws.logits(), lnf, w.wte, targets, N, C, V,
@@ -565,8 +626,7 @@ void final_backward(const GPTConfig& c, const FinalParams& w, const FinalParams&
                           dloss / static_cast<float>(N), N, C, V, lm_head_chunk_rows(N, V),
                           ws.matmul());
   });
-  layernorm_backward(dx, dw.ln_f_w, dw.ln_f_b, dlnf, x, w.ln_f_w, a.ptr(K::LnfMean),
-                     a.ptr(K::LnfRstd), N, C);
+  norm_backward(c, dx, dw.ln_f_w, dw.ln_f_b, dlnf, x, w.ln_f_w, a, K::LnfMean, K::LnfRstd, N);
 }
 
 void final_probabilities(const GPTConfig& c, const FinalParams& w, const FinalActivations& a,

@@ -9,11 +9,11 @@
 
 #include "tandem/core/allocator.h"
 #include "tandem/core/error.h"
+#include "tandem/ooc/bytes.h"
 
 namespace tandem::ooc {
 namespace {
 
-uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 uint64_t f32_bytes(const Shape& s) { return static_cast<uint64_t>(s.numel()) * sizeof(float); }
 
 // Offsets of consecutive buffers of these sizes, each aligned for tensors; the total rounded for

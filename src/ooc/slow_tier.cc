@@ -20,6 +20,7 @@
 #include <system_error>
 
 #include "tandem/core/error.h"
+#include "tandem/core/file_io.h"
 #include "tandem/ooc/bytes.h"
 
 namespace tandem::ooc {
@@ -27,10 +28,6 @@ namespace fs = std::filesystem;
 namespace {
 
 std::string errno_text(int err) { return std::strerror(err); }
-
-uint64_t round_up(uint64_t bytes, uint64_t multiple) {
-  return (bytes + multiple - 1) / multiple * multiple;
-}
 
 void check_in_range(uint64_t offset, size_t bytes, uint64_t capacity) {
   TANDEM_CHECK(bytes <= capacity && offset <= capacity - bytes,
@@ -115,14 +112,8 @@ class FileTier final : public SlowTier {
 
   void write(uint64_t offset, const void* src, size_t bytes) override {
     check_transfer(offset, src, bytes);
-    const char* from = static_cast<const char*>(src);
-    for (size_t done = 0; done < bytes;) {
-      const ssize_t n = ::pwrite(fd_, from + done, bytes - done, static_cast<off_t>(offset + done));
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) fail("write", offset, bytes, errno_text(errno));
-      if (n == 0) fail("write", offset, bytes, "the disk accepted no more bytes");
-      done += static_cast<size_t>(n);
-    }
+    if (const IoResult r = pwrite_all(fd_, src, bytes, offset); !r.ok())
+      fail("write", offset, bytes, errno_text(r.error));
     // Without O_DIRECT the written pages would stay cached, holding the very memory that swapping
     // out was meant to free; this starts their write-back and drops them once clean.
     if (!direct_ && bytes)
@@ -132,14 +123,9 @@ class FileTier final : public SlowTier {
 
   void read(uint64_t offset, void* dst, size_t bytes) override {
     check_transfer(offset, dst, bytes);
-    char* to = static_cast<char*>(dst);
-    for (size_t done = 0; done < bytes;) {
-      const ssize_t n = ::pread(fd_, to + done, bytes - done, static_cast<off_t>(offset + done));
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) fail("read", offset, bytes, errno_text(errno));
-      if (n == 0) fail("read", offset, bytes, "the file ended early");
-      done += static_cast<size_t>(n);
-    }
+    const IoResult r = pread_full(fd_, dst, bytes, offset);
+    if (!r.ok()) fail("read", offset, bytes, errno_text(r.error));
+    if (r.done < bytes) fail("read", offset, bytes, "the file ended early");
   }
 
   uint64_t capacity() const override { return capacity_; }
@@ -165,10 +151,10 @@ class FileTier final : public SlowTier {
       path_ =
           (fs::path(dir) / fmt::format("tandem-swap-{}-{}", ::getpid(), random_suffix())).string();
       const int flags = O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | (direct_ ? O_DIRECT : 0);
-      fd_ = ::open(path_.c_str(), flags, 0600);
+      fd_ = retry_on_eintr([&] { return ::open(path_.c_str(), flags, 0600); });
       if (fd_ >= 0) break;
       const int err = errno;
-      if (err == EINTR || (err == EEXIST && attempt < 100)) continue;
+      if (err == EEXIST && attempt < 100) continue;
       if (err == EINVAL && direct_) {
         // The kernel creates the file before it checks O_DIRECT support (O_EXCL guarantees the
         // name was ours), so the refused attempt leaves an empty file behind.
@@ -196,11 +182,7 @@ class FileTier final : public SlowTier {
   void reserve_space(const std::string& dir, std::string_view holds) {
     if (capacity_ == 0) return;
     ignore_file_size_signal();
-    int err;
-    do {
-      err = ::posix_fallocate(fd_, 0, static_cast<off_t>(capacity_));
-    } while (err == EINTR);
-    if (err != 0) {
+    if (const int err = allocate_all(fd_, capacity_); err != 0) {
       ::close(fd_);
       fd_ = -1;
       user_error("slow tier {}: cannot reserve {} ({} bytes) for {}: {}", dir,

@@ -1,4 +1,5 @@
-// One rank's shard of the GPT-2 parameters and its map to the whole model's flat buffer.
+// One rank's shard of the model's parameters (GPT-2 or Llama) and its map to the whole model's flat
+// buffer.
 #include "tandem/parallel/shard.h"
 
 #include <algorithm>
@@ -11,6 +12,9 @@ namespace tandem::parallel {
 namespace {
 
 constexpr int kBlockTensors = 12;
+
+// A tensor with no elements (a bias Llama lacks) is a null pointer in the stage views.
+float* at_or_null(float* p, const LocalTensor& t) { return t.numel() == 0 ? nullptr : p; }
 
 // Appends a run, merging it into the previous one when both continue it (a tp = 1 "shard").
 void push_run(std::vector<FlatRun>& runs, FlatRun r) {
@@ -83,10 +87,13 @@ ShardLayout::ShardLayout(const nn::GPTConfig& config, const GridShape& grid, int
     ln_f_ = static_cast<int>(tensors_.size());
     add(spec("ln_f.weight"), ShardKind::Whole, whole_writer);
     add(spec("ln_f.bias"), ShardKind::Whole, whole_writer);
-    // The LM head is tied to wte: a last stage that is not also the first keeps its own copy,
+    // A tied LM head is wte: a last stage that is not also the first keeps its own copy,
     // kept equal to stage 0's by summing the two copies' gradients (see Grid::tied). Stage 0
-    // writes it.
-    if (!has_embedding_) {
+    // writes it. An untied head is the last stage's own lm_head.weight.
+    if (!config.tie_embeddings) {
+      final_wte_ = static_cast<int>(tensors_.size());
+      add(spec("lm_head.weight"), ShardKind::Whole, whole_writer);
+    } else if (!has_embedding_) {
       final_wte_ = static_cast<int>(tensors_.size());
       add(spec("wte.weight"), ShardKind::Whole, false);
     } else {
@@ -112,20 +119,27 @@ void ShardLayout::add(const nn::ParamSpec& s, ShardKind kind, bool writer) {
       t.local_shape = s.shape;
       push_run(t.runs, {t.local_offset, t.global_offset, s.numel()});
       break;
-    case ShardKind::HeadColumns: {  // (rows, 3C) -> (rows, 3c): [q | k | v] of rank r's heads
-      const int64_t C = cols / 3, c = C / tp;
-      t.local_shape = matrix ? Shape{rows, 3 * c} : Shape{3 * c};
+    case ShardKind::HeadColumns:  // (rows, C + 2 KV) -> [q | k | v] of rank r's heads
+    case ShardKind::Columns: {    // (rows, H) -> (rows, H / tp); Llama's [gate | up] each
+      // The column parts, each split over the tp ranks: q, k and v (k and v kv_heads wide);
+      // the MLP's one part, or Llama's gate and up.
+      const nn::GPTConfig& c = config_;
+      const int64_t kv = static_cast<int64_t>(c.n_kv_heads()) * c.head_size();
+      std::vector<int64_t> parts = kind == ShardKind::HeadColumns
+                                       ? std::vector<int64_t>{c.d_model, kv, kv}
+                                   : c.llama() ? std::vector<int64_t>{c.mlp_width(), c.mlp_width()}
+                                               : std::vector<int64_t>{cols};
+      if (cols == 0) parts.assign(1, 0);  // a bias Llama lacks
+      int64_t local_cols = 0;
+      for (int64_t p : parts) local_cols += p / tp;
+      t.local_shape = matrix ? Shape{rows, local_cols} : Shape{local_cols};
       for (int64_t i = 0; i < rows; ++i)
-        for (int64_t part = 0; part < 3; ++part)
-          push_run(t.runs, {t.local_offset + i * 3 * c + part * c,
-                            t.global_offset + i * cols + part * C + r * c, c});
-      break;
-    }
-    case ShardKind::Columns: {  // (rows, H) -> (rows, H / tp)
-      const int64_t h = cols / tp;
-      t.local_shape = matrix ? Shape{rows, h} : Shape{h};
-      for (int64_t i = 0; i < rows; ++i)
-        push_run(t.runs, {t.local_offset + i * h, t.global_offset + i * cols + r * h, h});
+        for (int64_t done = 0, global_col = 0; int64_t p : parts) {
+          push_run(t.runs, {t.local_offset + i * local_cols + done,
+                            t.global_offset + i * cols + global_col + r * (p / tp), p / tp});
+          done += p / tp;
+          global_col += p;
+        }
       break;
     }
     case ShardKind::Rows: {  // (K, H) -> (K / tp, H)
@@ -148,8 +162,9 @@ const LocalTensor& ShardLayout::tensor(const std::string& name) const {
 
 nn::EmbeddingParams ShardLayout::embedding(float* base) const {
   TANDEM_CHECK(has_embedding_, "stage {} has no embedding", stage_);
+  const LocalTensor& wpe = tensors_[static_cast<size_t>(wpe_)];
   return {base + tensors_[static_cast<size_t>(wte_)].local_offset,
-          base + tensors_[static_cast<size_t>(wpe_)].local_offset};
+          at_or_null(base + wpe.local_offset, wpe)};
 }
 
 std::pair<size_t, size_t> ShardLayout::block_tensors(int layer) const {
@@ -179,14 +194,18 @@ nn::BlockParams ShardLayout::block_from(float* p, int64_t first, int layer) cons
                "stage {} holds layers [{}, {}), not {}", stage_, first_layer_, end_layer_, layer);
   const size_t i0 = static_cast<size_t>(block_first_[static_cast<size_t>(layer - first_layer_)]);
   float* t[kBlockTensors];
-  for (size_t i = 0; i < kBlockTensors; ++i) t[i] = p + (tensors_[i0 + i].local_offset - first);
+  for (size_t i = 0; i < kBlockTensors; ++i) {
+    const LocalTensor& tensor = tensors_[i0 + i];
+    t[i] = at_or_null(p + (tensor.local_offset - first), tensor);
+  }
   return {t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8], t[9], t[10], t[11]};
 }
 
 nn::FinalParams ShardLayout::final_stage(float* base) const {
   TANDEM_CHECK(has_final_, "stage {} has no final stage", stage_);
   const LocalTensor& ln = tensors_[static_cast<size_t>(ln_f_)];
-  return {base + ln.local_offset, base + tensors_[static_cast<size_t>(ln_f_) + 1].local_offset,
+  const LocalTensor& bias = tensors_[static_cast<size_t>(ln_f_) + 1];
+  return {base + ln.local_offset, at_or_null(base + bias.local_offset, bias),
           base + tensors_[static_cast<size_t>(final_wte_)].local_offset};
 }
 

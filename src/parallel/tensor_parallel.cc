@@ -116,8 +116,8 @@ std::vector<Shape> shard_block_shapes(const nn::GPTConfig& c, int tp, int B, int
     const auto k = static_cast<nn::BlockAct>(i);
     Shape s = nn::act_shape(c, k, B, T);
     switch (k) {
-      case nn::BlockAct::Qkv:
-        s = Shape{B, T, 3 * lc};
+      case nn::BlockAct::Qkv:  // a rank's [q | k | v] columns
+        s = Shape{B, T, c.qkv_width() / tp};
         break;
       case nn::BlockAct::AttSoftmax:
         s = Shape{B, c.n_heads / tp, T, T};
@@ -126,8 +126,10 @@ std::vector<Shape> shard_block_shapes(const nn::GPTConfig& c, int tp, int B, int
         s = Shape{B, T, lc};
         break;
       case nn::BlockAct::FcOut:
+        s = Shape{B, T, c.fc_width() / tp};
+        break;
       case nn::BlockAct::GeluOut:
-        s = Shape{B, T, 4 * lc};
+        s = Shape{B, T, c.mlp_width() / tp};
         break;
       default:
         break;
@@ -172,7 +174,7 @@ void shard_half_forward(const ShardBlock& sb, int layer, nn::BlockHalf half,
     });
     a.visit(K::AttY, [&](auto* y) {
       nn::attention_forward(nn::staged_output(y, ws.btc(1)), a.ptr(K::AttSoftmax), ws.attention(),
-                            a.ptr(K::Qkv), B, T, NH, HS, attn_drop);  // (B, T, c)
+                            a.ptr(K::Qkv), B, T, NH, NH, HS, attn_drop);  // (B, T, c)
       nn::store_staged(y, ws.btc(1), static_cast<int64_t>(N) * lc);
     });
     x_saved = a[K::AttY];
@@ -257,7 +259,7 @@ void shard_half_backward(const ShardBlock& sb, int layer, nn::BlockHalf half,
   });
   zero(dqkv, static_cast<int64_t>(N) * 3 * lc);
   nn::attention_backward(dqkv, ws.attention(), dy, a.ptr(K::Qkv), a.ptr(K::AttSoftmax), B, T, NH,
-                         HS, attn_drop);
+                         NH, HS, attn_drop);
   zero(dc, n);
   a.visit(K::Ln1Out, [&](const auto* ln1) {
     nn::linear_backward(dc, dw.c_attn_w, dw.c_attn_b, dqkv, ln1, w.c_attn_w, N, C, 3 * lc, mm);

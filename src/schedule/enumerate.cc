@@ -17,8 +17,6 @@ using dsl::Program;
 
 namespace {
 
-constexpr Move kMoves[] = {Move::None, Move::Split, Move::Reorder, Move::ReorderTransfers};
-
 // The inputs enumeration may store sliced.
 std::vector<std::string> state_inputs(const Program& p, const EnumerateOptions& o) {
   if (o.state) return *o.state;

@@ -23,8 +23,6 @@ constexpr std::string_view kGrammar =
     "+slice(INPUT,...); "
     "a program without collectives is C or fused(C)";
 
-constexpr Move kMoves[] = {Move::None, Move::Split, Move::Reorder, Move::ReorderTransfers};
-
 // The part's core: the collective and its consumers. `c` is "C" or "fused(C)". Without the
 // trailing "-AG" when `open_ag` (an overlap that closes before the gather).
 std::string core(Move move, bool fuse, const std::string& c, bool open_ag) {

@@ -76,6 +76,19 @@ std::vector<std::pair<std::string, std::string>> agreeing_settings(const TrainCo
       {"the model's positions", fmt::format("{}", c.model.max_positions)},
       {"the vocabulary", fmt::format("{}", c.model.vocab_size)},
       {"--dropout", fmt::format("{}", c.model.dropout)},
+      {"--arch", std::string(nn::arch_name(c.model.arch))},
+      {"--kv-heads", fmt::format("{}", c.model.n_kv_heads())},
+      {"--ffn", fmt::format("{}", c.model.mlp_width())},
+      {"--norm-eps", fmt::format("{}", c.model.norm_eps)},
+      {"--rope-theta", fmt::format("{}", c.model.rope_theta)},
+      {"--rope-scaling", c.model.rope_scaling.type == nn::RopeType::Llama3
+                             ? fmt::format("llama3:{},{},{},{}", c.model.rope_scaling.factor,
+                                           c.model.rope_scaling.low_freq_factor,
+                                           c.model.rope_scaling.high_freq_factor,
+                                           c.model.rope_scaling.original_max_position_embeddings)
+                             : std::string("none")},
+      {"--qkv-bias", c.model.qkv_bias ? "true" : "false"},
+      {"--tie-embeddings", c.model.tie_embeddings ? "true" : "false"},
       // The type chosen, not the flag: --precision auto may choose differently on another CPU.
       {"--precision", c.model.matmul == DType::BF16 ? "bf16" : "fp32"},
       {"--batch", fmt::format("{}", c.batch)},

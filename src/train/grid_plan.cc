@@ -14,6 +14,7 @@
 #include "tandem/comm/mpi.h"
 #include "tandem/comm/thread.h"
 #include "tandem/core/blas.h"
+#include "tandem/core/clock.h"
 #include "tandem/core/error.h"
 #include "tandem/core/gemm.h"
 #include "tandem/core/tensor.h"
@@ -30,8 +31,6 @@
 namespace tandem::train {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
 constexpr int kGemmRows = 1024;            // rows of the measured GEMM, at most
 constexpr double kGemmSeconds = 0.2;       // timed per shape, about
 constexpr uint64_t kLinkBytes = 16 << 20;  // the measured all-reduce
@@ -41,10 +40,6 @@ constexpr uint64_t kTierProbeBytes = 32 << 20;
 constexpr double kStatedLinkLatencyS = 50e-6;  // with --link-gbps: a TCP round trip, about
 // The out-of-core searches per stage: enough for the benchmark models, short across many grids.
 constexpr int64_t kPlanEvaluations = 20'000;
-
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());

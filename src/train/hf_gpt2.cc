@@ -106,6 +106,11 @@ HfExport export_hf_gpt2(const std::string& checkpoint, const std::string& out_di
   out.config = model_config_from_json(reader.meta().model_config,
                                       fmt::format("checkpoint '{}'", reader.folder()));
   const nn::GPTConfig& c = out.config;
+  if (c.llama())
+    user_error(
+        "checkpoint '{}' holds a Llama model; --format hf writes GPT-2 folders only so far (a "
+        "Llama folder's export is not implemented yet)",
+        reader.folder());
   std::vector<std::string> names;
   for (const io::SafetensorsEntry& e : reader.weights().tensors()) names.push_back(e.name);
   detail::check_tensor_names(names, c, {""}, reader.weights().path());

@@ -63,6 +63,17 @@ void TrainConfig::validate() const {
     user_error("--seq-len {} must be at most {}", model.seq_len, nn::kMaxPositions);
   if (!(model.dropout >= 0.0f && model.dropout < 1.0f))
     user_error("--dropout {} must be in [0, 1)", model.dropout);
+  if (model.llama()) {
+    if (model.kv_heads > 0 && model.n_heads % model.kv_heads != 0)
+      user_error("--kv-heads {} must divide --heads {}", model.kv_heads, model.n_heads);
+    if (model.head_size() % 2 != 0)
+      user_error(
+          "--d-model {} / --heads {} is a head of {}: rotary positions rotate pairs, so a Llama "
+          "head size must be even",
+          model.d_model, model.n_heads, model.head_size());
+    if (model.ffn > nn::kMaxWidth)
+      user_error("--ffn {} must be at most {}", model.ffn, nn::kMaxWidth);
+  }
   model.validate();
   // The data decides the vocabulary: 256 for bytes, the tokenizer's for a shard folder.
   if (const int v = data_vocab_size(data); model.vocab_size != v)
@@ -71,7 +82,8 @@ void TrainConfig::validate() const {
   if (batch < 1) user_error("--batch {} must be at least 1", batch);
   // The largest activation of a layer over the global batch: the MLP's (B, T, 4C) or the
   // attention scores (B, H, T, T); within this bound every activation count fits 64 bits.
-  const long double mlp = static_cast<long double>(batch) * model.seq_len * 4 * model.d_model;
+  const long double mlp =
+      static_cast<long double>(batch) * model.seq_len * static_cast<long double>(model.fc_width());
   const long double scores =
       static_cast<long double>(batch) * model.n_heads * model.seq_len * model.seq_len;
   if (std::max(mlp, scores) > static_cast<long double>(kMaxActivationValues))
@@ -79,7 +91,8 @@ void TrainConfig::validate() const {
         "--batch {} x --seq-len {}: a layer's largest activation would hold {:.3g} values "
         "(the {}); at most 2^40",
         batch, model.seq_len, static_cast<double>(std::max(mlp, scores)),
-        mlp >= scores ? "MLP's, 4 x --d-model wide" : "attention scores, --heads x --seq-len");
+        mlp >= scores ? fmt::format("MLP's, {} wide", model.fc_width())
+                      : std::string("attention scores, --heads x --seq-len"));
   if (steps < 0) user_error("--steps {} must be 0 or more", steps);
   // The optimizer programs compute in f32: a rate past its range would be infinite there.
   if (!(lr > 0) || !(lr <= std::numeric_limits<float>::max()))
@@ -128,6 +141,11 @@ void TrainConfig::validate() const {
     user_error("--micro-batches {} must be 0 (automatic) or more", micro_batches);
   if (model.n_heads % grid.tp != 0)
     user_error("--tp {} must divide the number of heads ({})", grid.tp, model.n_heads);
+  if (model.llama() && (grid.tp > 1 || grid.pp > 1))
+    user_error(
+        "--tp {} --pp {}: a Llama model trains data-parallel only so far (--dp N --tp 1 --pp 1); "
+        "its tensor- and pipeline-parallel blocks are not implemented yet",
+        grid.tp, grid.pp);
   if (grid.pp > model.n_layers)
     user_error("--pp {} needs at least {} layers; the model has {}", grid.pp, grid.pp,
                model.n_layers);

@@ -33,6 +33,7 @@
 #include "tandem/comm/mpi.h"
 #include "tandem/comm/thread.h"
 #include "tandem/core/blas.h"
+#include "tandem/core/clock.h"
 #include "tandem/core/error.h"
 #include "tandem/io/atomic_file.h"
 #include "tandem/io/checkpoint_series.h"
@@ -50,12 +51,6 @@
 
 namespace tandem::train {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
 
 // Whether the optimizer's communication thread may use the data-parallel group while the
 // backward runs: always on in-process ranks; under MPI it needs MPI_THREAD_SERIALIZED (the
@@ -591,9 +586,11 @@ std::string RankRun::model_state_line() const {
 void RankRun::print_header(int64_t first_step) {
   const nn::GPTConfig& c = cfg_.model;
   out_ << fmt::format(
-      "tandem train: GPT {} layers x d_model {} ({} heads, {:.2f}M parameters) on {}, "
+      "tandem train: {} {} layers x d_model {} ({} heads{}, {:.2f}M parameters) on {}, "
       "{} x {} tokens a step, {} ranks ({}, {} backend){}\n",
-      c.n_layers, c.d_model, c.n_heads, static_cast<double>(nn::gpt_num_parameters(c)) / 1e6,
+      c.llama() ? "Llama" : "GPT", c.n_layers, c.d_model, c.n_heads,
+      c.llama() ? fmt::format(", {} key/value heads, MLP {}", c.n_kv_heads(), c.mlp_width()) : "",
+      static_cast<double>(nn::gpt_num_parameters(c)) / 1e6,
       corpus_->source == "synthetic" ? "the synthetic corpus" : corpus_->source, cfg_.batch,
       c.seq_len, cfg_.grid.size(), cfg_.grid.str(), comm::backend_name(cfg_.backend),
       resumed() ? fmt::format(", resuming at step {} from {}", first_step, resume_->folder)

@@ -12,9 +12,21 @@
 #include <string>
 #include <vector>
 
+#include "tandem/core/bf16.h"
 #include "tandem/core/rng.h"
+#include "tandem/nn/layers.h"
 
 namespace tandem::nn::testing {
+
+// bf16 scratch as the Workspace gives it.
+struct Bf16Scratch {
+  std::vector<bf16> rows, other;
+  Bf16Scratch(int64_t r, int64_t o) : rows(static_cast<size_t>(r)), other(static_cast<size_t>(o)) {}
+  MatmulPrecision bf16s() {
+    return {DType::BF16, rows.data(), static_cast<int64_t>(rows.size()), other.data(),
+            static_cast<int64_t>(other.size())};
+  }
+};
 
 // Uniform in [lo, hi), from the counter-based RNG: the same inputs on every machine.
 inline std::vector<double> uniform(size_t n, uint64_t seed, double lo = -1.0, double hi = 1.0) {

@@ -2,7 +2,11 @@
 // that per-collective recipes differ (the suites that run schedules add exec/schedule_checks.h).
 #pragma once
 
+#include <string>
+#include <vector>
+
 #include "tandem/dsl/dsl.h"
+#include "tandem/schedule/recipe.h"
 
 namespace tandem::schedule::testing {
 
@@ -27,6 +31,13 @@ inline dsl::Program two_collectives() {
   const Expr a = (z + bias).named("a");
   p.output((a * a).named("out"), "out");
   return p;
+}
+
+// The schedules' names, in order.
+inline std::vector<std::string> names_of(const std::vector<NamedSchedule>& all) {
+  std::vector<std::string> out;
+  for (const NamedSchedule& ns : all) out.push_back(ns.name);
+  return out;
 }
 
 }  // namespace tandem::schedule::testing

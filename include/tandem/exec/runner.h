@@ -118,6 +118,13 @@ struct RunnerOptions {
   size_t chunk_bytes = 0;
 };
 
+// Default options but for the allocator.
+inline RunnerOptions with_allocator(Allocator& alloc) {
+  RunnerOptions o;
+  o.alloc = &alloc;
+  return o;
+}
+
 // Sets `plan` up on this rank of `comm` (every rank calls it together with the same plan); the
 // plan must outlive the runner. The reference interpreter runs plan.program stage by stage:
 // split, reorder and slicing take effect, fusion and overlap (which only the plan expresses) do

@@ -50,13 +50,21 @@ inline constexpr int kMaxPositions = 1 << 24;  // seq_len, max_positions
 inline constexpr int kMaxVocab = 1 << 24;
 inline constexpr int64_t kMaxParameters = int64_t{1} << 40;
 
+// The two families one block description builds (the fields below say which ones each reads):
+// GPT-2: LayerNorm, learned positions (wpe), GELU MLP of 4 x d_model, biases, tied head.
+// Llama: RMSNorm (norm_eps), rotary positions (rope_theta, rope_scaling), SwiGLU MLP of `ffn`,
+// grouped-query attention (kv_heads), no biases but optional q/k/v ones (Qwen2), the head tied
+// or not.
+enum class Arch : uint8_t { Gpt2, Llama };
+std::string_view arch_name(Arch a);  // "gpt2", "llama"
+
 struct GPTConfig {
   int vocab_size = 256;  // byte-level by default
   int n_layers = 4;
   int n_heads = 4;
   int d_model = 256;
   int seq_len = 128;        // the context length the model is trained at
-  int max_positions = 128;  // rows of wpe; no batch may be longer (GPT-2's n_positions)
+  int max_positions = 128;  // no batch may be longer (GPT-2: wpe's rows, n_positions)
   float dropout = 0.0f;     // GPT-2's embd_pdrop = attn_pdrop = resid_pdrop
   // How the linear layers and the LM head multiply (layers.h, MatmulPrecision): F32, or BF16
   // operands with f32 accumulation. Part of the config, beside the sizes, because it is needed
@@ -64,8 +72,25 @@ struct GPTConfig {
   // out-of-core planner and the memory estimate count). Not a property of the weights: they are
   // f32 either way and checkpoints do not record it, so a run may resume in the other precision.
   DType matmul = DType::F32;
+  // The block's family (after the sizes, so that GPT-2 configs written as braced lists of sizes
+  // still read the same), then the fields only Llama reads (their defaults elsewhere).
+  Arch arch = Arch::Gpt2;
+  int kv_heads = 0;               // key/value heads, dividing n_heads; 0: n_heads
+  int ffn = 0;                    // the SwiGLU MLP's width (intermediate_size); 0: 4 * d_model
+  float norm_eps = 1e-5f;         // RMSNorm's epsilon (rms_norm_eps)
+  double rope_theta = 10000.0;    // rotary base
+  RopeScaling rope_scaling = {};  // Llama 3.1's "llama3" frequency scaling, or none
+  bool qkv_bias = false;          // q/k/v projections with a bias (Qwen2)
+  bool tie_embeddings = true;     // the head is wte; else its own lm_head.weight (V, C)
 
   int head_size() const { return d_model / n_heads; }
+  bool llama() const { return arch == Arch::Llama; }
+  int n_kv_heads() const { return kv_heads > 0 ? kv_heads : n_heads; }
+  // Columns of attn.c_attn's output: [q (C) | k | v], k and v kv_heads heads each.
+  int64_t qkv_width() const { return d_model + int64_t{2} * n_kv_heads() * head_size(); }
+  // The MLP's hidden width (c_proj's input), and mlp.c_fc's output: Llama's is [gate | up].
+  int64_t mlp_width() const { return ffn > 0 ? ffn : int64_t{4} * d_model; }
+  int64_t fc_width() const { return llama() ? 2 * mlp_width() : mlp_width(); }
   // Throws UserError naming the first bad field and what it must be.
   void validate() const;
   bool operator==(const GPTConfig&) const = default;
@@ -78,6 +103,12 @@ struct GPTConfig {
 // h.{i}.attn.c_proj.weight (C, C), .bias (C), h.{i}.ln_2.weight, .bias, h.{i}.mlp.c_fc.weight
 // (C, 4C), .bias (4C), h.{i}.mlp.c_proj.weight (4C, C), .bias (C), then ln_f.weight, ln_f.bias.
 // Linear weights are (in, out) as HF's Conv1D stores them: they load into PyTorch unchanged.
+// A Llama model has the same twelve tensors a block, in the same order, so that every module
+// that slices a block (pipeline stages, shards, streamed state) treats both families alike: the
+// ones Llama lacks are empty (0 elements: the biases, but q/k/v's with qkv_bias, and wpe);
+// ln_1/ln_2/ln_f are RMSNorm's weights; attn.c_attn.weight is (C, qkv_width) = [q | k | v];
+// mlp.c_fc.weight is (C, 2F) = [gate | up] and mlp.c_proj.weight (F, C); an untied head adds
+// lm_head.weight (V, C) last.
 struct ParamSpec {
   std::string name;
   Shape shape;
@@ -94,24 +125,25 @@ struct EmbeddingParams {
   float* wte;  // (V, C)
   float* wpe;  // (P, C)
 };
+// A tensor with no elements (a bias Llama lacks) is a null pointer here.
 struct BlockParams {
   float* ln_1_w;       // (C)
   float* ln_1_b;       // (C)
-  float* c_attn_w;     // (C, 3C)
-  float* c_attn_b;     // (3C)
+  float* c_attn_w;     // (C, 3C); Llama (C, qkv_width)
+  float* c_attn_b;     // (3C); Llama (qkv_width) with qkv_bias
   float* attn_proj_w;  // (C, C)
   float* attn_proj_b;  // (C)
   float* ln_2_w;       // (C)
   float* ln_2_b;       // (C)
-  float* c_fc_w;       // (C, 4C)
+  float* c_fc_w;       // (C, 4C); Llama (C, 2F)
   float* c_fc_b;       // (4C)
-  float* mlp_proj_w;   // (4C, C)
+  float* mlp_proj_w;   // (4C, C); Llama (F, C)
   float* mlp_proj_b;   // (C)
 };
 struct FinalParams {
   float* ln_f_w;  // (C)
-  float* ln_f_b;  // (C)
-  float* wte;     // (V, C), the tied LM head
+  float* ln_f_b;  // (C); null for Llama
+  float* wte;     // (V, C), the LM head: wte when tied, else lm_head.weight
 };
 
 // One flat f32 buffer with a named view per tensor; used for weights and for gradients alike.
@@ -314,11 +346,14 @@ class Workspace {
   // gradient. The head's only buffer of V columns: it does not grow with the batch past a chunk.
   float* logits() const;
   float* dresidual() const;  // (B, T, C): d(loss)/d(residual stream) during gpt_backward
+  // Llama: the rotary cos/sin of positions [0, T), made once here (empty for GPT-2).
+  const RopeTable& rope() const { return rope_; }
   int batch() const { return B_; }
   int seq() const { return T_; }
 
  private:
   std::vector<Tensor> bufs_;
+  RopeTable rope_;
   GPTConfig config_;
   int B_, T_;
 };

@@ -27,6 +27,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "tandem/core/dtype.h"
 
@@ -78,7 +79,7 @@ void dropout_mask(float* mask, int64_t n, const Dropout& d);
 // ---------------------------------------------------------------------------------------------
 // Encoder: token plus learned position embedding.
 // out (B, T, C) = wte[inp[b, t]] (V, C) + wpe[t] (maxT, C). Tokens must be in [0, V): the model
-// checks them once, the kernel does not.
+// checks them once, the kernel does not. A null wpe (and dwpe) adds no positions (Llama).
 void encoder_forward(float* out, const int32_t* inp, const float* wte, const float* wpe, int B,
                      int T, int C);
 // dwte (V, C) += scatter of dout by token; dwpe (maxT, C) += dout summed over the batch.
@@ -141,13 +142,16 @@ int attention_max_threads();
 // Floats of scratch attention_forward and attention_backward need: 2 * T * T per thread.
 int64_t attention_scratch_floats(int T);
 
+// Grouped-query attention (Llama): KVH key/value heads, each shared by NH / KVH consecutive query
+// heads (KVH = NH: GPT-2's multi-head attention; KVH = 1: multi-query), the row being
+// [q (NH*HS) | k (KVH*HS) | v (KVH*HS)].
 // out (B, T, NH*HS), att (B, NH, T, T) (softmax; zero above the diagonal), from qkv
-// (B, T, 3*NH*HS). scratch: attention_scratch_floats(T).
+// (B, T, (NH + 2*KVH)*HS). scratch: attention_scratch_floats(T).
 void attention_forward(float* out, float* att, float* scratch, const float* qkv, int B, int T,
-                       int NH, int HS, const AttentionDropout& drop);
-// dqkv (B, T, 3*NH*HS) += ... from dout (B, T, NH*HS), qkv and the saved att.
+                       int NH, int KVH, int HS, const AttentionDropout& drop);
+// dqkv (B, T, (NH + 2*KVH)*HS) += ... from dout (B, T, NH*HS), qkv and the saved att.
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                        const float* att, int B, int T, int NH, int HS,
+                        const float* att, int B, int T, int NH, int KVH, int HS,
                         const AttentionDropout& drop);
 
 // ---------------------------------------------------------------------------------------------
@@ -238,5 +242,89 @@ void lm_head_loss_forward(float* losses, float* logits, const bf16* inp, const f
 void lm_head_loss_backward(float* dinp, float* dwte, float* logits, const bf16* inp,
                            const float* wte, const int32_t* targets, float dloss, int N, int C,
                            int V, int chunk, const MatmulPrecision& mm);
+
+// =============================================================================================
+// Llama-family layers: RMSNorm, rotary position embeddings (RoPE) and SwiGLU, with the same
+// conventions as above (f32, accumulated gradients but for RoPE's in-place backward,
+// deterministic at any thread count). Their naive references are in
+// tests/nn/unit/llama_layers_test.cc.
+
+// ---------------------------------------------------------------------------------------------
+// RMSNorm over the last dimension: out = inp * rstd * weight, rstd = 1 / sqrt(mean(inp^2) + eps)
+// per row, in f32 whatever the output type; rstd is saved for backward. eps is the model's
+// rms_norm_eps (1e-5 in Llama 2 and 3).
+// out (N, C), rstd (N) from inp (N, C), weight (C).
+void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C,
+                     float eps);
+// The same with out rounded to bf16: bitwise to_bf16 of the f32 kernel's out (rstd f32).
+void rmsnorm_forward(bf16* out, float* rstd, const float* inp, const float* weight, int N, int C,
+                     float eps);
+// dinp (N, C), dweight (C) += ... from dout (N, C) and the saved rstd (N).
+void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                      const float* weight, const float* rstd, int N, int C);
+
+// ---------------------------------------------------------------------------------------------
+// Rotary position embeddings in Hugging Face's rotate_half layout: a head of HS values is two
+// halves, and for i < HS / 2 the pair (x[i], x[i + HS/2]) at position p is rotated by the angle
+// p * inv_freq[i]:  x[i] := x[i] cos - x[i + HS/2] sin,  x[i + HS/2] := x[i + HS/2] cos + x[i] sin.
+// inv_freq[i] = theta^(-2i / HS), optionally rescaled (RopeScaling). The angle is the f32 product
+// of the position and inv_freq, as Hugging Face's and Meta's code compute it, so that rotations at
+// long positions match theirs; its cos and sin are tabulated once (RopeTable).
+enum class RopeType { Default, Llama3 };
+
+// rope_scaling of a Hugging Face config; the fields below are read for Llama3 only (Llama 3.1's
+// "llama3" rope_type, named as in that config).
+struct RopeScaling {
+  RopeType type = RopeType::Default;
+  double factor = 8.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  int64_t original_max_position_embeddings = 8192;
+  bool operator==(const RopeScaling&) const = default;
+};
+
+// inv_freq (HS / 2) = theta^(-2i / HS), and for Llama3 with wavelen = 2 pi / inv_freq,
+// low = original / low_freq_factor and high = original / high_freq_factor (wavelengths):
+// inv_freq / factor where wavelen > low, unchanged where wavelen < high, and in between
+// (1 - s) inv_freq / factor + s inv_freq with s = (original / wavelen - low_freq_factor) /
+// (high_freq_factor - low_freq_factor). A UserError for an odd HS, theta <= 0 or bad scaling.
+std::vector<float> rope_inv_freq(int HS, double theta, const RopeScaling& scaling = {});
+
+// cos and sin of the angle p * inv_freq[i] for positions p in [0, positions): made once (at set-up)
+// and read by every rope_forward / rope_backward call.
+struct RopeTable {
+  int head_size = 0;            // HS = 2 * inv_freq's size
+  int positions = 0;            // rows of the tables
+  std::vector<float> cos, sin;  // (positions, HS / 2)
+};
+RopeTable rope_table(const std::vector<float>& inv_freq, int positions);
+
+// x: B * T rows of NH heads of HS values, row (b, t) at x + (b * T + t) * stride (stride >= NH *
+// HS, so that x may be the q or the k part of a fused qkv buffer), at position pos0 + t (pos0: the
+// first position of this slice of the sequence). Rotated in place; pos0 + T <= rope.positions.
+// x (B, T, NH, HS) strided.
+void rope_forward(float* x, const RopeTable& rope, int B, int T, int NH, int HS, int64_t stride,
+                  int pos0);
+// dx := the inverse rotation of dx, in place (the same layout as rope_forward's x): the gradient
+// of the rotated values becomes that of the values before rotation. Not accumulated, as the
+// forward overwrites its input.
+void rope_backward(float* dx, const RopeTable& rope, int B, int T, int NH, int HS, int64_t stride,
+                   int pos0);
+
+// ---------------------------------------------------------------------------------------------
+// SwiGLU, the gated MLP activation: out = silu(gate) * up, silu(g) = g / (1 + exp(-g)).
+// out (n) from gate (n) and up (n) (n = N * F, the two projections' outputs).
+void swiglu_forward(float* out, const float* gate, const float* up, int64_t n);
+// The same with out rounded to bf16: bitwise to_bf16 of the f32 kernel's out.
+void swiglu_forward(bf16* out, const float* gate, const float* up, int64_t n);
+// dgate (n) += dout * up * silu'(gate); dup (n) += dout * silu(gate).
+void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate,
+                     const float* up, int64_t n);
+// The same on the rows of a fused gate|up projection, fc (N, 2F) = [gate (F) | up (F)] a row (the
+// Llama MLP's c_fc output): out (N, F) = silu(gate) * up, in f32 or rounded to bf16.
+void swiglu_rows_forward(float* out, const float* fc, int64_t N, int F);
+void swiglu_rows_forward(bf16* out, const float* fc, int64_t N, int F);
+// dfc (N, 2F) += d(gate) | d(up) from dout (N, F).
+void swiglu_rows_backward(float* dfc, const float* dout, const float* fc, int64_t N, int F);
 
 }  // namespace tandem::nn

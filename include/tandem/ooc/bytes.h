@@ -15,5 +15,9 @@ uint64_t parse_bytes(std::string_view text);
 // A budget: a size as parse_bytes reads it, or a share of `whole` ("25%": a quarter of it, the
 // trainer's `whole` being the in-core need). UserError naming the text otherwise.
 uint64_t parse_budget(std::string_view text, uint64_t whole);
+// `bytes` rounded up to a multiple of `multiple` (an alignment).
+inline uint64_t round_up(uint64_t bytes, uint64_t multiple) {
+  return (bytes + multiple - 1) / multiple * multiple;
+}
 
 }  // namespace tandem::ooc

@@ -43,6 +43,7 @@ enum class Move : uint8_t {
   ReorderTransfers,  // RS-C-P2P-AG: the same, the sends and receives moved onto the slice too
 };
 std::string_view move_name(Move m);  // "none", "split", "reorder", "reorder+p2p"
+inline constexpr Move kMoves[] = {Move::None, Move::Split, Move::Reorder, Move::ReorderTransfers};
 
 // The choices for one collective.
 struct CollectiveRecipe {

@@ -18,7 +18,7 @@
 namespace tandem::exec {
 namespace {
 
-float value_at(int micro, int index, int64_t i) {
+float handoff_value_at(int micro, int index, int64_t i) {
   return static_cast<float>(std::sin(0.1 * static_cast<double>(i) + 3 * micro + index));
 }
 
@@ -46,7 +46,8 @@ TEST(GradHandoff, SendsLeftInFlightLandInTheBoundBuffers) {
         std::vector<std::vector<float>> bufs(micros, std::vector<float>(n, 0.0f));
         for (int k = 0; k < micros; ++k) {
           if (group == 1) {
-            for (int64_t i = 0; i < n; ++i) bufs[k][static_cast<size_t>(i)] = value_at(k, index, i);
+            for (int64_t i = 0; i < n; ++i)
+              bufs[k][static_cast<size_t>(i)] = handoff_value_at(k, index, i);
             r->bind("d", Tensor::view_of(bufs[k].data(), DType::F32, Shape{n}));
             r->run_leaving_sends();
             ++sent;
@@ -64,7 +65,7 @@ TEST(GradHandoff, SendsLeftInFlightLandInTheBoundBuffers) {
             r->bind("d_prev", Tensor::view_of(bufs[k].data(), DType::F32, Shape{n}));
             r->run();
             for (int64_t i = 0; i < n; ++i)
-              ASSERT_EQ(bufs[k][static_cast<size_t>(i)], value_at(k, index, i))
+              ASSERT_EQ(bufs[k][static_cast<size_t>(i)], handoff_value_at(k, index, i))
                   << what << " micro " << k << " at " << i;
           }
         }

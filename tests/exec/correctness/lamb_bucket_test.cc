@@ -39,12 +39,12 @@ dsl::Segments bounds_of(const std::vector<int64_t>& sizes) {
 float weight_at(int64_t i) {
   return static_cast<float>(0.5 * std::sin(0.37 * static_cast<double>(i) + 0.1));
 }
-float grad_at(int rank, int step, int64_t i) {
+float bucket_grad_at(int rank, int step, int64_t i) {
   return static_cast<float>(0.06 *
                             std::cos(0.71 * static_cast<double>(i) + 1.3 * rank + 0.5 * step));
 }
 
-void set_hyper(Runner& r, int step, int ranks) {
+void set_bucket_hyper(Runner& r, int step, int ranks) {
   for (const auto& [name, v] : {std::pair<const char*, double>{"lr", 0.01},
                                 {"beta1", 0.9},
                                 {"beta2", 0.999},
@@ -98,9 +98,9 @@ Stepper make_stepper(const Setup& s, comm::Communicator& comm, int64_t offset,
 void run_step(Stepper& st, int rank, int step, int ranks, bool clipped) {
   Runner& g_runner = clipped ? *st.reduce : *st.step;
   const Tensor g = g_runner.input("g");
-  for (int64_t i = 0; i < st.n; ++i) g.set(i, grad_at(rank, step, st.offset + i));
+  for (int64_t i = 0; i < st.n; ++i) g.set(i, bucket_grad_at(rank, step, st.offset + i));
   if (clipped) g_runner.run();
-  set_hyper(*st.step, step, ranks);
+  set_bucket_hyper(*st.step, step, ranks);
   if (clipped) st.step->set_scalar("clip", 0.5);
   st.step->run();
 }

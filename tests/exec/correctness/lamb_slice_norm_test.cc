@@ -101,30 +101,30 @@ TEST(LambSliceNorm, TheZero1HookFoldsTheNormOfWInTheSamePassAsTheDirection) {
 
 // ------------------------------------------------------------------------------- garbage in w
 
-constexpr int64_t kN = 1013;
+constexpr int64_t kSliceN = 1013;
 
-float weight_at(int64_t i) {
+float slice_weight_at(int64_t i) {
   return static_cast<float>(0.5 * std::sin(0.37 * static_cast<double>(i) + 0.1));
 }
-float grad_at(int rank, int64_t i) {
+float slice_grad_at(int rank, int64_t i) {
   return static_cast<float>(0.06 * std::cos(0.71 * static_cast<double>(i) + 1.3 * rank));
 }
 
-struct Case {
+struct SliceNormCase {
   std::string label;
   Plan step;
   bool clipped = false;    // grad_reduce, then the update program
   dsl::Segments segments;  // for a bucket program
 };
 
-// Every rank's w after one step from weight_at, with this rank's copy of w outside its own slice
-// set to 1e3 first when `garbage`.
-std::vector<std::vector<float>> weights_after_a_step(const Case& c, RunnerKind kind, int ranks,
-                                                     bool garbage) {
+// Every rank's w after one step from slice_weight_at, with this rank's copy of w outside its own
+// slice set to 1e3 first when `garbage`.
+std::vector<std::vector<float>> weights_after_a_step(const SliceNormCase& c, RunnerKind kind,
+                                                     int ranks, bool garbage) {
   const Plan reduce = plan_named(dsl::workloads::grad_reduce(DType::F32), "C");
   std::vector<std::vector<float>> out(static_cast<size_t>(ranks));
   comm::run_ranks(ranks, [&](comm::Communicator& comm) {
-    dsl::SymbolMap symbols{{"N", kN}};
+    dsl::SymbolMap symbols{{"N", kSliceN}};
     RunnerOptions options;
     std::unique_ptr<Runner> reducer;
     if (c.clipped) {
@@ -137,16 +137,16 @@ std::vector<std::vector<float>> weights_after_a_step(const Case& c, RunnerKind k
     }
     std::unique_ptr<Runner> step = make_runner(kind, c.step, comm, symbols, options);
     if (c.clipped) step->bind("g_sum", reducer->output("g_sum"));
-    const int64_t begin = dsl::part_offset(kN, ranks, comm.rank()),
-                  end = begin + dsl::part_count(kN, ranks, comm.rank());
+    const int64_t begin = dsl::part_offset(kSliceN, ranks, comm.rank()),
+                  end = begin + dsl::part_count(kSliceN, ranks, comm.rank());
     const Tensor w = step->input("w");
-    for (int64_t i = 0; i < kN; ++i)
-      w.set(i, garbage && (i < begin || i >= end) ? 1e3f : weight_at(i));
+    for (int64_t i = 0; i < kSliceN; ++i)
+      w.set(i, garbage && (i < begin || i >= end) ? 1e3f : slice_weight_at(i));
     step->input("m").fill(0.0f);
     step->input("v").fill(0.0f);
     Runner& g_runner = c.clipped ? *reducer : *step;
     const Tensor g = g_runner.input("g");
-    for (int64_t i = 0; i < kN; ++i) g.set(i, grad_at(comm.rank(), i));
+    for (int64_t i = 0; i < kSliceN; ++i) g.set(i, slice_grad_at(comm.rank(), i));
     if (c.clipped) g_runner.run();
     for (const auto& [name, v] : {std::pair<const char*, double>{"lr", 0.01},
                                   {"beta1", 0.9},
@@ -159,16 +159,16 @@ std::vector<std::vector<float>> weights_after_a_step(const Case& c, RunnerKind k
     if (c.clipped) step->set_scalar("clip", 0.5);
     step->run();
     std::vector<float>& mine = out[static_cast<size_t>(comm.rank())];
-    for (int64_t i = 0; i < kN; ++i) mine.push_back(w.get(i));
+    for (int64_t i = 0; i < kSliceN; ++i) mine.push_back(w.get(i));
   });
   return out;
 }
 
-std::vector<Case> zero1_cases() {
+std::vector<SliceNormCase> zero1_cases() {
   const DType g = DType::F32;
   const dsl::Segments segments = {0, 300, 301, 818, 1013};
   const auto lamb = [&](const char* schedule) {
-    return Case{
+    return SliceNormCase{
         std::string("lamb ") + schedule, plan_named(dsl::workloads::lamb(g), schedule), false, {}};
   };
   return {
@@ -185,7 +185,7 @@ std::vector<Case> zero1_cases() {
 class LambSliceNormRun : public ::testing::TestWithParam<RunnerKind> {};
 
 TEST_P(LambSliceNormRun, GarbageOutsideThisRanksSliceOfWChangesNothing) {
-  for (const Case& c : zero1_cases())
+  for (const SliceNormCase& c : zero1_cases())
     for (int ranks : {2, 3}) {
       const auto clean = weights_after_a_step(c, GetParam(), ranks, false);
       const auto dirty = weights_after_a_step(c, GetParam(), ranks, true);
@@ -198,7 +198,7 @@ TEST_P(LambSliceNormRun, GarbageOutsideThisRanksSliceOfWChangesNothing) {
           if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0 && differ++ == 0)
             first = static_cast<int64_t>(i);
         EXPECT_EQ(differ, 0) << c.label << " on " << ranks << " ranks, rank " << r << ": " << differ
-                             << " of " << kN << " weights differ, the first w[" << first
+                             << " of " << kSliceN << " weights differ, the first w[" << first
                              << "] = " << (first >= 0 ? got[static_cast<size_t>(first)] : 0.0f)
                              << ", clean "
                              << (first >= 0 ? want[static_cast<size_t>(first)] : 0.0f);

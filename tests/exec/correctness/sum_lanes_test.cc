@@ -110,7 +110,7 @@ bool sliced_norm(const schedule::Plan& plan) {
   return sliced;
 }
 
-std::string same_bits(const std::string& where, const Tensor& got, const Tensor& want) {
+std::string same_bytes(const std::string& where, const Tensor& got, const Tensor& want) {
   if (got.numel() != want.numel() || std::memcmp(got.data(), want.data(), got.nbytes()) != 0)
     return fmt::format("{}: got {:a}, want {:a} (bitwise)\n", where, got.get(0), want.get(0));
   return "";
@@ -168,8 +168,8 @@ TEST(SumLanes, LargeNormMatchesDoubleOnEveryExecutorAndSchedule) {
           // The compiled code folds exactly as the plan runner does.
           for (const char* o : {"n", "t"}) {
             if (!interpret[k]) continue;
-            bad += same_bits(fmt::format("compiled vs plan runner {}, {}", o, where),
-                             compiled.at(o), planned.at(o));
+            bad += same_bytes(fmt::format("compiled vs plan runner {}, {}", o, where),
+                              compiled.at(o), planned.at(o));
           }
         }
         std::lock_guard<std::mutex> lock(mu);

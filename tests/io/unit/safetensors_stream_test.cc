@@ -19,23 +19,23 @@ namespace {
 using testing::ScratchDir;
 using testing::user_error_of;
 
-Tensor filled(DType t, Shape shape, float base) {
+Tensor filled_ramp(DType t, Shape shape, float base) {
   Tensor x = Tensor::empty(t, std::move(shape));
   for (int64_t i = 0; i < x.numel(); ++i) x.set(i, base + static_cast<float>(i) * 0.25f);
   return x;
 }
 
 // Mixed dtypes, names out of order, an empty tensor and a scalar.
-std::vector<NamedTensor> sample_tensors() {
-  return {{"h.1.w", filled(DType::F32, Shape{3, 5}, 1.0f)},
-          {"h.0.w", filled(DType::F32, Shape{3, 5}, -1.0f)},
-          {"b16", filled(DType::BF16, Shape{7}, 2.0f)},
-          {"f16", filled(DType::F16, Shape{2, 2}, 0.5f)},
-          {"empty", filled(DType::F32, Shape{0, 4}, 0.0f)},
-          {"scalar", filled(DType::F32, Shape{}, 9.0f)}};
+std::vector<NamedTensor> mixed_tensors() {
+  return {{"h.1.w", filled_ramp(DType::F32, Shape{3, 5}, 1.0f)},
+          {"h.0.w", filled_ramp(DType::F32, Shape{3, 5}, -1.0f)},
+          {"b16", filled_ramp(DType::BF16, Shape{7}, 2.0f)},
+          {"f16", filled_ramp(DType::F16, Shape{2, 2}, 0.5f)},
+          {"empty", filled_ramp(DType::F32, Shape{0, 4}, 0.0f)},
+          {"scalar", filled_ramp(DType::F32, Shape{}, 9.0f)}};
 }
 
-const Tensor& by_name(const std::vector<NamedTensor>& tensors, const std::string& name) {
+const Tensor& tensor_by_name(const std::vector<NamedTensor>& tensors, const std::string& name) {
   for (const NamedTensor& t : tensors)
     if (t.name == name) return t.tensor;
   throw std::runtime_error("no tensor " + name);
@@ -49,7 +49,7 @@ std::string streamed(const std::vector<NamedTensor>& tensors, const SafetensorsM
   SafetensorsWriter w(&out, tensor_specs(tensors), meta, checksums);
   std::string data;
   for (const TensorSpec& spec : w.order()) {
-    const Tensor& t = by_name(tensors, spec.name);
+    const Tensor& t = tensor_by_name(tensors, spec.name);
     data.append(static_cast<const char*>(t.data()), t.nbytes());
     if (!across) {
       for (size_t at = 0; at < data.size(); at += piece)
@@ -65,7 +65,7 @@ std::string streamed(const std::vector<NamedTensor>& tensors, const SafetensorsM
 }
 
 TEST(SafetensorsStream, BytesEqualTheWholeFileWriterInAnyPieces) {
-  const auto tensors = sample_tensors();
+  const auto tensors = mixed_tensors();
   const SafetensorsMetadata meta = {{"format", "pt"}};
   for (Checksums c : {Checksums::Record, Checksums::None}) {
     const std::string whole = serialize_safetensors(tensors, meta, c);
@@ -83,12 +83,12 @@ TEST(SafetensorsStream, BytesEqualTheWholeFileWriterInAnyPieces) {
 
 TEST(SafetensorsStream, WritesIntoAFileAndAnAtomicFile) {
   ScratchDir dir;
-  const auto tensors = sample_tensors();
+  const auto tensors = mixed_tensors();
   const std::string want = serialize_safetensors(tensors, {{"k", "v"}});
   {
     SafetensorsWriter w(dir.path("a.safetensors"), tensor_specs(tensors), {{"k", "v"}});
     for (const TensorSpec& s : w.order()) {
-      const Tensor& t = by_name(tensors, s.name);
+      const Tensor& t = tensor_by_name(tensors, s.name);
       w.append(t.data(), t.nbytes());
     }
     ASSERT_EQ(dir.list().size(), 1u);  // only the temporary, until commit
@@ -155,7 +155,7 @@ size_t header_bytes(const std::string& file) {
 
 TEST(SafetensorsStream, AFlippedDataByteIsRefusedNamingTheTensor) {
   ScratchDir dir;
-  const auto tensors = sample_tensors();
+  const auto tensors = mixed_tensors();
   const std::string good = serialize_safetensors(tensors);
   const SafetensorsReader probe = SafetensorsReader::in_memory(good, "x");
   const size_t data_start = header_bytes(good);
@@ -182,7 +182,7 @@ TEST(SafetensorsStream, AFlippedDataByteIsRefusedNamingTheTensor) {
 
 // The issue's scenario: two tensors of one shape with their data_offsets swapped in the header.
 TEST(SafetensorsStream, SwappedOffsetsOfSameShapeTensorsAreRefused) {
-  const auto tensors = sample_tensors();
+  const auto tensors = mixed_tensors();
   const std::string first = R"("h.0.w":{"dtype":"F32","shape":[3,5],"data_offsets":[0,60]})";
   const std::string second = R"("h.1.w":{"dtype":"F32","shape":[3,5],"data_offsets":[60,120]})";
   const std::string first_swapped =
@@ -200,7 +200,7 @@ TEST(SafetensorsStream, SwappedOffsetsOfSameShapeTensorsAreRefused) {
     if (c == Checksums::None) {
       // Without checksums the swap cannot be seen: the tensors load, exchanged.
       const SafetensorsFile f = parse_safetensors(file, "swapped");
-      EXPECT_EQ(std::memcmp(f.get("h.0.w").data(), by_name(tensors, "h.1.w").data(), 60), 0);
+      EXPECT_EQ(std::memcmp(f.get("h.0.w").data(), tensor_by_name(tensors, "h.1.w").data(), 60), 0);
     } else {
       EXPECT_EQ(user_error_of([&] { parse_safetensors(file, "swapped"); }),
                 "corrupt safetensors file 'swapped': the header does not match its checksum: the "
@@ -213,12 +213,12 @@ TEST(SafetensorsStream, SwappedOffsetsOfSameShapeTensorsAreRefused) {
 // header rewritten with its own checksum recomputed amounts to): each tensor's checksum catches
 // it, naming the tensor.
 TEST(SafetensorsStream, ExchangedDataUnderAnHonestHeaderIsRefused) {
-  const auto tensors = sample_tensors();
+  const auto tensors = mixed_tensors();
   std::string swapped;
   SafetensorsWriter w(&swapped, tensor_specs(tensors), {});
   for (const TensorSpec& s : w.order()) {
     const std::string name = s.name == "h.0.w" ? "h.1.w" : s.name == "h.1.w" ? "h.0.w" : s.name;
-    const Tensor& t = by_name(tensors, name);
+    const Tensor& t = tensor_by_name(tensors, name);
     w.append(t.data(), t.nbytes());
   }
   w.commit();
@@ -237,7 +237,7 @@ TEST(SafetensorsStream, ExchangedDataUnderAnHonestHeaderIsRefused) {
 
 TEST(SafetensorsStream, FilesWithoutChecksumsStillLoad) {
   ScratchDir dir;
-  const auto tensors = sample_tensors();
+  const auto tensors = mixed_tensors();
   save_safetensors(dir.path("old.safetensors"), tensors, {{"format", "pt"}}, Checksums::None);
   const SafetensorsReader r(dir.path("old.safetensors"));
   EXPECT_FALSE(r.has_checksums());
@@ -249,7 +249,7 @@ TEST(SafetensorsStream, FilesWithoutChecksumsStillLoad) {
 }
 
 TEST(SafetensorsStream, ChecksumsAreAllOrNone) {
-  std::string file = serialize_safetensors(sample_tensors());
+  std::string file = serialize_safetensors(mixed_tensors());
   // A tensor's checksum key renamed to a tensor the file does not hold: the header's own
   // checksum fails first.
   const size_t at = file.find("\"sha256:scalar\"");
@@ -267,11 +267,11 @@ TEST(SafetensorsStream, ChecksumsAreAllOrNone) {
 
 TEST(SafetensorsStream, ReadsRangesAndPieces) {
   ScratchDir dir;
-  const auto tensors = sample_tensors();
+  const auto tensors = mixed_tensors();
   save_safetensors(dir.path("t.safetensors"), tensors);
   const SafetensorsReader r(dir.path("t.safetensors"));
   const size_t i = r.index_of("h.1.w", Shape{3, 5});
-  const Tensor& want = by_name(tensors, "h.1.w");
+  const Tensor& want = tensor_by_name(tensors, "h.1.w");
   const char* bytes = static_cast<const char*>(want.data());
   // Row 1 of 3 (a rank's shard of the rows).
   char row[20];
@@ -314,7 +314,7 @@ TEST(SafetensorsStream, ReadsRangesAndPieces) {
 }
 
 TEST(SafetensorsStream, MisuseIsAnInternalError) {
-  const auto tensors = sample_tensors();
+  const auto tensors = mixed_tensors();
   const auto specs = tensor_specs(tensors);
   {
     std::string out;
@@ -354,7 +354,7 @@ TEST(SafetensorsStream, MisuseIsAnInternalError) {
 TEST(SafetensorsStream, AnAbandonedWriterLeavesThePreviousFile) {
   ScratchDir dir;
   const std::string path = dir.path("w.safetensors");
-  save_safetensors(path, sample_tensors());
+  save_safetensors(path, mixed_tensors());
   const std::string before = testing::read_bytes(path);
   {
     SafetensorsWriter w(path, {{"x", DType::F32, Shape{4}}});

@@ -46,9 +46,10 @@ TEST(TensorParallel, AttentionOnAHeadShardMatchesThoseHeadsOfTheFullLayer) {
   std::vector<float> out(static_cast<size_t>(N) * C), att(static_cast<size_t>(B) * NH * T * T);
   std::vector<float> scratch(static_cast<size_t>(attention_scratch_floats(T)));
   std::vector<float> dqkv(qkv.size(), 0.0f);
-  attention_forward(out.data(), att.data(), scratch.data(), qkv.data(), B, T, NH, HS, full_drop);
-  attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), B, T, NH, HS,
-                     full_drop);
+  attention_forward(out.data(), att.data(), scratch.data(), qkv.data(), B, T, NH, NH, HS,
+                    full_drop);
+  attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), B, T, NH, NH,
+                     HS, full_drop);
 
   for (int h0 : {0, 2}) {  // tp = 2: two heads per rank
     const int nh = 2;
@@ -59,8 +60,9 @@ TEST(TensorParallel, AttentionOnAHeadShardMatchesThoseHeadsOfTheFullLayer) {
     const std::vector<float> g = columns(dout, N, C, h0 * HS, nh * HS);
     std::vector<float> o(static_cast<size_t>(N) * nh * HS), a(static_cast<size_t>(B) * nh * T * T);
     std::vector<float> dq(q.size(), 0.0f);
-    attention_forward(o.data(), a.data(), scratch.data(), q.data(), B, T, nh, HS, drop);
-    attention_backward(dq.data(), scratch.data(), g.data(), q.data(), a.data(), B, T, nh, HS, drop);
+    attention_forward(o.data(), a.data(), scratch.data(), q.data(), B, T, nh, nh, HS, drop);
+    attention_backward(dq.data(), scratch.data(), g.data(), q.data(), a.data(), B, T, nh, nh, HS,
+                       drop);
     // The same per-head arithmetic with other strides: equal to rounding (a wrong mask or head
     // offset would be off by O(1)).
     const std::string rank = "heads from " + std::to_string(h0);

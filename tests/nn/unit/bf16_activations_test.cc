@@ -20,28 +20,19 @@
 namespace tandem::nn {
 namespace {
 
+using testing::Bf16Scratch;
 using testing::to_f32;
 using testing::uniform;
 
-std::vector<bf16> rounded(const std::vector<float>& x) {
+std::vector<bf16> bf16_rounded(const std::vector<float>& x) {
   std::vector<bf16> r(x.size());
   to_bf16(x.data(), r.data(), x.size());
   return r;
 }
 
-bool same_bits(const std::vector<bf16>& a, const std::vector<bf16>& b) {
+bool same_bf16_bits(const std::vector<bf16>& a, const std::vector<bf16>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(bf16)) == 0;
 }
-
-// bf16 scratch as the Workspace gives it.
-struct Scratch {
-  std::vector<bf16> rows, other;
-  Scratch(int64_t r, int64_t o) : rows(static_cast<size_t>(r)), other(static_cast<size_t>(o)) {}
-  MatmulPrecision bf16s() {
-    return {DType::BF16, rows.data(), static_cast<int64_t>(rows.size()), other.data(),
-            static_cast<int64_t>(other.size())};
-  }
-};
 
 TEST(Bf16Activations, LayerNormGeluAndStagedOutputsWriteTheRoundedValues) {
   const int N = 37, C = 45;  // C not a multiple of the lanes: the rows' tails too
@@ -51,7 +42,7 @@ TEST(Bf16Activations, LayerNormGeluAndStagedOutputsWriteTheRoundedValues) {
   std::vector<bf16> out_b(N * C);
   layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
   layernorm_forward(out_b.data(), mean_b.data(), rstd_b.data(), x.data(), w.data(), b.data(), N, C);
-  EXPECT_TRUE(same_bits(out_b, rounded(out)));
+  EXPECT_TRUE(same_bf16_bits(out_b, bf16_rounded(out)));
   EXPECT_EQ(mean_b, mean);
   EXPECT_EQ(rstd_b, rstd);
   const int64_t n = (int64_t{1} << 16) + 13;  // several threads' parts
@@ -60,23 +51,24 @@ TEST(Bf16Activations, LayerNormGeluAndStagedOutputsWriteTheRoundedValues) {
   std::vector<bf16> h_b(static_cast<size_t>(n));
   gelu_forward(h.data(), g.data(), n);
   gelu_forward(h_b.data(), g.data(), n);
-  EXPECT_TRUE(same_bits(h_b, rounded(h)));
+  EXPECT_TRUE(same_bf16_bits(h_b, bf16_rounded(h)));
   std::vector<bf16> r(static_cast<size_t>(n));
   EXPECT_EQ(staged_output(r.data(), h.data()), h.data());
   store_staged(r.data(), g.data(), n);
-  EXPECT_TRUE(same_bits(r, rounded(g)));
+  EXPECT_TRUE(same_bf16_bits(r, bf16_rounded(g)));
 }
 
-void linear_case(int N, int IC, int OC) {
+void saved_linear_case(int N, int IC, int OC) {
   SCOPED_TRACE(::testing::Message() << N << " x " << IC << " x " << OC);
   const std::vector<float> x = to_f32(uniform(N * IC, 11)), w = to_f32(uniform(IC * OC, 12)),
                            bias = to_f32(uniform(OC, 13)), dout = to_f32(uniform(N * OC, 14)),
                            dinp0 = to_f32(uniform(N * IC, 15)), dw0 = to_f32(uniform(IC * OC, 16));
-  const std::vector<bf16> xb = rounded(x);
+  const std::vector<bf16> xb = bf16_rounded(x);
   const int64_t rows = static_cast<int64_t>(N) * std::max(IC, OC);
-  Scratch f32_input(rows, std::max(static_cast<int64_t>(IC) * OC, static_cast<int64_t>(N) * IC));
+  Bf16Scratch f32_input(rows,
+                        std::max(static_cast<int64_t>(IC) * OC, static_cast<int64_t>(N) * IC));
   // A bf16 input needs no `other` scratch for itself: the weight's is enough.
-  Scratch bf16_input(rows, static_cast<int64_t>(IC) * OC);
+  Bf16Scratch bf16_input(rows, static_cast<int64_t>(IC) * OC);
   std::vector<float> want(static_cast<size_t>(N) * OC), got(want.size());
   linear_forward(want.data(), x.data(), w.data(), bias.data(), N, IC, OC, f32_input.bf16s());
   linear_forward(got.data(), xb.data(), w.data(), bias.data(), N, IC, OC, bf16_input.bf16s());
@@ -100,20 +92,20 @@ void linear_case(int N, int IC, int OC) {
 }
 
 TEST(Bf16Activations, LinearOnASavedBf16InputIsTheF32InputCallBitwise) {
-  linear_case(37, 48, 29);
-  linear_case(128, 192, 160);
+  saved_linear_case(37, 48, 29);
+  saved_linear_case(128, 192, 160);
 }
 
 TEST(Bf16Activations, LmHeadOnASavedBf16InputIsTheF32InputCallBitwise) {
   const int N = 23, C = 40, V = 67, chunk = 7;  // chunks that do not divide the rows
   const std::vector<float> x = to_f32(uniform(N * C, 21)), wte = to_f32(uniform(V * C, 22)),
                            dx0 = to_f32(uniform(N * C, 23)), dwte0 = to_f32(uniform(V * C, 24));
-  const std::vector<bf16> xb = rounded(x);
+  const std::vector<bf16> xb = bf16_rounded(x);
   std::vector<int32_t> targets;
   for (int n = 0; n < N; ++n)
     targets.push_back(static_cast<int32_t>(random_bits(25, static_cast<uint64_t>(n)) % V));
-  Scratch s(std::max<int64_t>(static_cast<int64_t>(chunk) * (C + V), N * C),
-            static_cast<int64_t>(V) * C);
+  Bf16Scratch s(std::max<int64_t>(static_cast<int64_t>(chunk) * (C + V), N * C),
+                static_cast<int64_t>(V) * C);
   std::vector<float> logits(static_cast<size_t>(chunk) * V);
   for (bool with_dx : {true, false}) {
     std::vector<float> losses(N), dx = dx0, dwte = dwte0;
@@ -185,7 +177,7 @@ void rebind_all_f32(GPTActivations& acts) {
   for (Tensor& t : acts.head.buf) f32(t);
 }
 
-bool same_bits(const Tensor& a, const Tensor& b) {
+bool same_tensor_bits(const Tensor& a, const Tensor& b) {
   return a.nbytes() == b.nbytes() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
 }
 
@@ -221,14 +213,14 @@ TEST(Bf16Activations, ModelLossAndGradientsBitwiseAsSavedInF32) {
         const auto k = static_cast<BlockAct>(i);
         const Tensor& b = saved_b.blocks[static_cast<size_t>(l)][k];
         const Tensor& f = saved_f.blocks[static_cast<size_t>(l)][k];
-        EXPECT_TRUE(same_bits(b, saved_in_bf16(k) ? f.to(DType::BF16) : f))
+        EXPECT_TRUE(same_tensor_bits(b, saved_in_bf16(k) ? f.to(DType::BF16) : f))
             << "h." << l << "." << act_suffix(k);
       }
-    EXPECT_TRUE(
-        same_bits(saved_b.head[FinalAct::LnfOut], saved_f.head[FinalAct::LnfOut].to(DType::BF16)));
+    EXPECT_TRUE(same_tensor_bits(saved_b.head[FinalAct::LnfOut],
+                                 saved_f.head[FinalAct::LnfOut].to(DType::BF16)));
     gpt_backward(params, grads_b, saved_b, ws, batch, rng, 0.5f);
     gpt_backward(params, grads_f, saved_f, ws, batch, rng, 0.5f);
-    EXPECT_TRUE(same_bits(grads_b.flat(), grads_f.flat()));
+    EXPECT_TRUE(same_tensor_bits(grads_b.flat(), grads_f.flat()));
   }
   std::vector<float> probs_b(static_cast<size_t>(2) * c.vocab_size), probs_f(probs_b.size());
   final_probabilities(c, params.final_stage(), saved_b.head, ws, B, T, 4, 2, probs_b.data());

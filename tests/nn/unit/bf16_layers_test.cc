@@ -26,6 +26,7 @@
 namespace tandem::nn {
 namespace {
 
+using testing::Bf16Scratch;
 using testing::to_f32;
 using testing::uniform;
 
@@ -91,23 +92,13 @@ void expect_bf16_product(const std::string& label, const std::vector<float>& got
   EXPECT_GT(rounded, 0u) << label << ": every element is as close as an f32 product";
 }
 
-// Scratch as the Workspace gives it.
-struct Scratch {
-  std::vector<bf16> rows, other;
-  Scratch(int64_t r, int64_t o) : rows(static_cast<size_t>(r)), other(static_cast<size_t>(o)) {}
-  MatmulPrecision bf16s() {
-    return {DType::BF16, rows.data(), static_cast<int64_t>(rows.size()), other.data(),
-            static_cast<int64_t>(other.size())};
-  }
-};
-
-void linear_case(int N, int IC, int OC) {
+void bf16_linear_case(int N, int IC, int OC) {
   SCOPED_TRACE(::testing::Message() << N << " x " << IC << " x " << OC);
   const std::vector<float> x = to_f32(uniform(N * IC, 31)), w = to_f32(uniform(IC * OC, 32)),
                            bias = to_f32(uniform(OC, 33)), dout = to_f32(uniform(N * OC, 34)),
                            dinp0 = to_f32(uniform(N * IC, 35)), dw0 = to_f32(uniform(IC * OC, 36));
-  Scratch s(static_cast<int64_t>(N) * std::max(IC, OC),
-            std::max(static_cast<int64_t>(IC) * OC, static_cast<int64_t>(N) * IC));
+  Bf16Scratch s(static_cast<int64_t>(N) * std::max(IC, OC),
+                std::max(static_cast<int64_t>(IC) * OC, static_cast<int64_t>(N) * IC));
   // out = x w + bias
   std::vector<float> out(static_cast<size_t>(N) * OC);
   linear_forward(out.data(), x.data(), w.data(), bias.data(), N, IC, OC, s.bf16s());
@@ -135,8 +126,8 @@ void linear_case(int N, int IC, int OC) {
 }
 
 TEST(Bf16Layers, Linear) {
-  linear_case(37, 48, 29);
-  linear_case(128, 192, 160);
+  bf16_linear_case(37, 48, 29);
+  bf16_linear_case(128, 192, 160);
 }
 
 TEST(Bf16Layers, LmHead) {
@@ -144,7 +135,7 @@ TEST(Bf16Layers, LmHead) {
   const std::vector<float> x = to_f32(uniform(N * C, 41)), wte = to_f32(uniform(V * C, 42)),
                            dlogits = to_f32(uniform(N * V, 43)), dinp0 = to_f32(uniform(N * C, 44)),
                            dwte0 = to_f32(uniform(V * C, 45));
-  Scratch s(static_cast<int64_t>(N) * V, static_cast<int64_t>(std::max(N, V)) * C);
+  Bf16Scratch s(static_cast<int64_t>(N) * V, static_cast<int64_t>(std::max(N, V)) * C);
   std::vector<float> logits(static_cast<size_t>(N) * V);
   lm_head_forward(logits.data(), x.data(), wte.data(), N, C, V, s.bf16s());
   auto forward = [&](bool r) {
@@ -168,7 +159,7 @@ TEST(Bf16Layers, LmHead) {
 TEST(Bf16Layers, ScratchTooSmallIsAnInternalError) {
   const int N = 4, IC = 8, OC = 8;
   std::vector<float> x(N * IC, 1.0f), w(IC * OC, 1.0f), out(N * OC);
-  Scratch s(N * IC - 1, IC * OC);
+  Bf16Scratch s(N * IC - 1, IC * OC);
   EXPECT_THROW(linear_forward(out.data(), x.data(), w.data(), nullptr, N, IC, OC, s.bf16s()),
                InternalError);
 }

@@ -214,7 +214,7 @@ void attention_case(float p) {
   };
   c.fast_forward = [&](const Vecs32& in) {
     std::vector<float> out(B * T * C), att(B * NH * T * T), scratch(attention_scratch_floats(T));
-    attention_forward(out.data(), att.data(), scratch.data(), in[0].data(), B, T, NH, HS, drop);
+    attention_forward(out.data(), att.data(), scratch.data(), in[0].data(), B, T, NH, NH, HS, drop);
     return out;
   };
   c.ref_backward = [&](const Vecs& in, const std::vector<double>& g) {
@@ -226,11 +226,11 @@ void attention_case(float p) {
   };
   c.fast_backward = [&](const Vecs32& in, const std::vector<float>& g, int repeats) {
     std::vector<float> out(B * T * C), att(B * NH * T * T), scratch(attention_scratch_floats(T));
-    attention_forward(out.data(), att.data(), scratch.data(), in[0].data(), B, T, NH, HS, drop);
+    attention_forward(out.data(), att.data(), scratch.data(), in[0].data(), B, T, NH, NH, HS, drop);
     Vecs32 d = {std::vector<float>(in[0].size())};
     for (int r = 0; r < repeats; ++r)
       attention_backward(d[0].data(), scratch.data(), g.data(), in[0].data(), att.data(), B, T, NH,
-                         HS, drop);
+                         NH, HS, drop);
     return d;
   };
   check_layer(c);
@@ -244,7 +244,7 @@ TEST(Layers, AttentionSavesCausalSoftmax) {
   const std::vector<float> qkv = testing::to_f32(uniform(B * T * 3 * C, 10, -3.0, 3.0));
   std::vector<float> out(B * T * C), att(B * NH * T * T, -1.0f),
       scratch(attention_scratch_floats(T));
-  attention_forward(out.data(), att.data(), scratch.data(), qkv.data(), B, T, NH, HS, {});
+  attention_forward(out.data(), att.data(), scratch.data(), qkv.data(), B, T, NH, NH, HS, {});
   for (int h = 0; h < NH; ++h)
     for (int i = 0; i < T; ++i) {
       double row = 0.0;
@@ -478,9 +478,9 @@ TEST(Layers, ThreadCountDoesNotChangeAnyBit) {
     blas::set_num_threads(threads);
     std::vector<float> out(B * T * C), att(B * NH * T * T), scratch(attention_scratch_floats(T));
     std::vector<float> dqkv(qkv.size()), gelu(x.size()), dgelu(x.size(), 0.5f);
-    attention_forward(out.data(), att.data(), scratch.data(), qkv.data(), B, T, NH, HS, drop);
-    attention_backward(dqkv.data(), scratch.data(), g.data(), qkv.data(), att.data(), B, T, NH, HS,
-                       drop);
+    attention_forward(out.data(), att.data(), scratch.data(), qkv.data(), B, T, NH, NH, HS, drop);
+    attention_backward(dqkv.data(), scratch.data(), g.data(), qkv.data(), att.data(), B, T, NH, NH,
+                       HS, drop);
     gelu_forward(gelu.data(), x.data(), static_cast<int64_t>(x.size()));
     gelu_backward(dgelu.data(), x.data(), gelu.data(), static_cast<int64_t>(x.size()));
     const auto nx = static_cast<int64_t>(x.size());

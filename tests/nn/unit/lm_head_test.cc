@@ -18,6 +18,7 @@ namespace tandem::nn {
 namespace {
 
 using testing::all_close;
+using testing::Bf16Scratch;
 using testing::to_f32;
 using testing::uniform;
 
@@ -81,16 +82,6 @@ HeadResult reference(const Inputs& in, double dloss) {
     }
   return r;
 }
-
-// bf16 scratch as the Workspace gives it.
-struct Scratch {
-  std::vector<bf16> rows, other;
-  Scratch(int64_t r, int64_t o) : rows(static_cast<size_t>(r)), other(static_cast<size_t>(o)) {}
-  MatmulPrecision bf16s() {
-    return {DType::BF16, rows.data(), static_cast<int64_t>(rows.size()), other.data(),
-            static_cast<int64_t>(other.size())};
-  }
-};
 
 struct Chunked {
   std::vector<float> losses, dx, dwte;
@@ -170,9 +161,9 @@ TEST(LmHeadChunked, Bf16RoundsAsTheUnfusedHead) {
   const float dloss = 1.0f / 18;
   const int64_t C = in.C, V = in.V, N = in.N;
   {
-    Scratch s(N * (C + V), V * C);
+    Bf16Scratch s(N * (C + V), V * C);
     const Chunked got = run_chunked(in, dloss, in.N, s.bf16s());
-    Scratch u(N * V, std::max(N, V) * C);
+    Bf16Scratch u(N * V, std::max(N, V) * C);
     const Chunked want = run_unfused(in, dloss, u.bf16s());
     EXPECT_EQ(got.losses, want.losses);
     EXPECT_EQ(got.dx, want.dx);
@@ -181,7 +172,7 @@ TEST(LmHeadChunked, Bf16RoundsAsTheUnfusedHead) {
   const HeadResult exact = reference(in, dloss);
   for (int chunk : {4, 1}) {
     SCOPED_TRACE(::testing::Message() << "chunk " << chunk);
-    Scratch s(chunk * (C + V), V * C);
+    Bf16Scratch s(chunk * (C + V), V * C);
     const Chunked got = run_chunked(in, dloss, chunk, s.bf16s());
     // Operands of 8 significant bits over C = 32 (logits) and V or N terms (gradients).
     EXPECT_TRUE(all_close("bf16 losses", got.losses, exact.losses, 2e-2));

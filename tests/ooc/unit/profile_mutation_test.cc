@@ -20,7 +20,7 @@ namespace {
 using tandem::testing::mutate;
 using tandem::testing::ScratchDir;
 
-const std::string kKey = R"({"model":"tiny","batch":4})";
+const std::string kMutationKey = R"({"model":"tiny","batch":4})";
 
 Profile measured() {
   Profile p = uniform_profile(4, 0.5, 1.0, 2e9, 3e9);
@@ -47,14 +47,14 @@ TEST(ProfileMutations, NegativeTimesAreRefused) {
 TEST(ProfileMutations, EveryDamagedFileIsAMissOrAValidProfile) {
   ScratchDir dir;
   const std::string cache = dir.path("cache");
-  store_cached_profile(cache, "p.json", kKey, measured());
+  store_cached_profile(cache, "p.json", kMutationKey, measured());
   const std::filesystem::path file = std::filesystem::path(cache) / "ooc" / "p.json";
   std::string valid;
   {
     std::ifstream f(file, std::ios::binary);
     valid.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
   }
-  ASSERT_TRUE(load_cached_profile(cache, "p.json", kKey).has_value());
+  ASSERT_TRUE(load_cached_profile(cache, "p.json", kMutationKey).has_value());
   int misses = 0;
   for (uint64_t seed = 0; seed < 2000; ++seed) {
     const std::string text = mutate(valid, seed);
@@ -63,7 +63,7 @@ TEST(ProfileMutations, EveryDamagedFileIsAMissOrAValidProfile) {
       f << text;
     }
     try {
-      if (const auto p = load_cached_profile(cache, "p.json", kKey))
+      if (const auto p = load_cached_profile(cache, "p.json", kMutationKey))
         expect_valid(*p, seed);
       else
         ++misses;

@@ -20,11 +20,7 @@ std::string plan_body(const Schedule& s) {
   return text.erase(0, text.find('\n'));
 }
 
-std::vector<std::string> names_of(const std::vector<NamedSchedule>& all) {
-  std::vector<std::string> out;
-  for (const NamedSchedule& ns : all) out.push_back(ns.name);
-  return out;
-}
+using testing::names_of;
 
 void expect_round_trips(const dsl::Program& program, const std::vector<NamedSchedule>& all) {
   for (const NamedSchedule& ns : all) {

@@ -7,6 +7,7 @@
 #include <functional>
 #include <set>
 
+#include "schedule/testing.h"
 #include "tandem/dsl/dsl.h"
 #include "tandem/schedule/transforms.h"
 
@@ -28,11 +29,7 @@ Program sgd() {
   return p;
 }
 
-std::vector<std::string> names_of(const std::vector<NamedSchedule>& all) {
-  std::vector<std::string> out;
-  for (const NamedSchedule& ns : all) out.push_back(ns.name);
-  return out;
-}
+using testing::names_of;
 
 const NamedSchedule& find(const std::vector<NamedSchedule>& all, const std::string& name) {
   for (const NamedSchedule& ns : all)

@@ -42,18 +42,18 @@ TrainConfig small(parallel::GridShape grid, int layers) {
   return c;
 }
 
-struct Case {
+struct OutOfCoreCase {
   parallel::GridShape grid;
   int layers;
   const char* plan;
 };
 
-void PrintTo(const Case& c, std::ostream* os) { *os << c.grid.str() << " " << c.plan; }
+void PrintTo(const OutOfCoreCase& c, std::ostream* os) { *os << c.grid.str() << " " << c.plan; }
 
-class OutOfCore : public ::testing::TestWithParam<Case> {};
+class OutOfCore : public ::testing::TestWithParam<OutOfCoreCase> {};
 
 TEST_P(OutOfCore, WeightsBitwiseAsInCoreWithinTheBudget) {
-  const Case& cs = GetParam();
+  const OutOfCoreCase& cs = GetParam();
   ScratchDir swap;
   const TrainConfig in_core = small(cs.grid, cs.layers);
   const TrainResult ref = train(in_core);
@@ -77,14 +77,18 @@ TEST_P(OutOfCore, WeightsBitwiseAsInCoreWithinTheBudget) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    PlansAndGrids, OutOfCore,
-    ::testing::Values(Case{{1, 1, 1}, 4, "SRCKsRCK/p1"}, Case{{1, 1, 1}, 4, "SSSSSSSS/p0"},
-                      Case{{1, 1, 1}, 4, "RRRRRRRR/p1"}, Case{{1, 1, 1}, 4, "RCRCRCRC/p1"},
-                      Case{{1, 1, 1}, 4, "RCCCCCCC/p2"}, Case{{1, 1, 1}, 4, "KSKSsKsK/p3"},
-                      Case{{2, 1, 1}, 3, "SRCKSs/p1"}, Case{{1, 2, 1}, 3, "RCSsRC/p1"},
-                      Case{{1, 1, 2}, 4, "SKRK/p1"}, Case{{1, 1, 2}, 4, "RCRK/p0"},
-                      Case{{2, 2, 2}, 4, "SsRK/p1"}));
+INSTANTIATE_TEST_SUITE_P(PlansAndGrids, OutOfCore,
+                         ::testing::Values(OutOfCoreCase{{1, 1, 1}, 4, "SRCKsRCK/p1"},
+                                           OutOfCoreCase{{1, 1, 1}, 4, "SSSSSSSS/p0"},
+                                           OutOfCoreCase{{1, 1, 1}, 4, "RRRRRRRR/p1"},
+                                           OutOfCoreCase{{1, 1, 1}, 4, "RCRCRCRC/p1"},
+                                           OutOfCoreCase{{1, 1, 1}, 4, "RCCCCCCC/p2"},
+                                           OutOfCoreCase{{1, 1, 1}, 4, "KSKSsKsK/p3"},
+                                           OutOfCoreCase{{2, 1, 1}, 3, "SRCKSs/p1"},
+                                           OutOfCoreCase{{1, 2, 1}, 3, "RCSsRC/p1"},
+                                           OutOfCoreCase{{1, 1, 2}, 4, "SKRK/p1"},
+                                           OutOfCoreCase{{1, 1, 2}, 4, "RCRK/p0"},
+                                           OutOfCoreCase{{2, 2, 2}, 4, "SsRK/p1"}));
 
 // The planner's own choice, at the smallest budget it can work with, on a tensor-parallel grid
 // (whose ranks must agree on which units they recompute).

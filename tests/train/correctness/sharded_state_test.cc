@@ -25,7 +25,7 @@ namespace {
 using testing::expect_bitwise;
 using testing::ScratchDir;
 
-TrainConfig run(parallel::GridShape grid, int layers) {
+TrainConfig sharded_run(parallel::GridShape grid, int layers) {
   TrainConfig c = testing::tiny_run(3);
   c.model.n_layers = layers;
   c.model.d_model = 32;
@@ -43,19 +43,21 @@ TrainResult sharded(TrainConfig c) {
   return train(c);
 }
 
-struct Case {
+struct ShardedCase {
   parallel::GridShape grid;
   int layers;
   int micro_batches = 1;
 };
 
-void PrintTo(const Case& c, std::ostream* os) { *os << c.grid.str() << " M=" << c.micro_batches; }
+void PrintTo(const ShardedCase& c, std::ostream* os) {
+  *os << c.grid.str() << " M=" << c.micro_batches;
+}
 
-class ShardedState : public ::testing::TestWithParam<Case> {};
+class ShardedState : public ::testing::TestWithParam<ShardedCase> {};
 
 TEST_P(ShardedState, WeightsBitwiseAsUnsharded) {
-  const Case& cs = GetParam();
-  TrainConfig c = run(cs.grid, cs.layers);
+  const ShardedCase& cs = GetParam();
+  TrainConfig c = sharded_run(cs.grid, cs.layers);
   c.micro_batches = cs.micro_batches;
   const TrainResult ref = train(c);
   const TrainResult r = sharded(c);
@@ -67,10 +69,11 @@ TEST_P(ShardedState, WeightsBitwiseAsUnsharded) {
 INSTANTIATE_TEST_SUITE_P(Grids, ShardedState,
                          // More blocks than gather and gradient slots; dp 3 cuts a block's
                          // elements into unequal slices.
-                         ::testing::Values(Case{{2, 1, 1}, 5}, Case{{3, 1, 1}, 4},
-                                           Case{{4, 1, 1}, 3}, Case{{2, 2, 1}, 4},
-                                           Case{{2, 1, 2}, 6}, Case{{2, 2, 2}, 6},
-                                           Case{{2, 1, 1}, 4, 2}, Case{{2, 2, 1}, 4, 3}));
+                         ::testing::Values(ShardedCase{{2, 1, 1}, 5}, ShardedCase{{3, 1, 1}, 4},
+                                           ShardedCase{{4, 1, 1}, 3}, ShardedCase{{2, 2, 1}, 4},
+                                           ShardedCase{{2, 1, 2}, 6}, ShardedCase{{2, 2, 2}, 6},
+                                           ShardedCase{{2, 1, 1}, 4, 2},
+                                           ShardedCase{{2, 2, 1}, 4, 3}));
 
 // Each rank's slices streamed from its own tier (--model-state with --shard weights): the same
 // weights again, on both tiers, with more blocks than the store's slots, several micro-batches
@@ -83,7 +86,7 @@ TEST(ShardedStateVariants, SlicesStreamedFromEachRanksTier) {
   };
   for (const Tiered& t : {Tiered{{2, 1, 1}, 6, 1, 0}, Tiered{{2, 2, 1}, 5, 2, 0},
                           Tiered{{2, 1, 2}, 10, 2, 1}, Tiered{{3, 1, 1}, 6, 1, 2}}) {
-    TrainConfig c = run(t.grid, t.layers);
+    TrainConfig c = sharded_run(t.grid, t.layers);
     c.micro_batches = t.micro_batches;
     const TrainResult ref = train(c);
     for (const std::string& tier : {std::string("host"), "file:" + dir.path()}) {
@@ -98,7 +101,7 @@ TEST(ShardedStateVariants, SlicesStreamedFromEachRanksTier) {
       EXPECT_EQ(r.val_losses, ref.val_losses) << what;
     }
   }
-  TrainConfig c = run({2, 1, 1}, 6);
+  TrainConfig c = sharded_run({2, 1, 1}, 6);
   c.steps = 2;
   c.eval_every = 0;
   c.save_dir = dir.path("in-memory");
@@ -114,7 +117,7 @@ TEST(ShardedStateVariants, ExecutorsLambExchangeAfterAndBf16) {
   auto both = [](TrainConfig c, const std::string& what) {
     expect_bitwise(train(c), sharded(c), what);
   };
-  TrainConfig c = run({2, 1, 1}, 4);
+  TrainConfig c = sharded_run({2, 1, 1}, 4);
   c.executor = exec::RunnerKind::Compiled;
   both(c, "compiled");
   c.executor = exec::RunnerKind::Reference;
@@ -140,7 +143,7 @@ TEST(ShardedStateVariants, ExecutorsLambExchangeAfterAndBf16) {
 // Activation plans that recompute, swap and keep: a recomputed unit gathers its block again.
 TEST(ShardedStateVariants, BesideOutOfCoreActivationPlans) {
   for (const char* plan : {"SRCKsRCK/p1", "RRRRRRRR/p2"}) {
-    TrainConfig c = run({2, 1, 1}, 4);
+    TrainConfig c = sharded_run({2, 1, 1}, 4);
     const TrainResult ref = train(c);
     c.memory_budget = "64MiB";
     c.ooc_plan = plan;
@@ -154,7 +157,7 @@ TEST(ShardedStateVariants, BesideOutOfCoreActivationPlans) {
 // and a sharded run resumes on another grid.
 TEST(ShardedStateVariants, CheckpointsAreTheSameFileWhateverTheSharding) {
   ScratchDir dir;
-  TrainConfig straight = run({2, 1, 1}, 4);
+  TrainConfig straight = sharded_run({2, 1, 1}, 4);
   straight.steps = 4;
   straight.eval_every = 0;
   const TrainResult want = train(straight);
@@ -184,7 +187,7 @@ TEST(ShardedStateVariants, CheckpointsAreTheSameFileWhateverTheSharding) {
 // Each rank holds 1/dp of the blocks' weights and moments, two gathered blocks and two blocks'
 // gradients: less than unsharded training's whole weights, gradients and sliced moments.
 TEST(ShardedStateVariants, EachRankHoldsItsSlices) {
-  TrainConfig c = run({4, 1, 1}, 6);
+  TrainConfig c = sharded_run({4, 1, 1}, 6);
   c.gather_ahead = 1;
   c.steps = 1;
   c.eval_every = 0;
@@ -224,7 +227,7 @@ TEST(ShardedStateVariants, EveryGatherAheadGivesTheSameWeights) {
         Variant{"dp2 pp2", {2, 1, 2}, 8, 2, "", false},
         Variant{"recomputed", {2, 1, 1}, 4, 1, "SRCKsRCK/p1", false},
         Variant{"streamed", {2, 1, 1}, 6, 1, "", true}}) {
-    TrainConfig c = run(v.grid, v.layers);
+    TrainConfig c = sharded_run(v.grid, v.layers);
     c.micro_batches = v.micro_batches;
     const TrainResult ref = train(c);
     if (!v.plan.empty()) {
@@ -245,7 +248,7 @@ TEST(ShardedStateVariants, EveryGatherAheadGivesTheSameWeights) {
 // Each block gathered further ahead holds one more block's weights on each rank; the start-up
 // line says how far ahead and why.
 TEST(ShardedStateVariants, EachBlockAheadHoldsOneMoreBlock) {
-  TrainConfig c = run({2, 1, 1}, 6);
+  TrainConfig c = sharded_run({2, 1, 1}, 6);
   c.steps = 1;
   c.eval_every = 0;
   const parallel::ShardLayout layout(c.model, c.grid, 0, 0);
@@ -275,7 +278,7 @@ TEST(ShardedStateVariants, EachBlockAheadHoldsOneMoreBlock) {
 // The gathers show on the exchange's row of the trace, beside the updates they share a thread with.
 TEST(ShardedStateVariants, TheTraceShowsTheGathers) {
   ScratchDir dir;
-  TrainConfig c = run({2, 1, 1}, 4);
+  TrainConfig c = sharded_run({2, 1, 1}, 4);
   c.steps = 2;
   c.eval_every = 0;
   c.trace_path = dir.path("trace.json");
@@ -290,7 +293,7 @@ TEST(ShardedStateVariants, TheTraceShowsTheGathers) {
 // in their slots when it turns): 12 - (D + 1) gathers a rank.
 TEST(ShardedStateVariants, GatheredAheadBlocksStayUntilUsed) {
   ScratchDir dir;
-  TrainConfig c = run({2, 1, 1}, 6);
+  TrainConfig c = sharded_run({2, 1, 1}, 6);
   c.steps = 1;
   c.eval_every = 0;
   c.trace_path = dir.path("trace.json");
@@ -307,7 +310,7 @@ TEST(ShardedStateVariants, GatheredAheadBlocksStayUntilUsed) {
 }
 
 TEST(ShardedStateVariants, WhatItCannotServeIsRefused) {
-  TrainConfig c = run({1, 1, 1}, 2);
+  TrainConfig c = sharded_run({1, 1, 1}, 2);
   c.optimizer.sharding = parallel::Sharding::Weights;
   EXPECT_THAT(testing::user_error_of([&] { train(c); }),
               ::testing::HasSubstr("--shard weights shards the model state across the "

@@ -22,7 +22,7 @@ namespace fs = std::filesystem;
 TrainConfig endless() { return testing::tiny_run(1'000'000'000); }
 
 // The error `c` is refused with, which must come before any step.
-std::string refusal(const TrainConfig& c) {
+std::string path_refusal(const TrainConfig& c) {
   const auto begin = std::chrono::steady_clock::now();
   const std::string m = user_error_of([&] { train(c); });
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count(), 30.0);
@@ -34,8 +34,8 @@ TEST(OutputPaths, SaveUnderAFileIsRefusedBeforeTheFirstStep) {
   testing::write_bytes(dir.path("file"), "x");
   TrainConfig c = endless();
   c.save_dir = dir.path("file/ck");
-  EXPECT_EQ(refusal(c), "--save '" + dir.path("file/ck") + "': cannot create folder '" +
-                            dir.path("file/ck") + "': Not a directory");
+  EXPECT_EQ(path_refusal(c), "--save '" + dir.path("file/ck") + "': cannot create folder '" +
+                                 dir.path("file/ck") + "': Not a directory");
 }
 
 TEST(OutputPaths, SaveThatIsAFile) {
@@ -43,7 +43,7 @@ TEST(OutputPaths, SaveThatIsAFile) {
   testing::write_bytes(dir.path("ck"), "x");
   TrainConfig c = endless();
   c.save_dir = dir.path("ck");
-  EXPECT_EQ(refusal(c),
+  EXPECT_EQ(path_refusal(c),
             "--save '" + dir.path("ck") + "' is a file; give a folder for the checkpoints");
 }
 
@@ -55,7 +55,7 @@ TEST(OutputPaths, SaveIntoASingleCheckpointIsRefused) {
   const std::string one = io::resolve_checkpoint(dir.path("series"));
   TrainConfig c = endless();
   c.save_dir = one;
-  EXPECT_THAT(refusal(c),
+  EXPECT_THAT(path_refusal(c),
               HasSubstr("--save '" + one + "' is itself a checkpoint (it holds meta.json)"));
 }
 
@@ -64,19 +64,20 @@ TEST(OutputPaths, MetricsAndTraceUnderAFile) {
   testing::write_bytes(dir.path("file"), "x");
   TrainConfig c = endless();
   c.metrics_path = dir.path("file/m.jsonl");
-  EXPECT_EQ(refusal(c), "--metrics '" + dir.path("file/m.jsonl") + "': cannot create folder '" +
-                            dir.path("file") + "': Not a directory");
+  EXPECT_EQ(path_refusal(c), "--metrics '" + dir.path("file/m.jsonl") +
+                                 "': cannot create folder '" + dir.path("file") +
+                                 "': Not a directory");
   c.metrics_path.clear();
   c.trace_path = dir.path("file/t.json");
-  EXPECT_EQ(refusal(c), "--trace '" + dir.path("file/t.json") + "': cannot create folder '" +
-                            dir.path("file") + "': Not a directory");
+  EXPECT_EQ(path_refusal(c), "--trace '" + dir.path("file/t.json") + "': cannot create folder '" +
+                                 dir.path("file") + "': Not a directory");
 }
 
 TEST(OutputPaths, MetricsThatIsAFolder) {
   ScratchDir dir;
   TrainConfig c = endless();
   c.metrics_path = dir.path();
-  EXPECT_EQ(refusal(c),
+  EXPECT_EQ(path_refusal(c),
             "--metrics '" + dir.path() + "' is a folder; give the name of a file to write");
 }
 

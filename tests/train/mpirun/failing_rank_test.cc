@@ -169,7 +169,8 @@ TEST(FailingRank, AMetricsFileThatCannotGrowEndsTheJob) {
 // A rank stopped (SIGSTOP: a debugger, a hung node) leaves rank 0 waiting in a collective until
 // the timeout, which then ends the job naming the collective, the step and the stopped rank
 // (which may have stopped before the call, or inside it: over shared memory, rank 0 then sees
-// that it arrived but never finished its part).
+// that it arrived but never finished its part, or, waiting to send, that it never posted the
+// matching receive).
 TEST(FailingRank, AStoppedRankTimesOut) {
   ScratchDir dir;
   int stopped = 0;
@@ -186,7 +187,7 @@ TEST(FailingRank, AStoppedRankTimesOut) {
       MatchesRegex(
           "(.|\n)*tandem: error: [a-z_]+ on rank 0 of 2 timed out "
           "after 2 s at [a-z ]*step [0-9]+( \\([a-z0-9._]+\\))?: rank 1 (did not arrive|never "
-          "sent|arrived but has not finished its part)(.|\n)*"))
+          "sent|never posted the receive|arrived but has not finished its part)(.|\n)*"))
       << e.result.output;
   EXPECT_LT(e.seconds, 60) << e.result.output;
 }

@@ -42,7 +42,7 @@ TuneRecord full_record() {
   return r;
 }
 
-std::string error_of(const std::string& text) {
+std::string cache_error_of(const std::string& text) {
   try {
     record_from_json(text);
   } catch (const UserError& e) {
@@ -59,14 +59,14 @@ std::string with(std::string text, const std::string& from, const std::string& t
 
 TEST(TuneCacheNumbers, ValuesOutOfRangeAreRefusedNamingTheField) {
   const std::string valid = record_to_json(full_record(), -1);
-  EXPECT_EQ(error_of(with(valid, "\"chosen\":65536", "\"chosen\":-5")),
+  EXPECT_EQ(cache_error_of(with(valid, "\"chosen\":65536", "\"chosen\":-5")),
             "tuning record: 'chunks.chosen' is -5; expected a whole number from 0 to "
             "1099511627776");
-  EXPECT_EQ(error_of(with(valid, "\"ranks\":2", "\"ranks\":99999999999")),
+  EXPECT_EQ(cache_error_of(with(valid, "\"ranks\":2", "\"ranks\":99999999999")),
             "tuning record: 'ranks' is 99999999999; expected a whole number from 1 to 2147483647");
-  EXPECT_EQ(error_of(with(valid, "\"reps\":3", "\"reps\":-1")),
+  EXPECT_EQ(cache_error_of(with(valid, "\"reps\":3", "\"reps\":-1")),
             "tuning record: 'reps' is -1; expected a whole number from 0 to 2147483647");
-  EXPECT_EQ(error_of(with(valid, "\"N\":1048576", "\"N\":1.5")),
+  EXPECT_EQ(cache_error_of(with(valid, "\"N\":1048576", "\"N\":1.5")),
             "tuning record: 'sizes.N' is 1.5; expected a whole number from 0 to "
             "9223372036854775807");
 }
