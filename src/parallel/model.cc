@@ -152,7 +152,8 @@ ParallelGPT::ParallelGPT(const nn::GPTConfig& config, Grid& grid, int micro_rows
       micro_rows_(micro_rows),
       T_(T),
       micro_batches_(micro_batches),
-      memory_(memory) {
+      memory_(memory),
+      zero_bias_(static_cast<size_t>(config.d_model), 0.0f) {
   if (micro_rows < 1 || micro_batches < 1)
     user_error("a step needs at least one micro-batch of at least one row (got {} of {} rows)",
                micro_batches, micro_rows);
@@ -190,7 +191,8 @@ ParallelGPT::ParallelGPT(const nn::GPTConfig& config, Grid& grid, int micro_rows
   for (int l = layout_.first_layer(); l < layout_.end_layer(); ++l) any_shard |= shard_path(l);
   const double p = config.dropout;
   const int variants = p > 0 ? 2 : 1;
-  const int64_t N = static_cast<int64_t>(B) * T, C = config.d_model;
+  // K: the row-parallel projections' inputs, the attention's C and the MLP's hidden width.
+  const int64_t N = static_cast<int64_t>(B) * T, C = config.d_model, F = config.mlp_width();
   for (int v = 0; v < variants; ++v) {
     const double pv = v == 0 ? p : 0.0;
     if (any_shard)
@@ -209,21 +211,21 @@ ParallelGPT::ParallelGPT(const nn::GPTConfig& config, Grid& grid, int micro_rows
       pr.attn_s[v] =
           pr.megatron[v]->prepare(grid.tp(), {{"B", N}, {"K", C}, {"H", C}}, kEpilogueBound);
       pr.mlp_s[v] =
-          pr.megatron[v]->prepare(grid.tp(), {{"B", N}, {"K", 4 * C}, {"H", C}}, kEpilogueBound);
+          pr.megatron[v]->prepare(grid.tp(), {{"B", N}, {"K", F}, {"H", C}}, kEpilogueBound);
     }
   if (grid.from_prev() != nullptr || grid.to_next() != nullptr)
     pr.handoff = std::make_unique<ProgramRunner>(dsl::workloads::grad_handoff(),
                                                  std::vector<std::string>{}, options.executor);
   if (grid.from_prev() != nullptr) {
     for (int v = 0; v < variants; ++v)
-      pr.recv_s[v] = pr.pipeline_recv[v]->prepare(*grid.from_prev(),
-                                                  {{"B", N}, {"K", 4 * C}, {"H", C}}, {"h"});
+      pr.recv_s[v] =
+          pr.pipeline_recv[v]->prepare(*grid.from_prev(), {{"B", N}, {"K", F}, {"H", C}}, {"h"});
     pr.grad_send = pr.handoff->prepare(*grid.from_prev(), {{"N", N * C}}, {"d"});
   }
   if (grid.to_next() != nullptr) {
     for (int v = 0; v < variants; ++v)
-      pr.send_s[v] = pr.pipeline[v]->prepare(*grid.to_next(), {{"B", N}, {"K", 4 * C}, {"H", C}},
-                                             kEpilogueBound);
+      pr.send_s[v] =
+          pr.pipeline[v]->prepare(*grid.to_next(), {{"B", N}, {"K", F}, {"H", C}}, kEpilogueBound);
     pr.grad_recv = pr.handoff->prepare(*grid.to_next(), {{"N", N * C}}, {"d_prev"});
   }
   if (any_shard && tp > 1) {
@@ -231,7 +233,9 @@ ParallelGPT::ParallelGPT(const nn::GPTConfig& config, Grid& grid, int micro_rows
                                        options.tp_sum_schedules, options.executor);
     pr.tp_sum = pr.tp_sum_program->prepare(grid.tp(), {{"N", N * C}}, {"g"});
   }
-  if (grid.tied() != nullptr) {  // after the links, on both ends (the order every stage keeps)
+  // After the links, on both ends (the order every stage keeps); an untied head (Llama's
+  // lm_head.weight) is the last stage's own.
+  if (grid.tied() != nullptr && config.tie_embeddings) {
     pr.tied_sum_program = program_runner(dsl::workloads::sum_in_place(), options.tied_sum_schedules,
                                          options.executor);
     const LocalTensor& wte = tied_embedding();
@@ -323,7 +327,8 @@ void ParallelGPT::run_epilogue(const EpilogueArgs& e, bool training, bool bounda
                              : *programs_->attn[v];
   s.bind("x", Tensor::view_of(const_cast<void*>(e.x), e.operands, Shape{e.N * (e.K / tp)}));
   s.bind("w", Tensor::view_of(const_cast<void*>(e.w), e.operands, Shape{(e.K / tp) * e.H}));
-  s.bind("bias", view(e.bias, Shape{e.H}));
+  // Llama's projections have no bias: the program adds zeros (x + 0 is x, bitwise).
+  s.bind("bias", view(e.bias != nullptr ? e.bias : zero_bias_.data(), Shape{e.H}));
   s.bind("residual", view(e.residual, Shape{e.N * e.H}));
   s.bind("out", view(e.out, Shape{e.N * e.H}));
   s.set_scalar("seed", static_cast<double>(e.seed));
@@ -556,7 +561,7 @@ double ParallelGPT::forward(const std::vector<MicroBatch>& micro) {
 
 void ParallelGPT::reduce_tied_gradients() {
   comm::Communicator* tied = grid_.tied();
-  if (tied == nullptr) return;
+  if (tied == nullptr || !config_.tie_embeddings) return;
   const auto begin = Clock::now();
   programs_->tied_sum->run();  // sum_in_place, bound to wte's gradient
   emit("comm", "tied embedding sum_in_place", begin);

@@ -44,6 +44,14 @@ ShardLayout::ShardLayout(const nn::GPTConfig& config, const GridShape& grid, int
   if (config.n_heads % tp_ != 0)
     user_error("tensor parallelism over {} ranks needs the head count ({}) to be a multiple of {}",
                tp_, config.n_heads, tp_);
+  if (config.n_kv_heads() % tp_ != 0)
+    user_error(
+        "tensor parallelism over {} ranks needs the key/value head count ({}) to be a multiple of "
+        "{}: each rank keeps whole key/value heads",
+        tp_, config.n_kv_heads(), tp_);
+  if (config.mlp_width() % tp_ != 0)
+    user_error("tensor parallelism over {} ranks needs the MLP's width ({}) to be a multiple of {}",
+               tp_, config.mlp_width(), tp_);
   if (pp_ > std::max(config.n_layers, 1))
     user_error("pipeline parallelism over {} stages needs at least {} layers; the model has {}",
                pp_, pp_, config.n_layers);

@@ -1,5 +1,6 @@
-// A GPT-2 block on one tensor-parallel rank: column-parallel projections, local heads, and
-// row-parallel projections finished by the caller's epilogue (the Megatron DSL program).
+// A block (GPT-2 or Llama) on one tensor-parallel rank: column-parallel projections, local heads
+// (Llama: local query and key/value heads, rotated), and row-parallel projections finished by the
+// caller's epilogue (the Megatron DSL program).
 #include "tandem/parallel/tensor_parallel.h"
 
 #include <cstring>
@@ -96,6 +97,36 @@ void all_reduce(const ShardBlock& sb, float* buf, int64_t n) {
   sb.sum_over_tp(buf, n);
 }
 
+// The block's normalisation (GPT-2's LayerNorm, Llama's RMSNorm) of x (N, C) into out.
+template <typename Out>
+void norm_forward(const nn::GPTConfig& c, Out* out, const nn::BlockActivations& a,
+                  nn::BlockAct mean, nn::BlockAct rstd, const float* x, const float* w,
+                  const float* b, int N) {
+  if (c.llama())
+    nn::rmsnorm_forward(out, a.ptr(rstd), x, w, N, c.d_model, c.norm_eps);
+  else
+    nn::layernorm_forward(out, a.ptr(mean), a.ptr(rstd), x, w, b, N, c.d_model);
+}
+
+void norm_backward(const nn::GPTConfig& c, float* dx, float* dw, float* db, const float* dout,
+                   const float* x, const float* w, const nn::BlockActivations& a, nn::BlockAct mean,
+                   nn::BlockAct rstd, int N) {
+  if (c.llama())
+    nn::rmsnorm_backward(dx, dw, dout, x, w, a.ptr(rstd), N, c.d_model);
+  else
+    nn::layernorm_backward(dx, dw, db, dout, x, w, a.ptr(mean), a.ptr(rstd), N, c.d_model);
+}
+
+// A rank's widths: its query heads, key/value heads, [q | k | v] columns, MLP hidden columns
+// and c_fc output columns (Llama's [gate | up]).
+struct LocalWidths {
+  int heads, kv_heads, qkv, mlp, fc;
+};
+LocalWidths local_widths(const nn::GPTConfig& c, int tp) {
+  return {c.n_heads / tp, c.n_kv_heads() / tp, static_cast<int>(c.qkv_width() / tp),
+          static_cast<int>(c.mlp_width() / tp), static_cast<int>(c.fc_width() / tp)};
+}
+
 }  // namespace
 
 uint64_t epilogue_seed(const nn::StepRng& rng, int layer, nn::DropoutSite site) {
@@ -154,7 +185,9 @@ void shard_half_forward(const ShardBlock& sb, int layer, nn::BlockHalf half,
                         nn::Workspace& ws, int B, int T, const nn::StepRng& rng,
                         const Epilogue& epilogue) {
   const nn::GPTConfig& c = sb.config;
-  const int C = c.d_model, lc = C / sb.tp, NH = c.n_heads / sb.tp, HS = c.head_size(), N = B * T;
+  const int C = c.d_model, lc = C / sb.tp, HS = c.head_size(), N = B * T;
+  const LocalWidths lw = local_widths(c, sb.tp);
+  const int NH = lw.heads;
   using K = nn::BlockAct;
   const nn::MatmulPrecision mm = ws.matmul();
   EpilogueArgs e;
@@ -167,14 +200,17 @@ void shard_half_forward(const ShardBlock& sb, int layer, nn::BlockHalf half,
     nn::AttentionDropout attn_drop = nn::attention_dropout(c, rng, layer);
     attn_drop.head_offset = sb.tp_rank * NH;  // this rank's heads among all of them
     a.visit(K::Ln1Out, [&](auto* ln1) {
-      nn::layernorm_forward(ln1, a.ptr(K::Ln1Mean), a.ptr(K::Ln1Rstd), x, w.ln_1_w, w.ln_1_b, N,
-                            C);  // (B, T, C)
-      nn::linear_forward(a.ptr(K::Qkv), ln1, w.c_attn_w, w.c_attn_b, N, C, 3 * lc,
-                         mm);  // (B, T, 3c)
+      norm_forward(c, ln1, a, K::Ln1Mean, K::Ln1Rstd, x, w.ln_1_w, w.ln_1_b, N);  // (B, T, C)
+      nn::linear_forward(a.ptr(K::Qkv), ln1, w.c_attn_w, w.c_attn_b, N, C, lw.qkv,
+                         mm);  // (B, T, qkv/tp)
     });
+    if (c.llama()) {  // this rank's query and key heads rotated in place
+      nn::rope_forward(a.ptr(K::Qkv), ws.rope(), B, T, NH, HS, lw.qkv, 0);
+      nn::rope_forward(a.ptr(K::Qkv) + lc, ws.rope(), B, T, lw.kv_heads, HS, lw.qkv, 0);
+    }
     a.visit(K::AttY, [&](auto* y) {
       nn::attention_forward(nn::staged_output(y, ws.btc(1)), a.ptr(K::AttSoftmax), ws.attention(),
-                            a.ptr(K::Qkv), B, T, NH, NH, HS, attn_drop);  // (B, T, c)
+                            a.ptr(K::Qkv), B, T, NH, lw.kv_heads, HS, attn_drop);  // (B, T, c)
       nn::store_staged(y, ws.btc(1), static_cast<int64_t>(N) * lc);
     });
     x_saved = a[K::AttY];
@@ -188,20 +224,23 @@ void shard_half_forward(const ShardBlock& sb, int layer, nn::BlockHalf half,
   } else {
     // out = resid_1 + dropout(mlp.c_proj(gelu(mlp.c_fc(ln_2(resid_1)))))
     a.visit(K::Ln2Out, [&](auto* ln2) {
-      nn::layernorm_forward(ln2, a.ptr(K::Ln2Mean), a.ptr(K::Ln2Rstd), a.ptr(K::Resid1), w.ln_2_w,
-                            w.ln_2_b, N, C);  // (B, T, C)
-      nn::linear_forward(a.ptr(K::FcOut), ln2, w.c_fc_w, w.c_fc_b, N, C, 4 * lc,
-                         mm);  // (B, T, 4c)
+      norm_forward(c, ln2, a, K::Ln2Mean, K::Ln2Rstd, a.ptr(K::Resid1), w.ln_2_w, w.ln_2_b,
+                   N);  // (B, T, C)
+      nn::linear_forward(a.ptr(K::FcOut), ln2, w.c_fc_w, w.c_fc_b, N, C, lw.fc,
+                         mm);  // (B, T, fc/tp)
     });
     a.visit(K::GeluOut, [&](auto* h) {
-      nn::gelu_forward(h, a.ptr(K::FcOut), static_cast<int64_t>(N) * 4 * lc);
+      if (c.llama())
+        nn::swiglu_rows_forward(h, a.ptr(K::FcOut), N, lw.mlp);  // (B, T, F/tp)
+      else
+        nn::gelu_forward(h, a.ptr(K::FcOut), static_cast<int64_t>(N) * lw.mlp);  // (B, T, 4c)
     });
     x_saved = a[K::GeluOut];
     e.w = w.mlp_proj_w;  // (4c, C)
     e.bias = w.mlp_proj_b;
     e.residual = a.ptr(K::Resid1);
     e.out = a.ptr(K::Out);  // (B, T, C)
-    e.K = 4 * static_cast<int64_t>(C);
+    e.K = c.mlp_width();
     e.seed = epilogue_seed(rng, layer, nn::DropoutSite::MlpResidual);
     e.mlp = true;
   }
@@ -214,7 +253,9 @@ void shard_half_backward(const ShardBlock& sb, int layer, nn::BlockHalf half,
                          const nn::BlockActivations& a, const float* x, float* dres,
                          nn::Workspace& ws, int B, int T, const nn::StepRng& rng) {
   const nn::GPTConfig& c = sb.config;
-  const int C = c.d_model, lc = C / sb.tp, NH = c.n_heads / sb.tp, HS = c.head_size(), N = B * T;
+  const int C = c.d_model, lc = C / sb.tp, HS = c.head_size(), N = B * T;
+  const LocalWidths lw = local_widths(c, sb.tp);
+  const int NH = lw.heads;
   const int64_t n = static_cast<int64_t>(N) * C;
   float* dc = ws.btc(1);  // (B, T, C) d(ln_*.out) (a partial sum until AllReduced)
   const bool drop = rng.training && c.dropout > 0.0f;
@@ -231,42 +272,55 @@ void shard_half_backward(const ShardBlock& sb, int layer, nn::BlockHalf half,
   };
 
   if (half == nn::BlockHalf::Mlp) {
-    float* dfc = ws.wide();  // (B, T, 4c) d(gelu.out), then in place d(c_fc.out)
+    // GPT-2: (B, T, 4c) d(gelu.out), then in place d(c_fc.out). Llama: dh (B, T, F/tp)
+    // d(swiglu.out), then dfc (B, T, 2F/tp) beside it.
+    const int64_t nh = static_cast<int64_t>(N) * lw.mlp;
+    float* dh = ws.wide();
+    float* dfc = c.llama() ? dh + nh : dh;
     const float* dmlp = projection_grad(nn::DropoutSite::MlpResidual);  // (B, T, C)
-    zero(dfc, static_cast<int64_t>(N) * 4 * lc);
+    zero(dh, nh);
     a.visit(K::GeluOut, [&](const auto* h) {
-      nn::linear_backward(dfc, dw.mlp_proj_w, dw.mlp_proj_b, dmlp, h, w.mlp_proj_w, N, 4 * lc, C,
+      nn::linear_backward(dh, dw.mlp_proj_w, dw.mlp_proj_b, dmlp, h, w.mlp_proj_w, N, lw.mlp, C,
                           mm);
     });
-    nn::gelu_backward_inplace(dfc, a.ptr(K::FcOut), static_cast<int64_t>(N) * 4 * lc);
+    if (c.llama()) {
+      zero(dfc, static_cast<int64_t>(N) * lw.fc);
+      nn::swiglu_rows_backward(dfc, dh, a.ptr(K::FcOut), N, lw.mlp);
+    } else {
+      nn::gelu_backward_inplace(dfc, a.ptr(K::FcOut), nh);
+    }
     zero(dc, n);
     a.visit(K::Ln2Out, [&](const auto* ln2) {
-      nn::linear_backward(dc, dw.c_fc_w, dw.c_fc_b, dfc, ln2, w.c_fc_w, N, C, 4 * lc, mm);
+      nn::linear_backward(dc, dw.c_fc_w, dw.c_fc_b, dfc, ln2, w.c_fc_w, N, C, lw.fc, mm);
     });
     all_reduce(sb, dc, n);  // the column-parallel input gradient: summed over the heads' ranks
-    nn::layernorm_backward(dres, dw.ln_2_w, dw.ln_2_b, dc, a.ptr(K::Resid1), w.ln_2_w,
-                           a.ptr(K::Ln2Mean), a.ptr(K::Ln2Rstd), N, C);  // dres: d(resid_1)
+    norm_backward(c, dres, dw.ln_2_w, dw.ln_2_b, dc, a.ptr(K::Resid1), w.ln_2_w, a, K::Ln2Mean,
+                  K::Ln2Rstd, N);  // dres: d(resid_1)
     return;
   }
   nn::AttentionDropout attn_drop = nn::attention_dropout(c, rng, layer);
   attn_drop.head_offset = sb.tp_rank * NH;
   float* dy = ws.btc(1);    // (B, T, c) d(attn.y), before dc is needed again
-  float* dqkv = ws.wide();  // (B, T, 3c)
+  float* dqkv = ws.wide();  // (B, T, qkv/tp)
   const float* dattn = projection_grad(nn::DropoutSite::AttnResidual);  // (B, T, C)
   zero(dy, static_cast<int64_t>(N) * lc);
   a.visit(K::AttY, [&](const auto* y) {
     nn::linear_backward(dy, dw.attn_proj_w, dw.attn_proj_b, dattn, y, w.attn_proj_w, N, lc, C, mm);
   });
-  zero(dqkv, static_cast<int64_t>(N) * 3 * lc);
+  zero(dqkv, static_cast<int64_t>(N) * lw.qkv);
   nn::attention_backward(dqkv, ws.attention(), dy, a.ptr(K::Qkv), a.ptr(K::AttSoftmax), B, T, NH,
-                         NH, HS, attn_drop);
+                         lw.kv_heads, HS, attn_drop);
+  if (c.llama()) {  // back through the rotation of this rank's query and key heads
+    nn::rope_backward(dqkv, ws.rope(), B, T, NH, HS, lw.qkv, 0);
+    nn::rope_backward(dqkv + lc, ws.rope(), B, T, lw.kv_heads, HS, lw.qkv, 0);
+  }
   zero(dc, n);
   a.visit(K::Ln1Out, [&](const auto* ln1) {
-    nn::linear_backward(dc, dw.c_attn_w, dw.c_attn_b, dqkv, ln1, w.c_attn_w, N, C, 3 * lc, mm);
+    nn::linear_backward(dc, dw.c_attn_w, dw.c_attn_b, dqkv, ln1, w.c_attn_w, N, C, lw.qkv, mm);
   });
   all_reduce(sb, dc, n);
-  nn::layernorm_backward(dres, dw.ln_1_w, dw.ln_1_b, dc, x, w.ln_1_w, a.ptr(K::Ln1Mean),
-                         a.ptr(K::Ln1Rstd), N, C);  // dres: d(x)
+  norm_backward(c, dres, dw.ln_1_w, dw.ln_1_b, dc, x, w.ln_1_w, a, K::Ln1Mean, K::Ln1Rstd,
+                N);  // dres: d(x)
 }
 
 void shard_block_forward(const ShardBlock& sb, int layer, const nn::BlockParams& w,

@@ -93,7 +93,7 @@ parallel::ProgramOptions ScheduleChoice::model_programs(int rows) {
   parallel::ProgramOptions o;
   o.executor = executor_;
   const int64_t N = static_cast<int64_t>(rows) * cfg_.model.seq_len, C = cfg_.model.d_model;
-  const dsl::SymbolMap sizes = {{"B", N}, {"K", 4 * C}, {"H", C}};
+  const dsl::SymbolMap sizes = {{"B", N}, {"K", cfg_.model.mlp_width()}, {"H", C}};
   const double p = cfg_.model.dropout;
   const bool tp = cfg_.grid.tp > 1;
   bool shard = tp || (cfg_.grid.pp > 1 && !grid_.last_stage());
@@ -164,7 +164,7 @@ parallel::ProgramOptions ScheduleChoice::model_programs(int rows) {
     from_autotuner_ |= !w.schedule.empty();
     o.pipeline_schedules = prefer(w, o.pipeline_schedules);
   }
-  if (grid_.tied() != nullptr) {  // the first and the last stage, after their links
+  if (grid_.tied() != nullptr && cfg_.model.tie_embeddings) {  // first and last stage, after links
     const parallel::ShardLayout layout(cfg_.model, cfg_.grid, grid_.coord().tp, grid_.coord().pp);
     const int64_t wte =
         (grid_.first_stage() ? layout.tensors().front() : layout.tensors().back()).numel();

@@ -141,11 +141,13 @@ void TrainConfig::validate() const {
     user_error("--micro-batches {} must be 0 (automatic) or more", micro_batches);
   if (model.n_heads % grid.tp != 0)
     user_error("--tp {} must divide the number of heads ({})", grid.tp, model.n_heads);
-  if (model.llama() && (grid.tp > 1 || grid.pp > 1))
+  if (model.n_kv_heads() % grid.tp != 0)
     user_error(
-        "--tp {} --pp {}: a Llama model trains data-parallel only so far (--dp N --tp 1 --pp 1); "
-        "its tensor- and pipeline-parallel blocks are not implemented yet",
-        grid.tp, grid.pp);
+        "--tp {} must divide the key/value heads ({}, --kv-heads): each rank keeps whole "
+        "key/value heads",
+        grid.tp, model.n_kv_heads());
+  if (model.mlp_width() % grid.tp != 0)
+    user_error("--tp {} must divide the MLP's width ({}, --ffn)", grid.tp, model.mlp_width());
   if (grid.pp > model.n_layers)
     user_error("--pp {} needs at least {} layers; the model has {}", grid.pp, grid.pp,
                model.n_layers);

@@ -194,6 +194,7 @@ class ParallelGPT {
   nn::ActivationMemory* memory_;
   std::vector<Tensor> grad_send_;  // one (B, T, C) buffer per micro-batch (stages > 0)
   std::unique_ptr<Programs> programs_;
+  std::vector<float> zero_bias_;  // (C) zeros: the epilogue's bias where the block has none
   EventSink sink_;
   GradientsReady gradients_ready_;
   int last_backward_micro_ = -1;  // the micro-batch whose backward comes last in this step
