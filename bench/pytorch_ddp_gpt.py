@@ -23,7 +23,7 @@ outside the context, the master weights and AdamW in f32. Before training, rank 
 autocast's matmuls really run in bf16 on this CPU (the result's dtype, and a 1024^3 matmul timed
 in bf16 against f32) and prints one line saying so.
 
-Data: `tandem train` without --data trains on its built-in synthetic grammar (src/train/data.cc),
+Data: `tandem train` without --data trains on its built-in synthetic grammar (src/data/data.cc),
 which this script does not reproduce; it samples random windows of --seq-len + 1 bytes from a
 corpus of random bytes instead (or from --data FILE, bytes as tokens, as `tandem train --data`).
 Tokens per second do not depend on the token values: same shapes, same work.

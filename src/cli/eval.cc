@@ -9,8 +9,8 @@
 #include "choices.h"
 #include "commands.h"
 #include "tandem/core/error.h"
-#include "tandem/train/data.h"
-#include "tandem/train/token_corpus.h"
+#include "tandem/data/data.h"
+#include "tandem/data/token_corpus.h"
 #include "tandem/train/trainer.h"
 
 namespace tandem::cli {
@@ -54,21 +54,21 @@ void add_eval(CLI::App& app) {
     if (f->batch < 1) user_error("--batch {} must be at least 1", f->batch);
     const train::LoadedModel model = train::load_model(f->checkpoint, f->precision);
     const int T = seq_len->count() > 0 ? f->seq_len : model.config.seq_len;
-    train::TokenSplit split;
+    data::TokenSplit split;
     std::string what;
     double text_bytes = 0;  // the bytes of text the scored tokens came from
     if (f->data.empty()) {
-      split = train::synthetic_corpus().validation;
+      split = data::synthetic_corpus().validation;
       what = "the synthetic corpus's validation split";
       text_bytes = static_cast<double>(split.size());
-    } else if (train::is_shard_folder(f->data)) {
-      const train::Corpus c = train::load_shard_corpus(f->data);
+    } else if (data::is_shard_folder(f->data)) {
+      const data::Corpus c = data::load_shard_corpus(f->data);
       split = c.validation;
       what = fmt::format("the validation split of '{}'", f->data);
       text_bytes = static_cast<double>(c.validation_text_bytes);
     } else {
       // All of the file is scored: a split with no validation part.
-      const train::Corpus c = train::load_text_corpus(f->data, 0.0);
+      const data::Corpus c = data::load_text_corpus(f->data, 0.0);
       split = c.train;
       what = fmt::format("'{}'", f->data);
       text_bytes = static_cast<double>(split.size());
@@ -76,8 +76,8 @@ void add_eval(CLI::App& app) {
         const std::vector<uint8_t> bytes = split.bytes();
         auto ids = std::make_shared<std::vector<int32_t>>(tok->encode(
             std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size())));
-        split = train::TokenSplit::of_spans(
-            what, "all of it", {{ids->data(), ids->size(), 4, what}}, ids, tok->vocab_size());
+        split = data::TokenSplit::of_spans(what, "all of it", {{ids->data(), ids->size(), 4, what}},
+                                           ids, tok->vocab_size());
       }
     }
     const auto [loss, scored] =

@@ -13,6 +13,7 @@
 #include "commands.h"
 #include "tandem/core/error.h"
 #include "tandem/core/rng.h"
+#include "tandem/data/tokenizer.h"
 #include "tandem/train/trainer.h"
 
 namespace tandem::cli {
@@ -80,7 +81,7 @@ void add_sample(CLI::App& app) {
     if (f->top_k < 0) user_error("--top-k {} must be 0 or more", f->top_k);
     const train::LoadedModel model = train::load_model(f->checkpoint, f->precision);
     const nn::GPTConfig& c = model.config;
-    const std::unique_ptr<train::Tokenizer> tok =
+    const std::unique_ptr<data::Tokenizer> tok =
         train::model_tokenizer(model, f->tokenizer, f->checkpoint);
     std::vector<int32_t> text;
     if (tok) {

@@ -1,6 +1,6 @@
 // `tandem tokenize`: encodes text files into a folder of token shards for `tandem train --data`
-// (flags into a TokenizeConfig; the work is train/tokenize).
-#include "tandem/train/tokenize.h"
+// (flags into a TokenizeConfig; the work is data/tokenize).
+#include "tandem/data/tokenize.h"
 
 #include <memory>
 
@@ -10,7 +10,7 @@
 namespace tandem::cli {
 
 void add_tokenize(CLI::App& app) {
-  auto c = std::make_shared<train::TokenizeConfig>();
+  auto c = std::make_shared<data::TokenizeConfig>();
   auto quiet = std::make_shared<bool>(false);
   auto* cmd = app.add_subcommand(
       "tokenize",
@@ -38,7 +38,7 @@ void add_tokenize(CLI::App& app) {
     if (cmd->get_option("--tokenizer")->count() > 0 && cmd->get_option("--vocab-size")->count() > 0)
       user_error("--vocab-size applies to a trained tokenizer; --tokenizer gives one");
     c->progress = !*quiet;
-    train::tokenize(*c);
+    data::tokenize(*c);
   });
 }
 

@@ -16,12 +16,12 @@
 #include "tandem/comm/communicator.h"
 #include "tandem/comm/mpi.h"
 #include "tandem/core/error.h"
+#include "tandem/data/token_corpus.h"
 #include "tandem/io/checkpoint.h"
 #include "tandem/ooc/bytes.h"
 #include "tandem/train/grid_plan.h"
 #include "tandem/train/hf_gpt2.h"
 #include "tandem/train/memory_estimate.h"
-#include "tandem/train/token_corpus.h"
 #include "tandem/train/trainer.h"
 
 namespace tandem::cli {
@@ -331,7 +331,7 @@ train::TrainConfig config_of(const TrainFlags& flags, const SizeOptions& o, cons
   set_block(m, p.block, flags, o);
   if (!from_checkpoint) m.max_positions = m.seq_len;
   m.dropout = dropout;
-  m.vocab_size = train::data_vocab_size(cfg.data);
+  m.vocab_size = data::data_vocab_size(cfg.data);
   if (hf && m.llama())
     user_error(
         "--init-from '{}' is a GPT-2 folder and this run's model is Llama's ({}): reading "
@@ -599,7 +599,7 @@ void add_train(CLI::App& app) {
       "blocks to --model-state's tier)");
   add_across_flags(cmd, g);
   cmd->callback([flags, sizes, tier, cmd] {
-    if (cmd->get_option("--val-fraction")->count() > 0 && train::is_shard_folder(flags->cfg.data))
+    if (cmd->get_option("--val-fraction")->count() > 0 && data::is_shard_folder(flags->cfg.data))
       user_error(
           "--val-fraction applies to a text file; the validation split of '{}' was chosen by "
           "tandem tokenize (its --val-fraction)",

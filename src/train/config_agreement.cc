@@ -65,7 +65,7 @@ std::string ranks_text(const std::vector<int>& ranks) {
 }  // namespace
 
 std::vector<std::pair<std::string, std::string>> agreeing_settings(const TrainConfig& c,
-                                                                   const Corpus& corpus) {
+                                                                   const data::Corpus& corpus) {
   const parallel::OptimizerConfig& o = c.optimizer;
   return {
       {"the command (train or plan)", c.plan_only ? "plan" : "train"},
@@ -141,7 +141,8 @@ std::vector<std::pair<std::string, std::string>> agreeing_settings(const TrainCo
   };
 }
 
-void check_ranks_agree(comm::Communicator& world, const TrainConfig& config, const Corpus& corpus) {
+void check_ranks_agree(comm::Communicator& world, const TrainConfig& config,
+                       const data::Corpus& corpus) {
   const auto mine = agreeing_settings(config, corpus);
   nlohmann::json values = nlohmann::json::array();
   for (const auto& [flag, value] : mine) values.push_back(value);

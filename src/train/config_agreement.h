@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "tandem/comm/communicator.h"
-#include "tandem/train/data.h"
+#include "tandem/data/data.h"
 #include "tandem/train/train_config.h"
 
 namespace tandem::train::detail {
@@ -19,11 +19,12 @@ namespace tandem::train::detail {
 // (rank 0 alone writes them) and the collective timeout. Per-host settings (--threads, --quiet)
 // are left out.
 std::vector<std::pair<std::string, std::string>> agreeing_settings(const TrainConfig& config,
-                                                                   const Corpus& corpus);
+                                                                   const data::Corpus& corpus);
 
 // Exchanges agreeing_settings() over `world` (a collective: every rank calls it) and, where any
 // differ, throws on every rank the same comm::CollectiveError naming each flag, the ranks and
 // their values: "the ranks disagree on --steps: ranks 0 and 2 give 30, rank 1 gives 40".
-void check_ranks_agree(comm::Communicator& world, const TrainConfig& config, const Corpus& corpus);
+void check_ranks_agree(comm::Communicator& world, const TrainConfig& config,
+                       const data::Corpus& corpus);
 
 }  // namespace tandem::train::detail

@@ -4,7 +4,7 @@
 
 #include <memory>
 
-#include "tandem/train/data.h"
+#include "tandem/data/data.h"
 #include "tandem/train/train_config.h"
 
 namespace tandem::train::detail {
@@ -12,6 +12,6 @@ namespace tandem::train::detail {
 // The corpus of config.data (a shard folder, a text file split by config.validation_fraction, or
 // the synthetic corpus); the same
 // object for every call with the same three settings while it stays cached.
-std::shared_ptr<const Corpus> corpus_for(const TrainConfig& config);
+std::shared_ptr<const data::Corpus> corpus_for(const TrainConfig& config);
 
 }  // namespace tandem::train::detail

@@ -10,7 +10,7 @@
 
 #include "checkpoint_tensors.h"
 #include "tandem/core/error.h"
-#include "tandem/train/data.h"
+#include "tandem/data/data.h"
 #include "tandem/train/memory_estimate.h"
 #include "tandem/train/model_config.h"
 
@@ -38,8 +38,8 @@ LoadedModel load_model(const std::string& dir, DType matmul) {
   return out;
 }
 
-std::unique_ptr<Tokenizer> model_tokenizer(const LoadedModel& model, const std::string& given,
-                                           const std::string& checkpoint_dir) {
+std::unique_ptr<data::Tokenizer> model_tokenizer(const LoadedModel& model, const std::string& given,
+                                                 const std::string& checkpoint_dir) {
   const nlohmann::json& x = model.meta.extra;
   const std::string recorded = x.contains("tokenizer") && x["tokenizer"].is_string()
                                    ? x["tokenizer"].get<std::string>()
@@ -49,7 +49,7 @@ std::unique_ptr<Tokenizer> model_tokenizer(const LoadedModel& model, const std::
           ? x["tokenizer_sha256"].get<std::string>()
           : "";
   if (given.empty() && recorded.empty()) {
-    if (model.config.vocab_size == kByteVocab) return nullptr;
+    if (model.config.vocab_size == data::kByteVocab) return nullptr;
     user_error(
         "checkpoint '{}' has a vocabulary of {} tokens and names no tokenizer; give "
         "--tokenizer FILE (the tokenizer.model or tokenizer.json of its data folder)",
@@ -60,7 +60,8 @@ std::unique_ptr<Tokenizer> model_tokenizer(const LoadedModel& model, const std::
         "checkpoint '{}' was trained with tokenizer '{}', which no longer exists; give "
         "--tokenizer FILE",
         checkpoint_dir, recorded);
-  auto tok = std::make_unique<Tokenizer>(Tokenizer::load(given.empty() ? recorded : given));
+  auto tok =
+      std::make_unique<data::Tokenizer>(data::Tokenizer::load(given.empty() ? recorded : given));
   if (!recorded_sha.empty() && tok->sha256() != recorded_sha)
     user_error("tokenizer '{}' (SHA-256 {}) is not the one checkpoint '{}' was trained with ({})",
                tok->source(), tok->sha256(), checkpoint_dir, recorded_sha);
@@ -75,13 +76,14 @@ std::pair<double, int64_t> evaluate_windows(const nn::ParameterSet& params,
                                             int batch, int64_t max_windows) {
   return evaluate_windows(
       params,
-      TokenSplit::of_bytes("the data", "all of it",
-                           std::make_shared<const std::vector<uint8_t>>(tokens)),
+      data::TokenSplit::of_bytes("the data", "all of it",
+                                 std::make_shared<const std::vector<uint8_t>>(tokens)),
       seq_len, batch, max_windows);
 }
 
-std::pair<double, int64_t> evaluate_windows(const nn::ParameterSet& params, const TokenSplit& split,
-                                            int seq_len, int batch, int64_t max_windows) {
+std::pair<double, int64_t> evaluate_windows(const nn::ParameterSet& params,
+                                            const data::TokenSplit& split, int seq_len, int batch,
+                                            int64_t max_windows) {
   const nn::GPTConfig& c = params.config();
   if (seq_len < 1 || seq_len > c.max_positions)
     user_error("--seq-len {} must be in [1, {}] for this model", seq_len, c.max_positions);
@@ -89,7 +91,7 @@ std::pair<double, int64_t> evaluate_windows(const nn::ParameterSet& params, cons
   if (split.vocab_size > c.vocab_size)
     user_error("the data's vocabulary has {} tokens; the model's has only {}", split.vocab_size,
                c.vocab_size);
-  int64_t windows = window_count(split, seq_len);
+  int64_t windows = data::window_count(split, seq_len);
   if (windows == 0)
     user_error("the data has {} {}; evaluation needs at least seq_len + 1 = {}", split.size(),
                split.unit, seq_len + 1);
@@ -104,7 +106,7 @@ std::pair<double, int64_t> evaluate_windows(const nn::ParameterSet& params, cons
       acts = std::make_unique<nn::GPTActivations>(c, rows, seq_len);
       ws = std::make_unique<nn::Workspace>(c, rows, seq_len);
     }
-    const Batch b = window_batch(split, seq_len, w, rows);
+    const data::Batch b = data::window_batch(split, seq_len, w, rows);
     const nn::Batch nb{b.inputs.data(), b.targets.data(), rows, seq_len};
     const float loss = nn::gpt_forward(params, *acts, *ws, nb, nn::StepRng{0, 0, 0, false});
     sum += static_cast<double>(loss) * rows;  // the mean over equal-length windows

@@ -18,12 +18,12 @@
 #include "tandem/comm/communicator.h"
 #include "tandem/core/error.h"
 #include "tandem/core/sha256.h"
+#include "tandem/data/tokenizer.h"
 #include "tandem/io/atomic_file.h"
 #include "tandem/io/checkpoint.h"
 #include "tandem/io/hf_gpt2.h"
 #include "tandem/parallel/state_streamer.h"
 #include "tandem/train/model_config.h"
-#include "tandem/train/tokenizer.h"
 
 namespace tandem::train {
 namespace {
@@ -127,7 +127,7 @@ HfExport export_hf_gpt2(const std::string& checkpoint, const std::string& out_di
   h.dropout = c.dropout;
   const std::string tok_name = tok.path.empty() ? "" : io::hf_tokenizer_file_name(tok.path);
   if (tok_name == "tokenizer.model") {
-    const int eos = Tokenizer::load(tok.path).eos_id();
+    const int eos = data::Tokenizer::load(tok.path).eos_id();
     if (eos >= 0) h.eos_token_id = eos;
   }
 
@@ -266,7 +266,7 @@ std::shared_ptr<const ResumeState> prepare_init(const TrainConfig& cfg) {
   r->folder = dir;
   r->init_weights = weights;
   // The folder's tokenizer, when it has one of the kind the data recorded, must be the data's.
-  const std::shared_ptr<const Corpus> corpus = corpus_for(cfg);
+  const std::shared_ptr<const data::Corpus> corpus = corpus_for(cfg);
   if (!corpus->tokenizer_path.empty()) {
     const std::string mine = in_folder(dir, io::hf_tokenizer_file_name(corpus->tokenizer_path));
     if (!fs::exists(mine, ec)) {

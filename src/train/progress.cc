@@ -2,30 +2,14 @@
 #include "tandem/train/progress.h"
 
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 
+#include "tandem/io/console.h"
+
 namespace tandem::train {
-
-bool is_terminal(std::FILE* f) { return f != nullptr && ::isatty(::fileno(f)) == 1; }
-
-std::string format_duration(double seconds) {
-  if (!std::isfinite(seconds) || seconds < 0) return "?";
-  const int64_t s = static_cast<int64_t>(std::llround(seconds));
-  if (s < 60) return fmt::format("{}s", s);
-  if (s < 3600) return fmt::format("{}m{:02}s", s / 60, s % 60);
-  return fmt::format("{}h{:02}m", s / 3600, (s % 3600) / 60);
-}
-
-std::string format_rate(double tokens_per_s) {
-  if (!std::isfinite(tokens_per_s) || tokens_per_s < 0) return "? tok/s";
-  if (tokens_per_s < 1e3) return fmt::format("{:.0f} tok/s", tokens_per_s);
-  if (tokens_per_s < 1e6) return fmt::format("{:.1f}k tok/s", tokens_per_s / 1e3);
-  return fmt::format("{:.2f}M tok/s", tokens_per_s / 1e6);
-}
 
 namespace {
 double steady_seconds() {
@@ -55,7 +39,7 @@ std::string Progress::line(int64_t step, double loss, std::optional<double> val_
   s += fmt::format("  loss {:.4f}", loss);
   const std::optional<double> val = val_loss ? val_loss : last_val_;
   if (val) s += fmt::format("  val {:.4f}", *val);
-  s += "  " + format_rate(tokens_per_s);
+  s += "  " + io::format_rate(tokens_per_s);
   // Time left from the average pace since this run (or resumption) began.
   const double elapsed = now_() - start_s_;
   const int64_t done = step - first_step_;
@@ -65,8 +49,8 @@ std::string Progress::line(int64_t step, double loss, std::optional<double> val_
   } else if (done > 0 && elapsed > 0) {
     eta = elapsed / static_cast<double>(done) * static_cast<double>(total_ - step);
   }
-  s += step >= total_ ? fmt::format("  done in {}", format_duration(elapsed))
-                      : "  ETA " + format_duration(eta);
+  s += step >= total_ ? fmt::format("  done in {}", io::format_duration(elapsed))
+                      : "  ETA " + io::format_duration(eta);
   return s;
 }
 

@@ -14,11 +14,11 @@ RankBatches::RankBatches(const TrainConfig& cfg, const parallel::Grid& grid)
       rows_(static_cast<int>(cfg.batch / cfg.grid.dp / micro_batches_)),
       seq_len_(cfg.model.seq_len) {}
 
-Batch RankBatches::draw(const BatchSampler& sampler, int64_t index) const {
+data::Batch RankBatches::draw(const data::BatchSampler& sampler, int64_t index) const {
   return sampler.rank_share(index, dp_rank_, dp_size_);
 }
 
-std::vector<parallel::MicroBatch> RankBatches::micro_batches(const Batch& b) const {
+std::vector<parallel::MicroBatch> RankBatches::micro_batches(const data::Batch& b) const {
   std::vector<parallel::MicroBatch> out;
   for (int k = 0; k < micro_batches_; ++k) {
     const size_t at =

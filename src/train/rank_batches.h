@@ -6,9 +6,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "tandem/data/data.h"
 #include "tandem/parallel/grid.h"
 #include "tandem/parallel/model.h"
-#include "tandem/train/data.h"
 #include "tandem/train/train_config.h"
 
 namespace tandem::train::detail {
@@ -22,9 +22,9 @@ class RankBatches {
 
   // This rank's rows of global batch `index` of `sampler` (a training step, or a validation
   // batch): rows [d B/dp, (d+1) B/dp) for data-parallel rank d.
-  Batch draw(const BatchSampler& sampler, int64_t index) const;
+  data::Batch draw(const data::BatchSampler& sampler, int64_t index) const;
   // Those rows as the micro-batches a step runs, each pointing into `rows`.
-  std::vector<parallel::MicroBatch> micro_batches(const Batch& rows) const;
+  std::vector<parallel::MicroBatch> micro_batches(const data::Batch& rows) const;
   // The mean token loss over `global_batches` global batches, given each rank's sum of its
   // micro-batches' mean losses (only the last stage's tensor-parallel rank 0 counts). A
   // collective over the world.

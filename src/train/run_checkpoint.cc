@@ -41,7 +41,7 @@ std::shared_ptr<const ResumeState> prepare_resume(const TrainConfig& cfg) {
   r->folder = reader->folder();
   r->reader = reader;
 
-  const std::shared_ptr<const Corpus> corpus = detail::corpus_for(cfg);
+  const std::shared_ptr<const data::Corpus> corpus = detail::corpus_for(cfg);
   if (meta.data_fingerprint != corpus->fingerprint_hex())
     r->warnings.push_back(fmt::format(
         "checkpoint '{}' was trained on {} (fingerprint {}); this run reads {} (fingerprint {}), "
@@ -59,7 +59,7 @@ std::shared_ptr<const ResumeState> prepare_resume(const TrainConfig& cfg) {
 
 namespace detail {
 
-io::RunMeta run_meta(const TrainConfig& cfg, const Corpus& corpus, int64_t step) {
+io::RunMeta run_meta(const TrainConfig& cfg, const data::Corpus& corpus, int64_t step) {
   io::RunMeta meta;
   meta.model_config = model_config_to_json(cfg.model);
   meta.step = step;
@@ -126,7 +126,7 @@ std::string describe_non_finite(const std::string& name, float* data, const Shap
 
 }  // namespace
 
-SaveResult save_state(const TrainConfig& cfg, const Corpus& corpus, int64_t step,
+SaveResult save_state(const TrainConfig& cfg, const data::Corpus& corpus, int64_t step,
                       const parallel::ParallelGPT& model, parallel::DataParallelOptimizer& opt) {
   const StateTensors tensors(cfg.model);
   const std::vector<io::TensorSpec> weights = checkpoint_specs(cfg.model, {""}),

@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "checkpoint_tensors.h"
+#include "tandem/data/data.h"
 #include "tandem/io/checkpoint.h"
 #include "tandem/parallel/state_streamer.h"
-#include "tandem/train/data.h"
 #include "tandem/train/trainer.h"
 
 namespace tandem::train {
@@ -33,7 +33,7 @@ namespace detail {
 
 // The meta of this run's checkpoint after `step` steps: model, data and its position, RNG,
 // optimizer and learning-rate settings, batch and grid.
-io::RunMeta run_meta(const TrainConfig& config, const Corpus& corpus, int64_t step);
+io::RunMeta run_meta(const TrainConfig& config, const data::Corpus& corpus, int64_t step);
 
 // Saves the model's weights and moments after `step` steps in the run's series (--save), one
 // tensor at a time: every rank gathers each tensor, world rank 0 writes it. A tensor that is not
@@ -42,7 +42,7 @@ struct SaveResult {
   std::string folder;      // the step folder written
   std::string not_finite;  // else: the first tensor that is not finite, described
 };
-SaveResult save_state(const TrainConfig& config, const Corpus& corpus, int64_t step,
+SaveResult save_state(const TrainConfig& config, const data::Corpus& corpus, int64_t step,
                       const parallel::ParallelGPT& model, parallel::DataParallelOptimizer& opt);
 
 // This rank's weights and moments from the checkpoint `resume` opened: world rank 0 reads each

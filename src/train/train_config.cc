@@ -9,10 +9,10 @@
 #include "tandem/comm/communicator.h"
 #include "tandem/comm/thread.h"
 #include "tandem/core/error.h"
+#include "tandem/data/data.h"
+#include "tandem/data/token_corpus.h"
 #include "tandem/ooc/bytes.h"
 #include "tandem/ooc/plan.h"
-#include "tandem/train/data.h"
-#include "tandem/train/token_corpus.h"
 
 namespace tandem::train {
 namespace {
@@ -76,7 +76,7 @@ void TrainConfig::validate() const {
   }
   model.validate();
   // The data decides the vocabulary: 256 for bytes, the tokenizer's for a shard folder.
-  if (const int v = data_vocab_size(data); model.vocab_size != v)
+  if (const int v = data::data_vocab_size(data); model.vocab_size != v)
     user_error("the model's vocabulary is {}; the data ({}) has {} tokens", model.vocab_size,
                data.empty() ? "the synthetic corpus" : data, v);
   if (batch < 1) user_error("--batch {} must be at least 1", batch);

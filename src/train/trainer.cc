@@ -35,14 +35,15 @@
 #include "tandem/core/blas.h"
 #include "tandem/core/clock.h"
 #include "tandem/core/error.h"
+#include "tandem/data/data.h"
 #include "tandem/io/atomic_file.h"
 #include "tandem/io/checkpoint_series.h"
+#include "tandem/io/console.h"
 #include "tandem/io/metrics.h"
 #include "tandem/ooc/bytes.h"
 #include "tandem/ooc/transfer_engine.h"
 #include "tandem/parallel/model.h"
 #include "tandem/parallel/state_streamer.h"
-#include "tandem/train/data.h"
 #include "tandem/train/grid_plan.h"
 #include "tandem/train/memory_estimate.h"
 #include "tandem/train/progress.h"
@@ -234,10 +235,10 @@ class RankRun {
   bool resumed() const { return resume_ && !resume_->init_weights; }
   parallel::Grid grid_;
   bool lead_;
-  std::shared_ptr<const Corpus> corpus_;
+  std::shared_ptr<const data::Corpus> corpus_;
   detail::RankBatches batches_;
-  BatchSampler sampler_;
-  std::optional<BatchSampler> val_sampler_;
+  data::BatchSampler sampler_;
+  std::optional<data::BatchSampler> val_sampler_;
   detail::ScheduleChoice schedules_;
   detail::OptimizerChoice optimizer_;  // the optimizer's configuration as it runs, its schedules
   // One transfer engine per tier (--slow-tier, --model-state, --optimizer-state), shared by the
@@ -374,7 +375,7 @@ int64_t RankRun::initialise() {
 // The out-of-core plan from this machine's profile: cached, or measured by running the first
 // step's forward and backward (its gradients are discarded: train_step zeroes them).
 void RankRun::plan_out_of_core(int64_t first_step) {
-  const Batch b = batches_.draw(sampler_, first_step);
+  const data::Batch b = batches_.draw(sampler_, first_step);
   profiling_ = true;
   ooc_->prepare(
       [&] {
@@ -470,7 +471,7 @@ void RankRun::open_reports(int64_t first) {
       metrics_ = std::make_unique<io::MetricsWriter>(cfg_.metrics_path, first > 0);
     if (cfg_.progress) {
       ProgressOptions po;
-      po.terminal = cfg_.out == nullptr && is_terminal(stdout);
+      po.terminal = cfg_.out == nullptr && io::is_terminal(stdout);
       progress_ = std::make_unique<Progress>(out_, cfg_.steps, po, first);
     }
   }
@@ -656,7 +657,7 @@ void RankRun::print_header(int64_t first_step) {
 double RankRun::train_step(int64_t step, double lr) {
   phases_.clear();
   const auto data_begin = Clock::now();
-  const Batch b = batches_.draw(sampler_, step);
+  const data::Batch b = batches_.draw(sampler_, step);
   if (lead_) phases_.add("data", seconds_since(data_begin));
   trace_span(io::kDataStream, fmt::format("batch {}", step + 1), data_begin);
   model_.zero_gradients();
@@ -932,10 +933,10 @@ TrainResult train(const TrainConfig& asked) {
                           !config.plan_only);  // tandem plan writes its own
   // Read the data and the checkpoint once, before any rank starts: their errors are the user's,
   // not one rank's (a split too short for a sequence is refused here too).
-  const std::shared_ptr<const Corpus> corpus = detail::corpus_for(config);
-  BatchSampler(corpus->train, config.batch, config.model.seq_len, config.seed);
+  const std::shared_ptr<const data::Corpus> corpus = detail::corpus_for(config);
+  data::BatchSampler(corpus->train, config.batch, config.model.seq_len, config.seed);
   if (config.eval_every > 0)
-    BatchSampler(corpus->validation, config.batch, config.model.seq_len, config.seed);
+    data::BatchSampler(corpus->validation, config.batch, config.model.seq_len, config.seed);
   const std::shared_ptr<const ResumeState> resume = prepare_resume(config);
   TrainResult result;
   if (config.backend == comm::Backend::Mpi) {

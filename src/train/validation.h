@@ -5,19 +5,19 @@
 #include <cstdint>
 
 #include "rank_batches.h"
+#include "tandem/data/data.h"
 #include "tandem/parallel/model.h"
-#include "tandem/train/data.h"
 #include "tandem/train/train_config.h"
 
 namespace tandem::train::detail {
 
 // The validation split's sampler: its own seed, so that its batches never coincide with the
 // training batches' offsets by construction.
-BatchSampler validation_sampler(const Corpus& corpus, const TrainConfig& config);
+data::BatchSampler validation_sampler(const data::Corpus& corpus, const TrainConfig& config);
 
 // The mean loss of `model` over global batches 0 .. eval_batches - 1 of `validation` (forward
 // only). A collective over the world.
 double validation_loss(parallel::ParallelGPT& model, const RankBatches& batches,
-                       const BatchSampler& validation, int64_t eval_batches);
+                       const data::BatchSampler& validation, int64_t eval_batches);
 
 }  // namespace tandem::train::detail

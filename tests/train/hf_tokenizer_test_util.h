@@ -7,9 +7,13 @@
 #include <utility>
 #include <vector>
 
-#include "train/test_util.h"
+#include "support/files.h"
+#include "support/scratch.h"
 
 namespace tandem::train::testing {
+
+using tandem::testing::ScratchDir;
+using tandem::testing::write_bytes;
 
 // GPT-2's bytes_to_unicode(), written out here as the reference: the printable bytes stand for
 // themselves, the others for U+0100, U+0101, ... in byte order. Returned as UTF-8.

@@ -6,15 +6,19 @@
 #include <string>
 #include <vector>
 
-#include "tandem/train/tokenize.h"
-#include "train/test_util.h"
+#include "support/files.h"
+#include "support/scratch.h"
+#include "tandem/data/tokenize.h"
 
 namespace tandem::train::testing {
+
+using tandem::testing::ScratchDir;
+using tandem::testing::write_bytes;
 
 // Three text files under dir/corpus (one in a subfolder); returns their text in the order
 // tokenize reads them (sorted paths).
 inline std::string write_corpus(const ScratchDir& dir) {
-  const std::string text = synthetic_text(24000, 11);
+  const std::string text = data::synthetic_text(24000, 11);
   const std::vector<std::string> parts = {
       text.substr(0, 9000) + "Ünïcödé: 日本語, naïve café — €5.\n", text.substr(9000, 8000),
       text.substr(17000)};
@@ -26,9 +30,9 @@ inline std::string write_corpus(const ScratchDir& dir) {
 }
 
 // A tokenize run on dir/corpus with a tiny vocabulary, printing nothing.
-inline TokenizeConfig tiny_tokenize(const ScratchDir& dir, const std::string& out,
-                                    int64_t shard_tokens = 2000, int threads = 2) {
-  TokenizeConfig c;
+inline data::TokenizeConfig tiny_tokenize(const ScratchDir& dir, const std::string& out,
+                                          int64_t shard_tokens = 2000, int threads = 2) {
+  data::TokenizeConfig c;
   c.inputs = {dir.path("corpus")};
   c.output_dir = dir.path(out);
   c.vocab_size = 320;

@@ -48,8 +48,8 @@ struct RunMeta {
   std::string tandem_version = std::string(kTandemVersion);
   nlohmann::json model_config = nlohmann::json::object();  // {"d_model": 256, "layers": 4, ...}
   int64_t step = 0;                                        // optimizer steps taken
-  // The data: where it came from, its fingerprint (Corpus::fingerprint_hex) and the next sampler
-  // step to draw (with a counter-based sampler, the batches already consumed).
+  // The data: where it came from, its fingerprint (data::Corpus::fingerprint_hex) and the next
+  // sampler step to draw (with a counter-based sampler, the batches already consumed).
   std::string data_source;
   std::string data_fingerprint;
   int64_t data_position = 0;

@@ -8,10 +8,10 @@
 #include <utility>
 #include <vector>
 
+#include "tandem/data/data.h"
+#include "tandem/data/tokenizer.h"
 #include "tandem/io/checkpoint.h"
 #include "tandem/nn/gpt.h"
-#include "tandem/train/data.h"
-#include "tandem/train/tokenizer.h"
 
 namespace tandem::train {
 
@@ -29,8 +29,8 @@ LoadedModel load_model(const std::string& checkpoint_dir, DType matmul = DType::
 // The tokenizer a checkpoint's model reads: `given` (--tokenizer) or the one its training data
 // recorded; null for a byte-level model given none. A recorded tokenizer that is gone, one whose
 // SHA-256 differs from the recorded, or one whose vocabulary is not the model's is a UserError.
-std::unique_ptr<Tokenizer> model_tokenizer(const LoadedModel& model, const std::string& given,
-                                           const std::string& checkpoint_dir);
+std::unique_ptr<data::Tokenizer> model_tokenizer(const LoadedModel& model, const std::string& given,
+                                                 const std::string& checkpoint_dir);
 
 // The mean loss of `params` over every full window of seq_len tokens of `tokens` (consecutive,
 // non-overlapping), at most `max_windows` of them (0: all), `batch` windows at a time. Returns
@@ -39,8 +39,9 @@ std::pair<double, int64_t> evaluate_windows(const nn::ParameterSet& params,
                                             const std::vector<uint8_t>& tokens, int seq_len,
                                             int batch, int64_t max_windows);
 // The same over a split's tokens (bytes or mapped shards).
-std::pair<double, int64_t> evaluate_windows(const nn::ParameterSet& params, const TokenSplit& split,
-                                            int seq_len, int batch, int64_t max_windows);
+std::pair<double, int64_t> evaluate_windows(const nn::ParameterSet& params,
+                                            const data::TokenSplit& split, int seq_len, int batch,
+                                            int64_t max_windows);
 
 // Bits per byte of a mean loss of `loss_nats` per token, each token standing for
 // `bytes_per_token` bytes of text: comparable across tokenizers (bytes: loss / ln 2).

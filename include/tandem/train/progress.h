@@ -5,16 +5,12 @@
 #pragma once
 
 #include <cstdint>
-#include <cstdio>
 #include <functional>
 #include <optional>
 #include <ostream>
 #include <string>
 
 namespace tandem::train {
-
-// Whether `f` is a terminal (isatty).
-bool is_terminal(std::FILE* f);
 
 struct ProgressOptions {
   bool terminal = false;
@@ -23,11 +19,6 @@ struct ProgressOptions {
   double every_s = 30.0;            // ... or every S seconds, whichever comes first
   int bar_width = 20;
 };
-
-// "1m05s", "2h03m", "42s"; "?" when not yet known.
-std::string format_duration(double seconds);
-// "950 tok/s", "12.3k tok/s", "4.56M tok/s".
-std::string format_rate(double tokens_per_s);
 
 class Progress {
  public:

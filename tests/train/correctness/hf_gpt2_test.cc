@@ -14,13 +14,14 @@
 #include <set>
 
 #include "support/cli.h"
+#include "tandem/data/token_corpus.h"
+#include "tandem/data/tokenizer.h"
 #include "tandem/io/checkpoint.h"
 #include "tandem/io/checkpoint_series.h"
 #include "tandem/io/safetensors.h"
 #include "tandem/train/evaluate.h"
 #include "tandem/train/hf_gpt2.h"
-#include "tandem/train/token_corpus.h"
-#include "tandem/train/tokenizer.h"
+#include "train/test_util.h"
 #include "train/token_test_util.h"
 
 namespace tandem::train {
@@ -194,10 +195,10 @@ TEST(HfGpt2Init, ReadsTheHubsOlderLayout) {
 TEST(HfGpt2Export, CopiesTheTokenizerAndInitFromChecksIt) {
   ScratchDir dir;
   testing::write_corpus(dir);
-  tokenize(testing::tiny_tokenize(dir, "shards"));
+  data::tokenize(testing::tiny_tokenize(dir, "shards"));
   TrainConfig c = testing::tiny_run(1);
   c.data = dir.path("shards");
-  c.model.vocab_size = data_vocab_size(c.data);
+  c.model.vocab_size = data::data_vocab_size(c.data);
   c.save_dir = dir.path("ck");
   train(c);
   const std::string hf = dir.path("hf");
@@ -208,7 +209,7 @@ TEST(HfGpt2Export, CopiesTheTokenizerAndInitFromChecksIt) {
             testing::read_bytes(dir.path("shards/tokenizer.model")));
   const auto cfg = nlohmann::json::parse(testing::read_bytes(hf + "/config.json"));
   EXPECT_EQ(cfg["vocab_size"], 320);
-  EXPECT_EQ(cfg["eos_token_id"], Tokenizer::load(hf + "/tokenizer.model").eos_id());
+  EXPECT_EQ(cfg["eos_token_id"], data::Tokenizer::load(hf + "/tokenizer.model").eos_id());
 
   TrainConfig init = c;
   init.save_dir.clear();

@@ -5,8 +5,9 @@
 
 #include <cmath>
 
+#include "tandem/data/token_corpus.h"
 #include "tandem/train/evaluate.h"
-#include "tandem/train/token_corpus.h"
+#include "train/test_util.h"
 #include "train/token_test_util.h"
 
 namespace tandem::train {
@@ -17,10 +18,10 @@ using testing::ScratchDir;
 TEST(TokenTraining, TrainsOnShardsAndRecordsTheTokenizer) {
   ScratchDir dir;
   testing::write_corpus(dir);
-  tokenize(testing::tiny_tokenize(dir, "shards"));
+  data::tokenize(testing::tiny_tokenize(dir, "shards"));
   TrainConfig c = testing::tiny_run(4);
   c.data = dir.path("shards");
-  c.model.vocab_size = data_vocab_size(c.data);
+  c.model.vocab_size = data::data_vocab_size(c.data);
   c.keep_weights = true;
   c.eval_every = 2;
   c.save_dir = dir.path("ck");
@@ -42,7 +43,7 @@ TEST(TokenTraining, TrainsOnShardsAndRecordsTheTokenizer) {
   const auto tok = model_tokenizer(m, "", dir.path("ck"));
   ASSERT_NE(tok, nullptr);
   EXPECT_EQ(tok->vocab_size(), 320);
-  const Corpus corpus = load_shard_corpus(dir.path("shards"));
+  const data::Corpus corpus = data::load_shard_corpus(dir.path("shards"));
   const auto [loss, scored] = evaluate_windows(m.params, corpus.validation, 16, 4, 8);
   EXPECT_TRUE(std::isfinite(loss));
   EXPECT_EQ(scored, 8 * 16);
@@ -51,7 +52,7 @@ TEST(TokenTraining, TrainsOnShardsAndRecordsTheTokenizer) {
 TEST(TokenTraining, TheModelsVocabularyIsTheDatas) {
   ScratchDir dir;
   testing::write_corpus(dir);
-  tokenize(testing::tiny_tokenize(dir, "shards"));
+  data::tokenize(testing::tiny_tokenize(dir, "shards"));
   TrainConfig c = testing::tiny_run(1);
   c.data = dir.path("shards");
   EXPECT_EQ(testing::user_error_of([&] { c.validate(); }),

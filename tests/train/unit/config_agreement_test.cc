@@ -21,8 +21,9 @@ using ::testing::Not;
 // Runs the check on `configs.size()` in-process ranks, rank r with configs[r] and corpora[r]
 // (default: one corpus for all); "" when they agree, else the message (every rank must throw).
 std::string disagreement(const std::vector<TrainConfig>& configs,
-                         std::vector<Corpus> corpora = {}) {
-  if (corpora.empty()) corpora.assign(configs.size(), make_corpus(std::string(600, 'a'), "a"));
+                         std::vector<data::Corpus> corpora = {}) {
+  if (corpora.empty())
+    corpora.assign(configs.size(), data::make_corpus(std::string(600, 'a'), "a"));
   const int n = static_cast<int>(configs.size());
   std::vector<std::string> messages(n);
   comm::run_ranks(n, [&](comm::Communicator& world) {
@@ -72,8 +73,8 @@ TEST(ConfigAgreement, EveryDisagreeingFlagIsNamed) {
 
 TEST(ConfigAgreement, DifferentDataIsNamedByItsFingerprint) {
   const TrainConfig c = testing::tiny_run(3);
-  const std::string m = disagreement(
-      {c, c}, {make_corpus(std::string(600, 'a'), "a"), make_corpus(std::string(600, 'b'), "a")});
+  const std::string m = disagreement({c, c}, {data::make_corpus(std::string(600, 'a'), "a"),
+                                              data::make_corpus(std::string(600, 'b'), "a")});
   EXPECT_THAT(m, HasSubstr("the ranks disagree on --data: rank 0 gives 600 tokens, fingerprint"));
 }
 

@@ -1,5 +1,5 @@
 // `tandem tokenize`: text files (a file, a list, or folders searched recursively) encoded into a
-// folder of token shards (train/token_corpus.h) with a SentencePiece BPE tokenizer trained on
+// folder of token shards (data/token_corpus.h) with a SentencePiece BPE tokenizer trained on
 // them or loaded from a .model file, or a Hugging Face GPT-2 tokenizer.json. The last
 // `validation_fraction` of the text (cut at a line start) becomes the validation shards. Encoding
 // runs on every core, the output the same for any thread count; the folder appears whole at the end
@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "tandem/train/data.h"
+#include "tandem/data/data.h"
 
-namespace tandem::train {
+namespace tandem::data {
 
 inline constexpr int kDefaultTokenizerVocab = 8192;
 inline constexpr int64_t kDefaultShardTokens = 100'000'000;
@@ -44,4 +44,4 @@ std::vector<std::string> corpus_files(const std::vector<std::string>& inputs);
 
 TokenizeSummary tokenize(const TokenizeConfig& config);
 
-}  // namespace tandem::train
+}  // namespace tandem::data

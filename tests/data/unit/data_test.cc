@@ -1,7 +1,7 @@
 // Data: the synthetic corpus is fixed, grammatical and learnable; text files split as documented;
 // the sampler draws the same batches from (seed, step) however a run is interrupted or split
 // across data-parallel ranks.
-#include "tandem/train/data.h"
+#include "tandem/data/data.h"
 
 #include <gtest/gtest.h>
 
@@ -9,9 +9,10 @@
 #include <cmath>
 #include <set>
 
-#include "train/test_util.h"
+#include "support/files.h"
+#include "support/scratch.h"
 
-namespace tandem::train {
+namespace tandem::data {
 namespace {
 
 using testing::ScratchDir;
@@ -194,4 +195,4 @@ TEST(Windows, CoverTheSplitInOrder) {
 }
 
 }  // namespace
-}  // namespace tandem::train
+}  // namespace tandem::data

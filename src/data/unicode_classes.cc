@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <iterator>
 
-namespace tandem::train::detail {
+namespace tandem::data::detail {
 namespace {
 
 struct Range {
@@ -274,4 +274,4 @@ std::string lossy_utf8(std::string_view bytes) {
   return out;
 }
 
-}  // namespace tandem::train::detail
+}  // namespace tandem::data::detail

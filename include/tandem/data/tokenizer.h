@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-namespace tandem::train {
+namespace tandem::data {
 
 class Tokenizer {
  public:
@@ -51,4 +51,4 @@ class Tokenizer {
 
 inline constexpr int64_t kMaxTrainingLines = 2'000'000;
 
-}  // namespace tandem::train
+}  // namespace tandem::data

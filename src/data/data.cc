@@ -1,5 +1,5 @@
 // Byte-level corpora, the synthetic grammar, and the counter-based batch sampler.
-#include "tandem/train/data.h"
+#include "tandem/data/data.h"
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -13,7 +13,7 @@
 #include "tandem/core/rng.h"
 #include "tandem/io/atomic_file.h"
 
-namespace tandem::train {
+namespace tandem::data {
 namespace {
 
 // Keys the sampler's Philox draws apart from every other user of the same seed (dropout draws
@@ -413,4 +413,4 @@ Batch window_batch(const TokenSplit& split, int64_t seq_len, int64_t first_windo
   return b;
 }
 
-}  // namespace tandem::train
+}  // namespace tandem::data

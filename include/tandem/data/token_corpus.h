@@ -11,9 +11,9 @@
 #include <string>
 #include <string_view>
 
-#include "tandem/train/data.h"
+#include "tandem/data/data.h"
 
-namespace tandem::train {
+namespace tandem::data {
 
 inline constexpr std::string_view kShardsJson = "shards.json";
 // The tokenizer's file where shards.json names none.
@@ -30,4 +30,4 @@ int data_vocab_size(const std::string& data);
 // SHA-256. Every mismatch is a UserError naming the file.
 Corpus load_shard_corpus(const std::string& dir);
 
-}  // namespace tandem::train
+}  // namespace tandem::data

@@ -1,5 +1,5 @@
 // Shard folders opened as corpora: shards.json parsed and checked, shards mapped.
-#include "tandem/train/token_corpus.h"
+#include "tandem/data/token_corpus.h"
 
 #include <filesystem>
 #include <memory>
@@ -10,7 +10,7 @@
 #include "tandem/io/atomic_file.h"
 #include "tandem/io/token_shards.h"
 
-namespace tandem::train {
+namespace tandem::data {
 namespace fs = std::filesystem;
 namespace {
 
@@ -116,4 +116,4 @@ Corpus load_shard_corpus(const std::string& dir) {
   return c;
 }
 
-}  // namespace tandem::train
+}  // namespace tandem::data

@@ -1,7 +1,7 @@
-// The tokenizers behind train::Tokenizer: SentencePiece (training through a sentence iterator
+// The tokenizers behind data::Tokenizer: SentencePiece (training through a sentence iterator
 // over the corpus's lines, and the processor that encodes and decodes), or a Hugging Face
 // tokenizer.json of GPT-2's byte-level BPE (hf_bpe.h), chosen by the file's name.
-#include "tandem/train/tokenizer.h"
+#include "tandem/data/tokenizer.h"
 
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
@@ -16,7 +16,7 @@
 #include "tandem/core/sha256.h"
 #include "tandem/io/atomic_file.h"
 
-namespace tandem::train {
+namespace tandem::data {
 namespace {
 
 // SentencePiece skips longer lines when training; longer lines are fed in pieces this long.
@@ -270,4 +270,4 @@ std::string_view Tokenizer::file_name() const {
   return impl_->hf ? "tokenizer.json" : "tokenizer.model";
 }
 
-}  // namespace tandem::train
+}  // namespace tandem::data

@@ -9,17 +9,17 @@
 #include <thread>
 
 #include "tandem/core/sha256.h"
-#include "tandem/train/token_corpus.h"
-#include "tandem/train/tokenizer.h"
+#include "tandem/data/token_corpus.h"
+#include "tandem/data/tokenizer.h"
 #include "train/hf_tokenizer_test_util.h"
 #include "train/token_test_util.h"
 
-namespace tandem::train {
+namespace tandem::data {
 namespace {
 
-using testing::byte_char;
-using testing::ids_of;
 using testing::ScratchDir;
+using train::testing::byte_char;
+using train::testing::ids_of;
 
 // The ids of each byte of `s`, one token a byte.
 std::vector<std::string> byte_tokens(std::string_view s) {
@@ -36,7 +36,7 @@ std::vector<std::string> join(std::vector<std::string> a, const std::vector<std:
 class HfTokenizer : public ::testing::Test {
  protected:
   void SetUp() override {
-    path_ = testing::write_tokenizer(dir_, testing::test_tokenizer_json());
+    path_ = train::testing::write_tokenizer(dir_, train::testing::test_tokenizer_json());
     tok_ = std::make_unique<Tokenizer>(Tokenizer::load(path_));
   }
   std::vector<int32_t> encode(std::string_view s) const { return tok_->encode(s); }
@@ -181,12 +181,12 @@ TEST_F(HfTokenizer, EncodesFromManyThreadsAtOnce) {
 
 TEST(HfTokenizerOptions, IgnoreMergesTakesWholeWordsFromTheVocabulary) {
   ScratchDir dir;
-  nlohmann::json j = testing::test_tokenizer_json();
+  nlohmann::json j = train::testing::test_tokenizer_json();
   j["model"]["vocab"]["Ġxyz"] = j["model"]["vocab"].size();
-  const Tokenizer merged = Tokenizer::load(testing::write_tokenizer(dir, j, "merged.json"));
+  const Tokenizer merged = Tokenizer::load(train::testing::write_tokenizer(dir, j, "merged.json"));
   EXPECT_EQ(merged.encode(" xyz"), ids_of({"Ġ", "x", "yz"}));
   j["model"]["ignore_merges"] = true;
-  const Tokenizer whole = Tokenizer::load(testing::write_tokenizer(dir, j, "whole.json"));
+  const Tokenizer whole = Tokenizer::load(train::testing::write_tokenizer(dir, j, "whole.json"));
   EXPECT_EQ(whole.encode(" xyz"), std::vector<int32_t>{275});
   EXPECT_EQ(whole.encode(" xy"), merged.encode(" xy"));
   EXPECT_EQ(whole.decode({275}), " xyz");
@@ -194,9 +194,9 @@ TEST(HfTokenizerOptions, IgnoreMergesTakesWholeWordsFromTheVocabulary) {
 
 TEST(HfTokenizerShards, TokenizeWritesTheJsonBesideTheShards) {
   ScratchDir dir;
-  const std::string text = testing::write_corpus(dir);
-  TokenizeConfig c = testing::tiny_tokenize(dir, "shards");
-  c.tokenizer = testing::write_tokenizer(dir, testing::test_tokenizer_json());
+  const std::string text = train::testing::write_corpus(dir);
+  TokenizeConfig c = train::testing::tiny_tokenize(dir, "shards");
+  c.tokenizer = train::testing::write_tokenizer(dir, train::testing::test_tokenizer_json());
   const TokenizeSummary s = tokenize(c);
   EXPECT_EQ(s.vocab_size, 275);
   // The tokenizer is kept as tokenizer.json, named in shards.json, and loads back the same.
@@ -219,4 +219,4 @@ TEST(HfTokenizerShards, TokenizeWritesTheJsonBesideTheShards) {
 }
 
 }  // namespace
-}  // namespace tandem::train
+}  // namespace tandem::data

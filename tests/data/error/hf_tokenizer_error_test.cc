@@ -6,11 +6,11 @@
 #include <filesystem>
 #include <functional>
 
-#include "tandem/train/tokenizer.h"
+#include "tandem/data/tokenizer.h"
 #include "train/hf_tokenizer_test_util.h"
 #include "train/token_test_util.h"
 
-namespace tandem::train {
+namespace tandem::data {
 namespace {
 
 using testing::ScratchDir;
@@ -18,9 +18,9 @@ using testing::user_error_of;
 
 // The message Tokenizer::load gives for the test tokenizer changed by `change`.
 std::string refusal(const ScratchDir& dir, const std::function<void(nlohmann::json&)>& change) {
-  nlohmann::json j = testing::test_tokenizer_json();
+  nlohmann::json j = train::testing::test_tokenizer_json();
   change(j);
-  const std::string path = testing::write_tokenizer(dir, j);
+  const std::string path = train::testing::write_tokenizer(dir, j);
   return user_error_of([&] { Tokenizer::load(path); });
 }
 
@@ -45,7 +45,7 @@ TEST(HfTokenizerErrors, NotJson) {
   EXPECT_EQ(user_error_of([&] { Tokenizer::load(dir.path("tokenizer.json")); }),
             unsupported(dir, "it has no \"model\" (it is not a Hugging Face tokenizer.json)"));
   // A tokenizer.json under another name is read as SentencePiece, and the message says why.
-  testing::write_bytes(dir.path("gpt2.model"), testing::test_tokenizer_json().dump());
+  testing::write_bytes(dir.path("gpt2.model"), train::testing::test_tokenizer_json().dump());
   const std::string message = user_error_of([&] { Tokenizer::load(dir.path("gpt2.model")); });
   EXPECT_EQ(
       message.rfind(
@@ -123,15 +123,15 @@ TEST(HfTokenizerErrors, VocabularyAndMergesThatDoNotHoldTogether) {
 
 TEST(HfTokenizerErrors, TokenizeWritesNothing) {
   ScratchDir dir;
-  testing::write_corpus(dir);
-  nlohmann::json j = testing::test_tokenizer_json();
+  train::testing::write_corpus(dir);
+  nlohmann::json j = train::testing::test_tokenizer_json();
   j["model"]["type"] = "WordPiece";
-  TokenizeConfig c = testing::tiny_tokenize(dir, "out");
-  c.tokenizer = testing::write_tokenizer(dir, j);
+  TokenizeConfig c = train::testing::tiny_tokenize(dir, "out");
+  c.tokenizer = train::testing::write_tokenizer(dir, j);
   EXPECT_EQ(user_error_of([&] { tokenize(c); }),
             unsupported(dir, "its model is WordPiece, not BPE"));
   EXPECT_FALSE(std::filesystem::exists(dir.path("out")));
 }
 
 }  // namespace
-}  // namespace tandem::train
+}  // namespace tandem::data

@@ -1,5 +1,5 @@
 // Training data: byte-level corpora (a text file, or a built-in synthetic corpus a small GPT
-// learns in a minute) or folders of token shards (train/token_corpus.h), split into training and
+// learns in a minute) or folders of token shards (data/token_corpus.h), split into training and
 // validation parts, and a batch sampler that is a
 // pure function of (seed, step, row): resuming at step k draws exactly the batches an
 // uninterrupted run would, and every data-parallel rank draws its own rows of the same global
@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-namespace tandem::train {
+namespace tandem::data {
 
 inline constexpr int kByteVocab = 256;
 inline constexpr double kDefaultValidationFraction = 0.1;
@@ -148,4 +148,4 @@ class BatchSampler {
 int64_t window_count(const TokenSplit& split, int64_t seq_len);
 Batch window_batch(const TokenSplit& split, int64_t seq_len, int64_t first_window, int64_t rows);
 
-}  // namespace tandem::train
+}  // namespace tandem::data

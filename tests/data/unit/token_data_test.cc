@@ -5,18 +5,16 @@
 #include <gtest/gtest.h>
 #include <sentencepiece_processor.h>
 
-#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
 
+#include "tandem/data/token_corpus.h"
+#include "tandem/data/tokenizer.h"
 #include "tandem/io/token_shards.h"
-#include "tandem/train/evaluate.h"
-#include "tandem/train/token_corpus.h"
-#include "tandem/train/tokenizer.h"
 #include "train/token_test_util.h"
 
-namespace tandem::train {
+namespace tandem::data {
 namespace {
 
 using testing::ScratchDir;
@@ -39,8 +37,8 @@ std::vector<int32_t> shard_file_tokens(const std::string& dir, const std::string
 
 TEST(Tokenize, ShardsDecodeToTheText) {
   ScratchDir dir;
-  const std::string text = testing::write_corpus(dir);
-  const TokenizeSummary s = tokenize(testing::tiny_tokenize(dir, "shards"));
+  const std::string text = train::testing::write_corpus(dir);
+  const TokenizeSummary s = tokenize(train::testing::tiny_tokenize(dir, "shards"));
   EXPECT_EQ(s.files, 3u);
   EXPECT_EQ(s.text_bytes, text.size());
   EXPECT_EQ(s.vocab_size, 320);
@@ -70,8 +68,8 @@ TEST(Tokenize, ShardsDecodeToTheText) {
 // whole text at once (its merges never cross a newline).
 TEST(Tokenize, LineByLineEncodingGivesTheWholeTextsIds) {
   ScratchDir dir;
-  const std::string corpus = testing::write_corpus(dir);
-  tokenize(testing::tiny_tokenize(dir, "shards"));
+  const std::string corpus = train::testing::write_corpus(dir);
+  tokenize(train::testing::tiny_tokenize(dir, "shards"));
   const Tokenizer tok = Tokenizer::load(dir.path("shards/tokenizer.model"));
   EXPECT_TRUE(tok.encodes_by_line());
   sentencepiece::SentencePieceProcessor whole;
@@ -89,10 +87,10 @@ TEST(Tokenize, LineByLineEncodingGivesTheWholeTextsIds) {
 
 TEST(Tokenize, SameShardsForAnyThreadCount) {
   ScratchDir dir;
-  testing::write_corpus(dir);
-  TokenizeConfig one = testing::tiny_tokenize(dir, "one", 2000, 1);
+  train::testing::write_corpus(dir);
+  TokenizeConfig one = train::testing::tiny_tokenize(dir, "one", 2000, 1);
   tokenize(one);
-  TokenizeConfig three = testing::tiny_tokenize(dir, "three", 2000, 3);
+  TokenizeConfig three = train::testing::tiny_tokenize(dir, "three", 2000, 3);
   three.tokenizer = dir.path("one/tokenizer.model");  // SentencePiece's training is its own
   tokenize(three);
   // Every file but shards.json (which names where the tokenizer came from) is the same.
@@ -112,8 +110,8 @@ TEST(Tokenize, SameShardsForAnyThreadCount) {
 
 TEST(TokenCorpus, MappedBatchesEqualTheInMemoryReference) {
   ScratchDir dir;
-  testing::write_corpus(dir);
-  tokenize(testing::tiny_tokenize(dir, "shards", 500));  // short shards: windows cross them
+  train::testing::write_corpus(dir);
+  tokenize(train::testing::tiny_tokenize(dir, "shards", 500));  // short shards: windows cross them
   const Corpus c = load_shard_corpus(dir.path("shards"));
   EXPECT_EQ(c.vocab_size, 320);
   EXPECT_EQ(c.train.unit, "tokens");
@@ -172,8 +170,8 @@ uint64_t mapped_kb(const TokenSplit& split) {
 
 TEST(TokenCorpus, DrawnBatchesLeaveNoShardPagesMappedAndReadTheSameAgain) {
   ScratchDir dir;
-  testing::write_corpus(dir);
-  tokenize(testing::tiny_tokenize(dir, "shards", 500));
+  train::testing::write_corpus(dir);
+  tokenize(train::testing::tiny_tokenize(dir, "shards", 500));
   const Corpus c = load_shard_corpus(dir.path("shards"));
   const std::vector<int32_t> ref = shard_file_tokens(dir.path("shards"), "train");
   for (const TokenSpan& span : c.train.spans) ASSERT_NE(span.mapping, nullptr) << span.name;
@@ -216,20 +214,13 @@ TEST(TokenCorpus, ReleasingBytesInMemoryKeepsThem) {
 
 TEST(TokenCorpus, VocabularyComesFromTheFolder) {
   ScratchDir dir;
-  testing::write_corpus(dir);
-  tokenize(testing::tiny_tokenize(dir, "shards"));
+  train::testing::write_corpus(dir);
+  tokenize(train::testing::tiny_tokenize(dir, "shards"));
   EXPECT_TRUE(is_shard_folder(dir.path("shards")));
   EXPECT_EQ(data_vocab_size(dir.path("shards")), 320);
   EXPECT_EQ(data_vocab_size(dir.path("corpus/a.txt")), kByteVocab);
   EXPECT_EQ(data_vocab_size(""), kByteVocab);
 }
 
-TEST(BitsPerByte, KnownCases) {
-  // Bytes: a loss of ln 2 per byte is one bit per byte.
-  EXPECT_DOUBLE_EQ(bits_per_byte(std::log(2.0), 1.0), 1.0);
-  // A token standing for 4 bytes with a loss of 8 bits: 2 bits per byte.
-  EXPECT_DOUBLE_EQ(bits_per_byte(8 * std::log(2.0), 4.0), 2.0);
-}
-
 }  // namespace
-}  // namespace tandem::train
+}  // namespace tandem::data

@@ -1,13 +1,12 @@
 // Data a run cannot train on, and the messages that say why: missing, empty or too-short files,
-// batches that do not split over the data-parallel ranks, bad sizes; and metrics files that
-// cannot be written.
+// batches that do not split over the data-parallel ranks, bad sizes.
 #include <gtest/gtest.h>
 
-#include "tandem/io/metrics.h"
-#include "tandem/train/data.h"
-#include "train/test_util.h"
+#include "support/files.h"
+#include "support/scratch.h"
+#include "tandem/data/data.h"
 
-namespace tandem::train {
+namespace tandem::data {
 namespace {
 
 using testing::ScratchDir;
@@ -61,27 +60,5 @@ TEST(DataErrors, BatchDoesNotSplitOverRanks) {
             "batch size divisible by 4");
 }
 
-TEST(MetricsErrors, UnwritablePath) {
-  ScratchDir dir;
-  EXPECT_EQ(user_error_of([&] { io::MetricsWriter w(dir.path("no/m.jsonl")); }),
-            "cannot write metrics file '" + dir.path("no/m.jsonl") + "': folder '" +
-                dir.path("no") + "' does not exist");
-  EXPECT_EQ(user_error_of([&] { io::MetricsWriter w(dir.path()); }),
-            "cannot write metrics file '" + dir.path() + "': Is a directory");
-}
-
-TEST(MetricsErrors, DiskFull) {
-  ScratchDir dir;
-  io::MetricsWriter w(dir.path("m.jsonl"));
-  testing::FileSizeLimit limit(100);
-  io::StepMetrics m;
-  m.loss = 1.0;
-  m.phase_s = {{"forward", 0.5}, {"backward", 0.5}, {"optimizer", 0.25}};
-  EXPECT_EQ(user_error_of([&] {
-              for (int i = 0; i < 10; ++i) w.write(m);
-            }),
-            "cannot write metrics file '" + dir.path("m.jsonl") + "': File too large");
-}
-
 }  // namespace
-}  // namespace tandem::train
+}  // namespace tandem::data

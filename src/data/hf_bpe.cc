@@ -10,7 +10,7 @@
 #include "tandem/core/error.h"
 #include "unicode_classes.h"
 
-namespace tandem::train::detail {
+namespace tandem::data::detail {
 namespace {
 
 using nlohmann::json;
@@ -387,4 +387,4 @@ std::string HfBpe::decode(const std::vector<int32_t>& ids) const {
   return lossy_utf8(out);
 }
 
-}  // namespace tandem::train::detail
+}  // namespace tandem::data::detail

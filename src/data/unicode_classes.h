@@ -1,13 +1,13 @@
 // The Unicode character classes GPT-2's pre-tokenization pattern uses (\p{L}, \p{N}, \s), for
 // code points, a UTF-8 decoder that steps through text by code point, and the replacement of
-// invalid UTF-8 by U+FFFD. Internal to train/.
+// invalid UTF-8 by U+FFFD. Internal to data/.
 #pragma once
 
 #include <cstddef>
 #include <string>
 #include <string_view>
 
-namespace tandem::train::detail {
+namespace tandem::data::detail {
 
 // General category L* (letters): Lu, Ll, Lt, Lm, Lo (Unicode 14.0).
 bool is_letter(char32_t c);
@@ -28,4 +28,4 @@ CodePoint code_point_at(std::string_view text, size_t at);
 // by U+FFFD, as Rust's String::from_utf8_lossy does.
 std::string lossy_utf8(std::string_view bytes);
 
-}  // namespace tandem::train::detail
+}  // namespace tandem::data::detail

@@ -1,7 +1,7 @@
 // `tandem tokenize`: corpus files gathered, the tokenizer trained or loaded, the text cut into
 // chunks at line ends (the cuts depend on the text only), chunks encoded by a pool of threads and
 // appended in order to the training and validation shards, the folder put in place at the end.
-#include "tandem/train/tokenize.h"
+#include "tandem/data/tokenize.h"
 
 #include <unistd.h>
 
@@ -15,13 +15,13 @@
 #include <thread>
 
 #include "tandem/core/error.h"
+#include "tandem/data/token_corpus.h"
+#include "tandem/data/tokenizer.h"
 #include "tandem/io/atomic_file.h"
+#include "tandem/io/console.h"
 #include "tandem/io/token_shards.h"
-#include "tandem/train/progress.h"
-#include "tandem/train/token_corpus.h"
-#include "tandem/train/tokenizer.h"
 
-namespace tandem::train {
+namespace tandem::data {
 namespace fs = std::filesystem;
 namespace {
 
@@ -261,7 +261,7 @@ class TokenizeProgress {
         "tokenize: {:3.0f}% {:.1f}/{:.1f} MB of text, {:.2f} MB/s, {} tokens, {} left",
         total_ ? 100.0 * static_cast<double>(bytes) / static_cast<double>(total_) : 100.0,
         static_cast<double>(bytes) / 1e6, static_cast<double>(total_) / 1e6, rate / 1e6, tokens,
-        format_duration(left));
+        io::format_duration(left));
     out_ << (terminal_ ? "\r" : "") << line << (terminal_ && !last ? "" : "\n") << std::flush;
   }
   double seconds() const {
@@ -395,7 +395,8 @@ TokenizeSummary tokenize(const TokenizeConfig& cfg) {
   ShardSeries train("train", folder.temp(), folder.path(), vocab, digest, cfg.shard_tokens);
   ShardSeries val("val", folder.temp(), folder.path(), vocab, digest, cfg.shard_tokens);
   ChunkReader reader(files, split_file, split_offset);
-  TokenizeProgress progress(out, cfg.out == nullptr && is_terminal(stdout), cfg.progress, total);
+  TokenizeProgress progress(out, cfg.out == nullptr && io::is_terminal(stdout), cfg.progress,
+                            total);
   uint64_t done = 0;
   for (;;) {
     std::vector<Chunk> batch;
@@ -442,4 +443,4 @@ TokenizeSummary tokenize(const TokenizeConfig& cfg) {
   return s;
 }
 
-}  // namespace tandem::train
+}  // namespace tandem::data

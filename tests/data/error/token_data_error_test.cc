@@ -5,12 +5,12 @@
 
 #include <filesystem>
 
+#include "tandem/data/token_corpus.h"
+#include "tandem/data/tokenizer.h"
 #include "tandem/io/token_shards.h"
-#include "tandem/train/token_corpus.h"
-#include "tandem/train/tokenizer.h"
 #include "train/token_test_util.h"
 
-namespace tandem::train {
+namespace tandem::data {
 namespace {
 
 using testing::ScratchDir;
@@ -19,7 +19,7 @@ namespace fs = std::filesystem;
 
 TEST(TokenizeErrors, BadInputs) {
   ScratchDir dir;
-  TokenizeConfig c = testing::tiny_tokenize(dir, "out");
+  TokenizeConfig c = train::testing::tiny_tokenize(dir, "out");
   c.inputs = {dir.path("none")};
   EXPECT_EQ(user_error_of([&] { tokenize(c); }), "input '" + dir.path("none") + "' does not exist");
   fs::create_directories(dir.path("empty"));
@@ -38,9 +38,9 @@ TEST(TokenizeErrors, BadInputs) {
 
 TEST(TokenizeErrors, NotUtf8) {
   ScratchDir dir;
-  testing::write_corpus(dir);
+  train::testing::write_corpus(dir);
   testing::write_bytes(dir.path("corpus/sub/latin1.txt"), "caf\xe9 au lait\n");
-  TokenizeConfig c = testing::tiny_tokenize(dir, "out");
+  TokenizeConfig c = train::testing::tiny_tokenize(dir, "out");
   EXPECT_EQ(user_error_of([&] { tokenize(c); }),
             "text file '" + dir.path("corpus/sub/latin1.txt") +
                 "' is not UTF-8 text: byte 3 (0xe9) is not valid UTF-8");
@@ -50,8 +50,8 @@ TEST(TokenizeErrors, NotUtf8) {
 
 TEST(TokenizeErrors, VocabularySizes) {
   ScratchDir dir;
-  testing::write_corpus(dir);
-  TokenizeConfig c = testing::tiny_tokenize(dir, "out");
+  train::testing::write_corpus(dir);
+  TokenizeConfig c = train::testing::tiny_tokenize(dir, "out");
   c.vocab_size = 100;
   EXPECT_EQ(user_error_of([&] { tokenize(c); })
                 .rfind("--vocab-size 100 is too small for this corpus: its characters, the 256 "
@@ -68,8 +68,8 @@ TEST(TokenizeErrors, VocabularySizes) {
 
 TEST(TokenizeErrors, OutputFolders) {
   ScratchDir dir;
-  testing::write_corpus(dir);
-  TokenizeConfig c = testing::tiny_tokenize(dir, "corpus");
+  train::testing::write_corpus(dir);
+  TokenizeConfig c = train::testing::tiny_tokenize(dir, "corpus");
   EXPECT_EQ(user_error_of([&] { tokenize(c); }),
             "output folder '" + dir.path("corpus") + "' is not empty; give a new or empty folder");
   c.output_dir = dir.path("corpus/a.txt/out");
@@ -85,8 +85,8 @@ TEST(TokenizeErrors, OutputFolders) {
 class ShardErrors : public ::testing::Test {
  protected:
   void SetUp() override {
-    testing::write_corpus(dir_);
-    tokenize(testing::tiny_tokenize(dir_, "shards"));
+    train::testing::write_corpus(dir_);
+    tokenize(train::testing::tiny_tokenize(dir_, "shards"));
   }
   std::string shard() const { return dir_.path("shards/train-000001.bin"); }
   ScratchDir dir_;
@@ -113,7 +113,7 @@ TEST_F(ShardErrors, AnotherTokenizer) {
   // A tokenizer of the same size trained on other text, and its shards.
   fs::create_directories(dir_.path("text2"));
   testing::write_bytes(dir_.path("text2/t.txt"), synthetic_text(20000, 99));
-  TokenizeConfig other = testing::tiny_tokenize(dir_, "other");
+  TokenizeConfig other = train::testing::tiny_tokenize(dir_, "other");
   other.inputs = {dir_.path("text2")};
   tokenize(other);
   // One of its shards among these: its header names the other tokenizer.
@@ -154,4 +154,4 @@ TEST_F(ShardErrors, NotAShardFolder) {
 }
 
 }  // namespace
-}  // namespace tandem::train
+}  // namespace tandem::data

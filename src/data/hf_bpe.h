@@ -1,6 +1,6 @@
 // A Hugging Face tokenizer.json of GPT-2's byte-level BPE: the file's vocabulary and merges,
 // GPT-2's pre-tokenization pattern, its byte-to-character mapping, merges applied by rank, and
-// decoding. Internal to train/: train::Tokenizer dispatches to it for .json files.
+// decoding. Internal to data/: data::Tokenizer dispatches to it for .json files.
 #pragma once
 
 #include <array>
@@ -12,7 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
-namespace tandem::train::detail {
+namespace tandem::data::detail {
 
 class HfBpe {
  public:
@@ -52,4 +52,4 @@ class HfBpe {
   std::unique_ptr<std::array<CacheShard, kCacheShards>> cache_;
 };
 
-}  // namespace tandem::train::detail
+}  // namespace tandem::data::detail
