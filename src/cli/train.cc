@@ -176,7 +176,8 @@ SizeOptions add_size_flags(CLI::App* cmd, TrainFlags& f) {
       cmd->add_option("--rope-scaling", f.rope_scaling,
                       "Llama: the rotary frequencies' scaling: none or "
                       "llama3:FACTOR,LOW,HIGH,ORIGINAL (Llama 3.1 and 3.2: llama3:32,1,4,8192)"),
-      cmd->add_option("--qkv-bias", f.qkv_bias, "Llama: q/k/v projections with a bias (Qwen2)"),
+      cmd->add_flag("--qkv-bias", f.qkv_bias,
+                    "Llama: q/k/v projections with a bias (Qwen2; --qkv-bias=false: none)"),
       cmd->add_option("--tie-embeddings", f.tie_embeddings,
                       "The LM head is the token embedding (true; GPT-2 always) or its own "
                       "matrix (false; Llama only)")};

@@ -56,6 +56,39 @@ TEST(Flags, ModelSizesAreNamedByTheirFlags) {
   EXPECT_EQ(user_error_of([&] { c.validate(); }), "--seq-len 0 must be at least 1");
 }
 
+// The Llama fields: refused on a GPT-2 model, each bad value named by its flag.
+TEST(Flags, LlamaFieldsAreNamedByTheirFlags) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"train --kv-heads 2",
+       "tandem: error: --kv-heads is a Llama field: add --arch llama (or a "
+       "Llama --model)\n"},
+      {"train --qkv-bias",
+       "tandem: error: --qkv-bias is a Llama field: add --arch llama (or a "
+       "Llama --model)\n"},
+      {"train --tie-embeddings false",
+       "tandem: error: --tie-embeddings false is a Llama field: add --arch llama (or a Llama "
+       "--model)\n"},
+      {"train --model smollm-135m --arch gpt2",
+       "tandem: error: --arch gpt2 disagrees with --model smollm-135m, a llama model\n"},
+      {"train --arch llama --kv-heads 0",
+       "tandem: error: --kv-heads 0 must be at least 1 (1: multi-query attention)\n"},
+      {"train --arch llama --kv-heads 3", "tandem: error: --kv-heads 3 must divide --heads 4\n"},
+      {"train --arch llama --norm-eps 0",
+       "tandem: error: --norm-eps 0 must be a positive number\n"},
+      {"train --arch llama --rope-scaling llama3:8,1",
+       "tandem: error: --rope-scaling llama3:8,1: --rope-scaling is none or "
+       "llama3:FACTOR,LOW,HIGH,ORIGINAL (e.g. llama3:32,1,4,8192)\n"},
+      {"train --arch llama --tp 4 --kv-heads 2",
+       "tandem: error: --tp 4 must divide the key/value heads (2, --kv-heads): each rank keeps "
+       "whole key/value heads\n"},
+  };
+  for (const auto& [args, message] : cases) {
+    const auto r = run_tandem(args);
+    EXPECT_EQ(r.status, 1) << args;
+    EXPECT_EQ(r.output, message) << args;
+  }
+}
+
 TEST(Flags, ShardNamesItsChoices) {
   const auto r = run_tandem("train --shard zero");
   EXPECT_EQ(r.status, 1);
