@@ -17,17 +17,18 @@ const realBytes = readFileSync(realPath);
 const real = JSON.parse(realBytes);
 
 // The small tokenizer: the first kVocab ids, the merges among them (in order), five whole words
-// the merges cannot reach (what ignore_merges is for: " việc" is one token of the real vocabulary,
-// but its merges end in three), the first ten special tokens renumbered after them, and three added
-// tokens that are not special: " tandem" (not normalized: matched in the first pass, with the
-// specials), "<|end_of" and "x<|" (normalized: matched in the second pass, in the text the first
-// left), so that the order of matching shows.
+// the merges cannot reach (what ignore_merges is for: " việc" is one token of the real
+// vocabulary, but its merges end in three), the first ten special tokens renumbered after them,
+// and three added tokens that are not special: " tandem" (not normalized: matched in the first
+// pass, with the specials), "<|end_of" and "x<|" (normalized: matched in the second pass, in the
+// text the first left), so that the order of matching shows.
 const small = structuredClone(real);
 const vocab = {};
 const has = (t) => Object.hasOwn(vocab, t);
 const realToken = Object.fromEntries(Object.entries(real.model.vocab).map(([t, id]) => [id, t]));
 for (let id = 0; id < kVocab; ++id) vocab[realToken[id]] = id;
-const wholeWords = [100769, 101798, 100937, 101848, 101673];  // " việc" " Việt" " nhiều" " ایران" "ektedir"
+// " việc" " Việt" " nhiều" " ایران" "ektedir"
+const wholeWords = [100769, 101798, 100937, 101848, 101673];
 for (const id of wholeWords) vocab[realToken[id]] = Object.keys(vocab).length;
 const firstAdded = Object.keys(vocab).length;
 small.model.vocab = vocab;
@@ -96,7 +97,8 @@ async function encodeAll(tok) {
 const smallRef = await encodeAll(Tokenizer.fromFile(smallPath));
 // The small tokenizer again with ignore_merges false: whole words are merged as any other.
 const mergedPath = path.join(outDir, 'merged.json.tmp');
-writeFileSync(mergedPath, JSON.stringify({ ...small, model: { ...small.model, ignore_merges: false } }));
+const merged = { ...small, model: { ...small.model, ignore_merges: false } };
+writeFileSync(mergedPath, JSON.stringify(merged));
 const mergedRef = await encodeAll(Tokenizer.fromFile(mergedPath));
 unlinkSync(mergedPath);
 const realRef = await encodeAll(Tokenizer.fromFile(realPath));
