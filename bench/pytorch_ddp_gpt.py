@@ -2,7 +2,8 @@
 """PyTorch's side of the end-to-end training races against `tandem train` (docs/benchmarks.md).
 
 The same GPT as tandem's (bench/tandem_gpt_model.py: GPT-2 blocks, tied head, byte vocabulary,
-GPT-2's initialisation as nn::gpt_init), trained the way a PyTorch CPU user trains it on one
+GPT-2's initialisation as nn::gpt_init), or with --arch llama the same Llama (RMSNorm, rotary
+positions, SwiGLU, grouped-query attention, tied head), trained the way a PyTorch CPU user trains it on one
 machine: torch.nn.parallel.DistributedDataParallel over the gloo backend, one process per rank
 (spawned here with torch.multiprocessing, or started by `torchrun --standalone --nproc_per_node
 2`), torch.optim.AdamW with PyTorch's defaults except lr, betas, eps and weight decay, which are
@@ -42,6 +43,7 @@ exits 0.
 The keys stay `ddp` with --nproc 1 too, so that the race scripts read every run alike.
 Usage: pytorch_ddp_gpt.py [--nproc 2] [--threads 1] [--precision fp32] [--warmup-steps 3]
                           [--steps 10] [--layers 4] [--d-model 256] [--heads 4] [--seq-len 128]
+                          [--arch gpt2|llama] [--kv-heads N] [--ffn N]
                           [--batch 16] [--lr 0.003] [--lr-warmup 30] [--min-lr-ratio 0.1]
                           [--seed 1] [--data FILE]
 """
@@ -78,7 +80,7 @@ except ImportError:
           "skipped")
     sys.exit(0)
 
-from tandem_gpt_model import GPT  # beside this file
+from tandem_gpt_model import GPT, Llama  # beside this file
 
 VOCAB = 256  # bytes, as tandem's
 
@@ -95,6 +97,10 @@ def parse_args(argv=None):
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--d-model", type=int, default=256)
     ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--arch", choices=("gpt2", "llama"), default="gpt2",
+                    help="llama: tandem's Llama block (bench/tandem_gpt_model.py's Llama)")
+    ap.add_argument("--kv-heads", type=int, default=0, help="llama: key/value heads (0: --heads)")
+    ap.add_argument("--ffn", type=int, default=0, help="llama: the SwiGLU width (0: 4 x d_model)")
     ap.add_argument("--seq-len", type=int, default=128)
     ap.add_argument("--batch", type=int, default=16, help="sequences per step, all ranks together")
     ap.add_argument("--lr", type=float, default=0.003, help="peak learning rate (tandem's default)")
@@ -194,7 +200,11 @@ def run(rank, world, a):
         dist.barrier()  # the other ranks wait here, idle, while rank 0 times its check
     local_batch = a.batch // world
     torch.manual_seed(a.seed)  # the same weights on every rank (DDP broadcasts rank 0's too)
-    model = GPT(VOCAB, a.seq_len, a.layers, a.d_model, a.heads, 0.0).train()
+    if a.arch == "llama":
+        model = Llama(VOCAB, a.layers, a.d_model, a.heads, a.kv_heads or a.heads,
+                      a.ffn or 4 * a.d_model).train()
+    else:
+        model = GPT(VOCAB, a.seq_len, a.layers, a.d_model, a.heads, 0.0).train()
     ddp = DDP(model) if world > 1 else model
     opt = torch.optim.AdamW(ddp.parameters(), lr=a.lr, betas=(0.9, 0.95), eps=1e-8,
                             weight_decay=0.0)
@@ -255,7 +265,7 @@ def run(rank, world, a):
     print(f"PyTorch {torch.__version__} {how} x {torch.get_num_threads()} "
           f"threads (OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')}), "
           f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}, precision {precision}: "
-          f"GPT {a.layers} layers, "
+          f"{'Llama' if a.arch == 'llama' else 'GPT'} {a.layers} layers, "
           f"d {a.d_model}, {a.heads} heads, {params / 1e6:.2f}M parameters, T {a.seq_len}, batch "
           f"{a.batch} ({local_batch} per rank), AdamW; median {med:.1f} ms (min {min(times):.1f}, "
           f"max {max(times):.1f}) over {a.steps} steps after {a.warmup_steps} warm-up; "

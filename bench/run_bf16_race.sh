@@ -14,8 +14,10 @@
 # Usage: bench/run_bf16_race.sh [BUILD_DIR] [--reps 3] [--warmup-steps 2] [--steps 8] [--threads 1]
 #                               [--models "a b"]
 # --threads T is per process in races 1 and 2; race 3's single process or rank has 2T, so every
-# configuration uses 2T threads in all. Models (bench/run_ddp_race.sh's): a = 4 layers, d_model
-# 256, 4 heads, seq 128, batch 16; b = 8 layers, d_model 512, 8 heads, seq 128, batch 8.
+# configuration uses 2T threads in all. Models (bench/steps_common.sh's): a = 4 layers, d_model
+# 256, 4 heads, seq 128, batch 16; b = 8 layers, d_model 512, 8 heads, seq 128, batch 8; s =
+# SmolLM-360M's Llama shape (32 layers, d_model 960, 15 heads, 5 key/value heads, MLP 2560) at seq
+# 1024, batch 2.
 # Like for like: the same model, global batch, sequence, optimizer (AdamW), threads in all, dropout
 # 0; neither side pinned (mpirun --bind-to none). A run's figure is global tokens a step over its
 # median step time after --warmup-steps (tandem: the lead rank's step_s from --metrics; PyTorch:
@@ -72,8 +74,10 @@ run_torch() {  # MODEL PRECISION NPROC LOG; NPROC 2: DDP, 1 thread each; 1: one 
 # The systems, in the order each repetition runs them: each tandem run beside its PyTorch one.
 # tandem-mpigb-bf16 is race 1's tandem run with its gradients exchanged in bf16 (--grad-dtype bf16):
 # not like for like (DDP reduces f32 gradients), so no ratio against DDP, only against race 1's.
-systems="tandem-mpi-bf16 ddp-bf16 tandem-mpi-fp32 ddp-fp32 tandem-1rank-bf16 torch-1proc-bf16
-         tandem-threads-bf16 tandem-mpigb-bf16"
+# SYSTEMS="..." runs a subset (a large model's runs take minutes each); a ratio or MFU line whose
+# runs were left out is not printed.
+systems=${SYSTEMS:-"tandem-mpi-bf16 ddp-bf16 tandem-mpi-fp32 ddp-fp32 tandem-1rank-bf16
+         torch-1proc-bf16 tandem-threads-bf16 tandem-mpigb-bf16"}
 run_system() {  # SYSTEM MODEL LOG; prints the median step time in ms
   case $1 in
     tandem-mpi-*) run_tandem "$2" "${1##*-}" mpi "$3" ;;
@@ -124,7 +128,8 @@ for ((r = 1; r <= reps; r++)); do
   done
 done
 
-ratio() {  # NAME A B NOTE
+ratio() {  # NAME A B NOTE; nothing when a run was left out (SYSTEMS)
+  [[ -n $2 && -n $3 ]] || return 0
   awk -v n="$1" -v a="$2" -v b="$3" -v note="$4" \
     'BEGIN { printf "  ratio %s %.2f   (%s)\n", n, a / b, note }'
 }
@@ -137,10 +142,15 @@ roof_bf16=$(awk -v a="$roof_bf16" -v b="$after_bf16" 'BEGIN { print (a > b ? a :
 # Model FLOPs a token (forward and backward, 3x the forward): the matmuls' 6 x (12 L d^2 + d V)
 # (the blocks' linear layers and the tied head; V = 256 bytes) and attention's 12 L seq d (QK^T
 # and PV over the whole window), as PaLM's MFU counts them; nothing for recomputation.
+# A Llama block's matmuls are q and o (d^2 each), k and v (d x kv x hs each) and SwiGLU's three
+# (d x ffn each).
 model_flops() {  # MODEL
   read -r -a f <<<"$(race_model_flags "$1")"
-  awk -v L="${f[1]}" -v d="${f[3]}" -v T="${f[7]}" \
-    'BEGIN { printf "%.0f", 6 * (12 * L * d * d + d * 256) + 12 * L * T * d }'
+  local kv=${f[5]} ffn=0
+  [[ ${f[11]:-} == llama ]] && kv=${f[13]} ffn=${f[15]}
+  awk -v L="${f[1]}" -v d="${f[3]}" -v H="${f[5]}" -v T="${f[7]}" -v kv="$kv" -v ffn="$ffn" \
+    'BEGIN { block = ffn > 0 ? 2 * d * d + 2 * d * kv * (d / H) + 3 * d * ffn : 12 * d * d
+             printf "%.0f", 6 * (L * block + d * 256) + 12 * L * T * d }'
 }
 mfu() {  # NAME TOKENS_PER_S FLOPS_PER_TOKEN ROOF_GFLOPS
   awk -v n="$1" -v t="$2" -v f="$3" -v r="$4" \
@@ -155,35 +165,37 @@ for m in $models; do
   for s in $systems; do
     v=$(awk -v m="$m" -v s="$s" '$1 == m && $2 == s { print $3 }' "$out/results")
     med[$s]=$(median <<<"$v")
-    printf '  tokens_per_s %s_%s %.0f (%s-%s)\n' "$m" "${s//-/_}" "${med[$s]}" \
+    printf '  tokens_per_s %s_%s %.0f (%s-%s)\n' "$m" "${s//-/_}" "${med[$s]:-}" \
       "$(sort -g <<<"$v" | head -1)" "$(sort -g <<<"$v" | tail -1)"
   done
   # tandem's fastest single-machine configuration, by median.
   best="tandem-1rank-bf16"
   for s in tandem-threads-bf16 tandem-mpi-bf16; do
-    awk -v a="${med[$s]}" -v b="${med[$best]}" 'BEGIN { exit !(a > b) }' && best=$s
+    [[ -n ${med[$s]:-} ]] || continue
+    [[ -n ${med[$best]:-} ]] || { best=$s; continue; }
+    awk -v a="${med[$s]:-}" -v b="${med[$best]:-}" 'BEGIN { exit !(a > b) }' && best=$s
   done
-  ratio "${m}_tandem_mpi_vs_ddp_bf16" "${med[tandem-mpi-bf16]}" "${med[ddp-bf16]}" \
+  ratio "${m}_tandem_mpi_vs_ddp_bf16" "${med[tandem-mpi-bf16]:-}" "${med[ddp-bf16]:-}" \
     "race 1: 2 processes against 2, both bf16"
-  ratio "${m}_tandem_mpi_vs_ddp_fp32" "${med[tandem-mpi-fp32]}" "${med[ddp-fp32]}" \
+  ratio "${m}_tandem_mpi_vs_ddp_fp32" "${med[tandem-mpi-fp32]:-}" "${med[ddp-fp32]:-}" \
     "race 2: the same in fp32"
   for s in tandem-1rank-bf16 tandem-threads-bf16 tandem-mpi-bf16; do
-    ratio "${m}_${s//-/_}_vs_torch_1proc_bf16" "${med[$s]}" "${med[torch-1proc-bf16]}" \
+    ratio "${m}_${s//-/_}_vs_torch_1proc_bf16" "${med[$s]:-}" "${med[torch-1proc-bf16]:-}" \
       "race 3: against one PyTorch process x $((2 * threads)) threads"
   done
-  ratio "${m}_tandem_best_vs_torch_1proc_bf16" "${med[$best]}" "${med[torch-1proc-bf16]}" \
+  ratio "${m}_tandem_best_vs_torch_1proc_bf16" "${med[$best]:-}" "${med[torch-1proc-bf16]:-}" \
     "race 3's headline: tandem's fastest here, $best"
-  ratio "${m}_tandem_mpi_bf16_vs_fp32" "${med[tandem-mpi-bf16]}" "${med[tandem-mpi-fp32]}" \
+  ratio "${m}_tandem_mpi_bf16_vs_fp32" "${med[tandem-mpi-bf16]:-}" "${med[tandem-mpi-fp32]:-}" \
     "tandem bf16 over fp32, 2 MPI processes"
-  ratio "${m}_ddp_bf16_vs_fp32" "${med[ddp-bf16]}" "${med[ddp-fp32]}" \
+  ratio "${m}_ddp_bf16_vs_fp32" "${med[ddp-bf16]:-}" "${med[ddp-fp32]:-}" \
     "PyTorch autocast bf16 over fp32, DDP"
-  ratio "${m}_tandem_mpi_bf16_grads_vs_f32_grads" "${med[tandem-mpigb-bf16]}" "${med[tandem-mpi-bf16]}" \
+  ratio "${m}_tandem_mpi_bf16_grads_vs_f32_grads" "${med[tandem-mpigb-bf16]:-}" "${med[tandem-mpi-bf16]:-}" \
     "tandem bf16, 2 MPI processes: gradients exchanged in bf16 over f32"
   flops=$(model_flops "$m")
   echo "  model FLOPs a token: $flops; MFU against the roof of its precision:"
   for s in $systems; do
     roof=$roof_bf16
     [[ $s == *fp32 ]] && roof=$roof_f32
-    mfu "${m}_${s//-/_}" "${med[$s]}" "$flops" "$roof"
+    mfu "${m}_${s//-/_}" "${med[$s]:-}" "$flops" "$roof"
   done
 done

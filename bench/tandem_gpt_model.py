@@ -71,3 +71,92 @@ class GPT(nn.Module):
             x = block(x)
         logits = self.ln_f(x) @ self.wte.weight.t()  # the LM head tied to wte: (B, T, vocab)
         return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
+
+
+class RMSNorm(nn.Module):
+    """Llama's RMSNorm (PyTorch 1.13 has none): x / sqrt(mean(x^2) + eps) * weight, in f32."""
+
+    def __init__(self, c, eps):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(c))
+
+    def forward(self, x):
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)).type_as(x) * self.weight
+
+
+def rotate_half(x):
+    a, b = x.chunk(2, dim=-1)
+    return torch.cat((-b, a), dim=-1)
+
+
+class LlamaBlock(nn.Module):
+    """A Llama block as tandem's (nn/, arch llama): RMSNorm, grouped-query attention with rotary
+    positions (Hugging Face's rotate_half convention), a SwiGLU MLP, no biases."""
+
+    def __init__(self, c, heads, kv_heads, ffn, eps):
+        super().__init__()
+        self.heads, self.kv_heads, self.hs = heads, kv_heads, c // heads
+        self.input_layernorm = RMSNorm(c, eps)
+        self.q_proj = nn.Linear(c, c, bias=False)
+        self.k_proj = nn.Linear(c, kv_heads * self.hs, bias=False)
+        self.v_proj = nn.Linear(c, kv_heads * self.hs, bias=False)
+        self.o_proj = nn.Linear(c, c, bias=False)
+        self.post_attention_layernorm = RMSNorm(c, eps)
+        self.gate_proj = nn.Linear(c, ffn, bias=False)
+        self.up_proj = nn.Linear(c, ffn, bias=False)
+        self.down_proj = nn.Linear(ffn, c, bias=False)
+
+    def attention(self, x, cos, sin):
+        b, t, c = x.shape
+        q = self.q_proj(x).view(b, t, self.heads, self.hs).transpose(1, 2)  # (B, H, T, hs)
+        k = self.k_proj(x).view(b, t, self.kv_heads, self.hs).transpose(1, 2)
+        v = self.v_proj(x).view(b, t, self.kv_heads, self.hs).transpose(1, 2)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        group = self.heads // self.kv_heads  # each key/value head serves `group` query heads
+        k = k.repeat_interleave(group, dim=1)
+        v = v.repeat_interleave(group, dim=1)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(self.hs))
+        mask = torch.ones(t, t, dtype=torch.bool).tril()
+        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+        y = (att @ v).transpose(1, 2).contiguous().view(b, t, c)
+        return self.o_proj(y)
+
+    def forward(self, x, cos, sin):
+        x = x + self.attention(self.input_layernorm(x), cos, sin)
+        h = self.post_attention_layernorm(x)
+        return x + self.down_proj(F.silu(self.gate_proj(h)) * self.up_proj(h))
+
+
+class Llama(nn.Module):
+    """tandem's Llama (tied head, byte vocabulary), initialised as GPT (normal(0, 0.02), the
+    residual projections scaled by 1 / sqrt(2 * layers), norms 1)."""
+
+    def __init__(self, vocab, layers, c, heads, kv_heads, ffn, theta=10000.0, eps=1e-5):
+        super().__init__()
+        self.hs, self.theta = c // heads, theta
+        self.embed_tokens = nn.Embedding(vocab, c)
+        self.layers = nn.ModuleList(
+            [LlamaBlock(c, heads, kv_heads, ffn, eps) for _ in range(layers)])
+        self.norm = RMSNorm(c, eps)
+        std_resid = 0.02 / math.sqrt(2.0 * max(layers, 1))
+        for m in self.modules():
+            if isinstance(m, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(m.weight, std=0.02)
+        for block in self.layers:
+            nn.init.normal_(block.o_proj.weight, std=std_resid)
+            nn.init.normal_(block.down_proj.weight, std=std_resid)
+
+    def forward(self, tokens, targets):
+        t = tokens.shape[1]
+        inv = 1.0 / (self.theta ** (torch.arange(0, self.hs, 2).float() / self.hs))
+        angles = torch.outer(torch.arange(t).float(), inv)  # (T, hs/2)
+        angles = torch.cat((angles, angles), dim=-1)
+        cos, sin = angles.cos(), angles.sin()
+        x = self.embed_tokens(tokens)
+        for block in self.layers:
+            x = block(x, cos, sin)
+        logits = self.norm(x) @ self.embed_tokens.weight.t()
+        return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))

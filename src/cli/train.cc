@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
 
@@ -444,68 +445,53 @@ train::GridPlan plan_across(const GridFlags& g, const train::TrainConfig& base) 
   return train::plan_grids(base, g.ranks, limit, train::measure_rates(base, g.ranks, g.link_gbps));
 }
 
-// What `--grid auto` takes from the plan's choice, as text (and back): what rank 0 hands the
-// other processes of an MPI job. One field a line, the numbers on the first.
-std::string choice_text(const train::TrainConfig& c) {
-  return fmt::format("{} {} {} {} {} {}\n{}\n{}\n{}\n{}\n{}", c.grid.dp, c.grid.tp, c.grid.pp,
-                     c.resident_blocks, c.gather_ahead, c.model_state ? 1 : 0,
-                     parallel::sharding_name(c.optimizer.sharding),
-                     c.model_state ? c.model_state->str() : "", c.memory_budget,
-                     c.gather_ahead_choice, c.grid_choice);
+// What `--grid auto` takes from the plan's recommendation, as JSON (and back): what rank 0 hands
+// the other processes of an MPI job.
+nlohmann::json plan_settings(const train::TrainConfig& c) {
+  return {{"dp", c.grid.dp},
+          {"tp", c.grid.tp},
+          {"pp", c.grid.pp},
+          {"sharding", parallel::sharding_name(c.optimizer.sharding)},
+          {"model_state", c.model_state ? c.model_state->str() : ""},
+          {"resident_blocks", c.resident_blocks},
+          {"memory_budget", c.memory_budget},
+          {"gather_ahead", c.gather_ahead},
+          {"gather_ahead_choice", c.gather_ahead_choice},
+          {"grid_choice", c.grid_choice}};
 }
 
-void apply_choice_text(const std::string& text, train::TrainConfig& c) {
-  std::istringstream in(text);
-  int has_tier = 0;
-  in >> c.grid.dp >> c.grid.tp >> c.grid.pp >> c.resident_blocks >> c.gather_ahead >> has_tier;
-  std::string rest_of_line, sharding, tier;
-  std::getline(in, rest_of_line);
-  std::getline(in, sharding);
-  std::getline(in, tier);
-  std::getline(in, c.memory_budget);
-  std::getline(in, c.gather_ahead_choice);
-  std::getline(in, c.grid_choice);
-  c.optimizer.sharding = parse_sharding(sharding);
+void take_plan_settings(const nlohmann::json& j, train::TrainConfig& c) {
+  c.grid = {j.at("dp").get<int>(), j.at("tp").get<int>(), j.at("pp").get<int>()};
+  c.optimizer.sharding = parse_sharding(j.at("sharding").get<std::string>());
+  const std::string tier = j.at("model_state").get<std::string>();
   c.model_state.reset();
-  if (has_tier != 0) c.model_state = ooc::TierSpec::parse(tier);
+  if (!tier.empty()) c.model_state = ooc::TierSpec::parse(tier);
+  c.resident_blocks = j.at("resident_blocks").get<int>();
+  c.memory_budget = j.at("memory_budget").get<std::string>();
+  c.gather_ahead = j.at("gather_ahead").get<int>();
+  c.gather_ahead_choice = j.at("gather_ahead_choice").get<std::string>();
+  c.grid_choice = j.at("grid_choice").get<std::string>();
 }
 
 // --grid auto: the grid, sharding, model-state placement, budget and prefetch distance of the
 // plan's recommendation. Under MPI the processes would each plan on their own measurements (and
 // by default their own machine's memory) and could choose differently: rank 0 plans and every
-// process takes its choice; should rank 0 find none, all stop and rank 0 says why.
+// process takes its choice (comm::decide_on_root); should rank 0 find none, all stop and rank 0
+// says why.
 void take_plans_choice(const GridFlags& g, train::TrainConfig& cfg) {
   auto choose = [&] {
     const train::GridPlan plan = plan_across(g, cfg);
-    train::TrainConfig c = cfg;
-    const train::TrainConfig& best = plan.best().cfg;
-    c.grid = best.grid;
-    c.optimizer.sharding = best.optimizer.sharding;
-    c.model_state = best.model_state;
-    c.resident_blocks = best.resident_blocks;
-    c.memory_budget = best.memory_budget;
-    c.gather_ahead = best.gather_ahead;
-    c.gather_ahead_choice = best.gather_ahead_choice;
-    c.grid_choice = train::grid_choice_line(plan);
-    return c;
+    nlohmann::json j = plan_settings(plan.best().cfg);
+    j["grid_choice"] = train::grid_choice_line(plan);
+    return j;
   };
   if (cfg.backend != comm::Backend::Mpi) {
-    cfg = choose();
+    take_plan_settings(choose(), cfg);
     return;
   }
   const std::unique_ptr<comm::Communicator> world = comm::mpi_world();
-  std::string text;
-  if (world->rank() == 0) {
-    try {
-      text = "ok\n" + choice_text(choose());
-    } catch (const UserError& e) {
-      text = std::string("error\n") + e.what();
-    }
-  }
-  text = comm::broadcast_string(*world, text);
-  const size_t line = text.find('\n');
-  if (text.substr(0, line) != "ok") throw comm::CollectiveError(text.substr(line + 1));
-  apply_choice_text(text.substr(line + 1), cfg);
+  take_plan_settings(
+      nlohmann::json::parse(comm::decide_on_root(*world, [&] { return choose().dump(); })), cfg);
 }
 
 }  // namespace

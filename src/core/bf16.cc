@@ -7,6 +7,7 @@
 #include "tandem/core/env.h"
 #include "tandem/core/error.h"
 #include "tandem/core/formulas.h"
+#include "tandem/core/parallel.h"
 
 namespace tandem {
 namespace {
@@ -80,6 +81,17 @@ void to_bf16(const float* src, bf16* dst, size_t n, Bf16Path path) {
 void to_f32(const bf16* src, float* dst, size_t n) {
   // A shift on every path (vectorised by the compiler): there is nothing to round.
   for (size_t i = 0; i < n; ++i) dst[i] = fx::ld_bf16(src[i].bits);
+}
+
+void to_bf16_parallel(const float* src, bf16* dst, int64_t n) {
+  parallel_for(n, int64_t{1} << 16, [&](int64_t b, int64_t e) {
+    to_bf16(src + b, dst + b, static_cast<size_t>(e - b));
+  });
+}
+
+void to_f32_parallel(const bf16* src, float* dst, int64_t n) {
+  parallel_for(n, int64_t{1} << 16,
+               [&](int64_t b, int64_t e) { to_f32(src + b, dst + b, static_cast<size_t>(e - b)); });
 }
 
 }  // namespace tandem

@@ -98,7 +98,7 @@ HeadOperands head_operands(const MatmulPrecision& mm, const float* wte, int chun
 
 // A chunk's bf16 rows: an f32 chunk converted into o.x, a bf16 one as it is.
 const bf16* chunk_rows(const float* x, const HeadOperands& o, int64_t n) {
-  detail::convert(x, o.x, n);
+  to_bf16_parallel(x, o.x, n);
   return o.x;
 }
 const bf16* chunk_rows(const bf16* x, const HeadOperands&, int64_t) { return x; }
@@ -157,7 +157,7 @@ void loss_backward(float* dinp, float* dwte, float* logits, const In* inp, const
         gemm(true, false, V, C, rows, 1.0f, logits, V, x, C, 1.0f, dwte, C);
         continue;
       }
-    detail::convert(logits, o.g, static_cast<int64_t>(rows) * V);
+    to_bf16_parallel(logits, o.g, static_cast<int64_t>(rows) * V);
     if (dx != nullptr) gemm(false, false, rows, C, V, 1.0f, o.g, V, o.wte, C, 1.0f, dx, C);
     gemm(true, false, V, C, rows, 1.0f, o.g, V, xb, C, 1.0f, dwte, C);
   }

@@ -13,14 +13,6 @@
 
 namespace tandem::nn::detail {
 
-// dst (n) = bf16 of src (n), split over threads: each element converts alone, so any split gives
-// the same bits.
-inline void convert(const float* src, bf16* dst, int64_t n) {
-  parallel_for(n, int64_t{1} << 16, [&](int64_t b, int64_t e) {
-    to_bf16(src + b, dst + b, static_cast<size_t>(e - b));
-  });
-}
-
 // out (n) = the values kernel(dst, first, count) writes for elements [first, first + count) into
 // dst: directly into an f32 out; into an f32 tile of a few KiB, then rounded by to_bf16 (its
 // vectorised conversion: a per-element rounding store would stop the kernel's loop vectorising),
@@ -46,7 +38,7 @@ inline const bf16* operand(const float* src, int64_t n, bf16* scratch, int64_t s
                            const char* which) {
   TANDEM_CHECK(scratch != nullptr && size >= n, "bf16 matmul scratch '{}' holds {} of {} elements",
                which, scratch != nullptr ? size : 0, n);
-  convert(src, scratch, n);
+  to_bf16_parallel(src, scratch, n);
   return scratch;
 }
 inline const bf16* rows_of(const MatmulPrecision& mm, const float* src, int64_t n) {

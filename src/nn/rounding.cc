@@ -4,6 +4,6 @@
 
 namespace tandem::nn {
 
-void store_staged(bf16* out, const float* staging, int64_t n) { detail::convert(staging, out, n); }
+void store_staged(bf16* out, const float* staging, int64_t n) { to_bf16_parallel(staging, out, n); }
 
 }  // namespace tandem::nn

@@ -34,19 +34,6 @@ void round_to_bf16(const float* src, float* dst, int64_t n) {
   });
 }
 
-// dst (n) = src (n) rounded to bf16, split over threads.
-void narrow(const float* src, bf16* dst, int64_t n) {
-  parallel_for(n, int64_t{1} << 16, [&](int64_t b, int64_t e) {
-    to_bf16(src + b, dst + b, static_cast<size_t>(e - b));
-  });
-}
-
-// dst (n) = src (n) widened to f32 (exact), split over threads.
-void widen(const bf16* src, float* dst, int64_t n) {
-  parallel_for(n, int64_t{1} << 16,
-               [&](int64_t b, int64_t e) { to_f32(src + b, dst + b, static_cast<size_t>(e - b)); });
-}
-
 // In bf16, the epilogue's projection multiplies bf16 values. With a bf16 wire the program takes
 // them as they are: x as saved (bf16 by nn::act_dtype; a slot bound to f32 rounded into the
 // workspace's bf16 rows), w as a bf16 copy in the workspace's bf16 `other` (free between nn's
@@ -71,10 +58,10 @@ void epilogue_operands(EpilogueArgs& e, const Tensor& x_saved, nn::Workspace& ws
     if (x_saved.dtype() == DType::BF16) {
       e.x = x_saved.data();
     } else {
-      narrow(x_saved.data_as<float>(), mm.rows, e.N * k);
+      to_bf16_parallel(x_saved.data_as<float>(), mm.rows, e.N * k);
       e.x = mm.rows;
     }
-    narrow(static_cast<const float*>(e.w), mm.other, k * e.H);
+    to_bf16_parallel(static_cast<const float*>(e.w), mm.other, k * e.H);
     e.w = mm.other;
     e.operands = DType::BF16;
     return;
@@ -82,7 +69,7 @@ void epilogue_operands(EpilogueArgs& e, const Tensor& x_saved, nn::Workspace& ws
   float* x = ws.wide();            // (N, K/tp): free in a forward
   float* w = ws.rounded_weight();  // (K/tp, H), at most 4C x C
   if (x_saved.dtype() == DType::BF16)
-    widen(x_saved.data_as<bf16>(), x, e.N * k);
+    to_f32_parallel(x_saved.data_as<bf16>(), x, e.N * k);
   else
     round_to_bf16(x_saved.data_as<float>(), x, e.N * k);
   round_to_bf16(static_cast<const float*>(e.w), w, k * e.H);

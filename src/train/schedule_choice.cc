@@ -119,10 +119,7 @@ parallel::ProgramOptions ScheduleChoice::model_programs(int rows) {
     const bool all = !e32.schedule.empty() && !s32.schedule.empty() && !e16.schedule.empty() &&
                      !s16.schedule.empty();
     const double f32_s = e32.seconds + s32.seconds, bf16_s = e16.seconds + s16.seconds;
-    float wants_f32 = all && bf16_s < f32_s ? 0.0f : 1.0f;
-    grid_.world().all_reduce(Tensor::view_of(&wants_f32, DType::F32, Shape{1}),
-                             comm::ReduceOp::Max);
-    const bool use_bf16 = wants_f32 == 0.0f;
+    const bool use_bf16 = comm::all_true(grid_.world(), all && bf16_s < f32_s);
     o.tp_dtype = use_bf16 ? DType::BF16 : DType::F32;
     epilogue_w = use_bf16 ? e16 : e32;
     sum_w = use_bf16 ? s16 : s32;
@@ -216,9 +213,7 @@ OptimizerChoice ScheduleChoice::optimizer() {
   // group's records prefer it (the groups of other tp and pp positions hold other sizes).
   const Tuned f32 = tuned(DType::F32), bf16 = tuned(DType::BF16);
   const bool both = !f32.schedule.empty() && !bf16.schedule.empty();
-  float wants_f32 = both && bf16.seconds < f32.seconds ? 0.0f : 1.0f;
-  grid_.world().all_reduce(Tensor::view_of(&wants_f32, DType::F32, Shape{1}), comm::ReduceOp::Max);
-  const bool use_bf16 = wants_f32 == 0.0f;
+  const bool use_bf16 = comm::all_true(grid_.world(), both && bf16.seconds < f32.seconds);
   choice.config.grad_dtype = use_bf16 ? DType::BF16 : DType::F32;
   const Tuned& w = use_bf16 ? bf16 : f32;
   from_autotuner_ |= !w.schedule.empty();

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "tandem/core/dtype.h"
@@ -34,5 +35,9 @@ void to_bf16(const float* src, bf16* dst, size_t n);
 void to_f32(const bf16* src, float* dst, size_t n);
 // The same on a named path (tests compare them); Native on a CPU without it is an InternalError.
 void to_bf16(const float* src, bf16* dst, size_t n, Bf16Path path);
+// to_bf16 and to_f32 split over the calling thread's team (core/parallel.h), for buffers of a
+// layer's size: each element converts alone, so any split gives the same bits.
+void to_bf16_parallel(const float* src, bf16* dst, int64_t n);
+void to_f32_parallel(const bf16* src, float* dst, int64_t n);
 
 }  // namespace tandem
