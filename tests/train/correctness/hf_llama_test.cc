@@ -1,9 +1,9 @@
 // Llama checkpoints exchanged as Hugging Face folders: an export holds LlamaForCausalLM's (or
 // Qwen2ForCausalLM's) tensors, tandem's fused ones cut and transposed into nn.Linear's layout; a
 // run started from it (--init-from) holds the same weights bit for bit on any grid, and so from a
-// bf16 folder (the weights rounded) and a sharded one; and, where PyTorch is installed, an
-// independent Llama forward (tests/train/hf_llama_forward.py) reading the export reproduces
-// tandem's logits and loss.
+// bf16 folder (the weights rounded) and a sharded one; the tokenizer travels with it and is
+// checked against the data's; and, where PyTorch is installed, an independent Llama forward
+// (tests/train/hf_llama_forward.py) reading the export reproduces tandem's logits and loss.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -15,6 +15,8 @@
 #include <nlohmann/json.hpp>
 
 #include "support/cli.h"
+#include "tandem/data/token_corpus.h"
+#include "tandem/data/tokenizer.h"
 #include "tandem/io/checkpoint.h"
 #include "tandem/io/checkpoint_series.h"
 #include "tandem/io/hf_folder.h"
@@ -22,6 +24,7 @@
 #include "tandem/train/evaluate.h"
 #include "tandem/train/hf_folder.h"
 #include "train/test_util.h"
+#include "train/token_test_util.h"
 
 namespace tandem::train {
 namespace hf_llama_test {
@@ -306,6 +309,39 @@ TEST(HfLlamaCommands, ExportThenTrainInitFrom) {
       "' --arch llama --layers 2 --heads 4 --kv-heads 2 --d-model 64 --ffn 160 --qkv-bias "
       "--seq-len 8 --steps 0 --batch 4 --executor plan --eval-every 0 --quiet --threads 1");
   EXPECT_EQ(same.status, 0) << same.output;
+}
+
+// A Llama trained on token shards: its SentencePiece tokenizer goes beside the weights as
+// tokenizer.model (config.json names its end-of-text id), and a run from the folder on those
+// shards checks it is theirs.
+TEST(HfLlamaExport, CopiesTheTokenizerAndInitFromChecksIt) {
+  ScratchDir dir;
+  testing::write_corpus(dir);
+  data::tokenize(testing::tiny_tokenize(dir, "shards"));
+  TrainConfig c = llama_run(kVariants[1], 1);
+  c.data = dir.path("shards");
+  c.model.vocab_size = data::data_vocab_size(c.data);
+  c.save_dir = dir.path("ck");
+  train(c);
+  const std::string hf = dir.path("hf");
+  export_hf(c.save_dir, hf);
+  EXPECT_EQ(dir.list("hf"),
+            (std::vector<std::string>{"config.json", "model.safetensors", "tokenizer.model"}));
+  const auto cfg = nlohmann::json::parse(testing::read_bytes(hf + "/config.json"));
+  EXPECT_EQ(cfg["vocab_size"], c.model.vocab_size);
+  EXPECT_EQ(cfg["eos_token_id"], data::Tokenizer::load(hf + "/tokenizer.model").eos_id());
+  TrainConfig init = c;
+  init.save_dir.clear();
+  init.steps = 0;
+  init.init_from = hf;
+  init.keep_weights = true;
+  EXPECT_EQ(train(init).weights,
+            llama_checkpoint_weights(io::resolve_checkpoint(c.save_dir), c.model));
+  testing::write_bytes(hf + "/tokenizer.model", "not the shards' tokenizer");
+  EXPECT_NE(testing::user_error_of([&] { train(init); })
+                .find("the tokenizer '" + hf + "/tokenizer.model' is not the one --data '" +
+                      dir.path("shards") + "' was encoded with"),
+            std::string::npos);
 }
 
 // The python3 that can import torch: TANDEM_PYTHON, the one on PATH, else Debian's.
