@@ -64,8 +64,8 @@ void add_sample(CLI::App& app) {
       ->required();
   cmd->add_option("--prompt", f->prompt, "Text to continue")->capture_default_str();
   cmd->add_option("--tokenizer", f->tokenizer,
-                  "SentencePiece .model or GPT-2 tokenizer.json to decode with (default: the one "
-                  "the checkpoint's data recorded)");
+                  "SentencePiece .model or tokenizer.json (GPT-2's, Llama 3's) to decode with "
+                  "(default: the one the checkpoint's data recorded)");
   cmd->add_option("--tokens", f->tokens, "Tokens to generate")->capture_default_str();
   cmd->add_option("--temperature", f->temperature,
                   "Sampling temperature (0: always the most likely byte)")
@@ -86,7 +86,10 @@ void add_sample(CLI::App& app) {
     std::vector<int32_t> text;
     if (tok) {
       text = tok->encode(f->prompt);
-      if (text.empty() && tok->eos_id() >= 0) text.push_back(tok->eos_id());  // a document start
+      if (tok->bos_id() >= 0)
+        text.insert(text.begin(), tok->bos_id());  // a document starts with it, as in the shards
+      else if (text.empty() && tok->eos_id() >= 0)
+        text.push_back(tok->eos_id());  // a document start
     } else {
       for (unsigned char ch : f->prompt) text.push_back(ch);
     }

@@ -14,6 +14,7 @@
 
 #include "choices.h"
 #include "commands.h"
+#include "tandem/comm/agree.h"
 #include "tandem/comm/communicator.h"
 #include "tandem/comm/mpi.h"
 #include "tandem/core/error.h"
@@ -29,24 +30,32 @@ namespace tandem::cli {
 namespace {
 
 // A preset's block (the family and its sizes: n_layers, n_heads, d_model, seq_len and the Llama
-// fields) and batch.
+// fields), batch, and the peak learning rate and warm-up that train it (lr 0: the width's,
+// train::width_learning_rate).
 struct ModelPreset {
   nn::GPTConfig block;
   int64_t batch;
+  double lr = 0;
+  int64_t warmup = 30;
 };
 
-ModelPreset gpt2_shape(int layers, int heads, int d_model, int seq_len, int64_t batch) {
+ModelPreset gpt2_shape(int layers, int heads, int d_model, int seq_len, int64_t batch,
+                       double lr = 0, int64_t warmup = 30) {
   nn::GPTConfig c;
   c.n_layers = layers;
   c.n_heads = heads;
   c.d_model = d_model;
   c.seq_len = seq_len;
-  return {c, batch};
+  return {c, batch, lr, warmup};
 }
+
+// Models of hundreds of millions of parameters warm up longer than the small ones.
+constexpr int64_t kLargeWarmup = 100;
 
 // A Llama-family shape as published (config.json's fields); the context trained at is 2048.
 ModelPreset llama_shape(int layers, int heads, int kv_heads, int d_model, int ffn, double theta,
-                        float eps, bool tied, bool qkv_bias = false, bool llama3_scaling = false) {
+                        float eps, bool tied, bool qkv_bias = false, bool llama3_scaling = false,
+                        double lr = 0) {
   nn::GPTConfig c;
   c.arch = nn::Arch::Llama;
   c.n_layers = layers;
@@ -60,7 +69,7 @@ ModelPreset llama_shape(int layers, int heads, int kv_heads, int d_model, int ff
   c.qkv_bias = qkv_bias;
   if (llama3_scaling) c.rope_scaling = {nn::RopeType::Llama3, 32.0, 1.0, 4.0, 8192};
   c.seq_len = 2048;
-  return {c, 8};
+  return {c, 8, lr, kLargeWarmup};
 }
 
 constexpr const char* kPresetNames =
@@ -69,20 +78,24 @@ constexpr const char* kPresetNames =
 
 // tiny: seconds on one core (tests, smoke runs). small: the default run, a minute on 2 cores.
 // gpt2 ... gpt2-xl: GPT-2's published shapes (124M, 350M, 774M, 1.5B parameters with its 50257
-// tokens). The Llama family's published shapes (their config.json). The vocabulary is never the
-// preset's: it is the data's (docs/data.md).
+// tokens); GPT-2's paper gives no learning rates, so theirs are GPT-3's (its table 2.1) for the
+// nearest size. The Llama family's published shapes (their config.json), and TinyLlama's
+// published learning rate; the others publish none, and take the width's. The vocabulary is never
+// the preset's: it is the data's (docs/data.md). Warm-ups are for runs of hundreds of steps (the
+// published ones assume 10^5).
 ModelPreset preset(const std::string& name) {
   if (name == "tiny") return gpt2_shape(2, 2, 64, 64, 8);
   if (name == "small") return gpt2_shape(4, 4, 128, 64, 16);
-  if (name == "gpt2") return gpt2_shape(12, 12, 768, 1024, 8);
-  if (name == "gpt2-medium") return gpt2_shape(24, 16, 1024, 1024, 8);
-  if (name == "gpt2-large") return gpt2_shape(36, 20, 1280, 1024, 8);
-  if (name == "gpt2-xl") return gpt2_shape(48, 25, 1600, 1024, 8);
+  if (name == "gpt2") return gpt2_shape(12, 12, 768, 1024, 8, 6e-4, kLargeWarmup);
+  if (name == "gpt2-medium") return gpt2_shape(24, 16, 1024, 1024, 8, 3e-4, kLargeWarmup);
+  if (name == "gpt2-large") return gpt2_shape(36, 20, 1280, 1024, 8, 2.5e-4, kLargeWarmup);
+  if (name == "gpt2-xl") return gpt2_shape(48, 25, 1600, 1024, 8, 2e-4, kLargeWarmup);
   if (name == "smollm-135m") return llama_shape(30, 9, 3, 576, 1536, 10000.0, 1e-5f, true);
   if (name == "smollm-360m") return llama_shape(32, 15, 5, 960, 2560, 10000.0, 1e-5f, true);
   if (name == "qwen2.5-0.5b")
     return llama_shape(24, 14, 2, 896, 4864, 1000000.0, 1e-6f, true, /*qkv_bias=*/true);
-  if (name == "tinyllama-1.1b") return llama_shape(22, 32, 4, 2048, 5632, 10000.0, 1e-5f, false);
+  if (name == "tinyllama-1.1b")
+    return llama_shape(22, 32, 4, 2048, 5632, 10000.0, 1e-5f, false, false, false, 4e-4);
   if (name == "llama-3.2-1b")
     return llama_shape(16, 32, 8, 2048, 8192, 500000.0, 1e-5f, true, false, /*llama3=*/true);
   if (name == "llama-3.2-3b")
@@ -133,6 +146,7 @@ struct TrainFlags {
   bool quiet = false;
   std::string comm_timeout;  // --comm-timeout, checked by comm::parse_comm_timeout
   GridFlags across;
+  CLI::Option *lr = nullptr, *warmup = nullptr;  // tandem train's, to tell whether they were given
 };
 
 // The model's size from the preset and the flags given (a resumed run: from its checkpoint).
@@ -319,6 +333,8 @@ train::TrainConfig config_of(const TrainFlags& flags, const SizeOptions& o, cons
   // A resumed run takes the checkpoint's model and batch unless flags say otherwise (and then
   // the trainer refuses a model that does not match).
   bool from_checkpoint = false;
+  std::optional<double> resumed_lr;
+  std::optional<int64_t> resumed_warmup;
   std::optional<nn::GPTConfig> hf;                         // --init-from: the folder's model
   if (!cfg.init_from.empty() && cfg.resume_dir.empty()) {  // both: refused by validate()
     hf = train::hf_model_config(cfg.init_from);
@@ -337,6 +353,11 @@ train::TrainConfig config_of(const TrainFlags& flags, const SizeOptions& o, cons
     if (o.model->count() == 0) p.block = saved;
     if (meta.extra.contains("batch") && meta.extra["batch"].is_number_integer())
       p.batch = meta.extra["batch"].get<int64_t>();
+    // A resumed run follows its schedule unless --lr or --warmup says otherwise.
+    const nlohmann::json& h = meta.optimizer_hparams;
+    if (h.contains("lr") && h["lr"].is_number()) resumed_lr = h["lr"].get<double>();
+    if (h.contains("warmup") && h["warmup"].is_number_integer())
+      resumed_warmup = h["warmup"].get<int64_t>();
     m.max_positions = saved.max_positions;
     if (o.dropout->count() == 0) dropout = saved.dropout;
     from_checkpoint = true;
@@ -347,6 +368,21 @@ train::TrainConfig config_of(const TrainFlags& flags, const SizeOptions& o, cons
   m.vocab_size = data::data_vocab_size(cfg.data);
   if (hf) check_init_from_flags(cfg, *hf, flags.model, o);
   cfg.batch = o.batch->count() ? flags.batch : p.batch;
+  // The peak learning rate and warm-up: the flags', else a resumed run's, else the preset's (its
+  // rate only at its own width), else the width's.
+  const bool lr_given = flags.lr != nullptr && flags.lr->count() > 0;
+  if (!lr_given && resumed_lr) {
+    cfg.lr = *resumed_lr;
+    cfg.lr_choice = "the checkpoint's";
+  } else if (!lr_given && p.lr > 0 && m.d_model == p.block.d_model) {
+    cfg.lr = p.lr;
+    cfg.lr_choice = fmt::format("--model {}'s", flags.model);
+  } else if (!lr_given) {
+    cfg.lr = train::width_learning_rate(m.d_model);
+    cfg.lr_choice = fmt::format("the default for d_model {}", m.d_model);
+  }
+  if (flags.warmup == nullptr || flags.warmup->count() == 0)
+    cfg.warmup = resumed_warmup ? *resumed_warmup : p.warmup;
   cfg.progress = !flags.quiet;
   if (!flags.comm_timeout.empty())
     cfg.comm_timeout_s = comm::parse_comm_timeout(flags.comm_timeout, "--comm-timeout");
@@ -496,9 +532,12 @@ void add_train(CLI::App& app) {
   const SizeOptions sizes = add_size_flags(cmd, *flags);
   cmd->add_option("--steps", c.steps, "Train until this many optimizer steps")
       ->capture_default_str();
-  cmd->add_option("--lr", c.lr, "Peak learning rate")->capture_default_str();
-  cmd->add_option("--warmup", c.warmup, "Linear warm-up steps, then cosine decay")
-      ->capture_default_str();
+  flags->lr = cmd->add_option("--lr", c.lr,
+                              "Peak learning rate (default: the preset's, else 3e-3 up to "
+                              "--d-model 128 and 0.384 / d_model wider; a resumed run's own)");
+  flags->warmup = cmd->add_option("--warmup", c.warmup,
+                                  "Linear warm-up steps, then cosine decay (default: the "
+                                  "preset's, 30 or 100; a resumed run's own)");
   cmd->add_option("--min-lr-ratio", c.min_lr_ratio, "Final learning rate as a fraction of --lr")
       ->capture_default_str();
   cmd->add_option("--seed", c.seed, "Seed of initialisation, batches and dropout")

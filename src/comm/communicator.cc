@@ -386,18 +386,4 @@ void Communicator::execute_ring(const CollectiveDesc& desc) {
   ring_->run(desc);
 }
 
-std::string broadcast_string(Communicator& comm, const std::string& s) {
-  if (comm.size() == 1) return s;
-  TANDEM_CHECK(s.size() < (size_t{1} << 24), "string of {} bytes too long to broadcast", s.size());
-  Tensor len = Tensor::empty(DType::F32, Shape{1});
-  len.set(0, comm.rank() == 0 ? static_cast<float>(s.size()) : 0.0f);
-  comm.broadcast(len, 0);
-  const size_t n = static_cast<size_t>(len.get(0));
-  if (n == 0) return {};
-  Tensor buf = Tensor::zeros(DType::BF16, Shape{static_cast<int64_t>((n + 1) / 2)});
-  if (comm.rank() == 0) std::memcpy(buf.data(), s.data(), n);
-  comm.broadcast(buf, 0);
-  return std::string(static_cast<const char*>(buf.data()), n);
-}
-
 }  // namespace tandem::comm

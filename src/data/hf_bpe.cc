@@ -1,8 +1,12 @@
-// GPT-2's byte-level BPE from a Hugging Face tokenizer.json: the file checked to be that kind and
-// read, text cut into words by GPT-2's pattern, each word's bytes mapped to the byte-level
-// alphabet and merged by rank, and ids decoded back to bytes.
+// Byte-level BPE from a Hugging Face tokenizer.json (GPT-2's or Llama 3's): the file checked to be
+// that kind and read, added tokens matched in the text, the rest cut into words by GPT-2's or
+// Llama 3's pattern, each word's bytes mapped to the byte-level alphabet and merged by rank, and
+// ids decoded back to bytes.
 #include "hf_bpe.h"
 
+#include <fmt/ranges.h>
+
+#include <algorithm>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <queue>
@@ -69,7 +73,7 @@ std::string token_bytes(std::string_view token, const std::unordered_map<char32_
 [[noreturn]] void unsupported(const std::string& path, const std::string& what) {
   user_error(
       "tokenizer '{}' is not supported: {}; tandem reads Hugging Face tokenizer.json files of "
-      "GPT-2's byte-level BPE",
+      "GPT-2's or Llama 3's byte-level BPE",
       path, what);
 }
 
@@ -89,8 +93,52 @@ bool set(const json& j, const char* key) {
   return true;
 }
 
-// The checks that make a tokenizer.json GPT-2's kind; each refusal names what differs.
-void check_kind(const json& j, const std::string& path) {
+// Llama 3's pre-tokenization pattern, as its tokenizer.json writes it (a Split pre-tokenizer's
+// "Regex"); llama3_word_end implements it.
+constexpr std::string_view kLlama3Pattern =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+// A ByteLevel pre-tokenizer's options: no added space; GPT-2's pattern or (after a Split) none.
+void check_byte_level(const json& p, bool after_split, const std::string& path) {
+  if (set(p, "add_prefix_space"))
+    unsupported(path, "its ByteLevel pre-tokenizer sets add_prefix_space");
+  const bool regex =
+      !(p.contains("use_regex") && p["use_regex"].is_boolean() && !p["use_regex"].get<bool>());
+  if (!after_split && !regex)
+    unsupported(path, "its ByteLevel pre-tokenizer does not use GPT-2's pattern (use_regex false)");
+  if (after_split && regex)
+    unsupported(path,
+                "its ByteLevel pre-tokenizer after Split uses GPT-2's pattern too (use_regex true; "
+                "Llama 3's sets it false)");
+}
+
+// A Split pre-tokenizer: Llama 3's pattern, its pieces kept as words ("Isolated").
+void check_split(const json& p, const std::string& path) {
+  const json none;
+  const json& pattern = p.contains("pattern") ? p["pattern"] : none;
+  if (pattern.is_object() && pattern.contains("String"))
+    unsupported(path,
+                fmt::format("its Split pre-tokenizer splits on the string {} (tandem implements "
+                            "Llama 3's pattern only)",
+                            pattern["String"].dump()));
+  if (!pattern.is_object() || !pattern.contains("Regex") || !pattern["Regex"].is_string())
+    unsupported(path, "its Split pre-tokenizer has no pattern {\"Regex\": ...}");
+  if (const std::string regex = pattern["Regex"].get<std::string>(); regex != kLlama3Pattern)
+    unsupported(path, fmt::format("its Split pre-tokenizer's pattern {} is not Llama 3's (tandem "
+                                  "implements that one pattern)",
+                                  pattern["Regex"].dump()));
+  const std::string behavior =
+      p.contains("behavior") && p["behavior"].is_string() ? p["behavior"].get<std::string>() : "";
+  if (behavior != "Isolated")
+    unsupported(path, fmt::format("its Split pre-tokenizer's behavior is {}, not Isolated",
+                                  behavior.empty() ? "missing" : behavior));
+  if (set(p, "invert")) unsupported(path, "its Split pre-tokenizer sets invert");
+}
+
+// The checks that make a tokenizer.json GPT-2's or Llama 3's kind, and which pattern cuts its
+// text into words; each refusal names what differs.
+HfBpe::Pattern check_kind(const json& j, const std::string& path) {
   if (!j.is_object() || !j.contains("model") || !j["model"].is_object())
     unsupported(path, "it has no \"model\" (it is not a Hugging Face tokenizer.json)");
   const json& m = j["model"];
@@ -105,19 +153,119 @@ void check_kind(const json& j, const std::string& path) {
        {"dropout", "continuing_subword_prefix", "end_of_word_suffix", "byte_fallback"})
     if (set(m, key)) unsupported(path, fmt::format("its BPE model sets {}", key));
   if (const std::string n = type_of(j, "normalizer"); !n.empty())
-    unsupported(path, fmt::format("its normalizer is {} (GPT-2's has none)", n));
-  const std::string pre = type_of(j, "pre_tokenizer");
-  if (pre != "ByteLevel")
-    unsupported(path, pre.empty() ? "it has no pre-tokenizer (GPT-2's is ByteLevel)"
-                                  : fmt::format("its pre-tokenizer is {}, not ByteLevel", pre));
-  const json& p = j["pre_tokenizer"];
-  if (set(p, "add_prefix_space"))
-    unsupported(path, "its ByteLevel pre-tokenizer sets add_prefix_space");
-  if (p.contains("use_regex") && p["use_regex"].is_boolean() && !p["use_regex"].get<bool>())
-    unsupported(path, "its ByteLevel pre-tokenizer does not use GPT-2's pattern (use_regex false)");
+    unsupported(path, fmt::format("its normalizer is {} (GPT-2's and Llama 3's have none)", n));
   if (const std::string d = type_of(j, "decoder"); d != "ByteLevel")
-    unsupported(path, d.empty() ? "it has no decoder (GPT-2's is ByteLevel)"
+    unsupported(path, d.empty() ? "it has no decoder (GPT-2's and Llama 3's are ByteLevel)"
                                 : fmt::format("its decoder is {}, not ByteLevel", d));
+  // Pre-tokenizers: GPT-2's ByteLevel with its pattern, or Llama 3's Sequence of Split and
+  // ByteLevel.
+  const std::string pre = type_of(j, "pre_tokenizer");
+  if (pre == "ByteLevel") {
+    check_byte_level(j["pre_tokenizer"], false, path);
+    return HfBpe::Pattern::kGpt2;
+  }
+  if (pre == "Sequence") {
+    const json& p = j["pre_tokenizer"];
+    std::vector<std::string> types;
+    if (p.contains("pretokenizers") && p["pretokenizers"].is_array())
+      for (const json& q : p["pretokenizers"])
+        types.push_back(q.is_object() && q.contains("type") && q["type"].is_string()
+                            ? q["type"].get<std::string>()
+                            : "(untyped)");
+    if (types != std::vector<std::string>{"Split", "ByteLevel"})
+      unsupported(
+          path, fmt::format("its pre-tokenizer is a Sequence of {} (tandem implements "
+                            "Llama 3's: Split, ByteLevel)",
+                            types.empty() ? "nothing" : fmt::format("{}", fmt::join(types, ", "))));
+    check_split(p["pretokenizers"][0], path);
+    check_byte_level(p["pretokenizers"][1], true, path);
+    return HfBpe::Pattern::kLlama3;
+  }
+  unsupported(path,
+              pre.empty()
+                  ? "it has no pre-tokenizer (GPT-2's is ByteLevel; Llama 3's a Sequence of Split "
+                    "and ByteLevel)"
+                  : fmt::format("its pre-tokenizer is {}, not ByteLevel or a Sequence of Split "
+                                "and ByteLevel",
+                                pre));
+}
+
+// The token a TemplateProcessing post-processor puts before a single text (-1: none). Templates
+// of `$A` or of one special token then `$A` are implemented; ByteLevel post-processors change
+// offsets only, and are accepted alone or in a Sequence.
+int template_bos(const json& j, const std::string& path,
+                 const std::unordered_map<std::string, int32_t>& id_of) {
+  const std::string type = type_of(j, "post_processor");
+  if (type.empty()) return -1;
+  std::vector<const json*> parts;
+  const json& pp = j["post_processor"];
+  if (type == "Sequence") {
+    if (!pp.contains("processors") || !pp["processors"].is_array())
+      unsupported(path, "its Sequence post-processor has no processors");
+    for (const json& q : pp["processors"]) parts.push_back(&q);
+  } else {
+    parts.push_back(&pp);
+  }
+  int bos = -1;
+  bool templated = false;
+  for (const json* q : parts) {
+    const std::string t = q->is_object() && q->contains("type") && (*q)["type"].is_string()
+                              ? (*q)["type"].get<std::string>()
+                              : "(untyped)";
+    if (t == "ByteLevel") continue;
+    if (t != "TemplateProcessing")
+      unsupported(path, fmt::format("its post-processor is {} (tandem implements ByteLevel and "
+                                    "TemplateProcessing)",
+                                    t));
+    if (templated) unsupported(path, "its post-processor has two TemplateProcessing steps");
+    templated = true;
+    if (!q->contains("single") || !(*q)["single"].is_array())
+      unsupported(path, "its TemplateProcessing post-processor has no single template");
+    // The template as words ("<|begin_of_text|> $A"), and the special tokens before $A.
+    std::vector<std::string> words, before;
+    bool text_seen = false, after = false;
+    for (const json& item : (*q)["single"]) {
+      if (item.contains("Sequence")) {
+        words.push_back("$" + item["Sequence"].value("id", std::string("?")));
+        if (text_seen) after = true;
+        text_seen = true;
+      } else if (item.contains("SpecialToken")) {
+        words.push_back(item["SpecialToken"].value("id", std::string("?")));
+        if (text_seen)
+          after = true;
+        else
+          before.push_back(words.back());
+      } else {
+        words.push_back(item.dump());
+        after = true;
+      }
+    }
+    const std::string shown = fmt::format("{}", fmt::join(words, " "));
+    if (!text_seen || after || before.size() > 1 || words.back() != "$A")
+      unsupported(path, fmt::format("its TemplateProcessing post-processor's single template is "
+                                    "'{}' (tandem implements '$A' and one special token then '$A')",
+                                    shown));
+    if (before.empty()) continue;
+    // The special token's ids, as the template's special_tokens give them.
+    const json none;
+    const json& specials = q->contains("special_tokens") ? (*q)["special_tokens"] : none;
+    const json& entry =
+        specials.is_object() && specials.contains(before[0]) ? specials[before[0]] : none;
+    if (!entry.is_object() || !entry.contains("ids") || !entry["ids"].is_array() ||
+        entry["ids"].size() != 1 || !entry["ids"][0].is_number_integer())
+      user_error(
+          "tokenizer '{}' is malformed: its TemplateProcessing post-processor gives no single id "
+          "for '{}'",
+          path, before[0]);
+    bos = entry["ids"][0].get<int>();
+    const auto it = id_of.find(before[0]);
+    if (it == id_of.end() || it->second != bos)
+      user_error(
+          "tokenizer '{}' is malformed: its TemplateProcessing post-processor gives '{}' the id "
+          "{}, which is not that token's",
+          path, before[0], bos);
+  }
+  return bos;
 }
 
 // A merge: "left right" (the classic form) or ["left", "right"].
@@ -195,6 +343,85 @@ size_t gpt2_word_end(std::string_view t, size_t i) {
   return last;
 }
 
+// A character of (?i:s) and the like: ASCII either case, and what Unicode's case folding
+// folds to it (U+017F LATIN SMALL LETTER LONG S to s).
+bool folds_to(char32_t c, char lower) {
+  return c == static_cast<char32_t>(lower) || c == static_cast<char32_t>(lower - 'a' + 'A') ||
+         (lower == 's' && c == 0x017F);
+}
+
+// Llama 3's pre-tokenization: where the word that starts at t[i] ends, as kLlama3Pattern
+//   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|
+//   \s*[\r\n]+|\s+(?!\S)|\s+
+// matches it (the first alternative that matches at i wins; i < t.size()).
+size_t llama3_word_end(std::string_view t, size_t i) {
+  const size_t n = t.size();
+  const CodePoint c = code_point_at(t, i);
+  auto at = [&](size_t k) { return k < n ? code_point_at(t, k) : CodePoint{0, 0}; };
+  // (?i:'s|'t|'re|'ve|'m|'ll|'d)
+  if (c.c == '\'' && i + 1 < n) {
+    const CodePoint a = at(i + 1);
+    if (folds_to(a.c, 's') || folds_to(a.c, 't') || folds_to(a.c, 'm') || folds_to(a.c, 'd'))
+      return i + 1 + a.bytes;
+    const CodePoint b = at(i + 1 + a.bytes);
+    if (b.bytes > 0 &&
+        ((folds_to(a.c, 'r') && folds_to(b.c, 'e')) || (folds_to(a.c, 'v') && folds_to(b.c, 'e')) ||
+         (folds_to(a.c, 'l') && folds_to(b.c, 'l'))))
+      return i + 1 + a.bytes + b.bytes;
+  }
+  auto letters_from = [&](size_t k) {  // the end of the run of letters at k
+    while (k < n) {
+      const CodePoint d = code_point_at(t, k);
+      if (!is_letter(d.c)) break;
+      k += d.bytes;
+    }
+    return k;
+  };
+  const CharClass k = class_of(c.c);
+  // [^\r\n\p{L}\p{N}]?\p{L}+
+  if (k == CharClass::kLetter) return letters_from(i + c.bytes);
+  if (k != CharClass::kNumber && c.c != '\r' && c.c != '\n' && i + c.bytes < n &&
+      is_letter(at(i + c.bytes).c))
+    return letters_from(i + c.bytes);
+  // \p{N}{1,3}
+  if (k == CharClass::kNumber) {
+    size_t e = i + c.bytes;
+    for (int digits = 1; digits < 3 && e < n; ++digits) {
+      const CodePoint d = code_point_at(t, e);
+      if (!is_number(d.c)) break;
+      e += d.bytes;
+    }
+    return e;
+  }
+  // ` ?[^\s\p{L}\p{N}]+[\r\n]*`: a run of other characters after an optional space, then any
+  // line ends.
+  size_t j = c.c == ' ' && i + 1 < n ? i + 1 : i;
+  if (class_of(at(j).c) == CharClass::kOther) {
+    size_t e = j;
+    while (e < n) {
+      const CodePoint d = code_point_at(t, e);
+      if (class_of(d.c) != CharClass::kOther) break;
+      e += d.bytes;
+    }
+    while (e < n && (t[e] == '\r' || t[e] == '\n')) ++e;
+    return e;
+  }
+  // Whitespace from here on (every other character matched above).
+  size_t e = i, last = i, line_end = std::string_view::npos;
+  while (e < n) {
+    const CodePoint d = code_point_at(t, e);
+    if (!is_space(d.c)) break;
+    if (d.c == '\r' || d.c == '\n') line_end = e + 1;
+    last = e;
+    e += d.bytes;
+  }
+  // `\s*[\r\n]+`: the run up to its last line end.
+  if (line_end != std::string_view::npos) return line_end;
+  // `\s+(?!\S)`, `\s+`: as in GPT-2's pattern.
+  if (e == n || last == i) return e;
+  return last;
+}
+
 }  // namespace
 
 HfBpe::HfBpe(const std::string& text, const std::string& path)
@@ -205,7 +432,7 @@ HfBpe::HfBpe(const std::string& text, const std::string& path)
   } catch (const json::parse_error& e) {
     user_error("tokenizer '{}' is not valid JSON: {}", path, reason(e));
   }
-  check_kind(j, path);
+  pattern_ = check_kind(j, path);
   const json& m = j["model"];
   try {
     // Ids: the vocabulary's and the added tokens', which must run from 0 without gaps.
@@ -240,10 +467,12 @@ HfBpe::HfBpe(const std::string& text, const std::string& path)
     for (const json& a : added)
       assign(a.at("content").get<std::string>(), a.at("id").get<int64_t>(),
              a.value("special", false));
-    if (const auto it = id_of.find("<|endoftext|>"); it != id_of.end()) {
-      eos_id_ = it->second;
-      special[static_cast<size_t>(eos_id_)] = true;  // appended between documents: decodes to ""
-    }
+    // The end-of-text token: GPT-2's or Llama 3's.
+    for (const char* eos : {"<|endoftext|>", "<|end_of_text|>"})
+      if (const auto it = id_of.find(eos); it != id_of.end() && eos_id_ < 0) {
+        eos_id_ = it->second;
+        special[static_cast<size_t>(eos_id_)] = true;  // appended between documents: decodes to ""
+      }
     for (size_t id = 0; id < token_of.size(); ++id)
       if (token_of[id] == nullptr)
         user_error(
@@ -274,6 +503,20 @@ HfBpe::HfBpe(const std::string& text, const std::string& path)
         id_of_bytes_.emplace(bytes_of_id_[id], static_cast<int32_t>(id));
     }
     ignore_merges_ = m.value("ignore_merges", false);
+    bos_id_ = template_bos(j, path, id_of);
+    if (bos_id_ >= 0) bytes_of_id_[static_cast<size_t>(bos_id_)].clear();  // decodes to nothing
+
+    // Added tokens, matched in the text before it is cut into words.
+    for (const json& a : added) {
+      const std::string content = a.at("content").get<std::string>();
+      for (const char* option : {"single_word", "lstrip", "rstrip"})
+        if (a.value(option, false))
+          unsupported(path, fmt::format("its added token '{}' sets {}", content, option));
+      if (content.empty())
+        user_error("tokenizer '{}' is malformed: added token {} is empty", path,
+                   a.at("id").get<int64_t>());
+      added_[a.value("normalized", true) ? 1 : 0].add(content, id_of.at(content));
+    }
 
     const json& merges = m["merges"];
     for (size_t r = 0; r < merges.size(); ++r) {
@@ -370,14 +613,71 @@ void HfBpe::encode_word(std::string_view word, std::vector<int32_t>& out) const 
   shard.words.emplace(std::move(key), std::move(ids));
 }
 
-std::vector<int32_t> HfBpe::encode(std::string_view text) const {
-  std::vector<int32_t> out;
-  out.reserve(text.size() / 3);
+int32_t HfBpe::AddedTokens::child(int32_t node, unsigned char byte) const {
+  for (const auto& [b, c] : nodes_[static_cast<size_t>(node)].next)
+    if (b == byte) return c;
+  return -1;
+}
+
+void HfBpe::AddedTokens::add(std::string_view content, int32_t id) {
+  int32_t node = 0;
+  for (const char ch : content) {
+    const auto byte = static_cast<unsigned char>(ch);
+    int32_t next = child(node, byte);
+    if (next < 0) {
+      next = static_cast<int32_t>(nodes_.size());
+      nodes_[static_cast<size_t>(node)].next.emplace_back(byte, next);
+      nodes_.emplace_back();
+    }
+    node = next;
+  }
+  nodes_[static_cast<size_t>(node)].id = id;
+  starts_[static_cast<unsigned char>(content[0])] = true;
+}
+
+std::pair<size_t, int32_t> HfBpe::AddedTokens::longest_at(std::string_view text, size_t at) const {
+  std::pair<size_t, int32_t> found{0, -1};
+  int32_t node = 0;
+  for (size_t k = at; k < text.size(); ++k) {
+    node = child(node, static_cast<unsigned char>(text[k]));
+    if (node < 0) break;
+    if (const int32_t id = nodes_[static_cast<size_t>(node)].id; id >= 0) found = {k + 1 - at, id};
+  }
+  return found;
+}
+
+void HfBpe::encode_text(std::string_view text, std::vector<int32_t>& out) const {
   for (size_t at = 0; at < text.size();) {
-    const size_t end = gpt2_word_end(text, at);
+    const size_t end =
+        pattern_ == Pattern::kLlama3 ? llama3_word_end(text, at) : gpt2_word_end(text, at);
     encode_word(text.substr(at, end - at), out);
     at = end;
   }
+}
+
+void HfBpe::encode_pass(std::string_view text, size_t pass, std::vector<int32_t>& out) const {
+  if (pass == added_.size()) return encode_text(text, out);
+  const AddedTokens& tokens = added_[pass];
+  size_t from = 0;  // the text not encoded yet
+  for (size_t at = 0; at < text.size();) {
+    const auto [bytes, id] =
+        tokens.may_start(text[at]) ? tokens.longest_at(text, at) : std::pair<size_t, int32_t>{};
+    if (bytes == 0) {
+      ++at;
+      continue;
+    }
+    encode_pass(text.substr(from, at - from), pass + 1, out);
+    out.push_back(id);
+    at += bytes;
+    from = at;
+  }
+  encode_pass(text.substr(from), pass + 1, out);
+}
+
+std::vector<int32_t> HfBpe::encode(std::string_view text) const {
+  std::vector<int32_t> out;
+  out.reserve(text.size() / 3);
+  encode_pass(text, 0, out);
   return out;
 }
 

@@ -90,7 +90,8 @@ struct Chunk {
   uint64_t offset;
   std::string text;
   bool validation;
-  bool ends_file;  // the document's end: an end-of-text token follows its tokens
+  bool ends_file;  // the document's end: an end-of-text token follows its tokens (and a
+                   // chunk at offset 0, its start, begins with the tokenizer's bos, if any)
   std::vector<int32_t> ids;
   std::string error;
 };
@@ -292,6 +293,7 @@ void encode_all(std::vector<Chunk>& chunks, const std::vector<CorpusFile>& files
         continue;
       }
       c.ids = tok.encode(c.text);
+      if (c.offset == 0 && tok.bos_id() >= 0) c.ids.insert(c.ids.begin(), tok.bos_id());
       if (c.ends_file && tok.eos_id() >= 0) c.ids.push_back(tok.eos_id());
     }
   };
@@ -419,6 +421,7 @@ TokenizeSummary tokenize(const TokenizeConfig& cfg) {
                                 {"vocab_size", vocab},
                                 {"dtype", io::token_bytes_for(vocab) == 2 ? "uint16" : "uint32"},
                                 {"eos_id", tok.eos_id()},
+                                {"bos_id", tok.bos_id()},
                                 {"tokenizer", std::string(tok.file_name())},
                                 {"tokenizer_sha256", tok.sha256()},
                                 {"tokenizer_source", tok.source()},

@@ -1,6 +1,6 @@
 // The tokenizers behind data::Tokenizer: SentencePiece (training through a sentence iterator
 // over the corpus's lines, and the processor that encodes and decodes), or a Hugging Face
-// tokenizer.json of GPT-2's byte-level BPE (hf_bpe.h), chosen by the file's name.
+// tokenizer.json of GPT-2's or Llama 3's byte-level BPE (hf_bpe.h), chosen by the file's name.
 #include "tandem/data/tokenizer.h"
 
 #include <sentencepiece_processor.h>
@@ -225,6 +225,7 @@ int Tokenizer::vocab_size() const {
   return impl_->hf ? impl_->hf->vocab_size() : impl_->sp.GetPieceSize();
 }
 int Tokenizer::eos_id() const { return impl_->hf ? impl_->hf->eos_id() : impl_->sp.eos_id(); }
+int Tokenizer::bos_id() const { return impl_->hf ? impl_->hf->bos_id() : -1; }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
   if (impl_->hf) return impl_->hf->encode(text);

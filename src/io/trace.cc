@@ -46,6 +46,19 @@ void TraceRecorder::record_us(int rank, std::string_view stream, std::string_vie
   events_.push_back({rank, tid_of(stream), std::string(name), ts_us, dur_us});
 }
 
+void TraceRecorder::merge(const std::string& their_json, int64_t their_origin_ns) {
+  const auto j = nlohmann::json::parse(their_json);
+  const double shift_us = static_cast<double>(their_origin_ns - origin_ns()) / 1e3;
+  for (const auto& e : j.at("traceEvents"))
+    if (e.value("ph", "") == "X")
+      record_us(e.at("pid").get<int>(), e.value("cat", "compute"), e.at("name").get<std::string>(),
+                e.at("ts").get<double>() + shift_us, e.at("dur").get<double>());
+}
+
+int64_t TraceRecorder::origin_ns() const {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(origin_.time_since_epoch()).count();
+}
+
 TraceRecorder::Span::Span(TraceRecorder* t, int rank, std::string_view stream,
                           std::string_view name)
     : trace_(t != nullptr && t->enabled() ? t : nullptr), rank_(rank) {

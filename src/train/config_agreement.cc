@@ -9,6 +9,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "tandem/comm/agree.h"
 #include "tandem/core/tensor.h"
 
 namespace tandem::train::detail {
@@ -17,32 +18,6 @@ namespace {
 template <typename T>
 std::string text(const std::optional<T>& v) {
   return v ? fmt::format("{}", *v) : std::string("unset");
-}
-
-// Every rank's string: the lengths first (exact in f32 below 2^24), then the bytes, padded to
-// the longest, in a 16-bit tensor (collectives move whole elements).
-std::vector<std::string> all_gather_strings(comm::Communicator& world, const std::string& mine) {
-  const int n = world.size();
-  if (n == 1) return {mine};
-  if (mine.size() >= (size_t{1} << 24))
-    throw InternalError(fmt::format("{} bytes of settings to compare", mine.size()));
-  Tensor my_len = Tensor::zeros(DType::F32, Shape{1});
-  my_len.set(0, static_cast<float>(mine.size()));
-  Tensor lens = Tensor::zeros(DType::F32, Shape{n});
-  world.all_gather(my_len, lens);
-  size_t longest = 0;
-  for (int r = 0; r < n; ++r) longest = std::max(longest, static_cast<size_t>(lens.get(r)));
-  const int64_t elems = static_cast<int64_t>((longest + 1) / 2);
-  if (elems == 0) return std::vector<std::string>(n);
-  Tensor my_bytes = Tensor::zeros(DType::BF16, Shape{elems});
-  std::memcpy(my_bytes.data(), mine.data(), mine.size());
-  Tensor all = Tensor::zeros(DType::BF16, Shape{elems * n});
-  world.all_gather(my_bytes, all);
-  std::vector<std::string> out;
-  const char* base = static_cast<const char*>(all.data());
-  for (int r = 0; r < n; ++r)
-    out.emplace_back(base + static_cast<size_t>(r) * elems * 2, static_cast<size_t>(lens.get(r)));
-  return out;
 }
 
 // "rank 3", "ranks 0 and 2", "ranks 0-3 and 7": runs of consecutive ranks shortened.
@@ -146,7 +121,7 @@ void check_ranks_agree(comm::Communicator& world, const TrainConfig& config,
   const auto mine = agreeing_settings(config, corpus);
   nlohmann::json values = nlohmann::json::array();
   for (const auto& [flag, value] : mine) values.push_back(value);
-  const std::vector<std::string> texts = all_gather_strings(world, values.dump());
+  const std::vector<std::string> texts = comm::all_gather_strings(world, values.dump());
   std::vector<std::vector<std::string>> all;
   for (const std::string& t : texts) all.push_back(nlohmann::json::parse(t));
   std::vector<std::string> disagreements;

@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "tandem/comm/agree.h"
 #include "tandem/comm/communicator.h"
 #include "tandem/comm/mpi.h"
 #include "tandem/comm/thread.h"
@@ -460,6 +461,30 @@ void choose_gather_ahead(TrainConfig& cfg, const Rates& rates) {
       capped ? fmt::format("; at most {} with {} block{} a stage", cfg.gather_ahead, fewest,
                            fewest == 1 ? "" : "s")
              : "");
+}
+
+// The rates measured are compute's and the link's, not the tiers'.
+TrainConfig resolve_gather_ahead(const TrainConfig& asked, comm::Communicator* world) {
+  auto decide = [&asked] {
+    TrainConfig c = asked;
+    if (c.optimizer.sharding == parallel::Sharding::Weights)
+      choose_gather_ahead(
+          c, c.gather_ahead > 0 ? Rates{} : measure_rates(c, c.grid.size(), std::nullopt, false));
+    return c;
+  };
+  if (world == nullptr) return decide();
+  const std::string chosen = comm::decide_on_root(*world, [&] {
+    const TrainConfig c = decide();
+    return fmt::format("{}\n{}", c.gather_ahead, c.gather_ahead_choice);
+  });
+  TrainConfig c = asked;
+  if (c.optimizer.sharding == parallel::Sharding::Weights && c.gather_ahead == 0) {
+    const size_t line = chosen.find('\n');
+    c.gather_ahead = std::stoi(chosen.substr(0, line));
+    c.gather_ahead_choice = chosen.substr(line + 1);
+  }
+  choose_gather_ahead(c, Rates{});  // a given distance's reason
+  return c;
 }
 
 std::string GridOption::describe() const {

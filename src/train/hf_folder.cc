@@ -17,6 +17,7 @@
 #include "checkpoint_tensors.h"
 #include "corpus_cache.h"
 #include "run_checkpoint.h"
+#include "tandem/comm/agree.h"
 #include "tandem/comm/communicator.h"
 #include "tandem/core/error.h"
 #include "tandem/core/sha256.h"

@@ -1,4 +1,5 @@
-// A rank's rows of each global batch, its micro-batches, and the world's mean loss.
+// A rank's rows of each global batch, its micro-batches, the world's mean loss, and the
+// validation loss.
 #include "rank_batches.h"
 
 #include "tandem/core/tensor.h"
@@ -37,6 +38,27 @@ double RankBatches::mean_loss(double micro_loss_sum, int64_t global_batches) con
   float v = counts ? static_cast<float>(contribution) : 0.0f;
   grid_.world().all_reduce(Tensor::view_of(&v, DType::F32, Shape{1}), comm::ReduceOp::Sum);
   return v;
+}
+
+namespace {
+
+constexpr uint64_t kValidationSeedTag = 0x76616c69646174ull;  // "validat"
+
+}  // namespace
+
+data::BatchSampler validation_sampler(const data::Corpus& corpus, const TrainConfig& cfg) {
+  return data::BatchSampler(corpus.validation, cfg.batch, cfg.model.seq_len,
+                            cfg.seed ^ kValidationSeedTag);
+}
+
+double validation_loss(parallel::ParallelGPT& model, const RankBatches& batches,
+                       const data::BatchSampler& validation, int64_t eval_batches) {
+  double sum = 0.0;
+  for (int64_t i = 0; i < eval_batches; ++i) {
+    const data::Batch b = batches.draw(validation, i);
+    sum += model.forward(batches.micro_batches(b));
+  }
+  return batches.mean_loss(sum, eval_batches);
 }
 
 }  // namespace tandem::train::detail

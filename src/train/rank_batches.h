@@ -1,6 +1,6 @@
 // One rank's part in the global batches of a grid: the rows its data-parallel rank draws, split
-// into the micro-batches the model runs, and the world's mean of the losses the ranks report.
-// Internal to train/.
+// into the micro-batches the model runs, the world's mean of the losses the ranks report, and the
+// validation loss a training run reports over such batches. Internal to train/.
 #pragma once
 
 #include <cstdint>
@@ -36,5 +36,16 @@ class RankBatches {
   int64_t first_row_;  // this rank's first row in the global batch
   int micro_batches_, rows_, seq_len_;
 };
+
+// The validation loss: the model's mean loss over the first eval_batches global batches of the
+// validation split, drawn under a seed of their own.
+// The validation split's sampler: its own seed, so that its batches never coincide with the
+// training batches' offsets by construction.
+data::BatchSampler validation_sampler(const data::Corpus& corpus, const TrainConfig& config);
+
+// The mean loss of `model` over global batches 0 .. eval_batches - 1 of `validation` (forward
+// only). A collective over the world.
+double validation_loss(parallel::ParallelGPT& model, const RankBatches& batches,
+                       const data::BatchSampler& validation, int64_t eval_batches);
 
 }  // namespace tandem::train::detail

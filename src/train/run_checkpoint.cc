@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "corpus_cache.h"
+#include "tandem/comm/agree.h"
 #include "tandem/comm/communicator.h"
 #include "tandem/core/error.h"
 #include "tandem/io/checkpoint_series.h"

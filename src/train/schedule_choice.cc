@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <memory>
 
+#include "tandem/comm/agree.h"
 #include "tandem/comm/communicator.h"
 #include "tandem/core/error.h"
 #include "tandem/dsl/workloads.h"

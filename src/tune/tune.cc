@@ -18,6 +18,7 @@
 #include <set>
 
 #include "search.h"
+#include "tandem/comm/agree.h"
 #include "tandem/comm/thread.h"
 #include "tandem/core/blas.h"
 #include "tandem/core/env.h"

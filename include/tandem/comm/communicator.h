@@ -47,6 +47,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -280,6 +281,22 @@ inline constexpr double kDefaultCommTimeoutS = 600;
 inline constexpr double kMaxCommTimeoutS = 1e9;
 double comm_timeout_s();
 void set_comm_timeout_s(double seconds);
+// set_comm_timeout_s(s) while it lives when `s` is given (a run's own --comm-timeout), the
+// environment's after.
+class ScopedCommTimeout {
+ public:
+  explicit ScopedCommTimeout(const std::optional<double>& s) : set_(s.has_value()) {
+    if (set_) set_comm_timeout_s(*s);
+  }
+  ~ScopedCommTimeout() {
+    if (set_) set_comm_timeout_s(-1);
+  }
+  ScopedCommTimeout(const ScopedCommTimeout&) = delete;
+  ScopedCommTimeout& operator=(const ScopedCommTimeout&) = delete;
+
+ private:
+  bool set_;
+};
 // The timeout a flag or variable asks for, checked: a number of seconds from 0 to
 // kMaxCommTimeoutS
 // (`what` names the setting in the error, e.g. "--comm-timeout").
@@ -289,10 +306,5 @@ double parse_comm_timeout(const std::string& text, const std::string& what);
 // "the checkpoint after step 12"). Thread-local; empty (the default) says nothing.
 void set_comm_activity(std::string what);
 const std::string& comm_activity();
-
-// Rank 0's string on every rank of `comm` (a schedule's name, a tuning record). The bytes travel
-// in a 16-bit tensor (collectives move whole elements), the length first in an f32, so strings
-// must be shorter than 2^24 bytes.
-std::string broadcast_string(Communicator& comm, const std::string& s);
 
 }  // namespace tandem::comm

@@ -8,6 +8,7 @@
 // val-NNNNNN.bin (io/token_shards.h).
 #pragma once
 
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -29,5 +30,13 @@ int data_vocab_size(const std::string& data);
 // fingerprint is the first 64 bits of the SHA-256 of shards.json, which names every shard's
 // SHA-256. Every mismatch is a UserError naming the file.
 Corpus load_shard_corpus(const std::string& dir);
+
+// The corpus `data` names (a shard folder, a text file split by `validation_fraction`, or, when
+// empty, the synthetic corpus of `synthetic_bytes`, 0 for the default), built once a process:
+// the same object for every call with the same three arguments while it stays cached (the
+// synthetic corpus takes a moment to generate; a file is read once), so that in-process ranks
+// share one copy.
+std::shared_ptr<const Corpus> shared_corpus(const std::string& data, size_t synthetic_bytes,
+                                            double validation_fraction);
 
 }  // namespace tandem::data

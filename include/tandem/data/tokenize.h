@@ -1,6 +1,6 @@
 // `tandem tokenize`: text files (a file, a list, or folders searched recursively) encoded into a
 // folder of token shards (data/token_corpus.h) with a SentencePiece BPE tokenizer trained on
-// them or loaded from a .model file, or a Hugging Face GPT-2 tokenizer.json. The last
+// them or loaded from a .model file, or a Hugging Face GPT-2 or Llama 3 tokenizer.json. The last
 // `validation_fraction` of the text (cut at a line start) becomes the validation shards. Encoding
 // runs on every core, the output the same for any thread count; the folder appears whole at the end
 // or not at all.
@@ -21,7 +21,7 @@ inline constexpr int64_t kDefaultShardTokens = 100'000'000;
 struct TokenizeConfig {
   std::vector<std::string> inputs;  // text files and folders
   std::string output_dir;           // must not exist, or be empty
-  std::string tokenizer;            // a SentencePiece .model or GPT-2 tokenizer.json; empty: train
+  std::string tokenizer;            // a SentencePiece .model or tokenizer.json; empty: train
   int vocab_size = kDefaultTokenizerVocab;
   double validation_fraction = kDefaultValidationFraction;
   int64_t shard_tokens = kDefaultShardTokens;

@@ -1,8 +1,8 @@
 // A subword tokenizer that encodes text to token ids and decodes them back: a SentencePiece BPE
-// model, trained on text files or loaded from a .model file, or GPT-2's byte-level BPE loaded from
-// a Hugging Face tokenizer.json. Trained models use byte fallback and no normalisation, and
-// byte-level BPE encodes bytes, so every input encodes and decode(encode(text)) == text for UTF-8
-// text.
+// model, trained on text files or loaded from a .model file, or GPT-2's or Llama 3's byte-level
+// BPE loaded from a Hugging Face tokenizer.json. Trained models use byte fallback and no
+// normalisation, and byte-level BPE encodes bytes, so every input encodes and
+// decode(encode(text)) == text for UTF-8 text without special tokens written in it.
 #pragma once
 
 #include <cstdint>
@@ -15,9 +15,9 @@ namespace tandem::data {
 
 class Tokenizer {
  public:
-  // Loads a Hugging Face tokenizer.json of GPT-2's byte-level BPE (a path ending in .json) or a
-  // SentencePiece .model file (any other path). A missing or malformed file, or a tokenizer.json
-  // of another kind, is a UserError naming it.
+  // Loads a Hugging Face tokenizer.json of GPT-2's or Llama 3's byte-level BPE (a path ending in
+  // .json) or a SentencePiece .model file (any other path). A missing or malformed file, or a
+  // tokenizer.json of another kind, is a UserError naming it.
   static Tokenizer load(const std::string& path);
   // Trains a BPE model of `vocab_size` pieces on the lines of `files` (read once; at most
   // kMaxTrainingLines of them sampled) with `threads` threads. A vocabulary the text cannot fill,
@@ -30,7 +30,12 @@ class Tokenizer {
 
   int vocab_size() const;
   int eos_id() const;  // appended after each document; decodes to nothing (-1: the model has none)
-  // Thread-safe: encoders run on every core at once.
+  // Put before each document, as a tokenizer.json's post-processor says (Llama 3's
+  // <|begin_of_text|>); decodes to nothing (-1: none, as for SentencePiece models).
+  int bos_id() const;
+  // Thread-safe: encoders run on every core at once. A tokenizer.json's added tokens written in
+  // the text (<|end_of_text|>) are encoded as those tokens, as Hugging Face's tokenizers does; no
+  // bos is added (bos_id() says which to put before a document).
   std::vector<int32_t> encode(std::string_view text) const;
   std::string decode(const std::vector<int32_t>& ids) const;
   // Whether encode hands SentencePiece a line at a time (the same ids, faster; see tokenizer.cc).

@@ -60,6 +60,13 @@ class TraceRecorder {
     return Span(this, rank, stream, name);
   }
 
+  // Another recorder's complete events (its json(), its origin() in nanoseconds of the same
+  // steady clock) re-recorded on this one's origin: one process's trace from another's, so that
+  // one file shows every rank (across machines the shift is only as good as their clocks).
+  void merge(const std::string& their_json, int64_t their_origin_ns);
+  // origin() in nanoseconds since the steady clock's epoch: what merge() takes.
+  int64_t origin_ns() const;
+
   size_t event_count() const;
   // {"traceEvents": [...], "displayTimeUnit": "ms"}: metadata events first, then complete events
   // ordered by (rank, row, start time).

@@ -34,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "tandem/comm/communicator.h"
 #include "tandem/ooc/slow_tier.h"
 #include "tandem/train/train_config.h"
 
@@ -80,6 +81,12 @@ int gather_ahead_for(double gather_s, double block_s, int blocks);
 // cfg.gather_ahead_choice saying how many and why ("gathers 2 blocks ahead (--gather-ahead auto:
 // a gather 3.10 ms, a block's forward 1.80 ms)"). Otherwise nothing.
 void choose_gather_ahead(TrainConfig& cfg, const Rates& rates);
+
+// The run's --gather-ahead resolved (choose_gather_ahead), the rates measured for auto. Under MPI
+// (`world` given) rank 0 measures and decides and every process that asked for auto takes its
+// choice; every process joins whatever its flags (the agreement check that follows compares
+// them).
+TrainConfig resolve_gather_ahead(const TrainConfig& asked, comm::Communicator* world);
 
 // A configuration that fits, and its prediction. Times in seconds a step.
 struct GridOption {

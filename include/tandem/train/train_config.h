@@ -101,6 +101,9 @@ struct TrainConfig {
   // `tandem train --grid auto`: the plan's choice of grid and why (grid_plan.h), printed among
   // the start-up lines ("" otherwise).
   std::string grid_choice;
+  // Where lr came from when --lr was not given ("--model gpt2's", "the default for d_model
+  // 256"), printed among the start-up lines ("" otherwise).
+  std::string lr_choice;
   // `tandem plan`: profile and plan, print the plan's report (and write its predicted timeline to
   // trace_path), train nothing.
   bool plan_only = false;
@@ -110,5 +113,16 @@ struct TrainConfig {
   // The micro-batch count a step uses.
   int micro_batch_count() const;
 };
+
+// The default peak learning rate of a model `d_model` wide: 3e-3 up to 128, then falling as
+// 1 / width (0.384 / d_model), as the learning rates published for GPT-3's sizes do (6e-4 at 768,
+// 2e-4 at 2048, where this gives 5e-4 and 1.9e-4): wide models diverge at a narrow one's rate.
+inline double width_learning_rate(int d_model) {
+  return std::min(3e-3, 0.384 / static_cast<double>(std::max(d_model, 1)));
+}
+
+// The learning rate of step `step` (0-based): linear warm-up to the peak, then cosine decay to
+// lr * min_lr_ratio at the last step; a function of the step alone, so a resumed run follows it.
+double learning_rate(const TrainConfig& config, int64_t step);
 
 }  // namespace tandem::train

@@ -1,10 +1,10 @@
-// The training loop of `tandem train`: a GPT-2 model trained on a byte corpus over a dp x tp x pp
-// grid of ranks (threads of this process, or MPI processes), with AdamW or LAMB applied by the
+// The training loop of `tandem train`: a GPT-2 or Llama model trained on a corpus over a dp x tp x
+// pp grid of ranks (threads of this process, or MPI processes), with AdamW or LAMB applied by the
 // data-parallel optimizer program, periodic validation, checkpoints that resume exactly, JSON-line
 // metrics, a Chrome trace and a progress display. Including this header also brings the run's
-// config (train_config.h), its learning-rate schedule (lr_schedule.h) and the pieces `tandem
-// eval` and `tandem sample` share with it: model configs as JSON (model_config.h) and a
-// checkpoint's whole model and its loss over a text (evaluate.h).
+// config and its learning-rate schedule (train_config.h) and the pieces `tandem eval` and `tandem
+// sample` share with it: model configs as JSON (model_config.h) and a checkpoint's whole model and
+// its loss over a text (evaluate.h).
 //
 // A step: every data-parallel rank draws its rows of the global batch from the counter-based
 // sampler (rows [d B/dp, (d+1) B/dp) of step s), splits them into micro-batches, runs them
@@ -37,7 +37,6 @@
 #include "tandem/comm/communicator.h"
 #include "tandem/io/trace.h"
 #include "tandem/train/evaluate.h"
-#include "tandem/train/lr_schedule.h"
 #include "tandem/train/model_config.h"
 #include "tandem/train/train_config.h"
 

@@ -26,7 +26,7 @@ std::string refusal(const ScratchDir& dir, const std::function<void(nlohmann::js
 
 std::string unsupported(const ScratchDir& dir, const std::string& what) {
   return "tokenizer '" + dir.path("tokenizer.json") + "' is not supported: " + what +
-         "; tandem reads Hugging Face tokenizer.json files of GPT-2's byte-level BPE";
+         "; tandem reads Hugging Face tokenizer.json files of GPT-2's or Llama 3's byte-level BPE";
 }
 
 std::string malformed(const ScratchDir& dir, const std::string& what) {
@@ -75,14 +75,18 @@ TEST(HfTokenizerErrors, AnotherKindOfTokenizer) {
                     [](auto& j) {
                       j["normalizer"] = {{"type", "NFC"}};
                     }),
-            unsupported(dir, "its normalizer is NFC (GPT-2's has none)"));
+            unsupported(dir, "its normalizer is NFC (GPT-2's and Llama 3's have none)"));
   EXPECT_EQ(refusal(dir,
                     [](auto& j) {
                       j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "▁"}};
                     }),
-            unsupported(dir, "its pre-tokenizer is Metaspace, not ByteLevel"));
+            unsupported(dir,
+                        "its pre-tokenizer is Metaspace, not ByteLevel or a Sequence of Split and "
+                        "ByteLevel"));
   EXPECT_EQ(refusal(dir, [](auto& j) { j["pre_tokenizer"] = nullptr; }),
-            unsupported(dir, "it has no pre-tokenizer (GPT-2's is ByteLevel)"));
+            unsupported(dir,
+                        "it has no pre-tokenizer (GPT-2's is ByteLevel; Llama 3's a Sequence of "
+                        "Split and ByteLevel)"));
   EXPECT_EQ(refusal(dir, [](auto& j) { j["pre_tokenizer"]["add_prefix_space"] = true; }),
             unsupported(dir, "its ByteLevel pre-tokenizer sets add_prefix_space"));
   EXPECT_EQ(refusal(dir, [](auto& j) { j["pre_tokenizer"]["use_regex"] = false; }),

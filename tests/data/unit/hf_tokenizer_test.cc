@@ -132,11 +132,15 @@ TEST_F(HfTokenizer, NonAsciiText) {
 
 TEST_F(HfTokenizer, EndOfTextIsSpecial) {
   const int32_t eos = tok_->eos_id();
-  // Appended between documents, it decodes to nothing; in text it is only text.
+  // Appended between documents, it decodes to nothing; written in the text it is that token, as
+  // Hugging Face's tokenizers encodes it (an added token is matched before the text is cut into
+  // words), so the text around it is encoded apart.
   EXPECT_EQ(tok_->decode(ids_of({"t", "he", "<|endoftext|>", "Ġcat"})), "the cat");
-  const std::vector<int32_t> literal = encode("<|endoftext|>");
-  EXPECT_EQ(std::count(literal.begin(), literal.end(), eos), 0);
-  EXPECT_EQ(tok_->decode(literal), "<|endoftext|>");
+  EXPECT_EQ(encode("the<|endoftext|> cat"), ids_of({"t", "he", "<|endoftext|>", "Ġcat"}));
+  EXPECT_EQ(encode("<|endoftext|><|endoftext|>"), std::vector<int32_t>(2, eos));
+  EXPECT_EQ(encode("a<|endoftext|"),
+            ids_of({"a", "<", "|", "e", "n", "d", "o", "f", "t", "e", "x", "t", "|"}));
+  EXPECT_EQ(tok_->decode(encode("x<|endoftext|>y")), "xy");
   EXPECT_EQ(testing::user_error_of([&] { tok_->decode({eos + 1}); }),
             "token id 275 is outside the tokenizer's vocabulary of 275 tokens");
 }

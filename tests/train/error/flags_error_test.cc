@@ -89,6 +89,28 @@ TEST(Flags, LlamaFieldsAreNamedByTheirFlags) {
   }
 }
 
+// Without --lr: a preset's own rate at its own width, else the width's, else a resumed run's; the
+// start-up lines say which.
+TEST(Flags, TheLearningRateFollowsThePresetTheWidthAndTheCheckpoint) {
+  const std::string small = "train --dp 1 --tp 1 --quiet --seq-len 16 --batch 2 ";
+  const std::string run = small + "--steps 0 ";
+  auto r = run_tandem(run + "--model tiny");
+  EXPECT_THAT(r.output, HasSubstr("learning rate 0.003 (the default for d_model 64), warm-up 30 "
+                                  "steps, cosine decay to 0.0003\n"));
+  r = run_tandem(run + "--model tiny --d-model 256 --heads 4");
+  EXPECT_THAT(r.output, HasSubstr("learning rate 0.0015 (the default for d_model 256)"));
+  r = run_tandem(run + "--model gpt2 --layers 1");
+  EXPECT_THAT(r.output, HasSubstr("learning rate 0.0006 (--model gpt2's), warm-up 100 steps"));
+  r = run_tandem(run + "--model gpt2 --layers 1 --d-model 96 --heads 2 --lr 1e-3 --warmup 5");
+  EXPECT_THAT(r.output, HasSubstr("learning rate 0.001, warm-up 5 steps,"));
+  ScratchDir dir;
+  r = run_tandem(small + "--model tiny --steps 1 --lr 2e-3 --warmup 7 --save " + dir.path("ck"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  r = run_tandem(small + "--steps 2 --resume " + dir.path("ck"));
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("learning rate 0.002 (the checkpoint's), warm-up 7 steps"));
+}
+
 TEST(Flags, ShardNamesItsChoices) {
   const auto r = run_tandem("train --shard zero");
   EXPECT_EQ(r.status, 1);

@@ -1,5 +1,5 @@
 // The progress display: a redrawn status line on a terminal, periodic plain lines elsewhere.
-#include "tandem/train/progress.h"
+#include "tandem/io/progress.h"
 
 #include <fmt/format.h>
 
@@ -9,7 +9,7 @@
 
 #include "tandem/io/console.h"
 
-namespace tandem::train {
+namespace tandem::io {
 
 namespace {
 double steady_seconds() {
@@ -98,4 +98,4 @@ void Progress::finish() {
   line_open_ = false;
 }
 
-}  // namespace tandem::train
+}  // namespace tandem::io

@@ -10,7 +10,7 @@
 #include <ostream>
 #include <string>
 
-namespace tandem::train {
+namespace tandem::io {
 
 struct ProgressOptions {
   bool terminal = false;
@@ -54,4 +54,4 @@ class Progress {
   bool line_open_ = false;  // terminal: a status line is on screen without its newline
 };
 
-}  // namespace tandem::train
+}  // namespace tandem::io

@@ -1,12 +1,12 @@
 // The progress display as a user sees it: exact lines on a log, the redrawn line on a terminal,
 // redraw throttling, ETA, and messages that do not garble the bar.
-#include "tandem/train/progress.h"
+#include "tandem/io/progress.h"
 
 #include <gtest/gtest.h>
 
 #include <sstream>
 
-namespace tandem::train {
+namespace tandem::io {
 namespace {
 
 struct FakeClock {
@@ -104,4 +104,4 @@ TEST(Progress, PlainMessagesAreOrdinaryLines) {
 }
 
 }  // namespace
-}  // namespace tandem::train
+}  // namespace tandem::io

@@ -1,6 +1,6 @@
 // The handlers: async-signal-safe (an atomic flag, write(2), and for a second signal the default
 // action re-raised).
-#include "stop_signal.h"
+#include "tandem/core/stop_signal.h"
 
 #include <unistd.h>
 
@@ -8,10 +8,12 @@
 #include <csignal>
 #include <cstring>
 
-namespace tandem::train::detail {
+namespace tandem {
 namespace {
 
 std::atomic<int> g_received{0};
+const char* g_who = "";
+const char* g_point = "";
 struct sigaction g_old_term, g_old_int;
 
 void on_signal(int sig) {
@@ -24,17 +26,24 @@ void on_signal(int sig) {
     raise(sig);
     return;
   }
-  const char* msg = sig == SIGINT
-                        ? "\ntandem train: SIGINT: stopping after this step (again: stop at once)\n"
-                        : "tandem train: SIGTERM: stopping after this step (again: stop at once)\n";
-  const ssize_t ignored = write(STDERR_FILENO, msg, std::strlen(msg));
-  (void)ignored;
+  // write(2) piece by piece: formatting is not async-signal-safe.
+  auto say = [](const char* text) {
+    const ssize_t ignored = write(STDERR_FILENO, text, std::strlen(text));
+    (void)ignored;
+  };
+  if (sig == SIGINT) say("\n");
+  say(g_who);
+  say(sig == SIGINT ? ": SIGINT: stopping after " : ": SIGTERM: stopping after ");
+  say(g_point);
+  say(" (again: stop at once)\n");
 }
 
 }  // namespace
 
-StopSignals::StopSignals() {
+StopSignals::StopSignals(const char* who, const char* point) {
   g_received = 0;
+  g_who = who;
+  g_point = point;
   struct sigaction sa {};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
@@ -50,4 +59,4 @@ StopSignals::~StopSignals() {
 
 int StopSignals::received() { return g_received.load(); }
 
-}  // namespace tandem::train::detail
+}  // namespace tandem
