@@ -294,10 +294,13 @@ HfExport export_hf(const std::string& checkpoint, const std::string& out_dir,
   check_export_folder(out_dir);
 
   const std::string tok_name = tok.path.empty() ? "" : io::hf_tokenizer_file_name(tok.path);
-  std::optional<int> eos;
-  if (tok_name == "tokenizer.model") {
-    const int id = data::Tokenizer::load(tok.path).eos_id();
-    if (id >= 0) eos = id;
+  // The tokenizer's end-of-text (and, for Llama, document-start) ids, where it has them: a
+  // SentencePiece model's, or for Llama also a tokenizer.json's (Llama 3's).
+  std::optional<int> eos, bos;
+  if (tok_name == "tokenizer.model" || (c.llama() && !tok_name.empty())) {
+    const data::Tokenizer t = data::Tokenizer::load(tok.path);
+    if (t.eos_id() >= 0) eos = t.eos_id();
+    if (t.bos_id() >= 0) bos = t.bos_id();
   }
   nlohmann::json config_json;
   if (c.llama()) {
@@ -319,6 +322,7 @@ HfExport export_hf(const std::string& checkpoint, const std::string& out_dir,
     }
     h.tie_word_embeddings = c.tie_embeddings;
     h.eos_token_id = eos;
+    h.bos_token_id = bos;
     config_json = io::hf_llama_config_json(h);
   } else {
     io::HfGpt2Config h;

@@ -330,6 +330,7 @@ TEST(HfLlamaExport, CopiesTheTokenizerAndInitFromChecksIt) {
   const auto cfg = nlohmann::json::parse(testing::read_bytes(hf + "/config.json"));
   EXPECT_EQ(cfg["vocab_size"], c.model.vocab_size);
   EXPECT_EQ(cfg["eos_token_id"], data::Tokenizer::load(hf + "/tokenizer.model").eos_id());
+  EXPECT_TRUE(cfg["bos_token_id"].is_null());  // SentencePiece models put none before documents
   TrainConfig init = c;
   init.save_dir.clear();
   init.steps = 0;
@@ -342,6 +343,41 @@ TEST(HfLlamaExport, CopiesTheTokenizerAndInitFromChecksIt) {
                 .find("the tokenizer '" + hf + "/tokenizer.model' is not the one --data '" +
                       dir.path("shards") + "' was encoded with"),
             std::string::npos);
+}
+
+// Shards encoded with Llama 3's tokenizer.json (tests/data/llama3/): the export carries it as
+// tokenizer.json, with its <|begin_of_text|> and <|end_of_text|> ids in config.json.
+TEST(HfLlamaExport, CarriesALlama3TokenizerJsonAndItsIds) {
+  ScratchDir dir;
+  testing::write_corpus(dir);
+  const std::string json = std::string(TANDEM_SOURCE_DIR) + "/tests/data/llama3/tokenizer.json";
+  const auto r = tandem::testing::run_tandem(
+      fmt::format("tokenize '{}' --out '{}' --tokenizer '{}' --threads 2 --quiet",
+                  dir.path("corpus"), dir.path("shards"), json));
+  ASSERT_EQ(r.status, 0) << r.output;
+  TrainConfig c = llama_run(kVariants[0], 1);
+  c.data = dir.path("shards");
+  c.model.vocab_size = data::data_vocab_size(c.data);
+  c.save_dir = dir.path("ck");
+  train(c);
+  const std::string hf = dir.path("hf");
+  export_hf(c.save_dir, hf);
+  EXPECT_EQ(dir.list("hf"),
+            (std::vector<std::string>{"config.json", "model.safetensors", "tokenizer.json"}));
+  EXPECT_EQ(testing::read_bytes(hf + "/tokenizer.json"), testing::read_bytes(json));
+  const data::Tokenizer t = data::Tokenizer::load(json);
+  ASSERT_GE(t.bos_id(), 0);
+  ASSERT_GE(t.eos_id(), 0);
+  const auto cfg = nlohmann::json::parse(testing::read_bytes(hf + "/config.json"));
+  EXPECT_EQ(cfg["bos_token_id"], t.bos_id());
+  EXPECT_EQ(cfg["eos_token_id"], t.eos_id());
+  TrainConfig init = c;
+  init.save_dir.clear();
+  init.steps = 0;
+  init.init_from = hf;
+  init.keep_weights = true;
+  EXPECT_EQ(train(init).weights,
+            llama_checkpoint_weights(io::resolve_checkpoint(c.save_dir), c.model));
 }
 
 // The python3 that can import torch: TANDEM_PYTHON, the one on PATH, else Debian's.
