@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -22,7 +23,7 @@
 #include "tandem/io/checkpoint.h"
 #include "tandem/ooc/bytes.h"
 #include "tandem/train/grid_plan.h"
-#include "tandem/train/hf_gpt2.h"
+#include "tandem/train/hf_folder.h"
 #include "tandem/train/memory_estimate.h"
 #include "tandem/train/trainer.h"
 
@@ -237,27 +238,38 @@ CLI::Option* add_memory_flags(CLI::App* cmd, train::TrainConfig& c) {
   return tier;
 }
 
-// --init-from: the sizes the flags ask for (a --model preset's, or --layers etc.) must be the
+// --init-from: the block the flags ask for (a --model preset's, or --layers etc.) must be the
 // folder's config.json's, and its vocabulary the data's; --seq-len may be shorter than its
-// positions. Each disagreement names the flag and the file.
+// positions. Each disagreement names the flag and the file's field.
 void check_init_from_flags(const train::TrainConfig& cfg, const nn::GPTConfig& hf,
                            const std::string& preset_name, const SizeOptions& o) {
   const std::string file = (std::filesystem::path(cfg.init_from) / "config.json").string();
   const nn::GPTConfig& m = cfg.model;
-  auto agree = [&](const CLI::Option* flag, std::string_view name, int asked,
-                   std::string_view field, int has) {
-    if (asked == has) return;
+  const std::map<std::string_view, const CLI::Option*> option = {
+      {"--arch", o.arch},
+      {"--layers", o.layers},
+      {"--heads", o.heads},
+      {"--d-model", o.d_model},
+      {"--kv-heads", o.kv_heads},
+      {"--ffn", o.ffn},
+      {"--norm-eps", o.norm_eps},
+      {"--rope-theta", o.rope_theta},
+      {"--rope-scaling", o.rope_scaling},
+      {"--qkv-bias", o.qkv_bias},
+      {"--tie-embeddings", o.tie_embeddings}};
+  const std::vector<train::HfFieldDifference> differ = train::hf_block_differences(hf, m);
+  if (!differ.empty()) {
+    const train::HfFieldDifference& d = differ.front();
     const std::string by =
-        flag->count() > 0 ? fmt::format("{} {}", name, asked)
-                          : fmt::format("--model {} ({} {})", preset_name, name.substr(2), asked);
-    user_error("{} disagrees with '{}', which has {} {}", by, file, field, has);
-  };
-  agree(o.layers, "--layers", m.n_layers, "n_layer", hf.n_layers);
-  agree(o.heads, "--heads", m.n_heads, "n_head", hf.n_heads);
-  agree(o.d_model, "--d-model", m.d_model, "n_embd", hf.d_model);
+        option.at(d.flag)->count() > 0
+            ? fmt::format("{} {}", d.flag, d.run_value)
+            : fmt::format("--model {} ({} {})", preset_name, d.flag.substr(2), d.run_value);
+    user_error("{} disagrees with '{}', which has {} {}", by, file, d.field, d.folder_value);
+  }
+  const train::HfFieldNames f = train::hf_field_names(hf.arch);
   if (m.seq_len > hf.max_positions)
-    user_error("--seq-len {} disagrees with '{}', which has n_positions {}: at most {}", m.seq_len,
-               file, hf.max_positions, hf.max_positions);
+    user_error("--seq-len {} disagrees with '{}', which has {} {}: at most {}", m.seq_len, file,
+               f.positions, hf.max_positions, hf.max_positions);
   if (m.vocab_size != hf.vocab_size)
     user_error(
         "the vocabulary of {} ({} tokens) disagrees with '{}', which has vocab_size {}: train on "
@@ -355,11 +367,6 @@ train::TrainConfig config_of(const TrainFlags& flags, const SizeOptions& o, cons
   if (!from_checkpoint) m.max_positions = m.seq_len;
   m.dropout = dropout;
   m.vocab_size = data::data_vocab_size(cfg.data);
-  if (hf && m.llama())
-    user_error(
-        "--init-from '{}' is a GPT-2 folder and this run's model is Llama's ({}): reading "
-        "Hugging Face Llama folders is not implemented yet",
-        cfg.init_from, o.arch->count() > 0 ? "--arch llama" : "--model " + flags.model);
   if (hf) check_init_from_flags(cfg, *hf, flags.model, o);
   cfg.batch = o.batch->count() ? flags.batch : p.batch;
   // The peak learning rate and warm-up: the flags', else a resumed run's, else the preset's (its

@@ -43,9 +43,16 @@ std::string some_names(const std::vector<std::string>& names, size_t most = 6) {
 void check_tensor_names(const std::vector<std::string>& names, const nn::GPTConfig& c,
                         const std::vector<std::string>& prefixes, const std::string& file,
                         std::string_view why) {
-  std::set<std::string, std::less<>> want;
+  std::vector<std::string> want;
   for (const std::string& prefix : prefixes)
-    for (const nn::ParamSpec& s : nn::gpt_parameter_specs(c)) want.insert(prefix + s.name);
+    for (const nn::ParamSpec& s : nn::gpt_parameter_specs(c)) want.push_back(prefix + s.name);
+  check_tensor_names(names, want, c, file, why);
+}
+
+void check_tensor_names(const std::vector<std::string>& names,
+                        const std::vector<std::string>& wanted, const nn::GPTConfig& c,
+                        const std::string& file, std::string_view why) {
+  const std::set<std::string, std::less<>> want(wanted.begin(), wanted.end());
   std::map<std::string, std::string, std::less<>> have;  // the name now -> the name in the file
   std::vector<std::string> extra;
   for (const std::string& name : names) {

@@ -1,5 +1,5 @@
-// A checkpoint file's named tensors (Hugging Face's GPT-2 names) checked against the model, and
-// read one at a time into a float buffer. Internal to train/.
+// A checkpoint file's named tensors (GPT-2's names, tandem's for both families) checked against the
+// model, and read one at a time into a float buffer. Internal to train/.
 #pragma once
 
 #include <map>
@@ -26,12 +26,17 @@ void check_tensor_names(
     const std::vector<std::string>& prefixes, const std::string& file,
     std::string_view why = "the weights and meta.json come from different models");
 
+// The same against the names `want` (a Hugging Face folder's, as train/hf_folder.cc lays them
+// out), `file` naming what holds them.
+void check_tensor_names(const std::vector<std::string>& names, const std::vector<std::string>& want,
+                        const nn::GPTConfig& c, const std::string& file, std::string_view why);
+
 // The tensors a checkpoint file holds for the model: each parameter under each prefix, f32.
 std::vector<io::TensorSpec> checkpoint_specs(const nn::GPTConfig& c,
                                              const std::vector<std::string>& prefixes);
 
 // A checkpoint file's tensors by the model's names (prefix + parameter name), each file name read
-// as `model_name` maps it (a Hugging Face file: io::hf_gpt2_canonical_name).
+// as `model_name` maps it.
 class CheckpointTensors {
  public:
   using NameMap = std::string (*)(std::string_view);

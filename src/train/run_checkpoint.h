@@ -11,6 +11,7 @@
 #include "checkpoint_tensors.h"
 #include "tandem/data/data.h"
 #include "tandem/io/checkpoint.h"
+#include "tandem/io/hf_folder.h"
 #include "tandem/parallel/state_streamer.h"
 #include "tandem/train/trainer.h"
 
@@ -24,9 +25,9 @@ struct ResumeState {
   std::string folder;  // the checkpoint read: a series' step folder, or resume_dir itself
   std::shared_ptr<const io::CheckpointReader> reader;
   std::vector<std::string> warnings;  // the data, batch or seed differ from the original run's
-  // --init-from: the Hugging Face folder's model.safetensors (and no reader); the run starts at
-  // step 0 with a fresh optimizer.
-  std::shared_ptr<const io::SafetensorsReader> init_weights;
+  // --init-from: the Hugging Face folder's weights (and no reader); the run starts at step 0 with
+  // a fresh optimizer.
+  std::shared_ptr<const io::HfWeights> init_weights;
 };
 
 namespace detail {
@@ -51,7 +52,7 @@ SaveResult save_state(const TrainConfig& config, const data::Corpus& corpus, int
 void restore_state(const ResumeState& resume, const parallel::ParallelGPT& model,
                    parallel::DataParallelOptimizer& opt);
 
-// --init-from (src/train/hf_gpt2.cc): the Hugging Face folder's config.json, tensor names and
+// --init-from (src/train/hf_folder.cc): the Hugging Face folder's config.json, tensor names and
 // tokenizer checked against the run, as prepare_resume checks a checkpoint.
 std::shared_ptr<const ResumeState> prepare_init(const TrainConfig& config);
 // This rank's weights from the folder `init` opened, as restore_state restores a checkpoint's;

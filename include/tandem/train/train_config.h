@@ -59,7 +59,7 @@ struct TrainConfig {
   int64_t save_every = 0;
   int keep_checkpoints = 2;
   std::string resume_dir;  // continue from this checkpoint, or a series' latest
-  // Start from the weights of this Hugging Face GPT-2 folder (train/hf_gpt2.h): step 0, a fresh
+  // Start from the weights of this Hugging Face folder (train/hf_folder.h): step 0, a fresh
   // optimizer; the model must be the folder's config.json's.
   std::string init_from;
 

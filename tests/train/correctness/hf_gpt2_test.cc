@@ -3,8 +3,6 @@
 // (--init-from) holds the same weights bit for bit on any grid; the hub's older layout loads too;
 // and, where PyTorch is installed, an independent GPT-2 forward (tests/train/hf_gpt2_forward.py)
 // reading the export reproduces tandem's logits.
-#include "tandem/io/hf_gpt2.h"
-
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -18,9 +16,10 @@
 #include "tandem/data/tokenizer.h"
 #include "tandem/io/checkpoint.h"
 #include "tandem/io/checkpoint_series.h"
+#include "tandem/io/hf_folder.h"
 #include "tandem/io/safetensors.h"
 #include "tandem/train/evaluate.h"
-#include "tandem/train/hf_gpt2.h"
+#include "tandem/train/hf_folder.h"
 #include "train/test_util.h"
 #include "train/token_test_util.h"
 
@@ -44,7 +43,7 @@ Exported export_tiny(const ScratchDir& dir, int64_t steps = 3) {
   train(e.config);
   e.checkpoint = io::resolve_checkpoint(e.config.save_dir);
   e.folder = dir.path("hf");
-  export_hf_gpt2(e.config.save_dir, e.folder);
+  export_hf(e.config.save_dir, e.folder);
   return e;
 }
 
@@ -105,14 +104,14 @@ TEST(HfGpt2Export, ReplacesAPreviousExportWholeAndLeavesItOnAFailedWrite) {
   more.steps = 5;
   more.resume_dir = e.config.save_dir;
   train(more);
-  export_hf_gpt2(e.config.save_dir, e.folder);
+  export_hf(e.config.save_dir, e.folder);
   const std::string after = testing::read_bytes(e.folder + "/model.safetensors");
   EXPECT_NE(after, before);
   // A write that fails half-way (a full disk, here a file-size limit) leaves the last export.
   std::string message;
   {
     const testing::FileSizeLimit limit(4096);
-    message = testing::user_error_of([&] { export_hf_gpt2(dir.path("ckpt"), e.folder); });
+    message = testing::user_error_of([&] { export_hf(dir.path("ckpt"), e.folder); });
   }
   EXPECT_NE(message.find("the previous contents of '" + e.folder + "' are unchanged"),
             std::string::npos)
@@ -202,7 +201,7 @@ TEST(HfGpt2Export, CopiesTheTokenizerAndInitFromChecksIt) {
   c.save_dir = dir.path("ck");
   train(c);
   const std::string hf = dir.path("hf");
-  export_hf_gpt2(c.save_dir, hf);
+  export_hf(c.save_dir, hf);
   EXPECT_EQ(dir.list("hf"),
             (std::vector<std::string>{"config.json", "model.safetensors", "tokenizer.model"}));
   EXPECT_EQ(testing::read_bytes(hf + "/tokenizer.model"),

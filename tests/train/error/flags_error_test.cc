@@ -89,22 +89,6 @@ TEST(Flags, LlamaFieldsAreNamedByTheirFlags) {
   }
 }
 
-// What Llama cannot do yet is refused saying so: a Hugging Face export of its checkpoint.
-TEST(Flags, LlamaCheckpointsAreNotExportedAsGpt2Folders) {
-  testing::ScratchDir dir;
-  const auto saved = run_tandem(
-      "train --arch llama --layers 1 --d-model 32 --heads 2 --dp 1 --tp 1 "
-      "--steps 0 --quiet --save " +
-      dir.path("ck"));
-  ASSERT_EQ(saved.status, 0) << saved.output;
-  const auto r =
-      run_tandem("export --checkpoint " + dir.path("ck") + " --format hf --out " + dir.path("hf"));
-  EXPECT_EQ(r.status, 1);
-  EXPECT_THAT(r.output, HasSubstr("holds a Llama model; --format hf writes GPT-2 folders only so "
-                                  "far (a Llama folder's export is not implemented yet)"));
-  EXPECT_FALSE(std::filesystem::exists(dir.path("hf")));
-}
-
 // Without --lr: a preset's own rate at its own width, else the width's, else a resumed run's; the
 // start-up lines say which.
 TEST(Flags, TheLearningRateFollowsThePresetTheWidthAndTheCheckpoint) {

@@ -1,6 +1,7 @@
-// Bad Hugging Face GPT-2 folders and flags: each is refused with one message naming the file and
-// the tensor or field, before any rank starts where the headers tell (names, shapes, config), and
-// on every rank together where only the data does (an untied LM head).
+// Bad Hugging Face GPT-2 folders and flags (Llama's: hf_llama_error_test.cc): each is refused with
+// one message naming the file and the tensor or field, before any rank starts where the headers
+// tell (names, shapes, config), and on every rank together where only the data does (an untied LM
+// head).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -9,7 +10,7 @@
 #include "support/cli.h"
 #include "tandem/io/checkpoint_series.h"
 #include "tandem/io/safetensors.h"
-#include "tandem/train/hf_gpt2.h"
+#include "tandem/train/hf_folder.h"
 #include "train/test_util.h"
 
 namespace tandem::train {
@@ -24,7 +25,7 @@ std::string exported(const ScratchDir& dir) {
   TrainConfig c = testing::tiny_run(1);
   c.save_dir = dir.path("ckpt");
   train(c);
-  export_hf_gpt2(c.save_dir, dir.path("hf"));
+  export_hf(c.save_dir, dir.path("hf"));
   return dir.path("hf");
 }
 
@@ -58,8 +59,9 @@ TEST(HfGpt2Errors, MissingFolderAndFiles) {
   fs::remove(hf + "/model.safetensors");
   EXPECT_EQ(user_error_of([&] { train(init_run(hf)); }),
             "Hugging Face folder '" + hf +
-                "' has no model.safetensors (tandem export --format hf writes one; save a "
-                "transformers model with save_pretrained(..., safe_serialization=True))");
+                "' has no model.safetensors (nor model.safetensors.index.json and its shards; "
+                "tandem export --format hf writes one; save a transformers model with "
+                "save_pretrained(..., safe_serialization=True))");
   fs::remove(hf + "/config.json");
   EXPECT_EQ(
       user_error_of([&] { train(init_run(hf)); }),
@@ -143,8 +145,10 @@ TEST(HfGpt2Errors, MalformedOrForeignConfigJson) {
        "'" + file + "' has no integer 'n_layer': it is not a GPT-2 config"},
       {[](nlohmann::json& j) { j["n_head"] = -2; },
        "'" + file + "': 'n_head' is -2; it must be a positive integer"},
-      {[](nlohmann::json& j) { j["model_type"] = "llama"; },
-       "'" + file + "' is a config of model_type \"llama\"; tandem reads GPT-2 models (\"gpt2\")"},
+      {[](nlohmann::json& j) { j["model_type"] = "mistral"; },
+       "'" + file +
+           "' is a config of model_type \"mistral\"; tandem reads GPT-2, Llama and Qwen2 models "
+           "(\"gpt2\", \"llama\", \"qwen2\")"},
       {[](nlohmann::json& j) { j["activation_function"] = "relu"; },
        "'" + file +
            "': 'activation_function' is \"relu\"; tandem's GPT-2 computes GELU's tanh "
@@ -188,7 +192,7 @@ TEST(HfGpt2Errors, ExportRefusesAFolderWithOtherFilesAndAnUnknownFormat) {
   exported(dir);
   fs::create_directories(dir.path("mine"));
   testing::write_bytes(dir.path("mine/notes.txt"), "keep me");
-  EXPECT_EQ(user_error_of([&] { export_hf_gpt2(dir.path("ckpt"), dir.path("mine")); }),
+  EXPECT_EQ(user_error_of([&] { export_hf(dir.path("ckpt"), dir.path("mine")); }),
             "--out '" + dir.path("mine") +
                 "' holds files an export does not write (notes.txt): the folder is replaced "
                 "whole, so give a new or empty folder");
@@ -196,7 +200,7 @@ TEST(HfGpt2Errors, ExportRefusesAFolderWithOtherFilesAndAnUnknownFormat) {
   const auto r = tandem::testing::run_tandem("export --format onnx --out '" + dir.path("x") +
                                              "' '" + dir.path("ckpt") + "'");
   EXPECT_EQ(r.status, 1);
-  EXPECT_NE(r.output.find("--format onnx: the formats are hf (a Hugging Face GPT-2 folder)"),
+  EXPECT_NE(r.output.find("--format onnx: the formats are hf (a Hugging Face folder)"),
             std::string::npos)
       << r.output;
   EXPECT_FALSE(fs::exists(dir.path("x")));
