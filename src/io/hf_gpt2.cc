@@ -8,6 +8,7 @@
 
 #include "tandem/core/error.h"
 #include "tandem/io/atomic_file.h"
+#include "tandem/io/json_file.h"
 
 namespace tandem::io {
 namespace {
@@ -31,14 +32,15 @@ struct Field {
     const bool fits = v.is_number_unsigned()
                           ? v.get<uint64_t>() >= 1 && v.get<uint64_t>() <= uint64_t{INT_MAX}
                           : v.get<int64_t>() >= 1 && v.get<int64_t>() <= INT_MAX;
-    if (!fits) user_error("'{}': '{}' is {}; it must be a positive integer", source, key, v.dump());
+    if (!fits)
+      user_error("'{}': '{}' is {}; it must be a positive integer", source, key, json_excerpt(v));
     return v.get<int>();
   }
 
   double number(const char* key, double fallback) const {
     if (!has(key)) return fallback;
     if (!j[key].is_number())
-      user_error("'{}': '{}' is {}, not a number", source, key, j[key].dump());
+      user_error("'{}': '{}' is {}, not a number", source, key, json_excerpt(j[key]));
     return j[key].get<double>();
   }
 
@@ -47,10 +49,10 @@ struct Field {
   void flag(const char* key, bool want, std::string_view what) const {
     if (!has(key)) return;
     if (!j[key].is_boolean())
-      user_error("'{}': '{}' is {}, not true or false", source, key, j[key].dump());
+      user_error("'{}': '{}' is {}, not true or false", source, key, json_excerpt(j[key]));
     if (j[key].get<bool>() != want)
       user_error("'{}': '{}' is {}; tandem's GPT-2 {}, so it must be {}", source, key,
-                 j[key].dump(), what, want);
+                 json_excerpt(j[key]), what, want);
   }
 };
 
@@ -92,7 +94,7 @@ HfGpt2Config hf_gpt2_config_from_json(const nlohmann::json& j, const std::string
     user_error("'{}' has no 'model_type': it is not a Hugging Face model config", source);
   if (j["model_type"] != "gpt2")
     user_error("'{}' is a config of model_type {}; tandem reads GPT-2 models (\"gpt2\")", source,
-               j["model_type"].dump());
+               json_excerpt(j["model_type"]));
   HfGpt2Config c;
   c.vocab_size = f.positive_int("vocab_size");
   c.n_positions = f.positive_int("n_positions");
@@ -107,12 +109,12 @@ HfGpt2Config hf_gpt2_config_from_json(const nlohmann::json& j, const std::string
       user_error(
           "'{}': 'activation_function' is {}; tandem's GPT-2 computes GELU's tanh "
           "approximation (\"gelu_new\")",
-          source, a.dump());
+          source, json_excerpt(a));
   }
   if (f.has("n_inner") &&
       (!j["n_inner"].is_number_integer() || j["n_inner"].get<int64_t>() != 4 * int64_t{c.n_embd}))
     user_error("'{}': 'n_inner' is {}; tandem's GPT-2 has an MLP of 4 n_embd ({}): null or {}",
-               source, j["n_inner"].dump(), 4 * int64_t{c.n_embd}, 4 * int64_t{c.n_embd});
+               source, json_excerpt(j["n_inner"]), 4 * int64_t{c.n_embd}, 4 * int64_t{c.n_embd});
   f.flag("tie_word_embeddings", true, "ties its LM head to wte");
   f.flag("scale_attn_weights", true, "scales attention by 1/sqrt(head size)");
   f.flag("scale_attn_by_inverse_layer_idx", false, "scales attention by 1/sqrt(head size) only");
@@ -128,7 +130,8 @@ HfGpt2Config hf_gpt2_config_from_json(const nlohmann::json& j, const std::string
   c.dropout = resid;
   if (f.has("eos_token_id")) {
     if (!j["eos_token_id"].is_number_integer())
-      user_error("'{}': 'eos_token_id' is {}, not an integer", source, j["eos_token_id"].dump());
+      user_error("'{}': 'eos_token_id' is {}, not an integer", source,
+                 json_excerpt(j["eos_token_id"]));
     c.eos_token_id = j["eos_token_id"].get<int>();
   }
   return c;
@@ -136,12 +139,8 @@ HfGpt2Config hf_gpt2_config_from_json(const nlohmann::json& j, const std::string
 
 HfGpt2Config read_hf_gpt2_config(const std::string& path) {
   const std::string text = read_file(path, "Hugging Face model config");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    user_error("'{}' is not JSON: {}", path, e.what());
-  }
+  // Nesting past kMaxJsonDepth is refused before anything recursive walks it.
+  const nlohmann::json j = parse_json(text, fmt::format("Hugging Face model config '{}'", path));
   return hf_gpt2_config_from_json(j, path);
 }
 
