@@ -50,10 +50,9 @@ struct EmitFlags {
 // Elements per value at which the check runs: small, so the reference's files stay small.
 constexpr int64_t kCheckElems = int64_t{1} << 16;
 
+// Through the atomic file: a link planted at the name is refused, never written through.
 void write_bytes(const fs::path& path, const void* data, size_t bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
-  if (!out) user_error("cannot write {}", path.string());
+  io::write_file_atomic(path.string(), std::string_view(static_cast<const char*>(data), bytes));
 }
 
 // check/np<N>/: what the emitted program loads and compares on N ranks: the sizes, scalars and

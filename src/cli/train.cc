@@ -439,7 +439,7 @@ void check_across_flags(const GridFlags& g, bool across, const std::string& need
       if (o != nullptr && o->count() > 0) user_error("{} needs {}", o->get_name(), needs);
     return;
   }
-  if (g.ranks < 1) user_error("--ranks {} must be at least 1", g.ranks);
+  train::check_plan_ranks(g.ranks);
   if (g.link_gbps && !(*g.link_gbps > 0 && std::isfinite(*g.link_gbps)))
     user_error("--link-gbps {} must be a positive number of Gbit/s", *g.link_gbps);
   for (const CLI::Option* o : chosen)

@@ -142,29 +142,21 @@ std::optional<std::string> read_private_file(const std::string& path) {
 }
 
 void write_private_file(const std::string& path, std::string_view contents, mode_t mode) {
-  const fs::path target(path);
-  std::string tmp =
-      (target.parent_path() / fmt::format(".{}.tmp-XXXXXX", target.filename().string())).string();
-  // mkostemp: a name nobody can predict, created with O_EXCL (never through a planted link).
-  const int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
-  if (fd < 0) user_error("cannot write the cache file '{}': {}", path, std::strerror(errno));
-  auto fail = [&](int err) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    user_error("cannot write the cache file '{}': {}", path, std::strerror(err));
-  };
-  if (::fchmod(fd, mode) != 0) fail(errno);
-  if (const IoResult r = write_all(fd, contents.data(), contents.size()); !r.ok()) fail(r.error);
-  if (::close(fd) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    user_error("cannot write the cache file '{}': {}", path, std::strerror(err));
+  // The one crash-safe writer (file_io.h): a temporary nobody can predict, created exclusively
+  // (never through a planted link), fsync'd and renamed over `path`.
+  ReplacementFile file;
+  int err = file.create(path, 0600);
+  if (err == 0 && ::fchmod(file.fd(), mode) != 0) err = errno;  // whatever the umask
+  if (err == 0) {
+    const IoResult r = write_all(file.fd(), contents.data(), contents.size());
+    if (!r.ok()) err = r.error;
   }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    user_error("cannot move the cache file into place at '{}': {}", path, std::strerror(err));
-  }
+  if (err == 0) err = file.commit();
+  if (err == ELOOP)
+    user_error("the cache file '{}' is a symbolic link, which tandem never makes; remove it", path);
+  if (err != 0 && file.renamed())
+    return;  // in place; only the folder's fsync failed: the file is whole, as a cache needs
+  if (err != 0) user_error("cannot write the cache file '{}': {}", path, std::strerror(err));
 }
 
 }  // namespace tandem

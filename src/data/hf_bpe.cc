@@ -12,6 +12,7 @@
 #include <queue>
 
 #include "tandem/core/error.h"
+#include "tandem/io/json_file.h"
 #include "unicode_classes.h"
 
 namespace tandem::data::detail {
@@ -121,13 +122,13 @@ void check_split(const json& p, const std::string& path) {
     unsupported(path,
                 fmt::format("its Split pre-tokenizer splits on the string {} (tandem implements "
                             "Llama 3's pattern only)",
-                            pattern["String"].dump()));
+                            io::json_excerpt(pattern["String"])));
   if (!pattern.is_object() || !pattern.contains("Regex") || !pattern["Regex"].is_string())
     unsupported(path, "its Split pre-tokenizer has no pattern {\"Regex\": ...}");
   if (const std::string regex = pattern["Regex"].get<std::string>(); regex != kLlama3Pattern)
     unsupported(path, fmt::format("its Split pre-tokenizer's pattern {} is not Llama 3's (tandem "
                                   "implements that one pattern)",
-                                  pattern["Regex"].dump()));
+                                  io::json_excerpt(pattern["Regex"])));
   const std::string behavior =
       p.contains("behavior") && p["behavior"].is_string() ? p["behavior"].get<std::string>() : "";
   if (behavior != "Isolated")
@@ -236,7 +237,7 @@ int template_bos(const json& j, const std::string& path,
         else
           before.push_back(words.back());
       } else {
-        words.push_back(item.dump());
+        words.push_back(io::json_excerpt(item));
         after = true;
       }
     }
@@ -281,7 +282,7 @@ std::pair<std::string, std::string> merge_pair(const json& merge, size_t index,
     return {merge[0].get<std::string>(), merge[1].get<std::string>()};
   }
   user_error("tokenizer '{}' is malformed: merge {} ({}) is not two tokens", path, index,
-             merge.dump());
+             io::json_excerpt(merge));
 }
 
 // nlohmann's message without its "[json.exception.parse_error.101] " prefix.
@@ -426,12 +427,9 @@ size_t llama3_word_end(std::string_view t, size_t i) {
 
 HfBpe::HfBpe(const std::string& text, const std::string& path)
     : cache_(std::make_unique<std::array<CacheShard, kCacheShards>>()) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::parse_error& e) {
-    user_error("tokenizer '{}' is not valid JSON: {}", path, reason(e));
-  }
+  // Nesting past io::kMaxJsonDepth is refused before anything recursive walks it.
+  const std::string file = fmt::format("tokenizer '{}'", path);
+  const json j = io::parse_json(text, file);
   pattern_ = check_kind(j, path);
   const json& m = j["model"];
   try {
@@ -463,10 +461,19 @@ HfBpe::HfBpe(const std::string& text, const std::string& path)
       slot = &it->first;
       special[static_cast<size_t>(id)] = special[static_cast<size_t>(id)] || is_special;
     };
-    for (const auto& [token, id] : m["vocab"].items()) assign(token, id.get<int64_t>(), false);
-    for (const json& a : added)
-      assign(a.at("content").get<std::string>(), a.at("id").get<int64_t>(),
-             a.value("special", false));
+    for (const auto& [token, id] : m["vocab"].items())
+      assign(token, io::json_int(id, file, fmt::format("model.vocab[\"{}\"]", token)), false);
+    // Each added token's fields, typed: a wrong type names the field.
+    for (size_t i = 0; i < added.size(); ++i) {
+      const json& a = added[i];
+      const std::string at = fmt::format("added_tokens[{}]", i);
+      io::json_object(a, file, at);
+      for (const char* flag : {"special", "single_word", "lstrip", "rstrip", "normalized"})
+        if (a.contains(flag)) io::json_bool(a[flag], file, io::json_field(at, flag));
+      const std::string content = io::json_field(at, "content"), id = io::json_field(at, "id");
+      assign(io::json_string(io::json_member(a, "content", file, content), file, content),
+             io::json_int(io::json_member(a, "id", file, id), file, id), a.value("special", false));
+    }
     // The end-of-text token: GPT-2's or Llama 3's.
     for (const char* eos : {"<|endoftext|>", "<|end_of_text|>"})
       if (const auto it = id_of.find(eos); it != id_of.end() && eos_id_ < 0) {
@@ -502,7 +509,8 @@ HfBpe::HfBpe(const std::string& text, const std::string& path)
       if (m["vocab"].contains(token))
         id_of_bytes_.emplace(bytes_of_id_[id], static_cast<int32_t>(id));
     }
-    ignore_merges_ = m.value("ignore_merges", false);
+    ignore_merges_ = m.contains("ignore_merges") &&
+                     io::json_bool(m["ignore_merges"], file, "model.ignore_merges");
     bos_id_ = template_bos(j, path, id_of);
     if (bos_id_ >= 0) bytes_of_id_[static_cast<size_t>(bos_id_)].clear();  // decodes to nothing
 

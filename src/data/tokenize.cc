@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -15,6 +16,7 @@
 #include <thread>
 
 #include "tandem/core/error.h"
+#include "tandem/core/file_io.h"
 #include "tandem/data/token_corpus.h"
 #include "tandem/data/tokenizer.h"
 #include "tandem/io/atomic_file.h"
@@ -184,13 +186,15 @@ class ShardSeries {
   uint64_t total_ = 0;
 };
 
-// The output folder is written as DIR.tmp-<pid> beside it and renamed at the end; destroyed
-// before then (an error), the temporary folder is removed and DIR never appears half written.
+// The output folder is written as DIR.tmp-<pid>-<random> beside it (a name drawn at random and made
+// exclusively: nothing planted beside DIR is written into) and renamed at the end; destroyed before
+// then (an error), the temporary folder is removed and DIR never appears half written.
 class OutputFolder {
  public:
   explicit OutputFolder(const std::string& dir) : dir_(fs::path(dir).lexically_normal()) {
     if (dir_.filename().empty()) dir_ = dir_.parent_path();
     std::error_code ec;
+    if (is_symlink(dir_.string())) refuse_symlink(dir, "output folder ");
     if (fs::exists(dir_, ec)) {
       if (!fs::is_directory(dir_, ec))
         user_error("output folder '{}' is a file; give a new or empty folder", dir);
@@ -200,11 +204,12 @@ class OutputFolder {
     const fs::path parent = dir_.parent_path().empty() ? fs::path(".") : dir_.parent_path();
     fs::create_directories(parent, ec);
     if (ec) user_error("cannot create output folder '{}': {}", dir, ec.message());
-    temp_ = parent / fmt::format("{}.tmp-{}", dir_.filename().string(), ::getpid());
-    fs::remove_all(temp_, ec);
-    if (!fs::create_directory(temp_, ec) || ec)
-      user_error("cannot write output folder '{}': {}", dir,
-                 ec ? ec.message() : std::string("it cannot be created"));
+    std::string temp;
+    if (create_unique_folder(parent.string(),
+                             fmt::format("{}.tmp-{}-", dir_.filename().string(), ::getpid()), 0755,
+                             temp) != 0)
+      user_error("cannot write output folder '{}': {}", dir, std::strerror(errno));
+    temp_ = temp;
   }
   ~OutputFolder() {
     std::error_code ec;
@@ -215,6 +220,7 @@ class OutputFolder {
   void commit() {
     io::fsync_folder(temp_.string());
     std::error_code ec;
+    if (is_symlink(dir_.string())) refuse_symlink(dir_.string(), "output folder ");
     if (fs::exists(dir_, ec)) fs::remove(dir_, ec);  // empty, checked above
     fs::rename(temp_, dir_, ec);
     if (ec) user_error("cannot write output folder '{}': {}", dir_.string(), ec.message());

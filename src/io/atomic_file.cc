@@ -2,11 +2,11 @@
 #include "tandem/io/atomic_file.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -28,14 +28,12 @@ std::string folder_of(const std::string& path) {
   return parent.empty() ? std::string(".") : parent.string();
 }
 
-// Distinguishes temporaries of several threads of one process writing next to each other.
-std::atomic<uint64_t> temp_counter{0};
-
-bool is_pid_suffix(std::string_view s) {
-  if (s.empty()) return false;
-  for (char c : s)
-    if (c < '0' || c > '9') return false;
-  return true;
+// Whether a leftover temporary's tail names a process that is gone (or this one): a running
+// process's temporary is its own business (two exports to one folder at once).
+bool is_leftover(std::string_view tail) {
+  long pid = 0;
+  if (!is_temporary_tail(tail, &pid)) return false;
+  return pid == ::getpid() || (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH);
 }
 
 // A folder path without trailing separators, so that "ckpt/" and "ckpt" name the same folder and
@@ -51,19 +49,12 @@ fs::path normalise_folder(const std::string& dir) {
 AtomicFile::AtomicFile(std::string path, std::string shown_as)
     : path_(std::move(path)), shown_(shown_as.empty() ? path_ : std::move(shown_as)) {
   struct stat st;
-  had_previous_ = ::stat(path_.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-  const fs::path p(path_);
-  const fs::path name = p.filename();
-  if (name.empty()) user_error("cannot write '{}': it names a folder, not a file", shown_);
-  // Hidden and unique: a directory listing never shows it as a real file, and two writers of the
-  // same destination never share a temporary.
-  temp_ = (p.parent_path() /
-           fmt::format(".{}.tmp-{}-{}", name.string(), ::getpid(), temp_counter.fetch_add(1)))
-              .string();
-  fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd_ < 0) {
-    const int err = errno;
+  had_previous_ = ::lstat(path_.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+  if (fs::path(path_).filename().empty())
+    user_error("cannot write '{}': it names a folder, not a file", shown_);
+  if (const int err = file_.create(path_, 0644); err != 0) {
     const std::string folder = folder_of(shown_);
+    if (err == ELOOP) refuse_symlink(shown_, "cannot write: ");
     if (err == ENOENT) user_error("cannot write '{}': folder '{}' does not exist", shown_, folder);
     if (err == ENOTDIR) user_error("cannot write '{}': '{}' is not a folder", shown_, folder);
     user_error("cannot write '{}': {}{}", shown_, errno_text(err),
@@ -71,47 +62,39 @@ AtomicFile::AtomicFile(std::string path, std::string shown_as)
   }
 }
 
-AtomicFile::~AtomicFile() {
-  if (fd_ >= 0) ::close(fd_);
-  if (!committed_) ::unlink(temp_.c_str());
-}
+AtomicFile::~AtomicFile() = default;
 
 void AtomicFile::fail(int err) {
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = -1;
-  ::unlink(temp_.c_str());
+  file_.discard();
   committed_ = true;  // nothing left for the destructor to do
+  if (err == ELOOP) refuse_symlink(shown_, "cannot write: ");
   user_error("cannot write '{}': {}{}", shown_, errno_text(err),
              had_previous_ ? "; the previous file is unchanged" : "");
 }
 
 void AtomicFile::write(const void* data, size_t bytes) {
-  TANDEM_CHECK(fd_ >= 0 && !committed_, "write to '{}' after commit", shown_);
-  const IoResult r = write_all(fd_, data, bytes);
+  TANDEM_CHECK(file_.fd() >= 0 && !committed_, "write to '{}' after commit", shown_);
+  const IoResult r = write_all(file_.fd(), data, bytes);
   written_ += r.done;
   if (!r.ok()) fail(r.error);
 }
 
 void AtomicFile::write_at(size_t offset, const void* data, size_t bytes) {
-  TANDEM_CHECK(fd_ >= 0 && !committed_, "write to '{}' after commit", shown_);
+  TANDEM_CHECK(file_.fd() >= 0 && !committed_, "write to '{}' after commit", shown_);
   TANDEM_CHECK(offset <= written_ && bytes <= written_ - offset,
                "rewrite of bytes [{}, {}) of '{}', which has {}", offset, offset + bytes, shown_,
                written_);
-  const IoResult r = pwrite_all(fd_, data, bytes, offset);
+  const IoResult r = pwrite_all(file_.fd(), data, bytes, offset);
   if (!r.ok()) fail(r.error);
 }
 
 void AtomicFile::commit() {
-  TANDEM_CHECK(fd_ >= 0 && !committed_, "'{}' committed twice", shown_);
-  // The data must be on disk before the rename makes it visible, or a power cut could leave the
-  // new name pointing at an empty file.
-  if (::fsync(fd_) != 0) fail(errno);
-  const int fd = fd_;
-  fd_ = -1;
-  if (::close(fd) != 0) fail(errno);
-  if (::rename(temp_.c_str(), path_.c_str()) != 0) fail(errno);
+  TANDEM_CHECK(file_.fd() >= 0 && !committed_, "'{}' committed twice", shown_);
+  const int err = file_.commit();
+  if (err != 0 && file_.renamed())
+    user_error("cannot sync folder '{}': {}", folder_of(path_), errno_text(err));
+  if (err != 0) fail(err);
   committed_ = true;
-  fsync_folder(folder_of(path_));
 }
 
 void write_file_atomic(const std::string& path, std::string_view contents) {
@@ -160,15 +143,8 @@ std::string read_file(const std::string& path, std::string_view what) {
 }
 
 void fsync_folder(const std::string& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) user_error("cannot sync folder '{}': {}", dir, errno_text(errno));
-  // Some filesystems do not sync folders (EINVAL); their renames are as durable as they get.
-  if (::fsync(fd) != 0 && errno != EINVAL) {
-    const int err = errno;
-    ::close(fd);
+  if (const int err = sync_folder(dir); err != 0)
     user_error("cannot sync folder '{}': {}", dir, errno_text(err));
-  }
-  ::close(fd);
 }
 
 void replace_folder_atomic(const std::string& dir, const std::vector<FolderFile>& files,
@@ -199,17 +175,17 @@ FolderReplacement::FolderReplacement(const std::string& dir, FolderWriteHooks ho
       user_error("cannot write '{}': '{}' is not a folder", dir, parent.string());
     user_error("cannot write '{}': folder '{}' does not exist", dir, parent.string());
   }
+  if (is_symlink(target.string())) refuse_symlink(dir, "cannot write: ");
   existed_ = fs::exists(target, ec);
   if (existed_ && !fs::is_directory(target, ec))
     user_error("cannot write '{}': it exists and is not a folder", dir);
   if (existed_) unchanged_ = fmt::format("; the previous contents of '{}' are unchanged", dir);
   target_ = target.string();
   parent_ = parent.string();
-  tmp_ = (parent / fmt::format("{}.tmp-{}", base_, ::getpid())).string();
-  fs::remove_all(tmp_, ec);  // left by an earlier process that had our pid and crashed
-  if (::mkdir(tmp_.c_str(), 0755) != 0)
-    user_error("cannot write '{}': cannot create '{}': {}{}", dir, tmp_, errno_text(errno),
-               unchanged_);
+  // A name drawn at random and made with mkdir: nothing planted in `parent` is ever written into.
+  if (create_unique_folder(parent_, fmt::format("{}.tmp-{}-", base_, ::getpid()), 0755, tmp_) != 0)
+    user_error("cannot write '{}': cannot create a temporary folder in '{}': {}{}", dir, parent_,
+               errno_text(errno), unchanged_);
 }
 
 FolderReplacement::~FolderReplacement() {
@@ -280,8 +256,7 @@ void FolderReplacement::commit() {
       stage("removed old");
     } else {
       // Two renames; between them resolve_folder() finds the old folder under its .old name.
-      const fs::path old = parent / fmt::format("{}.old-{}", base_, ::getpid());
-      fs::remove_all(old, ec);
+      const fs::path old = parent / fmt::format("{}.old-{}-{}", base_, ::getpid(), random_name());
       rename_or_fail(target, old);
       fsync_folder(parent.string());
       stage("moved old aside");
@@ -305,7 +280,7 @@ void FolderReplacement::commit() {
     for (std::string_view kind : {".tmp-", ".old-"}) {
       const std::string prefix = base_ + std::string(kind);
       if (name.size() > prefix.size() && name.compare(0, prefix.size(), prefix) == 0 &&
-          is_pid_suffix(std::string_view(name).substr(prefix.size())))
+          is_leftover(std::string_view(name).substr(prefix.size())))
         fs::remove_all(entry.path(), ec);
     }
   }
@@ -322,7 +297,7 @@ std::string resolve_folder(const std::string& dir) {
   for (const auto& entry : fs::directory_iterator(parent, ec)) {
     const std::string name = entry.path().filename().string();
     if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0 ||
-        !is_pid_suffix(std::string_view(name).substr(prefix.size())) || !entry.is_directory(ec))
+        !is_temporary_tail(std::string_view(name).substr(prefix.size())) || !entry.is_directory(ec))
       continue;
     const auto t = entry.last_write_time(ec);
     if (best.empty() || t > best_time) {

@@ -9,6 +9,7 @@
 
 #include "tandem/core/error.h"
 #include "tandem/io/checkpoint_series.h"
+#include "tandem/io/json_file.h"
 
 namespace tandem::io {
 namespace fs = std::filesystem;
@@ -40,7 +41,7 @@ int64_t get_count(const json& j, const char* key, const std::string& where,
                   const std::string& source) {
   const json& v = member(j, key, where, source);
   if (!is_non_negative_integer(v) || v.get<uint64_t>() > uint64_t{INT64_MAX})
-    bad_meta(source, "'{}' must be a non-negative integer (it is {})", key, v.dump());
+    bad_meta(source, "'{}' must be a non-negative integer (it is {})", key, json_excerpt(v));
   return v.get<int64_t>();
 }
 
@@ -48,21 +49,22 @@ uint64_t get_u64(const json& j, const char* key, const std::string& where,
                  const std::string& source) {
   const json& v = member(j, key, where, source);
   if (!is_non_negative_integer(v))
-    bad_meta(source, "'{}' must be a non-negative integer (it is {})", key, v.dump());
+    bad_meta(source, "'{}' must be a non-negative integer (it is {})", key, json_excerpt(v));
   return v.get<uint64_t>();
 }
 
 std::string get_string(const json& j, const char* key, const std::string& where,
                        const std::string& source) {
   const json& v = member(j, key, where, source);
-  if (!v.is_string()) bad_meta(source, "'{}' must be a string (it is {})", key, v.dump());
+  if (!v.is_string()) bad_meta(source, "'{}' must be a string (it is {})", key, json_excerpt(v));
   return v.get<std::string>();
 }
 
 const json& get_object(const json& j, const char* key, const std::string& where,
                        const std::string& source) {
   const json& v = member(j, key, where, source);
-  if (!v.is_object()) bad_meta(source, "'{}' must be a JSON object (it is {})", key, v.dump());
+  if (!v.is_object())
+    bad_meta(source, "'{}' must be a JSON object (it is {})", key, json_excerpt(v));
   return v;
 }
 
@@ -70,7 +72,7 @@ const json& get_object(const json& j, const char* key, const std::string& where,
 std::string value_text(const json& v) {
   if (v.is_null()) return "(unset)";
   if (v.is_string()) return v.get<std::string>();
-  return v.dump();
+  return json_excerpt(v);
 }
 
 // "a", "a and b", "a, b and c".
@@ -140,15 +142,9 @@ RunMeta run_meta_from_json(const json& j, const std::string& source) {
 }
 
 RunMeta read_run_meta(const std::string& path) {
-  json j;
-  try {
-    j = json::parse(read_file(path, "checkpoint file"));
-  } catch (const json::exception& e) {
-    std::string m = e.what();
-    const size_t close = m.find("] ");
-    if (!m.empty() && m[0] == '[' && close != std::string::npos) m = m.substr(close + 2);
-    bad_meta(path, "not valid JSON: {}", m);
-  }
+  // Nesting past kMaxJsonDepth is refused before anything recursive walks it.
+  const json j =
+      parse_json(read_file(path, "checkpoint file"), fmt::format("checkpoint metadata '{}'", path));
   return run_meta_from_json(j, path);
 }
 

@@ -11,6 +11,7 @@
 
 #include "tandem/core/error.h"
 #include "tandem/io/atomic_file.h"
+#include "tandem/io/json_file.h"
 
 namespace tandem::io {
 namespace {
@@ -35,14 +36,15 @@ struct Field {
     const bool fits = v.is_number_unsigned()
                           ? v.get<uint64_t>() >= 1 && v.get<uint64_t>() <= uint64_t{INT_MAX}
                           : v.get<int64_t>() >= 1 && v.get<int64_t>() <= INT_MAX;
-    if (!fits) user_error("'{}': '{}' is {}; it must be a positive integer", source, key, v.dump());
+    if (!fits)
+      user_error("'{}': '{}' is {}; it must be a positive integer", source, key, json_excerpt(v));
     return v.get<int>();
   }
 
   double number(const char* key, double fallback) const {
     if (!has(key)) return fallback;
     if (!j[key].is_number())
-      user_error("'{}': '{}' is {}, not a number", source, key, j[key].dump());
+      user_error("'{}': '{}' is {}, not a number", source, key, json_excerpt(j[key]));
     return j[key].get<double>();
   }
 
@@ -51,10 +53,10 @@ struct Field {
   void flag(const char* key, bool want, std::string_view what) const {
     if (!has(key)) return;
     if (!j[key].is_boolean())
-      user_error("'{}': '{}' is {}, not true or false", source, key, j[key].dump());
+      user_error("'{}': '{}' is {}, not true or false", source, key, json_excerpt(j[key]));
     if (j[key].get<bool>() != want)
-      user_error("'{}': '{}' is {}; tandem's {} {}, so it must be {}", source, key, j[key].dump(),
-                 family, what, want);
+      user_error("'{}': '{}' is {}; tandem's {} {}, so it must be {}", source, key,
+                 json_excerpt(j[key]), family, what, want);
   }
 };
 
@@ -96,7 +98,7 @@ HfGpt2Config hf_gpt2_config_from_json(const nlohmann::json& j, const std::string
     user_error("'{}' has no 'model_type': it is not a Hugging Face model config", source);
   if (j["model_type"] != "gpt2")
     user_error("'{}' is a config of model_type {}; tandem reads GPT-2 models (\"gpt2\")", source,
-               j["model_type"].dump());
+               json_excerpt(j["model_type"]));
   HfGpt2Config c;
   c.vocab_size = f.positive_int("vocab_size");
   c.n_positions = f.positive_int("n_positions");
@@ -111,12 +113,12 @@ HfGpt2Config hf_gpt2_config_from_json(const nlohmann::json& j, const std::string
       user_error(
           "'{}': 'activation_function' is {}; tandem's GPT-2 computes GELU's tanh "
           "approximation (\"gelu_new\")",
-          source, a.dump());
+          source, json_excerpt(a));
   }
   if (f.has("n_inner") &&
       (!j["n_inner"].is_number_integer() || j["n_inner"].get<int64_t>() != 4 * int64_t{c.n_embd}))
     user_error("'{}': 'n_inner' is {}; tandem's GPT-2 has an MLP of 4 n_embd ({}): null or {}",
-               source, j["n_inner"].dump(), 4 * int64_t{c.n_embd}, 4 * int64_t{c.n_embd});
+               source, json_excerpt(j["n_inner"]), 4 * int64_t{c.n_embd}, 4 * int64_t{c.n_embd});
   f.flag("tie_word_embeddings", true, "ties its LM head to wte");
   f.flag("scale_attn_weights", true, "scales attention by 1/sqrt(head size)");
   f.flag("scale_attn_by_inverse_layer_idx", false, "scales attention by 1/sqrt(head size) only");
@@ -132,7 +134,8 @@ HfGpt2Config hf_gpt2_config_from_json(const nlohmann::json& j, const std::string
   c.dropout = resid;
   if (f.has("eos_token_id")) {
     if (!j["eos_token_id"].is_number_integer())
-      user_error("'{}': 'eos_token_id' is {}, not an integer", source, j["eos_token_id"].dump());
+      user_error("'{}': 'eos_token_id' is {}, not an integer", source,
+                 json_excerpt(j["eos_token_id"]));
     c.eos_token_id = j["eos_token_id"].get<int>();
   }
   return c;
@@ -203,7 +206,7 @@ HfLlamaConfig hf_llama_config_from_json(const nlohmann::json& j, const std::stri
   c.rope_theta = f.number("rope_theta", 10000.0);
   if (f.has("hidden_act") && j["hidden_act"] != "silu")
     user_error("'{}': 'hidden_act' is {}; tandem's {} computes SwiGLU with SiLU (\"silu\")", source,
-               j["hidden_act"].dump(), f.family);
+               json_excerpt(j["hidden_act"]), f.family);
   // The query/key head size must be hidden_size / num_attention_heads, as tandem's layout has it.
   if (f.has("head_dim")) {
     const nlohmann::json& h = j["head_dim"];
@@ -212,7 +215,7 @@ HfLlamaConfig hf_llama_config_from_json(const nlohmann::json& j, const std::stri
       user_error(
           "'{}': 'head_dim' is {}; tandem's {} has heads of hidden_size / num_attention_heads "
           "({} / {}): null or that quotient",
-          source, h.dump(), f.family, c.hidden_size, c.num_attention_heads);
+          source, json_excerpt(h), f.family, c.hidden_size, c.num_attention_heads);
   }
   if (!c.qwen2)
     f.flag("attention_bias", false,
@@ -223,24 +226,24 @@ HfLlamaConfig hf_llama_config_from_json(const nlohmann::json& j, const std::stri
   if (f.has("use_sliding_window")) {
     if (!j["use_sliding_window"].is_boolean())
       user_error("'{}': 'use_sliding_window' is {}, not true or false", source,
-                 j["use_sliding_window"].dump());
+                 json_excerpt(j["use_sliding_window"]));
     if (j["use_sliding_window"].get<bool>() && f.has("sliding_window"))
       user_error(
           "'{}': 'use_sliding_window' is true with 'sliding_window' {}; tandem's {} attends to "
           "every earlier position, so it must be false (or 'sliding_window' null)",
-          source, j["sliding_window"].dump(), f.family);
+          source, json_excerpt(j["sliding_window"]), f.family);
   }
   if (f.has("tie_word_embeddings")) {
     if (!j["tie_word_embeddings"].is_boolean())
       user_error("'{}': 'tie_word_embeddings' is {}, not true or false", source,
-                 j["tie_word_embeddings"].dump());
+                 json_excerpt(j["tie_word_embeddings"]));
     c.tie_word_embeddings = j["tie_word_embeddings"].get<bool>();
   }
   if (f.has("rope_scaling")) {
     const nlohmann::json& r = j["rope_scaling"];
     if (!r.is_object())
       user_error("'{}': 'rope_scaling' is {}; tandem computes llama3's scaling or none (null)",
-                 source, r.dump());
+                 source, json_excerpt(r));
     // transformers spells the kind "rope_type" (older configs: "type").
     const nlohmann::json type = r.contains("rope_type") ? r["rope_type"]
                                 : r.contains("type")    ? r["type"]
@@ -249,7 +252,7 @@ HfLlamaConfig hf_llama_config_from_json(const nlohmann::json& j, const std::stri
       user_error(
           "'{}': 'rope_scaling' has rope_type {}; tandem computes llama3's scaling or none "
           "(null, or \"default\")",
-          source, type.dump());
+          source, json_excerpt(type));
     if (type == "llama3") {
       const Field s{r, source, f.family};
       HfLlama3Scaling l;
@@ -270,12 +273,8 @@ HfLlamaConfig hf_llama_config_from_json(const nlohmann::json& j, const std::stri
 
 HfConfig read_hf_config(const std::string& path) {
   const std::string text = read_file(path, "Hugging Face model config");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    user_error("'{}' is not JSON: {}", path, e.what());
-  }
+  // Nesting past kMaxJsonDepth is refused before anything recursive walks it.
+  const nlohmann::json j = parse_json(text, fmt::format("Hugging Face model config '{}'", path));
   if (!j.is_object()) user_error("'{}' is not a JSON object: it is not a model config", path);
   if (!j.contains("model_type") || !j["model_type"].is_string())
     user_error("'{}' has no 'model_type': it is not a Hugging Face model config", path);
@@ -285,7 +284,7 @@ HfConfig read_hf_config(const std::string& path) {
   user_error(
       "'{}' is a config of model_type {}; tandem reads GPT-2, Llama and Qwen2 models (\"gpt2\", "
       "\"llama\", \"qwen2\")",
-      path, type.dump());
+      path, json_excerpt(type));
 }
 
 std::string hf_gpt2_name(std::string_view tandem_name) {
@@ -354,19 +353,15 @@ HfWeights::HfWeights(const std::string& dir, NameMap canonical) {
   } else {
     source_ = index;
     sharded_ = true;
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(read_file(index, "Hugging Face weights index"));
-    } catch (const nlohmann::json::parse_error& e) {
-      user_error("'{}' is not JSON: {}", index, e.what());
-    }
+    const nlohmann::json j = parse_json(read_file(index, "Hugging Face weights index"),
+                                        fmt::format("Hugging Face weights index '{}'", index));
     if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
       user_error("'{}' has no object 'weight_map' (tensor name -> shard file)", index);
     std::map<std::string, size_t> file_index;
     for (const auto& [tensor, file] : j["weight_map"].items()) {
       if (!file.is_string())
         user_error("'{}': weight_map entry '{}' is {}, not a file name", index, tensor,
-                   file.dump());
+                   json_excerpt(file));
       const std::string name = file.get<std::string>();
       check_shard_name(index, tensor, name);
       mapped.emplace_back(tensor, name);

@@ -80,15 +80,32 @@ off_t complete_lines_length(int fd, const std::string& path) {
 }  // namespace
 
 MetricsWriter::MetricsWriter(const std::string& path, bool append) : path_(path) {
-  // Appending reads the end of the file too (below).
-  fd_ = ::open(path.c_str(),
-               O_CREAT | O_CLOEXEC | (append ? O_RDWR | O_APPEND : O_WRONLY | O_TRUNC), 0644);
+  // Appending reads the end of the file too (below). O_NOFOLLOW: a link at the path is refused,
+  // never written through; O_NONBLOCK: a pipe there does not hang the open (refused below).
+  // O_TRUNC only once the file is known to be a regular one.
+  fd_ = ::open(
+      path.c_str(),
+      O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | (append ? O_RDWR | O_APPEND : O_WRONLY),
+      0644);
   if (fd_ < 0) {
     const int err = errno;
+    if (err == ELOOP) refuse_symlink(path, "cannot write metrics file: ");
     const std::filesystem::path parent = std::filesystem::path(path).parent_path();
     const std::string folder = parent.empty() ? std::string(".") : parent.string();
     if (err == ENOENT)
       user_error("cannot write metrics file '{}': folder '{}' does not exist", path, folder);
+    user_error("cannot write metrics file '{}': {}", path, std::strerror(err));
+  }
+  struct stat opened {};
+  if (::fstat(fd_, &opened) != 0 || !S_ISREG(opened.st_mode)) {
+    ::close(fd_);
+    fd_ = -1;
+    user_error("cannot write metrics file '{}': it is not a regular file", path);
+  }
+  if (!append && ::ftruncate(fd_, 0) != 0) {
+    const int err = errno;
+    ::close(fd_);
+    fd_ = -1;
     user_error("cannot write metrics file '{}': {}", path, std::strerror(err));
   }
   // A resumed run continues after the last whole line, so that the next line starts on its own.

@@ -77,7 +77,7 @@ ShardWriter::ShardWriter(std::string path, std::string shown_as, int64_t vocab_s
       vocab_(vocab_size),
       width_(token_bytes_for(vocab_size)),
       tokenizer_(tokenizer) {
-  fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd_ < 0) fail(errno);
   const auto h =
       header(static_cast<uint32_t>(width_), 0, static_cast<uint32_t>(vocab_), tokenizer_);

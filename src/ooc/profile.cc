@@ -6,6 +6,7 @@
 
 #include "tandem/core/error.h"
 #include "tandem/core/private_cache.h"
+#include "tandem/io/json_file.h"
 
 namespace tandem::ooc {
 
@@ -64,7 +65,9 @@ std::optional<Profile> load_cached_profile(const std::string& cache_dir, const s
       read_private_file((std::filesystem::path(cache_dir) / "ooc" / name).string());
   if (!text) return std::nullopt;
   try {
-    const auto j = nlohmann::json::parse(*text);
+    // Nesting past io::kMaxJsonDepth is refused (and the profile measured again) before anything
+    // recursive, as the comparison below, walks it.
+    const auto j = io::parse_json(*text, fmt::format("profile '{}'", name));
     if (j.at("key") != nlohmann::json::parse(key)) return std::nullopt;
     return Profile::from_json(j.at("profile"));
   } catch (const std::exception&) {

@@ -175,13 +175,17 @@ std::string refusal_of(const TrainConfig& cfg) {
   return "";
 }
 
-// Grid divisors of `n`, ascending.
+// Grid divisors of `n` (at most kMaxPlanRanks, checked by the callers), ascending.
 std::vector<int> divisors(int n) {
   std::vector<int> d;
   for (int i = 1; i <= n; ++i)
     if (n % i == 0) d.push_back(i);
   return d;
 }
+
+// At most this many refusals are listed in a message, then how many more there are: a plan of
+// many ranks refuses hundreds of grids, and a message is one readable line.
+constexpr size_t kListedRefusals = 3;
 
 // A configuration's run: `base` on grid `g` with nothing the plan chooses set yet.
 TrainConfig on_grid(const TrainConfig& base, const parallel::GridShape& g) {
@@ -327,7 +331,10 @@ std::string flags_of(const TrainConfig& c) {
 
 std::string listed(const std::vector<Refusal>& refused) {
   std::vector<std::string> parts;
-  for (const Refusal& r : refused) parts.push_back(r.what + ": " + r.why);
+  for (size_t i = 0; i < refused.size() && i < kListedRefusals; ++i)
+    parts.push_back(refused[i].what + ": " + refused[i].why);
+  if (refused.size() > kListedRefusals)
+    parts.push_back(fmt::format("and {} more", refused.size() - kListedRefusals));
   return fmt::format("{}", fmt::join(parts, "; "));
 }
 
@@ -491,8 +498,17 @@ std::string GridOption::describe() const {
   return fmt::format("{}, {}", describe_config(cfg), activations);
 }
 
-GridCandidates candidate_grids(const TrainConfig& base, int ranks) {
+void check_plan_ranks(int64_t ranks) {
   if (ranks < 1) user_error("--ranks {} must be at least 1", ranks);
+  if (ranks > kMaxPlanRanks)
+    user_error(
+        "--ranks {}: the plan across grids takes at most {} ranks; plan a run of that size or "
+        "fewer, or give --dp, --tp and --pp",
+        ranks, kMaxPlanRanks);
+}
+
+GridCandidates candidate_grids(const TrainConfig& base, int ranks) {
+  check_plan_ranks(ranks);
   GridCandidates c;
   for (int dp : divisors(ranks))
     for (int tp : divisors(ranks / dp)) {
@@ -507,6 +523,7 @@ GridCandidates candidate_grids(const TrainConfig& base, int ranks) {
 
 Rates measure_rates(const TrainConfig& base, int ranks, std::optional<double> link_gbps,
                     bool tiers) {
+  check_plan_ranks(ranks);
   Rates r;
   const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int local = base.backend == comm::Backend::Thread ? ranks : comm::launched_local_ranks();

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "tandem/core/error.h"
+#include "tandem/io/json_file.h"
 
 namespace tandem::train {
 
@@ -49,7 +50,8 @@ nn::GPTConfig model_config_from_json(const nlohmann::json& j, const std::string&
                           ? v.get<uint64_t>() <= static_cast<uint64_t>(INT_MAX)
                           : v.get<int64_t>() >= INT_MIN && v.get<int64_t>() <= INT_MAX;
     if (!fits)
-      user_error("{}: the model config's '{}' ({}) is out of range", source, key, v.dump());
+      user_error("{}: the model config's '{}' ({}) is out of range", source, key,
+                 io::json_excerpt(v));
     return v.get<int>();
   };
   nn::GPTConfig c;
@@ -72,7 +74,7 @@ nn::GPTConfig model_config_from_json(const nlohmann::json& j, const std::string&
   if (j.contains("arch")) {
     if (!j["arch"].is_string() || (j["arch"] != "llama" && j["arch"] != "gpt2"))
       user_error("{}: the model config's 'arch' is {}; tandem builds gpt2 and llama", source,
-                 j["arch"].dump());
+                 io::json_excerpt(j["arch"]));
     if (j["arch"] == "llama") {
       c.arch = nn::Arch::Llama;
       c.kv_heads = get_int("kv_heads");
@@ -85,7 +87,7 @@ nn::GPTConfig model_config_from_json(const nlohmann::json& j, const std::string&
         const nlohmann::json& r = j["rope_scaling"];
         if (!r.is_object() || !r.contains("rope_type") || r["rope_type"] != "llama3")
           user_error("{}: the model config's 'rope_scaling' is {}; tandem computes llama3's",
-                     source, r.dump());
+                     source, io::json_excerpt(r));
         c.rope_scaling.type = nn::RopeType::Llama3;
         c.rope_scaling.factor = get_number(r, "factor");
         c.rope_scaling.low_freq_factor = get_number(r, "low_freq_factor");

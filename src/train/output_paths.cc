@@ -14,6 +14,7 @@
 #include <system_error>
 
 #include "tandem/core/error.h"
+#include "tandem/core/file_io.h"
 #include "tandem/io/checkpoint_series.h"
 #include "tandem/ooc/slow_tier.h"
 
@@ -32,11 +33,12 @@ void make_folder(const char* flag, const std::string& path, const fs::path& fold
 }
 
 // Proves `folder` writable by creating a file there and removing it: access(2) would say yes to
-// root on a read-only filesystem.
+// root on a read-only filesystem. The name is drawn at random and created exclusively: a file or
+// link planted in the folder is neither followed nor in the way.
 void probe_folder(const char* flag, const std::string& path, const fs::path& folder) {
-  const std::string probe =
-      (folder / (".tandem-write-test-" + std::to_string(::getpid()))).string();
-  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  std::string probe;
+  const int fd = create_unique_file(
+      folder.string(), fmt::format(".tandem-write-test-{}-", ::getpid()), 0600, O_WRONLY, probe);
   if (fd < 0)
     user_error("{} '{}': cannot write in folder '{}': {}", flag, path, folder.string(),
                std::strerror(errno));
@@ -44,9 +46,11 @@ void probe_folder(const char* flag, const std::string& path, const fs::path& fol
   ::unlink(probe.c_str());
 }
 
-// A file the run writes: its folder made and written to; the path itself must not be a folder.
+// A file the run writes: its folder made and written to; the path itself must not be a folder, or
+// a symbolic link (the metrics file is opened in place: a link would send its lines elsewhere).
 void check_file(const char* flag, const std::string& path) {
   std::error_code ec;
+  if (is_symlink(path)) refuse_symlink(path, fmt::format("{} ", flag));
   if (fs::is_directory(path, ec))
     user_error("{} '{}' is a folder; give the name of a file to write", flag, path);
   fs::path folder = fs::path(path).parent_path();
@@ -60,6 +64,8 @@ void check_file(const char* flag, const std::string& path) {
 
 void check_save_folder(const std::string& dir) {
   std::error_code ec;
+  // The folder named may be a link (the user's own choice of path); what tandem makes inside it
+  // never is (the lock, below, and io's atomic files).
   if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
     user_error("--save '{}' is a file; give a folder for the checkpoints", dir);
   // Step folders written beside a single checkpoint's files would make the folder two things.
@@ -94,11 +100,11 @@ void SaveFolderLock::remove_temporaries(const std::string& dir) {
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
-    const size_t at = name.find(".tmp-");
+    const size_t at = name.rfind(".tmp-");
     if (at == std::string::npos || at == 0 ||
-        name.find_first_not_of("0123456789-", at + 5) != std::string::npos)
+        !is_temporary_tail(std::string_view(name).substr(at + 5)))
       continue;
-    fs::remove_all(entry.path(), ec);
+    fs::remove_all(entry.path(), ec);  // a link is removed itself, never followed
   }
 }
 
@@ -107,10 +113,20 @@ SaveFolderLock::SaveFolderLock(const std::string& dir)
   // A holder removes the file when it lets go: a lock taken on a file already removed (opened
   // just before) protects nothing, so it is taken again on the file now at the path.
   for (int attempt = 0; attempt < 100; ++attempt) {
-    const int fd = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0)
+    // O_NOFOLLOW: a link planted at the lock's name is refused, never truncated through;
+    // O_NONBLOCK: a planted pipe does not hang the open (it is refused just below).
+    const int fd =
+        ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
+    if (fd < 0) {
+      if (errno == ELOOP) refuse_symlink(path_, fmt::format("--save '{}': the lock file ", dir));
       user_error("--save '{}': cannot create the lock file '{}': {}", dir, path_,
                  std::strerror(errno));
+    }
+    struct stat opened;
+    if (::fstat(fd, &opened) != 0 || !S_ISREG(opened.st_mode)) {
+      ::close(fd);
+      user_error("--save '{}': the lock file '{}' is not a regular file; remove it", dir, path_);
+    }
     if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
       const int err = errno;
       if (err != EWOULDBLOCK) {  // no locks on this filesystem: run unlocked
@@ -130,7 +146,8 @@ SaveFolderLock::SaveFolderLock(const std::string& dir)
           dir, holder.empty() ? "its pid not yet written" : "pid " + holder, path_);
     }
     struct stat held, now;
-    if (::fstat(fd, &held) == 0 && ::stat(path_.c_str(), &now) == 0 && held.st_ino == now.st_ino &&
+    // lstat: the file now at the path itself, not what a link put there since would point at.
+    if (::fstat(fd, &held) == 0 && ::lstat(path_.c_str(), &now) == 0 && held.st_ino == now.st_ino &&
         held.st_dev == now.st_dev) {
       const std::string pid = std::to_string(::getpid()) + "\n";
       if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) < 0) {

@@ -14,6 +14,7 @@
 #include "tandem/comm/communicator.h"
 #include "tandem/core/error.h"
 #include "tandem/io/checkpoint_series.h"
+#include "tandem/io/json_file.h"
 
 namespace tandem::train {
 
@@ -51,7 +52,7 @@ std::shared_ptr<const ResumeState> prepare_resume(const TrainConfig& cfg) {
   const nlohmann::json& x = meta.extra;
   if (x.contains("batch") && x["batch"] != cfg.batch)
     r->warnings.push_back(fmt::format("checkpoint '{}' was trained with batch {}, this run uses {}",
-                                      dir, x["batch"].dump(), cfg.batch));
+                                      dir, io::json_excerpt(x["batch"]), cfg.batch));
   if (meta.rng_seed != cfg.seed)
     r->warnings.push_back(fmt::format("checkpoint '{}' was trained with seed {}, this run uses {}",
                                       dir, meta.rng_seed, cfg.seed));

@@ -16,6 +16,7 @@
 #include "tandem/comm/communicator.h"
 #include "tandem/core/error.h"
 #include "tandem/core/private_cache.h"
+#include "tandem/io/json_file.h"
 
 namespace tandem::tune {
 namespace fs = std::filesystem;
@@ -56,8 +57,8 @@ int64_t whole(const json& j, const std::string& what, int64_t lo,
                                            : j.is_number_integer();
   const int64_t v = fits ? j.get<int64_t>() : 0;
   if (!fits || v < lo || v > hi)
-    user_error("tuning record: '{}' is {}; expected a whole number from {} to {}", what, j.dump(),
-               lo, hi);
+    user_error("tuning record: '{}' is {}; expected a whole number from {} to {}", what,
+               io::json_excerpt(j), lo, hi);
   return v;
 }
 
@@ -194,9 +195,10 @@ std::string record_to_json(const TuneRecord& r, int indent) {
   return doc.dump(indent);
 }
 
-TuneRecord record_from_json(const std::string& text) {
+TuneRecord record_from_json(const std::string& text, const std::string& source) {
+  // Nesting past io::kMaxJsonDepth is refused before anything recursive walks it.
+  const json doc = io::parse_json(text, source);
   try {
-    const json doc = json::parse(text);
     // Format 1 (no final round) still reads: its candidates have no final times.
     const std::string format = doc.at("format").get<std::string>();
     if (format != kRecordFormat && format != "tandem-tune-1")
@@ -249,7 +251,10 @@ TuneRecord record_from_json(const std::string& text) {
                  r.winner);
     return r;
   } catch (const json::exception& e) {
-    user_error("malformed tuning record: {}", e.what());
+    // nlohmann's text without its "[json.exception...] " prefix; the record named.
+    std::string why = e.what();
+    if (const size_t at = why.find("] "); at != std::string::npos) why.erase(0, at + 2);
+    user_error("{} is malformed: {}", source, why);
   }
 }
 
@@ -265,9 +270,9 @@ std::optional<TuneRecord> load_record(const TuneKey& key, const std::string& cac
   const std::optional<std::string> text = read_private_file(path);
   if (!text) return std::nullopt;
   try {
-    TuneRecord r = record_from_json(*text);
+    TuneRecord r = record_from_json(*text, fmt::format("tuning record '{}'", path));
     if (!(r.key == key)) return std::nullopt;
-    if (json::parse(*text).at("format").get<std::string>() != kRecordFormat) {
+    if (io::parse_json(*text, path).at("format").get<std::string>() != kRecordFormat) {
       if (stale != nullptr)
         *stale = fmt::format(
             "the tuning record {} is of an older format (tandem-tune-1: chosen without the "
@@ -292,8 +297,10 @@ std::optional<TuneRecord> latest_record(const dsl::Program& program, const std::
     const std::optional<std::string> text = read_private_file(e.path().string());
     if (!text) continue;  // removed since the listing
     try {
-      if (json::parse(*text).value("format", "") != kRecordFormat) continue;
-      TuneRecord r = record_from_json(*text);
+      const std::string source = fmt::format("tuning record '{}'", e.path().string());
+      const json doc = io::parse_json(*text, source);
+      if (!doc.is_object() || !doc.contains("format") || doc["format"] != kRecordFormat) continue;
+      TuneRecord r = record_from_json(*text, source);
       if (r.key.program_hash == hash && (!best || r.created > best->created)) best = std::move(r);
     } catch (const std::exception&) {
       // Unreadable: not a choice to offer.
@@ -304,8 +311,8 @@ std::optional<TuneRecord> latest_record(const dsl::Program& program, const std::
 
 std::string store_record(const TuneRecord& record, const std::string& cache_dir) {
   make_private_dir(cache_dir, "tune");
-  // Written under a temporary name mkstemp makes and renamed over the record: readers see the old
-  // record or the new one, never half of one.
+  // Written under a random temporary name made exclusively and renamed over the record: readers see
+  // the old record or the new one, never half of one.
   const std::string path = record_path(record.key, cache_dir);
   write_private_file(path, record_to_json(record) + "\n");
   return path;

@@ -3,8 +3,8 @@
 // private to the user running tandem: never a shared folder such as /tmp; folders are created 0700
 // and files 0600 whatever the umask; a folder or file that another user owns, or that group or
 // others can write, is refused with a UserError naming it; files are written under a temporary
-// name mkstemp makes in their own folder and renamed into place, so no link planted at a
-// predictable path is ever followed.
+// name drawn at random and created exclusively in their own folder, then renamed into place, so no
+// link planted at a predictable path is ever followed.
 #pragma once
 
 #include <sys/types.h>
@@ -36,8 +36,9 @@ void check_private_file(int fd, const std::string& path);
 // when it does not exist.
 std::optional<std::string> read_private_file(const std::string& path);
 
-// Writes `contents` to a temporary file mkstemp makes beside `path`, sets its mode to `mode`
-// (whatever the umask), and renames it over `path`.
+// Writes `contents` to a temporary file made exclusively under a random name beside `path`, sets
+// its mode to `mode` (whatever the umask), fsyncs it and renames it over `path`
+// (ReplacementFile, core/file_io.h: the one crash-safe writer).
 void write_private_file(const std::string& path, std::string_view contents, mode_t mode = 0600);
 
 }  // namespace tandem

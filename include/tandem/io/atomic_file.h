@@ -3,17 +3,20 @@
 // unwritable folder never leaves a half-written file where a good one was.
 //
 // Folder replacement (replace_folder_atomic), for a folder DIR in folder P:
-//   1. write every file into P/DIR.tmp-<pid> (each fsync'd), fsync that folder;
+//   1. write every file into P/DIR.tmp-<pid>-<random> (each fsync'd), fsync that folder;
 //   2. if DIR does not exist: rename DIR.tmp-<pid> to DIR; fsync P;
 //      else: swap the two names in one step (renameat2 with RENAME_EXCHANGE); fsync P;
 //   3. remove the old contents (now under DIR.tmp-<pid>) and stale DIR.tmp-* / DIR.old-* folders
 //      that earlier, interrupted saves left behind.
 // A crash before step 2 leaves DIR untouched (the old folder, complete); after step 2, DIR is the
 // new folder, complete. Filesystems without RENAME_EXCHANGE (some network and parallel
-// filesystems) take two renames instead, DIR -> DIR.old-<pid> then DIR.tmp-<pid> -> DIR; a crash
-// between them leaves no DIR but a complete DIR.old-<pid>, which resolve_folder() finds. So a
-// reader that opens resolve_folder(DIR) always sees either the old folder or the new one, whole.
-// One writer per folder at a time: concurrent writers to the same DIR are not supported.
+// filesystems) take two renames instead, DIR -> DIR.old-<pid>-<random> then the temporary -> DIR;
+// a crash between them leaves no DIR but a complete DIR.old-..., which resolve_folder() finds. So
+// a reader that opens resolve_folder(DIR) always sees either the old folder or the new one, whole.
+// One writer per folder at a time: concurrent writers to the same DIR are not supported (the
+// leftovers step 3 removes are those of processes no longer running).
+// Every temporary name is drawn at random and created exclusively (core/file_io.h), so nothing
+// planted in P is opened or blocks a save; a DIR or a file that is a symbolic link is refused.
 #pragma once
 
 #include <cstddef>
@@ -22,6 +25,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "tandem/core/file_io.h"
 
 namespace tandem::io {
 
@@ -48,7 +53,7 @@ class AtomicFile {
   void commit();
 
   const std::string& path() const { return path_; }
-  const std::string& temp_path() const { return temp_; }
+  const std::string& temp_path() const { return file_.temp_path(); }
   size_t bytes_written() const { return written_; }
 
  private:
@@ -56,8 +61,7 @@ class AtomicFile {
 
   std::string path_;
   std::string shown_;
-  std::string temp_;
-  int fd_ = -1;
+  ReplacementFile file_;
   size_t written_ = 0;
   bool had_previous_ = false;
   bool committed_ = false;
@@ -96,6 +100,7 @@ void replace_folder_atomic(const std::string& dir, const std::vector<FolderFile>
 // streamed tensor by tensor): the constructor checks `dir` and creates DIR.tmp-<pid> (step 1),
 // open_file() and close_file() write each file, commit() swaps the folder in (steps 2 and 3).
 // Destroyed without commit(), it removes the temporary folder and `dir` keeps its old contents.
+// `dir` itself may not be a symbolic link (a UserError says so).
 class FolderReplacement {
  public:
   explicit FolderReplacement(const std::string& dir, FolderWriteHooks hooks = {});
@@ -128,8 +133,8 @@ class FolderReplacement {
 };
 
 // The folder to read for `dir`: `dir` itself when it exists; else the complete previous folder a
-// save interrupted between its two renames left as `dir`.old-<pid>; else `dir` (so that the
-// caller reports it missing).
+// save interrupted between its two renames left as `dir`.old-<pid>-<random>; else `dir` (so that
+// the caller reports it missing).
 std::string resolve_folder(const std::string& dir);
 
 }  // namespace tandem::io

@@ -57,6 +57,14 @@ struct Rates {
   std::string compute_source, link_source;  // how each was found, for the report
 };
 
+// The most ranks the plan across grids takes (--ranks): enough for any run tandem makes, and few
+// enough that the plan answers in well under a second (4096 = 2^12 has 91 grids; the rank
+// counts below it with the most divisors have a few hundred).
+inline constexpr int kMaxPlanRanks = 4096;
+
+// A UserError for --ranks outside [1, kMaxPlanRanks], naming the limit.
+void check_plan_ranks(int64_t ranks);
+
 // Measures the rates on this machine in a few seconds: a GEMM of each tp degree's MLP shape at
 // the BLAS threads a rank of `ranks` will have (times cores / (ranks here x threads) when that
 // is below 1), one block's halves and the head forward and backward at tp 1 for the UnitFactors,

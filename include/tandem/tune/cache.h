@@ -98,8 +98,9 @@ struct TuneRecord {
 };
 
 std::string record_to_json(const TuneRecord& record, int indent = 2);
-// A malformed document is a UserError saying what is wrong.
-TuneRecord record_from_json(const std::string& text);
+// A malformed document is a UserError naming `source` (e.g. "tuning record 'PATH'") and what
+// is wrong.
+TuneRecord record_from_json(const std::string& text, const std::string& source = "tuning record");
 
 // <cache_dir>/tune/<digest>.json
 std::string record_path(const TuneKey& key, const std::string& cache_dir);

@@ -118,7 +118,8 @@ TEST(HfTokenizerErrors, VocabularyAndMergesThatDoNotHoldTogether) {
   EXPECT_EQ(refusal(dir, [](auto& j) { j["model"]["vocab"]["Ġcat"] = 0; }),
             malformed(dir, "tokens 'Ā' and 'Ġcat' have the same id 0"));
   EXPECT_EQ(refusal(dir, [](auto& j) { j["model"]["vocab"]["!"] = "one"; }),
-            malformed(dir, "type must be number, but is string"));
+            "tokenizer '" + dir.path("tokenizer.json") +
+                "': 'model.vocab[\"!\"]' must be an integer (it is \"one\")");
   EXPECT_EQ(refusal(dir, [](auto& j) { j["model"]["merges"].push_back("q zz"); }),
             malformed(dir, "merge 18 ('q zz') names a token not in its vocab"));
   EXPECT_EQ(refusal(dir, [](auto& j) { j["model"]["merges"].push_back("qzz"); }),

@@ -69,8 +69,8 @@ TEST(CheckpointErrors, MetaIsNotJson) {
   save_small(ck);
   testing::write_bytes(ck + "/meta.json", "{\"step\": 7,");
   const std::string m = user_error_of([&] { load_checkpoint(ck); });
-  EXPECT_EQ(m.rfind("invalid checkpoint metadata '" + ck +
-                        "/meta.json': not valid JSON: parse error at line 1, column ",
+  EXPECT_EQ(m.rfind("checkpoint metadata '" + ck +
+                        "/meta.json' is not valid JSON: parse error at line 1, column ",
                     0),
             0u)
       << m;

@@ -4,6 +4,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
+
 #include "support/cli.h"
 
 namespace tandem::train {
@@ -34,6 +36,14 @@ TEST(GridFlags, EachMistakeIsOneClearError) {
       {"train --grid auto --ranks 4 --memory-budget 1GiB",
        "--grid auto plans across grids and chooses --memory-budget: leave it out"},
       {"train --grid auto --ranks 0", "--ranks 0 must be at least 1"},
+      // Past the bound the plan answers in well under a second (these spun, then died of
+      // SIGFPE, or printed a 139 KB line).
+      {"plan --model tiny --ranks 2147483647 --memory-per-rank 1GiB",
+       "--ranks 2147483647: the plan across grids takes at most 4096 ranks; plan a run of that "
+       "size or fewer, or give --dp, --tp and --pp"},
+      {"train --grid auto --ranks 1000000 --memory-per-rank 1GiB",
+       "--ranks 1000000: the plan across grids takes at most 4096 ranks; plan a run of that "
+       "size or fewer, or give --dp, --tp and --pp"},
       {"plan --model tiny",
        "tandem plan needs --memory-budget (the out-of-core plan of one grid), "
        "or --ranks N (the plan across grids)"},
@@ -51,6 +61,17 @@ TEST(GridFlags, EachMistakeIsOneClearError) {
     EXPECT_EQ(r.status, 1) << c.args;
     EXPECT_EQ(r.output, fmt::format("tandem: error: {}\n", c.error)) << c.args;
   }
+}
+
+// The most ranks the plan takes: an answer, or one short refusal, in well under the time a plan
+// of a few ranks takes (its rates are measured once either way).
+TEST(GridFlags, TheMostRanksGiveOneShortLine) {
+  const auto begin = std::chrono::steady_clock::now();
+  const auto r = run_tandem("plan --model tiny --ranks 4096 --memory-per-rank 64KiB");
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count(), 20.0);
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_LT(r.output.size(), 700u) << r.output;
+  EXPECT_EQ(r.output.rfind("tandem: error: no grid of 4096 ranks ", 0), 0u) << r.output;
 }
 
 TEST(GridFlags, ALimitNoGridFitsNamesTheSmallestMemoryPerRankThatWorks) {

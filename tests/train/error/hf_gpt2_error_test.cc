@@ -138,7 +138,7 @@ TEST(HfGpt2Errors, MalformedOrForeignConfigJson) {
   const std::string file = hf + "/config.json";
   const std::string good = testing::read_bytes(file);
   testing::write_bytes(file, "{\"model_type\": \"gpt2\",");
-  EXPECT_NE(user_error_of([&] { hf_model_config(hf); }).find("'" + file + "' is not JSON: "),
+  EXPECT_NE(user_error_of([&] { hf_model_config(hf); }).find("'" + file + "' is not valid JSON: "),
             std::string::npos);
   const std::vector<std::pair<std::function<void(nlohmann::json&)>, std::string>> cases = {
       {[](nlohmann::json& j) { j.erase("n_layer"); },

@@ -110,5 +110,28 @@ TEST(TuneCacheMutations, DamagedRecordFilesAreMisses) {
   }
 }
 
+// Nested 100 000 deep (which overflowed the stack while a message quoted it) or ill-typed: one
+// UserError naming the record, never nlohmann's own text; through the cache's files, a miss.
+TEST(TuneCacheMutations, DeepOrIllTypedRecordsAreCleanErrors) {
+  const std::string deep =
+      "{\"format\": " + std::string(100000, '[') + std::string(100000, ']') + "}";
+  EXPECT_EQ(cache_error_of(deep),
+            "tuning record nests arrays and objects more than 64 deep: it is not a file tandem "
+            "reads");
+  const std::string valid = record_to_json(full_record(), -1);
+  const std::string m =
+      cache_error_of(with(valid, "\"winner\":\"fused(RS-C-AG)\"", "\"winner\":[1]"));
+  EXPECT_EQ(m.rfind("tuning record is malformed: ", 0), 0u) << m;
+  EXPECT_EQ(m.find("[json.exception"), std::string::npos) << m;
+  testing::TempCacheDir dir("deep");
+  const TuneRecord r = full_record();
+  const std::string path = store_record(r, dir.str());
+  {
+    std::ofstream f(path, std::ios::trunc | std::ios::binary);
+    f << deep;
+  }
+  EXPECT_FALSE(load_record(r.key, dir.str()).has_value());
+}
+
 }  // namespace
 }  // namespace tandem::tune
