@@ -42,6 +42,17 @@ constexpr double kStatedLinkLatencyS = 50e-6;  // with --link-gbps: a TCP round 
 // The out-of-core searches per stage: enough for the benchmark models, short across many grids.
 constexpr int64_t kPlanEvaluations = 20'000;
 
+// Matmul FLOPs a token of one block's forward, from the one block description (GPT-2's or
+// Llama's): attention's projections (q, k and v, then out) and its scores and weighted sum over
+// sequences of T; the MLP's up projection(s) (GPT-2's fc; Llama's gate and up) and down.
+double attention_flops_per_token(const nn::GPTConfig& m, double T) {
+  const double C = m.d_model;
+  return 2 * C * (static_cast<double>(m.qkv_width()) + C) + 4 * T * C;
+}
+double mlp_flops_per_token(const nn::GPTConfig& m) {
+  return 2.0 * m.d_model * static_cast<double>(m.fc_width() + m.mlp_width());
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -104,8 +115,8 @@ void measure_unit_factors(const nn::GPTConfig& model, int64_t rows, double rate,
   const nn::StepRng rng;
   const nn::BlockParams bw = w.block(0), bdw = dw.block(0);
   const double tokens = static_cast<double>(B) * T, C = c.d_model, V = c.vocab_size;
-  const double attn_s = tokens * (8 * C * C + 4 * T * C) / rate;
-  const double mlp_s = tokens * 16 * C * C / rate;
+  const double attn_s = tokens * attention_flops_per_token(c, T) / rate;
+  const double mlp_s = tokens * mlp_flops_per_token(c) / rate;
   const double head_s = 2 * tokens * C * V / rate;
   const auto ratio = [](double measured, double modelled) { return measured / modelled; };
   r.attention.forward =
@@ -226,9 +237,10 @@ HalfBlockMatmuls half_block_matmuls(const TrainConfig& cfg, const Rates& r) {
   const parallel::GridShape& g = cfg.grid;
   const nn::GPTConfig& m = cfg.model;
   const int rows = static_cast<int>(cfg.batch / g.dp / cfg.micro_batch_count());
-  const double T = m.seq_len, C = m.d_model, tokens = rows * T;
+  const double tokens = rows * static_cast<double>(m.seq_len);
   const double rate = rate_for(r, g.tp);
-  return {tokens * (8 * C * C + 4 * T * C) / g.tp / rate, tokens * 16 * C * C / g.tp / rate};
+  return {tokens * attention_flops_per_token(m, m.seq_len) / g.tp / rate,
+          tokens * mlp_flops_per_token(m) / g.tp / rate};
 }
 
 // Local elements of one block's weights on a rank (every stage's blocks are alike).
@@ -539,7 +551,7 @@ Rates measure_rates(const TrainConfig& base, int ranks, std::optional<double> li
     for (int tp : divisors(ranks))
       if (m.n_heads % tp == 0) {
         double& rate = r.gemm_flops_per_s[tp];
-        rate = std::max(rate, gemm_rate(m.matmul, rows, 4 * m.d_model / tp, m.d_model));
+        rate = std::max(rate, gemm_rate(m.matmul, rows, m.mlp_width() / tp, m.d_model));
       }
   measure_unit_factors(m, rank_rows, r.gemm_flops_per_s.at(1), r);
   blas::set_num_threads(saved);
@@ -646,10 +658,13 @@ std::string grid_plan_report(const GridPlan& plan) {
   const TrainConfig& c = plan.best().cfg;
   const Rates& r = plan.rates;
   std::string out = fmt::format(
-      "tandem plan: GPT {} layers x d_model {} ({} heads), {} x {} tokens a step, on {} ranks "
+      "tandem plan: {} {} layers x d_model {} ({} heads{}), {} x {} tokens a step, on {} ranks "
       "with {} a rank\n",
-      c.model.n_layers, c.model.d_model, c.model.n_heads, c.batch, c.model.seq_len, plan.ranks,
-      ooc::human_bytes(plan.memory_per_rank));
+      c.model.llama() ? "Llama" : "GPT", c.model.n_layers, c.model.d_model, c.model.n_heads,
+      c.model.llama()
+          ? fmt::format(", {} key/value heads, MLP {}", c.model.n_kv_heads(), c.model.mlp_width())
+          : "",
+      c.batch, c.model.seq_len, plan.ranks, ooc::human_bytes(plan.memory_per_rank));
   std::vector<std::string> gemms;
   for (const auto& [tp, f] : r.gemm_flops_per_s)
     gemms.push_back(fmt::format("tp{} {:.1f}", tp, f / 1e9));

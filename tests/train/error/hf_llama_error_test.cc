@@ -289,9 +289,10 @@ TEST(HfLlamaErrors, IndexEntriesOutsideTheFolderOrWrongAreNamed) {
             "'" + index + "': weight_map entry '" + q +
                 "' names the shard 'model-00002-of-00002.safetensors', which has no such tensor");
   testing::write_bytes(index, "{\"weight_map\": [");
-  EXPECT_NE(
-      user_error_of([&] { train(init_llama(dir, hf)); }).find("'" + index + "' is not valid JSON: "),
-      std::string::npos);
+  EXPECT_NE(user_error_of([&] {
+              train(init_llama(dir, hf));
+            }).find("'" + index + "' is not valid JSON: "),
+            std::string::npos);
   testing::write_bytes(index, "{\"metadata\": {}}");
   EXPECT_EQ(user_error_of([&] { train(init_llama(dir, hf)); }),
             "'" + index + "' has no object 'weight_map' (tensor name -> shard file)");
