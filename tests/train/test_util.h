@@ -13,6 +13,9 @@
 #include "support/files.h"
 #include "support/scratch.h"
 #include "tandem/core/error.h"
+#include "tandem/io/checkpoint.h"
+#include "tandem/io/checkpoint_series.h"
+#include "tandem/train/hf_folder.h"
 #include "tandem/train/trainer.h"
 
 namespace tandem::train::testing {
@@ -73,6 +76,39 @@ inline void expect_bitwise(const TrainResult& a, const TrainResult& b, const std
   for (size_t i = 0; i < a.weights.size(); ++i) differ += a.weights[i] != b.weights[i];
   EXPECT_EQ(differ, 0u) << what << ": weights differ in " << differ << " of " << a.weights.size();
   EXPECT_EQ(a.losses, b.losses) << what;
+}
+
+// A run trained and exported as a Hugging Face folder (tandem export --format hf).
+struct HfExport {
+  TrainConfig config;
+  std::string checkpoint;  // the step folder
+  std::string folder;      // the export
+};
+inline HfExport train_and_export(const ScratchDir& dir, TrainConfig config) {
+  HfExport e;
+  e.config = std::move(config);
+  e.config.save_dir = dir.path("ckpt");
+  train(e.config);
+  e.checkpoint = io::resolve_checkpoint(e.config.save_dir);
+  e.folder = dir.path("hf");
+  export_hf(e.config.save_dir, e.folder);
+  return e;
+}
+
+// A checkpoint's weights as one flat vector in the model's order (TrainResult::weights').
+inline std::vector<float> checkpoint_weights(const std::string& folder, const nn::GPTConfig& c) {
+  const io::Checkpoint ck = io::load_checkpoint(folder, false);
+  std::vector<float> flat;
+  for (const nn::ParamSpec& s : nn::gpt_parameter_specs(c)) {
+    const Tensor* t = nullptr;
+    for (const io::NamedTensor& n : ck.weights)
+      if (n.name == s.name) t = &n.tensor;
+    EXPECT_NE(t, nullptr) << s.name;
+    if (t == nullptr) return {};
+    const float* p = t->data_as<float>();
+    flat.insert(flat.end(), p, p + t->numel());
+  }
+  return flat;
 }
 
 }  // namespace tandem::train::testing

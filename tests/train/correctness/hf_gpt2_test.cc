@@ -26,46 +26,14 @@
 namespace tandem::train {
 namespace {
 
+using testing::HfExport;
 using testing::ScratchDir;
+using testing::train_and_export;
 namespace fs = std::filesystem;
-
-// A tiny run trained `steps` steps and saved under dir/ckpt, exported to dir/hf.
-struct Exported {
-  TrainConfig config;
-  std::string checkpoint;  // the step folder
-  std::string folder;      // the export
-};
-
-Exported export_tiny(const ScratchDir& dir, int64_t steps = 3) {
-  Exported e;
-  e.config = testing::tiny_run(steps);
-  e.config.save_dir = dir.path("ckpt");
-  train(e.config);
-  e.checkpoint = io::resolve_checkpoint(e.config.save_dir);
-  e.folder = dir.path("hf");
-  export_hf(e.config.save_dir, e.folder);
-  return e;
-}
-
-// The checkpoint's weights as one flat vector in the model's order (TrainResult::weights').
-std::vector<float> checkpoint_weights(const std::string& folder, const nn::GPTConfig& c) {
-  const io::Checkpoint ck = io::load_checkpoint(folder, false);
-  std::vector<float> flat;
-  for (const nn::ParamSpec& s : nn::gpt_parameter_specs(c)) {
-    const Tensor* t = nullptr;
-    for (const io::NamedTensor& n : ck.weights)
-      if (n.name == s.name) t = &n.tensor;
-    EXPECT_NE(t, nullptr) << s.name;
-    if (t == nullptr) return {};
-    const float* p = t->data_as<float>();
-    flat.insert(flat.end(), p, p + t->numel());
-  }
-  return flat;
-}
 
 TEST(HfGpt2Export, WritesGPT2LMHeadModelsNamesWithTheCheckpointsBytes) {
   ScratchDir dir;
-  const Exported e = export_tiny(dir);
+  const HfExport e = train_and_export(dir, testing::tiny_run(3));
   EXPECT_EQ(dir.list("hf"), (std::vector<std::string>{"config.json", "model.safetensors"}));
   const io::SafetensorsFile hf = io::load_safetensors(e.folder + "/model.safetensors");
   const io::Checkpoint ck = io::load_checkpoint(e.checkpoint, false);
@@ -97,7 +65,7 @@ TEST(HfGpt2Export, WritesGPT2LMHeadModelsNamesWithTheCheckpointsBytes) {
 
 TEST(HfGpt2Export, ReplacesAPreviousExportWholeAndLeavesItOnAFailedWrite) {
   ScratchDir dir;
-  const Exported e = export_tiny(dir);
+  const HfExport e = train_and_export(dir, testing::tiny_run(3));
   const std::string before = testing::read_bytes(e.folder + "/model.safetensors");
   // A later checkpoint exported over it.
   TrainConfig more = e.config;
@@ -125,14 +93,14 @@ class HfGpt2InitGrid : public ::testing::TestWithParam<parallel::GridShape> {};
 
 TEST_P(HfGpt2InitGrid, StartsFromTheExportedWeightsBitForBit) {
   ScratchDir dir;
-  const Exported e = export_tiny(dir);
+  const HfExport e = train_and_export(dir, testing::tiny_run(3));
   TrainConfig c = testing::tiny_run(0);
   c.grid = GetParam();
   c.init_from = e.folder;
   c.keep_weights = true;
   const TrainResult r = train(c);
   EXPECT_EQ(r.first_step, 0);
-  EXPECT_EQ(r.weights, checkpoint_weights(e.checkpoint, c.model)) << c.grid.str();
+  EXPECT_EQ(r.weights, testing::checkpoint_weights(e.checkpoint, c.model)) << c.grid.str();
   // And trains on from there: step 0, a fresh optimizer.
   c.steps = 2;
   const TrainResult t = train(c);
@@ -154,21 +122,22 @@ INSTANTIATE_TEST_SUITE_P(Grids, HfGpt2InitGrid,
 
 TEST(HfGpt2Init, SavesTheFoldersModelAsACheckpointWithStepsZero) {
   ScratchDir dir;
-  const Exported e = export_tiny(dir);
+  const HfExport e = train_and_export(dir, testing::tiny_run(3));
   TrainConfig c = testing::tiny_run(0);
   c.init_from = e.folder;
   c.save_dir = dir.path("imported");
   train(c);
   const std::string saved = io::resolve_checkpoint(c.save_dir);
   EXPECT_EQ(io::read_run_meta(saved + "/meta.json").step, 0);
-  EXPECT_EQ(checkpoint_weights(saved, c.model), checkpoint_weights(e.checkpoint, c.model));
+  EXPECT_EQ(testing::checkpoint_weights(saved, c.model),
+            testing::checkpoint_weights(e.checkpoint, c.model));
 }
 
 // The hub's older files: GPT2Model's names without "transformer.", the causal masks stored as
 // buffers, and the tied head stored too.
 TEST(HfGpt2Init, ReadsTheHubsOlderLayout) {
   ScratchDir dir;
-  const Exported e = export_tiny(dir);
+  const HfExport e = train_and_export(dir, testing::tiny_run(3));
   io::SafetensorsFile f = io::load_safetensors(e.folder + "/model.safetensors");
   std::vector<io::NamedTensor> old;
   for (io::NamedTensor& t : f.tensors) {
@@ -186,7 +155,7 @@ TEST(HfGpt2Init, ReadsTheHubsOlderLayout) {
   TrainConfig c = testing::tiny_run(0);
   c.init_from = e.folder;
   c.keep_weights = true;
-  EXPECT_EQ(train(c).weights, checkpoint_weights(e.checkpoint, c.model));
+  EXPECT_EQ(train(c).weights, testing::checkpoint_weights(e.checkpoint, c.model));
 }
 
 // A model trained on token shards: its tokenizer goes beside the weights (config.json names its
@@ -215,7 +184,8 @@ TEST(HfGpt2Export, CopiesTheTokenizerAndInitFromChecksIt) {
   init.steps = 0;
   init.init_from = hf;
   init.keep_weights = true;
-  EXPECT_EQ(train(init).weights, checkpoint_weights(io::resolve_checkpoint(c.save_dir), c.model));
+  EXPECT_EQ(train(init).weights,
+            testing::checkpoint_weights(io::resolve_checkpoint(c.save_dir), c.model));
   // Another tokenizer beside the weights: the ids would mean other pieces.
   testing::write_bytes(hf + "/tokenizer.model", "not the shards' tokenizer");
   EXPECT_NE(testing::user_error_of([&] { train(init); })
@@ -228,7 +198,7 @@ TEST(HfGpt2Export, CopiesTheTokenizerAndInitFromChecksIt) {
 // taken from config.json.
 TEST(HfGpt2Commands, ExportThenTrainInitFrom) {
   ScratchDir dir;
-  const Exported e = export_tiny(dir);
+  const HfExport e = train_and_export(dir, testing::tiny_run(3));
   const auto x = tandem::testing::run_tandem("export --format hf --out '" + dir.path("hf2") +
                                              "' '" + e.config.save_dir + "'");
   ASSERT_EQ(x.status, 0) << x.output;
@@ -244,8 +214,8 @@ TEST(HfGpt2Commands, ExportThenTrainInitFrom) {
   EXPECT_NE(t.output.find("starting from the Hugging Face folder " + dir.path("hf2")),
             std::string::npos)
       << t.output;
-  EXPECT_EQ(checkpoint_weights(io::resolve_checkpoint(dir.path("ck2")), e.config.model),
-            checkpoint_weights(e.checkpoint, e.config.model));
+  EXPECT_EQ(testing::checkpoint_weights(io::resolve_checkpoint(dir.path("ck2")), e.config.model),
+            testing::checkpoint_weights(e.checkpoint, e.config.model));
 }
 
 // An independent reader: GPT-2's forward in PyTorch on the exported folder gives tandem's logits.
@@ -261,7 +231,7 @@ TEST(HfGpt2PyTorch, ForwardOnTheExportReproducesTandemsLogits) {
   if (python.empty())
     GTEST_SKIP() << "no python3 can import torch: install Debian's python3-torch to run this check";
   ScratchDir dir;
-  const Exported e = export_tiny(dir, 20);
+  const HfExport e = train_and_export(dir, testing::tiny_run(20));
   const LoadedModel m = load_model(e.checkpoint);
   const nn::GPTConfig& c = m.config;
   const std::vector<int32_t> tokens = {84, 104, 101, 32, 99, 97, 116, 32, 115, 97, 116, 255, 0, 7};

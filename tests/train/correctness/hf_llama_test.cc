@@ -29,7 +29,9 @@
 namespace tandem::train {
 namespace hf_llama_test {
 
+using testing::HfExport;
 using testing::ScratchDir;
+using testing::train_and_export;
 namespace fs = std::filesystem;
 
 // The layouts a Llama export has: the head tied or its own, and Qwen2's q/k/v biases; and Llama
@@ -65,41 +67,7 @@ TrainConfig llama_run(const Variant& v, int64_t steps) {
   return c;
 }
 
-// A run trained `steps` steps and saved under dir/ckpt, exported to dir/hf.
-struct LlamaExport {
-  TrainConfig config;
-  std::string checkpoint;  // the step folder
-  std::string folder;      // the export
-};
-
-LlamaExport export_llama(const ScratchDir& dir, const Variant& v, int64_t steps = 3) {
-  LlamaExport e;
-  e.config = llama_run(v, steps);
-  e.config.save_dir = dir.path("ckpt");
-  train(e.config);
-  e.checkpoint = io::resolve_checkpoint(e.config.save_dir);
-  e.folder = dir.path("hf");
-  export_hf(e.config.save_dir, e.folder);
-  return e;
-}
-
-// The checkpoint's weights as one flat vector in the model's order.
-std::vector<float> llama_checkpoint_weights(const std::string& folder, const nn::GPTConfig& c) {
-  const io::Checkpoint ck = io::load_checkpoint(folder, false);
-  std::vector<float> flat;
-  for (const nn::ParamSpec& s : nn::gpt_parameter_specs(c)) {
-    const Tensor* t = nullptr;
-    for (const io::NamedTensor& n : ck.weights)
-      if (n.name == s.name) t = &n.tensor;
-    EXPECT_NE(t, nullptr) << s.name;
-    if (t == nullptr) return {};
-    const float* p = t->data_as<float>();
-    flat.insert(flat.end(), p, p + t->numel());
-  }
-  return flat;
-}
-
-TrainConfig llama_init(const LlamaExport& e, const std::string& folder) {
+TrainConfig llama_init(const HfExport& e, const std::string& folder) {
   TrainConfig c = testing::tiny_run(0);
   c.model = e.config.model;
   c.init_from = folder;
@@ -114,7 +82,7 @@ class HfLlamaVariant : public ::testing::TestWithParam<Variant> {};
 TEST_P(HfLlamaVariant, ExportWritesLlamaForCausalLMsTensors) {
   const Variant v = GetParam();
   ScratchDir dir;
-  const LlamaExport e = export_llama(dir, v);
+  const HfExport e = train_and_export(dir, llama_run(v, 3));
   EXPECT_EQ(dir.list("hf"), (std::vector<std::string>{"config.json", "model.safetensors"}));
   const io::SafetensorsFile hf = io::load_safetensors(e.folder + "/model.safetensors");
   const io::Checkpoint ck = io::load_checkpoint(e.checkpoint, false);
@@ -204,11 +172,11 @@ TEST_P(HfLlamaVariant, ExportWritesLlamaForCausalLMsTensors) {
 // --init-from gives back the checkpoint's weights bit for bit, and trains on.
 TEST_P(HfLlamaVariant, InitFromTheExportIsBitwise) {
   ScratchDir dir;
-  const LlamaExport e = export_llama(dir, GetParam());
+  const HfExport e = train_and_export(dir, llama_run(GetParam(), 3));
   TrainConfig c = llama_init(e, e.folder);
   const TrainResult r = train(c);
   EXPECT_EQ(r.first_step, 0);
-  EXPECT_EQ(r.weights, llama_checkpoint_weights(e.checkpoint, c.model));
+  EXPECT_EQ(r.weights, testing::checkpoint_weights(e.checkpoint, c.model));
   c.steps = 2;
   const TrainResult t = train(c);
   ASSERT_EQ(t.losses.size(), 2u);
@@ -219,12 +187,12 @@ TEST_P(HfLlamaVariant, InitFromTheExportIsBitwise) {
 // stage), the same weights.
 TEST(HfLlamaInit, OnGridsTheSameWeights) {
   ScratchDir dir;
-  const LlamaExport e = export_llama(dir, kVariants[1]);
+  const HfExport e = train_and_export(dir, llama_run(kVariants[1], 3));
   for (const parallel::GridShape grid :
        {parallel::GridShape{1, 2, 1}, parallel::GridShape{2, 1, 2}}) {
     TrainConfig c = llama_init(e, e.folder);
     c.grid = grid;
-    EXPECT_EQ(train(c).weights, llama_checkpoint_weights(e.checkpoint, c.model)) << grid.str();
+    EXPECT_EQ(train(c).weights, testing::checkpoint_weights(e.checkpoint, c.model)) << grid.str();
   }
 }
 
@@ -260,8 +228,8 @@ void rewrite_folder(const std::string& from, const std::string& out, int shards,
 // sharded with an index (bitwise).
 TEST(HfLlamaInit, ReadsBf16F16AndShardedFolders) {
   ScratchDir dir;
-  const LlamaExport e = export_llama(dir, kVariants[1]);
-  const std::vector<float> exact = llama_checkpoint_weights(e.checkpoint, e.config.model);
+  const HfExport e = train_and_export(dir, llama_run(kVariants[1], 3));
+  const std::vector<float> exact = testing::checkpoint_weights(e.checkpoint, e.config.model);
   for (const DType t : {DType::BF16, DType::F16}) {
     const std::string folder = dir.path(std::string(dtype_name(t)));
     rewrite_folder(e.folder, folder, 1, [&](const Tensor& x) { return x.to(t); });
@@ -288,7 +256,7 @@ TEST(HfLlamaInit, ReadsBf16F16AndShardedFolders) {
 // Llama block (family, key/value heads, MLP width, head) taken from config.json.
 TEST(HfLlamaCommands, ExportThenTrainInitFrom) {
   ScratchDir dir;
-  const LlamaExport e = export_llama(dir, kVariants[2]);
+  const HfExport e = train_and_export(dir, llama_run(kVariants[2], 3));
   const auto x = tandem::testing::run_tandem("export --format hf --out '" + dir.path("hf2") +
                                              "' '" + e.config.save_dir + "'");
   ASSERT_EQ(x.status, 0) << x.output;
@@ -301,8 +269,8 @@ TEST(HfLlamaCommands, ExportThenTrainInitFrom) {
   EXPECT_NE(t.output.find("starting from the Hugging Face folder " + dir.path("hf2")),
             std::string::npos)
       << t.output;
-  EXPECT_EQ(llama_checkpoint_weights(io::resolve_checkpoint(dir.path("ck2")), e.config.model),
-            llama_checkpoint_weights(e.checkpoint, e.config.model));
+  EXPECT_EQ(testing::checkpoint_weights(io::resolve_checkpoint(dir.path("ck2")), e.config.model),
+            testing::checkpoint_weights(e.checkpoint, e.config.model));
   // Flags that say what the folder says are accepted.
   const auto same = tandem::testing::run_tandem(
       "train --init-from '" + dir.path("hf2") +
@@ -337,7 +305,7 @@ TEST(HfLlamaExport, CopiesTheTokenizerAndInitFromChecksIt) {
   init.init_from = hf;
   init.keep_weights = true;
   EXPECT_EQ(train(init).weights,
-            llama_checkpoint_weights(io::resolve_checkpoint(c.save_dir), c.model));
+            testing::checkpoint_weights(io::resolve_checkpoint(c.save_dir), c.model));
   testing::write_bytes(hf + "/tokenizer.model", "not the shards' tokenizer");
   EXPECT_NE(testing::user_error_of([&] { train(init); })
                 .find("the tokenizer '" + hf + "/tokenizer.model' is not the one --data '" +
@@ -377,7 +345,7 @@ TEST(HfLlamaExport, CarriesALlama3TokenizerJsonAndItsIds) {
   init.init_from = hf;
   init.keep_weights = true;
   EXPECT_EQ(train(init).weights,
-            llama_checkpoint_weights(io::resolve_checkpoint(c.save_dir), c.model));
+            testing::checkpoint_weights(io::resolve_checkpoint(c.save_dir), c.model));
 }
 
 // The python3 that can import torch: TANDEM_PYTHON, the one on PATH, else Debian's.
@@ -400,7 +368,7 @@ TEST_P(HfLlamaVariant, PyTorchForwardOnTheExportReproducesTandem) {
     GTEST_SKIP() << "no python3 can import torch: install Debian's python3-torch to run this check";
   const Variant v = GetParam();
   ScratchDir dir;
-  const LlamaExport e = export_llama(dir, v, 100);
+  const HfExport e = train_and_export(dir, llama_run(v, 100));
   const LoadedModel m = load_model(e.checkpoint);
   const nn::GPTConfig& c = m.config;
   const std::vector<int32_t> tokens = {84, 104, 101, 32, 99, 97, 116, 32, 115, 97, 116, 255, 0, 7};
