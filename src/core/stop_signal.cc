@@ -12,8 +12,8 @@ namespace tandem {
 namespace {
 
 std::atomic<int> g_received{0};
-const char* g_who = "";
-const char* g_point = "";
+std::atomic<const char*> g_who{""};
+std::atomic<const char*> g_point{""};
 struct sigaction g_old_term, g_old_int;
 
 void on_signal(int sig) {
@@ -32,9 +32,9 @@ void on_signal(int sig) {
     (void)ignored;
   };
   if (sig == SIGINT) say("\n");
-  say(g_who);
+  say(g_who.load());
   say(sig == SIGINT ? ": SIGINT: stopping after " : ": SIGTERM: stopping after ");
-  say(g_point);
+  say(g_point.load());
   say(" (again: stop at once)\n");
 }
 
