@@ -53,11 +53,18 @@ void check_args(int NH, int KVH, const FlashBlocks& blocks) {
                blocks.cols);
 }
 
+// The blocks a call runs: at most T a side, so that a short sequence needs no more scratch than
+// its T x T tiles.
+FlashBlocks clipped(const FlashBlocks& k, int T) {
+  return {std::min(k.rows, std::max(T, 1)), std::min(k.cols, std::max(T, 1))};
+}
+
 int64_t forward_floats(int HS, const FlashBlocks& k) {
   return int64_t{2} * k.rows * k.cols + int64_t{k.rows} * HS + 2 * k.rows;
 }
 int64_t backward_floats(int T, const FlashBlocks& k) { return T + int64_t{3} * k.rows * k.cols; }
-int64_t thread_floats(int T, int HS, const FlashBlocks& k) {
+int64_t thread_floats(int T, int HS, const FlashBlocks& blocks) {
+  const FlashBlocks k = clipped(blocks, T);
   return std::max(forward_floats(HS, k), backward_floats(T, k));
 }
 
@@ -73,7 +80,7 @@ void flash_attention_forward(float* out, float* lse, float* scratch, const float
                              const FlashBlocks& blocks) {
   check_args(NH, KVH, blocks);
   const int C = NH * HS, C3 = (NH + 2 * KVH) * HS, group = NH / KVH;
-  const int BR = blocks.rows, BC = blocks.cols;
+  const int BR = clipped(blocks, T).rows, BC = clipped(blocks, T).cols;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   const int64_t heads = static_cast<int64_t>(B) * NH, query_blocks = (T + BR - 1) / BR;
   // Task t is query block query_blocks - 1 - t / heads of head t % heads: the causal mask gives
@@ -148,7 +155,7 @@ void flash_attention_backward(float* dqkv, float* scratch, const float* dout, co
                               int HS, const AttentionDropout& drop, const FlashBlocks& blocks) {
   check_args(NH, KVH, blocks);
   const int C = NH * HS, C3 = (NH + 2 * KVH) * HS, group = NH / KVH;
-  const int BR = blocks.rows, BC = blocks.cols;
+  const int BR = clipped(blocks, T).rows, BC = clipped(blocks, T).cols;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   // One task a (sample, key/value head): the query heads sharing it add into its dk and dv one
   // after another on one thread, so no two threads write one head's gradients and the order of

@@ -178,7 +178,7 @@ struct FlashBlocks {
   int cols = 128;  // keys a block
 };
 // Floats of scratch flash_attention_forward and _backward need: about T + 3 * rows * cols per
-// thread, attention_max_threads() threads.
+// thread (the blocks clipped to T a side), attention_max_threads() threads.
 int64_t flash_attention_scratch_floats(int T, int HS, const FlashBlocks& blocks = {});
 // out (B, T, NH*HS), lse (B, NH, T) (log sum_j exp(score_ij), the softmax's normaliser) from qkv
 // (B, T, (NH + 2*KVH)*HS), laid out as attention_forward's.
