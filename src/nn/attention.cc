@@ -20,12 +20,6 @@ namespace {
 // while each call stays large enough for BLAS to run at speed.
 constexpr int kCausalRows = 32;
 
-// The global RNG index of element (b, h, 0, 0).
-int64_t head_index_base(const AttentionDropout& d, int b, int h, int NH, int T) {
-  const int64_t heads = d.n_heads_total > 0 ? d.n_heads_total : NH;
-  return ((d.sample_offset + b) * heads + d.head_offset + h) * static_cast<int64_t>(T) * T;
-}
-
 // row (n) <- softmax(row) in place, n >= 1.
 void softmax_row(float* __restrict row, int n) {
   const float m = detail::lane_max(row, n);
@@ -91,7 +85,7 @@ void attention_forward(float* out, float* att, float* scratch, const float* qkv,
     const float* v = k + static_cast<int64_t>(KVH) * HS;
     float* a = att + (static_cast<int64_t>(b) * NH + h) * T * T;  // (T, T)
     float* y = out + static_cast<int64_t>(b) * T * C + h * HS;    // (T, HS), row stride C
-    const int64_t base = drop.active() ? head_index_base(drop, b, h, NH, T) : 0;
+    const int64_t base = drop.active() ? drop.head_base(b, h, NH, T) : 0;
     for (int i0 = 0; i0 < T; i0 += kCausalRows) {
       const int i1 = std::min(T, i0 + kCausalRows);
       const int rows = i1 - i0;
@@ -138,7 +132,7 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
       float* dv = dk + static_cast<int64_t>(KVH) * HS;
       const float* a = att + (static_cast<int64_t>(b) * NH + h) * T * T;
       const float* dy = dout + static_cast<int64_t>(b) * T * C + h * HS;
-      const int64_t base = drop.active() ? head_index_base(drop, b, h, NH, T) : 0;
+      const int64_t base = drop.active() ? drop.head_base(b, h, NH, T) : 0;
       for (int i0 = 0; i0 < T; i0 += kCausalRows) {
         const int i1 = std::min(T, i0 + kCausalRows);
         const int rows = i1 - i0;

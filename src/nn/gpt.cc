@@ -36,16 +36,16 @@ void append_specs(std::vector<ActivationSpec>& out, const GPTConfig& c, const st
                   int B, int T) {
   for (int i = 0; i < kNumActs<Kind>; ++i) {
     const Kind k = static_cast<Kind>(i);
-    out.push_back({prefix + std::string(act_suffix(k)), act_shape(c, k, B, T), act_dtype(c, k)});
+    out.push_back({prefix + std::string(act_suffix(c, k)), act_shape(c, k, B, T), act_dtype(c, k)});
   }
 }
 
 template <typename Kind>
-void append_named(std::vector<std::pair<std::string, Tensor>>& out, const Buffers<Kind>& a,
-                  const std::string& prefix) {
+void append_named(std::vector<std::pair<std::string, Tensor>>& out, const GPTConfig& c,
+                  const Buffers<Kind>& a, const std::string& prefix) {
   for (int i = 0; i < kNumActs<Kind>; ++i) {
     const Kind k = static_cast<Kind>(i);
-    out.emplace_back(prefix + std::string(act_suffix(k)), a[k]);
+    out.emplace_back(prefix + std::string(act_suffix(c, k)), a[k]);
   }
 }
 
@@ -82,7 +82,7 @@ void check_buffer(const GPTConfig& c, const Buffers<Kind>& a, Kind k, const std:
   const DType type = act_dtype(c, k);
   if ((a[k].dtype() != type && a[k].dtype() != DType::F32) || a[k].numel() != want.numel() ||
       (a[k].data() == nullptr && want.numel() > 0))
-    user_error("activation buffer {}{} is {}{}; the stage needs {}{}", prefix, act_suffix(k),
+    user_error("activation buffer {}{} is {}{}; the stage needs {}{}", prefix, act_suffix(c, k),
                a[k].str(), a[k].data() == nullptr ? " (unbound)" : "", dtype_name(type),
                want.str());
 }
@@ -119,8 +119,8 @@ std::string_view act_suffix(BlockAct k) {
       return "ln_1.rstd";
     case BlockAct::Qkv:
       return "attn.c_attn.out";
-    case BlockAct::AttSoftmax:
-      return "attn.softmax";
+    case BlockAct::AttSaved:
+      return "attn.lse";
     case BlockAct::AttY:
       return "attn.y";
     case BlockAct::Resid1:
@@ -142,6 +142,13 @@ std::string_view act_suffix(BlockAct k) {
   }
   internal_error("bad BlockAct");
 }
+
+std::string_view act_suffix(const GPTConfig&, EmbeddingAct k) { return act_suffix(k); }
+std::string_view act_suffix(const GPTConfig& c, BlockAct k) {
+  if (k == BlockAct::AttSaved && c.attention == AttentionKernel::Unfused) return "attn.softmax";
+  return act_suffix(k);
+}
+std::string_view act_suffix(const GPTConfig&, FinalAct k) { return act_suffix(k); }
 
 std::string_view act_suffix(FinalAct k) {
   switch (k) {
@@ -173,8 +180,9 @@ Shape act_shape(const GPTConfig& c, BlockAct k, int B, int T) {
       return {B, T};
     case BlockAct::Qkv:
       return {B, T, c.qkv_width()};
-    case BlockAct::AttSoftmax:
-      return {B, c.n_heads, T, T};
+    case BlockAct::AttSaved:
+      if (c.attention == AttentionKernel::Unfused) return {B, c.n_heads, T, T};
+      return {B, c.n_heads, T};
     case BlockAct::FcOut:
       return {B, T, c.fc_width()};
     case BlockAct::GeluOut:
@@ -212,8 +220,9 @@ DType act_dtype(const GPTConfig&, EmbeddingAct) { return DType::F32; }
 DType act_dtype(const GPTConfig& c, BlockAct k) {
   if (c.matmul != DType::BF16) return DType::F32;
   switch (k) {
+    case BlockAct::AttY:  // the fused attention's backward reads it (gpt.h)
+      return c.attention == AttentionKernel::Unfused ? DType::BF16 : DType::F32;
     case BlockAct::Ln1Out:
-    case BlockAct::AttY:
     case BlockAct::Ln2Out:
     case BlockAct::GeluOut:
       return DType::BF16;
@@ -275,10 +284,10 @@ const float* GPTActivations::block_input(int layer) const {
 
 std::vector<std::pair<std::string, Tensor>> GPTActivations::named() const {
   std::vector<std::pair<std::string, Tensor>> out;
-  append_named(out, embedding, "embed.");
+  append_named(out, config_, embedding, "embed.");
   for (int l = 0; l < config_.n_layers; ++l)
-    append_named(out, blocks[static_cast<size_t>(l)], block_prefix(l));
-  append_named(out, head, "");
+    append_named(out, config_, blocks[static_cast<size_t>(l)], block_prefix(l));
+  append_named(out, config_, head, "");
   return out;
 }
 
@@ -304,9 +313,14 @@ std::vector<ActivationSpec> Workspace::specs(const GPTConfig& c, int B, int T) {
   // The widest matmul operand row: c_fc's output or c_proj's input.
   const int64_t widest = std::max({c.qkv_width(), c.fc_width(), C});
   std::vector<ActivationSpec> s = {
-      {"ws.btc0", {B, T, C}},    {"ws.btc1", {B, T, C}},
-      {"ws.wide", {B, T, wide}}, {"ws.attention", {attention_scratch_floats(T)}},
-      {"ws.logits", {chunk, V}}, {"ws.dresidual", {B, T, C}}};
+      {"ws.btc0", {B, T, C}},
+      {"ws.btc1", {B, T, C}},
+      {"ws.wide", {B, T, wide}},
+      {"ws.attention",
+       {c.attention == AttentionKernel::Fused ? flash_attention_scratch_floats(T, c.head_size())
+                                              : attention_scratch_floats(T)}},
+      {"ws.logits", {chunk, V}},
+      {"ws.dresidual", {B, T, C}}};
   if (c.matmul == DType::BF16) {
     // rows: an (N, .) operand, at most N x widest in a block; a chunk's input and dlogits,
     // chunk x (C + V), in the head.
@@ -342,6 +356,10 @@ void Workspace::check_fits(const GPTConfig& c, int B, int T) const {
   if (c.matmul != config_.matmul)
     user_error("GPT workspace was made for {} matmuls, not {}", dtype_name(config_.matmul),
                dtype_name(c.matmul));
+  if (c.attention != config_.attention)
+    user_error("GPT workspace was made for the {} attention kernel, not the {} one",
+               config_.attention == AttentionKernel::Fused ? "fused" : "unfused",
+               c.attention == AttentionKernel::Fused ? "fused" : "unfused");
   if (B > B_ || T > T_)
     user_error("GPT workspace holds batches up to {} x {}; this one is {} x {}", B_, T_, B, T);
 }
@@ -425,7 +443,7 @@ std::string_view half_name(BlockHalf h) { return h == BlockHalf::Attention ? "at
 std::vector<BlockAct> half_saves(BlockHalf h) {
   using K = BlockAct;
   if (h == BlockHalf::Attention)
-    return {K::Ln1Out, K::Ln1Mean, K::Ln1Rstd, K::Qkv, K::AttSoftmax, K::AttY};
+    return {K::Ln1Out, K::Ln1Mean, K::Ln1Rstd, K::Qkv, K::AttSaved, K::AttY};
   return {K::Ln2Out, K::Ln2Mean, K::Ln2Rstd, K::FcOut, K::GeluOut};
 }
 
@@ -446,6 +464,29 @@ void block_backward(const GPTConfig& c, int layer, const BlockParams& w, const B
   check_buffers(c, a, block_prefix(layer), B, T);
   block_mlp_backward(c, layer, w, dw, a, dres, ws, B, T, rng);
   block_attention_backward(c, layer, w, dw, a, x, dres, ws, B, T, rng);
+}
+
+void attention_core_forward(const GPTConfig& c, float* out, float* scratch,
+                            const BlockActivations& a, int B, int T, int NH, int KVH, int HS,
+                            const AttentionDropout& drop) {
+  using K = BlockAct;
+  if (c.attention == AttentionKernel::Fused)
+    flash_attention_forward(out, a.ptr(K::AttSaved), scratch, a.ptr(K::Qkv), B, T, NH, KVH, HS,
+                            drop);
+  else
+    attention_forward(out, a.ptr(K::AttSaved), scratch, a.ptr(K::Qkv), B, T, NH, KVH, HS, drop);
+}
+
+void attention_core_backward(const GPTConfig& c, float* dqkv, float* scratch, const float* dout,
+                             const BlockActivations& a, int B, int T, int NH, int KVH, int HS,
+                             const AttentionDropout& drop) {
+  using K = BlockAct;
+  if (c.attention == AttentionKernel::Fused)
+    flash_attention_backward(dqkv, scratch, dout, a.ptr(K::Qkv), a.ptr(K::AttY), a.ptr(K::AttSaved),
+                             B, T, NH, KVH, HS, drop);
+  else
+    attention_backward(dqkv, scratch, dout, a.ptr(K::Qkv), a.ptr(K::AttSaved), B, T, NH, KVH, HS,
+                       drop);
 }
 
 void block_attention_forward(const GPTConfig& c, int layer, const BlockParams& w,
@@ -470,8 +511,8 @@ void block_attention_forward(const GPTConfig& c, int layer, const BlockParams& w
     rope_forward(a.ptr(K::Qkv) + C, ws.rope(), B, T, KVH, HS, QKV, 0);
   }
   a.visit(K::AttY, [&](auto* y) {
-    attention_forward(staged_output(y, ws.btc(1)), a.ptr(K::AttSoftmax), ws.attention(),
-                      a.ptr(K::Qkv), B, T, NH, KVH, HS, attn_drop);  // (B, T, C)
+    attention_core_forward(c, staged_output(y, ws.btc(1)), ws.attention(), a, B, T, NH, KVH, HS,
+                           attn_drop);  // (B, T, C)
     store_staged(y, ws.btc(1), n);
     linear_forward(proj, y, w.attn_proj_w, w.attn_proj_b, N, C, C, mm);  // (B, T, C)
   });
@@ -575,8 +616,8 @@ void block_attention_backward(const GPTConfig& c, int layer, const BlockParams& 
     linear_backward(dc, dw.attn_proj_w, dw.attn_proj_b, dattn, y, w.attn_proj_w, N, C, C, mm);
   });
   zero(dqkv, static_cast<int64_t>(N) * QKV);
-  attention_backward(dqkv, ws.attention(), dc, a.ptr(K::Qkv), a.ptr(K::AttSoftmax), B, T, NH, KVH,
-                     HS, attention_dropout(c, rng, layer));
+  attention_core_backward(c, dqkv, ws.attention(), dc, a, B, T, NH, KVH, HS,
+                          attention_dropout(c, rng, layer));
   if (c.llama()) {  // the gradients of the rotated q and k back to those of the projection's
     rope_backward(dqkv, ws.rope(), B, T, NH, HS, QKV, 0);
     rope_backward(dqkv + C, ws.rope(), B, T, KVH, HS, QKV, 0);

@@ -137,8 +137,9 @@ std::vector<Shape> shard_block_shapes(const nn::GPTConfig& c, int tp, int B, int
       case nn::BlockAct::Qkv:  // a rank's [q | k | v] columns
         s = Shape{B, T, c.qkv_width() / tp};
         break;
-      case nn::BlockAct::AttSoftmax:
-        s = Shape{B, c.n_heads / tp, T, T};
+      case nn::BlockAct::AttSaved:  // the rank's heads' lse, or their softmax
+        s = c.attention == nn::AttentionKernel::Unfused ? Shape{B, c.n_heads / tp, T, T}
+                                                        : Shape{B, c.n_heads / tp, T};
         break;
       case nn::BlockAct::AttY:
         s = Shape{B, T, lc};
@@ -196,8 +197,8 @@ void shard_half_forward(const ShardBlock& sb, int layer, nn::BlockHalf half,
       nn::rope_forward(a.ptr(K::Qkv) + lc, ws.rope(), B, T, lw.kv_heads, HS, lw.qkv, 0);
     }
     a.visit(K::AttY, [&](auto* y) {
-      nn::attention_forward(nn::staged_output(y, ws.btc(1)), a.ptr(K::AttSoftmax), ws.attention(),
-                            a.ptr(K::Qkv), B, T, NH, lw.kv_heads, HS, attn_drop);  // (B, T, c)
+      nn::attention_core_forward(c, nn::staged_output(y, ws.btc(1)), ws.attention(), a, B, T, NH,
+                                 lw.kv_heads, HS, attn_drop);  // (B, T, c)
       nn::store_staged(y, ws.btc(1), static_cast<int64_t>(N) * lc);
     });
     x_saved = a[K::AttY];
@@ -295,8 +296,7 @@ void shard_half_backward(const ShardBlock& sb, int layer, nn::BlockHalf half,
     nn::linear_backward(dy, dw.attn_proj_w, dw.attn_proj_b, dattn, y, w.attn_proj_w, N, lc, C, mm);
   });
   zero(dqkv, static_cast<int64_t>(N) * lw.qkv);
-  nn::attention_backward(dqkv, ws.attention(), dy, a.ptr(K::Qkv), a.ptr(K::AttSoftmax), B, T, NH,
-                         lw.kv_heads, HS, attn_drop);
+  nn::attention_core_backward(c, dqkv, ws.attention(), dy, a, B, T, NH, lw.kv_heads, HS, attn_drop);
   if (c.llama()) {  // back through the rotation of this rank's query and key heads
     nn::rope_backward(dqkv, ws.rope(), B, T, NH, HS, lw.qkv, 0);
     nn::rope_backward(dqkv + lc, ws.rope(), B, T, lw.kv_heads, HS, lw.qkv, 0);

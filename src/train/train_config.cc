@@ -80,12 +80,15 @@ void TrainConfig::validate() const {
     user_error("the model's vocabulary is {}; the data ({}) has {} tokens", model.vocab_size,
                data.empty() ? "the synthetic corpus" : data, v);
   if (batch < 1) user_error("--batch {} must be at least 1", batch);
-  // The largest activation of a layer over the global batch: the MLP's (B, T, 4C) or the
-  // attention scores (B, H, T, T); within this bound every activation count fits 64 bits.
+  // The largest activation of a layer over the global batch: the MLP's (B, T, 4C) or, with the
+  // unfused attention kernel, the scores (B, H, T, T) (the fused one saves (B, H, T));
+  // within this bound every activation count fits 64 bits.
   const long double mlp =
       static_cast<long double>(batch) * model.seq_len * static_cast<long double>(model.fc_width());
   const long double scores =
-      static_cast<long double>(batch) * model.n_heads * model.seq_len * model.seq_len;
+      model.attention == nn::AttentionKernel::Unfused
+          ? static_cast<long double>(batch) * model.n_heads * model.seq_len * model.seq_len
+          : 0.0L;
   if (std::max(mlp, scores) > static_cast<long double>(kMaxActivationValues))
     user_error(
         "--batch {} x --seq-len {}: a layer's largest activation would hold {:.3g} values "

@@ -6,7 +6,7 @@
 // - Parameters and gradients are two ParameterSets with the same layout: one flat buffer, each
 //   tensor a named view, each block's 12 tensors contiguous (so a pipeline stage or a swapped
 //   block is one slice).
-// - Every activation a backward pass reads is a named buffer ("h.3.ln_1.out", "h.3.attn.softmax",
+// - Every activation a backward pass reads is a named buffer ("h.3.ln_1.out", "h.3.attn.lse",
 //   ...) held in a Buffers<Kind> value: an array of Tensor views indexed by an enum. Who
 //   allocates them and where they live is the caller's choice (GPTActivations allocates all of
 //   them through one Allocator; a planner may bind each to an arena offset, swap it out, or drop
@@ -58,6 +58,13 @@ inline constexpr int64_t kMaxParameters = int64_t{1} << 40;
 enum class Arch : uint8_t { Gpt2, Llama };
 std::string_view arch_name(Arch a);  // "gpt2", "llama"
 
+// Which attention kernel the blocks run (layers.h). Fused: flash_attention_*, saving each row's
+// log-sum-exp, B x NH x T floats a layer ("attn.lse"). Unfused: attention_*, saving the softmax,
+// B x NH x T x T ("attn.softmax"): the reference the tests compare the fused one against. The
+// choice changes what a block saves, so the sizes everything counts follow it (act_shape,
+// Workspace::specs: the out-of-core planner, the memory estimate, `tandem plan`).
+enum class AttentionKernel : uint8_t { Fused, Unfused };
+
 struct GPTConfig {
   int vocab_size = 256;  // byte-level by default
   int n_layers = 4;
@@ -82,6 +89,7 @@ struct GPTConfig {
   RopeScaling rope_scaling = {};  // Llama 3.1's "llama3" frequency scaling, or none
   bool qkv_bias = false;          // q/k/v projections with a bias (Qwen2)
   bool tie_embeddings = true;     // the head is wte; else its own lm_head.weight (V, C)
+  AttentionKernel attention = AttentionKernel::Fused;
 
   int head_size() const { return d_model / n_heads; }
   bool llama() const { return arch == Arch::Llama; }
@@ -196,19 +204,21 @@ void gpt_init_values(const GPTConfig& config, std::string_view name, int64_t fir
 
 enum class EmbeddingAct : int { Out, kCount };
 enum class BlockAct : int {
-  Ln1Out,      // (B, T, C)      ln_1.out
-  Ln1Mean,     // (B, T)         ln_1.mean
-  Ln1Rstd,     // (B, T)         ln_1.rstd
-  Qkv,         // (B, T, 3C)     attn.c_attn.out
-  AttSoftmax,  // (B, NH, T, T)  attn.softmax (before dropout)
-  AttY,        // (B, T, C)      attn.y: heads merged, the input of attn.c_proj
-  Resid1,      // (B, T, C)      resid_1: x + attention branch
-  Ln2Out,      // (B, T, C)      ln_2.out
-  Ln2Mean,     // (B, T)         ln_2.mean
-  Ln2Rstd,     // (B, T)         ln_2.rstd
-  FcOut,       // (B, T, 4C)     mlp.c_fc.out
-  GeluOut,     // (B, T, 4C)     mlp.gelu.out
-  Out,         // (B, T, C)      out: resid_1 + MLP branch; the next stage's input
+  Ln1Out,    // (B, T, C)      ln_1.out
+  Ln1Mean,   // (B, T)         ln_1.mean
+  Ln1Rstd,   // (B, T)         ln_1.rstd
+  Qkv,       // (B, T, 3C)     attn.c_attn.out
+  AttSaved,  // (B, NH, T)     attn.lse: each query row's log-sum-exp (the fused kernel), or
+             // (B, NH, T, T)  attn.softmax: the probabilities before dropout
+             // (AttentionKernel::Unfused)
+  AttY,      // (B, T, C)      attn.y: heads merged, the input of attn.c_proj
+  Resid1,    // (B, T, C)      resid_1: x + attention branch
+  Ln2Out,    // (B, T, C)      ln_2.out
+  Ln2Mean,   // (B, T)         ln_2.mean
+  Ln2Rstd,   // (B, T)         ln_2.rstd
+  FcOut,     // (B, T, 4C)     mlp.c_fc.out
+  GeluOut,   // (B, T, 4C)     mlp.gelu.out
+  Out,       // (B, T, C)      out: resid_1 + MLP branch; the next stage's input
   kCount
 };
 // The head saves no logits or probabilities: it is chunked over the tokens (layers.h,
@@ -222,8 +232,12 @@ enum class FinalAct : int {
 };
 
 std::string_view act_suffix(EmbeddingAct k);
-std::string_view act_suffix(BlockAct k);
+std::string_view act_suffix(BlockAct k);  // AttSaved: "attn.lse", the default kernel's
 std::string_view act_suffix(FinalAct k);
+// The same, AttSaved named for the config's attention kernel ("attn.softmax" when unfused).
+std::string_view act_suffix(const GPTConfig& c, EmbeddingAct k);
+std::string_view act_suffix(const GPTConfig& c, BlockAct k);
+std::string_view act_suffix(const GPTConfig& c, FinalAct k);
 Shape act_shape(const GPTConfig& c, EmbeddingAct k, int B, int T);
 Shape act_shape(const GPTConfig& c, BlockAct k, int B, int T);
 Shape act_shape(const GPTConfig& c, FinalAct k, int B, int T);
@@ -239,6 +253,9 @@ Shape act_shape(const GPTConfig& c, FinalAct k, int B, int T);
 // what autocast keeps in f32 (the residual stream resid_1 and out, LayerNorm's statistics, the
 // softmax, the losses) and the inputs of the f32 attention and GELU (attn.c_attn.out,
 // mlp.c_fc.out), which rounding would change.
+// With the fused attention kernel attn.y stays f32 too: its backward reads the output (the
+// softmax backward's row term is dout . y), which rounding would change; that is B x T x C x 2
+// bytes more a layer, against the B x NH x T x T x 4 the unfused kernel's softmax takes.
 DType act_dtype(const GPTConfig& c, EmbeddingAct k);
 DType act_dtype(const GPTConfig& c, BlockAct k);
 DType act_dtype(const GPTConfig& c, FinalAct k);
@@ -341,7 +358,9 @@ class Workspace {
   // in an MLP half's. One buffer serves both halves, so the workspace is small next to a half's
   // saved buffers (what bounds the smallest out-of-core budget).
   float* wide() const;
-  float* attention() const;  // attention_scratch_floats(T)
+  // The attention kernel's scratch: flash_attention_scratch_floats(T, head size), or
+  // attention_scratch_floats(T) for the unfused kernel.
+  float* attention() const;
   // (lm_head_chunk_rows(B * T, V), V): one chunk of the head's logits, then in place their
   // gradient. The head's only buffer of V columns: it does not grow with the batch past a chunk.
   float* logits() const;
@@ -427,6 +446,16 @@ void block_mlp_forward(const GPTConfig& c, int layer, const BlockParams& w,
 void block_mlp_backward(const GPTConfig& c, int layer, const BlockParams& w, const BlockParams& dw,
                         const BlockActivations& a, float* dres, Workspace& ws, int B, int T,
                         const StepRng& rng);
+// The attention between the projections, by c.attention's kernel, for a block or a tensor-
+// parallel shard of it (NH, KVH its heads): out (B, T, NH*HS) (f32: a bf16 attn.y is staged) and
+// a[AttSaved] from a[Qkv] (with scratch ws.attention()); and the backward, dqkv += ..., reading
+// a[AttSaved] and, for the fused kernel, a[AttY].
+void attention_core_forward(const GPTConfig& c, float* out, float* scratch,
+                            const BlockActivations& a, int B, int T, int NH, int KVH, int HS,
+                            const AttentionDropout& drop);
+void attention_core_backward(const GPTConfig& c, float* dqkv, float* scratch, const float* dout,
+                             const BlockActivations& a, int B, int T, int NH, int KVH, int HS,
+                             const AttentionDropout& drop);
 // dres: d(loss)/d(resid_1) on entry, d(loss)/d(x) on return.
 void block_attention_backward(const GPTConfig& c, int layer, const BlockParams& w,
                               const BlockParams& dw, const BlockActivations& a, const float* x,

@@ -134,6 +134,11 @@ struct AttentionDropout {
   int n_heads_total = 0;  // 0: NH (no head sharding)
 
   bool active() const { return p > 0.0f; }
+  // The index of element (b, h, 0, 0) of a call over NH heads of T tokens.
+  int64_t head_base(int b, int h, int NH, int T) const {
+    const int64_t heads = n_heads_total > 0 ? n_heads_total : NH;
+    return ((sample_offset + b) * heads + head_offset + h) * static_cast<int64_t>(T) * T;
+  }
 };
 
 // Heads run in parallel (core/parallel.h), each thread with its own scratch: at most this many
@@ -153,6 +158,38 @@ void attention_forward(float* out, float* att, float* scratch, const float* qkv,
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
                         const float* att, int B, int T, int NH, int KVH, int HS,
                         const AttentionDropout& drop);
+
+// The same attention fused and blocked ("flash" style), saving B x NH x T floats instead of
+// B x NH x T x T: each block of `rows` queries meets the key/value blocks of `cols` keys up to
+// its diagonal (those above it are skipped) with an online softmax (a running maximum and sum
+// per row), writes its output rows once and saves each row's log-sum-exp; the backward
+// recomputes the probabilities block by block from q, k and that lse. Dropout draws the mask
+// above at the same indices, so both kernels drop the same elements; the results agree with
+// attention_forward/backward to f32 rounding (the sums run in another order), not bitwise.
+// Threads: the forward's tasks are (sample, head, query block), the backward's (sample,
+// key/value head), handed to the free thread; every task writes its own memory, so the result
+// is bitwise the same at any thread count. The block products go through core/gemm.h.
+// The block sizes: 128 x 128, measured on the benchmark machine (docs/benchmarks.md,
+// "Attention": 64 to 256 a side within noise at T = 1024, the larger ones ahead at 2048; a
+// thread's three 128 x 128 tiles, 192 KiB, stay in a 1 MiB L2); smaller ones are for the tests,
+// which run the multi-block paths on small T.
+struct FlashBlocks {
+  int rows = 128;  // queries a block
+  int cols = 128;  // keys a block
+};
+// Floats of scratch flash_attention_forward and _backward need: about T + 3 * rows * cols per
+// thread (the blocks clipped to T a side), attention_max_threads() threads.
+int64_t flash_attention_scratch_floats(int T, int HS, const FlashBlocks& blocks = {});
+// out (B, T, NH*HS), lse (B, NH, T) (log sum_j exp(score_ij), the softmax's normaliser) from qkv
+// (B, T, (NH + 2*KVH)*HS), laid out as attention_forward's.
+void flash_attention_forward(float* out, float* lse, float* scratch, const float* qkv, int B, int T,
+                             int NH, int KVH, int HS, const AttentionDropout& drop,
+                             const FlashBlocks& blocks = {});
+// dqkv (B, T, (NH + 2*KVH)*HS) += ... from dout (B, T, NH*HS), qkv, and the forward's out and lse
+// (out in f32: the backward's row term is dout . out).
+void flash_attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                              const float* out, const float* lse, int B, int T, int NH, int KVH,
+                              int HS, const AttentionDropout& drop, const FlashBlocks& blocks = {});
 
 // ---------------------------------------------------------------------------------------------
 // GELU, GPT-2's tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).

@@ -62,8 +62,8 @@ using Epilogue = std::function<void(const EpilogueArgs&)>;
 uint64_t epilogue_seed(const nn::StepRng& rng, int layer, nn::DropoutSite site);
 
 // The saved buffers of a block on a tp rank: nn's BlockAct buffers, the head-sharded ones
-// (Qkv (B, T, 3c), AttSoftmax (B, NH/tp, T, T), AttY (B, T, c), FcOut, GeluOut (B, T, 4c)) at
-// their local size, each of its nn::act_dtype.
+// (Qkv (B, T, 3c), AttSaved (B, NH/tp, T) or, unfused, (B, NH/tp, T, T), AttY (B, T, c), FcOut,
+// GeluOut (B, T, 4c)) at their local size, each of its nn::act_dtype.
 std::vector<Shape> shard_block_shapes(const nn::GPTConfig& c, int tp, int B, int T);
 nn::BlockActivations allocate_shard_block_activations(const nn::GPTConfig& c, int tp, int B, int T,
                                                       Allocator& alloc = host_allocator());

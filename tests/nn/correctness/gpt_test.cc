@@ -1,7 +1,7 @@
 // The whole GPT model: gradients against a double-precision reference model and finite
 // differences, the loss at initialisation, learning on a repeated batch, bitwise-reproducible
 // forward, backward and per-block recompute, the layer hook, and dropout masks that do not depend
-// on how the batch is split.
+// on how the batch is split; the fused attention kernel against the unfused one in the model.
 #include "tandem/nn/gpt.h"
 
 #include <gtest/gtest.h>
@@ -225,8 +225,53 @@ TEST(Gpt, ForwardBackwardAndBlockRecomputeAreBitwiseReproducible) {
     for (int k = 0; k < kNumActs<BlockAct>; ++k) {
       const BlockAct kind = static_cast<BlockAct>(k);
       EXPECT_TRUE(bitwise_equal(fresh[kind], a.acts.blocks[static_cast<size_t>(l)][kind]))
-          << "h." << l << "." << act_suffix(kind);
+          << "h." << l << "." << act_suffix(c, kind);
     }
+  }
+}
+
+// The model with the fused attention kernel (the default) against the same model with the
+// unfused one, the reference: the loss and every gradient within f32 rounding, GPT-2 with
+// dropout and in bf16, and Llama with grouped-query heads; and the attention's saved buffer is
+// (B, NH, T) instead of (B, NH, T, T).
+TEST(Gpt, FusedAttentionMatchesTheUnfusedKernelInTheModel) {
+  GPTConfig gpt2 = tiny_config(0.1f);
+  gpt2.d_model = 48;
+  gpt2.n_heads = 3;
+  gpt2.seq_len = gpt2.max_positions = 40;
+  GPTConfig bf16 = gpt2;
+  bf16.matmul = DType::BF16;
+  GPTConfig llama = gpt2;
+  llama.arch = Arch::Llama;
+  llama.n_heads = 4;
+  llama.kv_heads = 2;
+  llama.d_model = 32;
+  llama.ffn = 40;
+  for (const GPTConfig& base : {gpt2, bf16, llama}) {
+    SCOPED_TRACE(std::string(arch_name(base.arch)) + " " + std::string(dtype_name(base.matmul)));
+    const int B = 2, T = 37;
+    const StepRng rng{5, 1, 0, true};
+    const std::vector<int32_t> tokens = tokens_for(B * T, 11, base.vocab_size);
+    const std::vector<int32_t> targets = tokens_for(B * T, 12, base.vocab_size);
+    const Batch batch{tokens.data(), targets.data(), B, T};
+    GPTConfig fused = base, unfused = base;
+    fused.attention = AttentionKernel::Fused;
+    unfused.attention = AttentionKernel::Unfused;
+    Model f(fused, B, T), u(unfused, B, T);
+    gpt_init(f.params, 4);
+    gpt_init(u.params, 4);
+    EXPECT_EQ(f.acts.blocks[0][BlockAct::AttSaved].shape(), (Shape{B, base.n_heads, T}));
+    EXPECT_EQ(u.acts.blocks[0][BlockAct::AttSaved].shape(), (Shape{B, base.n_heads, T, T}));
+    // bf16 matmuls round their operands, so a last-bit difference in attention's output can
+    // move a rounded value by one bf16 step: looser bounds there.
+    const bool bf16 = base.matmul == DType::BF16;
+    const float lf = gpt_forward(f.params, f.acts, f.ws, batch, rng);
+    const float lu = gpt_forward(u.params, u.acts, u.ws, batch, rng);
+    EXPECT_NEAR(lf, lu, (bf16 ? 1e-4 : 1e-6) * std::fabs(lu));
+    gpt_backward(f.params, f.grads, f.acts, f.ws, batch, rng);
+    gpt_backward(u.params, u.grads, u.acts, u.ws, batch, rng);
+    const double rtol = bf16 ? 2e-3 : 2e-5;
+    EXPECT_TRUE(all_close("gradients", copy_of(f.grads.flat()), copy_of(u.grads.flat()), rtol));
   }
 }
 

@@ -206,7 +206,7 @@ TEST(Llama, ForwardBackwardAndBlockRecomputeAreBitwiseReproducible) {
     for (int k = 0; k < kNumActs<BlockAct>; ++k) {
       const BlockAct kind = static_cast<BlockAct>(k);
       EXPECT_TRUE(same_bytes(fresh[kind], a.acts.blocks[static_cast<size_t>(l)][kind]))
-          << "h." << l << "." << act_suffix(kind);
+          << "h." << l << "." << act_suffix(c, kind);
     }
   }
 }

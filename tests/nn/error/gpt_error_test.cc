@@ -107,13 +107,13 @@ TEST(GptErrors, UnboundActivationBufferIsNamed) {
   ParameterSet p(c);
   GPTActivations acts(c, 1, 4);
   Workspace ws(c, 1, 4);
-  acts.blocks[0][BlockAct::AttSoftmax] = Tensor();
+  acts.blocks[0][BlockAct::AttSaved] = Tensor();
   const std::vector<int32_t> tokens = {1, 2, 3, 4};
   EXPECT_THAT(user_error_of([&] {
                 gpt_forward(p, acts, ws, {tokens.data(), tokens.data(), 1, 4}, {});
               }),
-              HasSubstr("activation buffer h.0.attn.softmax is f32[] (unbound); the stage needs "
-                        "f32[1, 2, 4, 4]"));
+              HasSubstr("activation buffer h.0.attn.lse is f32[] (unbound); the stage needs "
+                        "f32[1, 2, 4]"));
 }
 
 }  // namespace

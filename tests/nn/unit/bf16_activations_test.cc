@@ -162,10 +162,12 @@ std::vector<int32_t> tokens_for(int n, uint64_t seed, int vocab) {
   return t;
 }
 
-// The buffers act_dtype saves in bf16.
-bool saved_in_bf16(BlockAct k) {
-  return k == BlockAct::Ln1Out || k == BlockAct::AttY || k == BlockAct::Ln2Out ||
-         k == BlockAct::GeluOut;
+// The buffers act_dtype saves in bf16: attn.y only for the unfused attention kernel, whose
+// backward does not read it.
+bool saved_in_bf16(const GPTConfig& c, BlockAct k) {
+  return k == BlockAct::Ln1Out ||
+         (k == BlockAct::AttY && c.attention == AttentionKernel::Unfused) ||
+         k == BlockAct::Ln2Out || k == BlockAct::GeluOut;
 }
 
 // Every buffer of `acts` replaced by an f32 one: the path that keeps the matmuls' inputs
@@ -213,8 +215,8 @@ TEST(Bf16Activations, ModelLossAndGradientsBitwiseAsSavedInF32) {
         const auto k = static_cast<BlockAct>(i);
         const Tensor& b = saved_b.blocks[static_cast<size_t>(l)][k];
         const Tensor& f = saved_f.blocks[static_cast<size_t>(l)][k];
-        EXPECT_TRUE(same_tensor_bits(b, saved_in_bf16(k) ? f.to(DType::BF16) : f))
-            << "h." << l << "." << act_suffix(k);
+        EXPECT_TRUE(same_tensor_bits(b, saved_in_bf16(c, k) ? f.to(DType::BF16) : f))
+            << "h." << l << "." << act_suffix(c, k);
       }
     EXPECT_TRUE(same_tensor_bits(saved_b.head[FinalAct::LnfOut],
                                  saved_f.head[FinalAct::LnfOut].to(DType::BF16)));
@@ -239,53 +241,61 @@ TEST(Bf16Activations, F32MatmulsSaveEverythingInF32) {
   EXPECT_EQ(act_dtype(c, EmbeddingAct::Out), DType::F32);
 }
 
-// The four matmul inputs of a block and ln_f's output take 2 bytes an element, everything else
-// 4: in the specs, in what GPTActivations allocates and in the chain layout's buffers.
+// The four matmul inputs of a block (three with the fused attention kernel, whose backward reads
+// attn.y) and ln_f's output take 2 bytes an element, everything else 4: in the specs, in what
+// GPTActivations allocates and in the chain layout's buffers.
 TEST(Bf16Activations, TheMatmulInputsBytesHalve) {
-  const GPTConfig b16 = bf16_model();
-  GPTConfig f32 = b16;
-  f32.matmul = DType::F32;
-  const int B = 3, T = 9;
-  const int64_t N = B * T, C = b16.d_model;
-  for (int i = 0; i < kNumActs<BlockAct>; ++i) {
-    const auto k = static_cast<BlockAct>(i);
-    EXPECT_EQ(act_dtype(b16, k), saved_in_bf16(k) ? DType::BF16 : DType::F32) << act_suffix(k);
+  for (AttentionKernel kernel : {AttentionKernel::Fused, AttentionKernel::Unfused}) {
+    SCOPED_TRACE(kernel == AttentionKernel::Fused ? "fused attention" : "unfused attention");
+    GPTConfig b16 = bf16_model();
+    b16.attention = kernel;
+    GPTConfig f32 = b16;
+    f32.matmul = DType::F32;
+    const int B = 3, T = 9;
+    const int64_t N = B * T, C = b16.d_model;
+    const int64_t y = kernel == AttentionKernel::Unfused ? C : 0;  // attn.y in bf16
+    for (int i = 0; i < kNumActs<BlockAct>; ++i) {
+      const auto k = static_cast<BlockAct>(i);
+      EXPECT_EQ(act_dtype(b16, k), saved_in_bf16(b16, k) ? DType::BF16 : DType::F32)
+          << act_suffix(b16, k);
+    }
+    EXPECT_EQ(act_dtype(b16, FinalAct::LnfOut), DType::BF16);
+    EXPECT_EQ(act_dtype(b16, FinalAct::Losses), DType::F32);
+    // Per block (C + y + C + 4C) elements of a token at 2 bytes instead of 4; ln_f's C too.
+    const size_t saved_per_block = static_cast<size_t>((6 * C + y) * N * 2), saved_head = C * N * 2;
+    auto total = [](const std::vector<ActivationSpec>& specs) {
+      size_t s = 0;
+      for (const ActivationSpec& a : specs) s += a.bytes();
+      return s;
+    };
+    EXPECT_EQ(total(block_activation_specs(b16, 0, B, T)) + saved_per_block,
+              total(block_activation_specs(f32, 0, B, T)));
+    const size_t want = total(gpt_activation_specs(f32, B, T)) -
+                        saved_per_block * static_cast<size_t>(b16.n_layers) - saved_head;
+    EXPECT_EQ(total(gpt_activation_specs(b16, B, T)), want);
+    CountingAllocator counting;
+    {
+      const GPTActivations acts(b16, B, T, counting);
+      EXPECT_EQ(counting.live_bytes(), want);
+    }
+    // The chain layout: the attention half saves ln_1.out (and attn.y) in bf16, the MLP half
+    // ln_2.out and mlp.gelu.out, the head ln_f.out; the planner and the memory estimate place
+    // these bytes.
+    auto bytes = [](const std::vector<ChainLayout::Buffer>& buffers) {
+      uint64_t s = 0;
+      for (const auto& b : buffers) s += b.bytes();
+      return s;
+    };
+    const ChainLayout lb = gpt_chain_layout(b16, B, T, 0, 2, true, {{true, 0}, {false, 0}});
+    const ChainLayout lf = gpt_chain_layout(f32, B, T, 0, 2, true, {{true, 0}, {false, 0}});
+    EXPECT_EQ(bytes(lb.kinds[0].buffers) + static_cast<uint64_t>((C + y) * N * 2),
+              bytes(lf.kinds[0].buffers));
+    EXPECT_EQ(bytes(lb.kinds[1].buffers) + static_cast<uint64_t>(5 * C * N * 2),
+              bytes(lf.kinds[1].buffers));
+    EXPECT_EQ(bytes(lb.head) + static_cast<uint64_t>(C * N * 2), bytes(lf.head));
+    EXPECT_EQ(lb.kinds[1].buffers[4].dtype, DType::BF16);  // mlp.gelu.out
+    EXPECT_EQ(lb.kinds[1].buffers[3].dtype, DType::F32);   // mlp.c_fc.out: GELU's f32 input
   }
-  EXPECT_EQ(act_dtype(b16, FinalAct::LnfOut), DType::BF16);
-  EXPECT_EQ(act_dtype(b16, FinalAct::Losses), DType::F32);
-  // Per block (C + C + C + 4C) elements of a token at 2 bytes instead of 4; ln_f's C too.
-  const size_t saved_per_block = static_cast<size_t>(7 * C * N * 2), saved_head = C * N * 2;
-  auto total = [](const std::vector<ActivationSpec>& specs) {
-    size_t s = 0;
-    for (const ActivationSpec& a : specs) s += a.bytes();
-    return s;
-  };
-  EXPECT_EQ(total(block_activation_specs(b16, 0, B, T)) + saved_per_block,
-            total(block_activation_specs(f32, 0, B, T)));
-  const size_t want = total(gpt_activation_specs(f32, B, T)) -
-                      saved_per_block * static_cast<size_t>(b16.n_layers) - saved_head;
-  EXPECT_EQ(total(gpt_activation_specs(b16, B, T)), want);
-  CountingAllocator counting;
-  {
-    const GPTActivations acts(b16, B, T, counting);
-    EXPECT_EQ(counting.live_bytes(), want);
-  }
-  // The chain layout: the attention half saves ln_1.out and attn.y in bf16, the MLP half ln_2.out
-  // and mlp.gelu.out, the head ln_f.out; the planner and the memory estimate place these bytes.
-  auto bytes = [](const std::vector<ChainLayout::Buffer>& buffers) {
-    uint64_t s = 0;
-    for (const auto& b : buffers) s += b.bytes();
-    return s;
-  };
-  const ChainLayout lb = gpt_chain_layout(b16, B, T, 0, 2, true, {{true, 0}, {false, 0}});
-  const ChainLayout lf = gpt_chain_layout(f32, B, T, 0, 2, true, {{true, 0}, {false, 0}});
-  EXPECT_EQ(bytes(lb.kinds[0].buffers) + static_cast<uint64_t>(2 * C * N * 2),
-            bytes(lf.kinds[0].buffers));
-  EXPECT_EQ(bytes(lb.kinds[1].buffers) + static_cast<uint64_t>(5 * C * N * 2),
-            bytes(lf.kinds[1].buffers));
-  EXPECT_EQ(bytes(lb.head) + static_cast<uint64_t>(C * N * 2), bytes(lf.head));
-  EXPECT_EQ(lb.kinds[1].buffers[4].dtype, DType::BF16);  // mlp.gelu.out
-  EXPECT_EQ(lb.kinds[1].buffers[3].dtype, DType::F32);   // mlp.c_fc.out: GELU's f32 input
 }
 
 // A bf16 slot takes a bf16 or an f32 buffer; a slot saved in f32 takes only f32.

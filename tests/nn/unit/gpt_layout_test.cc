@@ -140,7 +140,7 @@ TEST(GptLayout, BlockActivationSpecsNameEverySavedBuffer) {
                                                            {"h.3.ln_1.mean", {B, T}},
                                                            {"h.3.ln_1.rstd", {B, T}},
                                                            {"h.3.attn.c_attn.out", {B, T, 24}},
-                                                           {"h.3.attn.softmax", {B, 4, T, T}},
+                                                           {"h.3.attn.lse", {B, 4, T}},
                                                            {"h.3.attn.y", {B, T, 8}},
                                                            {"h.3.resid_1", {B, T, 8}},
                                                            {"h.3.ln_2.out", {B, T, 8}},
@@ -176,7 +176,7 @@ TEST(GptLayout, ActivationsAllocateEverySpecThroughTheGivenAllocator) {
     }
     EXPECT_EQ(names.size(), specs.size()) << "names are unique";
     EXPECT_TRUE(names.count("embed.out"));
-    EXPECT_TRUE(names.count("h.1.attn.softmax"));
+    EXPECT_TRUE(names.count("h.1.attn.lse"));
     EXPECT_TRUE(names.count("lm_head.losses"));
     EXPECT_EQ(counting.live_bytes(), bytes);
     EXPECT_EQ(acts.block_input(0), acts.embedding.ptr(EmbeddingAct::Out));

@@ -62,19 +62,48 @@ TEST(Chain, UnitsAreHalfBlocks) {
     EXPECT_EQ(owners[static_cast<size_t>(a)], 1) << a;
 }
 
-// The schedule sizes each buffer by its type: with bf16 matmuls the attention half's ln_1.out and
-// attn.y and the MLP half's ln_2.out and mlp.gelu.out take 2 bytes an element (nn::act_dtype), so
-// a unit's buffers (what it keeps, swaps or recomputes) shrink by theirs.
+// The schedule sizes each buffer by its type: with bf16 matmuls the attention half's ln_1.out
+// (and, with the unfused attention kernel, attn.y) and the MLP half's ln_2.out and mlp.gelu.out
+// take 2 bytes an element (nn::act_dtype), so a unit's buffers (what it keeps, swaps or
+// recomputes) shrink by theirs.
 TEST(Chain, Bf16SavedBuffersAreSizedByTheirType) {
   const std::vector<nn::ChainLayout::Pass> order = {{true, 0}, {false, 0}};
+  for (nn::AttentionKernel kernel : {nn::AttentionKernel::Fused, nn::AttentionKernel::Unfused}) {
+    nn::GPTConfig c = small_config(2);
+    c.attention = kernel;
+    const MemorySchedule f32(nn::gpt_chain_layout(c, 4, 32, 0, 2, true, order), keep_all(4));
+    c.matmul = DType::BF16;
+    const MemorySchedule b16(nn::gpt_chain_layout(c, 4, 32, 0, 2, true, order), keep_all(4));
+    const uint64_t half_of_one = uint64_t{4} * 32 * 64 * 2;  // a (B, T, C) buffer's saved bytes
+    const uint64_t attn = kernel == nn::AttentionKernel::Unfused ? 2 : 1;
+    EXPECT_EQ(b16.buffers_bytes(0) + attn * half_of_one, f32.buffers_bytes(0));
+    EXPECT_EQ(b16.buffers_bytes(1) + 5 * half_of_one, f32.buffers_bytes(1));
+    EXPECT_EQ(b16.input_bytes(), f32.input_bytes());  // the residual stream stays f32
+  }
+}
+
+// The attention half saves (B, NH, T) for the fused kernel where the unfused one saves the
+// (B, NH, T, T) softmax: the unit's buffers differ by exactly that (before the arena's
+// alignment), and the schedule places fewer bytes.
+TEST(Chain, FusedAttentionSavesTheLogSumExpNotTheSoftmax) {
+  const std::vector<nn::ChainLayout::Pass> order = {{true, 0}, {false, 0}};
   nn::GPTConfig c = small_config(2);
-  const MemorySchedule f32(nn::gpt_chain_layout(c, 4, 32, 0, 2, true, order), keep_all(4));
-  c.matmul = DType::BF16;
-  const MemorySchedule b16(nn::gpt_chain_layout(c, 4, 32, 0, 2, true, order), keep_all(4));
-  const uint64_t half_of_one = uint64_t{4} * 32 * 64 * 2;  // a (B, T, C) buffer's saved bytes
-  EXPECT_EQ(b16.buffers_bytes(0) + 2 * half_of_one, f32.buffers_bytes(0));
-  EXPECT_EQ(b16.buffers_bytes(1) + 5 * half_of_one, f32.buffers_bytes(1));
-  EXPECT_EQ(b16.input_bytes(), f32.input_bytes());  // the residual stream stays f32
+  const int B = 4, T = 32;
+  c.attention = nn::AttentionKernel::Unfused;
+  const nn::ChainLayout unfused = nn::gpt_chain_layout(c, B, T, 0, 2, true, order);
+  c.attention = nn::AttentionKernel::Fused;
+  const nn::ChainLayout fused = nn::gpt_chain_layout(c, B, T, 0, 2, true, order);
+  auto bytes = [](const std::vector<nn::ChainLayout::Buffer>& buffers) {
+    uint64_t s = 0;
+    for (const auto& b : buffers) s += b.bytes();
+    return s;
+  };
+  const uint64_t heads = static_cast<uint64_t>(B) * c.n_heads;
+  EXPECT_EQ(bytes(fused.kinds[0].buffers) + heads * T * (T - 1) * 4,
+            bytes(unfused.kinds[0].buffers));
+  EXPECT_EQ(bytes(fused.kinds[1].buffers), bytes(unfused.kinds[1].buffers));
+  EXPECT_LT(MemorySchedule(fused, keep_all(4)).buffers_bytes(0),
+            MemorySchedule(unfused, keep_all(4)).buffers_bytes(0));
 }
 
 TEST(Plan, BadNames) {

@@ -267,6 +267,9 @@ TEST(TensorParallelBlock, Bf16SavedActivationsBitwiseAsSavedInF32) {
   nn::GPTConfig c = tiny_config(1, 4, 16, 8);
   c.dropout = 0.3f;
   c.matmul = DType::BF16;
+  // The unfused attention kernel, under which attn.y (the attention epilogue's input) is saved in
+  // bf16 too; the fused one keeps it f32 (nn::act_dtype), leaving only mlp.gelu.out's path.
+  c.attention = nn::AttentionKernel::Unfused;
   const int B = 2, T = c.seq_len, C = c.d_model, tp = 2;
   const int64_t n = static_cast<int64_t>(B) * T * C;
   nn::ParameterSet whole(c);

@@ -60,7 +60,7 @@ TEST(Numbers, SizesPastTheirRangeAreRefusedAtOnce) {
                  "1099511627776 (2^40)");
   expect_refused("--batch 100000000 --seq-len 100000",
                  "--batch 100000000 x --seq-len 100000: a layer's largest activation would hold "
-                 "4e+18 values (the attention scores, --heads x --seq-len); at most 2^40");
+                 "5.12e+15 values (the MLP's, 512 wide); at most 2^40");
   expect_refused("--dp 65536 --tp 65536 --heads 65536 --d-model 65536",
                  "--dp 65536 x --tp 65536 x --pp 1 is 4294967296 ranks; at most 16777216");
   expect_refused("--threads 2147483647", "--threads 2147483647 must be 0 (automatic) to 1024");

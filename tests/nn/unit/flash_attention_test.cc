@@ -1,0 +1,254 @@
+// The fused, blocked attention (flash_attention_forward/backward) against the kernel that saves
+// the softmax (attention_forward/backward) and against the double reference: over shapes, T not
+// a multiple of the block, T = 1, grouped-query heads, dropout; its log-sum-exp against one
+// computed in double; its gradient against finite differences; thread counts.
+//
+// Tolerances: the two f32 kernels sum in different orders (online softmax, blocked products), so
+// they agree to f32 rounding: rtol 2e-6 of max|out| for the output, 1e-5 of each part's
+// max|grad| (and 1e-6 absolute) for dq, dk and dv (one more product and the softmax backward in
+// the chain).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "nn/nn_test_util.h"
+#include "tandem/core/blas.h"
+#include "tandem/core/error.h"
+#include "tandem/nn/layers.h"
+#include "tandem/nn/reference.h"
+
+namespace tandem::nn {
+namespace flash_attention_test {
+
+using namespace tandem::nn::testing;
+
+struct Case {
+  int B, T, NH, KVH, HS;
+  FlashBlocks blocks;
+  float p = 0.0f;  // dropout
+  std::string str() const {
+    return "B " + std::to_string(B) + " T " + std::to_string(T) + " NH " + std::to_string(NH) +
+           " KVH " + std::to_string(KVH) + " HS " + std::to_string(HS) + " blocks " +
+           std::to_string(blocks.rows) + "x" + std::to_string(blocks.cols) + " dropout " +
+           std::to_string(p);
+  }
+};
+
+AttentionDropout dropout_of(const Case& s) {
+  AttentionDropout d;
+  d.p = s.p;
+  d.key = 777;
+  d.sample_offset = 3;  // a batch shard and a head shard draw where the whole batch would
+  d.head_offset = 1;
+  d.n_heads_total = s.NH + 2;
+  return d;
+}
+
+// The columns [first, first + width) of each of the N rows of a (N, W) buffer, in double.
+template <typename V>
+std::vector<double> columns(const V& v, int N, int W, int first, int width) {
+  std::vector<double> r;
+  for (int n = 0; n < N; ++n)
+    for (int j = first; j < first + width; ++j)
+      r.push_back(static_cast<double>(v[static_cast<size_t>(n) * W + j]));
+  return r;
+}
+
+// Both kernels, forward and backward, on the same input: their outputs and dq, dk, dv agree.
+void compare_with_saved_softmax(const Case& s) {
+  SCOPED_TRACE(s.str());
+  const int N = s.B * s.T, W = (s.NH + 2 * s.KVH) * s.HS, C = s.NH * s.HS;
+  const AttentionDropout drop = dropout_of(s);
+  const std::vector<float> qkv = to_f32(uniform(static_cast<size_t>(N) * W, 91, -2.0, 2.0));
+  const std::vector<float> dout = to_f32(uniform(static_cast<size_t>(N) * C, 92));
+
+  std::vector<float> out_ref(static_cast<size_t>(N) * C),
+      att(static_cast<size_t>(s.B) * s.NH * s.T * s.T),
+      scratch_ref(static_cast<size_t>(attention_scratch_floats(s.T)));
+  attention_forward(out_ref.data(), att.data(), scratch_ref.data(), qkv.data(), s.B, s.T, s.NH,
+                    s.KVH, s.HS, drop);
+  std::vector<float> dqkv_ref(qkv.size());
+  attention_backward(dqkv_ref.data(), scratch_ref.data(), dout.data(), qkv.data(), att.data(), s.B,
+                     s.T, s.NH, s.KVH, s.HS, drop);
+
+  std::vector<float> out(out_ref.size(), NAN), lse(static_cast<size_t>(s.B) * s.NH * s.T, NAN),
+      scratch(static_cast<size_t>(flash_attention_scratch_floats(s.T, s.HS, s.blocks)));
+  flash_attention_forward(out.data(), lse.data(), scratch.data(), qkv.data(), s.B, s.T, s.NH, s.KVH,
+                          s.HS, drop, s.blocks);
+  EXPECT_TRUE(all_close("out", out, out_ref, 2e-6));
+  std::vector<float> dqkv(qkv.size());
+  flash_attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), out.data(),
+                           lse.data(), s.B, s.T, s.NH, s.KVH, s.HS, drop, s.blocks);
+  // Per part, each against its own scale (dk and dv grow with the group), and 1e-6 absolute:
+  // at T = 1 dq and dk are exactly zero in the saved-softmax kernel (p = 1, so p (dp - D) is
+  // dp - dp) and a few 1e-8 here (D is dout . out, rounded otherwise).
+  const int K = s.KVH * s.HS;
+  const auto part = [&](const char* name, int first, int width) {
+    return all_close(name, columns(dqkv, N, W, first, width), columns(dqkv_ref, N, W, first, width),
+                     1e-5, 1e-6);
+  };
+  EXPECT_TRUE(part("dq", 0, C));
+  EXPECT_TRUE(part("dk", C, K));
+  EXPECT_TRUE(part("dv", C + K, K));
+
+  // lse against log sum_j exp(q_i . k_j / sqrt(HS)), j <= i, in double.
+  std::vector<double> lse_want;
+  const int group = s.NH / s.KVH;
+  for (int b = 0; b < s.B; ++b)
+    for (int h = 0; h < s.NH; ++h)
+      for (int i = 0; i < s.T; ++i) {
+        const float* q = qkv.data() + static_cast<size_t>(b * s.T + i) * W + h * s.HS;
+        std::vector<double> sc;
+        for (int j = 0; j <= i; ++j) {
+          const float* k = qkv.data() + static_cast<size_t>(b * s.T + j) * W + C + h / group * s.HS;
+          double d = 0.0;
+          for (int e = 0; e < s.HS; ++e) d += static_cast<double>(q[e]) * k[e];
+          sc.push_back(d / std::sqrt(static_cast<double>(s.HS)));
+        }
+        double m = sc[0], sum = 0.0;
+        for (double x : sc) m = std::max(m, x);
+        for (double x : sc) sum += std::exp(x - m);
+        lse_want.push_back(m + std::log(sum));
+      }
+  EXPECT_TRUE(all_close("lse", to_f64(lse), lse_want, 1e-6, 1e-6));
+}
+
+TEST(FlashAttention, EqualsSavedSoftmaxKernelOverShapes) {
+  const FlashBlocks tiny{8, 8};
+  for (float p : {0.0f, 0.2f}) {
+    compare_with_saved_softmax({2, 37, 2, 2, 8, tiny, p});       // T uneven: a partial last block
+    compare_with_saved_softmax({1, 1, 3, 3, 4, tiny, p});        // T = 1
+    compare_with_saved_softmax({1, 1, 3, 3, 4, {}, p});          // T = 1, the default blocks
+    compare_with_saved_softmax({2, 16, 2, 2, 8, tiny, p});       // T a multiple of the block
+    compare_with_saved_softmax({1, 45, 2, 2, 8, {16, 8}, p});    // rows > cols
+    compare_with_saved_softmax({1, 45, 2, 2, 8, {8, 16}, p});    // rows < cols
+    compare_with_saved_softmax({1, 45, 2, 2, 8, {5, 3}, p});     // odd blocks
+    compare_with_saved_softmax({1, 150, 3, 3, 64, {}, p});       // the default blocks, uneven
+    compare_with_saved_softmax({2, 37, 6, 2, 8, tiny, p});       // grouped-query: 3 a group
+    compare_with_saved_softmax({2, 37, 6, 1, 8, tiny, p});       // multi-query
+    compare_with_saved_softmax({1, 29, 4, 2, 16, {16, 16}, p});  // grouped, one partial block
+  }
+}
+
+// MHA against the double reference (reference.h), through the same LayerCase-free path: the
+// f32 kernel within f32 rounding of the exact values.
+TEST(FlashAttention, EqualsDoubleReference) {
+  const int B = 2, T = 21, NH = 2, HS = 5, C = NH * HS, N = B * T;
+  for (float p : {0.0f, 0.3f}) {
+    SCOPED_TRACE("dropout " + std::to_string(p));
+    AttentionDropout drop;
+    drop.p = p;
+    drop.key = 99;
+    const std::vector<double> qkv = uniform(static_cast<size_t>(N) * 3 * C, 93, -2.0, 2.0);
+    const std::vector<double> g = uniform(static_cast<size_t>(N) * C, 94);
+    std::vector<double> out_ref(static_cast<size_t>(N) * C),
+        att(static_cast<size_t>(B) * NH * T * T), d_ref(qkv.size());
+    ref::attention_forward(out_ref.data(), att.data(), qkv.data(), B, T, NH, HS, drop);
+    ref::attention_backward(d_ref.data(), g.data(), qkv.data(), att.data(), B, T, NH, HS, drop);
+
+    const std::vector<float> qkv32 = to_f32(qkv), g32 = to_f32(g);
+    const FlashBlocks blocks{4, 8};
+    std::vector<float> out(out_ref.size()), lse(static_cast<size_t>(B) * NH * T),
+        scratch(static_cast<size_t>(flash_attention_scratch_floats(T, HS, blocks))), d(qkv.size());
+    flash_attention_forward(out.data(), lse.data(), scratch.data(), qkv32.data(), B, T, NH, NH, HS,
+                            drop, blocks);
+    EXPECT_TRUE(all_close("out", out, out_ref, 2e-6));
+    flash_attention_backward(d.data(), scratch.data(), g32.data(), qkv32.data(), out.data(),
+                             lse.data(), B, T, NH, NH, HS, drop, blocks);
+    EXPECT_TRUE(all_close("dqkv", d, d_ref, 1e-5));
+    // Gradients accumulate: a second call doubles them.
+    std::vector<float> twice = d;
+    flash_attention_backward(twice.data(), scratch.data(), g32.data(), qkv32.data(), out.data(),
+                             lse.data(), B, T, NH, NH, HS, drop, blocks);
+    for (float& x : d) x *= 2.0f;
+    EXPECT_TRUE(all_close("twice", twice, d, 1e-6));
+  }
+}
+
+// The f32 kernel's own gradient against central differences of its own forward (loss
+// sum(out * g), summed in double), on a tiny grouped case spanning several blocks. In f32 the
+// difference quotient carries rounding of about eps / h = 6e-5 of the loss.
+TEST(FlashAttention, GradientMatchesFiniteDifferences) {
+  const int B = 1, T = 7, NH = 2, KVH = 1, HS = 3, N = B * T, W = (NH + 2 * KVH) * HS;
+  const int C = NH * HS;
+  const FlashBlocks blocks{3, 2};
+  for (float p : {0.0f, 0.25f}) {
+    SCOPED_TRACE("dropout " + std::to_string(p));
+    AttentionDropout drop;
+    drop.p = p;
+    drop.key = 5;
+    const std::vector<double> x = uniform(static_cast<size_t>(N) * W, 95, -1.5, 1.5);
+    const std::vector<double> g = uniform(static_cast<size_t>(N) * C, 96);
+    std::vector<float> scratch(static_cast<size_t>(flash_attention_scratch_floats(T, HS, blocks)));
+    const auto loss = [&](const std::vector<double>& in) {
+      const std::vector<float> in32 = to_f32(in);
+      std::vector<float> out(static_cast<size_t>(N) * C), lse(static_cast<size_t>(B) * NH * T);
+      flash_attention_forward(out.data(), lse.data(), scratch.data(), in32.data(), B, T, NH, KVH,
+                              HS, drop, blocks);
+      double s = 0.0;
+      for (size_t i = 0; i < out.size(); ++i) s += static_cast<double>(out[i]) * g[i];
+      return s;
+    };
+    const std::vector<size_t> all = spread(x.size(), x.size());
+    const std::vector<double> fd = finite_difference(loss, x, all, 1e-2);
+
+    const std::vector<float> x32 = to_f32(x), g32 = to_f32(g);
+    std::vector<float> out(static_cast<size_t>(N) * C), lse(static_cast<size_t>(B) * NH * T),
+        d(x.size());
+    flash_attention_forward(out.data(), lse.data(), scratch.data(), x32.data(), B, T, NH, KVH, HS,
+                            drop, blocks);
+    flash_attention_backward(d.data(), scratch.data(), g32.data(), x32.data(), out.data(),
+                             lse.data(), B, T, NH, KVH, HS, drop, blocks);
+    EXPECT_TRUE(all_close("d(qkv) vs finite differences", d, fd, 0.0, 2e-3));
+  }
+}
+
+// Bitwise the same at one thread and at several: every task writes its own memory.
+TEST(FlashAttention, ThreadCountIndependent) {
+  const int B = 2, T = 77, NH = 4, KVH = 2, HS = 16, N = B * T, W = (NH + 2 * KVH) * HS;
+  AttentionDropout drop;
+  drop.p = 0.1f;
+  drop.key = 3;
+  const FlashBlocks blocks{16, 16};
+  const std::vector<float> qkv = to_f32(uniform(static_cast<size_t>(N) * W, 97, -2.0, 2.0));
+  const std::vector<float> dout = to_f32(uniform(static_cast<size_t>(N) * NH * HS, 98));
+  std::vector<float> scratch(static_cast<size_t>(flash_attention_scratch_floats(T, HS, blocks)));
+  const int width = blas::num_threads();
+  std::vector<std::vector<float>> results;
+  for (int threads : {1, 2, 3}) {
+    blas::set_num_threads(threads);
+    std::vector<float> out(static_cast<size_t>(N) * NH * HS), lse(static_cast<size_t>(B) * NH * T),
+        d(qkv.size());
+    flash_attention_forward(out.data(), lse.data(), scratch.data(), qkv.data(), B, T, NH, KVH, HS,
+                            drop, blocks);
+    flash_attention_backward(d.data(), scratch.data(), dout.data(), qkv.data(), out.data(),
+                             lse.data(), B, T, NH, KVH, HS, drop, blocks);
+    out.insert(out.end(), lse.begin(), lse.end());
+    out.insert(out.end(), d.begin(), d.end());
+    results.push_back(out);
+  }
+  blas::set_num_threads(width);
+  EXPECT_EQ(results[0], results[1]);
+  EXPECT_EQ(results[0], results[2]);
+}
+
+// A query-head count the key/value heads do not divide, or an empty block, is a caller's bug.
+TEST(FlashAttention, BadHeadsOrBlocksAreInternalErrors) {
+  const int B = 1, T = 3, NH = 4, KVH = 3, HS = 2;
+  std::vector<float> qkv(static_cast<size_t>(B) * T * (NH + 2 * KVH) * HS), out(B * T * NH * HS),
+      lse(B * NH * T), scratch(static_cast<size_t>(flash_attention_scratch_floats(T, HS)));
+  EXPECT_THROW(flash_attention_forward(out.data(), lse.data(), scratch.data(), qkv.data(), B, T, NH,
+                                       KVH, HS, {}),
+               InternalError);
+  EXPECT_THROW(flash_attention_backward(qkv.data(), scratch.data(), out.data(), qkv.data(),
+                                        out.data(), lse.data(), B, T, NH, KVH, HS, {}),
+               InternalError);
+  EXPECT_THROW(flash_attention_forward(out.data(), lse.data(), scratch.data(), qkv.data(), B, T, 4,
+                                       2, HS, {}, FlashBlocks{0, 4}),
+               InternalError);
+}
+
+}  // namespace flash_attention_test
+}  // namespace tandem::nn
