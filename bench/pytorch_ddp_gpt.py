@@ -120,7 +120,7 @@ def parse_args(argv=None):
 
 
 def learning_rate(a, step, total):
-    """tandem's learning_rate (src/train/lr_schedule.cc) for a run of `total` steps."""
+    """tandem's learning_rate (src/train/train_config.cc) for a run of `total` steps."""
     if a.lr_warmup > 0 and step < a.lr_warmup:
         return a.lr * (step + 1) / a.lr_warmup
     min_lr = a.lr * a.min_lr_ratio
