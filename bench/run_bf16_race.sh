@@ -47,7 +47,7 @@ run_tandem() {  # MODEL PRECISION HOW LOG [FLAGS...]; HOW: mpi (2 processes), th
   read -r -a flags <<<"$(race_model_flags "$1")"
   [[ $3 == one ]] && grid=(--dp 1 --tp 1 --pp 1) width=$((2 * threads))
   local cmd=("$tandem" train "${grid[@]}" "${flags[@]}" --dropout 0 --precision "$2"
-             --steps $((warmup + steps)) --eval-every 0 --threads "$width" --quiet
+             --lr 0.003 --steps $((warmup + steps)) --eval-every 0 --threads "$width" --quiet
              --metrics "$metrics" "${@:5}")
   case $3 in
     mpi) cmd=(mpirun -np 2 --oversubscribe --bind-to none "${cmd[@]}" --backend mpi) ;;

@@ -38,7 +38,7 @@ run_tandem() {  # MODEL BACKEND LOG
   local flags metrics=$out/metrics.jsonl
   read -r -a flags <<<"$(race_model_flags "$1")"
   local cmd=("$tandem" train --backend "$2" --dp 2 --tp 1 --pp 1 "${flags[@]}" --dropout 0
-             --steps $((warmup + steps)) --eval-every 0 --threads "$threads" --quiet --metrics "$metrics")
+             --lr 0.003 --steps $((warmup + steps)) --eval-every 0 --threads "$threads" --quiet --metrics "$metrics")
   [[ $2 == mpi ]] && cmd=(mpirun -np 2 --oversubscribe --bind-to none "${cmd[@]}")
   rm -f "$metrics"
   echo "${cmd[*]}" >"$3"
