@@ -25,22 +25,7 @@ import sys
 
 import torch
 
-
-def read_safetensors(path):
-    dtypes = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
-    with open(path, "rb") as f:
-        data = f.read()
-    (n,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8 : 8 + n])
-    body = data[8 + n :]
-    tensors = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        begin, end = info["data_offsets"]
-        t = torch.frombuffer(bytearray(body[begin:end]), dtype=dtypes[info["dtype"]])
-        tensors[name] = t.reshape(info["shape"]).to(torch.float64)
-    return tensors
+from hf_gpt2_forward import read_safetensors  # beside this file
 
 
 def read_weights(folder):
