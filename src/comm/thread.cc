@@ -262,7 +262,7 @@ class ThreadCommunicator final : public Communicator, detail::PeerMemory {
 
   int rank() const override { return rank_; }
   int size() const override { return g_->size(); }
-  std::string_view backend() const override { return "thread"; }
+  Backend backend() const override { return Backend::Thread; }
 
   void barrier() override {
     detail::PostedCall c;

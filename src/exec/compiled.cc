@@ -425,7 +425,7 @@ CompiledRunner::CompiledRunner(std::shared_ptr<const CompiledPlan> compiled,
   a.scratch = s.scratch.data_as<float>();
 
   bool threads = options.overlap && max_blocks > 1;
-  if (threads && comm.backend() == "mpi") {
+  if (threads && comm.backend() == comm::Backend::Mpi) {
     const auto level = comm::mpi_thread_level();
     threads = level && *level >= comm::MpiThreads::Serialized;
   }

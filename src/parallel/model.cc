@@ -283,17 +283,17 @@ bool ParallelGPT::shard_path(int layer) const {
   return grid_.shape().tp > 1 || boundary;
 }
 
-void ParallelGPT::emit(std::string_view stream, std::string_view name, Clock::time_point begin) {
+void ParallelGPT::emit(Phase phase, std::string_view name, Clock::time_point begin) {
   const auto end = Clock::now();
   const double total = std::chrono::duration<double>(end - begin).count();
   double self = total;
-  if (stream == "comm") {
+  if (phase == Phase::Comm) {
     nested_comm_s_ += total;
   } else {
     self = std::max(0.0, total - nested_comm_s_);
     nested_comm_s_ = 0.0;
   }
-  if (sink_) sink_(stream, name, begin, end, self);
+  if (sink_) sink_(phase, name, begin, end, self);
 }
 
 void ParallelGPT::check_micro(const std::vector<MicroBatch>& micro) const {
@@ -334,9 +334,9 @@ void ParallelGPT::run_epilogue(const EpilogueArgs& e, bool training, bool bounda
   s.set_scalar("seed", static_cast<double>(e.seed));
   s.run();
   if (boundary)
-    emit("comm", "pipeline send h." + std::to_string(e.layer), begin);
+    emit(Phase::Comm, "pipeline send h." + std::to_string(e.layer), begin);
   else
-    emit("comm", std::string("megatron h.") + std::to_string(e.layer) + (e.mlp ? ".mlp" : ".attn"),
+    emit(Phase::Comm, std::string("megatron h.") + std::to_string(e.layer) + (e.mlp ? ".mlp" : ".attn"),
          begin);
 }
 
@@ -351,7 +351,7 @@ void ParallelGPT::receive_activations(const nn::StepRng& rng, bool training, flo
   s.set_scalar("seed", static_cast<double>(epilogue_seed(rng, layout_.first_layer() - 1,
                                                          nn::DropoutSite::MlpResidual)));
   s.run();
-  emit("comm", "pipeline recv", begin);
+  emit(Phase::Comm, "pipeline recv", begin);
 }
 
 nn::BlockParams ParallelGPT::weights_of(int layer) {
@@ -397,7 +397,7 @@ void ParallelGPT::unit_backward(int k, int u, const nn::StepRng& rng, float* dre
                           const auto begin = Clock::now();
                           programs_->tp_sum->bind("g", Tensor::view_of(g, DType::F32, Shape{n}));
                           programs_->tp_sum->run();
-                          emit("comm", "tp sum_in_place " + unit_name(u), begin);
+                          emit(Phase::Comm, "tp sum_in_place " + unit_name(u), begin);
                         }};
     shard_half_backward(sb, a.layer, a.half, a.w, dw, a.acts, a.x, dres, ws, micro_rows_, T_, rng);
   } else if (a.half == nn::BlockHalf::Attention) {
@@ -427,7 +427,7 @@ void ParallelGPT::forward_micro(const MicroBatch& mb, int k, const nn::StepRng& 
         e[nn::EmbeddingAct::Out] = view(x0, Shape{B, T, config_.d_model});
         nn::embedding_forward(config_, layout_.embedding(params().data_as<float>()), e, mb.tokens,
                               B, T, rng);
-        emit("compute", "forward embedding", begin);
+        emit(Phase::Forward, "forward embedding", begin);
       } else {
         receive_activations(rng, training, x0, B, T);
       }
@@ -438,13 +438,13 @@ void ParallelGPT::forward_micro(const MicroBatch& mb, int k, const nn::StepRng& 
     const auto begin = Clock::now();
     nested_comm_s_ = 0.0;
     unit_forward(k, u, rng, training);
-    emit("compute", "forward " + unit_name(u), begin);
+    emit(Phase::Forward, "forward " + unit_name(u), begin);
     if (u == n - 1 && layout_.has_final()) {
       const auto hb = Clock::now();
       loss_sum += nn::final_forward(config_, layout_.final_stage(params().data_as<float>()),
                                     memory_->head(k), memory_->input(k, n), mb.targets,
                                     memory_->workspace(), B, T);
-      emit("compute", "forward head", hb);
+      emit(Phase::Forward, "forward head", hb);
     }
     memory_->end_forward(k, u);
   }
@@ -462,7 +462,7 @@ void ParallelGPT::backward_micro(const MicroBatch& mb, int k, const nn::StepRng&
       const auto begin = Clock::now();
       nested_comm_s_ = 0.0;
       unit_forward(k, i, rng, true);
-      emit("compute", "recompute " + unit_name(i), begin);
+      emit(Phase::Backward, "recompute " + unit_name(i), begin);
       memory_->end_recompute(k, i);
     }
     if (u == n - 1) {
@@ -472,13 +472,13 @@ void ParallelGPT::backward_micro(const MicroBatch& mb, int k, const nn::StepRng&
         nn::final_backward(config_, layout_.final_stage(base), layout_.final_stage(gbase),
                            memory_->head(k), memory_->input(k, n), mb.targets, dloss, dres, ws, B,
                            T);
-        emit("compute", "backward head", begin);
+        emit(Phase::Backward, "backward head", begin);
       } else {
         const auto begin = Clock::now();
         exec::Runner& handoff = *programs_->grad_recv;
         handoff.bind("d_prev", view(dres, Shape{elems}));  // received in place
         handoff.run();
-        emit("comm", "pipeline grad_handoff (recv)", begin);
+        emit(Phase::Comm, "pipeline grad_handoff (recv)", begin);
       }
     }
     // As a block's backward starts: its moments for the update that follows it (in the step's
@@ -493,7 +493,7 @@ void ParallelGPT::backward_micro(const MicroBatch& mb, int k, const nn::StepRng&
     const auto begin = Clock::now();
     nested_comm_s_ = 0.0;
     unit_backward(k, u, rng, dres);
-    emit("compute", "backward " + unit_name(u), begin);
+    emit(Phase::Backward, "backward " + unit_name(u), begin);
     // More backwards of this block follow in the step: its gradient sum may wait in the tier.
     if (!last_backward && u % nn::kBlockHalves == 0)
       state_.park_gradients(layout_.first_layer() + u / nn::kBlockHalves);
@@ -503,7 +503,7 @@ void ParallelGPT::backward_micro(const MicroBatch& mb, int k, const nn::StepRng&
       if (layout_.has_embedding()) {
         const auto eb = Clock::now();
         nn::embedding_backward(config_, layout_.embedding(gbase), dres, mb.tokens, ws, B, T, rng);
-        emit("compute", "backward embedding", eb);
+        emit(Phase::Backward, "backward embedding", eb);
       } else {
         // Left in flight, so that this stage goes on to its next forward while the previous stage
         // is still busy: waiting here would deadlock 1F1B (both stages sending at once). The
@@ -514,7 +514,7 @@ void ParallelGPT::backward_micro(const MicroBatch& mb, int k, const nn::StepRng&
         exec::Runner& handoff = *programs_->grad_send;
         handoff.bind("d", buf);
         handoff.run_leaving_sends();
-        emit("comm", "pipeline grad_handoff (send)", hb);
+        emit(Phase::Comm, "pipeline grad_handoff (send)", hb);
       }
     }
     memory_->end_backward(k, u);
@@ -543,7 +543,7 @@ double ParallelGPT::forward_backward(const std::vector<MicroBatch>& micro, uint6
   const auto begin = Clock::now();
   if (programs_->grad_send) {
     programs_->grad_send->wait_sends();
-    emit("comm", "pipeline grad_handoff (wait)", begin);
+    emit(Phase::Comm, "pipeline grad_handoff (wait)", begin);
   }
   return loss_sum;
 }
@@ -564,7 +564,7 @@ void ParallelGPT::reduce_tied_gradients() {
   if (tied == nullptr || !config_.tie_embeddings) return;
   const auto begin = Clock::now();
   programs_->tied_sum->run();  // sum_in_place, bound to wte's gradient
-  emit("comm", "tied embedding sum_in_place", begin);
+  emit(Phase::Comm, "tied embedding sum_in_place", begin);
 }
 
 const LocalTensor& ParallelGPT::tied_embedding() const {

@@ -101,7 +101,7 @@ class RankRun {
   void finish(TrainResult& result);
   void print_summary(const TrainResult& result, int64_t steps_run);
   // Phases and trace spans.
-  void on_event(std::string_view stream, std::string_view name, Clock::time_point b,
+  void on_event(parallel::Phase phase, std::string_view name, Clock::time_point b,
                 Clock::time_point e, double self_s);
   void trace_span(std::string_view stream, std::string_view name, Clock::time_point begin);
   double tokens_per_step() const { return static_cast<double>(cfg_.batch) * cfg_.model.seq_len; }

@@ -120,9 +120,9 @@ RankRun::RankRun(comm::Communicator& world, const TrainConfig& cfg, io::TraceRec
   }
   if (resumed()) last_checkpoint_ = {resume_->meta.step, resume_->folder};
   if (cfg.eval_every > 0) val_sampler_.emplace(detail::validation_sampler(*corpus_, cfg));
-  model_.set_event_sink([this](std::string_view stream, std::string_view name, Clock::time_point b,
-                               Clock::time_point e,
-                               double self_s) { on_event(stream, name, b, e, self_s); });
+  model_.set_event_sink(
+      [this](parallel::Phase phase, std::string_view name, Clock::time_point b, Clock::time_point e,
+             double self_s) { on_event(phase, name, b, e, self_s); });
   // The data-parallel exchange of a block's gradients starts as soon as the backward is done
   // with it (docs/training.md says why that is safe).
   model_.set_gradients_ready([this](int layer) { opt_.layer_ready(layer); });
@@ -375,18 +375,15 @@ void RankRun::finish(TrainResult& result) {
 
 // ------------------------------------------------------------------------ phases and trace
 
-void RankRun::on_event(std::string_view stream, std::string_view name, Clock::time_point b,
+void RankRun::on_event(parallel::Phase phase, std::string_view name, Clock::time_point b,
                        Clock::time_point e, double s) {
+  using parallel::Phase;
   if (profiling_) return;
   if (trace_ != nullptr && trace_->enabled())
-    trace_->record(grid_.world().rank(), stream, name, b, e);
+    trace_->record(grid_.world().rank(), phase == Phase::Comm ? io::kCommStream : io::kComputeStream,
+                   name, b, e);
   if (!lead_) return;
-  if (stream == io::kCommStream)
-    phases_.add("comm", s);
-  else if (name.substr(0, 7) == "forward")
-    phases_.add("forward", s);
-  else
-    phases_.add("backward", s);
+  phases_.add(phase == Phase::Comm ? "comm" : phase == Phase::Forward ? "forward" : "backward", s);
 }
 
 // A span from `begin` to now on this rank's row of the trace, when there is one.

@@ -99,7 +99,7 @@ TuneKey make_key(const dsl::Program& program, const dsl::SymbolMap& sizes,
   k.ranks = comm.size();
   const std::vector<int> nodes = comm.rank_nodes();
   k.nodes = static_cast<int>(std::set<int>(nodes.begin(), nodes.end()).size());
-  k.backend = std::string(comm.backend());
+  k.backend = std::string(comm::backend_name(comm.backend()));
   k.executor = executor;
   // The BLAS threads per rank change what a matmul costs (ranks x threads against the cores):
   // a choice timed with another count is not this one's.

@@ -61,8 +61,8 @@ inline Schedules compile_all(const dsl::Program& program) {
 }
 
 // Whether a reducing collective of the plan reduces bf16/f16 values on a ring of >= 3 ranks.
-inline bool rounds_per_hop(const Plan& plan, std::string_view backend, int ranks) {
-  if (backend == "thread" || ranks / plan.program.groups() < 3) return false;
+inline bool rounds_per_hop(const Plan& plan, comm::Backend backend, int ranks) {
+  if (backend == comm::Backend::Thread || ranks / plan.program.groups() < 3) return false;
   bool narrow = false;
   std::function<void(const Step&)> visit = [&](const Step& s) {
     if (s.kind == StepKind::Collective &&

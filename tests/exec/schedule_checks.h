@@ -169,7 +169,7 @@ inline std::string compare(const std::string& label, const Tensor& got, const Te
 }
 
 // Whether the plan keeps every floating-point operation of the reference in order (see the top).
-inline bool keeps_order(const Plan& plan, const dsl::Program& original, std::string_view backend,
+inline bool keeps_order(const Plan& plan, const dsl::Program& original, comm::Backend backend,
                         int ranks) {
   bool keeps = true;
   std::function<void(const Step&)> visit = [&](const Step& s) {
@@ -179,7 +179,7 @@ inline bool keeps_order(const Plan& plan, const dsl::Program& original, std::str
       keeps &= id && original.stage(original.stage(*id).args[0]).type.layout.is_sliced();
     }
     if (s.kind == StepKind::Pipeline) {
-      if (backend != "thread" && ranks / plan.program.groups() >= 3) keeps = false;
+      if (backend != comm::Backend::Thread && ranks / plan.program.groups() >= 3) keeps = false;
       for (const Step& b : s.pipeline.body) keeps &= b.kind != StepKind::Matmul;
       for (const Step& b : s.pipeline.body) visit(b);
     }

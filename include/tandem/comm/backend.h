@@ -9,7 +9,7 @@ namespace tandem::comm {
 // MPI_COMM_WORLD (mpi_world).
 enum class Backend { Thread, Mpi };
 
-// "thread", "mpi": the names the command line takes and Communicator::backend() returns.
+// "thread", "mpi": the names the command line takes and messages and records use.
 constexpr std::string_view backend_name(Backend b) { return b == Backend::Mpi ? "mpi" : "thread"; }
 
 }  // namespace tandem::comm

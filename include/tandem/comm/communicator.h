@@ -52,6 +52,7 @@
 #include <string_view>
 #include <vector>
 
+#include "tandem/comm/backend.h"
 #include "tandem/core/error.h"
 #include "tandem/core/reduce_op.h"
 #include "tandem/core/tensor.h"
@@ -170,7 +171,7 @@ class Communicator {
 
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  virtual std::string_view backend() const = 0;  // "thread" or "mpi"
+  virtual Backend backend() const = 0;
 
   // Where to allocate buffers that go through collectives: memory the peers can read directly
   // where they can (MPI ranks on one node: the process's shared arena), else the host heap. A

@@ -60,7 +60,7 @@ class MpiCommunicator final : public Communicator {
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  std::string_view backend() const override { return "mpi"; }
+  Backend backend() const override { return Backend::Mpi; }
   Allocator& allocator() const override;
   bool shares_memory() const override { return direct_ != nullptr; }
   void barrier() override;

@@ -55,10 +55,14 @@ struct MicroBatch {
   int64_t sample_offset = 0;  // the index of its first row in the global batch
 };
 
-// The model reports each piece of work: stream "compute" or "comm", a name, when it ran, and
-// its own seconds (a compute span excludes the communication programs run inside it, such as a
-// block's Megatron epilogues, which are reported as comm spans of their own).
-using EventSink = std::function<void(std::string_view stream, std::string_view name,
+// The kinds of work a step reports: the run's phase times add each kind up (a recomputation,
+// which runs inside the backward, counts as Backward).
+enum class Phase { Forward, Backward, Comm };
+
+// The model reports each piece of work: its kind, a name, when it ran, and its own seconds (a
+// compute span excludes the communication programs run inside it, such as a block's Megatron
+// epilogues, which are reported as Comm spans of their own).
+using EventSink = std::function<void(Phase phase, std::string_view name,
                                      std::chrono::steady_clock::time_point begin,
                                      std::chrono::steady_clock::time_point end, double self_s)>;
 
@@ -174,8 +178,7 @@ class ParallelGPT {
   const LocalTensor& tied_embedding() const;  // this stage's wte (pp > 1, first or last stage)
   void run_epilogue(const EpilogueArgs& e, bool training, bool boundary);
   void receive_activations(const nn::StepRng& rng, bool training, float* into, int B, int T);
-  void emit(std::string_view stream, std::string_view name,
-            std::chrono::steady_clock::time_point begin);
+  void emit(Phase phase, std::string_view name, std::chrono::steady_clock::time_point begin);
   void check_micro(const std::vector<MicroBatch>& micro) const;
 
   // Block `layer`'s weights for compute, wherever the model state keeps them (the flat buffer, the

@@ -122,7 +122,7 @@ TEST(MpiWorld, IsMpiCommWorld) {
   auto c = mpi_world();
   EXPECT_EQ(c->rank(), world_rank());
   EXPECT_EQ(c->size(), world_size());
-  EXPECT_EQ(c->backend(), "mpi");
+  EXPECT_EQ(c->backend(), Backend::Mpi);
   EXPECT_TRUE(launched_by_mpirun());
 }
 

@@ -20,7 +20,7 @@ TEST(RunRanks, EveryRankRunsOnceWithItsRank) {
     std::vector<std::atomic<int>> seen(n);
     run_ranks(n, [&](Communicator& c) {
       EXPECT_EQ(c.size(), n);
-      EXPECT_EQ(c.backend(), "thread");
+      EXPECT_EQ(c.backend(), Backend::Thread);
       seen[c.rank()]++;
     });
     for (int r = 0; r < n; ++r) EXPECT_EQ(seen[r].load(), 1);
