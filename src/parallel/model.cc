@@ -336,8 +336,8 @@ void ParallelGPT::run_epilogue(const EpilogueArgs& e, bool training, bool bounda
   if (boundary)
     emit(Phase::Comm, "pipeline send h." + std::to_string(e.layer), begin);
   else
-    emit(Phase::Comm, std::string("megatron h.") + std::to_string(e.layer) + (e.mlp ? ".mlp" : ".attn"),
-         begin);
+    emit(Phase::Comm,
+         std::string("megatron h.") + std::to_string(e.layer) + (e.mlp ? ".mlp" : ".attn"), begin);
 }
 
 void ParallelGPT::receive_activations(const nn::StepRng& rng, bool training, float* into, int B,

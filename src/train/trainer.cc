@@ -120,9 +120,9 @@ RankRun::RankRun(comm::Communicator& world, const TrainConfig& cfg, io::TraceRec
   }
   if (resumed()) last_checkpoint_ = {resume_->meta.step, resume_->folder};
   if (cfg.eval_every > 0) val_sampler_.emplace(detail::validation_sampler(*corpus_, cfg));
-  model_.set_event_sink(
-      [this](parallel::Phase phase, std::string_view name, Clock::time_point b, Clock::time_point e,
-             double self_s) { on_event(phase, name, b, e, self_s); });
+  model_.set_event_sink([this](parallel::Phase phase, std::string_view name, Clock::time_point b,
+                               Clock::time_point e,
+                               double self_s) { on_event(phase, name, b, e, self_s); });
   // The data-parallel exchange of a block's gradients starts as soon as the backward is done
   // with it (docs/training.md says why that is safe).
   model_.set_gradients_ready([this](int layer) { opt_.layer_ready(layer); });
@@ -380,8 +380,8 @@ void RankRun::on_event(parallel::Phase phase, std::string_view name, Clock::time
   using parallel::Phase;
   if (profiling_) return;
   if (trace_ != nullptr && trace_->enabled())
-    trace_->record(grid_.world().rank(), phase == Phase::Comm ? io::kCommStream : io::kComputeStream,
-                   name, b, e);
+    trace_->record(grid_.world().rank(),
+                   phase == Phase::Comm ? io::kCommStream : io::kComputeStream, name, b, e);
   if (!lead_) return;
   phases_.add(phase == Phase::Comm ? "comm" : phase == Phase::Forward ? "forward" : "backward", s);
 }

@@ -26,8 +26,8 @@ inline Allocator& buffers_of(const Communicator& c) {
 
 inline std::string label_of(const Communicator& c, CollectiveAlgo algo, std::string_view what,
                             DType t, int64_t n, std::string_view extra = "") {
-  return fmt::format("{} {} {} rank {} of {} {}[{}]{}", backend_name(c.backend()), collective_algo_name(algo),
-                     what, c.rank(), c.size(), dtype_name(t), n, extra);
+  return fmt::format("{} {} {} rank {} of {} {}[{}]{}", backend_name(c.backend()),
+                     collective_algo_name(algo), what, c.rank(), c.size(), dtype_name(t), n, extra);
 }
 
 // The hook's calls must tile this rank's part exactly once, in ascending order, each call no
