@@ -366,10 +366,10 @@ void Communicator::run(CollectiveDesc desc) {
     fmt::print(stderr,
                "tandem comm: {} rank {}/{} {} {} {} root={} algo={} chunk={}B hook={} "
                "partition=[{}, {}, {}]\n",
-               backend_name(backend()), rank(), size(), collective_name(desc.kind), reduce_op_name(desc.op),
-               desc.send.str(), desc.root, collective_algo_name(desc.algo), desc.chunk_bytes,
-               static_cast<bool>(desc.hook), desc.partition.outer, desc.partition.rows,
-               desc.partition.inner);
+               backend_name(backend()), rank(), size(), collective_name(desc.kind),
+               reduce_op_name(desc.op), desc.send.str(), desc.root, collective_algo_name(desc.algo),
+               desc.chunk_bytes, static_cast<bool>(desc.hook), desc.partition.outer,
+               desc.partition.rows, desc.partition.inner);
   if (size() == 1) {
     run_alone(desc);
     return;
