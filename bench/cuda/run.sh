@@ -5,6 +5,8 @@
 # OUT defaults to .device/out). Needs only the NVIDIA driver and, somewhere on the machine,
 # cuBLAS 13 (libcublas.so.13, libcublasLt.so.13) and NCCL >= 2.18 (libnccl.so.2): Open MPI is
 # bundled. ITERS (20) timed runs a size; BUDGET and DEADLINE bound the whole run in seconds.
+# CHUNKS1 (default: lamb_fused lamb_fused_old): programs timed once more at the two larger sizes
+# with TANDEM_CUDA_CHUNKS=1 (the other runs leave it unset: 4 chunks), after all the others.
 B="$(cd "$(dirname "$0")" && pwd)"
 OUT="${OUT:-$B/out}"
 mkdir -p "$OUT"
@@ -84,6 +86,8 @@ ADAM_S2="N=67108864"
 MEG_S1="B=4096 H=4096 K=4096"
 MEG_S2="B=8192 H=8192 K=8192"
 ROWS=()
+CROWS=()
+CHUNKS1="${CHUNKS1-lamb_fused lamb_fused_old}"
 
 median_of() { sed -n 's/.* median \([0-9.]*\) ms.*/\1/p' "$1" | tail -1; }
 
@@ -159,6 +163,41 @@ for entry in "${PROGS[@]}"; do
   done
   ROWS+=("$name|$chk|${maxerr:--}|${t0:--}|${ts[0]}|${ts[1]}")
 done
+
+# ---- the chunk count: CHUNKS1's programs at S1 and S2 with one chunk per fused collective
+for name in $CHUNKS1; do
+  workload=$(awk -v n="$name" '$1 == n {print $2}' "$B/programs.txt")
+  case "$workload" in
+    adam | lamb) s1=$ADAM_S1 s2=$ADAM_S2 ;;
+    megatron_layer) s1=$MEG_S1 s2=$MEG_S2 ;;
+    *) continue ;; # not in the bundle
+  esac
+  dir="$B/bin/$name"
+  exe=$(find "$dir" -maxdepth 1 -type f 2>/dev/null | head -1)
+  [ -z "$exe" ] && continue
+  log ""
+  tmp="$OUT/.run.txt"
+  log "== $name with TANDEM_CUDA_CHUNKS=1 (t=$(elapsed)s)"
+  ts=()
+  for sz in "$s1" "$s2"; do
+    lim=$(run_limit)
+    if [ "$(elapsed)" -gt "$BUDGET" ] || [ "$lim" -lt 8 ]; then
+      log "   skip $sz: past the budget"
+      ts+=("skipped")
+      continue
+    fi
+    # shellcheck disable=SC2086 # $sz is several NAME=EXTENT arguments
+    (cd "$dir" && TANDEM_CUDA_CHUNKS=1 timeout -k 5 "$lim" "./$(basename "$exe")" $sz --no-check \
+      --iters "$ITERS") >"$tmp" 2>&1
+    rc=$?
+    cat "$tmp" >>"$LOG"
+    log "   [$sz chunks=1 exit $rc]"
+    m=$(median_of "$tmp")
+    [ -z "$m" ] && m="err($rc)"
+    ts+=("$m")
+  done
+  CROWS+=("$name|${ts[0]}|${ts[1]}")
+done
 rm -f "$OUT/.run.txt"
 
 {
@@ -170,5 +209,13 @@ rm -f "$OUT/.run.txt"
     IFS='|' read -r a b c d e f <<<"$r"
     printf "%-16s %-10s %-10s %12s %12s %12s\n" "$a" "$b" "$c" "$d" "$e" "$f"
   done
+  if [ ${#CROWS[@]} -gt 0 ]; then
+    echo "with TANDEM_CUDA_CHUNKS=1 (the rows above: 4):"
+    printf "%-16s %-10s %-10s %12s %12s %12s\n" program "" "" "" "ms@S1" "ms@S2"
+    for r in "${CROWS[@]}"; do
+      IFS='|' read -r a e f <<<"$r"
+      printf "%-16s %-10s %-10s %12s %12s %12s\n" "$a" "" "" "" "$e" "$f"
+    done
+  fi
 } | tee "$SUM" | tee -a "$LOG"
 exit 0

@@ -233,7 +233,8 @@ std::string CudaEmitter::emit_loop(const LoopCtx& ctx) {
   for (const Access& acc : io.params)
     if (acc.root >= 0) ++root_uses[acc.root];
   // 16-byte vectors where every operand moves with t (no broadcast, no strided part) and
-  // nothing accumulates; V elements per thread, V = 16 bytes of the narrowest dtype.
+  // nothing accumulates (a fold keeps one lane register per thread: the scalar path); V
+  // elements per thread, V = 16 bytes of the narrowest dtype.
   bool vec =
       (contiguous || ctx.chunk) && !scalar_code && loop.accumulates.empty() && !io.params.empty();
   size_t narrow = 4;
@@ -267,12 +268,31 @@ std::string CudaEmitter::emit_loop(const LoopCtx& ctx) {
   for (int id : io.scalars)
     k += fmt::format("  const float s{0} = fx::ld_{1}(sp{0}[0]);  // {2}\n", id,
                      dt_suffix(st(root(id)).type.dtype), name(id));
+  // A sum's lanes: element g goes to lane g % 8 of the accumulator (a double each). Where g is
+  // g0 + t (a contiguous box, a chunk), a thread's lane is fixed: t runs first, first + stride,
+  // ... with stride = gridDim.x * TDM_THREADS, a multiple of 8 (blockDim.x is TDM_THREADS in
+  // every launch but the one-thread scalar kernel), so g % 8 = (g0 + threadIdx.x) % 8. The thread
+  // then sums into one register, the block adds its threads' registers lane by lane (warp
+  // shuffles, then shared memory, in a fixed order) and 8 of its threads add the block's lanes to
+  // the accumulator: 8 global atomics per block. Where g jumps (a box with a strided part), the
+  // lane changes along the loop: the register is flushed into the block's shared lanes when it
+  // does (a shared atomic), and the block's lanes go to the accumulator at the end.
+  const bool fixed_lane = contiguous || ctx.chunk;
+  bool sums = false;
   for (int id : loop.accumulates) {
-    if (acc_op(id) == dsl::ReduceOp::Sum)
-      k += fmt::format("  double lane{0} = 0.0;\n  int64_t lane_of{0} = -1;\n", id);
-    else
+    if (acc_op(id) == dsl::ReduceOp::Sum) {
+      sums = true;
+      k += fmt::format("  double lane{} = 0.0;\n", id);
+      if (!fixed_lane && !scalar_code)
+        k += fmt::format(
+            "  int64_t lane_of{0} = -1;\n  __shared__ double sl{0}[8];\n  if (threadIdx.x < 8) "
+            "sl{0}[threadIdx.x] = 0.0;\n",
+            id);
+    } else {
       k += fmt::format("  float av{} = {};\n", id, identity_literal(acc_op(id)));
+    }
   }
+  if (sums && !fixed_lane && !scalar_code) k += "  __syncthreads();\n";
   k += "  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;\n  (void)stride;\n";
   k += "  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;\n";
   // The global index of flat element t of the box.
@@ -289,15 +309,19 @@ std::string CudaEmitter::emit_loop(const LoopCtx& ctx) {
       if (acc_op(id) != dsl::ReduceOp::Sum)
         return fmt::format("{0}av{1} = {2}(av{1}, {3});  // {4}\n", in, id,
                            combine_fn(st(id).attrs.reduce), x, name(id));
-      // Lane g % 8 in double (a norm: the exact square); flushed to memory when it changes.
+      // Accumulating loops take the scalar path only (see vec): one lane register per thread.
+      if (vector_form) unsupported(fmt::format("a vector loop folding {}", name(id)));
+      // Lane g % 8 in double (a norm: the exact square). A fixed lane stays in its register
+      // (see above); else the register is flushed into the block's lane when g % 8 changes.
       const std::string term =
           st(id).op == Op::Norm
               ? fmt::format("static_cast<double>({0}) * static_cast<double>({0})", x)
               : fmt::format("static_cast<double>({})", x);
+      if (fixed_lane || scalar_code)
+        return fmt::format("{0}lane{1} += {2};  // {3}\n", in, id, term, name(id));
       return fmt::format(
-          "{0}if ((g & 7) != lane_of{1}) {{ if (lane_of{1} >= 0) atomicAdd(acc{1} + lane_of{1}, "
-          "lane{1}); lane{1} = 0.0; "
-          "lane_of{1} = g & 7; }}\n{0}lane{1} += {2};  // {3}\n",
+          "{0}if ((g & 7) != lane_of{1}) {{ if (lane_of{1} >= 0) atomicAdd(sl{1} + lane_of{1}, "
+          "lane{1}); lane{1} = 0.0; lane_of{1} = g & 7; }}\n{0}lane{1} += {2};  // {3}\n",
           in, id, term, name(id));
     };
     return element_text(ctx, io, form);
@@ -335,13 +359,47 @@ std::string CudaEmitter::emit_loop(const LoopCtx& ctx) {
     k +=
         fmt::format("    const int64_t g = {};\n    (void)g;\n", g_of_t) + element(false) + "  }\n";
   }
-  for (int id : loop.accumulates) {
-    if (acc_op(id) == dsl::ReduceOp::Sum)
-      k += fmt::format("  if (lane_of{0} >= 0) atomicAdd(acc{0} + lane_of{0}, lane{0});\n", id);
-    else
+  // The sums' lanes: the block's, then the accumulator's (no thread has returned: every one
+  // reaches the barrier).
+  std::vector<int> sum_ids;
+  for (int id : loop.accumulates)
+    if (acc_op(id) == dsl::ReduceOp::Sum) sum_ids.push_back(id);
+  if (scalar_code) {
+    // One thread, g = 0.
+    for (int id : sum_ids) k += fmt::format("  atomicAdd(acc{0}, lane{0});\n", id);
+  } else if (fixed_lane && !sum_ids.empty()) {
+    // Threads l, l + 8, l + 16, l + 24 of a warp share lane (g0 + l) % 8: after two shuffles
+    // warp lane l < 8 holds the warp's sum of that lane, which the block adds warp by warp.
+    for (int id : sum_ids)
+      k += fmt::format(
+          "  __shared__ double wl{0}[TDM_THREADS / 32][8];\n"
+          "  lane{0} += __shfl_xor_sync(0xffffffffu, lane{0}, 8);\n"
+          "  lane{0} += __shfl_xor_sync(0xffffffffu, lane{0}, 16);\n"
+          "  if ((threadIdx.x & 31) < 8) wl{0}[threadIdx.x / 32][threadIdx.x & 31] = lane{0};\n",
+          id);
+    k += "  __syncthreads();\n  if (threadIdx.x < 8) {\n";
+    for (int id : sum_ids)
+      k += fmt::format(
+          "    double b{0} = 0.0;\n"
+          "    for (int w = 0; w < TDM_THREADS / 32; ++w) b{0} += wl{0}[w][threadIdx.x];\n"
+          "    if (b{0} != 0.0) atomicAdd(acc{0} + ((g0 + threadIdx.x) & 7), b{0});\n",
+          id);
+    k += "  }\n";
+  } else if (!sum_ids.empty()) {
+    for (int id : sum_ids)
+      k += fmt::format("  if (lane_of{0} >= 0) atomicAdd(sl{0} + lane_of{0}, lane{0});\n", id);
+    k += "  __syncthreads();\n  if (threadIdx.x < 8) {\n";
+    for (int id : sum_ids)
+      k += fmt::format(
+          "    if (sl{0}[threadIdx.x] != 0.0) atomicAdd(acc{0} + threadIdx.x, "
+          "sl{0}[threadIdx.x]);\n",
+          id);
+    k += "  }\n";
+  }
+  for (int id : loop.accumulates)
+    if (acc_op(id) != dsl::ReduceOp::Sum)
       k += fmt::format("  tdm_atomic_combine(acc{0}, av{0}, {1});\n", id,
                        reduce_op_code(acc_op(id)));
-  }
   k += "}\n\n";
   fns_ += k;
 

@@ -26,6 +26,9 @@
 namespace fx = tandem::fx;
 
 #define TDM_THREADS 256
+// Whole warps (a block's sums reduce by warp shuffles) and a multiple of 8 (every grid's stride
+// is, so a thread's element indices keep their lane g % 8).
+static_assert(TDM_THREADS % 32 == 0, "the kernels' blocks are whole warps");
 #define TDM_MAX_RANK 8
 #define TDM_MAX_BLOCKS 4096
 

@@ -5,8 +5,8 @@
 //
 // nvcc takes ~10-20 s per program on two cores, so by default one representative schedule per
 // workload is built (each exercising what its workload adds: fused chunks, norms, overlapped GEMMs
-// and dropout, transfers between groups); TANDEM_CUDA_ALL=1 builds every schedule of every
-// workload (79 programs, about 20 minutes).
+// and dropout, transfers between groups, sums over a strided box); TANDEM_CUDA_ALL=1 builds every
+// schedule of every workload (79 programs, about 20 minutes).
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -143,6 +143,17 @@ TEST(CudaCompile, RuntimeFilesCompileOnTheirOwn) {
   EXPECT_EQ(o.rc, 0) << o.text;
 }
 
+// Whole-tensor sums of a matrix sliced by columns: a loop over a box with a strided part, whose
+// sums flush their moving lane into the block's shared lanes.
+dsl::Program strided_sums() {
+  dsl::Program p("strided_sums");
+  const dsl::Expr x = p.input(DType::F32, {"M", "N"}, dsl::Sliced(1), "x");
+  p.output(dsl::norm(x).named("n"), "n");
+  p.output(dsl::reduce(dsl::ReduceOp::Sum, x).named("t"), "t");
+  p.output(dsl::reduce(dsl::ReduceOp::Max, x).named("m"), "m");
+  return p;
+}
+
 TEST(CudaCompile, RepresentativeSchedulesBuildWithoutSpills) {
   if (const std::string why = missing_toolkit(); !why.empty()) GTEST_SKIP() << why;
   const std::vector<std::pair<dsl::Program, std::string>> cases = {
@@ -156,6 +167,7 @@ TEST(CudaCompile, RepresentativeSchedulesBuildWithoutSpills) {
        "ol(MM,fused(RS-C-AG))"},  // bf16 GEMM blocks and sums, the hook's cast to f32
       {dsl::workloads::sum_in_place(DType::BF16), "fused(AR-C)"},  // casts around a bf16 sum
       {dsl::workloads::grad_handoff(), "C"},  // a receive into an input's buffer
+      {strided_sums(), "C"},                  // sums whose lane moves along a thread's loop
   };
   for (const auto& [program, name] : cases) {
     bool found = false;

@@ -2,7 +2,8 @@
 // workload emits; one NCCL-backed collective call per collective step (a fused stage is one
 // collective with its hook, not a reduce, a kernel and a gather of its own); the chunk loop that
 // pipelines a hook against the next chunk's reduction; no host synchronisation in any step (so a
-// pipeline's blocks overlap); 16-byte vectors in plain elementwise kernels; GEMMs through the
+// pipeline's blocks overlap); 16-byte vectors in plain elementwise kernels; whole-tensor sums
+// added to global memory once per block and lane, never in an element loop; GEMMs through the
 // ABI's sgemm in an overlap pipeline, skewed so block b + 1's GEMM is queued before block b waits;
 // and core/formulas.h's text pasted as the build embedded it.
 #include <gtest/gtest.h>
@@ -177,6 +178,82 @@ TEST(CudaEmit, PlainElementwiseKernelsMove16ByteVectors) {
     EXPECT_NE(steps.find(dt == DType::F32 ? "tdm_vload<4>" : "tdm_vload<8>"), std::string::npos)
         << dtype_name(dt);
     EXPECT_NE(steps.find("tdm_aligned16("), std::string::npos);
+  }
+}
+
+// The emitted kernels, each from its `__global__` to its closing brace.
+std::vector<std::string> kernels_of(const std::string& steps) {
+  std::vector<std::string> out;
+  for (size_t at = steps.find("__global__ void"); at != std::string::npos;
+       at = steps.find("__global__ void", at + 1)) {
+    const size_t end = steps.find("\n}\n", at);
+    EXPECT_NE(end, std::string::npos);
+    out.push_back(steps.substr(at, end - at));
+  }
+  return out;
+}
+
+// Whole-tensor sums of a matrix sliced by columns: each rank's loop walks a box with a strided
+// part, so an element's lane g % 8 changes along a thread's loop.
+dsl::Program strided_sums() {
+  dsl::Program p("strided_sums");
+  const dsl::Expr x = p.input(DType::F32, {"M", "N"}, dsl::Sliced(1), "x");
+  p.output(dsl::norm(x).named("n"), "n");
+  p.output(dsl::reduce(dsl::ReduceOp::Sum, x).named("t"), "t");
+  p.output(dsl::reduce(dsl::ReduceOp::Max, x).named("m"), "m");
+  return p;
+}
+
+// A whole-tensor sum (LAMB's norms) folds into a register per thread in the element loop; the
+// block adds its threads' lanes, and only then, outside every element loop, at most 8 of its
+// threads add them to the accumulator in global memory.
+TEST(CudaEmit, SumsReachGlobalMemoryOncePerBlockLane) {
+  int folding = 0, strided = 0;
+  std::vector<dsl::Program> programs = workloads();
+  programs.push_back(strided_sums());
+  for (const dsl::Program& p : programs)
+    for (const schedule::NamedSchedule& ns : schedule::enumerate_schedules(p)) {
+      const std::string steps = steps_of(emit_cuda(ns.schedule.lower(), "prog").source);
+      for (const std::string& k : kernels_of(steps)) {
+        if (k.find("double* acc") == std::string::npos) continue;
+        if (k.find("double lane") == std::string::npos) continue;  // Prod, Max, Min only
+        ++folding;
+        // A lane that moves: flushed into the block's shared lanes, not to global memory.
+        if (k.find("lane_of") != std::string::npos) ++strided;
+        const std::string what = p.name() + " " + ns.name + ":\n" + k;
+        // The element loops (at the kernel's first indentation; their bodies are deeper).
+        size_t loops = 0;
+        for (size_t at = k.find("\n  for (int64_t "); at != std::string::npos;
+             at = k.find("\n  for (int64_t ", at + 1)) {
+          ++loops;
+          const size_t end = k.find("\n  }\n", at);
+          ASSERT_NE(end, std::string::npos) << what;
+          EXPECT_EQ(k.substr(at, end - at).find("atomicAdd(acc"), std::string::npos) << what;
+        }
+        if (k.find("if (first == 0)") != std::string::npos) continue;  // the one-thread kernel
+        EXPECT_GT(loops, 0u) << what;
+        // Global atomics only from the block's first 8 threads, after the block's barrier.
+        const size_t barrier = k.rfind("__syncthreads();");
+        const size_t eight = k.find("if (threadIdx.x < 8) {", barrier);
+        ASSERT_NE(barrier, std::string::npos) << what;
+        ASSERT_NE(eight, std::string::npos) << what;
+        EXPECT_EQ(k.substr(0, eight).find("atomicAdd(acc"), std::string::npos) << what;
+        EXPECT_NE(k.find("atomicAdd(acc", eight), std::string::npos) << what;
+      }
+    }
+  EXPECT_GT(folding, 0) << "LAMB's norms fold in some kernel";
+  EXPECT_GT(strided, 0) << "a sum over a strided box folds in some kernel";
+  // LAMB's fused update: the hook folds both norms, its lanes fixed per thread (a chunk is
+  // contiguous), so the block adds them by warp shuffles.
+  for (const schedule::NamedSchedule& ns : schedule::enumerate_schedules(dsl::workloads::lamb())) {
+    if (ns.name != "fused(RS-C-AG)+slice(m,v)") continue;
+    const std::string steps = steps_of(emit_cuda(ns.schedule.lower(), "prog").source);
+    const size_t hook = steps.find("__launch_bounds__(TDM_THREADS) hook");
+    ASSERT_NE(hook, std::string::npos);
+    const std::string k = steps.substr(hook, steps.find("\n}\n", hook) - hook);
+    EXPECT_EQ(count(k, "__shfl_xor_sync("), 4u) << k;
+    EXPECT_EQ(count(k, "atomicAdd(acc"), 2u) << k;
+    EXPECT_EQ(k.find("lane_of"), std::string::npos) << k;
   }
 }
 
