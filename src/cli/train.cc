@@ -613,9 +613,9 @@ void add_train(CLI::App& app) {
       "unless flags say otherwise)");
   cmd->add_option(
       "--init-from", c.init_from,
-      "Start from the weights of a Hugging Face GPT-2 folder (model.safetensors and "
-      "config.json, as tandem export --format hf writes): its model, a fresh optimizer, "
-      "step 0 (docs/training.md)");
+      "Start from the weights of a Hugging Face GPT-2, Llama or Qwen2 folder (config.json and "
+      "model.safetensors or its shards, f32, bf16 or f16): its model, a fresh optimizer, step 0 "
+      "(docs/training.md)");
   cmd->add_option("--metrics", c.metrics_path, "Write one JSON line per step to FILE");
   cmd->add_option("--trace", c.trace_path, "Write a Chrome trace (Perfetto) to FILE");
   cmd->add_flag("--quiet", flags->quiet, "Only the summary, no progress lines");
