@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "settings.h"
 #include "tandem/comm/agree.h"
 #include "tandem/comm/communicator.h"
 #include "tandem/comm/mpi.h"
@@ -332,13 +333,11 @@ std::string size_flag(uint64_t bytes) {
   return fmt::format("{}", bytes);
 }
 
+// What the plan chooses, as the flags that ask for it (the settings table's).
 std::string flags_of(const TrainConfig& c) {
-  std::string f = fmt::format("--dp {} --tp {} --pp {}", c.grid.dp, c.grid.tp, c.grid.pp);
-  if (c.optimizer.sharding == parallel::Sharding::Weights)
-    f += fmt::format(" --shard weights --gather-ahead {}", c.gather_ahead);
-  if (c.model_state) f += " --model-state " + c.model_state->str();
-  if (!c.memory_budget.empty()) f += " --memory-budget " + c.memory_budget;
-  return f;
+  static constexpr std::string_view kChosen[] = {"grid", "sharding", "gather_ahead", "model_state",
+                                                 "memory_budget"};
+  return fmt::format("{}", fmt::join(detail::flags_for(c, kChosen), " "));
 }
 
 std::string listed(const std::vector<Refusal>& refused) {

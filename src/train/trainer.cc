@@ -21,7 +21,6 @@
 #include <string_view>
 #include <thread>
 
-#include "config_agreement.h"
 #include "corpus_cache.h"
 #include "out_of_core.h"
 #include "output_paths.h"
@@ -29,6 +28,7 @@
 #include "rank_run.h"
 #include "run_checkpoint.h"
 #include "schedule_choice.h"
+#include "settings.h"
 #include "tandem/comm/agree.h"
 #include "tandem/comm/mpi.h"
 #include "tandem/comm/thread.h"
