@@ -29,19 +29,29 @@ template <typename T>
 constexpr bool kOptional = false;
 template <typename T>
 constexpr bool kOptional<std::optional<T>> = true;
+template <typename T>
+constexpr bool kAuto = false;
+template <typename T>
+constexpr bool kAuto<Auto<T>> = true;
 
-// Member M as the ranks compare it: as fmt prints it, an empty text "none", an unset optional
-// "unset".
-template <auto M, typename... Context>
-std::string shown(const Owner<M>& s, const Context&...) {
-  const auto& v = s.*M;
-  using T = std::decay_t<decltype(v)>;
-  if constexpr (std::is_same_v<T, std::string>)
+// A value as the ranks compare it: as fmt prints it, a dtype by its name, an empty text "none",
+// an unset optional "unset", an undecided auto "auto".
+template <typename T>
+std::string value_text(const T& v) {
+  if constexpr (std::is_same_v<T, DType>)
+    return std::string(dtype_name(v));
+  else if constexpr (std::is_same_v<T, std::string>)
     return v.empty() ? std::string("none") : v;
   else if constexpr (kOptional<T>)
-    return v ? fmt::format("{}", *v) : std::string("unset");
+    return v ? value_text(*v) : std::string("unset");
+  else if constexpr (kAuto<T>)
+    return v.known() ? value_text(v.value()) : std::string("auto");
   else
     return fmt::format("{}", v);
+}
+template <auto M, typename... Context>
+std::string shown(const Owner<M>& s, const Context&...) {
+  return value_text(s.*M);
 }
 // Member M as meta.json keeps it (an unset optional left out).
 template <auto M>
@@ -49,6 +59,8 @@ nlohmann::json member_json(const Owner<M>& s) {
   const auto& v = s.*M;
   if constexpr (kOptional<std::decay_t<decltype(v)>>)
     return v ? nlohmann::json(*v) : nlohmann::json();
+  else if constexpr (kAuto<std::decay_t<decltype(v)>>)
+    return v.known() ? nlohmann::json(v.value()) : nlohmann::json();
   else
     return v;
 }
@@ -196,12 +208,11 @@ const OptimizerSetting kOptimizer[] = {
      .text = [](const OptimizerConfig& o) { return std::string(parallel::optimizer_name(o.kind)); },
      .meta = Meta::Own,
      .key = "optimizer"},
+    // Left at f32 in a TrainConfig (validate() checks): its grad_dtype is the setting, given to
+    // the optimizer once decided.
     {.field = "grad_dtype",
-     .name = "--grad-dtype",
-     .text = [](const OptimizerConfig& o) { return std::string(dtype_name(o.grad_dtype)); },
-     .meta = Meta::Hyperparameters,
-     .key = "grad_dtype",
-     .json = [](const OptimizerConfig& o) { return nlohmann::json(dtype_name(o.grad_dtype)); }},
+     .name = "the optimizer's copy of --grad-dtype",
+     .ranks = Ranks::MayDiffer},
     agreed<&OptimizerConfig::beta1>("beta1", "--beta1", Meta::Hyperparameters),
     agreed<&OptimizerConfig::beta2>("beta2", "--beta2", Meta::Hyperparameters),
     agreed<&OptimizerConfig::eps>("eps", "--eps", Meta::Hyperparameters),
@@ -251,18 +262,17 @@ const RunSetting kRun[] = {
      .meta = Meta::Own,
      .key = "rng_seed"},
     {.field = "optimizer", .name = "the optimizer", .ranks = Ranks::PerField},
-    {.field = "grad_dtype_auto",
-     .name = "--grad-dtype auto",
-     .text = shown<&TrainConfig::grad_dtype_auto>},
-    {.field = "tp_dtype",
-     .name = "--tp-dtype",
-     .text =
-         [](const TrainConfig& c, const Corpus&) {
-           return c.tp_dtype_auto ? std::string("auto") : std::string(dtype_name(c.tp_dtype));
+    // The value given, or "auto" (the ranks decide it together in their set-up).
+    {.field = "grad_dtype",
+     .name = "--grad-dtype",
+     .text = shown<&TrainConfig::grad_dtype>,
+     .meta = Meta::Hyperparameters,
+     .key = "grad_dtype",
+     .json =
+         [](const TrainConfig& c) {
+           return nlohmann::json(dtype_name(c.grad_dtype.value_or(DType::F32)));
          }},
-    {.field = "tp_dtype_auto",
-     .name = "--tp-dtype auto",
-     .text = shown<&TrainConfig::tp_dtype_auto>},
+    agreed<&TrainConfig::tp_dtype>("tp_dtype", "--tp-dtype"),
     {.field = "grid",
      .name = "the grid (--dp, --tp, --pp)",
      .text = [](const TrainConfig& c, const Corpus&) { return c.grid.str(); },
@@ -277,6 +287,19 @@ const RunSetting kRun[] = {
            return std::vector<std::string>{"--dp", std::to_string(c.grid.dp),
                                            "--tp", std::to_string(c.grid.tp),
                                            "--pp", std::to_string(c.grid.pp)};
+         }},
+    // What the plan across grids was asked (rank 0 plans; the grid it chose is compared above).
+    {.field = "grid_auto",
+     .name = "--grid auto (--ranks, --memory-per-rank, --link-gbps)",
+     .text =
+         [](const TrainConfig& c, const Corpus&) {
+           if (!c.grid_auto) return std::string("off");
+           const TrainConfig::GridAuto& g = *c.grid_auto;
+           return fmt::format(
+               "{} ranks, {} a rank, link {}", g.ranks,
+               g.memory_per_rank ? fmt::format("{} bytes", *g.memory_per_rank)
+                                 : std::string("the memory available"),
+               g.link_gbps ? fmt::format("{} Gbit/s", *g.link_gbps) : std::string("measured"));
          }},
     // The count a step uses (0 asks for the automatic one).
     {.field = "micro_batches",
@@ -361,22 +384,19 @@ const RunSetting kRun[] = {
            return c.model_state ? std::vector<std::string>{"--model-state", c.model_state->str()}
                                 : std::vector<std::string>{};
          }},
-    {.field = "resident_blocks",
-     .name = "--resident-blocks",
-     .text =
-         [](const TrainConfig& c, const Corpus&) {
-           return c.resident_blocks < 0 ? std::string("auto") : std::to_string(c.resident_blocks);
-         }},
+    // The value given, or "auto" (decided in the rank's set-up, after its profile).
+    agreed<&TrainConfig::resident_blocks>("resident_blocks", "--resident-blocks"),
+    // The value given, or decided (by rank 0, before the ranks start).
     {.field = "gather_ahead",
      .name = "--gather-ahead",
      .text = shown<&TrainConfig::gather_ahead>,
      .flags =
          [](const TrainConfig& c) {
            return c.optimizer.sharding == parallel::Sharding::Weights
-                      ? std::vector<std::string>{"--gather-ahead", std::to_string(c.gather_ahead)}
+                      ? std::vector<std::string>{"--gather-ahead",
+                                                 std::to_string(c.gather_ahead_blocks())}
                       : std::vector<std::string>{};
          }},
-    {.field = "gather_ahead_choice", .name = "why --gather-ahead", .ranks = kReason},
     {.field = "grid_choice", .name = "why the grid (--grid auto)", .ranks = kReason},
     {.field = "lr_choice", .name = "why --lr", .ranks = kReason},
     {.field = "plan_only",

@@ -24,10 +24,17 @@ using ::testing::Not;
 
 // ------------------------------------------------------------------ the table against the structs
 
-// Converts to the type of any member, in a braced initializer (`{AnyMember{}}`).
+template <typename T>
+constexpr bool kIsAuto = false;
+template <typename T>
+constexpr bool kIsAuto<Auto<T>> = true;
+
+// Converts to the type of any member, in a braced initializer (`{AnyMember{}}`); an Auto<T>
+// member takes it through its constructor from T (a conversion to Auto<T> too would be
+// ambiguous).
 struct AnyMember {
   template <typename T>
-  operator T() const;
+  requires(!kIsAuto<T>) operator T() const;
 };
 
 template <typename T, size_t... I>
@@ -44,12 +51,13 @@ constexpr size_t field_count() {
     return N;
 }
 
-struct ThreeFields {
+struct FourFields {
   int a = 0;
   std::optional<double> b;
   std::string c;
+  Auto<int> d;
 };
-static_assert(field_count<ThreeFields>() == 3);
+static_assert(field_count<FourFields>() == 4);
 static_assert(field_count<parallel::GridShape>() == 3);
 
 // Each field of a struct has one entry, named once, which says whether the ranks agree on it and,
@@ -104,12 +112,33 @@ TEST(Settings, TheAgreementComparesEverySettingTheRanksMustShare) {
     EXPECT_FALSE(compared.count(name)) << name;
 }
 
+// A setting left to tandem: a given value has no reason and is never decided; an auto is decided
+// once, with its reason, and is not read before.
+TEST(AutoSetting, IsGivenOrDecidedOnceWithItsReason) {
+  const Auto<int> given = 3;
+  EXPECT_FALSE(given.is_auto());
+  EXPECT_EQ(given.value(), 3);
+  EXPECT_EQ(given.reason(), "");
+  Auto<int> a;
+  EXPECT_TRUE(a.is_auto());
+  EXPECT_FALSE(a.known());
+  EXPECT_EQ(a.value_or(1), 1);
+  EXPECT_THROW(a.value(), InternalError);
+  a.decide(2, "two, because");
+  EXPECT_EQ(a.value(), 2);
+  EXPECT_EQ(a.reason(), "two, because");
+  EXPECT_TRUE(a.is_auto());
+  EXPECT_THROW(a.decide(3, "again"), InternalError);
+  Auto<int> g = 4;
+  EXPECT_THROW(g.decide(5, "a given one"), InternalError);
+}
+
 // ------------------------------------------------------------------------------- meta.json
 
 TEST(Settings, MetaJsonHoldsTheHyperparametersAndTheRun) {
   TrainConfig c = testing::tiny_run(30);
   c.optimizer.clip_grad_norm = 1.5;
-  c.optimizer.grad_dtype = DType::BF16;
+  c.grad_dtype = DType::BF16;
   EXPECT_EQ(detail::meta_json(detail::Meta::Hyperparameters, c),
             (nlohmann::json{{"beta1", 0.9},
                             {"beta2", 0.95},
