@@ -27,7 +27,8 @@ parallel::OptimizerKind parse_optimizer(const std::string& text) {
   user_error("--optimizer {}: the optimizers are adamw and lamb", text);
 }
 
-DType parse_grad_dtype(const std::string& text) {
+train::Auto<DType> parse_grad_dtype(const std::string& text) {
+  if (text == "auto") return {};
   for (DType t : {DType::F32, DType::BF16})
     if (text == dtype_name(t)) return t;
   user_error(
@@ -35,7 +36,8 @@ DType parse_grad_dtype(const std::string& text) {
       text);
 }
 
-DType parse_tp_dtype(const std::string& text) {
+train::Auto<DType> parse_tp_dtype(const std::string& text) {
+  if (text == "auto") return {};
   for (DType t : {DType::F32, DType::BF16})
     if (text == dtype_name(t)) return t;
   user_error(
@@ -103,8 +105,8 @@ std::optional<ooc::TierSpec> parse_model_state(const std::string& text) {
   return parse_state_tier("--model-state", text);
 }
 
-int parse_resident_blocks(const std::string& text) {
-  if (text == "auto") return -1;
+train::Auto<int> parse_resident_blocks(const std::string& text) {
+  if (text == "auto") return {};
   int n = -1;
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
   if (ec != std::errc() || end != text.data() + text.size() || n < 0)
@@ -112,13 +114,21 @@ int parse_resident_blocks(const std::string& text) {
   return n;
 }
 
-int parse_gather_ahead(const std::string& text) {
-  if (text == "auto") return 0;
+train::Auto<int> parse_gather_ahead(const std::string& text) {
+  if (text == "auto") return {};
   int n = 0;
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
   if (ec != std::errc() || end != text.data() + text.size() || n < 1)
     user_error("--gather-ahead {}: give a count of blocks (1 or more) or auto", text);
   return n;
+}
+
+bool parse_grid(const std::string& text) {
+  if (text == "auto") return true;
+  user_error(
+      "--grid {}: the one value is auto (the fastest grid of --ranks N that `tandem plan` finds); "
+      "give a grid with --dp, --tp and --pp",
+      text);
 }
 
 ooc::TierSpec parse_slow_tier(const std::string& text) {

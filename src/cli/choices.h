@@ -13,14 +13,15 @@
 #include "tandem/exec/runner.h"
 #include "tandem/ooc/slow_tier.h"
 #include "tandem/parallel/optimizer.h"
+#include "tandem/train/auto.h"
 
 namespace tandem::cli {
 
 comm::Backend parse_backend(const std::string& text);      // --backend thread|mpi
 exec::RunnerKind parse_executor(const std::string& text);  // --executor compiled|plan|reference
 parallel::OptimizerKind parse_optimizer(const std::string& text);  // --optimizer adamw|lamb
-DType parse_grad_dtype(const std::string& text);                   // --grad-dtype f32|bf16
-DType parse_tp_dtype(const std::string& text);                     // --tp-dtype f32|bf16
+train::Auto<DType> parse_grad_dtype(const std::string& text);      // --grad-dtype f32|bf16|auto
+train::Auto<DType> parse_tp_dtype(const std::string& text);        // --tp-dtype f32|bf16|auto
 // --precision fp32|bf16|auto: the matmuls' type; auto is bf16 where core/bf16.h says bf16 is
 // native on this CPU, else fp32.
 DType parse_precision(const std::string& text);
@@ -30,9 +31,10 @@ parallel::Sharding parse_sharding(const std::string& text);  // --shard moments|
 std::optional<ooc::TierSpec> parse_optimizer_state(
     const std::string& text);                                             // memory|host|file:DIR
 std::optional<ooc::TierSpec> parse_model_state(const std::string& text);  // memory|host|file:DIR
-ooc::TierSpec parse_slow_tier(const std::string& text);  // --slow-tier host|file:DIR
-int parse_resident_blocks(const std::string& text);      // --resident-blocks N|auto (-1)
-int parse_gather_ahead(const std::string& text);         // --gather-ahead N|auto (0)
+ooc::TierSpec parse_slow_tier(const std::string& text);           // --slow-tier host|file:DIR
+train::Auto<int> parse_resident_blocks(const std::string& text);  // --resident-blocks N|auto
+train::Auto<int> parse_gather_ahead(const std::string& text);     // --gather-ahead N|auto
+bool parse_grid(const std::string& text);  // --grid auto (the one value: true)
 
 // Adds `flag`, whose text `parse` turns into `target` when the command line is parsed (a refusal
 // is the UserError `parse` throws); `shown` is the default --help prints.

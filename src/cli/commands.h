@@ -3,6 +3,7 @@
 
 #include <CLI/CLI.hpp>
 #include <string>
+#include <vector>
 
 #include "tandem/dsl/ir.h"
 
@@ -30,7 +31,9 @@ void add_sample(CLI::App& app);
 void add_export(CLI::App& app);
 
 // `tandem tune`: times every schedule of a workload with the autotuner (src/cli/tune.cc).
-void add_tune(CLI::App& app);
+// `args`: the command line after the program's name, which --backend mpi hands to the processes
+// it starts under mpirun as the user gave it.
+void add_tune(CLI::App& app, std::vector<std::string> args);
 // Extents used for symbols the command line leaves unbound (tune, emit): small enough to tune in
 // seconds.
 const dsl::SymbolMap& default_sizes();

@@ -58,7 +58,7 @@ int main(int argc, char** argv) {
   tandem::cli::add_eval(app);
   tandem::cli::add_sample(app);
   tandem::cli::add_export(app);
-  tandem::cli::add_tune(app);
+  tandem::cli::add_tune(app, {argv + 1, argv + argc});
   tandem::cli::add_emit(app);
   tandem::cli::check_numbers(app);
   try {

@@ -15,16 +15,13 @@
 
 #include "choices.h"
 #include "commands.h"
-#include "tandem/comm/agree.h"
 #include "tandem/comm/communicator.h"
-#include "tandem/comm/mpi.h"
 #include "tandem/core/error.h"
 #include "tandem/data/token_corpus.h"
 #include "tandem/io/checkpoint.h"
 #include "tandem/ooc/bytes.h"
 #include "tandem/train/grid_plan.h"
 #include "tandem/train/hf_folder.h"
-#include "tandem/train/memory_estimate.h"
 #include "tandem/train/trainer.h"
 
 namespace tandem::cli {
@@ -124,7 +121,7 @@ nn::RopeScaling parse_rope_scaling(const std::string& text) {
 
 // The plan across grids: --ranks, --memory-per-rank, --link-gbps (both commands), --grid (train).
 struct GridFlags {
-  std::string grid;  // train: "auto" or empty
+  bool grid = false;  // train: --grid auto
   int ranks = 0;
   std::string memory_per_rank;
   std::optional<double> link_gbps;
@@ -408,25 +405,18 @@ void add_across_flags(CLI::App* cmd, GridFlags& g) {
       "measured in-process)");
 }
 
-// --memory-per-rank, or the memory available here shared by the ranks on this machine.
-uint64_t memory_per_rank(const GridFlags& g, const train::TrainConfig& cfg) {
-  if (!g.memory_per_rank.empty()) {
-    try {
-      const uint64_t bytes = ooc::parse_bytes(g.memory_per_rank);
-      if (bytes == 0) user_error("must be more than 0");
-      return bytes;
-    } catch (const UserError& e) {
-      user_error("--memory-per-rank: {}", e.what());
-    }
+// --ranks, --memory-per-rank (its text read) and --link-gbps: what the plan across grids is asked.
+train::TrainConfig::GridAuto grid_request(const GridFlags& g) {
+  train::TrainConfig::GridAuto r{g.ranks, std::nullopt, g.link_gbps};
+  if (g.memory_per_rank.empty()) return r;
+  try {
+    const uint64_t bytes = ooc::parse_bytes(g.memory_per_rank);
+    if (bytes == 0) user_error("must be more than 0");
+    r.memory_per_rank = bytes;
+  } catch (const UserError& e) {
+    user_error("--memory-per-rank: {}", e.what());
   }
-  const auto avail = train::available_memory();
-  if (!avail)
-    user_error(
-        "--ranks {}: the memory available here is unknown; give the memory each rank may use "
-        "with --memory-per-rank (e.g. 4GiB)",
-        g.ranks);
-  const int local = cfg.backend == comm::Backend::Thread ? g.ranks : comm::launched_local_ranks();
-  return avail->bytes / static_cast<uint64_t>(std::max(1, local));
+  return r;
 }
 
 // The flags of the plan across grids checked: outside the mode (`needs` names the flag that turns
@@ -448,57 +438,8 @@ void check_across_flags(const GridFlags& g, bool across, const std::string& need
 }
 
 train::GridPlan plan_across(const GridFlags& g, const train::TrainConfig& base) {
-  const uint64_t limit = memory_per_rank(g, base);
+  const uint64_t limit = train::plan_memory_per_rank(grid_request(g), base.backend);
   return train::plan_grids(base, g.ranks, limit, train::measure_rates(base, g.ranks, g.link_gbps));
-}
-
-// What `--grid auto` takes from the plan's recommendation, as JSON (and back): what rank 0 hands
-// the other processes of an MPI job.
-nlohmann::json plan_settings(const train::TrainConfig& c) {
-  return {{"dp", c.grid.dp},
-          {"tp", c.grid.tp},
-          {"pp", c.grid.pp},
-          {"sharding", parallel::sharding_name(c.optimizer.sharding)},
-          {"model_state", c.model_state ? c.model_state->str() : ""},
-          {"resident_blocks", c.resident_blocks},
-          {"memory_budget", c.memory_budget},
-          {"gather_ahead", c.gather_ahead},
-          {"gather_ahead_choice", c.gather_ahead_choice},
-          {"grid_choice", c.grid_choice}};
-}
-
-void take_plan_settings(const nlohmann::json& j, train::TrainConfig& c) {
-  c.grid = {j.at("dp").get<int>(), j.at("tp").get<int>(), j.at("pp").get<int>()};
-  c.optimizer.sharding = parse_sharding(j.at("sharding").get<std::string>());
-  const std::string tier = j.at("model_state").get<std::string>();
-  c.model_state.reset();
-  if (!tier.empty()) c.model_state = ooc::TierSpec::parse(tier);
-  c.resident_blocks = j.at("resident_blocks").get<int>();
-  c.memory_budget = j.at("memory_budget").get<std::string>();
-  c.gather_ahead = j.at("gather_ahead").get<int>();
-  c.gather_ahead_choice = j.at("gather_ahead_choice").get<std::string>();
-  c.grid_choice = j.at("grid_choice").get<std::string>();
-}
-
-// --grid auto: the grid, sharding, model-state placement, budget and prefetch distance of the
-// plan's recommendation. Under MPI the processes would each plan on their own measurements (and
-// by default their own machine's memory) and could choose differently: rank 0 plans and every
-// process takes its choice (comm::decide_on_root); should rank 0 find none, all stop and rank 0
-// says why.
-void take_plans_choice(const GridFlags& g, train::TrainConfig& cfg) {
-  auto choose = [&] {
-    const train::GridPlan plan = plan_across(g, cfg);
-    nlohmann::json j = plan_settings(plan.best().cfg);
-    j["grid_choice"] = train::grid_choice_line(plan);
-    return j;
-  };
-  if (cfg.backend != comm::Backend::Mpi) {
-    take_plan_settings(choose(), cfg);
-    return;
-  }
-  const std::unique_ptr<comm::Communicator> world = comm::mpi_world();
-  take_plan_settings(
-      nlohmann::json::parse(comm::decide_on_root(*world, [&] { return choose().dump(); })), cfg);
 }
 
 }  // namespace
@@ -535,25 +476,17 @@ void add_train(CLI::App& app) {
   cmd->add_option("--eps", c.optimizer.eps, "Adam's epsilon")->capture_default_str();
   cmd->add_option("--weight-decay", c.optimizer.weight_decay, "Decoupled weight decay")
       ->capture_default_str();
-  cmd->add_option_function<std::string>(
-         "--grad-dtype",
-         [&c](const std::string& text) {
-           c.grad_dtype_auto = text == "auto";
-           if (!c.grad_dtype_auto) c.optimizer.grad_dtype = parse_grad_dtype(text);
-         },
-         "Gradients in the optimizer program: f32, bf16 (half the bytes reduced; f32 master "
-         "weights), or auto (the faster of the two in the autotuner's records: --tune makes them)")
-      ->default_str(std::string(dtype_name(c.optimizer.grad_dtype)));
-  cmd->add_option_function<std::string>(
-         "--tp-dtype",
-         [&c](const std::string& text) {
-           c.tp_dtype_auto = text == "auto";
-           if (!c.tp_dtype_auto) c.tp_dtype = parse_tp_dtype(text);
-         },
-         "What the tensor-parallel exchanges carry (--tp 2 or more): f32, bf16 (the epilogue's "
-         "all-reduce and the backward's input-gradient sum in half the bytes; needs --precision "
-         "bf16), or auto (the faster of the two in the autotuner's records: --tune makes them)")
-      ->default_str(std::string(dtype_name(c.tp_dtype)));
+  add_choice(cmd, "--grad-dtype", c.grad_dtype, parse_grad_dtype,
+             "Gradients in the optimizer program: f32, bf16 (half the bytes reduced; f32 master "
+             "weights), or auto (the faster of the two in the autotuner's records: --tune makes "
+             "them)",
+             dtype_name(c.grad_dtype.value()));
+  add_choice(cmd, "--tp-dtype", c.tp_dtype, parse_tp_dtype,
+             "What the tensor-parallel exchanges carry (--tp 2 or more): f32, bf16 (the epilogue's "
+             "all-reduce and the backward's input-gradient sum in half the bytes; needs "
+             "--precision bf16), or auto (the faster of the two in the autotuner's records: "
+             "--tune makes them)",
+             dtype_name(c.tp_dtype.value()));
   add_choice(cmd, "--grad-exchange", c.optimizer.exchange, parse_grad_exchange,
              "overlap: each bucket's data-parallel exchange and update start as soon as the "
              "backward is done "
@@ -625,11 +558,12 @@ void add_train(CLI::App& app) {
       "the ranks that did not arrive (0: forever; default TANDEM_COMM_TIMEOUT, else 600)");
   CLI::Option* tier = add_memory_flags(cmd, c);
   GridFlags& g = flags->across;
-  g.grid_opt = cmd->add_option(
-      "--grid", g.grid,
+  g.grid_opt = add_choice(
+      cmd, "--grid", g.grid, parse_grid,
       "auto: train on the grid `tandem plan --ranks N` recommends (with --ranks N, and "
       "--memory-per-rank; it also chooses --shard and --memory-budget, and may stream the "
-      "blocks to --model-state's tier)");
+      "blocks to --model-state's tier)",
+      "");
   add_across_flags(cmd, g);
   cmd->callback([flags, sizes, tier, cmd] {
     if (cmd->get_option("--val-fraction")->count() > 0 && data::is_shard_folder(flags->cfg.data))
@@ -638,12 +572,7 @@ void add_train(CLI::App& app) {
           "tandem tokenize (its --val-fraction)",
           flags->cfg.data);
     const GridFlags& g = flags->across;
-    if (g.grid_opt->count() > 0 && g.grid != "auto")
-      user_error(
-          "--grid {}: the one value is auto (the fastest grid of --ranks N that `tandem plan` "
-          "finds); give a grid with --dp, --tp and --pp",
-          g.grid);
-    const bool across = g.grid == "auto";
+    const bool across = g.grid;
     if (across && g.ranks_opt->count() == 0)
       user_error("--grid auto needs --ranks N: the number of ranks to choose a grid for");
     check_across_flags(g, across, "--grid auto", "--grid auto",
@@ -651,7 +580,7 @@ void add_train(CLI::App& app) {
                         cmd->get_option("--shard"), cmd->get_option("--memory-budget"),
                         cmd->get_option("--ooc-plan")});
     train::TrainConfig cfg = config_of(*flags, sizes, tier, across);
-    if (across) take_plans_choice(g, cfg);
+    if (across) cfg.grid_auto = grid_request(g);  // planned when the run is resolved
     const train::TrainResult r = train::train(cfg);
     if (r.stopped_by_signal != 0) throw StoppedBySignal{r.stopped_by_signal};
   });

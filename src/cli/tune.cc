@@ -4,7 +4,6 @@
 #include "tandem/tune/tune.h"
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -174,55 +173,24 @@ void print_json(const tune::TuneResult& r) {
   fmt::print("{}\n", doc.dump(2));
 }
 
-// Runs this command again under mpirun with `ranks` processes (and returns only on failure).
-[[noreturn]] void relaunch_under_mpirun(const TuneFlags& f) {
+// Runs this command again under mpirun with `ranks` processes, each given the user's own
+// arguments `args` (and returns only on failure).
+[[noreturn]] void relaunch_under_mpirun(int ranks, const std::vector<std::string>& args) {
   // The launcher, declared once here with its default, as every TANDEM_* setting is.
   const std::string mpirun = env_str("TANDEM_MPIRUN", "mpirun");
   char self[PATH_MAX];
   const ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
   if (n <= 0) user_error("--backend mpi: cannot find this executable to start it under {}", mpirun);
   self[n] = '\0';
-  std::vector<std::string> args = {mpirun,
-                                   "-np",
-                                   std::to_string(f.ranks),
-                                   "--oversubscribe",
-                                   self,
-                                   "tune",
-                                   f.workload,
-                                   "--ranks",
-                                   std::to_string(f.ranks),
-                                   "--backend",
-                                   "mpi",
-                                   "--reps",
-                                   std::to_string(f.reps),
-                                   "--warmup",
-                                   std::to_string(f.warmup),
-                                   "--executor",
-                                   std::string(exec::runner_kind_name(f.executor))};
-  if (!f.sizes.empty()) {
-    args.push_back("--size");
-    for (const auto& s : f.sizes) args.push_back(s);
-  }
-  if (!f.dtype.empty()) args.insert(args.end(), {"--dtype", f.dtype});
-  if (!f.wire.empty()) args.insert(args.end(), {"--wire", f.wire});
-  if (!f.only.empty()) {
-    args.push_back("--schedules");
-    for (const auto& s : f.only) args.push_back(s);
-  }
-  if (f.json) args.push_back("--json");
-  if (f.retune) args.push_back("--retune");
-  args.insert(args.end(), {"--budget", fmt::format("{}", f.budget)});
-  if (!f.blocks.empty())
-    args.insert(args.end(), {"--blocks", fmt::format("{}", fmt::join(f.blocks, ","))});
-  if (!f.chunks.empty())
-    args.insert(args.end(), {"--chunks", fmt::format("{}", fmt::join(f.chunks, ","))});
-  if (f.no_chunks) args.push_back("--no-chunks");
+  std::vector<std::string> command = {mpirun, "-np", std::to_string(ranks), "--oversubscribe",
+                                      self};
+  command.insert(command.end(), args.begin(), args.end());
   // OpenMPI refuses to start as root without both of these; containers and CI run as root.
   ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
   ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
   ::setenv("TANDEM_TUNE_RELAUNCHED", "1", 1);
   std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
+  for (auto& a : command) argv.push_back(a.data());
   argv.push_back(nullptr);
   std::fflush(stdout);
   ::execvp(argv[0], argv.data());
@@ -230,10 +198,10 @@ void print_json(const tune::TuneResult& r) {
       "--backend mpi: cannot start '{}' ({}); install OpenMPI, set TANDEM_MPIRUN, or start tandem "
       "under "
       "mpirun -np {} yourself",
-      mpirun, std::strerror(errno), f.ranks);
+      mpirun, std::strerror(errno), ranks);
 }
 
-void run_tune(const TuneFlags& f) {
+void run_tune(const TuneFlags& f, const std::vector<std::string>& args) {
   if (f.ranks < 1) user_error("--ranks must be at least 1 (got {})", f.ranks);
   if (f.backend == comm::Backend::Thread && f.ranks > comm::kMaxThreadRanks)
     user_error(
@@ -280,7 +248,7 @@ void run_tune(const TuneFlags& f) {
       if (std::getenv("TANDEM_TUNE_RELAUNCHED") != nullptr)
         user_error("--backend mpi: started under {} but this process does not see an MPI launcher",
                    env_str("TANDEM_MPIRUN", "mpirun"));
-      relaunch_under_mpirun(f);
+      relaunch_under_mpirun(f.ranks, args);
     }
     auto world = comm::mpi_world();
     if (world->size() != f.ranks)
@@ -327,7 +295,7 @@ const dsl::SymbolMap& default_sizes() {
   return sizes;
 }
 
-void add_tune(CLI::App& app) {
+void add_tune(CLI::App& app, std::vector<std::string> args) {
   auto f = std::make_shared<TuneFlags>();
   auto* cmd = app.add_subcommand(
       "tune",
@@ -380,7 +348,7 @@ void add_tune(CLI::App& app) {
   cmd->add_flag("--json", f->json, "Print the results as JSON");
   cmd->add_flag("--retune", f->retune,
                 "Measure again even when the cache has a record for this key");
-  cmd->callback([f] { run_tune(*f); });
+  cmd->callback([f, args = std::move(args)] { run_tune(*f, args); });
 }
 
 }  // namespace tandem::cli

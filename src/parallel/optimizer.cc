@@ -44,16 +44,6 @@ void OptimizerConfig::validate() const {
                *clip_grad_norm);
 }
 
-nlohmann::json OptimizerConfig::to_json() const {
-  nlohmann::json j = {{"beta1", beta1},
-                      {"beta2", beta2},
-                      {"eps", eps},
-                      {"weight_decay", weight_decay},
-                      {"grad_dtype", dtype_name(grad_dtype)}};
-  if (clip_grad_norm) j["clip_grad_norm"] = *clip_grad_norm;
-  return j;
-}
-
 dsl::Program optimizer_program(const OptimizerConfig& config) {
   const DType g = config.grad_dtype;
   return config.kind == OptimizerKind::Lamb ? dsl::workloads::lamb_bucket(g)

@@ -1,5 +1,6 @@
 // The plan across grids: the configurations of N ranks that fit a memory per rank, each step
-// predicted by the performance model in grid_plan.h from measured rates, the fastest first.
+// predicted by the performance model in grid_plan.h from measured rates, the fastest first; and
+// the settings it decides resolved (--grid auto, --gather-ahead auto).
 #include "tandem/train/grid_plan.h"
 
 #include <fmt/format.h>
@@ -7,9 +8,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
+#include <nlohmann/json.hpp>
 #include <thread>
 #include <vector>
 
+#include "settings.h"
 #include "tandem/comm/agree.h"
 #include "tandem/comm/communicator.h"
 #include "tandem/comm/mpi.h"
@@ -206,7 +210,7 @@ TrainConfig on_grid(const TrainConfig& base, const parallel::GridShape& g) {
   c.memory_budget.clear();
   c.ooc_plan.clear();
   c.model_state.reset();
-  c.resident_blocks = -1;
+  c.resident_blocks = Auto<int>();
   c.optimizer.sharding = parallel::Sharding::Moments;
   return c;
 }
@@ -274,7 +278,7 @@ Stage model_stage(const TrainConfig& cfg, int s, const Rates& r) {
   const double head_s = layout.has_final() ? 2 * tokens * C * V / rate : 0;
   const double act_bytes = tokens * C * sizeof(float);
   // The tensor-parallel exchanges in their dtype (--tp-dtype; auto counted as f32).
-  const double tp_bytes = act_bytes / sizeof(float) * dtype_size(cfg.tp_dtype);
+  const double tp_bytes = act_bytes / sizeof(float) * dtype_size(cfg.tp_dtype.value_or(DType::F32));
   const double tp_s = g.tp > 1 ? lat + 2.0 * (g.tp - 1) / g.tp * tp_bytes / bw : 0;
   const double handoff_s = lat + act_bytes / bw;
   const bool zero3 = cfg.optimizer.sharding == parallel::Sharding::Weights;
@@ -309,7 +313,8 @@ Stage model_stage(const TrainConfig& cfg, int s, const Rates& r) {
   // The data-parallel exchange: gradients reduce-scattered (in the gradients' dtype), weights
   // all-gathered; a sharded block's weights stay sliced, so its update gathers nothing.
   if (g.dp > 1) {
-    const double frac = (g.dp - 1.0) / g.dp, gsize = dtype_size(cfg.optimizer.grad_dtype);
+    const double frac = (g.dp - 1.0) / g.dp,
+                 gsize = dtype_size(cfg.grad_dtype.value_or(DType::F32));
     st.dp_blocks_s = lat + frac * block_floats * (gsize + (zero3 ? 0 : sizeof(float))) / bw;
     st.dp_rest_s = lat + frac * rest_floats * (gsize + sizeof(float)) / bw;
   }
@@ -332,13 +337,11 @@ std::string size_flag(uint64_t bytes) {
   return fmt::format("{}", bytes);
 }
 
+// What the plan chooses, as the flags that ask for it (the settings table's).
 std::string flags_of(const TrainConfig& c) {
-  std::string f = fmt::format("--dp {} --tp {} --pp {}", c.grid.dp, c.grid.tp, c.grid.pp);
-  if (c.optimizer.sharding == parallel::Sharding::Weights)
-    f += fmt::format(" --shard weights --gather-ahead {}", c.gather_ahead);
-  if (c.model_state) f += " --model-state " + c.model_state->str();
-  if (!c.memory_budget.empty()) f += " --memory-budget " + c.memory_budget;
-  return f;
+  static constexpr std::string_view kChosen[] = {"grid", "sharding", "gather_ahead", "model_state",
+                                                 "memory_budget"};
+  return fmt::format("{}", fmt::join(detail::flags_for(c, kChosen), " "));
 }
 
 std::string listed(const std::vector<Refusal>& refused) {
@@ -462,47 +465,111 @@ int gather_ahead_for(double gather_s, double block_s, int blocks) {
 
 void choose_gather_ahead(TrainConfig& cfg, const Rates& rates) {
   if (cfg.optimizer.sharding != parallel::Sharding::Weights) return;
-  if (cfg.gather_ahead > 0) {  // given, or chosen before (by --grid auto's plan, which says why)
-    if (cfg.gather_ahead_choice.empty())
-      cfg.gather_ahead_choice =
-          fmt::format("gathers {} block{} ahead (--gather-ahead {})", cfg.gather_ahead,
-                      cfg.gather_ahead == 1 ? "" : "s", cfg.gather_ahead);
-    return;
-  }
+  if (cfg.gather_ahead.known()) return;  // given, or decided before (by --grid auto's plan)
   const int fewest = cfg.fewest_stage_blocks();
   const GatherTiming t = gather_timing(cfg, rates);
-  cfg.gather_ahead = gather_ahead_for(t.gather_s, t.block_forward_s, fewest);
-  const bool capped = cfg.gather_ahead * t.block_forward_s < t.gather_s;
-  cfg.gather_ahead_choice = fmt::format(
-      "gathers {} block{} ahead (--gather-ahead auto: a gather {:.2f} ms, a block's forward "
-      "{:.2f} ms{})",
-      cfg.gather_ahead, cfg.gather_ahead == 1 ? "" : "s", t.gather_s * 1e3, t.block_forward_s * 1e3,
-      capped ? fmt::format("; at most {} with {} block{} a stage", cfg.gather_ahead, fewest,
-                           fewest == 1 ? "" : "s")
-             : "");
+  const int d = gather_ahead_for(t.gather_s, t.block_forward_s, fewest);
+  const bool capped = d * t.block_forward_s < t.gather_s;
+  cfg.gather_ahead.decide(
+      d, fmt::format("gathers {} block{} ahead (--gather-ahead auto: a gather {:.2f} ms, a block's "
+                     "forward {:.2f} ms{})",
+                     d, d == 1 ? "" : "s", t.gather_s * 1e3, t.block_forward_s * 1e3,
+                     capped ? fmt::format("; at most {} with {} block{} a stage", d, fewest,
+                                          fewest == 1 ? "" : "s")
+                            : ""));
 }
 
-// The rates measured are compute's and the link's, not the tiers'.
-TrainConfig resolve_gather_ahead(const TrainConfig& asked, comm::Communicator* world) {
-  auto decide = [&asked] {
-    TrainConfig c = asked;
-    if (c.optimizer.sharding == parallel::Sharding::Weights)
-      choose_gather_ahead(
-          c, c.gather_ahead > 0 ? Rates{} : measure_rates(c, c.grid.size(), std::nullopt, false));
-    return c;
-  };
-  if (world == nullptr) return decide();
-  const std::string chosen = comm::decide_on_root(*world, [&] {
-    const TrainConfig c = decide();
-    return fmt::format("{}\n{}", c.gather_ahead, c.gather_ahead_choice);
-  });
+namespace {
+
+// An Auto<int> as rank 0 hands it to the others: {"given": N}, {"value": N, "reason": "..."}
+// once decided, or null while undecided.
+nlohmann::json auto_json(const Auto<int>& a) {
+  if (!a.is_auto()) return {{"given", a.value()}};
+  if (!a.known()) return nullptr;
+  return {{"value", a.value()}, {"reason", a.reason()}};
+}
+Auto<int> auto_from_json(const nlohmann::json& j) {
+  if (j.is_null()) return {};
+  if (j.contains("given")) return j.at("given").get<int>();
+  Auto<int> a;
+  a.decide(j.at("value").get<int>(), j.at("reason").get<std::string>());
+  return a;
+}
+
+// What --grid auto takes from the plan's recommendation, as rank 0 hands it to the others.
+nlohmann::json plan_choice_json(const TrainConfig& c) {
+  return {{"dp", c.grid.dp},
+          {"tp", c.grid.tp},
+          {"pp", c.grid.pp},
+          {"sharding", c.optimizer.sharding == parallel::Sharding::Weights},
+          {"model_state", c.model_state ? c.model_state->str() : ""},
+          {"resident_blocks", auto_json(c.resident_blocks)},
+          {"memory_budget", c.memory_budget},
+          {"gather_ahead", auto_json(c.gather_ahead)},
+          {"grid_choice", c.grid_choice}};
+}
+
+void take_plan_choice(const nlohmann::json& j, TrainConfig& c) {
+  c.grid = {j.at("dp").get<int>(), j.at("tp").get<int>(), j.at("pp").get<int>()};
+  c.optimizer.sharding =
+      j.at("sharding").get<bool>() ? parallel::Sharding::Weights : parallel::Sharding::Moments;
+  const std::string tier = j.at("model_state").get<std::string>();
+  c.model_state.reset();
+  if (!tier.empty()) c.model_state = ooc::TierSpec::parse(tier);
+  c.resident_blocks = auto_from_json(j.at("resident_blocks"));
+  c.memory_budget = j.at("memory_budget").get<std::string>();
+  c.gather_ahead = auto_from_json(j.at("gather_ahead"));
+  c.grid_choice = j.at("grid_choice").get<std::string>();
+}
+
+// Rank 0's `decide`, on every process of `world` (or here, without one).
+std::string on_root(comm::Communicator* world, const std::function<std::string()>& decide) {
+  return world == nullptr ? decide() : comm::decide_on_root(*world, decide);
+}
+
+}  // namespace
+
+uint64_t plan_memory_per_rank(const TrainConfig::GridAuto& request, comm::Backend backend) {
+  if (request.memory_per_rank) return *request.memory_per_rank;
+  const auto avail = available_memory();
+  if (!avail)
+    user_error(
+        "--ranks {}: the memory available here is unknown; give the memory each rank may use "
+        "with --memory-per-rank (e.g. 4GiB)",
+        request.ranks);
+  const int local = backend == comm::Backend::Thread ? request.ranks : comm::launched_local_ranks();
+  return avail->bytes / static_cast<uint64_t>(std::max(1, local));
+}
+
+// --grid auto: the processes would each plan on their own measurements (and by default their
+// own machine's memory) and could choose differently, so rank 0 plans; should it find nothing,
+// all stop and rank 0 says why. --gather-ahead auto likewise. The rates measured for it are
+// compute's and the link's, not the tiers'.
+TrainConfig resolve(const TrainConfig& asked, comm::Communicator* world) {
   TrainConfig c = asked;
-  if (c.optimizer.sharding == parallel::Sharding::Weights && c.gather_ahead == 0) {
-    const size_t line = chosen.find('\n');
-    c.gather_ahead = std::stoi(chosen.substr(0, line));
-    c.gather_ahead_choice = chosen.substr(line + 1);
+  if (c.grid_auto) {
+    const TrainConfig::GridAuto& g = *c.grid_auto;
+    auto plan = [&] {
+      const GridPlan p = plan_grids(c, g.ranks, plan_memory_per_rank(g, c.backend),
+                                    measure_rates(c, g.ranks, g.link_gbps));
+      TrainConfig best = p.best().cfg;
+      best.grid_choice = grid_choice_line(p);
+      return plan_choice_json(best).dump();
+    };
+    take_plan_choice(nlohmann::json::parse(on_root(world, plan)), c);
   }
-  choose_gather_ahead(c, Rates{});  // a given distance's reason
+  c.validate();
+  const std::string chosen = on_root(world, [&c] {
+    TrainConfig d = c;
+    if (d.optimizer.sharding == parallel::Sharding::Weights && !d.gather_ahead.known())
+      choose_gather_ahead(d, measure_rates(d, d.grid.size(), std::nullopt, false));
+    return auto_json(d.gather_ahead).dump();
+  });
+  // Rank 0's decision, where this process asked for auto too.
+  const Auto<int> root = auto_from_json(nlohmann::json::parse(chosen));
+  if (c.optimizer.sharding == parallel::Sharding::Weights && c.gather_ahead.is_auto() &&
+      !c.gather_ahead.known() && root.is_auto() && root.known())
+    c.gather_ahead = root;
   return c;
 }
 
@@ -621,7 +688,7 @@ GridPlan plan_grids(const TrainConfig& base, int ranks, uint64_t memory_per_rank
       if (cfg.optimizer.sharding == parallel::Sharding::Weights)
         choose_gather_ahead(cfg, rates);
       else
-        cfg.gather_ahead = 0;  // --grid auto --gather-ahead N: for the sharded configurations
+        cfg.gather_ahead = Auto<int>();  // --grid auto --gather-ahead N: for the sharded ones
       if (std::string why = refusal_of(cfg); !why.empty()) {
         plan.refused.push_back({describe_config(cfg), std::move(why)});
         continue;

@@ -150,8 +150,8 @@ RankNeed rank_need(const TrainConfig& cfg, int tp, int pp) {
     const int64_t slice = (block + g.dp - 1) / g.dp;
     n.parameters = outside_blocks;
     n.staging = parallel::BlockStore::staging_bytes(slice, slice, 1);
-    if (cfg.resident_blocks > 0)
-      n.staging += static_cast<uint64_t>(std::min(cfg.resident_blocks, blocks)) *
+    if (const int r = cfg.resident_blocks.value_or(0); r > 0)
+      n.staging += static_cast<uint64_t>(std::min(r, blocks)) *
                    parallel::BlockStore::resident_block_bytes(slice, slice);
     n.sharded =
         parallel::ModelState::sharded_slots_bytes(block, blocks, M, cfg.gather_ahead_blocks());
@@ -166,8 +166,8 @@ RankNeed rank_need(const TrainConfig& cfg, int tp, int pp) {
     n.staging = parallel::BlockStore::staging_bytes(block, piece, M);
     // --resident-blocks N: those blocks' weights and moments too (the planner's choice fits
     // in --memory-budget, which is counted whole).
-    if (cfg.resident_blocks > 0)
-      n.staging += static_cast<uint64_t>(std::min(cfg.resident_blocks, blocks)) *
+    if (const int r = cfg.resident_blocks.value_or(0); r > 0)
+      n.staging += static_cast<uint64_t>(std::min(r, blocks)) *
                    parallel::BlockStore::resident_block_bytes(block, piece);
     // Each block's weights and moment piece, and with several micro-batches its gradients.
     n.tier = static_cast<uint64_t>(blocks) * ((M > 1 ? 2 : 1) * block_bytes + 2 * piece_bytes);
@@ -195,8 +195,9 @@ RankNeed rank_need(const TrainConfig& cfg, int tp, int pp) {
     const uint64_t l = static_cast<uint64_t>(len);
     n.exchange += (l + g.dp - 1) / g.dp * kF32;
     if (cfg.executor != exec::RunnerKind::Compiled) n.exchange += 2 * l * kF32;
-    if (cfg.optimizer.grad_dtype != DType::F32 || cfg.grad_dtype_auto)  // auto: maybe bf16's
-      n.exchange += l * dtype_size(cfg.grad_dtype_auto ? DType::BF16 : cfg.optimizer.grad_dtype);
+    // An undecided auto: maybe bf16's.
+    if (const DType d = cfg.grad_dtype.value_or(DType::BF16); d != DType::F32)
+      n.exchange += l * dtype_size(d);
     n.largest_piece = std::max(n.largest_piece, l);
   }
   const nn::ChainLayout chain = parallel::ParallelGPT::chain_layout(

@@ -4,35 +4,15 @@
 #include <climits>
 #include <cstdint>
 
+#include "settings.h"
 #include "tandem/core/error.h"
 #include "tandem/io/json_file.h"
 
 namespace tandem::train {
 
-// A GPT-2 model's JSON is what it always was; a Llama model's adds "arch" and its fields (a
-// checkpoint without "arch" is GPT-2's).
-nlohmann::json model_config_to_json(const nn::GPTConfig& c) {
-  nlohmann::json j = {{"vocab_size", c.vocab_size}, {"n_layers", c.n_layers},
-                      {"n_heads", c.n_heads},       {"d_model", c.d_model},
-                      {"seq_len", c.seq_len},       {"max_positions", c.max_positions},
-                      {"dropout", c.dropout}};
-  if (!c.llama()) return j;
-  j["arch"] = "llama";
-  j["kv_heads"] = c.n_kv_heads();
-  j["ffn"] = c.mlp_width();
-  j["norm_eps"] = c.norm_eps;
-  j["rope_theta"] = c.rope_theta;
-  if (c.rope_scaling.type == nn::RopeType::Llama3)
-    j["rope_scaling"] = {
-        {"rope_type", "llama3"},
-        {"factor", c.rope_scaling.factor},
-        {"low_freq_factor", c.rope_scaling.low_freq_factor},
-        {"high_freq_factor", c.rope_scaling.high_freq_factor},
-        {"original_max_position_embeddings", c.rope_scaling.original_max_position_embeddings}};
-  j["qkv_bias"] = c.qkv_bias;
-  j["tie_embeddings"] = c.tie_embeddings;
-  return j;
-}
+// The model settings' part of meta.json (settings.h): a GPT-2 model's JSON is what it always
+// was; a Llama model's adds "arch" and its fields (a checkpoint without "arch" is GPT-2's).
+nlohmann::json model_config_to_json(const nn::GPTConfig& c) { return detail::model_config_json(c); }
 
 std::vector<std::string> model_compat_keys() {
   return {"vocab_size",   "n_layers", "n_heads",       "d_model",  "max_positions",

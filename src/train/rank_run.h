@@ -48,6 +48,7 @@ class RankRun {
   void print_plan();  // tandem plan
   std::string memory_lines();
   std::string model_state_line() const;
+  std::string gather_ahead_text() const;
   // With --model-state, the model state a step holds in memory with r resident blocks: the
   // store's slots and resident blocks, and the embeddings and ln_f (weights, gradients and
   // moments). --memory-budget holds it beside the activations. (The optimizer programs' exchange
@@ -107,8 +108,10 @@ class RankRun {
   double tokens_per_step() const { return static_cast<double>(cfg_.batch) * cfg_.model.seq_len; }
 
   // Constructed in this order (the constructor's initialisers rely on it): the model needs
-  // batches_ and schedules_, the optimizer the model.
-  const TrainConfig& cfg_;
+  // batches_ and schedules_, the optimizer the model. The rank's own config: its set-up decides
+  // into it the autos that need its communicators or its profile (the dtypes, the resident
+  // blocks), which the start-up lines then print with their reasons.
+  TrainConfig cfg_;
   io::TraceRecorder* trace_;
   // The checkpoint resumed, or the Hugging Face folder a run starts from (--init-from).
   std::shared_ptr<const ResumeState> resume_;

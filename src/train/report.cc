@@ -102,17 +102,14 @@ void RankRun::print_header(int64_t first_step) {
                   ? (cfg_.tune ? "; schedules autotuned" : "; schedules from the autotuner's cache")
                   : "; schedules by preference (no autotuner record: --tune makes one)";
   out_ << programs << "\n";
-  if (optimizer_.config.grad_dtype != DType::F32 || !optimizer_.grad_dtype_reason.empty())
-    out_ << fmt::format("  gradients exchanged in {}{}\n", dtype_name(optimizer_.config.grad_dtype),
-                        optimizer_.grad_dtype_reason.empty()
-                            ? ""
-                            : fmt::format(" ({})", optimizer_.grad_dtype_reason));
-  if (cfg_.grid.tp > 1 &&
-      (model_.tp_dtype() != DType::F32 || !schedules_.tp_dtype_reason().empty()))
-    out_ << fmt::format("  tensor-parallel exchanges in {}{}\n", dtype_name(model_.tp_dtype()),
-                        schedules_.tp_dtype_reason().empty()
-                            ? ""
-                            : fmt::format(" ({})", schedules_.tp_dtype_reason()));
+  // A dtype other than f32, or an auto's decision, with its reason.
+  auto dtype_line = [this](const char* what, const Auto<DType>& d) {
+    if (d.value() != DType::F32 || !d.reason().empty())
+      out_ << fmt::format("  {} in {}{}\n", what, dtype_name(d.value()),
+                          d.reason().empty() ? "" : fmt::format(" ({})", d.reason()));
+  };
+  dtype_line("gradients exchanged", cfg_.grad_dtype);
+  if (cfg_.grid.tp > 1) dtype_line("tensor-parallel exchanges", cfg_.tp_dtype);
   out_ << memory_line(cfg_);
   if (ooc_) out_ << ooc_->plan_line();
   out_.flush();
@@ -170,6 +167,15 @@ std::string RankRun::memory_lines() {
   return out;
 }
 
+// --shard weights: how far ahead the blocks' weights are gathered, and why.
+std::string RankRun::gather_ahead_text() const {
+  const Auto<int>& d = cfg_.gather_ahead;
+  if (d.is_auto() && d.known()) return d.reason();
+  const int n = state_.options().gather_ahead;
+  return fmt::format("gathers {} block{} ahead{}", n, n == 1 ? "" : "s",
+                     d.is_auto() ? "" : fmt::format(" (--gather-ahead {})", n));
+}
+
 // With --model-state: where the blocks' state lives and what a step moves (else "").
 std::string RankRun::model_state_line() const {
   std::string sharded;
@@ -185,10 +191,7 @@ std::string RankRun::model_state_line() const {
         state_.gather_chunk_bytes() != 0
             ? fmt::format(" at {}-byte chunks", state_.gather_chunk_bytes())
             : std::string(),
-        cfg_.gather_ahead_choice.empty()
-            ? fmt::format("gathers {} block{} ahead", state_.options().gather_ahead,
-                          state_.options().gather_ahead == 1 ? "" : "s")
-            : cfg_.gather_ahead_choice,
+        gather_ahead_text(),
         batches_.micro_batch_count() > 1 ? "summed over the micro-batches in memory" : "in 2 slots",
         ooc::human_bytes(state_.sharded_bytes() + state_.moment_bytes()),
         ooc::human_bytes(2 * state_.resident_bytes()));
@@ -204,7 +207,8 @@ std::string RankRun::model_state_line() const {
           ? std::string()
           : fmt::format(" and h.{}..h.{} resident in {} of memory ({})", store()->end_layer() - r,
                         store()->end_layer() - 1, ooc::human_bytes(store()->resident_bytes(r)),
-                        cfg_.resident_blocks < 0 ? "the planner's choice" : "--resident-blocks");
+                        cfg_.resident_blocks.is_auto() ? cfg_.resident_blocks.reason()
+                                                       : "--resident-blocks");
   return sharded +
          fmt::format(
              "  model state: blocks h.{}..h.{} (weights, gradients, optimizer state) in {}, {} a "

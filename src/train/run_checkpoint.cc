@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "corpus_cache.h"
+#include "settings.h"
 #include "tandem/comm/agree.h"
 #include "tandem/comm/communicator.h"
 #include "tandem/core/error.h"
@@ -63,7 +64,7 @@ namespace detail {
 
 io::RunMeta run_meta(const TrainConfig& cfg, const data::Corpus& corpus, int64_t step) {
   io::RunMeta meta;
-  meta.model_config = model_config_to_json(cfg.model);
+  meta.model_config = meta_json(Meta::ModelConfig, cfg);
   meta.step = step;
   meta.data_source = corpus.source;
   meta.data_fingerprint = corpus.fingerprint_hex();
@@ -71,16 +72,8 @@ io::RunMeta run_meta(const TrainConfig& cfg, const data::Corpus& corpus, int64_t
   meta.rng_seed = cfg.seed;
   meta.rng_counter = step;  // dropout keys are (seed, step)
   meta.optimizer = parallel::optimizer_name(cfg.optimizer.kind);
-  nlohmann::json h = cfg.optimizer.to_json();
-  h["lr"] = cfg.lr;
-  h["warmup"] = cfg.warmup;
-  h["min_lr_ratio"] = cfg.min_lr_ratio;
-  meta.optimizer_hparams = h;
-  meta.extra = {{"batch", cfg.batch},
-                {"steps", cfg.steps},
-                {"micro_batches", cfg.micro_batch_count()},
-                {"grid", {{"dp", cfg.grid.dp}, {"tp", cfg.grid.tp}, {"pp", cfg.grid.pp}}},
-                {"validation_fraction", cfg.validation_fraction}};
+  meta.optimizer_hparams = meta_json(Meta::Hyperparameters, cfg);
+  meta.extra = meta_json(Meta::Extra, cfg);
   // Which tokenizer the model's ids belong to: tandem sample and eval decode with it.
   if (!corpus.tokenizer_path.empty()) {
     meta.extra["tokenizer"] = std::filesystem::absolute(corpus.tokenizer_path).string();

@@ -108,9 +108,9 @@ parallel::ProgramOptions ScheduleChoice::model_programs(int rows) {
     return tuned_schedule(dsl::workloads::sum_in_place(wire), grid_.tp(), {{"N", N * C}}, cfg_.tune,
                           executor_);
   };
-  tp_dtype_reason_.clear();
   Tuned epilogue_w, sum_w;  // the chosen wire's
-  if (tp && cfg_.tp_dtype_auto && cfg_.model.matmul == DType::BF16) {
+  Auto<DType>& wire = cfg_.tp_dtype;
+  if (tp && wire.is_auto() && !wire.known() && cfg_.model.matmul == DType::BF16) {
     // Both wires' records, then one choice for the whole run: bf16 only where every
     // tensor-parallel group's records time the epilogue and the sum together faster with it (the
     // groups of other pipeline stages run the same sizes, but time on their own ranks).
@@ -120,23 +120,22 @@ parallel::ProgramOptions ScheduleChoice::model_programs(int rows) {
                      !s16.schedule.empty();
     const double f32_s = e32.seconds + s32.seconds, bf16_s = e16.seconds + s16.seconds;
     const bool use_bf16 = comm::all_true(grid_.world(), all && bf16_s < f32_s);
-    o.tp_dtype = use_bf16 ? DType::BF16 : DType::F32;
+    wire.decide(
+        use_bf16 ? DType::BF16 : DType::F32,
+        !all ? "--tp-dtype auto without the autotuner's records of the epilogue and the "
+               "input-gradient sum with both (--tune makes them)"
+             : fmt::format(
+                   "--tp-dtype auto: megatron_layer and sum_in_place {:.3f} ms "
+                   "with bf16, {:.3f} ms with f32{}",
+                   bf16_s * 1e3, f32_s * 1e3,
+                   use_bf16 || bf16_s >= f32_s ? "" : ", but not on every tensor-parallel group"));
+    o.tp_dtype = wire.value();
     epilogue_w = use_bf16 ? e16 : e32;
     sum_w = use_bf16 ? s16 : s32;
-    if (!all)
-      tp_dtype_reason_ =
-          "--tp-dtype auto without the autotuner's records of the epilogue and the input-gradient "
-          "sum with both (--tune makes them)";
-    else
-      tp_dtype_reason_ = fmt::format(
-          "--tp-dtype auto: megatron_layer and sum_in_place {:.3f} ms with bf16, {:.3f} ms with "
-          "f32{}",
-          bf16_s * 1e3, f32_s * 1e3,
-          use_bf16 || bf16_s >= f32_s ? "" : ", but not on every tensor-parallel group");
   } else {
-    if (tp) o.tp_dtype = cfg_.tp_dtype_auto ? DType::F32 : cfg_.tp_dtype;
-    if (tp && cfg_.tp_dtype_auto)
-      tp_dtype_reason_ = "--tp-dtype auto: fp32 precision has no bf16 products to carry";
+    if (tp && wire.is_auto() && !wire.known())
+      wire.decide(DType::F32, "--tp-dtype auto: fp32 precision has no bf16 products to carry");
+    if (tp) o.tp_dtype = wire.value();
     if (shard) epilogue_w = epilogue(o.tp_dtype);
     if (tp) sum_w = tp_sum(o.tp_dtype);
   }
@@ -185,11 +184,13 @@ parallel::SchedulePreferences ScheduleChoice::gather_schedules() {
 }
 
 OptimizerChoice ScheduleChoice::optimizer() {
-  OptimizerChoice choice{cfg_.optimizer, {parallel::optimizer_schedule_preferences()}, ""};
-  if (cfg_.grad_dtype_auto) choice.config.grad_dtype = DType::F32;
+  OptimizerChoice choice{cfg_.optimizer, {parallel::optimizer_schedule_preferences()}};
+  Auto<DType>& grad = cfg_.grad_dtype;
+  const bool decide = grad.is_auto() && !grad.known();
   if (cfg_.optimizer.kind != parallel::OptimizerKind::AdamW) {
-    if (cfg_.grad_dtype_auto)
-      choice.grad_dtype_reason = "--grad-dtype auto: the autotuner does not time lamb_bucket";
+    if (decide)
+      grad.decide(DType::F32, "--grad-dtype auto: the autotuner does not time lamb_bucket");
+    choice.config.grad_dtype = grad.value();
     return choice;
   }
   const parallel::ShardLayout layout(cfg_.model, cfg_.grid, grid_.coord().tp, grid_.coord().pp);
@@ -203,8 +204,9 @@ OptimizerChoice ScheduleChoice::optimizer() {
         if (!s.recipe.slice.empty()) only.push_back(s.name);
     return tuned_schedule(program, grid_.dp(), {{"N", layout.size()}}, cfg_.tune, executor_, only);
   };
-  if (!cfg_.grad_dtype_auto) {
-    const Tuned w = tuned(cfg_.optimizer.grad_dtype);
+  if (!decide) {
+    choice.config.grad_dtype = grad.value();
+    const Tuned w = tuned(grad.value());
     from_autotuner_ |= !w.schedule.empty();
     choice.schedules = prefer(w, choice.schedules);
     return choice;
@@ -214,19 +216,19 @@ OptimizerChoice ScheduleChoice::optimizer() {
   const Tuned f32 = tuned(DType::F32), bf16 = tuned(DType::BF16);
   const bool both = !f32.schedule.empty() && !bf16.schedule.empty();
   const bool use_bf16 = comm::all_true(grid_.world(), both && bf16.seconds < f32.seconds);
-  choice.config.grad_dtype = use_bf16 ? DType::BF16 : DType::F32;
+  grad.decide(use_bf16 ? DType::BF16 : DType::F32,
+              !both ? "--grad-dtype auto without the autotuner's records of both (--tune makes "
+                      "them)"
+                    : fmt::format("--grad-dtype auto: the optimizer program {:.3f} ms with bf16 "
+                                  "gradients, {:.3f} ms with f32{}",
+                                  bf16.seconds * 1e3, f32.seconds * 1e3,
+                                  use_bf16 || bf16.seconds >= f32.seconds
+                                      ? ""
+                                      : ", but not on every data-parallel group"));
+  choice.config.grad_dtype = grad.value();
   const Tuned& w = use_bf16 ? bf16 : f32;
   from_autotuner_ |= !w.schedule.empty();
   choice.schedules = prefer(w, choice.schedules);
-  if (!both)
-    choice.grad_dtype_reason =
-        "--grad-dtype auto without the autotuner's records of both (--tune makes them)";
-  else
-    choice.grad_dtype_reason = fmt::format(
-        "--grad-dtype auto: the optimizer program {:.3f} ms with bf16 gradients, {:.3f} ms with "
-        "f32{}",
-        bf16.seconds * 1e3, f32.seconds * 1e3,
-        use_bf16 || bf16.seconds >= f32.seconds ? "" : ", but not on every data-parallel group");
   return choice;
 }
 

@@ -2,7 +2,8 @@
 // optimizer): the autotuner's choice for this run's sizes when its cache has one (or, with --tune,
 // tuned now), run at the chunk size its record gives, else the preference lists. Each choice is
 // made on the communicator the program runs on (rank 0's record, on every rank), so all its ranks
-// agree on the schedule and the chunk size. Internal to train/.
+// agree on the schedule and the chunk size. --grad-dtype auto and --tp-dtype auto are decided
+// here, into the rank's config, from the same records. Internal to train/.
 #pragma once
 
 #include <string>
@@ -15,34 +16,34 @@
 
 namespace tandem::train::detail {
 
-// The optimizer as it runs: its configuration with the gradients' dtype decided (--grad-dtype
-// auto), its schedules, and why that dtype ("" when the user named it).
+// The optimizer as it runs: its configuration with the gradients' dtype (TrainConfig::grad_dtype,
+// decided), and its schedules.
 struct OptimizerChoice {
   parallel::OptimizerConfig config;
   parallel::SchedulePreferences schedules;
-  std::string grad_dtype_reason;
 };
 
 class ScheduleChoice {
  public:
-  ScheduleChoice(const TrainConfig& config, const parallel::Grid& grid, exec::RunnerKind executor)
+  // `config`: the rank's own, into which the dtypes' autos are decided.
+  ScheduleChoice(TrainConfig& config, const parallel::Grid& grid, exec::RunnerKind executor)
       : cfg_(config), grid_(grid), executor_(executor) {}
 
   // The Megatron and pipeline programs' schedules for micro-batches of `rows` rows of seq_len
   // tokens, and (tp > 1) what the tensor-parallel exchanges carry: --tp-dtype, or with auto in
   // bf16 precision bf16 where the autotuner's records (tuned now with --tune) time the epilogue
   // and the input-gradient sum together faster with it than with f32 on every tensor-parallel
-  // group, else f32. A collective over the tensor-parallel group and this rank's pipeline links
-  // (and with --tp-dtype auto, the world).
+  // group (comm::all_true over the world), else f32; the decision and its reason in
+  // TrainConfig::tp_dtype. A collective over the tensor-parallel group and this rank's pipeline
+  // links (and with --tp-dtype auto, the world).
   parallel::ProgramOptions model_programs(int rows);
-  // Why model_programs chose its tp_dtype ("" when the user named it).
-  const std::string& tp_dtype_reason() const { return tp_dtype_reason_; }
   // The optimizer's schedules, in order of preference, on the data-parallel group; with dp > 1
   // among the schedules that keep the optimizer state sliced (ZeRO-1). LAMB runs one program per
   // tensor at many sizes and keeps the preference list. With --grad-dtype auto, the gradients'
-  // dtype too: bf16 where the autotuner's records (tuned now with --tune) time the program's
-  // winner with bf16 gradients faster than with f32 ones on every data-parallel group, else f32.
-  // A collective over the world.
+  // dtype decided too (in TrainConfig::grad_dtype, with its reason): bf16 where the autotuner's
+  // records (tuned now with --tune) time the program's winner with bf16 gradients faster than
+  // with f32 ones on every data-parallel group (comm::all_true over the world), else f32. A
+  // collective over the world.
   OptimizerChoice optimizer();
   // --shard weights: gather_weights' schedule and chunk size for a block of this rank's stage, on
   // the data-parallel group (empty without sharding). A collective over the group.
@@ -51,11 +52,10 @@ class ScheduleChoice {
   bool from_autotuner() const { return from_autotuner_; }
 
  private:
-  const TrainConfig& cfg_;
+  TrainConfig& cfg_;
   const parallel::Grid& grid_;
   exec::RunnerKind executor_;
   bool from_autotuner_ = false;
-  std::string tp_dtype_reason_;
 };
 
 }  // namespace tandem::train::detail

@@ -104,13 +104,19 @@ void TrainConfig::validate() const {
   if (warmup < 0) user_error("--warmup {} must be 0 or more", warmup);
   if (!(min_lr_ratio >= 0 && min_lr_ratio <= 1))
     user_error("the minimum learning-rate ratio {} must be in [0, 1]", min_lr_ratio);
-  optimizer.validate();
-  if (tp_dtype != DType::F32 && tp_dtype != DType::BF16)
+  TANDEM_CHECK(optimizer.grad_dtype == DType::F32,
+               "the gradients' dtype is TrainConfig::grad_dtype, not optimizer.grad_dtype");
+  parallel::OptimizerConfig with_dtype = optimizer;
+  with_dtype.grad_dtype = grad_dtype.value_or(DType::F32);
+  with_dtype.validate();
+  // Given values (a decided auto is one of them already).
+  const DType tp = tp_dtype.value_or(DType::F32);
+  if (tp != DType::F32 && tp != DType::BF16)
     user_error(
         "--tp-dtype {}: the tensor-parallel dtypes are f32 and bf16 (or auto: the autotuner's "
         "choice)",
-        dtype_name(tp_dtype));
-  if (!tp_dtype_auto && tp_dtype == DType::BF16 && model.matmul != DType::BF16)
+        dtype_name(tp));
+  if (!tp_dtype.is_auto() && tp == DType::BF16 && model.matmul != DType::BF16)
     user_error(
         "--tp-dtype bf16 carries bf16 matmul operands and products between the tensor-parallel "
         "ranks: it needs --precision bf16 (this run's precision is fp32; --tp-dtype f32 or auto "
@@ -191,18 +197,22 @@ void TrainConfig::validate() const {
   comm::chunk_bytes();
   if (blas_threads < 0 || blas_threads > kMaxThreads)
     user_error("--threads {} must be 0 (automatic) to {}", blas_threads, kMaxThreads);
-  if (resident_blocks >= 0 && !model_state)
+  if (!resident_blocks.is_auto() && resident_blocks.value() < 0)
+    user_error("--resident-blocks {}: give a count of blocks (0 or more) or auto",
+               resident_blocks.value());
+  if (!resident_blocks.is_auto() && !model_state)
     user_error(
         "--resident-blocks {} keeps blocks of a streamed model state in memory: it needs "
         "--model-state host|file:DIR",
-        resident_blocks);
-  if (gather_ahead < 0)
-    user_error("--gather-ahead {}: give a count of blocks (1 or more) or auto", gather_ahead);
-  if (gather_ahead > 0 && optimizer.sharding != parallel::Sharding::Weights)
+        resident_blocks.value());
+  if (!gather_ahead.is_auto() && gather_ahead.value() < 1)
+    user_error("--gather-ahead {}: give a count of blocks (1 or more) or auto",
+               gather_ahead.value());
+  if (!gather_ahead.is_auto() && optimizer.sharding != parallel::Sharding::Weights)
     user_error(
         "--gather-ahead {} sets how far ahead --shard weights gathers the blocks' weights: it "
         "needs --shard weights (got --shard {})",
-        gather_ahead, parallel::sharding_name(optimizer.sharding));
+        gather_ahead.value(), parallel::sharding_name(optimizer.sharding));
   if (optimizer.sharding == parallel::Sharding::Weights) {
     if (grid.dp < 2)
       user_error(
@@ -213,11 +223,11 @@ void TrainConfig::validate() const {
       user_error(
           "--shard weights updates each block before the whole gradient's norm is known; "
           "--clip-grad-norm cannot be used with it");
-    if (gather_ahead > most_gather_ahead())
+    if (!gather_ahead.is_auto() && gather_ahead.value() > most_gather_ahead())
       user_error(
           "--gather-ahead {}: a pipeline stage holds {} blocks here, so at most {} can be gathered "
           "ahead of the one computing",
-          gather_ahead, fewest_stage_blocks(), most_gather_ahead());
+          gather_ahead.value(), fewest_stage_blocks(), most_gather_ahead());
     if (optimizer.state_tier)
       user_error(
           "--shard weights with --optimizer-state {}: the moments of a sharded model state go to "

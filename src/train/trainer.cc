@@ -21,7 +21,6 @@
 #include <string_view>
 #include <thread>
 
-#include "config_agreement.h"
 #include "corpus_cache.h"
 #include "out_of_core.h"
 #include "output_paths.h"
@@ -29,6 +28,7 @@
 #include "rank_run.h"
 #include "run_checkpoint.h"
 #include "schedule_choice.h"
+#include "settings.h"
 #include "tandem/comm/agree.h"
 #include "tandem/comm/mpi.h"
 #include "tandem/comm/thread.h"
@@ -88,7 +88,7 @@ RankRun::RankRun(comm::Communicator& world, const TrainConfig& cfg, io::TraceRec
       corpus_(detail::corpus_for(cfg)),
       batches_(cfg, grid_),
       sampler_(corpus_->train, cfg.batch, cfg.model.seq_len, cfg.seed),
-      schedules_(cfg, grid_, cfg.executor),
+      schedules_(cfg_, grid_, cfg.executor),
       optimizer_(schedules_.optimizer()),
       ooc_(cfg.memory_budget.empty()
                ? nullptr
@@ -106,8 +106,8 @@ RankRun::RankRun(comm::Communicator& world, const TrainConfig& cfg, io::TraceRec
            exchange_may_overlap(cfg), &grid_.world()),
       out_(cfg.out != nullptr ? *cfg.out : std::cout) {
   if (store() != nullptr) {
-    if (cfg.resident_blocks > 0)
-      store()->set_resident(std::min(cfg.resident_blocks, store()->blocks()));
+    if (const int r = cfg.resident_blocks.value_or(0); r > 0)
+      store()->set_resident(std::min(r, store()->blocks()));
     // --memory-budget covers the model state in memory too.
     if (ooc_)
       ooc_->reserve(model_state_memory(store()->resident()), store_held(store()->resident()));
@@ -242,7 +242,8 @@ void RankRun::plan_out_of_core(int64_t first_step) {
       },
       grid_.tp(), lead_ && cfg_.progress ? &out_ : nullptr);
   profiling_ = false;
-  if (store() && cfg_.resident_blocks < 0) choose_resident_blocks();
+  if (store() && cfg_.resident_blocks.is_auto() && !cfg_.resident_blocks.known())
+    choose_resident_blocks();
 }
 
 // The count with the shortest predicted step (ooc::fastest_resident_blocks). The
@@ -254,6 +255,7 @@ void RankRun::choose_resident_blocks() {
       [&](int r) { return ooc_->predicted_step_s_reserving(model_state_memory(r)); },
       [&](int r) { return store()->predicted_step_io_s(r); });
   best = comm::all_min(grid_.tp(), best);
+  cfg_.resident_blocks.decide(best, "the planner's choice");
   if (best == store()->resident()) return;
   // The activations give up their part of the budget (their arena's pages released) before the
   // resident blocks take it, so that the two are never in memory together.
@@ -410,13 +412,13 @@ TrainResult train_rank(comm::Communicator& world, const TrainConfig& config,
 }
 
 TrainResult train(const TrainConfig& asked) {
-  asked.validate();
+  if (!asked.grid_auto) asked.validate();  // --grid auto: once the plan has chosen (resolve)
   // SIGTERM and SIGINT stop the run after a step, with a checkpoint, rather than at once.
   const StopSignals signals("tandem train", "this step");
   const comm::ScopedCommTimeout timeout(asked.comm_timeout_s);
   std::unique_ptr<comm::Communicator> world;
   if (asked.backend == comm::Backend::Mpi) world = comm::mpi_world();
-  const TrainConfig config = resolve_gather_ahead(asked, world.get());
+  const TrainConfig config = resolve(asked, world.get());  // validated
   // Before anything large is allocated: a run that cannot fit is refused, not killed.
   check_memory(config);
   const int ranks = config.grid.size();

@@ -13,7 +13,6 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -64,7 +63,6 @@ struct OptimizerConfig {
 
   // UserError naming the bad field's flag.
   void validate() const;
-  nlohmann::json to_json() const;  // {"beta1": 0.9, ...} (the name is RunMeta::optimizer)
 };
 
 // The default bucket (AdamW's and LAMB's). bench/run_exchange.sh --buckets "1 16 64" found no

@@ -85,16 +85,25 @@ GatherTiming gather_timing(const TrainConfig& cfg, const Rates& rates);
 // covers one gather (`gather_s`), at most `blocks` - 1 (a stage's fewest blocks: D + 1 slots
 // hold no more than them), and at least 1.
 int gather_ahead_for(double gather_s, double block_s, int blocks);
-// Under --shard weights: cfg.gather_ahead chosen by that rule from `rates` when auto (0), and
-// cfg.gather_ahead_choice saying how many and why ("gathers 2 blocks ahead (--gather-ahead auto:
-// a gather 3.10 ms, a block's forward 1.80 ms)"). Otherwise nothing.
+// Under --shard weights, an undecided --gather-ahead auto decided by that rule from `rates`, its
+// reason saying how many and why ("gathers 2 blocks ahead (--gather-ahead auto: a gather 3.10 ms,
+// a block's forward 1.80 ms)"). Otherwise nothing.
 void choose_gather_ahead(TrainConfig& cfg, const Rates& rates);
 
-// The run's --gather-ahead resolved (choose_gather_ahead), the rates measured for auto. Under MPI
-// (`world` given) rank 0 measures and decides and every process that asked for auto takes its
-// choice; every process joins whatever its flags (the agreement check that follows compares
-// them).
-TrainConfig resolve_gather_ahead(const TrainConfig& asked, comm::Communicator* world);
+// The configuration the user gave turned into the one the ranks start with, each setting the
+// grid plan decides resolved (the rest are the rank's set-up's: the dtypes and the resident
+// blocks, schedule_choice.h and rank_run.h). --grid auto first: the plan across grids of
+// grid_auto's ranks chooses the grid, the sharding, where the model state lives, the budget,
+// the resident blocks and the prefetch distance, and grid_choice says why; then the config is
+// validated; then --gather-ahead auto (choose_gather_ahead, the rates measured). Under MPI
+// (`world` given) rank 0 measures and decides and every process takes its decision
+// (comm::decide_on_root); every process joins whatever its flags (the agreement check that
+// follows compares them).
+TrainConfig resolve(const TrainConfig& asked, comm::Communicator* world);
+
+// --grid auto and `tandem plan --ranks`: the memory a rank may use, --memory-per-rank's, else the
+// memory available here shared by the ranks on this machine (a UserError when unknown).
+uint64_t plan_memory_per_rank(const TrainConfig::GridAuto& request, comm::Backend backend);
 
 // A configuration that fits, and its prediction. Times in seconds a step.
 struct GridOption {

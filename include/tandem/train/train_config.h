@@ -15,6 +15,7 @@
 #include "tandem/ooc/slow_tier.h"
 #include "tandem/parallel/grid.h"
 #include "tandem/parallel/optimizer.h"
+#include "tandem/train/auto.h"
 
 namespace tandem::train {
 
@@ -27,19 +28,30 @@ struct TrainConfig {
   int64_t warmup = 20;  // linear warm-up steps, then cosine decay ...
   double min_lr_ratio = 0.1;  // ... to lr * min_lr_ratio at the last step
   uint64_t seed = 1;          // initialisation, batches, dropout
+  // The optimizer's settings but the gradients' dtype, which is grad_dtype (optimizer.grad_dtype
+  // stays f32: the rank's set-up gives the optimizer the resolved one).
   parallel::OptimizerConfig optimizer;
-  // --grad-dtype auto: the autotuner's records of the optimizer program with f32 and with bf16
-  // gradients decide which runs (optimizer.grad_dtype is ignored then); f32 without both records.
-  bool grad_dtype_auto = false;
+  // --grad-dtype: the gradients' dtype in the optimizer program, f32 or bf16. auto: the
+  // autotuner's records of the program with f32 and with bf16 gradients decide, in the rank's
+  // set-up (src/train/resolve.h); f32 without both records.
+  Auto<DType> grad_dtype = DType::F32;
   // --tp-dtype: what the tensor-parallel exchanges carry with --tp 2 or more (the Megatron
   // epilogue's operands, product and all-reduce, the backward's input-gradient sum:
   // parallel::ProgramOptions::tp_dtype): f32, or bf16 with bf16 matmuls. auto: the autotuner's
-  // records of those two programs with each decide (tp_dtype is ignored then); f32 without all
-  // four records, and in fp32.
-  DType tp_dtype = DType::F32;
-  bool tp_dtype_auto = false;
-  parallel::GridShape grid;  // dp x tp x pp
-  int micro_batches = 0;     // per data-parallel rank and step; 0: 1, or 2 * pp when pp > 1
+  // records of those two programs with each decide, in the rank's set-up; f32 without all four
+  // records, and in fp32.
+  Auto<DType> tp_dtype = DType::F32;
+  parallel::GridShape grid;  // dp x tp x pp: given, or the plan's under grid_auto
+  // `tandem train --grid auto`: the plan across grids of `ranks` ranks (grid_plan.h) chooses the
+  // grid, the sharding, where the model state lives, the budget and the prefetch distance when
+  // the run is resolved (src/train/resolve.h), and says why in grid_choice.
+  struct GridAuto {
+    int ranks = 0;
+    std::optional<uint64_t> memory_per_rank;  // unset: the memory available here over the ranks
+    std::optional<double> link_gbps;          // unset: measured in-process
+  };
+  std::optional<GridAuto> grid_auto;
+  int micro_batches = 0;  // per data-parallel rank and step; 0: 1, or 2 * pp when pp > 1
   comm::Backend backend = comm::Backend::Thread;  // ranks are threads, or this process is one rank
   exec::RunnerKind executor = exec::RunnerKind::Compiled;  // how the DSL programs run
   // Autotune every program's schedule for this run's sizes now (slow the first time: every
@@ -84,22 +96,21 @@ struct TrainConfig {
   // than memory"): in memory (unset), or in this slow tier, streamed through a few block slots.
   std::optional<ooc::TierSpec> model_state;
   // How many of each stage's blocks stay resident in memory instead of streaming (at most all of
-  // them); -1: the planner's choice under --memory-budget (none without a budget).
-  int resident_blocks = -1;
+  // them); auto: the planner's choice under --memory-budget, in the rank's set-up (none without a
+  // budget).
+  Auto<int> resident_blocks;
   // --shard weights: how many blocks ahead of the one computing each block's weights are gathered
-  // (the prefetch distance D; D + 1 gathered blocks in memory); 0: auto, chosen by train() from
-  // the performance model's rates (grid_plan.h's choose_gather_ahead), which says why in
-  // gather_ahead_choice.
-  int gather_ahead = 0;
-  std::string gather_ahead_choice;
-  // The prefetch distance the memory is counted for: gather_ahead, or 1 while auto is unchosen.
-  int gather_ahead_blocks() const { return gather_ahead > 0 ? gather_ahead : 1; }
+  // (the prefetch distance D; D + 1 gathered blocks in memory); auto: chosen from the performance
+  // model's rates (grid_plan.h's choose_gather_ahead) when the run is resolved.
+  Auto<int> gather_ahead;
+  // The prefetch distance the memory is counted for: gather_ahead, or 1 while auto is undecided.
+  int gather_ahead_blocks() const { return gather_ahead.value_or(1); }
   // The fewest blocks a pipeline stage holds (the stages split the layers as evenly as they go),
   // and so the most a gather can be ahead of the one computing (at least 1).
   int fewest_stage_blocks() const;
   int most_gather_ahead() const { return std::max(1, fewest_stage_blocks() - 1); }
-  // `tandem train --grid auto`: the plan's choice of grid and why (grid_plan.h), printed among
-  // the start-up lines ("" otherwise).
+  // --grid auto: the plan's choice of grid and why (grid_plan.h), printed among the start-up
+  // lines ("" otherwise). (The plan decides several settings at once: no one Auto holds it.)
   std::string grid_choice;
   // Where lr came from when --lr was not given ("--model gpt2's", "the default for d_model
   // 256"), printed among the start-up lines ("" otherwise).

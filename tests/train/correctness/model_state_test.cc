@@ -96,9 +96,9 @@ TEST(ModelStateVariants, CompiledExecutorLambAndBf16Gradients) {
   c.optimizer.kind = parallel::OptimizerKind::Lamb;
   both(c, "lamb");
   c.optimizer.kind = parallel::OptimizerKind::AdamW;
-  c.optimizer.grad_dtype = DType::BF16;
+  c.grad_dtype = DType::BF16;
   both(c, "bf16 gradients");
-  c.optimizer.grad_dtype = DType::F32;
+  c.grad_dtype = DType::F32;
   c.optimizer.exchange = parallel::GradExchange::After;  // each block's update still runs at once
   both(c, "exchange after");
 }
@@ -206,7 +206,7 @@ TEST(ModelStateVariants, ThePlannerKeepsBlocksResidentWhereTheBudgetHasRoom) {
   EXPECT_LT(three.state_read_bytes, none.state_read_bytes);
 
   // The smallest budget that holds the slots and the activations leaves no room for a block.
-  c.resident_blocks = -1;
+  c.resident_blocks = Auto<int>();
   c.memory_budget = "1MiB";
   const std::string error = testing::user_error_of([&] { train(c); });
   const size_t at = error.find("give at least ");

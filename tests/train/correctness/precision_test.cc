@@ -86,9 +86,9 @@ TEST(Precision, Bf16LossWithinTwoPercentOfFp32) {
 // gradients' within the same 2%.
 TEST(Precision, Bf16GradientsLossWithinTwoPercentOfF32Gradients) {
   TrainConfig c = three_hundred_steps({2, 1, 1});
-  c.optimizer.grad_dtype = DType::BF16;
+  c.grad_dtype = DType::BF16;
   const TrainResult bf16 = train(c);
-  c.optimizer.grad_dtype = DType::F32;
+  c.grad_dtype = DType::F32;
   expect_loss_within_two_percent(bf16, train(c), "bf16 gradients against f32");
 }
 

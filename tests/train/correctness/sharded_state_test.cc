@@ -133,9 +133,9 @@ TEST(ShardedStateVariants, ExecutorsLambExchangeAfterAndBf16) {
   c.optimizer.exchange = parallel::GradExchange::After;  // each block's update still runs at once
   both(c, "exchange after");
   c.optimizer.exchange = parallel::GradExchange::Overlap;
-  c.optimizer.grad_dtype = DType::BF16;
+  c.grad_dtype = DType::BF16;
   both(c, "bf16 gradients");
-  c.optimizer.grad_dtype = DType::F32;
+  c.grad_dtype = DType::F32;
   c.model.matmul = DType::BF16;
   both(c, "bf16 matmuls");
 }
@@ -269,7 +269,7 @@ TEST(ShardedStateVariants, EachBlockAheadHoldsOneMoreBlock) {
   EXPECT_EQ(bytes[2] - bytes[1], block);
   std::ostringstream out;
   c.out = &out;
-  c.gather_ahead = 0;  // auto
+  c.gather_ahead = Auto<int>();
   sharded(c);
   EXPECT_THAT(out.str(), ::testing::HasSubstr("ahead (--gather-ahead auto: a gather "));
   EXPECT_THAT(out.str(), ::testing::HasSubstr(" ms, a block's forward "));
@@ -333,7 +333,7 @@ TEST(ShardedStateVariants, WhatItCannotServeIsRefused) {
                                    "the blocks' weights: it needs --shard weights (got --shard "
                                    "moments)"));
   c.optimizer.sharding = parallel::Sharding::Weights;
-  c.gather_ahead = 0;
+  c.gather_ahead = Auto<int>();
   c.optimizer.state_tier = ooc::TierSpec::parse("host");
   EXPECT_THAT(testing::user_error_of([&] { train(c); }),
               ::testing::HasSubstr("--shard weights with --optimizer-state host: the moments of a "

@@ -117,7 +117,7 @@ TEST(TrainerExecutors, CompiledPlanAndReferenceExecutorsAgree) {
 TEST(Trainer, Bf16GradientsFollowTheF32Run) {
   TrainConfig c = tiny({2, 1, 1}, 4);
   const TrainResult f32 = train(c);
-  c.optimizer.grad_dtype = DType::BF16;
+  c.grad_dtype = DType::BF16;
   const TrainResult bf16 = train(c);
   ASSERT_EQ(bf16.losses.size(), f32.losses.size());
   EXPECT_EQ(bf16.losses[0], f32.losses[0]);  // the first loss comes before any update

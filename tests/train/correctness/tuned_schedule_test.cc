@@ -55,7 +55,9 @@ void store_record(const TrainConfig& c, const std::string& cache, const dsl::Pro
 // The record for `c`'s optimizer, keyed as the trainer keys it (the sliced schedules of adam).
 void store_optimizer_record(const TrainConfig& c, const std::string& cache,
                             const std::string& winner, size_t chunk_bytes, double seconds = 0.001) {
-  const dsl::Program program = parallel::optimizer_program(c.optimizer);
+  parallel::OptimizerConfig o = c.optimizer;
+  o.grad_dtype = c.grad_dtype.value_or(DType::F32);
+  const dsl::Program program = parallel::optimizer_program(o);
   std::vector<std::string> only;
   for (const schedule::NamedSchedule& s : schedule::enumerate_schedules(program))
     if (!s.recipe.slice.empty()) only.push_back(s.name);
@@ -118,12 +120,12 @@ TEST(TrainerGradDtypeAuto, TakesTheFasterOfTheTwoRecords) {
     tandem::testing::TempCacheDir dir("train-grad-dtype-auto");
     TrainConfig c = two_ranks();
     for (const DType d : {DType::F32, DType::BF16}) {
-      c.optimizer.grad_dtype = d;
+      c.grad_dtype = d;
       store_optimizer_record(c, dir.str(),
                              d == DType::BF16 ? "RS-C-AG+slice(m,v)" : "fused(RS-C-AG)+slice(m,v)",
                              0, d == faster ? 0.001 : 0.002);
     }
-    c.grad_dtype_auto = true;
+    c.grad_dtype = Auto<DType>();
     std::ostringstream lines;
     c.out = &lines;
     const TrainResult chosen = train(c);
@@ -137,7 +139,7 @@ TEST(TrainerGradDtypeAuto, TakesTheFasterOfTheTwoRecords) {
         faster == DType::BF16 ? "2.000" : "1.000");
     EXPECT_NE(lines.str().find(line), std::string::npos) << lines.str();
     TrainConfig named = two_ranks();
-    named.optimizer.grad_dtype = faster;
+    named.grad_dtype = faster;
     testing::expect_bitwise(chosen, train(named), "auto against the dtype it chose, named");
   }
 }
@@ -145,9 +147,9 @@ TEST(TrainerGradDtypeAuto, TakesTheFasterOfTheTwoRecords) {
 TEST(TrainerGradDtypeAuto, WithoutBothRecordsRunsF32AndSaysWhy) {
   tandem::testing::TempCacheDir dir("train-grad-dtype-one-record");
   TrainConfig c = two_ranks();
-  c.optimizer.grad_dtype = DType::BF16;
+  c.grad_dtype = DType::BF16;
   store_optimizer_record(c, dir.str(), "RS-C-AG+slice(m,v)", 0, 0.001);  // bf16's only
-  c.grad_dtype_auto = true;
+  c.grad_dtype = Auto<DType>();
   std::ostringstream lines;
   c.out = &lines;
   const TrainResult r = train(c);
@@ -184,7 +186,7 @@ TEST(TrainerTpDtypeAuto, TakesTheFasterWire) {
       store_record(c, dir.str(), dsl::workloads::sum_in_place(wire), {{"N", N * C}}, {}, "AR-C", 0,
                    s);
     }
-    c.tp_dtype_auto = true;
+    c.tp_dtype = Auto<DType>();
     std::ostringstream lines;
     c.out = &lines;
     const TrainResult chosen = train(c);
@@ -205,7 +207,7 @@ TEST(TrainerTpDtypeAuto, TakesTheFasterWire) {
 TEST(TrainerTpDtypeAuto, WithoutTheRecordsRunsF32AndSaysWhy) {
   tandem::testing::TempCacheDir dir("train-tp-dtype-no-record");
   TrainConfig c = two_tp_ranks();
-  c.tp_dtype_auto = true;
+  c.tp_dtype = Auto<DType>();
   std::ostringstream lines;
   c.out = &lines;
   const TrainResult r = train(c);

@@ -249,12 +249,12 @@ TEST(GridPlan, GatherAheadCoversAGather) {
   r.link_latency_s = 0;
   TrainConfig slow = c;
   choose_gather_ahead(slow, r);
-  EXPECT_EQ(slow.gather_ahead, 3);
-  EXPECT_THAT(slow.gather_ahead_choice, HasSubstr("gathers 3 blocks ahead (--gather-ahead auto: "));
+  EXPECT_EQ(slow.gather_ahead.value(), 3);
+  EXPECT_THAT(slow.gather_ahead.reason(),
+              HasSubstr("gathers 3 blocks ahead (--gather-ahead auto: "));
   c.gather_ahead = 2;  // given: kept
   choose_gather_ahead(c, r);
-  EXPECT_EQ(c.gather_ahead, 2);
-  EXPECT_EQ(c.gather_ahead_choice, "gathers 2 blocks ahead (--gather-ahead 2)");
+  EXPECT_EQ(c.gather_ahead, Auto<int>(2));
 }
 
 // The plan gives every sharded configuration the prefetch distance auto chooses at its rates,
@@ -264,12 +264,12 @@ TEST(GridPlan, ShardedConfigurationsGatherAheadByTheRule) {
   int sharded = 0;
   for (const GridOption& o : p.options) {
     if (o.cfg.optimizer.sharding != parallel::Sharding::Weights) {
-      EXPECT_EQ(o.cfg.gather_ahead, 0) << o.describe();
+      EXPECT_FALSE(o.cfg.gather_ahead.known()) << o.describe();
       continue;
     }
     ++sharded;
     const GatherTiming t = gather_timing(o.cfg, p.rates);
-    EXPECT_EQ(o.cfg.gather_ahead,
+    EXPECT_EQ(o.cfg.gather_ahead.value(),
               gather_ahead_for(t.gather_s, t.block_forward_s, o.cfg.model.n_layers / o.cfg.grid.pp))
         << o.describe();
     EXPECT_EQ(o.memory_per_rank, largest_rank(o)) << o.describe();

@@ -1,6 +1,7 @@
 // `tandem tune` and `tandem emit` as a user runs them: the table marks the winner and its
 // speed-up, --json says the same in machine-readable form, the second run reads the cache, and
-// emit prints the generated source of a named schedule.
+// emit prints the generated source of a named schedule; --backend mpi starts itself under mpirun
+// with the arguments the user gave.
 #include "support/cli.h"
 
 #include <gtest/gtest.h>
@@ -87,6 +88,17 @@ TEST(TuneCli, JsonThenCachedTable) {
                           "the tuned program runs at):"),
             std::string::npos)
       << t.output;
+}
+
+// --backend mpi outside mpirun starts itself under it, handing every process the arguments the
+// user gave, as given (here the launcher is `echo`, which prints the command it was given).
+TEST(TuneCli, UnderMpiItStartsItselfWithTheUsersOwnArguments) {
+  const std::string args =
+      "tune adam --backend=mpi --ranks 3 --size N=4Ki --reps 2 --schedules AR-C --json";
+  const CommandResult r =
+      run_command(fmt::format("TANDEM_MPIRUN=echo '{}' {}", tandem_binary(), args));
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(r.output, fmt::format("-np 3 --oversubscribe {} {}\n", tandem_binary(), args));
 }
 
 TEST(TuneCli, EmitPrintsTheGeneratedSource) {
