@@ -37,7 +37,9 @@ bool hidden(const fs::path& p) {
 }
 
 // The offset of the first byte that is not part of valid UTF-8 text (a NUL counts as binary), or
-// npos. A sequence cut by the end of `s` is invalid: chunks end at character boundaries.
+// npos. A sequence cut by the end of `s` is invalid: chunks end at character boundaries. Valid
+// is the Unicode standard's well-formed UTF-8 (its table 3-7): no overlong forms (C0, C1, E0 80,
+// F0 80), no surrogates (ED A0 to ED BF) and nothing past U+10FFFF (F4 90 and above, F5 to FF).
 size_t first_invalid_utf8(std::string_view s) {
   const auto* p = reinterpret_cast<const unsigned char*>(s.data());
   const size_t n = s.size();
@@ -53,7 +55,13 @@ size_t first_invalid_utf8(std::string_view s) {
                       : (c >= 0xF0 && c <= 0xF4) ? 3
                                                  : -1;
     if (extra < 0 || i + static_cast<size_t>(extra) >= n) return i;
-    for (int k = 1; k <= extra; ++k)
+    // The second byte's range narrows after E0 (overlong), ED (surrogates), F0 (overlong) and F4
+    // (past U+10FFFF); after any other lead it is 80 to BF.
+    const unsigned char second = p[i + 1];
+    const unsigned char lo = c == 0xE0 ? 0xA0 : c == 0xF0 ? 0x90 : 0x80;
+    const unsigned char hi = c == 0xED ? 0x9F : c == 0xF4 ? 0x8F : 0xBF;
+    if (second < lo || second > hi) return i;
+    for (int k = 2; k <= extra; ++k)
       if ((p[i + static_cast<size_t>(k)] & 0xC0) != 0x80) return i;
     i += static_cast<size_t>(extra) + 1;
   }

@@ -48,6 +48,35 @@ TEST(TokenizeErrors, NotUtf8) {
   EXPECT_EQ(dir.list(), (std::vector<std::string>{"corpus"}));
 }
 
+TEST(TokenizeErrors, IllFormedUtf8) {
+  // Sequences that look like UTF-8 but are not well-formed: each refused at its first byte.
+  ScratchDir dir;
+  train::testing::write_corpus(dir);
+  TokenizeConfig c = train::testing::tiny_tokenize(dir, "first");
+  tokenize(c);  // a tokenizer to encode with, trained once
+  c.tokenizer = dir.path("first/tokenizer.model");
+  const std::pair<const char*, const char*> cases[] = {
+      {"ok \xED\xA0\x80 surrogate\n", "0xed"},      // U+D800, a surrogate
+      {"ok \xE0\x80\x80 overlong\n", "0xe0"},       // U+0000 in three bytes
+      {"ok \xC1\xBF overlong\n", "0xc1"},           // '\x7f' in two bytes
+      {"ok \xF0\x8F\xBF\xBF overlong\n", "0xf0"},   // U+FFFF in four bytes
+      {"ok \xF4\x90\x80\x80 too large\n", "0xf4"},  // U+110000
+  };
+  for (const auto& [text, byte] : cases) {
+    testing::write_bytes(dir.path("bad.txt"), text);
+    c.inputs = {dir.path("bad.txt")};
+    c.output_dir = dir.path("out");
+    EXPECT_EQ(user_error_of([&] { tokenize(c); }), "text file '" + dir.path("bad.txt") +
+                                                       "' is not UTF-8 text: byte 3 (" + byte +
+                                                       ") is not valid UTF-8");
+    EXPECT_FALSE(fs::exists(dir.path("out")));
+  }
+  // The largest code point and the last ones before and after the surrogates are text.
+  testing::write_bytes(dir.path("good.txt"), "ok \xF4\x8F\xBF\xBF \xED\x9F\xBF \xEE\x80\x80\n");
+  c.inputs = {dir.path("good.txt")};
+  EXPECT_NO_THROW(tokenize(c));
+}
+
 TEST(TokenizeErrors, VocabularySizes) {
   ScratchDir dir;
   train::testing::write_corpus(dir);
