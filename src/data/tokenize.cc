@@ -30,6 +30,7 @@ namespace {
 constexpr size_t kChunkBytes = size_t{1} << 20;  // text a worker encodes at once
 constexpr size_t kSniffBytes = 8192;             // read to tell text from binary files
 constexpr size_t kLineSearchBytes = size_t{1} << 20;
+constexpr int kMaxThreads = 1024;  // encoding threads (the tokenizer trains on at most 128)
 
 bool hidden(const fs::path& p) {
   const std::string n = p.filename().string();
@@ -325,6 +326,8 @@ std::vector<std::string> corpus_files(const std::vector<std::string>& inputs) {
   for (const std::string& in : inputs) {
     std::error_code ec;
     const fs::file_status st = fs::status(in, ec);
+    if (ec && ec != std::errc::no_such_file_or_directory)
+      user_error("cannot read input '{}': {}", in, ec.message());  // a loop of links, say
     if (!fs::exists(st)) user_error("input '{}' does not exist", in);
     if (fs::is_directory(st)) {
       std::vector<std::string> found;
@@ -333,11 +336,20 @@ std::vector<std::string> corpus_files(const std::vector<std::string>& inputs) {
       if (ec) user_error("cannot read input folder '{}': {}", in, ec.message());
       for (; it != end; it.increment(ec)) {
         if (ec) user_error("cannot read input folder '{}': {}", in, ec.message());
+        // What an entry is, asked without exceptions: a link to itself or a loop of links
+        // is named with the folder, not left to the library's text.
+        // (A link to nothing is no file, as before.)
+        const bool folder = it->is_directory(ec);
+        const bool file = !ec && it->is_regular_file(ec);
+        if (ec == std::errc::no_such_file_or_directory) ec.clear();
+        if (ec)
+          user_error("cannot read '{}' in input folder '{}': {}", it->path().string(), in,
+                     ec.message());
         if (hidden(it->path())) {
-          if (it->is_directory()) it.disable_recursion_pending();
+          if (folder) it.disable_recursion_pending();
           continue;
         }
-        if (it->is_regular_file()) found.push_back(it->path().string());
+        if (file) found.push_back(it->path().string());
       }
       std::sort(found.begin(), found.end());
       if (found.empty()) user_error("input folder '{}' holds no files", in);
@@ -370,7 +382,8 @@ TokenizeSummary tokenize(const TokenizeConfig& cfg) {
   if (!(cfg.validation_fraction >= 0 && cfg.validation_fraction < 1))
     user_error("--val-fraction {} must be in [0, 1)", cfg.validation_fraction);
   if (cfg.shard_tokens < 1) user_error("--shard-tokens {} must be at least 1", cfg.shard_tokens);
-  if (cfg.threads < 0) user_error("--threads {} must be 0 (every core) or more", cfg.threads);
+  if (cfg.threads < 0 || cfg.threads > kMaxThreads)
+    user_error("--threads {} must be 0 (every core) or from 1 to {}", cfg.threads, kMaxThreads);
   if (cfg.output_dir.empty()) user_error("tandem tokenize needs an output folder (--out DIR)");
   std::ostream& out = cfg.out != nullptr ? *cfg.out : std::cout;
   const int threads = cfg.threads > 0

@@ -81,9 +81,9 @@ TEST(TokenizeErrors, VocabularySizes) {
   ScratchDir dir;
   train::testing::write_corpus(dir);
   TokenizeConfig c = train::testing::tiny_tokenize(dir, "out");
-  c.vocab_size = 100;
+  c.vocab_size = 261;
   EXPECT_EQ(user_error_of([&] { tokenize(c); })
-                .rfind("--vocab-size 100 is too small for this corpus: its characters, the 256 "
+                .rfind("--vocab-size 261 is too small for this corpus: its characters, the 256 "
                        "byte tokens and the control tokens need at least ",
                        0),
             0u);
@@ -93,6 +93,44 @@ TEST(TokenizeErrors, VocabularySizes) {
         tokenize(c);
       }).rfind("--vocab-size 60000 is too large for this corpus: its text yields at most ", 0),
       0u);
+}
+
+TEST(TokenizeErrors, FlagsAreCheckedBeforeSentencePiece) {
+  // SentencePiece's own check lines were printed for these.
+  ScratchDir dir;
+  train::testing::write_corpus(dir);
+  TokenizeConfig c = train::testing::tiny_tokenize(dir, "out");
+  for (int vocab : {1, 259}) {
+    c.vocab_size = vocab;
+    EXPECT_EQ(user_error_of([&] { tokenize(c); }),
+              "--vocab-size " + std::to_string(vocab) +
+                  " is too small: the 256 byte tokens and 3 control tokens come first, so a "
+                  "vocabulary holds at least 260");
+  }
+  c.vocab_size = 320;
+  c.threads = 100000;
+  EXPECT_EQ(user_error_of([&] { tokenize(c); }),
+            "--threads 100000 must be 0 (every core) or from 1 to 1024");
+  EXPECT_EQ(dir.list(), (std::vector<std::string>{"corpus"}));
+  c.threads = 200;  // encodes on 200; SentencePiece, which refuses more than 128, trains on 128
+  EXPECT_EQ(tokenize(c).vocab_size, 320);
+}
+
+TEST(TokenizeErrors, LinkLoopsInAnInputFolder) {
+  // A link to itself: "filesystem error: status: Too many levels of symbolic links" was printed.
+  ScratchDir dir;
+  train::testing::write_corpus(dir);
+  fs::create_symlink("loop", dir.path("corpus/sub/loop"));
+  EXPECT_EQ(user_error_of([&] { corpus_files({dir.path("corpus")}); }),
+            "cannot read '" + dir.path("corpus/sub/loop") + "' in input folder '" +
+                dir.path("corpus") + "': Too many levels of symbolic links");
+  EXPECT_EQ(
+      user_error_of([&] { corpus_files({dir.path("corpus/sub/loop")}); }),
+      "cannot read input '" + dir.path("corpus/sub/loop") + "': Too many levels of symbolic links");
+  // A link to nothing is no file, as before.
+  fs::remove(dir.path("corpus/sub/loop"));
+  fs::create_symlink("nowhere", dir.path("corpus/sub/dangling"));
+  EXPECT_EQ(corpus_files({dir.path("corpus")}).size(), 3u);
 }
 
 TEST(TokenizeErrors, OutputFolders) {
