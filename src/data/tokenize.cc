@@ -17,6 +17,7 @@
 
 #include "tandem/core/error.h"
 #include "tandem/core/file_io.h"
+#include "tandem/core/stop_signal.h"
 #include "tandem/data/token_corpus.h"
 #include "tandem/data/tokenizer.h"
 #include "tandem/io/atomic_file.h"
@@ -196,8 +197,10 @@ class ShardSeries {
 };
 
 // The output folder is written as DIR.tmp-<pid>-<random> beside it (a name drawn at random and made
-// exclusively: nothing planted beside DIR is written into) and renamed at the end; destroyed before
-// then (an error), the temporary folder is removed and DIR never appears half written.
+// exclusively: nothing planted beside DIR is written into), claimed while this process writes it
+// (io::FolderClaim), and renamed at the end; destroyed before then (an error, a stop), the
+// temporary folder is removed and DIR never appears half written. The leftovers of runs that did
+// not end so (a kill) are removed once DIR is in place.
 class OutputFolder {
  public:
   explicit OutputFolder(const std::string& dir) : dir_(fs::path(dir).lexically_normal()) {
@@ -219,6 +222,7 @@ class OutputFolder {
                              temp) != 0)
       user_error("cannot write output folder '{}': {}", dir, std::strerror(errno));
     temp_ = temp;
+    claim_.claim(temp);
   }
   ~OutputFolder() {
     std::error_code ec;
@@ -233,12 +237,15 @@ class OutputFolder {
     if (fs::exists(dir_, ec)) fs::remove(dir_, ec);  // empty, checked above
     fs::rename(temp_, dir_, ec);
     if (ec) user_error("cannot write output folder '{}': {}", dir_.string(), ec.message());
-    io::fsync_folder(dir_.parent_path().empty() ? "." : dir_.parent_path().string());
+    const std::string parent = dir_.parent_path().empty() ? "." : dir_.parent_path().string();
+    io::fsync_folder(parent);
     done_ = true;
+    io::remove_leftovers(parent, dir_.filename().string());
   }
 
  private:
   fs::path dir_, temp_;
+  io::FolderClaim claim_;
   bool done_ = false;
 };
 
@@ -397,6 +404,9 @@ TokenizeSummary tokenize(const TokenizeConfig& cfg) {
     total += n;
     files.push_back({std::move(f), n});
   }
+  // SIGTERM or SIGINT: the run stops at the next batch of chunks (after the tokenizer's training,
+  // which cannot be cut short) and removes what it wrote; a second signal ends it at once.
+  const StopSignals signals("tandem tokenize", "the text being encoded, writing nothing");
   OutputFolder folder(cfg.output_dir);
 
   std::vector<std::string> paths;
@@ -427,7 +437,9 @@ TokenizeSummary tokenize(const TokenizeConfig& cfg) {
   TokenizeProgress progress(out, cfg.out == nullptr && io::is_terminal(stdout), cfg.progress,
                             total);
   uint64_t done = 0;
+  TokenizeSummary stopped;  // the temporary folder is removed with `folder`
   for (;;) {
+    if ((stopped.stopped_by = StopSignals::received()) != 0) return stopped;
     std::vector<Chunk> batch;
     Chunk c;
     while (batch.size() < static_cast<size_t>(4 * threads) && reader.next(c))
@@ -442,6 +454,7 @@ TokenizeSummary tokenize(const TokenizeConfig& cfg) {
     progress.update(done, train.tokens() + val.tokens(), false);
   }
   progress.update(done, train.tokens() + val.tokens(), true);
+  if ((stopped.stopped_by = StopSignals::received()) != 0) return stopped;
 
   const nlohmann::json index = {{"format", "tandem token shards"},
                                 {"version", kShardsFormatVersion},

@@ -1,12 +1,18 @@
 // Token data a run cannot use, and the messages that say why: inputs that are missing, empty or
-// binary, vocabularies the corpus cannot fill, output folders that cannot take the shards, and
-// shard folders that are truncated, foreign or from another tokenizer.
+// binary or not well-formed UTF-8, input folders with link loops, vocabularies and thread counts
+// out of range, output folders that cannot take the shards, leftovers of killed runs, a run
+// stopped by SIGTERM, and shard folders that are truncated, foreign or from another tokenizer.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <filesystem>
 
+#include "support/cli.h"
 #include "tandem/data/token_corpus.h"
 #include "tandem/data/tokenizer.h"
+#include "tandem/io/atomic_file.h"
 #include "tandem/io/token_shards.h"
 #include "train/token_test_util.h"
 
@@ -131,6 +137,47 @@ TEST(TokenizeErrors, LinkLoopsInAnInputFolder) {
   fs::remove(dir.path("corpus/sub/loop"));
   fs::create_symlink("nowhere", dir.path("corpus/sub/dangling"));
   EXPECT_EQ(corpus_files({dir.path("corpus")}).size(), 3u);
+}
+
+// A process id that is no longer running: a child's, once it has exited.
+long tokenize_dead_pid() {
+  const pid_t pid = ::fork();
+  if (pid == 0) ::_exit(0);
+  ::waitpid(pid, nullptr, 0);
+  return pid;
+}
+
+TEST(TokenizeErrors, LeftoversOfKilledRunsAreRemoved) {
+  // A run killed (SIGKILL, a second SIGTERM) leaves OUT.tmp-<pid>-<random>; the next run to write
+  // OUT removes it, but not the folder of a run still writing (it holds a claim on it).
+  ScratchDir dir;
+  train::testing::write_corpus(dir);
+  const std::string dead = std::to_string(tokenize_dead_pid());
+  for (const std::string& name : {"out.tmp-" + dead + "-abc", "out.tmp-" + dead + "-claimed"})
+    fs::create_directories(dir.path(name) + "/x");
+  io::FolderClaim claim;
+  ASSERT_EQ(claim.claim(dir.path("out.tmp-" + dead + "-claimed")), 0);
+  tokenize(train::testing::tiny_tokenize(dir, "out"));
+  EXPECT_EQ(dir.list(),
+            (std::vector<std::string>{"corpus", "out", "out.tmp-" + dead + "-claimed"}));
+}
+
+TEST(TokenizeErrors, StoppedBySigtermItWritesNothing) {
+  // The first SIGTERM stops the run (after the tokenizer's training) and removes its temporary
+  // folder; the command exits as the signal would have ended it.
+  ScratchDir dir;
+  train::testing::write_corpus(dir);
+  const auto r = testing::run_command(
+      fmt::format("cd '{}' && {{ '{}' tokenize corpus --out out --vocab-size 320 --quiet & pid=$!; "
+                  "while ! ls -d out.tmp-* >/dev/null 2>&1 && [ ! -e out ]; do :; done; "
+                  "kill -TERM $pid; wait $pid; echo \"exit $?\"; }}",
+                  dir.path(""), testing::tandem_binary()));
+  EXPECT_NE(r.output.find("tandem tokenize: SIGTERM: stopping after the text being encoded, "
+                          "writing nothing (again: stop at once)\n"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("exit 143"), std::string::npos) << r.output;
+  EXPECT_EQ(dir.list(), (std::vector<std::string>{"corpus"}));
 }
 
 TEST(TokenizeErrors, OutputFolders) {
