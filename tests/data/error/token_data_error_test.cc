@@ -258,6 +258,23 @@ TEST_F(ShardErrors, TokenPastTheVocabulary) {
                 "' holds token id 65535 at token 10, at or past the vocabulary of 320 tokens");
 }
 
+TEST_F(ShardErrors, TruncatedWhileTheRunReadsIt) {
+  // Mapped when opened, then cut by another program: reading its pages raised SIGBUS, which
+  // killed the run without a word.
+  const Corpus c = load_shard_corpus(dir_.path("shards"));
+  fs::resize_file(shard(), 0);
+  std::vector<int32_t> out(2000);
+  EXPECT_EQ(user_error_of([&] { c.train.read(2000, 2000, out.data()); }),
+            "token shard '" + shard() +
+                "' changed while this run read it: tokens 0 to 1999 of its 2000 are no longer in "
+                "the file (was it truncated or rewritten?)");
+  c.train.read(0, 2000, out.data());  // the other shards read on
+  EXPECT_EQ(user_error_of([&] { c.train.read(1990, 20, out.data()); }),
+            "token shard '" + shard() +
+                "' changed while this run read it: tokens 0 to 9 of its 2000 are no longer in "
+                "the file (was it truncated or rewritten?)");
+}
+
 TEST_F(ShardErrors, NotAShardFolder) {
   EXPECT_EQ(user_error_of([&] { load_shard_corpus(dir_.path("corpus")); }),
             "data folder '" + dir_.path("corpus") +
