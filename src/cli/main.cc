@@ -22,7 +22,15 @@ namespace {
 // aborted: this rank would otherwise hang in MPI_Finalize while its peers wait for it in a
 // collective. (Before MPI_Init, a process that exits with an error ends the job: mpirun sees to
 // that.)
-int fail(const std::string& prefix, const std::string& what, int code) {
+// A message past kMaxMessage bytes (a name or a value no check abbreviated) is cut in the middle:
+// a message is read, not scrolled through.
+int fail(const std::string& prefix, const std::string& message, int code) {
+  constexpr size_t kMaxMessage = 4096;
+  const std::string what =
+      message.size() <= kMaxMessage
+          ? message
+          : fmt::format("{} ... [{} bytes left out] ... {}", message.substr(0, kMaxMessage - 1024),
+                        message.size() - kMaxMessage, message.substr(message.size() - 1024));
   const auto job = tandem::comm::running_mpi_job();
   const auto place = job ? job : tandem::comm::launched_mpi_job();
   std::string rank;

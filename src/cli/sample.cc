@@ -6,7 +6,6 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
-#include <numeric>
 #include <vector>
 
 #include "choices.h"
@@ -14,6 +13,7 @@
 #include "tandem/core/error.h"
 #include "tandem/core/rng.h"
 #include "tandem/data/tokenizer.h"
+#include "tandem/nn/sampling.h"
 #include "tandem/train/trainer.h"
 
 namespace tandem::cli {
@@ -29,30 +29,6 @@ struct SampleFlags {
   uint64_t seed = 1;
   DType precision = DType::F32;
 };
-
-// Draws a token from probs^(1/temperature) (the softmax of logits / temperature), restricted to
-// the top_k most likely when top_k > 0, with the uniform number u in [0, 1).
-int draw(const float* probs, int V, double temperature, int top_k, float u) {
-  std::vector<int> order(static_cast<size_t>(V));
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return probs[a] > probs[b]; });
-  const int keep = top_k > 0 ? std::min(top_k, V) : V;
-  if (temperature <= 0) return order[0];  // greedy
-  std::vector<double> w(static_cast<size_t>(keep));
-  double total = 0;
-  for (int i = 0; i < keep; ++i) {
-    w[static_cast<size_t>(i)] =
-        std::pow(std::max(static_cast<double>(probs[order[static_cast<size_t>(i)]]), 1e-30),
-                 1.0 / temperature);
-    total += w[static_cast<size_t>(i)];
-  }
-  double target = u * total;
-  for (int i = 0; i < keep; ++i) {
-    target -= w[static_cast<size_t>(i)];
-    if (target < 0) return order[static_cast<size_t>(i)];
-  }
-  return order[static_cast<size_t>(keep - 1)];
-}
 
 }  // namespace
 
@@ -114,7 +90,7 @@ void add_sample(CLI::App& app) {
     // The context is the last seq_len bytes; activations are allocated per context length.
     std::unique_ptr<nn::GPTActivations> acts;
     std::unique_ptr<nn::Workspace> ws;
-    std::vector<float> probs(static_cast<size_t>(c.vocab_size));  // the last position's
+    std::vector<float> logits(static_cast<size_t>(c.vocab_size));  // the last position's
     for (int i = 0; i < f->tokens; ++i) {
       const int T = static_cast<int>(std::min<size_t>(text.size(), static_cast<size_t>(c.seq_len)));
       if (!acts || acts->seq() != T) {
@@ -123,10 +99,10 @@ void add_sample(CLI::App& app) {
       }
       const nn::Batch b{text.data() + (text.size() - static_cast<size_t>(T)), nullptr, 1, T};
       nn::gpt_forward(model.params, *acts, *ws, b, nn::StepRng{0, 0, 0, false});
-      nn::final_probabilities(c, model.params.final_stage(), acts->head, *ws, 1, T, T - 1, 1,
-                              probs.data());
-      const int next = draw(probs.data(), c.vocab_size, f->temperature, f->top_k,
-                            random_uniform(f->seed, static_cast<uint64_t>(i)));
+      nn::final_logits(c, model.params.final_stage(), acts->head, *ws, 1, T, T - 1, 1,
+                       logits.data());
+      const int next = nn::sample_token(logits.data(), c.vocab_size, f->temperature, f->top_k,
+                                        random_uniform(f->seed, static_cast<uint64_t>(i)));
       text.push_back(next);
       if (tok) {
         print_new(false);

@@ -38,7 +38,7 @@ void add_tokenize(CLI::App& app) {
     if (cmd->get_option("--tokenizer")->count() > 0 && cmd->get_option("--vocab-size")->count() > 0)
       user_error("--vocab-size applies to a trained tokenizer; --tokenizer gives one");
     c->progress = !*quiet;
-    data::tokenize(*c);
+    if (const int sig = data::tokenize(*c).stopped_by) throw StoppedBySignal{sig};
   });
 }
 

@@ -430,8 +430,12 @@ void check_across_flags(const GridFlags& g, bool across, const std::string& need
     return;
   }
   train::check_plan_ranks(g.ranks);
-  if (g.link_gbps && !(*g.link_gbps > 0 && std::isfinite(*g.link_gbps)))
-    user_error("--link-gbps {} must be a positive number of Gbit/s", *g.link_gbps);
+  // From a slow WAN to past any network built: a rate outside gives a step time of hundreds of
+  // digits, or of none.
+  constexpr double kLeastGbps = 1e-3, kMostGbps = 1e6;
+  if (g.link_gbps && !(*g.link_gbps >= kLeastGbps && *g.link_gbps <= kMostGbps))
+    user_error("--link-gbps {} must be a number of Gbit/s from {} to {}", *g.link_gbps, kLeastGbps,
+               kMostGbps);
   for (const CLI::Option* o : chosen)
     if (o->count() > 0)
       user_error("{} plans across grids and chooses {}: leave it out", mode, o->get_name());

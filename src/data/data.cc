@@ -10,6 +10,7 @@
 #include <cmath>
 
 #include "tandem/core/error.h"
+#include "tandem/core/mapped_read.h"
 #include "tandem/core/rng.h"
 #include "tandem/io/atomic_file.h"
 
@@ -199,25 +200,54 @@ TokenSplit TokenSplit::of_spans(std::string source, std::string name, std::vecto
   return s;
 }
 
+namespace {
+
+// Tokens [at, at + take) of a span copied to out as int32; bad: one is at or past vocab.
+struct TokenCopy {
+  const TokenSpan* span;
+  uint64_t at, take;
+  int32_t* out;
+  int vocab;
+  bool bad = false;
+};
+
+void copy_tokens(void* context) {
+  TokenCopy& c = *static_cast<TokenCopy*>(context);
+  if (c.span->width == 1) {
+    const auto* p = static_cast<const uint8_t*>(c.span->data) + c.at;
+    for (uint64_t k = 0; k < c.take; ++k) c.out[k] = p[k];
+  } else if (c.span->width == 2) {
+    const auto* p = static_cast<const uint16_t*>(c.span->data) + c.at;
+    for (uint64_t k = 0; k < c.take; ++k) {
+      c.out[k] = p[k];
+      c.bad |= c.out[k] >= c.vocab;
+    }
+  } else {
+    const auto* p = static_cast<const uint32_t*>(c.span->data) + c.at;
+    for (uint64_t k = 0; k < c.take; ++k) {
+      c.bad |= p[k] >= static_cast<uint32_t>(c.vocab);
+      c.out[k] = static_cast<int32_t>(p[k]);
+    }
+  }
+}
+
+}  // namespace
+
 void TokenSplit::read(uint64_t offset, uint64_t n, int32_t* out) const {
   for_each_part(*this, offset, n, [&](const TokenSpan& span, uint64_t at, uint64_t take) {
-    bool bad = false;
-    if (span.width == 1) {
-      const auto* p = static_cast<const uint8_t*>(span.data) + at;
-      for (uint64_t k = 0; k < take; ++k) out[k] = p[k];
-    } else if (span.width == 2) {
-      const auto* p = static_cast<const uint16_t*>(span.data) + at;
-      for (uint64_t k = 0; k < take; ++k) {
-        out[k] = p[k];
-        bad |= out[k] >= vocab_size;
-      }
-    } else {
-      const auto* p = static_cast<const uint32_t*>(span.data) + at;
-      for (uint64_t k = 0; k < take; ++k) {
-        bad |= p[k] >= static_cast<uint32_t>(vocab_size);
-        out[k] = static_cast<int32_t>(p[k]);
-      }
-    }
+    TokenCopy copy{&span, at, take, out, vocab_size};
+    const uint64_t w = static_cast<uint64_t>(span.width);
+    // A shard's mapping: a file truncated since it was opened raises SIGBUS where its pages
+    // went, which ends the read with one error naming it instead of killing the run.
+    if (span.mapping == nullptr)
+      copy_tokens(&copy);
+    else if (!guarded_mapped_read(static_cast<const char*>(span.data) + at * w, take * w,
+                                  copy_tokens, &copy))
+      user_error(
+          "{} changed while this run read it: tokens {} to {} of its {} are no longer in the "
+          "file (was it truncated or rewritten?)",
+          span.name, at, at + take - 1, span.count);
+    const bool bad = copy.bad;
     if (bad)
       for (uint64_t k = 0; k < take; ++k)
         if (out[k] < 0 || out[k] >= vocab_size)

@@ -131,6 +131,13 @@ Corpus load_shard_corpus(const std::string& dir) {
   c.train = open_split(dir, j["train"], "training split", "train", vocab, digest, *keep, memory);
   c.validation = open_split(dir, j["validation"], "validation split", "validation", vocab, digest,
                             *keep, memory);
+  // Bits per byte divide by it: tokens stand for some text (tokenize refuses a validation split
+  // of no text).
+  if (c.validation.size() > 0 && c.validation_text_bytes == 0)
+    user_error(
+        "{}: 'validation.text_bytes' is {} but the validation split holds {} tokens: they "
+        "came from some text",
+        file, j["validation"].contains("text_bytes") ? "0" : "missing", c.validation.size());
   return c;
 }
 

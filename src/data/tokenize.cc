@@ -17,6 +17,7 @@
 
 #include "tandem/core/error.h"
 #include "tandem/core/file_io.h"
+#include "tandem/core/stop_signal.h"
 #include "tandem/data/token_corpus.h"
 #include "tandem/data/tokenizer.h"
 #include "tandem/io/atomic_file.h"
@@ -30,6 +31,7 @@ namespace {
 constexpr size_t kChunkBytes = size_t{1} << 20;  // text a worker encodes at once
 constexpr size_t kSniffBytes = 8192;             // read to tell text from binary files
 constexpr size_t kLineSearchBytes = size_t{1} << 20;
+constexpr int kMaxThreads = 1024;  // encoding threads (the tokenizer trains on at most 128)
 
 bool hidden(const fs::path& p) {
   const std::string n = p.filename().string();
@@ -37,7 +39,9 @@ bool hidden(const fs::path& p) {
 }
 
 // The offset of the first byte that is not part of valid UTF-8 text (a NUL counts as binary), or
-// npos. A sequence cut by the end of `s` is invalid: chunks end at character boundaries.
+// npos. A sequence cut by the end of `s` is invalid: chunks end at character boundaries. Valid
+// is the Unicode standard's well-formed UTF-8 (its table 3-7): no overlong forms (C0, C1, E0 80,
+// F0 80), no surrogates (ED A0 to ED BF) and nothing past U+10FFFF (F4 90 and above, F5 to FF).
 size_t first_invalid_utf8(std::string_view s) {
   const auto* p = reinterpret_cast<const unsigned char*>(s.data());
   const size_t n = s.size();
@@ -53,7 +57,13 @@ size_t first_invalid_utf8(std::string_view s) {
                       : (c >= 0xF0 && c <= 0xF4) ? 3
                                                  : -1;
     if (extra < 0 || i + static_cast<size_t>(extra) >= n) return i;
-    for (int k = 1; k <= extra; ++k)
+    // The second byte's range narrows after E0 (overlong), ED (surrogates), F0 (overlong) and F4
+    // (past U+10FFFF); after any other lead it is 80 to BF.
+    const unsigned char second = p[i + 1];
+    const unsigned char lo = c == 0xE0 ? 0xA0 : c == 0xF0 ? 0x90 : 0x80;
+    const unsigned char hi = c == 0xED ? 0x9F : c == 0xF4 ? 0x8F : 0xBF;
+    if (second < lo || second > hi) return i;
+    for (int k = 2; k <= extra; ++k)
       if ((p[i + static_cast<size_t>(k)] & 0xC0) != 0x80) return i;
     i += static_cast<size_t>(extra) + 1;
   }
@@ -187,8 +197,10 @@ class ShardSeries {
 };
 
 // The output folder is written as DIR.tmp-<pid>-<random> beside it (a name drawn at random and made
-// exclusively: nothing planted beside DIR is written into) and renamed at the end; destroyed before
-// then (an error), the temporary folder is removed and DIR never appears half written.
+// exclusively: nothing planted beside DIR is written into), claimed while this process writes it
+// (io::FolderClaim), and renamed at the end; destroyed before then (an error, a stop), the
+// temporary folder is removed and DIR never appears half written. The leftovers of runs that did
+// not end so (a kill) are removed once DIR is in place.
 class OutputFolder {
  public:
   explicit OutputFolder(const std::string& dir) : dir_(fs::path(dir).lexically_normal()) {
@@ -210,6 +222,7 @@ class OutputFolder {
                              temp) != 0)
       user_error("cannot write output folder '{}': {}", dir, std::strerror(errno));
     temp_ = temp;
+    claim_.claim(temp);
   }
   ~OutputFolder() {
     std::error_code ec;
@@ -224,12 +237,15 @@ class OutputFolder {
     if (fs::exists(dir_, ec)) fs::remove(dir_, ec);  // empty, checked above
     fs::rename(temp_, dir_, ec);
     if (ec) user_error("cannot write output folder '{}': {}", dir_.string(), ec.message());
-    io::fsync_folder(dir_.parent_path().empty() ? "." : dir_.parent_path().string());
+    const std::string parent = dir_.parent_path().empty() ? "." : dir_.parent_path().string();
+    io::fsync_folder(parent);
     done_ = true;
+    io::remove_leftovers(parent, dir_.filename().string());
   }
 
  private:
   fs::path dir_, temp_;
+  io::FolderClaim claim_;
   bool done_ = false;
 };
 
@@ -317,6 +333,8 @@ std::vector<std::string> corpus_files(const std::vector<std::string>& inputs) {
   for (const std::string& in : inputs) {
     std::error_code ec;
     const fs::file_status st = fs::status(in, ec);
+    if (ec && ec != std::errc::no_such_file_or_directory)
+      user_error("cannot read input '{}': {}", in, ec.message());  // a loop of links, say
     if (!fs::exists(st)) user_error("input '{}' does not exist", in);
     if (fs::is_directory(st)) {
       std::vector<std::string> found;
@@ -325,11 +343,20 @@ std::vector<std::string> corpus_files(const std::vector<std::string>& inputs) {
       if (ec) user_error("cannot read input folder '{}': {}", in, ec.message());
       for (; it != end; it.increment(ec)) {
         if (ec) user_error("cannot read input folder '{}': {}", in, ec.message());
+        // What an entry is, asked without exceptions: a link to itself or a loop of links
+        // is named with the folder, not left to the library's text.
+        // (A link to nothing is no file, as before.)
+        const bool folder = it->is_directory(ec);
+        const bool file = !ec && it->is_regular_file(ec);
+        if (ec == std::errc::no_such_file_or_directory) ec.clear();
+        if (ec)
+          user_error("cannot read '{}' in input folder '{}': {}", it->path().string(), in,
+                     ec.message());
         if (hidden(it->path())) {
-          if (it->is_directory()) it.disable_recursion_pending();
+          if (folder) it.disable_recursion_pending();
           continue;
         }
-        if (it->is_regular_file()) found.push_back(it->path().string());
+        if (file) found.push_back(it->path().string());
       }
       std::sort(found.begin(), found.end());
       if (found.empty()) user_error("input folder '{}' holds no files", in);
@@ -362,7 +389,8 @@ TokenizeSummary tokenize(const TokenizeConfig& cfg) {
   if (!(cfg.validation_fraction >= 0 && cfg.validation_fraction < 1))
     user_error("--val-fraction {} must be in [0, 1)", cfg.validation_fraction);
   if (cfg.shard_tokens < 1) user_error("--shard-tokens {} must be at least 1", cfg.shard_tokens);
-  if (cfg.threads < 0) user_error("--threads {} must be 0 (every core) or more", cfg.threads);
+  if (cfg.threads < 0 || cfg.threads > kMaxThreads)
+    user_error("--threads {} must be 0 (every core) or from 1 to {}", cfg.threads, kMaxThreads);
   if (cfg.output_dir.empty()) user_error("tandem tokenize needs an output folder (--out DIR)");
   std::ostream& out = cfg.out != nullptr ? *cfg.out : std::cout;
   const int threads = cfg.threads > 0
@@ -376,6 +404,9 @@ TokenizeSummary tokenize(const TokenizeConfig& cfg) {
     total += n;
     files.push_back({std::move(f), n});
   }
+  // SIGTERM or SIGINT: the run stops at the next batch of chunks (after the tokenizer's training,
+  // which cannot be cut short) and removes what it wrote; a second signal ends it at once.
+  const StopSignals signals("tandem tokenize", "the text being encoded, writing nothing");
   OutputFolder folder(cfg.output_dir);
 
   std::vector<std::string> paths;
@@ -406,7 +437,9 @@ TokenizeSummary tokenize(const TokenizeConfig& cfg) {
   TokenizeProgress progress(out, cfg.out == nullptr && io::is_terminal(stdout), cfg.progress,
                             total);
   uint64_t done = 0;
+  TokenizeSummary stopped;  // the temporary folder is removed with `folder`
   for (;;) {
+    if ((stopped.stopped_by = StopSignals::received()) != 0) return stopped;
     std::vector<Chunk> batch;
     Chunk c;
     while (batch.size() < static_cast<size_t>(4 * threads) && reader.next(c))
@@ -421,6 +454,7 @@ TokenizeSummary tokenize(const TokenizeConfig& cfg) {
     progress.update(done, train.tokens() + val.tokens(), false);
   }
   progress.update(done, train.tokens() + val.tokens(), true);
+  if ((stopped.stopped_by = StopSignals::received()) != 0) return stopped;
 
   const nlohmann::json index = {{"format", "tandem token shards"},
                                 {"version", kShardsFormatVersion},

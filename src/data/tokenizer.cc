@@ -6,6 +6,7 @@
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <fstream>
 #include <string_view>
@@ -140,6 +141,9 @@ std::string number_after(const std::string& text, std::string_view prefix, size_
   return text.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
 }
 
+// SentencePiece's trainer refuses more threads (a machine with more cores trains on this many).
+constexpr int kMostTrainingThreads = 128;
+
 // SentencePiece's refusals of a vocabulary size, in tandem's words.
 [[noreturn]] void vocab_refused(const std::string& message, int vocab_size) {
   if (const std::string most = number_after(message, "Please set it to a value <= "); !most.empty())
@@ -192,7 +196,14 @@ Tokenizer Tokenizer::load(const std::string& path) {
 }
 
 Tokenizer Tokenizer::train(const std::vector<std::string>& files, int vocab_size, int threads) {
-  if (vocab_size < 1) user_error("--vocab-size {} must be at least 1", vocab_size);
+  // Checked here, not left to SentencePiece's own check lines: the 256 byte tokens and the
+  // unknown, start and end tokens come first.
+  constexpr int kLeastVocab = 256 + 3 + 1;
+  if (vocab_size < kLeastVocab)
+    user_error(
+        "--vocab-size {} is too small: the 256 byte tokens and 3 control tokens come first, so a "
+        "vocabulary holds at least {}",
+        vocab_size, kLeastVocab);
   Lines lines(files);
   if (lines.done()) user_error("the corpus has no text to train a tokenizer on");
   const std::unordered_map<std::string, std::string> args = {
@@ -207,7 +218,7 @@ Tokenizer Tokenizer::train(const std::vector<std::string>& files, int vocab_size
       {"max_sentence_length", std::to_string(kMaxLineBytes)},
       {"input_sentence_size", std::to_string(kMaxTrainingLines)},
       {"shuffle_input_sentence", "true"},
-      {"num_threads", std::to_string(std::max(1, threads))},
+      {"num_threads", std::to_string(std::clamp(threads, 1, kMostTrainingThreads))},
       {"minloglevel", "2"},
   };
   auto impl = std::make_unique<Impl>();

@@ -29,7 +29,9 @@ namespace tandem::exec {
 namespace fs = std::filesystem;
 namespace {
 
-constexpr const char* kCacheFormat = "tandem-jit-2 (sha256 recorded)";
+constexpr const char* kCacheFormat = "tandem-jit-3 (sha256 recorded, key symbol)";
+// The symbol every module defines: its cache key, checked after a module is loaded from the cache.
+constexpr const char* kKeySymbol = "tandem_jit_key";
 
 std::mutex g_mutex;  // guards the counters and the table of loaded modules
 JitStats g_stats;
@@ -244,6 +246,20 @@ void compile_entry(const std::string& cxx, const std::vector<std::string>& flags
                std::strerror(errno));
 }
 
+// `source` with the definition of kKeySymbol (the cache key) appended, visible whatever the flags.
+std::string with_key_symbol(const std::string& source, const std::string& key) {
+  return fmt::format(
+      "{}\nextern \"C\" __attribute__((visibility(\"default\"))) const char {}[] = \"{}\";\n",
+      source, kKeySymbol, key);
+}
+
+// Whether the loaded module is the one compiled for `key`: a library and a record replaced
+// together (their SHA-256s agree) pass the check before loading, not this one.
+bool defines_key(void* handle, const std::string& key) {
+  const auto* got = static_cast<const char*>(dlsym(handle, kKeySymbol));
+  return got != nullptr && std::strncmp(got, key.c_str(), key.size() + 1) == 0;
+}
+
 }  // namespace
 
 std::vector<std::string> default_jit_flags() {
@@ -294,19 +310,34 @@ std::shared_ptr<JitModule> jit_compile(const std::string& source, const JitOptio
   struct stat st;
   const bool present = ::lstat(so.c_str(), &st) == 0;
   const std::string why = present ? mismatch(so, sum) : "";
-  if (!present || !why.empty()) {
-    if (!why.empty())
+  auto compile = [&](const std::string& reason) {
+    if (!reason.empty())
       fmt::print(
           stderr,
           "tandem: the JIT cache entry {} is not what was compiled ({}); compiling it again\n",
-          so.string(), why);
+          so.string(), reason);
     const fs::path src = dir / (key + ".cc");
-    write_private_file(src.string(), source);
+    write_private_file(src.string(), with_key_symbol(source, key));
     compile_entry(cxx, flags, src, so, sum);
     compiled_now = true;
-  }
+  };
+  if (!present || !why.empty()) compile(why);
   void* handle = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) user_error("cannot load JIT module {}: {}", so.string(), dlerror());
+  if (!compiled_now && !defines_key(handle, key)) {
+    // Damaged as a mismatch is: compiled again, then loaded from its new file.
+    dlclose(handle);
+    compile(fmt::format("it does not define {} as {}", kKeySymbol, key));
+    handle = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (handle == nullptr) user_error("cannot load JIT module {}: {}", so.string(), dlerror());
+  }
+  if (!defines_key(handle, key)) {
+    dlclose(handle);
+    user_error(
+        "the JIT module {} loads as another library (one of that name stays loaded in this "
+        "process); remove the cache entry and run again",
+        so.string());
+  }
   auto module = std::make_shared<JitModule>(handle, so.string(), key, compiled_now);
   std::lock_guard<std::mutex> lock(g_mutex);
   ++(compiled_now ? g_stats.compiles : g_stats.disk_hits);

@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -28,12 +29,21 @@ std::string folder_of(const std::string& path) {
   return parent.empty() ? std::string(".") : parent.string();
 }
 
-// Whether a leftover temporary's tail names a process that is gone (or this one): a running
-// process's temporary is its own business (two exports to one folder at once).
-bool is_leftover(std::string_view tail) {
+// Whether the temporary folder at `path`, named with `tail`, is a leftover: its name's process is
+// gone (or is this one), and nobody claims it (a running writer's folder is its own business: two
+// exports to one folder at once). The claim also covers a writer whose pid this process cannot
+// see; the pid, the moment between a folder's mkdir and its claim.
+bool is_leftover(const fs::path& path, std::string_view tail) {
   long pid = 0;
   if (!is_temporary_tail(tail, &pid)) return false;
-  return pid == ::getpid() || (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH);
+  if (pid != ::getpid() && !(::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH))
+    return false;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return errno == ENOTDIR;  // a file left by an older writer: nobody claims it
+  // Held (EWOULDBLOCK): a writer's. Another failure (a filesystem without flock): the pid decides.
+  const bool claimed = ::flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+  ::close(fd);
+  return !claimed;
 }
 
 // A folder path without trailing separators, so that "ckpt/" and "ckpt" name the same folder and
@@ -186,6 +196,7 @@ FolderReplacement::FolderReplacement(const std::string& dir, FolderWriteHooks ho
   if (create_unique_folder(parent_, fmt::format("{}.tmp-{}-", base_, ::getpid()), 0755, tmp_) != 0)
     user_error("cannot write '{}': cannot create a temporary folder in '{}': {}{}", dir, parent_,
                errno_text(errno), unchanged_);
+  claim_.claim(tmp_);  // where flock is not supported, the pid in its name protects it alone
 }
 
 FolderReplacement::~FolderReplacement() {
@@ -275,12 +286,34 @@ void FolderReplacement::commit() {
   }
 
   // What interrupted saves left behind: `dir` is now complete, so none of it is needed.
+  remove_leftovers(parent.string(), base_);
+}
+
+FolderClaim::~FolderClaim() {
+  if (fd_ >= 0) ::close(fd_);  // releases the lock
+}
+
+int FolderClaim::claim(const std::string& path) {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd_ < 0) return errno;
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    ::close(fd_);
+    fd_ = -1;
+    return err;
+  }
+  return 0;
+}
+
+void remove_leftovers(const std::string& parent, const std::string& base) {
+  std::error_code ec;
   for (const auto& entry : fs::directory_iterator(parent, ec)) {
     const std::string name = entry.path().filename().string();
     for (std::string_view kind : {".tmp-", ".old-"}) {
-      const std::string prefix = base_ + std::string(kind);
+      const std::string prefix = base + std::string(kind);
       if (name.size() > prefix.size() && name.compare(0, prefix.size(), prefix) == 0 &&
-          is_leftover(std::string_view(name).substr(prefix.size())))
+          is_leftover(entry.path(), std::string_view(name).substr(prefix.size())))
         fs::remove_all(entry.path(), ec);
     }
   }

@@ -670,8 +670,8 @@ void final_backward(const GPTConfig& c, const FinalParams& w, const FinalParams&
   norm_backward(c, dx, dw.ln_f_w, dw.ln_f_b, dlnf, x, w.ln_f_w, a, K::LnfMean, K::LnfRstd, N);
 }
 
-void final_probabilities(const GPTConfig& c, const FinalParams& w, const FinalActivations& a,
-                         Workspace& ws, int B, int T, int first, int rows, float* probs) {
+void final_logits(const GPTConfig& c, const FinalParams& w, const FinalActivations& a,
+                  Workspace& ws, int B, int T, int first, int rows, float* logits) {
   check_buffers(c, a, "", B, T);
   ws.check_fits(c, B, T);
   const int C = c.d_model, V = c.vocab_size;
@@ -679,10 +679,14 @@ void final_probabilities(const GPTConfig& c, const FinalParams& w, const FinalAc
     user_error("GPT head rows [{}, {}) are outside the batch's {} tokens", first, first + rows,
                B * T);
   a.visit(FinalAct::LnfOut, [&](const auto* lnf) {
-    lm_head_forward(probs, lnf + static_cast<int64_t>(first) * C, w.wte, rows, C, V,
-                    ws.matmul());  // logits
+    lm_head_forward(logits, lnf + static_cast<int64_t>(first) * C, w.wte, rows, C, V, ws.matmul());
   });
-  crossentropy_forward(nullptr, probs, probs, nullptr, rows, V);
+}
+
+void final_probabilities(const GPTConfig& c, const FinalParams& w, const FinalActivations& a,
+                         Workspace& ws, int B, int T, int first, int rows, float* probs) {
+  final_logits(c, w, a, ws, B, T, first, rows, probs);
+  crossentropy_forward(nullptr, probs, probs, nullptr, rows, c.vocab_size);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@
 #include <cctype>
 #include <optional>
 
+#include "tandem/core/abbreviated.h"
 #include "tandem/core/error.h"
 
 namespace tandem::schedule {
@@ -76,9 +77,12 @@ std::optional<Core> read_core(std::string_view text, bool open_ag) {
   return std::nullopt;
 }
 
+// Names and their parts are shown abbreviated: a name 18 000 overlaps deep is not a message.
 [[noreturn]] void bad(std::string_view name, const std::string& what) {
-  user_error("schedule '{}': {}; {}", name, what, kGrammar);
+  user_error("schedule '{}': {}; {}", abbreviated(name), what, kGrammar);
 }
+
+std::string shown(std::string_view part) { return abbreviated(part, 60); }
 
 struct Part {
   CollectiveRecipe recipe;
@@ -90,7 +94,7 @@ Part read_part(std::string_view name, std::string_view text) {
   if (text.empty()) bad(name, "an empty part (two '|' in a row, or one at an end)");
   if (text.substr(0, 2) != "ol") {
     auto c = read_core(text, false);
-    if (!c) bad(name, fmt::format("'{}' is not a schedule part", text));
+    if (!c) bad(name, fmt::format("'{}' is not a schedule part", shown(text)));
     out.recipe.move = c->move;
     out.recipe.fuse = c->fuse;
     out.loops = c->loops;
@@ -109,11 +113,11 @@ Part read_part(std::string_view name, std::string_view text) {
           fmt::format(
               "in '{}', an overlap's block count is written ol[BLOCKS] with BLOCKS a whole number "
               "from 1 to 999999 without leading zeros",
-              text));
+              shown(text)));
     out.recipe.blocks = std::stoi(std::string(digits));
     if (out.recipe.blocks == kDefaultBlocks)
-      bad(name, fmt::format("in '{}', {} blocks is the default: write ol(...) without [{}]", text,
-                            kDefaultBlocks, kDefaultBlocks));
+      bad(name, fmt::format("in '{}', {} blocks is the default: write ol(...) without [{}]",
+                            shown(text), kDefaultBlocks, kDefaultBlocks));
     rest = rest.substr(close + 1);
   }
   bool open_ag = false;
@@ -122,7 +126,7 @@ Part read_part(std::string_view name, std::string_view text) {
     rest = rest.substr(0, rest.size() - 3);
   }
   if (rest.size() < 2 || rest.front() != '(' || rest.back() != ')')
-    bad(name, fmt::format("'{}' is not an overlap: write ol(...) around a part", text));
+    bad(name, fmt::format("'{}' is not an overlap: write ol(...) around a part", shown(text)));
   std::string_view inner = rest.substr(1, rest.size() - 2);
   if (inner.substr(0, 3) == "MM,") {
     out.recipe.overlap_matmul = true;
@@ -137,7 +141,7 @@ Part read_part(std::string_view name, std::string_view text) {
     bad(name, fmt::format("'{}' overlaps nothing: an overlap names MM (the matmul producing the "
                           "collective's input), "
                           "P2P (the send its result reaches), or both",
-                          text));
+                          shown(text)));
   auto c = read_core(inner, open_ag);
   if (!c) {
     if (open_ag)
@@ -145,13 +149,13 @@ Part read_part(std::string_view name, std::string_view text) {
           fmt::format(
               "in '{}', ol(...)-AG closes the overlap before the gather, so it holds a part that "
               "sends its slices (RS-C-P2P, RS-fused(C)-P2P or fused(RS-C)-P2P), not '{}'",
-              text, inner));
-    bad(name, fmt::format("in '{}', '{}' is not a schedule part", text, inner));
+              shown(text), shown(inner)));
+    bad(name, fmt::format("in '{}', '{}' is not a schedule part", shown(text), shown(inner)));
   }
   if (!open_ag && out.recipe.overlap_send && c->move == Move::ReorderTransfers)
     bad(name,
         fmt::format("in '{}', a part that sends its slices overlaps with its send as ol({}{})-AG",
-                    text, out.recipe.overlap_matmul ? "MM," : "",
+                    shown(text), out.recipe.overlap_matmul ? "MM," : "",
                     core(c->move, c->fuse, c->loops.value_or(false) ? "fused(C)" : "C", true)));
   out.recipe.move = c->move;
   out.recipe.fuse = c->fuse;
@@ -176,9 +180,9 @@ std::vector<std::string> read_slice(std::string_view name, std::string_view text
       bad(name,
           fmt::format(
               "'+slice({})' must list input names (letters, digits, '_' and '.') separated by ','",
-              text));
+              shown(text)));
     if (std::find(out.begin(), out.end(), input) != out.end())
-      bad(name, fmt::format("'+slice({})' lists '{}' twice", text, input));
+      bad(name, fmt::format("'+slice({})' lists '{}' twice", shown(text), shown(input)));
     out.emplace_back(input);
     if (comma == std::string_view::npos) break;
     at = comma + 1;
@@ -236,7 +240,8 @@ Recipe Recipe::parse(std::string_view name) {
   if (plus != std::string_view::npos) {
     const std::string_view tail = name.substr(plus);
     if (tail.substr(0, 7) != "+slice(")
-      bad(name, fmt::format("'{}' follows the parts; the only suffix is +slice(INPUT,...)", tail));
+      bad(name,
+          fmt::format("'{}' follows the parts; the only suffix is +slice(INPUT,...)", shown(tail)));
     r.slice = read_slice(name, tail.substr(7));
     body = name.substr(0, plus);
   }

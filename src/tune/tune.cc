@@ -448,13 +448,20 @@ TuneResult tune(const dsl::Program& program, comm::Communicator& comm, const Tun
   }
   record.winner = choose_winner(record.candidates);
   if (record.winner.empty()) {
-    // One UserError behind every failure (a cache folder that cannot be written, a compiler that
-    // does not run) is the user's to fix, not a fault of the schedules.
+    // UserErrors behind every failure (a cache folder that cannot be written, each schedule's
+    // in a shard folder of its own; a compiler that does not run) are the user's to fix, not a
+    // fault of the schedules: the first is said, as train says it.
     const auto& all = record.candidates;
-    if (!all.empty() && std::all_of(all.begin(), all.end(), [&](const CandidateTiming& c) {
-          return c.user_error && c.error == all.front().error;
-        }))
-      user_error("tune: program '{}': {}", program.name(), all.front().error);
+    if (!all.empty() && std::all_of(all.begin(), all.end(),
+                                    [&](const CandidateTiming& c) { return c.user_error; })) {
+      const bool same = std::all_of(all.begin(), all.end(), [&](const CandidateTiming& c) {
+        return c.error == all.front().error;
+      });
+      user_error("tune: program '{}': {}{}", program.name(), all.front().error,
+                 same || all.size() == 1 ? std::string()
+                                         : fmt::format(" (schedule {}; the other {} failed alike)",
+                                                       all.front().name, all.size() - 1));
+    }
     std::string why;
     for (const CandidateTiming& c : record.candidates)
       why += fmt::format("\n  {}: {}", c.name, c.error);

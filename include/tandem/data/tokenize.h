@@ -35,6 +35,7 @@ struct TokenizeSummary {
   uint64_t files = 0, text_bytes = 0;
   uint64_t train_tokens = 0, validation_tokens = 0;
   int train_shards = 0, validation_shards = 0;
+  int stopped_by = 0;  // the signal (SIGTERM, SIGINT) that stopped it, writing nothing; or 0
 };
 
 // The sorted list of text files `inputs` names (folders searched recursively, hidden entries

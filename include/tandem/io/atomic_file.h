@@ -13,8 +13,9 @@
 // filesystems) take two renames instead, DIR -> DIR.old-<pid>-<random> then the temporary -> DIR;
 // a crash between them leaves no DIR but a complete DIR.old-..., which resolve_folder() finds. So
 // a reader that opens resolve_folder(DIR) always sees either the old folder or the new one, whole.
-// One writer per folder at a time: concurrent writers to the same DIR are not supported (the
-// leftovers step 3 removes are those of processes no longer running).
+// One writer per folder at a time: concurrent writers to the same DIR are not supported, but none
+// removes another's temporary folder: the leftovers step 3 removes are those whose writer is gone
+// (FolderClaim).
 // Every temporary name is drawn at random and created exclusively (core/file_io.h), so nothing
 // planted in P is opened or blocks a save; a DIR or a file that is a symbolic link is refused.
 #pragma once
@@ -96,6 +97,29 @@ struct FolderWriteHooks {
 void replace_folder_atomic(const std::string& dir, const std::vector<FolderFile>& files,
                            const FolderWriteHooks& hooks = {});
 
+// A temporary folder's claim by the process writing it: an flock held on the folder itself (the
+// lock moves with the folder when it is renamed) for as long as the writer lives. Leftovers are
+// only folders nobody claims, so a running writer's folder is never taken for debris, whatever
+// process ids say (a writer in another pid namespace, a reused id).
+class FolderClaim {
+ public:
+  FolderClaim() = default;
+  ~FolderClaim();
+  FolderClaim(const FolderClaim&) = delete;
+  FolderClaim& operator=(const FolderClaim&) = delete;
+  // Claims the folder at `path` (opened without following a link); 0 or the errno (a filesystem
+  // without flock: the pid in the folder's name is then its only protection).
+  int claim(const std::string& path);
+
+ private:
+  int fd_ = -1;
+};
+
+// Removes from `parent` what interrupted writes of folder `base` left: "<base>.tmp-<pid>-<random>"
+// and "<base>.old-<pid>-<random>" whose writer is gone (nobody claims the folder, and its pid is
+// not running or is this process's). Best effort: what cannot be removed stays.
+void remove_leftovers(const std::string& parent, const std::string& base);
+
 // The same procedure for a caller that writes the files itself, at its own pace (a checkpoint
 // streamed tensor by tensor): the constructor checks `dir` and creates DIR.tmp-<pid> (step 1),
 // open_file() and close_file() write each file, commit() swaps the folder in (steps 2 and 3).
@@ -129,6 +153,7 @@ class FolderReplacement {
   bool existed_ = false;
   bool committed_ = false;
   std::string unchanged_;
+  FolderClaim claim_;  // on tmp_, while this writes it
   std::vector<std::unique_ptr<AtomicFile>> open_;
 };
 

@@ -476,6 +476,9 @@ void final_backward(const GPTConfig& c, const FinalParams& w, const FinalParams&
 // output, e.g. the last position's for sampling. The caller holds just the rows it asks for.
 void final_probabilities(const GPTConfig& c, const FinalParams& w, const FinalActivations& a,
                          Workspace& ws, int B, int T, int first, int rows, float* probs);
+// The same rows' logits (rows, V), before the softmax: what sampling at a temperature divides.
+void final_logits(const GPTConfig& c, const FinalParams& w, const FinalActivations& a,
+                  Workspace& ws, int B, int T, int first, int rows, float* logits);
 
 // ---------------------------------------------------------------------------------------------
 // The whole model.

@@ -76,6 +76,14 @@ TEST_F(HostileIndex, WronglyTypedFieldsNameTheField) {
             prefix() +
                 ": 'validation.text_bytes' must be a non-negative integer (it is an object of 0 "
                 "members)");
+  EXPECT_EQ(refusal([](auto& j) { j["validation"]["text_bytes"] = 0; }),
+            prefix() + ": 'validation.text_bytes' is 0 but the validation split holds " +
+                std::to_string(index_["validation"]["tokens"].get<uint64_t>()) +
+                " tokens: they came from some text");
+  EXPECT_EQ(refusal([](auto& j) { j["validation"].erase("text_bytes"); }),
+            prefix() + ": 'validation.text_bytes' is missing but the validation split holds " +
+                std::to_string(index_["validation"]["tokens"].get<uint64_t>()) +
+                " tokens: they came from some text");
   EXPECT_EQ(refusal([](auto& j) { j["tokenizer_sha256"] = 5; }),
             prefix() + ": 'tokenizer_sha256' must be a string (it is 5)");
 }

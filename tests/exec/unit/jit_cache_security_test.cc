@@ -1,6 +1,7 @@
 // The JIT cache against a hostile or careless neighbour: no shared fallback folder, no planted
 // link followed, private modes whatever the umask, folders and files of another user refused, and
-// a corrupt entry (garbage, truncated, another program's library) compiled again, saying so.
+// a corrupt entry (garbage, truncated, another program's library, with its record or without)
+// compiled again, saying so.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <pwd.h>
@@ -278,6 +279,29 @@ TEST_F(JitCacheSecurity, AnotherLibraryAtThePathIsCompiledAgain) {
   EXPECT_TRUE(m->compiled_now());
   EXPECT_EQ(call(m, 11, 1), 11 + line());
   EXPECT_NE(err.find("SHA-256 differs"), std::string::npos) << err;
+}
+
+// 4. Another library and its record, replaced together (their SHA-256s agree): the module
+// loaded is not the one compiled for the key, and is compiled again; it used to be run, and the
+// missing symbol was an internal error.
+TEST_F(JitCacheSecurity, AnotherLibraryWithItsRecordIsCompiledAgain) {
+  const std::string key = compile_and_unload(15);
+  const std::string other = compile_and_unload(16);
+  fs::copy_file(so_of(other), so_of(key), fs::copy_options::overwrite_existing);
+  fs::copy_file(shard(other) / (other + ".sha256"), shard(key) / (key + ".sha256"),
+                fs::copy_options::overwrite_existing);
+  ::testing::internal::CaptureStderr();
+  auto m = jit_compile(source(15), options_);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_TRUE(m->compiled_now());
+  EXPECT_EQ(call(m, 15, 1), 15 + line());
+  EXPECT_NE(err.find(so_of(key).string()), std::string::npos) << err;
+  EXPECT_NE(err.find("does not define tandem_jit_key"), std::string::npos) << err;
+  EXPECT_NE(err.find("compiling it again"), std::string::npos) << err;
+  m.reset();
+  ::testing::internal::CaptureStderr();
+  EXPECT_FALSE(jit_compile(source(15), options_)->compiled_now());  // repaired: a disk hit
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
 }
 
 // 4. An entry without its record (it cannot be checked) is compiled again; a repaired entry is a

@@ -170,5 +170,31 @@ TEST(ReplaceFolder, KilledDuringTheFirstSave) {
   EXPECT_EQ(read_file(target + "/one.txt"), "1:new");
 }
 
+// A process id that is no longer running: a child's, once it has exited.
+long atomic_file_dead_pid() {
+  const pid_t pid = ::fork();
+  if (pid == 0) ::_exit(0);
+  ::waitpid(pid, nullptr, 0);
+  return pid;
+}
+
+// What a save removes beside its folder: leftovers of writers that are gone, never a folder a
+// writer claims (a writer in another pid namespace looks gone by its pid), nor another folder's.
+TEST(ReplaceFolder, RemovesOnlyLeftoversNobodyClaims) {
+  ScratchDir dir;
+  const std::string dead = std::to_string(atomic_file_dead_pid());
+  for (const std::string& name :
+       {"ckpt.tmp-" + dead + "-abc", "ckpt.old-" + dead + "-def", "ckpt.tmp-" + dead + "-claimed",
+        std::string("ckpt.tmp-1-notours"), "other.tmp-" + dead + "-abc"})
+    std::filesystem::create_directories(dir.path(name) + "/sub");
+  FolderClaim claim;
+  ASSERT_EQ(claim.claim(dir.path("ckpt.tmp-" + dead + "-claimed")), 0);
+  replace_folder_atomic(dir.path("ckpt"), {{"a.txt", [](AtomicFile& f) { f.write("a"); }}});
+  // pid 1 (init) runs: its folder stays too.
+  EXPECT_EQ(dir.list(),
+            (std::vector<std::string>{"ckpt", "ckpt.tmp-1-notours", "ckpt.tmp-" + dead + "-claimed",
+                                      "other.tmp-" + dead + "-abc"}));
+}
+
 }  // namespace
 }  // namespace tandem::io

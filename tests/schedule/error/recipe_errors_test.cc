@@ -163,6 +163,27 @@ TEST(RecipeErrors, EnumerateOneCollectiveOfAnother) {
   }
 }
 
+// A name of any length gives one short line: a name 18 000 overlaps deep gave a 324 KB message.
+// Names and their parts are shown cut in the middle, with their length; control characters as '?'.
+TEST(RecipeErrors, LongNamesAreAbbreviated) {
+  std::string deep;
+  for (int i = 0; i < 18000; ++i) deep += "ol(";
+  deep += "AR-C";
+  for (int i = 0; i < 18000; ++i) deep += ")";
+  const std::string message = parse_error(deep);
+  EXPECT_LT(message.size(), 1000u) << message.size();
+  EXPECT_EQ(head(message),
+            "schedule 'ol(ol(ol(ol(ol(ol(ol(ol(ol(ol(ol(ol(ol(...))))))))))))))))))) (72004 "
+            "characters)': 'ol(ol(ol(ol(ol(ol(ol(ol(ol...)))))))))))) (72004 characters)' overlaps "
+            "nothing: an overlap names MM (the matmul producing the collective's input), P2P (the "
+            "send its result reaches), or both");
+  for (const std::string& name :
+       {"AR-C+slice(" + std::string(20000, 'a') + ",a,a)", "AR-C+" + std::string(20000, 'q'),
+        "ol(MM," + std::string(20000, 'x') + ")", std::string(20000, 'z') + "|AR-C"})
+    EXPECT_LT(parse_error(name).size(), 1000u) << parse_error(name).substr(0, 200);
+  EXPECT_EQ(head(parse_error("AR\nC")), "schedule 'AR?C': 'AR?C' is not a schedule part");
+}
+
 // A misspelt name in a preference list is an error naming where the list came from, wherever it
 // stands (a well-formed name the program does not allow is passed over: preference_test.cc).
 TEST(RecipeErrors, AMisspeltPreferenceIsAnError) {

@@ -51,7 +51,12 @@ TEST(GridFlags, EachMistakeIsOneClearError) {
       {"plan --model tiny --ranks 4 --memory-budget 1GiB",
        "--ranks plans across grids and chooses --memory-budget: leave it out"},
       {"plan --model tiny --ranks 2 --link-gbps 0",
-       "--link-gbps 0 must be a positive number of Gbit/s"},
+       "--link-gbps 0 must be a number of Gbit/s from 0.001 to 1000000"},
+      // Accepted, it printed a step time of 300 digits and 0 tokens/s.
+      {"plan --model tiny --ranks 2 --link-gbps 1e-300",
+       "--link-gbps 1e-300 must be a number of Gbit/s from 0.001 to 1000000"},
+      {"plan --model tiny --ranks 2 --link-gbps 1e300",
+       "--link-gbps 1e+300 must be a number of Gbit/s from 0.001 to 1000000"},
       {"plan --model tiny --ranks 2 --memory-per-rank lots",
        "--memory-per-rank: 'lots' is not a size: write a number of bytes or one with a unit, e.g. "
        "600MiB, 1.5GiB, 2G"},

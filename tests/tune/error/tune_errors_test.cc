@@ -216,6 +216,29 @@ TEST(TuneErrors, TheSameSetUpErrorForEveryCandidateIsTheUsers) {
                                      "cache folder '/ro/cache': Read-only file system"));
 }
 
+// Each candidate failing with its own UserError (a read-only cache folder: each schedule's
+// kernel in a shard folder of its own) is the user's too: the first is said. It was "internal
+// error ... this is a bug".
+class RefusingEachExecutor final : public Executor {
+ public:
+  std::string name() const override { return "refusing each"; }
+  std::unique_ptr<exec::Runner> prepare(const schedule::Plan& plan, comm::Communicator&,
+                                        const dsl::SymbolMap&, size_t) override {
+    user_error("cannot create the cache folder '/ro/cache/{}': Permission denied",
+               plan.name.size());
+  }
+};
+
+TEST(TuneErrors, SetUpErrorsOfTheUserForEveryCandidateAreTheUsers) {
+  TuneOptions o = quick({{"N", 64}});
+  o.executor = std::make_shared<RefusingEachExecutor>();
+  const std::string e = error_of([&] { tune_threads(dsl::workloads::adam(), 2, o); });
+  EXPECT_THAT(e, ::testing::HasSubstr("tune: program 'adam': set-up failed: cannot create the "
+                                      "cache folder '/ro/cache/"));
+  EXPECT_THAT(e, ::testing::MatchesRegex(".*Permission denied \\(schedule .*; the other [0-9]+ "
+                                         "failed alike\\)"));
+}
+
 TEST(TuneCliErrors, FlagsCli11Rejects) {
   for (const std::string args : {"tune adam --ranks two", "tune", "tune adam --bogus", "emit"}) {
     const testing::CommandResult r = testing::run_tandem(args);
