@@ -18,10 +18,10 @@
 #include "tandem/comm/agree.h"
 #include "tandem/comm/communicator.h"
 #include "tandem/comm/mpi.h"
+#include "tandem/core/bytes.h"
 #include "tandem/core/error.h"
 #include "tandem/data/token_corpus.h"
 #include "tandem/io/checkpoint.h"
-#include "tandem/ooc/bytes.h"
 #include "tandem/train/grid_plan.h"
 #include "tandem/train/hf_folder.h"
 #include "tandem/train/memory_estimate.h"
@@ -412,14 +412,14 @@ void add_across_flags(CLI::App* cmd, GridFlags& g) {
 uint64_t memory_per_rank(const GridFlags& g, const train::TrainConfig& cfg) {
   if (!g.memory_per_rank.empty()) {
     try {
-      const uint64_t bytes = ooc::parse_bytes(g.memory_per_rank);
+      const uint64_t bytes = parse_bytes(g.memory_per_rank);
       if (bytes == 0) user_error("must be more than 0");
       return bytes;
     } catch (const UserError& e) {
       user_error("--memory-per-rank: {}", e.what());
     }
   }
-  const auto avail = train::available_memory();
+  const auto avail = available_memory();
   if (!avail)
     user_error(
         "--ranks {}: the memory available here is unknown; give the memory each rank may use "
