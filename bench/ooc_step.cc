@@ -28,10 +28,10 @@
 
 #include "tandem/comm/thread.h"
 #include "tandem/core/blas.h"
+#include "tandem/core/bytes.h"
 #include "tandem/core/error.h"
 #include "tandem/core/rng.h"
 #include "tandem/nn/gpt.h"
-#include "tandem/ooc/bytes.h"
 #include "tandem/ooc/memory_schedule.h"
 #include "tandem/ooc/model.h"
 #include "tandem/ooc/plan.h"
@@ -172,11 +172,10 @@ int bench(const Options& o, comm::Communicator& world) {
     std::printf(
         "in-core fast-tier need (keep-all peak): %s (%llu bytes); per unit: input %s, buffers %s "
         "(attention) and %s (MLP); workspace %s\n",
-        ooc::human_bytes(need).c_str(), static_cast<unsigned long long>(need),
-        ooc::human_bytes(keep.input_bytes()).c_str(),
-        ooc::human_bytes(keep.buffers_bytes(0)).c_str(),
-        ooc::human_bytes(keep.buffers_bytes(1)).c_str(),
-        ooc::human_bytes(keep.regions()[static_cast<size_t>(keep.workspace())].bytes).c_str());
+        human_bytes(need).c_str(), static_cast<unsigned long long>(need),
+        human_bytes(keep.input_bytes()).c_str(), human_bytes(keep.buffers_bytes(0)).c_str(),
+        human_bytes(keep.buffers_bytes(1)).c_str(),
+        human_bytes(keep.regions()[static_cast<size_t>(keep.workspace())].bytes).c_str());
   }
 
   // The slow tier, sized for the plans that swap the most (every unit), at least the probe.
@@ -188,8 +187,8 @@ int bench(const Options& o, comm::Communicator& world) {
   std::printf(
       "slow tier: %s, capacity %s; bandwidth (128 MiB, 8 MiB transfers): write %.2f GB/s, read "
       "%.2f GB/s\n",
-      tier->describe().c_str(), ooc::human_bytes(tier->capacity()).c_str(),
-      bw.write_bytes_per_s / 1e9, bw.read_bytes_per_s / 1e9);
+      tier->describe().c_str(), human_bytes(tier->capacity()).c_str(), bw.write_bytes_per_s / 1e9,
+      bw.read_bytes_per_s / 1e9);
 
   // The profile, as the trainer measures it: every unit recomputed from its own input (so each
   // unit's forward, backward and recompute are timed), one step to warm up, then each time the
@@ -219,7 +218,7 @@ int bench(const Options& o, comm::Communicator& world) {
   const ooc::SmallestBudget smallest = ooc::smallest_budget(chain, profile);
   std::printf(
       "smallest budget any plan fits: %s (%llu bytes, %.1f%% of the in-core need), plan %s%s\n\n",
-      ooc::human_bytes(smallest.bytes).c_str(), static_cast<unsigned long long>(smallest.bytes),
+      human_bytes(smallest.bytes).c_str(), static_cast<unsigned long long>(smallest.bytes),
       100.0 * static_cast<double>(smallest.bytes) / static_cast<double>(need),
       smallest.plan.str().c_str(),
       smallest.proven ? "" : " (search cut short: not proven smallest)");
@@ -246,8 +245,8 @@ int bench(const Options& o, comm::Communicator& world) {
       std::printf(
           "budget %s (%s): no plan fits, smallest %s (%llu bytes, %.1f%%): measured there "
           "instead\n  [%s]\n",
-          pct_label(pct).c_str(), ooc::human_bytes(budget).c_str(),
-          ooc::human_bytes(smallest.bytes).c_str(), static_cast<unsigned long long>(smallest.bytes),
+          pct_label(pct).c_str(), human_bytes(budget).c_str(), human_bytes(smallest.bytes).c_str(),
+          static_cast<unsigned long long>(smallest.bytes),
           100.0 * static_cast<double>(smallest.bytes) / static_cast<double>(need), e.what());
       budget = smallest.bytes;
       bool seen = false;  // an earlier budget already fell back to the smallest
@@ -268,7 +267,7 @@ int bench(const Options& o, comm::Communicator& world) {
     for (const ooc::Evaluated& b : r.baselines)
       if (!b.fits)
         none += fmt::format(" {} ({} needs {});", slug(b.strategy), b.plan.str(),
-                            ooc::human_bytes(b.prediction.peak_bytes));
+                            human_bytes(b.prediction.peak_bytes));
     if (!none.empty())
       std::printf("budget %s: do not fit:%s\n", pct_label(pct).c_str(), none.c_str());
   }
@@ -279,7 +278,7 @@ int bench(const Options& o, comm::Communicator& world) {
     tier = ooc::open_slow_tier(tier_spec, tier_max);
   }
   std::printf("distinct plans: %zu; slow tier used up to %s of %s\n", runs.size(),
-              ooc::human_bytes(tier_max).c_str(), ooc::human_bytes(tier->capacity()).c_str());
+              human_bytes(tier_max).c_str(), human_bytes(tier->capacity()).c_str());
 
   // The check before timing: gradients of every plan bitwise those of in-core training.
   in_core.grads().fill(0.0f);
@@ -384,7 +383,7 @@ int bench(const Options& o, comm::Communicator& world) {
     std::printf(
         "%-14s %-10s %-14s %-14s %8.3f %17s %8.3fx %8.3f %9.3f %+7.1f%% %8.3f %8.3f %11llu %11llu "
         "%4s %7.3f\n",
-        label.c_str(), ooc::human_bytes(row.budget).c_str(), slug(row.strategy),
+        label.c_str(), human_bytes(row.budget).c_str(), slug(row.strategy),
         (r.plan.str() + (row.optimal ? "" : "*")).c_str(), med,
         fmt::format("({:.3f}-{:.3f})", *lo, *hi).c_str(), med / in_core_med, median(r.step_s),
         r.predicted.step_s, 100.0 * err, median(r.compute_s), r.predicted.compute_s,

@@ -16,10 +16,10 @@
 #include "choices.h"
 #include "commands.h"
 #include "tandem/comm/communicator.h"
+#include "tandem/core/bytes.h"
 #include "tandem/core/error.h"
 #include "tandem/data/token_corpus.h"
 #include "tandem/io/checkpoint.h"
-#include "tandem/ooc/bytes.h"
 #include "tandem/train/grid_plan.h"
 #include "tandem/train/hf_folder.h"
 #include "tandem/train/trainer.h"
@@ -410,7 +410,7 @@ train::TrainConfig::GridAuto grid_request(const GridFlags& g) {
   train::TrainConfig::GridAuto r{g.ranks, std::nullopt, g.link_gbps};
   if (g.memory_per_rank.empty()) return r;
   try {
-    const uint64_t bytes = ooc::parse_bytes(g.memory_per_rank);
+    const uint64_t bytes = parse_bytes(g.memory_per_rank);
     if (bytes == 0) user_error("must be more than 0");
     r.memory_per_rank = bytes;
   } catch (const UserError& e) {

@@ -6,8 +6,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "tandem/core/bytes.h"
 #include "tandem/core/error.h"
-#include "tandem/ooc/bytes.h"
 
 namespace tandem::ooc {
 

@@ -8,8 +8,8 @@
 #include <numeric>
 
 #include "tandem/core/allocator.h"
+#include "tandem/core/bytes.h"
 #include "tandem/core/error.h"
-#include "tandem/ooc/bytes.h"
 
 namespace tandem::ooc {
 namespace {

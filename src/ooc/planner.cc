@@ -6,8 +6,8 @@
 #include <array>
 #include <limits>
 
+#include "tandem/core/bytes.h"
 #include "tandem/core/error.h"
-#include "tandem/ooc/bytes.h"
 
 namespace tandem::ooc {
 namespace {

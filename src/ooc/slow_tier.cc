@@ -19,9 +19,9 @@
 #include <random>
 #include <system_error>
 
+#include "tandem/core/bytes.h"
 #include "tandem/core/error.h"
 #include "tandem/core/file_io.h"
-#include "tandem/ooc/bytes.h"
 
 namespace tandem::ooc {
 namespace fs = std::filesystem;

@@ -12,6 +12,7 @@
 #include <memory>
 #include <vector>
 
+#include "tandem/core/bytes.h"
 #include "tandem/ooc/slow_tier.h"
 #include "tandem/ooc/transfer_engine.h"
 
@@ -48,10 +49,7 @@ class TieredState {
  private:
   void prefetch(size_t i);
   uint64_t half(size_t i) const {
-    return round_up(static_cast<uint64_t>(lengths_[i]) * sizeof(float));
-  }
-  static uint64_t round_up(uint64_t b) {
-    return (b + ooc::kIoAlignment - 1) / ooc::kIoAlignment * ooc::kIoAlignment;
+    return round_up(static_cast<uint64_t>(lengths_[i]) * sizeof(float), ooc::kIoAlignment);
   }
 
   std::vector<int64_t> lengths_;

@@ -19,12 +19,12 @@
 #include "tandem/comm/mpi.h"
 #include "tandem/comm/thread.h"
 #include "tandem/core/blas.h"
+#include "tandem/core/bytes.h"
 #include "tandem/core/clock.h"
 #include "tandem/core/error.h"
 #include "tandem/core/gemm.h"
 #include "tandem/core/tensor.h"
 #include "tandem/nn/gpt.h"
-#include "tandem/ooc/bytes.h"
 #include "tandem/ooc/memory_schedule.h"
 #include "tandem/ooc/plan.h"
 #include "tandem/ooc/planner.h"
@@ -172,7 +172,7 @@ void measure_link(int p, Rates& r) {
   const double moved = 2.0 * (p - 1) / p * static_cast<double>(kLinkBytes);
   r.link_bytes_per_s = moved / std::max(median(big) - r.link_latency_s, 1e-9);
   r.link_source = fmt::format("measured: an in-process all-reduce of {} over {} threads",
-                              ooc::human_bytes(kLinkBytes), p);
+                              human_bytes(kLinkBytes), p);
 }
 
 ooc::TierBandwidth tier_rates(const ooc::TierSpec& spec) {
@@ -700,9 +700,8 @@ GridPlan plan_grids(const TrainConfig& base, int ranks, uint64_t memory_per_rank
       if (ev.option) {
         plan.options.push_back(std::move(*ev.option));
       } else {
-        plan.refused.push_back(
-            {describe_config(cfg),
-             fmt::format("needs at least {} a rank", ooc::human_bytes(ev.least_bytes))});
+        plan.refused.push_back({describe_config(cfg), fmt::format("needs at least {} a rank",
+                                                                  human_bytes(ev.least_bytes))});
       }
     }
   }
@@ -713,8 +712,8 @@ GridPlan plan_grids(const TrainConfig& base, int ranks, uint64_t memory_per_rank
     user_error(
         "no grid of {} ranks fits {} a rank: the smallest memory per rank that works is {} "
         "(--memory-per-rank {}), with {}",
-        ranks, ooc::human_bytes(memory_per_rank), ooc::human_bytes(least->first),
-        size_flag(kib * 1024), least->second);
+        ranks, human_bytes(memory_per_rank), human_bytes(least->first), size_flag(kib * 1024),
+        least->second);
   }
   std::stable_sort(plan.options.begin(), plan.options.end(),
                    [](const GridOption& a, const GridOption& b) { return a.step_s < b.step_s; });
@@ -731,7 +730,7 @@ std::string grid_plan_report(const GridPlan& plan) {
       c.model.llama()
           ? fmt::format(", {} key/value heads, MLP {}", c.model.n_kv_heads(), c.model.mlp_width())
           : "",
-      c.batch, c.model.seq_len, plan.ranks, ooc::human_bytes(plan.memory_per_rank));
+      c.batch, c.model.seq_len, plan.ranks, human_bytes(plan.memory_per_rank));
   std::vector<std::string> gemms;
   for (const auto& [tp, f] : r.gemm_flops_per_s)
     gemms.push_back(fmt::format("tp{} {:.1f}", tp, f / 1e9));
@@ -750,14 +749,13 @@ std::string grid_plan_report(const GridPlan& plan) {
     const std::string acts =
         o.cfg.memory_budget.empty()
             ? "in-core"
-            : fmt::format("out-of-core in {}",
-                          ooc::human_bytes(ooc::parse_bytes(o.cfg.memory_budget)));
+            : fmt::format("out-of-core in {}", human_bytes(parse_bytes(o.cfg.memory_budget)));
     out += fmt::format(
         "{:<17}{:<10}{:<14}{:<34}{:>12}{:>9.4f}s{:>12.0f}  {:.4f} + {:.4f} + {:.4f} + {:.4f} + "
         "{:.4f} + {:.4f}  [{}]\n",
         o.cfg.grid.str(), parallel::sharding_name(o.cfg.optimizer.sharding),
-        o.cfg.model_state ? "streamed" : "memory", acts, ooc::human_bytes(o.memory_per_rank),
-        o.step_s, o.tokens_per_s, o.compute_s, o.comm_s, o.stall_s, o.io_s, o.bubble_s, o.dp_s,
+        o.cfg.model_state ? "streamed" : "memory", acts, human_bytes(o.memory_per_rank), o.step_s,
+        o.tokens_per_s, o.compute_s, o.comm_s, o.stall_s, o.io_s, o.bubble_s, o.dp_s,
         flags_of(o.cfg));
   }
   if (!plan.refused.empty()) {
@@ -779,7 +777,7 @@ std::string grid_choice_line(const GridPlan& plan) {
       "--grid auto: {} ({}), the fastest of {} configuration{} of {} ranks that fit {} a rank, "
       "predicted {:.4f} s a step",
       flags_of(b.cfg), b.activations, plan.options.size(), plan.options.size() == 1 ? "" : "s",
-      plan.ranks, ooc::human_bytes(plan.memory_per_rank), b.step_s);
+      plan.ranks, human_bytes(plan.memory_per_rank), b.step_s);
 }
 
 }  // namespace tandem::train

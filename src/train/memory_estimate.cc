@@ -1,26 +1,24 @@
 // A run's memory estimated from its config (the shard layout, the out-of-core planner's in-core
-// need), the memory this machine has for it (/proc/meminfo, the cgroup limit), and the refusal of
-// a run that cannot fit.
+// need) and the refusal of a run that cannot fit the memory this machine has for it
+// (core/available_memory.h).
 #include "tandem/train/memory_estimate.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <sys/resource.h>
 #include <sys/statvfs.h>
 
 #include <algorithm>
 #include <cstdlib>
-#include <fstream>
 #include <map>
-#include <sstream>
 #include <utility>
 #include <vector>
 
 #include "tandem/comm/mpi.h"
+#include "tandem/core/available_memory.h"
+#include "tandem/core/bytes.h"
 #include "tandem/core/dtype.h"
 #include "tandem/core/env.h"
 #include "tandem/core/error.h"
-#include "tandem/ooc/bytes.h"
 #include "tandem/ooc/memory_schedule.h"
 #include "tandem/ooc/plan.h"
 #include "tandem/parallel/block_store.h"
@@ -33,83 +31,6 @@ namespace tandem::train {
 namespace {
 
 constexpr uint64_t kF32 = sizeof(float);
-
-// The first line of a small file, or "" when it cannot be read.
-std::string first_line(const std::string& path) {
-  std::ifstream f(path);
-  std::string line;
-  std::getline(f, line);
-  return line;
-}
-
-std::optional<uint64_t> number_in(const std::string& path) {
-  const std::string text = first_line(path);
-  if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos)
-    return std::nullopt;
-  return std::strtoull(text.c_str(), nullptr, 10);
-}
-
-std::optional<uint64_t> mem_available() {
-  std::ifstream f("/proc/meminfo");
-  std::string key, unit;
-  uint64_t kib = 0;
-  while (f >> key >> kib) {
-    std::getline(f, unit);
-    if (key == "MemAvailable:") return kib * 1024;
-  }
-  return std::nullopt;
-}
-
-// The room under this process's cgroup memory limit, with the limit file's name; nothing when
-// there is no limit (or no cgroup file to read).
-std::optional<AvailableMemory> cgroup_room() {
-  std::ifstream f("/proc/self/cgroup");
-  std::string line;
-  while (std::getline(f, line)) {
-    // v2: "0::/path"; v1: "N:memory:/path" (the controllers may be a list: "N:cpu,memory:/p").
-    const size_t a = line.find(':'), b = line.find(':', a + 1);
-    if (a == std::string::npos || b == std::string::npos) continue;
-    const std::string controllers = line.substr(a + 1, b - a - 1);
-    const std::string path = line.substr(b + 1);
-    const bool v2 = line.substr(0, a) == "0" && controllers.empty();
-    bool memory = false;
-    std::stringstream list(controllers);
-    for (std::string c; std::getline(list, c, ',');) memory = memory || c == "memory";
-    if (!v2 && !memory) continue;
-    const std::string root = v2 ? "/sys/fs/cgroup" : "/sys/fs/cgroup/memory";
-    const char* limit_file = v2 ? "memory.max" : "memory.limit_in_bytes";
-    const char* usage_file = v2 ? "memory.current" : "memory.usage_in_bytes";
-    // Inside a container the process's own cgroup is often the mount's root.
-    for (const std::string& dir : {root + (path == "/" ? "" : path), root}) {
-      const std::optional<uint64_t> limit = number_in(dir + "/" + limit_file);  // "max": none
-      if (!limit) continue;
-      if (*limit >= (uint64_t{1} << 60)) return std::nullopt;  // v1's "no limit"
-      const uint64_t used = number_in(dir + "/" + usage_file).value_or(0);
-      return AvailableMemory{
-          *limit > used ? *limit - used : 0,
-          fmt::format("the room under the cgroup limit {} ({} of {} used)", dir + "/" + limit_file,
-                      ooc::human_bytes(used), ooc::human_bytes(*limit))};
-    }
-  }
-  return std::nullopt;
-}
-
-// The room under this process's address-space limit (RLIMIT_AS, `ulimit -v`) less what it has
-// mapped already (VmSize); nothing without a limit. Past it an allocation fails (or the
-// allocator retries, spinning) however much memory the machine has.
-std::optional<AvailableMemory> address_space_room() {
-  rlimit limit{};
-  if (::getrlimit(RLIMIT_AS, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return std::nullopt;
-  std::ifstream f("/proc/self/status");
-  uint64_t mapped = 0;
-  for (std::string line; std::getline(f, line);)
-    if (line.rfind("VmSize:", 0) == 0) mapped = std::strtoull(line.c_str() + 7, nullptr, 10) * 1024;
-  const uint64_t cap = limit.rlim_cur;
-  return AvailableMemory{cap > mapped ? cap - mapped : 0,
-                         fmt::format("the room under the address-space limit (ulimit -v) of {} ({} "
-                                     "mapped)",
-                                     ooc::human_bytes(cap), ooc::human_bytes(mapped))};
-}
 
 // One rank's need at its grid coordinates (gradients are as many bytes as parameters).
 // With --shard weights, `sharded` is the blocks' weights, gradients and moments (their slices and
@@ -227,19 +148,17 @@ uint64_t budget_holds(const TrainConfig& cfg, const RankNeed& n) {
 
 std::string MemoryEstimate::str() const {
   std::vector<std::string> parts = {
-      "parameters " + ooc::human_bytes(parameters), "gradients " + ooc::human_bytes(gradients),
-      "optimizer state " + ooc::human_bytes(optimizer),
-      "exchange buffers " + ooc::human_bytes(exchange),
+      "parameters " + human_bytes(parameters), "gradients " + human_bytes(gradients),
+      "optimizer state " + human_bytes(optimizer), "exchange buffers " + human_bytes(exchange),
       (activations_budgeted ? "activations (--memory-budget) " : "activations ") +
-          ooc::human_bytes(activations)};
+          human_bytes(activations)};
   if (sharded_blocks > 0)
-    parts.push_back("sharded blocks (--shard weights) " + ooc::human_bytes(sharded_blocks));
-  if (model_state_slots > 0)
-    parts.push_back("model-state slots " + ooc::human_bytes(model_state_slots));
+    parts.push_back("sharded blocks (--shard weights) " + human_bytes(sharded_blocks));
+  if (model_state_slots > 0) parts.push_back("model-state slots " + human_bytes(model_state_slots));
   if (model_state_host > 0)
-    parts.push_back("model-state tier (host) " + ooc::human_bytes(model_state_host));
-  if (checkpoint > 0) parts.push_back("checkpoint buffers " + ooc::human_bytes(checkpoint));
-  return fmt::format("{} on this machine ({} rank{}: {})", ooc::human_bytes(total()), ranks,
+    parts.push_back("model-state tier (host) " + human_bytes(model_state_host));
+  if (checkpoint > 0) parts.push_back("checkpoint buffers " + human_bytes(checkpoint));
+  return fmt::format("{} on this machine ({} rank{}: {})", human_bytes(total()), ranks,
                      ranks == 1 ? "" : "s", fmt::join(parts, ", "));
 }
 
@@ -265,7 +184,7 @@ MemoryEstimate estimate_memory(const TrainConfig& cfg) {
     if (e.activations_budgeted) {
       // With --model-state the budget holds the model state in memory too: the store's slots and
       // the embeddings and ln_f (weights, gradients, moments).
-      const uint64_t budget = ooc::parse_budget(cfg.memory_budget, n.activations);
+      const uint64_t budget = parse_budget(cfg.memory_budget, n.activations);
       const uint64_t held = budget_holds(cfg, n);
       e.activations += times * (budget > held ? budget - held : 0);
     } else {
@@ -299,25 +218,6 @@ RankMemory rank_memory(const TrainConfig& cfg, int tp_rank, int stage) {
   return r;
 }
 
-std::optional<AvailableMemory> available_memory() {
-  const std::string stated = env_str("TANDEM_MEMORY_LIMIT", "");
-  if (stated == "off") return std::nullopt;
-  if (!stated.empty()) {
-    try {
-      return AvailableMemory{ooc::parse_bytes(stated), "TANDEM_MEMORY_LIMIT"};
-    } catch (const UserError& e) {
-      user_error("TANDEM_MEMORY_LIMIT: {} (give a size such as 16GiB, or off)", e.what());
-    }
-  }
-  std::optional<AvailableMemory> best;
-  if (const auto bytes = mem_available())
-    best = AvailableMemory{*bytes, "MemAvailable in /proc/meminfo"};
-  if (const auto room = cgroup_room(); room && (!best || room->bytes < best->bytes)) best = room;
-  if (const auto room = address_space_room(); room && (!best || room->bytes < best->bytes))
-    best = room;
-  return best;
-}
-
 void check_memory(const TrainConfig& cfg) {
   const std::optional<AvailableMemory> avail = available_memory();
   if (!avail) return;
@@ -330,7 +230,7 @@ void check_memory(const TrainConfig& cfg) {
     note = fmt::format(
         "; its parameters, gradients, optimizer state and exchange buffers alone "
         "need {}, which no --memory-budget changes",
-        ooc::human_bytes(fixed));
+        human_bytes(fixed));
     if (!cfg.model_state)
       advice.push_back(
           "keep the model's blocks (weights, gradients, optimizer state) in a file "
@@ -340,7 +240,7 @@ void check_memory(const TrainConfig& cfg) {
         "train out-of-core with --memory-budget (e.g. --memory-budget 25% keeps the saved "
         "activations in a quarter of their {}, the rest swapped or recomputed: "
         "docs/out-of-core.md)",
-        ooc::human_bytes(e.activations_in_core)));
+        human_bytes(e.activations_in_core)));
   else
     advice.push_back("give a smaller --memory-budget");
   advice.push_back(
@@ -351,7 +251,7 @@ void check_memory(const TrainConfig& cfg) {
       "this run needs about {}, but {} is available ({}){}. To fit, {}. "
       "TANDEM_MEMORY_LIMIT=SIZE states the memory available instead of what this machine "
       "reports (off: no check)",
-      e.str(), ooc::human_bytes(avail->bytes), avail->source, note, fmt::join(advice, "; or "));
+      e.str(), human_bytes(avail->bytes), avail->source, note, fmt::join(advice, "; or "));
 }
 
 void check_eval_memory(const nn::GPTConfig& model, int rows, int seq_len) {
@@ -370,8 +270,8 @@ void check_eval_memory(const nn::GPTConfig& model, int rows, int seq_len) {
       "a time), but {} is available ({}). To fit, give a smaller --batch (or --seq-len). "
       "TANDEM_MEMORY_LIMIT=SIZE states the memory available instead of what this machine "
       "reports (off: no check)",
-      ooc::human_bytes(weights + activations), ooc::human_bytes(weights),
-      ooc::human_bytes(activations), rows, seq_len, ooc::human_bytes(avail->bytes), avail->source);
+      human_bytes(weights + activations), human_bytes(weights), human_bytes(activations), rows,
+      seq_len, human_bytes(avail->bytes), avail->source);
 }
 
 std::string memory_line(const TrainConfig& cfg) {
@@ -379,7 +279,7 @@ std::string memory_line(const TrainConfig& cfg) {
   const std::optional<AvailableMemory> avail = available_memory();
   return fmt::format(
       "  memory estimate: {}; {}\n", e.str(),
-      avail ? fmt::format("{} available ({})", ooc::human_bytes(avail->bytes), avail->source)
+      avail ? fmt::format("{} available ({})", human_bytes(avail->bytes), avail->source)
             : std::string("the available memory is unknown (not checked)"));
 }
 
@@ -426,10 +326,10 @@ std::string largest_model_line(const TrainConfig& cfg) {
       lo == most ? "at least " : "", c.model.n_layers,
       static_cast<double>(nn::gpt_num_parameters(c.model)) / 1e9,
       lo == most ? fmt::format("the search, which stops at {} layers", kMostLayers)
-      : by_disk  ? fmt::format("the disk of {} ({} free for the model state's tier)",
-                               cfg.model_state->dir, ooc::human_bytes(*disk))
-                 : fmt::format("memory ({} available, {})", ooc::human_bytes(avail->bytes),
-                               avail->source));
+      : by_disk
+          ? fmt::format("the disk of {} ({} free for the model state's tier)", cfg.model_state->dir,
+                        human_bytes(*disk))
+          : fmt::format("memory ({} available, {})", human_bytes(avail->bytes), avail->source));
 }
 
 }  // namespace tandem::train

@@ -10,9 +10,9 @@
 #include <ostream>
 
 #include "tandem/core/blas.h"
+#include "tandem/core/bytes.h"
 #include "tandem/core/error.h"
 #include "tandem/exec/jit.h"
-#include "tandem/ooc/bytes.h"
 #include "tandem/parallel/model.h"
 #include "tandem/train/model_config.h"
 #include "tandem/tune/cache.h"
@@ -48,9 +48,8 @@ OutOfCore::OutOfCore(const TrainConfig& cfg, const parallel::Grid& grid, int mic
     : cfg_(cfg),
       chain_(parallel::ParallelGPT::chain_layout(cfg.model, grid, micro_rows, cfg.model.seq_len,
                                                  micro_batches)),
-      budget_(
-          ooc::parse_budget(cfg.memory_budget,
-                            ooc::MemorySchedule(chain_, ooc::keep_all(chain_.units)).peak_bytes())),
+      budget_(parse_budget(cfg.memory_budget,
+                           ooc::MemorySchedule(chain_, ooc::keep_all(chain_.units)).peak_bytes())),
       tier_spec_(cfg.slow_tier),
       engines_(engines),
       runtime_(std::make_unique<ooc::Runtime>(cfg.model, micro_rows, cfg.model.seq_len, budget_)) {
@@ -97,8 +96,8 @@ void OutOfCore::reserve(uint64_t bytes, const std::string& what) {
     user_error(
         "--memory-budget {} holds {} ({}) and the activations, which need at least {} (plan {}): "
         "give at least {} ({} bytes)",
-        ooc::human_bytes(total), what, ooc::human_bytes(bytes), ooc::human_bytes(low.bytes),
-        low.plan.str(), ooc::human_bytes(bytes + low.bytes), bytes + low.bytes);
+        human_bytes(total), what, human_bytes(bytes), human_bytes(low.bytes), low.plan.str(),
+        human_bytes(bytes + low.bytes), bytes + low.bytes);
   if (least_reserved_for_.empty()) {
     least_reserved_ = bytes;
     least_reserved_for_ = what;
@@ -244,13 +243,13 @@ std::string OutOfCore::plan_line() const {
   std::string line = fmt::format(
       "  out-of-core: budget {}{}, slow tier {}; plan {}: predicted {:.3f} s forward+backward, "
       "peak {} [{}; profile {}]\n  baselines:",
-      ooc::human_bytes(budget_), budget_note(),
-      tier_ != nullptr ? tier_->describe() : tier_spec_.str(), brief(plan()), p.step_s,
-      ooc::human_bytes(p.peak_bytes), how, from_cache_ ? "from the cache" : "measured");
+      human_bytes(budget_), budget_note(), tier_ != nullptr ? tier_->describe() : tier_spec_.str(),
+      brief(plan()), p.step_s, human_bytes(p.peak_bytes), how,
+      from_cache_ ? "from the cache" : "measured");
   for (const ooc::Evaluated& b : planned_.baselines)
     line +=
         fmt::format(" {} {:.3f} s at {}{};", ooc::strategy_name(b.strategy), b.prediction.step_s,
-                    ooc::human_bytes(b.prediction.peak_bytes), b.fits ? "" : " (does not fit)");
+                    human_bytes(b.prediction.peak_bytes), b.fits ? "" : " (does not fit)");
   line.back() = '\n';
   return line;
 }
@@ -258,8 +257,7 @@ std::string OutOfCore::plan_line() const {
 std::string OutOfCore::budget_note() const {
   if (reserved_ == 0) return "";
   return fmt::format(" for the activations (--memory-budget {} less {} for {})",
-                     ooc::human_bytes(budget_ + reserved_), ooc::human_bytes(reserved_),
-                     reserved_for_);
+                     human_bytes(budget_ + reserved_), human_bytes(reserved_), reserved_for_);
 }
 
 std::string OutOfCore::summary_line() const {
@@ -267,8 +265,8 @@ std::string OutOfCore::summary_line() const {
   return fmt::format(
       "tandem train: out-of-core high-water {} of a {} budget{} (predicted peak {}); "
       "forward+backward {:.3f} s median measured vs {:.3f} s predicted ({:+.1f}%)\n",
-      ooc::human_bytes(high_water_), ooc::human_bytes(budget_), budget_note(),
-      ooc::human_bytes(predicted_.peak_bytes), m, p, m > 0 ? (p / m - 1) * 100 : 0.0);
+      human_bytes(high_water_), human_bytes(budget_), budget_note(),
+      human_bytes(predicted_.peak_bytes), m, p, m > 0 ? (p / m - 1) * 100 : 0.0);
 }
 
 std::string OutOfCore::report() const {
@@ -284,13 +282,12 @@ std::string OutOfCore::report() const {
                    : d == ooc::Decision::Recompute ? 3
                                                    : 4;
     r += fmt::format("{:<11}{:<13}{:>12}{:>12}{:>10.3f}s{:>10.3f}s{:>10.3f}s\n",
-                     chain_.unit_name(j), names[di], ooc::human_bytes(s.input_bytes()),
-                     ooc::human_bytes(s.buffers_bytes(j)),
-                     profile_.forward_s[static_cast<size_t>(j)],
+                     chain_.unit_name(j), names[di], human_bytes(s.input_bytes()),
+                     human_bytes(s.buffers_bytes(j)), profile_.forward_s[static_cast<size_t>(j)],
                      profile_.backward_s[static_cast<size_t>(j)], profile_.recompute(j));
   }
   r += fmt::format("workspace {}; slow tier {}: write {:.2f} GB/s, read {:.2f} GB/s\n\n",
-                   ooc::human_bytes(s.regions()[static_cast<size_t>(s.workspace())].bytes),
+                   human_bytes(s.regions()[static_cast<size_t>(s.workspace())].bytes),
                    tier_spec_.str(), profile_.write_bytes_per_s / 1e9,
                    profile_.read_bytes_per_s / 1e9);
   r += fmt::format("{:<42}{:>10}{:>12}{:>12}  {:<14}{}\n", "strategy", "step", "peak", "vs in-core",
@@ -299,7 +296,7 @@ std::string OutOfCore::report() const {
       planned_.baselines.empty() ? 0 : planned_.baselines.front().prediction.step_s;
   auto row = [&](std::string_view name, const ooc::Plan& p, const ooc::Prediction& pr, bool fits) {
     r += fmt::format("{:<42}{:>9.3f}s{:>12}{:>11.2f}x  {:<14}{}\n", name, pr.step_s,
-                     ooc::human_bytes(pr.peak_bytes), in_core > 0 ? pr.step_s / in_core : 0.0,
+                     human_bytes(pr.peak_bytes), in_core > 0 ? pr.step_s / in_core : 0.0,
                      fits ? "" : "does not fit", p.str());
   };
   row(forced_ ? "forced (--ooc-plan)" : "planner", plan(), predicted_,
@@ -307,13 +304,13 @@ std::string OutOfCore::report() const {
   for (const ooc::Evaluated& b : planned_.baselines)
     row(ooc::strategy_name(b.strategy), b.plan, b.prediction, b.fits);
   const ooc::SmallestBudget low = ooc::smallest_budget(chain_, profile_);
-  r += fmt::format("\nsmallest budget any plan fits: {} ({} bytes){}, plan {}{}\n",
-                   ooc::human_bytes(low.bytes + least_reserved_), low.bytes + least_reserved_,
-                   least_reserved_ == 0
-                       ? std::string()
-                       : fmt::format(" ({} of it for {})", ooc::human_bytes(least_reserved_),
-                                     least_reserved_for_),
-                   low.plan.str(), low.proven ? "" : " (search cut short: the smallest found)");
+  r += fmt::format(
+      "\nsmallest budget any plan fits: {} ({} bytes){}, plan {}{}\n",
+      human_bytes(low.bytes + least_reserved_), low.bytes + least_reserved_,
+      least_reserved_ == 0
+          ? std::string()
+          : fmt::format(" ({} of it for {})", human_bytes(least_reserved_), least_reserved_for_),
+      low.plan.str(), low.proven ? "" : " (search cut short: the smallest found)");
   return r;
 }
 

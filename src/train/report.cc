@@ -13,10 +13,10 @@
 #include "tandem/comm/agree.h"
 #include "tandem/comm/mpi.h"
 #include "tandem/core/bf16.h"
+#include "tandem/core/bytes.h"
 #include "tandem/core/gemm.h"
 #include "tandem/io/atomic_file.h"
 #include "tandem/io/console.h"
-#include "tandem/ooc/bytes.h"
 #include "tandem/train/memory_estimate.h"
 
 namespace tandem::train::detail {
@@ -193,8 +193,8 @@ std::string RankRun::model_state_line() const {
             : std::string(),
         gather_ahead_text(),
         batches_.micro_batch_count() > 1 ? "summed over the micro-batches in memory" : "in 2 slots",
-        ooc::human_bytes(state_.sharded_bytes() + state_.moment_bytes()),
-        ooc::human_bytes(2 * state_.resident_bytes()));
+        human_bytes(state_.sharded_bytes() + state_.moment_bytes()),
+        human_bytes(2 * state_.resident_bytes()));
     if (!store()) return sharded + "\n";
     sharded += "; each rank's slices streamed from its tier:\n";
   }
@@ -206,7 +206,7 @@ std::string RankRun::model_state_line() const {
       r == 0
           ? std::string()
           : fmt::format(" and h.{}..h.{} resident in {} of memory ({})", store()->end_layer() - r,
-                        store()->end_layer() - 1, ooc::human_bytes(store()->resident_bytes(r)),
+                        store()->end_layer() - 1, human_bytes(store()->resident_bytes(r)),
                         cfg_.resident_blocks.is_auto() ? cfg_.resident_blocks.reason()
                                                        : "--resident-blocks");
   return sharded +
@@ -218,10 +218,10 @@ std::string RankRun::model_state_line() const {
              "the tier's measured {:.2f} GB/s read, {:.2f} GB/s write; the embeddings and ln_f in "
              "memory ({}{})\n",
              store()->first_layer(), store()->end_layer() - 1, store()->describe(),
-             ooc::human_bytes(store()->tier_bytes()), ooc::human_bytes(store()->staging_bytes()),
-             resident_note, ooc::human_bytes(p.read_bytes), ooc::human_bytes(p.written_bytes),
+             human_bytes(store()->tier_bytes()), human_bytes(store()->staging_bytes()),
+             resident_note, human_bytes(p.read_bytes), human_bytes(p.written_bytes),
              store()->predicted_step_io_s(), bw.read_bytes_per_s / 1e9, bw.write_bytes_per_s / 1e9,
-             ooc::human_bytes(2 * state_.resident_bytes() + state_.moment_bytes()),
+             human_bytes(2 * state_.resident_bytes() + state_.moment_bytes()),
              ooc_ ? " of --memory-budget" : "");
 }
 
@@ -304,13 +304,13 @@ void RankRun::print_summary(const TrainResult& result, int64_t ran) {
     const parallel::BlockStore::Traffic t = steps_traffic_, p = store()->predicted_step_traffic();
     const double steps = static_cast<double>(ran);
     auto per_step = [&](uint64_t b) {
-      return ooc::human_bytes(static_cast<uint64_t>(static_cast<double>(b) / steps));
+      return human_bytes(static_cast<uint64_t>(static_cast<double>(b) / steps));
     };
     out_ << fmt::format(
         "tandem train: model state (rank 0): {} read and {} written a step (predicted {} and {}), "
         "the tier busy {:.2f} s of each {:.2f} s step ({:.2f} GB/s while busy)\n",
-        per_step(t.read_bytes), per_step(t.written_bytes), ooc::human_bytes(p.read_bytes),
-        ooc::human_bytes(p.written_bytes), t.busy_s / steps, result.seconds / steps,
+        per_step(t.read_bytes), per_step(t.written_bytes), human_bytes(p.read_bytes),
+        human_bytes(p.written_bytes), t.busy_s / steps, result.seconds / steps,
         t.busy_s > 0 ? static_cast<double>(t.read_bytes + t.written_bytes) / t.busy_s / 1e9 : 0.0);
     if (ooc_) {
       const double measured = ooc_->measured_step_s(), predicted = streamed_step_s();

@@ -8,10 +8,10 @@
 
 #include "tandem/comm/communicator.h"
 #include "tandem/comm/thread.h"
+#include "tandem/core/bytes.h"
 #include "tandem/core/error.h"
 #include "tandem/data/data.h"
 #include "tandem/data/token_corpus.h"
-#include "tandem/ooc/bytes.h"
 #include "tandem/ooc/plan.h"
 
 namespace tandem::train {
@@ -128,7 +128,7 @@ void TrainConfig::validate() const {
       user_error("{}: {}", name, e.what());
     }
   };
-  if (!memory_budget.empty()) flag("--memory-budget", [&] { ooc::parse_budget(memory_budget, 1); });
+  if (!memory_budget.empty()) flag("--memory-budget", [&] { parse_budget(memory_budget, 1); });
   if (plan_only && memory_budget.empty()) user_error("tandem plan needs --memory-budget");
   if (!ooc_plan.empty()) {
     if (memory_budget.empty())

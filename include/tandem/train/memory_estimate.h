@@ -39,6 +39,7 @@
 #include <optional>
 #include <string>
 
+#include "tandem/core/available_memory.h"
 #include "tandem/train/train_config.h"
 
 namespace tandem::train {
@@ -78,17 +79,6 @@ struct RankMemory {
   }
 };
 RankMemory rank_memory(const TrainConfig& cfg, int tp_rank, int stage);
-
-// The memory this process may still use: MemAvailable from /proc/meminfo, or the room left under
-// this process's cgroup limit (v2 memory.max less memory.current; v1 memory.limit_in_bytes less
-// memory.usage_in_bytes) or the room under the address-space limit (RLIMIT_AS less VmSize) when
-// that is less. The TANDEM_MEMORY_LIMIT environment variable states it
-// instead ("16GiB"; "off": no check). Nothing when it cannot be read (or is off).
-struct AvailableMemory {
-  uint64_t bytes = 0;
-  std::string source;  // "MemAvailable in /proc/meminfo", "the cgroup limit ...", ...
-};
-std::optional<AvailableMemory> available_memory();
 
 // Refuses a run whose estimate is more than the available memory: one UserError with the
 // estimate, the memory available and where that figure comes from, and what to change.

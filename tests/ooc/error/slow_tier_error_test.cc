@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "support/scratch.h"
+#include "tandem/core/bytes.h"
 #include "tandem/core/error.h"
-#include "tandem/ooc/bytes.h"
 #include "tandem/ooc/slow_tier.h"
 #include "tandem/ooc/transfer_engine.h"
 

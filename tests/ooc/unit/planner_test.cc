@@ -6,8 +6,8 @@
 
 #include <random>
 
+#include "tandem/core/bytes.h"
 #include "tandem/core/error.h"
-#include "tandem/ooc/bytes.h"
 
 namespace tandem::ooc {
 namespace {

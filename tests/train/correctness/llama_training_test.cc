@@ -10,8 +10,8 @@
 #include <filesystem>
 #include <sstream>
 
+#include "tandem/core/bytes.h"
 #include "tandem/core/error.h"
-#include "tandem/ooc/bytes.h"
 #include "tandem/train/trainer.h"
 #include "train/test_util.h"
 
@@ -99,7 +99,7 @@ TEST(LlamaTraining, OutOfCorePlansBitwiseAsInCore) {
     EXPECT_EQ(r.ooc_plan, plan);
     expect_bitwise(ref, r, plan);
     EXPECT_EQ(r.val_losses, ref.val_losses) << plan;
-    EXPECT_LE(r.ooc_high_water, ooc::parse_bytes(c.memory_budget)) << plan;
+    EXPECT_LE(r.ooc_high_water, parse_bytes(c.memory_budget)) << plan;
   }
 }
 

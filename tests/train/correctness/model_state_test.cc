@@ -14,7 +14,7 @@
 
 #include "support/cli.h"
 #include "support/files.h"
-#include "tandem/ooc/bytes.h"
+#include "tandem/core/bytes.h"
 #include "train/test_util.h"
 
 namespace tandem::train {

@@ -7,8 +7,8 @@
 #include <filesystem>
 #include <sstream>
 
+#include "tandem/core/bytes.h"
 #include "tandem/core/error.h"
-#include "tandem/ooc/bytes.h"
 #include "tandem/train/trainer.h"
 #include "tandem/tune/cache.h"
 #include "train/test_util.h"
@@ -72,7 +72,7 @@ TEST_P(OutOfCore, WeightsBitwiseAsInCoreWithinTheBudget) {
     EXPECT_EQ(r.losses, ref.losses);
     EXPECT_EQ(r.val_losses, ref.val_losses);
     EXPECT_EQ(r.ooc_high_water, r.ooc_predicted_peak) << "the model's peak is the arena's";
-    EXPECT_LE(r.ooc_high_water, ooc::parse_bytes(c.memory_budget));
+    EXPECT_LE(r.ooc_high_water, parse_bytes(c.memory_budget));
     EXPECT_TRUE(std::filesystem::is_empty(swap.path())) << "the swap file must never be visible";
   }
 }

@@ -10,7 +10,7 @@
 #include <sstream>
 
 #include "support/cli.h"
-#include "tandem/ooc/bytes.h"
+#include "tandem/core/bytes.h"
 #include "tandem/train/memory_estimate.h"
 #include "train/test_util.h"
 
@@ -93,13 +93,13 @@ TEST(MemoryCheck, ActivationsThatDoNotFitPointToMemoryBudget) {
                           "ranks over machines (--backend mpi under mpirun). "
                           "TANDEM_MEMORY_LIMIT=SIZE states the memory available instead of what "
                           "this machine reports (off: no check)",
-                          in_core.str(), ooc::human_bytes(in_core.total() - 1),
-                          ooc::human_bytes(in_core.activations)));
+                          in_core.str(), human_bytes(in_core.total() - 1),
+                          human_bytes(in_core.activations)));
   }
   c.memory_budget = "25%";
   const MemoryEstimate budgeted = estimate_memory(c);
   EXPECT_TRUE(budgeted.activations_budgeted);
-  EXPECT_EQ(budgeted.activations, ooc::parse_budget("25%", in_core.activations));
+  EXPECT_EQ(budgeted.activations, parse_budget("25%", in_core.activations));
   EXPECT_EQ(budgeted.total() - budgeted.activations, in_core.total() - in_core.activations);
 }
 

@@ -10,7 +10,7 @@
 #include <algorithm>
 #include <regex>
 
-#include "tandem/ooc/bytes.h"
+#include "tandem/core/bytes.h"
 #include "tandem/parallel/model_state.h"
 #include "tandem/parallel/shard.h"
 #include "tandem/train/memory_estimate.h"
@@ -50,7 +50,7 @@ uint64_t largest_rank(const GridOption& o) {
       const RankMemory m = rank_memory(o.cfg, t, s);
       most = std::max(most, o.cfg.memory_budget.empty()
                                 ? m.in_core()
-                                : m.with_budget(ooc::parse_bytes(o.cfg.memory_budget)));
+                                : m.with_budget(parse_bytes(o.cfg.memory_budget)));
     }
   return most;
 }
@@ -104,7 +104,7 @@ uint64_t smallest_that_works(int ranks) {
     ADD_FAILURE() << e;
     return 0;
   }
-  return ooc::parse_bytes(m[1].str());
+  return parse_bytes(m[1].str());
 }
 
 // At limits from roomy to the least that works, every configuration listed fits, and the
@@ -116,7 +116,7 @@ TEST(GridPlan, EveryConfigurationFitsAndTheFastestIsRecommended) {
   const uint64_t least = smallest_that_works(4);
   ASSERT_LT(least, in_core);
   for (const uint64_t limit : {uint64_t{1} << 30, in_core, (in_core + least) / 2, least}) {
-    SCOPED_TRACE(ooc::human_bytes(limit));
+    SCOPED_TRACE(human_bytes(limit));
     const GridPlan p = plan_grids(model(), 4, limit, rates());
     ASSERT_FALSE(p.options.empty());
     double fastest = p.options.front().step_s;
@@ -149,7 +149,7 @@ TEST(GridPlan, ATooSmallLimitNamesTheSmallestMemoryThatWorks) {
                  "pp=.), --shard (moments|weights), blocks in memory(, activations "
                  "out-of-core)?$")))
       << e;
-  const uint64_t smallest = ooc::parse_bytes(m[1].str());
+  const uint64_t smallest = parse_bytes(m[1].str());
   const GridPlan p = plan_grids(model(), 4, smallest, rates());
   EXPECT_TRUE(std::any_of(p.options.begin(), p.options.end(),
                           [&](const GridOption& o) { return o.cfg.grid.str() == m[2].str(); }));

@@ -5,7 +5,7 @@
 #include <string>
 #include <string_view>
 
-namespace tandem::ooc {
+namespace tandem {
 
 // "1.25 GiB", "600.0 MiB", "4.0 KiB", "12 B".
 std::string human_bytes(uint64_t bytes);
@@ -20,4 +20,4 @@ inline uint64_t round_up(uint64_t bytes, uint64_t multiple) {
   return (bytes + multiple - 1) / multiple * multiple;
 }
 
-}  // namespace tandem::ooc
+}  // namespace tandem

@@ -1,5 +1,5 @@
 // Byte counts: printing and parsing.
-#include "tandem/ooc/bytes.h"
+#include "tandem/core/bytes.h"
 
 #include <fmt/format.h>
 
@@ -11,7 +11,7 @@
 
 #include "tandem/core/error.h"
 
-namespace tandem::ooc {
+namespace tandem {
 namespace {
 
 // The whole of `text` as a number ("1.5"), or nothing.
@@ -81,4 +81,4 @@ uint64_t parse_budget(std::string_view text, uint64_t whole) {
       1, static_cast<uint64_t>(std::floor(static_cast<double>(whole) * *pct / 100.0)));
 }
 
-}  // namespace tandem::ooc
+}  // namespace tandem
