@@ -8,6 +8,7 @@
 #include <cstring>
 #include <exception>
 
+#include "tandem/core/bytes.h"
 #include "tandem/core/error.h"
 
 namespace tandem::parallel {
@@ -15,9 +16,8 @@ namespace {
 
 constexpr uint64_t kBandwidthProbeBytes = 64ull << 20;
 
-uint64_t round_up(uint64_t b) {
-  return (b + ooc::kIoAlignment - 1) / ooc::kIoAlignment * ooc::kIoAlignment;
-}
+// Bytes rounded up to the tier's O_DIRECT alignment.
+uint64_t io_aligned(uint64_t b) { return round_up(b, ooc::kIoAlignment); }
 
 }  // namespace
 
@@ -128,24 +128,24 @@ uint64_t BlockStore::staging_bytes() const {
 }
 
 uint64_t BlockStore::staging_bytes(int64_t block_floats, int64_t piece_floats, int micro_batches) {
-  const uint64_t w = round_up(static_cast<uint64_t>(block_floats) * sizeof(float)),
-                 mv = std::max(2 * round_up(static_cast<uint64_t>(piece_floats) * sizeof(float)),
+  const uint64_t w = io_aligned(static_cast<uint64_t>(block_floats) * sizeof(float)),
+                 mv = std::max(2 * io_aligned(static_cast<uint64_t>(piece_floats) * sizeof(float)),
                                2 * ooc::kIoAlignment);
   return (kWeightSlots + gradient_slots(micro_batches)) * w + kMomentSlots * mv;
 }
 
 uint64_t BlockStore::resident_block_bytes(int64_t block_floats, int64_t piece_floats) {
-  return round_up(static_cast<uint64_t>(block_floats) * sizeof(float)) +
-         2 * round_up(static_cast<uint64_t>(piece_floats) * sizeof(float));
+  return io_aligned(static_cast<uint64_t>(block_floats) * sizeof(float)) +
+         2 * io_aligned(static_cast<uint64_t>(piece_floats) * sizeof(float));
 }
 
 uint64_t BlockStore::weight_bytes() const {
-  return round_up(static_cast<uint64_t>(block_floats_) * sizeof(float));
+  return io_aligned(static_cast<uint64_t>(block_floats_) * sizeof(float));
 }
 
 uint64_t BlockStore::piece_bytes(int layer) const {
   const auto& [b, e] = pieces_[static_cast<size_t>(layer - first_)];
-  return round_up(static_cast<uint64_t>(e - b) * sizeof(float));
+  return io_aligned(static_cast<uint64_t>(e - b) * sizeof(float));
 }
 
 uint64_t BlockStore::resident_bytes(int count) const {
@@ -586,8 +586,8 @@ BlockStore::Traffic BlockStore::predicted_step_traffic(int blocks, int64_t block
                                                        int resident) {
   Traffic t;
   const uint64_t n = static_cast<uint64_t>(blocks), M = static_cast<uint64_t>(micro_batches);
-  const uint64_t w = round_up(static_cast<uint64_t>(block_floats) * sizeof(float)),
-                 piece = round_up(static_cast<uint64_t>(piece_floats) * sizeof(float));
+  const uint64_t w = io_aligned(static_cast<uint64_t>(block_floats) * sizeof(float)),
+                 piece = io_aligned(static_cast<uint64_t>(piece_floats) * sizeof(float));
   // The streamed blocks run one after another as if the resident ones were not there.
   const uint64_t streamed = n - static_cast<uint64_t>(resident);
   const uint64_t misses = streamed > kWeightSlots ? streamed - kWeightSlots : 0;
