@@ -59,7 +59,7 @@ int main(int argc, char** argv) try {
   const bool ok = launch.run([&](comm::Communicator& comm) {
     // Bitwise: the schedule keeps the order of every sum. Only a ring (MPI) of 3 or more ranks
     // differs: it rounds the bf16 sum after each hop where the reference rounds once.
-    const double rtol = comm.backend() == "thread" || comm.size() <= 2 ? 0 : 1e-2;
+    const double rtol = comm.backend() == comm::Backend::Thread || comm.size() <= 2 ? 0 : 1e-2;
     return example::check_against_reference(adam, compiled, comm, {{"N", n}},
                                             example::optimizer_scalars(comm.size()), rtol);
   });

@@ -177,7 +177,7 @@ inline bool check_against_reference(const dsl::Program& program,
   if (place.index == 0)  // one line per group, naming what it compared
     fmt::print(
         "compiled vs reference on {} ranks ({}){}: {}; max |diff| over all ranks {:.3g} ({}): {}\n",
-        comm.size(), comm.backend(),
+        comm.size(), comm::backend_name(comm.backend()),
         program.groups() > 1 ? fmt::format(", group {}", place.group) : "", names, all.get(0),
         rtol == 0 ? "bitwise" : fmt::format("tolerance {:g} relative", rtol),
         ok ? "OK" : "MISMATCH");

@@ -65,7 +65,7 @@ int main(int argc, char** argv) try {
     // the schedule per slice and then across ranks, which rounds differently (a few 2^-24
     // relative; tests/exec/schedule_checks.h derives the bound). ||w|| is over the slice in both. A
     // ring (MPI) of 3 or more ranks also rounds the bf16 sum at each hop.
-    const double rtol = comm.backend() == "thread" || comm.size() <= 2 ? 1e-5 : 1e-2;
+    const double rtol = comm.backend() == comm::Backend::Thread || comm.size() <= 2 ? 1e-5 : 1e-2;
     return example::check_against_reference(lamb, compiled, comm, {{"N", n}},
                                             example::optimizer_scalars(comm.size()), rtol);
   });
