@@ -410,10 +410,33 @@ std::string CudaEmitter::emit_loop(const LoopCtx& ctx) {
           id);
     k += "  }\n";
   }
+  // Prod, Max, Min: the block combines its threads' values (warp shuffles, then shared memory,
+  // warp by warp) and its first thread makes the one compare-and-swap in global memory.
+  std::vector<int> other_ids;
   for (int id : loop.accumulates)
-    if (acc_op(id) != dsl::ReduceOp::Sum)
+    if (acc_op(id) != dsl::ReduceOp::Sum) other_ids.push_back(id);
+  if (scalar_code) {
+    for (int id : other_ids)
       k += fmt::format("  tdm_atomic_combine(acc{0}, av{0}, {1});\n", id,
                        reduce_op_code(acc_op(id)));
+  } else if (!other_ids.empty()) {
+    for (int id : other_ids) {
+      const std::string f = combine_fn(acc_op(id));
+      k += fmt::format("  __shared__ float wa{0}[TDM_THREADS / 32];\n", id);
+      for (int h = 16; h >= 1; h /= 2)
+        k += fmt::format("  av{0} = {1}(av{0}, __shfl_xor_sync(0xffffffffu, av{0}, {2}));\n", id, f,
+                         h);
+      k += fmt::format("  if ((threadIdx.x & 31) == 0) wa{0}[threadIdx.x / 32] = av{0};\n", id);
+    }
+    k += "  __syncthreads();\n  if (threadIdx.x == 0) {\n";
+    for (int id : other_ids)
+      k += fmt::format(
+          "    float c{0} = wa{0}[0];\n"
+          "    for (int w = 1; w < TDM_THREADS / 32; ++w) c{0} = {1}(c{0}, wa{0}[w]);\n"
+          "    tdm_atomic_combine(acc{0}, c{0}, {2});\n",
+          id, combine_fn(acc_op(id)), reduce_op_code(acc_op(id)));
+    k += "  }\n";
+  }
   k += "}\n\n";
   fns_ += k;
 

@@ -174,17 +174,15 @@ __device__ __forceinline__ void tdm_vstore(uint16_t* p, const uint16_t (&x)[V]) 
 // each group of 8 consecutive threads, the group's sum of lane (g0 + T) % 8, the lane the thread's
 // scalar register holds: the group's 8 relative lanes transposed across it in three steps (4, 2,
 // then 1 lanes exchanged), in a fixed order. Every thread of the warp calls it.
+// off is a multiple of W (V = W * 2^i for V >= 8 gives 0, V = 4 gives 0 or 4): relative lane k
+// is v[k % W] where k - k % W is off, else 0 (selects on constant indices: an index computed
+// from off would put e in local memory).
 template <int W>
 __device__ __forceinline__ double tdm_vec_lanes(const double (&v)[W], int off) {
-  static_assert(W >= 1 && W <= 8, "at most 8 lanes");
+  static_assert(W >= 1 && W <= 8 && 8 % W == 0, "W divides 8");
   double e[8];
 #pragma unroll
-  for (int k = 0; k < 8; ++k) {
-    e[k] = 0.0;
-#pragma unroll
-    for (int j = 0; j < W; ++j)
-      if (((off + j) & 7) == k) e[k] += v[j];
-  }
+  for (int k = 0; k < 8; ++k) e[k] = (k - k % W) == off ? v[k % W] : 0.0;
   const int m = static_cast<int>(threadIdx.x & 7);
 #pragma unroll
   for (int h = 4; h >= 1; h >>= 1) {

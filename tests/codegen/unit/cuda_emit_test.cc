@@ -233,10 +233,9 @@ TEST(CudaEmit, SumsReachGlobalMemoryOncePerBlockLane) {
         if (k.find("if (first == 0)") != std::string::npos) continue;  // the one-thread kernel
         EXPECT_GT(loops, 0u) << what;
         // Global atomics only from the block's first 8 threads, after the block's barrier.
-        const size_t barrier = k.rfind("__syncthreads();");
-        const size_t eight = k.find("if (threadIdx.x < 8) {", barrier);
-        ASSERT_NE(barrier, std::string::npos) << what;
+        const size_t eight = k.rfind("if (threadIdx.x < 8) {");
         ASSERT_NE(eight, std::string::npos) << what;
+        ASSERT_NE(k.rfind("__syncthreads();", eight), std::string::npos) << what;
         EXPECT_EQ(k.substr(0, eight).find("atomicAdd(acc"), std::string::npos) << what;
         EXPECT_NE(k.find("atomicAdd(acc", eight), std::string::npos) << what;
       }
@@ -288,6 +287,30 @@ TEST(CudaEmit, FoldingLoopsMove16ByteVectors) {
     }
   EXPECT_GT(seen4, 0) << "a norm of f32 values folds in a vector loop";
   EXPECT_GT(seen8, 0) << "a norm next to bf16 gradients folds in a vector loop";
+}
+
+// Prod, Max, Min over every dim: the block combines its threads' values (shuffles, then shared
+// memory) and only its first thread, after the barrier, makes the compare-and-swap in global
+// memory: one a block, not one a thread.
+TEST(CudaEmit, ProdMaxMinReachGlobalMemoryOncePerBlock) {
+  int seen = 0;
+  for (const schedule::NamedSchedule& ns : schedule::enumerate_schedules(strided_sums())) {
+    const std::string steps = steps_of(emit_cuda(ns.schedule.lower(), "prog").source);
+    for (const std::string& k : kernels_of(steps)) {
+      const size_t folds = count(k, "  float av");
+      if (folds == 0 || k.find("if (first == 0)") != std::string::npos) continue;
+      ++seen;
+      const std::string what = ns.name + ":\n" + k;
+      EXPECT_EQ(count(k, "tdm_atomic_combine("), folds) << what;
+      const size_t barrier = k.rfind("__syncthreads();");
+      const size_t one = k.find("if (threadIdx.x == 0) {", barrier);
+      ASSERT_NE(barrier, std::string::npos) << what;
+      ASSERT_NE(one, std::string::npos) << what;
+      EXPECT_EQ(k.substr(0, one).find("tdm_atomic_combine("), std::string::npos) << what;
+      EXPECT_NE(k.find("fx::max(av"), std::string::npos) << what;
+    }
+  }
+  EXPECT_GT(seen, 0) << "strided_sums folds a Max";
 }
 
 TEST(CudaEmit, PastesTheEmbeddedFormulas) {
