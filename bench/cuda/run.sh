@@ -95,7 +95,7 @@ mapfile -t PROGS < <(grep -v '^#' "$B/programs.txt" | grep -v '^[[:space:]]*$')
 for entry in "${PROGS[@]}"; do
   read -r name workload _ <<<"$entry"
   case "$workload" in
-    adam | lamb) s1=$ADAM_S1 s2=$ADAM_S2 ;;
+    adam | lamb | folds) s1=$ADAM_S1 s2=$ADAM_S2 ;;
     megatron_layer) s1=$MEG_S1 s2=$MEG_S2 ;;
     *) log "== $name: no sizes for workload $workload"; continue ;;
   esac
@@ -168,7 +168,7 @@ done
 for name in $CHUNKS1; do
   workload=$(awk -v n="$name" '$1 == n {print $2}' "$B/programs.txt")
   case "$workload" in
-    adam | lamb) s1=$ADAM_S1 s2=$ADAM_S2 ;;
+    adam | lamb | folds) s1=$ADAM_S1 s2=$ADAM_S2 ;;
     megatron_layer) s1=$MEG_S1 s2=$MEG_S2 ;;
     *) continue ;; # not in the bundle
   esac

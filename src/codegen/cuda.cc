@@ -232,11 +232,10 @@ std::string CudaEmitter::emit_loop(const LoopCtx& ctx) {
   std::map<int, int> root_uses;
   for (const Access& acc : io.params)
     if (acc.root >= 0) ++root_uses[acc.root];
-  // 16-byte vectors where every operand moves with t (no broadcast, no strided part) and
-  // nothing accumulates (a fold keeps one lane register per thread: the scalar path); V
-  // elements per thread, V = 16 bytes of the narrowest dtype.
-  bool vec =
-      (contiguous || ctx.chunk) && !scalar_code && loop.accumulates.empty() && !io.params.empty();
+  // 16-byte vectors where every operand moves with t (no broadcast, no strided part); V
+  // elements per thread, V = 16 bytes of the narrowest dtype. A loop that folds a sum keeps W
+  // lane registers a sum in its vector loop (see the lanes below).
+  bool vec = (contiguous || ctx.chunk) && !scalar_code && !io.params.empty();
   size_t narrow = 4;
   for (const Access& acc : io.params) {
     vec = vec && (acc.kind == Access::Full || acc.kind == Access::Chunk ||
@@ -245,6 +244,7 @@ std::string CudaEmitter::emit_loop(const LoopCtx& ctx) {
     narrow = std::min(narrow, dtype_size(acc.dtype));
   }
   const int V = static_cast<int>(16 / narrow);
+  const int W = std::min(V, 8);
 
   // ---- the kernel
   std::vector<std::string> sig = {"int64_t n", "int64_t g0", "tdm_box box", "tandem_block bk",
@@ -277,12 +277,18 @@ std::string CudaEmitter::emit_loop(const LoopCtx& ctx) {
   // the accumulator: 8 global atomics per block. Where g jumps (a box with a strided part), the
   // lane changes along the loop: the register is flushed into the block's shared lanes when it
   // does (a shared atomic), and the block's lanes go to the accumulator at the end.
+  // In the vector loop element j of each vector has lane (g0 + first * V + j) % 8, fixed too
+  // (stride * V is a multiple of 8): W registers vl (indexed by j % W, a constant under the
+  // unroll), transposed onto the threads' own lanes (tdm_vec_lanes) before the block's
+  // reduction. The vector loop stops at a multiple of 8 elements, so that the scalar tail's
+  // lane is the thread's, (g0 + threadIdx.x) % 8.
   const bool fixed_lane = contiguous || ctx.chunk;
   bool sums = false;
   for (int id : loop.accumulates) {
     if (acc_op(id) == dsl::ReduceOp::Sum) {
       sums = true;
       k += fmt::format("  double lane{} = 0.0;\n", id);
+      if (vec) k += fmt::format("  double vl{}[{}] = {{}};\n", id, W);
       if (!fixed_lane && !scalar_code)
         k += fmt::format(
             "  int64_t lane_of{0} = -1;\n  __shared__ double sl{0}[8];\n  if (threadIdx.x < 8) "
@@ -309,14 +315,14 @@ std::string CudaEmitter::emit_loop(const LoopCtx& ctx) {
       if (acc_op(id) != dsl::ReduceOp::Sum)
         return fmt::format("{0}av{1} = {2}(av{1}, {3});  // {4}\n", in, id,
                            combine_fn(st(id).attrs.reduce), x, name(id));
-      // Accumulating loops take the scalar path only (see vec): one lane register per thread.
-      if (vector_form) unsupported(fmt::format("a vector loop folding {}", name(id)));
       // Lane g % 8 in double (a norm: the exact square). A fixed lane stays in its register
       // (see above); else the register is flushed into the block's lane when g % 8 changes.
       const std::string term =
           st(id).op == Op::Norm
               ? fmt::format("static_cast<double>({0}) * static_cast<double>({0})", x)
               : fmt::format("static_cast<double>({})", x);
+      if (vector_form)
+        return fmt::format("{0}vl{1}[j % {2}] += {3};  // {4}\n", in, id, W, term, name(id));
       if (fixed_lane || scalar_code)
         return fmt::format("{0}lane{1} += {2};  // {3}\n", in, id, term, name(id));
       return fmt::format(
@@ -333,7 +339,10 @@ std::string CudaEmitter::emit_loop(const LoopCtx& ctx) {
     if (vec) {
       // Vectors of V consecutive elements: every operand loaded as 16-byte words first (reads
       // precede stores at each element, as the plan requires), computed, stored back.
-      k += fmt::format("  const int64_t nv = vec ? n / {} : 0;\n", V);
+      if (sums && V < 8)
+        k += fmt::format("  const int64_t nv = vec ? n / 8 * {} : 0;\n", 8 / V);
+      else
+        k += fmt::format("  const int64_t nv = vec ? n / {} : 0;\n", V);
       k += fmt::format(
           "  for (int64_t w = first; w < nv; w += stride) {{\n    const int64_t t0 = w * {};\n", V);
       for (size_t i = 0; i < io.params.size(); ++i) {
@@ -370,6 +379,11 @@ std::string CudaEmitter::emit_loop(const LoopCtx& ctx) {
   } else if (fixed_lane && !sum_ids.empty()) {
     // Threads l, l + 8, l + 16, l + 24 of a warp share lane (g0 + l) % 8: after two shuffles
     // warp lane l < 8 holds the warp's sum of that lane, which the block adds warp by warp.
+    if (vec)
+      for (int id : sum_ids)
+        k += fmt::format(
+            "  lane{0} += tdm_vec_lanes<{1}>(vl{0}, static_cast<int>((threadIdx.x * {2}) & 7));\n",
+            id, W, V);
     for (int id : sum_ids)
       k += fmt::format(
           "  __shared__ double wl{0}[TDM_THREADS / 32][8];\n"
@@ -396,10 +410,33 @@ std::string CudaEmitter::emit_loop(const LoopCtx& ctx) {
           id);
     k += "  }\n";
   }
+  // Prod, Max, Min: the block combines its threads' values (warp shuffles, then shared memory,
+  // warp by warp) and its first thread makes the one compare-and-swap in global memory.
+  std::vector<int> other_ids;
   for (int id : loop.accumulates)
-    if (acc_op(id) != dsl::ReduceOp::Sum)
+    if (acc_op(id) != dsl::ReduceOp::Sum) other_ids.push_back(id);
+  if (scalar_code) {
+    for (int id : other_ids)
       k += fmt::format("  tdm_atomic_combine(acc{0}, av{0}, {1});\n", id,
                        reduce_op_code(acc_op(id)));
+  } else if (!other_ids.empty()) {
+    for (int id : other_ids) {
+      const std::string f = combine_fn(acc_op(id));
+      k += fmt::format("  __shared__ float wa{0}[TDM_THREADS / 32];\n", id);
+      for (int h = 16; h >= 1; h /= 2)
+        k += fmt::format("  av{0} = {1}(av{0}, __shfl_xor_sync(0xffffffffu, av{0}, {2}));\n", id, f,
+                         h);
+      k += fmt::format("  if ((threadIdx.x & 31) == 0) wa{0}[threadIdx.x / 32] = av{0};\n", id);
+    }
+    k += "  __syncthreads();\n  if (threadIdx.x == 0) {\n";
+    for (int id : other_ids)
+      k += fmt::format(
+          "    float c{0} = wa{0}[0];\n"
+          "    for (int w = 1; w < TDM_THREADS / 32; ++w) c{0} = {1}(c{0}, wa{0}[w]);\n"
+          "    tdm_atomic_combine(acc{0}, c{0}, {2});\n",
+          id, combine_fn(acc_op(id)), reduce_op_code(acc_op(id)));
+    k += "  }\n";
+  }
   k += "}\n\n";
   fns_ += k;
 

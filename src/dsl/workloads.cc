@@ -234,6 +234,22 @@ Program gather_weights() {
   return p;
 }
 
+// Every fold over a contiguous f32 vector (norm, Sum, Max, Min, Prod): bench/cuda's check of the
+// CUDA target's folds. Reached by name only (`tandem emit folds`), not in names(), which the tuner's
+// and the tests' loops over the workloads take.
+namespace {
+Program folds() {
+  Program p("folds");
+  const Expr x = p.input(F32, {"N"}, Sliced(0), "x");
+  p.output(norm(x).named("n"), "n");
+  p.output(reduce(ReduceOp::Sum, x).named("t"), "t");
+  p.output(reduce(ReduceOp::Max, x).named("m"), "m");
+  p.output(reduce(ReduceOp::Min, x).named("l"), "l");
+  p.output(reduce(ReduceOp::Prod, x).named("q"), "q");
+  return p;
+}
+}  // namespace
+
 std::vector<std::string_view> names() {
   return {"adam", "lamb", "megatron_layer", "pipeline_stage", "gather_weights"};
 }
@@ -244,6 +260,7 @@ Program by_name(std::string_view name) {
   if (name == "megatron_layer") return megatron_layer();
   if (name == "pipeline_stage") return pipeline_stage();
   if (name == "gather_weights") return gather_weights();
+  if (name == "folds") return folds();
   user_error("unknown workload '{}'; the workloads are: {}", name, fmt::join(names(), ", "));
 }
 

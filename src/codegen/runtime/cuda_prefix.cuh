@@ -167,6 +167,36 @@ __device__ __forceinline__ void tdm_vstore(uint16_t* p, const uint16_t (&x)[V]) 
   }
 }
 
+// A vector loop's sum lanes: v[j] holds the thread's terms of elements g0 + t with t = first * V +
+// j (mod 8): every vector the thread handles starts at w * V with w = first + k * stride and
+// stride * V a multiple of 8, so element j's lane is fixed, (g0 + off + j) % 8 with off =
+// (threadIdx.x * V) % 8 (blockIdx.x * TDM_THREADS * V is a multiple of 8). Returns, for thread T of
+// each group of 8 consecutive threads, the group's sum of lane (g0 + T) % 8, the lane the thread's
+// scalar register holds: the group's 8 relative lanes transposed across it in three steps (4, 2,
+// then 1 lanes exchanged), in a fixed order. Every thread of the warp calls it.
+// off is a multiple of W (V = W * 2^i for V >= 8 gives 0, V = 4 gives 0 or 4): relative lane k
+// is v[k % W] where k - k % W is off, else 0 (selects on constant indices: an index computed
+// from off would put e in local memory).
+template <int W>
+__device__ __forceinline__ double tdm_vec_lanes(const double (&v)[W], int off) {
+  static_assert(W >= 1 && W <= 8 && 8 % W == 0, "W divides 8");
+  double e[8];
+#pragma unroll
+  for (int k = 0; k < 8; ++k) e[k] = (k - k % W) == off ? v[k % W] : 0.0;
+  const int m = static_cast<int>(threadIdx.x & 7);
+#pragma unroll
+  for (int h = 4; h >= 1; h >>= 1) {
+    const bool hi = (m & h) != 0;
+#pragma unroll
+    for (int k = 0; k < h; ++k) {
+      const double keep = hi ? e[k + h] : e[k];
+      const double send = hi ? e[k] : e[k + h];
+      e[k] = keep + __shfl_xor_sync(0xffffffffu, send, h);
+    }
+  }
+  return e[0];
+}
+
 // Element i of a buffer of dtype code dt (0 f32, 1 bf16, 2 f16), as f32, and back.
 __device__ __forceinline__ float tdm_ld(const void* p, int dt, int64_t i) {
   if (dt == 0) return static_cast<const float*>(p)[i];

@@ -5,8 +5,8 @@
 //
 // nvcc takes ~10-20 s per program on two cores, so by default one representative schedule per
 // workload is built (each exercising what its workload adds: fused chunks, norms, overlapped GEMMs
-// and dropout, transfers between groups, sums over a strided box); TANDEM_CUDA_ALL=1 builds every
-// schedule of every workload (79 programs, about 20 minutes).
+// and dropout, transfers between groups, sums over a strided box, every fold in a vector loop);
+// TANDEM_CUDA_ALL=1 builds every schedule of every workload (79 programs, about 20 minutes).
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -154,6 +154,19 @@ dsl::Program strided_sums() {
   return p;
 }
 
+// Every fold over a contiguous box of f32 values: the 16-byte vector path with 4-element vectors
+// (sums' lane registers and their transpose), Prod/Max/Min combined per block.
+dsl::Program contiguous_folds() {
+  dsl::Program p("contiguous_folds");
+  const dsl::Expr x = p.input(DType::F32, {"N"}, dsl::Sliced(0), "x");
+  p.output(dsl::norm(x).named("n"), "n");
+  p.output(dsl::reduce(dsl::ReduceOp::Sum, x).named("t"), "t");
+  p.output(dsl::reduce(dsl::ReduceOp::Max, x).named("m"), "m");
+  p.output(dsl::reduce(dsl::ReduceOp::Min, x).named("l"), "l");
+  p.output(dsl::reduce(dsl::ReduceOp::Prod, x).named("q"), "q");
+  return p;
+}
+
 TEST(CudaCompile, RepresentativeSchedulesBuildWithoutSpills) {
   if (const std::string why = missing_toolkit(); !why.empty()) GTEST_SKIP() << why;
   const std::vector<std::pair<dsl::Program, std::string>> cases = {
@@ -168,6 +181,7 @@ TEST(CudaCompile, RepresentativeSchedulesBuildWithoutSpills) {
       {dsl::workloads::sum_in_place(DType::BF16), "fused(AR-C)"},  // casts around a bf16 sum
       {dsl::workloads::grad_handoff(), "C"},  // a receive into an input's buffer
       {strided_sums(), "C"},                  // sums whose lane moves along a thread's loop
+      {contiguous_folds(), "C"},              // every fold in a 16-byte vector loop
   };
   for (const auto& [program, name] : cases) {
     bool found = false;

@@ -2,10 +2,10 @@
 // workload emits; one NCCL-backed collective call per collective step (a fused stage is one
 // collective with its hook, not a reduce, a kernel and a gather of its own); the chunk loop that
 // pipelines a hook against the next chunk's reduction; no host synchronisation in any step (so a
-// pipeline's blocks overlap); 16-byte vectors in plain elementwise kernels; whole-tensor sums
-// added to global memory once per block and lane, never in an element loop; GEMMs through the
-// ABI's sgemm in an overlap pipeline, skewed so block b + 1's GEMM is queued before block b waits;
-// and core/formulas.h's text pasted as the build embedded it.
+// pipeline's blocks overlap); 16-byte vectors in plain elementwise kernels and in those that fold;
+// whole-tensor sums added to global memory once per block and lane, never in an element loop; GEMMs
+// through the ABI's sgemm in an overlap pipeline, skewed so block b + 1's GEMM is queued before
+// block b waits; and core/formulas.h's text pasted as the build embedded it.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -233,10 +233,9 @@ TEST(CudaEmit, SumsReachGlobalMemoryOncePerBlockLane) {
         if (k.find("if (first == 0)") != std::string::npos) continue;  // the one-thread kernel
         EXPECT_GT(loops, 0u) << what;
         // Global atomics only from the block's first 8 threads, after the block's barrier.
-        const size_t barrier = k.rfind("__syncthreads();");
-        const size_t eight = k.find("if (threadIdx.x < 8) {", barrier);
-        ASSERT_NE(barrier, std::string::npos) << what;
+        const size_t eight = k.rfind("if (threadIdx.x < 8) {");
         ASSERT_NE(eight, std::string::npos) << what;
+        ASSERT_NE(k.rfind("__syncthreads();", eight), std::string::npos) << what;
         EXPECT_EQ(k.substr(0, eight).find("atomicAdd(acc"), std::string::npos) << what;
         EXPECT_NE(k.find("atomicAdd(acc", eight), std::string::npos) << what;
       }
@@ -255,6 +254,63 @@ TEST(CudaEmit, SumsReachGlobalMemoryOncePerBlockLane) {
     EXPECT_EQ(count(k, "atomicAdd(acc"), 2u) << k;
     EXPECT_EQ(k.find("lane_of"), std::string::npos) << k;
   }
+}
+
+// A loop that folds takes the 16-byte vector path too: a sum keeps one register per lane of
+// the vector's elements (indexed by the unrolled j, no local memory), transposed onto the
+// threads' own lanes before the block's reduction. With 4 f32 lanes the vector loop stops at a
+// multiple of 8 elements, so the scalar tail keeps the thread's lane.
+TEST(CudaEmit, FoldingLoopsMove16ByteVectors) {
+  int seen4 = 0, seen8 = 0;
+  for (DType dt : {DType::F32, DType::BF16})
+    for (const schedule::NamedSchedule& ns :
+         schedule::enumerate_schedules(dsl::workloads::lamb(dt))) {
+      const std::string steps = steps_of(emit_cuda(ns.schedule.lower(), "prog").source);
+      for (const std::string& k : kernels_of(steps)) {
+        if (k.find("double lane") == std::string::npos) continue;
+        if (k.find("if (first == 0)") != std::string::npos) continue;  // the one-thread kernel
+        if (k.find("lane_of") != std::string::npos) continue;          // a strided box: scalar
+        const std::string what = ns.name + ":\n" + k;
+        // A contiguous loop whose operands all move with t: every one of LAMB's.
+        const int V = k.find("tdm_vload<8>") != std::string::npos ? 8 : 4;
+        ++(V == 8 ? seen8 : seen4);
+        const std::string v = std::to_string(V);
+        EXPECT_NE(k.find("tdm_vload<" + v + ">"), std::string::npos) << what;
+        EXPECT_NE(k.find("[j % " + v + "] += "), std::string::npos) << what;
+        EXPECT_NE(k.find("tdm_vec_lanes<" + v + ">("), std::string::npos) << what;
+        EXPECT_NE(k.find(V == 8 ? "nv = vec ? n / 8 : 0" : "nv = vec ? n / 8 * 2 : 0"),
+                  std::string::npos)
+            << what;
+        // The transpose precedes the block's shuffles.
+        EXPECT_LT(k.find("tdm_vec_lanes<"), k.find("__shfl_xor_sync(")) << what;
+      }
+    }
+  EXPECT_GT(seen4, 0) << "a norm of f32 values folds in a vector loop";
+  EXPECT_GT(seen8, 0) << "a norm next to bf16 gradients folds in a vector loop";
+}
+
+// Prod, Max, Min over every dim: the block combines its threads' values (shuffles, then shared
+// memory) and only its first thread, after the barrier, makes the compare-and-swap in global
+// memory: one a block, not one a thread.
+TEST(CudaEmit, ProdMaxMinReachGlobalMemoryOncePerBlock) {
+  int seen = 0;
+  for (const schedule::NamedSchedule& ns : schedule::enumerate_schedules(strided_sums())) {
+    const std::string steps = steps_of(emit_cuda(ns.schedule.lower(), "prog").source);
+    for (const std::string& k : kernels_of(steps)) {
+      const size_t folds = count(k, "  float av");
+      if (folds == 0 || k.find("if (first == 0)") != std::string::npos) continue;
+      ++seen;
+      const std::string what = ns.name + ":\n" + k;
+      EXPECT_EQ(count(k, "tdm_atomic_combine("), folds) << what;
+      const size_t barrier = k.rfind("__syncthreads();");
+      const size_t one = k.find("if (threadIdx.x == 0) {", barrier);
+      ASSERT_NE(barrier, std::string::npos) << what;
+      ASSERT_NE(one, std::string::npos) << what;
+      EXPECT_EQ(k.substr(0, one).find("tdm_atomic_combine("), std::string::npos) << what;
+      EXPECT_NE(k.find("fx::max(av"), std::string::npos) << what;
+    }
+  }
+  EXPECT_GT(seen, 0) << "strided_sums folds a Max";
 }
 
 TEST(CudaEmit, PastesTheEmbeddedFormulas) {
