@@ -234,10 +234,6 @@ Program gather_weights() {
   return p;
 }
 
-// Every fold over a contiguous f32 vector (norm, Sum, Max, Min, Prod): bench/cuda's check of the
-// CUDA target's folds. Reached by name only (`tandem emit folds`), not in names(), which the tuner's
-// and the tests' loops over the workloads take.
-namespace {
 Program folds() {
   Program p("folds");
   const Expr x = p.input(F32, {"N"}, Sliced(0), "x");
@@ -248,7 +244,15 @@ Program folds() {
   p.output(reduce(ReduceOp::Prod, x).named("q"), "q");
   return p;
 }
-}  // namespace
+
+Program strided_sums() {
+  Program p("strided_sums");
+  const Expr x = p.input(F32, {"M", "N"}, Sliced(1), "x");
+  p.output(norm(x).named("n"), "n");
+  p.output(reduce(ReduceOp::Sum, x).named("t"), "t");
+  p.output(reduce(ReduceOp::Max, x).named("m"), "m");
+  return p;
+}
 
 std::vector<std::string_view> names() {
   return {"adam", "lamb", "megatron_layer", "pipeline_stage", "gather_weights"};

@@ -94,6 +94,14 @@ Program grad_handoff();
 Program megatron_layer(DType dtype = DType::F32, double dropout_p = 0.1,
                        std::optional<DType> wire = std::nullopt);
 
+// Programs that exercise the code emitters' folds, not workloads (not in names(), which the
+// tuner's and the tests' loops over the workloads take): folds, every fold over a contiguous f32
+// vector (norm, Sum, Max, Min, Prod; by_name("folds") reaches it, for bench/cuda's check);
+// strided_sums, whole-tensor sums of a matrix sliced by columns, so each rank's loop walks a box
+// with a strided part.
+Program folds();
+Program strided_sums();
+
 // The layer above on group 0, its output (dtype) handed to group 1 (pipeline parallelism).
 Program pipeline_stage(DType dtype = DType::F32, double dropout_p = 0.1,
                        std::optional<DType> wire = std::nullopt);

@@ -22,6 +22,7 @@
 
 #include "tandem/codegen/cuda.h"
 #include "tandem/dsl/dsl.h"
+#include "tandem/dsl/workloads.h"
 #include "tandem/schedule/transforms.h"
 
 namespace tandem::codegen {
@@ -143,30 +144,6 @@ TEST(CudaCompile, RuntimeFilesCompileOnTheirOwn) {
   EXPECT_EQ(o.rc, 0) << o.text;
 }
 
-// Whole-tensor sums of a matrix sliced by columns: a loop over a box with a strided part, whose
-// sums flush their moving lane into the block's shared lanes.
-dsl::Program strided_sums() {
-  dsl::Program p("strided_sums");
-  const dsl::Expr x = p.input(DType::F32, {"M", "N"}, dsl::Sliced(1), "x");
-  p.output(dsl::norm(x).named("n"), "n");
-  p.output(dsl::reduce(dsl::ReduceOp::Sum, x).named("t"), "t");
-  p.output(dsl::reduce(dsl::ReduceOp::Max, x).named("m"), "m");
-  return p;
-}
-
-// Every fold over a contiguous box of f32 values: the 16-byte vector path with 4-element vectors
-// (sums' lane registers and their transpose), Prod/Max/Min combined per block.
-dsl::Program contiguous_folds() {
-  dsl::Program p("contiguous_folds");
-  const dsl::Expr x = p.input(DType::F32, {"N"}, dsl::Sliced(0), "x");
-  p.output(dsl::norm(x).named("n"), "n");
-  p.output(dsl::reduce(dsl::ReduceOp::Sum, x).named("t"), "t");
-  p.output(dsl::reduce(dsl::ReduceOp::Max, x).named("m"), "m");
-  p.output(dsl::reduce(dsl::ReduceOp::Min, x).named("l"), "l");
-  p.output(dsl::reduce(dsl::ReduceOp::Prod, x).named("q"), "q");
-  return p;
-}
-
 TEST(CudaCompile, RepresentativeSchedulesBuildWithoutSpills) {
   if (const std::string why = missing_toolkit(); !why.empty()) GTEST_SKIP() << why;
   const std::vector<std::pair<dsl::Program, std::string>> cases = {
@@ -180,8 +157,8 @@ TEST(CudaCompile, RepresentativeSchedulesBuildWithoutSpills) {
        "ol(MM,fused(RS-C-AG))"},  // bf16 GEMM blocks and sums, the hook's cast to f32
       {dsl::workloads::sum_in_place(DType::BF16), "fused(AR-C)"},  // casts around a bf16 sum
       {dsl::workloads::grad_handoff(), "C"},  // a receive into an input's buffer
-      {strided_sums(), "C"},                  // sums whose lane moves along a thread's loop
-      {contiguous_folds(), "C"},              // every fold in a 16-byte vector loop
+      {dsl::workloads::strided_sums(), "C"},  // sums whose lane moves along a thread's loop
+      {dsl::workloads::folds(), "C"},         // every fold in a 16-byte vector loop
   };
   for (const auto& [program, name] : cases) {
     bool found = false;

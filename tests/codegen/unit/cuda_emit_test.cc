@@ -14,6 +14,7 @@
 #include "tandem/codegen/cuda.h"
 #include "tandem/codegen/formulas_text.h"
 #include "tandem/dsl/dsl.h"
+#include "tandem/dsl/workloads.h"
 #include "tandem/schedule/transforms.h"
 
 namespace tandem::codegen {
@@ -193,24 +194,13 @@ std::vector<std::string> kernels_of(const std::string& steps) {
   return out;
 }
 
-// Whole-tensor sums of a matrix sliced by columns: each rank's loop walks a box with a strided
-// part, so an element's lane g % 8 changes along a thread's loop.
-dsl::Program strided_sums() {
-  dsl::Program p("strided_sums");
-  const dsl::Expr x = p.input(DType::F32, {"M", "N"}, dsl::Sliced(1), "x");
-  p.output(dsl::norm(x).named("n"), "n");
-  p.output(dsl::reduce(dsl::ReduceOp::Sum, x).named("t"), "t");
-  p.output(dsl::reduce(dsl::ReduceOp::Max, x).named("m"), "m");
-  return p;
-}
-
 // A whole-tensor sum (LAMB's norms) folds into a register per thread in the element loop; the
 // block adds its threads' lanes, and only then, outside every element loop, at most 8 of its
 // threads add them to the accumulator in global memory.
 TEST(CudaEmit, SumsReachGlobalMemoryOncePerBlockLane) {
   int folding = 0, strided = 0;
   std::vector<dsl::Program> programs = workloads();
-  programs.push_back(strided_sums());
+  programs.push_back(dsl::workloads::strided_sums());
   for (const dsl::Program& p : programs)
     for (const schedule::NamedSchedule& ns : schedule::enumerate_schedules(p)) {
       const std::string steps = steps_of(emit_cuda(ns.schedule.lower(), "prog").source);
@@ -294,7 +284,8 @@ TEST(CudaEmit, FoldingLoopsMove16ByteVectors) {
 // memory: one a block, not one a thread.
 TEST(CudaEmit, ProdMaxMinReachGlobalMemoryOncePerBlock) {
   int seen = 0;
-  for (const schedule::NamedSchedule& ns : schedule::enumerate_schedules(strided_sums())) {
+  for (const schedule::NamedSchedule& ns :
+       schedule::enumerate_schedules(dsl::workloads::strided_sums())) {
     const std::string steps = steps_of(emit_cuda(ns.schedule.lower(), "prog").source);
     for (const std::string& k : kernels_of(steps)) {
       const size_t folds = count(k, "  float av");
