@@ -91,14 +91,19 @@ CHUNKS1="${CHUNKS1-lamb_fused lamb_fused_old}"
 
 median_of() { sed -n 's/.* median \([0-9.]*\) ms.*/\1/p' "$1" | tail -1; }
 
+# The two timing sizes of a workload into s1 and s2; false for one without sizes.
+sizes_of() {
+  case "$1" in
+    adam | lamb | folds) s1=$ADAM_S1 s2=$ADAM_S2 ;;
+    megatron_layer) s1=$MEG_S1 s2=$MEG_S2 ;;
+    *) return 1 ;;
+  esac
+}
+
 mapfile -t PROGS < <(grep -v '^#' "$B/programs.txt" | grep -v '^[[:space:]]*$')
 for entry in "${PROGS[@]}"; do
   read -r name workload _ <<<"$entry"
-  case "$workload" in
-    adam | lamb | folds) s1=$ADAM_S1 s2=$ADAM_S2 ;;
-    megatron_layer) s1=$MEG_S1 s2=$MEG_S2 ;;
-    *) log "== $name: no sizes for workload $workload"; continue ;;
-  esac
+  sizes_of "$workload" || { log "== $name: no sizes for workload $workload"; continue; }
   dir="$B/bin/$name"
   exe=$(find "$dir" -maxdepth 1 -type f 2>/dev/null | head -1)
   if [ -z "$exe" ]; then
@@ -167,11 +172,7 @@ done
 # ---- the chunk count: CHUNKS1's programs at S1 and S2 with one chunk per fused collective
 for name in $CHUNKS1; do
   workload=$(awk -v n="$name" '$1 == n {print $2}' "$B/programs.txt")
-  case "$workload" in
-    adam | lamb | folds) s1=$ADAM_S1 s2=$ADAM_S2 ;;
-    megatron_layer) s1=$MEG_S1 s2=$MEG_S2 ;;
-    *) continue ;; # not in the bundle
-  esac
+  sizes_of "$workload" || continue # not in the bundle
   dir="$B/bin/$name"
   exe=$(find "$dir" -maxdepth 1 -type f 2>/dev/null | head -1)
   [ -z "$exe" ] && continue
