@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <regex>
@@ -41,6 +42,18 @@ TEST(Flags, ParseErrorsAreTandemErrors) {
   r = run_tandem("train --help");
   EXPECT_EQ(r.status, 0);
   EXPECT_THAT(r.output, HasSubstr("--layers"));
+}
+
+// A message no check abbreviated (here a 10 000-character preset name echoed back) is cut in
+// the middle to one line of about 4 KB, keeping its start and its end.
+TEST(Flags, AnOverlongMessageIsCutInTheMiddle) {
+  const auto r = run_tandem("train --model " + std::string(10000, 'x'));
+  EXPECT_EQ(r.status, 1);
+  EXPECT_LT(r.output.size(), 4200u) << r.output.size() << " bytes";
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("tandem: error: --model xxx"));
+  EXPECT_THAT(r.output, HasSubstr("bytes left out"));
+  EXPECT_THAT(r.output, HasSubstr("the presets are"));
 }
 
 TEST(Flags, ModelSizesAreNamedByTheirFlags) {
