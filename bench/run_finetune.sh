@@ -19,6 +19,8 @@ batch=${BATCH:-4}
 vocab=${VOCAB:-4096}
 dir=${DIR:-${TMPDIR:-/tmp}/tandem-finetune}
 here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=bench/steps_common.sh
+source "$here/steps_common.sh"
 python=${PYTHON:-/usr/bin/python3}
 "$python" -c 'import torch' 2>/dev/null || { echo "run_finetune: $python cannot import torch (apt-get install python3-torch)" >&2; exit 1; }
 rm -rf "$dir"
@@ -37,9 +39,8 @@ echo "== tandem train --init-from it, $steps steps of $batch x $seq tokens"
 "$tandem" train --init-from "$dir/published" --data "$dir/shards" --seq-len "$seq" --batch "$batch" \
   --steps "$steps" --dp 1 --tp 1 --eval-every 0 --save "$dir/run" --metrics "$dir/metrics.jsonl" \
   >"$dir/train.log" 2>&1 || { cat "$dir/train.log"; exit 1; }
-grep -E "^tandem train|learning rate|^step +(1|$steps) " "$dir/train.log" || true
-times=$(sed -n 's/.*"step_s":\([0-9.e+-]*\).*/\1/p' "$dir/metrics.jsonl" | tail -n +2 | sort -g)
-echo "step time, median of steps 2..$steps: $(awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }' <<<"$times") s"
+grep -E "^tandem train|learning rate|^step +(1|$steps)/" "$dir/train.log" || true
+echo "step time, median of steps 2..$steps: $(metrics_step_ms "$dir/metrics.jsonl" 1) ms"
 
 echo "== tandem export --format hf, then the first validation window's loss twice"
 "$tandem" export "$dir/run" --format hf --out "$dir/exported" | tail -1
