@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -268,23 +269,26 @@ void run_tune(const TuneFlags& f, const std::vector<std::string>& args) {
 dsl::Program workload_program(const std::string& name, const std::string& dtype,
                               const std::string& wire) {
   dsl::Program p = dsl::workloads::by_name(name);  // an unknown name: a UserError listing them
-  const bool layer = name == "megatron_layer" || name == "pipeline_stage";
-  if (!wire.empty()) {
-    if (!layer)
-      user_error("--wire {}: only the layers (megatron_layer, pipeline_stage) take a wire dtype",
-                 wire);
+  // The layers, with or without their bias (Llama's), take a dtype and a wire dtype.
+  const bool no_bias = name.ends_with("_no_bias");
+  const std::string layer = no_bias ? name.substr(0, name.size() - 8) : name;
+  const bool is_layer = layer == "megatron_layer" || layer == "pipeline_stage";
+  const auto bias = no_bias ? dsl::workloads::Bias::Without : dsl::workloads::Bias::With;
+  if (is_layer && (!wire.empty() || !dtype.empty())) {
     const DType t = dtype.empty() ? DType::F32 : parse_dtype(dtype);
-    const DType w = parse_dtype(wire);
-    return name == "megatron_layer" ? dsl::workloads::megatron_layer(t, 0.1, w)
-                                    : dsl::workloads::pipeline_stage(t, 0.1, w);
+    const std::optional<DType> w =
+        wire.empty() ? std::nullopt : std::optional<DType>(parse_dtype(wire));
+    return layer == "megatron_layer" ? dsl::workloads::megatron_layer(t, 0.1, w, bias)
+                                     : dsl::workloads::pipeline_stage(t, 0.1, w, bias);
   }
+  if (!wire.empty())
+    user_error("--wire {}: only the layers (megatron_layer, pipeline_stage) take a wire dtype",
+               wire);
   if (dtype.empty()) return p;
   const DType t = parse_dtype(dtype);
-  // The dtype a workload takes: the gradient's for the optimizers, every tensor's for the layers.
+  // The dtype a workload takes: the gradient's for the optimizers.
   if (name == "adam") return dsl::workloads::adam(t);
   if (name == "lamb") return dsl::workloads::lamb(t);
-  if (name == "megatron_layer") return dsl::workloads::megatron_layer(t);
-  if (name == "pipeline_stage") return dsl::workloads::pipeline_stage(t);
   if (t != DType::F32) user_error("--dtype {}: {} moves f32 weights only", dtype_name(t), name);
   return p;
 }

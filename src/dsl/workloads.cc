@@ -105,17 +105,19 @@ Expr lamb_step(const Expr& lr, const Expr& w_mine, const Expr& w_part, const Exp
 // The row-parallel layer on `group`; returns its output. x, w, their product and its sum are
 // `wire`; bias, residual and everything after the sum are `dtype` (the sum cast to it where the
 // two differ). The product is computed in f32 and rounded to wire when stored (ir.h, Types).
-Expr megatron_body(Program& p, DType dtype, double dropout_p, int group, DType wire) {
+Expr megatron_body(Program& p, DType dtype, double dropout_p, int group, DType wire, Bias bias) {
   const Expr x = p.input(wire, {"B", "K"}, Sliced(1), "x", group);  // this rank's columns of x
   const Expr w = p.input(wire, {"K", "H"}, Sliced(0), "w", group);  // the matching rows of w
-  const Expr bias = p.input(dtype, {"H"}, Replicated, "bias", group);
+  const std::optional<Expr> b =
+      bias == Bias::With ? std::optional(p.input(dtype, {"H"}, Replicated, "bias", group))
+                         : std::nullopt;
   const Expr residual = p.input(dtype, {"B", "H"}, Replicated, "residual", group);
   const Expr seed = p.scalar("seed");
 
   const Expr y = matmul(x, w).named("y");       // Partial: each rank's product of its K-slice
   const Expr z = AllReduce(Sum, y).named("z");  // the full product, on every rank
   const Expr sum = wire == dtype ? z : cast(z, dtype).named("z_cast");
-  const Expr a = (sum + bias).named("a");  // bias [H] broadcasts over the B rows
+  const Expr a = b ? (sum + *b).named("a") : sum;  // bias [H] broadcasts over the B rows
   const Expr d = dropout(a, dropout_p, seed).named("d");
   return (d + residual).named("out");
 }
@@ -211,15 +213,15 @@ Program grad_handoff() {
   return p;
 }
 
-Program megatron_layer(DType dtype, double dropout_p, std::optional<DType> wire) {
-  Program p("megatron_layer");
-  p.output(megatron_body(p, dtype, dropout_p, 0, wire.value_or(dtype)), "out");
+Program megatron_layer(DType dtype, double dropout_p, std::optional<DType> wire, Bias bias) {
+  Program p(bias == Bias::With ? "megatron_layer" : "megatron_layer_no_bias");
+  p.output(megatron_body(p, dtype, dropout_p, 0, wire.value_or(dtype), bias), "out");
   return p;
 }
 
-Program pipeline_stage(DType dtype, double dropout_p, std::optional<DType> wire) {
-  Program p("pipeline_stage", 2);
-  const Expr out = megatron_body(p, dtype, dropout_p, 0, wire.value_or(dtype));
+Program pipeline_stage(DType dtype, double dropout_p, std::optional<DType> wire, Bias bias) {
+  Program p(bias == Bias::With ? "pipeline_stage" : "pipeline_stage_no_bias", 2);
+  const Expr out = megatron_body(p, dtype, dropout_p, 0, wire.value_or(dtype), bias);
   p.output(out, "out");
   // Rank i of group 0 hands its copy of the activations to rank i of group 1.
   const Expr sent = Send(out, 1).named("out_to_next");
@@ -263,6 +265,10 @@ Program by_name(std::string_view name) {
   if (name == "lamb") return lamb();
   if (name == "megatron_layer") return megatron_layer();
   if (name == "pipeline_stage") return pipeline_stage();
+  if (name == "megatron_layer_no_bias")
+    return megatron_layer(DType::F32, 0.1, std::nullopt, Bias::Without);
+  if (name == "pipeline_stage_no_bias")
+    return pipeline_stage(DType::F32, 0.1, std::nullopt, Bias::Without);
   if (name == "gather_weights") return gather_weights();
   if (name == "folds") return folds();
   user_error("unknown workload '{}'; the workloads are: {}", name, fmt::join(names(), ", "));

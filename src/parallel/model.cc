@@ -20,7 +20,11 @@ Tensor view(const float* p, Shape s) {
 }
 
 // The epilogue's inputs and output, bound where the layer's tensors lie: no copy in or out.
-const std::vector<std::string> kEpilogueBound = {"x", "w", "bias", "residual", "out"};
+// Llama's row-parallel projections have no bias, so its epilogue's program has no "bias" input.
+std::vector<std::string> epilogue_bound(const nn::GPTConfig& config) {
+  if (epilogue_bias(config) == dsl::workloads::Bias::Without) return {"x", "w", "residual", "out"};
+  return {"x", "w", "bias", "residual", "out"};
+}
 
 // A communication point's program with its preferences and their chunk size.
 std::unique_ptr<ProgramRunner> program_runner(const dsl::Program& program,
@@ -152,8 +156,7 @@ ParallelGPT::ParallelGPT(const nn::GPTConfig& config, Grid& grid, int micro_rows
       micro_rows_(micro_rows),
       T_(T),
       micro_batches_(micro_batches),
-      memory_(memory),
-      zero_bias_(static_cast<size_t>(config.d_model), 0.0f) {
+      memory_(memory) {
   if (micro_rows < 1 || micro_batches < 1)
     user_error("a step needs at least one micro-batch of at least one row (got {} of {} rows)",
                micro_batches, micro_rows);
@@ -193,25 +196,27 @@ ParallelGPT::ParallelGPT(const nn::GPTConfig& config, Grid& grid, int micro_rows
   const int variants = p > 0 ? 2 : 1;
   // K: the row-parallel projections' inputs, the attention's C and the MLP's hidden width.
   const int64_t N = static_cast<int64_t>(B) * T, C = config.d_model, F = config.mlp_width();
+  const dsl::workloads::Bias bias = epilogue_bias(config);
+  const std::vector<std::string> bound = epilogue_bound(config);
   for (int v = 0; v < variants; ++v) {
     const double pv = v == 0 ? p : 0.0;
     if (any_shard)
-      pr.megatron[v] = program_runner(dsl::workloads::megatron_layer(DType::F32, pv, tp_dtype_),
-                                      options.epilogue_schedules, options.executor);
+      pr.megatron[v] =
+          program_runner(dsl::workloads::megatron_layer(DType::F32, pv, tp_dtype_, bias),
+                         options.epilogue_schedules, options.executor);
     if (grid.to_next() != nullptr)
-      pr.pipeline[v] = program_runner(dsl::workloads::pipeline_stage(DType::F32, pv, tp_dtype_),
-                                      options.pipeline_schedules, options.executor);
+      pr.pipeline[v] =
+          program_runner(dsl::workloads::pipeline_stage(DType::F32, pv, tp_dtype_, bias),
+                         options.pipeline_schedules, options.executor);
     if (grid.from_prev() != nullptr)
       pr.pipeline_recv[v] =
-          program_runner(dsl::workloads::pipeline_stage(DType::F32, pv, tp_dtype_),
+          program_runner(dsl::workloads::pipeline_stage(DType::F32, pv, tp_dtype_, bias),
                          options.pipeline_recv_schedules, options.executor);
   }
   for (int v = 0; v < variants; ++v)
     if (pr.megatron[v]) {
-      pr.attn_s[v] =
-          pr.megatron[v]->prepare(grid.tp(), {{"B", N}, {"K", C}, {"H", C}}, kEpilogueBound);
-      pr.mlp_s[v] =
-          pr.megatron[v]->prepare(grid.tp(), {{"B", N}, {"K", F}, {"H", C}}, kEpilogueBound);
+      pr.attn_s[v] = pr.megatron[v]->prepare(grid.tp(), {{"B", N}, {"K", C}, {"H", C}}, bound);
+      pr.mlp_s[v] = pr.megatron[v]->prepare(grid.tp(), {{"B", N}, {"K", F}, {"H", C}}, bound);
     }
   if (grid.from_prev() != nullptr || grid.to_next() != nullptr)
     pr.handoff = std::make_unique<ProgramRunner>(dsl::workloads::grad_handoff(),
@@ -225,7 +230,7 @@ ParallelGPT::ParallelGPT(const nn::GPTConfig& config, Grid& grid, int micro_rows
   if (grid.to_next() != nullptr) {
     for (int v = 0; v < variants; ++v)
       pr.send_s[v] =
-          pr.pipeline[v]->prepare(*grid.to_next(), {{"B", N}, {"K", F}, {"H", C}}, kEpilogueBound);
+          pr.pipeline[v]->prepare(*grid.to_next(), {{"B", N}, {"K", F}, {"H", C}}, bound);
     pr.grad_recv = pr.handoff->prepare(*grid.to_next(), {{"N", N * C}}, {"d_prev"});
   }
   if (any_shard && tp > 1) {
@@ -263,6 +268,13 @@ ParallelGPT::~ParallelGPT() {
 
 std::string ParallelGPT::epilogue_schedule() const {
   return programs_->megatron[0] ? programs_->megatron[0]->schedule_name() : "";
+}
+std::string ParallelGPT::epilogue_program() const {
+  return programs_->megatron[0] ? programs_->megatron[0]->program().name() : "";
+}
+std::string ParallelGPT::pipeline_program() const {
+  const auto& r = programs_->pipeline[0] ? programs_->pipeline[0] : programs_->pipeline_recv[0];
+  return r ? r->program().name() : "";
 }
 std::string ParallelGPT::tp_sum_schedule() const {
   return programs_->tp_sum_program ? programs_->tp_sum_program->schedule_name() : "";
@@ -327,8 +339,9 @@ void ParallelGPT::run_epilogue(const EpilogueArgs& e, bool training, bool bounda
                              : *programs_->attn[v];
   s.bind("x", Tensor::view_of(const_cast<void*>(e.x), e.operands, Shape{e.N * (e.K / tp)}));
   s.bind("w", Tensor::view_of(const_cast<void*>(e.w), e.operands, Shape{(e.K / tp) * e.H}));
-  // Llama's projections have no bias: the program adds zeros (x + 0 is x, bitwise).
-  s.bind("bias", view(e.bias != nullptr ? e.bias : zero_bias_.data(), Shape{e.H}));
+  TANDEM_CHECK((e.bias != nullptr) == (epilogue_bias(config_) == dsl::workloads::Bias::With),
+               "an epilogue's bias against its program's");
+  if (e.bias != nullptr) s.bind("bias", view(e.bias, Shape{e.H}));
   s.bind("residual", view(e.residual, Shape{e.N * e.H}));
   s.bind("out", view(e.out, Shape{e.N * e.H}));
   s.set_scalar("seed", static_cast<double>(e.seed));

@@ -116,6 +116,10 @@ LocalWidths local_widths(const nn::GPTConfig& c, int tp) {
 
 }  // namespace
 
+dsl::workloads::Bias epilogue_bias(const nn::GPTConfig& config) {
+  return config.llama() ? dsl::workloads::Bias::Without : dsl::workloads::Bias::With;
+}
+
 uint64_t epilogue_seed(const nn::StepRng& rng, int layer, nn::DropoutSite site) {
   const uint64_t key = nn::dropout_key(rng.seed, rng.step, layer, site);
   constexpr uint32_t kEpilogueTag = 0x4d454741u;  // "MEGA"

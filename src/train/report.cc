@@ -87,12 +87,13 @@ void RankRun::print_header(int64_t first_step) {
                                         : "",
                 opt_.executor_name());
   if (!model_.epilogue_schedule().empty())
-    programs += fmt::format("; megatron_layer schedule {}", model_.epilogue_schedule());
+    programs +=
+        fmt::format("; {} schedule {}", model_.epilogue_program(), model_.epilogue_schedule());
   if (!model_.tp_sum_schedule().empty())
     programs += fmt::format("; sum_in_place schedule {}", model_.tp_sum_schedule());
   if (!model_.pipeline_schedule().empty())
-    programs += fmt::format("; pipeline_stage schedule {}, gradients back by grad_handoff",
-                            model_.pipeline_schedule());
+    programs += fmt::format("; {} schedule {}, gradients back by grad_handoff",
+                            model_.pipeline_program(), model_.pipeline_schedule());
   if (!model_.executor().empty() && model_.executor() != opt_.executor_name())
     programs += fmt::format(" ({})", model_.executor());
   const int M = batches_.micro_batch_count();

@@ -15,6 +15,7 @@
 #include "tandem/exec/jit.h"
 #include "tandem/parallel/optimizer.h"
 #include "tandem/parallel/shard.h"
+#include "tandem/parallel/tensor_parallel.h"
 #include "tandem/schedule/enumerate.h"
 #include "tandem/tune/cache.h"
 #include "tandem/tune/executor.h"
@@ -96,13 +97,14 @@ parallel::ProgramOptions ScheduleChoice::model_programs(int rows) {
   const int64_t N = static_cast<int64_t>(rows) * cfg_.model.seq_len, C = cfg_.model.d_model;
   const dsl::SymbolMap sizes = {{"B", N}, {"K", cfg_.model.mlp_width()}, {"H", C}};
   const double p = cfg_.model.dropout;
+  const dsl::workloads::Bias bias = parallel::epilogue_bias(cfg_.model);
   const bool tp = cfg_.grid.tp > 1;
   bool shard = tp || (cfg_.grid.pp > 1 && !grid_.last_stage());
   // The epilogue and the backward's sum of input gradients, (rows x seq_len, d_model), with the
   // tensor-parallel exchanges in `wire`.
   auto epilogue = [&](DType wire) {
-    return tuned_schedule(dsl::workloads::megatron_layer(DType::F32, p, wire), grid_.tp(), sizes,
-                          cfg_.tune, executor_);
+    return tuned_schedule(dsl::workloads::megatron_layer(DType::F32, p, wire, bias), grid_.tp(),
+                          sizes, cfg_.tune, executor_);
   };
   auto tp_sum = [&](DType wire) {
     return tuned_schedule(dsl::workloads::sum_in_place(wire), grid_.tp(), {{"N", N * C}}, cfg_.tune,
@@ -150,13 +152,13 @@ parallel::ProgramOptions ScheduleChoice::model_programs(int rows) {
   // The pipeline program runs on each link, chosen on the link so that both ends agree: the
   // link from the previous stage first, as ParallelGPT sets them up.
   if (grid_.from_prev() != nullptr) {
-    const Tuned w = tuned_schedule(dsl::workloads::pipeline_stage(DType::F32, p, o.tp_dtype),
+    const Tuned w = tuned_schedule(dsl::workloads::pipeline_stage(DType::F32, p, o.tp_dtype, bias),
                                    *grid_.from_prev(), sizes, cfg_.tune, executor_);
     from_autotuner_ |= !w.schedule.empty();
     o.pipeline_recv_schedules = prefer(w, o.pipeline_recv_schedules);
   }
   if (grid_.to_next() != nullptr) {
-    const Tuned w = tuned_schedule(dsl::workloads::pipeline_stage(DType::F32, p, o.tp_dtype),
+    const Tuned w = tuned_schedule(dsl::workloads::pipeline_stage(DType::F32, p, o.tp_dtype, bias),
                                    *grid_.to_next(), sizes, cfg_.tune, executor_);
     from_autotuner_ |= !w.schedule.empty();
     o.pipeline_schedules = prefer(w, o.pipeline_schedules);

@@ -75,18 +75,26 @@ inline Case lamb_case(DType grad, int64_t n) {
 inline std::string wire_label(std::optional<DType> wire) {
   return wire ? fmt::format(" wire {}", dtype_name(*wire)) : "";
 }
+// " no bias" for Llama's layer.
+inline std::string bias_label(dsl::workloads::Bias bias) {
+  return bias == dsl::workloads::Bias::Without ? " no bias" : "";
+}
 inline Case megatron_case(DType t, int64_t b, int64_t k, int64_t h,
-                          std::optional<DType> wire = std::nullopt) {
-  return {fmt::format("megatron {}{} B={} K={} H={}", dtype_name(t), wire_label(wire), b, k, h),
-          dsl::workloads::megatron_layer(t, 0.1, wire),
+                          std::optional<DType> wire = std::nullopt,
+                          dsl::workloads::Bias bias = dsl::workloads::Bias::With) {
+  return {fmt::format("megatron {}{}{} B={} K={} H={}", dtype_name(t), wire_label(wire),
+                      bias_label(bias), b, k, h),
+          dsl::workloads::megatron_layer(t, 0.1, wire, bias),
           {{"B", b}, {"K", k}, {"H", h}},
           {{"seed", 1234}},
           1};
 }
 inline Case pipeline_case(DType t, int64_t b, int64_t k, int64_t h,
-                          std::optional<DType> wire = std::nullopt) {
-  return {fmt::format("pipeline {}{} B={} K={} H={}", dtype_name(t), wire_label(wire), b, k, h),
-          dsl::workloads::pipeline_stage(t, 0.1, wire),
+                          std::optional<DType> wire = std::nullopt,
+                          dsl::workloads::Bias bias = dsl::workloads::Bias::With) {
+  return {fmt::format("pipeline {}{}{} B={} K={} H={}", dtype_name(t), wire_label(wire),
+                      bias_label(bias), b, k, h),
+          dsl::workloads::pipeline_stage(t, 0.1, wire, bias),
           {{"B", b}, {"K", k}, {"H", h}},
           {{"seed", 77}},
           2};

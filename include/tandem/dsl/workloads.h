@@ -19,6 +19,8 @@
 //               matching rows), bias (dtype [H] Replicated), residual (dtype [B, H] Replicated);
 //               scalar seed (dropout's key); output out (dtype [B, H] Replicated). wire is dtype
 //               unless given.
+//   megatron_layer_no_bias  megatron_layer without the bias input (Llama's row-parallel
+//               projections have none): out = dropout(AllReduce(x @ w)) + residual.
 //   pipeline_stage  2 groups: group 0 runs megatron_layer on its ranks (same names) and sends
 //               `out` to group 1, whose rank i receives it from rank i of group 0 as output h.
 //   gather_weights  symbol N; input w (f32 [N] Sliced(0)), output w_all (f32 [N] Replicated).
@@ -91,8 +93,10 @@ Program grad_handoff();
 // dropout and residual, which stay in dtype. Mixed precision's layer is megatron_layer(f32, p,
 // bf16): bf16 operands as autocast's linear takes them, a bf16 product as it returns, summed in
 // bf16 (half the bytes of f32 on the wire), the rest in f32 like autocast's residual stream.
+// Bias::Without leaves the bias out (megatron_layer_no_bias, pipeline_stage_no_bias).
+enum class Bias { With, Without };
 Program megatron_layer(DType dtype = DType::F32, double dropout_p = 0.1,
-                       std::optional<DType> wire = std::nullopt);
+                       std::optional<DType> wire = std::nullopt, Bias bias = Bias::With);
 
 // Programs that exercise the code emitters' folds, not workloads (not in names(), which the
 // tuner's and the tests' loops over the workloads take): folds, every fold over a contiguous f32
@@ -104,11 +108,12 @@ Program strided_sums();
 
 // The layer above on group 0, its output (dtype) handed to group 1 (pipeline parallelism).
 Program pipeline_stage(DType dtype = DType::F32, double dropout_p = 0.1,
-                       std::optional<DType> wire = std::nullopt);
+                       std::optional<DType> wire = std::nullopt, Bias bias = Bias::With);
 
 // The workloads by name, for the command line and the autotuner.
 std::vector<std::string_view> names();
-// The named workload with its default dtypes; an unknown name is a UserError listing names().
+// The named workload with its default dtypes (also the layers without their bias, and folds);
+// an unknown name is a UserError listing names().
 Program by_name(std::string_view name);
 
 }  // namespace tandem::dsl::workloads

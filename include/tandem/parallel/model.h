@@ -150,6 +150,9 @@ class ParallelGPT {
   // The schedules of the programs this rank runs ("" when it runs none of that kind).
   std::string epilogue_schedule() const;
   std::string pipeline_schedule() const;
+  // Their programs' names (megatron_layer, or Llama's megatron_layer_no_bias; pipeline_stage ...).
+  std::string epilogue_program() const;
+  std::string pipeline_program() const;
   std::string tp_sum_schedule() const;          // "" when tp == 1
   DType tp_dtype() const { return tp_dtype_; }  // what the tensor-parallel exchanges carry
   std::string executor() const;  // the executor the programs run on ("" when none runs)
@@ -197,7 +200,6 @@ class ParallelGPT {
   nn::ActivationMemory* memory_;
   std::vector<Tensor> grad_send_;  // one (B, T, C) buffer per micro-batch (stages > 0)
   std::unique_ptr<Programs> programs_;
-  std::vector<float> zero_bias_;  // (C) zeros: the epilogue's bias where the block has none
   EventSink sink_;
   GradientsReady gradients_ready_;
   int last_backward_micro_ = -1;  // the micro-batch whose backward comes last in this step

@@ -1,7 +1,8 @@
 // A GPT-2 block on one tensor-parallel rank (Megatron-LM): QKV and MLP-in column-parallel,
 // attention over the rank's own heads, attention-out and MLP-out row-parallel, each row-parallel
 // projection finished by an epilogue that the caller supplies: the model-parallel DSL program
-// out = dropout(AllReduce(x @ w) + bias) + residual (dsl::workloads::megatron_layer), or at a
+// out = dropout(AllReduce(x @ w) + bias) + residual (dsl::workloads::megatron_layer; Llama's
+// without the bias), or at a
 // pipeline boundary the pipeline program that also hands `out` to the next stage.
 //
 // The backward pass needs one collective per half-block, Megatron's "f" operator: the input
@@ -34,6 +35,7 @@
 
 #include "tandem/comm/communicator.h"
 #include "tandem/core/allocator.h"
+#include "tandem/dsl/workloads.h"
 #include "tandem/nn/gpt.h"
 
 namespace tandem::parallel {
@@ -56,6 +58,10 @@ struct EpilogueArgs {
   bool mlp = false;  // the MLP's projection (else attention's)
 };
 using Epilogue = std::function<void(const EpilogueArgs&)>;
+
+// Whether the row-parallel projections' epilogue adds a bias: GPT-2's do, Llama's have none (its
+// program is then megatron_layer_no_bias, or pipeline_stage_no_bias at a stage's end).
+dsl::workloads::Bias epilogue_bias(const nn::GPTConfig& config);
 
 // The dropout key of a residual epilogue, an integer in [0, 2^53) as DSL dropout seeds must be:
 // nn::dropout_key(seed, step, layer, site) mixed with the micro-batch's first sample index.

@@ -146,6 +146,19 @@ TEST(Workloads, AllValidateAndLambUsesNorms) {
   EXPECT_EQ(workloads::adam(F32).stage(*workloads::adam(F32).find("g1")).type.dtype, F32);
 }
 
+TEST(Workloads, LlamasLayersHaveNoBias) {
+  for (const char* name : {"megatron_layer_no_bias", "pipeline_stage_no_bias"}) {
+    SCOPED_TRACE(name);
+    const Program p = workloads::by_name(name);
+    EXPECT_EQ(p.name(), name);
+    EXPECT_NO_THROW(p.validate());
+    EXPECT_FALSE(p.find("bias").has_value());
+    EXPECT_FALSE(p.find("a").has_value());  // the sum goes straight to the dropout
+    EXPECT_TRUE(p.find("residual").has_value());
+  }
+  EXPECT_TRUE(workloads::megatron_layer().find("bias").has_value());
+}
+
 // --------------------------------------------------------------------------------- inference
 
 TEST(Infer, ElementwiseLayouts) {

@@ -13,6 +13,8 @@
 namespace tandem::schedule::testing {
 namespace {
 
+using dsl::workloads::Bias;
+
 // A small chunk size, so that every fused hook runs over several chunks of these small tensors.
 class SmallChunks : public ::testing::Test {
  protected:
@@ -68,6 +70,11 @@ TEST_F(Equivalence, MegatronEverySchedule) {
     // Mixed precision's layer: bf16 operands, product and sum, cast to f32 for the rest.
     run_case(megatron_case(DType::F32, 5, 3, 9, DType::BF16), ranks);
     run_case(megatron_case(DType::F32, 2, 7, 5, DType::BF16), ranks);  // fewer rows than ranks
+    // Llama's layer, without the bias: every schedule of its own program.
+    const Tally n =
+        run_case(megatron_case(DType::F32, 7, 10, 6, std::nullopt, Bias::Without), ranks);
+    EXPECT_GE(n.schedules, 16);
+    run_case(megatron_case(DType::F32, 5, 3, 9, DType::BF16, Bias::Without), ranks);
   }
 }
 
@@ -88,6 +95,7 @@ TEST_F(Equivalence, PipelineEverySchedule) {
     EXPECT_GE(t.schedules, 30);
     run_case(pipeline_case(DType::BF16, 3, 5, 4), ranks);
     run_case(pipeline_case(DType::F32, 3, 5, 4, DType::BF16), ranks);
+    run_case(pipeline_case(DType::F32, 7, 10, 6, std::nullopt, Bias::Without), ranks);
   }
 }
 
