@@ -88,7 +88,7 @@ void add_eval(CLI::App& app) {
     const double bytes_per_token =
         split.size() > 0 ? text_bytes / static_cast<double>(split.size()) : 1.0;
     fmt::print(
-        "loss {:.4f} per token (perplexity {:.3f}, {:.3f} bits/byte) over {} tokens of {}, "
+        "loss {:.6f} per token (perplexity {:.3f}, {:.3f} bits/byte) over {} tokens of {}, "
         "checkpoint at step {}, {} matmuls\n",
         loss, std::exp(loss), train::bits_per_byte(loss, bytes_per_token), scored, what,
         model.meta.step, f->precision == DType::BF16 ? "bf16" : "fp32");
