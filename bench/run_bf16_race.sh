@@ -17,7 +17,8 @@
 # configuration uses 2T threads in all. Models (bench/steps_common.sh's): a = 4 layers, d_model
 # 256, 4 heads, seq 128, batch 16; b = 8 layers, d_model 512, 8 heads, seq 128, batch 8; s =
 # SmolLM-360M's Llama shape (32 layers, d_model 960, 15 heads, 5 key/value heads, MLP 2560) at seq
-# 1024, batch 2.
+# 1024, batch 2; h = s at half its depth (16 layers): PyTorch 1.13, which saves each layer's T x T
+# scores, runs out of 24 GiB at s's 32 layers even in one process.
 # Like for like: the same model, global batch, sequence, optimizer (AdamW), threads in all, dropout
 # 0; neither side pinned (mpirun --bind-to none). A run's figure is global tokens a step over its
 # median step time after --warmup-steps (tandem: the lead rank's step_s from --metrics; PyTorch:

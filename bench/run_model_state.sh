@@ -64,9 +64,9 @@ if line=$(grep "model state (rank 0):" "$log"); then
   written_h=$(sed -n 's/.* read and \([0-9.]* [KMG]*i*B\) written.*/\1/p' <<<"$line")
   traffic="$(gib "$read_h") $(gib "$written_h")"
 fi
-params=$(sed -n 's/.*(\([0-9]*\) heads, \([0-9.]*\)M parameters).*/\2/p' "$log")
+params=$(sed -n 's/.*, \([0-9.]*\)M parameters).*/\1/p' "$log")
 tokens=$(sed -n 's/.*, \([0-9]*\) x \([0-9]*\) tokens a step.*/\1 \2/p' "$log")
-layers=$(sed -n 's/.*GPT \([0-9]*\) layers x d_model \([0-9]*\).*/\1 \2/p' "$log")
+layers=$(sed -n 's/.*\(GPT\|Llama\) \([0-9]*\) layers x d_model \([0-9]*\).*/\2 \3/p' "$log")
 awk -v p="$params" -v tk="$tokens" -v ly="$layers" -v g="$gemm" -v tr="$traffic" \
   -v rb="$read_bw" -v wb="$write_bw" -v med="$median" 'BEGIN {
   split(tk, t, " "); split(ly, l, " "); split(tr, b, " ")

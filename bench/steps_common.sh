@@ -27,12 +27,13 @@ run_limited() {  # COMMAND...
 # The race models of docs/benchmarks.md, as tandem train flags (the first ten words always
 # --layers L --d-model D --heads H --seq-len T --batch B): GPT-2 blocks a and b, and s, SmolLM-360M's
 # Llama shape at 1024 tokens.
-race_model_flags() {  # a|b|s
+race_model_flags() {  # a|b|s|h
   case $1 in
     a) echo "--layers 4 --d-model 256 --heads 4 --seq-len 128 --batch 16" ;;
     b) echo "--layers 8 --d-model 512 --heads 8 --seq-len 128 --batch 8" ;;
     s) echo "--layers 32 --d-model 960 --heads 15 --seq-len 1024 --batch 2 --arch llama --kv-heads 5 --ffn 2560" ;;
-    *) echo "unknown model '$1' (a, b or s)" >&2; exit 2 ;;
+    h) echo "--layers 16 --d-model 960 --heads 15 --seq-len 1024 --batch 2 --arch llama --kv-heads 5 --ffn 2560" ;;
+    *) echo "unknown model '$1' (a, b, s or h)" >&2; exit 2 ;;
   esac
 }
 
