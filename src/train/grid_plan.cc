@@ -546,6 +546,9 @@ uint64_t plan_memory_per_rank(const TrainConfig::GridAuto& request, comm::Backen
 // all stop and rank 0 says why. --gather-ahead auto likewise. The rates measured for it are
 // compute's and the link's, not the tiers'.
 TrainConfig resolve(const TrainConfig& asked, comm::Communicator* world) {
+  // Whether rank 0 plans decides which collectives follow: ranks started with different grids
+  // stop here, naming them, rather than wait in unmatched broadcasts.
+  if (world != nullptr) detail::check_ranks_agree_on(*world, asked, {"grid", "grid_auto"});
   TrainConfig c = asked;
   if (c.grid_auto) {
     const TrainConfig::GridAuto& g = *c.grid_auto;

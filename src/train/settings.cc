@@ -455,9 +455,12 @@ std::vector<std::pair<std::string, std::string>> agreeing_settings(const TrainCo
   return out;
 }
 
-void check_ranks_agree(comm::Communicator& world, const TrainConfig& config,
-                       const data::Corpus& corpus) {
-  const auto mine = agreeing_settings(config, corpus);
+namespace {
+
+// Exchanges `mine` (the same flags, in the same order, on every rank) and throws on every rank
+// the same error naming each flag the ranks give different values.
+void check_values_agree(comm::Communicator& world,
+                        const std::vector<std::pair<std::string, std::string>>& mine) {
   nlohmann::json values = nlohmann::json::array();
   for (const auto& [flag, value] : mine) values.push_back(value);
   const std::vector<std::string> texts = comm::all_gather_strings(world, values.dump());
@@ -487,6 +490,26 @@ void check_ranks_agree(comm::Communicator& world, const TrainConfig& config,
   throw comm::CollectiveError(fmt::format(
       "the ranks disagree on {}; every rank of a job must be started with the same flags",
       fmt::join(disagreements, "; and on ")));
+}
+
+}  // namespace
+
+void check_ranks_agree(comm::Communicator& world, const TrainConfig& config,
+                       const data::Corpus& corpus) {
+  check_values_agree(world, agreeing_settings(config, corpus));
+}
+
+void check_ranks_agree_on(comm::Communicator& world, const TrainConfig& config,
+                          std::initializer_list<std::string_view> fields) {
+  std::vector<std::pair<std::string, std::string>> mine;
+  for (const RunSetting& e : kRun)
+    if (std::find(fields.begin(), fields.end(), e.field) != fields.end()) {
+      TANDEM_CHECK(e.ranks == Ranks::Agree && e.text != nullptr,
+                   "{} is not a setting the ranks compare", e.field);
+      mine.emplace_back(std::string(e.name), e.text(config, data::Corpus{}));
+    }
+  TANDEM_CHECK(mine.size() == fields.size(), "a field named twice or not in the table");
+  check_values_agree(world, mine);
 }
 
 nlohmann::json model_config_json(const nn::GPTConfig& model) {

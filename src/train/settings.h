@@ -6,6 +6,7 @@
 // without an entry fails it. Internal to train/.
 #pragma once
 
+#include <initializer_list>
 #include <nlohmann/json.hpp>
 #include <span>
 #include <string>
@@ -71,6 +72,12 @@ std::vector<std::pair<std::string, std::string>> agreeing_settings(const TrainCo
 // their values: "the ranks disagree on --steps: ranks 0 and 2 give 30, rank 1 gives 40".
 void check_ranks_agree(comm::Communicator& world, const TrainConfig& config,
                        const data::Corpus& corpus);
+
+// The same check over the named fields of TrainConfig only (each one the ranks compare, whose
+// value does not read the data): for what must agree before the rest can be compared, such as
+// whether --grid auto is planned (a collective the ranks must all make or all skip).
+void check_ranks_agree_on(comm::Communicator& world, const TrainConfig& config,
+                          std::initializer_list<std::string_view> fields);
 
 // One part of meta.json: the settings the tables place there, by their keys.
 nlohmann::json model_config_json(const nn::GPTConfig& model);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "tandem/comm/thread.h"
+#include "tandem/train/grid_plan.h"
 #include "train/test_util.h"
 
 namespace tandem::train {
@@ -263,6 +264,27 @@ TEST(ConfigAgreement, DifferentDataIsNamedByItsFingerprint) {
   const std::string m = disagreement({c, c}, {data::make_corpus(std::string(600, 'a'), "a"),
                                               data::make_corpus(std::string(600, 'b'), "a")});
   EXPECT_THAT(m, HasSubstr("the ranks disagree on --data: rank 0 gives 600 tokens, fingerprint"));
+}
+
+// Under MPI each process resolves its own flags; rank 0 plans --grid auto in a broadcast the
+// others must join, so ranks given an explicit grid beside it stop before, naming the grid.
+TEST(ConfigAgreement, GridAutoOnSomeRanksStopsTheResolveOnEveryRank) {
+  TrainConfig c = testing::tiny_run(3);
+  c.grid = {2, 1, 1};
+  TrainConfig a = c;
+  a.grid_auto = TrainConfig::GridAuto{.ranks = 2, .memory_per_rank = 1ull << 30, .link_gbps = {}};
+  std::vector<std::string> messages(2);
+  comm::run_ranks(2, [&](comm::Communicator& world) {
+    try {
+      resolve(world.rank() == 0 ? a : c, &world);
+    } catch (const comm::CollectiveError& e) {
+      messages[world.rank()] = e.what();
+    }
+  });
+  EXPECT_EQ(messages[1], messages[0]);
+  EXPECT_THAT(messages[0], HasSubstr("the ranks disagree on --grid auto (--ranks, "
+                                     "--memory-per-rank, --link-gbps): rank 0 gives 2 ranks"));
+  EXPECT_THAT(messages[0], HasSubstr("rank 1 gives off"));
 }
 
 TEST(ConfigAgreement, PerHostSettingsMayDiffer) {
