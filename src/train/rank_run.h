@@ -95,6 +95,10 @@ class RankRun {
   // An output that failed after `step` (a full disk under --metrics): every rank saves the
   // checkpoint (when --save is given and it was not just saved) and stops with `failed`.
   [[noreturn]] void stop_after_failed_output(int64_t step, const std::string& failed);
+  // A batch that could not be read for `step` on some rank (`failed`: this rank's message, or
+  // ""): a collective; every rank saves the model it has (when --save is given) and stops with
+  // the first failing rank's message.
+  [[noreturn]] void stop_after_failed_input(int64_t step, const std::string& failed);
   // The stop signal every rank has seen by now (the largest: SIGTERM over SIGINT), or 0: a
   // collective, so that all stop after the same step.
   int agreed_stop_signal();

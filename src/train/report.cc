@@ -288,6 +288,24 @@ void RankRun::stop_after_failed_output(int64_t step, const std::string& failed) 
       fmt::format("{}; training stopped after step {}{}", failed, step + 1, kept));
 }
 
+void RankRun::stop_after_failed_input(int64_t step, const std::string& failed) {
+  // The first failing rank's message, on every rank (the others' is "").
+  std::string why;
+  for (const std::string& m : comm::all_gather_strings(grid_.world(), failed))
+    if (why.empty() && !m.empty()) why = m;
+  std::string kept;
+  if (!cfg_.save_dir.empty()) {
+    if (last_checkpoint_.step != step) save(step);  // the model after step `step`, this one unrun
+    kept = fmt::format(
+        "; the checkpoint at step {} is saved in '{}': resume from it once the data is whole", step,
+        last_checkpoint_.folder);
+  } else {
+    kept = " (without --save, the model is lost)";
+  }
+  throw comm::CollectiveError(
+      fmt::format("{}; training stopped before step {}{}", why, step + 1, kept));
+}
+
 void RankRun::print_summary(const TrainResult& result, int64_t ran) {
   if (progress_) progress_->finish();
   if (ran > 0) {

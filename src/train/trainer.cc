@@ -278,7 +278,17 @@ int64_t RankRun::restore() {
 double RankRun::train_step(int64_t step, double lr) {
   phases_.clear();
   const auto data_begin = Clock::now();
-  const data::Batch b = batches_.draw(sampler_, step);
+  // A shard that changed under the run fails its rank's draw: every rank learns of it before the
+  // step's collectives, so that all save the model as it is and stop together.
+  std::optional<data::Batch> drawn;
+  std::string failed;
+  try {
+    drawn = batches_.draw(sampler_, step);
+  } catch (const UserError& e) {
+    failed = e.what();
+  }
+  if (!comm::all_true(grid_.world(), failed.empty())) stop_after_failed_input(step, failed);
+  const data::Batch& b = *drawn;
   if (lead_) phases_.add("data", seconds_since(data_begin));
   trace_span(io::kDataStream, fmt::format("batch {}", step + 1), data_begin);
   model_.zero_gradients();
