@@ -117,6 +117,20 @@ TEST(TuneCli, EmitPrintsTheGeneratedSource) {
   EXPECT_NE(r2.output, r.output);
 }
 
+// Llama's epilogue, the layer without its bias, by name, with the layers' dtype flags.
+TEST(TuneCli, EmitsTheLayerWithoutItsBias) {
+  TempCacheDir dir("emit-no-bias");
+  const CommandResult with =
+      run_tandem("emit megatron_layer --schedule AR-C --target cpp --wire bf16");
+  const CommandResult without =
+      run_tandem("emit megatron_layer_no_bias --schedule AR-C --target cpp --wire bf16");
+  ASSERT_EQ(with.status, 0) << with.output;
+  ASSERT_EQ(without.status, 0) << without.output;
+  EXPECT_NE(with.output.find("add(z_cast, bias)"), std::string::npos) << with.output;
+  EXPECT_NE(without.output.find("program 'megatron_layer_no_bias'"), std::string::npos);
+  EXPECT_EQ(without.output.find("add(z_cast"), std::string::npos) << without.output;
+}
+
 TEST(TuneCli, EmitWithoutAScheduleEmitsTheTunersChoiceElseThePreference) {
   TempCacheDir dir("emit-default");
   const CommandResult before = run_tandem("emit adam --target cpp");
