@@ -11,6 +11,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "settings.h"
@@ -720,7 +721,26 @@ GridPlan plan_grids(const TrainConfig& base, int ranks, uint64_t memory_per_rank
   }
   std::stable_sort(plan.options.begin(), plan.options.end(),
                    [](const GridOption& a, const GridOption& b) { return a.step_s < b.step_s; });
+  for (size_t i = 1; i < plan.ties(); ++i)
+    if (simpler_than(plan.options[i], plan.options[plan.recommended])) plan.recommended = i;
   return plan;
+}
+
+size_t GridPlan::ties() const {
+  if (options.empty()) return 0;
+  const double limit = options.front().step_s * (1 + kPlanTieFraction);
+  size_t n = 0;
+  while (n < options.size() && options[n].step_s <= limit) ++n;
+  return n;
+}
+
+bool simpler_than(const GridOption& a, const GridOption& b) {
+  auto parts = [](const GridOption& o) {
+    return std::make_tuple(o.cfg.model_state.has_value(),
+                           o.cfg.optimizer.sharding == parallel::Sharding::Weights,
+                           !o.cfg.memory_budget.empty(), o.cfg.grid.pp, o.cfg.grid.tp);
+  };
+  return parts(a) < parts(b);
 }
 
 std::string grid_plan_report(const GridPlan& plan) {
@@ -771,16 +791,26 @@ std::string grid_plan_report(const GridPlan& plan) {
       "auto --ranks {} --memory-per-rank {}` takes it\n",
       flags_of(b.cfg), b.activations, b.step_s, b.tokens_per_s, plan.ranks,
       size_flag(plan.memory_per_rank));
+  if (plan.ties() > 1)
+    out += fmt::format(
+        "  {} configurations are within {:g}% of the fastest prediction, closer than the "
+        "measurements behind them: a tie, taken by the simplest (model state in memory, weights "
+        "whole, activations in core, fewer stages, fewer tensor-parallel ranks)\n",
+        plan.ties(), kPlanTieFraction * 100);
   return out;
 }
 
 std::string grid_choice_line(const GridPlan& plan) {
   const GridOption& b = plan.best();
+  const std::string which =
+      plan.ties() > 1 ? fmt::format("the simplest of the {} within {:g}% of the fastest prediction",
+                                    plan.ties(), kPlanTieFraction * 100)
+                      : "the fastest";
   return fmt::format(
-      "--grid auto: {} ({}), the fastest of {} configuration{} of {} ranks that fit {} a rank, "
-      "predicted {:.4f} s a step",
-      flags_of(b.cfg), b.activations, plan.options.size(), plan.options.size() == 1 ? "" : "s",
-      plan.ranks, human_bytes(plan.memory_per_rank), b.step_s);
+      "--grid auto: {} ({}), {} of {} configuration{} of {} ranks that fit {} a rank, predicted "
+      "{:.4f} s a step",
+      flags_of(b.cfg), b.activations, which, plan.options.size(),
+      plan.options.size() == 1 ? "" : "s", plan.ranks, human_bytes(plan.memory_per_rank), b.step_s);
 }
 
 }  // namespace tandem::train

@@ -135,14 +135,28 @@ struct GridCandidates {
 };
 GridCandidates candidate_grids(const TrainConfig& base, int ranks);
 
+// Predictions this close to the fastest (a fraction of its step) are ties: the rates behind them
+// are measured anew each run and move by about this much, so the order among them would too.
+inline constexpr double kPlanTieFraction = 0.03;
+
 struct GridPlan {
   int ranks = 0;
   uint64_t memory_per_rank = 0;
   Rates rates;
   std::vector<GridOption> options;  // every configuration that fits, fastest first
   std::vector<Refusal> refused;     // grids the model refuses, configurations that do not fit
-  const GridOption& best() const { return options.front(); }
+  // The recommendation: of the options tied with the fastest (within kPlanTieFraction of its
+  // step), the simplest (simpler_than), so that runs whose measurements differ a little still
+  // recommend the same one; ties() counts them, the recommendation included.
+  size_t recommended = 0;
+  const GridOption& best() const { return options.at(recommended); }
+  size_t ties() const;
 };
+
+// Whether `a` has fewer moving parts than `b`: its model state in memory rather than streamed,
+// its weights whole rather than sharded, its activations in core, then fewer pipeline stages,
+// then fewer tensor-parallel ranks. Equal configurations are neither.
+bool simpler_than(const GridOption& a, const GridOption& b);
 
 // Every configuration of `ranks` ranks on `base`'s model, batch and flags that fits
 // `memory_per_rank`, predicted at `rates`. When none fits: one UserError naming the smallest
