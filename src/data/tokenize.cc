@@ -314,7 +314,9 @@ void encode_all(std::vector<Chunk>& chunks, const std::vector<CorpusFile>& files
                         c.text[bad] == '\0' ? "a NUL (a binary file?)" : "not valid UTF-8");
         continue;
       }
-      c.ids = tok.encode(c.text);
+      // A chunk after a file's first starts after a line end inside the document.
+      c.ids = tok.encode(
+          c.text, c.offset == 0 ? Tokenizer::Start::kDocument : Tokenizer::Start::kAfterLineEnd);
       if (c.offset == 0 && tok.bos_id() >= 0) c.ids.insert(c.ids.begin(), tok.bos_id());
       if (c.ends_file && tok.eos_id() >= 0) c.ids.push_back(tok.eos_id());
     }
