@@ -166,6 +166,34 @@ TEST(Llama2Tokenizer, TokenizeWritesTheDocumentsIdsBetweenBosAndEos) {
   expect_document_shards(llama2_json_path(), llama2_goldens()["document"]);
 }
 
+TEST(Llama2Tokenizer, AFileLongerThanAChunkGetsTheWholeDocumentsIds) {
+  // tandem tokenize encodes 1 MiB chunks cut at line ends: a line that runs past 1 MiB, with "é"
+  // across the 1 MiB mark, starts the second chunk, whose "▁" the whole document does not have.
+  const std::string line = "The quick brown fox, naïve café.\n";
+  std::string text;
+  while (text.size() + line.size() < (size_t{1} << 20) - 20) text += line;
+  text += std::string((size_t{1} << 20) - 1 - text.size(), 'x') + "é tail\n";
+  for (int i = 0; i < 3000; ++i) text += line;
+  ScratchDir dir;
+  std::filesystem::create_directories(dir.path("corpus"));
+  testing::write_bytes(dir.path("corpus/long.txt"), text);
+  TokenizeConfig c = train::testing::tiny_tokenize(dir, "shards");
+  c.tokenizer = llama2_json_path();
+  c.validation_fraction = 0.01;
+  tokenize(c);
+  const Corpus corpus = load_shard_corpus(dir.path("shards"));
+  std::vector<int32_t> all(corpus.train.size() + corpus.validation.size());
+  corpus.train.read(0, corpus.train.size(), all.data());
+  corpus.validation.read(0, corpus.validation.size(), all.data() + corpus.train.size());
+  const Tokenizer& tok = llama2_json_tokenizer();
+  std::vector<int32_t> want = {tok.bos_id()};
+  const std::vector<int32_t> ids = tok.encode(text);
+  want.insert(want.end(), ids.begin(), ids.end());
+  want.push_back(tok.eos_id());
+  ASSERT_EQ(all.size(), want.size());
+  EXPECT_TRUE(all == want);
+}
+
 TEST(Llama2Model, TheModelIsLlama2s) {
   // SentencePiece BPE with byte fallback and a dummy prefix, encoded a line at a time.
   const Tokenizer& tok = llama2_model_tokenizer();
