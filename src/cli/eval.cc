@@ -38,10 +38,11 @@ void add_eval(CLI::App& app) {
       "--data", f->data,
       "Text file to score, all of it, or a folder of token shards (its validation split); "
       "default: the synthetic corpus's validation split");
-  cmd->add_option("--tokenizer", f->tokenizer,
-                  "SentencePiece .model or tokenizer.json (GPT-2's, Llama 3's) that encodes a "
-                  "text file for a subword model (default: the one the checkpoint's data "
-                  "recorded)");
+  cmd->add_option(
+      "--tokenizer", f->tokenizer,
+      "SentencePiece .model or tokenizer.json (GPT-2's, Llama 3's, Llama 2's) that encodes a "
+      "text file for a subword model (default: the one the checkpoint's data "
+      "recorded)");
   cmd->add_option("--batch", f->batch, "Windows per forward pass")->capture_default_str();
   auto* seq_len = cmd->add_option("--seq-len", f->seq_len,
                                   "Window length (default: the model's training length)");

@@ -39,9 +39,10 @@ void add_sample(CLI::App& app) {
                   "Checkpoint folder (written by tandem train --save)")
       ->required();
   cmd->add_option("--prompt", f->prompt, "Text to continue")->capture_default_str();
-  cmd->add_option("--tokenizer", f->tokenizer,
-                  "SentencePiece .model or tokenizer.json (GPT-2's, Llama 3's) to decode with "
-                  "(default: the one the checkpoint's data recorded)");
+  cmd->add_option(
+      "--tokenizer", f->tokenizer,
+      "SentencePiece .model or tokenizer.json (GPT-2's, Llama 3's, Llama 2's) to decode with "
+      "(default: the one the checkpoint's data recorded)");
   cmd->add_option("--tokens", f->tokens, "Tokens to generate")->capture_default_str();
   cmd->add_option("--temperature", f->temperature,
                   "Sampling temperature (0: always the most likely byte)")

@@ -22,7 +22,7 @@ void add_tokenize(CLI::App& app) {
       ->required();
   cmd->add_option("--tokenizer", c->tokenizer,
                   "Encode with this tokenizer instead of training one: a SentencePiece .model or "
-                  "a Hugging Face GPT-2 or Llama 3 tokenizer.json");
+                  "a Hugging Face GPT-2, Llama 3 or Llama 2 tokenizer.json");
   cmd->add_option("--vocab-size", c->vocab_size, "Tokens in the trained tokenizer's vocabulary")
       ->capture_default_str();
   cmd->add_option("--val-fraction", c->validation_fraction,

@@ -1,7 +1,8 @@
-// Byte-level BPE from a Hugging Face tokenizer.json (GPT-2's or Llama 3's): the file checked to be
-// that kind and read, added tokens matched in the text, the rest cut into words by GPT-2's or
-// Llama 3's pattern, each word's bytes mapped to the byte-level alphabet and merged by rank, and
-// ids decoded back to bytes.
+// BPE from a Hugging Face tokenizer.json: byte-level (GPT-2's or Llama 3's) or SentencePiece's with
+// byte fallback (Llama 2's). The file checked to be one of those kinds and read, added tokens
+// matched in the text, the rest cut into words by GPT-2's or Llama 3's pattern (byte-level: each
+// word's bytes mapped to the byte-level alphabet) or normalized as Llama 2's (each character its
+// token, else its byte pieces), merged by rank, and ids decoded back to text.
 #include "hf_bpe.h"
 
 #include <fmt/ranges.h>
@@ -74,8 +75,29 @@ std::string token_bytes(std::string_view token, const std::unordered_map<char32_
 [[noreturn]] void unsupported(const std::string& path, const std::string& what) {
   user_error(
       "tokenizer '{}' is not supported: {}; tandem reads Hugging Face tokenizer.json files of "
-      "GPT-2's or Llama 3's byte-level BPE",
+      "GPT-2's or Llama 3's byte-level BPE and of Llama 2's SentencePiece BPE",
       path, what);
+}
+
+constexpr std::string_view kSpacePiece = "\xE2\x96\x81";  // U+2581, SentencePiece's space: ▁
+
+// Llama 2's byte piece for byte b: <0x0A>, <0xFF>.
+std::string byte_piece(size_t b) { return fmt::format("<0x{:02X}>", b); }
+
+// The byte a piece such as <0x0A> stands for (as Hugging Face's ByteFallback decoder reads it:
+// six characters, two hex digits of either case), else -1.
+int piece_byte(std::string_view token) {
+  if (token.size() != 6 || !token.starts_with("<0x") || token[5] != '>') return -1;
+  int b = 0;
+  for (const char c : token.substr(3, 2)) {
+    const int d = c >= '0' && c <= '9'   ? c - '0'
+                  : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                  : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                         : -1;
+    if (d < 0) return -1;
+    b = b * 16 + d;
+  }
+  return b;
 }
 
 // The "type" of a component (pre_tokenizer, decoder, ...), "" for null or absent.
@@ -99,6 +121,116 @@ bool set(const json& j, const char* key) {
 constexpr std::string_view kLlama3Pattern =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
     "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+// Llama 2's normalizer: Prepend "▁" (`prepend`: to text that is not empty), Replace " " with "▁".
+std::string normalize_llama2(std::string_view text, bool prepend) {
+  std::string normalized;
+  if (text.empty()) return normalized;
+  normalized.reserve(text.size() + text.size() / 4 + kSpacePiece.size());
+  if (prepend) normalized += kSpacePiece;
+  for (const char c : text) {
+    if (c == ' ')
+      normalized += kSpacePiece;
+    else
+      normalized += c;
+  }
+  return normalized;
+}
+
+// The types of a Sequence's steps (its `key`: "pretokenizers", "normalizers", "decoders").
+std::vector<std::string> step_types(const json& sequence, const char* key) {
+  std::vector<std::string> types;
+  if (sequence.contains(key) && sequence[key].is_array())
+    for (const json& q : sequence[key])
+      types.push_back(q.is_object() && q.contains("type") && q["type"].is_string()
+                          ? q["type"].get<std::string>()
+                          : "(untyped)");
+  return types;
+}
+
+std::string listed(const std::vector<std::string>& types) {
+  return types.empty() ? "nothing" : fmt::format("{}", fmt::join(types, ", "));
+}
+
+// A string field of a component, or "" when it is absent or not a string.
+std::string string_field(const json& c, const char* key) {
+  return c.contains(key) && c[key].is_string() ? c[key].get<std::string>() : "";
+}
+
+// Whether a Replace step (normalizer or decoder) replaces the string `from` with `to`; else the
+// message that says what it replaces.
+std::string replace_mismatch(const json& r, const char* step, std::string_view from,
+                             std::string_view to) {
+  const json none;
+  const json& pattern = r.contains("pattern") ? r["pattern"] : none;
+  const json& content = r.contains("content") ? r["content"] : none;
+  if (pattern.is_object() && pattern.contains("String") && pattern["String"].is_string() &&
+      pattern["String"].get<std::string>() == from && content.is_string() &&
+      content.get<std::string>() == to)
+    return "";
+  // A pattern is shown as the file writes it ({"String": " "}, {"Regex": "\\s"}) where it can be.
+  const std::string shown =
+      pattern.is_object() && pattern.size() == 1 && pattern.begin().value().is_string()
+          ? fmt::format("{{\"{}\": {}}}", pattern.begin().key(),
+                        io::json_excerpt(pattern.begin().value()))
+          : io::json_excerpt(pattern);
+  return fmt::format("its Replace {} replaces {} with {} (Llama 2's replaces {} with {})", step,
+                     shown, io::json_excerpt(content), io::json_excerpt(json(from)),
+                     io::json_excerpt(json(to)));
+}
+
+// The checks that make a tokenizer.json that sets byte_fallback Llama 2's kind (as Hugging Face's
+// LlamaConverter writes it for Llama 2, Mistral and TinyLlama): no pre-tokenizer; the normalizer
+// Prepend "▁" then Replace " " with "▁"; the decoder Replace "▁" with " ", ByteFallback, Fuse,
+// Strip one " " at the start. Each refusal names what differs.
+void check_llama2(const json& j, const std::string& path) {
+  if (const std::string pre = type_of(j, "pre_tokenizer"); !pre.empty())
+    unsupported(path, fmt::format("its BPE model sets byte_fallback, as Llama 2's does, but it has "
+                                  "a pre-tokenizer, {} (Llama 2's has none)",
+                                  pre));
+  const std::string n = type_of(j, "normalizer");
+  const std::vector<std::string> normalizers =
+      n == "Sequence" ? step_types(j["normalizer"], "normalizers") : std::vector<std::string>{};
+  if (normalizers != std::vector<std::string>{"Prepend", "Replace"})
+    unsupported(path, fmt::format("its normalizer is {} (tandem implements Llama 2's: a Sequence "
+                                  "of Prepend and Replace)",
+                                  n.empty()         ? "missing"
+                                  : n == "Sequence" ? "a Sequence of " + listed(normalizers)
+                                                    : n));
+  const json& prepend = j["normalizer"]["normalizers"][0];
+  if (string_field(prepend, "prepend") != kSpacePiece)
+    unsupported(path, fmt::format("its Prepend normalizer prepends {} (Llama 2's prepends \"▁\")",
+                                  io::json_excerpt(prepend.contains("prepend") ? prepend["prepend"]
+                                                                               : json())));
+  if (const std::string why =
+          replace_mismatch(j["normalizer"]["normalizers"][1], "normalizer", " ", kSpacePiece);
+      !why.empty())
+    unsupported(path, why);
+  const json& m = j["model"];
+  if (set(m, "ignore_merges")) unsupported(path, "its BPE model sets ignore_merges");
+  const std::string d = type_of(j, "decoder");
+  const std::vector<std::string> decoders =
+      d == "Sequence" ? step_types(j["decoder"], "decoders") : std::vector<std::string>{};
+  if (decoders != std::vector<std::string>{"Replace", "ByteFallback", "Fuse", "Strip"})
+    unsupported(path, fmt::format("its decoder is {} (tandem implements Llama 2's: a Sequence of "
+                                  "Replace, ByteFallback, Fuse, Strip)",
+                                  d.empty()         ? "missing"
+                                  : d == "Sequence" ? "a Sequence of " + listed(decoders)
+                                                    : d));
+  const json& steps = j["decoder"]["decoders"];
+  if (const std::string why = replace_mismatch(steps[0], "decoder", kSpacePiece, " "); !why.empty())
+    unsupported(path, why);
+  const json& strip = steps[3];
+  auto count = [&](const char* key) {
+    return strip.contains(key) && strip[key].is_number_integer() ? strip[key].get<int64_t>() : -1;
+  };
+  if (string_field(strip, "content") != " " || count("start") != 1 || count("stop") != 0)
+    unsupported(path,
+                fmt::format("its Strip decoder strips {} {} at the start and {} at the end "
+                            "(Llama 2's strips one \" \" at the start)",
+                            io::json_excerpt(strip.contains("content") ? strip["content"] : json()),
+                            count("start"), count("stop")));
+}
 
 // A ByteLevel pre-tokenizer's options: no added space; GPT-2's pattern or (after a Split) none.
 void check_byte_level(const json& p, bool after_split, const std::string& path) {
@@ -137,9 +269,9 @@ void check_split(const json& p, const std::string& path) {
   if (set(p, "invert")) unsupported(path, "its Split pre-tokenizer sets invert");
 }
 
-// The checks that make a tokenizer.json GPT-2's or Llama 3's kind, and which pattern cuts its
-// text into words; each refusal names what differs.
-HfBpe::Pattern check_kind(const json& j, const std::string& path) {
+// The checks that make a tokenizer.json GPT-2's, Llama 3's or Llama 2's kind, and which it is
+// (a BPE that sets byte_fallback is taken for Llama 2's); each refusal names what differs.
+HfBpe::Kind check_kind(const json& j, const std::string& path) {
   if (!j.is_object() || !j.contains("model") || !j["model"].is_object())
     unsupported(path, "it has no \"model\" (it is not a Hugging Face tokenizer.json)");
   const json& m = j["model"];
@@ -150,11 +282,16 @@ HfBpe::Pattern check_kind(const json& j, const std::string& path) {
     unsupported(path, "its BPE model has no vocab");
   if (!m.contains("merges") || !m["merges"].is_array())
     unsupported(path, "its BPE model has no merges");
-  for (const char* key :
-       {"dropout", "continuing_subword_prefix", "end_of_word_suffix", "byte_fallback"})
+  for (const char* key : {"dropout", "continuing_subword_prefix", "end_of_word_suffix"})
     if (set(m, key)) unsupported(path, fmt::format("its BPE model sets {}", key));
+  if (set(m, "byte_fallback")) {
+    check_llama2(j, path);
+    return HfBpe::Kind::kLlama2;
+  }
   if (const std::string n = type_of(j, "normalizer"); !n.empty())
-    unsupported(path, fmt::format("its normalizer is {} (GPT-2's and Llama 3's have none)", n));
+    unsupported(path, fmt::format("its normalizer is {} (GPT-2's and Llama 3's have none; Llama "
+                                  "2's kind sets byte_fallback)",
+                                  n));
   if (const std::string d = type_of(j, "decoder"); d != "ByteLevel")
     unsupported(path, d.empty() ? "it has no decoder (GPT-2's and Llama 3's are ByteLevel)"
                                 : fmt::format("its decoder is {}, not ByteLevel", d));
@@ -163,24 +300,18 @@ HfBpe::Pattern check_kind(const json& j, const std::string& path) {
   const std::string pre = type_of(j, "pre_tokenizer");
   if (pre == "ByteLevel") {
     check_byte_level(j["pre_tokenizer"], false, path);
-    return HfBpe::Pattern::kGpt2;
+    return HfBpe::Kind::kGpt2;
   }
   if (pre == "Sequence") {
     const json& p = j["pre_tokenizer"];
-    std::vector<std::string> types;
-    if (p.contains("pretokenizers") && p["pretokenizers"].is_array())
-      for (const json& q : p["pretokenizers"])
-        types.push_back(q.is_object() && q.contains("type") && q["type"].is_string()
-                            ? q["type"].get<std::string>()
-                            : "(untyped)");
+    const std::vector<std::string> types = step_types(p, "pretokenizers");
     if (types != std::vector<std::string>{"Split", "ByteLevel"})
-      unsupported(
-          path, fmt::format("its pre-tokenizer is a Sequence of {} (tandem implements "
-                            "Llama 3's: Split, ByteLevel)",
-                            types.empty() ? "nothing" : fmt::format("{}", fmt::join(types, ", "))));
+      unsupported(path, fmt::format("its pre-tokenizer is a Sequence of {} (tandem implements "
+                                    "Llama 3's: Split, ByteLevel)",
+                                    listed(types)));
     check_split(p["pretokenizers"][0], path);
     check_byte_level(p["pretokenizers"][1], true, path);
-    return HfBpe::Pattern::kLlama3;
+    return HfBpe::Kind::kLlama3;
   }
   unsupported(path,
               pre.empty()
@@ -430,7 +561,7 @@ HfBpe::HfBpe(const std::string& text, const std::string& path)
   // Nesting past io::kMaxJsonDepth is refused before anything recursive walks it.
   const std::string file = fmt::format("tokenizer '{}'", path);
   const json j = io::parse_json(text, file);
-  pattern_ = check_kind(j, path);
+  kind_ = check_kind(j, path);
   const json& m = j["model"];
   try {
     // Ids: the vocabulary's and the added tokens', which must run from 0 without gaps.
@@ -474,8 +605,11 @@ HfBpe::HfBpe(const std::string& text, const std::string& path)
       assign(io::json_string(io::json_member(a, "content", file, content), file, content),
              io::json_int(io::json_member(a, "id", file, id), file, id), a.value("special", false));
     }
-    // The end-of-text token: GPT-2's or Llama 3's.
-    for (const char* eos : {"<|endoftext|>", "<|end_of_text|>"})
+    // The end-of-text token: GPT-2's or Llama 3's, or Llama 2's.
+    const std::vector<const char*> eos_tokens =
+        kind_ == Kind::kLlama2 ? std::vector<const char*>{"</s>"}
+                               : std::vector<const char*>{"<|endoftext|>", "<|end_of_text|>"};
+    for (const char* eos : eos_tokens)
       if (const auto it = id_of.find(eos); it != id_of.end() && eos_id_ < 0) {
         eos_id_ = it->second;
         special[static_cast<size_t>(eos_id_)] = true;  // appended between documents: decodes to ""
@@ -488,26 +622,10 @@ HfBpe::HfBpe(const std::string& text, const std::string& path)
             path, id);
     if (token_of.empty()) unsupported(path, "its BPE model's vocab is empty");
 
-    // Each byte's one-character token, and every token's bytes.
-    const std::array<char32_t, 256> cps = byte_code_points();
-    std::unordered_map<char32_t, char> byte_of;
-    for (size_t b = 0; b < 256; ++b) {
-      byte_of[cps[b]] = static_cast<char>(b);
-      const auto it = id_of.find(utf8(cps[b]));
-      if (it == id_of.end())
-        unsupported(path, fmt::format("its vocabulary has no token for byte 0x{:02x} ('{}'), so "
-                                      "it is not a byte-level BPE",
-                                      b, utf8(cps[b])));
-      byte_id_[b] = it->second;
-    }
-    bytes_of_id_.resize(token_of.size());
-    for (size_t id = 0; id < token_of.size(); ++id) {
-      const std::string& token = *token_of[id];
-      if (special[id]) continue;
-      // Added tokens outside the vocabulary are kept as written; vocabulary tokens are byte-level.
-      bytes_of_id_[id] = m["vocab"].contains(token) ? token_bytes(token, byte_of) : token;
-      if (m["vocab"].contains(token))
-        id_of_bytes_.emplace(bytes_of_id_[id], static_cast<int32_t>(id));
+    if (kind_ == Kind::kLlama2) {
+      read_llama2_vocab(m["vocab"], token_of, special, id_of, path);
+    } else {
+      read_byte_level_vocab(m, token_of, special, id_of, path);
     }
     ignore_merges_ = m.contains("ignore_merges") &&
                      io::json_bool(m["ignore_merges"], file, "model.ignore_merges");
@@ -523,16 +641,27 @@ HfBpe::HfBpe(const std::string& text, const std::string& path)
       if (content.empty())
         user_error("tokenizer '{}' is malformed: added token {} is empty", path,
                    a.at("id").get<int64_t>());
-      added_[a.value("normalized", true) ? 1 : 0].add(content, id_of.at(content));
+      // Hugging Face matches a normalized token's normalized content ("▁<s>") in the normalized
+      // text.
+      const bool normalized = a.value("normalized", true);
+      added_[normalized ? 1 : 0].add(
+          normalized && kind_ == Kind::kLlama2 ? normalize_llama2(content, true) : content,
+          id_of.at(content));
     }
 
     const json& merges = m["merges"];
+    const int32_t line_end = kind_ == Kind::kLlama2 ? byte_id_['\n'] : -1;
     for (size_t r = 0; r < merges.size(); ++r) {
       const auto [left, right] = merge_pair(merges[r], r, path);
       const auto a = id_of.find(left), b = id_of.find(right), ab = id_of.find(left + right);
       if (a == id_of.end() || b == id_of.end() || ab == id_of.end())
         user_error("tokenizer '{}' is malformed: merge {} ('{} {}') names a token not in its vocab",
                    path, r, left, right);
+      // No merge crosses a line end, so text cut at line ends encodes piece by piece.
+      if (a->second == line_end || b->second == line_end)
+        unsupported(path, fmt::format("its merge {} ('{} {}') joins the line end's byte piece "
+                                      "(tandem encodes text in pieces cut at line ends)",
+                                      r, left, right));
       const uint64_t key =
           (static_cast<uint64_t>(a->second) << 32) | static_cast<uint32_t>(b->second);
       merges_.emplace(key, Merge{static_cast<int32_t>(r), ab->second});  // the first rank stays
@@ -542,14 +671,80 @@ HfBpe::HfBpe(const std::string& text, const std::string& path)
   }
 }
 
-// Byte-level BPE of one word: its bytes as their one-character tokens, then, while any adjacent
-// pair has a merge, the pair of lowest rank (the leftmost among equals) merged.
-void HfBpe::merge_word(std::string_view word, std::vector<int32_t>& out) const {
-  const int n = static_cast<int>(word.size());
-  if (n == 1) {
-    out.push_back(byte_id_[static_cast<unsigned char>(word[0])]);
-    return;
+// Byte-level BPE: each byte's one-character token, and every token's bytes.
+void HfBpe::read_byte_level_vocab(const json& m, const std::vector<const std::string*>& token_of,
+                                  const std::vector<bool>& special,
+                                  const std::unordered_map<std::string, int32_t>& id_of,
+                                  const std::string& path) {
+  const std::array<char32_t, 256> cps = byte_code_points();
+  std::unordered_map<char32_t, char> byte_of;
+  for (size_t b = 0; b < 256; ++b) {
+    byte_of[cps[b]] = static_cast<char>(b);
+    const auto it = id_of.find(utf8(cps[b]));
+    if (it == id_of.end())
+      unsupported(path, fmt::format("its vocabulary has no token for byte 0x{:02x} ('{}'), so "
+                                    "it is not a byte-level BPE",
+                                    b, utf8(cps[b])));
+    byte_id_[b] = it->second;
   }
+  bytes_of_id_.resize(token_of.size());
+  for (size_t id = 0; id < token_of.size(); ++id) {
+    const std::string& token = *token_of[id];
+    if (special[id]) continue;
+    // Added tokens outside the vocabulary are kept as written; vocabulary tokens are byte-level.
+    bytes_of_id_[id] = m["vocab"].contains(token) ? token_bytes(token, byte_of) : token;
+    if (m["vocab"].contains(token))
+      id_of_bytes_.emplace(bytes_of_id_[id], static_cast<int32_t>(id));
+  }
+}
+
+// Llama 2's kind: each byte's piece <0xXX> (all 256, so every character encodes), the
+// one-character tokens, and every token's text with "▁" as a space. No token holds a line end, so
+// text cut at line ends encodes piece by piece (tandem tokenize's chunks).
+void HfBpe::read_llama2_vocab(const json& vocab, const std::vector<const std::string*>& token_of,
+                              const std::vector<bool>& special,
+                              const std::unordered_map<std::string, int32_t>& id_of,
+                              const std::string& path) {
+  for (size_t b = 0; b < 256; ++b) {
+    const auto it = vocab.find(byte_piece(b));
+    if (it == vocab.end())
+      unsupported(path, fmt::format("its vocabulary has no piece {} for byte 0x{:02x} (byte "
+                                    "fallback needs all 256)",
+                                    byte_piece(b), b));
+    byte_id_[b] = id_of.at(byte_piece(b));
+  }
+  bytes_of_id_.resize(token_of.size());
+  piece_byte_.assign(token_of.size(), -1);
+  for (size_t id = 0; id < token_of.size(); ++id) {
+    const std::string& token = *token_of[id];
+    if (token.find('\n') != std::string::npos)
+      unsupported(path, fmt::format("its token {} holds a line end (tandem encodes text in "
+                                    "pieces cut at line ends)",
+                                    io::json_excerpt(json(token))));
+    if (special[id]) continue;
+    // Hugging Face's decoder turns "▁" into " " in every token, then bytes of pieces into text.
+    piece_byte_[id] = static_cast<int16_t>(piece_byte(token));
+    std::string& text = bytes_of_id_[id];
+    for (size_t at = 0; at < token.size();) {
+      if (token.compare(at, kSpacePiece.size(), kSpacePiece) == 0) {
+        text += ' ';
+        at += kSpacePiece.size();
+      } else {
+        text += token[at++];
+      }
+    }
+    if (const CodePoint c = code_point_at(token, 0);
+        c.bytes == token.size() && vocab.contains(token))
+      char_id_.emplace(c.c, static_cast<int32_t>(id));
+  }
+}
+
+// BPE of one word: its first symbols (byte-level: its bytes as their one-character tokens; Llama
+// 2's kind: each character's token, or its bytes' pieces where the vocabulary has none, as Hugging
+// Face's byte_fallback), then, while any adjacent pair has a merge, the pair of lowest rank (the
+// leftmost among equals) merged.
+void HfBpe::merge_word(std::string_view word, std::vector<int32_t>& out) const {
+  if (word.empty()) return;
   if (ignore_merges_)
     if (const auto it = id_of_bytes_.find(std::string(word)); it != id_of_bytes_.end()) {
       out.push_back(it->second);
@@ -559,10 +754,35 @@ void HfBpe::merge_word(std::string_view word, std::vector<int32_t>& out) const {
     int32_t id;
     int prev, next;  // neighbours in the word (-1: none); merged-away symbols have id -1
   };
-  std::vector<Symbol> s(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i)
-    s[static_cast<size_t>(i)] = {byte_id_[static_cast<unsigned char>(word[static_cast<size_t>(i)])],
-                                 i - 1, i + 1 < n ? i + 1 : -1};
+  std::vector<Symbol> s;
+  s.reserve(word.size());
+  auto add = [&](int32_t id) {
+    const int i = static_cast<int>(s.size());
+    s.push_back({id, i - 1, i + 1});
+  };
+  auto add_bytes = [&](std::string_view bytes) {
+    for (const char ch : bytes) add(byte_id_[static_cast<unsigned char>(ch)]);
+  };
+  if (kind_ == Kind::kLlama2) {
+    for (size_t at = 0; at < word.size();) {
+      const CodePoint c = code_point_at(word, at);
+      const bool valid = c.bytes > 1 || static_cast<unsigned char>(word[at]) < 0x80;
+      const auto it = valid ? char_id_.find(c.c) : char_id_.end();
+      if (it != char_id_.end())
+        add(it->second);
+      else
+        add_bytes(word.substr(at, c.bytes));
+      at += c.bytes;
+    }
+  } else {
+    add_bytes(word);
+  }
+  s.back().next = -1;
+  const int n = static_cast<int>(s.size());
+  if (n == 1) {
+    out.push_back(s[0].id);
+    return;
+  }
   struct Candidate {
     int32_t rank;
     int left;
@@ -654,45 +874,91 @@ std::pair<size_t, int32_t> HfBpe::AddedTokens::longest_at(std::string_view text,
   return found;
 }
 
+template <typename Fn>
+void HfBpe::AddedTokens::split(std::string_view text, std::vector<int32_t>& out,
+                               Fn&& text_fn) const {
+  size_t from = 0;  // the text not handed on yet
+  for (size_t at = 0; at < text.size();) {
+    const auto [bytes, id] =
+        may_start(text[at]) ? longest_at(text, at) : std::pair<size_t, int32_t>{};
+    if (bytes == 0) {
+      ++at;
+      continue;
+    }
+    text_fn(text.substr(from, at - from), from);
+    out.push_back(id);
+    at += bytes;
+    from = at;
+  }
+  text_fn(text.substr(from), from);
+}
+
+// Words: byte-level BPE cuts the text by its pattern. Llama 2's kind has no pre-tokenizer (the
+// text is one word); it is cut after each line end, which no merge crosses (the line end is its
+// byte piece <0x0A>: no token holds one, no merge joins its piece), so that words stay short.
 void HfBpe::encode_text(std::string_view text, std::vector<int32_t>& out) const {
   for (size_t at = 0; at < text.size();) {
-    const size_t end =
-        pattern_ == Pattern::kLlama3 ? llama3_word_end(text, at) : gpt2_word_end(text, at);
+    size_t end = 0;
+    if (kind_ == Kind::kLlama2) {
+      const size_t nl = text.find('\n', at);
+      end = nl == std::string_view::npos ? text.size() : nl + 1;
+    } else {
+      end = kind_ == Kind::kLlama3 ? llama3_word_end(text, at) : gpt2_word_end(text, at);
+    }
     encode_word(text.substr(at, end - at), out);
     at = end;
   }
 }
 
-void HfBpe::encode_pass(std::string_view text, size_t pass, std::vector<int32_t>& out) const {
-  if (pass == added_.size()) return encode_text(text, out);
-  const AddedTokens& tokens = added_[pass];
-  size_t from = 0;  // the text not encoded yet
-  for (size_t at = 0; at < text.size();) {
-    const auto [bytes, id] =
-        tokens.may_start(text[at]) ? tokens.longest_at(text, at) : std::pair<size_t, int32_t>{};
-    if (bytes == 0) {
-      ++at;
-      continue;
-    }
-    encode_pass(text.substr(from, at - from), pass + 1, out);
-    out.push_back(id);
-    at += bytes;
-    from = at;
-  }
-  encode_pass(text.substr(from), pass + 1, out);
+void HfBpe::encode_segment(std::string_view text, bool prepend, std::vector<int32_t>& out) const {
+  auto words = [&](std::string_view piece, size_t) { encode_text(piece, out); };
+  if (kind_ != Kind::kLlama2) return added_[1].split(text, out, words);
+  added_[1].split(normalize_llama2(text, prepend), out, words);
 }
 
-std::vector<int32_t> HfBpe::encode(std::string_view text) const {
+std::vector<int32_t> HfBpe::encode(std::string_view text, bool document_start) const {
   std::vector<int32_t> out;
   out.reserve(text.size() / 3);
-  encode_pass(text, 0, out);
+  // The added tokens that are not normalized first; each text between them is normalized on its
+  // own, and the one at a continued text's start continues the text before it.
+  added_[0].split(text, out, [&](std::string_view piece, size_t offset) {
+    encode_segment(piece, document_start || offset > 0, out);
+  });
   return out;
 }
 
 std::string HfBpe::decode(const std::vector<int32_t>& ids) const {
+  if (kind_ == Kind::kLlama2) return decode_llama2(ids);
   std::string out;
   for (int32_t id : ids) out += bytes_of_id_[static_cast<size_t>(id)];
   return lossy_utf8(out);
+}
+
+// Llama 2's decoder, as Hugging Face runs it with skip_special_tokens: special tokens dropped;
+// Replace "▁" with " "; ByteFallback: a run of byte pieces becomes its text if it is UTF-8, else
+// one U+FFFD a piece; Fuse; Strip one " " at the start.
+std::string HfBpe::decode_llama2(const std::vector<int32_t>& ids) const {
+  std::string out, run;  // run: the bytes of byte pieces not yet decoded
+  auto end_run = [&] {
+    if (lossy_utf8(run) == run) {
+      out += run;
+    } else {
+      for (size_t k = 0; k < run.size(); ++k) out += "\xEF\xBF\xBD";
+    }
+    run.clear();
+  };
+  for (const int32_t id : ids) {
+    const auto i = static_cast<size_t>(id);
+    if (piece_byte_[i] >= 0) {
+      run += static_cast<char>(piece_byte_[i]);
+    } else if (!bytes_of_id_[i].empty()) {  // special tokens are empty: skipped
+      end_run();
+      out += bytes_of_id_[i];
+    }
+  }
+  end_run();
+  if (!out.empty() && out[0] == ' ') out.erase(0, 1);
+  return out;
 }
 
 }  // namespace tandem::data::detail

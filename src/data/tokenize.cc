@@ -70,15 +70,17 @@ size_t first_invalid_utf8(std::string_view s) {
   return std::string_view::npos;
 }
 
-// Where a chunk of `s` (the text from a chunk's start) may end at or before `limit`: after the
-// last newline, else at a character boundary.
-size_t cut_before(std::string_view s, size_t limit) {
-  if (limit >= s.size()) return s.size();
-  const size_t nl = s.rfind('\n', limit - 1);
+// Where a chunk of `s` (the text read from a chunk's start, with more of the file after it) ends:
+// after its last newline, else at its end but before a last character the end cuts.
+size_t cut_before(std::string_view s) {
+  const size_t nl = s.rfind('\n');
   if (nl != std::string_view::npos) return nl + 1;
-  size_t cut = limit;
-  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
-  return cut > 0 ? cut : limit;
+  size_t lead = s.size();  // back over continuation bytes to the last character's first byte
+  while (lead > 0 && (static_cast<unsigned char>(s[lead - 1]) & 0xC0) == 0x80) --lead;
+  if (lead == 0) return s.size();  // no first byte: the UTF-8 check refuses it
+  const auto c = static_cast<unsigned char>(s[--lead]);
+  const size_t bytes = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+  return lead + bytes <= s.size() || lead == 0 ? s.size() : lead;
 }
 
 std::string read_range(const std::string& path, uint64_t offset, size_t bytes) {
@@ -127,7 +129,7 @@ class ChunkReader {
     const uint64_t want = std::min<uint64_t>(end - pos_, kChunkBytes);
     std::string text = read_range(f.path, pos_, static_cast<size_t>(want));
     if (text.size() != want) user_error("text file '{}' changed while it was read", f.path);
-    if (pos_ + want < end) text.resize(cut_before(text, text.size()));
+    if (pos_ + want < end) text.resize(cut_before(text));
     c = Chunk{file_, pos_, std::move(text), validation, false, {}, {}};
     pos_ += c.text.size();
     c.ends_file = pos_ == f.bytes;
@@ -314,7 +316,9 @@ void encode_all(std::vector<Chunk>& chunks, const std::vector<CorpusFile>& files
                         c.text[bad] == '\0' ? "a NUL (a binary file?)" : "not valid UTF-8");
         continue;
       }
-      c.ids = tok.encode(c.text);
+      // A chunk after a file's first starts after a line end inside the document.
+      c.ids = tok.encode(
+          c.text, c.offset == 0 ? Tokenizer::Start::kDocument : Tokenizer::Start::kAfterLineEnd);
       if (c.offset == 0 && tok.bos_id() >= 0) c.ids.insert(c.ids.begin(), tok.bos_id());
       if (c.ends_file && tok.eos_id() >= 0) c.ids.push_back(tok.eos_id());
     }

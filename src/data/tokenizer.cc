@@ -1,6 +1,7 @@
 // The tokenizers behind data::Tokenizer: SentencePiece (training through a sentence iterator
 // over the corpus's lines, and the processor that encodes and decodes), or a Hugging Face
-// tokenizer.json of GPT-2's or Llama 3's byte-level BPE (hf_bpe.h), chosen by the file's name.
+// tokenizer.json of GPT-2's or Llama 3's byte-level BPE or Llama 2's SentencePiece BPE (hf_bpe.h),
+// chosen by the file's name.
 #include "tandem/data/tokenizer.h"
 
 #include <sentencepiece_processor.h>
@@ -106,18 +107,19 @@ bool for_each_field(std::string_view message, Fn&& fn) {
   return true;
 }
 
-// Whether each line of a text encodes on its own to the ids the whole text gets: true when no
-// piece holds a newline (so no merge crosses one) and the normalizer leaves the text as it is
-// (identity, no dummy prefix, no folding of whitespace), as in the models tandem trains. Read from
-// the model's NormalizerSpec (ModelProto field 3; its name is field 1, add_dummy_prefix 3 and
-// remove_extra_whitespaces 4, both true unless set).
-bool lines_encode_alone(std::string_view model, const sentencepiece::SentencePieceProcessor& sp) {
+// What a model's NormalizerSpec (ModelProto field 3; its name is field 1, add_dummy_prefix 3 and
+// remove_extra_whitespaces 4, both true unless set) says; all false when it cannot be read.
+struct Normalizer {
+  bool read = false, identity = false, dummy_prefix = false, fold_whitespace = false;
+};
+
+Normalizer normalizer_of(std::string_view model) {
   std::string_view spec;
   bool found = false;
   if (!for_each_field(model, [&](int field, int wire, uint64_t, std::string_view bytes) {
         if (field == 3 && wire == 2) spec = bytes, found = true;
       }))
-    return false;
+    return {};
   std::string_view name;
   bool dummy_prefix = true, fold_whitespace = true;
   if (!found || !for_each_field(spec, [&](int field, int wire, uint64_t v, std::string_view b) {
@@ -125,8 +127,23 @@ bool lines_encode_alone(std::string_view model, const sentencepiece::SentencePie
         if (field == 3 && wire == 0) dummy_prefix = v != 0;
         if (field == 4 && wire == 0) fold_whitespace = v != 0;
       }))
-    return false;
-  if (name != "identity" || dummy_prefix || fold_whitespace) return false;
+    return {};
+  return {true, name == "identity", dummy_prefix, fold_whitespace};
+}
+
+// The model with add_dummy_prefix false, for text that continues a document: a second
+// NormalizerSpec field appended, holding add_dummy_prefix = 0, which protobuf's parser merges into
+// the first (a later scalar wins): tag 3 length-delimited (0x1A), 2 bytes, tag 3 varint (0x18), 0.
+std::string without_dummy_prefix(const std::string& model) {
+  return model + std::string("\x1A\x02\x18\x00", 4);
+}
+
+// Whether each line of a text encodes on its own (the first as given, the others without the
+// dummy prefix) to the ids the whole text gets: true when no piece holds a newline (so no merge
+// crosses one) and the normalizer leaves the text as it is but for the dummy prefix (identity, no
+// folding of whitespace), as in the models tandem trains and in Llama 2's.
+bool lines_encode_alone(const Normalizer& n, const sentencepiece::SentencePieceProcessor& sp) {
+  if (!n.read || !n.identity || n.fold_whitespace) return false;
   for (int i = 0; i < sp.GetPieceSize(); ++i)
     if (sp.IdToPiece(i).find('\n') != std::string::npos) return false;
   return true;
@@ -165,11 +182,25 @@ constexpr int kMostTrainingThreads = 128;
 
 struct Tokenizer::Impl {
   sentencepiece::SentencePieceProcessor sp;
+  // A model with add_dummy_prefix again without it, for text after a document's first line (null:
+  // sp has none).
+  std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_later;
   std::unique_ptr<detail::HfBpe> hf;  // set for a tokenizer.json; sp is used otherwise
   std::string bytes, sha, source;
   // SentencePiece's BPE slows down on long inputs (its merges are searched over the whole input):
   // where the ids are the same (lines_encode_alone), text is handed to it a line at a time.
   bool by_line = false;
+
+  // Reads what encoding needs from the model in sp and bytes.
+  void prepare() {
+    const Normalizer n = normalizer_of(bytes);
+    by_line = lines_encode_alone(n, sp);
+    if (!n.dummy_prefix) return;
+    sp_later = std::make_unique<sentencepiece::SentencePieceProcessor>();
+    const auto st = sp_later->LoadFromSerializedProto(without_dummy_prefix(bytes));
+    TANDEM_CHECK(st.ok(), "SentencePiece cannot load its model without the dummy prefix: {}",
+                 st.message());
+  }
 };
 
 Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -188,7 +219,7 @@ Tokenizer Tokenizer::load(const std::string& path) {
         "ends in .json",
         path, st.message());
   } else {
-    impl->by_line = lines_encode_alone(impl->bytes, impl->sp);
+    impl->prepare();
   }
   impl->sha = sha256_hex(impl->bytes);
   impl->source = path;
@@ -226,7 +257,7 @@ Tokenizer Tokenizer::train(const std::vector<std::string>& files, int vocab_size
   if (!st.ok()) vocab_refused(std::string(st.message()), vocab_size);
   const auto loaded = impl->sp.LoadFromSerializedProto(impl->bytes);
   TANDEM_CHECK(loaded.ok(), "SentencePiece cannot load the model it trained: {}", loaded.message());
-  impl->by_line = lines_encode_alone(impl->bytes, impl->sp);
+  impl->prepare();
   impl->sha = sha256_hex(impl->bytes);
   impl->source = "trained";
   return Tokenizer(std::move(impl));
@@ -238,23 +269,26 @@ int Tokenizer::vocab_size() const {
 int Tokenizer::eos_id() const { return impl_->hf ? impl_->hf->eos_id() : impl_->sp.eos_id(); }
 int Tokenizer::bos_id() const { return impl_->hf ? impl_->hf->bos_id() : -1; }
 
-std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
-  if (impl_->hf) return impl_->hf->encode(text);
+std::vector<int32_t> Tokenizer::encode(std::string_view text, Start start) const {
+  if (impl_->hf) return impl_->hf->encode(text, start == Start::kDocument);
   std::vector<int32_t> out;
   std::vector<int> ids;
-  auto add = [&](std::string_view part) {
-    const auto st = impl_->sp.Encode(std::string(part), &ids);
+  // The dummy prefix goes before a document's start only.
+  auto add = [&](std::string_view part, bool document_start) {
+    const sentencepiece::SentencePieceProcessor& sp =
+        document_start || !impl_->sp_later ? impl_->sp : *impl_->sp_later;
+    const auto st = sp.Encode(std::string(part), &ids);
     TANDEM_CHECK(st.ok(), "SentencePiece cannot encode: {}", st.message());
     out.insert(out.end(), ids.begin(), ids.end());
   };
   if (!impl_->by_line) {
-    add(text);
+    add(text, start == Start::kDocument);
     return out;
   }
   for (size_t begin = 0; begin < text.size();) {
     const size_t nl = text.find('\n', begin);
     const size_t end = nl == std::string_view::npos ? text.size() : nl + 1;
-    add(text.substr(begin, end - begin));
+    add(text.substr(begin, end - begin), begin == 0 && start == Start::kDocument);
     begin = end;
   }
   return out;

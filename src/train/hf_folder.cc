@@ -295,7 +295,7 @@ HfExport export_hf(const std::string& checkpoint, const std::string& out_dir,
 
   const std::string tok_name = tok.path.empty() ? "" : io::hf_tokenizer_file_name(tok.path);
   // The tokenizer's end-of-text (and, for Llama, document-start) ids, where it has them: a
-  // SentencePiece model's, or for Llama also a tokenizer.json's (Llama 3's).
+  // SentencePiece model's, or for Llama also a tokenizer.json's (Llama 3's, Llama 2's).
   std::optional<int> eos, bos;
   if (tok_name == "tokenizer.model" || (c.llama() && !tok_name.empty())) {
     const data::Tokenizer t = data::Tokenizer::load(tok.path);

@@ -1,9 +1,9 @@
 // `tandem tokenize`: text files (a file, a list, or folders searched recursively) encoded into a
 // folder of token shards (data/token_corpus.h) with a SentencePiece BPE tokenizer trained on
-// them or loaded from a .model file, or a Hugging Face GPT-2 or Llama 3 tokenizer.json. The last
-// `validation_fraction` of the text (cut at a line start) becomes the validation shards. Encoding
-// runs on every core, the output the same for any thread count; the folder appears whole at the end
-// or not at all.
+// them or loaded from a .model file, or a Hugging Face GPT-2, Llama 3 or Llama 2 tokenizer.json.
+// The last `validation_fraction` of the text (cut at a line start) becomes the validation shards.
+// Encoding runs on every core, the output the same for any thread count; the folder appears whole
+// at the end or not at all.
 #pragma once
 
 #include <cstdint>

@@ -26,7 +26,8 @@ std::string refusal(const ScratchDir& dir, const std::function<void(nlohmann::js
 
 std::string unsupported(const ScratchDir& dir, const std::string& what) {
   return "tokenizer '" + dir.path("tokenizer.json") + "' is not supported: " + what +
-         "; tandem reads Hugging Face tokenizer.json files of GPT-2's or Llama 3's byte-level BPE";
+         "; tandem reads Hugging Face tokenizer.json files of GPT-2's or Llama 3's byte-level BPE "
+         "and of Llama 2's SentencePiece BPE";
 }
 
 std::string malformed(const ScratchDir& dir, const std::string& what) {
@@ -65,8 +66,11 @@ TEST(HfTokenizerErrors, AnotherKindOfTokenizer) {
             unsupported(dir, "its BPE model has no vocab"));
   EXPECT_EQ(refusal(dir, [](auto& j) { j["model"].erase("merges"); }),
             unsupported(dir, "its BPE model has no merges"));
+  // byte_fallback makes it Llama 2's kind, which has no pre-tokenizer.
   EXPECT_EQ(refusal(dir, [](auto& j) { j["model"]["byte_fallback"] = true; }),
-            unsupported(dir, "its BPE model sets byte_fallback"));
+            unsupported(dir,
+                        "its BPE model sets byte_fallback, as Llama 2's does, but it has a "
+                        "pre-tokenizer, ByteLevel (Llama 2's has none)"));
   EXPECT_EQ(refusal(dir, [](auto& j) { j["model"]["dropout"] = 0.1; }),
             unsupported(dir, "its BPE model sets dropout"));
   EXPECT_EQ(refusal(dir, [](auto& j) { j["model"]["continuing_subword_prefix"] = "##"; }),
@@ -75,7 +79,9 @@ TEST(HfTokenizerErrors, AnotherKindOfTokenizer) {
                     [](auto& j) {
                       j["normalizer"] = {{"type", "NFC"}};
                     }),
-            unsupported(dir, "its normalizer is NFC (GPT-2's and Llama 3's have none)"));
+            unsupported(dir,
+                        "its normalizer is NFC (GPT-2's and Llama 3's have none; Llama 2's kind "
+                        "sets byte_fallback)"));
   EXPECT_EQ(refusal(dir,
                     [](auto& j) {
                       j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "▁"}};

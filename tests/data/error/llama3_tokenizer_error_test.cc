@@ -28,7 +28,8 @@ std::string llama3_refusal(const ScratchDir& dir,
 
 std::string llama3_unsupported(const ScratchDir& dir, const std::string& what) {
   return "tokenizer '" + dir.path("tokenizer.json") + "' is not supported: " + what +
-         "; tandem reads Hugging Face tokenizer.json files of GPT-2's or Llama 3's byte-level BPE";
+         "; tandem reads Hugging Face tokenizer.json files of GPT-2's or Llama 3's byte-level BPE "
+         "and of Llama 2's SentencePiece BPE";
 }
 
 std::string llama3_malformed(const ScratchDir& dir, const std::string& what) {
