@@ -75,12 +75,16 @@ void add_sample(CLI::App& app) {
     std::fflush(stdout);
     // Subword output is printed as the decoded text grows: a character spread over byte tokens
     // appears once all of it has been drawn.
-    const size_t prompt_tokens = text.size();
+    // The new text is what the whole decodes to past what the prompt's tokens decode to: decoded
+    // alone, its first word would lose the space a decoder strips at the start of a text
+    // (SentencePiece's and Llama 2's tokenizer.json's).
+    const std::string prompt_text = tok ? tok->decode(text) : "";
     std::string printed;
     auto print_new = [&](bool last) {
       if (!tok) return;
-      const std::string now = tok->decode(std::vector<int32_t>(
-          text.begin() + static_cast<std::ptrdiff_t>(prompt_tokens), text.end()));
+      const std::string whole = tok->decode(text);
+      if (whole.compare(0, prompt_text.size(), prompt_text) != 0) return;
+      const std::string now = whole.substr(prompt_text.size());
       if (now.compare(0, printed.size(), printed) != 0 ||
           (!last && now.find("\xEF\xBF\xBD", printed.size()) != std::string::npos))
         return;  // a partial character decodes to U+FFFD for now
