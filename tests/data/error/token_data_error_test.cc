@@ -164,12 +164,14 @@ TEST(TokenizeErrors, LeftoversOfKilledRunsAreRemoved) {
 
 TEST(TokenizeErrors, StoppedBySigtermItWritesNothing) {
   // The first SIGTERM stops the run (after the tokenizer's training) and removes its temporary
-  // folder; the command exits as the signal would have ended it.
+  // folder; the command exits as the signal would have ended it. (The wait for the folder ends
+  // too if the process does, so that a binary that cannot start fails the test, not hangs it.)
   ScratchDir dir;
   train::testing::write_corpus(dir);
   const auto r = testing::run_command(
       fmt::format("cd '{}' && {{ '{}' tokenize corpus --out out --vocab-size 320 --quiet & pid=$!; "
-                  "while ! ls -d out.tmp-* >/dev/null 2>&1 && [ ! -e out ]; do :; done; "
+                  "while kill -0 $pid 2>/dev/null && ! ls -d out.tmp-* >/dev/null 2>&1 && "
+                  "[ ! -e out ]; do :; done; "
                   "kill -TERM $pid; wait $pid; echo \"exit $?\"; }}",
                   dir.path(""), testing::tandem_binary()));
   EXPECT_NE(r.output.find("tandem tokenize: SIGTERM: stopping after the text being encoded, "
