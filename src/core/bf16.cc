@@ -17,7 +17,7 @@ void to_bf16_portable(const float* src, bf16* dst, size_t n) {
   for (size_t i = 0; i < n; ++i) dst[i].bits = fx::st_bf16(src[i]);
 }
 
-#define TANDEM_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512bf16")))
+#define TANDEM_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 
 // Converts 16 floats (the first `lanes` of them). vcvtneps2bf16 flushes subnormal inputs to zero
 // where the formula rounds them, so those lanes (exponent zero, mantissa not) are redone with the
@@ -52,7 +52,7 @@ Bf16Path choose_path() {
 bool cpu_has_avx512_bf16() {
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512bf16");
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
 }
 
 Bf16Path bf16_path() {
