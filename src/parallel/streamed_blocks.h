@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <utility>
 
 #include "tandem/parallel/block_placement.h"
 #include "tandem/parallel/block_store.h"
