@@ -33,24 +33,10 @@ struct BlockStore::Slot {
   bool read_ahead = false;  // filled by a prefetch and not used since
 };
 
-namespace {
-
-// The largest block of the layout's stage: every block has the same local elements.
-int64_t largest_block(const ShardLayout& layout) {
-  int64_t floats = 0;
-  for (int l = layout.first_layer(); l < layout.end_layer(); ++l) {
-    const auto [b, e] = layout.block_range(l);
-    floats = std::max(floats, e - b);
-  }
-  return floats;
-}
-
-}  // namespace
-
 BlockStore::BlockStore(const ooc::TierSpec& tier, ooc::TransferEngine& transfers,
                        const ShardLayout& layout, const MomentPieces& moments, int micro_batches)
     : BlockStore(tier, transfers, layout.first_layer(), layout.end_layer() - layout.first_layer(),
-                 largest_block(layout), moments, micro_batches) {}
+                 layout.block_floats(), moments, micro_batches) {}
 
 BlockStore::BlockStore(const ooc::TierSpec& tier, ooc::TransferEngine& transfers, int first_layer,
                        int blocks, int64_t block_floats, const MomentPieces& moments,

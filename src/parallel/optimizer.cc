@@ -83,8 +83,7 @@ std::vector<SegmentBounds> optimizer_segments(const ShardLayout& layout,
                                               bool block_per_segment) {
   std::vector<SegmentBounds> out;
   const int first = layout.first_layer(), end = layout.end_layer();
-  const int64_t blocks_begin = layout.block_range(first).first,
-                blocks_end = layout.block_range(end - 1).second;
+  const auto [blocks_begin, blocks_end] = layout.blocks_range();
   // Buckets of whole blocks for both optimizers; LAMB's program takes a bucket's tensors as its
   // segments (each with its own trust ratio).
   const double bucket_bytes = config.bucket_mb.value_or(kDefaultBucketMiB) * (1 << 20);

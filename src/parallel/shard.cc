@@ -108,6 +108,15 @@ ShardLayout::ShardLayout(const nn::GPTConfig& config, const GridShape& grid, int
       final_wte_ = wte_;
     }
   }
+  if (end_layer_ > first_layer_) {
+    blocks_range_ = {block_range(first_layer_).first, block_range(end_layer_ - 1).second};
+    block_floats_ = block_range(first_layer_).second - block_range(first_layer_).first;
+    for (int l = first_layer_; l < end_layer_; ++l) {
+      const auto [b, e] = block_range(l);
+      TANDEM_CHECK(e - b == block_floats_, "block {} has {} local elements, block {} has {}", l,
+                   e - b, first_layer_, block_floats_);
+    }
+  }
 }
 
 void ShardLayout::add(const nn::ParamSpec& s, ShardKind kind, bool writer) {
@@ -186,6 +195,11 @@ std::pair<int64_t, int64_t> ShardLayout::block_range(int layer) const {
   const auto [first, end] = block_tensors(layer);
   const LocalTensor& last = tensors_[end - 1];
   return {tensors_[first].local_offset, last.local_offset + last.numel()};
+}
+
+int ShardLayout::block_of(int64_t local) const {
+  if (local < blocks_range_.first || local >= blocks_range_.second) return -1;
+  return first_layer_ + static_cast<int>((local - blocks_range_.first) / block_floats_);
 }
 
 nn::BlockParams ShardLayout::block(float* base, int layer) const {

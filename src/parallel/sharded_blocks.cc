@@ -1,6 +1,6 @@
 // The blocks' state sharded across the data-parallel ranks: slices, gathers, gradient slots (see
 // sharded_blocks.h).
-#include "sharded_blocks.h"
+#include "tandem/parallel/sharded_blocks.h"
 
 #include <algorithm>
 #include <cstring>
@@ -9,15 +9,23 @@
 #include "tandem/core/error.h"
 #include "tandem/core/formulas.h"
 #include "tandem/dsl/workloads.h"
-#include "tandem/parallel/model_state.h"
 
-namespace tandem::parallel::detail {
-namespace {
+namespace tandem::parallel {
 
-// The gradient slots with one micro-batch: the block whose update runs, the block computing.
-constexpr int kGradientSlots = 2;
+uint64_t ShardedBlocks::state_bytes(int64_t block_floats, int blocks, int dp, int micro_batches,
+                                    int gather_ahead) {
+  const auto slice = static_cast<uint64_t>(slice_floats(block_floats, dp));
+  // Each block's slice of the weights, m and v.
+  return 3 * static_cast<uint64_t>(blocks) * slice * sizeof(float) +
+         slot_bytes(block_floats, blocks, micro_batches, gather_ahead);
+}
 
-}  // namespace
+uint64_t ShardedBlocks::slot_bytes(int64_t block_floats, int blocks, int micro_batches,
+                                   int gather_ahead) {
+  const auto n = static_cast<uint64_t>(block_floats);
+  const uint64_t grads = micro_batches > 1 ? static_cast<uint64_t>(blocks) * n : kGradientSlots * n;
+  return (static_cast<uint64_t>(gather_slots(gather_ahead)) * n + grads) * sizeof(float);
+}
 
 int64_t ShardedBlocks::slice_count(int64_t block_floats, const comm::Communicator& dp) {
   return fx::part_count(block_floats, dp.size(), dp.rank());
@@ -26,29 +34,25 @@ int64_t ShardedBlocks::slice_count(int64_t block_floats, const comm::Communicato
 ShardedBlocks::ShardedBlocks(const ShardLayout& layout, comm::Communicator& dp,
                              SerialWorker* thread, exec::RunnerKind executor,
                              const SchedulePreferences& schedules, int micro_batches,
-                             int gather_ahead, float* flat_grads, BlockStore* slices)
+                             int gather_ahead, float* flat_grads,
+                             std::unique_ptr<BlockStore> slices)
     : layout_(layout),
       dp_(dp),
       thread_(thread),
       micro_batches_(micro_batches),
+      gather_ahead_(gather_ahead),
       flat_grads_(flat_grads),
-      store_(slices),
+      store_(std::move(slices)),
       first_(layout.first_layer()),
-      blocks_(layout.end_layer() - layout.first_layer()) {
-  const auto [b, e] = layout.block_range(first_);
-  block_floats_ = e - b;
-  for (int l = first_; l < first_ + blocks_; ++l) {
-    const auto [lb, le] = layout.block_range(l);
-    TANDEM_CHECK(le - lb == block_floats_, "block {} has {} local elements, block {} has {}", l,
-                 le - lb, first_, block_floats_);
-  }
+      blocks_(layout.end_layer() - layout.first_layer()),
+      block_floats_(layout.block_floats()) {
   // The slice the optimizer's sliced programs give this rank (its part of each block's segment).
   slice_begin_ = fx::part_offset(block_floats_, dp.size(), dp.rank());
   slice_count_ = slice_count(block_floats_, dp);
   if (store_ == nullptr)
     slices_ = Tensor::zeros(DType::F32, Shape{std::max<int64_t>(blocks_ * slice_count_, 1)});
   TANDEM_CHECK(gather_ahead >= 1, "a prefetch distance of {} blocks", gather_ahead);
-  const int slots = ModelState::gather_slots(gather_ahead);
+  const int slots = gather_slots(gather_ahead);
   gathered_ = Tensor::empty(DType::F32, Shape{slots * block_floats_});
   slots_.resize(static_cast<size_t>(slots));
   if (micro_batches_ == 1) {
@@ -161,7 +165,11 @@ void ShardedBlocks::release(int layer) {
   TANDEM_CHECK(false, "block {} released but not held", layer);
 }
 
-void ShardedBlocks::prefetch(int layer, int in_use) {
+void ShardedBlocks::prefetch(int in_use, int direction) {
+  for (int k = 0; k <= gather_ahead_; ++k) prefetch_one(in_use + k * direction, in_use);
+}
+
+void ShardedBlocks::prefetch_one(int layer, int in_use) {
   if (thread_ == nullptr || layer < first_ || layer >= first_ + blocks_) return;
   std::lock_guard<std::mutex> lock(mutex_);
   for (const Slot& slot : slots_)
@@ -194,7 +202,40 @@ float* ShardedBlocks::gradients(int layer) {
   return g;
 }
 
-void ShardedBlocks::updated(int layer) {
+void ShardedBlocks::prefetch_moments(int layer) {
+  if (store_ != nullptr) store_->prefetch_moments(layer);
+}
+
+void ShardedBlocks::write_weights(int layer, const float* in) {
+  write_slice(layer, in + slice_begin_);
+}
+
+void ShardedBlocks::read_weights(int layer, float*) {
+  internal_error(
+      fmt::format("block {}'s whole weights read outside a step: they are sharded", layer));
+}
+
+// With a store, its update holds one of its gradient slots, unused: the gradients are ours.
+BlockPlacement::Update ShardedBlocks::begin_update(int layer) {
+  float* g = gradients(layer);
+  if (store_ == nullptr) return {slice(layer), g, nullptr, nullptr};
+  store_->gradients(layer);
+  const BlockStore::Update u = store_->begin_update(layer);
+  return {u.w, g, u.m, u.v};
+}
+
+void ShardedBlocks::read_moments(int layer, float* m, float* v) {
+  TANDEM_CHECK(store_ != nullptr, "block {}'s moments are not the sharded state's", layer);
+  store_->read_moments(layer, m, v);
+}
+
+void ShardedBlocks::write_moments(int layer, const float* m, const float* v) {
+  TANDEM_CHECK(store_ != nullptr, "block {}'s moments are not the sharded state's", layer);
+  store_->write_moments(layer, m, v);
+}
+
+void ShardedBlocks::end_update(int layer) {
+  if (store_ != nullptr) store_->end_update(layer);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     for (int& l : grad_slot_layer_)
@@ -210,6 +251,7 @@ void ShardedBlocks::updated(int layer) {
 }
 
 void ShardedBlocks::drop_gradients() {
+  if (store_ != nullptr) store_->drop_gradients();
   {
     std::lock_guard<std::mutex> lock(mutex_);
     std::fill(grad_slot_layer_.begin(), grad_slot_layer_.end(), -1);
@@ -222,4 +264,4 @@ uint64_t ShardedBlocks::memory_bytes() const {
          (grad_slots_.defined() ? grad_slots_.nbytes() : 0);
 }
 
-}  // namespace tandem::parallel::detail
+}  // namespace tandem::parallel

@@ -28,13 +28,7 @@ namespace {
 // The block whose local elements hold `local`, when the model keeps its blocks outside its flat
 // buffer (in a store, or sharded); -1 when the element is in the flat buffer.
 int stored_block(const ParallelGPT& model, int64_t local) {
-  if (!model.state().blocks_elsewhere()) return -1;
-  const ShardLayout& layout = model.layout();
-  for (int l = layout.first_layer(); l < layout.end_layer(); ++l) {
-    const auto [b, e] = layout.block_range(l);
-    if (local >= b && local < e) return l;
-  }
-  return -1;
+  return model.state().blocks_elsewhere() ? model.layout().block_of(local) : -1;
 }
 
 }  // namespace
@@ -52,7 +46,7 @@ void init_weights(const ParallelGPT& model, uint64_t seed) {
     }
     // A stored block's tensors are initialised into one block buffer, written once complete.
     const auto [b, e] = layout.block_range(l);
-    block.resize(static_cast<size_t>(e - b));
+    block.resize(static_cast<size_t>(layout.block_floats()));
     for (const FlatRun& r : lt.runs)
       nn::gpt_init_values(model.config(), lt.name, r.global, r.count, block.data() + (r.local - b),
                           seed);
@@ -82,7 +76,7 @@ const float* StateStreamer::local_weights(int64_t local) {
   if (l < 0) return model_.params().data_as<float>() + local;
   const int64_t b = model_.layout().block_range(l).first;
   if (cached_block_ != l) {
-    cached_block_w_.resize(static_cast<size_t>(model_.layout().block_range(l).second - b));
+    cached_block_w_.resize(static_cast<size_t>(model_.layout().block_floats()));
     model_.state().read_block_weights(l, cached_block_w_.data());
     cached_block_ = l;
   }
@@ -163,12 +157,12 @@ void StateStreamer::scatter(StatePart part, const nn::ParamSpec& spec, float* in
       const int l = stored_block(model_, r.local);
       if (l < 0) return (void)std::memcpy(local + r.local, in + (r.global - spec.offset), bytes);
       // A stored block's weights are staged whole, written once every element has come.
-      const auto [b, e] = layout.block_range(l);
+      const int64_t b = layout.block_range(l).first;
       StagedBlock& st = staged_blocks_[l];
-      if (st.w.empty()) st.w.assign(static_cast<size_t>(e - b), 0.0f);
+      if (st.w.empty()) st.w.assign(static_cast<size_t>(layout.block_floats()), 0.0f);
       std::memcpy(st.w.data() + (r.local - b), in + (r.global - spec.offset), bytes);
       st.filled += r.count;
-      if (st.filled == e - b) {
+      if (st.filled == layout.block_floats()) {
         model_.state().write_block_weights(l, st.w.data());
         staged_blocks_.erase(l);
       }

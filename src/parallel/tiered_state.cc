@@ -53,20 +53,23 @@ void TieredState::prefetch(size_t i) {
                      "", last_write_);
 }
 
-void TieredState::begin() {
+void TieredState::begin_step() {
   prefetch(0);
   prefetch(1);
 }
 
-void TieredState::await(size_t i) { io_.wait(read_ticket_[i]); }
+Moments::View TieredState::begin_update(size_t i) {
+  io_.wait(read_ticket_[i]);
+  return {m(i), v(i)};
+}
 
-void TieredState::done(size_t i) {
+void TieredState::end_update(size_t i) {
   last_write_ =
       io_.write_async(*tier_, {{offset_[i], m(i), half(i)}, {offset_[i] + half(i), v(i), half(i)}});
   prefetch(i + 2);
 }
 
-void TieredState::finish() { io_.wait_all(); }
+void TieredState::finish_step() { io_.wait_all(); }
 
 void TieredState::read(size_t i, float* m_out, float* v_out) {
   io_.wait_all();

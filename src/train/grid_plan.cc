@@ -251,8 +251,7 @@ HalfBlockMatmuls half_block_matmuls(const TrainConfig& cfg, const Rates& r) {
 // Local elements of one block's weights on a rank (every stage's blocks are alike).
 int64_t block_elements(const TrainConfig& cfg) {
   const parallel::ShardLayout layout(cfg.model, cfg.grid, 0, 0);
-  const auto [b, e] = layout.block_range(layout.first_layer());
-  return e - b;
+  return layout.block_floats();
 }
 
 Stage model_stage(const TrainConfig& cfg, int s, const Rates& r) {
@@ -268,8 +267,7 @@ Stage model_stage(const TrainConfig& cfg, int s, const Rates& r) {
       parallel::ParallelGPT::chain_layout(m, g, parallel::GridCoord{0, 0, s}, rows, m.seq_len, M);
   st.memory = rank_memory(cfg, 0, s);
   const parallel::ShardLayout layout(m, g, 0, s);
-  const int64_t block = layout.block_range(layout.first_layer()).second -
-                        layout.block_range(layout.first_layer()).first;
+  const int64_t block = layout.block_floats();
   const int blocks = layout.end_layer() - layout.first_layer();
   const double block_floats = static_cast<double>(block) * blocks;
   const double rest_floats = static_cast<double>(layout.size()) - block_floats;

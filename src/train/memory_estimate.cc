@@ -23,9 +23,9 @@
 #include "tandem/ooc/plan.h"
 #include "tandem/parallel/block_store.h"
 #include "tandem/parallel/model.h"
-#include "tandem/parallel/model_state.h"
 #include "tandem/parallel/optimizer.h"
 #include "tandem/parallel/shard.h"
+#include "tandem/parallel/sharded_blocks.h"
 
 namespace tandem::train {
 namespace {
@@ -56,11 +56,8 @@ RankNeed rank_need(const TrainConfig& cfg, int tp, int pp) {
   RankNeed n;
   const parallel::ShardLayout layout(cfg.model, g, tp, pp);
   n.parameters = static_cast<uint64_t>(layout.size()) * kF32;
-  const int64_t blocks_begin = layout.block_range(layout.first_layer()).first,
-                blocks_end = layout.block_range(layout.end_layer() - 1).second;
-  int64_t block = 0;
-  for (int l = layout.first_layer(); l < layout.end_layer(); ++l)
-    block = std::max(block, layout.block_range(l).second - layout.block_range(l).first);
+  const auto [blocks_begin, blocks_end] = layout.blocks_range();
+  const int64_t block = layout.block_floats();
   const int blocks = layout.end_layer() - layout.first_layer();
   const uint64_t outside_blocks =
       static_cast<uint64_t>(layout.size() - (blocks_end - blocks_begin)) * kF32;
@@ -68,14 +65,13 @@ RankNeed rank_need(const TrainConfig& cfg, int tp, int pp) {
   if (cfg.model_state && sharded) {
     // Each rank's slices (weights and moments) live in the tier, staged through the store's
     // slots; in memory too: the gathered blocks and the gradients.
-    const int64_t slice = (block + g.dp - 1) / g.dp;
+    const int64_t slice = parallel::ShardedBlocks::slice_floats(block, g.dp);
     n.parameters = outside_blocks;
     n.staging = parallel::BlockStore::staging_bytes(slice, slice, 1);
     if (const int r = cfg.resident_blocks.value_or(0); r > 0)
       n.staging += static_cast<uint64_t>(std::min(r, blocks)) *
                    parallel::BlockStore::resident_block_bytes(slice, slice);
-    n.sharded =
-        parallel::ModelState::sharded_slots_bytes(block, blocks, M, cfg.gather_ahead_blocks());
+    n.sharded = parallel::ShardedBlocks::slot_bytes(block, blocks, M, cfg.gather_ahead_blocks());
     n.tier = static_cast<uint64_t>(blocks) * 3 * static_cast<uint64_t>(slice) * kF32;
   } else if (cfg.model_state) {
     // The blocks live in the tier; in memory: the embeddings and ln_f, and the store's slots.
@@ -95,8 +91,8 @@ RankNeed rank_need(const TrainConfig& cfg, int tp, int pp) {
   } else if (sharded) {
     // The blocks' state as the sharded model state keeps it; the rest of the shard as usual.
     n.parameters = outside_blocks;
-    n.sharded = parallel::ModelState::sharded_blocks_bytes(block, blocks, g.dp, M,
-                                                           cfg.gather_ahead_blocks());
+    n.sharded =
+        parallel::ShardedBlocks::state_bytes(block, blocks, g.dp, M, cfg.gather_ahead_blocks());
   }
   // In a file tier (--optimizer-state file:DIR) the moments are out of memory but for two
   // staging slots, which are not counted.

@@ -17,6 +17,7 @@
 #include "tandem/core/gemm.h"
 #include "tandem/io/atomic_file.h"
 #include "tandem/io/console.h"
+#include "tandem/parallel/sharded_blocks.h"
 #include "tandem/train/memory_estimate.h"
 
 namespace tandem::train::detail {
@@ -188,12 +189,14 @@ std::string RankRun::model_state_line() const {
         "weights gathered into {} slots before its forward and backward (gather_weights{}), {}; "
         "its gradients {} until its update: {} a rank; the embeddings and ln_f whole ({})",
         cfg_.grid.dp, l.first_layer(), l.end_layer() - 1, cfg_.grid.dp,
-        parallel::ModelState::gather_slots(state_.options().gather_ahead),
+        parallel::ShardedBlocks::gather_slots(state_.options().gather_ahead),
         state_.gather_chunk_bytes() != 0
             ? fmt::format(" at {}-byte chunks", state_.gather_chunk_bytes())
             : std::string(),
         gather_ahead_text(),
-        batches_.micro_batch_count() > 1 ? "summed over the micro-batches in memory" : "in 2 slots",
+        batches_.micro_batch_count() > 1
+            ? "summed over the micro-batches in memory"
+            : fmt::format("in {} slots", parallel::ShardedBlocks::kGradientSlots),
         human_bytes(state_.sharded_bytes() + state_.moment_bytes()),
         human_bytes(2 * state_.resident_bytes()));
     if (!store()) return sharded + "\n";

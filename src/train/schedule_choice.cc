@@ -178,9 +178,8 @@ parallel::ProgramOptions ScheduleChoice::model_programs(int rows) {
 parallel::SchedulePreferences ScheduleChoice::gather_schedules() {
   if (cfg_.optimizer.sharding != parallel::Sharding::Weights) return {};
   const parallel::ShardLayout layout(cfg_.model, cfg_.grid, grid_.coord().tp, grid_.coord().pp);
-  const auto [b, e] = layout.block_range(layout.first_layer());
-  const Tuned w = tuned_schedule(dsl::workloads::gather_weights(), grid_.dp(), {{"N", e - b}},
-                                 cfg_.tune, executor_);
+  const Tuned w = tuned_schedule(dsl::workloads::gather_weights(), grid_.dp(),
+                                 {{"N", layout.block_floats()}}, cfg_.tune, executor_);
   from_autotuner_ |= !w.schedule.empty();
   return prefer(w, {{"C"}});
 }

@@ -1,20 +1,22 @@
 // One rank's model state and its one owner: where each part of the rank's shard (its weights,
 // gradients and the optimizer's moments) lives, and how it moves. The model reads weights and
 // writes gradients through it; the data-parallel optimizer updates through it; checkpoints read
-// and write through it. Three placements, chosen at set-up:
-//   - in memory: the weights and gradients in one flat local buffer each (ShardLayout order, from
-//     the data-parallel group's allocator, since its programs read and write them in place), the
-//     moments in one buffer per optimizer piece;
-//   - --optimizer-state host|file:DIR: the moments in a slow tier, staged piece by piece through
-//     two slots (KARMA's update beside the slow tier; parallel/tiered_state.h);
+// and write through it. The weights and gradients are one flat local buffer each (ShardLayout
+// order, from the data-parallel group's allocator, since its programs read and write them in
+// place); the transformer blocks' state is placed by one BlockPlacement (block_placement.h):
+//   - in memory: the blocks are ranges of the flat buffers;
 //   - --model-state host|file:DIR: every block's weights, gradients and moments in a slow tier,
-//     streamed through a few slots (parallel/block_store.h); the embeddings and ln_f stay in the
-//     flat buffers, whose block ranges are then reserved address space only;
+//     streamed through a few slots (block_store.h); the flat buffers' block ranges are then
+//     reserved address space only, and the embeddings and ln_f stay there;
 //   - --shard weights: every block's weights and moments sliced over the data-parallel ranks, the
 //     whole weights gathered into a few slots before use, the gradients in slots until the update
-//     (ZeRO-3; the embeddings and ln_f stay whole, their moments sliced, as under ZeRO-1).
-// The model asks for a block's weights and gradients here (acquire_block, block_gradients), so it
-// does not know which placement holds them.
+//     (ZeRO-3, sharded_blocks.h; the embeddings and ln_f stay whole, their moments sliced, as
+//     under ZeRO-1); with --model-state too, the slices streamed from its tier.
+// The moments no placement keeps are one object too: in memory, one buffer per optimizer piece,
+// or (--optimizer-state host|file:DIR) in a slow tier, staged piece by piece through two slots
+// (KARMA's update beside the slow tier; src/parallel/tiered_state.h). Both objects are chosen once
+// (the in-memory blocks at construction, the rest at place_moments), and every call below goes
+// through them, so that neither the model nor the optimizer knows which placement holds what.
 #pragma once
 
 #include <chrono>
@@ -34,14 +36,14 @@
 #include "tandem/exec/runner.h"
 #include "tandem/ooc/slow_tier.h"
 #include "tandem/ooc/transfer_engine.h"
+#include "tandem/parallel/block_placement.h"
 #include "tandem/parallel/block_store.h"
 #include "tandem/parallel/program_runner.h"
 #include "tandem/parallel/shard.h"
 
 namespace tandem::parallel {
 namespace detail {
-class TieredState;
-class ShardedBlocks;
+class Moments;
 }  // namespace detail
 
 class ModelState {
@@ -83,7 +85,7 @@ class ModelState {
   // an optimizer piece of its own, and the flat buffers' block ranges are reserved address space.
   bool blocks_elsewhere() const { return blocks_in_store() || weights_sharded(); }
   // The blocks' store (--model-state), once place_moments opened it; else null.
-  BlockStore* store() const { return store_.get(); }
+  BlockStore* store() const { return blocks_ != nullptr ? blocks_->store() : nullptr; }
   // Bytes of params() (or grads()) in memory: all of it, or without the blocks in a store.
   size_t resident_bytes() const;
   // Zeroes the gradients before a step (the store's are zeroed when first written).
@@ -149,12 +151,7 @@ class ModelState {
   // held until end_update(i), which writes them back where they live. The tiered moments are
   // staged in piece order: update pieces 0, 1, 2, ... (each at most once a step). finish_step
   // waits for the write-backs.
-  struct Update {
-    float* w;
-    float* g;
-    float* m;
-    float* v;
-  };
+  using Update = BlockPlacement::Update;
   void begin_step();
   Update begin_update(size_t piece);
   void end_update(size_t piece);
@@ -167,23 +164,8 @@ class ModelState {
   void read_moments(size_t piece, float* m, float* v);
   void write_moments(size_t piece, const float* m, const float* v);
 
-  // --shard weights: the gather slots at prefetch distance `gather_ahead` (the block computing and
-  // the ones being gathered ahead of it).
-  static int gather_slots(int gather_ahead) { return gather_ahead + 1; }
-  // What the blocks' state takes in memory on one rank under --shard weights, for `blocks` blocks
-  // of `block_floats` local elements each over `dp` data-parallel ranks with `micro_batches` a
-  // step, gathering `gather_ahead` blocks ahead: every block's weight and moment slices (1/dp
-  // each), gather_slots(gather_ahead) gathered blocks' weights, and the blocks' gradients (two
-  // slots of a block with one micro-batch; every block's whole sum with several, which must
-  // outlive the step's backwards).
-  static uint64_t sharded_blocks_bytes(int64_t block_floats, int blocks, int dp, int micro_batches,
-                                       int gather_ahead);
-  // Of which the gather and gradient slots (what stays in memory when the slices live in a
-  // --model-state tier).
-  static uint64_t sharded_slots_bytes(int64_t block_floats, int blocks, int micro_batches,
-                                      int gather_ahead);
-  // The same as allocated on this rank (0 unsharded): the slices in memory, the gather and
-  // gradient slots.
+  // --shard weights: what the sharded state allocated on this rank (0 unsharded): the slices in
+  // memory, the gather and gradient slots (its sizing beforehand: ShardedBlocks::state_bytes).
   uint64_t sharded_bytes() const;
   // --shard weights: the chunk size the gathers run at (0: the process's), after place_moments.
   size_t gather_chunk_bytes() const;
@@ -202,8 +184,14 @@ class ModelState {
 
  private:
   struct Reserved;  // address space reserved for params_ and grads_ when blocks are in a store
-  // The local elements [first, second) of all the stage's blocks.
-  std::pair<int64_t, int64_t> blocks_range() const;
+  // The placement of the blocks elsewhere than memory, from the optimizer's block pieces.
+  std::unique_ptr<BlockPlacement> place_blocks(const BlockStore::MomentPieces& pieces,
+                                               const Group* group);
+  // The placements, checked to be there (before place_moments only the in-memory blocks are).
+  BlockPlacement& blocks() const;
+  detail::Moments& moments() const;
+  ShardedBlocks* sharded() const { return blocks_ != nullptr ? blocks_->sharded() : nullptr; }
+  ShardedBlocks& sharded_blocks() const;
 
   ShardLayout layout_;
   Options options_;
@@ -212,10 +200,8 @@ class ModelState {
   std::unique_ptr<Reserved> reserved_;
   Tensor params_, grads_;
   std::vector<Piece> pieces_;
-  std::vector<Tensor> m_, v_;                  // each piece's moments in memory (none: elsewhere)
-  std::unique_ptr<detail::TieredState> tier_;  // or in the moments' tier
-  std::unique_ptr<BlockStore> store_;          // the blocks' state (--model-state)
-  std::unique_ptr<detail::ShardedBlocks> sharded_;  // or the blocks' slices (--shard weights)
+  std::unique_ptr<BlockPlacement> blocks_;    // the blocks' weights, gradients (and moments)
+  std::unique_ptr<detail::Moments> moments_;  // every other piece's moments
 };
 
 }  // namespace tandem::parallel

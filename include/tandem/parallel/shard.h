@@ -86,6 +86,13 @@ class ShardLayout {
   // the indices into tensors() of its first and one past its last tensor.
   std::pair<int64_t, int64_t> block_range(int layer) const;
   std::pair<size_t, size_t> block_tensors(int layer) const;
+  // Local elements of one block: every block of the stage has as many (checked once, here), so
+  // the placements of the blocks' state size their slots and slices by it.
+  int64_t block_floats() const { return block_floats_; }
+  // The local elements [first, second) of all the stage's blocks (contiguous), and the block whose
+  // elements hold local element `local` (-1: outside the blocks).
+  std::pair<int64_t, int64_t> blocks_range() const { return blocks_range_; }
+  int block_of(int64_t local) const;
 
   // Copies this rank's part of a whole-model flat buffer into its local buffer.
   void extract(const float* global, float* local) const;
@@ -109,6 +116,8 @@ class ShardLayout {
   std::vector<LocalTensor> tensors_;
   int wte_ = -1, wpe_ = -1, final_wte_ = -1, ln_f_ = -1;
   std::vector<int> block_first_;  // index of each local block's first tensor
+  int64_t block_floats_ = 0;
+  std::pair<int64_t, int64_t> blocks_range_{0, 0};
 };
 
 }  // namespace tandem::parallel

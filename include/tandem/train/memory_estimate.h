@@ -25,7 +25,7 @@
 //   several micro-batches) counts as memory in the host tier, and as disk in a file tier
 //   with --shard weights (and the blocks in memory): parameters, gradients and optimizer state
 //   count the embeddings and ln_f only, and the sharded blocks what the sharded model state
-//   keeps of the blocks (parallel::ModelState::sharded_blocks_bytes: every block's 1/dp slices of
+//   keeps of the blocks (parallel::ShardedBlocks::state_bytes: every block's 1/dp slices of
 //   weights and moments, the gathered blocks' weights, the blocks' gradients)
 //   checkpoint buffers with --save or --resume: one whole tensor (the largest) and one optimizer
 //                     segment's two moments, through which checkpoints pass tensor by tensor

@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "support/files.h"
-#include "tandem/parallel/model_state.h"
 #include "tandem/parallel/shard.h"
+#include "tandem/parallel/sharded_blocks.h"
 #include "train/test_util.h"
 
 namespace tandem::train {
@@ -196,11 +196,10 @@ TEST(ShardedStateVariants, EachRankHoldsItsSlices) {
   const TrainResult r = sharded(c);
   const nn::GPTConfig& m = c.model;
   const parallel::ShardLayout layout(m, c.grid, 0, 0);
-  const auto [b0, e0] = layout.block_range(0);
-  const int64_t per_block = e0 - b0, rest = layout.size() - per_block * m.n_layers;
+  const int64_t per_block = layout.block_floats(), rest = layout.size() - per_block * m.n_layers;
   // Slices of weights, m and v; 2 gathered; 2 gradients; the rest whole (weights, gradients)
   // with its moments sliced.
-  const uint64_t want = parallel::ModelState::sharded_blocks_bytes(per_block, m.n_layers, 4, 1, 1) +
+  const uint64_t want = parallel::ShardedBlocks::state_bytes(per_block, m.n_layers, 4, 1, 1) +
                         static_cast<uint64_t>(2 * rest + 2 * ((rest + 3) / 4)) * sizeof(float);
   EXPECT_LE(r.state_memory_bytes, want + 64) << out.str();
   EXPECT_GE(r.state_memory_bytes, want - 64) << out.str();
@@ -252,9 +251,7 @@ TEST(ShardedStateVariants, EachBlockAheadHoldsOneMoreBlock) {
   c.steps = 1;
   c.eval_every = 0;
   const parallel::ShardLayout layout(c.model, c.grid, 0, 0);
-  const uint64_t block =
-      static_cast<uint64_t>(layout.block_range(0).second - layout.block_range(0).first) *
-      sizeof(float);
+  const uint64_t block = static_cast<uint64_t>(layout.block_floats()) * sizeof(float);
   std::vector<uint64_t> bytes;
   for (int d = 1; d <= 3; ++d) {
     std::ostringstream out;

@@ -97,12 +97,12 @@ TEST(TrainerTunedSchedule, TheGathersRunAtTheRecordsChunkSize) {
   TrainConfig c = two_ranks();
   c.optimizer.sharding = parallel::Sharding::Weights;
   const parallel::ShardLayout layout(c.model, c.grid, 0, 0);
-  const auto [b, e] = layout.block_range(0);
   TrainResult at_record;
   std::ostringstream lines;
   {
     tandem::testing::TempCacheDir dir("train-gather-chunk");
-    store_record(c, dir.str(), dsl::workloads::gather_weights(), {{"N", e - b}}, {}, "C", 64);
+    store_record(c, dir.str(), dsl::workloads::gather_weights(), {{"N", layout.block_floats()}}, {},
+                 "C", 64);
     c.out = &lines;
     at_record = train(c);
   }

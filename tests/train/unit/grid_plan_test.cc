@@ -11,8 +11,8 @@
 #include <regex>
 
 #include "tandem/core/bytes.h"
-#include "tandem/parallel/model_state.h"
 #include "tandem/parallel/shard.h"
+#include "tandem/parallel/sharded_blocks.h"
 #include "tandem/train/memory_estimate.h"
 #include "train/test_util.h"
 
@@ -197,9 +197,9 @@ TEST(MemoryEstimate, ShardedWeightsCountTheShardedBlocks) {
   c.optimizer.sharding = parallel::Sharding::Weights;
   const MemoryEstimate e = estimate_memory(c);
   const parallel::ShardLayout layout(c.model, c.grid, 0, 0);
-  const int64_t block = layout.block_range(0).second - layout.block_range(0).first;
+  const int64_t block = layout.block_floats();
   EXPECT_EQ(e.sharded_blocks,
-            2 * parallel::ModelState::sharded_blocks_bytes(block, 2, 2, c.micro_batch_count(), 1));
+            2 * parallel::ShardedBlocks::state_bytes(block, 2, 2, c.micro_batch_count(), 1));
   EXPECT_EQ(e.parameters, 2 * static_cast<uint64_t>(layout.size() - 2 * block) * sizeof(float));
   EXPECT_THAT(e.str(), HasSubstr("sharded blocks (--shard weights)"));
   c.optimizer.sharding = parallel::Sharding::Moments;
@@ -213,9 +213,7 @@ TEST(MemoryEstimate, EachBlockGatheredAheadCountsOneMoreSlot) {
   c.grid = {2, 1, 1};
   c.optimizer.sharding = parallel::Sharding::Weights;
   const parallel::ShardLayout layout(c.model, c.grid, 0, 0);
-  const uint64_t block =
-      static_cast<uint64_t>(layout.block_range(0).second - layout.block_range(0).first) *
-      sizeof(float);
+  const uint64_t block = static_cast<uint64_t>(layout.block_floats()) * sizeof(float);
   c.gather_ahead = 1;
   const MemoryEstimate one = estimate_memory(c);
   EXPECT_EQ(estimate_memory(model()).sharded_blocks, 0u);
