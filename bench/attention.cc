@@ -2,10 +2,13 @@
 // log-sum-exp) against the kernel that saves the softmax (attention_*), at GPT-2 XL's heads (25
 // of 64) by default. Checks the two agree once, warms up, repeats, and prints the median and
 // spread of each pass, GFLOP/s (the causal half of the products), the ratio, the bytes each
-// saves for the backward and its scratch, and the process's peak resident memory.
+// saves for the backward and its scratch, and the process's peak resident memory. --products
+// bf16 runs the fused kernel's block products on bf16 operands too (checked against the saved
+// softmax to bf16's rounding; on a CPU without AVX512_BF16 they are widened to f32 for OpenBLAS,
+// core/gemm.h: that measures the conversions' cost, not bf16 arithmetic).
 //   build/release/bench/bench_attention [--seq 1024,2048] [--heads 25] [--kv-heads 25]
 //       [--head-size 64] [--batch 1] [--reps 5] [--threads N] [--kernel both|fused|saved]
-//       [--blocks 64x64,32x128,...]
+//       [--blocks 64x64,32x128,...] [--products f32,bf16]
 // One kernel at a time (--kernel fused or saved) gives each one's peak resident memory alone.
 #include <fmt/format.h>
 #include <sys/resource.h>
@@ -21,7 +24,9 @@
 #include <string>
 #include <vector>
 
+#include "tandem/core/bf16.h"
 #include "tandem/core/blas.h"
+#include "tandem/core/gemm.h"
 #include "tandem/core/rng.h"
 #include "tandem/nn/layers.h"
 
@@ -96,6 +101,7 @@ int main(int argc, char** argv) {
   int B = 1, NH = 25, KVH = 0, HS = 64, reps = 5, threads = 0;
   std::string kernel = "both";
   std::vector<FlashBlocks> blocks = {FlashBlocks{}};
+  std::vector<DType> products = {DType::F32};
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
     if (a == "--seq")
@@ -120,6 +126,17 @@ int main(int argc, char** argv) {
       std::string item;
       while (std::getline(in, item, ','))
         blocks.push_back({std::atoi(item.c_str()), std::atoi(item.c_str() + item.find('x') + 1)});
+    } else if (a == "--products") {
+      products.clear();
+      std::stringstream in(v);
+      std::string item;
+      while (std::getline(in, item, ',')) {
+        if (item != "f32" && item != "bf16") {
+          fmt::print(stderr, "--products {}: f32 or bf16\n", item);
+          return 2;
+        }
+        products.push_back(item == "bf16" ? DType::BF16 : DType::F32);
+      }
     } else {
       fmt::print(stderr, "unknown flag {}\n", a);
       return 2;
@@ -130,8 +147,10 @@ int main(int argc, char** argv) {
   const bool fused = kernel != "saved", saved = kernel != "fused";
   fmt::print("{}\nBLAS {} threads={}; attention threads {}\n", cpu_line(), blas::kernel_name(),
              blas::num_threads(), std::min(blas::num_threads(), attention_max_threads()));
-  fmt::print("causal attention, batch {}, {} query heads, {} key/value heads of {}, f32\n", B, NH,
-             KVH, HS);
+  fmt::print("causal attention, batch {}, {} query heads, {} key/value heads of {}\n", B, NH, KVH,
+             HS);
+  if (std::find(products.begin(), products.end(), DType::BF16) != products.end())
+    fmt::print("bf16 products: {}, {}\n", gemm_library(DType::BF16), bf16_describe());
   AttentionDropout drop;  // none: GPT-2 XL's fine-tuning and Llama train without it
   for (int T : seqs) {
     const int64_t N = static_cast<int64_t>(B) * T, W = static_cast<int64_t>(NH + 2 * KVH) * HS,
@@ -168,41 +187,45 @@ int main(int argc, char** argv) {
       out_saved = out;
     }
     if (!fused) continue;
-    for (const FlashBlocks& k : blocks) {
-      std::vector<float> out(static_cast<size_t>(N * C)), lse(static_cast<size_t>(B) * NH * T),
-          scratch(static_cast<size_t>(flash_attention_scratch_floats(T, HS, k)));
-      // Checked once against the saved-softmax kernel (when it ran), before timing.
-      flash_attention_forward(out.data(), lse.data(), scratch.data(), qkv.data(), B, T, NH, KVH, HS,
-                              drop, k);
-      if (!out_saved.empty()) {
-        double worst = 0, scale = 0;
-        for (size_t i = 0; i < out.size(); ++i) {
-          worst = std::max(worst, static_cast<double>(std::fabs(out[i] - out_saved[i])));
-          scale = std::max(scale, static_cast<double>(std::fabs(out_saved[i])));
-        }
-        if (!(worst <= 1e-5 * scale)) {
-          fmt::print(stderr, "fused output differs by {} (max |out| {})\n", worst, scale);
-          return 1;
-        }
-      }
-      const Timing f = time_ms(reps, [&] {
+    for (const FlashBlocks& k : blocks)
+      for (DType pt : products) {
+        const bool half = pt == DType::BF16;
+        std::vector<float> out(static_cast<size_t>(N * C)), lse(static_cast<size_t>(B) * NH * T),
+            scratch(static_cast<size_t>(flash_attention_scratch_floats(T, HS, k, pt)));
+        // Checked once against the saved-softmax kernel (when it ran), before timing: to f32's
+        // rounding, or bf16's with bf16 products.
         flash_attention_forward(out.data(), lse.data(), scratch.data(), qkv.data(), B, T, NH, KVH,
-                                HS, drop, k);
-      });
-      const Timing b = time_ms(reps, [&] {
-        flash_attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), out.data(),
-                                 lse.data(), B, T, NH, KVH, HS, drop, k);
-      });
-      const double total = f.median + b.median;
-      fmt::print("{:<16} {:>10.1f} {:>10.1f} {:>10.1f} {:>8.1f} {:>9.1f} {:>9.1f} {:>13} {:>13}",
-                 fmt::format("fused {}x{}", k.rows, k.cols), f.median, b.median, total,
-                 100.0 * (f.spread + b.spread) / total, f.cpu + b.cpu,
-                 2.0 * 6 * pairs / total / 1e6, mib(4.0 * lse.size()), mib(4.0 * scratch.size()));
-      // The speed-up over the saved-softmax kernel, in wall time and in CPU time.
-      if (saved_total > 0)
-        fmt::print("  {:.2f}x wall {:.2f}x cpu", saved_total / total, saved_cpu / (f.cpu + b.cpu));
-      fmt::print("\n");
-    }
+                                HS, drop, k, pt);
+        if (!out_saved.empty()) {
+          double worst = 0, scale = 0;
+          for (size_t i = 0; i < out.size(); ++i) {
+            worst = std::max(worst, static_cast<double>(std::fabs(out[i] - out_saved[i])));
+            scale = std::max(scale, static_cast<double>(std::fabs(out_saved[i])));
+          }
+          if (!(worst <= (half ? 2e-2 : 1e-5) * scale)) {
+            fmt::print(stderr, "fused output differs by {} (max |out| {})\n", worst, scale);
+            return 1;
+          }
+        }
+        const Timing f = time_ms(reps, [&] {
+          flash_attention_forward(out.data(), lse.data(), scratch.data(), qkv.data(), B, T, NH, KVH,
+                                  HS, drop, k, pt);
+        });
+        const Timing b = time_ms(reps, [&] {
+          flash_attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), out.data(),
+                                   lse.data(), B, T, NH, KVH, HS, drop, k, pt);
+        });
+        const double total = f.median + b.median;
+        fmt::print("{:<16} {:>10.1f} {:>10.1f} {:>10.1f} {:>8.1f} {:>9.1f} {:>9.1f} {:>13} {:>13}",
+                   fmt::format("fused {}x{}{}", k.rows, k.cols, half ? " bf16" : ""), f.median,
+                   b.median, total, 100.0 * (f.spread + b.spread) / total, f.cpu + b.cpu,
+                   2.0 * 6 * pairs / total / 1e6, mib(4.0 * lse.size()), mib(4.0 * scratch.size()));
+        // The speed-up over the saved-softmax kernel, in wall time and in CPU time.
+        if (saved_total > 0)
+          fmt::print("  {:.2f}x wall {:.2f}x cpu", saved_total / total,
+                     saved_cpu / (f.cpu + b.cpu));
+        fmt::print("\n");
+      }
   }
   fmt::print("\npeak resident {:.0f} MiB\n", peak_rss_mib());
   return 0;

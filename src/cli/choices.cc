@@ -63,6 +63,23 @@ CLI::Option* add_precision_flag(CLI::App* cmd, DType& target) {
                     "fp32");
 }
 
+nn::AttentionKernel parse_attention(const std::string& text) {
+  for (nn::AttentionKernel k : {nn::AttentionKernel::Fused, nn::AttentionKernel::Unfused})
+    if (text == nn::attention_kernel_name(k)) return k;
+  user_error(
+      "--attention {}: the attention kernels are fused (blocked, saves a value a row: the "
+      "default) and unfused (saves the T x T softmax: the reference)",
+      text);
+}
+
+CLI::Option* add_attention_flag(CLI::App* cmd, nn::AttentionKernel& target) {
+  return add_choice(cmd, "--attention", target, parse_attention,
+                    "The attention kernel: fused (blocked, flash style: saves each row's "
+                    "log-sum-exp, memory linear in --seq-len) or unfused (saves the softmax, "
+                    "heads x seq-len x seq-len a sample: the reference; docs/training.md)",
+                    nn::attention_kernel_name(target));
+}
+
 parallel::GradExchange parse_grad_exchange(const std::string& text) {
   for (parallel::GradExchange e : {parallel::GradExchange::Overlap, parallel::GradExchange::After})
     if (text == parallel::grad_exchange_name(e)) return e;

@@ -11,6 +11,7 @@
 #include "tandem/comm/backend.h"
 #include "tandem/core/dtype.h"
 #include "tandem/exec/runner.h"
+#include "tandem/nn/gpt.h"
 #include "tandem/ooc/slow_tier.h"
 #include "tandem/parallel/optimizer.h"
 #include "tandem/train/auto.h"
@@ -25,6 +26,8 @@ train::Auto<DType> parse_tp_dtype(const std::string& text);        // --tp-dtype
 // --precision fp32|bf16|auto: the matmuls' type; auto is bf16 where core/bf16.h says bf16 is
 // native on this CPU, else fp32.
 DType parse_precision(const std::string& text);
+// --attention fused|unfused: the attention kernel (nn::AttentionKernel).
+nn::AttentionKernel parse_attention(const std::string& text);
 parallel::GradExchange parse_grad_exchange(
     const std::string& text);                                // --grad-exchange overlap|after
 parallel::Sharding parse_sharding(const std::string& text);  // --shard moments|weights
@@ -50,6 +53,9 @@ CLI::Option* add_choice(CLI::App* cmd, const std::string& flag, T& target,
 
 // --precision fp32|bf16|auto into `target` (fp32 by default): train, plan, eval and sample.
 CLI::Option* add_precision_flag(CLI::App* cmd, DType& target);
+
+// --attention fused|unfused into `target` (fused by default): train and plan.
+CLI::Option* add_attention_flag(CLI::App* cmd, nn::AttentionKernel& target);
 
 // Adds to every integer flag of `app` and its subcommands a check of its text before CLI11
 // converts it (CLI11 clamps a value past 64 bits to the largest, and reads "-1" into an unsigned

@@ -521,6 +521,7 @@ void add_train(CLI::App& app) {
              "memory");
   add_grid_flags(cmd, c);
   add_precision_flag(cmd, c.model.matmul);
+  add_attention_flag(cmd, c.model.attention);
   add_choice(cmd, "--backend", c.backend, parse_backend,
              "thread (ranks in this process) or mpi (under mpirun)", comm::backend_name(c.backend));
   add_choice(cmd, "--executor", c.executor, parse_executor,
@@ -605,6 +606,7 @@ void add_plan(CLI::App& app) {
   const SizeOptions sizes = add_size_flags(cmd, *flags);
   add_grid_flags(cmd, c);
   add_precision_flag(cmd, c.model.matmul);
+  add_attention_flag(cmd, c.model.attention);
   CLI::Option* tier = add_memory_flags(cmd, c);
   cmd->add_option("--trace", c.trace_path,
                   "Write the predicted timeline as a Chrome trace (Perfetto) to FILE");

@@ -358,8 +358,7 @@ void Workspace::check_fits(const GPTConfig& c, int B, int T) const {
                dtype_name(c.matmul));
   if (c.attention != config_.attention)
     user_error("GPT workspace was made for the {} attention kernel, not the {} one",
-               config_.attention == AttentionKernel::Fused ? "fused" : "unfused",
-               c.attention == AttentionKernel::Fused ? "fused" : "unfused");
+               attention_kernel_name(config_.attention), attention_kernel_name(c.attention));
   if (B > B_ || T > T_)
     user_error("GPT workspace holds batches up to {} x {}; this one is {} x {}", B_, T_, B, T);
 }

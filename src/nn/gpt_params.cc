@@ -12,6 +12,10 @@ namespace tandem::nn {
 
 std::string_view arch_name(Arch a) { return a == Arch::Llama ? "llama" : "gpt2"; }
 
+std::string_view attention_kernel_name(AttentionKernel k) {
+  return k == AttentionKernel::Unfused ? "unfused" : "fused";
+}
+
 namespace {
 
 constexpr int kTensorsPerBlock = 12;

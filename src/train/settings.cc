@@ -192,13 +192,13 @@ const ModelSetting kModel[] = {
      .meta = Meta::ModelConfig,
      .key = "tie_embeddings",
      .json = llama_json<&GPTConfig::tie_embeddings>},
-    // How attention is computed, not what: the weights do not depend on it.
+    // How attention is computed, not what: the weights do not depend on it, so checkpoints do
+    // not record it (a run may resume with the other kernel). The ranks agree on it as on the
+    // sizes: what a block saves, and so the memory plan, follows it.
     {.field = "attention",
-     .name = "the attention kernel",
+     .name = "--attention",
      .text =
-         [](const GPTConfig& c) {
-           return std::string(c.attention == nn::AttentionKernel::Fused ? "fused" : "unfused");
-         }},
+         [](const GPTConfig& c) { return std::string(nn::attention_kernel_name(c.attention)); }},
 };
 
 // The hyper-parameters meta.json records besides the learning rate's schedule.

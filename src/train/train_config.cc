@@ -61,6 +61,14 @@ void TrainConfig::validate() const {
     user_error("--d-model {} must be at most {}", model.d_model, nn::kMaxWidth);
   if (model.seq_len > nn::kMaxPositions)
     user_error("--seq-len {} must be at most {}", model.seq_len, nn::kMaxPositions);
+  // A resumed model keeps the positions it was made with (max_positions; a new run's are
+  // --seq-len): GPT-2 has a learned vector for each and none past them.
+  if (model.seq_len > model.max_positions)
+    user_error(
+        "--seq-len {} is more than the model's {} positions (set when it was first trained{}): "
+        "at most {}",
+        model.seq_len, model.max_positions,
+        model.llama() ? "" : "; GPT-2 learns a vector a position", model.max_positions);
   if (!(model.dropout >= 0.0f && model.dropout < 1.0f))
     user_error("--dropout {} must be in [0, 1)", model.dropout);
   if (model.llama()) {
@@ -95,7 +103,8 @@ void TrainConfig::validate() const {
         "(the {}); at most 2^40",
         batch, model.seq_len, static_cast<double>(std::max(mlp, scores)),
         mlp >= scores ? fmt::format("MLP's, {} wide", model.fc_width())
-                      : std::string("attention scores, --heads x --seq-len"));
+                      : std::string("--attention unfused's scores, --heads x --seq-len x "
+                                    "--seq-len; --attention fused saves --heads x --seq-len"));
   if (steps < 0) user_error("--steps {} must be 0 or more", steps);
   // The optimizer programs compute in f32: a rate past its range would be infinite there.
   if (!(lr > 0) || !(lr <= std::numeric_limits<float>::max()))

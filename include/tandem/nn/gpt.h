@@ -64,6 +64,7 @@ std::string_view arch_name(Arch a);  // "gpt2", "llama"
 // choice changes what a block saves, so the sizes everything counts follow it (act_shape,
 // Workspace::specs: the out-of-core planner, the memory estimate, `tandem plan`).
 enum class AttentionKernel : uint8_t { Fused, Unfused };
+std::string_view attention_kernel_name(AttentionKernel k);  // "fused", "unfused"
 
 struct GPTConfig {
   int vocab_size = 256;  // byte-level by default

@@ -177,19 +177,30 @@ struct FlashBlocks {
   int rows = 128;  // queries a block
   int cols = 128;  // keys a block
 };
+// The block products' operands (`products`): F32, or BF16 as autocast runs attention's matmuls:
+// q, k, v, dout, the probabilities and the scores' gradients rounded to bf16 block by block
+// (per-tile scratch), each product accumulated in f32 through core/gemm.h (oneDNN where the CPU
+// has AVX512_BF16, else widened for OpenBLAS); the online softmax, its statistics (the running
+// maximum and sum, the saved log-sum-exp), the backward's row term dout . out, dropout and every
+// sum across blocks stay f32. Against F32 the results differ by bf16's rounding of the operands;
+// at a given path and thread count they are as deterministic. The model runs F32 (GPTConfig's
+// matmul covers the linear layers only; docs/training.md#precision says why).
 // Floats of scratch flash_attention_forward and _backward need: about T + 3 * rows * cols per
-// thread (the blocks clipped to T a side), attention_max_threads() threads.
-int64_t flash_attention_scratch_floats(int T, int HS, const FlashBlocks& blocks = {});
+// thread (the blocks clipped to T a side), with bf16 products (rows + cols) * HS + rows * cols
+// more (their bf16 tiles), attention_max_threads() threads.
+int64_t flash_attention_scratch_floats(int T, int HS, const FlashBlocks& blocks = {},
+                                       DType products = DType::F32);
 // out (B, T, NH*HS), lse (B, NH, T) (log sum_j exp(score_ij), the softmax's normaliser) from qkv
 // (B, T, (NH + 2*KVH)*HS), laid out as attention_forward's.
 void flash_attention_forward(float* out, float* lse, float* scratch, const float* qkv, int B, int T,
                              int NH, int KVH, int HS, const AttentionDropout& drop,
-                             const FlashBlocks& blocks = {});
+                             const FlashBlocks& blocks = {}, DType products = DType::F32);
 // dqkv (B, T, (NH + 2*KVH)*HS) += ... from dout (B, T, NH*HS), qkv, and the forward's out and lse
 // (out in f32: the backward's row term is dout . out).
 void flash_attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
                               const float* out, const float* lse, int B, int T, int NH, int KVH,
-                              int HS, const AttentionDropout& drop, const FlashBlocks& blocks = {});
+                              int HS, const AttentionDropout& drop, const FlashBlocks& blocks = {},
+                              DType products = DType::F32);
 
 // ---------------------------------------------------------------------------------------------
 // GELU, GPT-2's tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).

@@ -1,7 +1,8 @@
 // The fused, blocked attention (flash_attention_forward/backward) against the kernel that saves
 // the softmax (attention_forward/backward) and against the double reference: over shapes, T not
 // a multiple of the block, T = 1, grouped-query heads, dropout; its log-sum-exp against one
-// computed in double; its gradient against finite differences; thread counts.
+// computed in double; its gradient against finite differences; thread counts; its bf16 block
+// products against its f32 ones (again under TANDEM_BF16=emulate: nn.unit.bf16_emulate).
 //
 // Tolerances: the two f32 kernels sum in different orders (online softmax, blocked products), so
 // they agree to f32 rounding: rtol 2e-6 of max|out| for the output, 1e-5 of each part's
@@ -234,6 +235,101 @@ TEST(FlashAttention, ThreadCountIndependent) {
   EXPECT_EQ(results[0], results[2]);
 }
 
+// bf16 block products (products = BF16) against the f32 kernel on the same input: the operands
+// of every product rounded to bf16 (relative error at most 2^-9), the softmax and the sums in f32.
+// With the inputs in [-1, 1] the differences measured, relative to each result's largest value,
+// are about 2e-3 for the output and 2e-4 for the log-sum-exp, and 2.5e-3 for d(qkv); the
+// tolerances are about 3x (each gradient part against its own scale: 1.5e-2; the log-sum-exp
+// also 2e-3 absolute: at T = 1 it is one score, moved by about 1e-3 by q's and k's rounding). Where
+// a gradient is zero in exact arithmetic (T = 1: p = 1, so p (dp - D) cancels) the bf16 dp no
+// longer cancels f32's D exactly: a residue of a few 1e-4 of the gradients' scale, allowed
+// absolutely. Not bitwise: the f32 kernel is not what bf16 computes, and the test checks that the
+// bf16 path ran (the results differ). The scratch is the size flash_attention_scratch_floats gives:
+// a guard past its end stays untouched.
+void compare_bf16_with_f32(const Case& s) {
+  SCOPED_TRACE(s.str());
+  const int N = s.B * s.T, W = (s.NH + 2 * s.KVH) * s.HS, C = s.NH * s.HS;
+  const AttentionDropout drop = dropout_of(s);
+  const std::vector<float> qkv = to_f32(uniform(static_cast<size_t>(N) * W, 191, -1.0, 1.0));
+  const std::vector<float> dout = to_f32(uniform(static_cast<size_t>(N) * C, 192));
+  struct Result {
+    std::vector<float> out, lse, dqkv;
+  };
+  const auto run = [&](DType products) {
+    const size_t floats =
+        static_cast<size_t>(flash_attention_scratch_floats(s.T, s.HS, s.blocks, products));
+    const size_t guard = 64;
+    std::vector<float> scratch(floats + guard, -7.0f);
+    Result r{std::vector<float>(static_cast<size_t>(N) * C, NAN),
+             std::vector<float>(static_cast<size_t>(s.B) * s.NH * s.T, NAN),
+             std::vector<float>(qkv.size())};
+    flash_attention_forward(r.out.data(), r.lse.data(), scratch.data(), qkv.data(), s.B, s.T, s.NH,
+                            s.KVH, s.HS, drop, s.blocks, products);
+    flash_attention_backward(r.dqkv.data(), scratch.data(), dout.data(), qkv.data(), r.out.data(),
+                             r.lse.data(), s.B, s.T, s.NH, s.KVH, s.HS, drop, s.blocks, products);
+    for (size_t i = floats; i < floats + guard; ++i)
+      EXPECT_EQ(scratch[i], -7.0f) << "scratch written past its size at " << i - floats;
+    return r;
+  };
+  const Result f32 = run(DType::F32), half = run(DType::BF16);
+  EXPECT_TRUE(all_close("out", half.out, f32.out, 6e-3));
+  EXPECT_TRUE(all_close("lse", half.lse, f32.lse, 1e-3, 2e-3));
+  const int K = s.KVH * s.HS;
+  double grads = 0.0;
+  for (float g : f32.dqkv) grads = std::max(grads, static_cast<double>(std::fabs(g)));
+  const auto part = [&](const char* name, int first, int width) {
+    return all_close(name, columns(half.dqkv, N, W, first, width),
+                     columns(f32.dqkv, N, W, first, width), 1.5e-2, 1e-3 * grads);
+  };
+  EXPECT_TRUE(part("dq", 0, C));
+  EXPECT_TRUE(part("dk", C, K));
+  EXPECT_TRUE(part("dv", C + K, K));
+  if (s.T > 1) {
+    EXPECT_NE(half.out, f32.out) << "the bf16 products were not taken";
+  }
+}
+
+TEST(FlashAttention, Bf16ProductsWithinBf16RoundingOfF32) {
+  const FlashBlocks tiny{8, 8};
+  for (float p : {0.0f, 0.2f}) {
+    compare_bf16_with_f32({2, 37, 2, 2, 8, tiny, p});     // a partial last block
+    compare_bf16_with_f32({1, 1, 3, 3, 4, tiny, p});      // T = 1
+    compare_bf16_with_f32({1, 45, 2, 2, 8, {16, 8}, p});  // rows > cols
+    compare_bf16_with_f32({1, 45, 2, 2, 8, {5, 3}, p});   // odd blocks
+    compare_bf16_with_f32({2, 37, 6, 2, 8, tiny, p});     // grouped-query
+    compare_bf16_with_f32({1, 150, 2, 2, 64, {}, p});     // the default blocks, uneven
+  }
+}
+
+// bf16 products are bitwise the same at one thread and at several, as f32's are.
+TEST(FlashAttention, Bf16ProductsThreadCountIndependent) {
+  const int B = 2, T = 77, NH = 4, KVH = 2, HS = 16, N = B * T, W = (NH + 2 * KVH) * HS;
+  AttentionDropout drop;
+  drop.p = 0.1f;
+  drop.key = 3;
+  const FlashBlocks blocks{16, 16};
+  const std::vector<float> qkv = to_f32(uniform(static_cast<size_t>(N) * W, 197, -1.0, 1.0));
+  const std::vector<float> dout = to_f32(uniform(static_cast<size_t>(N) * NH * HS, 198));
+  std::vector<float> scratch(
+      static_cast<size_t>(flash_attention_scratch_floats(T, HS, blocks, DType::BF16)));
+  const int width = blas::num_threads();
+  std::vector<std::vector<float>> results;
+  for (int threads : {1, 3}) {
+    blas::set_num_threads(threads);
+    std::vector<float> out(static_cast<size_t>(N) * NH * HS), lse(static_cast<size_t>(B) * NH * T),
+        d(qkv.size());
+    flash_attention_forward(out.data(), lse.data(), scratch.data(), qkv.data(), B, T, NH, KVH, HS,
+                            drop, blocks, DType::BF16);
+    flash_attention_backward(d.data(), scratch.data(), dout.data(), qkv.data(), out.data(),
+                             lse.data(), B, T, NH, KVH, HS, drop, blocks, DType::BF16);
+    out.insert(out.end(), lse.begin(), lse.end());
+    out.insert(out.end(), d.begin(), d.end());
+    results.push_back(out);
+  }
+  blas::set_num_threads(width);
+  EXPECT_EQ(results[0], results[1]);
+}
+
 // A query-head count the key/value heads do not divide, or an empty block, is a caller's bug.
 TEST(FlashAttention, BadHeadsOrBlocksAreInternalErrors) {
   const int B = 1, T = 3, NH = 4, KVH = 3, HS = 2;
@@ -247,6 +343,9 @@ TEST(FlashAttention, BadHeadsOrBlocksAreInternalErrors) {
                InternalError);
   EXPECT_THROW(flash_attention_forward(out.data(), lse.data(), scratch.data(), qkv.data(), B, T, 4,
                                        2, HS, {}, FlashBlocks{0, 4}),
+               InternalError);
+  EXPECT_THROW(flash_attention_forward(out.data(), lse.data(), scratch.data(), qkv.data(), B, T, 4,
+                                       2, HS, {}, {}, DType::F16),
                InternalError);
 }
 

@@ -122,6 +122,13 @@ TEST(Flags, TheLearningRateFollowsThePresetTheWidthAndTheCheckpoint) {
   r = run_tandem(small + "--steps 2 --resume " + dir.path("ck"));
   EXPECT_EQ(r.status, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("learning rate 0.002 (the checkpoint's), warm-up 7 steps"));
+  // A resumed model keeps its positions: a longer --seq-len is refused with both numbers.
+  r = run_tandem("train --dp 1 --tp 1 --quiet --batch 2 --steps 2 --seq-len 17 --resume " +
+                 dir.path("ck"));
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.output,
+            "tandem: error: --seq-len 17 is more than the model's 16 positions (set when it was "
+            "first trained; GPT-2 learns a vector a position): at most 16\n");
 }
 
 TEST(Flags, ShardNamesItsChoices) {
@@ -184,6 +191,27 @@ TEST(Flags, PrecisionNamesItsChoices) {
   EXPECT_EQ(r.output,
             "tandem: error: --precision fp16: the precisions are fp32, bf16 and auto (bf16 where "
             "the CPU has AVX512_BF16)\n");
+}
+
+// --attention names its two kernels when given neither (train and plan), and the one given
+// reaches the run: the start-up line names the unfused kernel, and the settings the ranks agree on
+// carry it (settings_test).
+TEST(Flags, AttentionNamesItsChoices) {
+  for (const char* command : {"train", "plan --memory-budget 1GiB"}) {
+    const auto r = run_tandem(std::string(command) + " --attention flash");
+    EXPECT_EQ(r.status, 1) << command;
+    EXPECT_EQ(r.output,
+              "tandem: error: --attention flash: the attention kernels are fused (blocked, saves a "
+              "value a row: the default) and unfused (saves the T x T softmax: the reference)\n")
+        << command;
+  }
+  const std::string tiny = "train --model tiny --dp 1 --tp 1 --steps 1 --eval-every 0 ";
+  auto r = run_tandem(tiny + "--attention unfused");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("(2 heads, unfused attention, ")) << r.output;
+  r = run_tandem(tiny + "--attention fused");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, ::testing::Not(HasSubstr("unfused"))) << r.output;
 }
 
 // 2 x pp micro-batches do not divide 4 rows at pp 3: the automatic count is 4, which does.
