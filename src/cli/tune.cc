@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -270,8 +271,9 @@ dsl::Program workload_program(const std::string& name, const std::string& dtype,
                               const std::string& wire) {
   dsl::Program p = dsl::workloads::by_name(name);  // an unknown name: a UserError listing them
   // The layers, with or without their bias (Llama's), take a dtype and a wire dtype.
-  const bool no_bias = name.ends_with("_no_bias");
-  const std::string layer = no_bias ? name.substr(0, name.size() - 8) : name;
+  constexpr std::string_view kNoBias = "_no_bias";
+  const bool no_bias = name.ends_with(kNoBias);
+  const std::string layer = no_bias ? name.substr(0, name.size() - kNoBias.size()) : name;
   const bool is_layer = layer == "megatron_layer" || layer == "pipeline_stage";
   const auto bias = no_bias ? dsl::workloads::Bias::Without : dsl::workloads::Bias::With;
   if (is_layer && (!wire.empty() || !dtype.empty())) {
