@@ -31,6 +31,30 @@ std::vector<int> ContextSplit::positions() const {
   return p;
 }
 
+// Each (sample, chunk) is a run of consecutive positions: nn's encoder on it, at its first.
+void context_embedding_forward(const ContextSplit& s, float* out, const int32_t* tokens,
+                               const float* wte, const float* wpe, int B, int C) {
+  for (int b = 0; b < B; ++b)
+    for (int c = 0; c < 2; ++c) {
+      const int64_t row = static_cast<int64_t>(b) * s.tokens() + c * s.chunk();
+      nn::encoder_forward(
+          out + row * C, tokens + row, wte,
+          wpe != nullptr ? wpe + static_cast<int64_t>(s.chunk_start(c)) * C : nullptr, 1, s.chunk(),
+          C);
+    }
+}
+
+void context_embedding_backward(const ContextSplit& s, float* dwte, float* dwpe, const float* dout,
+                                const int32_t* tokens, int B, int C) {
+  for (int b = 0; b < B; ++b)
+    for (int c = 0; c < 2; ++c) {
+      const int64_t row = static_cast<int64_t>(b) * s.tokens() + c * s.chunk();
+      nn::encoder_backward(
+          dwte, dwpe != nullptr ? dwpe + static_cast<int64_t>(s.chunk_start(c)) * C : nullptr,
+          dout + row * C, tokens + row, 1, s.chunk(), C);
+    }
+}
+
 namespace {
 
 // The rank's piece of the exchanges: (B, Tl, 2K) floats.

@@ -48,6 +48,14 @@ struct ContextSplit {
   std::vector<int> positions() const;
 };
 
+// The token embedding and the learned positions (GPT-2's wpe; null: none, Llama's are rotary) of
+// this rank's tokens at their positions: out (B, Tl, C) from tokens (B, Tl); the backward adds
+// into dwte and dwpe.
+void context_embedding_forward(const ContextSplit& s, float* out, const int32_t* tokens,
+                               const float* wte, const float* wpe, int B, int C);
+void context_embedding_backward(const ContextSplit& s, float* dwte, float* dwpe, const float* dout,
+                                const int32_t* tokens, int B, int C);
+
 // The exchanges' schedules (parallel/program_runner.h): the autotuner's choice, else the
 // program as written.
 struct ContextSchedules {

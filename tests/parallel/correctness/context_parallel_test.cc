@@ -21,7 +21,7 @@
 #include "tandem/core/rng.h"
 
 namespace tandem::parallel {
-namespace {
+namespace context_parallel_test {
 
 using testing::close;
 
@@ -185,5 +185,5 @@ TEST(ContextParallelAttention, RunsTheSchedulesItIsGiven) {
   });
 }
 
-}  // namespace
+}  // namespace context_parallel_test
 }  // namespace tandem::parallel
