@@ -134,8 +134,8 @@ std::string RankRun::memory_lines() {
                            Tensor::view_of(all.data(), DType::F32, Shape{kFields * n}));
   auto line = [&](int r) {
     const float* f = all.data() + static_cast<ptrdiff_t>(kFields * r);
-    const std::string share = opt_.state_sliced() && cfg_.grid.dp > 1
-                                  ? fmt::format(", 1/{} of the model's", cfg_.grid.dp)
+    const std::string share = opt_.state_sliced() && cfg_.grid.replicas() > 1
+                                  ? fmt::format(", 1/{} of the model's", cfg_.grid.replicas())
                                   : "";
     const std::string state =
         state_.moment_tier_description().empty()

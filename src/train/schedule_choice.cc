@@ -94,7 +94,9 @@ parallel::SchedulePreferences prefer(const Tuned& tuned, parallel::SchedulePrefe
 parallel::ProgramOptions ScheduleChoice::model_programs(int rows) {
   parallel::ProgramOptions o;
   o.executor = executor_;
-  const int64_t N = static_cast<int64_t>(rows) * cfg_.model.seq_len, C = cfg_.model.d_model;
+  // A micro-batch's tokens on this rank (with context parallelism, its part of each sequence).
+  const int64_t N = static_cast<int64_t>(rows) * (cfg_.model.seq_len / cfg_.grid.cp),
+                C = cfg_.model.d_model;
   const dsl::SymbolMap sizes = {{"B", N}, {"K", cfg_.model.mlp_width()}, {"H", C}};
   const double p = cfg_.model.dropout;
   const dsl::workloads::Bias bias = parallel::epilogue_bias(cfg_.model);
@@ -172,6 +174,20 @@ parallel::ProgramOptions ScheduleChoice::model_programs(int rows) {
     from_autotuner_ |= !w.schedule.empty();
     o.tied_sum_schedules = prefer(w, o.tied_sum_schedules);
   }
+  if (cfg_.grid.cp > 1) {  // context parallelism's two exchanges, on the cp group
+    o.context_group = &grid_.cp();
+    // Each is over the whole sequence's keys and values of this rank's key/value heads.
+    const dsl::SymbolMap kv = {{"N", static_cast<int64_t>(rows) * cfg_.model.seq_len * 2 *
+                                         (cfg_.model.n_kv_heads() / cfg_.grid.tp) *
+                                         cfg_.model.head_size()}};
+    const Tuned g =
+        tuned_schedule(dsl::workloads::kv_gather(), grid_.cp(), kv, cfg_.tune, executor_);
+    const Tuned r =
+        tuned_schedule(dsl::workloads::kv_grad_reduce(), grid_.cp(), kv, cfg_.tune, executor_);
+    from_autotuner_ |= !g.schedule.empty() || !r.schedule.empty();
+    o.context_schedules.gather = prefer(g, o.context_schedules.gather);
+    o.context_schedules.reduce = prefer(r, o.context_schedules.reduce);
+  }
   return o;
 }
 
@@ -200,7 +216,7 @@ OptimizerChoice ScheduleChoice::optimizer() {
     o.grad_dtype = grad_dtype;
     const dsl::Program program = parallel::optimizer_program(o);
     std::vector<std::string> only;
-    if (cfg_.grid.dp > 1)
+    if (cfg_.grid.replicas() > 1)  // dp x cp replicas exchange
       for (const schedule::NamedSchedule& s : schedule::enumerate_schedules(program))
         if (!s.recipe.slice.empty()) only.push_back(s.name);
     return tuned_schedule(program, grid_.dp(), {{"N", layout.size()}}, cfg_.tune, executor_, only);

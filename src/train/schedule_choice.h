@@ -29,13 +29,14 @@ class ScheduleChoice {
   ScheduleChoice(TrainConfig& config, const parallel::Grid& grid, exec::RunnerKind executor)
       : cfg_(config), grid_(grid), executor_(executor) {}
 
-  // The Megatron and pipeline programs' schedules for micro-batches of `rows` rows of seq_len
+  // The Megatron and pipeline programs' schedules for micro-batches of `rows` rows of seq_len / cp
   // tokens, and (tp > 1) what the tensor-parallel exchanges carry: --tp-dtype, or with auto in
   // bf16 precision bf16 where the autotuner's records (tuned now with --tune) time the epilogue
   // and the input-gradient sum together faster with it than with f32 on every tensor-parallel
   // group (comm::all_true over the world), else f32; the decision and its reason in
-  // TrainConfig::tp_dtype. A collective over the tensor-parallel group and this rank's pipeline
-  // links (and with --tp-dtype auto, the world).
+  // TrainConfig::tp_dtype; with --cp 2 or more, the context-parallel group and its exchanges'
+  // schedules (kv_gather, kv_grad_reduce). A collective over the tensor-parallel group, this
+  // rank's pipeline links and its cp group (and with --tp-dtype auto, the world).
   parallel::ProgramOptions model_programs(int rows);
   // The optimizer's schedules, in order of preference, on the data-parallel group; with dp > 1
   // among the schedules that keep the optimizer state sliced (ZeRO-1). LAMB runs one program per
