@@ -59,7 +59,8 @@ struct FourFields {
   Auto<int> d;
 };
 static_assert(field_count<FourFields>() == 4);
-static_assert(field_count<parallel::GridShape>() == 3);
+// The grid entry (settings.cc) compares, keeps and writes back all four: dp, tp, pp, cp.
+static_assert(field_count<parallel::GridShape>() == 4);
 
 // Each field of a struct has one entry, named once, which says whether the ranks agree on it and,
 // when they must, how its value is compared; an entry placed in meta.json has a key and a value.
