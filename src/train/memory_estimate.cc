@@ -126,10 +126,17 @@ RankNeed rank_need(const TrainConfig& cfg, int tp, int pp) {
   const nn::ChainLayout chain = parallel::ParallelGPT::chain_layout(
       cfg.model, g, parallel::GridCoord{0, tp, pp}, micro_rows, tokens, M);
   n.activations = ooc::MemorySchedule(chain, ooc::keep_all(chain.units)).peak_bytes();
-  if (g.cp > 1)
-    n.activations += parallel::ContextParallelAttention::buffer_bytes(
-        parallel::ContextSplit(cfg.model.seq_len, g.cp, 0), micro_rows,
-        cfg.model.n_kv_heads() / g.tp, cfg.model.head_size());
+  if (g.cp > 1) {
+    const parallel::ContextSplit split(cfg.model.seq_len, g.cp, 0);
+    const int kv_heads = cfg.model.n_kv_heads() / g.tp, head = cfg.model.head_size();
+    n.activations +=
+        parallel::ContextParallelAttention::buffer_bytes(split, micro_rows, kv_heads, head);
+    // The plan runner and the interpreter keep two whole-sequence intermediates of the exchanges
+    // (as measured); the compiled executor's work in the attention's buffers.
+    if (cfg.executor != exec::RunnerKind::Compiled)
+      n.activations +=
+          2 * static_cast<uint64_t>(micro_rows) * cfg.model.seq_len * 2 * kv_heads * head * kF32;
+  }
   return n;
 }
 
