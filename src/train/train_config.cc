@@ -42,9 +42,6 @@ void validate_context_parallel(const TrainConfig& c) {
         cp, model.dropout);
   if (model.attention != nn::AttentionKernel::Fused)
     user_error("--cp {} runs the fused attention kernel; leave out --attention unfused", cp);
-  if (grid.pp > 1)
-    user_error("--cp {} with --pp {}: context parallelism does not run with pipeline stages yet",
-               cp, grid.pp);
   if (!c.memory_budget.empty())
     user_error(
         "--cp {} with --memory-budget {}: out-of-core training would recompute attention, whose "

@@ -1,6 +1,6 @@
 // `tandem train --cp N`: each sequence split over N ranks (parallel/context_parallel.h), alone and
-// with data and tensor parallelism, trains as one rank trains the whole sequence, for GPT-2
-// (learned positions) and Llama (rotary positions, grouped-query heads); the validation loss
+// with data, tensor and pipeline parallelism, trains as one rank trains the whole sequence, for
+// GPT-2 (learned positions) and Llama (rotary positions, grouped-query heads); the validation loss
 // follows; and a checkpoint moves between cp and no cp (the weights are replicated over the cp
 // ranks, and checkpoints hold whole tensors).
 //
@@ -80,11 +80,13 @@ void expect_grids_like_one_rank(TrainConfig (*run)(parallel::GridShape, int64_t)
 }
 
 TEST(ContextParallelTraining, Gpt2TrainsAsOneRank) {
-  expect_grids_like_one_rank(gpt2_run, {{1, 1, 1, 2}, {1, 1, 1, 4}, {2, 1, 1, 2}, {1, 2, 1, 2}});
+  expect_grids_like_one_rank(
+      gpt2_run,
+      {{1, 1, 1, 2}, {1, 1, 1, 4}, {2, 1, 1, 2}, {1, 2, 1, 2}, {1, 1, 2, 2}, {2, 1, 2, 2}});
 }
 
 TEST(ContextParallelTraining, LlamaTrainsAsOneRank) {
-  expect_grids_like_one_rank(llama_run, {{1, 1, 1, 2}, {2, 1, 1, 2}, {1, 2, 1, 2}});
+  expect_grids_like_one_rank(llama_run, {{1, 1, 1, 2}, {2, 1, 1, 2}, {1, 2, 1, 2}, {1, 2, 2, 2}});
 }
 
 // The run says how it is split, and the moments are sliced over the dp x cp replicas.
@@ -103,10 +105,9 @@ TEST(ContextParallelTraining, TheStartUpLinesShowTheGrid) {
 // continuing as a run that never stopped.
 TEST(ContextParallelTraining, ACheckpointMovesBetweenCpAndNone) {
   const TrainResult straight = train(gpt2_run({1, 1, 1}, 4));
-  for (const auto& [before, after] : {std::pair{parallel::GridShape{1, 1, 1, 2},
-                                                parallel::GridShape{1, 1, 1, 1}},
-                                      std::pair{parallel::GridShape{1, 1, 1, 1},
-                                                parallel::GridShape{2, 1, 1, 2}}}) {
+  for (const auto& [before, after] :
+       {std::pair{parallel::GridShape{1, 1, 1, 2}, parallel::GridShape{1, 1, 1, 1}},
+        std::pair{parallel::GridShape{1, 1, 1, 1}, parallel::GridShape{2, 1, 1, 2}}}) {
     ScratchDir dir;
     TrainConfig first = gpt2_run(before, 2);
     first.eval_every = 0;
