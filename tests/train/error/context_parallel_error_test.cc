@@ -1,5 +1,5 @@
 // --cp: a sequence it does not cut into 2 cp equal chunks, a grid past the thread backend's ranks,
-// and what context parallelism does not run yet (dropout, the unfused kernel, pipeline stages,
+// and what context parallelism does not run yet (dropout, the unfused kernel,
 // out-of-core activations, the model state out of memory or sharded, the plan across grids), each
 // one clear line naming the flags.
 #include <gtest/gtest.h>
@@ -29,15 +29,15 @@ TEST(ContextParallelFlags, EachMistakeIsOneClearError) {
        "be drawn by a rank's token index, not the sequence's; give --dropout 0"},
       {" --cp 2 --attention unfused --dp 1 --seq-len 16",
        "--cp 2 runs the fused attention kernel; leave out --attention unfused"},
-      {" --cp 2 --pp 2 --dp 1 --seq-len 16",
-       "--cp 2 with --pp 2: context parallelism does not run with pipeline stages yet"},
       {" --cp 2 --memory-budget 1GiB --dp 1 --seq-len 16",
        "--cp 2 with --memory-budget 1GiB: out-of-core training would recompute attention, whose "
        "context-parallel exchanges are collectives; not supported yet"},
-      {" --cp 2 --model-state host --dp 1 --seq-len 16", "--cp 2 with --model-state host: not supported yet"},
+      {" --cp 2 --model-state host --dp 1 --seq-len 16",
+       "--cp 2 with --model-state host: not supported yet"},
       {" --cp 2 --dp 2 --batch 4 --seq-len 16 --shard weights",
        "--cp 2 with --shard weights: not supported yet"},
-      {" --cp 2 --optimizer-state host --dp 1 --seq-len 16", "--cp 2 with --optimizer-state host: not supported yet"},
+      {" --cp 2 --optimizer-state host --dp 1 --seq-len 16",
+       "--cp 2 with --optimizer-state host: not supported yet"},
       {" --cp 64 --dp 16 --batch 16 --seq-len 128",
        "--dp 16 x --tp 1 x --pp 1 x --cp 64 is 1024 ranks; the thread backend runs at most 256, "
        "each a thread of this process: use --backend mpi under mpirun for more"},
@@ -50,7 +50,8 @@ TEST(ContextParallelFlags, EachMistakeIsOneClearError) {
   // The plan across grids does not consider cp yet: it plans grids of cp = 1.
   const auto r = run_tandem("train --model tiny --grid auto --ranks 4 --cp 2");
   EXPECT_EQ(r.status, 1);
-  EXPECT_EQ(r.output, "tandem: error: --grid auto plans across grids and chooses --cp: leave it out\n");
+  EXPECT_EQ(r.output,
+            "tandem: error: --grid auto plans across grids and chooses --cp: leave it out\n");
 }
 
 }  // namespace context_parallel_error_test
