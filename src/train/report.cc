@@ -189,7 +189,7 @@ std::string RankRun::model_state_line() const {
         "h.{}..h.{} keep 1/{} of their weights and optimizer state on each rank, each block's "
         "weights gathered into {} slots before its forward and backward (gather_weights{}), {}; "
         "its gradients {} until its update: {} a rank; the embeddings and ln_f whole ({})",
-        cfg_.grid.dp, l.first_layer(), l.end_layer() - 1, cfg_.grid.dp,
+        cfg_.grid.replicas(), l.first_layer(), l.end_layer() - 1, cfg_.grid.replicas(),
         parallel::ShardedBlocks::gather_slots(state_.options().gather_ahead),
         state_.gather_chunk_bytes() != 0
             ? fmt::format(" at {}-byte chunks", state_.gather_chunk_bytes())

@@ -23,7 +23,8 @@ constexpr int64_t kMaxRanks = int64_t{1} << 24;
 constexpr int kMaxThreads = 1024;
 
 // --cp N: the sequence cut into 2 N equal chunks (parallel::ContextSplit), and what context
-// parallelism does not run yet refused, each naming the flags.
+// parallelism does not run yet refused, each naming the flags. (The model state's modes compose:
+// the cp ranks are replicas, over which it is sliced, sharded or streamed as over dp's.)
 void validate_context_parallel(const TrainConfig& c) {
   const nn::GPTConfig& model = c.model;
   const parallel::GridShape& grid = c.grid;
@@ -47,13 +48,6 @@ void validate_context_parallel(const TrainConfig& c) {
         "--cp {} with --memory-budget {}: out-of-core training would recompute attention, whose "
         "context-parallel exchanges are collectives; not supported yet",
         cp, c.memory_budget);
-  if (c.model_state)
-    user_error("--cp {} with --model-state {}: not supported yet", cp, c.model_state->str());
-  if (c.optimizer.sharding == parallel::Sharding::Weights)
-    user_error("--cp {} with --shard weights: not supported yet", cp);
-  if (c.optimizer.state_tier)
-    user_error("--cp {} with --optimizer-state {}: not supported yet", cp,
-               c.optimizer.state_tier->str());
 }
 
 }  // namespace

@@ -89,6 +89,31 @@ TEST(ContextParallelTraining, LlamaTrainsAsOneRank) {
   expect_grids_like_one_rank(llama_run, {{1, 1, 1, 2}, {2, 1, 1, 2}, {1, 2, 1, 2}, {1, 2, 2, 2}});
 }
 
+// The model state's modes treat the cp ranks as replicas: the moments in a host tier, the blocks
+// streamed from one, the weights sharded over dp x cp (ZeRO-3) train as the same mode without cp.
+TEST(ContextParallelTraining, TheModelStatesModesComposeWithCp) {
+  struct Mode {
+    std::string name;
+    void (*set)(TrainConfig&);
+    int dp;
+  };
+  const Mode modes[] = {
+      {"--optimizer-state host",
+       [](TrainConfig& c) { c.optimizer.state_tier = ooc::TierSpec::parse("host"); }, 1},
+      {"--model-state host", [](TrainConfig& c) { c.model_state = ooc::TierSpec::parse("host"); },
+       1},
+      {"--shard weights",
+       [](TrainConfig& c) { c.optimizer.sharding = parallel::Sharding::Weights; }, 2},
+  };
+  for (const Mode& m : modes) {
+    TrainConfig one = gpt2_run({m.dp, 1, 1});
+    m.set(one);
+    TrainConfig split = gpt2_run({m.dp, 1, 1, 2});
+    m.set(split);
+    expect_like_one_rank(train(split), train(one), initial_weights(one), m.name);
+  }
+}
+
 // The run says how it is split, and the moments are sliced over the dp x cp replicas.
 TEST(ContextParallelTraining, TheStartUpLinesShowTheGrid) {
   TrainConfig c = gpt2_run({2, 1, 1, 2}, 1);

@@ -1,7 +1,6 @@
 // --cp: a sequence it does not cut into 2 cp equal chunks, a grid past the thread backend's ranks,
-// and what context parallelism does not run yet (dropout, the unfused kernel,
-// out-of-core activations, the model state out of memory or sharded, the plan across grids), each
-// one clear line naming the flags.
+// and what context parallelism does not run yet (dropout, the unfused kernel, out-of-core
+// activations, the plan across grids), each one clear line naming the flags.
 #include <gtest/gtest.h>
 
 #include "support/cli.h"
@@ -32,12 +31,6 @@ TEST(ContextParallelFlags, EachMistakeIsOneClearError) {
       {" --cp 2 --memory-budget 1GiB --dp 1 --seq-len 16",
        "--cp 2 with --memory-budget 1GiB: out-of-core training would recompute attention, whose "
        "context-parallel exchanges are collectives; not supported yet"},
-      {" --cp 2 --model-state host --dp 1 --seq-len 16",
-       "--cp 2 with --model-state host: not supported yet"},
-      {" --cp 2 --dp 2 --batch 4 --seq-len 16 --shard weights",
-       "--cp 2 with --shard weights: not supported yet"},
-      {" --cp 2 --optimizer-state host --dp 1 --seq-len 16",
-       "--cp 2 with --optimizer-state host: not supported yet"},
       {" --cp 64 --dp 16 --batch 16 --seq-len 128",
        "--dp 16 x --tp 1 x --pp 1 x --cp 64 is 1024 ranks; the thread backend runs at most 256, "
        "each a thread of this process: use --backend mpi under mpirun for more"},
