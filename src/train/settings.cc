@@ -599,7 +599,7 @@ std::string startup_lines(const TrainConfig& c, const data::Corpus& corpus) {
   }
   std::string out;
   if (!changed.empty())
-    out = fmt::format("  settings not at their defaults: {}\n", fmt::join(changed, ", "));
+    out = fmt::format("  other settings: {}\n", fmt::join(changed, ", "));
   return out + decided;
 }
 

@@ -97,11 +97,13 @@ void check_ranks_agree(comm::Communicator& world, const TrainConfig& config,
 void check_ranks_agree_on(comm::Communicator& world, const TrainConfig& config,
                           std::initializer_list<std::string_view> fields);
 
-// The start-up lines the tables give (for world rank 0 to print): one line listing, as flag and
-// value, every Listed setting whose value is not a default TrainConfig's (the defaults are many
-// and the other start-up lines state the model, grid and learning rate: the rest of what the user
-// changed is what is worth a line), then one line for each auto decided, its value and its reason.
-// "" when there is nothing to say.
+// The start-up lines the tables give (for world rank 0 to print): "  other settings: --steps 30,
+// --eval-every 0", every Listed setting whose value is not a default TrainConfig's, as its name
+// and its value as the ranks compare it (the settings are about fifty and most stay at their
+// defaults, and report.cc's own lines state the model, grid, precision, learning rate, programs
+// and memory: what else differs is what is worth a line; `tandem train`'s own defaults, 300 steps,
+// show); then a line for each auto decided, "  --grad-dtype f32 (reason)". An auto not decided
+// does not apply to the run and is left out. "" when there is nothing to say.
 std::string startup_lines(const TrainConfig& config, const data::Corpus& corpus);
 
 // One part of meta.json: the settings the tables place there, by their keys.

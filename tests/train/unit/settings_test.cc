@@ -156,7 +156,7 @@ TEST(Settings, TheStartUpLinesComeFromTheTable) {
   c.tp_dtype = Auto<DType>();  // one tensor-parallel rank: never decided
   const std::string lines = detail::startup_lines(c, corpus);
   const std::string first = lines.substr(0, lines.find('\n'));
-  EXPECT_THAT(first, HasSubstr("  settings not at their defaults: "));
+  EXPECT_THAT(first, HasSubstr("  other settings: "));
   const TrainConfig d;
   size_t listed = 0;
   auto check = [&](const auto& table, const auto& s, const auto& def, const auto&... in) {
