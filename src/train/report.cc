@@ -57,15 +57,17 @@ void RankRun::open_reports(int64_t first) {
 void RankRun::print_header(int64_t first_step) {
   const nn::GPTConfig& c = cfg_.model;
   out_ << fmt::format(
-      "tandem train: {} {} layers x d_model {} ({} heads{}{}{}, {:.2f}M parameters) on {}, "
-      "{} x {} tokens a step, {} ranks ({}, {} backend){}\n",
+      "tandem train: {} {} layers x d_model {} ({} heads{}{}, {:.2f}M parameters) on {}, "
+      "{} x {} tokens a step{}, {} ranks ({}, {} backend){}\n",
       c.llama() ? "Llama" : "GPT", c.n_layers, c.d_model, c.n_heads,
       c.llama() ? fmt::format(", {} key/value heads, MLP {}", c.n_kv_heads(), c.mlp_width()) : "",
       c.attention == nn::AttentionKernel::Unfused ? ", unfused attention" : "",
-      c.max_positions > c.seq_len ? fmt::format(", {} positions", c.max_positions) : "",
       static_cast<double>(nn::gpt_num_parameters(c)) / 1e6,
       corpus_->source == "synthetic" ? "the synthetic corpus" : corpus_->source, cfg_.batch,
-      c.seq_len, cfg_.grid.size(), cfg_.grid.str(), comm::backend_name(cfg_.backend),
+      c.seq_len,
+      c.max_positions > c.seq_len ? fmt::format(" (the model's positions {})", c.max_positions)
+                                  : "",
+      cfg_.grid.size(), cfg_.grid.str(), comm::backend_name(cfg_.backend),
       resumed() ? fmt::format(", resuming at step {} from {}", first_step, resume_->folder)
       : resume_ ? fmt::format(", starting from the Hugging Face folder {}", resume_->folder)
                 : "");

@@ -598,8 +598,7 @@ std::string startup_lines(const TrainConfig& c, const data::Corpus& corpus) {
       add_startup(changed, decided, std::span(&e, 1), c, defaults, corpus);
   }
   std::string out;
-  if (!changed.empty())
-    out = fmt::format("  other settings: {}\n", fmt::join(changed, ", "));
+  if (!changed.empty()) out = fmt::format("  other settings: {}\n", fmt::join(changed, ", "));
   return out + decided;
 }
 
