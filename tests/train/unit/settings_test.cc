@@ -340,6 +340,27 @@ TEST(ConfigAgreement, GridAutoOnSomeRanksStopsTheResolveOnEveryRank) {
   EXPECT_THAT(messages[0], HasSubstr("rank 1 gives off"));
 }
 
+// Whether the dtypes' autos are decided in resolve decides which collectives follow too: ranks
+// given --tp-dtype auto beside ranks given a dtype stop before them, naming the flag.
+TEST(ConfigAgreement, ADtypeAutoOnSomeRanksStopsTheResolveOnEveryRank) {
+  TrainConfig c = testing::tiny_run(3);
+  c.grid = {1, 2, 1};
+  c.model.matmul = DType::BF16;
+  TrainConfig a = c;
+  a.tp_dtype = Auto<DType>();
+  std::vector<std::string> messages(2);
+  comm::run_ranks(2, [&](comm::Communicator& world) {
+    try {
+      resolve(world.rank() == 0 ? a : c, &world);
+    } catch (const comm::CollectiveError& e) {
+      messages[world.rank()] = e.what();
+    }
+  });
+  EXPECT_EQ(messages[1], messages[0]);
+  EXPECT_THAT(messages[0],
+              HasSubstr("the ranks disagree on --tp-dtype: rank 0 gives auto, rank 1 gives f32"));
+}
+
 TEST(ConfigAgreement, PerHostSettingsMayDiffer) {
   TrainConfig c = testing::tiny_run(3);
   TrainConfig d = c;
