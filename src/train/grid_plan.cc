@@ -14,6 +14,7 @@
 #include <tuple>
 #include <vector>
 
+#include "schedule_choice.h"
 #include "settings.h"
 #include "tandem/comm/agree.h"
 #include "tandem/comm/communicator.h"
@@ -470,9 +471,8 @@ void choose_gather_ahead(TrainConfig& cfg, const Rates& rates) {
   const int d = gather_ahead_for(t.gather_s, t.block_forward_s, fewest);
   const bool capped = d * t.block_forward_s < t.gather_s;
   cfg.gather_ahead.decide(
-      d, fmt::format("gathers {} block{} ahead (--gather-ahead auto: a gather {:.2f} ms, a block's "
-                     "forward {:.2f} ms{})",
-                     d, d == 1 ? "" : "s", t.gather_s * 1e3, t.block_forward_s * 1e3,
+      d, fmt::format("--gather-ahead auto: a gather {:.2f} ms, a block's forward {:.2f} ms{}",
+                     t.gather_s * 1e3, t.block_forward_s * 1e3,
                      capped ? fmt::format("; at most {} with {} block{} a stage", d, fewest,
                                           fewest == 1 ? "" : "s")
                             : ""));
@@ -540,14 +540,32 @@ uint64_t plan_memory_per_rank(const TrainConfig::GridAuto& request, comm::Backen
   return avail->bytes / static_cast<uint64_t>(std::max(1, local));
 }
 
+namespace {
+
+// The BLAS threads a rank has: --threads, else the hardware threads shared by this process's
+// ranks (every rank of the thread backend, or the launcher's ranks on this host).
+int rank_blas_threads(const TrainConfig& c) {
+  if (c.blas_threads > 0) return c.blas_threads;
+  const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int local =
+      c.backend == comm::Backend::Thread ? c.grid.size() : comm::launched_local_ranks();
+  return std::max(1, hw / std::max(1, local));
+}
+
+}  // namespace
+
 // --grid auto: the processes would each plan on their own measurements (and by default their
 // own machine's memory) and could choose differently, so rank 0 plans; should it find nothing,
 // all stop and rank 0 says why. --gather-ahead auto likewise. The rates measured for it are
 // compute's and the link's, not the tiers'.
 TrainConfig resolve(const TrainConfig& asked, comm::Communicator* world) {
-  // Whether rank 0 plans decides which collectives follow: ranks started with different grids
-  // stop here, naming them, rather than wait in unmatched broadcasts.
-  if (world != nullptr) detail::check_ranks_agree_on(*world, asked, {"grid", "grid_auto"});
+  // Whether rank 0 plans, and whether and how the dtypes are decided, decides which collectives
+  // follow: ranks started with different flags there stop here, naming them, rather than wait in
+  // unmatched broadcasts.
+  if (world != nullptr)
+    detail::check_ranks_agree_on(*world, asked,
+                                 {"model", "batch", "optimizer", "grad_dtype", "tp_dtype", "grid",
+                                  "grid_auto", "micro_batches", "executor", "tune"});
   TrainConfig c = asked;
   if (c.grid_auto) {
     const TrainConfig::GridAuto& g = *c.grid_auto;
@@ -572,6 +590,29 @@ TrainConfig resolve(const TrainConfig& asked, comm::Communicator* world) {
   if (c.optimizer.sharding == parallel::Sharding::Weights && c.gather_ahead.is_auto() &&
       !c.gather_ahead.known() && root.is_auto() && root.known())
     c.gather_ahead = root;
+  // The process's BLAS threads, a rank's: the autotuner's records count them in their keys, and
+  // everything from here on runs as the ranks will.
+  blas::set_num_threads(rank_blas_threads(c));
+  // --tp-dtype auto, --grad-dtype auto: decided from the autotuner's records of the programs
+  // they change, read (or, with --tune, timed) on the groups those run on, so each group's own
+  // record counts (schedule_choice.h's decide_dtypes); the ranks' Grid is built for it here, on
+  // the MPI world or on the in-process ranks of the thread backend, and the world agrees through
+  // comm::all_true. An MPI world of the wrong size leaves them to train(), which refuses it.
+  if (detail::dtypes_to_decide(c)) {
+    if (world != nullptr) {
+      if (world->size() == c.grid.size()) detail::decide_dtypes(*world, c);
+    } else {
+      TANDEM_CHECK(c.backend == comm::Backend::Thread,
+                   "resolve: an MPI run's autos are decided on its world");
+      TrainConfig decided;
+      comm::run_ranks(c.grid.size(), [&](comm::Communicator& ranks) {
+        TrainConfig mine = c;
+        detail::decide_dtypes(ranks, mine);
+        if (ranks.rank() == 0) decided = std::move(mine);  // the same on every rank
+      });
+      c = std::move(decided);
+    }
+  }
   return c;
 }
 

@@ -1,5 +1,6 @@
 // What `tandem train` prints and writes about a run: the start-up lines (the model, the grid,
-// the precision, the programs and their schedules, memory, the model state's placement), each
+// the precision, the programs and their schedules, the other settings and the autos' decisions
+// as the settings table gives them, memory, the model state's placement), each
 // step's report (metrics and progress), the end's summary, the messages of a run that stops, and
 // tandem plan's report; and the MPI processes' traces gathered into one.
 #include <fmt/format.h>
@@ -10,6 +11,7 @@
 #include <string>
 
 #include "rank_run.h"
+#include "settings.h"
 #include "tandem/comm/agree.h"
 #include "tandem/comm/mpi.h"
 #include "tandem/core/bf16.h"
@@ -56,13 +58,16 @@ void RankRun::print_header(int64_t first_step) {
   const nn::GPTConfig& c = cfg_.model;
   out_ << fmt::format(
       "tandem train: {} {} layers x d_model {} ({} heads{}{}, {:.2f}M parameters) on {}, "
-      "{} x {} tokens a step, {} ranks ({}, {} backend){}\n",
+      "{} x {} tokens a step{}, {} ranks ({}, {} backend){}\n",
       c.llama() ? "Llama" : "GPT", c.n_layers, c.d_model, c.n_heads,
       c.llama() ? fmt::format(", {} key/value heads, MLP {}", c.n_kv_heads(), c.mlp_width()) : "",
       c.attention == nn::AttentionKernel::Unfused ? ", unfused attention" : "",
       static_cast<double>(nn::gpt_num_parameters(c)) / 1e6,
       corpus_->source == "synthetic" ? "the synthetic corpus" : corpus_->source, cfg_.batch,
-      c.seq_len, cfg_.grid.size(), cfg_.grid.str(), comm::backend_name(cfg_.backend),
+      c.seq_len,
+      c.max_positions > c.seq_len ? fmt::format(" (the model's positions {})", c.max_positions)
+                                  : "",
+      cfg_.grid.size(), cfg_.grid.str(), comm::backend_name(cfg_.backend),
       resumed() ? fmt::format(", resuming at step {} from {}", first_step, resume_->folder)
       : resume_ ? fmt::format(", starting from the Hugging Face folder {}", resume_->folder)
                 : "");
@@ -105,14 +110,9 @@ void RankRun::print_header(int64_t first_step) {
                   ? (cfg_.tune ? "; schedules autotuned" : "; schedules from the autotuner's cache")
                   : "; schedules by preference (no autotuner record: --tune makes one)";
   out_ << programs << "\n";
-  // A dtype other than f32, or an auto's decision, with its reason.
-  auto dtype_line = [this](const char* what, const Auto<DType>& d) {
-    if (d.value() != DType::F32 || !d.reason().empty())
-      out_ << fmt::format("  {} in {}{}\n", what, dtype_name(d.value()),
-                          d.reason().empty() ? "" : fmt::format(" ({})", d.reason()));
-  };
-  dtype_line("gradients exchanged", cfg_.grad_dtype);
-  if (cfg_.grid.tp > 1) dtype_line("tensor-parallel exchanges", cfg_.tp_dtype);
+  // The rest of the settings, from the settings table: those the user changed, and each auto's
+  // decision with its reason (settings.h's startup_lines).
+  out_ << startup_lines(cfg_, *corpus_);
   out_ << memory_line(cfg_);
   if (ooc_) out_ << ooc_->plan_line();
   out_.flush();
@@ -173,10 +173,11 @@ std::string RankRun::memory_lines() {
 // --shard weights: how far ahead the blocks' weights are gathered, and why.
 std::string RankRun::gather_ahead_text() const {
   const Auto<int>& d = cfg_.gather_ahead;
-  if (d.is_auto() && d.known()) return d.reason();
   const int n = state_.options().gather_ahead;
   return fmt::format("gathers {} block{} ahead{}", n, n == 1 ? "" : "s",
-                     d.is_auto() ? "" : fmt::format(" (--gather-ahead {})", n));
+                     !d.is_auto() ? fmt::format(" (--gather-ahead {})", n)
+                     : d.known()  ? fmt::format(" ({})", d.reason())
+                                  : "");
 }
 
 // With --model-state: where the blocks' state lives and what a step moves (else "").

@@ -86,19 +86,24 @@ GatherTiming gather_timing(const TrainConfig& cfg, const Rates& rates);
 // hold no more than them), and at least 1.
 int gather_ahead_for(double gather_s, double block_s, int blocks);
 // Under --shard weights, an undecided --gather-ahead auto decided by that rule from `rates`, its
-// reason saying how many and why ("gathers 2 blocks ahead (--gather-ahead auto: a gather 3.10 ms,
-// a block's forward 1.80 ms)"). Otherwise nothing.
+// reason saying why ("--gather-ahead auto: a gather 3.10 ms, a block's forward 1.80 ms").
+// Otherwise nothing.
 void choose_gather_ahead(TrainConfig& cfg, const Rates& rates);
 
-// The configuration the user gave turned into the one the ranks start with, each setting the
-// grid plan decides resolved (the rest are the rank's set-up's: the dtypes and the resident
-// blocks, schedule_choice.h and rank_run.h). --grid auto first: the plan across grids of
-// grid_auto's ranks chooses the grid, the sharding, where the model state lives, the budget,
-// the resident blocks and the prefetch distance, and grid_choice says why; then the config is
-// validated; then --gather-ahead auto (choose_gather_ahead, the rates measured). Under MPI
-// (`world` given) rank 0 measures and decides and every process takes its decision
-// (comm::decide_on_root); every process joins whatever its flags (the agreement check that
-// follows compares them).
+// The configuration the user gave turned into the one the ranks start with: the one step that
+// decides every auto (Auto<T>, auto.h) with its reason, but --resident-blocks auto, which needs
+// the first step's profile of the rank's own model (rank_run.h's choose_resident_blocks). In
+// order: --grid auto: the plan across grids of grid_auto's ranks chooses the grid, the sharding,
+// where the model state lives, the budget, the resident blocks and the prefetch distance, and
+// grid_choice says why; the config validated; --gather-ahead auto (choose_gather_ahead, the rates
+// measured); the process's BLAS threads set to a rank's (--threads, else the cores shared by the
+// process's ranks: the tuning records' keys count them); --tp-dtype auto and --grad-dtype auto
+// from the autotuner's records (tuned now with --tune) on the groups those programs run on
+// (schedule_choice.h's decide_dtypes: the ranks' Grid built on `world`, or with the thread
+// backend on in-process ranks). Under MPI (`world` given) the settings these collectives depend
+// on are compared first (ranks that differ stop, naming them); rank 0 plans and measures and
+// every process takes its decision (comm::decide_on_root); the dtypes are agreed through
+// comm::all_true.
 TrainConfig resolve(const TrainConfig& asked, comm::Communicator* world);
 
 // --grid auto and `tandem plan --ranks`: the memory a rank may use, --memory-per-rank's, else the
