@@ -21,11 +21,11 @@
 #include "tandem/io/metrics.h"
 #include "tandem/io/progress.h"
 #include "tandem/io/trace.h"
-#include "tandem/ooc/streamed_state.h"
 #include "tandem/ooc/transfer_engine.h"
 #include "tandem/parallel/model.h"
 #include "tandem/parallel/model_state.h"
 #include "tandem/parallel/optimizer.h"
+#include "tandem/perf/streamed_state.h"
 #include "tandem/train/trainer.h"
 
 namespace tandem::train::detail {
@@ -66,13 +66,16 @@ class RankRun {
   void choose_resident_blocks();
   // With --model-state and --memory-budget: a step's forward and backward, and the model state's
   // I/O a step (the activations' swaps included where they share its tier), as the performance
-  // model predicts them.
+  // model (perf/streamed_state.h) predicts them; the store's own I/O with r resident blocks.
   double streamed_step_s() const {
-    return ooc::streamed_step_s(ooc_->predicted_step_s(), state_io_s());
+    return perf::streamed_step_s(ooc_->predicted_step_s(), state_io_s());
   }
   double state_io_s() const {
-    return ooc::state_io_s(store()->predicted_step_io_s(), ooc_->predicted_swapped_bytes(),
-                           store()->bandwidth(), swaps_share_the_state_tier());
+    return perf::state_io_s(store_io_s(store()->resident()), ooc_->predicted_swapped_bytes(),
+                            store()->bandwidth(), swaps_share_the_state_tier());
+  }
+  double store_io_s(int r) const {
+    return perf::store_io_s(store()->predicted_step_traffic(r), store()->bandwidth());
   }
   // --model-state: the blocks' store (opened when the optimizer placed the moments), else null.
   parallel::BlockStore* store() const { return state_.store(); }

@@ -226,7 +226,7 @@ std::string RankRun::model_state_line() const {
              store()->first_layer(), store()->end_layer() - 1, store()->describe(),
              human_bytes(store()->tier_bytes()), human_bytes(store()->staging_bytes()),
              resident_note, human_bytes(p.read_bytes), human_bytes(p.written_bytes),
-             store()->predicted_step_io_s(), bw.read_bytes_per_s / 1e9, bw.write_bytes_per_s / 1e9,
+             store_io_s(store()->resident()), bw.read_bytes_per_s / 1e9, bw.write_bytes_per_s / 1e9,
              human_bytes(2 * state_.resident_bytes() + state_.moment_bytes()),
              ooc_ ? " of --memory-budget" : "");
 }
