@@ -178,6 +178,26 @@ Evaluation evaluate(const TrainConfig& cfg, uint64_t limit, const Rates& rates) 
 
 }  // namespace
 
+perf::StepBreakdown predict_step(const TrainConfig& cfg, const Rates& rates) {
+  const perf::StepShape shape = step_shape(cfg);
+  std::vector<perf::StageTimes> times;
+  std::vector<ooc::Prediction> timelines;
+  for (int s = 0; s < cfg.grid.pp; ++s) {
+    const perf::StageTimes& st = times.emplace_back(perf::stage_times(shape, s, rates));
+    if (cfg.memory_budget.empty()) {
+      timelines.push_back(ooc::predict(st.chain, ooc::keep_all(st.chain.units), st.profile));
+      continue;
+    }
+    const uint64_t budget = parse_bytes(cfg.memory_budget),
+                   held = rank_memory(cfg, 0, s).budget_holds;
+    if (held >= budget)
+      user_error("--memory-budget {} leaves stage {}'s activations nothing", cfg.memory_budget, s);
+    timelines.push_back(
+        ooc::plan_step(st.chain, st.profile, budget - held, kPlanEvaluations).best.prediction);
+  }
+  return perf::compose(shape, times, timelines, rates);
+}
+
 GatherTiming gather_timing(const TrainConfig& cfg, const Rates& rates) {
   return perf::gather_timing(step_shape(cfg), rates);
 }

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <ostream>
@@ -108,6 +109,10 @@ class RankRun {
   // The end of the run.
   void finish(TrainResult& result);
   void print_summary(const TrainResult& result, int64_t steps_run);
+  // The end's lines of the step's breakdown: measured (this rank's phases, the mean over the
+  // steps after the first) beside predicted (perf's model at the rates cached for this run's
+  // shape, when `tandem plan` or --grid auto measured them; nothing is measured here).
+  std::string breakdown_lines() const;
   // Phases and trace spans.
   void on_event(parallel::Phase phase, std::string_view name, Clock::time_point b,
                 Clock::time_point e, double self_s);
@@ -142,7 +147,12 @@ class RankRun {
   parallel::DataParallelOptimizer opt_;
   parallel::BlockStore::Traffic steps_traffic_;  // what the store moved over the steps
   std::ostream& out_;
-  io::PhaseTimer phases_;                       // this step's, on the lead rank
+  io::PhaseTimer phases_;  // this step's, on the lead rank
+  // The phases summed over the steps reported after the first (the first pays for warm-ups), and
+  // those steps' seconds: the measured side of the end's breakdown.
+  std::map<std::string, double> phase_totals_;
+  double measured_steps_s_ = 0;
+  int64_t steps_reported_ = 0, steps_measured_ = 0;
   std::atomic<bool> profiling_{false};          // the out-of-core profile's steps are not reported
   std::unique_ptr<io::MetricsWriter> metrics_;  // lead rank only
   std::unique_ptr<io::Progress> progress_;      // lead rank only

@@ -54,6 +54,11 @@ perf::RateRequest rate_request(const TrainConfig& base, int ranks, std::optional
 Rates measure_rates(const TrainConfig& base, int ranks, std::optional<double> link_gbps,
                     bool tiers = true);
 
+// The step of `cfg` as it is configured, at `rates`: each stage's activation timeline in-core, or
+// under --memory-budget the planner's plan of what the budget leaves the stage (a UserError when
+// none fits).
+perf::StepBreakdown predict_step(const TrainConfig& cfg, const Rates& rates);
+
 // perf::gather_timing for one micro-batch of `cfg`.
 GatherTiming gather_timing(const TrainConfig& cfg, const Rates& rates);
 // Under --shard weights, an undecided --gather-ahead auto decided by that rule from `rates`, its

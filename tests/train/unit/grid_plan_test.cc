@@ -143,6 +143,22 @@ TEST(GridPlan, EveryConfigurationFitsAndTheFastestIsRecommended) {
   }
 }
 
+// The trainer's prediction of a configuration as configured (the end's predicted breakdown) is
+// the plan's of it: in-core and under the --memory-budget the plan gave it.
+TEST(GridPlan, PredictStepIsThePlansPrediction) {
+  const uint64_t least = smallest_that_works(4);
+  for (const uint64_t limit : {uint64_t{1} << 30, least}) {
+    const GridPlan p = plan_grids(model(), 4, limit, rates());
+    for (const GridOption& o : p.options) {
+      SCOPED_TRACE(o.describe());
+      const perf::StepBreakdown b = predict_step(o.cfg, p.rates);
+      EXPECT_DOUBLE_EQ(b.total(), o.step_s);
+      EXPECT_DOUBLE_EQ(b.compute, o.breakdown.compute);
+      EXPECT_DOUBLE_EQ(b.exposed_io, o.breakdown.exposed_io);
+    }
+  }
+}
+
 // Below the least any configuration needs: one error naming that memory, which then works, and
 // the configuration needing it.
 TEST(GridPlan, ATooSmallLimitNamesTheSmallestMemoryThatWorks) {
