@@ -52,7 +52,13 @@ perf::RateRequest rate_request(const TrainConfig& base, int ranks, std::optional
 
 Rates measure_rates(const TrainConfig& base, int ranks, std::optional<double> link_gbps,
                     bool tiers) {
-  return perf::cached_rates(rate_request(base, ranks, link_gbps, tiers), exec::jit_cache_dir());
+  bool cached = false;
+  Rates r = perf::cached_rates(rate_request(base, ranks, link_gbps, tiers), exec::jit_cache_dir(),
+                               &cached);
+  // The report says where they came from: a plan that reads them agrees with the one that
+  // measured them.
+  if (cached) r.compute_source += "; read from the cache (TANDEM_PERF_REMEASURE=1 measures anew)";
+  return r;
 }
 
 }  // namespace tandem::train
