@@ -389,7 +389,7 @@ std::string RankRun::breakdown_lines() const {
       cfg_.grid_auto ? cfg_.grid_auto->link_gbps : std::optional<double>();
   const perf::RateRequest q = rate_request(cfg_, cfg_.grid.size(), link);
   std::optional<perf::Rates> rates;
-  try {
+  try {  // a cache folder that is not there or not private: no prediction, said below
     rates = perf::load_cached_rates(exec::jit_cache_dir(), q.key());
   } catch (const UserError&) {
   }
