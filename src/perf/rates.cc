@@ -208,7 +208,8 @@ nlohmann::json Rates::to_json() const {
 Rates Rates::from_json(const nlohmann::json& j) {
   Rates r;
   try {
-    for (const auto& [tp, f] : field<nlohmann::json>(j, "gemm_flops_per_s").items()) {
+    const nlohmann::json gemm = field<nlohmann::json>(j, "gemm_flops_per_s");
+    for (const auto& [tp, f] : gemm.items()) {
       const double rate = f.get<double>();
       if (!(rate > 0)) user_error("the performance model's GEMM rate at tp {} is {}", tp, rate);
       r.gemm_flops_per_s[std::stoi(tp)] = rate;

@@ -79,8 +79,8 @@ TEST(StepModel, AnExchangeShorterThanTheBackwardIsHidden) {
   // After the backward (--exchange after), nothing is hidden.
   StepShape after = s;
   after.overlap_exchange = false;
-  EXPECT_DOUBLE_EQ(predict(after, rates(), &st).exposed_exchange,
-                   st[0].dp_blocks_s + st[0].dp_rest_s);
+  const StepBreakdown a = predict(after, rates(), &st);
+  EXPECT_DOUBLE_EQ(a.exposed_exchange, st[0].dp_blocks_s + st[0].dp_rest_s);
 }
 
 // 1F1B: the slowest stage's M micro-batches stretched by (M + pp - 1) / M.
