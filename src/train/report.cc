@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <csignal>
 #include <iostream>
 #include <string>
@@ -17,9 +18,11 @@
 #include "tandem/core/bf16.h"
 #include "tandem/core/bytes.h"
 #include "tandem/core/gemm.h"
+#include "tandem/exec/jit.h"
 #include "tandem/io/atomic_file.h"
 #include "tandem/io/console.h"
 #include "tandem/parallel/sharded_blocks.h"
+#include "tandem/train/grid_plan.h"
 #include "tandem/train/memory_estimate.h"
 
 namespace tandem::train::detail {
@@ -226,7 +229,7 @@ std::string RankRun::model_state_line() const {
              store()->first_layer(), store()->end_layer() - 1, store()->describe(),
              human_bytes(store()->tier_bytes()), human_bytes(store()->staging_bytes()),
              resident_note, human_bytes(p.read_bytes), human_bytes(p.written_bytes),
-             store()->predicted_step_io_s(), bw.read_bytes_per_s / 1e9, bw.write_bytes_per_s / 1e9,
+             store_io_s(store()->resident()), bw.read_bytes_per_s / 1e9, bw.write_bytes_per_s / 1e9,
              human_bytes(2 * state_.resident_bytes() + state_.moment_bytes()),
              ooc_ ? " of --memory-budget" : "");
 }
@@ -238,6 +241,11 @@ std::string RankRun::report_step(int64_t step, double loss, std::optional<double
                                  double step_s) {
   if (!lead_) return {};
   const double tps = tokens_per_step() / step_s;
+  if (steps_reported_++ > 0 && std::isfinite(loss)) {
+    for (const auto& [phase, s] : phases_.phases()) phase_totals_[phase] += s;
+    measured_steps_s_ += step_s;
+    ++steps_measured_;
+  }
   if (metrics_) {
     io::StepMetrics sm;
     sm.step = step + 1;
@@ -323,6 +331,7 @@ void RankRun::print_summary(const TrainResult& result, int64_t ran) {
         ran, result.seconds, result.seconds / static_cast<double>(ran), result.tokens_per_s,
         result.losses.front(), result.losses.back(), val);
   }
+  if (ran > 0) out_ << breakdown_lines();
   if (ooc_ && ran > 0) out_ << ooc_->summary_line();
   if (store() && ran > 0) {
     const parallel::BlockStore::Traffic t = steps_traffic_, p = store()->predicted_step_traffic();
@@ -354,6 +363,53 @@ void RankRun::print_summary(const TrainResult& result, int64_t ran) {
     out_ << fmt::format("tandem train: checkpoint at step {} in {}\n", last_checkpoint_.step,
                         last_checkpoint_.folder);
   out_.flush();
+}
+
+std::string RankRun::breakdown_lines() const {
+  if (!lead_ || steps_measured_ == 0) return "";
+  const double n = static_cast<double>(steps_measured_);
+  auto mean = [&](const char* phase) {
+    const auto it = phase_totals_.find(phase);
+    return it == phase_totals_.end() ? 0.0 : it->second / n;
+  };
+  // What the phases can tell apart: compute (the model's forward and backward spans, swap stalls
+  // inside them), the model's communication programs (tp epilogues, hand-offs and the waits for
+  // them: a pipeline's bubble is among them), the wait for the data-parallel exchange and update
+  // after the backward, and the rest of the step (the batch drawn, the loss, the rest).
+  const double step = measured_steps_s_ / n, compute = mean("forward") + mean("backward");
+  const double comm = mean("comm"), wait = mean("optimizer wait");
+  std::string out = fmt::format(
+      "tandem train: step breakdown measured (rank 0, mean of {} step{} after the first): "
+      "compute {:.4f} + exchange {:.4f} (tp, hand-offs, gathers; pipeline waits and bubble "
+      "included) + exchange and update after the backward {:.4f} + other {:.4f} = {:.4f} s; "
+      "swap stalls not told apart from compute\n",
+      steps_measured_, steps_measured_ == 1 ? "" : "s", compute, comm, wait,
+      step - compute - comm - wait, step);
+  const std::optional<double> link =
+      cfg_.grid_auto ? cfg_.grid_auto->link_gbps : std::optional<double>();
+  const perf::RateRequest q = rate_request(cfg_, cfg_.grid.size(), link);
+  std::optional<perf::Rates> rates;
+  try {  // a cache folder that is not there or not private: no prediction, said below
+    rates = perf::load_cached_rates(exec::jit_cache_dir(), q.key());
+  } catch (const UserError&) {
+  }
+  if (!rates)
+    return out + fmt::format(
+                     "tandem train: step breakdown predicted: no rates cached for this shape "
+                     "(`tandem plan --ranks {}` with the same flags measures them)\n",
+                     cfg_.grid.size());
+  try {
+    const perf::StepBreakdown b = predict_step(cfg_, *rates);
+    out += fmt::format(
+        "tandem train: step breakdown predicted: compute {:.4f} + exchange {:.4f} + io {:.4f} + "
+        "bubble {:.4f} + update {:.4f} + other {:.4f} = {:.4f} s ({:+.1f}% of the measured "
+        "step)\n",
+        b.compute, b.exposed_exchange, b.exposed_io, b.bubble, b.update, b.other, b.total(),
+        step > 0 ? (b.total() / step - 1) * 100 : 0.0);
+  } catch (const UserError& e) {
+    out += fmt::format("tandem train: step breakdown predicted: none ({})\n", e.what());
+  }
+  return out;
 }
 
 // tandem plan: the activations' plan, the model state's, and the largest model that fits.

@@ -240,16 +240,16 @@ void RankRun::plan_out_of_core(int64_t first_step) {
 }
 
 // --resident-blocks auto: the count with the shortest predicted step
-// (ooc::fastest_resident_blocks). The one auto not decided by train::resolve before the ranks
+// (perf::fastest_resident_blocks). The one auto not decided by train::resolve before the ranks
 // start: the prediction needs the out-of-core profile, measured by running the first step on this
 // rank's own model in its own memory. The tensor-parallel group takes the fewest any rank chose
 // (comm::all_min), so that their activation plans, and the collectives of what they recompute,
 // stay the same.
 void RankRun::choose_resident_blocks() {
-  int best = ooc::fastest_resident_blocks(
+  int best = perf::fastest_resident_blocks(
       store()->blocks(),
       [&](int r) { return ooc_->predicted_step_s_reserving(model_state_memory(r)); },
-      [&](int r) { return store()->predicted_step_io_s(r); });
+      [&](int r) { return store_io_s(r); });
   best = comm::all_min(grid_.tp(), best);
   cfg_.resident_blocks.decide(best, "the planner's choice");
   if (best == store()->resident()) return;
