@@ -23,9 +23,9 @@ struct TrainConfig {
   nn::GPTConfig model;  // vocab_size: the data's (256, or data_vocab_size(data)); max_positions =
                         // seq_len unless set larger
   int64_t batch = 16;   // rows of the global batch
-  int64_t steps = 200;  // train until this many optimizer steps have been taken
+  int64_t steps = 300;  // train until this many optimizer steps have been taken
   double lr = 3e-3;     // peak learning rate
-  int64_t warmup = 20;  // linear warm-up steps, then cosine decay ...
+  int64_t warmup = 30;  // linear warm-up steps, then cosine decay ...
   double min_lr_ratio = 0.1;  // ... to lr * min_lr_ratio at the last step
   uint64_t seed = 1;          // initialisation, batches, dropout
   // The optimizer's settings but the gradients' dtype, which is grad_dtype (optimizer.grad_dtype
