@@ -457,10 +457,6 @@ void add_train(CLI::App& app) {
   train::TrainConfig& c = flags->cfg;
   // The default run: 4 in-process ranks, 2-way data- and 2-way tensor-parallel.
   c.grid = {2, 2, 1};
-  c.steps = 300;
-  c.lr = 3e-3;
-  c.warmup = 30;
-  c.eval_every = 50;
 
   auto* cmd =
       app.add_subcommand("train", "Train a GPT-2 model, data-, tensor- and pipeline-parallel");

@@ -19,7 +19,6 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <thread>
 
 #include "corpus_cache.h"
 #include "out_of_core.h"
@@ -32,7 +31,6 @@
 #include "tandem/comm/agree.h"
 #include "tandem/comm/mpi.h"
 #include "tandem/comm/thread.h"
-#include "tandem/core/blas.h"
 #include "tandem/core/bytes.h"
 #include "tandem/core/clock.h"
 #include "tandem/core/error.h"
@@ -63,11 +61,6 @@ bool exchange_may_overlap(const TrainConfig& c) {
                           ? comm::MpiThreads::Serialized
                           : comm::MpiThreads::Multiple;
   return level && *level >= needed;
-}
-
-int local_ranks_for_blas(const TrainConfig& c) {
-  if (c.backend == comm::Backend::Thread) return c.grid.size();
-  return comm::launched_local_ranks();
 }
 
 }  // namespace
@@ -247,14 +240,17 @@ void RankRun::plan_out_of_core(int64_t first_step) {
     choose_resident_blocks();
 }
 
-// The count with the shortest predicted step (ooc::fastest_resident_blocks). The
-// tensor-parallel group takes the fewest any rank chose, so that their activation plans, and the
-// collectives of what they recompute, stay the same.
+// --resident-blocks auto: the count with the shortest predicted step
+// (perf::fastest_resident_blocks). The one auto not decided by train::resolve before the ranks
+// start: the prediction needs the out-of-core profile, measured by running the first step on this
+// rank's own model in its own memory. The tensor-parallel group takes the fewest any rank chose
+// (comm::all_min), so that their activation plans, and the collectives of what they recompute,
+// stay the same.
 void RankRun::choose_resident_blocks() {
-  int best = ooc::fastest_resident_blocks(
+  int best = perf::fastest_resident_blocks(
       store()->blocks(),
       [&](int r) { return ooc_->predicted_step_s_reserving(model_state_memory(r)); },
-      [&](int r) { return store()->predicted_step_io_s(r); });
+      [&](int r) { return store_io_s(r); });
   best = comm::all_min(grid_.tp(), best);
   cfg_.resident_blocks.decide(best, "the planner's choice");
   if (best == store()->resident()) return;
@@ -429,13 +425,11 @@ TrainResult train(const TrainConfig& asked) {
   const comm::ScopedCommTimeout timeout(asked.comm_timeout_s);
   std::unique_ptr<comm::Communicator> world;
   if (asked.backend == comm::Backend::Mpi) world = comm::mpi_world();
-  const TrainConfig config = resolve(asked, world.get());  // validated
+  // Validated, every auto but --resident-blocks decided, the BLAS threads a rank's.
+  const TrainConfig config = resolve(asked, world.get());
   // Before anything large is allocated: a run that cannot fit is refused, not killed.
   check_memory(config);
   const int ranks = config.grid.size();
-  const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  blas::set_num_threads(config.blas_threads > 0 ? config.blas_threads
-                                                : std::max(1, hw / local_ranks_for_blas(config)));
   io::TraceRecorder trace(!config.trace_path.empty() &&
                           !config.plan_only);  // tandem plan writes its own
   // Read the data and the checkpoint once, before any rank starts: their errors are the user's,
