@@ -131,8 +131,8 @@ RankNeed rank_need(const TrainConfig& cfg, int tp, int pp) {
     const int kv_heads = cfg.model.n_kv_heads() / g.tp, head = cfg.model.head_size();
     n.activations +=
         parallel::ContextParallelAttention::buffer_bytes(split, micro_rows, kv_heads, head);
-    // The plan runner and the interpreter keep two whole-sequence intermediates of the exchanges
-    // (as measured); the compiled executor's work in the attention's buffers.
+    // The plan runner keeps two whole-sequence intermediates of the exchanges (as measured;
+    // counted for the interpreter too); the compiled executor's work in the attention's buffers.
     if (cfg.executor != exec::RunnerKind::Compiled)
       n.activations +=
           2 * static_cast<uint64_t>(micro_rows) * cfg.model.seq_len * 2 * kv_heads * head * kF32;
