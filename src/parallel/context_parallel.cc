@@ -105,6 +105,15 @@ ContextParallelAttention::ContextParallelAttention(
 
 ContextParallelAttention::~ContextParallelAttention() = default;
 
+uint64_t ContextParallelAttention::buffer_bytes(const ContextSplit& split, int B, int KVH, int HS,
+                                                const nn::FlashBlocks& blocks) {
+  const std::vector<int> positions = split.positions();
+  const nn::AttentionRows rows{split.tokens(), split.T, positions.data()};
+  const auto piece = static_cast<uint64_t>(piece_floats(split, B, KVH, HS));
+  const auto scratch = static_cast<uint64_t>(nn::flash_attention_scratch_floats(rows, HS, blocks));
+  return (piece + 3 * piece * static_cast<uint64_t>(split.cp) + scratch) * sizeof(float);
+}
+
 size_t ContextParallelAttention::allocated_bytes() const {
   return mine_.nbytes() + ranked_.nbytes() + kv_.nbytes() + dkv_.nbytes() + scratch_.nbytes() +
          gather_->allocated_bytes() + reduce_->allocated_bytes();

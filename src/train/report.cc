@@ -137,8 +137,8 @@ std::string RankRun::memory_lines() {
                            Tensor::view_of(all.data(), DType::F32, Shape{kFields * n}));
   auto line = [&](int r) {
     const float* f = all.data() + static_cast<ptrdiff_t>(kFields * r);
-    const std::string share = opt_.state_sliced() && cfg_.grid.dp > 1
-                                  ? fmt::format(", 1/{} of the model's", cfg_.grid.dp)
+    const std::string share = opt_.state_sliced() && cfg_.grid.replicas() > 1
+                                  ? fmt::format(", 1/{} of the model's", cfg_.grid.replicas())
                                   : "";
     const std::string state =
         state_.moment_tier_description().empty()
@@ -193,7 +193,7 @@ std::string RankRun::model_state_line() const {
         "h.{}..h.{} keep 1/{} of their weights and optimizer state on each rank, each block's "
         "weights gathered into {} slots before its forward and backward (gather_weights{}), {}; "
         "its gradients {} until its update: {} a rank; the embeddings and ln_f whole ({})",
-        cfg_.grid.dp, l.first_layer(), l.end_layer() - 1, cfg_.grid.dp,
+        cfg_.grid.replicas(), l.first_layer(), l.end_layer() - 1, cfg_.grid.replicas(),
         parallel::ShardedBlocks::gather_slots(state_.options().gather_ahead),
         state_.gather_chunk_bytes() != 0
             ? fmt::format(" at {}-byte chunks", state_.gather_chunk_bytes())
@@ -385,6 +385,10 @@ std::string RankRun::breakdown_lines() const {
       "swap stalls not told apart from compute\n",
       steps_measured_, steps_measured_ == 1 ? "" : "s", compute, comm, wait,
       step - compute - comm - wait, step);
+  if (cfg_.grid.cp > 1)
+    return out +
+           "tandem train: step breakdown predicted: none (the performance model does not count "
+           "context parallelism yet)\n";
   const std::optional<double> link =
       cfg_.grid_auto ? cfg_.grid_auto->link_gbps : std::optional<double>();
   const perf::RateRequest q = rate_request(cfg_, cfg_.grid.size(), link);

@@ -94,9 +94,15 @@ parallel::SchedulePreferences prefer(const Tuned& tuned, parallel::SchedulePrefe
 // the dtypes' autos (resolve's step) and for the schedules (the rank's set-up), so that both ask
 // the tuning cache the same keys.
 
+// A micro-batch's tokens on a rank: `rows` rows of seq_len / cp (with context parallelism, a
+// rank's part of each sequence).
+int64_t rank_tokens(const TrainConfig& c, int rows) {
+  return static_cast<int64_t>(rows) * (c.model.seq_len / c.grid.cp);
+}
+
 // The Megatron epilogue's and the pipeline link's sizes: micro-batches of `rows` rows.
 dsl::SymbolMap block_sizes(const TrainConfig& c, int rows) {
-  const int64_t N = static_cast<int64_t>(rows) * c.model.seq_len;
+  const int64_t N = rank_tokens(c, rows);
   return {{"B", N}, {"K", c.model.mlp_width()}, {"H", c.model.d_model}};
 }
 
@@ -109,7 +115,7 @@ Tuned tuned_epilogue(const TrainConfig& c, comm::Communicator& tp, int rows, DTy
 
 // The backward's sum of input gradients over the tensor-parallel group, in `wire`.
 Tuned tuned_tp_sum(const TrainConfig& c, comm::Communicator& tp, int rows, DType wire) {
-  const int64_t n = static_cast<int64_t>(rows) * c.model.seq_len * c.model.d_model;
+  const int64_t n = rank_tokens(c, rows) * c.model.d_model;
   return tuned_schedule(dsl::workloads::sum_in_place(wire), tp, {{"N", n}}, c.tune, c.executor);
 }
 
@@ -121,7 +127,7 @@ Tuned tuned_optimizer(const TrainConfig& c, comm::Communicator& dp,
   o.grad_dtype = grad_dtype;
   const dsl::Program program = parallel::optimizer_program(o);
   std::vector<std::string> only;
-  if (c.grid.dp > 1)
+  if (c.grid.replicas() > 1)  // the dp x cp replicas exchange
     for (const schedule::NamedSchedule& s : schedule::enumerate_schedules(program))
       if (!s.recipe.slice.empty()) only.push_back(s.name);
   return tuned_schedule(program, dp, {{"N", layout.size()}}, c.tune, c.executor, only);
@@ -212,7 +218,8 @@ parallel::ProgramOptions ScheduleChoice::model_programs(int rows) {
   const double p = cfg_.model.dropout;
   const dsl::workloads::Bias bias = parallel::epilogue_bias(cfg_.model);
   const bool tp = cfg_.grid.tp > 1;
-  bool shard = tp || (cfg_.grid.pp > 1 && !grid_.last_stage());
+  // As ParallelGPT runs the epilogue program: tensor-parallel, a stage boundary, or cp.
+  bool shard = tp || (cfg_.grid.pp > 1 && !grid_.last_stage()) || cfg_.grid.cp > 1;
   if (tp) o.tp_dtype = decided(cfg_.tp_dtype, "--tp-dtype");
   if (shard) {
     const Tuned w = tuned_epilogue(cfg_, grid_.tp(), rows, o.tp_dtype);
@@ -247,6 +254,20 @@ parallel::ProgramOptions ScheduleChoice::model_programs(int rows) {
                                    cfg_.tune, executor_);
     from_autotuner_ |= !w.schedule.empty();
     o.tied_sum_schedules = prefer(w, o.tied_sum_schedules);
+  }
+  if (cfg_.grid.cp > 1) {  // context parallelism's two exchanges, on the cp group
+    o.context_group = &grid_.cp();
+    // Each is over the whole sequence's keys and values of this rank's key/value heads.
+    const dsl::SymbolMap kv = {{"N", static_cast<int64_t>(rows) * cfg_.model.seq_len * 2 *
+                                         (cfg_.model.n_kv_heads() / cfg_.grid.tp) *
+                                         cfg_.model.head_size()}};
+    const Tuned g =
+        tuned_schedule(dsl::workloads::kv_gather(), grid_.cp(), kv, cfg_.tune, executor_);
+    const Tuned r =
+        tuned_schedule(dsl::workloads::kv_grad_reduce(), grid_.cp(), kv, cfg_.tune, executor_);
+    from_autotuner_ |= !g.schedule.empty() || !r.schedule.empty();
+    o.context_schedules.gather = prefer(g, o.context_schedules.gather);
+    o.context_schedules.reduce = prefer(r, o.context_schedules.reduce);
   }
   return o;
 }

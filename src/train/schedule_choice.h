@@ -47,9 +47,10 @@ class ScheduleChoice {
   ScheduleChoice(const TrainConfig& config, const parallel::Grid& grid, exec::RunnerKind executor)
       : cfg_(config), grid_(grid), executor_(executor) {}
 
-  // The Megatron and pipeline programs' schedules for micro-batches of `rows` rows of seq_len
-  // tokens, with (tp > 1) the tensor-parallel exchanges in TrainConfig::tp_dtype. A collective
-  // over the tensor-parallel group and this rank's pipeline links.
+  // The Megatron and pipeline programs' schedules for micro-batches of `rows` rows of seq_len / cp
+  // tokens, with (tp > 1) the tensor-parallel exchanges in TrainConfig::tp_dtype; with --cp 2 or
+  // more, the context-parallel group and its exchanges' schedules (kv_gather, kv_grad_reduce). A
+  // collective over the tensor-parallel group, this rank's pipeline links and its cp group.
   parallel::ProgramOptions model_programs(int rows);
   // The optimizer's schedules, in order of preference, on the data-parallel group; with dp > 1
   // among the schedules that keep the optimizer state sliced (ZeRO-1); its gradients in

@@ -299,19 +299,24 @@ const RunSetting kRun[] = {
      .auto_state = auto_state<&TrainConfig::grad_dtype>},
     agreed<&TrainConfig::tp_dtype>("tp_dtype", "--tp-dtype"),
     {.field = "grid",
-     .name = "the grid (--dp, --tp, --pp)",
+     .name = "the grid (--dp, --tp, --pp, --cp)",
      .text = [](const TrainConfig& c, const Corpus&) { return c.grid.str(); },
      .meta = Meta::Extra,
      .key = "grid",
+     // cp where it is not 1, so that the meta of a run without it stays as it was.
      .json =
          [](const TrainConfig& c) {
-           return nlohmann::json{{"dp", c.grid.dp}, {"tp", c.grid.tp}, {"pp", c.grid.pp}};
+           nlohmann::json j{{"dp", c.grid.dp}, {"tp", c.grid.tp}, {"pp", c.grid.pp}};
+           if (c.grid.cp != 1) j["cp"] = c.grid.cp;
+           return j;
          },
      .flags =
          [](const TrainConfig& c) {
-           return std::vector<std::string>{"--dp", std::to_string(c.grid.dp),
-                                           "--tp", std::to_string(c.grid.tp),
-                                           "--pp", std::to_string(c.grid.pp)};
+           std::vector<std::string> f{"--dp", std::to_string(c.grid.dp),
+                                      "--tp", std::to_string(c.grid.tp),
+                                      "--pp", std::to_string(c.grid.pp)};
+           if (c.grid.cp != 1) f.insert(f.end(), {"--cp", std::to_string(c.grid.cp)});
+           return f;
          },
      .startup = Startup::OwnLine},
     // What the plan across grids was asked (rank 0 plans; the grid it chose is compared above).

@@ -53,12 +53,13 @@ namespace {
 // Whether the optimizer's communication thread may use the data-parallel group while the
 // backward runs: always on in-process ranks; under MPI it needs MPI_THREAD_SERIALIZED (the
 // thread calls MPI while the main thread does not), or MPI_THREAD_MULTIPLE when the backward
-// communicates too (tp or pp > 1).
+// communicates too (tp, pp or cp > 1).
 bool exchange_may_overlap(const TrainConfig& c) {
   if (c.backend != comm::Backend::Mpi) return true;
   const auto level = comm::mpi_thread_level();
-  const auto needed =
-      c.grid.tp == 1 && c.grid.pp == 1 ? comm::MpiThreads::Serialized : comm::MpiThreads::Multiple;
+  const auto needed = c.grid.tp == 1 && c.grid.pp == 1 && c.grid.cp == 1
+                          ? comm::MpiThreads::Serialized
+                          : comm::MpiThreads::Multiple;
   return level && *level >= needed;
 }
 
@@ -92,7 +93,7 @@ RankRun::RankRun(comm::Communicator& world, const TrainConfig& cfg, io::TraceRec
               cfg.optimizer.sharding == parallel::Sharding::Weights, schedules_.gather_schedules(),
               cfg.gather_ahead_blocks()},
              &grid_.dp().allocator(), &engines_),
-      model_(cfg.model, grid_, batches_.micro_rows(), cfg.model.seq_len,
+      model_(cfg.model, grid_, batches_.micro_rows(), batches_.tokens(),
              batches_.micro_batch_count(), schedules_.model_programs(batches_.micro_rows()),
              ooc_ ? ooc_->memory() : nullptr, &state_),
       opt_(optimizer_.config, state_, grid_.dp(), optimizer_.schedules, cfg.executor,

@@ -17,6 +17,7 @@
 // 1e-5 of each gradient part's).
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -80,6 +81,11 @@ class ContextParallelAttention {
   const ProgramRunner& reduce_program() const { return reduce_program_; }
   // Bytes this rank holds for the exchanges and the kernel's scratch.
   size_t allocated_bytes() const;
+  // What the constructor allocates itself for these arguments, the exchanges' runners' own
+  // buffers aside: three whole-sequence key/value buffers (gathered in rank order, in sequence
+  // order, their gradient), the rank's piece and the kernel's scratch. The memory estimate's.
+  static uint64_t buffer_bytes(const ContextSplit& split, int B, int KVH, int HS,
+                               const nn::FlashBlocks& blocks = {});
 
   // out (B, Tl, NH*HS), lse (B, NH, Tl) from this rank's qkv (B, Tl, (NH + 2*KVH)*HS), Tl =
   // split.tokens(): its queries against every rank's keys and values. A collective.

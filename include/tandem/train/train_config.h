@@ -41,7 +41,7 @@ struct TrainConfig {
   // records of those two programs with each decide, when the run is resolved; f32 without all
   // four records, and in fp32; left undecided with one tensor-parallel rank (nothing carries it).
   Auto<DType> tp_dtype = DType::F32;
-  parallel::GridShape grid;  // dp x tp x pp: given, or the plan's under grid_auto
+  parallel::GridShape grid;  // dp x tp x pp x cp: given, or the plan's under grid_auto (cp 1)
   // `tandem train --grid auto`: the plan across grids of `ranks` ranks (grid_plan.h) chooses the
   // grid, the sharding, where the model state lives, the budget and the prefetch distance when
   // the run is resolved (grid_plan.h's resolve), and says why in grid_choice.

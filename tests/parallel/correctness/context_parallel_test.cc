@@ -185,5 +185,26 @@ TEST(ContextParallelAttention, RunsTheSchedulesItIsGiven) {
   });
 }
 
+// The memory estimate's count (buffer_bytes) is what the constructor allocates; the exchanges
+// bind their inputs and outputs to the attention's buffers, so the compiled executor's runners
+// (the one to train with) add a few bytes of their own, and the plan runner two whole-sequence
+// intermediates (which the memory estimate counts for it, and for the reference interpreter, whose
+// runner does not report what it allocates).
+TEST(ContextParallelAttention, TheEstimatesBuffersAreWhatItAllocates) {
+  for (exec::RunnerKind executor : {exec::RunnerKind::Plan, exec::RunnerKind::Compiled})
+    comm::run_ranks(2, [&](comm::Communicator& group) {
+      const ContextSplit split(16, 2, group.rank());
+      ContextParallelAttention attn(group, split, 2, 4, 2, 8, {}, executor);
+      const std::vector<int> pos = split.positions();
+      const int64_t piece = 2 * 8 * 2 * 2 * 8;  // B x Tl x (k, v) x KVH x HS
+      const int64_t scratch = nn::flash_attention_scratch_floats({8, 16, pos.data()}, 8);
+      const uint64_t want = static_cast<uint64_t>(piece + 3 * 2 * piece + scratch) * sizeof(float);
+      EXPECT_EQ(ContextParallelAttention::buffer_bytes(split, 2, 2, 8), want);
+      const uint64_t runners = executor == exec::RunnerKind::Compiled ? 0 : 2 * 2 * piece * 4;
+      EXPECT_GE(attn.allocated_bytes(), want + runners) << exec::runner_kind_name(executor);
+      EXPECT_LE(attn.allocated_bytes(), want + runners + 64) << exec::runner_kind_name(executor);
+    });
+}
+
 }  // namespace context_parallel_test
 }  // namespace tandem::parallel

@@ -60,7 +60,8 @@ struct FourFields {
   Auto<int> d;
 };
 static_assert(field_count<FourFields>() == 4);
-static_assert(field_count<parallel::GridShape>() == 3);
+// The grid entry (settings.cc) compares, keeps and writes back all four: dp, tp, pp, cp.
+static_assert(field_count<parallel::GridShape>() == 4);
 
 // Each field of a struct has one entry, named once, which says whether the ranks agree on it and,
 // when they must, how its value is compared; an entry placed in meta.json has a key and a value.
@@ -255,6 +256,26 @@ TEST(Settings, AConfigurationIsWrittenBackAsTheFlagsThatAskForIt) {
             (std::vector<std::string>{"--dp", "2", "--tp", "1", "--pp", "2", "--shard", "weights",
                                       "--gather-ahead", "2", "--model-state", "host",
                                       "--memory-budget", "1GiB"}));
+}
+
+// --cp is part of the grid: in meta.json, the flags and the ranks' comparison where it is not 1
+// (a run without it writes what it always wrote).
+TEST(Settings, TheGridsCpIsKeptWhereItIsGiven) {
+  TrainConfig c = testing::tiny_run(1);
+  c.grid = {2, 1, 1, 2};
+  EXPECT_EQ(detail::meta_json(detail::Meta::Extra, c)["grid"],
+            (nlohmann::json{{"dp", 2}, {"tp", 1}, {"pp", 1}, {"cp", 2}}));
+  static constexpr std::string_view kGrid[] = {"grid"};
+  EXPECT_EQ(detail::flags_for(c, kGrid),
+            (std::vector<std::string>{"--dp", "2", "--tp", "1", "--pp", "1", "--cp", "2"}));
+  bool compared = false;
+  for (const auto& [name, value] :
+       detail::agreeing_settings(c, data::make_corpus(std::string(600, 'a'), "a")))
+    if (name == "the grid (--dp, --tp, --pp, --cp)") {
+      EXPECT_EQ(value, "dp=2 tp=1 pp=1 cp=2");
+      compared = true;
+    }
+  EXPECT_TRUE(compared);
 }
 
 // --------------------------------------------------------------- the ranks' agreement
