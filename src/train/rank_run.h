@@ -153,7 +153,9 @@ class RankRun {
   std::map<std::string, double> phase_totals_;
   double measured_steps_s_ = 0;
   int64_t steps_reported_ = 0, steps_measured_ = 0;
-  std::atomic<bool> profiling_{false};          // the out-of-core profile's steps are not reported
+  std::atomic<bool> profiling_{false};  // the out-of-core profile's steps are not reported
+  // The validation's forwards: traced, and counted as "eval", not as the step's compute.
+  std::atomic<bool> validating_{false};
   std::unique_ptr<io::MetricsWriter> metrics_;  // lead rank only
   std::unique_ptr<io::Progress> progress_;      // lead rank only
   // For the message of a divergence: the last step with a finite loss, and the newest good

@@ -316,7 +316,9 @@ bool RankRun::validation_due(int64_t step) const {
 
 double RankRun::validate() {
   const auto begin = Clock::now();
+  validating_ = true;
   const double loss = detail::validation_loss(model_, batches_, *val_sampler_, cfg_.eval_batches);
+  validating_ = false;
   if (lead_) phases_.add("eval", seconds_since(begin));
   trace_span(io::kComputeStream, "validation", begin);
   return loss;
@@ -391,7 +393,7 @@ void RankRun::on_event(parallel::Phase phase, std::string_view name, Clock::time
   if (trace_ != nullptr && trace_->enabled())
     trace_->record(grid_.world().rank(),
                    phase == Phase::Comm ? io::kCommStream : io::kComputeStream, name, b, e);
-  if (!lead_) return;
+  if (!lead_ || validating_) return;
   phases_.add(phase == Phase::Comm ? "comm" : phase == Phase::Forward ? "forward" : "backward", s);
 }
 
