@@ -8,7 +8,6 @@
 // ranks sum attention's keys and the weights' products in other orders).
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <mutex>
 
 #include "parallel/parallel_test_util.h"
@@ -96,9 +95,8 @@ void expect_match(const nn::GPTConfig& c, const StepResult& got, const StepResul
                   const std::string& what) {
   EXPECT_NEAR(got.loss, want.loss, 1e-5 * std::max(1.0, std::fabs(want.loss))) << what;
   auto part = [](const std::vector<float>& v, const nn::ParamSpec& s) {
-    std::vector<float> out(static_cast<size_t>(s.numel()));
-    std::memcpy(out.data(), v.data() + s.offset, out.size() * sizeof(float));
-    return out;
+    const auto first = v.begin() + static_cast<std::ptrdiff_t>(s.offset);
+    return std::vector<float>(first, first + static_cast<std::ptrdiff_t>(s.numel()));
   };
   for (const nn::ParamSpec& s : nn::gpt_parameter_specs(c))
     EXPECT_TRUE(close(what + " d" + s.name, part(got.grads, s), part(want.grads, s), 1e-4, 1e-7));
