@@ -1,15 +1,23 @@
-# The tandem Python package: one pybind11 extension module, `tandem`, built from src/python/ into
-# <build>/python (the folder PYTHONPATH names, docs/python.md), and its pytest suites and example,
-# labelled "python". Included by the top CMakeLists.txt when pybind11 and Python were found.
+# The tandem Python package, built into <build>/python/tandem (<build>/python is the folder
+# PYTHONPATH names, docs/python.md): one pybind11 extension module, tandem._tandem, built from
+# src/python/*.cc, and the package's Python files, src/python/tandem/*.py (tandem/__init__.py
+# re-exports the extension; tandem/torch.py is the PyTorch integration), copied beside it; and its
+# pytest suites and examples, labelled "python". Included by the top CMakeLists.txt when pybind11
+# and Python were found.
 file(GLOB tandem_py_srcs CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/python/*.cc)
 # NO_EXTRAS: no link-time optimisation or stripping, which would slow the build for nothing here.
 pybind11_add_module(tandem_py MODULE NO_EXTRAS ${tandem_py_srcs})
-set_target_properties(tandem_py PROPERTIES OUTPUT_NAME tandem
-                                           LIBRARY_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/python)
+set_target_properties(tandem_py PROPERTIES OUTPUT_NAME _tandem LIBRARY_OUTPUT_DIRECTORY
+                                                               ${PROJECT_BINARY_DIR}/python/tandem)
 # Bindings sit on top: they link the modules they expose, and nothing links them.
 target_link_libraries(tandem_py PRIVATE tandem_flags tandem_exec tandem_schedule tandem_dsl
                                         tandem_comm tandem_core)
 set(TANDEM_PYTHON_PATH ${PROJECT_BINARY_DIR}/python)
+file(GLOB tandem_py_files CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/python/tandem/*.py)
+foreach(file ${tandem_py_files})
+  get_filename_component(name ${file} NAME)
+  configure_file(${file} ${TANDEM_PYTHON_PATH}/tandem/${name} COPYONLY)
+endforeach()
 
 if(NOT TANDEM_BUILD_TESTS)
   return()
@@ -31,6 +39,19 @@ foreach(file ${tandem_py_tests})
   set_tests_properties(python.${name} PROPERTIES LABELS "python" TIMEOUT 120
                                                  ENVIRONMENT "PYTHONPATH=${TANDEM_PYTHON_PATH}")
 endforeach()
+# The scripts in tests/python/mpi/, one process a rank under mpirun as the C++ mpi suites are
+# launched (tests/CMakeLists.txt: root allowed, oversubscribed), labelled "python" and "mpi". A
+# script prints "SKIPPED: why" and exits 0 when a package it needs is missing.
+file(GLOB tandem_py_mpi_tests CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/tests/python/mpi/*.py)
+foreach(file ${tandem_py_mpi_tests})
+  get_filename_component(name ${file} NAME_WE)
+  add_test(NAME python.mpi.${name}.np2
+           COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 --oversubscribe
+                   ${Python3_EXECUTABLE} ${file})
+  set_tests_properties(python.mpi.${name}.np2 PROPERTIES
+    LABELS "python;mpi" TIMEOUT 120 SKIP_REGULAR_EXPRESSION "SKIPPED:"
+    ENVIRONMENT "PYTHONPATH=${TANDEM_PYTHON_PATH};OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
+endforeach()
 # The examples in examples/python/, run as a user would run them.
 if(NOT TANDEM_BUILD_EXAMPLES)
   return()
@@ -40,5 +61,6 @@ foreach(file ${tandem_py_examples})
   get_filename_component(name ${file} NAME_WE)
   add_test(NAME examples.python.${name} COMMAND ${Python3_EXECUTABLE} ${file})
   set_tests_properties(examples.python.${name} PROPERTIES LABELS "examples;python" TIMEOUT 120
+                                                          SKIP_REGULAR_EXPRESSION "SKIPPED:"
                                                           ENVIRONMENT "PYTHONPATH=${TANDEM_PYTHON_PATH}")
 endforeach()

@@ -19,6 +19,7 @@ packages=(
   iproute2 util-linux                     # ip netns, unshare: the multihost tests' two hosts
   python3-dev pybind11-dev                # the tandem Python package (docs/python.md)
   python3-numpy python3-pytest            # its arrays and its tests (the python label)
+  python3-torch                           # tandem.torch: the fused optimizer and DDP hook, tested
 )
 
 missing=()

@@ -8,6 +8,7 @@
 
 #include <memory>
 
+#include "tandem/comm/communicator.h"
 #include "tandem/dsl/ir.h"
 
 namespace tandem::python {
@@ -22,11 +23,18 @@ struct PyExpr {
   dsl::Expr expr() const { return {program.get(), id}; }
 };
 
+// A communicator Python holds (tandem.Communicator): this process's rank of an MPI job.
+struct PyComm {
+  std::shared_ptr<comm::Communicator> comm;
+};
+
 // The DSL (types, layouts, programs, stages, operators, the workloads) and schedules (module.cc).
 void bind_dsl(py::module_& m);
 void bind_schedule(py::module_& m);
-// Running on in-process ranks with NumPy arrays: the interpreter, the plan runner and the
-// compiled executor (run.cc).
+// Running with the interpreter, the plan runner and the compiled executor, on in-process ranks or
+// on this process's rank of an MPI job, on copies of the caller's arrays or in them (run.cc).
 void bind_run(py::module_& m);
+// MPI from Python: the world communicator and its collectives on the caller's arrays (comm.cc).
+void bind_comm(py::module_& m);
 
 }  // namespace tandem::python

@@ -1,4 +1,5 @@
-// The `tandem` Python module: its errors, the DSL (types, layouts, programs, stages and their
+// The `tandem` Python package's extension module, tandem._tandem (tandem/__init__.py re-exports
+// it): its errors, the DSL (types, layouts, programs, stages and their
 // operators, the workloads) and schedules (the rewrites, recipes by name, enumeration). Running
 // is in run.cc.
 #include <pybind11/operators.h>
@@ -515,12 +516,13 @@ void bind_schedule(py::module_& m) {
 
 }  // namespace tandem::python
 
-PYBIND11_MODULE(tandem, m) {
+PYBIND11_MODULE(_tandem, m) {
   namespace py = pybind11;
   m.doc() =
       "tandem from Python: write a distributed step as a DSL program, schedule it, and run it with "
-      "the reference interpreter or the compiled executor on NumPy arrays, on in-process ranks. "
-      "See docs/python.md.";
+      "the reference interpreter or the compiled executor on NumPy arrays and PyTorch tensors, on "
+      "in-process ranks or one process a rank under mpirun; tandem.torch: a fused distributed "
+      "optimizer and a DDP communication hook for PyTorch scripts. See docs/python.md.";
   // One exception type for bad input, with the library's message; a broken invariant (a bug) is
   // a subclass, so that `except tandem.Error` catches both but they stay apart.
   auto& error = py::register_exception<tandem::UserError>(m, "Error");
@@ -528,4 +530,5 @@ PYBIND11_MODULE(tandem, m) {
   tandem::python::bind_dsl(m);
   tandem::python::bind_schedule(m);
   tandem::python::bind_run(m);
+  tandem::python::bind_comm(m);
 }
