@@ -15,19 +15,17 @@
 
 #include "tandem/core/blas.h"
 #include "tandem/nn/gpt.h"
+#include "tandem/perf/flops.h"
 
 namespace tandem::nn {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Model FLOPs of one step: matmuls 2 * tokens * 12 C^2 per layer, attention 4 * B * T^2 * C per
-// layer (the full square, as frameworks count it), the LM head 2 * tokens * C * V; backward twice
-// the forward.
+// Model FLOPs of one step (perf/flops.h: the blocks' matmuls, attention's full T x T square as
+// frameworks count it, the LM head; backward twice the forward).
 double step_flops(const GPTConfig& c, int B, int T) {
-  const double N = static_cast<double>(B) * T, C = c.d_model;
-  const double per_layer = 24.0 * N * C * C + 4.0 * B * static_cast<double>(T) * T * C;
-  return 3.0 * (c.n_layers * per_layer + 2.0 * N * C * c.vocab_size);
+  return static_cast<double>(B) * T * tandem::perf::step_flops_per_token(c, T);
 }
 
 int time_step(float dropout, int steps) {

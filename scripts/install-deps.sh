@@ -17,6 +17,8 @@ packages=(
   libssl-dev                              # libcrypto's SHA-256: checkpoint and JIT-cache checksums
   libsentencepiece-dev                    # the BPE tokenizer of tandem tokenize
   iproute2 util-linux                     # ip netns, unshare: the multihost tests' two hosts
+  python3-dev pybind11-dev                # the tandem Python package (docs/python.md)
+  python3-numpy python3-pytest            # its arrays and its tests (the python label)
 )
 
 missing=()

@@ -201,6 +201,10 @@ void add_grid_flags(CLI::App* cmd, train::TrainConfig& c) {
   cmd->add_option("--tp", c.grid.tp, "Tensor-parallel ranks (must divide --heads)")
       ->capture_default_str();
   cmd->add_option("--pp", c.grid.pp, "Pipeline stages (at most --layers)")->capture_default_str();
+  cmd->add_option("--cp", c.grid.cp,
+                  "Context-parallel ranks each sequence is split over (--seq-len a multiple of "
+                  "2 x cp; inside each data-parallel rank)")
+      ->capture_default_str();
   cmd->add_option("--micro-batches", c.micro_batches,
                   "Micro-batches per step and data-parallel rank (0: automatic: 1, or with --pp "
                   "about 2 x pp, a count that divides the rows)")
@@ -453,10 +457,6 @@ void add_train(CLI::App& app) {
   train::TrainConfig& c = flags->cfg;
   // The default run: 4 in-process ranks, 2-way data- and 2-way tensor-parallel.
   c.grid = {2, 2, 1};
-  c.steps = 300;
-  c.lr = 3e-3;
-  c.warmup = 30;
-  c.eval_every = 50;
 
   auto* cmd =
       app.add_subcommand("train", "Train a GPT-2 model, data-, tensor- and pipeline-parallel");
@@ -582,8 +582,8 @@ void add_train(CLI::App& app) {
       user_error("--grid auto needs --ranks N: the number of ranks to choose a grid for");
     check_across_flags(g, across, "--grid auto", "--grid auto",
                        {cmd->get_option("--dp"), cmd->get_option("--tp"), cmd->get_option("--pp"),
-                        cmd->get_option("--shard"), cmd->get_option("--memory-budget"),
-                        cmd->get_option("--ooc-plan")});
+                        cmd->get_option("--cp"), cmd->get_option("--shard"),
+                        cmd->get_option("--memory-budget"), cmd->get_option("--ooc-plan")});
     train::TrainConfig cfg = config_of(*flags, sizes, tier, across);
     if (across) cfg.grid_auto = grid_request(g);  // planned when the run is resolved
     const train::TrainResult r = train::train(cfg);
@@ -616,8 +616,8 @@ void add_plan(CLI::App& app) {
     const bool across = g.ranks_opt->count() > 0;
     check_across_flags(g, across, "--ranks N", "--ranks",
                        {cmd->get_option("--dp"), cmd->get_option("--tp"), cmd->get_option("--pp"),
-                        cmd->get_option("--memory-budget"), cmd->get_option("--ooc-plan"),
-                        cmd->get_option("--trace")});
+                        cmd->get_option("--cp"), cmd->get_option("--memory-budget"),
+                        cmd->get_option("--ooc-plan"), cmd->get_option("--trace")});
     if (!across) {
       if (cmd->get_option("--memory-budget")->count() == 0)
         user_error(

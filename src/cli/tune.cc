@@ -303,18 +303,20 @@ const dsl::SymbolMap& default_sizes() {
 
 void add_tune(CLI::App& app, std::vector<std::string> args) {
   auto f = std::make_shared<TuneFlags>();
-  auto* cmd = app.add_subcommand(
-      "tune",
-      "Search the schedules of a workload, one collective at a time, then the "
-      "overlap's block count and the "
-      "chunk size, and keep the fastest (cached under the JIT cache folder).\n"
-      "Sizes not given: N=4Mi (adam, lamb, gather_weights), B=1024 K=2048 H=1024 "
-      "(megatron_layer, pipeline_stage).\n"
-      "--backend mpi starts itself under `mpirun -np RANKS --oversubscribe` "
-      "(allowing root) unless already "
-      "started by mpirun.");
+  auto* cmd =
+      app.add_subcommand("tune",
+                         "Search the schedules of a workload, one collective at a time, then the "
+                         "overlap's block count and the "
+                         "chunk size, and keep the fastest (cached under the JIT cache folder).\n"
+                         "Sizes not given: N=4Mi (adam, lamb, gather_weights, kv_gather, "
+                         "kv_grad_reduce), B=1024 K=2048 H=1024 "
+                         "(megatron_layer, pipeline_stage).\n"
+                         "--backend mpi starts itself under `mpirun -np RANKS --oversubscribe` "
+                         "(allowing root) unless already "
+                         "started by mpirun.");
   cmd->add_option("workload", f->workload,
-                  "adam, lamb, megatron_layer, pipeline_stage or gather_weights")
+                  "adam, lamb, megatron_layer, pipeline_stage, gather_weights, kv_gather or "
+                  "kv_grad_reduce")
       ->required();
   cmd->add_option("--ranks", f->ranks, "Number of ranks (threads or MPI processes)")
       ->capture_default_str();

@@ -236,6 +236,20 @@ Program gather_weights() {
   return p;
 }
 
+Program kv_gather() {
+  Program p("kv_gather");
+  const Expr kv = p.input(F32, {"N"}, Sliced(0), "kv");
+  p.output(AllGather(kv).named("kv_all"), "kv_all");
+  return p;
+}
+
+Program kv_grad_reduce() {
+  Program p("kv_grad_reduce");
+  const Expr dkv = p.input(F32, {"N"}, Local, "dkv");
+  p.output(ReduceScatter(Sum, dkv).named("dkv_mine"), "dkv_mine");
+  return p;
+}
+
 Program folds() {
   Program p("folds");
   const Expr x = p.input(F32, {"N"}, Sliced(0), "x");
@@ -257,7 +271,8 @@ Program strided_sums() {
 }
 
 std::vector<std::string_view> names() {
-  return {"adam", "lamb", "megatron_layer", "pipeline_stage", "gather_weights"};
+  return {"adam",           "lamb",      "megatron_layer", "pipeline_stage",
+          "gather_weights", "kv_gather", "kv_grad_reduce"};
 }
 
 Program by_name(std::string_view name) {
@@ -270,6 +285,8 @@ Program by_name(std::string_view name) {
   if (name == "pipeline_stage_no_bias")
     return pipeline_stage(DType::F32, 0.1, std::nullopt, Bias::Without);
   if (name == "gather_weights") return gather_weights();
+  if (name == "kv_gather") return kv_gather();
+  if (name == "kv_grad_reduce") return kv_grad_reduce();
   if (name == "folds") return folds();
   user_error("unknown workload '{}'; the workloads are: {}", name, fmt::join(names(), ", "));
 }

@@ -84,46 +84,88 @@ HalfTiles half_tiles(float* at, int HS, const FlashBlocks& k) {
   return t;
 }
 
-// The blocks a call runs: at most T a side, so that a short sequence needs no more scratch than
-// its T x T tiles.
-FlashBlocks clipped(const FlashBlocks& k, int T) {
-  return {std::min(k.rows, std::max(T, 1)), std::min(k.cols, std::max(T, 1))};
+// The blocks a call runs: at most Tq queries and Tk keys a side, so that a short sequence needs
+// no more scratch than its Tq x Tk tiles.
+FlashBlocks clipped(const FlashBlocks& k, int Tq, int Tk) {
+  return {std::min(k.rows, std::max(Tq, 1)), std::min(k.cols, std::max(Tk, 1))};
 }
 
 int64_t forward_floats(int HS, const FlashBlocks& k) {
   return int64_t{2} * k.rows * k.cols + int64_t{k.rows} * HS + 2 * k.rows;
 }
-int64_t backward_floats(int T, const FlashBlocks& k) { return T + int64_t{3} * k.rows * k.cols; }
+int64_t backward_floats(int Tq, const FlashBlocks& k) { return Tq + int64_t{3} * k.rows * k.cols; }
 // A thread's f32 scratch, then (bf16 products) its HalfTiles.
-int64_t f32_floats(int T, int HS, const FlashBlocks& blocks) {
-  const FlashBlocks k = clipped(blocks, T);
-  return std::max(forward_floats(HS, k), backward_floats(T, k));
+int64_t f32_floats(int Tq, int Tk, int HS, const FlashBlocks& blocks) {
+  const FlashBlocks k = clipped(blocks, Tq, Tk);
+  return std::max(forward_floats(HS, k), backward_floats(Tq, k));
 }
-int64_t thread_floats(int T, int HS, const FlashBlocks& blocks, DType products) {
-  return f32_floats(T, HS, blocks) +
-         (products == DType::BF16 ? half_floats(HS, clipped(blocks, T)) : 0);
+int64_t thread_floats(int Tq, int Tk, int HS, const FlashBlocks& blocks, DType products) {
+  return f32_floats(Tq, Tk, HS, blocks) +
+         (products == DType::BF16 ? half_floats(HS, clipped(blocks, Tq, Tk)) : 0);
+}
+
+// One call's operands: query rows (B, Tq, ldq), head h at column h * HS, and key and value rows
+// (B, Tk, ldkv), key/value head g at column g * HS of k and of v; query row r sits at position
+// pos[r] of the key sequence (ascending; null: pos[r] = r, with Tq = Tk) and sees keys 0 ..
+// pos[r]. The gradients have the same layouts.
+struct Operands {
+  const float* q;
+  int64_t ldq;
+  const float* k;
+  const float* v;
+  int64_t ldkv;
+  int Tq, Tk;
+  const int* pos;
+  int at(int r) const { return pos != nullptr ? pos[r] : r; }
+};
+
+Operands fused_qkv(const float* qkv, int T, int NH, int KVH, int HS) {
+  const int64_t C3 = int64_t{NH + 2 * KVH} * HS;
+  const float* k = qkv + static_cast<int64_t>(NH) * HS;
+  return {qkv, C3, k, k + static_cast<int64_t>(KVH) * HS, C3, T, T, nullptr};
+}
+
+Operands gathered_kv(const float* qkv, const float* kv, const AttentionRows& rows, int NH, int KVH,
+                     int HS) {
+  TANDEM_CHECK(rows.Tq >= 1 && rows.Tk >= 1 && rows.pos != nullptr,
+               "attention rows: {} queries against {} keys", rows.Tq, rows.Tk);
+  for (int r = 0; r < rows.Tq; ++r)
+    TANDEM_CHECK(
+        rows.pos[r] >= 0 && rows.pos[r] < rows.Tk && (r == 0 || rows.pos[r] > rows.pos[r - 1]),
+        "attention rows: query row {} at position {} of {} keys (ascending)", r, rows.pos[r],
+        rows.Tk);
+  const int64_t K = static_cast<int64_t>(KVH) * HS;
+  return {qkv, int64_t{NH + 2 * KVH} * HS, kv, kv + K, 2 * K, rows.Tq, rows.Tk, rows.pos};
 }
 
 }  // namespace
 
 int64_t flash_attention_scratch_floats(int T, int HS, const FlashBlocks& blocks, DType products) {
-  return thread_floats(T, HS, blocks, products) * attention_max_threads();
+  return thread_floats(T, T, HS, blocks, products) * attention_max_threads();
 }
 
-// out (B, T, NH*HS), lse (B, NH, T) <- qkv (B, T, (NH + 2*KVH)*HS)
-void flash_attention_forward(float* out, float* lse, float* scratch, const float* qkv, int B, int T,
-                             int NH, int KVH, int HS, const AttentionDropout& drop,
-                             const FlashBlocks& blocks, DType products) {
+int64_t flash_attention_scratch_floats(const AttentionRows& rows, int HS, const FlashBlocks& blocks,
+                                       DType products) {
+  return thread_floats(rows.Tq, rows.Tk, HS, blocks, products) * attention_max_threads();
+}
+
+namespace {
+
+// out (B, Tq, NH*HS), lse (B, NH, Tq) <- o's queries against its keys and values
+void forward(float* out, float* lse, float* scratch, const Operands& o, int B, int NH, int KVH,
+             int HS, const AttentionDropout& drop, const FlashBlocks& blocks, DType products) {
   check_args(NH, KVH, blocks, products);
   const bool half = products == DType::BF16;
-  const int C = NH * HS, C3 = (NH + 2 * KVH) * HS, group = NH / KVH;
-  const int BR = clipped(blocks, T).rows, BC = clipped(blocks, T).cols;
+  const int C = NH * HS, group = NH / KVH, Tq = o.Tq, Tk = o.Tk;
+  const FlashBlocks kb = clipped(blocks, Tq, Tk);
+  const int BR = kb.rows, BC = kb.cols;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
-  const int64_t heads = static_cast<int64_t>(B) * NH, query_blocks = (T + BR - 1) / BR;
+  const int64_t heads = static_cast<int64_t>(B) * NH, query_blocks = (Tq + BR - 1) / BR;
+  const int64_t ldq = o.ldq, ldkv = o.ldkv;
   // Task t is query block query_blocks - 1 - t / heads of head t % heads: the causal mask gives
   // later blocks more keys, so the longest tasks go first and the last ones fill the gaps.
   for_each_task(
-      heads * query_blocks, scratch, thread_floats(T, HS, blocks, products),
+      heads * query_blocks, scratch, thread_floats(Tq, Tk, HS, blocks, products),
       [&](int64_t t, float* mine) {
         const int qb = static_cast<int>(query_blocks - 1 - t / heads);
         const int b = static_cast<int>(t % heads / NH), h = static_cast<int>(t % heads % NH);
@@ -132,32 +174,33 @@ void flash_attention_forward(float* out, float* lse, float* scratch, const float
         float* acc = pd + static_cast<int64_t>(BR) * BC;  // (BR, HS) unnormalised output rows
         float* m = acc + static_cast<int64_t>(BR) * HS;   // (BR) running row maximum
         float* l = m + BR;                                // (BR) running row sum at that maximum
-        const int i0 = qb * BR, i1 = std::min(T, i0 + BR), rows = i1 - i0;
-        const float* row0 = qkv + static_cast<int64_t>(b) * T * C3;
-        const float* q = row0 + static_cast<int64_t>(i0) * C3 + h * HS;  // (rows, HS), stride C3
-        const float* k = row0 + C + (h / group) * HS;                    // (T, HS), stride C3
-        const float* v = k + static_cast<int64_t>(KVH) * HS;
-        const int64_t base = drop.active() ? drop.head_base(b, h, NH, T) : 0;
+        const int i0 = qb * BR, i1 = std::min(Tq, i0 + BR), rows = i1 - i0;
+        // The block's last row sees the most keys (positions ascend): keys [0, hi).
+        const int hi = o.at(i1 - 1) + 1;
+        const float* q = o.q + (static_cast<int64_t>(b) * Tq + i0) * ldq + h * HS;  // (rows, HS)
+        const float* k = o.k + static_cast<int64_t>(b) * Tk * ldkv + (h / group) * HS;  // (Tk, HS)
+        const float* v = o.v + static_cast<int64_t>(b) * Tk * ldkv + (h / group) * HS;
+        const int64_t base = drop.active() ? drop.head_base(b, h, NH, Tk) : 0;
         const HalfTiles ht =
-            half ? half_tiles(mine + f32_floats(T, HS, blocks), HS, {BR, BC}) : HalfTiles{};
-        if (half) rows_to_bf16(ht.q, HS, q, C3, rows, HS);
+            half ? half_tiles(mine + f32_floats(Tq, Tk, HS, blocks), HS, kb) : HalfTiles{};
+        if (half) rows_to_bf16(ht.q, HS, q, ldq, rows, HS);
         std::fill(m, m + rows, kNegInf);
         std::fill(l, l + rows, 0.0f);
         std::fill(acc, acc + static_cast<int64_t>(rows) * HS, 0.0f);
         // Key blocks up to the diagonal: the ones above it are never visited.
-        for (int j0 = 0; j0 < i1; j0 += BC) {
-          const int cols = std::min(i1, j0 + BC) - j0;
+        for (int j0 = 0; j0 < hi; j0 += BC) {
+          const int cols = std::min(hi, j0 + BC) - j0;
           // s (rows, cols) = q k[j0:j0+cols]^T * scale
           if (half) {
-            rows_to_bf16(ht.k, HS, k + static_cast<int64_t>(j0) * C3, C3, cols, HS);
-            rows_to_bf16(ht.v, HS, v + static_cast<int64_t>(j0) * C3, C3, cols, HS);
+            rows_to_bf16(ht.k, HS, k + static_cast<int64_t>(j0) * ldkv, ldkv, cols, HS);
+            rows_to_bf16(ht.v, HS, v + static_cast<int64_t>(j0) * ldkv, ldkv, cols, HS);
             gemm(false, true, rows, cols, HS, scale, ht.q, HS, ht.k, HS, 0.0f, s, BC);
           } else {
-            gemm(false, true, rows, cols, HS, scale, q, C3, k + static_cast<int64_t>(j0) * C3, C3,
-                 0.0f, s, BC);
+            gemm(false, true, rows, cols, HS, scale, q, ldq, k + static_cast<int64_t>(j0) * ldkv,
+                 ldkv, 0.0f, s, BC);
           }
           for (int r = 0; r < rows; ++r) {
-            const int i = i0 + r, n = visible(i, j0, cols);
+            const int i = o.at(i0 + r), n = visible(i, j0, cols);
             float* __restrict row = s + static_cast<int64_t>(r) * BC;
             float* __restrict pdr = pd + static_cast<int64_t>(r) * BC;
             if (n == 0) {  // every key of the block is above row i's diagonal
@@ -175,7 +218,7 @@ void flash_attention_forward(float* out, float* lse, float* scratch, const float
             float* __restrict a = acc + static_cast<int64_t>(r) * HS;
             for (int d = 0; d < HS; ++d) a[d] *= corr;
             if (drop.active()) {
-              drop_row(pdr, row, n, i, j0, T, base, drop);
+              drop_row(pdr, row, n, i, j0, Tk, base, drop);
               std::fill(pdr + n, pdr + cols, 0.0f);
             }
           }
@@ -185,12 +228,12 @@ void flash_attention_forward(float* out, float* lse, float* scratch, const float
             gemm(false, false, rows, HS, cols, 1.0f, ht.p, cols, ht.v, HS, 1.0f, acc, HS);
           } else {
             gemm(false, false, rows, HS, cols, 1.0f, drop.active() ? pd : s, BC,
-                 v + static_cast<int64_t>(j0) * C3, C3, 1.0f, acc, HS);
+                 v + static_cast<int64_t>(j0) * ldkv, ldkv, 1.0f, acc, HS);
           }
         }
         // The block's output rows, once, and each row's log-sum-exp for the backward.
-        float* y = out + (static_cast<int64_t>(b) * T + i0) * C + h * HS;  // (rows, HS), stride C
-        float* lse_h = lse + (static_cast<int64_t>(b) * NH + h) * T + i0;
+        float* y = out + (static_cast<int64_t>(b) * Tq + i0) * C + h * HS;  // (rows, HS), stride C
+        float* lse_h = lse + (static_cast<int64_t>(b) * NH + h) * Tq + i0;
         for (int r = 0; r < rows; ++r) {
           const float inv = 1.0f / l[r];
           const float* a = acc + static_cast<int64_t>(r) * HS;
@@ -201,99 +244,105 @@ void flash_attention_forward(float* out, float* lse, float* scratch, const float
       });
 }
 
-// dqkv (B, T, (NH + 2*KVH)*HS) += backward of flash_attention_forward for dout (B, T, NH*HS)
-void flash_attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                              const float* out, const float* lse, int B, int T, int NH, int KVH,
-                              int HS, const AttentionDropout& drop, const FlashBlocks& blocks,
-                              DType products) {
+// The gradients of `forward` for dout (B, Tq, NH*HS), added into dq (laid out as o.q) and dk, dv
+// (laid out as o.k and o.v).
+void backward(float* dq_all, float* dk_all, float* dv_all, float* scratch, const float* dout,
+              const Operands& o, const float* out, const float* lse, int B, int NH, int KVH, int HS,
+              const AttentionDropout& drop, const FlashBlocks& blocks, DType products) {
   check_args(NH, KVH, blocks, products);
   const bool half = products == DType::BF16;
-  const int C = NH * HS, C3 = (NH + 2 * KVH) * HS, group = NH / KVH;
-  const int BR = clipped(blocks, T).rows, BC = clipped(blocks, T).cols;
+  const int C = NH * HS, group = NH / KVH, Tq = o.Tq, Tk = o.Tk;
+  const FlashBlocks kb = clipped(blocks, Tq, Tk);
+  const int BR = kb.rows, BC = kb.cols;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  const int64_t ldq = o.ldq, ldkv = o.ldkv;
+  // Keys past the last query's position are seen by no row.
+  const int keys = o.at(Tq - 1) + 1;
   // One task a (sample, key/value head): the query heads sharing it add into its dk and dv one
   // after another on one thread, so no two threads write one head's gradients and the order of
   // every sum is fixed.
   for_each_task(
-      static_cast<int64_t>(B) * KVH, scratch, thread_floats(T, HS, blocks, products),
+      static_cast<int64_t>(B) * KVH, scratch, thread_floats(Tq, Tk, HS, blocks, products),
       [&](int64_t t, float* mine) {
         const int b = static_cast<int>(t / KVH), g = static_cast<int>(t % KVH);
-        float* dsum = mine;                             // (T) D_i = dout_i . out_i
-        float* s = dsum + T;                            // (BR, BC) probabilities
+        float* dsum = mine;                             // (Tq) D_i = dout_i . out_i
+        float* s = dsum + Tq;                           // (BR, BC) probabilities
         float* dp = s + static_cast<int64_t>(BR) * BC;  // (BR, BC) d(probabilities), then d(scores)
         float* pd = dp + static_cast<int64_t>(BR) * BC;  // (BR, BC) dropped probabilities
         const HalfTiles ht =
-            half ? half_tiles(mine + f32_floats(T, HS, blocks), HS, {BR, BC}) : HalfTiles{};
-        const int64_t row0 = static_cast<int64_t>(b) * T * C3;
-        const float* k = qkv + row0 + C + g * HS;  // (T, HS), stride C3
-        const float* v = k + static_cast<int64_t>(KVH) * HS;
-        float* dk = dqkv + row0 + C + g * HS;
-        float* dv = dk + static_cast<int64_t>(KVH) * HS;
+            half ? half_tiles(mine + f32_floats(Tq, Tk, HS, blocks), HS, kb) : HalfTiles{};
+        const int64_t qrow0 = static_cast<int64_t>(b) * Tq * ldq;
+        const int64_t krow0 = static_cast<int64_t>(b) * Tk * ldkv + g * HS;
+        const float* k = o.k + krow0;  // (Tk, HS), stride ldkv
+        const float* v = o.v + krow0;
+        float* dk = dk_all + krow0;
+        float* dv = dv_all + krow0;
         for (int h = g * group; h < (g + 1) * group; ++h) {
-          const float* q = qkv + row0 + h * HS;
-          float* dq = dqkv + row0 + h * HS;
-          const float* dy = dout + static_cast<int64_t>(b) * T * C + h * HS;  // (T, HS), stride C
-          const float* o = out + static_cast<int64_t>(b) * T * C + h * HS;
-          const float* lse_h = lse + (static_cast<int64_t>(b) * NH + h) * T;
-          const int64_t base = drop.active() ? drop.head_base(b, h, NH, T) : 0;
+          const float* q = o.q + qrow0 + h * HS;
+          float* dq = dq_all + qrow0 + h * HS;
+          const float* dy = dout + static_cast<int64_t>(b) * Tq * C + h * HS;  // (Tq, HS), stride C
+          const float* y = out + static_cast<int64_t>(b) * Tq * C + h * HS;
+          const float* lse_h = lse + (static_cast<int64_t>(b) * NH + h) * Tq;
+          const int64_t base = drop.active() ? drop.head_base(b, h, NH, Tk) : 0;
           // The softmax backward's row term sum_j p_ij dp_ij, which is dout_i . out_i (dropout
           // included: out_i = sum_j p_ij mask_ij v_j).
-          for (int i = 0; i < T; ++i)
+          for (int i = 0; i < Tq; ++i)
             dsum[i] = detail::lane_dot(dy + static_cast<int64_t>(i) * C,
-                                       o + static_cast<int64_t>(i) * C, HS);
-          for (int j0 = 0; j0 < T; j0 += BC) {
-            const int cols = std::min(T, j0 + BC) - j0;
-            const float* kj = k + static_cast<int64_t>(j0) * C3;
-            const float* vj = v + static_cast<int64_t>(j0) * C3;
+                                       y + static_cast<int64_t>(i) * C, HS);
+          for (int j0 = 0; j0 < keys; j0 += BC) {
+            const int cols = std::min(keys, j0 + BC) - j0;
+            const float* kj = k + static_cast<int64_t>(j0) * ldkv;
+            const float* vj = v + static_cast<int64_t>(j0) * ldkv;
             if (half) {
-              rows_to_bf16(ht.k, HS, kj, C3, cols, HS);
-              rows_to_bf16(ht.v, HS, vj, C3, cols, HS);
+              rows_to_bf16(ht.k, HS, kj, ldkv, cols, HS);
+              rows_to_bf16(ht.v, HS, vj, ldkv, cols, HS);
             }
-            // Query blocks from the one holding row j0: those before it see none of these keys.
-            for (int i0 = j0 / BR * BR; i0 < T; i0 += BR) {
-              const int rows = std::min(T, i0 + BR) - i0;
-              const float* qi = q + static_cast<int64_t>(i0) * C3;
+            for (int i0 = 0; i0 < Tq; i0 += BR) {
+              const int rows = std::min(Tq, i0 + BR) - i0;
+              // A query block whose last row comes before key j0 sees none of these keys.
+              if (o.at(i0 + rows - 1) < j0) continue;
+              const float* qi = q + static_cast<int64_t>(i0) * ldq;
               const float* dyi = dy + static_cast<int64_t>(i0) * C;
               // s (rows, cols) = q_i k_j^T * scale, then p = exp(s - lse) below the diagonal;
               // dp (rows, cols) = dout_i v_j^T: the gradient of the dropped probabilities
               if (half) {
-                rows_to_bf16(ht.q, HS, qi, C3, rows, HS);
+                rows_to_bf16(ht.q, HS, qi, ldq, rows, HS);
                 rows_to_bf16(ht.dy, HS, dyi, C, rows, HS);
                 gemm(false, true, rows, cols, HS, scale, ht.q, HS, ht.k, HS, 0.0f, s, BC);
                 gemm(false, true, rows, cols, HS, 1.0f, ht.dy, HS, ht.v, HS, 0.0f, dp, BC);
               } else {
-                gemm(false, true, rows, cols, HS, scale, qi, C3, kj, C3, 0.0f, s, BC);
-                gemm(false, true, rows, cols, HS, 1.0f, dyi, C, vj, C3, 0.0f, dp, BC);
+                gemm(false, true, rows, cols, HS, scale, qi, ldq, kj, ldkv, 0.0f, s, BC);
+                gemm(false, true, rows, cols, HS, 1.0f, dyi, C, vj, ldkv, 0.0f, dp, BC);
               }
               for (int r = 0; r < rows; ++r) {
-                const int i = i0 + r, n = visible(i, j0, cols);
+                const int i = o.at(i0 + r), n = visible(i, j0, cols);
                 float* __restrict p = s + static_cast<int64_t>(r) * BC;
                 float* __restrict d = dp + static_cast<int64_t>(r) * BC;
-                const float m = lse_h[i];
+                const float m = lse_h[i0 + r];
                 for (int j = 0; j < n; ++j) p[j] = detail::exp_approx(p[j] - m);
                 std::fill(p + n, p + cols, 0.0f);
                 if (drop.active()) {
                   // The mask once, for both uses: d(p) = d(dropped) * mask; dropped = p * mask.
                   float* __restrict pdr = pd + static_cast<int64_t>(r) * BC;
                   dropout_mask(pdr, n,
-                               Dropout{drop.p, drop.key, base + static_cast<int64_t>(i) * T + j0});
+                               Dropout{drop.p, drop.key, base + static_cast<int64_t>(i) * Tk + j0});
                   for (int j = 0; j < n; ++j) d[j] *= pdr[j];
                   for (int j = 0; j < n; ++j) pdr[j] *= p[j];
                   std::fill(pdr + n, pdr + cols, 0.0f);
                 }
               }
               // dv_j (cols, HS) += dropped p^T (cols, rows) @ dout_i (rows, HS)
-              float* dvj = dv + static_cast<int64_t>(j0) * C3;
+              float* dvj = dv + static_cast<int64_t>(j0) * ldkv;
               if (half) {
                 rows_to_bf16(ht.p, cols, drop.active() ? pd : s, BC, rows, cols);
-                gemm(true, false, cols, HS, rows, 1.0f, ht.p, cols, ht.dy, HS, 1.0f, dvj, C3);
+                gemm(true, false, cols, HS, rows, 1.0f, ht.p, cols, ht.dy, HS, 1.0f, dvj, ldkv);
               } else {
                 gemm(true, false, cols, HS, rows, 1.0f, drop.active() ? pd : s, BC, dyi, C, 1.0f,
-                     dvj, C3);
+                     dvj, ldkv);
               }
               // d(scores) = p (dp - D_i), zero above the diagonal
               for (int r = 0; r < rows; ++r) {
-                const int n = visible(i0 + r, j0, cols);
+                const int n = visible(o.at(i0 + r), j0, cols);
                 const float* __restrict p = s + static_cast<int64_t>(r) * BC;
                 float* __restrict d = dp + static_cast<int64_t>(r) * BC;
                 const float di = dsum[i0 + r];
@@ -302,20 +351,60 @@ void flash_attention_backward(float* dqkv, float* scratch, const float* dout, co
               }
               // dq_i (rows, HS) += ds (rows, cols) @ k_j * scale;
               // dk_j (cols, HS) += ds^T (cols, rows) @ q_i * scale
-              float* dqi = dq + static_cast<int64_t>(i0) * C3;
-              float* dkj = dk + static_cast<int64_t>(j0) * C3;
+              float* dqi = dq + static_cast<int64_t>(i0) * ldq;
+              float* dkj = dk + static_cast<int64_t>(j0) * ldkv;
               if (half) {
                 rows_to_bf16(ht.ds, cols, dp, BC, rows, cols);
-                gemm(false, false, rows, HS, cols, scale, ht.ds, cols, ht.k, HS, 1.0f, dqi, C3);
-                gemm(true, false, cols, HS, rows, scale, ht.ds, cols, ht.q, HS, 1.0f, dkj, C3);
+                gemm(false, false, rows, HS, cols, scale, ht.ds, cols, ht.k, HS, 1.0f, dqi, ldq);
+                gemm(true, false, cols, HS, rows, scale, ht.ds, cols, ht.q, HS, 1.0f, dkj, ldkv);
               } else {
-                gemm(false, false, rows, HS, cols, scale, dp, BC, kj, C3, 1.0f, dqi, C3);
-                gemm(true, false, cols, HS, rows, scale, dp, BC, qi, C3, 1.0f, dkj, C3);
+                gemm(false, false, rows, HS, cols, scale, dp, BC, kj, ldkv, 1.0f, dqi, ldq);
+                gemm(true, false, cols, HS, rows, scale, dp, BC, qi, ldq, 1.0f, dkj, ldkv);
               }
             }
           }
         }
       });
+}
+
+}  // namespace
+
+// out (B, T, NH*HS), lse (B, NH, T) <- qkv (B, T, (NH + 2*KVH)*HS)
+void flash_attention_forward(float* out, float* lse, float* scratch, const float* qkv, int B, int T,
+                             int NH, int KVH, int HS, const AttentionDropout& drop,
+                             const FlashBlocks& blocks, DType products) {
+  forward(out, lse, scratch, fused_qkv(qkv, T, NH, KVH, HS), B, NH, KVH, HS, drop, blocks,
+          products);
+}
+
+// dqkv (B, T, (NH + 2*KVH)*HS) += backward of flash_attention_forward for dout (B, T, NH*HS)
+void flash_attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                              const float* out, const float* lse, int B, int T, int NH, int KVH,
+                              int HS, const AttentionDropout& drop, const FlashBlocks& blocks,
+                              DType products) {
+  const Operands o = fused_qkv(qkv, T, NH, KVH, HS);
+  float* dk = dqkv + (o.k - o.q);
+  backward(dqkv, dk, dk + (o.v - o.k), scratch, dout, o, out, lse, B, NH, KVH, HS, drop, blocks,
+           products);
+}
+
+void flash_attention_forward(float* out, float* lse, float* scratch, const float* qkv,
+                             const float* kv, const AttentionRows& rows, int B, int NH, int KVH,
+                             int HS, const AttentionDropout& drop, const FlashBlocks& blocks,
+                             DType products) {
+  forward(out, lse, scratch, gathered_kv(qkv, kv, rows, NH, KVH, HS), B, NH, KVH, HS, drop, blocks,
+          products);
+}
+
+void flash_attention_backward(float* dqkv, float* dkv, float* scratch, const float* dout,
+                              const float* qkv, const float* kv, const float* out, const float* lse,
+                              const AttentionRows& rows, int B, int NH, int KVH, int HS,
+                              const AttentionDropout& drop, const FlashBlocks& blocks,
+                              DType products) {
+  const Operands o = gathered_kv(qkv, kv, rows, NH, KVH, HS);
+  float* dk = dkv;
+  backward(dqkv, dk, dk + (o.v - o.k), scratch, dout, o, out, lse, B, NH, KVH, HS, drop, blocks,
+           products);
 }
 
 }  // namespace tandem::nn

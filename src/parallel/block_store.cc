@@ -586,12 +586,6 @@ BlockStore::Traffic BlockStore::predicted_step_traffic(int blocks, int64_t block
   return t;
 }
 
-double BlockStore::predicted_step_io_s(int resident) const {
-  const Traffic t = predicted_step_traffic(resident);
-  return static_cast<double>(t.read_bytes) / bandwidth_.read_bytes_per_s +
-         static_cast<double>(t.written_bytes) / bandwidth_.write_bytes_per_s;
-}
-
 void BlockStore::reset_traffic() {
   std::lock_guard<std::mutex> lock(mutex_);
   traffic_ = {};

@@ -175,6 +175,29 @@ ParallelGPT::ParallelGPT(const nn::GPTConfig& config, Grid& grid, int micro_rows
         "matmuls (the model's are {})",
         dtype_name(config.matmul));
   if (tp > 1) tp_dtype_ = options.tp_dtype;
+  if (options.context_group != nullptr && options.context_group->size() > 1) {
+    comm::Communicator& group = *options.context_group;
+    const int cp = group.size(), whole = T * cp;
+    if (config.attention != nn::AttentionKernel::Fused)
+      user_error("context parallelism runs the fused attention kernel, not the unfused one");
+    if (config.dropout > 0)
+      user_error(
+          "context parallelism does not support dropout yet (the model's is {}): its residual "
+          "and embedding masks would be drawn by this rank's token index, not the sequence's",
+          config.dropout);
+    ContextSplit::check(whole, cp);
+    if (whole > config.max_positions)
+      user_error(
+          "sequence length {} ({} tokens on each of {} context-parallel ranks) is outside "
+          "[1, {}]",
+          whole, T, cp, config.max_positions);
+    context_ = std::make_unique<ContextParallelAttention>(
+        group, ContextSplit(whole, cp, group.rank()), B, config.n_heads / tp,
+        config.n_kv_heads() / tp, config.head_size(), options.context_schedules, options.executor);
+    if (config.llama())
+      context_rope_ = nn::rope_table(
+          nn::rope_inv_freq(config.head_size(), config.rope_theta, config.rope_scaling), whole);
+  }
   if (memory_ == nullptr) {
     resident_ = std::make_unique<Resident>(
         config, layout_, tp, B, T,
@@ -292,7 +315,7 @@ std::string ParallelGPT::executor() const {
 
 bool ParallelGPT::shard_path(int layer) const {
   const bool boundary = layer == layout_.end_layer() - 1 && grid_.to_next() != nullptr;
-  return grid_.shape().tp > 1 || boundary;
+  return grid_.shape().tp > 1 || boundary || context_ != nullptr;
 }
 
 void ParallelGPT::emit(Phase phase, std::string_view name, Clock::time_point begin) {
@@ -383,11 +406,13 @@ void ParallelGPT::unit_forward(int k, int u, const nn::StepRng& rng, bool traini
   const UnitArgs a = unit_args(k, u);
   nn::Workspace& ws = memory_->workspace();
   if (shard_path(a.layer)) {
-    const ShardBlock sb{config_,
-                        grid_.shape().tp,
-                        grid_.coord().tp,
-                        {},  // the forward sums nothing
-                        tp_dtype_};
+    ShardBlock sb{config_,
+                  grid_.shape().tp,
+                  grid_.coord().tp,
+                  {},  // the forward sums nothing
+                  tp_dtype_};
+    sb.context = context_.get();
+    sb.context_rope = &context_rope_;
     // The stage's last MLP at a pipeline boundary hands its output to the next stage.
     const bool boundary = a.half == nn::BlockHalf::Mlp && a.layer == layout_.end_layer() - 1 &&
                           grid_.to_next() != nullptr;
@@ -406,12 +431,14 @@ void ParallelGPT::unit_backward(int k, int u, const nn::StepRng& rng, float* dre
   const nn::BlockParams dw = layout_.block_at(state_.block_gradients(a.layer), a.layer);
   nn::Workspace& ws = memory_->workspace();
   if (shard_path(a.layer)) {
-    const ShardBlock sb{config_, grid_.shape().tp, grid_.coord().tp, [&](float* g, int64_t n) {
-                          const auto begin = Clock::now();
-                          programs_->tp_sum->bind("g", Tensor::view_of(g, DType::F32, Shape{n}));
-                          programs_->tp_sum->run();
-                          emit(Phase::Comm, "tp sum_in_place " + unit_name(u), begin);
-                        }};
+    ShardBlock sb{config_, grid_.shape().tp, grid_.coord().tp, [&](float* g, int64_t n) {
+                    const auto begin = Clock::now();
+                    programs_->tp_sum->bind("g", Tensor::view_of(g, DType::F32, Shape{n}));
+                    programs_->tp_sum->run();
+                    emit(Phase::Comm, "tp sum_in_place " + unit_name(u), begin);
+                  }};
+    sb.context = context_.get();
+    sb.context_rope = &context_rope_;
     shard_half_backward(sb, a.layer, a.half, a.w, dw, a.acts, a.x, dres, ws, micro_rows_, T_, rng);
   } else if (a.half == nn::BlockHalf::Attention) {
     nn::block_attention_backward(config_, a.layer, a.w, dw, a.acts, a.x, dres, ws, micro_rows_, T_,
@@ -438,8 +465,14 @@ void ParallelGPT::forward_micro(const MicroBatch& mb, int k, const nn::StepRng& 
         const auto begin = Clock::now();
         nn::EmbeddingActivations e;
         e[nn::EmbeddingAct::Out] = view(x0, Shape{B, T, config_.d_model});
-        nn::embedding_forward(config_, layout_.embedding(params().data_as<float>()), e, mb.tokens,
-                              B, T, rng);
+        if (context_ != nullptr) {  // this rank's tokens at their positions (dropout refused)
+          const nn::EmbeddingParams w = layout_.embedding(params().data_as<float>());
+          context_embedding_forward(context_->split(), x0, mb.tokens, w.wte, w.wpe, B,
+                                    config_.d_model);
+        } else {
+          nn::embedding_forward(config_, layout_.embedding(params().data_as<float>()), e, mb.tokens,
+                                B, T, rng);
+        }
         emit(Phase::Forward, "forward embedding", begin);
       } else {
         receive_activations(rng, training, x0, B, T);
@@ -515,7 +548,13 @@ void ParallelGPT::backward_micro(const MicroBatch& mb, int k, const nn::StepRng&
     if (u == 0) {
       if (layout_.has_embedding()) {
         const auto eb = Clock::now();
-        nn::embedding_backward(config_, layout_.embedding(gbase), dres, mb.tokens, ws, B, T, rng);
+        if (context_ != nullptr) {
+          const nn::EmbeddingParams dw = layout_.embedding(gbase);
+          context_embedding_backward(context_->split(), dw.wte, dw.wpe, dres, mb.tokens, B,
+                                     config_.d_model);
+        } else {
+          nn::embedding_backward(config_, layout_.embedding(gbase), dres, mb.tokens, ws, B, T, rng);
+        }
         emit(Phase::Backward, "backward embedding", eb);
       } else {
         // Left in flight, so that this stage goes on to its next forward while the previous stage

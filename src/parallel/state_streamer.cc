@@ -108,7 +108,7 @@ void StateStreamer::gather(StatePart part, const nn::ParamSpec& spec, float* out
   const int64_t n = spec.numel();
   std::fill(out, out + n, 0.0f);
   const ShardLayout& layout = model_.layout();
-  const bool dp_lead = model_.grid().coord().dp == 0;
+  const bool dp_lead = model_.grid().replica() == 0;  // one of the dp x cp replicas
   if (part == StatePart::Weights) {
     ModelState& state = model_.state();
     for_each_run_of(layout, spec.name, true, [&](const FlatRun& r) {

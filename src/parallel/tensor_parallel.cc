@@ -114,6 +114,31 @@ LocalWidths local_widths(const nn::GPTConfig& c, int tp) {
           static_cast<int>(c.mlp_width() / tp), static_cast<int>(c.fc_width() / tp)};
 }
 
+// q's NH and k's KVH heads of qkv (B, T, stride) rotated (or, backward, their gradients rotated
+// back) in place at their positions: 0 .. T - 1, or with context parallelism each of the rank's
+// two chunks at its place in the sequence.
+void rotate(const ShardBlock& sb, bool forward, float* qkv, const nn::RopeTable& rope, int B, int T,
+            int NH, int KVH, int HS, int64_t stride, int64_t k_offset) {
+  const auto run = [&](float* x, const nn::RopeTable& table, int b, int rows, int heads, int pos0) {
+    if (forward)
+      nn::rope_forward(x, table, b, rows, heads, HS, stride, pos0);
+    else
+      nn::rope_backward(x, table, b, rows, heads, HS, stride, pos0);
+  };
+  if (sb.context == nullptr) {
+    run(qkv, rope, B, T, NH, 0);
+    run(qkv + k_offset, rope, B, T, KVH, 0);
+    return;
+  }
+  const ContextSplit& s = sb.context->split();
+  for (int b = 0; b < B; ++b)
+    for (int c = 0; c < 2; ++c) {
+      float* rows = qkv + (static_cast<int64_t>(b) * T + c * s.chunk()) * stride;
+      run(rows, *sb.context_rope, 1, s.chunk(), NH, s.chunk_start(c));
+      run(rows + k_offset, *sb.context_rope, 1, s.chunk(), KVH, s.chunk_start(c));
+    }
+}
+
 }  // namespace
 
 dsl::workloads::Bias epilogue_bias(const nn::GPTConfig& config) {
@@ -196,13 +221,15 @@ void shard_half_forward(const ShardBlock& sb, int layer, nn::BlockHalf half,
       nn::linear_forward(a.ptr(K::Qkv), ln1, w.c_attn_w, w.c_attn_b, N, C, lw.qkv,
                          mm);  // (B, T, qkv/tp)
     });
-    if (c.llama()) {  // this rank's query and key heads rotated in place
-      nn::rope_forward(a.ptr(K::Qkv), ws.rope(), B, T, NH, HS, lw.qkv, 0);
-      nn::rope_forward(a.ptr(K::Qkv) + lc, ws.rope(), B, T, lw.kv_heads, HS, lw.qkv, 0);
-    }
+    if (c.llama())  // this rank's query and key heads rotated in place
+      rotate(sb, true, a.ptr(K::Qkv), ws.rope(), B, T, NH, lw.kv_heads, HS, lw.qkv, lc);
     a.visit(K::AttY, [&](auto* y) {
-      nn::attention_core_forward(c, nn::staged_output(y, ws.btc(1)), ws.attention(), a, B, T, NH,
-                                 lw.kv_heads, HS, attn_drop);  // (B, T, c)
+      if (sb.context != nullptr)  // this rank's queries against the group's keys
+        sb.context->forward(nn::staged_output(y, ws.btc(1)), a.ptr(K::AttSaved), a.ptr(K::Qkv),
+                            attn_drop);
+      else
+        nn::attention_core_forward(c, nn::staged_output(y, ws.btc(1)), ws.attention(), a, B, T, NH,
+                                   lw.kv_heads, HS, attn_drop);  // (B, T, c)
       nn::store_staged(y, ws.btc(1), static_cast<int64_t>(N) * lc);
     });
     x_saved = a[K::AttY];
@@ -300,11 +327,13 @@ void shard_half_backward(const ShardBlock& sb, int layer, nn::BlockHalf half,
     nn::linear_backward(dy, dw.attn_proj_w, dw.attn_proj_b, dattn, y, w.attn_proj_w, N, lc, C, mm);
   });
   zero(dqkv, static_cast<int64_t>(N) * lw.qkv);
-  nn::attention_core_backward(c, dqkv, ws.attention(), dy, a, B, T, NH, lw.kv_heads, HS, attn_drop);
-  if (c.llama()) {  // back through the rotation of this rank's query and key heads
-    nn::rope_backward(dqkv, ws.rope(), B, T, NH, HS, lw.qkv, 0);
-    nn::rope_backward(dqkv + lc, ws.rope(), B, T, lw.kv_heads, HS, lw.qkv, 0);
-  }
+  if (sb.context != nullptr)
+    sb.context->backward(dqkv, dy, a.ptr(K::Qkv), a.ptr(K::AttY), a.ptr(K::AttSaved), attn_drop);
+  else
+    nn::attention_core_backward(c, dqkv, ws.attention(), dy, a, B, T, NH, lw.kv_heads, HS,
+                                attn_drop);
+  if (c.llama())  // back through the rotation of this rank's query and key heads
+    rotate(sb, false, dqkv, ws.rope(), B, T, NH, lw.kv_heads, HS, lw.qkv, lc);
   zero(dc, n);
   a.visit(K::Ln1Out, [&](const auto* ln1) {
     nn::linear_backward(dc, dw.c_attn_w, dw.c_attn_b, dqkv, ln1, w.c_attn_w, N, C, lw.qkv, mm);

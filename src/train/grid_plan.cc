@@ -1,19 +1,21 @@
 // The plan across grids: the configurations of N ranks that fit a memory per rank, each step
-// predicted by the performance model in grid_plan.h from measured rates, the fastest first; and
-// the settings it decides resolved (--grid auto, --gather-ahead auto).
+// predicted by the performance model (perf/step_model.h) from measured rates, the fastest first;
+// the settings it decides resolved (--grid auto, --gather-ahead auto, --tp-dtype and --grad-dtype
+// auto); and a run's configuration in the performance model's terms (its step's shape, the rates
+// it asks for).
 #include "tandem/train/grid_plan.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <chrono>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <thread>
 #include <tuple>
 #include <vector>
 
+#include "schedule_choice.h"
 #include "settings.h"
 #include "tandem/comm/agree.h"
 #include "tandem/comm/communicator.h"
@@ -21,165 +23,20 @@
 #include "tandem/comm/thread.h"
 #include "tandem/core/blas.h"
 #include "tandem/core/bytes.h"
-#include "tandem/core/clock.h"
 #include "tandem/core/error.h"
-#include "tandem/core/gemm.h"
-#include "tandem/core/tensor.h"
+#include "tandem/exec/jit.h"
 #include "tandem/nn/gpt.h"
 #include "tandem/ooc/memory_schedule.h"
 #include "tandem/ooc/plan.h"
 #include "tandem/ooc/planner.h"
-#include "tandem/parallel/block_store.h"
-#include "tandem/parallel/model.h"
-#include "tandem/parallel/shard.h"
+#include "tandem/perf/step_model.h"
 #include "tandem/train/memory_estimate.h"
 
 namespace tandem::train {
 namespace {
 
-constexpr int kGemmRows = 1024;            // rows of the measured GEMM, at most
-constexpr double kGemmSeconds = 0.2;       // timed per shape, about
-constexpr uint64_t kLinkBytes = 16 << 20;  // the measured all-reduce
-constexpr int kLinkRanks = 8;              // threads it runs on, at most
-constexpr int kUnitTokens = 512;           // tokens of the block run for the UnitFactors, at most
-constexpr uint64_t kTierProbeBytes = 32 << 20;
-constexpr double kStatedLinkLatencyS = 50e-6;  // with --link-gbps: a TCP round trip, about
 // The out-of-core searches per stage: enough for the benchmark models, short across many grids.
 constexpr int64_t kPlanEvaluations = 20'000;
-
-// Matmul FLOPs a token of one block's forward, from the one block description (GPT-2's or
-// Llama's): attention's projections (q, k and v, then out) and its scores and weighted sum over
-// sequences of T; the MLP's up projection(s) (GPT-2's fc; Llama's gate and up) and down.
-double attention_flops_per_token(const nn::GPTConfig& m, double T) {
-  const double C = m.d_model;
-  return 2 * C * (static_cast<double>(m.qkv_width()) + C) + 4 * T * C;
-}
-double mlp_flops_per_token(const nn::GPTConfig& m) {
-  return 2.0 * m.d_model * static_cast<double>(m.fc_width() + m.mlp_width());
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-// FLOP/s of one (rows x k) by (k x n) GEMM of `type`: the fastest of repeats filling about
-// kGemmSeconds (a busy machine only slows a repeat down, so the fastest is the least disturbed).
-double gemm_rate(DType type, int rows, int n, int k) {
-  const size_t elem = dtype_size(type);
-  std::vector<char> a(static_cast<size_t>(rows) * k * elem), b(static_cast<size_t>(k) * n * elem);
-  std::vector<float> c(static_cast<size_t>(rows) * n);
-  GemmCall call;
-  call.type = type;
-  call.m = rows, call.n = n, call.k = k;
-  call.a = a.data(), call.lda = k;
-  call.b = b.data(), call.ldb = n;
-  call.c = c.data(), call.ldc = n;
-  gemm(call);  // warm-up: threads started, primitives created
-  std::vector<double> times;
-  const auto begin = Clock::now();
-  while (times.size() < 3 || (seconds_since(begin) < kGemmSeconds && times.size() < 50)) {
-    const auto t = Clock::now();
-    gemm(call);
-    times.push_back(seconds_since(t));
-  }
-  return 2.0 * rows * n * k / std::max(*std::min_element(times.begin(), times.end()), 1e-9);
-}
-
-// Seconds of `run`: the fastest of repeats filling about kGemmSeconds, after a warm-up.
-template <typename F>
-double fastest_s(F&& run) {
-  run();
-  double best = 1e30;
-  const auto begin = Clock::now();
-  for (int i = 0; i < 2 || (i < 20 && seconds_since(begin) < kGemmSeconds); ++i) {
-    const auto t = Clock::now();
-    run();
-    best = std::min(best, seconds_since(t));
-  }
-  return best;
-}
-
-// Runs one block's halves and the head (ln_f, the tied LM head, the loss) forward and backward
-// on one rank, at up to kUnitTokens tokens of the model's sequences, and divides each time by
-// what its matmuls take at `rate` (the matmul model of model_stage below, at tp 1).
-void measure_unit_factors(const nn::GPTConfig& model, int64_t rows, double rate, Rates& r) {
-  nn::GPTConfig c = model;
-  c.n_layers = 1;
-  const int T = std::min(c.seq_len, kUnitTokens);
-  const int B = static_cast<int>(std::clamp<int64_t>(rows, 1, std::max(1, kUnitTokens / T)));
-  const nn::ParameterSet w(c), dw(c);
-  nn::gpt_init(w, 1);
-  const nn::BlockActivations a = nn::allocate_block_activations(c, B, T);
-  const nn::FinalActivations fa = nn::allocate_final_activations(c, B, T);
-  nn::Workspace ws(c, B, T);
-  const int64_t btc = static_cast<int64_t>(B) * T * c.d_model;
-  std::vector<float> x(static_cast<size_t>(btc), 0.5f), dres(static_cast<size_t>(btc), 1e-3f),
-      dx(static_cast<size_t>(btc));
-  std::vector<int32_t> targets(static_cast<size_t>(B) * T, 1);
-  const nn::StepRng rng;
-  const nn::BlockParams bw = w.block(0), bdw = dw.block(0);
-  const double tokens = static_cast<double>(B) * T, C = c.d_model, V = c.vocab_size;
-  const double attn_s = tokens * attention_flops_per_token(c, T) / rate;
-  const double mlp_s = tokens * mlp_flops_per_token(c) / rate;
-  const double head_s = 2 * tokens * C * V / rate;
-  const auto ratio = [](double measured, double modelled) { return measured / modelled; };
-  r.attention.forward =
-      ratio(fastest_s([&] { nn::block_attention_forward(c, 0, bw, a, x.data(), ws, B, T, rng); }),
-            attn_s);
-  r.mlp.forward =
-      ratio(fastest_s([&] { nn::block_mlp_forward(c, 0, bw, a, ws, B, T, rng); }), mlp_s);
-  r.mlp.backward = ratio(
-      fastest_s([&] { nn::block_mlp_backward(c, 0, bw, bdw, a, dres.data(), ws, B, T, rng); }),
-      2 * mlp_s);
-  r.attention.backward =
-      ratio(fastest_s([&] {
-              nn::block_attention_backward(c, 0, bw, bdw, a, x.data(), dres.data(), ws, B, T, rng);
-            }),
-            2 * attn_s);
-  r.head.forward =
-      ratio(fastest_s([&] {
-              nn::final_forward(c, w.final_stage(), fa, x.data(), targets.data(), ws, B, T);
-            }),
-            head_s);
-  r.head.backward = ratio(fastest_s([&] {
-                            nn::final_backward(c, w.final_stage(), dw.final_stage(), fa, x.data(),
-                                               targets.data(), 1.0f, dx.data(), ws, B, T);
-                          }),
-                          2 * head_s);
-}
-
-// An in-process all-reduce's bus bandwidth and a small one's latency over `p` threads.
-void measure_link(int p, Rates& r) {
-  std::vector<double> big, small;
-  comm::run_ranks(p, [&](comm::Communicator& c) {
-    Tensor b = Tensor::zeros(DType::F32, Shape{static_cast<int64_t>(kLinkBytes / 4)});
-    Tensor s = Tensor::zeros(DType::F32, Shape{256});
-    c.all_reduce(b, ReduceOp::Sum);  // warm-up
-    for (int i = 0; i < 3; ++i) {
-      c.barrier();
-      const auto t = Clock::now();
-      c.all_reduce(b, ReduceOp::Sum);
-      if (c.rank() == 0) big.push_back(seconds_since(t));
-    }
-    for (int i = 0; i < 20; ++i) {
-      c.barrier();
-      const auto t = Clock::now();
-      c.all_reduce(s, ReduceOp::Sum);
-      if (c.rank() == 0) small.push_back(seconds_since(t));
-    }
-  });
-  r.link_latency_s = median(small);
-  const double moved = 2.0 * (p - 1) / p * static_cast<double>(kLinkBytes);
-  r.link_bytes_per_s = moved / std::max(median(big) - r.link_latency_s, 1e-9);
-  r.link_source = fmt::format("measured: an in-process all-reduce of {} over {} threads",
-                              human_bytes(kLinkBytes), p);
-}
-
-ooc::TierBandwidth tier_rates(const ooc::TierSpec& spec) {
-  auto tier = ooc::open_slow_tier(spec, kTierProbeBytes, "the grid plan's bandwidth probe");
-  return ooc::measure_bandwidth(*tier, kTierProbeBytes);
-}
 
 // TrainConfig::validate's refusal of `cfg`, or "".
 std::string refusal_of(const TrainConfig& cfg) {
@@ -216,117 +73,11 @@ TrainConfig on_grid(const TrainConfig& base, const parallel::GridShape& g) {
   return c;
 }
 
-// One pipeline stage of a configuration: what it saves, its memory, its unit times.
+// One pipeline stage of a configuration: its memory, and its times as the step model has them.
 struct Stage {
-  nn::ChainLayout chain;
   RankMemory memory;
-  ooc::Profile profile;         // the unit times the model predicts (comm included)
-  double comm_per_micro_s = 0;  // of which communication, per micro-batch
-  double backward_micro_s = 0;  // one micro-batch's backward, the data-parallel exchange's cover
-  double dp_blocks_s = 0, dp_rest_s = 0;  // the data-parallel exchange: blocks', the rest's
-  double state_io_s = 0;                  // the model state's I/O a step (with --model-state)
+  perf::StageTimes times;
 };
-
-double rate_for(const Rates& r, int tp) {
-  const auto it = r.gemm_flops_per_s.find(tp);
-  TANDEM_CHECK(it != r.gemm_flops_per_s.end(), "no GEMM rate for tp {}", tp);
-  return it->second;
-}
-
-// Matmul seconds of one micro-batch's half blocks' forward on a rank (their backward: twice).
-struct HalfBlockMatmuls {
-  double attention_s = 0, mlp_s = 0;
-};
-
-HalfBlockMatmuls half_block_matmuls(const TrainConfig& cfg, const Rates& r) {
-  const parallel::GridShape& g = cfg.grid;
-  const nn::GPTConfig& m = cfg.model;
-  const int rows = static_cast<int>(cfg.batch / g.dp / cfg.micro_batch_count());
-  const double tokens = rows * static_cast<double>(m.seq_len);
-  const double rate = rate_for(r, g.tp);
-  return {tokens * attention_flops_per_token(m, m.seq_len) / g.tp / rate,
-          tokens * mlp_flops_per_token(m) / g.tp / rate};
-}
-
-// Local elements of one block's weights on a rank (every stage's blocks are alike).
-int64_t block_elements(const TrainConfig& cfg) {
-  const parallel::ShardLayout layout(cfg.model, cfg.grid, 0, 0);
-  return layout.block_floats();
-}
-
-Stage model_stage(const TrainConfig& cfg, int s, const Rates& r) {
-  const parallel::GridShape& g = cfg.grid;
-  const nn::GPTConfig& m = cfg.model;
-  const int M = cfg.micro_batch_count();
-  const int rows = static_cast<int>(cfg.batch / g.dp / M);
-  const double C = m.d_model, V = m.vocab_size, tokens = rows * static_cast<double>(m.seq_len);
-  const double rate = rate_for(r, g.tp);
-  const double lat = r.link_latency_s, bw = r.link_bytes_per_s;
-  Stage st;
-  st.chain =
-      parallel::ParallelGPT::chain_layout(m, g, parallel::GridCoord{0, 0, s}, rows, m.seq_len, M);
-  st.memory = rank_memory(cfg, 0, s);
-  const parallel::ShardLayout layout(m, g, 0, s);
-  const int64_t block = layout.block_floats();
-  const int blocks = layout.end_layer() - layout.first_layer();
-  const double block_floats = static_cast<double>(block) * blocks;
-  const double rest_floats = static_cast<double>(layout.size()) - block_floats;
-
-  // Matmul seconds of each half block's forward (its backward: twice), the head's.
-  const auto [attn_s, mlp_s] = half_block_matmuls(cfg, r);
-  const double head_s = layout.has_final() ? 2 * tokens * C * V / rate : 0;
-  const double act_bytes = tokens * C * sizeof(float);
-  // The tensor-parallel exchanges in their dtype (--tp-dtype; auto counted as f32).
-  const double tp_bytes = act_bytes / sizeof(float) * dtype_size(cfg.tp_dtype.value_or(DType::F32));
-  const double tp_s = g.tp > 1 ? lat + 2.0 * (g.tp - 1) / g.tp * tp_bytes / bw : 0;
-  const double handoff_s = lat + act_bytes / bw;
-  const bool zero3 = cfg.optimizer.sharding == parallel::Sharding::Weights;
-  // A gather overlaps the blocks computing before it; the stage's first has nothing to hide
-  // behind. The gathers run one at a time on the data-parallel thread, so however far ahead they
-  // start (--gather-ahead), a block waits for what its gather takes beyond its own compute.
-  const GatherTiming gt = zero3 ? gather_timing(cfg, r) : GatherTiming{};
-  const double gather_s = gt.gather_s;
-  const double gather_f = std::max(0.0, gather_s - gt.block_forward_s);
-  const double gather_b = std::max(0.0, gather_s - gt.block_backward_s);
-  const int n = st.chain.units;
-  for (int u = 0; u < n; ++u) {
-    const bool attn = u % nn::kBlockHalves == 0;
-    const UnitFactor& k = attn ? r.attention : r.mlp;
-    const double f0 = attn ? attn_s : mlp_s;
-    double f = k.forward * f0, b = k.backward * 2 * f0, cf = tp_s, cb = tp_s;
-    if (u == n - 1) f += r.head.forward * head_s, b += r.head.backward * 2 * head_s;
-    if (u == n - 1 && s < g.pp - 1) cf += handoff_s;
-    if (u == 0 && s > 0) cb += handoff_s;
-    if (attn && zero3) {
-      cf += u == 0 ? gather_s : gather_f;
-      cb += u == n - 2 ? gather_s : gather_b;
-    }
-    st.profile.forward_s.push_back(f + cf);
-    st.profile.backward_s.push_back(b + cb);
-    st.comm_per_micro_s += cf + cb;
-    st.backward_micro_s += b + cb;
-  }
-  st.profile.write_bytes_per_s = r.swap_tier.write_bytes_per_s;
-  st.profile.read_bytes_per_s = r.swap_tier.read_bytes_per_s;
-
-  // The data-parallel exchange: gradients reduce-scattered (in the gradients' dtype), weights
-  // all-gathered; a sharded block's weights stay sliced, so its update gathers nothing.
-  if (g.dp > 1) {
-    const double frac = (g.dp - 1.0) / g.dp,
-                 gsize = dtype_size(cfg.grad_dtype.value_or(DType::F32));
-    st.dp_blocks_s = lat + frac * block_floats * (gsize + (zero3 ? 0 : sizeof(float))) / bw;
-    st.dp_rest_s = lat + frac * rest_floats * (gsize + sizeof(float)) / bw;
-  }
-  if (cfg.model_state) {
-    // The store's own prediction (no block resident), over the slices with --shard weights.
-    const int64_t piece = (block + g.dp - 1) / g.dp;
-    const parallel::BlockStore::Traffic t = parallel::BlockStore::predicted_step_traffic(
-        blocks, zero3 ? piece : block, piece, zero3 ? 1 : M);
-    st.state_io_s = static_cast<double>(t.read_bytes) / r.state_tier.read_bytes_per_s +
-                    static_cast<double>(t.written_bytes) / r.state_tier.write_bytes_per_s;
-  }
-  return st;
-}
 
 // A size as a flag reads it back exactly: "9MiB", "3234KiB", "1000".
 std::string size_flag(uint64_t bytes) {
@@ -368,8 +119,13 @@ struct Evaluation {
 
 Evaluation evaluate(const TrainConfig& cfg, uint64_t limit, const Rates& rates) {
   const parallel::GridShape& g = cfg.grid;
+  const perf::StepShape shape = step_shape(cfg);
   std::vector<Stage> stages;
-  for (int s = 0; s < g.pp; ++s) stages.push_back(model_stage(cfg, s, rates));
+  std::vector<perf::StageTimes> times;
+  for (int s = 0; s < g.pp; ++s) {
+    times.push_back(perf::stage_times(shape, s, rates));
+    stages.push_back({rank_memory(cfg, 0, s), times.back()});
+  }
   uint64_t in_core = 0, fixed_less_held = 0;
   for (const Stage& st : stages) {
     in_core = std::max(in_core, st.memory.in_core());
@@ -383,14 +139,15 @@ Evaluation evaluate(const TrainConfig& cfg, uint64_t limit, const Rates& rates) 
     o.memory_per_rank = in_core;
     o.activations = "in-core";
     for (const Stage& st : stages)
-      predictions.push_back(ooc::predict(st.chain, ooc::keep_all(st.chain.units), st.profile));
+      predictions.push_back(
+          ooc::predict(st.times.chain, ooc::keep_all(st.times.chain.units), st.times.profile));
   } else {
     // Out-of-core: one --memory-budget B for every rank; stage s's activations get
     // B - budget_holds, and a rank needs fixed - budget_holds + B.
     uint64_t least_budget = 0;
     for (const Stage& st : stages) {
-      const ooc::Profile sizes = ooc::uniform_profile(st.chain.units, 1.0, 2.0, 1e9, 1e9);
-      const uint64_t smallest = ooc::smallest_budget(st.chain, sizes).bytes;
+      const ooc::Profile sizes = ooc::uniform_profile(st.times.chain.units, 1.0, 2.0, 1e9, 1e9);
+      const uint64_t smallest = ooc::smallest_budget(st.times.chain, sizes).bytes;
       least_budget = std::max(least_budget, st.memory.budget_holds + smallest);
     }
     ev.least_bytes = std::min(in_core, fixed_less_held + least_budget);
@@ -402,8 +159,8 @@ Evaluation evaluate(const TrainConfig& cfg, uint64_t limit, const Rates& rates) 
     std::vector<std::string> plans;
     try {
       for (const Stage& st : stages) {
-        const ooc::PlannerResult p =
-            ooc::plan_step(st.chain, st.profile, budget - st.memory.budget_holds, kPlanEvaluations);
+        const ooc::PlannerResult p = ooc::plan_step(
+            st.times.chain, st.times.profile, budget - st.memory.budget_holds, kPlanEvaluations);
         predictions.push_back(p.best.prediction);
         plans.push_back(p.best.plan.str());
       }
@@ -416,27 +173,8 @@ Evaluation evaluate(const TrainConfig& cfg, uint64_t limit, const Rates& rates) 
                                 fmt::join(plans, " "));
   }
   ev.least_bytes = o.memory_per_rank;
-  // The slowest stage sets the pipeline's pace; the exchange's exposed part follows the step.
-  const int M = cfg.micro_batch_count();
-  double slowest = 0, dp = 0;
-  for (size_t s = 0; s < stages.size(); ++s) {
-    const Stage& st = stages[s];
-    const ooc::Prediction& p = predictions[s];
-    const double stage_s = std::max(p.step_s, st.state_io_s);
-    if (stage_s >= slowest) {
-      slowest = stage_s;
-      o.comm_s = M * st.comm_per_micro_s;
-      o.compute_s = p.compute_s - o.comm_s;
-      o.stall_s = p.step_s - p.compute_s;
-      o.io_s = stage_s - p.step_s;
-    }
-    const double cover =
-        cfg.optimizer.exchange == parallel::GradExchange::Overlap ? st.backward_micro_s : 0;
-    dp = std::max(dp, std::max(0.0, st.dp_blocks_s - cover) + st.dp_rest_s);
-  }
-  o.bubble_s = slowest * (g.pp - 1) / M;
-  o.dp_s = dp;
-  o.step_s = slowest + o.bubble_s + o.dp_s;
+  o.breakdown = perf::compose(shape, times, predictions, rates);
+  o.step_s = o.breakdown.total();
   o.tokens_per_s = static_cast<double>(cfg.batch) * cfg.model.seq_len / o.step_s;
   ev.option = std::move(o);
   return ev;
@@ -444,22 +182,28 @@ Evaluation evaluate(const TrainConfig& cfg, uint64_t limit, const Rates& rates) 
 
 }  // namespace
 
-GatherTiming gather_timing(const TrainConfig& cfg, const Rates& r) {
-  const parallel::GridShape& g = cfg.grid;
-  const auto [attn_s, mlp_s] = half_block_matmuls(cfg, r);
-  GatherTiming t;
-  t.gather_s = r.link_latency_s + (g.dp - 1.0) / g.dp * static_cast<double>(block_elements(cfg)) *
-                                      sizeof(float) / r.link_bytes_per_s;
-  t.block_forward_s = r.attention.forward * attn_s + r.mlp.forward * mlp_s;
-  t.block_backward_s = 2 * (r.attention.backward * attn_s + r.mlp.backward * mlp_s);
-  return t;
+perf::StepBreakdown predict_step(const TrainConfig& cfg, const Rates& rates) {
+  const perf::StepShape shape = step_shape(cfg);
+  std::vector<perf::StageTimes> times;
+  std::vector<ooc::Prediction> timelines;
+  for (int s = 0; s < cfg.grid.pp; ++s) {
+    const perf::StageTimes& st = times.emplace_back(perf::stage_times(shape, s, rates));
+    if (cfg.memory_budget.empty()) {
+      timelines.push_back(ooc::predict(st.chain, ooc::keep_all(st.chain.units), st.profile));
+      continue;
+    }
+    const uint64_t budget = parse_bytes(cfg.memory_budget),
+                   held = rank_memory(cfg, 0, s).budget_holds;
+    if (held >= budget)
+      user_error("--memory-budget {} leaves stage {}'s activations nothing", cfg.memory_budget, s);
+    timelines.push_back(
+        ooc::plan_step(st.chain, st.profile, budget - held, kPlanEvaluations).best.prediction);
+  }
+  return perf::compose(shape, times, timelines, rates);
 }
 
-int gather_ahead_for(double gather_s, double block_s, int blocks) {
-  const int most = std::max(1, blocks - 1);
-  if (!(block_s > 0)) return most;
-  const double d = std::ceil(gather_s / block_s - 1e-9);
-  return static_cast<int>(std::clamp(d, 1.0, static_cast<double>(most)));
+GatherTiming gather_timing(const TrainConfig& cfg, const Rates& rates) {
+  return perf::gather_timing(step_shape(cfg), rates);
 }
 
 void choose_gather_ahead(TrainConfig& cfg, const Rates& rates) {
@@ -467,12 +211,11 @@ void choose_gather_ahead(TrainConfig& cfg, const Rates& rates) {
   if (cfg.gather_ahead.known()) return;  // given, or decided before (by --grid auto's plan)
   const int fewest = cfg.fewest_stage_blocks();
   const GatherTiming t = gather_timing(cfg, rates);
-  const int d = gather_ahead_for(t.gather_s, t.block_forward_s, fewest);
+  const int d = perf::gather_ahead_for(t.gather_s, t.block_forward_s, fewest);
   const bool capped = d * t.block_forward_s < t.gather_s;
   cfg.gather_ahead.decide(
-      d, fmt::format("gathers {} block{} ahead (--gather-ahead auto: a gather {:.2f} ms, a block's "
-                     "forward {:.2f} ms{})",
-                     d, d == 1 ? "" : "s", t.gather_s * 1e3, t.block_forward_s * 1e3,
+      d, fmt::format("--gather-ahead auto: a gather {:.2f} ms, a block's forward {:.2f} ms{}",
+                     t.gather_s * 1e3, t.block_forward_s * 1e3,
                      capped ? fmt::format("; at most {} with {} block{} a stage", d, fewest,
                                           fewest == 1 ? "" : "s")
                             : ""));
@@ -545,9 +288,13 @@ uint64_t plan_memory_per_rank(const TrainConfig::GridAuto& request, comm::Backen
 // all stop and rank 0 says why. --gather-ahead auto likewise. The rates measured for it are
 // compute's and the link's, not the tiers'.
 TrainConfig resolve(const TrainConfig& asked, comm::Communicator* world) {
-  // Whether rank 0 plans decides which collectives follow: ranks started with different grids
-  // stop here, naming them, rather than wait in unmatched broadcasts.
-  if (world != nullptr) detail::check_ranks_agree_on(*world, asked, {"grid", "grid_auto"});
+  // Whether rank 0 plans, and whether and how the dtypes are decided, decides which collectives
+  // follow: ranks started with different flags there stop here, naming them, rather than wait in
+  // unmatched broadcasts.
+  if (world != nullptr)
+    detail::check_ranks_agree_on(*world, asked,
+                                 {"model", "batch", "optimizer", "grad_dtype", "tp_dtype", "grid",
+                                  "grid_auto", "micro_batches", "executor", "tune"});
   TrainConfig c = asked;
   if (c.grid_auto) {
     const TrainConfig::GridAuto& g = *c.grid_auto;
@@ -572,6 +319,29 @@ TrainConfig resolve(const TrainConfig& asked, comm::Communicator* world) {
   if (c.optimizer.sharding == parallel::Sharding::Weights && c.gather_ahead.is_auto() &&
       !c.gather_ahead.known() && root.is_auto() && root.known())
     c.gather_ahead = root;
+  // --tp-dtype auto, --grad-dtype auto: decided from the autotuner's records of the programs
+  // they change, read (or, with --tune, timed) on the groups those run on, so each group's own
+  // record counts (schedule_choice.h's decide_dtypes); the ranks' Grid is built for it here, on
+  // the MPI world or on the in-process ranks of the thread backend, and the world agrees through
+  // comm::all_true. An MPI world of the wrong size leaves them to train(), which refuses it.
+  if (detail::dtypes_to_decide(c)) {
+    // The BLAS threads a rank will have: the records count them in their keys. (train() sets
+    // them for every run after its memory check, which must come before the BLAS is loaded.)
+    blas::set_num_threads(rank_threads(c, c.grid.size()));
+    if (world != nullptr) {
+      if (world->size() == c.grid.size()) detail::decide_dtypes(*world, c);
+    } else {
+      TANDEM_CHECK(c.backend == comm::Backend::Thread,
+                   "resolve: an MPI run's autos are decided on its world");
+      TrainConfig decided;
+      comm::run_ranks(c.grid.size(), [&](comm::Communicator& ranks) {
+        TrainConfig mine = c;
+        detail::decide_dtypes(ranks, mine);
+        if (ranks.rank() == 0) decided = std::move(mine);  // the same on every rank
+      });
+      c = std::move(decided);
+    }
+  }
   return c;
 }
 
@@ -600,60 +370,6 @@ GridCandidates candidate_grids(const TrainConfig& base, int ranks) {
         c.allowed.push_back(g);
     }
   return c;
-}
-
-Rates measure_rates(const TrainConfig& base, int ranks, std::optional<double> link_gbps,
-                    bool tiers) {
-  check_plan_ranks(ranks);
-  Rates r;
-  const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const int local = base.backend == comm::Backend::Thread ? ranks : comm::launched_local_ranks();
-  const int threads = base.blas_threads > 0 ? base.blas_threads : std::max(1, hw / local);
-  const int saved = blas::num_threads();
-  blas::set_num_threads(threads);
-  const nn::GPTConfig& m = base.model;
-  const int64_t rank_rows = std::max<int64_t>(1, base.batch / ranks);
-  const int rows = static_cast<int>(std::min<int64_t>(kGemmRows, m.seq_len * rank_rows));
-  // Two rounds, the better of each: the first shape measured also pays for the warm-up of the
-  // library and the processor's clock.
-  for (int round = 0; round < 2; ++round)
-    for (int tp : divisors(ranks))
-      if (m.n_heads % tp == 0) {
-        double& rate = r.gemm_flops_per_s[tp];
-        rate = std::max(rate, gemm_rate(m.matmul, rows, m.mlp_width() / tp, m.d_model));
-      }
-  measure_unit_factors(m, rank_rows, r.gemm_flops_per_s.at(1), r);
-  blas::set_num_threads(saved);
-  // The ranks on this machine share its cores: asking for more threads than there are, each
-  // computes at that share of the rate it has alone.
-  const double share =
-      std::min(1.0, static_cast<double>(hw) / (static_cast<double>(local) * threads));
-  for (auto& [tp, rate] : r.gemm_flops_per_s) rate *= share;
-  r.compute_source = fmt::format(
-      "measured: a {} GEMM of the MLP's shape ({} rows) on {} BLAS thread{} a rank{}; a block "
-      "and the head run at tp 1 take attention {:.2f}/{:.2f}, MLP {:.2f}/{:.2f}, head "
-      "{:.2f}/{:.2f} (forward/backward) times their matmuls at that rate",
-      dtype_name(m.matmul), rows, threads, threads == 1 ? "" : "s",
-      share < 1 ? fmt::format(", times {:.2f}: {} ranks x {} threads on {} cores", share, local,
-                              threads, hw)
-                : "",
-      r.attention.forward, r.attention.backward, r.mlp.forward, r.mlp.backward, r.head.forward,
-      r.head.backward);
-  if (link_gbps) {
-    r.link_bytes_per_s = *link_gbps * 1e9 / 8;
-    r.link_latency_s = kStatedLinkLatencyS;
-    r.link_source = fmt::format("stated: --link-gbps {:g}, {:.0f} us a message", *link_gbps,
-                                kStatedLinkLatencyS * 1e6);
-  } else if (ranks > 1) {
-    measure_link(std::min({ranks, kLinkRanks, comm::kMaxThreadRanks}), r);
-  } else {
-    r.link_bytes_per_s = 1e12;
-    r.link_source = "one rank: no link";
-  }
-  if (!tiers) return r;
-  r.swap_tier = tier_rates(base.slow_tier);
-  if (base.model_state) r.state_tier = tier_rates(*base.model_state);
-  return r;
 }
 
 GridPlan plan_grids(const TrainConfig& base, int ranks, uint64_t memory_per_rank,
@@ -763,9 +479,16 @@ std::string grid_plan_report(const GridPlan& plan) {
   if (r.state_tier.read_bytes_per_s > 0)
     out += fmt::format("  model-state tier: write {:.2f} GB/s, read {:.2f} GB/s\n",
                        r.state_tier.write_bytes_per_s / 1e9, r.state_tier.read_bytes_per_s / 1e9);
+  out += fmt::format("  update: {} ({})\n",
+                     r.update_params_per_s > 0
+                         ? fmt::format("{:.0f} M parameters/s", r.update_params_per_s / 1e6)
+                         : "0 s",
+                     r.update_source.empty() ? "not measured" : r.update_source);
+  out += fmt::format("  other work: {:.4f} s a step ({})\n", r.other_s,
+                     r.other_source.empty() ? "not measured" : r.other_source);
   out += fmt::format("\n{:<17}{:<10}{:<14}{:<34}{:>12}{:>10}{:>12}  {}\n", "grid", "sharding",
                      "model state", "activations", "memory/rank", "step", "tokens/s",
-                     "compute + comm + stall + io + bubble + dp (s)  [flags]");
+                     "compute + exchange + io + bubble + update + other (s)  [flags]");
   for (const GridOption& o : plan.options) {
     const std::string acts =
         o.cfg.memory_budget.empty()
@@ -776,8 +499,8 @@ std::string grid_plan_report(const GridPlan& plan) {
         "{:.4f} + {:.4f}  [{}]\n",
         o.cfg.grid.str(), parallel::sharding_name(o.cfg.optimizer.sharding),
         o.cfg.model_state ? "streamed" : "memory", acts, human_bytes(o.memory_per_rank), o.step_s,
-        o.tokens_per_s, o.compute_s, o.comm_s, o.stall_s, o.io_s, o.bubble_s, o.dp_s,
-        flags_of(o.cfg));
+        o.tokens_per_s, o.breakdown.compute, o.breakdown.exposed_exchange, o.breakdown.exposed_io,
+        o.breakdown.bubble, o.breakdown.update, o.breakdown.other, flags_of(o.cfg));
   }
   if (!plan.refused.empty()) {
     out += "\nleft out:\n";
@@ -809,6 +532,61 @@ std::string grid_choice_line(const GridPlan& plan) {
       "{:.4f} s a step",
       flags_of(b.cfg), b.activations, which, plan.options.size(),
       plan.options.size() == 1 ? "" : "s", plan.ranks, human_bytes(plan.memory_per_rank), b.step_s);
+}
+
+// ---------------------------------------------- a run's configuration in the performance model's
+// terms
+
+perf::StepShape step_shape(const TrainConfig& cfg) {
+  perf::StepShape s;
+  s.model = cfg.model;
+  s.grid = cfg.grid;
+  s.batch = cfg.batch;
+  s.micro_batches = cfg.micro_batch_count();
+  s.shard_weights = cfg.optimizer.sharding == parallel::Sharding::Weights;
+  s.overlap_exchange = cfg.optimizer.exchange == parallel::GradExchange::Overlap;
+  // An undecided auto is counted as f32: the plan runs before the dtypes are decided.
+  s.tp_dtype = cfg.tp_dtype.value_or(DType::F32);
+  s.grad_dtype = cfg.grad_dtype.value_or(DType::F32);
+  s.state_streamed = cfg.model_state.has_value();
+  return s;
+}
+
+int local_ranks(const TrainConfig& cfg, int ranks) {
+  return std::max(1, cfg.backend == comm::Backend::Thread ? ranks : comm::launched_local_ranks());
+}
+
+int rank_threads(const TrainConfig& cfg, int ranks) {
+  if (cfg.blas_threads > 0) return cfg.blas_threads;
+  const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return std::max(1, hw / local_ranks(cfg, ranks));
+}
+
+perf::RateRequest rate_request(const TrainConfig& base, int ranks, std::optional<double> link_gbps,
+                               bool tiers) {
+  check_plan_ranks(ranks);
+  perf::RateRequest q;
+  q.model = base.model;
+  q.rank_rows = std::max<int64_t>(1, base.batch / ranks);
+  q.ranks = ranks;
+  q.local_ranks = local_ranks(base, ranks);
+  q.threads = rank_threads(base, ranks);
+  q.link_gbps = link_gbps;
+  q.tiers = tiers;
+  q.swap_tier = base.slow_tier;
+  q.state_tier = base.model_state;
+  return q;
+}
+
+Rates measure_rates(const TrainConfig& base, int ranks, std::optional<double> link_gbps,
+                    bool tiers) {
+  bool cached = false;
+  Rates r = perf::cached_rates(rate_request(base, ranks, link_gbps, tiers), exec::jit_cache_dir(),
+                               &cached);
+  // The report says where they came from: a plan that reads them agrees with the one that
+  // measured them.
+  if (cached) r.compute_source += "; read from the cache (TANDEM_PERF_REMEASURE=1 measures anew)";
+  return r;
 }
 
 }  // namespace tandem::train

@@ -23,10 +23,12 @@
 #include "tandem/ooc/memory_schedule.h"
 #include "tandem/ooc/plan.h"
 #include "tandem/parallel/block_store.h"
+#include "tandem/parallel/context_parallel.h"
 #include "tandem/parallel/model.h"
 #include "tandem/parallel/optimizer.h"
 #include "tandem/parallel/shard.h"
 #include "tandem/parallel/sharded_blocks.h"
+#include "tandem/train/grid_plan.h"
 
 namespace tandem::train {
 namespace {
@@ -47,11 +49,13 @@ struct RankNeed {
   }
 };
 
-// The need of the rank at tensor-parallel rank `tp`, stage `pp` (its data-parallel peers alike).
+// The need of the rank at tensor-parallel rank `tp`, stage `pp` (its data-parallel and
+// context-parallel peers alike: the dp x cp replicas, over which the optimizer slices its state).
 RankNeed rank_need(const TrainConfig& cfg, int tp, int pp) {
   const parallel::GridShape& g = cfg.grid;
   const int M = cfg.micro_batch_count();
   const int micro_rows = static_cast<int>(cfg.batch / g.dp / M);
+  const int R = g.replicas();
   const bool optimizer_in_file =
       cfg.optimizer.state_tier && cfg.optimizer.state_tier->kind == ooc::TierSpec::Kind::File;
   RankNeed n;
@@ -66,7 +70,7 @@ RankNeed rank_need(const TrainConfig& cfg, int tp, int pp) {
   if (cfg.model_state && sharded) {
     // Each rank's slices (weights and moments) live in the tier, staged through the store's
     // slots; in memory too: the gathered blocks and the gradients.
-    const int64_t slice = parallel::ShardedBlocks::slice_floats(block, g.dp);
+    const int64_t slice = parallel::ShardedBlocks::slice_floats(block, R);
     n.parameters = outside_blocks;
     n.staging = parallel::BlockStore::staging_bytes(slice, slice, 1);
     if (const int r = cfg.resident_blocks.value_or(0); r > 0)
@@ -79,7 +83,7 @@ RankNeed rank_need(const TrainConfig& cfg, int tp, int pp) {
     const uint64_t block_bytes = static_cast<uint64_t>(block) * kF32;
     n.parameters = outside_blocks;
     // The moments sliced over the data-parallel ranks (ZeRO-1, the default schedule).
-    const int64_t piece = (block + g.dp - 1) / g.dp;
+    const int64_t piece = (block + R - 1) / R;
     const uint64_t piece_bytes = static_cast<uint64_t>(piece) * kF32;
     n.staging = parallel::BlockStore::staging_bytes(block, piece, M);
     // --resident-blocks N: those blocks' weights and moments too (the planner's choice fits
@@ -93,11 +97,11 @@ RankNeed rank_need(const TrainConfig& cfg, int tp, int pp) {
     // The blocks' state as the sharded model state keeps it; the rest of the shard as usual.
     n.parameters = outside_blocks;
     n.sharded =
-        parallel::ShardedBlocks::state_bytes(block, blocks, g.dp, M, cfg.gather_ahead_blocks());
+        parallel::ShardedBlocks::state_bytes(block, blocks, R, M, cfg.gather_ahead_blocks());
   }
   // In a file tier (--optimizer-state file:DIR) the moments are out of memory but for two
   // staging slots, which are not counted.
-  if (!optimizer_in_file) n.optimizer = 2 * ((n.parameters / kF32 + g.dp - 1) / g.dp) * kF32;
+  if (!optimizer_in_file) n.optimizer = 2 * ((n.parameters / kF32 + R - 1) / R) * kF32;
   // The optimizer programs' own buffers, as measured on their runners: segments of one size
   // share their programs, whose buffers are the reduce-scatter's 1/dp result (the compiled
   // executor), and two whole-segment intermediates on the plan runner and the reference
@@ -107,20 +111,34 @@ RankNeed rank_need(const TrainConfig& cfg, int tp, int pp) {
   for (const parallel::SegmentBounds& s : parallel::optimizer_segments(
            layout, cfg.optimizer, cfg.model_state.has_value() || sharded)) {
     const int64_t len = s.end - s.begin;
-    if (cfg.optimizer.clip_grad_norm) n.exchange += (len + g.dp - 1) / g.dp * kF32;
+    if (cfg.optimizer.clip_grad_norm) n.exchange += (len + R - 1) / R * kF32;
     if (std::find(sizes.begin(), sizes.end(), len) != sizes.end()) continue;
     sizes.push_back(len);
     const uint64_t l = static_cast<uint64_t>(len);
-    n.exchange += (l + g.dp - 1) / g.dp * kF32;
+    n.exchange += (l + R - 1) / R * kF32;
     if (cfg.executor != exec::RunnerKind::Compiled) n.exchange += 2 * l * kF32;
     // An undecided auto: maybe bf16's.
     if (const DType d = cfg.grad_dtype.value_or(DType::BF16); d != DType::F32)
       n.exchange += l * dtype_size(d);
     n.largest_piece = std::max(n.largest_piece, l);
   }
+  // With context parallelism a rank runs seq_len / cp tokens of each row, and its attention
+  // holds the whole sequence's keys and values for the exchanges (one set for every layer).
+  const int tokens = cfg.model.seq_len / g.cp;
   const nn::ChainLayout chain = parallel::ParallelGPT::chain_layout(
-      cfg.model, g, parallel::GridCoord{0, tp, pp}, micro_rows, cfg.model.seq_len, M);
+      cfg.model, g, parallel::GridCoord{0, tp, pp}, micro_rows, tokens, M);
   n.activations = ooc::MemorySchedule(chain, ooc::keep_all(chain.units)).peak_bytes();
+  if (g.cp > 1) {
+    const parallel::ContextSplit split(cfg.model.seq_len, g.cp, 0);
+    const int kv_heads = cfg.model.n_kv_heads() / g.tp, head = cfg.model.head_size();
+    n.activations +=
+        parallel::ContextParallelAttention::buffer_bytes(split, micro_rows, kv_heads, head);
+    // The plan runner keeps two whole-sequence intermediates of the exchanges (as measured;
+    // counted for the interpreter too); the compiled executor's work in the attention's buffers.
+    if (cfg.executor != exec::RunnerKind::Compiled)
+      n.activations +=
+          2 * static_cast<uint64_t>(micro_rows) * cfg.model.seq_len * 2 * kv_heads * head * kF32;
+  }
   return n;
 }
 
@@ -191,7 +209,7 @@ MemoryEstimate estimate_memory(const TrainConfig& cfg) {
   };
   if (cfg.backend == comm::Backend::Thread) {
     e.ranks = g.size();
-    for (const auto& [where, n] : needs) add(n, static_cast<uint64_t>(g.dp));
+    for (const auto& [where, n] : needs) add(n, static_cast<uint64_t>(g.replicas()));
   } else {
     e.ranks = comm::launched_local_ranks();
     const auto largest =
@@ -244,13 +262,7 @@ void check_address_space(const TrainConfig& cfg, const MemoryEstimate& e) {
 
 }  // namespace
 
-int blas_threads_for(const TrainConfig& cfg) {
-  if (cfg.blas_threads > 0) return cfg.blas_threads;
-  const int local =
-      cfg.backend == comm::Backend::Thread ? cfg.grid.size() : comm::launched_local_ranks();
-  const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  return std::max(1, hw / std::max(1, local));
-}
+int blas_threads_for(const TrainConfig& cfg) { return rank_threads(cfg, cfg.grid.size()); }
 
 void check_memory(const TrainConfig& cfg) {
   const MemoryEstimate e = estimate_memory(cfg);

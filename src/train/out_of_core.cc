@@ -70,7 +70,7 @@ OutOfCore::OutOfCore(const TrainConfig& cfg, const parallel::Grid& grid, int mic
                         // Profiles measured by another build timed other kernels.
                         {"build", tune::build_id()}};
   key_ = key.dump();
-  writer_ = grid.coord().dp == 0 && grid.coord().tp == 0;
+  writer_ = grid.replica() == 0 && grid.coord().tp == 0;
   // Sizes alone decide whether anything fits; times only rank the plans that do.
   profile_ = ooc::uniform_profile(chain_.units, 1.0, 2.0, 1e9, 1e9);
   if (!cfg.ooc_plan.empty()) {

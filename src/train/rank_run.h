@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <ostream>
@@ -21,11 +22,11 @@
 #include "tandem/io/metrics.h"
 #include "tandem/io/progress.h"
 #include "tandem/io/trace.h"
-#include "tandem/ooc/streamed_state.h"
 #include "tandem/ooc/transfer_engine.h"
 #include "tandem/parallel/model.h"
 #include "tandem/parallel/model_state.h"
 #include "tandem/parallel/optimizer.h"
+#include "tandem/perf/streamed_state.h"
 #include "tandem/train/trainer.h"
 
 namespace tandem::train::detail {
@@ -70,13 +71,16 @@ class RankRun {
   void choose_resident_blocks();
   // With --model-state and --memory-budget: a step's forward and backward, and the model state's
   // I/O a step (the activations' swaps included where they share its tier), as the performance
-  // model predicts them.
+  // model (perf/streamed_state.h) predicts them; the store's own I/O with r resident blocks.
   double streamed_step_s() const {
-    return ooc::streamed_step_s(ooc_->predicted_step_s(), state_io_s());
+    return perf::streamed_step_s(ooc_->predicted_step_s(), state_io_s());
   }
   double state_io_s() const {
-    return ooc::state_io_s(store()->predicted_step_io_s(), ooc_->predicted_swapped_bytes(),
-                           store()->bandwidth(), swaps_share_the_state_tier());
+    return perf::state_io_s(store_io_s(store()->resident()), ooc_->predicted_swapped_bytes(),
+                            store()->bandwidth(), swaps_share_the_state_tier());
+  }
+  double store_io_s(int r) const {
+    return perf::store_io_s(store()->predicted_step_traffic(r), store()->bandwidth());
   }
   // --model-state: the blocks' store (opened when the optimizer placed the moments), else null.
   parallel::BlockStore* store() const { return state_.store(); }
@@ -110,6 +114,10 @@ class RankRun {
   // The end of the run.
   void finish(TrainResult& result);
   void print_summary(const TrainResult& result, int64_t steps_run);
+  // The end's lines of the step's breakdown: measured (this rank's phases, the mean over the
+  // steps after the first) beside predicted (perf's model at the rates cached for this run's
+  // shape, when `tandem plan` or --grid auto measured them; nothing is measured here).
+  std::string breakdown_lines() const;
   // Phases and trace spans.
   void on_event(parallel::Phase phase, std::string_view name, Clock::time_point b,
                 Clock::time_point e, double self_s);
@@ -144,8 +152,15 @@ class RankRun {
   parallel::DataParallelOptimizer opt_;
   parallel::BlockStore::Traffic steps_traffic_;  // what the store moved over the steps
   std::ostream& out_;
-  io::PhaseTimer phases_;                       // this step's, on the lead rank
-  std::atomic<bool> profiling_{false};          // the out-of-core profile's steps are not reported
+  io::PhaseTimer phases_;  // this step's, on the lead rank
+  // The phases summed over the steps reported after the first (the first pays for warm-ups), and
+  // those steps' seconds: the measured side of the end's breakdown.
+  std::map<std::string, double> phase_totals_;
+  double measured_steps_s_ = 0;
+  int64_t steps_reported_ = 0, steps_measured_ = 0;
+  std::atomic<bool> profiling_{false};  // the out-of-core profile's steps are not reported
+  // The validation's forwards: traced, and counted as "eval", not as the step's compute.
+  std::atomic<bool> validating_{false};
   std::unique_ptr<io::MetricsWriter> metrics_;  // lead rank only
   std::unique_ptr<io::Progress> progress_;      // lead rank only
   // For the message of a divergence: the last step with a finite loss, and the newest good

@@ -1,23 +1,28 @@
 // What `tandem train` prints and writes about a run: the start-up lines (the model, the grid,
-// the precision, the programs and their schedules, memory, the model state's placement), each
+// the precision, the programs and their schedules, the other settings and the autos' decisions
+// as the settings table gives them, memory, the model state's placement), each
 // step's report (metrics and progress), the end's summary, the messages of a run that stops, and
 // tandem plan's report; and the MPI processes' traces gathered into one.
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <csignal>
 #include <iostream>
 #include <string>
 
 #include "rank_run.h"
+#include "settings.h"
 #include "tandem/comm/agree.h"
 #include "tandem/comm/mpi.h"
 #include "tandem/core/bf16.h"
 #include "tandem/core/bytes.h"
 #include "tandem/core/gemm.h"
+#include "tandem/exec/jit.h"
 #include "tandem/io/atomic_file.h"
 #include "tandem/io/console.h"
 #include "tandem/parallel/sharded_blocks.h"
+#include "tandem/train/grid_plan.h"
 #include "tandem/train/memory_estimate.h"
 
 namespace tandem::train::detail {
@@ -56,13 +61,16 @@ void RankRun::print_header(int64_t first_step) {
   const nn::GPTConfig& c = cfg_.model;
   out_ << fmt::format(
       "tandem train: {} {} layers x d_model {} ({} heads{}{}, {:.2f}M parameters) on {}, "
-      "{} x {} tokens a step, {} ranks ({}, {} backend){}\n",
+      "{} x {} tokens a step{}, {} ranks ({}, {} backend){}\n",
       c.llama() ? "Llama" : "GPT", c.n_layers, c.d_model, c.n_heads,
       c.llama() ? fmt::format(", {} key/value heads, MLP {}", c.n_kv_heads(), c.mlp_width()) : "",
       c.attention == nn::AttentionKernel::Unfused ? ", unfused attention" : "",
       static_cast<double>(nn::gpt_num_parameters(c)) / 1e6,
       corpus_->source == "synthetic" ? "the synthetic corpus" : corpus_->source, cfg_.batch,
-      c.seq_len, cfg_.grid.size(), cfg_.grid.str(), comm::backend_name(cfg_.backend),
+      c.seq_len,
+      c.max_positions > c.seq_len ? fmt::format(" (the model's positions {})", c.max_positions)
+                                  : "",
+      cfg_.grid.size(), cfg_.grid.str(), comm::backend_name(cfg_.backend),
       resumed() ? fmt::format(", resuming at step {} from {}", first_step, resume_->folder)
       : resume_ ? fmt::format(", starting from the Hugging Face folder {}", resume_->folder)
                 : "");
@@ -105,14 +113,9 @@ void RankRun::print_header(int64_t first_step) {
                   ? (cfg_.tune ? "; schedules autotuned" : "; schedules from the autotuner's cache")
                   : "; schedules by preference (no autotuner record: --tune makes one)";
   out_ << programs << "\n";
-  // A dtype other than f32, or an auto's decision, with its reason.
-  auto dtype_line = [this](const char* what, const Auto<DType>& d) {
-    if (d.value() != DType::F32 || !d.reason().empty())
-      out_ << fmt::format("  {} in {}{}\n", what, dtype_name(d.value()),
-                          d.reason().empty() ? "" : fmt::format(" ({})", d.reason()));
-  };
-  dtype_line("gradients exchanged", cfg_.grad_dtype);
-  if (cfg_.grid.tp > 1) dtype_line("tensor-parallel exchanges", cfg_.tp_dtype);
+  // The rest of the settings, from the settings table: those the user changed, and each auto's
+  // decision with its reason (settings.h's startup_lines).
+  out_ << startup_lines(cfg_, *corpus_);
   out_ << memory_line(cfg_);
   if (ooc_) out_ << ooc_->plan_line();
   out_.flush();
@@ -134,8 +137,8 @@ std::string RankRun::memory_lines() {
                            Tensor::view_of(all.data(), DType::F32, Shape{kFields * n}));
   auto line = [&](int r) {
     const float* f = all.data() + static_cast<ptrdiff_t>(kFields * r);
-    const std::string share = opt_.state_sliced() && cfg_.grid.dp > 1
-                                  ? fmt::format(", 1/{} of the model's", cfg_.grid.dp)
+    const std::string share = opt_.state_sliced() && cfg_.grid.replicas() > 1
+                                  ? fmt::format(", 1/{} of the model's", cfg_.grid.replicas())
                                   : "";
     const std::string state =
         state_.moment_tier_description().empty()
@@ -173,10 +176,11 @@ std::string RankRun::memory_lines() {
 // --shard weights: how far ahead the blocks' weights are gathered, and why.
 std::string RankRun::gather_ahead_text() const {
   const Auto<int>& d = cfg_.gather_ahead;
-  if (d.is_auto() && d.known()) return d.reason();
   const int n = state_.options().gather_ahead;
   return fmt::format("gathers {} block{} ahead{}", n, n == 1 ? "" : "s",
-                     d.is_auto() ? "" : fmt::format(" (--gather-ahead {})", n));
+                     !d.is_auto() ? fmt::format(" (--gather-ahead {})", n)
+                     : d.known()  ? fmt::format(" ({})", d.reason())
+                                  : "");
 }
 
 // With --model-state: where the blocks' state lives and what a step moves (else "").
@@ -189,7 +193,7 @@ std::string RankRun::model_state_line() const {
         "h.{}..h.{} keep 1/{} of their weights and optimizer state on each rank, each block's "
         "weights gathered into {} slots before its forward and backward (gather_weights{}), {}; "
         "its gradients {} until its update: {} a rank; the embeddings and ln_f whole ({})",
-        cfg_.grid.dp, l.first_layer(), l.end_layer() - 1, cfg_.grid.dp,
+        cfg_.grid.replicas(), l.first_layer(), l.end_layer() - 1, cfg_.grid.replicas(),
         parallel::ShardedBlocks::gather_slots(state_.options().gather_ahead),
         state_.gather_chunk_bytes() != 0
             ? fmt::format(" at {}-byte chunks", state_.gather_chunk_bytes())
@@ -225,7 +229,7 @@ std::string RankRun::model_state_line() const {
              store()->first_layer(), store()->end_layer() - 1, store()->describe(),
              human_bytes(store()->tier_bytes()), human_bytes(store()->staging_bytes()),
              resident_note, human_bytes(p.read_bytes), human_bytes(p.written_bytes),
-             store()->predicted_step_io_s(), bw.read_bytes_per_s / 1e9, bw.write_bytes_per_s / 1e9,
+             store_io_s(store()->resident()), bw.read_bytes_per_s / 1e9, bw.write_bytes_per_s / 1e9,
              human_bytes(2 * state_.resident_bytes() + state_.moment_bytes()),
              ooc_ ? " of --memory-budget" : "");
 }
@@ -237,6 +241,11 @@ std::string RankRun::report_step(int64_t step, double loss, std::optional<double
                                  double step_s) {
   if (!lead_) return {};
   const double tps = tokens_per_step() / step_s;
+  if (steps_reported_++ > 0 && std::isfinite(loss)) {
+    for (const auto& [phase, s] : phases_.phases()) phase_totals_[phase] += s;
+    measured_steps_s_ += step_s;
+    ++steps_measured_;
+  }
   if (metrics_) {
     io::StepMetrics sm;
     sm.step = step + 1;
@@ -322,6 +331,7 @@ void RankRun::print_summary(const TrainResult& result, int64_t ran) {
         ran, result.seconds, result.seconds / static_cast<double>(ran), result.tokens_per_s,
         result.losses.front(), result.losses.back(), val);
   }
+  if (ran > 0) out_ << breakdown_lines();
   if (ooc_ && ran > 0) out_ << ooc_->summary_line();
   if (store() && ran > 0) {
     const parallel::BlockStore::Traffic t = steps_traffic_, p = store()->predicted_step_traffic();
@@ -353,6 +363,57 @@ void RankRun::print_summary(const TrainResult& result, int64_t ran) {
     out_ << fmt::format("tandem train: checkpoint at step {} in {}\n", last_checkpoint_.step,
                         last_checkpoint_.folder);
   out_.flush();
+}
+
+std::string RankRun::breakdown_lines() const {
+  if (!lead_ || steps_measured_ == 0) return "";
+  const double n = static_cast<double>(steps_measured_);
+  auto mean = [&](const char* phase) {
+    const auto it = phase_totals_.find(phase);
+    return it == phase_totals_.end() ? 0.0 : it->second / n;
+  };
+  // What the phases can tell apart: compute (the model's forward and backward spans, swap stalls
+  // inside them), the model's communication programs (tp epilogues, hand-offs and the waits for
+  // them: a pipeline's bubble is among them), the wait for the data-parallel exchange and update
+  // after the backward, and the rest of the step (the batch drawn, the loss, the rest).
+  const double step = measured_steps_s_ / n, compute = mean("forward") + mean("backward");
+  const double comm = mean("comm"), wait = mean("optimizer wait");
+  std::string out = fmt::format(
+      "tandem train: step breakdown measured (rank 0, mean of {} step{} after the first): "
+      "compute {:.4f} + exchange {:.4f} (tp, hand-offs, gathers; pipeline waits and bubble "
+      "included) + exchange and update after the backward {:.4f} + other {:.4f} = {:.4f} s; "
+      "swap stalls not told apart from compute\n",
+      steps_measured_, steps_measured_ == 1 ? "" : "s", compute, comm, wait,
+      step - compute - comm - wait, step);
+  if (cfg_.grid.cp > 1)
+    return out +
+           "tandem train: step breakdown predicted: none (the performance model does not count "
+           "context parallelism yet)\n";
+  const std::optional<double> link =
+      cfg_.grid_auto ? cfg_.grid_auto->link_gbps : std::optional<double>();
+  const perf::RateRequest q = rate_request(cfg_, cfg_.grid.size(), link);
+  std::optional<perf::Rates> rates;
+  try {  // a cache folder that is not there or not private: no prediction, said below
+    rates = perf::load_cached_rates(exec::jit_cache_dir(), q.key());
+  } catch (const UserError&) {
+  }
+  if (!rates)
+    return out + fmt::format(
+                     "tandem train: step breakdown predicted: no rates cached for this shape "
+                     "(`tandem plan --ranks {}` with the same flags measures them)\n",
+                     cfg_.grid.size());
+  try {
+    const perf::StepBreakdown b = predict_step(cfg_, *rates);
+    out += fmt::format(
+        "tandem train: step breakdown predicted: compute {:.4f} + exchange {:.4f} + io {:.4f} + "
+        "bubble {:.4f} + update {:.4f} + other {:.4f} = {:.4f} s ({:+.1f}% of the measured "
+        "step)\n",
+        b.compute, b.exposed_exchange, b.exposed_io, b.bubble, b.update, b.other, b.total(),
+        step > 0 ? (b.total() / step - 1) * 100 : 0.0);
+  } catch (const UserError& e) {
+    out += fmt::format("tandem train: step breakdown predicted: none ({})\n", e.what());
+  }
+  return out;
 }
 
 // tandem plan: the activations' plan, the model state's, and the largest model that fits.

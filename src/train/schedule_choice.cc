@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <memory>
 
+#include "rank_batches.h"
 #include "tandem/comm/agree.h"
 #include "tandem/comm/communicator.h"
 #include "tandem/core/error.h"
@@ -89,68 +90,150 @@ parallel::SchedulePreferences prefer(const Tuned& tuned, parallel::SchedulePrefe
   return rest;
 }
 
+// The sizes and programs whose records the choices below read, written once for the decision of
+// the dtypes' autos (resolve's step) and for the schedules (the rank's set-up), so that both ask
+// the tuning cache the same keys.
+
+// A micro-batch's tokens on a rank: `rows` rows of seq_len / cp (with context parallelism, a
+// rank's part of each sequence).
+int64_t rank_tokens(const TrainConfig& c, int rows) {
+  return static_cast<int64_t>(rows) * (c.model.seq_len / c.grid.cp);
+}
+
+// The Megatron epilogue's and the pipeline link's sizes: micro-batches of `rows` rows.
+dsl::SymbolMap block_sizes(const TrainConfig& c, int rows) {
+  const int64_t N = rank_tokens(c, rows);
+  return {{"B", N}, {"K", c.model.mlp_width()}, {"H", c.model.d_model}};
+}
+
+// The epilogue's record, (rows x seq_len, d_model) with the tensor-parallel exchanges in `wire`.
+Tuned tuned_epilogue(const TrainConfig& c, comm::Communicator& tp, int rows, DType wire) {
+  return tuned_schedule(dsl::workloads::megatron_layer(DType::F32, c.model.dropout, wire,
+                                                       parallel::epilogue_bias(c.model)),
+                        tp, block_sizes(c, rows), c.tune, c.executor);
+}
+
+// The backward's sum of input gradients over the tensor-parallel group, in `wire`.
+Tuned tuned_tp_sum(const TrainConfig& c, comm::Communicator& tp, int rows, DType wire) {
+  const int64_t n = rank_tokens(c, rows) * c.model.d_model;
+  return tuned_schedule(dsl::workloads::sum_in_place(wire), tp, {{"N", n}}, c.tune, c.executor);
+}
+
+// The optimizer program's record with `grad_dtype` gradients over the data-parallel group, for
+// the rank's shard `layout`; with dp > 1 among the schedules that keep the state sliced.
+Tuned tuned_optimizer(const TrainConfig& c, comm::Communicator& dp,
+                      const parallel::ShardLayout& layout, DType grad_dtype) {
+  parallel::OptimizerConfig o = c.optimizer;
+  o.grad_dtype = grad_dtype;
+  const dsl::Program program = parallel::optimizer_program(o);
+  std::vector<std::string> only;
+  if (c.grid.replicas() > 1)  // the dp x cp replicas exchange
+    for (const schedule::NamedSchedule& s : schedule::enumerate_schedules(program))
+      if (!s.recipe.slice.empty()) only.push_back(s.name);
+  return tuned_schedule(program, dp, {{"N", layout.size()}}, c.tune, c.executor, only);
+}
+
+parallel::ShardLayout rank_layout(const TrainConfig& c, const parallel::Grid& grid) {
+  return parallel::ShardLayout(c.model, c.grid, grid.coord().tp, grid.coord().pp);
+}
+
+// --tp-dtype auto: bf16 only where every tensor-parallel group's records time the epilogue and
+// the input-gradient sum together faster with it (the groups of other pipeline stages run the
+// same sizes, but time on their own ranks); f32 without all four records, and in fp32.
+void decide_tp_dtype(TrainConfig& c, const parallel::Grid& grid, int rows) {
+  Auto<DType>& wire = c.tp_dtype;
+  if (c.model.matmul != DType::BF16) {
+    wire.decide(DType::F32, "--tp-dtype auto: fp32 precision has no bf16 products to carry");
+    return;
+  }
+  const Tuned e32 = tuned_epilogue(c, grid.tp(), rows, DType::F32);
+  const Tuned s32 = tuned_tp_sum(c, grid.tp(), rows, DType::F32);
+  const Tuned e16 = tuned_epilogue(c, grid.tp(), rows, DType::BF16);
+  const Tuned s16 = tuned_tp_sum(c, grid.tp(), rows, DType::BF16);
+  const bool all = !e32.schedule.empty() && !s32.schedule.empty() && !e16.schedule.empty() &&
+                   !s16.schedule.empty();
+  const double f32_s = e32.seconds + s32.seconds, bf16_s = e16.seconds + s16.seconds;
+  const bool use_bf16 = comm::all_true(grid.world(), all && bf16_s < f32_s);
+  wire.decide(
+      use_bf16 ? DType::BF16 : DType::F32,
+      !all ? "--tp-dtype auto without the autotuner's records of the epilogue and the "
+             "input-gradient sum with both (--tune makes them)"
+           : fmt::format(
+                 "--tp-dtype auto: megatron_layer and sum_in_place {:.3f} ms "
+                 "with bf16, {:.3f} ms with f32{}",
+                 bf16_s * 1e3, f32_s * 1e3,
+                 use_bf16 || bf16_s >= f32_s ? "" : ", but not on every tensor-parallel group"));
+}
+
+// --grad-dtype auto: bf16 only where every data-parallel group's records prefer it (the groups
+// of other tp and pp positions hold other sizes); f32 without both records, and for LAMB.
+void decide_grad_dtype(TrainConfig& c, const parallel::Grid& grid) {
+  Auto<DType>& grad = c.grad_dtype;
+  if (c.optimizer.kind != parallel::OptimizerKind::AdamW) {
+    grad.decide(DType::F32, "--grad-dtype auto: the autotuner does not time lamb_bucket");
+    return;
+  }
+  const parallel::ShardLayout layout = rank_layout(c, grid);
+  const Tuned f32 = tuned_optimizer(c, grid.dp(), layout, DType::F32);
+  const Tuned bf16 = tuned_optimizer(c, grid.dp(), layout, DType::BF16);
+  const bool both = !f32.schedule.empty() && !bf16.schedule.empty();
+  const bool use_bf16 = comm::all_true(grid.world(), both && bf16.seconds < f32.seconds);
+  grad.decide(use_bf16 ? DType::BF16 : DType::F32,
+              !both ? "--grad-dtype auto without the autotuner's records of both (--tune makes "
+                      "them)"
+                    : fmt::format("--grad-dtype auto: the optimizer program {:.3f} ms with bf16 "
+                                  "gradients, {:.3f} ms with f32{}",
+                                  bf16.seconds * 1e3, f32.seconds * 1e3,
+                                  use_bf16 || bf16.seconds >= f32.seconds
+                                      ? ""
+                                      : ", but not on every data-parallel group"));
+}
+
+// A dtype the set-up reads: given, or decided by resolve (decide_dtypes).
+DType decided(const Auto<DType>& d, std::string_view flag) {
+  TANDEM_CHECK(d.known(), "{} auto reached a rank's set-up undecided: train::resolve decides it",
+               flag);
+  return d.value();
+}
+
 }  // namespace
+
+bool dtypes_to_decide(const TrainConfig& c) {
+  const bool tp = c.grid.tp > 1 && c.tp_dtype.is_auto() && !c.tp_dtype.known();
+  return tp || (c.grad_dtype.is_auto() && !c.grad_dtype.known());
+}
+
+void decide_dtypes(comm::Communicator& world, TrainConfig& c) {
+  if (!dtypes_to_decide(c)) return;
+  const parallel::Grid grid(world, c.grid);
+  // The order every rank keeps: the tensor-parallel wire, then the gradients.
+  if (c.grid.tp > 1 && c.tp_dtype.is_auto() && !c.tp_dtype.known())
+    decide_tp_dtype(c, grid, RankBatches(c, grid).micro_rows());
+  if (c.grad_dtype.is_auto() && !c.grad_dtype.known()) decide_grad_dtype(c, grid);
+}
 
 parallel::ProgramOptions ScheduleChoice::model_programs(int rows) {
   parallel::ProgramOptions o;
   o.executor = executor_;
-  const int64_t N = static_cast<int64_t>(rows) * cfg_.model.seq_len, C = cfg_.model.d_model;
-  const dsl::SymbolMap sizes = {{"B", N}, {"K", cfg_.model.mlp_width()}, {"H", C}};
   const double p = cfg_.model.dropout;
   const dsl::workloads::Bias bias = parallel::epilogue_bias(cfg_.model);
   const bool tp = cfg_.grid.tp > 1;
-  bool shard = tp || (cfg_.grid.pp > 1 && !grid_.last_stage());
-  // The epilogue and the backward's sum of input gradients, (rows x seq_len, d_model), with the
-  // tensor-parallel exchanges in `wire`.
-  auto epilogue = [&](DType wire) {
-    return tuned_schedule(dsl::workloads::megatron_layer(DType::F32, p, wire, bias), grid_.tp(),
-                          sizes, cfg_.tune, executor_);
-  };
-  auto tp_sum = [&](DType wire) {
-    return tuned_schedule(dsl::workloads::sum_in_place(wire), grid_.tp(), {{"N", N * C}}, cfg_.tune,
-                          executor_);
-  };
-  Tuned epilogue_w, sum_w;  // the chosen wire's
-  Auto<DType>& wire = cfg_.tp_dtype;
-  if (tp && wire.is_auto() && !wire.known() && cfg_.model.matmul == DType::BF16) {
-    // Both wires' records, then one choice for the whole run: bf16 only where every
-    // tensor-parallel group's records time the epilogue and the sum together faster with it (the
-    // groups of other pipeline stages run the same sizes, but time on their own ranks).
-    const Tuned e32 = epilogue(DType::F32), s32 = tp_sum(DType::F32);
-    const Tuned e16 = epilogue(DType::BF16), s16 = tp_sum(DType::BF16);
-    const bool all = !e32.schedule.empty() && !s32.schedule.empty() && !e16.schedule.empty() &&
-                     !s16.schedule.empty();
-    const double f32_s = e32.seconds + s32.seconds, bf16_s = e16.seconds + s16.seconds;
-    const bool use_bf16 = comm::all_true(grid_.world(), all && bf16_s < f32_s);
-    wire.decide(
-        use_bf16 ? DType::BF16 : DType::F32,
-        !all ? "--tp-dtype auto without the autotuner's records of the epilogue and the "
-               "input-gradient sum with both (--tune makes them)"
-             : fmt::format(
-                   "--tp-dtype auto: megatron_layer and sum_in_place {:.3f} ms "
-                   "with bf16, {:.3f} ms with f32{}",
-                   bf16_s * 1e3, f32_s * 1e3,
-                   use_bf16 || bf16_s >= f32_s ? "" : ", but not on every tensor-parallel group"));
-    o.tp_dtype = wire.value();
-    epilogue_w = use_bf16 ? e16 : e32;
-    sum_w = use_bf16 ? s16 : s32;
-  } else {
-    if (tp && wire.is_auto() && !wire.known())
-      wire.decide(DType::F32, "--tp-dtype auto: fp32 precision has no bf16 products to carry");
-    if (tp) o.tp_dtype = wire.value();
-    if (shard) epilogue_w = epilogue(o.tp_dtype);
-    if (tp) sum_w = tp_sum(o.tp_dtype);
-  }
+  // As ParallelGPT runs the epilogue program: tensor-parallel, a stage boundary, or cp.
+  bool shard = tp || (cfg_.grid.pp > 1 && !grid_.last_stage()) || cfg_.grid.cp > 1;
+  if (tp) o.tp_dtype = decided(cfg_.tp_dtype, "--tp-dtype");
   if (shard) {
-    from_autotuner_ |= !epilogue_w.schedule.empty();
-    o.epilogue_schedules = prefer(epilogue_w, o.epilogue_schedules);
+    const Tuned w = tuned_epilogue(cfg_, grid_.tp(), rows, o.tp_dtype);
+    from_autotuner_ |= !w.schedule.empty();
+    o.epilogue_schedules = prefer(w, o.epilogue_schedules);
   }
   if (tp) {
-    from_autotuner_ |= !sum_w.schedule.empty();
-    o.tp_sum_schedules = prefer(sum_w, o.tp_sum_schedules);
+    const Tuned w = tuned_tp_sum(cfg_, grid_.tp(), rows, o.tp_dtype);
+    from_autotuner_ |= !w.schedule.empty();
+    o.tp_sum_schedules = prefer(w, o.tp_sum_schedules);
   }
   // The pipeline program runs on each link, chosen on the link so that both ends agree: the
   // link from the previous stage first, as ParallelGPT sets them up.
+  const dsl::SymbolMap sizes = block_sizes(cfg_, rows);
   if (grid_.from_prev() != nullptr) {
     const Tuned w = tuned_schedule(dsl::workloads::pipeline_stage(DType::F32, p, o.tp_dtype, bias),
                                    *grid_.from_prev(), sizes, cfg_.tune, executor_);
@@ -164,7 +247,7 @@ parallel::ProgramOptions ScheduleChoice::model_programs(int rows) {
     o.pipeline_schedules = prefer(w, o.pipeline_schedules);
   }
   if (grid_.tied() != nullptr && cfg_.model.tie_embeddings) {  // first and last stage, after links
-    const parallel::ShardLayout layout(cfg_.model, cfg_.grid, grid_.coord().tp, grid_.coord().pp);
+    const parallel::ShardLayout layout = rank_layout(cfg_, grid_);
     const int64_t wte =
         (grid_.first_stage() ? layout.tensors().front() : layout.tensors().back()).numel();
     const Tuned w = tuned_schedule(dsl::workloads::sum_in_place(), *grid_.tied(), {{"N", wte}},
@@ -172,12 +255,26 @@ parallel::ProgramOptions ScheduleChoice::model_programs(int rows) {
     from_autotuner_ |= !w.schedule.empty();
     o.tied_sum_schedules = prefer(w, o.tied_sum_schedules);
   }
+  if (cfg_.grid.cp > 1) {  // context parallelism's two exchanges, on the cp group
+    o.context_group = &grid_.cp();
+    // Each is over the whole sequence's keys and values of this rank's key/value heads.
+    const dsl::SymbolMap kv = {{"N", static_cast<int64_t>(rows) * cfg_.model.seq_len * 2 *
+                                         (cfg_.model.n_kv_heads() / cfg_.grid.tp) *
+                                         cfg_.model.head_size()}};
+    const Tuned g =
+        tuned_schedule(dsl::workloads::kv_gather(), grid_.cp(), kv, cfg_.tune, executor_);
+    const Tuned r =
+        tuned_schedule(dsl::workloads::kv_grad_reduce(), grid_.cp(), kv, cfg_.tune, executor_);
+    from_autotuner_ |= !g.schedule.empty() || !r.schedule.empty();
+    o.context_schedules.gather = prefer(g, o.context_schedules.gather);
+    o.context_schedules.reduce = prefer(r, o.context_schedules.reduce);
+  }
   return o;
 }
 
 parallel::SchedulePreferences ScheduleChoice::gather_schedules() {
   if (cfg_.optimizer.sharding != parallel::Sharding::Weights) return {};
-  const parallel::ShardLayout layout(cfg_.model, cfg_.grid, grid_.coord().tp, grid_.coord().pp);
+  const parallel::ShardLayout layout = rank_layout(cfg_, grid_);
   const Tuned w = tuned_schedule(dsl::workloads::gather_weights(), grid_.dp(),
                                  {{"N", layout.block_floats()}}, cfg_.tune, executor_);
   from_autotuner_ |= !w.schedule.empty();
@@ -186,48 +283,10 @@ parallel::SchedulePreferences ScheduleChoice::gather_schedules() {
 
 OptimizerChoice ScheduleChoice::optimizer() {
   OptimizerChoice choice{cfg_.optimizer, {parallel::optimizer_schedule_preferences()}};
-  Auto<DType>& grad = cfg_.grad_dtype;
-  const bool decide = grad.is_auto() && !grad.known();
-  if (cfg_.optimizer.kind != parallel::OptimizerKind::AdamW) {
-    if (decide)
-      grad.decide(DType::F32, "--grad-dtype auto: the autotuner does not time lamb_bucket");
-    choice.config.grad_dtype = grad.value();
-    return choice;
-  }
-  const parallel::ShardLayout layout(cfg_.model, cfg_.grid, grid_.coord().tp, grid_.coord().pp);
-  auto tuned = [&](DType grad_dtype) {
-    parallel::OptimizerConfig o = cfg_.optimizer;
-    o.grad_dtype = grad_dtype;
-    const dsl::Program program = parallel::optimizer_program(o);
-    std::vector<std::string> only;
-    if (cfg_.grid.dp > 1)
-      for (const schedule::NamedSchedule& s : schedule::enumerate_schedules(program))
-        if (!s.recipe.slice.empty()) only.push_back(s.name);
-    return tuned_schedule(program, grid_.dp(), {{"N", layout.size()}}, cfg_.tune, executor_, only);
-  };
-  if (!decide) {
-    choice.config.grad_dtype = grad.value();
-    const Tuned w = tuned(grad.value());
-    from_autotuner_ |= !w.schedule.empty();
-    choice.schedules = prefer(w, choice.schedules);
-    return choice;
-  }
-  // Both dtypes' records, then one choice for the whole run: bf16 only where every data-parallel
-  // group's records prefer it (the groups of other tp and pp positions hold other sizes).
-  const Tuned f32 = tuned(DType::F32), bf16 = tuned(DType::BF16);
-  const bool both = !f32.schedule.empty() && !bf16.schedule.empty();
-  const bool use_bf16 = comm::all_true(grid_.world(), both && bf16.seconds < f32.seconds);
-  grad.decide(use_bf16 ? DType::BF16 : DType::F32,
-              !both ? "--grad-dtype auto without the autotuner's records of both (--tune makes "
-                      "them)"
-                    : fmt::format("--grad-dtype auto: the optimizer program {:.3f} ms with bf16 "
-                                  "gradients, {:.3f} ms with f32{}",
-                                  bf16.seconds * 1e3, f32.seconds * 1e3,
-                                  use_bf16 || bf16.seconds >= f32.seconds
-                                      ? ""
-                                      : ", but not on every data-parallel group"));
-  choice.config.grad_dtype = grad.value();
-  const Tuned& w = use_bf16 ? bf16 : f32;
+  choice.config.grad_dtype = decided(cfg_.grad_dtype, "--grad-dtype");
+  if (cfg_.optimizer.kind != parallel::OptimizerKind::AdamW) return choice;
+  const Tuned w =
+      tuned_optimizer(cfg_, grid_.dp(), rank_layout(cfg_, grid_), choice.config.grad_dtype);
   from_autotuner_ |= !w.schedule.empty();
   choice.schedules = prefer(w, choice.schedules);
   return choice;

@@ -64,6 +64,11 @@ nlohmann::json member_json(const Owner<M>& s) {
   else
     return v;
 }
+// Member M's state, an Auto<T>'s.
+template <auto M>
+AutoState auto_state(const Owner<M>& s) {
+  return {.undecided = (s.*M).is_auto() && !(s.*M).known(), .reason = (s.*M).reason()};
+}
 // Member M as meta.json keeps it for a Llama model only (GPT-2's config.json has no such key).
 template <auto M>
 nlohmann::json llama_json(const nn::GPTConfig& c) {
@@ -91,11 +96,20 @@ template <auto M>
 typename SettingOf<Owner<M>>::type agreed(std::string_view field, std::string_view name,
                                           Meta part = Meta::None) {
   typename SettingOf<Owner<M>>::type s{.field = field, .name = name, .text = shown<M>};
+  if constexpr (kAuto<std::decay_t<decltype(std::declval<Owner<M>>().*M)>>)
+    s.auto_state = auto_state<M>;
   if (part != Meta::None) {
     s.meta = part;
     s.key = field;
     s.json = member_json<M>;
   }
+  return s;
+}
+
+// A setting a start-up line of report.cc's own states.
+template <typename S>
+S own_line(S s) {
+  s.startup = Startup::OwnLine;
   return s;
 }
 
@@ -106,18 +120,20 @@ using parallel::OptimizerConfig;
 
 const ModelSetting kModel[] = {
     agreed<&GPTConfig::vocab_size>("vocab_size", "the vocabulary", Meta::ModelConfig),
-    agreed<&GPTConfig::n_layers>("n_layers", "--layers", Meta::ModelConfig),
-    agreed<&GPTConfig::n_heads>("n_heads", "--heads", Meta::ModelConfig),
-    agreed<&GPTConfig::d_model>("d_model", "--d-model", Meta::ModelConfig),
-    agreed<&GPTConfig::seq_len>("seq_len", "--seq-len", Meta::ModelConfig),
-    agreed<&GPTConfig::max_positions>("max_positions", "the model's positions", Meta::ModelConfig),
+    own_line(agreed<&GPTConfig::n_layers>("n_layers", "--layers", Meta::ModelConfig)),
+    own_line(agreed<&GPTConfig::n_heads>("n_heads", "--heads", Meta::ModelConfig)),
+    own_line(agreed<&GPTConfig::d_model>("d_model", "--d-model", Meta::ModelConfig)),
+    own_line(agreed<&GPTConfig::seq_len>("seq_len", "--seq-len", Meta::ModelConfig)),
+    own_line(agreed<&GPTConfig::max_positions>("max_positions", "the model's positions",
+                                               Meta::ModelConfig)),
     agreed<&GPTConfig::dropout>("dropout", "--dropout", Meta::ModelConfig),
     // The type chosen, not the flag: --precision auto may choose differently on another CPU.
     // Not a property of the weights, so checkpoints do not record it.
     {.field = "matmul",
      .name = "--precision",
      .text =
-         [](const GPTConfig& c) { return std::string(c.matmul == DType::BF16 ? "bf16" : "fp32"); }},
+         [](const GPTConfig& c) { return std::string(c.matmul == DType::BF16 ? "bf16" : "fp32"); },
+     .startup = Startup::OwnLine},
     {.field = "arch",
      .name = "--arch",
      .text = [](const GPTConfig& c) { return std::string(nn::arch_name(c.arch)); },
@@ -126,7 +142,8 @@ const ModelSetting kModel[] = {
      .json =
          [](const GPTConfig& c) {
            return c.llama() ? nlohmann::json(nn::arch_name(c.arch)) : nlohmann::json();
-         }},
+         },
+     .startup = Startup::OwnLine},
     {.field = "kv_heads",
      .name = "--kv-heads",
      .text = [](const GPTConfig& c) { return fmt::format("{}", c.n_kv_heads()); },
@@ -135,7 +152,8 @@ const ModelSetting kModel[] = {
      .json =
          [](const GPTConfig& c) {
            return c.llama() ? nlohmann::json(c.n_kv_heads()) : nlohmann::json();
-         }},
+         },
+     .startup = Startup::OwnLine},
     {.field = "ffn",
      .name = "--ffn",
      .text = [](const GPTConfig& c) { return fmt::format("{}", c.mlp_width()); },
@@ -144,7 +162,8 @@ const ModelSetting kModel[] = {
      .json =
          [](const GPTConfig& c) {
            return c.llama() ? nlohmann::json(c.mlp_width()) : nlohmann::json();
-         }},
+         },
+     .startup = Startup::OwnLine},
     {.field = "norm_eps",
      .name = "--norm-eps",
      .text = shown<&GPTConfig::norm_eps>,
@@ -197,8 +216,8 @@ const ModelSetting kModel[] = {
     // sizes: what a block saves, and so the memory plan, follows it.
     {.field = "attention",
      .name = "--attention",
-     .text =
-         [](const GPTConfig& c) { return std::string(nn::attention_kernel_name(c.attention)); }},
+     .text = [](const GPTConfig& c) { return std::string(nn::attention_kernel_name(c.attention)); },
+     .startup = Startup::OwnLine},
 };
 
 // The hyper-parameters meta.json records besides the learning rate's schedule.
@@ -207,7 +226,8 @@ const OptimizerSetting kOptimizer[] = {
      .name = "--optimizer",
      .text = [](const OptimizerConfig& o) { return std::string(parallel::optimizer_name(o.kind)); },
      .meta = Meta::Own,
-     .key = "optimizer"},
+     .key = "optimizer",
+     .startup = Startup::OwnLine},
     // Left at f32 in a TrainConfig (validate() checks): its grad_dtype is the setting, given to
     // the optimizer once decided.
     {.field = "grad_dtype",
@@ -222,16 +242,18 @@ const OptimizerSetting kOptimizer[] = {
      .text =
          [](const OptimizerConfig& o) {
            return std::string(parallel::grad_exchange_name(o.exchange));
-         }},
+         },
+     .startup = Startup::OwnLine},
     agreed<&OptimizerConfig::bucket_mb>("bucket_mb", "--bucket-mb"),
     {.field = "state_tier",
      .name = "--optimizer-state",
      .text =
          [](const OptimizerConfig& o) {
            return o.state_tier ? o.state_tier->str() : std::string("memory");
-         }},
-    agreed<&OptimizerConfig::clip_grad_norm>("clip_grad_norm", "--clip-grad-norm",
-                                             Meta::Hyperparameters),
+         },
+     .startup = Startup::OwnLine},
+    own_line(agreed<&OptimizerConfig::clip_grad_norm>("clip_grad_norm", "--clip-grad-norm",
+                                                      Meta::Hyperparameters)),
     {.field = "sharding",
      .name = "--shard",
      .text =
@@ -241,7 +263,8 @@ const OptimizerSetting kOptimizer[] = {
            return o.sharding == parallel::Sharding::Weights
                       ? std::vector<std::string>{"--shard", "weights"}
                       : std::vector<std::string>{};
-         }},
+         },
+     .startup = Startup::OwnLine},
 };
 
 using data::Corpus;
@@ -251,18 +274,19 @@ constexpr Ranks kReason = Ranks::MayDiffer;
 
 const RunSetting kRun[] = {
     {.field = "model", .name = "the model", .ranks = Ranks::PerField},
-    agreed<&TrainConfig::batch>("batch", "--batch", Meta::Extra),
+    own_line(agreed<&TrainConfig::batch>("batch", "--batch", Meta::Extra)),
     agreed<&TrainConfig::steps>("steps", "--steps", Meta::Extra),
-    agreed<&TrainConfig::lr>("lr", "--lr", Meta::Hyperparameters),
-    agreed<&TrainConfig::warmup>("warmup", "--warmup", Meta::Hyperparameters),
-    agreed<&TrainConfig::min_lr_ratio>("min_lr_ratio", "--min-lr-ratio", Meta::Hyperparameters),
+    own_line(agreed<&TrainConfig::lr>("lr", "--lr", Meta::Hyperparameters)),
+    own_line(agreed<&TrainConfig::warmup>("warmup", "--warmup", Meta::Hyperparameters)),
+    own_line(agreed<&TrainConfig::min_lr_ratio>("min_lr_ratio", "--min-lr-ratio",
+                                                Meta::Hyperparameters)),
     {.field = "seed",
      .name = "--seed",
      .text = shown<&TrainConfig::seed>,
      .meta = Meta::Own,
      .key = "rng_seed"},
     {.field = "optimizer", .name = "the optimizer", .ranks = Ranks::PerField},
-    // The value given, or "auto" (the ranks decide it together in their set-up).
+    // The value given, or decided (when the run is resolved, before the ranks start).
     {.field = "grad_dtype",
      .name = "--grad-dtype",
      .text = shown<&TrainConfig::grad_dtype>,
@@ -271,23 +295,30 @@ const RunSetting kRun[] = {
      .json =
          [](const TrainConfig& c) {
            return nlohmann::json(dtype_name(c.grad_dtype.value_or(DType::F32)));
-         }},
+         },
+     .auto_state = auto_state<&TrainConfig::grad_dtype>},
     agreed<&TrainConfig::tp_dtype>("tp_dtype", "--tp-dtype"),
     {.field = "grid",
-     .name = "the grid (--dp, --tp, --pp)",
+     .name = "the grid (--dp, --tp, --pp, --cp)",
      .text = [](const TrainConfig& c, const Corpus&) { return c.grid.str(); },
      .meta = Meta::Extra,
      .key = "grid",
+     // cp where it is not 1, so that the meta of a run without it stays as it was.
      .json =
          [](const TrainConfig& c) {
-           return nlohmann::json{{"dp", c.grid.dp}, {"tp", c.grid.tp}, {"pp", c.grid.pp}};
+           nlohmann::json j{{"dp", c.grid.dp}, {"tp", c.grid.tp}, {"pp", c.grid.pp}};
+           if (c.grid.cp != 1) j["cp"] = c.grid.cp;
+           return j;
          },
      .flags =
          [](const TrainConfig& c) {
-           return std::vector<std::string>{"--dp", std::to_string(c.grid.dp),
-                                           "--tp", std::to_string(c.grid.tp),
-                                           "--pp", std::to_string(c.grid.pp)};
-         }},
+           std::vector<std::string> f{"--dp", std::to_string(c.grid.dp),
+                                      "--tp", std::to_string(c.grid.tp),
+                                      "--pp", std::to_string(c.grid.pp)};
+           if (c.grid.cp != 1) f.insert(f.end(), {"--cp", std::to_string(c.grid.cp)});
+           return f;
+         },
+     .startup = Startup::OwnLine},
     // What the plan across grids was asked (rank 0 plans; the grid it chose is compared above).
     {.field = "grid_auto",
      .name = "--grid auto (--ranks, --memory-per-rank, --link-gbps)",
@@ -300,7 +331,8 @@ const RunSetting kRun[] = {
                g.memory_per_rank ? fmt::format("{} bytes", *g.memory_per_rank)
                                  : std::string("the memory available"),
                g.link_gbps ? fmt::format("{} Gbit/s", *g.link_gbps) : std::string("measured"));
-         }},
+         },
+     .startup = Startup::OwnLine},
     // The count a step uses (0 asks for the automatic one).
     {.field = "micro_batches",
      .name = "--micro-batches",
@@ -308,19 +340,22 @@ const RunSetting kRun[] = {
                 const Corpus&) { return fmt::format("{}", c.micro_batch_count()); },
      .meta = Meta::Extra,
      .key = "micro_batches",
-     .json = [](const TrainConfig& c) { return nlohmann::json(c.micro_batch_count()); }},
+     .json = [](const TrainConfig& c) { return nlohmann::json(c.micro_batch_count()); },
+     .startup = Startup::OwnLine},
     {.field = "backend",
      .name = "--backend",
      .text = [](const TrainConfig& c,
-                const Corpus&) { return std::string(comm::backend_name(c.backend)); }},
+                const Corpus&) { return std::string(comm::backend_name(c.backend)); },
+     .startup = Startup::OwnLine},
     {.field = "executor",
      .name = "--executor",
      .text = [](const TrainConfig& c,
-                const Corpus&) { return std::string(exec::runner_kind_name(c.executor)); }},
+                const Corpus&) { return std::string(exec::runner_kind_name(c.executor)); },
+     .startup = Startup::OwnLine},
     {.field = "tune",
      .name = "--tune",
-     .text = [](const TrainConfig& c,
-                const Corpus&) { return std::string(c.tune ? "on" : "off"); }},
+     .text = [](const TrainConfig& c, const Corpus&) { return std::string(c.tune ? "on" : "off"); },
+     .startup = Startup::OwnLine},
     // The data by what it holds (its path may differ from host to host).
     {.field = "data",
      .name = "--data",
@@ -331,7 +366,8 @@ const RunSetting kRun[] = {
                               corpus.fingerprint_hex());
          },
      .meta = Meta::Own,
-     .key = "data"},
+     .key = "data",
+     .startup = Startup::OwnLine},
     agreed<&TrainConfig::synthetic_bytes>("synthetic_bytes", "the synthetic corpus's size"),
     agreed<&TrainConfig::validation_fraction>("validation_fraction", "--val-fraction", Meta::Extra),
     agreed<&TrainConfig::eval_every>("eval_every", "--eval-every"),
@@ -340,8 +376,8 @@ const RunSetting kRun[] = {
     agreed<&TrainConfig::save_dir>("save_dir", "--save"),
     agreed<&TrainConfig::save_every>("save_every", "--save-every"),
     agreed<&TrainConfig::keep_checkpoints>("keep_checkpoints", "--keep-checkpoints"),
-    agreed<&TrainConfig::resume_dir>("resume_dir", "--resume"),
-    agreed<&TrainConfig::init_from>("init_from", "--init-from"),
+    own_line(agreed<&TrainConfig::resume_dir>("resume_dir", "--resume")),
+    own_line(agreed<&TrainConfig::init_from>("init_from", "--init-from")),
     agreed<&TrainConfig::metrics_path>("metrics_path", "--metrics"),
     agreed<&TrainConfig::trace_path>("trace_path", "--trace"),
     {.field = "blas_threads", .name = "--threads (each host's cores)", .ranks = Ranks::MayDiffer},
@@ -363,7 +399,8 @@ const RunSetting kRun[] = {
            return c.memory_budget.empty()
                       ? std::vector<std::string>{}
                       : std::vector<std::string>{"--memory-budget", c.memory_budget};
-         }},
+         },
+     .startup = Startup::OwnLine},
     {.field = "slow_tier",
      .name = "--slow-tier",
      .text = [](const TrainConfig& c, const Corpus&) { return c.slow_tier.str(); }},
@@ -383,7 +420,8 @@ const RunSetting kRun[] = {
          [](const TrainConfig& c) {
            return c.model_state ? std::vector<std::string>{"--model-state", c.model_state->str()}
                                 : std::vector<std::string>{};
-         }},
+         },
+     .startup = Startup::OwnLine},
     // The value given, or "auto" (decided in the rank's set-up, after its profile).
     agreed<&TrainConfig::resident_blocks>("resident_blocks", "--resident-blocks"),
     // The value given, or decided (by rank 0, before the ranks start).
@@ -396,13 +434,15 @@ const RunSetting kRun[] = {
                       ? std::vector<std::string>{"--gather-ahead",
                                                  std::to_string(c.gather_ahead_blocks())}
                       : std::vector<std::string>{};
-         }},
+         },
+     .auto_state = auto_state<&TrainConfig::gather_ahead>},
     {.field = "grid_choice", .name = "why the grid (--grid auto)", .ranks = kReason},
     {.field = "lr_choice", .name = "why --lr", .ranks = kReason},
     {.field = "plan_only",
      .name = "the command (train or plan)",
      .text = [](const TrainConfig& c,
-                const Corpus&) { return std::string(c.plan_only ? "plan" : "train"); }},
+                const Corpus&) { return std::string(c.plan_only ? "plan" : "train"); },
+     .startup = Startup::OwnLine},
 };
 
 // "rank 3", "ranks 0 and 2", "ranks 0-3 and 7": runs of consecutive ranks shortened.
@@ -436,22 +476,34 @@ std::span<const ModelSetting> model_settings() { return kModel; }
 std::span<const OptimizerSetting> optimizer_settings() { return kOptimizer; }
 std::span<const RunSetting> run_settings() { return kRun; }
 
+namespace {
+
+// The entries of `table` the ranks compare, as (name, value) pairs into `out`.
+template <typename Table, typename... In>
+void add_agreeing(std::vector<std::pair<std::string, std::string>>& out, const Table& table,
+                  const In&... in) {
+  for (const auto& e : table)
+    if (e.ranks == Ranks::Agree && e.text != nullptr)
+      out.emplace_back(std::string(e.name), e.text(in...));
+}
+
+// One entry of kRun as the ranks compare it: the model's and the optimizer's, their tables'.
+void add_agreeing(std::vector<std::pair<std::string, std::string>>& out, const RunSetting& e,
+                  const TrainConfig& c, const data::Corpus& corpus) {
+  if (e.field == "model")
+    add_agreeing(out, kModel, c.model);
+  else if (e.field == "optimizer")
+    add_agreeing(out, kOptimizer, c.optimizer);
+  else if (e.ranks == Ranks::Agree)
+    out.emplace_back(std::string(e.name), e.text(c, corpus));
+}
+
+}  // namespace
+
 std::vector<std::pair<std::string, std::string>> agreeing_settings(const TrainConfig& c,
                                                                    const data::Corpus& corpus) {
   std::vector<std::pair<std::string, std::string>> out;
-  auto add = [&out](const auto& table, const auto&... in) {
-    for (const auto& e : table)
-      if (e.ranks == Ranks::Agree && e.text != nullptr)
-        out.emplace_back(std::string(e.name), e.text(in...));
-  };
-  for (const RunSetting& e : kRun) {
-    if (e.field == "model")
-      add(kModel, c.model);
-    else if (e.field == "optimizer")
-      add(kOptimizer, c.optimizer);
-    else if (e.ranks == Ranks::Agree)
-      out.emplace_back(std::string(e.name), e.text(c, corpus));
-  }
+  for (const RunSetting& e : kRun) add_agreeing(out, e, c, corpus);
   return out;
 }
 
@@ -502,14 +554,57 @@ void check_ranks_agree(comm::Communicator& world, const TrainConfig& config,
 void check_ranks_agree_on(comm::Communicator& world, const TrainConfig& config,
                           std::initializer_list<std::string_view> fields) {
   std::vector<std::pair<std::string, std::string>> mine;
+  size_t found = 0;
   for (const RunSetting& e : kRun)
     if (std::find(fields.begin(), fields.end(), e.field) != fields.end()) {
-      TANDEM_CHECK(e.ranks == Ranks::Agree && e.text != nullptr,
+      TANDEM_CHECK(e.ranks != Ranks::MayDiffer && (e.text != nullptr || e.ranks == Ranks::PerField),
                    "{} is not a setting the ranks compare", e.field);
-      mine.emplace_back(std::string(e.name), e.text(config, data::Corpus{}));
+      TANDEM_CHECK(e.field != "data", "the data is compared with the corpus (check_ranks_agree)");
+      add_agreeing(mine, e, config, data::Corpus{});
+      ++found;
     }
-  TANDEM_CHECK(mine.size() == fields.size(), "a field named twice or not in the table");
+  TANDEM_CHECK(found == fields.size(), "a field named twice or not in the table");
   check_values_agree(world, mine);
+}
+
+namespace {
+
+// The Listed entries of `table` for the start-up lines: into `changed` as "flag value" where the
+// value is not `defaults`'s, into `decided` as "flag value (reason)" where an auto was decided.
+// An auto still undecided does not apply to this run (--tp-dtype with one tensor-parallel rank,
+// --resident-blocks without a streamed model state): it is left out.
+template <typename Table, typename S, typename... In>
+void add_startup(std::vector<std::string>& changed, std::string& decided, const Table& table,
+                 const S& s, const S& defaults, const In&... in) {
+  for (const auto& e : table) {
+    if (e.startup != Startup::Listed || e.text == nullptr) continue;
+    const AutoState a = e.auto_state != nullptr ? e.auto_state(s) : AutoState{};
+    if (a.undecided) continue;
+    const std::string value = e.text(s, in...);
+    if (!a.reason.empty())
+      decided += fmt::format("  {} {} ({})\n", e.name, value, a.reason);
+    else if (value != e.text(defaults, in...))
+      changed.push_back(fmt::format("{} {}", e.name, value));
+  }
+}
+
+}  // namespace
+
+std::string startup_lines(const TrainConfig& c, const data::Corpus& corpus) {
+  const TrainConfig defaults;
+  std::vector<std::string> changed;
+  std::string decided;
+  for (const RunSetting& e : kRun) {
+    if (e.field == "model")
+      add_startup(changed, decided, kModel, c.model, defaults.model);
+    else if (e.field == "optimizer")
+      add_startup(changed, decided, kOptimizer, c.optimizer, defaults.optimizer);
+    else
+      add_startup(changed, decided, std::span(&e, 1), c, defaults, corpus);
+  }
+  std::string out;
+  if (!changed.empty()) out = fmt::format("  other settings: {}\n", fmt::join(changed, ", "));
+  return out + decided;
 }
 
 nlohmann::json model_config_json(const nn::GPTConfig& model) {

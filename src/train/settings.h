@@ -1,9 +1,10 @@
 // The one description of a run's settings: every field of TrainConfig, and of the model and the
 // optimizer it holds, with the flag that gives it, whether the ranks of a job must agree on it,
-// its value as the ranks compare it and where meta.json keeps it. What is derived from it: the
-// start-up check that the ranks agree, meta.json's model config, hyper-parameters and extra, and
-// a configuration written back as flags. A test holds the tables to the structs: a field added
-// without an entry fails it. Internal to train/.
+// its value as the ranks compare it, where meta.json keeps it and how the start-up lines state it.
+// What is derived from it: the start-up check that the ranks agree, meta.json's model config,
+// hyper-parameters and extra, a configuration written back as flags, and the start-up lines that
+// list the settings not at their defaults and each auto's decision with its reason. A test holds
+// the tables to the structs: a field added without an entry fails it. Internal to train/.
 #pragma once
 
 #include <initializer_list>
@@ -36,6 +37,18 @@ enum class Meta {
   Extra,            // "extra"
 };
 
+// How the start-up lines state a setting (startup_lines).
+enum class Startup {
+  Listed,   // by the table: its flag and value when not the default's, an auto's with its reason
+  OwnLine,  // by a line of report.cc's own (the header's model and grid, the learning rate, ...)
+};
+
+// Where an auto setting stands, for the start-up lines.
+struct AutoState {
+  bool undecided = false;  // left to tandem and not decided: it does not apply to this run
+  std::string reason;      // why it was decided so; "" when given
+};
+
 // One field of the settings struct `S`. Its value as the ranks compare it may read `Context`
 // too (the run's data is compared by what the corpus holds, not by its path).
 template <typename S, typename... Context>
@@ -50,6 +63,10 @@ struct Setting {
   // The flags that give this value, none at the default (for a configuration the plan across
   // grids chooses); null where nothing writes the setting back as flags.
   std::vector<std::string> (*flags)(const S&) = nullptr;
+  // Listed settings with a `text` show at start-up (settings with none are each process's own).
+  Startup startup = Startup::Listed;
+  // An auto's (Auto<T>) state; null for other settings.
+  AutoState (*auto_state)(const S&) = nullptr;
 };
 
 using ModelSetting = Setting<nn::GPTConfig>;
@@ -74,10 +91,20 @@ void check_ranks_agree(comm::Communicator& world, const TrainConfig& config,
                        const data::Corpus& corpus);
 
 // The same check over the named fields of TrainConfig only (each one the ranks compare, whose
-// value does not read the data): for what must agree before the rest can be compared, such as
-// whether --grid auto is planned (a collective the ranks must all make or all skip).
+// value does not read the data; "model" and "optimizer" stand for their tables' fields): for
+// what must agree before the rest can be compared, such as whether --grid auto is planned or a
+// dtype's auto decided (collectives the ranks must all make or all skip).
 void check_ranks_agree_on(comm::Communicator& world, const TrainConfig& config,
                           std::initializer_list<std::string_view> fields);
+
+// The start-up lines the tables give (for world rank 0 to print): "  other settings: --steps 30,
+// --eval-every 0", every Listed setting whose value is not a default TrainConfig's, as its name
+// and its value as the ranks compare it (the settings are about fifty and most stay at their
+// defaults, and report.cc's own lines state the model, grid, precision, learning rate, programs
+// and memory: what else differs is what is worth a line; `tandem train`'s own defaults, 300 steps,
+// show); then a line for each auto decided, "  --grad-dtype f32 (reason)". An auto not decided
+// does not apply to the run and is left out. "" when there is nothing to say.
+std::string startup_lines(const TrainConfig& config, const data::Corpus& corpus);
 
 // One part of meta.json: the settings the tables place there, by their keys.
 nlohmann::json model_config_json(const nn::GPTConfig& model);

@@ -13,6 +13,7 @@
 #include "tandem/data/data.h"
 #include "tandem/data/token_corpus.h"
 #include "tandem/ooc/plan.h"
+#include "tandem/parallel/context_parallel.h"
 
 namespace tandem::train {
 namespace {
@@ -20,6 +21,34 @@ namespace {
 constexpr int64_t kMaxActivationValues = int64_t{1} << 40;
 constexpr int64_t kMaxRanks = int64_t{1} << 24;
 constexpr int kMaxThreads = 1024;
+
+// --cp N: the sequence cut into 2 N equal chunks (parallel::ContextSplit), and what context
+// parallelism does not run yet refused, each naming the flags. (The model state's modes compose:
+// the cp ranks are replicas, over which it is sliced, sharded or streamed as over dp's.)
+void validate_context_parallel(const TrainConfig& c) {
+  const nn::GPTConfig& model = c.model;
+  const parallel::GridShape& grid = c.grid;
+  const int cp = grid.cp;
+  if (model.seq_len % (2 * cp) != 0)
+    user_error(
+        "--cp {} cuts each sequence into {} equal chunks (two a rank, balanced for the causal "
+        "mask), which --seq-len {} does not divide into: give a --seq-len that is a multiple of "
+        "{}",
+        cp, 2 * cp, model.seq_len, 2 * cp);
+  parallel::ContextSplit::check(model.seq_len, cp);
+  if (model.dropout > 0)
+    user_error(
+        "--cp {} does not support --dropout yet (got {}): the residual and embedding masks "
+        "would be drawn by a rank's token index, not the sequence's; give --dropout 0",
+        cp, model.dropout);
+  if (model.attention != nn::AttentionKernel::Fused)
+    user_error("--cp {} runs the fused attention kernel; leave out --attention unfused", cp);
+  if (!c.memory_budget.empty())
+    user_error(
+        "--cp {} with --memory-budget {}: out-of-core training would recompute attention, whose "
+        "context-parallel exchanges are collectives; not supported yet",
+        cp, c.memory_budget);
+}
 
 }  // namespace
 
@@ -146,15 +175,19 @@ void TrainConfig::validate() const {
   }
   if (grid.dp < 1 || grid.tp < 1 || grid.pp < 1)
     user_error("--dp {}, --tp {}, --pp {}: each must be at least 1", grid.dp, grid.tp, grid.pp);
-  const int64_t ranks = int64_t{grid.dp} * grid.tp * grid.pp;
-  if (ranks > kMaxRanks)
-    user_error("--dp {} x --tp {} x --pp {} is {} ranks; at most {}", grid.dp, grid.tp, grid.pp,
-               ranks, kMaxRanks);
+  if (grid.cp < 1) user_error("--cp {} must be at least 1", grid.cp);
+  const int64_t ranks = int64_t{grid.dp} * grid.tp * grid.pp * grid.cp;
+  // "--dp 2 x --tp 2 x --pp 1", and " x --cp 2" where it is given.
+  const std::string product =
+      fmt::format("--dp {} x --tp {} x --pp {}{}", grid.dp, grid.tp, grid.pp,
+                  grid.cp != 1 ? fmt::format(" x --cp {}", grid.cp) : std::string());
+  if (ranks > kMaxRanks) user_error("{} is {} ranks; at most {}", product, ranks, kMaxRanks);
   if (backend == comm::Backend::Thread && ranks > comm::kMaxThreadRanks)
     user_error(
-        "--dp {} x --tp {} x --pp {} is {} ranks; the thread backend runs at most {}, each a "
-        "thread of this process: use --backend mpi under mpirun for more",
-        grid.dp, grid.tp, grid.pp, ranks, comm::kMaxThreadRanks);
+        "{} is {} ranks; the thread backend runs at most {}, each a thread of this process: use "
+        "--backend mpi under mpirun for more",
+        product, ranks, comm::kMaxThreadRanks);
+  if (grid.cp > 1) validate_context_parallel(*this);
   if (micro_batches < 0)
     user_error("--micro-batches {} must be 0 (automatic) or more", micro_batches);
   if (model.n_heads % grid.tp != 0)

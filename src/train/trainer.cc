@@ -19,7 +19,6 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <thread>
 
 #include "corpus_cache.h"
 #include "out_of_core.h"
@@ -32,7 +31,6 @@
 #include "tandem/comm/agree.h"
 #include "tandem/comm/mpi.h"
 #include "tandem/comm/thread.h"
-#include "tandem/core/blas.h"
 #include "tandem/core/bytes.h"
 #include "tandem/core/clock.h"
 #include "tandem/core/error.h"
@@ -55,12 +53,13 @@ namespace {
 // Whether the optimizer's communication thread may use the data-parallel group while the
 // backward runs: always on in-process ranks; under MPI it needs MPI_THREAD_SERIALIZED (the
 // thread calls MPI while the main thread does not), or MPI_THREAD_MULTIPLE when the backward
-// communicates too (tp or pp > 1).
+// communicates too (tp, pp or cp > 1).
 bool exchange_may_overlap(const TrainConfig& c) {
   if (c.backend != comm::Backend::Mpi) return true;
   const auto level = comm::mpi_thread_level();
-  const auto needed =
-      c.grid.tp == 1 && c.grid.pp == 1 ? comm::MpiThreads::Serialized : comm::MpiThreads::Multiple;
+  const auto needed = c.grid.tp == 1 && c.grid.pp == 1 && c.grid.cp == 1
+                          ? comm::MpiThreads::Serialized
+                          : comm::MpiThreads::Multiple;
   return level && *level >= needed;
 }
 
@@ -94,7 +93,7 @@ RankRun::RankRun(comm::Communicator& world, const TrainConfig& cfg, io::TraceRec
               cfg.optimizer.sharding == parallel::Sharding::Weights, schedules_.gather_schedules(),
               cfg.gather_ahead_blocks()},
              &grid_.dp().allocator(), &engines_),
-      model_(cfg.model, grid_, batches_.micro_rows(), cfg.model.seq_len,
+      model_(cfg.model, grid_, batches_.micro_rows(), batches_.tokens(),
              batches_.micro_batch_count(), schedules_.model_programs(batches_.micro_rows()),
              ooc_ ? ooc_->memory() : nullptr, &state_),
       opt_(optimizer_.config, state_, grid_.dp(), optimizer_.schedules, cfg.executor,
@@ -248,14 +247,17 @@ void RankRun::plan_out_of_core(int64_t first_step) {
     choose_resident_blocks();
 }
 
-// The count with the shortest predicted step (ooc::fastest_resident_blocks). The
-// tensor-parallel group takes the fewest any rank chose, so that their activation plans, and the
-// collectives of what they recompute, stay the same.
+// --resident-blocks auto: the count with the shortest predicted step
+// (perf::fastest_resident_blocks). The one auto not decided by train::resolve before the ranks
+// start: the prediction needs the out-of-core profile, measured by running the first step on this
+// rank's own model in its own memory. The tensor-parallel group takes the fewest any rank chose
+// (comm::all_min), so that their activation plans, and the collectives of what they recompute,
+// stay the same.
 void RankRun::choose_resident_blocks() {
-  int best = ooc::fastest_resident_blocks(
+  int best = perf::fastest_resident_blocks(
       store()->blocks(),
       [&](int r) { return ooc_->predicted_step_s_reserving(model_state_memory(r)); },
-      [&](int r) { return store()->predicted_step_io_s(r); });
+      [&](int r) { return store_io_s(r); });
   best = comm::all_min(grid_.tp(), best);
   cfg_.resident_blocks.decide(best, "the planner's choice");
   if (best == store()->resident()) return;
@@ -321,7 +323,9 @@ bool RankRun::validation_due(int64_t step) const {
 
 double RankRun::validate() {
   const auto begin = Clock::now();
+  validating_ = true;
   const double loss = detail::validation_loss(model_, batches_, *val_sampler_, cfg_.eval_batches);
+  validating_ = false;
   if (lead_) phases_.add("eval", seconds_since(begin));
   trace_span(io::kComputeStream, "validation", begin);
   return loss;
@@ -422,7 +426,7 @@ void RankRun::on_event(parallel::Phase phase, std::string_view name, Clock::time
   if (trace_ != nullptr && trace_->enabled())
     trace_->record(grid_.world().rank(),
                    phase == Phase::Comm ? io::kCommStream : io::kComputeStream, name, b, e);
-  if (!lead_) return;
+  if (!lead_ || validating_) return;
   phases_.add(phase == Phase::Comm ? "comm" : phase == Phase::Forward ? "forward" : "backward", s);
 }
 
@@ -467,7 +471,8 @@ TrainResult train(const TrainConfig& asked) {
   const comm::ScopedStopGrace stop_grace;
   std::unique_ptr<comm::Communicator> world;
   if (asked.backend == comm::Backend::Mpi) world = comm::mpi_world();
-  const TrainConfig config = resolve(asked, world.get());  // validated
+  // Validated, every auto but --resident-blocks decided.
+  const TrainConfig config = resolve(asked, world.get());
   // Before anything large is allocated, and before the BLAS is loaded: a run that cannot fit is
   // refused, not killed (under an address-space limit, the BLAS and its threads counted too).
   check_memory(config);

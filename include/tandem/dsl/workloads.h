@@ -24,6 +24,8 @@
 //   pipeline_stage  2 groups: group 0 runs megatron_layer on its ranks (same names) and sends
 //               `out` to group 1, whose rank i receives it from rank i of group 0 as output h.
 //   gather_weights  symbol N; input w (f32 [N] Sliced(0)), output w_all (f32 [N] Replicated).
+//   kv_gather   symbol N; input kv (f32 [N] Sliced(0)), output kv_all (f32 [N] Replicated).
+//   kv_grad_reduce  symbol N; input dkv (f32 [N] Local), output dkv_mine (f32 [N] Sliced(0)).
 //   grad_handoff  2 groups, symbol N: input d (f32 [N] Replicated, group 1) is sent to group 0
 //               and received into input d_prev (f32 [N] Replicated, group 0), in place.
 #pragma once
@@ -80,6 +82,18 @@ Program sum_in_place(DType wire = DType::F32);
 // rank's slice w (f32 [N] Sliced(0)) gathered into every rank's w_all (f32 [N] Replicated, an
 // output): w_all = AllGather(w).
 Program gather_weights();
+
+// Context parallelism's two exchanges (--cp, parallel/context_parallel.h). Each rank of a
+// context-parallel group holds some of a sequence's tokens; attention needs the keys and values
+// of all of them. kv_gather: each rank's keys and values (its tokens' k and v, f32 [N]
+// Sliced(0): rank r's piece the r-th) gathered into every rank's kv_all (f32 [N] Replicated, an
+// output): kv_all = AllGather(kv). kv_grad_reduce: every rank's gradient of the whole sequence's
+// keys and values (its own queries' share, dkv f32 [N] Local) summed, and each rank's piece kept
+// by it: dkv_mine = ReduceScatter(Sum, dkv) (f32 [N] Sliced(0), an output). Neither has an
+// AllReduce for a recipe to split or fuse: their schedules differ in loop fusion and the chunk
+// size the autotuner times.
+Program kv_gather();
+Program kv_grad_reduce();
 
 // The pipeline's backward hand-off: rank i of group 1 (a stage) sends the gradient of its input,
 // d, to rank i of group 0 (the previous stage), where it lands in d_prev in place:

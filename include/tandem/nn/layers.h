@@ -202,6 +202,34 @@ void flash_attention_backward(float* dqkv, float* scratch, const float* dout, co
                               int HS, const AttentionDropout& drop, const FlashBlocks& blocks = {},
                               DType products = DType::F32);
 
+// The same kernel for some of a sequence's query rows against all of its keys (context
+// parallelism: a rank's own tokens against the keys and values gathered from every rank). Query
+// row r sits at position pos[r] of the Tk-token sequence and sees keys 0 .. pos[r]; key blocks
+// past a query block's last position are skipped. Dropout draws the element (b, h, pos[r], j) of
+// the whole sequence's mask, so a split sequence drops what the whole one does; with pos[r] = r
+// and Tq = Tk the calls compute what the calls above do, bit for bit.
+struct AttentionRows {
+  int Tq = 0;                // query rows a sample
+  int Tk = 0;                // keys a sample: the whole sequence
+  const int* pos = nullptr;  // (Tq) each query row's position, strictly ascending, below Tk
+};
+// Floats of scratch the two calls below need (as above, with Tq and Tk in place of T).
+int64_t flash_attention_scratch_floats(const AttentionRows& rows, int HS,
+                                       const FlashBlocks& blocks = {}, DType products = DType::F32);
+// out (B, Tq, NH*HS), lse (B, NH, Tq) from the queries of qkv (B, Tq, (NH + 2*KVH)*HS) (its k
+// and v columns are not read) and kv (B, Tk, 2*KVH*HS), each row [k (KVH*HS) | v (KVH*HS)].
+void flash_attention_forward(float* out, float* lse, float* scratch, const float* qkv,
+                             const float* kv, const AttentionRows& rows, int B, int NH, int KVH,
+                             int HS, const AttentionDropout& drop, const FlashBlocks& blocks = {},
+                             DType products = DType::F32);
+// The queries' gradient into dqkv's q columns (B, Tq, (NH + 2*KVH)*HS) += (its k and v columns
+// untouched), the keys' and values' into dkv (B, Tk, 2*KVH*HS) +=.
+void flash_attention_backward(float* dqkv, float* dkv, float* scratch, const float* dout,
+                              const float* qkv, const float* kv, const float* out, const float* lse,
+                              const AttentionRows& rows, int B, int NH, int KVH, int HS,
+                              const AttentionDropout& drop, const FlashBlocks& blocks = {},
+                              DType products = DType::F32);
+
 // ---------------------------------------------------------------------------------------------
 // GELU, GPT-2's tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 // out (n) = gelu(inp (n)).

@@ -156,11 +156,9 @@ class BlockStore {
   // and what one block of those sizes takes resident (its weights and moments).
   static uint64_t staging_bytes(int64_t block_floats, int64_t piece_floats, int micro_batches);
   static uint64_t resident_block_bytes(int64_t block_floats, int64_t piece_floats);
-  // The tier's bandwidth, measured when it was opened (on up to its first 64 MiB), and the
-  // seconds its transfers need for a step's predicted traffic at that bandwidth.
+  // The tier's bandwidth, measured when it was opened (on up to its first 64 MiB): what the
+  // performance model times the predicted traffic at (perf/streamed_state.h's store_io_s).
   const ooc::TierBandwidth& bandwidth() const { return bandwidth_; }
-  double predicted_step_io_s() const { return predicted_step_io_s(resident_); }
-  double predicted_step_io_s(int resident) const;
   std::string describe() const { return tier_->describe(); }
 
   // Slots of each kind: weights (the block computing, the next read ahead, the one the update

@@ -1,25 +1,33 @@
-// The rank grid of a parallel training run: dp x tp x pp ranks, each rank's coordinates, and the
-// communicators each kind of parallelism talks on (split once from the world, at set-up).
+// The rank grid of a parallel training run: dp x cp x tp x pp ranks, each rank's coordinates,
+// and the communicators each kind of parallelism talks on (split once from the world, at set-up).
+//
+// Context parallelism (cp) nests inside data parallelism: the cp ranks of a data-parallel rank
+// hold the same model shard and the same rows, each its part of every sequence
+// (context_parallel.h). Its replica index, rep = dp_rank * cp + cp_rank (dp x cp of them), takes
+// the data-parallel rank's place in the rank order, the pipeline links and the tied embedding.
 //
 // Rank order (GridOrder): tensor-parallel ranks are always adjacent (they talk every layer).
-// - On one node, Megatron-LM's order: then data-parallel replicas, then pipeline stages,
-//     world rank = (stage * dp + dp_rank) * tp + tp_rank                      (TpDpPp)
+// - On one node, Megatron-LM's order: then the replicas (cp ranks adjacent), then pipeline stages,
+//     world rank = (stage * dp * cp + rep) * tp + tp_rank                     (TpDpPp)
 // - Across nodes (the world's rank_nodes() name two or more), topology-aware: each tensor-parallel
-//   group inside a node when it fits, then the pipeline stages, then data-parallel replicas across
-//   nodes (the gradient all-reduce, once a step, is the traffic that best stands the network):
-//     world rank = (dp_rank * pp + stage) * tp + tp_rank                      (TpPpDp)
+//   group inside a node when it fits, then the pipeline stages, then the replicas across nodes
+//   (the gradient all-reduce, once a step, is the traffic that best stands the network):
+//     world rank = (rep * pp + stage) * tp + tp_rank                          (TpPpDp)
 // A tp group spans nodes when tp does not divide the ranks per node; Grid::warning() says so.
 //
 // Communicators, all split from the world at construction (a collective over the world):
-//   dp()        the ranks holding the same shard of the model (same tp_rank and stage): the
-//               optimizer program sums gradients and slices the optimizer state over them.
-//   tp()        the ranks of one tensor-parallel group (same dp_rank and stage): the Megatron
+//   dp()        the ranks holding the same shard of the model (same tp_rank and stage): the dp x
+//               cp replicas, whose gradients are averaged (each cp rank's is its tokens' part);
+//               the optimizer program sums gradients and slices the optimizer state over them.
+//   cp()        the ranks of one context-parallel group (same dp_rank, tp_rank and stage): each
+//               sequence is split over them. One rank when cp == 1.
+//   tp()        the ranks of one tensor-parallel group (same replica and stage): the Megatron
 //               epilogue's AllReduce.
-//   to_next()   the pipeline link from this stage to the next, for this dp_rank: 2 * tp ranks,
+//   to_next()   the pipeline link from this stage to the next, for this replica: 2 * tp ranks,
 //               this stage's tp group first (the pipeline program's group 0), then the next
 //               stage's (group 1); null on the last stage.
 //   from_prev() the link from the previous stage, this rank in group 1; null on the first stage.
-//   tied()      the first and the last stage's ranks with the same (dp_rank, tp_rank): both hold
+//   tied()      the first and the last stage's ranks with the same (replica, tp_rank): both hold
 //               the tied token embedding (input embedding and LM head) and sum its gradient;
 //               null when pp == 1 or on a middle stage.
 #pragma once
@@ -37,9 +45,12 @@ struct GridShape {
   int dp = 1;
   int tp = 1;
   int pp = 1;
+  int cp = 1;  // context-parallel ranks each sequence is split over
 
-  int size() const { return dp * tp * pp; }
-  std::string str() const;  // "dp=2 tp=2 pp=1"
+  int size() const { return dp * tp * pp * cp; }
+  // The ranks holding the same model shard: the gradient exchange's group, dp x cp.
+  int replicas() const { return dp * cp; }
+  std::string str() const;  // "dp=2 tp=2 pp=1", then " cp=2" where cp != 1
   bool operator==(const GridShape&) const = default;
 };
 
@@ -47,6 +58,7 @@ struct GridCoord {
   int dp = 0;
   int tp = 0;
   int pp = 0;  // the pipeline stage
+  int cp = 0;
   bool operator==(const GridCoord&) const = default;
 };
 
@@ -72,16 +84,20 @@ class Grid {
   // Where every rank is, node by node, for the start of a run:
   //   "rank mapping (2 nodes of 2 ranks: tp inside a node, then pp, then dp across nodes):
   //      node 0: rank 0 (dp 0 tp 0 pp 0), rank 1 (dp 0 tp 1 pp 0)
+  // (each rank's cp too where cp != 1)
   //      node 1: ..."
   std::string mapping() const;
   // "" or, when some tensor-parallel group spans nodes, a warning that says which and why.
   std::string warning() const;
+  // This rank's replica index, dp_rank * cp + cp_rank: its rank in dp().
+  int replica() const { return coord_.dp * shape_.cp + coord_.cp; }
   bool first_stage() const { return coord_.pp == 0; }
   bool last_stage() const { return coord_.pp == shape_.pp - 1; }
 
   comm::Communicator& world() const { return world_; }
   comm::Communicator& dp() const { return *dp_; }
   comm::Communicator& tp() const { return *tp_; }
+  comm::Communicator& cp() const { return *cp_; }
   comm::Communicator* to_next() const { return to_next_; }
   comm::Communicator* from_prev() const { return from_prev_; }
   comm::Communicator* tied() const { return tied_.get(); }
@@ -92,7 +108,7 @@ class Grid {
   std::vector<int> nodes_;  // node of each world rank
   GridOrder order_ = GridOrder::TpDpPp;
   GridCoord coord_;
-  std::unique_ptr<comm::Communicator> dp_, tp_, even_link_, odd_link_, tied_;
+  std::unique_ptr<comm::Communicator> dp_, tp_, cp_, even_link_, odd_link_, tied_;
   comm::Communicator* to_next_ = nullptr;
   comm::Communicator* from_prev_ = nullptr;
 };

@@ -38,6 +38,7 @@
 #include "tandem/core/tensor.h"
 #include "tandem/nn/activation_memory.h"
 #include "tandem/nn/gpt.h"
+#include "tandem/parallel/context_parallel.h"
 #include "tandem/parallel/grid.h"
 #include "tandem/parallel/model_state.h"
 #include "tandem/parallel/program_runner.h"
@@ -89,6 +90,11 @@ struct ProgramOptions {
   // too, whose hand-off stays f32: megatron_layer(f32, p, bf16)) and the backward's input-gradient
   // sum (sum_in_place(bf16)). The tied embedding's sum stays f32.
   DType tp_dtype = DType::F32;
+  // Context parallelism: the group each sequence is split over (context_parallel.h; the model's
+  // T is then this rank's T / cp tokens of each row, ContextSplit's), and its exchanges'
+  // schedules. Null or one rank: whole sequences.
+  comm::Communicator* context_group = nullptr;
+  ContextSchedules context_schedules;
 };
 
 class ParallelGPT {
@@ -191,6 +197,10 @@ class ParallelGPT {
 
   nn::GPTConfig config_;
   Grid& grid_;
+  // Context parallelism (ProgramOptions::context_group): this rank's attention over the group, and
+  // the rotary table of the whole sequence's positions (Llama).
+  std::unique_ptr<ContextParallelAttention> context_;
+  nn::RopeTable context_rope_;
   std::unique_ptr<ModelState> own_state_;  // when none was given
   ModelState& state_;
   const ShardLayout& layout_;  // state_'s

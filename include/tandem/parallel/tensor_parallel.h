@@ -37,6 +37,7 @@
 #include "tandem/core/allocator.h"
 #include "tandem/dsl/workloads.h"
 #include "tandem/nn/gpt.h"
+#include "tandem/parallel/context_parallel.h"
 
 namespace tandem::parallel {
 
@@ -84,6 +85,11 @@ struct ShardBlock {
   // The type of the epilogue program's x and w (its wire, dsl::workloads::megatron_layer): f32,
   // or bf16 with bf16 matmuls.
   DType wire = DType::F32;
+  // Context parallelism (parallel/context_parallel.h): B rows of this rank's T tokens of longer
+  // sequences, attention run by `context` against every rank's keys and values, rotary positions
+  // (Llama) from `context_rope`, a table of the whole sequence's. Null: the rows are whole.
+  ContextParallelAttention* context = nullptr;
+  const nn::RopeTable* context_rope = nullptr;
 };
 
 // Block `layer` on input x (B, T, C): writes every buffer of `a`, Out last (through

@@ -1,9 +1,14 @@
 // A setting the user may leave to tandem (`auto` on the command line): the value given, or, once
 // the run has decided it, the value chosen and why. Every auto of a TrainConfig is one of these,
-// decided once, the same on every rank (through comm/agree.h): before the ranks start when the
-// run is resolved (grid_plan.h's resolve: --grid auto, --gather-ahead auto), or in a rank's set-up
-// when the decision needs its communicators or its profile (--grad-dtype, --tp-dtype,
-// --resident-blocks); the start-up lines print each decision with its reason.
+// decided once through decide(), the same on every rank (through comm/agree.h's vocabulary), in
+// one step before the ranks start: grid_plan.h's resolve decides --grid auto, --gather-ahead auto
+// (rank 0 measures, comm::decide_on_root), --tp-dtype auto and --grad-dtype auto (the
+// autotuner's records read on each group the program runs on, comm::all_true). One cannot be
+// decided there: --resident-blocks auto weighs the predicted step with each count of resident
+// blocks, which needs the profile of the first step run on the rank's own model and memory, so
+// each rank decides it after that profile and the tensor-parallel group takes the fewest
+// (comm::all_min; rank_run.h's choose_resident_blocks). The start-up lines print each decision
+// with its reason (train/settings.h's startup_lines).
 #pragma once
 
 #include <optional>

@@ -5,27 +5,8 @@
 // configuration that fits M bytes a rank (memory_estimate.h's rank_memory), the step the
 // performance model predicts from measured compute, link and tier rates; the fastest first.
 //
-// The performance model, per step (docs/training.md, "Choosing a grid", says where it is off):
-//   compute    each unit's (half block's) matmul FLOPs over the measured GEMM rate at the shard's
-//              shapes; backward twice the forward; the LM head on the last stage, whole on every
-//              tp rank; each scaled by its UnitFactor (one block and the head run for real at
-//              tp 1); the GEMM rate shared when the machine's ranks ask for more threads than it
-//              has cores; the out-of-core planner's prediction with these unit times (its
-//              recomputation and swap stalls included)
-//   tp         per block 2 all-reduces in the forward, 2 in the backward, of micro_rows x T x C
-//              floats each: latency + 2 (tp-1)/tp bytes / link
-//   pipeline   1F1B: the slowest stage's M micro-batches stretched by (M + pp - 1) / M (the
-//              bubble), and per micro-batch a hand-off of micro_rows x T x C floats each way
-//   dp         the rank's gradients reduce-scattered and its weights all-gathered, (dp-1)/dp of
-//              the bytes each over the link; the blocks' exchange overlaps the last micro-batch's
-//              backward (only the excess counts), the embeddings' and ln_f's does not
-//   ZeRO-3     with --shard weights each block's weights all-gathered before its forward and its
-//              backward, each micro-batch, overlapping the previous block's compute (only the
-//              excess counts: the gathers run one at a time, so starting them further ahead
-//              does not hide more of them in a step's steady state); the blocks' update
-//              all-gathers nothing; memory for --gather-ahead D + 1 gathered blocks
-//   state I/O  with --model-state, the block store's traffic a step (BlockStore's formula) at the
-//              tier's measured rates; a stage takes the longer of its compute and that I/O
+// The performance model is perf/'s (perf/step_model.h says what it counts and docs/training.md,
+// "Choosing a grid", where it is off); this file searches the configurations and reports them.
 #pragma once
 
 #include <cstdint>
@@ -36,26 +17,17 @@
 
 #include "tandem/comm/communicator.h"
 #include "tandem/ooc/slow_tier.h"
+#include "tandem/perf/rates.h"
+#include "tandem/perf/step_model.h"
 #include "tandem/train/train_config.h"
 
 namespace tandem::train {
 
-// A unit's measured time over what its matmuls take at the GEMM rate: what the rest of its
-// operations (softmax, LayerNorm, GELU, the loss, copies) and the matmuls' smaller shapes add.
-struct UnitFactor {
-  double forward = 1, backward = 1;
-};
-
-// What the performance model works from.
-struct Rates {
-  std::map<int, double> gemm_flops_per_s;   // per tensor-parallel degree (the shards' width)
-  UnitFactor attention, mlp, head;          // per half block and for ln_f + the LM head + loss
-  double link_bytes_per_s = 0;              // a ring collective's bus bandwidth; a send's rate
-  double link_latency_s = 0;                // per collective or hand-off
-  ooc::TierBandwidth swap_tier;             // --slow-tier's: swapped activations
-  ooc::TierBandwidth state_tier;            // --model-state's, when it names one
-  std::string compute_source, link_source;  // how each was found, for the report
-};
+// The performance model's terms, as the plan and the trainer name them.
+using UnitFactor = perf::UnitFactor;
+using Rates = perf::Rates;
+using GatherTiming = perf::GatherTiming;
+using perf::gather_ahead_for;
 
 // The most ranks the plan across grids takes (--ranks): enough for any run tandem makes, and few
 // enough that the plan answers in well under a second (4096 = 2^12 has 91 grids; the rank
@@ -65,40 +37,49 @@ inline constexpr int kMaxPlanRanks = 4096;
 // A UserError for --ranks outside [1, kMaxPlanRanks], naming the limit.
 void check_plan_ranks(int64_t ranks);
 
-// Measures the rates on this machine in a few seconds: a GEMM of each tp degree's MLP shape at
-// the BLAS threads a rank of `ranks` will have (times cores / (ranks here x threads) when that
-// is below 1), one block's halves and the head forward and backward at tp 1 for the UnitFactors,
-// an in-process all-reduce over min(ranks, 8) threads (unless `link_gbps` states the link: a
-// multi-host run's), and (with `tiers`) the tiers' bandwidth.
+// A configuration in the performance model's terms.
+perf::StepShape step_shape(const TrainConfig& cfg);
+// Ranks of a run of `ranks` computing at once on this machine (every one with the thread
+// backend, else the launcher's on this host), and the BLAS threads each has: --threads, else the
+// hardware threads shared by them.
+int local_ranks(const TrainConfig& cfg, int ranks);
+int rank_threads(const TrainConfig& cfg, int ranks);
+// What the rates of a run of `ranks` depend on (perf::RateRequest): the model, a rank's rows,
+// the ranks here and their threads, the link (`link_gbps`: stated, a multi-host run's), and with
+// `tiers` --slow-tier's and --model-state's tiers.
+perf::RateRequest rate_request(const TrainConfig& base, int ranks, std::optional<double> link_gbps,
+                               bool tiers = true);
+// The rates of that request: cached per machine under the JIT cache folder (perf::cached_rates),
+// measured in a few seconds when not there, so that plans on the same shape agree.
 Rates measure_rates(const TrainConfig& base, int ranks, std::optional<double> link_gbps,
                     bool tiers = true);
 
-// --shard weights: one block's weights all-gathered over the data-parallel group (latency +
-// (dp-1)/dp of its bytes over the link), and one block's forward and backward (its halves'
-// matmuls at the GEMM rate, times their UnitFactors), as the performance model predicts them at
-// `rates` for one micro-batch of `cfg`. The plan's ZeRO-3 term and --gather-ahead auto use it.
-struct GatherTiming {
-  double gather_s = 0, block_forward_s = 0, block_backward_s = 0;
-};
+// The step of `cfg` as it is configured, at `rates`: each stage's activation timeline in-core, or
+// under --memory-budget the planner's plan of what the budget leaves the stage (a UserError when
+// none fits).
+perf::StepBreakdown predict_step(const TrainConfig& cfg, const Rates& rates);
+
+// perf::gather_timing for one micro-batch of `cfg`.
 GatherTiming gather_timing(const TrainConfig& cfg, const Rates& rates);
-// --gather-ahead auto's rule: the smallest D >= 1 whose D blocks' compute (`block_s` each)
-// covers one gather (`gather_s`), at most `blocks` - 1 (a stage's fewest blocks: D + 1 slots
-// hold no more than them), and at least 1.
-int gather_ahead_for(double gather_s, double block_s, int blocks);
 // Under --shard weights, an undecided --gather-ahead auto decided by that rule from `rates`, its
-// reason saying how many and why ("gathers 2 blocks ahead (--gather-ahead auto: a gather 3.10 ms,
-// a block's forward 1.80 ms)"). Otherwise nothing.
+// reason saying why ("--gather-ahead auto: a gather 3.10 ms, a block's forward 1.80 ms").
+// Otherwise nothing.
 void choose_gather_ahead(TrainConfig& cfg, const Rates& rates);
 
-// The configuration the user gave turned into the one the ranks start with, each setting the
-// grid plan decides resolved (the rest are the rank's set-up's: the dtypes and the resident
-// blocks, schedule_choice.h and rank_run.h). --grid auto first: the plan across grids of
-// grid_auto's ranks chooses the grid, the sharding, where the model state lives, the budget,
-// the resident blocks and the prefetch distance, and grid_choice says why; then the config is
-// validated; then --gather-ahead auto (choose_gather_ahead, the rates measured). Under MPI
-// (`world` given) rank 0 measures and decides and every process takes its decision
-// (comm::decide_on_root); every process joins whatever its flags (the agreement check that
-// follows compares them).
+// The configuration the user gave turned into the one the ranks start with: the one step that
+// decides every auto (Auto<T>, auto.h) with its reason, but --resident-blocks auto, which needs
+// the first step's profile of the rank's own model (rank_run.h's choose_resident_blocks). In
+// order: --grid auto: the plan across grids of grid_auto's ranks chooses the grid, the sharding,
+// where the model state lives, the budget, the resident blocks and the prefetch distance, and
+// grid_choice says why; the config validated; --gather-ahead auto (choose_gather_ahead, the rates
+// measured); the process's BLAS threads set to a rank's (--threads, else the cores shared by the
+// process's ranks: the tuning records' keys count them); --tp-dtype auto and --grad-dtype auto
+// from the autotuner's records (tuned now with --tune) on the groups those programs run on
+// (schedule_choice.h's decide_dtypes: the ranks' Grid built on `world`, or with the thread
+// backend on in-process ranks). Under MPI (`world` given) the settings these collectives depend
+// on are compared first (ranks that differ stop, naming them); rank 0 plans and measures and
+// every process takes its decision (comm::decide_on_root); the dtypes are agreed through
+// comm::all_true.
 TrainConfig resolve(const TrainConfig& asked, comm::Communicator* world);
 
 // --grid auto and `tandem plan --ranks`: the memory a rank may use, --memory-per-rank's, else the
@@ -107,16 +88,11 @@ uint64_t plan_memory_per_rank(const TrainConfig::GridAuto& request, comm::Backen
 
 // A configuration that fits, and its prediction. Times in seconds a step.
 struct GridOption {
-  TrainConfig cfg;               // the run: grid, sharding, model state, --memory-budget
-  uint64_t memory_per_rank = 0;  // the estimate of the rank that needs the most
-  std::string activations;       // "in-core", or the out-of-core plan and its budget
-  double compute_s = 0;          // the slowest stage's matmuls (recomputation included)
-  double comm_s = 0;             // its tp all-reduces, hand-offs and exposed ZeRO-3 gathers
-  double stall_s = 0;            // its waits for swapped activations
-  double io_s = 0;               // the model state's I/O beyond the stage's compute
-  double bubble_s = 0;           // the pipeline's idle share
-  double dp_s = 0;               // the data-parallel exchange not hidden by the backward
-  double step_s = 0;
+  TrainConfig cfg;                // the run: grid, sharding, model state, --memory-budget
+  uint64_t memory_per_rank = 0;   // the estimate of the rank that needs the most
+  std::string activations;        // "in-core", or the out-of-core plan and its budget
+  perf::StepBreakdown breakdown;  // the step by what it waits for
+  double step_s = 0;              // breakdown.total()
   double tokens_per_s = 0;
   std::string describe() const;  // "dp=2 tp=1 pp=2, --shard weights, blocks in memory, in-core"
 };

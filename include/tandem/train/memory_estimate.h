@@ -5,7 +5,7 @@
 // Per rank (its shard of the model at its grid coordinates):
 //   parameters        the rank's flat weights (f32)
 //   gradients         as many
-//   optimizer state   Adam's or LAMB's two moments, sliced over the data-parallel ranks (the
+//   optimizer state   Adam's or LAMB's two moments, sliced over the dp x cp replicas (the
 //                     default schedules keep them sliced; a schedule that keeps them whole needs
 //                     dp times this); nothing with --optimizer-state file:DIR (its moments
 //                     live in the file)
@@ -17,7 +17,9 @@
 //   activations       what a step saves for its backward plus the workspace: the out-of-core
 //                     planner's in-core need (ooc::MemorySchedule with every unit kept), or, with
 //                     --memory-budget, the budget (the fast tier holds no more) less the
-//                     model-state slots, which the budget holds too
+//                     model-state slots, which the budget holds too; with --cp, of seq_len / cp
+//                     tokens a row, and context-parallel attention's key/value buffers
+//                     (parallel::ContextParallelAttention::buffer_bytes)
 //   with --model-state: parameters, gradients and optimizer state count the embeddings and ln_f
 //   only (the blocks live in the tier), and the model-state slots the store's staging (four
 //   blocks' weights, two blocks' gradients or three with several micro-batches, two blocks'

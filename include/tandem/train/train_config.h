@@ -23,28 +23,28 @@ struct TrainConfig {
   nn::GPTConfig model;  // vocab_size: the data's (256, or data_vocab_size(data)); max_positions =
                         // seq_len unless set larger
   int64_t batch = 16;   // rows of the global batch
-  int64_t steps = 200;  // train until this many optimizer steps have been taken
+  int64_t steps = 300;  // train until this many optimizer steps have been taken
   double lr = 3e-3;     // peak learning rate
-  int64_t warmup = 20;  // linear warm-up steps, then cosine decay ...
+  int64_t warmup = 30;  // linear warm-up steps, then cosine decay ...
   double min_lr_ratio = 0.1;  // ... to lr * min_lr_ratio at the last step
   uint64_t seed = 1;          // initialisation, batches, dropout
   // The optimizer's settings but the gradients' dtype, which is grad_dtype (optimizer.grad_dtype
   // stays f32: the rank's set-up gives the optimizer the resolved one).
   parallel::OptimizerConfig optimizer;
   // --grad-dtype: the gradients' dtype in the optimizer program, f32 or bf16. auto: the
-  // autotuner's records of the program with f32 and with bf16 gradients decide, in the rank's
-  // set-up (src/train/resolve.h); f32 without both records.
+  // autotuner's records of the program with f32 and with bf16 gradients decide, when the run is
+  // resolved (grid_plan.h's resolve); f32 without both records.
   Auto<DType> grad_dtype = DType::F32;
   // --tp-dtype: what the tensor-parallel exchanges carry with --tp 2 or more (the Megatron
   // epilogue's operands, product and all-reduce, the backward's input-gradient sum:
   // parallel::ProgramOptions::tp_dtype): f32, or bf16 with bf16 matmuls. auto: the autotuner's
-  // records of those two programs with each decide, in the rank's set-up; f32 without all four
-  // records, and in fp32.
+  // records of those two programs with each decide, when the run is resolved; f32 without all
+  // four records, and in fp32; left undecided with one tensor-parallel rank (nothing carries it).
   Auto<DType> tp_dtype = DType::F32;
-  parallel::GridShape grid;  // dp x tp x pp: given, or the plan's under grid_auto
+  parallel::GridShape grid;  // dp x tp x pp x cp: given, or the plan's under grid_auto (cp 1)
   // `tandem train --grid auto`: the plan across grids of `ranks` ranks (grid_plan.h) chooses the
   // grid, the sharding, where the model state lives, the budget and the prefetch distance when
-  // the run is resolved (src/train/resolve.h), and says why in grid_choice.
+  // the run is resolved (grid_plan.h's resolve), and says why in grid_choice.
   struct GridAuto {
     int ranks = 0;
     std::optional<uint64_t> memory_per_rank;  // unset: the memory available here over the ranks
@@ -96,8 +96,9 @@ struct TrainConfig {
   // than memory"): in memory (unset), or in this slow tier, streamed through a few block slots.
   std::optional<ooc::TierSpec> model_state;
   // How many of each stage's blocks stay resident in memory instead of streaming (at most all of
-  // them); auto: the planner's choice under --memory-budget, in the rank's set-up (none without a
-  // budget).
+  // them); auto: the planner's choice under --memory-budget (none without a budget), made in the
+  // rank's set-up after the first step's profile: the one auto resolve cannot decide, since the
+  // prediction needs the rank's own model measured.
   Auto<int> resident_blocks;
   // --shard weights: how many blocks ahead of the one computing each block's weights are gathered
   // (the prefetch distance D; D + 1 gathered blocks in memory); auto: chosen from the performance

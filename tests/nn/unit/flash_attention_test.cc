@@ -330,6 +330,121 @@ TEST(FlashAttention, Bf16ProductsThreadCountIndependent) {
   EXPECT_EQ(results[0], results[1]);
 }
 
+// The rows form (context parallelism's): the sequence's query rows cut into parts, each part's
+// rows at their positions against the whole sequence's keys and values, give the whole call's
+// output and log-sum-exp rows and its dq rows, and the parts' dk and dv summed give the whole
+// call's (f32 rounding: the blocks cut the rows elsewhere; the tolerances of
+// compare_with_saved_softmax). With every row in one part the call is the whole one bit for bit.
+// The parts: context parallelism's balanced cut (2P chunks, part i holding chunks i and 2P-1-i),
+// and an irregular one (every third row, and the rest).
+std::vector<std::vector<int>> balanced_parts(int T, int P) {
+  const int chunk = T / (2 * P);
+  std::vector<std::vector<int>> parts(static_cast<size_t>(P));
+  for (int i = 0; i < P; ++i)
+    for (int c : {i, 2 * P - 1 - i})
+      for (int t = c * chunk; t < (c + 1) * chunk; ++t) parts[static_cast<size_t>(i)].push_back(t);
+  return parts;
+}
+
+void compare_rows_with_whole(const Case& s, const std::vector<std::vector<int>>& parts,
+                             bool bitwise = false) {
+  SCOPED_TRACE(s.str() + " in " + std::to_string(parts.size()) + " parts");
+  const int N = s.B * s.T, W = (s.NH + 2 * s.KVH) * s.HS, C = s.NH * s.HS, K = s.KVH * s.HS;
+  const AttentionDropout drop = dropout_of(s);
+  const std::vector<float> qkv = to_f32(uniform(static_cast<size_t>(N) * W, 291, -2.0, 2.0));
+  const std::vector<float> dout = to_f32(uniform(static_cast<size_t>(N) * C, 292));
+  std::vector<float> out(static_cast<size_t>(N) * C), lse(static_cast<size_t>(s.B) * s.NH * s.T),
+      dqkv(qkv.size()),
+      scratch(static_cast<size_t>(flash_attention_scratch_floats(s.T, s.HS, s.blocks)));
+  flash_attention_forward(out.data(), lse.data(), scratch.data(), qkv.data(), s.B, s.T, s.NH, s.KVH,
+                          s.HS, drop, s.blocks);
+  flash_attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), out.data(),
+                           lse.data(), s.B, s.T, s.NH, s.KVH, s.HS, drop, s.blocks);
+  // kv (B, T, 2K): the k and v columns of every row.
+  std::vector<float> kv(static_cast<size_t>(N) * 2 * K);
+  for (int n = 0; n < N; ++n)
+    for (int c = 0; c < 2 * K; ++c)
+      kv[static_cast<size_t>(n) * 2 * K + c] = qkv[static_cast<size_t>(n) * W + C + c];
+  // Each part's results scattered back to the rows they belong to; dkv summed over the parts.
+  std::vector<float> out_rows(out.size(), NAN), lse_rows(lse.size(), NAN),
+      dq_rows(qkv.size(), 0.0f), dkv(kv.size(), 0.0f);
+  for (const std::vector<int>& pos : parts) {
+    const int Tq = static_cast<int>(pos.size());
+    const AttentionRows rows{Tq, s.T, pos.data()};
+    std::vector<float> q(static_cast<size_t>(s.B) * Tq * W), o(static_cast<size_t>(s.B) * Tq * C),
+        l(static_cast<size_t>(s.B) * s.NH * Tq), dy(o.size()), dq(q.size(), 0.0f),
+        sc(static_cast<size_t>(flash_attention_scratch_floats(rows, s.HS, s.blocks)));
+    for (int b = 0; b < s.B; ++b)
+      for (int r = 0; r < Tq; ++r) {
+        const size_t from = static_cast<size_t>(b) * s.T + pos[r],
+                     to = static_cast<size_t>(b) * Tq + r;
+        std::copy_n(qkv.begin() + from * W, W, q.begin() + to * W);
+        std::copy_n(dout.begin() + from * C, C, dy.begin() + to * C);
+      }
+    flash_attention_forward(o.data(), l.data(), sc.data(), q.data(), kv.data(), rows, s.B, s.NH,
+                            s.KVH, s.HS, drop, s.blocks);
+    flash_attention_backward(dq.data(), dkv.data(), sc.data(), dy.data(), q.data(), kv.data(),
+                             o.data(), l.data(), rows, s.B, s.NH, s.KVH, s.HS, drop, s.blocks);
+    for (int b = 0; b < s.B; ++b)
+      for (int r = 0; r < Tq; ++r) {
+        const size_t from = static_cast<size_t>(b) * Tq + r,
+                     to = static_cast<size_t>(b) * s.T + pos[r];
+        std::copy_n(o.begin() + from * C, C, out_rows.begin() + to * C);
+        std::copy_n(dq.begin() + from * W, C, dq_rows.begin() + to * W);
+        for (int h = 0; h < s.NH; ++h)
+          lse_rows[(static_cast<size_t>(b) * s.NH + h) * s.T + pos[r]] =
+              l[(static_cast<size_t>(b) * s.NH + h) * Tq + r];
+      }
+  }
+  const std::vector<double> dq_want = columns(dqkv, N, W, 0, C),
+                            dq_got = columns(dq_rows, N, W, 0, C);
+  const std::vector<double> dk_want = columns(dqkv, N, W, C, 2 * K),
+                            dk_got = columns(dkv, N, 2 * K, 0, 2 * K);
+  if (bitwise) {
+    EXPECT_EQ(out_rows, out);
+    EXPECT_EQ(lse_rows, lse);
+    EXPECT_EQ(dq_got, dq_want);
+    EXPECT_EQ(dk_got, dk_want);
+    return;
+  }
+  EXPECT_TRUE(all_close("out", out_rows, out, 2e-6));
+  EXPECT_TRUE(all_close("lse", to_f64(lse_rows), to_f64(lse), 1e-6, 1e-6));
+  EXPECT_TRUE(all_close("dq", dq_got, dq_want, 1e-5, 1e-6));
+  EXPECT_TRUE(all_close("dk, dv", dk_got, dk_want, 1e-5, 1e-6));
+}
+
+TEST(FlashAttention, RowsAtTheirPositionsEqualTheWholeSequence) {
+  const FlashBlocks tiny{8, 8};
+  for (float p : {0.0f, 0.2f}) {
+    for (int P : {1, 2, 3, 4}) {
+      compare_rows_with_whole({2, 48, 2, 2, 8, tiny, p}, balanced_parts(48, P));
+      compare_rows_with_whole({1, 48, 6, 2, 8, {5, 3}, p}, balanced_parts(48, P));    // GQA
+      compare_rows_with_whole({1, 24, 3, 1, 4, {16, 16}, p}, balanced_parts(24, P));  // MQA
+    }
+    std::vector<std::vector<int>> irregular(2);
+    for (int t = 0; t < 37; ++t) irregular[t % 3 == 0 ? 0 : 1].push_back(t);
+    compare_rows_with_whole({2, 37, 4, 2, 8, tiny, p}, irregular);
+    std::vector<std::vector<int>> whole(1);
+    for (int t = 0; t < 37; ++t) whole[0].push_back(t);
+    compare_rows_with_whole({2, 37, 4, 2, 8, tiny, p}, whole, true);
+  }
+}
+
+// Rows out of order, or past the keys, are a caller's bug.
+TEST(FlashAttention, RowsOutOfOrderAreInternalErrors) {
+  const int B = 1, T = 4, NH = 2, KVH = 2, HS = 2;
+  std::vector<float> qkv(static_cast<size_t>(B) * 2 * (NH + 2 * KVH) * HS),
+      kv(static_cast<size_t>(B) * T * 2 * KVH * HS), out(static_cast<size_t>(B) * 2 * NH * HS),
+      lse(static_cast<size_t>(B) * NH * 2), scratch(1 << 12);
+  for (std::vector<int> pos :
+       {std::vector<int>{2, 1}, std::vector<int>{1, 4}, std::vector<int>{1, 1}}) {
+    const AttentionRows rows{2, T, pos.data()};
+    EXPECT_THROW(flash_attention_forward(out.data(), lse.data(), scratch.data(), qkv.data(),
+                                         kv.data(), rows, B, NH, KVH, HS, {}),
+                 InternalError);
+  }
+}
+
 // A query-head count the key/value heads do not divide, or an empty block, is a caller's bug.
 TEST(FlashAttention, BadHeadsOrBlocksAreInternalErrors) {
   const int B = 1, T = 3, NH = 4, KVH = 3, HS = 2;

@@ -12,6 +12,7 @@
 #include "tandem/parallel/optimizer.h"
 #include "tandem/parallel/shard.h"
 #include "tandem/schedule/enumerate.h"
+#include "tandem/train/grid_plan.h"
 #include "tandem/train/trainer.h"
 #include "tandem/tune/cache.h"
 #include "tandem/tune/executor.h"
@@ -133,7 +134,7 @@ TEST(TrainerGradDtypeAuto, TakesTheFasterOfTheTwoRecords) {
     EXPECT_EQ(chosen.optimizer_schedule,
               faster == DType::BF16 ? "RS-C-AG+slice(m,v)" : "fused(RS-C-AG)+slice(m,v)");
     const std::string line = fmt::format(
-        "gradients exchanged in {} (--grad-dtype auto: the optimizer program {} ms with bf16 "
+        "--grad-dtype {} (--grad-dtype auto: the optimizer program {} ms with bf16 "
         "gradients, {} ms with f32)",
         dtype_name(faster), faster == DType::BF16 ? "1.000" : "2.000",
         faster == DType::BF16 ? "2.000" : "1.000");
@@ -154,7 +155,7 @@ TEST(TrainerGradDtypeAuto, WithoutBothRecordsRunsF32AndSaysWhy) {
   c.out = &lines;
   const TrainResult r = train(c);
   EXPECT_EQ(r.grad_dtype, DType::F32);
-  EXPECT_NE(lines.str().find("gradients exchanged in f32 (--grad-dtype auto without the "
+  EXPECT_NE(lines.str().find("--grad-dtype f32 (--grad-dtype auto without the "
                              "autotuner's records of both (--tune makes them))"),
             std::string::npos)
       << lines.str();
@@ -193,7 +194,7 @@ TEST(TrainerTpDtypeAuto, TakesTheFasterWire) {
     EXPECT_EQ(chosen.tp_dtype, faster) << dtype_name(faster);
     EXPECT_EQ(chosen.epilogue_schedule, "AR-C");
     const std::string line = fmt::format(
-        "tensor-parallel exchanges in {} (--tp-dtype auto: megatron_layer and sum_in_place {} ms "
+        "--tp-dtype {} (--tp-dtype auto: megatron_layer and sum_in_place {} ms "
         "with bf16, {} ms with f32)",
         dtype_name(faster), faster == DType::BF16 ? "2.000" : "4.000",
         faster == DType::BF16 ? "4.000" : "2.000");
@@ -212,12 +213,59 @@ TEST(TrainerTpDtypeAuto, WithoutTheRecordsRunsF32AndSaysWhy) {
   c.out = &lines;
   const TrainResult r = train(c);
   EXPECT_EQ(r.tp_dtype, DType::F32);
-  EXPECT_NE(lines.str().find("tensor-parallel exchanges in f32 (--tp-dtype auto without the "
+  EXPECT_NE(lines.str().find("--tp-dtype f32 (--tp-dtype auto without the "
                              "autotuner's records of the epilogue and the input-gradient sum with "
                              "both (--tune makes them))"),
             std::string::npos)
       << lines.str();
   testing::expect_bitwise(r, train(two_tp_ranks()), "auto without records against f32");
+}
+
+// Both dtype autos are decided by the one resolve step, before any rank starts, from the records
+// the ranks would read, with their reasons (the ranks' set-up only reads them); --tp-dtype auto
+// with one tensor-parallel rank does not apply and stays undecided.
+TEST(ResolveDtypes, TheDtypeAutosAreDecidedBeforeTheRanksStart) {
+  {
+    tandem::testing::TempCacheDir dir("resolve-grad-dtype");
+    TrainConfig c = two_ranks();
+    for (const DType d : {DType::F32, DType::BF16}) {
+      c.grad_dtype = d;
+      store_optimizer_record(c, dir.str(), "RS-C-AG+slice(m,v)", 0,
+                             d == DType::BF16 ? 0.001 : 0.002);
+    }
+    c.grad_dtype = Auto<DType>();
+    c.tp_dtype = Auto<DType>();
+    const TrainConfig r = resolve(c, nullptr);
+    ASSERT_TRUE(r.grad_dtype.known());
+    EXPECT_EQ(r.grad_dtype.value(), DType::BF16);
+    EXPECT_EQ(r.grad_dtype.reason(),
+              "--grad-dtype auto: the optimizer program 1.000 ms with bf16 gradients, 2.000 ms "
+              "with f32");
+    EXPECT_FALSE(r.tp_dtype.known()) << "tp 1: nothing carries it";
+  }
+  tandem::testing::TempCacheDir dir("resolve-tp-dtype");
+  TrainConfig c = two_tp_ranks();
+  const int64_t N = c.batch * c.model.seq_len, C = c.model.d_model;
+  for (const DType wire : {DType::F32, DType::BF16}) {
+    const double s = wire == DType::BF16 ? 0.001 : 0.002;
+    store_record(c, dir.str(), dsl::workloads::megatron_layer(DType::F32, c.model.dropout, wire),
+                 {{"B", N}, {"K", 4 * C}, {"H", C}}, {}, "AR-C", 0, s);
+    store_record(c, dir.str(), dsl::workloads::sum_in_place(wire), {{"N", N * C}}, {}, "AR-C", 0,
+                 s);
+  }
+  c.tp_dtype = Auto<DType>();
+  const TrainConfig r = resolve(c, nullptr);
+  ASSERT_TRUE(r.tp_dtype.known());
+  EXPECT_EQ(r.tp_dtype.value(), DType::BF16);
+  EXPECT_EQ(r.tp_dtype.reason(),
+            "--tp-dtype auto: megatron_layer and sum_in_place 2.000 ms with bf16, 4.000 ms with "
+            "f32");
+  // fp32 precision: decided without reading a record.
+  c.model.matmul = DType::F32;
+  const TrainConfig f = resolve(c, nullptr);
+  ASSERT_TRUE(f.tp_dtype.known());
+  EXPECT_EQ(f.tp_dtype.value(), DType::F32);
+  EXPECT_EQ(f.tp_dtype.reason(), "--tp-dtype auto: fp32 precision has no bf16 products to carry");
 }
 
 }  // namespace

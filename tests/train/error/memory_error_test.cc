@@ -11,6 +11,7 @@
 
 #include "support/cli.h"
 #include "tandem/core/bytes.h"
+#include "tandem/parallel/context_parallel.h"
 #include "tandem/train/memory_estimate.h"
 #include "train/test_util.h"
 
@@ -118,6 +119,26 @@ TEST(MemoryCheck, InProcessRanksAreCountedTogether) {
   EXPECT_NEAR(static_cast<double>(two.exchange), static_cast<double>(one.exchange), 64.0);
   EXPECT_GT(one.checkpoint, 0u);
   EXPECT_EQ(two.checkpoint, 2 * one.checkpoint);
+}
+
+// --cp 2: two ranks, each with the whole model (its moments sliced over the two replicas), the
+// activations of half the tokens of each row and context-parallel attention's key/value buffers.
+TEST(MemoryCheck, ContextParallelRanksHoldHalfTheTokensAndTheKeysAndValues) {
+  TrainConfig c = testing::tiny_run(1);
+  c.executor = exec::RunnerKind::Compiled;  // estimated only: nothing is compiled
+  const MemoryEstimate one = estimate_memory(c);
+  TrainConfig half = c;
+  half.model.seq_len = c.model.seq_len / 2;
+  const MemoryEstimate half_tokens = estimate_memory(half);
+  c.grid = {1, 1, 1, 2};
+  const MemoryEstimate two = estimate_memory(c);
+  EXPECT_EQ(two.ranks, 2);
+  EXPECT_EQ(two.parameters, 2 * one.parameters);
+  EXPECT_EQ(two.optimizer, one.optimizer);
+  const uint64_t kv = parallel::ContextParallelAttention::buffer_bytes(
+      parallel::ContextSplit(c.model.seq_len, 2, 0), static_cast<int>(c.batch),
+      c.model.n_kv_heads(), c.model.head_size());
+  EXPECT_EQ(two.activations, 2 * (half_tokens.activations + kv));
 }
 
 TEST(MemoryCheck, TheEstimateIsAmongTheStartUpLines) {

@@ -52,7 +52,7 @@ TEST(PrecisionMpirun, Bf16TensorParallelExchangesOnTheGridMatchTheThreadBackend)
   const GridRun threads = train_grid(dir, "thread", "", "thread");
   ASSERT_EQ(mpi.result.status, 0) << mpi.result.output;
   ASSERT_EQ(threads.result.status, 0) << threads.result.output;
-  EXPECT_THAT(mpi.result.output, HasSubstr("tensor-parallel exchanges in bf16"));
+  EXPECT_THAT(mpi.result.output, HasSubstr("--tp-dtype bf16"));
   ASSERT_EQ(threads.losses.size(), 3u) << threads.result.output;
   EXPECT_EQ(mpi.losses, threads.losses);
 }

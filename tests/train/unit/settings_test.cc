@@ -1,10 +1,11 @@
 // The settings table against the structs it describes (every field has an entry, saying whether
 // the ranks must agree on it), and what is derived from it: meta.json's parts, the plan's flags,
-// and the start-up check that every rank was given the same training flags (in-process ranks,
-// each handed its own config, agree or all fail with one message naming the flag, the ranks and
-// their values).
+// the start-up lines, and the start-up check that every rank was given the same training flags
+// (in-process ranks, each handed its own config, agree or all fail with one message naming the
+// flag, the ranks and their values).
 #include "../../../src/train/settings.h"
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -59,7 +60,8 @@ struct FourFields {
   Auto<int> d;
 };
 static_assert(field_count<FourFields>() == 4);
-static_assert(field_count<parallel::GridShape>() == 3);
+// The grid entry (settings.cc) compares, keeps and writes back all four: dp, tp, pp, cp.
+static_assert(field_count<parallel::GridShape>() == 4);
 
 // Each field of a struct has one entry, named once, which says whether the ranks agree on it and,
 // when they must, how its value is compared; an entry placed in meta.json has a key and a value.
@@ -134,6 +136,58 @@ TEST(AutoSetting, IsGivenOrDecidedOnceWithItsReason) {
   EXPECT_THROW(g.decide(5, "a given one"), InternalError);
 }
 
+// ------------------------------------------------------------------------------- start-up
+
+// The start-up lines are the table's: every Listed setting whose value is not a default
+// config's is named by its entry's name with its entry's text, none at its default is, an auto
+// decided gets a line with the table's value and its reason, and one still undecided (it does not
+// apply) is left out. A setting added to the table shows here without report.cc knowing it.
+TEST(Settings, TheStartUpLinesComeFromTheTable) {
+  const data::Corpus corpus = data::make_corpus(std::string(600, 'a'), "a");
+  EXPECT_EQ(detail::startup_lines(TrainConfig{}, corpus), "")
+      << "nothing differs from the defaults";
+  TrainConfig c = testing::tiny_run(30);
+  c.seed = 7;
+  c.eval_every = 0;
+  c.save_dir = "ck";
+  c.model.dropout = 0.1f;
+  c.optimizer.beta1 = 0.8;
+  c.grad_dtype = Auto<DType>();
+  c.grad_dtype.decide(DType::BF16, "--grad-dtype auto: because");
+  c.tp_dtype = Auto<DType>();  // one tensor-parallel rank: never decided
+  const std::string lines = detail::startup_lines(c, corpus);
+  const std::string first = lines.substr(0, lines.find('\n'));
+  EXPECT_THAT(first, HasSubstr("  other settings: "));
+  const TrainConfig d;
+  size_t listed = 0;
+  auto check = [&](const auto& table, const auto& s, const auto& def, const auto&... in) {
+    for (const auto& e : table) {
+      if (e.text == nullptr || e.ranks == detail::Ranks::PerField || e.auto_state != nullptr)
+        continue;
+      const std::string item = fmt::format("{} {}", e.name, e.text(s, in...));
+      const bool changed = e.text(s, in...) != e.text(def, in...);
+      if (e.startup == detail::Startup::Listed && changed) {
+        ++listed;
+        EXPECT_THAT(first, HasSubstr(item)) << e.field;
+      } else {
+        EXPECT_THAT(first, Not(HasSubstr(item)))
+            << e.field << (changed ? ": has a line of its own" : ": at its default");
+      }
+    }
+  };
+  check(detail::model_settings(), c.model, d.model);
+  check(detail::optimizer_settings(), c.optimizer, d.optimizer);
+  check(detail::run_settings(), c, d, corpus);
+  // --steps, --seed, --eval-every, --save, the synthetic corpus's size, --dropout, --beta1.
+  EXPECT_GE(listed, 7u);
+  EXPECT_THAT(first, HasSubstr("--steps 30"));
+  EXPECT_THAT(first, HasSubstr("--beta1 0.8"));
+  EXPECT_THAT(first, Not(HasSubstr("--batch")))
+      << "the header states the batch (an own-line setting)";
+  EXPECT_THAT(lines, HasSubstr("\n  --grad-dtype bf16 (--grad-dtype auto: because)\n"));
+  EXPECT_THAT(lines, Not(HasSubstr("--tp-dtype")));
+}
+
 // ------------------------------------------------------------------------------- meta.json
 
 TEST(Settings, MetaJsonHoldsTheHyperparametersAndTheRun) {
@@ -202,6 +256,26 @@ TEST(Settings, AConfigurationIsWrittenBackAsTheFlagsThatAskForIt) {
             (std::vector<std::string>{"--dp", "2", "--tp", "1", "--pp", "2", "--shard", "weights",
                                       "--gather-ahead", "2", "--model-state", "host",
                                       "--memory-budget", "1GiB"}));
+}
+
+// --cp is part of the grid: in meta.json, the flags and the ranks' comparison where it is not 1
+// (a run without it writes what it always wrote).
+TEST(Settings, TheGridsCpIsKeptWhereItIsGiven) {
+  TrainConfig c = testing::tiny_run(1);
+  c.grid = {2, 1, 1, 2};
+  EXPECT_EQ(detail::meta_json(detail::Meta::Extra, c)["grid"],
+            (nlohmann::json{{"dp", 2}, {"tp", 1}, {"pp", 1}, {"cp", 2}}));
+  static constexpr std::string_view kGrid[] = {"grid"};
+  EXPECT_EQ(detail::flags_for(c, kGrid),
+            (std::vector<std::string>{"--dp", "2", "--tp", "1", "--pp", "1", "--cp", "2"}));
+  bool compared = false;
+  for (const auto& [name, value] :
+       detail::agreeing_settings(c, data::make_corpus(std::string(600, 'a'), "a")))
+    if (name == "the grid (--dp, --tp, --pp, --cp)") {
+      EXPECT_EQ(value, "dp=2 tp=1 pp=1 cp=2");
+      compared = true;
+    }
+  EXPECT_TRUE(compared);
 }
 
 // --------------------------------------------------------------- the ranks' agreement
@@ -285,6 +359,27 @@ TEST(ConfigAgreement, GridAutoOnSomeRanksStopsTheResolveOnEveryRank) {
   EXPECT_THAT(messages[0], HasSubstr("the ranks disagree on --grid auto (--ranks, "
                                      "--memory-per-rank, --link-gbps): rank 0 gives 2 ranks"));
   EXPECT_THAT(messages[0], HasSubstr("rank 1 gives off"));
+}
+
+// Whether the dtypes' autos are decided in resolve decides which collectives follow too: ranks
+// given --tp-dtype auto beside ranks given a dtype stop before them, naming the flag.
+TEST(ConfigAgreement, ADtypeAutoOnSomeRanksStopsTheResolveOnEveryRank) {
+  TrainConfig c = testing::tiny_run(3);
+  c.grid = {1, 2, 1};
+  c.model.matmul = DType::BF16;
+  TrainConfig a = c;
+  a.tp_dtype = Auto<DType>();
+  std::vector<std::string> messages(2);
+  comm::run_ranks(2, [&](comm::Communicator& world) {
+    try {
+      resolve(world.rank() == 0 ? a : c, &world);
+    } catch (const comm::CollectiveError& e) {
+      messages[world.rank()] = e.what();
+    }
+  });
+  EXPECT_EQ(messages[1], messages[0]);
+  EXPECT_THAT(messages[0],
+              HasSubstr("the ranks disagree on --tp-dtype: rank 0 gives auto, rank 1 gives f32"));
 }
 
 TEST(ConfigAgreement, PerHostSettingsMayDiffer) {

@@ -1,7 +1,7 @@
 // The resident-block choice against every count tried, on random predictions of the shapes the
 // model gives (compute nondecreasing and infinite past what fits, I/O nonincreasing), and the
 // step-time arithmetic.
-#include "tandem/ooc/streamed_state.h"
+#include "tandem/perf/streamed_state.h"
 
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 #include <random>
 #include <vector>
 
-namespace tandem::ooc {
+namespace tandem::perf {
 namespace streamed_state_test {
 
 // The most resident of the counts with the shortest step, trying each.
@@ -57,12 +57,16 @@ TEST(StreamedState, ResidentBlocksAreTheFastestOfEveryCount) {
 }
 
 TEST(StreamedState, SharedTierAddsTheActivationsSwaps) {
-  const TierBandwidth bw{2e9, 4e9};
+  const ooc::TierBandwidth bw{2e9, 4e9};
   EXPECT_DOUBLE_EQ(state_io_s(1.5, 4'000'000'000, bw, false), 1.5);
   EXPECT_DOUBLE_EQ(state_io_s(1.5, 4'000'000'000, bw, true), 1.5 + 2.0 + 1.0);
   EXPECT_DOUBLE_EQ(streamed_step_s(2.0, 3.0), 3.0);
   EXPECT_DOUBLE_EQ(streamed_step_s(4.0, 3.0), 4.0);
+  // The store's bytes at the tier's two bandwidths: 4 GB read at 4 GB/s, 2 GB written at 2 GB/s.
+  parallel::BlockStore::Traffic t;
+  t.read_bytes = 4'000'000'000, t.written_bytes = 2'000'000'000;
+  EXPECT_DOUBLE_EQ(store_io_s(t, bw), 1.0 + 1.0);
 }
 
 }  // namespace streamed_state_test
-}  // namespace tandem::ooc
+}  // namespace tandem::perf

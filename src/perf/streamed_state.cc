@@ -1,13 +1,19 @@
-// Three binary searches over a nondecreasing and a nonincreasing prediction.
-#include "tandem/ooc/streamed_state.h"
+// Model-state I/O as time, and the resident-block choice: three binary searches over a
+// nondecreasing and a nonincreasing prediction.
+#include "tandem/perf/streamed_state.h"
 
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
-namespace tandem::ooc {
+namespace tandem::perf {
 
-double state_io_s(double store_io_s, uint64_t swapped_bytes, const TierBandwidth& bw,
+double store_io_s(const parallel::BlockStore::Traffic& t, const ooc::TierBandwidth& bw) {
+  return static_cast<double>(t.read_bytes) / bw.read_bytes_per_s +
+         static_cast<double>(t.written_bytes) / bw.write_bytes_per_s;
+}
+
+double state_io_s(double store_io_s, uint64_t swapped_bytes, const ooc::TierBandwidth& bw,
                   bool swaps_share_the_tier) {
   if (!swaps_share_the_tier) return store_io_s;
   const double swapped = static_cast<double>(swapped_bytes);
@@ -54,4 +60,4 @@ int fastest_resident_blocks(int n, const std::function<double(int)>& compute_s,
   return lo;
 }
 
-}  // namespace tandem::ooc
+}  // namespace tandem::perf

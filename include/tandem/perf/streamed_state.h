@@ -7,13 +7,17 @@
 #include <functional>
 
 #include "tandem/ooc/slow_tier.h"
+#include "tandem/parallel/block_store.h"
 
-namespace tandem::ooc {
+namespace tandem::perf {
+
+// The store's traffic a step (BlockStore::predicted_step_traffic) at the tier's bandwidth.
+double store_io_s(const parallel::BlockStore::Traffic& traffic, const ooc::TierBandwidth& bw);
 
 // A step's model-state I/O: the store's own (`store_io_s`), and, when the activations swap to the
 // same tier (one disk, one transfer engine), their `swapped_bytes` written and read back at the
 // tier's measured bandwidth.
-double state_io_s(double store_io_s, uint64_t swapped_bytes, const TierBandwidth& bw,
+double state_io_s(double store_io_s, uint64_t swapped_bytes, const ooc::TierBandwidth& bw,
                   bool swaps_share_the_tier);
 
 // A step with its model state streamed: the store's transfers run beside compute (prefetching
@@ -31,4 +35,4 @@ inline double streamed_step_s(double compute_s, double state_io_s) {
 int fastest_resident_blocks(int n, const std::function<double(int)>& compute_s,
                             const std::function<double(int)>& io_s);
 
-}  // namespace tandem::ooc
+}  // namespace tandem::perf

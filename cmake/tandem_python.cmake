@@ -1,0 +1,44 @@
+# The tandem Python package: one pybind11 extension module, `tandem`, built from src/python/ into
+# <build>/python (the folder PYTHONPATH names, docs/python.md), and its pytest suites and example,
+# labelled "python". Included by the top CMakeLists.txt when pybind11 and Python were found.
+file(GLOB tandem_py_srcs CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/python/*.cc)
+# NO_EXTRAS: no link-time optimisation or stripping, which would slow the build for nothing here.
+pybind11_add_module(tandem_py MODULE NO_EXTRAS ${tandem_py_srcs})
+set_target_properties(tandem_py PROPERTIES OUTPUT_NAME tandem
+                                           LIBRARY_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/python)
+# Bindings sit on top: they link the modules they expose, and nothing links them.
+target_link_libraries(tandem_py PRIVATE tandem_flags tandem_exec tandem_schedule tandem_dsl
+                                        tandem_comm tandem_core)
+set(TANDEM_PYTHON_PATH ${PROJECT_BINARY_DIR}/python)
+
+if(NOT TANDEM_BUILD_TESTS)
+  return()
+endif()
+execute_process(COMMAND ${Python3_EXECUTABLE} -c "import pytest, numpy"
+                RESULT_VARIABLE tandem_no_pytest OUTPUT_QUIET ERROR_QUIET)
+if(tandem_no_pytest)
+  message(STATUS "tandem Python tests: not registered (python3-pytest or python3-numpy missing: "
+                 "run scripts/install-deps.sh)")
+  return()
+endif()
+# One CTest test a pytest file, so that ctest -j runs them side by side; no cache folder is
+# written into the source tree (-p no:cacheprovider).
+file(GLOB tandem_py_tests CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/tests/python/test_*.py)
+foreach(file ${tandem_py_tests})
+  get_filename_component(name ${file} NAME_WE)
+  add_test(NAME python.${name}
+           COMMAND ${Python3_EXECUTABLE} -m pytest -q -p no:cacheprovider ${file})
+  set_tests_properties(python.${name} PROPERTIES LABELS "python" TIMEOUT 120
+                                                 ENVIRONMENT "PYTHONPATH=${TANDEM_PYTHON_PATH}")
+endforeach()
+# The examples in examples/python/, run as a user would run them.
+if(NOT TANDEM_BUILD_EXAMPLES)
+  return()
+endif()
+file(GLOB tandem_py_examples CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/examples/python/*.py)
+foreach(file ${tandem_py_examples})
+  get_filename_component(name ${file} NAME_WE)
+  add_test(NAME examples.python.${name} COMMAND ${Python3_EXECUTABLE} ${file})
+  set_tests_properties(examples.python.${name} PROPERTIES LABELS "examples;python" TIMEOUT 120
+                                                          ENVIRONMENT "PYTHONPATH=${TANDEM_PYTHON_PATH}")
+endforeach()

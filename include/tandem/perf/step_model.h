@@ -1,0 +1,103 @@
+// The one step-time model: a configuration's step composed from what runs concurrently, at the
+// measured rates (perf/rates.h). Per step:
+//   compute    each unit's (half block's) matmul FLOPs over the GEMM rate at the shard's shapes;
+//              backward twice the forward; the LM head on the last stage, whole on every tp rank;
+//              each scaled by its UnitFactor; the activation timeline (ooc/model.h's simulator,
+//              with these unit times: recomputation and swap stalls included) per stage
+//   tp         per block 2 all-reduces in the forward, 2 in the backward, of micro_rows x T x C
+//              elements each in --tp-dtype: latency + 2 (tp-1)/tp bytes / link
+//   pipeline   1F1B: the slowest stage's M micro-batches stretched by (M + pp - 1) / M (the
+//              bubble), and per micro-batch a hand-off of micro_rows x T x C floats each way
+//   dp         the rank's gradients reduce-scattered (in --grad-dtype) and its weights
+//              all-gathered, (dp-1)/dp of the bytes each over the link; the blocks' exchange
+//              overlaps the last micro-batch's backward (only the excess counts), the embeddings'
+//              and ln_f's does not
+//   ZeRO-3     with --shard weights each block's weights all-gathered before its forward and its
+//              backward, each micro-batch, overlapping the previous block's compute (only the
+//              excess counts: the gathers run one at a time); the blocks' update gathers nothing
+//   state I/O  with --model-state, the block store's traffic a step at the tier's rates; a stage
+//              takes the longer of its compute and that I/O
+//   update     the rank's parameters (its slice of them over dp) at the measured update rate;
+//              the blocks' part runs behind the backward with their exchange (what the two take
+//              beyond the backward counts), the rest's after it
+//   other      the rates' per-step term
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "tandem/core/dtype.h"
+#include "tandem/nn/activation_memory.h"
+#include "tandem/nn/gpt.h"
+#include "tandem/ooc/model.h"
+#include "tandem/ooc/profile.h"
+#include "tandem/parallel/grid.h"
+#include "tandem/perf/rates.h"
+
+namespace tandem::perf {
+
+// A configuration as the model reads it (train's TrainConfig, in the terms below it).
+struct StepShape {
+  nn::GPTConfig model;
+  parallel::GridShape grid;
+  int64_t batch = 1;              // sequences a step, all ranks
+  int micro_batches = 1;          // per pipeline
+  bool shard_weights = false;     // --shard weights (ZeRO-3)
+  bool overlap_exchange = true;   // the dp exchange runs during the backward
+  DType tp_dtype = DType::F32;    // the tensor-parallel exchanges' elements
+  DType grad_dtype = DType::F32;  // the data-parallel reduction's
+  bool state_streamed = false;    // --model-state: the blocks' state through the store
+
+  int micro_rows() const { return static_cast<int>(batch / grid.dp / micro_batches); }
+};
+
+// A step's time by what it waits for, in seconds; total() is the step.
+struct StepBreakdown {
+  double compute = 0;           // the slowest stage's forward and backward, recomputation included
+  double exposed_exchange = 0;  // tp all-reduces, pipeline hand-offs, ZeRO-3 gathers and the dp
+                                // exchange, the parts not hidden behind compute
+  double exposed_io = 0;        // swapped activations' stalls, model-state I/O beyond compute
+  double bubble = 0;            // the pipeline's idle share
+  double update = 0;            // the optimizer's update not hidden behind the backward
+  double other = 0;             // the step's other work
+  double total() const { return compute + exposed_exchange + exposed_io + bubble + update + other; }
+  // "compute 0.1200 + exchange 0.0100 + io 0 + bubble 0.0300 + update 0.0040 + other 0 = 0.1640 s"
+  std::string str() const;
+};
+
+// One pipeline stage of a configuration: what it saves, its unit times, its exchanges.
+struct StageTimes {
+  nn::ChainLayout chain;
+  ooc::Profile profile;         // the unit times the model predicts (communication included)
+  double comm_per_micro_s = 0;  // of which communication, per micro-batch
+  double backward_micro_s = 0;  // one micro-batch's backward, the data-parallel exchange's cover
+  double dp_blocks_s = 0, dp_rest_s = 0;          // the data-parallel exchange: blocks', the rest's
+  double update_blocks_s = 0, update_rest_s = 0;  // the update: blocks', the rest's
+  double state_io_s = 0;  // the model state's I/O a step (with --model-state)
+};
+
+// Stage `s` of `shape` at `rates`.
+StageTimes stage_times(const StepShape& shape, int s, const Rates& rates);
+
+// The step from its stages and each one's activation timeline (ooc::predict or the planner's
+// prediction on the stage's chain and profile): the slowest stage sets the pace, the pipeline
+// stretches it by (M + pp - 1) / M, the exchange and the update add what the backward does not
+// hide, then the other work.
+StepBreakdown compose(const StepShape& shape, const std::vector<StageTimes>& stages,
+                      const std::vector<ooc::Prediction>& timelines, const Rates& rates);
+
+// --shard weights: one block's weights all-gathered over the data-parallel group (latency +
+// (dp-1)/dp of its bytes over the link), and one block's forward and backward (its halves'
+// matmuls at the GEMM rate, times their UnitFactors), for one micro-batch. The ZeRO-3 term and
+// --gather-ahead auto use it.
+struct GatherTiming {
+  double gather_s = 0, block_forward_s = 0, block_backward_s = 0;
+};
+GatherTiming gather_timing(const StepShape& shape, const Rates& rates);
+
+// --gather-ahead auto's rule: the smallest D >= 1 whose D blocks' compute (`block_s` each)
+// covers one gather (`gather_s`), at most `blocks` - 1 (a stage's fewest blocks: D + 1 slots
+// hold no more than them), and at least 1.
+int gather_ahead_for(double gather_s, double block_s, int blocks);
+
+}  // namespace tandem::perf

@@ -1,0 +1,333 @@
+// Measuring the performance model's rates: a GEMM at the model's shapes, one block and the head
+// run for their UnitFactors, an in-process all-reduce, the tiers and the optimizer's update. The
+// one place tandem times compute, a link or a tier to predict a step.
+#include "tandem/perf/rates.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <thread>
+#include <vector>
+
+#include "tandem/comm/thread.h"
+#include "tandem/core/blas.h"
+#include "tandem/core/bytes.h"
+#include "tandem/core/clock.h"
+#include "tandem/core/error.h"
+#include "tandem/core/gemm.h"
+#include "tandem/core/tensor.h"
+#include "tandem/nn/layers.h"
+#include "tandem/perf/flops.h"
+
+namespace tandem::perf {
+namespace {
+
+constexpr int kGemmRows = 1024;            // rows of the measured GEMM, at most
+constexpr double kGemmSeconds = 0.2;       // timed per shape, about
+constexpr uint64_t kLinkBytes = 16 << 20;  // the measured all-reduce
+constexpr int kLinkRanks = 8;              // threads it runs on, at most
+constexpr int kUnitTokens = 512;           // tokens of the block run for the UnitFactors, at most
+constexpr uint64_t kTierProbeBytes = 32 << 20;
+constexpr int64_t kUpdateParams = 1 << 20;     // parameters of the timed update loop
+constexpr double kStatedLinkLatencyS = 50e-6;  // with a stated link: a TCP round trip, about
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// FLOP/s of one (rows x k) by (k x n) GEMM of `type`: the fastest of repeats filling about
+// kGemmSeconds (a busy machine only slows a repeat down, so the fastest is the least disturbed).
+double gemm_rate(DType type, int rows, int n, int k) {
+  const size_t elem = dtype_size(type);
+  std::vector<char> a(static_cast<size_t>(rows) * k * elem), b(static_cast<size_t>(k) * n * elem);
+  std::vector<float> c(static_cast<size_t>(rows) * n);
+  GemmCall call;
+  call.type = type;
+  call.m = rows, call.n = n, call.k = k;
+  call.a = a.data(), call.lda = k;
+  call.b = b.data(), call.ldb = n;
+  call.c = c.data(), call.ldc = n;
+  gemm(call);  // warm-up: threads started, primitives created
+  std::vector<double> times;
+  const auto begin = Clock::now();
+  while (times.size() < 3 || (seconds_since(begin) < kGemmSeconds && times.size() < 50)) {
+    const auto t = Clock::now();
+    gemm(call);
+    times.push_back(seconds_since(t));
+  }
+  return 2.0 * rows * n * k / std::max(*std::min_element(times.begin(), times.end()), 1e-9);
+}
+
+// Seconds of `run`: the fastest of repeats filling about kGemmSeconds, after a warm-up.
+template <typename F>
+double fastest_s(F&& run) {
+  run();
+  double best = 1e30;
+  const auto begin = Clock::now();
+  for (int i = 0; i < 2 || (i < 20 && seconds_since(begin) < kGemmSeconds); ++i) {
+    const auto t = Clock::now();
+    run();
+    best = std::min(best, seconds_since(t));
+  }
+  return best;
+}
+
+// Runs one block's halves and the head (ln_f, the tied LM head, the loss) forward and backward
+// on one rank, at up to kUnitTokens tokens of the model's sequences, and divides each time by
+// what its matmuls take at `rate` (the step model's matmul term, at tp 1).
+void measure_unit_factors(const nn::GPTConfig& model, int64_t rows, double rate, Rates& r) {
+  nn::GPTConfig c = model;
+  c.n_layers = 1;
+  const int T = std::min(c.seq_len, kUnitTokens);
+  const int B = static_cast<int>(std::clamp<int64_t>(rows, 1, std::max(1, kUnitTokens / T)));
+  const nn::ParameterSet w(c), dw(c);
+  nn::gpt_init(w, 1);
+  const nn::BlockActivations a = nn::allocate_block_activations(c, B, T);
+  const nn::FinalActivations fa = nn::allocate_final_activations(c, B, T);
+  nn::Workspace ws(c, B, T);
+  const int64_t btc = static_cast<int64_t>(B) * T * c.d_model;
+  std::vector<float> x(static_cast<size_t>(btc), 0.5f), dres(static_cast<size_t>(btc), 1e-3f),
+      dx(static_cast<size_t>(btc));
+  std::vector<int32_t> targets(static_cast<size_t>(B) * T, 1);
+  const nn::StepRng rng;
+  const nn::BlockParams bw = w.block(0), bdw = dw.block(0);
+  const double tokens = static_cast<double>(B) * T;
+  const double attn_s = tokens * attention_flops_per_token(c, T) / rate;
+  const double mlp_s = tokens * mlp_flops_per_token(c) / rate;
+  const double head_s = tokens * head_flops_per_token(c) / rate;
+  r.attention.forward =
+      fastest_s([&] { nn::block_attention_forward(c, 0, bw, a, x.data(), ws, B, T, rng); }) /
+      attn_s;
+  r.mlp.forward = fastest_s([&] { nn::block_mlp_forward(c, 0, bw, a, ws, B, T, rng); }) / mlp_s;
+  r.mlp.backward =
+      fastest_s([&] { nn::block_mlp_backward(c, 0, bw, bdw, a, dres.data(), ws, B, T, rng); }) /
+      (2 * mlp_s);
+  r.attention.backward =
+      fastest_s([&] {
+        nn::block_attention_backward(c, 0, bw, bdw, a, x.data(), dres.data(), ws, B, T, rng);
+      }) /
+      (2 * attn_s);
+  r.head.forward = fastest_s([&] {
+                     nn::final_forward(c, w.final_stage(), fa, x.data(), targets.data(), ws, B, T);
+                   }) /
+                   head_s;
+  r.head.backward = fastest_s([&] {
+                      nn::final_backward(c, w.final_stage(), dw.final_stage(), fa, x.data(),
+                                         targets.data(), 1.0f, dx.data(), ws, B, T);
+                    }) /
+                    (2 * head_s);
+}
+
+// An in-process all-reduce's bus bandwidth and a small one's latency over `p` threads.
+void measure_link(int p, Rates& r) {
+  std::vector<double> big, small;
+  comm::run_ranks(p, [&](comm::Communicator& c) {
+    Tensor b = Tensor::zeros(DType::F32, Shape{static_cast<int64_t>(kLinkBytes / 4)});
+    Tensor s = Tensor::zeros(DType::F32, Shape{256});
+    c.all_reduce(b, ReduceOp::Sum);  // warm-up
+    for (int i = 0; i < 3; ++i) {
+      c.barrier();
+      const auto t = Clock::now();
+      c.all_reduce(b, ReduceOp::Sum);
+      if (c.rank() == 0) big.push_back(seconds_since(t));
+    }
+    for (int i = 0; i < 20; ++i) {
+      c.barrier();
+      const auto t = Clock::now();
+      c.all_reduce(s, ReduceOp::Sum);
+      if (c.rank() == 0) small.push_back(seconds_since(t));
+    }
+  });
+  r.link_latency_s = median(small);
+  const double moved = 2.0 * (p - 1) / p * static_cast<double>(kLinkBytes);
+  r.link_bytes_per_s = moved / std::max(median(big) - r.link_latency_s, 1e-9);
+  r.link_source = fmt::format("measured: an in-process all-reduce of {} over {} threads",
+                              human_bytes(kLinkBytes), p);
+}
+
+ooc::TierBandwidth tier_rates(const ooc::TierSpec& spec) {
+  auto tier = ooc::open_slow_tier(spec, kTierProbeBytes, "the performance model's bandwidth probe");
+  return ooc::measure_bandwidth(*tier, kTierProbeBytes);
+}
+
+// Parameters a second one thread updates with AdamW's arithmetic (weights, gradients and both
+// moments read, weights and moments written: the update's memory traffic and its square root),
+// over kUpdateParams parameters: the loop the optimizer programs run per element, written out
+// here because a program's timing needs a communicator and a compiler.
+double update_rate() {
+  const size_t n = kUpdateParams;
+  std::vector<float> w(n, 0.5f), g(n, 1e-3f), m(n, 0.0f), v(n, 0.0f);
+  const float b1 = 0.9f, b2 = 0.999f, lr = 1e-4f, eps = 1e-8f, wd = 0.1f;
+  const double s = fastest_s([&] {
+    for (size_t i = 0; i < n; ++i) {
+      m[i] = b1 * m[i] + (1 - b1) * g[i];
+      v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
+      w[i] -= lr * (m[i] / (std::sqrt(v[i]) + eps) + wd * w[i]);
+    }
+  });
+  return static_cast<double>(n) / std::max(s, 1e-9);
+}
+
+template <typename T>
+T field(const nlohmann::json& j, const char* name) {
+  if (!j.contains(name)) user_error("the performance model's rates lack '{}'", name);
+  return j.at(name).get<T>();
+}
+
+double positive(const nlohmann::json& j, const char* name) {
+  const double v = field<double>(j, name);
+  if (!(v > 0) || !std::isfinite(v))
+    user_error("the performance model's rate '{}' is {}, not a positive number", name, v);
+  return v;
+}
+
+}  // namespace
+
+nlohmann::json Rates::to_json() const {
+  nlohmann::json gemm = nlohmann::json::object();
+  for (const auto& [tp, f] : gemm_flops_per_s) gemm[std::to_string(tp)] = f;
+  auto unit = [](const UnitFactor& u) { return nlohmann::json{u.forward, u.backward}; };
+  return {{"gemm_flops_per_s", gemm},
+          {"attention", unit(attention)},
+          {"mlp", unit(mlp)},
+          {"head", unit(head)},
+          {"link_bytes_per_s", link_bytes_per_s},
+          {"link_latency_s", link_latency_s},
+          {"swap_tier", {swap_tier.write_bytes_per_s, swap_tier.read_bytes_per_s}},
+          {"state_tier", {state_tier.write_bytes_per_s, state_tier.read_bytes_per_s}},
+          {"update_params_per_s", update_params_per_s},
+          {"other_s", other_s},
+          {"compute_source", compute_source},
+          {"link_source", link_source},
+          {"update_source", update_source},
+          {"other_source", other_source}};
+}
+
+Rates Rates::from_json(const nlohmann::json& j) {
+  Rates r;
+  try {
+    const nlohmann::json gemm = field<nlohmann::json>(j, "gemm_flops_per_s");
+    for (const auto& [tp, f] : gemm.items()) {
+      const double rate = f.get<double>();
+      if (!(rate > 0)) user_error("the performance model's GEMM rate at tp {} is {}", tp, rate);
+      r.gemm_flops_per_s[std::stoi(tp)] = rate;
+    }
+    if (r.gemm_flops_per_s.empty()) user_error("the performance model's rates have no GEMM rate");
+    auto unit = [&](const char* name) {
+      const auto pair = field<std::vector<double>>(j, name);
+      if (pair.size() != 2 || !(pair[0] > 0) || !(pair[1] > 0))
+        user_error("the performance model's '{}' factors are not two positive numbers", name);
+      return UnitFactor{pair[0], pair[1]};
+    };
+    r.attention = unit("attention"), r.mlp = unit("mlp"), r.head = unit("head");
+    r.link_bytes_per_s = positive(j, "link_bytes_per_s");
+    r.link_latency_s = field<double>(j, "link_latency_s");
+    auto tier = [&](const char* name) {
+      const auto pair = field<std::vector<double>>(j, name);
+      if (pair.size() != 2 || !(pair[0] >= 0) || !(pair[1] >= 0))
+        user_error("the performance model's '{}' bandwidths are not two numbers", name);
+      return ooc::TierBandwidth{pair[0], pair[1]};
+    };
+    r.swap_tier = tier("swap_tier"), r.state_tier = tier("state_tier");
+    r.update_params_per_s = field<double>(j, "update_params_per_s");
+    r.other_s = field<double>(j, "other_s");
+    r.compute_source = field<std::string>(j, "compute_source");
+    r.link_source = field<std::string>(j, "link_source");
+    r.update_source = field<std::string>(j, "update_source");
+    r.other_source = field<std::string>(j, "other_source");
+  } catch (const nlohmann::json::exception& e) {
+    user_error("the performance model's rates are malformed: {}", e.what());
+  } catch (const std::invalid_argument&) {
+    user_error("the performance model's GEMM rates are keyed by something not a tp degree");
+  } catch (const std::out_of_range&) {
+    user_error("the performance model's GEMM rates are keyed by something not a tp degree");
+  }
+  if (!(r.link_latency_s >= 0) || !(r.update_params_per_s >= 0) || !(r.other_s >= 0))
+    user_error("the performance model's rates hold a negative latency, update rate or time");
+  return r;
+}
+
+std::string RateRequest::key() const {
+  const nn::GPTConfig& m = model;
+  return nlohmann::json{
+      {"what", "tandem performance-model rates v1"},
+      {"model",
+       {std::string(nn::arch_name(m.arch)), m.n_layers, m.d_model, m.n_heads, m.n_kv_heads(),
+        m.mlp_width(), m.seq_len, m.vocab_size, std::string(dtype_name(m.matmul)),
+        std::string(nn::attention_kernel_name(m.attention))}},
+      {"rank_rows", rank_rows},
+      {"ranks", ranks},
+      {"local_ranks", local_ranks},
+      {"threads", threads},
+      {"hardware_threads", std::max(1u, std::thread::hardware_concurrency())},
+      {"link_gbps", link_gbps ? nlohmann::json(*link_gbps) : nlohmann::json(nullptr)},
+      {"tiers", tiers},
+      {"swap_tier", swap_tier.str()},
+      {"state_tier", state_tier ? state_tier->str() : ""}}
+      .dump();
+}
+
+Rates measure_rates(const RateRequest& q) {
+  TANDEM_CHECK(q.ranks >= 1 && q.local_ranks >= 1 && q.threads >= 1,
+               "measure_rates: {} ranks, {} here, {} threads", q.ranks, q.local_ranks, q.threads);
+  Rates r;
+  const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int saved = blas::num_threads();
+  blas::set_num_threads(q.threads);
+  const nn::GPTConfig& m = q.model;
+  const int64_t rank_rows = std::max<int64_t>(1, q.rank_rows);
+  const int rows = static_cast<int>(std::min<int64_t>(kGemmRows, m.seq_len * rank_rows));
+  // Two rounds, the better of each: the first shape measured also pays for the warm-up of the
+  // library and the processor's clock.
+  for (int round = 0; round < 2; ++round)
+    for (int tp = 1; tp <= q.ranks; ++tp)
+      if (q.ranks % tp == 0 && m.n_heads % tp == 0) {
+        double& rate = r.gemm_flops_per_s[tp];
+        rate = std::max(rate,
+                        gemm_rate(m.matmul, rows, static_cast<int>(m.mlp_width() / tp), m.d_model));
+      }
+  measure_unit_factors(m, rank_rows, r.gemm_flops_per_s.at(1), r);
+  blas::set_num_threads(saved);
+  // The ranks on this machine share its cores: asking for more threads than there are, each
+  // computes at that share of the rate it has alone.
+  const double share =
+      std::min(1.0, static_cast<double>(hw) / (static_cast<double>(q.local_ranks) * q.threads));
+  for (auto& [tp, rate] : r.gemm_flops_per_s) rate *= share;
+  r.compute_source = fmt::format(
+      "measured: a {} GEMM of the MLP's shape ({} rows) on {} BLAS thread{} a rank{}; a block "
+      "and the head run at tp 1 take attention {:.2f}/{:.2f}, MLP {:.2f}/{:.2f}, head "
+      "{:.2f}/{:.2f} (forward/backward) times their matmuls at that rate",
+      dtype_name(m.matmul), rows, q.threads, q.threads == 1 ? "" : "s",
+      share < 1 ? fmt::format(", times {:.2f}: {} ranks x {} threads on {} cores", share,
+                              q.local_ranks, q.threads, hw)
+                : "",
+      r.attention.forward, r.attention.backward, r.mlp.forward, r.mlp.backward, r.head.forward,
+      r.head.backward);
+  if (q.link_gbps) {
+    r.link_bytes_per_s = *q.link_gbps * 1e9 / 8;
+    r.link_latency_s = kStatedLinkLatencyS;
+    r.link_source = fmt::format("stated: --link-gbps {:g}, {:.0f} us a message", *q.link_gbps,
+                                kStatedLinkLatencyS * 1e6);
+  } else if (q.ranks > 1) {
+    measure_link(std::min({q.ranks, kLinkRanks, comm::kMaxThreadRanks}), r);
+  } else {
+    r.link_bytes_per_s = 1e12;
+    r.link_source = "one rank: no link";
+  }
+  r.other_source = "not measured: counted as 0";
+  if (!q.tiers) {
+    r.update_source = "not measured: counted as 0";
+    return r;
+  }
+  r.swap_tier = tier_rates(q.swap_tier);
+  if (q.state_tier) r.state_tier = tier_rates(*q.state_tier);
+  // One thread's loop, shared like the GEMM when the machine's ranks outnumber its cores.
+  r.update_params_per_s = update_rate() * std::min(1.0, static_cast<double>(hw) / q.local_ranks);
+  r.update_source = fmt::format("measured: an AdamW loop over {} parameters on one thread{}",
+                                kUpdateParams, q.local_ranks > hw ? ", shared by the ranks" : "");
+  return r;
+}
+
+}  // namespace tandem::perf

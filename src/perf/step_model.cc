@@ -1,0 +1,183 @@
+// The step-time model of perf/step_model.h: each stage's unit times and exchanges from the
+// rates, and the step composed from the stages' activation timelines.
+#include "tandem/perf/step_model.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "tandem/core/error.h"
+#include "tandem/parallel/block_store.h"
+#include "tandem/parallel/model.h"
+#include "tandem/parallel/shard.h"
+#include "tandem/perf/flops.h"
+#include "tandem/perf/streamed_state.h"
+
+namespace tandem::perf {
+namespace {
+
+double rate_for(const Rates& r, int tp) {
+  const auto it = r.gemm_flops_per_s.find(tp);
+  TANDEM_CHECK(it != r.gemm_flops_per_s.end(), "no GEMM rate for tp {}", tp);
+  return it->second;
+}
+
+// Matmul seconds of one micro-batch's half blocks' forward on a rank (their backward: twice).
+struct HalfBlockMatmuls {
+  double attention_s = 0, mlp_s = 0;
+};
+
+HalfBlockMatmuls half_block_matmuls(const StepShape& c, const Rates& r) {
+  const nn::GPTConfig& m = c.model;
+  const double tokens = c.micro_rows() * static_cast<double>(m.seq_len);
+  const double rate = rate_for(r, c.grid.tp);
+  return {tokens * attention_flops_per_token(m, m.seq_len) / c.grid.tp / rate,
+          tokens * mlp_flops_per_token(m) / c.grid.tp / rate};
+}
+
+// The update's seconds over `params` parameters, 0 when its rate was not measured.
+double update_s(double params, const Rates& r) {
+  return r.update_params_per_s > 0 ? params / r.update_params_per_s : 0;
+}
+
+}  // namespace
+
+std::string StepBreakdown::str() const {
+  return fmt::format(
+      "compute {:.4f} + exchange {:.4f} + io {:.4f} + bubble {:.4f} + update {:.4f} + other "
+      "{:.4f} = {:.4f} s",
+      compute, exposed_exchange, exposed_io, bubble, update, other, total());
+}
+
+StageTimes stage_times(const StepShape& c, int s, const Rates& r) {
+  const parallel::GridShape& g = c.grid;
+  const nn::GPTConfig& m = c.model;
+  const int M = c.micro_batches;
+  const int rows = c.micro_rows();
+  const double tokens = rows * static_cast<double>(m.seq_len);
+  const double rate = rate_for(r, g.tp);
+  const double lat = r.link_latency_s, bw = r.link_bytes_per_s;
+  StageTimes st;
+  st.chain =
+      parallel::ParallelGPT::chain_layout(m, g, parallel::GridCoord{0, 0, s}, rows, m.seq_len, M);
+  const parallel::ShardLayout layout(m, g, 0, s);
+  const int64_t block = layout.block_floats();
+  const int blocks = layout.end_layer() - layout.first_layer();
+  const double block_floats = static_cast<double>(block) * blocks;
+  const double rest_floats = static_cast<double>(layout.size()) - block_floats;
+
+  // Matmul seconds of each half block's forward (its backward: twice), the head's.
+  const auto [attn_s, mlp_s] = half_block_matmuls(c, r);
+  const double head_s = layout.has_final() ? tokens * head_flops_per_token(m) / rate : 0;
+  const double act_bytes = tokens * m.d_model * sizeof(float);
+  // The tensor-parallel exchanges in their dtype (--tp-dtype).
+  const double tp_bytes = act_bytes / sizeof(float) * dtype_size(c.tp_dtype);
+  const double tp_s = g.tp > 1 ? lat + 2.0 * (g.tp - 1) / g.tp * tp_bytes / bw : 0;
+  const double handoff_s = lat + act_bytes / bw;
+  // A gather overlaps the blocks computing before it; the stage's first has nothing to hide
+  // behind. The gathers run one at a time on the data-parallel thread, so however far ahead they
+  // start (--gather-ahead), a block waits for what its gather takes beyond its own compute.
+  const GatherTiming gt = c.shard_weights ? gather_timing(c, r) : GatherTiming{};
+  const double gather_s = gt.gather_s;
+  const double gather_f = std::max(0.0, gather_s - gt.block_forward_s);
+  const double gather_b = std::max(0.0, gather_s - gt.block_backward_s);
+  const int n = st.chain.units;
+  for (int u = 0; u < n; ++u) {
+    const bool attn = u % nn::kBlockHalves == 0;
+    const UnitFactor& k = attn ? r.attention : r.mlp;
+    const double f0 = attn ? attn_s : mlp_s;
+    double f = k.forward * f0, b = k.backward * 2 * f0, cf = tp_s, cb = tp_s;
+    if (u == n - 1) f += r.head.forward * head_s, b += r.head.backward * 2 * head_s;
+    if (u == n - 1 && s < g.pp - 1) cf += handoff_s;
+    if (u == 0 && s > 0) cb += handoff_s;
+    if (attn && c.shard_weights) {
+      cf += u == 0 ? gather_s : gather_f;
+      cb += u == n - 2 ? gather_s : gather_b;
+    }
+    st.profile.forward_s.push_back(f + cf);
+    st.profile.backward_s.push_back(b + cb);
+    st.comm_per_micro_s += cf + cb;
+    st.backward_micro_s += b + cb;
+  }
+  st.profile.write_bytes_per_s = r.swap_tier.write_bytes_per_s;
+  st.profile.read_bytes_per_s = r.swap_tier.read_bytes_per_s;
+
+  // The data-parallel exchange: gradients reduce-scattered (in the gradients' dtype), weights
+  // all-gathered; a sharded block's weights stay sliced, so its update gathers nothing.
+  if (g.dp > 1) {
+    const double frac = (g.dp - 1.0) / g.dp, gsize = dtype_size(c.grad_dtype);
+    st.dp_blocks_s =
+        lat + frac * block_floats * (gsize + (c.shard_weights ? 0 : sizeof(float))) / bw;
+    st.dp_rest_s = lat + frac * rest_floats * (gsize + sizeof(float)) / bw;
+  }
+  // Each data-parallel rank updates its slice of the parameters (ZeRO-1's moments, ZeRO-3's
+  // weights: 1/dp either way).
+  st.update_blocks_s = update_s(block_floats / g.dp, r);
+  st.update_rest_s = update_s(rest_floats / g.dp, r);
+  if (c.state_streamed) {
+    // The store's own prediction (no block resident), over the slices with --shard weights.
+    const int64_t piece = (block + g.dp - 1) / g.dp;
+    st.state_io_s =
+        store_io_s(parallel::BlockStore::predicted_step_traffic(
+                       blocks, c.shard_weights ? piece : block, piece, c.shard_weights ? 1 : M),
+                   r.state_tier);
+  }
+  return st;
+}
+
+StepBreakdown compose(const StepShape& c, const std::vector<StageTimes>& stages,
+                      const std::vector<ooc::Prediction>& timelines, const Rates& r) {
+  TANDEM_CHECK(stages.size() == static_cast<size_t>(c.grid.pp) && timelines.size() == stages.size(),
+               "compose: {} stages and {} timelines for pp {}", stages.size(), timelines.size(),
+               c.grid.pp);
+  const int M = c.micro_batches;
+  StepBreakdown b;
+  // The slowest stage sets the pipeline's pace; a stage takes the longer of its timeline and its
+  // model state's I/O (the store's transfers run beside compute).
+  double slowest = 0, comm = 0, exposed_dp = 0, exposed_update = 0;
+  for (size_t s = 0; s < stages.size(); ++s) {
+    const StageTimes& st = stages[s];
+    const ooc::Prediction& p = timelines[s];
+    const double stage_s = streamed_step_s(p.step_s, st.state_io_s);
+    if (stage_s >= slowest) {
+      slowest = stage_s;
+      comm = M * st.comm_per_micro_s;
+      b.compute = p.compute_s - comm;
+      b.exposed_io = (p.step_s - p.compute_s) + (stage_s - p.step_s);
+    }
+    // The blocks' exchange and update run behind the last micro-batch's backward: the exchange
+    // takes the cover first, and what both take beyond it shows; the rest's follow the backward.
+    const double cover = c.overlap_exchange ? st.backward_micro_s : 0;
+    const double dp = std::max(0.0, st.dp_blocks_s - cover) + st.dp_rest_s;
+    const double both = std::max(0.0, st.dp_blocks_s + st.update_blocks_s - cover);
+    const double update = both - std::max(0.0, st.dp_blocks_s - cover) + st.update_rest_s;
+    if (dp + update > exposed_dp + exposed_update) exposed_dp = dp, exposed_update = update;
+  }
+  b.bubble = slowest * (c.grid.pp - 1) / M;
+  b.exposed_exchange = comm + exposed_dp;
+  b.update = exposed_update;
+  b.other = r.other_s;
+  return b;
+}
+
+GatherTiming gather_timing(const StepShape& c, const Rates& r) {
+  const parallel::GridShape& g = c.grid;
+  const auto [attn_s, mlp_s] = half_block_matmuls(c, r);
+  const parallel::ShardLayout layout(c.model, g, 0, 0);
+  GatherTiming t;
+  t.gather_s = r.link_latency_s + (g.dp - 1.0) / g.dp * static_cast<double>(layout.block_floats()) *
+                                      sizeof(float) / r.link_bytes_per_s;
+  t.block_forward_s = r.attention.forward * attn_s + r.mlp.forward * mlp_s;
+  t.block_backward_s = 2 * (r.attention.backward * attn_s + r.mlp.backward * mlp_s);
+  return t;
+}
+
+int gather_ahead_for(double gather_s, double block_s, int blocks) {
+  const int most = std::max(1, blocks - 1);
+  if (!(block_s > 0)) return most;
+  const double d = std::ceil(gather_s / block_s - 1e-9);
+  return static_cast<int>(std::clamp(d, 1.0, static_cast<double>(most)));
+}
+
+}  // namespace tandem::perf

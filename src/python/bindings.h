@@ -1,0 +1,32 @@
+// What the two files of the Python bindings share: the handles Python holds on programs and their
+// stages, and the functions that add each file's part to the module. Bindings only: every rule
+// (typing, layouts, schedules, running) is the C++ library's, and its UserError reaches Python as
+// tandem.Error with the same message.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <memory>
+
+#include "tandem/dsl/ir.h"
+
+namespace tandem::python {
+
+namespace py = pybind11;
+
+// A stage of a program, as Python holds it: the program is shared, so that an Expr keeps its
+// program alive (a C++ dsl::Expr only points at it) and the program never moves while Exprs exist.
+struct PyExpr {
+  std::shared_ptr<dsl::Program> program;
+  int id = -1;
+  dsl::Expr expr() const { return {program.get(), id}; }
+};
+
+// The DSL (types, layouts, programs, stages, operators, the workloads) and schedules (module.cc).
+void bind_dsl(py::module_& m);
+void bind_schedule(py::module_& m);
+// Running on in-process ranks with NumPy arrays: the interpreter, the plan runner and the
+// compiled executor (run.cc).
+void bind_run(py::module_& m);
+
+}  // namespace tandem::python

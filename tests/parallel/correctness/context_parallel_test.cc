@@ -1,0 +1,210 @@
+// Context-parallel attention against one rank's attention on the whole sequence: over 1 to 4
+// in-process ranks, grouped-query and multi-query heads, head counts that are not powers of two,
+// chunks that end inside a kernel block, dropout; its exchange programs run by the program runner
+// on the reference interpreter, the plan runner and the compiled executor. And the balanced split
+// (which tokens a rank holds) and its refusals.
+//
+// Tolerances: one rank's kernel and the split one sum in other orders (the query blocks start
+// elsewhere, and each key's gradient is summed over the ranks), so they agree to f32 rounding:
+// rtol 2e-6 of max|out| for the output, 1e-6 for the log-sum-exp, 1e-5 of each part's max|grad|
+// (and 1e-6 absolute) for dq, dk and dv: flash_attention_test's tolerances.
+#include "tandem/parallel/context_parallel.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "parallel/parallel_test_util.h"
+#include "tandem/comm/thread.h"
+#include "tandem/core/error.h"
+#include "tandem/core/rng.h"
+
+namespace tandem::parallel {
+namespace context_parallel_test {
+
+using testing::close;
+
+TEST(ContextSplit, EachRankHoldsAnEarlyAndALateChunk) {
+  EXPECT_EQ(ContextSplit(16, 2, 0).positions(), (std::vector<int>{0, 1, 2, 3, 12, 13, 14, 15}));
+  EXPECT_EQ(ContextSplit(16, 2, 1).positions(), (std::vector<int>{4, 5, 6, 7, 8, 9, 10, 11}));
+  EXPECT_EQ(ContextSplit(6, 3, 2).positions(), (std::vector<int>{2, 3}));
+  EXPECT_EQ(ContextSplit(6, 1, 0).positions(), (std::vector<int>{0, 1, 2, 3, 4, 5}));
+  // Every position once over the ranks.
+  std::vector<int> seen(24, 0);
+  for (int r = 0; r < 4; ++r)
+    for (int p : ContextSplit(24, 4, r).positions()) ++seen[static_cast<size_t>(p)];
+  EXPECT_EQ(seen, std::vector<int>(24, 1));
+}
+
+TEST(ContextSplit, ASequenceThatDoesNotCutIntoTwoChunksARankIsRefused) {
+  const auto message = [](int T, int cp) {
+    try {
+      ContextSplit::check(T, cp);
+    } catch (const UserError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message(10, 2),
+            "context parallelism over 2 ranks cuts a sequence into 4 equal chunks (two a rank), "
+            "which 10 tokens are not: the sequence length must be a multiple of 4");
+  EXPECT_EQ(message(4, 3),
+            "context parallelism over 3 ranks cuts a sequence into 6 equal chunks (two a rank), "
+            "which 4 tokens are not: the sequence length must be a multiple of 6");
+  EXPECT_EQ(message(8, 0), "context parallelism over 0 ranks: the rank count must be at least 1");
+  EXPECT_EQ(message(8, 2), "no error");
+  EXPECT_THROW(ContextSplit(10, 2, 0), InternalError);
+  EXPECT_THROW(ContextSplit(8, 2, 2), InternalError);
+}
+
+struct Case {
+  int B, T, NH, KVH, HS;
+  nn::FlashBlocks blocks;
+  float p = 0.0f;  // attention dropout
+  std::string str() const {
+    return "B " + std::to_string(B) + " T " + std::to_string(T) + " NH " + std::to_string(NH) +
+           " KVH " + std::to_string(KVH) + " HS " + std::to_string(HS) + " blocks " +
+           std::to_string(blocks.rows) + "x" + std::to_string(blocks.cols) + " dropout " +
+           std::to_string(p);
+  }
+};
+
+std::vector<float> uniform(size_t n, uint64_t seed) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i)
+    v[i] = static_cast<float>(random_bits(seed, i) % 4001) / 1000.0f - 2.0f;
+  return v;
+}
+
+// The columns [first, first + width) of each of the N rows of a (N, W) buffer.
+std::vector<float> columns(const std::vector<float>& v, int N, int W, int first, int width) {
+  std::vector<float> r;
+  for (int n = 0; n < N; ++n)
+    for (int j = first; j < first + width; ++j) r.push_back(v[static_cast<size_t>(n) * W + j]);
+  return r;
+}
+
+void compare_with_one_rank(const Case& s, int cp, exec::RunnerKind executor) {
+  SCOPED_TRACE(s.str() + " on " + std::to_string(cp) + " ranks, executor " +
+               std::string(exec::runner_kind_name(executor)));
+  const int N = s.B * s.T, W = (s.NH + 2 * s.KVH) * s.HS, C = s.NH * s.HS, K = s.KVH * s.HS;
+  nn::AttentionDropout drop;
+  drop.p = s.p;
+  drop.key = 41;
+  drop.sample_offset = 2;  // a data-parallel shard's samples draw where the whole batch's would
+  const std::vector<float> qkv = uniform(static_cast<size_t>(N) * W, 7);
+  const std::vector<float> dout = uniform(static_cast<size_t>(N) * C, 8);
+
+  // One rank, the whole sequence.
+  std::vector<float> out(static_cast<size_t>(N) * C), lse(static_cast<size_t>(s.B) * s.NH * s.T),
+      dqkv(qkv.size(), 0.0f),
+      scratch(static_cast<size_t>(nn::flash_attention_scratch_floats(s.T, s.HS, s.blocks)));
+  nn::flash_attention_forward(out.data(), lse.data(), scratch.data(), qkv.data(), s.B, s.T, s.NH,
+                              s.KVH, s.HS, drop, s.blocks);
+  nn::flash_attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), out.data(),
+                               lse.data(), s.B, s.T, s.NH, s.KVH, s.HS, drop, s.blocks);
+
+  // cp ranks, each its own tokens; their results put back at the tokens' positions.
+  std::vector<float> got_out(out.size(), NAN), got_lse(lse.size(), NAN), got_dqkv(dqkv.size(), NAN);
+  comm::run_ranks(cp, [&](comm::Communicator& group) {
+    const ContextSplit split(s.T, cp, group.rank());
+    const int Tl = split.tokens();
+    ContextParallelAttention attn(group, split, s.B, s.NH, s.KVH, s.HS, {}, executor, s.blocks);
+    std::vector<float> q(static_cast<size_t>(s.B) * Tl * W), dy(static_cast<size_t>(s.B) * Tl * C);
+    for (int b = 0; b < s.B; ++b)
+      for (int r = 0; r < Tl; ++r) {
+        const size_t from = static_cast<size_t>(b) * s.T + split.position(r),
+                     to = static_cast<size_t>(b) * Tl + r;
+        std::copy_n(qkv.begin() + from * W, W, q.begin() + to * W);
+        std::copy_n(dout.begin() + from * C, C, dy.begin() + to * C);
+      }
+    std::vector<float> o(dy.size()), l(static_cast<size_t>(s.B) * s.NH * Tl), d(q.size(), 0.0f);
+    attn.forward(o.data(), l.data(), q.data(), drop);
+    attn.backward(d.data(), dy.data(), q.data(), o.data(), l.data(), drop);
+    // Each rank writes only its own tokens' rows.
+    for (int b = 0; b < s.B; ++b)
+      for (int r = 0; r < Tl; ++r) {
+        const size_t to = static_cast<size_t>(b) * s.T + split.position(r),
+                     from = static_cast<size_t>(b) * Tl + r;
+        std::copy_n(o.begin() + from * C, C, got_out.begin() + to * C);
+        std::copy_n(d.begin() + from * W, W, got_dqkv.begin() + to * W);
+        for (int h = 0; h < s.NH; ++h)
+          got_lse[(static_cast<size_t>(b) * s.NH + h) * s.T + split.position(r)] =
+              l[(static_cast<size_t>(b) * s.NH + h) * Tl + r];
+      }
+  });
+  EXPECT_TRUE(close("out", got_out, out, 2e-6));
+  EXPECT_TRUE(close("lse", got_lse, lse, 1e-6, 1e-6));
+  const auto part = [&](const char* name, int first, int width) {
+    return close(name, columns(got_dqkv, N, W, first, width), columns(dqkv, N, W, first, width),
+                 1e-5, 1e-6);
+  };
+  EXPECT_TRUE(part("dq", 0, C));
+  EXPECT_TRUE(part("dk", C, K));
+  EXPECT_TRUE(part("dv", C + K, K));
+}
+
+constexpr exec::RunnerKind kReference = exec::RunnerKind::Reference;
+
+TEST(ContextParallelAttention, EqualsOneRanksAttention) {
+  const nn::FlashBlocks tiny{8, 8};
+  for (int cp : {1, 2, 3, 4}) {
+    for (float p : {0.0f, 0.2f}) {
+      compare_with_one_rank({2, 48, 2, 2, 8, tiny, p}, cp, kReference);
+      compare_with_one_rank({1, 48, 6, 2, 8, {5, 3}, p}, cp, kReference);    // GQA, odd blocks
+      compare_with_one_rank({2, 24, 3, 1, 4, {16, 16}, p}, cp, kReference);  // MQA, 3 heads
+    }
+  }
+  compare_with_one_rank({1, 96, 4, 2, 16, {}, 0.1f}, 2, kReference);  // the default blocks
+}
+
+// The exchanges as the trainer runs them: the plan runner and the compiled executor.
+TEST(ContextParallelAttention, EqualsOneRanksAttentionOnEveryExecutor) {
+  for (exec::RunnerKind executor : {exec::RunnerKind::Plan, exec::RunnerKind::Compiled}) {
+    compare_with_one_rank({2, 48, 6, 2, 8, {8, 8}, 0.1f}, 2, executor);
+    compare_with_one_rank({1, 24, 3, 3, 4, {8, 8}, 0.0f}, 3, executor);
+  }
+}
+
+// The schedules come from the preferences, the autotuner's choice first with its chunk size, as
+// every program's do; an AllGather or a ReduceScatter alone has nothing to fuse ("fused(C)" is
+// passed over).
+TEST(ContextParallelAttention, RunsTheSchedulesItIsGiven) {
+  comm::run_ranks(2, [&](comm::Communicator& group) {
+    ContextSchedules s;
+    s.gather = {{"C"}, 4096};
+    s.reduce = {{"fused(C)", "C"}, 8192};
+    ContextParallelAttention attn(group, ContextSplit(8, 2, group.rank()), 1, 2, 1, 4, s,
+                                  kReference);
+    EXPECT_EQ(attn.gather_program().schedule_name(), "C");
+    EXPECT_EQ(attn.gather_program().chunk_bytes(), 4096u);
+    EXPECT_EQ(attn.reduce_program().schedule_name(), "C");
+    EXPECT_EQ(attn.reduce_program().chunk_bytes(), 0u);
+    EXPECT_GT(attn.allocated_bytes(), 0u);
+  });
+}
+
+// The memory estimate's count (buffer_bytes) is what the constructor allocates; the exchanges
+// bind their inputs and outputs to the attention's buffers, so the compiled executor's runners
+// (the one to train with) add a few bytes of their own, and the plan runner two whole-sequence
+// intermediates (which the memory estimate counts for it, and for the reference interpreter, whose
+// runner does not report what it allocates).
+TEST(ContextParallelAttention, TheEstimatesBuffersAreWhatItAllocates) {
+  for (exec::RunnerKind executor : {exec::RunnerKind::Plan, exec::RunnerKind::Compiled})
+    comm::run_ranks(2, [&](comm::Communicator& group) {
+      const ContextSplit split(16, 2, group.rank());
+      ContextParallelAttention attn(group, split, 2, 4, 2, 8, {}, executor);
+      const std::vector<int> pos = split.positions();
+      const int64_t piece = 2 * 8 * 2 * 2 * 8;  // B x Tl x (k, v) x KVH x HS
+      const int64_t scratch = nn::flash_attention_scratch_floats({8, 16, pos.data()}, 8);
+      const uint64_t want = static_cast<uint64_t>(piece + 3 * 2 * piece + scratch) * sizeof(float);
+      EXPECT_EQ(ContextParallelAttention::buffer_bytes(split, 2, 2, 8), want);
+      const uint64_t runners = executor == exec::RunnerKind::Compiled ? 0 : 2 * 2 * piece * 4;
+      EXPECT_GE(attn.allocated_bytes(), want + runners) << exec::runner_kind_name(executor);
+      EXPECT_LE(attn.allocated_bytes(), want + runners + 64) << exec::runner_kind_name(executor);
+    });
+}
+
+}  // namespace context_parallel_test
+}  // namespace tandem::parallel

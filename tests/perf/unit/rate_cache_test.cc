@@ -1,0 +1,149 @@
+// The rates' cache: a second load reads the same rates without measuring, another request (other
+// shapes, threads, ranks here, tiers) is measured for itself, a damaged file is measured again
+// and replaced, TANDEM_PERF_REMEASURE=1 measures anew, and the file is private. The measurement
+// is injected: no test here times anything.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "support/scratch.h"
+#include "tandem/perf/rates.h"
+
+namespace tandem::perf {
+namespace rate_cache_test {
+
+namespace fs = std::filesystem;
+using tandem::testing::ScratchDir;
+using tandem::testing::user_error_of;
+
+RateRequest request() {
+  RateRequest q;
+  q.model.n_layers = 2;
+  q.model.d_model = 32;
+  q.ranks = 4;
+  q.local_ranks = 4;
+  q.threads = 1;
+  return q;
+}
+
+// A measurement that counts its calls and returns rates that differ each time.
+struct FakeMeasure {
+  int calls = 0;
+  Rates operator()(const RateRequest& q) {
+    ++calls;
+    Rates r;
+    r.gemm_flops_per_s[1] = 1e9 * calls;
+    r.gemm_flops_per_s[2] = 0.9e9 * calls;
+    r.attention = {1.5, 1.25};
+    r.link_bytes_per_s = 2e9;
+    r.link_latency_s = 1e-5;
+    r.swap_tier = {1e9, 2e9};
+    r.update_params_per_s = 3e8;
+    r.compute_source = "fake " + std::to_string(q.threads);
+    return r;
+  }
+};
+
+Rates cached(const std::string& dir, FakeMeasure& m, const RateRequest& q, bool* hit) {
+  return cached_rates(q, dir, hit, [&m](const RateRequest& r) { return m(r); });
+}
+
+TEST(RateCache, ASecondLoadReadsTheSameRates) {
+  ScratchDir dir;
+  FakeMeasure m;
+  bool hit = true;
+  const Rates first = cached(dir.path("cache"), m, request(), &hit);
+  EXPECT_FALSE(hit);
+  const Rates second = cached(dir.path("cache"), m, request(), &hit);
+  EXPECT_TRUE(hit);
+  EXPECT_EQ(m.calls, 1);
+  EXPECT_EQ(second.to_json(), first.to_json());
+  EXPECT_EQ(second.gemm_flops_per_s, first.gemm_flops_per_s);
+  EXPECT_EQ(second.attention.forward, 1.5);
+  EXPECT_EQ(second.update_params_per_s, 3e8);
+}
+
+TEST(RateCache, WhatTheRatesDependOnIsTheKey) {
+  ScratchDir dir;
+  FakeMeasure m;
+  bool hit = false;
+  cached(dir.path("cache"), m, request(), &hit);
+  RateRequest wider = request();
+  wider.model.d_model = 64;
+  RateRequest threads = request();
+  threads.threads = 2;
+  RateRequest here = request();
+  here.local_ranks = 2;
+  RateRequest tiers = request();
+  tiers.state_tier = ooc::TierSpec{};
+  for (const RateRequest& q : {wider, threads, here, tiers}) {
+    cached(dir.path("cache"), m, q, &hit);
+    EXPECT_FALSE(hit) << q.key();
+  }
+  EXPECT_EQ(m.calls, 5);
+  cached(dir.path("cache"), m, threads, &hit);
+  EXPECT_TRUE(hit);
+}
+
+TEST(RateCache, ADamagedFileIsMeasuredAgain) {
+  ScratchDir dir;
+  FakeMeasure m;
+  bool hit = false;
+  cached(dir.path("cache"), m, request(), &hit);
+  const std::vector<std::string> files = dir.list("cache/perf");
+  ASSERT_EQ(files.size(), 1u);
+  const fs::path file = fs::path(dir.path("cache/perf")) / files[0];
+  for (const char* damaged : {"{\"key\": ", "[]", "{\"key\": 1, \"rates\": {}}"}) {
+    SCOPED_TRACE(damaged);
+    std::ofstream(file, std::ios::trunc) << damaged;
+    const int before = m.calls;
+    const Rates r = cached(dir.path("cache"), m, request(), &hit);
+    EXPECT_FALSE(hit);
+    EXPECT_EQ(m.calls, before + 1);
+    EXPECT_EQ(r.gemm_flops_per_s.at(1), 1e9 * m.calls);
+    cached(dir.path("cache"), m, request(), &hit);  // rewritten: read back now
+    EXPECT_TRUE(hit);
+  }
+  struct stat st;
+  ASSERT_EQ(::stat(file.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+}
+
+TEST(RateCache, RemeasureMeasuresAnew) {
+  ScratchDir dir;
+  FakeMeasure m;
+  bool hit = false;
+  cached(dir.path("cache"), m, request(), &hit);
+  ::setenv("TANDEM_PERF_REMEASURE", "1", 1);
+  const Rates again = cached(dir.path("cache"), m, request(), &hit);
+  ::unsetenv("TANDEM_PERF_REMEASURE");
+  EXPECT_FALSE(hit);
+  EXPECT_EQ(m.calls, 2);
+  EXPECT_EQ(cached(dir.path("cache"), m, request(), &hit).to_json(), again.to_json());
+  EXPECT_TRUE(hit);
+}
+
+// Rates that read back wrong name what is wrong.
+TEST(RateCache, RatesFromJsonNameWhatIsWrong) {
+  FakeMeasure m;
+  nlohmann::json j = m(request()).to_json();
+  EXPECT_EQ(Rates::from_json(j).to_json(), j);
+  nlohmann::json missing = j;
+  missing.erase("link_bytes_per_s");
+  EXPECT_EQ(user_error_of([&] { Rates::from_json(missing); }),
+            "the performance model's rates lack 'link_bytes_per_s'");
+  nlohmann::json zero = j;
+  zero["link_bytes_per_s"] = 0;
+  EXPECT_EQ(user_error_of([&] { Rates::from_json(zero); }),
+            "the performance model's rate 'link_bytes_per_s' is 0, not a positive number");
+  nlohmann::json gemm = j;
+  gemm["gemm_flops_per_s"] = nlohmann::json::object();
+  EXPECT_EQ(user_error_of([&] { Rates::from_json(gemm); }),
+            "the performance model's rates have no GEMM rate");
+}
+
+}  // namespace rate_cache_test
+}  // namespace tandem::perf

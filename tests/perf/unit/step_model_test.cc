@@ -1,0 +1,151 @@
+// The step-time model's composition at stated rates: an exchange shorter than the backward is
+// hidden and a longer one shows its excess, a pipeline of pp stages and M micro-batches stretches
+// by (M + pp - 1) / M, the update and the other work add, and the FLOP formulas.
+#include "tandem/perf/step_model.h"
+
+#include <gtest/gtest.h>
+
+#include "tandem/ooc/plan.h"
+#include "tandem/ooc/planner.h"
+#include "tandem/perf/flops.h"
+
+namespace tandem::perf {
+namespace step_model_test {
+
+StepShape shape(int dp, int tp, int pp, int micro_batches) {
+  StepShape s;
+  s.model.n_layers = 4;
+  s.model.n_heads = 2;
+  s.model.d_model = 32;
+  s.model.seq_len = s.model.max_positions = 16;
+  s.grid = {dp, tp, pp};
+  s.micro_batches = micro_batches;
+  s.batch = 4 * dp * micro_batches;
+  return s;
+}
+
+Rates rates() {
+  Rates r;
+  for (int tp : {1, 2}) r.gemm_flops_per_s[tp] = 1e9;
+  r.link_bytes_per_s = 1e9;
+  r.link_latency_s = 1e-5;
+  r.swap_tier = {1e9, 1e9};
+  r.state_tier = {1e9, 1e9};
+  return r;
+}
+
+// Every stage's in-core timeline, then the composition.
+StepBreakdown predict(const StepShape& s, const Rates& r, std::vector<StageTimes>* out = nullptr) {
+  std::vector<StageTimes> stages;
+  std::vector<ooc::Prediction> timelines;
+  for (int i = 0; i < s.grid.pp; ++i) {
+    stages.push_back(stage_times(s, i, r));
+    timelines.push_back(ooc::predict(stages.back().chain, ooc::keep_all(stages.back().chain.units),
+                                     stages.back().profile));
+  }
+  if (out) *out = stages;
+  return compose(s, stages, timelines, r);
+}
+
+TEST(StepModel, OneRankIsItsComputeAlone) {
+  const StepShape s = shape(1, 1, 1, 1);
+  std::vector<StageTimes> st;
+  const StepBreakdown b = predict(s, rates(), &st);
+  EXPECT_DOUBLE_EQ(b.compute, st[0].profile.compute_s());
+  EXPECT_EQ(b.exposed_exchange, 0);
+  EXPECT_EQ(b.exposed_io, 0);
+  EXPECT_EQ(b.bubble, 0);
+  EXPECT_EQ(b.update, 0);
+  EXPECT_DOUBLE_EQ(b.total(), b.compute);
+  // The matmul FLOPs at 1 GFLOP/s, the UnitFactors 1: a token's forward and backward.
+  const double tokens = 4.0 * s.model.seq_len;
+  EXPECT_NEAR(b.compute, tokens * step_flops_per_token(s.model, s.model.seq_len) / 1e9, 1e-12);
+}
+
+// A data-parallel exchange shorter than the last micro-batch's backward is hidden but for the
+// embeddings' and ln_f's part; slowed past it, its excess shows.
+TEST(StepModel, AnExchangeShorterThanTheBackwardIsHidden) {
+  const StepShape s = shape(2, 1, 1, 1);
+  std::vector<StageTimes> st;
+  const StepBreakdown fast = predict(s, rates(), &st);
+  ASSERT_LT(st[0].dp_blocks_s, st[0].backward_micro_s);
+  EXPECT_DOUBLE_EQ(fast.exposed_exchange, st[0].dp_rest_s);
+  Rates slow = rates();
+  slow.link_bytes_per_s /= 1e4;
+  const StepBreakdown b = predict(s, slow, &st);
+  ASSERT_GT(st[0].dp_blocks_s, st[0].backward_micro_s);
+  EXPECT_DOUBLE_EQ(b.exposed_exchange,
+                   st[0].dp_blocks_s - st[0].backward_micro_s + st[0].dp_rest_s);
+  // After the backward (--exchange after), nothing is hidden.
+  StepShape after = s;
+  after.overlap_exchange = false;
+  const StepBreakdown a = predict(after, rates(), &st);
+  EXPECT_DOUBLE_EQ(a.exposed_exchange, st[0].dp_blocks_s + st[0].dp_rest_s);
+}
+
+// 1F1B: the slowest stage's M micro-batches stretched by (M + pp - 1) / M.
+TEST(StepModel, APipelineStretchesByItsBubble) {
+  for (int M : {1, 2, 4}) {
+    SCOPED_TRACE(M);
+    const StepBreakdown b = predict(shape(1, 1, 2, M), rates());
+    const double stage = b.compute + b.exposed_exchange + b.exposed_io;
+    EXPECT_NEAR(b.bubble, stage * (2 - 1) / M, 1e-15);
+    EXPECT_NEAR(b.total(), stage * (M + 2 - 1) / M, 1e-15);
+  }
+}
+
+// The update adds: the rest's in full after the backward, the blocks' beyond what the backward
+// leaves after their exchange.
+TEST(StepModel, TheUpdateAndTheOtherWorkAdd) {
+  const StepShape s = shape(1, 1, 1, 1);
+  Rates r = rates();
+  const StepBreakdown none = predict(s, r);
+  r.update_params_per_s = 1e6;
+  r.other_s = 0.25;
+  std::vector<StageTimes> st;
+  const StepBreakdown b = predict(s, r, &st);
+  // dp 1: no exchange, so the blocks' update runs behind the backward.
+  const double hidden = std::min(st[0].update_blocks_s, st[0].backward_micro_s);
+  EXPECT_GT(st[0].update_rest_s, 0);
+  EXPECT_DOUBLE_EQ(b.update, st[0].update_blocks_s - hidden + st[0].update_rest_s);
+  EXPECT_DOUBLE_EQ(b.other, 0.25);
+  EXPECT_DOUBLE_EQ(b.total(), none.total() + b.update + 0.25);
+  // A rank of dp 2 updates half the parameters.
+  const StepShape two = shape(2, 1, 1, 1);
+  std::vector<StageTimes> st2;
+  predict(two, r, &st2);
+  EXPECT_DOUBLE_EQ(st2[0].update_rest_s, st[0].update_rest_s / 2);
+}
+
+TEST(StepModel, TensorParallelExchangesCountInFull) {
+  Rates slow = rates();
+  slow.link_bytes_per_s /= 100;
+  const StepBreakdown a = predict(shape(1, 2, 1, 1), rates());
+  const StepBreakdown b = predict(shape(1, 2, 1, 1), slow);
+  EXPECT_GT(b.exposed_exchange, 10 * a.exposed_exchange);
+  EXPECT_DOUBLE_EQ(a.compute, b.compute);
+}
+
+TEST(StepModel, GatherAheadCoversAGather) {
+  EXPECT_EQ(gather_ahead_for(3e-3, 1e-3, 10), 3);
+  EXPECT_EQ(gather_ahead_for(0.5e-3, 1e-3, 10), 1);
+  EXPECT_EQ(gather_ahead_for(3e-3, 1e-3, 3), 2);
+  EXPECT_EQ(gather_ahead_for(3e-3, 0, 5), 4);
+}
+
+// GPT-2's formulas: 8 C^2 + 4 T C a token of attention, 16 C^2 of MLP, 2 C V of head; the step
+// three times the forward.
+TEST(StepModel, FlopFormulas) {
+  nn::GPTConfig m;
+  m.d_model = 64;
+  m.n_layers = 3;
+  m.vocab_size = 100;
+  const double C = 64, T = 32;
+  EXPECT_DOUBLE_EQ(attention_flops_per_token(m, T), 8 * C * C + 4 * T * C);
+  EXPECT_DOUBLE_EQ(mlp_flops_per_token(m), 16 * C * C);
+  EXPECT_DOUBLE_EQ(head_flops_per_token(m), 2 * C * 100);
+  EXPECT_DOUBLE_EQ(step_flops_per_token(m, T), 3 * (3 * (24 * C * C + 4 * T * C) + 2 * C * 100));
+}
+
+}  // namespace step_model_test
+}  // namespace tandem::perf
