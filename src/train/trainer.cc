@@ -31,6 +31,7 @@
 #include "tandem/comm/agree.h"
 #include "tandem/comm/mpi.h"
 #include "tandem/comm/thread.h"
+#include "tandem/core/blas.h"
 #include "tandem/core/bytes.h"
 #include "tandem/core/clock.h"
 #include "tandem/core/error.h"
