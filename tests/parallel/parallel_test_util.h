@@ -65,4 +65,28 @@ inline ::testing::AssertionResult close(const std::string& label, const std::vec
          << "; worst " << worst << " at [" << worst_i << "]" << first.str();
 }
 
+// One step of the whole model on one rank (GPT-2's initialisation, seed 7), the loss and every
+// gradient in the whole model's layout: what the parallel runs are compared against.
+struct StepResult {
+  double loss = 0.0;
+  std::vector<float> grads;  // whole-model layout
+};
+
+inline StepResult whole_model_step(const nn::GPTConfig& c, const std::vector<int32_t>& in,
+                                   const std::vector<int32_t>& tg, int B, uint64_t seed,
+                                   uint64_t step) {
+  nn::ParameterSet p(c), g(c);
+  nn::gpt_init(p, 7);
+  nn::GPTActivations acts(c, B, c.seq_len);
+  nn::Workspace ws(c, B, c.seq_len);
+  const nn::Batch b{in.data(), tg.data(), B, c.seq_len};
+  const nn::StepRng rng{seed, step, 0, true};
+  StepResult r;
+  r.loss = nn::gpt_forward(p, acts, ws, b, rng);
+  nn::gpt_backward(p, g, acts, ws, b, rng);
+  const float* gd = g.flat().data_as<float>();
+  r.grads.assign(gd, gd + g.size());
+  return r;
+}
+
 }  // namespace tandem::parallel::testing

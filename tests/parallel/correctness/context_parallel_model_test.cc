@@ -8,7 +8,6 @@
 // ranks sum attention's keys and the weights' products in other orders).
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <mutex>
 
 #include "parallel/parallel_test_util.h"
@@ -23,26 +22,8 @@ using testing::close;
 using testing::tiny_config;
 using testing::tokens;
 
-struct StepResult {
-  double loss = 0.0;
-  std::vector<float> grads;  // whole-model layout
-};
-
-StepResult whole_model_step(const nn::GPTConfig& c, const std::vector<int32_t>& in,
-                            const std::vector<int32_t>& tg, int B) {
-  nn::ParameterSet p(c), g(c);
-  nn::gpt_init(p, 7);
-  nn::GPTActivations acts(c, B, c.seq_len);
-  nn::Workspace ws(c, B, c.seq_len);
-  const nn::Batch b{in.data(), tg.data(), B, c.seq_len};
-  const nn::StepRng rng{5, 3, 0, true};
-  StepResult r;
-  r.loss = nn::gpt_forward(p, acts, ws, b, rng);
-  nn::gpt_backward(p, g, acts, ws, b, rng);
-  const float* gd = g.flat().data_as<float>();
-  r.grads.assign(gd, gd + g.size());
-  return r;
-}
+using testing::StepResult;
+using testing::whole_model_step;
 
 // cp x tp ranks: each context-parallel rank its tokens of every row (one micro-batch of B rows),
 // a tensor-parallel grid of tp ranks inside it.
@@ -96,9 +77,8 @@ void expect_match(const nn::GPTConfig& c, const StepResult& got, const StepResul
                   const std::string& what) {
   EXPECT_NEAR(got.loss, want.loss, 1e-5 * std::max(1.0, std::fabs(want.loss))) << what;
   auto part = [](const std::vector<float>& v, const nn::ParamSpec& s) {
-    std::vector<float> out(static_cast<size_t>(s.numel()));
-    std::memcpy(out.data(), v.data() + s.offset, out.size() * sizeof(float));
-    return out;
+    const auto first = v.begin() + static_cast<std::ptrdiff_t>(s.offset);
+    return std::vector<float>(first, first + static_cast<std::ptrdiff_t>(s.numel()));
   };
   for (const nn::ParamSpec& s : nn::gpt_parameter_specs(c))
     EXPECT_TRUE(close(what + " d" + s.name, part(got.grads, s), part(want.grads, s), 1e-4, 1e-7));
@@ -117,7 +97,7 @@ TEST(ContextParallelModel, LossAndGradientsMatchTheWholeModel) {
   for (const nn::GPTConfig& c : {tiny_config(2, 2, 16, 16), llama_config()}) {
     const std::vector<int32_t> in = tokens(static_cast<size_t>(B) * c.seq_len, 1);
     const std::vector<int32_t> tg = tokens(static_cast<size_t>(B) * c.seq_len, 2);
-    const StepResult want = whole_model_step(c, in, tg, B);
+    const StepResult want = whole_model_step(c, in, tg, B, 5, 3);
     for (int cp : {1, 2, 4}) {
       const std::string what =
           std::string(c.llama() ? "llama" : "gpt-2") + " cp " + std::to_string(cp);

@@ -19,26 +19,8 @@ using testing::close;
 using testing::tiny_config;
 using testing::tokens;
 
-struct StepResult {
-  double loss = 0.0;
-  std::vector<float> grads;  // whole-model layout
-};
-
-StepResult whole_model_step(const nn::GPTConfig& c, const std::vector<int32_t>& in,
-                            const std::vector<int32_t>& tg, int B, uint64_t seed, uint64_t step) {
-  nn::ParameterSet p(c), g(c);
-  nn::gpt_init(p, 7);
-  nn::GPTActivations acts(c, B, c.seq_len);
-  nn::Workspace ws(c, B, c.seq_len);
-  const nn::Batch b{in.data(), tg.data(), B, c.seq_len};
-  const nn::StepRng rng{seed, step, 0, true};
-  StepResult r;
-  r.loss = nn::gpt_forward(p, acts, ws, b, rng);
-  nn::gpt_backward(p, g, acts, ws, b, rng);
-  const float* gd = g.flat().data_as<float>();
-  r.grads.assign(gd, gd + g.size());
-  return r;
-}
+using testing::StepResult;
+using testing::whole_model_step;
 
 StepResult parallel_step(const nn::GPTConfig& c, const GridShape& shape, int micro,
                          const std::vector<int32_t>& in, const std::vector<int32_t>& tg, int B,
