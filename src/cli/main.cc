@@ -87,6 +87,10 @@ int main(int argc, char** argv) {
                 fmt::format("{} (tandem{} --help lists the flags)", e.what(), help_target(app)), 1);
   } catch (const tandem::cli::StoppedBySignal& s) {
     return 128 + s.signal;  // every rank stopped after the same step: none waits for another
+  } catch (const tandem::comm::StopWaitError& e) {
+    // A wait for a peer that never came, given up after the signal: the run did not finish, as
+    // one the signal ended.
+    return fail("tandem: error: ", e.what(), 128 + e.signal());
   } catch (const tandem::comm::CollectiveError& e) {
     // Every rank raised it at the same point: none waits for another, so each exits normally
     // (through MPI_Finalize) and only rank 0 says why.

@@ -436,7 +436,10 @@ Request ThreadCommunicator::post(const Tensor& t, int peer, int tag, bool is_sen
   try {
     std::rethrow_exception(e);
   } catch (const CollectiveError&) {
-    throw;  // every rank's, not this one's
+    throw;                            // every rank's, not this one's
+  } catch (const StopWaitError& x) {  // keeps its type: the command exits as the signal asks
+    if (std::string_view(x.what()).find(tag) != std::string_view::npos) throw;
+    throw StopWaitError(x.signal(), prefix + x.what());
   } catch (const UserError& x) {
     if (std::string_view(x.what()).find(tag) != std::string_view::npos) throw;
     throw UserError(prefix + x.what());

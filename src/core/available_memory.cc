@@ -4,9 +4,11 @@
 #include <fmt/format.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "tandem/core/bytes.h"
 #include "tandem/core/env.h"
@@ -75,24 +77,69 @@ std::optional<AvailableMemory> cgroup_room() {
   return std::nullopt;
 }
 
-// The room under this process's address-space limit (RLIMIT_AS, `ulimit -v`) less what it has
-// mapped already (VmSize); nothing without a limit. Past it an allocation fails (or the
-// allocator retries, spinning) however much memory the machine has.
+// The room under this process's address-space limit less what it has mapped already. Past it an
+// allocation fails (or the allocator retries, spinning) however much memory the machine has.
 std::optional<AvailableMemory> address_space_room() {
-  rlimit limit{};
-  if (::getrlimit(RLIMIT_AS, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return std::nullopt;
-  std::ifstream f("/proc/self/status");
-  uint64_t mapped = 0;
-  for (std::string line; std::getline(f, line);)
-    if (line.rfind("VmSize:", 0) == 0) mapped = std::strtoull(line.c_str() + 7, nullptr, 10) * 1024;
-  const uint64_t cap = limit.rlim_cur;
-  return AvailableMemory{cap > mapped ? cap - mapped : 0,
+  const std::optional<AddressSpace> as = address_space();
+  if (!as) return std::nullopt;
+  return AvailableMemory{as->room(),
                          fmt::format("the room under the address-space limit (ulimit -v) of {} ({} "
                                      "mapped)",
-                                     human_bytes(cap), human_bytes(mapped))};
+                                     human_bytes(as->limit), human_bytes(as->mapped))};
 }
 
 }  // namespace
+
+std::optional<AddressSpace> address_space() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_AS, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return std::nullopt;
+  std::ifstream f("/proc/self/status");
+  AddressSpace as;
+  as.limit = limit.rlim_cur;
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind("VmSize:", 0) == 0)
+      as.mapped = std::strtoull(line.c_str() + 7, nullptr, 10) * 1024;
+  return as;
+}
+
+ThreadReservations thread_reservations(int blas_callers, int blas_threads, int others) {
+  const auto n = [](int k) { return static_cast<uint64_t>(std::max(0, k)); };
+  const uint64_t cores = std::max(1u, std::thread::hardware_concurrency());
+  // The workers OpenBLAS starts when it is loaded (its thread count from the environment as it
+  // reads it, else the cores), and those it adds when asked for more.
+  uint64_t at_load = cores;
+  for (const char* name : {"OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS"})
+    if (const std::string v = env_str(name, ""); !v.empty()) {
+      at_load = std::max<uint64_t>(1, std::strtoull(v.c_str(), nullptr, 10));
+      break;
+    }
+  const uint64_t workers = std::max(at_load, n(blas_threads)) - 1;
+  // pthread's default stack is the soft stack limit (2 MiB where that is unlimited).
+  rlimit stack{};
+  uint64_t stack_bytes = uint64_t{8} << 20;
+  if (::getrlimit(RLIMIT_STACK, &stack) == 0)
+    stack_bytes = stack.rlim_cur == RLIM_INFINITY ? uint64_t{2} << 20 : stack.rlim_cur;
+  // glibc's arenas beside the main one: at most MALLOC_ARENA_MAX, else 8 per core, in all.
+  const std::string max_text = env_str("MALLOC_ARENA_MAX", "");
+  const uint64_t arena_max =
+      max_text.empty() ? 8 * cores : std::strtoull(max_text.c_str(), nullptr, 10);
+  ThreadReservations r;
+  r.blas_library = kOpenBlasLibraryBytes;
+  r.others = kOtherMappingsBytes;
+  r.blas_buffers = kOpenBlasBufferBytes * (1 + n(blas_callers) + workers);
+  r.stacks = stack_bytes * (n(blas_callers) + workers + n(others));
+  r.arenas =
+      kMallocArenaBytes * std::min(n(blas_callers) + n(others), arena_max > 0 ? arena_max - 1 : 0);
+  return r;
+}
+
+std::string ThreadReservations::str() const {
+  return fmt::format(
+      "{} of OpenBLAS's library, {} of its buffers, {} of thread stacks, {} of malloc arenas, {} "
+      "of other mappings",
+      human_bytes(blas_library), human_bytes(blas_buffers), human_bytes(stacks),
+      human_bytes(arenas), human_bytes(others));
+}
 
 std::optional<AvailableMemory> available_memory() {
   const std::string stated = env_str("TANDEM_MEMORY_LIMIT", "");

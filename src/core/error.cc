@@ -27,6 +27,26 @@ std::string abbreviated(std::string_view text, size_t max) {
   return out;
 }
 
+std::string readable_message(const std::string& what) {
+  constexpr size_t kLongestRun = 300;
+  if (what.size() <= kLongestRun) return what;  // the common case: nothing to look at
+  std::string out;
+  size_t i = 0;
+  while (i < what.size()) {
+    const size_t space = what.find(' ', i);
+    const size_t end = space == std::string::npos ? what.size() : space;
+    const std::string_view run = std::string_view(what).substr(i, end - i);
+    if (run.size() > kLongestRun) {
+      out += abbreviated(run, 120);
+    } else {
+      out += run;
+    }
+    if (end < what.size()) out += ' ';
+    i = end + 1;
+  }
+  return out;
+}
+
 void internal_error(const std::string& what, std::source_location where) {
   throw InternalError(
       fmt::format("tandem internal error at {}:{}: {} (this is a bug in tandem; "

@@ -1,22 +1,31 @@
-// The handlers: async-signal-safe (an atomic flag, write(2), and for a second signal the default
-// action re-raised).
+// The handlers: async-signal-safe (an atomic flag, the time from clock_gettime, write(2), and for a
+// second signal the default action re-raised).
 #include "tandem/core/stop_signal.h"
 
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <csignal>
+#include <cstdint>
 #include <cstring>
 
 namespace tandem {
 namespace {
 
 std::atomic<int> g_received{0};
+// Nanoseconds of the steady clock (clock_gettime(CLOCK_MONOTONIC), async-signal-safe) at the first
+// signal; stored before g_received is published, so a reader that sees the signal sees its time.
+std::atomic<int64_t> g_received_ns{0};
 std::atomic<const char*> g_who{""};
 std::atomic<const char*> g_point{""};
 struct sigaction g_old_term, g_old_int;
 
 void on_signal(int sig) {
+  const int64_t now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                             std::chrono::steady_clock::now().time_since_epoch())
+                             .count();
+  if (g_received.load() == 0) g_received_ns.store(now_ns);
   int none = 0;
   if (!g_received.compare_exchange_strong(none, sig)) {
     // The second: stop now, as the signal's default action would have.
@@ -58,5 +67,9 @@ StopSignals::~StopSignals() {
 }
 
 int StopSignals::received() { return g_received.load(); }
+
+std::chrono::steady_clock::time_point StopSignals::received_at() {
+  return std::chrono::steady_clock::time_point(std::chrono::nanoseconds(g_received_ns.load()));
+}
 
 }  // namespace tandem

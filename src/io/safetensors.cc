@@ -36,7 +36,11 @@ bool parse_dtype_name(const std::string& s, DType* out) {
   return false;
 }
 
-std::string shape_text(const std::vector<int64_t>& dims) { return Shape(dims).str(); }
+// A shape as messages show it; one of many dimensions (only a damaged header holds one) by their
+// count, so that the message stays a line.
+std::string shape_text(const std::vector<int64_t>& dims) {
+  return dims.size() <= 8 ? Shape(dims).str() : fmt::format("of {} dimensions", dims.size());
+}
 
 // nlohmann's messages start with "[json.exception.parse_error.101] "; users need only the rest.
 std::string json_message(const std::exception& e) {

@@ -319,15 +319,15 @@ TrainConfig resolve(const TrainConfig& asked, comm::Communicator* world) {
   if (c.optimizer.sharding == parallel::Sharding::Weights && c.gather_ahead.is_auto() &&
       !c.gather_ahead.known() && root.is_auto() && root.known())
     c.gather_ahead = root;
-  // The process's BLAS threads, a rank's: the autotuner's records count them in their keys, and
-  // everything from here on runs as the ranks will.
-  blas::set_num_threads(rank_threads(c, c.grid.size()));
   // --tp-dtype auto, --grad-dtype auto: decided from the autotuner's records of the programs
   // they change, read (or, with --tune, timed) on the groups those run on, so each group's own
   // record counts (schedule_choice.h's decide_dtypes); the ranks' Grid is built for it here, on
   // the MPI world or on the in-process ranks of the thread backend, and the world agrees through
   // comm::all_true. An MPI world of the wrong size leaves them to train(), which refuses it.
   if (detail::dtypes_to_decide(c)) {
+    // The BLAS threads a rank will have: the records count them in their keys. (train() sets
+    // them for every run after its memory check, which must come before the BLAS is loaded.)
+    blas::set_num_threads(rank_threads(c, c.grid.size()));
     if (world != nullptr) {
       if (world->size() == c.grid.size()) detail::decide_dtypes(*world, c);
     } else {

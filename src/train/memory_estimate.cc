@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <map>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -27,6 +28,7 @@
 #include "tandem/parallel/optimizer.h"
 #include "tandem/parallel/shard.h"
 #include "tandem/parallel/sharded_blocks.h"
+#include "tandem/train/grid_plan.h"
 
 namespace tandem::train {
 namespace {
@@ -231,11 +233,43 @@ RankMemory rank_memory(const TrainConfig& cfg, int tp_rank, int stage) {
   return r;
 }
 
+namespace {
+
+// Under an address-space limit (ulimit -v) the threads' reservations count too (core's
+// thread_reservations): OpenBLAS, left without room for its buffer, would spin at the first
+// matmul instead of failing. One process's share: its ranks' data and its threads.
+void check_address_space(const TrainConfig& cfg, const MemoryEstimate& e) {
+  if (env_str("TANDEM_MEMORY_LIMIT", "") == "off") return;
+  const std::optional<AddressSpace> as = address_space();
+  if (!as) return;
+  const int ranks = cfg.backend == comm::Backend::Thread ? cfg.grid.size() : 1;
+  const uint64_t data =
+      e.total() / static_cast<uint64_t>(std::max(1, e.ranks)) * static_cast<uint64_t>(ranks);
+  // Each rank: its communication thread, and two transfer streams for each tier it uses.
+  const int tiers = (cfg.memory_budget.empty() ? 0 : 1) + (cfg.model_state ? 1 : 0);
+  const ThreadReservations threads =
+      thread_reservations(ranks, blas_threads_for(cfg), ranks * (1 + 2 * tiers));
+  if (data + threads.total() <= as->room()) return;
+  user_error(
+      "this run needs about {} of address space ({} of data, {} reserved: {}), but the "
+      "address-space limit (ulimit -v) of {} leaves {} ({} mapped); OpenBLAS would hang "
+      "without room for its buffers. Raise it (ulimit -v {} or more), give fewer BLAS threads "
+      "(--threads 1), or bound memory with a cgroup (systemd-run --scope -p MemoryMax=SIZE)",
+      human_bytes(data + threads.total()), human_bytes(data), human_bytes(threads.total()),
+      threads.str(), human_bytes(as->limit), human_bytes(as->room()), human_bytes(as->mapped),
+      (as->mapped + data + threads.total() + 1023) / 1024);
+}
+
+}  // namespace
+
+int blas_threads_for(const TrainConfig& cfg) { return rank_threads(cfg, cfg.grid.size()); }
+
 void check_memory(const TrainConfig& cfg) {
-  const std::optional<AvailableMemory> avail = available_memory();
-  if (!avail) return;
   const MemoryEstimate e = estimate_memory(cfg);
-  if (e.total() <= avail->bytes) return;
+  // The data against the memory first (the room under ulimit -v among it), then the threads'
+  // reservations against the address space.
+  const std::optional<AvailableMemory> avail = available_memory();
+  if (!avail || e.total() <= avail->bytes) return check_address_space(cfg, e);
   std::vector<std::string> advice;
   std::string note;
   const uint64_t fixed = e.total() - e.activations;

@@ -37,6 +37,10 @@ class RankRun {
           std::shared_ptr<const ResumeState> resume);
 
   TrainResult run();
+  // A wait for a peer given up after a stop signal's grace (comm's StopWaitError) in run():
+  // rethrown with the step in progress, which no checkpoint holds, and the last checkpoint there
+  // is (or, in the set-up, that no training was lost).
+  [[noreturn]] void stopped_waiting(const comm::StopWaitError& e) const;
 
  private:
   // Set-up: the weights (and moments), the out-of-core plan, then what the lead rank prints and
@@ -106,6 +110,7 @@ class RankRun {
   // The stop signal every rank has seen by now (the largest: SIGTERM over SIGINT), or 0: a
   // collective, so that all stop after the same step.
   int agreed_stop_signal();
+
   // The end of the run.
   void finish(TrainResult& result);
   void print_summary(const TrainResult& result, int64_t steps_run);
@@ -166,7 +171,13 @@ class RankRun {
     int64_t step = -1;
     std::string folder;
   } last_checkpoint_;
+  static constexpr int64_t kInSetUp = -1, kAfterTheSteps = -2;
+  int64_t step_in_progress_ = kInSetUp;  // the loop's step, or where the run is outside it
 };
+
+// A wait for a peer given up after a stop signal's grace during a rank's set-up: rethrown saying
+// that no training was lost.
+[[noreturn]] void stopped_in_set_up(const comm::StopWaitError& e);
 
 // The lines `tandem train` prints about the whole run, not one rank's: the start-up line of the
 // matmuls' precision (--precision) and why.

@@ -31,6 +31,7 @@
 #include "tandem/comm/agree.h"
 #include "tandem/comm/mpi.h"
 #include "tandem/comm/thread.h"
+#include "tandem/core/blas.h"
 #include "tandem/core/bytes.h"
 #include "tandem/core/clock.h"
 #include "tandem/core/error.h"
@@ -159,11 +160,15 @@ TrainResult RankRun::run() {
   const auto run_begin = Clock::now();
   if (store()) store()->reset_traffic();  // the steps' transfers, not the set-up's
   for (int64_t step = result.first_step; step < cfg_.steps; ++step) {
+    step_in_progress_ = step;
     comm::set_comm_activity(fmt::format("step {}", step + 1));
     const auto step_begin = Clock::now();
     const double lr = learning_rate(cfg_, step);
     const double loss = train_step(step, lr);
     const double step_s = seconds_since(step_begin);
+    // A peer is at most about a step behind (every step ends in collectives that all ranks
+    // join): after a stop signal, a wait gives up only past twice the slowest step seen.
+    comm::raise_stop_grace_s(2 * step_s);
     if (!std::isfinite(loss)) {
       // Every rank holds the same (all-reduced) loss, so all stop here together.
       report_step(step, loss, std::nullopt, lr, step_s);
@@ -176,7 +181,9 @@ TrainResult RankRun::run() {
     std::optional<double> val;
     if (validation_due(step)) {
       comm::set_comm_activity(fmt::format("the validation after step {}", step + 1));
+      const auto val_begin = Clock::now();
       val = validate();
+      comm::raise_stop_grace_s(2 * seconds_since(val_begin));
       result.val_losses.emplace_back(step + 1, *val);
     }
     if (checkpoint_due(step)) {
@@ -204,6 +211,7 @@ TrainResult RankRun::run() {
       break;
     }
   }
+  step_in_progress_ = kAfterTheSteps;
   // --steps 0 (or a run with nothing to do) still saves the model it starts from, once.
   if (!cfg_.save_dir.empty() && !resumed() && result.first_step >= cfg_.steps) {
     comm::set_comm_activity("the checkpoint of the initial model");
@@ -331,6 +339,9 @@ bool RankRun::checkpoint_due(int64_t step) const {
 }
 
 void RankRun::save(int64_t step) {
+  // Its ranks are alive and writing (rank 0 may write one tensor for long while the others wait):
+  // a stop signal does not cut it short.
+  const comm::ScopedStopGraceOff saving;
   const auto begin = Clock::now();
   const detail::SaveResult saved = detail::save_state(cfg_, *corpus_, step, model_, opt_);
   // A finite loss does not make a finite model: this step's update may have overflowed. Every
@@ -347,6 +358,29 @@ void RankRun::save(int64_t step) {
 // --------------------------------------------------------------------------------- the end
 
 int RankRun::agreed_stop_signal() { return comm::all_max(grid_.world(), StopSignals::received()); }
+
+void RankRun::stopped_waiting(const comm::StopWaitError& e) const {
+  if (step_in_progress_ == kInSetUp) stopped_in_set_up(e);
+  std::string last;
+  if (last_checkpoint_.step >= 0)
+    last = fmt::format("the last checkpoint is step {} in '{}'", last_checkpoint_.step,
+                       last_checkpoint_.folder);
+  else
+    last = cfg_.save_dir.empty() ? "there is none (no --save)" : "there is none yet";
+  const std::string what =
+      step_in_progress_ == kAfterTheSteps
+          ? std::string("the run stopped after its steps")
+          : fmt::format("no checkpoint was written for step {}, the step in progress",
+                        step_in_progress_ + 1);
+  throw comm::StopWaitError(e.signal(), fmt::format("{}; {}; {}", e.what(), what, last));
+}
+
+[[noreturn]] void stopped_in_set_up(const comm::StopWaitError& e) {
+  throw comm::StopWaitError(
+      e.signal(), fmt::format("{}; the run stopped in its set-up, before its first step: no "
+                              "training was lost",
+                              e.what()));
+}
 
 void RankRun::finish(TrainResult& result) {
   const int64_t first = result.first_step;
@@ -416,8 +450,17 @@ TrainResult train_rank(comm::Communicator& world, const TrainConfig& config,
     Activity() { comm::set_comm_activity("the set-up"); }
     ~Activity() { comm::set_comm_activity(""); }
   } activity;
-  detail::RankRun run(world, config, trace, std::move(resume));
-  return run.run();
+  std::optional<detail::RankRun> run;
+  try {
+    run.emplace(world, config, trace, std::move(resume));
+  } catch (const comm::StopWaitError& e) {
+    detail::stopped_in_set_up(e);
+  }
+  try {
+    return run->run();
+  } catch (const comm::StopWaitError& e) {
+    run->stopped_waiting(e);
+  }
 }
 
 TrainResult train(const TrainConfig& asked) {
@@ -425,13 +468,17 @@ TrainResult train(const TrainConfig& asked) {
   // SIGTERM and SIGINT stop the run after a step, with a checkpoint, rather than at once.
   const StopSignals signals("tandem train", "this step");
   const comm::ScopedCommTimeout timeout(asked.comm_timeout_s);
+  // After the first signal, a wait for a peer that never comes gives up (communicator.h).
+  const comm::ScopedStopGrace stop_grace;
   std::unique_ptr<comm::Communicator> world;
   if (asked.backend == comm::Backend::Mpi) world = comm::mpi_world();
-  // Validated, every auto but --resident-blocks decided, the BLAS threads a rank's.
+  // Validated, every auto but --resident-blocks decided.
   const TrainConfig config = resolve(asked, world.get());
-  // Before anything large is allocated: a run that cannot fit is refused, not killed.
+  // Before anything large is allocated, and before the BLAS is loaded: a run that cannot fit is
+  // refused, not killed (under an address-space limit, the BLAS and its threads counted too).
   check_memory(config);
   const int ranks = config.grid.size();
+  blas::set_num_threads(blas_threads_for(config));
   io::TraceRecorder trace(!config.trace_path.empty() &&
                           !config.plan_only);  // tandem plan writes its own
   // Read the data and the checkpoint once, before any rank starts: their errors are the user's,

@@ -57,8 +57,8 @@ int64_t whole(const json& j, const std::string& what, int64_t lo,
                                            : j.is_number_integer();
   const int64_t v = fits ? j.get<int64_t>() : 0;
   if (!fits || v < lo || v > hi)
-    user_error("tuning record: '{}' is {}; expected a whole number from {} to {}", what,
-               io::json_excerpt(j), lo, hi);
+    user_error("'{}' is {}; expected a whole number from {} to {}", what, io::json_excerpt(j), lo,
+               hi);
   return v;
 }
 
@@ -247,9 +247,11 @@ TuneRecord record_from_json(const std::string& text, const std::string& source) 
         std::any_of(r.candidates.begin(), r.candidates.end(),
                     [&](const CandidateTiming& c) { return c.ok && c.name == r.winner; });
     if (!winner_listed)
-      user_error("tuning record names winner '{}', which is not among its passing candidates",
-                 r.winner);
+      user_error("it names winner '{}', which is not among its passing candidates", r.winner);
     return r;
+  } catch (const UserError& e) {
+    // The checks above say what is wrong; the record is named once, here.
+    user_error("{}: {}", source, e.what());
   } catch (const json::exception& e) {
     // nlohmann's text without its "[json.exception...] " prefix; the record named.
     std::string why = e.what();

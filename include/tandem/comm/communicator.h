@@ -298,6 +298,46 @@ class ScopedCommTimeout {
  private:
   bool set_;
 };
+// A first SIGTERM or SIGINT (core/stop_signal.h) asks a run to stop after the step in progress.
+// A rank whose peer never comes (stuck, stopped, lost, or started with other settings) would
+// still wait in its call until the timeout, while a batch scheduler's notice runs out. So, while a
+// ScopedStopGrace lives, a wait that the signal finds gives up stop_grace_s() after the later of
+// the signal and the wait's own start, with a StopWaitError naming the call and the ranks it
+// waited for. A healthy peer arrives within the grace however slow its step: the trainer raises
+// it to twice the slowest step it has seen (raise_stop_grace_s), from a floor of
+// TANDEM_STOP_GRACE seconds (default 5) while nothing has been measured (set-up, the first step:
+// nothing is lost by giving up there). While a ScopedStopGraceOff lives (a checkpoint being
+// written: its ranks are alive and writing), waits ignore the signal, as outside any scope.
+inline constexpr double kDefaultStopGraceS = 5;
+class StopWaitError : public TimeoutError {
+ public:
+  StopWaitError(int signal, const std::string& what) : TimeoutError(what), signal_(signal) {}
+  int signal() const { return signal_; }  // SIGTERM or SIGINT
+
+ private:
+  int signal_;
+};
+// The grace now (seconds); negative: waits ignore the signal.
+double stop_grace_s();
+// Within a ScopedStopGrace: the grace becomes at least `seconds` (it never shrinks in the scope,
+// so that ranks that are threads of one process may each raise it).
+void raise_stop_grace_s(double seconds);
+class ScopedStopGrace {
+ public:
+  // The grace at its floor: `floor_s`, else TANDEM_STOP_GRACE's (default kDefaultStopGraceS).
+  explicit ScopedStopGrace(std::optional<double> floor_s = std::nullopt);
+  ~ScopedStopGrace();
+  ScopedStopGrace(const ScopedStopGrace&) = delete;
+  ScopedStopGrace& operator=(const ScopedStopGrace&) = delete;
+};
+class ScopedStopGraceOff {
+ public:
+  ScopedStopGraceOff();
+  ~ScopedStopGraceOff();
+  ScopedStopGraceOff(const ScopedStopGraceOff&) = delete;
+  ScopedStopGraceOff& operator=(const ScopedStopGraceOff&) = delete;
+};
+
 // The timeout a flag or variable asks for, checked: a number of seconds from 0 to
 // kMaxCommTimeoutS
 // (`what` names the setting in the error, e.g. "--comm-timeout").

@@ -10,10 +10,15 @@
 
 namespace tandem {
 
+// A message as an error keeps it: every run of more than 300 characters without a space (a value
+// quoted from a hostile file, a long name a check did not abbreviate) shown as abbreviated()
+// does, so that an error stays one readable line whatever it quotes.
+std::string readable_message(const std::string& what);
+
 // Bad input: the message says what is wrong and what would be right.
 class UserError : public std::runtime_error {
  public:
-  explicit UserError(const std::string& what) : std::runtime_error(what) {}
+  explicit UserError(const std::string& what) : std::runtime_error(readable_message(what)) {}
 };
 
 // A broken invariant: the message says where, and asks for a bug report.

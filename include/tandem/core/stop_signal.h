@@ -3,6 +3,8 @@
 // progress, with a checkpoint under --save); a second ends the process at once.
 #pragma once
 
+#include <chrono>
+
 namespace tandem {
 
 // Installs the handlers while it lives, restoring the previous ones after. The first signal
@@ -17,6 +19,9 @@ class StopSignals {
 
   // The first signal received since construction (SIGTERM or SIGINT), or 0.
   static int received();
+  // When the first signal arrived (steady clock); meaningful only while received() != 0. A wait
+  // for a peer gives up some time after it (comm's stop grace, communicator.h).
+  static std::chrono::steady_clock::time_point received_at();
 };
 
 }  // namespace tandem

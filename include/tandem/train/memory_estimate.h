@@ -82,6 +82,10 @@ struct RankMemory {
 };
 RankMemory rank_memory(const TrainConfig& cfg, int tp_rank, int stage);
 
+// The BLAS thread count of a process of the run: --threads, else the cores shared by the ranks
+// the process runs.
+int blas_threads_for(const TrainConfig& cfg);
+
 // Refuses a run whose estimate is more than the available memory: one UserError with the
 // estimate, the memory available and where that figure comes from, and what to change.
 void check_memory(const TrainConfig& cfg);

@@ -182,5 +182,41 @@ TEST(MemoryCheck, AStatedLimitMustBeASize) {
       MatchesRegex("TANDEM_MEMORY_LIMIT: .*lots.* \\(give a size such as 16GiB, or off\\)"));
 }
 
+// Under an address-space limit (ulimit -v 400000, 391 MiB) the tiny model's data fits, but not
+// OpenBLAS's 128 MiB buffer for each thread that multiplies: OpenBLAS spun without end at the
+// first matmul, and ignored SIGTERM. The run is refused at once, naming the limit and what the
+// BLAS and the threads reserve; the limit the message asks for trains (the figures are measured:
+// core/available_memory.h).
+TEST(MemoryCheck, AnAddressSpaceLimitTooSmallForTheThreadsIsRefusedAtStart) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "a sanitizer's shadow memory needs more address space than any such limit";
+#endif
+  auto run = [](int kib) {
+    return tandem::testing::run_command(fmt::format(
+        "sh -c 'ulimit -v {}; exec timeout -s KILL 60 \"{}\" train --model tiny --dp 1 --tp 1 "
+        "--steps 2 --threads 2 --quiet' 2>&1",
+        kib, tandem::testing::tandem_binary()));
+  };
+  const auto begin = std::chrono::steady_clock::now();
+  const tandem::testing::CommandResult small = run(400000);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count(), 20);
+  EXPECT_EQ(small.status, 1) << small.output;
+  EXPECT_THAT(small.output,
+              MatchesRegex("tandem: error: this run needs about [0-9.]+ MiB of address space "
+                           "\\([0-9.]+ [KM]iB of data, [0-9.]+ MiB reserved: 38.0 MiB of "
+                           "OpenBLAS's library, [0-9.]+ MiB of its buffers, [0-9.]+ MiB of thread "
+                           "stacks, [0-9.]+ MiB of malloc arenas, 64.0 MiB of other mappings\\), "
+                           "but the address-space limit \\(ulimit -v\\) of 390.6 MiB leaves "
+                           "[0-9.]+ MiB \\([0-9.]+ MiB mapped\\); OpenBLAS would hang without "
+                           "room for its buffers. Raise it \\(ulimit -v [0-9]+ or more\\), .*\n"))
+      << small.output;
+  // The limit the message asks for is enough.
+  const size_t at = small.output.find("ulimit -v ", small.output.find("Raise it"));
+  ASSERT_NE(at, std::string::npos) << small.output;
+  const int asked = std::atoi(small.output.c_str() + at + 10);
+  const tandem::testing::CommandResult enough = run(asked);
+  EXPECT_EQ(enough.status, 0) << asked << "\n" << enough.output;
+}
+
 }  // namespace
 }  // namespace tandem::train

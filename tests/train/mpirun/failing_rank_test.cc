@@ -192,6 +192,39 @@ TEST(FailingRank, AStoppedRankTimesOut) {
   EXPECT_LT(e.seconds, 60) << e.result.output;
 }
 
+// The same stopped rank, but the job gets a SIGTERM (a batch scheduler's notice) while rank 0
+// waits for it, with a communication timeout far away: rank 0 gives up the stop grace (1 s here)
+// after the signal, naming the collective, the stopped rank, the signal, the step that was not
+// saved and the checkpoint that was, and exits as the signal asks (143).
+TEST(FailingRank, ASigtermEndsAWaitForAStoppedRankWellBeforeTheTimeout) {
+  ScratchDir dir;
+  int stopped = 0;
+  double signalled_at = 0;
+  const auto begin = Clock::now();
+  std::string command = job(dir, "--comm-timeout 300 --save " + dir.path("ck") + " --save-every 5");
+  command.insert(command.find("exec "), "export TANDEM_STOP_GRACE=1; ");
+  const Ended e = run_job(command, [&] {
+    if (!wait_for_file(dir.path("ck/latest"))) return;
+    stopped = pid_of_rank(dir, 1);
+    ::kill(stopped, SIGSTOP);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // rank 0 now waits for it
+    signalled_at = std::chrono::duration<double>(Clock::now() - begin).count();
+    ::kill(pid_of_rank(dir, 0), SIGTERM);
+  });
+  if (stopped > 0) ::kill(stopped, SIGKILL);  // should mpirun have left it
+  expect_ended_by_itself(e);
+  EXPECT_THAT(
+      e.result.output,
+      MatchesRegex("(.|\n)*tandem: error: [a-z_]+ on rank 0 of 2 at [a-z ]*step [0-9]+( "
+                   "\\([a-z0-9._]+\\))?: given up [0-9.]+ s after SIGTERM: rank 1 [^;]*; a "
+                   "rank that does not arrive is stuck, stopped, lost or started with other "
+                   "settings; no checkpoint was written for step [0-9]+, the step in "
+                   "progress; the last checkpoint is step [0-9]+ in '[^']*/ck/"
+                   "step-[0-9]+'(.|\n)*"))
+      << e.result.output;
+  EXPECT_LT(e.seconds - signalled_at, 30) << "the timeout is 300 s:\n" << e.result.output;
+}
+
 // A divergence every rank finds together (the loss is all-reduced) is one failure: rank 0 prints
 // it once, every rank exits, and the checkpoint before it is kept.
 TEST(FailingRank, ADivergenceIsReportedOnceAndKeepsTheCheckpoint) {
