@@ -42,6 +42,7 @@
 #include "tandem/ooc/transfer_engine.h"
 #include "tandem/parallel/grid.h"
 #include "tandem/parallel/model.h"
+#include "tandem/perf/tier_bandwidth.h"
 
 namespace tandem::bench {
 namespace {
@@ -183,7 +184,7 @@ int bench(const Options& o, comm::Communicator& world) {
   for (int p = 0; p <= ooc::kMaxPrefetch; ++p)
     tier_need = std::max(tier_need, ooc::MemorySchedule(chain, ooc::swap_all(n, p)).tier_bytes());
   tier = ooc::open_slow_tier(tier_spec, tier_need);
-  const ooc::TierBandwidth bw = ooc::measure_bandwidth(*tier, kBandwidthProbeBytes);
+  const ooc::TierBandwidth bw = perf::measure_tier(*tier, kBandwidthProbeBytes);
   std::printf(
       "slow tier: %s, capacity %s; bandwidth (128 MiB, 8 MiB transfers): write %.2f GB/s, read "
       "%.2f GB/s\n",

@@ -140,18 +140,15 @@ echo "roofs after the races: f32 $after_f32 GFLOP/s, bf16 $after_bf16 GFLOP/s"
 roof_f32=$(awk -v a="$roof_f32" -v b="$after_f32" 'BEGIN { print (a > b ? a : b) }')
 roof_bf16=$(awk -v a="$roof_bf16" -v b="$after_bf16" 'BEGIN { print (a > b ? a : b) }')
 
-# Model FLOPs a token (forward and backward, 3x the forward): the matmuls' 6 x (12 L d^2 + d V)
-# (the blocks' linear layers and the tied head; V = 256 bytes) and attention's 12 L seq d (QK^T
-# and PV over the whole window), as PaLM's MFU counts them; nothing for recomputation.
-# A Llama block's matmuls are q and o (d^2 each), k and v (d x kv x hs each) and SwiGLU's three
-# (d x ffn each).
+# Model FLOPs a token (forward and backward, the backward twice the forward): the matmuls of
+# every block and the head, and attention's over the whole window, as tandem's performance model
+# counts them (perf/flops.h), read from the "work:" start-up line of the model's first tandem run
+# (empty when SYSTEMS ran none).
 model_flops() {  # MODEL
-  read -r -a f <<<"$(race_model_flags "$1")"
-  local kv=${f[5]} ffn=0
-  [[ ${f[11]:-} == llama ]] && kv=${f[13]} ffn=${f[15]}
-  awk -v L="${f[1]}" -v d="${f[3]}" -v H="${f[5]}" -v T="${f[7]}" -v kv="$kv" -v ffn="$ffn" \
-    'BEGIN { block = ffn > 0 ? 2 * d * d + 2 * d * kv * (d / H) + 3 * d * ffn : 12 * d * d
-             printf "%.0f", 6 * (L * block + d * 256) + 12 * L * T * d }'
+  local log
+  log=$(ls "$out/$1".tandem-*.1.log 2>/dev/null | head -1)
+  [[ -n $log ]] || return 0
+  sed -n 's/^  work: \([0-9.e+]*\) FLOP a token.*/\1/p' "$log" | awk '{ printf "%.0f", $1 }'
 }
 mfu() {  # NAME TOKENS_PER_S FLOPS_PER_TOKEN ROOF_GFLOPS
   awk -v n="$1" -v t="$2" -v f="$3" -v r="$4" \
@@ -193,6 +190,7 @@ for m in $models; do
   ratio "${m}_tandem_mpi_bf16_grads_vs_f32_grads" "${med[tandem-mpigb-bf16]:-}" "${med[tandem-mpi-bf16]:-}" \
     "tandem bf16, 2 MPI processes: gradients exchanged in bf16 over f32"
   flops=$(model_flops "$m")
+  [[ -n $flops ]] || { echo "  model FLOPs a token: no tandem run to read them from"; continue; }
   echo "  model FLOPs a token: $flops; MFU against the roof of its precision:"
   for s in $systems; do
     roof=$roof_bf16

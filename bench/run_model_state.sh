@@ -64,14 +64,12 @@ if line=$(grep "model state (rank 0):" "$log"); then
   written_h=$(sed -n 's/.* read and \([0-9.]* [KMG]*i*B\) written.*/\1/p' <<<"$line")
   traffic="$(gib "$read_h") $(gib "$written_h")"
 fi
-params=$(sed -n 's/.*, \([0-9.]*\)M parameters).*/\1/p' "$log")
-tokens=$(sed -n 's/.*, \([0-9]*\) x \([0-9]*\) tokens a step.*/\1 \2/p' "$log")
-layers=$(sed -n 's/.*\(GPT\|Llama\) \([0-9]*\) layers x d_model \([0-9]*\).*/\2 \3/p' "$log")
-awk -v p="$params" -v tk="$tokens" -v ly="$layers" -v g="$gemm" -v tr="$traffic" \
+# The step's matmul FLOPs, forward and backward, no recomputation: the performance model's
+# (perf/flops.h), from the run's "work:" start-up line.
+flops=$(sed -n 's/^  work: .* FLOP a token, \([0-9.e+]*\) a step.*/\1/p' "$log")
+awk -v flops="$flops" -v g="$gemm" -v tr="$traffic" \
   -v rb="$read_bw" -v wb="$write_bw" -v med="$median" 'BEGIN {
-  split(tk, t, " "); split(ly, l, " "); split(tr, b, " ")
-  B = t[1]; T = t[2]; L = l[1]; C = l[2]
-  flops = 6 * p * 1e6 * B * T + 12 * L * B * T * T * C  # forward + backward, no recomputation
+  split(tr, b, " ")
   compute = flops / (g * 1e9)
   io = b[1] * 1.073741824 / rb + b[2] * 1.073741824 / wb
   bound = compute > io ? compute : io

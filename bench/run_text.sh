@@ -79,11 +79,12 @@ echo "== GPT-2 124M's shape on the shards: --model gpt2 --batch $batch --seq-len
 for p in fp32 bf16; do
   step=$(train "$p" "$dir/shards" "$dir/train-$p.log" --save "$dir/ckpt-$p")
   grep -E "^tandem train: GPT|memory estimate" "$dir/train-$p.log" | head -2
-  params=$(sed -n 's/.*heads, \([0-9.]*\)M parameters.*/\1/p' "$dir/train-$p.log")
+  # The step's matmul FLOPs, forward and backward: the performance model's (perf/flops.h), from
+  # the run's "work:" start-up line.
+  flops=$(sed -n 's/^  work: .* FLOP a token, \([0-9.e+]*\) a step.*/\1/p' "$dir/train-$p.log")
   roof=$([[ $p == fp32 ]] && echo "$roof_f32" || echo "$roof_bf16")
-  awk -v P="$params" -v s="$step" -v B="$batch" -v r="$roof" -v p="$p" -v pk="$(peak_gib "$dir/train-$p.log")" 'BEGIN {
-    T = 1024; L = 12; C = 768; tokens = B * T
-    flops = 6 * P * 1e6 * tokens + 12 * L * tokens * T * C  # forward + backward
+  awk -v flops="$flops" -v s="$step" -v B="$batch" -v r="$roof" -v p="$p" -v pk="$(peak_gib "$dir/train-$p.log")" 'BEGIN {
+    tokens = B * 1024
     printf "%s: %.2f s a step (median after the first), %.0f tokens/s, %.1f TFLOP a step, %.0f GFLOP/s: MFU %.0f%% of the %s GEMM roof (%s GFLOP/s); peak resident %s GiB\n",
       p, s, tokens / s, flops / 1e12, flops / s / 1e9, 100 * flops / s / 1e9 / r, p, r, pk
   }'

@@ -14,8 +14,6 @@
 namespace tandem::parallel {
 namespace {
 
-constexpr uint64_t kBandwidthProbeBytes = 64ull << 20;
-
 // Bytes rounded up to the tier's O_DIRECT alignment.
 uint64_t io_aligned(uint64_t b) { return round_up(b, ooc::kIoAlignment); }
 
@@ -34,17 +32,19 @@ struct BlockStore::Slot {
 };
 
 BlockStore::BlockStore(const ooc::TierSpec& tier, ooc::TransferEngine& transfers,
-                       const ShardLayout& layout, const MomentPieces& moments, int micro_batches)
+                       const ShardLayout& layout, const MomentPieces& moments, int micro_batches,
+                       const ooc::TierBandwidth& bandwidth)
     : BlockStore(tier, transfers, layout.first_layer(), layout.end_layer() - layout.first_layer(),
-                 layout.block_floats(), moments, micro_batches) {}
+                 layout.block_floats(), moments, micro_batches, bandwidth) {}
 
 BlockStore::BlockStore(const ooc::TierSpec& tier, ooc::TransferEngine& transfers, int first_layer,
                        int blocks, int64_t block_floats, const MomentPieces& moments,
-                       int micro_batches)
+                       int micro_batches, const ooc::TierBandwidth& bandwidth)
     : first_(first_layer),
       micro_batches_(micro_batches),
       block_floats_(block_floats),
       pieces_(moments),
+      bandwidth_(bandwidth),
       io_(transfers) {
   const int n = blocks;
   TANDEM_CHECK(micro_batches >= 1, "{} micro-batches", micro_batches);
@@ -69,10 +69,6 @@ BlockStore::BlockStore(const ooc::TierSpec& tier, ooc::TransferEngine& transfers
   mv_slot_bytes_ = std::max<uint64_t>(mv_slot_bytes_, 2 * ooc::kIoAlignment);
   tier_ = ooc::open_slow_tier(tier, std::max<uint64_t>(total, ooc::kIoAlignment),
                               "the model state (--model-state)");
-  // Before anything is stored: the probe overwrites what it measures on.
-  bandwidth_ = ooc::measure_bandwidth(
-      *tier_, std::min<uint64_t>(tier_->capacity() / ooc::kIoAlignment * ooc::kIoAlignment,
-                                 kBandwidthProbeBytes));
   const uint64_t staging = staging_bytes();
   staging_ = static_cast<char*>(std::aligned_alloc(ooc::kIoAlignment, staging));
   if (staging_ == nullptr) user_error("cannot allocate {} bytes of model-state staging", staging);

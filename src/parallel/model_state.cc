@@ -183,7 +183,8 @@ std::unique_ptr<BlockPlacement> ModelState::place_blocks(const BlockStore::Momen
       TANDEM_CHECK(pieces[i].first >= 0, "no piece for block {}", first + static_cast<int>(i));
     return std::make_unique<detail::StreamedBlocks>(open_block_store(*options_.blocks, [&] {
       return std::make_unique<BlockStore>(*options_.blocks, engines_.of(*options_.blocks), layout_,
-                                          pieces, options_.micro_batches);
+                                          pieces, options_.micro_batches,
+                                          options_.blocks_bandwidth);
     }));
   }
   TANDEM_CHECK(group != nullptr && group->dp != nullptr,
@@ -196,7 +197,8 @@ std::unique_ptr<BlockPlacement> ModelState::place_blocks(const BlockStore::Momen
     slices = open_block_store(*options_.blocks, [&] {
       return std::make_unique<BlockStore>(
           *options_.blocks, engines_.of(*options_.blocks), first, blocks, slice,
-          BlockStore::MomentPieces(static_cast<size_t>(blocks), {0, slice}));
+          BlockStore::MomentPieces(static_cast<size_t>(blocks), {0, slice}), 1,
+          options_.blocks_bandwidth);
     });
   }
   auto sharded = std::make_unique<ShardedBlocks>(

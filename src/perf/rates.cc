@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <latch>
 #include <thread>
 #include <vector>
 
@@ -19,17 +20,18 @@
 #include "tandem/core/tensor.h"
 #include "tandem/nn/layers.h"
 #include "tandem/perf/flops.h"
+#include "tandem/perf/tier_bandwidth.h"
 
 namespace tandem::perf {
 namespace {
 
-constexpr int kGemmRows = 1024;            // rows of the measured GEMM, at most
-constexpr double kGemmSeconds = 0.2;       // timed per shape, about
-constexpr uint64_t kLinkBytes = 16 << 20;  // the measured all-reduce
-constexpr int kLinkRanks = 8;              // threads it runs on, at most
-constexpr int kUnitTokens = 512;           // tokens of the block run for the UnitFactors, at most
-constexpr uint64_t kTierProbeBytes = 32 << 20;
-constexpr int64_t kUpdateParams = 1 << 20;     // parameters of the timed update loop
+constexpr int kGemmRows = 1024;             // rows of the measured GEMM, at most
+constexpr double kGemmSeconds = 0.2;        // timed per shape, about
+constexpr uint64_t kLinkBytes = 16 << 20;   // the measured all-reduce
+constexpr int kLinkRanks = 8;               // threads it runs on, at most
+constexpr int kTogetherRanks = 32;          // ranks the GEMM runs on at once, at most
+constexpr int kUnitTokens = 512;            // tokens of the block run for the UnitFactors, at most
+constexpr int64_t kUpdateParams = 1 << 20;  // parameters of the timed update loop
 constexpr double kStatedLinkLatencyS = 50e-6;  // with a stated link: a TCP round trip, about
 
 double median(std::vector<double> v) {
@@ -58,6 +60,42 @@ double gemm_rate(DType type, int rows, int n, int k) {
     times.push_back(seconds_since(t));
   }
   return 2.0 * rows * n * k / std::max(*std::min_element(times.begin(), times.end()), 1e-9);
+}
+
+// FLOP/s a rank gets from the same GEMM while `callers` ranks run it at once, as in-process ranks
+// and the processes of one host do: each caller a thread with its own operands, all released
+// together at a latch and each repeating the GEMM until the same deadline, so that they compete
+// throughout (a small GEMM repeated a fixed number of times would let the first threads finish
+// before the last start); each caller's rate is the calls it finished over the time they took,
+// and of those the slowest counts (a step waits for its slowest rank).
+double gemm_rate_together(DType type, int rows, int n, int k, int callers) {
+  const size_t elem = dtype_size(type);
+  std::latch start(callers);
+  std::vector<double> rates(static_cast<size_t>(callers));
+  auto caller = [&](int i) {
+    std::vector<char> a(static_cast<size_t>(rows) * k * elem), b(static_cast<size_t>(k) * n * elem);
+    std::vector<float> c(static_cast<size_t>(rows) * n);
+    GemmCall call;
+    call.type = type;
+    call.m = rows, call.n = n, call.k = k;
+    call.a = a.data(), call.lda = k;
+    call.b = b.data(), call.ldb = n;
+    call.c = c.data(), call.ldc = n;
+    gemm(call);  // warm-up, alone
+    start.arrive_and_wait();
+    const auto begin = Clock::now();
+    int calls = 0;
+    while (calls < 2 || seconds_since(begin) < kGemmSeconds) {
+      gemm(call);
+      ++calls;
+    }
+    rates[static_cast<size_t>(i)] =
+        2.0 * rows * n * k * calls / std::max(seconds_since(begin), 1e-9);
+  };
+  std::vector<std::thread> threads;
+  for (int i = 0; i < callers; ++i) threads.emplace_back(caller, i);
+  for (std::thread& t : threads) t.join();
+  return *std::min_element(rates.begin(), rates.end());
 }
 
 // Seconds of `run`: the fastest of repeats filling about kGemmSeconds, after a warm-up.
@@ -147,11 +185,6 @@ void measure_link(int p, Rates& r) {
                               human_bytes(kLinkBytes), p);
 }
 
-ooc::TierBandwidth tier_rates(const ooc::TierSpec& spec) {
-  auto tier = ooc::open_slow_tier(spec, kTierProbeBytes, "the performance model's bandwidth probe");
-  return ooc::measure_bandwidth(*tier, kTierProbeBytes);
-}
-
 // Parameters a second one thread updates with AdamW's arithmetic (weights, gradients and both
 // moments read, weights and moments written: the update's memory traffic and its square root),
 // over kUpdateParams parameters: the loop the optimizer programs run per element, written out
@@ -189,7 +222,10 @@ nlohmann::json Rates::to_json() const {
   nlohmann::json gemm = nlohmann::json::object();
   for (const auto& [tp, f] : gemm_flops_per_s) gemm[std::to_string(tp)] = f;
   auto unit = [](const UnitFactor& u) { return nlohmann::json{u.forward, u.backward}; };
+  nlohmann::json alone = nlohmann::json::object();
+  for (const auto& [tp, f] : gemm_alone_flops_per_s) alone[std::to_string(tp)] = f;
   return {{"gemm_flops_per_s", gemm},
+          {"gemm_alone_flops_per_s", alone},
           {"attention", unit(attention)},
           {"mlp", unit(mlp)},
           {"head", unit(head)},
@@ -215,6 +251,13 @@ Rates Rates::from_json(const nlohmann::json& j) {
       r.gemm_flops_per_s[std::stoi(tp)] = rate;
     }
     if (r.gemm_flops_per_s.empty()) user_error("the performance model's rates have no GEMM rate");
+    const nlohmann::json alone = field<nlohmann::json>(j, "gemm_alone_flops_per_s");
+    for (const auto& [tp, f] : alone.items()) {
+      const double rate = f.get<double>();
+      if (!(rate > 0))
+        user_error("the performance model's GEMM rate alone at tp {} is {}", tp, rate);
+      r.gemm_alone_flops_per_s[std::stoi(tp)] = rate;
+    }
     auto unit = [&](const char* name) {
       const auto pair = field<std::vector<double>>(j, name);
       if (pair.size() != 2 || !(pair[0] > 0) || !(pair[1] > 0))
@@ -252,7 +295,8 @@ Rates Rates::from_json(const nlohmann::json& j) {
 std::string RateRequest::key() const {
   const nn::GPTConfig& m = model;
   return nlohmann::json{
-      {"what", "tandem performance-model rates v1"},
+      // v2: the GEMM rate is measured with the local ranks computing at once.
+      {"what", "tandem performance-model rates v2"},
       {"model",
        {std::string(nn::arch_name(m.arch)), m.n_layers, m.d_model, m.n_heads, m.n_kv_heads(),
         m.mlp_width(), m.seq_len, m.vocab_size, std::string(dtype_name(m.matmul)),
@@ -289,20 +333,28 @@ Rates measure_rates(const RateRequest& q) {
                         gemm_rate(m.matmul, rows, static_cast<int>(m.mlp_width() / tp), m.d_model));
       }
   measure_unit_factors(m, rank_rows, r.gemm_flops_per_s.at(1), r);
+  r.gemm_alone_flops_per_s = r.gemm_flops_per_s;
+  // The ranks on this machine share its cores and memory bandwidth: each tp degree's GEMM again
+  // with all of them computing at once (at most kTogetherRanks threads; more share the rate
+  // those get), the rate the step model uses.
+  const int together = std::min(q.local_ranks, kTogetherRanks);
+  const double beyond = static_cast<double>(together) / q.local_ranks;
+  if (q.local_ranks > 1)
+    for (auto& [tp, rate] : r.gemm_flops_per_s)
+      rate = beyond * gemm_rate_together(m.matmul, rows, static_cast<int>(m.mlp_width() / tp),
+                                         m.d_model, together);
   blas::set_num_threads(saved);
-  // The ranks on this machine share its cores: asking for more threads than there are, each
-  // computes at that share of the rate it has alone.
-  const double share =
-      std::min(1.0, static_cast<double>(hw) / (static_cast<double>(q.local_ranks) * q.threads));
-  for (auto& [tp, rate] : r.gemm_flops_per_s) rate *= share;
+  const double alone1 = r.gemm_alone_flops_per_s.at(1), with1 = r.gemm_flops_per_s.at(1);
   r.compute_source = fmt::format(
       "measured: a {} GEMM of the MLP's shape ({} rows) on {} BLAS thread{} a rank{}; a block "
       "and the head run at tp 1 take attention {:.2f}/{:.2f}, MLP {:.2f}/{:.2f}, head "
-      "{:.2f}/{:.2f} (forward/backward) times their matmuls at that rate",
+      "{:.2f}/{:.2f} (forward/backward) times their matmuls at the rate alone",
       dtype_name(m.matmul), rows, q.threads, q.threads == 1 ? "" : "s",
-      share < 1 ? fmt::format(", times {:.2f}: {} ranks x {} threads on {} cores", share,
-                              q.local_ranks, q.threads, hw)
-                : "",
+      q.local_ranks > 1
+          ? fmt::format(", with the {} ranks on {} hardware threads computing at once ({:.2f}x "
+                        "the rate alone at tp 1)",
+                        q.local_ranks, hw, with1 / alone1)
+          : "",
       r.attention.forward, r.attention.backward, r.mlp.forward, r.mlp.backward, r.head.forward,
       r.head.backward);
   if (q.link_gbps) {
@@ -321,8 +373,8 @@ Rates measure_rates(const RateRequest& q) {
     r.update_source = "not measured: counted as 0";
     return r;
   }
-  r.swap_tier = tier_rates(q.swap_tier);
-  if (q.state_tier) r.state_tier = tier_rates(*q.state_tier);
+  r.swap_tier = measure_tier(q.swap_tier);
+  if (q.state_tier) r.state_tier = measure_tier(*q.state_tier);
   // One thread's loop, shared like the GEMM when the machine's ranks outnumber its cores.
   r.update_params_per_s = update_rate() * std::min(1.0, static_cast<double>(hw) / q.local_ranks);
   r.update_source = fmt::format("measured: an AdamW loop over {} parameters on one thread{}",

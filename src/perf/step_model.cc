@@ -28,9 +28,13 @@ struct HalfBlockMatmuls {
   double attention_s = 0, mlp_s = 0;
 };
 
+// With context parallelism a rank holds seq_len / cp tokens of each row: its projections and MLP
+// run on them, and its queries meet the whole sequence's keys. The split is balanced for the
+// causal mask, so a rank's share of the scores is 1/cp of the sequence's: the per-token formula
+// at the whole sequence's T over the rank's tokens counts exactly that.
 HalfBlockMatmuls half_block_matmuls(const StepShape& c, const Rates& r) {
   const nn::GPTConfig& m = c.model;
-  const double tokens = c.micro_rows() * static_cast<double>(m.seq_len);
+  const double tokens = c.rank_tokens();
   const double rate = rate_for(r, c.grid.tp);
   return {tokens * attention_flops_per_token(m, m.seq_len) / c.grid.tp / rate,
           tokens * mlp_flops_per_token(m) / c.grid.tp / rate};
@@ -55,15 +59,16 @@ StageTimes stage_times(const StepShape& c, int s, const Rates& r) {
   const nn::GPTConfig& m = c.model;
   const int M = c.micro_batches;
   const int rows = c.micro_rows();
-  const double tokens = rows * static_cast<double>(m.seq_len);
+  const double tokens = c.rank_tokens();
   const double rate = rate_for(r, g.tp);
   const double lat = r.link_latency_s, bw = r.link_bytes_per_s;
   StageTimes st;
-  st.chain =
-      parallel::ParallelGPT::chain_layout(m, g, parallel::GridCoord{0, 0, s}, rows, m.seq_len, M);
+  st.chain = parallel::ParallelGPT::chain_layout(m, g, parallel::GridCoord{0, 0, s}, rows,
+                                                 m.seq_len / g.cp, M);
   const parallel::ShardLayout layout(m, g, 0, s);
   const int64_t block = layout.block_floats();
   const int blocks = layout.end_layer() - layout.first_layer();
+  const int R = g.replicas();  // the data-parallel exchange's group: dp x cp
   const double block_floats = static_cast<double>(block) * blocks;
   const double rest_floats = static_cast<double>(layout.size()) - block_floats;
 
@@ -75,6 +80,11 @@ StageTimes stage_times(const StepShape& c, int s, const Rates& r) {
   const double tp_bytes = act_bytes / sizeof(float) * dtype_size(c.tp_dtype);
   const double tp_s = g.tp > 1 ? lat + 2.0 * (g.tp - 1) / g.tp * tp_bytes / bw : 0;
   const double handoff_s = lat + act_bytes / bw;
+  // Context parallelism: each attention forward gathers the group's keys and values (an
+  // AllGather of the whole sequence's), its backward gathers them again and reduce-scatters
+  // their gradient; the kernel waits for each, so all of it counts.
+  const KvExchange kv = kv_exchange(c, r);
+  st.link_bytes += M * blocks * 3 * kv.bytes;
   // A gather overlaps the blocks computing before it; the stage's first has nothing to hide
   // behind. The gathers run one at a time on the data-parallel thread, so however far ahead they
   // start (--gather-ahead), a block waits for what its gather takes beyond its own compute.
@@ -91,6 +101,7 @@ StageTimes stage_times(const StepShape& c, int s, const Rates& r) {
     if (u == n - 1) f += r.head.forward * head_s, b += r.head.backward * 2 * head_s;
     if (u == n - 1 && s < g.pp - 1) cf += handoff_s;
     if (u == 0 && s > 0) cb += handoff_s;
+    if (attn) cf += kv.seconds, cb += 2 * kv.seconds;
     if (attn && c.shard_weights) {
       cf += u == 0 ? gather_s : gather_f;
       cb += u == n - 2 ? gather_s : gather_b;
@@ -100,24 +111,35 @@ StageTimes stage_times(const StepShape& c, int s, const Rates& r) {
     st.comm_per_micro_s += cf + cb;
     st.backward_micro_s += b + cb;
   }
+  // Bytes the rank moves over the link a step besides the kv exchanges: 4 tp all-reduces a block
+  // each micro-batch, a hand-off each way at each inner stage boundary, ZeRO-3's gathers.
+  if (g.tp > 1) st.link_bytes += M * blocks * 4 * 2.0 * (g.tp - 1) / g.tp * tp_bytes;
+  if (s < g.pp - 1) st.link_bytes += M * act_bytes;
+  if (s > 0) st.link_bytes += M * act_bytes;
+  if (c.shard_weights)
+    st.link_bytes += M * blocks * 2 * (R - 1.0) / R * static_cast<double>(block) * sizeof(float);
   st.profile.write_bytes_per_s = r.swap_tier.write_bytes_per_s;
   st.profile.read_bytes_per_s = r.swap_tier.read_bytes_per_s;
 
-  // The data-parallel exchange: gradients reduce-scattered (in the gradients' dtype), weights
-  // all-gathered; a sharded block's weights stay sliced, so its update gathers nothing.
-  if (g.dp > 1) {
-    const double frac = (g.dp - 1.0) / g.dp, gsize = dtype_size(c.grad_dtype);
-    st.dp_blocks_s =
-        lat + frac * block_floats * (gsize + (c.shard_weights ? 0 : sizeof(float))) / bw;
-    st.dp_rest_s = lat + frac * rest_floats * (gsize + sizeof(float)) / bw;
+  // The data-parallel exchange over the dp x cp replicas: gradients reduce-scattered (in the
+  // gradients' dtype), weights all-gathered; a sharded block's weights stay sliced, so its update
+  // gathers nothing.
+  if (R > 1) {
+    const double frac = (R - 1.0) / R, gsize = dtype_size(c.grad_dtype);
+    const double block_bytes =
+        frac * block_floats * (gsize + (c.shard_weights ? 0 : sizeof(float)));
+    const double rest_bytes = frac * rest_floats * (gsize + sizeof(float));
+    st.dp_blocks_s = lat + block_bytes / bw;
+    st.dp_rest_s = lat + rest_bytes / bw;
+    st.link_bytes += block_bytes + rest_bytes;
   }
-  // Each data-parallel rank updates its slice of the parameters (ZeRO-1's moments, ZeRO-3's
-  // weights: 1/dp either way).
-  st.update_blocks_s = update_s(block_floats / g.dp, r);
-  st.update_rest_s = update_s(rest_floats / g.dp, r);
+  // Each replica updates its slice of the parameters (ZeRO-1's moments, ZeRO-3's weights: 1/(dp
+  // cp) either way).
+  st.update_blocks_s = update_s(block_floats / R, r);
+  st.update_rest_s = update_s(rest_floats / R, r);
   if (c.state_streamed) {
     // The store's own prediction (no block resident), over the slices with --shard weights.
-    const int64_t piece = (block + g.dp - 1) / g.dp;
+    const int64_t piece = (block + R - 1) / R;
     st.state_io_s =
         store_io_s(parallel::BlockStore::predicted_step_traffic(
                        blocks, c.shard_weights ? piece : block, piece, c.shard_weights ? 1 : M),
@@ -153,6 +175,7 @@ StepBreakdown compose(const StepShape& c, const std::vector<StageTimes>& stages,
     const double both = std::max(0.0, st.dp_blocks_s + st.update_blocks_s - cover);
     const double update = both - std::max(0.0, st.dp_blocks_s - cover) + st.update_rest_s;
     if (dp + update > exposed_dp + exposed_update) exposed_dp = dp, exposed_update = update;
+    b.link_bytes = std::max(b.link_bytes, st.link_bytes);
   }
   b.bubble = slowest * (c.grid.pp - 1) / M;
   b.exposed_exchange = comm + exposed_dp;
@@ -166,11 +189,25 @@ GatherTiming gather_timing(const StepShape& c, const Rates& r) {
   const auto [attn_s, mlp_s] = half_block_matmuls(c, r);
   const parallel::ShardLayout layout(c.model, g, 0, 0);
   GatherTiming t;
-  t.gather_s = r.link_latency_s + (g.dp - 1.0) / g.dp * static_cast<double>(layout.block_floats()) *
+  const double R = g.replicas();
+  t.gather_s = r.link_latency_s + (R - 1) / R * static_cast<double>(layout.block_floats()) *
                                       sizeof(float) / r.link_bytes_per_s;
   t.block_forward_s = r.attention.forward * attn_s + r.mlp.forward * mlp_s;
   t.block_backward_s = 2 * (r.attention.backward * attn_s + r.mlp.backward * mlp_s);
   return t;
+}
+
+KvExchange kv_exchange(const StepShape& c, const Rates& r) {
+  const parallel::GridShape& g = c.grid;
+  if (g.cp == 1) return {};
+  const nn::GPTConfig& m = c.model;
+  // The whole sequence's keys and values of the rank's key/value heads, f32, one micro-batch.
+  const double whole = static_cast<double>(c.micro_rows()) * m.seq_len * 2 *
+                       (m.n_kv_heads() / g.tp) * m.head_size() * sizeof(float);
+  KvExchange kv;
+  kv.bytes = (g.cp - 1.0) / g.cp * whole;
+  kv.seconds = r.link_latency_s + kv.bytes / r.link_bytes_per_s;
+  return kv;
 }
 
 int gather_ahead_for(double gather_s, double block_s, int blocks) {

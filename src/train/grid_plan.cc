@@ -141,6 +141,10 @@ Evaluation evaluate(const TrainConfig& cfg, uint64_t limit, const Rates& rates) 
     for (const Stage& st : stages)
       predictions.push_back(
           ooc::predict(st.times.chain, ooc::keep_all(st.times.chain.units), st.times.profile));
+  } else if (g.cp > 1) {
+    // Context parallelism runs in-core only (--memory-budget is refused with --cp).
+    ev.least_bytes = in_core;
+    return ev;
   } else {
     // Out-of-core: one --memory-budget B for every rank; stage s's activations get
     // B - budget_holds, and a rank needs fixed - budget_holds + B.
@@ -243,6 +247,7 @@ nlohmann::json plan_choice_json(const TrainConfig& c) {
   return {{"dp", c.grid.dp},
           {"tp", c.grid.tp},
           {"pp", c.grid.pp},
+          {"cp", c.grid.cp},
           {"sharding", c.optimizer.sharding == parallel::Sharding::Weights},
           {"model_state", c.model_state ? c.model_state->str() : ""},
           {"resident_blocks", auto_json(c.resident_blocks)},
@@ -252,7 +257,8 @@ nlohmann::json plan_choice_json(const TrainConfig& c) {
 }
 
 void take_plan_choice(const nlohmann::json& j, TrainConfig& c) {
-  c.grid = {j.at("dp").get<int>(), j.at("tp").get<int>(), j.at("pp").get<int>()};
+  c.grid = {j.at("dp").get<int>(), j.at("tp").get<int>(), j.at("pp").get<int>(),
+            j.at("cp").get<int>()};
   c.optimizer.sharding =
       j.at("sharding").get<bool>() ? parallel::Sharding::Weights : parallel::Sharding::Moments;
   const std::string tier = j.at("model_state").get<std::string>();
@@ -361,14 +367,25 @@ void check_plan_ranks(int64_t ranks) {
 GridCandidates candidate_grids(const TrainConfig& base, int ranks) {
   check_plan_ranks(ranks);
   GridCandidates c;
-  for (int dp : divisors(ranks))
-    for (int tp : divisors(ranks / dp)) {
-      const parallel::GridShape g{dp, tp, ranks / dp / tp};
-      if (std::string why = refusal_of(on_grid(base, g)); !why.empty())
-        c.refused.push_back({g.str(), std::move(why)});
-      else
-        c.allowed.push_back(g);
+  for (int cp : divisors(ranks)) {
+    // Context parallelism where the model and the flags allow it (the sequence cuts into 2 cp
+    // chunks, no dropout, the fused attention): asked once per cp, on a grid of cp ranks alone,
+    // so that a setting that rules every cp grid out is one line, not one per grid.
+    if (cp > 1) {
+      if (std::string why = refusal_of(on_grid(base, {1, 1, 1, cp})); !why.empty()) {
+        c.refused.push_back({fmt::format("grids with cp={}", cp), std::move(why)});
+        continue;
+      }
     }
+    for (int dp : divisors(ranks / cp))
+      for (int tp : divisors(ranks / cp / dp)) {
+        const parallel::GridShape g{dp, tp, ranks / cp / dp / tp, cp};
+        if (std::string why = refusal_of(on_grid(base, g)); !why.empty())
+          c.refused.push_back({g.str(), std::move(why)});
+        else
+          c.allowed.push_back(g);
+      }
+  }
   return c;
 }
 
@@ -433,28 +450,59 @@ GridPlan plan_grids(const TrainConfig& base, int ranks, uint64_t memory_per_rank
         ranks, human_bytes(memory_per_rank), human_bytes(least->first), size_flag(kib * 1024),
         least->second);
   }
-  std::stable_sort(plan.options.begin(), plan.options.end(),
-                   [](const GridOption& a, const GridOption& b) { return a.step_s < b.step_s; });
-  for (size_t i = 1; i < plan.ties(); ++i)
-    if (simpler_than(plan.options[i], plan.options[plan.recommended])) plan.recommended = i;
+  // Fastest first; equal predictions in the tie rule's order, so that the table reads the same
+  // whatever order the search found them in.
+  std::sort(plan.options.begin(), plan.options.end(), [](const GridOption& a, const GridOption& b) {
+    if (a.step_s != b.step_s) return a.step_s < b.step_s;
+    return preferred_in_tie(a, b);
+  });
+  plan.recommended = recommended_of(plan.options);
   return plan;
 }
 
-size_t GridPlan::ties() const {
+size_t tied_with_fastest(const std::vector<GridOption>& options) {
   if (options.empty()) return 0;
-  const double limit = options.front().step_s * (1 + kPlanTieFraction);
-  size_t n = 0;
-  while (n < options.size() && options[n].step_s <= limit) ++n;
-  return n;
+  double fastest = options.front().step_s;
+  for (const GridOption& o : options) fastest = std::min(fastest, o.step_s);
+  const double limit = fastest * (1 + kPlanTieFraction);
+  return static_cast<size_t>(std::count_if(options.begin(), options.end(),
+                                           [&](const GridOption& o) { return o.step_s <= limit; }));
 }
+
+size_t recommended_of(const std::vector<GridOption>& options) {
+  if (options.empty()) return 0;
+  double fastest = options.front().step_s;
+  for (const GridOption& o : options) fastest = std::min(fastest, o.step_s);
+  const double limit = fastest * (1 + kPlanTieFraction);
+  size_t best = options.size();
+  for (size_t i = 0; i < options.size(); ++i)
+    if (options[i].step_s <= limit &&
+        (best == options.size() || preferred_in_tie(options[i], options[best])))
+      best = i;
+  return best;
+}
+
+size_t GridPlan::ties() const { return tied_with_fastest(options); }
 
 bool simpler_than(const GridOption& a, const GridOption& b) {
   auto parts = [](const GridOption& o) {
-    return std::make_tuple(o.cfg.model_state.has_value(),
-                           o.cfg.optimizer.sharding == parallel::Sharding::Weights,
-                           !o.cfg.memory_budget.empty(), o.cfg.grid.pp, o.cfg.grid.tp);
+    return std::make_tuple(
+        o.cfg.model_state.has_value(), o.cfg.optimizer.sharding == parallel::Sharding::Weights,
+        !o.cfg.memory_budget.empty(), o.cfg.grid.cp, o.cfg.grid.pp, o.cfg.grid.tp);
   };
   return parts(a) < parts(b);
+}
+
+bool preferred_in_tie(const GridOption& a, const GridOption& b) {
+  if (a.breakdown.link_bytes != b.breakdown.link_bytes)
+    return a.breakdown.link_bytes < b.breakdown.link_bytes;
+  if (simpler_than(a, b)) return true;
+  if (simpler_than(b, a)) return false;
+  auto grid = [](const GridOption& o) {
+    const parallel::GridShape& g = o.cfg.grid;
+    return std::make_tuple(g.dp, g.tp, g.pp, g.cp);
+  };
+  return grid(a) < grid(b);
 }
 
 std::string grid_plan_report(const GridPlan& plan) {
@@ -486,20 +534,25 @@ std::string grid_plan_report(const GridPlan& plan) {
                      r.update_source.empty() ? "not measured" : r.update_source);
   out += fmt::format("  other work: {:.4f} s a step ({})\n", r.other_s,
                      r.other_source.empty() ? "not measured" : r.other_source);
-  out += fmt::format("\n{:<17}{:<10}{:<14}{:<34}{:>12}{:>10}{:>12}  {}\n", "grid", "sharding",
-                     "model state", "activations", "memory/rank", "step", "tokens/s",
-                     "compute + exchange + io + bubble + update + other (s)  [flags]");
-  for (const GridOption& o : plan.options) {
+  // Rows: '*' the recommendation, '=' tied with the fastest (within the model's stated error).
+  const double tie_limit = plan.options.front().step_s * (1 + kPlanTieFraction);
+  out += fmt::format("\n  {:<22}{:<10}{:<14}{:<34}{:>12}{:>12}{:>10}{:>12}  {}\n", "grid",
+                     "sharding", "model state", "activations", "memory/rank", "link/step", "step",
+                     "tokens/s", "compute + exchange + io + bubble + update + other (s)  [flags]");
+  for (size_t i = 0; i < plan.options.size(); ++i) {
+    const GridOption& o = plan.options[i];
     const std::string acts =
         o.cfg.memory_budget.empty()
             ? "in-core"
             : fmt::format("out-of-core in {}", human_bytes(parse_bytes(o.cfg.memory_budget)));
+    const char mark = i == plan.recommended ? '*' : o.step_s <= tie_limit ? '=' : ' ';
     out += fmt::format(
-        "{:<17}{:<10}{:<14}{:<34}{:>12}{:>9.4f}s{:>12.0f}  {:.4f} + {:.4f} + {:.4f} + {:.4f} + "
-        "{:.4f} + {:.4f}  [{}]\n",
-        o.cfg.grid.str(), parallel::sharding_name(o.cfg.optimizer.sharding),
-        o.cfg.model_state ? "streamed" : "memory", acts, human_bytes(o.memory_per_rank), o.step_s,
-        o.tokens_per_s, o.breakdown.compute, o.breakdown.exposed_exchange, o.breakdown.exposed_io,
+        "{} {:<22}{:<10}{:<14}{:<34}{:>12}{:>12}{:>9.4f}s{:>12.0f}  {:.4f} + {:.4f} + {:.4f} + "
+        "{:.4f} + {:.4f} + {:.4f}  [{}]\n",
+        mark, o.cfg.grid.str(), parallel::sharding_name(o.cfg.optimizer.sharding),
+        o.cfg.model_state ? "streamed" : "memory", acts, human_bytes(o.memory_per_rank),
+        human_bytes(static_cast<uint64_t>(o.breakdown.link_bytes)), o.step_s, o.tokens_per_s,
+        o.breakdown.compute, o.breakdown.exposed_exchange, o.breakdown.exposed_io,
         o.breakdown.bubble, o.breakdown.update, o.breakdown.other, flags_of(o.cfg));
   }
   if (!plan.refused.empty()) {
@@ -514,9 +567,10 @@ std::string grid_plan_report(const GridPlan& plan) {
       size_flag(plan.memory_per_rank));
   if (plan.ties() > 1)
     out += fmt::format(
-        "  {} configurations are within {:g}% of the fastest prediction, closer than the "
-        "measurements behind them: a tie, taken by the simplest (model state in memory, weights "
-        "whole, activations in core, fewer stages, fewer tensor-parallel ranks)\n",
+        "  {} configurations (marked = and *) are predicted within {:g}% of the fastest, the "
+        "model's stated error: a tie, broken by a fixed rule: the fewest bytes over the link a "
+        "step, then the simplest (model state in memory, weights whole, activations in core, "
+        "fewer cp, pp, tp ranks), then the grid's dp, tp, pp, cp, smallest first\n",
         plan.ties(), kPlanTieFraction * 100);
   return out;
 }
@@ -524,9 +578,12 @@ std::string grid_plan_report(const GridPlan& plan) {
 std::string grid_choice_line(const GridPlan& plan) {
   const GridOption& b = plan.best();
   const std::string which =
-      plan.ties() > 1 ? fmt::format("the simplest of the {} within {:g}% of the fastest prediction",
-                                    plan.ties(), kPlanTieFraction * 100)
-                      : "the fastest";
+      plan.ties() > 1
+          ? fmt::format(
+                "of the {} tied within {:g}% of the fastest prediction, the one with the "
+                "fewest bytes over the link",
+                plan.ties(), kPlanTieFraction * 100)
+          : "the fastest";
   return fmt::format(
       "--grid auto: {} ({}), {} of {} configuration{} of {} ranks that fit {} a rank, predicted "
       "{:.4f} s a step",

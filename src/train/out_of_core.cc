@@ -14,13 +14,13 @@
 #include "tandem/core/error.h"
 #include "tandem/exec/jit.h"
 #include "tandem/parallel/model.h"
+#include "tandem/perf/tier_bandwidth.h"
 #include "tandem/train/model_config.h"
 #include "tandem/tune/cache.h"
 
 namespace tandem::train::detail {
 namespace {
 
-constexpr uint64_t kBandwidthProbeBytes = 128ull << 20;
 constexpr int kProfileSteps = 3;  // measured, after one that warms up
 // A step slower than this is measured once after the warm-up, not three times: on a model that
 // big the spread of a step is small next to the minutes three more would cost.
@@ -155,11 +155,7 @@ void OutOfCore::prepare(const std::function<void()>& step, comm::Communicator& t
     from_cache_ = profile_.units() == chain_.units;  // else measured again below, and rewritten
   }
   if (!from_cache_) {
-    ooc::TierBandwidth bw{1e9, 1e9};
-    {
-      auto probe = ooc::open_slow_tier(tier_spec_, kBandwidthProbeBytes);
-      bw = ooc::measure_bandwidth(*probe, kBandwidthProbeBytes);
-    }
+    const ooc::TierBandwidth bw = perf::measure_tier(tier_spec_);
     if (log != nullptr)
       *log << "  out-of-core: measuring this machine's profile (cached for later runs): warm-up"
            << std::flush;

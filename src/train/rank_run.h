@@ -182,6 +182,10 @@ class RankRun {
 // The lines `tandem train` prints about the whole run, not one rank's: the start-up line of the
 // matmuls' precision (--precision) and why.
 std::string precision_line(DType matmul);
+// The start-up line of the step's work: the model's matmul FLOPs a token and a step, forward and
+// backward (perf/flops.h, the performance model's; what benchmarks divide a rate by):
+// "  work: 2.0123e+06 FLOP a token, 1.2880e+08 a step (the matmuls, forward and backward)".
+std::string work_line(const TrainConfig& cfg);
 
 // Under mpirun, --backend thread runs the whole grid inside every process: a warning that the N
 // processes train N copies.

@@ -22,6 +22,7 @@
 #include "tandem/io/atomic_file.h"
 #include "tandem/io/console.h"
 #include "tandem/parallel/sharded_blocks.h"
+#include "tandem/perf/flops.h"
 #include "tandem/train/grid_plan.h"
 #include "tandem/train/memory_estimate.h"
 
@@ -78,6 +79,7 @@ void RankRun::print_header(int64_t first_step) {
   out_ << "  " << grid_.mapping() << "\n";
   if (const std::string w = grid_.warning(); !w.empty()) out_ << "tandem train: " << w << "\n";
   out_ << detail::precision_line(c.matmul);
+  out_ << detail::work_line(cfg_);
   out_ << fmt::format("  learning rate {:g}{}, warm-up {} step{}, cosine decay to {:g}\n", cfg_.lr,
                       cfg_.lr_choice.empty() ? "" : fmt::format(" ({})", cfg_.lr_choice),
                       cfg_.warmup, cfg_.warmup == 1 ? "" : "s", cfg_.lr * cfg_.min_lr_ratio);
@@ -385,10 +387,6 @@ std::string RankRun::breakdown_lines() const {
       "swap stalls not told apart from compute\n",
       steps_measured_, steps_measured_ == 1 ? "" : "s", compute, comm, wait,
       step - compute - comm - wait, step);
-  if (cfg_.grid.cp > 1)
-    return out +
-           "tandem train: step breakdown predicted: none (the performance model does not count "
-           "context parallelism yet)\n";
   const std::optional<double> link =
       cfg_.grid_auto ? cfg_.grid_auto->link_gbps : std::optional<double>();
   const perf::RateRequest q = rate_request(cfg_, cfg_.grid.size(), link);
@@ -445,6 +443,14 @@ void warn_thread_backend_under_mpirun(const TrainConfig& c) {
       "processes train {} separate copies; give --backend mpi to train one model "
       "across them\n",
       job->rank, job->size, c.grid.size(), job->size, job->size);
+}
+
+std::string work_line(const TrainConfig& cfg) {
+  const double token = perf::step_flops_per_token(cfg.model, cfg.model.seq_len);
+  return fmt::format(
+      "  work: {:.4e} FLOP a token, {:.4e} a step (the matmuls, forward and backward, no "
+      "recomputation)\n",
+      token, token * static_cast<double>(cfg.batch) * cfg.model.seq_len);
 }
 
 std::string precision_line(DType matmul) {

@@ -45,6 +45,7 @@
 #include "tandem/ooc/transfer_engine.h"
 #include "tandem/parallel/model.h"
 #include "tandem/parallel/state_streamer.h"
+#include "tandem/perf/tier_bandwidth.h"
 #include "tandem/train/grid_plan.h"
 #include "tandem/train/memory_estimate.h"
 
@@ -62,6 +63,19 @@ bool exchange_may_overlap(const TrainConfig& c) {
                           ? comm::MpiThreads::Serialized
                           : comm::MpiThreads::Multiple;
   return level && *level >= needed;
+}
+
+// --model-state's tier's bandwidth, for the store's predictions: measured by the performance
+// model's probe before the store opens the tier (the probe would overwrite what it stores); a
+// failure (a full disk) names the flag as the store's own would.
+ooc::TierBandwidth model_state_bandwidth(const TrainConfig& c) {
+  if (!c.model_state) return {};
+  try {
+    return perf::measure_tier(*c.model_state, perf::kTierProbeBytes,
+                              "the model state's bandwidth probe (--model-state)");
+  } catch (const UserError& e) {
+    user_error("--model-state {}: {}", c.model_state->str(), e.what());
+  }
 }
 
 }  // namespace
@@ -92,7 +106,7 @@ RankRun::RankRun(comm::Communicator& world, const TrainConfig& cfg, io::TraceRec
       state_(parallel::ShardLayout(cfg.model, grid_.shape(), grid_.coord().tp, grid_.coord().pp),
              {cfg.model_state, cfg.optimizer.state_tier, batches_.micro_batch_count(),
               cfg.optimizer.sharding == parallel::Sharding::Weights, schedules_.gather_schedules(),
-              cfg.gather_ahead_blocks()},
+              cfg.gather_ahead_blocks(), model_state_bandwidth(cfg)},
              &grid_.dp().allocator(), &engines_),
       model_(cfg.model, grid_, batches_.micro_rows(), batches_.tokens(),
              batches_.micro_batch_count(), schedules_.model_programs(batches_.micro_rows()),

@@ -49,15 +49,10 @@ class SlowTier {
 std::unique_ptr<SlowTier> open_slow_tier(const TierSpec& spec, uint64_t bytes,
                                          std::string_view holds = "swapped activations");
 
+// A tier's sustained rates each way (measured by perf/tier_bandwidth.h).
 struct TierBandwidth {
   double write_bytes_per_s = 0;
   double read_bytes_per_s = 0;
 };
-
-// Sustained (steady-state) bandwidth of `tier`: after an untimed warm-up that writes the range
-// once, writes then reads its first `bytes` (a multiple of kIoAlignment, at most the capacity) in
-// transfers of `chunk` bytes (a multiple of kIoAlignment) from an aligned buffer, timed with
-// steady_clock. Overwrites what the tier held there.
-TierBandwidth measure_bandwidth(SlowTier& tier, uint64_t bytes, size_t chunk = 8 << 20);
 
 }  // namespace tandem::ooc

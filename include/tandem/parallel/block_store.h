@@ -58,13 +58,17 @@ class BlockStore {
   // the bytes), and writes zero moments (Adam's start). The weights are the caller's to write
   // (write_weights) before the first step. With `micro_batches` > 1 the tier also has room for
   // every block's gradients, and the store a third gradient slot. The transfers go through
-  // `transfers` (the tier's engine), which must outlive the store.
+  // `transfers` (the tier's engine), which must outlive the store. `bandwidth`: the tier's, as
+  // the performance model measured it (perf/tier_bandwidth.h; the layer above measures, the
+  // store only keeps it for the predictions that read bandwidth()).
   BlockStore(const ooc::TierSpec& tier, ooc::TransferEngine& transfers, const ShardLayout& layout,
-             const MomentPieces& moments, int micro_batches = 1);
+             const MomentPieces& moments, int micro_batches = 1,
+             const ooc::TierBandwidth& bandwidth = {});
   // The same for `blocks` blocks from `first_layer` of `block_floats` elements each (--shard
   // weights: each rank's slices of the blocks, the moments' pieces the same slices).
   BlockStore(const ooc::TierSpec& tier, ooc::TransferEngine& transfers, int first_layer, int blocks,
-             int64_t block_floats, const MomentPieces& moments, int micro_batches = 1);
+             int64_t block_floats, const MomentPieces& moments, int micro_batches = 1,
+             const ooc::TierBandwidth& bandwidth = {});
   ~BlockStore();
   BlockStore(const BlockStore&) = delete;
   BlockStore& operator=(const BlockStore&) = delete;
@@ -156,7 +160,7 @@ class BlockStore {
   // and what one block of those sizes takes resident (its weights and moments).
   static uint64_t staging_bytes(int64_t block_floats, int64_t piece_floats, int micro_batches);
   static uint64_t resident_block_bytes(int64_t block_floats, int64_t piece_floats);
-  // The tier's bandwidth, measured when it was opened (on up to its first 64 MiB): what the
+  // The tier's bandwidth given when the store was made (0 each way when none was): what the
   // performance model times the predicted traffic at (perf/streamed_state.h's store_io_s).
   const ooc::TierBandwidth& bandwidth() const { return bandwidth_; }
   std::string describe() const { return tier_->describe(); }

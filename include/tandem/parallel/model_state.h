@@ -62,6 +62,9 @@ class ModelState {
     // --gather-ahead: how many blocks ahead of the one computing the sharded state gathers (its
     // prefetch distance D, at least 1), into D + 1 gather slots.
     int gather_ahead = 1;
+    // `blocks`' bandwidth, measured above this layer (perf/tier_bandwidth.h): what the store's
+    // predictions time its traffic at (BlockStore::bandwidth).
+    ooc::TierBandwidth blocks_bandwidth;
   };
 
   // The state of `layout`'s shard, its weights and gradients zeroed (the moments come with

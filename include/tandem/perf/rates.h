@@ -21,12 +21,16 @@ struct UnitFactor {
 };
 
 struct Rates {
-  std::map<int, double> gemm_flops_per_s;  // per tensor-parallel degree (the shards' width)
-  UnitFactor attention, mlp, head;         // per half block and for ln_f + the LM head + loss
-  double link_bytes_per_s = 0;             // a ring collective's bus bandwidth; a send's rate
-  double link_latency_s = 0;               // per collective or hand-off
-  ooc::TierBandwidth swap_tier;            // --slow-tier's: swapped activations
-  ooc::TierBandwidth state_tier;           // --model-state's, when it names one
+  // Per tensor-parallel degree (the shards' width): what a rank gets with every rank on its host
+  // computing at once (cores and memory bandwidth shared), the rate the step model uses; and a
+  // rank alone (the UnitFactors' reference, and the report's).
+  std::map<int, double> gemm_flops_per_s;
+  std::map<int, double> gemm_alone_flops_per_s;
+  UnitFactor attention, mlp, head;  // per half block and for ln_f + the LM head + loss
+  double link_bytes_per_s = 0;      // a ring collective's bus bandwidth; a send's rate
+  double link_latency_s = 0;        // per collective or hand-off
+  ooc::TierBandwidth swap_tier;     // --slow-tier's: swapped activations
+  ooc::TierBandwidth state_tier;    // --model-state's, when it names one
   // The optimizer's update: parameters a second one rank updates (AdamW's loop over weights,
   // gradients and both moments); 0 when not measured (the update then counts nothing).
   double update_params_per_s = 0;
@@ -58,7 +62,9 @@ struct RateRequest {
 };
 
 // Measures the rates on this machine in a few seconds: a GEMM of each tp degree's MLP shape at
-// the request's threads (times cores / (local ranks x threads) when that is below 1), one
+// the request's threads, alone and with the local ranks computing at once (threads started
+// together, each with its own operands, until one deadline: the slowest's rate; beyond 32 ranks,
+// those 32's rate shared by all), one
 // block's halves and the head forward and backward at tp 1 for the UnitFactors, an in-process
 // all-reduce over min(ranks, 8) threads (unless the link is stated), and with `tiers` the tiers'
 // bandwidth and the update's rate.

@@ -4,20 +4,25 @@
 //              backward twice the forward; the LM head on the last stage, whole on every tp rank;
 //              each scaled by its UnitFactor; the activation timeline (ooc/model.h's simulator,
 //              with these unit times: recomputation and swap stalls included) per stage
-//   tp         per block 2 all-reduces in the forward, 2 in the backward, of micro_rows x T x C
+//   tp         per block 2 all-reduces in the forward, 2 in the backward, of micro_rows x T/cp x C
 //              elements each in --tp-dtype: latency + 2 (tp-1)/tp bytes / link
 //   pipeline   1F1B: the slowest stage's M micro-batches stretched by (M + pp - 1) / M (the
-//              bubble), and per micro-batch a hand-off of micro_rows x T x C floats each way
-//   dp         the rank's gradients reduce-scattered (in --grad-dtype) and its weights
-//              all-gathered, (dp-1)/dp of the bytes each over the link; the blocks' exchange
-//              overlaps the last micro-batch's backward (only the excess counts), the embeddings'
-//              and ln_f's does not
+//              bubble), and per micro-batch a hand-off of micro_rows x T/cp x C floats each way
+//   cp         a rank computes seq_len / cp tokens of each row (the projections and the MLP on
+//              them; its queries against the whole sequence, 1/cp of the causal scores, the
+//              split being balanced); per block and micro-batch a key/value all-gather in the
+//              forward, another and the gradients' reduce-scatter in the backward, (cp-1)/cp of
+//              the sequence's keys and values each: latency + bytes / link, all exposed
+//   dp         over the dp x cp replicas (R of them): the rank's gradients reduce-scattered (in
+//              --grad-dtype) and its weights all-gathered, (R-1)/R of the bytes each over the
+//              link; the blocks' exchange overlaps the last micro-batch's backward (only the
+//              excess counts), the embeddings' and ln_f's does not
 //   ZeRO-3     with --shard weights each block's weights all-gathered before its forward and its
 //              backward, each micro-batch, overlapping the previous block's compute (only the
 //              excess counts: the gathers run one at a time); the blocks' update gathers nothing
 //   state I/O  with --model-state, the block store's traffic a step at the tier's rates; a stage
 //              takes the longer of its compute and that I/O
-//   update     the rank's parameters (its slice of them over dp) at the measured update rate;
+//   update     the rank's parameters (its slice of them over dp x cp) at the measured update rate;
 //              the blocks' part runs behind the backward with their exchange (what the two take
 //              beyond the backward counts), the rest's after it
 //   other      the rates' per-step term
@@ -36,6 +41,11 @@
 
 namespace tandem::perf {
 
+// The error the model states for a prediction: the bound each predicted step is checked against
+// (bench/run_karma.sh; docs/benchmarks.md records where it holds). Two predictions closer than
+// this are not ordered by the model: the plan across grids calls them a tie.
+inline constexpr double kStatedError = 0.10;
+
 // A configuration as the model reads it (train's TrainConfig, in the terms below it).
 struct StepShape {
   nn::GPTConfig model;
@@ -49,6 +59,8 @@ struct StepShape {
   bool state_streamed = false;    // --model-state: the blocks' state through the store
 
   int micro_rows() const { return static_cast<int>(batch / grid.dp / micro_batches); }
+  // Tokens a rank computes a micro-batch: its rows' seq_len / cp tokens each.
+  double rank_tokens() const { return static_cast<double>(micro_rows()) * model.seq_len / grid.cp; }
 };
 
 // A step's time by what it waits for, in seconds; total() is the step.
@@ -60,6 +72,9 @@ struct StepBreakdown {
   double bubble = 0;            // the pipeline's idle share
   double update = 0;            // the optimizer's update not hidden behind the backward
   double other = 0;             // the step's other work
+  // Not a time: the bytes the busiest stage's rank sends over the link a step (every exchange,
+  // hidden or not). Configurations predicted alike are told apart by it (the plan's ties).
+  double link_bytes = 0;
   double total() const { return compute + exposed_exchange + exposed_io + bubble + update + other; }
   // "compute 0.1200 + exchange 0.0100 + io 0 + bubble 0.0300 + update 0.0040 + other 0 = 0.1640 s"
   std::string str() const;
@@ -74,6 +89,7 @@ struct StageTimes {
   double dp_blocks_s = 0, dp_rest_s = 0;          // the data-parallel exchange: blocks', the rest's
   double update_blocks_s = 0, update_rest_s = 0;  // the update: blocks', the rest's
   double state_io_s = 0;  // the model state's I/O a step (with --model-state)
+  double link_bytes = 0;  // bytes the rank moves over the link a step (StepBreakdown's)
 };
 
 // Stage `s` of `shape` at `rates`.
@@ -94,6 +110,15 @@ struct GatherTiming {
   double gather_s = 0, block_forward_s = 0, block_backward_s = 0;
 };
 GatherTiming gather_timing(const StepShape& shape, const Rates& rates);
+
+// --cp: one attention's key/value exchange for one micro-batch, the bytes a rank moves over the
+// link ((cp-1)/cp of the whole sequence's keys and values of its key/value heads, f32) and the
+// time (latency + bytes / link). The forward takes one (the gather), the backward two (the gather
+// again and the gradient's reduce-scatter). Zero without cp.
+struct KvExchange {
+  double bytes = 0, seconds = 0;
+};
+KvExchange kv_exchange(const StepShape& shape, const Rates& rates);
 
 // --gather-ahead auto's rule: the smallest D >= 1 whose D blocks' compute (`block_s` each)
 // covers one gather (`gather_s`), at most `blocks` - 1 (a stage's fewest blocks: D + 1 slots

@@ -1,9 +1,11 @@
 // The plan across grids (`tandem plan --ranks N --memory-per-rank M`, `tandem train --grid auto`):
-// every grid dp x tp x pp of N ranks that the model allows, with each sharding (--shard moments,
-// and weights when dp >= 2), the blocks' state in memory or streamed (when --model-state names a
-// tier), and the activations in-core or out-of-core within what the limit leaves; for each
-// configuration that fits M bytes a rank (memory_estimate.h's rank_memory), the step the
-// performance model predicts from measured compute, link and tier rates; the fastest first.
+// every grid dp x tp x pp x cp of N ranks that the model allows (cp > 1 where the sequence cuts
+// into 2 cp chunks and neither dropout nor the unfused attention is set), with each sharding
+// (--shard moments, and weights when dp >= 2), the blocks' state in memory or streamed (when
+// --model-state names a tier), and the activations in-core or out-of-core (not with cp) within
+// what the limit leaves; for each configuration that fits M bytes a rank (memory_estimate.h's
+// rank_memory), the step the performance model predicts from measured compute, link and tier
+// rates; the fastest first, ties within the model's stated error broken by a fixed rule.
 //
 // The performance model is perf/'s (perf/step_model.h says what it counts and docs/training.md,
 // "Choosing a grid", where it is off); this file searches the configurations and reports them.
@@ -103,17 +105,19 @@ struct Refusal {
   std::string why;
 };
 
-// The grids dp x tp x pp with dp tp pp = ranks (dp fastest-varying last), those the model and the
-// batch allow and those they refuse, with TrainConfig::validate's reason.
+// The grids dp x tp x pp x cp with dp tp pp cp = ranks (by cp, then dp, then tp), those the model
+// and the batch allow and those they refuse, with TrainConfig::validate's reason; a cp the model
+// or the flags rule out for every grid (the sequence's split, dropout, the unfused attention) is
+// one refusal, "grids with cp=N".
 struct GridCandidates {
   std::vector<parallel::GridShape> allowed;
   std::vector<Refusal> refused;
 };
 GridCandidates candidate_grids(const TrainConfig& base, int ranks);
 
-// Predictions this close to the fastest (a fraction of its step) are ties: the rates behind them
-// are measured anew each run and move by about this much, so the order among them would too.
-inline constexpr double kPlanTieFraction = 0.03;
+// Predictions this close to the fastest (a fraction of its step) are ties: the model's stated
+// error (perf::kStatedError), within which it cannot order two configurations.
+inline constexpr double kPlanTieFraction = perf::kStatedError;
 
 struct GridPlan {
   int ranks = 0;
@@ -122,17 +126,27 @@ struct GridPlan {
   std::vector<GridOption> options;  // every configuration that fits, fastest first
   std::vector<Refusal> refused;     // grids the model refuses, configurations that do not fit
   // The recommendation: of the options tied with the fastest (within kPlanTieFraction of its
-  // step), the simplest (simpler_than), so that runs whose measurements differ a little still
-  // recommend the same one; ties() counts them, the recommendation included.
+  // step), the first by preferred_in_tie, a rule that reads no measured rate, so that runs whose
+  // measurements differ a little still recommend the same one; ties() counts them, the
+  // recommendation included.
   size_t recommended = 0;
   const GridOption& best() const { return options.at(recommended); }
   size_t ties() const;
 };
 
 // Whether `a` has fewer moving parts than `b`: its model state in memory rather than streamed,
-// its weights whole rather than sharded, its activations in core, then fewer pipeline stages,
-// then fewer tensor-parallel ranks. Equal configurations are neither.
+// its weights whole rather than sharded, its activations in core, then fewer context-parallel
+// ranks, fewer pipeline stages, fewer tensor-parallel ranks. Equal configurations are neither.
 bool simpler_than(const GridOption& a, const GridOption& b);
+
+// The tie rule, a strict total order on distinct configurations: fewer bytes over the link a step
+// (breakdown.link_bytes: from the shapes alone, so the same every run), then simpler_than, then
+// the grid's (dp, tp, pp, cp) in lexicographic order.
+bool preferred_in_tie(const GridOption& a, const GridOption& b);
+// Of `options` (in any order), how many are within kPlanTieFraction of the fastest, and the index
+// of the one preferred_in_tie puts first among them (0 when empty).
+size_t tied_with_fastest(const std::vector<GridOption>& options);
+size_t recommended_of(const std::vector<GridOption>& options);
 
 // Every configuration of `ranks` ranks on `base`'s model, batch and flags that fits
 // `memory_per_rank`, predicted at `rates`. When none fits: one UserError naming the smallest

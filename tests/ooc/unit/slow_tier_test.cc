@@ -336,15 +336,5 @@ TEST(TransferEngine, ClientsOfOneEngineKeepTheirTiersApart) {
   }
 }
 
-TEST(MeasureBandwidth, BothTiersReportPositiveFigures) {
-  ScratchDir dir;
-  for (const std::string& spec : std::vector<std::string>{"host", "file:" + dir.path()}) {
-    auto tier = open_slow_tier(TierSpec::parse(spec), 8 << 20);
-    const TierBandwidth bw = measure_bandwidth(*tier, 8 << 20, 1 << 20);
-    EXPECT_GT(bw.write_bytes_per_s, 0) << spec;
-    EXPECT_GT(bw.read_bytes_per_s, 0) << spec;
-  }
-}
-
 }  // namespace
 }  // namespace tandem::ooc

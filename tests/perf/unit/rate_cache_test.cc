@@ -37,6 +37,7 @@ struct FakeMeasure {
     Rates r;
     r.gemm_flops_per_s[1] = 1e9 * calls;
     r.gemm_flops_per_s[2] = 0.9e9 * calls;
+    r.gemm_alone_flops_per_s = {{1, 1.5e9 * calls}, {2, 1.4e9 * calls}};
     r.attention = {1.5, 1.25};
     r.link_bytes_per_s = 2e9;
     r.link_latency_s = 1e-5;
@@ -62,8 +63,22 @@ TEST(RateCache, ASecondLoadReadsTheSameRates) {
   EXPECT_EQ(m.calls, 1);
   EXPECT_EQ(second.to_json(), first.to_json());
   EXPECT_EQ(second.gemm_flops_per_s, first.gemm_flops_per_s);
+  // The rates with the host's ranks computing at once, and alone, both kept.
+  EXPECT_EQ(second.gemm_alone_flops_per_s, first.gemm_alone_flops_per_s);
+  EXPECT_EQ(second.gemm_alone_flops_per_s.at(2), 1.4e9);
   EXPECT_EQ(second.attention.forward, 1.5);
   EXPECT_EQ(second.update_params_per_s, 3e8);
+}
+
+// The GEMM rate is measured with the ranks on this machine computing at once: how many they are
+// is part of the key, and a key of the rates measured alone (before v2) is not this one.
+TEST(RateCache, TheKeyCountsTheRanksComputingAtOnce) {
+  RateRequest alone = request(), four = request();
+  alone.local_ranks = 1;
+  EXPECT_NE(alone.key(), four.key());
+  const nlohmann::json k = nlohmann::json::parse(four.key());
+  EXPECT_EQ(k.at("local_ranks"), 4);
+  EXPECT_EQ(k.at("what"), "tandem performance-model rates v2");
 }
 
 TEST(RateCache, WhatTheRatesDependOnIsTheKey) {
@@ -139,6 +154,14 @@ TEST(RateCache, RatesFromJsonNameWhatIsWrong) {
   zero["link_bytes_per_s"] = 0;
   EXPECT_EQ(user_error_of([&] { Rates::from_json(zero); }),
             "the performance model's rate 'link_bytes_per_s' is 0, not a positive number");
+  nlohmann::json alone = j;
+  alone.erase("gemm_alone_flops_per_s");
+  EXPECT_EQ(user_error_of([&] { Rates::from_json(alone); }),
+            "the performance model's rates lack 'gemm_alone_flops_per_s'");
+  alone = j;
+  alone["gemm_alone_flops_per_s"]["1"] = -1;
+  EXPECT_EQ(user_error_of([&] { Rates::from_json(alone); }),
+            "the performance model's GEMM rate alone at tp 1 is -1");
   nlohmann::json gemm = j;
   gemm["gemm_flops_per_s"] = nlohmann::json::object();
   EXPECT_EQ(user_error_of([&] { Rates::from_json(gemm); }),

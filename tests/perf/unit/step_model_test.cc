@@ -147,5 +147,78 @@ TEST(StepModel, FlopFormulas) {
   EXPECT_DOUBLE_EQ(step_flops_per_token(m, T), 3 * (3 * (24 * C * C + 4 * T * C) + 2 * C * 100));
 }
 
+StepShape with_cp(StepShape s, int cp) {
+  s.grid.cp = cp;
+  return s;
+}
+
+// Context parallelism: a rank's projections and MLP run on seq_len / cp tokens and its queries
+// meet 1/cp of the causal scores, so every unit's compute halves at cp 2; each attention adds
+// one key/value exchange in the forward and two in the backward, of (cp-1)/cp of the whole
+// sequence's keys and values.
+TEST(StepModel, ContextParallelismSplitsTheComputeAndAddsTheKvExchange) {
+  const StepShape one = shape(1, 1, 1, 1), two = with_cp(one, 2);
+  const Rates r = rates();
+  std::vector<StageTimes> a, b;
+  predict(one, r, &a);
+  const StepBreakdown cp2 = predict(two, r, &b);
+  ASSERT_EQ(a[0].profile.forward_s.size(), b[0].profile.forward_s.size());
+  const KvExchange kv = kv_exchange(two, r);
+  const double whole = 4.0 * 16 * 2 * 2 * 16 * sizeof(float);  // rows T 2 KVH HS floats
+  EXPECT_DOUBLE_EQ(kv.bytes, whole / 2);
+  EXPECT_DOUBLE_EQ(kv.seconds, r.link_latency_s + kv.bytes / r.link_bytes_per_s);
+  EXPECT_EQ(kv_exchange(one, r).bytes, 0);
+  // Every unit halves (the last carries the LM head, halved too); attention's add the exchanges.
+  for (size_t u = 0; u < a[0].profile.forward_s.size(); ++u) {
+    SCOPED_TRACE(u);
+    const bool attn = u % 2 == 0;
+    EXPECT_NEAR(b[0].profile.forward_s[u], a[0].profile.forward_s[u] / 2 + (attn ? kv.seconds : 0),
+                1e-15);
+    EXPECT_NEAR(b[0].profile.backward_s[u],
+                a[0].profile.backward_s[u] / 2 + (attn ? 2 * kv.seconds : 0), 1e-15);
+  }
+  // The exchanges are communication: 3 a block; the link's bytes are theirs and the gradient
+  // exchange's over the 2 replicas (as dp 2's).
+  EXPECT_NEAR(b[0].comm_per_micro_s, 4 * 3 * kv.seconds, 1e-15);
+  EXPECT_NEAR(cp2.link_bytes, 4 * 3 * kv.bytes + predict(shape(2, 1, 1, 1), r).link_bytes, 1e-6);
+  EXPECT_GT(cp2.exposed_exchange, 0);
+}
+
+// The gradient exchange and the update run over the dp x cp replicas: cp 2 exchanges and slices
+// as dp 2 does.
+TEST(StepModel, ContextParallelRanksAreReplicasOfTheExchange) {
+  const Rates r = [] {
+    Rates x = rates();
+    x.update_params_per_s = 1e6;
+    return x;
+  }();
+  std::vector<StageTimes> cp, dp, one;
+  predict(with_cp(shape(1, 1, 1, 1), 2), r, &cp);
+  predict(shape(2, 1, 1, 1), r, &dp);
+  predict(shape(1, 1, 1, 1), r, &one);
+  EXPECT_GT(cp[0].dp_blocks_s, 0);
+  EXPECT_DOUBLE_EQ(cp[0].dp_blocks_s, dp[0].dp_blocks_s);
+  EXPECT_DOUBLE_EQ(cp[0].dp_rest_s, dp[0].dp_rest_s);
+  EXPECT_DOUBLE_EQ(cp[0].update_rest_s, one[0].update_rest_s / 2);
+  EXPECT_EQ(one[0].dp_blocks_s, 0);
+}
+
+// The bytes over the link a step: the data-parallel exchange's (R-1)/R of the gradients and the
+// weights, plus tp's all-reduces.
+TEST(StepModel, LinkBytesCountEveryExchange) {
+  const Rates r = rates();
+  EXPECT_EQ(predict(shape(1, 1, 1, 1), r).link_bytes, 0);
+  std::vector<StageTimes> st;
+  const StepBreakdown dp = predict(shape(2, 1, 1, 1), r, &st);
+  EXPECT_NEAR(dp.link_bytes,
+              (st[0].dp_blocks_s + st[0].dp_rest_s - 2 * r.link_latency_s) * r.link_bytes_per_s,
+              1e-3);
+  const StepShape tp = shape(1, 2, 1, 1);
+  const double tokens = tp.rank_tokens();
+  EXPECT_NEAR(predict(tp, r).link_bytes,
+              tp.model.n_layers * 4 * 2.0 * 1 / 2 * tokens * tp.model.d_model * sizeof(float),
+              1e-6);
+}
+
 }  // namespace step_model_test
 }  // namespace tandem::perf

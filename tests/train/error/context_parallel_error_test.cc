@@ -40,7 +40,7 @@ TEST(ContextParallelFlags, EachMistakeIsOneClearError) {
     EXPECT_EQ(r.status, 1) << c.args;
     EXPECT_EQ(r.output, fmt::format("tandem: error: {}\n", c.error)) << c.args;
   }
-  // The plan across grids does not consider cp yet: it plans grids of cp = 1.
+  // The plan across grids chooses cp itself.
   const auto r = run_tandem("train --model tiny --grid auto --ranks 4 --cp 2");
   EXPECT_EQ(r.status, 1);
   EXPECT_EQ(r.output,

@@ -36,8 +36,10 @@ TEST(ModelStateFaults, ATierTheDiskCannotHoldIsRefusedBeforeTheFirstStep) {
   }
   EXPECT_THAT(error, HasSubstr("--model-state file:" + dir.path() + ": slow tier " + dir.path() +
                                ": cannot reserve "));
+  // The first the tier is asked for: the performance model's probe of its bandwidth.
   EXPECT_THAT(error, ::testing::ContainsRegex("reserve [0-9.]+ MiB \\([0-9]+ bytes\\) for the "
-                                              "model state \\(--model-state\\): File too large"));
+                                              "model state's bandwidth probe \\(--model-state\\): "
+                                              "File too large"));
   EXPECT_TRUE(fs::is_empty(dir.path())) << "nothing left behind";
 }
 

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <regex>
+#include <sstream>
 
 #include "tandem/core/bytes.h"
 #include "tandem/parallel/shard.h"
@@ -59,7 +60,9 @@ TEST(GridPlan, TheGridsOfFourRanksAndWhyOthersAreRefused) {
   const GridCandidates c = candidate_grids(model(), 4);
   std::vector<std::string> allowed;
   for (const parallel::GridShape& g : c.allowed) allowed.push_back(g.str());
-  EXPECT_THAT(allowed, UnorderedElementsAre("dp=1 tp=2 pp=2", "dp=2 tp=1 pp=2", "dp=2 tp=2 pp=1"));
+  EXPECT_THAT(allowed, UnorderedElementsAre("dp=1 tp=2 pp=2", "dp=2 tp=1 pp=2", "dp=2 tp=2 pp=1",
+                                            "dp=2 tp=1 pp=1 cp=2", "dp=1 tp=2 pp=1 cp=2",
+                                            "dp=1 tp=1 pp=2 cp=2", "dp=1 tp=1 pp=1 cp=4"));
   std::vector<std::string> refused;
   for (const Refusal& r : c.refused) refused.push_back(r.what + ": " + r.why);
   EXPECT_THAT(refused, UnorderedElementsAre(
@@ -75,25 +78,30 @@ TEST(GridPlan, ConfigurationsOfEachGrid) {
   const GridPlan p = plan_grids(model(), 4, 1ull << 30, rates());
   std::vector<std::string> listed;
   for (const GridOption& o : p.options) listed.push_back(o.describe());
-  EXPECT_THAT(listed,
-              UnorderedElementsAre("dp=1 tp=2 pp=2, --shard moments, blocks in memory, in-core",
-                                   "dp=2 tp=1 pp=2, --shard moments, blocks in memory, in-core",
-                                   "dp=2 tp=1 pp=2, --shard weights, blocks in memory, in-core",
-                                   "dp=2 tp=2 pp=1, --shard moments, blocks in memory, in-core",
-                                   "dp=2 tp=2 pp=1, --shard weights, blocks in memory, in-core"));
+  EXPECT_THAT(listed, UnorderedElementsAre(
+                          "dp=1 tp=2 pp=2, --shard moments, blocks in memory, in-core",
+                          "dp=2 tp=1 pp=2, --shard moments, blocks in memory, in-core",
+                          "dp=2 tp=1 pp=2, --shard weights, blocks in memory, in-core",
+                          "dp=2 tp=2 pp=1, --shard moments, blocks in memory, in-core",
+                          "dp=2 tp=2 pp=1, --shard weights, blocks in memory, in-core",
+                          "dp=2 tp=1 pp=1 cp=2, --shard moments, blocks in memory, in-core",
+                          "dp=2 tp=1 pp=1 cp=2, --shard weights, blocks in memory, in-core",
+                          "dp=1 tp=2 pp=1 cp=2, --shard moments, blocks in memory, in-core",
+                          "dp=1 tp=1 pp=2 cp=2, --shard moments, blocks in memory, in-core",
+                          "dp=1 tp=1 pp=1 cp=4, --shard moments, blocks in memory, in-core"));
   TrainConfig streamed = model();
   streamed.model_state = ooc::TierSpec{};  // host
   const GridPlan q = plan_grids(streamed, 4, 1ull << 30, rates());
-  EXPECT_EQ(q.options.size(), 10u);
+  EXPECT_EQ(q.options.size(), 20u);
   EXPECT_EQ(std::count_if(q.options.begin(), q.options.end(),
                           [](const GridOption& o) { return o.cfg.model_state.has_value(); }),
-            5);
+            10);
   EXPECT_EQ(std::count_if(q.options.begin(), q.options.end(),
                           [](const GridOption& o) {
                             return o.cfg.model_state.has_value() &&
                                    o.cfg.optimizer.sharding == parallel::Sharding::Weights;
                           }),
-            2);
+            3);
 }
 
 // The least memory per rank the error names, as bytes.
@@ -131,10 +139,14 @@ TEST(GridPlan, EveryConfigurationFitsAndTheFastestIsRecommended) {
       EXPECT_EQ(o.breakdown.other, 0);
       fastest = std::min(fastest, o.step_s);
     }
-    // The recommendation: the simplest of those tied with the fastest.
+    // The recommendation: the first by the tie rule of those tied with the fastest.
     EXPECT_EQ(p.options.front().step_s, fastest);
     EXPECT_LE(p.best().step_s, fastest * (1 + kPlanTieFraction));
-    for (size_t i = 0; i < p.ties(); ++i) EXPECT_FALSE(simpler_than(p.options[i], p.best()));
+    for (size_t i = 0; i < p.ties(); ++i) {
+      if (i != p.recommended) {
+        EXPECT_TRUE(preferred_in_tie(p.best(), p.options[i]));
+      }
+    }
     for (size_t i = p.ties(); i < p.options.size(); ++i)
       EXPECT_GT(p.options[i].step_s, fastest * (1 + kPlanTieFraction));
     EXPECT_TRUE(std::is_sorted(
@@ -183,7 +195,8 @@ TEST(GridPlan, NoGridOfTheRanks) {
   EXPECT_EQ(user_error_of([] { plan_grids(model(), 5, 1ull << 30, rates()); }),
             "no grid of 5 ranks suits this model and batch: dp=1 tp=1 pp=5: --pp 5 needs at least "
             "5 layers; the model has 2; dp=1 tp=5 pp=1: --tp 5 must divide the number of heads "
-            "(2); dp=5 tp=1 pp=1: --batch 6 does not split evenly over --dp 5 data-parallel ranks");
+            "(2); dp=5 tp=1 pp=1: --batch 6 does not split evenly over --dp 5 data-parallel ranks; "
+            "and 1 more");
   EXPECT_EQ(user_error_of([] { candidate_grids(model(), 0); }), "--ranks 0 must be at least 1");
 }
 
@@ -293,8 +306,137 @@ TEST(GridPlan, ShardedConfigurationsGatherAheadByTheRule) {
         << o.describe();
     EXPECT_EQ(o.memory_per_rank, largest_rank(o)) << o.describe();
   }
-  EXPECT_EQ(sharded, 2);
+  EXPECT_EQ(sharded, 3);
   EXPECT_THAT(grid_plan_report(p), HasSubstr("--shard weights --gather-ahead 1"));
+}
+
+// Context-parallel grids are offered only where --cp would run: the sequence cuts into 2 cp
+// chunks, no dropout, the fused attention; a cp ruled out for every grid is one refusal.
+TEST(GridPlan, ContextParallelGridsOnlyWhereLegal) {
+  auto cps = [](const GridCandidates& c) {
+    std::vector<int> v;
+    for (const parallel::GridShape& g : c.allowed) v.push_back(g.cp);
+    return v;
+  };
+  auto refused = [](const GridCandidates& c) {
+    std::vector<std::string> v;
+    for (const Refusal& r : c.refused)
+      if (r.what.starts_with("grids with")) v.push_back(r.what + ": " + r.why);
+    return v;
+  };
+  EXPECT_THAT(cps(candidate_grids(model(), 4)), ::testing::Contains(4));
+  TrainConfig twelve = model();  // 2 cp = 4 divides 12, 8 does not
+  twelve.model.seq_len = twelve.model.max_positions = 12;
+  const GridCandidates t = candidate_grids(twelve, 4);
+  EXPECT_THAT(cps(t), ::testing::Contains(2));
+  EXPECT_THAT(cps(t), ::testing::Not(::testing::Contains(4)));
+  EXPECT_THAT(refused(t), UnorderedElementsAre(
+                              "grids with cp=4: --cp 4 cuts each sequence into 8 equal chunks (two "
+                              "a rank, balanced for the causal mask), which --seq-len 12 does not "
+                              "divide into: give a --seq-len that is a multiple of 8"));
+  TrainConfig dropout = model();
+  dropout.model.dropout = 0.1f;
+  TrainConfig unfused = model();
+  unfused.model.attention = nn::AttentionKernel::Unfused;
+  for (const TrainConfig& c : {dropout, unfused}) {
+    const GridCandidates g = candidate_grids(c, 4);
+    EXPECT_THAT(cps(g), ::testing::Each(1));
+    EXPECT_EQ(refused(g).size(), 2u);  // cp=2 and cp=4
+  }
+  EXPECT_THAT(refused(candidate_grids(dropout, 4)),
+              ::testing::Contains(HasSubstr("--cp 2 does not support --dropout yet")));
+  // A cp configuration is planned in-core only (--memory-budget is refused with --cp), and the
+  // end of a run predicts it as the plan did.
+  const GridPlan p = plan_grids(model(), 4, 1ull << 30, rates());
+  for (const GridOption& o : p.options) {
+    if (o.cfg.grid.cp == 1) continue;
+    EXPECT_EQ(o.activations, "in-core") << o.describe();
+    EXPECT_GT(o.breakdown.exposed_exchange, 0) << o.describe();  // the key/value exchanges
+  }
+}
+
+GridOption option(const std::string& flags, double step_s, double link_bytes) {
+  GridOption o;
+  o.cfg = model();
+  std::istringstream in(flags);
+  std::string word;
+  while (in >> word) {
+    int* axis = word == "dp"   ? &o.cfg.grid.dp
+                : word == "tp" ? &o.cfg.grid.tp
+                : word == "pp" ? &o.cfg.grid.pp
+                : word == "cp" ? &o.cfg.grid.cp
+                               : nullptr;
+    if (axis != nullptr) in >> *axis;
+    if (word == "weights") o.cfg.optimizer.sharding = parallel::Sharding::Weights;
+  }
+  o.step_s = step_s;
+  o.breakdown.compute = step_s;
+  o.breakdown.link_bytes = link_bytes;
+  return o;
+}
+
+// The tie rule: of the options within the stated error of the fastest, the fewest bytes over the
+// link, then the simplest, then the grid; whatever order they come in, the same choice.
+TEST(GridPlan, TiesAreBrokenByAFixedRule) {
+  const double f = 1 + kPlanTieFraction;
+  std::vector<GridOption> options = {
+      option("dp 4", 1.0, 500),                  // the fastest, the most bytes
+      option("dp 2 pp 2", 1.0 * f * 0.99, 100),  // tied
+      option("dp 2 tp 2 weights", 1.02, 100),    // tied, as few bytes, sharded: less simple
+      option("pp 4", 1.0 * f * 1.01, 0),         // fewest bytes, but not tied
+  };
+  EXPECT_EQ(tied_with_fastest(options), 3u);
+  std::vector<size_t> order = {0, 1, 2, 3};
+  do {
+    std::vector<GridOption> shuffled;
+    for (size_t i : order) shuffled.push_back(options[i]);
+    EXPECT_EQ(shuffled[recommended_of(shuffled)].cfg.grid.str(), "dp=2 tp=1 pp=2");
+  } while (std::next_permutation(order.begin(), order.end()));
+  // Equal bytes and as simple: the grid decides, dp first.
+  EXPECT_TRUE(preferred_in_tie(option("dp 1 pp 2", 1, 7), option("dp 2 pp 2", 1, 7)));
+  EXPECT_FALSE(preferred_in_tie(option("dp 2 pp 2", 1, 7), option("dp 1 pp 2", 1, 7)));
+  // Fewer tensor-parallel ranks are simpler, whatever the grid's order says.
+  EXPECT_TRUE(preferred_in_tie(option("dp 2 tp 1 pp 2", 1, 7), option("dp 1 tp 2 pp 2", 1, 7)));
+  // Fewer cp ranks are simpler.
+  EXPECT_TRUE(preferred_in_tie(option("dp 2 pp 2", 1, 7), option("dp 2 cp 2", 1, 7)));
+}
+
+// Two plans at the same rates, and at rates a little off each other, recommend the same
+// configuration; the report marks the ties and states the rule.
+TEST(GridPlan, RepeatedPlansRecommendTheSame) {
+  const GridPlan a = plan_grids(model(), 4, 1ull << 30, rates());
+  const GridPlan b = plan_grids(model(), 4, 1ull << 30, rates());
+  EXPECT_EQ(a.best().describe(), b.best().describe());
+  EXPECT_EQ(grid_plan_report(a), grid_plan_report(b));
+  // A plan with ties: the table marks them, the recommendation states the rule.
+  GridPlan tied;
+  tied.ranks = 4;
+  tied.memory_per_rank = 1ull << 30;
+  tied.options = {option("dp 2 pp 2", 1.0, 500), option("dp 2 tp 2", 1.05, 100),
+                  option("tp 2 pp 2", 1.5, 0)};
+  tied.recommended = recommended_of(tied.options);
+  ASSERT_EQ(tied.ties(), 2u);
+  const std::string report = grid_plan_report(tied);
+  EXPECT_THAT(report, HasSubstr("\n* dp=2 tp=2 pp=1 "));
+  EXPECT_THAT(report, HasSubstr("\n= dp=2 tp=1 pp=2 "));
+  EXPECT_THAT(report, HasSubstr("\n  dp=1 tp=2 pp=2 "));
+  EXPECT_THAT(report, HasSubstr("2 configurations (marked = and *) are predicted within 10% of "
+                                "the fastest, the model's stated error: a tie, broken by a fixed "
+                                "rule: the fewest bytes over the link a step"));
+  EXPECT_THAT(grid_choice_line(tied), HasSubstr("of the 2 tied within 10% of the fastest "
+                                                "prediction, the one with the fewest bytes"));
+  // Compute 2% faster and the link 2% slower: the tied set and so the choice stay.
+  Rates off = rates();
+  for (auto& [tp, f] : off.gemm_flops_per_s) f *= 1.02;
+  off.link_bytes_per_s *= 0.98;
+  const GridPlan c = plan_grids(model(), 4, 1ull << 30, off);
+  std::vector<std::string> tied_a, tied_c;
+  for (size_t i = 0; i < a.ties(); ++i) tied_a.push_back(a.options[i].describe());
+  for (size_t i = 0; i < c.ties(); ++i) tied_c.push_back(c.options[i].describe());
+  std::sort(tied_a.begin(), tied_a.end());
+  std::sort(tied_c.begin(), tied_c.end());
+  ASSERT_EQ(tied_a, tied_c);
+  EXPECT_EQ(a.best().describe(), c.best().describe());
 }
 
 }  // namespace
