@@ -9,6 +9,11 @@ set_target_properties(tandem_py PROPERTIES OUTPUT_NAME tandem
 # Bindings sit on top: they link the modules they expose, and nothing links them.
 target_link_libraries(tandem_py PRIVATE tandem_flags tandem_exec tandem_schedule tandem_dsl
                                         tandem_comm tandem_core)
+# tandem.train and tandem.plan read their keywords through the commands' own flags (src/cli/).
+if(TARGET tandem_train)  # tandem_train_flags: defined with the command, below
+  target_link_libraries(tandem_py PRIVATE tandem_train_flags)
+  target_include_directories(tandem_py PRIVATE ${PROJECT_SOURCE_DIR}/src)
+endif()
 set(TANDEM_PYTHON_PATH ${PROJECT_BINARY_DIR}/python)
 
 if(NOT TANDEM_BUILD_TESTS)
@@ -28,8 +33,9 @@ foreach(file ${tandem_py_tests})
   get_filename_component(name ${file} NAME_WE)
   add_test(NAME python.${name}
            COMMAND ${Python3_EXECUTABLE} -m pytest -q -p no:cacheprovider ${file})
+  # TANDEM_COMMAND: the tandem command, whose output some tests compare with the module's.
   set_tests_properties(python.${name} PROPERTIES LABELS "python" TIMEOUT 120
-                                                 ENVIRONMENT "PYTHONPATH=${TANDEM_PYTHON_PATH}")
+                       ENVIRONMENT "PYTHONPATH=${TANDEM_PYTHON_PATH};TANDEM_COMMAND=$<TARGET_FILE:tandem>")
 endforeach()
 # The examples in examples/python/, run as a user would run them.
 if(NOT TANDEM_BUILD_EXAMPLES)

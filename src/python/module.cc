@@ -528,4 +528,7 @@ PYBIND11_MODULE(tandem, m) {
   tandem::python::bind_dsl(m);
   tandem::python::bind_schedule(m);
   tandem::python::bind_run(m);
+  tandem::python::bind_train(m);
+  tandem::python::bind_checkpoint(m);
+  tandem::python::bind_tokenizer(m);
 }
