@@ -37,7 +37,7 @@ def train_at(lr, steps, save):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--steps", type=int, default=12)
     args = parser.parse_args()
     runs = {}
     with tempfile.TemporaryDirectory() as tmp:

@@ -74,6 +74,15 @@ def test_sigint_stops_after_the_step_and_raises_keyboard_interrupt(tmp_path):
         time.sleep(5)
 
 
+def test_sigterm_stops_after_the_step_and_exits_as_the_command_does():
+    def terminate(m):
+        signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
+
+    with pytest.raises(SystemExit) as e:
+        tandem.train(**TINY, steps=3, callback=terminate)
+    assert e.value.code == 128 + signal.SIGTERM
+
+
 def test_unknown_keywords_are_named_together():
     with pytest.raises(tandem.Error, match=r"unknown keywords 'stepz', 'learning_rate':.*tandem train"):
         tandem.train(stepz=3, learning_rate=0.1)
@@ -120,6 +129,11 @@ def test_plan_across_grids_returns_its_rows():
         parts = ("compute_s", "exchange_s", "io_s", "bubble_s", "update_s", "other_s")
         assert r["step_s"] == sum(r[p] for p in parts)  # the breakdown adds up, in its order
         assert 0 < r["memory_per_rank"] <= 2 << 30
+    # One grid under a memory budget: its out-of-core plan, as the command's report states it.
+    [one] = tandem.plan(model="tiny", batch=4, seq_len=32, memory_budget="75%")
+    assert (one["dp"], one["tp"], one["pp"]) == (1, 1, 1)
+    assert one["activations"] and one["activations"] in one["report"]
+    assert one["step_s"] > 0 and one["peak_bytes"] > 0
     with pytest.raises(tandem.Error, match="tandem plan needs --memory-budget"):
         tandem.plan(model="tiny")
     with pytest.raises(tandem.Error, match="unknown keyword 'steps'"):
