@@ -12,6 +12,11 @@ set_target_properties(tandem_py PROPERTIES OUTPUT_NAME _tandem LIBRARY_OUTPUT_DI
 # Bindings sit on top: they link the modules they expose, and nothing links them.
 target_link_libraries(tandem_py PRIVATE tandem_flags tandem_exec tandem_schedule tandem_dsl
                                         tandem_comm tandem_core)
+# tandem.train and tandem.plan read their keywords through the commands' own flags (src/cli/).
+if(TARGET tandem_train)  # tandem_train_flags: defined with the command, below
+  target_link_libraries(tandem_py PRIVATE tandem_train_flags)
+  target_include_directories(tandem_py PRIVATE ${PROJECT_SOURCE_DIR}/src)
+endif()
 set(TANDEM_PYTHON_PATH ${PROJECT_BINARY_DIR}/python)
 file(GLOB tandem_py_files CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/python/tandem/*.py)
 foreach(file ${tandem_py_files})
@@ -36,8 +41,9 @@ foreach(file ${tandem_py_tests})
   get_filename_component(name ${file} NAME_WE)
   add_test(NAME python.${name}
            COMMAND ${Python3_EXECUTABLE} -m pytest -q -p no:cacheprovider ${file})
+  # TANDEM_COMMAND: the tandem command, whose output some tests compare with the module's.
   set_tests_properties(python.${name} PROPERTIES LABELS "python" TIMEOUT 120
-                                                 ENVIRONMENT "PYTHONPATH=${TANDEM_PYTHON_PATH}")
+                       ENVIRONMENT "PYTHONPATH=${TANDEM_PYTHON_PATH};TANDEM_COMMAND=$<TARGET_FILE:tandem>")
 endforeach()
 # The scripts in tests/python/mpi/, one process a rank under mpirun as the C++ mpi suites are
 # launched (tests/CMakeLists.txt: root allowed, oversubscribed), labelled "python" and "mpi". A

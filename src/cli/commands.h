@@ -2,25 +2,43 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "tandem/dsl/ir.h"
+
+namespace tandem::train {
+struct TrainConfig;
+struct GridPlan;
+}  // namespace tandem::train
 
 namespace tandem::cli {
 
 // `tandem info`: what this machine and build will use (CPU features, BLAS kernels, JIT cache).
 void add_info(CLI::App& app);
 // `tandem train`: trains a GPT-2 model data-, tensor- and pipeline-parallel (src/cli/train.cc).
-void add_train(CLI::App& app);
+// `run` takes the configuration the flags give, parsed and checked; empty: the command's (train,
+// and throw StoppedBySignal after a run a signal stopped). The Python module's tandem.train reads
+// its keywords through the same flags and runs the configuration itself.
+using TrainRun = std::function<void(train::TrainConfig&)>;
+void add_train(CLI::App& app, TrainRun run = {});
 // Thrown by `tandem train` after a run that stopped cleanly on SIGTERM or SIGINT (its summary
 // printed): the command exits with 128 + the signal's number, as a shell reports a process the
 // signal ended, so that scripts and schedulers see the run did not finish.
 struct StoppedBySignal {
   int signal;
 };
-// `tandem plan`: the out-of-core plan of a model under a memory budget (src/cli/train.cc).
-void add_plan(CLI::App& app);
+// `tandem plan`: the out-of-core plan of a model under a memory budget (src/cli/train.cc), or
+// with --ranks N the plan across grids. What is done with each, once made: empty, the command's
+// (the plan printed); the Python module's tandem.plan returns them as data.
+struct PlanRun {
+  // --memory-budget: the configuration to plan (train::train with plan_only prints the plan).
+  std::function<void(train::TrainConfig&)> one_grid;
+  // --ranks N: the plan across grids (the command prints train::grid_plan_report).
+  std::function<void(const train::GridPlan&)> across;
+};
+void add_plan(CLI::App& app, PlanRun run = {});
 // `tandem tokenize`: text files encoded into token shards (src/cli/tokenize.cc).
 void add_tokenize(CLI::App& app);
 // `tandem eval`: the mean loss of a checkpoint on a text file (src/cli/eval.cc).

@@ -452,7 +452,7 @@ train::GridPlan plan_across(const GridFlags& g, const train::TrainConfig& base) 
 
 }  // namespace
 
-void add_train(CLI::App& app) {
+void add_train(CLI::App& app, TrainRun run) {
   auto flags = std::make_shared<TrainFlags>();
   train::TrainConfig& c = flags->cfg;
   // The default run: 4 in-process ranks, 2-way data- and 2-way tensor-parallel.
@@ -570,7 +570,7 @@ void add_train(CLI::App& app) {
       "blocks to --model-state's tier)",
       "");
   add_across_flags(cmd, g);
-  cmd->callback([flags, sizes, tier, cmd] {
+  cmd->callback([flags, sizes, tier, cmd, run] {
     if (cmd->get_option("--val-fraction")->count() > 0 && data::is_shard_folder(flags->cfg.data))
       user_error(
           "--val-fraction applies to a text file; the validation split of '{}' was chosen by "
@@ -586,12 +586,13 @@ void add_train(CLI::App& app) {
                         cmd->get_option("--memory-budget"), cmd->get_option("--ooc-plan")});
     train::TrainConfig cfg = config_of(*flags, sizes, tier, across);
     if (across) cfg.grid_auto = grid_request(g);  // planned when the run is resolved
+    if (run) return run(cfg);
     const train::TrainResult r = train::train(cfg);
     if (r.stopped_by_signal != 0) throw StoppedBySignal{r.stopped_by_signal};
   });
 }
 
-void add_plan(CLI::App& app) {
+void add_plan(CLI::App& app, PlanRun run) {
   auto flags = std::make_shared<TrainFlags>();
   train::TrainConfig& c = flags->cfg;
   c.grid = {1, 1, 1};
@@ -611,7 +612,7 @@ void add_plan(CLI::App& app) {
   cmd->add_option("--trace", c.trace_path,
                   "Write the predicted timeline as a Chrome trace (Perfetto) to FILE");
   add_across_flags(cmd, flags->across);
-  cmd->callback([flags, sizes, tier, cmd] {
+  cmd->callback([flags, sizes, tier, cmd, run] {
     const GridFlags& g = flags->across;
     const bool across = g.ranks_opt->count() > 0;
     check_across_flags(g, across, "--ranks N", "--ranks",
@@ -623,12 +624,16 @@ void add_plan(CLI::App& app) {
         user_error(
             "tandem plan needs --memory-budget (the out-of-core plan of one grid), or --ranks N "
             "(the plan across grids)");
-      train::train(config_of(*flags, sizes, tier));
+      train::TrainConfig cfg = config_of(*flags, sizes, tier);
+      if (run.one_grid) return run.one_grid(cfg);
+      train::train(cfg);
       return;
     }
     train::TrainConfig cfg = config_of(*flags, sizes, tier, true);
     cfg.plan_only = false;
-    std::cout << train::grid_plan_report(plan_across(g, cfg)) << std::flush;
+    const train::GridPlan plan = plan_across(g, cfg);
+    if (run.across) return run.across(plan);
+    std::cout << train::grid_plan_report(plan) << std::flush;
   });
 }
 

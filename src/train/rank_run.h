@@ -107,9 +107,11 @@ class RankRun {
   // ""): a collective; every rank saves the model it has (when --save is given) and stops with
   // the first failing rank's message.
   [[noreturn]] void stop_after_failed_input(int64_t step, const std::string& failed);
-  // The stop signal every rank has seen by now (the largest: SIGTERM over SIGINT), or 0: a
+  // Why every rank stops after this step, or 0: kStopAsked when config.on_step asked on the lead
+  // rank, else the stop signal every rank has seen by now (the largest: SIGTERM over SIGINT). A
   // collective, so that all stop after the same step.
-  int agreed_stop_signal();
+  static constexpr int kStopAsked = 1 << 16;  // above every signal's number
+  int agreed_stop();
 
   // The end of the run.
   void finish(TrainResult& result);
@@ -162,6 +164,7 @@ class RankRun {
   // The validation's forwards: traced, and counted as "eval", not as the step's compute.
   std::atomic<bool> validating_{false};
   std::unique_ptr<io::MetricsWriter> metrics_;  // lead rank only
+  bool stop_asked_ = false;                     // config.on_step returned false (lead rank)
   std::unique_ptr<io::Progress> progress_;      // lead rank only
   // For the message of a divergence: the last step with a finite loss, and the newest good
   // checkpoint (the one resumed from, or this run's last save).

@@ -248,7 +248,7 @@ std::string RankRun::report_step(int64_t step, double loss, std::optional<double
     measured_steps_s_ += step_s;
     ++steps_measured_;
   }
-  if (metrics_) {
+  if (metrics_ || cfg_.on_step) {
     io::StepMetrics sm;
     sm.step = step + 1;
     sm.loss = loss;
@@ -258,11 +258,17 @@ std::string RankRun::report_step(int64_t step, double loss, std::optional<double
     sm.extra = {{"lr", lr}, {"step_s", step_s}};
     if (const std::optional<double> norm = opt_.grad_norm())
       sm.extra.emplace_back("grad_norm", *norm);
-    try {
-      metrics_->write(sm);
-    } catch (const UserError& e) {
-      return e.what();
+    std::string failed;
+    if (metrics_) {
+      try {
+        metrics_->write(sm);
+      } catch (const UserError& e) {
+        failed = e.what();
+      }
     }
+    // After the line is written, so that a caller reading the file finds it there.
+    if (cfg_.on_step && !cfg_.on_step(sm)) stop_asked_ = true;
+    if (!failed.empty()) return failed;
   }
   if (progress_) progress_->update(step + 1, loss, val, tps);
   return {};
@@ -359,6 +365,11 @@ void RankRun::print_summary(const TrainResult& result, int64_t ran) {
     out_ << fmt::format(
         "tandem train: stopped by {} after step {} of {}{}\n",
         result.stopped_by_signal == SIGINT ? "SIGINT" : "SIGTERM", result.end_step, cfg_.steps,
+        cfg_.save_dir.empty() ? " (without --save, the model is lost)"
+                              : fmt::format("; --resume {} continues it", cfg_.save_dir));
+  if (result.stopped_by_caller)
+    out_ << fmt::format(
+        "tandem train: stopped by the caller after step {} of {}{}\n", result.end_step, cfg_.steps,
         cfg_.save_dir.empty() ? " (without --save, the model is lost)"
                               : fmt::format("; --resume {} continues it", cfg_.save_dir));
   if (!cfg_.save_dir.empty() && (ran > 0 || (!resumed() && last_checkpoint_.step >= 0)))

@@ -391,6 +391,7 @@ const RunSetting kRun[] = {
     {.field = "keep_weights",
      .name = "the final weights returned (tests)",
      .ranks = Ranks::MayDiffer},
+    {.field = "on_step", .name = "the per-step callback (Python's)", .ranks = Ranks::MayDiffer},
     {.field = "memory_budget",
      .name = "--memory-budget",
      .text = shown<&TrainConfig::memory_budget>,

@@ -215,13 +215,17 @@ TrainResult RankRun::run() {
       const std::string any = comm::broadcast_string(grid_.world(), failed);
       if (!any.empty()) stop_after_failed_output(step, any);
     }
-    // SIGTERM or SIGINT: every rank stops after this same step, with a checkpoint.
-    if (const int sig = agreed_stop_signal()) {
+    // SIGTERM or SIGINT, or the caller's on_step: every rank stops after this same step, with a
+    // checkpoint.
+    if (const int why = agreed_stop()) {
       if (!cfg_.save_dir.empty() && !checkpoint_due(step)) {
         comm::set_comm_activity(fmt::format("the checkpoint after step {}", step + 1));
         save(step + 1);
       }
-      result.stopped_by_signal = sig;
+      if (why == kStopAsked)
+        result.stopped_by_caller = true;
+      else
+        result.stopped_by_signal = why;
       break;
     }
   }
@@ -371,7 +375,9 @@ void RankRun::save(int64_t step) {
 
 // --------------------------------------------------------------------------------- the end
 
-int RankRun::agreed_stop_signal() { return comm::all_max(grid_.world(), StopSignals::received()); }
+int RankRun::agreed_stop() {
+  return comm::all_max(grid_.world(), stop_asked_ ? kStopAsked : StopSignals::received());
+}
 
 void RankRun::stopped_waiting(const comm::StopWaitError& e) const {
   if (step_in_progress_ == kInSetUp) stopped_in_set_up(e);

@@ -5,12 +5,14 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <iosfwd>
 #include <optional>
 #include <string>
 
 #include "tandem/comm/backend.h"
 #include "tandem/exec/runner.h"
+#include "tandem/io/metrics.h"
 #include "tandem/nn/gpt.h"
 #include "tandem/ooc/slow_tier.h"
 #include "tandem/parallel/grid.h"
@@ -85,6 +87,11 @@ struct TrainConfig {
   std::ostream* out = nullptr;  // progress and summary (null: stdout); world rank 0 only
   bool progress = true;         // the progress display (else only the summary)
   bool keep_weights = false;    // return the final whole-model weights (tests)
+  // Called on world rank 0 after each step with what the step's metrics line holds (whether or
+  // not metrics_path is set): the Python module's per-step callback. Returning false asks every
+  // rank to stop after this step as a SIGTERM does (with a checkpoint under --save); the result
+  // says so (TrainResult::stopped_by_caller). It must not throw.
+  std::function<bool(const io::StepMetrics&)> on_step;
 
   // Out-of-core training (docs/out-of-core.md): the fast-tier budget for what a step saves for
   // its backward plus the workspace ("600MiB", "2GiB"; empty: in-core), where swapped blocks

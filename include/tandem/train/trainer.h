@@ -73,6 +73,9 @@ struct TrainResult {
   // SIGTERM or SIGINT when the run stopped on one after end_step (with a checkpoint under
   // --save); 0 when it ran to --steps.
   int stopped_by_signal = 0;
+  // The run stopped after end_step because config.on_step asked it to (with a checkpoint under
+  // --save).
+  bool stopped_by_caller = false;
 };
 
 // Runs the whole training. Thread backend: starts grid.size() ranks in this process. MPI

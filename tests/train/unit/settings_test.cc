@@ -9,6 +9,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <set>
 #include <string>
 #include <utility>
@@ -31,12 +32,17 @@ constexpr bool kIsAuto = false;
 template <typename T>
 constexpr bool kIsAuto<Auto<T>> = true;
 
+template <typename T>
+constexpr bool kIsFunction = false;
+template <typename R, typename... A>
+constexpr bool kIsFunction<std::function<R(A...)>> = true;
+
 // Converts to the type of any member, in a braced initializer (`{AnyMember{}}`); an Auto<T>
-// member takes it through its constructor from T (a conversion to Auto<T> too would be
-// ambiguous).
+// member takes it through its constructor from T, a std::function member as a null function
+// (a conversion to either too would be ambiguous).
 struct AnyMember {
   template <typename T>
-  requires(!kIsAuto<T>) operator T() const;
+  requires(!kIsAuto<T> && !kIsFunction<T>) operator T() const;
 };
 
 template <typename T, size_t... I>
