@@ -96,18 +96,21 @@ TEST(ContextParallelTraining, TheModelStatesModesComposeWithCp) {
     std::string name;
     void (*set)(TrainConfig&);
     int dp;
+    bool alone = true;  // the mode runs without cp at this dp (else: against the plain run)
   };
+  const auto shard = [](TrainConfig& c) { c.optimizer.sharding = parallel::Sharding::Weights; };
   const Mode modes[] = {
       {"--optimizer-state host",
        [](TrainConfig& c) { c.optimizer.state_tier = ooc::TierSpec::parse("host"); }, 1},
       {"--model-state host", [](TrainConfig& c) { c.model_state = ooc::TierSpec::parse("host"); },
        1},
-      {"--shard weights",
-       [](TrainConfig& c) { c.optimizer.sharding = parallel::Sharding::Weights; }, 2},
+      {"--shard weights", shard, 2},
+      // Sharded over the two cp ranks alone (the replicas): no data-parallel rank needed.
+      {"--shard weights --dp 1", shard, 1, false},
   };
   for (const Mode& m : modes) {
     TrainConfig one = gpt2_run({m.dp, 1, 1});
-    m.set(one);
+    if (m.alone) m.set(one);
     TrainConfig split = gpt2_run({m.dp, 1, 1, 2});
     m.set(split);
     expect_like_one_rank(train(split), train(one), initial_weights(one), m.name);
