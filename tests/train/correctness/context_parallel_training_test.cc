@@ -117,7 +117,8 @@ TEST(ContextParallelTraining, TheModelStatesModesComposeWithCp) {
   }
 }
 
-// The run says how it is split, and the moments are sliced over the dp x cp replicas.
+// The run says how it is split, that the moments are sliced over the dp x cp replicas, and how
+// much of the kv exchanges the overlap hid.
 TEST(ContextParallelTraining, TheStartUpLinesShowTheGrid) {
   TrainConfig c = gpt2_run({2, 1, 1, 2}, 1);
   std::ostringstream out;
@@ -127,6 +128,11 @@ TEST(ContextParallelTraining, TheStartUpLinesShowTheGrid) {
   EXPECT_NE(text.find("4 ranks (dp=2 tp=1 pp=1 cp=2, thread backend)"), std::string::npos) << text;
   EXPECT_NE(text.find("rank 2 (dp 1 tp 0 pp 0 cp 0)"), std::string::npos) << text;
   EXPECT_NE(text.find("1/4 of the model's"), std::string::npos) << text;
+  // The summary says how much of the attention's exchanges the products hid.
+  EXPECT_NE(
+      text.find("tandem train: context parallelism (overlapped order): the kv exchanges ran "),
+      std::string::npos)
+      << text;
 }
 
 // A checkpoint holds whole tensors: one saved with cp 2 resumes with cp 1 and the other way,
