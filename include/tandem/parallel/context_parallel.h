@@ -20,7 +20,10 @@
 // runs while the rank's early chunk's keys take theirs; the rank's own part is added after it.
 // Sequential: gather, multiply; multiply, reduce (no thread). Under MPI the thread needs
 // MPI_THREAD_MULTIPLE (the data-parallel exchange's thread may be calling MPI too); with less
-// the overlapped order runs its exchanges on the calling thread, at the same points.
+// the overlapped order runs its exchanges on the calling thread, at the same points. The
+// exchanges stay whole collectives (a ring passing a chunk on while the next is multiplied needs a
+// send to the next rank of one group, which the DSL does not have), so the buffers are the
+// sequential order's and one partial output.
 //
 // The split is balanced for the causal mask: the sequence is cut into 2 cp chunks and rank i
 // holds chunks i and 2 cp - 1 - i, one early and one late, so every rank's queries meet as many
