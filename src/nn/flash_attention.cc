@@ -107,7 +107,7 @@ int64_t thread_floats(int Tq, int Tk, int HS, const FlashBlocks& blocks, DType p
 // One call's operands: query rows (B, Tq, ldq), head h at column h * HS, and key and value rows
 // (B, Tk, ldkv), key/value head g at column g * HS of k and of v; query row r sits at position
 // pos[r] of the key sequence (ascending; null: pos[r] = r, with Tq = Tk) and sees keys 0 ..
-// pos[r]. The gradients have the same layouts.
+// pos[r] of those the call reads, [key_lo, key_hi). The gradients have the same layouts.
 struct Operands {
   const float* q;
   int64_t ldq;
@@ -116,13 +116,14 @@ struct Operands {
   int64_t ldkv;
   int Tq, Tk;
   const int* pos;
+  int key_lo, key_hi;
   int at(int r) const { return pos != nullptr ? pos[r] : r; }
 };
 
 Operands fused_qkv(const float* qkv, int T, int NH, int KVH, int HS) {
   const int64_t C3 = int64_t{NH + 2 * KVH} * HS;
   const float* k = qkv + static_cast<int64_t>(NH) * HS;
-  return {qkv, C3, k, k + static_cast<int64_t>(KVH) * HS, C3, T, T, nullptr};
+  return {qkv, C3, k, k + static_cast<int64_t>(KVH) * HS, C3, T, T, nullptr, 0, T};
 }
 
 Operands gathered_kv(const float* qkv, const float* kv, const AttentionRows& rows, int NH, int KVH,
@@ -134,8 +135,21 @@ Operands gathered_kv(const float* qkv, const float* kv, const AttentionRows& row
         rows.pos[r] >= 0 && rows.pos[r] < rows.Tk && (r == 0 || rows.pos[r] > rows.pos[r - 1]),
         "attention rows: query row {} at position {} of {} keys (ascending)", r, rows.pos[r],
         rows.Tk);
+  const int count = rows.key_count < 0 ? rows.Tk - rows.key_first : rows.key_count;
+  TANDEM_CHECK(rows.key_first >= 0 && count >= 1 && rows.key_first + count <= rows.Tk,
+               "attention rows: keys {} .. {} of {}", rows.key_first, rows.key_first + count - 1,
+               rows.Tk);
   const int64_t K = static_cast<int64_t>(KVH) * HS;
-  return {qkv, int64_t{NH + 2 * KVH} * HS, kv, kv + K, 2 * K, rows.Tq, rows.Tk, rows.pos};
+  return {qkv,
+          int64_t{NH + 2 * KVH} * HS,
+          kv,
+          kv + K,
+          2 * K,
+          rows.Tq,
+          rows.Tk,
+          rows.pos,
+          rows.key_first,
+          rows.key_first + count};
 }
 
 }  // namespace
@@ -175,8 +189,8 @@ void forward(float* out, float* lse, float* scratch, const Operands& o, int B, i
         float* m = acc + static_cast<int64_t>(BR) * HS;   // (BR) running row maximum
         float* l = m + BR;                                // (BR) running row sum at that maximum
         const int i0 = qb * BR, i1 = std::min(Tq, i0 + BR), rows = i1 - i0;
-        // The block's last row sees the most keys (positions ascend): keys [0, hi).
-        const int hi = o.at(i1 - 1) + 1;
+        // The block's last row sees the most keys (positions ascend): keys [key_lo, hi).
+        const int hi = std::min(o.at(i1 - 1) + 1, o.key_hi);
         const float* q = o.q + (static_cast<int64_t>(b) * Tq + i0) * ldq + h * HS;  // (rows, HS)
         const float* k = o.k + static_cast<int64_t>(b) * Tk * ldkv + (h / group) * HS;  // (Tk, HS)
         const float* v = o.v + static_cast<int64_t>(b) * Tk * ldkv + (h / group) * HS;
@@ -188,7 +202,7 @@ void forward(float* out, float* lse, float* scratch, const Operands& o, int B, i
         std::fill(l, l + rows, 0.0f);
         std::fill(acc, acc + static_cast<int64_t>(rows) * HS, 0.0f);
         // Key blocks up to the diagonal: the ones above it are never visited.
-        for (int j0 = 0; j0 < hi; j0 += BC) {
+        for (int j0 = o.key_lo; j0 < hi; j0 += BC) {
           const int cols = std::min(hi, j0 + BC) - j0;
           // s (rows, cols) = q k[j0:j0+cols]^T * scale
           if (half) {
@@ -235,9 +249,14 @@ void forward(float* out, float* lse, float* scratch, const Operands& o, int B, i
         float* y = out + (static_cast<int64_t>(b) * Tq + i0) * C + h * HS;  // (rows, HS), stride C
         float* lse_h = lse + (static_cast<int64_t>(b) * NH + h) * Tq + i0;
         for (int r = 0; r < rows; ++r) {
+          float* yr = y + static_cast<int64_t>(r) * C;
+          if (m[r] == kNegInf) {  // the row saw none of the keys read (a key range's call)
+            std::fill(yr, yr + HS, 0.0f);
+            lse_h[r] = kNegInf;
+            continue;
+          }
           const float inv = 1.0f / l[r];
           const float* a = acc + static_cast<int64_t>(r) * HS;
-          float* yr = y + static_cast<int64_t>(r) * C;
           for (int d = 0; d < HS; ++d) yr[d] = a[d] * inv;
           lse_h[r] = m[r] + std::log(l[r]);
         }
@@ -257,7 +276,7 @@ void backward(float* dq_all, float* dk_all, float* dv_all, float* scratch, const
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   const int64_t ldq = o.ldq, ldkv = o.ldkv;
   // Keys past the last query's position are seen by no row.
-  const int keys = o.at(Tq - 1) + 1;
+  const int keys = std::min(o.at(Tq - 1) + 1, o.key_hi);
   // One task a (sample, key/value head): the query heads sharing it add into its dk and dv one
   // after another on one thread, so no two threads write one head's gradients and the order of
   // every sum is fixed.
@@ -289,7 +308,7 @@ void backward(float* dq_all, float* dk_all, float* dv_all, float* scratch, const
           for (int i = 0; i < Tq; ++i)
             dsum[i] = detail::lane_dot(dy + static_cast<int64_t>(i) * C,
                                        y + static_cast<int64_t>(i) * C, HS);
-          for (int j0 = 0; j0 < keys; j0 += BC) {
+          for (int j0 = o.key_lo; j0 < keys; j0 += BC) {
             const int cols = std::min(keys, j0 + BC) - j0;
             const float* kj = k + static_cast<int64_t>(j0) * ldkv;
             const float* vj = v + static_cast<int64_t>(j0) * ldkv;
@@ -405,6 +424,31 @@ void flash_attention_backward(float* dqkv, float* dkv, float* scratch, const flo
   float* dk = dkv;
   backward(dqkv, dk, dk + (o.v - o.k), scratch, dout, o, out, lse, B, NH, KVH, HS, drop, blocks,
            products);
+}
+
+// Per row: the two parts' weights e^(lse - new lse), in f32 from the larger lse (so each <= 1).
+void flash_attention_merge(float* out, float* lse, const float* out2, const float* lse2, int B,
+                           int Tq, int NH, int HS) {
+  const int C = NH * HS;
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < NH; ++h)
+      for (int r = 0; r < Tq; ++r) {
+        const int64_t li = (static_cast<int64_t>(b) * NH + h) * Tq + r;
+        const float a = lse[li], c = lse2[li];
+        if (c == kNegInf) continue;  // the second part saw no key of this row
+        float* y = out + (static_cast<int64_t>(b) * Tq + r) * C + h * HS;
+        const float* y2 = out2 + (static_cast<int64_t>(b) * Tq + r) * C + h * HS;
+        if (a == kNegInf) {
+          std::copy(y2, y2 + HS, y);
+          lse[li] = c;
+          continue;
+        }
+        const float m = std::max(a, c);
+        const float ea = std::exp(a - m), ec = std::exp(c - m), sum = ea + ec;
+        const float wa = ea / sum, wc = ec / sum;
+        for (int d = 0; d < HS; ++d) y[d] = y[d] * wa + y2[d] * wc;
+        lse[li] = m + std::log(sum);
+      }
 }
 
 }  // namespace tandem::nn

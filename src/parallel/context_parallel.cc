@@ -3,8 +3,11 @@
 #include "tandem/parallel/context_parallel.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
+#include "tandem/comm/mpi.h"
+#include "tandem/core/env.h"
 #include "tandem/core/error.h"
 #include "tandem/dsl/workloads.h"
 
@@ -55,11 +58,39 @@ void context_embedding_backward(const ContextSplit& s, float* dwte, float* dwpe,
     }
 }
 
+ContextOrder context_order_from_env() {
+  const std::string v = env_str("TANDEM_CP_OVERLAP", "1");
+  if (v == "1") return ContextOrder::Overlapped;
+  if (v == "0") return ContextOrder::Sequential;
+  user_error(
+      "TANDEM_CP_OVERLAP={}: give 1 (context parallelism's exchanges overlap its products, the "
+      "default) or 0 (they run before and after them)",
+      v);
+}
+
 namespace {
 
 // The rank's piece of the exchanges: (B, Tl, 2K) floats.
 int64_t piece_floats(const ContextSplit& s, int B, int KVH, int HS) {
   return static_cast<int64_t>(B) * s.tokens() * 2 * KVH * HS;
+}
+
+// The overlapped order's partial output and log-sum-exp: (B, Tl, NH*HS) + (B, NH, Tl) floats.
+int64_t part_floats(const ContextSplit& s, int B, int NH, int HS, ContextOrder order) {
+  if (order != ContextOrder::Overlapped || s.cp == 1) return 0;
+  return static_cast<int64_t>(B) * s.tokens() * NH * (HS + 1);
+}
+
+// Whether the exchanges may run on a thread of their own: in-process ranks always; MPI ranks
+// with MPI_THREAD_MULTIPLE (the data-parallel exchange's thread may call MPI at the same time).
+bool thread_allowed(const comm::Communicator& group) {
+  if (group.backend() != comm::Backend::Mpi) return true;
+  const auto level = comm::mpi_thread_level();
+  return level && *level >= comm::MpiThreads::Multiple;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
 }  // namespace
@@ -68,6 +99,7 @@ ContextParallelAttention::ContextParallelAttention(
     comm::Communicator& group, const ContextSplit& split, int B, int NH, int KVH, int HS,
     const ContextSchedules& schedules, exec::RunnerKind executor, const nn::FlashBlocks& blocks)
     : split_(split),
+      order_(schedules.order),
       B_(B),
       NH_(NH),
       KVH_(KVH),
@@ -91,6 +123,8 @@ ContextParallelAttention::ContextParallelAttention(
   ranked_ = Tensor::empty(DType::F32, Shape{whole});
   kv_ = Tensor::empty(DType::F32, Shape{whole});
   dkv_ = Tensor::empty(DType::F32, Shape{whole});
+  // Sequential, or one rank: an empty part_ (a default Tensor would be a scalar).
+  part_ = Tensor::empty(DType::F32, Shape{part_floats(split, B, NH, HS, order_)});
   scratch_ =
       Tensor::empty(DType::F32, Shape{nn::flash_attention_scratch_floats(rows_, HS, blocks)});
   const dsl::SymbolMap n = {{"N", whole}};
@@ -101,46 +135,112 @@ ContextParallelAttention::ContextParallelAttention(
   reduce_ = reduce_program_.prepare(group, n, {"dkv", "dkv_mine"});
   reduce_->bind("dkv", ranked_);
   reduce_->bind("dkv_mine", mine_);
+  if (overlapped() && thread_allowed(group))
+    worker_ = std::make_unique<SerialWorker>("tandem-cp-comm");
 }
 
 ContextParallelAttention::~ContextParallelAttention() = default;
 
-uint64_t ContextParallelAttention::buffer_bytes(const ContextSplit& split, int B, int KVH, int HS,
-                                                const nn::FlashBlocks& blocks) {
+uint64_t ContextParallelAttention::buffer_bytes(const ContextSplit& split, int B, int NH, int KVH,
+                                                int HS, const nn::FlashBlocks& blocks,
+                                                ContextOrder order) {
   const std::vector<int> positions = split.positions();
   const nn::AttentionRows rows{split.tokens(), split.T, positions.data()};
   const auto piece = static_cast<uint64_t>(piece_floats(split, B, KVH, HS));
   const auto scratch = static_cast<uint64_t>(nn::flash_attention_scratch_floats(rows, HS, blocks));
-  return (piece + 3 * piece * static_cast<uint64_t>(split.cp) + scratch) * sizeof(float);
+  const auto part = static_cast<uint64_t>(part_floats(split, B, NH, HS, order));
+  return (piece + 3 * piece * static_cast<uint64_t>(split.cp) + part + scratch) * sizeof(float);
 }
 
 size_t ContextParallelAttention::allocated_bytes() const {
-  return mine_.nbytes() + ranked_.nbytes() + kv_.nbytes() + dkv_.nbytes() + scratch_.nbytes() +
-         gather_->allocated_bytes() + reduce_->allocated_bytes();
+  return mine_.nbytes() + ranked_.nbytes() + kv_.nbytes() + dkv_.nbytes() + part_.nbytes() +
+         scratch_.nbytes() + gather_->allocated_bytes() + reduce_->allocated_bytes();
 }
 
-void ContextParallelAttention::gather(const float* qkv) {
-  const int Tl = split_.tokens(), T = split_.T, W = 2 * KVH_ * HS_;
+namespace {
+
+// A rank's piece (B, Tl, W) (of `theirs`) <-> its chunks' rows of a (B, T, W) buffer.
+void piece_to_sequence(float* seq, const float* piece, const ContextSplit& theirs, int B, int W) {
+  const int Tl = theirs.tokens(), T = theirs.T;
+  for (int b = 0; b < B; ++b)
+    for (int c = 0; c < 2; ++c)
+      std::memcpy(seq + (static_cast<int64_t>(b) * T + theirs.chunk_start(c)) * W,
+                  piece + (static_cast<int64_t>(b) * Tl + c * theirs.chunk()) * W,
+                  sizeof(float) * theirs.chunk() * W);
+}
+void sequence_to_piece(float* piece, const float* seq, const ContextSplit& theirs, int B, int W) {
+  const int Tl = theirs.tokens(), T = theirs.T;
+  for (int b = 0; b < B; ++b)
+    for (int c = 0; c < 2; ++c)
+      std::memcpy(piece + (static_cast<int64_t>(b) * Tl + c * theirs.chunk()) * W,
+                  seq + (static_cast<int64_t>(b) * T + theirs.chunk_start(c)) * W,
+                  sizeof(float) * theirs.chunk() * W);
+}
+
+// Rank r's piece of a (cp, B, Tl, W) buffer.
+template <typename F>
+F* piece_of(F* ranked, int r, int B, int Tl, int W) {
+  return ranked + static_cast<int64_t>(r) * B * Tl * W;
+}
+
+}  // namespace
+
+void ContextParallelAttention::stage_mine(const float* qkv) {
+  const int Tl = split_.tokens(), W = 2 * KVH_ * HS_;
   const int64_t C3 = static_cast<int64_t>(NH_ + 2 * KVH_) * HS_, q_cols = int64_t{NH_} * HS_;
   float* mine = mine_.data_as<float>();
   for (int64_t row = 0; row < static_cast<int64_t>(B_) * Tl; ++row)  // the k and v columns
     std::memcpy(mine + row * W, qkv + row * C3 + q_cols, sizeof(float) * W);
+  piece_to_sequence(kv_.data_as<float>(), mine, split_, B_, W);
+}
+
+void ContextParallelAttention::place_others() {
+  const int Tl = split_.tokens(), W = 2 * KVH_ * HS_;
+  for (int r = 0; r < split_.cp; ++r)
+    if (r != split_.rank)
+      piece_to_sequence(kv_.data_as<float>(), piece_of(ranked_.data_as<float>(), r, B_, Tl, W),
+                        ContextSplit(split_.T, split_.cp, r), B_, W);
+}
+
+void ContextParallelAttention::gather(const float* qkv) {
+  stage_mine(qkv);
+  const auto began = std::chrono::steady_clock::now();
   gather_->run();
-  // ranked_ (cp, B, Tl, W) -> kv_ (B, T, W): each rank's chunks to their positions.
-  const float* ranked = ranked_.data_as<float>();
-  float* kv = kv_.data_as<float>();
-  for (int r = 0; r < split_.cp; ++r) {
-    const ContextSplit theirs(T, split_.cp, r);
-    for (int b = 0; b < B_; ++b)
-      for (int c = 0; c < 2; ++c)
-        std::memcpy(kv + (static_cast<int64_t>(b) * T + theirs.chunk_start(c)) * W,
-                    ranked + ((static_cast<int64_t>(r) * B_ + b) * Tl + c * theirs.chunk()) * W,
-                    sizeof(float) * theirs.chunk() * W);
-  }
+  const double ran = seconds_since(began);
+  times_.exchanged_s += ran;
+  times_.waited_s += ran;
+  place_others();
+}
+
+void ContextParallelAttention::start(exec::Runner& exchange) {
+  const auto run = [this, &exchange] {
+    const auto began = std::chrono::steady_clock::now();
+    exchange.run();
+    ran_s_ = seconds_since(began);
+  };
+  if (worker_ == nullptr)
+    run();
+  else
+    ticket_ = worker_->submit(run);
+}
+
+void ContextParallelAttention::finish() {
+  const auto began = std::chrono::steady_clock::now();
+  if (worker_ != nullptr) worker_->wait_for(ticket_);
+  times_.waited_s += worker_ != nullptr ? seconds_since(began) : ran_s_;
+  times_.exchanged_s += ran_s_;
+}
+
+nn::AttentionRows ContextParallelAttention::keys(int first, int count) const {
+  nn::AttentionRows r = rows_;
+  r.key_first = first;
+  r.key_count = count;
+  return r;
 }
 
 void ContextParallelAttention::forward(float* out, float* lse, const float* qkv,
                                        const nn::AttentionDropout& drop) {
+  if (overlapped()) return forward_overlapped(out, lse, qkv, drop);
   gather(qkv);
   nn::flash_attention_forward(out, lse, scratch_.data_as<float>(), qkv, kv_.data_as<float>(), rows_,
                               B_, NH_, KVH_, HS_, drop, blocks_);
@@ -149,6 +249,7 @@ void ContextParallelAttention::forward(float* out, float* lse, const float* qkv,
 void ContextParallelAttention::backward(float* dqkv, const float* dout, const float* qkv,
                                         const float* out, const float* lse,
                                         const nn::AttentionDropout& drop) {
+  if (overlapped()) return backward_overlapped(dqkv, dout, qkv, out, lse, drop);
   // The keys and values again: other layers have gathered theirs into kv_ since the forward.
   gather(qkv);
   const int Tl = split_.tokens(), T = split_.T, W = 2 * KVH_ * HS_;
@@ -159,16 +260,14 @@ void ContextParallelAttention::backward(float* dqkv, const float* dout, const fl
                                blocks_);
   // dkv_ (B, T, W) -> ranked_ (cp, B, Tl, W), each rank's chunks its piece, then summed over the
   // group into this rank's piece (mine_).
-  float* ranked = ranked_.data_as<float>();
-  for (int r = 0; r < split_.cp; ++r) {
-    const ContextSplit theirs(T, split_.cp, r);
-    for (int b = 0; b < B_; ++b)
-      for (int c = 0; c < 2; ++c)
-        std::memcpy(ranked + ((static_cast<int64_t>(r) * B_ + b) * Tl + c * theirs.chunk()) * W,
-                    dkv + (static_cast<int64_t>(b) * T + theirs.chunk_start(c)) * W,
-                    sizeof(float) * theirs.chunk() * W);
-  }
+  for (int r = 0; r < split_.cp; ++r)
+    sequence_to_piece(piece_of(ranked_.data_as<float>(), r, B_, Tl, W), dkv,
+                      ContextSplit(T, split_.cp, r), B_, W);
+  const auto began = std::chrono::steady_clock::now();
   reduce_->run();
+  const double ran = seconds_since(began);
+  times_.exchanged_s += ran;
+  times_.waited_s += ran;
   const int64_t C3 = static_cast<int64_t>(NH_ + 2 * KVH_) * HS_, q_cols = int64_t{NH_} * HS_;
   const float* mine = mine_.data_as<float>();
   for (int64_t row = 0; row < static_cast<int64_t>(B_) * Tl; ++row) {
@@ -176,6 +275,86 @@ void ContextParallelAttention::backward(float* dqkv, const float* dout, const fl
     const float* g = mine + row * W;
     for (int j = 0; j < W; ++j) d[j] += g[j];
   }
+}
+
+// The overlapped forward (see the header): the gather on the thread while the rank's queries meet
+// its own keys, then the others'. The first call writes out and lse; each later one writes part_
+// and is merged in.
+void ContextParallelAttention::forward_overlapped(float* out, float* lse, const float* qkv,
+                                                  const nn::AttentionDropout& drop) {
+  const int ch = split_.chunk(), early = split_.chunk_start(0), late = split_.chunk_start(1);
+  float* part_out = part_.data_as<float>();
+  float* part_lse = part_out + static_cast<int64_t>(B_) * split_.tokens() * NH_ * HS_;
+  bool first = true;
+  const auto against = [&](int from, int to) {  // the rank's rows against keys [from, to)
+    if (to <= from) return;
+    nn::flash_attention_forward(first ? out : part_out, first ? lse : part_lse,
+                                scratch_.data_as<float>(), qkv, kv_.data_as<float>(),
+                                keys(from, to - from), B_, NH_, KVH_, HS_, drop, blocks_);
+    if (!first)
+      nn::flash_attention_merge(out, lse, part_out, part_lse, B_, split_.tokens(), NH_, HS_);
+    first = false;
+  };
+  stage_mine(qkv);
+  start(*gather_);
+  // Its own chunks (one range where they meet, on the middle rank); the early chunk first: every
+  // row sees it.
+  if (early + ch == late) {
+    against(early, late + ch);
+  } else {
+    against(early, early + ch);
+    against(late, late + ch);
+  }
+  finish();
+  place_others();
+  // The others' keys its rows see: before its early chunk, and between its chunks (past its late
+  // chunk, none).
+  against(0, early);
+  against(early + ch, late);
+}
+
+// The overlapped backward (see the header). dkv_ gathers this rank's queries' gradient of every
+// key; the other ranks' chunks of it go to the reduce-scatter (this rank's own piece of ranked_
+// zero), its own chunks are added to what comes back.
+void ContextParallelAttention::backward_overlapped(float* dqkv, const float* dout, const float* qkv,
+                                                   const float* out, const float* lse,
+                                                   const nn::AttentionDropout& drop) {
+  const int Tl = split_.tokens(), T = split_.T, W = 2 * KVH_ * HS_, ch = split_.chunk();
+  float* dkv = dkv_.data_as<float>();
+  const auto against = [&](int from, int to) {  // the gradient through keys [from, to)
+    if (to <= from) return;
+    nn::flash_attention_backward(dqkv, dkv, scratch_.data_as<float>(), dout, qkv,
+                                 kv_.data_as<float>(), out, lse, keys(from, to - from), B_, NH_,
+                                 KVH_, HS_, drop, blocks_);
+  };
+  stage_mine(qkv);
+  start(*gather_);
+  std::fill(dkv, dkv + dkv_.numel(), 0.0f);
+  const int early = split_.chunk_start(0), late = split_.chunk_start(1);
+  against(late, late + ch);  // its late chunk's keys: the diagonal block only
+  finish();
+  place_others();
+  against(0, early);
+  against(early + ch, late);
+  float* ranked = ranked_.data_as<float>();
+  for (int r = 0; r < split_.cp; ++r)
+    if (r != split_.rank)
+      sequence_to_piece(piece_of(ranked, r, B_, Tl, W), dkv, ContextSplit(T, split_.cp, r), B_, W);
+  std::fill_n(piece_of(ranked, split_.rank, B_, Tl, W), static_cast<int64_t>(B_) * Tl * W, 0.0f);
+  start(*reduce_);
+  against(early, early + ch);  // its early chunk's keys: seen by all its rows
+  finish();
+  // dqkv's k and v columns += the others' part (mine_) + this rank's own (its chunks of dkv_).
+  const int64_t C3 = static_cast<int64_t>(NH_ + 2 * KVH_) * HS_, q_cols = int64_t{NH_} * HS_;
+  const float* mine = mine_.data_as<float>();
+  for (int b = 0; b < B_; ++b)
+    for (int r = 0; r < Tl; ++r) {
+      const int64_t row = static_cast<int64_t>(b) * Tl + r;
+      float* d = dqkv + row * C3 + q_cols;
+      const float* g = mine + row * W;
+      const float* own = dkv + (static_cast<int64_t>(b) * T + split_.position(r)) * W;
+      for (int j = 0; j < W; ++j) d[j] += g[j] + own[j];
+    }
 }
 
 }  // namespace tandem::parallel

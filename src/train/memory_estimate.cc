@@ -131,8 +131,8 @@ RankNeed rank_need(const TrainConfig& cfg, int tp, int pp) {
   if (g.cp > 1) {
     const parallel::ContextSplit split(cfg.model.seq_len, g.cp, 0);
     const int kv_heads = cfg.model.n_kv_heads() / g.tp, head = cfg.model.head_size();
-    n.activations +=
-        parallel::ContextParallelAttention::buffer_bytes(split, micro_rows, kv_heads, head);
+    n.activations += parallel::ContextParallelAttention::buffer_bytes(
+        split, micro_rows, cfg.model.n_heads / g.tp, kv_heads, head);
     // The plan runner keeps two whole-sequence intermediates of the exchanges (as measured;
     // counted for the interpreter too); the compiled executor's work in the attention's buffers.
     if (cfg.executor != exec::RunnerKind::Compiled)

@@ -340,6 +340,19 @@ void RankRun::print_summary(const TrainResult& result, int64_t ran) {
         result.losses.front(), result.losses.back(), val);
   }
   if (ran > 0) out_ << breakdown_lines();
+  if (const parallel::ContextParallelAttention* cp = model_.context(); cp != nullptr && ran > 0) {
+    // How much of the attention's exchanges the products hid (the lead rank's, every step).
+    const parallel::ContextOverlapTimes& t = cp->overlap_times();
+    out_ << fmt::format(
+        "tandem train: context parallelism ({} order{}): the kv exchanges ran {:.3f} s, {:.3f} s "
+        "of it waited for ({:.0f}% hidden)\n",
+        cp->order() == parallel::ContextOrder::Overlapped ? "overlapped" : "sequential",
+        cp->overlapping() || cp->order() == parallel::ContextOrder::Sequential
+            ? ""
+            : ", the exchanges on the calling thread",
+        t.exchanged_s, t.waited_s,
+        t.exchanged_s > 0 ? 100.0 * std::max(0.0, 1.0 - t.waited_s / t.exchanged_s) : 0.0);
+  }
   if (ooc_ && ran > 0) out_ << ooc_->summary_line();
   if (store() && ran > 0) {
     const parallel::BlockStore::Traffic t = steps_traffic_, p = store()->predicted_step_traffic();

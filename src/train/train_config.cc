@@ -256,11 +256,13 @@ void TrainConfig::validate() const {
         "needs --shard weights (got --shard {})",
         gather_ahead.value(), parallel::sharding_name(optimizer.sharding));
   if (optimizer.sharding == parallel::Sharding::Weights) {
-    if (grid.dp < 2)
+    // The state is sliced over the dp x cp replicas (the optimizer's group), so context-parallel
+    // ranks alone have peers to share it with.
+    if (grid.replicas() < 2)
       user_error(
-          "--shard weights shards the model state across the data-parallel ranks: it needs --dp "
-          "2 or more (got --dp {})",
-          grid.dp);
+          "--shard weights shards the model state across the data-parallel replicas (dp x cp "
+          "ranks): it needs --dp or --cp 2 or more (got --dp {} --cp {})",
+          grid.dp, grid.cp);
     if (optimizer.clip_grad_norm)
       user_error(
           "--shard weights updates each block before the whole gradient's norm is known; "

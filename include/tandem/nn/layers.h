@@ -208,10 +208,18 @@ void flash_attention_backward(float* dqkv, float* scratch, const float* dout, co
 // past a query block's last position are skipped. Dropout draws the element (b, h, pos[r], j) of
 // the whole sequence's mask, so a split sequence drops what the whole one does; with pos[r] = r
 // and Tq = Tk the calls compute what the calls above do, bit for bit.
+// A call may read a range of the keys only (key_first, key_count: context parallelism computes
+// against the keys a rank holds while the others' are still on their way): it is then attention
+// over those keys alone, each output row normalised over the keys of the range it sees and its lse
+// theirs (a row that sees none: out 0, lse -inf). Forward calls over disjoint ranges that cover
+// the keys, merged by flash_attention_merge, give the whole call's out and lse (to f32 rounding);
+// backward calls over them, each given the whole out and lse, add up to the whole call's gradient.
 struct AttentionRows {
   int Tq = 0;                // query rows a sample
   int Tk = 0;                // keys a sample: the whole sequence
   const int* pos = nullptr;  // (Tq) each query row's position, strictly ascending, below Tk
+  int key_first = 0;         // the first key the call reads
+  int key_count = -1;        // how many (-1: to Tk)
 };
 // Floats of scratch the two calls below need (as above, with Tq and Tk in place of T).
 int64_t flash_attention_scratch_floats(const AttentionRows& rows, int HS,
@@ -229,6 +237,12 @@ void flash_attention_backward(float* dqkv, float* dkv, float* scratch, const flo
                               const AttentionRows& rows, int B, int NH, int KVH, int HS,
                               const AttentionDropout& drop, const FlashBlocks& blocks = {},
                               DType products = DType::F32);
+// out (B, Tq, NH*HS), lse (B, NH, Tq) <- the attention over two disjoint sets of keys from each
+// set's (out, lse) and (out2, lse2): lse = log(e^lse + e^lse2), out = out e^(lse_old - lse) +
+// out2 e^(lse2 - lse) (the online softmax's rescaling, once a row); an lse of -inf contributes
+// nothing.
+void flash_attention_merge(float* out, float* lse, const float* out2, const float* lse2, int B,
+                           int Tq, int NH, int HS);
 
 // ---------------------------------------------------------------------------------------------
 // GELU, GPT-2's tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).

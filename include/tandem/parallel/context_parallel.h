@@ -10,6 +10,21 @@
 // kv_grad_reduce program). The backward gathers the keys and values again rather than keeping
 // them: a rank saves what one-rank attention saves of its own tokens (out and the log-sum-exp).
 //
+// The order (ContextOrder, a schedule: both compute the same to f32 rounding). Overlapped, the
+// default: the exchanges run on a communication thread (core::SerialWorker) while the rank
+// multiplies what it already has. Forward: the gather runs while the rank's queries meet its own
+// keys (both its chunks, the causal diagonal's blocks among them), then the others' keys, the
+// partial results merged through their log-sum-exps (nn::flash_attention_merge); out and lse are
+// saved as before. Backward: the gather runs while the rank's late chunk's keys (its diagonal)
+// take their gradient, then the other ranks' keys do, their gradient's reduce-scatter starts, and
+// runs while the rank's early chunk's keys take theirs; the rank's own part is added after it.
+// Sequential: gather, multiply; multiply, reduce (no thread). Under MPI the thread needs
+// MPI_THREAD_MULTIPLE (the data-parallel exchange's thread may be calling MPI too); with less
+// the overlapped order runs its exchanges on the calling thread, at the same points. The
+// exchanges stay whole collectives (a ring passing a chunk on while the next is multiplied needs a
+// send to the next rank of one group, which the DSL does not have), so the buffers are the
+// sequential order's and one partial output.
+//
 // The split is balanced for the causal mask: the sequence is cut into 2 cp chunks and rank i
 // holds chunks i and 2 cp - 1 - i, one early and one late, so every rank's queries meet as many
 // keys in all. Dropout draws what one rank's attention draws for the same positions, so results
@@ -23,6 +38,7 @@
 #include <vector>
 
 #include "tandem/comm/communicator.h"
+#include "tandem/core/serial_worker.h"
 #include "tandem/core/tensor.h"
 #include "tandem/exec/runner.h"
 #include "tandem/nn/layers.h"
@@ -57,11 +73,25 @@ void context_embedding_forward(const ContextSplit& s, float* out, const int32_t*
 void context_embedding_backward(const ContextSplit& s, float* dwte, float* dwpe, const float* dout,
                                 const int32_t* tokens, int B, int C);
 
+// Whether the exchanges overlap the products (see above).
+enum class ContextOrder { Sequential, Overlapped };
+// TANDEM_CP_OVERLAP: 1 (the default) Overlapped, 0 Sequential; anything else is a UserError.
+ContextOrder context_order_from_env();
+
 // The exchanges' schedules (parallel/program_runner.h): the autotuner's choice, else the
-// program as written.
+// program as written; and their order against the products.
 struct ContextSchedules {
   SchedulePreferences gather{{"C"}};
   SchedulePreferences reduce{{"C"}};
+  ContextOrder order = context_order_from_env();
+};
+
+// Seconds a rank's exchanges ran (on the communication thread) and the caller waited for them,
+// summed over the calls since construction: 1 - waited / exchanged is the share hidden behind the
+// products. Sequential: the two are equal.
+struct ContextOverlapTimes {
+  double exchanged_s = 0.0;
+  double waited_s = 0.0;
 };
 
 class ContextParallelAttention {
@@ -79,13 +109,20 @@ class ContextParallelAttention {
   // The exchanges' programs with their schedules and chunk sizes, for the start-up lines.
   const ProgramRunner& gather_program() const { return gather_program_; }
   const ProgramRunner& reduce_program() const { return reduce_program_; }
+  ContextOrder order() const { return order_; }
+  // Whether the exchanges run on a communication thread (Overlapped, cp > 1 and, under MPI,
+  // MPI_THREAD_MULTIPLE).
+  bool overlapping() const { return worker_ != nullptr; }
+  const ContextOverlapTimes& overlap_times() const { return times_; }
   // Bytes this rank holds for the exchanges and the kernel's scratch.
   size_t allocated_bytes() const;
   // What the constructor allocates itself for these arguments, the exchanges' runners' own
   // buffers aside: three whole-sequence key/value buffers (gathered in rank order, in sequence
-  // order, their gradient), the rank's piece and the kernel's scratch. The memory estimate's.
-  static uint64_t buffer_bytes(const ContextSplit& split, int B, int KVH, int HS,
-                               const nn::FlashBlocks& blocks = {});
+  // order, their gradient), the rank's piece, the kernel's scratch and, overlapped with cp > 1, a
+  // partial output and log-sum-exp to merge. The memory estimate's.
+  static uint64_t buffer_bytes(const ContextSplit& split, int B, int NH, int KVH, int HS,
+                               const nn::FlashBlocks& blocks = {},
+                               ContextOrder order = context_order_from_env());
 
   // out (B, Tl, NH*HS), lse (B, NH, Tl) from this rank's qkv (B, Tl, (NH + 2*KVH)*HS), Tl =
   // split.tokens(): its queries against every rank's keys and values. A collective.
@@ -98,8 +135,24 @@ class ContextParallelAttention {
 
  private:
   void gather(const float* qkv);  // every rank's keys and values into kv_, in sequence order
+  void forward_overlapped(float* out, float* lse, const float* qkv,
+                          const nn::AttentionDropout& drop);
+  void backward_overlapped(float* dqkv, const float* dout, const float* qkv, const float* out,
+                           const float* lse, const nn::AttentionDropout& drop);
+  // This rank's k and v columns of qkv into mine_ and to their positions in kv_.
+  void stage_mine(const float* qkv);
+  // The other ranks' pieces of ranked_ to their positions in kv_.
+  void place_others();
+  // Runs `exchange` on the communication thread (on this one when there is none); finish() waits.
+  void start(exec::Runner& exchange);
+  void finish();
+  // Whether the overlapped order runs (Overlapped, cp > 1): part_ is allocated for it.
+  bool overlapped() const { return part_.numel() > 0; }
+  // The kernel's rows against keys [first, first + count) of the sequence.
+  nn::AttentionRows keys(int first, int count) const;
 
   ContextSplit split_;
+  ContextOrder order_;
   int B_, NH_, KVH_, HS_;
   nn::FlashBlocks blocks_;
   std::vector<int> positions_;
@@ -110,7 +163,12 @@ class ContextParallelAttention {
   Tensor ranked_;  // (cp, B, Tl, 2K): every rank's, in rank order (the exchanges' whole)
   Tensor kv_;      // (B, T, 2K): the same in sequence order
   Tensor dkv_;     // (B, T, 2K): their gradient from this rank's queries
+  Tensor part_;    // overlapped: (B, Tl, NH*HS) then (B, NH, Tl): a partial out and lse
   Tensor scratch_;
+  ContextOverlapTimes times_;
+  uint64_t ticket_ = 0;                   // the exchange started last
+  double ran_s_ = 0.0;                    // how long it ran (written by the job, read after it)
+  std::unique_ptr<SerialWorker> worker_;  // last: stopped before the buffers its jobs use
 };
 
 }  // namespace tandem::parallel

@@ -126,6 +126,8 @@ class ParallelGPT {
 
   const nn::GPTConfig& config() const { return config_; }
   const ShardLayout& layout() const { return layout_; }
+  // This rank's context-parallel attention (null without a context group).
+  const ContextParallelAttention* context() const { return context_.get(); }
   Grid& grid() const { return grid_; }
   ModelState& state() const { return state_; }
   Tensor params() const { return state_.params(); }  // (layout().size())

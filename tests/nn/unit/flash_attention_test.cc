@@ -11,7 +11,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "nn/nn_test_util.h"
@@ -430,6 +432,77 @@ TEST(FlashAttention, RowsAtTheirPositionsEqualTheWholeSequence) {
   }
 }
 
+// Key ranges (context parallelism's overlap: a rank's own keys first, the others' as they come):
+// the calls over ranges cut at `cuts` (ascending, inside (0, T)), their forwards merged by
+// flash_attention_merge in the order given by `order` (a permutation of the ranges) and their
+// backwards (each with the whole call's out and lse) summed, give the one call over every key, to
+// f32 rounding (the tolerances above). A range above every row gives out 0 and lse -inf.
+void compare_key_ranges(const Case& s, const std::vector<int>& pos, const std::vector<int>& cuts,
+                        const std::vector<int>& order) {
+  SCOPED_TRACE(s.str() + " in " + std::to_string(cuts.size() + 1) + " key ranges");
+  const int Tq = static_cast<int>(pos.size()), W = (s.NH + 2 * s.KVH) * s.HS, C = s.NH * s.HS,
+            K = s.KVH * s.HS;
+  const AttentionDropout drop = dropout_of(s);
+  const std::vector<float> q = to_f32(uniform(static_cast<size_t>(s.B) * Tq * W, 391, -2.0, 2.0));
+  const std::vector<float> kv =
+      to_f32(uniform(static_cast<size_t>(s.B) * s.T * 2 * K, 392, -2.0, 2.0));
+  const std::vector<float> dy = to_f32(uniform(static_cast<size_t>(s.B) * Tq * C, 393));
+  const AttentionRows all{Tq, s.T, pos.data()};
+  std::vector<float> out(dy.size()), lse(static_cast<size_t>(s.B) * s.NH * Tq), dq(q.size(), 0.0f),
+      dkv(kv.size(), 0.0f),
+      sc(static_cast<size_t>(flash_attention_scratch_floats(all, s.HS, s.blocks)));
+  flash_attention_forward(out.data(), lse.data(), sc.data(), q.data(), kv.data(), all, s.B, s.NH,
+                          s.KVH, s.HS, drop, s.blocks);
+  flash_attention_backward(dq.data(), dkv.data(), sc.data(), dy.data(), q.data(), kv.data(),
+                           out.data(), lse.data(), all, s.B, s.NH, s.KVH, s.HS, drop, s.blocks);
+
+  std::vector<int> edges = {0};
+  edges.insert(edges.end(), cuts.begin(), cuts.end());
+  edges.push_back(s.T);
+  std::vector<float> got_out(out.size(), NAN), got_lse(lse.size(), NAN), part_out(out.size()),
+      part_lse(lse.size()), got_dq(q.size(), 0.0f), got_dkv(kv.size(), 0.0f);
+  for (size_t n = 0; n < order.size(); ++n) {
+    const size_t k = static_cast<size_t>(order[n]);
+    const AttentionRows range{Tq, s.T, pos.data(), edges[k], edges[k + 1] - edges[k]};
+    float* o = n == 0 ? got_out.data() : part_out.data();
+    float* l = n == 0 ? got_lse.data() : part_lse.data();
+    flash_attention_forward(o, l, sc.data(), q.data(), kv.data(), range, s.B, s.NH, s.KVH, s.HS,
+                            drop, s.blocks);
+    if (edges[k] > pos.back()) {  // no row sees these keys
+      EXPECT_EQ(std::vector<float>(l, l + lse.size()),
+                std::vector<float>(lse.size(), -std::numeric_limits<float>::infinity()));
+      EXPECT_EQ(std::vector<float>(o, o + out.size()), std::vector<float>(out.size(), 0.0f));
+    }
+    if (n > 0)
+      flash_attention_merge(got_out.data(), got_lse.data(), part_out.data(), part_lse.data(), s.B,
+                            Tq, s.NH, s.HS);
+    flash_attention_backward(got_dq.data(), got_dkv.data(), sc.data(), dy.data(), q.data(),
+                             kv.data(), out.data(), lse.data(), range, s.B, s.NH, s.KVH, s.HS, drop,
+                             s.blocks);
+  }
+  EXPECT_TRUE(all_close("out", got_out, out, 2e-6));
+  EXPECT_TRUE(all_close("lse", to_f64(got_lse), to_f64(lse), 1e-6, 1e-6));
+  EXPECT_TRUE(all_close("dq", columns(got_dq, s.B * Tq, W, 0, C), columns(dq, s.B * Tq, W, 0, C),
+                        1e-5, 1e-6));
+  EXPECT_TRUE(all_close("dk, dv", got_dkv, dkv, 1e-5, 1e-6));
+}
+
+TEST(FlashAttention, KeyRangesMergeToEveryKey) {
+  const FlashBlocks tiny{8, 8};
+  for (float p : {0.0f, 0.2f}) {
+    // Rank 0 of 2's rows (chunks 0 and 3 of 4): its own chunks' keys first, then the others'.
+    std::vector<int> rank0;
+    for (int c : {0, 3})
+      for (int t = c * 12; t < (c + 1) * 12; ++t) rank0.push_back(t);
+    compare_key_ranges({2, 48, 2, 2, 8, tiny, p}, rank0, {12, 36}, {0, 2, 1});
+    compare_key_ranges({1, 48, 6, 2, 8, {5, 3}, p}, rank0, {12, 36}, {2, 0, 1});  // GQA
+    compare_key_ranges({1, 48, 3, 1, 4, {16, 16}, p}, rank0, {7, 12, 29, 36}, {4, 0, 3, 1, 2});
+    // Rows that stop early: the last range is above every one of them.
+    const std::vector<int> early = {1, 2, 5, 9, 10, 11, 17};
+    compare_key_ranges({2, 37, 4, 2, 8, tiny, p}, early, {3, 18}, {1, 0, 2});
+  }
+}
+
 // Rows out of order, or past the keys, are a caller's bug.
 TEST(FlashAttention, RowsOutOfOrderAreInternalErrors) {
   const int B = 1, T = 4, NH = 2, KVH = 2, HS = 2;
@@ -439,6 +512,14 @@ TEST(FlashAttention, RowsOutOfOrderAreInternalErrors) {
   for (std::vector<int> pos :
        {std::vector<int>{2, 1}, std::vector<int>{1, 4}, std::vector<int>{1, 1}}) {
     const AttentionRows rows{2, T, pos.data()};
+    EXPECT_THROW(flash_attention_forward(out.data(), lse.data(), scratch.data(), qkv.data(),
+                                         kv.data(), rows, B, NH, KVH, HS, {}),
+                 InternalError);
+  }
+  // A key range outside the keys, or empty.
+  const std::vector<int> pos = {1, 2};
+  for (const auto& [first, count] : {std::pair{-1, 2}, std::pair{3, 2}, std::pair{1, 0}}) {
+    const AttentionRows rows{2, T, pos.data(), first, count};
     EXPECT_THROW(flash_attention_forward(out.data(), lse.data(), scratch.data(), qkv.data(),
                                          kv.data(), rows, B, NH, KVH, HS, {}),
                  InternalError);

@@ -26,10 +26,10 @@ using testing::StepResult;
 using testing::whole_model_step;
 
 // cp x tp ranks: each context-parallel rank its tokens of every row (one micro-batch of B rows),
-// a tensor-parallel grid of tp ranks inside it.
+// a tensor-parallel grid of tp ranks inside it; the attention's exchanges in `order`.
 StepResult context_parallel_step(const nn::GPTConfig& c, int cp, int tp,
                                  const std::vector<int32_t>& in, const std::vector<int32_t>& tg,
-                                 int B) {
+                                 int B, ContextOrder order = ContextOrder::Overlapped) {
   nn::ParameterSet whole(c);
   nn::gpt_init(whole, 7);
   // Each cp rank's gradient, its tp ranks' shards deposited together (the replicated tensors
@@ -49,6 +49,7 @@ StepResult context_parallel_step(const nn::GPTConfig& c, int cp, int tp,
     ProgramOptions o;
     o.context_group = cp_group.get();
     o.executor = exec::RunnerKind::Reference;
+    o.context_schedules.order = order;
     ParallelGPT model(c, grid, B, Tl, 1, o);
     model.layout().extract(whole.flat().data_as<float>(), model.params().data_as<float>());
     std::vector<int32_t> mine_in, mine_tg;
@@ -104,6 +105,8 @@ TEST(ContextParallelModel, LossAndGradientsMatchTheWholeModel) {
       expect_match(c, context_parallel_step(c, cp, 1, in, tg, B), want, what);
     }
     expect_match(c, context_parallel_step(c, 2, 2, in, tg, B), want, "cp 2 x tp 2");
+    expect_match(c, context_parallel_step(c, 2, 1, in, tg, B, ContextOrder::Sequential), want,
+                 "cp 2, sequential");
   }
 }
 

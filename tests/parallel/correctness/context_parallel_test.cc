@@ -1,8 +1,9 @@
-// Context-parallel attention against one rank's attention on the whole sequence: over 1 to 4
-// in-process ranks, grouped-query and multi-query heads, head counts that are not powers of two,
-// chunks that end inside a kernel block, dropout; its exchange programs run by the program runner
-// on the reference interpreter, the plan runner and the compiled executor. And the balanced split
-// (which tokens a rank holds) and its refusals.
+// Context-parallel attention against one rank's attention on the whole sequence, in both orders
+// (exchanges overlapped with the products, and before and after them) and the two against each
+// other: over 1 to 4 in-process ranks, grouped-query and multi-query heads, head counts that are
+// not powers of two, chunks that end inside a kernel block, dropout; its exchange programs run by
+// the program runner on the reference interpreter, the plan runner and the compiled executor. And
+// the balanced split (which tokens a rank holds) and its refusals.
 //
 // Tolerances: one rank's kernel and the split one sum in other orders (the query blocks start
 // elsewhere, and each key's gradient is summed over the ranks), so they agree to f32 rounding:
@@ -12,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -85,32 +87,35 @@ std::vector<float> columns(const std::vector<float>& v, int N, int W, int first,
   return r;
 }
 
-void compare_with_one_rank(const Case& s, int cp, exec::RunnerKind executor) {
-  SCOPED_TRACE(s.str() + " on " + std::to_string(cp) + " ranks, executor " +
-               std::string(exec::runner_kind_name(executor)));
-  const int N = s.B * s.T, W = (s.NH + 2 * s.KVH) * s.HS, C = s.NH * s.HS, K = s.KVH * s.HS;
+// Attention's results on the whole sequence: out (B, T, NH*HS), lse (B, NH, T), dqkv.
+struct Results {
+  std::vector<float> out, lse, dqkv;
+};
+
+nn::AttentionDropout dropout_of(const Case& s) {
   nn::AttentionDropout drop;
   drop.p = s.p;
   drop.key = 41;
   drop.sample_offset = 2;  // a data-parallel shard's samples draw where the whole batch's would
-  const std::vector<float> qkv = uniform(static_cast<size_t>(N) * W, 7);
-  const std::vector<float> dout = uniform(static_cast<size_t>(N) * C, 8);
+  return drop;
+}
 
-  // One rank, the whole sequence.
-  std::vector<float> out(static_cast<size_t>(N) * C), lse(static_cast<size_t>(s.B) * s.NH * s.T),
-      dqkv(qkv.size(), 0.0f),
-      scratch(static_cast<size_t>(nn::flash_attention_scratch_floats(s.T, s.HS, s.blocks)));
-  nn::flash_attention_forward(out.data(), lse.data(), scratch.data(), qkv.data(), s.B, s.T, s.NH,
-                              s.KVH, s.HS, drop, s.blocks);
-  nn::flash_attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), out.data(),
-                               lse.data(), s.B, s.T, s.NH, s.KVH, s.HS, drop, s.blocks);
-
-  // cp ranks, each its own tokens; their results put back at the tokens' positions.
-  std::vector<float> got_out(out.size(), NAN), got_lse(lse.size(), NAN), got_dqkv(dqkv.size(), NAN);
+// cp ranks, each its own tokens of qkv and dout, in `order`; their results put back at the
+// tokens' positions.
+Results split_attention(const Case& s, int cp, exec::RunnerKind executor, ContextOrder order,
+                        const std::vector<float>& qkv, const std::vector<float>& dout) {
+  const int W = (s.NH + 2 * s.KVH) * s.HS, C = s.NH * s.HS;
+  const nn::AttentionDropout drop = dropout_of(s);
+  std::vector<float> got_out(dout.size(), NAN), got_lse(static_cast<size_t>(s.B) * s.NH * s.T, NAN),
+      got_dqkv(qkv.size(), NAN);
   comm::run_ranks(cp, [&](comm::Communicator& group) {
     const ContextSplit split(s.T, cp, group.rank());
     const int Tl = split.tokens();
-    ContextParallelAttention attn(group, split, s.B, s.NH, s.KVH, s.HS, {}, executor, s.blocks);
+    ContextSchedules schedules;
+    schedules.order = order;
+    ContextParallelAttention attn(group, split, s.B, s.NH, s.KVH, s.HS, schedules, executor,
+                                  s.blocks);
+    EXPECT_EQ(attn.overlapping(), order == ContextOrder::Overlapped && cp > 1);
     std::vector<float> q(static_cast<size_t>(s.B) * Tl * W), dy(static_cast<size_t>(s.B) * Tl * C);
     for (int b = 0; b < s.B; ++b)
       for (int r = 0; r < Tl; ++r) {
@@ -133,16 +138,53 @@ void compare_with_one_rank(const Case& s, int cp, exec::RunnerKind executor) {
           got_lse[(static_cast<size_t>(b) * s.NH + h) * s.T + split.position(r)] =
               l[(static_cast<size_t>(b) * s.NH + h) * Tl + r];
       }
+    // Each exchange ran and was timed (two a forward and backward: gather, gather and reduce).
+    if (cp > 1) {
+      EXPECT_GT(attn.overlap_times().exchanged_s, 0.0);
+    }
   });
-  EXPECT_TRUE(close("out", got_out, out, 2e-6));
-  EXPECT_TRUE(close("lse", got_lse, lse, 1e-6, 1e-6));
+  return {got_out, got_lse, got_dqkv};
+}
+
+void expect_close(const Case& s, const Results& got, const Results& want, const std::string& what) {
+  SCOPED_TRACE(what);
+  const int N = s.B * s.T, W = (s.NH + 2 * s.KVH) * s.HS, C = s.NH * s.HS, K = s.KVH * s.HS;
+  EXPECT_TRUE(close("out", got.out, want.out, 2e-6));
+  EXPECT_TRUE(close("lse", got.lse, want.lse, 1e-6, 1e-6));
   const auto part = [&](const char* name, int first, int width) {
-    return close(name, columns(got_dqkv, N, W, first, width), columns(dqkv, N, W, first, width),
-                 1e-5, 1e-6);
+    return close(name, columns(got.dqkv, N, W, first, width),
+                 columns(want.dqkv, N, W, first, width), 1e-5, 1e-6);
   };
   EXPECT_TRUE(part("dq", 0, C));
   EXPECT_TRUE(part("dk", C, K));
   EXPECT_TRUE(part("dv", C + K, K));
+}
+
+void compare_with_one_rank(const Case& s, int cp, exec::RunnerKind executor) {
+  SCOPED_TRACE(s.str() + " on " + std::to_string(cp) + " ranks, executor " +
+               std::string(exec::runner_kind_name(executor)));
+  const int N = s.B * s.T, W = (s.NH + 2 * s.KVH) * s.HS, C = s.NH * s.HS;
+  const nn::AttentionDropout drop = dropout_of(s);
+  const std::vector<float> qkv = uniform(static_cast<size_t>(N) * W, 7);
+  const std::vector<float> dout = uniform(static_cast<size_t>(N) * C, 8);
+
+  // One rank, the whole sequence.
+  Results one{std::vector<float>(static_cast<size_t>(N) * C),
+              std::vector<float>(static_cast<size_t>(s.B) * s.NH * s.T),
+              std::vector<float>(qkv.size(), 0.0f)};
+  std::vector<float> scratch(
+      static_cast<size_t>(nn::flash_attention_scratch_floats(s.T, s.HS, s.blocks)));
+  nn::flash_attention_forward(one.out.data(), one.lse.data(), scratch.data(), qkv.data(), s.B, s.T,
+                              s.NH, s.KVH, s.HS, drop, s.blocks);
+  nn::flash_attention_backward(one.dqkv.data(), scratch.data(), dout.data(), qkv.data(),
+                               one.out.data(), one.lse.data(), s.B, s.T, s.NH, s.KVH, s.HS, drop,
+                               s.blocks);
+
+  const Results sequential = split_attention(s, cp, executor, ContextOrder::Sequential, qkv, dout);
+  const Results overlapped = split_attention(s, cp, executor, ContextOrder::Overlapped, qkv, dout);
+  expect_close(s, sequential, one, "sequential against one rank");
+  expect_close(s, overlapped, one, "overlapped against one rank");
+  expect_close(s, overlapped, sequential, "overlapped against sequential");
 }
 
 constexpr exec::RunnerKind kReference = exec::RunnerKind::Reference;
@@ -190,20 +232,62 @@ TEST(ContextParallelAttention, RunsTheSchedulesItIsGiven) {
 // (the one to train with) add a few bytes of their own, and the plan runner two whole-sequence
 // intermediates (which the memory estimate counts for it, and for the reference interpreter, whose
 // runner does not report what it allocates).
+// Overlapped, a partial output and log-sum-exp more: B x Tl x NH x (HS + 1) floats.
 TEST(ContextParallelAttention, TheEstimatesBuffersAreWhatItAllocates) {
   for (exec::RunnerKind executor : {exec::RunnerKind::Plan, exec::RunnerKind::Compiled})
-    comm::run_ranks(2, [&](comm::Communicator& group) {
-      const ContextSplit split(16, 2, group.rank());
-      ContextParallelAttention attn(group, split, 2, 4, 2, 8, {}, executor);
-      const std::vector<int> pos = split.positions();
-      const int64_t piece = 2 * 8 * 2 * 2 * 8;  // B x Tl x (k, v) x KVH x HS
-      const int64_t scratch = nn::flash_attention_scratch_floats({8, 16, pos.data()}, 8);
-      const uint64_t want = static_cast<uint64_t>(piece + 3 * 2 * piece + scratch) * sizeof(float);
-      EXPECT_EQ(ContextParallelAttention::buffer_bytes(split, 2, 2, 8), want);
-      const uint64_t runners = executor == exec::RunnerKind::Compiled ? 0 : 2 * 2 * piece * 4;
-      EXPECT_GE(attn.allocated_bytes(), want + runners) << exec::runner_kind_name(executor);
-      EXPECT_LE(attn.allocated_bytes(), want + runners + 64) << exec::runner_kind_name(executor);
-    });
+    for (ContextOrder order : {ContextOrder::Sequential, ContextOrder::Overlapped})
+      comm::run_ranks(2, [&](comm::Communicator& group) {
+        SCOPED_TRACE(std::string(exec::runner_kind_name(executor)) +
+                     (order == ContextOrder::Overlapped ? " overlapped" : " sequential"));
+        const ContextSplit split(16, 2, group.rank());
+        ContextSchedules schedules;
+        schedules.order = order;
+        ContextParallelAttention attn(group, split, 2, 4, 2, 8, schedules, executor);
+        const std::vector<int> pos = split.positions();
+        const int64_t piece = 2 * 8 * 2 * 2 * 8;  // B x Tl x (k, v) x KVH x HS
+        const int64_t scratch = nn::flash_attention_scratch_floats({8, 16, pos.data()}, 8);
+        const int64_t part = order == ContextOrder::Overlapped ? 2 * 8 * 4 * (8 + 1) : 0;
+        const uint64_t want =
+            static_cast<uint64_t>(piece + 3 * 2 * piece + part + scratch) * sizeof(float);
+        EXPECT_EQ(ContextParallelAttention::buffer_bytes(split, 2, 4, 2, 8, {}, order), want);
+        const uint64_t runners = executor == exec::RunnerKind::Compiled ? 0 : 2 * 2 * piece * 4;
+        EXPECT_GE(attn.allocated_bytes(), want + runners);
+        EXPECT_LE(attn.allocated_bytes(), want + runners + 64);
+      });
+}
+
+// One rank has nothing to exchange: no partial buffer, no thread, in either order.
+TEST(ContextParallelAttention, OneRankNeitherOverlapsNorHoldsAPartialResult) {
+  comm::run_ranks(1, [&](comm::Communicator& group) {
+    const ContextSplit split(8, 1, 0);
+    ContextParallelAttention attn(group, split, 1, 2, 1, 4, {}, kReference);
+    EXPECT_EQ(attn.order(), ContextOrder::Overlapped);
+    EXPECT_FALSE(attn.overlapping());
+    EXPECT_EQ(
+        ContextParallelAttention::buffer_bytes(split, 1, 2, 1, 4, {}, ContextOrder::Overlapped),
+        ContextParallelAttention::buffer_bytes(split, 1, 2, 1, 4, {}, ContextOrder::Sequential));
+  });
+}
+
+// TANDEM_CP_OVERLAP chooses the order; a value that is neither 0 nor 1 is refused by name.
+TEST(ContextOrder, TheEnvironmentChoosesIt) {
+  const auto with = [](const char* v) {
+    setenv("TANDEM_CP_OVERLAP", v, 1);
+    std::string r;
+    try {
+      r = context_order_from_env() == ContextOrder::Overlapped ? "overlapped" : "sequential";
+    } catch (const UserError& e) {
+      r = e.what();
+    }
+    unsetenv("TANDEM_CP_OVERLAP");
+    return r;
+  };
+  EXPECT_EQ(context_order_from_env(), ContextOrder::Overlapped);
+  EXPECT_EQ(with("0"), "sequential");
+  EXPECT_EQ(with("1"), "overlapped");
+  EXPECT_EQ(with("yes"),
+            "TANDEM_CP_OVERLAP=yes: give 1 (context parallelism's exchanges overlap its products, "
+            "the default) or 0 (they run before and after them)");
 }
 
 }  // namespace context_parallel_test

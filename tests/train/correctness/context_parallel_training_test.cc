@@ -96,25 +96,29 @@ TEST(ContextParallelTraining, TheModelStatesModesComposeWithCp) {
     std::string name;
     void (*set)(TrainConfig&);
     int dp;
+    bool alone = true;  // the mode runs without cp at this dp (else: against the plain run)
   };
+  const auto shard = [](TrainConfig& c) { c.optimizer.sharding = parallel::Sharding::Weights; };
   const Mode modes[] = {
       {"--optimizer-state host",
        [](TrainConfig& c) { c.optimizer.state_tier = ooc::TierSpec::parse("host"); }, 1},
       {"--model-state host", [](TrainConfig& c) { c.model_state = ooc::TierSpec::parse("host"); },
        1},
-      {"--shard weights",
-       [](TrainConfig& c) { c.optimizer.sharding = parallel::Sharding::Weights; }, 2},
+      {"--shard weights", shard, 2},
+      // Sharded over the two cp ranks alone (the replicas): no data-parallel rank needed.
+      {"--shard weights --dp 1", shard, 1, false},
   };
   for (const Mode& m : modes) {
     TrainConfig one = gpt2_run({m.dp, 1, 1});
-    m.set(one);
+    if (m.alone) m.set(one);
     TrainConfig split = gpt2_run({m.dp, 1, 1, 2});
     m.set(split);
     expect_like_one_rank(train(split), train(one), initial_weights(one), m.name);
   }
 }
 
-// The run says how it is split, and the moments are sliced over the dp x cp replicas.
+// The run says how it is split, that the moments are sliced over the dp x cp replicas, and how
+// much of the kv exchanges the overlap hid.
 TEST(ContextParallelTraining, TheStartUpLinesShowTheGrid) {
   TrainConfig c = gpt2_run({2, 1, 1, 2}, 1);
   std::ostringstream out;
@@ -124,6 +128,11 @@ TEST(ContextParallelTraining, TheStartUpLinesShowTheGrid) {
   EXPECT_NE(text.find("4 ranks (dp=2 tp=1 pp=1 cp=2, thread backend)"), std::string::npos) << text;
   EXPECT_NE(text.find("rank 2 (dp 1 tp 0 pp 0 cp 0)"), std::string::npos) << text;
   EXPECT_NE(text.find("1/4 of the model's"), std::string::npos) << text;
+  // The summary says how much of the attention's exchanges the products hid.
+  EXPECT_NE(
+      text.find("tandem train: context parallelism (overlapped order): the kv exchanges ran "),
+      std::string::npos)
+      << text;
 }
 
 // A checkpoint holds whole tensors: one saved with cp 2 resumes with cp 1 and the other way,

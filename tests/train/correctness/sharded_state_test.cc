@@ -311,7 +311,8 @@ TEST(ShardedStateVariants, WhatItCannotServeIsRefused) {
   c.optimizer.sharding = parallel::Sharding::Weights;
   EXPECT_THAT(testing::user_error_of([&] { train(c); }),
               ::testing::HasSubstr("--shard weights shards the model state across the "
-                                   "data-parallel ranks: it needs --dp 2 or more (got --dp 1)"));
+                                   "data-parallel replicas (dp x cp ranks): it needs --dp or --cp "
+                                   "2 or more (got --dp 1 --cp 1)"));
   c.grid = {2, 1, 1};
   c.optimizer.clip_grad_norm = 1.0;
   EXPECT_THAT(testing::user_error_of([&] { train(c); }),

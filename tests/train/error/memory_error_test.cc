@@ -136,7 +136,7 @@ TEST(MemoryCheck, ContextParallelRanksHoldHalfTheTokensAndTheKeysAndValues) {
   EXPECT_EQ(two.parameters, 2 * one.parameters);
   EXPECT_EQ(two.optimizer, one.optimizer);
   const uint64_t kv = parallel::ContextParallelAttention::buffer_bytes(
-      parallel::ContextSplit(c.model.seq_len, 2, 0), static_cast<int>(c.batch),
+      parallel::ContextSplit(c.model.seq_len, 2, 0), static_cast<int>(c.batch), c.model.n_heads,
       c.model.n_kv_heads(), c.model.head_size());
   EXPECT_EQ(two.activations, 2 * (half_tokens.activations + kv));
 }
