@@ -577,18 +577,20 @@ std::string grid_plan_report(const GridPlan& plan) {
 
 std::string grid_choice_line(const GridPlan& plan) {
   const GridOption& b = plan.best();
-  const std::string which =
-      plan.ties() > 1
-          ? fmt::format(
-                "of the {} tied within {:g}% of the fastest prediction, the one with the "
-                "fewest bytes over the link",
+  const bool tie = plan.ties() > 1;
+  const std::string tie_note =
+      tie ? fmt::format(
+                "; {} of them predicted within {:g}% of the fastest, the model's stated error: a "
+                "tie, broken by the rule `tandem plan` prints (the fewest bytes over the link "
+                "first)",
                 plan.ties(), kPlanTieFraction * 100)
-          : "the fastest";
+          : "";
   return fmt::format(
       "--grid auto: {} ({}), {} of {} configuration{} of {} ranks that fit {} a rank, predicted "
-      "{:.4f} s a step",
-      flags_of(b.cfg), b.activations, which, plan.options.size(),
-      plan.options.size() == 1 ? "" : "s", plan.ranks, human_bytes(plan.memory_per_rank), b.step_s);
+      "{:.4f} s a step{}",
+      flags_of(b.cfg), b.activations, tie ? "chosen" : "the fastest", plan.options.size(),
+      plan.options.size() == 1 ? "" : "s", plan.ranks, human_bytes(plan.memory_per_rank), b.step_s,
+      tie_note);
 }
 
 // ---------------------------------------------- a run's configuration in the performance model's
