@@ -10,7 +10,7 @@ pybind11_add_module(tandem_py MODULE NO_EXTRAS ${tandem_py_srcs})
 set_target_properties(tandem_py PROPERTIES OUTPUT_NAME _tandem LIBRARY_OUTPUT_DIRECTORY
                                                                ${PROJECT_BINARY_DIR}/python/tandem)
 # Bindings sit on top: they link the modules they expose, and nothing links them.
-target_link_libraries(tandem_py PRIVATE tandem_flags tandem_exec tandem_schedule tandem_dsl
+target_link_libraries(tandem_py PRIVATE tandem_flags tandem_tune tandem_exec tandem_schedule tandem_dsl
                                         tandem_comm tandem_core)
 set(TANDEM_PYTHON_PATH ${PROJECT_BINARY_DIR}/python)
 file(GLOB tandem_py_files CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/python/tandem/*.py)
@@ -36,8 +36,9 @@ foreach(file ${tandem_py_tests})
   get_filename_component(name ${file} NAME_WE)
   add_test(NAME python.${name}
            COMMAND ${Python3_EXECUTABLE} -m pytest -q -p no:cacheprovider ${file})
+  # TANDEM_EXE: the tandem command, which test_tune.py runs beside tandem.tune.
   set_tests_properties(python.${name} PROPERTIES LABELS "python" TIMEOUT 120
-                                                 ENVIRONMENT "PYTHONPATH=${TANDEM_PYTHON_PATH}")
+                       ENVIRONMENT "PYTHONPATH=${TANDEM_PYTHON_PATH};TANDEM_EXE=$<TARGET_FILE:tandem>")
 endforeach()
 # The scripts in tests/python/mpi/, one process a rank under mpirun as the C++ mpi suites are
 # launched (tests/CMakeLists.txt: root allowed, oversubscribed), labelled "python" and "mpi". A

@@ -1,4 +1,4 @@
-// What the two files of the Python bindings share: the handles Python holds on programs and their
+// What the files of the Python bindings share: the handles Python holds on programs and their
 // stages, and the functions that add each file's part to the module. Bindings only: every rule
 // (typing, layouts, schedules, running) is the C++ library's, and its UserError reaches Python as
 // tandem.Error with the same message.
@@ -36,5 +36,7 @@ void bind_schedule(py::module_& m);
 void bind_run(py::module_& m);
 // MPI from Python: the world communicator and its collectives on the caller's arrays (comm.cc).
 void bind_comm(py::module_& m);
+// The autotuner: tandem.tune and tandem.tuned, on the command's cache (tune.cc).
+void bind_tune(py::module_& m);
 
 }  // namespace tandem::python

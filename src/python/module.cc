@@ -531,4 +531,5 @@ PYBIND11_MODULE(_tandem, m) {
   tandem::python::bind_schedule(m);
   tandem::python::bind_run(m);
   tandem::python::bind_comm(m);
+  tandem::python::bind_tune(m);
 }
