@@ -12,8 +12,8 @@
    step of each, its phases, and the optimizer-and-exchange part: the whole step less the forward
    and backward alone (DDP's exchange runs inside its backward, the fused one in step()).
 2. The per-call cost of a compiled program run from Python: Bound.run (the adam schedule bound
-   in place) at 16 elements and at 16 Mi elements (64 MiB of weights), median over many calls.
-   The same program's C++ call is bench/adam_step.cc's to compare with (not run here).
+   in place on arrays from world.empty) at 16 elements and at 16 Mi elements (64 MiB of weights),
+   median over many calls; docs/benchmarks.md compares it with the same call from C++.
 
 Checks before timing: the first loss is near ln 256, and after the timed steps every rank holds
 the same weights (both ways). Timings on a busy machine are not claims."""
@@ -182,8 +182,10 @@ def call_overhead(a, world):
     for n, calls in ((16, a.calls), (16 << 20, 10)):
         base, extra = divmod(n, world.size)
         mine = base + (1 if world.rank < extra else 0)
-        arrays = {"g": np.zeros(n, np.float32), "w": np.zeros(n, np.float32),
-                  "m": np.zeros(mine, np.float32), "v": np.zeros(mine, np.float32)}
+        # In the shared arena, as a training script's buffers are (DistributedFusedAdamW's).
+        arrays = {k: world.empty(size) for k, size in (("g", n), ("w", n), ("m", mine), ("v", mine))}
+        for a_ in arrays.values():
+            a_[:] = 0
         bound = compiled.bind(arrays, comm=world)
         scalars = dict(lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0, step=1, grad_scale=0.5)
         times = []
@@ -215,6 +217,7 @@ def main():
                    "forward and backward alone)")
     p.add_argument("--threads", type=int, default=0, help="torch threads a process (0: cores / processes)")
     p.add_argument("--no-calls", action="store_true", help="skip the Bound.run per-call figures")
+    p.add_argument("--only-calls", action="store_true", help="the Bound.run per-call figures alone")
     a = p.parse_args()
     world = tandem.mpi_world()
     try:
@@ -224,7 +227,7 @@ def main():
         if world.rank == 0:
             print("PyTorch is not installed (python3-torch): the GPT step is skipped")
     try:
-        if torch is not None:
+        if torch is not None and not a.only_calls:
             torch.set_num_threads(a.threads or max(1, (os.cpu_count() or 1) // world.size))
             gpt_step(a, world, torch)
         if not a.no_calls:
