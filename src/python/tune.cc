@@ -69,10 +69,20 @@ std::shared_ptr<comm::Communicator> comm_of(const py::object& comm, const char* 
   return comm.cast<const PyComm&>().comm;
 }
 
-void check_ranks(int ranks, const char* call) {
-  if (ranks < 1 || ranks > comm::kMaxThreadRanks)
+// The in-process rank count (default 2, as `tandem tune`'s), or, with a communicator, its size
+// (a ranks= that differs is an error rather than ignored).
+int ranks_of(std::optional<int> ranks, const comm::Communicator* world, const char* call) {
+  if (world != nullptr) {
+    if (ranks && *ranks != world->size())
+      user_error("{}: ranks={} but comm has {} ranks (one a process); leave ranks out with comm",
+                 call, *ranks, world->size());
+    return world->size();
+  }
+  const int n = ranks.value_or(2);
+  if (n < 1 || n > comm::kMaxThreadRanks)
     user_error("{}: ranks must be between 1 and {} (threads of this process), not {}", call,
-               comm::kMaxThreadRanks, ranks);
+               comm::kMaxThreadRanks, n);
+  return n;
 }
 
 // On in-process ranks the command gives each rank's BLAS its share of the cores (src/cli/tune.cc),
@@ -233,9 +243,9 @@ void bind_tune(py::module_& m) {
 
   m.def(
       "tune",
-      [](const py::object& target, const py::object& sizes, int ranks, const py::object& comm,
-         const std::optional<std::vector<std::string>>& schedules, int reps, int warmup,
-         std::optional<double> budget, const std::optional<std::vector<int>>& blocks,
+      [](const py::object& target, const py::object& sizes, std::optional<int> ranks_given,
+         const py::object& comm, const std::optional<std::vector<std::string>>& schedules, int reps,
+         int warmup, std::optional<double> budget, const std::optional<std::vector<int>>& blocks,
          const std::optional<std::vector<py::object>>& chunks, bool retune,
          const std::string& executor) {
         const Program& program = as_program(target, "tune");
@@ -247,20 +257,21 @@ void bind_tune(py::module_& m) {
         o.warmup = warmup;
         o.read_cache = !retune;
         const std::shared_ptr<comm::Communicator> world = comm_of(comm, "tune");
-        if (!world) check_ranks(ranks, "tune");
+        const int ranks = ranks_of(ranks_given, world.get(), "tune");
         py::gil_scoped_release nogil;  // seconds to minutes: every schedule compiled and timed
         if (world) return tune::tune(program, *world, o);
         const BlasShare share(ranks);
         return tune::tune_threads(program, ranks, o);
       },
-      py::arg("program"), py::arg("sizes"), py::kw_only(), py::arg("ranks") = 2,
+      py::arg("program"), py::arg("sizes"), py::kw_only(), py::arg("ranks") = py::none(),
       py::arg("comm") = py::none(), py::arg("schedules") = py::none(), py::arg("reps") = 5,
       py::arg("warmup") = 1, py::arg("budget") = py::none(), py::arg("blocks") = py::none(),
       py::arg("chunks") = py::none(), py::arg("retune") = false, py::arg("executor") = "compiled",
       "Searches the schedules of `program` and keeps the fastest, as `tandem tune` does, with its "
       "defaults and its cache (records under the JIT cache folder, shared with the command: same "
       "key, same file). sizes: every symbol's extent ({'N': 4096} or {'N': '4Mi'}). ranks: "
-      "in-process ranks (threads) when comm is None; comm=tandem.mpi_world(): the processes of "
+      "in-process ranks (threads, default 2) when comm is None; comm=tandem.mpi_world(): the "
+      "processes of "
       "the MPI job, every one calling tune together. schedules: time only these recipes and the "
       "baseline (--schedules); reps, warmup, budget (seconds), blocks, chunks (bytes, or '256Ki'; "
       "[] for no chunk round), retune (--retune: time again even when a record exists), executor "
@@ -269,9 +280,9 @@ void bind_tune(py::module_& m) {
 
   m.def(
       "tuned",
-      [](const py::object& target, const py::object& sizes, int ranks, const py::object& comm,
-         const std::optional<std::vector<std::string>>& schedules, std::optional<double> budget,
-         const std::optional<std::vector<int>>& blocks,
+      [](const py::object& target, const py::object& sizes, std::optional<int> ranks_given,
+         const py::object& comm, const std::optional<std::vector<std::string>>& schedules,
+         std::optional<double> budget, const std::optional<std::vector<int>>& blocks,
          const std::optional<std::vector<py::object>>& chunks,
          const std::string& executor) -> std::optional<tune::TuneRecord> {
         const Program& program = as_program(target, "tuned");
@@ -279,7 +290,7 @@ void bind_tune(py::module_& m) {
             options_of(sizes, schedules, budget, blocks, chunks, executor, "tuned");
         const std::string dir = exec::jit_cache_dir();
         const std::shared_ptr<comm::Communicator> world = comm_of(comm, "tuned");
-        if (!world) check_ranks(ranks, "tuned");
+        const int ranks = ranks_of(ranks_given, world.get(), "tuned");
         py::gil_scoped_release nogil;
         if (world) return agreed_record(*world, tune::tune_key(program, *world, o), dir);
         const BlasShare share(ranks);
@@ -290,7 +301,7 @@ void bind_tune(py::module_& m) {
         });
         return found;
       },
-      py::arg("program"), py::arg("sizes"), py::kw_only(), py::arg("ranks") = 2,
+      py::arg("program"), py::arg("sizes"), py::kw_only(), py::arg("ranks") = py::none(),
       py::arg("comm") = py::none(), py::arg("schedules") = py::none(),
       py::arg("budget") = py::none(), py::arg("blocks") = py::none(),
       py::arg("chunks") = py::none(), py::arg("executor") = "compiled",

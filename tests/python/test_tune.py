@@ -107,6 +107,15 @@ def test_bad_arguments_are_one_error(cache, args, kwargs, message):
         tandem.tune(adam(), *args, **kwargs)
 
 
+def test_ranks_with_a_communicator_must_be_its_size(cache):
+    world = tandem.mpi_world()  # one rank: this process was not started by mpirun
+    with pytest.raises(tandem.Error, match="ranks=2 but comm has 1 ranks"):
+        tandem.tune(adam(), {"N": 64}, ranks=2, comm=world)
+    with pytest.raises(tandem.Error, match="ranks=3 but comm has 1 ranks"):
+        tandem.tuned(adam(), {"N": 64}, ranks=3, comm=world)
+    assert tandem.tuned(adam(), {"N": 64}, comm=world, executor="plan") is None
+
+
 def test_tune_takes_a_program_not_a_schedule(cache):
     with pytest.raises(tandem.Error, match="give the tandem.Program"):
         tandem.tune(tandem.schedule(adam(), FUSED), {"N": 64})
