@@ -38,15 +38,21 @@ struct Block {
 // NumPy dtype (an object dtype in foreign memory would hold pointers Python never counted).
 py::array comm_empty(const PyComm& c, const py::object& shape, const py::object& dtype) {
   std::vector<py::ssize_t> dims;
-  if (py::isinstance<py::int_>(shape)) {
-    dims.push_back(shape.cast<py::ssize_t>());
-  } else if (py::isinstance<py::sequence>(shape) && !py::isinstance<py::str>(shape)) {
-    for (const py::handle& d : shape) {
-      if (!py::isinstance<py::int_>(d))
-        user_error("Communicator.empty: shape {} holds {}, not an extent",
-                   std::string(py::repr(shape)), std::string(py::repr(d)));
+  const auto extent = [&](const py::handle& d) {
+    if (!py::isinstance<py::int_>(d) || py::isinstance<py::bool_>(d))
+      user_error("Communicator.empty: shape {} holds {}, not an extent",
+                 std::string(py::repr(shape)), std::string(py::repr(d)));
+    try {
       dims.push_back(d.cast<py::ssize_t>());
+    } catch (const py::cast_error&) {
+      user_error("Communicator.empty: shape {} has an extent too large",
+                 std::string(py::repr(shape)));
     }
+  };
+  if (py::isinstance<py::int_>(shape)) {
+    extent(shape);
+  } else if (py::isinstance<py::sequence>(shape) && !py::isinstance<py::str>(shape)) {
+    for (const py::handle& d : shape) extent(d);
   } else {
     user_error("Communicator.empty: shape {} is neither an extent nor a sequence of extents",
                std::string(py::repr(shape)));
@@ -66,7 +72,10 @@ py::array comm_empty(const PyComm& c, const py::object& shape, const py::object&
     user_error("Communicator.empty: dtype {} is not numeric (float, int, uint, bool, complex)",
                std::string(py::str(dt)));
   size_t bytes = static_cast<size_t>(dt.itemsize());
-  for (py::ssize_t d : dims) bytes *= static_cast<size_t>(d);
+  for (py::ssize_t d : dims)
+    if (__builtin_mul_overflow(bytes, static_cast<size_t>(d), &bytes))
+      user_error("Communicator.empty: shape {} of {} is more bytes than an address space holds",
+                 std::string(py::repr(shape)), std::string(py::str(dt)));
   Allocator& alloc = c.comm->allocator();
   auto* block = new Block{&alloc, nullptr, std::max<size_t>(bytes, 1)};
   try {

@@ -67,6 +67,10 @@ def test_torch_views_it(world):
         ((4, "float99"), r"dtype 'float99' is not a NumPy dtype"),
         ((4, object), r"dtype object is not numeric"),
         ((4, "U3"), r"dtype <U3 is not numeric"),
+        (((1 << 40, 1 << 40),), r"is more bytes than an address space holds"),
+        ((1 << 70,), r"has an extent too large"),
+        ((True,), r"holds True, not an extent"),
+        ((1 << 39,), r"arena .* has no free block of 2199023255552 bytes"),  # 2 TiB of 1
     ],
 )
 def test_bad_arguments(world, args, message):
