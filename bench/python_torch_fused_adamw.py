@@ -5,13 +5,15 @@
 
 1. A PyTorch GPT training step (bench/tandem_gpt_model.py's GPT-2, f32) on the job's processes,
    each its rows of the batch: DistributedDataParallel(gloo) + torch.optim.AdamW against the same
-   model with no DDP and tandem.torch.DistributedFusedAdamW. Printed: the median whole step, and
-   the median of its optimizer-and-exchange part, taken as (backward + step) minus a backward with
-   no exchange (DDP's no_sync) for DDP, whose exchange runs inside the backward, and as step() for
-   the fused optimizer, whose exchange is the step.
+   model with no DDP and tandem.torch.DistributedFusedAdamW (its schedule the tuner's record when
+   one exists, else its default; --schedule names one), and the same model's forward and backward
+   alone (no exchange, no update), run in turns of --block consecutive steps (the order rotating
+   each round). Printed, as medians over the rounds of the slowest rank's time a step: the whole
+   step of each, its phases, and the optimizer-and-exchange part: the whole step less the forward
+   and backward alone (DDP's exchange runs inside its backward, the fused one in step()).
 2. The per-call cost of a compiled program run from Python: Bound.run (the adam schedule bound
-   in place) at 16 elements and at 16 Mi elements (64 MiB of weights), median over many calls.
-   The same program's C++ call is bench/adam_step.cc's to compare with (not run here).
+   in place on arrays from world.empty) at 16 elements and at 16 Mi elements (64 MiB of weights),
+   median over many calls; docs/benchmarks.md compares it with the same call from C++.
 
 Checks before timing: the first loss is near ln 256, and after the timed steps every rank holds
 the same weights (both ways). Timings on a busy machine are not claims."""
@@ -50,7 +52,8 @@ def gpt_step(a, world, torch):
                                          rank=rank, world_size=ranks)
     rows = a.batch // ranks
     g = torch.Generator().manual_seed(5)
-    data = [torch.randint(0, 256, (a.batch, a.seq + 1), generator=g) for _ in range(a.steps + 2)]
+    data = [torch.randint(0, 256, (a.batch, a.seq + 1), generator=g)
+            for _ in range((max(1, a.steps // a.block) + 1) * a.block)]
 
     def model():
         torch.manual_seed(0)
@@ -60,56 +63,117 @@ def gpt_step(a, world, torch):
         b = data[i][rank * rows:(rank + 1) * rows]
         return b[:, :-1].contiguous(), b[:, 1:].contiguous()
 
-    results = {}
-    for name in ("ddp", "fused"):
+    # Three set up, then run in turns, a block of consecutive steps each (no barrier inside a
+    # block: a step's time is what a training loop sees, the ranks kept together by the exchange
+    # alone), so that a drift in the machine's load hits all alike; the turns' order rotates each
+    # round, as a variant's place in it changed its times on a busy machine. "local" is the same
+    # model's forward and backward with no exchange and no optimizer: what either step would cost
+    # with nothing to exchange or update.
+    runs = {}
+    for name in a.order.split(","):
         net = model()
         if name == "ddp":
             net = torch.nn.parallel.DistributedDataParallel(net)
             opt = torch.optim.AdamW(net.parameters(), lr=3e-4, weight_decay=0.0)
+        elif name == "fused":
+            opt = tandem.torch.DistributedFusedAdamW(net.parameters(), lr=3e-4, weight_decay=0.0,
+                                                     comm=world, schedule=a.schedule)
         else:
-            opt = tandem.torch.DistributedFusedAdamW(net.parameters(), lr=3e-4, weight_decay=0.0, comm=world)
-        steps, parts = [], []
-        for i in range(a.steps + 2):
-            x, y = batch(i)
+            opt = torch.optim.SGD(net.parameters(), lr=0.0)  # only its zero_grad is called
+        runs[name] = (net, opt, {"forward": [], "backward": [], "step": [], "whole": []})
+    names = list(runs)
+    rounds = max(1, a.steps // a.block)
+    for r in range(rounds + 1):  # the first round warms up
+        for name in names[r % 3:] + names[:r % 3]:
+            net, opt, times = runs[name]
+            phases = {"forward": 0.0, "backward": 0.0, "step": 0.0}
             world.barrier()
-            t0 = time.perf_counter()
-            opt.zero_grad()
-            loss = net(x, y)
-            if i == 0 and abs(loss.item() - math.log(256)) > 0.5:
-                raise AssertionError(f"{name}: first loss {loss.item()}, not near ln 256")
-            t1 = time.perf_counter()
-            loss.backward()
-            t2 = time.perf_counter()
-            opt.step()
-            t3 = time.perf_counter()
-            if i >= 2:  # two warm-up steps
-                steps.append(t3 - t0)
-                parts.append(t3 - t1 if name == "ddp" else t3 - t2)
-        if name == "ddp":  # the backward alone, no exchange: subtracted from backward + step
-            backward = []
-            for i in range(a.steps):
-                x, y = batch(i)
-                with net.no_sync():
-                    loss = net(x, y)
-                    t0 = time.perf_counter()
-                    loss.backward()
-                    backward.append(time.perf_counter() - t0)
-            parts = [p - statistics.median(backward) for p in parts]
+            start = time.perf_counter()
+            for i in range(a.block):
+                x, y = batch(r * a.block + i)
+                t0 = time.perf_counter()
+                opt.zero_grad()
+                loss = net(x, y)
+                if r == 0 and i == 0 and abs(loss.item() - math.log(256)) > 0.5:
+                    raise AssertionError(f"{name}: first loss {loss.item()}, not near ln 256")
+                t1 = time.perf_counter()
+                loss.backward()
+                t2 = time.perf_counter()
+                if name != "local":
+                    opt.step()
+                t3 = time.perf_counter()
+                phases["forward"] += t1 - t0
+                phases["backward"] += t2 - t1
+                phases["step"] += t3 - t2
+            whole = time.perf_counter() - start
+            if r > 0:
+                times["whole"].append(whole / a.block)
+                for k, v in phases.items():
+                    times[k].append(v / a.block)
+    # Each round's times as the slowest rank's (a synchronous job goes at its slowest rank's pace;
+    # "local", with no exchange, would otherwise show one rank's time alone).
+    for name, (_, _, times) in runs.items():
+        for k, v in times.items():
+            both = np.array(v, np.float32)
+            world.all_reduce(both, op=tandem.Max)
+            times[k] = [float(t) for t in both]
+    local = median_ms(runs["local"][2]["whole"])
+    local_phases = {k: median_ms(v) for k, v in runs["local"][2].items()}
+    results = {}
+    for name in ("ddp", "fused"):
+        net, opt, times = runs[name]
         flat = torch.cat([p.detach().reshape(-1) for p in net.parameters()])
         other = flat.clone()
         world.broadcast(other, 0)
         if not torch.equal(flat, other):
             raise AssertionError(f"{name}: ranks hold different weights after training")
-        results[name] = (median_ms(steps), median_ms(parts))
+        med = {k: median_ms(v) for k, v in times.items()}
+        # The optimizer and the exchange: the step less the same forward and backward with neither
+        # (DDP's exchange runs inside its backward, the fused one's in step()).
+        results[name] = (med["whole"], med["whole"] - local, med)
+    # The optimizer and the exchange alone, each call started together (a barrier) and timed as
+    # the slowest rank's, in turns: DDP's exchange as one all-reduce of every gradient (DDP's
+    # buckets coalesced) and the average, then torch.optim.AdamW's step; the fused optimizer's
+    # step(), its gradients zeroed first (outside the time).
+    ddp_net, ddp_opt, _ = runs["ddp"]
+    fused_opt = runs["fused"][1]
+    grads = torch.cat([p.grad.reshape(-1) for p in ddp_net.parameters()])
+    alone = {"ddp": [], "fused": []}
+    for i in range(a.parts + 1):
+        for name in (("ddp", "fused") if i % 2 == 0 else ("fused", "ddp")):
+            if name == "fused":
+                fused_opt.zero_grad()
+            world.barrier()
+            t0 = time.perf_counter()
+            if name == "ddp":
+                torch.distributed.all_reduce(grads)
+                grads.div_(ranks)
+                ddp_opt.step()
+            else:
+                fused_opt.step()
+            if i > 0:
+                alone[name].append(time.perf_counter() - t0)
+    for name, v in alone.items():
+        both = np.array(v, np.float32)
+        world.all_reduce(both, op=tandem.Max)
+        alone[name] = median_ms([float(t) for t in both])
     if rank == 0:
         n = sum(p.numel() for p in model().parameters())
         print(f"GPT {a.layers} layers, C {a.channels}, T {a.seq}, batch {a.batch} on {ranks} processes, "
               f"{n / 1e6:.2f} M parameters, {torch.get_num_threads()} threads each:")
-        for name, (step, part) in results.items():
+        for name, (step, part, med) in results.items():
             label = "DDP(gloo)+AdamW" if name == "ddp" else "DistributedFusedAdamW"
-            print(f"  {label:24s} step {step:8.1f} ms   optimizer+exchange {part:8.1f} ms")
-        print(f"  ratio ddp/fused: step {results['ddp'][0] / results['fused'][0]:.2f}x, "
-              f"optimizer+exchange {results['ddp'][1] / results['fused'][1]:.2f}x")
+            print(f"  {label:24s} step {step:8.1f} ms   optimizer+exchange {part:8.1f} ms   (forward "
+                  f"{med['forward']:.1f}, backward {med['backward']:.1f}, step() {med['step']:.1f})")
+        print(f"  {'no exchange, no update':24s} step {local:8.1f} ms   (forward "
+              f"{local_phases['forward']:.1f}, backward {local_phases['backward']:.1f})")
+        fused = runs["fused"][1]
+        print(f"  fused schedule: {fused.schedule}"
+              + (f" (the tuner's, chunks of {fused.chunk_bytes} bytes)" if fused.tuning_record else ""))
+        print(f"  optimizer+exchange alone (started together, {a.parts} calls in turns): DDP's all-reduce + "
+              f"AdamW {alone['ddp']:.2f} ms, DistributedFusedAdamW.step() {alone['fused']:.2f} ms: "
+              f"{alone['ddp'] / alone['fused']:.2f}x")
+        print(f"  ratio ddp/fused: whole step {results['ddp'][0] / results['fused'][0]:.2f}x")
     torch.distributed.destroy_process_group()
 
 
@@ -118,8 +182,10 @@ def call_overhead(a, world):
     for n, calls in ((16, a.calls), (16 << 20, 10)):
         base, extra = divmod(n, world.size)
         mine = base + (1 if world.rank < extra else 0)
-        arrays = {"g": np.zeros(n, np.float32), "w": np.zeros(n, np.float32),
-                  "m": np.zeros(mine, np.float32), "v": np.zeros(mine, np.float32)}
+        # In the shared arena, as a training script's buffers are (DistributedFusedAdamW's).
+        arrays = {k: world.empty(size) for k, size in (("g", n), ("w", n), ("m", mine), ("v", mine))}
+        for a_ in arrays.values():
+            a_[:] = 0
         bound = compiled.bind(arrays, comm=world)
         scalars = dict(lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0, step=1, grad_scale=0.5)
         times = []
@@ -140,8 +206,18 @@ def main():
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--seq", type=int, default=64)
     p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--steps", type=int, default=8)
+    p.add_argument("--steps", type=int, default=30, help="timed steps of each (in blocks)")
+    p.add_argument("--parts", type=int, default=20, help="calls of the optimizer+exchange alone")
+    p.add_argument("--block", type=int, default=5, help="consecutive steps a turn")
     p.add_argument("--calls", type=int, default=2000)
+    p.add_argument("--schedule", default=None,
+                   help="DistributedFusedAdamW's recipe (default: the tuner's record, else its default)")
+    p.add_argument("--order", default="ddp,fused,local",
+                   help="the turns' first order (it rotates each step): ddp, fused and local (the "
+                   "forward and backward alone)")
+    p.add_argument("--threads", type=int, default=0, help="torch threads a process (0: cores / processes)")
+    p.add_argument("--no-calls", action="store_true", help="skip the Bound.run per-call figures")
+    p.add_argument("--only-calls", action="store_true", help="the Bound.run per-call figures alone")
     a = p.parse_args()
     world = tandem.mpi_world()
     try:
@@ -151,10 +227,11 @@ def main():
         if world.rank == 0:
             print("PyTorch is not installed (python3-torch): the GPT step is skipped")
     try:
-        if torch is not None:
-            torch.set_num_threads(max(1, (os.cpu_count() or 1) // world.size))
+        if torch is not None and not a.only_calls:
+            torch.set_num_threads(a.threads or max(1, (os.cpu_count() or 1) // world.size))
             gpt_step(a, world, torch)
-        call_overhead(a, world)
+        if not a.no_calls:
+            call_overhead(a, world)
     except BaseException:
         import traceback
 

@@ -10,7 +10,7 @@ pybind11_add_module(tandem_py MODULE NO_EXTRAS ${tandem_py_srcs})
 set_target_properties(tandem_py PROPERTIES OUTPUT_NAME _tandem LIBRARY_OUTPUT_DIRECTORY
                                                                ${PROJECT_BINARY_DIR}/python/tandem)
 # Bindings sit on top: they link the modules they expose, and nothing links them.
-target_link_libraries(tandem_py PRIVATE tandem_flags tandem_exec tandem_schedule tandem_dsl
+target_link_libraries(tandem_py PRIVATE tandem_flags tandem_tune tandem_exec tandem_schedule tandem_dsl
                                         tandem_comm tandem_core)
 # tandem.train and tandem.plan read their keywords through the commands' own flags (src/cli/).
 if(TARGET tandem_train)  # tandem_train_flags: defined with the command, below
@@ -41,7 +41,8 @@ foreach(file ${tandem_py_tests})
   get_filename_component(name ${file} NAME_WE)
   add_test(NAME python.${name}
            COMMAND ${Python3_EXECUTABLE} -m pytest -q -p no:cacheprovider ${file})
-  # TANDEM_COMMAND: the tandem command, whose output some tests compare with the module's.
+  # TANDEM_COMMAND: the tandem command, whose output some tests compare with the module's
+  # (test_tune.py runs it beside tandem.tune).
   set_tests_properties(python.${name} PROPERTIES LABELS "python" TIMEOUT 120
                        ENVIRONMENT "PYTHONPATH=${TANDEM_PYTHON_PATH};TANDEM_COMMAND=$<TARGET_FILE:tandem>")
 endforeach()

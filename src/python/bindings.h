@@ -42,5 +42,7 @@ void bind_train(py::module_& m);
 void bind_checkpoint(py::module_& m);
 // tandem.Tokenizer: SentencePiece and tokenizer.json encoding and decoding (tokenizer.cc).
 void bind_tokenizer(py::module_& m);
+// The autotuner: tandem.tune and tandem.tuned, on the command's cache (tune.cc).
+void bind_tune(py::module_& m);
 
 }  // namespace tandem::python

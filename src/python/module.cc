@@ -534,4 +534,5 @@ PYBIND11_MODULE(_tandem, m) {
   tandem::python::bind_train(m);
   tandem::python::bind_checkpoint(m);
   tandem::python::bind_tokenizer(m);
+  tandem::python::bind_tune(m);
 }

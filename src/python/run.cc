@@ -43,6 +43,7 @@ struct Call {
   int group_size = 1;
   comm::Communicator* comm = nullptr;  // MPI: this process is one rank; null: in-process ranks
   bool in_place = false;               // bind the caller's memory rather than copy it
+  size_t chunk_bytes = 0;  // the collectives' chunk size (a tuned program's); 0: the default
   dsl::SymbolMap symbols = {};
   exec::ScalarMap scalars = {};
   // Per input, per rank: the caller's object and its memory (None / empty where the rank does not
@@ -277,6 +278,7 @@ std::unique_ptr<exec::Runner> make_rank_runner(const Call& call, exec::RunnerKin
                                                comm::Communicator& comm) {
   exec::RunnerOptions options;
   options.compiled = std::move(compiled);
+  options.chunk_bytes = call.chunk_bytes;
   const auto& mine = [&](const std::string& name) -> const std::optional<CallerArray>& {
     return call.arrays.at(name)[static_cast<size_t>(comm.rank())];
   };
@@ -417,13 +419,14 @@ class Bound {
   Bound(dsl::Program original, schedule::Plan plan, exec::RunnerKind kind,
         std::shared_ptr<const exec::CompiledPlan> compiled,
         std::shared_ptr<comm::Communicator> comm, const py::dict& inputs, bool in_place,
-        const std::optional<dsl::SymbolMap>& symbols)
+        const std::optional<dsl::SymbolMap>& symbols, size_t chunk_bytes = 0)
       : original_(std::move(original)),
         plan_(std::move(plan)),
         comm_(std::move(comm)),
         call_(original_, plan_) {
     call_.comm = comm_.get();
     call_.in_place = in_place;
+    call_.chunk_bytes = chunk_bytes;
     settle(call_, inputs, std::nullopt, symbols);
     py::gil_scoped_release nogil;  // sets up with its peers: splits, allocations
     runner_ = make_rank_runner(call_, kind, std::move(compiled), *comm_);
@@ -555,21 +558,27 @@ void bind_run(py::module_& m) {
       .def(
           "bind",
           [](const Compiled& c, const py::dict& inputs, const py::object& comm,
-             const std::optional<dsl::SymbolMap>& symbols, bool in_place) {
+             const std::optional<dsl::SymbolMap>& symbols, bool in_place, int64_t chunk_bytes) {
             std::shared_ptr<comm::Communicator> world = as_comm(comm);
             if (!world)
               user_error(
                   "Compiled.bind: give comm=tandem.mpi_world(); in-process ranks run "
                   "with Compiled.run");
+            if (chunk_bytes < 0)
+              user_error("Compiled.bind: chunk_bytes {} is negative (0: the default chunk size)",
+                         chunk_bytes);
             return std::make_unique<Bound>(c.original, c.plan->plan(), exec::RunnerKind::Compiled,
-                                           c.plan, std::move(world), inputs, in_place, symbols);
+                                           c.plan, std::move(world), inputs, in_place, symbols,
+                                           static_cast<size_t>(chunk_bytes));
           },
           py::arg("inputs"), py::kw_only(), py::arg("comm"), py::arg("symbols") = py::none(),
-          py::arg("in_place") = true,
+          py::arg("in_place") = true, py::arg("chunk_bytes") = 0,
           "Sets the compiled schedule up on this process's rank of `comm` with its inputs (in "
           "place by default: bound to the arrays, which must outlive it) and returns a Bound, "
           "whose run(scalars) runs it: a training step's call, with no set-up per run. Arguments "
-          "as run's.");
+          "as run's; chunk_bytes: the collectives' chunk size (a TuneRecord's; 0: the process's "
+          "default). Under MPI, arrays from comm.empty (the shared arena) let the collectives "
+          "read the peers' memory where it lies; others take the ring.");
   py::class_<Bound>(m, "Bound",
                     "A compiled schedule set up on this process's rank, its inputs bound: "
                     "Compiled.bind.")

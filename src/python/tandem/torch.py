@@ -1,10 +1,11 @@
 """PyTorch training with tandem's collectives, one process a rank under mpirun.
 
-DistributedFusedAdamW is a torch.optim.Optimizer whose step is the `adam` workload scheduled
+DistributedFusedAdamW is a torch.optim.Optimizer whose step is the `adam` workload under the
+autotuner's schedule for its size and job when a record exists (tandem.tune, `tandem tune`), else
 "fused(RS-C-AG)+slice(m,v)" (CoCoNeT's fused schedule, ZeRO-1's memory): the gradients are
 reduce-scattered, AdamW runs on this rank's slice inside the reduce-scatter chunk by chunk, and the
 new parameters are all-gathered, by the compiled program, in the parameters' and gradients' own
-memory. allreduce_hook is a DistributedDataParallel communication hook that sums each bucket with
+memory, which lives in the communicator's shared arena (Communicator.empty). allreduce_hook is a DistributedDataParallel communication hook that sums each bucket with
 tandem's all_reduce. Both run across the processes of tandem.mpi_world(). See docs/python.md."""
 import torch
 
@@ -27,10 +28,18 @@ class DistributedFusedAdamW(torch.optim.Optimizer):
     holding the whole model and its own batch, as with DistributedDataParallel, but with no DDP:
     step() averages the gradients and updates the parameters in one compiled tandem program.
 
+    Schedule: `schedule` (a recipe name, docs/schedules.md) when given; else the autotuner's
+    record for the adam program at this parameter count on this job (tandem.tuned: what
+    tandem.tune(tandem.workloads.adam(tandem.F32), {"N": n}, comm=world) or `tandem tune adam
+    --dtype f32 --size N=n --backend mpi --ranks R` wrote), at its chunk size; else
+    "fused(RS-C-AG)+slice(m,v)". self.schedule and self.tuning_record say which.
+
     Memory: the parameters (float32, on the CPU, dense) are moved into one flat buffer, each
     parameter's .data becoming a view of it, and each .grad a view of a flat gradient buffer that
-    backward accumulates into; the program reads and writes both in place. Each rank stores only
-    its slice of the moments (1/ranks of them). After step() the gradients hold intermediate values
+    backward accumulates into; the program reads and writes both in place. Both buffers come from
+    comm.empty (under MPI the shared arena the node's processes map), so that the collectives
+    read the peers' buffers where they lie. Under a schedule that slices the moments (the default)
+    each rank stores only its slice of them (1/ranks). After step() the gradients hold intermediate values
     (the reduce-scatter's): call zero_grad() before the next backward, as usual. A parameter whose
     .grad was replaced (or set to None) is copied back into the buffer at the next step.
 
@@ -40,7 +49,7 @@ class DistributedFusedAdamW(torch.optim.Optimizer):
     scheduler does); the other hyper-parameters are fixed at construction."""
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, *,
-                 comm=None, schedule=DEFAULT_SCHEDULE):
+                 comm=None, schedule=None):
         defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay)
         super().__init__(params, defaults)
         if len(self.param_groups) != 1:
@@ -53,12 +62,33 @@ class DistributedFusedAdamW(torch.optim.Optimizer):
                 raise tandem.Error(
                     f"DistributedFusedAdamW: parameter {i} ({tuple(p.shape)}) is a {p.dtype} {p.layout} "
                     f"tensor on {p.device}; tandem updates dense float32 CPU parameters")
+        if schedule is not None and not isinstance(schedule, str):
+            raise tandem.Error(f"DistributedFusedAdamW: schedule must be a recipe name (str) or None, "
+                               f"not {type(schedule).__name__}")
         self.comm = comm if comm is not None else tandem.mpi_world()
         ranks, rank = self.comm.size, self.comm.rank
         n = sum(p.numel() for p in self._params)
+        program = tandem.workloads.adam(tandem.F32)
+        # The schedule: the caller's recipe, else the autotuner's record for this program, size and
+        # job (tandem.tune or `tandem tune`; every rank gets rank 0's), else CoCoNeT's fused one.
+        self.tuning_record = None
+        chunk_bytes = 0
+        if schedule is None:
+            self.tuning_record = tandem.tuned(program, {"N": n}, comm=self.comm)
+            if self.tuning_record is not None:
+                schedule, chunk_bytes = self.tuning_record.winner, self.tuning_record.chunk_bytes
+            else:
+                schedule = DEFAULT_SCHEDULE
+        self.schedule = schedule
+        self.chunk_bytes = chunk_bytes
+        scheduled = tandem.schedule(program, schedule)  # a recipe that does not parse: tandem.Error
+        # The flat parameters and gradients live in the communicator's memory (comm.empty: under
+        # MPI the shared arena, which the node's processes map), so that the program's collectives
+        # read the peers' buffers where they lie rather than pass them round a ring. The tensors
+        # view the NumPy arrays, which keep the memory alive as long as any view of it.
         with torch.no_grad():
-            self._flat = torch.empty(n, dtype=torch.float32)
-            self._flat_grad = torch.zeros(n, dtype=torch.float32)
+            self._flat = torch.from_numpy(self.comm.empty(n))
+            self._flat_grad = torch.from_numpy(self.comm.empty(n)).zero_()
             self._views = []  # per parameter: (its .data view, its .grad view)
             offset = 0
             for p in self._params:
@@ -72,14 +102,16 @@ class DistributedFusedAdamW(torch.optim.Optimizer):
                 self._views.append((w, g))
                 offset += p.numel()
         self.comm.broadcast(self._flat, 0)  # every rank starts from rank 0's parameters
-        begin, end = _part(n, ranks, rank)
-        self._m = torch.zeros(end - begin, dtype=torch.float32)  # this rank's slice of the moments
-        self._v = torch.zeros(end - begin, dtype=torch.float32)
-        self.schedule = schedule
-        program = tandem.schedule(tandem.workloads.adam(tandem.F32), schedule)
-        self._compiled = tandem.compile(program)
+        # The moments as the schedule stores them: this rank's slice (slice(m,v): ZeRO-1) or whole.
+        def moment(name):
+            begin, end = _part(n, ranks, rank) if scheduled.program[name].layout.dim >= 0 else (0, n)
+            return torch.zeros(end - begin, dtype=torch.float32)
+
+        self._m, self._v = moment("m"), moment("v")
+        self._compiled = tandem.compile(scheduled)
         self._bound = self._compiled.bind(
-            {"g": self._flat_grad, "w": self._flat, "m": self._m, "v": self._v}, comm=self.comm)
+            {"g": self._flat_grad, "w": self._flat, "m": self._m, "v": self._v}, comm=self.comm,
+            chunk_bytes=chunk_bytes)
         self._step = 0
 
     def zero_grad(self, set_to_none=False):

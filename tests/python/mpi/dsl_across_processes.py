@@ -55,6 +55,20 @@ def check(world):
     bound.run(dict(scalars, step=3))
     np.testing.assert_allclose(arrays["w"], want2["w"][rank], rtol=1e-6, atol=1e-7)
 
+    # The same in the communicator's memory (world.empty: the shared arena, where the collectives
+    # read the peers' buffers where they lie instead of the ring): the same values.
+    shared = {k: world.empty(v.shape) for k, v in arrays.items()}
+    assert all(a.dtype == np.float32 and a.flags.writeable for a in shared.values())
+    for k in shared:
+        shared[k][:] = {"g": whole["g"][rank], "w": whole["w"]}.get(k, whole[k][part(n, ranks, rank)])
+    compiled.bind(shared, comm=world).run(scalars)
+    np.testing.assert_allclose(shared["w"], want["w"][rank], rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(shared["m"], want["m"][rank][part(n, ranks, rank)], rtol=1e-6, atol=1e-7)
+    c = world.empty((2, 3))
+    c[:] = rank + 1
+    world.all_reduce(c)
+    np.testing.assert_array_equal(c, np.full((2, 3), ranks * (ranks + 1) / 2))
+
     # The interpreter, a program as written, under MPI.
     p = tandem.Program("sum")
     x = p.input(tandem.F32, ["N"], tandem.Local, "x")
