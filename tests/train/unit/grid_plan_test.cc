@@ -423,8 +423,9 @@ TEST(GridPlan, RepeatedPlansRecommendTheSame) {
   EXPECT_THAT(report, HasSubstr("2 configurations (marked = and *) are predicted within 10% of "
                                 "the fastest, the model's stated error: a tie, broken by a fixed "
                                 "rule: the fewest bytes over the link a step"));
-  EXPECT_THAT(grid_choice_line(tied), HasSubstr("of the 2 tied within 10% of the fastest "
-                                                "prediction, the one with the fewest bytes"));
+  EXPECT_THAT(grid_choice_line(tied),
+              HasSubstr("chosen of 3 configurations of 4 ranks that fit 1.00 GiB a rank, predicted "
+                        "1.0500 s a step; 2 of them predicted within 10% of the fastest"));
   // Compute 2% faster and the link 2% slower: the tied set and so the choice stay.
   Rates off = rates();
   for (auto& [tp, f] : off.gemm_flops_per_s) f *= 1.02;
