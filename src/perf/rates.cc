@@ -41,16 +41,27 @@ double median(std::vector<double> v) {
 
 // FLOP/s of one (rows x k) by (k x n) GEMM of `type`: the fastest of repeats filling about
 // kGemmSeconds (a busy machine only slows a repeat down, so the fastest is the least disturbed).
-double gemm_rate(DType type, int rows, int n, int k) {
-  const size_t elem = dtype_size(type);
-  std::vector<char> a(static_cast<size_t>(rows) * k * elem), b(static_cast<size_t>(k) * n * elem);
-  std::vector<float> c(static_cast<size_t>(rows) * n);
+// A (rows x k) by (k x n) GEMM of `type` on operands of its own (zeros: the rate does not depend
+// on the values).
+struct TimedGemm {
+  std::vector<char> a, b;
+  std::vector<float> c;
   GemmCall call;
-  call.type = type;
-  call.m = rows, call.n = n, call.k = k;
-  call.a = a.data(), call.lda = k;
-  call.b = b.data(), call.ldb = n;
-  call.c = c.data(), call.ldc = n;
+  TimedGemm(DType type, int rows, int n, int k)
+      : a(static_cast<size_t>(rows) * k * dtype_size(type)),
+        b(static_cast<size_t>(k) * n * dtype_size(type)),
+        c(static_cast<size_t>(rows) * n) {
+    call.type = type;
+    call.m = rows, call.n = n, call.k = k;
+    call.a = a.data(), call.lda = k;
+    call.b = b.data(), call.ldb = n;
+    call.c = c.data(), call.ldc = n;
+  }
+};
+
+double gemm_rate(DType type, int rows, int n, int k) {
+  TimedGemm g(type, rows, n, k);
+  const GemmCall& call = g.call;
   gemm(call);  // warm-up: threads started, primitives created
   std::vector<double> times;
   const auto begin = Clock::now();
@@ -69,18 +80,11 @@ double gemm_rate(DType type, int rows, int n, int k) {
 // before the last start); each caller's rate is the calls it finished over the time they took,
 // and of those the slowest counts (a step waits for its slowest rank).
 double gemm_rate_together(DType type, int rows, int n, int k, int callers) {
-  const size_t elem = dtype_size(type);
   std::latch start(callers);
   std::vector<double> rates(static_cast<size_t>(callers));
   auto caller = [&](int i) {
-    std::vector<char> a(static_cast<size_t>(rows) * k * elem), b(static_cast<size_t>(k) * n * elem);
-    std::vector<float> c(static_cast<size_t>(rows) * n);
-    GemmCall call;
-    call.type = type;
-    call.m = rows, call.n = n, call.k = k;
-    call.a = a.data(), call.lda = k;
-    call.b = b.data(), call.ldb = n;
-    call.c = c.data(), call.ldc = n;
+    TimedGemm g(type, rows, n, k);
+    const GemmCall& call = g.call;
     gemm(call);  // warm-up, alone
     start.arrive_and_wait();
     const auto begin = Clock::now();

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 import tandem
-from conftest import need_torch
+from conftest import ADAM_SCALARS, adam_inputs, need_torch
 
-SCALARS = dict(lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.01, step=3)
+SCALARS = ADAM_SCALARS
 RECIPE = "fused(RS-C-AG)+slice(m,v)"  # m and v stored sliced: in place, each rank gives its slice
 
 
@@ -17,16 +17,6 @@ def part(n, ranks, r):
     base, extra = divmod(n, ranks)
     begin = r * base + min(r, extra)
     return slice(begin, begin + base + (1 if r < extra else 0))
-
-
-def adam_arrays(ranks, n, seed):
-    rng = np.random.default_rng(seed)
-    return {
-        "g": [rng.standard_normal(n, dtype=np.float32) for _ in range(ranks)],
-        "w": rng.standard_normal(n, dtype=np.float32),
-        "m": rng.standard_normal(n, dtype=np.float32),
-        "v": rng.random(n, dtype=np.float32),
-    }
 
 
 def in_place_pieces(whole, ranks, n):
@@ -46,7 +36,7 @@ def compiled_adam():
 
 @pytest.mark.parametrize("ranks, n", [(1, 5), (2, 13), (3, 37)])
 def test_numpy_in_place_matches_copies(compiled_adam, ranks, n):
-    whole = adam_arrays(ranks, n, seed=n)
+    whole = adam_inputs(ranks, n, seed=n)
     scalars = dict(SCALARS, grad_scale=1.0 / ranks)
     want = compiled_adam.run(whole, scalars)
     mine = in_place_pieces(whole, ranks, n)
@@ -73,7 +63,7 @@ def test_interpreter_in_place_on_a_program_as_written():
 def test_torch_in_place_f32_and_bf16(compiled_adam):
     torch = need_torch()
     ranks, n = 2, 11
-    whole = adam_arrays(ranks, n, seed=7)
+    whole = adam_inputs(ranks, n, seed=7)
     scalars = dict(SCALARS, grad_scale=0.5)
     want = compiled_adam.run(whole, scalars)
     mine = {k: [torch.from_numpy(a) for a in v] for k, v in in_place_pieces(whole, ranks, n).items()}
@@ -85,7 +75,7 @@ def test_torch_in_place_f32_and_bf16(compiled_adam):
     # A bf16 gradient as a torch.bfloat16 tensor, read where it lies; a copy run rounds the same
     # float32 values to bf16, so both compute the same.
     adam16 = tandem.compile(tandem.schedule(tandem.workloads.adam(tandem.BF16), RECIPE))
-    whole = adam_arrays(ranks, n, seed=8)
+    whole = adam_inputs(ranks, n, seed=8)
     whole["g"] = [torch.from_numpy(g).bfloat16().float().numpy() for g in whole["g"]]
     want = adam16.run(whole, scalars)
     mine = {k: [torch.from_numpy(a) for a in v] for k, v in in_place_pieces(whole, ranks, n).items()}
@@ -173,7 +163,7 @@ def test_in_place_needs_memory_of_each_rank_and_the_stored_piece(compiled_adam):
     with pytest.raises(tandem.Error, match="shares memory"):  # overlapping views
         base = np.ones(6, np.float32)
         tandem.run(scale_program(), {"x": [base[:4], base[2:]]}, in_place=True)
-    whole = adam_arrays(2, 10, seed=1)
+    whole = adam_inputs(2, 10, seed=1)
     mine = in_place_pieces(whole, 2, 10)
     mine["m"] = [np.zeros(10, np.float32) for _ in range(2)]  # whole, where the slice is stored
     with pytest.raises(tandem.Error, match=r"N is 10 by input 'g' but 20 by input 'm' \(in place, each rank gives its slice of 'm'"):

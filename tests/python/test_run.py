@@ -5,19 +5,10 @@ import numpy as np
 import pytest
 
 import tandem
+from conftest import ADAM_SCALARS, adam_inputs
 
-SCALARS = dict(lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.01, step=3)
+SCALARS = ADAM_SCALARS
 SIZES = [1, 13, 37]  # one element, and sizes no rank count from 2 to 4 divides
-
-
-def adam_inputs(ranks, n, seed):
-    rng = np.random.default_rng(seed)
-    return {
-        "g": [rng.standard_normal(n, dtype=np.float32) for _ in range(ranks)],
-        "w": rng.standard_normal(n, dtype=np.float32),
-        "m": rng.standard_normal(n, dtype=np.float32),
-        "v": rng.random(n, dtype=np.float32),
-    }
 
 
 def adam_numpy(inputs, ranks):
