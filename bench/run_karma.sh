@@ -95,8 +95,9 @@ plan_for() {  # N TRANSPORT
   local out=$tmp/plan-$n-${t/:/-}
   run_limited "$tandem" plan "${model_flags[@]}" --threads "$threads" --ranks "$n" \
     --memory-per-rank "$(limit_of "$n")" "${link[@]}" | tee "$out.txt"
-  # A row: "dp=2 tp=1 pp=1 ... 0.1234s  12345  a + b + ... [--dp 2 ...]".
-  sed -n 's/^dp=.* \([0-9.]*\)s *\([0-9]*\)  .*\[\(.*\)\]$/\1 \2 \3/p' "$out.txt" >"$out.rows"
+  # A row: "* dp=2 tp=1 pp=1 ... 0.1234s  12345  a + b + ... [--dp 2 ...]" (its first two
+  # characters mark the recommendation, "*", and its ties, "=").
+  sed -n 's/^[*= ] dp=.* \([0-9.]*\)s *\([0-9]*\)  .*\[\(.*\)\]$/\1 \2 \3/p' "$out.txt" >"$out.rows"
 }
 
 # One training run: the median step after the first (ms), and rank 0's forward + backward phases
