@@ -46,6 +46,11 @@ foreach(file ${tandem_py_tests})
   set_tests_properties(python.${name} PROPERTIES LABELS "python" TIMEOUT 120
                        ENVIRONMENT "PYTHONPATH=${TANDEM_PYTHON_PATH};TANDEM_COMMAND=$<TARGET_FILE:tandem>")
 endforeach()
+# scripts/install-python.sh into a throwaway virtual environment, imported from outside the trees.
+add_test(NAME python.install
+         COMMAND bash ${PROJECT_SOURCE_DIR}/tests/python/install_test.sh ${PROJECT_SOURCE_DIR}
+                 ${PROJECT_BINARY_DIR} ${Python3_EXECUTABLE})
+set_tests_properties(python.install PROPERTIES LABELS "python" TIMEOUT 120)
 # The scripts in tests/python/mpi/, one process a rank under mpirun as the C++ mpi suites are
 # launched (tests/CMakeLists.txt: root allowed, oversubscribed), labelled "python" and "mpi". A
 # script prints "SKIPPED: why" and exits 0 when a package it needs is missing.
