@@ -55,6 +55,7 @@ set_tests_properties(python.install PROPERTIES LABELS "python" TIMEOUT 120)
 # launched (tests/CMakeLists.txt: root allowed, oversubscribed), labelled "python" and "mpi". A
 # script prints "SKIPPED: why" and exits 0 when a package it needs is missing.
 file(GLOB tandem_py_mpi_tests CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/tests/python/mpi/*.py)
+list(FILTER tandem_py_mpi_tests EXCLUDE REGEX "/_[^/]*$")  # _name.py: what the scripts share
 foreach(file ${tandem_py_mpi_tests})
   get_filename_component(name ${file} NAME_WE)
   add_test(NAME python.mpi.${name}.np2

@@ -15,7 +15,6 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <vector>
 
 #include "choices.h"
@@ -242,8 +241,7 @@ void run_tune(const TuneFlags& f, const std::vector<std::string>& args) {
     // The thread ranks share this machine's cores: each rank's BLAS gets its share, as the trainer
     // and the benchmarks give it, so that the matmuls are timed as they will run (the BLAS thread
     // count is part of the cache key). Oversubscribed, every schedule's matmul slows alike.
-    const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    blas::set_num_threads(std::max(1, hw / f.ranks));
+    blas::set_num_threads(tune::thread_rank_blas_threads(f.ranks));
     r = tune::tune_threads(program, f.ranks, o);
   } else {
     if (!comm::launched_by_mpirun()) {

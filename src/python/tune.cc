@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "bindings.h"
@@ -91,8 +90,7 @@ int ranks_of(std::optional<int> ranks, const comm::Communicator* world, const ch
 class BlasShare {
  public:
   explicit BlasShare(int ranks) : before_(blas::num_threads()) {
-    const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    blas::set_num_threads(std::max(1, hw / ranks));
+    blas::set_num_threads(tune::thread_rank_blas_threads(ranks));
   }
   ~BlasShare() { blas::set_num_threads(before_); }
   BlasShare(const BlasShare&) = delete;

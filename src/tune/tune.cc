@@ -16,6 +16,7 @@
 #include <limits>
 #include <numeric>
 #include <set>
+#include <thread>
 
 #include "search.h"
 #include "tandem/comm/agree.h"
@@ -488,6 +489,11 @@ TuneResult tune(const dsl::Program& program, comm::Communicator& comm, const Tun
   result.compiles = exec::jit_stats().compiles - compiles_before;
   if (o.write_cache) result.cache_file = record_path(key, cache_dir);
   return result;
+}
+
+int thread_rank_blas_threads(int ranks) {
+  const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return std::max(1, hw / std::max(1, ranks));
 }
 
 TuneResult tune_threads(const dsl::Program& program, int ranks, const TuneOptions& options) {

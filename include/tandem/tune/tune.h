@@ -110,6 +110,11 @@ std::vector<size_t> finalists(const std::vector<CandidateTiming>& candidates, do
 // else the ok candidate with the smallest median ("" when none is ok). Ties go to the earlier one.
 std::string choose_winner(const std::vector<CandidateTiming>& candidates);
 
+// The BLAS threads each of `ranks` in-process ranks gets when tuning: its share of this machine's
+// cores (at least 1), as the trainer and the benchmarks give it, so that matmuls are timed as they
+// will run; part of the cache key, so `tandem tune` and Python's tandem.tune both use it.
+int thread_rank_blas_threads(int ranks);
+
 // tune() on `ranks` in-process ranks (the thread backend); returns rank 0's result.
 TuneResult tune_threads(const dsl::Program& program, int ranks, const TuneOptions& options);
 

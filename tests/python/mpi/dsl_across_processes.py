@@ -2,12 +2,11 @@
 on each process, that rank's piece of what the same program computes on N in-process ranks; in
 place and on copies; and tandem's collectives on NumPy arrays and torch tensors. Every rank checks
 its own piece; a failing rank prints why and ends the job (a rank left waiting would hang)."""
-import sys
-import traceback
 
 import numpy as np
 
 import tandem
+from _mpi_checks import run_on_every_rank
 
 SCALARS = dict(lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.01, step=2)
 
@@ -110,15 +109,7 @@ def check(world):
 
 
 def main():
-    world = tandem.mpi_world()
-    try:
-        check(world)
-        world.barrier()
-    except BaseException:
-        traceback.print_exc()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        tandem.abort_mpi_job(1)
+    world = run_on_every_rank(check)
     if world.rank == 0:
         print(f"dsl_across_processes: {world.size} processes agree with in-process ranks")
 

@@ -8,12 +8,11 @@ the same in either order). Skipped, saying so, when
 python3-torch is not installed."""
 import importlib.util
 import socket
-import sys
-import traceback
 
 import numpy as np
 
 import tandem
+from _mpi_checks import run_on_every_rank
 
 STEPS, BATCH = 6, 16
 LR, BETAS, EPS, WD = 1e-2, (0.9, 0.999), 1e-8, 0.05
@@ -94,14 +93,7 @@ def main():
         return
     import torch
 
-    try:
-        check(world, torch)
-        world.barrier()
-    except BaseException:
-        traceback.print_exc()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        tandem.abort_mpi_job(1)
+    run_on_every_rank(check, torch)
     if world.rank == 0:
         print(f"torch_training: {world.size} processes match DDP(gloo) + AdamW")
 
