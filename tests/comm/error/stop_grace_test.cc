@@ -12,23 +12,14 @@
 #include <string>
 #include <thread>
 
+#include "tandem/comm/communicator.h"
 #include "tandem/comm/thread.h"
+#include "tandem/core/clock.h"
 #include "tandem/core/error.h"
 #include "tandem/core/stop_signal.h"
 
 namespace tandem::comm {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-struct ScopedTimeout {
-  explicit ScopedTimeout(double s) { set_comm_timeout_s(s); }
-  ~ScopedTimeout() { set_comm_timeout_s(-1); }
-};
-
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
 
 void sleep_s(double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); }
 
@@ -70,7 +61,7 @@ Outcome run_with_sigterm(const std::function<void(Communicator&)>& fn, double af
 }
 
 TEST(StopGrace, WaitsForPeersThatNeverComeGiveUpTheGraceAfterTheSignal) {
-  ScopedTimeout timeout(60);
+  const ScopedCommTimeout timeout(60);
   const ScopedStopGrace grace(0.3);
   const Outcome o = run_with_sigterm(mismatched, 0.2);
   EXPECT_TRUE(o.stop_wait) << o.message;
@@ -86,7 +77,7 @@ TEST(StopGrace, WaitsForPeersThatNeverComeGiveUpTheGraceAfterTheSignal) {
 }
 
 TEST(StopGrace, APeerThatArrivesWithinTheGraceIsWaitedFor) {
-  ScopedTimeout timeout(60);
+  const ScopedCommTimeout timeout(60);
   const ScopedStopGrace grace(2.0);
   const Outcome o = run_with_sigterm(
       [](Communicator& c) {
@@ -110,7 +101,7 @@ TEST(StopGrace, TheGraceOnlyGrows) {
 }
 
 TEST(StopGrace, OutsideAScopeOrWhileTurnedOffTheSignalChangesNoWait) {
-  ScopedTimeout timeout(0.8);
+  const ScopedCommTimeout timeout(0.8);
   EXPECT_LT(stop_grace_s(), 0);
   const Outcome outside = run_with_sigterm(mismatched, 0.1);
   EXPECT_FALSE(outside.stop_wait) << outside.message;
