@@ -4,13 +4,17 @@
     PYTHONPATH=build/release/python mpirun -np 2 python3 bench/python_torch_fused_adamw.py
 
 1. A PyTorch GPT training step (bench/tandem_gpt_model.py's GPT-2, f32) on the job's processes,
-   each its rows of the batch: DistributedDataParallel(gloo) + torch.optim.AdamW against the same
-   model with no DDP and tandem.torch.DistributedFusedAdamW (its schedule the tuner's record when
-   one exists, else its default; --schedule names one), and the same model's forward and backward
-   alone (no exchange, no update), run in turns of --block consecutive steps (the order rotating
-   each round). Printed, as medians over the rounds of the slowest rank's time a step: the whole
-   step of each, its phases, and the optimizer-and-exchange part: the whole step less the forward
-   and backward alone (DDP's exchange runs inside its backward, the fused one in step()).
+   each its rows of the batch: DistributedDataParallel(gloo) + torch.optim.AdamW ("ddp"), the same
+   DDP with tandem.torch.allreduce_hook, tandem's shared-memory collectives, + AdamW ("hook": the
+   fused optimizer's transport, PyTorch's unfused update: the like-for-like pair), the same model
+   with no DDP and tandem.torch.DistributedFusedAdamW ("fused"; its schedule the tuner's record
+   when one exists, else its default; --schedule names one), and the same model's forward and
+   backward alone ("local": no exchange, no update), run in turns of --block consecutive steps
+   (the order rotating each round). --optimizer lamb: LAMB instead (a plain PyTorch LAMB, below,
+   behind both DDPs; tandem.torch.DistributedFusedLAMB). Printed, as medians over the rounds of the
+   slowest rank's time a step: the whole step of each, its phases, and the optimizer-and-exchange
+   part: the whole step less the forward and backward alone (DDP's exchange runs inside its
+   backward, the fused one in step()).
 2. The per-call cost of a compiled program run from Python: Bound.run (the adam schedule bound
    in place on arrays from world.empty) at 16 elements and at 16 Mi elements (64 MiB of weights),
    median over many calls; docs/benchmarks.md compares it with the same call from C++.
@@ -34,6 +38,48 @@ import tandem  # noqa: E402
 
 def median_ms(samples):
     return 1e3 * statistics.median(samples)
+
+
+def torch_lamb(torch):
+    """LAMB in plain PyTorch, as a user without a fused one would write it (PyTorch ships none):
+    DistributedFusedLAMB's formula (bias-corrected moments, weight decay inside the direction, the
+    trust ratio ||w|| / ||r|| per tensor), one tensor after the other, in place where it can."""
+
+    class LAMB(torch.optim.Optimizer):
+        def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01):
+            super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
+
+        @torch.no_grad()
+        def step(self):
+            for group in self.param_groups:
+                b1, b2 = group["betas"]
+                for p in group["params"]:
+                    if p.grad is None:
+                        continue
+                    st = self.state[p]
+                    if not st:
+                        st["step"], st["m"], st["v"] = 0, torch.zeros_like(p), torch.zeros_like(p)
+                    st["step"] += 1
+                    m, v, g = st["m"], st["v"], p.grad
+                    m.mul_(b1).add_(g, alpha=1 - b1)
+                    v.mul_(b2).addcmul_(g, g, value=1 - b2)
+                    denom = (v / (1 - b2 ** st["step"])).sqrt_().add_(group["eps"])
+                    r = (m / (1 - b1 ** st["step"])).div_(denom).add_(p, alpha=group["weight_decay"])
+                    w_norm, r_norm = float(p.norm()), float(r.norm())
+                    trust = w_norm / r_norm if w_norm > 0 and r_norm > 0 else 1.0
+                    p.sub_(r, alpha=group["lr"] * trust)
+
+    return LAMB
+
+
+class FlatBucket:
+    """One DDP bucket holding every gradient: what allreduce_hook is handed, for timing it alone."""
+
+    def __init__(self, buffer):
+        self._buffer = buffer
+
+    def buffer(self):
+        return self._buffer
 
 
 def gpt_step(a, world, torch):
@@ -69,22 +115,31 @@ def gpt_step(a, world, torch):
     # round, as a variant's place in it changed its times on a busy machine. "local" is the same
     # model's forward and backward with no exchange and no optimizer: what either step would cost
     # with nothing to exchange or update.
+    lamb = a.optimizer == "lamb"
+    unfused = torch_lamb(torch) if lamb else torch.optim.AdamW
+    fused_class = tandem.torch.DistributedFusedLAMB if lamb else tandem.torch.DistributedFusedAdamW
     runs = {}
     for name in a.order.split(","):
         net = model()
-        if name == "ddp":
+        if name in ("ddp", "hook"):
             net = torch.nn.parallel.DistributedDataParallel(net)
-            opt = torch.optim.AdamW(net.parameters(), lr=3e-4, weight_decay=0.0)
+            if name == "hook":
+                net.register_comm_hook(world, tandem.torch.allreduce_hook)
+            opt = unfused(net.parameters(), lr=3e-4, weight_decay=0.0)
         elif name == "fused":
-            opt = tandem.torch.DistributedFusedAdamW(net.parameters(), lr=3e-4, weight_decay=0.0,
-                                                     comm=world, schedule=a.schedule)
-        else:
+            opt = fused_class(net.parameters(), lr=3e-4, weight_decay=0.0, comm=world,
+                              schedule=a.schedule)
+        elif name == "local":
             opt = torch.optim.SGD(net.parameters(), lr=0.0)  # only its zero_grad is called
+        else:
+            raise SystemExit(f"--order: unknown variant {name!r} (ddp, hook, fused, local)")
         runs[name] = (net, opt, {"forward": [], "backward": [], "step": [], "whole": []})
     names = list(runs)
+    if "local" not in runs or "fused" not in runs:
+        raise SystemExit("--order must name fused and local (the ratios are against them)")
     rounds = max(1, a.steps // a.block)
     for r in range(rounds + 1):  # the first round warms up
-        for name in names[r % 3:] + names[:r % 3]:
+        for name in names[r % len(names):] + names[:r % len(names)]:
             net, opt, times = runs[name]
             phases = {"forward": 0.0, "backward": 0.0, "step": 0.0}
             world.barrier()
@@ -120,7 +175,7 @@ def gpt_step(a, world, torch):
     local = median_ms(runs["local"][2]["whole"])
     local_phases = {k: median_ms(v) for k, v in runs["local"][2].items()}
     results = {}
-    for name in ("ddp", "fused"):
+    for name in [n for n in names if n != "local"]:
         net, opt, times = runs[name]
         flat = torch.cat([p.detach().reshape(-1) for p in net.parameters()])
         other = flat.clone()
@@ -133,24 +188,26 @@ def gpt_step(a, world, torch):
         results[name] = (med["whole"], med["whole"] - local, med)
     # The optimizer and the exchange alone, each call started together (a barrier) and timed as
     # the slowest rank's, in turns: DDP's exchange as one all-reduce of every gradient (DDP's
-    # buckets coalesced) and the average, then torch.optim.AdamW's step; the fused optimizer's
-    # step(), its gradients zeroed first (outside the time).
-    ddp_net, ddp_opt, _ = runs["ddp"]
-    fused_opt = runs["fused"][1]
-    grads = torch.cat([p.grad.reshape(-1) for p in ddp_net.parameters()])
-    alone = {"ddp": [], "fused": []}
+    # buckets coalesced: gloo's, or allreduce_hook on one bucket) and the average, then the
+    # unfused optimizer's step; the fused optimizer's step(), its gradients zeroed first (outside
+    # the time).
+    alone_names = [n for n in names if n != "local"]
+    grads = {n: torch.cat([p.grad.reshape(-1) for p in runs[n][0].parameters()])
+             for n in alone_names if n != "fused"}
+    alone = {n: [] for n in alone_names}
     for i in range(a.parts + 1):
-        for name in (("ddp", "fused") if i % 2 == 0 else ("fused", "ddp")):
+        for name in alone_names[i % len(alone_names):] + alone_names[:i % len(alone_names)]:
+            opt = runs[name][1]
             if name == "fused":
-                fused_opt.zero_grad()
+                opt.zero_grad()
             world.barrier()
             t0 = time.perf_counter()
             if name == "ddp":
-                torch.distributed.all_reduce(grads)
-                grads.div_(ranks)
-                ddp_opt.step()
-            else:
-                fused_opt.step()
+                torch.distributed.all_reduce(grads[name])
+                grads[name].div_(ranks)
+            elif name == "hook":
+                tandem.torch.allreduce_hook(world, FlatBucket(grads[name])).wait()
+            opt.step()
             if i > 0:
                 alone[name].append(time.perf_counter() - t0)
     for name, v in alone.items():
@@ -159,21 +216,26 @@ def gpt_step(a, world, torch):
         alone[name] = median_ms([float(t) for t in both])
     if rank == 0:
         n = sum(p.numel() for p in model().parameters())
+        opt_name = "LAMB" if lamb else "AdamW"
+        labels = {"ddp": f"DDP(gloo)+{opt_name}", "hook": f"DDP(tandem hook)+{opt_name}",
+                  "fused": fused_class.__name__}
         print(f"GPT {a.layers} layers, C {a.channels}, T {a.seq}, batch {a.batch} on {ranks} processes, "
-              f"{n / 1e6:.2f} M parameters, {torch.get_num_threads()} threads each:")
+              f"{n / 1e6:.2f} M parameters, {torch.get_num_threads()} threads each, {opt_name}:")
         for name, (step, part, med) in results.items():
-            label = "DDP(gloo)+AdamW" if name == "ddp" else "DistributedFusedAdamW"
-            print(f"  {label:24s} step {step:8.1f} ms   optimizer+exchange {part:8.1f} ms   (forward "
+            print(f"  {labels[name]:24s} step {step:8.1f} ms   optimizer+exchange {part:8.1f} ms   (forward "
                   f"{med['forward']:.1f}, backward {med['backward']:.1f}, step() {med['step']:.1f})")
         print(f"  {'no exchange, no update':24s} step {local:8.1f} ms   (forward "
               f"{local_phases['forward']:.1f}, backward {local_phases['backward']:.1f})")
         fused = runs["fused"][1]
         print(f"  fused schedule: {fused.schedule}"
               + (f" (the tuner's, chunks of {fused.chunk_bytes} bytes)" if fused.tuning_record else ""))
-        print(f"  optimizer+exchange alone (started together, {a.parts} calls in turns): DDP's all-reduce + "
-              f"AdamW {alone['ddp']:.2f} ms, DistributedFusedAdamW.step() {alone['fused']:.2f} ms: "
-              f"{alone['ddp'] / alone['fused']:.2f}x")
-        print(f"  ratio ddp/fused: whole step {results['ddp'][0] / results['fused'][0]:.2f}x")
+        print(f"  optimizer+exchange alone (started together, {a.parts} calls in turns): "
+              + ", ".join(f"{labels[k]} {v:.2f} ms" for k, v in alone.items()))
+        for name in [k for k in results if k != "fused"]:
+            what = "like for like in transport" if name == "hook" else "the issue's baseline"
+            print(f"  ratio {name}/fused ({what}): whole step "
+                  f"{results[name][0] / results['fused'][0]:.2f}x, optimizer+exchange alone "
+                  f"{alone[name] / alone['fused']:.2f}x")
     torch.distributed.destroy_process_group()
 
 
@@ -211,10 +273,14 @@ def main():
     p.add_argument("--block", type=int, default=5, help="consecutive steps a turn")
     p.add_argument("--calls", type=int, default=2000)
     p.add_argument("--schedule", default=None,
-                   help="DistributedFusedAdamW's recipe (default: the tuner's record, else its default)")
-    p.add_argument("--order", default="ddp,fused,local",
-                   help="the turns' first order (it rotates each step): ddp, fused and local (the "
-                   "forward and backward alone)")
+                   help="the fused optimizer's recipe (default: the tuner's record, else its default)")
+    p.add_argument("--order", default="ddp,hook,fused,local",
+                   help="the turns' first order (it rotates each round): ddp (gloo), hook (DDP with "
+                   "tandem.torch.allreduce_hook), fused and local (the forward and backward alone); "
+                   "fused and local are needed")
+    p.add_argument("--optimizer", choices=("adamw", "lamb"), default="adamw",
+                   help="AdamW (torch.optim.AdamW, DistributedFusedAdamW) or LAMB (a PyTorch "
+                   "LAMB, DistributedFusedLAMB)")
     p.add_argument("--threads", type=int, default=0, help="torch threads a process (0: cores / processes)")
     p.add_argument("--no-calls", action="store_true", help="skip the Bound.run per-call figures")
     p.add_argument("--only-calls", action="store_true", help="the Bound.run per-call figures alone")

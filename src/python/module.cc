@@ -388,7 +388,14 @@ void bind_workloads(py::module_& m) {
       "in place. Symbol N; scalars lr, beta1, beta2, eps, weight_decay, step, grad_scale.");
   w.def(
       "lamb", [](DType g) { return shared(wl::lamb(g)); }, py::arg("grad_dtype") = DType::BF16,
-      "LAMB: Adam's direction scaled by the trust ratio ||w|| / ||r||; binds as adam.");
+      "LAMB: Adam's direction scaled by the trust ratio ||w|| / ||r|| (the norms over all of w "
+      "and r: one tensor); binds as adam.");
+  w.def(
+      "lamb_bucket", [](DType g) { return shared(wl::lamb_bucket(g)); },
+      py::arg("grad_dtype") = DType::BF16,
+      "LAMB over a bucket of tensors: lamb with a trust ratio per segment of w (one a tensor). "
+      "Binds as lamb, with segments= (the tensors' bounds in the flat buffer) when run or bound; "
+      "symbol S, their number, follows from them.");
   // The layer workloads take the bias as a bool.
   auto layer = [](auto f) {
     return [f](DType dtype, double p, std::optional<DType> wire, bool bias) {

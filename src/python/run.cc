@@ -43,7 +43,8 @@ struct Call {
   int group_size = 1;
   comm::Communicator* comm = nullptr;  // MPI: this process is one rank; null: in-process ranks
   bool in_place = false;               // bind the caller's memory rather than copy it
-  size_t chunk_bytes = 0;  // the collectives' chunk size (a tuned program's); 0: the default
+  size_t chunk_bytes = 0;       // the collectives' chunk size (a tuned program's); 0: the default
+  dsl::Segments segments = {};  // the segments' bounds, for a program with segment ops (ir.h)
   dsl::SymbolMap symbols = {};
   exec::ScalarMap scalars = {};
   // Per input, per rank: the caller's object and its memory (None / empty where the rank does not
@@ -279,6 +280,7 @@ std::unique_ptr<exec::Runner> make_rank_runner(const Call& call, exec::RunnerKin
   exec::RunnerOptions options;
   options.compiled = std::move(compiled);
   options.chunk_bytes = call.chunk_bytes;
+  options.segments = call.segments;
   const auto& mine = [&](const std::string& name) -> const std::optional<CallerArray>& {
     return call.arrays.at(name)[static_cast<size_t>(comm.rank())];
   };
@@ -372,10 +374,33 @@ py::dict collect(const Call& call, const std::vector<exec::TensorMap>& results) 
   return out;
 }
 
+// The segments' bounds (a program with segment ops: lamb_bucket), and the count symbol of its
+// segment ops (S), unless the caller bound it, as their number: the bounds say it already.
+void read_segments(Call& call, const std::optional<dsl::Segments>& segments) {
+  const Program& p = call.original;
+  const std::vector<int> ops = p.segment_stages();
+  // Here rather than in check_segments, which would first miss the count symbol.
+  if (!ops.empty() && (!segments || segments->size() < 2))
+    user_error(
+        "program '{}' cuts its tensors into segments ({}): give their bounds, at least one "
+        "segment, with segments=[0, ..., N] (one segment a tensor)",
+        p.name(),
+        p.stage(ops.front()).name.empty() ? fmt::format("%{}", ops.front())
+                                          : p.stage(ops.front()).name);
+  if (!segments) return;
+  call.segments = *segments;
+  for (int id : ops) {
+    const dsl::Stage& s = p.stage(id);
+    if (s.op != dsl::Op::SegmentNorm || !s.attrs.shape[0].is_symbol()) continue;
+    call.symbols.emplace(s.attrs.shape[0].symbol, static_cast<int64_t>(call.segments.size()) - 1);
+  }
+}
+
 // Reads and checks every argument but the scalars: the rank count (the communicator's under MPI),
 // the arrays, the symbols.
 void settle(Call& call, const py::dict& inputs, std::optional<int> ranks,
-            const std::optional<dsl::SymbolMap>& symbols) {
+            const std::optional<dsl::SymbolMap>& symbols,
+            const std::optional<dsl::Segments>& segments) {
   const Program& original = call.original;
   if (call.comm != nullptr) {
     if (ranks && *ranks != call.comm->size())
@@ -398,8 +423,12 @@ void settle(Call& call, const py::dict& inputs, std::optional<int> ranks,
                original.name(), original.groups(), call.ranks);
   call.group_size = call.ranks / original.groups();
   if (symbols) call.symbols = *symbols;
+  read_segments(call, segments);
   read_inputs(call, inputs);
   settle_shapes(call);
+  // The bounds against the program (ascending from 0 to the segmented extent, as many as its
+  // count symbol), before any rank starts: the runners check them again, each on its own.
+  original.check_segments(call.symbols, call.segments);
   if (!call.in_place) convert_inputs(call);
 }
 
@@ -419,7 +448,8 @@ class Bound {
   Bound(dsl::Program original, schedule::Plan plan, exec::RunnerKind kind,
         std::shared_ptr<const exec::CompiledPlan> compiled,
         std::shared_ptr<comm::Communicator> comm, const py::dict& inputs, bool in_place,
-        const std::optional<dsl::SymbolMap>& symbols, size_t chunk_bytes = 0)
+        const std::optional<dsl::SymbolMap>& symbols, const std::optional<dsl::Segments>& segments,
+        size_t chunk_bytes = 0)
       : original_(std::move(original)),
         plan_(std::move(plan)),
         comm_(std::move(comm)),
@@ -427,7 +457,7 @@ class Bound {
     call_.comm = comm_.get();
     call_.in_place = in_place;
     call_.chunk_bytes = chunk_bytes;
-    settle(call_, inputs, std::nullopt, symbols);
+    settle(call_, inputs, std::nullopt, symbols, segments);
     py::gil_scoped_release nogil;  // sets up with its peers: splits, allocations
     runner_ = make_rank_runner(call_, kind, std::move(compiled), *comm_);
   }
@@ -456,16 +486,18 @@ class Bound {
 py::dict run(const Program& original, const schedule::Plan& plan, exec::RunnerKind kind,
              std::shared_ptr<const exec::CompiledPlan> compiled, const py::dict& inputs,
              const std::optional<py::dict>& scalars, std::optional<int> ranks,
-             const std::optional<dsl::SymbolMap>& symbols, bool in_place, const py::object& comm) {
+             const std::optional<dsl::SymbolMap>& symbols,
+             const std::optional<dsl::Segments>& segments, bool in_place, const py::object& comm) {
   if (std::shared_ptr<comm::Communicator> c = as_comm(comm)) {
     if (ranks && *ranks != c->size())
       user_error("ranks={} under MPI: the job has {} processes, one a rank", *ranks, c->size());
-    return Bound(original, plan, kind, std::move(compiled), std::move(c), inputs, in_place, symbols)
+    return Bound(original, plan, kind, std::move(compiled), std::move(c), inputs, in_place, symbols,
+                 segments)
         .run(scalars);
   }
   Call call{original, plan};
   call.in_place = in_place;
-  settle(call, inputs, ranks, symbols);
+  settle(call, inputs, ranks, symbols, segments);
   read_scalars(call, scalars.value_or(py::dict()));
   std::vector<exec::TensorMap> results(static_cast<size_t>(call.ranks));
   {
@@ -497,7 +529,10 @@ const char* const kRunDoc =
     "array for every rank; under MPI (comm given), this process's array.\n"
     "scalars: a dict from each scalar's name to its value.\nranks: the number of in-process ranks "
     "(default: the length of the lists).\nsymbols: extents of symbolic dims (default: read from "
-    "the arrays).\nin_place: False (the default): the arrays must hold float32 (bf16 and f16 "
+    "the arrays).\nsegments: for a program with segment ops (lamb_bucket), the bounds that cut "
+    "its tensors into segments: 0 < b1 < ... < N, one segment a tensor of the bucket (its count "
+    "symbol, S, is their number unless symbols gives it).\nin_place: False (the default): the "
+    "arrays must hold float32 (bf16 and f16 "
     "inputs are rounded from them); they are copied, never changed. True: each array must have "
     "its input's dtype and be the piece the schedule stores (this rank's slice of an input stored "
     "sliced); the run reads and updates it where it lies, with no copy; each rank needs arrays of "
@@ -517,17 +552,19 @@ void bind_run(py::module_& m) {
       "run",
       [](const py::object& target, const py::dict& inputs, const std::optional<py::dict>& scalars,
          std::optional<int> ranks, const std::optional<dsl::SymbolMap>& symbols,
-         const std::string& executor, bool in_place, const py::object& comm) {
+         const std::optional<dsl::Segments>& segments, const std::string& executor, bool in_place,
+         const py::object& comm) {
         const exec::RunnerKind kind = exec::runner_kind_from_name(executor, "executor");
         const schedule::Schedule s = as_schedule(target);
         const schedule::Plan plan = s.lower();
         const auto compiled = kind == exec::RunnerKind::Compiled ? compile(plan) : nullptr;
         return run(s.original(), compiled ? compiled->plan() : plan, kind, compiled, inputs,
-                   scalars, ranks, symbols, in_place, comm);
+                   scalars, ranks, symbols, segments, in_place, comm);
       },
       py::arg("target"), py::arg("inputs"), py::arg("scalars") = py::none(), py::kw_only(),
       py::arg("ranks") = py::none(), py::arg("symbols") = py::none(),
-      py::arg("executor") = "reference", py::arg("in_place") = false, py::arg("comm") = py::none(),
+      py::arg("segments") = py::none(), py::arg("executor") = "reference",
+      py::arg("in_place") = false, py::arg("comm") = py::none(),
       (std::string("Runs a Program or Schedule once. executor: 'reference' (the interpreter, the "
                    "default), 'plan' or 'compiled' (the CPU JIT).\n") +
        kRunDoc)
@@ -546,19 +583,21 @@ void bind_run(py::module_& m) {
       .def(
           "run",
           [](const Compiled& c, const py::dict& inputs, const std::optional<py::dict>& scalars,
-             std::optional<int> ranks, const std::optional<dsl::SymbolMap>& symbols, bool in_place,
-             const py::object& comm) {
+             std::optional<int> ranks, const std::optional<dsl::SymbolMap>& symbols,
+             const std::optional<dsl::Segments>& segments, bool in_place, const py::object& comm) {
             return run(c.original, c.plan->plan(), exec::RunnerKind::Compiled, c.plan, inputs,
-                       scalars, ranks, symbols, in_place, comm);
+                       scalars, ranks, symbols, segments, in_place, comm);
           },
           py::arg("inputs"), py::arg("scalars") = py::none(), py::kw_only(),
           py::arg("ranks") = py::none(), py::arg("symbols") = py::none(),
-          py::arg("in_place") = false, py::arg("comm") = py::none(),
+          py::arg("segments") = py::none(), py::arg("in_place") = false,
+          py::arg("comm") = py::none(),
           (std::string("Runs the compiled schedule once.\n") + kRunDoc).c_str())
       .def(
           "bind",
           [](const Compiled& c, const py::dict& inputs, const py::object& comm,
-             const std::optional<dsl::SymbolMap>& symbols, bool in_place, int64_t chunk_bytes) {
+             const std::optional<dsl::SymbolMap>& symbols,
+             const std::optional<dsl::Segments>& segments, bool in_place, int64_t chunk_bytes) {
             std::shared_ptr<comm::Communicator> world = as_comm(comm);
             if (!world)
               user_error(
@@ -569,10 +608,10 @@ void bind_run(py::module_& m) {
                          chunk_bytes);
             return std::make_unique<Bound>(c.original, c.plan->plan(), exec::RunnerKind::Compiled,
                                            c.plan, std::move(world), inputs, in_place, symbols,
-                                           static_cast<size_t>(chunk_bytes));
+                                           segments, static_cast<size_t>(chunk_bytes));
           },
           py::arg("inputs"), py::kw_only(), py::arg("comm"), py::arg("symbols") = py::none(),
-          py::arg("in_place") = true, py::arg("chunk_bytes") = 0,
+          py::arg("segments") = py::none(), py::arg("in_place") = true, py::arg("chunk_bytes") = 0,
           "Sets the compiled schedule up on this process's rank of `comm` with its inputs (in "
           "place by default: bound to the arrays, which must outlive it) and returns a Bound, "
           "whose run(scalars) runs it: a training step's call, with no set-up per run. Arguments "

@@ -98,6 +98,7 @@ class RankRun {
   // A non-finite loss or model: stop with the step, the last finite loss and the checkpoint kept.
   [[noreturn]] void diverged(const std::string& what) const;
   // The lead rank's report of a step; returns the error of a metrics write that failed (else "").
+  // Under MPI, config.on_step runs on every rank (each process its own caller).
   std::string report_step(int64_t step, double loss, std::optional<double> val, double lr,
                           double step_s);
   // An output that failed after `step` (a full disk under --metrics): every rank saves the
@@ -107,9 +108,9 @@ class RankRun {
   // ""): a collective; every rank saves the model it has (when --save is given) and stops with
   // the first failing rank's message.
   [[noreturn]] void stop_after_failed_input(int64_t step, const std::string& failed);
-  // Why every rank stops after this step, or 0: kStopAsked when config.on_step asked on the lead
-  // rank, else the stop signal every rank has seen by now (the largest: SIGTERM over SIGINT). A
-  // collective, so that all stop after the same step.
+  // Why every rank stops after this step, or 0: kStopAsked when config.on_step asked on some
+  // rank (the lead's, or under MPI any), else the stop signal every rank has seen by now (the
+  // largest: SIGTERM over SIGINT). A collective, so that all stop after the same step.
   static constexpr int kStopAsked = 1 << 16;  // above every signal's number
   int agreed_stop();
 
@@ -164,7 +165,7 @@ class RankRun {
   // The validation's forwards: traced, and counted as "eval", not as the step's compute.
   std::atomic<bool> validating_{false};
   std::unique_ptr<io::MetricsWriter> metrics_;  // lead rank only
-  bool stop_asked_ = false;                     // config.on_step returned false (lead rank)
+  bool stop_asked_ = false;                     // config.on_step returned false
   std::unique_ptr<io::Progress> progress_;      // lead rank only
   // For the message of a divergence: the last step with a finite loss, and the newest good
   // checkpoint (the one resumed from, or this run's last save).

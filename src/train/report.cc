@@ -239,16 +239,12 @@ std::string RankRun::model_state_line() const {
 // ---------------------------------------------------------------------------- each step
 
 // The lead rank's metrics line and progress; returns a failed metrics write's error (else "").
+// Under MPI every process has a caller of its own (a Python script a process): config.on_step
+// runs on every rank there, with the same all-reduced loss and this rank's times.
 std::string RankRun::report_step(int64_t step, double loss, std::optional<double> val, double lr,
                                  double step_s) {
-  if (!lead_) return {};
   const double tps = tokens_per_step() / step_s;
-  if (steps_reported_++ > 0 && std::isfinite(loss)) {
-    for (const auto& [phase, s] : phases_.phases()) phase_totals_[phase] += s;
-    measured_steps_s_ += step_s;
-    ++steps_measured_;
-  }
-  if (metrics_ || cfg_.on_step) {
+  const auto metrics = [&] {
     io::StepMetrics sm;
     sm.step = step + 1;
     sm.loss = loss;
@@ -258,6 +254,20 @@ std::string RankRun::report_step(int64_t step, double loss, std::optional<double
     sm.extra = {{"lr", lr}, {"step_s", step_s}};
     if (const std::optional<double> norm = opt_.grad_norm())
       sm.extra.emplace_back("grad_norm", *norm);
+    return sm;
+  };
+  if (!lead_) {
+    if (cfg_.on_step && cfg_.backend == comm::Backend::Mpi && !cfg_.on_step(metrics()))
+      stop_asked_ = true;
+    return {};
+  }
+  if (steps_reported_++ > 0 && std::isfinite(loss)) {
+    for (const auto& [phase, s] : phases_.phases()) phase_totals_[phase] += s;
+    measured_steps_s_ += step_s;
+    ++steps_measured_;
+  }
+  if (metrics_ || cfg_.on_step) {
+    const io::StepMetrics sm = metrics();
     std::string failed;
     if (metrics_) {
       try {

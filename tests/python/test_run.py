@@ -147,3 +147,41 @@ def test_workloads_and_printing():
     names = tandem.schedules(tandem.workloads.adam())
     assert names[0] == "AR-C" and "fused(RS-C-AG)+slice(m,v)" in names
     assert "Runs a Program or Schedule" in tandem.run.__doc__
+
+
+def test_lamb_bucket_takes_segments_one_lamb_a_segment():
+    # One rank: each segment's trust ratio is bitwise that of lamb run on the segment alone
+    # (workloads.h); 2 ranks, a boundary cutting a segment: the plan runner and the reference
+    # interpreter agree (within float32 rounding: the cross-rank sum of a norm's parts).
+    bucket, lamb = tandem.workloads.lamb_bucket(tandem.F32), tandem.workloads.lamb(tandem.F32)
+    bounds = [0, 20, 21, 37]
+    inputs = adam_inputs(1, 37, seed=5)
+    scalars = dict(SCALARS, grad_scale=1.0)
+    got = tandem.run(bucket, inputs, scalars, segments=bounds)
+    for b, e in zip(bounds, bounds[1:]):
+        part = tandem.run(lamb, {k: [a[b:e] for a in v] if isinstance(v, list) else v[b:e]
+                                 for k, v in inputs.items()}, scalars)
+        for name in ("w", "m", "v"):
+            np.testing.assert_array_equal(got[name][0][b:e], part[name][0])
+    inputs = adam_inputs(2, 37, seed=6)
+    scalars = dict(SCALARS, grad_scale=0.5)
+    want = tandem.run(bucket, inputs, scalars, segments=bounds)
+    planned = tandem.run(tandem.schedule(bucket, "fused(RS-C-AG)+slice(m,v)"), inputs, scalars,
+                         segments=bounds, executor="plan")
+    for r in range(2):
+        np.testing.assert_allclose(planned["w"][r], want["w"][r], rtol=1e-6, atol=1e-7)
+
+
+def test_segments_errors():
+    bucket = tandem.workloads.lamb_bucket(tandem.F32)
+    inputs = adam_inputs(1, 10, seed=1)
+    scalars = dict(SCALARS, grad_scale=1.0)
+    for segments, message in (
+            (None, "program 'lamb_bucket' cuts its tensors into segments .*give their bounds"),
+            ([0, 4, 4, 10], "segment bounds must ascend strictly .* bound 2 is 4 after 4"),
+            ([1, 10], "the segments' first bound is 1, not 0"),
+            ([0, 4, 9], "the segments end at 9")):
+        with pytest.raises(tandem.Error, match=message):
+            tandem.run(bucket, inputs, scalars, segments=segments)
+    with pytest.raises(tandem.Error, match="program 'adam' has no segment op"):
+        tandem.run(tandem.workloads.adam(tandem.F32), inputs, scalars, segments=[0, 10])

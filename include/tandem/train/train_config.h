@@ -88,7 +88,9 @@ struct TrainConfig {
   bool progress = true;         // the progress display (else only the summary)
   bool keep_weights = false;    // return the final whole-model weights (tests)
   // Called on world rank 0 after each step with what the step's metrics line holds (whether or
-  // not metrics_path is set): the Python module's per-step callback. Returning false asks every
+  // not metrics_path is set): the Python module's per-step callback. Under MPI (backend Mpi),
+  // where each process is a caller of its own, on every rank, with the same all-reduced loss and
+  // the rank's own times. Returning false (on any rank) asks every
   // rank to stop after this step as a SIGTERM does (with a checkpoint under --save); the result
   // says so (TrainResult::stopped_by_caller). It must not throw.
   std::function<bool(const io::StepMetrics&)> on_step;
