@@ -6,9 +6,9 @@ process a rank:
 
     PYTHONPATH=build/release/python mpirun -np 2 python3 examples/python/torch_lamb_resume.py [DIR]
 
-(run alone, it is a job of one rank; DIR defaults to a temporary folder). It trains 60 steps, saves,
-then starts again from the files, as a restarted job would, for 60 more, and checks the weights
-against 120 uninterrupted steps: a resumed run is bitwise the same."""
+(run alone, it is a job of one rank; DIR defaults to a temporary folder). It trains 40 steps, saves,
+then starts again from the files, as a restarted job would, for 40 more, and checks the weights
+against 80 uninterrupted steps: a resumed run is bitwise the same."""
 import importlib.util
 import os
 import sys
@@ -26,7 +26,7 @@ import tandem.torch  # noqa: E402
 
 world = tandem.mpi_world()
 torch.set_num_threads(1)
-STEPS = 120
+STEPS = 80
 
 
 def make():

@@ -98,8 +98,8 @@ def test_bad_arguments():
 
 
 def test_lamb_matches_the_reference_lamb():
-    # Tolerance 2e-6 absolute after 4 steps at lr 1e-2 (the weights move by about 4e-2): the
-    # norms' sums of squares in another order, float32 rounding.
+    # Tolerance 2e-7 absolute after 4 steps at lr 1e-2 (the weights move by 1.5e-2; measured:
+    # 1.5e-8, half an ulp of the largest weight): the norms' sums of squares in another order.
     torch = need_torch()
     import tandem.torch
 
@@ -118,7 +118,7 @@ def test_lamb_matches_the_reference_lamb():
     start = [p.detach() for p in model(torch).parameters()]
     moved = max(float((a - b).abs().max()) for a, b in zip(got, start))
     diff = max(float((a - b).abs().max()) for a, b in zip(got, ref_net.parameters()))
-    assert moved > 1e-2 and diff <= 2e-6, (moved, diff)
+    assert moved > 1e-2 and diff <= 2e-7, (moved, diff)
 
 
 @pytest.mark.parametrize("kind", ["DistributedFusedAdamW", "DistributedFusedLAMB"])

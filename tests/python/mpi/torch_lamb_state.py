@@ -2,10 +2,10 @@
 ends with the weights of the plain-PyTorch reference LAMB (tests/python/lamb_reference.py) stepped
 with the average of the two halves' gradients; and for both fused optimizers, 3 steps, then
 state_dict() (each rank's own, through torch.save), a new model and optimizer, load_state_dict()
-and 3 more steps give bitwise the weights of 6 uninterrupted steps. Tolerance for LAMB: 2e-6
-absolute after 6 steps at lr 1e-2 (see the measured figure printed: the norms' sums of squares,
-per rank and then across the ranks, in another order than torch's). Skipped, saying so, when
-python3-torch is not installed."""
+and 3 more steps give bitwise the weights of 6 uninterrupted steps. Tolerance for LAMB: 2e-7
+absolute after 6 steps at lr 1e-2 moving the weights by 2.9e-2 (measured: 1.5e-8, half an ulp of
+the largest weight; the norms' sums of squares, per rank and then across the ranks, in another
+order than torch's). Skipped, saying so, when python3-torch is not installed."""
 import importlib.util
 import io
 import os
@@ -80,9 +80,9 @@ def check(world, torch):
     moved = max(float((a - b).abs().max()) for a, b in zip(want, start))
     diff = max(float((a - b).abs().max()) for a, b in zip(got, want))
     print(f"rank {rank}: DistributedFusedLAMB ({opt.schedule}): max |w - w_reference| = {diff:.3g} "
-          f"(tolerance 2e-6; the weights moved {moved:.3g})")
+          f"(tolerance 2e-7; the weights moved {moved:.3g})")
     assert moved > 1e-2, f"training moved the weights by {moved} only: the test would prove nothing"
-    assert diff <= 2e-6, f"DistributedFusedLAMB: weights differ from the reference's by {diff}"
+    assert diff <= 2e-7, f"DistributedFusedLAMB: weights differ from the reference's by {diff}"
 
     for kind in (tandem.torch.DistributedFusedAdamW, tandem.torch.DistributedFusedLAMB):
         def make(net):

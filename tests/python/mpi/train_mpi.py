@@ -12,7 +12,7 @@ import tandem
 from _mpi_checks import run_on_every_rank
 
 # The plan executor: nothing compiled, a step takes milliseconds.
-SETTINGS = dict(model="tiny", batch=4, seq_len=32, steps=4, eval_every=0, executor="plan",
+SETTINGS = dict(model="tiny", tp=1, batch=4, seq_len=32, steps=4, eval_every=0, executor="plan",
                 quiet=True, seed=5)
 
 
