@@ -84,6 +84,36 @@ def test_takes_the_tuners_record(monkeypatch, tmp_path):
         assert float((a - b).abs().max()) <= 2e-6
 
 
+def test_lamb_takes_the_lamb_programs_record(monkeypatch, tmp_path):
+    # The tuner binds no segments, so DistributedFusedLAMB reads the record of `lamb` (the same
+    # stages, the same recipes) at its parameter count and runs lamb_bucket under its winner.
+    torch = need_torch()
+    import tandem.torch
+
+    lamb = tandem.workloads.lamb(tandem.F32)
+    with monkeypatch.context() as m:
+        m.setenv("TANDEM_CACHE_DIR", str(tmp_path))
+        record = tandem.tune(lamb, {"N": 4096}, ranks=1, schedules=["RS-C-AG"], chunks=[],
+                             executor="plan", reps=1, warmup=0).record
+    asked = []
+
+    def tuned(program, sizes, comm=None):
+        asked.append((str(program), sizes, comm))
+        return record
+
+    monkeypatch.setattr(tandem, "tuned", tuned)
+    # An empty parameter among them: it has no segment (segments hold an element each).
+    params = list(model(torch).parameters()) + [torch.nn.Parameter(torch.zeros(0))]
+    opt = tandem.torch.DistributedFusedLAMB(params, lr=LR, weight_decay=WD)
+    assert asked == [(str(lamb), {"N": 84}, opt.comm)]
+    assert opt.tuning_record is record and opt.schedule == "RS-C-AG"
+    for p in params:
+        p.grad = torch.ones_like(p)
+    before = [p.detach().clone() for p in params]
+    opt.step()
+    assert all(not torch.equal(a, b) for a, b in zip(params[:-1], before[:-1]))
+
+
 def test_bad_arguments():
     torch = need_torch()
     import tandem.torch
