@@ -9,8 +9,10 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "tandem/comm/mpi.h"
+#include "tandem/io/metrics.h"
 #include "tandem/train/trainer.h"
 
 namespace tandem::train {
@@ -130,6 +132,30 @@ TEST(TrainerMpi, TheClippedStepOverlappedMatchesTheClippedStepAfterTheBackward) 
   if (world->rank() != 0) return;
   EXPECT_EQ(overlap.weights, after.weights);
   EXPECT_EQ(overlap.losses, after.losses);
+}
+
+// Under MPI each process is a caller of its own (tandem.train from Python under mpirun): on_step
+// runs on every rank after every step with the loss every rank holds (all-reduced), and one rank
+// returning false stops every rank after that step.
+TEST(TrainerMpi, OnStepRunsOnEveryRankAndAnyRankMayStopTheRun) {
+  std::unique_ptr<comm::Communicator> world = comm::mpi_wrap(MPI_COMM_WORLD);
+  TrainConfig c = tiny(world->size());
+  c.backend = comm::Backend::Mpi;
+  std::vector<double> seen;
+  c.on_step = [&seen](const io::StepMetrics& m) {
+    seen.push_back(m.loss);
+    return true;
+  };
+  const TrainResult all = train_rank(*world, c, nullptr);
+  EXPECT_EQ(seen, all.losses) << "rank " << world->rank();
+  // EXPECT, not ASSERT: a rank that returned here would leave its peers waiting in the next run.
+  EXPECT_EQ(seen.size(), static_cast<size_t>(c.steps));
+
+  const int last = world->size() - 1;
+  c.on_step = [&](const io::StepMetrics& m) { return !(world->rank() == last && m.step == 2); };
+  const TrainResult stopped = train_rank(*world, c, nullptr);
+  EXPECT_TRUE(stopped.stopped_by_caller) << "rank " << world->rank();
+  EXPECT_EQ(stopped.end_step, 2) << "rank " << world->rank();
 }
 
 }  // namespace
