@@ -300,9 +300,17 @@ class DistributedFusedLAMB(_FusedOptimizer):
                          program=tandem.workloads.lamb_bucket(tandem.F32),
                          tuned_program=tandem.workloads.lamb(tandem.F32), per_tensor=True)
 
-# Per communicator: (the communicator, a float32 tensor in its shared arena), grown to the largest
-# bucket seen. One buffer serves every bucket, as the hook returns only once its sum is copied out.
+# Per communicator object (DDP hands the hook the one it was registered with, every call): (the
+# communicator, a float32 tensor in its shared arena), grown to the largest bucket seen. One buffer
+# serves every bucket, as the hook returns only once its sum is copied out.
 _staging = {}
+_world = []  # tandem.mpi_world() for a hook registered with None: one object, one buffer
+
+
+def _default_world():
+    if not _world:
+        _world.append(tandem.mpi_world())  # each call makes a new object over the one world
+    return _world[0]
 
 
 def _staging_buffer(comm, numel):
@@ -323,7 +331,7 @@ def allreduce_hook(comm, bucket):
     they lie, at the cost of a copy in and out); a bucket of another dtype is summed where it lies
     (over MPI, the ring of messages). The process group DDP is constructed with must have the
     same ranks as `comm` (None: the MPI world)."""
-    comm = comm if comm is not None else tandem.mpi_world()
+    comm = comm if comm is not None else _default_world()
     buffer = bucket.buffer()
     if buffer.dtype == torch.float32 and buffer.is_contiguous():
         staged = _staging_buffer(comm, buffer.numel())
