@@ -10,6 +10,8 @@ gradients' own memory, which lives in the communicator's shared arena (Communica
 are _FusedOptimizer with its program chosen (the two bind and run alike). allreduce_hook is a
 DistributedDataParallel communication hook that sums each bucket with tandem's all_reduce. All run
 across the processes of tandem.mpi_world(). See docs/python.md."""
+import numbers
+
 import torch
 
 import tandem
@@ -28,8 +30,8 @@ def _part(n, ranks, rank):
 
 def _check_hyper_parameters(name, lr, betas, eps, weight_decay):
     """torch.optim's checks of the hyper-parameters, with its exception (ValueError)."""
-    def number(x):
-        return isinstance(x, (int, float)) and not isinstance(x, bool)
+    def number(x):  # NumPy's scalars too (numbers.Real), not bools
+        return isinstance(x, numbers.Real) and not isinstance(x, bool)
 
     if not number(lr) or not lr >= 0:
         raise ValueError(f"{name}: lr must be a number >= 0, not {lr!r}")
