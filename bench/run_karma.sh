@@ -166,6 +166,7 @@ if [[ -n $replan ]]; then
   grep -E '^\| [0-9]+ \| ' "$replan" | while IFS='|' read -r _ n t flags _ step fb _; do
     n=${n// /} t=${t// /} flags=$(sed 's/^ *//; s/ *$//' <<<"$flags")
     rows=$tmp/plan-$n-${t/:/-}.rows
+    [[ -f $rows ]] || continue  # a rank count or transport not asked for now
     pred=$(awk -v f="$flags" '{ p = $1; $1 = ""; $2 = ""; sub(/^ +/, ""); if ($0 == f) print p }' "$rows" 2>/dev/null)
     if [[ -z $pred ]]; then
       echo "| $n | $t | $flags | | ${step// /} | ${fb// /} | (not in the plan now) | |"
