@@ -367,9 +367,9 @@ Rates measure_rates(const RateRequest& q) {
   r.gemm_alone_flops_per_s = r.gemm_flops_per_s;
   // The ranks on this machine share its cores and memory bandwidth: each tp degree's GEMM again
   // with all of them computing at once (at most kTogetherRanks threads; more share the rate
-  // those get), the rate the step model uses.
-  // Their summed rate over the cores they shared is a core's while the host is busy: the rate a
-  // rank computes at when its host's ranks outnumber the cores (the step model's, then).
+  // those get): the slowest's rate, the step model's when each rank has cores of its own; and
+  // their summed rate over the cores they shared, a core's while the host is busy, the step
+  // model's when the ranks outnumber the cores (hardware threads over a rank's BLAS threads).
   const int together = std::min(q.local_ranks, kTogetherRanks);
   const double beyond = static_cast<double>(together) / q.local_ranks;
   r.host_ranks = q.local_ranks;
