@@ -198,8 +198,17 @@ StepBreakdown compose(const StepShape& c, const std::vector<StageTimes>& stages,
   // ranks alike, so the host's ranks times a stage's mean) at a core's rate each, and the step
   // takes at least that: what it takes beyond the critical path is waiting for the cores.
   if (ranks_share_cores(r)) {
-    const double host_s = r.host_ranks * (stage_compute / c.grid.pp) / r.host_slots;
-    b.cores = std::max(0.0, host_s - b.total());
+    const double stage_mean = stage_compute / c.grid.pp;
+    const double host_work = r.host_ranks * stage_mean;
+    // Busy cores but for a pipeline's fill and drain: while the first micro-batch's forward
+    // reaches stage k - 1 (and its last backward leaves it) only k stages' ranks can compute,
+    // k x (the host's ranks / pp); cores beyond them idle for a micro-batch's forward and
+    // backward at a stage.
+    const double per_stage = static_cast<double>(r.host_ranks) / c.grid.pp;
+    double idle = 0;
+    for (int k = 1; k <= c.grid.pp; ++k)
+      idle += std::max(0.0, r.host_slots - k * per_stage) * stage_mean / M;
+    b.cores = std::max(0.0, (host_work + idle) / r.host_slots - b.total());
   }
   b.other = r.other_s;
   return b;

@@ -29,8 +29,11 @@
 //              the others. So the step above is the critical path at a core's rate, and the host's
 //              cores must also compute every one of its ranks' forward and backward (recomputation
 //              included; host_ranks times the stages' mean) at a core's rate each, host_slots at
-//              once: the step takes the longer of the two, the excess counted here (0 when each
-//              rank has cores of its own)
+//              once, idle only while a pipeline fills and drains (while its first micro-batch's
+//              forward reaches stage k - 1, and its last backward leaves it, the cores beyond k
+//              stages' ranks have nothing to run: a micro-batch's forward and backward each):
+//              the step takes the longer of the two, the excess counted here (0 when each rank
+//              has cores of its own)
 //   update     the rank's parameters (its slice of them over dp x cp) at the measured update rate;
 //              the blocks' part runs behind the backward with their exchange (what the two take
 //              beyond the backward counts), the rest's after it

@@ -275,6 +275,24 @@ TEST(StepModel, RanksSharingCoresFillEachOthersBubble) {
   EXPECT_LT(b.total() - b.cores, host);
 }
 
+// 4 ranks on 2 cores, pp 4: while the first micro-batch's forward is at stage 0 (and the last
+// backward is back there) one rank has work and one core idles, a micro-batch's forward and
+// backward at a stage; the rest of the step both cores are busy with the 4 stages' compute.
+TEST(StepModel, APipelinesFillAndDrainLeaveCoresIdle) {
+  const int M = 8;
+  StepShape s = shape(1, 1, 4, M);
+  s.model.vocab_size = 64;  // a light head: the stages alike, the host's cores the bound
+  const StepBreakdown b = predict(s, shared(4, 2, 0.5e9, 1e9, 1e9));
+  const double tokens = s.rank_tokens() * M;
+  const double mean = tokens * step_flops_per_token(s.model, s.model.seq_len) / 1e9 / 4;
+  EXPECT_GT(b.cores, 0);
+  EXPECT_NEAR(b.total(), (4 * mean + (2 - 1) * mean / M) / 2, 1e-12);
+  // Two ranks a stage (dp 2, pp 2) fill both cores from the start: nothing idles.
+  const StepShape two = shape(2, 1, 2, M);
+  const double whole = two.rank_tokens() * M * step_flops_per_token(two.model, two.model.seq_len);
+  EXPECT_NEAR(predict(two, shared(4, 2, 0.5e9, 1e9, 1e9)).total(), whole / 1e9, 1e-12);
+}
+
 // One micro-batch: the pipeline's stages take turns and the host is never full, so the critical
 // path at a core's rate sets the step and nothing waits for the cores.
 TEST(StepModel, AHostThatIsNeverFullDoesNotWaitForItsCores) {
