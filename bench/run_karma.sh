@@ -15,7 +15,9 @@
 # Usage: bench/run_karma.sh [BUILD_DIR] [--runs 3] [--steps 3] [--ranks 2,4] [--rates 1000,10000]
 #   [--transports thread,mpi,hosts] [--memory-per-rank 2:SIZE,4:SIZE] [--model "FLAGS"]
 #   [--replan EARLIER_OUTPUT]: no training; the plans made now beside that output's measurements
-#   (the same flags as that run).
+#   (the same flags as that run; rows of rank counts and transports not asked for are skipped).
+#   --model takes any model flags with --batch and --seq-len among them, a Llama shape too:
+#   --model "--arch llama --kv-heads 2 --layers 4 --d-model 512 --heads 8 --seq-len 128 --batch 8"
 set -euo pipefail
 build=build/release
 if [[ $# -gt 0 && $1 != --* ]]; then
@@ -54,6 +56,10 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # shellcheck source=bench/steps_common.sh
 . "$here/bench/steps_common.sh"
 read -r -a model_flags <<<"$model"
+# Tokens a step, for tokens/s: the model's --batch x --seq-len.
+tokens=$(awk '{ for (i = 1; i < NF; ++i) { if ($i == "--batch") b = $(i + 1); if ($i == "--seq-len") s = $(i + 1) } }
+  END { print b * s }' <<<"$model")
+[[ $tokens -gt 0 ]] || { echo "run_karma.sh: error: --model '$model' must give --batch and --seq-len" >&2; exit 2; }
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/run_karma.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 cores=$(nproc)
@@ -141,8 +147,6 @@ train_once() {  # N TRANSPORT FLAGS...
   echo "$step $fb" >"$tmp/last"
 }
 
-tokens=$(awk '{ for (i = 1; i < NF; ++i) { if ($i == "--batch") b = $(i + 1); if ($i == "--seq-len") s = $(i + 1) } }
-  END { print b * s }' <<<"$model")
 # A summary row: "| N | TRANSPORT | FLAGS | tokens/s | step ms | bound ms | predicted ms | ratio |".
 summary_row() {  # N TRANSPORT FLAGS STEP_MS BOUND_MS PREDICTED_S NOTE
   awk -v n="$1" -v t="$2" -v c="$3" -v s="$4" -v fb="$5" -v p="$6" -v tk="$tokens" -v note="$7" 'BEGIN {
@@ -166,6 +170,7 @@ if [[ -n $replan ]]; then
   grep -E '^\| [0-9]+ \| ' "$replan" | while IFS='|' read -r _ n t flags _ step fb _; do
     n=${n// /} t=${t// /} flags=$(sed 's/^ *//; s/ *$//' <<<"$flags")
     rows=$tmp/plan-$n-${t/:/-}.rows
+    [[ -f $rows ]] || continue  # a rank count or transport not asked for now
     pred=$(awk -v f="$flags" '{ p = $1; $1 = ""; $2 = ""; sub(/^ +/, ""); if ($0 == f) print p }' "$rows" 2>/dev/null)
     if [[ -z $pred ]]; then
       echo "| $n | $t | $flags | | ${step// /} | ${fb// /} | (not in the plan now) | |"

@@ -77,9 +77,13 @@ double gemm_rate(DType type, int rows, int n, int k) {
 // and the processes of one host do: each caller a thread with its own operands, all released
 // together at a latch and each repeating the GEMM until the same deadline, so that they compete
 // throughout (a small GEMM repeated a fixed number of times would let the first threads finish
-// before the last start); each caller's rate is the calls it finished over the time they took,
-// and of those the slowest counts (a step waits for its slowest rank).
-double gemm_rate_together(DType type, int rows, int n, int k, int callers) {
+// before the last start); each caller's rate is the calls it finished over the time they took:
+// the slowest's (a step whose ranks all compute at once waits for its slowest), and their sum
+// (what the host computes with all of them at it).
+struct TogetherRates {
+  double slowest = 0, sum = 0;
+};
+TogetherRates gemm_rate_together(DType type, int rows, int n, int k, int callers) {
   std::latch start(callers);
   std::vector<double> rates(static_cast<size_t>(callers));
   auto caller = [&](int i) {
@@ -99,7 +103,10 @@ double gemm_rate_together(DType type, int rows, int n, int k, int callers) {
   std::vector<std::thread> threads;
   for (int i = 0; i < callers; ++i) threads.emplace_back(caller, i);
   for (std::thread& t : threads) t.join();
-  return *std::min_element(rates.begin(), rates.end());
+  TogetherRates r;
+  r.slowest = *std::min_element(rates.begin(), rates.end());
+  for (double x : rates) r.sum += x;
+  return r;
 }
 
 // Seconds of `run`: the fastest of repeats filling about kGemmSeconds, after a warm-up.
@@ -228,8 +235,13 @@ nlohmann::json Rates::to_json() const {
   auto unit = [](const UnitFactor& u) { return nlohmann::json{u.forward, u.backward}; };
   nlohmann::json alone = nlohmann::json::object();
   for (const auto& [tp, f] : gemm_alone_flops_per_s) alone[std::to_string(tp)] = f;
+  nlohmann::json core = nlohmann::json::object();
+  for (const auto& [tp, f] : gemm_core_flops_per_s) core[std::to_string(tp)] = f;
   return {{"gemm_flops_per_s", gemm},
           {"gemm_alone_flops_per_s", alone},
+          {"gemm_core_flops_per_s", core},
+          {"host_ranks", host_ranks},
+          {"host_slots", host_slots},
           {"attention", unit(attention)},
           {"mlp", unit(mlp)},
           {"head", unit(head)},
@@ -262,6 +274,20 @@ Rates Rates::from_json(const nlohmann::json& j) {
         user_error("the performance model's GEMM rate alone at tp {} is {}", tp, rate);
       r.gemm_alone_flops_per_s[std::stoi(tp)] = rate;
     }
+    const nlohmann::json core = field<nlohmann::json>(j, "gemm_core_flops_per_s");
+    for (const auto& [tp, f] : core.items()) {
+      const double rate = f.get<double>();
+      if (!(rate > 0))
+        user_error("the performance model's GEMM rate a core at tp {} is {}", tp, rate);
+      r.gemm_core_flops_per_s[std::stoi(tp)] = rate;
+    }
+    r.host_ranks = field<int>(j, "host_ranks");
+    r.host_slots = field<double>(j, "host_slots");
+    if (r.host_ranks < 1 || !(r.host_slots >= 1) || !std::isfinite(r.host_slots))
+      user_error(
+          "the performance model's host holds {} ranks and {} cores' worth of them, not at least "
+          "1 each",
+          r.host_ranks, r.host_slots);
     auto unit = [&](const char* name) {
       const auto pair = field<std::vector<double>>(j, name);
       if (pair.size() != 2 || !(pair[0] > 0) || !(pair[1] > 0))
@@ -299,8 +325,9 @@ Rates Rates::from_json(const nlohmann::json& j) {
 std::string RateRequest::key() const {
   const nn::GPTConfig& m = model;
   return nlohmann::json{
-      // v2: the GEMM rate is measured with the local ranks computing at once.
-      {"what", "tandem performance-model rates v2"},
+      // v2: the GEMM rate is measured with the local ranks computing at once; v3: and a core's
+      // rate while they do, with the host's ranks and cores.
+      {"what", "tandem performance-model rates v3"},
       {"model",
        {std::string(nn::arch_name(m.arch)), m.n_layers, m.d_model, m.n_heads, m.n_kv_heads(),
         m.mlp_width(), m.seq_len, m.vocab_size, std::string(dtype_name(m.matmul)),
@@ -340,15 +367,24 @@ Rates measure_rates(const RateRequest& q) {
   r.gemm_alone_flops_per_s = r.gemm_flops_per_s;
   // The ranks on this machine share its cores and memory bandwidth: each tp degree's GEMM again
   // with all of them computing at once (at most kTogetherRanks threads; more share the rate
-  // those get), the rate the step model uses.
+  // those get): the slowest's rate, the step model's when each rank has cores of its own; and
+  // their summed rate over the cores they shared, a core's while the host is busy, the step
+  // model's when the ranks outnumber the cores (hardware threads over a rank's BLAS threads).
   const int together = std::min(q.local_ranks, kTogetherRanks);
   const double beyond = static_cast<double>(together) / q.local_ranks;
+  r.host_ranks = q.local_ranks;
+  r.host_slots = std::max(1.0, static_cast<double>(hw) / q.threads);
+  r.gemm_core_flops_per_s = r.gemm_alone_flops_per_s;
   if (q.local_ranks > 1)
-    for (auto& [tp, rate] : r.gemm_flops_per_s)
-      rate = beyond * gemm_rate_together(m.matmul, rows, static_cast<int>(m.mlp_width() / tp),
-                                         m.d_model, together);
+    for (auto& [tp, rate] : r.gemm_flops_per_s) {
+      const TogetherRates t = gemm_rate_together(
+          m.matmul, rows, static_cast<int>(m.mlp_width() / tp), m.d_model, together);
+      rate = beyond * t.slowest;
+      r.gemm_core_flops_per_s[tp] = t.sum / std::min<double>(together, r.host_slots);
+    }
   blas::set_num_threads(saved);
   const double alone1 = r.gemm_alone_flops_per_s.at(1), with1 = r.gemm_flops_per_s.at(1);
+  const double core1 = r.gemm_core_flops_per_s.at(1);
   r.compute_source = fmt::format(
       "measured: a {} GEMM of the MLP's shape ({} rows) on {} BLAS thread{} a rank{}; a block "
       "and the head run at tp 1 take attention {:.2f}/{:.2f}, MLP {:.2f}/{:.2f}, head "
@@ -356,8 +392,13 @@ Rates measure_rates(const RateRequest& q) {
       dtype_name(m.matmul), rows, q.threads, q.threads == 1 ? "" : "s",
       q.local_ranks > 1
           ? fmt::format(", with the {} ranks on {} hardware threads computing at once ({:.2f}x "
-                        "the rate alone at tp 1)",
-                        q.local_ranks, hw, with1 / alone1)
+                        "the rate alone at tp 1 for the slowest{})",
+                        q.local_ranks, hw, with1 / alone1,
+                        q.local_ranks > r.host_slots
+                            ? fmt::format("; {:.2f}x summed over the {:g} cores' worth they "
+                                          "share, a core's rate",
+                                          core1 / alone1, r.host_slots)
+                            : "")
           : "",
       r.attention.forward, r.attention.backward, r.mlp.forward, r.mlp.backward, r.head.forward,
       r.head.backward);

@@ -17,9 +17,9 @@
 namespace tandem::perf {
 namespace {
 
-double rate_for(const Rates& r, int tp) {
-  const auto it = r.gemm_flops_per_s.find(tp);
-  TANDEM_CHECK(it != r.gemm_flops_per_s.end(), "no GEMM rate for tp {}", tp);
+double rate_in(const std::map<int, double>& rates, int tp, const char* which) {
+  const auto it = rates.find(tp);
+  TANDEM_CHECK(it != rates.end(), "no GEMM rate {} for tp {}", which, tp);
   return it->second;
 }
 
@@ -35,7 +35,7 @@ struct HalfBlockMatmuls {
 HalfBlockMatmuls half_block_matmuls(const StepShape& c, const Rates& r) {
   const nn::GPTConfig& m = c.model;
   const double tokens = c.rank_tokens();
-  const double rate = rate_for(r, c.grid.tp);
+  const double rate = charged_gemm_rate(r, c.grid.tp);
   return {tokens * attention_flops_per_token(m, m.seq_len) / c.grid.tp / rate,
           tokens * mlp_flops_per_token(m) / c.grid.tp / rate};
 }
@@ -47,11 +47,22 @@ double update_s(double params, const Rates& r) {
 
 }  // namespace
 
+bool ranks_share_cores(const Rates& r) { return r.host_ranks > r.host_slots; }
+
+double charged_gemm_rate(const Rates& r, int tp) {
+  if (!ranks_share_cores(r)) return rate_in(r.gemm_flops_per_s, tp, "with the ranks together");
+  // A core's rate while the host is busy; no faster than a rank alone (the two are measured
+  // apart, and the sum over cores may round above it).
+  const double core = rate_in(r.gemm_core_flops_per_s, tp, "a core");
+  const auto alone = r.gemm_alone_flops_per_s.find(tp);
+  return alone == r.gemm_alone_flops_per_s.end() ? core : std::min(core, alone->second);
+}
+
 std::string StepBreakdown::str() const {
   return fmt::format(
-      "compute {:.4f} + exchange {:.4f} + io {:.4f} + bubble {:.4f} + update {:.4f} + other "
-      "{:.4f} = {:.4f} s",
-      compute, exposed_exchange, exposed_io, bubble, update, other, total());
+      "compute {:.4f} + exchange {:.4f} + io {:.4f} + bubble {:.4f} + cores {:.4f} + update "
+      "{:.4f} + other {:.4f} = {:.4f} s",
+      compute, exposed_exchange, exposed_io, bubble, cores, update, other, total());
 }
 
 StageTimes stage_times(const StepShape& c, int s, const Rates& r) {
@@ -60,7 +71,7 @@ StageTimes stage_times(const StepShape& c, int s, const Rates& r) {
   const int M = c.micro_batches;
   const int rows = c.micro_rows();
   const double tokens = c.rank_tokens();
-  const double rate = rate_for(r, g.tp);
+  const double rate = charged_gemm_rate(r, g.tp);
   const double lat = r.link_latency_s, bw = r.link_bytes_per_s;
   StageTimes st;
   st.chain = parallel::ParallelGPT::chain_layout(m, g, parallel::GridCoord{0, 0, s}, rows,
@@ -157,10 +168,11 @@ StepBreakdown compose(const StepShape& c, const std::vector<StageTimes>& stages,
   StepBreakdown b;
   // The slowest stage sets the pipeline's pace; a stage takes the longer of its timeline and its
   // model state's I/O (the store's transfers run beside compute).
-  double slowest = 0, comm = 0, exposed_dp = 0, exposed_update = 0;
+  double slowest = 0, comm = 0, exposed_dp = 0, exposed_update = 0, stage_compute = 0;
   for (size_t s = 0; s < stages.size(); ++s) {
     const StageTimes& st = stages[s];
     const ooc::Prediction& p = timelines[s];
+    stage_compute += p.compute_s - M * st.comm_per_micro_s;
     const double stage_s = streamed_step_s(p.step_s, st.state_io_s);
     if (stage_s >= slowest) {
       slowest = stage_s;
@@ -180,6 +192,24 @@ StepBreakdown compose(const StepShape& c, const std::vector<StageTimes>& stages,
   b.bubble = slowest * (c.grid.pp - 1) / M;
   b.exposed_exchange = comm + exposed_dp;
   b.update = exposed_update;
+  // Ranks that outnumber their host's cores: the rank's step above is its critical path at a
+  // core's rate, as if its waits (the bubble, the exchanges) were its alone; but while it waits
+  // the others compute on its core. The host's cores compute all its ranks' work (every stage's
+  // ranks alike, so the host's ranks times a stage's mean) at a core's rate each, and the step
+  // takes at least that: what it takes beyond the critical path is waiting for the cores.
+  if (ranks_share_cores(r)) {
+    const double stage_mean = stage_compute / c.grid.pp;
+    const double host_work = r.host_ranks * stage_mean;
+    // Busy cores but for a pipeline's fill and drain: while the first micro-batch's forward
+    // reaches stage k - 1 (and its last backward leaves it) only k stages' ranks can compute,
+    // k x (the host's ranks / pp); cores beyond them idle for a micro-batch's forward and
+    // backward at a stage.
+    const double per_stage = static_cast<double>(r.host_ranks) / c.grid.pp;
+    double idle = 0;
+    for (int k = 1; k <= c.grid.pp; ++k)
+      idle += std::max(0.0, r.host_slots - k * per_stage) * stage_mean / M;
+    b.cores = std::max(0.0, (host_work + idle) / r.host_slots - b.total());
+  }
   b.other = r.other_s;
   return b;
 }

@@ -215,6 +215,7 @@ py::dict plan_row(const train::GridOption& o, bool recommended) {
   d["exchange_s"] = b.exposed_exchange;
   d["io_s"] = b.exposed_io;
   d["bubble_s"] = b.bubble;
+  d["cores_s"] = b.cores;
   d["update_s"] = b.update;
   d["other_s"] = b.other;
   d["recommended"] = recommended;

@@ -517,8 +517,9 @@ std::string grid_plan_report(const GridPlan& plan) {
           : "",
       c.batch, c.model.seq_len, plan.ranks, human_bytes(plan.memory_per_rank));
   std::vector<std::string> gemms;
+  // The rate the model charges (a core's when the ranks outnumber the cores).
   for (const auto& [tp, f] : r.gemm_flops_per_s)
-    gemms.push_back(fmt::format("tp{} {:.1f}", tp, f / 1e9));
+    gemms.push_back(fmt::format("tp{} {:.1f}", tp, perf::charged_gemm_rate(r, tp) / 1e9));
   out += fmt::format("  compute: GFLOP/s {} ({})\n", fmt::join(gemms, ", "), r.compute_source);
   out += fmt::format("  link: {:.2f} GB/s, {:.1f} us a message ({})\n", r.link_bytes_per_s / 1e9,
                      r.link_latency_s * 1e6, r.link_source);
@@ -536,9 +537,10 @@ std::string grid_plan_report(const GridPlan& plan) {
                      r.other_source.empty() ? "not measured" : r.other_source);
   // Rows: '*' the recommendation, '=' tied with the fastest (within the model's stated error).
   const double tie_limit = plan.options.front().step_s * (1 + kPlanTieFraction);
-  out += fmt::format("\n  {:<22}{:<10}{:<14}{:<34}{:>12}{:>12}{:>10}{:>12}  {}\n", "grid",
-                     "sharding", "model state", "activations", "memory/rank", "link/step", "step",
-                     "tokens/s", "compute + exchange + io + bubble + update + other (s)  [flags]");
+  out +=
+      fmt::format("\n  {:<22}{:<10}{:<14}{:<34}{:>12}{:>12}{:>10}{:>12}  {}\n", "grid", "sharding",
+                  "model state", "activations", "memory/rank", "link/step", "step", "tokens/s",
+                  "compute + exchange + io + bubble + cores + update + other (s)  [flags]");
   for (size_t i = 0; i < plan.options.size(); ++i) {
     const GridOption& o = plan.options[i];
     const std::string acts =
@@ -548,12 +550,13 @@ std::string grid_plan_report(const GridPlan& plan) {
     const char mark = i == plan.recommended ? '*' : o.step_s <= tie_limit ? '=' : ' ';
     out += fmt::format(
         "{} {:<22}{:<10}{:<14}{:<34}{:>12}{:>12}{:>9.4f}s{:>12.0f}  {:.4f} + {:.4f} + {:.4f} + "
-        "{:.4f} + {:.4f} + {:.4f}  [{}]\n",
+        "{:.4f} + {:.4f} + {:.4f} + {:.4f}  [{}]\n",
         mark, o.cfg.grid.str(), parallel::sharding_name(o.cfg.optimizer.sharding),
         o.cfg.model_state ? "streamed" : "memory", acts, human_bytes(o.memory_per_rank),
         human_bytes(static_cast<uint64_t>(o.breakdown.link_bytes)), o.step_s, o.tokens_per_s,
         o.breakdown.compute, o.breakdown.exposed_exchange, o.breakdown.exposed_io,
-        o.breakdown.bubble, o.breakdown.update, o.breakdown.other, flags_of(o.cfg));
+        o.breakdown.bubble, o.breakdown.cores, o.breakdown.update, o.breakdown.other,
+        flags_of(o.cfg));
   }
   if (!plan.refused.empty()) {
     out += "\nleft out:\n";

@@ -438,10 +438,10 @@ std::string RankRun::breakdown_lines() const {
     const perf::StepBreakdown b = predict_step(cfg_, *rates);
     out += fmt::format(
         "tandem train: step breakdown predicted: compute {:.4f} + exchange {:.4f} + io {:.4f} + "
-        "bubble {:.4f} + update {:.4f} + other {:.4f} = {:.4f} s ({:+.1f}% of the measured "
-        "step)\n",
-        b.compute, b.exposed_exchange, b.exposed_io, b.bubble, b.update, b.other, b.total(),
-        step > 0 ? (b.total() / step - 1) * 100 : 0.0);
+        "bubble {:.4f} + cores {:.4f} + update {:.4f} + other {:.4f} = {:.4f} s ({:+.1f}% of the "
+        "measured step)\n",
+        b.compute, b.exposed_exchange, b.exposed_io, b.bubble, b.cores, b.update, b.other,
+        b.total(), step > 0 ? (b.total() / step - 1) * 100 : 0.0);
   } catch (const UserError& e) {
     out += fmt::format("tandem train: step breakdown predicted: none ({})\n", e.what());
   }

@@ -126,7 +126,8 @@ def test_plan_across_grids_returns_its_rows():
     assert all(r["dp"] * r["tp"] * r["pp"] * r["cp"] == 2 for r in rows)
     assert [r["step_s"] for r in rows] == sorted(r["step_s"] for r in rows)  # fastest first
     for r in rows:
-        parts = ("compute_s", "exchange_s", "io_s", "bubble_s", "update_s", "other_s")
+        parts = ("compute_s", "exchange_s", "io_s", "bubble_s", "cores_s", "update_s",
+                 "other_s")
         assert r["step_s"] == sum(r[p] for p in parts)  # the breakdown adds up, in its order
         assert 0 < r["memory_per_rank"] <= 2 << 30
     # One grid under a memory budget: its out-of-core plan, as the command's report states it.

@@ -26,6 +26,15 @@ struct Rates {
   // rank alone (the UnitFactors' reference, and the report's).
   std::map<int, double> gemm_flops_per_s;
   std::map<int, double> gemm_alone_flops_per_s;
+  // The host's ranks and cores, for ranks that outnumber them: `host_ranks` share the host's
+  // cores, `host_slots` of them compute at once on cores of their own (the hardware threads over
+  // a rank's BLAS threads); and per tp degree the rate a rank computes at while the host's cores
+  // are all busy (the ranks' summed rate in the measurement with all computing at once, over the
+  // cores they shared: min(ranks, slots)). With more ranks than slots the step model charges a
+  // rank's compute at that rate and the host's together at slots times it (perf/step_model.h).
+  int host_ranks = 1;
+  double host_slots = 1;
+  std::map<int, double> gemm_core_flops_per_s;
   UnitFactor attention, mlp, head;  // per half block and for ln_f + the LM head + loss
   double link_bytes_per_s = 0;      // a ring collective's bus bandwidth; a send's rate
   double link_latency_s = 0;        // per collective or hand-off
@@ -63,8 +72,8 @@ struct RateRequest {
 
 // Measures the rates on this machine in a few seconds: a GEMM of each tp degree's MLP shape at
 // the request's threads, alone and with the local ranks computing at once (threads started
-// together, each with its own operands, until one deadline: the slowest's rate; beyond 32 ranks,
-// those 32's rate shared by all), one
+// together, each with its own operands, until one deadline: the slowest's rate, and their summed
+// rate over the cores they shared, a core's; beyond 32 ranks, those 32's rate shared by all), one
 // block's halves and the head forward and backward at tp 1 for the UnitFactors, an in-process
 // all-reduce over min(ranks, 8) threads (unless the link is stated), and with `tiers` the tiers'
 // bandwidth and the update's rate.

@@ -1,9 +1,11 @@
 // The one step-time model: a configuration's step composed from what runs concurrently, at the
 // measured rates (perf/rates.h). Per step:
-//   compute    each unit's (half block's) matmul FLOPs over the GEMM rate at the shard's shapes;
-//              backward twice the forward; the LM head on the last stage, whole on every tp rank;
-//              each scaled by its UnitFactor; the activation timeline (ooc/model.h's simulator,
-//              with these unit times: recomputation and swap stalls included) per stage
+//   compute    each unit's (half block's) matmul FLOPs over the GEMM rate at the shard's shapes
+//              (charged_gemm_rate: with the host's ranks computing at once; a core's rate while
+//              the host is busy when they outnumber its cores); backward twice the forward; the
+//              LM head on the last stage, whole on every tp rank; each scaled by its UnitFactor;
+//              the activation timeline (ooc/model.h's simulator, with these unit times:
+//              recomputation and swap stalls included) per stage
 //   tp         per block 2 all-reduces in the forward, 2 in the backward, of micro_rows x T/cp x C
 //              elements each in --tp-dtype: latency + 2 (tp-1)/tp bytes / link
 //   pipeline   1F1B: the slowest stage's M micro-batches stretched by (M + pp - 1) / M (the
@@ -22,6 +24,16 @@
 //              excess counts: the gathers run one at a time); the blocks' update gathers nothing
 //   state I/O  with --model-state, the block store's traffic a step at the tier's rates; a stage
 //              takes the longer of its compute and that I/O
+//   cores      ranks that outnumber their host's cores (rates.h: host_ranks > host_slots) do
+//              not all compute at once: a stage's bubble and a rank's exchanges leave its core to
+//              the others. So the step above is the critical path at a core's rate, and the host's
+//              cores must also compute every one of its ranks' forward and backward (recomputation
+//              included; host_ranks times the stages' mean) at a core's rate each, host_slots at
+//              once, idle only while a pipeline fills and drains (while its first micro-batch's
+//              forward reaches stage k - 1, and its last backward leaves it, the cores beyond k
+//              stages' ranks have nothing to run: a micro-batch's forward and backward each):
+//              the step takes the longer of the two, the excess counted here (0 when each rank
+//              has cores of its own)
 //   update     the rank's parameters (its slice of them over dp x cp) at the measured update rate;
 //              the blocks' part runs behind the backward with their exchange (what the two take
 //              beyond the backward counts), the rest's after it
@@ -70,13 +82,18 @@ struct StepBreakdown {
                                 // exchange, the parts not hidden behind compute
   double exposed_io = 0;        // swapped activations' stalls, model-state I/O beyond compute
   double bubble = 0;            // the pipeline's idle share
-  double update = 0;            // the optimizer's update not hidden behind the backward
-  double other = 0;             // the step's other work
+  double cores = 0;   // with more ranks than their host's cores: the host's compute (every rank's
+                      // at a core's rate, over its cores) beyond the rest of the step
+  double update = 0;  // the optimizer's update not hidden behind the backward
+  double other = 0;   // the step's other work
   // Not a time: the bytes the busiest stage's rank sends over the link a step (every exchange,
   // hidden or not). Configurations predicted alike are told apart by it (the plan's ties).
   double link_bytes = 0;
-  double total() const { return compute + exposed_exchange + exposed_io + bubble + update + other; }
-  // "compute 0.1200 + exchange 0.0100 + io 0 + bubble 0.0300 + update 0.0040 + other 0 = 0.1640 s"
+  double total() const {
+    return compute + exposed_exchange + exposed_io + bubble + cores + update + other;
+  }
+  // "compute 0.1200 + exchange 0.0100 + io 0.0000 + bubble 0.0300 + cores 0.0000 + update 0.0040 +
+  // other 0.0000 = 0.1640 s"
   std::string str() const;
 };
 
@@ -92,13 +109,23 @@ struct StageTimes {
   double link_bytes = 0;  // bytes the rank moves over the link a step (StepBreakdown's)
 };
 
+// Whether the host's ranks outnumber the ranks its cores run at once (rates.h's host_ranks over
+// host_slots): then a rank computes at a core's rate and the step waits for the host's cores.
+bool ranks_share_cores(const Rates& rates);
+
+// The GEMM rate the model charges a rank's matmuls at, for tp degree `tp`: with the host's ranks
+// computing at once (each on cores of its own), or, when they outnumber its cores, a core's rate
+// while all are busy (no faster than a rank alone).
+double charged_gemm_rate(const Rates& rates, int tp);
+
 // Stage `s` of `shape` at `rates`.
 StageTimes stage_times(const StepShape& shape, int s, const Rates& rates);
 
 // The step from its stages and each one's activation timeline (ooc::predict or the planner's
 // prediction on the stage's chain and profile): the slowest stage sets the pace, the pipeline
 // stretches it by (M + pp - 1) / M, the exchange and the update add what the backward does not
-// hide, then the other work.
+// hide; with more ranks than their host's cores, at least the host's compute over its cores; then
+// the other work.
 StepBreakdown compose(const StepShape& shape, const std::vector<StageTimes>& stages,
                       const std::vector<ooc::Prediction>& timelines, const Rates& rates);
 

@@ -38,6 +38,9 @@ struct FakeMeasure {
     r.gemm_flops_per_s[1] = 1e9 * calls;
     r.gemm_flops_per_s[2] = 0.9e9 * calls;
     r.gemm_alone_flops_per_s = {{1, 1.5e9 * calls}, {2, 1.4e9 * calls}};
+    r.gemm_core_flops_per_s = {{1, 1.25e9 * calls}, {2, 1.2e9 * calls}};
+    r.host_ranks = q.local_ranks;
+    r.host_slots = 1.5;
     r.attention = {1.5, 1.25};
     r.link_bytes_per_s = 2e9;
     r.link_latency_s = 1e-5;
@@ -66,19 +69,25 @@ TEST(RateCache, ASecondLoadReadsTheSameRates) {
   // The rates with the host's ranks computing at once, and alone, both kept.
   EXPECT_EQ(second.gemm_alone_flops_per_s, first.gemm_alone_flops_per_s);
   EXPECT_EQ(second.gemm_alone_flops_per_s.at(2), 1.4e9);
+  // A core's rate while the host's cores are busy, and how many ranks share how many cores.
+  EXPECT_EQ(second.gemm_core_flops_per_s, first.gemm_core_flops_per_s);
+  EXPECT_EQ(second.gemm_core_flops_per_s.at(1), 1.25e9);
+  EXPECT_EQ(second.host_ranks, 4);
+  EXPECT_EQ(second.host_slots, 1.5);
   EXPECT_EQ(second.attention.forward, 1.5);
   EXPECT_EQ(second.update_params_per_s, 3e8);
 }
 
 // The GEMM rate is measured with the ranks on this machine computing at once: how many they are
-// is part of the key, and a key of the rates measured alone (before v2) is not this one.
+// is part of the key, and a key of rates measured before a core's rate was (v2 and before) is
+// not this one.
 TEST(RateCache, TheKeyCountsTheRanksComputingAtOnce) {
   RateRequest alone = request(), four = request();
   alone.local_ranks = 1;
   EXPECT_NE(alone.key(), four.key());
   const nlohmann::json k = nlohmann::json::parse(four.key());
   EXPECT_EQ(k.at("local_ranks"), 4);
-  EXPECT_EQ(k.at("what"), "tandem performance-model rates v2");
+  EXPECT_EQ(k.at("what"), "tandem performance-model rates v3");
 }
 
 TEST(RateCache, WhatTheRatesDependOnIsTheKey) {
@@ -162,6 +171,27 @@ TEST(RateCache, RatesFromJsonNameWhatIsWrong) {
   alone["gemm_alone_flops_per_s"]["1"] = -1;
   EXPECT_EQ(user_error_of([&] { Rates::from_json(alone); }),
             "the performance model's GEMM rate alone at tp 1 is -1");
+  nlohmann::json core = j;
+  core.erase("gemm_core_flops_per_s");
+  EXPECT_EQ(user_error_of([&] { Rates::from_json(core); }),
+            "the performance model's rates lack 'gemm_core_flops_per_s'");
+  core = j;
+  core["gemm_core_flops_per_s"]["2"] = 0;
+  EXPECT_EQ(user_error_of([&] { Rates::from_json(core); }),
+            "the performance model's GEMM rate a core at tp 2 is 0");
+  nlohmann::json host = j;
+  host["host_slots"] = 0.5;
+  EXPECT_EQ(user_error_of([&] { Rates::from_json(host); }),
+            "the performance model's host holds 4 ranks and 0.5 cores' worth of them, not at "
+            "least 1 each");
+  host = j;
+  host["host_ranks"] = 0;
+  EXPECT_EQ(user_error_of([&] { Rates::from_json(host); }),
+            "the performance model's host holds 0 ranks and 1.5 cores' worth of them, not at "
+            "least 1 each");
+  host.erase("host_ranks");
+  EXPECT_EQ(user_error_of([&] { Rates::from_json(host); }),
+            "the performance model's rates lack 'host_ranks'");
   nlohmann::json gemm = j;
   gemm["gemm_flops_per_s"] = nlohmann::json::object();
   EXPECT_EQ(user_error_of([&] { Rates::from_json(gemm); }),

@@ -1,6 +1,7 @@
 // The step-time model's composition at stated rates: an exchange shorter than the backward is
 // hidden and a longer one shows its excess, a pipeline of pp stages and M micro-batches stretches
-// by (M + pp - 1) / M, the update and the other work add, and the FLOP formulas.
+// by (M + pp - 1) / M, the update and the other work add, ranks that outnumber their host's cores
+// wait for them, and the FLOP formulas.
 #include "tandem/perf/step_model.h"
 
 #include <gtest/gtest.h>
@@ -218,6 +219,117 @@ TEST(StepModel, LinkBytesCountEveryExchange) {
   EXPECT_NEAR(predict(tp, r).link_bytes,
               tp.model.n_layers * 4 * 2.0 * 1 / 2 * tokens * tp.model.d_model * sizeof(float),
               1e-6);
+}
+
+// Rates of a host whose `ranks` share `slots` cores' worth: a core computes at `core` FLOP/s
+// while the host is busy, a rank alone at `alone`, and the slowest of all computing at once at
+// `together`.
+Rates shared(int ranks, double slots, double together, double core, double alone) {
+  Rates r = rates();
+  r.host_ranks = ranks;
+  r.host_slots = slots;
+  for (int tp : {1, 2}) {
+    r.gemm_flops_per_s[tp] = together;
+    r.gemm_core_flops_per_s[tp] = core;
+    r.gemm_alone_flops_per_s[tp] = alone;
+  }
+  return r;
+}
+
+// With cores of their own (slots >= ranks) the ranks compute at the rate measured with all at
+// once, as before the host's cores were counted: a core's rate is not read and nothing waits.
+TEST(StepModel, RanksWithCoresOfTheirOwnPredictAsTheRateTogether) {
+  for (const StepShape& s : {shape(2, 1, 2, 4), shape(4, 1, 1, 1), shape(1, 2, 2, 2)}) {
+    const StepBreakdown before = predict(s, rates());
+    for (double slots : {4.0, 8.0}) {
+      const StepBreakdown b = predict(s, shared(4, slots, 1e9, 3e9, 3e9));
+      EXPECT_EQ(b.str(), before.str());
+      EXPECT_EQ(b.cores, 0);
+    }
+  }
+  EXPECT_FALSE(ranks_share_cores(shared(4, 4, 1e9, 3e9, 3e9)));
+  EXPECT_EQ(charged_gemm_rate(shared(4, 4, 1e9, 3e9, 3e9), 1), 1e9);
+}
+
+// 4 ranks on 2 cores, pp 2 x dp 2, M 4: while a stage waits in its bubble the other stage's ranks
+// use its core, so the step is the host's compute over its 2 cores, each at a core's rate: a dp
+// rank's whole forward and backward (both stages) at 1 GFLOP/s. Charging every rank the even
+// share (all 4 computing at once, 0.5 GFLOP/s) through the bubble is slower by more than the
+// bubble's share, (M + pp - 1) / M.
+TEST(StepModel, RanksSharingCoresFillEachOthersBubble) {
+  const int M = 4;
+  const StepShape s = shape(2, 1, 2, M);
+  const Rates r = shared(4, 2, 0.5e9, 1e9, 1e9);
+  ASSERT_TRUE(ranks_share_cores(r));
+  EXPECT_EQ(charged_gemm_rate(r, 1), 1e9);
+  const StepBreakdown b = predict(s, r);
+  const double tokens = s.rank_tokens() * M;
+  const double host = tokens * step_flops_per_token(s.model, s.model.seq_len) / 1e9;
+  EXPECT_GT(b.cores, 0);
+  EXPECT_NEAR(b.total(), host, 1e-12);
+  // The same ranks all computing at once at the even share, through the bubble.
+  const StepBreakdown even = predict(s, shared(4, 4, 0.5e9, 1e9, 1e9));
+  EXPECT_EQ(even.cores, 0);
+  EXPECT_LT(b.total(), even.total() * M / (M + 2 - 1));
+  // The critical path at a core's rate alone would be faster still: the host's cores bound it.
+  EXPECT_LT(b.total() - b.cores, host);
+}
+
+// 4 ranks on 2 cores, pp 4: while the first micro-batch's forward is at stage 0 (and the last
+// backward is back there) one rank has work and one core idles, a micro-batch's forward and
+// backward at a stage; the rest of the step both cores are busy with the 4 stages' compute.
+TEST(StepModel, APipelinesFillAndDrainLeaveCoresIdle) {
+  const int M = 8;
+  StepShape s = shape(1, 1, 4, M);
+  s.model.vocab_size = 64;  // a light head: the stages alike, the host's cores the bound
+  const StepBreakdown b = predict(s, shared(4, 2, 0.5e9, 1e9, 1e9));
+  const double tokens = s.rank_tokens() * M;
+  const double mean = tokens * step_flops_per_token(s.model, s.model.seq_len) / 1e9 / 4;
+  EXPECT_GT(b.cores, 0);
+  EXPECT_NEAR(b.total(), (4 * mean + (2 - 1) * mean / M) / 2, 1e-12);
+  // Two ranks a stage (dp 2, pp 2) fill both cores from the start: nothing idles.
+  const StepShape two = shape(2, 1, 2, M);
+  const double whole = two.rank_tokens() * M * step_flops_per_token(two.model, two.model.seq_len);
+  EXPECT_NEAR(predict(two, shared(4, 2, 0.5e9, 1e9, 1e9)).total(), whole / 1e9, 1e-12);
+}
+
+// One micro-batch: the pipeline's stages take turns and the host is never full, so the critical
+// path at a core's rate sets the step and nothing waits for the cores.
+TEST(StepModel, AHostThatIsNeverFullDoesNotWaitForItsCores) {
+  const StepShape s = shape(2, 1, 2, 1);
+  const StepBreakdown b = predict(s, shared(4, 2, 0.5e9, 1e9, 1e9));
+  EXPECT_EQ(b.cores, 0);
+  // The critical path, as if each rank had a core of its own at a core's rate.
+  EXPECT_EQ(b.str(), predict(s, shared(4, 4, 1e9, 1e9, 1e9)).str());
+}
+
+// Data parallelism keeps every rank computing: 4 ranks on 2 cores take twice a rank's compute at
+// a core's rate, the even share's compute; the exchanges and the update hide behind the others'.
+TEST(StepModel, DataParallelRanksOnSharedCoresTakeTheEvenShare) {
+  const StepShape s = shape(4, 1, 1, 1);
+  const StepBreakdown b = predict(s, shared(4, 2, 0.5e9, 1e9, 1e9));
+  const StepBreakdown even = predict(s, shared(4, 4, 0.5e9, 1e9, 1e9));
+  EXPECT_NEAR(b.total(), 2 * b.compute, 1e-12);
+  EXPECT_NEAR(b.total(), even.compute, 1e-12);
+}
+
+// More cores never slow a step; with as many as ranks, the rate alone's model (no waits).
+TEST(StepModel, MoreCoresNeverSlowAStep) {
+  for (const StepShape& s : {shape(2, 1, 2, 4), shape(1, 2, 2, 2), shape(4, 1, 1, 1)}) {
+    double last = 1e30;
+    for (double slots : {1.0, 1.5, 2.0, 3.0, 4.0}) {
+      const StepBreakdown b = predict(s, shared(4, slots, 1e9, 1e9, 1e9));
+      EXPECT_LE(b.total(), last) << slots;
+      last = b.total();
+    }
+    EXPECT_EQ(predict(s, shared(4, 4, 1e9, 1e9, 1e9)).str(), predict(s, rates()).str());
+  }
+}
+
+// A core's rate, summed over the host's cores, may round above a rank's alone: no faster than it.
+TEST(StepModel, ACoresRateIsNoFasterThanARankAlone) {
+  EXPECT_EQ(charged_gemm_rate(shared(4, 2, 0.5e9, 1.1e9, 1e9), 2), 1e9);
+  EXPECT_EQ(charged_gemm_rate(shared(4, 2, 0.5e9, 0.9e9, 1e9), 2), 0.9e9);
 }
 
 }  // namespace step_model_test

@@ -1,0 +1,52 @@
+// measure_rates on a tiny model (its GEMMs take microseconds; the ranks computing at once run
+// 0.2 s a tp degree): the host's ranks and cores it records, and a core's rate, the ranks' summed
+// rate over the cores they share, never below the slowest rank's.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <thread>
+
+#include "tandem/perf/rates.h"
+
+namespace tandem::perf {
+namespace measure_rates_test {
+
+RateRequest tiny_request(int local_ranks) {
+  RateRequest q;
+  q.model.n_layers = 1;
+  q.model.n_heads = 2;
+  q.model.d_model = 32;
+  q.model.seq_len = q.model.max_positions = 16;
+  q.ranks = 4;
+  q.local_ranks = local_ranks;
+  q.threads = 1;
+  q.link_gbps = 10;  // stated: nothing to measure
+  q.tiers = false;
+  return q;
+}
+
+TEST(MeasureRates, ACoresRateIsTheRanksSummedOverTheCoresTheyShare) {
+  const Rates r = measure_rates(tiny_request(4));
+  const double hw = std::max(1u, std::thread::hardware_concurrency());
+  EXPECT_EQ(r.host_ranks, 4);
+  EXPECT_EQ(r.host_slots, hw);
+  ASSERT_EQ(r.gemm_flops_per_s.size(), 2u);  // tp 1 and 2 (2 heads)
+  for (const auto& [tp, slowest] : r.gemm_flops_per_s) {
+    SCOPED_TRACE(tp);
+    ASSERT_TRUE(r.gemm_core_flops_per_s.count(tp));
+    // 4 rates summed are at least 4 times the slowest, shared by at most 4 cores.
+    EXPECT_GE(r.gemm_core_flops_per_s.at(tp), slowest);
+    EXPECT_GT(r.gemm_alone_flops_per_s.at(tp), 0);
+  }
+}
+
+// A rank alone on its host: a core's rate is its rate alone.
+TEST(MeasureRates, ARankAloneComputesAtItsRateAlone) {
+  const Rates r = measure_rates(tiny_request(1));
+  EXPECT_EQ(r.host_ranks, 1);
+  EXPECT_EQ(r.gemm_core_flops_per_s, r.gemm_alone_flops_per_s);
+  EXPECT_EQ(r.gemm_flops_per_s, r.gemm_alone_flops_per_s);
+}
+
+}  // namespace measure_rates_test
+}  // namespace tandem::perf
