@@ -156,8 +156,9 @@ void emit_cuda(const dsl::Program& program, const schedule::NamedSchedule& s, co
 std::vector<std::string> preferences(const std::string& workload) {
   if (workload == "adam" || workload == "lamb") return parallel::optimizer_schedule_preferences();
   if (workload == "megatron_layer") return parallel::epilogue_schedule_preferences();
-  // Nothing to schedule: an AllGather or a ReduceScatter alone.
-  if (workload == "gather_weights" || workload == "kv_gather" || workload == "kv_grad_reduce")
+  // Nothing to schedule: an AllGather, a ReduceScatter or a Shift alone.
+  if (workload == "gather_weights" || workload == "kv_gather" || workload == "kv_grad_reduce" ||
+      workload == "kv_ring")
     return {"C"};
   return parallel::pipeline_schedule_preferences();
 }
@@ -215,8 +216,8 @@ void add_emit(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "emit", "Print (cpp) or write (cuda) the source generated for one schedule of a workload");
   cmd->add_option("workload", f->workload,
-                  "adam, lamb, megatron_layer, pipeline_stage, gather_weights, kv_gather or "
-                  "kv_grad_reduce")
+                  "adam, lamb, megatron_layer, pipeline_stage, gather_weights, kv_gather, "
+                  "kv_grad_reduce or kv_ring")
       ->required();
   cmd->add_option("--schedule", f->schedule,
                   "The schedule's name, as `tandem tune` or --list prints it (default: the tuner's "

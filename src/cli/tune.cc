@@ -307,14 +307,14 @@ void add_tune(CLI::App& app, std::vector<std::string> args) {
                          "overlap's block count and the "
                          "chunk size, and keep the fastest (cached under the JIT cache folder).\n"
                          "Sizes not given: N=4Mi (adam, lamb, gather_weights, kv_gather, "
-                         "kv_grad_reduce), B=1024 K=2048 H=1024 "
+                         "kv_grad_reduce, kv_ring), B=1024 K=2048 H=1024 "
                          "(megatron_layer, pipeline_stage).\n"
                          "--backend mpi starts itself under `mpirun -np RANKS --oversubscribe` "
                          "(allowing root) unless already "
                          "started by mpirun.");
   cmd->add_option("workload", f->workload,
-                  "adam, lamb, megatron_layer, pipeline_stage, gather_weights, kv_gather or "
-                  "kv_grad_reduce")
+                  "adam, lamb, megatron_layer, pipeline_stage, gather_weights, kv_gather, "
+                  "kv_grad_reduce or kv_ring")
       ->required();
   cmd->add_option("--ranks", f->ranks, "Number of ranks (threads or MPI processes)")
       ->capture_default_str();

@@ -177,6 +177,15 @@ std::string Walker::emit_collective(const Step& s, bool in_pipe) {
       body += copy(c.operand, v);
       body += fmt::format("  c.send = {};\n", pointer_at(v, g.first, in_pipe));
       break;
+    case Op::Shift: {
+      // Out of place: the operand leaves while the value arrives.
+      kind = 4;
+      const int x = look_through(c.operand);
+      if (root(x) == root(v)) unsupported(fmt::format("a shift of {} in place", name(x)));
+      body += fmt::format("  c.send = {};\n  c.recv = {};\n", pointer_at(x, g.first, in_pipe),
+                          pointer_at(v, g.first, in_pipe));
+      break;
+    }
     default:
       unsupported(fmt::format("collective {}", dsl::op_name(c.op)));
   }

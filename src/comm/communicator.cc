@@ -44,6 +44,8 @@ std::string_view collective_name(CollectiveKind kind) {
       return "all_gather";
     case CollectiveKind::Broadcast:
       return "broadcast";
+    case CollectiveKind::Shift:
+      return "shift";
   }
   return "?";
 }
@@ -233,6 +235,17 @@ void validate(const CollectiveDesc& d, int r, int p, bool shares_memory) {
   if (d.kind == CollectiveKind::Broadcast) {
     if (!(d.partition == PartitionDesc{}))
       user_error("{}: broadcast takes no partition (it copies the whole buffer to every rank)", at);
+  } else if (d.kind == CollectiveKind::Shift) {
+    if (!(d.partition == PartitionDesc{}))
+      user_error("{}: shift takes no partition (the whole buffer goes to the next rank)", at);
+    if (d.recv.numel() != d.send.numel())
+      user_error("{}: the input has {} elements but the output {}; shift keeps the size", at,
+                 d.send.numel(), d.recv.numel());
+    if (overlaps(d.send, d.recv))
+      user_error(
+          "{}: the output overlaps the input; shift sends the input while it receives, so pass "
+          "separate buffers",
+          at);
   } else {
     validate_partition(d, at, r, p);
   }
@@ -270,6 +283,9 @@ void run_alone(const CollectiveDesc& d) {
       break;
     case CollectiveKind::Broadcast:
       break;
+    case CollectiveKind::Shift:  // the next rank is this one
+      if (d.send.nbytes() > 0) std::memcpy(d.recv.data(), d.send.data(), d.send.nbytes());
+      break;
   }
 }
 
@@ -303,7 +319,8 @@ Allocator& buffer_allocator(const Communicator& comm, Allocator& alloc) {
 void Communicator::set_rank_nodes(std::vector<int> nodes) { nodes_ = std::move(nodes); }
 
 bool Communicator::execute_hierarchical(const CollectiveDesc& desc) {
-  if (desc.algo != CollectiveAlgo::Auto) return false;
+  // A shift's one message per rank already crosses each node boundary once.
+  if (desc.algo != CollectiveAlgo::Auto || desc.kind == CollectiveKind::Shift) return false;
   if (hierarchical_ == nullptr) {
     const int L = detail::Hierarchical::ranks_per_node(nodes_);
     if (L == 0) return false;
@@ -356,6 +373,13 @@ void Communicator::broadcast(const Tensor& buf, int root) {
   CollectiveDesc d{CollectiveKind::Broadcast};
   d.send = buf;
   d.root = root;
+  run(std::move(d));
+}
+
+void Communicator::shift(const Tensor& in, const Tensor& out) {
+  CollectiveDesc d{CollectiveKind::Shift};
+  d.send = in;
+  d.recv = out;
   run(std::move(d));
 }
 

@@ -185,6 +185,9 @@ void Direct::run(const CollectiveDesc& cd, const std::function<void()>& ring) {
       case CollectiveKind::Broadcast:
         broadcast(d, seq);
         break;
+      case CollectiveKind::Shift:
+        shift(d, seq);
+        break;
     }
   });
 }
@@ -284,6 +287,15 @@ void Direct::broadcast(const PostedCall& d, uint64_t seq) {
   const bool streaming = static_cast<size_t>(d.n) * esize >= kStreamingBytes;
   copy_bytes(mem_.resolve(me, d.send), mem_.resolve(d.root, posted(d.root, seq).send), d.n * esize,
              streaming);
+}
+
+// Each rank copies its left neighbour's input into its own output, where it lies.
+void Direct::shift(const PostedCall& d, uint64_t seq) {
+  const int p = mem_.size(), left = (mem_.rank() + p - 1) % p;
+  const size_t esize = dtype_size(d.dtype);
+  const bool streaming = static_cast<size_t>(d.n) * esize >= kStreamingBytes;
+  copy_bytes(mem_.resolve(mem_.rank(), d.recv), mem_.resolve(left, posted(left, seq).send),
+             d.n * esize, streaming);
 }
 
 }  // namespace tandem::comm::detail

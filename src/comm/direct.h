@@ -34,7 +34,7 @@
 namespace tandem::comm::detail {
 
 // What a group call is (the collectives, plus the two calls that share their protocol).
-enum class Call : uint8_t { AllReduce, ReduceScatter, AllGather, Broadcast, Barrier, Split };
+enum class Call : uint8_t { AllReduce, ReduceScatter, AllGather, Broadcast, Shift, Barrier, Split };
 std::string_view call_name(Call c);
 
 // A buffer the peers cannot read (not in shared memory): the call runs the ring instead.
@@ -128,6 +128,7 @@ class Direct {
   void all_reduce(const PostedCall& d, uint64_t seq, const ChunkHook* hook);
   void all_gather(const PostedCall& d, uint64_t seq);
   void broadcast(const PostedCall& d, uint64_t seq);
+  void shift(const PostedCall& d, uint64_t seq);
   void gather_published(const PostedCall& d, uint64_t seq, bool block);
 
   PeerMemory& mem_;

@@ -157,6 +157,8 @@ void Hierarchical::run(const CollectiveDesc& d) {
     }
     case CollectiveKind::Broadcast:
       break;
+    case CollectiveKind::Shift:  // never here: execute_hierarchical leaves it to the ring
+      internal_error("a shift in the hierarchical algorithms");
   }
 }
 

@@ -37,6 +37,9 @@ void Ring::run(const CollectiveDesc& d) {
       case CollectiveKind::Broadcast:
         broadcast(d);
         break;
+      case CollectiveKind::Shift:
+        shift(d);
+        break;
     }
   } catch (...) {
     // Dropping the requests cancels what the backend can cancel; the staging slots are free again.
@@ -122,6 +125,23 @@ void Ring::broadcast(const CollectiveDesc& d) {
     } else {
       recv(chunk);
     }
+  }
+  drain_sends(0);
+}
+
+// shift: one step of the ring. Each chunk of the input leaves for the right while the same chunk
+// arrives from the left; sends stay in flight while later chunks are received, so no rank waits
+// for a peer that waits for it (a blocked send needs the right neighbour further behind, and that
+// cannot hold all round the ring).
+void Ring::shift(const CollectiveDesc& d) {
+  const int64_t n = d.send.numel();
+  char* in = static_cast<char*>(d.send.data());
+  char* out = static_cast<char*>(d.recv.data());
+  const int64_t es = static_cast<int64_t>(esize_);
+  for (int64_t begin = 0; begin < n; begin += ce_) {
+    const int64_t m = std::min(ce_, n - begin);
+    send(Span{in + begin * es, m, begin});
+    recv(Span{out + begin * es, m, begin});
   }
   drain_sends(0);
 }

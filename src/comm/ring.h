@@ -50,6 +50,7 @@ class Ring {
   void reduce_scatter(const CollectiveDesc& d);
   void all_gather(const CollectiveDesc& d);
   void broadcast(const CollectiveDesc& d);
+  void shift(const CollectiveDesc& d);
 
   // Chunk c of part k (taken modulo p) of the whole buffer starting at base (parts.h: a chunk is
   // a piece of one run of the part).

@@ -168,6 +168,8 @@ Expr Broadcast(const Expr& x, int root) {
   return make(Op::Broadcast, {&x}, a);
 }
 
+Expr Shift(const Expr& x) { return make(Op::Shift, {&x}); }
+
 Expr Send(const Expr& x, int to_group) {
   Attrs a;
   a.group = to_group;

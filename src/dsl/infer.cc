@@ -560,6 +560,17 @@ class Inference {
                    ? "To combine per-rank values use AllReduce"
                    : "A Replicated value is already whole");
         return Type{x.dtype, x.shape, Layout::replicated(), group};
+      case Op::Shift:
+        if (!x.layout.is_local())
+          fail(
+              "Shift takes a Local operand (each rank passes its own piece to the next rank), not "
+              "{}: {}. {}",
+              x.layout.str(), xs,
+              x.layout.is_partial()
+                  ? "Reduce the summands first (AllReduce or ReduceScatter)"
+                  : "Shifting a Replicated or Sliced value would break its layout; hand each rank "
+                    "its piece as a Local input");
+        return Type{x.dtype, x.shape, Layout::local(), group};
       default:  // Broadcast
         if (!x.layout.is_local())
           fail("Broadcast takes a Local operand (the root's value goes to every rank), not {}: {}",

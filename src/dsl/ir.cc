@@ -165,6 +165,8 @@ std::string_view op_name(Op op) {
       return "allgather";
     case Op::Broadcast:
       return "broadcast";
+    case Op::Shift:
+      return "shift";
     case Op::Send:
       return "send";
     case Op::Recv:

@@ -250,6 +250,13 @@ Program kv_grad_reduce() {
   return p;
 }
 
+Program kv_ring() {
+  Program p("kv_ring");
+  const Expr kv = p.input(F32, {"N"}, Local, "kv");
+  p.output(Shift(kv).named("kv_next"), "kv_next");
+  return p;
+}
+
 Program folds() {
   Program p("folds");
   const Expr x = p.input(F32, {"N"}, Sliced(0), "x");
@@ -272,7 +279,7 @@ Program strided_sums() {
 
 std::vector<std::string_view> names() {
   return {"adam",           "lamb",      "megatron_layer", "pipeline_stage",
-          "gather_weights", "kv_gather", "kv_grad_reduce"};
+          "gather_weights", "kv_gather", "kv_grad_reduce", "kv_ring"};
 }
 
 Program by_name(std::string_view name) {
@@ -287,6 +294,7 @@ Program by_name(std::string_view name) {
   if (name == "gather_weights") return gather_weights();
   if (name == "kv_gather") return kv_gather();
   if (name == "kv_grad_reduce") return kv_grad_reduce();
+  if (name == "kv_ring") return kv_ring();
   if (name == "folds") return folds();
   user_error("unknown workload '{}'; the workloads are: {}", name, fmt::join(names(), ", "));
 }

@@ -245,6 +245,11 @@ struct CompiledRunner::State {
         run_desc(
             {.kind = comm::CollectiveKind::Broadcast, .send = view(c.send, dt, n), .root = c.root});
         return;
+      case 4:  // shift: send to the next rank, receive the previous one's
+        run_desc({.kind = comm::CollectiveKind::Shift,
+                  .send = view(c.send, dt, n),
+                  .recv = view(c.recv, dt, n)});
+        return;
       default:
         internal_error(fmt::format("collective kind {} from compiled step {}", c.kind, c.step));
     }

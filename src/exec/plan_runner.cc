@@ -671,6 +671,11 @@ class PlanRunner::Impl {
         run_desc({.kind = comm::CollectiveKind::Broadcast, .send = dst, .root = col.root});
         return;
       }
+      case Op::Shift:
+        run_desc({.kind = comm::CollectiveKind::Shift,
+                  .send = span(col.operand, c),
+                  .recv = span(col.stage, c)});
+        return;
       default:
         internal_error("not a collective");
     }

@@ -434,6 +434,19 @@ class Interpreter : public dsl::Visitor {
         set(s, out);
         break;
       }
+      case Op::Shift: {
+        // One message each way, posted together: to the next rank, from the previous one.
+        Tensor out = alloc(s);
+        if (p == 1 || x.numel() == 0) {
+          if (x.nbytes() > 0) std::memcpy(out.data(), x.data(), x.nbytes());
+        } else {
+          comm::Request sent = group_->isend(x, (place_.index + 1) % p, tag(s.id));
+          group_->irecv(out, (place_.index + p - 1) % p, tag(s.id)).wait();
+          sent.wait();
+        }
+        set(s, out);
+        break;
+      }
       default: {  // Broadcast
         if (s.attrs.root >= p)
           user_error(

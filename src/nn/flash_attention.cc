@@ -107,7 +107,9 @@ int64_t thread_floats(int Tq, int Tk, int HS, const FlashBlocks& blocks, DType p
 // One call's operands: query rows (B, Tq, ldq), head h at column h * HS, and key and value rows
 // (B, Tk, ldkv), key/value head g at column g * HS of k and of v; query row r sits at position
 // pos[r] of the key sequence (ascending; null: pos[r] = r, with Tq = Tk) and sees keys 0 ..
-// pos[r] of those the call reads, [key_lo, key_hi). The gradients have the same layouts.
+// pos[r] of those the call reads, [key_lo, key_hi). The k and v buffers hold kv_rows rows a
+// sample, row 0 at position kv_first (the whole sequence: Tk rows from 0). The gradients have the
+// same layouts.
 struct Operands {
   const float* q;
   int64_t ldq;
@@ -117,13 +119,19 @@ struct Operands {
   int Tq, Tk;
   const int* pos;
   int key_lo, key_hi;
+  int64_t kv_rows;
+  int kv_first;
   int at(int r) const { return pos != nullptr ? pos[r] : r; }
+  // Offset of sample b's key key_lo in the k and v buffers (key j is (j - key_lo) rows on).
+  int64_t first_key(int b) const {
+    return (static_cast<int64_t>(b) * kv_rows + (key_lo - kv_first)) * ldkv;
+  }
 };
 
 Operands fused_qkv(const float* qkv, int T, int NH, int KVH, int HS) {
   const int64_t C3 = int64_t{NH + 2 * KVH} * HS;
   const float* k = qkv + static_cast<int64_t>(NH) * HS;
-  return {qkv, C3, k, k + static_cast<int64_t>(KVH) * HS, C3, T, T, nullptr, 0, T};
+  return {qkv, C3, k, k + static_cast<int64_t>(KVH) * HS, C3, T, T, nullptr, 0, T, T, 0};
 }
 
 Operands gathered_kv(const float* qkv, const float* kv, const AttentionRows& rows, int NH, int KVH,
@@ -139,6 +147,11 @@ Operands gathered_kv(const float* qkv, const float* kv, const AttentionRows& row
   TANDEM_CHECK(rows.key_first >= 0 && count >= 1 && rows.key_first + count <= rows.Tk,
                "attention rows: keys {} .. {} of {}", rows.key_first, rows.key_first + count - 1,
                rows.Tk);
+  const int kv_rows = rows.kv_rows < 0 ? rows.Tk : rows.kv_rows;
+  TANDEM_CHECK(rows.kv_first >= 0 && rows.kv_first <= rows.key_first &&
+                   rows.key_first + count <= rows.kv_first + kv_rows,
+               "attention rows: keys {} .. {} from a buffer of {} rows at {}", rows.key_first,
+               rows.key_first + count - 1, kv_rows, rows.kv_first);
   const int64_t K = static_cast<int64_t>(KVH) * HS;
   return {qkv,
           int64_t{NH + 2 * KVH} * HS,
@@ -149,7 +162,9 @@ Operands gathered_kv(const float* qkv, const float* kv, const AttentionRows& row
           rows.Tk,
           rows.pos,
           rows.key_first,
-          rows.key_first + count};
+          rows.key_first + count,
+          kv_rows,
+          rows.kv_first};
 }
 
 }  // namespace
@@ -192,8 +207,8 @@ void forward(float* out, float* lse, float* scratch, const Operands& o, int B, i
         // The block's last row sees the most keys (positions ascend): keys [key_lo, hi).
         const int hi = std::min(o.at(i1 - 1) + 1, o.key_hi);
         const float* q = o.q + (static_cast<int64_t>(b) * Tq + i0) * ldq + h * HS;  // (rows, HS)
-        const float* k = o.k + static_cast<int64_t>(b) * Tk * ldkv + (h / group) * HS;  // (Tk, HS)
-        const float* v = o.v + static_cast<int64_t>(b) * Tk * ldkv + (h / group) * HS;
+        const float* k = o.k + o.first_key(b) + (h / group) * HS;  // from key key_lo, stride ldkv
+        const float* v = o.v + o.first_key(b) + (h / group) * HS;
         const int64_t base = drop.active() ? drop.head_base(b, h, NH, Tk) : 0;
         const HalfTiles ht =
             half ? half_tiles(mine + f32_floats(Tq, Tk, HS, blocks), HS, kb) : HalfTiles{};
@@ -206,12 +221,12 @@ void forward(float* out, float* lse, float* scratch, const Operands& o, int B, i
           const int cols = std::min(hi, j0 + BC) - j0;
           // s (rows, cols) = q k[j0:j0+cols]^T * scale
           if (half) {
-            rows_to_bf16(ht.k, HS, k + static_cast<int64_t>(j0) * ldkv, ldkv, cols, HS);
-            rows_to_bf16(ht.v, HS, v + static_cast<int64_t>(j0) * ldkv, ldkv, cols, HS);
+            rows_to_bf16(ht.k, HS, k + static_cast<int64_t>(j0 - o.key_lo) * ldkv, ldkv, cols, HS);
+            rows_to_bf16(ht.v, HS, v + static_cast<int64_t>(j0 - o.key_lo) * ldkv, ldkv, cols, HS);
             gemm(false, true, rows, cols, HS, scale, ht.q, HS, ht.k, HS, 0.0f, s, BC);
           } else {
-            gemm(false, true, rows, cols, HS, scale, q, ldq, k + static_cast<int64_t>(j0) * ldkv,
-                 ldkv, 0.0f, s, BC);
+            gemm(false, true, rows, cols, HS, scale, q, ldq,
+                 k + static_cast<int64_t>(j0 - o.key_lo) * ldkv, ldkv, 0.0f, s, BC);
           }
           for (int r = 0; r < rows; ++r) {
             const int i = o.at(i0 + r), n = visible(i, j0, cols);
@@ -242,7 +257,7 @@ void forward(float* out, float* lse, float* scratch, const Operands& o, int B, i
             gemm(false, false, rows, HS, cols, 1.0f, ht.p, cols, ht.v, HS, 1.0f, acc, HS);
           } else {
             gemm(false, false, rows, HS, cols, 1.0f, drop.active() ? pd : s, BC,
-                 v + static_cast<int64_t>(j0) * ldkv, ldkv, 1.0f, acc, HS);
+                 v + static_cast<int64_t>(j0 - o.key_lo) * ldkv, ldkv, 1.0f, acc, HS);
           }
         }
         // The block's output rows, once, and each row's log-sum-exp for the backward.
@@ -291,8 +306,8 @@ void backward(float* dq_all, float* dk_all, float* dv_all, float* scratch, const
         const HalfTiles ht =
             half ? half_tiles(mine + f32_floats(Tq, Tk, HS, blocks), HS, kb) : HalfTiles{};
         const int64_t qrow0 = static_cast<int64_t>(b) * Tq * ldq;
-        const int64_t krow0 = static_cast<int64_t>(b) * Tk * ldkv + g * HS;
-        const float* k = o.k + krow0;  // (Tk, HS), stride ldkv
+        const int64_t krow0 = o.first_key(b) + g * HS;
+        const float* k = o.k + krow0;  // from key key_lo, stride ldkv
         const float* v = o.v + krow0;
         float* dk = dk_all + krow0;
         float* dv = dv_all + krow0;
@@ -310,8 +325,8 @@ void backward(float* dq_all, float* dk_all, float* dv_all, float* scratch, const
                                        y + static_cast<int64_t>(i) * C, HS);
           for (int j0 = o.key_lo; j0 < keys; j0 += BC) {
             const int cols = std::min(keys, j0 + BC) - j0;
-            const float* kj = k + static_cast<int64_t>(j0) * ldkv;
-            const float* vj = v + static_cast<int64_t>(j0) * ldkv;
+            const float* kj = k + static_cast<int64_t>(j0 - o.key_lo) * ldkv;
+            const float* vj = v + static_cast<int64_t>(j0 - o.key_lo) * ldkv;
             if (half) {
               rows_to_bf16(ht.k, HS, kj, ldkv, cols, HS);
               rows_to_bf16(ht.v, HS, vj, ldkv, cols, HS);
@@ -351,7 +366,7 @@ void backward(float* dq_all, float* dk_all, float* dv_all, float* scratch, const
                 }
               }
               // dv_j (cols, HS) += dropped p^T (cols, rows) @ dout_i (rows, HS)
-              float* dvj = dv + static_cast<int64_t>(j0) * ldkv;
+              float* dvj = dv + static_cast<int64_t>(j0 - o.key_lo) * ldkv;
               if (half) {
                 rows_to_bf16(ht.p, cols, drop.active() ? pd : s, BC, rows, cols);
                 gemm(true, false, cols, HS, rows, 1.0f, ht.p, cols, ht.dy, HS, 1.0f, dvj, ldkv);
@@ -371,7 +386,7 @@ void backward(float* dq_all, float* dk_all, float* dv_all, float* scratch, const
               // dq_i (rows, HS) += ds (rows, cols) @ k_j * scale;
               // dk_j (cols, HS) += ds^T (cols, rows) @ q_i * scale
               float* dqi = dq + static_cast<int64_t>(i0) * ldq;
-              float* dkj = dk + static_cast<int64_t>(j0) * ldkv;
+              float* dkj = dk + static_cast<int64_t>(j0 - o.key_lo) * ldkv;
               if (half) {
                 rows_to_bf16(ht.ds, cols, dp, BC, rows, cols);
                 gemm(false, false, rows, HS, cols, scale, ht.ds, cols, ht.k, HS, 1.0f, dqi, ldq);

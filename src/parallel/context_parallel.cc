@@ -58,7 +58,30 @@ void context_embedding_backward(const ContextSplit& s, float* dwte, float* dwpe,
     }
 }
 
+std::string_view context_order_name(ContextOrder order) {
+  switch (order) {
+    case ContextOrder::Sequential:
+      return "sequential";
+    case ContextOrder::Overlapped:
+      return "overlapped";
+    case ContextOrder::Ring:
+      return "ring";
+  }
+  return "?";
+}
+
 ContextOrder context_order_from_env() {
+  const std::string order = env_str("TANDEM_CP_ORDER", "");
+  if (!order.empty()) {
+    if (order == "ring") return ContextOrder::Ring;
+    if (order == "overlap") return ContextOrder::Overlapped;
+    if (order == "sequential") return ContextOrder::Sequential;
+    user_error(
+        "TANDEM_CP_ORDER={}: give ring (the keys and values go round the group while each piece "
+        "is multiplied), overlap (gathered while the rank's own are multiplied) or sequential "
+        "(gathered before, reduced after)",
+        order);
+  }
   const std::string v = env_str("TANDEM_CP_OVERLAP", "1");
   if (v == "1") return ContextOrder::Overlapped;
   if (v == "0") return ContextOrder::Sequential;
@@ -75,10 +98,17 @@ int64_t piece_floats(const ContextSplit& s, int B, int KVH, int HS) {
   return static_cast<int64_t>(B) * s.tokens() * 2 * KVH * HS;
 }
 
-// The overlapped order's partial output and log-sum-exp: (B, Tl, NH*HS) + (B, NH, Tl) floats.
+// The overlapped and ring orders' partial output and log-sum-exp: (B, Tl, NH*HS) + (B, NH, Tl)
+// floats.
 int64_t part_floats(const ContextSplit& s, int B, int NH, int HS, ContextOrder order) {
-  if (order != ContextOrder::Overlapped || s.cp == 1) return 0;
+  if (order == ContextOrder::Sequential || s.cp == 1) return 0;
   return static_cast<int64_t>(B) * s.tokens() * NH * (HS + 1);
+}
+
+// The pieces' worth of floats the order holds besides its partial output and the scratch.
+int64_t held_pieces(const ContextSplit& s, ContextOrder order) {
+  if (order == ContextOrder::Ring) return s.cp > 1 ? 5 : 2;
+  return 1 + 3 * int64_t{s.cp};
 }
 
 // Whether the exchanges may run on a thread of their own: in-process ranks always; MPI ranks
@@ -110,7 +140,9 @@ ContextParallelAttention::ContextParallelAttention(
       gather_program_(dsl::workloads::kv_gather(), schedules.gather.names, executor,
                       schedules.gather.chunk_bytes),
       reduce_program_(dsl::workloads::kv_grad_reduce(), schedules.reduce.names, executor,
-                      schedules.reduce.chunk_bytes) {
+                      schedules.reduce.chunk_bytes),
+      ring_program_(dsl::workloads::kv_ring(), schedules.ring.names, executor,
+                    schedules.ring.chunk_bytes) {
   TANDEM_CHECK(
       group.size() == split.cp && group.rank() == split.rank,
       "context-parallel attention split over {} ranks (rank {}) on a group of {} (rank {})",
@@ -119,23 +151,45 @@ ContextParallelAttention::ContextParallelAttention(
                "context-parallel attention of {} samples, {} heads, {} key/value heads of {}", B,
                NH, KVH, HS);
   const int64_t piece = piece_floats(split, B, KVH, HS), whole = piece * split.cp;
-  mine_ = Tensor::empty(DType::F32, Shape{piece});
-  ranked_ = Tensor::empty(DType::F32, Shape{whole});
-  kv_ = Tensor::empty(DType::F32, Shape{whole});
-  dkv_ = Tensor::empty(DType::F32, Shape{whole});
   // Sequential, or one rank: an empty part_ (a default Tensor would be a scalar).
   part_ = Tensor::empty(DType::F32, Shape{part_floats(split, B, NH, HS, order_)});
   scratch_ =
       Tensor::empty(DType::F32, Shape{nn::flash_attention_scratch_floats(rows_, HS, blocks)});
-  const dsl::SymbolMap n = {{"N", whole}};
-  gather_ = gather_program_.prepare(group, n, {"kv", "kv_all"});
-  gather_->bind("kv", mine_);
-  gather_->bind("kv_all", ranked_);
-  // The reduction's input is the gathered keys' buffer, free by then; its output the rank's own.
-  reduce_ = reduce_program_.prepare(group, n, {"dkv", "dkv_mine"});
-  reduce_->bind("dkv", ranked_);
-  reduce_->bind("dkv_mine", mine_);
-  if (overlapped() && thread_allowed(group))
+  if (order_ == ContextOrder::Ring) {
+    // Two pieces of keys and values and two accumulators passed round, one step's gradient; one
+    // rank keeps its own piece and its gradient.
+    const bool passes = split.cp > 1;
+    for (int i = 0; i < 2; ++i) {
+      kv_blocks_[i] = Tensor::empty(DType::F32, Shape{i == 0 || passes ? piece : 0});
+      dkv_blocks_[i] = Tensor::empty(DType::F32, Shape{i == 0 || passes ? piece : 0});
+    }
+    dkv_step_ = Tensor::empty(DType::F32, Shape{passes ? piece : 0});
+    if (passes) {
+      const dsl::SymbolMap n = {{"N", piece}};
+      for (int i = 0; i < 2; ++i) {
+        ring_kv_[i] = ring_program_.prepare(group, n, {"kv", "kv_next"});
+        ring_kv_[i]->bind("kv", kv_blocks_[i]);
+        ring_kv_[i]->bind("kv_next", kv_blocks_[1 - i]);
+        ring_d_[i] = ring_program_.prepare(group, n, {"kv", "kv_next"});
+        ring_d_[i]->bind("kv", dkv_blocks_[i]);
+        ring_d_[i]->bind("kv_next", dkv_blocks_[1 - i]);
+      }
+    }
+  } else {
+    mine_ = Tensor::empty(DType::F32, Shape{piece});
+    ranked_ = Tensor::empty(DType::F32, Shape{whole});
+    kv_ = Tensor::empty(DType::F32, Shape{whole});
+    dkv_ = Tensor::empty(DType::F32, Shape{whole});
+    const dsl::SymbolMap n = {{"N", whole}};
+    gather_ = gather_program_.prepare(group, n, {"kv", "kv_all"});
+    gather_->bind("kv", mine_);
+    gather_->bind("kv_all", ranked_);
+    // The reduction's input is the gathered keys' buffer, free by then; its output the rank's own.
+    reduce_ = reduce_program_.prepare(group, n, {"dkv", "dkv_mine"});
+    reduce_->bind("dkv", ranked_);
+    reduce_->bind("dkv_mine", mine_);
+  }
+  if (order_ != ContextOrder::Sequential && split.cp > 1 && thread_allowed(group))
     worker_ = std::make_unique<SerialWorker>("tandem-cp-comm");
 }
 
@@ -149,12 +203,18 @@ uint64_t ContextParallelAttention::buffer_bytes(const ContextSplit& split, int B
   const auto piece = static_cast<uint64_t>(piece_floats(split, B, KVH, HS));
   const auto scratch = static_cast<uint64_t>(nn::flash_attention_scratch_floats(rows, HS, blocks));
   const auto part = static_cast<uint64_t>(part_floats(split, B, NH, HS, order));
-  return (piece + 3 * piece * static_cast<uint64_t>(split.cp) + part + scratch) * sizeof(float);
+  const auto pieces = static_cast<uint64_t>(held_pieces(split, order));
+  return (pieces * piece + part + scratch) * sizeof(float);
 }
 
 size_t ContextParallelAttention::allocated_bytes() const {
-  return mine_.nbytes() + ranked_.nbytes() + kv_.nbytes() + dkv_.nbytes() + part_.nbytes() +
-         scratch_.nbytes() + gather_->allocated_bytes() + reduce_->allocated_bytes();
+  size_t n = mine_.nbytes() + ranked_.nbytes() + kv_.nbytes() + dkv_.nbytes() + part_.nbytes() +
+             scratch_.nbytes() + dkv_step_.nbytes();
+  for (int i = 0; i < 2; ++i) n += kv_blocks_[i].nbytes() + dkv_blocks_[i].nbytes();
+  for (const exec::Runner* r : {gather_.get(), reduce_.get(), ring_kv_[0].get(), ring_kv_[1].get(),
+                                ring_d_[0].get(), ring_d_[1].get()})
+    if (r != nullptr) n += r->allocated_bytes();
+  return n;
 }
 
 namespace {
@@ -185,13 +245,16 @@ F* piece_of(F* ranked, int r, int B, int Tl, int W) {
 
 }  // namespace
 
-void ContextParallelAttention::stage_mine(const float* qkv) {
+void ContextParallelAttention::copy_mine(float* piece, const float* qkv) const {
   const int Tl = split_.tokens(), W = 2 * KVH_ * HS_;
   const int64_t C3 = static_cast<int64_t>(NH_ + 2 * KVH_) * HS_, q_cols = int64_t{NH_} * HS_;
-  float* mine = mine_.data_as<float>();
   for (int64_t row = 0; row < static_cast<int64_t>(B_) * Tl; ++row)  // the k and v columns
-    std::memcpy(mine + row * W, qkv + row * C3 + q_cols, sizeof(float) * W);
-  piece_to_sequence(kv_.data_as<float>(), mine, split_, B_, W);
+    std::memcpy(piece + row * W, qkv + row * C3 + q_cols, sizeof(float) * W);
+}
+
+void ContextParallelAttention::stage_mine(const float* qkv) {
+  copy_mine(mine_.data_as<float>(), qkv);
+  piece_to_sequence(kv_.data_as<float>(), mine_.data_as<float>(), split_, B_, 2 * KVH_ * HS_);
 }
 
 void ContextParallelAttention::place_others() {
@@ -216,7 +279,7 @@ void ContextParallelAttention::start(exec::Runner& exchange) {
   const auto run = [this, &exchange] {
     const auto began = std::chrono::steady_clock::now();
     exchange.run();
-    ran_s_ = seconds_since(began);
+    ran_s_ += seconds_since(began);
   };
   if (worker_ == nullptr)
     run();
@@ -229,6 +292,7 @@ void ContextParallelAttention::finish() {
   if (worker_ != nullptr) worker_->wait_for(ticket_);
   times_.waited_s += worker_ != nullptr ? seconds_since(began) : ran_s_;
   times_.exchanged_s += ran_s_;
+  ran_s_ = 0.0;
 }
 
 nn::AttentionRows ContextParallelAttention::keys(int first, int count) const {
@@ -238,8 +302,30 @@ nn::AttentionRows ContextParallelAttention::keys(int first, int count) const {
   return r;
 }
 
+std::vector<ContextParallelAttention::PieceKeys> ContextParallelAttention::piece_keys(
+    int owner) const {
+  const ContextSplit theirs(split_.T, split_.cp, owner);
+  const int ch = split_.chunk(), early = theirs.chunk_start(0), late = theirs.chunk_start(1);
+  std::vector<PieceKeys> out;
+  const auto add = [&](int first, int count, int piece_row) {
+    if (first > positions_.back()) return;  // above every row's diagonal
+    nn::AttentionRows r = keys(first, count);
+    r.kv_rows = split_.tokens();
+    r.kv_first = first;
+    out.push_back({r, piece_row});
+  };
+  if (early + ch == late) {
+    add(early, 2 * ch, 0);
+  } else {
+    add(early, ch, 0);
+    add(late, ch, ch);
+  }
+  return out;
+}
+
 void ContextParallelAttention::forward(float* out, float* lse, const float* qkv,
                                        const nn::AttentionDropout& drop) {
+  if (order_ == ContextOrder::Ring) return forward_ring(out, lse, qkv, drop);
   if (overlapped()) return forward_overlapped(out, lse, qkv, drop);
   gather(qkv);
   nn::flash_attention_forward(out, lse, scratch_.data_as<float>(), qkv, kv_.data_as<float>(), rows_,
@@ -249,6 +335,7 @@ void ContextParallelAttention::forward(float* out, float* lse, const float* qkv,
 void ContextParallelAttention::backward(float* dqkv, const float* dout, const float* qkv,
                                         const float* out, const float* lse,
                                         const nn::AttentionDropout& drop) {
+  if (order_ == ContextOrder::Ring) return backward_ring(dqkv, dout, qkv, out, lse, drop);
   if (overlapped()) return backward_overlapped(dqkv, dout, qkv, out, lse, drop);
   // The keys and values again: other layers have gathered theirs into kv_ since the forward.
   gather(qkv);
@@ -355,6 +442,76 @@ void ContextParallelAttention::backward_overlapped(float* dqkv, const float* dou
       const float* own = dkv + (static_cast<int64_t>(b) * T + split_.position(r)) * W;
       for (int j = 0; j < W; ++j) d[j] += g[j] + own[j];
     }
+}
+
+// The ring forward (see the header): step s multiplies the piece of rank (rank - s) mod cp (its
+// own first) while the shift hands that piece on and brings the next; cp - 1 shifts. The first
+// product writes out and lse; each later one writes part_ and is merged in.
+void ContextParallelAttention::forward_ring(float* out, float* lse, const float* qkv,
+                                            const nn::AttentionDropout& drop) {
+  const int cp = split_.cp, W = 2 * KVH_ * HS_;
+  // One rank makes one call (its chunks are adjacent): no partial result.
+  float* part_out = part_.data_as<float>();
+  float* part_lse =
+      cp == 1 ? nullptr : part_out + static_cast<int64_t>(B_) * split_.tokens() * NH_ * HS_;
+  copy_mine(kv_blocks_[0].data_as<float>(), qkv);
+  bool first = true;
+  for (int s = 0; s < cp; ++s) {
+    const int cur = s % 2, owner = (split_.rank - s + cp) % cp;
+    if (s + 1 < cp) start(*ring_kv_[cur]);
+    // Its early chunk first: on the rank's own piece every row sees it.
+    for (const PieceKeys& k : piece_keys(owner)) {
+      const float* kv = kv_blocks_[cur].data_as<float>() + static_cast<int64_t>(k.piece_row) * W;
+      nn::flash_attention_forward(first ? out : part_out, first ? lse : part_lse,
+                                  scratch_.data_as<float>(), qkv, kv, k.rows, B_, NH_, KVH_, HS_,
+                                  drop, blocks_);
+      if (!first)
+        nn::flash_attention_merge(out, lse, part_out, part_lse, B_, split_.tokens(), NH_, HS_);
+      first = false;
+    }
+    if (s + 1 < cp) finish();
+  }
+}
+
+// The ring backward (see the header). Step s: the piece of rank (rank - s) mod cp is in
+// kv_blocks_[s % 2] and its accumulator arrives in dkv_blocks_[s % 2] (started at the end of step
+// s - 1); the next piece's shift starts; this rank's queries' gradient of the piece's keys goes
+// into dkv_step_ (step 0: straight into the accumulator), added once both shifts are done; then
+// the accumulator leaves for the next rank. After the last step its own accumulator has come back.
+void ContextParallelAttention::backward_ring(float* dqkv, const float* dout, const float* qkv,
+                                             const float* out, const float* lse,
+                                             const nn::AttentionDropout& drop) {
+  const int cp = split_.cp, Tl = split_.tokens(), W = 2 * KVH_ * HS_;
+  copy_mine(kv_blocks_[0].data_as<float>(), qkv);
+  for (int s = 0; s < cp; ++s) {
+    const int cur = s % 2, owner = (split_.rank - s + cp) % cp;
+    if (s + 1 < cp) start(*ring_kv_[cur]);
+    Tensor& into = s == 0 ? dkv_blocks_[0] : dkv_step_;
+    std::fill_n(into.data_as<float>(), into.numel(), 0.0f);
+    for (const PieceKeys& k : piece_keys(owner)) {
+      const int64_t at = static_cast<int64_t>(k.piece_row) * W;
+      nn::flash_attention_backward(dqkv, into.data_as<float>() + at, scratch_.data_as<float>(),
+                                   dout, qkv, kv_blocks_[cur].data_as<float>() + at, out, lse,
+                                   k.rows, B_, NH_, KVH_, HS_, drop, blocks_);
+    }
+    if (cp == 1) break;
+    finish();  // the next piece (but after the last), and this one's accumulator (but at step 0)
+    if (s > 0) {
+      float* acc = dkv_blocks_[cur].data_as<float>();
+      const float* step = dkv_step_.data_as<float>();
+      for (int64_t i = 0; i < dkv_step_.numel(); ++i) acc[i] += step[i];
+    }
+    start(*ring_d_[cur]);  // this accumulator on to the next rank, the previous rank's in
+  }
+  if (cp > 1) finish();  // after cp shifts: this rank's own accumulator, from every rank
+  // dqkv's k and v columns += the accumulator of this rank's piece.
+  const float* mine = dkv_blocks_[cp == 1 ? 0 : cp % 2].data_as<float>();
+  const int64_t C3 = static_cast<int64_t>(NH_ + 2 * KVH_) * HS_, q_cols = int64_t{NH_} * HS_;
+  for (int64_t row = 0; row < static_cast<int64_t>(B_) * Tl; ++row) {
+    float* d = dqkv + row * C3 + q_cols;
+    const float* g = mine + row * W;
+    for (int j = 0; j < W; ++j) d[j] += g[j];
+  }
 }
 
 }  // namespace tandem::parallel

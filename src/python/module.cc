@@ -285,6 +285,8 @@ void bind_functions(py::module_& m) {
   unary("relu", dsl::relu, "max(x, 0), elementwise.");
   unary("norm", dsl::norm, "The L2 norm of the whole tensor (an f32 scalar).");
   unary("AllGather", dsl::AllGather, "Sliced(d) -> Replicated: every rank gets the whole value.");
+  unary("Shift", dsl::Shift,
+        "Local -> Local: rank i gets rank (i - 1) mod p's value (a ring step).");
   auto binary = [&m](const char* name, auto f, const char* doc) {
     m.def(
         name,

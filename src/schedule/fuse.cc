@@ -115,12 +115,12 @@ Rejection check_fuse(const Schedule& s, std::vector<int> listed, const std::stri
           gathers.push_back(id);
           break;
         }
-        if (st.op == Op::Broadcast)
+        if (st.op == Op::Broadcast || st.op == Op::Shift)
           return fmt::format(
-              "{}: {} is a Broadcast, which has no per-chunk hook; only an AllReduce or a "
+              "{}: {} is a {}, which has no per-chunk hook; only an AllReduce or a "
               "ReduceScatter runs "
               "computation inside it",
-              who, xs);
+              who, xs, st.op == Op::Shift ? "Shift" : "Broadcast");
         if (collective >= 0)
           return fmt::format(
               "{}: {} and {} are both collectives; a fused stage holds at most one collective (an "

@@ -216,9 +216,11 @@ void Lowering::storage() {
       val(w).alias = t;
       continue;
     }
-    if (ws.op == Op::AllReduce || ws.op == Op::ReduceScatter || ws.op == Op::Broadcast) {
+    if (ws.op == Op::AllReduce || ws.op == Op::ReduceScatter || ws.op == Op::Broadcast ||
+        ws.op == Op::Shift) {
       // These read their operand whole while they write: only an AllGather (which reads a slice
-      // nobody else holds) may write into the input.
+      // nobody else holds) may write into the input. A Shift never works in place: its input
+      // leaves while its output arrives.
       continue;
     }
     bool safe = true;

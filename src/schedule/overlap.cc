@@ -41,12 +41,15 @@ Rejection try_overlap(Schedule& s, const std::vector<int>& ids, int blocks, int*
     const OpKind k = dsl::op_kind(st.op);
     const bool ok = f >= 0 || k == OpKind::Matmul || k == OpKind::Collective || st.op == Op::Send ||
                     detail::is_elementwise_tensor(st);
-    if (!ok || st.op == Op::Broadcast || st.op == Op::Update)
+    if (!ok || st.op == Op::Broadcast || st.op == Op::Shift || st.op == Op::Update)
       return fmt::format(
           "{}: {} is {} ({}); only matmuls, AllReduce/ReduceScatter/AllGather (fused or not), "
           "element-wise "
           "computations and sends run block by block",
-          who, p.display_name(id), st.op == Op::Broadcast ? "a Broadcast" : "not blockable",
+          who, p.display_name(id),
+          st.op == Op::Broadcast ? "a Broadcast"
+          : st.op == Op::Shift   ? "a Shift"
+                                 : "not blockable",
           dsl::op_name(st.op));
     const int o = s.overlap_index(id);
     if (o >= 0)

@@ -131,11 +131,13 @@ RankNeed rank_need(const TrainConfig& cfg, int tp, int pp) {
   if (g.cp > 1) {
     const parallel::ContextSplit split(cfg.model.seq_len, g.cp, 0);
     const int kv_heads = cfg.model.n_kv_heads() / g.tp, head = cfg.model.head_size();
+    const parallel::ContextOrder order = parallel::context_order_from_env();
     n.activations += parallel::ContextParallelAttention::buffer_bytes(
-        split, micro_rows, cfg.model.n_heads / g.tp, kv_heads, head);
-    // The plan runner keeps two whole-sequence intermediates of the exchanges (as measured;
-    // counted for the interpreter too); the compiled executor's work in the attention's buffers.
-    if (cfg.executor != exec::RunnerKind::Compiled)
+        split, micro_rows, cfg.model.n_heads / g.tp, kv_heads, head, {}, order);
+    // The plan runner keeps two whole-sequence intermediates of the gather and the reduction (as
+    // measured; counted for the interpreter too); the compiled executor's work in the attention's
+    // buffers, and so the ring's shifts on every executor.
+    if (cfg.executor != exec::RunnerKind::Compiled && order != parallel::ContextOrder::Ring)
       n.activations +=
           2 * static_cast<uint64_t>(micro_rows) * cfg.model.seq_len * 2 * kv_heads * head * kF32;
   }

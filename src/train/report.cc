@@ -356,7 +356,7 @@ void RankRun::print_summary(const TrainResult& result, int64_t ran) {
     out_ << fmt::format(
         "tandem train: context parallelism ({} order{}): the kv exchanges ran {:.3f} s, {:.3f} s "
         "of it waited for ({:.0f}% hidden)\n",
-        cp->order() == parallel::ContextOrder::Overlapped ? "overlapped" : "sequential",
+        parallel::context_order_name(cp->order()),
         cp->overlapping() || cp->order() == parallel::ContextOrder::Sequential
             ? ""
             : ", the exchanges on the calling thread",

@@ -261,13 +261,22 @@ parallel::ProgramOptions ScheduleChoice::model_programs(int rows) {
     const dsl::SymbolMap kv = {{"N", static_cast<int64_t>(rows) * cfg_.model.seq_len * 2 *
                                          (cfg_.model.n_kv_heads() / cfg_.grid.tp) *
                                          cfg_.model.head_size()}};
-    const Tuned g =
-        tuned_schedule(dsl::workloads::kv_gather(), grid_.cp(), kv, cfg_.tune, executor_);
-    const Tuned r =
-        tuned_schedule(dsl::workloads::kv_grad_reduce(), grid_.cp(), kv, cfg_.tune, executor_);
-    from_autotuner_ |= !g.schedule.empty() || !r.schedule.empty();
-    o.context_schedules.gather = prefer(g, o.context_schedules.gather);
-    o.context_schedules.reduce = prefer(r, o.context_schedules.reduce);
+    if (o.context_schedules.order == parallel::ContextOrder::Ring) {
+      // The ring's shifts move one rank's piece: 1/cp of the sequence's.
+      const dsl::SymbolMap piece = {{"N", kv.at("N") / cfg_.grid.cp}};
+      const Tuned k =
+          tuned_schedule(dsl::workloads::kv_ring(), grid_.cp(), piece, cfg_.tune, executor_);
+      from_autotuner_ |= !k.schedule.empty();
+      o.context_schedules.ring = prefer(k, o.context_schedules.ring);
+    } else {
+      const Tuned g =
+          tuned_schedule(dsl::workloads::kv_gather(), grid_.cp(), kv, cfg_.tune, executor_);
+      const Tuned r =
+          tuned_schedule(dsl::workloads::kv_grad_reduce(), grid_.cp(), kv, cfg_.tune, executor_);
+      from_autotuner_ |= !g.schedule.empty() || !r.schedule.empty();
+      o.context_schedules.gather = prefer(g, o.context_schedules.gather);
+      o.context_schedules.reduce = prefer(r, o.context_schedules.reduce);
+    }
   }
   return o;
 }

@@ -179,6 +179,20 @@ inline std::string broadcast_case(Communicator& c, CollectiveAlgo algo, DType t,
   return check(label, buf, 0, [&](int64_t i) { return gather_value(root, i); });
 }
 
+// Rank r's input is gather_value(r, i); its output must be the previous rank's, and its input
+// must be left as it was.
+inline std::string shift_case(Communicator& c, CollectiveAlgo algo, DType t, int64_t n) {
+  const int p = c.size(), r = c.rank(), left = (r + p - 1) % p;
+  const std::string label = label_of(c, algo, "shift", t, n);
+  Tensor in = Tensor::empty(t, {n}, buffers_of(c));
+  fill(in, 0, [&](int64_t i) { return gather_value(r, i); });
+  Tensor out = Tensor::empty(t, {n}, buffers_of(c));
+  out.fill(-99.0f);
+  shift(c, algo, in, out);
+  return check(label, out, 0, [&](int64_t i) { return gather_value(left, i); }) +
+         check(label + " input afterwards", in, 0, [&](int64_t i) { return gather_value(r, i); });
+}
+
 // ---- Partitioned collectives ------------------------------------------------------------------
 
 // The [outer, rows, inner] shapes the partitioned cases run: one outer block and several, rows

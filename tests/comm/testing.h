@@ -205,4 +205,12 @@ inline void broadcast(Communicator& c, CollectiveAlgo algo, const Tensor& buf, i
   c.run(std::move(d));
 }
 
+inline void shift(Communicator& c, CollectiveAlgo algo, const Tensor& in, const Tensor& out) {
+  CollectiveDesc d{CollectiveKind::Shift};
+  d.send = in;
+  d.recv = out;
+  d.algo = algo;
+  c.run(std::move(d));
+}
+
 }  // namespace tandem::comm::testing

@@ -115,6 +115,18 @@ inline Case two_collectives_case(int64_t n, int64_t b, int64_t k, int64_t h) {
           1};
 }
 
+inline Case kv_ring_case(int64_t n) {
+  return {fmt::format("kv_ring N={}", n), dsl::workloads::kv_ring(), {{"N", n}}, {}, 1};
+}
+
+inline Case ring_step_case(DType t, int64_t r, int64_t c) {
+  return {fmt::format("ring_step {} R={} C={}", dtype_name(t), r, c),
+          ring_step(t),
+          {{"R", r}, {"C", c}},
+          {{"a", 0.75}},
+          1};
+}
+
 // Element i of input `name` (rank `rank`'s own value for a Local input): a value in [0.05, 1.05)
 // from a hash of the name, the index and the rank, so that every rank count sees the same whole
 // tensors and the expected results do not depend on how they are split.

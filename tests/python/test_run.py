@@ -129,6 +129,21 @@ def test_sliced_pieces_and_gathers():
         np.testing.assert_array_equal(got["top"][r], np.full(len(pieces[r]), 2, dtype=np.float32))
 
 
+def test_a_ring_shift():
+    # Each rank's Local value goes to the next rank: rank r gets rank r - 1's, on every executor.
+    p = tandem.Program("ring")
+    kv = p.input(tandem.F32, ["N"], tandem.Local, "kv")
+    p.output(tandem.Shift(kv * 2), "next")
+    assert "shift(" in str(p)
+    local = [np.arange(7, dtype=np.float32) + 10 * r for r in range(3)]
+    for executor in ["reference", "plan"]:
+        got = tandem.run(p, {"kv": local}, executor=executor)
+        for r in range(3):
+            np.testing.assert_array_equal(got["next"][r], local[(r - 1) % 3] * 2)
+    with pytest.raises(tandem.Error, match="Shift takes a Local operand"):
+        tandem.Shift(tandem.AllReduce(tandem.Sum, kv))
+
+
 def test_bf16_inputs_are_rounded_from_float32():
     p = tandem.Program("round")
     g = p.input(tandem.BF16, ["N"], tandem.Local, "g")

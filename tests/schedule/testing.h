@@ -33,6 +33,25 @@ inline dsl::Program two_collectives() {
   return p;
 }
 
+// A ring step with computation around it: a Shift of a computed Local value (stored for it, so
+// loop fusion changes where it is made), read again after the shift next to the value it came
+// from, summed across the ranks (an AllReduce the recipes split, reorder and fuse), and a block
+// replaced by its neighbour's in place, as ring attention passes its keys and values on.
+inline dsl::Program ring_step(DType dtype = DType::BF16) {
+  using namespace tandem::dsl;  // NOLINT: the builder's vocabulary
+  Program p("ring_step");
+  const Expr a = p.scalar("a");
+  const Expr x = p.input(dtype, {"R", "C"}, Local, "x");
+  const Expr b = p.input(F32, {"R", "C"}, Local, "b");
+  const Expr y = (cast(x, F32) * a).named("y");
+  const Expr s = Shift(y).named("s");
+  p.output((s - y).named("z"), "z");
+  const Expr g = AllReduce(Sum, s).named("g");
+  p.output((g * 0.5).named("h"), "h");
+  update(b, Shift(b).named("b_next")).named("b1");
+  return p;
+}
+
 // The schedules' names, in order.
 inline std::vector<std::string> names_of(const std::vector<NamedSchedule>& all) {
   std::vector<std::string> out;

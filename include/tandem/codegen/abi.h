@@ -46,7 +46,7 @@
                                 const tandem_block* blk);                                         \
   typedef struct tandem_collective {                                                              \
     int32_t step;  /* the plan's top-level step, for messages */                                  \
-    int32_t kind;  /* 0 all_reduce, 1 reduce_scatter, 2 all_gather, 3 broadcast */                \
+    int32_t kind;  /* 0 all_reduce, 1 reduce_scatter, 2 all_gather, 3 broadcast, 4 shift */       \
     int32_t op;    /* 0 sum, 1 prod, 2 max, 3 min: core/reduce_op.h's reduce_op_code */           \
     int32_t dtype; /* 0 f32, 1 bf16, 2 f16 */                                                     \
     int32_t root;                                                                                 \
@@ -55,6 +55,7 @@
     int32_t recv_whole; /* RS: recv is shaped as the whole; this rank's part goes in its place */ \
     void* send;         /* AR, BC: the buffer. RS: the whole input. AG: this part, 0 = in recv */ \
     void* recv;         /* RS: this rank's part, 0 = in place in send. AG: the whole output */    \
+    /* shift: send goes to the next rank of the group, recv gets the previous rank's */           \
     int64_t outer, rows, inner; /* the whole buffer as [outer, rows, inner], split by rows */     \
     int64_t index_base;         /* the global flat index of the buffer's first element */         \
     tandem_hook_fn hook;                                                                          \

@@ -108,7 +108,11 @@ class Request {
 // in flight when it throws.
 void wait_all(std::vector<Request>& requests);
 
-enum class CollectiveKind : uint8_t { AllReduce, ReduceScatter, AllGather, Broadcast };
+// Shift (a ring's one step): rank r's whole `send` goes to rank (r + 1) mod p's `recv`, and rank
+// r receives rank (r - 1) mod p's: every rank sends and receives at once, chunk by chunk, so it
+// cannot deadlock. Its buffers have one size and do not overlap; it takes no partition, hook or
+// root; on one rank it is a copy.
+enum class CollectiveKind : uint8_t { AllReduce, ReduceScatter, AllGather, Broadcast, Shift };
 std::string_view collective_name(CollectiveKind kind);  // "all_reduce", "reduce_scatter", ...
 
 // Which algorithm runs a collective. Auto lets the backend choose: Direct where the ranks share
@@ -125,17 +129,19 @@ struct CollectiveDesc {
   ReduceOp op = ReduceOp::Sum;
   Tensor send{};  // AllReduce, Broadcast: the buffer (in place). ReduceScatter: the whole input.
                   // AllGather: this rank's part, packed; or `recv` itself (the part in place).
+                  // Shift: what goes to the next rank.
   Tensor recv{};  // ReduceScatter: this rank's part, packed; or a buffer of the whole's size that
                   // receives the part in its place (its other elements untouched), which may be
                   // `send` itself. AllGather: the whole output.
                   // In place is also allowed where the part is contiguous in the whole (outer
                   // 1): recv (RS) or send (AG) may be exactly this rank's part of the other
-                  // buffer. Any other overlap is an error.
+                  // buffer. Any other overlap is an error. Shift: what the previous rank sent,
+                  // as many elements as `send`, apart from it.
   int root = 0;   // Broadcast
   ChunkHook hook{};  // AllReduce, ReduceScatter
   CollectiveAlgo algo = CollectiveAlgo::Auto;
   // AllReduce, ReduceScatter, AllGather: how the whole buffer is divided among the ranks
-  // (outer * rows * inner must be its element count). Broadcast takes none.
+  // (outer * rows * inner must be its element count). Broadcast and Shift take none.
   PartitionDesc partition{};
   // The chunk size, in bytes, this call pipelines at and runs the hook on (pieces at most this
   // long, never less than one element); 0: the process's chunk_bytes(). A program tuned at a
@@ -201,6 +207,7 @@ class Communicator {
                       const PartitionDesc& partition = {});
   void all_gather(const Tensor& in, const Tensor& out, const PartitionDesc& partition = {});
   void broadcast(const Tensor& buf, int root);
+  void shift(const Tensor& in, const Tensor& out);
 
   // The one entry point: validates `desc`, resolves its chunk size (0: chunk_bytes()) and runs
   // the backend's algorithm for it. Taken by value: move a desc in to run it without copying its

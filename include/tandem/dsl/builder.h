@@ -101,6 +101,8 @@ Expr AllReduce(ReduceOp op, const Expr& x);
 Expr ReduceScatter(ReduceOp op, const Expr& x, int dim = 0);
 Expr AllGather(const Expr& x);
 Expr Broadcast(const Expr& x, int root);
+// One step of a ring: rank i of the group receives rank (i - 1) mod p's Local x (ir.h's Shift).
+Expr Shift(const Expr& x);
 // Pipeline hand-off: rank i of x's group sends its piece to rank i of `to_group`; Recv makes
 // the value exist in that group.
 Expr Send(const Expr& x, int to_group);

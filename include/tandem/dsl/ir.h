@@ -30,6 +30,9 @@
 //     AllReduce     Local or Partial (Sum only) -> Replicated.
 //     ReduceScatter Local or Partial (Sum only) -> Sliced(dim).
 //     AllGather     Sliced(d) -> Replicated.       Broadcast  Local -> Replicated (root's value).
+//     Shift         Local -> Local: rank i of the group holds what rank (i - 1) mod p held (one
+//                   step of a ring: every rank sends its piece to the next and receives the
+//                   previous one's); on one rank the value itself.
 //     norm, reduce  keep Local and Replicated; over a Sliced tensor they include the cross-rank
 //                   reduction: a norm, a reduction over all dims or over the sliced dim gives
 //                   Replicated; a reduction over another dim stays Sliced.
@@ -236,6 +239,7 @@ enum class Op : uint8_t {
   ReduceScatter,
   AllGather,
   Broadcast,
+  Shift,  // (x): rank i's piece goes to rank (i + 1) mod p of the group, one step of a ring
   // communication between groups
   Send,
   Recv,

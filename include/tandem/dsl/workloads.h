@@ -26,6 +26,7 @@
 //   gather_weights  symbol N; input w (f32 [N] Sliced(0)), output w_all (f32 [N] Replicated).
 //   kv_gather   symbol N; input kv (f32 [N] Sliced(0)), output kv_all (f32 [N] Replicated).
 //   kv_grad_reduce  symbol N; input dkv (f32 [N] Local), output dkv_mine (f32 [N] Sliced(0)).
+//   kv_ring     symbol N; input kv (f32 [N] Local), output kv_next (f32 [N] Local): Shift(kv).
 //   grad_handoff  2 groups, symbol N: input d (f32 [N] Replicated, group 1) is sent to group 0
 //               and received into input d_prev (f32 [N] Replicated, group 0), in place.
 #pragma once
@@ -94,6 +95,11 @@ Program gather_weights();
 // size the autotuner times.
 Program kv_gather();
 Program kv_grad_reduce();
+// Ring attention's exchange: each rank's block of keys and values (kv, f32 [N] Local) handed to
+// the next rank of the group while the previous rank's arrives: kv_next = Shift(kv) (f32 [N]
+// Local, an output). Run p - 1 times, every block visits every rank. Like the two above it has no
+// AllReduce: its schedules differ in the chunk size the autotuner times.
+Program kv_ring();
 
 // The pipeline's backward hand-off: rank i of group 1 (a stage) sends the gradient of its input,
 // d, to rank i of group 0 (the previous stage), where it lands in d_prev in place:

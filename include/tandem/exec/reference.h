@@ -17,10 +17,10 @@
 //   with blas::sgemm and rounds the product once.
 // - Reducing collectives (AllReduce, ReduceScatter, and the cross-rank step of a norm or reduce of
 //   a Sliced tensor) reduce f32 copies of their operands, whatever the dtype, and round once;
-//   AllGather, Broadcast, Send and Recv move the stage's own bytes. ReduceScatter and AllGather
-//   use the communicator's reduce_scatter/all_gather when the layout's split coincides with its
-//   flat split (1-D tensors, or dim 0 with rows dividing evenly); otherwise an all_reduce and a
-//   slice, or one broadcast per rank.
+//   AllGather, Broadcast, Shift, Send and Recv move the stage's own bytes. ReduceScatter and
+//   AllGather use the communicator's reduce_scatter/all_gather when the layout's split coincides
+//   with its flat split (1-D tensors, or dim 0 with rows dividing evenly); otherwise an all_reduce
+//   and a slice, or one broadcast per rank.
 // - Dropout keys the mask by each element's flat index in the whole tensor (dropout_keep), so
 //   every rank count and slicing draws the same mask; its seed is the bound scalar's value.
 // - update(t, e) writes e into the caller's tensor for input t at the update's position (the IR

@@ -220,6 +220,11 @@ struct AttentionRows {
   const int* pos = nullptr;  // (Tq) each query row's position, strictly ascending, below Tk
   int key_first = 0;         // the first key the call reads
   int key_count = -1;        // how many (-1: to Tk)
+  // Where kv (and dkv) hold their rows: kv_rows a sample, row 0 at position kv_first, which must
+  // cover the keys read (context parallelism's ring: one rank's chunk inside its piece of the
+  // sequence, B x its rows). -1: the whole sequence, Tk rows a sample from position 0.
+  int kv_rows = -1;
+  int kv_first = 0;
 };
 // Floats of scratch the two calls below need (as above, with Tq and Tk in place of T).
 int64_t flash_attention_scratch_floats(const AttentionRows& rows, int HS,

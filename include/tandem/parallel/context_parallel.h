@@ -18,12 +18,20 @@
 // saved as before. Backward: the gather runs while the rank's late chunk's keys (its diagonal)
 // take their gradient, then the other ranks' keys do, their gradient's reduce-scatter starts, and
 // runs while the rank's early chunk's keys take theirs; the rank's own part is added after it.
-// Sequential: gather, multiply; multiply, reduce (no thread). Under MPI the thread needs
-// MPI_THREAD_MULTIPLE (the data-parallel exchange's thread may be calling MPI too); with less
-// the overlapped order runs its exchanges on the calling thread, at the same points. The
-// exchanges stay whole collectives (a ring passing a chunk on while the next is multiplied needs a
-// send to the next rank of one group, which the DSL does not have), so the buffers are the
-// sequential order's and one partial output.
+// Sequential: gather, multiply; multiply, reduce (no thread). Ring (ring attention): no rank
+// holds the whole sequence's keys; each rank's key/value piece goes round the group, one step a
+// product, by the kv_ring program (a DSL Shift: to the next rank while the previous rank's
+// arrives). Forward: the shift to the next rank runs while the rank's queries meet the piece it
+// holds (its own first), cp - 1 shifts in all, the partial results merged as the overlapped
+// order merges them. Backward: the pieces go round again, each with its accumulating key/value
+// gradient: while a piece's keys take this rank's queries' gradient (into a zeroed piece, added
+// to the accumulator when it has arrived), the next piece and the previous accumulator move on;
+// after cp steps one more shift hands every accumulator back to its owner. A rank holds two
+// pieces of keys and values, two accumulators and one partial gradient instead of three
+// whole-sequence buffers. Under MPI the thread needs MPI_THREAD_MULTIPLE (the data-parallel
+// exchange's thread may be calling MPI too); with less the overlapped and ring orders run their
+// exchanges on the calling thread, at the same points. The overlapped order's exchanges are whole
+// collectives, so its buffers are the sequential order's and one partial output.
 //
 // The split is balanced for the causal mask: the sequence is cut into 2 cp chunks and rank i
 // holds chunks i and 2 cp - 1 - i, one early and one late, so every rank's queries meet as many
@@ -35,6 +43,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tandem/comm/communicator.h"
@@ -73,9 +82,11 @@ void context_embedding_forward(const ContextSplit& s, float* out, const int32_t*
 void context_embedding_backward(const ContextSplit& s, float* dwte, float* dwpe, const float* dout,
                                 const int32_t* tokens, int B, int C);
 
-// Whether the exchanges overlap the products (see above).
-enum class ContextOrder { Sequential, Overlapped };
-// TANDEM_CP_OVERLAP: 1 (the default) Overlapped, 0 Sequential; anything else is a UserError.
+// Whether the exchanges overlap the products, and which (see above).
+enum class ContextOrder { Sequential, Overlapped, Ring };
+std::string_view context_order_name(ContextOrder order);  // "sequential", "overlapped", "ring"
+// TANDEM_CP_ORDER: ring, overlap or sequential; unset, TANDEM_CP_OVERLAP: 1 (the default)
+// Overlapped, 0 Sequential. Anything else is a UserError naming the variable and the choices.
 ContextOrder context_order_from_env();
 
 // The exchanges' schedules (parallel/program_runner.h): the autotuner's choice, else the
@@ -83,6 +94,7 @@ ContextOrder context_order_from_env();
 struct ContextSchedules {
   SchedulePreferences gather{{"C"}};
   SchedulePreferences reduce{{"C"}};
+  SchedulePreferences ring{{"C"}};  // kv_ring, the ring order's exchange
   ContextOrder order = context_order_from_env();
 };
 
@@ -109,9 +121,10 @@ class ContextParallelAttention {
   // The exchanges' programs with their schedules and chunk sizes, for the start-up lines.
   const ProgramRunner& gather_program() const { return gather_program_; }
   const ProgramRunner& reduce_program() const { return reduce_program_; }
+  const ProgramRunner& ring_program() const { return ring_program_; }
   ContextOrder order() const { return order_; }
-  // Whether the exchanges run on a communication thread (Overlapped, cp > 1 and, under MPI,
-  // MPI_THREAD_MULTIPLE).
+  // Whether the exchanges run on a communication thread (Overlapped or Ring, cp > 1 and, under
+  // MPI, MPI_THREAD_MULTIPLE).
   bool overlapping() const { return worker_ != nullptr; }
   const ContextOverlapTimes& overlap_times() const { return times_; }
   // Bytes this rank holds for the exchanges and the kernel's scratch.
@@ -119,7 +132,9 @@ class ContextParallelAttention {
   // What the constructor allocates itself for these arguments, the exchanges' runners' own
   // buffers aside: three whole-sequence key/value buffers (gathered in rank order, in sequence
   // order, their gradient), the rank's piece, the kernel's scratch and, overlapped with cp > 1, a
-  // partial output and log-sum-exp to merge. The memory estimate's.
+  // partial output and log-sum-exp to merge. The ring order instead: with cp > 1 five pieces (two
+  // of keys and values, two accumulators, one partial gradient) and the partial output; alone, two
+  // (its keys and values, their gradient). The memory estimate's.
   static uint64_t buffer_bytes(const ContextSplit& split, int B, int NH, int KVH, int HS,
                                const nn::FlashBlocks& blocks = {},
                                ContextOrder order = context_order_from_env());
@@ -139,6 +154,19 @@ class ContextParallelAttention {
                           const nn::AttentionDropout& drop);
   void backward_overlapped(float* dqkv, const float* dout, const float* qkv, const float* out,
                            const float* lse, const nn::AttentionDropout& drop);
+  void forward_ring(float* out, float* lse, const float* qkv, const nn::AttentionDropout& drop);
+  void backward_ring(float* dqkv, const float* dout, const float* qkv, const float* out,
+                     const float* lse, const nn::AttentionDropout& drop);
+  // This rank's k and v columns of qkv into `piece` (B, Tl, 2K).
+  void copy_mine(float* piece, const float* qkv) const;
+  // The kernel's calls against rank `owner`'s piece held in a (B, Tl, 2K) buffer: each with the
+  // row of the piece its keys start at. Its early chunk first, its late one after (one call where
+  // they are adjacent); none for keys above every one of this rank's rows.
+  struct PieceKeys {
+    nn::AttentionRows rows;
+    int piece_row = 0;
+  };
+  std::vector<PieceKeys> piece_keys(int owner) const;
   // This rank's k and v columns of qkv into mine_ and to their positions in kv_.
   void stage_mine(const float* qkv);
   // The other ranks' pieces of ranked_ to their positions in kv_.
@@ -146,8 +174,8 @@ class ContextParallelAttention {
   // Runs `exchange` on the communication thread (on this one when there is none); finish() waits.
   void start(exec::Runner& exchange);
   void finish();
-  // Whether the overlapped order runs (Overlapped, cp > 1): part_ is allocated for it.
-  bool overlapped() const { return part_.numel() > 0; }
+  // Whether the overlapped order runs (Overlapped, cp > 1).
+  bool overlapped() const { return order_ == ContextOrder::Overlapped && split_.cp > 1; }
   // The kernel's rows against keys [first, first + count) of the sequence.
   nn::AttentionRows keys(int first, int count) const;
 
@@ -157,17 +185,24 @@ class ContextParallelAttention {
   nn::FlashBlocks blocks_;
   std::vector<int> positions_;
   nn::AttentionRows rows_;
-  ProgramRunner gather_program_, reduce_program_;
-  std::unique_ptr<exec::Runner> gather_, reduce_;
+  ProgramRunner gather_program_, reduce_program_, ring_program_;
+  std::unique_ptr<exec::Runner> gather_, reduce_;  // not the ring order's
+  // The ring order's shifts: ring_kv_[i] sends kv_blocks_[i] on and receives into the other; so
+  // too ring_d_[i] with the accumulators.
+  std::unique_ptr<exec::Runner> ring_kv_[2], ring_d_[2];
   Tensor mine_;    // (B, Tl, 2K): this rank's k and v rows; then its summed gradient
   Tensor ranked_;  // (cp, B, Tl, 2K): every rank's, in rank order (the exchanges' whole)
   Tensor kv_;      // (B, T, 2K): the same in sequence order
   Tensor dkv_;     // (B, T, 2K): their gradient from this rank's queries
-  Tensor part_;    // overlapped: (B, Tl, NH*HS) then (B, NH, Tl): a partial out and lse
+  Tensor part_;    // overlapped, ring: (B, Tl, NH*HS) then (B, NH, Tl): a partial out and lse
+  // The ring order's instead of the four above: (B, Tl, 2K) pieces of keys and values, their
+  // gradient's accumulators, and one step's gradient.
+  Tensor kv_blocks_[2], dkv_blocks_[2], dkv_step_;
   Tensor scratch_;
   ContextOverlapTimes times_;
-  uint64_t ticket_ = 0;                   // the exchange started last
-  double ran_s_ = 0.0;                    // how long it ran (written by the job, read after it)
+  uint64_t ticket_ = 0;  // the exchange started last
+  double ran_s_ =
+      0.0;  // how long the exchanges since finish() ran (written by the jobs, read after)
   std::unique_ptr<SerialWorker> worker_;  // last: stopped before the buffers its jobs use
 };
 

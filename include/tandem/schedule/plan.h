@@ -46,7 +46,7 @@
 //   (and a Finish's cross-rank step) combine f32 copies whatever the dtype and round once to the
 //   value's dtype (inside a hook the reduced chunk is f32, and the collective's value is that
 //   chunk rounded to its dtype); a Matmul multiplies f32 copies (blas::sgemm) and rounds once;
-//   AllGather, Broadcast, Send and Recv move the value's own bytes.
+//   AllGather, Broadcast, Shift, Send and Recv move the value's own bytes.
 // - Buffers: a value with alias >= 0 has no buffer of its own; `alias` is always the root that
 //   owns one (never a chain). A Slice value in a Full root occupies this rank's part of it
 //   (contiguous when sliced along dim 0, the only dim split and reorder produce).
@@ -96,7 +96,7 @@ enum class StepKind : uint8_t {
   Reduce,      // a reduction over one dim (Reduce stages with a dim), with its cross-rank part
   Finish,      // completes an accumulated Norm / Reduce(all): cross-rank combine, then finalise
   Matmul,      // one matmul stage, on each rank's stored pieces
-  Collective,  // AllReduce, ReduceScatter, AllGather or Broadcast, maybe with a fused hook
+  Collective,  // AllReduce, ReduceScatter, AllGather, Broadcast or Shift, maybe with a fused hook
   Send,        // hand a value to the same-index rank of another group
   Recv,        // the matching receive
   Pipeline,    // overlap: a body of steps run block by block
@@ -158,7 +158,8 @@ enum class Partition : uint8_t {
 std::string_view partition_name(Partition p);
 
 struct Collective {
-  dsl::Op op = dsl::Op::AllReduce;  // AllReduce, ReduceScatter, AllGather, Broadcast
+  dsl::Op op = dsl::Op::AllReduce;  // AllReduce, ReduceScatter, AllGather, Broadcast, Shift
+  // (a Shift is never in place and never fused: its operand leaves while its value arrives)
   int stage = -1;  // the value it produces (for a completing gather: the value it completes)
   // The value it reads. -1 for a completing gather: a Replicated value that a fused hook
   // computed on this rank's part only, gathered in place in its own Full buffer.

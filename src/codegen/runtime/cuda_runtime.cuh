@@ -262,6 +262,18 @@ static int tdm_run_collective(tdm_host* h, const tandem_collective* c) {
       TDM_NCCL(h, ncclBroadcast(c->send, c->send, static_cast<size_t>(n), type, c->root, h->comm,
                                 h->wire));
       return 0;
+    case 4:  // shift: to the next rank while the previous one's arrives, one group so neither waits
+      if (p == 1) {
+        TDM_CUDA_H(h, cudaMemcpyAsync(c->recv, c->send, static_cast<size_t>(n) * es,
+                                      cudaMemcpyDeviceToDevice, h->wire));
+        return 0;
+      }
+      TDM_NCCL(h, ncclGroupStart());
+      TDM_NCCL(h, ncclSend(c->send, static_cast<size_t>(n), type, (r + 1) % p, h->comm, h->wire));
+      TDM_NCCL(h,
+               ncclRecv(c->recv, static_cast<size_t>(n), type, (r + p - 1) % p, h->comm, h->wire));
+      TDM_NCCL(h, ncclGroupEnd());
+      return 0;
     default:
       return tdm_fail(h, "collective kind " + std::to_string(c->kind) + " from step " +
                              std::to_string(c->step));

@@ -174,6 +174,18 @@ TEST(CudaCompile, RepresentativeSchedulesBuildWithoutSpills) {
   }
 }
 
+// A Shift (kv_ring, ring attention's exchange): kind 4, one ncclSend and one ncclRecv in a group.
+TEST(CudaCompile, ShiftBuilds) {
+  if (const std::string why = missing_toolkit(); !why.empty()) GTEST_SKIP() << why;
+  const dsl::Program program = dsl::workloads::kv_ring();
+  const schedule::Plan plan = schedule::enumerate_schedules(program).front().schedule.lower();
+  const CudaProgram prog = emit_cuda(plan, "kv_ring");
+  EXPECT_NE(prog.source.find("c.kind = 4;"), std::string::npos);
+  EXPECT_NE(prog.source.find("ncclRecv(c->recv"), std::string::npos);
+  const Built b = build(plan, "kv_ring_C", nullptr);
+  ASSERT_TRUE(b.ok) << b.log;
+}
+
 TEST(CudaCompile, EveryScheduleOfEveryWorkloadBuilds) {
   if (const std::string why = missing_toolkit(); !why.empty()) GTEST_SKIP() << why;
   if (std::getenv("TANDEM_CUDA_ALL") == nullptr)

@@ -64,7 +64,7 @@ std::vector<dsl::Program> workloads() {
           // The tensor-parallel exchanges of bf16 training: casts around bf16 collectives.
           dsl::workloads::megatron_layer(DType::F32, 0.1, DType::BF16),
           dsl::workloads::pipeline_stage(DType::F32, 0.1, DType::BF16),
-          dsl::workloads::sum_in_place(DType::BF16)};
+          dsl::workloads::sum_in_place(DType::BF16), dsl::workloads::kv_ring()};
 }
 
 TEST(CudaEmit, EveryScheduleEmitsAProgram) {

@@ -121,6 +121,12 @@ TEST_P(ThreadCollectives, Broadcast) {
   });
 }
 
+TEST_P(ThreadCollectives, Shift) {
+  const Case& c = GetParam();
+  on_every_rank(
+      [&](Communicator& comm, int64_t n) { return shift_case(comm, c.algo, c.dtype, n); });
+}
+
 std::vector<Case> all_cases() {
   std::vector<Case> cases;
   for (CollectiveAlgo algo : {CollectiveAlgo::Direct, CollectiveAlgo::Ring})
@@ -145,6 +151,7 @@ TEST(ThreadCollectivesAuto, PublicMethodsUseTheDefaultAlgorithm) {
                                false);
     err += all_gather_case(comm, CollectiveAlgo::Auto, DType::F32, 1001, false);
     err += broadcast_case(comm, CollectiveAlgo::Auto, DType::F32, 77, 2);
+    err += shift_case(comm, CollectiveAlgo::Auto, DType::BF16, 1001);
   });
   for (int r = 0; r < 3; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
 }
@@ -163,6 +170,7 @@ TEST(ThreadCollectivesAuto, BackToBack) {
           err += all_reduce_case(comm, algo, t, 333, kAllOps[round % 4], round % 2 == 0);
           err += all_gather_case(comm, algo, t, 100 + round, round % 2 == 0);
           err += broadcast_case(comm, algo, t, 50, round % ranks);
+          err += shift_case(comm, algo, t, 40 + round);
           comm.barrier();
         }
       });

@@ -209,6 +209,38 @@ TEST(LocalErrors, BroadcastRootOutOfRange) {
                    "ranks 0 to 1"));
 }
 
+TEST(LocalErrors, ShiftOutputOfAnotherSize) {
+  EXPECT_THAT(failure_of(2,
+                         [](Communicator& c) {
+                           c.shift(Tensor::zeros(DType::F32, {5}), Tensor::zeros(DType::F32, {4}));
+                         }),
+              MatchesRegex("shift on rank [01] of 2: the input has 5 elements but the output 4; "
+                           "shift keeps the size"));
+}
+
+TEST(LocalErrors, ShiftInPlace) {
+  EXPECT_THAT(failure_of(2,
+                         [](Communicator& c) {
+                           Tensor t = Tensor::zeros(DType::F32, {6});
+                           c.shift(t.flat_slice(0, 4), t.flat_slice(2, 4));
+                         }),
+              MatchesRegex("shift on rank [01] of 2: the output overlaps the input; shift sends "
+                           "the input while it receives, so pass separate buffers"));
+}
+
+TEST(LocalErrors, ShiftTakesNoPartition) {
+  EXPECT_THAT(failure_of(2,
+                         [](Communicator& c) {
+                           CollectiveDesc d{CollectiveKind::Shift};
+                           d.send = Tensor::zeros(DType::F32, {6});
+                           d.recv = Tensor::zeros(DType::F32, {6});
+                           d.partition = {2, 3, 1};
+                           c.run(d);
+                         }),
+              MatchesRegex("shift on rank [01] of 2: shift takes no partition \\(the whole "
+                           "buffer goes to the next rank\\)"));
+}
+
 TEST(LocalErrors, UndefinedTensor) {
   EXPECT_EQ(failure_of(1, [](Communicator& c) { c.all_reduce(Tensor(), ReduceOp::Sum); }),
             "all_reduce on rank 0 of 1: the buffer tensor is undefined");

@@ -103,6 +103,8 @@ std::string small_sizes(Communicator& c) {
       err += all_gather_case(c, algo, t, n, false);
       err += all_gather_case(c, algo, t, n, true);
       for (int root = 0; root < c.size(); ++root) err += broadcast_case(c, algo, t, n, root);
+      err += shift_case(c, algo, t, n);
+      err += shift_case(c, CollectiveAlgo::Ring, t, n);
     }
   }
   return err;
@@ -115,7 +117,8 @@ std::string large_size(Communicator& c, CollectiveAlgo algo) {
          all_reduce_case(c, algo, DType::F32, kLarge, ReduceOp::Max, false) +
          reduce_scatter_case(c, algo, DType::F32, kLarge, ReduceOp::Sum, false, false) +
          all_gather_case(c, algo, DType::F32, kLarge, false) +
-         broadcast_case(c, algo, DType::F32, kLarge, c.size() - 1);
+         broadcast_case(c, algo, DType::F32, kLarge, c.size() - 1) +
+         shift_case(c, algo, DType::F32, kLarge);
 }
 
 TEST(MpiWorld, IsMpiCommWorld) {
@@ -356,6 +359,7 @@ TEST(MpiSharedMemory, DirectOnOneNodeAndTheRingForHostBuffers) {
       err += reduce_scatter_case(*c, CollectiveAlgo::Direct, t, n, ReduceOp::Max, true, true);
       err += all_gather_case(*c, CollectiveAlgo::Direct, t, n, false);
       err += broadcast_case(*c, CollectiveAlgo::Direct, t, n, c->size() - 1);
+      err += shift_case(*c, CollectiveAlgo::Direct, t, n);
     }
   {
     ScopedHostBuffers host;

@@ -81,6 +81,9 @@ TEST(LayoutErrors, PartialReducedByMax) {
       HasSubstr(
           "AllReduce(max) of a Partial operand %2: f32[2, 2] Partial: its ranks hold summands, so "
           "only Sum reduces them"));
+  EXPECT_THAT(user_error_of([&] { Shift(matmul(x, w)); }),
+              AllOf(HasSubstr("Shift takes a Local operand"), HasSubstr("not Partial"),
+                    HasSubstr("Reduce the summands first")));
 }
 
 TEST(LayoutErrors, CollectiveOperands) {
@@ -105,6 +108,14 @@ TEST(LayoutErrors, CollectiveOperands) {
               HasSubstr("Broadcast takes a Local operand (the root's value goes to "
                         "every rank), not Sliced(0)"));
   EXPECT_THAT(user_error_of([&] { Broadcast(l, -1); }), HasSubstr("Broadcast root -1 is negative"));
+  EXPECT_THAT(user_error_of([&] { Shift(s); }),
+              AllOf(HasSubstr("shift(s)"),
+                    HasSubstr("Shift takes a Local operand (each rank passes its own piece to the "
+                              "next rank), not Sliced(0): s: f32[N] Sliced(0)"),
+                    HasSubstr("hand each rank its piece as a Local input")));
+  EXPECT_THAT(user_error_of([&] { Shift(r); }),
+              HasSubstr("Shift takes a Local operand (each rank passes its own piece to the "
+                        "next rank), not Replicated"));
   EXPECT_THAT(user_error_of([&] { ReduceScatter(Sum, l, 1); }),
               HasSubstr("ReduceScatter along dim 1 of l: f32[N] Local: the dim must be in [0, 1)"));
 }

@@ -57,6 +57,14 @@ TEST(ProgramStr, AttributesArePrinted) {
             "  output d = %6\n");
 }
 
+TEST(ProgramStr, KvRing) {
+  EXPECT_EQ(workloads::kv_ring().str(),
+            "program kv_ring\n"
+            "  kv = input : f32[N] Local\n"
+            "  kv_next = shift(kv) : f32[N] Local\n"
+            "  output kv_next = kv_next\n");
+}
+
 TEST(ProgramStr, MegatronLayer) {
   EXPECT_EQ(workloads::megatron_layer().str(),
             "program megatron_layer\n"
@@ -253,6 +261,7 @@ TEST(Infer, CollectivesAndScatter) {
   EXPECT_EQ(ReduceScatter(Sum, l, 1).type().layout, Sliced(1));
   EXPECT_EQ(AllGather(ReduceScatter(Sum, l)).type().layout, Replicated);
   EXPECT_EQ(Broadcast(l, 0).type().layout, Replicated);
+  EXPECT_EQ(Shift(l).type(), (Type{F16, {5, 3}, Local, 0}));
   EXPECT_EQ(scatter(AllReduce(Sum, l), 1).type().layout, Sliced(1));
   const Expr a = p.input(F32, {4, 6}, Sliced(1), "a");
   const Expr b = p.input(F32, {6, 2}, Sliced(0), "b");

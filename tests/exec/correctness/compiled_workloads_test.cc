@@ -16,9 +16,11 @@ namespace tandem::codegen::testing {
 namespace {
 
 using schedule::testing::adam_case;
+using schedule::testing::kv_ring_case;
 using schedule::testing::lamb_case;
 using schedule::testing::megatron_case;
 using schedule::testing::pipeline_case;
+using schedule::testing::ring_step_case;
 using schedule::testing::sum_in_place_case;
 
 // A small chunk size, so that every fused hook runs over several chunks of these small tensors.
@@ -43,6 +45,22 @@ Outcome run_case(const Case& c, const Schedules& all, int ranks,
   });
   EXPECT_EQ(total.failures, "") << c.label << " on " << ranks << " ranks";
   return total;
+}
+
+// The Shift emitted as C++: alone, and between computations and an AllReduce.
+TEST_F(Compiled, RingEverySchedule) {
+  const Schedules kv = compile_all(dsl::workloads::kv_ring());
+  const Schedules step = compile_all(schedule::testing::ring_step(DType::BF16));
+  for (int ranks = 1; ranks <= 4; ++ranks) {
+    for (int64_t n : {0, 1, 1013}) {
+      const Outcome o = run_case(kv_ring_case(n), kv, ranks);
+      EXPECT_EQ(o.schedules, static_cast<int>(kv.plans.size()));
+      EXPECT_EQ(o.bitwise, o.schedules);
+    }
+    const Outcome o = run_case(ring_step_case(DType::BF16, 7, 13), step, ranks);
+    EXPECT_EQ(o.schedules, static_cast<int>(step.plans.size()));
+    EXPECT_EQ(o.bitwise, o.schedules);
+  }
 }
 
 TEST_F(Compiled, AdamEverySchedule) {

@@ -89,6 +89,22 @@ TEST_F(Equivalence, SumInPlaceEverySchedule) {
   }
 }
 
+// A Shift alone (kv_ring), and one between computations and an AllReduce whose recipes vary;
+// every element moves as it is, so each schedule is bitwise the reference.
+TEST_F(Equivalence, RingEverySchedule) {
+  for (int ranks = 1; ranks <= 4; ++ranks) {
+    for (int64_t n : {0, 1, 1013}) {
+      const Tally t = run_case(kv_ring_case(n), ranks);
+      EXPECT_GE(t.schedules, 1);
+      EXPECT_EQ(t.bitwise, t.schedules);
+    }
+    const Tally t = run_case(ring_step_case(DType::BF16, 7, 13), ranks);
+    EXPECT_GE(t.schedules, 8);
+    EXPECT_EQ(t.bitwise, t.schedules);
+    run_case(ring_step_case(DType::F32, 1, 3), ranks);
+  }
+}
+
 TEST_F(Equivalence, PipelineEverySchedule) {
   for (int ranks : {2, 4}) {
     const Tally t = run_case(pipeline_case(DType::F32, 7, 10, 6), ranks);

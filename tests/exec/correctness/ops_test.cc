@@ -362,6 +362,7 @@ TEST(Collectives, LocalValuesDifferingByRank) {
       p.output(AllReduce(Max, x), "max");
       p.output(Broadcast(x, root), "bcast");
       p.output(AllGather(scatter(Broadcast(x, root), 0)), "scattered");
+      p.output(Shift(x), "shifted");
       auto at = [](int r, int64_t i) { return static_cast<double>((i * 3 + r * 5) % 7) - 3.0; };
       std::vector<TensorMap> outs(static_cast<size_t>(ranks));
       comm::run_ranks(ranks, [&](comm::Communicator& c) {
@@ -384,6 +385,10 @@ TEST(Collectives, LocalValuesDifferingByRank) {
         EXPECT_TRUE(close("max " + where, o.at("max"), mx, 0, 0));
         EXPECT_TRUE(close("bcast " + where, o.at("bcast"), rootv, 0, 0));
         EXPECT_TRUE(close("scattered " + where, o.at("scattered"), rootv, 0, 0));
+        std::vector<double> left(15);  // the previous rank's x
+        for (int64_t i = 0; i < 15; ++i)
+          left[static_cast<size_t>(i)] = at((r + ranks - 1) % ranks, i);
+        EXPECT_TRUE(close("shifted " + where, o.at("shifted"), left, 0, 0));
       }
     }
 }

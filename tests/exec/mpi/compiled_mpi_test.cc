@@ -11,9 +11,11 @@ namespace tandem::codegen::testing {
 namespace {
 
 using schedule::testing::adam_case;
+using schedule::testing::kv_ring_case;
 using schedule::testing::lamb_case;
 using schedule::testing::megatron_case;
 using schedule::testing::pipeline_case;
+using schedule::testing::ring_step_case;
 using schedule::testing::sum_in_place_case;
 
 std::unique_ptr<comm::Communicator> world() { return comm::mpi_wrap(MPI_COMM_WORLD); }
@@ -51,6 +53,13 @@ TEST_F(CompiledMpi, Bf16SumsReducedInF32AreBitwise) {
   const Outcome m =
       check_compiled(megatron_case(DType::BF16, 5, 3, 9), layer, *comm, {.reduce_in_f32 = true});
   EXPECT_EQ(m.failures, "");
+}
+
+TEST_F(CompiledMpi, Ring) {
+  auto comm = world();
+  expect_ok(kv_ring_case(1013), compile_all(dsl::workloads::kv_ring()), *comm);
+  expect_ok(ring_step_case(DType::BF16, 7, 13),
+            compile_all(schedule::testing::ring_step(DType::BF16)), *comm);
 }
 
 TEST_F(CompiledMpi, Lamb) {

@@ -49,6 +49,11 @@ TEST_F(MpiEquivalence, SumInPlace) {
   check(sum_in_place_case(DType::BF16, 1013), 2);
 }
 
+TEST_F(MpiEquivalence, Ring) {
+  check(kv_ring_case(1013), 1);
+  check(ring_step_case(DType::BF16, 7, 13), 8);
+}
+
 TEST_F(MpiEquivalence, Pipeline) { check(pipeline_case(DType::F32, 7, 10, 6), 30); }
 
 }  // namespace

@@ -503,6 +503,65 @@ TEST(FlashAttention, KeyRangesMergeToEveryKey) {
   }
 }
 
+// Keys read from a buffer of their own (context parallelism's ring: one chunk of a rank's piece,
+// kv_rows rows a sample from position kv_first) give what the same range of the whole sequence's
+// buffer gives, bit for bit (the same arithmetic on the same values), and their gradient lands in
+// the same rows of a dkv laid out as that buffer.
+void compare_own_buffer(const Case& s, const std::vector<int>& pos, int first, int count,
+                        int margin) {
+  SCOPED_TRACE(s.str() + " keys " + std::to_string(first) + " + " + std::to_string(count));
+  const int Tq = static_cast<int>(pos.size()), W = (s.NH + 2 * s.KVH) * s.HS, C = s.NH * s.HS,
+            K = s.KVH * s.HS;
+  const AttentionDropout drop = dropout_of(s);
+  const std::vector<float> q = to_f32(uniform(static_cast<size_t>(s.B) * Tq * W, 491, -2.0, 2.0));
+  const std::vector<float> kv =
+      to_f32(uniform(static_cast<size_t>(s.B) * s.T * 2 * K, 492, -2.0, 2.0));
+  const std::vector<float> dy = to_f32(uniform(static_cast<size_t>(s.B) * Tq * C, 493));
+  const AttentionRows whole{Tq, s.T, pos.data(), first, count};
+  std::vector<float> out(dy.size()), lse(static_cast<size_t>(s.B) * s.NH * Tq), dq(q.size(), 0.0f),
+      dkv(kv.size(), 0.0f),
+      sc(static_cast<size_t>(flash_attention_scratch_floats(whole, s.HS, s.blocks)));
+  flash_attention_forward(out.data(), lse.data(), sc.data(), q.data(), kv.data(), whole, s.B, s.NH,
+                          s.KVH, s.HS, drop, s.blocks);
+  flash_attention_backward(dq.data(), dkv.data(), sc.data(), dy.data(), q.data(), kv.data(),
+                           out.data(), lse.data(), whole, s.B, s.NH, s.KVH, s.HS, drop, s.blocks);
+  // The buffer: rows [first - margin, first + count + margin) of each sample, clipped.
+  const int lo = std::max(0, first - margin), hi = std::min(s.T, first + count + margin);
+  const int R = hi - lo;
+  std::vector<float> mine(static_cast<size_t>(s.B) * R * 2 * K);
+  for (int b = 0; b < s.B; ++b)
+    std::copy_n(kv.begin() + (static_cast<size_t>(b) * s.T + lo) * 2 * K, R * 2 * K,
+                mine.begin() + static_cast<size_t>(b) * R * 2 * K);
+  AttentionRows own = whole;
+  own.kv_rows = R;
+  own.kv_first = lo;
+  std::vector<float> o2(out.size()), l2(lse.size()), dq2(q.size(), 0.0f), dkv2(mine.size(), 0.0f);
+  flash_attention_forward(o2.data(), l2.data(), sc.data(), q.data(), mine.data(), own, s.B, s.NH,
+                          s.KVH, s.HS, drop, s.blocks);
+  flash_attention_backward(dq2.data(), dkv2.data(), sc.data(), dy.data(), q.data(), mine.data(),
+                           out.data(), lse.data(), own, s.B, s.NH, s.KVH, s.HS, drop, s.blocks);
+  EXPECT_EQ(o2, out);
+  EXPECT_EQ(l2, lse);
+  EXPECT_EQ(dq2, dq);
+  std::vector<float> dkv_rows;
+  for (int b = 0; b < s.B; ++b)
+    dkv_rows.insert(dkv_rows.end(), dkv.begin() + (static_cast<size_t>(b) * s.T + lo) * 2 * K,
+                    dkv.begin() + (static_cast<size_t>(b) * s.T + hi) * 2 * K);
+  EXPECT_EQ(dkv2, dkv_rows);
+}
+
+TEST(FlashAttention, KeysFromABufferOfTheirOwnEqualTheWholeBuffer) {
+  const FlashBlocks tiny{8, 8};
+  std::vector<int> rank0;  // rank 0 of 2's rows: chunks 0 and 3 of 4
+  for (int c : {0, 3})
+    for (int t = c * 12; t < (c + 1) * 12; ++t) rank0.push_back(t);
+  for (float p : {0.0f, 0.2f}) {
+    compare_own_buffer({2, 48, 2, 2, 8, tiny, p}, rank0, 12, 12, 0);     // another rank's chunk
+    compare_own_buffer({1, 48, 6, 2, 8, {5, 3}, p}, rank0, 36, 12, 0);   // GQA, its own late one
+    compare_own_buffer({2, 48, 3, 1, 4, {16, 16}, p}, rank0, 20, 9, 3);  // rows around the keys
+  }
+}
+
 // Rows out of order, or past the keys, are a caller's bug.
 TEST(FlashAttention, RowsOutOfOrderAreInternalErrors) {
   const int B = 1, T = 4, NH = 2, KVH = 2, HS = 2;
@@ -520,6 +579,13 @@ TEST(FlashAttention, RowsOutOfOrderAreInternalErrors) {
   const std::vector<int> pos = {1, 2};
   for (const auto& [first, count] : {std::pair{-1, 2}, std::pair{3, 2}, std::pair{1, 0}}) {
     const AttentionRows rows{2, T, pos.data(), first, count};
+    EXPECT_THROW(flash_attention_forward(out.data(), lse.data(), scratch.data(), qkv.data(),
+                                         kv.data(), rows, B, NH, KVH, HS, {}),
+                 InternalError);
+  }
+  // A key buffer that does not hold the range read.
+  for (const auto& [rows_held, at] : {std::pair{2, 2}, std::pair{1, 1}, std::pair{2, -1}}) {
+    const AttentionRows rows{2, T, pos.data(), 1, 2, rows_held, at};
     EXPECT_THROW(flash_attention_forward(out.data(), lse.data(), scratch.data(), qkv.data(),
                                          kv.data(), rows, B, NH, KVH, HS, {}),
                  InternalError);

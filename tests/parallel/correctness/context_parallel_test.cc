@@ -115,7 +115,7 @@ Results split_attention(const Case& s, int cp, exec::RunnerKind executor, Contex
     schedules.order = order;
     ContextParallelAttention attn(group, split, s.B, s.NH, s.KVH, s.HS, schedules, executor,
                                   s.blocks);
-    EXPECT_EQ(attn.overlapping(), order == ContextOrder::Overlapped && cp > 1);
+    EXPECT_EQ(attn.overlapping(), order != ContextOrder::Sequential && cp > 1);
     std::vector<float> q(static_cast<size_t>(s.B) * Tl * W), dy(static_cast<size_t>(s.B) * Tl * C);
     for (int b = 0; b < s.B; ++b)
       for (int r = 0; r < Tl; ++r) {
@@ -182,9 +182,12 @@ void compare_with_one_rank(const Case& s, int cp, exec::RunnerKind executor) {
 
   const Results sequential = split_attention(s, cp, executor, ContextOrder::Sequential, qkv, dout);
   const Results overlapped = split_attention(s, cp, executor, ContextOrder::Overlapped, qkv, dout);
+  const Results ring = split_attention(s, cp, executor, ContextOrder::Ring, qkv, dout);
   expect_close(s, sequential, one, "sequential against one rank");
   expect_close(s, overlapped, one, "overlapped against one rank");
+  expect_close(s, ring, one, "ring against one rank");
   expect_close(s, overlapped, sequential, "overlapped against sequential");
+  expect_close(s, ring, sequential, "ring against sequential");
 }
 
 constexpr exec::RunnerKind kReference = exec::RunnerKind::Reference;
@@ -224,6 +227,14 @@ TEST(ContextParallelAttention, RunsTheSchedulesItIsGiven) {
     EXPECT_EQ(attn.reduce_program().schedule_name(), "C");
     EXPECT_EQ(attn.reduce_program().chunk_bytes(), 0u);
     EXPECT_GT(attn.allocated_bytes(), 0u);
+    ContextSchedules r;
+    r.order = ContextOrder::Ring;
+    r.ring = {{"fused(C)", "C"}, 2048};
+    ContextParallelAttention ring(group, ContextSplit(8, 2, group.rank()), 1, 2, 1, 4, r,
+                                  kReference);
+    EXPECT_EQ(ring.ring_program().program().name(), "kv_ring");
+    EXPECT_EQ(ring.ring_program().schedule_name(), "C");
+    EXPECT_EQ(ring.ring_program().chunk_bytes(), 0u);
   });
 }
 
@@ -232,13 +243,16 @@ TEST(ContextParallelAttention, RunsTheSchedulesItIsGiven) {
 // (the one to train with) add a few bytes of their own, and the plan runner two whole-sequence
 // intermediates (which the memory estimate counts for it, and for the reference interpreter, whose
 // runner does not report what it allocates).
-// Overlapped, a partial output and log-sum-exp more: B x Tl x NH x (HS + 1) floats.
+// Overlapped, a partial output and log-sum-exp more: B x Tl x NH x (HS + 1) floats. The ring
+// holds five pieces and that partial output instead of three whole-sequence buffers and a piece;
+// its shifts work in its buffers on every executor.
 TEST(ContextParallelAttention, TheEstimatesBuffersAreWhatItAllocates) {
   for (exec::RunnerKind executor : {exec::RunnerKind::Plan, exec::RunnerKind::Compiled})
-    for (ContextOrder order : {ContextOrder::Sequential, ContextOrder::Overlapped})
+    for (ContextOrder order :
+         {ContextOrder::Sequential, ContextOrder::Overlapped, ContextOrder::Ring})
       comm::run_ranks(2, [&](comm::Communicator& group) {
-        SCOPED_TRACE(std::string(exec::runner_kind_name(executor)) +
-                     (order == ContextOrder::Overlapped ? " overlapped" : " sequential"));
+        SCOPED_TRACE(std::string(exec::runner_kind_name(executor)) + " " +
+                     std::string(context_order_name(order)));
         const ContextSplit split(16, 2, group.rank());
         ContextSchedules schedules;
         schedules.order = order;
@@ -246,11 +260,14 @@ TEST(ContextParallelAttention, TheEstimatesBuffersAreWhatItAllocates) {
         const std::vector<int> pos = split.positions();
         const int64_t piece = 2 * 8 * 2 * 2 * 8;  // B x Tl x (k, v) x KVH x HS
         const int64_t scratch = nn::flash_attention_scratch_floats({8, 16, pos.data()}, 8);
-        const int64_t part = order == ContextOrder::Overlapped ? 2 * 8 * 4 * (8 + 1) : 0;
-        const uint64_t want =
-            static_cast<uint64_t>(piece + 3 * 2 * piece + part + scratch) * sizeof(float);
+        const int64_t part = order != ContextOrder::Sequential ? 2 * 8 * 4 * (8 + 1) : 0;
+        const int64_t pieces = order == ContextOrder::Ring ? 5 * piece : piece + 3 * 2 * piece;
+        const uint64_t want = static_cast<uint64_t>(pieces + part + scratch) * sizeof(float);
         EXPECT_EQ(ContextParallelAttention::buffer_bytes(split, 2, 4, 2, 8, {}, order), want);
-        const uint64_t runners = executor == exec::RunnerKind::Compiled ? 0 : 2 * 2 * piece * 4;
+        const uint64_t runners =
+            executor == exec::RunnerKind::Compiled || order == ContextOrder::Ring
+                ? 0
+                : 2 * 2 * piece * 4;
         EXPECT_GE(attn.allocated_bytes(), want + runners);
         EXPECT_LE(attn.allocated_bytes(), want + runners + 64);
       });
@@ -266,10 +283,20 @@ TEST(ContextParallelAttention, OneRankNeitherOverlapsNorHoldsAPartialResult) {
     EXPECT_EQ(
         ContextParallelAttention::buffer_bytes(split, 1, 2, 1, 4, {}, ContextOrder::Overlapped),
         ContextParallelAttention::buffer_bytes(split, 1, 2, 1, 4, {}, ContextOrder::Sequential));
+    ContextSchedules ring;
+    ring.order = ContextOrder::Ring;
+    ContextParallelAttention alone(group, split, 1, 2, 1, 4, ring, kReference);
+    EXPECT_FALSE(alone.overlapping());
+    // Its piece and their gradient: 2 x B x Tl x (k, v) x KVH x HS floats, and the scratch.
+    const std::vector<int> pos = split.positions();
+    EXPECT_EQ(ContextParallelAttention::buffer_bytes(split, 1, 2, 1, 4, {}, ContextOrder::Ring),
+              (2 * 8 * 2 * 4 + nn::flash_attention_scratch_floats({8, 8, pos.data()}, 4)) *
+                  sizeof(float));
   });
 }
 
-// TANDEM_CP_OVERLAP chooses the order; a value that is neither 0 nor 1 is refused by name.
+// TANDEM_CP_ORDER chooses the order, else TANDEM_CP_OVERLAP; a value of neither that is not one
+// of its choices is refused by name.
 TEST(ContextOrder, TheEnvironmentChoosesIt) {
   const auto with = [](const char* v) {
     setenv("TANDEM_CP_OVERLAP", v, 1);
@@ -288,6 +315,26 @@ TEST(ContextOrder, TheEnvironmentChoosesIt) {
   EXPECT_EQ(with("yes"),
             "TANDEM_CP_OVERLAP=yes: give 1 (context parallelism's exchanges overlap its products, "
             "the default) or 0 (they run before and after them)");
+  const auto order = [](const char* v, const char* overlap) {
+    setenv("TANDEM_CP_ORDER", v, 1);
+    setenv("TANDEM_CP_OVERLAP", overlap, 1);
+    std::string r;
+    try {
+      r = context_order_name(context_order_from_env());
+    } catch (const UserError& e) {
+      r = e.what();
+    }
+    unsetenv("TANDEM_CP_ORDER");
+    unsetenv("TANDEM_CP_OVERLAP");
+    return r;
+  };
+  EXPECT_EQ(order("ring", "1"), "ring");
+  EXPECT_EQ(order("overlap", "0"), "overlapped");  // TANDEM_CP_ORDER wins
+  EXPECT_EQ(order("sequential", "1"), "sequential");
+  EXPECT_EQ(order("rings", "1"),
+            "TANDEM_CP_ORDER=rings: give ring (the keys and values go round the group while each "
+            "piece is multiplied), overlap (gathered while the rank's own are multiplied) or "
+            "sequential (gathered before, reduced after)");
 }
 
 }  // namespace context_parallel_test

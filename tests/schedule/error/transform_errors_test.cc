@@ -260,6 +260,26 @@ TEST(OverlapErrors, NeedsAProducerAndItsConsumer) {
   expect_error(s, [](Schedule& x) { x.overlap({"y", "z"}, 0); }, {"0 blocks", "at least 1"});
 }
 
+// A Shift moves whole pieces between ranks: no per-chunk hook to fuse into, no row blocks.
+TEST(OverlapErrors, AShiftIsNeitherFusedNorOverlapped) {
+  Program p("ring");
+  const Expr x = p.input(F32, {"N", "C"}, Local, "x");
+  const Expr y = (x * 2.0).named("y");
+  const Expr s = Shift(y).named("s");
+  p.output((s + 1.0).named("z"), "z");
+  Schedule sch(p);
+  expect_error(sch,
+               [](Schedule& q) {
+                 q.fuse({"s", "z"});
+               },
+               {"s is a Shift, which has no per-chunk hook"});
+  expect_error(sch,
+               [](Schedule& q) {
+                 q.overlap({"y", "s"});
+               },
+               {"overlap({y and s})", "s is a Shift (shift)", "run block by block"});
+}
+
 TEST(OverlapErrors, SliceLeavesTheOverlap) {
   Schedule s(workloads::megatron_layer());
   s.split("z");

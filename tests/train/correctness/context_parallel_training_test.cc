@@ -13,6 +13,7 @@
 // ~0).
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -87,6 +88,15 @@ TEST(ContextParallelTraining, Gpt2TrainsAsOneRank) {
 
 TEST(ContextParallelTraining, LlamaTrainsAsOneRank) {
   expect_grids_like_one_rank(llama_run, {{1, 1, 1, 2}, {2, 1, 1, 2}, {1, 2, 1, 2}, {1, 2, 2, 2}});
+}
+
+// Ring attention (TANDEM_CP_ORDER=ring): the keys and values passed round the group instead of
+// gathered trains as one rank, alone and with data and tensor parallelism.
+TEST(ContextParallelTraining, TheRingOrderTrainsAsOneRank) {
+  setenv("TANDEM_CP_ORDER", "ring", 1);
+  expect_grids_like_one_rank(gpt2_run, {{1, 1, 1, 2}, {1, 1, 1, 4}, {2, 1, 1, 2}});
+  expect_grids_like_one_rank(llama_run, {{1, 1, 1, 2}, {1, 2, 1, 2}});
+  unsetenv("TANDEM_CP_ORDER");
 }
 
 // The model state's modes treat the cp ranks as replicas: the moments in a host tier, the blocks

@@ -1,8 +1,8 @@
 // --cp 2 under a real mpirun: two processes split each sequence, the keys and values gathered and
-// their gradients summed by MPI, with the same losses, bitwise, as the same run on the thread
-// backend (every reduction is over 2 ranks, whose f32 sum is the same in either order, and the
-// gather moves bytes); and a grid that needs more processes than mpirun started is refused
-// naming both counts.
+// their gradients summed by MPI (or passed round the ring), with the same losses, bitwise, as the
+// same run on the thread backend (every reduction is over 2 ranks, whose f32 sum is the same in
+// either order, and the gather and the shifts move bytes); and a grid that needs more processes
+// than mpirun started is refused naming both counts.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -41,6 +41,28 @@ TEST(ContextParallelMpirun, TwoProcessesTrainAsTheThreadBackend) {
   ASSERT_EQ(mpi.status, 0) << mpi.output;
   ASSERT_EQ(threads.status, 0) << threads.output;
   EXPECT_THAT(mpi.output, HasSubstr("dp=1 tp=1 pp=1 cp=2, mpi backend"));
+  const std::vector<std::string> losses = tandem::testing::logged_losses(thread_metrics);
+  ASSERT_EQ(losses.size(), 3u) << threads.output;
+  EXPECT_EQ(tandem::testing::logged_losses(mpi_metrics), losses);
+}
+
+// The ring order (TANDEM_CP_ORDER=ring): the pieces passed round by MPI's point-to-point shifts,
+// on the communication thread or, without MPI_THREAD_MULTIPLE, on the calling one; the same
+// losses as the thread backend's ring, bitwise (the shifts move bytes, the products and merges
+// are the same on either backend).
+TEST(ContextParallelMpirun, TheRingTrainsAsOnTheThreadBackend) {
+  ScratchDir dir;
+  const std::string mpi_metrics = dir.path("mpi.jsonl"), thread_metrics = dir.path("thread.jsonl");
+  const auto mpi = tandem::testing::run_command(
+      fmt::format("TANDEM_CP_ORDER=ring {} {} {} --backend mpi --metrics {}", mpirun(2),
+                  tandem::testing::tandem_binary(), kRun, mpi_metrics));
+  const auto threads = tandem::testing::run_command(
+      fmt::format("TANDEM_CP_ORDER=ring '{}' {} --backend thread --metrics {}",
+                  tandem::testing::tandem_binary(), kRun, thread_metrics));
+  ASSERT_EQ(mpi.status, 0) << mpi.output;
+  ASSERT_EQ(threads.status, 0) << threads.output;
+  EXPECT_THAT(mpi.output, HasSubstr("context parallelism (ring order"));
+  EXPECT_THAT(threads.output, HasSubstr("context parallelism (ring order)"));
   const std::vector<std::string> losses = tandem::testing::logged_losses(thread_metrics);
   ASSERT_EQ(losses.size(), 3u) << threads.output;
   EXPECT_EQ(tandem::testing::logged_losses(mpi_metrics), losses);

@@ -117,6 +117,25 @@ TEST(TuneCli, EmitPrintsTheGeneratedSource) {
   EXPECT_NE(r2.output, r.output);
 }
 
+// Ring attention's exchange, a Shift alone: one schedule, emitted as a shift (kind 4), tuned for
+// its chunk size against the reference on 3 ranks.
+TEST(TuneCli, RingShiftEmitsAndTunes) {
+  TempCacheDir dir("ring");
+  const CommandResult list = run_tandem("emit kv_ring --list");
+  ASSERT_EQ(list.status, 0) << list.output;
+  EXPECT_EQ(list.output, "C\n");
+  const CommandResult src = run_tandem("emit kv_ring --target cpp");
+  ASSERT_EQ(src.status, 0) << src.output;
+  EXPECT_NE(src.output.find("c.kind = 4;"), std::string::npos) << src.output;
+  const CommandResult r =
+      run_tandem("tune kv_ring --ranks 3 --size N=1001 --executor plan --reps 2 --json");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const auto doc = nlohmann::json::parse(r.output);
+  EXPECT_EQ(doc.at("workload"), "kv_ring");
+  EXPECT_EQ(doc.at("winner"), "C");
+  for (const auto& c : doc.at("candidates")) EXPECT_TRUE(c.at("ok").get<bool>()) << c.dump();
+}
+
 // Llama's epilogue, the layer without its bias, by name, with the layers' dtype flags.
 TEST(TuneCli, EmitsTheLayerWithoutItsBias) {
   TempCacheDir dir("emit-no-bias");
