@@ -38,7 +38,8 @@ TEST(GridAuto, TrainTakesThePlansChoice) {
     std::smatch m;
     ASSERT_TRUE(std::regex_search(
         r.output, m,
-        std::regex("\n  --grid auto: --dp ([0-9]) --tp ([0-9]) --pp ([0-9])( --shard weights)?"
+        std::regex("\n  --grid auto: --dp ([0-9]) --tp ([0-9]) --pp ([0-9])(?: --micro-batches "
+                   "[0-9]+)?( --shard weights)?"
                    "( --memory-budget [0-9]+[KMG]iB)? \\((in-core|out-of-core[^)]*)\\), (the "
                    "fastest|chosen) "
                    "of [0-9]+ configurations? of 2 ranks that fit [0-9.]+ MiB a rank, predicted")))
