@@ -216,6 +216,14 @@ TEST(Flags, StageLayersAreOneCountAStageSummingToTheLayers) {
     EXPECT_EQ(r.status, 1) << args;
     EXPECT_EQ(r.output, "tandem: error: " + error + "\n") << args;
   }
+  // A split is a fixed-size value: at most 64 stages.
+  std::string many = "1";
+  for (int i = 1; i < 65; ++i) many += ",1";
+  const auto r = run_tandem("train --layers 65 --dp 1 --tp 1 --pp 65 --stage-layers " + many);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.output, "tandem: error: --stage-layers " + many +
+                          ": 65 counts; a split names at most 64 stages (a longer pipeline "
+                          "splits its layers evenly)\n");
   // The plan across grids chooses the split.
   for (const char* mode : {"train --grid auto --ranks 2", "plan --model tiny --ranks 2"}) {
     const auto r = run_tandem(std::string(mode) + " --stage-layers 1,1");
