@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdint>
 
@@ -146,6 +147,32 @@ bool parse_grid(const std::string& text) {
       "--grid {}: the one value is auto (the fastest grid of --ranks N that `tandem plan` finds); "
       "give a grid with --dp, --tp and --pp",
       text);
+}
+
+parallel::StageLayers parse_stage_layers(const std::string& text) {
+  std::vector<int> counts;
+  size_t begin = 0;
+  while (true) {
+    const size_t end = std::min(text.find(',', begin), text.size());
+    int n = 0;
+    const char* first = text.data() + begin;
+    const char* last = text.data() + end;
+    const auto [stop, ec] = std::from_chars(first, last, n);
+    if (first == last || ec != std::errc() || stop != last)
+      user_error(
+          "--stage-layers {}: '{}' is not a count of layers; give one integer a stage, separated "
+          "by commas (e.g. 3,5)",
+          text, std::string(first, last));
+    counts.push_back(n);
+    if (end == text.size()) break;
+    begin = end + 1;
+  }
+  if (counts.size() > static_cast<size_t>(parallel::StageLayers::kMostStages))
+    user_error(
+        "--stage-layers {}: {} counts; a split names at most {} stages (a longer pipeline splits "
+        "its layers evenly)",
+        text, counts.size(), parallel::StageLayers::kMostStages);
+  return counts;
 }
 
 ooc::TierSpec parse_slow_tier(const std::string& text) {

@@ -7,12 +7,14 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "tandem/comm/backend.h"
 #include "tandem/core/dtype.h"
 #include "tandem/exec/runner.h"
 #include "tandem/nn/gpt.h"
 #include "tandem/ooc/slow_tier.h"
+#include "tandem/parallel/grid.h"
 #include "tandem/parallel/optimizer.h"
 #include "tandem/train/auto.h"
 
@@ -38,6 +40,9 @@ ooc::TierSpec parse_slow_tier(const std::string& text);           // --slow-tier
 train::Auto<int> parse_resident_blocks(const std::string& text);  // --resident-blocks N|auto
 train::Auto<int> parse_gather_ahead(const std::string& text);     // --gather-ahead N|auto
 bool parse_grid(const std::string& text);  // --grid auto (the one value: true)
+// --stage-layers A,B,...: the layers of each pipeline stage, integers separated by commas (their
+// count and sum are checked against --pp and the model by TrainConfig::validate).
+parallel::StageLayers parse_stage_layers(const std::string& text);
 
 // Adds `flag`, whose text `parse` turns into `target` when the command line is parsed (a refusal
 // is the UserError `parse` throws); `shown` is the default --help prints.

@@ -205,6 +205,11 @@ void add_grid_flags(CLI::App* cmd, train::TrainConfig& c) {
                   "Context-parallel ranks each sequence is split over (--seq-len a multiple of "
                   "2 x cp; inside each data-parallel rank)")
       ->capture_default_str();
+  add_choice(cmd, "--stage-layers", c.grid.stage_layers, parse_stage_layers,
+             "The layers of each pipeline stage, --pp counts summing to --layers, e.g. 3,5 "
+             "(default: as even as they go; the first stage also holds the embeddings, the last "
+             "the final norm and the LM head)",
+             "even");
   cmd->add_option("--micro-batches", c.micro_batches,
                   "Micro-batches per step and data-parallel rank (0: automatic: 1, or with --pp "
                   "about 2 x pp, a count that divides the rows)")
@@ -580,10 +585,11 @@ void add_train(CLI::App& app, TrainRun run) {
     const bool across = g.grid;
     if (across && g.ranks_opt->count() == 0)
       user_error("--grid auto needs --ranks N: the number of ranks to choose a grid for");
-    check_across_flags(g, across, "--grid auto", "--grid auto",
-                       {cmd->get_option("--dp"), cmd->get_option("--tp"), cmd->get_option("--pp"),
-                        cmd->get_option("--cp"), cmd->get_option("--shard"),
-                        cmd->get_option("--memory-budget"), cmd->get_option("--ooc-plan")});
+    check_across_flags(
+        g, across, "--grid auto", "--grid auto",
+        {cmd->get_option("--dp"), cmd->get_option("--tp"), cmd->get_option("--pp"),
+         cmd->get_option("--cp"), cmd->get_option("--stage-layers"), cmd->get_option("--shard"),
+         cmd->get_option("--memory-budget"), cmd->get_option("--ooc-plan")});
     train::TrainConfig cfg = config_of(*flags, sizes, tier, across);
     if (across) cfg.grid_auto = grid_request(g);  // planned when the run is resolved
     if (run) return run(cfg);
@@ -617,8 +623,9 @@ void add_plan(CLI::App& app, PlanRun run) {
     const bool across = g.ranks_opt->count() > 0;
     check_across_flags(g, across, "--ranks N", "--ranks",
                        {cmd->get_option("--dp"), cmd->get_option("--tp"), cmd->get_option("--pp"),
-                        cmd->get_option("--cp"), cmd->get_option("--memory-budget"),
-                        cmd->get_option("--ooc-plan"), cmd->get_option("--trace")});
+                        cmd->get_option("--cp"), cmd->get_option("--stage-layers"),
+                        cmd->get_option("--memory-budget"), cmd->get_option("--ooc-plan"),
+                        cmd->get_option("--trace")});
     if (!across) {
       if (cmd->get_option("--memory-budget")->count() == 0)
         user_error(

@@ -2,6 +2,7 @@
 #include "tandem/parallel/grid.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 
@@ -9,9 +10,19 @@
 
 namespace tandem::parallel {
 
+StageLayers::StageLayers(const std::vector<int>& counts) {
+  TANDEM_CHECK(counts.size() <= static_cast<size_t>(kMostStages),
+               "a split of {} stages; at most {}", counts.size(), kMostStages);
+  std::copy(counts.begin(), counts.end(), counts_.begin());
+  stages_ = static_cast<int>(counts.size());
+}
+
+std::string StageLayers::str() const { return fmt::format("{}", fmt::join(*this, ",")); }
+
 std::string GridShape::str() const {
   std::string text = fmt::format("dp={} tp={} pp={}", dp, tp, pp);
   if (cp != 1) text += fmt::format(" cp={}", cp);  // the text of grids without cp unchanged
+  if (!stage_layers.empty()) text += " stage-layers=" + stage_layers.str();
   return text;
 }
 

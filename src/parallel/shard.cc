@@ -2,6 +2,9 @@
 // buffer.
 #include "tandem/parallel/shard.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <cstring>
 
@@ -31,11 +34,39 @@ void push_run(std::vector<FlatRun>& runs, FlatRun r) {
 
 }  // namespace
 
-int stage_first_layer(int n_layers, int pp, int stage) {
-  return static_cast<int>(fx::part_offset(n_layers, pp, stage));
+int stage_first_layer(int n_layers, const GridShape& grid, int stage) {
+  if (grid.stage_layers.empty()) return static_cast<int>(fx::part_offset(n_layers, grid.pp, stage));
+  TANDEM_CHECK(stage >= 0 && stage <= grid.stage_layers.size(), "stage {} of a split into {}",
+               stage, grid.stage_layers.size());
+  int first = 0;
+  for (int s = 0; s < stage; ++s) first += grid.stage_layers[s];
+  return first;
 }
-int stage_end_layer(int n_layers, int pp, int stage) {
-  return static_cast<int>(fx::part_offset(n_layers, pp, stage + 1));
+int stage_end_layer(int n_layers, const GridShape& grid, int stage) {
+  return stage_first_layer(n_layers, grid, stage + 1);
+}
+
+std::string stage_layers_problem(int n_layers, const GridShape& grid) {
+  const StageLayers& split = grid.stage_layers;
+  if (split.empty()) return "";
+  const std::string given = "--stage-layers " + split.str();
+  if (grid.pp < 2)
+    return fmt::format(
+        "{} splits a pipeline's layers over its stages: it needs --pp 2 or more (got --pp {})",
+        given, grid.pp);
+  if (split.size() != grid.pp)
+    return fmt::format("{} gives {} count{}, one a stage, but --pp is {}", given, split.size(),
+                       split.size() == 1 ? "" : "s", grid.pp);
+  int64_t sum = 0;
+  for (int s = 0; s < split.size(); ++s) {
+    if (split[s] < 1)
+      return fmt::format("{}: stage {} gets {} layers; each stage needs at least 1", given, s,
+                         split[s]);
+    sum += split[s];
+  }
+  if (sum != n_layers)
+    return fmt::format("{} sums to {} layers; the model has {} (--layers)", given, sum, n_layers);
+  return "";
 }
 
 ShardLayout::ShardLayout(const nn::GPTConfig& config, const GridShape& grid, int tp_rank, int stage)
@@ -57,8 +88,10 @@ ShardLayout::ShardLayout(const nn::GPTConfig& config, const GridShape& grid, int
                pp_, pp_, config.n_layers);
   TANDEM_CHECK(tp_rank >= 0 && tp_rank < tp_ && stage >= 0 && stage < pp_, "shard ({}, {}) of {}",
                tp_rank, stage, grid.str());
-  first_layer_ = stage_first_layer(config.n_layers, pp_, stage);
-  end_layer_ = stage_end_layer(config.n_layers, pp_, stage);
+  if (std::string why = stage_layers_problem(config.n_layers, grid); !why.empty())
+    user_error("{}", why);
+  first_layer_ = stage_first_layer(config.n_layers, grid, stage);
+  end_layer_ = stage_end_layer(config.n_layers, grid, stage);
   has_embedding_ = stage == 0;
   has_final_ = stage == pp_ - 1;
 

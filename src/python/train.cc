@@ -205,6 +205,8 @@ py::dict plan_row(const train::GridOption& o, bool recommended) {
   d["tp"] = o.cfg.grid.tp;
   d["pp"] = o.cfg.grid.pp;
   d["cp"] = o.cfg.grid.cp;
+  d["stage_layers"] = o.cfg.grid.stage_layers.counts();  // [] for the even split
+  d["micro_batches"] = o.cfg.micro_batch_count();
   d["shard"] = parallel::sharding_name(o.cfg.optimizer.sharding);
   d["model_state"] = o.cfg.model_state ? o.cfg.model_state->str() : "memory";
   d["activations"] = o.activations;

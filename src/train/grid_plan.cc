@@ -24,6 +24,7 @@
 #include "tandem/core/blas.h"
 #include "tandem/core/bytes.h"
 #include "tandem/core/error.h"
+#include "tandem/core/formulas.h"
 #include "tandem/exec/jit.h"
 #include "tandem/nn/gpt.h"
 #include "tandem/ooc/memory_schedule.h"
@@ -89,8 +90,8 @@ std::string size_flag(uint64_t bytes) {
 
 // What the plan chooses, as the flags that ask for it (the settings table's).
 std::string flags_of(const TrainConfig& c) {
-  static constexpr std::string_view kChosen[] = {"grid", "sharding", "gather_ahead", "model_state",
-                                                 "memory_budget"};
+  static constexpr std::string_view kChosen[] = {"grid",         "micro_batches", "sharding",
+                                                 "gather_ahead", "model_state",   "memory_budget"};
   return fmt::format("{}", fmt::join(detail::flags_for(c, kChosen), " "));
 }
 
@@ -104,7 +105,8 @@ std::string listed(const std::vector<Refusal>& refused) {
 }
 
 std::string describe_config(const TrainConfig& c) {
-  return fmt::format("{}, --shard {}, blocks {}", c.grid.str(),
+  return fmt::format("{}{}, --shard {}, blocks {}", c.grid.str(),
+                     c.micro_batches > 0 ? fmt::format(", {} micro-batches", c.micro_batches) : "",
                      parallel::sharding_name(c.optimizer.sharding),
                      c.model_state ? "streamed from " + c.model_state->str() : "in memory");
 }
@@ -184,6 +186,109 @@ Evaluation evaluate(const TrainConfig& cfg, uint64_t limit, const Rates& rates) 
   return ev;
 }
 
+// The least memory per rank any configuration tried needs, and which.
+using Least = std::optional<std::pair<uint64_t, std::string>>;
+
+// One configuration tried: its option when it fits; else why not (refused by the checks, or
+// needing more than the limit), as the table's "left out" lists it.
+struct Tried {
+  std::optional<GridOption> option;
+  std::string described, refusal;
+  uint64_t least_bytes = UINT64_MAX;  // what it needs at the least (refused: unknown)
+};
+
+Tried try_config(TrainConfig cfg, uint64_t limit, const Rates& rates, Least& least) {
+  if (cfg.optimizer.sharding == parallel::Sharding::Weights)
+    choose_gather_ahead(cfg, rates);
+  else
+    cfg.gather_ahead = Auto<int>();  // --grid auto --gather-ahead N: for the sharded ones
+  Tried t;
+  t.described = describe_config(cfg);
+  if (t.refusal = refusal_of(cfg); !t.refusal.empty()) return t;
+  Evaluation ev = evaluate(cfg, limit, rates);
+  t.least_bytes = ev.least_bytes;
+  if (!least || ev.least_bytes < least->first)
+    least = {ev.least_bytes,
+             t.described + (ev.least_out_of_core ? ", activations out-of-core" : "")};
+  if (ev.option)
+    t.option = std::move(ev.option);
+  else
+    t.refusal = fmt::format("needs at least {} a rank", human_bytes(ev.least_bytes));
+  return t;
+}
+
+// The pipeline's search stops moving layers after this many a direction, and counts at most
+// this many micro-batches (or the automatic count, when more): bounds on the plan's time.
+constexpr int kMostMovedLayers = 16;
+constexpr int kMostMicroBatches = 8;
+
+// The split of `layers` over `pp` stages with `k` layers moved off stage `from` (the first or the
+// last) from the even split, each to the other stage holding the fewest (the earliest of equals):
+// empty when `from` would keep none.
+std::vector<int> moved_split(int layers, int pp, int from, int k) {
+  std::vector<int> split;
+  for (int s = 0; s < pp; ++s) split.push_back(static_cast<int>(fx::part_count(layers, pp, s)));
+  if (split[static_cast<size_t>(from)] - k < 1) return {};
+  split[static_cast<size_t>(from)] -= k;
+  for (int i = 0; i < k; ++i) {
+    size_t to = from == 0 ? 1 : 0;
+    for (size_t s = 0; s < split.size(); ++s)
+      if (static_cast<int>(s) != from && split[s] < split[to]) to = s;
+    ++split[to];
+  }
+  return split;
+}
+
+// With a pipeline, the split and the micro-batch count the performance model predicts fastest
+// of a bounded set, and its option when it beats `to_beat` (0: the configuration as given did
+// not fit, so anything that fits does); nothing otherwise. The layers move off the last stage (the
+// final norm and the LM head there set the pace with a large vocabulary) or off the first (the
+// embeddings' memory) one at a time while the prediction improves; then the micro-batch counts
+// that divide a pipeline's rows, up to kMostMicroBatches, on the split found (unless given with
+// --micro-batches). Each is checked as any configuration is (TrainConfig::validate, the memory
+// per rank).
+std::optional<GridOption> search_pipeline(const TrainConfig& cfg, double to_beat, uint64_t limit,
+                                          const Rates& rates, Least& least) {
+  const int pp = cfg.grid.pp, layers = cfg.model.n_layers;
+  if (pp < 2 || pp > parallel::StageLayers::kMostStages) return std::nullopt;
+  std::optional<GridOption> best;
+  auto better = [&](const Tried& t) {
+    const double bar = best ? best->step_s : to_beat;
+    return t.option && (bar == 0 || t.option->step_s < bar);
+  };
+  parallel::StageLayers split;  // the best found: empty is the even one
+  for (const int from : {pp - 1, 0}) {
+    // Past the best of a direction, or where what does not fit needs more with each layer
+    // moved, the search turns.
+    uint64_t need = UINT64_MAX;
+    for (int k = 1; k <= kMostMovedLayers; ++k) {
+      TrainConfig c = cfg;
+      c.grid.stage_layers = moved_split(layers, pp, from, k);
+      if (c.grid.stage_layers.empty()) break;
+      Tried t = try_config(c, limit, rates, least);
+      if (better(t)) {
+        best = std::move(t.option);
+        split = c.grid.stage_layers;
+      } else if (t.option || t.least_bytes >= need) {
+        break;
+      }
+      need = t.least_bytes;
+    }
+  }
+  if (cfg.micro_batches == 0) {
+    const int64_t rows = cfg.batch / std::max(1, cfg.grid.dp);
+    const int automatic = cfg.micro_batch_count();
+    for (int m = 1; m <= std::max(kMostMicroBatches, automatic) && m <= rows; ++m) {
+      if (rows % m != 0 || m == automatic) continue;
+      TrainConfig c = cfg;
+      c.grid.stage_layers = split;
+      c.micro_batches = m;
+      if (Tried t = try_config(c, limit, rates, least); better(t)) best = std::move(t.option);
+    }
+  }
+  return best;
+}
+
 }  // namespace
 
 perf::StepBreakdown predict_step(const TrainConfig& cfg, const Rates& rates) {
@@ -248,6 +353,8 @@ nlohmann::json plan_choice_json(const TrainConfig& c) {
           {"tp", c.grid.tp},
           {"pp", c.grid.pp},
           {"cp", c.grid.cp},
+          {"stage_layers", c.grid.stage_layers.counts()},
+          {"micro_batches", c.micro_batches},
           {"sharding", c.optimizer.sharding == parallel::Sharding::Weights},
           {"model_state", c.model_state ? c.model_state->str() : ""},
           {"resident_blocks", auto_json(c.resident_blocks)},
@@ -258,7 +365,8 @@ nlohmann::json plan_choice_json(const TrainConfig& c) {
 
 void take_plan_choice(const nlohmann::json& j, TrainConfig& c) {
   c.grid = {j.at("dp").get<int>(), j.at("tp").get<int>(), j.at("pp").get<int>(),
-            j.at("cp").get<int>()};
+            j.at("cp").get<int>(), j.at("stage_layers").get<std::vector<int>>()};
+  c.micro_batches = j.at("micro_batches").get<int>();
   c.optimizer.sharding =
       j.at("sharding").get<bool>() ? parallel::Sharding::Weights : parallel::Sharding::Moments;
   const std::string tier = j.at("model_state").get<std::string>();
@@ -399,7 +507,7 @@ GridPlan plan_grids(const TrainConfig& base, int ranks, uint64_t memory_per_rank
   plan.refused = grids.refused;
   if (grids.allowed.empty())
     user_error("no grid of {} ranks suits this model and batch: {}", ranks, listed(grids.refused));
-  std::optional<std::pair<uint64_t, std::string>> least;  // over every configuration
+  Least least;  // over every configuration
   for (const parallel::GridShape& g : grids.allowed) {
     std::vector<TrainConfig> configs;
     TrainConfig c = on_grid(base, g);
@@ -419,25 +527,17 @@ GridPlan plan_grids(const TrainConfig& base, int ranks, uint64_t memory_per_rank
         configs.push_back(st);
       }
     }
-    for (TrainConfig& cfg : configs) {
-      if (cfg.optimizer.sharding == parallel::Sharding::Weights)
-        choose_gather_ahead(cfg, rates);
-      else
-        cfg.gather_ahead = Auto<int>();  // --grid auto --gather-ahead N: for the sharded ones
-      if (std::string why = refusal_of(cfg); !why.empty()) {
-        plan.refused.push_back({describe_config(cfg), std::move(why)});
-        continue;
-      }
-      Evaluation ev = evaluate(cfg, memory_per_rank, rates);
-      if (!least || ev.least_bytes < least->first)
-        least = {ev.least_bytes,
-                 describe_config(cfg) + (ev.least_out_of_core ? ", activations out-of-core" : "")};
-      if (ev.option) {
-        plan.options.push_back(std::move(*ev.option));
-      } else {
-        plan.refused.push_back({describe_config(cfg), fmt::format("needs at least {} a rank",
-                                                                  human_bytes(ev.least_bytes))});
-      }
+    for (const TrainConfig& cfg : configs) {
+      // The configuration as the flags make it (the even split, the micro-batches given), listed
+      // with its refusal when it has one; then, with a pipeline, the best other split and
+      // micro-batch count the search finds, listed when it fits.
+      Tried base = try_config(cfg, memory_per_rank, rates, least);
+      if (!base.refusal.empty()) plan.refused.push_back({base.described, base.refusal});
+      const double to_beat = base.option ? base.option->step_s : 0;
+      if (base.option) plan.options.push_back(std::move(*base.option));
+      if (std::optional<GridOption> v =
+              search_pipeline(cfg, to_beat, memory_per_rank, rates, least))
+        plan.options.push_back(std::move(*v));
     }
   }
   if (plan.options.empty()) {
@@ -494,13 +594,19 @@ bool simpler_than(const GridOption& a, const GridOption& b) {
 }
 
 bool preferred_in_tie(const GridOption& a, const GridOption& b) {
+  // What the pipeline's search changed from the flags (a split of the layers, a micro-batch
+  // count) first: none of it is taken without a predicted gain beyond the stated error.
+  auto searched = [](const GridOption& o) {
+    return std::make_tuple(!o.cfg.grid.stage_layers.empty(), o.cfg.micro_batches != 0);
+  };
+  if (searched(a) != searched(b)) return searched(a) < searched(b);
   if (a.breakdown.link_bytes != b.breakdown.link_bytes)
     return a.breakdown.link_bytes < b.breakdown.link_bytes;
   if (simpler_than(a, b)) return true;
   if (simpler_than(b, a)) return false;
   auto grid = [](const GridOption& o) {
     const parallel::GridShape& g = o.cfg.grid;
-    return std::make_tuple(g.dp, g.tp, g.pp, g.cp);
+    return std::make_tuple(g.dp, g.tp, g.pp, g.cp, g.stage_layers, o.cfg.micro_batches);
   };
   return grid(a) < grid(b);
 }
@@ -549,7 +655,7 @@ std::string grid_plan_report(const GridPlan& plan) {
             : fmt::format("out-of-core in {}", human_bytes(parse_bytes(o.cfg.memory_budget)));
     const char mark = i == plan.recommended ? '*' : o.step_s <= tie_limit ? '=' : ' ';
     out += fmt::format(
-        "{} {:<22}{:<10}{:<14}{:<34}{:>12}{:>12}{:>9.4f}s{:>12.0f}  {:.4f} + {:.4f} + {:.4f} + "
+        "{} {:<21} {:<10}{:<14}{:<34}{:>12}{:>12}{:>9.4f}s{:>12.0f}  {:.4f} + {:.4f} + {:.4f} + "
         "{:.4f} + {:.4f} + {:.4f} + {:.4f}  [{}]\n",
         mark, o.cfg.grid.str(), parallel::sharding_name(o.cfg.optimizer.sharding),
         o.cfg.model_state ? "streamed" : "memory", acts, human_bytes(o.memory_per_rank),
@@ -571,9 +677,10 @@ std::string grid_plan_report(const GridPlan& plan) {
   if (plan.ties() > 1)
     out += fmt::format(
         "  {} configurations (marked = and *) are predicted within {:g}% of the fastest, the "
-        "model's stated error: a tie, broken by a fixed rule: the fewest bytes over the link a "
-        "step, then the simplest (model state in memory, weights whole, activations in core, "
-        "fewer cp, pp, tp ranks), then the grid's dp, tp, pp, cp, smallest first\n",
+        "model's stated error: a tie, broken by a fixed rule: the even split of the layers and "
+        "the micro-batches as given first, then the fewest bytes over the link a step, then the "
+        "simplest (model state in memory, weights whole, activations in core, fewer cp, pp, tp "
+        "ranks), then the grid's dp, tp, pp, cp, smallest first\n",
         plan.ties(), kPlanTieFraction * 100);
   return out;
 }
@@ -584,8 +691,8 @@ std::string grid_choice_line(const GridPlan& plan) {
   const std::string tie_note =
       tie ? fmt::format(
                 "; {} of them predicted within {:g}% of the fastest, the model's stated error: a "
-                "tie, broken by the rule `tandem plan` prints (the fewest bytes over the link "
-                "first)",
+                "tie, broken by the rule `tandem plan` prints (the even split and the "
+                "micro-batches as given first, then the fewest bytes over the link)",
                 plan.ties(), kPlanTieFraction * 100)
           : "";
   return fmt::format(

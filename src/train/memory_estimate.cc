@@ -345,9 +345,11 @@ std::string largest_model_line(const TrainConfig& cfg) {
   }
   // Layers come in multiples of the pipeline's stages; the need grows with them.
   const int stages = cfg.grid.pp;
+  // A --stage-layers split is this model's: the larger ones are split evenly.
   auto need = [&](int layers) {
     TrainConfig c = cfg;
     c.model.n_layers = layers;
+    c.grid.stage_layers.clear();
     return estimate_memory(c);
   };
   auto fits = [&](int layers) {
@@ -366,6 +368,7 @@ std::string largest_model_line(const TrainConfig& cfg) {
   }
   TrainConfig c = cfg;
   c.model.n_layers = lo * stages;
+  c.grid.stage_layers.clear();
   const MemoryEstimate next = need((lo + 1) * stages);
   const bool by_disk = disk && next.model_state_disk > *disk && next.total() <= avail->bytes;
   return fmt::format(

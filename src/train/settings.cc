@@ -299,15 +299,17 @@ const RunSetting kRun[] = {
      .auto_state = auto_state<&TrainConfig::grad_dtype>},
     agreed<&TrainConfig::tp_dtype>("tp_dtype", "--tp-dtype"),
     {.field = "grid",
-     .name = "the grid (--dp, --tp, --pp, --cp)",
+     .name = "the grid (--dp, --tp, --pp, --cp, --stage-layers)",
      .text = [](const TrainConfig& c, const Corpus&) { return c.grid.str(); },
      .meta = Meta::Extra,
      .key = "grid",
-     // cp where it is not 1, so that the meta of a run without it stays as it was.
+     // cp where it is not 1 and the stages' layers where given, so that the meta of a run
+     // without them stays as it was.
      .json =
          [](const TrainConfig& c) {
            nlohmann::json j{{"dp", c.grid.dp}, {"tp", c.grid.tp}, {"pp", c.grid.pp}};
            if (c.grid.cp != 1) j["cp"] = c.grid.cp;
+           if (!c.grid.stage_layers.empty()) j["stage_layers"] = c.grid.stage_layers.counts();
            return j;
          },
      .flags =
@@ -316,6 +318,8 @@ const RunSetting kRun[] = {
                                       "--tp", std::to_string(c.grid.tp),
                                       "--pp", std::to_string(c.grid.pp)};
            if (c.grid.cp != 1) f.insert(f.end(), {"--cp", std::to_string(c.grid.cp)});
+           if (!c.grid.stage_layers.empty())
+             f.insert(f.end(), {"--stage-layers", c.grid.stage_layers.str()});
            return f;
          },
      .startup = Startup::OwnLine},
@@ -341,6 +345,13 @@ const RunSetting kRun[] = {
      .meta = Meta::Extra,
      .key = "micro_batches",
      .json = [](const TrainConfig& c) { return nlohmann::json(c.micro_batch_count()); },
+     // A count given (or chosen by the plan across grids); none for the automatic one.
+     .flags =
+         [](const TrainConfig& c) {
+           return c.micro_batches > 0
+                      ? std::vector<std::string>{"--micro-batches", std::to_string(c.micro_batches)}
+                      : std::vector<std::string>{};
+         },
      .startup = Startup::OwnLine},
     {.field = "backend",
      .name = "--backend",

@@ -14,6 +14,7 @@
 #include "tandem/data/token_corpus.h"
 #include "tandem/ooc/plan.h"
 #include "tandem/parallel/context_parallel.h"
+#include "tandem/parallel/shard.h"
 
 namespace tandem::train {
 namespace {
@@ -71,7 +72,10 @@ int TrainConfig::micro_batch_count() const {
 }
 
 int TrainConfig::fewest_stage_blocks() const {
-  // As parallel::stage_first_layer splits them: the fewest hold layers / pp.
+  // As parallel::stage_first_layer splits them: evenly, the fewest hold layers / pp; else the
+  // smallest of --stage-layers.
+  if (!grid.stage_layers.empty())
+    return std::max(1, *std::min_element(grid.stage_layers.begin(), grid.stage_layers.end()));
   return std::max(1, model.n_layers / std::max(1, grid.pp));
 }
 
@@ -202,6 +206,8 @@ void TrainConfig::validate() const {
   if (grid.pp > model.n_layers)
     user_error("--pp {} needs at least {} layers; the model has {}", grid.pp, grid.pp,
                model.n_layers);
+  if (std::string why = parallel::stage_layers_problem(model.n_layers, grid); !why.empty())
+    user_error("{}", why);
   if (batch % grid.dp != 0)
     user_error("--batch {} does not split evenly over --dp {} data-parallel ranks", batch, grid.dp);
   const int M = micro_batch_count();

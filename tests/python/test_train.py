@@ -130,6 +130,10 @@ def test_plan_across_grids_returns_its_rows():
                  "other_s")
         assert r["step_s"] == sum(r[p] for p in parts)  # the breakdown adds up, in its order
         assert 0 < r["memory_per_rank"] <= 2 << 30
+        # The stages' layers: [] for the even split, else one count a stage summing to the layers.
+        split = r["stage_layers"]
+        assert split == [] or (len(split) == r["pp"] and sum(split) == 2)
+        assert r["micro_batches"] >= 1
     # One grid under a memory budget: its out-of-core plan, as the command's report states it.
     [one] = tandem.plan(model="tiny", batch=4, seq_len=32, memory_budget="75%")
     assert (one["dp"], one["tp"], one["pp"]) == (1, 1, 1)

@@ -32,7 +32,10 @@
 //               null when pp == 1 or on a middle stage.
 #pragma once
 
+#include <array>
+#include <compare>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -41,16 +44,49 @@
 
 namespace tandem::parallel {
 
+// --stage-layers: how many layers each pipeline stage holds, in order; no counts: the even split.
+// A fixed-size value, so that a grid stays a plain value that copies as bytes do; at most
+// kMostStages counts (a pipeline of more stages splits evenly).
+class StageLayers {
+ public:
+  static constexpr int kMostStages = 64;
+
+  StageLayers() = default;
+  // InternalError past kMostStages counts (the flag's parser refuses them first).
+  StageLayers(std::initializer_list<int> counts) : StageLayers(std::vector<int>(counts)) {}
+  StageLayers(const std::vector<int>& counts);  // implicit: a list of counts is a split
+
+  bool empty() const { return stages_ == 0; }
+  int size() const { return stages_; }
+  int operator[](int stage) const { return counts_[static_cast<size_t>(stage)]; }
+  const int* begin() const { return counts_.data(); }
+  const int* end() const { return counts_.data() + stages_; }
+  std::vector<int> counts() const { return {begin(), end()}; }
+  std::string str() const;  // "3,5"; "" for the even split
+  void clear() { *this = StageLayers(); }
+  bool operator==(const StageLayers&) const = default;
+  auto operator<=>(const StageLayers&) const = default;
+
+ private:
+  std::array<int, kMostStages> counts_{};
+  int stages_ = 0;
+};
+
 struct GridShape {
   int dp = 1;
   int tp = 1;
   int pp = 1;
   int cp = 1;  // context-parallel ranks each sequence is split over
+  // --stage-layers: how many layers each of the pp stages holds (pp counts, each at least 1,
+  // summing to the model's layers); empty: the even split. shard.h's stage_first_layer and
+  // stage_end_layer are the one reading of it.
+  StageLayers stage_layers{};
 
   int size() const { return dp * tp * pp * cp; }
   // The ranks holding the same model shard: the gradient exchange's group, dp x cp.
   int replicas() const { return dp * cp; }
-  std::string str() const;  // "dp=2 tp=2 pp=1", then " cp=2" where cp != 1
+  // "dp=2 tp=2 pp=1", then " cp=2" where cp != 1 and " stage-layers=3,5" where given.
+  std::string str() const;
   bool operator==(const GridShape&) const = default;
 };
 

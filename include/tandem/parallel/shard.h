@@ -11,7 +11,7 @@
 //   mlp.c_fc     (C, 4C)  column-parallel: columns [r 4c, (r+1) 4c): (C, 4c), bias (4c)
 //   mlp.c_proj   (4C, C)  row-parallel: rows [r 4c, (r+1) 4c): (4c, C); bias (C) whole
 //   everything else (embeddings, LayerNorms, row-parallel biases) whole on every tp rank.
-// Pipeline: stage s holds blocks [first_layer, end_layer) (split as evenly as possible), stage 0
+// Pipeline: stage s holds blocks [first_layer, end_layer) (stage_first_layer), stage 0
 // also wte and wpe, the last stage ln_f and, when it is not stage 0, its own copy of wte for the
 // tied LM head (appended last). Local order is GPT-2's order.
 #pragma once
@@ -50,14 +50,20 @@ struct LocalTensor {
   int64_t numel() const { return local_shape.numel(); }
 };
 
-// Blocks [first, end) of stage s of pp over n_layers (the first n_layers % pp stages one more).
-int stage_first_layer(int n_layers, int pp, int stage);
-int stage_end_layer(int n_layers, int pp, int stage);
+// Blocks [first, end) of stage s of grid.pp over n_layers: grid.stage_layers' counts where given,
+// else split as evenly as they go (the first n_layers % pp stages one more). Every reader of a
+// stage's layers (the layout below, so the model, the memory estimate, the out-of-core plan and
+// the step model) comes here.
+int stage_first_layer(int n_layers, const GridShape& grid, int stage);
+int stage_end_layer(int n_layers, const GridShape& grid, int stage);
+// What is wrong with grid.stage_layers for a model of n_layers ("" when nothing: empty, or pp
+// counts of at least 1 summing to n_layers), in the flags' words.
+std::string stage_layers_problem(int n_layers, const GridShape& grid);
 
 class ShardLayout {
  public:
   // UserError when the grid does not fit the model (tp must divide n_heads, pp at most
-  // n_layers).
+  // n_layers, stage_layers as stage_layers_problem says).
   ShardLayout(const nn::GPTConfig& config, const GridShape& grid, int tp_rank, int stage);
 
   const nn::GPTConfig& config() const { return config_; }

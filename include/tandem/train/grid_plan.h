@@ -3,9 +3,11 @@
 // into 2 cp chunks and neither dropout nor the unfused attention is set), with each sharding
 // (--shard moments, and weights when dp >= 2), the blocks' state in memory or streamed (when
 // --model-state names a tier), and the activations in-core or out-of-core (not with cp) within
-// what the limit leaves; for each configuration that fits M bytes a rank (memory_estimate.h's
-// rank_memory), the step the performance model predicts from measured compute, link and tier
-// rates; the fastest first, ties within the model's stated error broken by a fixed rule.
+// what the limit leaves; with a pipeline also the best of a bounded search over the split of the
+// layers between its stages (--stage-layers) and the micro-batch count (--micro-batches, unless
+// given); for each configuration that fits M bytes a rank (memory_estimate.h's rank_memory), the
+// step the performance model predicts from measured compute, link and tier rates; the fastest
+// first, ties within the model's stated error broken by a fixed rule.
 //
 // The performance model is perf/'s (perf/step_model.h says what it counts and docs/training.md,
 // "Choosing a grid", where it is off); this file searches the configurations and reports them.
@@ -90,7 +92,9 @@ uint64_t plan_memory_per_rank(const TrainConfig::GridAuto& request, comm::Backen
 
 // A configuration that fits, and its prediction. Times in seconds a step.
 struct GridOption {
-  TrainConfig cfg;                // the run: grid, sharding, model state, --memory-budget
+  // The run: grid (with the stages' layers), micro-batches, sharding, model state,
+  // --memory-budget.
+  TrainConfig cfg;
   uint64_t memory_per_rank = 0;   // the estimate of the rank that needs the most
   std::string activations;        // "in-core", or the out-of-core plan and its budget
   perf::StepBreakdown breakdown;  // the step by what it waits for
@@ -139,9 +143,12 @@ struct GridPlan {
 // ranks, fewer pipeline stages, fewer tensor-parallel ranks. Equal configurations are neither.
 bool simpler_than(const GridOption& a, const GridOption& b);
 
-// The tie rule, a strict total order on distinct configurations: fewer bytes over the link a step
-// (breakdown.link_bytes: from the shapes alone, so the same every run), then simpler_than, then
-// the grid's (dp, tp, pp, cp) in lexicographic order.
+// The tie rule, a strict total order on distinct configurations: the even split of the layers
+// and the micro-batches as the flags give them before what the pipeline's search changed (a split
+// first), so that nothing the flags did not ask for is taken without a predicted gain; then fewer
+// bytes over the link a step (breakdown.link_bytes: from the shapes alone, so the same every
+// run), then simpler_than, then the grid's (dp, tp, pp, cp, split, micro-batches) in
+// lexicographic order.
 bool preferred_in_tie(const GridOption& a, const GridOption& b);
 // Of `options` (in any order), how many are within kPlanTieFraction of the fastest, and the index
 // of the one preferred_in_tie puts first among them (0 when empty).
@@ -149,8 +156,9 @@ size_t tied_with_fastest(const std::vector<GridOption>& options);
 size_t recommended_of(const std::vector<GridOption>& options);
 
 // Every configuration of `ranks` ranks on `base`'s model, batch and flags that fits
-// `memory_per_rank`, predicted at `rates`. When none fits: one UserError naming the smallest
-// memory per rank that works and the configuration that needs it.
+// `memory_per_rank`, predicted at `rates`; of a pipeline's other splits and micro-batch counts,
+// the one predicted fastest, when faster than the flags' own. When none fits: one UserError naming
+// the smallest memory per rank that works and the configuration that needs it.
 GridPlan plan_grids(const TrainConfig& base, int ranks, uint64_t memory_per_rank,
                     const Rates& rates);
 

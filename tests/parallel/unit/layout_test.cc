@@ -165,15 +165,68 @@ TEST(ShardLayout, HeadColumnsKeepEachRanksQKVOfItsOwnHeads) {
 
 TEST(ShardLayout, StagesSplitTheLayersAndTheLastKeepsTheTiedEmbedding) {
   const nn::GPTConfig c = tiny_config(5, 2, 8, 4);
-  EXPECT_EQ(stage_first_layer(5, 2, 0), 0);
-  EXPECT_EQ(stage_end_layer(5, 2, 0), 3);
-  EXPECT_EQ(stage_end_layer(5, 2, 1), 5);
+  EXPECT_EQ(stage_first_layer(5, GridShape{1, 1, 2}, 0), 0);
+  EXPECT_EQ(stage_end_layer(5, GridShape{1, 1, 2}, 0), 3);
+  EXPECT_EQ(stage_end_layer(5, GridShape{1, 1, 2}, 1), 5);
   const ShardLayout last(c, GridShape{1, 1, 2}, 0, 1);
   EXPECT_FALSE(last.has_embedding());
   EXPECT_TRUE(last.has_final());
   EXPECT_EQ(last.tensors().back().name, "wte.weight");
   EXPECT_FALSE(last.tensors().back().writer);
   EXPECT_EQ(last.first_layer(), 3);
+}
+
+// --stage-layers: the stages hold the counts given, the first the embeddings and the last the
+// final norm and the head whatever their share.
+TEST(ShardLayout, StagesHoldTheLayersOfAGivenSplit) {
+  const nn::GPTConfig c = tiny_config(5, 2, 8, 4);
+  GridShape g{1, 1, 3};
+  g.stage_layers = {1, 3, 1};
+  EXPECT_EQ(stage_first_layer(5, g, 0), 0);
+  EXPECT_EQ(stage_end_layer(5, g, 0), 1);
+  EXPECT_EQ(stage_first_layer(5, g, 1), 1);
+  EXPECT_EQ(stage_end_layer(5, g, 1), 4);
+  EXPECT_EQ(stage_end_layer(5, g, 2), 5);
+  const ShardLayout first(c, g, 0, 0), middle(c, g, 0, 1), last(c, g, 0, 2);
+  EXPECT_TRUE(first.has_embedding());
+  EXPECT_EQ(first.end_layer() - first.first_layer(), 1);
+  EXPECT_EQ(middle.first_layer(), 1);
+  EXPECT_EQ(middle.end_layer(), 4);
+  EXPECT_EQ(middle.blocks_range().second - middle.blocks_range().first, 3 * middle.block_floats());
+  EXPECT_TRUE(last.has_final());
+  EXPECT_EQ(last.first_layer(), 4);
+  // Every tensor of the whole model is written by exactly one stage.
+  int64_t written = 0;
+  for (const ShardLayout* l : {&first, &middle, &last})
+    for (const LocalTensor& t : l->tensors()) written += t.writer ? t.numel() : 0;
+  EXPECT_EQ(written, nn::gpt_num_parameters(c));
+  EXPECT_EQ(g.str(), "dp=1 tp=1 pp=3 stage-layers=1,3,1");
+}
+
+TEST(ShardLayout, RefusesASplitThatDoesNotFitTheGrid) {
+  const nn::GPTConfig c = tiny_config(5, 2, 8, 4);
+  auto error = [&](GridShape g) {
+    try {
+      ShardLayout(c, g, 0, 0);
+    } catch (const UserError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  GridShape g{1, 1, 2};
+  g.stage_layers = {1, 4};
+  EXPECT_EQ(error(g), "no error");
+  g.stage_layers = {1, 2, 2};
+  EXPECT_EQ(error(g), "--stage-layers 1,2,2 gives 3 counts, one a stage, but --pp is 2");
+  g.stage_layers = {0, 5};
+  EXPECT_EQ(error(g), "--stage-layers 0,5: stage 0 gets 0 layers; each stage needs at least 1");
+  g.stage_layers = {2, 2};
+  EXPECT_EQ(error(g), "--stage-layers 2,2 sums to 4 layers; the model has 5 (--layers)");
+  g = GridShape{1, 1, 1};
+  g.stage_layers = {5};
+  EXPECT_EQ(error(g),
+            "--stage-layers 5 splits a pipeline's layers over its stages: it needs --pp 2 or more "
+            "(got --pp 1)");
 }
 
 TEST(ShardLayout, RefusesGridsTheModelCannotSplitInto) {

@@ -38,7 +38,8 @@ TEST(GridAuto, TrainTakesThePlansChoice) {
     std::smatch m;
     ASSERT_TRUE(std::regex_search(
         r.output, m,
-        std::regex("\n  --grid auto: --dp ([0-9]) --tp ([0-9]) --pp ([0-9])( --shard weights)?"
+        std::regex("\n  --grid auto: --dp ([0-9]) --tp ([0-9]) --pp ([0-9])(?: --micro-batches "
+                   "[0-9]+)?( --shard weights)?"
                    "( --memory-budget [0-9]+[KMG]iB)? \\((in-core|out-of-core[^)]*)\\), (the "
                    "fastest|chosen) "
                    "of [0-9]+ configurations? of 2 ranks that fit [0-9.]+ MiB a rank, predicted")))
@@ -50,6 +51,31 @@ TEST(GridAuto, TrainTakesThePlansChoice) {
     if (std::string(limit) == "3MiB") {
       EXPECT_TRUE(m[5].matched) << r.output;
     }
+  }
+}
+
+// A model whose only grid of 2 ranks is a pipeline (1 head, 3 rows, 18 tokens) and whose head
+// outweighs its blocks: the split of the layers and the micro-batch count the plan chose, when it
+// chose other than the flags' own, are the run's.
+TEST(GridAuto, TrainTakesThePipelinesSplitAndMicroBatches) {
+  const auto r = run_tandem(
+      "train --layers 4 --d-model 8 --heads 1 --seq-len 18 --batch 3 --grid auto --ranks 2 "
+      "--memory-per-rank 1GiB --steps 1 --eval-every 0 --executor plan --threads 1 --quiet");
+  ASSERT_EQ(r.status, 0) << r.output;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.output, m,
+                                std::regex("\n  --grid auto: --dp 1 --tp 1 --pp 2( --stage-layers "
+                                           "([0-9],[0-9]))?( --micro-batches ([0-9]+))? \\(")))
+      << r.output;
+  const std::string grid =
+      m[1].matched ? "dp=1 tp=1 pp=2 stage-layers=" + m[2].str() : "dp=1 tp=1 pp=2";
+  EXPECT_THAT(r.output, HasSubstr("2 ranks (" + grid + ", thread backend)"));
+  const int micro = m[3].matched ? std::stoi(m[4].str()) : 3;  // automatic: 3 rows, 3
+  if (micro > 1) {
+    EXPECT_THAT(r.output,
+                HasSubstr(fmt::format("; {} micro-batches of {} rows, 1F1B", micro, 3 / micro)));
+  } else {
+    EXPECT_THAT(r.output, ::testing::Not(HasSubstr(" micro-batches of ")));
   }
 }
 

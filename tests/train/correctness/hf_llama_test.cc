@@ -188,7 +188,7 @@ TEST_P(HfLlamaVariant, InitFromTheExportIsBitwise) {
 TEST(HfLlamaInit, OnGridsTheSameWeights) {
   ScratchDir dir;
   const HfExport e = train_and_export(dir, llama_run(kVariants[1], 3));
-  for (const parallel::GridShape grid :
+  for (const parallel::GridShape& grid :
        {parallel::GridShape{1, 2, 1}, parallel::GridShape{2, 1, 2}}) {
     TrainConfig c = llama_init(e, e.folder);
     c.grid = grid;

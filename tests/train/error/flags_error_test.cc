@@ -185,6 +185,53 @@ TEST(Flags, GatherAheadIsACountOrAuto) {
             "can be gathered ahead of the one computing\n");
 }
 
+// --stage-layers: one count of layers a stage, --pp of them, each at least 1, summing to
+// --layers, with a pipeline; each mistake one error naming both numbers.
+TEST(Flags, StageLayersAreOneCountAStageSummingToTheLayers) {
+  const std::string five = "train --layers 5 --dp 1 --tp 1 ";
+  const std::pair<std::string, std::string> cases[] = {
+      {"--pp 2 --stage-layers 1,2,2",
+       "--stage-layers 1,2,2 gives 3 counts, one a stage, but --pp is 2"},
+      {"--pp 3 --stage-layers 5", "--stage-layers 5 gives 1 count, one a stage, but --pp is 3"},
+      {"--pp 2 --stage-layers 0,5",
+       "--stage-layers 0,5: stage 0 gets 0 layers; each stage needs at least 1"},
+      {"--pp 2 --stage-layers=6,-1",
+       "--stage-layers 6,-1: stage 1 gets -1 layers; each stage needs at least 1"},
+      {"--pp 2 --stage-layers 2,2",
+       "--stage-layers 2,2 sums to 4 layers; the model has 5 (--layers)"},
+      {"--pp 2 --stage-layers 3,4",
+       "--stage-layers 3,4 sums to 7 layers; the model has 5 (--layers)"},
+      {"--stage-layers 5",
+       "--stage-layers 5 splits a pipeline's layers over its stages: it needs --pp 2 or more "
+       "(got --pp 1)"},
+      {"--pp 2 --stage-layers 2,x",
+       "--stage-layers 2,x: 'x' is not a count of layers; give one integer a stage, separated by "
+       "commas (e.g. 3,5)"},
+      {"--pp 2 --stage-layers 2,,3",
+       "--stage-layers 2,,3: '' is not a count of layers; give one integer a stage, separated by "
+       "commas (e.g. 3,5)"},
+  };
+  for (const auto& [args, error] : cases) {
+    const auto r = run_tandem(five + args);
+    EXPECT_EQ(r.status, 1) << args;
+    EXPECT_EQ(r.output, "tandem: error: " + error + "\n") << args;
+  }
+  // A split is a fixed-size value: at most 64 stages.
+  std::string many = "1";
+  for (int i = 1; i < 65; ++i) many += ",1";
+  const auto r = run_tandem("train --layers 65 --dp 1 --tp 1 --pp 65 --stage-layers " + many);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.output, "tandem: error: --stage-layers " + many +
+                          ": 65 counts; a split names at most 64 stages (a longer pipeline "
+                          "splits its layers evenly)\n");
+  // The plan across grids chooses the split.
+  for (const char* mode : {"train --grid auto --ranks 2", "plan --model tiny --ranks 2"}) {
+    const auto r = run_tandem(std::string(mode) + " --stage-layers 1,1");
+    EXPECT_EQ(r.status, 1) << mode;
+    EXPECT_THAT(r.output, HasSubstr("chooses --stage-layers: leave it out")) << mode;
+  }
+}
+
 TEST(Flags, PrecisionNamesItsChoices) {
   const auto r = run_tandem("train --precision fp16");
   EXPECT_EQ(r.status, 1);

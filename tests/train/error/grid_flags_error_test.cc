@@ -85,8 +85,9 @@ TEST(GridFlags, ALimitNoGridFitsNamesTheSmallestMemoryPerRankThatWorks) {
   EXPECT_THAT(r.output,
               MatchesRegex("tandem: error: no grid of 4 ranks fits 64.0 KiB a rank: the smallest "
                            "memory per rank that works is [0-9.]+ MiB \\(--memory-per-rank "
-                           "[0-9]+[KM]iB\\), with dp=[124] tp=[12] pp=[124], --shard [a-z]+, "
-                           "blocks in memory(, activations out-of-core)?\n"));
+                           "[0-9]+[KM]iB\\), with dp=[124] tp=[12] pp=[124]( stage-layers=[0-9,]+)?"
+                           "(, [0-9]+ micro-batches)?, --shard [a-z]+, blocks in memory(, "
+                           "activations out-of-core)?\n"));
 }
 
 }  // namespace

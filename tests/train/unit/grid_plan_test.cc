@@ -73,13 +73,21 @@ TEST(GridPlan, TheGridsOfFourRanksAndWhyOthersAreRefused) {
 }
 
 // Every grid with dp >= 2 is also planned with --shard weights, and with --model-state naming a
-// tier, with the blocks streamed (and with dp >= 2 each rank's slices streamed).
+// tier, with the blocks streamed (and with dp >= 2 each rank's slices streamed); a pipeline's
+// rows split into more micro-batches where that is predicted faster (6 rows: 6 rather than the
+// automatic 3; the 2 layers of pp 2 have no other split).
+bool as_flagged(const GridOption& o) {
+  return o.cfg.micro_batches == 0 && o.cfg.grid.stage_layers.empty();
+}
+
 TEST(GridPlan, ConfigurationsOfEachGrid) {
   const GridPlan p = plan_grids(model(), 4, 1ull << 30, rates());
   std::vector<std::string> listed;
   for (const GridOption& o : p.options) listed.push_back(o.describe());
   EXPECT_THAT(listed, UnorderedElementsAre(
                           "dp=1 tp=2 pp=2, --shard moments, blocks in memory, in-core",
+                          "dp=1 tp=2 pp=2, 6 micro-batches, --shard moments, blocks in memory, "
+                          "in-core",
                           "dp=2 tp=1 pp=2, --shard moments, blocks in memory, in-core",
                           "dp=2 tp=1 pp=2, --shard weights, blocks in memory, in-core",
                           "dp=2 tp=2 pp=1, --shard moments, blocks in memory, in-core",
@@ -92,16 +100,23 @@ TEST(GridPlan, ConfigurationsOfEachGrid) {
   TrainConfig streamed = model();
   streamed.model_state = ooc::TierSpec{};  // host
   const GridPlan q = plan_grids(streamed, 4, 1ull << 30, rates());
-  EXPECT_EQ(q.options.size(), 20u);
-  EXPECT_EQ(std::count_if(q.options.begin(), q.options.end(),
-                          [](const GridOption& o) { return o.cfg.model_state.has_value(); }),
+  EXPECT_EQ(std::count_if(q.options.begin(), q.options.end(), as_flagged), 20);
+  EXPECT_EQ(std::count_if(
+                q.options.begin(), q.options.end(),
+                [](const GridOption& o) { return as_flagged(o) && o.cfg.model_state.has_value(); }),
             10);
   EXPECT_EQ(std::count_if(q.options.begin(), q.options.end(),
                           [](const GridOption& o) {
-                            return o.cfg.model_state.has_value() &&
+                            return as_flagged(o) && o.cfg.model_state.has_value() &&
                                    o.cfg.optimizer.sharding == parallel::Sharding::Weights;
                           }),
             3);
+  // Each other option is a pipeline's micro-batch count, on a grid listed as flagged too.
+  for (const GridOption& o : q.options) {
+    if (as_flagged(o)) continue;
+    EXPECT_GE(o.cfg.grid.pp, 2) << o.describe();
+    EXPECT_GT(o.cfg.micro_batches, 0) << o.describe();
+  }
 }
 
 // The least memory per rank the error names, as bytes.
@@ -180,8 +195,8 @@ TEST(GridPlan, ATooSmallLimitNamesTheSmallestMemoryThatWorks) {
       e, m,
       std::regex("^no grid of 4 ranks fits 1.00 KiB a rank: the smallest memory per rank that "
                  "works is [0-9.]+ [KM]iB \\(--memory-per-rank ([0-9]+[KMG]iB)\\), with (dp=. tp=. "
-                 "pp=.), --shard (moments|weights), blocks in memory(, activations "
-                 "out-of-core)?$")))
+                 "pp=.)(, [0-9]+ micro-batches)?, --shard (moments|weights), blocks in memory(, "
+                 "activations out-of-core)?$")))
       << e;
   const uint64_t smallest = parse_bytes(m[1].str());
   const GridPlan p = plan_grids(model(), 4, smallest, rates());
@@ -422,7 +437,8 @@ TEST(GridPlan, RepeatedPlansRecommendTheSame) {
   EXPECT_THAT(report, HasSubstr("\n  dp=1 tp=2 pp=2 "));
   EXPECT_THAT(report, HasSubstr("2 configurations (marked = and *) are predicted within 10% of "
                                 "the fastest, the model's stated error: a tie, broken by a fixed "
-                                "rule: the fewest bytes over the link a step"));
+                                "rule: the even split of the layers and the micro-batches as "
+                                "given first, then the fewest bytes over the link a step"));
   EXPECT_THAT(grid_choice_line(tied),
               HasSubstr("chosen of 3 configurations of 4 ranks that fit 1.00 GiB a rank, predicted "
                         "1.0500 s a step; 2 of them predicted within 10% of the fastest"));
@@ -438,6 +454,107 @@ TEST(GridPlan, RepeatedPlansRecommendTheSame) {
   std::sort(tied_c.begin(), tied_c.end());
   ASSERT_EQ(tied_a, tied_c);
   EXPECT_EQ(a.best().describe(), c.best().describe());
+}
+
+// ------------------------------------------------ the pipeline's split and micro-batches searched
+
+// Compute slow enough that the matmuls, not the link's latency, make a tiny model's step.
+Rates compute_bound_rates() {
+  Rates r = rates();
+  for (auto& [tp, f] : r.gemm_flops_per_s) f = 1e7;
+  return r;
+}
+
+// 4 layers 8 wide under a vocabulary of 256: the head's matmul is about two blocks', so the last
+// stage of an even split (2 blocks and the head) is twice the first's. One head, 3 rows and 18
+// tokens leave 2 ranks one grid, dp=1 tp=1 pp=2 (no tp, dp or cp fits).
+TrainConfig head_heavy(int64_t batch = 3) {
+  TrainConfig c = model();
+  c.model.n_layers = 4;
+  c.model.n_heads = 1;
+  c.model.d_model = 8;
+  c.model.seq_len = 18;
+  c.model.max_positions = 18;
+  c.batch = batch;
+  return c;
+}
+
+const GridOption* find_option(const GridPlan& p, const parallel::StageLayers& split, int micro) {
+  for (const GridOption& o : p.options)
+    if (o.cfg.grid.pp == 2 && o.cfg.grid.dp == 1 && o.cfg.grid.stage_layers == split &&
+        o.cfg.micro_batches == micro)
+      return &o;
+  return nullptr;
+}
+
+// With the head heavy, moving a layer off the last stage is predicted faster beyond the model's
+// stated error, and recommended; the report and --grid auto's line name the split as its flag,
+// and the trainer's prediction of it (read from the same split) is the plan's.
+TEST(GridPlanPipeline, AHeavyHeadMovesLayersOffTheLastStage) {
+  const Rates r = compute_bound_rates();
+  const GridPlan p = plan_grids(head_heavy(), 2, 1ull << 30, r);
+  const GridOption* even = find_option(p, {}, 0);
+  const GridOption* moved = find_option(p, {3, 1}, 0);
+  ASSERT_NE(even, nullptr);
+  ASSERT_NE(moved, nullptr);
+  EXPECT_GT(even->step_s, moved->step_s * (1 + kPlanTieFraction));
+  EXPECT_EQ(p.best().cfg.grid.stage_layers.str(), "3,1");
+  EXPECT_THAT(grid_plan_report(p),
+              HasSubstr("recommended: --dp 1 --tp 1 --pp 2 --stage-layers 3,1 (in-core)"));
+  EXPECT_THAT(grid_choice_line(p),
+              HasSubstr("--grid auto: --dp 1 --tp 1 --pp 2 --stage-layers 3,1"));
+  EXPECT_DOUBLE_EQ(predict_step(moved->cfg, r).total(), moved->step_s);
+  // The split moves compute, not memory it cannot hold: its stages' needs are the estimate's.
+  EXPECT_EQ(largest_rank(*moved), moved->memory_per_rank);
+  EXPECT_GT(rank_memory(moved->cfg, 0, 0).in_core(), rank_memory(even->cfg, 0, 0).in_core());
+}
+
+// A pipeline's rows split into more micro-batches shrink the bubble: with 8 rows, 8 micro-batches
+// on the moved split beat the automatic 4.
+TEST(GridPlanPipeline, MoreMicroBatchesShrinkTheBubble) {
+  const Rates r = compute_bound_rates();
+  const GridPlan p = plan_grids(head_heavy(8), 2, 1ull << 30, r);
+  const GridOption* even = find_option(p, {}, 0);
+  const GridOption* best = find_option(p, {3, 1}, 8);
+  ASSERT_NE(even, nullptr);
+  ASSERT_NE(best, nullptr);
+  EXPECT_LT(best->breakdown.bubble, even->breakdown.bubble / 2);
+  EXPECT_LT(best->step_s, even->step_s);
+  EXPECT_THAT(grid_plan_report(p), HasSubstr("--pp 2 --stage-layers 3,1 --micro-batches 8"));
+  // Micro-batches given are kept: none is searched.
+  TrainConfig given = head_heavy(8);
+  given.micro_batches = 2;
+  for (const GridOption& o : plan_grids(given, 2, 1ull << 30, r).options)
+    EXPECT_EQ(o.cfg.micro_batches, 2) << o.describe();
+}
+
+// Balanced stages (a wide model, the head a third of a block) keep the even split: no other is
+// predicted faster, so none is listed.
+TEST(GridPlanPipeline, BalancedStagesKeepTheEvenSplit) {
+  for (const int layers : {4, 5}) {
+    TrainConfig c = head_heavy();
+    c.model.d_model = 64;
+    c.model.n_layers = layers;
+    const GridPlan p = plan_grids(c, 2, 1ull << 30, compute_bound_rates());
+    for (const GridOption& o : p.options)
+      EXPECT_TRUE(o.cfg.grid.stage_layers.empty()) << o.describe();
+    EXPECT_TRUE(p.best().cfg.grid.stage_layers.empty());
+  }
+}
+
+// Within the stated error the flags' split and micro-batches win, whatever the link bytes say.
+TEST(GridPlanPipeline, TiesPreferTheEvenSplitAndTheGivenMicroBatches) {
+  GridOption even = option("pp 2", 1.0, 500), split = option("pp 2", 0.95, 100);
+  split.cfg.grid.stage_layers = {1, 1};
+  GridOption micro = option("pp 2", 0.95, 100);
+  micro.cfg.micro_batches = 6;
+  EXPECT_TRUE(preferred_in_tie(even, split));
+  EXPECT_FALSE(preferred_in_tie(split, even));
+  EXPECT_TRUE(preferred_in_tie(even, micro));
+  EXPECT_TRUE(preferred_in_tie(micro, split));  // a count changed is less than a split
+  std::vector<GridOption> options = {split, micro, even};
+  EXPECT_TRUE(options[recommended_of(options)].cfg.grid.stage_layers.empty());
+  EXPECT_EQ(options[recommended_of(options)].cfg.micro_batches, 0);
 }
 
 }  // namespace

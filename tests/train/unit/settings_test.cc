@@ -66,8 +66,9 @@ struct FourFields {
   Auto<int> d;
 };
 static_assert(field_count<FourFields>() == 4);
-// The grid entry (settings.cc) compares, keeps and writes back all four: dp, tp, pp, cp.
-static_assert(field_count<parallel::GridShape>() == 4);
+// The grid entry (settings.cc) compares, keeps and writes back all five: dp, tp, pp, cp and the
+// stages' layers.
+static_assert(field_count<parallel::GridShape>() == 5);
 
 // Each field of a struct has one entry, named once, which says whether the ranks agree on it and,
 // when they must, how its value is compared; an entry placed in meta.json has a key and a value.
@@ -277,8 +278,29 @@ TEST(Settings, TheGridsCpIsKeptWhereItIsGiven) {
   bool compared = false;
   for (const auto& [name, value] :
        detail::agreeing_settings(c, data::make_corpus(std::string(600, 'a'), "a")))
-    if (name == "the grid (--dp, --tp, --pp, --cp)") {
+    if (name == "the grid (--dp, --tp, --pp, --cp, --stage-layers)") {
       EXPECT_EQ(value, "dp=2 tp=1 pp=1 cp=2");
+      compared = true;
+    }
+  EXPECT_TRUE(compared);
+}
+
+// --stage-layers likewise: in meta.json, the flags and the ranks' comparison where given.
+TEST(Settings, TheStagesLayersAreKeptWhereTheyAreGiven) {
+  TrainConfig c = testing::tiny_run(1);
+  c.model.n_layers = 3;
+  c.grid = {1, 1, 2};
+  c.grid.stage_layers = {1, 2};
+  EXPECT_EQ(detail::meta_json(detail::Meta::Extra, c)["grid"],
+            (nlohmann::json{{"dp", 1}, {"tp", 1}, {"pp", 2}, {"stage_layers", {1, 2}}}));
+  static constexpr std::string_view kGrid[] = {"grid"};
+  EXPECT_EQ(detail::flags_for(c, kGrid), (std::vector<std::string>{"--dp", "1", "--tp", "1", "--pp",
+                                                                   "2", "--stage-layers", "1,2"}));
+  bool compared = false;
+  for (const auto& [name, value] :
+       detail::agreeing_settings(c, data::make_corpus(std::string(600, 'a'), "a")))
+    if (name == "the grid (--dp, --tp, --pp, --cp, --stage-layers)") {
+      EXPECT_EQ(value, "dp=1 tp=1 pp=2 stage-layers=1,2");
       compared = true;
     }
   EXPECT_TRUE(compared);
