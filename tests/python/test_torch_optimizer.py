@@ -57,14 +57,13 @@ def test_matches_torch_adamw_under_each_schedule(schedule):
         assert float((a - b).abs().max()) <= 2e-6
 
 
-def test_takes_the_tuners_record(monkeypatch, tmp_path):
-    torch = need_torch()
-    import tandem.torch
-
-    adam = tandem.workloads.adam(tandem.F32)
-    with monkeypatch.context() as m:  # a record of the plan executor: nothing compiled
+def fake_tuner(monkeypatch, tmp_path, program):
+    """A record of `program` at N = 4096 (the plan executor's: nothing compiled), made in a
+    throwaway cache, and tandem.tuned replaced by a function that returns it and notes what it
+    was asked: returns (record, asked)."""
+    with monkeypatch.context() as m:
         m.setenv("TANDEM_CACHE_DIR", str(tmp_path))
-        record = tandem.tune(adam, {"N": 4096}, ranks=1, schedules=["RS-C-AG"], chunks=[],
+        record = tandem.tune(program, {"N": 4096}, ranks=1, schedules=["RS-C-AG"], chunks=[],
                              executor="plan", reps=1, warmup=0).record
     asked = []
 
@@ -73,6 +72,15 @@ def test_takes_the_tuners_record(monkeypatch, tmp_path):
         return record
 
     monkeypatch.setattr(tandem, "tuned", tuned)
+    return record, asked
+
+
+def test_takes_the_tuners_record(monkeypatch, tmp_path):
+    torch = need_torch()
+    import tandem.torch
+
+    adam = tandem.workloads.adam(tandem.F32)
+    record, asked = fake_tuner(monkeypatch, tmp_path, adam)
     net = model(torch)
     opt = tandem.torch.DistributedFusedAdamW(net.parameters(), lr=LR, weight_decay=WD)
     n = sum(p.numel() for p in net.parameters())
@@ -91,17 +99,7 @@ def test_lamb_takes_the_lamb_programs_record(monkeypatch, tmp_path):
     import tandem.torch
 
     lamb = tandem.workloads.lamb(tandem.F32)
-    with monkeypatch.context() as m:
-        m.setenv("TANDEM_CACHE_DIR", str(tmp_path))
-        record = tandem.tune(lamb, {"N": 4096}, ranks=1, schedules=["RS-C-AG"], chunks=[],
-                             executor="plan", reps=1, warmup=0).record
-    asked = []
-
-    def tuned(program, sizes, comm=None):
-        asked.append((str(program), sizes, comm))
-        return record
-
-    monkeypatch.setattr(tandem, "tuned", tuned)
+    record, asked = fake_tuner(monkeypatch, tmp_path, lamb)
     # An empty parameter among them: it has no segment (segments hold an element each).
     params = list(model(torch).parameters()) + [torch.nn.Parameter(torch.zeros(0))]
     opt = tandem.torch.DistributedFusedLAMB(params, lr=LR, weight_decay=WD)

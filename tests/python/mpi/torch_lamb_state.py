@@ -6,13 +6,11 @@ and 3 more steps give bitwise the weights of 6 uninterrupted steps. Tolerance fo
 absolute after 6 steps at lr 1e-2 moving the weights by 2.9e-2 (measured: 1.5e-8, half an ulp of
 the largest weight; the norms' sums of squares, per rank and then across the ranks, in another
 order than torch's). Skipped, saying so, when python3-torch is not installed."""
-import importlib.util
 import io
 import os
 import sys
 
-import tandem
-from _mpi_checks import run_on_every_rank
+from _mpi_checks import run_with_torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from lamb_reference import ReferenceLAMB  # noqa: E402
@@ -111,16 +109,7 @@ def check(world, torch):
 
 
 def main():
-    world = tandem.mpi_world()
-    if importlib.util.find_spec("torch") is None:
-        if world.rank == 0:
-            print("SKIPPED: PyTorch is not installed (Debian: python3-torch; scripts/install-deps.sh)")
-        return
-    import torch
-
-    run_on_every_rank(check, torch)
-    if world.rank == 0:
-        print(f"torch_lamb_state: {world.size} processes match the reference LAMB and resume bitwise")
+    run_with_torch(check, "torch_lamb_state: {size} processes match the reference LAMB and resume bitwise")
 
 
 if __name__ == "__main__":

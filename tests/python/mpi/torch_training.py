@@ -6,13 +6,11 @@ Tolerance: 2e-6 absolute after 6 steps at lr 1e-2 moving the weights by about 6e
 where Adam divides by a small second moment); 1e-6 for the hook (measured: 0, a sum of 2 being
 the same in either order). Skipped, saying so, when
 python3-torch is not installed."""
-import importlib.util
 import socket
 
 import numpy as np
 
-import tandem
-from _mpi_checks import run_on_every_rank
+from _mpi_checks import run_with_torch
 
 STEPS, BATCH = 6, 16
 LR, BETAS, EPS, WD = 1e-2, (0.9, 0.999), 1e-8, 0.05
@@ -86,16 +84,7 @@ def check(world, torch):
 
 
 def main():
-    world = tandem.mpi_world()
-    if importlib.util.find_spec("torch") is None:
-        if world.rank == 0:
-            print("SKIPPED: PyTorch is not installed (Debian: python3-torch; scripts/install-deps.sh)")
-        return
-    import torch
-
-    run_on_every_rank(check, torch)
-    if world.rank == 0:
-        print(f"torch_training: {world.size} processes match DDP(gloo) + AdamW")
+    run_with_torch(check, "torch_training: {size} processes match DDP(gloo) + AdamW")
 
 
 if __name__ == "__main__":
