@@ -260,27 +260,20 @@ nlohmann::json Rates::to_json() const {
 Rates Rates::from_json(const nlohmann::json& j) {
   Rates r;
   try {
-    const nlohmann::json gemm = field<nlohmann::json>(j, "gemm_flops_per_s");
-    for (const auto& [tp, f] : gemm.items()) {
-      const double rate = f.get<double>();
-      if (!(rate > 0)) user_error("the performance model's GEMM rate at tp {} is {}", tp, rate);
-      r.gemm_flops_per_s[std::stoi(tp)] = rate;
-    }
+    // A map of GEMM rates by tp, each positive; `what` names it in the message.
+    const auto read_rates = [&](const char* key, const char* what, std::map<int, double>& out) {
+      const nlohmann::json rates = field<nlohmann::json>(j, key);  // items() refers to it
+      for (const auto& [tp, f] : rates.items()) {
+        const double rate = f.get<double>();
+        if (!(rate > 0))
+          user_error("the performance model's GEMM rate{} at tp {} is {}", what, tp, rate);
+        out[std::stoi(tp)] = rate;
+      }
+    };
+    read_rates("gemm_flops_per_s", "", r.gemm_flops_per_s);
     if (r.gemm_flops_per_s.empty()) user_error("the performance model's rates have no GEMM rate");
-    const nlohmann::json alone = field<nlohmann::json>(j, "gemm_alone_flops_per_s");
-    for (const auto& [tp, f] : alone.items()) {
-      const double rate = f.get<double>();
-      if (!(rate > 0))
-        user_error("the performance model's GEMM rate alone at tp {} is {}", tp, rate);
-      r.gemm_alone_flops_per_s[std::stoi(tp)] = rate;
-    }
-    const nlohmann::json core = field<nlohmann::json>(j, "gemm_core_flops_per_s");
-    for (const auto& [tp, f] : core.items()) {
-      const double rate = f.get<double>();
-      if (!(rate > 0))
-        user_error("the performance model's GEMM rate a core at tp {} is {}", tp, rate);
-      r.gemm_core_flops_per_s[std::stoi(tp)] = rate;
-    }
+    read_rates("gemm_alone_flops_per_s", " alone", r.gemm_alone_flops_per_s);
+    read_rates("gemm_core_flops_per_s", " a core", r.gemm_core_flops_per_s);
     r.host_ranks = field<int>(j, "host_ranks");
     r.host_slots = field<double>(j, "host_slots");
     if (r.host_ranks < 1 || !(r.host_slots >= 1) || !std::isfinite(r.host_slots))
