@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <ostream>
 
+#include "tandem/comm/agree.h"
 #include "tandem/core/blas.h"
 #include "tandem/core/bytes.h"
 #include "tandem/core/error.h"
@@ -147,13 +148,17 @@ void OutOfCore::use(const ooc::Plan& plan) {
   runtime_->set_schedule(s, transfers_.get(), tier_.get());
 }
 
-void OutOfCore::prepare(const std::function<void()>& step, comm::Communicator& tp,
-                        std::ostream* log) {
+void OutOfCore::prepare(const std::function<void()>& step, comm::Communicator& world,
+                        comm::Communicator& tp, std::ostream* log) {
   const std::string cache_dir = exec::jit_cache_dir(), cache_name = tune::hash_hex(key_) + ".json";
   if (auto cached = ooc::load_cached_profile(cache_dir, cache_name, key_)) {
     profile_ = *cached;
     from_cache_ = profile_.units() == chain_.units;  // else measured again below, and rewritten
   }
+  // Each stage caches its own profile, but `step` runs collectives across the grid (the
+  // pipeline's sends, the tensor-parallel exchanges): where any rank lacks its profile (a run
+  // stopped between two ranks' writes, another run writing now), every rank measures.
+  from_cache_ = comm::all_true(world, from_cache_);
   if (!from_cache_) {
     const ooc::TierBandwidth bw = perf::measure_tier(tier_spec_);
     if (log != nullptr)
@@ -164,7 +169,8 @@ void OutOfCore::prepare(const std::function<void()>& step, comm::Communicator& t
     const double warm_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (log != nullptr) *log << fmt::format(" {:.1f} s", warm_s) << std::flush;
-    const int passes = warm_s > kLongStepS ? 1 : kProfileSteps;
+    // One count for all ranks, for the same reason.
+    const int passes = comm::all_min(world, warm_s > kLongStepS ? 1 : kProfileSteps);
     std::vector<ooc::StepMeasure> steps;
     for (int i = 0; i < passes; ++i) {
       step();

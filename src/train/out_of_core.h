@@ -39,8 +39,10 @@ class OutOfCore {
   // the median of the measured steps; `log` (may be null) gets a line of progress. Then the plan:
   // the planner's, or --ooc-plan's. Every rank of a tensor-parallel group must recompute the
   // same units (their recomputation runs collectives), so the group agrees on the profile first
-  // (the slowest rank's times). Collective over tp.
-  void prepare(const std::function<void()>& step, comm::Communicator& tp, std::ostream* log);
+  // (the slowest rank's times). Collective over the world, whose ranks all measure when any
+  // lacks its cached profile.
+  void prepare(const std::function<void()>& step, comm::Communicator& world, comm::Communicator& tp,
+               std::ostream* log);
 
   // Part of the budget held by something else (the model state's slots, `what`): the
   // activations get the rest, planned again (from the profile once prepared, else from sizes).

@@ -260,7 +260,7 @@ void RankRun::plan_out_of_core(int64_t first_step) {
         model_.forward_backward(batches_.micro_batches(b), cfg_.seed,
                                 static_cast<uint64_t>(first_step));
       },
-      grid_.tp(), lead_ && cfg_.progress ? &out_ : nullptr);
+      grid_.world(), grid_.tp(), lead_ && cfg_.progress ? &out_ : nullptr);
   profiling_ = false;
   if (store() && cfg_.resident_blocks.is_auto() && !cfg_.resident_blocks.known())
     choose_resident_blocks();

@@ -134,6 +134,32 @@ TEST(OutOfCoreProfile, MeasuredOnceThenCached) {
   unsetenv("TANDEM_CACHE_DIR");
 }
 
+// Each pipeline stage caches its own profile, but measuring runs the pipeline: a stage whose
+// profile is missing (another run writing it now, a run stopped between two stages' writes) makes
+// every stage measure, rather than wait for peers that read theirs and went on.
+TEST(OutOfCoreProfile, AStageWithoutItsProfileMeasuresWithTheOthers) {
+  ScratchDir dir;
+  setenv("TANDEM_CACHE_DIR", dir.path("cache").c_str(), 1);
+  TrainConfig c = small({1, 1, 2}, 4);
+  c.executor = exec::RunnerKind::Plan;
+  c.memory_budget = "64MiB";
+  c.steps = 1;
+  c.comm_timeout_s = 60;  // fails in a minute rather than the default's ten
+  EXPECT_FALSE(train(c).ooc_profile_cached);
+  const std::vector<std::string> profiles = dir.list("cache/ooc");
+  ASSERT_EQ(profiles.size(), 2u) << "one a stage";
+  for (const std::string& gone : profiles) {
+    const TrainResult full = train(c);
+    EXPECT_TRUE(full.ooc_profile_cached);
+    std::filesystem::remove(dir.path("cache/ooc/" + gone));
+    const TrainResult r = train(c);
+    EXPECT_FALSE(r.ooc_profile_cached) << "without " << gone;
+    EXPECT_EQ(r.losses, full.losses);
+    EXPECT_EQ(dir.list("cache/ooc").size(), 2u) << "written again";
+  }
+  unsetenv("TANDEM_CACHE_DIR");
+}
+
 // --trace: swap-out and swap-in rows beside compute; tandem plan: the predicted timeline.
 TEST(OutOfCoreTrace, SwapRowsInTheTraceAndThePredictedTimeline) {
   ScratchDir dir;
