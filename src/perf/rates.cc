@@ -242,6 +242,8 @@ nlohmann::json Rates::to_json() const {
           {"gemm_core_flops_per_s", core},
           {"host_ranks", host_ranks},
           {"host_slots", host_slots},
+          {"link_core_share", link_core_share},
+          {"update_core_share", update_core_share},
           {"attention", unit(attention)},
           {"mlp", unit(mlp)},
           {"head", unit(head)},
@@ -287,6 +289,15 @@ Rates Rates::from_json(const nlohmann::json& j) {
         user_error("the performance model's '{}' factors are not two positive numbers", name);
       return UnitFactor{pair[0], pair[1]};
     };
+    const auto share = [&](const char* name) {
+      const double v = field<double>(j, name);
+      if (!(v >= 0 && v <= 1))
+        user_error("the performance model's '{}' is {}, not a share of a core from 0 to 1", name,
+                   v);
+      return v;
+    };
+    r.link_core_share = share("link_core_share");
+    r.update_core_share = share("update_core_share");
     r.attention = unit("attention"), r.mlp = unit("mlp"), r.head = unit("head");
     r.link_bytes_per_s = positive(j, "link_bytes_per_s");
     r.link_latency_s = field<double>(j, "link_latency_s");
@@ -319,8 +330,9 @@ std::string RateRequest::key() const {
   const nn::GPTConfig& m = model;
   return nlohmann::json{
       // v2: the GEMM rate is measured with the local ranks computing at once; v3: and a core's
-      // rate while they do, with the host's ranks and cores.
-      {"what", "tandem performance-model rates v3"},
+      // rate while they do, with the host's ranks and cores; v4: and the cores' share of the
+      // link's and the update's seconds.
+      {"what", "tandem performance-model rates v4"},
       {"model",
        {std::string(nn::arch_name(m.arch)), m.n_layers, m.d_model, m.n_heads, m.n_kv_heads(),
         m.mlp_width(), m.seq_len, m.vocab_size, std::string(dtype_name(m.matmul)),
@@ -401,7 +413,10 @@ Rates measure_rates(const RateRequest& q) {
     r.link_source = fmt::format("stated: --link-gbps {:g}, {:.0f} us a message", *q.link_gbps,
                                 kStatedLinkLatencyS * 1e6);
   } else if (q.ranks > 1) {
-    measure_link(std::min({q.ranks, kLinkRanks, comm::kMaxThreadRanks}), r);
+    const int p = std::min({q.ranks, kLinkRanks, comm::kMaxThreadRanks});
+    measure_link(p, r);
+    // Its p threads copied and summed at once, each on a share of a hardware thread.
+    r.link_core_share = std::min(1.0, static_cast<double>(hw) / p) / q.threads;
   } else {
     r.link_bytes_per_s = 1e12;
     r.link_source = "one rank: no link";
@@ -414,7 +429,9 @@ Rates measure_rates(const RateRequest& q) {
   r.swap_tier = measure_tier(q.swap_tier);
   if (q.state_tier) r.state_tier = measure_tier(*q.state_tier);
   // One thread's loop, shared like the GEMM when the machine's ranks outnumber its cores.
-  r.update_params_per_s = update_rate() * std::min(1.0, static_cast<double>(hw) / q.local_ranks);
+  const double thread_share = std::min(1.0, static_cast<double>(hw) / q.local_ranks);
+  r.update_params_per_s = update_rate() * thread_share;
+  r.update_core_share = thread_share / q.threads;
   r.update_source = fmt::format("measured: an AdamW loop over {} parameters on one thread{}",
                                 kUpdateParams, q.local_ranks > hw ? ", shared by the ranks" : "");
   return r;

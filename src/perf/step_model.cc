@@ -45,6 +45,16 @@ double update_s(double params, const Rates& r) {
   return r.update_params_per_s > 0 ? params / r.update_params_per_s : 0;
 }
 
+// A rank's work on its host's cores a step besides its blocks' compute, in core-seconds (host
+// slots' units): every byte it moves over the link and its update, at the cores' share of their
+// seconds (rates.h: none for a stated link), and its other work, a core's throughout. A
+// collective's waits are not counted: with more ranks than cores a waiter spins for microseconds
+// and then sleeps (comm/wait.h), leaving its core to the others.
+double host_other_work_s(const StageTimes& st, const Rates& r) {
+  return st.link_bytes / r.link_bytes_per_s * r.link_core_share +
+         (st.update_blocks_s + st.update_rest_s) * r.update_core_share + r.other_s;
+}
+
 }  // namespace
 
 bool ranks_share_cores(const Rates& r) { return r.host_ranks > r.host_slots; }
@@ -169,10 +179,12 @@ StepBreakdown compose(const StepShape& c, const std::vector<StageTimes>& stages,
   // The slowest stage sets the pipeline's pace; a stage takes the longer of its timeline and its
   // model state's I/O (the store's transfers run beside compute).
   double slowest = 0, comm = 0, exposed_dp = 0, exposed_update = 0, stage_compute = 0;
+  double stage_other = 0;  // the stages' work on the host's cores besides compute, summed
   for (size_t s = 0; s < stages.size(); ++s) {
     const StageTimes& st = stages[s];
     const ooc::Prediction& p = timelines[s];
     stage_compute += p.compute_s - M * st.comm_per_micro_s;
+    stage_other += host_other_work_s(st, r);
     const double stage_s = streamed_step_s(p.step_s, st.state_io_s);
     if (stage_s >= slowest) {
       slowest = stage_s;
@@ -194,12 +206,13 @@ StepBreakdown compose(const StepShape& c, const std::vector<StageTimes>& stages,
   b.update = exposed_update;
   // Ranks that outnumber their host's cores: the rank's step above is its critical path at a
   // core's rate, as if its waits (the bubble, the exchanges) were its alone; but while it waits
-  // the others compute on its core. The host's cores compute all its ranks' work (every stage's
-  // ranks alike, so the host's ranks times a stage's mean) at a core's rate each, and the step
-  // takes at least that: what it takes beyond the critical path is waiting for the cores.
+  // the others compute on its core. The host's cores run all its ranks' work (every stage's
+  // ranks alike, so the host's ranks times a stage's mean): their compute at a core's rate each,
+  // and their exchanges' copies and sums, their updates and other work; the step takes at least
+  // that: what it takes beyond the critical path is waiting for the cores.
   if (ranks_share_cores(r)) {
     const double stage_mean = stage_compute / c.grid.pp;
-    const double host_work = r.host_ranks * stage_mean;
+    const double host_work = r.host_ranks * (stage_compute + stage_other) / c.grid.pp;
     // Busy cores but for a pipeline's fill and drain: while the first micro-batch's forward
     // reaches stage k - 1 (and its last backward leaves it) only k stages' ranks can compute,
     // k x (the host's ranks / pp); cores beyond them idle for a micro-batch's forward and

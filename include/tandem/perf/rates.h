@@ -35,6 +35,13 @@ struct Rates {
   int host_ranks = 1;
   double host_slots = 1;
   std::map<int, double> gemm_core_flops_per_s;
+  // For ranks that outnumber the cores: the host's cores (core-seconds, in host_slots' units) a
+  // second of a rank's link time, and of its update, takes. The link measured in-process is its
+  // threads copying and summing at once on the host's cores, each on a share of one (as the
+  // in-process and MPI shared-memory transports move bytes); a stated link (a wire between
+  // hosts) takes none. The update is one thread's loop, its rate measured shared likewise.
+  double link_core_share = 0;
+  double update_core_share = 0;
   UnitFactor attention, mlp, head;  // per half block and for ln_f + the LM head + loss
   double link_bytes_per_s = 0;      // a ring collective's bus bandwidth; a send's rate
   double link_latency_s = 0;        // per collective or hand-off

@@ -27,13 +27,17 @@
 //   cores      ranks that outnumber their host's cores (rates.h: host_ranks > host_slots) do
 //              not all compute at once: a stage's bubble and a rank's exchanges leave its core to
 //              the others. So the step above is the critical path at a core's rate, and the host's
-//              cores must also compute every one of its ranks' forward and backward (recomputation
-//              included; host_ranks times the stages' mean) at a core's rate each, host_slots at
-//              once, idle only while a pipeline fills and drains (while its first micro-batch's
-//              forward reaches stage k - 1, and its last backward leaves it, the cores beyond k
-//              stages' ranks have nothing to run: a micro-batch's forward and backward each):
-//              the step takes the longer of the two, the excess counted here (0 when each rank
-//              has cores of its own)
+//              cores must also run every one of its ranks' work (host_ranks times the stages'
+//              mean), host_slots at once: the forward and backward (recomputation included) at a
+//              core's rate, and the rest the cores do: every byte the rank moves over the link
+//              (the in-process and shared-memory transports copy and sum with the CPU; not a
+//              stated link's) and its update, at the cores' share of their seconds (rates.h), and
+//              its other work (the collectives' waits sleep: not counted); the cores idle only
+//              while a pipeline fills and drains (while its first micro-batch's forward reaches
+//              stage k - 1, and its last backward leaves it, the cores beyond k stages' ranks
+//              have nothing to run: a micro-batch's forward and backward each): the step takes
+//              the longer of the two, the excess counted here (0 when each rank has cores of its
+//              own)
 //   update     the rank's parameters (its slice of them over dp x cp) at the measured update rate;
 //              the blocks' part runs behind the backward with their exchange (what the two take
 //              beyond the backward counts), the rest's after it
@@ -82,8 +86,9 @@ struct StepBreakdown {
                                 // exchange, the parts not hidden behind compute
   double exposed_io = 0;        // swapped activations' stalls, model-state I/O beyond compute
   double bubble = 0;            // the pipeline's idle share
-  double cores = 0;   // with more ranks than their host's cores: the host's compute (every rank's
-                      // at a core's rate, over its cores) beyond the rest of the step
+  double cores = 0;   // with more ranks than their host's cores: the host's work (every rank's
+                      // compute at a core's rate, exchanges' copies, update and other work, over
+                      // its cores) beyond the rest of the step
   double update = 0;  // the optimizer's update not hidden behind the backward
   double other = 0;   // the step's other work
   // Not a time: the bytes the busiest stage's rank sends over the link a step (every exchange,

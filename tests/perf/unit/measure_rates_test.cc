@@ -1,6 +1,7 @@
 // measure_rates on a tiny model (its GEMMs take microseconds; the ranks computing at once run
 // 0.2 s a tp degree): the host's ranks and cores it records, and a core's rate, the ranks' summed
-// rate over the cores they share, never below the slowest rank's.
+// rate over the cores they share, never below the slowest rank's; the cores' share of a measured
+// link's seconds.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -38,6 +39,19 @@ TEST(MeasureRates, ACoresRateIsTheRanksSummedOverTheCoresTheyShare) {
     EXPECT_GE(r.gemm_core_flops_per_s.at(tp), slowest);
     EXPECT_GT(r.gemm_alone_flops_per_s.at(tp), 0);
   }
+}
+
+// The link measured in-process is 4 threads copying and summing at once, each a share of the
+// machine's hardware threads (a rank's BLAS thread's core): what a second of it takes from the
+// cores. A stated link, another host's wire, takes none.
+TEST(MeasureRates, AMeasuredLinksSecondsAreTheCoresWork) {
+  const double hw = std::max(1u, std::thread::hardware_concurrency());
+  EXPECT_EQ(measure_rates(tiny_request(4)).link_core_share, 0);
+  RateRequest q = tiny_request(4);
+  q.link_gbps.reset();
+  const Rates r = measure_rates(q);
+  EXPECT_GT(r.link_bytes_per_s, 0);
+  EXPECT_DOUBLE_EQ(r.link_core_share, std::min(1.0, hw / 4));
 }
 
 // A rank alone on its host: a core's rate is its rate alone.

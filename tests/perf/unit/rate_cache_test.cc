@@ -41,6 +41,8 @@ struct FakeMeasure {
     r.gemm_core_flops_per_s = {{1, 1.25e9 * calls}, {2, 1.2e9 * calls}};
     r.host_ranks = q.local_ranks;
     r.host_slots = 1.5;
+    r.link_core_share = 0.375;
+    r.update_core_share = 0.25;
     r.attention = {1.5, 1.25};
     r.link_bytes_per_s = 2e9;
     r.link_latency_s = 1e-5;
@@ -74,20 +76,23 @@ TEST(RateCache, ASecondLoadReadsTheSameRates) {
   EXPECT_EQ(second.gemm_core_flops_per_s.at(1), 1.25e9);
   EXPECT_EQ(second.host_ranks, 4);
   EXPECT_EQ(second.host_slots, 1.5);
+  // The cores' share of a second of the link and of the update.
+  EXPECT_EQ(second.link_core_share, 0.375);
+  EXPECT_EQ(second.update_core_share, 0.25);
   EXPECT_EQ(second.attention.forward, 1.5);
   EXPECT_EQ(second.update_params_per_s, 3e8);
 }
 
 // The GEMM rate is measured with the ranks on this machine computing at once: how many they are
-// is part of the key, and a key of rates measured before a core's rate was (v2 and before) is
-// not this one.
+// is part of the key, and a key of rates measured before a core's rate was (v2 and before), or
+// the cores' share of the link's and the update's seconds (v3), is not this one.
 TEST(RateCache, TheKeyCountsTheRanksComputingAtOnce) {
   RateRequest alone = request(), four = request();
   alone.local_ranks = 1;
   EXPECT_NE(alone.key(), four.key());
   const nlohmann::json k = nlohmann::json::parse(four.key());
   EXPECT_EQ(k.at("local_ranks"), 4);
-  EXPECT_EQ(k.at("what"), "tandem performance-model rates v3");
+  EXPECT_EQ(k.at("what"), "tandem performance-model rates v4");
 }
 
 TEST(RateCache, WhatTheRatesDependOnIsTheKey) {
@@ -192,6 +197,18 @@ TEST(RateCache, RatesFromJsonNameWhatIsWrong) {
   host.erase("host_ranks");
   EXPECT_EQ(user_error_of([&] { Rates::from_json(host); }),
             "the performance model's rates lack 'host_ranks'");
+  nlohmann::json share = j;
+  share["link_core_share"] = 1.5;
+  EXPECT_EQ(user_error_of([&] { Rates::from_json(share); }),
+            "the performance model's 'link_core_share' is 1.5, not a share of a core from 0 to 1");
+  share = j;
+  share["update_core_share"] = -0.25;
+  EXPECT_EQ(user_error_of([&] { Rates::from_json(share); }),
+            "the performance model's 'update_core_share' is -0.25, not a share of a core from 0 "
+            "to 1");
+  share.erase("update_core_share");
+  EXPECT_EQ(user_error_of([&] { Rates::from_json(share); }),
+            "the performance model's rates lack 'update_core_share'");
   nlohmann::json gemm = j;
   gemm["gemm_flops_per_s"] = nlohmann::json::object();
   EXPECT_EQ(user_error_of([&] { Rates::from_json(gemm); }),

@@ -237,12 +237,15 @@ Rates shared(int ranks, double slots, double together, double core, double alone
 }
 
 // With cores of their own (slots >= ranks) the ranks compute at the rate measured with all at
-// once, as before the host's cores were counted: a core's rate is not read and nothing waits.
+// once, as before the host's cores were counted: a core's rate is not read and nothing waits,
+// whatever share of the cores their exchanges and update take.
 TEST(StepModel, RanksWithCoresOfTheirOwnPredictAsTheRateTogether) {
   for (const StepShape& s : {shape(2, 1, 2, 4), shape(4, 1, 1, 1), shape(1, 2, 2, 2)}) {
     const StepBreakdown before = predict(s, rates());
     for (double slots : {4.0, 8.0}) {
-      const StepBreakdown b = predict(s, shared(4, slots, 1e9, 3e9, 3e9));
+      Rates r = shared(4, slots, 1e9, 3e9, 3e9);
+      r.link_core_share = r.update_core_share = 1;
+      const StepBreakdown b = predict(s, r);
       EXPECT_EQ(b.str(), before.str());
       EXPECT_EQ(b.cores, 0);
     }
@@ -311,6 +314,56 @@ TEST(StepModel, DataParallelRanksOnSharedCoresTakeTheEvenShare) {
   const StepBreakdown even = predict(s, shared(4, 4, 0.5e9, 1e9, 1e9));
   EXPECT_NEAR(b.total(), 2 * b.compute, 1e-12);
   EXPECT_NEAR(b.total(), even.compute, 1e-12);
+}
+
+// 4 data-parallel ranks on 2 cores whose exchange outlasts their compute: without the exchange's
+// copies and sums counted as the cores' work, the critical path sets the step (the exchange
+// beyond the backward); with them (the in-process link's threads each half a core), the host's
+// cores do: 4 ranks' compute at a core's rate, their bytes over the link at half a core a
+// second and their updates at half a core a second, over 2 cores.
+TEST(StepModel, TheExchangesCopiesOnTheCoresCanMakeTheHostBound) {
+  const StepShape s = shape(4, 1, 1, 1);
+  Rates r = shared(4, 2, 0.5e9, 1e9, 1e9);
+  r.link_bytes_per_s = 1e6;  // the exchange a few times the compute
+  r.update_params_per_s = 1e6;
+  r.update_core_share = 0.5;
+  std::vector<StageTimes> st;
+  const StepBreakdown wire = predict(s, r, &st);  // a stated link: no cores' work
+  ASSERT_GT(st[0].dp_blocks_s + st[0].dp_rest_s, 2 * wire.compute);
+  EXPECT_EQ(wire.cores, 0);
+  const double update = st[0].update_blocks_s + st[0].update_rest_s;
+  ASSERT_GT(update, 0);
+  r.link_core_share = 0.5;
+  const StepBreakdown b = predict(s, r);
+  EXPECT_GT(b.cores, 0);
+  EXPECT_NEAR(b.total(), (4 * (b.compute + 0.5 * b.link_bytes / 1e6 + 0.5 * update)) / 2,
+              1e-12 * b.total());
+  EXPECT_GT(b.total(), wire.total());
+}
+
+// 4 ranks on 2 cores in a pipeline of one micro-batch, the last stage (the LM head's) slowest:
+// the stages take turns, so the critical path sets the step even with every exchange's bytes and
+// the update counted as the cores' work, and the prediction is the one without them.
+TEST(StepModel, TheExchangesCopiesWithinTheCriticalPathLeaveTheStepAlone) {
+  const StepShape s = shape(2, 1, 2, 1);
+  Rates r = shared(4, 2, 0.5e9, 1e9, 1e9);
+  r.update_params_per_s = 1e8;
+  const StepBreakdown before = predict(s, r);
+  r.link_core_share = r.update_core_share = 0.5;
+  std::vector<StageTimes> st;
+  const StepBreakdown b = predict(s, r, &st);
+  ASSERT_GT(b.link_bytes, 0);
+  EXPECT_EQ(b.cores, 0);
+  EXPECT_EQ(b.str(), before.str());
+  // The host's work, counted, is less than the step: its 4 ranks' compute, bytes and update over
+  // its 2 cores.
+  double host = 0;
+  for (const StageTimes& t : st)
+    host +=
+        2 * ((t.profile.compute_s() - t.comm_per_micro_s) +
+             0.5 * t.link_bytes / r.link_bytes_per_s + 0.5 * (t.update_blocks_s + t.update_rest_s));
+  EXPECT_LT(host / 2, b.total());
+  EXPECT_GT(host / 2, 0.5 * b.total());
 }
 
 // More cores never slow a step; with as many as ranks, the rate alone's model (no waits).
