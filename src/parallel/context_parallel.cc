@@ -111,14 +111,6 @@ int64_t held_pieces(const ContextSplit& s, ContextOrder order) {
   return 1 + 3 * int64_t{s.cp};
 }
 
-// Whether the exchanges may run on a thread of their own: in-process ranks always; MPI ranks
-// with MPI_THREAD_MULTIPLE (the data-parallel exchange's thread may call MPI at the same time).
-bool thread_allowed(const comm::Communicator& group) {
-  if (group.backend() != comm::Backend::Mpi) return true;
-  const auto level = comm::mpi_thread_level();
-  return level && *level >= comm::MpiThreads::Multiple;
-}
-
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
@@ -189,7 +181,9 @@ ContextParallelAttention::ContextParallelAttention(
     reduce_->bind("dkv", ranked_);
     reduce_->bind("dkv_mine", mine_);
   }
-  if (order_ != ContextOrder::Sequential && split.cp > 1 && thread_allowed(group))
+  // The data-parallel exchange's thread may call MPI at the same time.
+  if (order_ != ContextOrder::Sequential && split.cp > 1 &&
+      comm::communication_thread_allowed(group, /*others_communicate=*/true))
     worker_ = std::make_unique<SerialWorker>("tandem-cp-comm");
 }
 

@@ -31,11 +31,11 @@
 // first piece arrives) and its late chunk, the causal diagonal, last, while its accumulator comes
 // home, then adds the two. (Before, the whole own piece went first and the last shift was waited
 // for with nothing behind it; the sums now run in another order, so the results moved by f32
-// rounding, not bitwise.) A rank holds two
-// pieces of keys and values, two accumulators and one partial gradient instead of three
-// whole-sequence buffers. Under MPI the thread needs MPI_THREAD_MULTIPLE (the data-parallel
-// exchange's thread may be calling MPI too); with less the overlapped and ring orders run their
-// exchanges on the calling thread, at the same points. The overlapped order's exchanges are whole
+// rounding, not bitwise.) A rank holds two pieces of keys and values, two accumulators and one
+// partial gradient instead of three whole-sequence buffers. Under MPI the thread needs
+// MPI_THREAD_MULTIPLE (the data-parallel exchange's thread may be calling MPI too:
+// comm::communication_thread_allowed); with less the overlapped and ring orders run their exchanges
+// on the calling thread, at the same points. The overlapped order's exchanges are whole
 // collectives, so its buffers are the sequential order's and one partial output.
 //
 // The split is balanced for the causal mask: the sequence is cut into 2 cp chunks and rank i
