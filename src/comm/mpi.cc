@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <functional>
 #include <numeric>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -576,6 +577,37 @@ std::optional<MpiThreads> mpi_thread_level() {
   return MpiThreads::Single;
 }
 
+MpiThreads mpi_threads_from_env() {
+  const std::string v = env_str("TANDEM_MPI_THREADS", "multiple");
+  if (v == "multiple") return MpiThreads::Multiple;
+  if (v == "serialized") return MpiThreads::Serialized;
+  user_error(
+      "TANDEM_MPI_THREADS={}: give multiple (MPI_THREAD_MULTIPLE, the default: communication "
+      "threads call MPI beside the caller) or serialized (MPI_THREAD_SERIALIZED: one thread at a "
+      "time, the exchanges beside a communicating caller run on it instead)",
+      v);
+}
+
+int mpi_thread_constant(MpiThreads level) {
+  switch (level) {
+    case MpiThreads::Single:
+      return MPI_THREAD_SINGLE;
+    case MpiThreads::Funneled:
+      return MPI_THREAD_FUNNELED;
+    case MpiThreads::Serialized:
+      return MPI_THREAD_SERIALIZED;
+    case MpiThreads::Multiple:
+      return MPI_THREAD_MULTIPLE;
+  }
+  return MPI_THREAD_SINGLE;
+}
+
+bool communication_thread_allowed(const Communicator& comm, bool others_communicate) {
+  if (comm.backend() != Backend::Mpi) return true;
+  const auto level = mpi_thread_level();
+  return level && *level >= (others_communicate ? MpiThreads::Multiple : MpiThreads::Serialized);
+}
+
 int launched_local_ranks() {
   for (const char* v : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "PMI_LOCAL_SIZE"}) {
     const char* s = std::getenv(v);
@@ -608,8 +640,9 @@ std::unique_ptr<Communicator> mpi_world() {
   MPI_Initialized(&init);
   if (!init) {
     int provided = 0;
-    check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "mpi_world",
-              "MPI_Init_thread");
+    check_mpi(
+        MPI_Init_thread(nullptr, nullptr, mpi_thread_constant(mpi_threads_from_env()), &provided),
+        "mpi_world", "MPI_Init_thread");
     g_initialized_by_tandem = true;
     std::atexit(finalize_at_exit);
   }

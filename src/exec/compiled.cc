@@ -429,11 +429,9 @@ CompiledRunner::CompiledRunner(std::shared_ptr<const CompiledPlan> compiled,
       Tensor::empty(DType::F32, Shape{std::max<int64_t>(1, scratch_fn(&a))}, s.store.allocator());
   a.scratch = s.scratch.data_as<float>();
 
-  bool threads = options.overlap && max_blocks > 1;
-  if (threads && comm.backend() == comm::Backend::Mpi) {
-    const auto level = comm::mpi_thread_level();
-    threads = level && *level >= comm::MpiThreads::Serialized;
-  }
+  // The calling thread computes the next block while the thread runs the queued exchanges.
+  const bool threads = options.overlap && max_blocks > 1 &&
+                       comm::communication_thread_allowed(comm, /*others_communicate=*/false);
   s.overlap = threads;
   if (threads) {
     s.ops.resize(std::max<size_t>(1, async_ops));

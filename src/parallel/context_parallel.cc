@@ -111,14 +111,6 @@ int64_t held_pieces(const ContextSplit& s, ContextOrder order) {
   return 1 + 3 * int64_t{s.cp};
 }
 
-// Whether the exchanges may run on a thread of their own: in-process ranks always; MPI ranks
-// with MPI_THREAD_MULTIPLE (the data-parallel exchange's thread may call MPI at the same time).
-bool thread_allowed(const comm::Communicator& group) {
-  if (group.backend() != comm::Backend::Mpi) return true;
-  const auto level = comm::mpi_thread_level();
-  return level && *level >= comm::MpiThreads::Multiple;
-}
-
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
@@ -189,7 +181,9 @@ ContextParallelAttention::ContextParallelAttention(
     reduce_->bind("dkv", ranked_);
     reduce_->bind("dkv_mine", mine_);
   }
-  if (order_ != ContextOrder::Sequential && split.cp > 1 && thread_allowed(group))
+  // The data-parallel exchange's thread may call MPI at the same time.
+  if (order_ != ContextOrder::Sequential && split.cp > 1 &&
+      comm::communication_thread_allowed(group, /*others_communicate=*/true))
     worker_ = std::make_unique<SerialWorker>("tandem-cp-comm");
 }
 
@@ -303,7 +297,7 @@ nn::AttentionRows ContextParallelAttention::keys(int first, int count) const {
 }
 
 std::vector<ContextParallelAttention::PieceKeys> ContextParallelAttention::piece_keys(
-    int owner) const {
+    int owner, bool apart) const {
   const ContextSplit theirs(split_.T, split_.cp, owner);
   const int ch = split_.chunk(), early = theirs.chunk_start(0), late = theirs.chunk_start(1);
   std::vector<PieceKeys> out;
@@ -314,7 +308,7 @@ std::vector<ContextParallelAttention::PieceKeys> ContextParallelAttention::piece
     r.kv_first = first;
     out.push_back({r, piece_row});
   };
-  if (early + ch == late) {
+  if (early + ch == late && !apart) {
     add(early, 2 * ch, 0);
   } else {
     add(early, ch, 0);
@@ -477,24 +471,51 @@ void ContextParallelAttention::forward_ring(float* out, float* lse, const float*
 // kv_blocks_[s % 2] and its accumulator arrives in dkv_blocks_[s % 2] (started at the end of step
 // s - 1); the next piece's shift starts; this rank's queries' gradient of the piece's keys goes
 // into dkv_step_ (step 0: straight into the accumulator), added once both shifts are done; then
-// the accumulator leaves for the next rank. After the last step its own accumulator has come back.
+// the accumulator leaves for the next rank. Step 0 multiplies only the rank's early chunk: its
+// late chunk (the causal diagonal) is multiplied while the last shift brings the rank's own
+// accumulator home, so no shift is waited for with nothing behind it.
 void ContextParallelAttention::backward_ring(float* dqkv, const float* dout, const float* qkv,
                                              const float* out, const float* lse,
                                              const nn::AttentionDropout& drop) {
   const int cp = split_.cp, Tl = split_.tokens(), W = 2 * KVH_ * HS_;
+  // The gradient through one call's keys, read from `piece`, into `dpiece` (both (B, Tl, W)).
+  const auto product = [&](const PieceKeys& k, const Tensor& piece, Tensor& dpiece) {
+    const int64_t at = static_cast<int64_t>(k.piece_row) * W;
+    nn::flash_attention_backward(dqkv, dpiece.data_as<float>() + at, scratch_.data_as<float>(),
+                                 dout, qkv, piece.data_as<float>() + at, out, lse, k.rows, B_, NH_,
+                                 KVH_, HS_, drop, blocks_);
+  };
+  const auto zero = [](Tensor& t) { std::fill_n(t.data_as<float>(), t.numel(), 0.0f); };
+  // dqkv's k and v columns += a (+ b: the own late chunk's, with cp > 1).
+  const auto add = [&](const Tensor& a, const Tensor* b) {
+    const int64_t C3 = static_cast<int64_t>(NH_ + 2 * KVH_) * HS_, q_cols = int64_t{NH_} * HS_;
+    for (int64_t row = 0; row < static_cast<int64_t>(B_) * Tl; ++row) {
+      float* d = dqkv + row * C3 + q_cols;
+      const float* g = a.data_as<float>() + row * W;
+      if (b == nullptr) {
+        for (int j = 0; j < W; ++j) d[j] += g[j];
+      } else {
+        const float* own = b->data_as<float>() + row * W;
+        for (int j = 0; j < W; ++j) d[j] += g[j] + own[j];
+      }
+    }
+  };
   copy_mine(kv_blocks_[0].data_as<float>(), qkv);
+  if (cp == 1) {  // no ring: its own piece, one call (its chunks are adjacent)
+    zero(dkv_blocks_[0]);
+    for (const PieceKeys& k : piece_keys(0)) product(k, kv_blocks_[0], dkv_blocks_[0]);
+    return add(dkv_blocks_[0], nullptr);
+  }
+  const std::vector<PieceKeys> own = piece_keys(split_.rank, /*apart=*/true);  // early, late
   for (int s = 0; s < cp; ++s) {
     const int cur = s % 2, owner = (split_.rank - s + cp) % cp;
     if (s + 1 < cp) start(*ring_kv_[cur]);
     Tensor& into = s == 0 ? dkv_blocks_[0] : dkv_step_;
-    std::fill_n(into.data_as<float>(), into.numel(), 0.0f);
-    for (const PieceKeys& k : piece_keys(owner)) {
-      const int64_t at = static_cast<int64_t>(k.piece_row) * W;
-      nn::flash_attention_backward(dqkv, into.data_as<float>() + at, scratch_.data_as<float>(),
-                                   dout, qkv, kv_blocks_[cur].data_as<float>() + at, out, lse,
-                                   k.rows, B_, NH_, KVH_, HS_, drop, blocks_);
-    }
-    if (cp == 1) break;
+    zero(into);
+    if (s == 0)
+      product(own[0], kv_blocks_[0], into);  // the late chunk's rows leave as zeros
+    else
+      for (const PieceKeys& k : piece_keys(owner)) product(k, kv_blocks_[cur], into);
     finish();  // the next piece (but after the last), and this one's accumulator (but at step 0)
     if (s > 0) {
       float* acc = dkv_blocks_[cur].data_as<float>();
@@ -503,15 +524,13 @@ void ContextParallelAttention::backward_ring(float* dqkv, const float* dout, con
     }
     start(*ring_d_[cur]);  // this accumulator on to the next rank, the previous rank's in
   }
-  if (cp > 1) finish();  // after cp shifts: this rank's own accumulator, from every rank
-  // dqkv's k and v columns += the accumulator of this rank's piece.
-  const float* mine = dkv_blocks_[cp == 1 ? 0 : cp % 2].data_as<float>();
-  const int64_t C3 = static_cast<int64_t>(NH_ + 2 * KVH_) * HS_, q_cols = int64_t{NH_} * HS_;
-  for (int64_t row = 0; row < static_cast<int64_t>(B_) * Tl; ++row) {
-    float* d = dqkv + row * C3 + q_cols;
-    const float* g = mine + row * W;
-    for (int j = 0; j < W; ++j) d[j] += g[j];
-  }
+  // While the last shift brings this rank's accumulator home (into dkv_blocks_[cp % 2]): its late
+  // chunk, its piece copied again into the key buffer the shifts are done with.
+  copy_mine(kv_blocks_[cp % 2].data_as<float>(), qkv);
+  zero(dkv_step_);
+  product(own[1], kv_blocks_[cp % 2], dkv_step_);
+  finish();  // the accumulator of this rank's piece, from every other rank
+  add(dkv_blocks_[cp % 2], &dkv_step_);
 }
 
 }  // namespace tandem::parallel

@@ -53,16 +53,10 @@ namespace tandem::train {
 namespace {
 
 // Whether the optimizer's communication thread may use the data-parallel group while the
-// backward runs: always on in-process ranks; under MPI it needs MPI_THREAD_SERIALIZED (the
-// thread calls MPI while the main thread does not), or MPI_THREAD_MULTIPLE when the backward
-// communicates too (tp, pp or cp > 1).
-bool exchange_may_overlap(const TrainConfig& c) {
-  if (c.backend != comm::Backend::Mpi) return true;
-  const auto level = comm::mpi_thread_level();
-  const auto needed = c.grid.tp == 1 && c.grid.pp == 1 && c.grid.cp == 1
-                          ? comm::MpiThreads::Serialized
-                          : comm::MpiThreads::Multiple;
-  return level && *level >= needed;
+// backward runs (comm::communication_thread_allowed): the backward communicates too where tp, pp
+// or cp > 1, so under MPI that needs MPI_THREAD_MULTIPLE, else MPI_THREAD_SERIALIZED.
+bool exchange_may_overlap(const comm::Communicator& world, const TrainConfig& c) {
+  return comm::communication_thread_allowed(world, c.grid.tp > 1 || c.grid.pp > 1 || c.grid.cp > 1);
 }
 
 // --model-state's tier's bandwidth, for the store's predictions: measured by the performance
@@ -112,7 +106,7 @@ RankRun::RankRun(comm::Communicator& world, const TrainConfig& cfg, io::TraceRec
              batches_.micro_batch_count(), schedules_.model_programs(batches_.micro_rows()),
              ooc_ ? ooc_->memory() : nullptr, &state_),
       opt_(optimizer_.config, state_, grid_.dp(), optimizer_.schedules, cfg.executor,
-           exchange_may_overlap(cfg), &grid_.world()),
+           exchange_may_overlap(grid_.world(), cfg), &grid_.world()),
       out_(cfg.out != nullptr ? *cfg.out : std::cout) {
   if (store() != nullptr) {
     if (const int r = cfg.resident_blocks.value_or(0); r > 0)

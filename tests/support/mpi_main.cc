@@ -3,10 +3,15 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include "tandem/comm/mpi.h"
+
 int main(int argc, char** argv) {
-  // As tandem's own mpi_world(): a communication thread may call MPI beside the main thread.
+  // As tandem's own mpi_world(): MPI_THREAD_MULTIPLE (a communication thread may call MPI beside
+  // the main thread), or what TANDEM_MPI_THREADS asks for.
   int provided = 0;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  MPI_Init_thread(&argc, &argv,
+                  tandem::comm::mpi_thread_constant(tandem::comm::mpi_threads_from_env()),
+                  &provided);
   ::testing::InitGoogleTest(&argc, argv);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);

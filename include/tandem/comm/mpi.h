@@ -103,9 +103,10 @@ class MpiCommunicator final : public Communicator {
   std::unique_ptr<detail::Direct> direct_;
 };
 
-// MPI_COMM_WORLD, initialising MPI if it is not initialised yet (MPI_THREAD_MULTIPLE: the
-// trainer's communication thread calls MPI while the backward may call it too); MPI is then
-// finalised at exit. A process launched without mpirun is a world of one rank.
+// MPI_COMM_WORLD, initialising MPI if it is not initialised yet (at mpi_threads_from_env()'s
+// level, MPI_THREAD_MULTIPLE by default: the trainer's communication thread calls MPI while the
+// backward may call it too); MPI is then finalised at exit. A process launched without mpirun is
+// a world of one rank.
 std::unique_ptr<Communicator> mpi_world();
 
 // The caller's communicator (duplicated; the caller keeps ownership and finalises MPI itself).
@@ -120,6 +121,24 @@ bool launched_by_mpirun();
 // here.
 enum class MpiThreads { Single, Funneled, Serialized, Multiple };
 std::optional<MpiThreads> mpi_thread_level();
+
+// The thread support mpi_world() asks MPI_Init_thread for: TANDEM_MPI_THREADS, `multiple` (the
+// default) or `serialized` (one thread at a time calls MPI: the exchanges that would run on a
+// thread beside a caller that communicates too run on the caller instead; to test that fallback,
+// and for an MPI that is slower with threads). Anything else is a UserError naming the variable
+// and the choices.
+MpiThreads mpi_threads_from_env();
+// MPI's constant for a level (MPI_THREAD_MULTIPLE, ...), for a caller's own MPI_Init_thread.
+int mpi_thread_constant(MpiThreads level);
+
+// Whether a communication thread of this process (a core::SerialWorker running a rank's
+// exchanges) may call `comm` while the thread that started it goes on: the one check every
+// module asks. In-process ranks: always. MPI: with MPI_THREAD_MULTIPLE; with
+// MPI_THREAD_SERIALIZED only where `others_communicate` is false, that is no other thread of the
+// process calls MPI while the communication thread does (the caller computes until it waits for
+// the thread). MPI_THREAD_FUNNELED allows MPI calls from the main thread only, so neither it nor
+// MPI_THREAD_SINGLE allows one; nor does an MPI not initialised.
+bool communication_thread_allowed(const Communicator& comm, bool others_communicate);
 
 // The number of this job's processes on this machine, as the launcher says
 // (OMPI_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS, PMI_LOCAL_SIZE); 1 outside a launched job.

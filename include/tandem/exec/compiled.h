@@ -12,8 +12,8 @@
 // Overlap: inside a Pipeline step the compiled code hands its collectives, sends and receives to
 // a communication thread of this rank (a core::SerialWorker: in issue order, so every rank runs
 // them in the same order) and computes the next block meanwhile. On MPI this needs
-// MPI_THREAD_SERIALIZED or more; with less, or with CompiledOptions::overlap = false, the blocks
-// run one after the other (same results).
+// MPI_THREAD_SERIALIZED or more (comm::communication_thread_allowed); with less, or with
+// CompiledOptions::overlap = false, the blocks run one after the other (same results).
 #pragma once
 
 #include <chrono>

@@ -26,11 +26,16 @@
 // order merges them. Backward: the pieces go round again, each with its accumulating key/value
 // gradient: while a piece's keys take this rank's queries' gradient (into a zeroed piece, added
 // to the accumulator when it has arrived), the next piece and the previous accumulator move on;
-// after cp steps one more shift hands every accumulator back to its owner. A rank holds two
-// pieces of keys and values, two accumulators and one partial gradient instead of three
-// whole-sequence buffers. Under MPI the thread needs MPI_THREAD_MULTIPLE (the data-parallel
-// exchange's thread may be calling MPI too); with less the overlapped and ring orders run their
-// exchanges on the calling thread, at the same points. The overlapped order's exchanges are whole
+// after cp steps one more shift hands every accumulator back to its owner. That last shift runs
+// behind a product too: a rank multiplies its own piece's early chunk first (at step 0, while the
+// first piece arrives) and its late chunk, the causal diagonal, last, while its accumulator comes
+// home, then adds the two. (Before, the whole own piece went first and the last shift was waited
+// for with nothing behind it; the sums now run in another order, so the results moved by f32
+// rounding, not bitwise.) A rank holds two pieces of keys and values, two accumulators and one
+// partial gradient instead of three whole-sequence buffers. Under MPI the thread needs
+// MPI_THREAD_MULTIPLE (the data-parallel exchange's thread may be calling MPI too:
+// comm::communication_thread_allowed); with less the overlapped and ring orders run their exchanges
+// on the calling thread, at the same points. The overlapped order's exchanges are whole
 // collectives, so its buffers are the sequential order's and one partial output.
 //
 // The split is balanced for the causal mask: the sequence is cut into 2 cp chunks and rank i
@@ -161,12 +166,12 @@ class ContextParallelAttention {
   void copy_mine(float* piece, const float* qkv) const;
   // The kernel's calls against rank `owner`'s piece held in a (B, Tl, 2K) buffer: each with the
   // row of the piece its keys start at. Its early chunk first, its late one after (one call where
-  // they are adjacent); none for keys above every one of this rank's rows.
+  // they are adjacent, unless `apart`); none for keys above every one of this rank's rows.
   struct PieceKeys {
     nn::AttentionRows rows;
     int piece_row = 0;
   };
-  std::vector<PieceKeys> piece_keys(int owner) const;
+  std::vector<PieceKeys> piece_keys(int owner, bool apart = false) const;
   // This rank's k and v columns of qkv into mine_ and to their positions in kv_.
   void stage_mine(const float* qkv);
   // The other ranks' pieces of ranked_ to their positions in kv_.

@@ -3,7 +3,8 @@
 // MPI, which MPI_THREAD_MULTIPLE allows): the same losses, bitwise, as the exchange after the
 // backward, and the start-up line says the exchange overlapped; the model state sharded over the
 // data-parallel ranks (--shard weights: gathers on the communication thread too) trains the same
-// losses.
+// losses; under MPI_THREAD_SERIALIZED the exchange overlaps only where the backward does not
+// communicate.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -62,6 +63,42 @@ TEST(ExchangeMpirun, ShardedWeightsTrainTheSameLosses) {
   EXPECT_THAT(sharded.result.output, HasSubstr("sharded over the 2 data-parallel ranks"));
   ASSERT_EQ(unsharded.losses.size(), 4u) << unsharded.result.output;
   EXPECT_EQ(sharded.losses, unsharded.losses);
+}
+
+// MPI initialised with MPI_THREAD_SERIALIZED (TANDEM_MPI_THREADS=serialized) on a grid whose
+// backward does not communicate (dp 2 alone): the exchange still overlaps the backward (its
+// thread is the only one calling MPI meanwhile), with the same losses, bitwise, as under
+// MPI_THREAD_MULTIPLE; beside tensor parallelism it runs after the backward, the same losses
+// again.
+TEST(ExchangeMpirun, SerializedMpiOverlapsOnlyWhereTheBackwardDoesNotCommunicate) {
+  ScratchDir dir;
+  const char* mpirun = std::getenv("TANDEM_MPIRUN");
+  const auto train = [&](const char* threads, int tp) {
+    const std::string metrics = dir.path(fmt::format("{}-tp{}.jsonl", threads, tp));
+    JobRun r;
+    r.result = tandem::testing::run_command(fmt::format(
+        "TANDEM_MPI_THREADS={} OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout "
+        "-s KILL 120 {} -np {} --oversubscribe {} train --backend mpi --model tiny --dp 2 --tp {} "
+        "--steps 3 --eval-every 0 --threads 1 --bucket-mb 0.05 --metrics {}",
+        threads, mpirun != nullptr ? mpirun : "mpirun", 2 * tp, tandem::testing::tandem_binary(),
+        tp, metrics));
+    r.losses = tandem::testing::logged_losses(metrics);
+    return r;
+  };
+  for (int tp : {1, 2}) {
+    SCOPED_TRACE(fmt::format("dp 2 tp {}", tp));
+    const JobRun multiple = train("multiple", tp);
+    const JobRun serialized = train("serialized", tp);
+    ASSERT_EQ(multiple.result.status, 0) << multiple.result.output;
+    ASSERT_EQ(serialized.result.status, 0) << serialized.result.output;
+    EXPECT_THAT(multiple.result.output, HasSubstr("overlapped with the backward"));
+    EXPECT_THAT(serialized.result.output,
+                HasSubstr(tp == 1 ? "overlapped with the backward"
+                                  : "after the backward (this MPI's thread level cannot overlap "
+                                    "it)"));
+    ASSERT_EQ(multiple.losses.size(), 3u) << multiple.result.output;
+    EXPECT_EQ(serialized.losses, multiple.losses);
+  }
 }
 
 }  // namespace
