@@ -1,6 +1,6 @@
 // Measuring the performance model's rates: a GEMM at the model's shapes, one block and the head
-// run for their UnitFactors, an in-process all-reduce, the tiers and the optimizer's update. The
-// one place tandem times compute, a link or a tier to predict a step.
+// run for their UnitFactors, the step's other work, an in-process all-reduce, the tiers and the
+// optimizer's update. The one place tandem times compute, a link or a tier to predict a step.
 #include "tandem/perf/rates.h"
 
 #include <fmt/format.h>
@@ -123,9 +123,35 @@ double fastest_s(F&& run) {
   return best;
 }
 
+// The step's other work (step_model.h's stage_other_s), on the unit factors' model and tokens:
+// the embedding's forward and backward (their tokens spread over the vocabulary, as a text's
+// are, not one row of the table read again), a token's; and zeroing `dw` as the trainer zeroes
+// its gradients (Tensor::fill), floats a second.
+void measure_other_work(const nn::GPTConfig& c, int B, int T, const nn::ParameterSet& w,
+                        const nn::ParameterSet& dw, nn::Workspace& ws, const float* dout,
+                        Rates& r) {
+  std::vector<int32_t> tokens(static_cast<size_t>(B) * T);
+  for (size_t i = 0; i < tokens.size(); ++i)
+    tokens[i] = static_cast<int32_t>((i * 7919) % static_cast<size_t>(c.vocab_size));
+  const nn::EmbeddingActivations e = nn::allocate_embedding_activations(c, B, T);
+  const nn::StepRng rng;
+  const double forward_s =
+      fastest_s([&] { nn::embedding_forward(c, w.embedding(), e, tokens.data(), B, T, rng); });
+  const double backward_s = fastest_s(
+      [&] { nn::embedding_backward(c, dw.embedding(), dout, tokens.data(), ws, B, T, rng); });
+  r.embedding_token_s = (forward_s + backward_s) / (static_cast<double>(B) * T);
+  const Tensor g = dw.flat();
+  r.zero_floats_per_s = static_cast<double>(g.numel()) / fastest_s([&] { g.fill(0.0f); });
+  r.other_source = fmt::format(
+      "measured: the embedding's forward and backward over {} tokens, and {} of gradients "
+      "zeroed, on one rank alone",
+      B * T, human_bytes(g.nbytes()));
+}
+
 // Runs one block's halves and the head (ln_f, the tied LM head, the loss) forward and backward
 // on one rank, at up to kUnitTokens tokens of the model's sequences, and divides each time by
-// what its matmuls take at `rate` (the step model's matmul term, at tp 1).
+// what its matmuls take at `rate` (the step model's matmul term, at tp 1); then the step's other
+// work on the same.
 void measure_unit_factors(const nn::GPTConfig& model, int64_t rows, double rate, Rates& r) {
   nn::GPTConfig c = model;
   c.n_layers = 1;
@@ -167,6 +193,7 @@ void measure_unit_factors(const nn::GPTConfig& model, int64_t rows, double rate,
                                          targets.data(), 1.0f, dx.data(), ws, B, T);
                     }) /
                     (2 * head_s);
+  measure_other_work(c, B, T, w, dw, ws, dres.data(), r);
 }
 
 // An in-process all-reduce's bus bandwidth and a small one's latency over `p` threads.
@@ -252,7 +279,8 @@ nlohmann::json Rates::to_json() const {
           {"swap_tier", {swap_tier.write_bytes_per_s, swap_tier.read_bytes_per_s}},
           {"state_tier", {state_tier.write_bytes_per_s, state_tier.read_bytes_per_s}},
           {"update_params_per_s", update_params_per_s},
-          {"other_s", other_s},
+          {"embedding_token_s", embedding_token_s},
+          {"zero_floats_per_s", zero_floats_per_s},
           {"compute_source", compute_source},
           {"link_source", link_source},
           {"update_source", update_source},
@@ -309,7 +337,8 @@ Rates Rates::from_json(const nlohmann::json& j) {
     };
     r.swap_tier = tier("swap_tier"), r.state_tier = tier("state_tier");
     r.update_params_per_s = field<double>(j, "update_params_per_s");
-    r.other_s = field<double>(j, "other_s");
+    r.embedding_token_s = field<double>(j, "embedding_token_s");
+    r.zero_floats_per_s = field<double>(j, "zero_floats_per_s");
     r.compute_source = field<std::string>(j, "compute_source");
     r.link_source = field<std::string>(j, "link_source");
     r.update_source = field<std::string>(j, "update_source");
@@ -321,8 +350,11 @@ Rates Rates::from_json(const nlohmann::json& j) {
   } catch (const std::out_of_range&) {
     user_error("the performance model's GEMM rates are keyed by something not a tp degree");
   }
-  if (!(r.link_latency_s >= 0) || !(r.update_params_per_s >= 0) || !(r.other_s >= 0))
-    user_error("the performance model's rates hold a negative latency, update rate or time");
+  if (!(r.link_latency_s >= 0) || !(r.update_params_per_s >= 0) || !(r.embedding_token_s >= 0) ||
+      !(r.zero_floats_per_s >= 0))
+    user_error(
+        "the performance model's rates hold a negative latency, update rate, embedding time or "
+        "zeroing rate");
   return r;
 }
 
@@ -331,8 +363,9 @@ std::string RateRequest::key() const {
   return nlohmann::json{
       // v2: the GEMM rate is measured with the local ranks computing at once; v3: and a core's
       // rate while they do, with the host's ranks and cores; v4: and the cores' share of the
-      // link's and the update's seconds.
-      {"what", "tandem performance-model rates v4"},
+      // link's and the update's seconds; v5: and the step's other work (the embedding's time a
+      // token, the gradients' zeroing rate).
+      {"what", "tandem performance-model rates v5"},
       {"model",
        {std::string(nn::arch_name(m.arch)), m.n_layers, m.d_model, m.n_heads, m.n_kv_heads(),
         m.mlp_width(), m.seq_len, m.vocab_size, std::string(dtype_name(m.matmul)),
@@ -421,7 +454,6 @@ Rates measure_rates(const RateRequest& q) {
     r.link_bytes_per_s = 1e12;
     r.link_source = "one rank: no link";
   }
-  r.other_source = "not measured: counted as 0";
   if (!q.tiers) {
     r.update_source = "not measured: counted as 0";
     return r;

@@ -52,7 +52,7 @@ double update_s(double params, const Rates& r) {
 // and then sleeps (comm/wait.h), leaving its core to the others.
 double host_other_work_s(const StageTimes& st, const Rates& r) {
   return st.link_bytes / r.link_bytes_per_s * r.link_core_share +
-         (st.update_blocks_s + st.update_rest_s) * r.update_core_share + r.other_s;
+         (st.update_blocks_s + st.update_rest_s) * r.update_core_share + st.other_s;
 }
 
 }  // namespace
@@ -166,7 +166,23 @@ StageTimes stage_times(const StepShape& c, int s, const Rates& r) {
                        blocks, c.shard_weights ? piece : block, piece, c.shard_weights ? 1 : M),
                    r.state_tier);
   }
+  st.other_s = stage_other_s(c, s, r);
   return st;
+}
+
+double stage_other_s(const StepShape& c, int s, const Rates& r) {
+  const parallel::ShardLayout layout(c.model, c.grid, 0, s);
+  double other = 0;
+  if (layout.has_embedding()) other += c.micro_batches * c.rank_tokens() * r.embedding_token_s;
+  if (r.zero_floats_per_s > 0) {
+    const auto [first, end] = layout.blocks_range();
+    const bool blocks_apart =
+        (c.state_streamed || c.shard_weights) && !(c.shard_weights && c.micro_batches > 1);
+    const double floats =
+        static_cast<double>(layout.size()) - (blocks_apart ? static_cast<double>(end - first) : 0);
+    other += floats / r.zero_floats_per_s;
+  }
+  return other;
 }
 
 StepBreakdown compose(const StepShape& c, const std::vector<StageTimes>& stages,
@@ -179,12 +195,14 @@ StepBreakdown compose(const StepShape& c, const std::vector<StageTimes>& stages,
   // The slowest stage sets the pipeline's pace; a stage takes the longer of its timeline and its
   // model state's I/O (the store's transfers run beside compute).
   double slowest = 0, comm = 0, exposed_dp = 0, exposed_update = 0, stage_compute = 0;
-  double stage_other = 0;  // the stages' work on the host's cores besides compute, summed
+  double stage_other = 0;    // the stages' work on the host's cores besides compute, summed
+  double busiest_other = 0;  // the most other work of a stage
   for (size_t s = 0; s < stages.size(); ++s) {
     const StageTimes& st = stages[s];
     const ooc::Prediction& p = timelines[s];
     stage_compute += p.compute_s - M * st.comm_per_micro_s;
     stage_other += host_other_work_s(st, r);
+    busiest_other = std::max(busiest_other, st.other_s);
     const double stage_s = streamed_step_s(p.step_s, st.state_io_s);
     if (stage_s >= slowest) {
       slowest = stage_s;
@@ -223,7 +241,7 @@ StepBreakdown compose(const StepShape& c, const std::vector<StageTimes>& stages,
       idle += std::max(0.0, r.host_slots - k * per_stage) * stage_mean / M;
     b.cores = std::max(0.0, (host_work + idle) / r.host_slots - b.total());
   }
-  b.other = r.other_s;
+  b.other = busiest_other;
   return b;
 }
 

@@ -639,8 +639,14 @@ std::string grid_plan_report(const GridPlan& plan) {
                          ? fmt::format("{:.0f} M parameters/s", r.update_params_per_s / 1e6)
                          : "0 s",
                      r.update_source.empty() ? "not measured" : r.update_source);
-  out += fmt::format("  other work: {:.4f} s a step ({})\n", r.other_s,
-                     r.other_source.empty() ? "not measured" : r.other_source);
+  out += fmt::format(
+      "  other work: {} ({})\n",
+      r.embedding_token_s > 0 || r.zero_floats_per_s > 0
+          ? fmt::format("the embedding {:.3f} us a token, gradients zeroed at "
+                        "{:.2f} GB/s",
+                        r.embedding_token_s * 1e6, r.zero_floats_per_s * sizeof(float) / 1e9)
+          : "0 s",
+      r.other_source.empty() ? "not measured" : r.other_source);
   // Rows: '*' the recommendation, '=' tied with the fastest (within the model's stated error).
   const double tie_limit = plan.options.front().step_s * (1 + kPlanTieFraction);
   out +=

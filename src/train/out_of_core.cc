@@ -4,7 +4,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <chrono>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <ostream>
@@ -15,17 +14,13 @@
 #include "tandem/core/error.h"
 #include "tandem/exec/jit.h"
 #include "tandem/parallel/model.h"
-#include "tandem/perf/tier_bandwidth.h"
+#include "tandem/perf/activation_profile.h"
 #include "tandem/train/model_config.h"
 #include "tandem/tune/cache.h"
 
 namespace tandem::train::detail {
 namespace {
 
-constexpr int kProfileSteps = 3;  // measured, after one that warms up
-// A step slower than this is measured once after the warm-up, not three times: on a model that
-// big the spread of a step is small next to the minutes three more would cost.
-constexpr double kLongStepS = 60.0;
 // The first plan only has to fit (its times are placeholders): a short search is enough.
 constexpr int64_t kFirstPlanEvaluations = 10'000;
 
@@ -160,27 +155,10 @@ void OutOfCore::prepare(const std::function<void()>& step, comm::Communicator& w
   // stopped between two ranks' writes, another run writing now), every rank measures.
   from_cache_ = comm::all_true(world, from_cache_);
   if (!from_cache_) {
-    const ooc::TierBandwidth bw = perf::measure_tier(tier_spec_);
-    if (log != nullptr)
-      *log << "  out-of-core: measuring this machine's profile (cached for later runs): warm-up"
-           << std::flush;
-    const auto t0 = std::chrono::steady_clock::now();
-    step();  // the first step touches the arena's pages and compiles the programs
-    const double warm_s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (log != nullptr) *log << fmt::format(" {:.1f} s", warm_s) << std::flush;
-    // One count for all ranks, for the same reason.
-    const int passes = comm::all_min(world, warm_s > kLongStepS ? 1 : kProfileSteps);
-    std::vector<ooc::StepMeasure> steps;
-    for (int i = 0; i < passes; ++i) {
-      step();
-      steps.push_back(runtime_->last_step());
-      if (log != nullptr)
-        *log << fmt::format(", pass {}/{} {:.1f} s", i + 1, passes, steps.back().step_s)
-             << std::flush;
-    }
-    if (log != nullptr) *log << "\n";
-    profile_ = ooc::StepMeasure::median_profile(steps, bw.write_bytes_per_s, bw.read_bytes_per_s);
+    // One count of passes for all ranks, for the same reason.
+    profile_ = perf::measure_activation_profile(
+        step, [&] { return runtime_->last_step(); }, tier_spec_,
+        [&](int wanted) { return comm::all_min(world, wanted); }, log);
   }
   // The tp group plans from the slowest rank's figures, so every rank recomputes the same units.
   if (tp.size() > 1) {

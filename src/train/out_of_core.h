@@ -34,9 +34,10 @@ class OutOfCore {
 
   nn::ActivationMemory* memory() { return runtime_.get(); }
 
-  // The profile from the cache, else measured: `step` (one forward and backward of the model)
-  // runs once to warm up, then three times (once when the warm-up took over a minute), each time
-  // the median of the measured steps; `log` (may be null) gets a line of progress. Then the plan:
+  // The profile from the cache, else measured by perf::measure_activation_profile: `step` (one
+  // forward and backward of the model) runs once to warm up, then perf::kProfileSteps times
+  // (once when the warm-up took over perf::kLongStepS), each time the median of the measured
+  // steps; `log` (may be null) gets a line of progress. Then the plan:
   // the planner's, or --ooc-plan's. Every rank of a tensor-parallel group must recompute the
   // same units (their recomputation runs collectives), so the group agrees on the profile first
   // (the slowest rank's times). Collective over the world, whose ranks all measure when any

@@ -1,6 +1,7 @@
 // What the performance model works from: rates measured on this machine once (GEMM at the
 // model's shapes on a rank's threads, one block's other work, a link, the tiers, the optimizer's
-// update) and cached per machine under tandem's cache folder, keyed by what they depend on.
+// update, the step's work outside them) and cached per machine under tandem's cache folder, keyed
+// by what they depend on.
 #pragma once
 
 #include <functional>
@@ -50,9 +51,12 @@ struct Rates {
   // The optimizer's update: parameters a second one rank updates (AdamW's loop over weights,
   // gradients and both moments); 0 when not measured (the update then counts nothing).
   double update_params_per_s = 0;
-  // The step's work outside forward, backward, exchanges and update (drawing the batch, the
-  // loss's reduction, the report): not measured yet, an explicit term at 0 s.
-  double other_s = 0;
+  // The step's other work, outside the units' forward and backward (the head is in the last
+  // unit's), the exchanges and the update (perf/step_model.h's stage_other_s says what it
+  // covers): seconds a token of the embedding's forward and backward takes (the first stage's),
+  // and gradients one rank zeroes a second (every rank's, before its step); 0 when not measured.
+  double embedding_token_s = 0;
+  double zero_floats_per_s = 0;
   std::string compute_source, link_source;  // how each was found, for the report
   std::string update_source, other_source;
 
@@ -81,7 +85,8 @@ struct RateRequest {
 // the request's threads, alone and with the local ranks computing at once (threads started
 // together, each with its own operands, until one deadline: the slowest's rate, and their summed
 // rate over the cores they shared, a core's; beyond 32 ranks, those 32's rate shared by all), one
-// block's halves and the head forward and backward at tp 1 for the UnitFactors, an in-process
+// block's halves and the head forward and backward at tp 1 for the UnitFactors, the embedding's
+// forward and backward and the gradients' zeroing at the same tokens and model, an in-process
 // all-reduce over min(ranks, 8) threads (unless the link is stated), and with `tiers` the tiers'
 // bandwidth and the update's rate.
 Rates measure_rates(const RateRequest& request);

@@ -41,7 +41,9 @@
 //   update     the rank's parameters (its slice of them over dp x cp) at the measured update rate;
 //              the blocks' part runs behind the backward with their exchange (what the two take
 //              beyond the backward counts), the rest's after it
-//   other      the rates' per-step term
+//   other      per rank, the step's work outside its units, exchanges and update (stage_other_s):
+//              the embedding's forward and backward on the first stage, the gradients' zeroing;
+//              the busiest stage's counts, after the rest
 #pragma once
 
 #include <string>
@@ -111,6 +113,7 @@ struct StageTimes {
   double dp_blocks_s = 0, dp_rest_s = 0;          // the data-parallel exchange: blocks', the rest's
   double update_blocks_s = 0, update_rest_s = 0;  // the update: blocks', the rest's
   double state_io_s = 0;  // the model state's I/O a step (with --model-state)
+  double other_s = 0;     // the step's other work (stage_other_s)
   double link_bytes = 0;  // bytes the rank moves over the link a step (StepBreakdown's)
 };
 
@@ -126,11 +129,24 @@ double charged_gemm_rate(const Rates& rates, int tp);
 // Stage `s` of `shape` at `rates`.
 StageTimes stage_times(const StepShape& shape, int s, const Rates& rates);
 
+// The step's other work on a rank of stage `s`: what its units' forward and backward (the head
+// is the last unit's), its exchanges and its update leave out and takes more than microseconds.
+// That is the embedding's forward and backward over the rank's tokens a step (its rows' seq_len /
+// cp tokens, every micro-batch: the first stage's ranks), and zeroing the rank's gradients before
+// the step (ModelState::zero_gradients: the whole flat buffer, or with the blocks in a store or
+// sharded the embeddings' and ln_f's alone, their sums starting elsewhere, but for sharded
+// weights over several micro-batches, whose sums live in the flat buffer). Left out as
+// microseconds: drawing the batch (copying its rows' tokens), checking its tokens, and the
+// step's one-number collectives (the draw's and the stop's agreements, the loss's mean). 0 where
+// the rates measured none.
+double stage_other_s(const StepShape& shape, int s, const Rates& rates);
+
 // The step from its stages and each one's activation timeline (ooc::predict or the planner's
 // prediction on the stage's chain and profile): the slowest stage sets the pace, the pipeline
 // stretches it by (M + pp - 1) / M, the exchange and the update add what the backward does not
 // hide; with more ranks than their host's cores, at least the host's compute over its cores; then
-// the other work.
+// the busiest stage's other work (the ranks run it outside the pipeline's schedule: before the
+// step, and the embedding's at its ends).
 StepBreakdown compose(const StepShape& shape, const std::vector<StageTimes>& stages,
                       const std::vector<ooc::Prediction>& timelines, const Rates& rates);
 

@@ -1,13 +1,14 @@
 // measure_rates on a tiny model (its GEMMs take microseconds; the ranks computing at once run
 // 0.2 s a tp degree): the host's ranks and cores it records, and a core's rate, the ranks' summed
 // rate over the cores they share, never below the slowest rank's; the cores' share of a measured
-// link's seconds.
+// link's seconds; the step's other work, positive and growing with the tokens a step.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <thread>
 
 #include "tandem/perf/rates.h"
+#include "tandem/perf/step_model.h"
 
 namespace tandem::perf {
 namespace measure_rates_test {
@@ -60,6 +61,27 @@ TEST(MeasureRates, ARankAloneComputesAtItsRateAlone) {
   EXPECT_EQ(r.host_ranks, 1);
   EXPECT_EQ(r.gemm_core_flops_per_s, r.gemm_alone_flops_per_s);
   EXPECT_EQ(r.gemm_flops_per_s, r.gemm_alone_flops_per_s);
+}
+
+// The embedding's forward and backward and the gradients' zeroing are measured; a step of 8
+// rows a rank (measured at them) takes more of that work than one of 1 row (measured at it).
+TEST(MeasureRates, TheStepsOtherWorkIsMeasuredAndGrowsWithTheTokens) {
+  auto other_at = [](int64_t rows) {
+    RateRequest q = tiny_request(1);
+    q.ranks = 1;
+    q.rank_rows = rows;
+    const Rates r = measure_rates(q);
+    EXPECT_GT(r.embedding_token_s, 0);
+    EXPECT_GT(r.zero_floats_per_s, 0);
+    EXPECT_NE(r.other_source.find("measured"), std::string::npos) << r.other_source;
+    StepShape s;
+    s.model = q.model;
+    s.batch = rows;
+    return stage_other_s(s, 0, r);
+  };
+  const double one = other_at(1), eight = other_at(8);
+  EXPECT_GT(one, 0);
+  EXPECT_GT(eight, one);
 }
 
 }  // namespace measure_rates_test

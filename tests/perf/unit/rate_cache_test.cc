@@ -48,6 +48,8 @@ struct FakeMeasure {
     r.link_latency_s = 1e-5;
     r.swap_tier = {1e9, 2e9};
     r.update_params_per_s = 3e8;
+    r.embedding_token_s = 2e-7;
+    r.zero_floats_per_s = 4e9;
     r.compute_source = "fake " + std::to_string(q.threads);
     return r;
   }
@@ -81,18 +83,21 @@ TEST(RateCache, ASecondLoadReadsTheSameRates) {
   EXPECT_EQ(second.update_core_share, 0.25);
   EXPECT_EQ(second.attention.forward, 1.5);
   EXPECT_EQ(second.update_params_per_s, 3e8);
+  EXPECT_EQ(second.embedding_token_s, 2e-7);
+  EXPECT_EQ(second.zero_floats_per_s, 4e9);
 }
 
 // The GEMM rate is measured with the ranks on this machine computing at once: how many they are
 // is part of the key, and a key of rates measured before a core's rate was (v2 and before), or
-// the cores' share of the link's and the update's seconds (v3), is not this one.
+// the cores' share of the link's and the update's seconds (v3), or the step's other work (v4), is
+// not this one.
 TEST(RateCache, TheKeyCountsTheRanksComputingAtOnce) {
   RateRequest alone = request(), four = request();
   alone.local_ranks = 1;
   EXPECT_NE(alone.key(), four.key());
   const nlohmann::json k = nlohmann::json::parse(four.key());
   EXPECT_EQ(k.at("local_ranks"), 4);
-  EXPECT_EQ(k.at("what"), "tandem performance-model rates v4");
+  EXPECT_EQ(k.at("what"), "tandem performance-model rates v5");
 }
 
 TEST(RateCache, WhatTheRatesDependOnIsTheKey) {
@@ -209,6 +214,14 @@ TEST(RateCache, RatesFromJsonNameWhatIsWrong) {
   share.erase("update_core_share");
   EXPECT_EQ(user_error_of([&] { Rates::from_json(share); }),
             "the performance model's rates lack 'update_core_share'");
+  nlohmann::json other = j;
+  other["embedding_token_s"] = -1e-6;
+  EXPECT_EQ(user_error_of([&] { Rates::from_json(other); }),
+            "the performance model's rates hold a negative latency, update rate, embedding time "
+            "or zeroing rate");
+  other.erase("zero_floats_per_s");
+  EXPECT_EQ(user_error_of([&] { Rates::from_json(other); }),
+            "the performance model's rates lack 'zero_floats_per_s'");
   nlohmann::json gemm = j;
   gemm["gemm_flops_per_s"] = nlohmann::json::object();
   EXPECT_EQ(user_error_of([&] { Rates::from_json(gemm); }),

@@ -8,6 +8,7 @@
 
 #include "tandem/ooc/plan.h"
 #include "tandem/ooc/planner.h"
+#include "tandem/parallel/shard.h"
 #include "tandem/perf/flops.h"
 
 namespace tandem::perf {
@@ -102,20 +103,57 @@ TEST(StepModel, TheUpdateAndTheOtherWorkAdd) {
   Rates r = rates();
   const StepBreakdown none = predict(s, r);
   r.update_params_per_s = 1e6;
-  r.other_s = 0.25;
+  r.embedding_token_s = 1e-5;
+  r.zero_floats_per_s = 1e8;
   std::vector<StageTimes> st;
   const StepBreakdown b = predict(s, r, &st);
   // dp 1: no exchange, so the blocks' update runs behind the backward.
   const double hidden = std::min(st[0].update_blocks_s, st[0].backward_micro_s);
   EXPECT_GT(st[0].update_rest_s, 0);
   EXPECT_DOUBLE_EQ(b.update, st[0].update_blocks_s - hidden + st[0].update_rest_s);
-  EXPECT_DOUBLE_EQ(b.other, 0.25);
-  EXPECT_DOUBLE_EQ(b.total(), none.total() + b.update + 0.25);
+  EXPECT_GT(b.other, 0);
+  EXPECT_DOUBLE_EQ(b.other, stage_other_s(s, 0, r));
+  EXPECT_DOUBLE_EQ(b.total(), none.total() + b.update + b.other);
   // A rank of dp 2 updates half the parameters.
   const StepShape two = shape(2, 1, 1, 1);
   std::vector<StageTimes> st2;
   predict(two, r, &st2);
   EXPECT_DOUBLE_EQ(st2[0].update_rest_s, st[0].update_rest_s / 2);
+}
+
+// The other work: the embedding's forward and backward over the rank's tokens a step (the first
+// stage's ranks), and the rank's gradients zeroed (the blocks' not, where they live apart); the
+// busiest stage's adds to the step.
+TEST(StepModel, TheOtherWorkIsTheEmbeddingsTokensAndTheZeroedGradients) {
+  Rates r = rates();
+  r.embedding_token_s = 1e-5;
+  r.zero_floats_per_s = 1e8;
+  const StepShape s = shape(1, 1, 1, 2);
+  const double tokens = 2 * 4 * 16;  // 2 micro-batches of 4 rows
+  const parallel::ShardLayout whole(s.model, s.grid, 0, 0);
+  EXPECT_DOUBLE_EQ(stage_other_s(s, 0, r), tokens * 1e-5 + whole.size() / 1e8);
+  // Twice the rows: twice the embedding's part.
+  StepShape twice = s;
+  twice.batch *= 2;
+  EXPECT_DOUBLE_EQ(stage_other_s(twice, 0, r) - stage_other_s(s, 0, r), tokens * 1e-5);
+  // The blocks in a store: their gradients' sums start there, only the rest is zeroed.
+  StepShape streamed = s;
+  streamed.state_streamed = true;
+  const auto [first, end] = whole.blocks_range();
+  EXPECT_DOUBLE_EQ(stage_other_s(streamed, 0, r),
+                   tokens * 1e-5 + static_cast<double>(whole.size() - (end - first)) / 1e8);
+  // A pipeline: the last stage has no embedding; the step adds the busiest stage's, the first.
+  const StepShape pipe = shape(1, 1, 2, 2);
+  const parallel::ShardLayout last(pipe.model, pipe.grid, 0, 1);
+  EXPECT_DOUBLE_EQ(stage_other_s(pipe, 1, r), last.size() / 1e8);
+  std::vector<StageTimes> st;
+  const StepBreakdown none = predict(pipe, rates()), b = predict(pipe, r, &st);
+  EXPECT_DOUBLE_EQ(st[1].other_s, stage_other_s(pipe, 1, r));
+  EXPECT_GT(st[0].other_s, st[1].other_s);
+  EXPECT_DOUBLE_EQ(b.other, st[0].other_s);
+  EXPECT_NEAR(b.total(), none.total() + b.other, 1e-15);
+  // Not measured: none.
+  EXPECT_EQ(none.other, 0);
 }
 
 TEST(StepModel, TensorParallelExchangesCountInFull) {
