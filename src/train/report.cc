@@ -411,7 +411,8 @@ std::string RankRun::breakdown_lines() const {
   // What the phases can tell apart: compute (the model's forward and backward spans, swap stalls
   // inside them), the model's communication programs (tp epilogues, hand-offs and the waits for
   // them: a pipeline's bubble is among them), the wait for the data-parallel exchange and update
-  // after the backward, and the rest of the step (the batch drawn, the loss, the rest).
+  // after the backward, and the rest of the step (the batch drawn, the embedding, the loss, the
+  // rest).
   const double step = measured_steps_s_ / n, compute = mean("forward") + mean("backward");
   const double comm = mean("comm"), wait = mean("optimizer wait");
   std::string out = fmt::format(

@@ -442,7 +442,14 @@ void RankRun::on_event(parallel::Phase phase, std::string_view name, Clock::time
     trace_->record(grid_.world().rank(),
                    phase == Phase::Comm ? io::kCommStream : io::kComputeStream, name, b, e);
   if (!lead_ || validating_) return;
-  phases_.add(phase == Phase::Comm ? "comm" : phase == Phase::Forward ? "forward" : "backward", s);
+  // The embedding's spans are the step's other work, as the step model counts them
+  // (perf::stage_other_s), not the blocks' compute.
+  const bool embedding = name.ends_with(" embedding");
+  phases_.add(embedding                 ? "embedding"
+              : phase == Phase::Comm    ? "comm"
+              : phase == Phase::Forward ? "forward"
+                                        : "backward",
+              s);
 }
 
 // A span from `begin` to now on this rank's row of the trace, when there is one.
