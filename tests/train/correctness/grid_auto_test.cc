@@ -28,7 +28,7 @@ TEST(GridAuto, PlanListsTheGridsAndRecommendsOne) {
 // At a limit that leaves out-of-core room or not, the run's grid, sharding and budget are the
 // choice its start-up line names.
 TEST(GridAuto, TrainTakesThePlansChoice) {
-  for (const char* limit : {"64MiB", "3MiB"}) {
+  for (const char* limit : {"64MiB", "2600KiB"}) {
     SCOPED_TRACE(limit);
     const auto r = run_tandem(fmt::format(
         "train --model tiny --grid auto --ranks 2 --memory-per-rank {} --steps 1 --eval-every 0 "
@@ -47,8 +47,10 @@ TEST(GridAuto, TrainTakesThePlansChoice) {
     EXPECT_THAT(r.output, HasSubstr(fmt::format("2 ranks (dp={} tp={} pp={}, thread backend)",
                                                 m[1].str(), m[2].str(), m[3].str())));
     EXPECT_EQ(m[5].matched, r.output.find("  out-of-core: budget") != std::string::npos);
-    // 3 MiB: no configuration fits in-core (the plan runner's exchange buffers are two segments).
-    if (std::string(limit) == "3MiB") {
+    // 2600 KiB: no configuration fits in-core, not even a pipeline of 8 micro-batches (the plan
+    // runner's exchange buffers are two segments); which of several fits is the fastest would
+    // depend on the machine's rates.
+    if (std::string(limit) == "2600KiB") {
       EXPECT_TRUE(m[5].matched) << r.output;
     }
   }

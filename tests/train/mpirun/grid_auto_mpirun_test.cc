@@ -30,14 +30,14 @@ tandem::testing::CommandResult two_processes(const std::string& limit0, const st
 }
 
 TEST(GridAutoMpirun, EveryProcessTakesRankZerosChoice) {
-  // 6 MiB for 2 ranks on rank 0 leaves 3 MiB a rank: no configuration fits in-core there; rank 1
-  // alone, with 1 GiB, would train in-core.
-  const auto r = two_processes("6MiB", "1GiB");
+  // 5200 KiB for 2 ranks on rank 0 leaves 2600 KiB a rank: no configuration fits in-core there
+  // (grid_auto_test.cc); rank 1 alone, with 1 GiB, would train in-core.
+  const auto r = two_processes("5200KiB", "1GiB");
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("--grid auto: --dp ")) << r.output;
   EXPECT_THAT(r.output, HasSubstr(" --memory-budget ")) << "rank 0's out-of-core choice\n"
                                                         << r.output;
-  EXPECT_THAT(r.output, HasSubstr("that fit 3.00 MiB a rank")) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("that fit 2.54 MiB a rank")) << r.output;
 }
 
 TEST(GridAutoMpirun, NoGridThatFitsStopsEveryProcessWithRankZerosReason) {
