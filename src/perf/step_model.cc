@@ -222,6 +222,7 @@ StepBreakdown compose(const StepShape& c, const std::vector<StageTimes>& stages,
   b.bubble = slowest * (c.grid.pp - 1) / M;
   b.exposed_exchange = comm + exposed_dp;
   b.update = exposed_update;
+  b.other = busiest_other;  // before the cores' term, whose host bound counts it too
   // Ranks that outnumber their host's cores: the rank's step above is its critical path at a
   // core's rate, as if its waits (the bubble, the exchanges) were its alone; but while it waits
   // the others compute on its core. The host's cores run all its ranks' work (every stage's
@@ -241,7 +242,6 @@ StepBreakdown compose(const StepShape& c, const std::vector<StageTimes>& stages,
       idle += std::max(0.0, r.host_slots - k * per_stage) * stage_mean / M;
     b.cores = std::max(0.0, (host_work + idle) / r.host_slots - b.total());
   }
-  b.other = busiest_other;
   return b;
 }
 

@@ -377,6 +377,14 @@ TEST(StepModel, TheExchangesCopiesOnTheCoresCanMakeTheHostBound) {
   EXPECT_NEAR(b.total(), (4 * (b.compute + 0.5 * b.link_bytes / 1e6 + 0.5 * update)) / 2,
               1e-12 * b.total());
   EXPECT_GT(b.total(), wire.total());
+  // The step's other work is the cores' too, and counted once: in the host's bound.
+  r.embedding_token_s = 1e-6;
+  std::vector<StageTimes> with;
+  const StepBreakdown o = predict(s, r, &with);
+  ASSERT_GT(with[0].other_s, 0);
+  EXPECT_NEAR(o.total(),
+              (4 * (o.compute + 0.5 * o.link_bytes / 1e6 + 0.5 * update + with[0].other_s)) / 2,
+              1e-12 * o.total());
 }
 
 // 4 ranks on 2 cores in a pipeline of one micro-batch, the last stage (the LM head's) slowest:
