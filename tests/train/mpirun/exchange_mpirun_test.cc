@@ -27,19 +27,23 @@ struct JobRun {
   std::vector<std::string> losses;  // each step's "loss" field, as written
 };
 
+// mpirun starting `np` processes of tandem, as root too, killed after 2 minutes.
+std::string mpirun_tandem(int np) {
+  const char* mpirun = std::getenv("TANDEM_MPIRUN");
+  return fmt::format(
+      "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout -s KILL 120 {} -np {} "
+      "--oversubscribe {}",
+      mpirun != nullptr ? mpirun : "mpirun", np, tandem::testing::tandem_binary());
+}
+
 JobRun train_4_processes(const ScratchDir& dir, const std::string& exchange,
                          const std::string& shard = "moments") {
-  const char* mpirun = std::getenv("TANDEM_MPIRUN");
   const std::string metrics = dir.path("metrics-" + exchange + "-" + shard + ".jsonl");
   JobRun r;
   r.result = tandem::testing::run_command(fmt::format(
-      "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout -s KILL 120 {} -np 4 "
-      "--oversubscribe {} "
-      "train --backend mpi --model tiny --dp 2 --tp 2 --steps 4 --eval-every 0 --threads 1 "
-      "--bucket-mb 0.05 "
-      "--grad-exchange {} --shard {} --metrics {}",
-      mpirun != nullptr ? mpirun : "mpirun", tandem::testing::tandem_binary(), exchange, shard,
-      metrics));
+      "{} train --backend mpi --model tiny --dp 2 --tp 2 --steps 4 --eval-every 0 --threads 1 "
+      "--bucket-mb 0.05 --grad-exchange {} --shard {} --metrics {}",
+      mpirun_tandem(4), exchange, shard, metrics));
   r.losses = tandem::testing::logged_losses(metrics);
   return r;
 }
@@ -72,16 +76,13 @@ TEST(ExchangeMpirun, ShardedWeightsTrainTheSameLosses) {
 // again.
 TEST(ExchangeMpirun, SerializedMpiOverlapsOnlyWhereTheBackwardDoesNotCommunicate) {
   ScratchDir dir;
-  const char* mpirun = std::getenv("TANDEM_MPIRUN");
   const auto train = [&](const char* threads, int tp) {
     const std::string metrics = dir.path(fmt::format("{}-tp{}.jsonl", threads, tp));
     JobRun r;
     r.result = tandem::testing::run_command(fmt::format(
-        "TANDEM_MPI_THREADS={} OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout "
-        "-s KILL 120 {} -np {} --oversubscribe {} train --backend mpi --model tiny --dp 2 --tp {} "
-        "--steps 3 --eval-every 0 --threads 1 --bucket-mb 0.05 --metrics {}",
-        threads, mpirun != nullptr ? mpirun : "mpirun", 2 * tp, tandem::testing::tandem_binary(),
-        tp, metrics));
+        "TANDEM_MPI_THREADS={} {} train --backend mpi --model tiny --dp 2 --tp {} --steps 3 "
+        "--eval-every 0 --threads 1 --bucket-mb 0.05 --metrics {}",
+        threads, mpirun_tandem(2 * tp), tp, metrics));
     r.losses = tandem::testing::logged_losses(metrics);
     return r;
   };
