@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <regex>
 #include <string>
 #include <vector>
@@ -144,35 +145,63 @@ TEST(CudaCompile, RuntimeFilesCompileOnTheirOwn) {
   EXPECT_EQ(o.rc, 0) << o.text;
 }
 
-TEST(CudaCompile, RepresentativeSchedulesBuildWithoutSpills) {
-  if (const std::string why = missing_toolkit(); !why.empty()) GTEST_SKIP() << why;
-  const std::vector<std::pair<dsl::Program, std::string>> cases = {
-      {dsl::workloads::adam(), "fused(RS-C-AG)+slice(m,v)"},  // a hook per chunk, bf16 gradients
-      {dsl::workloads::lamb(), "fused(RS-C-AG)"},             // norms: accumulators and finishes
-      {dsl::workloads::megatron_layer(),
+// One representative schedule of a workload: what it exercises, its program, its schedule.
+struct Representative {
+  std::string what;
+  std::function<dsl::Program()> program;
+  std::string schedule;
+};
+
+const std::vector<Representative>& representatives() {
+  static const std::vector<Representative> all = {
+      {"adam", [] { return dsl::workloads::adam(); },
+       "fused(RS-C-AG)+slice(m,v)"},  // a hook per chunk, bf16 gradients
+      {"lamb", [] { return dsl::workloads::lamb(); },
+       "fused(RS-C-AG)"},  // norms: accumulators and finishes
+      {"megatron", [] { return dsl::workloads::megatron_layer(); },
        "ol(MM,fused(RS-C-AG))"},  // GEMM blocks, async collectives, dropout
-      {dsl::workloads::pipeline_stage(), "ol(MM,fused(RS-C)-P2P)-AG"},  // send/recv between groups
-      {dsl::workloads::sum_in_place(), "AR-C"},  // the all-reduce in its input's buffer
-      {dsl::workloads::megatron_layer(DType::F32, 0.1, DType::BF16),
+      {"pipeline", [] { return dsl::workloads::pipeline_stage(); },
+       "ol(MM,fused(RS-C)-P2P)-AG"},  // send/recv between groups
+      {"sum_in_place", [] { return dsl::workloads::sum_in_place(); },
+       "AR-C"},  // the all-reduce in its input's buffer
+      {"megatron_bf16", [] { return dsl::workloads::megatron_layer(DType::F32, 0.1, DType::BF16); },
        "ol(MM,fused(RS-C-AG))"},  // bf16 GEMM blocks and sums, the hook's cast to f32
-      {dsl::workloads::sum_in_place(DType::BF16), "fused(AR-C)"},  // casts around a bf16 sum
-      {dsl::workloads::grad_handoff(), "C"},  // a receive into an input's buffer
-      {dsl::workloads::strided_sums(), "C"},  // sums whose lane moves along a thread's loop
-      {dsl::workloads::folds(), "C"},         // every fold in a 16-byte vector loop
+      {"sum_in_place_bf16", [] { return dsl::workloads::sum_in_place(DType::BF16); },
+       "fused(AR-C)"},  // casts around a bf16 sum
+      {"grad_handoff", [] { return dsl::workloads::grad_handoff(); },
+       "C"},  // a receive into an input's buffer
+      {"strided_sums", [] { return dsl::workloads::strided_sums(); },
+       "C"},  // sums whose lane moves along a thread's loop
+      {"folds", [] { return dsl::workloads::folds(); },
+       "C"},  // every fold in a 16-byte vector loop
   };
-  for (const auto& [program, name] : cases) {
-    bool found = false;
-    for (const schedule::NamedSchedule& ns : schedule::enumerate_schedules(program)) {
-      if (ns.name != name) continue;
-      found = true;
-      std::string resources;
-      const Built b = build(ns.schedule.lower(), stem_of(program.name(), name), &resources);
-      ASSERT_TRUE(b.ok) << program.name() << " " << name << ":\n" << b.log;
-      expect_no_spills(resources, program.name() + " " + name);
-    }
-    EXPECT_TRUE(found) << "no schedule " << name << " of " << program.name();
-  }
+  return all;
 }
+
+// One CTest test a program (nvcc takes 10-20 s each), so that they spread over CTest's jobs.
+class CudaRepresentative : public ::testing::TestWithParam<size_t> {};
+
+TEST_P(CudaRepresentative, BuildsWithoutSpills) {
+  if (const std::string why = missing_toolkit(); !why.empty()) GTEST_SKIP() << why;
+  const Representative& r = representatives()[GetParam()];
+  const dsl::Program program = r.program();
+  bool found = false;
+  for (const schedule::NamedSchedule& ns : schedule::enumerate_schedules(program)) {
+    if (ns.name != r.schedule) continue;
+    found = true;
+    std::string resources;
+    const Built b = build(ns.schedule.lower(), stem_of(program.name(), r.schedule), &resources);
+    ASSERT_TRUE(b.ok) << program.name() << " " << r.schedule << ":\n" << b.log;
+    expect_no_spills(resources, program.name() + " " + r.schedule);
+  }
+  EXPECT_TRUE(found) << "no schedule " << r.schedule << " of " << program.name();
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryWorkload, CudaRepresentative,
+                         ::testing::Range<size_t>(0, representatives().size()),
+                         [](const ::testing::TestParamInfo<size_t>& info) {
+                           return representatives()[info.param].what;
+                         });
 
 // A Shift (kv_ring, ring attention's exchange): kind 4, one ncclSend and one ncclRecv in a group.
 TEST(CudaCompile, ShiftBuilds) {

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "support/bf16_emulate.h"
 #include "tandem/core/env.h"
 #include "tandem/core/formulas.h"
 #include "tandem/core/gemm.h"

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "nn/nn_test_util.h"
+#include "support/bf16_emulate.h"
 #include "tandem/core/blas.h"
 #include "tandem/core/error.h"
 #include "tandem/core/formulas.h"

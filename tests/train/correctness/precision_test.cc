@@ -11,6 +11,7 @@
 #include <sstream>
 #include <string>
 
+#include "support/bf16_emulate.h"
 #include "support/cli.h"
 #include "tandem/train/trainer.h"
 #include "train/test_util.h"
