@@ -13,6 +13,16 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 
+def causal_attention(q, k, v, drop):
+    """softmax(q k^T / sqrt(hs), causal) v for (B, H, T, hs) operands: PyTorch 1.13's unfused
+    path (the whole T x T square, the upper triangle masked), as GPT-2's reference code does."""
+    t, hs = q.shape[-2], q.shape[-1]
+    att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))  # (B, H, T, T)
+    mask = torch.ones(t, t, dtype=torch.bool).tril()
+    att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+    return drop(att) @ v
+
+
 class Block(nn.Module):
     def __init__(self, c, heads, dropout):
         super().__init__()
@@ -32,11 +42,7 @@ class Block(nn.Module):
         q = q.view(b, t, self.heads, hs).transpose(1, 2)  # (B, H, T, hs)
         k = k.view(b, t, self.heads, hs).transpose(1, 2)
         v = v.view(b, t, self.heads, hs).transpose(1, 2)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))  # (B, H, T, T)
-        mask = torch.ones(t, t, dtype=torch.bool).tril()
-        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
-        att = self.drop(att)
-        y = (att @ v).transpose(1, 2).contiguous().view(b, t, c)
+        y = causal_attention(q, k, v, self.drop).transpose(1, 2).contiguous().view(b, t, c)
         return self.drop(self.c_proj(y))
 
     def forward(self, x):
@@ -118,10 +124,7 @@ class LlamaBlock(nn.Module):
         group = self.heads // self.kv_heads  # each key/value head serves `group` query heads
         k = k.repeat_interleave(group, dim=1)
         v = v.repeat_interleave(group, dim=1)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(self.hs))
-        mask = torch.ones(t, t, dtype=torch.bool).tril()
-        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
-        y = (att @ v).transpose(1, 2).contiguous().view(b, t, c)
+        y = causal_attention(q, k, v, lambda att: att).transpose(1, 2).contiguous().view(b, t, c)
         return self.o_proj(y)
 
     def forward(self, x, cos, sin):
