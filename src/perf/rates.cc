@@ -17,6 +17,7 @@
 #include "tandem/core/clock.h"
 #include "tandem/core/error.h"
 #include "tandem/core/gemm.h"
+#include "tandem/core/rng.h"
 #include "tandem/core/tensor.h"
 #include "tandem/nn/layers.h"
 #include "tandem/perf/flops.h"
@@ -26,7 +27,9 @@ namespace tandem::perf {
 namespace {
 
 constexpr int kGemmRows = 1024;             // rows of the measured GEMM, at most
-constexpr double kGemmSeconds = 0.2;        // timed per shape, about
+constexpr double kGemmSeconds = 0.2;        // timed per run of a unit or the other work, about
+constexpr int kGemmWindows = 5;             // alone and together windows of a GEMM rate, each
+constexpr double kGemmWindowSeconds = 0.06;  // a window, about
 constexpr uint64_t kLinkBytes = 16 << 20;   // the measured all-reduce
 constexpr int kLinkRanks = 8;               // threads it runs on, at most
 constexpr int kTogetherRanks = 32;          // ranks the GEMM runs on at once, at most
@@ -39,8 +42,6 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// FLOP/s of one (rows x k) by (k x n) GEMM of `type`: the fastest of repeats filling about
-// kGemmSeconds (a busy machine only slows a repeat down, so the fastest is the least disturbed).
 // A (rows x k) by (k x n) GEMM of `type` on operands of its own (zeros: the rate does not depend
 // on the values).
 struct TimedGemm {
@@ -57,48 +58,31 @@ struct TimedGemm {
     call.b = b.data(), call.ldb = n;
     call.c = c.data(), call.ldc = n;
   }
+  double flops() const { return 2.0 * call.m * call.n * call.k; }
 };
 
-double gemm_rate(DType type, int rows, int n, int k) {
-  TimedGemm g(type, rows, n, k);
-  const GemmCall& call = g.call;
-  gemm(call);  // warm-up: threads started, primitives created
-  std::vector<double> times;
-  const auto begin = Clock::now();
-  while (times.size() < 3 || (seconds_since(begin) < kGemmSeconds && times.size() < 50)) {
-    const auto t = Clock::now();
-    gemm(call);
-    times.push_back(seconds_since(t));
-  }
-  return 2.0 * rows * n * k / std::max(*std::min_element(times.begin(), times.end()), 1e-9);
-}
-
-// FLOP/s a rank gets from the same GEMM while `callers` ranks run it at once, as in-process ranks
-// and the processes of one host do: each caller a thread with its own operands, all released
-// together at a latch and each repeating the GEMM until the same deadline, so that they compete
-// throughout (a small GEMM repeated a fixed number of times would let the first threads finish
-// before the last start); each caller's rate is the calls it finished over the time they took:
+// FLOP/s of `callers` threads running the GEMM at once for one window, as in-process ranks and
+// the processes of one host do (callers 1: a rank alone): each a thread with its own operands,
+// all released together at a latch and each repeating the GEMM until the same deadline, so that
+// they compete throughout; each caller's rate is the calls it finished over the time they took:
 // the slowest's (a step whose ranks all compute at once waits for its slowest), and their sum
 // (what the host computes with all of them at it).
 struct TogetherRates {
   double slowest = 0, sum = 0;
 };
-TogetherRates gemm_rate_together(DType type, int rows, int n, int k, int callers) {
+TogetherRates gemm_window(std::vector<TimedGemm>& gemms, int callers, double seconds) {
   std::latch start(callers);
   std::vector<double> rates(static_cast<size_t>(callers));
   auto caller = [&](int i) {
-    TimedGemm g(type, rows, n, k);
-    const GemmCall& call = g.call;
-    gemm(call);  // warm-up, alone
+    const TimedGemm& g = gemms[static_cast<size_t>(i)];
     start.arrive_and_wait();
     const auto begin = Clock::now();
     int calls = 0;
-    while (calls < 2 || seconds_since(begin) < kGemmSeconds) {
-      gemm(call);
+    while (calls < 2 || seconds_since(begin) < seconds) {
+      gemm(g.call);
       ++calls;
     }
-    rates[static_cast<size_t>(i)] =
-        2.0 * rows * n * k * calls / std::max(seconds_since(begin), 1e-9);
+    rates[static_cast<size_t>(i)] = g.flops() * calls / std::max(seconds_since(begin), 1e-9);
   };
   std::vector<std::thread> threads;
   for (int i = 0; i < callers; ++i) threads.emplace_back(caller, i);
@@ -106,6 +90,36 @@ TogetherRates gemm_rate_together(DType type, int rows, int n, int k, int callers
   TogetherRates r;
   r.slowest = *std::min_element(rates.begin(), rates.end());
   for (double x : rates) r.sum += x;
+  return r;
+}
+
+// A rank's GEMM rate alone, and with `callers` at once (1: alone only). The machine's speed
+// drifts by 10-25% over seconds on a shared host (measured: five runs of `tandem plan` on one
+// quiet 2-core VM read 69-84 GFLOP/s alone, 42-70 together, from single windows): so alone and
+// together windows alternate, the ratio of each pair is taken in the same moment, and the medians
+// of the rate alone and of the ratios are kept.
+struct GemmRates {
+  double alone = 0;
+  TogetherRates together;  // equal to alone when callers is 1
+};
+GemmRates gemm_rates(DType type, int rows, int n, int k, int callers) {
+  std::vector<TimedGemm> gemms;
+  for (int i = 0; i < callers; ++i) gemms.emplace_back(type, rows, n, k);
+  for (TimedGemm& g : gemms) gemm(g.call);  // warm-up: threads started, primitives created
+  std::vector<double> alone, slowest, sum;
+  for (int w = 0; w < kGemmWindows; ++w) {
+    const double a = gemm_window(gemms, 1, kGemmWindowSeconds).slowest;
+    alone.push_back(a);
+    if (callers > 1) {
+      const TogetherRates t = gemm_window(gemms, callers, kGemmWindowSeconds);
+      slowest.push_back(t.slowest / a);
+      sum.push_back(t.sum / a);
+    }
+  }
+  GemmRates r;
+  r.alone = median(alone);
+  r.together = callers > 1 ? TogetherRates{r.alone * median(slowest), r.alone * median(sum)}
+                           : TogetherRates{r.alone, r.alone};
   return r;
 }
 
@@ -148,11 +162,32 @@ void measure_other_work(const nn::GPTConfig& c, int B, int T, const nn::Paramete
       B * T, human_bytes(g.nbytes()));
 }
 
+// A unit's factor: the seconds of `run` over what its matmuls (`matmul_flops`) take at the GEMM
+// rate, each run timed right after one call of the rates' GEMM `g`, so that the machine's drift
+// cancels within each pair; the median of the pairs filling about 2 x kGemmSeconds, after a
+// warm-up.
+template <typename F>
+double unit_factor(F&& run, double matmul_flops, const TimedGemm& g) {
+  run();
+  gemm(g.call);
+  std::vector<double> factors;
+  const auto begin = Clock::now();
+  for (int i = 0; i < 3 || (i < 15 && seconds_since(begin) < 2 * kGemmSeconds); ++i) {
+    auto t = Clock::now();
+    gemm(g.call);
+    const double gemm_s = seconds_since(t);
+    t = Clock::now();
+    run();
+    const double run_s = seconds_since(t);
+    factors.push_back(run_s / std::max(matmul_flops * gemm_s / g.flops(), 1e-12));
+  }
+  return median(factors);
+}
+
 // Runs one block's halves and the head (ln_f, the tied LM head, the loss) forward and backward
-// on one rank, at up to kUnitTokens tokens of the model's sequences, and divides each time by
-// what its matmuls take at `rate` (the step model's matmul term, at tp 1); then the step's other
-// work on the same.
-void measure_unit_factors(const nn::GPTConfig& model, int64_t rows, double rate, Rates& r) {
+// on one rank, at up to kUnitTokens tokens of the model's sequences, each against the GEMM `g`
+// (the step model's matmul term, at tp 1: unit_factor); then the step's other work on the same.
+void measure_unit_factors(const nn::GPTConfig& model, int64_t rows, const TimedGemm& g, Rates& r) {
   nn::GPTConfig c = model;
   c.n_layers = 1;
   const int T = std::min(c.seq_len, kUnitTokens);
@@ -163,36 +198,40 @@ void measure_unit_factors(const nn::GPTConfig& model, int64_t rows, double rate,
   const nn::FinalActivations fa = nn::allocate_final_activations(c, B, T);
   nn::Workspace ws(c, B, T);
   const int64_t btc = static_cast<int64_t>(B) * T * c.d_model;
-  std::vector<float> x(static_cast<size_t>(btc), 0.5f), dres(static_cast<size_t>(btc), 1e-3f),
+  // Activations and gradients of a trained model's spread: constant rows would make LayerNorm's
+  // output constant and the products' operands degenerate.
+  std::vector<float> x(static_cast<size_t>(btc)), dres(static_cast<size_t>(btc)),
       dx(static_cast<size_t>(btc));
+  for (int64_t i = 0; i < btc; ++i) {
+    x[static_cast<size_t>(i)] = random_normal(1, static_cast<uint64_t>(i));
+    dres[static_cast<size_t>(i)] = 1e-3f * random_normal(2, static_cast<uint64_t>(i));
+  }
   std::vector<int32_t> targets(static_cast<size_t>(B) * T, 1);
   const nn::StepRng rng;
   const nn::BlockParams bw = w.block(0), bdw = dw.block(0);
   const double tokens = static_cast<double>(B) * T;
-  const double attn_s = tokens * attention_flops_per_token(c, T) / rate;
-  const double mlp_s = tokens * mlp_flops_per_token(c) / rate;
-  const double head_s = tokens * head_flops_per_token(c) / rate;
-  r.attention.forward =
-      fastest_s([&] { nn::block_attention_forward(c, 0, bw, a, x.data(), ws, B, T, rng); }) /
-      attn_s;
-  r.mlp.forward = fastest_s([&] { nn::block_mlp_forward(c, 0, bw, a, ws, B, T, rng); }) / mlp_s;
-  r.mlp.backward =
-      fastest_s([&] { nn::block_mlp_backward(c, 0, bw, bdw, a, dres.data(), ws, B, T, rng); }) /
-      (2 * mlp_s);
-  r.attention.backward =
-      fastest_s([&] {
+  const double attn = tokens * attention_flops_per_token(c, T);
+  const double mlp = tokens * mlp_flops_per_token(c);
+  const double head = tokens * head_flops_per_token(c);
+  r.attention.forward = unit_factor(
+      [&] { nn::block_attention_forward(c, 0, bw, a, x.data(), ws, B, T, rng); }, attn, g);
+  r.mlp.forward = unit_factor([&] { nn::block_mlp_forward(c, 0, bw, a, ws, B, T, rng); }, mlp, g);
+  r.mlp.backward = unit_factor(
+      [&] { nn::block_mlp_backward(c, 0, bw, bdw, a, dres.data(), ws, B, T, rng); }, 2 * mlp, g);
+  r.attention.backward = unit_factor(
+      [&] {
         nn::block_attention_backward(c, 0, bw, bdw, a, x.data(), dres.data(), ws, B, T, rng);
-      }) /
-      (2 * attn_s);
-  r.head.forward = fastest_s([&] {
-                     nn::final_forward(c, w.final_stage(), fa, x.data(), targets.data(), ws, B, T);
-                   }) /
-                   head_s;
-  r.head.backward = fastest_s([&] {
-                      nn::final_backward(c, w.final_stage(), dw.final_stage(), fa, x.data(),
-                                         targets.data(), 1.0f, dx.data(), ws, B, T);
-                    }) /
-                    (2 * head_s);
+      },
+      2 * attn, g);
+  r.head.forward = unit_factor(
+      [&] { nn::final_forward(c, w.final_stage(), fa, x.data(), targets.data(), ws, B, T); },
+      head, g);
+  r.head.backward = unit_factor(
+      [&] {
+        nn::final_backward(c, w.final_stage(), dw.final_stage(), fa, x.data(), targets.data(),
+                           1.0f, dx.data(), ws, B, T);
+      },
+      2 * head, g);
   measure_other_work(c, B, T, w, dw, ws, dres.data(), r);
 }
 
@@ -364,8 +403,9 @@ std::string RateRequest::key() const {
       // v2: the GEMM rate is measured with the local ranks computing at once; v3: and a core's
       // rate while they do, with the host's ranks and cores; v4: and the cores' share of the
       // link's and the update's seconds; v5: and the step's other work (the embedding's time a
-      // token, the gradients' zeroing rate).
-      {"what", "tandem performance-model rates v5"},
+      // token, the gradients' zeroing rate); v6: rates from alternating windows, unit factors
+      // from paired runs on varied inputs.
+      {"what", "tandem performance-model rates v6"},
       {"model",
        {std::string(nn::arch_name(m.arch)), m.n_layers, m.d_model, m.n_heads, m.n_kv_heads(),
         m.mlp_width(), m.seq_len, m.vocab_size, std::string(dtype_name(m.matmul)),
@@ -392,34 +432,26 @@ Rates measure_rates(const RateRequest& q) {
   const nn::GPTConfig& m = q.model;
   const int64_t rank_rows = std::max<int64_t>(1, q.rank_rows);
   const int rows = static_cast<int>(std::min<int64_t>(kGemmRows, m.seq_len * rank_rows));
-  // Two rounds, the better of each: the first shape measured also pays for the warm-up of the
-  // library and the processor's clock.
-  for (int round = 0; round < 2; ++round)
-    for (int tp = 1; tp <= q.ranks; ++tp)
-      if (q.ranks % tp == 0 && m.n_heads % tp == 0) {
-        double& rate = r.gemm_flops_per_s[tp];
-        rate = std::max(rate,
-                        gemm_rate(m.matmul, rows, static_cast<int>(m.mlp_width() / tp), m.d_model));
-      }
-  measure_unit_factors(m, rank_rows, r.gemm_flops_per_s.at(1), r);
-  r.gemm_alone_flops_per_s = r.gemm_flops_per_s;
-  // The ranks on this machine share its cores and memory bandwidth: each tp degree's GEMM again
-  // with all of them computing at once (at most kTogetherRanks threads; more share the rate
-  // those get): the slowest's rate, the step model's when each rank has cores of its own; and
-  // their summed rate over the cores they shared, a core's while the host is busy, the step
+  // Each tp degree's GEMM alone and, for the ranks on this machine, with all of them computing
+  // at once (cores and memory bandwidth shared; at most kTogetherRanks threads, more share the
+  // rate those get): the slowest's rate, the step model's when each rank has cores of its own;
+  // and their summed rate over the cores they shared, a core's while the host is busy, the step
   // model's when the ranks outnumber the cores (hardware threads over a rank's BLAS threads).
   const int together = std::min(q.local_ranks, kTogetherRanks);
   const double beyond = static_cast<double>(together) / q.local_ranks;
   r.host_ranks = q.local_ranks;
   r.host_slots = std::max(1.0, static_cast<double>(hw) / q.threads);
-  r.gemm_core_flops_per_s = r.gemm_alone_flops_per_s;
-  if (q.local_ranks > 1)
-    for (auto& [tp, rate] : r.gemm_flops_per_s) {
-      const TogetherRates t = gemm_rate_together(
-          m.matmul, rows, static_cast<int>(m.mlp_width() / tp), m.d_model, together);
-      rate = beyond * t.slowest;
-      r.gemm_core_flops_per_s[tp] = t.sum / std::min<double>(together, r.host_slots);
+  for (int tp = 1; tp <= q.ranks; ++tp)
+    if (q.ranks % tp == 0 && m.n_heads % tp == 0) {
+      const GemmRates g =
+          gemm_rates(m.matmul, rows, static_cast<int>(m.mlp_width() / tp), m.d_model, together);
+      r.gemm_alone_flops_per_s[tp] = g.alone;
+      r.gemm_flops_per_s[tp] = q.local_ranks > 1 ? beyond * g.together.slowest : g.alone;
+      r.gemm_core_flops_per_s[tp] =
+          q.local_ranks > 1 ? g.together.sum / std::min<double>(together, r.host_slots) : g.alone;
     }
+  const TimedGemm unit_gemm(m.matmul, rows, static_cast<int>(m.mlp_width()), m.d_model);
+  measure_unit_factors(m, rank_rows, unit_gemm, r);
   blas::set_num_threads(saved);
   const double alone1 = r.gemm_alone_flops_per_s.at(1), with1 = r.gemm_flops_per_s.at(1);
   const double core1 = r.gemm_core_flops_per_s.at(1);

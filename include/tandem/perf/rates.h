@@ -84,8 +84,11 @@ struct RateRequest {
 // Measures the rates on this machine in a few seconds: a GEMM of each tp degree's MLP shape at
 // the request's threads, alone and with the local ranks computing at once (threads started
 // together, each with its own operands, until one deadline: the slowest's rate, and their summed
-// rate over the cores they shared, a core's; beyond 32 ranks, those 32's rate shared by all), one
-// block's halves and the head forward and backward at tp 1 for the UnitFactors, the embedding's
+// rate over the cores they shared, a core's; beyond 32 ranks, those 32's rate shared by all;
+// windows alone and together alternate, and the medians of the rate alone and of the pairs'
+// ratios are kept, so that the machine's drift does not read as contention), one block's halves
+// and the head forward and backward at tp 1 for the UnitFactors (each run timed after one GEMM
+// call, the median of the pairs' ratios), the embedding's
 // forward and backward and the gradients' zeroing at the same tokens and model, an in-process
 // all-reduce over min(ranks, 8) threads (unless the link is stated), and with `tiers` the tiers'
 // bandwidth and the update's rate.

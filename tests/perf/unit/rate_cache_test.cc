@@ -97,7 +97,7 @@ TEST(RateCache, TheKeyCountsTheRanksComputingAtOnce) {
   EXPECT_NE(alone.key(), four.key());
   const nlohmann::json k = nlohmann::json::parse(four.key());
   EXPECT_EQ(k.at("local_ranks"), 4);
-  EXPECT_EQ(k.at("what"), "tandem performance-model rates v5");
+  EXPECT_EQ(k.at("what"), "tandem performance-model rates v6");
 }
 
 TEST(RateCache, WhatTheRatesDependOnIsTheKey) {
