@@ -26,15 +26,15 @@
 namespace tandem::perf {
 namespace {
 
-constexpr int kGemmRows = 1024;             // rows of the measured GEMM, at most
-constexpr double kGemmSeconds = 0.2;        // timed per run of a unit or the other work, about
-constexpr int kGemmWindows = 5;             // alone and together windows of a GEMM rate, each
+constexpr int kGemmRows = 1024;              // rows of the measured GEMM, at most
+constexpr double kGemmSeconds = 0.2;         // timed per run of a unit or the other work, about
+constexpr int kGemmWindows = 5;              // alone and together windows of a GEMM rate, each
 constexpr double kGemmWindowSeconds = 0.06;  // a window, about
-constexpr uint64_t kLinkBytes = 16 << 20;   // the measured all-reduce
-constexpr int kLinkRanks = 8;               // threads it runs on, at most
-constexpr int kTogetherRanks = 32;          // ranks the GEMM runs on at once, at most
-constexpr int kUnitTokens = 512;            // tokens of the block run for the UnitFactors, at most
-constexpr int64_t kUpdateParams = 1 << 20;  // parameters of the timed update loop
+constexpr uint64_t kLinkBytes = 16 << 20;    // the measured all-reduce
+constexpr int kLinkRanks = 8;                // threads it runs on, at most
+constexpr int kTogetherRanks = 32;           // ranks the GEMM runs on at once, at most
+constexpr int kUnitTokens = 512;             // tokens of the block run for the UnitFactors, at most
+constexpr int64_t kUpdateParams = 1 << 20;   // parameters of the timed update loop
 constexpr double kStatedLinkLatencyS = 50e-6;  // with a stated link: a TCP round trip, about
 
 double median(std::vector<double> v) {
@@ -219,17 +219,15 @@ void measure_unit_factors(const nn::GPTConfig& model, int64_t rows, const TimedG
   r.mlp.backward = unit_factor(
       [&] { nn::block_mlp_backward(c, 0, bw, bdw, a, dres.data(), ws, B, T, rng); }, 2 * mlp, g);
   r.attention.backward = unit_factor(
-      [&] {
-        nn::block_attention_backward(c, 0, bw, bdw, a, x.data(), dres.data(), ws, B, T, rng);
-      },
+      [&] { nn::block_attention_backward(c, 0, bw, bdw, a, x.data(), dres.data(), ws, B, T, rng); },
       2 * attn, g);
   r.head.forward = unit_factor(
-      [&] { nn::final_forward(c, w.final_stage(), fa, x.data(), targets.data(), ws, B, T); },
-      head, g);
+      [&] { nn::final_forward(c, w.final_stage(), fa, x.data(), targets.data(), ws, B, T); }, head,
+      g);
   r.head.backward = unit_factor(
       [&] {
-        nn::final_backward(c, w.final_stage(), dw.final_stage(), fa, x.data(), targets.data(),
-                           1.0f, dx.data(), ws, B, T);
+        nn::final_backward(c, w.final_stage(), dw.final_stage(), fa, x.data(), targets.data(), 1.0f,
+                           dx.data(), ws, B, T);
       },
       2 * head, g);
   measure_other_work(c, B, T, w, dw, ws, dres.data(), r);
