@@ -26,6 +26,16 @@ inline std::string tandem_binary() {
   return (std::filesystem::path(self).parent_path().parent_path() / "tandem").string();
 }
 
+// The start of a shell command running mpirun ($TANDEM_MPIRUN, else mpirun on PATH), as root too,
+// oversubscribed, killed after `kill_after_s` seconds; the caller adds -np N and the program.
+inline std::string mpirun_command(int kill_after_s) {
+  const char* mpirun = std::getenv("TANDEM_MPIRUN");
+  return fmt::format(
+      "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout -s KILL {} {} "
+      "--oversubscribe",
+      kill_after_s, mpirun != nullptr ? mpirun : "mpirun");
+}
+
 struct CommandResult {
   int status = -1;     // the exit code
   std::string output;  // stdout and stderr together

@@ -22,11 +22,7 @@ using tandem::testing::ScratchDir;
 using ::testing::HasSubstr;
 
 std::string mpirun(int np) {
-  const char* bin = std::getenv("TANDEM_MPIRUN");
-  return fmt::format(
-      "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout -s KILL 120 {} -np {} "
-      "--oversubscribe",
-      bin != nullptr ? bin : "mpirun", np);
+  return fmt::format("{} -np {}", tandem::testing::mpirun_command(120), np);
 }
 
 constexpr const char* kRun =

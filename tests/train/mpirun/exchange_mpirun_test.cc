@@ -29,11 +29,8 @@ struct JobRun {
 
 // mpirun starting `np` processes of tandem, as root too, killed after 2 minutes.
 std::string mpirun_tandem(int np) {
-  const char* mpirun = std::getenv("TANDEM_MPIRUN");
-  return fmt::format(
-      "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout -s KILL 120 {} -np {} "
-      "--oversubscribe {}",
-      mpirun != nullptr ? mpirun : "mpirun", np, tandem::testing::tandem_binary());
+  return fmt::format("{} -np {} {}", tandem::testing::mpirun_command(120), np,
+                     tandem::testing::tandem_binary());
 }
 
 JobRun train_4_processes(const ScratchDir& dir, const std::string& exchange,

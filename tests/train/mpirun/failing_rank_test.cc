@@ -36,14 +36,11 @@ constexpr int kHung = 90;
 // `mpirun -np 2` running `tandem train` on the tiny model for (practically) ever, data-parallel
 // over both processes, each process's pid written to DIR/pid.<rank> first (exec keeps it).
 std::string job(const ScratchDir& dir, const std::string& flags) {
-  const char* mpirun = std::getenv("TANDEM_MPIRUN");
   return fmt::format(
-      "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout -s KILL {} {} -np 2 "
-      "--oversubscribe sh -c 'echo $$ > {}/pid.$OMPI_COMM_WORLD_RANK; exec \"{}\" train --backend "
+      "{} -np 2 sh -c 'echo $$ > {}/pid.$OMPI_COMM_WORLD_RANK; exec \"{}\" train --backend "
       "mpi --model tiny --dp 2 --tp 1 --steps 100000000 --eval-every 0 --executor plan --threads 1 "
       "--quiet {}'",
-      kHung, mpirun != nullptr ? mpirun : "mpirun", dir.path(), tandem::testing::tandem_binary(),
-      flags);
+      tandem::testing::mpirun_command(kHung), dir.path(), tandem::testing::tandem_binary(), flags);
 }
 
 struct Ended {

@@ -18,15 +18,13 @@ using ::testing::HasSubstr;
 // Two processes of `tandem train --grid auto --ranks 2`, rank 0 with TANDEM_MEMORY_LIMIT=`limit0`
 // and rank 1 with `limit1` (MPMD: one executable context each).
 tandem::testing::CommandResult two_processes(const std::string& limit0, const std::string& limit1) {
-  const char* mpirun = std::getenv("TANDEM_MPIRUN");
   const std::string train = fmt::format(
       "{} train --backend mpi --model tiny --grid auto --ranks 2 --steps 2 --eval-every 0 "
       "--threads 1 --executor plan",
       tandem::testing::tandem_binary());
-  return tandem::testing::run_command(fmt::format(
-      "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout -s KILL 120 {} "
-      "--oversubscribe -np 1 env TANDEM_MEMORY_LIMIT={} {} : -np 1 env TANDEM_MEMORY_LIMIT={} {}",
-      mpirun != nullptr ? mpirun : "mpirun", limit0, train, limit1, train));
+  return tandem::testing::run_command(
+      fmt::format("{} -np 1 env TANDEM_MEMORY_LIMIT={} {} : -np 1 env TANDEM_MEMORY_LIMIT={} {}",
+                  tandem::testing::mpirun_command(120), limit0, train, limit1, train));
 }
 
 TEST(GridAutoMpirun, EveryProcessTakesRankZerosChoice) {

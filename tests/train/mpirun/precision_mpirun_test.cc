@@ -42,13 +42,8 @@ GridRun train_grid(const ScratchDir& dir, const std::string& name, const std::st
 
 TEST(PrecisionMpirun, Bf16TensorParallelExchangesOnTheGridMatchTheThreadBackend) {
   ScratchDir dir;
-  const char* mpirun = std::getenv("TANDEM_MPIRUN");
-  const GridRun mpi = train_grid(
-      dir, "mpi",
-      fmt::format("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout -s KILL 180 "
-                  "{} -np 8 --oversubscribe",
-                  mpirun != nullptr ? mpirun : "mpirun"),
-      "mpi");
+  const GridRun mpi =
+      train_grid(dir, "mpi", fmt::format("{} -np 8", tandem::testing::mpirun_command(180)), "mpi");
   const GridRun threads = train_grid(dir, "thread", "", "thread");
   ASSERT_EQ(mpi.result.status, 0) << mpi.result.output;
   ASSERT_EQ(threads.result.status, 0) << threads.result.output;
