@@ -473,7 +473,7 @@ void ParallelGPT::forward_micro(const MicroBatch& mb, int k, const nn::StepRng& 
           nn::embedding_forward(config_, layout_.embedding(params().data_as<float>()), e, mb.tokens,
                                 B, T, rng);
         }
-        emit(Phase::Forward, "forward embedding", begin);
+        emit(Phase::Embedding, "forward embedding", begin);
       } else {
         receive_activations(rng, training, x0, B, T);
       }
@@ -555,7 +555,7 @@ void ParallelGPT::backward_micro(const MicroBatch& mb, int k, const nn::StepRng&
         } else {
           nn::embedding_backward(config_, layout_.embedding(gbase), dres, mb.tokens, ws, B, T, rng);
         }
-        emit(Phase::Backward, "backward embedding", eb);
+        emit(Phase::Embedding, "backward embedding", eb);
       } else {
         // Left in flight, so that this stage goes on to its next forward while the previous stage
         // is still busy: waiting here would deadlock 1F1B (both stages sending at once). The

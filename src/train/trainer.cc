@@ -442,10 +442,7 @@ void RankRun::on_event(parallel::Phase phase, std::string_view name, Clock::time
     trace_->record(grid_.world().rank(),
                    phase == Phase::Comm ? io::kCommStream : io::kComputeStream, name, b, e);
   if (!lead_ || validating_) return;
-  // The embedding's spans are the step's other work, as the step model counts them
-  // (perf::stage_other_s), not the blocks' compute.
-  const bool embedding = name.ends_with(" embedding");
-  phases_.add(embedding                 ? "embedding"
+  phases_.add(phase == Phase::Embedding ? "embedding"
               : phase == Phase::Comm    ? "comm"
               : phase == Phase::Forward ? "forward"
                                         : "backward",

@@ -57,8 +57,10 @@ struct MicroBatch {
 };
 
 // The kinds of work a step reports: the run's phase times add each kind up (a recomputation,
-// which runs inside the backward, counts as Backward).
-enum class Phase { Forward, Backward, Comm };
+// which runs inside the backward, counts as Backward). The embedding's forward and backward are
+// a kind of their own: the step's other work, as the performance model counts it
+// (perf::stage_other_s), not the blocks' compute.
+enum class Phase { Forward, Backward, Embedding, Comm };
 
 // The model reports each piece of work: its kind, a name, when it ran, and its own seconds (a
 // compute span excludes the communication programs run inside it, such as a block's Megatron
