@@ -95,9 +95,9 @@ TogetherRates gemm_window(std::vector<TimedGemm>& gemms, int callers, double sec
 
 // A rank's GEMM rate alone, and with `callers` at once (1: alone only). The machine's speed
 // drifts by 10-25% over seconds on a shared host (measured: five runs of `tandem plan` on one
-// quiet 2-core VM read 69-84 GFLOP/s alone, 42-70 together, from single windows): so alone and
-// together windows alternate, the ratio of each pair is taken in the same moment, and the medians
-// of the rate alone and of the ratios are kept.
+// quiet 2-core VM read 69-84 GFLOP/s alone as the fastest of repeats, 42-70 together as one
+// window's mean): so alone and together windows alternate, the ratio of each pair is taken in the
+// same moment, and the medians of the rate alone and of the ratios are kept.
 struct GemmRates {
   double alone = 0;
   TogetherRates together;  // equal to alone when callers is 1
